@@ -1,0 +1,141 @@
+/* checkpoint/store.h - the checkpoint store's internal API (runner/ reaches LMDB only here).
+ *
+ * Work happens in transactions run as callbacks: cairn__store_write(s, fn, arg) runs fn inside
+ * one LMDB write transaction and commits it. If the map is full the transaction is aborted, the
+ * map grown and fn run again from scratch, so fn must only read and write through the txn (and
+ * its own arg) and must tolerate being called twice. Records are msgpack maps carrying a schema
+ * version; the typed get/put functions below encode and decode them and keep the secondary
+ * indexes (status/due, tenant, finished) consistent with the task records.
+ */
+#ifndef CAIRN_CHECKPOINT_STORE_H
+#define CAIRN_CHECKPOINT_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cairn.h"
+
+#define CAIRN__SCHEMA 1
+#define CAIRN__ID_MAX 128
+#define CAIRN__NAME_MAX 64
+#define CAIRN__ERR_MAX 512
+
+typedef struct cairn__txn cairn__txn;
+typedef int (*cairn__txn_fn)(cairn__txn *t, void *arg);
+
+/* Whether a write is flushed to stable storage when it commits (see the durability argument
+ * in store.c): RELAXED commits flush data pages only; DURABLE commits also flush the meta page
+ * so the transaction survives power loss before the function returns. */
+enum { CAIRN__RELAXED = 0, CAIRN__DURABLE = 1 };
+
+int cairn__store_write(cairn_store *s, int durable, cairn__txn_fn fn, void *arg);
+int cairn__store_read(cairn_store *s, cairn__txn_fn fn, void *arg);
+/* Sets the store's error message (printf-style) and returns err. */
+int cairn__store_fail(cairn_store *s, int err, const char *fmt, ...) CAIRN_PRINTF(3, 4);
+cairn_store *cairn__txn_store(cairn__txn *t);
+int64_t cairn__now_ms(void);
+/* Fault injection for tests: fail the Nth write transaction from now with `err` (0 = off). */
+void cairn__store_inject_write_failure(cairn_store *s, uint32_t nth, int err);
+
+/* A process identity for leases: host, pid and the process start time (clock ticks since
+ * boot, from /proc), so a reused pid is not mistaken for the owner. */
+typedef struct cairn__owner {
+    char host[64];
+    int32_t pid;
+    uint64_t start;
+} cairn__owner;
+
+typedef struct cairn__task_rec {
+    char id[CAIRN__ID_MAX + 1];
+    char graph[CAIRN__NAME_MAX + 1];
+    char fingerprint[65];
+    char payload_hash[65];
+    char steps_pin[1024]; /* "name@version,..." of the graph that started the task */
+    char tenant[CAIRN__ID_MAX + 1];
+    char error[CAIRN__ERR_MAX];
+    char error_step[CAIRN__NAME_MAX + 1];
+    uint8_t state;
+    uint8_t tombstone;
+    uint32_t attempt;
+    uint32_t generation;
+    uint64_t audit_seq;
+    int64_t created_ms, updated_ms, finished_ms, next_retry_ms;
+    /* lease: valid while lease_expires_ms > now and the owner lives */
+    cairn__owner owner;
+    uint64_t lease_token;
+    int64_t lease_expires_ms;
+    /* input as msgpack: points into the txn's memory, valid until the txn ends */
+    const void *input;
+    size_t input_len;
+} cairn__task_rec;
+
+typedef struct cairn__step_rec {
+    uint8_t state; /* cairn_step_state */
+    uint8_t resolved; /* set by an operator's resolve */
+    uint32_t generation;
+    uint32_t invocations;
+    int64_t updated_ms, intent_ms;
+    char error[CAIRN__ERR_MAX];
+    const void *output; /* msgpack bytes, valid until the txn ends; NULL = none */
+    size_t output_len;
+} cairn__step_rec;
+
+typedef struct cairn__audit_rec {
+    int64_t t_ms;
+    uint8_t from, to; /* task states; from == to for step-level events */
+    uint32_t attempt, generation;
+    char step[CAIRN__NAME_MAX + 1];
+    char reason[CAIRN__ERR_MAX];
+} cairn__audit_rec;
+
+/* Tasks. get: 0, CAIRN_ENOTFOUND, CAIRN_ECORRUPT, CAIRN_ESCHEMA. put keeps the indexes. */
+int cairn__task_get(cairn__txn *t, const char *id, cairn__task_rec *out);
+int cairn__task_put(cairn__txn *t, const cairn__task_rec *rec);
+int cairn__task_del(cairn__txn *t, const char *id); /* the record, its steps, progress, audit */
+/* Deletes a task's step records and progress (gc keeps the task record as a tombstone). */
+int cairn__task_drop_outputs(cairn__txn *t, const char *id);
+/* Reserves the task ID for this payload hash in one atomic step. 0 if newly reserved or
+ * already reserved with the same hash; CAIRN_ECONFLICT with *existing set otherwise. */
+int cairn__idem_reserve(cairn__txn *t, const char *id, const char *hash, char existing[65]);
+int cairn__idem_del(cairn__txn *t, const char *id);
+
+/* Steps: the record of `step` that applies in generation `gen` (the latest with generation
+ * <= gen). ENOTFOUND if none. */
+int cairn__step_get(cairn__txn *t, const char *task, const char *step, uint32_t gen,
+                    cairn__step_rec *out);
+int cairn__step_put(cairn__txn *t, const char *task, const char *step, const cairn__step_rec *rec);
+/* Every record of a task's step, all generations, oldest first. */
+typedef int (*cairn__step_cb)(const char *step, const cairn__step_rec *rec, void *arg);
+int cairn__step_each(cairn__txn *t, const char *task, cairn__step_cb cb, void *arg);
+
+int cairn__progress_get(cairn__txn *t, const char *task, const char *step, uint32_t gen,
+                        const void **data, size_t *len);
+int cairn__progress_put(cairn__txn *t, const char *task, const char *step, uint32_t gen,
+                        const void *data, size_t len);
+
+int cairn__audit_append(cairn__txn *t, cairn__task_rec *task, const cairn__audit_rec *rec);
+typedef int (*cairn__audit_cb)(const cairn__audit_rec *rec, void *arg);
+int cairn__audit_each(cairn__txn *t, const char *task, cairn__audit_cb cb, void *arg);
+
+/* Consumed queue messages: 0 and the task that consumed it, or ENOTFOUND. */
+int cairn__msg_get(cairn__txn *t, const char *msg_id, char task_out[CAIRN__ID_MAX + 1]);
+int cairn__msg_put(cairn__txn *t, const char *msg_id, const char *task);
+
+/* Iteration over the status index: tasks in `state` whose due time <= upto_ms, in due order.
+ * The due time is next_retry_ms for failed tasks, lease_expires_ms for running ones, and
+ * updated_ms otherwise. The callback returns 0 to go on, 1 to stop, <0 for an error. */
+typedef int (*cairn__id_cb)(const char *id, void *arg);
+int cairn__due_each(cairn__txn *t, cairn_state state, int64_t upto_ms, cairn__id_cb cb, void *arg);
+/* Running tasks of a tenant. */
+int cairn__tenant_each(cairn__txn *t, const char *tenant, cairn__id_cb cb, void *arg);
+/* Finished tasks (succeeded or dead) with finished_ms <= upto_ms, oldest first. */
+int cairn__finished_each(cairn__txn *t, int64_t upto_ms, cairn__id_cb cb, void *arg);
+/* Counts of tasks per state, plus store size figures. */
+typedef struct cairn__store_stats {
+    uint64_t by_state[CAIRN_STATE_COUNT];
+    uint64_t tombstones, messages, audit_records, step_records;
+    uint64_t map_size, map_used, page_size;
+} cairn__store_stats;
+int cairn__store_stats_get(cairn__txn *t, cairn__store_stats *out);
+
+#endif

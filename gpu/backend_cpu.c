@@ -1,0 +1,291 @@
+/* gpu/backend_cpu.c - the forward pass on the CPU.
+ *
+ * One pass runs a chunk of up to n_batch tokens through every layer. A chunk of one token
+ * (decode) multiplies by the weights with the quantized matrix-vector kernels; a longer chunk
+ * (the prompt) with dequantize+sgemm. Activations are row-major (token, feature) buffers sized
+ * for n_batch tokens at creation, so a forward pass allocates nothing.
+ *
+ * The KV cache is f32, laid out [layer][position][kv_head * head_dim]: one position's keys for
+ * all heads are contiguous, which is what the projection writes. It is calloc'ed for n_ctx
+ * positions up front; the kernel maps the pages only as positions are first written, so a large
+ * context costs address space, not memory, until it is used.
+ *
+ * Attention is computed per (token, head) pair, those pairs split over the thread pool; each
+ * pair scores its query against keys 0..pos (causal) with a softmax in float and a running
+ * weighted sum of values.
+ */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu/backend.h"
+#include "gpu/kernels_cpu.h"
+#include "gpu/model.h"
+
+#include "cairn_errors.h"
+enum {
+#define CAIRN__X(n, v, s) CAIRN_##n = v,
+    CAIRN_ERROR_TABLE(CAIRN__X)
+#undef CAIRN__X
+};
+
+typedef struct {
+    cairn__backend base;
+    cairn__pool *pool;
+    int n_batch;
+    int64_t q_dim, kv_dim;
+    float *kcache, *vcache; /* [layer][n_ctx][kv_dim] */
+    /* activations for up to n_batch tokens */
+    float *x;      /* (nb, dim) residual stream */
+    float *xb;     /* (nb, dim) normed input / projection output */
+    float *q;      /* (nb, q_dim) */
+    float *k, *v;  /* (nb, kv_dim) */
+    float *att;    /* (nb, q_dim) attention output */
+    float *hb, *hb2; /* (nb, ff) */
+    float *rope;   /* (nb, rope_dim/2, 2) cos, sin */
+    float *scores; /* (n_threads, n_ctx) */
+    void *mv_scratch;
+    float *mm_scratch;
+    float *inv_freq; /* rope_dim/2 */
+} cpu_backend;
+
+static int cpu_fail(char *err, size_t errlen, int code, const char *fmt, ...)
+{
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
+
+static void cpu_destroy(cairn__backend *bb)
+{
+    cpu_backend *b = (cpu_backend *)bb;
+    cairn__pool_free(b->pool);
+    free(b->kcache);
+    free(b->vcache);
+    free(b->x);
+    free(b->xb);
+    free(b->q);
+    free(b->k);
+    free(b->v);
+    free(b->att);
+    free(b->hb);
+    free(b->hb2);
+    free(b->rope);
+    free(b->scores);
+    free(b->mv_scratch);
+    free(b->mm_scratch);
+    free(b->inv_freq);
+    free(b);
+}
+
+static size_t max_sz(size_t a, size_t b)
+{
+    return a > b ? a : b;
+}
+
+static int cpu_create(const cairn__model *m, const cairn__backend_opts *o, cairn__backend **out, char *err,
+                      size_t errlen)
+{
+    cpu_backend *b = calloc(1, sizeof *b);
+    if (!b)
+        return cpu_fail(err, errlen, CAIRN_ENOMEM, "out of memory");
+    b->base.ops = &cairn__backend_cpu_ops;
+    b->base.model = m;
+    int n_ctx = o->n_ctx > 0 ? o->n_ctx : (m->n_ctx_train < 4096 ? m->n_ctx_train : 4096);
+    b->base.n_ctx = n_ctx;
+    b->n_batch = o->n_batch > 0 ? o->n_batch : 256;
+    if (b->n_batch > n_ctx)
+        b->n_batch = n_ctx;
+    b->q_dim = (int64_t)m->n_heads * m->head_dim;
+    b->kv_dim = (int64_t)m->n_kv_heads * m->head_dim;
+    int rc = cairn__pool_new(o->n_threads, &b->pool);
+    if (rc != 0) {
+        free(b);
+        return cpu_fail(err, errlen, rc, "cannot start %d threads", o->n_threads);
+    }
+    const size_t nb = (size_t)b->n_batch, nth = (size_t)cairn__pool_size(b->pool);
+    const size_t kv = (size_t)m->n_layers * (size_t)n_ctx * (size_t)b->kv_dim;
+    b->kcache = calloc(kv, sizeof(float));
+    b->vcache = calloc(kv, sizeof(float));
+    b->x = malloc(nb * (size_t)m->dim * sizeof(float));
+    b->xb = malloc(nb * (size_t)m->dim * sizeof(float));
+    b->q = malloc(nb * (size_t)b->q_dim * sizeof(float));
+    b->k = malloc(nb * (size_t)b->kv_dim * sizeof(float));
+    b->v = malloc(nb * (size_t)b->kv_dim * sizeof(float));
+    b->att = malloc(nb * (size_t)b->q_dim * sizeof(float));
+    b->hb = malloc(nb * (size_t)m->ff_dim * sizeof(float));
+    b->hb2 = malloc(nb * (size_t)m->ff_dim * sizeof(float));
+    b->rope = malloc(nb * (size_t)m->rope_dim * sizeof(float));
+    b->scores = malloc(nth * (size_t)n_ctx * sizeof(float));
+    b->inv_freq = malloc((size_t)m->rope_dim / 2 * sizeof(float) + sizeof(float));
+    /* scratch sized for the widest input and the largest weight tile of any product */
+    size_t mv = cairn__matvec_scratch_bytes(max_sz((size_t)m->dim, max_sz((size_t)b->q_dim, (size_t)m->ff_dim)));
+    size_t mm = cairn__matmul_scratch_bytes(&m->output);
+    for (int l = 0; l < m->n_layers; l++) {
+        const cairn__layer *ly = &m->layers[l];
+        const cairn__mat *ms[] = {&ly->wq, &ly->wk, &ly->wv, &ly->wo, &ly->w_gate, &ly->w_up, &ly->w_down};
+        for (size_t i = 0; i < sizeof ms / sizeof *ms; i++)
+            mm = max_sz(mm, cairn__matmul_scratch_bytes(ms[i]));
+    }
+    b->mv_scratch = malloc(mv);
+    b->mm_scratch = malloc(mm);
+    if (!b->kcache || !b->vcache || !b->x || !b->xb || !b->q || !b->k || !b->v || !b->att || !b->hb || !b->hb2 ||
+        !b->rope || !b->scores || !b->inv_freq || !b->mv_scratch || !b->mm_scratch) {
+        cpu_destroy(&b->base);
+        return cpu_fail(err, errlen, CAIRN_ENOMEM, "out of memory for a context of %d tokens", n_ctx);
+    }
+    /* theta_i = pos * base^(-2i/rope_dim), as ggml; computed in double then rounded */
+    for (int i = 0; i < m->rope_dim / 2; i++)
+        b->inv_freq[i] = (float)pow((double)m->rope_base, -2.0 * i / (double)m->rope_dim);
+    *out = &b->base;
+    return 0;
+}
+
+/* W (rows, cols) @ X^T: X (n, cols) -> OUT (n, rows) */
+static void linear(cpu_backend *b, const cairn__mat *W, const float *X, int n, float *OUT)
+{
+    if (n == 1)
+        cairn__matvec(b->pool, W, X, OUT, b->mv_scratch);
+    else
+        cairn__matmul(b->pool, W, X, n, OUT, b->mm_scratch);
+}
+
+/* x (n_heads, head_dim) rotated in place by the angles cs (rope_dim/2 of cos, sin) */
+static void rope(const cairn__model *m, float *x, int n_heads, const float *cs)
+{
+    const int hd = m->head_dim, half = m->rope_dim / 2;
+    for (int h = 0; h < n_heads; h++) {
+        float *v = x + (size_t)h * hd;
+        for (int i = 0; i < half; i++) {
+            const float c = cs[2 * i], s = cs[2 * i + 1];
+            /* NORMAL rotates adjacent pairs; NEOX pairs element i with i + rope_dim/2 */
+            const int a = m->rope_mode == CAIRN__ROPE_NEOX ? i : 2 * i;
+            const int z = m->rope_mode == CAIRN__ROPE_NEOX ? i + half : 2 * i + 1;
+            const float x0 = v[a], x1 = v[z];
+            v[a] = x0 * c - x1 * s;
+            v[z] = x0 * s + x1 * c;
+        }
+    }
+}
+
+typedef struct {
+    cpu_backend *b;
+    int layer, n, pos;
+} att_job;
+
+/* for each (token i, head h): softmax(q_ih . K[0..pos+i] / sqrt(hd)) @ V -> att (i, h*hd) */
+static void attention_worker(void *arg, int ith, int nth)
+{
+    const att_job *j = arg;
+    cpu_backend *b = j->b;
+    const cairn__model *m = b->base.model;
+    const int hd = m->head_dim, group = m->n_heads / m->n_kv_heads;
+    const int64_t items = (int64_t)j->n * m->n_heads;
+    const int64_t per = (items + nth - 1) / nth;
+    const int64_t i0 = per * ith, i1 = i0 + per < items ? i0 + per : items;
+    const size_t layer_off = (size_t)j->layer * (size_t)b->base.n_ctx * (size_t)b->kv_dim;
+    const float *K = b->kcache + layer_off, *V = b->vcache + layer_off;
+    float *sc = b->scores + (size_t)ith * (size_t)b->base.n_ctx;
+    const float scale = 1.0f / sqrtf((float)hd);
+    for (int64_t it = i0; it < i1; it++) {
+        const int i = (int)(it / m->n_heads), h = (int)(it % m->n_heads);
+        const int kvh = h / group, last = j->pos + i;
+        const float *q = b->q + (size_t)i * (size_t)b->q_dim + (size_t)h * hd;
+        for (int t = 0; t <= last; t++)
+            sc[t] = cairn__dot_f32(q, K + (size_t)t * (size_t)b->kv_dim + (size_t)kvh * hd, hd) * scale;
+        cairn__softmax(sc, last + 1);
+        float *o = b->att + (size_t)i * (size_t)b->q_dim + (size_t)h * hd;
+        memset(o, 0, (size_t)hd * sizeof(float));
+        for (int t = 0; t <= last; t++)
+            cairn__axpy(o, sc[t], V + (size_t)t * (size_t)b->kv_dim + (size_t)kvh * hd, hd);
+    }
+}
+
+static void add_bias(float *x, const float *bias, int n, int64_t d)
+{
+    if (!bias)
+        return;
+    for (int i = 0; i < n; i++)
+        for (int64_t k = 0; k < d; k++)
+            x[(size_t)i * (size_t)d + (size_t)k] += bias[k];
+}
+
+/* tokens[0..n) (n <= n_batch) at positions pos.. through the whole model */
+static void forward_chunk(cpu_backend *b, const int32_t *tokens, int n, int pos, float *logits, int all_logits)
+{
+    const cairn__model *m = b->base.model;
+    const int64_t dim = m->dim, ff = m->ff_dim, half = m->rope_dim / 2;
+    for (int i = 0; i < n; i++) {
+        cairn__mat_row(&m->tok_embd, tokens[i], b->x + (size_t)i * (size_t)dim);
+        for (int64_t k = 0; k < half; k++) {
+            const double th = (double)(pos + i) * (double)b->inv_freq[k];
+            b->rope[(size_t)i * (size_t)m->rope_dim + 2 * (size_t)k] = (float)cos(th);
+            b->rope[(size_t)i * (size_t)m->rope_dim + 2 * (size_t)k + 1] = (float)sin(th);
+        }
+    }
+    for (int l = 0; l < m->n_layers; l++) {
+        const cairn__layer *ly = &m->layers[l];
+        for (int i = 0; i < n; i++)
+            cairn__rmsnorm(b->xb + (size_t)i * dim, b->x + (size_t)i * dim, ly->attn_norm, dim, m->rms_eps);
+        linear(b, &ly->wq, b->xb, n, b->q);
+        linear(b, &ly->wk, b->xb, n, b->k);
+        linear(b, &ly->wv, b->xb, n, b->v);
+        add_bias(b->q, ly->bq, n, b->q_dim);
+        add_bias(b->k, ly->bk, n, b->kv_dim);
+        add_bias(b->v, ly->bv, n, b->kv_dim);
+        const size_t layer_off = (size_t)l * (size_t)b->base.n_ctx * (size_t)b->kv_dim;
+        for (int i = 0; i < n; i++) {
+            const float *cs = b->rope + (size_t)i * (size_t)m->rope_dim;
+            rope(m, b->q + (size_t)i * b->q_dim, m->n_heads, cs);
+            rope(m, b->k + (size_t)i * b->kv_dim, m->n_kv_heads, cs);
+            const size_t at = layer_off + (size_t)(pos + i) * (size_t)b->kv_dim;
+            memcpy(b->kcache + at, b->k + (size_t)i * b->kv_dim, (size_t)b->kv_dim * sizeof(float));
+            memcpy(b->vcache + at, b->v + (size_t)i * b->kv_dim, (size_t)b->kv_dim * sizeof(float));
+        }
+        att_job aj = {b, l, n, pos};
+        cairn__pool_run(b->pool, attention_worker, &aj);
+        linear(b, &ly->wo, b->att, n, b->xb);
+        for (size_t k = 0; k < (size_t)n * (size_t)dim; k++)
+            b->x[k] += b->xb[k];
+        for (int i = 0; i < n; i++)
+            cairn__rmsnorm(b->xb + (size_t)i * dim, b->x + (size_t)i * dim, ly->ffn_norm, dim, m->rms_eps);
+        linear(b, &ly->w_gate, b->xb, n, b->hb);
+        linear(b, &ly->w_up, b->xb, n, b->hb2);
+        for (int i = 0; i < n; i++)
+            cairn__swiglu(b->hb + (size_t)i * ff, b->hb2 + (size_t)i * ff, ff);
+        linear(b, &ly->w_down, b->hb, n, b->xb);
+        for (size_t k = 0; k < (size_t)n * (size_t)dim; k++)
+            b->x[k] += b->xb[k];
+    }
+    if (!logits)
+        return;
+    const int first = all_logits ? 0 : n - 1, cnt = n - first;
+    for (int i = first; i < n; i++)
+        cairn__rmsnorm(b->xb + (size_t)(i - first) * dim, b->x + (size_t)i * dim, m->output_norm, dim, m->rms_eps);
+    linear(b, &m->output, b->xb, cnt, logits);
+}
+
+static int cpu_forward(cairn__backend *bb, const int32_t *tokens, int n, int pos, float *logits, int all_logits)
+{
+    cpu_backend *b = (cpu_backend *)bb;
+    const int64_t nv = b->base.model->n_vocab;
+    for (int c0 = 0; c0 < n; c0 += b->n_batch) {
+        const int nc = n - c0 < b->n_batch ? n - c0 : b->n_batch;
+        const int last = c0 + nc == n;
+        float *lg = NULL;
+        if (logits && all_logits)
+            lg = logits + (size_t)c0 * (size_t)nv;
+        else if (logits && last)
+            lg = logits;
+        forward_chunk(b, tokens + c0, nc, pos + c0, lg, all_logits);
+    }
+    return 0;
+}
+
+const cairn__backend_ops cairn__backend_cpu_ops = {"cpu", cpu_create, cpu_forward, cpu_destroy};

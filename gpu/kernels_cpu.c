@@ -1,0 +1,788 @@
+/* gpu/kernels_cpu.c - the CPU's compute: thread pool, matrix-vector and matrix-matrix products.
+ *
+ * Decode (one token) is a chain of matrix-vector products whose cost is reading the weights
+ * once, so the kernels work directly on the quantized blocks, one output row per dot product,
+ * rows split into one contiguous range per thread (which also makes every result independent
+ * of timing: each row is always summed by one thread in one order). For Q8_0 and Q4_0 the
+ * activation vector is first rounded to int8 blocks and the inner loops are integer dot
+ * products, as in llama.cpp; the K-quants and float types multiply in float.
+ *
+ * Each dot product exists twice: portable C, and an AVX2+FMA(+F16C) version compiled with
+ * __attribute__((target)) and picked once at startup with __builtin_cpu_supports, so one binary
+ * runs on any x86-64 and uses the vector units where they exist.
+ *
+ * The prompt is a matrix-matrix product: weights are dequantized a tile of rows at a time into
+ * f32 (F32 weights are used in place) and multiplied with sgemm.
+ */
+#include "gpu/kernels_cpu.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "gpu/gguf.h"
+#include "gpu/quant.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define CAIRN__X86 1
+#endif
+
+#ifdef CAIRN_HAVE_OPENBLAS
+#include <cblas.h>
+#endif
+
+#include "cairn_errors.h"
+enum {
+#define CAIRN__X(n, v, s) CAIRN_##n = v,
+    CAIRN_ERROR_TABLE(CAIRN__X)
+#undef CAIRN__X
+};
+
+/* ==== thread pool ============================================================================ */
+
+#define POOL_SPIN 20000 /* pause iterations before a worker sleeps (~50-200 us) */
+
+struct cairn__pool {
+    int n;
+    pthread_t *threads;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    _Atomic uint64_t gen;  /* bumped once per job; workers run when it moves */
+    _Atomic int pending;   /* workers that have not finished the current job */
+    _Atomic int stop;
+    cairn__pool_fn fn;     /* published by the release store of gen */
+    void *arg;
+};
+
+typedef struct {
+    cairn__pool *p;
+    int ith;
+} pool_worker_arg;
+
+static void cpu_relax(void)
+{
+#ifdef CAIRN__X86
+    _mm_pause();
+#endif
+}
+
+static void *pool_worker(void *v)
+{
+    pool_worker_arg wa = *(pool_worker_arg *)v;
+    free(v);
+    cairn__pool *p = wa.p;
+    uint64_t seen = 0;
+    for (;;) {
+        uint64_t g;
+        int spins = 0;
+        while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen) {
+            if (++spins < POOL_SPIN) {
+                cpu_relax();
+                continue;
+            }
+            pthread_mutex_lock(&p->mu);
+            while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen)
+                pthread_cond_wait(&p->cv, &p->mu);
+            pthread_mutex_unlock(&p->mu);
+            break;
+        }
+        seen = g;
+        if (atomic_load_explicit(&p->stop, memory_order_acquire))
+            return NULL;
+        p->fn(p->arg, wa.ith, p->n);
+        atomic_fetch_sub_explicit(&p->pending, 1, memory_order_release);
+    }
+}
+
+int cairn__pool_new(int n_threads, cairn__pool **out)
+{
+    *out = NULL;
+    if (n_threads <= 0) {
+        long c = sysconf(_SC_NPROCESSORS_ONLN);
+        n_threads = c > 0 ? (int)c : 1;
+    }
+    if (n_threads > 1024)
+        return CAIRN_EINVAL;
+    cairn__pool *p = calloc(1, sizeof *p);
+    if (!p)
+        return CAIRN_ENOMEM;
+    p->n = n_threads;
+    atomic_init(&p->gen, 0);
+    atomic_init(&p->pending, 0);
+    atomic_init(&p->stop, 0);
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->cv, NULL);
+    p->threads = calloc((size_t)n_threads, sizeof *p->threads);
+    if (!p->threads) {
+        free(p);
+        return CAIRN_ENOMEM;
+    }
+    for (int i = 1; i < n_threads; i++) {
+        pool_worker_arg *wa = malloc(sizeof *wa);
+        if (wa) {
+            wa->p = p;
+            wa->ith = i;
+        }
+        if (!wa || pthread_create(&p->threads[i], NULL, pool_worker, wa) != 0) {
+            free(wa);
+            p->n = i; /* only the started workers are joined */
+            cairn__pool_free(p);
+            return CAIRN_ENOMEM;
+        }
+    }
+    *out = p;
+    return 0;
+}
+
+void cairn__pool_free(cairn__pool *p)
+{
+    if (!p)
+        return;
+    pthread_mutex_lock(&p->mu);
+    atomic_store_explicit(&p->stop, 1, memory_order_release);
+    atomic_fetch_add_explicit(&p->gen, 1, memory_order_release);
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    for (int i = 1; i < p->n; i++)
+        pthread_join(p->threads[i], NULL);
+    pthread_cond_destroy(&p->cv);
+    pthread_mutex_destroy(&p->mu);
+    free(p->threads);
+    free(p);
+}
+
+int cairn__pool_size(const cairn__pool *p)
+{
+    return p ? p->n : 1;
+}
+
+void cairn__pool_run(cairn__pool *p, cairn__pool_fn fn, void *arg)
+{
+    if (!p || p->n == 1) {
+        fn(arg, 0, 1);
+        return;
+    }
+    p->fn = fn;
+    p->arg = arg;
+    atomic_store_explicit(&p->pending, p->n - 1, memory_order_relaxed);
+    /* bump under the mutex so a worker between its check and its wait cannot miss it */
+    pthread_mutex_lock(&p->mu);
+    atomic_fetch_add_explicit(&p->gen, 1, memory_order_release);
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    fn(arg, 0, p->n);
+    int spins = 0;
+    while (atomic_load_explicit(&p->pending, memory_order_acquire) != 0) {
+        if (++spins < POOL_SPIN)
+            cpu_relax();
+        else
+            sched_yield(); /* a worker was descheduled: give it the core */
+    }
+}
+
+/* contiguous share [*r0, *r1) of n items for thread ith of nth, in multiples of `align` */
+static void split_range(int64_t n, int ith, int nth, int64_t align, int64_t *r0, int64_t *r1)
+{
+    int64_t units = (n + align - 1) / align;
+    int64_t per = units / nth, extra = units % nth;
+    int64_t u0 = ith * per + (ith < extra ? ith : extra);
+    int64_t u1 = u0 + per + (ith < extra ? 1 : 0);
+    *r0 = u0 * align < n ? u0 * align : n;
+    *r1 = u1 * align < n ? u1 * align : n;
+}
+
+/* ==== activation quantization ================================================================ */
+
+/* x rounded to int8 per 32 elements, with a float scale (more precise than ggml's f16 one) */
+typedef struct {
+    float d;
+    int8_t qs[32];
+} xq8_block;
+
+static void quantize_x_q8(const float *x, xq8_block *y, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++) {
+        float amax = 0.0f;
+        for (int j = 0; j < 32; j++)
+            amax = fmaxf(amax, fabsf(x[i * 32 + j]));
+        const float d = amax / 127.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        y[i].d = d;
+        for (int j = 0; j < 32; j++)
+            y[i].qs[j] = (int8_t)roundf(x[i * 32 + j] * id);
+    }
+}
+
+/* ==== dot products: scalar ===================================================================
+ * Each: one row w (cols elements of its type) . x -> float. xq: x as xq8 blocks (Q8_0/Q4_0 only).
+ * xs: sums of x per 32 elements (K-quants only). */
+typedef float (*dot_fn)(const uint8_t *w, const float *x, const void *xq, const float *xs, int64_t cols);
+
+static float dot_f32_c(const uint8_t *w, const float *x, const void *xq, const float *xs, int64_t n)
+{
+    (void)xq, (void)xs;
+    float s = 0.0f, v;
+    for (int64_t i = 0; i < n; i++) {
+        memcpy(&v, w + 4 * i, 4);
+        s += v * x[i];
+    }
+    return s;
+}
+
+static float dot_f16_c(const uint8_t *w, const float *x, const void *xq, const float *xs, int64_t n)
+{
+    (void)xq, (void)xs;
+    float s = 0.0f;
+    for (int64_t i = 0; i < n; i++) {
+        uint16_t h;
+        memcpy(&h, w + 2 * i, 2);
+        s += cairn__f16_to_f32(h) * x[i];
+    }
+    return s;
+}
+
+static float dot_bf16_c(const uint8_t *w, const float *x, const void *xq, const float *xs, int64_t n)
+{
+    (void)xq, (void)xs;
+    float s = 0.0f;
+    for (int64_t i = 0; i < n; i++) {
+        uint16_t h;
+        memcpy(&h, w + 2 * i, 2);
+        s += cairn__bf16_to_f32(h) * x[i];
+    }
+    return s;
+}
+
+static float dot_q8_0_c(const uint8_t *w, const float *x, const void *xq, const float *xs, int64_t n)
+{
+    (void)x, (void)xs;
+    const cairn__block_q8_0 *b = (const cairn__block_q8_0 *)w;
+    const xq8_block *a = xq;
+    float s = 0.0f;
+    for (int64_t i = 0; i < n / 32; i++) {
+        int sum = 0;
+        for (int j = 0; j < 32; j++)
+            sum += b[i].qs[j] * a[i].qs[j];
+        s += (float)sum * (cairn__f16_to_f32(b[i].d) * a[i].d);
+    }
+    return s;
+}
+
+static float dot_q4_0_c(const uint8_t *w, const float *x, const void *xq, const float *xs, int64_t n)
+{
+    (void)x, (void)xs;
+    const cairn__block_q4_0 *b = (const cairn__block_q4_0 *)w;
+    const xq8_block *a = xq;
+    float s = 0.0f;
+    for (int64_t i = 0; i < n / 32; i++) {
+        int sum = 0;
+        for (int j = 0; j < 16; j++) {
+            sum += ((b[i].qs[j] & 0xF) - 8) * a[i].qs[j];
+            sum += ((b[i].qs[j] >> 4) - 8) * a[i].qs[j + 16];
+        }
+        s += (float)sum * (cairn__f16_to_f32(b[i].d) * a[i].d);
+    }
+    return s;
+}
+
+/* K-quants in plain C: dequantize a super-block, then multiply */
+static float dot_kq_c(uint32_t type, const uint8_t *w, const float *x, int64_t n)
+{
+    const size_t bb = cairn__quant_block_bytes(type);
+    float tmp[CAIRN__QK_K], s = 0.0f;
+    for (int64_t i = 0; i < n / CAIRN__QK_K; i++) {
+        cairn__dequant_row(type, w + (size_t)i * bb, tmp, CAIRN__QK_K);
+        for (int j = 0; j < CAIRN__QK_K; j++)
+            s += tmp[j] * x[i * CAIRN__QK_K + j];
+    }
+    return s;
+}
+
+static float dot_q4_K_c(const uint8_t *w, const float *x, const void *xq, const float *xs, int64_t n)
+{
+    (void)xq, (void)xs;
+    return dot_kq_c(CAIRN__GGML_Q4_K, w, x, n);
+}
+
+static float dot_q6_K_c(const uint8_t *w, const float *x, const void *xq, const float *xs, int64_t n)
+{
+    (void)xq, (void)xs;
+    return dot_kq_c(CAIRN__GGML_Q6_K, w, x, n);
+}
+
+/* ==== dot products: AVX2 + FMA =============================================================== */
+#ifdef CAIRN__X86
+#define AVX2 __attribute__((target("avx2,fma,f16c")))
+
+AVX2 static inline float hsum256(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+AVX2 static float dot_f32_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs, int64_t n)
+{
+    (void)xq, (void)xs;
+    const float *wf = (const float *)(const void *)w;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(wf + i), _mm256_loadu_ps(x + i), a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(wf + i + 8), _mm256_loadu_ps(x + i + 8), a1);
+        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(wf + i + 16), _mm256_loadu_ps(x + i + 16), a2);
+        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(wf + i + 24), _mm256_loadu_ps(x + i + 24), a3);
+    }
+    for (; i + 8 <= n; i += 8)
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(wf + i), _mm256_loadu_ps(x + i), a0);
+    float s = hsum256(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+    for (; i < n; i++)
+        s += wf[i] * x[i];
+    return s;
+}
+
+AVX2 static float dot_f16_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs, int64_t n)
+{
+    (void)xq, (void)xs;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0;
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256 w0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(w + 2 * i)));
+        __m256 w1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(w + 2 * i + 16)));
+        a0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + i), a0);
+        a1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + i + 8), a1);
+    }
+    float s = hsum256(_mm256_add_ps(a0, a1));
+    for (; i < n; i++) {
+        uint16_t h;
+        memcpy(&h, w + 2 * i, 2);
+        s += cairn__f16_to_f32(h) * x[i];
+    }
+    return s;
+}
+
+AVX2 static float dot_bf16_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs, int64_t n)
+{
+    (void)xq, (void)xs;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0;
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256i h = _mm256_loadu_si256((const __m256i *)(const void *)(w + 2 * i));
+        __m256 w0 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_castsi256_si128(h)), 16));
+        __m256 w1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_extracti128_si256(h, 1)), 16));
+        a0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + i), a0);
+        a1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + i + 8), a1);
+    }
+    float s = hsum256(_mm256_add_ps(a0, a1));
+    for (; i < n; i++) {
+        uint16_t h;
+        memcpy(&h, w + 2 * i, 2);
+        s += cairn__bf16_to_f32(h) * x[i];
+    }
+    return s;
+}
+
+/* signed int8 (32) . signed int8 (32) -> 8 int32 partial sums, via maddubs (which wants an
+ * unsigned left operand: move w's sign onto a) */
+AVX2 static inline __m256 dot_i8x32(__m256i w, __m256i a)
+{
+    const __m256i aw = _mm256_sign_epi8(w, w);
+    const __m256i sa = _mm256_sign_epi8(a, w);
+    const __m256i p16 = _mm256_maddubs_epi16(aw, sa);
+    return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
+}
+
+AVX2 static float dot_q8_0_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs, int64_t n)
+{
+    (void)x, (void)xs;
+    const cairn__block_q8_0 *b = (const cairn__block_q8_0 *)w;
+    const xq8_block *a = xq;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / 32; i++) {
+        const __m256i wv = _mm256_loadu_si256((const __m256i *)(const void *)b[i].qs);
+        const __m256i av = _mm256_loadu_si256((const __m256i *)(const void *)a[i].qs);
+        const __m256 d = _mm256_set1_ps(cairn__f16_to_f32(b[i].d) * a[i].d);
+        acc = _mm256_fmadd_ps(d, dot_i8x32(wv, av), acc);
+    }
+    return hsum256(acc);
+}
+
+AVX2 static float dot_q4_0_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs, int64_t n)
+{
+    (void)x, (void)xs;
+    const cairn__block_q4_0 *b = (const cairn__block_q4_0 *)w;
+    const xq8_block *a = xq;
+    const __m128i m4 = _mm_set1_epi8(0x0F);
+    const __m256i off = _mm256_set1_epi8(8);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / 32; i++) {
+        const __m128i q = _mm_loadu_si128((const __m128i *)(const void *)b[i].qs);
+        const __m128i lo = _mm_and_si128(q, m4);                      /* elements 0..15 */
+        const __m128i hi = _mm_and_si128(_mm_srli_epi16(q, 4), m4);   /* elements 16..31 */
+        const __m256i wv = _mm256_sub_epi8(_mm256_set_m128i(hi, lo), off);
+        const __m256i av = _mm256_loadu_si256((const __m256i *)(const void *)a[i].qs);
+        const __m256 d = _mm256_set1_ps(cairn__f16_to_f32(b[i].d) * a[i].d);
+        acc = _mm256_fmadd_ps(d, dot_i8x32(wv, av), acc);
+    }
+    return hsum256(acc);
+}
+
+/* 32 unsigned bytes . 32 floats -> 8 partial float sums */
+AVX2 static inline __m256 dot_u8x32_f32(const uint8_t *q, const float *x)
+{
+    __m256 s = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)q))),
+                             _mm256_loadu_ps(x));
+    for (int k = 8; k < 32; k += 8)
+        s = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(q + k)))),
+                            _mm256_loadu_ps(x + k), s);
+    return s;
+}
+
+/* Q4_K: sum over a sub-block of (d*sc*q - dmin*m) x = d*sc * (q . x) - dmin*m * sum(x), with
+ * sum(x) per 32 elements precomputed once per product (xs). */
+AVX2 static float dot_q4_K_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs, int64_t n)
+{
+    (void)xq;
+    const cairn__block_q4_K *b = (const cairn__block_q4_K *)w;
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    __m256 acc = _mm256_setzero_ps();
+    float macc = 0.0f;
+    for (int64_t i = 0; i < n / CAIRN__QK_K; i++) {
+        const float d = cairn__f16_to_f32(b[i].d), dmin = cairn__f16_to_f32(b[i].dmin);
+        const uint8_t *sc = b[i].scales;
+        const float *xb = x + i * CAIRN__QK_K;
+        const float *xsb = xs + i * 8;
+        for (int j = 0; j < 4; j++) {
+            uint8_t s1, m1, s2, m2;
+            if (j < 2) {
+                s1 = sc[2 * j] & 63, m1 = sc[2 * j + 4] & 63;
+                s2 = sc[2 * j + 1] & 63, m2 = sc[2 * j + 5] & 63;
+            } else {
+                const int a = 2 * j, c = 2 * j + 1;
+                s1 = (uint8_t)((sc[a + 4] & 0xF) | ((sc[a - 4] >> 6) << 4));
+                m1 = (uint8_t)((sc[a + 4] >> 4) | ((sc[a] >> 6) << 4));
+                s2 = (uint8_t)((sc[c + 4] & 0xF) | ((sc[c - 4] >> 6) << 4));
+                m2 = (uint8_t)((sc[c + 4] >> 4) | ((sc[c] >> 6) << 4));
+            }
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(const void *)(b[i].qs + 32 * j));
+            uint8_t lo[32], hi[32];
+            _mm256_storeu_si256((__m256i *)(void *)lo, _mm256_and_si256(q, m4));
+            _mm256_storeu_si256((__m256i *)(void *)hi, _mm256_and_si256(_mm256_srli_epi16(q, 4), m4));
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(d * s1), dot_u8x32_f32(lo, xb + 64 * j), acc);
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(d * s2), dot_u8x32_f32(hi, xb + 64 * j + 32), acc);
+            macc += dmin * m1 * xsb[2 * j] + dmin * m2 * xsb[2 * j + 1];
+        }
+    }
+    return hsum256(acc) - macc;
+}
+
+AVX2 static float dot_q6_K_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs, int64_t n)
+{
+    (void)xq, (void)xs;
+    const cairn__block_q6_K *b = (const cairn__block_q6_K *)w;
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3);
+    const __m256i k32 = _mm256_set1_epi32(32);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / CAIRN__QK_K; i++) {
+        const float d = cairn__f16_to_f32(b[i].d);
+        const float *xb = x + i * CAIRN__QK_K;
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *ql = b[i].ql + 64 * h, *qh = b[i].qh + 32 * h;
+            const int8_t *sc = b[i].scales + 8 * h;
+            const __m256i l0 = _mm256_loadu_si256((const __m256i *)(const void *)ql);
+            const __m256i l1 = _mm256_loadu_si256((const __m256i *)(const void *)(ql + 32));
+            const __m256i hb = _mm256_loadu_si256((const __m256i *)(const void *)qh);
+            uint8_t q[128]; /* 6-bit values 0..63 of the 128 elements of this half */
+            _mm256_storeu_si256((__m256i *)(void *)(q + 0),
+                                _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(hb, m2), 4)));
+            _mm256_storeu_si256((__m256i *)(void *)(q + 32),
+                                _mm256_or_si256(_mm256_and_si256(l1, m4),
+                                                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2), m2), 4)));
+            _mm256_storeu_si256((__m256i *)(void *)(q + 64),
+                                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                                                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 4), m2), 4)));
+            _mm256_storeu_si256((__m256i *)(void *)(q + 96),
+                                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 6), m2), 4)));
+            for (int s = 0; s < 8; s++) { /* 16-element sub-blocks */
+                const uint8_t *qs = q + 16 * s;
+                const float *xs16 = xb + 128 * h + 16 * s;
+                __m256 v0 = _mm256_cvtepi32_ps(_mm256_sub_epi32(
+                    _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)qs)), k32));
+                __m256 v1 = _mm256_cvtepi32_ps(_mm256_sub_epi32(
+                    _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(qs + 8))), k32));
+                __m256 p = _mm256_fmadd_ps(v1, _mm256_loadu_ps(xs16 + 8), _mm256_mul_ps(v0, _mm256_loadu_ps(xs16)));
+                acc = _mm256_fmadd_ps(_mm256_set1_ps(d * sc[s]), p, acc);
+            }
+        }
+    }
+    return hsum256(acc);
+}
+#endif /* CAIRN__X86 */
+
+/* ==== dispatch ================================================================================ */
+
+typedef struct {
+    dot_fn f32, f16, bf16, q8_0, q4_0, q4_K, q6_K;
+    const char *isa;
+} dot_table;
+
+static const dot_table dots_scalar = {dot_f32_c, dot_f16_c, dot_bf16_c, dot_q8_0_c,
+                                      dot_q4_0_c, dot_q4_K_c, dot_q6_K_c, "scalar"};
+#ifdef CAIRN__X86
+static const dot_table dots_avx2 = {dot_f32_avx2, dot_f16_avx2, dot_bf16_avx2, dot_q8_0_avx2,
+                                    dot_q4_0_avx2, dot_q4_K_avx2, dot_q6_K_avx2, "avx2"};
+#endif
+
+static _Atomic int force_scalar;
+
+static const dot_table *dots(void)
+{
+#ifdef CAIRN__X86
+    /* __builtin_cpu_supports needs __builtin_cpu_init before use in constructors only; from
+     * ordinary code it is ready, and the answer never changes, so no caching is needed */
+    if (!atomic_load_explicit(&force_scalar, memory_order_relaxed) && __builtin_cpu_supports("avx2") &&
+        __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+        return &dots_avx2;
+#endif
+    return &dots_scalar;
+}
+
+const char *cairn__kernels_isa(void)
+{
+    return dots()->isa;
+}
+
+void cairn__kernels_force_scalar(int on)
+{
+    atomic_store(&force_scalar, on ? 1 : 0);
+}
+
+static dot_fn dot_for(const dot_table *t, uint32_t type)
+{
+    switch (type) {
+    case CAIRN__GGML_F32: return t->f32;
+    case CAIRN__GGML_F16: return t->f16;
+    case CAIRN__GGML_BF16: return t->bf16;
+    case CAIRN__GGML_Q8_0: return t->q8_0;
+    case CAIRN__GGML_Q4_0: return t->q4_0;
+    case CAIRN__GGML_Q4_K: return t->q4_K;
+    case CAIRN__GGML_Q6_K: return t->q6_K;
+    default: return NULL;
+    }
+}
+
+/* ==== matrix-vector ============================================================================ */
+
+size_t cairn__matvec_scratch_bytes(int64_t cols)
+{
+    const size_t nb = (size_t)(cols + 31) / 32;
+    /* int8 blocks for Q8_0/Q4_0, or per-32 sums of x for the K-quants: never both at once */
+    const size_t a = nb * sizeof(xq8_block), b = nb * sizeof(float);
+    return (a > b ? a : b) + 64;
+}
+
+typedef struct {
+    const cairn__mat *W;
+    const float *x;
+    const void *xq;
+    const float *xs;
+    float *out;
+    dot_fn dot;
+} mv_job;
+
+static void mv_worker(void *arg, int ith, int nth)
+{
+    const mv_job *j = arg;
+    int64_t r0, r1;
+    split_range(j->W->rows, ith, nth, 4, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++)
+        j->out[r] = j->dot(j->W->data + (size_t)r * j->W->row_bytes, j->x, j->xq, j->xs, j->W->cols);
+}
+
+/* W (rows, cols) @ x (cols) -> out (rows) */
+void cairn__matvec(cairn__pool *p, const cairn__mat *W, const float *x, float *out, void *scratch)
+{
+    mv_job j = {W, x, NULL, NULL, out, dot_for(dots(), W->type)};
+    if (!j.dot) {
+        memset(out, 0, (size_t)W->rows * sizeof(float));
+        return;
+    }
+    const int64_t nb = W->cols / 32;
+    if (W->type == CAIRN__GGML_Q8_0 || W->type == CAIRN__GGML_Q4_0) {
+        quantize_x_q8(x, scratch, nb);
+        j.xq = scratch;
+    } else if (W->type == CAIRN__GGML_Q4_K) {
+        float *xs = scratch;
+        for (int64_t i = 0; i < nb; i++) {
+            float s = 0.0f;
+            for (int k = 0; k < 32; k++)
+                s += x[32 * i + k];
+            xs[i] = s;
+        }
+        j.xs = xs;
+    }
+    /* tiny products are not worth waking the workers for */
+    if ((size_t)W->rows * W->row_bytes < 32768)
+        mv_worker(&j, 0, 1);
+    else
+        cairn__pool_run(p, mv_worker, &j);
+}
+
+/* ==== matrix-matrix ============================================================================= */
+
+void cairn__mat_row(const cairn__mat *W, int64_t r, float *dst)
+{
+    cairn__dequant_row(W->type, W->data + (size_t)r * W->row_bytes, dst, (uint64_t)W->cols);
+}
+
+#define TILE_BYTES (2u << 20) /* dequantized tile: small enough to stay in cache for sgemm */
+
+static int64_t tile_rows(const cairn__mat *W)
+{
+    int64_t t = (int64_t)(TILE_BYTES / ((size_t)W->cols * sizeof(float)));
+    t = t / 16 * 16;
+    if (t < 16)
+        t = 16;
+    return t < W->rows ? t : W->rows;
+}
+
+size_t cairn__matmul_scratch_bytes(const cairn__mat *W)
+{
+    return (size_t)tile_rows(W) * (size_t)W->cols * sizeof(float);
+}
+
+typedef struct {
+    const cairn__mat *W;
+    int64_t r0, nr;
+    float *tile;
+    /* plain-loop product (no OpenBLAS) */
+    const float *X, *T;
+    int64_t n;
+    float *OUT;
+} mm_job;
+
+static void mm_dequant_worker(void *arg, int ith, int nth)
+{
+    const mm_job *j = arg;
+    int64_t a, b;
+    split_range(j->nr, ith, nth, 1, &a, &b);
+    for (int64_t r = a; r < b; r++)
+        cairn__mat_row(j->W, j->r0 + r, j->tile + (size_t)r * (size_t)j->W->cols);
+}
+
+#ifndef CAIRN_HAVE_OPENBLAS
+/* T (nr, cols) @ X^T: X (n, cols) -> OUT[:, r0:r0+nr] (ld rows) */
+static void mm_gemm_worker(void *arg, int ith, int nth)
+{
+    const mm_job *j = arg;
+    const int64_t cols = j->W->cols;
+    const dot_fn dot = dots()->f32;
+    int64_t a, b;
+    split_range(j->nr, ith, nth, 1, &a, &b);
+    for (int64_t r = a; r < b; r++)
+        for (int64_t i = 0; i < j->n; i++)
+            j->OUT[i * j->W->rows + j->r0 + r] =
+                dot((const uint8_t *)(j->T + (size_t)r * (size_t)cols), j->X + i * cols, NULL, NULL, cols);
+}
+#endif
+
+/* W (rows, cols) @ X^T: X (n, cols) -> OUT (n, rows) */
+void cairn__matmul(cairn__pool *p, const cairn__mat *W, const float *X, int64_t n, float *OUT, float *scratch)
+{
+    const int64_t cols = W->cols, rows = W->rows;
+#ifdef CAIRN_HAVE_OPENBLAS
+    if (W->type == CAIRN__GGML_F32) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)rows, (int)cols, 1.0f, X, (int)cols,
+                    (const float *)(const void *)W->data, (int)cols, 0.0f, OUT, (int)rows);
+        return;
+    }
+#endif
+    const int64_t tr = tile_rows(W);
+    for (int64_t r0 = 0; r0 < rows; r0 += tr) {
+        mm_job j = {W, r0, rows - r0 < tr ? rows - r0 : tr, scratch, X, scratch, n, OUT};
+        if (W->type == CAIRN__GGML_F32)
+            j.T = (const float *)(const void *)(W->data + (size_t)r0 * W->row_bytes);
+        else
+            cairn__pool_run(p, mm_dequant_worker, &j);
+#ifdef CAIRN_HAVE_OPENBLAS
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)j.nr, (int)cols, 1.0f, X, (int)cols, j.T,
+                    (int)cols, 0.0f, OUT + r0, (int)rows);
+#else
+        cairn__pool_run(p, mm_gemm_worker, &j);
+#endif
+    }
+}
+
+/* ==== element-wise ============================================================================== */
+
+/* a (n) . b (n) -> float */
+float cairn__dot_f32(const float *a, const float *b, int64_t n)
+{
+    return dots()->f32((const uint8_t *)(const void *)a, b, NULL, NULL, n);
+}
+
+#ifdef CAIRN__X86
+AVX2 static void axpy_avx2(float *y, float a, const float *x, int64_t n)
+{
+    const __m256 va = _mm256_set1_ps(a);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+    for (; i < n; i++)
+        y[i] += a * x[i];
+}
+#endif
+
+/* y (n) += a * x (n) */
+void cairn__axpy(float *y, float a, const float *x, int64_t n)
+{
+#ifdef CAIRN__X86
+    if (dots() == &dots_avx2) {
+        axpy_avx2(y, a, x, n);
+        return;
+    }
+#endif
+    for (int64_t i = 0; i < n; i++)
+        y[i] += a * x[i];
+}
+
+/* out (n) = x (n) / rms(x) * w (n) */
+void cairn__rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps)
+{
+    double ss = 0.0; /* double: the sum of squares of a few thousand values loses bits in float */
+    for (int64_t i = 0; i < n; i++)
+        ss += (double)x[i] * x[i];
+    const float scale = (float)(1.0 / sqrt(ss / (double)n + eps));
+    for (int64_t i = 0; i < n; i++)
+        out[i] = x[i] * scale * w[i];
+}
+
+/* x (n) = softmax(x) */
+void cairn__softmax(float *x, int64_t n)
+{
+    float max = x[0];
+    for (int64_t i = 1; i < n; i++)
+        max = x[i] > max ? x[i] : max;
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        x[i] = expf(x[i] - max);
+        sum += x[i];
+    }
+    const float inv = (float)(1.0 / sum);
+    for (int64_t i = 0; i < n; i++)
+        x[i] *= inv;
+}
+
+/* g (n) = silu(g) * u (n) */
+void cairn__swiglu(float *g, const float *u, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}

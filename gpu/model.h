@@ -1,0 +1,80 @@
+/* gpu/model.h - a decoder-only transformer's hyperparameters and weights, read from GGUF.
+ *
+ * Supported architectures (general.architecture):
+ *   llama  RMSNorm, rotary embedding on adjacent pairs (ggml's "normal" mode), grouped-query
+ *          attention, SwiGLU feed-forward; output.weight optional (tied to token_embd.weight).
+ *   qwen2  the same plus biases on Q, K and V, and rotary embedding on half-split pairs (NEOX).
+ *
+ * The model borrows its weights from the GGUF mapping (no copies; 1-D norm/bias vectors stored
+ * in a non-F32 type are the only thing converted, to f32, at load). The reader must stay open
+ * for the model's lifetime: cairn__model_open owns its reader, cairn__model_load borrows one.
+ */
+#ifndef CAIRN_GPU_MODEL_H
+#define CAIRN_GPU_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gpu/gguf.h"
+#include "gpu/kernels_cpu.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum cairn__arch { CAIRN__ARCH_LLAMA = 0, CAIRN__ARCH_QWEN2 = 1 };
+enum cairn__rope_mode { CAIRN__ROPE_NORMAL = 0, CAIRN__ROPE_NEOX = 2 }; /* ggml's numbering */
+
+typedef struct {
+    cairn__mat wq, wk, wv, wo;    /* (n_heads*head_dim, dim), (n_kv*head_dim, dim) x2, (dim, n_heads*head_dim) */
+    cairn__mat w_gate, w_up;      /* (ff, dim) */
+    cairn__mat w_down;            /* (dim, ff) */
+    const float *attn_norm;       /* dim */
+    const float *ffn_norm;        /* dim */
+    const float *bq, *bk, *bv;    /* qwen2 only (NULL for llama unless present) */
+} cairn__layer;
+
+typedef struct cairn__model {
+    int arch;            /* enum cairn__arch */
+    const char *arch_name;
+    int n_vocab, dim, n_layers, n_heads, n_kv_heads, head_dim, ff_dim;
+    int n_ctx_train;     /* <arch>.context_length */
+    int rope_dim;        /* dimensions rotated per head (<= head_dim, even) */
+    int rope_mode;       /* enum cairn__rope_mode */
+    float rope_base;
+    float rms_eps;
+    int tied_output;     /* output.weight absent: logits use token_embd.weight */
+    cairn__mat tok_embd; /* (n_vocab, dim) */
+    cairn__mat output;   /* (n_vocab, dim) */
+    const float *output_norm;
+    cairn__layer *layers;
+    uint32_t wtype;      /* most common storage type of the matrices (for display) */
+    uint64_t n_params;
+    uint64_t weight_bytes; /* bytes of all weights as stored */
+    /* private */
+    cairn__gguf *gguf;
+    int owns_gguf;
+    float **owned;       /* converted vectors */
+    size_t n_owned;
+} cairn__model;
+
+/* Reads the hyperparameters and binds every tensor of a model from an open GGUF reader, which
+ * the model borrows (keep it open until cairn__model_free). Returns 0 and *out, or:
+ *   CAIRN_EUNSUPPORTED  general.architecture is not llama/qwen2, or a weight type is unsupported
+ *                       (the message names it)
+ *   CAIRN_EFORMAT       a missing or misshapen tensor or hyperparameter (the message names it)
+ *   CAIRN_ENOMEM / CAIRN_EINVAL
+ * err receives a NUL-terminated message (if errlen > 0). */
+int cairn__model_load(cairn__gguf *g, cairn__model **out, char *err, size_t errlen);
+/* Opens path with cairn__gguf_open and loads it; the model owns the reader. Errors as
+ * cairn__gguf_open (CAIRN_ENOENT, CAIRN_EIO, CAIRN_EFORMAT, ...) and cairn__model_load. */
+int cairn__model_open(const char *path, cairn__model **out, char *err, size_t errlen);
+void cairn__model_free(cairn__model *m); /* NULL is a no-op */
+/* The reader the model was loaded from (for the tokenizer, model-info). */
+const cairn__gguf *cairn__model_gguf(const cairn__model *m);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

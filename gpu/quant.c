@@ -1,0 +1,437 @@
+/* gpu/quant.c - ggml-compatible dequantizers and reference quantizers.
+ *
+ * The dequantizers are the contract: they must reproduce ggml bit for bit, because the weights
+ * come from files produced by llama.cpp's tools. They follow ggml's loop order and float
+ * operation order (d * sc computed first, then times q, minus dmin * m) so even rounding matches.
+ *
+ * The quantizers are simple reference ones (round to nearest, per-block min/max) used by the
+ * test writer and the benchmarks; quality only has to be good enough that dequant(quant(x))
+ * stays close to x. The K-quant ones pick each sub-block's scale (and min) from its range and
+ * then quantize those scales to 6 bits (Q4_K) or int8 (Q6_K) against a super-block scale, and
+ * re-derive the 4/6-bit values from the *quantized* scales, so error does not compound.
+ */
+#include "gpu/quant.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "gpu/gguf.h"
+
+/* gpu/ stays free of the runner's headers (cairn.h pulls in msgpack): take the codes straight
+ * from the X-macro table. */
+#include "cairn_errors.h"
+enum {
+#define CAIRN__X(n, v, s) CAIRN_##n = v,
+    CAIRN_ERROR_TABLE(CAIRN__X)
+#undef CAIRN__X
+};
+
+_Static_assert(sizeof(cairn__block_q8_0) == 34, "Q8_0 block layout");
+_Static_assert(sizeof(cairn__block_q4_0) == 18, "Q4_0 block layout");
+_Static_assert(sizeof(cairn__block_q4_K) == 144, "Q4_K block layout");
+_Static_assert(sizeof(cairn__block_q6_K) == 210, "Q6_K block layout");
+
+/* ---- half / bfloat16 ---------------------------------------------------------------------- */
+
+static uint32_t f32_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+static float bits_f32(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+float cairn__f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+    uint32_t exp = (h >> 10) & 0x1f;
+    uint32_t man = h & 0x3ff;
+    if (exp == 0x1f) /* inf / NaN */
+        return bits_f32(sign | 0x7f800000u | (man << 13));
+    if (exp == 0) {
+        /* zero or subnormal: man * 2^-24 is exact in float */
+        float v = (float)man * 5.9604644775390625e-8f;
+        return sign ? -v : v;
+    }
+    return bits_f32(sign | ((exp + 112) << 23) | (man << 13));
+}
+
+uint16_t cairn__f32_to_f16(float f)
+{
+    uint32_t u = f32_bits(f);
+    uint16_t sign = (uint16_t)((u >> 16) & 0x8000);
+    uint32_t a = u & 0x7fffffffu;
+    if (a >= 0x7f800000u) /* inf or NaN (keep NaN quiet and non-zero) */
+        return (uint16_t)(sign | 0x7c00 | (a > 0x7f800000u ? 0x200 : 0));
+    if (a >= 0x477ff000u) /* rounds to >= 65520: overflow to inf */
+        return (uint16_t)(sign | 0x7c00);
+    if (a < 0x38800000u) {
+        /* result is subnormal (or zero) in half: round a * 2^24 to nearest even integer */
+        float v = bits_f32(a) * 16777216.0f; /* exact: a < 2^-14 so v < 2^10 */
+        return (uint16_t)(sign | (uint16_t)nearbyintf(v));
+    }
+    /* normal: rebias exponent, round the 13 dropped mantissa bits to nearest even */
+    uint32_t r = a - (112u << 23);
+    r += 0xfffu + ((r >> 13) & 1);
+    return (uint16_t)(sign | (r >> 13));
+}
+
+float cairn__bf16_to_f32(uint16_t h)
+{
+    return bits_f32((uint32_t)h << 16);
+}
+
+uint16_t cairn__f32_to_bf16(float f)
+{
+    uint32_t u = f32_bits(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN: force quiet, as ggml does */
+        return (uint16_t)((u >> 16) | 64);
+    return (uint16_t)((u + (0x7fffu + ((u >> 16) & 1))) >> 16);
+}
+
+/* ---- sizes -------------------------------------------------------------------------------- */
+
+uint64_t cairn__quant_block_elems(uint32_t type)
+{
+    switch (type) {
+    case CAIRN__GGML_F32:
+    case CAIRN__GGML_F16:
+    case CAIRN__GGML_BF16: return 1;
+    case CAIRN__GGML_Q8_0:
+    case CAIRN__GGML_Q4_0: return 32;
+    case CAIRN__GGML_Q4_K:
+    case CAIRN__GGML_Q6_K: return CAIRN__QK_K;
+    default: return 0;
+    }
+}
+
+uint64_t cairn__quant_block_bytes(uint32_t type)
+{
+    switch (type) {
+    case CAIRN__GGML_F32: return 4;
+    case CAIRN__GGML_F16:
+    case CAIRN__GGML_BF16: return 2;
+    case CAIRN__GGML_Q8_0: return sizeof(cairn__block_q8_0);
+    case CAIRN__GGML_Q4_0: return sizeof(cairn__block_q4_0);
+    case CAIRN__GGML_Q4_K: return sizeof(cairn__block_q4_K);
+    case CAIRN__GGML_Q6_K: return sizeof(cairn__block_q6_K);
+    default: return 0;
+    }
+}
+
+int cairn__quant_supported(uint32_t type)
+{
+    return cairn__quant_block_elems(type) != 0;
+}
+
+/* ---- dequantizers ------------------------------------------------------------------------- */
+
+/* The 6-bit scale and min of sub-block j (0..7) of a Q4_K block: j < 4 sit in the low 6 bits of
+ * bytes j and j+4; j >= 4 are split into a low nibble in byte j+4 and 2 high bits borrowed
+ * from the top of bytes j-4 (scale) and j (min). */
+static void q4k_scale_min(int j, const uint8_t *q, uint8_t *sc, uint8_t *m)
+{
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *sc = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+        *m = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+    }
+}
+
+static void dequant_q8_0(const cairn__block_q8_0 *x, float *y, uint64_t nb)
+{
+    for (uint64_t i = 0; i < nb; i++) {
+        const float d = cairn__f16_to_f32(x[i].d);
+        for (int j = 0; j < 32; j++)
+            y[i * 32 + j] = x[i].qs[j] * d;
+    }
+}
+
+static void dequant_q4_0(const cairn__block_q4_0 *x, float *y, uint64_t nb)
+{
+    for (uint64_t i = 0; i < nb; i++) {
+        const float d = cairn__f16_to_f32(x[i].d);
+        for (int j = 0; j < 16; j++) {
+            const int x0 = (x[i].qs[j] & 0x0F) - 8;
+            const int x1 = (x[i].qs[j] >> 4) - 8;
+            y[i * 32 + j] = x0 * d;
+            y[i * 32 + j + 16] = x1 * d;
+        }
+    }
+}
+
+static void dequant_q4_K(const cairn__block_q4_K *x, float *y, uint64_t nb)
+{
+    for (uint64_t i = 0; i < nb; i++) {
+        const uint8_t *q = x[i].qs;
+        const float d = cairn__f16_to_f32(x[i].d);
+        const float min = cairn__f16_to_f32(x[i].dmin);
+        int is = 0;
+        uint8_t sc, m;
+        for (int j = 0; j < CAIRN__QK_K; j += 64) {
+            q4k_scale_min(is + 0, x[i].scales, &sc, &m);
+            const float d1 = d * sc, m1 = min * m;
+            q4k_scale_min(is + 1, x[i].scales, &sc, &m);
+            const float d2 = d * sc, m2 = min * m;
+            for (int l = 0; l < 32; l++)
+                *y++ = d1 * (q[l] & 0xF) - m1;
+            for (int l = 0; l < 32; l++)
+                *y++ = d2 * (q[l] >> 4) - m2;
+            q += 32;
+            is += 2;
+        }
+    }
+}
+
+static void dequant_q6_K(const cairn__block_q6_K *x, float *y, uint64_t nb)
+{
+    for (uint64_t i = 0; i < nb; i++) {
+        const float d = cairn__f16_to_f32(x[i].d);
+        const uint8_t *ql = x[i].ql;
+        const uint8_t *qh = x[i].qh;
+        const int8_t *sc = x[i].scales;
+        for (int n = 0; n < CAIRN__QK_K; n += 128) {
+            for (int l = 0; l < 32; l++) {
+                const int is = l / 16;
+                const int q1 = (int8_t)((ql[l + 0] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+                const int q2 = (int8_t)((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+                const int q3 = (int8_t)((ql[l + 0] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+                const int q4 = (int8_t)((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+                y[l + 0] = d * sc[is + 0] * q1;
+                y[l + 32] = d * sc[is + 2] * q2;
+                y[l + 64] = d * sc[is + 4] * q3;
+                y[l + 96] = d * sc[is + 6] * q4;
+            }
+            y += 128;
+            ql += 64;
+            qh += 32;
+            sc += 8;
+        }
+    }
+}
+
+void cairn__dequant_row(uint32_t type, const void *src, float *dst, uint64_t n)
+{
+    const uint64_t be = cairn__quant_block_elems(type);
+    if (be == 0) {
+        memset(dst, 0, n * sizeof(float));
+        return;
+    }
+    const uint64_t nb = n / be;
+    switch (type) {
+    case CAIRN__GGML_F32: memcpy(dst, src, n * sizeof(float)); break;
+    case CAIRN__GGML_F16: {
+        const uint8_t *s = src;
+        for (uint64_t i = 0; i < n; i++) {
+            uint16_t h;
+            memcpy(&h, s + 2 * i, 2); /* GGUF data may be only 2-byte aligned or less in memory files */
+            dst[i] = cairn__f16_to_f32(h);
+        }
+        break;
+    }
+    case CAIRN__GGML_BF16: {
+        const uint8_t *s = src;
+        for (uint64_t i = 0; i < n; i++) {
+            uint16_t h;
+            memcpy(&h, s + 2 * i, 2);
+            dst[i] = cairn__bf16_to_f32(h);
+        }
+        break;
+    }
+    case CAIRN__GGML_Q8_0: dequant_q8_0(src, dst, nb); break;
+    case CAIRN__GGML_Q4_0: dequant_q4_0(src, dst, nb); break;
+    case CAIRN__GGML_Q4_K: dequant_q4_K(src, dst, nb); break;
+    case CAIRN__GGML_Q6_K: dequant_q6_K(src, dst, nb); break;
+    default: break;
+    }
+}
+
+/* ---- quantizers --------------------------------------------------------------------------- */
+
+static void quant_q8_0(const float *x, cairn__block_q8_0 *y, uint64_t nb)
+{
+    for (uint64_t i = 0; i < nb; i++) {
+        float amax = 0.0f;
+        for (int j = 0; j < 32; j++)
+            amax = fmaxf(amax, fabsf(x[i * 32 + j]));
+        const float d = amax / 127.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        y[i].d = cairn__f32_to_f16(d);
+        for (int j = 0; j < 32; j++)
+            y[i].qs[j] = (int8_t)roundf(x[i * 32 + j] * id);
+    }
+}
+
+static void quant_q4_0(const float *x, cairn__block_q4_0 *y, uint64_t nb)
+{
+    for (uint64_t i = 0; i < nb; i++) {
+        /* the signed value of largest magnitude maps to -8, so the asymmetric range [-8, 7]
+         * is spent where it matters */
+        float amax = 0.0f, max = 0.0f;
+        for (int j = 0; j < 32; j++) {
+            const float v = x[i * 32 + j];
+            if (fabsf(v) > amax) {
+                amax = fabsf(v);
+                max = v;
+            }
+        }
+        const float d = max / -8.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        y[i].d = cairn__f32_to_f16(d);
+        for (int j = 0; j < 16; j++) {
+            const float x0 = x[i * 32 + j] * id, x1 = x[i * 32 + 16 + j] * id;
+            int q0 = (int)(x0 + 8.5f), q1 = (int)(x1 + 8.5f);
+            q0 = q0 < 0 ? 0 : q0 > 15 ? 15 : q0;
+            q1 = q1 < 0 ? 0 : q1 > 15 ? 15 : q1;
+            y[i].qs[j] = (uint8_t)(q0 | (q1 << 4));
+        }
+    }
+}
+
+static int clampi(int v, int lo, int hi)
+{
+    return v < lo ? lo : v > hi ? hi : v;
+}
+
+static void quant_q4_K(const float *x, cairn__block_q4_K *y, uint64_t nb)
+{
+    for (uint64_t i = 0; i < nb; i++) {
+        const float *xb = x + i * CAIRN__QK_K;
+        float scales[8], mins[8]; /* value ~= scale * q - min, min >= 0 */
+        float max_scale = 0.0f, max_min = 0.0f;
+        for (int j = 0; j < 8; j++) {
+            float lo = xb[32 * j], hi = xb[32 * j];
+            for (int l = 1; l < 32; l++) {
+                lo = fminf(lo, xb[32 * j + l]);
+                hi = fmaxf(hi, xb[32 * j + l]);
+            }
+            if (lo > 0.0f) /* the min is stored as a non-negative offset */
+                lo = 0.0f;
+            scales[j] = (hi - lo) / 15.0f;
+            mins[j] = -lo;
+            max_scale = fmaxf(max_scale, scales[j]);
+            max_min = fmaxf(max_min, mins[j]);
+        }
+        const float d = max_scale / 63.0f, dmin = max_min / 63.0f;
+        y[i].d = cairn__f32_to_f16(d);
+        y[i].dmin = cairn__f32_to_f16(dmin);
+        /* quantize against the f16-rounded super scales, the ones the dequantizer will use */
+        const float dq = cairn__f16_to_f32(y[i].d), dminq = cairn__f16_to_f32(y[i].dmin);
+        uint8_t ls[8], lm[8];
+        for (int j = 0; j < 8; j++) {
+            ls[j] = (uint8_t)(dq > 0.0f ? clampi((int)nearbyintf(scales[j] / dq), 0, 63) : 0);
+            lm[j] = (uint8_t)(dminq > 0.0f ? clampi((int)nearbyintf(mins[j] / dminq), 0, 63) : 0);
+        }
+        memset(y[i].scales, 0, sizeof y[i].scales);
+        for (int j = 0; j < 8; j++) {
+            if (j < 4) {
+                y[i].scales[j] = ls[j];
+                y[i].scales[j + 4] = lm[j];
+            } else {
+                y[i].scales[j + 4] = (uint8_t)((ls[j] & 0xF) | ((lm[j] & 0xF) << 4));
+                y[i].scales[j - 4] |= (uint8_t)((ls[j] >> 4) << 6);
+                y[i].scales[j] |= (uint8_t)((lm[j] >> 4) << 6);
+            }
+        }
+        uint8_t L[CAIRN__QK_K];
+        for (int j = 0; j < 8; j++) {
+            const float sd = dq * ls[j], sm = dminq * lm[j];
+            for (int l = 0; l < 32; l++) {
+                const float v = xb[32 * j + l];
+                L[32 * j + l] = (uint8_t)(sd > 0.0f ? clampi((int)nearbyintf((v + sm) / sd), 0, 15) : 0);
+            }
+        }
+        uint8_t *q = y[i].qs;
+        for (int j = 0; j < CAIRN__QK_K; j += 64) {
+            for (int l = 0; l < 32; l++)
+                q[l] = (uint8_t)(L[j + l] | (L[j + l + 32] << 4));
+            q += 32;
+        }
+    }
+}
+
+static void quant_q6_K(const float *x, cairn__block_q6_K *y, uint64_t nb)
+{
+    for (uint64_t i = 0; i < nb; i++) {
+        const float *xb = x + i * CAIRN__QK_K;
+        float scales[16], amax_scale = 0.0f;
+        for (int j = 0; j < 16; j++) {
+            /* symmetric: the signed extreme maps to -32, like Q4_0 uses its -8 */
+            float amax = 0.0f, max = 0.0f;
+            for (int l = 0; l < 16; l++) {
+                const float v = xb[16 * j + l];
+                if (fabsf(v) > amax) {
+                    amax = fabsf(v);
+                    max = v;
+                }
+            }
+            scales[j] = max / -32.0f;
+            amax_scale = fmaxf(amax_scale, fabsf(scales[j]));
+        }
+        const float d = amax_scale / 127.0f;
+        y[i].d = cairn__f32_to_f16(d);
+        const float dq = cairn__f16_to_f32(y[i].d);
+        uint8_t L[CAIRN__QK_K];
+        for (int j = 0; j < 16; j++) {
+            const int sc = dq > 0.0f ? clampi((int)nearbyintf(scales[j] / dq), -128, 127) : 0;
+            y[i].scales[j] = (int8_t)sc;
+            const float s = dq * sc;
+            for (int l = 0; l < 16; l++) {
+                const int q = s != 0.0f ? clampi((int)nearbyintf(xb[16 * j + l] / s), -32, 31) : 0;
+                L[16 * j + l] = (uint8_t)(q + 32);
+            }
+        }
+        uint8_t *ql = y[i].ql, *qh = y[i].qh;
+        for (int j = 0; j < CAIRN__QK_K; j += 128) {
+            for (int l = 0; l < 32; l++) {
+                const uint8_t q1 = L[j + l + 0] & 0xF, q2 = L[j + l + 32] & 0xF;
+                const uint8_t q3 = L[j + l + 64] & 0xF, q4 = L[j + l + 96] & 0xF;
+                ql[l + 0] = (uint8_t)(q1 | (q3 << 4));
+                ql[l + 32] = (uint8_t)(q2 | (q4 << 4));
+                qh[l] = (uint8_t)((L[j + l] >> 4) | ((L[j + l + 32] >> 4) << 2) |
+                                  ((L[j + l + 64] >> 4) << 4) | ((L[j + l + 96] >> 4) << 6));
+            }
+            ql += 64;
+            qh += 32;
+        }
+    }
+}
+
+int cairn__quant_row(uint32_t type, const float *src, void *dst, uint64_t n)
+{
+    const uint64_t be = cairn__quant_block_elems(type);
+    if (be == 0)
+        return CAIRN_EUNSUPPORTED;
+    if (n % be != 0)
+        return CAIRN_EINVAL;
+    const uint64_t nb = n / be;
+    switch (type) {
+    case CAIRN__GGML_F32: memcpy(dst, src, n * sizeof(float)); break;
+    case CAIRN__GGML_F16:
+        for (uint64_t i = 0; i < n; i++) {
+            const uint16_t h = cairn__f32_to_f16(src[i]);
+            memcpy((uint8_t *)dst + 2 * i, &h, 2);
+        }
+        break;
+    case CAIRN__GGML_BF16:
+        for (uint64_t i = 0; i < n; i++) {
+            const uint16_t h = cairn__f32_to_bf16(src[i]);
+            memcpy((uint8_t *)dst + 2 * i, &h, 2);
+        }
+        break;
+    case CAIRN__GGML_Q8_0: quant_q8_0(src, dst, nb); break;
+    case CAIRN__GGML_Q4_0: quant_q4_0(src, dst, nb); break;
+    case CAIRN__GGML_Q4_K: quant_q4_K(src, dst, nb); break;
+    case CAIRN__GGML_Q6_K: quant_q6_K(src, dst, nb); break;
+    default: return CAIRN_EUNSUPPORTED;
+    }
+    return 0;
+}

@@ -1,0 +1,74 @@
+/* gpu/quant.h - ggml-compatible weight formats: block layouts, (de)quantizers, f16/bf16.
+ *
+ * Types are the GGUF numbers of enum cairn__ggml_type (gpu/gguf.h): F32, F16, BF16, Q8_0,
+ * Q4_0, Q4_K, Q6_K. Block layouts are bit-for-bit those of ggml, so tensors read from any
+ * GGUF file dequantize to exactly what llama.cpp would compute, and files written by the
+ * test writer with cairn__quant_row load in llama.cpp.
+ */
+#ifndef CAIRN_GPU_QUANT_H
+#define CAIRN_GPU_QUANT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CAIRN__QK8_0 32 /* weights per Q8_0 / Q4_0 block */
+#define CAIRN__QK4_0 32
+#define CAIRN__QK_K 256 /* weights per K-quant super-block */
+
+/* The block structs, exactly as ggml lays them out (no padding: every member is a byte array
+ * or a uint16_t at an even offset). f16 fields are raw IEEE half bits. */
+typedef struct {
+    uint16_t d;                 /* scale */
+    int8_t qs[CAIRN__QK8_0];    /* value = qs[i] * d */
+} cairn__block_q8_0;            /* 34 bytes */
+
+typedef struct {
+    uint16_t d;                     /* scale */
+    uint8_t qs[CAIRN__QK4_0 / 2];   /* element i in the low nibble of qs[i], i+16 in the high */
+} cairn__block_q4_0;                /* 18 bytes; value = (q - 8) * d */
+
+typedef struct {
+    uint16_t d;                     /* super-block scale for the 6-bit sub-block scales */
+    uint16_t dmin;                  /* super-block scale for the 6-bit sub-block mins */
+    uint8_t scales[12];             /* 8 scales + 8 mins, 6 bits each, packed */
+    uint8_t qs[CAIRN__QK_K / 2];    /* 4-bit quants: 64-element chunk c uses qs[32c..32c+31],
+                                       low nibbles first 32, high nibbles next 32 */
+} cairn__block_q4_K;                /* 144 bytes; value = d*sc[j]*q - dmin*m[j], j = i/32 */
+
+typedef struct {
+    uint8_t ql[CAIRN__QK_K / 2];    /* low 4 bits of the 6-bit quants */
+    uint8_t qh[CAIRN__QK_K / 4];    /* high 2 bits */
+    int8_t scales[CAIRN__QK_K / 16];/* one int8 scale per 16 weights */
+    uint16_t d;                     /* super-block scale */
+} cairn__block_q6_K;                /* 210 bytes; value = d * scales[i/16] * (q - 32) */
+
+/* Elements per block of type (1 for F32/F16/BF16), 0 if the type is not supported here. */
+uint64_t cairn__quant_block_elems(uint32_t type);
+/* Bytes per block of type, 0 if not supported. */
+uint64_t cairn__quant_block_bytes(uint32_t type);
+/* 1 if this file can (de)quantize type. */
+int cairn__quant_supported(uint32_t type);
+
+/* Dequantizes n elements (a multiple of the block size; a trailing partial block is ignored)
+ * from src into dst. Any supported type; an unsupported type writes zeros. */
+void cairn__dequant_row(uint32_t type, const void *src, float *dst, uint64_t n);
+/* Quantizes n elements (a multiple of the block size) with the reference round-to-nearest
+ * quantizers. Returns 0, CAIRN_EUNSUPPORTED for an unknown type, CAIRN_EINVAL if n is not a
+ * multiple of the block size. dst must hold n / block_elems * block_bytes bytes. */
+int cairn__quant_row(uint32_t type, const float *src, void *dst, uint64_t n);
+
+/* IEEE half and bfloat16 conversions (round to nearest even; NaN stays NaN). */
+float cairn__f16_to_f32(uint16_t h);
+uint16_t cairn__f32_to_f16(float f);
+float cairn__bf16_to_f32(uint16_t h);
+uint16_t cairn__f32_to_bf16(float f);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,288 @@
+/* gpu/sampler.c - token sampling.
+ *
+ * Order of operations (as llama.cpp's common sampler chain): repetition penalty on the raw
+ * logits, then greedy if temperature <= 0; otherwise keep the top-k logits (a bounded min-heap,
+ * O(V log k), since vocabularies run to 150k and this runs per token), sort them, softmax at the
+ * temperature in double, cut to the top-p nucleus, and draw one uniform number in [0, 1) scaled
+ * to the kept mass. Candidates are ordered by (logit desc, id asc), a total order, so the same
+ * logits always give the same token on every platform and thread count.
+ */
+#include "gpu/sampler.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cairn_errors.h"
+enum {
+#define CAIRN__X(n, v, s) CAIRN_##n = v,
+    CAIRN_ERROR_TABLE(CAIRN__X)
+#undef CAIRN__X
+};
+
+typedef struct {
+    float logit;
+    int32_t id;
+} cand;
+
+struct cairn__sampler {
+    cairn__sampler_params p;
+    int n_vocab;
+    uint64_t rng[4];
+    uint64_t draws;
+    uint8_t *seen; /* n_vocab bits: tokens already penalized in this call */
+    cand *cands;   /* n_vocab */
+    double *probs; /* n_vocab */
+};
+
+void cairn__sampler_params_default(cairn__sampler_params *p)
+{
+    p->temperature = 0.8f;
+    p->top_k = 40;
+    p->top_p = 0.95f;
+    p->repeat_penalty = 1.0f;
+    p->repeat_last_n = 64;
+    p->seed = 0;
+}
+
+/* ---- xoshiro256** seeded by splitmix64 ------------------------------------------------------ */
+
+static uint64_t splitmix64(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t rotl(uint64_t x, int k)
+{
+    return (x << k) | (x >> (64 - k));
+}
+
+static uint64_t xoshiro_next(uint64_t s[4])
+{
+    const uint64_t result = rotl(s[1] * 5, 7) * 9;
+    const uint64_t t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return result;
+}
+
+/* ---- lifecycle -------------------------------------------------------------------------------- */
+
+int cairn__sampler_new(const cairn__sampler_params *p, int n_vocab, cairn__sampler **out)
+{
+    if (!out)
+        return CAIRN_EINVAL;
+    *out = NULL;
+    if (!p || n_vocab < 1 || isnan(p->temperature) || !(p->top_p > 0.0f) || !(p->repeat_penalty > 0.0f) ||
+        p->repeat_last_n < -1)
+        return CAIRN_EINVAL;
+    cairn__sampler *s = calloc(1, sizeof *s);
+    if (!s)
+        return CAIRN_ENOMEM;
+    s->p = *p;
+    s->n_vocab = n_vocab;
+    s->seen = calloc(((size_t)n_vocab + 7) / 8, 1);
+    s->cands = malloc((size_t)n_vocab * sizeof *s->cands);
+    s->probs = malloc((size_t)n_vocab * sizeof *s->probs);
+    if (!s->seen || !s->cands || !s->probs) {
+        cairn__sampler_free(s);
+        return CAIRN_ENOMEM;
+    }
+    uint64_t x = p->seed;
+    for (int i = 0; i < 4; i++)
+        s->rng[i] = splitmix64(&x);
+    *out = s;
+    return 0;
+}
+
+void cairn__sampler_free(cairn__sampler *s)
+{
+    if (!s)
+        return;
+    free(s->seen);
+    free(s->cands);
+    free(s->probs);
+    free(s);
+}
+
+uint64_t cairn__sampler_draws(const cairn__sampler *s)
+{
+    return s->draws;
+}
+
+/* ---- sampling ----------------------------------------------------------------------------------- */
+
+/* a ranks before b: larger logit first, NaN last, then lower id */
+static int before(const cand *a, const cand *b)
+{
+    const int an = isnan(a->logit), bn = isnan(b->logit);
+    if (an != bn)
+        return bn;
+    if (!an && a->logit != b->logit)
+        return a->logit > b->logit;
+    return a->id < b->id;
+}
+
+static int cand_cmp(const void *x, const void *y)
+{
+    const cand *a = x, *b = y;
+    return before(a, b) ? -1 : before(b, a) ? 1 : 0;
+}
+
+/* min-heap (by rank: the root is the worst kept candidate) */
+static void heap_down(cand *h, size_t n, size_t i)
+{
+    for (;;) {
+        size_t l = 2 * i + 1, r = l + 1, w = i;
+        if (l < n && before(&h[w], &h[l]))
+            w = l;
+        if (r < n && before(&h[w], &h[r]))
+            w = r;
+        if (w == i)
+            return;
+        cand t = h[i];
+        h[i] = h[w];
+        h[w] = t;
+        i = w;
+    }
+}
+
+static void penalize(cairn__sampler *s, float *logits, const int32_t *hist, size_t n_hist)
+{
+    if (s->p.repeat_penalty == 1.0f || s->p.repeat_last_n == 0 || !hist || n_hist == 0)
+        return;
+    size_t from = 0;
+    if (s->p.repeat_last_n > 0 && n_hist > (size_t)s->p.repeat_last_n)
+        from = n_hist - (size_t)s->p.repeat_last_n;
+    /* each distinct token once, however often it repeats */
+    for (size_t i = from; i < n_hist; i++) {
+        const int32_t t = hist[i];
+        if (t < 0 || t >= s->n_vocab || (s->seen[t >> 3] & (1u << (t & 7))))
+            continue;
+        s->seen[t >> 3] |= (uint8_t)(1u << (t & 7));
+        logits[t] = logits[t] > 0.0f ? logits[t] / s->p.repeat_penalty : logits[t] * s->p.repeat_penalty;
+    }
+    for (size_t i = from; i < n_hist; i++) {
+        const int32_t t = hist[i];
+        if (t >= 0 && t < s->n_vocab)
+            s->seen[t >> 3] = 0;
+    }
+}
+
+int32_t cairn__sampler_sample(cairn__sampler *s, float *logits, const int32_t *hist, size_t n_hist)
+{
+    penalize(s, logits, hist, n_hist);
+    const int nv = s->n_vocab;
+    if (s->p.temperature <= 0.0f) {
+        cand best = {logits[0], 0};
+        for (int i = 1; i < nv; i++) {
+            cand c = {logits[i], i};
+            if (before(&c, &best))
+                best = c;
+        }
+        return best.id;
+    }
+    size_t k = s->p.top_k > 0 && s->p.top_k < nv ? (size_t)s->p.top_k : (size_t)nv;
+    cand *c = s->cands;
+    if (k < (size_t)nv) {
+        for (size_t i = 0; i < k; i++)
+            c[i] = (cand){logits[i], (int32_t)i};
+        for (size_t i = k / 2; i-- > 0;)
+            heap_down(c, k, i);
+        for (int i = (int)k; i < nv; i++) {
+            cand x = {logits[i], i};
+            if (before(&x, &c[0])) {
+                c[0] = x;
+                heap_down(c, k, 0);
+            }
+        }
+    } else {
+        for (int i = 0; i < nv; i++)
+            c[i] = (cand){logits[i], i};
+    }
+    qsort(c, k, sizeof *c, cand_cmp);
+    /* drop NaNs (sorted last) unless nothing else is left */
+    while (k > 1 && isnan(c[k - 1].logit))
+        k--;
+    double *pr = s->probs, total = 0.0;
+    const double max = isnan(c[0].logit) ? 0.0 : (double)c[0].logit, t = (double)s->p.temperature;
+    for (size_t i = 0; i < k; i++) {
+        pr[i] = isnan(c[i].logit) ? 0.0 : exp(((double)c[i].logit - max) / t);
+        total += pr[i];
+    }
+    size_t keep = k;
+    if (s->p.top_p < 1.0f) {
+        double cum = 0.0;
+        for (size_t i = 0; i < k; i++) {
+            cum += pr[i];
+            if (cum >= (double)s->p.top_p * total) {
+                keep = i + 1;
+                break;
+            }
+        }
+        total = cum;
+    }
+    const double u = (double)(xoshiro_next(s->rng) >> 11) * 0x1.0p-53 * total;
+    s->draws++;
+    double cum = 0.0;
+    for (size_t i = 0; i < keep; i++) {
+        cum += pr[i];
+        if (u < cum)
+            return c[i].id;
+    }
+    return c[keep - 1].id; /* u within rounding of the total */
+}
+
+/* ---- state ---------------------------------------------------------------------------------------- */
+
+static const uint8_t STATE_MAGIC[4] = {'C', 'S', 'M', 'P'};
+#define STATE_VERSION 1u
+
+static void put64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint64_t get64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+int cairn__sampler_state_save(const cairn__sampler *s, uint8_t *buf, size_t len)
+{
+    if (!s || !buf || len < CAIRN__SAMPLER_STATE_BYTES)
+        return CAIRN_EINVAL;
+    memcpy(buf, STATE_MAGIC, 4);
+    buf[4] = STATE_VERSION & 0xff;
+    buf[5] = buf[6] = buf[7] = 0;
+    put64(buf + 8, s->draws);
+    for (int i = 0; i < 4; i++)
+        put64(buf + 16 + 8 * i, s->rng[i]);
+    return CAIRN__SAMPLER_STATE_BYTES;
+}
+
+int cairn__sampler_state_restore(cairn__sampler *s, const uint8_t *buf, size_t len)
+{
+    if (!s || !buf || len != CAIRN__SAMPLER_STATE_BYTES || memcmp(buf, STATE_MAGIC, 4) != 0 ||
+        buf[4] != STATE_VERSION || buf[5] || buf[6] || buf[7])
+        return CAIRN_EFORMAT;
+    uint64_t rng[4];
+    for (int i = 0; i < 4; i++)
+        rng[i] = get64(buf + 16 + 8 * i);
+    if ((rng[0] | rng[1] | rng[2] | rng[3]) == 0) /* xoshiro's one forbidden state */
+        return CAIRN_EFORMAT;
+    s->draws = get64(buf + 8);
+    memcpy(s->rng, rng, sizeof rng);
+    return 0;
+}

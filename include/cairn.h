@@ -1,0 +1,336 @@
+/* cairn.h - the public API of cairn, a checkpointed multi-step pipeline runner.
+ *
+ * This header is the specification. A task runs through a graph of steps; after
+ * each step its output (msgpack bytes) is committed to an LMDB checkpoint store
+ * under the task ID. A crashed, killed or retried task resumes after its last
+ * committed step: a committed `compute` step never runs again, and an `effect`
+ * step runs at most once (or, opted in, at least once with a stable delivery ID).
+ *
+ * Handles (all opaque):
+ *   cairn_graph   a named, versioned DAG of steps, defined in code
+ *   cairn_store   an LMDB checkpoint store (a directory)
+ *   cairn_runner  executes tasks of registered graphs against a store
+ *   cairn_task    a read-only snapshot of one task, for inspection
+ *   cairn_ctx     what a step function sees while it runs
+ *
+ * Conventions:
+ *   - Every fallible call returns 0 or a negative CAIRN_E* code (cairn_errors.h);
+ *     cairn_errmsg(handle) gives the detail of the last error on that handle.
+ *   - Strings passed in are copied unless a function says otherwise.
+ *   - `_free(NULL)` is a no-op.
+ *   - The library never calls exit() or abort() on bad input.
+ *
+ * Lifecycle reads like LMDB: cairn_runner_new() -> typed setters -> cairn_runner_open()
+ * -> cairn_runner_run() ... -> cairn_runner_free().
+ */
+#ifndef CAIRN_H
+#define CAIRN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <msgpack.h>
+
+#include "cairn_errors.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__) && !defined(CAIRN_NO_VISIBILITY)
+#define CAIRN_API __attribute__((visibility("default")))
+#else
+#define CAIRN_API
+#endif
+
+#if defined(__GNUC__)
+#define CAIRN_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#else
+#define CAIRN_PRINTF(f, a)
+#endif
+
+/* ------------------------------------------------------------------ errors */
+
+enum cairn_error {
+    CAIRN_OK = 0,
+#define CAIRN__X(name, value, text) CAIRN_##name = value,
+    CAIRN_ERROR_TABLE(CAIRN__X)
+#undef CAIRN__X
+    CAIRN__ERROR_LAST_PLUS_ONE_ /* not a code; keeps the enum list well-formed */
+};
+
+/* Text of an error code ("store full (map limit or disk full)"); never NULL. */
+CAIRN_API const char *cairn_strerror(int err);
+/* Name of an error code ("CAIRN_EFULL"); never NULL ("CAIRN_E?" for unknown codes). */
+CAIRN_API const char *cairn_errname(int err);
+
+/* ------------------------------------------------------------------ states */
+
+/* Task states. Legal transitions (anything else is rejected with CAIRN_ESTATE):
+ *   pending -> running                      a run starts
+ *   failed  -> running                      retry
+ *   running -> succeeded|failed|dead|in_doubt
+ *   in_doubt -> pending                     operator settled the doubtful effect (resolve)
+ *   succeeded|failed|dead|in_doubt -> pending   operator started a new generation (invalidate)
+ */
+typedef enum cairn_state {
+    CAIRN_PENDING = 0,
+    CAIRN_RUNNING = 1,
+    CAIRN_SUCCEEDED = 2,
+    CAIRN_FAILED = 3,
+    CAIRN_DEAD = 4,
+    CAIRN_IN_DOUBT = 5
+} cairn_state;
+#define CAIRN_STATE_COUNT 6
+
+/* "pending", "running", ...; "?" for out-of-range values. */
+CAIRN_API const char *cairn_state_name(cairn_state s);
+/* Parses a state name; CAIRN_EINVAL if unknown. */
+CAIRN_API int cairn_state_parse(const char *name, cairn_state *out);
+/* 1 if from -> to is legal for the given cause, 0 otherwise. `operator_action` is 1 for
+ * resolve/invalidate (the only causes allowed to move a finished task back to pending). */
+CAIRN_API int cairn_state_transition_ok(cairn_state from, cairn_state to, int operator_action);
+
+/* Step states, as shown by `cairn show`. */
+typedef enum cairn_step_state {
+    CAIRN_STEP_PENDING = 0, /* not yet committed in this generation */
+    CAIRN_STEP_INTENT = 1,  /* effect: intent committed, outcome not (yet) recorded */
+    CAIRN_STEP_DONE = 2,    /* output committed */
+    CAIRN_STEP_FAILED = 3,  /* last invocation failed (transiently or permanently) */
+    CAIRN_STEP_IN_DOUBT = 4 /* effect whose outcome is unknown; needs `resolve` */
+} cairn_step_state;
+CAIRN_API const char *cairn_step_state_name(cairn_step_state s);
+
+/* ------------------------------------------------------------------ steps */
+
+typedef struct cairn_ctx cairn_ctx;
+
+/* What a step function returns. */
+typedef enum cairn_step_result {
+    CAIRN_STEP_OK = 0,        /* output set (or empty = nil); commit it */
+    CAIRN_STEP_TRANSIENT = 1, /* retry later with backoff; for effects: nothing happened */
+    CAIRN_STEP_PERMANENT = 2, /* never retry; the task becomes dead */
+    CAIRN_STEP_UNKNOWN = 3    /* effects only: the outcome is unknown (timeout after sending) */
+} cairn_step_result;
+
+/* A step function. Inputs are read through `ctx`; the output is set with
+ * cairn_ctx_set_output() or written with cairn_ctx_packer(). Must not touch the store.
+ * `user` is the pointer given to cairn_step_set_user(). */
+typedef cairn_step_result (*cairn_step_fn)(cairn_ctx *ctx, void *user);
+
+/* What a probe (for effects) answers about an intent whose outcome was never recorded. */
+typedef enum cairn_probe_result {
+    CAIRN_PROBE_DONE = 0,     /* the effect happened; its output may be set on ctx */
+    CAIRN_PROBE_NOT_DONE = 1, /* it did not happen: safe to perform it now */
+    CAIRN_PROBE_UNKNOWN = 2   /* cannot tell: the step becomes in_doubt */
+} cairn_probe_result;
+typedef cairn_probe_result (*cairn_probe_fn)(cairn_ctx *ctx, void *user);
+
+typedef enum cairn_delivery {
+    CAIRN_COMPUTE = 0,      /* re-runnable until committed; never again after */
+    CAIRN_EFFECT = 1,       /* at most once: an intent is committed and flushed before the call */
+    CAIRN_EFFECT_AT_LEAST_ONCE = 2 /* called again after a crash, with the same delivery ID */
+} cairn_delivery;
+
+/* ------------------------------------------------------------------ graph */
+
+typedef struct cairn_graph cairn_graph;
+typedef struct cairn_step cairn_step; /* owned by its graph; valid until cairn_graph_free */
+
+/* Creates an empty graph. `name`: 1..64 bytes of [A-Za-z0-9._-]; version >= 1. NULL on ENOMEM
+ * or a bad name (then no graph is created). */
+CAIRN_API cairn_graph *cairn_graph_new(const char *name, uint32_t version);
+CAIRN_API void cairn_graph_free(cairn_graph *g);
+CAIRN_API const char *cairn_graph_name(const cairn_graph *g);
+
+/* Adds a step (name: 1..64 bytes of [A-Za-z0-9._-], unique in the graph). `deps` is a
+ * comma-separated list of step names this step reads (may name steps added later), or NULL.
+ * Returns the step (owned by the graph) or NULL; then cairn_errmsg_graph(g) says why
+ * (CAIRN_EGRAPH duplicate/bad name, CAIRN_ENOMEM). Defaults: version 1, compute, no probe,
+ * retry max 3 invocations, base 200 ms, cap 30 s, no timeout. */
+CAIRN_API cairn_step *cairn_graph_add_step(cairn_graph *g, const char *name, cairn_step_fn fn,
+                                           const char *deps);
+CAIRN_API int cairn_step_set_version(cairn_step *s, uint32_t version);
+CAIRN_API int cairn_step_set_delivery(cairn_step *s, cairn_delivery d);
+CAIRN_API int cairn_step_set_probe(cairn_step *s, cairn_probe_fn probe);
+CAIRN_API int cairn_step_set_user(cairn_step *s, void *user); /* borrowed; caller keeps it alive */
+/* Retry policy: at most `max_invocations` calls of this step per generation; the delay before
+ * invocation k+1 is a uniform random in [0, min(cap_ms, base_ms * 2^k)] (full jitter). */
+CAIRN_API int cairn_step_set_retry(cairn_step *s, uint32_t max_invocations, uint32_t base_ms,
+                                   uint32_t cap_ms);
+/* Hard timeout: with timeout_ms > 0 the step runs in a child process that is killed with
+ * SIGKILL at the deadline (the step is then a transient failure; an effect becomes in doubt).
+ * 0 (default): runs in-process, no timeout. */
+CAIRN_API int cairn_step_set_timeout(cairn_step *s, uint32_t timeout_ms);
+/* Marks the step expensive (an LLM call): its commit is flushed to disk at once even in
+ * `sync` mode's relaxed commits, so a power loss never loses it. */
+CAIRN_API int cairn_step_set_expensive(cairn_step *s, int expensive);
+
+/* Validates the whole graph: non-empty, every dependency exists, no cycle. Returns 0 or
+ * CAIRN_EGRAPH with a message naming the step (see cairn_graph_errmsg). Called by the runner
+ * when the graph is registered. */
+CAIRN_API int cairn_graph_validate(cairn_graph *g);
+CAIRN_API const char *cairn_graph_errmsg(const cairn_graph *g);
+/* Fingerprint: hex SHA-256 over the graph name, version, and each step's name, version,
+ * delivery class and dependencies. Valid after a successful validate; NULL before. */
+CAIRN_API const char *cairn_graph_fingerprint(const cairn_graph *g);
+
+/* ------------------------------------------------------------------ step context */
+
+/* Task ID, step name, generation (starts at 1), invocation number of this step (1-based) and
+ * task attempt (1-based). Strings valid until the step returns. */
+CAIRN_API const char *cairn_ctx_task_id(const cairn_ctx *ctx);
+CAIRN_API const char *cairn_ctx_step_name(const cairn_ctx *ctx);
+CAIRN_API uint32_t cairn_ctx_generation(const cairn_ctx *ctx);
+CAIRN_API uint32_t cairn_ctx_invocation(const cairn_ctx *ctx);
+CAIRN_API uint32_t cairn_ctx_attempt(const cairn_ctx *ctx);
+/* Stable delivery ID of this step in this generation: "<task>:<step>:<generation>:<hash8>",
+ * the same on every attempt; effects pass it to receivers (webhook-id, Message-ID). */
+CAIRN_API const char *cairn_ctx_delivery_id(const cairn_ctx *ctx);
+/* The task input (a msgpack map decoded from the input JSON). Valid until the step returns. */
+CAIRN_API const msgpack_object *cairn_ctx_input(const cairn_ctx *ctx);
+/* The committed output of dependency `step` (nil if it produced none), or NULL if `step` is not
+ * a declared dependency. Valid until the step returns. */
+CAIRN_API const msgpack_object *cairn_ctx_dep(const cairn_ctx *ctx, const char *step);
+/* Output: either set whole msgpack bytes (copied) ... */
+CAIRN_API int cairn_ctx_set_output(cairn_ctx *ctx, const void *msgpack_bytes, size_t len);
+/* ... or pack into the output buffer (reset on each call to this function). The packer is
+ * valid until the step returns. Exactly one msgpack object must be packed. */
+CAIRN_API msgpack_packer *cairn_ctx_packer(cairn_ctx *ctx);
+/* Error message stored with a failed invocation (and shown by `cairn show`). */
+CAIRN_API void cairn_ctx_set_error(cairn_ctx *ctx, const char *fmt, ...) CAIRN_PRINTF(2, 3);
+/* Progress of a long step: a small msgpack record (<= 1 MiB) committed at once; after a crash
+ * the next invocation of this step gets it back from cairn_ctx_progress(). Returns 0,
+ * CAIRN_ETOOBIG, CAIRN_EINTR (the run is being stopped: return TRANSIENT soon) or a store error. */
+CAIRN_API int cairn_ctx_save_progress(cairn_ctx *ctx, const void *msgpack_bytes, size_t len);
+/* The last saved progress of this step in this generation, or NULL if none. Valid until the
+ * step returns. */
+CAIRN_API const msgpack_object *cairn_ctx_progress(const cairn_ctx *ctx);
+/* 1 once the run was asked to stop (SIGTERM/SIGINT): a long step should return TRANSIENT. */
+CAIRN_API int cairn_ctx_stopping(const cairn_ctx *ctx);
+
+/* ------------------------------------------------------------------ store */
+
+typedef struct cairn_store cairn_store;
+
+typedef enum cairn_durability {
+    CAIRN_SYNC = 0,  /* survives power loss (default); about one disk flush per step */
+    CAIRN_NOSYNC = 1 /* survives process crashes only */
+} cairn_durability;
+
+CAIRN_API cairn_store *cairn_store_new(void);
+CAIRN_API int cairn_store_set_durability(cairn_store *s, cairn_durability d);
+/* Upper bound for the memory map (and so the store's size); 0 = default (64 GiB). The map starts
+ * small and grows by itself; past this bound writes fail with CAIRN_EFULL. */
+CAIRN_API int cairn_store_set_map_max(cairn_store *s, uint64_t bytes);
+/* Opens (creating if needed, mode 0700 dir / 0600 files) the store at `dir`.
+ * CAIRN_EIO (cannot create/open, message has the path and errno text), CAIRN_ESCHEMA. */
+CAIRN_API int cairn_store_open(cairn_store *s, const char *dir);
+CAIRN_API void cairn_store_free(cairn_store *s);
+CAIRN_API const char *cairn_store_errmsg(const cairn_store *s);
+
+/* ------------------------------------------------------------------ runner */
+
+typedef struct cairn_runner cairn_runner;
+
+CAIRN_API cairn_runner *cairn_runner_new(void);
+/* Registers a graph (validated now; CAIRN_EGRAPH). The graph is borrowed and must outlive the
+ * runner. */
+CAIRN_API int cairn_runner_add_graph(cairn_runner *r, cairn_graph *g);
+/* The store the runner works on (borrowed; must be open and outlive the runner). */
+CAIRN_API int cairn_runner_set_store(cairn_runner *r, cairn_store *s);
+/* Max attempts (runs) per task before it is dead; default 3. */
+CAIRN_API int cairn_runner_set_max_attempts(cairn_runner *r, uint32_t n);
+/* Lease time-to-live; default 60 s. Renewed at every commit (and periodically while an
+ * isolated step runs). */
+CAIRN_API int cairn_runner_set_lease_ms(cairn_runner *r, uint32_t ms);
+/* Longest backoff a run waits in-process before retrying a transient step itself; longer
+ * waits end the run as `failed` with next_retry_at (for `cairn retry`). Default 2000 ms. */
+CAIRN_API int cairn_runner_set_inline_wait_ms(cairn_runner *r, uint32_t ms);
+/* Tenant limit: `field` names a top-level string field of the input; at most `max_running`
+ * tasks of one tenant run at once across processes. NULL/0 = no limit. */
+CAIRN_API int cairn_runner_set_tenant_limit(cairn_runner *r, const char *field,
+                                            uint32_t max_running);
+/* Resume with a changed graph by starting a new generation from the first changed step. */
+CAIRN_API int cairn_runner_set_allow_graph_change(cairn_runner *r, int allow);
+/* Retention of outputs of finished tasks (default 7 days) and of tombstones (30 days). */
+CAIRN_API int cairn_runner_set_retention(cairn_runner *r, uint64_t outputs_s, uint64_t tombstones_s);
+CAIRN_API int cairn_runner_open(cairn_runner *r);
+CAIRN_API void cairn_runner_free(cairn_runner *r);
+CAIRN_API const char *cairn_runner_errmsg(const cairn_runner *r);
+
+/* Asks running work to stop (async-signal-safe): the current step's output is not committed,
+ * the lease is released, the run returns CAIRN_EINTR. */
+CAIRN_API void cairn_runner_stop(cairn_runner *r);
+
+/* Runs one task. `input_json` is the task input (a JSON object, copied). `task_id` may be NULL
+ * to derive it: from `id_fields` (comma-separated top-level fields, joined with '_') or, if NULL,
+ * "<graph>_<first 16 hex of SHA-256 of the RFC 8785 canonical input>". `message_id` (optional)
+ * records the consumed queue message. The resolved task ID is written to `task_id_out`
+ * (>= 129 bytes) if not NULL.
+ * Returns 0 when the task has succeeded (now or earlier) or the message was already consumed
+ * (then CAIRN_EMSGSEEN is not an error: 0 and cairn_runner_errmsg() says so), or:
+ *   CAIRN_EJSON, CAIRN_ETOOBIG, CAIRN_ETASKID  bad input; nothing written
+ *   CAIRN_ECONFLICT   same task ID, different payload hash; nothing written
+ *   CAIRN_EBUSY       a live process holds the lease; nothing written
+ *   CAIRN_ETENANT     tenant limit reached; nothing written
+ *   CAIRN_ETRANSIENT  a step failed transiently; the task is failed with next_retry_at
+ *   CAIRN_EDEAD       the task is (now) dead
+ *   CAIRN_EINDOUBT    an effect's outcome is unknown; needs cairn_runner_resolve()
+ *   CAIRN_EGRAPHCHANGED  the task was started by another version of the graph
+ *   CAIRN_EINTR       stopped by cairn_runner_stop()
+ *   CAIRN_EIO, CAIRN_EFULL, CAIRN_ESCHEMA, CAIRN_ECORRUPT   store errors
+ *   CAIRN_ENOGRAPH    no such graph */
+CAIRN_API int cairn_runner_run(cairn_runner *r, const char *graph, const char *task_id,
+                               const char *id_fields, const char *input_json, size_t input_len,
+                               const char *message_id, char *task_id_out);
+/* Resumes an existing task (its input is in the store). Same returns as cairn_runner_run. */
+CAIRN_API int cairn_runner_resume(cairn_runner *r, const char *task_id);
+/* Runs due tasks: failed ones whose next_retry_at has passed (all failed ones if `now` is set),
+ * pending ones, and running ones whose owner is gone. `graph` may be NULL (all graphs); at most
+ * `limit` tasks (0 = no limit). Counts are written if not NULL. Returns 0 or a store error. */
+CAIRN_API int cairn_runner_retry(cairn_runner *r, const char *graph, uint32_t limit, int now,
+                                 uint32_t *n_run, uint32_t *n_succeeded, uint32_t *n_failed);
+/* Settles an in-doubt effect: done (the effect happened: record it, continue after it) or not
+ * done (run it again). The task becomes pending. CAIRN_ENOTFOUND, CAIRN_ESTATE if the step is
+ * not in doubt. */
+CAIRN_API int cairn_runner_resolve(cairn_runner *r, const char *task_id, const char *step,
+                                   int done);
+/* Starts a new generation from `from_step` (NULL = the first step) and everything downstream of
+ * it; old outputs and the audit trail stay readable. CAIRN_ENOTFOUND, CAIRN_EBUSY. */
+CAIRN_API int cairn_runner_invalidate(cairn_runner *r, const char *task_id, const char *from_step);
+/* Drops outputs of tasks finished longer ago than the output retention (keeping a tombstone)
+ * and tombstones older than the tombstone retention. */
+CAIRN_API int cairn_runner_gc(cairn_runner *r, uint32_t *n_pruned, uint32_t *n_removed);
+
+/* ------------------------------------------------------------------ inspection */
+
+typedef struct cairn_task cairn_task;
+
+/* Loads a snapshot of a task (CAIRN_ENOTFOUND). The snapshot is independent of the store. */
+CAIRN_API int cairn_task_load(cairn_store *s, const char *task_id, cairn_task **out);
+CAIRN_API void cairn_task_free(cairn_task *t);
+CAIRN_API const char *cairn_task_id(const cairn_task *t);
+CAIRN_API const char *cairn_task_graph(const cairn_task *t);
+CAIRN_API cairn_state cairn_task_state(const cairn_task *t);
+CAIRN_API uint32_t cairn_task_attempt(const cairn_task *t);
+CAIRN_API uint32_t cairn_task_generation(const cairn_task *t);
+CAIRN_API const char *cairn_task_payload_hash(const cairn_task *t);
+CAIRN_API const char *cairn_task_error(const cairn_task *t); /* last error text or "" */
+CAIRN_API int cairn_task_is_tombstone(const cairn_task *t);
+/* The whole snapshot as a JSON document (task, status, attempt, payload_hash, steps with name,
+ * status, invocations, output as JSON, ...). malloc'd; the caller frees it. NULL on ENOMEM. */
+CAIRN_API char *cairn_task_json(const cairn_task *t);
+
+/* ------------------------------------------------------------------ CLI */
+
+/* The whole `cairn` command line for these graphs: run, show, list, retry, resolve, invalidate,
+ * gc, audit, stats (and, when built with the engine, generate, tokenize, model-info).
+ * Returns the process exit code (sysexits, see README). */
+CAIRN_API int cairn_cli_main(int argc, char **argv, cairn_graph *const *graphs, size_t n_graphs);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CAIRN_H */

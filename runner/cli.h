@@ -1,0 +1,23 @@
+/* runner/cli.h - helpers shared by the CLI's command files (not public). */
+#ifndef CAIRN_RUNNER_CLI_H
+#define CAIRN_RUNNER_CLI_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+/* Maps a CAIRN_E* code to the documented sysexits exit code. */
+int cairn__exit_code(int err);
+/* Reads a whole file ("-" = stdin), at most CAIRN__MAX_INPUT bytes. CAIRN_ENOENT (missing),
+ * CAIRN_ETOOBIG, CAIRN_EIO; err names the path. *buf is malloc'd and NUL-terminated. */
+int cairn__read_input(const char *path, char **buf, size_t *len, char *err, size_t errlen);
+/* Tables for people. */
+void cairn__print_task_table(const json_t *task);
+void cairn__print_list_table(const json_t *rows);
+void cairn__print_audit_table(const json_t *rows);
+
+/* Engine commands (runner/cmd_generate.c, runner/cmd_tokenize.c). */
+int cairn__cmd_generate(int argc, char **argv);
+int cairn__cmd_tokenize(int argc, char **argv);
+int cairn__cmd_model_info(int argc, char **argv);
+
+#endif

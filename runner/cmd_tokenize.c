@@ -1,0 +1,437 @@
+/* runner/cmd_tokenize.c - the `cairn tokenize` and `cairn model-info` commands.
+ *
+ * Both only read a GGUF file's metadata (model-info also its tensor table); neither loads
+ * weights, so they answer in milliseconds even for large models. Exit codes follow sysexits(3):
+ * 64 usage, 65 malformed model file, 66 missing input, 70 internal error, 74 I/O error. The
+ * functions take argv with argv[0] being the command's own name, as the dispatcher passes it.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sysexits.h>
+
+#include "cairn.h"
+#include "gpu/gguf.h"
+#include "gpu/tokenizer.h"
+
+int cairn__cmd_tokenize(int argc, char **argv);
+int cairn__cmd_model_info(int argc, char **argv);
+
+static const char tokenize_usage[] =
+    "usage: cairn tokenize --model FILE.gguf (--text TEXT | --file PATH) [options]\n"
+    "\n"
+    "Prints the token ids of the input, separated by single spaces, one line per input.\n"
+    "\n"
+    "  -m, --model FILE    GGUF model (only its tokenizer metadata is read)\n"
+    "  -t, --text TEXT     tokenize TEXT\n"
+    "  -f, --file PATH     tokenize the contents of PATH ('-' for standard input)\n"
+    "      --lines         with --file: tokenize each line separately (without its newline)\n"
+    "      --add-special   add BOS/EOS as the model's vocabulary asks\n"
+    "      --parse-special read special-token text such as <|im_end|> as that token\n"
+    "  -h, --help          show this help\n";
+
+static const char model_info_usage[] =
+    "usage: cairn model-info [--json] FILE.gguf\n"
+    "\n"
+    "Describes a GGUF model: architecture, parameter count, file size, tensor types, context\n"
+    "length, layer sizes and tokenizer.\n"
+    "\n"
+    "      --json   print one JSON object instead of text\n"
+    "  -h, --help   show this help\n";
+
+/* Maps a GGUF open/load error to an exit code. */
+static int exit_for(int rc)
+{
+    switch (rc) {
+    case CAIRN_ENOENT:
+        return EX_NOINPUT;
+    case CAIRN_EFORMAT:
+    case CAIRN_EUNSUPPORTED:
+        return EX_DATAERR;
+    case CAIRN_EIO:
+        return EX_IOERR;
+    default:
+        return EX_SOFTWARE;
+    }
+}
+
+/* Matches "--name VALUE", "--name=VALUE" or "-x VALUE" at argv[*i]; 1 and *val on a match,
+ * 0 if argv[*i] is another option, -1 if the value is missing. */
+static int opt_value(int argc, char **argv, int *i, const char *lng, const char *shrt, const char **val)
+{
+    const char *a = argv[*i];
+    size_t l = strlen(lng);
+    if (strncmp(a, lng, l) == 0 && a[l] == '=') {
+        *val = a + l + 1;
+        return 1;
+    }
+    if (strcmp(a, lng) != 0 && !(shrt && strcmp(a, shrt) == 0))
+        return 0;
+    if (*i + 1 >= argc)
+        return -1;
+    *val = argv[++*i];
+    return 1;
+}
+
+static int read_all(const char *path, char **out, size_t *len)
+{
+    FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
+    char *p = NULL;
+    size_t n = 0, cap = 0;
+    if (!f)
+        return errno == ENOENT || errno == ENOTDIR ? CAIRN_ENOENT : CAIRN_EIO;
+    for (;;) {
+        size_t got;
+        if (n + 65536 + 1 > cap) {
+            char *q;
+            cap = (n + 65536 + 1) * 2;
+            q = realloc(p, cap);
+            if (!q) {
+                free(p);
+                if (f != stdin)
+                    fclose(f);
+                return CAIRN_ENOMEM;
+            }
+            p = q;
+        }
+        got = fread(p + n, 1, cap - n - 1, f);
+        n += got;
+        if (got == 0)
+            break;
+    }
+    if (ferror(f)) {
+        free(p);
+        if (f != stdin)
+            fclose(f);
+        return CAIRN_EIO;
+    }
+    if (f != stdin)
+        fclose(f);
+    p[n] = 0;
+    *out = p;
+    *len = n;
+    return 0;
+}
+
+static int print_ids(const cairn__tok *t, const char *s, size_t len, int add_special, int parse_special)
+{
+    int32_t *ids;
+    size_t n, i;
+    int rc = cairn__tok_encode(t, s, len, add_special, parse_special, &ids, &n);
+    if (rc)
+        return rc;
+    for (i = 0; i < n; i++)
+        printf(i ? " %" PRId32 : "%" PRId32, ids[i]);
+    putchar('\n');
+    free(ids);
+    return 0;
+}
+
+int cairn__cmd_tokenize(int argc, char **argv)
+{
+    const char *model = NULL, *text = NULL, *file = NULL;
+    int add_special = 0, parse_special = 0, lines = 0, i, rc, v;
+    char err[512];
+    cairn__gguf *g = NULL;
+    cairn__tok *t = NULL;
+    char *data = NULL;
+    size_t len = 0;
+
+    for (i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            fputs(tokenize_usage, stdout);
+            return EX_OK;
+        } else if (strcmp(a, "--add-special") == 0) {
+            add_special = 1;
+        } else if (strcmp(a, "--parse-special") == 0) {
+            parse_special = 1;
+        } else if (strcmp(a, "--lines") == 0) {
+            lines = 1;
+        } else if ((v = opt_value(argc, argv, &i, "--model", "-m", &model)) ||
+                   (v = opt_value(argc, argv, &i, "--text", "-t", &text)) ||
+                   (v = opt_value(argc, argv, &i, "--file", "-f", &file))) {
+            if (v < 0) {
+                fprintf(stderr, "cairn tokenize: option %s needs a value\n%s", a, tokenize_usage);
+                return EX_USAGE;
+            }
+        } else {
+            fprintf(stderr, "cairn tokenize: unknown argument '%s'\n%s", a, tokenize_usage);
+            return EX_USAGE;
+        }
+    }
+    if (!model || (!text == !file) || (lines && !file)) {
+        fprintf(stderr, "cairn tokenize: %s\n%s",
+                !model           ? "--model is required"
+                : (text && file) ? "give --text or --file, not both"
+                : lines && !file ? "--lines needs --file"
+                                 : "give --text or --file",
+                tokenize_usage);
+        return EX_USAGE;
+    }
+
+    rc = cairn__gguf_open(model, &g, err, sizeof err);
+    if (rc) {
+        fprintf(stderr, "cairn tokenize: %s: %s\n", model, err[0] ? err : "cannot open");
+        return exit_for(rc);
+    }
+    rc = cairn__tok_load(g, &t, err, sizeof err);
+    cairn__gguf_close(g);
+    if (rc) {
+        fprintf(stderr, "cairn tokenize: %s: %s\n", model, err[0] ? err : "cannot load the tokenizer");
+        return exit_for(rc);
+    }
+
+    if (file) {
+        rc = read_all(file, &data, &len);
+        if (rc) {
+            fprintf(stderr, "cairn tokenize: %s: %s\n", file,
+                    rc == CAIRN_ENOENT ? "no such file" : rc == CAIRN_ENOMEM ? "out of memory"
+                                                                             : strerror(errno));
+            cairn__tok_free(t);
+            return rc == CAIRN_ENOENT ? EX_NOINPUT : rc == CAIRN_ENOMEM ? EX_SOFTWARE : EX_IOERR;
+        }
+    }
+
+    if (text) {
+        rc = print_ids(t, text, strlen(text), add_special, parse_special);
+    } else if (!lines) {
+        rc = print_ids(t, data, len, add_special, parse_special);
+    } else {
+        /* one output line per input line; a last line without '\n' counts, a final '\n' does
+         * not start another (empty) line */
+        size_t pos = 0;
+        rc = 0;
+        while (pos < len && !rc) {
+            const char *nl = memchr(data + pos, '\n', len - pos);
+            size_t end = nl ? (size_t)(nl - data) : len;
+            rc = print_ids(t, data + pos, end - pos, add_special, parse_special);
+            pos = end + 1;
+        }
+    }
+    free(data);
+    cairn__tok_free(t);
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "cairn tokenize: cannot write the output\n");
+        return EX_IOERR;
+    }
+    if (rc) {
+        fprintf(stderr, "cairn tokenize: tokenizing failed (%s)\n",
+                rc == CAIRN_ENOMEM ? "out of memory" : "internal error");
+        return EX_SOFTWARE;
+    }
+    return EX_OK;
+}
+
+/* ---- model-info ------------------------------------------------------------------------- */
+
+/* An <arch>.<suffix> size: a scalar, or for per-layer arrays the largest entry. -1 if absent. */
+static int64_t arch_value(const cairn__gguf *g, const char *arch, const char *suffix)
+{
+    char key[256];
+    uint64_t v, n, i;
+    int et;
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    if (cairn__gguf_get_u64(g, key, &v) == 0)
+        return v > INT64_MAX ? INT64_MAX : (int64_t)v;
+    if (cairn__gguf_get_arr(g, key, &et, &n) == 0 && n > 0) {
+        int64_t best = -1, x;
+        for (i = 0; i < n; i++)
+            if (cairn__gguf_arr_i64(g, key, i, &x) == 0 && x > best)
+                best = x;
+        return best;
+    }
+    return -1;
+}
+
+/* Copies a metadata string into a NUL-terminated buffer; "" if absent or not a string. */
+static const char *meta_str(const cairn__gguf *g, const char *key, char *buf, size_t cap)
+{
+    const char *s;
+    size_t n;
+    buf[0] = 0;
+    if (cairn__gguf_get_str(g, key, &s, &n) == 0) {
+        if (n >= cap)
+            n = cap - 1;
+        memcpy(buf, s, n);
+        buf[n] = 0; /* a NUL inside the value ends it early: fine for display */
+    }
+    return buf;
+}
+
+static void human(double v, const char *const *units, double step, char *out, size_t cap)
+{
+    size_t u = 0;
+    while (v >= step && units[u + 1]) {
+        v /= step;
+        u++;
+    }
+    snprintf(out, cap, u ? "%.2f %s" : "%.0f%s", v, units[u]);
+}
+
+static int json_put(json_t *o, const char *k, json_t *v)
+{
+    return json_object_set_new(o, k, v ? v : json_null());
+}
+
+static json_t *json_size(int64_t v)
+{
+    return v >= 0 ? json_integer((json_int_t)v) : json_null();
+}
+
+int cairn__cmd_model_info(int argc, char **argv)
+{
+    static const char *const count_units[] = {"", "K", "M", "B", "T", NULL};
+    static const char *const byte_units[] = {" bytes", "KiB", "MiB", "GiB", "TiB", NULL};
+    static const struct {
+        const char *suffix, *label, *json;
+    } sizes[] = {
+        {"context_length", "context length", "context_length"},
+        {"embedding_length", "embedding", "embedding_length"},
+        {"block_count", "layers", "block_count"},
+        {"attention.head_count", "heads", "head_count"},
+        {"attention.head_count_kv", "kv heads", "head_count_kv"},
+        {"feed_forward_length", "feed-forward", "feed_forward_length"},
+    };
+    const char *path = NULL;
+    int json = 0, i, rc, et;
+    char err[512], arch[128], name[256], tmodel[64], tpre[64], h1[64], h2[64];
+    cairn__gguf *g = NULL;
+    uint64_t params = 0, counts[64] = {0}, bytes[64] = {0}, other_count = 0, other_bytes = 0, vocab = 0;
+    size_t k, nt;
+    int64_t vals[sizeof sizes / sizeof sizes[0]];
+
+    for (i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+            fputs(model_info_usage, stdout);
+            return EX_OK;
+        } else if (strcmp(argv[i], "--json") == 0) {
+            json = 1;
+        } else if (argv[i][0] == '-' && argv[i][1]) {
+            fprintf(stderr, "cairn model-info: unknown option '%s'\n%s", argv[i], model_info_usage);
+            return EX_USAGE;
+        } else if (path) {
+            fprintf(stderr, "cairn model-info: one model file only\n%s", model_info_usage);
+            return EX_USAGE;
+        } else {
+            path = argv[i];
+        }
+    }
+    if (!path) {
+        fprintf(stderr, "cairn model-info: no model file given\n%s", model_info_usage);
+        return EX_USAGE;
+    }
+    rc = cairn__gguf_open(path, &g, err, sizeof err);
+    if (rc) {
+        fprintf(stderr, "cairn model-info: %s: %s\n", path, err[0] ? err : "cannot open");
+        return exit_for(rc);
+    }
+
+    nt = cairn__gguf_n_tensors(g);
+    for (k = 0; k < nt; k++) {
+        const cairn__gguf_tensor *te = cairn__gguf_tensor_at(g, k);
+        params += te->n_elements;
+        if (te->type < 64) {
+            counts[te->type]++;
+            bytes[te->type] += te->nbytes;
+        } else {
+            other_count++;
+            other_bytes += te->nbytes;
+        }
+    }
+    meta_str(g, "general.architecture", arch, sizeof arch);
+    meta_str(g, "general.name", name, sizeof name);
+    meta_str(g, "tokenizer.ggml.model", tmodel, sizeof tmodel);
+    meta_str(g, "tokenizer.ggml.pre", tpre, sizeof tpre);
+    if (cairn__gguf_get_arr(g, "tokenizer.ggml.tokens", &et, &vocab) != 0)
+        vocab = 0;
+    for (k = 0; k < sizeof sizes / sizeof sizes[0]; k++)
+        vals[k] = arch[0] ? arch_value(g, arch, sizes[k].suffix) : -1;
+
+    if (json) {
+        json_t *o = json_object(), *types = json_object(), *tok = json_object();
+        char *s;
+        json_put(o, "file", json_string(path));
+        json_put(o, "file_size", json_integer((json_int_t)cairn__gguf_file_size(g)));
+        json_put(o, "gguf_version", json_integer((json_int_t)cairn__gguf_version(g)));
+        json_put(o, "architecture", arch[0] ? json_string(arch) : NULL);
+        json_put(o, "name", name[0] ? json_string(name) : NULL);
+        json_put(o, "parameters", json_integer((json_int_t)params));
+        json_put(o, "tensors", json_integer((json_int_t)nt));
+        for (k = 0; k < 64; k++)
+            if (counts[k]) {
+                json_t *e = json_object();
+                json_put(e, "count", json_integer((json_int_t)counts[k]));
+                json_put(e, "bytes", json_integer((json_int_t)bytes[k]));
+                json_put(types, cairn__ggml_type_name((uint32_t)k), e);
+            }
+        if (other_count) {
+            json_t *e = json_object();
+            json_put(e, "count", json_integer((json_int_t)other_count));
+            json_put(e, "bytes", json_integer((json_int_t)other_bytes));
+            json_put(types, "?", e);
+        }
+        json_put(o, "tensor_types", types);
+        for (k = 0; k < sizeof sizes / sizeof sizes[0]; k++)
+            json_put(o, sizes[k].json, json_size(vals[k]));
+        json_put(tok, "model", tmodel[0] ? json_string(tmodel) : NULL);
+        json_put(tok, "pre", tpre[0] ? json_string(tpre) : NULL);
+        json_put(tok, "vocab_size", vocab ? json_integer((json_int_t)vocab) : NULL);
+        json_put(o, "tokenizer", tok);
+        s = json_dumps(o, JSON_INDENT(2) | JSON_ENSURE_ASCII);
+        json_decref(o);
+        if (!s) {
+            cairn__gguf_close(g);
+            fprintf(stderr, "cairn model-info: out of memory\n");
+            return EX_SOFTWARE;
+        }
+        puts(s);
+        free(s);
+    } else {
+        int first = 1;
+        human((double)cairn__gguf_file_size(g), byte_units, 1024.0, h1, sizeof h1);
+        human((double)params, count_units, 1000.0, h2, sizeof h2);
+        printf("file:           %s\n", path);
+        printf("file size:      %" PRIu64 " bytes (%s)\n", cairn__gguf_file_size(g), h1);
+        printf("gguf version:   %" PRIu32 "\n", cairn__gguf_version(g));
+        printf("architecture:   %s\n", arch[0] ? arch : "-");
+        if (name[0])
+            printf("name:           %s\n", name);
+        printf("parameters:     %" PRIu64 " (%s)\n", params, h2);
+        printf("tensors:        %zu\n", nt);
+        printf("tensor types:  ");
+        for (k = 0; k < 64; k++)
+            if (counts[k]) {
+                printf("%s %s x%" PRIu64, first ? "" : ",", cairn__ggml_type_name((uint32_t)k), counts[k]);
+                first = 0;
+            }
+        if (other_count)
+            printf("%s ? x%" PRIu64, first ? "" : ",", other_count);
+        printf("%s\n", nt ? "" : " -");
+        for (k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+            printf("%s:%*s", sizes[k].label, (int)(15 - strlen(sizes[k].label)), "");
+            if (vals[k] >= 0)
+                printf("%" PRId64 "\n", vals[k]);
+            else
+                printf("-\n");
+        }
+        printf("tokenizer:      %s", tmodel[0] ? tmodel : "-");
+        if (tpre[0])
+            printf(" (pre %s)", tpre);
+        printf("\n");
+        printf("vocab size:     ");
+        if (vocab)
+            printf("%" PRIu64 "\n", vocab);
+        else
+            printf("-\n");
+    }
+    cairn__gguf_close(g);
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "cairn model-info: cannot write the output\n");
+        return EX_IOERR;
+    }
+    return EX_OK;
+}

@@ -1,0 +1,334 @@
+/* runner/exec.c - what a step sees (cairn_ctx) and how it is run.
+ *
+ * A step runs either in-process or, when it has a hard timeout, in a forked child that the
+ * runner kills with SIGKILL at the deadline: a step that hangs in a system call or a GPU kernel
+ * cannot be asked to stop, only stopped. The child never touches the store (LMDB forbids using
+ * an environment across fork); it sends frames to the parent over a pipe:
+ *     'P' len bytes     save this progress record (the parent commits it)
+ *     'R' result errlen err outlen out   the step's result
+ * The parent commits progress as it arrives and renews the lease while it waits, so a long
+ * isolated step keeps its lease however long it runs.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "runner/internal.h"
+
+/* ------------------------------------------------------------------ ctx accessors */
+
+const char *cairn_ctx_task_id(const cairn_ctx *c) { return c->task_id; }
+const char *cairn_ctx_step_name(const cairn_ctx *c) { return c->step->name; }
+uint32_t cairn_ctx_generation(const cairn_ctx *c) { return c->generation; }
+uint32_t cairn_ctx_invocation(const cairn_ctx *c) { return c->invocation; }
+uint32_t cairn_ctx_attempt(const cairn_ctx *c) { return c->attempt; }
+const char *cairn_ctx_delivery_id(const cairn_ctx *c) { return c->delivery_id; }
+const msgpack_object *cairn_ctx_input(const cairn_ctx *c) { return &c->input.data; }
+int cairn_ctx_stopping(const cairn_ctx *c) { return c->r->stop != 0; }
+
+const msgpack_object *cairn_ctx_dep(const cairn_ctx *c, const char *step)
+{
+    static const msgpack_object nil = {.type = MSGPACK_OBJECT_NIL};
+    for (size_t i = 0; step && i < c->n_deps; i++)
+        if (strcmp(c->deps[i].name, step) == 0)
+            return c->deps[i].present ? &c->deps[i].u.data : &nil;
+    return NULL;
+}
+
+const msgpack_object *cairn_ctx_progress(const cairn_ctx *c)
+{
+    return c->has_progress ? &c->progress.data : NULL;
+}
+
+/* Checks that `bytes` hold exactly one msgpack object. */
+static int one_object(const void *bytes, size_t len)
+{
+    msgpack_unpacked u;
+    size_t off = 0;
+    msgpack_unpacked_init(&u);
+    int ok = msgpack_unpack_next(&u, bytes, len, &off) == MSGPACK_UNPACK_SUCCESS && off == len;
+    msgpack_unpacked_destroy(&u);
+    return ok;
+}
+
+int cairn_ctx_set_output(cairn_ctx *c, const void *bytes, size_t len)
+{
+    if (!c || (len && !bytes) || (len && !one_object(bytes, len)))
+        return CAIRN_EINVAL;
+    msgpack_sbuffer_clear(&c->out);
+    if (len && msgpack_sbuffer_write(&c->out, bytes, len) != 0)
+        return CAIRN_ENOMEM;
+    c->out_set = 1;
+    return 0;
+}
+
+msgpack_packer *cairn_ctx_packer(cairn_ctx *c)
+{
+    msgpack_sbuffer_clear(&c->out);
+    c->out_set = 1;
+    return &c->pk;
+}
+
+void cairn_ctx_set_error(cairn_ctx *c, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->err, sizeof c->err, fmt, ap);
+    va_end(ap);
+}
+
+static int write_all(int fd, const void *p, size_t n)
+{
+    const char *b = p;
+    while (n) {
+        ssize_t w = write(fd, b, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return -1;
+        b += w, n -= (size_t)w;
+    }
+    return 0;
+}
+
+static int read_all(int fd, void *p, size_t n)
+{
+    char *b = p;
+    while (n) {
+        ssize_t r = read(fd, b, n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return -1;
+        b += r, n -= (size_t)r;
+    }
+    return 0;
+}
+
+int cairn_ctx_save_progress(cairn_ctx *c, const void *bytes, size_t len)
+{
+    if (!c || !bytes || len == 0 || !one_object(bytes, len))
+        return CAIRN_EINVAL;
+    if (len > (1u << 20))
+        return CAIRN_ETOOBIG;
+    if (c->r->stop)
+        return CAIRN_EINTR;
+    if (c->child_fd >= 0) {
+        uint32_t n = (uint32_t)len;
+        if (write_all(c->child_fd, "P", 1) || write_all(c->child_fd, &n, 4) ||
+            write_all(c->child_fd, bytes, len))
+            return CAIRN_EIO;
+        return 0;
+    }
+    return cairn__commit_progress(c, bytes, len);
+}
+
+/* ------------------------------------------------------------------ execution */
+
+void cairn__outcome_free(cairn__outcome *o)
+{
+    free(o->out);
+    o->out = NULL;
+}
+
+static void take_output(cairn_ctx *c, cairn__outcome *o)
+{
+    o->out = NULL;
+    o->out_len = 0;
+    if (c->out_set && c->out.size) {
+        o->out = malloc(c->out.size);
+        if (o->out) {
+            memcpy(o->out, c->out.data, c->out.size);
+            o->out_len = c->out.size;
+        }
+    }
+    snprintf(o->err, sizeof o->err, "%s", c->err);
+}
+
+static cairn_step_result call(cairn_ctx *c, int probe)
+{
+    cairn_step *s = (cairn_step *)c->step;
+    if (probe) {
+        switch (s->probe(c, s->user)) {
+        case CAIRN_PROBE_DONE:
+            return CAIRN_STEP_OK;
+        case CAIRN_PROBE_NOT_DONE:
+            return CAIRN_STEP_TRANSIENT;
+        default:
+            return CAIRN_STEP_UNKNOWN;
+        }
+    }
+    cairn_step_result res = s->fn(c, s->user);
+    if (res == CAIRN_STEP_OK && c->out_set && c->out.size && !one_object(c->out.data, c->out.size)) {
+        snprintf(c->err, sizeof c->err, "step '%s' produced output that is not one msgpack object",
+                 s->name);
+        res = CAIRN_STEP_PERMANENT;
+    }
+    if ((unsigned)res > CAIRN_STEP_UNKNOWN) {
+        snprintf(c->err, sizeof c->err, "step '%s' returned invalid result %d", s->name, (int)res);
+        res = CAIRN_STEP_PERMANENT;
+    }
+    return res;
+}
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void run_child(cairn_ctx *c, int probe, int fd)
+{
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGINT, SIG_IGN); /* the parent decides; a terminal ^C reaches the whole group */
+    c->child_fd = fd;
+    cairn_step_result res = call(c, probe);
+    uint32_t r = (uint32_t)res, el = (uint32_t)strlen(c->err),
+             ol = c->out_set ? (uint32_t)c->out.size : 0;
+    if (write_all(fd, "R", 1) || write_all(fd, &r, 4) || write_all(fd, &el, 4) ||
+        write_all(fd, c->err, el) || write_all(fd, &ol, 4) || (ol && write_all(fd, c->out.data, ol)))
+        _exit(3);
+    _exit(0);
+}
+
+/* Reads one frame from the child; 1 when the result arrived, 0 for progress, -1 on EOF. */
+static int read_frame(cairn_ctx *c, int fd, cairn__outcome *o, int *commit_err)
+{
+    char type;
+    uint32_t n;
+    if (read_all(fd, &type, 1) || read_all(fd, &n, 4))
+        return -1;
+    if (type == 'P') {
+        char *buf = malloc(n ? n : 1);
+        if (!buf || read_all(fd, buf, n)) {
+            free(buf);
+            return -1;
+        }
+        int rc = cairn__commit_progress(c, buf, n);
+        if (rc && !*commit_err)
+            *commit_err = rc;
+        free(buf);
+        return 0;
+    }
+    if (type != 'R')
+        return -1;
+    o->result = (cairn_step_result)n;
+    uint32_t el, ol;
+    if (read_all(fd, &el, 4) || el >= sizeof o->err || read_all(fd, o->err, el))
+        return -1;
+    o->err[el] = 0;
+    if (read_all(fd, &ol, 4))
+        return -1;
+    if (ol) {
+        o->out = malloc(ol);
+        if (!o->out || read_all(fd, o->out, ol))
+            return -1;
+        o->out_len = ol;
+    }
+    return 1;
+}
+
+static int exec_isolated(cairn_ctx *c, int probe, cairn__outcome *o)
+{
+    int p[2];
+    if (pipe(p) != 0)
+        return cairn__runner_fail(c->r, CAIRN_EIO, "pipe: %s", strerror(errno));
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(p[0]), close(p[1]);
+        return cairn__runner_fail(c->r, CAIRN_ENOMEM, "fork: %s", strerror(errno));
+    }
+    if (pid == 0) {
+        close(p[0]);
+        run_child(c, probe, p[1]);
+    }
+    close(p[1]);
+    int64_t deadline = mono_ms() + c->step->timeout_ms;
+    int64_t renew_every = c->r->lease_ms / 3 ? c->r->lease_ms / 3 : 1;
+    int64_t next_renew = mono_ms() + renew_every;
+    int got = 0, commit_err = 0, killed = 0, stop_seen = 0;
+    while (!got) {
+        int64_t now = mono_ms();
+        if (now >= deadline) {
+            kill(pid, SIGKILL);
+            o->timed_out = killed = 1;
+            break;
+        }
+        if (c->r->stop && !stop_seen) {
+            stop_seen = 1;
+            /* a compute step is simply abandoned; an effect is let finish (up to its deadline)
+             * so that its outcome is known rather than in doubt */
+            if (c->step->delivery == CAIRN_COMPUTE) {
+                kill(pid, SIGKILL);
+                killed = 1;
+                break;
+            }
+        }
+        if (now >= next_renew) {
+            int rc = cairn__renew_lease(c);
+            if (rc && !commit_err)
+                commit_err = rc;
+            next_renew = now + renew_every;
+        }
+        int64_t wait = deadline - now;
+        if (next_renew - now < wait)
+            wait = next_renew - now;
+        if (wait > 100)
+            wait = 100; /* notice a stop request promptly */
+        struct pollfd pf = {.fd = p[0], .events = POLLIN};
+        int pr = poll(&pf, 1, (int)wait);
+        if (pr > 0) {
+            int fr = read_frame(c, p[0], o, &commit_err);
+            if (fr < 0)
+                break;
+            got = fr;
+        }
+    }
+    close(p[0]);
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    if (!got) {
+        if (o->timed_out)
+            snprintf(o->err, sizeof o->err, "step '%s' timed out after %u ms (killed)",
+                     c->step->name, c->step->timeout_ms);
+        else if (killed)
+            snprintf(o->err, sizeof o->err, "step '%s' stopped by a signal", c->step->name);
+        else {
+            o->crashed = 1;
+            if (WIFSIGNALED(status))
+                snprintf(o->err, sizeof o->err, "step '%s' crashed with signal %d",
+                         c->step->name, WTERMSIG(status));
+            else
+                snprintf(o->err, sizeof o->err, "step '%s' exited with status %d",
+                         c->step->name, WEXITSTATUS(status));
+        }
+        o->result = c->step->delivery == CAIRN_COMPUTE ? CAIRN_STEP_TRANSIENT : CAIRN_STEP_UNKNOWN;
+        if (killed && c->r->stop)
+            return CAIRN_EINTR;
+    }
+    return commit_err;
+}
+
+int cairn__exec_step(cairn_ctx *c, int probe, cairn__outcome *o)
+{
+    memset(o, 0, sizeof *o);
+    c->err[0] = 0;
+    c->out_set = 0;
+    msgpack_sbuffer_clear(&c->out);
+    c->child_fd = -1;
+    if (c->step->timeout_ms > 0)
+        return exec_isolated(c, probe, o);
+    o->result = call(c, probe);
+    take_output(c, o);
+    return 0;
+}

@@ -1,0 +1,1291 @@
+/* runner/runner.c - runs tasks through their graph, one committed step at a time.
+ *
+ * How resume decides what to skip: a task's steps are walked in the graph's fixed topological
+ * order; a step whose record in the current generation is `done` is skipped and its committed
+ * output is handed to its dependents. Nothing else is trusted: not a log, not a cache, only the
+ * record committed in the same transaction that checked the lease.
+ *
+ * Effects are the hard part. Before an effect step is called, its intent is committed and
+ * flushed to disk. A run that later finds an intent without a recorded outcome cannot know
+ * whether the effect happened (the crash may have come just after the email left), so it does
+ * not call the step again: the step's probe is asked if it has one, and otherwise the task
+ * becomes in_doubt until an operator resolves it. Effects opted into at-least-once are called
+ * again instead, with the same delivery ID for the receiver to deduplicate.
+ *
+ * Every write is a callback run by cairn__store_write() (see checkpoint/store.h): it may run
+ * twice when the map grows, so the callbacks only compute from their argument and the txn.
+ */
+#include <errno.h>
+#include <openssl/evp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "runner/canon.h"
+#include "runner/internal.h"
+
+#define DAY_S (24ull * 3600)
+
+int cairn__runner_fail(cairn_runner *r, int err, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->err, sizeof r->err, fmt, ap);
+    va_end(ap);
+    return err;
+}
+
+int cairn__runner_store_fail(cairn_runner *r, int err)
+{
+    snprintf(r->err, sizeof r->err, "%s", cairn_store_errmsg(r->store));
+    return err;
+}
+
+/* ------------------------------------------------------------------ lifecycle */
+
+cairn_runner *cairn_runner_new(void)
+{
+    cairn_runner *r = calloc(1, sizeof *r);
+    if (!r)
+        return NULL;
+    r->max_attempts = 3;
+    r->lease_ms = 60000;
+    r->inline_wait_ms = 2000;
+    r->retention_s = 7 * DAY_S;
+    r->tombstone_s = 30 * DAY_S;
+    return r;
+}
+
+void cairn_runner_free(cairn_runner *r)
+{
+    if (!r)
+        return;
+    free(r->graphs);
+    free(r);
+}
+
+const char *cairn_runner_errmsg(const cairn_runner *r)
+{
+    return r ? (r->err[0] ? r->err : r->note) : "no runner";
+}
+
+int cairn_runner_add_graph(cairn_runner *r, cairn_graph *g)
+{
+    if (!r || !g)
+        return CAIRN_EINVAL;
+    int rc = cairn_graph_validate(g);
+    if (rc)
+        return cairn__runner_fail(r, rc, "%s", cairn_graph_errmsg(g));
+    for (size_t i = 0; i < r->n_graphs; i++)
+        if (strcmp(r->graphs[i]->name, g->name) == 0)
+            return cairn__runner_fail(r, CAIRN_EGRAPH, "graph '%s' registered twice", g->name);
+    cairn_graph **gs = realloc(r->graphs, (r->n_graphs + 1) * sizeof *gs);
+    if (!gs)
+        return CAIRN_ENOMEM;
+    r->graphs = gs;
+    r->graphs[r->n_graphs++] = g;
+    return 0;
+}
+
+int cairn_runner_set_store(cairn_runner *r, cairn_store *s)
+{
+    if (!r || !s)
+        return CAIRN_EINVAL;
+    r->store = s;
+    return 0;
+}
+
+int cairn_runner_set_max_attempts(cairn_runner *r, uint32_t n)
+{
+    if (!r || n == 0)
+        return CAIRN_EINVAL;
+    r->max_attempts = n;
+    return 0;
+}
+
+int cairn_runner_set_lease_ms(cairn_runner *r, uint32_t ms)
+{
+    if (!r || ms < 100)
+        return CAIRN_EINVAL;
+    r->lease_ms = ms;
+    return 0;
+}
+
+int cairn_runner_set_inline_wait_ms(cairn_runner *r, uint32_t ms)
+{
+    if (!r)
+        return CAIRN_EINVAL;
+    r->inline_wait_ms = ms;
+    return 0;
+}
+
+int cairn_runner_set_tenant_limit(cairn_runner *r, const char *field, uint32_t max_running)
+{
+    if (!r || (field && strlen(field) > CAIRN__NAME_MAX))
+        return CAIRN_EINVAL;
+    snprintf(r->tenant_field, sizeof r->tenant_field, "%s", field ? field : "");
+    r->tenant_max = field ? max_running : 0;
+    return 0;
+}
+
+int cairn_runner_set_allow_graph_change(cairn_runner *r, int allow)
+{
+    if (!r)
+        return CAIRN_EINVAL;
+    r->allow_graph_change = !!allow;
+    return 0;
+}
+
+int cairn_runner_set_retention(cairn_runner *r, uint64_t outputs_s, uint64_t tombstones_s)
+{
+    if (!r || tombstones_s < outputs_s)
+        return CAIRN_EINVAL;
+    r->retention_s = outputs_s;
+    r->tombstone_s = tombstones_s;
+    return 0;
+}
+
+int cairn_runner_open(cairn_runner *r)
+{
+    if (!r || !r->store)
+        return r ? cairn__runner_fail(r, CAIRN_EINVAL, "no store set") : CAIRN_EINVAL;
+    cairn__owner_self(&r->me);
+    r->rng = cairn__random_u64();
+    r->opened = 1;
+    return 0;
+}
+
+void cairn_runner_stop(cairn_runner *r)
+{
+    if (r)
+        r->stop = 1;
+}
+
+static cairn_graph *find_graph(cairn_runner *r, const char *name)
+{
+    for (size_t i = 0; i < r->n_graphs; i++)
+        if (strcmp(r->graphs[i]->name, name) == 0)
+            return r->graphs[i];
+    return NULL;
+}
+
+/* ------------------------------------------------------------------ shared helpers */
+
+static int audit(cairn__txn *t, cairn__task_rec *task, cairn_state from, cairn_state to,
+                 const char *step, const char *fmt, ...) CAIRN_PRINTF(6, 7);
+static int audit(cairn__txn *t, cairn__task_rec *task, cairn_state from, cairn_state to,
+                 const char *step, const char *fmt, ...)
+{
+    cairn__audit_rec a = {.t_ms = cairn__now_ms(),
+                          .from = (uint8_t)from,
+                          .to = (uint8_t)to,
+                          .attempt = task->attempt,
+                          .generation = task->generation};
+    snprintf(a.step, sizeof a.step, "%s", step ? step : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(a.reason, sizeof a.reason, fmt, ap);
+    va_end(ap);
+    return cairn__audit_append(t, task, &a);
+}
+
+/* Moves a task to `to` (checking the state machine) and audits it. */
+static int transition(cairn__txn *t, cairn__task_rec *task, cairn_state to, int operator_action,
+                      const char *step, const char *reason)
+{
+    cairn_state from = (cairn_state)task->state;
+    if (!cairn_state_transition_ok(from, to, operator_action))
+        return cairn__store_fail(cairn__txn_store(t), CAIRN_ESTATE,
+                                 "task '%s': illegal transition %s -> %s", task->id,
+                                 cairn_state_name(from), cairn_state_name(to));
+    task->state = (uint8_t)to;
+    task->updated_ms = cairn__now_ms();
+    if (to == CAIRN_SUCCEEDED || to == CAIRN_DEAD)
+        task->finished_ms = task->updated_ms;
+    else
+        task->finished_ms = 0;
+    return audit(t, task, from, to, step, "%s", reason);
+}
+
+static void release_lease(cairn__task_rec *task)
+{
+    memset(&task->owner, 0, sizeof task->owner);
+    task->lease_token = 0;
+    task->lease_expires_ms = 0;
+}
+
+static void delivery_id(const char *task, const char *step, uint32_t gen, char out[40])
+{
+    unsigned char h[32];
+    unsigned hl;
+    char buf[512];
+    int n = snprintf(buf, sizeof buf, "%s%c%s%c%u", task, 0, step, 0, gen);
+    EVP_Digest(buf, (size_t)n, h, &hl, EVP_sha256(), NULL);
+    memcpy(out, "dlv_", 4);
+    for (int i = 0; i < 16; i++)
+        snprintf(out + 4 + 2 * i, 3, "%02x", h[i]);
+}
+
+/* The first step (in `g`'s order) whose name@version differs from the pinned list, or NULL. */
+static const cairn_step *first_changed(const cairn_graph *g, const char *pin)
+{
+    const char *p = pin;
+    for (size_t i = 0; i < g->n_steps; i++) {
+        const cairn_step *s = g->steps[g->order[i]];
+        char want[96];
+        int n = snprintf(want, sizeof want, "%s@%u", s->name, s->version);
+        if (strncmp(p, want, (size_t)n) != 0 || (p[n] != ',' && p[n] != 0))
+            return s;
+        p += n + (p[n] == ',');
+    }
+    return *p ? g->steps[g->order[g->n_steps - 1]] : NULL;
+}
+
+/* Starts generation gen+1 from step `from` (index in g->order) onward: those steps get fresh
+ * pending records; earlier steps keep applying from their older generations. */
+static int new_generation(cairn__txn *t, const cairn_graph *g, cairn__task_rec *task, size_t from)
+{
+    task->generation++;
+    for (size_t i = from; i < g->n_steps; i++) {
+        cairn__step_rec s = {.state = CAIRN_STEP_PENDING,
+                             .generation = task->generation,
+                             .updated_ms = cairn__now_ms()};
+        int rc = cairn__step_put(t, task->id, g->steps[g->order[i]]->name, &s);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------ admission */
+
+typedef struct admit_arg {
+    cairn_runner *r;
+    const cairn_graph *g;
+    const char *id, *hash, *message_id, *tenant;
+    const void *input;
+    size_t input_len;
+    char existing[65];
+    char msg_task[CAIRN__ID_MAX + 1];
+} admit_arg;
+
+static int admit_txn(cairn__txn *t, void *arg)
+{
+    admit_arg *a = arg;
+    if (a->message_id && cairn__msg_get(t, a->message_id, a->msg_task) == 0)
+        return CAIRN_EMSGSEEN;
+    int rc = cairn__idem_reserve(t, a->id, a->hash, a->existing);
+    if (rc)
+        return rc;
+    cairn__task_rec task;
+    rc = cairn__task_get(t, a->id, &task);
+    if (rc == CAIRN_ENOTFOUND) {
+        memset(&task, 0, sizeof task);
+        snprintf(task.id, sizeof task.id, "%s", a->id);
+        snprintf(task.graph, sizeof task.graph, "%s", a->g->name);
+        snprintf(task.fingerprint, sizeof task.fingerprint, "%s", a->g->fingerprint);
+        snprintf(task.steps_pin, sizeof task.steps_pin, "%s", a->g->pin);
+        snprintf(task.payload_hash, sizeof task.payload_hash, "%s", a->hash);
+        snprintf(task.tenant, sizeof task.tenant, "%s", a->tenant ? a->tenant : "");
+        task.state = CAIRN_PENDING;
+        task.generation = 1;
+        task.created_ms = task.updated_ms = cairn__now_ms();
+        task.input = a->input;
+        task.input_len = a->input_len;
+        rc = audit(t, &task, CAIRN_PENDING, CAIRN_PENDING, NULL, "created%s%s",
+                   a->message_id ? " from message " : "", a->message_id ? a->message_id : "");
+        if (!rc)
+            rc = cairn__task_put(t, &task);
+    } else if (rc == 0 && strcmp(task.graph, a->g->name) != 0) {
+        rc = cairn__store_fail(cairn__txn_store(t), CAIRN_ECONFLICT,
+                               "task '%s' belongs to graph '%s', not '%s'", a->id, task.graph,
+                               a->g->name);
+    }
+    if (!rc && a->message_id)
+        rc = cairn__msg_put(t, a->message_id, a->id);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ acquire */
+
+typedef struct acquire_arg {
+    cairn_runner *r;
+    const cairn_graph *g;
+    const char *id;
+    uint64_t token;
+    uint32_t attempt, generation;
+    int finished; /* 0 running now; else the final code to return (0 succeeded) */
+    uint32_t tenant_running;
+} acquire_arg;
+
+static int count_live(const char *id, void *arg)
+{
+    void **a = arg;
+    cairn__txn *t = a[0];
+    const char *self = a[1];
+    cairn__task_rec task;
+    if (strcmp(id, self) != 0 && cairn__task_get(t, id, &task) == 0 &&
+        cairn__lease_live(&task, cairn__now_ms()))
+        ++*(uint32_t *)a[2];
+    return 0;
+}
+
+static int acquire_txn(cairn__txn *t, void *arg)
+{
+    acquire_arg *a = arg;
+    cairn_runner *r = a->r;
+    cairn_store *s = cairn__txn_store(t);
+    cairn__task_rec task;
+    int64_t now = cairn__now_ms();
+    int rc = cairn__task_get(t, a->id, &task);
+    if (rc == CAIRN_ENOTFOUND)
+        return cairn__store_fail(s, rc, "no task '%s'", a->id);
+    if (rc)
+        return rc;
+    a->finished = 0;
+    switch (task.state) {
+    case CAIRN_SUCCEEDED:
+        a->finished = 1;
+        snprintf(r->note, sizeof r->note, "task '%s' already succeeded%s", a->id,
+                 task.tombstone ? " (outputs garbage-collected; tombstone kept)" : "");
+        return 0;
+    case CAIRN_DEAD:
+        a->finished = 1;
+        return cairn__store_fail(s, CAIRN_EDEAD, "task '%s' is dead: %s%s%s", a->id,
+                                 task.error_step[0] ? task.error_step : "",
+                                 task.error_step[0] ? ": " : "", task.error);
+    case CAIRN_IN_DOUBT:
+        a->finished = 1;
+        return cairn__store_fail(s, CAIRN_EINDOUBT,
+                                 "task '%s' is in doubt at step '%s': %s; settle it with "
+                                 "`cairn resolve %s --step %s --done|--not-done`",
+                                 a->id, task.error_step, task.error, a->id, task.error_step);
+    default:
+        break;
+    }
+    if (task.tombstone)
+        return cairn__store_fail(s, CAIRN_ESTATE, "task '%s' was garbage-collected", a->id);
+    if (task.state == CAIRN_RUNNING && cairn__lease_live(&task, now))
+        return cairn__store_fail(s, CAIRN_EBUSY,
+                                 "task '%s' is running in process %d on %s (lease until %lld)",
+                                 a->id, task.owner.pid, task.owner.host,
+                                 (long long)task.lease_expires_ms);
+    /* graph pinning */
+    if (strcmp(task.fingerprint, a->g->fingerprint) != 0) {
+        const cairn_step *ch = first_changed(a->g, task.steps_pin);
+        if (!r->allow_graph_change)
+            return cairn__store_fail(
+                s, CAIRN_EGRAPHCHANGED,
+                "task '%s' was started by another version of graph '%s' (pinned %s, now %s; "
+                "first changed step: '%s'); rerun with --allow-graph-change to redo from it",
+                a->id, a->g->name, task.steps_pin, a->g->pin, ch ? ch->name : "(graph header)");
+        size_t from = 0;
+        if (ch)
+            for (from = 0; a->g->steps[a->g->order[from]] != ch; from++)
+                ;
+        if ((rc = new_generation(t, a->g, &task, ch ? from : a->g->n_steps)))
+            return rc;
+        if ((rc = audit(t, &task, (cairn_state)task.state, (cairn_state)task.state,
+                        ch ? ch->name : NULL, "graph changed (%s -> %s): generation %u", task.steps_pin,
+                        a->g->pin, task.generation)))
+            return rc;
+        snprintf(task.fingerprint, sizeof task.fingerprint, "%s", a->g->fingerprint);
+        snprintf(task.steps_pin, sizeof task.steps_pin, "%s", a->g->pin);
+    }
+    /* tenant limit, across processes: count live running tasks of this tenant */
+    if (r->tenant_max && task.tenant[0]) {
+        uint32_t n = 0;
+        void *ca[3] = {t, (void *)a->id, &n};
+        if ((rc = cairn__tenant_each(t, task.tenant, count_live, ca)))
+            return rc;
+        a->tenant_running = n;
+        if (n >= r->tenant_max)
+            return cairn__store_fail(s, CAIRN_ETENANT,
+                                     "tenant '%s' already has %u running task(s) (limit %u)",
+                                     task.tenant, n, r->tenant_max);
+    }
+    char reason[256];
+    task.attempt++;
+    if (task.state == CAIRN_RUNNING) {
+        snprintf(reason, sizeof reason, "lease taken over from pid %d on %s (%s)", task.owner.pid,
+                 task.owner.host, task.lease_expires_ms <= now ? "expired" : "owner gone");
+        /* running -> running is no state change: record the takeover, count the attempt */
+        if ((rc = audit(t, &task, CAIRN_RUNNING, CAIRN_RUNNING, NULL, "%s", reason)))
+            return rc;
+    } else {
+        snprintf(reason, sizeof reason, "%s", task.state == CAIRN_FAILED ? "retry" : "run");
+        if ((rc = transition(t, &task, CAIRN_RUNNING, 0, NULL, reason)))
+            return rc;
+    }
+    if (task.attempt > r->max_attempts) {
+        snprintf(task.error, sizeof task.error, "gave up after %u attempts", r->max_attempts);
+        task.error_step[0] = 0;
+        release_lease(&task);
+        if ((rc = transition(t, &task, CAIRN_DEAD, 0, NULL, task.error)) ||
+            (rc = cairn__task_put(t, &task)))
+            return rc;
+        a->finished = 2;
+        return 0;
+    }
+    task.owner = r->me;
+    task.lease_token = a->token;
+    task.lease_expires_ms = now + r->lease_ms;
+    a->attempt = task.attempt;
+    a->generation = task.generation;
+    return cairn__task_put(t, &task);
+}
+
+/* ------------------------------------------------------------------ step commits */
+
+typedef enum { C_DONE, C_INTENT, C_FAILED, C_DEAD, C_IN_DOUBT, C_RETRY_LATER, C_SUCCEEDED, C_STOPPED,
+               C_RESET } commit_kind;
+
+typedef struct commit_arg {
+    cairn_ctx *ctx;
+    commit_kind kind;
+    const void *out;
+    size_t out_len;
+    const char *err;
+    int64_t next_retry_ms;
+    uint32_t invocations; /* the step's invocation count to record */
+} commit_arg;
+
+/* Loads the task and checks we still hold its lease (fencing). */
+static int fenced(cairn__txn *t, cairn_ctx *c, cairn__task_rec *task)
+{
+    int rc = cairn__task_get(t, c->task_id, task);
+    if (rc)
+        return rc;
+    if (task->state != CAIRN_RUNNING || task->lease_token != c->lease_token)
+        return cairn__store_fail(cairn__txn_store(t), CAIRN_EBUSY,
+                                 "task '%s': lease lost to pid %d on %s; not committing step '%s'",
+                                 c->task_id, task->owner.pid, task->owner.host, c->step->name);
+    task->lease_expires_ms = cairn__now_ms() + c->r->lease_ms;
+    return 0;
+}
+
+static int commit_txn(cairn__txn *t, void *arg)
+{
+    commit_arg *a = arg;
+    cairn_ctx *c = a->ctx;
+    cairn__task_rec task;
+    int rc = fenced(t, c, &task);
+    if (rc)
+        return rc;
+    cairn__step_rec s = {.generation = c->generation,
+                         .invocations = a->invocations,
+                         .updated_ms = cairn__now_ms()};
+    snprintf(s.error, sizeof s.error, "%s", a->err ? a->err : "");
+    const char *step = c->step->name;
+    switch (a->kind) {
+    case C_DONE:
+        s.state = CAIRN_STEP_DONE;
+        s.output = a->out;
+        s.output_len = a->out_len;
+        rc = audit(t, &task, CAIRN_RUNNING, CAIRN_RUNNING, step, "step done (invocation %u)",
+                   a->invocations);
+        break;
+    case C_INTENT:
+        s.state = CAIRN_STEP_INTENT;
+        s.intent_ms = s.updated_ms;
+        rc = audit(t, &task, CAIRN_RUNNING, CAIRN_RUNNING, step, "effect intent %s",
+                   c->delivery_id);
+        break;
+    case C_FAILED:
+        s.state = CAIRN_STEP_FAILED;
+        rc = audit(t, &task, CAIRN_RUNNING, CAIRN_RUNNING, step, "step failed: %s", s.error);
+        break;
+    case C_RESET: /* a probe said the effect did not happen: clear the intent */
+        s.state = CAIRN_STEP_PENDING;
+        rc = audit(t, &task, CAIRN_RUNNING, CAIRN_RUNNING, step, "probe: effect did not happen");
+        break;
+    case C_RETRY_LATER:
+        s.state = CAIRN_STEP_FAILED;
+        task.next_retry_ms = a->next_retry_ms;
+        snprintf(task.error, sizeof task.error, "%s", s.error);
+        snprintf(task.error_step, sizeof task.error_step, "%s", step);
+        release_lease(&task);
+        rc = transition(t, &task, CAIRN_FAILED, 0, step, s.error);
+        break;
+    case C_DEAD:
+        s.state = CAIRN_STEP_FAILED;
+        snprintf(task.error, sizeof task.error, "%s", s.error);
+        snprintf(task.error_step, sizeof task.error_step, "%s", step);
+        release_lease(&task);
+        rc = transition(t, &task, CAIRN_DEAD, 0, step, s.error);
+        break;
+    case C_IN_DOUBT:
+        s.state = CAIRN_STEP_IN_DOUBT;
+        snprintf(task.error, sizeof task.error, "%s", s.error);
+        snprintf(task.error_step, sizeof task.error_step, "%s", step);
+        release_lease(&task);
+        rc = transition(t, &task, CAIRN_IN_DOUBT, 0, step, s.error);
+        break;
+    case C_STOPPED: /* interrupted: the step's output is dropped, the task is due at once */
+        task.next_retry_ms = cairn__now_ms();
+        snprintf(task.error, sizeof task.error, "interrupted by a signal during step '%s'", step);
+        snprintf(task.error_step, sizeof task.error_step, "%s", step);
+        release_lease(&task);
+        rc = transition(t, &task, CAIRN_FAILED, 0, step, task.error);
+        if (!rc)
+            rc = cairn__task_put(t, &task);
+        return rc; /* the step record is left as it was */
+    case C_SUCCEEDED:
+        task.error[0] = task.error_step[0] = 0;
+        release_lease(&task);
+        rc = transition(t, &task, CAIRN_SUCCEEDED, 0, NULL, "all steps done");
+        if (!rc)
+            rc = cairn__task_put(t, &task);
+        return rc;
+    }
+    if (!rc)
+        rc = cairn__step_put(t, c->task_id, step, &s);
+    if (!rc)
+        rc = cairn__task_put(t, &task);
+    return rc;
+}
+
+static int commit(cairn_ctx *c, commit_kind kind, int durable, const void *out, size_t out_len,
+                  const char *err, uint32_t invocations, int64_t next_retry_ms)
+{
+    commit_arg a = {.ctx = c,
+                    .kind = kind,
+                    .out = out,
+                    .out_len = out_len,
+                    .err = err,
+                    .invocations = invocations,
+                    .next_retry_ms = next_retry_ms};
+    int rc = cairn__store_write(c->r->store, durable, commit_txn, &a);
+    return rc ? cairn__runner_store_fail(c->r, rc) : 0;
+}
+
+typedef struct progress_arg {
+    cairn_ctx *ctx;
+    const void *data;
+    size_t len;
+} progress_arg;
+
+static int progress_txn(cairn__txn *t, void *arg)
+{
+    progress_arg *a = arg;
+    cairn__task_rec task;
+    int rc = fenced(t, a->ctx, &task);
+    if (!rc && a->data)
+        rc = cairn__progress_put(t, a->ctx->task_id, a->ctx->step->name, a->ctx->generation,
+                                 a->data, a->len);
+    if (!rc)
+        rc = cairn__task_put(t, &task);
+    return rc;
+}
+
+int cairn__commit_progress(cairn_ctx *c, const void *data, size_t len)
+{
+    progress_arg a = {c, data, len};
+    int rc = cairn__store_write(c->r->store, CAIRN__RELAXED, progress_txn, &a);
+    return rc ? cairn__runner_store_fail(c->r, rc) : 0;
+}
+
+int cairn__renew_lease(cairn_ctx *c) { return cairn__commit_progress(c, NULL, 0); }
+
+/* ------------------------------------------------------------------ loading a step's inputs */
+
+typedef struct load_arg {
+    cairn_ctx *ctx;
+    const cairn_graph *g;
+    cairn__step_rec rec; /* the step's own record (state copied; pointers not kept) */
+    int has_rec;
+} load_arg;
+
+static void *dup_bytes(const void *p, size_t n)
+{
+    void *d = malloc(n ? n : 1);
+    if (d && n)
+        memcpy(d, p, n);
+    return d;
+}
+
+static int unpack_copy(const void *p, size_t n, void **bytes, msgpack_unpacked *u)
+{
+    size_t off = 0;
+    *bytes = dup_bytes(p, n);
+    if (!*bytes)
+        return CAIRN_ENOMEM;
+    msgpack_unpacked_init(u);
+    if (msgpack_unpack_next(u, *bytes, n, &off) != MSGPACK_UNPACK_SUCCESS)
+        return CAIRN_ECORRUPT;
+    return 0;
+}
+
+static int load_txn(cairn__txn *t, void *arg)
+{
+    load_arg *a = arg;
+    cairn_ctx *c = a->ctx;
+    cairn__task_rec task;
+    int rc = cairn__task_get(t, c->task_id, &task);
+    if (rc)
+        return rc;
+    if (!c->input_bytes) {
+        if (!task.input)
+            return cairn__store_fail(cairn__txn_store(t), CAIRN_ECORRUPT,
+                                     "task '%s' has no stored input", c->task_id);
+        if ((rc = unpack_copy(task.input, task.input_len, &c->input_bytes, &c->input)))
+            return rc;
+    }
+    cairn__step_rec s;
+    rc = cairn__step_get(t, c->task_id, c->step->name, c->generation, &s);
+    a->has_rec = rc == 0;
+    if (rc == 0) {
+        a->rec = s;
+        a->rec.output = NULL;
+    } else if (rc != CAIRN_ENOTFOUND)
+        return rc;
+    /* dependencies' committed outputs */
+    for (size_t i = 0; i < c->n_deps; i++) {
+        cairn__dep *d = &c->deps[i];
+        if (d->present || d->bytes)
+            continue;
+        rc = cairn__step_get(t, c->task_id, d->name, c->generation, &s);
+        if (rc == 0 && s.state == CAIRN_STEP_DONE && s.output) {
+            if ((rc = unpack_copy(s.output, s.output_len, &d->bytes, &d->u)))
+                return rc;
+            d->present = 1;
+        } else if (rc && rc != CAIRN_ENOTFOUND)
+            return rc;
+    }
+    const void *p;
+    size_t n;
+    if (c->has_progress) {
+        msgpack_unpacked_destroy(&c->progress);
+        free(c->progress_bytes);
+        c->progress_bytes = NULL;
+        c->has_progress = 0;
+    }
+    rc = cairn__progress_get(t, c->task_id, c->step->name, c->generation, &p, &n);
+    if (rc == 0) {
+        if ((rc = unpack_copy(p, n, &c->progress_bytes, &c->progress)))
+            return rc;
+        c->has_progress = 1;
+    } else if (rc != CAIRN_ENOTFOUND)
+        return rc;
+    return 0;
+}
+
+static void ctx_clear(cairn_ctx *c)
+{
+    for (size_t i = 0; i < c->n_deps; i++) {
+        if (c->deps[i].bytes) {
+            msgpack_unpacked_destroy(&c->deps[i].u);
+            free(c->deps[i].bytes);
+        }
+    }
+    free(c->deps);
+    c->deps = NULL;
+    c->n_deps = 0;
+    if (c->has_progress) {
+        msgpack_unpacked_destroy(&c->progress);
+        free(c->progress_bytes);
+    }
+    c->has_progress = 0;
+    c->progress_bytes = NULL;
+}
+
+/* ------------------------------------------------------------------ one step */
+
+static void sleep_ms(cairn_runner *r, uint32_t ms)
+{
+    while (ms && !r->stop) {
+        uint32_t chunk = ms > 50 ? 50 : ms;
+        struct timespec ts = {0, (long)chunk * 1000000L};
+        nanosleep(&ts, NULL);
+        ms -= chunk;
+    }
+}
+
+/* Runs step `s` until it is done or the task leaves `running`. Returns 0 when the step is done
+ * (or was already), else the code the run ends with. */
+static int run_step(cairn_ctx *c, const cairn_graph *g)
+{
+    cairn_runner *r = c->r;
+    const cairn_step *s = c->step;
+    c->deps = calloc(s->n_deps ? s->n_deps : 1, sizeof *c->deps);
+    if (!c->deps)
+        return CAIRN_ENOMEM;
+    c->n_deps = s->n_deps;
+    for (size_t i = 0; i < s->n_deps; i++)
+        c->deps[i].name = g->steps[s->deps[i]]->name;
+    delivery_id(c->task_id, s->name, c->generation, c->delivery_id);
+    int rc;
+    for (;;) {
+        load_arg la = {.ctx = c, .g = g};
+        rc = cairn__store_read(r->store, load_txn, &la);
+        if (rc)
+            return cairn__runner_store_fail(r, rc);
+        uint32_t inv = la.has_rec ? la.rec.invocations : 0;
+        cairn_step_state st = la.has_rec ? (cairn_step_state)la.rec.state : CAIRN_STEP_PENDING;
+        if (st == CAIRN_STEP_DONE)
+            return 0;
+        int probe = 0;
+        if (st == CAIRN_STEP_INTENT || st == CAIRN_STEP_IN_DOUBT) {
+            /* an effect was (maybe) performed by a run that died before recording it */
+            if (s->delivery == CAIRN_EFFECT_AT_LEAST_ONCE) {
+                /* call again with the same delivery ID */
+            } else if (s->probe && st == CAIRN_STEP_INTENT) {
+                probe = 1;
+            } else {
+                char why[CAIRN__ERR_MAX];
+                snprintf(why, sizeof why,
+                         "effect '%s' (delivery %s) was started but its outcome was never "
+                         "recorded",
+                         s->name, c->delivery_id);
+                rc = commit(c, C_IN_DOUBT, CAIRN__DURABLE, NULL, 0, why, inv, 0);
+                return rc ? rc
+                          : cairn__runner_fail(r, CAIRN_EINDOUBT, "task '%s': %s", c->task_id, why);
+            }
+        }
+        if (!probe && inv >= s->max_invocations) {
+            char why[CAIRN__ERR_MAX];
+            snprintf(why, sizeof why, "step '%s' used all %u invocations; last error: %s",
+                     s->name, s->max_invocations, la.has_rec ? la.rec.error : "");
+            rc = commit(c, C_DEAD, CAIRN__DURABLE, NULL, 0, why, inv, 0);
+            return rc ? rc : cairn__runner_fail(r, CAIRN_EDEAD, "task '%s': %s", c->task_id, why);
+        }
+        if (!probe)
+            inv++;
+        c->invocation = inv;
+        if (!probe && s->delivery != CAIRN_COMPUTE) {
+            /* the intent must be on disk before the world can change */
+            rc = commit(c, C_INTENT, CAIRN__DURABLE, NULL, 0, NULL, inv, 0);
+            if (rc)
+                return rc;
+        }
+        cairn__outcome o;
+        rc = cairn__exec_step(c, probe, &o);
+        if (rc == CAIRN_EINTR || (r->stop && s->delivery == CAIRN_COMPUTE)) {
+            cairn__outcome_free(&o);
+            int crc = commit(c, C_STOPPED, CAIRN__DURABLE, NULL, 0, NULL, inv, 0);
+            return crc ? crc
+                       : cairn__runner_fail(r, CAIRN_EINTR,
+                                            "task '%s': stopped during step '%s'; output not "
+                                            "committed",
+                                            c->task_id, s->name);
+        }
+        if (rc) {
+            cairn__outcome_free(&o);
+            return rc;
+        }
+        cairn_step_result res = o.result;
+        if (probe && res == CAIRN_STEP_TRANSIENT) {
+            /* the probe says it never happened: clear the intent and perform it now */
+            cairn__outcome_free(&o);
+            rc = commit(c, C_RESET, CAIRN__RELAXED, NULL, 0, NULL, inv, 0);
+            if (rc)
+                return rc;
+            continue;
+        }
+        if (res == CAIRN_STEP_UNKNOWN && s->delivery == CAIRN_COMPUTE)
+            res = CAIRN_STEP_TRANSIENT;
+        if (res == CAIRN_STEP_UNKNOWN && s->delivery == CAIRN_EFFECT_AT_LEAST_ONCE)
+            res = CAIRN_STEP_TRANSIENT; /* sent again later with the same delivery ID */
+        if (!o.err[0] && res != CAIRN_STEP_OK)
+            snprintf(o.err, sizeof o.err, "step '%s' failed", s->name);
+        int durable = s->expensive || s->delivery != CAIRN_COMPUTE;
+        switch (res) {
+        case CAIRN_STEP_OK:
+            rc = commit(c, C_DONE, durable, o.out, o.out_len, NULL, inv, 0);
+            cairn__outcome_free(&o);
+            return rc;
+        case CAIRN_STEP_PERMANENT:
+            rc = commit(c, C_DEAD, CAIRN__DURABLE, NULL, 0, o.err, inv, 0);
+            if (!rc)
+                rc = cairn__runner_fail(r, CAIRN_EDEAD, "task '%s' is dead: step '%s': %s",
+                                        c->task_id, s->name, o.err);
+            cairn__outcome_free(&o);
+            return rc;
+        case CAIRN_STEP_UNKNOWN:
+            rc = commit(c, C_IN_DOUBT, CAIRN__DURABLE, NULL, 0, o.err, inv, 0);
+            if (!rc)
+                rc = cairn__runner_fail(r, CAIRN_EINDOUBT,
+                                        "task '%s' is in doubt: effect '%s' (delivery %s): %s",
+                                        c->task_id, s->name, c->delivery_id, o.err);
+            cairn__outcome_free(&o);
+            return rc;
+        case CAIRN_STEP_TRANSIENT:
+        default:
+            break;
+        }
+        /* transient: retry inline if the backoff is short, else leave it to `cairn retry` */
+        uint32_t delay = cairn__backoff_ms(s, inv, &r->rng);
+        if (inv >= s->max_invocations) {
+            char why[CAIRN__ERR_MAX];
+            snprintf(why, sizeof why, "step '%s' failed on all %u invocations; last: %s",
+                     s->name, inv, o.err);
+            rc = commit(c, C_DEAD, CAIRN__DURABLE, NULL, 0, why, inv, 0);
+            cairn__outcome_free(&o);
+            return rc ? rc : cairn__runner_fail(r, CAIRN_EDEAD, "task '%s' is dead: %s",
+                                                c->task_id, why);
+        }
+        if (delay <= r->inline_wait_ms && !r->stop) {
+            rc = commit(c, C_FAILED, CAIRN__RELAXED, NULL, 0, o.err, inv, 0);
+            cairn__outcome_free(&o);
+            if (rc)
+                return rc;
+            sleep_ms(r, delay);
+            continue;
+        }
+        int64_t next = cairn__now_ms() + delay;
+        if (c->attempt >= r->max_attempts) {
+            char why[CAIRN__ERR_MAX];
+            snprintf(why, sizeof why, "step '%s' failed and the task used all %u attempts: %s",
+                     s->name, r->max_attempts, o.err);
+            rc = commit(c, C_DEAD, CAIRN__DURABLE, NULL, 0, why, inv, 0);
+            cairn__outcome_free(&o);
+            return rc ? rc : cairn__runner_fail(r, CAIRN_EDEAD, "task '%s' is dead: %s",
+                                                c->task_id, why);
+        }
+        rc = commit(c, C_RETRY_LATER, CAIRN__DURABLE, NULL, 0, o.err, inv, next);
+        if (!rc)
+            rc = cairn__runner_fail(r, CAIRN_ETRANSIENT,
+                                    "task '%s' failed transiently at step '%s': %s; next retry in "
+                                    "%u ms",
+                                    c->task_id, s->name, o.err, delay);
+        cairn__outcome_free(&o);
+        return rc;
+    }
+}
+
+/* ------------------------------------------------------------------ running a task */
+
+static int execute(cairn_runner *r, const cairn_graph *g, const char *id)
+{
+    r->err[0] = r->note[0] = 0;
+    acquire_arg a = {.r = r, .g = g, .id = id, .token = cairn__random_u64()};
+    int rc = cairn__store_write(r->store, CAIRN__RELAXED, acquire_txn, &a);
+    if (rc)
+        return cairn__runner_store_fail(r, rc);
+    if (a.finished == 1)
+        return 0;
+    if (a.finished == 2)
+        return cairn__runner_fail(r, CAIRN_EDEAD, "task '%s' is dead: gave up after %u attempts",
+                                  id, r->max_attempts);
+    cairn_ctx c;
+    memset(&c, 0, sizeof c);
+    c.r = r;
+    c.task_id = id;
+    c.generation = a.generation;
+    c.attempt = a.attempt;
+    c.lease_token = a.token;
+    c.child_fd = -1;
+    msgpack_sbuffer_init(&c.out);
+    msgpack_packer_init(&c.pk, &c.out, msgpack_sbuffer_write);
+    for (size_t i = 0; i < g->n_steps && rc == 0; i++) {
+        c.step = g->steps[g->order[i]];
+        rc = run_step(&c, g);
+        ctx_clear(&c);
+        if (rc == 0 && r->stop) {
+            rc = commit(&c, C_STOPPED, CAIRN__DURABLE, NULL, 0, NULL, 0, 0);
+            if (!rc)
+                rc = cairn__runner_fail(r, CAIRN_EINTR, "task '%s': stopped after step '%s'", id,
+                                        c.step->name);
+        }
+    }
+    if (rc == 0)
+        rc = commit(&c, C_SUCCEEDED, CAIRN__DURABLE, NULL, 0, NULL, 0, 0);
+    if (c.input_bytes) {
+        msgpack_unpacked_destroy(&c.input);
+        free(c.input_bytes);
+    }
+    msgpack_sbuffer_destroy(&c.out);
+    return rc;
+}
+
+int cairn_runner_run(cairn_runner *r, const char *graph, const char *task_id,
+                     const char *id_fields, const char *input_json, size_t input_len,
+                     const char *message_id, char *task_id_out)
+{
+    if (!r || !r->opened || !graph || !input_json)
+        return CAIRN_EINVAL;
+    r->err[0] = r->note[0] = 0;
+    cairn_graph *g = find_graph(r, graph);
+    if (!g)
+        return cairn__runner_fail(r, CAIRN_ENOGRAPH, "no graph named '%s'", graph);
+    char err[512];
+    json_t *input = NULL;
+    int rc = cairn__json_parse(input_json, input_len, "input", &input, err, sizeof err);
+    if (rc)
+        return cairn__runner_fail(r, rc, "%s", err);
+    if (!json_is_object(input)) {
+        json_decref(input);
+        return cairn__runner_fail(r, CAIRN_EJSON, "input: the task input must be a JSON object");
+    }
+    char id[CAIRN__ID_MAX + 1], hash[65];
+    if (task_id) {
+        rc = cairn__task_id_check(task_id, err, sizeof err);
+        snprintf(id, sizeof id, "%s", task_id);
+    } else {
+        rc = cairn__task_id_derive(graph, input, id_fields, id, sizeof id, err, sizeof err);
+    }
+    const char *tenant = NULL;
+    if (!rc && r->tenant_field[0]) {
+        json_t *tv = json_object_get(input, r->tenant_field);
+        if (!json_is_string(tv) || !json_string_length(tv) || json_string_length(tv) > CAIRN__ID_MAX) {
+            snprintf(err, sizeof err, "input: field '%s' (the tenant) must be a string of 1-%d bytes",
+                     r->tenant_field, CAIRN__ID_MAX);
+            rc = CAIRN_EJSON;
+        } else
+            tenant = json_string_value(tv);
+    }
+    if (!rc)
+        rc = cairn__payload_hash(input, hash);
+    if (rc) {
+        json_decref(input);
+        return cairn__runner_fail(r, rc, "%s", err);
+    }
+    msgpack_sbuffer buf;
+    msgpack_sbuffer_init(&buf);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &buf, msgpack_sbuffer_write);
+    rc = cairn__json_to_msgpack(input, &pk);
+    if (task_id_out)
+        snprintf(task_id_out, CAIRN__ID_MAX + 1, "%s", id);
+    if (!rc) {
+        admit_arg aa = {.r = r, .g = g, .id = id, .hash = hash, .message_id = message_id,
+                        .tenant = tenant, .input = buf.data, .input_len = buf.size};
+        rc = cairn__store_write(r->store, CAIRN__RELAXED, admit_txn, &aa);
+        if (rc == CAIRN_ECONFLICT && aa.existing[0])
+            rc = cairn__runner_fail(r, rc,
+                                    "task '%s' exists with payload hash %s; this input hashes to "
+                                    "%s (nothing changed)",
+                                    id, aa.existing, hash);
+        else if (rc == CAIRN_EMSGSEEN) {
+            snprintf(r->note, sizeof r->note, "message '%s' was already consumed by task '%s'",
+                     message_id, aa.msg_task);
+            if (task_id_out)
+                snprintf(task_id_out, CAIRN__ID_MAX + 1, "%s", aa.msg_task);
+            rc = 0;
+            json_decref(input);
+            msgpack_sbuffer_destroy(&buf);
+            return 0;
+        } else if (rc)
+            rc = cairn__runner_store_fail(r, rc);
+    }
+    json_decref(input);
+    msgpack_sbuffer_destroy(&buf);
+    if (rc)
+        return rc;
+    return execute(r, g, id);
+}
+
+static int graph_of_txn(cairn__txn *t, void *arg)
+{
+    char *graph = arg;
+    cairn__task_rec task;
+    int rc = cairn__task_get(t, graph, &task); /* arg holds the id on entry */
+    if (rc == CAIRN_ENOTFOUND)
+        return cairn__store_fail(cairn__txn_store(t), rc, "no task '%s'", graph);
+    if (!rc)
+        snprintf(graph, CAIRN__NAME_MAX + 1, "%s", task.graph);
+    return rc;
+}
+
+/* The graph a stored task belongs to. */
+static int task_graph(cairn_runner *r, const char *id, const cairn_graph **g)
+{
+    char buf[CAIRN__ID_MAX + 1];
+    snprintf(buf, sizeof buf, "%s", id);
+    int rc = cairn__store_read(r->store, graph_of_txn, buf);
+    if (rc)
+        return cairn__runner_store_fail(r, rc);
+    *g = find_graph(r, buf);
+    if (!*g)
+        return cairn__runner_fail(r, CAIRN_ENOGRAPH, "task '%s' belongs to graph '%s', which this "
+                                  "program does not define", id, buf);
+    return 0;
+}
+
+int cairn_runner_resume(cairn_runner *r, const char *task_id)
+{
+    if (!r || !r->opened || !task_id)
+        return CAIRN_EINVAL;
+    r->err[0] = r->note[0] = 0;
+    const cairn_graph *g;
+    int rc = task_graph(r, task_id, &g);
+    return rc ? rc : execute(r, g, task_id);
+}
+
+/* ------------------------------------------------------------------ retry */
+
+typedef struct due_arg {
+    cairn_runner *r;
+    cairn__txn *t;
+    const char *graph;
+    int64_t now;
+    int running; /* scanning running tasks: keep only those whose lease is dead */
+    size_t n, cap;
+    char (*ids)[CAIRN__ID_MAX + 1];
+} due_arg;
+
+static int due_cb(const char *id, void *arg)
+{
+    due_arg *a = arg;
+    cairn__task_rec task;
+    if (cairn__task_get(a->t, id, &task) != 0)
+        return 0;
+    if (a->graph && strcmp(task.graph, a->graph) != 0)
+        return 0;
+    if (a->running && cairn__lease_live(&task, a->now))
+        return 0;
+    if (a->n == a->cap) {
+        size_t cap = a->cap ? a->cap * 2 : 64;
+        void *p = realloc(a->ids, cap * sizeof *a->ids);
+        if (!p)
+            return CAIRN_ENOMEM;
+        a->ids = p, a->cap = cap;
+    }
+    snprintf(a->ids[a->n++], CAIRN__ID_MAX + 1, "%s", id);
+    return 0;
+}
+
+static int due_txn(cairn__txn *t, void *arg)
+{
+    due_arg *a = arg;
+    a->t = t;
+    int64_t upto = a->now;
+    int rc = cairn__due_each(t, CAIRN_FAILED, upto, due_cb, a);
+    if (!rc)
+        rc = cairn__due_each(t, CAIRN_PENDING, INT64_MAX, due_cb, a);
+    if (!rc) {
+        a->running = 1;
+        rc = cairn__due_each(t, CAIRN_RUNNING, INT64_MAX, due_cb, a);
+    }
+    return rc;
+}
+
+int cairn_runner_retry(cairn_runner *r, const char *graph, uint32_t limit, int now,
+                       uint32_t *n_run, uint32_t *n_succeeded, uint32_t *n_failed)
+{
+    if (!r || !r->opened)
+        return CAIRN_EINVAL;
+    due_arg a = {.r = r, .graph = graph, .now = now ? INT64_MAX : cairn__now_ms()};
+    int rc = cairn__store_read(r->store, due_txn, &a);
+    if (rc) {
+        free(a.ids);
+        return cairn__runner_store_fail(r, rc);
+    }
+    a.now = cairn__now_ms();
+    uint32_t ran = 0, ok = 0, bad = 0;
+    for (size_t i = 0; i < a.n && (!limit || ran < limit) && !r->stop; i++) {
+        const cairn_graph *g = find_graph(r, graph ? graph : "");
+        if (!g && task_graph(r, a.ids[i], &g) != 0) {
+            bad++;
+            continue;
+        }
+        int x = execute(r, g, a.ids[i]);
+        if (x == CAIRN_EBUSY || x == CAIRN_ETENANT)
+            continue; /* someone else has it (an overlapping retry): not ours to count */
+        ran++;
+        if (x == 0)
+            ok++;
+        else
+            bad++;
+        if (x == CAIRN_EIO || x == CAIRN_EFULL || x == CAIRN_ECORRUPT || x == CAIRN_ESCHEMA) {
+            rc = x;
+            break;
+        }
+    }
+    free(a.ids);
+    if (n_run)
+        *n_run = ran;
+    if (n_succeeded)
+        *n_succeeded = ok;
+    if (n_failed)
+        *n_failed = bad;
+    return rc;
+}
+
+/* ------------------------------------------------------------------ operator actions */
+
+typedef struct op_arg {
+    cairn_runner *r;
+    const cairn_graph *g;
+    const char *id, *step;
+    int done;
+} op_arg;
+
+static int resolve_txn(cairn__txn *t, void *arg)
+{
+    op_arg *a = arg;
+    cairn_store *s = cairn__txn_store(t);
+    cairn__task_rec task;
+    int rc = cairn__task_get(t, a->id, &task);
+    if (rc == CAIRN_ENOTFOUND)
+        return cairn__store_fail(s, rc, "no task '%s'", a->id);
+    if (rc)
+        return rc;
+    cairn__step_rec st;
+    rc = cairn__step_get(t, a->id, a->step, task.generation, &st);
+    if (rc == CAIRN_ENOTFOUND)
+        return cairn__store_fail(s, rc, "task '%s' has no record of step '%s'", a->id, a->step);
+    if (rc)
+        return rc;
+    if (task.state != CAIRN_IN_DOUBT ||
+        (st.state != CAIRN_STEP_IN_DOUBT && st.state != CAIRN_STEP_INTENT))
+        return cairn__store_fail(s, CAIRN_ESTATE,
+                                 "task '%s' is %s and step '%s' is %s: only an in-doubt step can "
+                                 "be resolved",
+                                 a->id, cairn_state_name((cairn_state)task.state), a->step,
+                                 cairn_step_state_name((cairn_step_state)st.state));
+    st.state = a->done ? CAIRN_STEP_DONE : CAIRN_STEP_PENDING;
+    st.resolved = 1;
+    st.output = NULL;
+    st.output_len = 0;
+    st.generation = task.generation;
+    st.updated_ms = cairn__now_ms();
+    snprintf(st.error, sizeof st.error, "resolved by operator: %s", a->done ? "done" : "not done");
+    if (!a->done && st.invocations > 0)
+        st.invocations--; /* the invocation that never happened does not count */
+    task.error[0] = task.error_step[0] = 0;
+    task.next_retry_ms = 0;
+    if ((rc = transition(t, &task, CAIRN_PENDING, 1, a->step, st.error)) ||
+        (rc = cairn__step_put(t, a->id, a->step, &st)))
+        return rc;
+    return cairn__task_put(t, &task);
+}
+
+int cairn_runner_resolve(cairn_runner *r, const char *task_id, const char *step, int done)
+{
+    if (!r || !r->opened || !task_id || !step)
+        return CAIRN_EINVAL;
+    r->err[0] = 0;
+    op_arg a = {.r = r, .id = task_id, .step = step, .done = done};
+    int rc = cairn__store_write(r->store, CAIRN__DURABLE, resolve_txn, &a);
+    return rc ? cairn__runner_store_fail(r, rc) : 0;
+}
+
+static int invalidate_txn(cairn__txn *t, void *arg)
+{
+    op_arg *a = arg;
+    cairn_store *s = cairn__txn_store(t);
+    cairn__task_rec task;
+    int rc = cairn__task_get(t, a->id, &task);
+    if (rc)
+        return rc == CAIRN_ENOTFOUND ? cairn__store_fail(s, rc, "no task '%s'", a->id) : rc;
+    if (task.state == CAIRN_RUNNING && cairn__lease_live(&task, cairn__now_ms()))
+        return cairn__store_fail(s, CAIRN_EBUSY, "task '%s' is running in process %d on %s",
+                                 a->id, task.owner.pid, task.owner.host);
+    if (task.tombstone)
+        return cairn__store_fail(s, CAIRN_ESTATE,
+                                 "task '%s' was garbage-collected (its input is gone)", a->id);
+    size_t from = 0;
+    if (a->step) {
+        while (from < a->g->n_steps && strcmp(a->g->steps[a->g->order[from]]->name, a->step))
+            from++;
+        if (from == a->g->n_steps)
+            return cairn__store_fail(s, CAIRN_ENOTFOUND, "graph '%s' has no step '%s'",
+                                     a->g->name, a->step);
+    }
+    if (task.state == CAIRN_RUNNING) { /* owner gone: the stale run is abandoned */
+        release_lease(&task);
+        if ((rc = transition(t, &task, CAIRN_FAILED, 0, NULL, "owner gone; invalidated")))
+            return rc;
+    }
+    if ((rc = new_generation(t, a->g, &task, from)))
+        return rc;
+    char why[256];
+    snprintf(why, sizeof why, "invalidated from step '%s': generation %u",
+             a->g->steps[a->g->order[from]]->name, task.generation);
+    if (task.state != CAIRN_PENDING && (rc = transition(t, &task, CAIRN_PENDING, 1, NULL, why)))
+        return rc;
+    if (task.state == CAIRN_PENDING && (rc = audit(t, &task, CAIRN_PENDING, CAIRN_PENDING, NULL,
+                                                  "%s", why)))
+        return rc;
+    task.attempt = 0;
+    task.error[0] = task.error_step[0] = 0;
+    snprintf(task.fingerprint, sizeof task.fingerprint, "%s", a->g->fingerprint);
+    snprintf(task.steps_pin, sizeof task.steps_pin, "%s", a->g->pin);
+    return cairn__task_put(t, &task);
+}
+
+int cairn_runner_invalidate(cairn_runner *r, const char *task_id, const char *from_step)
+{
+    if (!r || !r->opened || !task_id)
+        return CAIRN_EINVAL;
+    r->err[0] = 0;
+    const cairn_graph *g;
+    int rc = task_graph(r, task_id, &g);
+    if (rc)
+        return rc;
+    op_arg a = {.r = r, .g = g, .id = task_id, .step = from_step};
+    rc = cairn__store_write(r->store, CAIRN__DURABLE, invalidate_txn, &a);
+    return rc ? cairn__runner_store_fail(r, rc) : 0;
+}
+
+/* ------------------------------------------------------------------ gc */
+
+typedef struct gc_arg {
+    cairn_runner *r;
+    int64_t prune_before, remove_before;
+    uint32_t pruned, removed, batch;
+} gc_arg;
+
+static int gc_cb(const char *id, void *arg)
+{
+    void **p = arg;
+    cairn__txn *t = p[0];
+    gc_arg *a = p[1];
+    if (a->batch >= 512)
+        return 1; /* keep transactions small; the caller loops */
+    cairn__task_rec task;
+    int rc = cairn__task_get(t, id, &task);
+    if (rc)
+        return rc == CAIRN_ENOTFOUND ? 0 : rc;
+    if (task.finished_ms <= a->remove_before) {
+        if ((rc = cairn__task_del(t, id)) || (rc = cairn__idem_del(t, id)))
+            return rc;
+        a->removed++, a->batch++;
+    } else if (!task.tombstone && task.finished_ms <= a->prune_before) {
+        /* keep the tombstone: id, payload hash, final state, times, audit */
+        task.tombstone = 1;
+        task.input = NULL;
+        task.input_len = 0;
+        if ((rc = cairn__task_drop_outputs(t, id)) ||
+            (rc = audit(t, &task, (cairn_state)task.state, (cairn_state)task.state, NULL,
+                        "gc: outputs dropped, tombstone kept")) ||
+            (rc = cairn__task_put(t, &task)))
+            return rc;
+        a->pruned++, a->batch++;
+    }
+    return 0;
+}
+
+static int gc_txn(cairn__txn *t, void *arg)
+{
+    gc_arg *a = arg;
+    a->batch = 0;
+    void *p[2] = {t, a};
+    return cairn__finished_each(t, a->prune_before, gc_cb, p);
+}
+
+int cairn_runner_gc(cairn_runner *r, uint32_t *n_pruned, uint32_t *n_removed)
+{
+    if (!r || !r->opened)
+        return CAIRN_EINVAL;
+    int64_t now = cairn__now_ms();
+    gc_arg a = {.r = r,
+                .prune_before = now - (int64_t)(r->retention_s * 1000),
+                .remove_before = now - (int64_t)(r->tombstone_s * 1000)};
+    int rc;
+    do {
+        uint32_t before = a.pruned + a.removed;
+        rc = cairn__store_write(r->store, CAIRN__RELAXED, gc_txn, &a);
+        if (rc || a.pruned + a.removed == before)
+            break;
+    } while (a.batch >= 512);
+    if (n_pruned)
+        *n_pruned = a.pruned;
+    if (n_removed)
+        *n_removed = a.removed;
+    return rc ? cairn__runner_store_fail(r, rc) : 0;
+}

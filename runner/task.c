@@ -1,0 +1,227 @@
+/* runner/task.c - read-only task snapshots for `show`, `list` and the C API.
+ *
+ * A snapshot copies what it needs out of one read transaction (the task record, the step records
+ * that apply in the current generation in the pinned step order, and older generations' records
+ * as history), so it stays valid after the transaction and the store are gone.
+ */
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runner/canon.h"
+#include "runner/internal.h"
+
+typedef struct snap_step {
+    char name[CAIRN__NAME_MAX + 1];
+    cairn__step_rec rec; /* output points to `out` */
+    void *out;
+    int current; /* applies in the task's generation */
+} snap_step;
+
+struct cairn_task {
+    cairn__task_rec rec; /* input points to `input` */
+    void *input;
+    snap_step *steps;
+    size_t n_steps;
+};
+
+static void *dup_bytes(const void *p, size_t n)
+{
+    void *d = malloc(n ? n : 1);
+    if (d && n)
+        memcpy(d, p, n);
+    return d;
+}
+
+static int step_cb(const char *name, const cairn__step_rec *rec, void *arg)
+{
+    cairn_task *t = arg;
+    snap_step *s = realloc(t->steps, (t->n_steps + 1) * sizeof *s);
+    if (!s)
+        return CAIRN_ENOMEM;
+    t->steps = s;
+    s = &t->steps[t->n_steps++];
+    memset(s, 0, sizeof *s);
+    snprintf(s->name, sizeof s->name, "%s", name);
+    s->rec = *rec;
+    s->rec.output = NULL;
+    if (rec->output) {
+        s->out = dup_bytes(rec->output, rec->output_len);
+        if (!s->out)
+            return CAIRN_ENOMEM;
+        s->rec.output = s->out;
+    }
+    return 0;
+}
+
+static int load_txn(cairn__txn *txn, void *arg)
+{
+    cairn_task *t = arg;
+    int rc = cairn__task_get(txn, t->rec.id, &t->rec);
+    if (rc == CAIRN_ENOTFOUND)
+        return cairn__store_fail(cairn__txn_store(txn), rc, "no task '%s'", t->rec.id);
+    if (rc)
+        return rc;
+    if (t->rec.input) {
+        t->input = dup_bytes(t->rec.input, t->rec.input_len);
+        if (!t->input)
+            return CAIRN_ENOMEM;
+        t->rec.input = t->input;
+    }
+    return cairn__step_each(txn, t->rec.id, step_cb, t);
+}
+
+int cairn_task_load(cairn_store *s, const char *task_id, cairn_task **out)
+{
+    if (!s || !task_id || !out || strlen(task_id) > CAIRN__ID_MAX)
+        return CAIRN_EINVAL;
+    cairn_task *t = calloc(1, sizeof *t);
+    if (!t)
+        return CAIRN_ENOMEM;
+    snprintf(t->rec.id, sizeof t->rec.id, "%s", task_id);
+    int rc = cairn__store_read(s, load_txn, t);
+    if (rc) {
+        cairn_task_free(t);
+        return rc;
+    }
+    /* the record that applies per step: the latest generation <= the task's */
+    for (size_t i = 0; i < t->n_steps; i++) {
+        if (t->steps[i].rec.generation > t->rec.generation)
+            continue;
+        int latest = 1;
+        for (size_t j = i + 1; j < t->n_steps; j++)
+            if (strcmp(t->steps[j].name, t->steps[i].name) == 0 &&
+                t->steps[j].rec.generation <= t->rec.generation)
+                latest = 0;
+        t->steps[i].current = latest;
+    }
+    *out = t;
+    return 0;
+}
+
+void cairn_task_free(cairn_task *t)
+{
+    if (!t)
+        return;
+    for (size_t i = 0; i < t->n_steps; i++)
+        free(t->steps[i].out);
+    free(t->steps);
+    free(t->input);
+    free(t);
+}
+
+const char *cairn_task_id(const cairn_task *t) { return t->rec.id; }
+const char *cairn_task_graph(const cairn_task *t) { return t->rec.graph; }
+cairn_state cairn_task_state(const cairn_task *t) { return (cairn_state)t->rec.state; }
+uint32_t cairn_task_attempt(const cairn_task *t) { return t->rec.attempt; }
+uint32_t cairn_task_generation(const cairn_task *t) { return t->rec.generation; }
+const char *cairn_task_payload_hash(const cairn_task *t) { return t->rec.payload_hash; }
+const char *cairn_task_error(const cairn_task *t) { return t->rec.error; }
+int cairn_task_is_tombstone(const cairn_task *t) { return t->rec.tombstone; }
+
+static json_t *bytes_json(const void *p, size_t n)
+{
+    msgpack_unpacked u;
+    size_t off = 0;
+    msgpack_unpacked_init(&u);
+    json_t *j = NULL;
+    if (msgpack_unpack_next(&u, p, n, &off) == MSGPACK_UNPACK_SUCCESS)
+        j = cairn__msgpack_to_json(&u.data);
+    msgpack_unpacked_destroy(&u);
+    return j ? j : json_null();
+}
+
+static json_t *time_json(int64_t ms) { return ms ? json_integer(ms) : json_null(); }
+
+static json_t *step_json(const snap_step *s)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "name", json_string(s->name));
+    json_object_set_new(o, "status",
+                        json_string(cairn_step_state_name((cairn_step_state)s->rec.state)));
+    json_object_set_new(o, "generation", json_integer(s->rec.generation));
+    json_object_set_new(o, "invocations", json_integer(s->rec.invocations));
+    json_object_set_new(o, "updated_ms", time_json(s->rec.updated_ms));
+    if (s->rec.intent_ms)
+        json_object_set_new(o, "intent_ms", json_integer(s->rec.intent_ms));
+    if (s->rec.resolved)
+        json_object_set_new(o, "resolved", json_true());
+    if (s->rec.error[0])
+        json_object_set_new(o, "error", json_string(s->rec.error));
+    json_object_set_new(o, "output", s->rec.output ? bytes_json(s->rec.output, s->rec.output_len)
+                                                   : json_null());
+    return o;
+}
+
+/* Position of `name` in the pinned order "a@1,b@2"; unknown names sort last. */
+static size_t pin_pos(const char *pin, const char *name)
+{
+    size_t pos = 0, n = strlen(name);
+    for (const char *p = pin; *p; pos++) {
+        if (strncmp(p, name, n) == 0 && p[n] == '@')
+            return pos;
+        const char *c = strchr(p, ',');
+        if (!c)
+            break;
+        p = c + 1;
+    }
+    return (size_t)-1;
+}
+
+char *cairn_task_json(const cairn_task *t)
+{
+    const cairn__task_rec *r = &t->rec;
+    json_t *o = json_object();
+    json_object_set_new(o, "task", json_string(r->id));
+    json_object_set_new(o, "graph", json_string(r->graph));
+    json_object_set_new(o, "status", json_string(cairn_state_name((cairn_state)r->state)));
+    json_object_set_new(o, "attempt", json_integer(r->attempt));
+    json_object_set_new(o, "generation", json_integer(r->generation));
+    json_object_set_new(o, "payload_hash", json_string(r->payload_hash));
+    json_object_set_new(o, "graph_fingerprint", json_string(r->fingerprint));
+    json_object_set_new(o, "tombstone", json_boolean(r->tombstone));
+    json_object_set_new(o, "created_ms", time_json(r->created_ms));
+    json_object_set_new(o, "updated_ms", time_json(r->updated_ms));
+    json_object_set_new(o, "finished_ms", time_json(r->finished_ms));
+    json_object_set_new(o, "next_retry_at_ms",
+                        r->state == CAIRN_FAILED ? time_json(r->next_retry_ms) : json_null());
+    if (r->tenant[0])
+        json_object_set_new(o, "tenant", json_string(r->tenant));
+    if (r->error[0])
+        json_object_set_new(o, "error", json_string(r->error));
+    if (r->error_step[0])
+        json_object_set_new(o, "error_step", json_string(r->error_step));
+    if (r->lease_token) {
+        json_t *l = json_object();
+        json_object_set_new(l, "host", json_string(r->owner.host));
+        json_object_set_new(l, "pid", json_integer(r->owner.pid));
+        json_object_set_new(l, "expires_ms", json_integer(r->lease_expires_ms));
+        json_object_set_new(o, "lease", l);
+    }
+    json_object_set_new(o, "input", r->input ? bytes_json(r->input, r->input_len) : json_null());
+    json_t *steps = json_array(), *hist = json_array();
+    /* current records in pinned order (a simple selection: graphs are small) */
+    size_t n = t->n_steps;
+    unsigned char *used = calloc(n ? n : 1, 1);
+    for (size_t k = 0; used && k < n; k++) {
+        size_t best = n;
+        for (size_t i = 0; i < n; i++)
+            if (!used[i] && t->steps[i].current &&
+                (best == n || pin_pos(r->steps_pin, t->steps[i].name) <
+                                  pin_pos(r->steps_pin, t->steps[best].name)))
+                best = i;
+        if (best == n)
+            break;
+        used[best] = 1;
+        json_array_append_new(steps, step_json(&t->steps[best]));
+    }
+    for (size_t i = 0; i < n; i++)
+        if (!t->steps[i].current)
+            json_array_append_new(hist, step_json(&t->steps[i]));
+    free(used);
+    json_object_set_new(o, "steps", steps);
+    json_object_set_new(o, "history", hist);
+    char *s = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    json_decref(o);
+    return s;
+}

@@ -1,0 +1,835 @@
+/* tests/gguf/test_gguf.c - the GGUF reader against files from the test writer, hand-broken
+ * files, and the real vocabulary files in $CAIRN_TESTDATA/tokenizers.
+ *
+ * Bad files are made by writing a valid file and patching one field, located by searching for
+ * a key or tensor name in the bytes, so each case breaks exactly one thing and the test can
+ * check that the message names that place.
+ */
+#include "gpu/gguf.h"
+#include "tests/gguf_writer.h"
+#include "tests/tap.h"
+#ifdef GW_HAVE_QUANT
+#include "gpu/quant.h"
+#endif
+
+#if __has_include("cairn.h")
+#include "cairn.h"
+#else
+#include "include/cairn_errors.h"
+enum {
+#define X(n, v, s) CAIRN_##n = v,
+    CAIRN_ERROR_TABLE(X)
+#undef X
+    CAIRN_OK = 0
+};
+#endif
+
+#include <dirent.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static char errbuf[512];
+
+static unsigned char *build(cairn__gguf_writer *w, size_t *len)
+{
+    unsigned char *p = NULL;
+    if (gw_write_mem(w, &p, len) != 0)
+        p = NULL;
+    gw_free(w);
+    return p;
+}
+
+static void put64(unsigned char *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+static void put32(unsigned char *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+/* Offset of the first byte after the GGUF string holding s (its u64 length precedes it). */
+static size_t after_str(const unsigned char *buf, size_t len, const char *s)
+{
+    size_t n = strlen(s);
+    for (size_t i = 8; i + n <= len; i++) {
+        if (memcmp(buf + i, s, n) == 0) {
+            uint64_t l = 0;
+            for (int k = 0; k < 8; k++)
+                l |= (uint64_t)buf[i - 8 + k] << (8 * k);
+            if (l == n)
+                return i + n;
+        }
+    }
+    return 0;
+}
+
+/* Opens buf and checks the code and that the message contains want. */
+static void expect(const unsigned char *buf, size_t len, int code, const char *want, const char *name)
+{
+    cairn__gguf *g = (cairn__gguf *)1;
+    errbuf[0] = 0;
+    int rc = cairn__gguf_open_mem(buf, len, &g, errbuf, sizeof errbuf);
+    ok(rc == code && g == NULL, "%s: code %d (want %d)", name, rc, code);
+    ok(strstr(errbuf, want) != NULL, "%s: message names '%s': %s", name, want, errbuf);
+    if (rc == 0)
+        cairn__gguf_close(g);
+}
+
+/* ---- round trips --------------------------------------------------------------------------- */
+
+static const uint32_t all_types[] = {CAIRN__GGML_F32,  CAIRN__GGML_F16,  CAIRN__GGML_BF16,
+                                     CAIRN__GGML_Q8_0, CAIRN__GGML_Q4_0, CAIRN__GGML_Q4_K,
+                                     CAIRN__GGML_Q6_K};
+
+static int type_writable(uint32_t t)
+{
+#ifdef GW_HAVE_QUANT
+    (void)t;
+    return 1;
+#else
+    return t == CAIRN__GGML_F32 || t == CAIRN__GGML_F16 || t == CAIRN__GGML_BF16;
+#endif
+}
+
+/* error bound of a round trip through type, relative to the row's max |x| */
+static float tolerance(uint32_t t)
+{
+    switch (t) {
+    case CAIRN__GGML_F32: return 0.0f;
+    case CAIRN__GGML_F16: return 1e-3f;
+    case CAIRN__GGML_BF16: return 8e-3f;
+    case CAIRN__GGML_Q8_0: return 1.0f / 100;
+    case CAIRN__GGML_Q6_K: return 1.0f / 20;
+    default: return 1.0f / 6; /* 4-bit */
+    }
+}
+
+static void test_roundtrip(uint32_t version, uint32_t alignment)
+{
+    diag("round trip: version %u, alignment %u", (unsigned)version, (unsigned)alignment);
+    cairn__gguf_writer *w = gw_new(version, alignment);
+    gw_kv_str(w, "general.architecture", "llama");
+    gw_kv_u8(w, "t.u8", 200);
+    gw_kv_i8(w, "t.i8", -100);
+    gw_kv_u16(w, "t.u16", 60000);
+    gw_kv_i16(w, "t.i16", -30000);
+    gw_kv_u32(w, "t.u32", 4000000000u);
+    gw_kv_i32(w, "t.i32", -2000000000);
+    gw_kv_f32(w, "t.f32", 1.5f);
+    gw_kv_bool(w, "t.bool", 1);
+    gw_kv_bool(w, "t.false", 0);
+    gw_kv_u64(w, "t.u64", 0xfedcba9876543210ull);
+    gw_kv_i64(w, "t.i64", INT64_MIN);
+    gw_kv_f64(w, "t.f64", 3.25);
+    gw_kv_strn(w, "t.strn", "a\0b", 3);
+    gw_kv_str(w, "t.empty", "");
+    static const char *const toks[] = {"<s>", "", "hello", "\xe2\x96\x81world"};
+    gw_kv_arr_str(w, "t.arr_str", toks, 4);
+    gw_kv_arr_str(w, "t.arr_str0", NULL, 0);
+    static const float fa[] = {0.5f, -2.0f, 1e30f};
+    gw_kv_arr_f32(w, "t.arr_f32", fa, 3);
+    static const int32_t ia[] = {1, -1, INT32_MAX, INT32_MIN};
+    gw_kv_arr_i32(w, "t.arr_i32", ia, 4);
+    static const uint8_t u8a[] = {0, 255};
+    static const int8_t i8a[] = {-128, 127};
+    static const uint16_t u16a[] = {65535};
+    static const int16_t i16a[] = {-32768};
+    static const uint32_t u32a[] = {4294967295u};
+    static const uint64_t u64a[] = {1, UINT64_MAX};
+    static const int64_t i64a[] = {INT64_MIN, INT64_MAX};
+    static const double f64a[] = {-0.25};
+    static const uint8_t boola[] = {1, 0, 1};
+    gw_kv_arr_raw(w, "a.u8", CAIRN__GGUF_U8, u8a, 2);
+    gw_kv_arr_raw(w, "a.i8", CAIRN__GGUF_I8, i8a, 2);
+    gw_kv_arr_raw(w, "a.u16", CAIRN__GGUF_U16, u16a, 1);
+    gw_kv_arr_raw(w, "a.i16", CAIRN__GGUF_I16, i16a, 1);
+    gw_kv_arr_raw(w, "a.u32", CAIRN__GGUF_U32, u32a, 1);
+    gw_kv_arr_raw(w, "a.u64", CAIRN__GGUF_U64, u64a, 2);
+    gw_kv_arr_raw(w, "a.i64", CAIRN__GGUF_I64, i64a, 2);
+    gw_kv_arr_raw(w, "a.f64", CAIRN__GGUF_F64, f64a, 1);
+    gw_kv_arr_raw(w, "a.bool", CAIRN__GGUF_BOOL, boola, 3);
+
+    /* one tensor per type, shapes of 1..4 dims, values with some spread */
+    enum { NT = sizeof all_types / sizeof all_types[0] };
+    uint64_t shapes[NT][4];
+    uint32_t ndims[NT];
+    float *vals[NT];
+    char names[NT][64];
+    for (int k = 0; k < NT; k++) {
+        uint64_t bs = cairn__ggml_block_size(all_types[k]);
+        ndims[k] = (uint32_t)(k % 4) + 1;
+        shapes[k][0] = bs == 1 ? 7 + (uint64_t)k : 2 * bs;
+        shapes[k][1] = 3;
+        shapes[k][2] = 2;
+        shapes[k][3] = 2;
+        uint64_t n = 1;
+        for (uint32_t d = 0; d < ndims[k]; d++)
+            n *= shapes[k][d];
+        vals[k] = malloc(n * sizeof(float));
+        for (uint64_t i = 0; i < n; i++)
+            vals[k][i] = sinf((float)i * 0.37f + (float)k) * (1.0f + (float)(i % 5));
+        snprintf(names[k], sizeof names[k], "blk.%d.%s.weight", k, cairn__ggml_type_name(all_types[k]));
+        if (type_writable(all_types[k]))
+            gw_tensor_f32(w, names[k], all_types[k], ndims[k], shapes[k], vals[k]);
+    }
+
+    size_t len;
+    unsigned char *buf = build(w, &len);
+    ok(buf != NULL, "writer produced %zu bytes", len);
+    if (!buf)
+        return;
+
+    /* through a file too, so the mmap path is covered */
+    char path[] = "/tmp/cairn-gguf-test-XXXXXX";
+    int fd = mkstemp(path);
+    ok(fd >= 0 && write(fd, buf, len) == (ssize_t)len, "temp file written");
+    if (fd >= 0)
+        close(fd);
+
+    for (int pass = 0; pass < 2; pass++) {
+        cairn__gguf *g = NULL;
+        int rc = pass == 0 ? cairn__gguf_open_mem(buf, len, &g, errbuf, sizeof errbuf)
+                           : cairn__gguf_open(path, &g, errbuf, sizeof errbuf);
+        ok(rc == 0 && g, "%s opens: %s", pass ? "file" : "buffer", errbuf);
+        if (!g)
+            continue;
+        ok(cairn__gguf_version(g) == version, "version %u", (unsigned)cairn__gguf_version(g));
+        ok(cairn__gguf_file_size(g) == len, "file size");
+        ok(cairn__gguf_alignment(g) == (alignment ? alignment : 32), "alignment %u",
+           (unsigned)cairn__gguf_alignment(g));
+        ok(cairn__gguf_data_offset(g) % cairn__gguf_alignment(g) == 0, "data section aligned");
+
+        const char *s;
+        size_t sl;
+        uint32_t u32;
+        uint64_t u64;
+        int64_t i64;
+        float f;
+        int b, et;
+
+        ok(cairn__gguf_get_str(g, "general.architecture", &s, &sl) == 0 && sl == 5 &&
+               memcmp(s, "llama", 5) == 0, "string");
+        ok(cairn__gguf_get_str(g, "t.strn", &s, &sl) == 0 && sl == 3 && memcmp(s, "a\0b", 3) == 0,
+           "string with NUL");
+        ok(cairn__gguf_get_str(g, "t.empty", &s, &sl) == 0 && sl == 0, "empty string");
+        ok(cairn__gguf_get_u32(g, "t.u8", &u32) == 0 && u32 == 200, "u8 as u32");
+        ok(cairn__gguf_get_i64(g, "t.i8", &i64) == 0 && i64 == -100, "i8 as i64");
+        ok(cairn__gguf_get_u32(g, "t.u16", &u32) == 0 && u32 == 60000, "u16 as u32");
+        ok(cairn__gguf_get_i64(g, "t.i16", &i64) == 0 && i64 == -30000, "i16 as i64");
+        ok(cairn__gguf_get_u32(g, "t.u32", &u32) == 0 && u32 == 4000000000u, "u32");
+        ok(cairn__gguf_get_i64(g, "t.i32", &i64) == 0 && i64 == -2000000000, "i32 as i64");
+        ok(cairn__gguf_get_f32(g, "t.f32", &f) == 0 && f == 1.5f, "f32");
+        ok(cairn__gguf_get_bool(g, "t.bool", &b) == 0 && b == 1, "bool true");
+        ok(cairn__gguf_get_bool(g, "t.false", &b) == 0 && b == 0, "bool false");
+        ok(cairn__gguf_get_u64(g, "t.u64", &u64) == 0 && u64 == 0xfedcba9876543210ull, "u64");
+        ok(cairn__gguf_get_i64(g, "t.i64", &i64) == 0 && i64 == INT64_MIN, "i64 min");
+        ok(cairn__gguf_get_f32(g, "t.f64", &f) == 0 && f == 3.25f, "f64 as f32");
+        ok(cairn__gguf_get_f32(g, "t.u16", &f) == 0 && f == 60000.0f, "u16 as f32");
+        ok(cairn__gguf_get_f32(g, "t.i8", &f) == 0 && f == -100.0f, "i8 as f32");
+
+        /* kv enumeration and types */
+        ok(cairn__gguf_n_kv(g) == (size_t)28 + (alignment && alignment != 32), "n_kv %zu", cairn__gguf_n_kv(g));
+        int types_ok = 1;
+        for (size_t i = 0; i < cairn__gguf_n_kv(g); i++) {
+            const char *k = cairn__gguf_kv_key(g, i);
+            if (!k || cairn__gguf_kv_type(g, k) < 0)
+                types_ok = 0;
+        }
+        ok(types_ok, "every key enumerates and has a type");
+        ok(cairn__gguf_kv_key(g, cairn__gguf_n_kv(g)) == NULL, "kv_key out of range -> NULL");
+        ok(cairn__gguf_kv_type(g, "t.u8") == CAIRN__GGUF_U8 && cairn__gguf_kv_type(g, "t.f64") == CAIRN__GGUF_F64 &&
+               cairn__gguf_kv_type(g, "t.arr_str") == CAIRN__GGUF_ARRAY &&
+               cairn__gguf_kv_type(g, "t.strn") == CAIRN__GGUF_STRING &&
+               cairn__gguf_kv_type(g, "t.bool") == CAIRN__GGUF_BOOL,
+           "kv_type");
+        ok(cairn__gguf_kv_type(g, "nope") == CAIRN_ENOTFOUND, "kv_type absent");
+
+        /* integer conversions that must fail */
+        ok(cairn__gguf_get_u32(g, "t.i8", &u32) == CAIRN_EFORMAT, "negative i8 as u32 -> EFORMAT");
+        ok(cairn__gguf_get_u64(g, "t.i64", &u64) == CAIRN_EFORMAT, "negative i64 as u64 -> EFORMAT");
+        ok(cairn__gguf_get_u32(g, "t.u64", &u32) == CAIRN_EFORMAT, "big u64 as u32 -> EFORMAT");
+        ok(cairn__gguf_get_i64(g, "t.u64", &i64) == CAIRN_EFORMAT, "u64 > INT64_MAX as i64 -> EFORMAT");
+        ok(cairn__gguf_get_u64(g, "t.u32", &u64) == 0 && u64 == 4000000000u, "u32 as u64");
+        /* type mismatches */
+        ok(cairn__gguf_get_u32(g, "t.f32", &u32) == CAIRN_EFORMAT, "f32 as u32 -> EFORMAT");
+        ok(cairn__gguf_get_u32(g, "general.architecture", &u32) == CAIRN_EFORMAT, "string as u32 -> EFORMAT");
+        ok(cairn__gguf_get_u32(g, "t.bool", &u32) == CAIRN_EFORMAT, "bool as u32 -> EFORMAT");
+        ok(cairn__gguf_get_f32(g, "t.strn", &f) == CAIRN_EFORMAT, "string as f32 -> EFORMAT");
+        ok(cairn__gguf_get_f32(g, "t.bool", &f) == CAIRN_EFORMAT, "bool as f32 -> EFORMAT");
+        ok(cairn__gguf_get_bool(g, "t.u8", &b) == CAIRN_EFORMAT, "u8 as bool -> EFORMAT");
+        ok(cairn__gguf_get_str(g, "t.u8", &s, &sl) == CAIRN_EFORMAT, "u8 as string -> EFORMAT");
+        ok(cairn__gguf_get_str(g, "t.arr_str", &s, &sl) == CAIRN_EFORMAT, "array as string -> EFORMAT");
+        ok(cairn__gguf_get_arr(g, "t.u8", &et, &u64) == CAIRN_EFORMAT, "scalar as array -> EFORMAT");
+        ok(cairn__gguf_get_u32(g, "missing", &u32) == CAIRN_ENOTFOUND &&
+               cairn__gguf_get_u64(g, "missing", &u64) == CAIRN_ENOTFOUND &&
+               cairn__gguf_get_i64(g, "missing", &i64) == CAIRN_ENOTFOUND &&
+               cairn__gguf_get_f32(g, "missing", &f) == CAIRN_ENOTFOUND &&
+               cairn__gguf_get_bool(g, "missing", &b) == CAIRN_ENOTFOUND &&
+               cairn__gguf_get_str(g, "missing", &s, &sl) == CAIRN_ENOTFOUND &&
+               cairn__gguf_get_arr(g, "missing", &et, &u64) == CAIRN_ENOTFOUND &&
+               cairn__gguf_arr_str(g, "missing", 0, &s, &sl) == CAIRN_ENOTFOUND &&
+               cairn__gguf_arr_f32(g, "missing", 0, &f) == CAIRN_ENOTFOUND &&
+               cairn__gguf_arr_i64(g, "missing", 0, &i64) == CAIRN_ENOTFOUND &&
+               cairn__gguf_arr_data(g, "missing") == NULL,
+           "every getter: absent key -> ENOTFOUND");
+
+        /* arrays */
+        ok(cairn__gguf_get_arr(g, "t.arr_str", &et, &u64) == 0 && et == CAIRN__GGUF_STRING && u64 == 4,
+           "array of strings: type and count");
+        int strs_ok = 1;
+        for (uint64_t i = 0; i < 4; i++)
+            if (cairn__gguf_arr_str(g, "t.arr_str", i, &s, &sl) != 0 || sl != strlen(toks[i]) ||
+                memcmp(s, toks[i], sl) != 0)
+                strs_ok = 0;
+        ok(strs_ok, "array of strings: every element");
+        ok(cairn__gguf_arr_str(g, "t.arr_str", 4, &s, &sl) == CAIRN_EINVAL, "arr_str index past end -> EINVAL");
+        ok(cairn__gguf_arr_str(g, "t.arr_str", UINT64_MAX, &s, &sl) == CAIRN_EINVAL, "arr_str huge index -> EINVAL");
+        ok(cairn__gguf_get_arr(g, "t.arr_str0", &et, &u64) == 0 && u64 == 0, "empty string array");
+        ok(cairn__gguf_arr_str(g, "t.arr_str0", 0, &s, &sl) == CAIRN_EINVAL, "empty array index 0 -> EINVAL");
+        ok(cairn__gguf_arr_data(g, "t.arr_str") == NULL, "arr_data of strings -> NULL");
+        ok(cairn__gguf_arr_str(g, "t.arr_f32", 0, &s, &sl) == CAIRN_EFORMAT, "arr_str on f32 array -> EFORMAT");
+        ok(cairn__gguf_arr_f32(g, "t.arr_str", 0, &f) == CAIRN_EFORMAT, "arr_f32 on string array -> EFORMAT");
+        ok(cairn__gguf_arr_i64(g, "t.arr_f32", 0, &i64) == CAIRN_EFORMAT, "arr_i64 on f32 array -> EFORMAT");
+        ok(cairn__gguf_arr_f32(g, "t.u8", 0, &f) == CAIRN_EFORMAT, "arr_f32 on scalar -> EFORMAT");
+        ok(cairn__gguf_arr_f32(g, "t.arr_f32", 2, &f) == 0 && f == 1e30f, "arr_f32");
+        ok(cairn__gguf_arr_f32(g, "t.arr_f32", 3, &f) == CAIRN_EINVAL, "arr_f32 past end -> EINVAL");
+        ok(cairn__gguf_arr_f32(g, "a.f64", 0, &f) == 0 && f == -0.25f, "arr_f32 of f64");
+        ok(cairn__gguf_arr_f32(g, "t.arr_i32", 1, &f) == 0 && f == -1.0f, "arr_f32 of i32");
+        const void *raw = cairn__gguf_arr_data(g, "t.arr_f32");
+        float fr[3];
+        if (raw)
+            memcpy(fr, raw, sizeof fr);
+        ok(raw && memcmp(fr, fa, sizeof fa) == 0, "arr_data of f32");
+        raw = cairn__gguf_arr_data(g, "t.arr_i32");
+        int32_t ir[4];
+        if (raw)
+            memcpy(ir, raw, sizeof ir);
+        ok(raw && memcmp(ir, ia, sizeof ia) == 0, "arr_data of i32");
+        ok(cairn__gguf_arr_i64(g, "t.arr_i32", 3, &i64) == 0 && i64 == INT32_MIN, "arr_i64 of i32");
+        ok(cairn__gguf_arr_i64(g, "a.u8", 1, &i64) == 0 && i64 == 255, "arr_i64 of u8");
+        ok(cairn__gguf_arr_i64(g, "a.i8", 0, &i64) == 0 && i64 == -128, "arr_i64 of i8");
+        ok(cairn__gguf_arr_i64(g, "a.u16", 0, &i64) == 0 && i64 == 65535, "arr_i64 of u16");
+        ok(cairn__gguf_arr_i64(g, "a.i16", 0, &i64) == 0 && i64 == -32768, "arr_i64 of i16");
+        ok(cairn__gguf_arr_i64(g, "a.u32", 0, &i64) == 0 && i64 == 4294967295ll, "arr_i64 of u32");
+        ok(cairn__gguf_arr_i64(g, "a.u64", 0, &i64) == 0 && i64 == 1, "arr_i64 of u64");
+        ok(cairn__gguf_arr_i64(g, "a.u64", 1, &i64) == CAIRN_EFORMAT, "arr_i64 of u64 max -> EFORMAT");
+        ok(cairn__gguf_arr_i64(g, "a.i64", 0, &i64) == 0 && i64 == INT64_MIN, "arr_i64 of i64 min");
+        ok(cairn__gguf_arr_i64(g, "a.bool", 0, &i64) == CAIRN_EFORMAT, "arr_i64 of bool -> EFORMAT");
+        ok(cairn__gguf_get_arr(g, "a.bool", &et, &u64) == 0 && et == CAIRN__GGUF_BOOL && u64 == 3,
+           "bool array");
+        raw = cairn__gguf_arr_data(g, "a.bool");
+        ok(raw && memcmp(raw, boola, 3) == 0, "arr_data of bool");
+
+        /* tensors */
+        size_t expect_n = 0;
+        for (int k = 0; k < NT; k++)
+            expect_n += (size_t)type_writable(all_types[k]);
+        ok(cairn__gguf_n_tensors(g) == expect_n, "n_tensors %zu", cairn__gguf_n_tensors(g));
+        ok(cairn__gguf_tensor_at(g, expect_n) == NULL, "tensor_at out of range -> NULL");
+        ok(cairn__gguf_tensor_find(g, "nope") == NULL, "tensor_find absent -> NULL");
+        for (int k = 0; k < NT; k++) {
+            uint32_t ty = all_types[k];
+            if (!type_writable(ty))
+                continue;
+            const cairn__gguf_tensor *t = cairn__gguf_tensor_find(g, names[k]);
+            ok(t != NULL && strcmp(t->name, names[k]) == 0, "%s: found", names[k]);
+            if (!t)
+                continue;
+            uint64_t n = 1;
+            int shape_ok = t->type == ty && t->n_dims == ndims[k];
+            for (uint32_t d = 0; d < 4; d++) {
+                uint64_t want = d < ndims[k] ? shapes[k][d] : 1;
+                shape_ok = shape_ok && t->ne[d] == want;
+                n *= want;
+            }
+            ok(shape_ok && t->n_elements == n, "%s: type, n_dims, ne, n_elements", names[k]);
+            uint64_t rows = n / shapes[k][0];
+            ok(t->nbytes == rows * cairn__ggml_row_size(ty, shapes[k][0]), "%s: nbytes %llu", names[k],
+               (unsigned long long)t->nbytes);
+            ok(t->offset % cairn__gguf_alignment(g) == 0 && t->offset >= cairn__gguf_data_offset(g) &&
+                   t->offset + t->nbytes <= len,
+               "%s: offset %llu aligned and inside", names[k], (unsigned long long)t->offset);
+            ok(pass == 1 || (const unsigned char *)t->data == buf + t->offset, "%s: data pointer", names[k]);
+#ifdef GW_HAVE_QUANT
+            /* the bytes are exactly the reference quantization; dequantized they come back close */
+            size_t rb = (size_t)cairn__ggml_row_size(ty, shapes[k][0]);
+            unsigned char *q = malloc(rb);
+            float *back = malloc(shapes[k][0] * sizeof(float));
+            int bytes_ok = 1;
+            float worst = 0;
+            for (uint64_t r = 0; r < rows; r++) {
+                const float *src = vals[k] + r * shapes[k][0];
+                cairn__quant_row(ty, src, q, shapes[k][0]);
+                if (memcmp(q, (const unsigned char *)t->data + r * rb, rb) != 0)
+                    bytes_ok = 0;
+                cairn__dequant_row(ty, (const unsigned char *)t->data + r * rb, back, shapes[k][0]);
+                float amax = 0, emax = 0;
+                for (uint64_t i = 0; i < shapes[k][0]; i++) {
+                    amax = fmaxf(amax, fabsf(src[i]));
+                    emax = fmaxf(emax, fabsf(back[i] - src[i]));
+                }
+                worst = fmaxf(worst, emax / amax);
+            }
+            ok(bytes_ok, "%s: data bytes are the reference quantization", names[k]);
+            ok(worst <= tolerance(ty), "%s: round trip max relative error %g <= %g", names[k],
+               (double)worst, (double)tolerance(ty));
+            free(q);
+            free(back);
+#else
+            (void)tolerance;
+#endif
+        }
+        cairn__gguf_close(g);
+    }
+    unlink(path);
+    free(buf);
+    for (int k = 0; k < NT; k++)
+        free(vals[k]);
+}
+
+/* ---- bad files ----------------------------------------------------------------------------- */
+
+/* A small valid file with every kind of section, for truncation and patching. */
+static unsigned char *small_file(size_t *len, uint64_t *data_end)
+{
+    cairn__gguf_writer *w = gw_new(3, 32);
+    gw_kv_str(w, "general.name", "tiny");
+    gw_kv_u32(w, "x.count", 7);
+    static const char *const v[] = {"a", "bc", "def"};
+    gw_kv_arr_str(w, "tokenizer.ggml.tokens", v, 3);
+    static const float s[] = {1, 2};
+    gw_kv_arr_f32(w, "tokenizer.ggml.scores", s, 2);
+    static const uint64_t ne1[] = {4, 2}, ne2[] = {3};
+    static const float vals[] = {1, 2, 3, 4, 5, 6, 7, 8};
+    gw_tensor_f32(w, "a.weight", CAIRN__GGML_F32, 2, ne1, vals);
+    gw_tensor_f32(w, "b.bias", CAIRN__GGML_F16, 1, ne2, vals);
+    unsigned char *p = build(w, len);
+    /* the last tensor's data ends 6 bytes into its aligned slot */
+    cairn__gguf *g = NULL;
+    *data_end = 0;
+    if (p && cairn__gguf_open_mem(p, *len, &g, errbuf, sizeof errbuf) == 0) {
+        for (size_t i = 0; i < cairn__gguf_n_tensors(g); i++) {
+            const cairn__gguf_tensor *t = cairn__gguf_tensor_at(g, i);
+            if (t->offset + t->nbytes > *data_end)
+                *data_end = t->offset + t->nbytes;
+        }
+        cairn__gguf_close(g);
+    }
+    return p;
+}
+
+static void test_truncation(void)
+{
+    size_t len;
+    uint64_t data_end;
+    unsigned char *full = small_file(&len, &data_end);
+    ok(full && data_end > 0 && data_end <= len, "small file: %zu bytes, data ends at %llu", len,
+       (unsigned long long)data_end);
+    if (!full)
+        return;
+    /* every prefix, each in its own exact-size heap copy so valgrind/ASan see any overread */
+    int bad = 0, msg_bad = 0;
+    for (size_t n = 0; n < len; n++) {
+        unsigned char *p = malloc(n ? n : 1);
+        memcpy(p, full, n);
+        cairn__gguf *g = NULL;
+        errbuf[0] = 0;
+        int rc = cairn__gguf_open_mem(p, n, &g, errbuf, sizeof errbuf);
+        int want = n < data_end ? CAIRN_EFORMAT : 0;
+        if (rc != want || (rc == 0) != (g != NULL)) {
+            if (bad++ < 5)
+                diag("prefix %zu: rc %d (want %d): %s", n, rc, want, errbuf);
+        }
+        if (rc && !strstr(errbuf, "offset") && !strstr(errbuf, "past end of file")) {
+            if (msg_bad++ < 5)
+                diag("prefix %zu: message names no place: %s", n, errbuf);
+        }
+        cairn__gguf_close(g);
+        free(p);
+    }
+    ok(bad == 0, "every truncation before the end of the data fails with EFORMAT, after it opens");
+    ok(msg_bad == 0, "every truncation message names an offset or the data range");
+
+    /* spot checks of the message at a few places */
+    expect(full, 10, CAIRN_EFORMAT, "offset 8", "truncated in tensor count");
+    size_t k = after_str(full, len, "general.name");
+    expect(full, k + 4 + 3, CAIRN_EFORMAT, "offset 16: key count 4", "truncated so far the counts cannot fit");
+    k = after_str(full, len, "def");
+    expect(full, k - 1, CAIRN_EFORMAT, "key 2 'tokenizer.ggml.tokens': element 2 string length 3 exceeds file",
+           "truncated inside a string array element");
+    k = after_str(full, len, "b.bias");
+    expect(full, k + 2, CAIRN_EFORMAT, "tensor 1 'b.bias'", "truncated in n_dims");
+
+    /* the mmap path: a truncated file on disk */
+    char path[] = "/tmp/cairn-gguf-trunc-XXXXXX";
+    int fd = mkstemp(path);
+    ok(fd >= 0 && write(fd, full, (size_t)data_end - 1) == (ssize_t)data_end - 1, "truncated file written");
+    if (fd >= 0)
+        close(fd);
+    cairn__gguf *g = NULL;
+    int rc = cairn__gguf_open(path, &g, errbuf, sizeof errbuf);
+    ok(rc == CAIRN_EFORMAT && !g && strstr(errbuf, "b.bias") && strstr(errbuf, path),
+       "truncated file: EFORMAT naming the path and tensor: %s", errbuf);
+    unlink(path);
+    free(full);
+}
+
+static void test_bad_files(void)
+{
+    size_t len;
+    uint64_t de;
+    unsigned char *full = small_file(&len, &de);
+    unsigned char *p = malloc(len);
+    if (!full || !p) {
+        ok(0, "small file");
+        return;
+    }
+#define RESET() memcpy(p, full, len)
+
+    RESET();
+    p[0] = 'X';
+    expect(p, len, CAIRN_EFORMAT, "magic", "wrong magic");
+    RESET();
+    put32(p + 4, 1);
+    expect(p, len, CAIRN_EUNSUPPORTED, "version 1", "version 1");
+    RESET();
+    put32(p + 4, 4);
+    expect(p, len, CAIRN_EUNSUPPORTED, "version 4", "version 4");
+    RESET();
+    put32(p + 4, 0x03000000);
+    expect(p, len, CAIRN_EUNSUPPORTED, "big-endian", "big-endian file");
+    RESET();
+    put64(p + 16, 1ull << 60);
+    expect(p, len, CAIRN_EFORMAT, "key count", "absurd n_kv");
+    RESET();
+    put64(p + 16, UINT64_MAX);
+    expect(p, len, CAIRN_EFORMAT, "key count", "n_kv = UINT64_MAX");
+    RESET();
+    put64(p + 8, 1ull << 40);
+    expect(p, len, CAIRN_EFORMAT, "tensor count", "absurd n_tensors");
+    RESET();
+    put64(p + 8, UINT64_MAX);
+    expect(p, len, CAIRN_EFORMAT, "tensor count", "n_tensors = UINT64_MAX");
+    RESET();
+    put64(p + 8, 3); /* one more tensor than the infos hold: reading runs into the data */
+    {
+        cairn__gguf *g = NULL;
+        int rc = cairn__gguf_open_mem(p, len, &g, errbuf, sizeof errbuf);
+        ok(rc < 0 && !g, "n_tensors one too many fails: %s", errbuf);
+    }
+
+    /* string length past EOF, at the key's value */
+    size_t k = after_str(full, len, "general.name"); /* then u32 type, then u64 length */
+    char want[64];
+    RESET();
+    put64(p + k + 4, 9999999);
+    snprintf(want, sizeof want, "offset %zu: key 0 'general.name'", k + 4);
+    expect(p, len, CAIRN_EFORMAT, want, "string length past EOF (value)");
+    ok(strstr(errbuf, "length 9999999 exceeds file") != NULL, "...and says so: %s", errbuf);
+    /* ... at the key itself */
+    k = after_str(full, len, "x.count");
+    RESET();
+    put64(p + k - 7 - 8, UINT64_MAX);
+    snprintf(want, sizeof want, "offset %zu: key 1", k - 7 - 8);
+    expect(p, len, CAIRN_EFORMAT, want, "key length UINT64_MAX");
+    /* ... inside an array of strings */
+    k = after_str(full, len, "bc");
+    RESET();
+    put64(p + k - 2 - 8, 1ull << 62);
+    expect(p, len, CAIRN_EFORMAT, "element 1 string length", "array element string length past EOF");
+    ok(strstr(errbuf, "tokenizer.ggml.tokens") != NULL, "...naming the key: %s", errbuf);
+    /* array counts */
+    k = after_str(full, len, "tokenizer.ggml.tokens"); /* u32 ARRAY, u32 STRING, u64 n */
+    RESET();
+    put64(p + k + 8, 1ull << 61);
+    expect(p, len, CAIRN_EFORMAT, "strings exceeds file", "absurd string array count");
+    k = after_str(full, len, "tokenizer.ggml.scores");
+    RESET();
+    put64(p + k + 8, UINT64_MAX / 2);
+    expect(p, len, CAIRN_EFORMAT, "'tokenizer.ggml.scores': array of", "absurd f32 array count");
+    RESET();
+    put32(p + k + 4, 9); /* element type ARRAY */
+    expect(p, len, CAIRN_EUNSUPPORTED, "'tokenizer.ggml.scores': arrays of arrays", "nested array");
+    RESET();
+    put32(p + k + 4, 13);
+    expect(p, len, CAIRN_EFORMAT, "unknown array element type 13", "bad array element type");
+    RESET();
+    put32(p + k, 13); /* value type */
+    expect(p, len, CAIRN_EFORMAT, "'tokenizer.ggml.scores': unknown value type 13", "bad value type");
+    RESET();
+    k = after_str(full, len, "x.count");
+    p[k - 3] = 0; /* "x.c\0unt" */
+    expect(p, len, CAIRN_EFORMAT, "NUL", "key with a NUL byte");
+
+    /* tensor infos: name, n_dims u32, ne[] u64, type u32, offset u64 */
+    k = after_str(full, len, "b.bias"); /* n_dims 1, ne 3, F16, offset */
+    size_t b_off = k + 4 + 8 + 4;
+    RESET();
+    put64(p + b_off, 1ull << 20);
+    expect(p, len, CAIRN_EFORMAT, "tensor 'b.bias': data [", "tensor offset out of range");
+    ok(strstr(errbuf, "ends past end of file") != NULL, "...says past end of file: %s", errbuf);
+    RESET();
+    put64(p + b_off, UINT64_MAX - 31);
+    expect(p, len, CAIRN_EFORMAT, "'b.bias'", "tensor offset overflows");
+    RESET();
+    put64(p + b_off, 33);
+    expect(p, len, CAIRN_EFORMAT, "not a multiple of the alignment 32", "misaligned tensor offset");
+    ok(strstr(errbuf, "b.bias") != NULL, "...naming the tensor: %s", errbuf);
+    RESET();
+    put32(p + k + 4 + 8, 13);
+    expect(p, len, CAIRN_EUNSUPPORTED, "'b.bias': tensor type Q5_K (13)", "unsupported tensor type Q5_K");
+    RESET();
+    put32(p + k + 4 + 8, 1000);
+    expect(p, len, CAIRN_EUNSUPPORTED, "(1000)", "unknown tensor type number");
+    RESET();
+    put32(p + k, 0);
+    expect(p, len, CAIRN_EFORMAT, "'b.bias': n_dims 0", "n_dims 0");
+    RESET();
+    put32(p + k, 5);
+    expect(p, len, CAIRN_EFORMAT, "'b.bias': n_dims 5", "n_dims 5");
+    RESET();
+    put64(p + k + 4, 0);
+    expect(p, len, CAIRN_EFORMAT, "ne[0] = 0", "ne 0");
+    RESET();
+    put64(p + k + 4, UINT64_MAX);
+    expect(p, len, CAIRN_EFORMAT, "ne[0]", "ne UINT64_MAX");
+    k = after_str(full, len, "a.weight"); /* n_dims 2, ne {4, 2} */
+    RESET();
+    put64(p + k + 4, 1ull << 62);
+    put64(p + k + 12, 1ull << 62);
+    expect(p, len, CAIRN_EFORMAT, "overflows", "element count overflow");
+    {
+        cairn__gguf_writer *w = gw_new(3, 32);
+        static const uint64_t ne[] = {4};
+        gw_tensor_f32(w, "dup", CAIRN__GGML_F32, 1, ne, NULL);
+        gw_tensor_f32(w, "other", CAIRN__GGML_F32, 1, ne, NULL);
+        gw_tensor_f32(w, "dup", CAIRN__GGML_F32, 1, ne, NULL);
+        size_t n;
+        unsigned char *d = build(w, &n);
+        expect(d, n, CAIRN_EFORMAT, "tensor 2 'dup': duplicate tensor name (first seen as tensor 0)",
+               "duplicate tensor name");
+        free(d);
+    }
+    {
+        cairn__gguf_writer *w = gw_new(2, 32);
+        gw_kv_u32(w, "k", 1);
+        gw_kv_str(w, "k", "again");
+        size_t n;
+        unsigned char *d = build(w, &n);
+        expect(d, n, CAIRN_EFORMAT, "key 1 'k': duplicate key", "duplicate key");
+        free(d);
+    }
+    {
+        cairn__gguf_writer *w = gw_new(3, 32);
+        static const uint64_t ne[] = {48, 2};
+        gw_tensor_raw(w, "q.weight", CAIRN__GGML_Q8_0, 2, ne, NULL, 34 * 3);
+        size_t n;
+        unsigned char *d = build(w, &n);
+        expect(d, n, CAIRN_EFORMAT, "'q.weight': ne[0] = 48 is not a multiple of the Q8_0 block size 32",
+               "ne[0] not a multiple of the block size");
+        free(d);
+    }
+    {
+        cairn__gguf_writer *w = gw_new(3, 32);
+        static const uint64_t ne[] = {256};
+        gw_tensor_raw(w, "k.weight", CAIRN__GGML_Q4_K, 1, ne, NULL, 143); /* one byte short */
+        size_t n;
+        unsigned char *d = build(w, &n);
+        /* the writer pads to 32, so drop the padding to make the data really short */
+        expect(d, n - (32 - 143 % 32), CAIRN_EFORMAT, "'k.weight': data [", "Q4_K data one byte short");
+        free(d);
+    }
+    /* alignment */
+    static const struct {
+        int kind; /* 0 u32, 1 string, 2 i32 */
+        uint32_t v;
+        const char *want;
+    } al[] = {{0, 48, "48 is not a power of two"}, {0, 0, "0 is not a power of two"},
+              {1, 0, "type string"}, {2, (uint32_t)-64, "-64 is not a power of two"}};
+    for (size_t i = 0; i < sizeof al / sizeof al[0]; i++) {
+        cairn__gguf_writer *w = gw_new(3, 0);
+        if (al[i].kind == 0)
+            gw_kv_u32(w, "general.alignment", al[i].v);
+        else if (al[i].kind == 1)
+            gw_kv_str(w, "general.alignment", "64");
+        else
+            gw_kv_i32(w, "general.alignment", (int32_t)al[i].v);
+        static const uint64_t ne[] = {8};
+        gw_tensor_f32(w, "t", CAIRN__GGML_F32, 1, ne, NULL);
+        size_t n;
+        unsigned char *d = build(w, &n);
+        char name[64];
+        snprintf(name, sizeof name, "bad general.alignment #%zu", i);
+        expect(d, n, CAIRN_EFORMAT, al[i].want, name);
+        ok(strstr(errbuf, "general.alignment") != NULL, "...names the key: %s", errbuf);
+        free(d);
+    }
+    /* valid odd alignments: 1 (no padding at all) and a large one */
+    uint32_t good_al[] = {1, 8, 4096};
+    for (size_t i = 0; i < 3; i++) {
+        cairn__gguf_writer *w = gw_new(3, good_al[i]);
+        static const uint64_t ne[] = {3};
+        static const float v[] = {1, 2, 3};
+        gw_tensor_f32(w, "t0", CAIRN__GGML_F32, 1, ne, v);
+        gw_tensor_f32(w, "t1", CAIRN__GGML_F16, 1, ne, v);
+        size_t n;
+        unsigned char *d = build(w, &n);
+        cairn__gguf *g = NULL;
+        int rc = cairn__gguf_open_mem(d, n, &g, errbuf, sizeof errbuf);
+        const cairn__gguf_tensor *t = g ? cairn__gguf_tensor_find(g, "t1") : NULL;
+        ok(rc == 0 && t && cairn__gguf_alignment(g) == good_al[i] && t->offset % good_al[i] == 0,
+           "alignment %u opens: %s", (unsigned)good_al[i], errbuf);
+        cairn__gguf_close(g);
+        free(d);
+    }
+
+    /* an empty file, a file with nothing but a header, a missing file, a directory */
+    expect(p, 0, CAIRN_EFORMAT, "offset 0", "empty buffer");
+    {
+        cairn__gguf_writer *w = gw_new(2, 32);
+        size_t n;
+        unsigned char *d = build(w, &n);
+        cairn__gguf *g = NULL;
+        ok(n == 32 && cairn__gguf_open_mem(d, 24, &g, errbuf, sizeof errbuf) == 0 &&
+               cairn__gguf_n_kv(g) == 0 && cairn__gguf_n_tensors(g) == 0,
+           "header-only file opens: %s", errbuf);
+        cairn__gguf_close(g);
+        free(d);
+    }
+    cairn__gguf *g = (cairn__gguf *)1;
+    int rc = cairn__gguf_open("/nonexistent/cairn.gguf", &g, errbuf, sizeof errbuf);
+    ok(rc == CAIRN_ENOENT && !g && strstr(errbuf, "/nonexistent/cairn.gguf"), "missing file -> ENOENT: %s",
+       errbuf);
+    rc = cairn__gguf_open("/tmp", &g, errbuf, sizeof errbuf);
+    ok(rc == CAIRN_EIO && !g, "directory -> EIO: %s", errbuf);
+    char path[] = "/tmp/cairn-gguf-empty-XXXXXX";
+    int fd = mkstemp(path);
+    if (fd >= 0)
+        close(fd);
+    rc = cairn__gguf_open(path, &g, errbuf, sizeof errbuf);
+    ok(rc == CAIRN_EFORMAT && !g && strstr(errbuf, "empty"), "empty file -> EFORMAT: %s", errbuf);
+    unlink(path);
+    /* err may be NULL with errlen 0; tiny errlen truncates but terminates */
+    rc = cairn__gguf_open_mem(full, 3, &g, NULL, 0);
+    ok(rc == CAIRN_EFORMAT && !g, "NULL err buffer is fine");
+    char tiny[4] = "xxx";
+    rc = cairn__gguf_open_mem(full, 3, &g, tiny, sizeof tiny);
+    ok(rc == CAIRN_EFORMAT && strlen(tiny) == 3, "short err buffer is NUL-terminated");
+    ok(cairn__gguf_open_mem(full, len, NULL, NULL, 0) == CAIRN_EINVAL, "NULL out -> EINVAL");
+    cairn__gguf_close(NULL);
+    ok(cairn__gguf_n_kv(NULL) == 0 && cairn__gguf_n_tensors(NULL) == 0 && cairn__gguf_tensor_find(NULL, "x") == NULL,
+       "NULL reader accessors are safe");
+    free(p);
+    free(full);
+#undef RESET
+}
+
+static void test_type_helpers(void)
+{
+    ok(strcmp(cairn__ggml_type_name(CAIRN__GGML_Q4_K), "Q4_K") == 0 &&
+           strcmp(cairn__ggml_type_name(13), "Q5_K") == 0 && strcmp(cairn__ggml_type_name(9999), "?") == 0,
+       "type names");
+    ok(cairn__ggml_row_size(CAIRN__GGML_F32, 10) == 40 && cairn__ggml_row_size(CAIRN__GGML_F16, 10) == 20 &&
+           cairn__ggml_row_size(CAIRN__GGML_BF16, 10) == 20 && cairn__ggml_row_size(CAIRN__GGML_Q8_0, 64) == 68 &&
+           cairn__ggml_row_size(CAIRN__GGML_Q4_0, 64) == 36 && cairn__ggml_row_size(CAIRN__GGML_Q4_K, 512) == 288 &&
+           cairn__ggml_row_size(CAIRN__GGML_Q6_K, 256) == 210,
+       "row sizes");
+    ok(cairn__ggml_row_size(CAIRN__GGML_Q8_0, 33) == 0 && cairn__ggml_row_size(13, 256) == 0 &&
+           cairn__ggml_row_size(CAIRN__GGML_F32, UINT64_MAX) == 0,
+       "row size 0 for partial blocks, unsupported types, overflow");
+#ifdef GW_HAVE_QUANT
+    int same = 1;
+    for (size_t i = 0; i < sizeof all_types / sizeof all_types[0]; i++)
+        if (cairn__ggml_block_size(all_types[i]) != cairn__quant_block_elems(all_types[i]) ||
+            cairn__ggml_row_size(all_types[i], cairn__ggml_block_size(all_types[i])) !=
+                cairn__quant_block_bytes(all_types[i]))
+            same = 0;
+    ok(same, "block sizes agree with gpu/quant.h");
+#endif
+    ok(strcmp(cairn__gguf_vtype_name(CAIRN__GGUF_STRING), "string") == 0 && strcmp(cairn__gguf_vtype_name(99), "?") == 0,
+       "vtype names");
+}
+
+/* ---- the real vocabulary files ------------------------------------------------------------- */
+
+static void test_vocab_files(void)
+{
+    const char *td = getenv("CAIRN_TESTDATA");
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/tokenizers", td ? td : "");
+    DIR *d = td ? opendir(dir) : NULL;
+    if (!d) {
+        ok(1, "# SKIP no $CAIRN_TESTDATA/tokenizers");
+        return;
+    }
+    int seen = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        size_t nl = strlen(e->d_name);
+        if (nl < 5 || strcmp(e->d_name + nl - 5, ".gguf") != 0)
+            continue;
+        char path[2048];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        seen++;
+        cairn__gguf *g = NULL;
+        int rc = cairn__gguf_open(path, &g, errbuf, sizeof errbuf);
+        ok(rc == 0 && g, "%s opens: %s", e->d_name, errbuf);
+        if (!g)
+            continue;
+        const char *s;
+        size_t sl;
+        int et;
+        uint64_t n = 0;
+        s = "";
+        sl = 0;
+        rc = cairn__gguf_get_str(g, "tokenizer.ggml.model", &s, &sl);
+        ok(rc == 0 && sl > 0, "%s: tokenizer.ggml.model = %.*s", e->d_name, (int)sl, s);
+        et = -1;
+        rc = cairn__gguf_get_arr(g, "tokenizer.ggml.tokens", &et, &n);
+        ok(rc == 0 && et == CAIRN__GGUF_STRING && n > 100, "%s: tokenizer.ggml.tokens holds %llu strings",
+           e->d_name, (unsigned long long)n);
+        uint64_t total = 0;
+        int all = 1;
+        for (uint64_t i = 0; i < n; i++) {
+            if (cairn__gguf_arr_str(g, "tokenizer.ggml.tokens", i, &s, &sl) != 0)
+                all = 0;
+            total += sl;
+        }
+        ok(all && total > 0, "%s: every token readable (%llu bytes)", e->d_name, (unsigned long long)total);
+        ok(cairn__gguf_arr_str(g, "tokenizer.ggml.tokens", n, &s, &sl) == CAIRN_EINVAL, "%s: token %llu -> EINVAL",
+           e->d_name, (unsigned long long)n);
+        /* every tensor (vocab files usually have none) lies inside the file */
+        int inside = 1;
+        for (size_t i = 0; i < cairn__gguf_n_tensors(g); i++) {
+            const cairn__gguf_tensor *t = cairn__gguf_tensor_at(g, i);
+            if (t->offset + t->nbytes > cairn__gguf_file_size(g))
+                inside = 0;
+        }
+        ok(inside, "%s: %zu keys, %zu tensors", e->d_name, cairn__gguf_n_kv(g), cairn__gguf_n_tensors(g));
+        cairn__gguf_close(g);
+    }
+    closedir(d);
+    if (!seen)
+        ok(1, "# SKIP no .gguf files in %s", dir);
+}
+
+int main(void)
+{
+    test_type_helpers();
+    test_roundtrip(3, 0);
+    test_roundtrip(2, 32);
+    test_roundtrip(3, 64);
+    test_roundtrip(3, 1);
+    test_truncation();
+    test_bad_files();
+    test_vocab_files();
+    return tap_done();
+}

@@ -1,0 +1,161 @@
+/* tests/model/mkmodel.c - random-weight transformer GGUF files.
+ *
+ * Weights are uniform in +-1/sqrt(fan_in) so activations keep a sensible scale through the
+ * layers (and softmax/SiLU see values of order one, where bugs show); norm weights are near 1.
+ * A fixed xorshift generator makes every model a pure function of its spec.
+ */
+#include "tests/model/mkmodel.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu/gguf.h"
+#include "tests/gguf_writer.h"
+
+void mk_spec_default(mk_spec *s)
+{
+    memset(s, 0, sizeof *s);
+    s->arch = "llama";
+    s->dim = 64;
+    s->n_layers = 2;
+    s->n_heads = 4;
+    s->n_kv_heads = 2;
+    s->ff = 128;
+    s->vocab = 300;
+    s->ctx = 256;
+    s->wtype = CAIRN__GGML_F32;
+    s->seed = 1;
+}
+
+static uint64_t rnd_next(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+static float rnd_uniform(uint64_t *s) /* [-1, 1) */
+{
+    return (float)((double)(rnd_next(s) >> 11) * 0x1.0p-52 - 1.0);
+}
+
+static void tensor(cairn__gguf_writer *w, const mk_spec *s, uint64_t *rng, const char *name, uint32_t type,
+                   uint64_t n0, uint64_t n1, float scale, float offset)
+{
+    if (s->omit && strcmp(s->omit, name) == 0)
+        return;
+    uint64_t ne[2] = {n0, n1};
+    if (s->misshape && strcmp(s->misshape, name) == 0)
+        ne[1] = n1 + 1;
+    const size_t n = (size_t)(ne[0] * ne[1]);
+    float *v = malloc(n * sizeof *v);
+    if (!v) {
+        gw_tensor_f32(w, name, 999, 0, ne, NULL); /* latches a failure in the writer */
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        v[i] = offset + scale * rnd_uniform(rng);
+    gw_tensor_f32(w, name, type, n1 == 1 && !(s->misshape && strcmp(s->misshape, name) == 0) ? 1 : 2, ne, v);
+    free(v);
+}
+
+static void vocab(cairn__gguf_writer *w, int n)
+{
+    char **tok = calloc((size_t)n, sizeof *tok);
+    float *scores = calloc((size_t)n, sizeof *scores);
+    int32_t *types = calloc((size_t)n, sizeof *types);
+    static const char *words[] = {"\xe2\x96\x81the", "\xe2\x96\x81a", "in", "er", "\xe2\x96\x81and", "on", "ing",
+                                  "\xe2\x96\x81of", "es", "\xe2\x96\x81to"};
+    if (!tok || !scores || !types)
+        goto out;
+    for (int i = 0; i < n; i++) {
+        char b[64];
+        if (i == 0)
+            snprintf(b, sizeof b, "<unk>"), types[i] = 2;
+        else if (i == 1)
+            snprintf(b, sizeof b, "<s>"), types[i] = 3;
+        else if (i == 2)
+            snprintf(b, sizeof b, "</s>"), types[i] = 3;
+        else if (i < 259)
+            snprintf(b, sizeof b, "<0x%02X>", i - 3), types[i] = 6;
+        else if (i - 259 < 10)
+            snprintf(b, sizeof b, "%s", words[i - 259]), types[i] = 1, scores[i] = -(float)(i - 259);
+        else
+            snprintf(b, sizeof b, "w%d", i), types[i] = 1, scores[i] = -100.0f - (float)i;
+        tok[i] = strdup(b);
+        if (!tok[i])
+            goto out;
+    }
+    gw_kv_str(w, "tokenizer.ggml.model", "llama");
+    gw_kv_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)tok, (size_t)n);
+    gw_kv_arr_f32(w, "tokenizer.ggml.scores", scores, (size_t)n);
+    gw_kv_arr_i32(w, "tokenizer.ggml.token_type", types, (size_t)n);
+    gw_kv_u32(w, "tokenizer.ggml.unknown_token_id", 0);
+    gw_kv_u32(w, "tokenizer.ggml.bos_token_id", 1);
+    gw_kv_u32(w, "tokenizer.ggml.eos_token_id", 2);
+out:
+    if (tok)
+        for (int i = 0; i < n; i++)
+            free(tok[i]);
+    free(tok);
+    free(scores);
+    free(types);
+}
+
+int mk_model(const mk_spec *s, unsigned char **buf, size_t *len)
+{
+    cairn__gguf_writer *w = gw_new(3, 32);
+    if (!w)
+        return -1;
+    uint64_t rng = s->seed * 0x9e3779b97f4a7c15ull + 12345;
+    char k[128];
+    const int hd = s->dim / s->n_heads;
+    const uint64_t qd = (uint64_t)s->n_heads * hd, kvd = (uint64_t)s->n_kv_heads * hd;
+    gw_kv_str(w, "general.architecture", s->arch);
+    gw_kv_str(w, "general.name", "cairn-test-model");
+#define KU(key, v) (snprintf(k, sizeof k, "%s." key, s->arch), gw_kv_u32(w, k, (uint32_t)(v)))
+#define KF(key, v) (snprintf(k, sizeof k, "%s." key, s->arch), gw_kv_f32(w, k, (v)))
+    KU("context_length", s->ctx);
+    KU("embedding_length", s->dim);
+    KU("block_count", s->n_layers);
+    KU("feed_forward_length", s->ff);
+    KU("attention.head_count", s->n_heads);
+    KU("attention.head_count_kv", s->n_kv_heads);
+    KU("rope.dimension_count", hd);
+    KF("rope.freq_base", s->rope_base > 0 ? s->rope_base : 10000.0f);
+    KF("attention.layer_norm_rms_epsilon", 1e-5f);
+#undef KU
+#undef KF
+    if (s->tokenizer)
+        vocab(w, s->vocab);
+    const float e_in = 1.0f / sqrtf((float)s->dim), e_ff = 1.0f / sqrtf((float)s->ff);
+    tensor(w, s, &rng, "token_embd.weight", s->wtype, (uint64_t)s->dim, (uint64_t)s->vocab, 1.0f, 0.0f);
+    for (int l = 0; l < s->n_layers; l++) {
+        char n[96];
+#define N(x) (snprintf(n, sizeof n, "blk.%d." x, l), n)
+        tensor(w, s, &rng, N("attn_norm.weight"), CAIRN__GGML_F32, (uint64_t)s->dim, 1, 0.2f, 1.0f);
+        tensor(w, s, &rng, N("attn_q.weight"), s->wtype, (uint64_t)s->dim, qd, e_in * 2.0f, 0.0f);
+        tensor(w, s, &rng, N("attn_k.weight"), s->wtype, (uint64_t)s->dim, kvd, e_in * 2.0f, 0.0f);
+        tensor(w, s, &rng, N("attn_v.weight"), s->wtype, (uint64_t)s->dim, kvd, e_in, 0.0f);
+        if (strcmp(s->arch, "qwen2") == 0) {
+            tensor(w, s, &rng, N("attn_q.bias"), CAIRN__GGML_F32, qd, 1, 0.1f, 0.0f);
+            tensor(w, s, &rng, N("attn_k.bias"), CAIRN__GGML_F32, kvd, 1, 0.1f, 0.0f);
+            tensor(w, s, &rng, N("attn_v.bias"), CAIRN__GGML_F32, kvd, 1, 0.1f, 0.0f);
+        }
+        tensor(w, s, &rng, N("attn_output.weight"), s->wtype, qd, (uint64_t)s->dim, e_in, 0.0f);
+        tensor(w, s, &rng, N("ffn_norm.weight"), CAIRN__GGML_F32, (uint64_t)s->dim, 1, 0.2f, 1.0f);
+        tensor(w, s, &rng, N("ffn_gate.weight"), s->wtype, (uint64_t)s->dim, (uint64_t)s->ff, e_in, 0.0f);
+        tensor(w, s, &rng, N("ffn_up.weight"), s->wtype, (uint64_t)s->dim, (uint64_t)s->ff, e_in, 0.0f);
+        tensor(w, s, &rng, N("ffn_down.weight"), s->wtype, (uint64_t)s->ff, (uint64_t)s->dim, e_ff, 0.0f);
+#undef N
+    }
+    tensor(w, s, &rng, "output_norm.weight", CAIRN__GGML_F32, (uint64_t)s->dim, 1, 0.2f, 1.0f);
+    if (!s->tied)
+        tensor(w, s, &rng, "output.weight", s->wtype, (uint64_t)s->dim, (uint64_t)s->vocab, e_in * 4.0f, 0.0f);
+    int rc = gw_write_mem(w, buf, len);
+    gw_free(w);
+    return rc;
+}

@@ -1,0 +1,158 @@
+/* tests/model/ref_forward.c - the float64 reference of a llama/qwen2 forward pass.
+ *
+ * Deliberately naive: every weight matrix is dequantized (the only code it shares with the
+ * engine is cairn__dequant_row, tested on its own) into doubles, every position recomputes
+ * attention over all earlier positions from scratch, and rotary angles are computed directly
+ * from the formula. The rotation pairing is derived here from the architecture name rather than
+ * taken from the loader, so a loader that picks the wrong mode fails the comparison.
+ */
+#include "tests/model/ref_forward.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu/quant.h"
+
+/* W (rows, cols) dequantized to double */
+static double *deq(const cairn__mat *W)
+{
+    double *d = malloc((size_t)W->rows * (size_t)W->cols * sizeof *d);
+    float *row = malloc((size_t)W->cols * sizeof *row);
+    if (!d || !row) {
+        free(d);
+        free(row);
+        return NULL;
+    }
+    for (int64_t r = 0; r < W->rows; r++) {
+        cairn__dequant_row(W->type, W->data + (size_t)r * W->row_bytes, row, (uint64_t)W->cols);
+        for (int64_t c = 0; c < W->cols; c++)
+            d[(size_t)r * (size_t)W->cols + (size_t)c] = row[c];
+    }
+    free(row);
+    return d;
+}
+
+/* W (rows, cols) @ x (cols) -> y (rows) */
+static void mv(const double *W, int64_t rows, int64_t cols, const double *x, double *y)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        double s = 0;
+        for (int64_t c = 0; c < cols; c++)
+            s += W[r * cols + c] * x[c];
+        y[r] = s;
+    }
+}
+
+static void rmsnorm(double *o, const double *x, const float *w, int n, double eps)
+{
+    double ss = 0;
+    for (int i = 0; i < n; i++)
+        ss += x[i] * x[i];
+    const double sc = 1.0 / sqrt(ss / n + eps);
+    for (int i = 0; i < n; i++)
+        o[i] = x[i] * sc * w[i];
+}
+
+static void rope(double *v, int hd, int rope_dim, int neox, int pos, double base)
+{
+    for (int i = 0; i < rope_dim / 2; i++) {
+        const double th = pos * pow(base, -2.0 * i / rope_dim);
+        const int a = neox ? i : 2 * i, b = neox ? i + rope_dim / 2 : 2 * i + 1;
+        const double x0 = v[a], x1 = v[b];
+        v[a] = x0 * cos(th) - x1 * sin(th);
+        v[b] = x0 * sin(th) + x1 * cos(th);
+    }
+    (void)hd;
+}
+
+int ref_forward(const cairn__model *m, const int32_t *tokens, int n, double *logits)
+{
+    const int D = m->dim, H = m->n_heads, KV = m->n_kv_heads, hd = m->head_dim, F = m->ff_dim, V = m->n_vocab;
+    const int qd = H * hd, kvd = KV * hd;
+    const int neox = strcmp(m->arch_name, "qwen2") == 0;
+    double *x = calloc((size_t)n * D, sizeof *x), *xb = calloc((size_t)D > (size_t)qd ? (size_t)D : (size_t)qd, sizeof *xb);
+    double *q = calloc((size_t)n * qd, sizeof *q), *k = calloc((size_t)n * kvd, sizeof *k), *v = calloc((size_t)n * kvd, sizeof *v);
+    double *att = calloc((size_t)qd, sizeof *att), *tmp = calloc((size_t)(D > F ? D : F), sizeof *tmp);
+    double *g = calloc((size_t)F, sizeof *g), *u = calloc((size_t)F, sizeof *u), *sc = calloc((size_t)n, sizeof *sc);
+    double *E = deq(&m->tok_embd);
+    int rc = -1;
+    if (!x || !xb || !q || !k || !v || !att || !tmp || !g || !u || !sc || !E)
+        goto out;
+    for (int i = 0; i < n; i++)
+        for (int c = 0; c < D; c++)
+            x[(size_t)i * D + c] = E[(size_t)tokens[i] * D + c];
+    for (int l = 0; l < m->n_layers; l++) {
+        const cairn__layer *ly = &m->layers[l];
+        double *Wq = deq(&ly->wq), *Wk = deq(&ly->wk), *Wv = deq(&ly->wv), *Wo = deq(&ly->wo);
+        double *Wg = deq(&ly->w_gate), *Wu = deq(&ly->w_up), *Wd = deq(&ly->w_down);
+        if (!Wq || !Wk || !Wv || !Wo || !Wg || !Wu || !Wd) {
+            free(Wq), free(Wk), free(Wv), free(Wo), free(Wg), free(Wu), free(Wd);
+            goto out;
+        }
+        for (int i = 0; i < n; i++) {
+            rmsnorm(xb, x + (size_t)i * D, ly->attn_norm, D, m->rms_eps);
+            mv(Wq, qd, D, xb, q + (size_t)i * qd);
+            mv(Wk, kvd, D, xb, k + (size_t)i * kvd);
+            mv(Wv, kvd, D, xb, v + (size_t)i * kvd);
+            for (int c = 0; c < qd; c++)
+                q[(size_t)i * qd + c] += ly->bq ? ly->bq[c] : 0.0;
+            for (int c = 0; c < kvd; c++) {
+                k[(size_t)i * kvd + c] += ly->bk ? ly->bk[c] : 0.0;
+                v[(size_t)i * kvd + c] += ly->bv ? ly->bv[c] : 0.0;
+            }
+            for (int h = 0; h < H; h++)
+                rope(q + (size_t)i * qd + (size_t)h * hd, hd, m->rope_dim, neox, i, m->rope_base);
+            for (int h = 0; h < KV; h++)
+                rope(k + (size_t)i * kvd + (size_t)h * hd, hd, m->rope_dim, neox, i, m->rope_base);
+        }
+        for (int i = 0; i < n; i++) {
+            for (int h = 0; h < H; h++) {
+                const int kh = h / (H / KV);
+                const double *qi = q + (size_t)i * qd + (size_t)h * hd;
+                double mx = -INFINITY, sum = 0;
+                for (int t = 0; t <= i; t++) {
+                    double s = 0;
+                    for (int c = 0; c < hd; c++)
+                        s += qi[c] * k[(size_t)t * kvd + (size_t)kh * hd + c];
+                    sc[t] = s / sqrt((double)hd);
+                    mx = sc[t] > mx ? sc[t] : mx;
+                }
+                for (int t = 0; t <= i; t++)
+                    sum += (sc[t] = exp(sc[t] - mx));
+                for (int c = 0; c < hd; c++) {
+                    double o = 0;
+                    for (int t = 0; t <= i; t++)
+                        o += sc[t] / sum * v[(size_t)t * kvd + (size_t)kh * hd + c];
+                    att[(size_t)h * hd + c] = o;
+                }
+            }
+            mv(Wo, D, qd, att, tmp);
+            for (int c = 0; c < D; c++)
+                x[(size_t)i * D + c] += tmp[c];
+        }
+        for (int i = 0; i < n; i++) {
+            rmsnorm(xb, x + (size_t)i * D, ly->ffn_norm, D, m->rms_eps);
+            mv(Wg, F, D, xb, g);
+            mv(Wu, F, D, xb, u);
+            for (int c = 0; c < F; c++)
+                g[c] = g[c] / (1.0 + exp(-g[c])) * u[c];
+            mv(Wd, D, F, g, tmp);
+            for (int c = 0; c < D; c++)
+                x[(size_t)i * D + c] += tmp[c];
+        }
+        free(Wq), free(Wk), free(Wv), free(Wo), free(Wg), free(Wu), free(Wd);
+    }
+    double *Wout = deq(&m->output);
+    if (!Wout)
+        goto out;
+    for (int i = 0; i < n; i++) {
+        rmsnorm(xb, x + (size_t)i * D, m->output_norm, D, m->rms_eps);
+        mv(Wout, V, D, xb, logits + (size_t)i * V);
+    }
+    free(Wout);
+    rc = 0;
+out:
+    free(x), free(xb), free(q), free(k), free(v), free(att), free(tmp), free(g), free(u), free(sc), free(E);
+    return rc;
+}

@@ -1,0 +1,13 @@
+/* tests/model/ref_forward.h - a float64 reference forward pass for checking the backends. */
+#ifndef CAIRN_TESTS_REF_FORWARD_H
+#define CAIRN_TESTS_REF_FORWARD_H
+
+#include <stdint.h>
+
+#include "gpu/model.h"
+
+/* logits (n, n_vocab) of tokens[0..n) at positions 0..n-1, computed in double from the
+ * dequantized weights with no KV cache and no shortcuts. 0 or -1 (out of memory). */
+int ref_forward(const cairn__model *m, const int32_t *tokens, int n, double *logits);
+
+#endif

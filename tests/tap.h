@@ -1,0 +1,49 @@
+/* tap.h - a tiny TAP harness for meson's `protocol: 'tap'`.
+ *
+ * ok(cond, fmt, ...) prints "ok N - name" or "not ok N - name" with the file and
+ * line of a failure; tap_done() prints the plan and returns the exit status.
+ * tap_skip_all(why) exits 77 so meson counts the program as skipped.
+ */
+#ifndef CAIRN_TAP_H
+#define CAIRN_TAP_H
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static int tap__n, tap__failed;
+
+static int tap__ok(int cond, const char *file, int line, const char *fmt, ...)
+{
+    va_list ap;
+    tap__n++;
+    printf("%sok %d - ", cond ? "" : "not ", tap__n);
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    printf("\n");
+    if (!cond) {
+        tap__failed++;
+        printf("#   failed at %s:%d\n", file, line);
+    }
+    fflush(stdout);
+    return cond;
+}
+
+#define ok(cond, ...) tap__ok(!!(cond), __FILE__, __LINE__, __VA_ARGS__)
+#define diag(...) (printf("# "), printf(__VA_ARGS__), printf("\n"), fflush(stdout))
+
+static inline int tap_done(void)
+{
+    printf("1..%d\n", tap__n);
+    return tap__failed ? 1 : 0;
+}
+
+static inline void tap_skip_all(const char *why)
+{
+    printf("1..0 # SKIP %s\n", why);
+    fflush(stdout);
+    exit(77);
+}
+
+#endif
