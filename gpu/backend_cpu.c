@@ -249,7 +249,11 @@ static void forward_chunk(cpu_backend *b, const int32_t *tokens, int n, int pos,
             memcpy(b->vcache + at, b->v + (size_t)i * b->kv_dim, (size_t)b->kv_dim * sizeof(float));
         }
         att_job aj = {b, l, n, pos};
-        cairn__pool_run(b->pool, attention_worker, &aj);
+        /* a few thousand multiply-adds are cheaper than waking the workers */
+        if ((int64_t)n * m->n_heads * (pos + n) * m->head_dim < 65536)
+            attention_worker(&aj, 0, 1);
+        else
+            cairn__pool_run(b->pool, attention_worker, &aj);
         linear(b, &ly->wo, b->att, n, b->xb);
         for (size_t k = 0; k < (size_t)n * (size_t)dim; k++)
             b->x[k] += b->xb[k];

@@ -23,10 +23,10 @@
 #else
 #include "include/cairn_errors.h"
 enum {
+    CAIRN_OK = 0,
 #define X(n, v, s) CAIRN_##n = v,
     CAIRN_ERROR_TABLE(X)
 #undef X
-    CAIRN_OK = 0
 };
 #endif
 
@@ -52,12 +52,12 @@ enum {
 #define GGUF_MIN_TENSOR_BYTES 32u
 
 struct kv {
-    char *key;           /* NUL-terminated copy */
-    uint32_t type;       /* enum cairn__gguf_vtype */
-    uint32_t elem_type;  /* arrays only */
-    uint64_t n;          /* arrays: element count; strings: byte length */
-    const uint8_t *val;  /* scalar value, string bytes, or first array element, in the mapping */
-    uint64_t *str_off;   /* arrays of strings: file offset of each element's u64 length */
+    char *key;          /* NUL-terminated copy */
+    uint32_t type;      /* enum cairn__gguf_vtype */
+    uint32_t elem_type; /* arrays only */
+    uint64_t n;         /* arrays: element count; strings: byte length */
+    const uint8_t *val; /* scalar value, string bytes, or first array element, in the mapping */
+    uint64_t *str_off;  /* arrays of strings: file offset of each element's u64 length */
 };
 
 struct htab {
@@ -83,13 +83,13 @@ struct cairn__gguf {
 
 /* Every type number ggml has assigned, for error messages; only some are supported. */
 static const char *const ggml_type_names[] = {
-    [0] = "F32",     [1] = "F16",      [2] = "Q4_0",     [3] = "Q4_1",    [4] = "Q4_2",
-    [5] = "Q4_3",    [6] = "Q5_0",     [7] = "Q5_1",     [8] = "Q8_0",    [9] = "Q8_1",
-    [10] = "Q2_K",   [11] = "Q3_K",    [12] = "Q4_K",    [13] = "Q5_K",   [14] = "Q6_K",
-    [15] = "Q8_K",   [16] = "IQ2_XXS", [17] = "IQ2_XS",  [18] = "IQ3_XXS", [19] = "IQ1_S",
-    [20] = "IQ4_NL", [21] = "IQ3_S",   [22] = "IQ2_S",   [23] = "IQ4_XS", [24] = "I8",
-    [25] = "I16",    [26] = "I32",     [27] = "I64",     [28] = "F64",    [29] = "IQ1_M",
-    [30] = "BF16",   [31] = "Q4_0_4_4", [32] = "Q4_0_4_8", [33] = "Q4_0_8_8", [34] = "TQ1_0",
+    [0] = "F32",     [1] = "F16",         [2] = "Q4_0",        [3] = "Q4_1",        [4] = "Q4_2",
+    [5] = "Q4_3",    [6] = "Q5_0",        [7] = "Q5_1",        [8] = "Q8_0",        [9] = "Q8_1",
+    [10] = "Q2_K",   [11] = "Q3_K",       [12] = "Q4_K",       [13] = "Q5_K",       [14] = "Q6_K",
+    [15] = "Q8_K",   [16] = "IQ2_XXS",    [17] = "IQ2_XS",     [18] = "IQ3_XXS",    [19] = "IQ1_S",
+    [20] = "IQ4_NL", [21] = "IQ3_S",      [22] = "IQ2_S",      [23] = "IQ4_XS",     [24] = "I8",
+    [25] = "I16",    [26] = "I32",        [27] = "I64",        [28] = "F64",        [29] = "IQ1_M",
+    [30] = "BF16",   [31] = "Q4_0_4_4",   [32] = "Q4_0_4_8",   [33] = "Q4_0_8_8",   [34] = "TQ1_0",
     [35] = "TQ2_0",  [36] = "IQ4_NL_4_4", [37] = "IQ4_NL_4_8", [38] = "IQ4_NL_8_8", [39] = "MXFP4",
 };
 
@@ -100,19 +100,25 @@ const char *cairn__ggml_type_name(uint32_t type)
     return "?";
 }
 
-/* Elements and bytes per block of the supported types. */
+/* Elements and bytes per block of the supported types (the ggml block layouts). */
+static const struct {
+    uint32_t type;
+    uint32_t elems, bytes;
+} type_blocks[] = {
+    {CAIRN__GGML_F32, 1, 4},      {CAIRN__GGML_F16, 1, 2},    {CAIRN__GGML_BF16, 1, 2},
+    {CAIRN__GGML_Q8_0, 32, 34},   {CAIRN__GGML_Q4_0, 32, 18}, {CAIRN__GGML_Q4_K, 256, 144},
+    {CAIRN__GGML_Q6_K, 256, 210},
+};
+
 static int type_block(uint32_t type, uint64_t *elems, uint64_t *bytes)
 {
-    switch (type) {
-    case CAIRN__GGML_F32: *elems = 1; *bytes = 4; return 1;
-    case CAIRN__GGML_F16: *elems = 1; *bytes = 2; return 1;
-    case CAIRN__GGML_BF16: *elems = 1; *bytes = 2; return 1;
-    case CAIRN__GGML_Q8_0: *elems = 32; *bytes = 34; return 1;
-    case CAIRN__GGML_Q4_0: *elems = 32; *bytes = 18; return 1;
-    case CAIRN__GGML_Q4_K: *elems = 256; *bytes = 144; return 1;
-    case CAIRN__GGML_Q6_K: *elems = 256; *bytes = 210; return 1;
-    default: return 0;
-    }
+    for (size_t i = 0; i < sizeof type_blocks / sizeof type_blocks[0]; i++)
+        if (type_blocks[i].type == type) {
+            *elems = type_blocks[i].elems;
+            *bytes = type_blocks[i].bytes;
+            return 1;
+        }
+    return 0;
 }
 
 uint64_t cairn__ggml_block_size(uint32_t type)
@@ -182,7 +188,6 @@ int cairn__errf(char *err, size_t errlen, int code, const char *fmt, ...)
     }
     return code;
 }
-#define fail cairn__errf
 
 /* ---- the cursor ---------------------------------------------------------------------------- */
 
@@ -200,9 +205,10 @@ static uint64_t left(const struct rd *r) { return r->size - r->off; }
 static int need(struct rd *r, uint64_t n, const char *what)
 {
     if (n > left(r))
-        return fail(r->err, r->errlen, CAIRN_EFORMAT,
-                    "offset %" PRIu64 ": %s: %s needs %" PRIu64 " bytes but the file ends at %" PRIu64,
-                    r->off, r->ctx, what, n, r->size);
+        return cairn__errf(r->err, r->errlen, CAIRN_EFORMAT,
+                           "offset %" PRIu64 ": %s: %s needs %" PRIu64
+                           " bytes but the file ends at %" PRIu64,
+                           r->off, r->ctx, what, n, r->size);
     return 0;
 }
 
@@ -235,10 +241,10 @@ static int rd_str(struct rd *r, const uint8_t **s, uint64_t *len, const char *wh
     if (rc)
         return rc;
     if (*len > left(r))
-        return fail(r->err, r->errlen, CAIRN_EFORMAT,
-                    "offset %" PRIu64 ": %s: %s length %" PRIu64 " exceeds file (%" PRIu64
-                    " bytes left)",
-                    at, r->ctx, what, *len, left(r));
+        return cairn__errf(r->err, r->errlen, CAIRN_EFORMAT,
+                           "offset %" PRIu64 ": %s: %s length %" PRIu64 " exceeds file (%" PRIu64
+                           " bytes left)",
+                           at, r->ctx, what, *len, left(r));
     *s = r->b + r->off;
     r->off += *len;
     return 0;
@@ -249,14 +255,15 @@ static int copy_name(struct rd *r, const uint8_t *s, uint64_t len, uint64_t at, 
                      char **out)
 {
     if (memchr(s, 0, len))
-        return fail(r->err, r->errlen, CAIRN_EFORMAT,
-                    "offset %" PRIu64 ": %s: %s contains a NUL byte", at, r->ctx, what);
+        return cairn__errf(r->err, r->errlen, CAIRN_EFORMAT,
+                           "offset %" PRIu64 ": %s: %s contains a NUL byte", at, r->ctx, what);
     if (len == 0)
-        return fail(r->err, r->errlen, CAIRN_EFORMAT, "offset %" PRIu64 ": %s: empty %s", at,
-                    r->ctx, what);
+        return cairn__errf(r->err, r->errlen, CAIRN_EFORMAT, "offset %" PRIu64 ": %s: empty %s", at,
+                           r->ctx, what);
     char *c = malloc(len + 1);
     if (!c)
-        return fail(r->err, r->errlen, CAIRN_ENOMEM, "%s: out of memory copying %s", r->ctx, what);
+        return cairn__errf(r->err, r->errlen, CAIRN_ENOMEM, "%s: out of memory copying %s", r->ctx,
+                           what);
     memcpy(c, s, len);
     c[len] = 0;
     *out = c;
@@ -326,20 +333,23 @@ static int parse_kv(cairn__gguf *g, struct rd *r, size_t i)
     int rc;
 
     set_ctx(r, "key", i, NULL);
-    if ((rc = rd_str(r, &s, &len, "key string")) || (rc = copy_name(r, s, len, at, "key", &kv->key)))
+    if ((rc = rd_str(r, &s, &len, "key string")) ||
+        (rc = copy_name(r, s, len, at, "key", &kv->key)))
         return rc;
     set_ctx(r, "key", i, kv->key);
     size_t dup = htab_lookup(g, &g->kv_h, kv_name, kv->key, i);
     if (dup != SIZE_MAX)
-        return fail(r->err, r->errlen, CAIRN_EFORMAT,
-                    "offset %" PRIu64 ": %s: duplicate key (first seen as key %zu)", at, r->ctx, dup);
+        return cairn__errf(r->err, r->errlen, CAIRN_EFORMAT,
+                           "offset %" PRIu64 ": %s: duplicate key (first seen as key %zu)", at,
+                           r->ctx, dup);
 
     at = r->off;
     if ((rc = rd_u32(r, &kv->type, "value type")))
         return rc;
     if (kv->type >= GGUF_NVTYPES)
-        return fail(r->err, r->errlen, CAIRN_EFORMAT,
-                    "offset %" PRIu64 ": %s: unknown value type %" PRIu32, at, r->ctx, kv->type);
+        return cairn__errf(r->err, r->errlen, CAIRN_EFORMAT,
+                           "offset %" PRIu64 ": %s: unknown value type %" PRIu32, at, r->ctx,
+                           kv->type);
 
     if (kv->type == CAIRN__GGUF_STRING) {
         if ((rc = rd_str(r, &kv->val, &kv->n, "string")))
@@ -359,12 +369,13 @@ static int parse_kv(cairn__gguf *g, struct rd *r, size_t i)
     if ((rc = rd_u32(r, &kv->elem_type, "array element type")))
         return rc;
     if (kv->elem_type >= GGUF_NVTYPES)
-        return fail(r->err, r->errlen, CAIRN_EFORMAT,
-                    "offset %" PRIu64 ": %s: unknown array element type %" PRIu32, at, r->ctx,
-                    kv->elem_type);
+        return cairn__errf(r->err, r->errlen, CAIRN_EFORMAT,
+                           "offset %" PRIu64 ": %s: unknown array element type %" PRIu32, at,
+                           r->ctx, kv->elem_type);
     if (kv->elem_type == CAIRN__GGUF_ARRAY)
-        return fail(r->err, r->errlen, CAIRN_EUNSUPPORTED,
-                    "offset %" PRIu64 ": %s: arrays of arrays are not supported", at, r->ctx);
+        return cairn__errf(r->err, r->errlen, CAIRN_EUNSUPPORTED,
+                           "offset %" PRIu64 ": %s: arrays of arrays are not supported", at,
+                           r->ctx);
     at = r->off;
     if ((rc = rd_u64(r, &kv->n, "array length")))
         return rc;
@@ -373,30 +384,35 @@ static int parse_kv(cairn__gguf *g, struct rd *r, size_t i)
     if (kv->elem_type != CAIRN__GGUF_STRING) {
         unsigned sz = vtype_size(kv->elem_type);
         if (kv->n > left(r) / sz)
-            return fail(r->err, r->errlen, CAIRN_EFORMAT,
-                        "offset %" PRIu64 ": %s: array of %" PRIu64 " %s exceeds file (%" PRIu64
-                        " bytes left)",
-                        at, r->ctx, kv->n, vtype_names[kv->elem_type], left(r));
+            return cairn__errf(r->err, r->errlen, CAIRN_EFORMAT,
+                               "offset %" PRIu64 ": %s: array of %" PRIu64
+                               " %s exceeds file (%" PRIu64 " bytes left)",
+                               at, r->ctx, kv->n, vtype_names[kv->elem_type], left(r));
         r->off += kv->n * sz;
         return 0;
     }
 
     /* Strings: every element takes at least its 8-byte length, which bounds the index size. */
     if (kv->n > left(r) / 8)
-        return fail(r->err, r->errlen, CAIRN_EFORMAT,
-                    "offset %" PRIu64 ": %s: array of %" PRIu64 " strings exceeds file (%" PRIu64
-                    " bytes left)",
-                    at, r->ctx, kv->n, left(r));
+        return cairn__errf(r->err, r->errlen, CAIRN_EFORMAT,
+                           "offset %" PRIu64 ": %s: array of %" PRIu64
+                           " strings exceeds file (%" PRIu64 " bytes left)",
+                           at, r->ctx, kv->n, left(r));
     kv->str_off = malloc((kv->n ? kv->n : 1) * sizeof *kv->str_off);
     if (!kv->str_off)
-        return fail(r->err, r->errlen, CAIRN_ENOMEM, "%s: out of memory indexing %" PRIu64 " strings",
-                    r->ctx, kv->n);
+        return cairn__errf(r->err, r->errlen, CAIRN_ENOMEM,
+                           "%s: out of memory indexing %" PRIu64 " strings", r->ctx, kv->n);
     for (uint64_t j = 0; j < kv->n; j++) {
+        kv->str_off[j] = r->off;
+        /* fast path for the 150k strings of a vocabulary; rd_str explains a failure */
+        if (left(r) >= 8 && le64(r->b + r->off) <= left(r) - 8) {
+            r->off += 8 + le64(r->b + r->off);
+            continue;
+        }
         char what[48];
         snprintf(what, sizeof what, "element %" PRIu64 " string", j);
-        kv->str_off[j] = r->off;
-        if ((rc = rd_str(r, &s, &len, what)))
-            return rc;
+        rc = rd_str(r, &s, &len, what);
+        return rc ? rc : CAIRN_EFORMAT; /* rc is never 0 here: the fast path took every valid one */
     }
     return 0;
 }
@@ -416,16 +432,18 @@ static int parse_tensor(cairn__gguf *g, struct rd *r, size_t i)
     set_ctx(r, "tensor", i, name);
     size_t dup = htab_lookup(g, &g->tensor_h, tensor_name, name, i);
     if (dup != SIZE_MAX)
-        return fail(r->err, r->errlen, CAIRN_EFORMAT,
-                    "offset %" PRIu64 ": %s: duplicate tensor name (first seen as tensor %zu)", at,
-                    r->ctx, dup);
+        return cairn__errf(r->err, r->errlen, CAIRN_EFORMAT,
+                           "offset %" PRIu64
+                           ": %s: duplicate tensor name (first seen as tensor %zu)",
+                           at, r->ctx, dup);
 
     at = r->off;
     if ((rc = rd_u32(r, &t->n_dims, "n_dims")))
         return rc;
     if (t->n_dims < 1 || t->n_dims > 4)
-        return fail(r->err, r->errlen, CAIRN_EFORMAT,
-                    "offset %" PRIu64 ": %s: n_dims %" PRIu32 " outside 1..4", at, r->ctx, t->n_dims);
+        return cairn__errf(r->err, r->errlen, CAIRN_EFORMAT,
+                           "offset %" PRIu64 ": %s: n_dims %" PRIu32 " outside 1..4", at, r->ctx,
+                           t->n_dims);
     t->n_elements = 1;
     for (uint32_t d = 0; d < 4; d++) {
         t->ne[d] = 1;
@@ -436,13 +454,14 @@ static int parse_tensor(cairn__gguf *g, struct rd *r, size_t i)
             return rc;
         /* ggml holds shapes in int64_t; keep every product representable there too. */
         if (t->ne[d] < 1 || t->ne[d] > INT64_MAX)
-            return fail(r->err, r->errlen, CAIRN_EFORMAT,
-                        "offset %" PRIu64 ": %s: ne[%" PRIu32 "] = %" PRIu64 " is out of range", at,
-                        r->ctx, d, t->ne[d]);
+            return cairn__errf(r->err, r->errlen, CAIRN_EFORMAT,
+                               "offset %" PRIu64 ": %s: ne[%" PRIu32 "] = %" PRIu64
+                               " is out of range",
+                               at, r->ctx, d, t->ne[d]);
         if (__builtin_mul_overflow(t->n_elements, t->ne[d], &t->n_elements) ||
             t->n_elements > INT64_MAX)
-            return fail(r->err, r->errlen, CAIRN_EFORMAT,
-                        "offset %" PRIu64 ": %s: element count overflows", at, r->ctx);
+            return cairn__errf(r->err, r->errlen, CAIRN_EFORMAT,
+                               "offset %" PRIu64 ": %s: element count overflows", at, r->ctx);
     }
 
     at = r->off;
@@ -450,17 +469,18 @@ static int parse_tensor(cairn__gguf *g, struct rd *r, size_t i)
         return rc;
     uint64_t be, bb;
     if (!type_block(t->type, &be, &bb))
-        return fail(r->err, r->errlen, CAIRN_EUNSUPPORTED,
-                    "offset %" PRIu64 ": %s: tensor type %s (%" PRIu32 ") is not supported", at,
-                    r->ctx, cairn__ggml_type_name(t->type), t->type);
+        return cairn__errf(r->err, r->errlen, CAIRN_EUNSUPPORTED,
+                           "offset %" PRIu64 ": %s: tensor type %s (%" PRIu32 ") is not supported",
+                           at, r->ctx, cairn__ggml_type_name(t->type), t->type);
     if (t->ne[0] % be)
-        return fail(r->err, r->errlen, CAIRN_EFORMAT,
-                    "%s: ne[0] = %" PRIu64 " is not a multiple of the %s block size %" PRIu64,
-                    r->ctx, t->ne[0], cairn__ggml_type_name(t->type), be);
+        return cairn__errf(r->err, r->errlen, CAIRN_EFORMAT,
+                           "%s: ne[0] = %" PRIu64
+                           " is not a multiple of the %s block size %" PRIu64,
+                           r->ctx, t->ne[0], cairn__ggml_type_name(t->type), be);
     /* rows * row bytes; n_elements <= INT64_MAX bounds rows, the row size may still overflow */
     uint64_t rows = t->n_elements / t->ne[0];
     if (__builtin_mul_overflow(rows, cairn__ggml_row_size(t->type, t->ne[0]), &t->nbytes))
-        return fail(r->err, r->errlen, CAIRN_EFORMAT, "%s: byte size overflows", r->ctx);
+        return cairn__errf(r->err, r->errlen, CAIRN_EFORMAT, "%s: byte size overflows", r->ctx);
 
     if ((rc = rd_u64(r, &t->offset, "data offset"))) /* relative until the data section is known */
         return rc;
@@ -478,15 +498,33 @@ static void read_int(uint32_t t, const uint8_t *p, uint64_t *mag, int *neg)
     int64_t s = 0;
     *neg = 0;
     switch (t) {
-    case CAIRN__GGUF_U8: *mag = p[0]; return;
-    case CAIRN__GGUF_U16: *mag = le16(p); return;
-    case CAIRN__GGUF_U32: *mag = le32(p); return;
-    case CAIRN__GGUF_U64: *mag = le64(p); return;
-    case CAIRN__GGUF_I8: s = (int8_t)p[0]; break;
-    case CAIRN__GGUF_I16: s = (int16_t)le16(p); break;
-    case CAIRN__GGUF_I32: s = (int32_t)le32(p); break;
-    case CAIRN__GGUF_I64: s = (int64_t)le64(p); break;
-    default: *mag = 0; return;
+    case CAIRN__GGUF_U8:
+        *mag = p[0];
+        return;
+    case CAIRN__GGUF_U16:
+        *mag = le16(p);
+        return;
+    case CAIRN__GGUF_U32:
+        *mag = le32(p);
+        return;
+    case CAIRN__GGUF_U64:
+        *mag = le64(p);
+        return;
+    case CAIRN__GGUF_I8:
+        s = (int8_t)p[0];
+        break;
+    case CAIRN__GGUF_I16:
+        s = (int16_t)le16(p);
+        break;
+    case CAIRN__GGUF_I32:
+        s = (int32_t)le32(p);
+        break;
+    case CAIRN__GGUF_I64:
+        s = (int64_t)le64(p);
+        break;
+    default:
+        *mag = 0;
+        return;
     }
     if (s < 0) {
         *neg = 1;
@@ -504,11 +542,12 @@ static int parse(cairn__gguf *g, char *err, size_t errlen)
     snprintf(r.ctx, sizeof r.ctx, "header");
     if (g->size < 4 || memcmp(g->base, GGUF_MAGIC, 4) != 0) {
         if (g->size < 4)
-            return fail(err, errlen, CAIRN_EFORMAT,
-                        "offset 0: file is %" PRIu64 " bytes, too short for a GGUF header", g->size);
-        return fail(err, errlen, CAIRN_EFORMAT,
-                    "offset 0: bad magic %02x %02x %02x %02x (not a GGUF file)", g->base[0],
-                    g->base[1], g->base[2], g->base[3]);
+            return cairn__errf(err, errlen, CAIRN_EFORMAT,
+                               "offset 0: file is %" PRIu64 " bytes, too short for a GGUF header",
+                               g->size);
+        return cairn__errf(err, errlen, CAIRN_EFORMAT,
+                           "offset 0: bad magic %02x %02x %02x %02x (not a GGUF file)", g->base[0],
+                           g->base[1], g->base[2], g->base[3]);
     }
     r.off = 4;
     if ((rc = rd_u32(&r, &g->version, "version")))
@@ -516,11 +555,12 @@ static int parse(cairn__gguf *g, char *err, size_t errlen)
     if (g->version != 2 && g->version != 3) {
         uint32_t sw = __builtin_bswap32(g->version);
         if (sw == 2 || sw == 3)
-            return fail(err, errlen, CAIRN_EUNSUPPORTED,
-                        "offset 4: big-endian GGUF (version %" PRIu32 ") is not supported", sw);
-        return fail(err, errlen, CAIRN_EUNSUPPORTED,
-                    "offset 4: GGUF version %" PRIu32 " is not supported (only 2 and 3)",
-                    g->version);
+            return cairn__errf(err, errlen, CAIRN_EUNSUPPORTED,
+                               "offset 4: big-endian GGUF (version %" PRIu32 ") is not supported",
+                               sw);
+        return cairn__errf(err, errlen, CAIRN_EUNSUPPORTED,
+                           "offset 4: GGUF version %" PRIu32 " is not supported (only 2 and 3)",
+                           g->version);
     }
     uint64_t n_tensors, n_kv;
     if ((rc = rd_u64(&r, &n_tensors, "tensor count")) || (rc = rd_u64(&r, &n_kv, "key count")))
@@ -528,22 +568,24 @@ static int parse(cairn__gguf *g, char *err, size_t errlen)
     /* Reject counts the rest of the file could not hold before allocating for them. */
     uint64_t room = left(&r);
     if (n_kv > room / GGUF_MIN_KV_BYTES)
-        return fail(err, errlen, CAIRN_EFORMAT,
-                    "offset 16: key count %" PRIu64 " cannot fit in the %" PRIu64
-                    " bytes left (truncated or corrupt file)",
-                    n_kv, room);
+        return cairn__errf(err, errlen, CAIRN_EFORMAT,
+                           "offset 16: key count %" PRIu64 " cannot fit in the %" PRIu64
+                           " bytes left (truncated or corrupt file)",
+                           n_kv, room);
     if (n_tensors > room / GGUF_MIN_TENSOR_BYTES ||
         n_kv * GGUF_MIN_KV_BYTES + n_tensors * GGUF_MIN_TENSOR_BYTES > room)
-        return fail(err, errlen, CAIRN_EFORMAT,
-                    "offset 8: tensor count %" PRIu64 " (with %" PRIu64
-                    " keys) cannot fit in the %" PRIu64 " bytes left (truncated or corrupt file)",
-                    n_tensors, n_kv, room);
+        return cairn__errf(err, errlen, CAIRN_EFORMAT,
+                           "offset 8: tensor count %" PRIu64 " (with %" PRIu64
+                           " keys) cannot fit in the %" PRIu64
+                           " bytes left (truncated or corrupt file)",
+                           n_tensors, n_kv, room);
 
     g->kv = calloc(n_kv ? n_kv : 1, sizeof *g->kv);
     g->tensors = calloc(n_tensors ? n_tensors : 1, sizeof *g->tensors);
     if (!g->kv || !g->tensors || htab_init(&g->kv_h, n_kv) || htab_init(&g->tensor_h, n_tensors))
-        return fail(err, errlen, CAIRN_ENOMEM, "out of memory for %" PRIu64 " keys and %" PRIu64
-                    " tensors", n_kv, n_tensors);
+        return cairn__errf(err, errlen, CAIRN_ENOMEM,
+                           "out of memory for %" PRIu64 " keys and %" PRIu64 " tensors", n_kv,
+                           n_tensors);
 
     for (size_t i = 0; i < n_kv; i++) {
         g->n_kv = i + 1; /* so close() frees what this KV allocated even if it fails */
@@ -558,14 +600,14 @@ static int parse(cairn__gguf *g, char *err, size_t errlen)
         uint64_t v;
         int neg;
         if (!is_int_vtype(kv->type))
-            return fail(err, errlen, CAIRN_EFORMAT,
-                        "key %zu 'general.alignment': type %s, expected an integer", ai,
-                        vtype_names[kv->type]);
+            return cairn__errf(err, errlen, CAIRN_EFORMAT,
+                               "key %zu 'general.alignment': type %s, expected an integer", ai,
+                               vtype_names[kv->type]);
         read_int(kv->type, kv->val, &v, &neg);
         if (neg || v == 0 || v > UINT32_MAX || (v & (v - 1)))
-            return fail(err, errlen, CAIRN_EFORMAT,
-                        "key %zu 'general.alignment': %s%" PRIu64 " is not a power of two", ai,
-                        neg ? "-" : "", v);
+            return cairn__errf(err, errlen, CAIRN_EFORMAT,
+                               "key %zu 'general.alignment': %s%" PRIu64 " is not a power of two",
+                               ai, neg ? "-" : "", v);
         g->alignment = (uint32_t)v;
     }
 
@@ -581,20 +623,21 @@ static int parse(cairn__gguf *g, char *err, size_t errlen)
         cairn__gguf_tensor *t = &g->tensors[i];
         uint64_t start, end;
         if (t->offset % g->alignment)
-            return fail(err, errlen, CAIRN_EFORMAT,
-                        "tensor %zu '%s': data offset %" PRIu64
-                        " is not a multiple of the alignment %" PRIu32,
-                        i, t->name, t->offset, g->alignment);
+            return cairn__errf(err, errlen, CAIRN_EFORMAT,
+                               "tensor %zu '%s': data offset %" PRIu64
+                               " is not a multiple of the alignment %" PRIu32,
+                               i, t->name, t->offset, g->alignment);
         if (__builtin_add_overflow(g->data_off, t->offset, &start) ||
             __builtin_add_overflow(start, t->nbytes, &end))
-            return fail(err, errlen, CAIRN_EFORMAT,
-                        "tensor %zu '%s': data offset %" PRIu64 " + %" PRIu64 " bytes overflows", i,
-                        t->name, t->offset, t->nbytes);
+            return cairn__errf(err, errlen, CAIRN_EFORMAT,
+                               "tensor %zu '%s': data offset %" PRIu64 " + %" PRIu64
+                               " bytes overflows",
+                               i, t->name, t->offset, t->nbytes);
         if (end > g->size)
-            return fail(err, errlen, CAIRN_EFORMAT,
-                        "tensor '%s': data [%" PRIu64 ", %" PRIu64 ") ends past end of file (%" PRIu64
-                        " bytes)",
-                        t->name, start, end, g->size);
+            return cairn__errf(err, errlen, CAIRN_EFORMAT,
+                               "tensor '%s': data [%" PRIu64 ", %" PRIu64
+                               ") ends past end of file (%" PRIu64 " bytes)",
+                               t->name, start, end, g->size);
         t->offset = start;
         t->data = g->base + start;
     }
@@ -621,13 +664,13 @@ int cairn__gguf_open_mem(const void *buf, size_t len, cairn__gguf **out, char *e
     if (err && errlen)
         err[0] = 0;
     if (!out)
-        return fail(err, errlen, CAIRN_EINVAL, "NULL output handle");
+        return cairn__errf(err, errlen, CAIRN_EINVAL, "NULL output handle");
     *out = NULL;
     if (!buf && len)
-        return fail(err, errlen, CAIRN_EINVAL, "NULL buffer");
+        return cairn__errf(err, errlen, CAIRN_EINVAL, "NULL buffer");
     cairn__gguf *g = calloc(1, sizeof *g);
     if (!g)
-        return fail(err, errlen, CAIRN_ENOMEM, "out of memory");
+        return cairn__errf(err, errlen, CAIRN_ENOMEM, "out of memory");
     g->base = buf ? buf : (const uint8_t *)"";
     g->size = len;
     return open_common(g, out, err, errlen);
@@ -638,41 +681,42 @@ int cairn__gguf_open(const char *path, cairn__gguf **out, char *err, size_t errl
     if (err && errlen)
         err[0] = 0;
     if (!out || !path)
-        return fail(err, errlen, CAIRN_EINVAL, "NULL path or output handle");
+        return cairn__errf(err, errlen, CAIRN_EINVAL, "NULL path or output handle");
     *out = NULL;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         int e = errno;
-        return fail(err, errlen, e == ENOENT ? CAIRN_ENOENT : CAIRN_EIO, "%s: %s", path, strerror(e));
+        return cairn__errf(err, errlen, e == ENOENT ? CAIRN_ENOENT : CAIRN_EIO, "%s: %s", path,
+                           strerror(e));
     }
     struct stat st;
     if (fstat(fd, &st) != 0) {
         int e = errno;
         close(fd);
-        return fail(err, errlen, CAIRN_EIO, "%s: stat: %s", path, strerror(e));
+        return cairn__errf(err, errlen, CAIRN_EIO, "%s: stat: %s", path, strerror(e));
     }
     if (!S_ISREG(st.st_mode)) {
         close(fd);
-        return fail(err, errlen, CAIRN_EIO, "%s: not a regular file", path);
+        return cairn__errf(err, errlen, CAIRN_EIO, "%s: not a regular file", path);
     }
     if (st.st_size == 0) { /* cannot be mapped; every other size is parse()'s to judge */
         close(fd);
-        return fail(err, errlen, CAIRN_EFORMAT, "%s: offset 0: file is empty, not a GGUF file",
-                    path);
+        return cairn__errf(err, errlen, CAIRN_EFORMAT,
+                           "%s: offset 0: file is empty, not a GGUF file", path);
     }
     if ((uint64_t)st.st_size > SIZE_MAX) {
         close(fd);
-        return fail(err, errlen, CAIRN_EIO, "%s: file too large to map", path);
+        return cairn__errf(err, errlen, CAIRN_EIO, "%s: file too large to map", path);
     }
     void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
     int e = errno;
     close(fd); /* the mapping keeps the file alive */
     if (m == MAP_FAILED)
-        return fail(err, errlen, CAIRN_EIO, "%s: mmap: %s", path, strerror(e));
+        return cairn__errf(err, errlen, CAIRN_EIO, "%s: mmap: %s", path, strerror(e));
     cairn__gguf *g = calloc(1, sizeof *g);
     if (!g) {
         munmap(m, (size_t)st.st_size);
-        return fail(err, errlen, CAIRN_ENOMEM, "out of memory");
+        return cairn__errf(err, errlen, CAIRN_ENOMEM, "out of memory");
     }
     g->base = m;
     g->size = (uint64_t)st.st_size;
@@ -897,7 +941,8 @@ static int arr_elem(const cairn__gguf *g, const char *key, uint64_t i, const str
     return 0;
 }
 
-int cairn__gguf_arr_str(const cairn__gguf *g, const char *key, uint64_t i, const char **s, size_t *len)
+int cairn__gguf_arr_str(const cairn__gguf *g, const char *key, uint64_t i, const char **s,
+                        size_t *len)
 {
     const struct kv *kv = NULL;
     int rc = arr_elem(g, key, i, &kv);

@@ -19,42 +19,42 @@ extern "C" {
 #endif
 
 enum cairn__ggml_type { /* numbering as in GGUF files */
-    CAIRN__GGML_F32 = 0,
-    CAIRN__GGML_F16 = 1,
-    CAIRN__GGML_Q4_0 = 2,
-    CAIRN__GGML_Q8_0 = 8,
-    CAIRN__GGML_Q4_K = 12,
-    CAIRN__GGML_Q6_K = 14,
-    CAIRN__GGML_BF16 = 30,
+                        CAIRN__GGML_F32 = 0,
+                        CAIRN__GGML_F16 = 1,
+                        CAIRN__GGML_Q4_0 = 2,
+                        CAIRN__GGML_Q8_0 = 8,
+                        CAIRN__GGML_Q4_K = 12,
+                        CAIRN__GGML_Q6_K = 14,
+                        CAIRN__GGML_BF16 = 30,
 };
 
 enum cairn__gguf_vtype { /* GGUF metadata value types */
-    CAIRN__GGUF_U8 = 0,
-    CAIRN__GGUF_I8,
-    CAIRN__GGUF_U16,
-    CAIRN__GGUF_I16,
-    CAIRN__GGUF_U32,
-    CAIRN__GGUF_I32,
-    CAIRN__GGUF_F32,
-    CAIRN__GGUF_BOOL,
-    CAIRN__GGUF_STRING,
-    CAIRN__GGUF_ARRAY,
-    CAIRN__GGUF_U64,
-    CAIRN__GGUF_I64,
-    CAIRN__GGUF_F64,
+                         CAIRN__GGUF_U8 = 0,
+                         CAIRN__GGUF_I8,
+                         CAIRN__GGUF_U16,
+                         CAIRN__GGUF_I16,
+                         CAIRN__GGUF_U32,
+                         CAIRN__GGUF_I32,
+                         CAIRN__GGUF_F32,
+                         CAIRN__GGUF_BOOL,
+                         CAIRN__GGUF_STRING,
+                         CAIRN__GGUF_ARRAY,
+                         CAIRN__GGUF_U64,
+                         CAIRN__GGUF_I64,
+                         CAIRN__GGUF_F64,
 };
 
 typedef struct cairn__gguf cairn__gguf;
 
 typedef struct {
-    const char *name;  /* NUL-terminated copy owned by the reader */
-    uint32_t type;     /* enum cairn__ggml_type */
-    uint32_t n_dims;   /* 1..4 */
-    uint64_t ne[4];    /* ne[0] is the contiguous (row) dimension, as in ggml; unused dims = 1 */
+    const char *name; /* NUL-terminated copy owned by the reader */
+    uint32_t type;    /* enum cairn__ggml_type */
+    uint32_t n_dims;  /* 1..4 */
+    uint64_t ne[4];   /* ne[0] is the contiguous (row) dimension, as in ggml; unused dims = 1 */
     uint64_t n_elements;
-    uint64_t offset;   /* absolute file offset of the data */
+    uint64_t offset; /* absolute file offset of the data */
     uint64_t nbytes;
-    const void *data;  /* points into the mapping; valid until cairn__gguf_close */
+    const void *data; /* points into the mapping; valid until cairn__gguf_close */
 } cairn__gguf_tensor;
 
 /* Opens and validates the whole file (header, every KV, every tensor info: sizes, types,
@@ -70,12 +70,14 @@ int cairn__gguf_open_mem(const void *buf, size_t len, cairn__gguf **out, char *e
 void cairn__gguf_close(cairn__gguf *g); /* NULL is a no-op */
 uint32_t cairn__gguf_version(const cairn__gguf *g);
 uint64_t cairn__gguf_file_size(const cairn__gguf *g);
-uint32_t cairn__gguf_alignment(const cairn__gguf *g);     /* general.alignment, default 32 */
-uint64_t cairn__gguf_data_offset(const cairn__gguf *g);   /* file offset of the data section */
+uint32_t cairn__gguf_alignment(const cairn__gguf *g);   /* general.alignment, default 32 */
+uint64_t cairn__gguf_data_offset(const cairn__gguf *g); /* file offset of the data section */
 size_t cairn__gguf_n_tensors(const cairn__gguf *g);
-const cairn__gguf_tensor *cairn__gguf_tensor_at(const cairn__gguf *g, size_t i); /* NULL if i out of range */
-const cairn__gguf_tensor *cairn__gguf_tensor_find(const cairn__gguf *g, const char *name); /* NULL if absent */
-const char *cairn__ggml_type_name(uint32_t type); /* "Q4_K", or "?" */
+const cairn__gguf_tensor *cairn__gguf_tensor_at(const cairn__gguf *g,
+                                                size_t i); /* NULL if i out of range */
+const cairn__gguf_tensor *cairn__gguf_tensor_find(const cairn__gguf *g,
+                                                  const char *name); /* NULL if absent */
+const char *cairn__ggml_type_name(uint32_t type);                    /* "Q4_K", or "?" */
 /* bytes for n elements of type (n must be a multiple of the block size), 0 if unsupported */
 uint64_t cairn__ggml_row_size(uint32_t type, uint64_t n);
 /* elements per block (1 for F32/F16/BF16, 32 for Q8_0/Q4_0, 256 for Q4_K/Q6_K), 0 if unsupported */
@@ -86,7 +88,8 @@ const char *cairn__gguf_vtype_name(int vtype); /* "u32", "string", ... or "?" */
  * value has an incompatible type (integers of any width convert when the value fits).
  * get_f32 also accepts F64 (narrowed) and integers; get_bool accepts BOOL only. */
 size_t cairn__gguf_n_kv(const cairn__gguf *g);
-const char *cairn__gguf_kv_key(const cairn__gguf *g, size_t i); /* NUL-terminated; NULL if out of range */
+const char *cairn__gguf_kv_key(const cairn__gguf *g,
+                               size_t i); /* NUL-terminated; NULL if out of range */
 int cairn__gguf_kv_type(const cairn__gguf *g, const char *key); /* vtype, or CAIRN_ENOTFOUND */
 int cairn__gguf_get_u32(const cairn__gguf *g, const char *key, uint32_t *out);
 int cairn__gguf_get_u64(const cairn__gguf *g, const char *key, uint64_t *out);
@@ -98,9 +101,11 @@ int cairn__gguf_get_str(const cairn__gguf *g, const char *key, const char **s, s
 /* arrays: element type and count; then element access (bounds-checked, CAIRN_EINVAL on bad index,
  * CAIRN_EFORMAT if the key is not an array of a compatible element type) */
 int cairn__gguf_get_arr(const cairn__gguf *g, const char *key, int *elem_type, uint64_t *n);
-int cairn__gguf_arr_str(const cairn__gguf *g, const char *key, uint64_t i, const char **s, size_t *len);
+int cairn__gguf_arr_str(const cairn__gguf *g, const char *key, uint64_t i, const char **s,
+                        size_t *len);
 int cairn__gguf_arr_f32(const cairn__gguf *g, const char *key, uint64_t i, float *out);
-int cairn__gguf_arr_i64(const cairn__gguf *g, const char *key, uint64_t i, int64_t *out); /* any int type */
+int cairn__gguf_arr_i64(const cairn__gguf *g, const char *key, uint64_t i,
+                        int64_t *out); /* any int type */
 /* fast path for large numeric arrays: pointer to the raw little-endian elements in the mapping
  * (possibly unaligned: read with memcpy). NULL if absent, not an array, or an array of strings. */
 const void *cairn__gguf_arr_data(const cairn__gguf *g, const char *key);

@@ -45,7 +45,9 @@ enum {
 
 /* ==== thread pool ============================================================================ */
 
-#define POOL_SPIN 20000 /* pause iterations before a worker sleeps (~50-200 us) */
+#define POOL_SPIN 4000 /* pause iterations before a worker sleeps (~10-50 us): long enough to bridge
+                          * the gaps between the products of one decode step, short enough not to
+                          * steal a shared core from other processes for long */
 
 struct cairn__pool {
     int n;

@@ -1469,7 +1469,8 @@ int cairn__tok_stream_push(cairn__tok_stream *s, int32_t id, const char **out, s
         s->strip = 0;
     }
     /* move the held tail to the front, then append the new piece */
-    memmove(s->buf, s->buf + s->out_len, s->held);
+    if (s->held)
+        memmove(s->buf, s->buf + s->out_len, s->held);
     n = s->held + l;
     if (n > s->cap) {
         size_t cap = n < 64 ? 64 : n * 2;

@@ -36,9 +36,7 @@
 #define CANON_MAX_DEPTH 2048
 #define MP_TO_JSON_MAX_DEPTH 1024
 
-#if defined(__GNUC__)
-__attribute__((format(printf, 3, 4)))
-#endif
+static void seterr(char *err, size_t errlen, const char *fmt, ...) CAIRN_PRINTF(3, 4);
 static void seterr(char *err, size_t errlen, const char *fmt, ...)
 {
     va_list ap;
@@ -53,35 +51,26 @@ static void seterr(char *err, size_t errlen, const char *fmt, ...)
  * bytes there are not one (overlong forms, surrogates and values above U+10FFFF are not). */
 static size_t utf8_decode(const unsigned char *s, size_t n, uint32_t *cp)
 {
-    uint32_t c;
+    static const uint32_t least[5] = {0, 0, 0x80, 0x800, 0x10000};
     size_t len, i;
+    uint32_t c;
     if (n == 0)
         return 0;
-    if (s[0] < 0x80) {
-        *cp = s[0];
-        return 1;
-    }
-    if (s[0] >= 0xC2 && s[0] <= 0xDF) {
-        len = 2;
-        c = s[0] & 0x1F;
-    } else if (s[0] >= 0xE0 && s[0] <= 0xEF) {
-        len = 3;
-        c = s[0] & 0x0F;
-    } else if (s[0] >= 0xF0 && s[0] <= 0xF4) {
-        len = 4;
-        c = s[0] & 0x07;
-    } else {
+    len = s[0] < 0x80   ? 1
+          : s[0] < 0xC2 ? 0
+          : s[0] < 0xE0 ? 2
+          : s[0] < 0xF0 ? 3
+          : s[0] < 0xF5 ? 4
+                        : 0;
+    if (len == 0 || n < len)
         return 0;
-    }
-    if (n < len)
-        return 0;
+    c = len == 1 ? s[0] : s[0] & (0x7Fu >> len);
     for (i = 1; i < len; i++) {
         if ((s[i] & 0xC0) != 0x80)
             return 0;
         c = (c << 6) | (s[i] & 0x3F);
     }
-    if ((len == 3 && c < 0x800) || (len == 4 && c < 0x10000) || c > 0x10FFFF ||
-        (c >= 0xD800 && c <= 0xDFFF))
+    if (c < least[len] || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF))
         return 0;
     *cp = c;
     return len;
@@ -200,11 +189,11 @@ int cairn__json_parse(const char *buf, size_t len, const char *source, json_t **
 
 int cairn__json_load(const char *path, json_t **out, char *err, size_t errlen)
 {
-    int fd, rc, is_stdin;
+    int is_stdin, fd, rc = 0;
     const char *src;
     struct stat st;
     char *buf = NULL, *nb;
-    size_t n = 0, cap;
+    size_t n = 0, cap = 0;
     ssize_t r;
 
     if (!path || !out)
@@ -212,65 +201,50 @@ int cairn__json_load(const char *path, json_t **out, char *err, size_t errlen)
     *out = NULL;
     is_stdin = strcmp(path, "-") == 0;
     src = is_stdin ? "<stdin>" : path;
-    if (is_stdin) {
-        fd = STDIN_FILENO;
-    } else if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
+    fd = is_stdin ? STDIN_FILENO : open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
         int e = errno;
         seterr(err, errlen, "%s: %s", path, strerror(e));
         return (e == ENOENT || e == ENOTDIR) ? CAIRN_ENOENT : CAIRN_EIO;
     }
-    cap = 64 * 1024;
-    if (fstat(fd, &st) == 0) {
-        if (S_ISDIR(st.st_mode)) {
-            seterr(err, errlen, "%s: is a directory", src);
-            rc = CAIRN_EINVAL;
-            goto done;
-        }
-        if (S_ISREG(st.st_mode) && (uintmax_t)st.st_size > CAIRN__MAX_INPUT) {
-            seterr(err, errlen, "%s: input is %jd bytes, limit is %u", src, (intmax_t)st.st_size,
-                   CAIRN__MAX_INPUT);
-            rc = CAIRN_ETOOBIG;
-            goto done;
-        }
-        if (S_ISREG(st.st_mode))
-            cap = (size_t)st.st_size + 1; /* +1 so a file that grew is noticed */
+    if (fstat(fd, &st) != 0) {
+        st.st_mode = 0; /* unknown: just read it */
+    } else if (S_ISDIR(st.st_mode)) {
+        seterr(err, errlen, "%s: is a directory", src);
+        rc = CAIRN_EINVAL;
+    } else if (S_ISREG(st.st_mode) && (uintmax_t)st.st_size > CAIRN__MAX_INPUT) {
+        seterr(err, errlen, "%s: input is %jd bytes, limit is %u", src, (intmax_t)st.st_size,
+               CAIRN__MAX_INPUT);
+        rc = CAIRN_ETOOBIG;
     }
-    /* Read at most one byte beyond the limit: enough to know the input is too big. */
-    if (!(buf = malloc(cap)))
-        goto oom;
-    for (;;) {
+    /* Read at most one byte beyond the limit: enough to know that the input is too big. */
+    while (rc == 0 && n <= CAIRN__MAX_INPUT) {
         if (n == cap) {
-            if (n > CAIRN__MAX_INPUT)
+            cap = cap ? cap * 2 : 64 * 1024;
+            cap = cap > (size_t)CAIRN__MAX_INPUT + 1 ? (size_t)CAIRN__MAX_INPUT + 1 : cap;
+            if (!(nb = realloc(buf, cap))) {
+                seterr(err, errlen, "%s: out of memory", src);
+                rc = CAIRN_ENOMEM;
                 break;
-            cap = cap * 2 > (size_t)CAIRN__MAX_INPUT + 1 ? (size_t)CAIRN__MAX_INPUT + 1 : cap * 2;
-            if (!(nb = realloc(buf, cap)))
-                goto oom;
+            }
             buf = nb;
         }
-        r = read(fd, buf + n, cap - n);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0) {
+        if ((r = read(fd, buf + n, cap - n)) > 0) {
+            n += (size_t)r;
+        } else if (r == 0) {
+            break;
+        } else if (errno != EINTR) {
             seterr(err, errlen, "%s: %s", src, strerror(errno));
             rc = CAIRN_EIO;
-            goto done;
         }
-        if (r == 0)
-            break;
-        n += (size_t)r;
     }
-    if (n > CAIRN__MAX_INPUT) {
+    if (rc == 0 && n > CAIRN__MAX_INPUT) {
         seterr(err, errlen, "%s: input is more than %u bytes, limit is %u", src, CAIRN__MAX_INPUT,
                CAIRN__MAX_INPUT);
         rc = CAIRN_ETOOBIG;
-        goto done;
     }
-    rc = cairn__json_parse(buf, n, src, out, err, errlen);
-    goto done;
-oom:
-    seterr(err, errlen, "%s: out of memory", src);
-    rc = CAIRN_ENOMEM;
-done:
+    if (rc == 0)
+        rc = cairn__json_parse(buf, n, src, out, err, errlen);
     free(buf);
     if (!is_stdin)
         close(fd);
@@ -279,17 +253,10 @@ done:
 
 static const char *type_name(const json_t *v)
 {
-    switch (json_typeof(v)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "an array";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER: return "an integer";
-    case JSON_REAL: return "a number";
-    case JSON_TRUE: return "true";
-    case JSON_FALSE: return "false";
-    case JSON_NULL: return "null";
-    }
-    return "?";
+    static const char *names[] = {"an object", "an array", "a string", "an integer",
+                                  "a number",  "true",     "false",    "null"};
+    unsigned t = (unsigned)json_typeof(v);
+    return t < sizeof names / sizeof names[0] ? names[t] : "?";
 }
 
 int cairn__json_check_object(const json_t *v, const char *source, char *err, size_t errlen)
@@ -298,8 +265,8 @@ int cairn__json_check_object(const json_t *v, const char *source, char *err, siz
         return CAIRN_EINVAL;
     if (json_is_object(v))
         return 0;
-    seterr(err, errlen, "%s: task input must be a JSON object, not %s",
-           source ? source : "<input>", type_name(v));
+    seterr(err, errlen, "%s: task input must be a JSON object, not %s", source ? source : "<input>",
+           type_name(v));
     return CAIRN_EJSON;
 }
 
@@ -403,7 +370,7 @@ static void shortest_digits(double a, char digits[24], int *k, int *n)
 {
     char buf[48];
     int p, e, len;
-    for (p = 1; p <= 17; p++) {
+    for (p = 1;; p++) { /* ends by p = 17: 17 significant digits identify any double */
         unsigned long long d = 0, pow10 = 1;
         int i, delta;
         char *s;
@@ -415,7 +382,7 @@ static void shortest_digits(double a, char digits[24], int *k, int *n)
         e = atoi(s + 1) - (p - 1); /* a ~ d x 10^e */
         for (i = 1; i < p; i++)
             pow10 *= 10;
-        if (strtod(buf, NULL) == a)
+        if (p == 17 || strtod(buf, NULL) == a)
             goto found;
         /* The correctly rounded d does not read back; if a p-digit string does, it lies on
          * the other side of a, and is d's neighbour there. */
@@ -442,10 +409,6 @@ static void shortest_digits(double a, char digits[24], int *k, int *n)
         *k = len;
         return;
     }
-    /* Not reached: 17 significant digits always identify a double. */
-    len = snprintf(digits, 24, "%.0f", 0.0);
-    *k = len;
-    *n = 1;
 }
 
 /* ECMAScript Number::toString(v) of a finite double (ES 2024 6.1.6.1.20) into out[32]. */
@@ -500,37 +463,30 @@ static int put_string(struct sbuf *b, const char *str, size_t n)
 {
     static const char hex[] = "0123456789abcdef";
     const unsigned char *s = (const unsigned char *)str;
-    size_t i = 0, run = 0, k;
+    size_t i, run = 0, k;
     uint32_t cp;
-    for (k = 0; k < n; k += i) {
-        if (!(i = utf8_decode(s + k, n - k, &cp)))
+    char esc[7] = "\\u00";
+    for (i = 0; i < n; i += k)
+        if (!(k = utf8_decode(s + i, n - i, &cp)))
             return CAIRN_EJSON;
-    }
     sb_put(b, "\"", 1);
     for (i = 0; i < n; i++) {
-        unsigned char c = s[i];
-        char esc[7];
-        const char *e = NULL;
-        if (c >= 0x20 && c != '"' && c != '\\')
+        if (s[i] >= 0x20 && s[i] != '"' && s[i] != '\\')
             continue;
         sb_put(b, str + run, i - run);
         run = i + 1;
-        switch (c) {
-        case '"': e = "\\\""; break;
-        case '\\': e = "\\\\"; break;
-        case '\b': e = "\\b"; break;
-        case '\f': e = "\\f"; break;
-        case '\n': e = "\\n"; break;
-        case '\r': e = "\\r"; break;
-        case '\t': e = "\\t"; break;
-        default:
-            memcpy(esc, "\\u00", 4);
-            esc[4] = hex[c >> 4];
-            esc[5] = hex[c & 15];
-            esc[6] = '\0';
-            e = esc;
+        if (s[i] == '"' || s[i] == '\\') {
+            esc[1] = (char)s[i];
+            sb_put(b, esc, 2);
+        } else if (s[i] >= '\b' && s[i] <= '\r' && s[i] != '\v') {
+            esc[1] = "btn?fr"[s[i] - '\b'];
+            sb_put(b, esc, 2);
+        } else {
+            esc[1] = 'u';
+            esc[4] = hex[s[i] >> 4];
+            esc[5] = hex[s[i] & 15];
+            sb_put(b, esc, 6);
         }
-        sb_puts(b, e);
     }
     sb_put(b, str + run, n - run);
     sb_put(b, "\"", 1);
@@ -585,9 +541,15 @@ static int canon(struct sbuf *b, const json_t *v, int depth)
             return CAIRN_EINVAL;
         sb_put(b, num, es_number(json_real_value(v), num));
         break;
-    case JSON_TRUE: sb_puts(b, "true"); break;
-    case JSON_FALSE: sb_puts(b, "false"); break;
-    case JSON_NULL: sb_puts(b, "null"); break;
+    case JSON_TRUE:
+        sb_puts(b, "true");
+        break;
+    case JSON_FALSE:
+        sb_puts(b, "false");
+        break;
+    case JSON_NULL:
+        sb_puts(b, "null");
+        break;
     }
     return 0;
 }
@@ -645,8 +607,8 @@ int cairn__payload_hash(const json_t *input, char out[65])
 
 static int id_byte_ok(unsigned char c)
 {
-    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-           c == '.' || c == '_' || c == ':' || c == '-';
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' ||
+           c == '_' || c == ':' || c == '-';
 }
 
 /* Offset of the first byte not allowed in a task ID, or len if all are allowed. */
@@ -662,11 +624,10 @@ static void describe_bad_byte(char *err, size_t errlen, const char *what, size_t
                               unsigned char c)
 {
     if (c > 0x20 && c < 0x7F)
-        seterr(err, errlen, "%s byte %zu is '%c' (0x%02x); allowed are A-Z a-z 0-9 . _ : -",
-               what, off, c, c);
+        seterr(err, errlen, "%s byte %zu is '%c' (0x%02x); allowed are A-Z a-z 0-9 . _ : -", what,
+               off, c, c);
     else
-        seterr(err, errlen, "%s byte %zu is 0x%02x; allowed are A-Z a-z 0-9 . _ : -", what, off,
-               c);
+        seterr(err, errlen, "%s byte %zu is 0x%02x; allowed are A-Z a-z 0-9 . _ : -", what, off, c);
 }
 
 int cairn__task_id_check(const char *id, char *err, size_t errlen)
@@ -690,43 +651,49 @@ int cairn__task_id_check(const char *id, char *err, size_t errlen)
     return 0;
 }
 
-/* Appends the task-ID form of one field value: strings as-is, integers in decimal. */
-static int put_id_value(struct sbuf *b, const json_t *v, const char *name, size_t nlen, char *err,
+/* The task-ID text of a field value: a string as-is, an integer in decimal (in num). A real
+ * with an integral value up to 2^53 counts as that integer: JCS, and so the payload hash, does
+ * not tell 7.0 from 7. NULL for any other value. */
+static const char *id_text(const json_t *v, char num[32], size_t *len)
+{
+    double r = json_is_real(v) ? json_real_value(v) : 0.5;
+    if (json_is_string(v)) {
+        *len = json_string_length(v);
+        return json_string_value(v);
+    }
+    if (json_is_integer(v))
+        *len = (size_t)snprintf(num, 32, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+    else if (r == floor(r) && fabs(r) <= 9007199254740992.0)
+        *len = (size_t)snprintf(num, 32, "%lld", (long long)r);
+    else
+        return NULL;
+    return num;
+}
+
+/* Appends one piece of a derived ID, checking it first so that an error can say where the
+ * offending byte came from (`what`: "the graph name", "field \"tenant\""). */
+static int put_id_piece(struct sbuf *b, const char *s, size_t n, const char *what, char *err,
                         size_t errlen)
 {
-    char num[48];
-    double r;
-    if (json_is_string(v)) {
-        sb_put(b, json_string_value(v), json_string_length(v));
-        return 0;
+    size_t bad = id_bad_byte(s, n);
+    char w[160];
+    if (bad < n) {
+        snprintf(w, sizeof w, "derived task ID (from %s)", what);
+        describe_bad_byte(err, errlen, w, b->len + bad, (unsigned char)s[bad]);
+        return CAIRN_ETASKID;
     }
-    if (json_is_integer(v)) {
-        sb_put(b, num, (size_t)snprintf(num, sizeof num, "%" JSON_INTEGER_FORMAT,
-                                        json_integer_value(v)));
-        return 0;
-    }
-    r = json_is_real(v) ? json_real_value(v) : 0.5;
-    if (r == floor(r) && fabs(r) <= 9007199254740992.0) {
-        sb_put(b, num, (size_t)snprintf(num, sizeof num, "%lld", (long long)r));
-        return 0;
-    }
-    seterr(err, errlen,
-           "task-ID field \"%.*s\" is %s%s; only strings and integers can form a task ID",
-           (int)nlen, name, type_name(v), json_is_real(v) ? " that is not an integer" : "");
-    return CAIRN_EJSON;
+    sb_put(b, s, n);
+    return 0;
 }
 
 int cairn__task_id_derive(const char *graph, const json_t *input, const char *fields, char *out,
                           size_t outlen, char *err, size_t errlen)
 {
     struct sbuf b = {0};
-    /* Which span of the ID came from which field, to say where a bad byte came from. */
-    struct span {
-        size_t start, end;
-        const char *name;
-        size_t nlen;
-    } spans[64];
-    size_t nspans = 0, bad, i;
+    char what[160], num[32], h[65];
+    const char *p, *q, *text;
+    size_t nlen, tlen;
+    const json_t *v;
     int rc = 0;
 
     if (!graph || !input || !out)
@@ -735,82 +702,45 @@ int cairn__task_id_derive(const char *graph, const json_t *input, const char *fi
         seterr(err, errlen, "task input must be a JSON object, not %s", type_name(input));
         return CAIRN_EJSON;
     }
-    if (!fields) {
-        char h[65];
-        if ((rc = cairn__payload_hash(input, h)))
-            return rc;
-        sb_puts(&b, graph);
+    if (!fields && (rc = cairn__payload_hash(input, h)) == 0 &&
+        (rc = put_id_piece(&b, graph, strlen(graph), "the graph name", err, errlen)) == 0) {
         sb_put(&b, "_", 1);
         sb_put(&b, h, 16);
-        spans[nspans++] = (struct span){0, strlen(graph), "graph name", 0};
-    } else {
-        const char *p = fields;
-        for (;;) {
-            const char *q = strchr(p, ',');
-            size_t nlen = q ? (size_t)(q - p) : strlen(p);
-            const json_t *v;
-            size_t start;
-            if (nlen == 0) {
-                seterr(err, errlen, "empty field name in the task-ID field list \"%s\"", fields);
-                rc = CAIRN_EINVAL;
-                goto fail;
-            }
-            if (!(v = json_object_getn(input, p, nlen))) {
-                seterr(err, errlen, "input has no field \"%.*s\" (named in the task-ID fields)",
-                       (int)nlen, p);
-                rc = CAIRN_EJSON;
-                goto fail;
-            }
+    }
+    for (p = fields; rc == 0 && p; p = q ? q + 1 : NULL) {
+        q = strchr(p, ',');
+        nlen = q ? (size_t)(q - p) : strlen(p);
+        snprintf(what, sizeof what, "field \"%.*s\"", (int)(nlen > 100 ? 100 : nlen), p);
+        if (nlen == 0) {
+            seterr(err, errlen, "empty field name in the task-ID field list \"%s\"", fields);
+            rc = CAIRN_EINVAL;
+        } else if (!(v = json_object_getn(input, p, nlen))) {
+            seterr(err, errlen, "input has no %s (named in the task-ID fields)", what);
+            rc = CAIRN_EJSON;
+        } else if (!(text = id_text(v, num, &tlen))) {
+            seterr(err, errlen, "task-ID %s is %s%s; only strings and integers can form a task ID",
+                   what, type_name(v), json_is_real(v) ? " that is not an integer" : "");
+            rc = CAIRN_EJSON;
+        } else {
             if (p != fields)
                 sb_put(&b, "_", 1);
-            start = b.len;
-            if ((rc = put_id_value(&b, v, p, nlen, err, errlen)))
-                goto fail;
-            if (nspans < sizeof spans / sizeof spans[0])
-                spans[nspans++] = (struct span){start, b.len, p, nlen};
-            if (!q)
-                break;
-            p = q + 1;
+            rc = put_id_piece(&b, text, tlen, what, err, errlen);
         }
     }
-    if (b.oom) {
+    if (rc == 0 && b.oom) {
         rc = CAIRN_ENOMEM;
-        goto fail;
-    }
-    if (b.len == 0) {
+    } else if (rc == 0 && b.len == 0) {
         seterr(err, errlen, "derived task ID is empty (the task-ID fields hold empty strings)");
         rc = CAIRN_ETASKID;
-        goto fail;
-    }
-    if (b.len > CAIRN__TASK_ID_MAX) {
+    } else if (rc == 0 && b.len > CAIRN__TASK_ID_MAX) {
         seterr(err, errlen, "derived task ID is %zu bytes, limit is %d", b.len, CAIRN__TASK_ID_MAX);
         rc = CAIRN_ETASKID;
-        goto fail;
-    }
-    if ((bad = id_bad_byte(b.p, b.len)) < b.len) {
-        char what[160];
-        snprintf(what, sizeof what, "derived task ID");
-        for (i = 0; i < nspans; i++) {
-            if (bad >= spans[i].start && bad < spans[i].end) {
-                if (spans[i].nlen)
-                    snprintf(what, sizeof what, "derived task ID (from field \"%.*s\")",
-                             (int)(spans[i].nlen > 100 ? 100 : spans[i].nlen), spans[i].name);
-                else
-                    snprintf(what, sizeof what, "derived task ID (from the %s)", spans[i].name);
-            }
-        }
-        describe_bad_byte(err, errlen, what, bad, (unsigned char)b.p[bad]);
-        rc = CAIRN_ETASKID;
-        goto fail;
-    }
-    if (b.len + 1 > outlen) {
-        seterr(err, errlen, "task ID buffer of %zu bytes is too small for %zu bytes", outlen,
-               b.len + 1);
+    } else if (rc == 0 && b.len + 1 > outlen) {
+        seterr(err, errlen, "task ID buffer of %zu bytes is too small for %zu", outlen, b.len + 1);
         rc = CAIRN_EINVAL;
-        goto fail;
+    } else if (rc == 0) {
+        memcpy(out, b.p, b.len + 1);
     }
-    memcpy(out, b.p, b.len + 1);
-fail:
     free(b.p);
     return rc;
 }
@@ -819,18 +749,17 @@ fail:
 
 static int pack(const json_t *v, msgpack_packer *pk, int depth)
 {
+    struct member *m;
+    long cnt;
     size_t i, n;
     int rc = 0;
+    if ((json_is_object(v) || json_is_array(v)) && depth >= CAIRN__MAX_DEPTH)
+        return CAIRN_EINVAL; /* msgpack-c could not unpack it */
     switch (json_typeof(v)) {
-    case JSON_OBJECT: {
-        struct member *m;
-        long cnt;
-        if (depth >= CAIRN__MAX_DEPTH)
-            return CAIRN_EINVAL;
+    case JSON_OBJECT:
         if ((cnt = sorted_members(v, &m)) < 0)
             return CAIRN_ENOMEM;
-        if (msgpack_pack_map(pk, (size_t)cnt))
-            rc = CAIRN_ENOMEM;
+        rc = msgpack_pack_map(pk, (size_t)cnt) ? CAIRN_ENOMEM : 0;
         for (i = 0; rc == 0 && i < (size_t)cnt; i++) {
             if (msgpack_pack_str(pk, m[i].klen) || msgpack_pack_str_body(pk, m[i].key, m[i].klen))
                 rc = CAIRN_ENOMEM;
@@ -839,26 +768,28 @@ static int pack(const json_t *v, msgpack_packer *pk, int depth)
         }
         free(m);
         return rc;
-    }
     case JSON_ARRAY:
-        if (depth >= CAIRN__MAX_DEPTH)
-            return CAIRN_EINVAL;
-        n = json_array_size(v);
-        if (msgpack_pack_array(pk, n))
-            return CAIRN_ENOMEM;
-        for (i = 0; i < n; i++)
-            if ((rc = pack(json_array_get(v, i), pk, depth + 1)))
-                return rc;
-        return 0;
+        rc = msgpack_pack_array(pk, n = json_array_size(v)) ? CAIRN_ENOMEM : 0;
+        for (i = 0; rc == 0 && i < n; i++)
+            rc = pack(json_array_get(v, i), pk, depth + 1);
+        return rc;
     case JSON_STRING:
         n = json_string_length(v);
         rc = msgpack_pack_str(pk, n) || msgpack_pack_str_body(pk, json_string_value(v), n);
         break;
-    case JSON_INTEGER: rc = msgpack_pack_int64(pk, json_integer_value(v)); break;
-    case JSON_REAL: rc = msgpack_pack_double(pk, json_real_value(v)); break;
-    case JSON_TRUE: rc = msgpack_pack_true(pk); break;
-    case JSON_FALSE: rc = msgpack_pack_false(pk); break;
-    case JSON_NULL: rc = msgpack_pack_nil(pk); break;
+    case JSON_INTEGER:
+        rc = msgpack_pack_int64(pk, json_integer_value(v));
+        break;
+    case JSON_REAL:
+        rc = msgpack_pack_double(pk, json_real_value(v));
+        break;
+    case JSON_TRUE:
+    case JSON_FALSE:
+        rc = json_is_true(v) ? msgpack_pack_true(pk) : msgpack_pack_false(pk);
+        break;
+    case JSON_NULL:
+        rc = msgpack_pack_nil(pk);
+        break;
     }
     return rc ? CAIRN_ENOMEM : 0;
 }
@@ -920,19 +851,25 @@ static json_t *mp_to_json(const msgpack_object *o, int depth)
     if (depth > MP_TO_JSON_MAX_DEPTH)
         return NULL;
     switch (o->type) {
-    case MSGPACK_OBJECT_NIL: return json_null();
-    case MSGPACK_OBJECT_BOOLEAN: return json_boolean(o->via.boolean);
+    case MSGPACK_OBJECT_NIL:
+        return json_null();
+    case MSGPACK_OBJECT_BOOLEAN:
+        return json_boolean(o->via.boolean);
     case MSGPACK_OBJECT_POSITIVE_INTEGER:
         if (o->via.u64 <= (uint64_t)INT64_MAX)
             return json_integer((json_int_t)o->via.u64);
         return json_real((double)o->via.u64);
-    case MSGPACK_OBJECT_NEGATIVE_INTEGER: return json_integer((json_int_t)o->via.i64);
+    case MSGPACK_OBJECT_NEGATIVE_INTEGER:
+        return json_integer((json_int_t)o->via.i64);
     case MSGPACK_OBJECT_FLOAT32:
     case MSGPACK_OBJECT_FLOAT64:
         return isfinite(o->via.f64) ? json_real(o->via.f64) : json_null();
-    case MSGPACK_OBJECT_STR: return json_from_str(o->via.str.ptr, o->via.str.size);
-    case MSGPACK_OBJECT_BIN: return json_base64(o->via.bin.ptr, o->via.bin.size);
-    case MSGPACK_OBJECT_EXT: return json_base64(o->via.ext.ptr, o->via.ext.size);
+    case MSGPACK_OBJECT_STR:
+        return json_from_str(o->via.str.ptr, o->via.str.size);
+    case MSGPACK_OBJECT_BIN:
+        return json_base64(o->via.bin.ptr, o->via.bin.size);
+    case MSGPACK_OBJECT_EXT:
+        return json_base64(o->via.ext.ptr, o->via.ext.size);
     case MSGPACK_OBJECT_ARRAY:
         if (!(j = json_array()))
             return NULL;
@@ -948,19 +885,14 @@ static json_t *mp_to_json(const msgpack_object *o, int depth)
             return NULL;
         for (i = 0; i < o->via.map.size; i++) {
             const msgpack_object_kv *kv = &o->via.map.ptr[i];
-            json_t *k = mp_to_json(&kv->key, depth + 1), *v;
-            char *text = NULL;
+            json_t *k = mp_to_json(&kv->key, depth + 1), *v = NULL;
+            char *text = NULL; /* a key that is not a string becomes its JSON text */
             size_t tlen = 0;
             int rc = -1;
-            if (k && json_is_string(k)) {
-                v = mp_to_json(&kv->val, depth + 1);
-                rc = v ? json_object_setn_new_nocheck(j, json_string_value(k),
-                                                      json_string_length(k), v)
-                       : -1;
-            } else if (k && cairn__canon_json(k, &text, &tlen) == 0) {
-                v = mp_to_json(&kv->val, depth + 1);
-                rc = v ? json_object_setn_new_nocheck(j, text, tlen, v) : -1;
-            }
+            if (k && (json_is_string(k) || cairn__canon_json(k, &text, &tlen) == 0) &&
+                (v = mp_to_json(&kv->val, depth + 1)))
+                rc = json_object_setn_new_nocheck(j, text ? text : json_string_value(k),
+                                                  text ? tlen : json_string_length(k), v);
             json_decref(k);
             free(text);
             if (rc) {
@@ -973,7 +905,4 @@ static json_t *mp_to_json(const msgpack_object *o, int depth)
     return NULL;
 }
 
-json_t *cairn__msgpack_to_json(const msgpack_object *o)
-{
-    return o ? mp_to_json(o, 0) : NULL;
-}
+json_t *cairn__msgpack_to_json(const msgpack_object *o) { return o ? mp_to_json(o, 0) : NULL; }

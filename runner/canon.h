@@ -30,13 +30,12 @@
 /* Parses one JSON document of `len` bytes (need not be NUL-terminated; may contain NUL
  * bytes only inside strings as \u0000). Strict, per I-JSON (RFC 7493):
  * rejects duplicate object keys, invalid UTF-8, lone surrogates (\ud800), NaN/Infinity,
- * numbers that overflow a double, a byte-order mark, trailing garbage, and nesting deeper
- * than CAIRN__MAX_DEPTH. Any JSON value is accepted at the top; task inputs must also pass
- * cairn__json_check_object(). Integers outside the int64 range do not fail: the document is
- * then read with every number as a double (RFC 8785 treats all numbers as doubles anyway).
- * `source` names the input in messages ("input.json", "<stdin>"); NULL means "<input>".
- * On success *out is a new reference the caller json_decref()s.
- * Returns:
+ * numbers that overflow a double, a byte-order mark, trailing garbage, nesting deeper than
+ * CAIRN__MAX_DEPTH, and \u0000 inside an object key (jansson cannot hold one). Any JSON value is
+ * accepted at the top; task inputs must also pass cairn__json_check_object(). Integers outside the
+ * int64 range do not fail: the document is then read with every number as a double (RFC 8785 treats
+ * all numbers as doubles anyway). `source` names the input in messages ("input.json", "<stdin>");
+ * NULL means "<input>". On success *out is a new reference the caller json_decref()s. Returns:
  *   CAIRN_EJSON    err = "<source>:<line>:<column>: <what>" (1-based; the column is where
  *                  jansson stopped reading, i.e. the end of the offending token)
  *   CAIRN_ETOOBIG  len > CAIRN__MAX_INPUT; err = "<source>: input is N bytes, limit is 16777216"

@@ -139,10 +139,11 @@ static int parse_opts(int argc, char **argv, const char *cmd, const int *allowed
     o->store = getenv("CAIRN_STORE");
     o->retention_days = 7;
     o->tombstone_days = 30;
-    optind = 1;
+    optind = 0; /* 0, not 1: makes glibc re-initialize its permutation state */
     opterr = 0;
     int c;
-    while ((c = getopt_long(argc, argv, "+", all_options, NULL)) != -1) {
+    /* no "+": options may follow the operand (`show ID --json`, as the help texts show) */
+    while ((c = getopt_long(argc, argv, "", all_options, NULL)) != -1) {
         int ok = c == O_HELP || c == O_STORE;
         for (const int *a = allowed; *a && !ok; a++)
             ok = *a == c;

@@ -1,11 +1,11 @@
 /* runner/cmd_tokenize.c - the `cairn tokenize` and `cairn model-info` commands.
  *
  * Both only read a GGUF file's metadata (model-info also its tensor table); neither loads
- * weights, so they answer in milliseconds even for large models. Exit codes follow sysexits(3):
- * 64 usage, 65 malformed model file, 66 missing input, 70 internal error, 74 I/O error. The
+ * weights, so they answer in milliseconds even for large models. Exit codes follow sysexits(3)
+ * through the CLI's one table (cairn__exit_code): 64 usage, 65 malformed model file, 66 missing
+ * model or input, 70 internal error, 74 I/O error. The
  * functions take argv with argv[0] being the command's own name, as the dispatcher passes it.
  */
-#include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -16,9 +16,7 @@
 #include "cairn.h"
 #include "gpu/gguf.h"
 #include "gpu/tokenizer.h"
-
-int cairn__cmd_tokenize(int argc, char **argv);
-int cairn__cmd_model_info(int argc, char **argv);
+#include "runner/cli.h"
 
 static const char tokenize_usage[] =
     "usage: cairn tokenize --model FILE.gguf (--text TEXT | --file PATH) [options]\n"
@@ -42,22 +40,6 @@ static const char model_info_usage[] =
     "      --json   print one JSON object instead of text\n"
     "  -h, --help   show this help\n";
 
-/* Maps a GGUF open/load error to an exit code. */
-static int exit_for(int rc)
-{
-    switch (rc) {
-    case CAIRN_ENOENT:
-        return EX_NOINPUT;
-    case CAIRN_EFORMAT:
-    case CAIRN_EUNSUPPORTED:
-        return EX_DATAERR;
-    case CAIRN_EIO:
-        return EX_IOERR;
-    default:
-        return EX_SOFTWARE;
-    }
-}
-
 /* Matches "--name VALUE", "--name=VALUE" or "-x VALUE" at argv[*i]; 1 and *val on a match,
  * 0 if argv[*i] is another option, -1 if the value is missing. */
 static int opt_value(int argc, char **argv, int *i, const char *lng, const char *shrt, const char **val)
@@ -74,46 +56,6 @@ static int opt_value(int argc, char **argv, int *i, const char *lng, const char 
         return -1;
     *val = argv[++*i];
     return 1;
-}
-
-static int read_all(const char *path, char **out, size_t *len)
-{
-    FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
-    char *p = NULL;
-    size_t n = 0, cap = 0;
-    if (!f)
-        return errno == ENOENT || errno == ENOTDIR ? CAIRN_ENOENT : CAIRN_EIO;
-    for (;;) {
-        size_t got;
-        if (n + 65536 + 1 > cap) {
-            char *q;
-            cap = (n + 65536 + 1) * 2;
-            q = realloc(p, cap);
-            if (!q) {
-                free(p);
-                if (f != stdin)
-                    fclose(f);
-                return CAIRN_ENOMEM;
-            }
-            p = q;
-        }
-        got = fread(p + n, 1, cap - n - 1, f);
-        n += got;
-        if (got == 0)
-            break;
-    }
-    if (ferror(f)) {
-        free(p);
-        if (f != stdin)
-            fclose(f);
-        return CAIRN_EIO;
-    }
-    if (f != stdin)
-        fclose(f);
-    p[n] = 0;
-    *out = p;
-    *len = n;
-    return 0;
 }
 
 static int print_ids(const cairn__tok *t, const char *s, size_t len, int add_special, int parse_special)
@@ -175,24 +117,26 @@ int cairn__cmd_tokenize(int argc, char **argv)
 
     rc = cairn__gguf_open(model, &g, err, sizeof err);
     if (rc) {
-        fprintf(stderr, "cairn tokenize: %s: %s\n", model, err[0] ? err : "cannot open");
-        return exit_for(rc);
+        /* the reader's message usually names the file already */
+        if (err[0] && strstr(err, model))
+            fprintf(stderr, "cairn tokenize: %s\n", err);
+        else
+            fprintf(stderr, "cairn tokenize: %s: %s\n", model, err[0] ? err : "cannot open");
+        return cairn__exit_code(rc);
     }
     rc = cairn__tok_load(g, &t, err, sizeof err);
     cairn__gguf_close(g);
     if (rc) {
         fprintf(stderr, "cairn tokenize: %s: %s\n", model, err[0] ? err : "cannot load the tokenizer");
-        return exit_for(rc);
+        return cairn__exit_code(rc);
     }
 
     if (file) {
-        rc = read_all(file, &data, &len);
+        rc = cairn__read_input(file, &data, &len, err, sizeof err);
         if (rc) {
-            fprintf(stderr, "cairn tokenize: %s: %s\n", file,
-                    rc == CAIRN_ENOENT ? "no such file" : rc == CAIRN_ENOMEM ? "out of memory"
-                                                                             : strerror(errno));
+            fprintf(stderr, "cairn tokenize: %s\n", err);
             cairn__tok_free(t);
-            return rc == CAIRN_ENOENT ? EX_NOINPUT : rc == CAIRN_ENOMEM ? EX_SOFTWARE : EX_IOERR;
+            return cairn__exit_code(rc);
         }
     }
 
@@ -326,8 +270,11 @@ int cairn__cmd_model_info(int argc, char **argv)
     }
     rc = cairn__gguf_open(path, &g, err, sizeof err);
     if (rc) {
-        fprintf(stderr, "cairn model-info: %s: %s\n", path, err[0] ? err : "cannot open");
-        return exit_for(rc);
+        if (err[0] && strstr(err, path))
+            fprintf(stderr, "cairn model-info: %s\n", err);
+        else
+            fprintf(stderr, "cairn model-info: %s: %s\n", path, err[0] ? err : "cannot open");
+        return cairn__exit_code(rc);
     }
 
     nt = cairn__gguf_n_tensors(g);
@@ -400,7 +347,8 @@ int cairn__cmd_model_info(int argc, char **argv)
         printf("architecture:   %s\n", arch[0] ? arch : "-");
         if (name[0])
             printf("name:           %s\n", name);
-        printf("parameters:     %" PRIu64 " (%s)\n", params, h2);
+        printf("parameters:     %" PRIu64, params);
+        printf(params >= 1000 ? " (%s)\n" : "\n", h2);
         printf("tensors:        %zu\n", nt);
         printf("tensor types:  ");
         for (k = 0; k < 64; k++)

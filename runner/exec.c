@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -185,8 +186,12 @@ static int64_t mono_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static void run_child(cairn_ctx *c, int probe, int fd)
+static void run_child(cairn_ctx *c, int probe, int fd, pid_t parent)
 {
+    /* the step dies with its runner: a SIGKILLed runner leaves no step running behind it */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent)
+        _exit(4);
     signal(SIGTERM, SIG_DFL);
     signal(SIGINT, SIG_IGN); /* the parent decides; a terminal ^C reaches the whole group */
     c->child_fd = fd;
@@ -242,6 +247,7 @@ static int exec_isolated(cairn_ctx *c, int probe, cairn__outcome *o)
     if (pipe(p) != 0)
         return cairn__runner_fail(c->r, CAIRN_EIO, "pipe: %s", strerror(errno));
     fflush(NULL);
+    pid_t parent = getpid();
     pid_t pid = fork();
     if (pid < 0) {
         close(p[0]), close(p[1]);
@@ -249,7 +255,7 @@ static int exec_isolated(cairn_ctx *c, int probe, cairn__outcome *o)
     }
     if (pid == 0) {
         close(p[0]);
-        run_child(c, probe, p[1]);
+        run_child(c, probe, p[1], parent);
     }
     close(p[1]);
     int64_t deadline = mono_ms() + c->step->timeout_ms;

@@ -46,7 +46,8 @@ struct cairn__gguf_writer {
     int failed;
 };
 
-static void gw_fail(cairn__gguf_writer *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void gw_fail(cairn__gguf_writer *w, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 static void gw_fail(cairn__gguf_writer *w, const char *fmt, ...)
 {
     va_list ap;
@@ -134,7 +135,8 @@ static int kv_head(cairn__gguf_writer *w, const char *key, int type)
     return 0;
 }
 
-static void kv_scalar(cairn__gguf_writer *w, const char *key, int type, uint64_t bits, unsigned bytes)
+static void kv_scalar(cairn__gguf_writer *w, const char *key, int type, uint64_t bits,
+                      unsigned bytes)
 {
     if (kv_head(w, key, type) == 0)
         put_le(w, &w->kvs, bits, bytes);
@@ -147,19 +149,43 @@ static void note_alignment(cairn__gguf_writer *w, const char *key, uint64_t v)
         w->alignment = (uint32_t)v;
 }
 
-void gw_kv_u8(cairn__gguf_writer *w, const char *key, uint8_t v) { kv_scalar(w, key, CAIRN__GGUF_U8, v, 1); }
-void gw_kv_i8(cairn__gguf_writer *w, const char *key, int8_t v) { kv_scalar(w, key, CAIRN__GGUF_I8, (uint8_t)v, 1); }
-void gw_kv_u16(cairn__gguf_writer *w, const char *key, uint16_t v) { kv_scalar(w, key, CAIRN__GGUF_U16, v, 2); }
-void gw_kv_i16(cairn__gguf_writer *w, const char *key, int16_t v) { kv_scalar(w, key, CAIRN__GGUF_I16, (uint16_t)v, 2); }
+void gw_kv_u8(cairn__gguf_writer *w, const char *key, uint8_t v)
+{
+    kv_scalar(w, key, CAIRN__GGUF_U8, v, 1);
+}
+void gw_kv_i8(cairn__gguf_writer *w, const char *key, int8_t v)
+{
+    kv_scalar(w, key, CAIRN__GGUF_I8, (uint8_t)v, 1);
+}
+void gw_kv_u16(cairn__gguf_writer *w, const char *key, uint16_t v)
+{
+    kv_scalar(w, key, CAIRN__GGUF_U16, v, 2);
+}
+void gw_kv_i16(cairn__gguf_writer *w, const char *key, int16_t v)
+{
+    kv_scalar(w, key, CAIRN__GGUF_I16, (uint16_t)v, 2);
+}
 void gw_kv_u32(cairn__gguf_writer *w, const char *key, uint32_t v)
 {
     note_alignment(w, key, v);
     kv_scalar(w, key, CAIRN__GGUF_U32, v, 4);
 }
-void gw_kv_i32(cairn__gguf_writer *w, const char *key, int32_t v) { kv_scalar(w, key, CAIRN__GGUF_I32, (uint32_t)v, 4); }
-void gw_kv_u64(cairn__gguf_writer *w, const char *key, uint64_t v) { kv_scalar(w, key, CAIRN__GGUF_U64, v, 8); }
-void gw_kv_i64(cairn__gguf_writer *w, const char *key, int64_t v) { kv_scalar(w, key, CAIRN__GGUF_I64, (uint64_t)v, 8); }
-void gw_kv_bool(cairn__gguf_writer *w, const char *key, int v) { kv_scalar(w, key, CAIRN__GGUF_BOOL, v ? 1 : 0, 1); }
+void gw_kv_i32(cairn__gguf_writer *w, const char *key, int32_t v)
+{
+    kv_scalar(w, key, CAIRN__GGUF_I32, (uint32_t)v, 4);
+}
+void gw_kv_u64(cairn__gguf_writer *w, const char *key, uint64_t v)
+{
+    kv_scalar(w, key, CAIRN__GGUF_U64, v, 8);
+}
+void gw_kv_i64(cairn__gguf_writer *w, const char *key, int64_t v)
+{
+    kv_scalar(w, key, CAIRN__GGUF_I64, (uint64_t)v, 8);
+}
+void gw_kv_bool(cairn__gguf_writer *w, const char *key, int v)
+{
+    kv_scalar(w, key, CAIRN__GGUF_BOOL, v ? 1 : 0, 1);
+}
 
 void gw_kv_f32(cairn__gguf_writer *w, const char *key, float v)
 {
@@ -199,11 +225,23 @@ void gw_kv_arr_str(cairn__gguf_writer *w, const char *key, const char *const *v,
 static unsigned elem_bytes(int t)
 {
     switch (t) {
-    case CAIRN__GGUF_U8: case CAIRN__GGUF_I8: case CAIRN__GGUF_BOOL: return 1;
-    case CAIRN__GGUF_U16: case CAIRN__GGUF_I16: return 2;
-    case CAIRN__GGUF_U32: case CAIRN__GGUF_I32: case CAIRN__GGUF_F32: return 4;
-    case CAIRN__GGUF_U64: case CAIRN__GGUF_I64: case CAIRN__GGUF_F64: return 8;
-    default: return 0;
+    case CAIRN__GGUF_U8:
+    case CAIRN__GGUF_I8:
+    case CAIRN__GGUF_BOOL:
+        return 1;
+    case CAIRN__GGUF_U16:
+    case CAIRN__GGUF_I16:
+        return 2;
+    case CAIRN__GGUF_U32:
+    case CAIRN__GGUF_I32:
+    case CAIRN__GGUF_F32:
+        return 4;
+    case CAIRN__GGUF_U64:
+    case CAIRN__GGUF_I64:
+    case CAIRN__GGUF_F64:
+        return 8;
+    default:
+        return 0;
     }
 }
 
@@ -347,12 +385,14 @@ void gw_tensor_f32(cairn__gguf_writer *w, const char *name, uint32_t type, uint3
                 cairn__ggml_type_name(type), (unsigned)type, (unsigned long long)t->ne[0]);
         return;
     }
-    uint64_t rows = t->ne[1] * t->ne[2] * t->ne[3];
-    if (rows > SIZE_MAX / row) {
+    uint64_t rows, total;
+    if (__builtin_mul_overflow(t->ne[1], t->ne[2], &rows) ||
+        __builtin_mul_overflow(rows, t->ne[3], &rows) ||
+        __builtin_mul_overflow(rows, row, &total) || total > SIZE_MAX) {
         gw_fail(w, "tensor '%s': too large", name);
         return;
     }
-    t->nbytes = (size_t)(rows * row);
+    t->nbytes = (size_t)total;
     t->data = calloc(t->nbytes ? t->nbytes : 1, 1);
     if (!t->data) {
         gw_fail(w, "tensor '%s': out of memory for %zu bytes", name, t->nbytes);

@@ -17,7 +17,8 @@
 
 typedef struct cairn__gguf_writer cairn__gguf_writer;
 
-cairn__gguf_writer *gw_new(uint32_t version /* 2 or 3 */, uint32_t alignment /* 32 default; 0 means 32 */);
+cairn__gguf_writer *gw_new(uint32_t version /* 2 or 3 */,
+                           uint32_t alignment /* 32 default; 0 means 32 */);
 /* scalars */
 void gw_kv_u8(cairn__gguf_writer *w, const char *key, uint8_t v);
 void gw_kv_i8(cairn__gguf_writer *w, const char *key, int8_t v);

@@ -199,7 +199,7 @@ static void test_parse_errors(void)
     PERR("1e400", "in.json:1:5: real number overflow near '1e400'");
     PERR("[\"tab\there\"]", "in.json:1:5: control character 0x9 near '\"tab'");
     PERR("\xef\xbb\xbf{}", "in.json:1:1: byte-order mark (U+FEFF) at the start; JSON text must not "
-                         "begin with one");
+                           "begin with one");
     PERR("[\"\xe2\x80\xae\" x]", "in.json:1:6: ']' expected near 'x'");
     PERR("[\xe2\x80\xae]", "in.json:1:2: invalid token near '?'");
     PERR("[\xc2\x85]", "in.json:1:2: invalid token near '?'");
@@ -253,14 +253,12 @@ static void test_object_check(void)
     char err[256];
     json_t *v;
     static const char *docs[] = {"[]", "\"s\"", "1", "1.5", "true", "null"};
-    static const char *names[] = {"an array", "a string", "an integer", "a number", "true",
-                                  "null"};
+    static const char *names[] = {"an array", "a string", "an integer", "a number", "true", "null"};
     size_t i;
     for (i = 0; i < 6; i++) {
         char want[128];
         cairn__json_parse(docs[i], strlen(docs[i]), "in.json", &v, err, sizeof err);
-        snprintf(want, sizeof want, "in.json: task input must be a JSON object, not %s",
-                 names[i]);
+        snprintf(want, sizeof want, "in.json: task input must be a JSON object, not %s", names[i]);
         ok(cairn__json_check_object(v, "in.json", err, sizeof err) == CAIRN_EJSON &&
                strcmp(err, want) == 0,
            "check_object refuses %s (%s)", docs[i], err);
@@ -475,11 +473,13 @@ static void test_derive(void)
 
     cairn__json_parse("{\"tenant\":\"acme\",\"order_id\":42,\"neg\":-7,\"f\":7.0,\"g\":7.5,"
                       "\"arr\":[1],\"sp\":\"a b\",\"e\":\"\",\"n\":null,\"big\":9007199254740994.0,"
-                      "\"long\":\"" "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
+                      "\"long\":\""
+                      "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
                       "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\"}",
                       strlen("{\"tenant\":\"acme\",\"order_id\":42,\"neg\":-7,\"f\":7.0,\"g\":7.5,"
                              "\"arr\":[1],\"sp\":\"a b\",\"e\":\"\",\"n\":null,\"big\":"
-                             "9007199254740994.0,\"long\":\"") + 128 + 2,
+                             "9007199254740994.0,\"long\":\"") +
+                          128 + 2,
                       "t", &v, err, sizeof err);
     ok(v != NULL, "derive input parses (%s)", err);
     rc = cairn__task_id_derive("g", v, "tenant,order_id", out, sizeof out, err, sizeof err);
@@ -665,8 +665,9 @@ static void test_msgpack(void)
         rc = msgpack_unpack_next(&up, sb.data, sb.size, NULL);
         back = rc == MSGPACK_UNPACK_SUCCESS ? cairn__msgpack_to_json(&up.data) : NULL;
         ok(back && cairn__canon_json(back, &c, &n) == 0 &&
-               strcmp(c, "{\"1\":\"AP8Q\",\"[null]\":\"aGk=\",\"bad\":\"a\xef\xbf\xbdz\xef\xbf\xbd\","
-                         "\"e\":\"\",\"n\":null,\"true\":1.5,\"u\":18446744073709552000}") == 0,
+               strcmp(c,
+                      "{\"1\":\"AP8Q\",\"[null]\":\"aGk=\",\"bad\":\"a\xef\xbf\xbdz\xef\xbf\xbd\","
+                      "\"e\":\"\",\"n\":null,\"true\":1.5,\"u\":18446744073709552000}") == 0,
            "msgpack extras: %s", c ? c : "(null)");
         free(c);
         json_decref(back);

@@ -159,10 +159,39 @@ static void ws(struct text *t)
 static void gen_string(struct text *t)
 {
     static const char *pieces[] = {
-        "a", "Z", "0", " ", "/", "\\/", "\\\"", "\\\\", "\\b", "\\f", "\\n", "\\r", "\\t",
-        "\\u0000", "\\u001f", "\\u007F", "\\u00e9", "\xc3\xa9", "\\u20AC", "\xe2\x82\xac",
-        "\\ud83d\\ude00", "\xf0\x9f\x98\x80", "\\uFB33", "\\uffff", "\\ue000", "\\u2028",
-        "\xef\xbf\xbf", "\\uDBFF\\uDFFF", "\xf4\x8f\xbf\xbf", "\x7f", "k", "key", "_:-.",
+        "a",
+        "Z",
+        "0",
+        " ",
+        "/",
+        "\\/",
+        "\\\"",
+        "\\\\",
+        "\\b",
+        "\\f",
+        "\\n",
+        "\\r",
+        "\\t",
+        "\\u0000",
+        "\\u001f",
+        "\\u007F",
+        "\\u00e9",
+        "\xc3\xa9",
+        "\\u20AC",
+        "\xe2\x82\xac",
+        "\\ud83d\\ude00",
+        "\xf0\x9f\x98\x80",
+        "\\uFB33",
+        "\\uffff",
+        "\\ue000",
+        "\\u2028",
+        "\xef\xbf\xbf",
+        "\\uDBFF\\uDFFF",
+        "\xf4\x8f\xbf\xbf",
+        "\x7f",
+        "k",
+        "key",
+        "_:-.",
     };
     unsigned n = rn(6), i;
     char u[8];
@@ -182,17 +211,40 @@ static void gen_string(struct text *t)
 static void gen_number(struct text *t)
 {
     static const char *fixed[] = {
-        "0", "-0", "0.0", "-0.0", "1", "-1", "1e21", "1e-7", "1E+2", "0.000001", "5e-324",
-        "1.7976931348623157e308", "9007199254740993", "-9223372036854775808",
-        "9223372036854775807", "9223372036854775808", "123456789012345678901234567890",
-        "333333333.33333329", "4.50", "2e-3", "1e-400", "0.1", "100e-2",
+        "0",
+        "-0",
+        "0.0",
+        "-0.0",
+        "1",
+        "-1",
+        "1e21",
+        "1e-7",
+        "1E+2",
+        "0.000001",
+        "5e-324",
+        "1.7976931348623157e308",
+        "9007199254740993",
+        "-9223372036854775808",
+        "9223372036854775807",
+        "9223372036854775808",
+        "123456789012345678901234567890",
+        "333333333.33333329",
+        "4.50",
+        "2e-3",
+        "1e-400",
+        "0.1",
+        "100e-2",
     };
     char buf[64];
     double d;
     uint64_t bits;
     switch (rn(4)) {
-    case 0: puts_(t, fixed[rn(sizeof fixed / sizeof fixed[0])]); return;
-    case 1: snprintf(buf, sizeof buf, "%lld", (long long)(rnd() >> rn(64))); break;
+    case 0:
+        puts_(t, fixed[rn(sizeof fixed / sizeof fixed[0])]);
+        return;
+    case 1:
+        snprintf(buf, sizeof buf, "%lld", (long long)(rnd() >> rn(64)));
+        break;
     case 2:
         snprintf(buf, sizeof buf, "%s%u.%ue%s%u", rn(2) ? "-" : "", rn(1000), rn(100000),
                  rn(2) ? "-" : "+", rn(30));
@@ -243,11 +295,19 @@ static void gen_value(struct text *t, int depth)
         }
         break;
     case 3:
-    case 4: gen_string(t); break;
+    case 4:
+        gen_string(t);
+        break;
     case 5:
-    case 6: gen_number(t); break;
-    case 7: puts_(t, "true"); break;
-    case 8: puts_(t, rn(2) ? "false" : "null"); break;
+    case 6:
+        gen_number(t);
+        break;
+    case 7:
+        puts_(t, "true");
+        break;
+    case 8:
+        puts_(t, rn(2) ? "false" : "null");
+        break;
     default: { /* now and then a deep chain, across the 32-level limit */
         char closers[40];
         if (rn(3)) {
@@ -278,9 +338,16 @@ static void mutate(struct text *t)
     for (i = 0; i < m && t->len; i++) {
         size_t at = rn((unsigned)t->len);
         switch (rn(4)) {
-        case 0: t->p[at] = tokens[rn(sizeof tokens - 1)]; break;
-        case 1: t->p[at] ^= (char)(1u << rn(8)); break;
-        case 2: memmove(t->p + at, t->p + at + 1, t->len - at - 1); t->len--; break;
+        case 0:
+            t->p[at] = tokens[rn(sizeof tokens - 1)];
+            break;
+        case 1:
+            t->p[at] ^= (char)(1u << rn(8));
+            break;
+        case 2:
+            memmove(t->p + at, t->p + at + 1, t->len - at - 1);
+            t->len--;
+            break;
         default: /* insert: grow by one, then shift the tail right */
             put(t, " ", 1);
             memmove(t->p + at + 1, t->p + at, t->len - 1 - at);
@@ -318,8 +385,7 @@ int main(int argc, char **argv)
     clock_gettime(CLOCK_MONOTONIC, &t0);
     for (;;) {
         clock_gettime(CLOCK_MONOTONIC, &now);
-        if ((double)(now.tv_sec - t0.tv_sec) + (double)(now.tv_nsec - t0.tv_nsec) / 1e9 >
-            seconds)
+        if ((double)(now.tv_sec - t0.tv_sec) + (double)(now.tv_nsec - t0.tv_nsec) / 1e9 > seconds)
             break;
         t.len = 0;
         gen_value(&t, 0);

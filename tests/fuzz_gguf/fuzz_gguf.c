@@ -150,7 +150,7 @@ static void add_written(cairn__gguf_writer *w)
 
 static void make_seeds(void)
 {
-    static const uint32_t types[] = {CAIRN__GGML_F32, CAIRN__GGML_F16, CAIRN__GGML_BF16,
+    static const uint32_t types[] = {CAIRN__GGML_F32,  CAIRN__GGML_F16,  CAIRN__GGML_BF16,
 #ifdef GW_HAVE_QUANT
                                      CAIRN__GGML_Q8_0, CAIRN__GGML_Q4_0, CAIRN__GGML_Q4_K,
                                      CAIRN__GGML_Q6_K
@@ -247,9 +247,11 @@ static uint64_t rnd(void) /* xorshift64* */
 /* Values that sit on the edges the reader checks. */
 static uint64_t interesting(size_t len)
 {
-    static const uint64_t v[] = {0, 1, 2, 3, 4, 5, 7, 8, 9, 12, 13, 14, 30, 31, 32, 33, 255, 256,
-                                 65535, 0x7fffffff, 0x80000000u, 0xffffffffu, 1ull << 32,
-                                 1ull << 62, 1ull << 63, INT64_MAX, UINT64_MAX, UINT64_MAX - 31};
+    static const uint64_t v[] = {
+        0,           1,          2,          3,          4,         5,          7,
+        8,           9,          12,         13,         14,        30,         31,
+        32,          33,         255,        256,        65535,     0x7fffffff, 0x80000000u,
+        0xffffffffu, 1ull << 32, 1ull << 62, 1ull << 63, INT64_MAX, UINT64_MAX, UINT64_MAX - 31};
     uint64_t r = rnd() % (sizeof v / sizeof v[0] + 3);
     if (r < sizeof v / sizeof v[0])
         return v[r];

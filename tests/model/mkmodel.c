@@ -67,8 +67,8 @@ static void vocab(cairn__gguf_writer *w, int n)
     char **tok = calloc((size_t)n, sizeof *tok);
     float *scores = calloc((size_t)n, sizeof *scores);
     int32_t *types = calloc((size_t)n, sizeof *types);
-    static const char *words[] = {"\xe2\x96\x81the", "\xe2\x96\x81a", "in", "er", "\xe2\x96\x81and", "on", "ing",
-                                  "\xe2\x96\x81of", "es", "\xe2\x96\x81to"};
+    static const char *words[] = {"\xe2\x96\x81" "the", "\xe2\x96\x81" "a", "in", "er", "\xe2\x96\x81" "and", "on",
+                                  "ing", "\xe2\x96\x81" "of", "es", "\xe2\x96\x81" "to"};
     if (!tok || !scores || !types)
         goto out;
     for (int i = 0; i < n; i++) {

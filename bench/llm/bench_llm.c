@@ -1,0 +1,244 @@
+/* bench/llm/bench_llm.c - CPU prompt and decode speed against the machine's memory roofline.
+ *
+ * Decoding one token reads every weight matrix once, so its speed is bounded by memory
+ * bandwidth: roofline tok/s = bandwidth / bytes of weights per token. The peer measured in the
+ * same run is a multithreaded memcpy of a buffer far larger than any cache (bandwidth counted as
+ * bytes read + bytes written, since a copy does both); the benchmark prints decode tok/s as a
+ * fraction of that roofline. Models are random-weight llama shapes generated in memory (the
+ * speed of a forward pass does not depend on the values).
+ *
+ *   bench-llm [--sizes 15M,110M,500M] [--types F32,Q8_0,Q4_0,Q4_K,Q6_K,F16,BF16] [--threads N]
+ *             [--prompt N] [--gen N] [--json]
+ *
+ * Not a test: it never fails on a time.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gpu/backend.h"
+#include "gpu/gguf.h"
+#include "gpu/kernels_cpu.h"
+#include "gpu/model.h"
+#include "tests/model/mkmodel.h"
+
+typedef struct {
+    const char *name;
+    int dim, layers, heads, kv, ff, vocab;
+} shape;
+
+static const shape SHAPES[] = {
+    {"15M", 288, 6, 6, 6, 768, 32000},
+    {"110M", 768, 12, 12, 12, 2048, 32000},
+    {"500M", 1280, 20, 20, 20, 3456, 32000},
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+typedef struct {
+    char *dst;
+    const char *src;
+    size_t n;
+} copy_job;
+
+static void copy_worker(void *arg, int ith, int nth)
+{
+    const copy_job *j = arg;
+    size_t per = j->n / (size_t)nth, a = per * (size_t)ith, b = ith == nth - 1 ? j->n : a + per;
+    memcpy(j->dst + a, j->src + a, b - a);
+}
+
+/* bytes/s of read + write through a threaded memcpy of 512 MiB */
+static double bandwidth(cairn__pool *p)
+{
+    const size_t n = (size_t)512 << 20;
+    char *a = malloc(n), *b = malloc(n);
+    if (!a || !b) {
+        free(a);
+        free(b);
+        return 0;
+    }
+    memset(a, 1, n);
+    memset(b, 2, n);
+    copy_job j = {b, a, n};
+    double best = 0;
+    for (int rep = 0; rep < 5; rep++) {
+        double t = now_s();
+        cairn__pool_run(p, copy_worker, &j);
+        t = now_s() - t;
+        if (2.0 * (double)n / t > best)
+            best = 2.0 * (double)n / t;
+    }
+    free(a);
+    free(b);
+    return best;
+}
+
+static uint64_t mat_bytes(const cairn__mat *m)
+{
+    return (uint64_t)m->rows * m->row_bytes;
+}
+
+static int parse_type(const char *s, uint32_t *t)
+{
+    static const struct {
+        const char *n;
+        uint32_t t;
+    } T[] = {{"F32", CAIRN__GGML_F32}, {"F16", CAIRN__GGML_F16},   {"BF16", CAIRN__GGML_BF16}, {"Q8_0", CAIRN__GGML_Q8_0},
+             {"Q4_0", CAIRN__GGML_Q4_0}, {"Q4_K", CAIRN__GGML_Q4_K}, {"Q6_K", CAIRN__GGML_Q6_K}};
+    for (size_t i = 0; i < sizeof T / sizeof *T; i++)
+        if (strcmp(s, T[i].n) == 0) {
+            *t = T[i].t;
+            return 0;
+        }
+    return -1;
+}
+
+int main(int argc, char **argv)
+{
+    char sizes[256] = "15M,110M", types[256] = "F32,Q8_0,Q4_0";
+    int threads = 0, n_prompt = 128, n_gen = 64, json = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--json") == 0)
+            json = 1;
+        else if (strcmp(argv[i], "--sizes") == 0 && i + 1 < argc)
+            snprintf(sizes, sizeof sizes, "%s", argv[++i]);
+        else if (strcmp(argv[i], "--types") == 0 && i + 1 < argc)
+            snprintf(types, sizeof types, "%s", argv[++i]);
+        else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc)
+            threads = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--prompt") == 0 && i + 1 < argc)
+            n_prompt = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--gen") == 0 && i + 1 < argc)
+            n_gen = atoi(argv[++i]);
+        else {
+            fprintf(stderr,
+                    "usage: bench-llm [--sizes 15M,110M,500M] [--types F32,Q8_0,Q4_0,...] [--threads N] [--prompt N] "
+                    "[--gen N] [--json]\n");
+            return 64;
+        }
+    }
+    if (n_prompt < 1 || n_gen < 1) {
+        fprintf(stderr, "bench-llm: --prompt and --gen must be >= 1\n");
+        return 64;
+    }
+    cairn__pool *pool = NULL;
+    if (cairn__pool_new(threads, &pool) != 0) {
+        fprintf(stderr, "bench-llm: cannot start threads\n");
+        return 70;
+    }
+    threads = cairn__pool_size(pool);
+    const double bw = bandwidth(pool);
+    cairn__pool_free(pool);
+    if (json)
+        printf("{\"threads\": %d, \"isa\": \"%s\", \"memcpy_bytes_per_s\": %.0f, \"results\": [", threads,
+               cairn__kernels_isa(), bw);
+    else
+        printf("bench-llm: %d threads, %s kernels, memcpy bandwidth %.2f GB/s (read+write)\n\n"
+               "%-5s %-5s %8s %9s %12s %12s %12s %9s\n",
+               threads, cairn__kernels_isa(), bw / 1e9, "size", "type", "params", "MB/token", "prompt tok/s",
+               "decode tok/s", "roofline", "fraction");
+    int first = 1;
+    char *ssave = NULL;
+    for (char *sz = strtok_r(sizes, ",", &ssave); sz; sz = strtok_r(NULL, ",", &ssave)) {
+        const shape *sh = NULL;
+        for (size_t i = 0; i < sizeof SHAPES / sizeof *SHAPES; i++)
+            if (strcmp(SHAPES[i].name, sz) == 0)
+                sh = &SHAPES[i];
+        if (!sh) {
+            fprintf(stderr, "bench-llm: unknown size '%s' (15M, 110M, 500M)\n", sz);
+            return 64;
+        }
+        char tcopy[256];
+        snprintf(tcopy, sizeof tcopy, "%s", types);
+        char *tsave = NULL;
+        for (char *tn = strtok_r(tcopy, ",", &tsave); tn; tn = strtok_r(NULL, ",", &tsave)) {
+            uint32_t ty;
+            if (parse_type(tn, &ty) != 0) {
+                fprintf(stderr, "bench-llm: unknown type '%s'\n", tn);
+                return 64;
+            }
+            if ((ty == CAIRN__GGML_Q4_K || ty == CAIRN__GGML_Q6_K) && (sh->dim % 256 || sh->ff % 256)) {
+                fprintf(stderr, "bench-llm: %s needs dims that are multiples of 256; skipping %s\n", tn, sh->name);
+                continue;
+            }
+            mk_spec s;
+            mk_spec_default(&s);
+            s.dim = sh->dim;
+            s.n_layers = sh->layers;
+            s.n_heads = sh->heads;
+            s.n_kv_heads = sh->kv;
+            s.ff = sh->ff;
+            s.vocab = sh->vocab;
+            s.ctx = 2048;
+            s.wtype = ty;
+            unsigned char *buf = NULL;
+            size_t len = 0;
+            char err[256];
+            cairn__gguf *g = NULL;
+            cairn__model *m = NULL;
+            cairn__backend *b = NULL;
+            if (mk_model(&s, &buf, &len) != 0 || cairn__gguf_open_mem(buf, len, &g, err, sizeof err) != 0 ||
+                cairn__model_load(g, &m, err, sizeof err) != 0) {
+                fprintf(stderr, "bench-llm: cannot build the %s %s model\n", sz, tn);
+                return 70;
+            }
+            cairn__backend_opts bo = {.n_ctx = n_prompt + n_gen + 1, .n_threads = threads, .n_batch = n_prompt};
+            if (cairn__backend_new("cpu", m, &bo, &b, err, sizeof err) != 0) {
+                fprintf(stderr, "bench-llm: %s\n", err);
+                return 70;
+            }
+            uint64_t per_tok = mat_bytes(&m->output);
+            for (int l = 0; l < m->n_layers; l++) {
+                const cairn__layer *y = &m->layers[l];
+                per_tok += mat_bytes(&y->wq) + mat_bytes(&y->wk) + mat_bytes(&y->wv) + mat_bytes(&y->wo) +
+                           mat_bytes(&y->w_gate) + mat_bytes(&y->w_up) + mat_bytes(&y->w_down);
+            }
+            int32_t *toks = malloc((size_t)n_prompt * sizeof *toks);
+            float *logits = malloc((size_t)m->n_vocab * sizeof *logits);
+            for (int i = 0; i < n_prompt; i++)
+                toks[i] = (int32_t)((i * 7919 + 13) % m->n_vocab);
+            /* warm-up: touch the weights once (page faults are not what we measure) */
+            cairn__backend_forward(b, toks, 1, 0, logits, 0);
+            double t = now_s();
+            cairn__backend_forward(b, toks, n_prompt, 0, logits, 0);
+            const double prompt_tps = n_prompt / (now_s() - t);
+            t = now_s();
+            for (int i = 0; i < n_gen; i++) {
+                int32_t best = 0;
+                for (int v = 1; v < m->n_vocab; v++)
+                    if (logits[v] > logits[best])
+                        best = v;
+                cairn__backend_forward(b, &best, 1, n_prompt + i, logits, 0);
+            }
+            const double dec_tps = n_gen / (now_s() - t);
+            const double roof = bw / (double)per_tok;
+            if (json)
+                printf("%s\n  {\"size\": \"%s\", \"type\": \"%s\", \"params\": %llu, \"bytes_per_token\": %llu, "
+                       "\"prompt_tok_s\": %.2f, \"decode_tok_s\": %.2f, \"roofline_tok_s\": %.2f, \"fraction\": %.3f}",
+                       first ? "" : ",", sz, tn, (unsigned long long)m->n_params, (unsigned long long)per_tok,
+                       prompt_tps, dec_tps, roof, dec_tps / roof);
+            else
+                printf("%-5s %-5s %7.1fM %9.1f %12.1f %12.1f %12.1f %8.0f%%\n", sz, tn, (double)m->n_params / 1e6,
+                       (double)per_tok / 1e6, prompt_tps, dec_tps, roof, 100.0 * dec_tps / roof);
+            fflush(stdout);
+            first = 0;
+            free(toks);
+            free(logits);
+            cairn__backend_free(b);
+            cairn__model_free(m);
+            cairn__gguf_close(g);
+            free(buf);
+        }
+    }
+    if (json)
+        printf("\n]}\n");
+    return 0;
+}

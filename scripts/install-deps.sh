@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Installs everything cairn needs to build and test on Debian 12 (run as root, or with sudo).
+set -euo pipefail
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends \
+  build-essential meson ninja-build pkg-config python3 \
+  liblmdb-dev lmdb-utils libmsgpack-dev libssl-dev libjansson-dev libcurl4-openssl-dev \
+  libopenblas-dev libsqlite3-dev \
+  clang libclang-rt-14-dev >/dev/null
+echo "install-deps: done"

@@ -1,0 +1,539 @@
+/* steps/postprocess.c - cleaning the generated text, and publishing it atomically.
+ *
+ * The rules work on code points, not bytes, so a length limit never splits a character and
+ * Chinese sentence ends (。！？) count as boundaries like ". ! ?". The step is a pure function of
+ * its dependency's committed output, so re-running it after a crash produces the same file:
+ * the outbox write (temporary file, fsync, rename, fsync of the folder) can be repeated safely
+ * and a reader only ever sees a complete file.
+ */
+#include "steps/postprocess.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "runner/canon.h"
+
+struct cairn__post_cfg {
+    int strip_control, collapse;
+    size_t max_chars;
+    char **banned;
+    size_t n_banned;
+    int redact;
+    char *redact_with;
+    int extract_json;
+    char **required;
+    size_t n_required;
+    char *outbox;
+    char *source, *field;
+};
+
+/* ------------------------------------------------------------------ config */
+
+static char *dup_str(const char *s) { return s ? strdup(s) : NULL; }
+
+static int str_list(const json_t *cfg, const char *key, char ***out, size_t *n, char *err,
+                    size_t errlen)
+{
+    json_t *a = json_object_get(cfg, key);
+    *out = NULL;
+    *n = 0;
+    if (!a)
+        return 0;
+    if (!json_is_array(a)) {
+        snprintf(err, errlen, "postprocess.%s: must be an array of strings", key);
+        return CAIRN_EJSON;
+    }
+    *out = calloc(json_array_size(a) + 1, sizeof **out);
+    if (!*out)
+        return CAIRN_ENOMEM;
+    size_t i;
+    json_t *v;
+    json_array_foreach(a, i, v)
+    {
+        if (!json_is_string(v) || json_string_length(v) == 0) {
+            snprintf(err, errlen, "postprocess.%s[%zu]: must be a non-empty string", key, i);
+            return CAIRN_EJSON;
+        }
+        (*out)[(*n)++] = strdup(json_string_value(v));
+    }
+    return 0;
+}
+
+static int get_bool(const json_t *cfg, const char *key, int def, int *out, char *err, size_t errlen)
+{
+    json_t *v = json_object_get(cfg, key);
+    *out = def;
+    if (!v)
+        return 0;
+    if (!json_is_boolean(v)) {
+        snprintf(err, errlen, "postprocess.%s: must be true or false", key);
+        return CAIRN_EJSON;
+    }
+    *out = json_is_true(v);
+    return 0;
+}
+
+static int get_str(const json_t *cfg, const char *key, const char *def, char **out, char *err,
+                   size_t errlen)
+{
+    json_t *v = json_object_get(cfg, key);
+    if (v && !json_is_string(v)) {
+        snprintf(err, errlen, "postprocess.%s: must be a string", key);
+        return CAIRN_EJSON;
+    }
+    *out = dup_str(v ? json_string_value(v) : def);
+    return 0;
+}
+
+int cairn__post_cfg_parse(const json_t *cfg, cairn__post_cfg **out, char *err, size_t errlen)
+{
+    static const char *const known[] = {"strip_control", "collapse_whitespace", "max_chars",
+                                        "banned", "banned_action", "redact_with", "extract_json",
+                                        "required_keys", "outbox", "source", "field"};
+    *out = NULL;
+    if (cfg && !json_is_object(cfg)) {
+        snprintf(err, errlen, "postprocess: must be an object");
+        return CAIRN_EJSON;
+    }
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)cfg, k, v)
+    {
+        size_t i = 0;
+        while (i < sizeof known / sizeof *known && strcmp(known[i], k))
+            i++;
+        if (i == sizeof known / sizeof *known) {
+            snprintf(err, errlen, "postprocess.%s: unknown setting", k);
+            return CAIRN_EJSON;
+        }
+    }
+    cairn__post_cfg *c = calloc(1, sizeof *c);
+    if (!c)
+        return CAIRN_ENOMEM;
+    int rc = get_bool(cfg, "strip_control", 1, &c->strip_control, err, errlen);
+    if (!rc)
+        rc = get_bool(cfg, "collapse_whitespace", 1, &c->collapse, err, errlen);
+    if (!rc)
+        rc = get_bool(cfg, "extract_json", 0, &c->extract_json, err, errlen);
+    json_t *mc = json_object_get(cfg, "max_chars");
+    if (!rc && mc) {
+        if (!json_is_integer(mc) || json_integer_value(mc) < 0) {
+            snprintf(err, errlen, "postprocess.max_chars: must be a non-negative integer");
+            rc = CAIRN_EJSON;
+        } else
+            c->max_chars = (size_t)json_integer_value(mc);
+    }
+    if (!rc)
+        rc = str_list(cfg, "banned", &c->banned, &c->n_banned, err, errlen);
+    if (!rc)
+        rc = str_list(cfg, "required_keys", &c->required, &c->n_required, err, errlen);
+    char *action = NULL;
+    if (!rc)
+        rc = get_str(cfg, "banned_action", "reject", &action, err, errlen);
+    if (!rc && strcmp(action, "reject") && strcmp(action, "redact")) {
+        snprintf(err, errlen, "postprocess.banned_action: must be \"reject\" or \"redact\"");
+        rc = CAIRN_EJSON;
+    }
+    if (!rc)
+        c->redact = strcmp(action, "redact") == 0;
+    free(action);
+    if (!rc)
+        rc = get_str(cfg, "redact_with", "***", &c->redact_with, err, errlen);
+    if (!rc)
+        rc = get_str(cfg, "outbox", NULL, &c->outbox, err, errlen);
+    if (!rc)
+        rc = get_str(cfg, "source", "generate", &c->source, err, errlen);
+    if (!rc)
+        rc = get_str(cfg, "field", "text", &c->field, err, errlen);
+    if (!rc && c->n_required && !c->extract_json) {
+        snprintf(err, errlen, "postprocess.required_keys: needs \"extract_json\": true");
+        rc = CAIRN_EJSON;
+    }
+    if (rc) {
+        cairn__post_cfg_free(c);
+        return rc;
+    }
+    *out = c;
+    return 0;
+}
+
+void cairn__post_cfg_free(cairn__post_cfg *c)
+{
+    if (!c)
+        return;
+    for (size_t i = 0; i < c->n_banned; i++)
+        free(c->banned[i]);
+    for (size_t i = 0; i < c->n_required; i++)
+        free(c->required[i]);
+    free(c->banned);
+    free(c->required);
+    free(c->redact_with);
+    free(c->outbox);
+    free(c->source);
+    free(c->field);
+    free(c);
+}
+
+/* ------------------------------------------------------------------ text rules */
+
+typedef struct buf {
+    char *p;
+    size_t n, cap;
+} buf;
+
+static int put(buf *b, const void *s, size_t n)
+{
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->n + n + 1)
+            cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p)
+            return -1;
+        b->p = p, b->cap = cap;
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = 0;
+    return 0;
+}
+
+/* Decodes one UTF-8 code point at s (n bytes left); returns its length, 0 if invalid. */
+static size_t utf8_len(const unsigned char *s, size_t n, unsigned *cp)
+{
+    if (s[0] < 0x80) {
+        *cp = s[0];
+        return 1;
+    }
+    size_t len = s[0] >= 0xf0 ? 4 : s[0] >= 0xe0 ? 3 : s[0] >= 0xc2 ? 2 : 0;
+    if (!len || len > n || s[0] > 0xf4)
+        return 0;
+    unsigned v = s[0] & (0x3f >> (len - 1));
+    for (size_t i = 1; i < len; i++) {
+        if ((s[i] & 0xc0) != 0x80)
+            return 0;
+        v = v << 6 | (s[i] & 0x3f);
+    }
+    if ((len == 3 && v < 0x800) || (len == 4 && (v < 0x10000 || v > 0x10ffff)) ||
+        (v >= 0xd800 && v <= 0xdfff))
+        return 0;
+    *cp = v;
+    return len;
+}
+
+static int is_space(unsigned cp)
+{
+    return cp == ' ' || cp == '\t' || cp == '\n' || cp == '\r' || cp == '\v' || cp == '\f' ||
+           cp == 0xa0 || cp == 0x3000;
+}
+
+/* Control characters, invalid bytes (as U+FFFD) and whitespace runs. */
+static int clean(const cairn__post_cfg *c, const char *in, size_t len, buf *out)
+{
+    const unsigned char *s = (const unsigned char *)in;
+    int pending_space = 0;
+    for (size_t i = 0; i < len;) {
+        unsigned cp;
+        size_t l = utf8_len(s + i, len - i, &cp);
+        if (!l) {
+            cp = 0xfffd;
+            l = 1;
+        }
+        const char *bytes = (const char *)s + i;
+        size_t nb = l;
+        i += l;
+        if (cp == 0xfffd && nb == 1)
+            bytes = "\xef\xbf\xbd", nb = 3;
+        int control = (cp < 0x20 && !is_space(cp)) || cp == 0x7f || (cp >= 0x80 && cp < 0xa0);
+        if (control && c->strip_control)
+            continue;
+        if (c->collapse && is_space(cp)) {
+            pending_space = out->n > 0;
+            continue;
+        }
+        if (pending_space && put(out, " ", 1))
+            return CAIRN_ENOMEM;
+        pending_space = 0;
+        if (put(out, bytes, nb))
+            return CAIRN_ENOMEM;
+    }
+    return 0;
+}
+
+static int ascii_ieq(const char *a, const char *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        unsigned char x = (unsigned char)a[i], y = (unsigned char)b[i];
+        if (x >= 'A' && x <= 'Z')
+            x += 32;
+        if (y >= 'A' && y <= 'Z')
+            y += 32;
+        if (x != y)
+            return 0;
+    }
+    return 1;
+}
+
+static size_t chars_before(const char *s, size_t off)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < off; i++)
+        n += ((unsigned char)s[i] & 0xc0) != 0x80;
+    return n;
+}
+
+/* Banned terms, ASCII case-insensitively. */
+static int banned(const cairn__post_cfg *c, buf *b, unsigned *redactions, char *err, size_t errlen)
+{
+    for (size_t t = 0; t < c->n_banned; t++) {
+        const char *term = c->banned[t];
+        size_t tl = strlen(term);
+        buf out = {0};
+        for (size_t i = 0; i < b->n;) {
+            if (i + tl <= b->n && ascii_ieq(b->p + i, term, tl)) {
+                if (!c->redact) {
+                    free(out.p);
+                    snprintf(err, errlen, "banned term '%s' at character %zu", term,
+                             chars_before(b->p, i));
+                    return CAIRN_EPERMANENT;
+                }
+                if (put(&out, c->redact_with, strlen(c->redact_with)))
+                    return CAIRN_ENOMEM;
+                ++*redactions;
+                i += tl;
+            } else {
+                if (put(&out, b->p + i, 1))
+                    return CAIRN_ENOMEM;
+                i++;
+            }
+        }
+        free(b->p);
+        *b = out;
+        if (!b->p && put(b, "", 0))
+            return CAIRN_ENOMEM;
+    }
+    return 0;
+}
+
+/* Cuts to at most max code points, at the last sentence end that fits, else the last space. */
+static void cut(buf *b, size_t max)
+{
+    const unsigned char *s = (const unsigned char *)b->p;
+    size_t chars = 0, i = 0, sentence = 0, space = 0;
+    while (i < b->n) {
+        unsigned cp;
+        size_t l = utf8_len(s + i, b->n - i, &cp);
+        if (!l)
+            l = 1, cp = 0;
+        if (chars == max) {
+            if (cp == ' ' || s[i] == ' ')
+                space = i; /* the limit falls on a word boundary */
+            break;
+        }
+        chars++;
+        i += l;
+        int next_space = i >= b->n || s[i] == ' ';
+        if (((cp == '.' || cp == '!' || cp == '?') && next_space) || cp == 0x3002 ||
+            cp == 0xff01 || cp == 0xff1f)
+            sentence = i;
+        if (cp == ' ')
+            space = i - 1;
+    }
+    if (i >= b->n)
+        return;
+    size_t end = sentence ? sentence : space ? space : i;
+    while (end > 0 && b->p[end - 1] == ' ')
+        end--;
+    b->n = end;
+    b->p[end] = 0;
+}
+
+static int extract(const cairn__post_cfg *c, const buf *b, json_t **out, char *err, size_t errlen)
+{
+    const char *start = memchr(b->p, '{', b->n);
+    if (!start) {
+        snprintf(err, errlen, "no JSON object in the generated text");
+        return CAIRN_EPERMANENT;
+    }
+    json_error_t je;
+    json_t *j = json_loadb(start, b->n - (size_t)(start - b->p),
+                           JSON_DISABLE_EOF_CHECK | JSON_REJECT_DUPLICATES, &je);
+    if (!j) {
+        snprintf(err, errlen,
+                 "malformed JSON object starting at character %zu: %s (line %d, column %d of "
+                 "the object)",
+                 chars_before(b->p, (size_t)(start - b->p)), je.text, je.line, je.column);
+        return CAIRN_EPERMANENT;
+    }
+    for (size_t i = 0; i < c->n_required; i++)
+        if (!json_object_get(j, c->required[i])) {
+            snprintf(err, errlen, "extracted JSON object lacks required key '%s'", c->required[i]);
+            json_decref(j);
+            return CAIRN_EPERMANENT;
+        }
+    *out = j;
+    return 0;
+}
+
+int cairn__postprocess_text(const cairn__post_cfg *c, const char *in, size_t len, char **out,
+                            size_t *out_len, json_t **json_out, unsigned *redactions, char *err,
+                            size_t errlen)
+{
+    buf b = {0};
+    *out = NULL;
+    *out_len = 0;
+    if (json_out)
+        *json_out = NULL;
+    *redactions = 0;
+    int rc = put(&b, "", 0) ? CAIRN_ENOMEM : clean(c, in, len, &b);
+    while (!rc && b.n && b.p[b.n - 1] == ' ')
+        b.p[--b.n] = 0;
+    if (!rc)
+        rc = banned(c, &b, redactions, err, errlen);
+    if (!rc && c->max_chars)
+        cut(&b, c->max_chars);
+    if (!rc && c->extract_json && json_out)
+        rc = extract(c, &b, json_out, err, errlen);
+    if (rc) {
+        free(b.p);
+        if (rc == CAIRN_ENOMEM)
+            snprintf(err, errlen, "out of memory");
+        return rc;
+    }
+    *out = b.p;
+    *out_len = b.n;
+    return 0;
+}
+
+/* ------------------------------------------------------------------ atomic publish */
+
+int cairn__publish_atomic(const char *dir, const char *name, const void *data, size_t len,
+                          char *err, size_t errlen)
+{
+    char tmp[4096], dst[4096];
+    snprintf(dst, sizeof dst, "%s/%s", dir, name);
+    snprintf(tmp, sizeof tmp, "%s/.%s.tmp.%d", dir, name, (int)getpid());
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        goto fail;
+    for (size_t off = 0; off < len;) {
+        ssize_t w = write(fd, (const char *)data + off, len - off);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            close(fd);
+            goto fail_unlink;
+        }
+        off += (size_t)w;
+    }
+    if (fsync(fd) != 0) {
+        close(fd);
+        goto fail_unlink;
+    }
+    if (close(fd) != 0)
+        goto fail_unlink;
+    if (rename(tmp, dst) != 0)
+        goto fail_unlink;
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0 || fsync(dfd) != 0) {
+        if (dfd >= 0)
+            close(dfd);
+        goto fail;
+    }
+    close(dfd);
+    return 0;
+fail_unlink : {
+    int e = errno;
+    unlink(tmp);
+    errno = e;
+}
+fail : {
+    int e = errno;
+    snprintf(err, errlen, "outbox %s: %s", dst, strerror(e));
+    return e == ENOSPC || e == EDQUOT ? CAIRN_EFULL : CAIRN_EIO;
+}
+}
+
+/* ------------------------------------------------------------------ the step */
+
+static const msgpack_object *map_get(const msgpack_object *m, const char *k)
+{
+    if (!m || m->type != MSGPACK_OBJECT_MAP)
+        return NULL;
+    size_t n = strlen(k);
+    for (uint32_t i = 0; i < m->via.map.size; i++) {
+        const msgpack_object *key = &m->via.map.ptr[i].key;
+        if (key->type == MSGPACK_OBJECT_STR && key->via.str.size == n &&
+            !memcmp(key->via.str.ptr, k, n))
+            return &m->via.map.ptr[i].val;
+    }
+    return NULL;
+}
+
+static void pk_str(msgpack_packer *pk, const char *s, size_t n)
+{
+    msgpack_pack_str(pk, n);
+    msgpack_pack_str_body(pk, s, n);
+}
+
+cairn_step_result cairn__postprocess_step(cairn_ctx *ctx, void *user)
+{
+    const cairn__post_cfg *c = user;
+    const msgpack_object *src = cairn_ctx_dep(ctx, c->source);
+    const msgpack_object *text = map_get(src, c->field);
+    if (!text || text->type != MSGPACK_OBJECT_STR) {
+        cairn_ctx_set_error(ctx, "postprocess: dependency '%s' has no string field '%s'",
+                            c->source, c->field);
+        return CAIRN_STEP_PERMANENT;
+    }
+    char err[512], *out = NULL;
+    size_t out_len = 0;
+    json_t *j = NULL;
+    unsigned red = 0;
+    int rc = cairn__postprocess_text(c, text->via.str.ptr, text->via.str.size, &out, &out_len, &j,
+                                     &red, err, sizeof err);
+    if (rc) {
+        cairn_ctx_set_error(ctx, "postprocess: %s", err);
+        return rc == CAIRN_ENOMEM ? CAIRN_STEP_TRANSIENT : CAIRN_STEP_PERMANENT;
+    }
+    char file[4200] = "";
+    if (c->outbox) {
+        json_t *doc = json_object();
+        json_object_set_new(doc, "task", json_string(cairn_ctx_task_id(ctx)));
+        json_object_set_new(doc, "text", json_stringn(out, out_len));
+        if (j)
+            json_object_set(doc, "json", j);
+        char *body = json_dumps(doc, JSON_COMPACT | JSON_PRESERVE_ORDER);
+        json_decref(doc);
+        char name[200];
+        snprintf(name, sizeof name, "%s.json", cairn_ctx_task_id(ctx));
+        rc = body ? cairn__publish_atomic(c->outbox, name, body, strlen(body), err, sizeof err)
+                  : CAIRN_ENOMEM;
+        free(body);
+        if (rc) {
+            cairn_ctx_set_error(ctx, "postprocess: %s", err);
+            free(out);
+            json_decref(j);
+            return CAIRN_STEP_TRANSIENT;
+        }
+        snprintf(file, sizeof file, "%s/%s", c->outbox, name);
+    }
+    msgpack_packer *pk = cairn_ctx_packer(ctx);
+    msgpack_pack_map(pk, 3 + (j != NULL) + (file[0] != 0));
+    pk_str(pk, "text", 4), pk_str(pk, out, out_len);
+    pk_str(pk, "chars", 5), msgpack_pack_uint64(pk, chars_before(out, out_len));
+    pk_str(pk, "redactions", 10), msgpack_pack_uint32(pk, red);
+    if (j) {
+        pk_str(pk, "json", 4);
+        cairn__json_to_msgpack(j, pk);
+    }
+    if (file[0])
+        pk_str(pk, "outbox_file", 11), pk_str(pk, file, strlen(file));
+    free(out);
+    json_decref(j);
+    return CAIRN_STEP_OK;
+}

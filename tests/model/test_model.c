@@ -1,0 +1,362 @@
+/* tests/model/test_model.c - loader errors, and the CPU backend against the float64 reference.
+ *
+ * Tolerances (max |got - ref| / max |ref| over all logits):
+ *   1e-4 for every type on the prompt (batched) path, and for F32/F16/BF16/Q4_K/Q6_K decode: both
+ *        multiply the same dequantized weights in float; only summation order differs.
+ *   2e-2 for Q8_0/Q4_0 decode: those kernels round the activation vector to int8 per 32 values
+ *        (as llama.cpp does) before the integer dot product, a ~0.4% error per element that the
+ *        reference, working on exact activations, does not make.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu/backend.h"
+#include "gpu/gguf.h"
+#include "gpu/kernels_cpu.h"
+#include "gpu/model.h"
+#include "gpu/quant.h"
+#include "tests/model/mkmodel.h"
+#include "tests/model/ref_forward.h"
+#include "tests/tap.h"
+
+#include "cairn_errors.h"
+enum {
+#define CAIRN__X(n, v, s) CAIRN_##n = v,
+    CAIRN_ERROR_TABLE(CAIRN__X)
+#undef CAIRN__X
+};
+
+typedef struct {
+    unsigned char *buf;
+    cairn__gguf *g;
+    cairn__model *m;
+} loaded;
+
+static int load_spec(const mk_spec *s, loaded *L, char *err, size_t errlen)
+{
+    memset(L, 0, sizeof *L);
+    size_t len;
+    if (mk_model(s, &L->buf, &len) != 0) {
+        snprintf(err, errlen, "mk_model failed");
+        return -1000;
+    }
+    int rc = cairn__gguf_open_mem(L->buf, len, &L->g, err, errlen);
+    if (rc)
+        return rc;
+    return cairn__model_load(L->g, &L->m, err, errlen);
+}
+
+static void unload(loaded *L)
+{
+    cairn__model_free(L->m);
+    cairn__gguf_close(L->g);
+    free(L->buf);
+}
+
+static double rel_err_d(const float *got, const double *ref, size_t n)
+{
+    double md = 0, mr = 0;
+    for (size_t i = 0; i < n; i++) {
+        md = fmax(md, fabs((double)got[i] - ref[i]));
+        mr = fmax(mr, fabs(ref[i]));
+    }
+    return md / (mr > 0 ? mr : 1);
+}
+
+static double rel_err_f(const float *a, const float *b, size_t n)
+{
+    double md = 0, mr = 0;
+    for (size_t i = 0; i < n; i++) {
+        md = fmax(md, fabs((double)a[i] - b[i]));
+        mr = fmax(mr, fabs((double)b[i]));
+    }
+    return md / (mr > 0 ? mr : 1);
+}
+
+static const int32_t PROMPT[] = {1, 17, 250, 3, 99, 42, 42, 7, 280, 5};
+#define NP ((int)(sizeof PROMPT / sizeof *PROMPT))
+
+/* forward vs reference, prompt vs decode, for one model */
+static void check_model(const char *arch, uint32_t type, int tied, int kquant)
+{
+    mk_spec s;
+    mk_spec_default(&s);
+    s.arch = arch;
+    s.wtype = type;
+    s.tied = tied;
+    s.seed = 7 + type;
+    if (kquant) { /* K-quants need rows of 256 */
+        s.dim = 256;
+        s.ff = 512;
+        s.n_layers = 2;
+    }
+    const char *tn = cairn__ggml_type_name(type);
+    char err[256];
+    loaded L;
+    int rc = load_spec(&s, &L, err, sizeof err);
+    if (!ok(rc == 0, "%s %s%s: model loads (%s)", arch, tn, tied ? " tied" : "", rc ? err : "ok")) {
+        unload(&L);
+        return;
+    }
+    const cairn__model *m = L.m;
+    ok(m->tied_output == tied && m->n_kv_heads == 2 && m->rope_mode == (strcmp(arch, "qwen2") == 0 ? 2 : 0),
+       "%s %s: hyperparameters (tied %d, kv %d, rope %d)", arch, tn, m->tied_output, m->n_kv_heads, m->rope_mode);
+    const size_t V = (size_t)m->n_vocab;
+    double *ref = malloc(NP * V * sizeof *ref);
+    float *bat = malloc(NP * V * sizeof *bat), *dec = malloc(NP * V * sizeof *dec);
+    cairn__backend *b = NULL;
+    cairn__backend_opts o = {.n_ctx = 64, .n_threads = 2, .n_batch = 4}; /* batch 4: chunked prompt */
+    rc = cairn__backend_new("cpu", m, &o, &b, err, sizeof err);
+    ok(rc == 0, "%s %s: cpu backend (%s)", arch, tn, rc ? err : "ok");
+    if (rc || !ref || !bat || !dec || ref_forward(m, PROMPT, NP, ref) != 0) {
+        ok(0, "setup");
+        goto out;
+    }
+    rc = cairn__backend_forward(b, PROMPT, NP, 0, bat, 1);
+    double e1 = rel_err_d(bat, ref, NP * V);
+    ok(rc == 0 && e1 <= 1e-4, "%s %s: batched prompt vs float64 reference: rel err %.3g <= 1e-4", arch, tn, e1);
+    for (int i = 0; i < NP; i++)
+        rc |= cairn__backend_forward(b, &PROMPT[i], 1, i, dec + (size_t)i * V, 0);
+    const int int8 = type == CAIRN__GGML_Q8_0 || type == CAIRN__GGML_Q4_0;
+    const double tol = int8 ? 2e-2 : 1e-4;
+    double e2 = rel_err_d(dec, ref, NP * V);
+    ok(rc == 0 && e2 <= tol, "%s %s: token-by-token decode vs reference: rel err %.3g <= %g", arch, tn, e2, tol);
+    if (!int8) {
+        double e3 = rel_err_f(dec, bat, NP * V);
+        ok(e3 <= 1e-4, "%s %s: prompt path vs decode path: rel err %.3g <= 1e-4", arch, tn, e3);
+    }
+    /* rewriting the tail: decoding position 5 again from a cache truncated there */
+    cairn__backend_truncate(b, 5);
+    float *again = malloc(V * sizeof *again);
+    rc = again ? cairn__backend_forward(b, &PROMPT[5], 1, 5, again, 0) : -1;
+    ok(rc == 0 && memcmp(again, dec + 5 * V, V * sizeof *again) == 0 && cairn__backend_n_past(b) == 6,
+       "%s %s: truncate + re-decode reproduces the logits bit for bit", arch, tn);
+    free(again);
+out:
+    cairn__backend_free(b);
+    free(ref);
+    free(bat);
+    free(dec);
+    unload(&L);
+}
+
+static void check_greedy(void)
+{
+    mk_spec s;
+    mk_spec_default(&s);
+    s.seed = 99;
+    char err[256];
+    loaded L;
+    if (!ok(load_spec(&s, &L, err, sizeof err) == 0, "greedy: model loads")) {
+        unload(&L);
+        return;
+    }
+    const cairn__model *m = L.m;
+    const int V = m->n_vocab, NG = 12;
+    int32_t seq[64];
+    memcpy(seq, PROMPT, sizeof PROMPT);
+    double *ref = malloc((size_t)(NP + NG) * V * sizeof *ref);
+    float *lg = malloc((size_t)V * sizeof *lg);
+    cairn__backend *b = NULL;
+    cairn__backend_opts o = {.n_ctx = 64, .n_threads = 2};
+    int rc = cairn__backend_new("cpu", m, &o, &b, err, sizeof err);
+    int same = rc == 0 && ref && lg, n = NP;
+    if (same)
+        rc = cairn__backend_forward(b, seq, NP, 0, lg, 0);
+    for (int t = 0; same && t < NG; t++) {
+        /* reference: full recompute; argmax with ties to the lower id */
+        ref_forward(m, seq, n, ref);
+        const double *r = ref + (size_t)(n - 1) * V;
+        int ra = 0, ca = 0;
+        for (int i = 1; i < V; i++) {
+            if (r[i] > r[ra])
+                ra = i;
+            if (lg[i] > lg[ca])
+                ca = i;
+        }
+        if (ra != ca) {
+            diag("step %d: reference %d, cpu %d", t, ra, ca);
+            same = 0;
+        }
+        seq[n++] = ca;
+        rc |= cairn__backend_forward(b, &seq[n - 1], 1, n - 1, lg, 0);
+    }
+    ok(same && rc == 0, "greedy generation of %d tokens matches the float64 reference", NG);
+    cairn__backend_free(b);
+    free(ref);
+    free(lg);
+    unload(&L);
+}
+
+static void check_threads_deterministic(void)
+{
+    mk_spec s;
+    mk_spec_default(&s);
+    s.wtype = CAIRN__GGML_Q8_0;
+    s.dim = 128;
+    s.ff = 256;
+    char err[256];
+    loaded L;
+    if (!ok(load_spec(&s, &L, err, sizeof err) == 0, "threads: model loads")) {
+        unload(&L);
+        return;
+    }
+    const size_t V = (size_t)L.m->n_vocab;
+    float *a = malloc(V * sizeof *a), *c = malloc(V * sizeof *c);
+    int same = a && c;
+    for (int nt = 1; same && nt <= 3; nt += 2) {
+        cairn__backend *b = NULL;
+        cairn__backend_opts o = {.n_ctx = 32, .n_threads = nt};
+        int rc = cairn__backend_new("cpu", L.m, &o, &b, err, sizeof err);
+        for (int i = 0; rc == 0 && i < NP; i++)
+            rc = cairn__backend_forward(b, &PROMPT[i], 1, i, nt == 1 ? a : c, 0);
+        same = rc == 0;
+        cairn__backend_free(b);
+    }
+    ok(same && memcmp(a, c, V * sizeof *a) == 0, "decode logits identical with 1 and 3 threads");
+    free(a);
+    free(c);
+    unload(&L);
+}
+
+static void check_kernels_scalar_vs_simd(void)
+{
+    const uint32_t types[] = {CAIRN__GGML_F32, CAIRN__GGML_F16, CAIRN__GGML_BF16, CAIRN__GGML_Q8_0,
+                              CAIRN__GGML_Q4_0, CAIRN__GGML_Q4_K, CAIRN__GGML_Q6_K};
+    const int rows = 37, cols = 512;
+    float *w = malloc((size_t)rows * cols * sizeof *w), x[512], y1[37], y2[37], yr[37];
+    unsigned char *q = malloc((size_t)rows * cols * 4);
+    cairn__pool *p = NULL;
+    cairn__pool_new(2, &p);
+    uint64_t r = 88172645463325252ull;
+    for (int i = 0; i < rows * cols; i++) {
+        r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+        w[i] = (float)((double)(r >> 11) * 0x1.0p-53 - 0.5);
+    }
+    for (int i = 0; i < cols; i++)
+        x[i] = sinf((float)i * 0.37f);
+    void *scratch = malloc(cairn__matvec_scratch_bytes(cols));
+    diag("kernel ISA: %s", cairn__kernels_isa());
+    for (size_t t = 0; t < sizeof types / sizeof *types; t++) {
+        const uint32_t ty = types[t];
+        const size_t rb = (size_t)(cols / cairn__quant_block_elems(ty) * cairn__quant_block_bytes(ty));
+        for (int i = 0; i < rows; i++)
+            cairn__quant_row(ty, w + (size_t)i * cols, q + (size_t)i * rb, cols);
+        cairn__mat W = {ty, rows, cols, rb, q};
+        cairn__kernels_force_scalar(1);
+        cairn__matvec(p, &W, x, y1, scratch);
+        cairn__kernels_force_scalar(0);
+        cairn__matvec(p, &W, x, y2, scratch);
+        /* exact dot with the dequantized weights */
+        float row[512];
+        for (int i = 0; i < rows; i++) {
+            cairn__mat_row(&W, i, row);
+            double s = 0;
+            for (int c = 0; c < cols; c++)
+                s += (double)row[c] * x[c];
+            yr[i] = (float)s;
+        }
+        const int int8 = ty == CAIRN__GGML_Q8_0 || ty == CAIRN__GGML_Q4_0;
+        double es = rel_err_f(y1, yr, rows), ev = rel_err_f(y2, yr, rows), esv = rel_err_f(y2, y1, rows);
+        ok(es <= (int8 ? 2e-2 : 1e-5) && ev <= (int8 ? 2e-2 : 1e-5) && esv <= 1e-5,
+           "matvec %s: scalar %.2g, %s %.2g vs exact; simd vs scalar %.2g", cairn__ggml_type_name(ty), es,
+           cairn__kernels_isa(), ev, esv);
+        /* matmul (the prompt path) on 3 vectors equals exact */
+        float X[3 * 512], OUT[3 * 37];
+        for (int i = 0; i < 3 * cols; i++)
+            X[i] = x[i % cols] * (float)(1 + i / cols);
+        float *tile = malloc(cairn__matmul_scratch_bytes(&W));
+        cairn__matmul(p, &W, X, 3, OUT, tile);
+        free(tile);
+        double em = 0;
+        for (int i = 0; i < 3; i++)
+            for (int k = 0; k < rows; k++)
+                em = fmax(em, fabs(OUT[i * rows + k] - yr[k] * (float)(1 + i)) / (fabs(yr[k]) * (1 + i) + 1));
+        ok(em <= 1e-5, "matmul %s: max err %.2g vs exact", cairn__ggml_type_name(ty), em);
+    }
+    free(scratch);
+    cairn__pool_free(p);
+    free(w);
+    free(q);
+}
+
+static void check_errors(void)
+{
+    char err[256];
+    loaded L;
+    mk_spec s;
+
+    mk_spec_default(&s);
+    s.omit = "blk.1.ffn_up.weight";
+    int rc = load_spec(&s, &L, err, sizeof err);
+    ok(rc == CAIRN_EFORMAT && strstr(err, "blk.1.ffn_up.weight"), "missing tensor -> EFORMAT naming it (%s)", err);
+    unload(&L);
+
+    mk_spec_default(&s);
+    s.misshape = "blk.0.attn_k.weight";
+    rc = load_spec(&s, &L, err, sizeof err);
+    ok(rc == CAIRN_EFORMAT && strstr(err, "blk.0.attn_k.weight"), "misshapen tensor -> EFORMAT naming it (%s)", err);
+    unload(&L);
+
+    mk_spec_default(&s);
+    s.omit = "output_norm.weight";
+    rc = load_spec(&s, &L, err, sizeof err);
+    ok(rc == CAIRN_EFORMAT && strstr(err, "output_norm.weight"), "missing output_norm -> EFORMAT (%s)", err);
+    unload(&L);
+
+    mk_spec_default(&s);
+    s.arch = "qwen2";
+    s.omit = "blk.0.attn_v.bias";
+    rc = load_spec(&s, &L, err, sizeof err);
+    ok(rc == CAIRN_EFORMAT && strstr(err, "blk.0.attn_v.bias"), "qwen2 without a V bias -> EFORMAT (%s)", err);
+    unload(&L);
+
+    mk_spec_default(&s);
+    s.arch = "mamba";
+    rc = load_spec(&s, &L, err, sizeof err);
+    ok(rc == CAIRN_EUNSUPPORTED && strstr(err, "mamba"), "unknown architecture -> EUNSUPPORTED naming it (%s)", err);
+    unload(&L);
+
+    rc = cairn__model_open("/nonexistent/model.gguf", &L.m, err, sizeof err);
+    ok(rc == CAIRN_ENOENT && L.m == NULL, "missing file -> ENOENT (%d)", rc);
+
+    /* context */
+    mk_spec_default(&s);
+    rc = load_spec(&s, &L, err, sizeof err);
+    cairn__backend *b = NULL;
+    cairn__backend_opts o = {.n_ctx = 8, .n_threads = 1};
+    if (rc == 0)
+        rc = cairn__backend_new("cpu", L.m, &o, &b, err, sizeof err);
+    float *lg = malloc((size_t)s.vocab * sizeof *lg);
+    ok(rc == 0 && cairn__backend_forward(b, PROMPT, 9, 0, lg, 0) == CAIRN_ECONTEXT,
+       "9 tokens into a context of 8 -> ECONTEXT (%s)", cairn__backend_errmsg(b));
+    ok(cairn__backend_forward(b, PROMPT, 8, 0, lg, 0) == 0, "8 tokens fit a context of 8");
+    ok(cairn__backend_forward(b, PROMPT, 1, 8, lg, 0) == CAIRN_ECONTEXT, "a 9th position -> ECONTEXT");
+    int32_t bad = 100000;
+    ok(cairn__backend_forward(b, &bad, 1, 0, lg, 0) == CAIRN_EINVAL, "token outside the vocabulary -> EINVAL");
+    ok(cairn__backend_forward(b, PROMPT, 1, 9, lg, 0) == CAIRN_EINVAL, "position past n_past -> EINVAL");
+    cairn__backend *cb = NULL;
+    rc = cairn__backend_new("tpu", L.m, &o, &cb, err, sizeof err);
+    ok(rc == CAIRN_EINVAL && cb == NULL, "unknown backend name -> EINVAL (%s)", err);
+    free(lg);
+    cairn__backend_free(b);
+    unload(&L);
+}
+
+int main(void)
+{
+    const uint32_t flat[] = {CAIRN__GGML_F32, CAIRN__GGML_F16, CAIRN__GGML_BF16, CAIRN__GGML_Q8_0, CAIRN__GGML_Q4_0};
+    for (size_t i = 0; i < sizeof flat / sizeof *flat; i++) {
+        check_model("llama", flat[i], (int)(i % 2), 0);
+        check_model("qwen2", flat[i], (int)((i + 1) % 2), 0);
+    }
+    check_model("llama", CAIRN__GGML_Q4_K, 0, 1);
+    check_model("qwen2", CAIRN__GGML_Q6_K, 1, 1);
+    check_greedy();
+    check_threads_deterministic();
+    check_kernels_scalar_vs_simd();
+    check_errors();
+    return tap_done();
+}
