@@ -551,18 +551,28 @@ static int task_decode(cairn__txn *t, const MDB_val *v, const char *id, cairn__t
     if (o->state >= CAIRN_STATE_COUNT)
         return cairn__store_fail(t->s, CAIRN_ECORRUPT, "task '%s' has invalid state %u", id,
                                  o->state);
+    /* writes key a record by its id field: a mismatch would write a different task */
+    if (strcmp(o->id, id) != 0)
+        return cairn__store_fail(t->s, CAIRN_ECORRUPT,
+                                 "task record under key '%s' names task '%s' in store %s", id,
+                                 o->id, t->s->dir);
     return 0;
 }
 
 int cairn__task_get(cairn__txn *t, const char *id, cairn__task_rec *out)
 {
-    MDB_val k = {strlen(id), (void *)id}, v;
+    char key[CAIRN__ID_MAX + 1]; /* callers may pass out->id as id: decoding overwrites it */
+    size_t n = strlen(id);
+    if (n == 0 || n > CAIRN__ID_MAX)
+        return CAIRN_ENOTFOUND;
+    memcpy(key, id, n + 1);
+    MDB_val k = {n, key}, v;
     int rc = mdb_get(t->txn, t->s->tasks, &k, &v);
     if (rc == MDB_NOTFOUND)
         return CAIRN_ENOTFOUND;
     if (rc)
         return mdb_fail(t, t->s, rc, "read task");
-    return task_decode(t, &v, id, out);
+    return task_decode(t, &v, key, out);
 }
 
 static int put_empty(cairn__txn *t, MDB_dbi dbi, key *k)

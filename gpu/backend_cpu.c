@@ -15,7 +15,6 @@
  * weighted sum of values.
  */
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,17 +50,6 @@ typedef struct {
     float *inv_freq; /* rope_dim/2 */
 } cpu_backend;
 
-static int cpu_fail(char *err, size_t errlen, int code, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
-
 static void cpu_destroy(cairn__backend *bb)
 {
     cpu_backend *b = (cpu_backend *)bb;
@@ -94,7 +82,7 @@ static int cpu_create(const cairn__model *m, const cairn__backend_opts *o, cairn
 {
     cpu_backend *b = calloc(1, sizeof *b);
     if (!b)
-        return cpu_fail(err, errlen, CAIRN_ENOMEM, "out of memory");
+        return cairn__errf(err, errlen, CAIRN_ENOMEM, "out of memory");
     b->base.ops = &cairn__backend_cpu_ops;
     b->base.model = m;
     int n_ctx = o->n_ctx > 0 ? o->n_ctx : (m->n_ctx_train < 4096 ? m->n_ctx_train : 4096);
@@ -107,7 +95,7 @@ static int cpu_create(const cairn__model *m, const cairn__backend_opts *o, cairn
     int rc = cairn__pool_new(o->n_threads, &b->pool);
     if (rc != 0) {
         free(b);
-        return cpu_fail(err, errlen, rc, "cannot start %d threads", o->n_threads);
+        return cairn__errf(err, errlen, rc, "cannot start %d threads", o->n_threads);
     }
     const size_t nb = (size_t)b->n_batch, nth = (size_t)cairn__pool_size(b->pool);
     const size_t kv = (size_t)m->n_layers * (size_t)n_ctx * (size_t)b->kv_dim;
@@ -138,7 +126,7 @@ static int cpu_create(const cairn__model *m, const cairn__backend_opts *o, cairn
     if (!b->kcache || !b->vcache || !b->x || !b->xb || !b->q || !b->k || !b->v || !b->att || !b->hb || !b->hb2 ||
         !b->rope || !b->scores || !b->inv_freq || !b->mv_scratch || !b->mm_scratch) {
         cpu_destroy(&b->base);
-        return cpu_fail(err, errlen, CAIRN_ENOMEM, "out of memory for a context of %d tokens", n_ctx);
+        return cairn__errf(err, errlen, CAIRN_ENOMEM, "out of memory for a context of %d tokens", n_ctx);
     }
     /* theta_i = pos * base^(-2i/rope_dim), as ggml; computed in double then rounded */
     for (int i = 0; i < m->rope_dim / 2; i++)
@@ -180,15 +168,12 @@ typedef struct {
 } att_job;
 
 /* for each (token i, head h): softmax(q_ih . K[0..pos+i] / sqrt(hd)) @ V -> att (i, h*hd) */
-static void attention_worker(void *arg, int ith, int nth)
+static void attention_range(void *arg, int64_t i0, int64_t i1, int ith)
 {
     const att_job *j = arg;
     cpu_backend *b = j->b;
     const cairn__model *m = b->base.model;
     const int hd = m->head_dim, group = m->n_heads / m->n_kv_heads;
-    const int64_t items = (int64_t)j->n * m->n_heads;
-    const int64_t per = (items + nth - 1) / nth;
-    const int64_t i0 = per * ith, i1 = i0 + per < items ? i0 + per : items;
     const size_t layer_off = (size_t)j->layer * (size_t)b->base.n_ctx * (size_t)b->kv_dim;
     const float *K = b->kcache + layer_off, *V = b->vcache + layer_off;
     float *sc = b->scores + (size_t)ith * (size_t)b->base.n_ctx;
@@ -233,9 +218,15 @@ static void forward_chunk(cpu_backend *b, const int32_t *tokens, int n, int pos,
         const cairn__layer *ly = &m->layers[l];
         for (int i = 0; i < n; i++)
             cairn__rmsnorm(b->xb + (size_t)i * dim, b->x + (size_t)i * dim, ly->attn_norm, dim, m->rms_eps);
-        linear(b, &ly->wq, b->xb, n, b->q);
-        linear(b, &ly->wk, b->xb, n, b->k);
-        linear(b, &ly->wv, b->xb, n, b->v);
+        if (n == 1) { /* decode: the three projections in one pass of the pool */
+            const cairn__mat *W[3] = {&ly->wq, &ly->wk, &ly->wv};
+            float *const O[3] = {b->q, b->k, b->v};
+            cairn__matvec_n(b->pool, W, 3, b->xb, O, b->mv_scratch);
+        } else {
+            linear(b, &ly->wq, b->xb, n, b->q);
+            linear(b, &ly->wk, b->xb, n, b->k);
+            linear(b, &ly->wv, b->xb, n, b->v);
+        }
         add_bias(b->q, ly->bq, n, b->q_dim);
         add_bias(b->k, ly->bk, n, b->kv_dim);
         add_bias(b->v, ly->bv, n, b->kv_dim);
@@ -251,16 +242,22 @@ static void forward_chunk(cpu_backend *b, const int32_t *tokens, int n, int pos,
         att_job aj = {b, l, n, pos};
         /* a few thousand multiply-adds are cheaper than waking the workers */
         if ((int64_t)n * m->n_heads * (pos + n) * m->head_dim < 65536)
-            attention_worker(&aj, 0, 1);
+            attention_range(&aj, 0, (int64_t)n * m->n_heads, 0);
         else
-            cairn__pool_run(b->pool, attention_worker, &aj);
+            cairn__pool_for(b->pool, (int64_t)n * m->n_heads, 1, attention_range, &aj);
         linear(b, &ly->wo, b->att, n, b->xb);
         for (size_t k = 0; k < (size_t)n * (size_t)dim; k++)
             b->x[k] += b->xb[k];
         for (int i = 0; i < n; i++)
             cairn__rmsnorm(b->xb + (size_t)i * dim, b->x + (size_t)i * dim, ly->ffn_norm, dim, m->rms_eps);
-        linear(b, &ly->w_gate, b->xb, n, b->hb);
-        linear(b, &ly->w_up, b->xb, n, b->hb2);
+        if (n == 1) {
+            const cairn__mat *W[2] = {&ly->w_gate, &ly->w_up};
+            float *const O[2] = {b->hb, b->hb2};
+            cairn__matvec_n(b->pool, W, 2, b->xb, O, b->mv_scratch);
+        } else {
+            linear(b, &ly->w_gate, b->xb, n, b->hb);
+            linear(b, &ly->w_up, b->xb, n, b->hb2);
+        }
         for (int i = 0; i < n; i++)
             cairn__swiglu(b->hb + (size_t)i * ff, b->hb2 + (size_t)i * ff, ff);
         linear(b, &ly->w_down, b->hb, n, b->xb);

@@ -78,13 +78,10 @@ int cairn__chat_format_detect(const cairn__gguf *g)
     return CAIRN__CHAT_RAW;
 }
 
-int cairn__chat_add_special(int fmt)
-{
-    return fmt != CAIRN__CHAT_LLAMA3;
-}
+int cairn__chat_add_special(int fmt) { return fmt != CAIRN__CHAT_LLAMA3; }
 
-int cairn__chat_render(int fmt, const cairn__chat_msg *msgs, size_t n, int add_assistant, char **out,
-                       size_t *len)
+int cairn__chat_render(int fmt, const cairn__chat_msg *msgs, size_t n, int add_assistant,
+                       char **out, size_t *len)
 {
     struct buf b = {NULL, 0, 0, 0};
     size_t i;
@@ -143,8 +140,8 @@ int cairn__chat_has_special(int fmt, const char *s)
 {
     static const char *const chatml[] = {"<|im_start|>", "<|im_end|>", "<|endoftext|>"};
     static const char *const llama3[] = {"<|begin_of_text|>", "<|start_header_id|>",
-                                         "<|end_header_id|>", "<|eot_id|>", "<|end_of_text|>",
-                                         "<|eom_id|>"};
+                                         "<|end_header_id|>", "<|eot_id|>",
+                                         "<|end_of_text|>",   "<|eom_id|>"};
     const char *const *list = fmt == CAIRN__CHAT_CHATML ? chatml : llama3;
     size_t k, cnt = fmt == CAIRN__CHAT_CHATML ? 3 : 6;
     if (!s || fmt == CAIRN__CHAT_RAW)

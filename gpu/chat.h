@@ -24,8 +24,9 @@ typedef struct {
 enum cairn__chat_format {
     CAIRN__CHAT_RAW = 0,    /* the contents joined by "\n", no roles: a plain prompt */
     CAIRN__CHAT_CHATML = 1, /* <|im_start|>role\ncontent<|im_end|>\n ... <|im_start|>assistant\n */
-    CAIRN__CHAT_LLAMA3 = 2, /* <|begin_of_text|><|start_header_id|>role<|end_header_id|>\n\n
-                               content<|eot_id|> ... <|start_header_id|>assistant<|end_header_id|>\n\n */
+    CAIRN__CHAT_LLAMA3 =
+        2, /* <|begin_of_text|><|start_header_id|>role<|end_header_id|>\n\n
+              content<|eot_id|> ... <|start_header_id|>assistant<|end_header_id|>\n\n */
 };
 
 /* "raw", "chatml" or "llama3" -> *fmt. 0 or CAIRN_EINVAL (unknown name; *fmt untouched). */
@@ -43,8 +44,8 @@ int cairn__chat_add_special(int fmt);
  * *len excludes the NUL; len may be NULL). add_assistant: end with the header that asks the model
  * for the assistant's turn (ignored for RAW). 0, CAIRN_EINVAL (unknown format, NULL role or
  * out) or CAIRN_ENOMEM. */
-int cairn__chat_render(int fmt, const cairn__chat_msg *msgs, size_t n, int add_assistant, char **out,
-                       size_t *len);
+int cairn__chat_render(int fmt, const cairn__chat_msg *msgs, size_t n, int add_assistant,
+                       char **out, size_t *len);
 
 /* Whether s contains the text of a special token of format fmt (a content that would break out
  * of its message when the prompt is tokenized with parse_special). */

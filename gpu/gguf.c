@@ -18,17 +18,7 @@
  */
 #include "gpu/gguf.h"
 
-#if __has_include("cairn.h")
 #include "cairn.h"
-#else
-#include "include/cairn_errors.h"
-enum {
-    CAIRN_OK = 0,
-#define X(n, v, s) CAIRN_##n = v,
-    CAIRN_ERROR_TABLE(X)
-#undef X
-};
-#endif
 
 #include <errno.h>
 #include <fcntl.h>

@@ -54,7 +54,9 @@ typedef struct {
     uint64_t n_elements;
     uint64_t offset; /* absolute file offset of the data */
     uint64_t nbytes;
-    const void *data; /* points into the mapping; valid until cairn__gguf_close */
+    const void *data; /* points into the mapping; valid until cairn__gguf_close. Aligned to
+                         general.alignment relative to the file start (so, for a mapped file,
+                         in memory too); from open_mem, only as aligned as the buffer allows */
 } cairn__gguf_tensor;
 
 /* Opens and validates the whole file (header, every KV, every tensor info: sizes, types,

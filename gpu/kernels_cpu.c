@@ -55,7 +55,8 @@ struct cairn__pool {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     _Atomic uint64_t gen;  /* bumped once per job; workers run when it moves */
-    _Atomic int pending;   /* workers that have not finished the current job */
+    _Atomic uint64_t open; /* gen of the job workers may still join, 0 once it is closed */
+    _Atomic int active;    /* workers inside the current job */
     _Atomic int stop;
     cairn__pool_fn fn;     /* published by the release store of gen */
     void *arg;
@@ -96,8 +97,13 @@ static void *pool_worker(void *v)
         seen = g;
         if (atomic_load_explicit(&p->stop, memory_order_acquire))
             return NULL;
-        p->fn(p->arg, wa.ith, p->n);
-        atomic_fetch_sub_explicit(&p->pending, 1, memory_order_release);
+        /* join only while the job is open: the caller closes it once every chunk is claimed,
+         * and then waits only for workers already inside (seq_cst on both sides: either the
+         * caller sees our increment or we see its close) */
+        atomic_fetch_add(&p->active, 1);
+        if (atomic_load(&p->open) == g)
+            p->fn(p->arg, wa.ith, p->n);
+        atomic_fetch_sub(&p->active, 1);
     }
 }
 
@@ -115,7 +121,8 @@ int cairn__pool_new(int n_threads, cairn__pool **out)
         return CAIRN_ENOMEM;
     p->n = n_threads;
     atomic_init(&p->gen, 0);
-    atomic_init(&p->pending, 0);
+    atomic_init(&p->open, 0);
+    atomic_init(&p->active, 0);
     atomic_init(&p->stop, 0);
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);
@@ -163,7 +170,12 @@ int cairn__pool_size(const cairn__pool *p)
     return p ? p->n : 1;
 }
 
-void cairn__pool_run(cairn__pool *p, cairn__pool_fn fn, void *arg)
+/* Runs fn(arg, ith, nth) on the caller and on whichever workers join before the caller has
+ * finished its own call. fn must therefore claim its work from a shared counter (as
+ * cairn__pool_for does): the caller's call alone must be able to do all of it. This is what
+ * keeps a decode step from stalling for a scheduler time slice whenever another process holds a
+ * worker's core. */
+static void pool_run(cairn__pool *p, cairn__pool_fn fn, void *arg)
 {
     if (!p || p->n == 1) {
         fn(arg, 0, 1);
@@ -171,31 +183,58 @@ void cairn__pool_run(cairn__pool *p, cairn__pool_fn fn, void *arg)
     }
     p->fn = fn;
     p->arg = arg;
-    atomic_store_explicit(&p->pending, p->n - 1, memory_order_relaxed);
     /* bump under the mutex so a worker between its check and its wait cannot miss it */
     pthread_mutex_lock(&p->mu);
-    atomic_fetch_add_explicit(&p->gen, 1, memory_order_release);
+    const uint64_t g = atomic_load_explicit(&p->gen, memory_order_relaxed) + 1;
+    atomic_store(&p->open, g);
+    atomic_store_explicit(&p->gen, g, memory_order_release);
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
     fn(arg, 0, p->n);
+    atomic_store(&p->open, 0);
     int spins = 0;
-    while (atomic_load_explicit(&p->pending, memory_order_acquire) != 0) {
+    while (atomic_load(&p->active) != 0) {
         if (++spins < POOL_SPIN)
             cpu_relax();
         else
-            sched_yield(); /* a worker was descheduled: give it the core */
+            sched_yield(); /* a worker inside the job was descheduled: give it the core */
     }
 }
 
-/* contiguous share [*r0, *r1) of n items for thread ith of nth, in multiples of `align` */
-static void split_range(int64_t n, int ith, int nth, int64_t align, int64_t *r0, int64_t *r1)
+typedef struct {
+    cairn__range_fn fn;
+    void *arg;
+    int64_t n, chunk;
+    _Atomic int64_t next;
+} for_job;
+
+static void for_worker(void *arg, int ith, int nth)
 {
-    int64_t units = (n + align - 1) / align;
-    int64_t per = units / nth, extra = units % nth;
-    int64_t u0 = ith * per + (ith < extra ? ith : extra);
-    int64_t u1 = u0 + per + (ith < extra ? 1 : 0);
-    *r0 = u0 * align < n ? u0 * align : n;
-    *r1 = u1 * align < n ? u1 * align : n;
+    for_job *j = arg;
+    (void)nth;
+    for (;;) {
+        const int64_t i0 = atomic_fetch_add_explicit(&j->next, j->chunk, memory_order_relaxed);
+        if (i0 >= j->n)
+            return;
+        j->fn(j->arg, i0, i0 + j->chunk < j->n ? i0 + j->chunk : j->n, ith);
+    }
+}
+
+void cairn__pool_for(cairn__pool *p, int64_t n, int64_t chunk, cairn__range_fn fn, void *arg)
+{
+    if (n <= 0)
+        return;
+    if (chunk <= 0) { /* ~8 chunks per thread: claiming costs nothing, and shares even out */
+        chunk = n / (8 * (int64_t)cairn__pool_size(p));
+        chunk = chunk < 1 ? 1 : chunk;
+    }
+    if (chunk >= n) {
+        fn(arg, 0, n, 0);
+        return;
+    }
+    for_job j = {fn, arg, n, chunk, 0};
+    atomic_init(&j.next, 0);
+    pool_run(p, for_worker, &j);
 }
 
 /* ==== activation quantization ================================================================ */
@@ -225,6 +264,7 @@ static void quantize_x_q8(const float *x, xq8_block *y, int64_t nb)
  * xs: sums of x per 32 elements (K-quants only). */
 typedef float (*dot_fn)(const uint8_t *w, const float *x, const void *xq, const float *xs, int64_t cols);
 
+/* w (n) . x (n) -> float */
 static float dot_f32_c(const uint8_t *w, const float *x, const void *xq, const float *xs, int64_t n)
 {
     (void)xq, (void)xs;
@@ -236,6 +276,7 @@ static float dot_f32_c(const uint8_t *w, const float *x, const void *xq, const f
     return s;
 }
 
+/* w (n) . x (n) -> float */
 static float dot_f16_c(const uint8_t *w, const float *x, const void *xq, const float *xs, int64_t n)
 {
     (void)xq, (void)xs;
@@ -243,11 +284,12 @@ static float dot_f16_c(const uint8_t *w, const float *x, const void *xq, const f
     for (int64_t i = 0; i < n; i++) {
         uint16_t h;
         memcpy(&h, w + 2 * i, 2);
-        s += cairn__f16_to_f32(h) * x[i];
+        s += cairn__f16_to_f32_inline(h) * x[i];
     }
     return s;
 }
 
+/* w (n) . x (n) -> float */
 static float dot_bf16_c(const uint8_t *w, const float *x, const void *xq, const float *xs, int64_t n)
 {
     (void)xq, (void)xs;
@@ -260,6 +302,7 @@ static float dot_bf16_c(const uint8_t *w, const float *x, const void *xq, const 
     return s;
 }
 
+/* w (n) . x (n) -> float */
 static float dot_q8_0_c(const uint8_t *w, const float *x, const void *xq, const float *xs, int64_t n)
 {
     (void)x, (void)xs;
@@ -270,11 +313,12 @@ static float dot_q8_0_c(const uint8_t *w, const float *x, const void *xq, const 
         int sum = 0;
         for (int j = 0; j < 32; j++)
             sum += b[i].qs[j] * a[i].qs[j];
-        s += (float)sum * (cairn__f16_to_f32(b[i].d) * a[i].d);
+        s += (float)sum * (cairn__f16_to_f32_inline(b[i].d) * a[i].d);
     }
     return s;
 }
 
+/* w (n) . x (n) -> float */
 static float dot_q4_0_c(const uint8_t *w, const float *x, const void *xq, const float *xs, int64_t n)
 {
     (void)x, (void)xs;
@@ -287,7 +331,7 @@ static float dot_q4_0_c(const uint8_t *w, const float *x, const void *xq, const 
             sum += ((b[i].qs[j] & 0xF) - 8) * a[i].qs[j];
             sum += ((b[i].qs[j] >> 4) - 8) * a[i].qs[j + 16];
         }
-        s += (float)sum * (cairn__f16_to_f32(b[i].d) * a[i].d);
+        s += (float)sum * (cairn__f16_to_f32_inline(b[i].d) * a[i].d);
     }
     return s;
 }
@@ -305,12 +349,14 @@ static float dot_kq_c(uint32_t type, const uint8_t *w, const float *x, int64_t n
     return s;
 }
 
+/* w (n) . x (n) -> float */
 static float dot_q4_K_c(const uint8_t *w, const float *x, const void *xq, const float *xs, int64_t n)
 {
     (void)xq, (void)xs;
     return dot_kq_c(CAIRN__GGML_Q4_K, w, x, n);
 }
 
+/* w (n) . x (n) -> float */
 static float dot_q6_K_c(const uint8_t *w, const float *x, const void *xq, const float *xs, int64_t n)
 {
     (void)xq, (void)xs;
@@ -320,6 +366,7 @@ static float dot_q6_K_c(const uint8_t *w, const float *x, const void *xq, const 
 /* ==== dot products: AVX2 + FMA =============================================================== */
 #ifdef CAIRN__X86
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
+#define F16(h) _cvtsh_ss(h) /* one half -> float in one instruction (F16C) */
 
 AVX2 static inline float hsum256(__m256 v)
 {
@@ -329,6 +376,7 @@ AVX2 static inline float hsum256(__m256 v)
     return _mm_cvtss_f32(s);
 }
 
+/* w (n) . x (n) -> float */
 AVX2 static float dot_f32_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs, int64_t n)
 {
     (void)xq, (void)xs;
@@ -349,6 +397,7 @@ AVX2 static float dot_f32_avx2(const uint8_t *w, const float *x, const void *xq,
     return s;
 }
 
+/* w (n) . x (n) -> float */
 AVX2 static float dot_f16_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs, int64_t n)
 {
     (void)xq, (void)xs;
@@ -364,11 +413,12 @@ AVX2 static float dot_f16_avx2(const uint8_t *w, const float *x, const void *xq,
     for (; i < n; i++) {
         uint16_t h;
         memcpy(&h, w + 2 * i, 2);
-        s += cairn__f16_to_f32(h) * x[i];
+        s += cairn__f16_to_f32_inline(h) * x[i];
     }
     return s;
 }
 
+/* w (n) . x (n) -> float */
 AVX2 static float dot_bf16_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs, int64_t n)
 {
     (void)xq, (void)xs;
@@ -400,6 +450,7 @@ AVX2 static inline __m256 dot_i8x32(__m256i w, __m256i a)
     return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
 }
 
+/* w (n) . x (n) -> float */
 AVX2 static float dot_q8_0_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs, int64_t n)
 {
     (void)x, (void)xs;
@@ -409,12 +460,13 @@ AVX2 static float dot_q8_0_avx2(const uint8_t *w, const float *x, const void *xq
     for (int64_t i = 0; i < n / 32; i++) {
         const __m256i wv = _mm256_loadu_si256((const __m256i *)(const void *)b[i].qs);
         const __m256i av = _mm256_loadu_si256((const __m256i *)(const void *)a[i].qs);
-        const __m256 d = _mm256_set1_ps(cairn__f16_to_f32(b[i].d) * a[i].d);
+        const __m256 d = _mm256_set1_ps(F16(b[i].d) * a[i].d);
         acc = _mm256_fmadd_ps(d, dot_i8x32(wv, av), acc);
     }
     return hsum256(acc);
 }
 
+/* w (n) . x (n) -> float */
 AVX2 static float dot_q4_0_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs, int64_t n)
 {
     (void)x, (void)xs;
@@ -429,7 +481,7 @@ AVX2 static float dot_q4_0_avx2(const uint8_t *w, const float *x, const void *xq
         const __m128i hi = _mm_and_si128(_mm_srli_epi16(q, 4), m4);   /* elements 16..31 */
         const __m256i wv = _mm256_sub_epi8(_mm256_set_m128i(hi, lo), off);
         const __m256i av = _mm256_loadu_si256((const __m256i *)(const void *)a[i].qs);
-        const __m256 d = _mm256_set1_ps(cairn__f16_to_f32(b[i].d) * a[i].d);
+        const __m256 d = _mm256_set1_ps(F16(b[i].d) * a[i].d);
         acc = _mm256_fmadd_ps(d, dot_i8x32(wv, av), acc);
     }
     return hsum256(acc);
@@ -448,6 +500,7 @@ AVX2 static inline __m256 dot_u8x32_f32(const uint8_t *q, const float *x)
 
 /* Q4_K: sum over a sub-block of (d*sc*q - dmin*m) x = d*sc * (q . x) - dmin*m * sum(x), with
  * sum(x) per 32 elements precomputed once per product (xs). */
+/* w (n) . x (n) -> float */
 AVX2 static float dot_q4_K_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs, int64_t n)
 {
     (void)xq;
@@ -456,7 +509,7 @@ AVX2 static float dot_q4_K_avx2(const uint8_t *w, const float *x, const void *xq
     __m256 acc = _mm256_setzero_ps();
     float macc = 0.0f;
     for (int64_t i = 0; i < n / CAIRN__QK_K; i++) {
-        const float d = cairn__f16_to_f32(b[i].d), dmin = cairn__f16_to_f32(b[i].dmin);
+        const float d = F16(b[i].d), dmin = F16(b[i].dmin);
         const uint8_t *sc = b[i].scales;
         const float *xb = x + i * CAIRN__QK_K;
         const float *xsb = xs + i * 8;
@@ -484,6 +537,7 @@ AVX2 static float dot_q4_K_avx2(const uint8_t *w, const float *x, const void *xq
     return hsum256(acc) - macc;
 }
 
+/* w (n) . x (n) -> float */
 AVX2 static float dot_q6_K_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs, int64_t n)
 {
     (void)xq, (void)xs;
@@ -492,7 +546,7 @@ AVX2 static float dot_q6_K_avx2(const uint8_t *w, const float *x, const void *xq
     const __m256i k32 = _mm256_set1_epi32(32);
     __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / CAIRN__QK_K; i++) {
-        const float d = cairn__f16_to_f32(b[i].d);
+        const float d = F16(b[i].d);
         const float *xb = x + i * CAIRN__QK_K;
         for (int h = 0; h < 2; h++) {
             const uint8_t *ql = b[i].ql + 64 * h, *qh = b[i].qh + 32 * h;
@@ -585,43 +639,70 @@ static dot_fn dot_for(const dot_table *t, uint32_t type)
 size_t cairn__matvec_scratch_bytes(int64_t cols)
 {
     const size_t nb = (size_t)(cols + 31) / 32;
-    /* int8 blocks for Q8_0/Q4_0, or per-32 sums of x for the K-quants: never both at once */
-    const size_t a = nb * sizeof(xq8_block), b = nb * sizeof(float);
-    return (a > b ? a : b) + 64;
+    /* int8 blocks for Q8_0/Q4_0 and per-32 sums of x for Q4_K: a fused product over
+     * matrices of mixed types needs both */
+    return nb * sizeof(xq8_block) + nb * sizeof(float) + 64;
 }
 
+#define MV_MAX 4 /* matrices one fused product can take */
+
 typedef struct {
-    const cairn__mat *W;
+    const cairn__mat *W[MV_MAX];
+    float *out[MV_MAX];
+    dot_fn dot[MV_MAX];
+    int n;
+    int64_t total; /* rows of all matrices together */
     const float *x;
     const void *xq;
     const float *xs;
-    float *out;
-    dot_fn dot;
 } mv_job;
 
-static void mv_worker(void *arg, int ith, int nth)
+/* rows [r0, r1) of the matrices stacked: each row is one dot product in a fixed order, so
+ * which thread computes it never changes its value */
+static void mv_range(void *arg, int64_t r0, int64_t r1, int ith)
 {
     const mv_job *j = arg;
-    int64_t r0, r1;
-    split_range(j->W->rows, ith, nth, 4, &r0, &r1);
-    for (int64_t r = r0; r < r1; r++)
-        j->out[r] = j->dot(j->W->data + (size_t)r * j->W->row_bytes, j->x, j->xq, j->xs, j->W->cols);
+    (void)ith;
+    int64_t base = 0;
+    for (int k = 0; k < j->n && r0 < r1; k++) {
+        const cairn__mat *W = j->W[k];
+        const int64_t end = base + W->rows;
+        for (; r0 < r1 && r0 < end; r0++)
+            j->out[k][r0 - base] = j->dot[k](W->data + (size_t)(r0 - base) * W->row_bytes, j->x, j->xq, j->xs, W->cols);
+        base = end;
+    }
 }
 
-/* W (rows, cols) @ x (cols) -> out (rows) */
-void cairn__matvec(cairn__pool *p, const cairn__mat *W, const float *x, float *out, void *scratch)
+/* W[k] (rows_k, cols) @ x (cols) -> out[k] (rows_k) for k < n, in one pass of the pool */
+void cairn__matvec_n(cairn__pool *p, const cairn__mat *const *W, int n, const float *x, float *const *out,
+                     void *scratch)
 {
-    mv_job j = {W, x, NULL, NULL, out, dot_for(dots(), W->type)};
-    if (!j.dot) {
-        memset(out, 0, (size_t)W->rows * sizeof(float));
-        return;
+    mv_job j;
+    memset(&j, 0, sizeof j);
+    const int64_t cols = W[0]->cols, nb = cols / 32;
+    int need_q8 = 0, need_sums = 0;
+    size_t bytes = 0;
+    for (int k = 0; k < n && k < MV_MAX; k++) {
+        j.W[j.n] = W[k];
+        j.out[j.n] = out[k];
+        j.dot[j.n] = dot_for(dots(), W[k]->type);
+        if (!j.dot[j.n]) {
+            memset(out[k], 0, (size_t)W[k]->rows * sizeof(float));
+            continue;
+        }
+        need_q8 |= W[k]->type == CAIRN__GGML_Q8_0 || W[k]->type == CAIRN__GGML_Q4_0;
+        need_sums |= W[k]->type == CAIRN__GGML_Q4_K;
+        j.total += W[k]->rows;
+        bytes += (size_t)W[k]->rows * W[k]->row_bytes;
+        j.n++;
     }
-    const int64_t nb = W->cols / 32;
-    if (W->type == CAIRN__GGML_Q8_0 || W->type == CAIRN__GGML_Q4_0) {
+    j.x = x;
+    if (need_q8) {
         quantize_x_q8(x, scratch, nb);
         j.xq = scratch;
-    } else if (W->type == CAIRN__GGML_Q4_K) {
-        float *xs = scratch;
+    }
+    if (need_sums) {
+        float *xs = (float *)(void *)((char *)scratch + (size_t)nb * sizeof(xq8_block));
         for (int64_t i = 0; i < nb; i++) {
             float s = 0.0f;
             for (int k = 0; k < 32; k++)
@@ -631,10 +712,16 @@ void cairn__matvec(cairn__pool *p, const cairn__mat *W, const float *x, float *o
         j.xs = xs;
     }
     /* tiny products are not worth waking the workers for */
-    if ((size_t)W->rows * W->row_bytes < 32768)
-        mv_worker(&j, 0, 1);
+    if (bytes < 32768)
+        mv_range(&j, 0, j.total, 0);
     else
-        cairn__pool_run(p, mv_worker, &j);
+        cairn__pool_for(p, j.total, 0, mv_range, &j);
+}
+
+/* W (rows, cols) @ x (cols) -> out (rows) */
+void cairn__matvec(cairn__pool *p, const cairn__mat *W, const float *x, float *out, void *scratch)
+{
+    cairn__matvec_n(p, &W, 1, x, &out, scratch);
 }
 
 /* ==== matrix-matrix ============================================================================= */
@@ -670,24 +757,22 @@ typedef struct {
     float *OUT;
 } mm_job;
 
-static void mm_dequant_worker(void *arg, int ith, int nth)
+static void mm_dequant_range(void *arg, int64_t a, int64_t b, int ith)
 {
     const mm_job *j = arg;
-    int64_t a, b;
-    split_range(j->nr, ith, nth, 1, &a, &b);
+    (void)ith;
     for (int64_t r = a; r < b; r++)
         cairn__mat_row(j->W, j->r0 + r, j->tile + (size_t)r * (size_t)j->W->cols);
 }
 
 #ifndef CAIRN_HAVE_OPENBLAS
 /* T (nr, cols) @ X^T: X (n, cols) -> OUT[:, r0:r0+nr] (ld rows) */
-static void mm_gemm_worker(void *arg, int ith, int nth)
+static void mm_gemm_range(void *arg, int64_t a, int64_t b, int ith)
 {
     const mm_job *j = arg;
     const int64_t cols = j->W->cols;
     const dot_fn dot = dots()->f32;
-    int64_t a, b;
-    split_range(j->nr, ith, nth, 1, &a, &b);
+    (void)ith;
     for (int64_t r = a; r < b; r++)
         for (int64_t i = 0; i < j->n; i++)
             j->OUT[i * j->W->rows + j->r0 + r] =
@@ -712,12 +797,12 @@ void cairn__matmul(cairn__pool *p, const cairn__mat *W, const float *X, int64_t 
         if (W->type == CAIRN__GGML_F32)
             j.T = (const float *)(const void *)(W->data + (size_t)r0 * W->row_bytes);
         else
-            cairn__pool_run(p, mm_dequant_worker, &j);
+            cairn__pool_for(p, j.nr, 0, mm_dequant_range, &j);
 #ifdef CAIRN_HAVE_OPENBLAS
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)j.nr, (int)cols, 1.0f, X, (int)cols, j.T,
                     (int)cols, 0.0f, OUT + r0, (int)rows);
 #else
-        cairn__pool_run(p, mm_gemm_worker, &j);
+        cairn__pool_for(p, j.nr, 0, mm_gemm_range, &j);
 #endif
     }
 }

@@ -8,7 +8,6 @@
  */
 #include "gpu/model.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,16 +22,7 @@ enum {
 #undef CAIRN__X
 };
 
-static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
-{
-    if (err && errlen > 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
+/* errors: cairn__errf (gpu/gguf.h) formats the message and returns the code */
 
 typedef struct {
     cairn__model *m;
@@ -58,23 +48,23 @@ static int bind_mat(loader *L, const char *name, int64_t cols, int64_t rows, cai
             memset(out, 0, sizeof *out);
             return 0;
         }
-        return fail(L->err, L->errlen, CAIRN_EFORMAT, "missing tensor '%s'", name);
+        return cairn__errf(L->err, L->errlen, CAIRN_EFORMAT, "missing tensor '%s'", name);
     }
     if (t->ne[0] != (uint64_t)cols || t->ne[1] != (uint64_t)rows || t->ne[2] != 1 || t->ne[3] != 1)
-        return fail(L->err, L->errlen, CAIRN_EFORMAT,
+        return cairn__errf(L->err, L->errlen, CAIRN_EFORMAT,
                     "tensor '%s' has shape [%llu, %llu, %llu, %llu], expected [%lld, %lld]", name,
                     (unsigned long long)t->ne[0], (unsigned long long)t->ne[1], (unsigned long long)t->ne[2],
                     (unsigned long long)t->ne[3], (long long)cols, (long long)rows);
     if (!cairn__quant_supported(t->type))
-        return fail(L->err, L->errlen, CAIRN_EUNSUPPORTED, "tensor '%s' has unsupported type %s (%u)", name,
+        return cairn__errf(L->err, L->errlen, CAIRN_EUNSUPPORTED, "tensor '%s' has unsupported type %s (%u)", name,
                     cairn__ggml_type_name(t->type), t->type);
     const uint64_t be = cairn__quant_block_elems(t->type);
     if ((uint64_t)cols % be != 0)
-        return fail(L->err, L->errlen, CAIRN_EFORMAT, "tensor '%s': row of %lld is not a whole number of %s blocks",
+        return cairn__errf(L->err, L->errlen, CAIRN_EFORMAT, "tensor '%s': row of %lld is not a whole number of %s blocks",
                     name, (long long)cols, cairn__ggml_type_name(t->type));
     /* the kernels read blocks through their structs (f16 members) and f32 rows as floats */
     if ((uintptr_t)t->data % (t->type == CAIRN__GGML_F32 ? 4 : 2) != 0)
-        return fail(L->err, L->errlen, CAIRN_EINVAL, "tensor '%s': data misaligned in memory", name);
+        return cairn__errf(L->err, L->errlen, CAIRN_EINVAL, "tensor '%s': data misaligned in memory", name);
     out->type = t->type;
     out->rows = rows;
     out->cols = cols;
@@ -90,12 +80,12 @@ static int bind_vec(loader *L, const char *name, int64_t n, const float **out, i
     *out = NULL;
     const cairn__gguf_tensor *t = cairn__gguf_tensor_find(L->m->gguf, name);
     if (!t)
-        return required ? fail(L->err, L->errlen, CAIRN_EFORMAT, "missing tensor '%s'", name) : 0;
+        return required ? cairn__errf(L->err, L->errlen, CAIRN_EFORMAT, "missing tensor '%s'", name) : 0;
     if (t->n_elements != (uint64_t)n || t->ne[0] != (uint64_t)n)
-        return fail(L->err, L->errlen, CAIRN_EFORMAT, "tensor '%s' has shape [%llu, %llu], expected [%lld]", name,
+        return cairn__errf(L->err, L->errlen, CAIRN_EFORMAT, "tensor '%s' has shape [%llu, %llu], expected [%lld]", name,
                     (unsigned long long)t->ne[0], (unsigned long long)t->ne[1], (long long)n);
     if (!cairn__quant_supported(t->type) || (uint64_t)n % cairn__quant_block_elems(t->type) != 0)
-        return fail(L->err, L->errlen, CAIRN_EUNSUPPORTED, "tensor '%s' has unsupported type %s for a vector",
+        return cairn__errf(L->err, L->errlen, CAIRN_EUNSUPPORTED, "tensor '%s' has unsupported type %s for a vector",
                     name, cairn__ggml_type_name(t->type));
     account(L, t);
     if (t->type == CAIRN__GGML_F32 && (uintptr_t)t->data % 4 == 0) {
@@ -105,11 +95,11 @@ static int bind_vec(loader *L, const char *name, int64_t n, const float **out, i
     cairn__model *m = L->m;
     float **owned = realloc(m->owned, (m->n_owned + 1) * sizeof *owned);
     if (!owned)
-        return fail(L->err, L->errlen, CAIRN_ENOMEM, "out of memory");
+        return cairn__errf(L->err, L->errlen, CAIRN_ENOMEM, "out of memory");
     m->owned = owned;
     float *v = malloc((size_t)n * sizeof(float));
     if (!v)
-        return fail(L->err, L->errlen, CAIRN_ENOMEM, "out of memory");
+        return cairn__errf(L->err, L->errlen, CAIRN_ENOMEM, "out of memory");
     m->owned[m->n_owned++] = v;
     if (t->type == CAIRN__GGML_F32) {
         memcpy(v, t->data, (size_t)n * sizeof(float));
@@ -117,7 +107,7 @@ static int bind_vec(loader *L, const char *name, int64_t n, const float **out, i
         /* block types need their struct alignment: copy the raw bytes first */
         void *raw = malloc(t->nbytes);
         if (!raw)
-            return fail(L->err, L->errlen, CAIRN_ENOMEM, "out of memory");
+            return cairn__errf(L->err, L->errlen, CAIRN_ENOMEM, "out of memory");
         memcpy(raw, t->data, t->nbytes);
         cairn__dequant_row(t->type, raw, v, (uint64_t)n);
         free(raw);
@@ -135,16 +125,16 @@ static int get_hp(loader *L, const char *key, int *out, int dflt, int required)
     int rc = cairn__gguf_get_u32(L->m->gguf, full, &v);
     if (rc == CAIRN_ENOTFOUND) {
         if (required)
-            return fail(L->err, L->errlen, CAIRN_EFORMAT, "missing key '%s'", full);
+            return cairn__errf(L->err, L->errlen, CAIRN_EFORMAT, "missing key '%s'", full);
         *out = dflt;
         return 0;
     }
     if (rc != 0)
-        return fail(L->err, L->errlen, CAIRN_EFORMAT, "key '%s' is not an unsigned integer (%s)", full,
+        return cairn__errf(L->err, L->errlen, CAIRN_EFORMAT, "key '%s' is not an unsigned integer (%s)", full,
                     cairn__gguf_kv_type(L->m->gguf, full) == CAIRN__GGUF_ARRAY ? "per-layer arrays are not supported"
                                                                                 : "wrong type");
     if (v == 0 || v > (1u << 30))
-        return fail(L->err, L->errlen, CAIRN_EFORMAT, "key '%s' has out-of-range value %u", full, v);
+        return cairn__errf(L->err, L->errlen, CAIRN_EFORMAT, "key '%s' has out-of-range value %u", full, v);
     *out = (int)v;
     return 0;
 }
@@ -159,7 +149,7 @@ static int get_hpf(loader *L, const char *key, float *out, float dflt)
         return 0;
     }
     if (rc != 0 || !(*out > 0.0f))
-        return fail(L->err, L->errlen, CAIRN_EFORMAT, "key '%s' is not a positive number", full);
+        return cairn__errf(L->err, L->errlen, CAIRN_EFORMAT, "key '%s' is not a positive number", full);
     return 0;
 }
 
@@ -170,9 +160,9 @@ static int load(loader *L)
     size_t alen;
     int rc = cairn__gguf_get_str(m->gguf, "general.architecture", &arch, &alen);
     if (rc == CAIRN_ENOTFOUND)
-        return fail(L->err, L->errlen, CAIRN_EFORMAT, "missing key 'general.architecture'");
+        return cairn__errf(L->err, L->errlen, CAIRN_EFORMAT, "missing key 'general.architecture'");
     if (rc != 0)
-        return fail(L->err, L->errlen, CAIRN_EFORMAT, "key 'general.architecture' is not a string");
+        return cairn__errf(L->err, L->errlen, CAIRN_EFORMAT, "key 'general.architecture' is not a string");
     if (alen == 5 && memcmp(arch, "llama", 5) == 0) {
         m->arch = CAIRN__ARCH_LLAMA;
         m->arch_name = "llama";
@@ -182,7 +172,7 @@ static int load(loader *L)
         m->arch_name = "qwen2";
         m->rope_mode = CAIRN__ROPE_NEOX;
     } else {
-        return fail(L->err, L->errlen, CAIRN_EUNSUPPORTED, "unsupported architecture '%.*s' (supported: llama, qwen2)",
+        return cairn__errf(L->err, L->errlen, CAIRN_EUNSUPPORTED, "unsupported architecture '%.*s' (supported: llama, qwen2)",
                     (int)(alen > 64 ? 64 : alen), arch);
     }
 
@@ -193,7 +183,7 @@ static int load(loader *L)
         (rc = get_hp(L, "context_length", &m->n_ctx_train, 4096, 0)))
         return rc;
     if (m->n_heads % m->n_kv_heads != 0)
-        return fail(L->err, L->errlen, CAIRN_EFORMAT, "%s.attention.head_count (%d) is not a multiple of head_count_kv (%d)",
+        return cairn__errf(L->err, L->errlen, CAIRN_EFORMAT, "%s.attention.head_count (%d) is not a multiple of head_count_kv (%d)",
                     m->arch_name, m->n_heads, m->n_kv_heads);
     if ((rc = get_hp(L, "attention.key_length", &m->head_dim, m->dim / m->n_heads, 0)))
         return rc;
@@ -201,14 +191,14 @@ static int load(loader *L)
     if ((rc = get_hp(L, "attention.value_length", &vlen, m->head_dim, 0)))
         return rc;
     if (vlen != m->head_dim)
-        return fail(L->err, L->errlen, CAIRN_EUNSUPPORTED, "%s.attention.value_length %d differs from key_length %d",
+        return cairn__errf(L->err, L->errlen, CAIRN_EUNSUPPORTED, "%s.attention.value_length %d differs from key_length %d",
                     m->arch_name, vlen, m->head_dim);
     if (m->head_dim < 2 || m->head_dim % 2 != 0)
-        return fail(L->err, L->errlen, CAIRN_EFORMAT, "head dimension %d is not even", m->head_dim);
+        return cairn__errf(L->err, L->errlen, CAIRN_EFORMAT, "head dimension %d is not even", m->head_dim);
     if ((rc = get_hp(L, "rope.dimension_count", &m->rope_dim, m->head_dim, 0)))
         return rc;
     if (m->rope_dim > m->head_dim || m->rope_dim % 2 != 0)
-        return fail(L->err, L->errlen, CAIRN_EFORMAT, "%s.rope.dimension_count %d must be even and <= head dim %d",
+        return cairn__errf(L->err, L->errlen, CAIRN_EFORMAT, "%s.rope.dimension_count %d must be even and <= head dim %d",
                     m->arch_name, m->rope_dim, m->head_dim);
     if ((rc = get_hpf(L, "rope.freq_base", &m->rope_base, 10000.0f)) ||
         (rc = get_hpf(L, "attention.layer_norm_rms_epsilon", &m->rms_eps, 1e-5f)))
@@ -216,9 +206,9 @@ static int load(loader *L)
 
     const cairn__gguf_tensor *te = cairn__gguf_tensor_find(m->gguf, "token_embd.weight");
     if (!te)
-        return fail(L->err, L->errlen, CAIRN_EFORMAT, "missing tensor 'token_embd.weight'");
+        return cairn__errf(L->err, L->errlen, CAIRN_EFORMAT, "missing tensor 'token_embd.weight'");
     if (te->ne[1] == 0 || te->ne[1] > (1u << 30))
-        return fail(L->err, L->errlen, CAIRN_EFORMAT, "tensor 'token_embd.weight' has a bad vocabulary size");
+        return cairn__errf(L->err, L->errlen, CAIRN_EFORMAT, "tensor 'token_embd.weight' has a bad vocabulary size");
     m->n_vocab = (int)te->ne[1];
 
     const int64_t dim = m->dim, qd = (int64_t)m->n_heads * m->head_dim, kvd = (int64_t)m->n_kv_heads * m->head_dim;
@@ -232,7 +222,7 @@ static int load(loader *L)
     }
     m->layers = calloc((size_t)m->n_layers, sizeof *m->layers);
     if (!m->layers)
-        return fail(L->err, L->errlen, CAIRN_ENOMEM, "out of memory");
+        return cairn__errf(L->err, L->errlen, CAIRN_ENOMEM, "out of memory");
     const int need_bias = m->arch == CAIRN__ARCH_QWEN2;
     for (int l = 0; l < m->n_layers; l++) {
         cairn__layer *ly = &m->layers[l];
@@ -267,13 +257,13 @@ int cairn__model_load(cairn__gguf *g, cairn__model **out, char *err, size_t errl
     if (err && errlen)
         err[0] = '\0';
     if (!out)
-        return fail(err, errlen, CAIRN_EINVAL, "no output pointer");
+        return cairn__errf(err, errlen, CAIRN_EINVAL, "no output pointer");
     *out = NULL;
     if (!g)
-        return fail(err, errlen, CAIRN_EINVAL, "no GGUF reader");
+        return cairn__errf(err, errlen, CAIRN_EINVAL, "no GGUF reader");
     cairn__model *m = calloc(1, sizeof *m);
     if (!m)
-        return fail(err, errlen, CAIRN_ENOMEM, "out of memory");
+        return cairn__errf(err, errlen, CAIRN_ENOMEM, "out of memory");
     m->gguf = g;
     loader L = {.m = m, .err = err, .errlen = errlen};
     int rc = load(&L);
@@ -288,7 +278,7 @@ int cairn__model_load(cairn__gguf *g, cairn__model **out, char *err, size_t errl
 int cairn__model_open(const char *path, cairn__model **out, char *err, size_t errlen)
 {
     if (!out)
-        return fail(err, errlen, CAIRN_EINVAL, "no output pointer");
+        return cairn__errf(err, errlen, CAIRN_EINVAL, "no output pointer");
     *out = NULL;
     cairn__gguf *g;
     int rc = cairn__gguf_open(path, &g, err, errlen);
@@ -333,15 +323,15 @@ int cairn__backend_new(const char *kind, const cairn__model *m, const cairn__bac
     if (err && errlen)
         err[0] = '\0';
     if (!out)
-        return fail(err, errlen, CAIRN_EINVAL, "no output pointer");
+        return cairn__errf(err, errlen, CAIRN_EINVAL, "no output pointer");
     *out = NULL;
     if (!m)
-        return fail(err, errlen, CAIRN_EINVAL, "no model");
+        return cairn__errf(err, errlen, CAIRN_EINVAL, "no model");
     cairn__backend_opts dflt = {0};
     if (!o)
         o = &dflt;
     if (o->n_ctx < 0 || o->n_threads < 0 || o->n_batch < 0)
-        return fail(err, errlen, CAIRN_EINVAL, "negative backend option");
+        return cairn__errf(err, errlen, CAIRN_EINVAL, "negative backend option");
     if (!kind || strcmp(kind, "auto") == 0) {
 #ifdef CAIRN_HAVE_CUDA
         int rc = cairn__backend_cuda_ops.create(m, o, out, err, errlen);
@@ -356,10 +346,10 @@ int cairn__backend_new(const char *kind, const cairn__model *m, const cairn__bac
 #ifdef CAIRN_HAVE_CUDA
         return cairn__backend_cuda_ops.create(m, o, out, err, errlen);
 #else
-        return fail(err, errlen, CAIRN_EUNSUPPORTED, "this build has no CUDA backend (rebuild with -Dcuda=enabled)");
+        return cairn__errf(err, errlen, CAIRN_EUNSUPPORTED, "this build has no CUDA backend (rebuild with -Dcuda=enabled)");
 #endif
     }
-    return fail(err, errlen, CAIRN_EINVAL, "unknown backend '%s' (cpu, cuda, auto)", kind);
+    return cairn__errf(err, errlen, CAIRN_EINVAL, "unknown backend '%s' (cpu, cuda, auto)", kind);
 }
 
 void cairn__backend_free(cairn__backend *b)
@@ -376,14 +366,14 @@ const char *cairn__backend_name(const cairn__backend *b)
 int cairn__backend_forward(cairn__backend *b, const int32_t *tokens, int n, int pos, float *logits, int all_logits)
 {
     if (!b || !tokens || n < 1 || pos < 0 || pos > b->n_past)
-        return fail(b ? b->err : NULL, b ? sizeof b->err : 0, CAIRN_EINVAL, "bad forward arguments (n %d, pos %d, n_past %d)",
+        return cairn__errf(b ? b->err : NULL, b ? sizeof b->err : 0, CAIRN_EINVAL, "bad forward arguments (n %d, pos %d, n_past %d)",
                     n, pos, b ? b->n_past : 0);
     if ((int64_t)pos + n > b->n_ctx)
-        return fail(b->err, sizeof b->err, CAIRN_ECONTEXT, "%d tokens at position %d exceed the context of %d", n, pos,
+        return cairn__errf(b->err, sizeof b->err, CAIRN_ECONTEXT, "%d tokens at position %d exceed the context of %d", n, pos,
                     b->n_ctx);
     for (int i = 0; i < n; i++)
         if (tokens[i] < 0 || tokens[i] >= b->model->n_vocab)
-            return fail(b->err, sizeof b->err, CAIRN_EINVAL, "token %d at index %d is outside the vocabulary (%d)",
+            return cairn__errf(b->err, sizeof b->err, CAIRN_EINVAL, "token %d at index %d is outside the vocabulary (%d)",
                         tokens[i], i, b->model->n_vocab);
     if (pos < b->n_past)
         b->n_past = pos; /* the tail is about to be rewritten */

@@ -49,17 +49,7 @@ static float bits_f32(uint32_t u)
 
 float cairn__f16_to_f32(uint16_t h)
 {
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
-    uint32_t exp = (h >> 10) & 0x1f;
-    uint32_t man = h & 0x3ff;
-    if (exp == 0x1f) /* inf / NaN */
-        return bits_f32(sign | 0x7f800000u | (man << 13));
-    if (exp == 0) {
-        /* zero or subnormal: man * 2^-24 is exact in float */
-        float v = (float)man * 5.9604644775390625e-8f;
-        return sign ? -v : v;
-    }
-    return bits_f32(sign | ((exp + 112) << 23) | (man << 13));
+    return cairn__f16_to_f32_inline(h);
 }
 
 uint16_t cairn__f32_to_f16(float f)
@@ -149,7 +139,7 @@ static void q4k_scale_min(int j, const uint8_t *q, uint8_t *sc, uint8_t *m)
 static void dequant_q8_0(const cairn__block_q8_0 *x, float *y, uint64_t nb)
 {
     for (uint64_t i = 0; i < nb; i++) {
-        const float d = cairn__f16_to_f32(x[i].d);
+        const float d = cairn__f16_to_f32_inline(x[i].d);
         for (int j = 0; j < 32; j++)
             y[i * 32 + j] = x[i].qs[j] * d;
     }
@@ -158,7 +148,7 @@ static void dequant_q8_0(const cairn__block_q8_0 *x, float *y, uint64_t nb)
 static void dequant_q4_0(const cairn__block_q4_0 *x, float *y, uint64_t nb)
 {
     for (uint64_t i = 0; i < nb; i++) {
-        const float d = cairn__f16_to_f32(x[i].d);
+        const float d = cairn__f16_to_f32_inline(x[i].d);
         for (int j = 0; j < 16; j++) {
             const int x0 = (x[i].qs[j] & 0x0F) - 8;
             const int x1 = (x[i].qs[j] >> 4) - 8;
@@ -172,8 +162,8 @@ static void dequant_q4_K(const cairn__block_q4_K *x, float *y, uint64_t nb)
 {
     for (uint64_t i = 0; i < nb; i++) {
         const uint8_t *q = x[i].qs;
-        const float d = cairn__f16_to_f32(x[i].d);
-        const float min = cairn__f16_to_f32(x[i].dmin);
+        const float d = cairn__f16_to_f32_inline(x[i].d);
+        const float min = cairn__f16_to_f32_inline(x[i].dmin);
         int is = 0;
         uint8_t sc, m;
         for (int j = 0; j < CAIRN__QK_K; j += 64) {
@@ -194,7 +184,7 @@ static void dequant_q4_K(const cairn__block_q4_K *x, float *y, uint64_t nb)
 static void dequant_q6_K(const cairn__block_q6_K *x, float *y, uint64_t nb)
 {
     for (uint64_t i = 0; i < nb; i++) {
-        const float d = cairn__f16_to_f32(x[i].d);
+        const float d = cairn__f16_to_f32_inline(x[i].d);
         const uint8_t *ql = x[i].ql;
         const uint8_t *qh = x[i].qh;
         const int8_t *sc = x[i].scales;

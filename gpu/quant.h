@@ -63,6 +63,26 @@ int cairn__quant_row(uint32_t type, const float *src, void *dst, uint64_t n);
 
 /* IEEE half and bfloat16 conversions (round to nearest even; NaN stays NaN). */
 float cairn__f16_to_f32(uint16_t h);
+/* The same as cairn__f16_to_f32, inlinable: kernels convert one block scale per 32 weights and
+ * a function call per block costs more than the block's arithmetic. */
+static inline float cairn__f16_to_f32_inline(uint16_t h)
+{
+    union {
+        uint32_t u;
+        float f;
+    } v;
+    const uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+    const uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+    if (exp == 0x1f) {
+        v.u = sign | 0x7f800000u | (man << 13);
+    } else if (exp == 0) {
+        v.f = (float)man * 5.9604644775390625e-8f; /* subnormal or zero: exact */
+        v.u |= sign;
+    } else {
+        v.u = sign | ((exp + 112) << 23) | (man << 13);
+    }
+    return v.f;
+}
 uint16_t cairn__f32_to_f16(float f);
 float cairn__bf16_to_f32(uint16_t h);
 uint16_t cairn__f32_to_bf16(float f);

@@ -21,7 +21,6 @@
  */
 #include "gpu/tokenizer.h"
 
-#include <float.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,42 +33,46 @@ enum { KIND_SPM = 0, KIND_BPE = 1 };
 enum { PRE_NONE, PRE_GPT2, PRE_LLAMA3, PRE_QWEN2, PRE_DIGITS };
 
 /* Which regex each pre-tokenizer name stands for; names from GGUF files in the wild that share
- * a regex share an entry. */
+ * a regex share an entry. whole: a word that is itself a token is taken whole before any merge
+ * (llama3's ignore_merges), which the reference does for these names only. */
 static const struct {
     const char *name;
-    int pre;
+    int pre, whole;
 } pre_names[] = {
-    {"default", PRE_GPT2},    {"gpt-2", PRE_GPT2},       {"gpt2", PRE_GPT2},
-    {"mpt", PRE_GPT2},        {"olmo", PRE_GPT2},        {"jais", PRE_GPT2},
-    {"llama-bpe", PRE_LLAMA3}, {"llama3", PRE_LLAMA3},   {"llama-v3", PRE_LLAMA3},
-    {"dbrx", PRE_LLAMA3},     {"smaug-bpe", PRE_LLAMA3}, {"falcon3", PRE_LLAMA3},
-    {"qwen2", PRE_QWEN2},     {"deepseek-r1-qwen", PRE_QWEN2},
-    {"smollm", PRE_DIGITS},   {"starcoder", PRE_DIGITS}, {"refact", PRE_DIGITS},
-    {"command-r", PRE_DIGITS}, {"codeshell", PRE_DIGITS}, {"exaone", PRE_DIGITS},
-    {"minerva-7b", PRE_DIGITS},
+    {"default", PRE_GPT2, 0},      {"gpt-2", PRE_GPT2, 0},
+    {"gpt2", PRE_GPT2, 0},         {"mpt", PRE_GPT2, 0},
+    {"olmo", PRE_GPT2, 0},         {"jais", PRE_GPT2, 0},
+    {"llama-bpe", PRE_LLAMA3, 1},  {"llama3", PRE_LLAMA3, 1},
+    {"llama-v3", PRE_LLAMA3, 1},   {"falcon3", PRE_LLAMA3, 1},
+    {"dbrx", PRE_LLAMA3, 0},       {"smaug-bpe", PRE_LLAMA3, 0},
+    {"qwen2", PRE_QWEN2, 0},       {"deepseek-r1-qwen", PRE_QWEN2, 0},
+    {"smollm", PRE_DIGITS, 0},     {"starcoder", PRE_DIGITS, 0},
+    {"refact", PRE_DIGITS, 0},     {"command-r", PRE_DIGITS, 0},
+    {"codeshell", PRE_DIGITS, 0},  {"exaone", PRE_DIGITS, 0},
+    {"minerva-7b", PRE_DIGITS, 0},
 };
 
 struct pair_slot {
-    int32_t l, r;      /* l == -1: empty */
+    int32_t l, r; /* l == -1: empty */
     int32_t rank, merged;
 };
 
 struct cairn__tok {
     int kind, pre, ignore_merges;
     char *model_name, *pre_name;
-    size_t n_vocab, n_str;  /* n_str = n_vocab + interned non-token merge strings */
-    char *str;              /* all interned strings back to back */
-    size_t *str_off;        /* n_str + 1 offsets into str */
-    float *scores;          /* n_vocab */
-    unsigned char *types;   /* n_vocab */
-    unsigned char *eog;     /* n_vocab booleans */
-    char *piece;            /* decoded bytes of every token */
-    size_t *piece_off;      /* n_vocab + 1 */
-    int32_t *slots;         /* string hash: id or -1; hmask + 1 entries */
+    size_t n_vocab, n_str; /* n_str = n_vocab + interned non-token merge strings */
+    char *str;             /* all interned strings back to back */
+    size_t *str_off;       /* n_str + 1 offsets into str */
+    float *scores;         /* n_vocab */
+    unsigned char *types;  /* n_vocab */
+    unsigned char *eog;    /* n_vocab booleans */
+    char *piece;           /* decoded bytes of every token */
+    size_t *piece_off;     /* n_vocab + 1 */
+    int32_t *slots;        /* string hash: id or -1; hmask + 1 entries */
     size_t hmask;
     struct pair_slot *pairs; /* merge hash; pmask + 1 entries (NULL for SPM) */
     size_t pmask;
-    int32_t byte_tok[256];  /* SPM: <0xXX> fallback; BPE: id of the byte's mapped character */
+    int32_t byte_tok[256]; /* SPM: <0xXX> fallback; BPE: id of the byte's mapped character */
     unsigned char bmap[256][2], bmap_len[256]; /* BPE: UTF-8 of each byte's mapped code point */
     int32_t bos, eos, unk, pad, eot, eom;
     int add_bos, add_eos, add_space_prefix;
@@ -422,13 +425,14 @@ static int build(cairn__tok *t, const cairn__tok_spec *sp, char *err, size_t err
         t->kind = KIND_BPE;
         t->pre = -1;
         for (i = 0; i < sizeof pre_names / sizeof pre_names[0]; i++)
-            if (strcmp(pre, pre_names[i].name) == 0)
+            if (strcmp(pre, pre_names[i].name) == 0) {
                 t->pre = pre_names[i].pre;
+                t->ignore_merges = pre_names[i].whole;
+            }
         if (t->pre < 0) {
             set_err(err, errlen, "tokenizer.ggml.pre: unsupported pre-tokenizer '%s'", pre);
             return CAIRN_EUNSUPPORTED;
         }
-        t->ignore_merges = t->pre == PRE_LLAMA3;
     } else {
         set_err(err, errlen, "tokenizer.ggml.model: unsupported tokenizer model '%s'", sp->model);
         return CAIRN_EUNSUPPORTED;
@@ -476,8 +480,8 @@ static int build(cairn__tok *t, const cairn__tok_spec *sp, char *err, size_t err
             set_err(err, errlen, "tokenizer.ggml.token_type[%zu]: invalid token type %d", i, ty);
             return CAIRN_EFORMAT;
         }
-        rc = add_str(t, &b, sp->tokens[i], sp->token_lens ? sp->token_lens[i] : strlen(sp->tokens[i]),
-                     1, &id);
+        rc = add_str(t, &b, sp->tokens[i],
+                     sp->token_lens ? sp->token_lens[i] : strlen(sp->tokens[i]), 1, &id);
         if (rc)
             return rc;
         t->types[i] = (unsigned char)ty;
@@ -504,7 +508,8 @@ static int build(cairn__tok *t, const cairn__tok_spec *sp, char *err, size_t err
                 set_err(err, errlen, "tokenizer.ggml.merges[%zu]: no space separating the pair", i);
                 return CAIRN_EFORMAT;
             }
-            if ((rc = intern(t, &b, m, sep, &l)) || (rc = intern(t, &b, m + sep + 1, len - sep - 1, &r)))
+            if ((rc = intern(t, &b, m, sep, &l)) ||
+                (rc = intern(t, &b, m + sep + 1, len - sep - 1, &r)))
                 return rc;
             cat = len - 1 <= sizeof stack ? stack : malloc(len);
             if (!cat)
@@ -555,7 +560,8 @@ static int build(cairn__tok *t, const cairn__tok_spec *sp, char *err, size_t err
 #undef ID_OR_NONE
     t->add_bos = sp->add_bos >= 0 ? sp->add_bos != 0 : t->kind == KIND_SPM;
     t->add_eos = sp->add_eos >= 0 ? sp->add_eos != 0 : 0;
-    t->add_space_prefix = sp->add_space_prefix >= 0 ? sp->add_space_prefix != 0 : t->kind == KIND_SPM;
+    t->add_space_prefix =
+        sp->add_space_prefix >= 0 ? sp->add_space_prefix != 0 : t->kind == KIND_SPM;
     if (t->eos >= 0)
         t->eog[t->eos] = 1;
     if (t->eot >= 0)
@@ -688,7 +694,8 @@ int cairn__tok_load(const cairn__gguf *g, cairn__tok **out, char *err, size_t er
     rc = cairn__gguf_get_str(g, "tokenizer.ggml.model", &s, &slen);
     if (rc || slen == 0 || slen >= sizeof model || memchr(s, 0, slen)) {
         set_err(err, errlen, "tokenizer.ggml.model: %s",
-                rc == CAIRN_ENOTFOUND ? "missing (the file has no tokenizer)" : "not a valid string");
+                rc == CAIRN_ENOTFOUND ? "missing (the file has no tokenizer)"
+                                      : "not a valid string");
         return CAIRN_EFORMAT;
     }
     memcpy(model, s, slen);
@@ -843,7 +850,7 @@ static void push(struct ids *o, int32_t id)
 /* One entry serves both families: SPM orders by score (higher first), BPE by rank (lower
  * first, stored negated in score's place as key); ties go to the leftmost pair. */
 struct cand {
-    double key;   /* larger merges first */
+    double key; /* larger merges first */
     size_t left, right;
     int32_t a, b; /* SPM: byte length of the pair; BPE: ids of the two sides when pushed */
 };
@@ -1001,8 +1008,8 @@ static int spm_fragment(const cairn__tok *t, struct work *w, const char *text, s
     return o->err;
 }
 
-static int spm_encode(const cairn__tok *t, struct work *w, const char *text, size_t len,
-                      int prefix, struct ids *o, char **buf, size_t *bufcap)
+static int spm_encode(const cairn__tok *t, struct work *w, const char *text, size_t len, int prefix,
+                      struct ids *o, char **buf, size_t *bufcap)
 {
     size_t need = (len + 1) * 3, i, n = 0;
     if (need > *bufcap) {
@@ -1100,7 +1107,8 @@ static int bpe_word(const cairn__tok *t, struct work *w, const unsigned char *wo
         L->next = R->next;
         if (R->next != NONE)
             w->s[R->next].prev = c.left;
-        if ((rc = bpe_try_pair(t, w, L->prev, c.left)) || (rc = bpe_try_pair(t, w, c.left, L->next)))
+        if ((rc = bpe_try_pair(t, w, L->prev, c.left)) ||
+            (rc = bpe_try_pair(t, w, c.left, L->next)))
             return rc;
     }
     for (i = 0; i != NONE; i = w->s[i].next) {
@@ -1132,8 +1140,8 @@ struct units {
 
 #define END_CLASS 4 /* "no character": beyond the segment */
 
-static int emit_word(const cairn__tok *t, struct work *w, const struct units *u, size_t a,
-                     size_t b, struct ids *o)
+static int emit_word(const cairn__tok *t, struct work *w, const struct units *u, size_t a, size_t b,
+                     struct ids *o)
 {
     return bpe_word(t, w, u->text + u->off[a], u->off[b] - u->off[a], o);
 }
@@ -1143,10 +1151,7 @@ static int cls_at(const struct units *u, size_t i, size_t hi)
     return i < hi ? u->cls[i] : END_CLASS;
 }
 
-static uint32_t ascii_lower(uint32_t c)
-{
-    return c >= 'A' && c <= 'Z' ? c + 32 : c;
-}
+static uint32_t ascii_lower(uint32_t c) { return c >= 'A' && c <= 'Z' ? c + 32 : c; }
 
 /* Length of a contraction ('s 't 're 've 'm 'll 'd) at i, or 0. fold: case-insensitive. */
 static size_t contraction(const struct units *u, size_t i, size_t hi, int fold)
@@ -1183,8 +1188,8 @@ static size_t match_space(const struct units *u, size_t pos, size_t hi, int newl
 
 /* 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+ over units
  * [lo, hi); the segment's ends act as the ends of the text. */
-static int pre_gpt2(const cairn__tok *t, struct work *w, const struct units *u, size_t lo, size_t hi,
-                    struct ids *o)
+static int pre_gpt2(const cairn__tok *t, struct work *w, const struct units *u, size_t lo,
+                    size_t hi, struct ids *o)
 {
     size_t pos = lo;
     int rc;
@@ -1389,7 +1394,8 @@ static void rendered(const cairn__tok *t, int32_t id, unsigned flags, const char
     int ty = t->types[id];
     *s = t->piece + t->piece_off[id];
     *len = t->piece_off[id + 1] - t->piece_off[id];
-    if ((ty == CAIRN__TOK_CONTROL || ty == CAIRN__TOK_UNKNOWN) && !(flags & CAIRN__TOK_DECODE_SPECIAL))
+    if ((ty == CAIRN__TOK_CONTROL || ty == CAIRN__TOK_UNKNOWN) &&
+        !(flags & CAIRN__TOK_DECODE_SPECIAL))
         *len = 0;
 }
 

@@ -41,16 +41,16 @@ enum cairn__tok_type {
 /* Everything a tokenizer is built from; what cairn__tok_load reads out of GGUF metadata.
  * All arrays are read during cairn__tok_new only (copied). */
 typedef struct {
-    const char *model;             /* "llama" or "gpt2" (required) */
-    const char *pre;               /* pre-tokenizer for gpt2 (NULL: "default"); ignored for llama */
-    size_t n_vocab;                /* >= 1 */
-    const char *const *tokens;     /* n_vocab token texts as stored in the vocabulary */
-    const size_t *token_lens;      /* byte lengths of tokens[i]; NULL: each is NUL-terminated */
-    const float *scores;           /* n_vocab scores; NULL: all 0 (llama merges need them) */
-    const int32_t *types;          /* n_vocab enum cairn__tok_type; NULL: all NORMAL */
-    size_t n_merges;               /* gpt2: merges "left right", highest priority first */
+    const char *model;         /* "llama" or "gpt2" (required) */
+    const char *pre;           /* pre-tokenizer for gpt2 (NULL: "default"); ignored for llama */
+    size_t n_vocab;            /* >= 1 */
+    const char *const *tokens; /* n_vocab token texts as stored in the vocabulary */
+    const size_t *token_lens;  /* byte lengths of tokens[i]; NULL: each is NUL-terminated */
+    const float *scores;       /* n_vocab scores; NULL: all 0 (llama merges need them) */
+    const int32_t *types;      /* n_vocab enum cairn__tok_type; NULL: all NORMAL */
+    size_t n_merges;           /* gpt2: merges "left right", highest priority first */
     const char *const *merges;
-    const size_t *merge_lens;      /* NULL: each is NUL-terminated */
+    const size_t *merge_lens; /* NULL: each is NUL-terminated */
     /* Special ids, -1 for none. Ids outside [0, n_vocab) are treated as none. */
     int32_t bos, eos, unk, pad, eot, eom;
     /* -1 for the model's default: llama adds BOS, not EOS, and a space prefix; gpt2 adds none */
@@ -81,7 +81,9 @@ void cairn__tok_free(cairn__tok *t); /* NULL is a no-op */
 /* Encodes len bytes of text (any bytes; invalid UTF-8 is tokenized byte by byte, never
  * rejected). add_special: add BOS/EOS as the vocabulary asks (add_bos_token/add_eos_token).
  * parse_special: text of CONTROL, USER_DEFINED and UNKNOWN tokens (e.g. "<|im_end|>") becomes
- * that token; otherwise such text is tokenized as ordinary text. Returns 0 with *ids (malloc'd,
+ * that token (the longest one where several start at the same byte); otherwise such text is
+ * tokenized as ordinary text. A byte the vocabulary cannot spell at all (no piece, no byte token)
+ * becomes the unknown token, or is dropped if there is none. Returns 0 with *ids (malloc'd,
  * caller frees; non-NULL even when *n is 0) and *n, or CAIRN_EINVAL / CAIRN_ENOMEM. */
 int cairn__tok_encode(const cairn__tok *t, const char *text, size_t len, int add_special,
                       int parse_special, int32_t **ids, size_t *n);
@@ -95,7 +97,7 @@ int cairn__tok_piece(const cairn__tok *t, int32_t id, const char **bytes, size_t
 
 /* Flags for decoding. */
 enum {
-    CAIRN__TOK_DECODE_SPECIAL = 1,     /* render CONTROL and UNKNOWN tokens' text (else they vanish) */
+    CAIRN__TOK_DECODE_SPECIAL = 1, /* render CONTROL and UNKNOWN tokens' text (else they vanish) */
     CAIRN__TOK_DECODE_STRIP_SPACE = 2, /* SentencePiece rule: drop one leading space from the first
                                           piece when the tokenizer adds a space prefix */
 };
@@ -103,8 +105,8 @@ enum {
 /* Decodes ids into a malloc'd buffer (*out, NUL-terminated for convenience; *len excludes the
  * NUL). The bytes are the concatenated pieces: exact bytes, possibly invalid UTF-8 if the ids
  * say so. 0, CAIRN_EINVAL (an id out of range) or CAIRN_ENOMEM. */
-int cairn__tok_decode(const cairn__tok *t, const int32_t *ids, size_t n, unsigned flags,
-                      char **out, size_t *len);
+int cairn__tok_decode(const cairn__tok *t, const int32_t *ids, size_t n, unsigned flags, char **out,
+                      size_t *len);
 
 /* Streaming decode for generation: feed ids one at a time and get back only complete UTF-8
  * characters; the bytes of a character split across tokens are held until it is complete.
@@ -112,8 +114,8 @@ int cairn__tok_decode(const cairn__tok *t, const int32_t *ids, size_t n, unsigne
 typedef struct cairn__tok_stream cairn__tok_stream;
 /* flags as for cairn__tok_decode. The stream borrows t. NULL on out of memory. */
 cairn__tok_stream *cairn__tok_stream_new(const cairn__tok *t, unsigned flags);
-/* Appends id's piece; *out and *len receive the bytes now ready (possibly 0 of them), valid until the
- * next call on s. 0, CAIRN_EINVAL (id out of range) or CAIRN_ENOMEM. */
+/* Appends id's piece; *out and *len receive the bytes now ready (possibly 0 of them), valid until
+ * the next call on s. 0, CAIRN_EINVAL (id out of range) or CAIRN_ENOMEM. */
 int cairn__tok_stream_push(cairn__tok_stream *s, int32_t id, const char **out, size_t *len);
 /* Returns whatever is still held back (an unfinished character at the end of generation). */
 int cairn__tok_stream_flush(cairn__tok_stream *s, const char **out, size_t *len);
@@ -131,7 +133,8 @@ int cairn__tok_add_eos(const cairn__tok *t);
 /* End of generation: EOS, EOT, EOM, and CONTROL tokens spelled like a turn end
  * (<|eot_id|>, <|im_end|>, <|end|>, <end_of_turn>, <|endoftext|>, <|eom_id|>, <EOT>). */
 int cairn__tok_is_eog(const cairn__tok *t, int32_t id);
-int cairn__tok_type(const cairn__tok *t, int32_t id); /* enum cairn__tok_type, or -1 if out of range */
+int cairn__tok_type(const cairn__tok *t,
+                    int32_t id); /* enum cairn__tok_type, or -1 if out of range */
 /* Id of a token whose vocabulary text is exactly s[0..len), or -1. */
 int32_t cairn__tok_find(const cairn__tok *t, const char *s, size_t len);
 const char *cairn__tok_kind(const cairn__tok *t); /* "llama" or "gpt2" */

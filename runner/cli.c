@@ -805,6 +805,11 @@ static void usage(FILE *f, const char *prog)
             "  tokenize   print token ids of a text\n"
             "  model-info describe a GGUF model file\n"
 #endif
+#ifdef CAIRN_HAVE_INDEX_CMDS
+            "Retrieval index:\n"
+            "  index      build or update the BM25 index from a JSONL corpus\n"
+            "  search     query the BM25 index\n"
+#endif
             "Exit codes: 0 ok, 64 usage, 65 invalid input, 66 not found, 69 needs an operator\n"
             "(dead or in doubt), 70 internal, 74 store error, 75 try later, 76 conflict.\n",
             prog);
@@ -851,6 +856,12 @@ int cairn_cli_main(int argc, char **argv, cairn_graph *const *graphs, size_t n_g
         return cairn__cmd_tokenize(sub_argc, sub_argv);
     if (!strcmp(cmd, "model-info"))
         return cairn__cmd_model_info(sub_argc, sub_argv);
+#endif
+#ifdef CAIRN_HAVE_INDEX_CMDS
+    if (!strcmp(cmd, "index"))
+        return cairn__cmd_index(sub_argc, sub_argv);
+    if (!strcmp(cmd, "search"))
+        return cairn__cmd_search(sub_argc, sub_argv);
 #endif
     fprintf(stderr, "%s: unknown command '%s'\n", prog, cmd);
     usage(stderr, prog);

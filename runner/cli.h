@@ -19,5 +19,8 @@ void cairn__print_audit_table(const json_t *rows);
 int cairn__cmd_generate(int argc, char **argv);
 int cairn__cmd_tokenize(int argc, char **argv);
 int cairn__cmd_model_info(int argc, char **argv);
+/* Retrieval index commands (runner/cmd_index.c). */
+int cairn__cmd_index(int argc, char **argv);
+int cairn__cmd_search(int argc, char **argv);
 
 #endif

@@ -42,7 +42,8 @@ static const char model_info_usage[] =
 
 /* Matches "--name VALUE", "--name=VALUE" or "-x VALUE" at argv[*i]; 1 and *val on a match,
  * 0 if argv[*i] is another option, -1 if the value is missing. */
-static int opt_value(int argc, char **argv, int *i, const char *lng, const char *shrt, const char **val)
+static int opt_value(int argc, char **argv, int *i, const char *lng, const char *shrt,
+                     const char **val)
 {
     const char *a = argv[*i];
     size_t l = strlen(lng);
@@ -58,7 +59,8 @@ static int opt_value(int argc, char **argv, int *i, const char *lng, const char 
     return 1;
 }
 
-static int print_ids(const cairn__tok *t, const char *s, size_t len, int add_special, int parse_special)
+static int print_ids(const cairn__tok *t, const char *s, size_t len, int add_special,
+                     int parse_special)
 {
     int32_t *ids;
     size_t n, i;
@@ -127,7 +129,8 @@ int cairn__cmd_tokenize(int argc, char **argv)
     rc = cairn__tok_load(g, &t, err, sizeof err);
     cairn__gguf_close(g);
     if (rc) {
-        fprintf(stderr, "cairn tokenize: %s: %s\n", model, err[0] ? err : "cannot load the tokenizer");
+        fprintf(stderr, "cairn tokenize: %s: %s\n", model,
+                err[0] ? err : "cannot load the tokenizer");
         return cairn__exit_code(rc);
     }
 
@@ -221,10 +224,7 @@ static int json_put(json_t *o, const char *k, json_t *v)
     return json_object_set_new(o, k, v ? v : json_null());
 }
 
-static json_t *json_size(int64_t v)
-{
-    return v >= 0 ? json_integer((json_int_t)v) : json_null();
-}
+static json_t *json_size(int64_t v) { return v >= 0 ? json_integer((json_int_t)v) : json_null(); }
 
 int cairn__cmd_model_info(int argc, char **argv)
 {
@@ -244,7 +244,8 @@ int cairn__cmd_model_info(int argc, char **argv)
     int json = 0, i, rc, et;
     char err[512], arch[128], name[256], tmodel[64], tpre[64], h1[64], h2[64];
     cairn__gguf *g = NULL;
-    uint64_t params = 0, counts[64] = {0}, bytes[64] = {0}, other_count = 0, other_bytes = 0, vocab = 0;
+    uint64_t params = 0, counts[64] = {0}, bytes[64] = {0}, other_count = 0, other_bytes = 0,
+             vocab = 0;
     size_t k, nt;
     int64_t vals[sizeof sizes / sizeof sizes[0]];
 
@@ -297,6 +298,8 @@ int cairn__cmd_model_info(int argc, char **argv)
         vocab = 0;
     for (k = 0; k < sizeof sizes / sizeof sizes[0]; k++)
         vals[k] = arch[0] ? arch_value(g, arch, sizes[k].suffix) : -1;
+    if (vals[4] < 0) /* GGUF convention: no head_count_kv means as many as query heads */
+        vals[4] = vals[3];
 
     if (json) {
         json_t *o = json_object(), *types = json_object(), *tok = json_object();
@@ -353,7 +356,8 @@ int cairn__cmd_model_info(int argc, char **argv)
         printf("tensor types:  ");
         for (k = 0; k < 64; k++)
             if (counts[k]) {
-                printf("%s %s x%" PRIu64, first ? "" : ",", cairn__ggml_type_name((uint32_t)k), counts[k]);
+                printf("%s %s x%" PRIu64, first ? "" : ",", cairn__ggml_type_name((uint32_t)k),
+                       counts[k]);
                 first = 0;
             }
         if (other_count)

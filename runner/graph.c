@@ -178,7 +178,7 @@ static int resolve_deps(cairn_graph *g, cairn_step *s)
     if (!s->deps)
         return CAIRN_ENOMEM;
     const char *p = s->deps_text;
-    while (*p) {
+    for (;;) { /* every comma-separated item must be a name: "a," and "a,,b" are refused */
         const char *e = strchr(p, ',');
         size_t n = e ? (size_t)(e - p) : strlen(p);
         char name[65];
@@ -201,7 +201,9 @@ static int resolve_deps(cairn_graph *g, cairn_step *s)
             return CAIRN_EGRAPH;
         }
         s->deps[s->n_deps++] = d->index;
-        p = e ? e + 1 : p + n;
+        if (!e)
+            break;
+        p = e + 1;
     }
     return 0;
 }
@@ -229,14 +231,21 @@ static int topo_order(cairn_graph *g)
                 pick = i;
         }
         if (pick == n) {
-            /* name one step on the cycle: any unplaced step whose deps are all unplaced-or-done */
-            for (size_t i = 0; i < n; i++)
-                if (!placed[i]) {
-                    snprintf(g->err, sizeof g->err,
-                             "graph '%s': dependency cycle through step '%s'", g->name,
-                             g->steps[i]->name);
-                    break;
-                }
+            /* every unplaced step has an unplaced dependency, so following them n times from
+             * any unplaced step ends on the cycle (not on a step merely downstream of it) */
+            size_t at = 0;
+            while (placed[at])
+                at++;
+            for (size_t k = 0; k < n; k++) {
+                const cairn_step *s = g->steps[at];
+                for (size_t d = 0; d < s->n_deps; d++)
+                    if (!placed[s->deps[d]]) {
+                        at = s->deps[d];
+                        break;
+                    }
+            }
+            snprintf(g->err, sizeof g->err, "graph '%s': dependency cycle through step '%s'",
+                     g->name, g->steps[at]->name);
             free(placed);
             return CAIRN_EGRAPH;
         }

@@ -742,7 +742,10 @@ static int run_step(cairn_ctx *c, const cairn_graph *g)
                          s->name, c->delivery_id);
                 rc = commit(c, C_IN_DOUBT, CAIRN__DURABLE, NULL, 0, why, inv, 0);
                 return rc ? rc
-                          : cairn__runner_fail(r, CAIRN_EINDOUBT, "task '%s': %s", c->task_id, why);
+                          : cairn__runner_fail(r, CAIRN_EINDOUBT,
+                                               "task '%s': %s; settle it with `cairn resolve %s "
+                                               "--step %s --done|--not-done`",
+                                               c->task_id, why, c->task_id, s->name);
             }
         }
         if (!probe && inv >= s->max_invocations) {
@@ -808,8 +811,11 @@ static int run_step(cairn_ctx *c, const cairn_graph *g)
             rc = commit(c, C_IN_DOUBT, CAIRN__DURABLE, NULL, 0, o.err, inv, 0);
             if (!rc)
                 rc = cairn__runner_fail(r, CAIRN_EINDOUBT,
-                                        "task '%s' is in doubt: effect '%s' (delivery %s): %s",
-                                        c->task_id, s->name, c->delivery_id, o.err);
+                                        "task '%s' is in doubt: effect '%s' (delivery %s): %s; "
+                                        "settle it with `cairn resolve %s --step %s "
+                                        "--done|--not-done`",
+                                        c->task_id, s->name, c->delivery_id, o.err, c->task_id,
+                                        s->name);
             cairn__outcome_free(&o);
             return rc;
         case CAIRN_STEP_TRANSIENT:
@@ -954,7 +960,7 @@ int cairn_runner_run(cairn_runner *r, const char *graph, const char *task_id,
         admit_arg aa = {.r = r, .g = g, .id = id, .hash = hash, .message_id = message_id,
                         .tenant = tenant, .input = buf.data, .input_len = buf.size};
         rc = cairn__store_write(r->store, CAIRN__RELAXED, admit_txn, &aa);
-        if (rc == CAIRN_ECONFLICT && aa.existing[0])
+        if (rc == CAIRN_ECONFLICT && aa.existing[0] && strcmp(aa.existing, hash) != 0)
             rc = cairn__runner_fail(r, rc,
                                     "task '%s' exists with payload hash %s; this input hashes to "
                                     "%s (nothing changed)",
@@ -1196,11 +1202,12 @@ static int invalidate_txn(cairn__txn *t, void *arg)
     char why[256];
     snprintf(why, sizeof why, "invalidated from step '%s': generation %u",
              a->g->steps[a->g->order[from]]->name, task.generation);
-    if (task.state != CAIRN_PENDING && (rc = transition(t, &task, CAIRN_PENDING, 1, NULL, why)))
-        return rc;
-    if (task.state == CAIRN_PENDING && (rc = audit(t, &task, CAIRN_PENDING, CAIRN_PENDING, NULL,
-                                                  "%s", why)))
-        return rc;
+    if (task.state != CAIRN_PENDING) {
+        if ((rc = transition(t, &task, CAIRN_PENDING, 1, NULL, why)))
+            return rc;
+    } else if ((rc = audit(t, &task, CAIRN_PENDING, CAIRN_PENDING, NULL, "%s", why))) {
+        return rc; /* already pending: audited once, not twice */
+    }
     task.attempt = 0;
     task.error[0] = task.error_step[0] = 0;
     snprintf(task.fingerprint, sizeof task.fingerprint, "%s", a->g->fingerprint);

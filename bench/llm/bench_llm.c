@@ -48,10 +48,12 @@ typedef struct {
     size_t n;
 } copy_job;
 
-static void copy_worker(void *arg, int ith, int nth)
+/* 1 MiB pieces [i0, i1) */
+static void copy_range(void *arg, int64_t i0, int64_t i1, int ith)
 {
     const copy_job *j = arg;
-    size_t per = j->n / (size_t)nth, a = per * (size_t)ith, b = ith == nth - 1 ? j->n : a + per;
+    (void)ith;
+    const size_t a = (size_t)i0 << 20, b = (size_t)i1 << 20 < j->n ? (size_t)i1 << 20 : j->n;
     memcpy(j->dst + a, j->src + a, b - a);
 }
 
@@ -71,7 +73,7 @@ static double bandwidth(cairn__pool *p)
     double best = 0;
     for (int rep = 0; rep < 5; rep++) {
         double t = now_s();
-        cairn__pool_run(p, copy_worker, &j);
+        cairn__pool_for(p, (int64_t)(n >> 20), 0, copy_range, &j);
         t = now_s() - t;
         if (2.0 * (double)n / t > best)
             best = 2.0 * (double)n / t;

@@ -1,10 +1,27 @@
-/* bench/store/bench.h - what the checkpoint benchmark's files share: timing, samples, and the
- * SQLite peer store that cairn's LMDB store is measured against in the same run. */
+/* bench/store/bench.h - what the checkpoint benchmark's files share: timing and samples, the two
+ * stores under measurement (cairn's, through its runner and its store internals, and the SQLite
+ * peer written for the comparison), and the results the report prints. */
 #ifndef CAIRN_BENCH_STORE_H
 #define CAIRN_BENCH_STORE_H
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include <msgpack.h>
+
+#include "cairn.h"
+
+enum {
+    BENCH_STEPS = 10,         /* steps per task in the throughput runs */
+    BENCH_RESUME_STEPS = 4,   /* steps of the task whose resume read is measured */
+    BENCH_LEASE_MS = 60000    /* the runner's default lease */
+};
+
+/* Targets from the project's performance goals (see bench/README.md). */
+#define BENCH_TARGET_POWER_LOSS 1.0 /* cairn sync steps/s / SQLite FULL steps/s */
+#define BENCH_TARGET_CRASH 5.0      /* cairn nosync steps/s / SQLite NORMAL steps/s */
+#define BENCH_TARGET_RESUME_US 2.0  /* p50 of one step's resume read */
+#define BENCH_TARGET_HIT_MS 5.0     /* p50 of `cairn run` on a succeeded task */
 
 /* ------------------------------------------------------------------ timing and samples */
 
@@ -22,42 +39,110 @@ int bench_samples_add(bench_samples *s, double ns);
 double bench_samples_pct(bench_samples *s, double p);
 void bench_samples_free(bench_samples *s);
 
-/* ------------------------------------------------------------------ the SQLite peer */
+/* ------------------------------------------------------------------ payloads */
+
+/* A msgpack bin object of exactly `size` bytes (header included, size >= 3) with random
+ * contents, so neither store gains from compressible data. malloc'd. */
+void *bench_output(size_t size);
+/* Task n's input: {"text": "...", "n": n} as JSON (for cairn's runner, which parses and hashes
+ * it) or as msgpack (what both stores keep). */
+int bench_input_json(uint32_t n, char *buf, size_t cap);
+void bench_input_msgpack(uint32_t n, msgpack_sbuffer *sb);
+
+/* ------------------------------------------------------------------ cairn (cairn_side.c) */
+
+/* A cairn store with a runner and a graph s0 -> s1 -> ... of trivial compute steps, each
+ * outputting the same blob. */
+typedef struct bench_cairn bench_cairn;
+
+/* `every_durable` marks the steps expensive, so that every step commit is DURABLE. NULL on
+ * failure, with the reason in err. */
+bench_cairn *bench_cairn_open(const char *dir, cairn_durability d, int every_durable,
+                              uint32_t n_steps, size_t out_size, char *err, size_t cap);
+void bench_cairn_close(bench_cairn *c);
+const char *bench_cairn_errmsg(const bench_cairn *c);
+/* Runs task `id` (input n) through cairn_runner_run: a fresh task runs all its steps, a
+ * succeeded one is an idempotent hit. 0 or a CAIRN_E* code. */
+int bench_cairn_run_task(bench_cairn *c, const char *id, uint32_t n);
+/* Setup for the commit loop (untimed): tasks "<prefix><first>".. running under a lease. */
+int bench_cairn_create_running(bench_cairn *c, const char *prefix, uint32_t first,
+                               uint32_t count);
+/* One step commit, doing exactly what runner.c's commit_txn does for a finished step. `durable`
+ * is CAIRN__RELAXED (what the runner uses for compute steps) or CAIRN__DURABLE. */
+int bench_cairn_commit_step(bench_cairn *c, const char *task, const char *step, int durable);
+/* The read a resume does before `step` (dependency `dep` or NULL): what runner.c's load_txn
+ * does. `copy_input` also copies the task input (the runner does it before the first step). */
+int bench_cairn_load_step(bench_cairn *c, const char *task, const char *step, const char *dep,
+                          int copy_input);
+
+/* ------------------------------------------------------------------ SQLite (sqlite_peer.c) */
 
 /* An SQLite store of cairn's schema (tasks, steps, progress, idempotency, audit, a status/due
- * index), in WAL mode, driven by prepared statements in one transaction per operation, the way
- * a careful author would write the same checkpoint store on SQLite. */
+ * index), in WAL mode, driven by prepared statements in one transaction per operation. */
 typedef struct bench_peer bench_peer;
 
 /* Opens (creating) `dir`/store.db with journal_mode=WAL and synchronous=FULL (`full`) or
- * NORMAL. NULL on failure with the reason in err. */
-bench_peer *bench_peer_open(const char *dir, int full, char *err, size_t cap);
+ * NORMAL; steps output a blob of out_size bytes. NULL on failure with the reason in err. */
+bench_peer *bench_peer_open(const char *dir, int full, size_t out_size, char *err, size_t cap);
 void bench_peer_close(bench_peer *p);
 const char *bench_peer_errmsg(const bench_peer *p);
-
 /* Runs one fresh task the way cairn's runner does, as separate transactions: admission
  * (idempotency reservation + task row + audit), acquire (lease + attempt + audit), then for each
- * of `n_steps` steps a resume read (task row, own step row, the previous step's output, progress)
- * and a step commit, and finally the succeeded transition. Step i outputs `out` (len bytes) and
- * depends on step i-1. 0 or -1 (see bench_peer_errmsg). */
-int bench_peer_run_task(bench_peer *p, const char *id, const void *input, size_t input_len,
-                        uint32_t n_steps, const void *out, size_t len);
-
-/* Creates a task already running under lease `token` (setup for the commit loop; untimed). */
-int bench_peer_create_running(bench_peer *p, const char *id, const void *input, size_t input_len,
-                              uint64_t token);
-
+ * of `n_steps` steps a resume read and a step commit, and finally the succeeded transition. Step
+ * i depends on step i-1. 0 or -1 (see bench_peer_errmsg). */
+int bench_peer_run_task(bench_peer *p, const char *id, uint32_t n, uint32_t n_steps);
+/* Setup for the commit loop (untimed, one transaction): tasks "<prefix><first>".. running. */
+int bench_peer_create_running(bench_peer *p, const char *prefix, uint32_t first, uint32_t count);
 /* One step commit: in one transaction (a) read the task row and check the lease token, (b) upsert
  * the step row with its output, (c) renew the lease on the task row (moving its due-index entry),
- * (d) append an audit row. Exactly the work of cairn's commit_txn for a finished step. */
-int bench_peer_commit_step(bench_peer *p, const char *task, const char *step, uint64_t token,
-                           const void *out, size_t len);
-
-/* The read a resume does before step `step` (dependency `dep` or NULL), in one read
- * transaction: the task row, the step's own row, the dependency's output (copied and unpacked,
- * as a step receives it) and progress. `copy_input` also copies the task input, which the runner
- * does once per run, before its first step. */
+ * (d) append an audit row. */
+int bench_peer_commit_step(bench_peer *p, const char *task, const char *step);
+/* The read a resume does before `step`, in one read transaction: the task row, the step's own
+ * row, the dependency's output (copied and unpacked, as a step receives it) and progress;
+ * `copy_input` also copies the task input. 0, 1 when the step or dependency has no row yet, -1
+ * on error. */
 int bench_peer_load_step(bench_peer *p, const char *task, const char *step, const char *dep,
                          int copy_input);
+
+/* ------------------------------------------------------------------ results (report.c) */
+
+/* Throughput of one store in one configuration. */
+typedef struct bench_tput {
+    int done;
+    double steps_s;
+    double p50_us, p99_us; /* per commit (commit loops) or per whole task (task runs) */
+    uint64_t steps;
+    double seconds; /* time inside the measured calls */
+} bench_tput;
+
+typedef struct bench_config {
+    const char *durability; /* "power-loss" | "process-crash" */
+    size_t size;
+    bench_tput sqlite_task, cairn_task, sqlite_commit, cairn_commit;
+    bench_tput durable_task, durable_commit; /* power-loss only: every commit DURABLE */
+} bench_config;
+
+typedef struct bench_lat {
+    int done;
+    double p50, p99; /* in the unit the report names */
+    uint64_t n;
+} bench_lat;
+
+typedef struct bench_results {
+    int quick;
+    uint32_t tasks_sync, tasks_nosync, rounds;
+    bench_config cfg[4]; /* power-loss 256, 8192; process-crash 256, 8192 */
+    bench_lat cairn_read_step, cairn_read_task, sqlite_read_step, sqlite_read_task; /* us */
+    bench_lat spawn_true, spawn_help, spawn_hit; /* ms */
+    bench_lat inproc_hit;                        /* us */
+    char ledger_note[4352];
+    uint64_t ledger_effects;
+    /* the machine */
+    char when[64], host[128], kernel[128], cpu[256], scratch[4096], fs[32];
+    long fs_type, cpus;
+} bench_results;
+
+void bench_report_text(const bench_results *r);
+void bench_report_json(const bench_results *r);
 
 #endif

@@ -105,6 +105,9 @@ static const char *const sql[Q_COUNT] = {
 struct bench_peer {
     sqlite3 *db;
     sqlite3_stmt *q[Q_COUNT];
+    void *out; /* the blob every step outputs */
+    size_t out_len;
+    msgpack_sbuffer input;
     char host[64];
     int pid;
     char err[512];
@@ -142,11 +145,18 @@ static int rollback(bench_peer *p)
     return -1;
 }
 
-bench_peer *bench_peer_open(const char *dir, int full, char *err, size_t cap)
+bench_peer *bench_peer_open(const char *dir, int full, size_t out_size, char *err, size_t cap)
 {
     bench_peer *p = calloc(1, sizeof *p);
     if (!p) {
         snprintf(err, cap, "out of memory");
+        return NULL;
+    }
+    msgpack_sbuffer_init(&p->input);
+    p->out_len = out_size;
+    if (!(p->out = bench_output(out_size))) {
+        snprintf(err, cap, "out of memory");
+        bench_peer_close(p);
         return NULL;
     }
     char path[4096];
@@ -189,6 +199,8 @@ void bench_peer_close(bench_peer *p)
     for (int i = 0; i < Q_COUNT; i++)
         sqlite3_finalize(p->q[i]);
     sqlite3_close(p->db);
+    msgpack_sbuffer_destroy(&p->input);
+    free(p->out);
     free(p);
 }
 
@@ -349,15 +361,14 @@ static int fenced(bench_peer *p, const char *task, uint64_t token, task_row *t)
     return rc ? -1 : 0;
 }
 
-int bench_peer_commit_step(bench_peer *p, const char *task, const char *step, uint64_t token,
-                           const void *out, size_t len)
+static int commit_step(bench_peer *p, const char *task, const char *step, uint64_t token)
 {
     if (exec(p, Q_BEGIN_W))
         return -1;
     task_row t;
-    if (fenced(p, task, token, &t))
+    if (fenced(p, task, token, &t)) /* (a) */
         return rollback(p);
-    if (step_put(p, task, step, t.generation, out, len) || /* (b) */
+    if (step_put(p, task, step, t.generation, p->out, p->out_len) || /* (b) */
         audit(p, task, ++t.audit_seq, ST_RUNNING, ST_RUNNING, &t, step, /* (d) */
               "step done (invocation %u)", 1u))
         return rollback(p);
@@ -410,7 +421,7 @@ int bench_peer_load_step(bench_peer *p, const char *task, const char *step, cons
         return -1;
     sqlite3_stmt *s = p->q[Q_LOAD_TASK];
     text(s, 1, task);
-    int rc = sqlite3_step(s), gen = 1, ok = rc == SQLITE_ROW;
+    int rc = sqlite3_step(s), gen = 1, ok = rc == SQLITE_ROW, missing = 0;
     if (ok) {
         gen = sqlite3_column_int(s, 2);
         if (copy_input && hand_over(sqlite3_column_blob(s, 0), (size_t)sqlite3_column_bytes(s, 0)))
@@ -424,10 +435,12 @@ int bench_peer_load_step(bench_peer *p, const char *task, const char *step, cons
         text(s, 2, names[i]);
         sqlite3_bind_int(s, 3, gen);
         rc = sqlite3_step(s);
-        if (rc == SQLITE_ROW && i == 1 &&
+        if (rc == SQLITE_ROW && i == 1 && sqlite3_column_int(s, 0) == 2 /* done */ &&
             hand_over(sqlite3_column_blob(s, 3), (size_t)sqlite3_column_bytes(s, 3)))
             ok = 0;
-        else if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+        else if (rc == SQLITE_DONE)
+            missing = 1;
+        else if (rc != SQLITE_ROW)
             ok = 0;
         sqlite3_reset(s);
     }
@@ -447,31 +460,47 @@ int bench_peer_load_step(bench_peer *p, const char *task, const char *step, cons
         fail(p, "resume read");
         return rollback(p);
     }
-    return exec(p, Q_COMMIT) ? rollback(p) : 0;
+    if (exec(p, Q_COMMIT))
+        return rollback(p);
+    if (missing)
+        snprintf(p->err, sizeof p->err, "task '%s': no record of step '%s' or '%s'", task, step,
+                 dep ? dep : "-");
+    return missing;
 }
 
-int bench_peer_create_running(bench_peer *p, const char *id, const void *input, size_t input_len,
-                              uint64_t token)
+static const uint64_t TOKEN = 0x5eed5eedull; /* the commit loop's lease token */
+
+int bench_peer_commit_step(bench_peer *p, const char *task, const char *step)
+{
+    return commit_step(p, task, step, TOKEN);
+}
+
+int bench_peer_create_running(bench_peer *p, const char *prefix, uint32_t first, uint32_t count)
 {
     if (exec(p, Q_BEGIN_W))
         return -1;
-    if (task_new(p, id, input, input_len, ST_RUNNING, token))
-        return rollback(p);
+    for (uint32_t i = first; i < first + count; i++) {
+        char id[64];
+        snprintf(id, sizeof id, "%s%06u", prefix, i);
+        bench_input_msgpack(i, &p->input);
+        if (task_new(p, id, p->input.data, p->input.size, ST_RUNNING, TOKEN))
+            return rollback(p);
+    }
     return exec(p, Q_COMMIT) ? rollback(p) : 0;
 }
 
-int bench_peer_run_task(bench_peer *p, const char *id, const void *input, size_t input_len,
-                        uint32_t n_steps, const void *out, size_t len)
+int bench_peer_run_task(bench_peer *p, const char *id, uint32_t n, uint32_t n_steps)
 {
-    uint64_t token = ((uint64_t)rand() << 20 ^ (uint64_t)rand()) | 1;
-    if (admit(p, id, input, input_len) || acquire(p, id, token))
+    uint64_t token = (uint64_t)bench_now_ns() | 1; /* a fresh lease token per run */
+    bench_input_msgpack(n, &p->input);
+    if (admit(p, id, p->input.data, p->input.size) || acquire(p, id, token))
         return -1;
     for (uint32_t i = 0; i < n_steps; i++) {
         char step[16], dep[16];
         snprintf(step, sizeof step, "s%u", i);
         snprintf(dep, sizeof dep, "s%u", i ? i - 1 : 0);
-        if (bench_peer_load_step(p, id, step, i ? dep : NULL, i == 0) ||
-            bench_peer_commit_step(p, id, step, token, out, len))
+        if (bench_peer_load_step(p, id, step, i ? dep : NULL, i == 0) < 0 || /* fresh: 1 */
+            commit_step(p, id, step, token))
             return -1;
     }
     return finish(p, id, token);

@@ -7,9 +7,11 @@
  *   pipe    prep -> work -> emit(effect). Its version comes from CAIRN_TEST_GRAPH_VERSION
  *           (default 1); version 2 bumps the `work` step's version, which is how a changed graph
  *           is tested (pinning, --allow-graph-change). work fails transiently with a one-hour
- *           backoff while input "fail_work" is true, so a task can be left `failed`.
+ *           backoff in version V while input "fail_vV" is true, so a task can be left `failed`
+ *           by version 1 and then resumed by version 2.
  *   flaky   work: fails its first `fail` invocations with a one-hour backoff, so the run ends
- *           `failed` with a retry time in the future (`retry` skips it, `retry --now` runs it).
+ *           `failed` with a retry time in the future (`retry` skips it, `retry --now` runs it);
+ *           a successful invocation sleeps input "sleep_ms" first (overlapping retries).
  *   doubt   prep -> send(effect): returns UNKNOWN (outcome unknown) the first time, i.e. while
  *           the marker file named by input "marker" does not exist; creates it. Makes a task
  *           in_doubt deterministically.
@@ -79,12 +81,9 @@ static int trace(cairn_ctx *ctx)
     return ok ? 0 : -1;
 }
 
-static cairn_step_result ok_step(cairn_ctx *ctx, const char *what)
+/* Sets the standard output {step, generation}; the caller has traced already. */
+static cairn_step_result output(cairn_ctx *ctx, const char *what)
 {
-    if (trace(ctx)) {
-        cairn_ctx_set_error(ctx, "cannot write the trace file");
-        return CAIRN_STEP_TRANSIENT;
-    }
     msgpack_packer *pk = cairn_ctx_packer(ctx);
     msgpack_pack_map(pk, 2);
     msgpack_pack_str_with_body(pk, "step", 4);
@@ -94,10 +93,19 @@ static cairn_step_result ok_step(cairn_ctx *ctx, const char *what)
     return CAIRN_STEP_OK;
 }
 
+static cairn_step_result traced_output(cairn_ctx *ctx, const char *what)
+{
+    if (trace(ctx)) {
+        cairn_ctx_set_error(ctx, "cannot write the trace file");
+        return CAIRN_STEP_TRANSIENT;
+    }
+    return output(ctx, what);
+}
+
 static cairn_step_result prep(cairn_ctx *ctx, void *user)
 {
     (void)user;
-    return ok_step(ctx, "prep");
+    return traced_output(ctx, "prep");
 }
 
 static cairn_step_result pipe_work(cairn_ctx *ctx, void *user)
@@ -105,7 +113,9 @@ static cairn_step_result pipe_work(cairn_ctx *ctx, void *user)
     const char *version = user;
     if (trace(ctx))
         return CAIRN_STEP_TRANSIENT;
-    if (bool_field(cairn_ctx_input(ctx), "fail_work")) {
+    char key[16];
+    snprintf(key, sizeof key, "fail_v%s", version);
+    if (bool_field(cairn_ctx_input(ctx), key)) {
         cairn_ctx_set_error(ctx, "work v%s asked to fail (invocation %u)", version,
                             cairn_ctx_invocation(ctx));
         return CAIRN_STEP_TRANSIENT;
@@ -120,7 +130,7 @@ static cairn_step_result pipe_work(cairn_ctx *ctx, void *user)
 static cairn_step_result emit(cairn_ctx *ctx, void *user)
 {
     (void)user;
-    return ok_step(ctx, "emit");
+    return traced_output(ctx, "emit");
 }
 
 static cairn_step_result flaky_work(cairn_ctx *ctx, void *user)
@@ -132,10 +142,13 @@ static cairn_step_result flaky_work(cairn_ctx *ctx, void *user)
         cairn_ctx_set_error(ctx, "flaky: failing invocation %u", cairn_ctx_invocation(ctx));
         return CAIRN_STEP_TRANSIENT;
     }
-    return ok_step(ctx, "flaky");
+    uint64_t ms = uint_field(cairn_ctx_input(ctx), "sleep_ms");
+    if (ms > 0)
+        usleep((useconds_t)(ms * 1000));
+    return output(ctx, "flaky");
 }
 
-static cairn_step_result send(cairn_ctx *ctx, void *user)
+static cairn_step_result send_step(cairn_ctx *ctx, void *user)
 {
     (void)user;
     if (trace(ctx))
@@ -150,7 +163,7 @@ static cairn_step_result send(cairn_ctx *ctx, void *user)
         cairn_ctx_set_error(ctx, "send: no answer from the receiver (timeout after sending)");
         return CAIRN_STEP_UNKNOWN;
     }
-    return ok_step(ctx, "send");
+    return output(ctx, "send");
 }
 
 int main(int argc, char **argv)
@@ -178,7 +191,7 @@ int main(int argc, char **argv)
     cairn_step_set_retry(f, 10, 3600000, 3600000);
 
     cairn_graph_add_step(doubt, "prep", prep, NULL);
-    cairn_step *s = cairn_graph_add_step(doubt, "send", send, "prep");
+    cairn_step *s = cairn_graph_add_step(doubt, "send", send_step, "prep");
     cairn_step_set_delivery(s, CAIRN_EFFECT);
 
     cairn_graph *graphs[] = {pipe, flaky, doubt};

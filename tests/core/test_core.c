@@ -119,7 +119,7 @@ static void test_states(void)
     int names = 1;
     for (int s = 0; s < CAIRN_STATE_COUNT; s++) {
         cairn_state back = (cairn_state)99;
-        if (cairn_state_parse(cairn_state_name((cairn_state)s), &back) != 0 || back != (int)s)
+        if (cairn_state_parse(cairn_state_name((cairn_state)s), &back) != 0 || (int)back != s)
             names = 0;
     }
     ok(names, "state names parse back to their state");

@@ -12,17 +12,7 @@
 #include "gpu/quant.h"
 #endif
 
-#if __has_include("cairn.h")
 #include "cairn.h"
-#else
-#include "include/cairn_errors.h"
-enum {
-    CAIRN_OK = 0,
-#define X(n, v, s) CAIRN_##n = v,
-    CAIRN_ERROR_TABLE(X)
-#undef X
-};
-#endif
 
 #include <dirent.h>
 #include <math.h>

@@ -345,8 +345,31 @@ static void check_errors(void)
     unload(&L);
 }
 
+static void count_range(void *arg, int64_t i0, int64_t i1, int ith)
+{
+    int *c = arg;
+    (void)ith;
+    for (int64_t i = i0; i < i1; i++)
+        c[i]++; /* each item belongs to exactly one claimed chunk: no race */
+}
+
+static void check_pool(void)
+{
+    cairn__pool *p = NULL;
+    static int c[10007];
+    int rc = cairn__pool_new(4, &p);
+    for (int rep = 0; rc == 0 && rep < 300; rep++)
+        cairn__pool_for(p, 10007, rep % 3 == 0 ? 0 : rep % 50 + 1, count_range, c);
+    int good = rc == 0;
+    for (int i = 0; i < 10007; i++)
+        good &= c[i] == 300;
+    ok(good && cairn__pool_size(p) == 4, "pool_for: 300 loops over 10007 items on 4 threads, each item once per loop");
+    cairn__pool_free(p);
+}
+
 int main(void)
 {
+    check_pool();
     const uint32_t flat[] = {CAIRN__GGML_F32, CAIRN__GGML_F16, CAIRN__GGML_BF16, CAIRN__GGML_Q8_0, CAIRN__GGML_Q4_0};
     for (size_t i = 0; i < sizeof flat / sizeof *flat; i++) {
         check_model("llama", flat[i], (int)(i % 2), 0);

@@ -64,7 +64,8 @@ static void byte_token(int b, char *out)
     for (i = 0; i < b; i++)
         if (!((i >= '!' && i <= '~') || (i >= 0xA1 && i <= 0xAC) || i >= 0xAE))
             n++;
-    cp = ((b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE) ? (unsigned)b : 256u + (unsigned)n;
+    cp = ((b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE) ? (unsigned)b
+                                                                           : 256u + (unsigned)n;
     if (cp < 0x80) {
         out[0] = (char)cp;
         out[1] = 0;
@@ -156,39 +157,47 @@ int main(void)
     ok(write_model(model, 1) == 0 && write_model(bare, 0) == 0, "test models written");
     {
         /* a v3 header that announces far more key/values than the file holds */
-        static const unsigned char bad[] = {'G', 'G', 'U', 'F', 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-                                            0xff, 0xff, 0, 0, 0, 0, 0, 0, 'x', 'y'};
+        static const unsigned char bad[] = {'G', 'G', 'U', 'F',  3,    0, 0, 0, 0, 0, 0, 0,   0,
+                                            0,   0,   0,   0xff, 0xff, 0, 0, 0, 0, 0, 0, 'x', 'y'};
         write_file(junk, bad, sizeof bad);
     }
     write_file(text, "hi\nhi\n", 6);
 
     {
         const char *a[] = {"tokenize", "--model", model, "--text", "hi hi", NULL};
-        ok(run(cairn__cmd_tokenize, a) == 0 && strcmp(out_buf, "256 32 256\n") == 0, "tokenize --text");
+        ok(run(cairn__cmd_tokenize, a) == 0 && strcmp(out_buf, "256 32 256\n") == 0,
+           "tokenize --text");
     }
     {
         const char *a[] = {"tokenize", "-m", model, "--text=hi hi", "--add-special", NULL};
-        ok(run(cairn__cmd_tokenize, a) == 0 && strcmp(out_buf, "257 256 32 256\n") == 0, "--add-special adds BOS");
+        ok(run(cairn__cmd_tokenize, a) == 0 && strcmp(out_buf, "257 256 32 256\n") == 0,
+           "--add-special adds BOS");
     }
     {
-        const char *a[] = {"tokenize", "--model", model, "--text", "hi<|endoftext|>", "--parse-special", NULL};
-        ok(run(cairn__cmd_tokenize, a) == 0 && strcmp(out_buf, "256 257\n") == 0, "--parse-special");
+        const char *a[] = {"tokenize",        "--model",         model, "--text",
+                           "hi<|endoftext|>", "--parse-special", NULL};
+        ok(run(cairn__cmd_tokenize, a) == 0 && strcmp(out_buf, "256 257\n") == 0,
+           "--parse-special");
     }
     {
         const char *a[] = {"tokenize", "--model", model, "--text", "hi<|endoftext|>", NULL};
-        ok(run(cairn__cmd_tokenize, a) == 0 && !strstr(out_buf, "257"), "special text stays text by default");
+        ok(run(cairn__cmd_tokenize, a) == 0 && !strstr(out_buf, "257"),
+           "special text stays text by default");
     }
     {
         const char *a[] = {"tokenize", "--model", model, "--text", "", NULL};
-        ok(run(cairn__cmd_tokenize, a) == 0 && strcmp(out_buf, "\n") == 0, "empty text: an empty line");
+        ok(run(cairn__cmd_tokenize, a) == 0 && strcmp(out_buf, "\n") == 0,
+           "empty text: an empty line");
     }
     {
         const char *a[] = {"tokenize", "--model", model, "--file", text, NULL};
-        ok(run(cairn__cmd_tokenize, a) == 0 && strcmp(out_buf, "256 10 256 10\n") == 0, "--file: one input");
+        ok(run(cairn__cmd_tokenize, a) == 0 && strcmp(out_buf, "256 10 256 10\n") == 0,
+           "--file: one input");
     }
     {
         const char *a[] = {"tokenize", "--model", model, "--file", text, "--lines", NULL};
-        ok(run(cairn__cmd_tokenize, a) == 0 && strcmp(out_buf, "256\n256\n") == 0, "--lines: a line per line");
+        ok(run(cairn__cmd_tokenize, a) == 0 && strcmp(out_buf, "256\n256\n") == 0,
+           "--lines: a line per line");
     }
     {
         const char *a[] = {"tokenize", "--help", NULL};
@@ -242,10 +251,12 @@ int main(void)
         int rc = run(cairn__cmd_model_info, a);
         ok(rc == 0, "model-info exits 0");
         ok(strstr(out_buf, "architecture:   llama\n") && strstr(out_buf, "parameters:     896\n") &&
-               strstr(out_buf, "context length: 2048\n") && strstr(out_buf, "kv heads:       2\n") &&
-               strstr(out_buf, "layers:         2\n") && strstr(out_buf, "feed-forward:   128\n") &&
-               strstr(out_buf, "tokenizer:      gpt2 (pre gpt-2)\n") && strstr(out_buf, "vocab size:     258\n") &&
-               strstr(out_buf, "F32 x1") && strstr(out_buf, "F16 x1") && strstr(out_buf, "name:           tiny test"),
+               strstr(out_buf, "context length: 2048\n") &&
+               strstr(out_buf, "kv heads:       2\n") && strstr(out_buf, "layers:         2\n") &&
+               strstr(out_buf, "feed-forward:   128\n") &&
+               strstr(out_buf, "tokenizer:      gpt2 (pre gpt-2)\n") &&
+               strstr(out_buf, "vocab size:     258\n") && strstr(out_buf, "F32 x1") &&
+               strstr(out_buf, "F16 x1") && strstr(out_buf, "name:           tiny test"),
            "model-info text fields");
         diag_lines(out_buf);
     }
@@ -261,8 +272,10 @@ int main(void)
                json_integer_value(json_object_get(o, "head_count")) == 4 &&
                json_integer_value(json_object_get(o, "head_count_kv")) == 2 &&
                json_integer_value(json_object_get(o, "embedding_length")) == 64 &&
-               json_integer_value(json_object_get(json_object_get(json_object_get(o, "tensor_types"), "F16"), "count")) == 1 &&
-               json_integer_value(json_object_get(json_object_get(o, "tokenizer"), "vocab_size")) == 258 &&
+               json_integer_value(json_object_get(
+                   json_object_get(json_object_get(o, "tensor_types"), "F16"), "count")) == 1 &&
+               json_integer_value(json_object_get(json_object_get(o, "tokenizer"), "vocab_size")) ==
+                   258 &&
                json_integer_value(json_object_get(o, "file_size")) > 0,
            "model-info --json fields");
         json_decref(o);
@@ -285,7 +298,8 @@ int main(void)
     }
     {
         const char *a[] = {"model-info", junk, NULL};
-        ok(run(cairn__cmd_model_info, a) == 65 && strlen(err_buf) > 20, "model-info on a malformed file: 65");
+        ok(run(cairn__cmd_model_info, a) == 65 && strlen(err_buf) > 20,
+           "model-info on a malformed file: 65");
     }
     {
         const char *a[] = {"model-info", "--frob", model, NULL};

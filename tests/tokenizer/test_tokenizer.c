@@ -24,7 +24,7 @@ static double now_s(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
 /* Serializes w, opens and loads it. Returns rc; err receives the loader's message. */
@@ -100,7 +100,8 @@ static int ids_eq(const cairn__tok *t, const char *s, int add_special, int parse
     return same;
 }
 
-static int roundtrip(const cairn__tok *t, const char *s, size_t len, unsigned flags, int parse_special)
+static int roundtrip(const cairn__tok *t, const char *s, size_t len, unsigned flags,
+                     int parse_special)
 {
     int32_t *ids;
     size_t n, dl;
@@ -126,7 +127,8 @@ static void init_gpt2_map(void)
 {
     int b, n = 0;
     for (b = 0; b < 256; b++) {
-        int printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+        int printable =
+            (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
         gpt2_cp[b] = printable ? (unsigned)b : 256u + (unsigned)n++;
     }
 }
@@ -228,9 +230,9 @@ static void vocab_free(struct vocab *v)
 /* Words the pre-tokenizer tests expect to see whole; order matters where chains share pairs
  * (a chain listed earlier gets the lower, i.e. stronger, ranks). */
 static const char *const chain_words[] = {
-    " 12345", "123", "45", "$abc", "abc", "Hello", " world", "'m", "'s", "'M", "'S", " here",
-    " HERE", "it", "!!!", "!!\n\n", "\n\n", "  ", " b", " ok", " hi", "end", " 1", "\r\n",
-    "  \n", "\tit", "Привет", " мир",
+    " 12345", "123",   "45",    "$abc", "abc",  "Hello",  " world", "'m",   "'s", "'M",
+    "'S",     " here", " HERE", "it",   "!!!",  "!!\n\n", "\n\n",   "  ",   " b", " ok",
+    " hi",    "end",   " 1",    "\r\n", "  \n", "\tit",   "Привет", " мир",
 };
 
 static void build_gpt2_vocab(struct vocab *v)
@@ -331,7 +333,8 @@ static void test_gpt2_pretokenizers(void)
     }
 
     t = load_gpt2(&v, NULL);
-    ok(t && strcmp(cairn__tok_pre(t), "default") == 0, "no tokenizer.ggml.pre: default (GPT-2 regex)");
+    ok(t && strcmp(cairn__tok_pre(t), "default") == 0,
+       "no tokenizer.ggml.pre: default (GPT-2 regex)");
     if (t)
         check_pieces(t, "default", "I'm here's", "I|'m| here|'s");
     cairn__tok_free(t);
@@ -406,7 +409,8 @@ static void test_gpt2_special_and_decode(void)
     }
     {
         int32_t want[] = {im_start, a};
-        ok(ids_eq(t, "<|im_start|>a", 0, 1, want, 2), "longest special wins (<|im_start|> over <|im)");
+        ok(ids_eq(t, "<|im_start|>a", 0, 1, want, 2),
+           "longest special wins (<|im_start|> over <|im)");
     }
     {
         int32_t want[] = {im, a};
@@ -430,11 +434,11 @@ static void test_gpt2_special_and_decode(void)
         int32_t none[1];
         ok(ids_eq(t, "", 1, 1, none, 0), "gpt2 adds no BOS by default; empty text -> no ids");
     }
-    ok(cairn__tok_is_eog(t, im_end) && cairn__tok_is_eog(t, eot) && !cairn__tok_is_eog(t, im_start) &&
-           !cairn__tok_is_eog(t, a),
+    ok(cairn__tok_is_eog(t, im_end) && cairn__tok_is_eog(t, eot) &&
+           !cairn__tok_is_eog(t, im_start) && !cairn__tok_is_eog(t, a),
        "end-of-generation: <|im_end|> and <|endoftext|>, not <|im_start|> or text");
-    ok(cairn__tok_type(t, im_end) == CAIRN__TOK_CONTROL && cairn__tok_type(t, tool) == CAIRN__TOK_USER_DEFINED &&
-           cairn__tok_type(t, -1) == -1,
+    ok(cairn__tok_type(t, im_end) == CAIRN__TOK_CONTROL &&
+           cairn__tok_type(t, tool) == CAIRN__TOK_USER_DEFINED && cairn__tok_type(t, -1) == -1,
        "token types");
 
     /* decoding */
@@ -453,7 +457,8 @@ static void test_gpt2_special_and_decode(void)
         free(ids);
     }
     {
-        const char *s = "Hello world, I'm here!\n\tПривет мир 😀 \xff\xfe invalid \xe2\x82 bytes\r\n";
+        const char *s =
+            "Hello world, I'm here!\n\tПривет мир 😀 \xff\xfe invalid \xe2\x82 bytes\r\n";
         ok(roundtrip(t, s, strlen(s), 0, 0), "byte-exact round trip incl. emoji and invalid UTF-8");
     }
     {
@@ -468,8 +473,10 @@ static void test_gpt2_special_and_decode(void)
         char *d;
         size_t dl;
         const char *p;
-        ok(cairn__tok_decode(t, &bad, 1, 0, &d, &dl) == CAIRN_EINVAL && d == NULL, "decode rejects an id out of range");
-        ok(cairn__tok_piece(t, bad, &p, &dl) == CAIRN_EINVAL && cairn__tok_piece(t, -1, &p, &dl) == CAIRN_EINVAL,
+        ok(cairn__tok_decode(t, &bad, 1, 0, &d, &dl) == CAIRN_EINVAL && d == NULL,
+           "decode rejects an id out of range");
+        ok(cairn__tok_piece(t, bad, &p, &dl) == CAIRN_EINVAL &&
+               cairn__tok_piece(t, -1, &p, &dl) == CAIRN_EINVAL,
            "piece rejects ids out of range");
     }
 
@@ -506,12 +513,17 @@ static void test_gpt2_special_and_decode(void)
         ok(total == 0, "a started character is held back");
         free(ids);
         cairn__tok_stream_push(s, a, &o, &l);
-        ok(l == 3 && memcmp(o, "\xe2\x82" "a", 3) == 0, "and released as-is when it cannot complete");
+        ok(l == 3 && memcmp(o,
+                            "\xe2\x82"
+                            "a",
+                            3) == 0,
+           "and released as-is when it cannot complete");
         cairn__tok_encode(t, "\xf0\x9f", 2, 0, 0, &ids, &n);
         for (i = 0; i < n; i++)
             cairn__tok_stream_push(s, ids[i], &o, &l);
         cairn__tok_stream_flush(s, &o, &l);
-        ok(l == 2 && memcmp(o, "\xf0\x9f", 2) == 0, "flush returns an unfinished character at the end");
+        ok(l == 2 && memcmp(o, "\xf0\x9f", 2) == 0,
+           "flush returns an unfinished character at the end");
         free(ids);
         ok(cairn__tok_stream_push(s, -5, &o, &l) == CAIRN_EINVAL, "stream rejects a bad id");
         cairn__tok_stream_free(s);
@@ -528,12 +540,39 @@ struct spm_entry {
 };
 
 static const struct spm_entry spm_pieces[] = {
-    {"\xe2\x96\x81", -20}, {"h", -30}, {"e", -30}, {"l", -30}, {"o", -30}, {"w", -30}, {"r", -30},
-    {"d", -30}, {"a", -30}, {"b", -30}, {"c", -30}, {"x", -30}, {"y", -30}, {"z", -30},
-    {"he", -5}, {"ll", -3}, {"llo", -4}, {"hello", -2}, {"\xe2\x96\x81hello", -1},
-    {"\xe2\x96\x81w", -8}, {"or", -7}, {"ld", -6.5f}, {"orld", -6.8f}, {"world", -2.5f},
-    {"\xe2\x96\x81world", -1.5f}, {"wor", -9}, {"ab", -1}, {"bc", -0.5f}, {"xy", -2}, {"yz", -2},
-    {"aa", -10}, {"aaaa", -11}, {"aaaaaaaa", -12},
+    {"\xe2\x96\x81", -20},
+    {"h", -30},
+    {"e", -30},
+    {"l", -30},
+    {"o", -30},
+    {"w", -30},
+    {"r", -30},
+    {"d", -30},
+    {"a", -30},
+    {"b", -30},
+    {"c", -30},
+    {"x", -30},
+    {"y", -30},
+    {"z", -30},
+    {"he", -5},
+    {"ll", -3},
+    {"llo", -4},
+    {"hello", -2},
+    {"\xe2\x96\x81hello", -1},
+    {"\xe2\x96\x81w", -8},
+    {"or", -7},
+    {"ld", -6.5f},
+    {"orld", -6.8f},
+    {"world", -2.5f},
+    {"\xe2\x96\x81world", -1.5f},
+    {"wor", -9},
+    {"ab", -1},
+    {"bc", -0.5f},
+    {"xy", -2},
+    {"yz", -2},
+    {"aa", -10},
+    {"aaaa", -11},
+    {"aaaaaaaa", -12},
 };
 
 /* ids: 0 <unk>, 1 <s>, 2 </s>, 3..258 <0x00>..<0xFF>, then spm_pieces in order */
@@ -604,12 +643,14 @@ static void test_spm(void)
     ok(rc == 0, "SPM vocabulary loads (%d %s)", rc, err);
     if (rc)
         return;
-    ok(strcmp(cairn__tok_kind(t), "llama") == 0 && cairn__tok_bos(t) == 1 && cairn__tok_eos(t) == 2 &&
-           cairn__tok_unk(t) == 0 && cairn__tok_add_bos(t) && !cairn__tok_add_eos(t),
+    ok(strcmp(cairn__tok_kind(t), "llama") == 0 && cairn__tok_bos(t) == 1 &&
+           cairn__tok_eos(t) == 2 && cairn__tok_unk(t) == 0 && cairn__tok_add_bos(t) &&
+           !cairn__tok_add_eos(t),
        "SPM defaults: BOS added, EOS not; ids from metadata");
     {
         int32_t want[] = {hello, world};
-        ok(ids_eq(t, "hello world", 0, 0, want, 2), "score-ordered merges: hello world -> ▁hello ▁world");
+        ok(ids_eq(t, "hello world", 0, 0, want, 2),
+           "score-ordered merges: hello world -> ▁hello ▁world");
     }
     {
         int32_t want[] = {1, hello, world};
@@ -625,15 +666,21 @@ static void test_spm(void)
     }
     {
         int32_t want[] = {sp, SPM_BYTE(0xC3), SPM_BYTE(0xA9), SPM_BYTE('\n')};
-        ok(ids_eq(t, "\xc3\xa9\n", 0, 0, want, 4), "byte fallback for characters not in the vocabulary");
+        ok(ids_eq(t, "\xc3\xa9\n", 0, 0, want, 4),
+           "byte fallback for characters not in the vocabulary");
     }
     {
         int32_t want[] = {1, sp, SPM_BYTE(0xFF), SPM_BYTE('A')};
-        ok(ids_eq(t, "<s>\xff" "A", 0, 1, want, 4), "invalid UTF-8 byte falls back; <s> parsed, prefix after it");
+        ok(ids_eq(t,
+                  "<s>\xff"
+                  "A",
+                  0, 1, want, 4),
+           "invalid UTF-8 byte falls back; <s> parsed, prefix after it");
     }
     {
         int32_t want[] = {hello, 2, sp, spm_piece_id("a")};
-        ok(ids_eq(t, "hello</s>a", 0, 1, want, 4), "text after a special gets the space prefix again");
+        ok(ids_eq(t, "hello</s>a", 0, 1, want, 4),
+           "text after a special gets the space prefix again");
     }
     {
         int32_t none[1];
@@ -657,7 +704,8 @@ static void test_spm(void)
     }
     {
         const char *s = "hello world \xc3\xa9t\xc3\xa9 \xf0\x9f\x98\x80 \xff\tabc  xyz\n";
-        ok(roundtrip(t, s, strlen(s), CAIRN__TOK_DECODE_STRIP_SPACE, 0), "SPM round trip with byte fallback");
+        ok(roundtrip(t, s, strlen(s), CAIRN__TOK_DECODE_STRIP_SPACE, 0),
+           "SPM round trip with byte fallback");
     }
     {
         cairn__tok_stream *s = cairn__tok_stream_new(t, CAIRN__TOK_DECODE_STRIP_SPACE);
@@ -702,19 +750,22 @@ static void test_spm(void)
     ok(rc == 0, "SPM without space prefix, with EOS loads");
     if (rc == 0) {
         int32_t want[] = {1, spm_piece_id("hello"), 2};
-        ok(ids_eq(t, "hello", 1, 0, want, 3), "add_space_prefix=false: no ▁; add_eos_token: EOS appended");
+        ok(ids_eq(t, "hello", 1, 0, want, 3),
+           "add_space_prefix=false: no ▁; add_eos_token: EOS appended");
         cairn__tok_free(t);
     }
 }
 
 /* ---- metadata errors ---------------------------------------------------------------------- */
 
-static void expect_load_error(cairn__gguf_writer *w, int want_rc, const char *want_in_msg, const char *what)
+static void expect_load_error(cairn__gguf_writer *w, int want_rc, const char *want_in_msg,
+                              const char *what)
 {
     cairn__tok *t;
     char err[256];
     int rc = load_w(w, &t, err, sizeof err);
-    if (!ok(rc == want_rc && t == NULL && strstr(err, want_in_msg), "%s -> %d naming '%s'", what, want_rc, want_in_msg))
+    if (!ok(rc == want_rc && t == NULL && strstr(err, want_in_msg), "%s -> %d naming '%s'", what,
+            want_rc, want_in_msg))
         diag("got rc %d, message '%s'", rc, err);
     cairn__tok_free(t);
 }
@@ -803,7 +854,8 @@ static void test_errors(void)
         if (t) {
             int32_t *ids;
             size_t n;
-            ok(cairn__tok_encode(t, "ab\xc3\xa9", 4, 1, 1, &ids, &n) == 0, "encode with a degenerate vocabulary");
+            ok(cairn__tok_encode(t, "ab\xc3\xa9", 4, 1, 1, &ids, &n) == 0,
+               "encode with a degenerate vocabulary");
             free(ids);
         }
         cairn__tok_free(t);
@@ -813,7 +865,8 @@ static void test_errors(void)
         cairn__tok *t = (cairn__tok *)1;
         char err[128];
         cairn__tok_spec_init(&sp);
-        ok(cairn__tok_new(&sp, &t, err, sizeof err) == CAIRN_EINVAL && t == NULL, "tok_new rejects an empty spec");
+        ok(cairn__tok_new(&sp, &t, err, sizeof err) == CAIRN_EINVAL && t == NULL,
+           "tok_new rejects an empty spec");
         ok(cairn__tok_load(NULL, &t, err, sizeof err) == CAIRN_EINVAL, "tok_load rejects NULL");
         cairn__tok_free(NULL);
     }
@@ -822,7 +875,13 @@ static void test_errors(void)
 /* A tokenizer built from plain arrays, without any GGUF. */
 static void test_from_arrays(void)
 {
-    static const char *const toks[] = {"<unk>", "\xe2\x96\x81", "a", "b", "\xe2\x96\x81" "ab", "ab"};
+    static const char *const toks[] = {"<unk>",
+                                       "\xe2\x96\x81",
+                                       "a",
+                                       "b",
+                                       ("\xe2\x96\x81"
+                                        "ab"),
+                                       "ab"};
     static const float scores[] = {0, -1, -1, -1, -0.5f, -0.7f};
     static const int32_t types[] = {2, 1, 1, 1, 1, 1};
     cairn__tok_spec sp;
@@ -863,9 +922,11 @@ static void test_chat(void)
        "chatml rendering");
     free(s);
     ok(cairn__chat_render(CAIRN__CHAT_LLAMA3, m, 2, 1, &s, &n) == 0 &&
-           strcmp(s, "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
-                     "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
-                     "<|start_header_id|>assistant<|end_header_id|>\n\n") == 0,
+           strcmp(
+               s,
+               "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
+               "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+               "<|start_header_id|>assistant<|end_header_id|>\n\n") == 0,
        "llama3 rendering");
     free(s);
     ok(cairn__chat_render(CAIRN__CHAT_RAW, m, 2, 1, &s, &n) == 0 && strcmp(s, "Be brief.\nHi") == 0,
@@ -875,13 +936,15 @@ static void test_chat(void)
        "no messages: empty prompt");
     free(s);
     m[0].role = NULL;
-    ok(cairn__chat_render(CAIRN__CHAT_CHATML, m, 2, 1, &s, &n) == CAIRN_EINVAL && s == NULL, "NULL role rejected");
+    ok(cairn__chat_render(CAIRN__CHAT_CHATML, m, 2, 1, &s, &n) == CAIRN_EINVAL && s == NULL,
+       "NULL role rejected");
     ok(cairn__chat_render(7, m + 1, 1, 1, &s, &n) == CAIRN_EINVAL, "unknown format rejected");
     ok(cairn__chat_format_parse("llama3", &fmt) == 0 && fmt == CAIRN__CHAT_LLAMA3 &&
            cairn__chat_format_parse("nope", &fmt) == CAIRN_EINVAL &&
            strcmp(cairn__chat_format_name(CAIRN__CHAT_CHATML), "chatml") == 0,
        "format names");
-    ok(cairn__chat_has_special(CAIRN__CHAT_CHATML, "x<|im_end|>y") && !cairn__chat_has_special(CAIRN__CHAT_CHATML, "x"),
+    ok(cairn__chat_has_special(CAIRN__CHAT_CHATML, "x<|im_end|>y") &&
+           !cairn__chat_has_special(CAIRN__CHAT_CHATML, "x"),
        "has_special spots injected markup");
     ok(!cairn__chat_add_special(CAIRN__CHAT_LLAMA3) && cairn__chat_add_special(CAIRN__CHAT_CHATML),
        "llama3 prompts carry their own BOS");
@@ -900,7 +963,8 @@ static void test_chat(void)
             cairn__tok_encode(t, s, n, 1, 1, &ids, &k);
             for (n = 0; n < k; n++)
                 cnt += cairn__tok_type(t, ids[n]) == CAIRN__TOK_CONTROL;
-            ok(cnt == 3 && ids[0] == cairn__tok_find(t, "<|im_start|>", 12), "chatml prompt has 3 control tokens");
+            ok(cnt == 3 && ids[0] == cairn__tok_find(t, "<|im_start|>", 12),
+               "chatml prompt has 3 control tokens");
             free(ids);
             free(s);
             cairn__tok_free(t);
@@ -913,11 +977,13 @@ static void test_chat(void)
         size_t len;
         cairn__gguf *g;
         char err[128];
-        gw_kv_str(w, "tokenizer.chat_template", "{% for m in messages %}<|start_header_id|>{{ m.role }}");
+        gw_kv_str(w, "tokenizer.chat_template",
+                  "{% for m in messages %}<|start_header_id|>{{ m.role }}");
         gw_write_mem(w, &buf, &len);
         gw_free(w);
         ok(cairn__gguf_open_mem(buf, len, &g, err, sizeof err) == 0 &&
-               cairn__chat_format_detect(g) == CAIRN__CHAT_LLAMA3 && cairn__chat_format_detect(NULL) == CAIRN__CHAT_RAW,
+               cairn__chat_format_detect(g) == CAIRN__CHAT_LLAMA3 &&
+               cairn__chat_format_detect(NULL) == CAIRN__CHAT_RAW,
            "format detected from tokenizer.chat_template");
         cairn__gguf_close(g);
         free(buf);
@@ -1002,7 +1068,8 @@ static void test_reference(const char *dir, const char *name, int exact_roundtri
         o = nl + 1;
         p = e + strlen(sep);
     }
-    ok(count > 0 && pass == count, "%s: %zu/%zu reference strings give the expected ids", name, pass, count);
+    ok(count > 0 && pass == count, "%s: %zu/%zu reference strings give the expected ids", name,
+       pass, count);
     ok(rt == count, "%s: %zu/%zu strings decode back to the same bytes", name, rt, count);
 
     /* speed: a few KB of mixed text */

@@ -1,0 +1,263 @@
+/* bench/store/cairn_side.c - cairn's side of the benchmark: its real runner, and direct loops
+ * over the store that do exactly what the runner's transactions do.
+ *
+ * Throughput is measured through cairn_runner_run on fresh tasks, so everything a user pays is
+ * in it (JSON parse and payload hash, admission, acquire, per step the resume read and the
+ * commit, the final DURABLE commit). For per-commit percentiles the runner is too coarse, so
+ * commit_done_txn() below repeats runner.c's commit_txn for a finished step (kind C_DONE) line
+ * for line: fenced() reads the task and checks the lease token, then the audit record, the step
+ * record with its output and the task record with the renewed lease. load_step_txn() likewise
+ * repeats load_txn. If runner.c changes those transactions, change these with it.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bench/store/bench.h"
+#include "checkpoint/store.h"
+
+struct bench_cairn {
+    cairn_store *store;
+    cairn_runner *runner;
+    cairn_graph *graph;
+    void *out; /* the blob every step outputs */
+    size_t out_len;
+    msgpack_sbuffer input;
+    char err[1024];
+};
+
+static const uint64_t TOKEN = 0x5eed5eedull; /* the commit loop's lease token */
+
+/* A trivial compute step: it outputs the prepared blob. */
+static cairn_step_result emit(cairn_ctx *ctx, void *user)
+{
+    const bench_cairn *c = user;
+    return cairn_ctx_set_output(ctx, c->out, c->out_len) == 0 ? CAIRN_STEP_OK
+                                                              : CAIRN_STEP_PERMANENT;
+}
+
+bench_cairn *bench_cairn_open(const char *dir, cairn_durability d, int every_durable,
+                              uint32_t n_steps, size_t out_size, char *err, size_t cap)
+{
+    bench_cairn *c = calloc(1, sizeof *c);
+    if (!c) {
+        snprintf(err, cap, "out of memory");
+        return NULL;
+    }
+    msgpack_sbuffer_init(&c->input);
+    c->out = bench_output(out_size);
+    c->out_len = out_size;
+    c->store = cairn_store_new();
+    c->runner = cairn_runner_new();
+    c->graph = cairn_graph_new("bench", 1);
+    int rc = c->out && c->store && c->runner && c->graph ? 0 : CAIRN_ENOMEM;
+    for (uint32_t i = 0; !rc && i < n_steps; i++) {
+        char step[16], dep[16];
+        snprintf(step, sizeof step, "s%u", i);
+        snprintf(dep, sizeof dep, "s%u", i ? i - 1 : 0);
+        cairn_step *s = cairn_graph_add_step(c->graph, step, emit, i ? dep : NULL);
+        if (!s || cairn_step_set_user(s, c) || cairn_step_set_expensive(s, every_durable))
+            rc = CAIRN_ENOMEM;
+    }
+    if (!rc && ((rc = cairn_store_set_durability(c->store, d)) ||
+                (rc = cairn_store_open(c->store, dir))))
+        snprintf(err, cap, "cairn store: %s", cairn_store_errmsg(c->store));
+    else if (!rc && ((rc = cairn_runner_set_store(c->runner, c->store)) ||
+                     (rc = cairn_runner_add_graph(c->runner, c->graph)) ||
+                     (rc = cairn_runner_open(c->runner))))
+        snprintf(err, cap, "cairn runner: %s", cairn_runner_errmsg(c->runner));
+    else if (rc)
+        snprintf(err, cap, "cairn: %s", cairn_strerror(rc));
+    if (rc) {
+        bench_cairn_close(c);
+        return NULL;
+    }
+    return c;
+}
+
+void bench_cairn_close(bench_cairn *c)
+{
+    if (!c)
+        return;
+    cairn_runner_free(c->runner);
+    cairn_store_free(c->store);
+    cairn_graph_free(c->graph);
+    msgpack_sbuffer_destroy(&c->input);
+    free(c->out);
+    free(c);
+}
+
+const char *bench_cairn_errmsg(const bench_cairn *c) { return c ? c->err : "no store"; }
+
+int bench_cairn_run_task(bench_cairn *c, const char *id, uint32_t n)
+{
+    char input[256];
+    int len = bench_input_json(n, input, sizeof input);
+    int rc = cairn_runner_run(c->runner, "bench", id, NULL, input, (size_t)len, NULL, NULL);
+    if (rc)
+        snprintf(c->err, sizeof c->err, "cairn task %s: %s (%s)", id,
+                 cairn_runner_errmsg(c->runner), cairn_errname(rc));
+    return rc;
+}
+
+/* ------------------------------------------------------------------ the commit loop */
+
+typedef struct loop_arg {
+    bench_cairn *c;
+    const char *task, *step, *prefix;
+    uint32_t first, count;
+} loop_arg;
+
+static int commit_done_txn(cairn__txn *t, void *arg)
+{
+    loop_arg *a = arg;
+    cairn__task_rec task;
+    int rc = cairn__task_get(t, a->task, &task); /* fenced() */
+    if (rc)
+        return rc;
+    if (task.state != CAIRN_RUNNING || task.lease_token != TOKEN)
+        return cairn__store_fail(cairn__txn_store(t), CAIRN_EBUSY, "task '%s': lease lost",
+                                 a->task);
+    task.lease_expires_ms = cairn__now_ms() + BENCH_LEASE_MS;
+    cairn__step_rec s = {.generation = task.generation, .invocations = 1,
+                         .updated_ms = cairn__now_ms()};
+    snprintf(s.error, sizeof s.error, "%s", "");
+    s.state = CAIRN_STEP_DONE;
+    s.output = a->c->out;
+    s.output_len = a->c->out_len;
+    cairn__audit_rec au = {.t_ms = cairn__now_ms(), .from = CAIRN_RUNNING, .to = CAIRN_RUNNING,
+                           .attempt = task.attempt, .generation = task.generation};
+    snprintf(au.step, sizeof au.step, "%s", a->step);
+    snprintf(au.reason, sizeof au.reason, "step done (invocation %u)", 1u);
+    if ((rc = cairn__audit_append(t, &task, &au)) ||
+        (rc = cairn__step_put(t, a->task, a->step, &s)))
+        return rc;
+    return cairn__task_put(t, &task);
+}
+
+int bench_cairn_commit_step(bench_cairn *c, const char *task, const char *step, int durable)
+{
+    loop_arg a = {.c = c, .task = task, .step = step};
+    int rc = cairn__store_write(c->store, durable, commit_done_txn, &a);
+    if (rc)
+        snprintf(c->err, sizeof c->err, "cairn commit: %s (%s)", cairn_store_errmsg(c->store),
+                 cairn_errname(rc));
+    return rc;
+}
+
+/* Tasks as acquire_txn leaves them: running, attempt 1, leased to this process. */
+static int create_running_txn(cairn__txn *t, void *arg)
+{
+    loop_arg *a = arg;
+    for (uint32_t i = a->first; i < a->first + a->count; i++) {
+        cairn__task_rec r;
+        memset(&r, 0, sizeof r);
+        snprintf(r.id, sizeof r.id, "%s%06u", a->prefix, i);
+        snprintf(r.graph, sizeof r.graph, "bench");
+        snprintf(r.fingerprint, sizeof r.fingerprint, "%064d", 7);
+        snprintf(r.payload_hash, sizeof r.payload_hash, "%064d", 9);
+        snprintf(r.steps_pin, sizeof r.steps_pin,
+                 "s0@1,s1@1,s2@1,s3@1,s4@1,s5@1,s6@1,s7@1,s8@1,s9@1");
+        r.state = CAIRN_RUNNING;
+        r.attempt = r.generation = 1;
+        r.created_ms = r.updated_ms = cairn__now_ms();
+        gethostname(r.owner.host, sizeof r.owner.host - 1);
+        r.owner.pid = (int32_t)getpid();
+        r.lease_token = TOKEN;
+        r.lease_expires_ms = r.created_ms + BENCH_LEASE_MS;
+        bench_input_msgpack(i, &a->c->input);
+        r.input = a->c->input.data;
+        r.input_len = a->c->input.size;
+        int rc = cairn__task_put(t, &r);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+int bench_cairn_create_running(bench_cairn *c, const char *prefix, uint32_t first,
+                               uint32_t count)
+{
+    loop_arg a = {.c = c, .prefix = prefix, .first = first, .count = count};
+    int rc = cairn__store_write(c->store, CAIRN__RELAXED, create_running_txn, &a);
+    if (rc)
+        snprintf(c->err, sizeof c->err, "cairn setup: %s (%s)", cairn_store_errmsg(c->store),
+                 cairn_errname(rc));
+    return rc;
+}
+
+/* ------------------------------------------------------------------ the resume read */
+
+typedef struct read_arg {
+    const char *task, *step, *dep;
+    int copy_input, has_rec;
+    cairn__step_rec rec;
+    void *input_bytes, *dep_bytes, *progress_bytes;
+    msgpack_unpacked input, dep_u, progress_u;
+} read_arg;
+
+static int unpack_copy(const void *p, size_t n, void **bytes, msgpack_unpacked *u)
+{
+    size_t off = 0;
+    *bytes = malloc(n ? n : 1);
+    if (!*bytes)
+        return CAIRN_ENOMEM;
+    memcpy(*bytes, p, n);
+    msgpack_unpacked_init(u);
+    return msgpack_unpack_next(u, *bytes, n, &off) == MSGPACK_UNPACK_SUCCESS ? 0 : CAIRN_ECORRUPT;
+}
+
+static int load_step_txn(cairn__txn *t, void *arg)
+{
+    read_arg *a = arg;
+    cairn__task_rec task;
+    int rc = cairn__task_get(t, a->task, &task);
+    if (rc)
+        return rc;
+    if (a->copy_input &&
+        (rc = unpack_copy(task.input, task.input_len, &a->input_bytes, &a->input)))
+        return rc;
+    cairn__step_rec s;
+    rc = cairn__step_get(t, a->task, a->step, task.generation, &s);
+    a->has_rec = rc == 0;
+    if (rc == 0) {
+        a->rec = s;
+        a->rec.output = NULL;
+    } else if (rc != CAIRN_ENOTFOUND)
+        return rc;
+    if (a->dep) {
+        rc = cairn__step_get(t, a->task, a->dep, task.generation, &s);
+        if (rc == 0 && s.state == CAIRN_STEP_DONE && s.output) {
+            if ((rc = unpack_copy(s.output, s.output_len, &a->dep_bytes, &a->dep_u)))
+                return rc;
+        } else if (rc && rc != CAIRN_ENOTFOUND)
+            return rc;
+    }
+    const void *p;
+    size_t n;
+    rc = cairn__progress_get(t, a->task, a->step, task.generation, &p, &n);
+    if (rc == 0)
+        return unpack_copy(p, n, &a->progress_bytes, &a->progress_u);
+    return rc == CAIRN_ENOTFOUND ? 0 : rc;
+}
+
+int bench_cairn_load_step(bench_cairn *c, const char *task, const char *step, const char *dep,
+                          int copy_input)
+{
+    read_arg a = {.task = task, .step = step, .dep = dep, .copy_input = copy_input};
+    int rc = cairn__store_read(c->store, load_step_txn, &a);
+    /* the runner frees these after the step; outside the read, as here */
+    if (a.input_bytes)
+        msgpack_unpacked_destroy(&a.input), free(a.input_bytes);
+    if (a.dep_bytes)
+        msgpack_unpacked_destroy(&a.dep_u), free(a.dep_bytes);
+    if (a.progress_bytes)
+        msgpack_unpacked_destroy(&a.progress_u), free(a.progress_bytes);
+    if (!rc && (!a.has_rec || a.rec.state != CAIRN_STEP_DONE || (dep && !a.dep_bytes)))
+        rc = CAIRN_ECORRUPT; /* a read that found nothing would measure nothing */
+    if (rc)
+        snprintf(c->err, sizeof c->err, "cairn resume read of %s/%s: %s (%s)", task, step,
+                 cairn_store_errmsg(c->store), cairn_errname(rc));
+    return rc;
+}

@@ -1,0 +1,33 @@
+/* steps/llm.h - the `generate` built-in step (compute, expensive): calls the gpu/ engine. */
+#ifndef CAIRN_STEPS_LLM_H
+#define CAIRN_STEPS_LLM_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+#include "cairn.h"
+
+typedef struct cairn__llm_cfg cairn__llm_cfg;
+
+/* Parses the "generate" object of the configuration:
+ *   {"model": "/path/model.gguf" (required), "backend": "auto"|"cpu"|"cuda", "threads": 0,
+ *    "ctx": 0, "prompt": "template with {{field}} and {{context}}" (required),
+ *    "system": "...", "chat": "raw"|"chatml"|"llama3", "max_tokens": 256, "temperature": 0.7,
+ *    "top_p": 0.95, "top_k": 40, "repeat_penalty": 1.0, "seed": (default: derived from the
+ *    task ID), "stop": ["..."], "progress_every": 16, "context_source": "retrieve"}
+ * Relative model paths are taken relative to `base_dir` (the config file's folder) if not NULL.
+ * Errors: CAIRN_EJSON with err naming the field ("generate.temperature: ..."). */
+int cairn__llm_cfg_parse(const json_t *cfg, const char *base_dir, cairn__llm_cfg **out, char *err,
+                         size_t errlen);
+void cairn__llm_cfg_free(cairn__llm_cfg *c);
+/* A short text that changes whenever the output could (model path, prompt, options). */
+const char *cairn__llm_cfg_digest(const cairn__llm_cfg *c);
+
+/* The step (user = the cairn__llm_cfg). Renders the prompt from the task input and the
+ * retrieval output, loads the model once per process, generates, and saves progress (tokens so
+ * far + sampler state) every progress_every tokens, so a crash resumes from the saved tokens.
+ * Output: {"text", "finish_reason", "prompt_tokens", "completion_tokens", "resumed_tokens",
+ *          "generated_tokens", "model", "model_sha256", "sampler": {...}, "seed", "tokens_per_s"}. */
+cairn_step_result cairn__llm_step(cairn_ctx *ctx, void *cfg);
+
+#endif

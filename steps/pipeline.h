@@ -1,0 +1,27 @@
+/* steps/pipeline.h - the built-in graph `default`: retrieve -> generate -> postprocess ->
+ * notify.<target>..., built from a JSON configuration file. */
+#ifndef CAIRN_STEPS_PIPELINE_H
+#define CAIRN_STEPS_PIPELINE_H
+
+#include <stddef.h>
+
+#include "cairn.h"
+
+typedef struct cairn__pipeline cairn__pipeline;
+
+/* Reads and validates the configuration file and builds the graph. `store_dir` locates the
+ * default retrieval index (<store>/index). Errors name the file and field
+ * ("pipeline.json: generate.temperature: must be a number in [0, 100]") or, for malformed JSON,
+ * file:line:column. Returns 0, CAIRN_ENOENT, CAIRN_EJSON, CAIRN_ENOMEM. */
+int cairn__pipeline_load(const char *config_path, const char *store_dir, cairn__pipeline **out,
+                         char *err, size_t errlen);
+void cairn__pipeline_free(cairn__pipeline *p);
+cairn_graph *cairn__pipeline_graph(cairn__pipeline *p);
+
+/* For the `cairn` executable: takes "--config FILE" (or CAIRN_CONFIG) out of argv, and if one is
+ * given loads the pipeline. *p stays NULL when there is no configuration. Returns 0 or an error
+ * as cairn__pipeline_load. */
+int cairn__pipeline_from_args(int *argc, char **argv, cairn__pipeline **p, char *err,
+                              size_t errlen);
+
+#endif

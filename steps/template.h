@@ -1,0 +1,26 @@
+/* steps/template.h - "{{name}}" placeholders, shared by the built-in steps. */
+#ifndef CAIRN_STEPS_TEMPLATE_H
+#define CAIRN_STEPS_TEMPLATE_H
+
+#include <stddef.h>
+
+#include <msgpack.h>
+
+/* Returns the text for placeholder `name` (malloc'd), or NULL if there is none. */
+typedef char *(*cairn__template_lookup)(const char *name, void *arg);
+
+/* Renders tpl, replacing each {{name}} (name: letters, digits, '_', '.', '-'; spaces inside the
+ * braces ignored) with lookup(name). *out is malloc'd. Returns 0, CAIRN_EINVAL with err naming
+ * the placeholder and its character offset when lookup has no value or a brace is unclosed,
+ * or CAIRN_ENOMEM. */
+int cairn__template_render(const char *tpl, cairn__template_lookup lookup, void *arg, char **out,
+                           char *err, size_t errlen);
+
+/* The text form of a msgpack value for a template: strings as they are, numbers and booleans in
+ * decimal, arrays of scalars joined by ", ", nil as "". NULL for maps and nested arrays. */
+char *cairn__template_value(const msgpack_object *o);
+
+/* Looks up a dotted path ("result.text") in nested msgpack maps; NULL if absent. */
+const msgpack_object *cairn__mp_path(const msgpack_object *o, const char *path);
+
+#endif

@@ -1,0 +1,146 @@
+/* crash_common.h - what every crash test checks about a task after it was killed (static helpers).
+ *
+ * The promises under test, for the ledger graph (parse -> work (expensive compute) -> append
+ * (at-most-once effect)):
+ *   1. once `work`'s output is committed it never changes and work never runs again;
+ *   2. the effect happens at most once (the ledger has <= 1 line per task);
+ *   3. resuming with the same command ends succeeded or in_doubt (never dead, never stuck);
+ *      an in_doubt task resolved as done then succeeds without performing the effect again.
+ * A test observes a task after each kill (observe()) and settles it at the end (settle()).
+ * Violations are counted and described, so a soak can report them all at once.
+ */
+#ifndef CAIRN_TEST_CRASH_COMMON_H
+#define CAIRN_TEST_CRASH_COMMON_H
+
+#include "cli_common.h"
+
+typedef struct task_obs {
+    char id[64];
+    char *input;          /* path of the input file */
+    char nonce[32];       /* work's nonce once seen committed */
+    int work_at_commit;   /* trace lines of work when its output was first seen committed */
+    int seen_commit;
+    int violations;
+    int in_doubt_seen;    /* the final resume found the task in doubt */
+    char landed[64];      /* where the last kill landed (from show --json) */
+} task_obs;
+
+static inline void crash_violation(task_obs *o, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static inline void crash_violation(task_obs *o, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    printf("# VIOLATION task %s: ", o->id);
+    vprintf(fmt, ap);
+    printf("\n");
+    fflush(stdout);
+    va_end(ap);
+    o->violations++;
+}
+
+static inline int work_lines(const char *trace, const char *id)
+{
+    char *l = tu_fmt("work %s", id);
+    int n = tu_count_exact(trace, l);
+    free(l);
+    return n;
+}
+
+static inline int ledger_lines(const char *ledger, const char *id)
+{
+    char *l = tu_fmt("%s ", id);
+    int n = tu_count_lines(ledger, l);
+    free(l);
+    return n;
+}
+
+/* Reads the task after a kill and checks promises 1 and 2 so far. Records where it landed. */
+static inline void observe(task_obs *o, const char *store, const char *trace, const char *ledger)
+{
+    int code = 0;
+    json_t *j = show_json(LEDGER, store, o->id, &code);
+    if (!j) {
+        snprintf(o->landed, sizeof o->landed, code == 66 ? "not admitted" : "show failed %d", code);
+        if (code != 66)
+            crash_violation(o, "show failed with %d after a kill", code);
+        if (ledger_lines(ledger, o->id) > 0)
+            crash_violation(o, "ledger line without a task");
+        return;
+    }
+    const char *st[3];
+    static const char *names[3] = {"parse", "work", "append"};
+    for (int i = 0; i < 3; i++) {
+        json_t *s = step_of(j, names[i]);
+        st[i] = s ? jstr(s, "status") : "-";
+    }
+    snprintf(o->landed, sizeof o->landed, "%s p=%s w=%s a=%s", jstr(j, "status"), st[0], st[1],
+             st[2]);
+    json_t *w = step_of(j, "work");
+    if (w && strcmp(jstr(w, "status"), "done") == 0) {
+        const char *nonce = jstr(json_object_get(w, "output"), "nonce");
+        if (!o->seen_commit) {
+            o->seen_commit = 1;
+            snprintf(o->nonce, sizeof o->nonce, "%s", nonce);
+            o->work_at_commit = work_lines(trace, o->id);
+        } else if (strcmp(nonce, o->nonce) != 0) {
+            crash_violation(o, "work's committed nonce changed: %s -> %s", o->nonce, nonce);
+        }
+    }
+    if (o->seen_commit && work_lines(trace, o->id) != o->work_at_commit)
+        crash_violation(o, "work ran again after its output was committed (%d -> %d lines)",
+                        o->work_at_commit, work_lines(trace, o->id));
+    if (ledger_lines(ledger, o->id) > 1)
+        crash_violation(o, "%d ledger lines", ledger_lines(ledger, o->id));
+    json_decref(j);
+}
+
+/* Resumes the task to the end (settling a doubt as done) and checks all promises. `resume` is
+ * the exit code of the first resume run (or -1 to run it here). Returns the violations. */
+static inline int settle(task_obs *o, const char *store, const char *trace, const char *ledger)
+{
+    tu_result r;
+    int rc = cli(&r, LEDGER, store, "run", "--graph", "ledger", "--input", o->input, "--task",
+                 o->id, "--max-attempts", "1000", NULL);
+    if (rc != 0 && rc != 69)
+        crash_violation(o, "resume exited %d (want 0 or 69): %s", rc, r.err);
+    tu_result_free(&r);
+    if (rc == 69) {
+        char *s = task_status(LEDGER, store, o->id);
+        if (strcmp(s, "in_doubt") != 0)
+            crash_violation(o, "resume exited 69 but the task is %s", s);
+        free(s);
+        o->in_doubt_seen = 1;
+        int lines_before = ledger_lines(ledger, o->id);
+        rc = cli(&r, LEDGER, store, "resolve", o->id, "--step", "append", "--done", NULL);
+        if (rc != 0)
+            crash_violation(o, "resolve --done exited %d: %s", rc, r.err);
+        tu_result_free(&r);
+        rc = cli(&r, LEDGER, store, "run", "--graph", "ledger", "--input", o->input, "--task",
+                 o->id, "--max-attempts", "1000", NULL);
+        if (rc != 0)
+            crash_violation(o, "run after resolve --done exited %d: %s", rc, r.err);
+        tu_result_free(&r);
+        if (ledger_lines(ledger, o->id) != lines_before)
+            crash_violation(o, "the effect ran after resolve --done");
+    }
+    observe(o, store, trace, ledger);
+    json_t *j = show_json(LEDGER, store, o->id, NULL);
+    if (!j || strcmp(jstr(j, "status"), "succeeded") != 0)
+        crash_violation(o, "final status %s", j ? jstr(j, "status") : "(none)");
+    else if (!o->in_doubt_seen && ledger_lines(ledger, o->id) != 1)
+        crash_violation(o, "succeeded without doubt but %d ledger lines",
+                        ledger_lines(ledger, o->id));
+    if (j && json_object_get(j, "lease"))
+        crash_violation(o, "a finished task still holds a lease");
+    json_decref(j);
+    /* running it once more changes nothing */
+    int wl = work_lines(trace, o->id), ll = ledger_lines(ledger, o->id);
+    rc = cli_code(LEDGER, store, "run", "--graph", "ledger", "--input", o->input, "--task", o->id,
+                  NULL);
+    if (rc != 0 || work_lines(trace, o->id) != wl || ledger_lines(ledger, o->id) != ll)
+        crash_violation(o, "a run of the finished task did something (rc %d)", rc);
+    return o->violations;
+}
+
+#endif

@@ -1,0 +1,318 @@
+/* test_crash.c - SIGKILL inside every step and at every commit boundary of the ledger graph.
+ *
+ * Where a kill lands is controlled without any hook in the runner:
+ *   inside work    work_ms keeps the step busy; the test polls the trace file and kills the
+ *                  process group (the runner and the child it forked for the step) as soon as
+ *                  "work <task>" appears;
+ *   inside append  the ledger path is a FIFO: the effect's open() blocks after the intent was
+ *                  committed, until the test kills the process;
+ *   after commit N the test holds LMDB's writer lock itself (a write transaction on the store
+ *                  it never commits) and releases it for one commit at a time, counting audit
+ *                  records (one per commit of the task); once N commits went through, the runner
+ *                  is blocked before commit N+1 (or still computing) and gets SIGKILL. The count
+ *                  read under the lock says exactly where the kill landed.
+ * After each kill the task is resumed with the same command and the promises in
+ * crash_common.h are checked.
+ */
+#include <lmdb.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "crash_common.h"
+
+static char *D;
+
+/* ------------------------------------------------------------------ inside work */
+
+static void test_kill_inside_work(void)
+{
+    char *st = tu_fmt("%s/store-work", D), *trace = tu_fmt("%s/work.trace", D),
+         *ledger = tu_fmt("%s/work.ledger", D);
+    char *in = ledger_input("inside work", 1500, trace, ledger, NULL);
+    task_obs o = {.id = "kw1"};
+    o.input = write_input(D, "kw1.json", in);
+    const char *argv[] = {LEDGER, "run", "--graph", "ledger", "--input", o.input, "--task", o.id,
+                          "--max-attempts", "1000", "--store", st, NULL};
+    int kills = 0;
+    for (int round = 1; round <= 3; round++) {
+        pid_t pid = tu_spawn(argv, NULL, NULL, NULL);
+        int64_t until = tu_now_ms() + 60000;
+        while (work_lines(trace, o.id) < round && tu_now_ms() < until && !tu_poll_exit(pid, NULL))
+            tu_sleep_ms(2);
+        tu_kill_wait(pid);
+        kills += work_lines(trace, o.id) == round;
+        observe(&o, st, trace, ledger);
+        json_t *j = show_json(LEDGER, st, o.id, NULL);
+        json_t *w = j ? step_of(j, "work") : NULL;
+        ok(j && strcmp(jstr(j, "status"), "running") == 0 &&
+               (!w || strcmp(jstr(w, "status"), "done") != 0) && json_object_get(j, "lease"),
+           "kill %d inside work: task left running with a stale lease, work not committed (%s)",
+           round, o.landed);
+        json_decref(j);
+    }
+    ok(kills == 3, "three kills landed inside work");
+    ok(ledger_lines(ledger, o.id) == 0, "no effect yet");
+    ok(settle(&o, st, trace, ledger) == 0, "after 3 kills inside work: resumed to succeeded, "
+       "promises hold");
+    ok(work_lines(trace, o.id) == 4, "work ran 4 times (3 killed + 1), never after its commit");
+    ok(ledger_lines(ledger, o.id) == 1, "one ledger line");
+    json_t *j = show_json(LEDGER, st, o.id, NULL);
+    ok(j && jint(j, "attempt") == 4, "each run counted as an attempt (4)");
+    json_decref(j);
+    tu_result r;
+    int rc = cli(&r, LEDGER, st, "audit", o.id, "--json", NULL);
+    json_t *a = rc == 0 ? parse_out(&r) : NULL;
+    int takeovers = 0;
+    size_t i;
+    json_t *row;
+    json_array_foreach(a, i, row) takeovers += tu_contains(jstr(row, "reason"), "taken over");
+    ok(takeovers == 3, "audit records 3 lease takeovers from dead owners (%d)", takeovers);
+    json_decref(a);
+    tu_result_free(&r);
+
+    /* without --max-attempts the default of 3 makes a task that keeps crashing dead */
+    task_obs d = {.id = "kw-dead"};
+    char *in2 = ledger_input("dies", 1500, trace, ledger, NULL);
+    d.input = write_input(D, "kwd.json", in2);
+    const char *argv2[] = {LEDGER, "run", "--graph", "ledger", "--input", d.input, "--task", d.id,
+                           "--store", st, NULL};
+    for (int round = 1; round <= 3; round++) {
+        pid_t pid = tu_spawn(argv2, NULL, NULL, NULL);
+        int64_t until = tu_now_ms() + 60000;
+        while (work_lines(trace, d.id) < round && tu_now_ms() < until && !tu_poll_exit(pid, NULL))
+            tu_sleep_ms(2);
+        tu_kill_wait(pid);
+    }
+    rc = cli(&r, LEDGER, st, "run", "--graph", "ledger", "--input", d.input, "--task", d.id, NULL);
+    ok(rc == 69 && tu_contains(r.err, "attempts"), "a 4th start with max 3 attempts: dead, 69 "
+       "(rc %d: %s)", rc, r.err);
+    tu_result_free(&r);
+    free(in2), free(d.input);
+    free(in), free(o.input), free(st), free(trace), free(ledger);
+}
+
+/* ------------------------------------------------------------------ inside append */
+
+static void test_kill_inside_append(int resolve_done)
+{
+    const char *tag = resolve_done ? "fifo-done" : "fifo-notdone";
+    char *st = tu_fmt("%s/store-%s", D, tag), *trace = tu_fmt("%s/%s.trace", D, tag),
+         *ledger = tu_fmt("%s/%s.ledger", D, tag);
+    ok(mkfifo(ledger, 0600) == 0, "%s: ledger is a FIFO (the effect blocks in open)", tag);
+    char *in = ledger_input(tag, 0, trace, ledger, NULL);
+    task_obs o;
+    memset(&o, 0, sizeof o);
+    snprintf(o.id, sizeof o.id, "%s", tag);
+    o.input = write_input(D, "fifo.json", in);
+    const char *argv[] = {LEDGER, "run", "--graph", "ledger", "--input", o.input, "--task", o.id,
+                          "--max-attempts", "1000", "--store", st, NULL};
+    pid_t pid = tu_spawn(argv, NULL, NULL, NULL);
+    int64_t until = tu_now_ms() + 60000;
+    int intent = 0;
+    while (!intent && tu_now_ms() < until && !tu_poll_exit(pid, NULL)) {
+        json_t *j = show_json(LEDGER, st, o.id, NULL);
+        json_t *a = j ? step_of(j, "append") : NULL;
+        intent = a && strcmp(jstr(a, "status"), "intent") == 0;
+        json_decref(j);
+        if (!intent)
+            tu_sleep_ms(10);
+    }
+    tu_sleep_ms(50); /* let it reach the blocking open() (harmless if it already did) */
+    tu_kill_wait(pid);
+    ok(intent, "%s: killed with the effect's intent committed and its outcome not", tag);
+    observe(&o, st, trace, ledger);
+    ok(o.seen_commit, "%s: work was committed before the effect", tag);
+    unlink(ledger); /* a regular file from now on */
+    tu_result r;
+    int rc = cli(&r, LEDGER, st, "run", "--graph", "ledger", "--input", o.input, "--task", o.id,
+                 "--max-attempts", "1000", NULL);
+    ok(rc == 69 && tu_contains(r.err, "in doubt") && tu_contains(r.err, "resolve"),
+       "%s: resume: 69, in doubt, hint to resolve (rc %d: %s)", tag, rc, r.err);
+    tu_result_free(&r);
+    json_t *j = show_json(LEDGER, st, o.id, NULL);
+    ok(j && strcmp(jstr(j, "status"), "in_doubt") == 0 &&
+           strcmp(jstr(step_of(j, "append"), "status"), "in_doubt") == 0 &&
+           !json_object_get(j, "lease"),
+       "%s: task and append step in_doubt, no lease", tag);
+    json_decref(j);
+    ok(ledger_lines(ledger, o.id) == 0, "%s: the effect was not called again", tag);
+    rc = cli_code(LEDGER, st, "resolve", o.id, "--step", "append",
+                  resolve_done ? "--done" : "--not-done", NULL);
+    ok(rc == 0, "%s: resolve exits 0", tag);
+    rc = cli_code(LEDGER, st, "run", "--graph", "ledger", "--input", o.input, "--task", o.id,
+                  "--max-attempts", "1000", NULL);
+    ok(rc == 0, "%s: next run exits 0 (rc %d)", tag, rc);
+    observe(&o, st, trace, ledger);
+    ok(o.violations == 0, "%s: work never re-ran, nonce unchanged", tag);
+    ok(ledger_lines(ledger, o.id) == (resolve_done ? 0 : 1),
+       "%s: ledger has %d line(s): the effect ran %s", tag, resolve_done ? 0 : 1,
+       resolve_done ? "never again" : "once more, as the operator said");
+    ok(strcmp(task_status(LEDGER, st, o.id), "succeeded") == 0, "%s: succeeded", tag);
+    free(in), free(o.input), free(st), free(trace), free(ledger);
+}
+
+/* ------------------------------------------------------------------ after commit N */
+
+typedef struct writer_lock {
+    MDB_env *env;
+    MDB_txn *txn;
+} writer_lock;
+
+static int lock_open(writer_lock *w, const char *store)
+{
+    memset(w, 0, sizeof *w);
+    if (mdb_env_create(&w->env))
+        return -1;
+    mdb_env_set_maxdbs(w->env, 16);
+    mdb_env_set_maxreaders(w->env, 256);
+    mdb_env_set_mapsize(w->env, 8u << 20);
+    int rc = mdb_env_open(w->env, store, MDB_NOTLS, 0600);
+    if (rc) {
+        diag("mdb_env_open %s: %s", store, mdb_strerror(rc));
+        mdb_env_close(w->env);
+        w->env = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+/* Takes the writer lock (blocks while another process commits) and counts audit records. */
+static long lock_take(writer_lock *w)
+{
+    int rc = mdb_txn_begin(w->env, NULL, 0, &w->txn);
+    if (rc == MDB_MAP_RESIZED) {
+        mdb_env_set_mapsize(w->env, 0);
+        rc = mdb_txn_begin(w->env, NULL, 0, &w->txn);
+    }
+    if (rc) {
+        diag("mdb_txn_begin: %s", mdb_strerror(rc));
+        w->txn = NULL;
+        return -1;
+    }
+    MDB_dbi dbi;
+    MDB_stat s;
+    if (mdb_dbi_open(w->txn, "audit", 0, &dbi) || mdb_stat(w->txn, dbi, &s))
+        return -1;
+    return (long)s.ms_entries;
+}
+
+static void lock_release(writer_lock *w)
+{
+    if (w->txn)
+        mdb_txn_abort(w->txn);
+    w->txn = NULL;
+}
+
+static void lock_close(writer_lock *w)
+{
+    lock_release(w);
+    if (w->env)
+        mdb_env_close(w->env);
+    w->env = NULL;
+}
+
+/* Runs a fresh task and kills it once `n` commits (audit records) are in. Returns the number
+ * of commits actually in when it died (-1 on a setup failure); *exited is set if it finished. */
+static long kill_after_commits(const char *st, const char *input, const char *id, long n,
+                               int *exited)
+{
+    writer_lock w;
+    *exited = 0;
+    if (lock_open(&w, st))
+        return -1;
+    long c = lock_take(&w);
+    const char *argv[] = {LEDGER, "run", "--graph", "ledger", "--input", input, "--task", id,
+                          "--max-attempts", "1000", "--store", st, NULL};
+    pid_t pid = tu_spawn(argv, NULL, NULL, NULL);
+    long base = c;
+    int64_t until = tu_now_ms() + 60000;
+    long us = 300;
+    while (c >= 0 && c - base < n && tu_now_ms() < until) {
+        lock_release(&w);
+        tu_sleep_us(us); /* the runner (waiting on the lock) gets it and commits */
+        long before = c;
+        c = lock_take(&w);
+        if (c == before && us < 20000)
+            us *= 2; /* no progress: it was computing, or we re-took the lock first */
+        else if (c - before > 1 && us > 50)
+            us /= 2; /* went past more than one commit: shorter windows */
+        if (tu_poll_exit(pid, NULL)) {
+            *exited = 1;
+            break;
+        }
+    }
+    if (!*exited)
+        tu_kill_wait(pid); /* blocked on our lock before its next commit, or computing */
+    long landed = c - base;
+    lock_close(&w);
+    return landed;
+}
+
+static void test_kill_after_commits(void)
+{
+    /* the 7 commits of a clean run: created, run, parse, work, intent, append, succeeded */
+    static const char *after[] = {"nothing",      "created",       "run started",
+                                  "parse done",   "work done",     "append intent",
+                                  "append done",  "succeeded"};
+    char *trace = tu_fmt("%s/commit.trace", D), *ledger = tu_fmt("%s/commit.ledger", D);
+    int covered[8] = {0};
+    for (long n = 0; n <= 6; n++) {
+        for (int tries = 0; tries < 4 && !covered[n]; tries++) {
+            char *st = tu_fmt("%s/store-commit-%ld-%d", D, n, tries);
+            char *text = tu_fmt("commit %ld try %d", n, tries);
+            char *in = ledger_input(text, 0, trace, ledger, NULL);
+            task_obs o;
+            memset(&o, 0, sizeof o);
+            snprintf(o.id, sizeof o.id, "c%ld-%d", n, tries);
+            o.input = write_input(D, "commit.json", in);
+            /* create the store first, so the lock can be taken before the runner starts */
+            ok(cli_code(LEDGER, st, "stats", NULL) == 0, "store for N=%ld created", n);
+            int exited = 0;
+            long landed = kill_after_commits(st, o.input, o.id, n, &exited);
+            if (landed < 0 || landed > 7) {
+                ok(0, "N=%ld: could not step the runner (landed %ld)", n, landed);
+                break;
+            }
+            covered[landed] = 1;
+            observe(&o, st, trace, ledger);
+            diag("aimed after %ld commits, killed after %ld (%s): store shows %s%s", n, landed,
+                 after[landed], o.landed, exited ? " (it had exited)" : "");
+            int v = settle(&o, st, trace, ledger);
+            ok(v == 0, "killed after commit %ld (%s): resumed, promises hold%s", landed,
+               after[landed], o.in_doubt_seen ? " (was in doubt, resolved done)" : "");
+            if (landed == 5)
+                ok(o.in_doubt_seen, "killed after the intent: the resume found it in doubt");
+            if (landed == 4 || landed == 6)
+                ok(!o.in_doubt_seen && ledger_lines(ledger, o.id) == 1,
+                   "killed after commit %ld: no doubt, exactly one effect", landed);
+            if (landed >= 4)
+                ok(work_lines(trace, o.id) == 1, "work committed before the kill ran only once");
+            free(st), free(text), free(in), free(o.input);
+        }
+    }
+    int n_cov = 0;
+    for (int i = 0; i <= 6; i++)
+        n_cov += covered[i];
+    ok(n_cov >= 5, "kills landed after %d of the 7 commit boundaries 0..6", n_cov);
+    for (int i = 0; i <= 6; i++)
+        if (!covered[i])
+            diag("boundary after %d commits (%s) was not hit", i, after[i]);
+    free(trace), free(ledger);
+}
+
+int main(void)
+{
+    cli_init();
+    D = tu_mkdtemp("crash");
+    diag("temp dir %s", D);
+    test_kill_inside_work();
+    test_kill_inside_append(1);
+    test_kill_inside_append(0);
+    test_kill_after_commits();
+    int rc = tap_done();
+    if (rc == 0 && !getenv("CAIRN_TEST_KEEP"))
+        tu_rm_rf(D);
+    free(D);
+    return rc;
+}

@@ -1,0 +1,1379 @@
+/* test_runner.c - the runner through the C API, with graphs whose steps are functions here.
+ *
+ * Every step call appends a line "<task> <step> inv=N gen=G att=A dlv=ID" to a trace file in the
+ * test's directory, so calls are counted on the receiving side even when they happened in a
+ * process that then died. Crashes are real: the first run of a task happens in a forked child
+ * whose step calls _exit(9) (after an effect's intent is on disk, or after saving progress), and
+ * the parent resumes the task and checks what ran again. Races that need two owners (a live
+ * lease, a takeover in the middle of a step, a tenant limit) are staged by a step function that
+ * calls a second runner on the same store while the first one is inside the step.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "checkpoint/store.h"
+#include "runner/internal.h"
+#include "tests/store/rawlmdb.h"
+#include "tests/tap.h"
+
+static char root[256];
+static char g_trace[320];
+static int g_in_child; /* steps with `crash` set only crash in a child */
+static pid_t g_main_pid;
+
+/* ------------------------------------------------------------------ scaffolding */
+
+typedef struct spec {
+    int calls;              /* in this process */
+    int fail_calls;         /* fail (transiently) this many calls, then succeed */
+    int always_transient;   /* never succeed */
+    int permanent;          /* fail permanently */
+    int crash;              /* _exit(9) in a child process (after tracing) */
+    int64_t base;           /* output = base + sum of the deps' outputs */
+    const char *deps[4];    /* dependency names to read */
+    uint32_t invs[16];      /* invocation numbers seen */
+    uint32_t gens[16];      /* generations seen */
+} spec;
+
+static void trace(cairn_ctx *c, const char *extra)
+{
+    FILE *f = fopen(g_trace, "a");
+    if (!f)
+        return;
+    fprintf(f, "%s %s inv=%u gen=%u att=%u dlv=%s %s\n", cairn_ctx_task_id(c),
+            cairn_ctx_step_name(c), cairn_ctx_invocation(c), cairn_ctx_generation(c),
+            cairn_ctx_attempt(c), cairn_ctx_delivery_id(c), extra ? extra : "");
+    fclose(f);
+}
+
+/* Lines of the trace for task/step (step NULL: any step of the task). */
+static int trace_count(const char *task, const char *step)
+{
+    FILE *f = fopen(g_trace, "r");
+    char line[1024], want[256];
+    int n = 0;
+    if (!f)
+        return 0;
+    snprintf(want, sizeof want, step ? "%s %s " : "%s ", task, step);
+    while (fgets(line, sizeof line, f))
+        n += strncmp(line, want, strlen(want)) == 0;
+    fclose(f);
+    return n;
+}
+
+/* The k-th (0-based) delivery ID traced for task/step, or "". */
+static void trace_dlv(const char *task, const char *step, int k, char out[64])
+{
+    FILE *f = fopen(g_trace, "r");
+    char line[1024], want[256];
+    out[0] = 0;
+    if (!f)
+        return;
+    snprintf(want, sizeof want, "%s %s ", task, step);
+    while (fgets(line, sizeof line, f))
+        if (strncmp(line, want, strlen(want)) == 0 && k-- == 0) {
+            const char *d = strstr(line, "dlv=");
+            if (d)
+                sscanf(d + 4, "%63s", out);
+            break;
+        }
+    fclose(f);
+}
+
+static int64_t obj_int(const msgpack_object *o)
+{
+    if (!o)
+        return -1000000;
+    if (o->type == MSGPACK_OBJECT_POSITIVE_INTEGER)
+        return (int64_t)o->via.u64;
+    if (o->type == MSGPACK_OBJECT_NEGATIVE_INTEGER)
+        return o->via.i64;
+    return -1000000;
+}
+
+static cairn_step_result st_gen(cairn_ctx *c, void *user)
+{
+    spec *s = user;
+    if (s->calls < 16) {
+        s->invs[s->calls] = cairn_ctx_invocation(c);
+        s->gens[s->calls] = cairn_ctx_generation(c);
+    }
+    s->calls++;
+    trace(c, NULL);
+    if (s->crash && g_in_child)
+        _exit(9);
+    if (s->permanent) {
+        cairn_ctx_set_error(c, "disk on fire: %d", 42);
+        return CAIRN_STEP_PERMANENT;
+    }
+    if (s->always_transient || s->fail_calls > 0) {
+        if (s->fail_calls > 0)
+            s->fail_calls--;
+        cairn_ctx_set_error(c, "planned failure %d", s->calls);
+        return CAIRN_STEP_TRANSIENT;
+    }
+    int64_t v = s->base;
+    for (int i = 0; i < 4 && s->deps[i]; i++)
+        v += obj_int(cairn_ctx_dep(c, s->deps[i]));
+    msgpack_pack_int64(cairn_ctx_packer(c), v);
+    return CAIRN_STEP_OK;
+}
+
+static char g_dir[300];
+static int g_dirn;
+
+/* A new test directory and trace file. */
+static void newdir(const char *tag)
+{
+    snprintf(g_dir, sizeof g_dir, "%s/%s%d", root, tag, ++g_dirn);
+    snprintf(g_trace, sizeof g_trace, "%s.trace", g_dir);
+}
+
+static cairn_store *store_open(void)
+{
+    cairn_store *s = cairn_store_new();
+    cairn_store_set_durability(s, CAIRN_NOSYNC);
+    if (cairn_store_open(s, g_dir)) {
+        diag("store open: %s", cairn_store_errmsg(s));
+        cairn_store_free(s);
+        return NULL;
+    }
+    return s;
+}
+
+static cairn_runner *runner_open(cairn_store *s, cairn_graph *g)
+{
+    cairn_runner *r = cairn_runner_new();
+    if (cairn_runner_add_graph(r, g) || cairn_runner_set_store(r, s) ||
+        cairn_runner_set_inline_wait_ms(r, 0) || cairn_runner_open(r)) {
+        diag("runner: %s", cairn_runner_errmsg(r));
+        cairn_runner_free(r);
+        return NULL;
+    }
+    return r;
+}
+
+/* A step with a retry policy that never retries inline (inline wait is 0 in these tests). */
+static void slow_retry(cairn_step *s) { cairn_step_set_retry(s, 3, 1000000, 1000000); }
+
+static int run(cairn_runner *r, const char *graph, const char *id, const char *json)
+{
+    return cairn_runner_run(r, graph, id, NULL, json, strlen(json), NULL, NULL);
+}
+
+/* Runs `id` of graph `g` in a forked child (its own store and runner) and returns its exit code
+ * (a step with `crash` makes it 9), or 100 + signal. */
+static int run_in_child(cairn_graph *g, const char *id, const char *json, uint32_t max_attempts)
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        g_in_child = 1;
+        cairn_store *s = store_open();
+        cairn_runner *r = s ? runner_open(s, g) : NULL;
+        if (!r)
+            _exit(70);
+        if (max_attempts)
+            cairn_runner_set_max_attempts(r, max_attempts);
+        int rc = id && !json ? cairn_runner_resume(r, id) : run(r, cairn_graph_name(g), id, json);
+        _exit(rc == 0 ? 0 : 50 + (-rc % 50));
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 100 + WTERMSIG(st);
+}
+
+typedef struct stepq {
+    const char *task, *step;
+    uint32_t gen;
+    int rc;
+    cairn__step_rec rec;
+    int64_t out;
+    int has_out;
+} stepq;
+
+static int stepq_txn(cairn__txn *t, void *arg)
+{
+    stepq *q = arg;
+    q->rc = cairn__step_get(t, q->task, q->step, q->gen, &q->rec);
+    q->has_out = 0;
+    if (q->rc == 0 && q->rec.output) {
+        msgpack_unpacked u;
+        size_t off = 0;
+        msgpack_unpacked_init(&u);
+        if (msgpack_unpack_next(&u, q->rec.output, q->rec.output_len, &off) ==
+            MSGPACK_UNPACK_SUCCESS) {
+            q->out = obj_int(&u.data);
+            q->has_out = 1;
+        }
+        msgpack_unpacked_destroy(&u);
+    }
+    q->rec.output = NULL;
+    return 0;
+}
+
+static stepq step_of(cairn_store *s, const char *task, const char *step, uint32_t gen)
+{
+    stepq q = {.task = task, .step = step, .gen = gen ? gen : UINT32_MAX};
+    q.rc = -999;
+    cairn__store_read(s, stepq_txn, &q);
+    return q;
+}
+
+typedef struct taskq {
+    const char *id;
+    int rc;
+    cairn__task_rec rec;
+} taskq;
+
+static int taskq_txn(cairn__txn *t, void *arg)
+{
+    taskq *q = arg;
+    q->rc = cairn__task_get(t, q->id, &q->rec);
+    q->rec.input = NULL;
+    return 0;
+}
+
+static cairn__task_rec task_of(cairn_store *s, const char *id)
+{
+    taskq q = {.id = id, .rc = -999};
+    cairn__store_read(s, taskq_txn, &q);
+    if (q.rc)
+        q.rec.state = 99;
+    return q.rec;
+}
+
+/* The audit trail compactly: "<from><to><step or -> " per record, states as one letter
+ * (pending, running, succeeded, failed, dead, in_doubt -> p r s f d i); the reasons, one per
+ * line, into `reasons` if not NULL. */
+typedef struct auditq {
+    const char *id;
+    char compact[2048];
+    char reasons[8192];
+} auditq;
+
+static int audit_cb(const cairn__audit_rec *a, void *arg)
+{
+    auditq *q = arg;
+    static const char letters[] = "prsfdi";
+    char b[128];
+    snprintf(b, sizeof b, "%c%c%s ", a->from < 6 ? letters[a->from] : '?',
+             a->to < 6 ? letters[a->to] : '?', a->step[0] ? a->step : "-");
+    strncat(q->compact, b, sizeof q->compact - strlen(q->compact) - 1);
+    strncat(q->reasons, a->reason, sizeof q->reasons - strlen(q->reasons) - 2);
+    strcat(q->reasons, "\n");
+    return 0;
+}
+
+static int auditq_txn(cairn__txn *t, void *arg)
+{
+    auditq *q = arg;
+    return cairn__audit_each(t, q->id, audit_cb, q);
+}
+
+static auditq *audit_of(cairn_store *s, const char *id)
+{
+    static auditq q;
+    memset(&q, 0, sizeof q);
+    q.id = id;
+    cairn__store_read(s, auditq_txn, &q);
+    return &q;
+}
+
+typedef struct task_write {
+    const char *id;
+    void (*edit)(cairn__task_rec *r, void *arg);
+    void *arg;
+} task_write;
+
+static int task_write_txn(cairn__txn *t, void *arg)
+{
+    task_write *w = arg;
+    cairn__task_rec r;
+    int rc = cairn__task_get(t, w->id, &r);
+    if (rc)
+        return rc;
+    w->edit(&r, w->arg);
+    return cairn__task_put(t, &r);
+}
+
+/* Rewrites a task record in place through `edit`. */
+static int edit_task(cairn_store *s, const char *id, void (*edit)(cairn__task_rec *, void *),
+                     void *arg)
+{
+    task_write w = {id, edit, arg};
+    return cairn__store_write(s, CAIRN__RELAXED, task_write_txn, &w);
+}
+
+/* ------------------------------------------------------------------ resume and retry */
+
+static void test_resume_and_audit(void)
+{
+    newdir("resume");
+    spec a = {.base = 1}, b = {.base = 1, .deps = {"a"}}, c = {.base = 1, .deps = {"b"},
+                                                               .fail_calls = 1};
+    cairn_graph *g = cairn_graph_new("chain", 1);
+    cairn_step_set_user(cairn_graph_add_step(g, "a", st_gen, NULL), &a);
+    cairn_step_set_user(cairn_graph_add_step(g, "b", st_gen, "a"), &b);
+    cairn_step *sc = cairn_graph_add_step(g, "c", st_gen, "b");
+    cairn_step_set_user(sc, &c);
+    slow_retry(sc);
+    cairn_store *s = store_open();
+    cairn_runner *r = runner_open(s, g);
+    int rc = run(r, "chain", "t1", "{\"x\":1}");
+    cairn__task_rec t = task_of(s, "t1");
+    ok(rc == CAIRN_ETRANSIENT && t.state == CAIRN_FAILED && t.next_retry_ms > cairn__now_ms(),
+       "a transient failure with a long backoff ends the run: ETRANSIENT, failed, retry later "
+       "(%s)",
+       cairn_errname(rc));
+    ok(strstr(cairn_runner_errmsg(r), "'c'") && strstr(t.error, "planned failure") &&
+           strcmp(t.error_step, "c") == 0,
+       "the message and the task name the step and its error (\"%s\")", cairn_runner_errmsg(r));
+    ok(a.calls == 1 && b.calls == 1 && c.calls == 1, "a, b, c called once each");
+
+    uint32_t n_run = 9, n_ok = 9, n_bad = 9;
+    rc = cairn_runner_retry(r, NULL, 0, 0, &n_run, &n_ok, &n_bad);
+    ok(rc == 0 && n_run == 0 && c.calls == 1, "retry without --now leaves a task not yet due");
+    rc = cairn_runner_retry(r, NULL, 0, 1, &n_run, &n_ok, &n_bad);
+    ok(rc == 0 && n_run == 1 && n_ok == 1 && n_bad == 0, "retry --now runs it and it succeeds");
+    ok(a.calls == 1 && b.calls == 1 && c.calls == 2, "resume skipped the done steps a and b");
+    ok(c.invs[1] == 2, "c's second call is its invocation 2 (%u)", c.invs[1]);
+    stepq q = step_of(s, "t1", "c", 0);
+    ok(q.rc == 0 && q.has_out && q.out == 3 && q.rec.invocations == 2 &&
+           q.rec.state == CAIRN_STEP_DONE,
+       "c's output 3 (= b + 1 = a + 2) committed after 2 invocations");
+    t = task_of(s, "t1");
+    ok(t.state == CAIRN_SUCCEEDED && t.attempt == 2 && t.error[0] == 0 && t.lease_token == 0 &&
+           t.finished_ms > 0,
+       "task succeeded on attempt 2, error cleared, lease released");
+
+    /* committed once: running it again calls nothing */
+    rc = run(r, "chain", "t1", "{\"x\":1}");
+    ok(rc == 0 && a.calls + b.calls + c.calls == 4 && strstr(cairn_runner_errmsg(r), "already"),
+       "running a succeeded task again returns 0 and calls no step (\"%s\")",
+       cairn_runner_errmsg(r));
+    ok(cairn_runner_resume(r, "t1") == 0 && a.calls + b.calls + c.calls == 4,
+       "so does resuming it");
+
+    auditq *aq = audit_of(s, "t1");
+    const char *want = "pp- pr- rra rrb rfc fr- rrc rs- ";
+    ok(strcmp(aq->compact, want) == 0, "audit has every transition in order: %s", aq->compact);
+    ok(strstr(aq->reasons, "created\nrun\nstep done (invocation 1)\nstep done (invocation 1)\n") ==
+               aq->reasons &&
+           strstr(aq->reasons, "planned failure") && strstr(aq->reasons, "retry\n") &&
+           strstr(aq->reasons, "step done (invocation 2)\nall steps done\n"),
+       "audit reasons: created, run, step done, failure, retry, all steps done");
+
+    /* in-process inline retries leave a "step failed" audit per failure */
+    spec tr = {.base = 5, .fail_calls = 2};
+    cairn_graph *g2 = cairn_graph_new("inline", 1);
+    cairn_step *st = cairn_graph_add_step(g2, "s", st_gen, NULL);
+    cairn_step_set_user(st, &tr);
+    cairn_step_set_retry(st, 3, 1, 1);
+    cairn_runner_add_graph(r, g2);
+    cairn_runner_set_inline_wait_ms(r, 100);
+    rc = run(r, "inline", "t2", "{}");
+    ok(rc == 0 && tr.calls == 3 && tr.invs[0] == 1 && tr.invs[1] == 2 && tr.invs[2] == 3,
+       "transient failures retried inline with invocation numbers 1, 2, 3");
+    q = step_of(s, "t2", "s", 0);
+    ok(q.rc == 0 && q.rec.invocations == 3 && q.out == 5, "the step record says 3 invocations");
+    aq = audit_of(s, "t2");
+    ok(strcmp(aq->compact, "pp- pr- rrs rrs rrs rs- ") == 0,
+       "audit: two failures and the success of s (%s)", aq->compact);
+    t = task_of(s, "t2");
+    ok(t.attempt == 1, "inline retries do not count as attempts (%u)", t.attempt);
+
+    cairn_runner_free(r);
+    cairn_store_free(s);
+    cairn_graph_free(g);
+    cairn_graph_free(g2);
+}
+
+static void test_dead(void)
+{
+    newdir("dead");
+    spec always = {.always_transient = 1}, perm = {.permanent = 1}, after = {0};
+    cairn_graph *g = cairn_graph_new("dead", 1);
+    cairn_step *s1 = cairn_graph_add_step(g, "flaky", st_gen, NULL);
+    cairn_step_set_user(s1, &always);
+    cairn_step_set_retry(s1, 3, 1, 1);
+    cairn_graph *g2 = cairn_graph_new("perm", 1);
+    cairn_step_set_user(cairn_graph_add_step(g2, "p", st_gen, NULL), &perm);
+    cairn_step_set_user(cairn_graph_add_step(g2, "after", st_gen, "p"), &after);
+    cairn_store *s = store_open();
+    cairn_runner *r = runner_open(s, g);
+    cairn_runner_add_graph(r, g2);
+    cairn_runner_set_inline_wait_ms(r, 100);
+    int rc = run(r, "dead", "d1", "{}");
+    cairn__task_rec t = task_of(s, "d1");
+    ok(rc == CAIRN_EDEAD && always.calls == 3 && t.state == CAIRN_DEAD,
+       "a step failing on all 3 invocations makes the task dead (%s, %d calls)",
+       cairn_errname(rc), always.calls);
+    ok(strstr(t.error, "all 3 invocations") && strstr(t.error, "planned failure") &&
+           strcmp(t.error_step, "flaky") == 0,
+       "the task error says so (\"%s\")", t.error);
+    rc = cairn_runner_resume(r, "d1");
+    ok(rc == CAIRN_EDEAD && always.calls == 3 && strstr(cairn_runner_errmsg(r), "dead"),
+       "resuming a dead task: EDEAD, no call");
+
+    rc = run(r, "perm", "d2", "{}");
+    t = task_of(s, "d2");
+    stepq q = step_of(s, "d2", "p", 0);
+    ok(rc == CAIRN_EDEAD && perm.calls == 1 && after.calls == 0 && t.state == CAIRN_DEAD,
+       "a permanent failure: dead at once, later steps not run");
+    ok(strstr(t.error, "disk on fire: 42") && strstr(q.rec.error, "disk on fire: 42") &&
+           q.rec.state == CAIRN_STEP_FAILED && strstr(cairn_runner_errmsg(r), "disk on fire: 42"),
+       "the step's message is stored with the task and the step (\"%s\")", t.error);
+    cairn_task *snap = NULL;
+    char *json = NULL;
+    if (cairn_task_load(s, "d2", &snap) == 0)
+        json = cairn_task_json(snap);
+    ok(json && strstr(json, "disk on fire: 42") && strstr(json, "\"dead\"") &&
+           cairn_task_state(snap) == CAIRN_DEAD && strstr(cairn_task_error(snap), "disk on fire"),
+       "the snapshot shows it");
+    free(json);
+    cairn_task_free(snap);
+    rc = cairn_runner_resume(r, "d2");
+    ok(rc == CAIRN_EDEAD && perm.calls == 1, "resuming: EDEAD, no call");
+    cairn_runner_free(r);
+    cairn_store_free(s);
+    cairn_graph_free(g);
+    cairn_graph_free(g2);
+}
+
+/* ------------------------------------------------------------------ effects and crashes */
+
+static cairn_probe_result g_probe_answer;
+static int g_probe_calls;
+
+static cairn_probe_result probe(cairn_ctx *c, void *user)
+{
+    (void)user;
+    g_probe_calls++;
+    trace(c, "probe");
+    if (g_probe_answer == CAIRN_PROBE_DONE)
+        msgpack_pack_int64(cairn_ctx_packer(c), 777);
+    return g_probe_answer;
+}
+
+static cairn_graph *effect_graph(const char *name, cairn_delivery d, spec *a, spec *e, spec *z,
+                                 int with_probe)
+{
+    cairn_graph *g = cairn_graph_new(name, 1);
+    cairn_step_set_user(cairn_graph_add_step(g, "a", st_gen, NULL), a);
+    cairn_step *se = cairn_graph_add_step(g, "e", st_gen, "a");
+    cairn_step_set_user(se, e);
+    cairn_step_set_delivery(se, d);
+    if (with_probe)
+        cairn_step_set_probe(se, probe);
+    cairn_step_set_user(cairn_graph_add_step(g, "z", st_gen, "e"), z);
+    return g;
+}
+
+static void test_effect_crash(void)
+{
+    newdir("effect");
+    spec a = {.base = 1}, e = {.base = 10, .crash = 1, .deps = {"a"}}, z = {.deps = {"e"}};
+    cairn_graph *g = effect_graph("fx", CAIRN_EFFECT, &a, &e, &z, 0);
+    int code = run_in_child(g, "fx1", "{}", 0);
+    ok(code == 9 && trace_count("fx1", "e") == 1,
+       "the effect ran once in a child that then died (exit %d)", code);
+    cairn_store *s = store_open();
+    stepq q = step_of(s, "fx1", "e", 0);
+    ok(q.rc == 0 && q.rec.state == CAIRN_STEP_INTENT && q.rec.intent_ms > 0,
+       "its intent record is on disk");
+    cairn_runner *r = runner_open(s, g);
+    int rc = cairn_runner_resume(r, "fx1");
+    cairn__task_rec t = task_of(s, "fx1");
+    ok(rc == CAIRN_EINDOUBT && t.state == CAIRN_IN_DOUBT && e.calls == 0 &&
+           trace_count("fx1", "e") == 1,
+       "resume: CAIRN_EINDOUBT, the effect not called again (%s)", cairn_errname(rc));
+    ok(strstr(cairn_runner_errmsg(r), "'e'") && strcmp(t.error_step, "e") == 0 &&
+           step_of(s, "fx1", "e", 0).rec.state == CAIRN_STEP_IN_DOUBT,
+       "the message and the task name the step (\"%s\")", cairn_runner_errmsg(r));
+    rc = cairn_runner_resume(r, "fx1");
+    ok(rc == CAIRN_EINDOUBT && trace_count("fx1", "e") == 1 &&
+           strstr(cairn_runner_errmsg(r), "resolve"),
+       "and again: still in doubt, still not called, the message says how to resolve");
+    ok(cairn_runner_resolve(r, "fx1", "a", 1) == CAIRN_ESTATE,
+       "resolving a step that is not in doubt: CAIRN_ESTATE");
+    ok(cairn_runner_resolve(r, "nosuch", "e", 1) == CAIRN_ENOTFOUND,
+       "resolving an unknown task: CAIRN_ENOTFOUND");
+    ok(cairn_runner_resolve(r, "fx1", "e", 1) == 0 && task_of(s, "fx1").state == CAIRN_PENDING,
+       "resolve --done: the task is pending");
+    rc = cairn_runner_resume(r, "fx1");
+    ok(rc == 0 && trace_count("fx1", "e") == 1 && a.calls == 0 && z.calls == 1 &&
+           task_of(s, "fx1").state == CAIRN_SUCCEEDED,
+       "resume after resolve --done: succeeded, effect not called, the next step ran");
+    auditq *aq = audit_of(s, "fx1");
+    ok(strcmp(aq->compact, "pp- pr- rra rre rr- rie ipe pr- rrz rs- ") == 0 &&
+           strstr(aq->reasons, "effect intent dlv_"),
+       "audit: a, intent of e, takeover, in_doubt at e, resolve, z, succeeded (%s)",
+       aq->compact);
+
+    /* resolve --not-done: the effect runs again, once */
+    e.calls = 0;
+    code = run_in_child(g, "fx2", "{\"n\":2}", 0);
+    rc = cairn_runner_resume(r, "fx2");
+    ok(code == 9 && rc == CAIRN_EINDOUBT, "second task: crash, then in doubt");
+    e.crash = 0;
+    ok(cairn_runner_resolve(r, "fx2", "e", 0) == 0, "resolve --not-done");
+    rc = cairn_runner_resume(r, "fx2");
+    q = step_of(s, "fx2", "e", 0);
+    ok(rc == 0 && trace_count("fx2", "e") == 2 && e.calls == 1 && q.out == 11,
+       "resume: the effect was performed once more and its output committed");
+    cairn_runner_free(r);
+    cairn_store_free(s);
+    cairn_graph_free(g);
+}
+
+static void test_probe(void)
+{
+    newdir("probe");
+    spec a = {.base = 1}, e = {.base = 10, .crash = 1, .deps = {"a"}}, z = {.deps = {"e"}};
+    cairn_graph *g = effect_graph("pr", CAIRN_EFFECT, &a, &e, &z, 1);
+    int c1 = run_in_child(g, "p1", "{\"n\":1}", 0), c2 = run_in_child(g, "p2", "{\"n\":2}", 0),
+        c3 = run_in_child(g, "p3", "{\"n\":3}", 0);
+    ok(c1 == 9 && c2 == 9 && c3 == 9, "three tasks crashed inside their effect");
+    cairn_store *s = store_open();
+    cairn_runner *r = runner_open(s, g);
+    e.crash = 0;
+    g_probe_answer = CAIRN_PROBE_DONE;
+    int rc = cairn_runner_resume(r, "p1");
+    stepq q = step_of(s, "p1", "e", 0), qz = step_of(s, "p1", "z", 0);
+    ok(rc == 0 && g_probe_calls == 1 && e.calls == 0 && q.rec.state == CAIRN_STEP_DONE,
+       "probe DONE: succeeded without calling the effect");
+    ok(q.out == 777 && qz.out == 777, "the probe's output was committed and passed on");
+    g_probe_answer = CAIRN_PROBE_NOT_DONE;
+    rc = cairn_runner_resume(r, "p2");
+    ok(rc == 0 && g_probe_calls == 2 && e.calls == 1 && trace_count("p2", "e") == 3,
+       "probe NOT_DONE: the effect is called once (trace: child call, probe, call)");
+    ok(step_of(s, "p2", "e", 0).out == 11, "with its own output");
+    g_probe_answer = CAIRN_PROBE_UNKNOWN;
+    rc = cairn_runner_resume(r, "p3");
+    ok(rc == CAIRN_EINDOUBT && e.calls == 1 && task_of(s, "p3").state == CAIRN_IN_DOUBT,
+       "probe UNKNOWN: in doubt, effect not called");
+    cairn_runner_free(r);
+    cairn_store_free(s);
+    cairn_graph_free(g);
+}
+
+static void test_at_least_once(void)
+{
+    newdir("alo");
+    spec a = {.base = 1}, e = {.base = 10, .crash = 1, .deps = {"a"}}, z = {.deps = {"e"}};
+    cairn_graph *g = effect_graph("alo", CAIRN_EFFECT_AT_LEAST_ONCE, &a, &e, &z, 0);
+    int code = run_in_child(g, "w1", "{}", 0);
+    cairn_store *s = store_open();
+    cairn_runner *r = runner_open(s, g);
+    e.crash = 0;
+    int rc = cairn_runner_resume(r, "w1");
+    char d1[64], d2[64], dz[64];
+    trace_dlv("w1", "e", 0, d1);
+    trace_dlv("w1", "e", 1, d2);
+    trace_dlv("w1", "z", 0, dz);
+    ok(code == 9 && rc == 0 && e.calls == 1 && trace_count("w1", "e") == 2,
+       "at-least-once: called again after the crash, then succeeded");
+    ok(d1[0] && strcmp(d1, d2) == 0, "with the same delivery ID (%s)", d1);
+    ok(strcmp(d1, dz) != 0, "another step has another delivery ID");
+    run_in_child(g, "w2", "{\"n\":2}", 0);
+    char o[64];
+    trace_dlv("w2", "e", 0, o);
+    ok(o[0] && strcmp(o, d1) != 0, "another task has another delivery ID");
+    cairn_runner_free(r);
+    cairn_store_free(s);
+    cairn_graph_free(g);
+}
+
+/* ------------------------------------------------------------------ progress */
+
+static int g_seen_progress;
+
+static cairn_step_result st_progress(cairn_ctx *c, void *user)
+{
+    (void)user;
+    trace(c, NULL);
+    const msgpack_object *p = cairn_ctx_progress(c);
+    if (!p) {
+        static const char prog[] = "\x81\xa4" "done\x05"; /* {"done": 5} */
+        int rc = cairn_ctx_save_progress(c, prog, sizeof prog - 1);
+        if (rc)
+            return CAIRN_STEP_PERMANENT;
+        if (getpid() != g_main_pid)
+            _exit(9); /* in a forked child: the test's or the isolated step's */
+    }
+    g_seen_progress = -1;
+    if (p && p->type == MSGPACK_OBJECT_MAP && p->via.map.size == 1)
+        g_seen_progress = (int)obj_int(&p->via.map.ptr[0].val);
+    msgpack_pack_int64(cairn_ctx_packer(c), g_seen_progress);
+    return CAIRN_STEP_OK;
+}
+
+static void test_progress(void)
+{
+    newdir("progress");
+    cairn_graph *g = cairn_graph_new("pg", 1);
+    cairn_graph_add_step(g, "long", st_progress, NULL);
+    int code = run_in_child(g, "g1", "{}", 0);
+    cairn_store *s = store_open();
+    cairn_runner *r = runner_open(s, g);
+    int rc = cairn_runner_resume(r, "g1");
+    ok(code == 9 && rc == 0 && g_seen_progress == 5 && trace_count("g1", "long") == 2,
+       "progress saved before a crash is handed to the resumed invocation");
+    ok(step_of(s, "g1", "long", 0).out == 5, "which committed its output");
+
+    /* the same inside an isolated step (timeout): progress travels over the pipe */
+    cairn_graph *g2 = cairn_graph_new("pgiso", 1);
+    cairn_step *st = cairn_graph_add_step(g2, "long", st_progress, NULL);
+    cairn_step_set_timeout(st, 20000);
+    cairn_step_set_retry(st, 3, 1, 1);
+    cairn_runner_add_graph(r, g2);
+    cairn_runner_set_inline_wait_ms(r, 100);
+    g_seen_progress = 0;
+    rc = run(r, "pgiso", "g2", "{}");
+    ok(rc == 0 && g_seen_progress == 0 && step_of(s, "g2", "long", 0).out == 5 &&
+           trace_count("g2", "long") == 2,
+       "an isolated step that saved progress and died: the retry got the progress (%s)",
+       cairn_errname(rc));
+    stepq q = step_of(s, "g2", "long", 0);
+    ok(q.rec.invocations == 2, "after 2 invocations");
+    cairn_runner_free(r);
+    cairn_store_free(s);
+    cairn_graph_free(g);
+    cairn_graph_free(g2);
+}
+
+/* ------------------------------------------------------------------ dependencies */
+
+static int g_dep_checks;
+
+static cairn_step_result st_join(cairn_ctx *c, void *user)
+{
+    (void)user;
+    const msgpack_object *a = cairn_ctx_dep(c, "a"), *b = cairn_ctx_dep(c, "b"),
+                         *n = cairn_ctx_dep(c, "none"), *in = cairn_ctx_input(c);
+    int64_t x = -1;
+    for (uint32_t i = 0; in && in->type == MSGPACK_OBJECT_MAP && i < in->via.map.size; i++)
+        if (in->via.map.ptr[i].key.via.str.size == 1 && in->via.map.ptr[i].key.via.str.ptr[0] == 'x')
+            x = obj_int(&in->via.map.ptr[i].val);
+    g_dep_checks = (obj_int(a) == 7) + (obj_int(b) == 8) * 2 +
+                   (n && n->type == MSGPACK_OBJECT_NIL) * 4 + (cairn_ctx_dep(c, "zzz") == NULL) * 8 +
+                   (cairn_ctx_dep(c, "other") == NULL) * 16 + (x == 5) * 32;
+    msgpack_pack_int64(cairn_ctx_packer(c), obj_int(a) * obj_int(b) + x);
+    return CAIRN_STEP_OK;
+}
+
+static cairn_step_result st_none(cairn_ctx *c, void *user)
+{
+    (void)c, (void)user;
+    return CAIRN_STEP_OK; /* no output: dependents see nil */
+}
+
+static void test_deps(void)
+{
+    newdir("deps");
+    spec a = {.base = 7}, b = {.base = 1, .deps = {"a"}}, other = {.base = 0};
+    cairn_graph *g = cairn_graph_new("dp", 1);
+    cairn_step_set_user(cairn_graph_add_step(g, "join", st_join, "a,b,none"), NULL);
+    cairn_step_set_user(cairn_graph_add_step(g, "b", st_gen, "a"), &b);
+    cairn_step_set_user(cairn_graph_add_step(g, "a", st_gen, NULL), &a);
+    cairn_graph_add_step(g, "none", st_none, NULL);
+    cairn_step_set_user(cairn_graph_add_step(g, "other", st_gen, NULL), &other);
+    cairn_store *s = store_open();
+    cairn_runner *r = runner_open(s, g);
+    int rc = run(r, "dp", "j1", "{\"x\":5}");
+    ok(rc == 0 && g_dep_checks == 63,
+       "a step gets its deps' outputs (7, 8), nil for a dep without output, NULL for "
+       "undeclared ones, and the input (checks %d/63)",
+       g_dep_checks);
+    stepq q = step_of(s, "j1", "join", 0);
+    ok(q.out == 61, "its output 7*8+5 = 61 was committed (%lld)", (long long)q.out);
+    q = step_of(s, "j1", "none", 0);
+    ok(q.rc == 0 && q.rec.state == CAIRN_STEP_DONE && q.rec.output == NULL && !q.has_out,
+       "a step without output is done with no output");
+    cairn_runner_free(r);
+    cairn_store_free(s);
+    cairn_graph_free(g);
+}
+
+/* ------------------------------------------------------------------ leases */
+
+static cairn_runner *g_r2;
+static int g_nested_rc[4];
+static char g_nested_msg[1024];
+static int g_nested_depth;
+
+static cairn_step_result st_busy(cairn_ctx *c, void *user)
+{
+    (void)user;
+    trace(c, NULL);
+    g_nested_rc[0] = cairn_runner_resume(g_r2, cairn_ctx_task_id(c));
+    snprintf(g_nested_msg, sizeof g_nested_msg, "%s", cairn_runner_errmsg(g_r2));
+    g_nested_rc[1] = cairn_runner_invalidate(g_r2, cairn_ctx_task_id(c), NULL);
+    g_nested_rc[2] = run(g_r2, "ls", cairn_ctx_task_id(c), "{}");
+    return CAIRN_STEP_OK;
+}
+
+static void set_dead_owner(cairn__task_rec *r, void *arg)
+{
+    const cairn__owner *o = arg;
+    r->state = CAIRN_RUNNING;
+    r->owner = *o;
+    r->lease_token = 4242;
+    r->lease_expires_ms = cairn__now_ms() + 600000;
+}
+
+static void set_expired_owner(cairn__task_rec *r, void *arg)
+{
+    set_dead_owner(r, arg);
+    r->lease_expires_ms = cairn__now_ms() - 1;
+}
+
+static void test_leases(void)
+{
+    newdir("lease");
+    cairn_graph *g = cairn_graph_new("ls", 1);
+    cairn_graph_add_step(g, "s", st_busy, NULL);
+    cairn_store *s = store_open();
+    cairn_runner *r = runner_open(s, g);
+    g_r2 = runner_open(s, g);
+    int rc = run(r, "ls", "l1", "{}");
+    char pid[32];
+    snprintf(pid, sizeof pid, "process %d", (int)getpid());
+    ok(rc == 0 && g_nested_rc[0] == CAIRN_EBUSY && strstr(g_nested_msg, pid),
+       "a second runner on a task held by a live lease: CAIRN_EBUSY naming the owner (\"%s\")",
+       g_nested_msg);
+    ok(g_nested_rc[1] == CAIRN_EBUSY && g_nested_rc[2] == CAIRN_EBUSY,
+       "invalidate and run of that task are CAIRN_EBUSY too");
+    ok(trace_count("l1", "s") == 1 && task_of(s, "l1").state == CAIRN_SUCCEEDED,
+       "the owner finished undisturbed");
+    cairn_runner_free(g_r2);
+    cairn_runner_free(r);
+    cairn_store_free(s);
+    cairn_graph_free(g);
+
+    /* takeover: owners that are gone, or whose lease expired */
+    newdir("takeover");
+    spec a = {.base = 1}, b = {.base = 1, .deps = {"a"}, .fail_calls = 1};
+    g = cairn_graph_new("to", 1);
+    cairn_step_set_user(cairn_graph_add_step(g, "a", st_gen, NULL), &a);
+    cairn_step *sb = cairn_graph_add_step(g, "b", st_gen, "a");
+    cairn_step_set_user(sb, &b);
+    slow_retry(sb);
+    s = store_open();
+    r = runner_open(s, g);
+    cairn_runner_set_max_attempts(r, 10);
+    const char *ids[] = {"dead-pid", "reused-pid", "far-live", "far-expired"};
+    for (int i = 0; i < 4; i++) {
+        b.fail_calls = 1;
+        rc = run(r, "to", ids[i], i == 0 ? "{}" : i == 1 ? "{\"i\":1}" : i == 2 ? "{\"i\":2}"
+                                                                                  : "{\"i\":3}");
+        if (rc != CAIRN_ETRANSIENT)
+            diag("setup of %s: %s", ids[i], cairn_errname(rc));
+    }
+    fflush(NULL);
+    pid_t kid = fork();
+    if (kid == 0)
+        _exit(0);
+    waitpid(kid, NULL, 0);
+    cairn__owner gone;
+    cairn__owner_self(&gone);
+    gone.pid = kid;
+    gone.start = 12345;
+    edit_task(s, "dead-pid", set_dead_owner, &gone);
+    cairn__owner reused;
+    cairn__owner_self(&reused);
+    reused.start += 1; /* our pid, but another process start time: a reused pid */
+    edit_task(s, "reused-pid", set_dead_owner, &reused);
+    cairn__owner far = {.host = "another-host.example", .pid = 1, .start = 1};
+    edit_task(s, "far-live", set_dead_owner, &far);
+    edit_task(s, "far-expired", set_expired_owner, &far);
+
+    int before = b.calls;
+    rc = cairn_runner_resume(r, "dead-pid");
+    auditq *aq = audit_of(s, "dead-pid");
+    char want[64];
+    snprintf(want, sizeof want, "taken over from pid %d", (int)kid);
+    cairn__task_rec t = task_of(s, "dead-pid");
+    ok(rc == 0 && b.calls == before + 1 && t.state == CAIRN_SUCCEEDED && t.attempt == 2,
+       "a lease whose owner pid is a reaped process is taken over at once (%s)",
+       cairn_errname(rc));
+    ok(strstr(aq->reasons, want) && strstr(aq->reasons, "owner gone") &&
+           strstr(aq->compact, "rr- "),
+       "the takeover is audited (\"%s\")", want);
+    rc = cairn_runner_resume(r, "reused-pid");
+    ok(rc == 0 && task_of(s, "reused-pid").state == CAIRN_SUCCEEDED,
+       "a live pid with another start time is not the owner: taken over");
+    before = b.calls;
+    rc = cairn_runner_resume(r, "far-live");
+    ok(rc == CAIRN_EBUSY && b.calls == before, "another host's unexpired lease: CAIRN_EBUSY");
+    rc = cairn_runner_resume(r, "far-expired");
+    aq = audit_of(s, "far-expired");
+    ok(rc == 0 && strstr(aq->reasons, "expired"), "another host's expired lease: taken over");
+    cairn_runner_free(r);
+    cairn_store_free(s);
+    cairn_graph_free(g);
+}
+
+/* Fencing: runner A is inside step b when its lease runs out and runner B takes the task over
+ * and finishes it; A's late commit must be refused. */
+static cairn_store *g_store;
+static int g_fence_rc;
+
+static void expire_lease(cairn__task_rec *r, void *arg)
+{
+    (void)arg;
+    r->lease_expires_ms = cairn__now_ms() - 1;
+}
+
+static cairn_step_result st_fence(cairn_ctx *c, void *user)
+{
+    (void)user;
+    trace(c, g_nested_depth ? "B" : "A");
+    if (g_nested_depth == 0) {
+        g_nested_depth = 1;
+        edit_task(g_store, cairn_ctx_task_id(c), expire_lease, NULL); /* A stalls past expiry */
+        g_fence_rc = cairn_runner_resume(g_r2, cairn_ctx_task_id(c));
+        g_nested_depth = 0;
+        msgpack_pack_str_with_body(cairn_ctx_packer(c), "A", 1);
+    } else {
+        msgpack_pack_str_with_body(cairn_ctx_packer(c), "B", 1);
+    }
+    return CAIRN_STEP_OK;
+}
+
+static void test_fencing(void)
+{
+    newdir("fence");
+    spec a = {.base = 1}, z = {0};
+    cairn_graph *g = cairn_graph_new("fe", 1);
+    cairn_step_set_user(cairn_graph_add_step(g, "a", st_gen, NULL), &a);
+    cairn_graph_add_step(g, "b", st_fence, "a");
+    cairn_step_set_user(cairn_graph_add_step(g, "z", st_gen, "b"), &z);
+    g_store = store_open();
+    cairn_runner *r = runner_open(g_store, g);
+    g_r2 = runner_open(g_store, g);
+    int rc = run(r, "fe", "f1", "{}");
+    ok(g_fence_rc == 0, "runner B took over the expired lease and finished the task (%s)",
+       cairn_errname(g_fence_rc));
+    ok(rc == CAIRN_EBUSY && strstr(cairn_runner_errmsg(r), "lease lost"),
+       "runner A's late commit is fenced off: CAIRN_EBUSY (\"%s\")", cairn_runner_errmsg(r));
+    stepq q = step_of(g_store, "f1", "b", 0);
+    ok(q.rc == 0 && q.rec.output_len == 2 && q.rec.invocations == 1,
+       "b's committed record is B's");
+    cairn_task *snap = NULL;
+    char *json = NULL;
+    if (cairn_task_load(g_store, "f1", &snap) == 0)
+        json = cairn_task_json(snap);
+    ok(json && strstr(json, "\"output\": \"B\"") && !strstr(json, "\"output\": \"A\""),
+       "the snapshot shows B's output, not A's");
+    ok(task_of(g_store, "f1").state == CAIRN_SUCCEEDED && z.calls == 1 && a.calls == 1,
+       "task succeeded; z ran once, a once");
+    free(json);
+    cairn_task_free(snap);
+    cairn_runner_free(g_r2);
+    cairn_runner_free(r);
+    cairn_store_free(g_store);
+    cairn_graph_free(g);
+}
+
+/* ------------------------------------------------------------------ stop, timeout */
+
+static cairn_runner *g_stop_runner;
+static int g_stop_checks;
+
+static cairn_step_result st_stop(cairn_ctx *c, void *user)
+{
+    (void)user;
+    trace(c, NULL);
+    if (g_stop_runner) {
+        cairn_runner_stop(g_stop_runner);
+        g_stop_checks = cairn_ctx_stopping(c) +
+                        2 * (cairn_ctx_save_progress(c, "\x01", 1) == CAIRN_EINTR);
+    }
+    msgpack_pack_int64(cairn_ctx_packer(c), 99);
+    return CAIRN_STEP_OK;
+}
+
+typedef struct dueq {
+    const char *id;
+    int found;
+} dueq;
+
+static int due_cb(const char *id, void *arg)
+{
+    dueq *q = arg;
+    q->found |= strcmp(id, q->id) == 0;
+    return 0;
+}
+
+static int due_txn(cairn__txn *t, void *arg)
+{
+    return cairn__due_each(t, CAIRN_FAILED, cairn__now_ms(), due_cb, arg);
+}
+
+static void test_stop(void)
+{
+    newdir("stop");
+    spec a = {.base = 1}, z = {0};
+    cairn_graph *g = cairn_graph_new("st", 1);
+    cairn_step_set_user(cairn_graph_add_step(g, "a", st_gen, NULL), &a);
+    cairn_graph_add_step(g, "b", st_stop, "a");
+    cairn_step_set_user(cairn_graph_add_step(g, "z", st_gen, "b"), &z);
+    cairn_store *s = store_open();
+    cairn_runner *r = runner_open(s, g);
+    g_stop_runner = r;
+    int rc = run(r, "st", "s1", "{}");
+    g_stop_runner = NULL;
+    cairn__task_rec t = task_of(s, "s1");
+    stepq q = step_of(s, "s1", "b", 0);
+    ok(rc == CAIRN_EINTR && strstr(cairn_runner_errmsg(r), "'b'"),
+       "cairn_runner_stop from inside a step: CAIRN_EINTR (\"%s\")", cairn_runner_errmsg(r));
+    ok(g_stop_checks == 3, "the step saw cairn_ctx_stopping and save_progress said EINTR");
+    ok(q.rc == CAIRN_ENOTFOUND || q.rec.state != CAIRN_STEP_DONE, "the step's output was not committed");
+    dueq dq = {"s1", 0};
+    cairn__store_read(s, due_txn, &dq);
+    ok(t.state == CAIRN_FAILED && t.next_retry_ms <= cairn__now_ms() && dq.found &&
+           t.lease_token == 0 && z.calls == 0,
+       "the task is failed, due now, lease released; later steps not run");
+    cairn_runner *r2 = runner_open(s, g);
+    rc = cairn_runner_resume(r2, "s1");
+    ok(rc == 0 && trace_count("s1", "b") == 2 && a.calls == 1 && z.calls == 1 &&
+           step_of(s, "s1", "b", 0).out == 99,
+       "a new runner resumes it: b runs again, a does not");
+    cairn_runner_free(r2);
+    cairn_runner_free(r);
+    cairn_store_free(s);
+    cairn_graph_free(g);
+}
+
+static cairn_step_result st_hang(cairn_ctx *c, void *user)
+{
+    (void)user;
+    char path[400];
+    snprintf(path, sizeof path, "%s.pid", g_dir);
+    FILE *f = fopen(path, "w");
+    if (f) {
+        fprintf(f, "%d\n", (int)getpid());
+        fclose(f);
+    }
+    trace(c, NULL);
+    sleep(5);
+    return CAIRN_STEP_OK;
+}
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void test_timeout(void)
+{
+    newdir("timeout");
+    cairn_graph *g = cairn_graph_new("hang", 1);
+    cairn_step *st = cairn_graph_add_step(g, "h", st_hang, NULL);
+    cairn_step_set_timeout(st, 200);
+    slow_retry(st);
+    cairn_store *s = store_open();
+    cairn_runner *r = runner_open(s, g);
+    int64_t t0 = mono_ms();
+    int rc = run(r, "hang", "h1", "{}");
+    int64_t took = mono_ms() - t0;
+    cairn__task_rec t = task_of(s, "h1");
+    ok(rc == CAIRN_ETRANSIENT && took < 2000 && strstr(t.error, "timed out"),
+       "a step with a 200 ms timeout sleeping 5 s: transient \"timed out\" after %lld ms (\"%s\")",
+       (long long)took, t.error);
+    char path[400];
+    snprintf(path, sizeof path, "%s.pid", g_dir);
+    FILE *f = fopen(path, "r");
+    int pid = 0;
+    if (f) {
+        if (fscanf(f, "%d", &pid) != 1)
+            pid = 0;
+        fclose(f);
+    }
+    errno = 0;
+    ok(pid > 0 && pid != getpid() && kill(pid, 0) == -1 && errno == ESRCH,
+       "the step ran in child %d, which is gone (killed and reaped)", pid);
+    ok(trace_count("h1", "h") == 1 && t.state == CAIRN_FAILED, "task failed, to retry later");
+    cairn_runner_free(r);
+    cairn_store_free(s);
+    cairn_graph_free(g);
+}
+
+/* ------------------------------------------------------------------ gc, invalidate */
+
+static void test_gc(void)
+{
+    newdir("gc");
+    spec a = {.base = 1}, b = {.base = 1, .deps = {"a"}};
+    cairn_graph *g = cairn_graph_new("gc", 1);
+    cairn_step_set_user(cairn_graph_add_step(g, "a", st_gen, NULL), &a);
+    cairn_step_set_user(cairn_graph_add_step(g, "b", st_gen, "a"), &b);
+    cairn_store *s = store_open();
+    cairn_runner *r = runner_open(s, g);
+    const char *in = "{\"k\":\"v\"}";
+    int rc = run(r, "gc", "c1", in);
+    uint32_t pruned = 9, removed = 9;
+    ok(rc == 0 && cairn_runner_gc(r, &pruned, &removed) == 0 && pruned == 0 && removed == 0,
+       "gc with default retention keeps a fresh task");
+    ok(cairn_runner_set_retention(r, 10, 5) == CAIRN_EINVAL,
+       "tombstone retention shorter than output retention refused");
+    cairn_runner_set_retention(r, 0, 3600);
+    rc = cairn_runner_gc(r, &pruned, &removed);
+    cairn_task *snap = NULL;
+    int lrc = cairn_task_load(s, "c1", &snap);
+    char *json = lrc == 0 ? cairn_task_json(snap) : NULL;
+    ok(rc == 0 && pruned == 1 && removed == 0, "retention 0: the task's outputs are pruned");
+    ok(lrc == 0 && cairn_task_is_tombstone(snap) && cairn_task_state(snap) == CAIRN_SUCCEEDED &&
+           step_of(s, "c1", "a", 0).rc == CAIRN_ENOTFOUND && json &&
+           strstr(json, "\"steps\": []") && strstr(json, "\"input\": null"),
+       "a tombstone is left: state kept, outputs and input gone");
+    free(json);
+    cairn_task_free(snap);
+    rc = run(r, "gc", "c1", in);
+    ok(rc == 0 && a.calls == 1 && b.calls == 1 && strstr(cairn_runner_errmsg(r), "tombstone"),
+       "re-running it returns 0 without calling steps (\"%s\")", cairn_runner_errmsg(r));
+    ok(run(r, "gc", "c1", "{\"k\":\"w\"}") == CAIRN_ECONFLICT,
+       "the tombstone still guards the ID against another payload");
+    ok(cairn_runner_invalidate(r, "c1", NULL) == CAIRN_ESTATE,
+       "a tombstone cannot be invalidated (its input is gone)");
+    ok(cairn_runner_gc(r, &pruned, &removed) == 0 && pruned == 0 && removed == 0,
+       "a second gc does nothing");
+    cairn_runner_set_retention(r, 0, 0);
+    rc = cairn_runner_gc(r, &pruned, &removed);
+    ok(rc == 0 && removed == 1 && cairn_task_load(s, "c1", &snap) == CAIRN_ENOTFOUND,
+       "tombstone window 0: the task is removed");
+    auditq *aq = audit_of(s, "c1");
+    ok(aq->compact[0] == 0, "with its audit trail");
+    rc = run(r, "gc", "c1", in);
+    ok(rc == 0 && a.calls == 2 && b.calls == 2, "re-running it now runs it again");
+    cairn_runner_free(r);
+    cairn_store_free(s);
+    cairn_graph_free(g);
+}
+
+static void test_invalidate(void)
+{
+    newdir("invalidate");
+    spec a = {.base = 1}, b = {.base = 10, .deps = {"a"}}, c = {.base = 100, .deps = {"b"}};
+    cairn_graph *g = cairn_graph_new("iv", 1);
+    cairn_step_set_user(cairn_graph_add_step(g, "a", st_gen, NULL), &a);
+    cairn_step_set_user(cairn_graph_add_step(g, "b", st_gen, "a"), &b);
+    cairn_step_set_user(cairn_graph_add_step(g, "c", st_gen, "b"), &c);
+    cairn_store *s = store_open();
+    cairn_runner *r = runner_open(s, g);
+    int rc = run(r, "iv", "i1", "{}");
+    ok(rc == 0 && step_of(s, "i1", "c", 0).out == 111, "first run: c = 111");
+    ok(cairn_runner_invalidate(r, "i1", "nosuch") == CAIRN_ENOTFOUND &&
+           strstr(cairn_runner_errmsg(r), "'nosuch'"),
+       "invalidate from an unknown step: CAIRN_ENOTFOUND naming it");
+    ok(cairn_runner_invalidate(r, "nope", NULL) == CAIRN_ENOTFOUND,
+       "invalidate an unknown task: CAIRN_ENOTFOUND");
+    b.base = 20;
+    rc = cairn_runner_invalidate(r, "i1", "b");
+    cairn__task_rec t = task_of(s, "i1");
+    ok(rc == 0 && t.state == CAIRN_PENDING && t.generation == 2,
+       "invalidate from b: pending, generation 2");
+    rc = cairn_runner_resume(r, "i1");
+    ok(rc == 0 && a.calls == 1 && b.calls == 2 && c.calls == 2,
+       "resume: a not re-run, b and c re-run");
+    ok(b.gens[1] == 2 && c.gens[1] == 2, "they ran in generation 2");
+    ok(step_of(s, "i1", "c", 0).out == 121 && step_of(s, "i1", "a", 2).rec.generation == 1,
+       "c = 121 from the new b; a's generation-1 record still applies");
+    stepq old = step_of(s, "i1", "b", 1);
+    ok(old.rc == 0 && old.out == 11 && old.rec.generation == 1,
+       "the old generation's record of b is still there (11)");
+    cairn_task *snap = NULL;
+    char *json = NULL;
+    if (cairn_task_load(s, "i1", &snap) == 0)
+        json = cairn_task_json(snap);
+    const char *hist = json ? strstr(json, "\"history\"") : NULL;
+    ok(hist && strstr(hist, "\"output\": 11") && strstr(hist, "\"output\": 111") &&
+           cairn_task_generation(snap) == 2,
+       "the snapshot's history holds generation 1 of b and c");
+    free(json);
+    cairn_task_free(snap);
+    auditq *aq = audit_of(s, "i1");
+    ok(strstr(aq->compact, "rs- sp- pr- rrb rrc rs- ") && strstr(aq->reasons, "invalidated from step 'b'"),
+       "audit: succeeded -> pending (operator) -> running -> ... (%s)", aq->compact);
+    rc = cairn_runner_invalidate(r, "i1", NULL);
+    rc = rc ? rc : cairn_runner_resume(r, "i1");
+    ok(rc == 0 && a.calls == 2 && b.calls == 3 && c.calls == 3 && task_of(s, "i1").generation == 3,
+       "invalidate from the start re-runs everything in generation 3");
+    cairn_runner_free(r);
+    cairn_store_free(s);
+    cairn_graph_free(g);
+}
+
+/* ------------------------------------------------------------------ graph change */
+
+static void test_graph_change(void)
+{
+    newdir("gchange");
+    spec a = {.base = 1}, b = {.base = 1, .deps = {"a"}}, c = {.base = 1, .deps = {"b"},
+                                                               .fail_calls = 1};
+    cairn_graph *g1 = cairn_graph_new("gv", 1);
+    cairn_step_set_user(cairn_graph_add_step(g1, "a", st_gen, NULL), &a);
+    cairn_step_set_user(cairn_graph_add_step(g1, "b", st_gen, "a"), &b);
+    cairn_step *sc = cairn_graph_add_step(g1, "c", st_gen, "b");
+    cairn_step_set_user(sc, &c);
+    slow_retry(sc);
+    cairn_graph *g2 = cairn_graph_new("gv", 1);
+    cairn_step_set_user(cairn_graph_add_step(g2, "a", st_gen, NULL), &a);
+    cairn_step *sb2 = cairn_graph_add_step(g2, "b", st_gen, "a");
+    cairn_step_set_user(sb2, &b);
+    cairn_step_set_version(sb2, 2);
+    cairn_step_set_user(cairn_graph_add_step(g2, "c", st_gen, "b"), &c);
+    cairn_store *s = store_open();
+    cairn_runner *r1 = runner_open(s, g1);
+    int rc = run(r1, "gv", "v1", "{}");
+    ok(rc == CAIRN_ETRANSIENT, "v1 run stops at c");
+    cairn_runner *r2 = runner_open(s, g2);
+    rc = cairn_runner_resume(r2, "v1");
+    ok(rc == CAIRN_EGRAPHCHANGED && strstr(cairn_runner_errmsg(r2), "'b'") && b.calls == 1 &&
+           c.calls == 1,
+       "resuming under a changed step version: CAIRN_EGRAPHCHANGED naming b, nothing run (\"%s\")",
+       cairn_runner_errmsg(r2));
+    ok(task_of(s, "v1").state == CAIRN_FAILED, "the task is left as it was");
+    cairn_runner_set_allow_graph_change(r2, 1);
+    rc = cairn_runner_resume(r2, "v1");
+    cairn__task_rec t = task_of(s, "v1");
+    ok(rc == 0 && a.calls == 1 && b.calls == 2 && c.calls == 2 && t.generation == 2,
+       "allowed: a kept, b and c re-run in generation 2 (%s)", cairn_errname(rc));
+    ok(strcmp(t.steps_pin, "a@1,b@2,c@1") == 0, "the task now pins the new graph (%s)",
+       t.steps_pin);
+    auditq *aq = audit_of(s, "v1");
+    ok(strstr(aq->reasons, "graph changed"), "the change is audited");
+    cairn_runner_free(r1);
+    cairn_runner_free(r2);
+    cairn_store_free(s);
+    cairn_graph_free(g1);
+    cairn_graph_free(g2);
+}
+
+/* ------------------------------------------------------------------ admission */
+
+static cairn_runner *g_tenant_runner;
+static int g_tenant_rc[3];
+
+static cairn_step_result st_tenant(cairn_ctx *c, void *user)
+{
+    (void)user;
+    trace(c, NULL);
+    if (strcmp(cairn_ctx_task_id(c), "ta1") == 0 && g_tenant_runner) {
+        const char *in2 = "{\"tenant\":\"acme\",\"n\":2}", *in3 = "{\"tenant\":\"zen\",\"n\":3}";
+        g_tenant_rc[0] = run(g_tenant_runner, "tn", "ta2", in2);
+        g_tenant_rc[1] = run(g_tenant_runner, "tn", "tz3", in3);
+    }
+    return CAIRN_STEP_OK;
+}
+
+static int count_tasks(cairn__txn *t, void *arg)
+{
+    cairn__store_stats st;
+    int rc = cairn__store_stats_get(t, &st);
+    uint64_t *n = arg;
+    *n = 0;
+    for (int i = 0; i < CAIRN_STATE_COUNT; i++)
+        *n += st.by_state[i];
+    return rc;
+}
+
+static void test_admission(void)
+{
+    newdir("admit");
+    spec a = {.base = 1};
+    cairn_graph *g = cairn_graph_new("ad", 1);
+    cairn_step_set_user(cairn_graph_add_step(g, "a", st_gen, NULL), &a);
+    cairn_graph *gt = cairn_graph_new("tn", 1);
+    cairn_graph_add_step(gt, "s", st_tenant, NULL);
+    cairn_store *s = store_open();
+    cairn_runner *r = runner_open(s, g);
+    cairn_runner_add_graph(r, gt);
+
+    /* bad input: nothing written */
+    char id[CAIRN__ID_MAX + 1];
+    int rc1 = run(r, "ad", NULL, "[1,2]");
+    int rc2 = run(r, "ad", "bad id", "{}");
+    int rc3 = run(r, "nosuch", "x", "{}");
+    int rc4 = run(r, "ad", NULL, "{\"a\":");
+    uint64_t n = 9;
+    cairn__store_read(s, count_tasks, &n);
+    ok(rc1 == CAIRN_EJSON && rc2 == CAIRN_ETASKID && rc3 == CAIRN_ENOGRAPH && rc4 == CAIRN_EJSON &&
+           n == 0 && a.calls == 0,
+       "non-object, bad task ID, unknown graph, malformed JSON: refused, nothing written");
+    ok(cairn_runner_run(r, "ad", NULL, NULL, NULL, 0, NULL, NULL) == CAIRN_EINVAL,
+       "NULL input: CAIRN_EINVAL");
+
+    /* derived IDs: equal for permuted keys */
+    int rc = cairn_runner_run(r, "ad", NULL, NULL, "{\"b\":[1,2],\"a\":{\"y\":1,\"x\":2}}", 29,
+                              NULL, id);
+    char id2[CAIRN__ID_MAX + 1];
+    const char *perm = "{ \"a\" : {\"x\":2, \"y\":1},\n \"b\":[1,2] }";
+    int rcp = cairn_runner_run(r, "ad", NULL, NULL, perm, strlen(perm), NULL, id2);
+    ok(rc == 0 && rcp == 0 && strcmp(id, id2) == 0 && a.calls == 1,
+       "a derived ID is the same for permuted keys and whitespace (%s); the second run calls "
+       "nothing",
+       id);
+    ok(strncmp(id, "ad_", 3) == 0 && strlen(id) == 19 && strspn(id + 3, "0123456789abcdef") == 16,
+       "it is <graph>_<16 hex>");
+    const char *in = "{\"order\":17,\"tenant\":\"acme\"}";
+    rc = cairn_runner_run(r, "ad", NULL, "tenant,order", in, strlen(in), NULL, id);
+    ok(rc == 0 && strcmp(id, "acme_17") == 0, "an ID from fields tenant,order: %s", id);
+
+    /* idempotency conflict */
+    rc = run(r, "ad", "fixed", "{\"v\":1}");
+    tu_dump before, after;
+    int calls = a.calls;
+    cairn__task_rec t0 = task_of(s, "fixed");
+    rc = run(r, "ad", "fixed", "{\"v\":2}");
+    cairn__task_rec t1 = task_of(s, "fixed");
+    ok(rc == CAIRN_ECONFLICT && strstr(cairn_runner_errmsg(r), t0.payload_hash) &&
+           a.calls == calls && memcmp(&t0, &t1, sizeof t0) == 0,
+       "same ID, other payload: CAIRN_ECONFLICT naming the hashes, task unchanged (\"%.60s...\")",
+       cairn_runner_errmsg(r));
+    rc = run(r, "tn", "fixed", "{\"v\":1}");
+    ok(rc == CAIRN_ECONFLICT && strstr(cairn_runner_errmsg(r), "graph"),
+       "same ID and payload under another graph: CAIRN_ECONFLICT (\"%s\")",
+       cairn_runner_errmsg(r));
+
+    /* message dedupe */
+    char mid[CAIRN__ID_MAX + 1];
+    rc = cairn_runner_run(r, "ad", NULL, NULL, "{\"m\":1}", 7, "msg-1", mid);
+    calls = a.calls;
+    rc2 = cairn_runner_run(r, "ad", NULL, NULL, "{\"m\":2}", 7, "msg-1", id);
+    cairn__store_read(s, count_tasks, &n);
+    ok(rc == 0 && rc2 == 0 && a.calls == calls && strcmp(id, mid) == 0 &&
+           strstr(cairn_runner_errmsg(r), "msg-1") && strstr(cairn_runner_errmsg(r), "consumed"),
+       "a consumed message ID: 0, nothing run, the consuming task reported (\"%s\")",
+       cairn_runner_errmsg(r));
+    uint64_t n2;
+    rc = cairn_runner_run(r, "ad", NULL, NULL, "{\"m\":2}", 7, "msg-2", id);
+    cairn__store_read(s, count_tasks, &n2);
+    ok(rc == 0 && a.calls == calls + 1 && n2 == n + 1, "another message ID runs the new task");
+    cairn_runner_free(r);
+
+    /* tenant limit */
+    r = runner_open(s, gt);
+    cairn_runner_set_tenant_limit(r, "tenant", 1);
+    g_tenant_runner = runner_open(s, gt);
+    cairn_runner_set_tenant_limit(g_tenant_runner, "tenant", 1);
+    rc = run(r, "tn", "ta1", "{\"tenant\":\"acme\",\"n\":1}");
+    ok(rc == 0 && g_tenant_rc[0] == CAIRN_ETENANT && g_tenant_rc[1] == 0,
+       "tenant limit 1: a second 'acme' task is refused with CAIRN_ETENANT while the first "
+       "runs; another tenant's runs");
+    ok(trace_count("ta2", NULL) == 0 && task_of(s, "ta2").state == CAIRN_PENDING,
+       "the refused task did not run (it is admitted, pending)");
+    rc = run(g_tenant_runner, "tn", "ta2", "{\"tenant\":\"acme\",\"n\":2}");
+    ok(rc == 0 && trace_count("ta2", "s") == 1, "once the first finished, it runs");
+    ok(run(r, "tn", "tx", "{\"n\":1}") == CAIRN_EJSON &&
+           strstr(cairn_runner_errmsg(r), "'tenant'"),
+       "input without the tenant field: CAIRN_EJSON naming it");
+    cairn_runner_free(g_tenant_runner);
+    g_tenant_runner = NULL;
+    cairn_runner_free(r);
+    cairn_store_free(s);
+    cairn_graph_free(g);
+    cairn_graph_free(gt);
+    (void)before, (void)after;
+}
+
+/* ------------------------------------------------------------------ store failures mid-run */
+
+static void test_store_failure(void)
+{
+    newdir("storefail");
+    spec a = {.base = 1}, b = {.base = 1, .deps = {"a"}}, c = {.base = 1, .deps = {"b"}};
+    cairn_graph *g = cairn_graph_new("sf", 1);
+    cairn_step_set_user(cairn_graph_add_step(g, "a", st_gen, NULL), &a);
+    cairn_step_set_user(cairn_graph_add_step(g, "b", st_gen, "a"), &b);
+    cairn_step_set_user(cairn_graph_add_step(g, "c", st_gen, "b"), &c);
+    cairn_store *s = store_open();
+    cairn_runner *r = runner_open(s, g);
+    cairn_runner_set_lease_ms(r, 300);
+    /* writes: 1 admit, 2 acquire, 3 commit a, 4 commit b */
+    cairn__store_inject_write_failure(s, 4, CAIRN_EIO);
+    int rc = run(r, "sf", "x1", "{}");
+    ok(rc == CAIRN_EIO && strstr(cairn_runner_errmsg(r), "injected"),
+       "a store failure at b's commit ends the run with CAIRN_EIO (\"%s\")",
+       cairn_runner_errmsg(r));
+    ok(step_of(s, "x1", "a", 0).rec.state == CAIRN_STEP_DONE &&
+           step_of(s, "x1", "b", 0).rc == CAIRN_ENOTFOUND,
+       "a's commit stands, b's did not happen");
+    usleep(400000); /* the failed run's lease runs out */
+    rc = cairn_runner_resume(r, "x1");
+    ok(rc == 0 && a.calls == 1 && b.calls == 2 && c.calls == 1 &&
+           step_of(s, "x1", "c", 0).out == 3,
+       "after the lease expired, resume finishes: a skipped, b re-run (%s)", cairn_errname(rc));
+    cairn_runner_free(r);
+    cairn_store_free(s);
+    cairn_graph_free(g);
+}
+
+/* A corrupt task record reached through the runner and the snapshot API. */
+static void test_corrupt_task(void)
+{
+    newdir("corrupt");
+    spec a = {.base = 1};
+    cairn_graph *g = cairn_graph_new("cr", 1);
+    cairn_step_set_user(cairn_graph_add_step(g, "a", st_gen, NULL), &a);
+    cairn_store *s = store_open();
+    cairn_runner *r = runner_open(s, g);
+    run(r, "cr", "bad", "{}");
+    cairn_runner_free(r);
+    cairn_store_free(s);
+    tu_raw_put(g_dir, "tasks", "bad", 3, "\xde\xad\xbe\xef", 4);
+    s = store_open();
+    r = runner_open(s, g);
+    int rc = cairn_runner_resume(r, "bad");
+    ok(rc == CAIRN_ECORRUPT && strstr(cairn_runner_errmsg(r), "'bad'"),
+       "resume of a corrupt task: CAIRN_ECORRUPT naming it (\"%s\")", cairn_runner_errmsg(r));
+    rc = run(r, "cr", "bad", "{}");
+    ok(rc == CAIRN_ECORRUPT, "run of it too");
+    cairn_task *snap = NULL;
+    rc = cairn_task_load(s, "bad", &snap);
+    ok(rc == CAIRN_ECORRUPT && snap == NULL, "and cairn_task_load");
+    uint32_t n_run = 0, n_ok = 0, n_bad = 0;
+    rc = cairn_runner_retry(r, NULL, 0, 1, &n_run, &n_ok, &n_bad);
+    ok(rc == 0 || rc == CAIRN_ECORRUPT, "retry over a store with a corrupt task does not crash (%s)",
+       cairn_errname(rc));
+    cairn_runner_free(r);
+    cairn_store_free(s);
+    cairn_graph_free(g);
+}
+
+int main(void)
+{
+    g_main_pid = getpid();
+    tu_tmpdir(root, "runner");
+    test_resume_and_audit();
+    test_dead();
+    test_effect_crash();
+    test_probe();
+    test_at_least_once();
+    test_progress();
+    test_deps();
+    test_leases();
+    test_fencing();
+    test_stop();
+    test_timeout();
+    test_gc();
+    test_invalidate();
+    test_graph_change();
+    test_admission();
+    test_store_failure();
+    test_corrupt_task();
+    if (!getenv("CAIRN_KEEP_TMP"))
+        tu_rmtree(root);
+    return tap_done();
+}

@@ -1,0 +1,145 @@
+/* rawlmdb.h - helpers shared by the engine unit tests (scratch directories, raw LMDB access).
+ *
+ * Raw LMDB access exists so tests can reach under the store's API: bump the schema, plant a
+ * corrupt record, take a dump to prove a failed write changed nothing. LMDB forbids opening one
+ * environment twice in a process, so the store must be closed while a raw env is open.
+ */
+#ifndef CAIRN_TESTS_RAWLMDB_H
+#define CAIRN_TESTS_RAWLMDB_H
+
+#include <ftw.h>
+#include <lmdb.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int tu__rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+/* Removes a directory tree (best effort). */
+static inline void tu_rmtree(const char *dir) { nftw(dir, tu__rm_one, 16, FTW_DEPTH | FTW_PHYS); }
+
+/* A fresh scratch directory under $TMPDIR (or /tmp), written to `out`. */
+static inline void tu_tmpdir(char out[256], const char *tag)
+{
+    const char *base = getenv("TMPDIR");
+    snprintf(out, 256, "%s/cairn-%s-XXXXXX", base && *base ? base : "/tmp", tag);
+    if (!mkdtemp(out)) {
+        perror("mkdtemp");
+        exit(2);
+    }
+}
+
+static const char *const tu_dbs[] = {"meta", "tasks",    "steps", "progress", "idem",
+                                     "due",  "tenants",  "finished", "audit", "msgs"};
+#define TU_NDBS (sizeof tu_dbs / sizeof *tu_dbs)
+
+/* Opens the store directory as a plain LMDB environment. */
+static inline MDB_env *tu_raw_open(const char *dir)
+{
+    MDB_env *env = NULL;
+    if (mdb_env_create(&env) || mdb_env_set_maxdbs(env, 16) ||
+        mdb_env_set_mapsize(env, (size_t)1 << 30) ||
+        mdb_env_open(env, dir, MDB_NOSYNC | MDB_NOTLS, 0600)) {
+        fprintf(stderr, "raw open of %s failed\n", dir);
+        if (env)
+            mdb_env_close(env);
+        return NULL;
+    }
+    return env;
+}
+
+/* Puts (val != NULL) or deletes one key of a named db. 0 or an LMDB code. */
+static inline int tu_raw_put(const char *dir, const char *db, const void *k, size_t klen,
+                             const void *v, size_t vlen)
+{
+    MDB_env *env = tu_raw_open(dir);
+    MDB_txn *txn;
+    MDB_dbi dbi;
+    if (!env)
+        return -1;
+    int rc = mdb_txn_begin(env, NULL, 0, &txn);
+    if (!rc && !(rc = mdb_dbi_open(txn, db, 0, &dbi))) {
+        MDB_val kk = {klen, (void *)k}, vv = {vlen, (void *)v};
+        rc = v ? mdb_put(txn, dbi, &kk, &vv, 0) : mdb_del(txn, dbi, &kk, NULL);
+    }
+    rc = rc ? (mdb_txn_abort(txn), rc) : mdb_txn_commit(txn);
+    mdb_env_close(env);
+    return rc;
+}
+
+/* Copies the value of one key into buf (at most cap bytes); returns its size or -1. */
+static inline long tu_raw_get(const char *dir, const char *db, const void *k, size_t klen,
+                              void *buf, size_t cap)
+{
+    MDB_env *env = tu_raw_open(dir);
+    MDB_txn *txn;
+    MDB_dbi dbi;
+    long n = -1;
+    if (!env)
+        return -1;
+    if (mdb_txn_begin(env, NULL, MDB_RDONLY, &txn) == 0) {
+        MDB_val kk = {klen, (void *)k}, vv;
+        if (mdb_dbi_open(txn, db, 0, &dbi) == 0 && mdb_get(txn, dbi, &kk, &vv) == 0) {
+            n = (long)vv.mv_size;
+            memcpy(buf, vv.mv_data, vv.mv_size < cap ? vv.mv_size : cap);
+        }
+        mdb_txn_abort(txn);
+    }
+    mdb_env_close(env);
+    return n;
+}
+
+typedef struct tu_dump {
+    uint64_t hash;
+    uint64_t entries[TU_NDBS];
+} tu_dump;
+
+/* A digest of every key and value of every database (FNV-1a over lengths and bytes). */
+static inline int tu_raw_dump(const char *dir, tu_dump *d)
+{
+    memset(d, 0, sizeof *d);
+    d->hash = 1469598103934665603ull;
+    MDB_env *env = tu_raw_open(dir);
+    MDB_txn *txn;
+    if (!env)
+        return -1;
+    int rc = mdb_txn_begin(env, NULL, MDB_RDONLY, &txn);
+    for (size_t i = 0; !rc && i < TU_NDBS; i++) {
+        MDB_dbi dbi;
+        MDB_cursor *c;
+        MDB_val k, v;
+        if ((rc = mdb_dbi_open(txn, tu_dbs[i], 0, &dbi)) || (rc = mdb_cursor_open(txn, dbi, &c)))
+            break;
+        for (int r = mdb_cursor_get(c, &k, &v, MDB_FIRST); r == 0;
+             r = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
+            const MDB_val *parts[2] = {&k, &v};
+            for (int p = 0; p < 2; p++) {
+                uint64_t len = parts[p]->mv_size;
+                for (int b = 0; b < 8; b++)
+                    d->hash = (d->hash ^ ((len >> (8 * b)) & 0xff)) * 1099511628211ull;
+                for (size_t b = 0; b < parts[p]->mv_size; b++)
+                    d->hash = (d->hash ^ ((unsigned char *)parts[p]->mv_data)[b]) *
+                              1099511628211ull;
+            }
+            d->entries[i]++;
+        }
+        mdb_cursor_close(c);
+    }
+    if (!rc)
+        mdb_txn_abort(txn);
+    mdb_env_close(env);
+    return rc;
+}
+
+static inline int tu_dump_eq(const tu_dump *a, const tu_dump *b)
+{
+    return memcmp(a, b, sizeof *a) == 0;
+}
+
+#endif
