@@ -242,6 +242,12 @@ void cairn_store_free(cairn_store *s)
 
 static int grow_map(cairn_store *s)
 {
+    /* A process killed inside a read transaction leaves a reader slot that pins its snapshot:
+     * no page freed since can be reused, and the file would grow without bound. Clear such
+     * slots first; if there were any, retry before growing. */
+    int dead = 0;
+    if (mdb_reader_check(s->env, &dead) == 0 && dead > 0)
+        return 0;
     if (s->map_size >= s->map_max)
         return cairn__store_fail(s, CAIRN_EFULL,
                                  "store %s is full: map limit of %llu bytes reached (nothing was "
@@ -441,11 +447,90 @@ typedef struct rec {
     const msgpack_object_map *map;
 } rec;
 
+/* 1 if p[0..n) starts with one msgpack object whose declared lengths fit in n bytes.
+ * msgpack-c allocates a container's elements from its declared count before it reads them, so
+ * a corrupt 5-byte value (0xdf ffffffff: a map of 4 billion pairs) would ask for 200 GB; every
+ * object takes at least one byte, so a count beyond the bytes left is refused here first. */
+static int mp_plausible(const void *data, size_t n)
+{
+    const unsigned char *p = data;
+    size_t pos = 0;
+    uint64_t pending = 1; /* objects still to read */
+    while (pending) {
+        if (pos >= n)
+            return 0;
+        unsigned b = p[pos++];
+        uint64_t skip = 0, items = 0;
+        int lenb = 0, kind = 0; /* a big-endian length of lenb bytes: 1 bytes, 2 ext, 3 array,
+                                   4 map */
+        if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3)
+            ;
+        else if (b <= 0x8f)
+            items = 2 * (b & 0x0f);
+        else if (b <= 0x9f)
+            items = b & 0x0f;
+        else if (b <= 0xbf)
+            skip = b & 0x1f;
+        else if (b == 0xcc || b == 0xd0)
+            skip = 1;
+        else if (b == 0xcd || b == 0xd1 || b == 0xd4)
+            skip = 2;
+        else if (b == 0xd5)
+            skip = 3;
+        else if (b == 0xca || b == 0xce || b == 0xd2)
+            skip = 4;
+        else if (b == 0xd6)
+            skip = 5;
+        else if (b == 0xcb || b == 0xcf || b == 0xd3)
+            skip = 8;
+        else if (b == 0xd7)
+            skip = 9;
+        else if (b == 0xd8)
+            skip = 17;
+        else if (b == 0xc4 || b == 0xd9)
+            lenb = 1, kind = 1;
+        else if (b == 0xc5 || b == 0xda)
+            lenb = 2, kind = 1;
+        else if (b == 0xc6 || b == 0xdb)
+            lenb = 4, kind = 1;
+        else if (b >= 0xc7 && b <= 0xc9)
+            lenb = b == 0xc7 ? 1 : b == 0xc8 ? 2 : 4, kind = 2;
+        else if (b == 0xdc || b == 0xdd)
+            lenb = b == 0xdc ? 2 : 4, kind = 3;
+        else if (b == 0xde || b == 0xdf)
+            lenb = b == 0xde ? 2 : 4, kind = 4;
+        else
+            return 0; /* 0xc1: never used */
+        if (lenb) {
+            if (n - pos < (size_t)lenb)
+                return 0;
+            uint64_t l = 0;
+            for (int i = 0; i < lenb; i++)
+                l = l << 8 | p[pos++];
+            if (kind == 1)
+                skip = l;
+            else if (kind == 2)
+                skip = l + 1; /* the ext type byte */
+            else
+                items = kind == 4 ? 2 * l : l;
+        }
+        if (skip > n - pos)
+            return 0;
+        pos += (size_t)skip;
+        pending += items - 1;
+        if (pending > n - pos)
+            return 0;
+    }
+    return 1;
+}
+
 static int rec_open(cairn__txn *t, rec *r, const MDB_val *v, const char *what, const char *id)
 {
     size_t off = 0;
     msgpack_unpacked_init(&r->u);
-    msgpack_unpack_return ur = msgpack_unpack_next(&r->u, v->mv_data, v->mv_size, &off);
+    msgpack_unpack_return ur = mp_plausible(v->mv_data, v->mv_size)
+                                   ? msgpack_unpack_next(&r->u, v->mv_data, v->mv_size, &off)
+                                   : MSGPACK_UNPACK_PARSE_ERROR;
     if (ur != MSGPACK_UNPACK_SUCCESS || r->u.data.type != MSGPACK_OBJECT_MAP || off != v->mv_size) {
         msgpack_unpacked_destroy(&r->u);
         return cairn__store_fail(t->s, CAIRN_ECORRUPT,
@@ -548,6 +633,9 @@ static int task_decode(cairn__txn *t, const MDB_val *v, const char *id, cairn__t
     o->lease_expires_ms = rec_int(&r, "lexp");
     rec_bin(&r, "input", &o->input, &o->input_len);
     msgpack_unpacked_destroy(&r.u); /* bin pointers point into the LMDB value, not the zone */
+    if (o->input && !mp_plausible(o->input, o->input_len))
+        return cairn__store_fail(t->s, CAIRN_ECORRUPT, "task '%s' has a corrupt input (%zu bytes)",
+                                 id, o->input_len);
     if (o->state >= CAIRN_STATE_COUNT)
         return cairn__store_fail(t->s, CAIRN_ECORRUPT, "task '%s' has invalid state %u", id,
                                  o->state);
@@ -762,6 +850,10 @@ static int step_decode(cairn__txn *t, const MDB_val *v, const char *what, cairn_
     rec_str(&r, "err", o->error, sizeof o->error);
     rec_bin(&r, "out", &o->output, &o->output_len);
     msgpack_unpacked_destroy(&r.u);
+    if (o->output && !mp_plausible(o->output, o->output_len))
+        return cairn__store_fail(t->s, CAIRN_ECORRUPT,
+                                 "step '%s' has a corrupt output (%zu bytes) in store %s", what,
+                                 o->output_len, t->s->dir);
     return 0;
 }
 
@@ -860,6 +952,10 @@ int cairn__progress_get(cairn__txn *t, const char *task, const char *step, uint3
         return CAIRN_ENOTFOUND;
     if (rc)
         return mdb_fail(t, t->s, rc, "read progress");
+    if (!mp_plausible(v.mv_data, v.mv_size))
+        return cairn__store_fail(t->s, CAIRN_ECORRUPT,
+                                 "corrupt progress record of task '%s' step '%s' in store %s",
+                                 task, step, t->s->dir);
     *data = v.mv_data;
     *len = v.mv_size;
     return 0;

@@ -13,6 +13,7 @@
 #include "gpu/quant.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "gpu/gguf.h"
@@ -136,40 +137,54 @@ static void q4k_scale_min(int j, const uint8_t *q, uint8_t *sc, uint8_t *m)
     }
 }
 
-static void dequant_q8_0(const cairn__block_q8_0 *x, float *y, uint64_t nb)
+/* The dequantizers walk the blocks through byte pointers and fetch the f16 scales with memcpy:
+ * tensor data in a valid file with general.alignment = 1 can sit at an odd address, where
+ * reading a uint16_t member through a block struct pointer is undefined (UBSan flags it, and
+ * strict-alignment targets fault). offsetof keeps the byte offsets tied to the structs above. */
+static float f16_at(const uint8_t *p)
 {
-    for (uint64_t i = 0; i < nb; i++) {
-        const float d = cairn__f16_to_f32_inline(x[i].d);
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return cairn__f16_to_f32_inline(h);
+}
+
+static void dequant_q8_0(const uint8_t *x, float *y, uint64_t nb)
+{
+    for (uint64_t i = 0; i < nb; i++, x += sizeof(cairn__block_q8_0)) {
+        const float d = f16_at(x + offsetof(cairn__block_q8_0, d));
+        const int8_t *qs = (const int8_t *)(x + offsetof(cairn__block_q8_0, qs));
         for (int j = 0; j < 32; j++)
-            y[i * 32 + j] = x[i].qs[j] * d;
+            y[i * 32 + j] = qs[j] * d;
     }
 }
 
-static void dequant_q4_0(const cairn__block_q4_0 *x, float *y, uint64_t nb)
+static void dequant_q4_0(const uint8_t *x, float *y, uint64_t nb)
 {
-    for (uint64_t i = 0; i < nb; i++) {
-        const float d = cairn__f16_to_f32_inline(x[i].d);
+    for (uint64_t i = 0; i < nb; i++, x += sizeof(cairn__block_q4_0)) {
+        const float d = f16_at(x + offsetof(cairn__block_q4_0, d));
+        const uint8_t *qs = x + offsetof(cairn__block_q4_0, qs);
         for (int j = 0; j < 16; j++) {
-            const int x0 = (x[i].qs[j] & 0x0F) - 8;
-            const int x1 = (x[i].qs[j] >> 4) - 8;
+            const int x0 = (qs[j] & 0x0F) - 8;
+            const int x1 = (qs[j] >> 4) - 8;
             y[i * 32 + j] = x0 * d;
             y[i * 32 + j + 16] = x1 * d;
         }
     }
 }
 
-static void dequant_q4_K(const cairn__block_q4_K *x, float *y, uint64_t nb)
+static void dequant_q4_K(const uint8_t *x, float *y, uint64_t nb)
 {
-    for (uint64_t i = 0; i < nb; i++) {
-        const uint8_t *q = x[i].qs;
-        const float d = cairn__f16_to_f32_inline(x[i].d);
-        const float min = cairn__f16_to_f32_inline(x[i].dmin);
+    for (uint64_t i = 0; i < nb; i++, x += sizeof(cairn__block_q4_K)) {
+        const uint8_t *q = x + offsetof(cairn__block_q4_K, qs);
+        const uint8_t *scales = x + offsetof(cairn__block_q4_K, scales);
+        const float d = f16_at(x + offsetof(cairn__block_q4_K, d));
+        const float min = f16_at(x + offsetof(cairn__block_q4_K, dmin));
         int is = 0;
         uint8_t sc, m;
         for (int j = 0; j < CAIRN__QK_K; j += 64) {
-            q4k_scale_min(is + 0, x[i].scales, &sc, &m);
+            q4k_scale_min(is + 0, scales, &sc, &m);
             const float d1 = d * sc, m1 = min * m;
-            q4k_scale_min(is + 1, x[i].scales, &sc, &m);
+            q4k_scale_min(is + 1, scales, &sc, &m);
             const float d2 = d * sc, m2 = min * m;
             for (int l = 0; l < 32; l++)
                 *y++ = d1 * (q[l] & 0xF) - m1;
@@ -181,13 +196,13 @@ static void dequant_q4_K(const cairn__block_q4_K *x, float *y, uint64_t nb)
     }
 }
 
-static void dequant_q6_K(const cairn__block_q6_K *x, float *y, uint64_t nb)
+static void dequant_q6_K(const uint8_t *x, float *y, uint64_t nb)
 {
-    for (uint64_t i = 0; i < nb; i++) {
-        const float d = cairn__f16_to_f32_inline(x[i].d);
-        const uint8_t *ql = x[i].ql;
-        const uint8_t *qh = x[i].qh;
-        const int8_t *sc = x[i].scales;
+    for (uint64_t i = 0; i < nb; i++, x += sizeof(cairn__block_q6_K)) {
+        const float d = f16_at(x + offsetof(cairn__block_q6_K, d));
+        const uint8_t *ql = x + offsetof(cairn__block_q6_K, ql);
+        const uint8_t *qh = x + offsetof(cairn__block_q6_K, qh);
+        const int8_t *sc = (const int8_t *)(x + offsetof(cairn__block_q6_K, scales));
         for (int n = 0; n < CAIRN__QK_K; n += 128) {
             for (int l = 0; l < 32; l++) {
                 const int is = l / 16;

@@ -154,8 +154,9 @@ CAIRN_API int cairn_step_set_version(cairn_step *s, uint32_t version);
 CAIRN_API int cairn_step_set_delivery(cairn_step *s, cairn_delivery d);
 CAIRN_API int cairn_step_set_probe(cairn_step *s, cairn_probe_fn probe);
 CAIRN_API int cairn_step_set_user(cairn_step *s, void *user); /* borrowed; caller keeps it alive */
-/* Retry policy: at most `max_invocations` calls of this step per generation; the delay before
- * invocation k+1 is a uniform random in [0, min(cap_ms, base_ms * 2^k)] (full jitter). */
+/* Retry policy: at most `max_invocations` calls of this step per generation; after k failed
+ * invocations the delay is a uniform random in [0, min(cap_ms, base_ms * 2^(k-1))] (full
+ * jitter), so the first retry waits at most base_ms. */
 CAIRN_API int cairn_step_set_retry(cairn_step *s, uint32_t max_invocations, uint32_t base_ms,
                                    uint32_t cap_ms);
 /* Hard timeout: with timeout_ms > 0 the step runs in a child process that is killed with
@@ -184,8 +185,9 @@ CAIRN_API const char *cairn_ctx_step_name(const cairn_ctx *ctx);
 CAIRN_API uint32_t cairn_ctx_generation(const cairn_ctx *ctx);
 CAIRN_API uint32_t cairn_ctx_invocation(const cairn_ctx *ctx);
 CAIRN_API uint32_t cairn_ctx_attempt(const cairn_ctx *ctx);
-/* Stable delivery ID of this step in this generation: "<task>:<step>:<generation>:<hash8>",
- * the same on every attempt; effects pass it to receivers (webhook-id, Message-ID). */
+/* Stable delivery ID of this step in this generation: "dlv_" and 32 hex digits of
+ * SHA-256(task, step, generation); the same on every attempt, different for each task, step and
+ * generation. Effects pass it to receivers (webhook-id, Message-ID) for deduplication. */
 CAIRN_API const char *cairn_ctx_delivery_id(const cairn_ctx *ctx);
 /* The task input (a msgpack map decoded from the input JSON). Valid until the step returns. */
 CAIRN_API const msgpack_object *cairn_ctx_input(const cairn_ctx *ctx);
@@ -260,7 +262,9 @@ CAIRN_API void cairn_runner_free(cairn_runner *r);
 CAIRN_API const char *cairn_runner_errmsg(const cairn_runner *r);
 
 /* Asks running work to stop (async-signal-safe): the current step's output is not committed,
- * the lease is released, the run returns CAIRN_EINTR. */
+ * the lease is released, the run returns CAIRN_EINTR. The request is final: every later run,
+ * resume or retry on this runner also returns CAIRN_EINTR at once (a stopping process should
+ * start no new work); create a new runner to run again. */
 CAIRN_API void cairn_runner_stop(cairn_runner *r);
 
 /* Runs one task. `input_json` is the task input (a JSON object, copied). `task_id` may be NULL

@@ -200,6 +200,12 @@ static int resolve_deps(cairn_graph *g, cairn_step *s)
                      s->name);
             return CAIRN_EGRAPH;
         }
+        for (size_t i = 0; i < s->n_deps; i++)
+            if (s->deps[i] == d->index) {
+                snprintf(g->err, sizeof g->err, "graph '%s': step '%s' lists dependency '%s' twice",
+                         g->name, s->name, name);
+                return CAIRN_EGRAPH;
+            }
         s->deps[s->n_deps++] = d->index;
         if (!e)
             break;

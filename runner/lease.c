@@ -63,9 +63,18 @@ int cairn__owner_alive(const cairn__owner *o)
     return start == 0 || o->start == 0 || start == o->start;
 }
 
+/* On this host the owner's life decides: a live owner keeps its task however long one step
+ * runs (a long in-process LLM call must not be taken over and paid for twice), and a dead one
+ * loses it at once. For an owner on another host only the expiry can tell. */
 int cairn__lease_live(const cairn__task_rec *t, int64_t now_ms)
 {
-    return t->lease_token != 0 && t->lease_expires_ms > now_ms && cairn__owner_alive(&t->owner);
+    if (t->lease_token == 0)
+        return 0;
+    char host[64] = {0};
+    gethostname(host, sizeof host - 1);
+    if (strcmp(host, t->owner.host) == 0)
+        return cairn__owner_alive(&t->owner);
+    return t->lease_expires_ms > now_ms;
 }
 
 uint64_t cairn__random_u64(void)

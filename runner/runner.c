@@ -526,7 +526,11 @@ static int commit_txn(cairn__txn *t, void *arg)
         break;
     case C_STOPPED: /* interrupted: the step's output is dropped, the task is due at once */
         task.next_retry_ms = cairn__now_ms();
-        snprintf(task.error, sizeof task.error, "interrupted by a signal during step '%s'", step);
+        if (a->err)
+            snprintf(task.error, sizeof task.error, "%s", a->err);
+        else
+            snprintf(task.error, sizeof task.error, "interrupted by a signal during step '%s'",
+                     step);
         snprintf(task.error_step, sizeof task.error_step, "%s", step);
         release_lease(&task);
         rc = transition(t, &task, CAIRN_FAILED, 0, step, task.error);
@@ -899,6 +903,15 @@ static int execute(cairn_runner *r, const cairn_graph *g, const char *id)
     }
     if (rc == 0)
         rc = commit(&c, C_SUCCEEDED, CAIRN__DURABLE, NULL, 0, NULL, 0, 0);
+    else if (rc != CAIRN_ETRANSIENT && rc != CAIRN_EDEAD && rc != CAIRN_EINDOUBT &&
+             rc != CAIRN_EINTR && rc != CAIRN_EBUSY) {
+        /* an unexpected error (memory, store): give the lease back so the task is not stuck
+         * behind a process that lives on; it is due again at once */
+        char keep[sizeof r->err];
+        snprintf(keep, sizeof keep, "%s", r->err);
+        commit(&c, C_STOPPED, CAIRN__DURABLE, NULL, 0, keep, 0, 0);
+        snprintf(r->err, sizeof r->err, "%s", keep);
+    }
     if (c.input_bytes) {
         msgpack_unpacked_destroy(&c.input);
         free(c.input_bytes);

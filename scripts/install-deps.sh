@@ -9,5 +9,5 @@ $SUDO apt-get install -y -qq --no-install-recommends \
   build-essential meson ninja-build pkg-config python3 \
   liblmdb-dev lmdb-utils libmsgpack-dev libssl-dev libjansson-dev libcurl4-openssl-dev \
   libopenblas-dev libsqlite3-dev \
-  clang libclang-rt-14-dev >/dev/null
+  python3-aiosmtpd clang libclang-rt-14-dev >/dev/null
 echo "install-deps: done"

@@ -447,15 +447,30 @@ int cairn__bm25_open(const char *dir, int writable, cairn__bm25 **out, char *err
         return e == ENOENT || e == ENOTDIR ? CAIRN_ENOENT : CAIRN_EIO;
     }
     MDB_txn *txn = NULL;
-    const char *what = "mdb_env_create";
-    if ((rc = mdb_env_create(&ix->env)) != 0)
-        goto lmdb_fail;
-    mdb_env_set_maxdbs(ix->env, 8);
+    const char *what = "mdb_env_open";
     /* The map is only reserved address space; the file grows as pages are written. 64 GiB
-     * holds corpora far beyond what one machine would index with this engine. */
-    mdb_env_set_mapsize(ix->env, sizeof(size_t) >= 8 ? (size_t)64 << 30 : (size_t)1 << 30);
-    what = "mdb_env_open";
-    rc = mdb_env_open(ix->env, dir, MDB_NOTLS | MDB_NORDAHEAD | (writable ? 0 : MDB_RDONLY), 0600);
+     * holds corpora far beyond what one machine would index with this engine; where the
+     * address space is limited (ulimit -v, valgrind, 32-bit) smaller maps are tried. LMDB
+     * raises a map below the data already written to fit it. */
+    static const unsigned map_gib[] = {64, 16, 4, 1};
+    for (size_t i = 0; i < sizeof map_gib / sizeof *map_gib; i++) {
+        if (sizeof(size_t) < 8 && map_gib[i] > 1)
+            continue;
+        if ((rc = mdb_env_create(&ix->env)) != 0) {
+            what = "mdb_env_create";
+            goto lmdb_fail;
+        }
+        mdb_env_set_maxdbs(ix->env, 8);
+        mdb_env_set_mapsize(ix->env, (size_t)map_gib[i] << 30);
+        rc = mdb_env_open(ix->env, dir, MDB_NOTLS | MDB_NORDAHEAD | (writable ? 0 : MDB_RDONLY),
+                          0600);
+        if (rc == 0)
+            break;
+        mdb_env_close(ix->env); /* a failed open leaves the handle unusable */
+        ix->env = NULL;
+        if (rc != ENOMEM && rc != EINVAL)
+            break;
+    }
     if (rc)
         goto lmdb_fail;
     what = "mdb_txn_begin";
@@ -512,7 +527,7 @@ int cairn__bm25_open(const char *dir, int writable, cairn__bm25 **out, char *err
         return CAIRN_ESCHEMA;
     }
     what = "mdb_txn_commit";
-    rc = writable ? mdb_txn_commit(txn) : (mdb_txn_abort(txn), 0);
+    rc = mdb_txn_commit(txn); /* also read-only: an aborted txn would close the dbi handles */
     txn = NULL;
     if (rc)
         goto lmdb_fail;

@@ -115,8 +115,8 @@ static void wipe_free(char *s)
 
 static int valid_name_char(int c)
 {
-    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-           c == '.' || c == '_' || c == '-';
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' ||
+           c == '_' || c == '-';
 }
 
 /* Replaces every occurrence of `secret` in msg (NUL-terminated) by "***". */
@@ -367,7 +367,8 @@ static int tpl_name(const char *open, const char **name, size_t *len, const char
 
 static int tpl_known(const char *n, size_t len)
 {
-    if ((len == 4 && memcmp(n, "task", 4) == 0) || (len == 11 && memcmp(n, "delivery_id", 11) == 0) ||
+    if ((len == 4 && memcmp(n, "task", 4) == 0) ||
+        (len == 11 && memcmp(n, "delivery_id", 11) == 0) ||
         (len == 6 && memcmp(n, "result", 6) == 0))
         return 1;
     if (len <= 7 || memcmp(n, "result.", 7) != 0)
@@ -419,12 +420,11 @@ static int addr_ok(const char *a)
     return 1;
 }
 
-static const char *const common_keys[] = {"type",    "name",       "url",      "connect_timeout_ms",
+static const char *const common_keys[] = {"type",       "name",   "url",      "connect_timeout_ms",
                                           "timeout_ms", "source", "delivery", NULL};
 static const char *const webhook_keys[] = {"secret_env", "secret_file", NULL};
-static const char *const email_keys[] = {"starttls", "from",         "to",
-                                         "subject",  "body",         "username",
-                                         "password_env", "password_file", NULL};
+static const char *const email_keys[] = {
+    "starttls", "from", "to", "subject", "body", "username", "password_env", "password_file", NULL};
 
 static int in_list(const char *k, const char *const *l)
 {
@@ -447,8 +447,7 @@ static int parse_common(pctx *p, const json_t *cfg, cairn__notify_target *t)
                         "name notify.<name>)",
                         i);
     if (nl > CAIRN__NOTIFY_NAME_MAX)
-        return fail(p, CAIRN_EJSON, "name", "is %zu bytes; at most %d", nl,
-                    CAIRN__NOTIFY_NAME_MAX);
+        return fail(p, CAIRN_EJSON, "name", "is %zu bytes; at most %d", nl, CAIRN__NOTIFY_NAME_MAX);
     if ((rc = get_str(p, cfg, "url", 1, &t->url)))
         return rc;
     if ((rc = get_str(p, cfg, "source", 0, &t->source)))
@@ -530,7 +529,10 @@ static int parse_email(pctx *p, const json_t *cfg, cairn__notify_target *t)
     for (size_t i = 0; i < n; i++) {
         json_t *a = json_is_array(to) ? json_array_get(to, i) : to;
         char field[32];
-        snprintf(field, sizeof field, json_is_array(to) ? "to[%zu]" : "to", i);
+        if (json_is_array(to))
+            snprintf(field, sizeof field, "to[%zu]", i);
+        else
+            snprintf(field, sizeof field, "to");
         if (!json_is_string(a) || !addr_ok(json_string_value(a)))
             return fail(p, CAIRN_EJSON, field, "must be a plain address like name@example.com");
         if (!(t->to[i] = strdup(json_string_value(a))))
@@ -579,8 +581,9 @@ int cairn__notify_target_parse(const json_t *cfg, const char *where, cairn__noti
     else if (json_is_string(type) && strcmp(json_string_value(type), "email") == 0)
         kind = KIND_EMAIL;
     else
-        return fail(&p, CAIRN_EJSON, "type", type ? "must be \"webhook\" or \"email\""
-                                                  : "is required (\"webhook\" or \"email\")");
+        return fail(&p, CAIRN_EJSON, "type",
+                    type ? "must be \"webhook\" or \"email\""
+                         : "is required (\"webhook\" or \"email\")");
     const char *k;
     json_t *v;
     json_object_foreach((json_t *)cfg, k, v)
@@ -588,8 +591,7 @@ int cairn__notify_target_parse(const json_t *cfg, const char *where, cairn__noti
         if (in_list(k, common_keys) || in_list(k, kind == KIND_WEBHOOK ? webhook_keys : email_keys))
             continue;
         if (strstr(k, "secret") || strstr(k, "password") || strstr(k, "token"))
-            return fail(&p, CAIRN_EJSON, k,
-                        "secrets are never read from the configuration; use %s",
+            return fail(&p, CAIRN_EJSON, k, "secrets are never read from the configuration; use %s",
                         kind == KIND_WEBHOOK ? "secret_env or secret_file"
                                              : "password_env or password_file");
         return fail(&p, CAIRN_EJSON, k, "unknown field for a %s target",
@@ -705,6 +707,7 @@ typedef struct {
     char errbuf[CURL_ERROR_SIZE];
     char answer[SNIPPET_MAX + 1]; /* the start of the receiver's response body */
     size_t answer_len;
+    char reply[SNIPPET_MAX + 1]; /* email: the server's last reply line */
     /* email upload */
     const char *msg;
     size_t msg_len, msg_off;
@@ -829,8 +832,9 @@ static cairn_step_result webhook_outcome(call *c, CURL *h, CURLcode rc)
         curl_off_t wait = -1;
         curl_easy_getinfo(h, CURLINFO_RETRY_AFTER, &wait);
         if (wait > 0)
-            call_error(c, "HTTP 429 Too Many Requests; the receiver asks to retry after %lld s "
-                          "(Retry-After; the step's retry backoff decides when): %s",
+            call_error(c,
+                       "HTTP 429 Too Many Requests; the receiver asks to retry after %lld s "
+                       "(Retry-After; the step's retry backoff decides when): %s",
                        (long long)wait, answer_text(c));
         else
             call_error(c, "HTTP 429 Too Many Requests: %s", answer_text(c));
@@ -1113,9 +1117,28 @@ static size_t on_read(char *dst, size_t sz, size_t n, void *u)
     size_t k = left < room ? left : room;
     memcpy(dst, c->msg + c->msg_off, k);
     c->msg_off += k;
-    if (k == 0)
-        c->msg_eof = 1; /* curl has every byte: from now on a failure leaves us in doubt */
+    /* curl has every byte (it may not ask again once it has INFILESIZE of them): from now
+     * on a failure without an SMTP reply leaves us in doubt */
+    if (c->msg_off == c->msg_len)
+        c->msg_eof = 1;
     return k;
+}
+
+/* Keeps the SMTP server's last reply line ("550 5.1.1 no such user"), which says more than
+ * curl's "Weird server reply". Only incoming lines: outgoing ones carry the AUTH exchange. */
+static int on_debug(CURL *h, curl_infotype type, char *data, size_t size, void *u)
+{
+    (void)h;
+    call *c = u;
+    if (type != CURLINFO_HEADER_IN)
+        return 0;
+    size_t n = size < SNIPPET_MAX ? size : SNIPPET_MAX;
+    while (n && (data[n - 1] == '\r' || data[n - 1] == '\n'))
+        n--;
+    for (size_t i = 0; i < n; i++)
+        c->reply[i] = (unsigned char)data[i] < 32 || (unsigned char)data[i] >= 127 ? ' ' : data[i];
+    c->reply[n] = 0;
+    return 0;
 }
 
 static cairn_step_result email_outcome(call *c, CURL *h, CURLcode rc, const char *mid)
@@ -1127,11 +1150,13 @@ static cairn_step_result email_outcome(call *c, CURL *h, CURLcode rc, const char
         return CAIRN_STEP_OK;
     }
     if (code >= 500 && code < 600) {
-        call_error(c, "SMTP %ld (not retried): %s", code, curl_text(c, rc));
+        call_error(c, "SMTP %ld (not retried): %s", code,
+                   c->reply[0] ? c->reply : curl_text(c, rc));
         return CAIRN_STEP_PERMANENT;
     }
     if (code >= 400 && code < 500) {
-        call_error(c, "SMTP %ld (will retry; nothing was delivered): %s", code, curl_text(c, rc));
+        call_error(c, "SMTP %ld (will retry; nothing was delivered): %s", code,
+                   c->reply[0] ? c->reply : curl_text(c, rc));
         return CAIRN_STEP_TRANSIENT;
     }
     if (c->stopped) {
@@ -1143,8 +1168,7 @@ static cairn_step_result email_outcome(call *c, CURL *h, CURLcode rc, const char
         return CAIRN_STEP_PERMANENT;
     }
     if (!c->msg_eof) {
-        call_error(c, "%s (before the message was sent: nothing was delivered)",
-                   curl_text(c, rc));
+        call_error(c, "%s (before the message was sent: nothing was delivered)", curl_text(c, rc));
         return CAIRN_STEP_TRANSIENT;
     }
     call_error(c, "%s after the message was sent; the server may have it", curl_text(c, rc));
@@ -1196,6 +1220,9 @@ static cairn_step_result do_email(call *c, json_t *result)
     curl_easy_setopt(h, CURLOPT_INFILESIZE_LARGE, (curl_off_t)m.len);
     curl_easy_setopt(h, CURLOPT_READFUNCTION, on_read);
     curl_easy_setopt(h, CURLOPT_READDATA, c);
+    curl_easy_setopt(h, CURLOPT_DEBUGFUNCTION, on_debug);
+    curl_easy_setopt(h, CURLOPT_DEBUGDATA, c);
+    curl_easy_setopt(h, CURLOPT_VERBOSE, 1L); /* needed for the debug callback; prints nothing */
     CURLcode crc = curl_easy_perform(h);
     res = email_outcome(c, h, crc, mid);
     curl_easy_cleanup(h);

@@ -106,14 +106,21 @@ int bench_peer_load_step(bench_peer *p, const char *task, const char *step, cons
 
 /* ------------------------------------------------------------------ results (report.c) */
 
+#define BENCH_MAX_ROUNDS 16
+
 /* Throughput of one store in one configuration. */
 typedef struct bench_tput {
     int done;
-    double steps_s;
+    double steps_s;        /* the median of the rounds' rates */
     double p50_us, p99_us; /* per commit (commit loops) or per whole task (task runs) */
     uint64_t steps;
-    double seconds; /* time inside the measured calls */
+    double seconds; /* time inside the measured calls, all rounds */
+    double rate[BENCH_MAX_ROUNDS]; /* steps/s of each round, in round order */
+    int n_rate;
 } bench_tput;
+
+/* The median of n values (n <= BENCH_MAX_ROUNDS); 0 when n is 0. */
+double bench_median(const double *v, int n);
 
 typedef struct bench_config {
     const char *durability; /* "power-loss" | "process-crash" */

@@ -80,8 +80,8 @@ static int expected_legal(int from, int to, int op)
         return 1;
     if (from == CAIRN_FAILED && to == CAIRN_RUNNING)
         return 1;
-    if (from == CAIRN_RUNNING && (to == CAIRN_SUCCEEDED || to == CAIRN_FAILED ||
-                                  to == CAIRN_DEAD || to == CAIRN_IN_DOUBT))
+    if (from == CAIRN_RUNNING &&
+        (to == CAIRN_SUCCEEDED || to == CAIRN_FAILED || to == CAIRN_DEAD || to == CAIRN_IN_DOUBT))
         return 1;
     if (op && to == CAIRN_PENDING &&
         (from == CAIRN_SUCCEEDED || from == CAIRN_FAILED || from == CAIRN_DEAD ||
@@ -101,15 +101,15 @@ static void test_states(void)
                 n_legal[op] += got != 0;
                 if ((got != 0) != want) {
                     diag("%s -> %s (operator %d): got %d, want %d",
-                         cairn_state_name((cairn_state)from), cairn_state_name((cairn_state)to),
-                         op, got, want);
+                         cairn_state_name((cairn_state)from), cairn_state_name((cairn_state)to), op,
+                         got, want);
                     mism++;
                 }
             }
     ok(mism == 0, "all 72 (from, to, operator) cases match the documented table (%d mismatches)",
        mism);
-    ok(n_legal[0] == 6 && n_legal[1] == 10, "6 legal transitions for runs, 10 with operator (%d, %d)",
-       n_legal[0], n_legal[1]);
+    ok(n_legal[0] == 6 && n_legal[1] == 10,
+       "6 legal transitions for runs, 10 with operator (%d, %d)", n_legal[0], n_legal[1]);
     ok(!cairn_state_transition_ok(CAIRN_SUCCEEDED, CAIRN_RUNNING, 1),
        "a succeeded task never runs again, not even by an operator");
     ok(!cairn_state_transition_ok((cairn_state)6, CAIRN_PENDING, 1) &&
@@ -123,15 +123,16 @@ static void test_states(void)
             names = 0;
     }
     ok(names, "state names parse back to their state");
-    static const char *want_names[] = {"pending", "running", "succeeded", "failed", "dead",
-                                       "in_doubt"};
+    static const char *want_names[] = {"pending", "running", "succeeded",
+                                       "failed",  "dead",    "in_doubt"};
     int exact = 1;
     for (int s = 0; s < CAIRN_STATE_COUNT; s++)
         exact &= strcmp(cairn_state_name((cairn_state)s), want_names[s]) == 0;
     ok(exact, "state names are pending, running, succeeded, failed, dead, in_doubt");
     cairn_state st;
-    ok(cairn_state_parse("Running", &st) == CAIRN_EINVAL && cairn_state_parse("", &st) ==
-           CAIRN_EINVAL && cairn_state_parse(NULL, &st) == CAIRN_EINVAL,
+    ok(cairn_state_parse("Running", &st) == CAIRN_EINVAL &&
+           cairn_state_parse("", &st) == CAIRN_EINVAL &&
+           cairn_state_parse(NULL, &st) == CAIRN_EINVAL,
        "unknown state names give CAIRN_EINVAL");
     ok(strcmp(cairn_state_name((cairn_state)6), "?") == 0 &&
            strcmp(cairn_state_name((cairn_state)-1), "?") == 0,
@@ -229,8 +230,9 @@ static void test_graph_validation(void)
     ok(cairn_graph_add_step(g, longname, nop, NULL) == NULL, "65-byte step name refused");
     longname[64] = 0;
     ok(cairn_graph_add_step(g, longname, nop, NULL) != NULL, "64-byte step name accepted");
-    ok(cairn_graph_add_step(g, "", nop, NULL) == NULL && cairn_graph_add_step(g, NULL, nop, NULL) ==
-           NULL && cairn_graph_add_step(g, "s/x", nop, NULL) == NULL,
+    ok(cairn_graph_add_step(g, "", nop, NULL) == NULL &&
+           cairn_graph_add_step(g, NULL, nop, NULL) == NULL &&
+           cairn_graph_add_step(g, "s/x", nop, NULL) == NULL,
        "empty, NULL and '/' step names refused");
     ok(cairn_graph_add_step(g, "nofn", NULL, NULL) == NULL &&
            strstr(cairn_graph_errmsg(g), "'nofn'"),
@@ -502,7 +504,8 @@ static void test_backoff(void)
     int differs = 0;
     for (int i = 0; i < 100; i++)
         differs |= cairn__backoff_ms(s, 4, &c) != cairn__backoff_ms(s, 4, &d);
-    ok(same && differs, "the jitter is a function of the seed: same seed same delays, other seed other");
+    ok(same && differs,
+       "the jitter is a function of the seed: same seed same delays, other seed other");
     cairn_graph_free(g);
 }
 

@@ -103,7 +103,7 @@ static inline int settle(task_obs *o, const char *store, const char *trace, cons
     int rc = cli(&r, LEDGER, store, "run", "--graph", "ledger", "--input", o->input, "--task",
                  o->id, "--max-attempts", "1000", NULL);
     if (rc != 0 && rc != 69)
-        crash_violation(o, "resume exited %d (want 0 or 69): %s", rc, r.err);
+        crash_violation(o, "resume exited %d (want 0 or 69): %s", rc, oneline(r.err));
     tu_result_free(&r);
     if (rc == 69) {
         char *s = task_status(LEDGER, store, o->id);
@@ -114,12 +114,12 @@ static inline int settle(task_obs *o, const char *store, const char *trace, cons
         int lines_before = ledger_lines(ledger, o->id);
         rc = cli(&r, LEDGER, store, "resolve", o->id, "--step", "append", "--done", NULL);
         if (rc != 0)
-            crash_violation(o, "resolve --done exited %d: %s", rc, r.err);
+            crash_violation(o, "resolve --done exited %d: %s", rc, oneline(r.err));
         tu_result_free(&r);
         rc = cli(&r, LEDGER, store, "run", "--graph", "ledger", "--input", o->input, "--task",
                  o->id, "--max-attempts", "1000", NULL);
         if (rc != 0)
-            crash_violation(o, "run after resolve --done exited %d: %s", rc, r.err);
+            crash_violation(o, "run after resolve --done exited %d: %s", rc, oneline(r.err));
         tu_result_free(&r);
         if (ledger_lines(ledger, o->id) != lines_before)
             crash_violation(o, "the effect ran after resolve --done");

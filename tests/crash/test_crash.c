@@ -86,7 +86,7 @@ static void test_kill_inside_work(void)
     }
     rc = cli(&r, LEDGER, st, "run", "--graph", "ledger", "--input", d.input, "--task", d.id, NULL);
     ok(rc == 69 && tu_contains(r.err, "attempts"), "a 4th start with max 3 attempts: dead, 69 "
-       "(rc %d: %s)", rc, r.err);
+       "(rc %d: %s)", rc, oneline(r.err));
     tu_result_free(&r);
     free(in2), free(d.input);
     free(in), free(o.input), free(st), free(trace), free(ledger);
@@ -121,14 +121,17 @@ static void test_kill_inside_append(int resolve_done)
     tu_sleep_ms(50); /* let it reach the blocking open() (harmless if it already did) */
     tu_kill_wait(pid);
     ok(intent, "%s: killed with the effect's intent committed and its outcome not", tag);
+    unlink(ledger); /* a regular file from now on (and reading a FIFO would block) */
     observe(&o, st, trace, ledger);
     ok(o.seen_commit, "%s: work was committed before the effect", tag);
-    unlink(ledger); /* a regular file from now on */
     tu_result r;
     int rc = cli(&r, LEDGER, st, "run", "--graph", "ledger", "--input", o.input, "--task", o.id,
                  "--max-attempts", "1000", NULL);
-    ok(rc == 69 && tu_contains(r.err, "in doubt") && tu_contains(r.err, "resolve"),
-       "%s: resume: 69, in doubt, hint to resolve (rc %d: %s)", tag, rc, r.err);
+    ok(rc == 69 && tu_contains(r.err, "CAIRN_EINDOUBT") &&
+           tu_contains(r.err, "outcome was never recorded") &&
+           tu_contains(r.err, "cairn resolve"),
+       "%s: resume: 69 EINDOUBT, says why and how to resolve (rc %d: %s)", tag, rc,
+       oneline(r.err));
     tu_result_free(&r);
     json_t *j = show_json(LEDGER, st, o.id, NULL);
     ok(j && strcmp(jstr(j, "status"), "in_doubt") == 0 &&

@@ -18,6 +18,7 @@ Any other recipient means "ok".
 """
 import asyncio
 import json
+import logging
 import os
 import sys
 
@@ -90,6 +91,7 @@ async def serve(log_path):
 
 
 def main():
+    logging.getLogger("mail.log").setLevel(logging.ERROR)  # aiosmtpd's deprecation chatter
     if len(sys.argv) != 2:
         sys.stderr.write("usage: smtp_sink.py LOG.jsonl\n")
         return 64

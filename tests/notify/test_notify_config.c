@@ -71,8 +71,8 @@ int main(void)
        "source defaults to postprocess");
     ok(t && cairn__notify_target_delivery(t) == CAIRN_EFFECT, "delivery defaults to at most once");
     char sig[64] = "";
-    rc = t ? cairn__notify_sign(t, VEC_ID, VEC_TS, VEC_BODY, strlen(VEC_BODY), sig, sizeof sig)
-           : -1;
+    rc =
+        t ? cairn__notify_sign(t, VEC_ID, VEC_TS, VEC_BODY, strlen(VEC_BODY), sig, sizeof sig) : -1;
     ok(rc == 0 && strcmp(sig, VEC_SIG) == 0, "Standard Webhooks reference vector: %s", sig);
     ok(t && cairn__notify_sign(t, VEC_ID, VEC_TS, VEC_BODY, strlen(VEC_BODY), sig, 10) ==
                 CAIRN_EINVAL,
@@ -98,8 +98,9 @@ int main(void)
     /* the same key without the whsec_ prefix, and unpadded base64 */
     setenv("NT_BARE", "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", 1);
     t = NULL;
-    rc = parse("{\"type\":\"webhook\",\"name\":\"b\",\"url\":\"http://h/\",\"secret_env\":\"NT_BARE\"}",
-               &t, err, sizeof err);
+    rc = parse(
+        "{\"type\":\"webhook\",\"name\":\"b\",\"url\":\"http://h/\",\"secret_env\":\"NT_BARE\"}",
+        &t, err, sizeof err);
     sig[0] = 0;
     if (t)
         cairn__notify_sign(t, VEC_ID, VEC_TS, VEC_BODY, strlen(VEC_BODY), sig, sizeof sig);
@@ -164,8 +165,8 @@ int main(void)
                CAIRN_EINVAL, "notify[1].secret_env: the secret is not base64", "not base64");
     expect_err("{\"type\":\"webhook\",\"name\":\"s\",\"url\":\"http://h/\",\"secret_file\":"
                "\"/nonexistent/cairn-secret\"}",
-               CAIRN_ENOENT, "notify[1].secret_file: /nonexistent/cairn-secret:",
-               "missing secret file");
+               CAIRN_ENOENT,
+               "notify[1].secret_file: /nonexistent/cairn-secret:", "missing secret file");
     expect_err("{\"type\":\"webhook\",\"name\":\"s\",\"url\":\"http://h/\",\"secret_env\":"
                "\"NT_SECRET\",\"delivery\":\"exactly_once\"}",
                CAIRN_EJSON, "notify[1].delivery: must be", "bad delivery");

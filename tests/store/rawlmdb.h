@@ -35,8 +35,8 @@ static inline void tu_tmpdir(char out[256], const char *tag)
     }
 }
 
-static const char *const tu_dbs[] = {"meta", "tasks",    "steps", "progress", "idem",
-                                     "due",  "tenants",  "finished", "audit", "msgs"};
+static const char *const tu_dbs[] = {"meta", "tasks",   "steps",    "progress", "idem",
+                                     "due",  "tenants", "finished", "audit",    "msgs"};
 #define TU_NDBS (sizeof tu_dbs / sizeof *tu_dbs)
 
 /* Opens the store directory as a plain LMDB environment. */
@@ -124,8 +124,8 @@ static inline int tu_raw_dump(const char *dir, tu_dump *d)
                 for (int b = 0; b < 8; b++)
                     d->hash = (d->hash ^ ((len >> (8 * b)) & 0xff)) * 1099511628211ull;
                 for (size_t b = 0; b < parts[p]->mv_size; b++)
-                    d->hash = (d->hash ^ ((unsigned char *)parts[p]->mv_data)[b]) *
-                              1099511628211ull;
+                    d->hash =
+                        (d->hash ^ ((unsigned char *)parts[p]->mv_data)[b]) * 1099511628211ull;
             }
             d->entries[i]++;
         }

@@ -189,8 +189,12 @@ static int steps_write(cairn__txn *t, void *arg)
     (void)arg;
     static const char out1[] = {(char)0xa2, 'g', '1'}, out3[] = {(char)0xa2, 'g', '3'},
                       outab[] = {(char)0xa2, 'a', 'b'};
-    cairn__step_rec r = {.state = CAIRN_STEP_DONE, .generation = 1, .invocations = 2,
-                         .updated_ms = 11, .output = out1, .output_len = 3};
+    cairn__step_rec r = {.state = CAIRN_STEP_DONE,
+                         .generation = 1,
+                         .invocations = 2,
+                         .updated_ms = 11,
+                         .output = out1,
+                         .output_len = 3};
     snprintf(r.error, sizeof r.error, "first");
     int rc = cairn__step_put(t, "t", "a", &r);
     r.generation = 3, r.output = out3, r.invocations = 1, r.intent_ms = 33;
@@ -331,8 +335,11 @@ static int misc_write(cairn__txn *t, void *arg)
     a->task.audit_seq = 0;
     int rc = 0;
     for (int i = 0; i < 300 && !rc; i++) {
-        cairn__audit_rec r = {.t_ms = 1000 + i, .from = (uint8_t)(i % 6), .to = (uint8_t)((i + 1) % 6),
-                              .attempt = (uint32_t)i, .generation = 1};
+        cairn__audit_rec r = {.t_ms = 1000 + i,
+                              .from = (uint8_t)(i % 6),
+                              .to = (uint8_t)((i + 1) % 6),
+                              .attempt = (uint32_t)i,
+                              .generation = 1};
         snprintf(r.step, sizeof r.step, "s%d", i);
         snprintf(r.reason, sizeof r.reason, "reason %d", i);
         rc = cairn__audit_append(t, &a->task, &r);
@@ -382,8 +389,7 @@ static int misc_read(cairn__txn *t, void *arg)
     audit_check ac = {0, 1};
     int rc = cairn__audit_each(t, "aud", audit_cb, &ac);
     ok(rc == 0 && ac.n == 300 && ac.in_order,
-       "300 audit records read back in append order (across the 255/256 key boundary) (%d)",
-       ac.n);
+       "300 audit records read back in append order (across the 255/256 key boundary) (%d)", ac.n);
     int one = 0;
     ok(cairn__audit_each(t, "aud", stop_after_one, &one) == 0 && one == 1,
        "an audit callback returning 1 stops the walk");
@@ -803,7 +809,7 @@ static void test_inject(void)
 
 typedef struct corrupt_arg {
     int task_rc, step_rc, audit_rc, each_rc;
-    char task_msg[1024];
+    char task_msg[1024], step_msg[1024];
 } corrupt_arg;
 
 static int noop_audit(const cairn__audit_rec *r, void *arg)
@@ -826,6 +832,7 @@ static int corrupt_read(cairn__txn *t, void *arg)
     snprintf(a->task_msg, sizeof a->task_msg, "%s", cairn_store_errmsg(cairn__txn_store(t)));
     cairn__step_rec sr;
     a->step_rc = cairn__step_get(t, "victim", "s", 1, &sr);
+    snprintf(a->step_msg, sizeof a->step_msg, "%s", cairn_store_errmsg(cairn__txn_store(t)));
     a->each_rc = cairn__step_each(t, "victim", noop_step, NULL);
     a->audit_rc = cairn__audit_each(t, "victim", noop_audit, NULL);
     return 0;
@@ -849,6 +856,14 @@ static int seed_victim(cairn__txn *t, void *arg)
     int rc = cairn__audit_append(t, &r, &a);
     rc = rc ? rc : cairn__task_put(t, &r);
     return rc ? rc : cairn__step_put(t, "victim", "s", &s);
+}
+
+static int victim_progress(cairn__txn *t, void *arg)
+{
+    const void *p;
+    size_t n;
+    *(int *)arg = cairn__progress_get(t, "victim", "s", 1, &p, &n);
+    return 0;
 }
 
 static void test_corrupt(void)
@@ -879,6 +894,26 @@ static void test_corrupt(void)
     int rc = cairn__store_write(s, 0, corrupt_write, &failed);
     ok(rc == CAIRN_ECORRUPT, "overwriting a corrupt task through task_put: CAIRN_ECORRUPT "
                              "(its old index entries cannot be found)");
+    cairn_store_free(s);
+
+    /* declared lengths far beyond the bytes: refused before msgpack-c sizes an allocation by
+     * them (a map of 2^32-1 pairs would be a 200 GB request) */
+    tu_raw_put(dir, "tasks", "victim", 6, "\xdf\xff\xff\xff\xff", 5);
+    tu_raw_put(dir, "steps", skey, 13, "\x81\xa3out\xc4\x05\xdd\x0f\xff\xff\xff", 12);
+    tu_raw_put(dir, "progress", skey, 13, "\xdc\xff\xff\x01", 4);
+    s = open_store(dir, 0);
+    cairn__store_read(s, corrupt_read, &a);
+    ok(a.task_rc == CAIRN_ECORRUPT && strstr(a.task_msg, "'victim'"),
+       "a 5-byte task record declaring 2^32-1 map pairs: CAIRN_ECORRUPT (\"%s\")", a.task_msg);
+    ok(a.step_rc == CAIRN_ECORRUPT && strstr(a.step_msg, "'s'") && strstr(a.step_msg, "output"),
+       "a step record whose output declares a 268M-element array: CAIRN_ECORRUPT (\"%s\")",
+       a.step_msg);
+    cairn_store_free(s);
+    int prc = -1;
+    s = open_store(dir, 0);
+    cairn__store_read(s, victim_progress, &prc);
+    ok(prc == CAIRN_ECORRUPT && strstr(cairn_store_errmsg(s), "progress"),
+       "a progress record declaring 65535 elements in 3 bytes: CAIRN_ECORRUPT");
     cairn_store_free(s);
 
     /* a well-formed record with an impossible state */
@@ -938,8 +973,11 @@ static int proc_step(cairn__txn *t, void *arg)
         return rc;
     char step[16];
     snprintf(step, sizeof step, "s%03d", a->i);
-    cairn__step_rec s = {.state = CAIRN_STEP_DONE, .generation = 1, .invocations = 1,
-                         .output = "\x01", .output_len = 1};
+    cairn__step_rec s = {.state = CAIRN_STEP_DONE,
+                         .generation = 1,
+                         .invocations = 1,
+                         .output = "\x01",
+                         .output_len = 1};
     r.updated_ms = cairn__now_ms();
     r.lease_expires_ms = r.updated_ms + 60000;
     rc = cairn__step_put(t, a->id, step, &s);
@@ -1078,6 +1116,36 @@ static void test_stale_reader(void)
     cairn_store_free(s);
     s = open_store(dir, 0);
     ok(s != NULL, "the store reopens");
+    cairn_store_free(s);
+
+    /* the same while this process keeps the store open across the kill (a long-lived worker):
+     * the slot is not cleared by an open, so the store must notice when the map fills */
+    s = open_store(dir, 0);
+    if (pipe(p) != 0)
+        return;
+    fflush(NULL);
+    kid = fork();
+    if (kid == 0) {
+        close(p[0]);
+        cairn_store *cs = open_store(dir, 0);
+        if (cs)
+            cairn__store_read(cs, hold_read, &p[1]);
+        _exit(1);
+    }
+    close(p[1]);
+    got = read(p[0], &c, 1);
+    close(p[0]);
+    kill(kid, SIGKILL);
+    waitpid(kid, &st, 0);
+    cairn__store_read(s, stats_txn, &st0);
+    fails = 0;
+    for (ca.i = 0; ca.i < 2000; ca.i++)
+        fails += cairn__store_write(s, 0, churn, &ca) != 0;
+    cairn__store_read(s, stats_txn, &st1);
+    ok(got == 1 && fails == 0 && st1.map_size <= 16u << 20,
+       "with the store open across the kill, 2000 writes (31 MiB of churn) stay within a 16 MiB "
+       "map: the stale slot is cleared when the map fills (map %llu bytes, used %llu)",
+       (unsigned long long)st1.map_size, (unsigned long long)st1.map_used);
     cairn_store_free(s);
 }
 

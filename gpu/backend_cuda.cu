@@ -1,0 +1,790 @@
+/* gpu/backend_cuda.cu - the forward pass on an NVIDIA GPU: cuBLAS for the matrix products, small
+ * kernels (gpu/kernels_cuda.cuh) for everything between them.
+ *
+ * Weights are uploaded once, at creation, in one device element type for the whole model:
+ * f32 when every matrix is stored F32 (products then run as plain f32 GEMMs, no TF32), else
+ * f16 (or bf16 when CAIRN_CUDA_DTYPE=bf16; f32 can be forced the same way). Quantized blocks
+ * are expanded on the host with cairn__dequant_row (bit-exact with the CPU path) into f32 and
+ * rounded to the device type by a kernel; F16/BF16 weights whose type is the device type are
+ * copied as they are. f16 has the precision (the tests hold it to 1e-3 of the CPU) but not the
+ * range of bf16, so a model with a weight beyond +-65504 is reloaded as bf16 automatically.
+ * Q, K and V are stored as one (q_dim + 2 kv_dim, dim) matrix and gate/up as one (2 ff, dim)
+ * matrix, so a layer is four GEMMs; the output projections accumulate straight into the f32
+ * residual stream (beta = 1), so there are no separate residual-add kernels. Every GEMM reads
+ * half-precision inputs with f32 accumulation and writes f32 (cublasGemmEx, CUBLAS_COMPUTE_32F);
+ * the kernel before each GEMM writes its input directly in the device type (RMSNorm, attention,
+ * SwiGLU), so nothing is converted separately.
+ *
+ * The KV cache is f32, [layer][position][kv_head * head_dim] as on the CPU.
+ *
+ * Decode: one CUDA graph, captured once and replayed for every token. The token id and the
+ * position are not baked into it: the graph begins with a copy of both from pinned host memory
+ * into device memory, and every kernel reads the position from there; it ends with a copy of the
+ * logits into pinned host memory. So the host writes two ints, launches the graph, and waits
+ * once per token; no per-layer synchronisation, no re-instantiation, no cudaGraphExecUpdate.
+ * (Two graphs exist, with and without the output head, for the engine's logit-less catch-up
+ * steps; both run identical kernels for the layers, so the KV cache they write is the same bit
+ * for bit, which is what exact resume needs.) A prompt chunk of more than one token is launched
+ * directly on the stream (its kernels are large) and synchronised once per chunk.
+ *
+ * Errors: every CUDA and cuBLAS call is checked; cudaError_t / cublasStatus_t become
+ * CAIRN_ECUDA with the original name and text in the message, allocation failures
+ * CAIRN_ENOMEM with the sizes, and the absence of a usable device CAIRN_ENODEVICE.
+ */
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu/backend.h"
+#include "gpu/gguf.h"
+#include "gpu/kernels_cuda.cuh"
+#include "gpu/model.h"
+#include "gpu/quant.h"
+
+#include "cairn_errors.h"
+enum {
+#define CAIRN__X(n, v, s) CAIRN_##n = v,
+    CAIRN_ERROR_TABLE(CAIRN__X)
+#undef CAIRN__X
+};
+
+extern "C" {
+extern const cairn__backend_ops cairn__backend_cuda_ops;
+/* For the benchmark: device-to-device copy bandwidth (bytes read + written per second) of
+ * device `device`, and its name. Returns 0, CAIRN_ENODEVICE, CAIRN_ENOMEM or CAIRN_ECUDA. */
+int cairn__cuda_bandwidth(int device, double *bytes_per_s, char *name, size_t name_len, char *err, size_t errlen);
+/* For the benchmark: bytes of weights one decode step reads on the device (every matrix
+ * product's weights in the device element type). b must be a "cuda" backend. */
+uint64_t cairn__cuda_weight_bytes(const cairn__backend *b);
+/* The device element type of b's weights: "f32", "f16" or "bf16". */
+const char *cairn__cuda_dtype(const cairn__backend *b);
+}
+
+enum dtype { DT_F32 = 0, DT_F16 = 1, DT_BF16 = 2 };
+static const char *const DT_NAME[] = {"f32", "f16", "bf16"};
+static const size_t DT_SIZE[] = {4, 2, 2};
+static const cudaDataType_t DT_CUDA[] = {CUDA_R_32F, CUDA_R_16F, CUDA_R_16BF};
+
+#define MAX_BATCH 512 /* tokens per prompt chunk: bounds the activations and the logits buffer */
+#define STAGE_FLOATS ((size_t)8 << 20) /* rows dequantized per upload step: 32 MiB of f32 */
+#define WORKSPACE_BYTES ((size_t)32 << 20) /* cuBLAS workspace (fixed, so graph capture allocates nothing) */
+
+typedef struct {
+    void *wqkv, *wo, *wgu, *wd; /* (q+2kv, dim), (dim, q), (2ff, dim), (dim, ff) in the device type */
+    float *attn_norm, *ffn_norm; /* (dim) */
+    float *bqkv;                 /* (q+2kv) or NULL */
+} dlayer;
+
+typedef struct {
+    cairn__backend base;
+    int device;
+    int dt; /* enum dtype */
+    int n_batch;
+    int q_dim, kv_dim, qkv_dim;
+    char *e; /* where errors go: the caller's buffer during create, then base.err */
+    size_t elen;
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    void *workspace;
+    /* weights */
+    dlayer *layers;
+    void *tok_embd, *output; /* output == tok_embd when tied */
+    float *output_norm;
+    uint64_t weight_bytes; /* read per decode step */
+    /* state and activations */
+    float *kc, *vc;      /* (n_layers, n_ctx, kv_dim) */
+    float *x;            /* (nb, dim) residual stream */
+    void *xn;            /* (nb, dim) T: normed input of the next product */
+    float *qkv;          /* (nb, qkv_dim) */
+    void *att;           /* (nb, q_dim) T */
+    float *gu;           /* (nb, 2 ff) */
+    void *hb;            /* (nb, ff) T */
+    float *logits;       /* (nb, n_vocab) */
+    float *inv_freq;     /* (rope_dim / 2) */
+    int *d_tokens, *d_pos;
+    int *d_overflow;
+    /* pinned host staging: the graph reads tokens/pos from here and writes logits here */
+    int *h_tokens, *h_pos;
+    float *h_logits;
+    cudaGraphExec_t graph_head, graph_nohead;
+} cuda_backend;
+
+/* ==== errors ======================================================================================= */
+
+static int cuda_err(char *err, size_t errlen, cudaError_t e, const char *what)
+{
+    if (e == cudaErrorMemoryAllocation)
+        return cairn__errf(err, errlen, CAIRN_ENOMEM, "out of device memory in %s (%s: %s)", what,
+                           cudaGetErrorName(e), cudaGetErrorString(e));
+    return cairn__errf(err, errlen, CAIRN_ECUDA, "%s: %s (%s)", what, cudaGetErrorName(e), cudaGetErrorString(e));
+}
+
+static int blas_err(char *err, size_t errlen, cublasStatus_t s, const char *what)
+{
+    if (s == CUBLAS_STATUS_ALLOC_FAILED)
+        return cairn__errf(err, errlen, CAIRN_ENOMEM, "out of device memory in %s (%s: %s)", what,
+                           cublasGetStatusName(s), cublasGetStatusString(s));
+    return cairn__errf(err, errlen, CAIRN_ECUDA, "%s: %s (%s)", what, cublasGetStatusName(s), cublasGetStatusString(s));
+}
+
+#define CU(b, call, what)                                                                                            \
+    do {                                                                                                             \
+        cudaError_t e_ = (call);                                                                                     \
+        if (e_ != cudaSuccess)                                                                                       \
+            return cuda_err((b)->e, (b)->elen, e_, what);                                                            \
+    } while (0)
+
+#define BL(b, call, what)                                                                                            \
+    do {                                                                                                             \
+        cublasStatus_t s_ = (call);                                                                                  \
+        if (s_ != CUBLAS_STATUS_SUCCESS)                                                                             \
+            return blas_err((b)->e, (b)->elen, s_, what);                                                            \
+    } while (0)
+
+/* after a kernel launch: launch-configuration errors surface here, execution errors at the
+ * next synchronisation */
+#define LAUNCHED(b, what) CU(b, cudaGetLastError(), what)
+
+static int dmalloc(cuda_backend *b, void **p, size_t bytes, const char *what)
+{
+    *p = NULL;
+    cudaError_t e = cudaMalloc(p, bytes ? bytes : 1);
+    if (e == cudaSuccess)
+        return 0;
+    *p = NULL;
+    (void)cudaGetLastError(); /* allocation failures are not sticky: clear it */
+    size_t fr = 0, tot = 0;
+    cudaMemGetInfo(&fr, &tot);
+    if (e == cudaErrorMemoryAllocation)
+        return cairn__errf(b->e, b->elen, CAIRN_ENOMEM,
+                           "out of device memory allocating %zu bytes for %s (%zu of %zu bytes free on device %d)",
+                           bytes, what, fr, tot, b->device);
+    return cuda_err(b->e, b->elen, e, what);
+}
+
+/* ==== launches ===================================================================================== */
+
+static unsigned grid_for(size_t n)
+{
+    const size_t g = (n + CK_THREADS - 1) / CK_THREADS;
+    return (unsigned)(g < 1 ? 1 : g > 8192 ? 8192 : g);
+}
+
+/* W (rows, cols) @ X^T: X (n, cols) -> C (n, rows) row-major with row stride ldc, C = W X + beta C.
+ * Column-major view for cuBLAS: C^T (rows, n) = op(W^T (cols, rows))^T @ X^T (cols, n). */
+static int gemm(cuda_backend *b, const void *W, int rows, int cols, const void *X, int n, float *C, int ldc,
+                float beta, const char *what)
+{
+    const float one = 1.0f;
+    const cudaDataType_t t = DT_CUDA[b->dt];
+    BL(b,
+       cublasGemmEx(b->blas, CUBLAS_OP_T, CUBLAS_OP_N, rows, n, cols, &one, W, t, cols, X, t, cols, &beta, C,
+                    CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+       what);
+    return 0;
+}
+
+template <typename T> static int enqueue_t(cuda_backend *b, int n, int head_rows)
+{
+    const cairn__model *m = b->base.model;
+    const int dim = m->dim, ff = m->ff_dim, hd = m->head_dim;
+    const size_t layer_kv = (size_t)b->base.n_ctx * (size_t)b->kv_dim;
+    const float scale = 1.0f / sqrtf((float)hd);
+    T *xn = (T *)b->xn, *att = (T *)b->att, *hb = (T *)b->hb;
+    int rc;
+
+    /* x (n, dim) = tok_embd[tokens] */
+    embed_kernel<T><<<n, CK_THREADS, 0, b->stream>>>((const T *)b->tok_embd, b->d_tokens, dim, b->x);
+    LAUNCHED(b, "embedding kernel");
+    for (int l = 0; l < m->n_layers; l++) {
+        const dlayer *ly = &b->layers[l];
+        float *kc = b->kc + (size_t)l * layer_kv, *vc = b->vc + (size_t)l * layer_kv;
+        rmsnorm_kernel<T><<<n, CK_THREADS, 0, b->stream>>>(b->x, ly->attn_norm, dim, m->rms_eps, xn);
+        LAUNCHED(b, "rmsnorm kernel");
+        /* Wqkv (qkv_dim, dim) @ xn (n, dim) -> qkv (n, qkv_dim) */
+        if ((rc = gemm(b, ly->wqkv, b->qkv_dim, dim, xn, n, b->qkv, b->qkv_dim, 0.0f, "cublasGemmEx (QKV)")))
+            return rc;
+        qkv_post_kernel<<<n, CK_THREADS, 0, b->stream>>>(b->qkv, b->qkv_dim, ly->bqkv, b->d_pos, b->inv_freq,
+                                                         m->n_heads, m->n_kv_heads, hd, m->rope_dim,
+                                                         m->rope_mode == CAIRN__ROPE_NEOX, kc, vc);
+        LAUNCHED(b, "bias/rope/KV kernel");
+        attention_kernel<T><<<dim3((unsigned)m->n_heads, (unsigned)n), ATT_WARPS * 32, 0, b->stream>>>(
+            b->qkv, b->qkv_dim, kc, vc, b->d_pos, m->n_heads, m->n_kv_heads, hd, scale, att);
+        LAUNCHED(b, "attention kernel");
+        /* Wo (dim, q_dim) @ att (n, q_dim) + x -> x (n, dim) */
+        if ((rc = gemm(b, ly->wo, dim, b->q_dim, att, n, b->x, dim, 1.0f, "cublasGemmEx (attention output)")))
+            return rc;
+        rmsnorm_kernel<T><<<n, CK_THREADS, 0, b->stream>>>(b->x, ly->ffn_norm, dim, m->rms_eps, xn);
+        LAUNCHED(b, "rmsnorm kernel");
+        /* Wgu (2 ff, dim) @ xn (n, dim) -> gu (n, 2 ff) */
+        if ((rc = gemm(b, ly->wgu, 2 * ff, dim, xn, n, b->gu, 2 * ff, 0.0f, "cublasGemmEx (gate/up)")))
+            return rc;
+        swiglu_kernel<T><<<grid_for((size_t)n * ff), CK_THREADS, 0, b->stream>>>(b->gu, ff, n, hb);
+        LAUNCHED(b, "swiglu kernel");
+        /* Wd (dim, ff) @ hb (n, ff) + x -> x (n, dim) */
+        if ((rc = gemm(b, ly->wd, dim, ff, hb, n, b->x, dim, 1.0f, "cublasGemmEx (down)")))
+            return rc;
+    }
+    if (head_rows == 0)
+        return 0;
+    /* the last head_rows rows: norm, then Wout (n_vocab, dim) @ xn (head_rows, dim) -> logits */
+    rmsnorm_kernel<T><<<head_rows, CK_THREADS, 0, b->stream>>>(b->x + (size_t)(n - head_rows) * dim, b->output_norm,
+                                                               dim, m->rms_eps, xn);
+    LAUNCHED(b, "rmsnorm kernel");
+    return gemm(b, b->output, m->n_vocab, dim, xn, head_rows, b->logits, m->n_vocab, 0.0f, "cublasGemmEx (output)");
+}
+
+/* Enqueues the pass of n tokens (already in d_tokens, position in d_pos) on the stream, and the
+ * output head for the last head_rows of them (0: none). */
+static int enqueue(cuda_backend *b, int n, int head_rows)
+{
+    switch (b->dt) {
+    case DT_F32: return enqueue_t<float>(b, n, head_rows);
+    case DT_F16: return enqueue_t<__half>(b, n, head_rows);
+    default: return enqueue_t<__nv_bfloat16>(b, n, head_rows);
+    }
+}
+
+/* ==== decode graph ================================================================================= */
+
+/* the whole graph body: inputs in, pass, logits out */
+static int enqueue_decode(cuda_backend *b, int head)
+{
+    CU(b, cudaMemcpyAsync(b->d_tokens, b->h_tokens, sizeof(int), cudaMemcpyHostToDevice, b->stream),
+       "cudaMemcpyAsync (token)");
+    CU(b, cudaMemcpyAsync(b->d_pos, b->h_pos, sizeof(int), cudaMemcpyHostToDevice, b->stream),
+       "cudaMemcpyAsync (position)");
+    int rc = enqueue(b, 1, head);
+    if (rc)
+        return rc;
+    if (head)
+        CU(b,
+           cudaMemcpyAsync(b->h_logits, b->logits, (size_t)b->base.model->n_vocab * sizeof(float),
+                           cudaMemcpyDeviceToHost, b->stream),
+           "cudaMemcpyAsync (logits)");
+    return 0;
+}
+
+/* Captures the decode graph (once). The first time, the same step runs eagerly before the
+ * capture so that every kernel module and cuBLAS's heuristics are loaded outside of it (lazy
+ * loading inside a capture is not allowed everywhere); the graph then recomputes the same
+ * position, writing the same values. */
+static int capture(cuda_backend *b, int head, cudaGraphExec_t *out)
+{
+    int rc = enqueue_decode(b, head);
+    if (rc)
+        return rc;
+    CU(b, cudaStreamSynchronize(b->stream), "warm-up decode step");
+    cudaGraph_t g = NULL;
+    CU(b, cudaStreamBeginCapture(b->stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+    rc = enqueue_decode(b, head);
+    cudaError_t e = cudaStreamEndCapture(b->stream, &g); /* always end, or the stream stays capturing */
+    if (rc) {
+        if (g)
+            cudaGraphDestroy(g);
+        (void)cudaGetLastError();
+        return rc;
+    }
+    if (e != cudaSuccess)
+        return cuda_err(b->e, b->elen, e, "cudaStreamEndCapture");
+    e = cudaGraphInstantiate(out, g, 0);
+    cudaGraphDestroy(g);
+    if (e != cudaSuccess) {
+        *out = NULL;
+        return cuda_err(b->e, b->elen, e, "cudaGraphInstantiate");
+    }
+    return 0;
+}
+
+/* one token at position pos; logits (n_vocab) or NULL */
+static int decode_step(cuda_backend *b, int32_t token, int pos, float *logits)
+{
+    const int head = logits != NULL;
+    cudaGraphExec_t *ge = head ? &b->graph_head : &b->graph_nohead;
+    b->h_tokens[0] = token; /* the previous step has completed: the staging is free */
+    b->h_pos[0] = pos;
+    if (!*ge) {
+        int rc = capture(b, head, ge);
+        if (rc)
+            return rc;
+    }
+    CU(b, cudaGraphLaunch(*ge, b->stream), "cudaGraphLaunch");
+    CU(b, cudaStreamSynchronize(b->stream), "decode step");
+    if (head)
+        memcpy(logits, b->h_logits, (size_t)b->base.model->n_vocab * sizeof(float));
+    return 0;
+}
+
+/* n (2..n_batch) tokens at pos..; logits: NULL, the last row, or all n rows (all_logits) */
+static int prompt_chunk(cuda_backend *b, const int32_t *tokens, int n, int pos, float *logits, int all_logits)
+{
+    const size_t nv = (size_t)b->base.model->n_vocab;
+    const int head = logits ? (all_logits ? n : 1) : 0;
+    for (int i = 0; i < n; i++)
+        b->h_tokens[i] = tokens[i];
+    b->h_pos[0] = pos;
+    CU(b, cudaMemcpyAsync(b->d_tokens, b->h_tokens, (size_t)n * sizeof(int), cudaMemcpyHostToDevice, b->stream),
+       "cudaMemcpyAsync (tokens)");
+    CU(b, cudaMemcpyAsync(b->d_pos, b->h_pos, sizeof(int), cudaMemcpyHostToDevice, b->stream),
+       "cudaMemcpyAsync (position)");
+    int rc = enqueue(b, n, head);
+    if (rc)
+        return rc;
+    if (head)
+        CU(b,
+           cudaMemcpyAsync(logits, b->logits, (size_t)head * nv * sizeof(float), cudaMemcpyDeviceToHost, b->stream),
+           "cudaMemcpyAsync (logits)");
+    /* once per chunk: the pinned token staging is reused by the next one */
+    CU(b, cudaStreamSynchronize(b->stream), "prompt chunk");
+    return 0;
+}
+
+static int cuda_forward(cairn__backend *bb, const int32_t *tokens, int n, int pos, float *logits, int all_logits)
+{
+    cuda_backend *b = (cuda_backend *)bb;
+    const size_t nv = (size_t)b->base.model->n_vocab;
+    b->e = b->base.err;
+    b->elen = sizeof b->base.err;
+    CU(b, cudaSetDevice(b->device), "cudaSetDevice");
+    for (int c0 = 0; c0 < n; c0 += b->n_batch) {
+        const int nc = n - c0 < b->n_batch ? n - c0 : b->n_batch;
+        const int last = c0 + nc == n;
+        float *lg = NULL;
+        if (logits && all_logits)
+            lg = logits + (size_t)c0 * nv;
+        else if (logits && last)
+            lg = logits;
+        const int rc = nc == 1 ? decode_step(b, tokens[c0], pos + c0, lg)
+                               : prompt_chunk(b, tokens + c0, nc, pos + c0, lg, all_logits);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+/* ==== creation: weights ============================================================================ */
+
+/* Rows of W converted to the device type at dst (rows * cols elements). Same-type F32/F16/BF16
+ * are copied as stored; anything else is dequantized on the host (cairn__dequant_row, the CPU
+ * path's own function) a slab of rows at a time and rounded on the device. */
+static int upload_mat(cuda_backend *b, const cairn__mat *W, void *dst, float *h_stage, float *d_stage)
+{
+    const size_t cols = (size_t)W->cols, rows = (size_t)W->rows, es = DT_SIZE[b->dt];
+    const int same = (b->dt == DT_F32 && W->type == CAIRN__GGML_F32) ||
+                     (b->dt == DT_F16 && W->type == CAIRN__GGML_F16) ||
+                     (b->dt == DT_BF16 && W->type == CAIRN__GGML_BF16);
+    if (same) {
+        CU(b, cudaMemcpy(dst, W->data, rows * W->row_bytes, cudaMemcpyHostToDevice), "cudaMemcpy (weights)");
+        return 0;
+    }
+    const size_t slab = STAGE_FLOATS / cols > 0 ? STAGE_FLOATS / cols : 1;
+    for (size_t r0 = 0; r0 < rows; r0 += slab) {
+        const size_t nr = rows - r0 < slab ? rows - r0 : slab;
+        for (size_t r = 0; r < nr; r++)
+            cairn__dequant_row(W->type, W->data + (r0 + r) * W->row_bytes, h_stage + r * cols, (uint64_t)cols);
+        char *d = (char *)dst + r0 * cols * es;
+        if (b->dt == DT_F32) {
+            CU(b, cudaMemcpy(d, h_stage, nr * cols * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy (weights)");
+            continue;
+        }
+        CU(b, cudaMemcpy(d_stage, h_stage, nr * cols * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy (weights)");
+        if (b->dt == DT_F16)
+            convert_kernel<__half><<<grid_for(nr * cols), CK_THREADS, 0, 0>>>(d_stage, (__half *)d, nr * cols,
+                                                                               b->d_overflow);
+        else
+            convert_kernel<__nv_bfloat16><<<grid_for(nr * cols), CK_THREADS, 0, 0>>>(
+                d_stage, (__nv_bfloat16 *)d, nr * cols, b->d_overflow);
+        LAUNCHED(b, "weight conversion kernel");
+        CU(b, cudaDeviceSynchronize(), "weight conversion"); /* d_stage and h_stage are reused next */
+    }
+    return 0;
+}
+
+/* Matrices stacked by rows (all with the same cols) into one new device matrix *out. */
+static int upload_stack(cuda_backend *b, const cairn__mat *const *mats, int nm, void **out, float *h_stage,
+                        float *d_stage, const char *what, int count)
+{
+    size_t rows = 0;
+    for (int i = 0; i < nm; i++)
+        rows += (size_t)mats[i]->rows;
+    const size_t cols = (size_t)mats[0]->cols, es = DT_SIZE[b->dt];
+    int rc = dmalloc(b, out, rows * cols * es, what);
+    if (rc)
+        return rc;
+    size_t r0 = 0;
+    for (int i = 0; i < nm; i++) {
+        if ((rc = upload_mat(b, mats[i], (char *)*out + r0 * cols * es, h_stage, d_stage)))
+            return rc;
+        r0 += (size_t)mats[i]->rows;
+    }
+    if (count)
+        b->weight_bytes += rows * cols * es;
+    return 0;
+}
+
+static int upload_vec(cuda_backend *b, const float *v, size_t n, float **out, const char *what)
+{
+    int rc = dmalloc(b, (void **)out, n * sizeof(float), what);
+    if (rc)
+        return rc;
+    CU(b, cudaMemcpy(*out, v, n * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy (vectors)");
+    return 0;
+}
+
+static int upload_weights(cuda_backend *b)
+{
+    const cairn__model *m = b->base.model;
+    size_t max_cols = (size_t)m->dim > (size_t)m->ff_dim ? (size_t)m->dim : (size_t)m->ff_dim;
+    if ((size_t)b->q_dim > max_cols)
+        max_cols = (size_t)b->q_dim;
+    const size_t stage = STAGE_FLOATS > max_cols ? STAGE_FLOATS : max_cols;
+    float *h_stage = NULL, *d_stage = NULL;
+    int rc = 0;
+    if (cudaMallocHost((void **)&h_stage, stage * sizeof(float)) != cudaSuccess) {
+        (void)cudaGetLastError();
+        h_stage = NULL;
+        return cairn__errf(b->e, b->elen, CAIRN_ENOMEM, "cannot allocate %zu bytes of pinned host memory",
+                           stage * sizeof(float));
+    }
+    if ((rc = dmalloc(b, (void **)&d_stage, stage * sizeof(float), "weight staging")))
+        goto out;
+    {
+        const cairn__mat *e[1] = {&m->tok_embd};
+        if ((rc = upload_stack(b, e, 1, &b->tok_embd, h_stage, d_stage, "token_embd.weight", m->tied_output)))
+            goto out;
+    }
+    if (m->tied_output) {
+        b->output = b->tok_embd;
+    } else {
+        const cairn__mat *o[1] = {&m->output};
+        if ((rc = upload_stack(b, o, 1, &b->output, h_stage, d_stage, "output.weight", 1)))
+            goto out;
+    }
+    if ((rc = upload_vec(b, m->output_norm, (size_t)m->dim, &b->output_norm, "output_norm.weight")))
+        goto out;
+    for (int l = 0; l < m->n_layers; l++) {
+        const cairn__layer *ly = &m->layers[l];
+        dlayer *d = &b->layers[l];
+        const cairn__mat *qkv[3] = {&ly->wq, &ly->wk, &ly->wv}, *gu[2] = {&ly->w_gate, &ly->w_up};
+        const cairn__mat *wo[1] = {&ly->wo}, *wd[1] = {&ly->w_down};
+        if ((rc = upload_stack(b, qkv, 3, &d->wqkv, h_stage, d_stage, "attention Q/K/V weights", 1)) ||
+            (rc = upload_stack(b, wo, 1, &d->wo, h_stage, d_stage, "attention output weights", 1)) ||
+            (rc = upload_stack(b, gu, 2, &d->wgu, h_stage, d_stage, "gate/up weights", 1)) ||
+            (rc = upload_stack(b, wd, 1, &d->wd, h_stage, d_stage, "down weights", 1)) ||
+            (rc = upload_vec(b, ly->attn_norm, (size_t)m->dim, &d->attn_norm, "attention norm")) ||
+            (rc = upload_vec(b, ly->ffn_norm, (size_t)m->dim, &d->ffn_norm, "feed-forward norm")))
+            goto out;
+        if (ly->bq || ly->bk || ly->bv) { /* absent ones are zero */
+            float *bias = (float *)calloc((size_t)b->qkv_dim, sizeof(float));
+            if (!bias) {
+                rc = cairn__errf(b->e, b->elen, CAIRN_ENOMEM, "out of memory");
+                goto out;
+            }
+            if (ly->bq)
+                memcpy(bias, ly->bq, (size_t)b->q_dim * sizeof(float));
+            if (ly->bk)
+                memcpy(bias + b->q_dim, ly->bk, (size_t)b->kv_dim * sizeof(float));
+            if (ly->bv)
+                memcpy(bias + b->q_dim + b->kv_dim, ly->bv, (size_t)b->kv_dim * sizeof(float));
+            rc = upload_vec(b, bias, (size_t)b->qkv_dim, &d->bqkv, "Q/K/V biases");
+            free(bias);
+            if (rc)
+                goto out;
+        }
+    }
+out:
+    cudaFree(d_stage);
+    cudaFreeHost(h_stage);
+    return rc;
+}
+
+/* ==== creation ===================================================================================== */
+
+static void cuda_destroy(cairn__backend *bb)
+{
+    cuda_backend *b = (cuda_backend *)bb;
+    if (!b)
+        return;
+    /* nothing here can be reported: free what exists and clear any error it raises */
+    cudaSetDevice(b->device);
+    if (b->stream)
+        cudaStreamSynchronize(b->stream);
+    if (b->graph_head)
+        cudaGraphExecDestroy(b->graph_head);
+    if (b->graph_nohead)
+        cudaGraphExecDestroy(b->graph_nohead);
+    if (b->layers) {
+        for (int l = 0; l < b->base.model->n_layers; l++) {
+            dlayer *d = &b->layers[l];
+            cudaFree(d->wqkv);
+            cudaFree(d->wo);
+            cudaFree(d->wgu);
+            cudaFree(d->wd);
+            cudaFree(d->attn_norm);
+            cudaFree(d->ffn_norm);
+            cudaFree(d->bqkv);
+        }
+        free(b->layers);
+    }
+    if (b->output != b->tok_embd)
+        cudaFree(b->output);
+    cudaFree(b->tok_embd);
+    cudaFree(b->output_norm);
+    void *dev[] = {b->kc, b->vc, b->x, b->xn, b->qkv, b->att, b->gu, b->hb, b->logits, b->inv_freq,
+                   b->d_tokens, b->d_pos, b->d_overflow, b->workspace};
+    for (size_t i = 0; i < sizeof dev / sizeof *dev; i++)
+        cudaFree(dev[i]);
+    cudaFreeHost(b->h_tokens);
+    cudaFreeHost(b->h_pos);
+    cudaFreeHost(b->h_logits);
+    if (b->blas)
+        cublasDestroy(b->blas);
+    if (b->stream)
+        cudaStreamDestroy(b->stream);
+    (void)cudaGetLastError();
+    free(b);
+}
+
+static int host_alloc(cuda_backend *b, void **p, size_t bytes, const char *what)
+{
+    if (cudaMallocHost(p, bytes) != cudaSuccess) {
+        (void)cudaGetLastError();
+        *p = NULL;
+        return cairn__errf(b->e, b->elen, CAIRN_ENOMEM, "cannot allocate %zu bytes of pinned host memory for %s",
+                           bytes, what);
+    }
+    return 0;
+}
+
+/* everything but the weights */
+static int setup(cuda_backend *b)
+{
+    const cairn__model *m = b->base.model;
+    const size_t nb = (size_t)b->n_batch, es = DT_SIZE[b->dt];
+    const size_t kv = (size_t)m->n_layers * (size_t)b->base.n_ctx * (size_t)b->kv_dim * sizeof(float);
+    int rc;
+    CU(b, cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    BL(b, cublasCreate(&b->blas), "cublasCreate");
+    BL(b, cublasSetStream(b->blas, b->stream), "cublasSetStream");
+    /* no TF32 for the f32 path; f16/bf16 products accumulate in f32 by the compute type */
+    BL(b, cublasSetMathMode(b->blas, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
+    if ((rc = dmalloc(b, &b->workspace, WORKSPACE_BYTES, "the cuBLAS workspace")))
+        return rc;
+    BL(b, cublasSetWorkspace(b->blas, b->workspace, WORKSPACE_BYTES), "cublasSetWorkspace");
+    if ((rc = dmalloc(b, (void **)&b->kc, kv, "the key cache")) ||
+        (rc = dmalloc(b, (void **)&b->vc, kv, "the value cache")) ||
+        (rc = dmalloc(b, (void **)&b->x, nb * (size_t)m->dim * sizeof(float), "activations")) ||
+        (rc = dmalloc(b, &b->xn, nb * (size_t)m->dim * es, "activations")) ||
+        (rc = dmalloc(b, (void **)&b->qkv, nb * (size_t)b->qkv_dim * sizeof(float), "activations")) ||
+        (rc = dmalloc(b, &b->att, nb * (size_t)b->q_dim * es, "activations")) ||
+        (rc = dmalloc(b, (void **)&b->gu, nb * 2 * (size_t)m->ff_dim * sizeof(float), "activations")) ||
+        (rc = dmalloc(b, &b->hb, nb * (size_t)m->ff_dim * es, "activations")) ||
+        (rc = dmalloc(b, (void **)&b->logits, nb * (size_t)m->n_vocab * sizeof(float), "logits")) ||
+        (rc = dmalloc(b, (void **)&b->inv_freq, (size_t)(m->rope_dim / 2 + 1) * sizeof(float), "rope")) ||
+        (rc = dmalloc(b, (void **)&b->d_tokens, nb * sizeof(int), "tokens")) ||
+        (rc = dmalloc(b, (void **)&b->d_pos, sizeof(int), "position")) ||
+        (rc = dmalloc(b, (void **)&b->d_overflow, sizeof(int), "flags")))
+        return rc;
+    if ((rc = host_alloc(b, (void **)&b->h_tokens, nb * sizeof(int), "tokens")) ||
+        (rc = host_alloc(b, (void **)&b->h_pos, sizeof(int), "the position")) ||
+        (rc = host_alloc(b, (void **)&b->h_logits, (size_t)m->n_vocab * sizeof(float), "logits")))
+        return rc;
+    /* never read before written, but a cache of zeros makes any indexing bug reproducible */
+    CU(b, cudaMemset(b->kc, 0, kv), "cudaMemset");
+    CU(b, cudaMemset(b->vc, 0, kv), "cudaMemset");
+    CU(b, cudaMemset(b->d_overflow, 0, sizeof(int)), "cudaMemset");
+    /* theta_i = pos * base^(-2i/rope_dim): the CPU backend's table, computed the same way */
+    float inv[ATT_MAX_HD / 2 + 1]; /* rope_dim <= head_dim <= ATT_MAX_HD (checked at create) */
+    const int half = m->rope_dim / 2;
+    if (half > (int)(sizeof inv / sizeof *inv))
+        return cairn__errf(b->e, b->elen, CAIRN_EUNSUPPORTED, "rope dimension %d is too large", m->rope_dim);
+    for (int i = 0; i < half; i++)
+        inv[i] = (float)pow((double)m->rope_base, -2.0 * i / (double)m->rope_dim);
+    if (half > 0)
+        CU(b, cudaMemcpy(b->inv_freq, inv, (size_t)half * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy (rope)");
+    b->layers = (dlayer *)calloc((size_t)m->n_layers, sizeof *b->layers);
+    if (!b->layers)
+        return cairn__errf(b->e, b->elen, CAIRN_ENOMEM, "out of memory");
+    return 0;
+}
+
+/* device type when CAIRN_CUDA_DTYPE does not say: f32 only for an all-F32 model */
+static int default_dtype(const cairn__model *m)
+{
+    const cairn__mat *ms[] = {&m->tok_embd, &m->output};
+    for (size_t i = 0; i < sizeof ms / sizeof *ms; i++)
+        if (ms[i]->type != CAIRN__GGML_F32)
+            return DT_F16;
+    for (int l = 0; l < m->n_layers; l++) {
+        const cairn__layer *ly = &m->layers[l];
+        const cairn__mat *w[] = {&ly->wq, &ly->wk, &ly->wv, &ly->wo, &ly->w_gate, &ly->w_up, &ly->w_down};
+        for (size_t i = 0; i < sizeof w / sizeof *w; i++)
+            if (w[i]->type != CAIRN__GGML_F32)
+                return DT_F16;
+    }
+    return DT_F32;
+}
+
+static int create_as(const cairn__model *m, const cairn__backend_opts *o, int device, int dt, cairn__backend **out,
+                     int *overflow, char *err, size_t errlen)
+{
+    *overflow = 0;
+    cuda_backend *b = (cuda_backend *)calloc(1, sizeof *b);
+    if (!b)
+        return cairn__errf(err, errlen, CAIRN_ENOMEM, "out of memory");
+    b->base.ops = &cairn__backend_cuda_ops;
+    b->base.model = m;
+    b->base.n_ctx = o->n_ctx > 0 ? o->n_ctx : (m->n_ctx_train < 4096 ? m->n_ctx_train : 4096);
+    b->device = device;
+    b->dt = dt;
+    b->n_batch = o->n_batch > 0 ? o->n_batch : 256;
+    if (b->n_batch > MAX_BATCH)
+        b->n_batch = MAX_BATCH;
+    if (b->n_batch > b->base.n_ctx)
+        b->n_batch = b->base.n_ctx;
+    b->q_dim = m->n_heads * m->head_dim;
+    b->kv_dim = m->n_kv_heads * m->head_dim;
+    b->qkv_dim = b->q_dim + 2 * b->kv_dim;
+    b->e = err;
+    b->elen = errlen;
+    int rc = setup(b);
+    if (!rc)
+        rc = upload_weights(b);
+    if (!rc) {
+        int flag = 0;
+        cudaError_t e = cudaMemcpy(&flag, b->d_overflow, sizeof flag, cudaMemcpyDeviceToHost);
+        if (e != cudaSuccess)
+            rc = cuda_err(err, errlen, e, "weight upload");
+        else if (flag) {
+            *overflow = 1;
+            rc = cairn__errf(err, errlen, CAIRN_EUNSUPPORTED, "a weight is beyond the range of f16");
+        }
+    }
+    if (rc) {
+        cuda_destroy(&b->base);
+        return rc;
+    }
+    b->e = b->base.err;
+    b->elen = sizeof b->base.err;
+    *out = &b->base;
+    return 0;
+}
+
+static int cuda_create(const cairn__model *m, const cairn__backend_opts *o, cairn__backend **out, char *err,
+                       size_t errlen)
+{
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return cairn__errf(err, errlen, CAIRN_ENODEVICE, "no CUDA device: %s (%s)", cudaGetErrorName(e),
+                           cudaGetErrorString(e));
+    }
+    if (count <= 0)
+        return cairn__errf(err, errlen, CAIRN_ENODEVICE, "no CUDA device: none found");
+    if (o->device < 0 || o->device >= count)
+        return cairn__errf(err, errlen, CAIRN_ENODEVICE, "no CUDA device: device %d requested, %d present", o->device,
+                           count);
+    if ((e = cudaSetDevice(o->device)) != cudaSuccess)
+        return cuda_err(err, errlen, e, "cudaSetDevice");
+    cudaDeviceProp prop;
+    if ((e = cudaGetDeviceProperties(&prop, o->device)) != cudaSuccess)
+        return cuda_err(err, errlen, e, "cudaGetDeviceProperties");
+    if (prop.major < 8)
+        return cairn__errf(err, errlen, CAIRN_ENODEVICE,
+                           "no CUDA device: %s has compute capability %d.%d, this build needs 8.0 or newer", prop.name,
+                           prop.major, prop.minor);
+    if (m->head_dim > ATT_MAX_HD)
+        return cairn__errf(err, errlen, CAIRN_EUNSUPPORTED, "head dimension %d exceeds the CUDA backend's %d",
+                           m->head_dim, ATT_MAX_HD);
+    int dt = default_dtype(m);
+    const char *env = getenv("CAIRN_CUDA_DTYPE");
+    if (env && *env) {
+        if (strcmp(env, "f16") == 0)
+            dt = DT_F16;
+        else if (strcmp(env, "bf16") == 0)
+            dt = DT_BF16;
+        else if (strcmp(env, "f32") == 0)
+            dt = DT_F32;
+        else
+            return cairn__errf(err, errlen, CAIRN_EINVAL, "CAIRN_CUDA_DTYPE='%s': expected f16, bf16 or f32", env);
+    }
+    int overflow = 0;
+    int rc = create_as(m, o, o->device, dt, out, &overflow, err, errlen);
+    if (rc && overflow) /* f16 cannot hold this model: bf16 can */
+        rc = create_as(m, o, o->device, DT_BF16, out, &overflow, err, errlen);
+    return rc;
+}
+
+/* ==== benchmark helpers ============================================================================ */
+
+int cairn__cuda_bandwidth(int device, double *bytes_per_s, char *name, size_t name_len, char *err, size_t errlen)
+{
+    *bytes_per_s = 0;
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count <= device || device < 0) {
+        (void)cudaGetLastError();
+        return cairn__errf(err, errlen, CAIRN_ENODEVICE, "no CUDA device: %s",
+                           e != cudaSuccess ? cudaGetErrorString(e) : "none at that index");
+    }
+    cudaDeviceProp prop;
+    if ((e = cudaSetDevice(device)) != cudaSuccess || (e = cudaGetDeviceProperties(&prop, device)) != cudaSuccess)
+        return cuda_err(err, errlen, e, "device query");
+    if (name && name_len)
+        snprintf(name, name_len, "%s", prop.name);
+    /* 2 x 2 GiB: far beyond any L2, so every byte crosses HBM (read once, written once) */
+    const size_t n = (size_t)2 << 30;
+    void *a = NULL, *c = NULL;
+    cudaEvent_t t0 = NULL, t1 = NULL;
+    float best = 0.0f;
+    int rc = 0;
+    if ((e = cudaMalloc(&a, n)) != cudaSuccess || (e = cudaMalloc(&c, n)) != cudaSuccess) {
+        rc = e == cudaErrorMemoryAllocation
+                 ? cairn__errf(err, errlen, CAIRN_ENOMEM, "out of device memory allocating 2 x %zu bytes", n)
+                 : cuda_err(err, errlen, e, "cudaMalloc");
+        goto out;
+    }
+    if ((e = cudaMemset(a, 1, n)) != cudaSuccess || (e = cudaMemset(c, 2, n)) != cudaSuccess ||
+        (e = cudaEventCreate(&t0)) != cudaSuccess || (e = cudaEventCreate(&t1)) != cudaSuccess) {
+        rc = cuda_err(err, errlen, e, "bandwidth setup");
+        goto out;
+    }
+    for (int rep = 0; rep < 12; rep++) { /* the first two are warm-up */
+        float ms = 0.0f;
+        if ((e = cudaEventRecord(t0, 0)) != cudaSuccess || (e = cudaMemcpyAsync(c, a, n, cudaMemcpyDeviceToDevice, 0)) != cudaSuccess ||
+            (e = cudaEventRecord(t1, 0)) != cudaSuccess || (e = cudaEventSynchronize(t1)) != cudaSuccess ||
+            (e = cudaEventElapsedTime(&ms, t0, t1)) != cudaSuccess) {
+            rc = cuda_err(err, errlen, e, "device-to-device copy");
+            goto out;
+        }
+        if (rep >= 2 && ms > 0.0f && (best == 0.0f || ms < best))
+            best = ms;
+    }
+    *bytes_per_s = best > 0.0f ? 2.0 * (double)n / ((double)best * 1e-3) : 0.0;
+out:
+    if (t0)
+        cudaEventDestroy(t0);
+    if (t1)
+        cudaEventDestroy(t1);
+    cudaFree(a);
+    cudaFree(c);
+    (void)cudaGetLastError();
+    return rc;
+}
+
+uint64_t cairn__cuda_weight_bytes(const cairn__backend *b)
+{
+    return b && b->ops == &cairn__backend_cuda_ops ? ((const cuda_backend *)b)->weight_bytes : 0;
+}
+
+const char *cairn__cuda_dtype(const cairn__backend *b)
+{
+    return b && b->ops == &cairn__backend_cuda_ops ? DT_NAME[((const cuda_backend *)b)->dt] : "none";
+}
+
+const cairn__backend_ops cairn__backend_cuda_ops = {"cuda", cuda_create, cuda_forward, cuda_destroy};

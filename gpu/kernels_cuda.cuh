@@ -1,0 +1,278 @@
+/* gpu/kernels_cuda.cuh - the CUDA kernels of the forward pass (everything but the matrix
+ * products, which are cuBLAS's). Included by backend_cuda.cu only.
+ *
+ * Each kernel names its plain C reference in the CPU backend (gpu/backend_cpu.c,
+ * gpu/kernels_cpu.c) and follows it operation for operation where that is cheap: RMSNorm sums
+ * squares in double, rope angles are computed in double and rounded to float, and the rope and
+ * norm products use __fmul_rn/__fadd_rn so nvcc cannot contract them into FMAs that the CPU
+ * (compiled without FMA contraction) does not do. What differs is summation order (the attention
+ * dot products and softmax are per-warp online sums) and the half-precision rounding of the
+ * matrix-product inputs, which is what the tests' tolerances are for.
+ *
+ * T is the element type of the weights and of every matrix-product input: float, __half or
+ * __nv_bfloat16. The residual stream, the Q/K/V projections, the KV cache and the logits are
+ * always f32.
+ *
+ * Positions are read from device memory (*pos), never passed by value, so a CUDA graph
+ * captured once replays for every decode step.
+ */
+#ifndef CAIRN_GPU_KERNELS_CUDA_CUH
+#define CAIRN_GPU_KERNELS_CUDA_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+
+#define CK_THREADS 256     /* threads per block of the row kernels */
+#define ATT_WARPS 8        /* warps per (token, head) block of the attention kernel */
+#define ATT_MAX_HD 256     /* largest head dimension the attention kernel holds in registers */
+
+/* ---- element conversions --------------------------------------------------------------------- */
+
+__device__ __forceinline__ float to_f32(float v)
+{
+    return v;
+}
+__device__ __forceinline__ float to_f32(__half v)
+{
+    return __half2float(v);
+}
+__device__ __forceinline__ float to_f32(__nv_bfloat16 v)
+{
+    return __bfloat162float(v);
+}
+
+template <typename T> __device__ __forceinline__ T from_f32(float v);
+template <> __device__ __forceinline__ float from_f32<float>(float v)
+{
+    return v;
+}
+/* round to nearest even, as cairn__f32_to_f16 / cairn__f32_to_bf16 */
+template <> __device__ __forceinline__ __half from_f32<__half>(float v)
+{
+    return __float2half_rn(v);
+}
+template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float v)
+{
+    return __float2bfloat16_rn(v);
+}
+
+/* ---- reductions ------------------------------------------------------------------------------- */
+
+template <typename A> __device__ __forceinline__ A warp_sum(A v)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* Sum of v over the block (blockDim.x a multiple of 32, at most 1024); every thread gets it. */
+template <typename A> __device__ A block_sum(A v)
+{
+    __shared__ A part[32];
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_sum(v);
+    __syncthreads(); /* part may still be read by a previous call */
+    if (lane == 0)
+        part[w] = v;
+    __syncthreads();
+    A s = 0;
+    for (int i = 0; i < nw; i++) /* the same order in every thread: all get the same sum */
+        s += part[i];
+    return s;
+}
+
+/* ---- kernels ---------------------------------------------------------------------------------- */
+
+/* CPU reference: cairn__mat_row (gpu/kernels_cpu.c), per token in forward_chunk.
+ * emb (n_vocab, dim)[tokens[i]] -> x (n, dim); grid (n), block CK_THREADS */
+template <typename T> __global__ void embed_kernel(const T *__restrict__ emb, const int *__restrict__ tokens, int dim,
+                                                   float *__restrict__ x)
+{
+    const T *r = emb + (size_t)tokens[blockIdx.x] * (size_t)dim;
+    float *o = x + (size_t)blockIdx.x * (size_t)dim;
+    for (int k = threadIdx.x; k < dim; k += blockDim.x)
+        o[k] = to_f32(r[k]);
+}
+
+/* CPU reference: cairn__rmsnorm (gpu/kernels_cpu.c): sum of squares in double, then
+ * out = x * scale * w in that order.
+ * x (rows, dim) f32, w (dim) -> out (rows, dim) T; grid (rows), block CK_THREADS */
+template <typename T> __global__ void rmsnorm_kernel(const float *__restrict__ x, const float *__restrict__ w, int dim,
+                                                     float eps, T *__restrict__ out)
+{
+    const float *xr = x + (size_t)blockIdx.x * (size_t)dim;
+    T *o = out + (size_t)blockIdx.x * (size_t)dim;
+    double ss = 0.0;
+    for (int k = threadIdx.x; k < dim; k += blockDim.x)
+        ss += (double)xr[k] * (double)xr[k];
+    ss = block_sum(ss);
+    const float scale = (float)(1.0 / sqrt(ss / (double)dim + (double)eps));
+    for (int k = threadIdx.x; k < dim; k += blockDim.x)
+        o[k] = from_f32<T>(__fmul_rn(__fmul_rn(xr[k], scale), w[k]));
+}
+
+/* CPU reference: add_bias, rope and the two memcpy into the cache in forward_chunk
+ * (gpu/backend_cpu.c). For token i at position p = *pos + i:
+ *   qkv (n, ld) rows [q (n_heads*hd) | k (n_kv*hd) | v (n_kv*hd)] f32, + bias (ld) if any;
+ *   q rotated in place; k rotated -> kc (n_ctx, n_kv*hd)[p]; v -> vc (n_ctx, n_kv*hd)[p].
+ * Rotation: NORMAL pairs (2j, 2j+1), NEOX pairs (j, j + rope_dim/2), for j < rope_dim/2, by the
+ * angle p * inv_freq[j] (computed in double, as the CPU does); elements >= rope_dim pass through.
+ * grid (n), block CK_THREADS */
+__global__ void qkv_post_kernel(float *__restrict__ qkv, int ld, const float *__restrict__ bias,
+                                const int *__restrict__ pos, const float *__restrict__ inv_freq, int n_heads, int n_kv,
+                                int hd, int rope_dim, int neox, float *__restrict__ kc, float *__restrict__ vc)
+{
+    const int i = blockIdx.x, p = *pos + i;
+    const int q_dim = n_heads * hd, kv_dim = n_kv * hd, half = rope_dim / 2, hh = hd / 2;
+    float *row = qkv + (size_t)i * (size_t)ld;
+    float *krow = kc + (size_t)p * (size_t)kv_dim, *vrow = vc + (size_t)p * (size_t)kv_dim;
+    const int pairs = (n_heads + n_kv) * hh;
+    for (int it = threadIdx.x; it < pairs; it += blockDim.x) {
+        const int h = it / hh, j = it % hh, off = h * hd; /* q heads, then k heads */
+        int a, z;
+        if (j < half) {
+            a = neox ? j : 2 * j;
+            z = neox ? j + half : 2 * j + 1;
+        } else {
+            a = rope_dim + 2 * (j - half);
+            z = a + 1;
+        }
+        float x0 = row[off + a], x1 = row[off + z];
+        if (bias) {
+            x0 += bias[off + a];
+            x1 += bias[off + z];
+        }
+        if (j < half) {
+            const double th = (double)p * (double)inv_freq[j];
+            const float c = (float)cos(th), s = (float)sin(th);
+            const float y0 = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+            const float y1 = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
+            x0 = y0;
+            x1 = y1;
+        }
+        if (h < n_heads) {
+            row[off + a] = x0;
+            row[off + z] = x1;
+        } else {
+            krow[off - q_dim + a] = x0;
+            krow[off - q_dim + z] = x1;
+        }
+    }
+    for (int e = threadIdx.x; e < kv_dim; e += blockDim.x) {
+        float v = row[q_dim + kv_dim + e];
+        if (bias)
+            v += bias[q_dim + kv_dim + e];
+        vrow[e] = v;
+    }
+}
+
+/* CPU reference: attention_range (gpu/backend_cpu.c).
+ * For token i (position *pos + i) and head h (kv head h / (n_heads / n_kv)):
+ *   softmax(q_ih (hd) . K[0..*pos+i] (t, hd) * scale) @ V[0..*pos+i] (t, hd) -> out (n, n_heads*hd)[i, h]
+ * q is read from the rows of qkv (ld floats apart). Each warp runs an online softmax over keys
+ * t = w, w + ATT_WARPS, ... (each lane holding hd/32 elements of q and of its running output);
+ * the warps' partial results are merged through shared memory at the end.
+ * grid (n_heads, n), block ATT_WARPS * 32; hd <= ATT_MAX_HD */
+template <typename T>
+__global__ void __launch_bounds__(ATT_WARPS * 32)
+    attention_kernel(const float *__restrict__ qkv, int ld, const float *__restrict__ kc, const float *__restrict__ vc,
+                     const int *__restrict__ pos, int n_heads, int n_kv, int hd, float scale, T *__restrict__ out)
+{
+    constexpr int NK = ATT_MAX_HD / 32;
+    __shared__ float sm_m[ATT_WARPS], sm_l[ATT_WARPS];
+    __shared__ float sm_acc[ATT_WARPS][ATT_MAX_HD];
+    const int h = blockIdx.x, i = blockIdx.y, last = *pos + i;
+    const int kv_dim = n_kv * hd, kvh = h / (n_heads / n_kv);
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    const float *q = qkv + (size_t)i * (size_t)ld + (size_t)h * hd;
+    const float *K = kc + (size_t)kvh * hd, *V = vc + (size_t)kvh * hd;
+    float qr[NK], acc[NK];
+#pragma unroll
+    for (int k = 0; k < NK; k++) {
+        const int e = lane + 32 * k;
+        qr[k] = e < hd ? q[e] : 0.0f;
+        acc[k] = 0.0f;
+    }
+    float m = -INFINITY, l = 0.0f;
+    for (int t = w; t <= last; t += ATT_WARPS) {
+        const float *kr = K + (size_t)t * (size_t)kv_dim, *vr = V + (size_t)t * (size_t)kv_dim;
+        float s = 0.0f;
+#pragma unroll
+        for (int k = 0; k < NK; k++) {
+            const int e = lane + 32 * k;
+            if (e < hd)
+                s += qr[k] * kr[e];
+        }
+        s = warp_sum(s) * scale;
+        const float mn = fmaxf(m, s);
+        const float corr = expf(m - mn); /* 0 for the first key (m = -inf) */
+        const float pr = expf(s - mn);
+        l = l * corr + pr;
+#pragma unroll
+        for (int k = 0; k < NK; k++) {
+            const int e = lane + 32 * k;
+            if (e < hd)
+                acc[k] = acc[k] * corr + pr * vr[e];
+        }
+        m = mn;
+    }
+    if (lane == 0) {
+        sm_m[w] = m;
+        sm_l[w] = l;
+    }
+#pragma unroll
+    for (int k = 0; k < NK; k++) {
+        const int e = lane + 32 * k;
+        if (e < hd)
+            sm_acc[w][e] = acc[k];
+    }
+    __syncthreads();
+    /* warp 0 always saw key 0, so M is finite; a warp that saw no key has m = -inf and
+     * contributes exp(-inf) = 0 */
+    float M = -INFINITY;
+    for (int v = 0; v < ATT_WARPS; v++)
+        M = fmaxf(M, sm_m[v]);
+    float L = 0.0f;
+    for (int v = 0; v < ATT_WARPS; v++)
+        L += sm_l[v] * expf(sm_m[v] - M);
+    T *o = out + (size_t)i * (size_t)n_heads * hd + (size_t)h * hd;
+    for (int e = threadIdx.x; e < hd; e += blockDim.x) {
+        float s = 0.0f;
+        for (int v = 0; v < ATT_WARPS; v++)
+            s += sm_acc[v][e] * expf(sm_m[v] - M);
+        o[e] = from_f32<T>(s / L);
+    }
+}
+
+/* CPU reference: cairn__swiglu (gpu/kernels_cpu.c): g / (1 + exp(-g)) * u.
+ * gu (n, 2*ff) rows [gate (ff) | up (ff)] f32 -> out (n, ff) T; grid-stride */
+template <typename T> __global__ void swiglu_kernel(const float *__restrict__ gu, int ff, int n, T *__restrict__ out)
+{
+    const size_t total = (size_t)n * (size_t)ff;
+    for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += (size_t)gridDim.x * blockDim.x) {
+        const size_t i = idx / (size_t)ff, k = idx % (size_t)ff;
+        const float g = gu[i * 2 * (size_t)ff + k], u = gu[i * 2 * (size_t)ff + (size_t)ff + k];
+        out[idx] = from_f32<T>(g / (1.0f + expf(-g)) * u);
+    }
+}
+
+/* CPU reference: cairn__f32_to_f16 / cairn__f32_to_bf16 (gpu/quant.c), used at upload.
+ * src (n) f32 -> dst (n) T; sets *overflow when a finite value rounds to infinity in T (only
+ * possible for __half: |v| >= 65520). grid-stride */
+template <typename T> __global__ void convert_kernel(const float *__restrict__ src, T *__restrict__ dst, size_t n,
+                                                     int *__restrict__ overflow)
+{
+    for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < n; idx += (size_t)gridDim.x * blockDim.x) {
+        const float v = src[idx];
+        const T r = from_f32<T>(v);
+        if (isfinite(v) && isinf(to_f32(r)))
+            *overflow = 1; /* every writer stores the same value: no atomic needed */
+        dst[idx] = r;
+    }
+}
+
+#endif

@@ -1,0 +1,523 @@
+/* runner/cmd_index.c - the `cairn index` and `cairn search` commands (the retrieval index).
+ *
+ * `index` reads a JSONL corpus ({"id", "text", ...} per line) into the BM25 index at
+ * <store>/index (steps/bm25.h; the index is its own LMDB environment, never the checkpoint
+ * store). The whole file is one write transaction by default, so a bad line (the error names
+ * the file, the line and the field) aborts the run with nothing written, and readers see the
+ * old corpus or the new one, never a mix. With --batch N the run commits every N documents
+ * (for corpora too large for one transaction): the file is then validated completely first, so
+ * a bad line still writes nothing; only an I/O error (disk full) can stop the run part way,
+ * leaving the batches before it committed, each complete, and the output says how many.
+ *
+ * runner/ does not see LMDB: everything goes through steps/bm25.h. Exit codes come from the
+ * CLI's one table (cairn__exit_code): 64 usage, 65 bad corpus, 66 missing corpus or index,
+ * 74 index I/O. argv[0] is the command's own name, as the dispatcher passes it.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cairn.h"
+#include "runner/cli.h"
+#include "steps/bm25.h"
+
+static const char index_usage[] =
+    "usage: cairn index --store DIR --corpus FILE.jsonl [options]\n"
+    "\n"
+    "Adds the documents of a JSONL file, one {\"id\": ..., \"text\": ..., ...} object per line,\n"
+    "to the BM25 index in DIR/index. A document whose id is already indexed is replaced. Other\n"
+    "fields are kept and shown by `cairn search --json`. A bad line aborts the run with\n"
+    "nothing written.\n"
+    "\n"
+    "  -s, --store DIR     the store directory (default: $CAIRN_STORE); the index is DIR/index\n"
+    "      --index DIR     use this index directory instead of DIR/index\n"
+    "  -c, --corpus FILE   the JSONL corpus\n"
+    "      --batch N       commit every N documents instead of once for the whole file (the file\n"
+    "                      is validated first; an I/O error can leave earlier batches written)\n"
+    "      --json          print one JSON object with the counts\n"
+    "  -h, --help          show this help\n"
+    "Exit codes: 0 ok, 64 usage, 65 bad corpus line, 66 corpus not found, 74 index I/O error.\n";
+
+static const char search_usage[] =
+    "usage: cairn search --store DIR --query TEXT [options]\n"
+    "\n"
+    "Prints the best-matching documents of the BM25 index in DIR/index (k1 1.2, b 0.75).\n"
+    "\n"
+    "  -s, --store DIR     the store directory (default: $CAIRN_STORE); the index is DIR/index\n"
+    "      --index DIR     use this index directory instead of DIR/index\n"
+    "  -q, --query TEXT    the query (free text)\n"
+    "  -k, --top-k K       how many documents, 1..1000 (default 10)\n"
+    "      --json          print {\"query\", \"docs\": [{\"id\", \"score\", \"text\", \"fields\"?}]}\n"
+    "  -h, --help          show this help\n"
+    "Exit codes: 0 ok, 64 usage, 66 no index, 74 index I/O error.\n";
+
+/* Matches "--name VALUE", "--name=VALUE" or "-x VALUE" at argv[*i]; 1 and *val on a match,
+ * 0 if argv[*i] is another option, -1 if the value is missing. */
+static int opt_value(int argc, char **argv, int *i, const char *lng, const char *shrt,
+                     const char **val)
+{
+    const char *a = argv[*i];
+    size_t l = strlen(lng);
+    if (strncmp(a, lng, l) == 0 && a[l] == '=') {
+        *val = a + l + 1;
+        return 1;
+    }
+    if (strcmp(a, lng) != 0 && !(shrt && strcmp(a, shrt) == 0))
+        return 0;
+    if (*i + 1 >= argc)
+        return -1;
+    *val = argv[++*i];
+    return 1;
+}
+
+static int parse_count(const char *s, long lo, long hi, long *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+/* The index directory: --index, else <store>/index (store from --store or $CAIRN_STORE). */
+static char *index_dir(const char *store, const char *index)
+{
+    if (index)
+        return strdup(index);
+    if (!store)
+        store = getenv("CAIRN_STORE");
+    if (!store || !*store)
+        return NULL;
+    size_t n = strlen(store);
+    char *p = malloc(n + 7);
+    if (p)
+        sprintf(p, "%s%sindex", store, n && store[n - 1] == '/' ? "" : "/");
+    return p;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* ------------------------------------------------------------------ index */
+
+typedef struct doc {
+    const char *id;
+    char idbuf[32]; /* an integer id in decimal */
+    const char *text;
+    size_t text_len;
+    char *extra; /* malloc'd or NULL */
+    json_t *root;
+} doc;
+
+static void doc_free(doc *d)
+{
+    free(d->extra);
+    json_decref(d->root);
+    memset(d, 0, sizeof *d);
+}
+
+/* Parses and checks one corpus line. 0, or CAIRN_EJSON with err naming line and field. */
+static int parse_line(const char *file, size_t lineno, const char *p, size_t n, int want_extra,
+                      doc *d, char *err, size_t errlen)
+{
+    json_error_t je;
+    memset(d, 0, sizeof *d);
+    d->root = json_loadb(p, n, JSON_REJECT_DUPLICATES, &je);
+    if (!d->root) {
+        snprintf(err, errlen, "%s:%zu: invalid JSON at column %d: %s", file, lineno, je.column,
+                 je.text);
+        return CAIRN_EJSON;
+    }
+    if (!json_is_object(d->root)) {
+        snprintf(err, errlen, "%s:%zu: must be a JSON object {\"id\": ..., \"text\": ...}", file,
+                 lineno);
+        goto bad;
+    }
+    json_t *id = json_object_get(d->root, "id"), *text = json_object_get(d->root, "text");
+    if (!id) {
+        snprintf(err, errlen, "%s:%zu: field 'id' is missing", file, lineno);
+        goto bad;
+    }
+    if (json_is_integer(id)) {
+        snprintf(d->idbuf, sizeof d->idbuf, "%lld", (long long)json_integer_value(id));
+        d->id = d->idbuf;
+    } else if (json_is_string(id)) {
+        d->id = json_string_value(id);
+        size_t l = json_string_length(id);
+        if (l == 0 || l > CAIRN__BM25_MAX_ID || strlen(d->id) != l) {
+            snprintf(err, errlen, "%s:%zu: field 'id' must be 1..%d bytes without NUL", file,
+                     lineno, CAIRN__BM25_MAX_ID);
+            goto bad;
+        }
+    } else {
+        snprintf(err, errlen, "%s:%zu: field 'id' must be a string (or an integer)", file, lineno);
+        goto bad;
+    }
+    if (!text) {
+        snprintf(err, errlen, "%s:%zu: field 'text' is missing", file, lineno);
+        goto bad;
+    }
+    if (!json_is_string(text)) {
+        snprintf(err, errlen, "%s:%zu: field 'text' must be a string", file, lineno);
+        goto bad;
+    }
+    d->text = json_string_value(text);
+    d->text_len = json_string_length(text);
+    if (want_extra && json_object_size(d->root) > 2) {
+        json_t *rest = json_object();
+        const char *k;
+        json_t *v;
+        json_object_foreach(d->root, k, v)
+        {
+            if (strcmp(k, "id") && strcmp(k, "text"))
+                json_object_set(rest, k, v);
+        }
+        d->extra = json_dumps(rest, JSON_COMPACT);
+        json_decref(rest);
+        if (!d->extra) {
+            snprintf(err, errlen, "%s:%zu: out of memory", file, lineno);
+            doc_free(d);
+            return CAIRN_ENOMEM;
+        }
+    }
+    return 0;
+bad:
+    doc_free(d);
+    return CAIRN_EJSON;
+}
+
+typedef struct corpus {
+    const char *name;
+    char *data;
+    size_t len;
+    int mapped;
+} corpus;
+
+static int corpus_open(const char *path, corpus *c, char *err, size_t errlen)
+{
+    memset(c, 0, sizeof *c);
+    c->name = path;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        int e = errno;
+        snprintf(err, errlen, "%s: %s", path, strerror(e));
+        return e == ENOENT || e == ENOTDIR ? CAIRN_ENOENT : CAIRN_EIO;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        snprintf(err, errlen, "%s: %s", path, S_ISDIR(st.st_mode) ? "is a directory" : "not a regular file");
+        close(fd);
+        return CAIRN_ENOENT;
+    }
+    c->len = (size_t)st.st_size;
+    if (c->len) {
+        c->data = mmap(NULL, c->len, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (c->data == MAP_FAILED) {
+            snprintf(err, errlen, "%s: mmap: %s", path, strerror(errno));
+            close(fd);
+            c->data = NULL;
+            return CAIRN_EIO;
+        }
+        c->mapped = 1;
+        madvise(c->data, c->len, MADV_SEQUENTIAL);
+    }
+    close(fd);
+    return 0;
+}
+
+static void corpus_close(corpus *c)
+{
+    if (c->mapped)
+        munmap(c->data, c->len);
+    c->mapped = 0;
+}
+
+/* Walks the corpus's non-blank lines. *pos is the offset of the next line; returns 0 at the
+ * end, else 1 with the line (without "\r\n") in *p / *n and its 1-based number in *lineno. */
+static int next_line(const corpus *c, size_t *pos, size_t *lineno, const char **p, size_t *n)
+{
+    while (*pos < c->len) {
+        const char *s = c->data + *pos;
+        const char *nl = memchr(s, '\n', c->len - *pos);
+        size_t l = nl ? (size_t)(nl - s) : c->len - *pos;
+        *pos += l + (nl != NULL);
+        ++*lineno;
+        size_t e = l;
+        while (e && (s[e - 1] == '\r' || s[e - 1] == ' ' || s[e - 1] == '\t'))
+            e--;
+        size_t b = 0;
+        while (b < e && (s[b] == ' ' || s[b] == '\t'))
+            b++;
+        if (b == e)
+            continue; /* blank lines are allowed (a trailing newline, a spacer) */
+        *p = s + b;
+        *n = e - b;
+        return 1;
+    }
+    return 0;
+}
+
+int cairn__cmd_index(int argc, char **argv)
+{
+    const char *store = NULL, *index = NULL, *file = NULL, *batch_s = NULL;
+    int json = 0, v;
+    long batch = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            fputs(index_usage, stdout);
+            return 0;
+        } else if (!strcmp(a, "--json")) {
+            json = 1;
+        } else if ((v = opt_value(argc, argv, &i, "--store", "-s", &store)) ||
+                   (v = opt_value(argc, argv, &i, "--index", NULL, &index)) ||
+                   (v = opt_value(argc, argv, &i, "--corpus", "-c", &file)) ||
+                   (v = opt_value(argc, argv, &i, "--batch", NULL, &batch_s))) {
+            if (v < 0) {
+                fprintf(stderr, "cairn index: option %s needs a value\n%s", a, index_usage);
+                return cairn__exit_code(CAIRN_EINVAL);
+            }
+        } else {
+            fprintf(stderr, "cairn index: unknown argument '%s'\n%s", a, index_usage);
+            return cairn__exit_code(CAIRN_EINVAL);
+        }
+    }
+    if (batch_s && parse_count(batch_s, 0, 100000000, &batch)) {
+        fprintf(stderr, "cairn index: --batch must be a number of documents (0 = whole file)\n");
+        return cairn__exit_code(CAIRN_EINVAL);
+    }
+    char *dir = index_dir(store, index);
+    if (!file || !dir) {
+        fprintf(stderr, "cairn index: %s\n%s",
+                !dir ? "--store DIR (or CAIRN_STORE) is required" : "--corpus FILE is required",
+                index_usage);
+        free(dir);
+        return cairn__exit_code(CAIRN_EINVAL);
+    }
+
+    char err[1200];
+    corpus c;
+    int rc = corpus_open(file, &c, err, sizeof err);
+    if (rc) {
+        fprintf(stderr, "cairn index: %s\n", err);
+        free(dir);
+        return cairn__exit_code(rc);
+    }
+    double t0 = now_s();
+    size_t pos = 0, lineno = 0, n;
+    const char *p;
+    doc d;
+    if (batch > 0) { /* batches commit as they go: find a bad line before writing anything */
+        while (!rc && next_line(&c, &pos, &lineno, &p, &n)) {
+            rc = parse_line(file, lineno, p, n, 0, &d, err, sizeof err);
+            if (!rc)
+                doc_free(&d);
+        }
+        if (rc) {
+            fprintf(stderr, "cairn index: %s (nothing was written)\n", err);
+            corpus_close(&c);
+            free(dir);
+            return cairn__exit_code(rc);
+        }
+    }
+
+    cairn__bm25 *ix = NULL;
+    rc = cairn__bm25_open(dir, 1, &ix, err, sizeof err);
+    if (rc) {
+        fprintf(stderr, "cairn index: %s\n", err);
+        corpus_close(&c);
+        free(dir);
+        return cairn__exit_code(rc);
+    }
+    uint64_t added = 0, replaced = 0, in_batch = 0, committed = 0;
+    pos = lineno = 0;
+    rc = cairn__bm25_begin(ix);
+    if (rc)
+        snprintf(err, sizeof err, "%s", cairn__bm25_errmsg(ix));
+    while (!rc && next_line(&c, &pos, &lineno, &p, &n)) {
+        rc = parse_line(file, lineno, p, n, 1, &d, err, sizeof err);
+        if (rc)
+            break;
+        int rep = 0;
+        rc = cairn__bm25_add(ix, d.id, d.text, d.text_len, d.extra, &rep);
+        if (rc)
+            snprintf(err, sizeof err, "%s:%zu: %s", file, lineno, cairn__bm25_errmsg(ix));
+        doc_free(&d);
+        if (rc)
+            break;
+        rep ? replaced++ : added++;
+        if (batch > 0 && ++in_batch == (uint64_t)batch) {
+            if ((rc = cairn__bm25_commit(ix)) != 0 || (rc = cairn__bm25_begin(ix)) != 0) {
+                snprintf(err, sizeof err, "%s", cairn__bm25_errmsg(ix));
+                break;
+            }
+            committed += in_batch;
+            in_batch = 0;
+        }
+    }
+    if (!rc) {
+        rc = cairn__bm25_commit(ix);
+        if (rc)
+            snprintf(err, sizeof err, "%s", cairn__bm25_errmsg(ix));
+        else
+            committed += in_batch;
+    } else {
+        cairn__bm25_abort(ix);
+    }
+    corpus_close(&c);
+    if (rc) {
+        if (committed)
+            fprintf(stderr, "cairn index: %s (the first %llu documents were committed in batches "
+                            "of %ld; the rest was not written)\n",
+                    err, (unsigned long long)committed, batch);
+        else
+            fprintf(stderr, "cairn index: %s (nothing was written)\n", err);
+        cairn__bm25_close(ix);
+        free(dir);
+        return cairn__exit_code(rc);
+    }
+    cairn__bm25_info info;
+    rc = cairn__bm25_info_get(ix, &info);
+    if (rc)
+        fprintf(stderr, "cairn index: %s\n", cairn__bm25_errmsg(ix));
+    cairn__bm25_close(ix);
+    double secs = now_s() - t0;
+    if (!rc && json) {
+        json_t *o = json_pack("{s:s, s:s, s:I, s:I, s:I, s:f, s:I, s:I, s:f}", "corpus", file,
+                              "index", dir, "added", (json_int_t)added, "replaced",
+                              (json_int_t)replaced, "docs", (json_int_t)info.n_docs, "avgdl",
+                              info.avgdl, "terms", (json_int_t)info.n_terms, "tokens",
+                              (json_int_t)info.total_len, "seconds", secs);
+        char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+        if (s)
+            printf("%s\n", s);
+        free(s);
+        json_decref(o);
+    } else if (!rc) {
+        printf("indexed %s: %llu added, %llu replaced (%.2f s)\n", file,
+               (unsigned long long)added, (unsigned long long)replaced, secs);
+        printf("index %s: %llu documents, avgdl %.2f tokens, %llu terms\n", dir,
+               (unsigned long long)info.n_docs, info.avgdl, (unsigned long long)info.n_terms);
+    }
+    fflush(stdout);
+    free(dir);
+    return cairn__exit_code(rc);
+}
+
+/* ------------------------------------------------------------------ search */
+
+/* Prints at most `max` characters of s on one line (newlines and tabs as spaces). */
+static void print_snippet(const char *s, size_t max)
+{
+    size_t chars = 0;
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if ((*p & 0xc0) != 0x80 && chars++ == max) {
+            fputs("...", stdout);
+            return;
+        }
+        putchar(*p < 0x20 ? ' ' : *p);
+    }
+}
+
+int cairn__cmd_search(int argc, char **argv)
+{
+    const char *store = NULL, *index = NULL, *query = NULL, *k_s = NULL;
+    int json = 0, v;
+    long k = 10;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            fputs(search_usage, stdout);
+            return 0;
+        } else if (!strcmp(a, "--json")) {
+            json = 1;
+        } else if ((v = opt_value(argc, argv, &i, "--store", "-s", &store)) ||
+                   (v = opt_value(argc, argv, &i, "--index", NULL, &index)) ||
+                   (v = opt_value(argc, argv, &i, "--query", "-q", &query)) ||
+                   (v = opt_value(argc, argv, &i, "--top-k", "-k", &k_s))) {
+            if (v < 0) {
+                fprintf(stderr, "cairn search: option %s needs a value\n%s", a, search_usage);
+                return cairn__exit_code(CAIRN_EINVAL);
+            }
+        } else {
+            fprintf(stderr, "cairn search: unknown argument '%s'\n%s", a, search_usage);
+            return cairn__exit_code(CAIRN_EINVAL);
+        }
+    }
+    if (k_s && parse_count(k_s, 1, 1000, &k)) {
+        fprintf(stderr, "cairn search: --top-k must be a number from 1 to 1000\n");
+        return cairn__exit_code(CAIRN_EINVAL);
+    }
+    char *dir = index_dir(store, index);
+    if (!query || !dir) {
+        fprintf(stderr, "cairn search: %s\n%s",
+                !dir ? "--store DIR (or CAIRN_STORE) is required" : "--query TEXT is required",
+                search_usage);
+        free(dir);
+        return cairn__exit_code(CAIRN_EINVAL);
+    }
+    char err[1200];
+    cairn__bm25 *ix = NULL;
+    int rc = cairn__bm25_open(dir, 0, &ix, err, sizeof err);
+    if (rc) {
+        fprintf(stderr, "cairn search: %s\n", err);
+        free(dir);
+        return cairn__exit_code(rc);
+    }
+    cairn__bm25_hit *hits = NULL;
+    size_t n = 0;
+    rc = cairn__bm25_search(ix, query, (size_t)k, &hits, &n);
+    if (rc) {
+        fprintf(stderr, "cairn search: %s\n", cairn__bm25_errmsg(ix));
+        cairn__bm25_close(ix);
+        free(dir);
+        return cairn__exit_code(rc);
+    }
+    if (json) {
+        json_t *docs = json_array();
+        for (size_t i = 0; i < n; i++) {
+            json_t *d = json_pack("{s:s, s:f, s:s}", "id", hits[i].id, "score", hits[i].score,
+                                  "text", hits[i].text);
+            json_t *extra = hits[i].extra ? json_loads(hits[i].extra, 0, NULL) : NULL;
+            if (d && extra)
+                json_object_set_new(d, "fields", extra);
+            else
+                json_decref(extra);
+            json_array_append_new(docs, d);
+        }
+        json_t *o = json_pack("{s:s, s:o}", "query", query, "docs", docs);
+        char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+        if (s)
+            printf("%s\n", s);
+        else
+            rc = CAIRN_ENOMEM;
+        free(s);
+        json_decref(o);
+    } else if (n == 0) {
+        printf("no documents match\n");
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            printf("%2zu  %9.4f  %s  ", i + 1, hits[i].score, hits[i].id);
+            print_snippet(hits[i].text, 80);
+            putchar('\n');
+        }
+    }
+    fflush(stdout);
+    cairn__bm25_hits_free(hits, n);
+    cairn__bm25_close(ix);
+    free(dir);
+    return cairn__exit_code(rc);
+}

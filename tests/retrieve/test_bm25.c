@@ -1,0 +1,669 @@
+/* test_bm25.c - the BM25 index: tokenizer, scores against the formula, replacement, batches,
+ * and the `cairn index` / `cairn search` command functions. */
+#include <fcntl.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "steps/bm25.h"
+#include "tests/tap.h"
+#include "tests/testutil.h"
+
+int cairn__cmd_index(int argc, char **argv);
+int cairn__cmd_search(int argc, char **argv);
+
+/* ------------------------------------------------------------------ helpers */
+
+typedef struct toks {
+    char s[4096];
+    size_t n;
+} toks;
+
+static void join_tok(const char *t, size_t len, void *arg)
+{
+    toks *j = arg;
+    if (j->n && j->n + 1 < sizeof j->s)
+        j->s[j->n++] = ' ';
+    if (j->n + len < sizeof j->s) {
+        memcpy(j->s + j->n, t, len);
+        j->n += len;
+    }
+    j->s[j->n] = 0;
+}
+
+static const char *tokens(const char *text, size_t *count)
+{
+    static toks j;
+    j.n = 0;
+    j.s[0] = 0;
+    size_t c = cairn__bm25_tokenize(text, strlen(text), join_tok, &j);
+    if (count)
+        *count = c;
+    return j.s;
+}
+
+/* s with control characters shown as '?' (TAP names must stay on one line); a static buffer
+ * of four slots, so up to four can be used in one ok(). */
+static const char *one_line(const char *s)
+{
+    static char buf[4][600];
+    static int slot;
+    char *b = buf[slot++ % 4];
+    size_t i = 0;
+    for (; s && s[i] && i + 1 < sizeof buf[0]; i++)
+        b[i] = (unsigned char)s[i] < 0x20 ? '?' : s[i];
+    b[i] = 0;
+    return b;
+}
+
+static void check_tokens(const char *text, const char *want)
+{
+    const char *got = tokens(text, NULL);
+    ok(strcmp(got, want) == 0, "tokens of '%s' = '%s' (got '%s')", one_line(text), want, got);
+}
+
+static double idf(double n_docs, double df) { return log(1.0 + (n_docs - df + 0.5) / (df + 0.5)); }
+
+static double term_score(double tf, double dl, double avgdl, double n_docs, double df)
+{
+    const double k1 = 1.2, b = 0.75;
+    return idf(n_docs, df) * tf * (k1 + 1.0) / (tf + k1 * (1.0 - b + b * dl / avgdl));
+}
+
+static int add_docs(cairn__bm25 *ix, const char *const *docs, size_t n)
+{
+    int rc = cairn__bm25_begin(ix);
+    for (size_t i = 0; !rc && i + 1 < n; i += 2)
+        rc = cairn__bm25_add(ix, docs[i], docs[i + 1], strlen(docs[i + 1]), NULL, NULL);
+    if (!rc)
+        rc = cairn__bm25_commit(ix);
+    else
+        cairn__bm25_abort(ix);
+    if (rc)
+        diag("add_docs: %s", cairn__bm25_errmsg(ix));
+    return rc;
+}
+
+/* Runs a command function with stdout and stderr captured into malloc'd strings. */
+static int run_cmd(int (*fn)(int, char **), char **out, char **err, const char *dir, ...)
+{
+    char *argv[32];
+    int argc = 0;
+    va_list ap;
+    va_start(ap, dir);
+    const char *a;
+    while ((a = va_arg(ap, const char *)) != NULL && argc < 31)
+        argv[argc++] = (char *)a;
+    va_end(ap);
+    argv[argc] = NULL;
+    char *po = tu_fmt("%s/stdout.txt", dir), *pe = tu_fmt("%s/stderr.txt", dir);
+    fflush(stdout);
+    fflush(stderr);
+    int so = dup(1), se = dup(2);
+    int fo = open(po, O_WRONLY | O_CREAT | O_TRUNC, 0600), fe = open(pe, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    dup2(fo, 1), dup2(fe, 2);
+    close(fo), close(fe);
+    int rc = fn(argc, argv);
+    fflush(stdout);
+    fflush(stderr);
+    dup2(so, 1), dup2(se, 2);
+    close(so), close(se);
+    *out = tu_read_file(po, NULL);
+    *err = tu_read_file(pe, NULL);
+    free(po), free(pe);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ tests */
+
+static void tokenizer(void)
+{
+    check_tokens("我们喜欢陶瓷杯", "我们 们喜 喜欢 欢陶 陶瓷 瓷杯");
+    check_tokens("Mug 陶瓷杯, 350ml!", "mug 陶瓷 瓷杯 350ml");
+    check_tokens("杯", "杯");
+    check_tokens("a杯b", "a 杯 b");
+    check_tokens("陶瓷杯。马克杯、咖啡「好」", "陶瓷 瓷杯 马克 克杯 咖啡 好");
+    check_tokens("ひらがなカタカナ", "ひら らが がな なカ カタ タカ カナ");
+    check_tokens("한국어 사전", "한국 국어 사전");
+    check_tokens("\xe3\x90\x80\xef\xa4\x80", "\xe3\x90\x80\xef\xa4\x80"); /* ext A + compat */
+    check_tokens("ÀÉÎÕÜ Ça ÆØÅ Þorn ß", "àéîõü ça æøå þorn ß");
+    check_tokens("ŁÓDŹ Čeština İstanbul ŒUVRE", "łódź čeština istanbul œuvre");
+    check_tokens("ΑΘΗΝΑ Ελλάδα ΟΔΟΣ οδος Ώρα", "αθηνα ελλάδα οδοσ οδοσ ώρα");
+    check_tokens("МОСКВА Ёлка ЇЖАК Ђак", "москва ёлка їжак ђак");
+    check_tokens("ＡＢＣ１２３ ｘｙｚ", "abc123 xyz");
+    check_tokens("Ｍｕｇ！陶瓷，ＯＫ？", "mug 陶瓷 ok");
+    check_tokens("hello,world;foo-bar (baz) \"q\" — dash…end 3.5", "hello world foo bar baz q dash end 3 5");
+    check_tokens("tab\there\nnew\xc2\xa0nbsp\xe3\x80\x80ideo", "tab here new nbsp ideo");
+    check_tokens("ab\xff" "cd \xe9t\xc3", "ab cd t");
+    check_tokens("", "");
+    check_tokens("  ,;!  ", "");
+    size_t n;
+    tokens("one two 三四五", &n);
+    ok(n == 4, "token count returned (%zu)", n);
+    char longw[400];
+    memset(longw, 'x', 300);
+    longw[300] = 0;
+    const char *t = tokens(longw, &n);
+    ok(n == 1 && strlen(t) == CAIRN__BM25_MAX_TOKEN, "a 300-byte word is cut to %d bytes (%zu)",
+       CAIRN__BM25_MAX_TOKEN, strlen(t));
+    /* 2-byte characters: the cut never splits one */
+    char lw[700] = "";
+    for (int i = 0; i < 100; i++)
+        strcat(lw, "é");
+    t = tokens(lw, &n);
+    ok(n == 1 && strlen(t) == CAIRN__BM25_MAX_TOKEN, "cut at a character boundary (%zu bytes)",
+       strlen(t));
+}
+
+static void scores(const char *root)
+{
+    char *dir = tu_fmt("%s/tiny", root);
+    cairn__bm25 *ix = NULL;
+    char err[512];
+    int rc = cairn__bm25_open(dir, 1, &ix, err, sizeof err);
+    ok(rc == 0, "open a new index (%s)", rc ? err : "");
+    if (rc) {
+        free(dir);
+        return;
+    }
+    static const char *const docs[] = {
+        "d1", "The quick brown fox",
+        "d2", "the lazy dog sleeps all day long",
+        "d3", "quick quick fox jumps",
+    };
+    ok(add_docs(ix, docs, 6) == 0, "index 3 documents");
+    uint64_t nd;
+    double avgdl;
+    ok(cairn__bm25_stats(ix, &nd, &avgdl) == 0 && nd == 3 && fabs(avgdl - 5.0) < 1e-12,
+       "N 3, avgdl (4+7+4)/3 = 5 (%llu, %g)", (unsigned long long)nd, avgdl);
+
+    cairn__bm25_hit *h;
+    size_t n;
+    rc = cairn__bm25_search(ix, "quick fox", 10, &h, &n);
+    /* quick: df 2 (d1 tf 1 dl 4, d3 tf 2 dl 4); fox: df 2 (d1 tf 1, d3 tf 1) */
+    double e1 = term_score(1, 4, 5, 3, 2) + term_score(1, 4, 5, 3, 2);
+    double e3 = term_score(2, 4, 5, 3, 2) + term_score(1, 4, 5, 3, 2);
+    ok(rc == 0 && n == 2, "'quick fox' matches 2 documents (%zu)", n);
+    if (n == 2) {
+        ok(!strcmp(h[0].id, "d3") && !strcmp(h[1].id, "d1"), "d3 ranks first (%s, %s)", h[0].id,
+           h[1].id);
+        ok(fabs(h[0].score - e3) < 1e-9, "score d3 %.12f = %.12f", h[0].score, e3);
+        ok(fabs(h[1].score - e1) < 1e-9, "score d1 %.12f = %.12f", h[1].score, e1);
+        ok(!strcmp(h[0].text, "quick quick fox jumps") && h[0].extra == NULL, "hit text returned");
+    }
+    cairn__bm25_hits_free(h, n);
+
+    rc = cairn__bm25_search(ix, "DOG dog, the", 10, &h, &n);
+    /* dog: df 1 (d2 tf 1 dl 7); the: df 2 (d1 tf 1 dl 4, d2 tf 1 dl 7); duplicates count once */
+    double e2 = term_score(1, 7, 5, 3, 1) + term_score(1, 7, 5, 3, 2);
+    e1 = term_score(1, 4, 5, 3, 2);
+    ok(rc == 0 && n == 2 && !strcmp(h[0].id, "d2") && fabs(h[0].score - e2) < 1e-9 &&
+           !strcmp(h[1].id, "d1") && fabs(h[1].score - e1) < 1e-9,
+       "'DOG dog, the': d2 %.12f (want %.12f), d1 %.12f (want %.12f)", n ? h[0].score : 0, e2,
+       n > 1 ? h[1].score : 0, e1);
+    cairn__bm25_hits_free(h, n);
+
+    rc = cairn__bm25_search(ix, "quick fox", 1, &h, &n);
+    ok(rc == 0 && n == 1 && !strcmp(h[0].id, "d3"), "top_k 1 keeps the best");
+    cairn__bm25_hits_free(h, n);
+    rc = cairn__bm25_search(ix, "zebra", 10, &h, &n);
+    ok(rc == 0 && n == 0 && h == NULL, "unknown term: no hits");
+    rc = cairn__bm25_search(ix, " ,. ", 10, &h, &n);
+    ok(rc == 0 && n == 0, "query without tokens: no hits");
+
+    /* idf never negative: a term in every document still scores above 0 */
+    static const char *const more[] = {"d4", "the end"};
+    ok(add_docs(ix, more, 2) == 0, "add a 4th document");
+    rc = cairn__bm25_search(ix, "the", 10, &h, &n);
+    ok(rc == 0 && n == 3 && h[2].score > 0, "a common term still scores > 0 (%zu hits)", n);
+    /* ties: d1 and d4 both... d4 is shorter so ranks first; equal-score ties go to lower docno */
+    cairn__bm25_hits_free(h, n);
+    static const char *const twins[] = {"t2", "unique twin", "t1", "unique twin"};
+    ok(add_docs(ix, twins, 4) == 0, "add two identical documents");
+    rc = cairn__bm25_search(ix, "twin", 10, &h, &n);
+    ok(rc == 0 && n == 2 && !strcmp(h[0].id, "t2") && h[0].score == h[1].score,
+       "equal scores: the earlier indexed document first");
+    cairn__bm25_hits_free(h, n);
+    cairn__bm25_close(ix);
+
+    /* reopen read-only: the same numbers */
+    rc = cairn__bm25_open(dir, 0, &ix, err, sizeof err);
+    ok(rc == 0, "reopen read-only");
+    if (!rc) {
+        ok(cairn__bm25_begin(ix) == CAIRN_EINVAL, "a read-only handle refuses a batch");
+        rc = cairn__bm25_search(ix, "lazy", 10, &h, &n);
+        /* N 6, total 4+7+4+2+2+2 = 21, lazy df 1 in d2 (dl 7) */
+        double e = term_score(1, 7, 21.0 / 6.0, 6, 1);
+        ok(rc == 0 && n == 1 && fabs(h[0].score - e) < 1e-9, "after reopen: lazy %.12f = %.12f",
+           n ? h[0].score : 0, e);
+        cairn__bm25_hits_free(h, n);
+        cairn__bm25_close(ix);
+    }
+    free(dir);
+}
+
+static void replace(const char *root)
+{
+    char *dir = tu_fmt("%s/replace", root);
+    cairn__bm25 *ix = NULL;
+    char err[512];
+    if (cairn__bm25_open(dir, 1, &ix, err, sizeof err)) {
+        ok(0, "open: %s", err);
+        free(dir);
+        return;
+    }
+    static const char *const docs[] = {
+        "a", "red ceramic mug",
+        "b", "blue glass cup",
+        "c", "green ceramic bowl with lid",
+    };
+    add_docs(ix, docs, 6);
+    cairn__bm25_info before;
+    cairn__bm25_info_get(ix, &before);
+
+    int rep = 0, rc = cairn__bm25_begin(ix);
+    rc = rc ? rc : cairn__bm25_add(ix, "a", "steel water bottle large", 24, "{\"price\":3}", &rep);
+    rc = rc ? rc : cairn__bm25_commit(ix);
+    ok(rc == 0 && rep == 1, "re-indexing id 'a' replaces it");
+    cairn__bm25_info after;
+    cairn__bm25_info_get(ix, &after);
+    ok(after.n_docs == 3, "N unchanged (%llu)", (unsigned long long)after.n_docs);
+    ok(fabs(after.avgdl - (4.0 + 3 + 5) / 3) < 1e-12 && after.total_len == 12,
+       "avgdl updated: %g (was %g)", after.avgdl, before.avgdl);
+    cairn__bm25_hit *h;
+    size_t n;
+    rc = cairn__bm25_search(ix, "red mug", 10, &h, &n);
+    ok(rc == 0 && n == 0, "old terms no longer match (%zu hits)", n);
+    cairn__bm25_hits_free(h, n);
+    rc = cairn__bm25_search(ix, "ceramic", 10, &h, &n);
+    double e = term_score(1, 5, 4, 3, 1); /* df of ceramic is 1 now: only c */
+    ok(rc == 0 && n == 1 && !strcmp(h[0].id, "c") && fabs(h[0].score - e) < 1e-9,
+       "df adjusted: ceramic scores with df 1 (%.12f vs %.12f)", n ? h[0].score : 0, e);
+    cairn__bm25_hits_free(h, n);
+    rc = cairn__bm25_search(ix, "bottle", 10, &h, &n);
+    ok(rc == 0 && n == 1 && !strcmp(h[0].id, "a") && h[0].extra && !strcmp(h[0].extra, "{\"price\":3}"),
+       "new terms match, extra fields kept");
+    cairn__bm25_hits_free(h, n);
+
+    /* replaced twice in one batch (the second replace finds the first one's postings still
+     * buffered), plus a new document in between */
+    rc = cairn__bm25_begin(ix);
+    rc = rc ? rc : cairn__bm25_add(ix, "b", "first version alpha", 19, NULL, &rep);
+    rc = rc ? rc : cairn__bm25_add(ix, "d", "alpha omega", 11, NULL, NULL);
+    rc = rc ? rc : cairn__bm25_add(ix, "b", "second version beta", 19, NULL, &rep);
+    rc = rc ? rc : cairn__bm25_commit(ix);
+    ok(rc == 0 && rep == 1, "replace twice within a batch (%s)", rc ? cairn__bm25_errmsg(ix) : "");
+    rc = cairn__bm25_search(ix, "alpha", 10, &h, &n);
+    ok(rc == 0 && n == 1 && !strcmp(h[0].id, "d"), "the intermediate version left nothing behind");
+    double ea = term_score(1, 2, (4.0 + 3 + 5 + 2) / 4, 4, 1);
+    ok(n == 1 && fabs(h[0].score - ea) < 1e-9, "alpha df 1, N 4: %.12f vs %.12f",
+       n ? h[0].score : 0, ea);
+    cairn__bm25_hits_free(h, n);
+    cairn__bm25_info_get(ix, &after);
+    ok(after.n_docs == 4 && after.total_len == 14, "N 4, total length 14 (%llu, %llu)",
+       (unsigned long long)after.n_docs, (unsigned long long)after.total_len);
+
+    /* an aborted batch leaves nothing */
+    rc = cairn__bm25_begin(ix);
+    rc = rc ? rc : cairn__bm25_add(ix, "e", "ephemeral", 9, NULL, NULL);
+    rc = rc ? rc : cairn__bm25_add(ix, "c", "overwritten", 11, NULL, NULL);
+    cairn__bm25_abort(ix);
+    rc = cairn__bm25_search(ix, "ephemeral overwritten", 10, &h, &n);
+    ok(rc == 0 && n == 0, "an aborted batch writes nothing");
+    cairn__bm25_hits_free(h, n);
+    cairn__bm25_info_get(ix, &before);
+    ok(before.n_docs == 4 && before.total_len == 14, "counts unchanged after abort");
+    ok(cairn__bm25_begin(ix) == 0 && cairn__bm25_add(ix, "", "x", 1, NULL, NULL) == CAIRN_EINVAL,
+       "an empty id is refused (%s)", cairn__bm25_errmsg(ix));
+    ok(cairn__bm25_commit(ix) == 0, "a refused add leaves the batch usable");
+    cairn__bm25_info_get(ix, &after);
+    ok(after.n_docs == 4, "  and adds nothing");
+    cairn__bm25_close(ix);
+    free(dir);
+}
+
+/* Random documents over a small vocabulary, some replaced, checked against a brute-force
+ * scorer over the final versions. */
+static uint64_t rng = 88172645463325252ull;
+static uint32_t rnd(void)
+{
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (uint32_t)(rng >> 11);
+}
+
+typedef struct bf_ctx {
+    char (*terms)[16];
+    size_t n;
+} bf_ctx;
+
+static void bf_tok(const char *t, size_t len, void *arg)
+{
+    bf_ctx *c = arg;
+    if (c->n < 64 && len < 16) {
+        memcpy(c->terms[c->n], t, len);
+        c->terms[c->n][len] = 0;
+    }
+    c->n++;
+}
+
+static void brute_force(const char *root)
+{
+    enum { NDOC = 200, ROUNDS = 3, VOCAB = 40 };
+    static char texts[NDOC][400];
+    static const char *const words[VOCAB] = {
+        "alpha", "beta", "gamma", "delta", "eps", "zeta", "eta", "theta", "iota", "kappa",
+        "lambda", "mu", "nu", "xi", "omicron", "pi", "rho", "sigma", "tau", "upsilon",
+        "phi", "chi", "psi", "omega", "陶瓷", "杯子", "mug", "cup", "red", "blue",
+        "green", "large", "small", "glass", "steel", "wood", "lid", "handle", "set", "gift"};
+    char *dir = tu_fmt("%s/random", root);
+    cairn__bm25 *ix = NULL;
+    char err[512];
+    if (cairn__bm25_open(dir, 1, &ix, err, sizeof err)) {
+        ok(0, "open: %s", err);
+        free(dir);
+        return;
+    }
+    int rc = 0;
+    for (int r = 0; r < ROUNDS && !rc; r++) {
+        rc = cairn__bm25_begin(ix);
+        for (int k = 0; k < NDOC && !rc; k++) {
+            int i = r == 0 ? k : (int)(rnd() % NDOC);
+            if (r > 0 && rnd() % 3)
+                continue;
+            int len = 1 + (int)(rnd() % 30);
+            texts[i][0] = 0;
+            for (int w = 0; w < len; w++) {
+                /* skewed: low word numbers are common */
+                uint32_t x = rnd() % VOCAB, y = rnd() % VOCAB;
+                strcat(texts[i], words[x < y ? x : y]);
+                strcat(texts[i], w % 7 == 6 ? ", " : " ");
+            }
+            char id[16];
+            snprintf(id, sizeof id, "doc%03d", i);
+            rc = cairn__bm25_add(ix, id, texts[i], strlen(texts[i]), NULL, NULL);
+        }
+        rc = rc ? rc : cairn__bm25_commit(ix);
+    }
+    ok(rc == 0, "random corpus indexed in 3 rounds with replacements (%s)",
+       rc ? cairn__bm25_errmsg(ix) : "");
+
+    /* brute force over the final texts */
+    static char terms[NDOC][64][16];
+    static size_t dl[NDOC];
+    double total = 0;
+    for (int i = 0; i < NDOC; i++) {
+        bf_ctx c = {terms[i], 0};
+        cairn__bm25_tokenize(texts[i], strlen(texts[i]), bf_tok, &c);
+        dl[i] = c.n;
+        total += (double)c.n;
+    }
+    double avgdl = total / NDOC;
+    int bad = 0, checked = 0;
+    for (int q = 0; q < 60; q++) {
+        const char *qw[3] = {words[rnd() % VOCAB], words[rnd() % VOCAB], words[rnd() % VOCAB]};
+        if (!strcmp(qw[1], qw[0]))
+            qw[1] = "nothing";
+        if (!strcmp(qw[2], qw[0]) || !strcmp(qw[2], qw[1]))
+            qw[2] = "nothing";
+        double want[NDOC];
+        for (int i = 0; i < NDOC; i++)
+            want[i] = 0;
+        for (int t = 0; t < 3; t++) {
+            double df = 0;
+            for (int i = 0; i < NDOC; i++)
+                for (size_t j = 0; j < dl[i] && j < 64; j++)
+                    if (!strcmp(terms[i][j], qw[t])) {
+                        df++;
+                        break;
+                    }
+            for (int i = 0; i < NDOC; i++) {
+                double tf = 0;
+                for (size_t j = 0; j < dl[i] && j < 64; j++)
+                    tf += !strcmp(terms[i][j], qw[t]);
+                if (tf > 0)
+                    want[i] += term_score(tf, (double)dl[i], avgdl, NDOC, df);
+            }
+        }
+        char query[128];
+        snprintf(query, sizeof query, "%s %s %s", qw[0], qw[1], qw[2]);
+        cairn__bm25_hit *h;
+        size_t n;
+        if (cairn__bm25_search(ix, query, NDOC, &h, &n) != 0) {
+            bad++;
+            continue;
+        }
+        size_t matching = 0;
+        for (int i = 0; i < NDOC; i++)
+            matching += want[i] > 0;
+        if (n != matching) {
+            if (!bad)
+                diag("query '%s': %zu hits, brute force %zu", query, n, matching);
+            bad++;
+        }
+        for (size_t k = 0; k < n; k++) {
+            int i = atoi(h[k].id + 3);
+            checked++;
+            if (fabs(h[k].score - want[i]) > 1e-9 || (k && h[k].score > h[k - 1].score)) {
+                if (!bad)
+                    diag("query '%s' %s: %.12f, brute force %.12f", query, h[k].id, h[k].score,
+                         want[i]);
+                bad++;
+            }
+        }
+        cairn__bm25_hits_free(h, n);
+    }
+    ok(bad == 0 && checked > 100, "60 random queries match the brute-force scorer (%d scores, %d bad)",
+       checked, bad);
+    cairn__bm25_close(ix);
+    free(dir);
+}
+
+static void open_errors(const char *root)
+{
+    char *dir = tu_fmt("%s/absent/index", root);
+    cairn__bm25 *ix = NULL;
+    char err[512] = "";
+    int rc = cairn__bm25_open(dir, 0, &ix, err, sizeof err);
+    ok(rc == CAIRN_ENOENT && ix == NULL && strstr(err, dir) && strstr(err, "cairn index"),
+       "missing index: ENOENT naming the path and `cairn index` (%s)", err);
+    free(dir);
+    dir = tu_fmt("%s/afile", root);
+    tu_write_file(dir, "x", 1);
+    char *sub = tu_fmt("%s/index", dir);
+    rc = cairn__bm25_open(sub, 1, &ix, err, sizeof err);
+    ok(rc == CAIRN_EIO && strstr(err, sub), "cannot create under a file: EIO naming it (%s)", err);
+    free(sub);
+    free(dir);
+}
+
+static json_t *parse_out(const char *s)
+{
+    json_t *j = s ? json_loads(s, 0, NULL) : NULL;
+    if (!j)
+        diag("not JSON: %s", s ? s : "(null)");
+    return j;
+}
+
+static void cli(const char *root)
+{
+    char *store = tu_fmt("%s/store", root), *corpus = tu_fmt("%s/corpus.jsonl", root);
+    char *out, *err;
+    const char *good =
+        "{\"id\": \"p1\", \"text\": \"Red ceramic mug, 350ml\", \"title\": \"Mug\"}\n"
+        "\n"
+        "{\"id\": \"p2\", \"text\": \"陶瓷杯 白色 350ml\"}\r\n"
+        "{\"id\": 3, \"text\": \"Steel travel bottle\"}\n"
+        "{\"id\": \"p1\", \"text\": \"Red ceramic mug with lid, 350ml\", \"title\": \"Mug\"}";
+    tu_write_file(corpus, good, strlen(good));
+    int rc = run_cmd(cairn__cmd_index, &out, &err, root, "index", "--store", store, "--corpus",
+                     corpus, "--json", (char *)NULL);
+    ok(rc == 0, "cairn index exits 0 (%s)", one_line(err));
+    json_t *j = parse_out(out);
+    ok(j && json_integer_value(json_object_get(j, "added")) == 3 &&
+           json_integer_value(json_object_get(j, "replaced")) == 1 &&
+           json_integer_value(json_object_get(j, "docs")) == 3,
+       "--json: 3 added, 1 replaced (same id twice in the file), 3 docs: %s", one_line(out));
+    double avg = json_real_value(json_object_get(j, "avgdl"));
+    /* p1 "red ceramic mug with lid 350ml" 6, p2 陶瓷 瓷杯 白色 350ml 4, 3 "steel travel bottle" 3 */
+    ok(fabs(avg - 13.0 / 3) < 1e-9, "avgdl %g = 13/3", avg);
+    json_decref(j);
+    free(out), free(err);
+
+    rc = run_cmd(cairn__cmd_index, &out, &err, root, "index", "--store", store, "--corpus", corpus,
+                 (char *)NULL);
+    ok(rc == 0 && tu_contains(out, "0 added, 4 replaced") && tu_contains(out, "3 documents") &&
+           tu_contains(out, "avgdl 4.33"),
+       "re-indexing the same file replaces everything; text output: %s", one_line(out));
+    free(out), free(err);
+
+    rc = run_cmd(cairn__cmd_search, &out, &err, root, "search", "--store", store, "--query",
+                 "陶瓷杯", "--json", (char *)NULL);
+    j = parse_out(out);
+    json_t *docs = json_object_get(j, "docs");
+    ok(rc == 0 && json_array_size(docs) == 1 &&
+           !strcmp(json_string_value(json_object_get(json_array_get(docs, 0), "id")), "p2"),
+       "search --json finds the CJK document: %s", one_line(out));
+    json_decref(j);
+    free(out), free(err);
+
+    rc = run_cmd(cairn__cmd_search, &out, &err, root, "search", "--store", store, "-q", "mug 350ml",
+                 "--top-k", "1", "--json", (char *)NULL);
+    j = parse_out(out);
+    docs = json_object_get(j, "docs");
+    json_t *d0 = json_array_get(docs, 0);
+    ok(rc == 0 && json_array_size(docs) == 1 && !strcmp(json_string_value(json_object_get(d0, "id")), "p1") &&
+           !strcmp(json_string_value(json_object_get(json_object_get(d0, "fields"), "title")), "Mug"),
+       "--top-k 1 and the document's other fields: %s", one_line(out));
+    json_decref(j);
+    free(out), free(err);
+
+    rc = run_cmd(cairn__cmd_search, &out, &err, root, "search", "--store", store, "--query",
+                 "bottle", (char *)NULL);
+    ok(rc == 0 && tu_contains(out, " 1 ") && tu_contains(out, "  3  Steel travel bottle"),
+       "text output lists rank, score, id, text: %s", one_line(out));
+    free(out), free(err);
+
+    /* bad corpora: exit 65, the line and field named, nothing written */
+    cairn__bm25 *ix;
+    char e[512];
+    cairn__bm25_info before, after;
+    char *dir = tu_fmt("%s/index", store);
+    if (cairn__bm25_open(dir, 0, &ix, e, sizeof e) != 0) {
+        ok(0, "open %s: %s", dir, e);
+        free(dir), free(store), free(corpus);
+        return;
+    }
+    cairn__bm25_info_get(ix, &before);
+    cairn__bm25_close(ix);
+    static const struct {
+        const char *line3, *want;
+        const char *batch;
+    } bad[] = {
+        {"{\"id\": \"x3\", \"text\": 5}", ":3: field 'text' must be a string", NULL},
+        {"{\"id\": \"x3\"}", ":3: field 'text' is missing", NULL},
+        {"{\"text\": \"no id\"}", ":3: field 'id' is missing", NULL},
+        {"{\"id\": [1], \"text\": \"t\"}", ":3: field 'id' must be a string", NULL},
+        {"{\"id\": \"\", \"text\": \"t\"}", ":3: field 'id' must be 1..", NULL},
+        {"[1, 2]", ":3: must be a JSON object", NULL},
+        {"{\"id\": \"x3\", \"text\": \"unterminated}", ":3: invalid JSON", NULL},
+        {"{\"id\": \"x3\", \"text\": \"a\", \"text\": \"b\"}", ":3: invalid JSON", NULL},
+        {"{\"id\": \"x3\", \"text\": 5}", ":3: field 'text' must be a string", "1"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char *text = tu_fmt("{\"id\": \"x1\", \"text\": \"brandnew first\"}\n"
+                            "{\"id\": \"p1\", \"text\": \"replaced text\"}\n%s\n"
+                            "{\"id\": \"x4\", \"text\": \"brandnew fourth\"}\n",
+                            bad[i].line3);
+        tu_write_file(corpus, text, strlen(text));
+        free(text);
+        if (bad[i].batch)
+            rc = run_cmd(cairn__cmd_index, &out, &err, root, "index", "--store", store, "--corpus",
+                         corpus, "--batch", bad[i].batch, (char *)NULL);
+        else
+            rc = run_cmd(cairn__cmd_index, &out, &err, root, "index", "--store", store, "--corpus",
+                         corpus, (char *)NULL);
+        char *want = tu_fmt("corpus.jsonl%s", bad[i].want);
+        ok(rc == 65 && tu_contains(err, want) && tu_contains(err, "nothing was written"),
+           "bad line 3 (%s%s) -> 65 naming '%s': %s", bad[i].line3,
+           bad[i].batch ? ", --batch 1" : "", want, one_line(err));
+        free(want);
+        free(out), free(err);
+        if (cairn__bm25_open(dir, 0, &ix, e, sizeof e) != 0) {
+            ok(0, "open %s: %s", dir, e);
+            continue;
+        }
+        cairn__bm25_info_get(ix, &after);
+        cairn__bm25_hit *h = NULL;
+        size_t n = 0;
+        cairn__bm25_search(ix, "brandnew replaced", 10, &h, &n);
+        ok(after.n_docs == before.n_docs && after.total_len == before.total_len &&
+               after.n_terms == before.n_terms && n == 0,
+           "  nothing written: docs %llu, tokens %llu, terms %llu, %zu new hits",
+           (unsigned long long)after.n_docs, (unsigned long long)after.total_len,
+           (unsigned long long)after.n_terms, n);
+        cairn__bm25_hits_free(h, n);
+        cairn__bm25_close(ix);
+    }
+
+    /* --batch with a good file: several commits */
+    const char *more = "{\"id\": \"m1\", \"text\": \"one\"}\n{\"id\": \"m2\", \"text\": \"two\"}\n"
+                       "{\"id\": \"m3\", \"text\": \"three\"}\n";
+    tu_write_file(corpus, more, strlen(more));
+    rc = run_cmd(cairn__cmd_index, &out, &err, root, "index", "--store", store, "--corpus", corpus,
+                 "--batch", "2", "--json", (char *)NULL);
+    j = parse_out(out);
+    ok(rc == 0 && json_integer_value(json_object_get(j, "docs")) == 6,
+       "--batch 2 over 3 documents: 6 in the index: %s", one_line(out));
+    json_decref(j);
+    free(out), free(err);
+
+    /* usage and missing things */
+    char *missing = tu_fmt("%s/nope.jsonl", root);
+    rc = run_cmd(cairn__cmd_index, &out, &err, root, "index", "--store", store, "--corpus", missing,
+                 (char *)NULL);
+    ok(rc == 66 && tu_contains(err, missing), "missing corpus -> 66 (%s)", one_line(err));
+    free(out), free(err);
+    char *nostore = tu_fmt("%s/nostore", root);
+    rc = run_cmd(cairn__cmd_search, &out, &err, root, "search", "--store", nostore, "--query", "x",
+                 (char *)NULL);
+    ok(rc == 66 && tu_contains(err, "cairn index"), "search without an index -> 66 (%s)", one_line(err));
+    free(out), free(err);
+    rc = run_cmd(cairn__cmd_search, &out, &err, root, "search", "--store", store, (char *)NULL);
+    ok(rc == 64 && tu_contains(err, "--query"), "search without --query -> 64");
+    free(out), free(err);
+    rc = run_cmd(cairn__cmd_search, &out, &err, root, "search", "--store", store, "-q", "x", "-k",
+                 "0", (char *)NULL);
+    ok(rc == 64, "--top-k 0 -> 64");
+    free(out), free(err);
+    unsetenv("CAIRN_STORE");
+    rc = run_cmd(cairn__cmd_index, &out, &err, root, "index", "--corpus", corpus, (char *)NULL);
+    ok(rc == 64 && tu_contains(err, "--store"), "index without a store -> 64");
+    free(out), free(err);
+    setenv("CAIRN_STORE", store, 1);
+    rc = run_cmd(cairn__cmd_search, &out, &err, root, "search", "-q", "three", (char *)NULL);
+    ok(rc == 0 && tu_contains(out, "m3"), "CAIRN_STORE is the default store");
+    free(out), free(err);
+    unsetenv("CAIRN_STORE");
+    rc = run_cmd(cairn__cmd_index, &out, &err, root, "index", "--help", (char *)NULL);
+    ok(rc == 0 && tu_contains(out, "usage: cairn index"), "index --help");
+    free(out), free(err);
+    free(missing), free(nostore), free(dir), free(store), free(corpus);
+}
+
+int main(void)
+{
+    char *root = tu_mkdtemp("bm25");
+    tokenizer();
+    scores(root);
+    replace(root);
+    brute_force(root);
+    open_errors(root);
+    cli(root);
+    tu_rm_rf(root);
+    free(root);
+    return tap_done();
+}
