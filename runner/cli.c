@@ -402,15 +402,19 @@ static int cmd_show(int argc, char **argv)
         session_close(&s);
         return x;
     }
-    char *js = cairn_task_json(t);
-    if (o.json) {
-        printf("%s\n", js ? js : "null");
-    } else {
-        json_t *j = js ? json_loads(js, 0, NULL) : NULL;
-        cairn__print_task_table(j);
-        json_decref(j);
+    json_t *j = cairn__task_to_json(t);
+    if (!j) {
+        cairn_task_free(t);
+        session_close(&s);
+        return fail("show", CAIRN_ENOMEM, NULL);
     }
-    free(js);
+    if (o.json) {
+        char *js = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+        printf("%s\n", js ? js : "null");
+        free(js);
+    } else
+        cairn__print_task_table(j);
+    json_decref(j);
     cairn_task_free(t);
     session_close(&s);
     return 0;

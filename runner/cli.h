@@ -10,6 +10,9 @@ int cairn__exit_code(int err);
 /* Reads a whole file ("-" = stdin), at most CAIRN__MAX_INPUT bytes. CAIRN_ENOENT (missing),
  * CAIRN_ETOOBIG, CAIRN_EIO; err names the path. *buf is malloc'd and NUL-terminated. */
 int cairn__read_input(const char *path, char **buf, size_t *len, char *err, size_t errlen);
+/* A task snapshot as a JSON object (new reference; NULL on ENOMEM). */
+struct cairn_task;
+json_t *cairn__task_to_json(const struct cairn_task *t);
 /* Tables for people. */
 void cairn__print_task_table(const json_t *task);
 void cairn__print_list_table(const json_t *rows);

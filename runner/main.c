@@ -1,11 +1,26 @@
-/* runner/main.c - the `cairn` executable: only hands argv to the CLI.
+/* runner/main.c - the `cairn` executable: parses nothing itself.
  *
- * The built-in graphs are registered here; a C developer's own program does the same with its
+ * It registers the built-in graph `default` when a configuration is given (--config FILE or
+ * CAIRN_CONFIG) and hands argv to the CLI. A C developer's own program does the same with its
  * own graphs (see examples/ledger).
  */
+#include <stdio.h>
+
 #include "cairn.h"
+#include "runner/cli.h"
+#include "steps/pipeline.h"
 
 int main(int argc, char **argv)
 {
-    return cairn_cli_main(argc, argv, NULL, 0);
+    cairn__pipeline *p = NULL;
+    char err[1024];
+    int rc = cairn__pipeline_from_args(&argc, argv, &p, err, sizeof err);
+    if (rc) {
+        fprintf(stderr, "cairn: %s\n", err);
+        return cairn__exit_code(rc);
+    }
+    cairn_graph *g = cairn__pipeline_graph(p);
+    int x = cairn_cli_main(argc, argv, g ? &g : NULL, g ? 1 : 0);
+    cairn__pipeline_free(p);
+    return x;
 }

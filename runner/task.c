@@ -168,7 +168,7 @@ static size_t pin_pos(const char *pin, const char *name)
     return (size_t)-1;
 }
 
-char *cairn_task_json(const cairn_task *t)
+json_t *cairn__task_to_json(const cairn_task *t)
 {
     const cairn__task_rec *r = &t->rec;
     json_t *o = json_object();
@@ -221,7 +221,13 @@ char *cairn_task_json(const cairn_task *t)
     free(used);
     json_object_set_new(o, "steps", steps);
     json_object_set_new(o, "history", hist);
-    char *s = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    return o;
+}
+
+char *cairn_task_json(const cairn_task *t)
+{
+    json_t *o = cairn__task_to_json(t);
+    char *s = o ? json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
     json_decref(o);
     return s;
 }

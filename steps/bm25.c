@@ -755,6 +755,27 @@ static int flush(cairn__bm25 *ix)
         rc = mdb_fail(ix, rc, "mdb_cursor_open");
         goto out;
     }
+    /* Keys beyond the largest one already stored are appended (MDB_APPEND): LMDB then fills
+     * pages completely instead of splitting them in half, which makes a first build about
+     * half the size and faster to query. The sorted batch crosses that point at most once. */
+    unsigned char last[CAIRN__BM25_MAX_TOKEN + 5];
+    size_t last_len = 0;
+    int appending = 0;
+    {
+        MDB_val lk, ld;
+        int m = mdb_cursor_get(cur, &lk, &ld, MDB_LAST);
+        if (m == MDB_NOTFOUND)
+            appending = 1;
+        else if (m == 0 && lk.mv_size <= sizeof last) {
+            memcpy(last, lk.mv_data, lk.mv_size);
+            last_len = lk.mv_size;
+        } else {
+            rc = m ? mdb_fail(ix, m, "reading the last posting")
+                   : fail(ix, CAIRN_ECORRUPT, "index %s: oversized posting key", ix->dir);
+            mdb_cursor_close(cur);
+            goto out;
+        }
+    }
     unsigned char key[CAIRN__BM25_MAX_TOKEN + 5];
     for (size_t r = 0; r < nt && !rc; r++) {
         const term_ent *e = &ix->terms[order[r]];
@@ -771,7 +792,12 @@ static int flush(cairn__bm25 *ix)
             be32(p[i].docno, key + e->len + 1);
             uint32_t v[2] = {p[i].tf, p[i].dl};
             MDB_val k = {e->len + 5, key}, d = {sizeof v, v};
-            int m = mdb_cursor_put(cur, &k, &d, 0);
+            if (!appending) {
+                size_t kl = e->len + 5, n = kl < last_len ? kl : last_len;
+                int c = memcmp(key, last, n);
+                appending = c > 0 || (c == 0 && kl > last_len);
+            }
+            int m = mdb_cursor_put(cur, &k, &d, appending ? MDB_APPEND : 0);
             if (m) {
                 rc = mdb_fail(ix, m, "writing a posting");
                 break;
@@ -911,7 +937,7 @@ int cairn__bm25_add(cairn__bm25 *ix, const char *id, const char *text, size_t te
                     CAIRN__BM25_MAX_ID, il);
     if (text_len > UINT32_MAX / 2 || el > UINT32_MAX / 2)
         return fail(ix, CAIRN_ETOOBIG, "document '%s' is too large", id);
-    int rc;
+    int rc, is_replace = 0;
     uint32_t docno;
     unsigned char dk[4];
     MDB_val k = {il, (void *)id}, d;
@@ -934,6 +960,7 @@ int cairn__bm25_add(cairn__bm25 *ix, const char *id, const char *text, size_t te
         }
         if ((rc = unindex_old(ix, docno, &rec)) != 0)
             goto poison;
+        is_replace = 1;
         if (replaced)
             *replaced = 1;
     } else if (m == MDB_NOTFOUND) {
@@ -979,7 +1006,9 @@ int cairn__bm25_add(cairn__bm25 *ix, const char *id, const char *text, size_t te
 
     /* the record: {dl, id_len, text_len, extra_len} id text extra */
     MDB_val rk = {4, dk}, rec = {16 + il + text_len + el, NULL};
-    m = mdb_put(ix->wtxn, ix->docs, &rk, &rec, MDB_RESERVE);
+    /* a new document has the largest number yet: append (full pages, no search) */
+    m = mdb_put(ix->wtxn, ix->docs, &rk, &rec,
+                MDB_RESERVE | (is_replace ? 0 : MDB_APPEND));
     if (m) {
         rc = mdb_fail(ix, m, "writing a document");
         goto poison;

@@ -176,9 +176,10 @@ static void scores(const char *root)
         "d3", "quick quick fox jumps",
     };
     ok(add_docs(ix, docs, 6) == 0, "index 3 documents");
-    uint64_t nd;
-    double avgdl;
-    ok(cairn__bm25_stats(ix, &nd, &avgdl) == 0 && nd == 3 && fabs(avgdl - 5.0) < 1e-12,
+    uint64_t nd = 0;
+    double avgdl = 0;
+    rc = cairn__bm25_stats(ix, &nd, &avgdl);
+    ok(rc == 0 && nd == 3 && fabs(avgdl - 5.0) < 1e-12,
        "N 3, avgdl (4+7+4)/3 = 5 (%llu, %g)", (unsigned long long)nd, avgdl);
 
     cairn__bm25_hit *h;

@@ -1,0 +1,222 @@
+/* steps/pipeline.c - the built-in graph `default`, built from the user's configuration.
+ *
+ *   retrieve (compute) -> generate (compute, expensive) -> postprocess (compute)
+ *                      -> notify.<name> (effect) for each target
+ *
+ * Each step's version is derived from the canonical JSON of its own configuration section, so
+ * a task started under one prompt template or model is never silently finished under another:
+ * the runner's graph pinning sees the change and refuses (or, with --allow-graph-change,
+ * regenerates from the first changed step). Secrets are never in the file: targets name the
+ * environment variables or files that hold them.
+ */
+#include "steps/pipeline.h"
+
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runner/canon.h"
+#include "steps/llm.h"
+#include "steps/notify.h"
+#include "steps/postprocess.h"
+#include "steps/retrieve.h"
+
+#define MAX_TARGETS 16
+
+struct cairn__pipeline {
+    cairn_graph *g;
+    cairn__retrieve_cfg *retrieve;
+    cairn__llm_cfg *llm;
+    cairn__post_cfg *post;
+    cairn__notify_target *targets[MAX_TARGETS];
+    size_t n_targets;
+};
+
+/* A step version from the canonical form of its configuration section (>= 1). */
+static uint32_t version_of(const json_t *section)
+{
+    char *c = NULL, hex[65];
+    size_t n = 0;
+    if (!section || cairn__canon_json(section, &c, &n) != 0)
+        return 1;
+    cairn__sha256_hex(c, n, hex);
+    free(c);
+    return (uint32_t)(strtoul((char[9]){hex[0], hex[1], hex[2], hex[3], hex[4], hex[5], hex[6],
+                                        hex[7], 0},
+                              NULL, 16) %
+                      0x7fffffffu) +
+           1;
+}
+
+void cairn__pipeline_free(cairn__pipeline *p)
+{
+    if (!p)
+        return;
+    cairn_graph_free(p->g);
+    cairn__retrieve_cfg_free(p->retrieve);
+    cairn__llm_cfg_free(p->llm);
+    cairn__post_cfg_free(p->post);
+    for (size_t i = 0; i < p->n_targets; i++)
+        cairn__notify_target_free(p->targets[i]);
+    free(p);
+}
+
+cairn_graph *cairn__pipeline_graph(cairn__pipeline *p) { return p ? p->g : NULL; }
+
+static int build(cairn__pipeline *p, const json_t *cfg, const char *store_dir, const char *base,
+                 char *err, size_t errlen)
+{
+    static const char *const known[] = {"retrieve", "generate", "postprocess", "notify"};
+    const char *key;
+    json_t *val;
+    json_object_foreach((json_t *)cfg, key, val)
+    {
+        size_t i = 0;
+        while (i < 4 && strcmp(known[i], key))
+            i++;
+        if (i == 4) {
+            snprintf(err, errlen, "%s: unknown section (expected retrieve, generate, "
+                                  "postprocess, notify)", key);
+            return CAIRN_EJSON;
+        }
+    }
+    json_t *r = json_object_get(cfg, "retrieve"), *g = json_object_get(cfg, "generate"),
+           *pp = json_object_get(cfg, "postprocess"), *nt = json_object_get(cfg, "notify");
+    if (!g) {
+        snprintf(err, errlen, "generate: required section (the model and the prompt template)");
+        return CAIRN_EJSON;
+    }
+    int rc;
+    if (r && (rc = cairn__retrieve_cfg_parse(r, store_dir, &p->retrieve, err, errlen)))
+        return rc;
+    if ((rc = cairn__llm_cfg_parse(g, base, &p->llm, err, errlen)))
+        return rc;
+    json_t *empty = json_object();
+    rc = cairn__post_cfg_parse(pp ? pp : empty, &p->post, err, errlen);
+    json_decref(empty);
+    if (rc)
+        return rc;
+    if (nt && !json_is_array(nt)) {
+        snprintf(err, errlen, "notify: must be an array of targets");
+        return CAIRN_EJSON;
+    }
+    size_t i;
+    json_t *t;
+    json_array_foreach(nt, i, t)
+    {
+        char where[32];
+        snprintf(where, sizeof where, "notify[%zu]", i);
+        if (i >= MAX_TARGETS) {
+            snprintf(err, errlen, "%s: at most %d targets", where, MAX_TARGETS);
+            return CAIRN_EJSON;
+        }
+        if ((rc = cairn__notify_target_parse(t, where, &p->targets[i], err, errlen)))
+            return rc;
+        p->n_targets++;
+        for (size_t j = 0; j < i; j++)
+            if (!strcmp(cairn__notify_target_name(p->targets[j]),
+                        cairn__notify_target_name(p->targets[i]))) {
+                snprintf(err, errlen, "%s.name: '%s' is used by notify[%zu] too", where,
+                         cairn__notify_target_name(p->targets[i]), j);
+                return CAIRN_EJSON;
+            }
+    }
+    p->g = cairn_graph_new("default", 1);
+    if (!p->g)
+        return CAIRN_ENOMEM;
+    cairn_step *s;
+    if (p->retrieve) {
+        s = cairn_graph_add_step(p->g, "retrieve", cairn__retrieve_step, NULL);
+        cairn_step_set_user(s, p->retrieve);
+        cairn_step_set_version(s, version_of(r));
+        cairn_step_set_retry(s, 5, 500, 30000);
+    }
+    s = cairn_graph_add_step(p->g, "generate", cairn__llm_step, p->retrieve ? "retrieve" : NULL);
+    cairn_step_set_user(s, p->llm);
+    cairn_step_set_version(s, version_of(g));
+    cairn_step_set_expensive(s, 1);
+    cairn_step_set_retry(s, 3, 1000, 60000);
+    s = cairn_graph_add_step(p->g, "postprocess", cairn__postprocess_step, "generate");
+    cairn_step_set_user(s, p->post);
+    cairn_step_set_version(s, version_of(pp));
+    for (i = 0; i < p->n_targets; i++) {
+        char name[80];
+        snprintf(name, sizeof name, "notify.%s", cairn__notify_target_name(p->targets[i]));
+        s = cairn_graph_add_step(p->g, name, cairn__notify_step, "postprocess");
+        if (!s) {
+            snprintf(err, errlen, "notify[%zu].name: %s", i, cairn_graph_errmsg(p->g));
+            return CAIRN_EJSON;
+        }
+        cairn_step_set_user(s, p->targets[i]);
+        cairn_step_set_delivery(s, cairn__notify_target_delivery(p->targets[i]));
+        cairn_step_set_version(s, version_of(json_array_get(nt, i)));
+        cairn_step_set_retry(s, 5, 1000, 300000);
+    }
+    rc = cairn_graph_validate(p->g);
+    if (rc)
+        snprintf(err, errlen, "%s", cairn_graph_errmsg(p->g));
+    return rc;
+}
+
+int cairn__pipeline_load(const char *path, const char *store_dir, cairn__pipeline **out,
+                         char *err, size_t errlen)
+{
+    *out = NULL;
+    json_t *cfg = NULL;
+    char e[768];
+    int rc = cairn__json_load(path, &cfg, e, sizeof e);
+    if (rc) {
+        snprintf(err, errlen, "%s", e);
+        return rc;
+    }
+    if (!json_is_object(cfg)) {
+        json_decref(cfg);
+        snprintf(err, errlen, "%s: the configuration must be a JSON object", path);
+        return CAIRN_EJSON;
+    }
+    cairn__pipeline *p = calloc(1, sizeof *p);
+    if (!p) {
+        json_decref(cfg);
+        return CAIRN_ENOMEM;
+    }
+    char *dir = strdup(path);
+    rc = dir ? build(p, cfg, store_dir, dirname(dir), e, sizeof e) : CAIRN_ENOMEM;
+    free(dir);
+    json_decref(cfg);
+    if (rc) {
+        snprintf(err, errlen, "%s: %s", path, e);
+        cairn__pipeline_free(p);
+        return rc;
+    }
+    *out = p;
+    return 0;
+}
+
+int cairn__pipeline_from_args(int *argc, char **argv, cairn__pipeline **p, char *err,
+                              size_t errlen)
+{
+    const char *config = getenv("CAIRN_CONFIG"), *store = getenv("CAIRN_STORE");
+    int w = 0;
+    for (int i = 0; i < *argc; i++) {
+        if (!strcmp(argv[i], "--config") && i + 1 < *argc) {
+            config = argv[++i];
+            continue;
+        }
+        if (!strncmp(argv[i], "--config=", 9)) {
+            config = argv[i] + 9;
+            continue;
+        }
+        if (!strcmp(argv[i], "--store") && i + 1 < *argc)
+            store = argv[i + 1];
+        else if (!strncmp(argv[i], "--store=", 8))
+            store = argv[i] + 8;
+        argv[w++] = argv[i];
+    }
+    *argc = w;
+    argv[w] = NULL;
+    *p = NULL;
+    if (!config || !*config)
+        return 0;
+    return cairn__pipeline_load(config, store, p, err, errlen);
+}

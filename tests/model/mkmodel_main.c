@@ -1,0 +1,100 @@
+/* tests/model/mkmodel_main.c - `cairn-mkmodel`: writes a small random-weight GGUF model.
+ *
+ * For the demo and for trying the pipeline without downloading a model. Its weights are random,
+ * so the text it generates is noise; point the configuration's "model" at a real GGUF file
+ * (a SmolLM2 or Qwen2.5 instruct model, say) for real text.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu/gguf.h"
+#include "tests/model/mkmodel.h"
+
+static int type_of(const char *s, uint32_t *t)
+{
+    static const struct {
+        const char *name;
+        uint32_t type;
+    } types[] = {{"f32", CAIRN__GGML_F32},   {"f16", CAIRN__GGML_F16},   {"bf16", CAIRN__GGML_BF16},
+                 {"q8_0", CAIRN__GGML_Q8_0}, {"q4_0", CAIRN__GGML_Q4_0}, {"q4_k", CAIRN__GGML_Q4_K},
+                 {"q6_k", CAIRN__GGML_Q6_K}};
+    for (size_t i = 0; i < sizeof types / sizeof *types; i++)
+        if (!strcmp(s, types[i].name)) {
+            *t = types[i].type;
+            return 0;
+        }
+    return -1;
+}
+
+int main(int argc, char **argv)
+{
+    mk_spec s;
+    mk_spec_default(&s);
+    s.tokenizer = 1;
+    s.vocab = 512;
+    s.dim = 128;
+    s.ff = 256;
+    s.ctx = 1024;
+    const char *out = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int used = 1;
+        if (!strcmp(a, "--dim") && v)
+            s.dim = atoi(v);
+        else if (!strcmp(a, "--layers") && v)
+            s.n_layers = atoi(v);
+        else if (!strcmp(a, "--heads") && v)
+            s.n_heads = atoi(v);
+        else if (!strcmp(a, "--kv-heads") && v)
+            s.n_kv_heads = atoi(v);
+        else if (!strcmp(a, "--ff") && v)
+            s.ff = atoi(v);
+        else if (!strcmp(a, "--vocab") && v)
+            s.vocab = atoi(v);
+        else if (!strcmp(a, "--ctx") && v)
+            s.ctx = atoi(v);
+        else if (!strcmp(a, "--seed") && v)
+            s.seed = strtoull(v, NULL, 10);
+        else if (!strcmp(a, "--arch") && v)
+            s.arch = v;
+        else if (!strcmp(a, "--type") && v) {
+            if (type_of(v, &s.wtype)) {
+                fprintf(stderr, "cairn-mkmodel: unknown type '%s'\n", v);
+                return 64;
+            }
+        } else {
+            used = 0;
+            if (a[0] == '-' || out) {
+                fprintf(stderr, "usage: cairn-mkmodel OUT.gguf [--dim N] [--layers N] [--heads N] "
+                                "[--kv-heads N] [--ff N] [--vocab N] [--ctx N] [--seed S] "
+                                "[--arch llama|qwen2] [--type f32|f16|bf16|q8_0|q4_0|q4_k|q6_k]\n");
+                return 64;
+            }
+            out = a;
+        }
+        i += used;
+    }
+    if (!out) {
+        fprintf(stderr, "cairn-mkmodel: no output file (see --help)\n");
+        return 64;
+    }
+    unsigned char *buf;
+    size_t len;
+    if (mk_model(&s, &buf, &len) != 0) {
+        fprintf(stderr, "cairn-mkmodel: cannot build a model of that shape\n");
+        return 65;
+    }
+    FILE *f = fopen(out, "wb");
+    int ok = f && fwrite(buf, 1, len, f) == len;
+    if (f && fclose(f) != 0)
+        ok = 0;
+    free(buf);
+    if (!ok) {
+        perror(out);
+        return 74;
+    }
+    printf("%s: random-weight %s model, dim %d, %d layers, vocab %d, %zu bytes\n", out, s.arch,
+           s.dim, s.n_layers, s.vocab, len);
+    return 0;
+}
