@@ -756,7 +756,8 @@ int cairn__cuda_bandwidth(int device, double *bytes_per_s, char *name, size_t na
     }
     for (int rep = 0; rep < 12; rep++) { /* the first two are warm-up */
         float ms = 0.0f;
-        if ((e = cudaEventRecord(t0, 0)) != cudaSuccess || (e = cudaMemcpyAsync(c, a, n, cudaMemcpyDeviceToDevice, 0)) != cudaSuccess ||
+        if ((e = cudaEventRecord(t0, 0)) != cudaSuccess ||
+            (e = cudaMemcpyAsync(c, a, n, cudaMemcpyDeviceToDevice, 0)) != cudaSuccess ||
             (e = cudaEventRecord(t1, 0)) != cudaSuccess || (e = cudaEventSynchronize(t1)) != cudaSuccess ||
             (e = cudaEventElapsedTime(&ms, t0, t1)) != cudaSuccess) {
             rc = cuda_err(err, errlen, e, "device-to-device copy");

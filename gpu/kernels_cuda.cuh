@@ -253,7 +253,8 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
 template <typename T> __global__ void swiglu_kernel(const float *__restrict__ gu, int ff, int n, T *__restrict__ out)
 {
     const size_t total = (size_t)n * (size_t)ff;
-    for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += (size_t)gridDim.x * blockDim.x) {
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += stride) {
         const size_t i = idx / (size_t)ff, k = idx % (size_t)ff;
         const float g = gu[i * 2 * (size_t)ff + k], u = gu[i * 2 * (size_t)ff + (size_t)ff + k];
         out[idx] = from_f32<T>(g / (1.0f + expf(-g)) * u);
@@ -266,7 +267,8 @@ template <typename T> __global__ void swiglu_kernel(const float *__restrict__ gu
 template <typename T> __global__ void convert_kernel(const float *__restrict__ src, T *__restrict__ dst, size_t n,
                                                      int *__restrict__ overflow)
 {
-    for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < n; idx += (size_t)gridDim.x * blockDim.x) {
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < n; idx += stride) {
         const float v = src[idx];
         const T r = from_f32<T>(v);
         if (isfinite(v) && isinf(to_f32(r)))

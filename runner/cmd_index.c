@@ -54,7 +54,8 @@ static const char search_usage[] =
     "      --index DIR     use this index directory instead of DIR/index\n"
     "  -q, --query TEXT    the query (free text)\n"
     "  -k, --top-k K       how many documents, 1..1000 (default 10)\n"
-    "      --json          print {\"query\", \"docs\": [{\"id\", \"score\", \"text\", \"fields\"?}]}\n"
+    "      --json          print {\"query\", \"docs\": [{\"id\", \"score\", \"text\", "
+    "\"fields\"?}]}\n"
     "  -h, --help          show this help\n"
     "Exit codes: 0 ok, 64 usage, 66 no index, 74 index I/O error.\n";
 
@@ -218,7 +219,8 @@ static int corpus_open(const char *path, corpus *c, char *err, size_t errlen)
     }
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        snprintf(err, errlen, "%s: %s", path, S_ISDIR(st.st_mode) ? "is a directory" : "not a regular file");
+        snprintf(err, errlen, "%s: %s", path,
+                 S_ISDIR(st.st_mode) ? "is a directory" : "not a regular file");
         close(fd);
         return CAIRN_ENOENT;
     }
@@ -380,8 +382,9 @@ int cairn__cmd_index(int argc, char **argv)
     corpus_close(&c);
     if (rc) {
         if (committed)
-            fprintf(stderr, "cairn index: %s (the first %llu documents were committed in batches "
-                            "of %ld; the rest was not written)\n",
+            fprintf(stderr,
+                    "cairn index: %s (the first %llu documents were committed in batches "
+                    "of %ld; the rest was not written)\n",
                     err, (unsigned long long)committed, batch);
         else
             fprintf(stderr, "cairn index: %s (nothing was written)\n", err);
@@ -407,8 +410,8 @@ int cairn__cmd_index(int argc, char **argv)
         free(s);
         json_decref(o);
     } else if (!rc) {
-        printf("indexed %s: %llu added, %llu replaced (%.2f s)\n", file,
-               (unsigned long long)added, (unsigned long long)replaced, secs);
+        printf("indexed %s: %llu added, %llu replaced (%.2f s)\n", file, (unsigned long long)added,
+               (unsigned long long)replaced, secs);
         printf("index %s: %llu documents, avgdl %.2f tokens, %llu terms\n", dir,
                (unsigned long long)info.n_docs, info.avgdl, (unsigned long long)info.n_terms);
     }

@@ -81,7 +81,7 @@ struct cairn__bm25 {
     uint32_t *doc_terms; /* terms of the document being added */
     size_t n_doc_terms, doc_terms_cap;
     uint32_t doc_mark;
-    uint64_t doc_len;
+    size_t flush_at; /* postings buffered before a flush */
 };
 
 /* ------------------------------------------------------------------ tokenizer */
@@ -155,8 +155,8 @@ static uint32_t lower(uint32_t c)
     if (c < 0x250) { /* Latin Extended-B: the regular runs */
         if (c >= 0x1cd && c <= 0x1dc)
             return c & 1 ? c + 1 : c;
-        if ((c >= 0x1de && c <= 0x1ef) || (c >= 0x1f8 && c <= 0x21f) || (c >= 0x222 && c <= 0x233) ||
-            (c >= 0x246 && c <= 0x24f))
+        if ((c >= 0x1de && c <= 0x1ef) || (c >= 0x1f8 && c <= 0x21f) ||
+            (c >= 0x222 && c <= 0x233) || (c >= 0x246 && c <= 0x24f))
             return c | 1;
         return c;
     }
@@ -208,9 +208,9 @@ static int is_cjk(uint32_t c)
            (c >= 0x3005 && c <= 0x3007) ||   /* 々 〆 〇 */
            (c >= 0x3041 && c <= 0x309f) ||   /* Hiragana */
            (c >= 0x30a0 && c <= 0x30ff && c != 0x30fb) || /* Katakana, not the middle dot */
-           (c >= 0x31f0 && c <= 0x31ff) ||   /* Katakana phonetic extensions */
-           (c >= 0xff66 && c <= 0xff9f) ||   /* halfwidth Katakana */
-           (c >= 0xac00 && c <= 0xd7af);     /* Hangul syllables */
+           (c >= 0x31f0 && c <= 0x31ff) ||                /* Katakana phonetic extensions */
+           (c >= 0xff66 && c <= 0xff9f) ||                /* halfwidth Katakana */
+           (c >= 0xac00 && c <= 0xd7af);                  /* Hangul syllables */
 }
 
 /* Whitespace, punctuation, symbols and controls: everything that ends a token. */
@@ -425,12 +425,14 @@ int cairn__bm25_open(const char *dir, int writable, cairn__bm25 **out, char *err
     }
     snprintf(ix->dir, sizeof ix->dir, "%s", dir);
     ix->writable = writable;
+    ix->flush_at = FLUSH_POSTINGS;
     int rc;
     char data[4200];
     snprintf(data, sizeof data, "%s/data.mdb", dir);
     if (writable) {
         if (mkdir_p(dir) != 0) {
-            snprintf(err, errlen, "index %s: cannot create the directory: %s", dir, strerror(errno));
+            snprintf(err, errlen, "index %s: cannot create the directory: %s", dir,
+                     strerror(errno));
             free(ix);
             return CAIRN_EIO;
         }
@@ -479,8 +481,11 @@ int cairn__bm25_open(const char *dir, int writable, cairn__bm25 **out, char *err
     struct {
         const char *name;
         MDB_dbi *dbi;
-    } dbs[] = {{"meta", &ix->meta}, {"post", &ix->post}, {"df", &ix->df},
-               {"docs", &ix->docs}, {"ids", &ix->ids}};
+    } dbs[] = {{"meta", &ix->meta},
+               {"post", &ix->post},
+               {"df", &ix->df},
+               {"docs", &ix->docs},
+               {"ids", &ix->ids}};
     what = "mdb_dbi_open";
     for (size_t i = 0; i < sizeof dbs / sizeof *dbs; i++) {
         rc = mdb_dbi_open(txn, dbs[i].name, writable ? MDB_CREATE : 0, dbs[i].dbi);
@@ -541,8 +546,9 @@ lmdb_fail:
         mdb_env_close(ix->env);
     snprintf(err, errlen, "index %s: %s: %s", dir, what, mdb_strerror(rc));
     free(ix);
-    return rc == ENOMEM ? CAIRN_ENOMEM : rc == MDB_INVALID || rc == MDB_VERSION_MISMATCH ? CAIRN_ESCHEMA
-                                                                                       : CAIRN_EIO;
+    return rc == ENOMEM                                      ? CAIRN_ENOMEM
+           : rc == MDB_INVALID || rc == MDB_VERSION_MISMATCH ? CAIRN_ESCHEMA
+                                                             : CAIRN_EIO;
 }
 
 static void batch_reset(cairn__bm25 *ix)
@@ -569,6 +575,11 @@ void cairn__bm25_close(cairn__bm25 *ix)
 }
 
 const char *cairn__bm25_errmsg(const cairn__bm25 *ix) { return ix ? ix->err : ""; }
+
+void cairn__bm25_set_flush_postings(cairn__bm25 *ix, size_t n)
+{
+    ix->flush_at = n ? n : FLUSH_POSTINGS;
+}
 
 /* ------------------------------------------------------------------ the write batch */
 
@@ -688,13 +699,13 @@ static int64_t doc_terms(cairn__bm25 *ix, const char *text, size_t len)
     return c.oom ? -1 : (int64_t)n;
 }
 
-static const term_ent *sort_base;
-static const char *sort_pool;
-static int cmp_term(const void *a, const void *b)
+/* Term order = LMDB's key order for term\0...: bytes, then the shorter first. */
+static int cmp_term(const void *a, const void *b, void *arg)
 {
-    const term_ent *x = &sort_base[*(const uint32_t *)a], *y = &sort_base[*(const uint32_t *)b];
+    const cairn__bm25 *ix = arg;
+    const term_ent *x = &ix->terms[*(const uint32_t *)a], *y = &ix->terms[*(const uint32_t *)b];
     size_t n = x->len < y->len ? x->len : y->len;
-    int c = memcmp(sort_pool + x->off, sort_pool + y->off, n);
+    int c = memcmp(ix->pool + x->off, ix->pool + y->off, n);
     return c ? c : (x->len > y->len) - (x->len < y->len);
 }
 
@@ -717,8 +728,7 @@ static int flush(cairn__bm25 *ix)
     }
     for (size_t i = 0; i < nt; i++)
         order[i] = (uint32_t)i;
-    sort_base = ix->terms, sort_pool = ix->pool; /* qsort has no context argument in C11 */
-    qsort(order, nt, sizeof *order, cmp_term);
+    qsort_r(order, nt, sizeof *order, cmp_term, ix);
     /* counting sort of the postings by term rank; within a term they keep insertion order,
      * which is docno order unless a replaced (older) document came in between */
     uint32_t *rank = malloc((nt + 1) * sizeof *rank);
@@ -846,6 +856,10 @@ int cairn__bm25_begin(cairn__bm25 *ix)
     if (!ix->writable || ix->wtxn)
         return fail(ix, CAIRN_EINVAL, "index %s: %s", ix->dir,
                     ix->wtxn ? "a batch is already open" : "opened read-only");
+    /* slots of reader processes that died (a killed step) would keep old pages from being
+     * reused, and the index growing with every rebuild */
+    int dead = 0;
+    mdb_reader_check(ix->env, &dead);
     int rc = mdb_txn_begin(ix->env, NULL, 0, &ix->wtxn);
     if (rc) {
         ix->wtxn = NULL;
@@ -879,7 +893,8 @@ void cairn__bm25_abort(cairn__bm25 *ix)
 static int unindex_old(cairn__bm25 *ix, uint32_t docno, const MDB_val *rec)
 {
     if (rec->mv_size < 16)
-        return fail(ix, CAIRN_ECORRUPT, "index %s: document record %u is truncated", ix->dir, docno);
+        return fail(ix, CAIRN_ECORRUPT, "index %s: document record %u is truncated", ix->dir,
+                    docno);
     const char *r = rec->mv_data;
     uint32_t dl = get32(r), il = get32(r + 4), tl = get32(r + 8), el = get32(r + 12);
     if ((uint64_t)16 + il + tl + el != rec->mv_size)
@@ -996,8 +1011,7 @@ int cairn__bm25_add(cairn__bm25 *ix, const char *id, const char *text, size_t te
     }
     for (size_t i = 0; i < ix->n_doc_terms; i++) {
         term_ent *e = &ix->terms[ix->doc_terms[i]];
-        ix->posts[ix->n_posts++] =
-            (posting){ix->doc_terms[i], docno, e->doc_tf, (uint32_t)dl};
+        ix->posts[ix->n_posts++] = (posting){ix->doc_terms[i], docno, e->doc_tf, (uint32_t)dl};
         e->delta++;
     }
     if (ix->n_doc_terms)
@@ -1007,8 +1021,7 @@ int cairn__bm25_add(cairn__bm25 *ix, const char *id, const char *text, size_t te
     /* the record: {dl, id_len, text_len, extra_len} id text extra */
     MDB_val rk = {4, dk}, rec = {16 + il + text_len + el, NULL};
     /* a new document has the largest number yet: append (full pages, no search) */
-    m = mdb_put(ix->wtxn, ix->docs, &rk, &rec,
-                MDB_RESERVE | (is_replace ? 0 : MDB_APPEND));
+    m = mdb_put(ix->wtxn, ix->docs, &rk, &rec, MDB_RESERVE | (is_replace ? 0 : MDB_APPEND));
     if (m) {
         rc = mdb_fail(ix, m, "writing a document");
         goto poison;
@@ -1022,7 +1035,7 @@ int cairn__bm25_add(cairn__bm25 *ix, const char *id, const char *text, size_t te
     if (el)
         memcpy(w + 16 + il + text_len, extra_json, el);
 
-    if (ix->n_posts >= FLUSH_POSTINGS && (rc = flush(ix)) != 0)
+    if (ix->n_posts >= ix->flush_at && (rc = flush(ix)) != 0)
         goto poison;
     return 0;
 poison:
@@ -1063,7 +1076,16 @@ static int read_txn(cairn__bm25 *ix, MDB_txn **txn)
         *txn = ix->wtxn;
         return 0;
     }
-    int rc = ix->rtxn ? mdb_txn_renew(ix->rtxn) : mdb_txn_begin(ix->env, NULL, MDB_RDONLY, &ix->rtxn);
+    int rc =
+        ix->rtxn ? mdb_txn_renew(ix->rtxn) : mdb_txn_begin(ix->env, NULL, MDB_RDONLY, &ix->rtxn);
+    if (rc == MDB_MAP_RESIZED) { /* a writer grew the map beyond ours: adopt its size */
+        if (ix->rtxn)
+            mdb_txn_abort(ix->rtxn);
+        ix->rtxn = NULL;
+        rc = mdb_env_set_mapsize(ix->env, 0);
+        if (!rc)
+            rc = mdb_txn_begin(ix->env, NULL, MDB_RDONLY, &ix->rtxn);
+    }
     if (rc) {
         if (ix->rtxn)
             mdb_txn_abort(ix->rtxn);
@@ -1087,7 +1109,8 @@ static int read_counts(cairn__bm25 *ix, MDB_txn *txn, uint64_t *n, uint64_t *tot
         return 0;
     }
     int rc;
-    if ((rc = meta_get(txn, ix->meta, "n_docs", n)) || (rc = meta_get(txn, ix->meta, "total_len", total)) ||
+    if ((rc = meta_get(txn, ix->meta, "n_docs", n)) ||
+        (rc = meta_get(txn, ix->meta, "total_len", total)) ||
         (rc = meta_get(txn, ix->meta, "next_docno", next)))
         return mdb_fail(ix, rc == MDB_NOTFOUND ? MDB_CORRUPTED : rc, "reading the counts");
     return 0;
@@ -1246,7 +1269,8 @@ static int accumulate(cairn__bm25 *ix, MDB_txn *txn, const qterms *q, uint64_t n
                 break;
             }
             const unsigned char *kp = (const unsigned char *)k.mv_data + tl + 1;
-            uint32_t docno = (uint32_t)kp[0] << 24 | (uint32_t)kp[1] << 16 | (uint32_t)kp[2] << 8 | kp[3];
+            uint32_t docno =
+                (uint32_t)kp[0] << 24 | (uint32_t)kp[1] << 16 | (uint32_t)kp[2] << 8 | kp[3];
             uint32_t v[2];
             memcpy(v, d.mv_data, 8);
             if (docno >= ix->score_cap) {
@@ -1355,13 +1379,16 @@ int cairn__bm25_search(cairn__bm25 *ix, const char *query, size_t k, cairn__bm25
         MDB_val kk = {4, dk}, rec;
         int m = mdb_get(txn, ix->docs, &kk, &rec);
         if (m) {
-            rc = m == MDB_NOTFOUND ? fail(ix, CAIRN_ECORRUPT, "index %s: document %u has postings "
-                                                              "but no record", ix->dir, e.docno)
+            rc = m == MDB_NOTFOUND ? fail(ix, CAIRN_ECORRUPT,
+                                          "index %s: document %u has postings "
+                                          "but no record",
+                                          ix->dir, e.docno)
                                    : mdb_fail(ix, m, "reading a document");
             goto done;
         }
         const char *r = rec.mv_data;
-        uint32_t il = rec.mv_size >= 16 ? get32(r + 4) : 0, tl = rec.mv_size >= 16 ? get32(r + 8) : 0,
+        uint32_t il = rec.mv_size >= 16 ? get32(r + 4) : 0,
+                 tl = rec.mv_size >= 16 ? get32(r + 8) : 0,
                  el = rec.mv_size >= 16 ? get32(r + 12) : 0;
         if (rec.mv_size < 16 || (uint64_t)16 + il + tl + el != rec.mv_size) {
             rc = fail(ix, CAIRN_ECORRUPT, "index %s: document record %u is malformed", ix->dir,

@@ -67,6 +67,9 @@ int cairn__bm25_add(cairn__bm25 *ix, const char *id, const char *text, size_t te
 /* Writes the batch's remaining postings, the document frequencies and N/total length, and
  * commits (durably: fsync). CAIRN_EFULL / CAIRN_EIO (the batch is then aborted). */
 int cairn__bm25_commit(cairn__bm25 *ix);
+/* Test hook: how many postings a batch buffers in memory before writing them out inside its
+ * transaction (default 4M, 0 = default). Small values exercise the mid-batch flush paths. */
+void cairn__bm25_set_flush_postings(cairn__bm25 *ix, size_t n);
 /* Drops the open batch, if any: nothing of it is written. */
 void cairn__bm25_abort(cairn__bm25 *ix);
 /* The message of the last error on this handle ("" if none). */

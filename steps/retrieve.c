@@ -286,7 +286,8 @@ int cairn__retrieve_query(const cairn__retrieve_cfg *c, const msgpack_object *in
             continue;
         }
         if (v->type != MSGPACK_OBJECT_ARRAY) {
-            snprintf(err, errlen, "input field '%s' must be a string or an array of strings, not %s",
+            snprintf(err, errlen,
+                     "input field '%s' must be a string or an array of strings, not %s",
                      c->fields[f], type_name(v->type));
             free(b.p);
             return CAIRN_EPERMANENT;
@@ -296,8 +297,8 @@ int cairn__retrieve_query(const cairn__retrieve_cfg *c, const msgpack_object *in
             if (e->type == MSGPACK_OBJECT_NIL)
                 continue;
             if (e->type != MSGPACK_OBJECT_STR) {
-                snprintf(err, errlen, "input field '%s[%u]' must be a string, not %s",
-                         c->fields[f], i, type_name(e->type));
+                snprintf(err, errlen, "input field '%s[%u]' must be a string, not %s", c->fields[f],
+                         i, type_name(e->type));
                 free(b.p);
                 return CAIRN_EPERMANENT;
             }
@@ -315,8 +316,8 @@ oom:
 
 /* ------------------------------------------------------------------ bm25 */
 
-static int bm25_search(cairn__retrieve_cfg *c, const char *query, cairn__bm25_hit **hits,
-                       size_t *n, char *err, size_t errlen)
+static int bm25_search(cairn__retrieve_cfg *c, const char *query, cairn__bm25_hit **hits, size_t *n,
+                       char *err, size_t errlen)
 {
     if (c->ix && c->ix_pid != getpid())
         c->ix = NULL; /* inherited across fork(): the parent's to close, not ours to use */
@@ -407,8 +408,8 @@ static int parse_hits(const cairn__retrieve_cfg *c, const resp *r, cairn__bm25_h
     if (!root) {
         char ex[256];
         excerpt(r, ex, sizeof ex);
-        snprintf(err, errlen, "malformed response from %s: %s at line %d, column %d: '%s'",
-                 c->url, je.text, je.line, je.column, ex);
+        snprintf(err, errlen, "malformed response from %s: %s at line %d, column %d: '%s'", c->url,
+                 je.text, je.line, je.column, ex);
         return CAIRN_EPERMANENT;
     }
     json_t *arr = json_object_get(json_object_get(root, "hits"), "hits");
@@ -471,11 +472,19 @@ static int parse_hits(const cairn__retrieve_cfg *c, const resp *r, cairn__bm25_h
     return 0;
 }
 
-static int http_search(cairn__retrieve_cfg *c, const char *query, cairn__bm25_hit **hits,
-                       size_t *n, char *err, size_t errlen)
+static int http_search(cairn__retrieve_cfg *c, const char *query, cairn__bm25_hit **hits, size_t *n,
+                       char *err, size_t errlen)
 {
     json_t *req = json_pack("{s:I, s:{s:{s:s}}}", "size", (json_int_t)c->top_k, "query", "match",
                             c->text_field, query);
+    if (!req) { /* jansson refuses a string that is not UTF-8 (a msgpack str may be any bytes) */
+        json_t *probe = json_string(query);
+        json_decref(probe);
+        if (!probe) {
+            snprintf(err, errlen, "the query is not valid UTF-8");
+            return CAIRN_EPERMANENT;
+        }
+    }
     char *body = req ? json_dumps(req, JSON_COMPACT) : NULL;
     json_decref(req);
     CURL *h = body ? curl_easy_init() : NULL;

@@ -13,15 +13,18 @@
 
 static int tap__n, tap__failed;
 
-static int tap__ok(int cond, const char *file, int line, const char *fmt, ...)
+static inline int tap__ok(int cond, const char *file, int line, const char *fmt, ...)
 {
+    char name[2048];
     va_list ap;
     tap__n++;
-    printf("%sok %d - ", cond ? "" : "not ", tap__n);
     va_start(ap, fmt);
-    vprintf(fmt, ap);
+    vsnprintf(name, sizeof name, fmt, ap);
     va_end(ap);
-    printf("\n");
+    for (char *p = name; *p; p++)
+        if (*p == '\n' || *p == '\r')
+            *p = ' '; /* a test name is one TAP line */
+    printf("%sok %d - %s\n", cond ? "" : "not ", tap__n, name);
     if (!cond) {
         tap__failed++;
         printf("#   failed at %s:%d\n", file, line);
@@ -31,7 +34,24 @@ static int tap__ok(int cond, const char *file, int line, const char *fmt, ...)
 }
 
 #define ok(cond, ...) tap__ok(!!(cond), __FILE__, __LINE__, __VA_ARGS__)
-#define diag(...) (printf("# "), printf(__VA_ARGS__), printf("\n"), fflush(stdout))
+/* A diagnostic line; embedded newlines get their own "# " so the TAP stream stays valid. */
+static inline void tap__diag(const char *fmt, ...)
+{
+    char buf[8192];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    printf("# ");
+    for (const char *p = buf; *p; p++) {
+        putchar(*p);
+        if (*p == '\n' && p[1])
+            printf("# ");
+    }
+    printf("\n");
+    fflush(stdout);
+}
+#define diag(...) tap__diag(__VA_ARGS__)
 
 static inline int tap_done(void)
 {

@@ -1,4 +1,4 @@
-/* bench/llm/bench_llm.c - CPU prompt and decode speed against the machine's memory roofline.
+/* bench/llm/bench_llm.c - prompt and decode speed against the memory roofline, CPU and CUDA.
  *
  * Decoding one token reads every weight matrix once, so its speed is bounded by memory
  * bandwidth: roofline tok/s = bandwidth / bytes of weights per token. The peer measured in the
@@ -7,8 +7,13 @@
  * fraction of that roofline. Models are random-weight llama shapes generated in memory (the
  * speed of a forward pass does not depend on the values).
  *
- *   bench-llm [--sizes 15M,110M,500M] [--types F32,Q8_0,Q4_0,Q4_K,Q6_K,F16,BF16] [--threads N]
- *             [--prompt N] [--gen N] [--json]
+ * With --backend cuda (or both) the same model runs on the GPU; its peer is a device-to-device
+ * cudaMemcpy of 2 x 2 GiB measured in the same run (HBM bandwidth, read + write), and its bytes
+ * per token are those of the weights as the device holds them (f16 for quantized types, so a
+ * Q4_0 model reads 2 bytes per weight there, not 0.56).
+ *
+ *   bench-llm [--sizes 15M,110M,500M,1B,2B] [--types F32,Q8_0,Q4_0,Q4_K,Q6_K,F16,BF16] [--threads N]
+ *             [--prompt N] [--gen N] [--backend cpu|cuda|both] [--json]
  *
  * Not a test: it never fails on a time.
  */
@@ -24,6 +29,13 @@
 #include "gpu/model.h"
 #include "tests/model/mkmodel.h"
 
+#ifdef CAIRN_HAVE_CUDA
+/* gpu/backend_cuda.cu */
+int cairn__cuda_bandwidth(int device, double *bytes_per_s, char *name, size_t name_len, char *err, size_t errlen);
+uint64_t cairn__cuda_weight_bytes(const cairn__backend *b);
+const char *cairn__cuda_dtype(const cairn__backend *b);
+#endif
+
 typedef struct {
     const char *name;
     int dim, layers, heads, kv, ff, vocab;
@@ -33,6 +45,8 @@ static const shape SHAPES[] = {
     {"15M", 288, 6, 6, 6, 768, 32000},
     {"110M", 768, 12, 12, 12, 2048, 32000},
     {"500M", 1280, 20, 20, 20, 3456, 32000},
+    {"1B", 2048, 16, 32, 8, 8192, 32000},  /* 1.1B parameters: 2.2 GB in F16 */
+    {"2B", 4096, 8, 32, 8, 11008, 32000},  /* 1.7B, few wide layers: 3.4 GB in F16 */
 };
 
 static double now_s(void)
@@ -107,6 +121,7 @@ int main(int argc, char **argv)
 {
     char sizes[256] = "15M,110M", types[256] = "F32,Q8_0,Q4_0";
     int threads = 0, n_prompt = 128, n_gen = 64, json = 0;
+    char backends[64] = "cpu";
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--json") == 0)
             json = 1;
@@ -120,10 +135,18 @@ int main(int argc, char **argv)
             n_prompt = atoi(argv[++i]);
         else if (strcmp(argv[i], "--gen") == 0 && i + 1 < argc)
             n_gen = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--backend") == 0 && i + 1 < argc) {
+            const char *v = argv[++i];
+            if (strcmp(v, "cpu") != 0 && strcmp(v, "cuda") != 0 && strcmp(v, "both") != 0) {
+                fprintf(stderr, "bench-llm: --backend is cpu, cuda or both\n");
+                return 64;
+            }
+            snprintf(backends, sizeof backends, "%s", strcmp(v, "both") == 0 ? "cpu,cuda" : v);
+        }
         else {
             fprintf(stderr,
-                    "usage: bench-llm [--sizes 15M,110M,500M] [--types F32,Q8_0,Q4_0,...] [--threads N] [--prompt N] "
-                    "[--gen N] [--json]\n");
+                    "usage: bench-llm [--sizes 15M,110M,500M,1B,2B] [--types F32,Q8_0,Q4_0,...] [--threads N] "
+                    "[--prompt N] [--gen N] [--backend cpu|cuda|both] [--json]\n");
             return 64;
         }
     }
@@ -137,16 +160,36 @@ int main(int argc, char **argv)
         return 70;
     }
     threads = cairn__pool_size(pool);
-    const double bw = bandwidth(pool);
+    const int want_cpu = strstr(backends, "cpu") != NULL, want_cuda = strstr(backends, "cuda") != NULL;
+    const double bw = want_cpu ? bandwidth(pool) : 0.0;
     cairn__pool_free(pool);
+    double dev_bw = 0.0;
+    char dev_name[256] = "none";
+    if (want_cuda) {
+#ifdef CAIRN_HAVE_CUDA
+        char err[256];
+        if (cairn__cuda_bandwidth(0, &dev_bw, dev_name, sizeof dev_name, err, sizeof err) != 0) {
+            fprintf(stderr, "bench-llm: %s\n", err);
+            return 69;
+        }
+#else
+        fprintf(stderr, "bench-llm: this build has no CUDA backend (rebuild with -Dcuda=enabled)\n");
+        return 69;
+#endif
+    }
     if (json)
-        printf("{\"threads\": %d, \"isa\": \"%s\", \"memcpy_bytes_per_s\": %.0f, \"results\": [", threads,
-               cairn__kernels_isa(), bw);
-    else
-        printf("bench-llm: %d threads, %s kernels, memcpy bandwidth %.2f GB/s (read+write)\n\n"
-               "%-5s %-5s %8s %9s %12s %12s %12s %9s\n",
-               threads, cairn__kernels_isa(), bw / 1e9, "size", "type", "params", "MB/token", "prompt tok/s",
-               "decode tok/s", "roofline", "fraction");
+        printf("{\"threads\": %d, \"isa\": \"%s\", \"memcpy_bytes_per_s\": %.0f, \"device\": \"%s\", "
+               "\"device_copy_bytes_per_s\": %.0f, \"results\": [",
+               threads, cairn__kernels_isa(), bw, dev_name, dev_bw);
+    else {
+        if (want_cpu)
+            printf("bench-llm: cpu: %d threads, %s kernels, memcpy bandwidth %.2f GB/s (read+write)\n", threads,
+                   cairn__kernels_isa(), bw / 1e9);
+        if (want_cuda)
+            printf("bench-llm: cuda: %s, device-to-device copy %.0f GB/s (read+write)\n", dev_name, dev_bw / 1e9);
+        printf("\n%-4s %-5s %-5s %-4s %8s %9s %12s %12s %12s %9s\n", "back", "size", "type", "dev", "params",
+               "MB/token", "prompt tok/s", "decode tok/s", "roofline", "fraction");
+    }
     int first = 1;
     char *ssave = NULL;
     for (char *sz = strtok_r(sizes, ",", &ssave); sz; sz = strtok_r(NULL, ",", &ssave)) {
@@ -192,49 +235,78 @@ int main(int argc, char **argv)
                 fprintf(stderr, "bench-llm: cannot build the %s %s model\n", sz, tn);
                 return 70;
             }
-            cairn__backend_opts bo = {.n_ctx = n_prompt + n_gen + 1, .n_threads = threads, .n_batch = n_prompt};
-            if (cairn__backend_new("cpu", m, &bo, &b, err, sizeof err) != 0) {
-                fprintf(stderr, "bench-llm: %s\n", err);
-                return 70;
+            for (int bi = 0; bi < 2; bi++) {
+                const char *bname = bi == 0 ? "cpu" : "cuda";
+                if (!(bi == 0 ? want_cpu : want_cuda))
+                    continue;
+                cairn__backend_opts bo = {.n_ctx = n_prompt + n_gen + 1, .n_threads = threads, .n_batch = n_prompt};
+                if (cairn__backend_new(bname, m, &bo, &b, err, sizeof err) != 0) {
+                    fprintf(stderr, "bench-llm: %s backend: %s\n", bname, err);
+                    return 70;
+                }
+                uint64_t per_tok = mat_bytes(&m->output);
+                for (int l = 0; l < m->n_layers; l++) {
+                    const cairn__layer *y = &m->layers[l];
+                    per_tok += mat_bytes(&y->wq) + mat_bytes(&y->wk) + mat_bytes(&y->wv) + mat_bytes(&y->wo) +
+                               mat_bytes(&y->w_gate) + mat_bytes(&y->w_up) + mat_bytes(&y->w_down);
+                }
+                int32_t *toks = malloc((size_t)n_prompt * sizeof *toks);
+                float *logits = malloc((size_t)m->n_vocab * sizeof *logits);
+                for (int i = 0; i < n_prompt; i++)
+                    toks[i] = (int32_t)((i * 7919 + 13) % m->n_vocab);
+                const char *dev = "-";
+                double peer = bw;
+    #ifdef CAIRN_HAVE_CUDA
+                if (bi == 1) { /* the device reads its own layout: f16 for quantized weights */
+                    per_tok = cairn__cuda_weight_bytes(b);
+                    dev = cairn__cuda_dtype(b);
+                    peer = dev_bw;
+                }
+    #endif
+                /* warm-up: touch the weights, load the kernels, capture the decode graph (page faults,
+                 * module loading and capture are not what we measure); every call is checked here */
+                int rc = cairn__backend_forward(b, toks, n_prompt, 0, logits, 0);
+                int32_t first_tok = 0;
+                if (rc == 0)
+                    rc = cairn__backend_forward(b, &first_tok, 1, n_prompt, logits, 0);
+                if (rc != 0) {
+                    fprintf(stderr, "bench-llm: %s backend: %s\n", bname, cairn__backend_errmsg(b));
+                    return 70;
+                }
+                double t = now_s();
+                rc |= cairn__backend_forward(b, toks, n_prompt, 0, logits, 0);
+                const double prompt_tps = n_prompt / (now_s() - t);
+                t = now_s();
+                for (int i = 0; i < n_gen; i++) {
+                    int32_t best = 0;
+                    for (int v = 1; v < m->n_vocab; v++)
+                        if (logits[v] > logits[best])
+                            best = v;
+                    rc |= cairn__backend_forward(b, &best, 1, n_prompt + i, logits, 0);
+                }
+                const double dec_tps = n_gen / (now_s() - t);
+                if (rc != 0) {
+                    fprintf(stderr, "bench-llm: %s backend: %s\n", bname, cairn__backend_errmsg(b));
+                    return 70;
+                }
+                const double roof = peer / (double)per_tok;
+                if (json)
+                    printf("%s\n  {\"backend\": \"%s\", \"size\": \"%s\", \"type\": \"%s\", \"device_type\": \"%s\", "
+                           "\"params\": %llu, \"bytes_per_token\": %llu, \"prompt_tok_s\": %.2f, "
+                           "\"decode_tok_s\": %.2f, \"roofline_tok_s\": %.2f, \"fraction\": %.3f}",
+                           first ? "" : ",", bname, sz, tn, dev, (unsigned long long)m->n_params,
+                           (unsigned long long)per_tok, prompt_tps, dec_tps, roof, dec_tps / roof);
+                else
+                    printf("%-4s %-5s %-5s %-4s %7.1fM %9.1f %12.1f %12.1f %12.1f %8.0f%%\n", bname, sz, tn, dev,
+                           (double)m->n_params / 1e6, (double)per_tok / 1e6, prompt_tps, dec_tps, roof,
+                           100.0 * dec_tps / roof);
+                fflush(stdout);
+                first = 0;
+                free(toks);
+                free(logits);
+                cairn__backend_free(b);
+                b = NULL;
             }
-            uint64_t per_tok = mat_bytes(&m->output);
-            for (int l = 0; l < m->n_layers; l++) {
-                const cairn__layer *y = &m->layers[l];
-                per_tok += mat_bytes(&y->wq) + mat_bytes(&y->wk) + mat_bytes(&y->wv) + mat_bytes(&y->wo) +
-                           mat_bytes(&y->w_gate) + mat_bytes(&y->w_up) + mat_bytes(&y->w_down);
-            }
-            int32_t *toks = malloc((size_t)n_prompt * sizeof *toks);
-            float *logits = malloc((size_t)m->n_vocab * sizeof *logits);
-            for (int i = 0; i < n_prompt; i++)
-                toks[i] = (int32_t)((i * 7919 + 13) % m->n_vocab);
-            /* warm-up: touch the weights once (page faults are not what we measure) */
-            cairn__backend_forward(b, toks, 1, 0, logits, 0);
-            double t = now_s();
-            cairn__backend_forward(b, toks, n_prompt, 0, logits, 0);
-            const double prompt_tps = n_prompt / (now_s() - t);
-            t = now_s();
-            for (int i = 0; i < n_gen; i++) {
-                int32_t best = 0;
-                for (int v = 1; v < m->n_vocab; v++)
-                    if (logits[v] > logits[best])
-                        best = v;
-                cairn__backend_forward(b, &best, 1, n_prompt + i, logits, 0);
-            }
-            const double dec_tps = n_gen / (now_s() - t);
-            const double roof = bw / (double)per_tok;
-            if (json)
-                printf("%s\n  {\"size\": \"%s\", \"type\": \"%s\", \"params\": %llu, \"bytes_per_token\": %llu, "
-                       "\"prompt_tok_s\": %.2f, \"decode_tok_s\": %.2f, \"roofline_tok_s\": %.2f, \"fraction\": %.3f}",
-                       first ? "" : ",", sz, tn, (unsigned long long)m->n_params, (unsigned long long)per_tok,
-                       prompt_tps, dec_tps, roof, dec_tps / roof);
-            else
-                printf("%-5s %-5s %7.1fM %9.1f %12.1f %12.1f %12.1f %8.0f%%\n", sz, tn, (double)m->n_params / 1e6,
-                       (double)per_tok / 1e6, prompt_tps, dec_tps, roof, 100.0 * dec_tps / roof);
-            fflush(stdout);
-            first = 0;
-            free(toks);
-            free(logits);
-            cairn__backend_free(b);
             cairn__model_free(m);
             cairn__gguf_close(g);
             free(buf);

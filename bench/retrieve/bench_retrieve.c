@@ -186,7 +186,7 @@ int main(int argc, char **argv)
         texts[d] = t;
         total_words += (uint64_t)len;
     }
-    char (*queries)[80] = calloc((size_t)n_queries, sizeof *queries);
+    char(*queries)[80] = calloc((size_t)n_queries, sizeof *queries);
     for (long q = 0; q < n_queries; q++) {
         int nt = 2 + (int)(rnd() % 3), picked[4];
         for (int i = 0; i < nt; i++) {
@@ -272,7 +272,8 @@ int main(int argc, char **argv)
     /* ---- queries: results kept for the overlap */
     char *(*res_c)[TOPK] = calloc((size_t)n_queries, sizeof *res_c);
     char *(*res_f)[TOPK] = calloc((size_t)n_queries, sizeof *res_f);
-    int *cnt_c = calloc((size_t)n_queries, sizeof *cnt_c), *cnt_f = calloc((size_t)n_queries, sizeof *cnt_f);
+    int *cnt_c = calloc((size_t)n_queries, sizeof *cnt_c),
+        *cnt_f = calloc((size_t)n_queries, sizeof *cnt_f);
 
     rc = cairn__bm25_open(ixdir, 0, &ix, err, sizeof err);
     if (rc) {
@@ -372,15 +373,16 @@ int main(int argc, char **argv)
     double ratio = qps_c / qps_f;
 
     if (json) {
-        printf("{\"docs\":%ld,\"vocabulary\":%d,\"avg_words\":%.2f,\"queries\":%ld,\"min_rank\":%ld,"
-               "\"cairn_index_s\":%.3f,\"fts5_index_s\":%.3f,\"cairn_index_mb\":%.1f,"
-               "\"fts5_index_mb\":%.1f,\"cairn_qps\":%.1f,\"fts5_qps\":%.1f,\"ratio\":%.3f,"
-               "\"target_ratio\":3,\"overlap_mean\":%.4f,\"identical_sets\":%.4f,"
-               "\"identical_order\":%.4f,\"compared\":%ld}\n",
-               n_docs, VOCAB, (double)total_words / (double)n_docs, n_queries, min_rank,
-               cairn_index_s, fts_index_s, cairn_mb, fts_mb, qps_c, qps_f, ratio, overlap,
-               compared ? (double)identical / compared : 0, compared ? (double)same_order / compared : 0,
-               compared);
+        printf(
+            "{\"docs\":%ld,\"vocabulary\":%d,\"avg_words\":%.2f,\"queries\":%ld,\"min_rank\":%ld,"
+            "\"cairn_index_s\":%.3f,\"fts5_index_s\":%.3f,\"cairn_index_mb\":%.1f,"
+            "\"fts5_index_mb\":%.1f,\"cairn_qps\":%.1f,\"fts5_qps\":%.1f,\"ratio\":%.3f,"
+            "\"target_ratio\":3,\"overlap_mean\":%.4f,\"identical_sets\":%.4f,"
+            "\"identical_order\":%.4f,\"compared\":%ld}\n",
+            n_docs, VOCAB, (double)total_words / (double)n_docs, n_queries, min_rank, cairn_index_s,
+            fts_index_s, cairn_mb, fts_mb, qps_c, qps_f, ratio, overlap,
+            compared ? (double)identical / compared : 0,
+            compared ? (double)same_order / compared : 0, compared);
     } else {
         printf("index build:   cairn %.2f s (%.0f MB)   FTS5 %.2f s (%.0f MB, after 'optimize')\n",
                cairn_index_s, cairn_mb, fts_index_s, fts_mb);

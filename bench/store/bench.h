@@ -106,7 +106,7 @@ int bench_peer_load_step(bench_peer *p, const char *task, const char *step, cons
 
 /* ------------------------------------------------------------------ results (report.c) */
 
-#define BENCH_MAX_ROUNDS 16
+#define BENCH_MAX_ROUNDS 32
 
 /* Throughput of one store in one configuration. */
 typedef struct bench_tput {
@@ -147,6 +147,7 @@ typedef struct bench_results {
     /* the machine */
     char when[64], host[128], kernel[128], cpu[256], scratch[4096], fs[32];
     long fs_type, cpus;
+    double load_start, load_end; /* 1-minute load average: how busy the machine was */
 } bench_results;
 
 void bench_report_text(const bench_results *r);

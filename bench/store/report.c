@@ -92,7 +92,8 @@ void bench_report_text(const bench_results *r)
 {
     printf("cairn checkpoint store benchmark (%s run), %s\n", r->quick ? "quick" : "full",
            r->when);
-    printf("  host %s, Linux %s, %ld CPUs (%s)\n", r->host, r->kernel, r->cpus, r->cpu);
+    printf("  host %s, Linux %s, %ld CPUs (%s), load average %.2f at start, %.2f at end\n",
+           r->host, r->kernel, r->cpus, r->cpu, r->load_start, r->load_end);
     printf("  scratch %s on %s (statfs type 0x%lx); SQLite %s; %s\n", r->scratch, r->fs,
            (unsigned long)r->fs_type, sqlite3_libversion(), mdb_version(NULL, NULL, NULL));
     printf("  %u tasks x %d steps per power-loss store, %u per process-crash store, in %u "
@@ -223,6 +224,8 @@ void bench_report_json(const bench_results *r)
         "lmdb", mdb_version(NULL, NULL, NULL), "steps_per_task", (json_int_t)BENCH_STEPS,
         "tasks_power_loss", (json_int_t)r->tasks_sync, "tasks_process_crash",
         (json_int_t)r->tasks_nosync, "rounds", (json_int_t)r->rounds);
+    json_object_set_new(meta, "load_average_start", json_real(r->load_start));
+    json_object_set_new(meta, "load_average_end", json_real(r->load_end));
     json_object_set_new(doc, "meta", meta);
     json_t *cks = json_array(), *ratios = json_array();
     for (int i = 0; i < 4; i++) {

@@ -9,12 +9,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "runner/cli.h"
 #include "steps/bm25.h"
 #include "tests/tap.h"
 #include "tests/testutil.h"
-
-int cairn__cmd_index(int argc, char **argv);
-int cairn__cmd_search(int argc, char **argv);
 
 /* ------------------------------------------------------------------ helpers */
 
@@ -104,7 +102,8 @@ static int run_cmd(int (*fn)(int, char **), char **out, char **err, const char *
     fflush(stdout);
     fflush(stderr);
     int so = dup(1), se = dup(2);
-    int fo = open(po, O_WRONLY | O_CREAT | O_TRUNC, 0600), fe = open(pe, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    int fo = open(po, O_WRONLY | O_CREAT | O_TRUNC, 0600),
+        fe = open(pe, O_WRONLY | O_CREAT | O_TRUNC, 0600);
     dup2(fo, 1), dup2(fe, 2);
     close(fo), close(fe);
     int rc = fn(argc, argv);
@@ -136,9 +135,12 @@ static void tokenizer(void)
     check_tokens("МОСКВА Ёлка ЇЖАК Ђак", "москва ёлка їжак ђак");
     check_tokens("ＡＢＣ１２３ ｘｙｚ", "abc123 xyz");
     check_tokens("Ｍｕｇ！陶瓷，ＯＫ？", "mug 陶瓷 ok");
-    check_tokens("hello,world;foo-bar (baz) \"q\" — dash…end 3.5", "hello world foo bar baz q dash end 3 5");
+    check_tokens("hello,world;foo-bar (baz) \"q\" — dash…end 3.5",
+                 "hello world foo bar baz q dash end 3 5");
     check_tokens("tab\there\nnew\xc2\xa0nbsp\xe3\x80\x80ideo", "tab here new nbsp ideo");
-    check_tokens("ab\xff" "cd \xe9t\xc3", "ab cd t");
+    check_tokens("ab\xff"
+                 "cd \xe9t\xc3",
+                 "ab cd t");
     check_tokens("", "");
     check_tokens("  ,;!  ", "");
     size_t n;
@@ -171,16 +173,15 @@ static void scores(const char *root)
         return;
     }
     static const char *const docs[] = {
-        "d1", "The quick brown fox",
-        "d2", "the lazy dog sleeps all day long",
+        "d1", "The quick brown fox",   "d2", "the lazy dog sleeps all day long",
         "d3", "quick quick fox jumps",
     };
     ok(add_docs(ix, docs, 6) == 0, "index 3 documents");
     uint64_t nd = 0;
     double avgdl = 0;
     rc = cairn__bm25_stats(ix, &nd, &avgdl);
-    ok(rc == 0 && nd == 3 && fabs(avgdl - 5.0) < 1e-12,
-       "N 3, avgdl (4+7+4)/3 = 5 (%llu, %g)", (unsigned long long)nd, avgdl);
+    ok(rc == 0 && nd == 3 && fabs(avgdl - 5.0) < 1e-12, "N 3, avgdl (4+7+4)/3 = 5 (%llu, %g)",
+       (unsigned long long)nd, avgdl);
 
     cairn__bm25_hit *h;
     size_t n;
@@ -258,9 +259,7 @@ static void replace(const char *root)
         return;
     }
     static const char *const docs[] = {
-        "a", "red ceramic mug",
-        "b", "blue glass cup",
-        "c", "green ceramic bowl with lid",
+        "a", "red ceramic mug", "b", "blue glass cup", "c", "green ceramic bowl with lid",
     };
     add_docs(ix, docs, 6);
     cairn__bm25_info before;
@@ -286,7 +285,8 @@ static void replace(const char *root)
        "df adjusted: ceramic scores with df 1 (%.12f vs %.12f)", n ? h[0].score : 0, e);
     cairn__bm25_hits_free(h, n);
     rc = cairn__bm25_search(ix, "bottle", 10, &h, &n);
-    ok(rc == 0 && n == 1 && !strcmp(h[0].id, "a") && h[0].extra && !strcmp(h[0].extra, "{\"price\":3}"),
+    ok(rc == 0 && n == 1 && !strcmp(h[0].id, "a") && h[0].extra &&
+           !strcmp(h[0].extra, "{\"price\":3}"),
        "new terms match, extra fields kept");
     cairn__bm25_hits_free(h, n);
 
@@ -351,16 +351,16 @@ static void bf_tok(const char *t, size_t len, void *arg)
     c->n++;
 }
 
-static void brute_force(const char *root)
+static void brute_force(const char *root, size_t flush_postings)
 {
     enum { NDOC = 200, ROUNDS = 3, VOCAB = 40 };
     static char texts[NDOC][400];
     static const char *const words[VOCAB] = {
-        "alpha", "beta", "gamma", "delta", "eps", "zeta", "eta", "theta", "iota", "kappa",
-        "lambda", "mu", "nu", "xi", "omicron", "pi", "rho", "sigma", "tau", "upsilon",
-        "phi", "chi", "psi", "omega", "陶瓷", "杯子", "mug", "cup", "red", "blue",
-        "green", "large", "small", "glass", "steel", "wood", "lid", "handle", "set", "gift"};
-    char *dir = tu_fmt("%s/random", root);
+        "alpha",  "beta",  "gamma", "delta", "eps",     "zeta", "eta", "theta",  "iota", "kappa",
+        "lambda", "mu",    "nu",    "xi",    "omicron", "pi",   "rho", "sigma",  "tau",  "upsilon",
+        "phi",    "chi",   "psi",   "omega", "陶瓷",    "杯子", "mug", "cup",    "red",  "blue",
+        "green",  "large", "small", "glass", "steel",   "wood", "lid", "handle", "set",  "gift"};
+    char *dir = tu_fmt("%s/random%zu", root, flush_postings);
     cairn__bm25 *ix = NULL;
     char err[512];
     if (cairn__bm25_open(dir, 1, &ix, err, sizeof err)) {
@@ -368,6 +368,9 @@ static void brute_force(const char *root)
         free(dir);
         return;
     }
+    cairn__bm25_set_flush_postings(ix, flush_postings);
+    diag("random corpus, flushing every %zu postings",
+         flush_postings ? flush_postings : (size_t)4 << 20);
     int rc = 0;
     for (int r = 0; r < ROUNDS && !rc; r++) {
         rc = cairn__bm25_begin(ix);
@@ -457,8 +460,8 @@ static void brute_force(const char *root)
         }
         cairn__bm25_hits_free(h, n);
     }
-    ok(bad == 0 && checked > 100, "60 random queries match the brute-force scorer (%d scores, %d bad)",
-       checked, bad);
+    ok(bad == 0 && checked > 100,
+       "60 random queries match the brute-force scorer (%d scores, %d bad)", checked, bad);
     cairn__bm25_close(ix);
     free(dir);
 }
@@ -509,7 +512,8 @@ static void cli(const char *root)
            json_integer_value(json_object_get(j, "docs")) == 3,
        "--json: 3 added, 1 replaced (same id twice in the file), 3 docs: %s", one_line(out));
     double avg = json_real_value(json_object_get(j, "avgdl"));
-    /* p1 "red ceramic mug with lid 350ml" 6, p2 陶瓷 瓷杯 白色 350ml 4, 3 "steel travel bottle" 3 */
+    /* p1 "red ceramic mug with lid 350ml" 6, p2 陶瓷 瓷杯 白色 350ml 4, 3 "steel travel bottle" 3
+     */
     ok(fabs(avg - 13.0 / 3) < 1e-9, "avgdl %g = 13/3", avg);
     json_decref(j);
     free(out), free(err);
@@ -536,8 +540,10 @@ static void cli(const char *root)
     j = parse_out(out);
     docs = json_object_get(j, "docs");
     json_t *d0 = json_array_get(docs, 0);
-    ok(rc == 0 && json_array_size(docs) == 1 && !strcmp(json_string_value(json_object_get(d0, "id")), "p1") &&
-           !strcmp(json_string_value(json_object_get(json_object_get(d0, "fields"), "title")), "Mug"),
+    ok(rc == 0 && json_array_size(docs) == 1 &&
+           !strcmp(json_string_value(json_object_get(d0, "id")), "p1") &&
+           !strcmp(json_string_value(json_object_get(json_object_get(d0, "fields"), "title")),
+                   "Mug"),
        "--top-k 1 and the document's other fields: %s", one_line(out));
     json_decref(j);
     free(out), free(err);
@@ -631,7 +637,8 @@ static void cli(const char *root)
     char *nostore = tu_fmt("%s/nostore", root);
     rc = run_cmd(cairn__cmd_search, &out, &err, root, "search", "--store", nostore, "--query", "x",
                  (char *)NULL);
-    ok(rc == 66 && tu_contains(err, "cairn index"), "search without an index -> 66 (%s)", one_line(err));
+    ok(rc == 66 && tu_contains(err, "cairn index"), "search without an index -> 66 (%s)",
+       one_line(err));
     free(out), free(err);
     rc = run_cmd(cairn__cmd_search, &out, &err, root, "search", "--store", store, (char *)NULL);
     ok(rc == 64 && tu_contains(err, "--query"), "search without --query -> 64");
@@ -661,7 +668,9 @@ int main(void)
     tokenizer();
     scores(root);
     replace(root);
-    brute_force(root);
+    brute_force(root, 0);
+    rng = 88172645463325252ull;
+    brute_force(root, 37); /* many flushes inside each batch, replacing buffered documents */
     open_errors(root);
     cli(root);
     tu_rm_rf(root);

@@ -44,15 +44,19 @@ static void config_errors(void)
         {"{\"query_fields\": [\"t\"], \"top_k\": 1001}", "retrieve.top_k"},
         {"{\"query_fields\": [\"t\"], \"top_k\": \"5\"}", "retrieve.top_k"},
         {"{\"query_fields\": [\"t\"], \"index\": 5}", "retrieve.index"},
-        {"{\"query_fields\": [\"t\"], \"url\": \"http://x\"}", "retrieve.url: only for \"type\": \"http\""},
+        {"{\"query_fields\": [\"t\"], \"url\": \"http://x\"}",
+         "retrieve.url: only for \"type\": \"http\""},
         {"{\"query_fields\": [\"t\"], \"colour\": 1}", "retrieve.colour: unknown"},
         {"{\"type\": \"http\", \"query_fields\": [\"t\"]}", "retrieve.url: required"},
         {"{\"type\": \"http\", \"query_fields\": [\"t\"], \"url\": \"ftp://x\"}", "retrieve.url"},
-        {"{\"type\": \"http\", \"query_fields\": [\"t\"], \"url\": \"http://x\", \"index\": \"/i\"}",
+        {"{\"type\": \"http\", \"query_fields\": [\"t\"], \"url\": \"http://x\", \"index\": "
+         "\"/i\"}",
          "retrieve.index: only for \"type\": \"bm25\""},
-        {"{\"type\": \"http\", \"query_fields\": [\"t\"], \"url\": \"http://x\", \"timeout_ms\": 0}",
+        {"{\"type\": \"http\", \"query_fields\": [\"t\"], \"url\": \"http://x\", \"timeout_ms\": "
+         "0}",
          "retrieve.timeout_ms"},
-        {"{\"type\": \"http\", \"query_fields\": [\"t\"], \"url\": \"http://x\", \"text_field\": \"\"}",
+        {"{\"type\": \"http\", \"query_fields\": [\"t\"], \"url\": \"http://x\", \"text_field\": "
+         "\"\"}",
          "retrieve.text_field"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
@@ -108,8 +112,9 @@ static void queries(void)
     input in;
     char *q = NULL, err[512] = "";
     int rc = cairn__retrieve_query(
-        c, mk_input(&in, "{\"title\": \"Mug 陶瓷杯\", \"keywords\": [\"ceramic\", null, \"350ml\"], "
-                         "\"other\": 5}"),
+        c,
+        mk_input(&in, "{\"title\": \"Mug 陶瓷杯\", \"keywords\": [\"ceramic\", null, \"350ml\"], "
+                      "\"other\": 5}"),
         &q, err, sizeof err);
     ok(rc == 0 && q && !strcmp(q, "Mug 陶瓷杯 ceramic 350ml"),
        "query joins a string field and an array's strings, skips absent/nil: '%s'", q ? q : "");
@@ -158,7 +163,8 @@ static json_t *run_task(const char *store_dir, cairn__retrieve_cfg *c, const cha
         cairn_runner_set_store(r, st);
         cairn_runner_set_max_attempts(r, 1);
         cairn_runner_open(r);
-        *rc_out = cairn_runner_run(r, "rag", task, NULL, input_json, strlen(input_json), NULL, NULL);
+        *rc_out =
+            cairn_runner_run(r, "rag", task, NULL, input_json, strlen(input_json), NULL, NULL);
         cairn_task *t = NULL;
         if (cairn_task_load(st, task, &t) == 0) {
             snprintf(task_err, errlen, "%s", cairn_task_error(t));
@@ -208,25 +214,28 @@ static void bm25_step(const char *root)
     ok(rc == 0, "index built after the pipeline was configured");
     cairn__bm25_close(ix);
 
-    t = run_task(store, g_cfg, "t-ok", "{\"title\": \"Mug 陶瓷杯\", \"keywords\": [\"350ml\", \"ceramic\"]}",
-                 &rc, terr, sizeof terr);
+    t = run_task(store, g_cfg, "t-ok",
+                 "{\"title\": \"Mug 陶瓷杯\", \"keywords\": [\"350ml\", \"ceramic\"]}", &rc, terr,
+                 sizeof terr);
     json_t *o = step_output(t), *d = json_object_get(o, "docs");
-    ok(rc == 0 && !strcmp(sv(json_object_get(o, "query")),
-                          "Mug 陶瓷杯 350ml ceramic"),
+    ok(rc == 0 && !strcmp(sv(json_object_get(o, "query")), "Mug 陶瓷杯 350ml ceramic"),
        "step output has the query (rc %d, %s)", rc, terr);
     ok(json_array_size(d) == 2, "top_k 2 documents (%zu)", json_array_size(d));
     const char *id0 = json_string_value(json_object_get(json_array_get(d, 0), "id"));
     const char *id1 = json_string_value(json_object_get(json_array_get(d, 1), "id"));
     double s0 = json_number_value(json_object_get(json_array_get(d, 0), "score"));
     double s1 = json_number_value(json_object_get(json_array_get(d, 1), "score"));
-    ok(id0 && id1 && ((!strcmp(id0, "m1") && !strcmp(id1, "m2")) || (!strcmp(id0, "m2") && !strcmp(id1, "m1"))) &&
+    ok(id0 && id1 &&
+           ((!strcmp(id0, "m1") && !strcmp(id1, "m2")) ||
+            (!strcmp(id0, "m2") && !strcmp(id1, "m1"))) &&
            s0 >= s1 && s1 > 0,
        "the two mugs, best first (%s %.3f, %s %.3f)", id0 ? id0 : "-", s0, id1 ? id1 : "-", s1);
     ok(json_is_string(json_object_get(json_array_get(d, 0), "text")), "docs carry their text");
     json_decref(t);
 
     t = run_task(store, g_cfg, "t-bad", "{\"title\": [\"ok\", 3]}", &rc, terr, sizeof terr);
-    ok(rc == CAIRN_EDEAD && strstr(terr, "title[1]"), "a bad input field kills the task (%s)", terr);
+    ok(rc == CAIRN_EDEAD && strstr(terr, "title[1]"), "a bad input field kills the task (%s)",
+       terr);
     json_decref(t);
     cairn__retrieve_cfg_free(g_cfg);
     free(store), free(index);
@@ -309,10 +318,11 @@ static void http(const char *root)
     cairn__bm25_hit *h = NULL;
     size_t n = 0;
     char err[1024];
-    int rc = http_query(port, "ok", ", \"top_k\": 2, \"text_field\": \"body\"", &h, &n, err, sizeof err);
+    int rc =
+        http_query(port, "ok", ", \"top_k\": 2, \"text_field\": \"body\"", &h, &n, err, sizeof err);
     ok(rc == 0 && n == 2, "ok: 2 hits (rc %d, %s)", rc, err);
-    ok(n == 2 && !strcmp(h[0].id, "d1") && h[0].score == 3.5 && !strcmp(h[0].text, "echo blue mug") &&
-           !strcmp(h[1].id, "d2") && h[1].score == 2.5,
+    ok(n == 2 && !strcmp(h[0].id, "d1") && h[0].score == 3.5 &&
+           !strcmp(h[0].text, "echo blue mug") && !strcmp(h[1].id, "d2") && h[1].score == 2.5,
        "hits.hits[]._id/_score/_source.body taken; the server saw size 2 and match.body");
     cairn__bm25_hits_free(h, n);
     rc = http_query(port, "many", ", \"top_k\": 2", &h, &n, err, sizeof err);
@@ -348,7 +358,21 @@ static void http(const char *root)
     ok(rc == CAIRN_ETRANSIENT && dt < 2500 && strstr(err, "imeout"),
        "a slow server times out after timeout_ms -> transient (%lld ms, %s)", (long long)dt, err);
     rc = http_query(closed_port(), "ok", NULL, &h, &n, err, sizeof err);
-    ok(rc == CAIRN_ETRANSIENT && strstr(err, "127.0.0.1"), "connection refused -> transient (%s)", err);
+    ok(rc == CAIRN_ETRANSIENT && strstr(err, "127.0.0.1"), "connection refused -> transient (%s)",
+       err);
+
+    {
+        char *json = tu_fmt("{\"type\": \"http\", \"url\": \"http://127.0.0.1:%d/ok/_search\", "
+                            "\"query_fields\": [\"q\"]}",
+                            port);
+        cairn__retrieve_cfg *c = cfg(json, NULL);
+        free(json);
+        h = NULL, n = 0;
+        rc = cairn__retrieve_search(c, "bad \xff query", &h, &n, err, sizeof err);
+        ok(rc == CAIRN_EPERMANENT && strstr(err, "UTF-8"),
+           "a query that is not UTF-8 -> permanent (%s)", err);
+        cairn__retrieve_cfg_free(c);
+    }
 
     /* through the runner: the step's output and a permanent error */
     char *store = tu_fmt("%s/hstore", root);
@@ -362,8 +386,7 @@ static void http(const char *root)
     json_t *o = step_output(t), *d = json_object_get(o, "docs");
     ok(rc == 0 && json_array_size(d) == 3 &&
            !strcmp(sv(json_object_get(json_array_get(d, 2), "id")), "d3") &&
-           !strcmp(sv(json_object_get(json_array_get(d, 0), "text")),
-                   "echo Blue mug"),
+           !strcmp(sv(json_object_get(json_array_get(d, 0), "text")), "echo Blue mug"),
        "http step output: 3 docs in the server's order (rc %d, %s)", rc, terr);
     json_decref(t);
     cairn__retrieve_cfg_free(c);

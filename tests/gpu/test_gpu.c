@@ -1,0 +1,538 @@
+/* tests/gpu/test_gpu.c - the CUDA backend against the CPU backend (suite 'gpu').
+ *
+ * Skips (a SKIP plan, see skip_all) when the build has no CUDA backend or no usable device is present. With one,
+ * random llama/qwen2 models of every weight type (GQA, tied and untied output) are run through
+ * both backends and compared: the reference is the CPU's batched prompt path (dequantize +
+ * f32 GEMM: exact float arithmetic on the exact dequantized weights, for every type; the CPU's
+ * decode path rounds activations to int8 for Q8_0/Q4_0 and is not a reference for that).
+ *
+ * Error metric: max |got - ref| / max |ref| over all logits of all positions. Tolerances:
+ *   1e-3 for the default device types (f32 for all-F32 models, f16 otherwise): the f16 path
+ *        rounds each weight and each matrix-product input to 11 significant bits;
+ *   1e-2 for bf16 (CAIRN_CUDA_DTYPE=bf16, 8 significant bits).
+ * Prompt (matrix-matrix, chunked) and decode (one token, CUDA graph) paths are each checked,
+ * plus: truncate + re-decode bit for bit, greedy tokens equal to the CPU's wherever the CPU's
+ * top two logits are well separated, exact resume through the engine, and the error codes.
+ *
+ * CAIRN_TEST_BACKEND=cpu runs the same program with the CPU backend in place of CUDA (CPU
+ * against CPU): a check of this harness on a machine without a GPU.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu/backend.h"
+#include "gpu/engine.h"
+#include "gpu/gguf.h"
+#include "gpu/model.h"
+#include "gpu/tokenizer.h"
+#include "tests/model/mkmodel.h"
+#include "tests/tap.h"
+
+#include "cairn_errors.h"
+enum {
+#define CAIRN__X(n, v, s) CAIRN_##n = v,
+    CAIRN_ERROR_TABLE(CAIRN__X)
+#undef CAIRN__X
+};
+
+#ifdef CAIRN_HAVE_CUDA
+/* gpu/backend_cuda.cu */
+const char *cairn__cuda_dtype(const cairn__backend *b);
+#endif
+
+/* "1..0 # SKIP why" and exit status 0: meson's TAP protocol (1.0) reports a program that exits
+ * 77 as an ERROR whatever it printed, and a SKIP plan with status 0 as skipped. (tap_skip_all's
+ * exit 77 is right for protocol 'exitcode' only.) */
+static int skip_all(const char *why)
+{
+    printf("1..0 # SKIP %s\n", why);
+    fflush(stdout);
+    return 0;
+}
+
+static const char *BK = "cuda"; /* the backend under test */
+static int is_cuda = 1;
+
+typedef struct {
+    unsigned char *buf;
+    cairn__gguf *g;
+    cairn__model *m;
+} loaded;
+
+static int load_spec(const mk_spec *s, loaded *L, char *err, size_t errlen)
+{
+    memset(L, 0, sizeof *L);
+    size_t len;
+    if (mk_model(s, &L->buf, &len) != 0) {
+        snprintf(err, errlen, "mk_model failed");
+        return -1000;
+    }
+    int rc = cairn__gguf_open_mem(L->buf, len, &L->g, err, errlen);
+    if (rc)
+        return rc;
+    return cairn__model_load(L->g, &L->m, err, errlen);
+}
+
+static void unload(loaded *L)
+{
+    cairn__model_free(L->m);
+    cairn__gguf_close(L->g);
+    free(L->buf);
+}
+
+/* max |a - ref| / max |ref|; NaN anywhere counts as infinitely wrong */
+static double rel_err(const float *a, const float *ref, size_t n)
+{
+    double md = 0, mr = 0;
+    for (size_t i = 0; i < n; i++) {
+        const double d = fabs((double)a[i] - (double)ref[i]);
+        if (d != d)
+            return INFINITY;
+        md = fmax(md, d);
+        mr = fmax(mr, fabs((double)ref[i]));
+    }
+    return md / (mr > 0 ? mr : 1);
+}
+
+/* sets or clears CAIRN_CUDA_DTYPE for the next backend created */
+static void set_dtype(const char *dt)
+{
+    if (dt)
+        setenv("CAIRN_CUDA_DTYPE", dt, 1);
+    else
+        unsetenv("CAIRN_CUDA_DTYPE");
+}
+
+static const char *dtype_of(const cairn__backend *b)
+{
+#ifdef CAIRN_HAVE_CUDA
+    if (is_cuda)
+        return cairn__cuda_dtype(b);
+#endif
+    (void)b;
+    return "cpu";
+}
+
+static const int32_t PROMPT[] = {1, 17, 250, 3, 99, 42, 42, 7, 280, 5, 61, 200, 13};
+#define NP ((int)(sizeof PROMPT / sizeof *PROMPT))
+
+typedef struct {
+    const char *arch;
+    uint32_t type;
+    int tied;
+    int dim, heads, kv, ff; /* 0: mkmodel's defaults (64, 4, 2, 128) */
+    const char *dtype;      /* CAIRN_CUDA_DTYPE, NULL: default */
+    const char *want;       /* expected device type */
+    double tol;
+    int n_batch;            /* of the backend under test */
+} gcase;
+
+/* one model: CPU batched logits as reference; tested prompt and decode paths against it */
+static void check_case(const gcase *c)
+{
+    mk_spec s;
+    mk_spec_default(&s);
+    s.arch = c->arch;
+    s.wtype = c->type;
+    s.tied = c->tied;
+    s.seed = 11 + c->type * 3 + (uint64_t)c->tied;
+    if (c->dim) {
+        s.dim = c->dim;
+        s.n_heads = c->heads;
+        s.n_kv_heads = c->kv;
+        s.ff = c->ff;
+    }
+    char name[160], err[256];
+    snprintf(name, sizeof name, "%s %s%s%s%s hd %d gqa %d:%d", c->arch, cairn__ggml_type_name(c->type),
+             c->tied ? " tied" : "", c->dtype ? " as " : "", c->dtype ? c->dtype : "", s.dim / s.n_heads, s.n_heads,
+             s.n_kv_heads);
+    loaded L;
+    int rc = load_spec(&s, &L, err, sizeof err);
+    if (!ok(rc == 0, "%s: model loads (%s)", name, rc ? err : "ok")) {
+        unload(&L);
+        return;
+    }
+    const size_t V = (size_t)L.m->n_vocab;
+    float *ref = malloc(NP * V * sizeof *ref), *bat = malloc(NP * V * sizeof *bat);
+    float *dec = malloc(NP * V * sizeof *dec), *again = malloc(V * sizeof *again);
+    cairn__backend *cpu = NULL, *b = NULL;
+    cairn__backend_opts oc = {.n_ctx = 64, .n_threads = 2, .n_batch = 64};
+    cairn__backend_opts ot = {.n_ctx = 64, .n_threads = 2, .n_batch = c->n_batch};
+    rc = cairn__backend_new("cpu", L.m, &oc, &cpu, err, sizeof err);
+    if (rc == 0)
+        rc = cairn__backend_forward(cpu, PROMPT, NP, 0, ref, 1);
+    set_dtype(c->dtype);
+    int rt = rc == 0 ? cairn__backend_new(BK, L.m, &ot, &b, err, sizeof err) : -1;
+    set_dtype(NULL);
+    if (!ok(rc == 0 && rt == 0 && ref && bat && dec && again, "%s: cpu and %s backends (%s)", name, BK,
+            rt ? err : "ok"))
+        goto out;
+    if (is_cuda && c->want)
+        ok(strcmp(dtype_of(b), c->want) == 0, "%s: device type %s (want %s)", name, dtype_of(b), c->want);
+    /* prompt: chunks of n_batch (a final chunk of one token takes the decode graph) */
+    for (size_t i = 0; i < NP * V; i++)
+        bat[i] = dec[i] = NAN; /* every logit must be written */
+    rc = cairn__backend_forward(b, PROMPT, NP, 0, bat, 1);
+    const double e1 = rel_err(bat, ref, NP * V);
+    diag("%s: prompt max rel diff %.3g, n_batch %d", name, e1, c->n_batch);
+    ok(rc == 0 && e1 <= c->tol, "%s: prompt path vs cpu: %.3g <= %g (%s)", name, e1, c->tol,
+       rc ? cairn__backend_errmsg(b) : "ok");
+    /* decode: one token at a time over the same positions (rewrites the cache from 0) */
+    rc = 0;
+    for (int i = 0; i < NP && rc == 0; i++)
+        rc = cairn__backend_forward(b, &PROMPT[i], 1, i, dec + (size_t)i * V, 0);
+    const double e2 = rel_err(dec, ref, NP * V), e3 = rel_err(dec, bat, NP * V);
+    diag("%s: decode max rel diff %.3g (vs own prompt path %.3g)", name, e2, e3);
+    ok(rc == 0 && e2 <= c->tol, "%s: decode path vs cpu: %.3g <= %g (%s)", name, e2, c->tol,
+       rc ? cairn__backend_errmsg(b) : "ok");
+    ok(e3 <= c->tol, "%s: decode vs prompt path: %.3g <= %g", name, e3, c->tol);
+    /* the decode graph replays bit for bit after a truncation */
+    cairn__backend_truncate(b, 5);
+    rc = cairn__backend_forward(b, &PROMPT[5], 1, 5, again, 0);
+    ok(rc == 0 && memcmp(again, dec + 5 * V, V * sizeof *again) == 0 && cairn__backend_n_past(b) == 6,
+       "%s: truncate + re-decode reproduces the logits bit for bit", name);
+    /* logits NULL (cache only), then the last position with logits: same as the decode run */
+    cairn__backend_truncate(b, 0);
+    rc = 0;
+    for (int i = 0; i < NP - 1 && rc == 0; i++)
+        rc = cairn__backend_forward(b, &PROMPT[i], 1, i, NULL, 0);
+    if (rc == 0)
+        rc = cairn__backend_forward(b, &PROMPT[NP - 1], 1, NP - 1, again, 0);
+    ok(rc == 0 && memcmp(again, dec + (size_t)(NP - 1) * V, V * sizeof *again) == 0,
+       "%s: logit-less steps write the same cache as logit steps (last logits bit for bit)", name);
+out:
+    cairn__backend_free(b);
+    cairn__backend_free(cpu);
+    free(ref);
+    free(bat);
+    free(dec);
+    free(again);
+    unload(&L);
+}
+
+/* A prompt longer than the attention kernel's warps and one chunk, with a wider head. */
+static void check_long(int dim, int heads, int kv, const char *arch)
+{
+    mk_spec s;
+    mk_spec_default(&s);
+    s.arch = arch;
+    s.dim = dim;
+    s.n_heads = heads;
+    s.n_kv_heads = kv;
+    s.ff = 2 * dim;
+    s.wtype = CAIRN__GGML_F16;
+    s.ctx = 512;
+    s.seed = 31 + (uint64_t)dim;
+    char err[256];
+    loaded L;
+    int rc = load_spec(&s, &L, err, sizeof err);
+    const int n = 300;
+    int32_t *toks = malloc(n * sizeof *toks);
+    const size_t V = (size_t)s.vocab;
+    float *ref = malloc(n * V * sizeof *ref), *got = malloc(n * V * sizeof *got), *last = malloc(V * sizeof *last);
+    cairn__backend *cpu = NULL, *b = NULL;
+    cairn__backend_opts oc = {.n_ctx = 320, .n_threads = 2, .n_batch = 320};
+    cairn__backend_opts ot = {.n_ctx = 320, .n_threads = 2, .n_batch = 128};
+    uint64_t r = 12345;
+    for (int i = 0; toks && i < n; i++) {
+        r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+        toks[i] = (int32_t)(r % V);
+    }
+    if (rc == 0)
+        rc = cairn__backend_new("cpu", L.m, &oc, &cpu, err, sizeof err);
+    if (rc == 0)
+        rc = cairn__backend_new(BK, L.m, &ot, &b, err, sizeof err);
+    if (!ok(rc == 0 && toks && ref && got && last, "long %s hd %d: setup (%s)", arch, dim / heads, rc ? err : "ok"))
+        goto out;
+    rc = cairn__backend_forward(cpu, toks, n, 0, ref, 1);
+    rc |= cairn__backend_forward(b, toks, n, 0, got, 1);
+    const double e = rel_err(got, ref, n * V);
+    diag("long %s hd %d: %d-token prompt in chunks of 128, max rel diff %.3g", arch, dim / heads, n, e);
+    ok(rc == 0 && e <= 1e-3, "long %s hd %d: %d-token prompt vs cpu: %.3g <= 1e-3", arch, dim / heads, n, e);
+    /* decode at a long position: re-decode the last token */
+    rc = cairn__backend_forward(b, &toks[n - 1], 1, n - 1, last, 0);
+    const double e2 = rel_err(last, ref + (size_t)(n - 1) * V, V);
+    ok(rc == 0 && e2 <= 1e-3, "long %s hd %d: decode at position %d vs cpu: %.3g <= 1e-3", arch, dim / heads, n - 1,
+       e2);
+out:
+    cairn__backend_free(b);
+    cairn__backend_free(cpu);
+    free(toks);
+    free(ref);
+    free(got);
+    free(last);
+    unload(&L);
+}
+
+static int argmax(const float *x, size_t n)
+{
+    size_t a = 0;
+    for (size_t i = 1; i < n; i++)
+        if (x[i] > x[a])
+            a = i;
+    return (int)a;
+}
+
+/* Greedy decoding, teacher-forced with the CPU's choice so that one near-tie does not derail the
+ * rest: the tested backend must pick the CPU's token wherever the CPU's top two logits are more
+ * than 5e-3 * max |logit| apart (five times what the 1e-3 tolerance can move them). */
+static void check_greedy(uint32_t type)
+{
+    mk_spec s;
+    mk_spec_default(&s);
+    s.dim = 128;
+    s.ff = 256;
+    s.wtype = type;
+    s.seed = 99;
+    char err[256];
+    loaded L;
+    int rc = load_spec(&s, &L, err, sizeof err);
+    const size_t V = (size_t)s.vocab;
+    float *lc = malloc(V * sizeof *lc), *lt = malloc(V * sizeof *lt);
+    cairn__backend *cpu = NULL, *b = NULL;
+    cairn__backend_opts o = {.n_ctx = 96, .n_threads = 2};
+    if (rc == 0)
+        rc = cairn__backend_new("cpu", L.m, &o, &cpu, err, sizeof err);
+    if (rc == 0)
+        rc = cairn__backend_new(BK, L.m, &o, &b, err, sizeof err);
+    if (rc == 0)
+        rc = cairn__backend_forward(cpu, PROMPT, NP, 0, lc, 0);
+    if (rc == 0)
+        rc = cairn__backend_forward(b, PROMPT, NP, 0, lt, 0);
+    int compared = 0, differ = 0, pos = NP;
+    for (int t = 0; rc == 0 && t < 48; t++) {
+        const int ac = argmax(lc, V), at = argmax(lt, V);
+        float top = lc[ac], second = -INFINITY, mx = 0;
+        for (size_t i = 0; i < V; i++) {
+            if ((int)i != ac && lc[i] > second)
+                second = lc[i];
+            mx = fmaxf(mx, fabsf(lc[i]));
+        }
+        if (top - second > 5e-3f * mx) {
+            compared++;
+            if (ac != at) {
+                diag("greedy %s step %d: cpu %d (gap %.3g), %s %d", cairn__ggml_type_name(type), t, ac,
+                     (double)(top - second), BK, at);
+                differ++;
+            }
+        }
+        int32_t tok = ac;
+        rc = cairn__backend_forward(cpu, &tok, 1, pos, lc, 0);
+        if (rc == 0)
+            rc = cairn__backend_forward(b, &tok, 1, pos, lt, 0);
+        pos++;
+    }
+    ok(rc == 0 && differ == 0 && compared >= 24,
+       "greedy %s: same token as the cpu at all %d well-separated steps of 48 (%d differ)",
+       cairn__ggml_type_name(type), compared, differ);
+    cairn__backend_free(b);
+    cairn__backend_free(cpu);
+    free(lc);
+    free(lt);
+    unload(&L);
+}
+
+typedef struct {
+    int32_t tokens[40][40];
+    size_t n[40];
+    uint8_t state[40][CAIRN__SAMPLER_STATE_BYTES];
+    int count;
+} checkpoints;
+
+static int on_progress(void *u, const int32_t *gen, size_t n, const uint8_t *st, size_t sl)
+{
+    checkpoints *c = u;
+    if (c->count < 40 && n <= 40 && sl == CAIRN__SAMPLER_STATE_BYTES) {
+        memcpy(c->tokens[c->count], gen, n * sizeof *gen);
+        c->n[c->count] = n;
+        memcpy(c->state[c->count], st, sl);
+        c->count++;
+    }
+    return 0;
+}
+
+static int same_result(const cairn__gen_result *a, const cairn__gen_result *b)
+{
+    return a->finish == b->finish && a->n_tokens == b->n_tokens &&
+           memcmp(a->tokens, b->tokens, a->n_tokens * sizeof *a->tokens) == 0 && a->text_len == b->text_len &&
+           memcmp(a->text, b->text, a->text_len) == 0;
+}
+
+/* sampling with temperature through the engine; resuming from every checkpoint must give the
+ * uninterrupted result exactly (prompt as one batch, generated tokens one at a time, the
+ * earlier ones without logits: the second decode graph) */
+static void check_resume(void)
+{
+    mk_spec s;
+    mk_spec_default(&s);
+    s.tokenizer = 1;
+    s.wtype = CAIRN__GGML_Q4_0;
+    s.seed = 5;
+    char err[256];
+    loaded L;
+    cairn__tok *tok = NULL;
+    cairn__backend *b = NULL;
+    cairn__engine *e = NULL;
+    int rc = load_spec(&s, &L, err, sizeof err);
+    if (rc == 0)
+        rc = cairn__tok_load(L.g, &tok, err, sizeof err);
+    cairn__backend_opts bo = {.n_ctx = 160, .n_threads = 2, .n_batch = 8};
+    if (rc == 0)
+        rc = cairn__backend_new(BK, L.m, &bo, &b, err, sizeof err);
+    if (rc == 0)
+        rc = cairn__engine_new(L.m, tok, b, &e);
+    if (!ok(rc == 0, "engine on %s (%s)", BK, rc ? err : "ok"))
+        goto out;
+    const char *prompt = "the cat sat on the mat and the dog sat on the log";
+    cairn__gen_opts o;
+    cairn__gen_opts_default(&o);
+    o.max_tokens = 36;
+    o.sampling.seed = 4321;
+    o.sampling.temperature = 0.9f;
+    o.sampling.top_k = 50;
+    o.sampling.top_p = 0.95f;
+    o.ignore_eos = 1;
+    checkpoints ck;
+    memset(&ck, 0, sizeof ck);
+    o.on_progress = on_progress;
+    o.progress_every = 3;
+    o.user = &ck;
+    cairn__gen_result r1, r2;
+    rc = cairn__engine_generate(e, prompt, strlen(prompt), &o, &r1);
+    if (!ok(rc == 0 && r1.n_tokens == 36, "engine on %s generates 36 tokens (%s: %zu tokens, finish %s)", BK,
+            rc ? cairn__engine_errmsg(e) : "ok", rc ? 0 : r1.n_tokens, rc ? "-" : cairn__finish_name(r1.finish))) {
+        if (rc == 0)
+            cairn__gen_result_free(&r1);
+        goto out;
+    }
+    diag("engine on %s: %zu prompt tokens, %.0f tok/s prompt, %.0f tok/s decode", BK, r1.n_prompt, r1.prompt_tps,
+         r1.gen_tps);
+    o.on_progress = NULL;
+    rc = cairn__engine_generate(e, prompt, strlen(prompt), &o, &r2);
+    ok(rc == 0 && same_result(&r1, &r2), "engine on %s: same inputs -> same tokens", BK);
+    cairn__gen_result_free(&r2);
+    int32_t *ptoks = NULL;
+    size_t np = 0;
+    int all = cairn__tok_encode(tok, prompt, strlen(prompt), 1, 1, &ptoks, &np) == 0 && ck.count == 12;
+    for (int c = 0; all && c < ck.count; c++) {
+        rc = cairn__engine_resume(e, ptoks, np, ck.tokens[c], ck.n[c], ck.state[c], CAIRN__SAMPLER_STATE_BYTES, &o,
+                                  &r2);
+        if (rc != 0 || !same_result(&r1, &r2)) {
+            diag("checkpoint %d (%zu tokens): rc %d, %zu tokens", c, ck.n[c], rc, rc ? 0 : r2.n_tokens);
+            all = 0;
+        }
+        if (rc == 0)
+            cairn__gen_result_free(&r2);
+    }
+    ok(all, "engine on %s: resume from each of %d checkpoints gives exactly the uninterrupted result", BK, ck.count);
+    free(ptoks);
+    cairn__gen_result_free(&r1);
+out:
+    cairn__engine_free(e);
+    cairn__backend_free(b);
+    cairn__tok_free(tok);
+    unload(&L);
+}
+
+static void check_errors(void)
+{
+    mk_spec s;
+    mk_spec_default(&s);
+    char err[256];
+    loaded L;
+    int rc = load_spec(&s, &L, err, sizeof err);
+    cairn__backend *b = NULL;
+    cairn__backend_opts o = {.n_ctx = 8, .n_threads = 1};
+    if (rc == 0)
+        rc = cairn__backend_new(BK, L.m, &o, &b, err, sizeof err);
+    float *lg = malloc((size_t)s.vocab * sizeof *lg);
+    ok(rc == 0 && lg && cairn__backend_forward(b, PROMPT, 9, 0, lg, 0) == CAIRN_ECONTEXT,
+       "9 tokens into a context of 8 -> ECONTEXT (%s)", cairn__backend_errmsg(b));
+    ok(cairn__backend_forward(b, PROMPT, 8, 0, lg, 0) == 0, "8 tokens fit a context of 8");
+    ok(cairn__backend_forward(b, PROMPT, 1, 8, lg, 0) == CAIRN_ECONTEXT, "a 9th position -> ECONTEXT");
+    int32_t bad = 100000;
+    ok(cairn__backend_forward(b, &bad, 1, 0, lg, 0) == CAIRN_EINVAL, "token outside the vocabulary -> EINVAL");
+    cairn__backend_free(b);
+    b = NULL;
+    if (is_cuda) {
+        cairn__backend_opts od = {.n_ctx = 8, .device = 999};
+        rc = cairn__backend_new("cuda", L.m, &od, &b, err, sizeof err);
+        ok(rc == CAIRN_ENODEVICE && b == NULL && strstr(err, "no CUDA device"), "device 999 -> ENODEVICE (%s)", err);
+        set_dtype("fp8");
+        rc = cairn__backend_new("cuda", L.m, &o, &b, err, sizeof err);
+        set_dtype(NULL);
+        ok(rc == CAIRN_EINVAL && b == NULL && strstr(err, "CAIRN_CUDA_DTYPE"), "CAIRN_CUDA_DTYPE=fp8 -> EINVAL (%s)",
+           err);
+        rc = cairn__backend_new("auto", L.m, &o, &b, err, sizeof err);
+        ok(rc == 0 && strcmp(cairn__backend_name(b), "cuda") == 0, "auto picks cuda when a device is present (%s)",
+           rc ? err : cairn__backend_name(b));
+        cairn__backend_free(b);
+    }
+    free(lg);
+    unload(&L);
+}
+
+int main(void)
+{
+    const char *env = getenv("CAIRN_TEST_BACKEND");
+    if (env && *env) {
+        BK = env;
+        is_cuda = strcmp(env, "cuda") == 0;
+    }
+    /* probe: is there a backend to test? */
+    {
+        mk_spec s;
+        mk_spec_default(&s);
+        char err[256];
+        loaded L;
+        int rc = load_spec(&s, &L, err, sizeof err);
+        if (rc != 0) {
+            unload(&L);
+            return skip_all("cannot build the probe model");
+        }
+        cairn__backend *b = NULL;
+        cairn__backend_opts o = {.n_ctx = 8};
+        rc = cairn__backend_new(BK, L.m, &o, &b, err, sizeof err);
+        cairn__backend_free(b);
+        unload(&L);
+        if (rc == CAIRN_ENODEVICE || rc == CAIRN_EUNSUPPORTED)
+            return skip_all(err);
+        if (!ok(rc == 0, "%s backend starts (%s)", BK, rc ? err : "ok"))
+            return tap_done();
+    }
+    const uint32_t flat[] = {CAIRN__GGML_F32, CAIRN__GGML_F16, CAIRN__GGML_BF16, CAIRN__GGML_Q8_0, CAIRN__GGML_Q4_0};
+    for (size_t i = 0; i < sizeof flat / sizeof *flat; i++) {
+        const char *want = flat[i] == CAIRN__GGML_F32 ? "f32" : "f16";
+        /* n_batch 4: chunks 4,4,4,1 (the last through the decode graph); 64: one chunk */
+        const gcase a = {"llama", flat[i], (int)(i % 2), 0, 0, 0, 0, NULL, want, 1e-3, 4};
+        const gcase q = {"qwen2", flat[i], (int)((i + 1) % 2), 0, 0, 0, 0, NULL, want, 1e-3, 64};
+        check_case(&a);
+        check_case(&q);
+    }
+    /* K-quants need rows of 256; heads of 64 and 128, GQA 4:1 and none */
+    const gcase k1 = {"llama", CAIRN__GGML_Q4_K, 0, 256, 4, 1, 512, NULL, "f16", 1e-3, 5};
+    const gcase k2 = {"qwen2", CAIRN__GGML_Q6_K, 1, 256, 2, 2, 512, NULL, "f16", 1e-3, 64};
+    check_case(&k1);
+    check_case(&k2);
+    /* bf16 on request, and f32 forced on a quantized model */
+    const gcase b1 = {"llama", CAIRN__GGML_Q8_0, 0, 0, 0, 0, 0, "bf16", "bf16", 1e-2, 4};
+    const gcase b2 = {"qwen2", CAIRN__GGML_BF16, 1, 0, 0, 0, 0, "bf16", "bf16", 1e-2, 64};
+    const gcase b3 = {"llama", CAIRN__GGML_F32, 1, 0, 0, 0, 0, "bf16", "bf16", 1e-2, 64};
+    const gcase f1 = {"qwen2", CAIRN__GGML_Q4_0, 0, 0, 0, 0, 0, "f32", "f32", 1e-3, 4};
+    const gcase f2 = {"llama", CAIRN__GGML_F16, 0, 0, 0, 0, 0, "f16", "f16", 1e-3, 64};
+    check_case(&b1);
+    check_case(&b2);
+    check_case(&b3);
+    check_case(&f1);
+    check_case(&f2);
+    /* long prompts: head 128 with GQA 2:1 (NEOX), head 256 (the attention kernel's limit) */
+    check_long(512, 4, 2, "qwen2");
+    check_long(512, 2, 1, "llama");
+    check_greedy(CAIRN__GGML_F16);
+    check_greedy(CAIRN__GGML_Q8_0);
+    check_resume();
+    check_errors();
+    return tap_done();
+}
