@@ -74,6 +74,17 @@ int cairn__backend_n_ctx(const cairn__backend *b);
 /* Message of the last failed call on b. */
 const char *cairn__backend_errmsg(const cairn__backend *b);
 
+#ifdef CAIRN_HAVE_CUDA
+/* Diagnostics of the CUDA backend (gpu/backend_cuda.cu), for its test and benchmark:
+ * device-to-device copy bandwidth, bytes of weights read per decoded token, the device
+ * weight type ("f16", "bf16", "f32"), and whether decode runs as a captured graph ("graph"). */
+int cairn__cuda_bandwidth(int device, double *bytes_per_s, char *name, size_t name_len, char *err,
+                          size_t errlen);
+uint64_t cairn__cuda_weight_bytes(const cairn__backend *b);
+const char *cairn__cuda_dtype(const cairn__backend *b);
+const char *cairn__cuda_graph_status(const cairn__backend *b);
+#endif
+
 #ifdef __cplusplus
 }
 #endif

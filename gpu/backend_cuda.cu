@@ -62,6 +62,9 @@ int cairn__cuda_bandwidth(int device, double *bytes_per_s, char *name, size_t na
 uint64_t cairn__cuda_weight_bytes(const cairn__backend *b);
 /* The device element type of b's weights: "f32", "f16" or "bf16". */
 const char *cairn__cuda_dtype(const cairn__backend *b);
+/* How decode steps run: "graph", "not yet" (no decode step so far), or "eager: <why the capture
+ * failed>" (the backend then launches the same kernels directly; correct, only slower). */
+const char *cairn__cuda_graph_status(const cairn__backend *b);
 }
 
 enum dtype { DT_F32 = 0, DT_F16 = 1, DT_BF16 = 2 };
@@ -111,6 +114,8 @@ typedef struct {
     int *h_tokens, *h_pos;
     float *h_logits;
     cudaGraphExec_t graph_head, graph_nohead;
+    int no_graph;        /* a capture failed: decode steps are launched directly */
+    char graph_err[256]; /* why */
 } cuda_backend;
 
 /* ==== errors ======================================================================================= */
@@ -307,12 +312,26 @@ static int decode_step(cuda_backend *b, int32_t token, int pos, float *logits)
     cudaGraphExec_t *ge = head ? &b->graph_head : &b->graph_nohead;
     b->h_tokens[0] = token; /* the previous step has completed: the staging is free */
     b->h_pos[0] = pos;
-    if (!*ge) {
+    if (!*ge && !b->no_graph) {
         int rc = capture(b, head, ge);
+        if (rc == CAIRN_ENOMEM)
+            return rc;
+        if (rc) { /* run without graphs from now on (both kinds: the cache they write must agree) */
+            b->no_graph = 1;
+            snprintf(b->graph_err, sizeof b->graph_err, "eager: %s", b->base.err);
+            b->base.err[0] = '\0';
+            const cudaError_t se = cudaStreamSynchronize(b->stream);
+            if (se != cudaSuccess) /* a fault, not a capture problem */
+                return cuda_err(b->e, b->elen, se, "decode step");
+        }
+    }
+    if (b->no_graph) {
+        int rc = enqueue_decode(b, head);
         if (rc)
             return rc;
+    } else {
+        CU(b, cudaGraphLaunch(*ge, b->stream), "cudaGraphLaunch");
     }
-    CU(b, cudaGraphLaunch(*ge, b->stream), "cudaGraphLaunch");
     CU(b, cudaStreamSynchronize(b->stream), "decode step");
     if (head)
         memcpy(logits, b->h_logits, (size_t)b->base.model->n_vocab * sizeof(float));
@@ -664,6 +683,11 @@ static int create_as(const cairn__model *m, const cairn__backend_opts *o, int de
             rc = cairn__errf(err, errlen, CAIRN_EUNSUPPORTED, "a weight is beyond the range of f16");
         }
     }
+    if (!rc) { /* pageable-memory copies may still be in flight: finish before the stream starts */
+        cudaError_t e = cudaDeviceSynchronize();
+        if (e != cudaSuccess)
+            rc = cuda_err(err, errlen, e, "weight upload");
+    }
     if (rc) {
         cuda_destroy(&b->base);
         return rc;
@@ -786,6 +810,16 @@ uint64_t cairn__cuda_weight_bytes(const cairn__backend *b)
 const char *cairn__cuda_dtype(const cairn__backend *b)
 {
     return b && b->ops == &cairn__backend_cuda_ops ? DT_NAME[((const cuda_backend *)b)->dt] : "none";
+}
+
+const char *cairn__cuda_graph_status(const cairn__backend *bb)
+{
+    if (!bb || bb->ops != &cairn__backend_cuda_ops)
+        return "none";
+    const cuda_backend *b = (const cuda_backend *)bb;
+    if (b->no_graph)
+        return b->graph_err;
+    return b->graph_head || b->graph_nohead ? "graph" : "not yet";
 }
 
 const cairn__backend_ops cairn__backend_cuda_ops = {"cuda", cuda_create, cuda_forward, cuda_destroy};

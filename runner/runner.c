@@ -1143,6 +1143,10 @@ static int resolve_txn(cairn__txn *t, void *arg)
         return cairn__store_fail(s, rc, "no task '%s'", a->id);
     if (rc)
         return rc;
+    if (task.state != CAIRN_IN_DOUBT) /* before the step lookup: a running task may have none */
+        return cairn__store_fail(s, CAIRN_ESTATE,
+                                 "task '%s' is %s: only a task in doubt can be resolved", a->id,
+                                 cairn_state_name((cairn_state)task.state));
     cairn__step_rec st;
     rc = cairn__step_get(t, a->id, a->step, task.generation, &st);
     if (rc == CAIRN_ENOTFOUND)

@@ -2,7 +2,9 @@
  *
  * ok(cond, fmt, ...) prints "ok N - name" or "not ok N - name" with the file and
  * line of a failure; tap_done() prints the plan and returns the exit status.
- * tap_skip_all(why) exits 77 so meson counts the program as skipped.
+ * tap_skip_all(why) prints the TAP "skip all" plan and exits 0: with `protocol: 'tap'` meson
+ * (1.0, Debian 12) counts that plan as skipped, while an exit status of 77 would be an ERROR
+ * there (77 means "skipped" only for meson's exitcode protocol).
  */
 #ifndef CAIRN_TAP_H
 #define CAIRN_TAP_H
@@ -63,7 +65,7 @@ static inline void tap_skip_all(const char *why)
 {
     printf("1..0 # SKIP %s\n", why);
     fflush(stdout);
-    exit(77);
+    exit(0);
 }
 
 #endif

@@ -29,13 +29,6 @@
 #include "gpu/model.h"
 #include "tests/model/mkmodel.h"
 
-#ifdef CAIRN_HAVE_CUDA
-/* gpu/backend_cuda.cu */
-int cairn__cuda_bandwidth(int device, double *bytes_per_s, char *name, size_t name_len, char *err, size_t errlen);
-uint64_t cairn__cuda_weight_bytes(const cairn__backend *b);
-const char *cairn__cuda_dtype(const cairn__backend *b);
-#endif
-
 typedef struct {
     const char *name;
     int dim, layers, heads, kv, ff, vocab;
@@ -273,6 +266,10 @@ int main(int argc, char **argv)
                     fprintf(stderr, "bench-llm: %s backend: %s\n", bname, cairn__backend_errmsg(b));
                     return 70;
                 }
+#ifdef CAIRN_HAVE_CUDA
+                if (bi == 1 && strcmp(cairn__cuda_graph_status(b), "graph") != 0)
+                    fprintf(stderr, "bench-llm: cuda decode without a graph: %s\n", cairn__cuda_graph_status(b));
+#endif
                 double t = now_s();
                 rc |= cairn__backend_forward(b, toks, n_prompt, 0, logits, 0);
                 const double prompt_tps = n_prompt / (now_s() - t);

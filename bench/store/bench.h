@@ -12,9 +12,9 @@
 #include "cairn.h"
 
 enum {
-    BENCH_STEPS = 10,         /* steps per task in the throughput runs */
-    BENCH_RESUME_STEPS = 4,   /* steps of the task whose resume read is measured */
-    BENCH_LEASE_MS = 60000    /* the runner's default lease */
+    BENCH_STEPS = 10,       /* steps per task in the throughput runs */
+    BENCH_RESUME_STEPS = 4, /* steps of the task whose resume read is measured */
+    BENCH_LEASE_MS = 60000  /* the runner's default lease */
 };
 
 /* Targets from the project's performance goals (see bench/README.md). */
@@ -65,8 +65,7 @@ const char *bench_cairn_errmsg(const bench_cairn *c);
  * succeeded one is an idempotent hit. 0 or a CAIRN_E* code. */
 int bench_cairn_run_task(bench_cairn *c, const char *id, uint32_t n);
 /* Setup for the commit loop (untimed): tasks "<prefix><first>".. running under a lease. */
-int bench_cairn_create_running(bench_cairn *c, const char *prefix, uint32_t first,
-                               uint32_t count);
+int bench_cairn_create_running(bench_cairn *c, const char *prefix, uint32_t first, uint32_t count);
 /* One step commit, doing exactly what runner.c's commit_txn does for a finished step. `durable`
  * is CAIRN__RELAXED (what the runner uses for compute steps) or CAIRN__DURABLE. */
 int bench_cairn_commit_step(bench_cairn *c, const char *task, const char *step, int durable);
@@ -114,7 +113,7 @@ typedef struct bench_tput {
     double steps_s;        /* the median of the rounds' rates */
     double p50_us, p99_us; /* per commit (commit loops) or per whole task (task runs) */
     uint64_t steps;
-    double seconds; /* time inside the measured calls, all rounds */
+    double seconds;                /* time inside the measured calls, all rounds */
     double rate[BENCH_MAX_ROUNDS]; /* steps/s of each round, in round order */
     int n_rate;
 } bench_tput;
@@ -140,8 +139,8 @@ typedef struct bench_results {
     uint32_t tasks_sync, tasks_nosync, rounds;
     bench_config cfg[4]; /* power-loss 256, 8192; process-crash 256, 8192 */
     bench_lat cairn_read_step, cairn_read_task, sqlite_read_step, sqlite_read_task; /* us */
-    bench_lat spawn_true, spawn_help, spawn_hit; /* ms */
-    bench_lat inproc_hit;                        /* us */
+    bench_lat spawn_true, spawn_help, spawn_hit;                                    /* ms */
+    bench_lat inproc_hit;                                                           /* us */
     char ledger_note[4352];
     uint64_t ledger_effects;
     /* the machine */

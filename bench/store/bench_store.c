@@ -256,9 +256,9 @@ static int meter_open(meter *m, meter_kind kind, const char *name, int power_los
     if (kind == M_SQLITE_TASKS || kind == M_SQLITE_COMMITS)
         m->peer = bench_peer_open(m->dir, power_loss, size, err, sizeof err);
     else
-        m->cairn = bench_cairn_open(m->dir, power_loss ? CAIRN_SYNC : CAIRN_NOSYNC,
-                                    kind == M_CAIRN_TASKS && durable, BENCH_STEPS, size, err,
-                                    sizeof err);
+        m->cairn =
+            bench_cairn_open(m->dir, power_loss ? CAIRN_SYNC : CAIRN_NOSYNC,
+                             kind == M_CAIRN_TASKS && durable, BENCH_STEPS, size, err, sizeof err);
     if (!m->peer && !m->cairn) {
         fprintf(stderr, "bench-store: %s\n", err);
         return -1;
@@ -582,12 +582,14 @@ static int measure_hit(const opts *o, bench_results *res)
         fprintf(stderr, "bench-store: cannot write %s: %s\n", input, strerror(errno));
         return -1;
     }
-    fprintf(f, "{\"text\": \"idempotent hit\", \"work_ms\": 0, \"trace\": \"%s\", "
-               "\"ledger\": \"%s\"}\n", trace, book);
+    fprintf(f,
+            "{\"text\": \"idempotent hit\", \"work_ms\": 0, \"trace\": \"%s\", "
+            "\"ledger\": \"%s\"}\n",
+            trace, book);
     fclose(f);
     progress("idempotent hit: spawning %s %u times", ledger, o->spawns);
-    char *run[] = {(char *)ledger, "run", "--store", store, "--graph", "ledger", "--task",
-                   "bench-hit", "--input", input, NULL};
+    char *run[] = {(char *)ledger, "run",       "--store", store, "--graph", "ledger",
+                   "--task",       "bench-hit", "--input", input, NULL};
     char *help[] = {(char *)ledger, "run", "--help", NULL};
     char *tru[] = {"/bin/true", NULL};
     int64_t ns;
@@ -619,16 +621,26 @@ static int measure_hit(const opts *o, bench_results *res)
 static const char *fs_name(long type)
 {
     switch ((unsigned long)type) {
-    case 0xEF53: return "ext2/ext3/ext4";
-    case 0x58465342: return "xfs";
-    case 0x9123683E: return "btrfs";
-    case 0x01021994: return "tmpfs";
-    case 0x794C7630: return "overlayfs";
-    case 0x2FC12FC1: return "zfs";
-    case 0x6969: return "nfs";
-    case 0xF2F52010: return "f2fs";
-    case 0x65735546: return "fuse";
-    default: return "unknown";
+    case 0xEF53:
+        return "ext2/ext3/ext4";
+    case 0x58465342:
+        return "xfs";
+    case 0x9123683E:
+        return "btrfs";
+    case 0x01021994:
+        return "tmpfs";
+    case 0x794C7630:
+        return "overlayfs";
+    case 0x2FC12FC1:
+        return "zfs";
+    case 0x6969:
+        return "nfs";
+    case 0xF2F52010:
+        return "f2fs";
+    case 0x65735546:
+        return "fuse";
+    default:
+        return "unknown";
     }
 }
 
@@ -749,8 +761,10 @@ int main(int argc, char **argv)
     r.rounds = o.rounds;
     describe_machine(&r);
     if (r.fs_type == 0x01021994)
-        fprintf(stderr, "bench-store: warning: %s is on tmpfs, where fsync costs nothing; use "
-                        "--dir on a disk-backed filesystem for meaningful numbers\n", g_tmp);
+        fprintf(stderr,
+                "bench-store: warning: %s is on tmpfs, where fsync costs nothing; use "
+                "--dir on a disk-backed filesystem for meaningful numbers\n",
+                g_tmp);
 
     static const size_t sizes[2] = {256, 8192};
     int rc = 0;

@@ -60,8 +60,8 @@ bench_cairn *bench_cairn_open(const char *dir, cairn_durability d, int every_dur
         if (!s || cairn_step_set_user(s, c) || cairn_step_set_expensive(s, every_durable))
             rc = CAIRN_ENOMEM;
     }
-    if (!rc && ((rc = cairn_store_set_durability(c->store, d)) ||
-                (rc = cairn_store_open(c->store, dir))))
+    if (!rc &&
+        ((rc = cairn_store_set_durability(c->store, d)) || (rc = cairn_store_open(c->store, dir))))
         snprintf(err, cap, "cairn store: %s", cairn_store_errmsg(c->store));
     else if (!rc && ((rc = cairn_runner_set_store(c->runner, c->store)) ||
                      (rc = cairn_runner_add_graph(c->runner, c->graph)) ||
@@ -120,14 +120,17 @@ static int commit_done_txn(cairn__txn *t, void *arg)
         return cairn__store_fail(cairn__txn_store(t), CAIRN_EBUSY, "task '%s': lease lost",
                                  a->task);
     task.lease_expires_ms = cairn__now_ms() + BENCH_LEASE_MS;
-    cairn__step_rec s = {.generation = task.generation, .invocations = 1,
-                         .updated_ms = cairn__now_ms()};
+    cairn__step_rec s = {
+        .generation = task.generation, .invocations = 1, .updated_ms = cairn__now_ms()};
     snprintf(s.error, sizeof s.error, "%s", "");
     s.state = CAIRN_STEP_DONE;
     s.output = a->c->out;
     s.output_len = a->c->out_len;
-    cairn__audit_rec au = {.t_ms = cairn__now_ms(), .from = CAIRN_RUNNING, .to = CAIRN_RUNNING,
-                           .attempt = task.attempt, .generation = task.generation};
+    cairn__audit_rec au = {.t_ms = cairn__now_ms(),
+                           .from = CAIRN_RUNNING,
+                           .to = CAIRN_RUNNING,
+                           .attempt = task.attempt,
+                           .generation = task.generation};
     snprintf(au.step, sizeof au.step, "%s", a->step);
     snprintf(au.reason, sizeof au.reason, "step done (invocation %u)", 1u);
     if ((rc = cairn__audit_append(t, &task, &au)) ||
@@ -176,8 +179,7 @@ static int create_running_txn(cairn__txn *t, void *arg)
     return 0;
 }
 
-int bench_cairn_create_running(bench_cairn *c, const char *prefix, uint32_t first,
-                               uint32_t count)
+int bench_cairn_create_running(bench_cairn *c, const char *prefix, uint32_t first, uint32_t count)
 {
     loop_arg a = {.c = c, .prefix = prefix, .first = first, .count = count};
     int rc = cairn__store_write(c->store, CAIRN__RELAXED, create_running_txn, &a);
@@ -215,8 +217,7 @@ static int load_step_txn(cairn__txn *t, void *arg)
     int rc = cairn__task_get(t, a->task, &task);
     if (rc)
         return rc;
-    if (a->copy_input &&
-        (rc = unpack_copy(task.input, task.input_len, &a->input_bytes, &a->input)))
+    if (a->copy_input && (rc = unpack_copy(task.input, task.input_len, &a->input_bytes, &a->input)))
         return rc;
     cairn__step_rec s;
     rc = cairn__step_get(t, a->task, a->step, task.generation, &s);

@@ -90,10 +90,9 @@ static void lat_row(const char *what, const bench_lat *l, const char *unit)
 
 void bench_report_text(const bench_results *r)
 {
-    printf("cairn checkpoint store benchmark (%s run), %s\n", r->quick ? "quick" : "full",
-           r->when);
-    printf("  host %s, Linux %s, %ld CPUs (%s), load average %.2f at start, %.2f at end\n",
-           r->host, r->kernel, r->cpus, r->cpu, r->load_start, r->load_end);
+    printf("cairn checkpoint store benchmark (%s run), %s\n", r->quick ? "quick" : "full", r->when);
+    printf("  host %s, Linux %s, %ld CPUs (%s), load average %.2f at start, %.2f at end\n", r->host,
+           r->kernel, r->cpus, r->cpu, r->load_start, r->load_end);
     printf("  scratch %s on %s (statfs type 0x%lx); SQLite %s; %s\n", r->scratch, r->fs,
            (unsigned long)r->fs_type, sqlite3_libversion(), mdb_version(NULL, NULL, NULL));
     printf("  %u tasks x %d steps per power-loss store, %u per process-crash store, in %u "
@@ -190,8 +189,8 @@ static json_t *tput_json(const char *store, const char *measure, const bench_tpu
     return json_pack("{s:s, s:s, s:f, s:o, s:I, s:f, s:s, s:f, s:f}", "store", store, "measure",
                      measure, "steps_per_s", t->steps_s, "round_steps_per_s", rates, "steps",
                      (json_int_t)t->steps, "seconds", t->seconds, "latency_of",
-                     strcmp(measure, "commits") == 0 ? "one commit" : "one 10-step task",
-                     "p50_us", t->p50_us, "p99_us", t->p99_us);
+                     strcmp(measure, "commits") == 0 ? "one commit" : "one 10-step task", "p50_us",
+                     t->p50_us, "p99_us", t->p99_us);
 }
 
 static json_t *lat_json(const bench_lat *l, const char *unit)
@@ -206,9 +205,9 @@ static json_t *lat_json(const bench_lat *l, const char *unit)
 
 static json_t *ratio_json(const bench_config *c, const char *compared, double got, double target)
 {
-    return json_pack("{s:s, s:I, s:s, s:f, s:f, s:s}", "durability", c->durability,
-                     "output_bytes", (json_int_t)c->size, "compared", compared, "ratio", got,
-                     "target", target, "result", verdict(got, target));
+    return json_pack("{s:s, s:I, s:s, s:f, s:f, s:s}", "durability", c->durability, "output_bytes",
+                     (json_int_t)c->size, "compared", compared, "ratio", got, "target", target,
+                     "result", verdict(got, target));
 }
 
 void bench_report_json(const bench_results *r)
@@ -239,10 +238,10 @@ void bench_report_json(const bench_results *r)
         json_array_append_new(rows, tput_json(sqlite_name(pl), "commits", &c->sqlite_commit));
         json_array_append_new(rows, tput_json(cairn_name(pl), "commits", &c->cairn_commit));
         if (pl) {
-            json_array_append_new(rows, tput_json("cairn sync, every commit DURABLE", "runner",
-                                                  &c->durable_task));
-            json_array_append_new(rows, tput_json("cairn sync, every commit DURABLE", "commits",
-                                                  &c->durable_commit));
+            json_array_append_new(
+                rows, tput_json("cairn sync, every commit DURABLE", "runner", &c->durable_task));
+            json_array_append_new(
+                rows, tput_json("cairn sync, every commit DURABLE", "commits", &c->durable_commit));
         }
         json_array_append_new(cks, json_pack("{s:s, s:I, s:o}", "durability", c->durability,
                                              "output_bytes", (json_int_t)c->size, "rows", rows));
@@ -253,26 +252,24 @@ void bench_report_json(const bench_results *r)
                               ratio_json(c, "commit loop vs commit loop",
                                          ratio(&c->cairn_commit, &c->sqlite_commit), target));
         if (pl)
-            json_array_append_new(
-                ratios, json_pack("{s:s, s:I, s:s, s:f, s:n, s:s}", "durability", c->durability,
-                                  "output_bytes", (json_int_t)c->size, "compared",
-                                  "DURABLE runner vs tasks", "ratio",
-                                  ratio(&c->durable_task, &c->sqlite_task), "target", "result",
-                                  "info"));
+            json_array_append_new(ratios,
+                                  json_pack("{s:s, s:I, s:s, s:f, s:n, s:s}", "durability",
+                                            c->durability, "output_bytes", (json_int_t)c->size,
+                                            "compared", "DURABLE runner vs tasks", "ratio",
+                                            ratio(&c->durable_task, &c->sqlite_task), "target",
+                                            "result", "info"));
     }
     json_object_set_new(doc, "checkpoints", cks);
     json_object_set_new(doc, "ratios", ratios);
     json_object_set_new(
         doc, "resume_read",
-        json_pack("{s:o, s:o, s:o, s:o, s:f, s:s}", "cairn_step",
-                  lat_json(&r->cairn_read_step, "us"), "cairn_task",
-                  lat_json(&r->cairn_read_task, "us"), "sqlite_step",
-                  lat_json(&r->sqlite_read_step, "us"), "sqlite_task",
-                  lat_json(&r->sqlite_read_task, "us"), "target_p50_us", BENCH_TARGET_RESUME_US,
-                  "result",
-                  r->cairn_read_step.done
-                      ? verdict(BENCH_TARGET_RESUME_US, r->cairn_read_step.p50)
-                      : "n/a"));
+        json_pack(
+            "{s:o, s:o, s:o, s:o, s:f, s:s}", "cairn_step", lat_json(&r->cairn_read_step, "us"),
+            "cairn_task", lat_json(&r->cairn_read_task, "us"), "sqlite_step",
+            lat_json(&r->sqlite_read_step, "us"), "sqlite_task",
+            lat_json(&r->sqlite_read_task, "us"), "target_p50_us", BENCH_TARGET_RESUME_US, "result",
+            r->cairn_read_step.done ? verdict(BENCH_TARGET_RESUME_US, r->cairn_read_step.p50)
+                                    : "n/a"));
     json_object_set_new(
         doc, "idempotent_hit",
         json_pack("{s:o, s:o, s:o, s:o, s:f, s:s, s:s, s:I}", "spawn_true",

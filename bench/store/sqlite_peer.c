@@ -60,9 +60,22 @@ static const char schema[] =
     " PRIMARY KEY(task, seq));";
 
 enum stmt_id {
-    Q_BEGIN_W, Q_BEGIN_R, Q_COMMIT, Q_ROLLBACK,
-    Q_IDEM, Q_IDEM_GET, Q_TASK_NEW, Q_TASK_GET, Q_ACQUIRE, Q_RENEW, Q_FINISH,
-    Q_STEP_PUT, Q_AUDIT, Q_LOAD_TASK, Q_LOAD_STEP, Q_LOAD_PROGRESS,
+    Q_BEGIN_W,
+    Q_BEGIN_R,
+    Q_COMMIT,
+    Q_ROLLBACK,
+    Q_IDEM,
+    Q_IDEM_GET,
+    Q_TASK_NEW,
+    Q_TASK_GET,
+    Q_ACQUIRE,
+    Q_RENEW,
+    Q_FINISH,
+    Q_STEP_PUT,
+    Q_AUDIT,
+    Q_LOAD_TASK,
+    Q_LOAD_STEP,
+    Q_LOAD_PROGRESS,
     Q_COUNT
 };
 
@@ -99,7 +112,8 @@ static const char *const sql[Q_COUNT] = {
     [Q_LOAD_STEP] = "SELECT state, invocations, error, output FROM steps"
                     " WHERE task = ?1 AND step = ?2 AND generation <= ?3"
                     " ORDER BY generation DESC LIMIT 1",
-    [Q_LOAD_PROGRESS] = "SELECT data FROM progress WHERE task = ?1 AND step = ?2 AND generation = ?3",
+    [Q_LOAD_PROGRESS] =
+        "SELECT data FROM progress WHERE task = ?1 AND step = ?2 AND generation = ?3",
 };
 
 struct bench_peer {
@@ -135,7 +149,10 @@ static int exec(bench_peer *p, enum stmt_id id)
     return rc == SQLITE_DONE || rc == SQLITE_ROW ? 0 : fail(p, sql[id]);
 }
 
-static void text(sqlite3_stmt *s, int i, const char *v) { sqlite3_bind_text(s, i, v, -1, SQLITE_STATIC); }
+static void text(sqlite3_stmt *s, int i, const char *v)
+{
+    sqlite3_bind_text(s, i, v, -1, SQLITE_STATIC);
+}
 
 static int rollback(bench_peer *p)
 {
@@ -232,8 +249,8 @@ static int task_get(bench_peer *p, const char *id, task_row *t)
     return rc == SQLITE_DONE ? 1 : fail(p, "read task");
 }
 
-static int audit(bench_peer *p, const char *task, int64_t seq, int from, int to,
-                 const task_row *t, const char *step, const char *fmt, ...)
+static int audit(bench_peer *p, const char *task, int64_t seq, int from, int to, const task_row *t,
+                 const char *step, const char *fmt, ...)
 {
     char reason[512];
     va_list ap;
@@ -314,8 +331,8 @@ static int admit(bench_peer *p, const char *id, const void *input, size_t input_
     int rc = task_get(p, id, &t);
     if (rc < 0)
         return rollback(p);
-    if (rc == 1 && (audit(p, id, 1, 0, 0, &t, NULL, "created") ||
-                    task_new(p, id, input, input_len, 0, 0)))
+    if (rc == 1 &&
+        (audit(p, id, 1, 0, 0, &t, NULL, "created") || task_new(p, id, input, input_len, 0, 0)))
         return rollback(p);
     return exec(p, Q_COMMIT) ? rollback(p) : 0;
 }
@@ -368,7 +385,7 @@ static int commit_step(bench_peer *p, const char *task, const char *step, uint64
     task_row t;
     if (fenced(p, task, token, &t)) /* (a) */
         return rollback(p);
-    if (step_put(p, task, step, t.generation, p->out, p->out_len) || /* (b) */
+    if (step_put(p, task, step, t.generation, p->out, p->out_len) ||    /* (b) */
         audit(p, task, ++t.audit_seq, ST_RUNNING, ST_RUNNING, &t, step, /* (d) */
               "step done (invocation %u)", 1u))
         return rollback(p);

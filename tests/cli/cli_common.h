@@ -172,6 +172,15 @@ static inline char *task_status(const char *bin, const char *store, const char *
     return s;
 }
 
+/* 1 if the task's status is `want`. */
+static inline int status_is(const char *bin, const char *store, const char *id, const char *want)
+{
+    char *s = task_status(bin, store, id);
+    int eq = strcmp(s, want) == 0;
+    free(s);
+    return eq;
+}
+
 /* Parses a --json stdout document; NULL (with a diagnostic) if it does not parse. */
 static inline json_t *parse_out(const tu_result *r)
 {

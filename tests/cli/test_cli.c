@@ -394,6 +394,14 @@ static void test_exit_codes(void)
     rc = cli(&r, LEDGER, st, "run", "--graph", "ledger", "--input", fo, "--task", "c1", NULL);
     ok(rc == 76 && tu_contains(r.err, "CAIRN_ECONFLICT"), "exit 76: same ID, other payload");
     tu_result_free(&r);
+    rc = cli(&r, LEDGER, st, "run", "--graph", "ledger", "--input", fo, "--task", "c1", "--json",
+             NULL);
+    json_t *j = rc == 76 ? parse_out(&r) : NULL;
+    ok(j && jint(j, "exit") == 76 && strcmp(jstr(j, "error"), "CAIRN_ECONFLICT") == 0 &&
+           strcmp(jstr(j, "task"), "c1") == 0 && tu_contains(jstr(j, "message"), "payload hash"),
+       "run --json on a conflict: {task, exit 76, error CAIRN_ECONFLICT, message}");
+    json_decref(j);
+    tu_result_free(&r);
     free(other), free(fo), free(notdir), free(under), free(pin), free(fp), free(bad);
     free(in), free(f), free(st), free(trace), free(ledger);
 }
@@ -499,7 +507,7 @@ static void test_resolve(void)
         ok(rc == 0 && tu_contains(r.out, "pending"), "%s: resolve --%s: exit 0, task pending", id,
            done ? "done" : "not-done");
         tu_result_free(&r);
-        ok(strcmp(task_status(GRAPHS, st, id), "pending") == 0, "%s: status is pending", id);
+        ok(status_is(GRAPHS, st, id, "pending"), "%s: status is pending", id);
         rc = cli_code(GRAPHS, st, "run", "--graph", "doubt", "--input", f, "--task", id, NULL);
         ok(rc == 0, "%s: next run exits 0 (rc %d)", id, rc);
         j = show_json(GRAPHS, st, id, NULL);
@@ -746,6 +754,24 @@ static void test_tenant(void)
         tu_sleep_ms(10);
     ok(tu_count_exact(trace, "work a1") == 1, "tenant A's long task is running");
     tu_result r;
+    int rc0 = cli(&r, LEDGER, st, "invalidate", "a1", NULL);
+    ok(rc0 == 75 && tu_contains(r.err, "running"), "invalidate of a running task: 75, says it "
+       "runs (rc %d: %s)", rc0, oneline(r.err));
+    tu_result_free(&r);
+    ok(cli_code(LEDGER, st, "resolve", "a1", "--step", "append", "--done", NULL) == 65,
+       "resolve of a running task: 65");
+    rc0 = cli(&r, LEDGER, st, "run", "--graph", "ledger", "--input", fa, "--task", "a1", NULL);
+    ok(rc0 == 75 && tu_contains(r.err, "CAIRN_EBUSY"), "running the same task meanwhile: 75 "
+       "EBUSY (rc %d)", rc0);
+    tu_result_free(&r);
+    rc0 = cli(&r, LEDGER, st, "show", "a1", "--json", NULL);
+    json_t *jl = rc0 == 0 ? parse_out(&r) : NULL;
+    ok(jl && strcmp(jstr(jl, "status"), "running") == 0 &&
+           json_is_object(json_object_get(jl, "lease")) &&
+           jint(json_object_get(jl, "lease"), "pid") == (long long)bg,
+       "show: running, lease held by the background process");
+    json_decref(jl);
+    tu_result_free(&r);
     int rc = cli(&r, LEDGER, st, "run", "--graph", "ledger", "--input", fa2, "--task", "a2",
                  "--tenant-field", "tenant", "--max-running-per-tenant", "1", NULL);
     ok(rc == 75 && tu_contains(r.err, "tenant 'A'") && tu_contains(r.err, "CAIRN_ETENANT"),

@@ -6,11 +6,12 @@
  *                  "work <task>" appears;
  *   inside append  the ledger path is a FIFO: the effect's open() blocks after the intent was
  *                  committed, until the test kills the process;
- *   after commit N the test holds LMDB's writer lock itself (a write transaction on the store
- *                  it never commits) and releases it for one commit at a time, counting audit
- *                  records (one per commit of the task); once N commits went through, the runner
- *                  is blocked before commit N+1 (or still computing) and gets SIGKILL. The count
- *                  read under the lock says exactly where the kill landed.
+ *   after commit N the test counts the task's audit records (one per commit) with LMDB read
+ *                  transactions, which never wait for the writer; when N are in, it freezes the
+ *                  runner with SIGSTOP, reads the count again (exactly where it will die: a
+ *                  commit in flight is lost) and kills it. A commit that follows another with
+ *                  no work in between may slip through before the freeze; the test then tries
+ *                  again and reports which boundaries it hit.
  * After each kill the task is resumed with the same command and the promises in
  * crash_common.h are checked.
  */
@@ -40,7 +41,14 @@ static void test_kill_inside_work(void)
         int64_t until = tu_now_ms() + 60000;
         while (work_lines(trace, o.id) < round && tu_now_ms() < until && !tu_poll_exit(pid, NULL))
             tu_sleep_ms(2);
-        tu_kill_wait(pid);
+        if (round == 2) {
+            /* only the runner, as the OOM killer would: the step's child is orphaned and must
+             * not be able to commit anything (it never touches the store) */
+            kill(pid, SIGKILL);
+            tu_wait(pid, -1);
+        } else {
+            tu_kill_wait(pid);
+        }
         kills += work_lines(trace, o.id) == round;
         observe(&o, st, trace, ledger);
         json_t *j = show_json(LEDGER, st, o.id, NULL);
@@ -51,7 +59,7 @@ static void test_kill_inside_work(void)
            round, o.landed);
         json_decref(j);
     }
-    ok(kills == 3, "three kills landed inside work");
+    ok(kills == 3, "three kills landed inside work (one of the runner alone)");
     ok(ledger_lines(ledger, o.id) == 0, "no effect yet");
     ok(settle(&o, st, trace, ledger) == 0, "after 3 kills inside work: resumed to succeeded, "
        "promises hold");
@@ -151,105 +159,99 @@ static void test_kill_inside_append(int resolve_done)
     ok(ledger_lines(ledger, o.id) == (resolve_done ? 0 : 1),
        "%s: ledger has %d line(s): the effect ran %s", tag, resolve_done ? 0 : 1,
        resolve_done ? "never again" : "once more, as the operator said");
-    ok(strcmp(task_status(LEDGER, st, o.id), "succeeded") == 0, "%s: succeeded", tag);
+    ok(status_is(LEDGER, st, o.id, "succeeded"), "%s: succeeded", tag);
     free(in), free(o.input), free(st), free(trace), free(ledger);
 }
 
 /* ------------------------------------------------------------------ after commit N */
 
-typedef struct writer_lock {
+/* A read-only view of the store's LMDB environment, to count audit records while the runner
+ * writes (readers never wait for the writer). */
+typedef struct store_view {
     MDB_env *env;
-    MDB_txn *txn;
-} writer_lock;
+} store_view;
 
-static int lock_open(writer_lock *w, const char *store)
+static int view_open(store_view *v, const char *store)
 {
-    memset(w, 0, sizeof *w);
-    if (mdb_env_create(&w->env))
+    memset(v, 0, sizeof *v);
+    if (mdb_env_create(&v->env))
         return -1;
-    mdb_env_set_maxdbs(w->env, 16);
-    mdb_env_set_maxreaders(w->env, 256);
-    mdb_env_set_mapsize(w->env, 8u << 20);
-    int rc = mdb_env_open(w->env, store, MDB_NOTLS, 0600);
+    mdb_env_set_maxdbs(v->env, 16);
+    mdb_env_set_maxreaders(v->env, 256);
+    mdb_env_set_mapsize(v->env, 8u << 20);
+    int rc = mdb_env_open(v->env, store, MDB_NOTLS | MDB_RDONLY, 0600);
     if (rc) {
         diag("mdb_env_open %s: %s", store, mdb_strerror(rc));
-        mdb_env_close(w->env);
-        w->env = NULL;
+        mdb_env_close(v->env);
+        v->env = NULL;
         return -1;
     }
     return 0;
 }
 
-/* Takes the writer lock (blocks while another process commits) and counts audit records. */
-static long lock_take(writer_lock *w)
+/* Number of audit records now (one per commit of a task's state); -1 on error. */
+static long view_count(store_view *v)
 {
-    int rc = mdb_txn_begin(w->env, NULL, 0, &w->txn);
+    MDB_txn *txn;
+    int rc = mdb_txn_begin(v->env, NULL, MDB_RDONLY, &txn);
     if (rc == MDB_MAP_RESIZED) {
-        mdb_env_set_mapsize(w->env, 0);
-        rc = mdb_txn_begin(w->env, NULL, 0, &w->txn);
+        mdb_env_set_mapsize(v->env, 0);
+        rc = mdb_txn_begin(v->env, NULL, MDB_RDONLY, &txn);
     }
-    if (rc) {
-        diag("mdb_txn_begin: %s", mdb_strerror(rc));
-        w->txn = NULL;
+    if (rc)
         return -1;
-    }
     MDB_dbi dbi;
     MDB_stat s;
-    if (mdb_dbi_open(w->txn, "audit", 0, &dbi) || mdb_stat(w->txn, dbi, &s))
-        return -1;
-    return (long)s.ms_entries;
+    long n = -1;
+    if (mdb_dbi_open(txn, "audit", 0, &dbi) == 0 && mdb_stat(txn, dbi, &s) == 0)
+        n = (long)s.ms_entries;
+    mdb_txn_abort(txn);
+    return n;
 }
 
-static void lock_release(writer_lock *w)
+static void view_close(store_view *v)
 {
-    if (w->txn)
-        mdb_txn_abort(w->txn);
-    w->txn = NULL;
+    if (v->env)
+        mdb_env_close(v->env);
+    v->env = NULL;
 }
 
-static void lock_close(writer_lock *w)
-{
-    lock_release(w);
-    if (w->env)
-        mdb_env_close(w->env);
-    w->env = NULL;
-}
-
-/* Runs a fresh task and kills it once `n` commits (audit records) are in. Returns the number
- * of commits actually in when it died (-1 on a setup failure); *exited is set if it finished. */
+/* Runs a fresh task and kills it right after its n-th commit: the test polls the audit count
+ * with read transactions; when it reaches n it freezes the runner (SIGSTOP on its process
+ * group), reads the count again - the runner may have finished another commit in between, which
+ * the second read tells - and kills it. Returns the number of commits in when it died (-1 on
+ * a setup failure); *exited is set if the run finished first. */
 static long kill_after_commits(const char *st, const char *input, const char *id, long n,
                                int *exited)
 {
-    writer_lock w;
+    store_view v;
     *exited = 0;
-    if (lock_open(&w, st))
+    if (view_open(&v, st))
         return -1;
-    long c = lock_take(&w);
+    long base = view_count(&v), c = base;
     const char *argv[] = {LEDGER, "run", "--graph", "ledger", "--input", input, "--task", id,
                           "--max-attempts", "1000", "--store", st, NULL};
     pid_t pid = tu_spawn(argv, NULL, NULL, NULL);
-    long base = c;
     int64_t until = tu_now_ms() + 60000;
-    long us = 300;
     while (c >= 0 && c - base < n && tu_now_ms() < until) {
-        lock_release(&w);
-        tu_sleep_us(us); /* the runner (waiting on the lock) gets it and commits */
-        long before = c;
-        c = lock_take(&w);
-        if (c == before && us < 20000)
-            us *= 2; /* no progress: it was computing, or we re-took the lock first */
-        else if (c - before > 1 && us > 50)
-            us /= 2; /* went past more than one commit: shorter windows */
+        c = view_count(&v);
+        if (c - base >= n)
+            break;
         if (tu_poll_exit(pid, NULL)) {
             *exited = 1;
             break;
         }
+        tu_sleep_us(20);
     }
-    if (!*exited)
-        tu_kill_wait(pid); /* blocked on our lock before its next commit, or computing */
-    long landed = c - base;
-    lock_close(&w);
-    return landed;
+    if (!*exited) {
+        tu_kill_group(pid, SIGSTOP);
+        c = view_count(&v); /* frozen now: this is where it dies */
+        tu_kill_wait(pid);
+    } else {
+        c = view_count(&v);
+    }
+    view_close(&v);
+    return c < 0 ? -1 : c - base;
 }
 
 static void test_kill_after_commits(void)
@@ -261,7 +263,7 @@ static void test_kill_after_commits(void)
     char *trace = tu_fmt("%s/commit.trace", D), *ledger = tu_fmt("%s/commit.ledger", D);
     int covered[8] = {0};
     for (long n = 0; n <= 6; n++) {
-        for (int tries = 0; tries < 4 && !covered[n]; tries++) {
+        for (int tries = 0; tries < 6 && !covered[n]; tries++) {
             char *st = tu_fmt("%s/store-commit-%ld-%d", D, n, tries);
             char *text = tu_fmt("commit %ld try %d", n, tries);
             char *in = ledger_input(text, 0, trace, ledger, NULL);
@@ -269,7 +271,7 @@ static void test_kill_after_commits(void)
             memset(&o, 0, sizeof o);
             snprintf(o.id, sizeof o.id, "c%ld-%d", n, tries);
             o.input = write_input(D, "commit.json", in);
-            /* create the store first, so the lock can be taken before the runner starts */
+            /* create the store first, so it can be watched from before the runner starts */
             ok(cli_code(LEDGER, st, "stats", NULL) == 0, "store for N=%ld created", n);
             int exited = 0;
             long landed = kill_after_commits(st, o.input, o.id, n, &exited);
@@ -297,7 +299,9 @@ static void test_kill_after_commits(void)
     int n_cov = 0;
     for (int i = 0; i <= 6; i++)
         n_cov += covered[i];
-    ok(n_cov >= 5, "kills landed after %d of the 7 commit boundaries 0..6", n_cov);
+    /* each boundary gets 6 tries; on a very loaded machine one of the back-to-back commits
+     * (created->run, work->intent, append->succeeded) may still slip through every time */
+    ok(n_cov >= 6, "kills landed after %d of the 7 commit boundaries 0..6", n_cov);
     for (int i = 0; i <= 6; i++)
         if (!covered[i])
             diag("boundary after %d commits (%s) was not hit", i, after[i]);

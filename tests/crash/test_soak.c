@@ -46,8 +46,8 @@ int main(void)
                                         "parse done", "work done", "append intent",
                                         "append done", "finished"};
     /* The kill delay follows the machine's speed: T estimates one whole run (process start
-     * included, which dominates on a loaded machine); delays are uniform in [0.2 T, 1.1 T].
-     * A kill that came before admission stretches T, a run that finished first shrinks it. */
+     * included, which dominates on a loaded machine); delays are uniform in [0.1 T, 0.9 T].
+     * A kill that came before admission stretches T, one that came after the end shrinks it. */
     double T;
     {
         char *in = ledger_input("calibration", 0, trace, ledger, NULL);
@@ -80,7 +80,7 @@ int main(void)
                                         "--store", st, NULL};
             pid_t pid = tu_spawn(use_retry ? retry_argv : run_argv, NULL, NULL, NULL);
             via_retry += use_retry;
-            tu_sleep_us((long)(T * 1000 * (0.2 + 0.9 * (double)rnd_below(1000) / 1000.0)));
+            tu_sleep_us((long)(T * 1000 * (0.1 + 0.8 * (double)rnd_below(1000) / 1000.0)));
             int code = -1;
             if (tu_poll_exit(pid, &code)) {
                 if (!use_retry && code != 0 && code != 69)
@@ -121,6 +121,8 @@ int main(void)
             landed_hist[bucket]++;
             if (bucket == 0 && T < 30000)
                 T *= 1.15;
+            else if (bucket == 7 && T > 20)
+                T *= 0.9;
         }
     }
     diag("%d kills over %d tasks (%d via retry --now), %d runs finished before their kill; "

@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# tests/gpu/device-check.sh - the one script a short GPU lease runs (about 3-5 minutes on an H200).
+#
+#   1. builds with -Dcuda=enabled into build-gpu and runs `meson test --suite gpu` (verbose);
+#      if the machine lacks the project's build dependencies (lmdb, msgpack, ...), it runs the
+#      binaries prepared beforehand by `tests/gpu/device-check.sh --prepare` instead (built on the
+#      development machine into build/gpu-prebuilt/, without OpenBLAS so that they need nothing
+#      but libc and the CUDA toolkit's cudart/cuBLAS);
+#   2. runs the gpu test once more, a few cases only, under compute-sanitizer (memcheck), if the
+#      tool is there;
+#   3. runs bench-llm: a generated 1.1B-parameter llama (F16, 2.2 GB) on CUDA and on the CPU,
+#      a 1.7B one with fewer, wider layers on CUDA, and two quantized types on CUDA; decode tok/s
+#      against the roofline = device-to-device copy bandwidth (measured in the same run) / bytes
+#      of weights read per token;
+#   4. prints a short table last, and writes logs and results to $OUT when it is set.
+#
+# It changes no device setting. Exit status: 0 when the gpu tests passed (not skipped), else 1.
+#
+# Usage, on the GPU machine, from the repository root:   bash tests/gpu/device-check.sh
+# Before a lease, on the development machine (optional fallback): bash tests/gpu/device-check.sh --prepare
+set -u -o pipefail
+cd "$(dirname "$0")/../.." || exit 1
+ROOT=$(pwd)
+OUTDIR=${OUT:-}
+PREBUILT=build/gpu-prebuilt
+export PATH="$PATH:/usr/local/cuda/bin"
+
+if [ "${1:-}" = "--prepare" ]; then
+    dir=/tmp/cairn-gpu-prepare
+    rm -rf "$dir"
+    meson setup "$dir" -Dcuda=enabled -Dopenblas=disabled >/dev/null || exit 1
+    ninja -C "$dir" tests/gpu/test_gpu bench/llm/bench-llm || exit 1
+    mkdir -p "$PREBUILT"
+    cp "$dir/tests/gpu/test_gpu" "$dir/bench/llm/bench-llm" "$PREBUILT/" || exit 1
+    echo "prepared $PREBUILT (carry it: run(carry=[\"$PREBUILT\"]))"
+    readelf -d "$PREBUILT/test_gpu" | grep NEEDED
+    exit 0
+fi
+
+log() { printf '\n=== %s\n' "$*"; }
+save() { [ -n "$OUTDIR" ] && cp "$1" "$OUTDIR/" 2>/dev/null; true; }
+TMP=$(mktemp -d)
+START=$(date +%s)
+
+log "machine"
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv 2>&1 | tee "$TMP/machine.txt"
+nvcc --version 2>&1 | tail -2 | tee -a "$TMP/machine.txt"
+nproc | sed 's/^/cpus: /' | tee -a "$TMP/machine.txt"
+
+log "build (meson setup build-gpu -Dcuda=enabled)"
+BIN_TEST=""
+BIN_BENCH=""
+MODE=""
+if meson setup build-gpu -Dcuda=enabled --reconfigure >"$TMP/build.log" 2>&1 ||
+    meson setup build-gpu -Dcuda=enabled >>"$TMP/build.log" 2>&1; then
+    if ninja -C build-gpu >>"$TMP/build.log" 2>&1; then
+        BIN_TEST=build-gpu/tests/gpu/test_gpu
+        BIN_BENCH=build-gpu/bench/llm/bench-llm
+        MODE="built here"
+    fi
+fi
+grep -E "CUDA backend|OpenBLAS|warning|error" "$TMP/build.log" | head -20
+save "$TMP/build.log"
+if [ -z "$MODE" ]; then
+    tail -15 "$TMP/build.log"
+    if [ -x "$PREBUILT/test_gpu" ]; then
+        BIN_TEST=$PREBUILT/test_gpu
+        BIN_BENCH=$PREBUILT/bench-llm
+        MODE="prebuilt (no build dependencies here)"
+    else
+        echo "build failed and no $PREBUILT: run 'tests/gpu/device-check.sh --prepare' before the lease and carry it"
+    fi
+fi
+echo "binaries: ${MODE:-none}"
+
+log "gpu tests"
+TEST_STATUS="not run"
+if [ "$MODE" = "built here" ]; then
+    timeout 420 meson test -C build-gpu --suite gpu --verbose 2>&1 | tee "$TMP/meson-test.log"
+    # the program's own TAP output (meson's verbose log shows only the parsed results)
+    cp build-gpu/meson-logs/testlog.txt "$TMP/test-gpu.log" 2>/dev/null
+    grep -qE 'cairn:gpu / gpu +SKIP' "$TMP/meson-test.log" && echo "# SKIP (meson)" >>"$TMP/test-gpu.log"
+elif [ -n "$MODE" ]; then
+    timeout 420 "$BIN_TEST" 2>&1 | tee "$TMP/test-gpu.log"
+fi
+if [ -n "$MODE" ]; then
+    n_ok=$(grep -cE '^ok [0-9]+' "$TMP/test-gpu.log")
+    n_bad=$(grep -cE '^not ok [0-9]+' "$TMP/test-gpu.log")
+    if grep -q '# SKIP' "$TMP/test-gpu.log" && [ "$n_ok" -eq 0 ]; then
+        TEST_STATUS="SKIPPED ($(grep -m1 -oE '1\.\.0 # SKIP.*' "$TMP/test-gpu.log"))"
+    elif [ "$n_bad" -eq 0 ] && [ "$n_ok" -gt 0 ] && grep -qE '^1\.\.[0-9]+' "$TMP/test-gpu.log"; then
+        TEST_STATUS="PASS ($n_ok ok)"
+    else
+        TEST_STATUS="FAIL ($n_ok ok, $n_bad not ok)"
+        grep -E '^not ok' "$TMP/test-gpu.log" | head -20
+    fi
+    save "$TMP/test-gpu.log"
+fi
+echo "gpu tests: $TEST_STATUS"
+
+log "compute-sanitizer memcheck (quick cases)"
+SAN_STATUS="not run"
+SAN=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
+if [ -n "$MODE" ] && [ -n "$SAN" ]; then
+    CAIRN_TEST_QUICK=1 timeout 150 "$SAN" --tool memcheck --error-exitcode 9 "$BIN_TEST" >"$TMP/sanitizer.log" 2>&1
+    rc=$?
+    tail -8 "$TMP/sanitizer.log"
+    case $rc in
+    0) SAN_STATUS="clean" ;;
+    9) SAN_STATUS="ERRORS (see sanitizer.log)" ;;
+    124) SAN_STATUS="timed out" ;;
+    *) SAN_STATUS="exit $rc" ;;
+    esac
+    save "$TMP/sanitizer.log"
+fi
+echo "memcheck: $SAN_STATUS"
+
+log "bench-llm"
+: >"$TMP/bench.txt"
+if [ -n "$MODE" ]; then
+    run_bench() { # args...; appends the table rows
+        echo "\$ bench-llm $*" | tee -a "$TMP/bench.log"
+        timeout 240 "$BIN_BENCH" "$@" 2>&1 | tee -a "$TMP/bench.log" | tee "$TMP/b.out"
+        grep -E '^bench-llm: (cpu|cuda):' "$TMP/b.out" >>"$TMP/bench.hdr"
+        grep -E '^(cpu|cuda) ' "$TMP/b.out" >>"$TMP/bench.txt"
+    }
+    : >"$TMP/bench.hdr"
+    run_bench --sizes 1B --types F16 --backend both --prompt 128 --gen 64
+    run_bench --sizes 2B --types F16 --backend cuda --prompt 128 --gen 128
+    run_bench --sizes 110M --types Q8_0,Q4_K --backend cuda --prompt 128 --gen 128
+    save "$TMP/bench.log"
+fi
+
+log "summary ($(($(date +%s) - START)) s)"
+{
+    echo "binaries:  ${MODE:-none}"
+    echo "gpu tests: $TEST_STATUS"
+    echo "memcheck:  $SAN_STATUS"
+    grep -E 'max rel diff' "$TMP/test-gpu.log" 2>/dev/null | sed 's/^# //' >"$TMP/diffs.txt"
+    worst=$(grep -oE 'max rel diff [0-9.e+-]+' "$TMP/diffs.txt" | awk '{print $4}' | sort -g | tail -1)
+    echo "logits vs cpu, largest max|d|/max|ref| over all cases: ${worst:-n/a} (each case in diffs.txt)"
+    sort -u "$TMP/bench.hdr" 2>/dev/null
+    printf '%-4s %-5s %-5s %-4s %8s %9s %12s %12s %12s %9s\n' back size type dev params MB/token "prompt tok/s" \
+        "decode tok/s" roofline fraction
+    cat "$TMP/bench.txt"
+} | tee "$TMP/summary.txt"
+save "$TMP/summary.txt"
+[ -n "$OUTDIR" ] && cp "$TMP/diffs.txt" "$OUTDIR/" 2>/dev/null
+case $TEST_STATUS in
+PASS*) exit 0 ;;
+*) exit 1 ;;
+esac
