@@ -2,7 +2,8 @@
  *
  * One LMDB environment per store directory, with named databases:
  *   meta      schema version
- *   tasks     id -> task record (msgpack map; the input rides along as msgpack bytes)
+ *   tasks     id -> task record (msgpack map: state, lease, attempts, hashes, times)
+ *   inputs    id -> the task input as msgpack (apart, so step commits never rewrite it)
  *   steps     id\0step\0gen(be32) -> step record (state, invocations, output bytes)
  *   progress  id\0step\0gen(be32) -> progress bytes of a long step
  *   idem      id -> payload hash, reserved with MDB_NOOVERWRITE: uniqueness in one atomic step
@@ -45,7 +46,7 @@
 
 struct cairn_store {
     MDB_env *env;
-    MDB_dbi meta, tasks, steps, progress, idem, due, tenants, finished, audit, msgs;
+    MDB_dbi meta, tasks, inputs, steps, progress, idem, due, tenants, finished, audit, msgs;
     cairn_durability durability;
     uint64_t map_max, map_size;
     uint32_t inject_nth;
@@ -136,10 +137,10 @@ void cairn__store_inject_write_failure(cairn_store *s, uint32_t nth, int err)
 
 static int open_dbs(cairn_store *s)
 {
-    static const char *names[] = {"meta",     "tasks",   "steps", "progress", "idem",
-                                  "due",      "tenants", "finished", "audit", "msgs"};
-    MDB_dbi *dbis[] = {&s->meta,    &s->tasks,    &s->steps, &s->progress, &s->idem,
-                       &s->due,     &s->tenants,  &s->finished, &s->audit, &s->msgs};
+    static const char *names[] = {"meta", "tasks",   "inputs",   "steps", "progress", "idem",
+                                  "due",  "tenants", "finished", "audit", "msgs"};
+    MDB_dbi *dbis[] = {&s->meta, &s->tasks,   &s->inputs,   &s->steps, &s->progress, &s->idem,
+                       &s->due,  &s->tenants, &s->finished, &s->audit, &s->msgs};
     MDB_txn *txn;
     int rc = mdb_txn_begin(s->env, NULL, 0, &txn);
     if (rc)
@@ -285,6 +286,37 @@ static int begin(cairn_store *s, unsigned flags, MDB_txn **txn)
     }
 }
 
+/* Keeps data.mdb ahead of its used pages with zero-filled space (sync mode). A commit that
+ * grows the file makes its fdatasync flush the file's size and extent metadata as well;
+ * writing into space that already exists flushes only the pages. Run right after a write
+ * transaction begins: we hold the writer lock and nothing of ours is written yet, so no process
+ * can be writing past the end of the file. Failures are harmless (the commit grows the file). */
+static void extend_ahead(cairn_store *s)
+{
+    enum { MIN_AHEAD = 1 << 20, AHEAD = 4 << 20, CHUNK = 1 << 16 };
+    static const char zeros[CHUNK];
+    int fd;
+    struct stat st;
+    MDB_envinfo info;
+    MDB_stat est;
+    if (s->durability != CAIRN_SYNC || mdb_env_get_fd(s->env, &fd) || fstat(fd, &st) ||
+        mdb_env_info(s->env, &info) || mdb_env_stat(s->env, &est))
+        return;
+    uint64_t used = (uint64_t)(info.me_last_pgno + 1) * est.ms_psize;
+    uint64_t size = (uint64_t)st.st_size, want = used + AHEAD;
+    if (want > s->map_size)
+        want = s->map_size;
+    if (size >= used + MIN_AHEAD || size >= want)
+        return;
+    for (uint64_t off = size; off < want;) {
+        size_t n = want - off < CHUNK ? (size_t)(want - off) : CHUNK;
+        ssize_t w = pwrite(fd, zeros, n, (off_t)off);
+        if (w <= 0)
+            return;
+        off += (uint64_t)w;
+    }
+}
+
 int cairn__store_write(cairn_store *s, int durable, cairn__txn_fn fn, void *arg)
 {
     if (!s || !s->env)
@@ -294,6 +326,7 @@ int cairn__store_write(cairn_store *s, int durable, cairn__txn_fn fn, void *arg)
         int rc = begin(s, 0, &t.txn);
         if (rc)
             return rc;
+        extend_ahead(s);
         msgpack_sbuffer_init(&t.buf);
         if (s->inject_nth && --s->inject_nth == 0) {
             rc = cairn__store_fail(s, s->inject_err, "injected write failure");
@@ -393,13 +426,12 @@ static void step_key(key *k, const char *task, const char *step, uint32_t gen)
     key_str(k, task), key_nul(k), key_str(k, step), key_nul(k), key_u32(k, gen);
 }
 
+/* The due time orders the status index: when a failed task is due again, else when the task
+ * last changed state. A running task's key does not follow its lease, so renewing the lease at
+ * each step commit does not rewrite the index. */
 static int64_t due_of(const cairn__task_rec *r)
 {
-    if (r->state == CAIRN_FAILED)
-        return r->next_retry_ms;
-    if (r->state == CAIRN_RUNNING)
-        return r->lease_expires_ms;
-    return r->updated_ms;
+    return r->state == CAIRN_FAILED ? r->next_retry_ms : r->updated_ms;
 }
 
 static void due_key(key *k, const cairn__task_rec *r)
@@ -631,11 +663,7 @@ static int task_decode(cairn__txn *t, const MDB_val *v, const char *id, cairn__t
     o->owner.start = (uint64_t)rec_int(&r, "lstart");
     o->lease_token = (uint64_t)rec_int(&r, "ltoken");
     o->lease_expires_ms = rec_int(&r, "lexp");
-    rec_bin(&r, "input", &o->input, &o->input_len);
     msgpack_unpacked_destroy(&r.u); /* bin pointers point into the LMDB value, not the zone */
-    if (o->input && !mp_plausible(o->input, o->input_len))
-        return cairn__store_fail(t->s, CAIRN_ECORRUPT, "task '%s' has a corrupt input (%zu bytes)",
-                                 id, o->input_len);
     if (o->state >= CAIRN_STATE_COUNT)
         return cairn__store_fail(t->s, CAIRN_ECORRUPT, "task '%s' has invalid state %u", id,
                                  o->state);
@@ -727,7 +755,7 @@ int cairn__task_put(cairn__txn *t, const cairn__task_rec *r)
     msgpack_sbuffer_clear(&t->buf);
     msgpack_packer pk;
     msgpack_packer_init(&pk, &t->buf, msgpack_sbuffer_write);
-    msgpack_pack_map(&pk, 24);
+    msgpack_pack_map(&pk, 23);
     pk_uint(&pk, "v", CAIRN__SCHEMA);
     pk_str(&pk, "id", r->id);
     pk_str(&pk, "graph", r->graph);
@@ -751,7 +779,6 @@ int cairn__task_put(cairn__txn *t, const cairn__task_rec *r)
     pk_uint(&pk, "lstart", r->owner.start);
     pk_uint(&pk, "ltoken", r->lease_token);
     pk_int(&pk, "lexp", r->lease_expires_ms);
-    pk_bin(&pk, "input", r->input, r->input_len);
     MDB_val k = {strlen(r->id), (void *)r->id}, v = {t->buf.size, t->buf.data};
     rc = mdb_put(t->txn, t->s->tasks, &k, &v, 0);
     if (rc)
@@ -782,6 +809,13 @@ static int del_prefix(cairn__txn *t, MDB_dbi dbi, const void *prefix, size_t pre
     return rc && rc != MDB_NOTFOUND ? mdb_fail(t, t->s, rc, "delete records") : 0;
 }
 
+static int input_del(cairn__txn *t, const char *id)
+{
+    MDB_val k = {strlen(id), (void *)id};
+    int rc = mdb_del(t->txn, t->s->inputs, &k, NULL);
+    return rc && rc != MDB_NOTFOUND ? mdb_fail(t, t->s, rc, "delete task input") : 0;
+}
+
 int cairn__task_del(cairn__txn *t, const char *id)
 {
     cairn__task_rec old;
@@ -797,10 +831,36 @@ int cairn__task_del(cairn__txn *t, const char *id)
         (rc = del_prefix(t, t->s->progress, p.b, p.len)) ||
         (rc = del_prefix(t, t->s->audit, p.b, p.len)))
         return rc;
+    if ((rc = input_del(t, id)))
+        return rc;
     MDB_val k = {strlen(id), (void *)id};
     rc = mdb_del(t->txn, t->s->tasks, &k, NULL);
     return rc ? mdb_fail(t, t->s, rc, "delete task") : 0;
 }
+
+int cairn__input_get(cairn__txn *t, const char *id, const void **data, size_t *len)
+{
+    MDB_val k = {strlen(id), (void *)id}, v;
+    int rc = mdb_get(t->txn, t->s->inputs, &k, &v);
+    if (rc == MDB_NOTFOUND)
+        return CAIRN_ENOTFOUND;
+    if (rc)
+        return mdb_fail(t, t->s, rc, "read task input");
+    if (!mp_plausible(v.mv_data, v.mv_size))
+        return cairn__store_fail(t->s, CAIRN_ECORRUPT, "corrupt input of task '%s' (%zu bytes)",
+                                 id, (size_t)v.mv_size);
+    *data = v.mv_data;
+    *len = v.mv_size;
+    return 0;
+}
+
+int cairn__input_put(cairn__txn *t, const char *id, const void *data, size_t len)
+{
+    MDB_val k = {strlen(id), (void *)id}, v = {len, (void *)data};
+    int rc = mdb_put(t->txn, t->s->inputs, &k, &v, 0);
+    return rc ? mdb_fail(t, t->s, rc, "write task input") : 0;
+}
+
 
 int cairn__task_drop_outputs(cairn__txn *t, const char *id)
 {
@@ -808,7 +868,9 @@ int cairn__task_drop_outputs(cairn__txn *t, const char *id)
     p.len = 0;
     key_str(&p, id), key_nul(&p);
     int rc = del_prefix(t, t->s->steps, p.b, p.len);
-    return rc ? rc : del_prefix(t, t->s->progress, p.b, p.len);
+    if (!rc)
+        rc = del_prefix(t, t->s->progress, p.b, p.len);
+    return rc ? rc : input_del(t, id);
 }
 
 int cairn__idem_reserve(cairn__txn *t, const char *id, const char *hash, char existing[65])

@@ -64,9 +64,6 @@ typedef struct cairn__task_rec {
     cairn__owner owner;
     uint64_t lease_token;
     int64_t lease_expires_ms;
-    /* input as msgpack: points into the txn's memory, valid until the txn ends */
-    const void *input;
-    size_t input_len;
 } cairn__task_rec;
 
 typedef struct cairn__step_rec {
@@ -92,7 +89,12 @@ typedef struct cairn__audit_rec {
 int cairn__task_get(cairn__txn *t, const char *id, cairn__task_rec *out);
 int cairn__task_put(cairn__txn *t, const cairn__task_rec *rec);
 int cairn__task_del(cairn__txn *t, const char *id); /* the record, its steps, progress, audit */
-/* Deletes a task's step records and progress (gc keeps the task record as a tombstone). */
+/* A task's input (msgpack), kept apart from the task record so that the record, rewritten at
+ * every step commit, stays small. get: 0 (data valid until the txn ends), CAIRN_ENOTFOUND,
+ * CAIRN_ECORRUPT. */
+int cairn__input_get(cairn__txn *t, const char *id, const void **data, size_t *len);
+int cairn__input_put(cairn__txn *t, const char *id, const void *data, size_t len);
+/* Deletes a task's step records, progress and input (gc keeps the task record as a tombstone). */
 int cairn__task_drop_outputs(cairn__txn *t, const char *id);
 /* Reserves the task ID for this payload hash in one atomic step. 0 if newly reserved or
  * already reserved with the same hash; CAIRN_ECONFLICT with *existing set otherwise. */
@@ -122,8 +124,8 @@ int cairn__msg_get(cairn__txn *t, const char *msg_id, char task_out[CAIRN__ID_MA
 int cairn__msg_put(cairn__txn *t, const char *msg_id, const char *task);
 
 /* Iteration over the status index: tasks in `state` whose due time <= upto_ms, in due order.
- * The due time is next_retry_ms for failed tasks, lease_expires_ms for running ones, and
- * updated_ms otherwise. The callback returns 0 to go on, 1 to stop, <0 for an error. */
+ * The due time is next_retry_ms for failed tasks and updated_ms (the last state change)
+ * otherwise. The callback returns 0 to go on, 1 to stop, <0 for an error. */
 typedef int (*cairn__id_cb)(const char *id, void *arg);
 int cairn__due_each(cairn__txn *t, cairn_state state, int64_t upto_ms, cairn__id_cb cb, void *arg);
 /* Running tasks of a tenant. */

@@ -1,25 +1,20 @@
-/* gpu/tokenizer.c - SentencePiece-style and byte-level BPE tokenizers built from GGUF metadata.
+/* gpu/tokenizer.c - SentencePiece-style and byte-level BPE tokenizers built from GGUF metadata:
+ * construction, loading, decoding. The merge algorithms that encode live in tokenizer_encode.c.
  *
- * Both families are "merge adjacent symbols until nothing merges" over a doubly linked list of
- * symbols, driven by a binary heap of candidate pairs, so a long word (or an SPM prompt, which
- * has no pre-tokenization at all) costs O(n log n) rather than a rescan per merge:
- *   - llama (SPM): symbols start as UTF-8 characters; a pair is a candidate if its concatenated
- *     text is a vocabulary token, and the pair whose token has the highest score merges first
- *     (ties: leftmost). Symbols left that are not tokens fall back to <0xXX> byte tokens.
- *   - gpt2: the text is first cut into words by a hand-written matcher equivalent to the
- *     pre-tokenizer regex; each word's bytes are mapped to GPT-2's printable code points and
- *     pairs merge in merges-list order (lowest rank first, ties: leftmost).
- * A heap entry remembers what it was built from and is skipped when popped stale (a side merged
- * away or changed), instead of being removed eagerly.
+ * Strings are interned once at construction (tokenizer_impl.h): every vocabulary token, plus any
+ * merge operand or result that is not itself a token (it gets a synthetic id >= n_vocab). Merge
+ * lookup is then a hash of an id pair, with no string building in the encoder's hot loop.
  *
- * Strings are interned once at construction: every vocabulary token, plus any merge operand or
- * result that is not itself a token (it gets a synthetic id >= n_vocab). Merge lookup is then a
- * hash of an id pair, with no string building in the hot loop. Stale-entry checks compare ids.
+ * Decoding is precomputed too: every token's bytes (<0xXX> byte tokens as the byte, U+2581 as a
+ * space, GPT-2's mapped code points back to raw bytes) are built once into one array, so
+ * decoding is a copy per id. The stream decoder holds back an incomplete UTF-8 tail so that a
+ * caller printing token by token never prints half a character.
  *
  * Tie-breaking, the space prefix rule and the special-token rules follow the reference GGUF
  * tokenizer (llama.cpp), so ids match it for the shipped test vectors.
  */
 #include "gpu/tokenizer.h"
+#include "gpu/tokenizer_impl.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -29,9 +24,6 @@
 #include "cairn.h"
 #include "gpu/unicode.h"
 
-enum { KIND_SPM = 0, KIND_BPE = 1 };
-enum { PRE_NONE, PRE_GPT2, PRE_LLAMA3, PRE_QWEN2, PRE_DIGITS };
-
 /* Which regex each pre-tokenizer name stands for; names from GGUF files in the wild that share
  * a regex share an entry. whole: a word that is itself a token is taken whole before any merge
  * (llama3's ignore_merges), which the reference does for these names only. */
@@ -39,45 +31,17 @@ static const struct {
     const char *name;
     int pre, whole;
 } pre_names[] = {
-    {"default", PRE_GPT2, 0},      {"gpt-2", PRE_GPT2, 0},
-    {"gpt2", PRE_GPT2, 0},         {"mpt", PRE_GPT2, 0},
-    {"olmo", PRE_GPT2, 0},         {"jais", PRE_GPT2, 0},
-    {"llama-bpe", PRE_LLAMA3, 1},  {"llama3", PRE_LLAMA3, 1},
-    {"llama-v3", PRE_LLAMA3, 1},   {"falcon3", PRE_LLAMA3, 1},
-    {"dbrx", PRE_LLAMA3, 0},       {"smaug-bpe", PRE_LLAMA3, 0},
-    {"qwen2", PRE_QWEN2, 0},       {"deepseek-r1-qwen", PRE_QWEN2, 0},
-    {"smollm", PRE_DIGITS, 0},     {"starcoder", PRE_DIGITS, 0},
-    {"refact", PRE_DIGITS, 0},     {"command-r", PRE_DIGITS, 0},
-    {"codeshell", PRE_DIGITS, 0},  {"exaone", PRE_DIGITS, 0},
-    {"minerva-7b", PRE_DIGITS, 0},
-};
-
-struct pair_slot {
-    int32_t l, r; /* l == -1: empty */
-    int32_t rank, merged;
-};
-
-struct cairn__tok {
-    int kind, pre, ignore_merges;
-    char *model_name, *pre_name;
-    size_t n_vocab, n_str; /* n_str = n_vocab + interned non-token merge strings */
-    char *str;             /* all interned strings back to back */
-    size_t *str_off;       /* n_str + 1 offsets into str */
-    float *scores;         /* n_vocab */
-    unsigned char *types;  /* n_vocab */
-    unsigned char *eog;    /* n_vocab booleans */
-    char *piece;           /* decoded bytes of every token */
-    size_t *piece_off;     /* n_vocab + 1 */
-    int32_t *slots;        /* string hash: id or -1; hmask + 1 entries */
-    size_t hmask;
-    struct pair_slot *pairs; /* merge hash; pmask + 1 entries (NULL for SPM) */
-    size_t pmask;
-    int32_t byte_tok[256]; /* SPM: <0xXX> fallback; BPE: id of the byte's mapped character */
-    unsigned char bmap[256][2], bmap_len[256]; /* BPE: UTF-8 of each byte's mapped code point */
-    int32_t bos, eos, unk, pad, eot, eom;
-    int add_bos, add_eos, add_space_prefix;
-    int32_t *special;       /* parse_special candidates, by first byte then longest first */
-    size_t special_at[257]; /* special[special_at[b] .. special_at[b+1]) start with byte b */
+    {"default", CAIRN__PRE_GPT2, 0},      {"gpt-2", CAIRN__PRE_GPT2, 0},
+    {"gpt2", CAIRN__PRE_GPT2, 0},         {"mpt", CAIRN__PRE_GPT2, 0},
+    {"olmo", CAIRN__PRE_GPT2, 0},         {"jais", CAIRN__PRE_GPT2, 0},
+    {"llama-bpe", CAIRN__PRE_LLAMA3, 1},  {"llama3", CAIRN__PRE_LLAMA3, 1},
+    {"llama-v3", CAIRN__PRE_LLAMA3, 1},   {"falcon3", CAIRN__PRE_LLAMA3, 1},
+    {"dbrx", CAIRN__PRE_LLAMA3, 0},       {"smaug-bpe", CAIRN__PRE_LLAMA3, 0},
+    {"qwen2", CAIRN__PRE_QWEN2, 0},       {"deepseek-r1-qwen", CAIRN__PRE_QWEN2, 0},
+    {"smollm", CAIRN__PRE_DIGITS, 0},     {"starcoder", CAIRN__PRE_DIGITS, 0},
+    {"refact", CAIRN__PRE_DIGITS, 0},     {"command-r", CAIRN__PRE_DIGITS, 0},
+    {"codeshell", CAIRN__PRE_DIGITS, 0},  {"exaone", CAIRN__PRE_DIGITS, 0},
+    {"minerva-7b", CAIRN__PRE_DIGITS, 0},
 };
 
 static void set_err(char *err, size_t errlen, const char *fmt, ...)
@@ -91,37 +55,6 @@ static void set_err(char *err, size_t errlen, const char *fmt, ...)
 }
 
 /* ---- interned strings ------------------------------------------------------------------- */
-
-static uint64_t hash_bytes(const void *p, size_t n)
-{
-    const unsigned char *s = p;
-    uint64_t h = 0xcbf29ce484222325ull;
-    size_t i;
-    for (i = 0; i < n; i++)
-        h = (h ^ s[i]) * 0x100000001b3ull;
-    return h ^ (h >> 29);
-}
-
-static const char *str_at(const cairn__tok *t, int32_t id, size_t *len)
-{
-    *len = t->str_off[id + 1] - t->str_off[id];
-    return t->str + t->str_off[id];
-}
-
-static int32_t find_str(const cairn__tok *t, const char *s, size_t len)
-{
-    size_t i = (size_t)hash_bytes(s, len) & t->hmask;
-    for (;; i = (i + 1) & t->hmask) {
-        int32_t id = t->slots[i];
-        size_t l;
-        const char *p;
-        if (id < 0)
-            return -1;
-        p = str_at(t, id, &l);
-        if (l == len && memcmp(p, s, len) == 0)
-            return id;
-    }
-}
 
 /* Growable arena used while building. */
 struct builder {
@@ -155,7 +88,7 @@ static int add_str(cairn__tok *t, struct builder *b, const char *s, size_t len, 
         memcpy(t->str + used, s, len);
     id = (int32_t)t->n_str++;
     t->str_off[t->n_str] = used + len;
-    for (i = (size_t)hash_bytes(s, len) & t->hmask;; i = (i + 1) & t->hmask) {
+    for (i = (size_t)cairn__tok_hash(s, len) & t->hmask;; i = (i + 1) & t->hmask) {
         int32_t other = t->slots[i];
         size_t l;
         const char *p;
@@ -163,7 +96,7 @@ static int add_str(cairn__tok *t, struct builder *b, const char *s, size_t len, 
             t->slots[i] = id;
             break;
         }
-        p = str_at(t, other, &l);
+        p = cairn__tok_str(t, other, &l);
         if (l == len && memcmp(p, s, len) == 0) {
             if (replace)
                 t->slots[i] = id;
@@ -177,35 +110,10 @@ static int add_str(cairn__tok *t, struct builder *b, const char *s, size_t len, 
 /* Id of s, interning it (as a non-token string) if new. */
 static int intern(cairn__tok *t, struct builder *b, const char *s, size_t len, int32_t *id)
 {
-    *id = find_str(t, s, len);
+    *id = cairn__tok_find_str(t, s, len);
     if (*id >= 0)
         return 0;
     return add_str(t, b, s, len, 0, id);
-}
-
-/* ---- merge pairs ----------------------------------------------------------------------- */
-
-static size_t pair_hash(int32_t l, int32_t r)
-{
-    uint64_t k = (uint64_t)(uint32_t)l << 32 | (uint32_t)r;
-    k ^= k >> 33;
-    k *= 0xff51afd7ed558ccdull;
-    k ^= k >> 33;
-    return (size_t)k;
-}
-
-static const struct pair_slot *find_pair(const cairn__tok *t, int32_t l, int32_t r)
-{
-    size_t i;
-    if (l < 0 || r < 0)
-        return NULL;
-    for (i = pair_hash(l, r) & t->pmask;; i = (i + 1) & t->pmask) {
-        const struct pair_slot *p = &t->pairs[i];
-        if (p->l < 0)
-            return NULL;
-        if (p->l == l && p->r == r)
-            return p;
-    }
 }
 
 /* ---- construction ---------------------------------------------------------------------- */
@@ -315,7 +223,7 @@ static int build_pieces(cairn__tok *t)
         return CAIRN_ENOMEM;
     for (i = 0; i < t->n_vocab; i++) {
         size_t len, j = 0;
-        const unsigned char *s = (const unsigned char *)str_at(t, (int32_t)i, &len);
+        const unsigned char *s = (const unsigned char *)cairn__tok_str(t, (int32_t)i, &len);
         int type = t->types[i], bv = byte_token_value((const char *)s, len);
         unsigned char *out = (unsigned char *)t->piece + at;
         t->piece_off[i] = at;
@@ -334,9 +242,9 @@ static int build_pieces(cairn__tok *t)
             uint32_t cp;
             size_t n = cairn__utf8_decode(s + j, len - j, &cp);
             int b;
-            if (t->kind == KIND_SPM && cp == 0x2581 && n == 3) {
+            if (t->kind == CAIRN__TOK_SPM && cp == 0x2581 && n == 3) {
                 *out++ = ' ';
-            } else if (t->kind == KIND_BPE && n == (size_t)(s[j] < 0x80 ? 1 : 2) &&
+            } else if (t->kind == CAIRN__TOK_BPE && n == (size_t)(s[j] < 0x80 ? 1 : 2) &&
                        (b = gpt2_cp_byte(cp)) >= 0) {
                 *out++ = (unsigned char)b;
             } else { /* not part of the encoding: keep the text's own bytes */
@@ -418,11 +326,11 @@ static int build(cairn__tok *t, const cairn__tok_spec *sp, char *err, size_t err
     int rc;
 
     if (strcmp(sp->model, "llama") == 0) {
-        t->kind = KIND_SPM;
-        t->pre = PRE_NONE;
+        t->kind = CAIRN__TOK_SPM;
+        t->pre = CAIRN__PRE_NONE;
     } else if (strcmp(sp->model, "gpt2") == 0) {
         const char *pre = sp->pre ? sp->pre : "default";
-        t->kind = KIND_BPE;
+        t->kind = CAIRN__TOK_BPE;
         t->pre = -1;
         for (i = 0; i < sizeof pre_names / sizeof pre_names[0]; i++)
             if (strcmp(pre, pre_names[i].name) == 0) {
@@ -438,10 +346,10 @@ static int build(cairn__tok *t, const cairn__tok_spec *sp, char *err, size_t err
         return CAIRN_EUNSUPPORTED;
     }
     t->model_name = dup_cstr(sp->model);
-    t->pre_name = dup_cstr(t->kind == KIND_SPM ? "" : sp->pre ? sp->pre : "default");
+    t->pre_name = dup_cstr(t->kind == CAIRN__TOK_SPM ? "" : sp->pre ? sp->pre : "default");
     if (!t->model_name || !t->pre_name)
         return CAIRN_ENOMEM;
-    if (t->kind == KIND_BPE && sp->n_merges == 0) {
+    if (t->kind == CAIRN__TOK_BPE && sp->n_merges == 0) {
         set_err(err, errlen, "tokenizer.ggml.merges: missing or empty (required for gpt2)");
         return CAIRN_EFORMAT;
     }
@@ -488,7 +396,7 @@ static int build(cairn__tok *t, const cairn__tok_spec *sp, char *err, size_t err
         t->scores[i] = sp->scores ? sp->scores[i] : 0.0f;
     }
 
-    if (t->kind == KIND_BPE) {
+    if (t->kind == CAIRN__TOK_BPE) {
         t->pmask = pow2_at_least(2 * sp->n_merges + 1) - 1;
         t->pairs = malloc((t->pmask + 1) * sizeof *t->pairs);
         if (!t->pairs)
@@ -521,8 +429,8 @@ static int build(cairn__tok *t, const cairn__tok_spec *sp, char *err, size_t err
                 free(cat);
             if (rc)
                 return rc;
-            for (j = pair_hash(l, r) & t->pmask;; j = (j + 1) & t->pmask) {
-                struct pair_slot *p = &t->pairs[j];
+            for (j = cairn__tok_pair_hash(l, r) & t->pmask;; j = (j + 1) & t->pmask) {
+                struct cairn__tok_pair *p = &t->pairs[j];
                 if (p->l == l && p->r == r)
                     break; /* a repeated merge keeps its first (best) rank */
                 if (p->l < 0) {
@@ -537,16 +445,16 @@ static int build(cairn__tok *t, const cairn__tok_spec *sp, char *err, size_t err
     }
 
     for (i = 0; i < 256; i++) {
-        if (t->kind == KIND_SPM) {
+        if (t->kind == CAIRN__TOK_SPM) {
             char buf[7], one = (char)i;
             snprintf(buf, sizeof buf, "<0x%02X>", (unsigned)i);
-            t->byte_tok[i] = find_str(t, buf, 6);
+            t->byte_tok[i] = cairn__tok_find_str(t, buf, 6);
             if (t->byte_tok[i] < 0)
-                t->byte_tok[i] = find_str(t, &one, 1);
+                t->byte_tok[i] = cairn__tok_find_str(t, &one, 1);
         } else {
             uint32_t cp = gpt2_byte_cp((unsigned)i);
             t->bmap_len[i] = (unsigned char)cairn__utf8_encode(cp, t->bmap[i]);
-            t->byte_tok[i] = find_str(t, (const char *)t->bmap[i], t->bmap_len[i]);
+            t->byte_tok[i] = cairn__tok_find_str(t, (const char *)t->bmap[i], t->bmap_len[i]);
         }
     }
 
@@ -558,10 +466,10 @@ static int build(cairn__tok *t, const cairn__tok_spec *sp, char *err, size_t err
     t->eot = ID_OR_NONE(sp->eot);
     t->eom = ID_OR_NONE(sp->eom);
 #undef ID_OR_NONE
-    t->add_bos = sp->add_bos >= 0 ? sp->add_bos != 0 : t->kind == KIND_SPM;
+    t->add_bos = sp->add_bos >= 0 ? sp->add_bos != 0 : t->kind == CAIRN__TOK_SPM;
     t->add_eos = sp->add_eos >= 0 ? sp->add_eos != 0 : 0;
     t->add_space_prefix =
-        sp->add_space_prefix >= 0 ? sp->add_space_prefix != 0 : t->kind == KIND_SPM;
+        sp->add_space_prefix >= 0 ? sp->add_space_prefix != 0 : t->kind == CAIRN__TOK_SPM;
     if (t->eos >= 0)
         t->eog[t->eos] = 1;
     if (t->eot >= 0)
@@ -569,7 +477,7 @@ static int build(cairn__tok *t, const cairn__tok_spec *sp, char *err, size_t err
     if (t->eom >= 0)
         t->eog[t->eom] = 1;
     for (i = 0; i < sizeof eog_texts / sizeof eog_texts[0]; i++) {
-        int32_t id = find_str(t, eog_texts[i], strlen(eog_texts[i]));
+        int32_t id = cairn__tok_find_str(t, eog_texts[i], strlen(eog_texts[i]));
         if (id >= 0 && (size_t)id < t->n_vocab && t->types[id] == CAIRN__TOK_CONTROL)
             t->eog[id] = 1;
     }
@@ -820,563 +728,6 @@ done:
     return rc;
 }
 
-/* ---- output vector ---------------------------------------------------------------------- */
-
-struct ids {
-    int32_t *v;
-    size_t n, cap;
-    int err;
-};
-
-static void push(struct ids *o, int32_t id)
-{
-    if (o->err)
-        return;
-    if (o->n == o->cap) {
-        size_t cap = o->cap ? o->cap * 2 : 64;
-        int32_t *v = realloc(o->v, cap * sizeof *v);
-        if (!v) {
-            o->err = CAIRN_ENOMEM;
-            return;
-        }
-        o->v = v;
-        o->cap = cap;
-    }
-    o->v[o->n++] = id;
-}
-
-/* ---- candidate-pair heap ----------------------------------------------------------------- */
-
-/* One entry serves both families: SPM orders by score (higher first), BPE by rank (lower
- * first, stored negated in score's place as key); ties go to the leftmost pair. */
-struct cand {
-    double key; /* larger merges first */
-    size_t left, right;
-    int32_t a, b; /* SPM: byte length of the pair; BPE: ids of the two sides when pushed */
-};
-
-struct heap {
-    struct cand *v;
-    size_t n, cap;
-};
-
-static int cand_before(const struct cand *x, const struct cand *y)
-{
-    return x->key > y->key || (x->key == y->key && x->left < y->left);
-}
-
-static int heap_push(struct heap *h, struct cand c)
-{
-    size_t i;
-    if (h->n == h->cap) {
-        size_t cap = h->cap ? h->cap * 2 : 64;
-        struct cand *v = realloc(h->v, cap * sizeof *v);
-        if (!v)
-            return CAIRN_ENOMEM;
-        h->v = v;
-        h->cap = cap;
-    }
-    i = h->n++;
-    while (i > 0 && cand_before(&c, &h->v[(i - 1) / 2])) {
-        h->v[i] = h->v[(i - 1) / 2];
-        i = (i - 1) / 2;
-    }
-    h->v[i] = c;
-    return 0;
-}
-
-static struct cand heap_pop(struct heap *h)
-{
-    struct cand top = h->v[0], last = h->v[--h->n];
-    size_t i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= h->n)
-            break;
-        if (c + 1 < h->n && cand_before(&h->v[c + 1], &h->v[c]))
-            c++;
-        if (!cand_before(&h->v[c], &last))
-            break;
-        h->v[i] = h->v[c];
-        i = c;
-    }
-    if (h->n)
-        h->v[i] = last;
-    return top;
-}
-
-/* Symbols of the merge list: a byte span of the work text, linked to its live neighbours. */
-struct sym {
-    size_t start, len;
-    size_t prev, next; /* NONE at the ends */
-    int32_t id;        /* BPE: string id of the span (token, synthetic, or -1) */
-};
-#define NONE ((size_t)-1)
-
-struct work {
-    struct sym *s;
-    size_t cap;
-    struct heap h;
-    unsigned char *m; /* a word in mapped form, for ignore_merges */
-    size_t mcap;
-};
-
-static int work_reserve(struct work *w, size_t n)
-{
-    if (n > w->cap) {
-        struct sym *s = realloc(w->s, n * sizeof *s);
-        if (!s)
-            return CAIRN_ENOMEM;
-        w->s = s;
-        w->cap = n;
-    }
-    w->h.n = 0;
-    return 0;
-}
-
-/* ---- llama (SPM) ---------------------------------------------------------------------- */
-
-static int spm_try_pair(const cairn__tok *t, struct work *w, const char *text, size_t l, size_t r)
-{
-    int32_t id;
-    struct cand c;
-    if (l == NONE || r == NONE)
-        return 0;
-    id = find_str(t, text + w->s[l].start, w->s[l].len + w->s[r].len);
-    if (id < 0 || (size_t)id >= t->n_vocab)
-        return 0;
-    c.key = t->scores[id];
-    c.left = l;
-    c.right = r;
-    c.a = (int32_t)(w->s[l].len + w->s[r].len);
-    c.b = id;
-    return heap_push(&w->h, c);
-}
-
-/* Tokenizes one stretch of text, with spaces already written as U+2581. */
-static int spm_fragment(const cairn__tok *t, struct work *w, const char *text, size_t len,
-                        struct ids *o)
-{
-    size_t n = 0, pos = 0, i;
-    int rc;
-    if ((rc = work_reserve(w, len)))
-        return rc;
-    while (pos < len) {
-        uint32_t cp;
-        size_t k = cairn__utf8_decode((const unsigned char *)text + pos, len - pos, &cp);
-        w->s[n].start = pos;
-        w->s[n].len = k;
-        w->s[n].prev = n ? n - 1 : NONE;
-        w->s[n].next = pos + k < len ? n + 1 : NONE;
-        n++;
-        pos += k;
-    }
-    for (i = 1; i < n; i++)
-        if ((rc = spm_try_pair(t, w, text, i - 1, i)))
-            return rc;
-    while (w->h.n) {
-        struct cand c = heap_pop(&w->h);
-        struct sym *L = &w->s[c.left], *R = &w->s[c.right];
-        /* stale: a side was merged away, or grew, since this pair was proposed */
-        if (L->len == 0 || R->len == 0 || L->len + R->len != (size_t)c.a)
-            continue;
-        L->len += R->len;
-        R->len = 0;
-        L->next = R->next;
-        if (R->next != NONE)
-            w->s[R->next].prev = c.left;
-        if ((rc = spm_try_pair(t, w, text, L->prev, c.left)) ||
-            (rc = spm_try_pair(t, w, text, c.left, L->next)))
-            return rc;
-    }
-    for (i = n ? 0 : NONE; i != NONE; i = w->s[i].next) {
-        const struct sym *s = &w->s[i];
-        int32_t id = find_str(t, text + s->start, s->len);
-        if (id >= 0 && (size_t)id < t->n_vocab) {
-            push(o, id);
-        } else { /* not a piece of the vocabulary: spell it in byte tokens */
-            size_t j;
-            for (j = 0; j < s->len; j++) {
-                int32_t b = t->byte_tok[(unsigned char)text[s->start + j]];
-                if (b < 0)
-                    b = t->unk;
-                if (b >= 0)
-                    push(o, b);
-            }
-        }
-    }
-    return o->err;
-}
-
-static int spm_encode(const cairn__tok *t, struct work *w, const char *text, size_t len, int prefix,
-                      struct ids *o, char **buf, size_t *bufcap)
-{
-    size_t need = (len + 1) * 3, i, n = 0;
-    if (need > *bufcap) {
-        char *p = realloc(*buf, need);
-        if (!p)
-            return CAIRN_ENOMEM;
-        *buf = p;
-        *bufcap = need;
-    }
-    if (prefix) {
-        memcpy(*buf, "\xe2\x96\x81", 3);
-        n = 3;
-    }
-    for (i = 0; i < len; i++) {
-        if (text[i] == ' ') {
-            memcpy(*buf + n, "\xe2\x96\x81", 3);
-            n += 3;
-        } else {
-            (*buf)[n++] = text[i];
-        }
-    }
-    return spm_fragment(t, w, *buf, n, o);
-}
-
-/* ---- gpt2 (byte-level BPE) ------------------------------------------------------------ */
-
-static int bpe_try_pair(const cairn__tok *t, struct work *w, size_t l, size_t r)
-{
-    const struct pair_slot *p;
-    struct cand c;
-    if (l == NONE || r == NONE)
-        return 0;
-    p = find_pair(t, w->s[l].id, w->s[r].id);
-    if (!p)
-        return 0;
-    c.key = -(double)p->rank;
-    c.left = l;
-    c.right = r;
-    c.a = w->s[l].id;
-    c.b = w->s[r].id;
-    return heap_push(&w->h, c);
-}
-
-/* Emits the tokens of one pre-tokenized word (raw bytes). */
-static int bpe_word(const cairn__tok *t, struct work *w, const unsigned char *word, size_t len,
-                    struct ids *o)
-{
-    size_t i;
-    int rc;
-    if (len == 0)
-        return 0;
-    if (t->ignore_merges) {
-        /* llama3-style vocabularies take a whole word that is itself a token as is */
-        size_t n = 0;
-        int32_t id;
-        if (2 * len > w->mcap) {
-            unsigned char *m = realloc(w->m, 2 * len);
-            if (!m)
-                return CAIRN_ENOMEM;
-            w->m = m;
-            w->mcap = 2 * len;
-        }
-        for (i = 0; i < len; i++) {
-            memcpy(w->m + n, t->bmap[word[i]], t->bmap_len[word[i]]);
-            n += t->bmap_len[word[i]];
-        }
-        id = find_str(t, (const char *)w->m, n);
-        if (id >= 0 && (size_t)id < t->n_vocab) {
-            push(o, id);
-            return o->err;
-        }
-    }
-    if ((rc = work_reserve(w, len)))
-        return rc;
-    for (i = 0; i < len; i++) {
-        w->s[i].start = i;
-        w->s[i].len = 1;
-        w->s[i].prev = i ? i - 1 : NONE;
-        w->s[i].next = i + 1 < len ? i + 1 : NONE;
-        w->s[i].id = t->byte_tok[word[i]];
-    }
-    for (i = 1; i < len; i++)
-        if ((rc = bpe_try_pair(t, w, i - 1, i)))
-            return rc;
-    while (w->h.n) {
-        struct cand c = heap_pop(&w->h);
-        struct sym *L = &w->s[c.left], *R = &w->s[c.right];
-        const struct pair_slot *p;
-        if (L->len == 0 || R->len == 0 || L->id != c.a || R->id != c.b || L->next != c.right)
-            continue;
-        p = find_pair(t, L->id, R->id);
-        L->id = p->merged;
-        L->len += R->len;
-        R->len = 0;
-        L->next = R->next;
-        if (R->next != NONE)
-            w->s[R->next].prev = c.left;
-        if ((rc = bpe_try_pair(t, w, L->prev, c.left)) ||
-            (rc = bpe_try_pair(t, w, c.left, L->next)))
-            return rc;
-    }
-    for (i = 0; i != NONE; i = w->s[i].next) {
-        const struct sym *s = &w->s[i];
-        if (s->id >= 0 && (size_t)s->id < t->n_vocab) {
-            push(o, s->id);
-        } else { /* merged into a string that is no token: fall back to its bytes */
-            size_t j;
-            for (j = s->start; j < s->start + s->len; j++) {
-                int32_t b = t->byte_tok[word[j]];
-                if (b < 0 || (size_t)b >= t->n_vocab)
-                    b = t->unk;
-                if (b >= 0)
-                    push(o, b);
-            }
-        }
-    }
-    return o->err;
-}
-
-/* Pre-tokenizer state: the fragment decoded into code point units. */
-struct units {
-    const unsigned char *text;
-    uint32_t *cp;
-    unsigned char *cls;
-    size_t *off; /* n + 1 byte offsets */
-    size_t n;
-};
-
-#define END_CLASS 4 /* "no character": beyond the segment */
-
-static int emit_word(const cairn__tok *t, struct work *w, const struct units *u, size_t a, size_t b,
-                     struct ids *o)
-{
-    return bpe_word(t, w, u->text + u->off[a], u->off[b] - u->off[a], o);
-}
-
-static int cls_at(const struct units *u, size_t i, size_t hi)
-{
-    return i < hi ? u->cls[i] : END_CLASS;
-}
-
-static uint32_t ascii_lower(uint32_t c) { return c >= 'A' && c <= 'Z' ? c + 32 : c; }
-
-/* Length of a contraction ('s 't 're 've 'm 'll 'd) at i, or 0. fold: case-insensitive. */
-static size_t contraction(const struct units *u, size_t i, size_t hi, int fold)
-{
-    uint32_t a, b;
-    if (u->cp[i] != '\'' || i + 1 >= hi)
-        return 0;
-    a = fold ? ascii_lower(u->cp[i + 1]) : u->cp[i + 1];
-    if (a == 's' || a == 't' || a == 'm' || a == 'd')
-        return 2;
-    if (i + 2 >= hi)
-        return 0;
-    b = fold ? ascii_lower(u->cp[i + 2]) : u->cp[i + 2];
-    if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l'))
-        return 3;
-    return 0;
-}
-
-/* Shared tail of both regexes: \s+(?!\S)|\s+ (llama3 first tries \s*[\r\n]+). Returns the end. */
-static size_t match_space(const struct units *u, size_t pos, size_t hi, int newline_rule)
-{
-    size_t n = 0, last_nl = 0;
-    while (pos + n < hi && u->cls[pos + n] == CAIRN__UC_SPACE) {
-        if (u->cp[pos + n] == '\r' || u->cp[pos + n] == '\n')
-            last_nl = pos + n + 1;
-        n++;
-    }
-    if (newline_rule && last_nl)
-        return last_nl;
-    if (n > 1 && pos + n < hi) /* leave the last space to prefix the next word */
-        return pos + n - 1;
-    return n ? pos + n : pos + 1;
-}
-
-/* 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+ over units
- * [lo, hi); the segment's ends act as the ends of the text. */
-static int pre_gpt2(const cairn__tok *t, struct work *w, const struct units *u, size_t lo,
-                    size_t hi, struct ids *o)
-{
-    size_t pos = lo;
-    int rc;
-    while (pos < hi) {
-        size_t start = pos, k = contraction(u, pos, hi, 0);
-        int sp = u->cp[pos] == ' ', c2 = sp ? cls_at(u, pos + 1, hi) : u->cls[pos];
-        if (k) {
-            pos += k;
-        } else if (c2 == CAIRN__UC_LETTER || c2 == CAIRN__UC_NUMBER || c2 == CAIRN__UC_OTHER) {
-            pos += (size_t)sp;
-            while (pos < hi && u->cls[pos] == c2)
-                pos++;
-        } else {
-            pos = match_space(u, pos, hi, 0);
-        }
-        if ((rc = emit_word(t, w, u, start, pos, o)))
-            return rc;
-    }
-    return 0;
-}
-
-/* (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,max_digits}|
- *  ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+ */
-static int pre_llama3(const cairn__tok *t, struct work *w, const struct units *u, size_t lo,
-                      size_t hi, size_t max_digits, struct ids *o)
-{
-    size_t pos = lo;
-    int rc;
-    while (pos < hi) {
-        size_t start = pos, k = contraction(u, pos, hi, 1);
-        uint32_t c = u->cp[pos];
-        int cl = u->cls[pos], sp = c == ' ', c2 = sp ? cls_at(u, pos + 1, hi) : cl;
-        if (k) {
-            pos += k;
-        } else if (c != '\r' && c != '\n' && cl != CAIRN__UC_NUMBER &&
-                   (cl == CAIRN__UC_LETTER || cls_at(u, pos + 1, hi) == CAIRN__UC_LETTER)) {
-            pos++;
-            while (pos < hi && u->cls[pos] == CAIRN__UC_LETTER)
-                pos++;
-        } else if (cl == CAIRN__UC_NUMBER) {
-            while (pos < hi && u->cls[pos] == CAIRN__UC_NUMBER && pos - start < max_digits)
-                pos++;
-        } else if (c2 == CAIRN__UC_OTHER) {
-            pos += (size_t)sp;
-            while (pos < hi && u->cls[pos] == CAIRN__UC_OTHER)
-                pos++;
-            while (pos < hi && (u->cp[pos] == '\r' || u->cp[pos] == '\n'))
-                pos++;
-        } else {
-            pos = match_space(u, pos, hi, 1);
-        }
-        if ((rc = emit_word(t, w, u, start, pos, o)))
-            return rc;
-    }
-    return 0;
-}
-
-static int bpe_encode(const cairn__tok *t, struct work *w, const char *text, size_t len,
-                      struct ids *o)
-{
-    struct units u;
-    size_t pos = 0, i;
-    int rc = 0;
-    if (len == 0)
-        return 0;
-    u.text = (const unsigned char *)text;
-    u.cp = malloc(len * sizeof *u.cp);
-    u.cls = malloc(len);
-    u.off = malloc((len + 1) * sizeof *u.off);
-    if (!u.cp || !u.cls || !u.off) {
-        rc = CAIRN_ENOMEM;
-        goto done;
-    }
-    for (u.n = 0; pos < len; u.n++) {
-        size_t k = cairn__utf8_decode(u.text + pos, len - pos, &u.cp[u.n]);
-        u.cls[u.n] = (unsigned char)cairn__uc_class(u.cp[u.n]);
-        u.off[u.n] = pos;
-        pos += k;
-    }
-    u.off[u.n] = len;
-    switch (t->pre) {
-    case PRE_LLAMA3:
-        rc = pre_llama3(t, w, &u, 0, u.n, 3, o);
-        break;
-    case PRE_QWEN2:
-        rc = pre_llama3(t, w, &u, 0, u.n, 1, o);
-        break;
-    case PRE_DIGITS: /* \p{N} first splits the text; the GPT-2 regex runs on every piece */
-        for (pos = 0, i = 0; i <= u.n && !rc; i++) {
-            if (i == u.n || u.cls[i] == CAIRN__UC_NUMBER) {
-                if (i > pos)
-                    rc = pre_gpt2(t, w, &u, pos, i, o);
-                if (!rc && i < u.n)
-                    rc = emit_word(t, w, &u, i, i + 1, o);
-                pos = i + 1;
-            }
-        }
-        break;
-    default:
-        rc = pre_gpt2(t, w, &u, 0, u.n, o);
-        break;
-    }
-done:
-    free(u.cp);
-    free(u.cls);
-    free(u.off);
-    return rc;
-}
-
-/* ---- encode ---------------------------------------------------------------------------- */
-
-/* Longest special token starting at text[i..len), or -1. */
-static int32_t special_at(const cairn__tok *t, const char *text, size_t i, size_t len)
-{
-    unsigned char b = (unsigned char)text[i];
-    size_t k;
-    for (k = t->special_at[b]; k < t->special_at[b + 1]; k++) {
-        size_t l;
-        const char *s = str_at(t, t->special[k], &l);
-        if (l <= len - i && memcmp(text + i, s, l) == 0)
-            return t->special[k];
-    }
-    return -1;
-}
-
-int cairn__tok_encode(const cairn__tok *t, const char *text, size_t len, int add_special,
-                      int parse_special, int32_t **ids, size_t *n)
-{
-    struct ids o = {NULL, 0, 0, 0};
-    struct work w = {NULL, 0, {NULL, 0, 0}, NULL, 0};
-    char *buf = NULL;
-    size_t bufcap = 0, pos = 0, frag = 0;
-    int rc = 0, prev_special = 1;
-
-    if (ids)
-        *ids = NULL;
-    if (n)
-        *n = 0;
-    if (!t || !ids || !n || (!text && len))
-        return CAIRN_EINVAL;
-    if (add_special && t->add_bos && t->bos >= 0)
-        push(&o, t->bos);
-    /* Cut the text at special tokens (when asked); every stretch between them is ordinary text.
-     * SentencePiece prefixes a space to the first stretch and to any stretch after a special. */
-    while (!rc && frag <= len) {
-        int32_t sp = -1;
-        if (parse_special)
-            for (pos = frag; pos < len && (sp = special_at(t, text, pos, len)) < 0; pos++)
-                ;
-        else
-            pos = len;
-        if (pos > frag) {
-            if (t->kind == KIND_SPM)
-                rc = spm_encode(t, &w, text + frag, pos - frag, t->add_space_prefix && prev_special,
-                                &o, &buf, &bufcap);
-            else
-                rc = bpe_encode(t, &w, text + frag, pos - frag, &o);
-            prev_special = 0;
-        }
-        if (sp < 0)
-            break;
-        push(&o, sp);
-        prev_special = 1;
-        frag = pos + (t->str_off[sp + 1] - t->str_off[sp]);
-    }
-    if (!rc && add_special && t->add_eos && t->eos >= 0)
-        push(&o, t->eos);
-    if (!rc)
-        rc = o.err;
-    if (!rc && !o.v) { /* promise a non-NULL array even when empty */
-        o.v = malloc(sizeof *o.v);
-        if (!o.v)
-            rc = CAIRN_ENOMEM;
-    }
-    free(buf);
-    free(w.s);
-    free(w.h.v);
-    free(w.m);
-    if (rc) {
-        free(o.v);
-        return rc;
-    }
-    *ids = o.v;
-    *n = o.n;
-    return 0;
-}
-
 /* ---- decode ---------------------------------------------------------------------------- */
 
 int cairn__tok_piece(const cairn__tok *t, int32_t id, const char **bytes, size_t *len)
@@ -1543,6 +894,6 @@ int32_t cairn__tok_find(const cairn__tok *t, const char *s, size_t len)
     int32_t id;
     if (!t || (!s && len))
         return -1;
-    id = find_str(t, s ? s : "", len);
+    id = cairn__tok_find_str(t, s ? s : "", len);
     return id >= 0 && (size_t)id < t->n_vocab ? id : -1;
 }

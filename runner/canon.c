@@ -14,10 +14,12 @@
  * UTF-8, lone surrogates and non-finite numbers), plus a depth limit, because inputs travel
  * on as msgpack and msgpack-c cannot unpack more than 32 nested containers.
  *
- * The second half converts between jansson and msgpack; maps are packed in JCS key order so
- * that equal inputs give equal bytes.
+ * The conversion between jansson and msgpack lives in jsonmp.c; it shares the string buffer
+ * and the JCS member order defined here (runner/canon_internal.h), so that maps are packed in
+ * the same key order as the canonical form.
  */
 #include "runner/canon.h"
+#include "runner/canon_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -34,7 +36,6 @@
 
 /* Recursion bound for trees built in code (parsed ones are bounded by CAIRN__MAX_DEPTH). */
 #define CANON_MAX_DEPTH 2048
-#define MP_TO_JSON_MAX_DEPTH 1024
 
 static void seterr(char *err, size_t errlen, const char *fmt, ...) CAIRN_PRINTF(3, 4);
 static void seterr(char *err, size_t errlen, const char *fmt, ...)
@@ -47,9 +48,8 @@ static void seterr(char *err, size_t errlen, const char *fmt, ...)
     va_end(ap);
 }
 
-/* Length (1..4) of the well-formed UTF-8 sequence at s, storing its code point, or 0 if the
- * bytes there are not one (overlong forms, surrogates and values above U+10FFFF are not). */
-static size_t utf8_decode(const unsigned char *s, size_t n, uint32_t *cp)
+/* Declared in canon.h: jsonmp.c and the steps decode with it too. */
+size_t cairn__utf8_get(const unsigned char *s, size_t n, uint32_t *cp)
 {
     static const uint32_t least[5] = {0, 0, 0x80, 0x800, 0x10000};
     size_t len, i;
@@ -84,7 +84,7 @@ static void sanitize(char *s)
     size_t n = strlen(s), i = 0, o = 0, k;
     uint32_t c;
     while (i < n) {
-        k = utf8_decode((const unsigned char *)s + i, n - i, &c);
+        k = cairn__utf8_get((const unsigned char *)s + i, n - i, &c);
         if (k == 0 || c < 0x20 || (c >= 0x7F && c <= 0x9F) || c == 0xFEFF ||
             (c >= 0x200B && c <= 0x200F) || (c >= 0x2028 && c <= 0x202E) ||
             (c >= 0x2060 && c <= 0x206F)) {
@@ -272,13 +272,8 @@ int cairn__json_check_object(const json_t *v, const char *source, char *err, siz
 
 /* ------------------------------------------------------------------ canonical form */
 
-struct sbuf {
-    char *p;
-    size_t len, cap;
-    int oom;
-};
-
-static void sb_put(struct sbuf *b, const char *s, size_t n)
+/* The string buffer and the member order below are shared with jsonmp.c (canon_internal.h). */
+void cairn__sb_put(struct cairn__sbuf *b, const char *s, size_t n)
 {
     if (b->oom)
         return;
@@ -299,7 +294,7 @@ static void sb_put(struct sbuf *b, const char *s, size_t n)
     b->p[b->len] = '\0';
 }
 
-static void sb_puts(struct sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
+static void sb_puts(struct cairn__sbuf *b, const char *s) { cairn__sb_put(b, s, strlen(s)); }
 
 /* Where a code point sorts among UTF-16 code units: below U+D800 and U+E000..U+FFFF a code
  * point is its own unit; U+10000 and up start with a high surrogate (D800..DBFF), so they
@@ -313,21 +308,15 @@ static uint32_t utf16_weight(uint32_t c)
     return c + 0x110000;
 }
 
-struct member {
-    const char *key;
-    size_t klen;
-    json_t *val;
-};
-
 static int member_cmp(const void *pa, const void *pb)
 {
-    const struct member *a = pa, *b = pb;
+    const struct cairn__member *a = pa, *b = pb;
     const unsigned char *x = (const unsigned char *)a->key, *y = (const unsigned char *)b->key;
     size_t i = 0, j = 0;
     while (i < a->klen && j < b->klen) {
         uint32_t cx, cy, wx, wy;
-        size_t kx = utf8_decode(x + i, a->klen - i, &cx);
-        size_t ky = utf8_decode(y + j, b->klen - j, &cy);
+        size_t kx = cairn__utf8_get(x + i, a->klen - i, &cx);
+        size_t ky = cairn__utf8_get(y + j, b->klen - j, &cy);
         /* Invalid bytes (only in *_nocheck trees, which canon refuses anyway) sort last. */
         wx = kx ? utf16_weight(cx) : 0x220000u + x[i];
         wy = ky ? utf16_weight(cy) : 0x220000u + y[j];
@@ -339,14 +328,12 @@ static int member_cmp(const void *pa, const void *pb)
     return (i < a->klen) - (j < b->klen);
 }
 
-/* The members of an object in JCS order; *out is malloc'd (NULL for an empty object).
- * Returns the count, or -1 when out of memory. */
-static long sorted_members(const json_t *obj, struct member **out)
+long cairn__sorted_members(const json_t *obj, struct cairn__member **out)
 {
     size_t n = json_object_size(obj), i = 0, klen;
     const char *key;
     json_t *val;
-    struct member *m;
+    struct cairn__member *m;
     *out = NULL;
     if (n == 0)
         return 0;
@@ -459,7 +446,7 @@ static size_t es_number(double v, char *out)
 
 /* A JSON string per JCS 3.2.2.2: only '"', '\\' and controls are escaped, controls with the
  * short forms where JSON has them, else \u00xx in lowercase hex. */
-static int put_string(struct sbuf *b, const char *str, size_t n)
+static int put_string(struct cairn__sbuf *b, const char *str, size_t n)
 {
     static const char hex[] = "0123456789abcdef";
     const unsigned char *s = (const unsigned char *)str;
@@ -467,33 +454,33 @@ static int put_string(struct sbuf *b, const char *str, size_t n)
     uint32_t cp;
     char esc[7] = "\\u00";
     for (i = 0; i < n; i += k)
-        if (!(k = utf8_decode(s + i, n - i, &cp)))
+        if (!(k = cairn__utf8_get(s + i, n - i, &cp)))
             return CAIRN_EJSON;
-    sb_put(b, "\"", 1);
+    cairn__sb_put(b, "\"", 1);
     for (i = 0; i < n; i++) {
         if (s[i] >= 0x20 && s[i] != '"' && s[i] != '\\')
             continue;
-        sb_put(b, str + run, i - run);
+        cairn__sb_put(b, str + run, i - run);
         run = i + 1;
         if (s[i] == '"' || s[i] == '\\') {
             esc[1] = (char)s[i];
-            sb_put(b, esc, 2);
+            cairn__sb_put(b, esc, 2);
         } else if (s[i] >= '\b' && s[i] <= '\r' && s[i] != '\v') {
             esc[1] = "btn?fr"[s[i] - '\b'];
-            sb_put(b, esc, 2);
+            cairn__sb_put(b, esc, 2);
         } else {
             esc[1] = 'u';
             esc[4] = hex[s[i] >> 4];
             esc[5] = hex[s[i] & 15];
-            sb_put(b, esc, 6);
+            cairn__sb_put(b, esc, 6);
         }
     }
-    sb_put(b, str + run, n - run);
-    sb_put(b, "\"", 1);
+    cairn__sb_put(b, str + run, n - run);
+    cairn__sb_put(b, "\"", 1);
     return 0;
 }
 
-static int canon(struct sbuf *b, const json_t *v, int depth)
+static int canon(struct cairn__sbuf *b, const json_t *v, int depth)
 {
     char num[32];
     size_t i, n;
@@ -502,44 +489,44 @@ static int canon(struct sbuf *b, const json_t *v, int depth)
         return CAIRN_EINVAL;
     switch (json_typeof(v)) {
     case JSON_OBJECT: {
-        struct member *m;
-        long cnt = sorted_members(v, &m);
+        struct cairn__member *m;
+        long cnt = cairn__sorted_members(v, &m);
         if (cnt < 0)
             return CAIRN_ENOMEM;
-        sb_put(b, "{", 1);
+        cairn__sb_put(b, "{", 1);
         for (rc = 0, i = 0; rc == 0 && i < (size_t)cnt; i++) {
             if (i)
-                sb_put(b, ",", 1);
+                cairn__sb_put(b, ",", 1);
             if ((rc = put_string(b, m[i].key, m[i].klen)) == 0) {
-                sb_put(b, ":", 1);
+                cairn__sb_put(b, ":", 1);
                 rc = canon(b, m[i].val, depth + 1);
             }
         }
         free(m);
         if (rc)
             return rc;
-        sb_put(b, "}", 1);
+        cairn__sb_put(b, "}", 1);
         break;
     }
     case JSON_ARRAY:
-        sb_put(b, "[", 1);
+        cairn__sb_put(b, "[", 1);
         for (i = 0, n = json_array_size(v); i < n; i++) {
             if (i)
-                sb_put(b, ",", 1);
+                cairn__sb_put(b, ",", 1);
             if ((rc = canon(b, json_array_get(v, i), depth + 1)))
                 return rc;
         }
-        sb_put(b, "]", 1);
+        cairn__sb_put(b, "]", 1);
         break;
     case JSON_STRING:
         return put_string(b, json_string_value(v), json_string_length(v));
     case JSON_INTEGER: /* JCS: every number is a double, so 2^53+1 prints as 2^53 */
-        sb_put(b, num, es_number((double)json_integer_value(v), num));
+        cairn__sb_put(b, num, es_number((double)json_integer_value(v), num));
         break;
     case JSON_REAL:
         if (!isfinite(json_real_value(v)))
             return CAIRN_EINVAL;
-        sb_put(b, num, es_number(json_real_value(v), num));
+        cairn__sb_put(b, num, es_number(json_real_value(v), num));
         break;
     case JSON_TRUE:
         sb_puts(b, "true");
@@ -556,7 +543,7 @@ static int canon(struct sbuf *b, const json_t *v, int depth)
 
 int cairn__canon_json(const json_t *v, char **out, size_t *len)
 {
-    struct sbuf b = {0};
+    struct cairn__sbuf b = {0};
     int rc;
     if (!v || !out)
         return CAIRN_EINVAL;
@@ -672,7 +659,7 @@ static const char *id_text(const json_t *v, char num[32], size_t *len)
 
 /* Appends one piece of a derived ID, checking it first so that an error can say where the
  * offending byte came from (`what`: "the graph name", "field \"tenant\""). */
-static int put_id_piece(struct sbuf *b, const char *s, size_t n, const char *what, char *err,
+static int put_id_piece(struct cairn__sbuf *b, const char *s, size_t n, const char *what, char *err,
                         size_t errlen)
 {
     size_t bad = id_bad_byte(s, n);
@@ -682,14 +669,14 @@ static int put_id_piece(struct sbuf *b, const char *s, size_t n, const char *wha
         describe_bad_byte(err, errlen, w, b->len + bad, (unsigned char)s[bad]);
         return CAIRN_ETASKID;
     }
-    sb_put(b, s, n);
+    cairn__sb_put(b, s, n);
     return 0;
 }
 
 int cairn__task_id_derive(const char *graph, const json_t *input, const char *fields, char *out,
                           size_t outlen, char *err, size_t errlen)
 {
-    struct sbuf b = {0};
+    struct cairn__sbuf b = {0};
     char what[160], num[32], h[65];
     const char *p, *q, *text;
     size_t nlen, tlen;
@@ -704,8 +691,8 @@ int cairn__task_id_derive(const char *graph, const json_t *input, const char *fi
     }
     if (!fields && (rc = cairn__payload_hash(input, h)) == 0 &&
         (rc = put_id_piece(&b, graph, strlen(graph), "the graph name", err, errlen)) == 0) {
-        sb_put(&b, "_", 1);
-        sb_put(&b, h, 16);
+        cairn__sb_put(&b, "_", 1);
+        cairn__sb_put(&b, h, 16);
     }
     for (p = fields; rc == 0 && p; p = q ? q + 1 : NULL) {
         q = strchr(p, ',');
@@ -723,7 +710,7 @@ int cairn__task_id_derive(const char *graph, const json_t *input, const char *fi
             rc = CAIRN_EJSON;
         } else {
             if (p != fields)
-                sb_put(&b, "_", 1);
+                cairn__sb_put(&b, "_", 1);
             rc = put_id_piece(&b, text, tlen, what, err, errlen);
         }
     }
@@ -744,165 +731,3 @@ int cairn__task_id_derive(const char *graph, const json_t *input, const char *fi
     free(b.p);
     return rc;
 }
-
-/* ------------------------------------------------------------------ JSON <-> msgpack */
-
-static int pack(const json_t *v, msgpack_packer *pk, int depth)
-{
-    struct member *m;
-    long cnt;
-    size_t i, n;
-    int rc = 0;
-    if ((json_is_object(v) || json_is_array(v)) && depth >= CAIRN__MAX_DEPTH)
-        return CAIRN_EINVAL; /* msgpack-c could not unpack it */
-    switch (json_typeof(v)) {
-    case JSON_OBJECT:
-        if ((cnt = sorted_members(v, &m)) < 0)
-            return CAIRN_ENOMEM;
-        rc = msgpack_pack_map(pk, (size_t)cnt) ? CAIRN_ENOMEM : 0;
-        for (i = 0; rc == 0 && i < (size_t)cnt; i++) {
-            if (msgpack_pack_str(pk, m[i].klen) || msgpack_pack_str_body(pk, m[i].key, m[i].klen))
-                rc = CAIRN_ENOMEM;
-            else
-                rc = pack(m[i].val, pk, depth + 1);
-        }
-        free(m);
-        return rc;
-    case JSON_ARRAY:
-        rc = msgpack_pack_array(pk, n = json_array_size(v)) ? CAIRN_ENOMEM : 0;
-        for (i = 0; rc == 0 && i < n; i++)
-            rc = pack(json_array_get(v, i), pk, depth + 1);
-        return rc;
-    case JSON_STRING:
-        n = json_string_length(v);
-        rc = msgpack_pack_str(pk, n) || msgpack_pack_str_body(pk, json_string_value(v), n);
-        break;
-    case JSON_INTEGER:
-        rc = msgpack_pack_int64(pk, json_integer_value(v));
-        break;
-    case JSON_REAL:
-        rc = msgpack_pack_double(pk, json_real_value(v));
-        break;
-    case JSON_TRUE:
-    case JSON_FALSE:
-        rc = json_is_true(v) ? msgpack_pack_true(pk) : msgpack_pack_false(pk);
-        break;
-    case JSON_NULL:
-        rc = msgpack_pack_nil(pk);
-        break;
-    }
-    return rc ? CAIRN_ENOMEM : 0;
-}
-
-int cairn__json_to_msgpack(const json_t *v, msgpack_packer *pk)
-{
-    if (!v || !pk)
-        return CAIRN_EINVAL;
-    return pack(v, pk, 0);
-}
-
-/* A jansson string from msgpack str bytes, each invalid UTF-8 byte replaced by U+FFFD. */
-static json_t *json_from_str(const char *s, size_t n)
-{
-    const unsigned char *u = (const unsigned char *)s;
-    struct sbuf b = {0};
-    size_t i = 0, k, run = 0;
-    uint32_t cp;
-    json_t *j;
-    while (i < n) {
-        if ((k = utf8_decode(u + i, n - i, &cp))) {
-            i += k;
-            continue;
-        }
-        sb_put(&b, s + run, i - run);
-        sb_put(&b, "\xEF\xBF\xBD", 3);
-        run = ++i;
-    }
-    if (run == 0) /* msgpack-c gives a NULL ptr for an empty str; jansson refuses NULL */
-        return json_stringn_nocheck(n ? s : "", n);
-    sb_put(&b, s + run, n - run);
-    j = b.oom ? NULL : json_stringn_nocheck(b.p, b.len);
-    free(b.p);
-    return j;
-}
-
-static json_t *json_base64(const char *data, size_t n)
-{
-    /* EVP_EncodeBlock takes an int length: encode in slices of whole 3-byte groups. */
-    const size_t slice = 3u << 20;
-    size_t outcap = 4 * ((n + 2) / 3) + 1, o = 0, i;
-    unsigned char *buf = malloc(outcap);
-    json_t *j;
-    if (!buf)
-        return NULL;
-    for (i = 0; i < n; i += slice) {
-        size_t m = n - i < slice ? n - i : slice;
-        o += (size_t)EVP_EncodeBlock(buf + o, (const unsigned char *)data + i, (int)m);
-    }
-    j = json_stringn_nocheck((const char *)buf, o);
-    free(buf);
-    return j;
-}
-
-static json_t *mp_to_json(const msgpack_object *o, int depth)
-{
-    uint32_t i;
-    json_t *j;
-    if (depth > MP_TO_JSON_MAX_DEPTH)
-        return NULL;
-    switch (o->type) {
-    case MSGPACK_OBJECT_NIL:
-        return json_null();
-    case MSGPACK_OBJECT_BOOLEAN:
-        return json_boolean(o->via.boolean);
-    case MSGPACK_OBJECT_POSITIVE_INTEGER:
-        if (o->via.u64 <= (uint64_t)INT64_MAX)
-            return json_integer((json_int_t)o->via.u64);
-        return json_real((double)o->via.u64);
-    case MSGPACK_OBJECT_NEGATIVE_INTEGER:
-        return json_integer((json_int_t)o->via.i64);
-    case MSGPACK_OBJECT_FLOAT32:
-    case MSGPACK_OBJECT_FLOAT64:
-        return isfinite(o->via.f64) ? json_real(o->via.f64) : json_null();
-    case MSGPACK_OBJECT_STR:
-        return json_from_str(o->via.str.ptr, o->via.str.size);
-    case MSGPACK_OBJECT_BIN:
-        return json_base64(o->via.bin.ptr, o->via.bin.size);
-    case MSGPACK_OBJECT_EXT:
-        return json_base64(o->via.ext.ptr, o->via.ext.size);
-    case MSGPACK_OBJECT_ARRAY:
-        if (!(j = json_array()))
-            return NULL;
-        for (i = 0; i < o->via.array.size; i++) {
-            if (json_array_append_new(j, mp_to_json(&o->via.array.ptr[i], depth + 1))) {
-                json_decref(j);
-                return NULL;
-            }
-        }
-        return j;
-    case MSGPACK_OBJECT_MAP:
-        if (!(j = json_object()))
-            return NULL;
-        for (i = 0; i < o->via.map.size; i++) {
-            const msgpack_object_kv *kv = &o->via.map.ptr[i];
-            json_t *k = mp_to_json(&kv->key, depth + 1), *v = NULL;
-            char *text = NULL; /* a key that is not a string becomes its JSON text */
-            size_t tlen = 0;
-            int rc = -1;
-            if (k && (json_is_string(k) || cairn__canon_json(k, &text, &tlen) == 0) &&
-                (v = mp_to_json(&kv->val, depth + 1)))
-                rc = json_object_setn_new_nocheck(j, text ? text : json_string_value(k),
-                                                  text ? tlen : json_string_length(k), v);
-            json_decref(k);
-            free(text);
-            if (rc) {
-                json_decref(j);
-                return NULL;
-            }
-        }
-        return j;
-    }
-    return NULL;
-}
-
-json_t *cairn__msgpack_to_json(const msgpack_object *o) { return o ? mp_to_json(o, 0) : NULL; }

@@ -1,5 +1,6 @@
 /* canon.h - task input handling: strict JSON parsing, RFC 8785 (JCS) canonical form, the
- * payload hash, task-ID validation and derivation, and JSON <-> msgpack conversion.
+ * payload hash, task-ID validation and derivation (canon.c), JSON <-> msgpack conversion
+ * (jsonmp.c), and the strict UTF-8 decoder they and the steps share.
  *
  * Internal to libcairn (hidden `cairn__` symbols). Every fallible call returns 0 or a
  * negative CAIRN_E* code from cairn.h; where a call takes `err`/`errlen`, it writes a
@@ -10,6 +11,7 @@
 #define CAIRN_CANON_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include <jansson.h>
 #include <msgpack.h>
@@ -26,6 +28,11 @@
 
 /* Longest task ID in bytes (a buffer for one needs CAIRN__TASK_ID_MAX + 1). */
 #define CAIRN__TASK_ID_MAX 128
+
+/* Length (1..4) of the well-formed UTF-8 sequence at s[0..n), storing its code point in *cp, or
+ * 0 (and *cp untouched) if the bytes there are not one: n == 0, a stray continuation byte, a
+ * truncated sequence, an overlong form, a surrogate or a value above U+10FFFF. */
+size_t cairn__utf8_get(const unsigned char *s, size_t n, uint32_t *cp);
 
 /* Parses one JSON document of `len` bytes (need not be NUL-terminated; may contain NUL
  * bytes only inside strings as \u0000). Strict, per I-JSON (RFC 7493):

@@ -49,6 +49,8 @@ struct cairn_ctx {
     msgpack_packer pk;
     int out_set;
     int child_fd; /* >= 0 when the step runs in an isolated child: progress goes to the parent */
+    int last_step; /* the graph's last step: its commit also marks the task succeeded */
+    int finished;  /* that commit happened */
     char err[CAIRN__ERR_MAX];
 };
 

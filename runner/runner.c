@@ -270,7 +270,12 @@ typedef struct admit_arg {
     size_t input_len;
     char existing[65];
     char msg_task[CAIRN__ID_MAX + 1];
+    struct acquire_arg *acq; /* acquired in the same transaction: one commit, one flush */
+    int deferred;            /* admitted, but may not start now: CAIRN_ETENANT or CAIRN_EBUSY */
+    char deferred_msg[512];
 } admit_arg;
+
+static int acquire_txn(cairn__txn *t, void *arg);
 
 static int admit_txn(cairn__txn *t, void *arg)
 {
@@ -293,9 +298,9 @@ static int admit_txn(cairn__txn *t, void *arg)
         task.state = CAIRN_PENDING;
         task.generation = 1;
         task.created_ms = task.updated_ms = cairn__now_ms();
-        task.input = a->input;
-        task.input_len = a->input_len;
-        rc = audit(t, &task, CAIRN_PENDING, CAIRN_PENDING, NULL, "created%s%s",
+        rc = cairn__input_put(t, a->id, a->input, a->input_len);
+        if (!rc)
+            rc = audit(t, &task, CAIRN_PENDING, CAIRN_PENDING, NULL, "created%s%s",
                    a->message_id ? " from message " : "", a->message_id ? a->message_id : "");
         if (!rc)
             rc = cairn__task_put(t, &task);
@@ -306,12 +311,24 @@ static int admit_txn(cairn__txn *t, void *arg)
     }
     if (!rc && a->message_id)
         rc = cairn__msg_put(t, a->message_id, a->id);
+    if (rc)
+        return rc;
+    /* A task that may not start now (tenant limit, running elsewhere) is still admitted: it is
+     * recorded as pending for `retry`, and the run reports the refusal after the commit. The
+     * acquire writes nothing before it refuses. */
+    rc = acquire_txn(t, a->acq);
+    if (rc == CAIRN_ETENANT || rc == CAIRN_EBUSY) {
+        a->deferred = rc;
+        snprintf(a->deferred_msg, sizeof a->deferred_msg, "%s",
+                 cairn_store_errmsg(cairn__txn_store(t)));
+        return 0;
+    }
     return rc;
 }
 
 /* ------------------------------------------------------------------ acquire */
 
-typedef struct acquire_arg {
+struct acquire_arg {
     cairn_runner *r;
     const cairn_graph *g;
     const char *id;
@@ -319,7 +336,8 @@ typedef struct acquire_arg {
     uint32_t attempt, generation;
     int finished; /* 0 running now; else the final code to return (0 succeeded) */
     uint32_t tenant_running;
-} acquire_arg;
+};
+typedef struct acquire_arg acquire_arg;
 
 static int count_live(const char *id, void *arg)
 {
@@ -440,8 +458,9 @@ static int acquire_txn(cairn__txn *t, void *arg)
 
 /* ------------------------------------------------------------------ step commits */
 
-typedef enum { C_DONE, C_INTENT, C_FAILED, C_DEAD, C_IN_DOUBT, C_RETRY_LATER, C_SUCCEEDED, C_STOPPED,
-               C_RESET } commit_kind;
+/* C_DONE_LAST commits the last step's output and the task's success in one transaction. */
+typedef enum { C_DONE, C_DONE_LAST, C_INTENT, C_FAILED, C_DEAD, C_IN_DOUBT, C_RETRY_LATER,
+               C_SUCCEEDED, C_STOPPED, C_RESET } commit_kind;
 
 typedef struct commit_arg {
     cairn_ctx *ctx;
@@ -482,11 +501,17 @@ static int commit_txn(cairn__txn *t, void *arg)
     const char *step = c->step->name;
     switch (a->kind) {
     case C_DONE:
+    case C_DONE_LAST:
         s.state = CAIRN_STEP_DONE;
         s.output = a->out;
         s.output_len = a->out_len;
         rc = audit(t, &task, CAIRN_RUNNING, CAIRN_RUNNING, step, "step done (invocation %u)",
                    a->invocations);
+        if (!rc && a->kind == C_DONE_LAST) {
+            task.error[0] = task.error_step[0] = 0;
+            release_lease(&task);
+            rc = transition(t, &task, CAIRN_SUCCEEDED, 0, NULL, "all steps done");
+        }
         break;
     case C_INTENT:
         s.state = CAIRN_STEP_INTENT;
@@ -632,10 +657,13 @@ static int load_txn(cairn__txn *t, void *arg)
     if (rc)
         return rc;
     if (!c->input_bytes) {
-        if (!task.input)
+        const void *in;
+        size_t in_len;
+        rc = cairn__input_get(t, c->task_id, &in, &in_len);
+        if (rc == CAIRN_ENOTFOUND)
             return cairn__store_fail(cairn__txn_store(t), CAIRN_ECORRUPT,
                                      "task '%s' has no stored input", c->task_id);
-        if ((rc = unpack_copy(task.input, task.input_len, &c->input_bytes, &c->input)))
+        if (rc || (rc = unpack_copy(in, in_len, &c->input_bytes, &c->input)))
             return rc;
     }
     cairn__step_rec s;
@@ -801,7 +829,11 @@ static int run_step(cairn_ctx *c, const cairn_graph *g)
         int durable = s->expensive || s->delivery != CAIRN_COMPUTE;
         switch (res) {
         case CAIRN_STEP_OK:
-            rc = commit(c, C_DONE, durable, o.out, o.out_len, NULL, inv, 0);
+            if (c->last_step) {
+                rc = commit(c, C_DONE_LAST, CAIRN__DURABLE, o.out, o.out_len, NULL, inv, 0);
+                c->finished = rc == 0;
+            } else
+                rc = commit(c, C_DONE, durable, o.out, o.out_len, NULL, inv, 0);
             cairn__outcome_free(&o);
             return rc;
         case CAIRN_STEP_PERMANENT:
@@ -868,30 +900,29 @@ static int run_step(cairn_ctx *c, const cairn_graph *g)
 
 /* ------------------------------------------------------------------ running a task */
 
-static int execute(cairn_runner *r, const cairn_graph *g, const char *id)
+/* Runs the steps of a task whose lease `a` holds (or reports why it does not run). */
+static int run_acquired(cairn_runner *r, const cairn_graph *g, const char *id,
+                        const acquire_arg *a)
 {
-    r->err[0] = r->note[0] = 0;
-    acquire_arg a = {.r = r, .g = g, .id = id, .token = cairn__random_u64()};
-    int rc = cairn__store_write(r->store, CAIRN__RELAXED, acquire_txn, &a);
-    if (rc)
-        return cairn__runner_store_fail(r, rc);
-    if (a.finished == 1)
+    int rc = 0;
+    if (a->finished == 1)
         return 0;
-    if (a.finished == 2)
+    if (a->finished == 2)
         return cairn__runner_fail(r, CAIRN_EDEAD, "task '%s' is dead: gave up after %u attempts",
                                   id, r->max_attempts);
     cairn_ctx c;
     memset(&c, 0, sizeof c);
     c.r = r;
     c.task_id = id;
-    c.generation = a.generation;
-    c.attempt = a.attempt;
-    c.lease_token = a.token;
+    c.generation = a->generation;
+    c.attempt = a->attempt;
+    c.lease_token = a->token;
     c.child_fd = -1;
     msgpack_sbuffer_init(&c.out);
     msgpack_packer_init(&c.pk, &c.out, msgpack_sbuffer_write);
     for (size_t i = 0; i < g->n_steps && rc == 0; i++) {
         c.step = g->steps[g->order[i]];
+        c.last_step = i + 1 == g->n_steps;
         rc = run_step(&c, g);
         ctx_clear(&c);
         if (rc == 0 && r->stop) {
@@ -901,9 +932,9 @@ static int execute(cairn_runner *r, const cairn_graph *g, const char *id)
                                         c.step->name);
         }
     }
-    if (rc == 0)
+    if (rc == 0 && !c.finished) /* the last step was done already (a crash came before) */
         rc = commit(&c, C_SUCCEEDED, CAIRN__DURABLE, NULL, 0, NULL, 0, 0);
-    else if (rc != CAIRN_ETRANSIENT && rc != CAIRN_EDEAD && rc != CAIRN_EINDOUBT &&
+    else if (rc != 0 && rc != CAIRN_ETRANSIENT && rc != CAIRN_EDEAD && rc != CAIRN_EINDOUBT &&
              rc != CAIRN_EINTR && rc != CAIRN_EBUSY) {
         /* an unexpected error (memory, store): give the lease back so the task is not stuck
          * behind a process that lives on; it is due again at once */
@@ -918,6 +949,16 @@ static int execute(cairn_runner *r, const cairn_graph *g, const char *id)
     }
     msgpack_sbuffer_destroy(&c.out);
     return rc;
+}
+
+static int execute(cairn_runner *r, const cairn_graph *g, const char *id)
+{
+    r->err[0] = r->note[0] = 0;
+    acquire_arg a = {.r = r, .g = g, .id = id, .token = cairn__random_u64()};
+    int rc = cairn__store_write(r->store, CAIRN__RELAXED, acquire_txn, &a);
+    if (rc)
+        return cairn__runner_store_fail(r, rc);
+    return run_acquired(r, g, id, &a);
 }
 
 int cairn_runner_run(cairn_runner *r, const char *graph, const char *task_id,
@@ -969,9 +1010,10 @@ int cairn_runner_run(cairn_runner *r, const char *graph, const char *task_id,
     rc = cairn__json_to_msgpack(input, &pk);
     if (task_id_out)
         snprintf(task_id_out, CAIRN__ID_MAX + 1, "%s", id);
+    acquire_arg acq = {.r = r, .g = g, .id = id, .token = cairn__random_u64()};
     if (!rc) {
         admit_arg aa = {.r = r, .g = g, .id = id, .hash = hash, .message_id = message_id,
-                        .tenant = tenant, .input = buf.data, .input_len = buf.size};
+                        .tenant = tenant, .input = buf.data, .input_len = buf.size, .acq = &acq};
         rc = cairn__store_write(r->store, CAIRN__RELAXED, admit_txn, &aa);
         if (rc == CAIRN_ECONFLICT && aa.existing[0] && strcmp(aa.existing, hash) != 0)
             rc = cairn__runner_fail(r, rc,
@@ -989,12 +1031,14 @@ int cairn_runner_run(cairn_runner *r, const char *graph, const char *task_id,
             return 0;
         } else if (rc)
             rc = cairn__runner_store_fail(r, rc);
+        else if (aa.deferred)
+            rc = cairn__runner_fail(r, aa.deferred, "%s", aa.deferred_msg);
     }
     json_decref(input);
     msgpack_sbuffer_destroy(&buf);
     if (rc)
         return rc;
-    return execute(r, g, id);
+    return run_acquired(r, g, id, &acq);
 }
 
 static int graph_of_txn(cairn__txn *t, void *arg)
@@ -1272,8 +1316,6 @@ static int gc_cb(const char *id, void *arg)
     } else if (!task.tombstone && task.finished_ms <= a->prune_before) {
         /* keep the tombstone: id, payload hash, final state, times, audit */
         task.tombstone = 1;
-        task.input = NULL;
-        task.input_len = 0;
         if ((rc = cairn__task_drop_outputs(t, id)) ||
             (rc = audit(t, &task, (cairn_state)task.state, (cairn_state)task.state, NULL,
                         "gc: outputs dropped, tombstone kept")) ||

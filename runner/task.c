@@ -19,8 +19,9 @@ typedef struct snap_step {
 } snap_step;
 
 struct cairn_task {
-    cairn__task_rec rec; /* input points to `input` */
-    void *input;
+    cairn__task_rec rec;
+    void *input; /* msgpack; NULL once gc dropped it */
+    size_t input_len;
     snap_step *steps;
     size_t n_steps;
 };
@@ -62,12 +63,14 @@ static int load_txn(cairn__txn *txn, void *arg)
         return cairn__store_fail(cairn__txn_store(txn), rc, "no task '%s'", t->rec.id);
     if (rc)
         return rc;
-    if (t->rec.input) {
-        t->input = dup_bytes(t->rec.input, t->rec.input_len);
+    const void *in;
+    rc = cairn__input_get(txn, t->rec.id, &in, &t->input_len);
+    if (rc == 0) {
+        t->input = dup_bytes(in, t->input_len);
         if (!t->input)
             return CAIRN_ENOMEM;
-        t->rec.input = t->input;
-    }
+    } else if (rc != CAIRN_ENOTFOUND)
+        return rc;
     return cairn__step_each(txn, t->rec.id, step_cb, t);
 }
 
@@ -198,7 +201,7 @@ json_t *cairn__task_to_json(const cairn_task *t)
         json_object_set_new(l, "expires_ms", json_integer(r->lease_expires_ms));
         json_object_set_new(o, "lease", l);
     }
-    json_object_set_new(o, "input", r->input ? bytes_json(r->input, r->input_len) : json_null());
+    json_object_set_new(o, "input", t->input ? bytes_json(t->input, t->input_len) : json_null());
     json_t *steps = json_array(), *hist = json_array();
     /* current records in pinned order (a simple selection: graphs are small) */
     size_t n = t->n_steps;

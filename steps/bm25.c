@@ -1,5 +1,5 @@
-/* steps/bm25.c - the BM25 index behind the `retrieve` step: tokenizer, LMDB layout, batched
- * writes, and the query loop.
+/* steps/bm25.c - the BM25 index behind the `retrieve` step: LMDB layout, batched writes, and
+ * the query loop. The text tokenizer it indexes and queries with is in textsplit.c.
  *
  * Layout (one LMDB environment, five named databases):
  *   post  term \0 be32(docno) -> {u32 tf, u32 dl}   one posting; dl rides along so scoring a
@@ -33,8 +33,6 @@
 #include <unistd.h>
 
 #define FORMAT_VERSION 1u
-/* Bump when the tokenizer's output changes: replacing documents re-tokenizes the stored text. */
-#define TOKENIZER_VERSION 1u
 /* Postings buffered before a batch writes them out (16 bytes each). */
 #define FLUSH_POSTINGS (4u << 20)
 
@@ -83,249 +81,6 @@ struct cairn__bm25 {
     uint32_t doc_mark;
     size_t flush_at; /* postings buffered before a flush */
 };
-
-/* ------------------------------------------------------------------ tokenizer */
-
-/* Decodes one UTF-8 code point; returns its length, 0 if s does not start a valid sequence. */
-static size_t utf8_dec(const unsigned char *s, size_t n, uint32_t *cp)
-{
-    if (s[0] < 0x80) {
-        *cp = s[0];
-        return 1;
-    }
-    size_t len = s[0] >= 0xf0 ? 4 : s[0] >= 0xe0 ? 3 : s[0] >= 0xc2 ? 2 : 0;
-    if (!len || len > n || s[0] > 0xf4)
-        return 0;
-    uint32_t v = s[0] & (0x3f >> (len - 1));
-    for (size_t i = 1; i < len; i++) {
-        if ((s[i] & 0xc0) != 0x80)
-            return 0;
-        v = v << 6 | (s[i] & 0x3f);
-    }
-    if ((len == 3 && v < 0x800) || (len == 4 && (v < 0x10000 || v > 0x10ffff)) ||
-        (v >= 0xd800 && v <= 0xdfff))
-        return 0;
-    *cp = v;
-    return len;
-}
-
-static size_t utf8_enc(uint32_t c, char *o)
-{
-    if (c < 0x80) {
-        o[0] = (char)c;
-        return 1;
-    }
-    if (c < 0x800) {
-        o[0] = (char)(0xc0 | c >> 6);
-        o[1] = (char)(0x80 | (c & 0x3f));
-        return 2;
-    }
-    if (c < 0x10000) {
-        o[0] = (char)(0xe0 | c >> 12);
-        o[1] = (char)(0x80 | ((c >> 6) & 0x3f));
-        o[2] = (char)(0x80 | (c & 0x3f));
-        return 3;
-    }
-    o[0] = (char)(0xf0 | c >> 18);
-    o[1] = (char)(0x80 | ((c >> 12) & 0x3f));
-    o[2] = (char)(0x80 | ((c >> 6) & 0x3f));
-    o[3] = (char)(0x80 | (c & 0x3f));
-    return 4;
-}
-
-/* Simple lower-case mapping (plus two foldings search wants: final sigma and dotted capital I)
- * for the scripts whose case pairs follow a pattern; other characters are returned as is. */
-static uint32_t lower(uint32_t c)
-{
-    if (c < 0x80)
-        return c >= 'A' && c <= 'Z' ? c + 32 : c;
-    if (c < 0x100)
-        return c >= 0xc0 && c <= 0xde && c != 0xd7 ? c + 32 : c;
-    if (c < 0x180) { /* Latin Extended-A */
-        if (c == 0x130)
-            return 'i';
-        if (c == 0x178)
-            return 0xff;
-        if ((c <= 0x137) || (c >= 0x14a && c <= 0x177))
-            return c | 1; /* even = capital */
-        if ((c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17e))
-            return c & 1 ? c + 1 : c; /* odd = capital */
-        return c;
-    }
-    if (c < 0x250) { /* Latin Extended-B: the regular runs */
-        if (c >= 0x1cd && c <= 0x1dc)
-            return c & 1 ? c + 1 : c;
-        if ((c >= 0x1de && c <= 0x1ef) || (c >= 0x1f8 && c <= 0x21f) ||
-            (c >= 0x222 && c <= 0x233) || (c >= 0x246 && c <= 0x24f))
-            return c | 1;
-        return c;
-    }
-    if (c >= 0x370 && c < 0x400) { /* Greek */
-        if (c == 0x386)
-            return 0x3ac;
-        if (c >= 0x388 && c <= 0x38a)
-            return c + 37;
-        if (c == 0x38c)
-            return 0x3cc;
-        if (c == 0x38e || c == 0x38f)
-            return c + 63;
-        if ((c >= 0x391 && c <= 0x3a1) || (c >= 0x3a3 && c <= 0x3ab))
-            return c + 32;
-        if (c == 0x3c2)
-            return 0x3c3; /* final sigma: "ΟΔΟΣ" and "οδος" must match */
-        if (c >= 0x3d8 && c <= 0x3ef)
-            return c | 1;
-        return c;
-    }
-    if (c >= 0x400 && c < 0x530) { /* Cyrillic and its supplement */
-        if (c <= 0x40f)
-            return c + 0x50;
-        if (c <= 0x42f)
-            return c + 0x20;
-        if ((c >= 0x460 && c <= 0x481) || (c >= 0x48a && c <= 0x4bf) || (c >= 0x4d0 && c <= 0x52f))
-            return c | 1;
-        if (c == 0x4c0)
-            return 0x4cf;
-        if (c >= 0x4c1 && c <= 0x4ce)
-            return c & 1 ? c + 1 : c;
-        return c;
-    }
-    if (c >= 0x531 && c <= 0x556) /* Armenian */
-        return c + 0x30;
-    if ((c >= 0x1e00 && c <= 0x1e95) || (c >= 0x1ea0 && c <= 0x1eff)) /* Latin Ext. Additional */
-        return c | 1;
-    if (c == 0x1e9e)
-        return 0xdf;
-    return c;
-}
-
-static int is_cjk(uint32_t c)
-{
-    return (c >= 0x4e00 && c <= 0x9fff) ||   /* CJK unified ideographs */
-           (c >= 0x3400 && c <= 0x4dbf) ||   /* extension A */
-           (c >= 0xf900 && c <= 0xfaff) ||   /* compatibility ideographs */
-           (c >= 0x20000 && c <= 0x3134f) || /* extensions B..G, compatibility supplement */
-           (c >= 0x3005 && c <= 0x3007) ||   /* 々 〆 〇 */
-           (c >= 0x3041 && c <= 0x309f) ||   /* Hiragana */
-           (c >= 0x30a0 && c <= 0x30ff && c != 0x30fb) || /* Katakana, not the middle dot */
-           (c >= 0x31f0 && c <= 0x31ff) ||                /* Katakana phonetic extensions */
-           (c >= 0xff66 && c <= 0xff9f) ||                /* halfwidth Katakana */
-           (c >= 0xac00 && c <= 0xd7af);                  /* Hangul syllables */
-}
-
-/* Whitespace, punctuation, symbols and controls: everything that ends a token. */
-static int is_sep(uint32_t c)
-{
-    if (c < 0x80)
-        return !((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'));
-    if (c < 0xc0) /* C1 controls, NBSP, Latin-1 punctuation; keep ª ² ³ µ ¹ º */
-        return !(c == 0xaa || c == 0xb2 || c == 0xb3 || c == 0xb5 || c == 0xb9 || c == 0xba);
-    if (c == 0xd7 || c == 0xf7)
-        return 1;
-    if (c < 0x370)
-        return 0;
-    if (c == 0x37e || c == 0x387 || (c >= 0x55a && c <= 0x55f) || c == 0x589 || c == 0x5be ||
-        c == 0x5c0 || c == 0x5c3 || c == 0x5c6 || c == 0x5f3 || c == 0x5f4 || c == 0x60c ||
-        c == 0x61b || c == 0x61f || (c >= 0x66a && c <= 0x66d) || c == 0x6d4 || c == 0x964 ||
-        c == 0x965 || c == 0xe4f || c == 0xe5a || c == 0xe5b || c == 0x1680 || c == 0x180e)
-        return 1;
-    if (c >= 0x2000 && c <= 0x2bff) /* general punctuation, currency, letterlike, arrows, math,
-                                       technical, boxes, shapes, dingbats */
-        return 1;
-    if (c >= 0x2e00 && c <= 0x2e7f) /* supplemental punctuation */
-        return 1;
-    if (c >= 0x3000 && c <= 0x303f) /* CJK symbols and punctuation */
-        return !(c >= 0x3005 && c <= 0x3007);
-    if (c == 0x30fb) /* katakana middle dot */
-        return 1;
-    if ((c >= 0xfe10 && c <= 0xfe1f) || (c >= 0xfe30 && c <= 0xfe6f) || c == 0xfeff)
-        return 1;
-    if ((c >= 0xff00 && c <= 0xff0f) || (c >= 0xff1a && c <= 0xff20) ||
-        (c >= 0xff3b && c <= 0xff40) || (c >= 0xff5b && c <= 0xff65) ||
-        (c >= 0xffe0 && c <= 0xffff))
-        return 1;
-    if ((c >= 0x1f000 && c <= 0x1faff) || (c >= 0xe0000 && c <= 0xe007f)) /* emoji, tags */
-        return 1;
-    return 0;
-}
-
-typedef struct tokenizer {
-    char word[CAIRN__BM25_MAX_TOKEN];
-    size_t wn;
-    uint32_t cjk_prev;
-    size_t cjk_run;
-    size_t count;
-    cairn__bm25_token_cb cb;
-    void *arg;
-} tokenizer;
-
-static void emit(tokenizer *t, const char *s, size_t n)
-{
-    t->count++;
-    if (t->cb)
-        t->cb(s, n, t->arg);
-}
-
-static void end_word(tokenizer *t)
-{
-    if (t->wn)
-        emit(t, t->word, t->wn);
-    t->wn = 0;
-}
-
-static void end_cjk(tokenizer *t)
-{
-    if (t->cjk_run == 1) {
-        char b[4];
-        emit(t, b, utf8_enc(t->cjk_prev, b));
-    }
-    t->cjk_run = 0;
-}
-
-size_t cairn__bm25_tokenize(const char *text, size_t len, cairn__bm25_token_cb cb, void *arg)
-{
-    tokenizer t = {.cb = cb, .arg = arg};
-    const unsigned char *s = (const unsigned char *)text;
-    int word_full = 0; /* the current word reached CAIRN__BM25_MAX_TOKEN: drop its tail */
-    for (size_t i = 0; i < len;) {
-        uint32_t c;
-        size_t l = utf8_dec(s + i, len - i, &c);
-        i += l ? l : 1;
-        if (!l) {
-            end_word(&t), end_cjk(&t), word_full = 0;
-            continue;
-        }
-        if (c >= 0xff01 && c <= 0xff5e) /* fullwidth ASCII */
-            c -= 0xfee0;
-        if (is_cjk(c)) {
-            end_word(&t), word_full = 0;
-            if (t.cjk_run) {
-                char b[8];
-                size_t n = utf8_enc(t.cjk_prev, b);
-                emit(&t, b, n + utf8_enc(c, b + n));
-            }
-            t.cjk_prev = c;
-            t.cjk_run++;
-            continue;
-        }
-        end_cjk(&t);
-        if (is_sep(c)) {
-            end_word(&t), word_full = 0;
-            continue;
-        }
-        char b[4];
-        size_t n = utf8_enc(lower(c), b);
-        if (word_full || t.wn + n > sizeof t.word) {
-            word_full = 1;
-            continue;
-        }
-        memcpy(t.word + t.wn, b, n);
-        t.wn += n;
-    }
-    end_word(&t);
-    end_cjk(&t);
-    return t.count;
-}
 
 /* ------------------------------------------------------------------ helpers */
 
@@ -507,12 +262,12 @@ int cairn__bm25_open(const char *dir, int writable, cairn__bm25 **out, char *err
     if (rc == MDB_NOTFOUND && writable) {
         what = "writing the format";
         if ((rc = meta_put(txn, ix->meta, "format", FORMAT_VERSION)) != 0 ||
-            (rc = meta_put(txn, ix->meta, "tokenizer", TOKENIZER_VERSION)) != 0 ||
+            (rc = meta_put(txn, ix->meta, "tokenizer", CAIRN__BM25_TOKENIZER_VERSION)) != 0 ||
             (rc = meta_put(txn, ix->meta, "n_docs", 0)) != 0 ||
             (rc = meta_put(txn, ix->meta, "total_len", 0)) != 0 ||
             (rc = meta_put(txn, ix->meta, "next_docno", 0)) != 0)
             goto lmdb_fail;
-        fmt = FORMAT_VERSION, tok = TOKENIZER_VERSION;
+        fmt = FORMAT_VERSION, tok = CAIRN__BM25_TOKENIZER_VERSION;
     } else if (rc == 0) {
         rc = meta_get(txn, ix->meta, "tokenizer", &tok);
     }
@@ -520,14 +275,14 @@ int cairn__bm25_open(const char *dir, int writable, cairn__bm25 **out, char *err
         what = "reading the format";
         goto lmdb_fail;
     }
-    if (fmt != FORMAT_VERSION || tok != TOKENIZER_VERSION) {
+    if (fmt != FORMAT_VERSION || tok != CAIRN__BM25_TOKENIZER_VERSION) {
         mdb_txn_abort(txn);
         mdb_env_close(ix->env);
         snprintf(err, errlen,
                  "index %s: written in format %llu with tokenizer %llu; this cairn reads format "
                  "%u with tokenizer %u: rebuild it with `cairn index` into an empty directory",
                  dir, (unsigned long long)fmt, (unsigned long long)tok, FORMAT_VERSION,
-                 TOKENIZER_VERSION);
+                 CAIRN__BM25_TOKENIZER_VERSION);
         free(ix);
         return CAIRN_ESCHEMA;
     }

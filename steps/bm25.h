@@ -40,6 +40,11 @@ int cairn__bm25_open(const char *dir, int writable, cairn__bm25 **out, char *err
 /* Closes the handle (aborting an open write batch). NULL is a no-op. */
 void cairn__bm25_close(cairn__bm25 *ix);
 
+/* The version of cairn__bm25_tokenize's output, recorded in every index. Bump it whenever the
+ * tokens change: replacing a document re-tokenizes its stored text to find the old postings,
+ * so an index must be rebuilt when the tokenizer changes (opening it then says so). */
+#define CAIRN__BM25_TOKENIZER_VERSION 1u
+
 /* Tokenizes UTF-8 text, the same way for documents and queries: fullwidth ASCII (U+FF01..FF5E)
  * folded to ASCII; lower-cased (ASCII, Latin-1, Latin Extended-A/B and Additional, Greek with
  * final sigma folded to sigma, Cyrillic, Armenian); split on whitespace, ASCII/Latin-1/general
@@ -47,7 +52,8 @@ void cairn__bm25_close(cairn__bm25 *ix);
  * control characters; runs of CJK characters (Han incl. extension A..G and compatibility,
  * Hiragana, Katakana, Hangul syllables) become overlapping bigrams, a lone CJK character
  * itself. Invalid UTF-8 bytes separate tokens. Calls cb for each token (bytes, length; not
- * NUL-terminated, valid during the call); cb may be NULL. Returns the token count. */
+ * NUL-terminated, valid during the call); cb may be NULL. Returns the token count.
+ * Defined in steps/textsplit.c. */
 typedef void (*cairn__bm25_token_cb)(const char *tok, size_t len, void *arg);
 size_t cairn__bm25_tokenize(const char *text, size_t len, cairn__bm25_token_cb cb, void *arg);
 

@@ -170,9 +170,9 @@ static int create_running_txn(cairn__txn *t, void *arg)
         r.lease_token = TOKEN;
         r.lease_expires_ms = r.created_ms + BENCH_LEASE_MS;
         bench_input_msgpack(i, &a->c->input);
-        r.input = a->c->input.data;
-        r.input_len = a->c->input.size;
         int rc = cairn__task_put(t, &r);
+        if (!rc)
+            rc = cairn__input_put(t, r.id, a->c->input.data, a->c->input.size);
         if (rc)
             return rc;
     }
@@ -217,8 +217,13 @@ static int load_step_txn(cairn__txn *t, void *arg)
     int rc = cairn__task_get(t, a->task, &task);
     if (rc)
         return rc;
-    if (a->copy_input && (rc = unpack_copy(task.input, task.input_len, &a->input_bytes, &a->input)))
-        return rc;
+    if (a->copy_input) {
+        const void *in;
+        size_t in_len;
+        if ((rc = cairn__input_get(t, a->task, &in, &in_len)) ||
+            (rc = unpack_copy(in, in_len, &a->input_bytes, &a->input)))
+            return rc;
+    }
     cairn__step_rec s;
     rc = cairn__step_get(t, a->task, a->step, task.generation, &s);
     a->has_rec = rc == 0;
