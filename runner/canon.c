@@ -272,11 +272,12 @@ int cairn__json_check_object(const json_t *v, const char *source, char *err, siz
 
 /* ------------------------------------------------------------------ canonical form */
 
-/* The string buffer and the member order below are shared with jsonmp.c (canon_internal.h). */
-void cairn__sb_put(struct cairn__sbuf *b, const char *s, size_t n)
+/* The string buffer (canon.h) is shared with jsonmp.c and the steps, the member order
+ * (canon_internal.h) with jsonmp.c. */
+int cairn__sb_put(struct cairn__sbuf *b, const void *s, size_t n)
 {
     if (b->oom)
-        return;
+        return -1;
     if (b->len + n + 1 > b->cap) {
         size_t cap = b->cap ? b->cap : 256;
         char *np;
@@ -284,7 +285,7 @@ void cairn__sb_put(struct cairn__sbuf *b, const char *s, size_t n)
             cap *= 2;
         if (!(np = realloc(b->p, cap))) {
             b->oom = 1;
-            return;
+            return -1;
         }
         b->p = np;
         b->cap = cap;
@@ -292,9 +293,10 @@ void cairn__sb_put(struct cairn__sbuf *b, const char *s, size_t n)
     memcpy(b->p + b->len, s, n);
     b->len += n;
     b->p[b->len] = '\0';
+    return 0;
 }
 
-static void sb_puts(struct cairn__sbuf *b, const char *s) { cairn__sb_put(b, s, strlen(s)); }
+int cairn__sb_puts(struct cairn__sbuf *b, const char *s) { return cairn__sb_put(b, s, strlen(s)); }
 
 /* Where a code point sorts among UTF-16 code units: below U+D800 and U+E000..U+FFFF a code
  * point is its own unit; U+10000 and up start with a high surrogate (D800..DBFF), so they
@@ -529,13 +531,13 @@ static int canon(struct cairn__sbuf *b, const json_t *v, int depth)
         cairn__sb_put(b, num, es_number(json_real_value(v), num));
         break;
     case JSON_TRUE:
-        sb_puts(b, "true");
+        cairn__sb_puts(b, "true");
         break;
     case JSON_FALSE:
-        sb_puts(b, "false");
+        cairn__sb_puts(b, "false");
         break;
     case JSON_NULL:
-        sb_puts(b, "null");
+        cairn__sb_puts(b, "null");
         break;
     }
     return 0;

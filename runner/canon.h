@@ -34,6 +34,23 @@
  * truncated sequence, an overlong form, a surrogate or a value above U+10FFFF. */
 size_t cairn__utf8_get(const unsigned char *s, size_t n, uint32_t *cp);
 
+/* A NUL-terminated string that grows by doubling (used by canon.c, jsonmp.c and the steps). A
+ * failed allocation sets `oom` and makes every later put a no-op, so a writer may check once, at
+ * the end, or stop at the first put that returns -1. Start from {0}; the owner free()s p (NULL
+ * until the first put; put "" to get an empty string). */
+struct cairn__sbuf {
+    char *p;
+    size_t len, cap;
+    int oom;
+};
+
+/* Appends n bytes of s (which need not be NUL-terminated). Returns 0, or -1 if out of memory now
+ * or before. */
+int cairn__sb_put(struct cairn__sbuf *b, const void *s, size_t n);
+
+/* Appends the NUL-terminated string s; returns as cairn__sb_put does. */
+int cairn__sb_puts(struct cairn__sbuf *b, const char *s);
+
 /* Parses one JSON document of `len` bytes (need not be NUL-terminated; may contain NUL
  * bytes only inside strings as \u0000). Strict, per I-JSON (RFC 7493):
  * rejects duplicate object keys, invalid UTF-8, lone surrogates (\ud800), NaN/Infinity,

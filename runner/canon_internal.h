@@ -1,23 +1,12 @@
-/* canon_internal.h - what canon.c shares with jsonmp.c (internal to runner/): a growable string
- * buffer and the members of a JSON object in RFC 8785 (JCS) order, so that the msgpack packer
- * writes map keys in the same order as the canonical form the payload hash is taken over. */
+/* canon_internal.h - what canon.c shares with jsonmp.c (internal to runner/): the members of a
+ * JSON object in RFC 8785 (JCS) order, so that the msgpack packer writes map keys in the same
+ * order as the canonical form the payload hash is taken over. */
 #ifndef CAIRN_CANON_INTERNAL_H
 #define CAIRN_CANON_INTERNAL_H
 
 #include <stddef.h>
 
 #include <jansson.h>
-
-/* A NUL-terminated string that grows by doubling. A failed allocation sets `oom` and makes
- * every later put a no-op, so a writer checks once at the end. Start from {0}; free(p). */
-struct cairn__sbuf {
-    char *p;
-    size_t len, cap;
-    int oom;
-};
-
-/* Appends n bytes of s (which need not be NUL-terminated). */
-void cairn__sb_put(struct cairn__sbuf *b, const char *s, size_t n);
 
 /* One member of a JSON object, borrowed from it. */
 struct cairn__member {

@@ -789,6 +789,15 @@ static int cmd_stats(int argc, char **argv)
 
 /* ------------------------------------------------------------------ dispatch */
 
+static const cairn__cli_cmd *extra_cmds;
+static size_t n_extra_cmds;
+
+void cairn__cli_set_extra(const cairn__cli_cmd *cmds, size_t n)
+{
+    extra_cmds = cmds;
+    n_extra_cmds = n;
+}
+
 static void usage(FILE *f, const char *prog)
 {
     fprintf(f,
@@ -802,21 +811,14 @@ static void usage(FILE *f, const char *prog)
             "  invalidate start a new generation of a task\n"
             "  gc         drop old outputs, keep tombstones\n"
             "  audit ID   a task's transitions\n"
-            "  stats      counts by status, store size\n"
-#ifdef CAIRN_HAVE_ENGINE_CMDS
-            "Model commands:\n"
-            "  generate   generate text with a GGUF model\n"
-            "  tokenize   print token ids of a text\n"
-            "  model-info describe a GGUF model file\n"
-#endif
-#ifdef CAIRN_HAVE_INDEX_CMDS
-            "Retrieval index:\n"
-            "  index      build or update the BM25 index from a JSONL corpus\n"
-            "  search     query the BM25 index\n"
-#endif
-            "Exit codes: 0 ok, 64 usage, 65 invalid input, 66 not found, 69 needs an operator\n"
-            "(dead or in doubt), 70 internal, 74 store error, 75 try later, 76 conflict.\n",
+            "  stats      counts by status, store size\n",
             prog);
+    if (n_extra_cmds)
+        fprintf(f, "Other commands:\n");
+    for (size_t i = 0; i < n_extra_cmds; i++)
+        fprintf(f, "  %-10s %s\n", extra_cmds[i].name, extra_cmds[i].summary);
+    fprintf(f, "Exit codes: 0 ok, 64 usage, 65 invalid input, 66 not found, 69 needs an operator\n"
+               "(dead or in doubt), 70 internal, 74 store error, 75 try later, 76 conflict.\n");
 }
 
 int cairn_cli_main(int argc, char **argv, cairn_graph *const *graphs, size_t n_graphs)
@@ -853,20 +855,9 @@ int cairn_cli_main(int argc, char **argv, cairn_graph *const *graphs, size_t n_g
         return cmd_audit(sub_argc, sub_argv);
     if (!strcmp(cmd, "stats"))
         return cmd_stats(sub_argc, sub_argv);
-#ifdef CAIRN_HAVE_ENGINE_CMDS
-    if (!strcmp(cmd, "generate"))
-        return cairn__cmd_generate(sub_argc, sub_argv);
-    if (!strcmp(cmd, "tokenize"))
-        return cairn__cmd_tokenize(sub_argc, sub_argv);
-    if (!strcmp(cmd, "model-info"))
-        return cairn__cmd_model_info(sub_argc, sub_argv);
-#endif
-#ifdef CAIRN_HAVE_INDEX_CMDS
-    if (!strcmp(cmd, "index"))
-        return cairn__cmd_index(sub_argc, sub_argv);
-    if (!strcmp(cmd, "search"))
-        return cairn__cmd_search(sub_argc, sub_argv);
-#endif
+    for (size_t i = 0; i < n_extra_cmds; i++)
+        if (!strcmp(cmd, extra_cmds[i].name))
+            return extra_cmds[i].fn(sub_argc, sub_argv);
     fprintf(stderr, "%s: unknown command '%s'\n", prog, cmd);
     usage(stderr, prog);
     return EX_USAGE_;

@@ -5,6 +5,13 @@
 #include <jansson.h>
 #include <stddef.h>
 
+/* Matches "--name VALUE", "--name=VALUE" or (shrt not NULL) "-x VALUE" at argv[*i]: 1 with
+ * *val set (borrowed from argv) and *i moved past a separate value, 0 if argv[*i] is another
+ * option, -1 if the value is missing. */
+int cairn__cli_opt_value(int argc, char **argv, int *i, const char *lng, const char *shrt,
+                         const char **val);
+/* A whole decimal number from lo to hi into *out; -1 (and *out untouched) for anything else. */
+int cairn__cli_parse_long(const char *s, long lo, long hi, long *out);
 /* Maps a CAIRN_E* code to the documented sysexits exit code. */
 int cairn__exit_code(int err);
 /* Reads a whole file ("-" = stdin), at most CAIRN__MAX_INPUT bytes. CAIRN_ENOENT (missing),
@@ -17,6 +24,15 @@ json_t *cairn__task_to_json(const struct cairn_task *t);
 void cairn__print_task_table(const json_t *task);
 void cairn__print_list_table(const json_t *rows);
 void cairn__print_audit_table(const json_t *rows);
+
+/* Commands beyond the task commands, registered by the executable before cairn_cli_main (the
+ * `cairn` binary adds the engine's: generate, tokenize, model-info, index, search). The table is
+ * borrowed and must outlive the call. */
+typedef struct cairn__cli_cmd {
+    const char *name, *summary;
+    int (*fn)(int argc, char **argv);
+} cairn__cli_cmd;
+void cairn__cli_set_extra(const cairn__cli_cmd *cmds, size_t n);
 
 /* Engine commands (runner/cmd_generate.c, runner/cmd_tokenize.c). */
 int cairn__cmd_generate(int argc, char **argv);

@@ -1,4 +1,5 @@
-/* runner/cli_util.c - input reading and the tables the CLI prints for people.
+/* runner/cli_util.c - what the CLI's command files share: option values, input reading, and
+ * the tables the CLI prints for people.
  *
  * Tables are rendered from the same JSON documents that --json prints, so the two views can
  * never disagree about what a task holds.
@@ -12,6 +13,34 @@
 #include "cairn.h"
 #include "runner/canon.h"
 #include "runner/cli.h"
+
+int cairn__cli_opt_value(int argc, char **argv, int *i, const char *lng, const char *shrt,
+                         const char **val)
+{
+    const char *a = argv[*i];
+    size_t l = strlen(lng);
+    if (strncmp(a, lng, l) == 0 && a[l] == '=') {
+        *val = a + l + 1;
+        return 1;
+    }
+    if (strcmp(a, lng) != 0 && !(shrt && strcmp(a, shrt) == 0))
+        return 0;
+    if (*i + 1 >= argc)
+        return -1;
+    *val = argv[++*i];
+    return 1;
+}
+
+int cairn__cli_parse_long(const char *s, long lo, long hi, long *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi)
+        return -1;
+    *out = v;
+    return 0;
+}
 
 int cairn__read_input(const char *path, char **buf, size_t *len, char *err, size_t errlen)
 {

@@ -63,17 +63,6 @@ static int bad_usage(const char *fmt, const char *arg)
     return EX_USAGE;
 }
 
-static int parse_long(const char *s, long lo, long hi, long *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi)
-        return -1;
-    *out = v;
-    return 0;
-}
-
 static int parse_float(const char *s, float lo, float hi, float *out)
 {
     char *end;
@@ -138,27 +127,27 @@ static int parse(int argc, char **argv, options *o)
             if (*val)
                 o->stop[o->n_stop++] = val;
         } else if (IS("--max-tokens", "-n")) {
-            if (parse_long(val, 0, 1L << 30, &lv))
+            if (cairn__cli_parse_long(val, 0, 1L << 30, &lv))
                 return bad_usage("bad --max-tokens '%s'", val);
             o->go.max_tokens = (int)lv;
         } else if (IS("--threads", "-t")) {
-            if (parse_long(val, 1, 1024, &lv))
+            if (cairn__cli_parse_long(val, 1, 1024, &lv))
                 return bad_usage("bad --threads '%s'", val);
             o->eo.n_threads = (int)lv;
         } else if (IS("--ctx", "-c")) {
-            if (parse_long(val, 1, 1L << 24, &lv))
+            if (cairn__cli_parse_long(val, 1, 1L << 24, &lv))
                 return bad_usage("bad --ctx '%s'", val);
             o->eo.n_ctx = (int)lv;
         } else if (IS("--batch", NULL)) {
-            if (parse_long(val, 1, 1L << 16, &lv))
+            if (cairn__cli_parse_long(val, 1, 1L << 16, &lv))
                 return bad_usage("bad --batch '%s'", val);
             o->eo.n_batch = (int)lv;
         } else if (IS("--top-k", NULL)) {
-            if (parse_long(val, 0, 1L << 30, &lv))
+            if (cairn__cli_parse_long(val, 0, 1L << 30, &lv))
                 return bad_usage("bad --top-k '%s'", val);
             o->go.sampling.top_k = (int)lv;
         } else if (IS("--repeat-last-n", NULL)) {
-            if (parse_long(val, -1, 1L << 30, &lv))
+            if (cairn__cli_parse_long(val, -1, 1L << 30, &lv))
                 return bad_usage("bad --repeat-last-n '%s'", val);
             o->go.sampling.repeat_last_n = (int)lv;
         } else if (IS("--seed", NULL)) {

@@ -59,36 +59,6 @@ static const char search_usage[] =
     "  -h, --help          show this help\n"
     "Exit codes: 0 ok, 64 usage, 66 no index, 74 index I/O error.\n";
 
-/* Matches "--name VALUE", "--name=VALUE" or "-x VALUE" at argv[*i]; 1 and *val on a match,
- * 0 if argv[*i] is another option, -1 if the value is missing. */
-static int opt_value(int argc, char **argv, int *i, const char *lng, const char *shrt,
-                     const char **val)
-{
-    const char *a = argv[*i];
-    size_t l = strlen(lng);
-    if (strncmp(a, lng, l) == 0 && a[l] == '=') {
-        *val = a + l + 1;
-        return 1;
-    }
-    if (strcmp(a, lng) != 0 && !(shrt && strcmp(a, shrt) == 0))
-        return 0;
-    if (*i + 1 >= argc)
-        return -1;
-    *val = argv[++*i];
-    return 1;
-}
-
-static int parse_count(const char *s, long lo, long hi, long *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi)
-        return -1;
-    *out = v;
-    return 0;
-}
-
 /* The index directory: --index, else <store>/index (store from --store or $CAIRN_STORE). */
 static char *index_dir(const char *store, const char *index)
 {
@@ -284,10 +254,10 @@ int cairn__cmd_index(int argc, char **argv)
             return 0;
         } else if (!strcmp(a, "--json")) {
             json = 1;
-        } else if ((v = opt_value(argc, argv, &i, "--store", "-s", &store)) ||
-                   (v = opt_value(argc, argv, &i, "--index", NULL, &index)) ||
-                   (v = opt_value(argc, argv, &i, "--corpus", "-c", &file)) ||
-                   (v = opt_value(argc, argv, &i, "--batch", NULL, &batch_s))) {
+        } else if ((v = cairn__cli_opt_value(argc, argv, &i, "--store", "-s", &store)) ||
+                   (v = cairn__cli_opt_value(argc, argv, &i, "--index", NULL, &index)) ||
+                   (v = cairn__cli_opt_value(argc, argv, &i, "--corpus", "-c", &file)) ||
+                   (v = cairn__cli_opt_value(argc, argv, &i, "--batch", NULL, &batch_s))) {
             if (v < 0) {
                 fprintf(stderr, "cairn index: option %s needs a value\n%s", a, index_usage);
                 return cairn__exit_code(CAIRN_EINVAL);
@@ -297,7 +267,7 @@ int cairn__cmd_index(int argc, char **argv)
             return cairn__exit_code(CAIRN_EINVAL);
         }
     }
-    if (batch_s && parse_count(batch_s, 0, 100000000, &batch)) {
+    if (batch_s && cairn__cli_parse_long(batch_s, 0, 100000000, &batch)) {
         fprintf(stderr, "cairn index: --batch must be a number of documents (0 = whole file)\n");
         return cairn__exit_code(CAIRN_EINVAL);
     }
@@ -447,10 +417,10 @@ int cairn__cmd_search(int argc, char **argv)
             return 0;
         } else if (!strcmp(a, "--json")) {
             json = 1;
-        } else if ((v = opt_value(argc, argv, &i, "--store", "-s", &store)) ||
-                   (v = opt_value(argc, argv, &i, "--index", NULL, &index)) ||
-                   (v = opt_value(argc, argv, &i, "--query", "-q", &query)) ||
-                   (v = opt_value(argc, argv, &i, "--top-k", "-k", &k_s))) {
+        } else if ((v = cairn__cli_opt_value(argc, argv, &i, "--store", "-s", &store)) ||
+                   (v = cairn__cli_opt_value(argc, argv, &i, "--index", NULL, &index)) ||
+                   (v = cairn__cli_opt_value(argc, argv, &i, "--query", "-q", &query)) ||
+                   (v = cairn__cli_opt_value(argc, argv, &i, "--top-k", "-k", &k_s))) {
             if (v < 0) {
                 fprintf(stderr, "cairn search: option %s needs a value\n%s", a, search_usage);
                 return cairn__exit_code(CAIRN_EINVAL);
@@ -460,7 +430,7 @@ int cairn__cmd_search(int argc, char **argv)
             return cairn__exit_code(CAIRN_EINVAL);
         }
     }
-    if (k_s && parse_count(k_s, 1, 1000, &k)) {
+    if (k_s && cairn__cli_parse_long(k_s, 1, 1000, &k)) {
         fprintf(stderr, "cairn search: --top-k must be a number from 1 to 1000\n");
         return cairn__exit_code(CAIRN_EINVAL);
     }

@@ -40,25 +40,6 @@ static const char model_info_usage[] =
     "      --json   print one JSON object instead of text\n"
     "  -h, --help   show this help\n";
 
-/* Matches "--name VALUE", "--name=VALUE" or "-x VALUE" at argv[*i]; 1 and *val on a match,
- * 0 if argv[*i] is another option, -1 if the value is missing. */
-static int opt_value(int argc, char **argv, int *i, const char *lng, const char *shrt,
-                     const char **val)
-{
-    const char *a = argv[*i];
-    size_t l = strlen(lng);
-    if (strncmp(a, lng, l) == 0 && a[l] == '=') {
-        *val = a + l + 1;
-        return 1;
-    }
-    if (strcmp(a, lng) != 0 && !(shrt && strcmp(a, shrt) == 0))
-        return 0;
-    if (*i + 1 >= argc)
-        return -1;
-    *val = argv[++*i];
-    return 1;
-}
-
 static int print_ids(const cairn__tok *t, const char *s, size_t len, int add_special,
                      int parse_special)
 {
@@ -95,9 +76,9 @@ int cairn__cmd_tokenize(int argc, char **argv)
             parse_special = 1;
         } else if (strcmp(a, "--lines") == 0) {
             lines = 1;
-        } else if ((v = opt_value(argc, argv, &i, "--model", "-m", &model)) ||
-                   (v = opt_value(argc, argv, &i, "--text", "-t", &text)) ||
-                   (v = opt_value(argc, argv, &i, "--file", "-f", &file))) {
+        } else if ((v = cairn__cli_opt_value(argc, argv, &i, "--model", "-m", &model)) ||
+                   (v = cairn__cli_opt_value(argc, argv, &i, "--text", "-t", &text)) ||
+                   (v = cairn__cli_opt_value(argc, argv, &i, "--file", "-f", &file))) {
             if (v < 0) {
                 fprintf(stderr, "cairn tokenize: option %s needs a value\n%s", a, tokenize_usage);
                 return EX_USAGE;

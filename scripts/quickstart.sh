@@ -33,9 +33,7 @@ echo "== 3. a local webhook receiver on 127.0.0.1 (verifies the Standard Webhook
 receiver_pid=$!
 for _ in $(seq 50); do [ -s port.txt ] && break; sleep 0.1; done
 port=$(head -1 port.txt)
-sed -e "s/@PORT@/$port/" -e "s#\"outbox\": \"outbox\"#\"outbox\": \"$work/outbox\"#" \
-  "$root/examples/pipeline/config.json" > config.json
-mkdir -p outbox
+sed -e "s/@PORT@/$port/" "$root/examples/pipeline/config.json" > config.json
 export CAIRN_CONFIG="$work/config.json"
 
 echo "== 4. cairn run: the task ID comes from the business fields tenant and product_id"

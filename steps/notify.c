@@ -1,4 +1,6 @@
-/* steps/notify.c - the `notify` effect step: signed webhooks and email, through libcurl.
+/* steps/notify.c - the `notify` effect step: signed webhooks and email, through libcurl. This
+ * file parses targets, holds what both transports share, and sends webhooks; notify_email.c
+ * sends email (SMTP).
  *
  * The one idea that matters is telling "nothing was delivered" apart from "maybe delivered".
  * A failure before the receiver had the whole request (connection refused, DNS, a timeout
@@ -17,9 +19,11 @@
  * Secrets (webhook key, SMTP password) are read from the environment or a file when the
  * target is parsed, never from the config JSON, and never reach an error message: messages
  * are built from fixed text, the URL without query or credentials, curl's error text and the
- * receiver's answer, and are scrubbed of the secret's text before they leave this file.
+ * receiver's answer, and are scrubbed of the secret's text (cairn__notify_call_error, the one
+ * way either file reports a failed call) before they leave the step.
  */
 #include "steps/notify.h"
+#include "steps/notify_impl.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -31,70 +35,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <curl/curl.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 
-#include "runner/canon.h"
-
-enum { KIND_WEBHOOK = 1, KIND_EMAIL = 2 };
-
-struct cairn__notify_target {
-    int kind;
-    char *name, *url, *url_safe, *source;
-    cairn_delivery delivery;
-    long connect_timeout_ms, timeout_ms;
-    /* webhook */
-    unsigned char *key;
-    size_t key_len;
-    /* email */
-    char *from;
-    char **to;
-    size_t n_to;
-    char *subject, *body;
-    char *username;
-    int starttls;
-    /* the secret's text as configured (webhook secret or SMTP password), kept only to scrub
-     * it from messages; wiped on free */
-    char *secret_text;
-};
-
-#define MSG_MAX 512     /* = the runner's stored error size */
-#define SNIPPET_MAX 160 /* how much of a receiver's answer goes into an error message */
-
 /* ------------------------------------------------------------------ small helpers */
 
-typedef struct {
-    char *p;
-    size_t len, cap;
-    int oom;
-} buf;
-
-static void buf_add(buf *b, const void *s, size_t n)
-{
-    if (b->oom)
-        return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) {
-            b->oom = 1;
-            return;
-        }
-        b->p = p, b->cap = cap;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = 0;
-}
-
-static void buf_str(buf *b, const char *s) { buf_add(b, s, strlen(s)); }
-
-static void buf_fmt(buf *b, const char *fmt, ...) CAIRN_PRINTF(2, 3);
-static void buf_fmt(buf *b, const char *fmt, ...)
+void cairn__notify_fmt(struct cairn__sbuf *b, const char *fmt, ...)
 {
     char tmp[512];
     va_list ap;
@@ -102,7 +49,7 @@ static void buf_fmt(buf *b, const char *fmt, ...)
     int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
     va_end(ap);
     if (n > 0)
-        buf_add(b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
+        cairn__sb_put(b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
 }
 
 static void wipe_free(char *s)
@@ -144,7 +91,7 @@ static int fail(pctx *p, int code, const char *field, const char *fmt, ...) CAIR
 static int fail(pctx *p, int code, const char *field, const char *fmt, ...)
 {
     if (p->err && p->errlen) {
-        char msg[MSG_MAX];
+        char msg[CAIRN__NOTIFY_MSG_MAX];
         va_list ap;
         va_start(ap, fmt);
         vsnprintf(msg, sizeof msg, fmt, ap);
@@ -306,21 +253,21 @@ static int check_url(pctx *p, cairn__notify_target *t, const char *s1, const cha
     if (curl_url_get(u, CURLUPART_USER, &user, 0) == CURLUE_OK) {
         rc = fail(p, CAIRN_EJSON, "url",
                   "must not contain credentials (user@ or user:password@); %s",
-                  t->kind == KIND_EMAIL ? "use username and password_env/password_file"
-                                        : "secrets are never read from the configuration");
+                  t->kind == CAIRN__NOTIFY_EMAIL ? "use username and password_env/password_file"
+                                                 : "secrets are never read from the configuration");
         goto out;
     }
     curl_url_get(u, CURLUPART_PORT, &port, 0);
     curl_url_get(u, CURLUPART_PATH, &path, 0);
-    buf b = {0};
-    buf_fmt(&b, "%s://%s", scheme, host);
+    struct cairn__sbuf b = {0};
+    cairn__notify_fmt(&b, "%s://%s", scheme, host);
     if (port)
-        buf_fmt(&b, ":%s", port);
+        cairn__notify_fmt(&b, ":%s", port);
     if (path && strcmp(path, "/") != 0)
-        buf_str(&b, path);
+        cairn__sb_puts(&b, path);
     char *q = NULL;
     if (curl_url_get(u, CURLUPART_QUERY, &q, 0) == CURLUE_OK) {
-        buf_str(&b, "?..."); /* a query may carry a token: never shown */
+        cairn__sb_puts(&b, "?..."); /* a query may carry a token: never shown */
         curl_free(q);
     }
     if (b.oom || !b.p) {
@@ -351,7 +298,7 @@ static int host_is_loopback(const char *url)
 
 /* Template placeholders: {{task}}, {{delivery_id}}, {{result}}, {{result.A.B}} (spaces inside
  * the braces allowed). Checked at parse time so a typo is a config error, not a bad email. */
-static int tpl_name(const char *open, const char **name, size_t *len, const char **next)
+int cairn__notify_tpl_name(const char *open, const char **name, size_t *len, const char **next)
 {
     const char *s = open + 2, *e = strstr(s, "}}");
     if (!e)
@@ -394,7 +341,7 @@ static int tpl_check(pctx *p, const char *field, const char *tpl)
     while ((o = strstr(s, "{{")) != NULL) {
         const char *name, *next;
         size_t len;
-        if (tpl_name(o, &name, &len, &next) != 0)
+        if (cairn__notify_tpl_name(o, &name, &len, &next) != 0)
             return fail(p, CAIRN_EJSON, field, "unterminated {{ at byte %zu", (size_t)(o - tpl));
         if (!tpl_known(name, len))
             return fail(p, CAIRN_EJSON, field,
@@ -470,7 +417,7 @@ static int parse_common(pctx *p, const json_t *cfg, cairn__notify_target *t)
         return rc;
     if ((rc = get_ms(p, cfg, "connect_timeout_ms", 5000, 600000, &t->connect_timeout_ms)))
         return rc;
-    return get_ms(p, cfg, "timeout_ms", t->kind == KIND_EMAIL ? 30000 : 10000, 3600000,
+    return get_ms(p, cfg, "timeout_ms", t->kind == CAIRN__NOTIFY_EMAIL ? 30000 : 10000, 3600000,
                   &t->timeout_ms);
 }
 
@@ -577,9 +524,9 @@ int cairn__notify_target_parse(const json_t *cfg, const char *where, cairn__noti
     json_t *type = json_object_get(cfg, "type");
     int kind = 0;
     if (json_is_string(type) && strcmp(json_string_value(type), "webhook") == 0)
-        kind = KIND_WEBHOOK;
+        kind = CAIRN__NOTIFY_WEBHOOK;
     else if (json_is_string(type) && strcmp(json_string_value(type), "email") == 0)
-        kind = KIND_EMAIL;
+        kind = CAIRN__NOTIFY_EMAIL;
     else
         return fail(&p, CAIRN_EJSON, "type",
                     type ? "must be \"webhook\" or \"email\""
@@ -588,14 +535,15 @@ int cairn__notify_target_parse(const json_t *cfg, const char *where, cairn__noti
     json_t *v;
     json_object_foreach((json_t *)cfg, k, v)
     {
-        if (in_list(k, common_keys) || in_list(k, kind == KIND_WEBHOOK ? webhook_keys : email_keys))
+        if (in_list(k, common_keys) ||
+            in_list(k, kind == CAIRN__NOTIFY_WEBHOOK ? webhook_keys : email_keys))
             continue;
         if (strstr(k, "secret") || strstr(k, "password") || strstr(k, "token"))
             return fail(&p, CAIRN_EJSON, k, "secrets are never read from the configuration; use %s",
-                        kind == KIND_WEBHOOK ? "secret_env or secret_file"
-                                             : "password_env or password_file");
+                        kind == CAIRN__NOTIFY_WEBHOOK ? "secret_env or secret_file"
+                                                      : "password_env or password_file");
         return fail(&p, CAIRN_EJSON, k, "unknown field for a %s target",
-                    kind == KIND_WEBHOOK ? "webhook" : "email");
+                    kind == CAIRN__NOTIFY_WEBHOOK ? "webhook" : "email");
     }
     cairn__notify_target *t = calloc(1, sizeof *t);
     if (!t)
@@ -603,7 +551,7 @@ int cairn__notify_target_parse(const json_t *cfg, const char *where, cairn__noti
     t->kind = kind;
     int rc = parse_common(&p, cfg, t);
     if (!rc)
-        rc = kind == KIND_WEBHOOK ? parse_webhook(&p, cfg, t) : parse_email(&p, cfg, t);
+        rc = kind == CAIRN__NOTIFY_WEBHOOK ? parse_webhook(&p, cfg, t) : parse_email(&p, cfg, t);
     if (rc) {
         if (rc == CAIRN_ENOMEM && err && errlen && !err[0])
             fail(&p, rc, NULL, "out of memory");
@@ -642,12 +590,12 @@ cairn_delivery cairn__notify_target_delivery(const cairn__notify_target *t)
     return t ? t->delivery : CAIRN_EFFECT;
 }
 
-/* ------------------------------------------------------------------ signing, IDs */
+/* ------------------------------------------------------------------ webhook signing */
 
 int cairn__notify_sign(const cairn__notify_target *t, const char *id, int64_t timestamp,
                        const void *body, size_t len, char *out, size_t outlen)
 {
-    if (!t || t->kind != KIND_WEBHOOK || !id || (len && !body) || !out || outlen < 64)
+    if (!t || t->kind != CAIRN__NOTIFY_WEBHOOK || !id || (len && !body) || !out || outlen < 64)
         return CAIRN_EINVAL;
     char ts[24];
     int tn = snprintf(ts, sizeof ts, "%lld", (long long)timestamp);
@@ -673,55 +621,12 @@ int cairn__notify_sign(const cairn__notify_target *t, const char *id, int64_t ti
     return 0;
 }
 
-/* 1 if s is an RFC 5322 dot-atom-text: atoms of atext joined by single dots. */
-static int dot_atom(const char *s)
-{
-    if (!*s || *s == '.' || s[strlen(s) - 1] == '.' || strstr(s, ".."))
-        return 0;
-    for (; *s; s++)
-        if (!isalnum((unsigned char)*s) && !strchr("!#$%&'*+-/=?^_`{|}~.", *s))
-            return 0;
-    return 1;
-}
-
-void cairn__notify_message_id(const char *delivery_id, char *out, size_t outlen)
-{
-    if (!out || !outlen)
-        return;
-    if (delivery_id && strlen(delivery_id) <= 64 && dot_atom(delivery_id)) {
-        snprintf(out, outlen, "<%s@cairn>", delivery_id);
-    } else {
-        char hex[65];
-        cairn__sha256_hex(delivery_id ? delivery_id : "", delivery_id ? strlen(delivery_id) : 0,
-                          hex);
-        snprintf(out, outlen, "<%s@cairn>", hex);
-    }
-}
-
 /* ------------------------------------------------------------------ a call's state */
 
-typedef struct {
-    cairn_ctx *ctx;
-    const cairn__notify_target *t;
-    const char *what; /* "webhook" or "email" */
-    char errbuf[CURL_ERROR_SIZE];
-    char answer[SNIPPET_MAX + 1]; /* the start of the receiver's response body */
-    size_t answer_len;
-    char reply[SNIPPET_MAX + 1]; /* email: the server's last reply line */
-    /* email upload */
-    const char *msg;
-    size_t msg_len, msg_off;
-    int msg_eof;
-    /* webhook upload */
-    curl_off_t body_len;
-    int stopped;
-} call;
-
 /* Sets the step's error: "<target> (<kind> <url>): <text>", scrubbed of the secret. */
-static void call_error(call *c, const char *fmt, ...) CAIRN_PRINTF(2, 3);
-static void call_error(call *c, const char *fmt, ...)
+void cairn__notify_call_error(cairn__notify_call *c, const char *fmt, ...)
 {
-    char text[MSG_MAX], msg[MSG_MAX];
+    char text[CAIRN__NOTIFY_MSG_MAX], msg[CAIRN__NOTIFY_MSG_MAX];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(text, sizeof text, fmt, ap);
@@ -729,15 +634,15 @@ static void call_error(call *c, const char *fmt, ...)
     snprintf(msg, sizeof msg, "notify target '%s' (%s %.160s): %s", c->t->name, c->what,
              c->t->url_safe, text);
     scrub(msg, c->t->secret_text);
-    if (c->t->kind == KIND_WEBHOOK && strncmp(c->t->secret_text, "whsec_", 6) == 0)
+    if (c->t->kind == CAIRN__NOTIFY_WEBHOOK && strncmp(c->t->secret_text, "whsec_", 6) == 0)
         scrub(msg, c->t->secret_text + 6);
     cairn_ctx_set_error(c->ctx, "%s", msg);
 }
 
 static size_t on_answer(char *p, size_t sz, size_t n, void *u)
 {
-    call *c = u;
-    size_t len = sz * n, room = SNIPPET_MAX - c->answer_len;
+    cairn__notify_call *c = u;
+    size_t len = sz * n, room = CAIRN__NOTIFY_SNIPPET_MAX - c->answer_len;
     memcpy(c->answer + c->answer_len, p, len < room ? len : room);
     c->answer_len += len < room ? len : room;
     c->answer[c->answer_len] = 0;
@@ -750,8 +655,8 @@ static int on_progress(void *u, curl_off_t dltotal, curl_off_t dlnow, curl_off_t
                        curl_off_t ulnow)
 {
     (void)dltotal, (void)dlnow, (void)ultotal;
-    call *c = u;
-    int sent = c->t->kind == KIND_WEBHOOK ? ulnow >= c->body_len : c->msg_eof;
+    cairn__notify_call *c = u;
+    int sent = c->t->kind == CAIRN__NOTIFY_WEBHOOK ? ulnow >= c->body_len : c->msg_eof;
     if (!sent && cairn_ctx_stopping(c->ctx)) {
         c->stopped = 1;
         return 1;
@@ -760,7 +665,7 @@ static int on_progress(void *u, curl_off_t dltotal, curl_off_t dlnow, curl_off_t
 }
 
 /* The receiver's answer as printable ASCII, for messages. */
-static const char *answer_text(call *c)
+static const char *answer_text(cairn__notify_call *c)
 {
     for (size_t i = 0; i < c->answer_len; i++)
         if ((unsigned char)c->answer[i] < 32 || (unsigned char)c->answer[i] >= 127)
@@ -768,20 +673,20 @@ static const char *answer_text(call *c)
     return c->answer;
 }
 
-static const char *curl_text(call *c, CURLcode rc)
+const char *cairn__notify_curl_text(cairn__notify_call *c, CURLcode rc)
 {
     return c->errbuf[0] ? c->errbuf : curl_easy_strerror(rc);
 }
 
 /* curl errors that no retry can cure: the configuration or the build is wrong. */
-static int curl_permanent(CURLcode rc)
+int cairn__notify_curl_permanent(CURLcode rc)
 {
     return rc == CURLE_UNSUPPORTED_PROTOCOL || rc == CURLE_URL_MALFORMAT ||
            rc == CURLE_NOT_BUILT_IN || rc == CURLE_BAD_FUNCTION_ARGUMENT ||
            rc == CURLE_UNKNOWN_OPTION || rc == CURLE_USE_SSL_FAILED;
 }
 
-static void common_opts(CURL *h, call *c)
+void cairn__notify_curl_opts(CURL *h, cairn__notify_call *c)
 {
     curl_easy_setopt(h, CURLOPT_URL, c->t->url);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L); /* no SIGALRM for DNS timeouts: we may be a thread */
@@ -803,7 +708,8 @@ static void pack_kv(msgpack_packer *pk, const char *k, const char *v)
     msgpack_pack_str_body(pk, v, vl);
 }
 
-static void pack_ok(cairn_ctx *ctx, const cairn__notify_target *t, long status, const char *mid)
+void cairn__notify_pack_ok(cairn_ctx *ctx, const cairn__notify_target *t, long status,
+                           const char *mid)
 {
     msgpack_packer *pk = cairn_ctx_packer(ctx);
     msgpack_pack_map(pk, mid ? 4 : 3);
@@ -818,62 +724,66 @@ static void pack_ok(cairn_ctx *ctx, const cairn__notify_target *t, long status, 
 
 /* ------------------------------------------------------------------ webhook */
 
-static cairn_step_result webhook_outcome(call *c, CURL *h, CURLcode rc)
+static cairn_step_result webhook_outcome(cairn__notify_call *c, CURL *h, CURLcode rc)
 {
     long status = 0;
     curl_off_t up = 0;
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
     curl_easy_getinfo(h, CURLINFO_SIZE_UPLOAD_T, &up);
     if (status >= 200 && status < 300) {
-        pack_ok(c->ctx, c->t, status, NULL);
+        cairn__notify_pack_ok(c->ctx, c->t, status, NULL);
         return CAIRN_STEP_OK;
     }
     if (status == 429) {
         curl_off_t wait = -1;
         curl_easy_getinfo(h, CURLINFO_RETRY_AFTER, &wait);
         if (wait > 0)
-            call_error(c,
-                       "HTTP 429 Too Many Requests; the receiver asks to retry after %lld s "
-                       "(Retry-After; the step's retry backoff decides when): %s",
-                       (long long)wait, answer_text(c));
+            cairn__notify_call_error(
+                c,
+                "HTTP 429 Too Many Requests; the receiver asks to retry after %lld s "
+                "(Retry-After; the step's retry backoff decides when): %s",
+                (long long)wait, answer_text(c));
         else
-            call_error(c, "HTTP 429 Too Many Requests: %s", answer_text(c));
+            cairn__notify_call_error(c, "HTTP 429 Too Many Requests: %s", answer_text(c));
         return CAIRN_STEP_TRANSIENT;
     }
     if (status == 408 || (status >= 500 && status < 600)) {
-        call_error(c, "HTTP %ld (will retry): %s", status, answer_text(c));
+        cairn__notify_call_error(c, "HTTP %ld (will retry): %s", status, answer_text(c));
         return CAIRN_STEP_TRANSIENT;
     }
     if (status >= 300 && status < 400) {
         char *loc = NULL;
         curl_easy_getinfo(h, CURLINFO_REDIRECT_URL, &loc);
         int n = loc ? (int)strcspn(loc, "?#") : 0; /* a query may carry a token */
-        call_error(c, "HTTP %ld redirect%s%.*s not followed (not retried); configure the final URL",
-                   status, loc ? " to " : "", n > 200 ? 200 : n, loc ? loc : "");
+        cairn__notify_call_error(
+            c, "HTTP %ld redirect%s%.*s not followed (not retried); configure the final URL",
+            status, loc ? " to " : "", n > 200 ? 200 : n, loc ? loc : "");
         return CAIRN_STEP_PERMANENT;
     }
     if (status >= 100) {
-        call_error(c, "HTTP %ld (not retried): %s", status, answer_text(c));
+        cairn__notify_call_error(c, "HTTP %ld (not retried): %s", status, answer_text(c));
         return CAIRN_STEP_PERMANENT;
     }
     /* no answer at all */
     if (c->stopped) {
-        call_error(c, "stopped before the request was sent; nothing was delivered");
+        cairn__notify_call_error(c, "stopped before the request was sent; nothing was delivered");
         return CAIRN_STEP_TRANSIENT;
     }
-    if (curl_permanent(rc)) {
-        call_error(c, "%s", curl_text(c, rc));
+    if (cairn__notify_curl_permanent(rc)) {
+        cairn__notify_call_error(c, "%s", cairn__notify_curl_text(c, rc));
         return CAIRN_STEP_PERMANENT;
     }
     if (up < c->body_len) {
-        call_error(c, "%s (before the request was sent: nothing was delivered)", curl_text(c, rc));
+        cairn__notify_call_error(c, "%s (before the request was sent: nothing was delivered)",
+                                 cairn__notify_curl_text(c, rc));
         return CAIRN_STEP_TRANSIENT;
     }
-    call_error(c, "%s after the request was sent; the receiver may have it", curl_text(c, rc));
+    cairn__notify_call_error(c, "%s after the request was sent; the receiver may have it",
+                             cairn__notify_curl_text(c, rc));
     return CAIRN_STEP_UNKNOWN;
 }
 
-static cairn_step_result do_webhook(call *c, json_t *result)
+static cairn_step_result do_webhook(cairn__notify_call *c, json_t *result)
 {
     const char *id = cairn_ctx_delivery_id(c->ctx);
     json_t *doc = json_object();
@@ -882,7 +792,7 @@ static cairn_step_result do_webhook(call *c, json_t *result)
         json_object_set_new(doc, "delivery_id", json_string(id)) ||
         json_object_set(doc, "result", result)) {
         json_decref(doc);
-        call_error(c, "out of memory building the body");
+        cairn__notify_call_error(c, "out of memory building the body");
         return CAIRN_STEP_TRANSIENT;
     }
     char *body = NULL;
@@ -890,14 +800,14 @@ static cairn_step_result do_webhook(call *c, json_t *result)
     int rc = cairn__canon_json(doc, &body, &len);
     json_decref(doc);
     if (rc) {
-        call_error(c, "cannot serialize the body: %s", cairn_strerror(rc));
+        cairn__notify_call_error(c, "cannot serialize the body: %s", cairn_strerror(rc));
         return rc == CAIRN_ENOMEM ? CAIRN_STEP_TRANSIENT : CAIRN_STEP_PERMANENT;
     }
     char sig[64], hdr_id[200], hdr_ts[64], hdr_sig[96];
     int64_t now = (int64_t)time(NULL);
     if (cairn__notify_sign(c->t, id, now, body, len, sig, sizeof sig) != 0) {
         free(body);
-        call_error(c, "cannot compute the signature (out of memory)");
+        cairn__notify_call_error(c, "cannot compute the signature (out of memory)");
         return CAIRN_STEP_TRANSIENT;
     }
     snprintf(hdr_id, sizeof hdr_id, "webhook-id: %s", id);
@@ -917,12 +827,12 @@ static cairn_step_result do_webhook(call *c, json_t *result)
         hl = tmp;
     }
     if (!h) {
-        call_error(c, "cannot create a curl handle (out of memory)");
+        cairn__notify_call_error(c, "cannot create a curl handle (out of memory)");
         res = CAIRN_STEP_TRANSIENT;
         goto out;
     }
     c->body_len = (curl_off_t)len;
-    common_opts(h, c);
+    cairn__notify_curl_opts(h, c);
     curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
     curl_easy_setopt(h, CURLOPT_POST, 1L);
@@ -941,297 +851,6 @@ out:
     return res;
 }
 
-/* ------------------------------------------------------------------ email */
-
-/* Looks up result.A.B in the source output. */
-static const json_t *json_path(const json_t *v, const char *path, size_t len)
-{
-    while (v && len) {
-        const char *dot = memchr(path, '.', len);
-        size_t seg = dot ? (size_t)(dot - path) : len;
-        char key[256];
-        if (!json_is_object(v) || seg >= sizeof key)
-            return NULL;
-        memcpy(key, path, seg);
-        key[seg] = 0;
-        v = json_object_get(v, key);
-        path += seg + (dot ? 1 : 0);
-        len -= seg + (dot ? 1 : 0);
-    }
-    return v;
-}
-
-static void render_value(buf *b, const json_t *v)
-{
-    if (!v || json_is_null(v))
-        return;
-    if (json_is_string(v)) {
-        buf_add(b, json_string_value(v), json_string_length(v));
-        return;
-    }
-    char *s = NULL;
-    size_t n = 0;
-    if (cairn__canon_json(v, &s, &n) == 0)
-        buf_add(b, s, n);
-    else
-        b->oom = 1;
-    free(s);
-}
-
-/* Renders a template (already checked by tpl_check). */
-static void render(buf *b, const char *tpl, cairn_ctx *ctx, const json_t *result)
-{
-    const char *s = tpl, *o;
-    while ((o = strstr(s, "{{")) != NULL) {
-        const char *name, *next;
-        size_t len;
-        buf_add(b, s, (size_t)(o - s));
-        if (tpl_name(o, &name, &len, &next) != 0)
-            break;
-        if (len == 4 && memcmp(name, "task", 4) == 0)
-            buf_str(b, cairn_ctx_task_id(ctx));
-        else if (len == 11 && memcmp(name, "delivery_id", 11) == 0)
-            buf_str(b, cairn_ctx_delivery_id(ctx));
-        else if (len == 6)
-            render_value(b, result);
-        else
-            render_value(b, json_path(result, name + 7, len - 7));
-        s = next;
-    }
-    buf_str(b, s);
-}
-
-static void add_b64_lines(buf *b, const unsigned char *p, size_t n)
-{
-    unsigned char line[80];
-    for (size_t i = 0; i < n; i += 57) { /* 57 bytes -> 76 characters per line */
-        int k = EVP_EncodeBlock(line, p + i, (int)(n - i < 57 ? n - i : 57));
-        buf_add(b, line, (size_t)k);
-        buf_str(b, "\r\n");
-    }
-}
-
-/* The Subject header: plain when it is short printable ASCII, otherwise RFC 2047 encoded
- * words of at most 45 input bytes each (split between UTF-8 characters), folded. Control
- * characters (a CR/LF from a template value could inject headers) become spaces. */
-static void add_subject(buf *b, const char *subject)
-{
-    size_t n = strlen(subject);
-    char *s = malloc(n + 1);
-    if (!s) {
-        b->oom = 1;
-        return;
-    }
-    int ascii = n <= 200;
-    for (size_t i = 0; i <= n; i++) {
-        unsigned char ch = (unsigned char)subject[i];
-        s[i] = (char)(i < n && (ch < 32 || ch == 127) ? ' ' : ch);
-        if (i < n && ch >= 127)
-            ascii = 0;
-    }
-    buf_str(b, "Subject: ");
-    if (ascii) {
-        buf_str(b, s);
-    } else {
-        for (size_t i = 0; i < n;) {
-            size_t k = n - i < 45 ? n - i : 45;
-            while (k < n - i && k > 1 && ((unsigned char)s[i + k] & 0xC0) == 0x80)
-                k--; /* do not cut a UTF-8 sequence */
-            unsigned char enc[64];
-            int e = EVP_EncodeBlock(enc, (const unsigned char *)s + i, (int)k);
-            buf_str(b, i ? "\r\n =?UTF-8?B?" : "=?UTF-8?B?");
-            buf_add(b, enc, (size_t)e);
-            buf_str(b, "?=");
-            i += k;
-        }
-    }
-    buf_str(b, "\r\n");
-    free(s);
-}
-
-/* Builds the RFC 5322 message. Bodies that are 7-bit with short lines go as they are (with
- * CRLF line ends); anything else is base64, so no relay has to support 8BITMIME. */
-static int build_message(buf *m, call *c, const json_t *result, const char *mid)
-{
-    static const char *const days[] = {"Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"};
-    static const char *const months[] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
-                                         "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
-    const cairn__notify_target *t = c->t;
-    time_t now = time(NULL);
-    struct tm tm;
-    gmtime_r(&now, &tm);
-    buf subject = {0}, body = {0};
-    render(&subject, t->subject, c->ctx, result);
-    render(&body, t->body, c->ctx, result);
-    if (subject.oom || body.oom) {
-        free(subject.p), free(body.p);
-        return CAIRN_ENOMEM;
-    }
-    buf_fmt(m, "Date: %s, %02d %s %04d %02d:%02d:%02d +0000\r\n", days[tm.tm_wday], tm.tm_mday,
-            months[tm.tm_mon], tm.tm_year + 1900, tm.tm_hour, tm.tm_min, tm.tm_sec);
-    buf_fmt(m, "From: %s\r\nTo: ", t->from);
-    for (size_t i = 0; i < t->n_to; i++) {
-        buf_str(m, i ? ",\r\n " : "");
-        buf_str(m, t->to[i]);
-    }
-    buf_str(m, "\r\n");
-    add_subject(m, subject.p ? subject.p : "");
-    buf_fmt(m, "Message-ID: %s\r\n", mid);
-    buf_fmt(m, "X-Cairn-Delivery-ID: %s\r\n", cairn_ctx_delivery_id(c->ctx));
-    buf_str(m, "MIME-Version: 1.0\r\nContent-Type: text/plain; charset=utf-8\r\n");
-    /* normalize line ends to CRLF; note whether the text is 7-bit with lines <= 998 */
-    buf crlf = {0};
-    int seven = 1;
-    size_t line = 0;
-    const char *p = body.p ? body.p : "";
-    for (size_t i = 0; p[i]; i++) {
-        if (p[i] == '\r' || p[i] == '\n') {
-            buf_str(&crlf, "\r\n");
-            if (p[i] == '\r' && p[i + 1] == '\n')
-                i++;
-            line = 0;
-            continue;
-        }
-        if ((unsigned char)p[i] >= 128 || ++line > 998)
-            seven = 0;
-        buf_add(&crlf, p + i, 1);
-    }
-    if (crlf.len < 2 || memcmp(crlf.p + crlf.len - 2, "\r\n", 2) != 0)
-        buf_str(&crlf, "\r\n");
-    if (seven) {
-        buf_str(m, "Content-Transfer-Encoding: 7bit\r\n\r\n");
-        buf_add(m, crlf.p, crlf.len);
-    } else {
-        buf_str(m, "Content-Transfer-Encoding: base64\r\n\r\n");
-        add_b64_lines(m, (const unsigned char *)crlf.p, crlf.len);
-    }
-    int oom = m->oom || crlf.oom;
-    free(subject.p), free(body.p), free(crlf.p);
-    return oom ? CAIRN_ENOMEM : 0;
-}
-
-static size_t on_read(char *dst, size_t sz, size_t n, void *u)
-{
-    call *c = u;
-    size_t room = sz * n, left = c->msg_len - c->msg_off;
-    size_t k = left < room ? left : room;
-    memcpy(dst, c->msg + c->msg_off, k);
-    c->msg_off += k;
-    /* curl has every byte (it may not ask again once it has INFILESIZE of them): from now
-     * on a failure without an SMTP reply leaves us in doubt */
-    if (c->msg_off == c->msg_len)
-        c->msg_eof = 1;
-    return k;
-}
-
-/* Keeps the SMTP server's last reply line ("550 5.1.1 no such user"), which says more than
- * curl's "Weird server reply". Only incoming lines: outgoing ones carry the AUTH exchange. */
-static int on_debug(CURL *h, curl_infotype type, char *data, size_t size, void *u)
-{
-    (void)h;
-    call *c = u;
-    if (type != CURLINFO_HEADER_IN)
-        return 0;
-    size_t n = size < SNIPPET_MAX ? size : SNIPPET_MAX;
-    while (n && (data[n - 1] == '\r' || data[n - 1] == '\n'))
-        n--;
-    for (size_t i = 0; i < n; i++)
-        c->reply[i] = (unsigned char)data[i] < 32 || (unsigned char)data[i] >= 127 ? ' ' : data[i];
-    c->reply[n] = 0;
-    return 0;
-}
-
-static cairn_step_result email_outcome(call *c, CURL *h, CURLcode rc, const char *mid)
-{
-    long code = 0;
-    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code); /* the last SMTP reply code */
-    if (rc == CURLE_OK) {
-        pack_ok(c->ctx, c->t, code ? code : 250, mid);
-        return CAIRN_STEP_OK;
-    }
-    if (code >= 500 && code < 600) {
-        call_error(c, "SMTP %ld (not retried): %s", code,
-                   c->reply[0] ? c->reply : curl_text(c, rc));
-        return CAIRN_STEP_PERMANENT;
-    }
-    if (code >= 400 && code < 500) {
-        call_error(c, "SMTP %ld (will retry; nothing was delivered): %s", code,
-                   c->reply[0] ? c->reply : curl_text(c, rc));
-        return CAIRN_STEP_TRANSIENT;
-    }
-    if (c->stopped) {
-        call_error(c, "stopped before the message was sent; nothing was delivered");
-        return CAIRN_STEP_TRANSIENT;
-    }
-    if (curl_permanent(rc)) {
-        call_error(c, "%s", curl_text(c, rc));
-        return CAIRN_STEP_PERMANENT;
-    }
-    if (!c->msg_eof) {
-        call_error(c, "%s (before the message was sent: nothing was delivered)", curl_text(c, rc));
-        return CAIRN_STEP_TRANSIENT;
-    }
-    call_error(c, "%s after the message was sent; the server may have it", curl_text(c, rc));
-    return CAIRN_STEP_UNKNOWN;
-}
-
-static cairn_step_result do_email(call *c, json_t *result)
-{
-    const cairn__notify_target *t = c->t;
-    char mid[96], from[300];
-    cairn__notify_message_id(cairn_ctx_delivery_id(c->ctx), mid, sizeof mid);
-    buf m = {0};
-    if (build_message(&m, c, result, mid) != 0) {
-        free(m.p);
-        call_error(c, "out of memory building the message");
-        return CAIRN_STEP_TRANSIENT;
-    }
-    c->msg = m.p, c->msg_len = m.len;
-    snprintf(from, sizeof from, "<%s>", t->from);
-    struct curl_slist *rcpt = NULL, *tmp;
-    CURL *h = curl_easy_init();
-    for (size_t i = 0; h && i < t->n_to; i++) {
-        char a[300];
-        snprintf(a, sizeof a, "<%s>", t->to[i]);
-        if (!(tmp = curl_slist_append(rcpt, a))) {
-            curl_easy_cleanup(h);
-            h = NULL;
-            break;
-        }
-        rcpt = tmp;
-    }
-    cairn_step_result res;
-    if (!h) {
-        call_error(c, "cannot create a curl handle (out of memory)");
-        res = CAIRN_STEP_TRANSIENT;
-        goto out;
-    }
-    common_opts(h, c);
-    curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "smtp,smtps");
-    if (t->starttls)
-        curl_easy_setopt(h, CURLOPT_USE_SSL, (long)CURLUSESSL_ALL);
-    if (t->username) {
-        curl_easy_setopt(h, CURLOPT_USERNAME, t->username);
-        curl_easy_setopt(h, CURLOPT_PASSWORD, t->secret_text);
-    }
-    curl_easy_setopt(h, CURLOPT_MAIL_FROM, from);
-    curl_easy_setopt(h, CURLOPT_MAIL_RCPT, rcpt);
-    curl_easy_setopt(h, CURLOPT_UPLOAD, 1L);
-    curl_easy_setopt(h, CURLOPT_INFILESIZE_LARGE, (curl_off_t)m.len);
-    curl_easy_setopt(h, CURLOPT_READFUNCTION, on_read);
-    curl_easy_setopt(h, CURLOPT_READDATA, c);
-    curl_easy_setopt(h, CURLOPT_DEBUGFUNCTION, on_debug);
-    curl_easy_setopt(h, CURLOPT_DEBUGDATA, c);
-    curl_easy_setopt(h, CURLOPT_VERBOSE, 1L); /* needed for the debug callback; prints nothing */
-    CURLcode crc = curl_easy_perform(h);
-    res = email_outcome(c, h, crc, mid);
-    curl_easy_cleanup(h);
-out:
-    curl_slist_free_all(rcpt);
-    free(m.p);
-    return res;
-}
-
 /* ------------------------------------------------------------------ the step */
 
 cairn_step_result cairn__notify_step(cairn_ctx *ctx, void *target)
@@ -1241,21 +860,23 @@ cairn_step_result cairn__notify_step(cairn_ctx *ctx, void *target)
         cairn_ctx_set_error(ctx, "notify step '%s' has no target", cairn_ctx_step_name(ctx));
         return CAIRN_STEP_PERMANENT;
     }
-    call c;
+    cairn__notify_call c;
     memset(&c, 0, sizeof c);
-    c.ctx = ctx, c.t = t, c.what = t->kind == KIND_WEBHOOK ? "webhook" : "email";
+    c.ctx = ctx, c.t = t, c.what = t->kind == CAIRN__NOTIFY_WEBHOOK ? "webhook" : "email";
     const msgpack_object *src = cairn_ctx_dep(ctx, t->source);
     if (!src) {
-        call_error(&c, "source step '%s' is not a dependency of step '%s'", t->source,
-                   cairn_ctx_step_name(ctx));
+        cairn__notify_call_error(&c, "source step '%s' is not a dependency of step '%s'", t->source,
+                                 cairn_ctx_step_name(ctx));
         return CAIRN_STEP_PERMANENT;
     }
     json_t *result = cairn__msgpack_to_json(src);
     if (!result) {
-        call_error(&c, "cannot convert the output of '%s' to JSON (out of memory)", t->source);
+        cairn__notify_call_error(&c, "cannot convert the output of '%s' to JSON (out of memory)",
+                                 t->source);
         return CAIRN_STEP_TRANSIENT;
     }
-    cairn_step_result r = t->kind == KIND_WEBHOOK ? do_webhook(&c, result) : do_email(&c, result);
+    cairn_step_result r =
+        t->kind == CAIRN__NOTIFY_WEBHOOK ? do_webhook(&c, result) : cairn__notify_email(&c, result);
     json_decref(result);
     return r;
 }

@@ -93,7 +93,7 @@ static int build(cairn__pipeline *p, const json_t *cfg, const char *store_dir, c
     if ((rc = cairn__llm_cfg_parse(g, base, &p->llm, err, errlen)))
         return rc;
     json_t *empty = json_object();
-    rc = cairn__post_cfg_parse(pp ? pp : empty, &p->post, err, errlen);
+    rc = cairn__post_cfg_parse(pp ? pp : empty, base, &p->post, err, errlen);
     json_decref(empty);
     if (rc)
         return rc;

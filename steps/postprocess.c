@@ -10,12 +10,15 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "runner/canon.h"
+#include "steps/template.h"
 
 struct cairn__post_cfg {
     int strip_control, collapse;
@@ -89,7 +92,8 @@ static int get_str(const json_t *cfg, const char *key, const char *def, char **o
     return 0;
 }
 
-int cairn__post_cfg_parse(const json_t *cfg, cairn__post_cfg **out, char *err, size_t errlen)
+int cairn__post_cfg_parse(const json_t *cfg, const char *base_dir, cairn__post_cfg **out,
+                          char *err, size_t errlen)
 {
     static const char *const known[] = {"strip_control", "collapse_whitespace", "max_chars",
                                         "banned", "banned_action", "redact_with", "extract_json",
@@ -145,6 +149,19 @@ int cairn__post_cfg_parse(const json_t *cfg, cairn__post_cfg **out, char *err, s
         rc = get_str(cfg, "redact_with", "***", &c->redact_with, err, errlen);
     if (!rc)
         rc = get_str(cfg, "outbox", NULL, &c->outbox, err, errlen);
+    if (!rc && c->outbox && c->outbox[0] != '/' && base_dir) {
+        size_t n = strlen(base_dir) + strlen(c->outbox) + 2;
+        char *abs = malloc(n);
+        if (abs)
+            snprintf(abs, n, "%s/%s", base_dir, c->outbox);
+        free(c->outbox);
+        c->outbox = abs;
+    }
+    if (!rc && c->outbox && mkdir(c->outbox, 0755) != 0 && errno != EEXIST) {
+        snprintf(err, errlen, "postprocess.outbox: cannot create %s: %s", c->outbox,
+                 strerror(errno));
+        rc = CAIRN_EIO;
+    }
     if (!rc)
         rc = get_str(cfg, "source", "generate", &c->source, err, errlen);
     if (!rc)
@@ -180,51 +197,6 @@ void cairn__post_cfg_free(cairn__post_cfg *c)
 
 /* ------------------------------------------------------------------ text rules */
 
-typedef struct buf {
-    char *p;
-    size_t n, cap;
-} buf;
-
-static int put(buf *b, const void *s, size_t n)
-{
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n + 1)
-            cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p)
-            return -1;
-        b->p = p, b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-    return 0;
-}
-
-/* Decodes one UTF-8 code point at s (n bytes left); returns its length, 0 if invalid. */
-static size_t utf8_len(const unsigned char *s, size_t n, unsigned *cp)
-{
-    if (s[0] < 0x80) {
-        *cp = s[0];
-        return 1;
-    }
-    size_t len = s[0] >= 0xf0 ? 4 : s[0] >= 0xe0 ? 3 : s[0] >= 0xc2 ? 2 : 0;
-    if (!len || len > n || s[0] > 0xf4)
-        return 0;
-    unsigned v = s[0] & (0x3f >> (len - 1));
-    for (size_t i = 1; i < len; i++) {
-        if ((s[i] & 0xc0) != 0x80)
-            return 0;
-        v = v << 6 | (s[i] & 0x3f);
-    }
-    if ((len == 3 && v < 0x800) || (len == 4 && (v < 0x10000 || v > 0x10ffff)) ||
-        (v >= 0xd800 && v <= 0xdfff))
-        return 0;
-    *cp = v;
-    return len;
-}
-
 static int is_space(unsigned cp)
 {
     return cp == ' ' || cp == '\t' || cp == '\n' || cp == '\r' || cp == '\v' || cp == '\f' ||
@@ -232,13 +204,13 @@ static int is_space(unsigned cp)
 }
 
 /* Control characters, invalid bytes (as U+FFFD) and whitespace runs. */
-static int clean(const cairn__post_cfg *c, const char *in, size_t len, buf *out)
+static int clean(const cairn__post_cfg *c, const char *in, size_t len, struct cairn__sbuf *out)
 {
     const unsigned char *s = (const unsigned char *)in;
     int pending_space = 0;
     for (size_t i = 0; i < len;) {
-        unsigned cp;
-        size_t l = utf8_len(s + i, len - i, &cp);
+        uint32_t cp;
+        size_t l = cairn__utf8_get(s + i, len - i, &cp);
         if (!l) {
             cp = 0xfffd;
             l = 1;
@@ -252,13 +224,13 @@ static int clean(const cairn__post_cfg *c, const char *in, size_t len, buf *out)
         if (control && c->strip_control)
             continue;
         if (c->collapse && is_space(cp)) {
-            pending_space = out->n > 0;
+            pending_space = out->len > 0;
             continue;
         }
-        if (pending_space && put(out, " ", 1))
+        if (pending_space && cairn__sb_put(out, " ", 1))
             return CAIRN_ENOMEM;
         pending_space = 0;
-        if (put(out, bytes, nb))
+        if (cairn__sb_put(out, bytes, nb))
             return CAIRN_ENOMEM;
     }
     return 0;
@@ -287,46 +259,47 @@ static size_t chars_before(const char *s, size_t off)
 }
 
 /* Banned terms, ASCII case-insensitively. */
-static int banned(const cairn__post_cfg *c, buf *b, unsigned *redactions, char *err, size_t errlen)
+static int banned(const cairn__post_cfg *c, struct cairn__sbuf *b, unsigned *redactions, char *err,
+                  size_t errlen)
 {
     for (size_t t = 0; t < c->n_banned; t++) {
         const char *term = c->banned[t];
         size_t tl = strlen(term);
-        buf out = {0};
-        for (size_t i = 0; i < b->n;) {
-            if (i + tl <= b->n && ascii_ieq(b->p + i, term, tl)) {
+        struct cairn__sbuf out = {0};
+        for (size_t i = 0; i < b->len;) {
+            if (i + tl <= b->len && ascii_ieq(b->p + i, term, tl)) {
                 if (!c->redact) {
                     free(out.p);
                     snprintf(err, errlen, "banned term '%s' at character %zu", term,
                              chars_before(b->p, i));
                     return CAIRN_EPERMANENT;
                 }
-                if (put(&out, c->redact_with, strlen(c->redact_with)))
+                if (cairn__sb_put(&out, c->redact_with, strlen(c->redact_with)))
                     return CAIRN_ENOMEM;
                 ++*redactions;
                 i += tl;
             } else {
-                if (put(&out, b->p + i, 1))
+                if (cairn__sb_put(&out, b->p + i, 1))
                     return CAIRN_ENOMEM;
                 i++;
             }
         }
         free(b->p);
         *b = out;
-        if (!b->p && put(b, "", 0))
+        if (!b->p && cairn__sb_put(b, "", 0))
             return CAIRN_ENOMEM;
     }
     return 0;
 }
 
 /* Cuts to at most max code points, at the last sentence end that fits, else the last space. */
-static void cut(buf *b, size_t max)
+static void cut(struct cairn__sbuf *b, size_t max)
 {
     const unsigned char *s = (const unsigned char *)b->p;
     size_t chars = 0, i = 0, sentence = 0, space = 0;
-    while (i < b->n) {
-        unsigned cp;
-        size_t l = utf8_len(s + i, b->n - i, &cp);
+    while (i < b->len) {
+        uint32_t cp;
+        size_t l = cairn__utf8_get(s + i, b->len - i, &cp);
         if (!l)
             l = 1, cp = 0;
         if (chars == max) {
@@ -336,31 +309,32 @@ static void cut(buf *b, size_t max)
         }
         chars++;
         i += l;
-        int next_space = i >= b->n || s[i] == ' ';
+        int next_space = i >= b->len || s[i] == ' ';
         if (((cp == '.' || cp == '!' || cp == '?') && next_space) || cp == 0x3002 ||
             cp == 0xff01 || cp == 0xff1f)
             sentence = i;
         if (cp == ' ')
             space = i - 1;
     }
-    if (i >= b->n)
+    if (i >= b->len)
         return;
     size_t end = sentence ? sentence : space ? space : i;
     while (end > 0 && b->p[end - 1] == ' ')
         end--;
-    b->n = end;
+    b->len = end;
     b->p[end] = 0;
 }
 
-static int extract(const cairn__post_cfg *c, const buf *b, json_t **out, char *err, size_t errlen)
+static int extract(const cairn__post_cfg *c, const struct cairn__sbuf *b, json_t **out, char *err,
+                   size_t errlen)
 {
-    const char *start = memchr(b->p, '{', b->n);
+    const char *start = memchr(b->p, '{', b->len);
     if (!start) {
         snprintf(err, errlen, "no JSON object in the generated text");
         return CAIRN_EPERMANENT;
     }
     json_error_t je;
-    json_t *j = json_loadb(start, b->n - (size_t)(start - b->p),
+    json_t *j = json_loadb(start, b->len - (size_t)(start - b->p),
                            JSON_DISABLE_EOF_CHECK | JSON_REJECT_DUPLICATES, &je);
     if (!j) {
         snprintf(err, errlen,
@@ -383,15 +357,15 @@ int cairn__postprocess_text(const cairn__post_cfg *c, const char *in, size_t len
                             size_t *out_len, json_t **json_out, unsigned *redactions, char *err,
                             size_t errlen)
 {
-    buf b = {0};
+    struct cairn__sbuf b = {0};
     *out = NULL;
     *out_len = 0;
     if (json_out)
         *json_out = NULL;
     *redactions = 0;
-    int rc = put(&b, "", 0) ? CAIRN_ENOMEM : clean(c, in, len, &b);
-    while (!rc && b.n && b.p[b.n - 1] == ' ')
-        b.p[--b.n] = 0;
+    int rc = cairn__sb_put(&b, "", 0) ? CAIRN_ENOMEM : clean(c, in, len, &b);
+    while (!rc && b.len && b.p[b.len - 1] == ' ')
+        b.p[--b.len] = 0;
     if (!rc)
         rc = banned(c, &b, redactions, err, errlen);
     if (!rc && c->max_chars)
@@ -405,7 +379,7 @@ int cairn__postprocess_text(const cairn__post_cfg *c, const char *in, size_t len
         return rc;
     }
     *out = b.p;
-    *out_len = b.n;
+    *out_len = b.len;
     return 0;
 }
 
@@ -416,7 +390,10 @@ int cairn__publish_atomic(const char *dir, const char *name, const void *data, s
 {
     char tmp[4096], dst[4096];
     snprintf(dst, sizeof dst, "%s/%s", dir, name);
-    snprintf(tmp, sizeof tmp, "%s/.%s.tmp.%d", dir, name, (int)getpid());
+    /* one fixed temporary name per file: a publisher killed half-way leaves it behind, and the
+     * next publish of the same file (the task's rerun; runs of one task never overlap) truncates
+     * and reuses it */
+    snprintf(tmp, sizeof tmp, "%s/.%s.tmp", dir, name);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0)
         goto fail;
@@ -460,20 +437,6 @@ fail : {
 
 /* ------------------------------------------------------------------ the step */
 
-static const msgpack_object *map_get(const msgpack_object *m, const char *k)
-{
-    if (!m || m->type != MSGPACK_OBJECT_MAP)
-        return NULL;
-    size_t n = strlen(k);
-    for (uint32_t i = 0; i < m->via.map.size; i++) {
-        const msgpack_object *key = &m->via.map.ptr[i].key;
-        if (key->type == MSGPACK_OBJECT_STR && key->via.str.size == n &&
-            !memcmp(key->via.str.ptr, k, n))
-            return &m->via.map.ptr[i].val;
-    }
-    return NULL;
-}
-
 static void pk_str(msgpack_packer *pk, const char *s, size_t n)
 {
     msgpack_pack_str(pk, n);
@@ -484,7 +447,7 @@ cairn_step_result cairn__postprocess_step(cairn_ctx *ctx, void *user)
 {
     const cairn__post_cfg *c = user;
     const msgpack_object *src = cairn_ctx_dep(ctx, c->source);
-    const msgpack_object *text = map_get(src, c->field);
+    const msgpack_object *text = cairn__mp_get(src, c->field, strlen(c->field));
     if (!text || text->type != MSGPACK_OBJECT_STR) {
         cairn_ctx_set_error(ctx, "postprocess: dependency '%s' has no string field '%s'",
                             c->source, c->field);

@@ -22,6 +22,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "runner/canon.h"
+#include "steps/template.h"
+
 #define TOP_K_MAX 1000
 #define RESPONSE_MAX (32u << 20)
 
@@ -198,36 +201,14 @@ void cairn__retrieve_cfg_free(cairn__retrieve_cfg *c)
 
 /* ------------------------------------------------------------------ the query */
 
-typedef struct sbuf {
-    char *p;
-    size_t n, cap;
-} sbuf;
-
-static int sb_put(sbuf *b, const char *s, size_t n)
-{
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 128;
-        while (cap < b->n + n + 1)
-            cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p)
-            return -1;
-        b->p = p, b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-    return 0;
-}
-
 /* Appends a string, a space before it unless it is the first. */
-static int sb_word(sbuf *b, const char *s, size_t n)
+static int sb_word(struct cairn__sbuf *b, const char *s, size_t n)
 {
     if (n == 0)
         return 0;
-    if (b->n && sb_put(b, " ", 1))
+    if (b->len && cairn__sb_put(b, " ", 1))
         return -1;
-    return sb_put(b, s, n);
+    return cairn__sb_put(b, s, n);
 }
 
 static const char *type_name(msgpack_object_type t)
@@ -253,18 +234,6 @@ static const char *type_name(msgpack_object_type t)
     }
 }
 
-static const msgpack_object *map_get(const msgpack_object *m, const char *k)
-{
-    size_t n = strlen(k);
-    for (uint32_t i = 0; i < m->via.map.size; i++) {
-        const msgpack_object *key = &m->via.map.ptr[i].key;
-        if (key->type == MSGPACK_OBJECT_STR && key->via.str.size == n &&
-            !memcmp(key->via.str.ptr, k, n))
-            return &m->via.map.ptr[i].val;
-    }
-    return NULL;
-}
-
 int cairn__retrieve_query(const cairn__retrieve_cfg *c, const msgpack_object *input, char **query,
                           char *err, size_t errlen)
 {
@@ -273,11 +242,11 @@ int cairn__retrieve_query(const cairn__retrieve_cfg *c, const msgpack_object *in
         snprintf(err, errlen, "the task input must be an object");
         return CAIRN_EPERMANENT;
     }
-    sbuf b = {0};
-    if (sb_put(&b, "", 0))
+    struct cairn__sbuf b = {0};
+    if (cairn__sb_put(&b, "", 0))
         goto oom;
     for (size_t f = 0; f < c->n_fields; f++) {
-        const msgpack_object *v = map_get(input, c->fields[f]);
+        const msgpack_object *v = cairn__mp_get(input, c->fields[f], strlen(c->fields[f]));
         if (!v || v->type == MSGPACK_OBJECT_NIL)
             continue;
         if (v->type == MSGPACK_OBJECT_STR) {

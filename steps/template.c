@@ -11,28 +11,7 @@
 #include <string.h>
 
 #include "cairn.h"
-
-typedef struct sb {
-    char *p;
-    size_t n, cap;
-} sb;
-
-static int sb_put(sb *b, const char *s, size_t n)
-{
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap * 2 : 256;
-        while (cap < b->n + n + 1)
-            cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p)
-            return -1;
-        b->p = p, b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-    return 0;
-}
+#include "runner/canon.h"
 
 static int name_char(char c)
 {
@@ -43,19 +22,19 @@ static int name_char(char c)
 int cairn__template_render(const char *tpl, cairn__template_lookup lookup, void *arg, char **out,
                            char *err, size_t errlen)
 {
-    sb b = {0};
+    struct cairn__sbuf b = {0};
     *out = NULL;
-    if (sb_put(&b, "", 0))
+    if (cairn__sb_put(&b, "", 0))
         return CAIRN_ENOMEM;
     const char *p = tpl;
     while (*p) {
         const char *open = strstr(p, "{{");
         if (!open) {
-            if (sb_put(&b, p, strlen(p)))
+            if (cairn__sb_put(&b, p, strlen(p)))
                 goto oom;
             break;
         }
-        if (sb_put(&b, p, (size_t)(open - p)))
+        if (cairn__sb_put(&b, p, (size_t)(open - p)))
             goto oom;
         const char *s = open + 2, *close = strstr(s, "}}");
         if (!close) {
@@ -88,7 +67,7 @@ int cairn__template_render(const char *tpl, cairn__template_lookup lookup, void 
             free(b.p);
             return CAIRN_EINVAL;
         }
-        int bad = sb_put(&b, v, strlen(v));
+        int bad = cairn__sb_put(&b, v, strlen(v));
         free(v);
         if (bad)
             goto oom;
@@ -140,12 +119,12 @@ char *cairn__template_value(const msgpack_object *o)
         return NULL;
     if (o->type != MSGPACK_OBJECT_ARRAY)
         return scalar(o);
-    sb b = {0};
-    if (sb_put(&b, "", 0))
+    struct cairn__sbuf b = {0};
+    if (cairn__sb_put(&b, "", 0))
         return NULL;
     for (uint32_t i = 0; i < o->via.array.size; i++) {
         char *v = scalar(&o->via.array.ptr[i]);
-        if (!v || (i && sb_put(&b, ", ", 2)) || sb_put(&b, v, strlen(v))) {
+        if (!v || (i && cairn__sb_put(&b, ", ", 2)) || cairn__sb_put(&b, v, strlen(v))) {
             free(v);
             free(b.p);
             return NULL;
@@ -155,20 +134,25 @@ char *cairn__template_value(const msgpack_object *o)
     return b.p;
 }
 
+const msgpack_object *cairn__mp_get(const msgpack_object *m, const char *key, size_t n)
+{
+    if (!m || m->type != MSGPACK_OBJECT_MAP)
+        return NULL;
+    for (uint32_t i = 0; i < m->via.map.size; i++) {
+        const msgpack_object *k = &m->via.map.ptr[i].key;
+        if (k->type == MSGPACK_OBJECT_STR && k->via.str.size == n &&
+            memcmp(k->via.str.ptr, key, n) == 0)
+            return &m->via.map.ptr[i].val;
+    }
+    return NULL;
+}
+
 const msgpack_object *cairn__mp_path(const msgpack_object *o, const char *path)
 {
     while (o && *path) {
         const char *dot = strchr(path, '.');
         size_t n = dot ? (size_t)(dot - path) : strlen(path);
-        const msgpack_object *next = NULL;
-        if (o->type == MSGPACK_OBJECT_MAP)
-            for (uint32_t i = 0; i < o->via.map.size && !next; i++) {
-                const msgpack_object *k = &o->via.map.ptr[i].key;
-                if (k->type == MSGPACK_OBJECT_STR && k->via.str.size == n &&
-                    memcmp(k->via.str.ptr, path, n) == 0)
-                    next = &o->via.map.ptr[i].val;
-            }
-        o = next;
+        o = cairn__mp_get(o, path, n);
         path += n + (dot != NULL);
     }
     return o;

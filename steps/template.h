@@ -20,6 +20,10 @@ int cairn__template_render(const char *tpl, cairn__template_lookup lookup, void 
  * decimal, arrays of scalars joined by ", ", nil as "". NULL for maps and nested arrays. */
 char *cairn__template_value(const msgpack_object *o);
 
+/* The value of the str key key[0..n) in msgpack map m (the first, if the key repeats); NULL if
+ * m is NULL or not a map, or has no such key. The key is taken whole: a '.' in it is no path. */
+const msgpack_object *cairn__mp_get(const msgpack_object *m, const char *key, size_t n);
+
 /* Looks up a dotted path ("result.text") in nested msgpack maps; NULL if absent. */
 const msgpack_object *cairn__mp_path(const msgpack_object *o, const char *path);
 

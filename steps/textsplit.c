@@ -19,28 +19,7 @@
 #include <stdint.h>
 #include <string.h>
 
-/* Decodes one UTF-8 code point; returns its length, 0 if s does not start a valid sequence. */
-static size_t utf8_dec(const unsigned char *s, size_t n, uint32_t *cp)
-{
-    if (s[0] < 0x80) {
-        *cp = s[0];
-        return 1;
-    }
-    size_t len = s[0] >= 0xf0 ? 4 : s[0] >= 0xe0 ? 3 : s[0] >= 0xc2 ? 2 : 0;
-    if (!len || len > n || s[0] > 0xf4)
-        return 0;
-    uint32_t v = s[0] & (0x3f >> (len - 1));
-    for (size_t i = 1; i < len; i++) {
-        if ((s[i] & 0xc0) != 0x80)
-            return 0;
-        v = v << 6 | (s[i] & 0x3f);
-    }
-    if ((len == 3 && v < 0x800) || (len == 4 && (v < 0x10000 || v > 0x10ffff)) ||
-        (v >= 0xd800 && v <= 0xdfff))
-        return 0;
-    *cp = v;
-    return len;
-}
+#include "runner/canon.h"
 
 static size_t utf8_enc(uint32_t c, char *o)
 {
@@ -222,7 +201,7 @@ size_t cairn__bm25_tokenize(const char *text, size_t len, cairn__bm25_token_cb c
     int word_full = 0; /* the current word reached CAIRN__BM25_MAX_TOKEN: drop its tail */
     for (size_t i = 0; i < len;) {
         uint32_t c;
-        size_t l = utf8_dec(s + i, len - i, &c);
+        size_t l = cairn__utf8_get(s + i, len - i, &c);
         i += l ? l : 1;
         if (!l) {
             end_word(&t), end_cjk(&t), word_full = 0;

@@ -128,8 +128,8 @@ static inline int pl_run(tu_result *r, const char *store, const char *config, co
                          const char *x2)
 {
     return pl_cairn(r, "run", "--store", store, "--config", config, "--graph", "default",
-                    "--task-from", "tenant,product_id", "--input", pl.task_json,
-                    "--max-attempts", "100", x1, x2, (const char *)NULL);
+                    "--task-from", "tenant,product_id", "--input", pl.task_json, "--max-attempts",
+                    "100", x1, x2, (const char *)NULL);
 }
 
 /* `show ID --json` parsed, or NULL. */
@@ -137,7 +137,8 @@ static inline json_t *pl_show(const char *store, const char *id)
 {
     tu_result r;
     int rc = pl_cairn(&r, "show", "--store", store, id, "--json", (const char *)NULL);
-    json_t *j = rc == 0 ? json_loads(r.out, JSON_ALLOW_NUL, NULL) : NULL; /* raw tokens can be NUL */
+    json_t *j =
+        rc == 0 ? json_loads(r.out, JSON_ALLOW_NUL, NULL) : NULL; /* raw tokens can be NUL */
     if (rc == 0 && !j)
         diag("show --json does not parse: %s", r.out);
     tu_result_free(&r);
@@ -207,8 +208,8 @@ static inline json_t *pl_config(const char *model, const char *outbox, const cha
         3, "generate", "model", model, "prompt",
         "Write a short product description for {{title}}.\nFacts:\n{{context}}\nDescription:",
         "max_tokens", 48, "temperature", 0.7, "top_p", 0.95, "stop", "\n\n", "progress_every", 8,
-        "postprocess", "max_chars", 400, "banned", "guarantee", "banned_action", "redact",
-        "outbox", outbox, "notify", "type", "webhook", "name", "shop", "url", url, "secret_env",
+        "postprocess", "max_chars", 400, "banned", "guarantee", "banned_action", "redact", "outbox",
+        outbox, "notify", "type", "webhook", "name", "shop", "url", url, "secret_env",
         "CAIRN_WEBHOOK_SECRET", "timeout_ms", 5000);
     free(url);
     return c;
@@ -313,14 +314,14 @@ static inline const char *pl_mail_header(const char *data, const char *name)
 }
 
 /* Checks the outbox folder: exactly one `<task>.json`, valid JSON whose task and text are as
- * expected. `allow_tmp`: leftover `.<task>.json.tmp.<pid>` files of a killed publisher are
- * tolerated (they are never read: a reader only opens `<task>.json`, which rename() swaps in
+ * expected. `allow_tmp`: a leftover `.<task>.json.tmp` of a killed publisher is
+ * tolerated (the next publish of the task reuses it) (they are never read: a reader only opens `<task>.json`, which rename() swaps in
  * whole); anything else is an error. Returns the number of problems (each reported). */
 static inline int pl_check_outbox(const char *dir, const char *task, const char *text,
                                   int allow_tmp, const char *what)
 {
     int bad = 0, finals = 0, tmps = 0;
-    char *final = tu_fmt("%s.json", task), *tmp_prefix = tu_fmt(".%s.json.tmp.", task);
+    char *final = tu_fmt("%s.json", task), *tmp_prefix = tu_fmt(".%s.json.tmp", task);
     DIR *d = opendir(dir);
     struct dirent *e;
     while (d && (e = readdir(d)) != NULL) {
@@ -328,10 +329,7 @@ static inline int pl_check_outbox(const char *dir, const char *task, const char 
             continue;
         if (!strcmp(e->d_name, final)) {
             finals++;
-        } else if (!strncmp(e->d_name, tmp_prefix, strlen(tmp_prefix)) &&
-                   strspn(e->d_name + strlen(tmp_prefix), "0123456789") ==
-                       strlen(e->d_name + strlen(tmp_prefix)) &&
-                   e->d_name[strlen(tmp_prefix)]) {
+        } else if (!strcmp(e->d_name, tmp_prefix)) {
             tmps++;
         } else {
             diag("%s: unexpected file in the outbox: %s", what, e->d_name);
@@ -344,8 +342,8 @@ static inline int pl_check_outbox(const char *dir, const char *task, const char 
         diag("%s: %d temporary file(s) left in the outbox", what, tmps);
         bad++;
     } else if (tmps) {
-        diag("%s: %d temporary file(s) of a killed publisher left in the outbox (never read)",
-             what, tmps);
+        diag("%s: %d temporary file(s) of a killed publisher left in the outbox (never read)", what,
+             tmps);
     }
     if (finals != 1) {
         diag("%s: %d files named %s in the outbox", what, finals, final);

@@ -61,15 +61,17 @@ static void t_full(const char *type, const char *model)
 
     char sha[65];
     sha256_file(model, sha);
-    ok(!strcmp(pl_out(t, "generate", "model_sha256"), sha), "%s: generate records the model's "
-       "SHA-256", type);
+    ok(!strcmp(pl_out(t, "generate", "model_sha256"), sha),
+       "%s: generate records the model's "
+       "SHA-256",
+       type);
     long long ct = pl_out_int(t, "generate", "completion_tokens");
     ok(ct > 0 && pl_out_int(t, "generate", "resumed_tokens") == 0 &&
            pl_out_int(t, "generate", "generated_tokens") == ct,
        "%s: %lld tokens generated, none resumed", type, ct);
     ok(strlen(pl_out(t, "retrieve", "query")) > 0 &&
-           json_array_size(json_object_get(json_object_get(pl_step(t, "retrieve"), "output"),
-                                           "docs")) == 3,
+           json_array_size(
+               json_object_get(json_object_get(pl_step(t, "retrieve"), "output"), "docs")) == 3,
        "%s: retrieve found the top 3 documents", type);
     const char *text = pl_out(t, "postprocess", "text");
     if (!strcmp(type, "f32"))
@@ -82,8 +84,10 @@ static void t_full(const char *type, const char *model)
        json_array_size(hooks));
     json_t *h = json_array_get(hooks, 0);
     json_t *hd = json_object_get(h, "headers");
-    ok(h && json_is_true(json_object_get(h, "sig_valid")), "%s: the receiver verified the "
-       "signature (%s)", type, pl_str(h, "sig_reason"));
+    ok(h && json_is_true(json_object_get(h, "sig_valid")),
+       "%s: the receiver verified the "
+       "signature (%s)",
+       type, pl_str(h, "sig_reason"));
     ok(!strncmp(dlv, "dlv_", 4) && !strcmp(pl_str(hd, "webhook-id"), dlv),
        "%s: webhook-id %s = the notify step's delivery ID %s", type, pl_str(hd, "webhook-id"), dlv);
     json_t *body = json_loads(pl_str(h, "body"), 0, NULL);
@@ -112,8 +116,10 @@ static void t_full(const char *type, const char *model)
     }
 
     /* the outbox: one complete file whose text is the postprocess output */
-    ok(pl_check_outbox(outbox, PL_TASK, text, 0, type) == 0, "%s: the outbox holds exactly "
-       "%s.json with the postprocess text", type, PL_TASK);
+    ok(pl_check_outbox(outbox, PL_TASK, text, 0, type) == 0,
+       "%s: the outbox holds exactly "
+       "%s.json with the postprocess text",
+       type, PL_TASK);
     char *ofile = tu_fmt("%s/%s.json", outbox, PL_TASK);
     char *before = tu_read_file(ofile, NULL);
 
@@ -123,8 +129,10 @@ static void t_full(const char *type, const char *model)
     ok(rc == 0, "%s: a second run exits 0 (%d: %s)", type, rc, pl_oneline(r.err));
     tu_result_free(&r);
     json_t *t2 = pl_show(store, PL_TASK);
-    ok(t2 && json_equal(gen, pl_step(t2, "generate")), "%s: the second run did not touch "
-       "generate", type);
+    ok(t2 && json_equal(gen, pl_step(t2, "generate")),
+       "%s: the second run did not touch "
+       "generate",
+       type);
     ok(pl_hook_count(path) == 1, "%s: no second webhook delivery", type);
     if (pl.smtp_python) {
         json_t *mails = pl_log(pl.slog, "rcpt_tos", rcpt);
@@ -204,14 +212,18 @@ static void t_config_errors(void)
     tu_result r;
     int rc = pl_run(&r, store, config, NULL, NULL);
     char *where = tu_fmt("%s:2:", config);
-    ok(rc == 65 && tu_contains(r.err, where), "config error (malformed JSON): exit %d, names "
-       "file:line:column: %s", rc, pl_oneline(r.err));
+    ok(rc == 65 && tu_contains(r.err, where),
+       "config error (malformed JSON): exit %d, names "
+       "file:line:column: %s",
+       rc, pl_oneline(r.err));
     tu_result_free(&r);
     free(where);
     char *missing = tu_fmt("%s/nonexistent.json", dir);
     rc = pl_run(&r, store, missing, NULL, NULL);
-    ok(rc == 66 && tu_contains(r.err, "nonexistent.json"), "config error (missing file): exit "
-       "%d: %s", rc, pl_oneline(r.err));
+    ok(rc == 66 && tu_contains(r.err, "nonexistent.json"),
+       "config error (missing file): exit "
+       "%d: %s",
+       rc, pl_oneline(r.err));
     tu_result_free(&r);
     struct stat st;
     ok(stat(store, &st) != 0, "config errors (JSON, missing file): no store created");
@@ -306,9 +318,9 @@ static void t_banned_reject(void)
 static void t_graph_change(void)
 {
     char *dir = pl_dir("gc"), *store = tu_fmt("%s/store", dir), *outbox = pl_dir("gc/outbox");
-    const char *shop = "/gc/shop", *audit = "/gc/audit/delay:3000,ok";
+    const char *shop = "/gc/shop", *audit = "/gc/audit/delay:4000,ok";
     json_t *c = pl_config(g_model_f32, outbox, shop);
-    pl_add_hook(c, "audit", audit, "at_most_once", 1000);
+    pl_add_hook(c, "audit", audit, "at_most_once", 1500);
     json_t *c2 = json_deep_copy(c);
     char *config = pl_write_config(c, dir, "config.json");
     json_object_set_new(pl_section(c2, "generate"), "prompt",
@@ -318,8 +330,10 @@ static void t_graph_change(void)
 
     tu_result r;
     int rc = pl_run(&r, store, config, NULL, NULL);
-    ok(rc == 69 && tu_contains(r.err, "CAIRN_EINDOUBT"), "graph change: first run ends in doubt "
-       "at notify.audit (timeout) (%d: %s)", rc, pl_oneline(r.err));
+    ok(rc == 69 && tu_contains(r.err, "CAIRN_EINDOUBT"),
+       "graph change: first run ends in doubt "
+       "at notify.audit (timeout) (%d: %s)",
+       rc, pl_oneline(r.err));
     tu_result_free(&r);
     json_t *t1 = pl_show(store, PL_TASK);
     ok(t1 && !strcmp(pl_step_status(t1, "notify.shop"), "done") && pl_hook_count(shop) == 1,
@@ -328,15 +342,16 @@ static void t_graph_change(void)
     char *dlv1 = strdup(pl_out(t1, "notify.shop", "delivery_id"));
     char *text1 = strdup(pl_out(t1, "generate", "text"));
     long long pt1 = pl_out_int(t1, "generate", "prompt_tokens");
-    rc = pl_cairn(&r, "resolve", "--store", store, PL_TASK, "--step", "notify.audit",
-                  "--not-done", (const char *)NULL);
+    rc = pl_cairn(&r, "resolve", "--store", store, PL_TASK, "--step", "notify.audit", "--not-done",
+                  (const char *)NULL);
     ok(rc == 0, "graph change: resolve --not-done (%d: %s)", rc, pl_oneline(r.err));
     tu_result_free(&r);
 
     rc = pl_run(&r, store, config2, NULL, NULL);
     ok(rc == 65 && tu_contains(r.err, "--allow-graph-change") && tu_contains(r.err, "generate"),
        "graph change: refused without --allow-graph-change, exit %d, names the first changed "
-       "step: %s", rc, pl_oneline(r.err));
+       "step: %s",
+       rc, pl_oneline(r.err));
     tu_result_free(&r);
     json_t *t2 = pl_show(store, PL_TASK);
     ok(t2 && json_equal(pl_step(t1, "generate"), pl_step(t2, "generate")) &&

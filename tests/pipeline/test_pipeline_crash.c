@@ -20,7 +20,7 @@
  * same task ID under the same generate settings on a fresh store (same seed, exact resume); the
  * receiver sees at most one delivery per task and target at most once, and the same webhook-id
  * on every attempt at least once; the outbox holds exactly one complete <task>.json (a killed
- * publisher may leave a `.<task>.json.tmp.<pid>` file, which is tolerated because nothing ever
+ * publisher may leave a `.<task>.json.tmp` file (reused by the next publish), which is tolerated because nothing ever
  * reads it; any other file is an error); the task ends succeeded, or in doubt where the kill
  * fell inside the POST (then `resolve` settles it and a run finishes it without sending again).
  */
@@ -122,9 +122,9 @@ struct scen {
     const char *delivery; /* of notify.shop */
     pred_fn pred;         /* where to kill */
     long slice_us;
-    int tries;    /* attempts to land in the window */
-    int required; /* the window is wide: missing it is a failure, not a skip */
-    int kills;    /* kills in a row (each aimed by pred, resuming in between) */
+    int tries;            /* attempts to land in the window */
+    int required;         /* the window is wide: missing it is a failure, not a skip */
+    int kills;            /* kills in a row (each aimed by pred, resuming in between) */
     size_t progress_gap;  /* mid-generation: kill once progress grew by more than this */
     size_t last_progress; /* progress size at the previous kill */
 };
@@ -194,14 +194,18 @@ static void baseline(int big)
 {
     char *dir = pl_dir("baseline-%d", big), *store = tu_fmt("%s/store", dir);
     char *outbox = pl_dir("baseline-%d/outbox", big), *path = tu_fmt("/baseline-%d/hook", big);
-    char *config = pl_write_config(crash_config(big, outbox, path, "at_most_once"), dir,
-                                   "config.json");
+    char *config =
+        pl_write_config(crash_config(big, outbox, path, "at_most_once"), dir, "config.json");
     tu_result r;
     int rc = pl_run(&r, store, config, NULL, NULL);
     json_t *t = pl_show(store, PL_TASK);
     long long ct = pl_out_int(t, "generate", "completion_tokens");
-    ok(rc == 0 && ct == (big ? 256 : 48), "baseline (%s model): uninterrupted run succeeds with "
-       "%lld tokens (%d: %s)", big ? "big" : "small", ct, rc, pl_oneline(r.err));
+    /* the random model may draw its end-of-text token before max_tokens: enough tokens for
+     * the mid-generation kills (~48 in) is what matters */
+    ok(rc == 0 && ct >= (big ? 96 : 8) && ct <= (big ? 256 : 48),
+       "baseline (%s model): uninterrupted run succeeds with "
+       "%lld tokens (%d: %s)",
+       big ? "big" : "small", ct, rc, pl_oneline(r.err));
     tu_result_free(&r);
     g_base_text[big] = strdup(pl_out(t, "generate", "text"));
     g_base_sha[big] = strdup(pl_out(t, "generate", "model_sha256"));
@@ -220,9 +224,10 @@ typedef struct run_ctx {
 /* Starts `cairn run` of the task in the background (own process group). */
 static pid_t spawn_run(run_ctx *rc)
 {
-    const char *argv[] = {pl.cairn, "run", "--store", rc->store, "--config", rc->config,
-                          "--graph", "default", "--task-from", "tenant,product_id", "--input",
-                          pl.task_json, "--max-attempts", "100", NULL};
+    const char *argv[] = {
+        pl.cairn,   "run",        "--store",        rc->store,     "--config",
+        rc->config, "--graph",    "default",        "--task-from", "tenant,product_id",
+        "--input",  pl.task_json, "--max-attempts", "100",         NULL};
     const char *env[] = {"CAIRN_WEBHOOK_SECRET=" PL_SECRET, NULL};
     char *out = tu_fmt("%s/run.out", rc->dir), *err = tu_fmt("%s/run.err", rc->dir);
     pid_t pid = tu_spawn(argv, env, out, err);
@@ -275,7 +280,8 @@ static int step_and_kill(run_ctx *rc, pid_t pid, peek *at, int *code)
 static const char *describe(const peek *p)
 {
     static char b[160];
-    snprintf(b, sizeof b, "task=%d retrieve=%d progress=%zuB generate=%d outbox=%d post=%d "
+    snprintf(b, sizeof b,
+             "task=%d retrieve=%d progress=%zuB generate=%d outbox=%d post=%d "
              "notify=%d requests=%zu",
              p->task, p->retrieve, p->progress_len, p->generate, p->outbox_file, p->postprocess,
              p->notify, p->hooks);
@@ -309,8 +315,8 @@ static int scenario_attempt(const scen *s0, int k)
     rc.outbox = pl_dir("%s-%d/outbox", s.name, k);
     rc.path = tu_fmt("/%s-%d/%s", s.name, k, s.plan);
     rc.ofile = tu_fmt("%s/%s.json", rc.outbox, PL_TASK);
-    rc.config = pl_write_config(crash_config(s.big, rc.outbox, rc.path, s.delivery), rc.dir,
-                                "config.json");
+    rc.config =
+        pl_write_config(crash_config(s.big, rc.outbox, rc.path, s.delivery), rc.dir, "config.json");
     tu_result r;
     /* create the store (and its databases) so the read-only handle can open it */
     if (pl_cairn(&r, "list", "--store", rc.store, (const char *)NULL) != 0 ||
@@ -424,8 +430,7 @@ static int scenario_attempt(const scen *s0, int k)
             violation(s.name, "request %zu has webhook-id %s, the step's delivery ID is %s", i,
                       pl_str(json_object_get(h, "headers"), "webhook-id"), dlv);
         if (!json_is_true(json_object_get(h, "sig_valid")))
-            violation(s.name, "request %zu: signature not valid (%s)", i,
-                      pl_str(h, "sig_reason"));
+            violation(s.name, "request %zu: signature not valid (%s)", i, pl_str(h, "sig_reason"));
         json_t *b = json_loads(pl_str(h, "body"), 0, NULL);
         if (!b || strcmp(pl_str(json_object_get(b, "result"), "text"),
                          pl_out(t, "postprocess", "text")) != 0)
@@ -444,12 +449,13 @@ static int scenario_attempt(const scen *s0, int k)
         violation(s.name, "a run of the finished task changed something (exit %d)", code);
     tu_result_free(&r);
 
-    ok(g_violations == v0, "%s: killed %d time(s) (first at %s), resumed%s: %s, %zu "
-       "request(s) with webhook-id %s, outbox complete", s.name, s.kills, describe(&first_at),
-       in_doubt ? " (in doubt, settled)" : "", t ? pl_str(t, "status") : "-", n, dlv);
+    ok(g_violations == v0,
+       "%s: killed %d time(s) (first at %s), resumed%s: %s, %zu "
+       "request(s) with webhook-id %s, outbox complete",
+       s.name, s.kills, describe(&first_at), in_doubt ? " (in doubt, settled)" : "",
+       t ? pl_str(t, "status") : "-", n, dlv);
     if (s.pred == at_in_flight)
-        ok(at_least ? (!in_doubt && n == 2) : (in_doubt && n == 1),
-           "%s: %s", s.name,
+        ok(at_least ? (!in_doubt && n == 2) : (in_doubt && n == 1), "%s: %s", s.name,
            at_least ? "at least once: sent again with the same webhook-id, no doubt"
                     : "at most once: in doubt on resume, settled done, one delivery");
     json_decref(t), json_decref(t2);
@@ -475,8 +481,8 @@ int main(int argc, char **argv)
 {
     pl_setup(argc, argv, "pipeline-crash");
     g_small = pl_model("small.gguf", "--type", "f32", (const char *)NULL);
-    g_big = pl_model("big.gguf", "--dim", "512", "--layers", "8", "--vocab", "512",
-                     "--ctx", "1024", "--type", "f32", (const char *)NULL);
+    g_big = pl_model("big.gguf", "--dim", "512", "--layers", "8", "--vocab", "512", "--ctx", "1024",
+                     "--type", "f32", (const char *)NULL);
     baseline(0);
     baseline(1);
     const scen list[] = {

@@ -16,7 +16,7 @@ static cairn__post_cfg *cfg(const char *json)
     json_t *j = json_loads(json, 0, &je);
     cairn__post_cfg *c = NULL;
     char err[256];
-    int rc = cairn__post_cfg_parse(j, &c, err, sizeof err);
+    int rc = cairn__post_cfg_parse(j, NULL, &c, err, sizeof err);
     if (rc)
         diag("config error: %s", err);
     json_decref(j);
@@ -51,7 +51,7 @@ static void config_errors(void)
         json_t *j = json_loads(cases[i].json, 0, NULL);
         cairn__post_cfg *c = NULL;
         char err[256] = "";
-        int rc = cairn__post_cfg_parse(j, &c, err, sizeof err);
+        int rc = cairn__post_cfg_parse(j, NULL, &c, err, sizeof err);
         ok(rc == CAIRN_EJSON && strstr(err, cases[i].want), "config %s -> error naming %s (%s)",
            cases[i].json, cases[i].want, err);
         cairn__post_cfg_free(c);

@@ -1,0 +1,89 @@
+/* steps/notify_impl.h - what the notify step's two files share (internal to steps/): the parsed
+ * target, the state of one call, and the helpers both transports use. notify.c parses targets
+ * and sends webhooks; notify_email.c sends email over SMTP. Nothing else includes this.
+ */
+#ifndef CAIRN_STEPS_NOTIFY_IMPL_H
+#define CAIRN_STEPS_NOTIFY_IMPL_H
+
+#include <stddef.h>
+
+#include <curl/curl.h>
+#include <msgpack.h>
+
+#include "runner/canon.h"
+#include "steps/notify.h"
+
+enum { CAIRN__NOTIFY_WEBHOOK = 1, CAIRN__NOTIFY_EMAIL = 2 };
+
+struct cairn__notify_target {
+    int kind;
+    char *name, *url, *url_safe, *source;
+    cairn_delivery delivery;
+    long connect_timeout_ms, timeout_ms;
+    /* webhook */
+    unsigned char *key;
+    size_t key_len;
+    /* email */
+    char *from;
+    char **to;
+    size_t n_to;
+    char *subject, *body;
+    char *username;
+    int starttls;
+    /* the secret's text as configured (webhook secret or SMTP password), kept only to scrub
+     * it from messages; wiped on free */
+    char *secret_text;
+};
+
+/* The longest error message (= the runner's stored error size). */
+#define CAIRN__NOTIFY_MSG_MAX 512
+/* How much of a receiver's answer goes into an error message. */
+#define CAIRN__NOTIFY_SNIPPET_MAX 160
+
+/* The state of one call of the step (one delivery attempt to one target). */
+typedef struct cairn__notify_call {
+    cairn_ctx *ctx;
+    const cairn__notify_target *t;
+    const char *what; /* "webhook" or "email" */
+    char errbuf[CURL_ERROR_SIZE];
+    char answer[CAIRN__NOTIFY_SNIPPET_MAX + 1]; /* the start of the receiver's response body */
+    size_t answer_len;
+    char reply[CAIRN__NOTIFY_SNIPPET_MAX + 1]; /* email: the server's last reply line */
+    /* email upload */
+    const char *msg;
+    size_t msg_len, msg_off;
+    int msg_eof;
+    /* webhook upload */
+    curl_off_t body_len;
+    int stopped;
+} cairn__notify_call;
+
+/* Appends printf-style text (at most 511 bytes of it). */
+void cairn__notify_fmt(struct cairn__sbuf *b, const char *fmt, ...) CAIRN_PRINTF(2, 3);
+
+/* Sets the step's error: "notify target '<name>' (<kind> <url>): <text>", scrubbed of the
+ * secret. */
+void cairn__notify_call_error(cairn__notify_call *c, const char *fmt, ...) CAIRN_PRINTF(2, 3);
+
+/* curl's text for a failed transfer: its error buffer if it wrote one, else the code's text. */
+const char *cairn__notify_curl_text(cairn__notify_call *c, CURLcode rc);
+
+/* 1 for curl errors that no retry can cure: the configuration or the build is wrong. */
+int cairn__notify_curl_permanent(CURLcode rc);
+
+/* The options both transports set: URL, timeouts, error buffer, and the progress callback that
+ * aborts on a stop request only while nothing has been delivered. */
+void cairn__notify_curl_opts(CURL *h, cairn__notify_call *c);
+
+/* Writes the step's output {"status", "target", "delivery_id"[, "message_id" if mid]}. */
+void cairn__notify_pack_ok(cairn_ctx *ctx, const cairn__notify_target *t, long status,
+                           const char *mid);
+
+/* Finds the placeholder of a template at `open` ("{{"): its name without the surrounding
+ * spaces in name/len, and in *next what follows the "}}". -1 if it is not closed. */
+int cairn__notify_tpl_name(const char *open, const char **name, size_t *len, const char **next);
+
+/* Sends the email of one call (notify_email.c); `result` is the source step's output. */
+cairn_step_result cairn__notify_email(cairn__notify_call *c, json_t *result);
+
+#endif
