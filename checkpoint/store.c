@@ -1050,11 +1050,33 @@ int cairn__audit_append(cairn__txn *t, cairn__task_rec *task, const cairn__audit
     pk_uint(&pk, "gen", a->generation);
     pk_str(&pk, "step", a->step);
     pk_str(&pk, "reason", a->reason);
+    /* The sequence number comes from the task's last audit key, not from the task record, so
+     * appending an audit record does not force the task record to be rewritten (a step commit
+     * then touches only the step and audit databases). */
     key k;
     k.len = 0;
-    key_str(&k, task->id), key_nul(&k), key_u64(&k, ++task->audit_seq);
-    MDB_val kk = kv(&k), v = {t->buf.size, t->buf.data};
-    int rc = mdb_put(t->txn, t->s->audit, &kk, &v, 0);
+    key_str(&k, task->id), key_nul(&k), key_u64(&k, UINT64_MAX);
+    size_t plen = k.len - 8;
+    MDB_cursor *c;
+    int rc = mdb_cursor_open(t->txn, t->s->audit, &c);
+    if (rc)
+        return mdb_fail(t, t->s, rc, "open cursor");
+    MDB_val kk = kv(&k), v;
+    uint64_t last = 0;
+    rc = mdb_cursor_get(c, &kk, &v, MDB_SET_RANGE);
+    rc = rc == 0 ? mdb_cursor_get(c, &kk, &v, MDB_PREV)
+                 : rc == MDB_NOTFOUND ? mdb_cursor_get(c, &kk, &v, MDB_LAST) : rc;
+    if (rc == 0 && kk.mv_size == plen + 8 && memcmp(kk.mv_data, k.b, plen) == 0)
+        last = rd_be64((unsigned char *)kk.mv_data + plen);
+    mdb_cursor_close(c);
+    if (rc && rc != MDB_NOTFOUND)
+        return mdb_fail(t, t->s, rc, "read audit records");
+    task->audit_seq = (last > task->audit_seq ? last : task->audit_seq) + 1;
+    k.len = plen;
+    key_u64(&k, task->audit_seq);
+    kk = kv(&k);
+    v = (MDB_val){t->buf.size, t->buf.data};
+    rc = mdb_put(t->txn, t->s->audit, &kk, &v, 0);
     return rc ? mdb_fail(t, t->s, rc, "append audit record") : 0;
 }
 

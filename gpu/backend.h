@@ -53,9 +53,11 @@ struct cairn__backend {
 
 extern const cairn__backend_ops cairn__backend_cpu_ops;
 
-/* Creates a backend by name: "cpu", "cuda" (CAIRN_EUNSUPPORTED when not built with CUDA), or
- * "auto" (cuda when built with it and a device is present, else cpu). o may be NULL (defaults).
- * Returns 0 and *out, or a negative code with a message in err. */
+/* Creates a backend by name: "cpu", "cuda", or "auto" (cuda when the CUDA module loads and a
+ * device is present, else cpu, silently). o may be NULL (defaults). Returns 0 and *out, or a
+ * negative code with a message in err; for "cuda" also CAIRN_ENODEVICE when the module cannot be
+ * loaded (the loader's text in err) and CAIRN_EUNSUPPORTED when the build has no CUDA backend or
+ * the module was built for another interface (see cairn__cuda_plugin_load). */
 int cairn__backend_new(const char *kind, const cairn__model *m, const cairn__backend_opts *o, cairn__backend **out,
                        char *err, size_t errlen);
 void cairn__backend_free(cairn__backend *b); /* NULL is a no-op */
@@ -74,16 +76,95 @@ int cairn__backend_n_ctx(const cairn__backend *b);
 /* Message of the last failed call on b. */
 const char *cairn__backend_errmsg(const cairn__backend *b);
 
-#ifdef CAIRN_HAVE_CUDA
-/* Diagnostics of the CUDA backend (gpu/backend_cuda.cu), for its test and benchmark:
- * device-to-device copy bandwidth, bytes of weights read per decoded token, the device
- * weight type ("f16", "bf16", "f32"), and whether decode runs as a captured graph ("graph"). */
-int cairn__cuda_bandwidth(int device, double *bytes_per_s, char *name, size_t name_len, char *err,
-                          size_t errlen);
-uint64_t cairn__cuda_weight_bytes(const cairn__backend *b);
-const char *cairn__cuda_dtype(const cairn__backend *b);
-const char *cairn__cuda_graph_status(const cairn__backend *b);
-#endif
+/* ==== the CUDA backend module ====================================================================
+ *
+ * The CUDA backend (gpu/backend_cuda.cu) is a shared module of its own, libcairn-cuda.so, the
+ * only thing that links cudart and cuBLAS: loading those costs a process ~70 ms, so the program
+ * dlopen()s the module the first time a "cuda" or "auto" backend is asked for, and a process that
+ * never runs a model on the GPU never maps them. The module exports one C function,
+ * CAIRN__CUDA_PLUGIN_ENTRY; everything else crosses in the two tables below. The module calls
+ * nothing of the program by symbol (it is linked with --no-undefined): what it needs of the
+ * program comes as function pointers in cairn__cuda_host. */
+
+#define CAIRN__CUDA_PLUGIN_ABI 1u /* bump on any change to cairn__cuda_host or cairn__cuda_plugin */
+#define CAIRN__CUDA_PLUGIN_ENTRY "cairn_cuda_plugin"
+
+/* What the program lends the module for its lifetime (the module keeps a copy). */
+typedef struct {
+    uint32_t layout; /* cairn__cuda_plugin_layout() as the program was compiled */
+    /* gpu/quant.h's cairn__dequant_row: quantized blocks are expanded on the host, exactly as the CPU does */
+    void (*dequant_row)(uint32_t type, const void *src, float *dst, uint64_t n);
+} cairn__cuda_host;
+
+/* What the module offers. abi is the first member in every version, so a program can always
+ * read it; the other members are valid only when abi and layout equal the program's. */
+typedef struct {
+    uint32_t abi;    /* the module's CAIRN__CUDA_PLUGIN_ABI */
+    uint32_t layout; /* the module's cairn__cuda_plugin_layout() */
+    const cairn__backend_ops *ops; /* the "cuda" backend; NULL when the module refused the program */
+    /* Diagnostics, for the gpu test and bench-llm. bandwidth: device-to-device copy bandwidth
+     * (bytes read + written per second) of `device` and its name; 0, CAIRN_ENODEVICE,
+     * CAIRN_ENOMEM or CAIRN_ECUDA. The others take a "cuda" backend (anything else gives 0 or
+     * "none"): bytes of weights one decode step reads; the device weight type ("f32", "f16",
+     * "bf16"); how decode steps run ("graph", "not yet", or "eager: <why the capture failed>"). */
+    int (*bandwidth)(int device, double *bytes_per_s, char *name, size_t name_len, char *err, size_t errlen);
+    uint64_t (*weight_bytes)(const cairn__backend *b);
+    const char *(*dtype)(const cairn__backend *b);
+    const char *(*graph_status)(const cairn__backend *b);
+} cairn__cuda_plugin;
+
+/* The entry point's type. Given the program's ABI version and host table, it returns the
+ * module's table (never NULL; static). When abi or host->layout differ from its own, it keeps
+ * nothing of host (whose layout it cannot trust) and returns ops = NULL. */
+typedef const cairn__cuda_plugin *cairn__cuda_plugin_fn(uint32_t abi, const cairn__cuda_host *host);
+
+/* A fingerprint of the layouts the module reads directly: the model and its matrices, the
+ * backend header, options and operations. Both sides compute it with their own compiler; a
+ * module built against other headers than the program's is refused instead of misread. */
+static inline uint32_t cairn__cuda_plugin_layout(void)
+{
+#define CAIRN__L(t, f) offsetof(t, f)
+    const size_t v[] = {
+        sizeof(cairn__mat), CAIRN__L(cairn__mat, type), CAIRN__L(cairn__mat, rows), CAIRN__L(cairn__mat, cols),
+        CAIRN__L(cairn__mat, row_bytes), CAIRN__L(cairn__mat, data),
+        sizeof(cairn__layer), CAIRN__L(cairn__layer, wq), CAIRN__L(cairn__layer, wk), CAIRN__L(cairn__layer, wv),
+        CAIRN__L(cairn__layer, wo), CAIRN__L(cairn__layer, w_gate), CAIRN__L(cairn__layer, w_up),
+        CAIRN__L(cairn__layer, w_down), CAIRN__L(cairn__layer, attn_norm), CAIRN__L(cairn__layer, ffn_norm),
+        CAIRN__L(cairn__layer, bq), CAIRN__L(cairn__layer, bk), CAIRN__L(cairn__layer, bv),
+        sizeof(cairn__model), CAIRN__L(cairn__model, n_vocab), CAIRN__L(cairn__model, dim),
+        CAIRN__L(cairn__model, n_layers), CAIRN__L(cairn__model, n_heads), CAIRN__L(cairn__model, n_kv_heads),
+        CAIRN__L(cairn__model, head_dim), CAIRN__L(cairn__model, ff_dim), CAIRN__L(cairn__model, n_ctx_train),
+        CAIRN__L(cairn__model, rope_dim), CAIRN__L(cairn__model, rope_mode), CAIRN__L(cairn__model, rope_base),
+        CAIRN__L(cairn__model, rms_eps), CAIRN__L(cairn__model, tied_output), CAIRN__L(cairn__model, tok_embd),
+        CAIRN__L(cairn__model, output), CAIRN__L(cairn__model, output_norm), CAIRN__L(cairn__model, layers),
+        sizeof(cairn__backend), CAIRN__L(cairn__backend, ops), CAIRN__L(cairn__backend, model),
+        CAIRN__L(cairn__backend, n_ctx), CAIRN__L(cairn__backend, n_past), CAIRN__L(cairn__backend, err),
+        sizeof(cairn__backend_opts), CAIRN__L(cairn__backend_opts, n_ctx), CAIRN__L(cairn__backend_opts, n_threads),
+        CAIRN__L(cairn__backend_opts, n_batch), CAIRN__L(cairn__backend_opts, device),
+        sizeof(cairn__backend_ops), CAIRN__L(cairn__backend_ops, name), CAIRN__L(cairn__backend_ops, create),
+        CAIRN__L(cairn__backend_ops, forward), CAIRN__L(cairn__backend_ops, destroy),
+    };
+#undef CAIRN__L
+    uint32_t h = 2166136261u; /* FNV-1a, one step per value */
+    for (size_t i = 0; i < sizeof v / sizeof *v; i++) {
+        h ^= (uint32_t)v[i];
+        h *= 16777619u;
+    }
+    return h;
+}
+
+/* The process's CUDA module, loaded on the first call (thread-safe) from the first of:
+ *   $CAIRN_CUDA_PLUGIN (a full path; when set, the only candidate),
+ *   the module in this program's build tree (CAIRN_CUDA_PLUGIN_BUILD_PATH),
+ *   the installed one (<libdir>/cairn/libcairn-cuda.so);
+ * the outcome, success or failure, is kept for the life of the process (the module is never
+ * unloaded: backends point into it). Returns 0 and *out, or:
+ *   CAIRN_EUNSUPPORTED  the build has no CUDA backend, or the module is for another ABI/layout
+ *   CAIRN_ENODEVICE     no module could be loaded (each path with dlerror()'s text in err)
+ * err may be NULL. */
+int cairn__cuda_plugin_load(const cairn__cuda_plugin **out, char *err, size_t errlen);
+/* Loads the module at path, uncached (for the loader's tests); the same codes. */
+int cairn__cuda_plugin_open(const char *path, const cairn__cuda_plugin **out, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

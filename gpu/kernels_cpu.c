@@ -1,11 +1,12 @@
-/* gpu/kernels_cpu.c - the CPU's compute: thread pool, matrix-vector and matrix-matrix products.
+/* gpu/kernels_cpu.c - the CPU's compute: matrix-vector and matrix-matrix products, and the
+ * element-wise operations of a layer. Their loops run on the thread pool of gpu/threadpool.c.
  *
  * Decode (one token) is a chain of matrix-vector products whose cost is reading the weights
  * once, so the kernels work directly on the quantized blocks, one output row per dot product,
- * rows split into one contiguous range per thread (which also makes every result independent
- * of timing: each row is always summed by one thread in one order). For Q8_0 and Q4_0 the
- * activation vector is first rounded to int8 blocks and the inner loops are integer dot
- * products, as in llama.cpp; the K-quants and float types multiply in float.
+ * rows split into chunks that the pool's threads claim as they go (every row is still summed by
+ * one thread in one order, so no result depends on timing or on which thread ran it). For Q8_0
+ * and Q4_0 the activation vector is first rounded to int8 blocks and the inner loops are integer
+ * dot products, as in llama.cpp; the K-quants and float types multiply in float.
  *
  * Each dot product exists twice: portable C, and an AVX2+FMA(+F16C) version compiled with
  * __attribute__((target)) and picked once at startup with __builtin_cpu_supports, so one binary
@@ -17,12 +18,9 @@
 #include "gpu/kernels_cpu.h"
 
 #include <math.h>
-#include <pthread.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "gpu/gguf.h"
 #include "gpu/quant.h"
@@ -35,207 +33,6 @@
 #ifdef CAIRN_HAVE_OPENBLAS
 #include <cblas.h>
 #endif
-
-#include "cairn_errors.h"
-enum {
-#define CAIRN__X(n, v, s) CAIRN_##n = v,
-    CAIRN_ERROR_TABLE(CAIRN__X)
-#undef CAIRN__X
-};
-
-/* ==== thread pool ============================================================================ */
-
-#define POOL_SPIN 4000 /* pause iterations before a worker sleeps (~10-50 us): long enough to bridge
-                          * the gaps between the products of one decode step, short enough not to
-                          * steal a shared core from other processes for long */
-
-struct cairn__pool {
-    int n;
-    pthread_t *threads;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    _Atomic uint64_t gen;  /* bumped once per job; workers run when it moves */
-    _Atomic uint64_t open; /* gen of the job workers may still join, 0 once it is closed */
-    _Atomic int active;    /* workers inside the current job */
-    _Atomic int stop;
-    cairn__pool_fn fn;     /* published by the release store of gen */
-    void *arg;
-};
-
-typedef struct {
-    cairn__pool *p;
-    int ith;
-} pool_worker_arg;
-
-static void cpu_relax(void)
-{
-#ifdef CAIRN__X86
-    _mm_pause();
-#endif
-}
-
-static void *pool_worker(void *v)
-{
-    pool_worker_arg wa = *(pool_worker_arg *)v;
-    free(v);
-    cairn__pool *p = wa.p;
-    uint64_t seen = 0;
-    for (;;) {
-        uint64_t g;
-        int spins = 0;
-        while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen) {
-            if (++spins < POOL_SPIN) {
-                cpu_relax();
-                continue;
-            }
-            pthread_mutex_lock(&p->mu);
-            while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen)
-                pthread_cond_wait(&p->cv, &p->mu);
-            pthread_mutex_unlock(&p->mu);
-            break;
-        }
-        seen = g;
-        if (atomic_load_explicit(&p->stop, memory_order_acquire))
-            return NULL;
-        /* join only while the job is open: the caller closes it once every chunk is claimed,
-         * and then waits only for workers already inside (seq_cst on both sides: either the
-         * caller sees our increment or we see its close) */
-        atomic_fetch_add(&p->active, 1);
-        if (atomic_load(&p->open) == g)
-            p->fn(p->arg, wa.ith, p->n);
-        atomic_fetch_sub(&p->active, 1);
-    }
-}
-
-int cairn__pool_new(int n_threads, cairn__pool **out)
-{
-    *out = NULL;
-    if (n_threads <= 0) {
-        long c = sysconf(_SC_NPROCESSORS_ONLN);
-        n_threads = c > 0 ? (int)c : 1;
-    }
-    if (n_threads > 1024)
-        return CAIRN_EINVAL;
-    cairn__pool *p = calloc(1, sizeof *p);
-    if (!p)
-        return CAIRN_ENOMEM;
-    p->n = n_threads;
-    atomic_init(&p->gen, 0);
-    atomic_init(&p->open, 0);
-    atomic_init(&p->active, 0);
-    atomic_init(&p->stop, 0);
-    pthread_mutex_init(&p->mu, NULL);
-    pthread_cond_init(&p->cv, NULL);
-    p->threads = calloc((size_t)n_threads, sizeof *p->threads);
-    if (!p->threads) {
-        free(p);
-        return CAIRN_ENOMEM;
-    }
-    for (int i = 1; i < n_threads; i++) {
-        pool_worker_arg *wa = malloc(sizeof *wa);
-        if (wa) {
-            wa->p = p;
-            wa->ith = i;
-        }
-        if (!wa || pthread_create(&p->threads[i], NULL, pool_worker, wa) != 0) {
-            free(wa);
-            p->n = i; /* only the started workers are joined */
-            cairn__pool_free(p);
-            return CAIRN_ENOMEM;
-        }
-    }
-    *out = p;
-    return 0;
-}
-
-void cairn__pool_free(cairn__pool *p)
-{
-    if (!p)
-        return;
-    pthread_mutex_lock(&p->mu);
-    atomic_store_explicit(&p->stop, 1, memory_order_release);
-    atomic_fetch_add_explicit(&p->gen, 1, memory_order_release);
-    pthread_cond_broadcast(&p->cv);
-    pthread_mutex_unlock(&p->mu);
-    for (int i = 1; i < p->n; i++)
-        pthread_join(p->threads[i], NULL);
-    pthread_cond_destroy(&p->cv);
-    pthread_mutex_destroy(&p->mu);
-    free(p->threads);
-    free(p);
-}
-
-int cairn__pool_size(const cairn__pool *p)
-{
-    return p ? p->n : 1;
-}
-
-/* Runs fn(arg, ith, nth) on the caller and on whichever workers join before the caller has
- * finished its own call. fn must therefore claim its work from a shared counter (as
- * cairn__pool_for does): the caller's call alone must be able to do all of it. This is what
- * keeps a decode step from stalling for a scheduler time slice whenever another process holds a
- * worker's core. */
-static void pool_run(cairn__pool *p, cairn__pool_fn fn, void *arg)
-{
-    if (!p || p->n == 1) {
-        fn(arg, 0, 1);
-        return;
-    }
-    p->fn = fn;
-    p->arg = arg;
-    /* bump under the mutex so a worker between its check and its wait cannot miss it */
-    pthread_mutex_lock(&p->mu);
-    const uint64_t g = atomic_load_explicit(&p->gen, memory_order_relaxed) + 1;
-    atomic_store(&p->open, g);
-    atomic_store_explicit(&p->gen, g, memory_order_release);
-    pthread_cond_broadcast(&p->cv);
-    pthread_mutex_unlock(&p->mu);
-    fn(arg, 0, p->n);
-    atomic_store(&p->open, 0);
-    int spins = 0;
-    while (atomic_load(&p->active) != 0) {
-        if (++spins < POOL_SPIN)
-            cpu_relax();
-        else
-            sched_yield(); /* a worker inside the job was descheduled: give it the core */
-    }
-}
-
-typedef struct {
-    cairn__range_fn fn;
-    void *arg;
-    int64_t n, chunk;
-    _Atomic int64_t next;
-} for_job;
-
-static void for_worker(void *arg, int ith, int nth)
-{
-    for_job *j = arg;
-    (void)nth;
-    for (;;) {
-        const int64_t i0 = atomic_fetch_add_explicit(&j->next, j->chunk, memory_order_relaxed);
-        if (i0 >= j->n)
-            return;
-        j->fn(j->arg, i0, i0 + j->chunk < j->n ? i0 + j->chunk : j->n, ith);
-    }
-}
-
-void cairn__pool_for(cairn__pool *p, int64_t n, int64_t chunk, cairn__range_fn fn, void *arg)
-{
-    if (n <= 0)
-        return;
-    if (chunk <= 0) { /* ~8 chunks per thread: claiming costs nothing, and shares even out */
-        chunk = n / (8 * (int64_t)cairn__pool_size(p));
-        chunk = chunk < 1 ? 1 : chunk;
-    }
-    if (chunk >= n) {
-        fn(arg, 0, n, 0);
-        return;
-    }
-    for_job j = {fn, arg, n, chunk, 0};
-    atomic_init(&j.next, 0);
-    pool_run(p, for_worker, &j);
-}
 
 /* ==== activation quantization ================================================================ */
 
@@ -262,7 +59,8 @@ static void quantize_x_q8(const float *x, xq8_block *y, int64_t nb)
 /* ==== dot products: scalar ===================================================================
  * Each: one row w (cols elements of its type) . x -> float. xq: x as xq8 blocks (Q8_0/Q4_0 only).
  * xs: sums of x per 32 elements (K-quants only). */
-typedef float (*dot_fn)(const uint8_t *w, const float *x, const void *xq, const float *xs, int64_t cols);
+typedef float (*dot_fn)(const uint8_t *w, const float *x, const void *xq, const float *xs,
+                        int64_t cols);
 
 /* w (n) . x (n) -> float */
 static float dot_f32_c(const uint8_t *w, const float *x, const void *xq, const float *xs, int64_t n)
@@ -290,7 +88,8 @@ static float dot_f16_c(const uint8_t *w, const float *x, const void *xq, const f
 }
 
 /* w (n) . x (n) -> float */
-static float dot_bf16_c(const uint8_t *w, const float *x, const void *xq, const float *xs, int64_t n)
+static float dot_bf16_c(const uint8_t *w, const float *x, const void *xq, const float *xs,
+                        int64_t n)
 {
     (void)xq, (void)xs;
     float s = 0.0f;
@@ -303,7 +102,8 @@ static float dot_bf16_c(const uint8_t *w, const float *x, const void *xq, const 
 }
 
 /* w (n) . x (n) -> float */
-static float dot_q8_0_c(const uint8_t *w, const float *x, const void *xq, const float *xs, int64_t n)
+static float dot_q8_0_c(const uint8_t *w, const float *x, const void *xq, const float *xs,
+                        int64_t n)
 {
     (void)x, (void)xs;
     const cairn__block_q8_0 *b = (const cairn__block_q8_0 *)w;
@@ -319,7 +119,8 @@ static float dot_q8_0_c(const uint8_t *w, const float *x, const void *xq, const 
 }
 
 /* w (n) . x (n) -> float */
-static float dot_q4_0_c(const uint8_t *w, const float *x, const void *xq, const float *xs, int64_t n)
+static float dot_q4_0_c(const uint8_t *w, const float *x, const void *xq, const float *xs,
+                        int64_t n)
 {
     (void)x, (void)xs;
     const cairn__block_q4_0 *b = (const cairn__block_q4_0 *)w;
@@ -350,14 +151,16 @@ static float dot_kq_c(uint32_t type, const uint8_t *w, const float *x, int64_t n
 }
 
 /* w (n) . x (n) -> float */
-static float dot_q4_K_c(const uint8_t *w, const float *x, const void *xq, const float *xs, int64_t n)
+static float dot_q4_K_c(const uint8_t *w, const float *x, const void *xq, const float *xs,
+                        int64_t n)
 {
     (void)xq, (void)xs;
     return dot_kq_c(CAIRN__GGML_Q4_K, w, x, n);
 }
 
 /* w (n) . x (n) -> float */
-static float dot_q6_K_c(const uint8_t *w, const float *x, const void *xq, const float *xs, int64_t n)
+static float dot_q6_K_c(const uint8_t *w, const float *x, const void *xq, const float *xs,
+                        int64_t n)
 {
     (void)xq, (void)xs;
     return dot_kq_c(CAIRN__GGML_Q6_K, w, x, n);
@@ -377,7 +180,8 @@ AVX2 static inline float hsum256(__m256 v)
 }
 
 /* w (n) . x (n) -> float */
-AVX2 static float dot_f32_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs, int64_t n)
+AVX2 static float dot_f32_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs,
+                               int64_t n)
 {
     (void)xq, (void)xs;
     const float *wf = (const float *)(const void *)w;
@@ -398,14 +202,16 @@ AVX2 static float dot_f32_avx2(const uint8_t *w, const float *x, const void *xq,
 }
 
 /* w (n) . x (n) -> float */
-AVX2 static float dot_f16_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs, int64_t n)
+AVX2 static float dot_f16_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs,
+                               int64_t n)
 {
     (void)xq, (void)xs;
     __m256 a0 = _mm256_setzero_ps(), a1 = a0;
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
         __m256 w0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(w + 2 * i)));
-        __m256 w1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(w + 2 * i + 16)));
+        __m256 w1 =
+            _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(w + 2 * i + 16)));
         a0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + i), a0);
         a1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + i + 8), a1);
     }
@@ -419,15 +225,18 @@ AVX2 static float dot_f16_avx2(const uint8_t *w, const float *x, const void *xq,
 }
 
 /* w (n) . x (n) -> float */
-AVX2 static float dot_bf16_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs, int64_t n)
+AVX2 static float dot_bf16_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs,
+                                int64_t n)
 {
     (void)xq, (void)xs;
     __m256 a0 = _mm256_setzero_ps(), a1 = a0;
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
         __m256i h = _mm256_loadu_si256((const __m256i *)(const void *)(w + 2 * i));
-        __m256 w0 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_castsi256_si128(h)), 16));
-        __m256 w1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_extracti128_si256(h, 1)), 16));
+        __m256 w0 = _mm256_castsi256_ps(
+            _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_castsi256_si128(h)), 16));
+        __m256 w1 = _mm256_castsi256_ps(
+            _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_extracti128_si256(h, 1)), 16));
         a0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + i), a0);
         a1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + i + 8), a1);
     }
@@ -451,7 +260,8 @@ AVX2 static inline __m256 dot_i8x32(__m256i w, __m256i a)
 }
 
 /* w (n) . x (n) -> float */
-AVX2 static float dot_q8_0_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs, int64_t n)
+AVX2 static float dot_q8_0_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs,
+                                int64_t n)
 {
     (void)x, (void)xs;
     const cairn__block_q8_0 *b = (const cairn__block_q8_0 *)w;
@@ -467,7 +277,8 @@ AVX2 static float dot_q8_0_avx2(const uint8_t *w, const float *x, const void *xq
 }
 
 /* w (n) . x (n) -> float */
-AVX2 static float dot_q4_0_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs, int64_t n)
+AVX2 static float dot_q4_0_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs,
+                                int64_t n)
 {
     (void)x, (void)xs;
     const cairn__block_q4_0 *b = (const cairn__block_q4_0 *)w;
@@ -477,8 +288,8 @@ AVX2 static float dot_q4_0_avx2(const uint8_t *w, const float *x, const void *xq
     __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / 32; i++) {
         const __m128i q = _mm_loadu_si128((const __m128i *)(const void *)b[i].qs);
-        const __m128i lo = _mm_and_si128(q, m4);                      /* elements 0..15 */
-        const __m128i hi = _mm_and_si128(_mm_srli_epi16(q, 4), m4);   /* elements 16..31 */
+        const __m128i lo = _mm_and_si128(q, m4);                    /* elements 0..15 */
+        const __m128i hi = _mm_and_si128(_mm_srli_epi16(q, 4), m4); /* elements 16..31 */
         const __m256i wv = _mm256_sub_epi8(_mm256_set_m128i(hi, lo), off);
         const __m256i av = _mm256_loadu_si256((const __m256i *)(const void *)a[i].qs);
         const __m256 d = _mm256_set1_ps(F16(b[i].d) * a[i].d);
@@ -490,10 +301,12 @@ AVX2 static float dot_q4_0_avx2(const uint8_t *w, const float *x, const void *xq
 /* 32 unsigned bytes . 32 floats -> 8 partial float sums */
 AVX2 static inline __m256 dot_u8x32_f32(const uint8_t *q, const float *x)
 {
-    __m256 s = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)q))),
-                             _mm256_loadu_ps(x));
+    __m256 s = _mm256_mul_ps(
+        _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)q))),
+        _mm256_loadu_ps(x));
     for (int k = 8; k < 32; k += 8)
-        s = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(q + k)))),
+        s = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
+                                _mm_loadl_epi64((const __m128i *)(const void *)(q + k)))),
                             _mm256_loadu_ps(x + k), s);
     return s;
 }
@@ -501,7 +314,8 @@ AVX2 static inline __m256 dot_u8x32_f32(const uint8_t *q, const float *x)
 /* Q4_K: sum over a sub-block of (d*sc*q - dmin*m) x = d*sc * (q . x) - dmin*m * sum(x), with
  * sum(x) per 32 elements precomputed once per product (xs). */
 /* w (n) . x (n) -> float */
-AVX2 static float dot_q4_K_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs, int64_t n)
+AVX2 static float dot_q4_K_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs,
+                                int64_t n)
 {
     (void)xq;
     const cairn__block_q4_K *b = (const cairn__block_q4_K *)w;
@@ -528,7 +342,8 @@ AVX2 static float dot_q4_K_avx2(const uint8_t *w, const float *x, const void *xq
             const __m256i q = _mm256_loadu_si256((const __m256i *)(const void *)(b[i].qs + 32 * j));
             uint8_t lo[32], hi[32];
             _mm256_storeu_si256((__m256i *)(void *)lo, _mm256_and_si256(q, m4));
-            _mm256_storeu_si256((__m256i *)(void *)hi, _mm256_and_si256(_mm256_srli_epi16(q, 4), m4));
+            _mm256_storeu_si256((__m256i *)(void *)hi,
+                                _mm256_and_si256(_mm256_srli_epi16(q, 4), m4));
             acc = _mm256_fmadd_ps(_mm256_set1_ps(d * s1), dot_u8x32_f32(lo, xb + 64 * j), acc);
             acc = _mm256_fmadd_ps(_mm256_set1_ps(d * s2), dot_u8x32_f32(hi, xb + 64 * j + 32), acc);
             macc += dmin * m1 * xsb[2 * j] + dmin * m2 * xsb[2 * j + 1];
@@ -538,7 +353,8 @@ AVX2 static float dot_q4_K_avx2(const uint8_t *w, const float *x, const void *xq
 }
 
 /* w (n) . x (n) -> float */
-AVX2 static float dot_q6_K_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs, int64_t n)
+AVX2 static float dot_q6_K_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs,
+                                int64_t n)
 {
     (void)xq, (void)xs;
     const cairn__block_q6_K *b = (const cairn__block_q6_K *)w;
@@ -556,24 +372,33 @@ AVX2 static float dot_q6_K_avx2(const uint8_t *w, const float *x, const void *xq
             const __m256i hb = _mm256_loadu_si256((const __m256i *)(const void *)qh);
             uint8_t q[128]; /* 6-bit values 0..63 of the 128 elements of this half */
             _mm256_storeu_si256((__m256i *)(void *)(q + 0),
-                                _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(hb, m2), 4)));
-            _mm256_storeu_si256((__m256i *)(void *)(q + 32),
-                                _mm256_or_si256(_mm256_and_si256(l1, m4),
-                                                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2), m2), 4)));
-            _mm256_storeu_si256((__m256i *)(void *)(q + 64),
-                                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
-                                                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 4), m2), 4)));
-            _mm256_storeu_si256((__m256i *)(void *)(q + 96),
-                                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                                                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 6), m2), 4)));
+                                _mm256_or_si256(_mm256_and_si256(l0, m4),
+                                                _mm256_slli_epi16(_mm256_and_si256(hb, m2), 4)));
+            _mm256_storeu_si256(
+                (__m256i *)(void *)(q + 32),
+                _mm256_or_si256(
+                    _mm256_and_si256(l1, m4),
+                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2), m2), 4)));
+            _mm256_storeu_si256(
+                (__m256i *)(void *)(q + 64),
+                _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 4), m2), 4)));
+            _mm256_storeu_si256(
+                (__m256i *)(void *)(q + 96),
+                _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 6), m2), 4)));
             for (int s = 0; s < 8; s++) { /* 16-element sub-blocks */
                 const uint8_t *qs = q + 16 * s;
                 const float *xs16 = xb + 128 * h + 16 * s;
                 __m256 v0 = _mm256_cvtepi32_ps(_mm256_sub_epi32(
                     _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)qs)), k32));
                 __m256 v1 = _mm256_cvtepi32_ps(_mm256_sub_epi32(
-                    _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(qs + 8))), k32));
-                __m256 p = _mm256_fmadd_ps(v1, _mm256_loadu_ps(xs16 + 8), _mm256_mul_ps(v0, _mm256_loadu_ps(xs16)));
+                    _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(qs + 8))),
+                    k32));
+                __m256 p = _mm256_fmadd_ps(v1, _mm256_loadu_ps(xs16 + 8),
+                                           _mm256_mul_ps(v0, _mm256_loadu_ps(xs16)));
                 acc = _mm256_fmadd_ps(_mm256_set1_ps(d * sc[s]), p, acc);
             }
         }
@@ -589,10 +414,10 @@ typedef struct {
     const char *isa;
 } dot_table;
 
-static const dot_table dots_scalar = {dot_f32_c, dot_f16_c, dot_bf16_c, dot_q8_0_c,
+static const dot_table dots_scalar = {dot_f32_c,  dot_f16_c,  dot_bf16_c, dot_q8_0_c,
                                       dot_q4_0_c, dot_q4_K_c, dot_q6_K_c, "scalar"};
 #ifdef CAIRN__X86
-static const dot_table dots_avx2 = {dot_f32_avx2, dot_f16_avx2, dot_bf16_avx2, dot_q8_0_avx2,
+static const dot_table dots_avx2 = {dot_f32_avx2,  dot_f16_avx2,  dot_bf16_avx2, dot_q8_0_avx2,
                                     dot_q4_0_avx2, dot_q4_K_avx2, dot_q6_K_avx2, "avx2"};
 #endif
 
@@ -603,38 +428,42 @@ static const dot_table *dots(void)
 #ifdef CAIRN__X86
     /* __builtin_cpu_supports needs __builtin_cpu_init before use in constructors only; from
      * ordinary code it is ready, and the answer never changes, so no caching is needed */
-    if (!atomic_load_explicit(&force_scalar, memory_order_relaxed) && __builtin_cpu_supports("avx2") &&
-        __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+    if (!atomic_load_explicit(&force_scalar, memory_order_relaxed) &&
+        __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+        __builtin_cpu_supports("f16c"))
         return &dots_avx2;
 #endif
     return &dots_scalar;
 }
 
-const char *cairn__kernels_isa(void)
-{
-    return dots()->isa;
-}
+const char *cairn__kernels_isa(void) { return dots()->isa; }
 
-void cairn__kernels_force_scalar(int on)
-{
-    atomic_store(&force_scalar, on ? 1 : 0);
-}
+void cairn__kernels_force_scalar(int on) { atomic_store(&force_scalar, on ? 1 : 0); }
 
 static dot_fn dot_for(const dot_table *t, uint32_t type)
 {
     switch (type) {
-    case CAIRN__GGML_F32: return t->f32;
-    case CAIRN__GGML_F16: return t->f16;
-    case CAIRN__GGML_BF16: return t->bf16;
-    case CAIRN__GGML_Q8_0: return t->q8_0;
-    case CAIRN__GGML_Q4_0: return t->q4_0;
-    case CAIRN__GGML_Q4_K: return t->q4_K;
-    case CAIRN__GGML_Q6_K: return t->q6_K;
-    default: return NULL;
+    case CAIRN__GGML_F32:
+        return t->f32;
+    case CAIRN__GGML_F16:
+        return t->f16;
+    case CAIRN__GGML_BF16:
+        return t->bf16;
+    case CAIRN__GGML_Q8_0:
+        return t->q8_0;
+    case CAIRN__GGML_Q4_0:
+        return t->q4_0;
+    case CAIRN__GGML_Q4_K:
+        return t->q4_K;
+    case CAIRN__GGML_Q6_K:
+        return t->q6_K;
+    default:
+        return NULL;
     }
 }
 
-/* ==== matrix-vector ============================================================================ */
+/* ==== matrix-vector ============================================================================
+ */
 
 size_t cairn__matvec_scratch_bytes(int64_t cols)
 {
@@ -668,14 +497,15 @@ static void mv_range(void *arg, int64_t r0, int64_t r1, int ith)
         const cairn__mat *W = j->W[k];
         const int64_t end = base + W->rows;
         for (; r0 < r1 && r0 < end; r0++)
-            j->out[k][r0 - base] = j->dot[k](W->data + (size_t)(r0 - base) * W->row_bytes, j->x, j->xq, j->xs, W->cols);
+            j->out[k][r0 - base] = j->dot[k](W->data + (size_t)(r0 - base) * W->row_bytes, j->x,
+                                             j->xq, j->xs, W->cols);
         base = end;
     }
 }
 
 /* W[k] (rows_k, cols) @ x (cols) -> out[k] (rows_k) for k < n, in one pass of the pool */
-void cairn__matvec_n(cairn__pool *p, const cairn__mat *const *W, int n, const float *x, float *const *out,
-                     void *scratch)
+void cairn__matvec_n(cairn__pool *p, const cairn__mat *const *W, int n, const float *x,
+                     float *const *out, void *scratch)
 {
     mv_job j;
     memset(&j, 0, sizeof j);
@@ -724,7 +554,8 @@ void cairn__matvec(cairn__pool *p, const cairn__mat *W, const float *x, float *o
     cairn__matvec_n(p, &W, 1, x, &out, scratch);
 }
 
-/* ==== matrix-matrix ============================================================================= */
+/* ==== matrix-matrix =============================================================================
+ */
 
 void cairn__mat_row(const cairn__mat *W, int64_t r, float *dst)
 {
@@ -776,18 +607,21 @@ static void mm_gemm_range(void *arg, int64_t a, int64_t b, int ith)
     for (int64_t r = a; r < b; r++)
         for (int64_t i = 0; i < j->n; i++)
             j->OUT[i * j->W->rows + j->r0 + r] =
-                dot((const uint8_t *)(j->T + (size_t)r * (size_t)cols), j->X + i * cols, NULL, NULL, cols);
+                dot((const uint8_t *)(j->T + (size_t)r * (size_t)cols), j->X + i * cols, NULL, NULL,
+                    cols);
 }
 #endif
 
 /* W (rows, cols) @ X^T: X (n, cols) -> OUT (n, rows) */
-void cairn__matmul(cairn__pool *p, const cairn__mat *W, const float *X, int64_t n, float *OUT, float *scratch)
+void cairn__matmul(cairn__pool *p, const cairn__mat *W, const float *X, int64_t n, float *OUT,
+                   float *scratch)
 {
     const int64_t cols = W->cols, rows = W->rows;
 #ifdef CAIRN_HAVE_OPENBLAS
     if (W->type == CAIRN__GGML_F32) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)rows, (int)cols, 1.0f, X, (int)cols,
-                    (const float *)(const void *)W->data, (int)cols, 0.0f, OUT, (int)rows);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)rows, (int)cols, 1.0f, X,
+                    (int)cols, (const float *)(const void *)W->data, (int)cols, 0.0f, OUT,
+                    (int)rows);
         return;
     }
 #endif
@@ -799,15 +633,16 @@ void cairn__matmul(cairn__pool *p, const cairn__mat *W, const float *X, int64_t 
         else
             cairn__pool_for(p, j.nr, 0, mm_dequant_range, &j);
 #ifdef CAIRN_HAVE_OPENBLAS
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)j.nr, (int)cols, 1.0f, X, (int)cols, j.T,
-                    (int)cols, 0.0f, OUT + r0, (int)rows);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)j.nr, (int)cols, 1.0f, X,
+                    (int)cols, j.T, (int)cols, 0.0f, OUT + r0, (int)rows);
 #else
         cairn__pool_for(p, j.nr, 0, mm_gemm_range, &j);
 #endif
     }
 }
 
-/* ==== element-wise ============================================================================== */
+/* ==== element-wise ==============================================================================
+ */
 
 /* a (n) . b (n) -> float */
 float cairn__dot_f32(const float *a, const float *b, int64_t n)
@@ -821,7 +656,8 @@ AVX2 static void axpy_avx2(float *y, float a, const float *x, int64_t n)
     const __m256 va = _mm256_set1_ps(a);
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+        _mm256_storeu_ps(y + i,
+                         _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
     for (; i < n; i++)
         y[i] += a * x[i];
 }

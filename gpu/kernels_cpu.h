@@ -1,6 +1,6 @@
-/* gpu/kernels_cpu.h - CPU compute kernels: a persistent thread pool, quantized matrix-vector
- * products for decode, dequantize+sgemm matrix-matrix products for the prompt, and the small
- * element-wise operations of a transformer layer. Internal to gpu/.
+/* gpu/kernels_cpu.h - CPU compute kernels: quantized matrix-vector products for decode,
+ * dequantize+sgemm matrix-matrix products for the prompt, and the small element-wise operations
+ * of a transformer layer. They run on the thread pool of gpu/threadpool.h. Internal to gpu/.
  *
  * A weight matrix W (rows, cols) is row-major in its ggml storage type: `rows` rows of `cols`
  * elements each, row r starting at data + r * row_bytes (a ggml tensor with ne = [cols, rows]).
@@ -11,30 +11,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "gpu/threadpool.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* ---- thread pool ---------------------------------------------------------------------------
- * n threads in all: the caller of cairn__pool_for works as thread 0, n-1 workers wait for jobs
- * (spinning briefly, then sleeping on a condition variable, so a decode step that issues ~100
- * small jobs does not pay a wake-up for each while an idle pool costs no CPU). */
-typedef struct cairn__pool cairn__pool;
-typedef void (*cairn__pool_fn)(void *arg, int ith, int nth);
-/* One share of a parallel loop: items [i0, i1), run by thread ith (0..n_threads-1; for
- * per-thread scratch). */
-typedef void (*cairn__range_fn)(void *arg, int64_t i0, int64_t i1, int ith);
-
-/* n_threads <= 0 means the number of online CPUs. Returns 0, CAIRN_ENOMEM, CAIRN_EINVAL. */
-int cairn__pool_new(int n_threads, cairn__pool **out);
-void cairn__pool_free(cairn__pool *p); /* NULL is a no-op; joins the workers */
-int cairn__pool_size(const cairn__pool *p);
-/* Parallel for over items 0..n-1 in chunks (chunk <= 0: about 8 per thread) that the threads
- * claim from a shared counter; returns when all are done. The caller works too and never waits
- * for a worker that has not started (one whose core another process holds): it just claims
- * more chunks itself. Which thread runs a chunk varies from call to call, so fn must give the
- * same result whichever does. Not reentrant: one loop at a time per pool, from one thread. */
-void cairn__pool_for(cairn__pool *p, int64_t n, int64_t chunk, cairn__range_fn fn, void *arg);
 
 /* ---- weights -------------------------------------------------------------------------------- */
 typedef struct {
@@ -61,8 +42,8 @@ void cairn__matvec(cairn__pool *p, const cairn__mat *W, const float *x, float *o
 /* Several products of one input in one pass of the pool (at most 4 matrices, all with the
  * same cols): W[k] (rows_k, cols) @ x (cols) -> out[k] (rows_k). Saves a synchronisation per
  * matrix (Q, K and V; gate and up). */
-void cairn__matvec_n(cairn__pool *p, const cairn__mat *const *W, int n, const float *x, float *const *out,
-                     void *scratch);
+void cairn__matvec_n(cairn__pool *p, const cairn__mat *const *W, int n, const float *x,
+                     float *const *out, void *scratch);
 
 /* Bytes of scratch cairn__matmul needs (an f32 tile of dequantized weight rows). */
 size_t cairn__matmul_scratch_bytes(const cairn__mat *W);

@@ -472,8 +472,11 @@ typedef struct commit_arg {
     uint32_t invocations; /* the step's invocation count to record */
 } commit_arg;
 
-/* Loads the task and checks we still hold its lease (fencing). */
-static int fenced(cairn__txn *t, cairn_ctx *c, cairn__task_rec *task)
+/* Loads the task and checks we still hold its lease (fencing). Renews the lease once less than
+ * half of it is left; *renewed says whether the task record must be written back (a step
+ * commit that neither renews nor changes state leaves the task record alone, which keeps the
+ * commit to the step and audit databases). */
+static int fenced(cairn__txn *t, cairn_ctx *c, cairn__task_rec *task, int *renewed)
 {
     int rc = cairn__task_get(t, c->task_id, task);
     if (rc)
@@ -482,7 +485,10 @@ static int fenced(cairn__txn *t, cairn_ctx *c, cairn__task_rec *task)
         return cairn__store_fail(cairn__txn_store(t), CAIRN_EBUSY,
                                  "task '%s': lease lost to pid %d on %s; not committing step '%s'",
                                  c->task_id, task->owner.pid, task->owner.host, c->step->name);
-    task->lease_expires_ms = cairn__now_ms() + c->r->lease_ms;
+    int64_t now = cairn__now_ms();
+    *renewed = task->lease_expires_ms - now < (int64_t)c->r->lease_ms / 2;
+    if (*renewed)
+        task->lease_expires_ms = now + c->r->lease_ms;
     return 0;
 }
 
@@ -491,7 +497,8 @@ static int commit_txn(cairn__txn *t, void *arg)
     commit_arg *a = arg;
     cairn_ctx *c = a->ctx;
     cairn__task_rec task;
-    int rc = fenced(t, c, &task);
+    int renewed = 0;
+    int rc = fenced(t, c, &task, &renewed);
     if (rc)
         return rc;
     cairn__step_rec s = {.generation = c->generation,
@@ -572,7 +579,7 @@ static int commit_txn(cairn__txn *t, void *arg)
     }
     if (!rc)
         rc = cairn__step_put(t, c->task_id, step, &s);
-    if (!rc)
+    if (!rc && (renewed || task.state != CAIRN_RUNNING))
         rc = cairn__task_put(t, &task);
     return rc;
 }
@@ -601,11 +608,12 @@ static int progress_txn(cairn__txn *t, void *arg)
 {
     progress_arg *a = arg;
     cairn__task_rec task;
-    int rc = fenced(t, a->ctx, &task);
+    int renewed = 0;
+    int rc = fenced(t, a->ctx, &task, &renewed);
     if (!rc && a->data)
         rc = cairn__progress_put(t, a->ctx->task_id, a->ctx->step->name, a->ctx->generation,
                                  a->data, a->len);
-    if (!rc)
+    if (!rc && renewed)
         rc = cairn__task_put(t, &task);
     return rc;
 }

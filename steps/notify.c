@@ -679,11 +679,32 @@ const char *cairn__notify_curl_text(cairn__notify_call *c, CURLcode rc)
 }
 
 /* curl errors that no retry can cure: the configuration or the build is wrong. */
-int cairn__notify_curl_permanent(CURLcode rc)
+static int curl_permanent(CURLcode rc)
 {
     return rc == CURLE_UNSUPPORTED_PROTOCOL || rc == CURLE_URL_MALFORMAT ||
            rc == CURLE_NOT_BUILT_IN || rc == CURLE_BAD_FUNCTION_ARGUMENT ||
            rc == CURLE_UNKNOWN_OPTION || rc == CURLE_USE_SSL_FAILED;
+}
+
+cairn_step_result cairn__notify_no_answer(cairn__notify_call *c, CURLcode rc, int sent,
+                                          const char *what, const char *who)
+{
+    if (c->stopped) {
+        cairn__notify_call_error(c, "stopped before the %s was sent; nothing was delivered", what);
+        return CAIRN_STEP_TRANSIENT;
+    }
+    if (curl_permanent(rc)) {
+        cairn__notify_call_error(c, "%s", cairn__notify_curl_text(c, rc));
+        return CAIRN_STEP_PERMANENT;
+    }
+    if (!sent) {
+        cairn__notify_call_error(c, "%s (before the %s was sent: nothing was delivered)",
+                                 cairn__notify_curl_text(c, rc), what);
+        return CAIRN_STEP_TRANSIENT;
+    }
+    cairn__notify_call_error(c, "%s after the %s was sent; the %s may have it",
+                             cairn__notify_curl_text(c, rc), what, who);
+    return CAIRN_STEP_UNKNOWN;
 }
 
 void cairn__notify_curl_opts(CURL *h, cairn__notify_call *c)
@@ -764,23 +785,7 @@ static cairn_step_result webhook_outcome(cairn__notify_call *c, CURL *h, CURLcod
         cairn__notify_call_error(c, "HTTP %ld (not retried): %s", status, answer_text(c));
         return CAIRN_STEP_PERMANENT;
     }
-    /* no answer at all */
-    if (c->stopped) {
-        cairn__notify_call_error(c, "stopped before the request was sent; nothing was delivered");
-        return CAIRN_STEP_TRANSIENT;
-    }
-    if (cairn__notify_curl_permanent(rc)) {
-        cairn__notify_call_error(c, "%s", cairn__notify_curl_text(c, rc));
-        return CAIRN_STEP_PERMANENT;
-    }
-    if (up < c->body_len) {
-        cairn__notify_call_error(c, "%s (before the request was sent: nothing was delivered)",
-                                 cairn__notify_curl_text(c, rc));
-        return CAIRN_STEP_TRANSIENT;
-    }
-    cairn__notify_call_error(c, "%s after the request was sent; the receiver may have it",
-                             cairn__notify_curl_text(c, rc));
-    return CAIRN_STEP_UNKNOWN;
+    return cairn__notify_no_answer(c, rc, up >= c->body_len, "request", "receiver");
 }
 
 static cairn_step_result do_webhook(cairn__notify_call *c, json_t *result)

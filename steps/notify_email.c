@@ -267,22 +267,7 @@ static cairn_step_result email_outcome(cairn__notify_call *c, CURL *h, CURLcode 
                                  c->reply[0] ? c->reply : cairn__notify_curl_text(c, rc));
         return CAIRN_STEP_TRANSIENT;
     }
-    if (c->stopped) {
-        cairn__notify_call_error(c, "stopped before the message was sent; nothing was delivered");
-        return CAIRN_STEP_TRANSIENT;
-    }
-    if (cairn__notify_curl_permanent(rc)) {
-        cairn__notify_call_error(c, "%s", cairn__notify_curl_text(c, rc));
-        return CAIRN_STEP_PERMANENT;
-    }
-    if (!c->msg_eof) {
-        cairn__notify_call_error(c, "%s (before the message was sent: nothing was delivered)",
-                                 cairn__notify_curl_text(c, rc));
-        return CAIRN_STEP_TRANSIENT;
-    }
-    cairn__notify_call_error(c, "%s after the message was sent; the server may have it",
-                             cairn__notify_curl_text(c, rc));
-    return CAIRN_STEP_UNKNOWN;
+    return cairn__notify_no_answer(c, rc, c->msg_eof, "message", "server");
 }
 
 cairn_step_result cairn__notify_email(cairn__notify_call *c, json_t *result)

@@ -68,8 +68,12 @@ void cairn__notify_call_error(cairn__notify_call *c, const char *fmt, ...) CAIRN
 /* curl's text for a failed transfer: its error buffer if it wrote one, else the code's text. */
 const char *cairn__notify_curl_text(cairn__notify_call *c, CURLcode rc);
 
-/* 1 for curl errors that no retry can cure: the configuration or the build is wrong. */
-int cairn__notify_curl_permanent(CURLcode rc);
+/* The outcome of a transfer that got no answer: TRANSIENT if it was stopped or failed before the
+ * whole request had left (`sent` 0), PERMANENT if curl's error is one no retry cures (bad URL,
+ * protocol not built in), else UNKNOWN: the receiver may have acted on it. Sets the error,
+ * naming the `what` ("request", "message") and the `who` ("receiver", "server"). */
+cairn_step_result cairn__notify_no_answer(cairn__notify_call *c, CURLcode rc, int sent,
+                                          const char *what, const char *who);
 
 /* The options both transports set: URL, timeouts, error buffer, and the progress callback that
  * aborts on a stop request only while nothing has been delivered. */

@@ -1,0 +1,136 @@
+/* gpu/backend_plugin.c - finds and loads the CUDA backend module (libcairn-cuda.so) at run time.
+ *
+ * The module is the only part of cairn linked against cudart and cuBLAS, whose loading alone
+ * costs a process ~70 ms; the program asks for it only when a model is about to run on "cuda" or
+ * "auto", so `cairn --help`, a resumed task whose steps are done, or a CPU-only run never pays it.
+ *
+ * Two ideas make it safe: the module is loaded once per process (pthread_once) and never
+ * unloaded, because every backend it creates points at its operations; and the handshake with the
+ * module's single entry point checks both an ABI number and a fingerprint of the struct layouts
+ * the module reads (cairn__cuda_plugin_layout), so a module left over from another build is
+ * refused with CAIRN_EUNSUPPORTED instead of misreading the model.
+ */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu/backend.h"
+#include "gpu/gguf.h"
+#include "gpu/quant.h"
+
+#include "cairn_errors.h"
+enum {
+#define CAIRN__X(n, v, s) CAIRN_##n = v,
+    CAIRN_ERROR_TABLE(CAIRN__X)
+#undef CAIRN__X
+};
+
+int cairn__cuda_plugin_open(const char *path, const cairn__cuda_plugin **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    if (!path || !*path)
+        return cairn__errf(err, errlen, CAIRN_ENODEVICE, "no CUDA backend module path");
+    /* RTLD_LOCAL: cudart's and cuBLAS's symbols stay out of the program's namespace */
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        const char *why = dlerror();
+        return cairn__errf(err, errlen, CAIRN_ENODEVICE, "cannot load the CUDA backend module: %s",
+                           why ? why : path);
+    }
+    /* POSIX's blessed way to turn dlsym's object pointer into a function pointer */
+    cairn__cuda_plugin_fn *entry;
+    *(void **)&entry = dlsym(h, CAIRN__CUDA_PLUGIN_ENTRY);
+    if (!entry) {
+        const char *why = dlerror();
+        dlclose(h);
+        return cairn__errf(err, errlen, CAIRN_ENODEVICE, "%s is not a cairn CUDA backend module (%s)", path,
+                           why ? why : "no " CAIRN__CUDA_PLUGIN_ENTRY);
+    }
+    const cairn__cuda_host host = {cairn__cuda_plugin_layout(), cairn__dequant_row};
+    const cairn__cuda_plugin *p = entry(CAIRN__CUDA_PLUGIN_ABI, &host);
+    if (!p || p->abi != CAIRN__CUDA_PLUGIN_ABI) {
+        const unsigned got = p ? p->abi : 0;
+        dlclose(h);
+        return cairn__errf(err, errlen, CAIRN_EUNSUPPORTED,
+                           "%s implements CUDA module ABI %u, this program needs %u (rebuild and reinstall both)", path,
+                           got, CAIRN__CUDA_PLUGIN_ABI);
+    }
+    if (p->layout != host.layout || !p->ops || !p->bandwidth || !p->weight_bytes || !p->dtype || !p->graph_status) {
+        const unsigned got = p->layout;
+        dlclose(h);
+        return cairn__errf(err, errlen, CAIRN_EUNSUPPORTED,
+                           "%s was built against other headers (layout %08x, this program %08x): rebuild and "
+                           "reinstall both",
+                           path, got, host.layout);
+    }
+    *out = p; /* h stays open for the life of the process */
+    return 0;
+}
+
+#ifdef CAIRN_HAVE_CUDA
+
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static const cairn__cuda_plugin *plugin;
+static int load_rc;
+static char load_err[1024];
+
+static void load_once(void)
+{
+    const char *env = getenv("CAIRN_CUDA_PLUGIN");
+    if (env && *env) { /* an explicit choice: no silent fallback to another module */
+        load_rc = cairn__cuda_plugin_open(env, &plugin, load_err, sizeof load_err);
+        if (load_rc) {
+            char why[sizeof load_err];
+            memcpy(why, load_err, sizeof why);
+            snprintf(load_err, sizeof load_err, "%s (from CAIRN_CUDA_PLUGIN)", why);
+        }
+        return;
+    }
+    /* the build tree first, so a program run from its build directory uses the module built with
+     * it rather than an older installed one; then the install location */
+    static const char *const paths[] = {
+#ifdef CAIRN_CUDA_PLUGIN_BUILD_PATH
+        CAIRN_CUDA_PLUGIN_BUILD_PATH,
+#endif
+#ifdef CAIRN_CUDA_PLUGIN_INSTALL_PATH
+        CAIRN_CUDA_PLUGIN_INSTALL_PATH,
+#endif
+    };
+    size_t used = 0;
+    load_rc = CAIRN_ENODEVICE;
+    snprintf(load_err, sizeof load_err, "no CUDA backend module configured");
+    for (size_t i = 0; i < sizeof paths / sizeof *paths; i++) {
+        char one[512];
+        load_rc = cairn__cuda_plugin_open(paths[i], &plugin, one, sizeof one);
+        if (load_rc == 0)
+            return;
+        /* keep every candidate's reason: "not found" for one and a real failure for the other
+         * are both worth reading */
+        int n = snprintf(load_err + used, sizeof load_err - used, "%s%s", used ? "; " : "", one);
+        if (n > 0)
+            used = (size_t)n + used < sizeof load_err ? used + (size_t)n : sizeof load_err - 1;
+    }
+}
+
+int cairn__cuda_plugin_load(const cairn__cuda_plugin **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    if (pthread_once(&once, load_once) != 0)
+        return cairn__errf(err, errlen, CAIRN_ENODEVICE, "cannot load the CUDA backend module (pthread_once)");
+    if (load_rc)
+        return cairn__errf(err, errlen, load_rc, "%s", load_err);
+    *out = plugin;
+    return 0;
+}
+
+#else
+
+int cairn__cuda_plugin_load(const cairn__cuda_plugin **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    return cairn__errf(err, errlen, CAIRN_EUNSUPPORTED, "this build has no CUDA backend (rebuild with -Dcuda=enabled)");
+}
+
+#endif
