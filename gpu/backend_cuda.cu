@@ -4,7 +4,7 @@
  * Weights are uploaded once, at creation, in one device element type for the whole model:
  * f32 when every matrix is stored F32 (products then run as plain f32 GEMMs, no TF32), else
  * f16 (or bf16 when CAIRN_CUDA_DTYPE=bf16; f32 can be forced the same way). Quantized blocks
- * are expanded on the host with cairn__dequant_row (bit-exact with the CPU path) into f32 and
+ * are expanded on the host with cairn__dequant_row (lent by the program; bit-exact with the CPU path) into f32 and
  * rounded to the device type by a kernel; F16/BF16 weights whose type is the device type are
  * copied as they are. f16 has the precision (the tests hold it to 1e-3 of the CPU) but not the
  * range of bf16, so a model with a weight beyond +-65504 is reloaded as bf16 automatically.
@@ -27,6 +27,11 @@
  * for bit, which is what exact resume needs.) A prompt chunk of more than one token is launched
  * directly on the stream (its kernels are large) and synchronised once per chunk.
  *
+ * Packaging: this file is the shared module libcairn-cuda.so (gpu/meson.build), the only part of
+ * cairn linked against cudart and cuBLAS; the program dlopen()s it on first use of the "cuda" or
+ * "auto" backend (gpu/backend_plugin.c) through its one exported function, cairn_cuda_plugin. It
+ * calls nothing of the program by name: cairn__dequant_row comes as a pointer in the host table.
+ *
  * Errors: every CUDA and cuBLAS call is checked; cudaError_t / cublasStatus_t become
  * CAIRN_ECUDA with the original name and text in the message, allocation failures
  * CAIRN_ENOMEM with the sizes, and the absence of a usable device CAIRN_ENODEVICE.
@@ -34,6 +39,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,7 +49,6 @@
 #include "gpu/gguf.h"
 #include "gpu/kernels_cuda.cuh"
 #include "gpu/model.h"
-#include "gpu/quant.h"
 
 #include "cairn_errors.h"
 enum {
@@ -53,18 +58,24 @@ enum {
 };
 
 extern "C" {
-extern const cairn__backend_ops cairn__backend_cuda_ops;
-/* For the benchmark: device-to-device copy bandwidth (bytes read + written per second) of
- * device `device`, and its name. Returns 0, CAIRN_ENODEVICE, CAIRN_ENOMEM or CAIRN_ECUDA. */
-int cairn__cuda_bandwidth(int device, double *bytes_per_s, char *name, size_t name_len, char *err, size_t errlen);
-/* For the benchmark: bytes of weights one decode step reads on the device (every matrix
- * product's weights in the device element type). b must be a "cuda" backend. */
-uint64_t cairn__cuda_weight_bytes(const cairn__backend *b);
-/* The device element type of b's weights: "f32", "f16" or "bf16". */
-const char *cairn__cuda_dtype(const cairn__backend *b);
-/* How decode steps run: "graph", "not yet" (no decode step so far), or "eager: <why the capture
- * failed>" (the backend then launches the same kernels directly; correct, only slower). */
-const char *cairn__cuda_graph_status(const cairn__backend *b);
+extern const cairn__backend_ops cairn__backend_cuda_ops; /* hidden: reached through cairn_cuda_plugin */
+/* the module's one exported symbol; declared through the type the program calls it by */
+__attribute__((visibility("default"))) cairn__cuda_plugin_fn cairn_cuda_plugin;
+}
+
+static cairn__cuda_host host; /* the program's functions, lent by cairn_cuda_plugin */
+
+/* gpu/'s (err, errlen) convention (cairn__errf), in the module's own copy: the program's is not
+ * reachable by name from here, and a variadic call back through a pointer buys nothing */
+__attribute__((format(printf, 4, 5))) static int errf(char *err, size_t errlen, int code, const char *fmt, ...)
+{
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return code;
 }
 
 enum dtype { DT_F32 = 0, DT_F16 = 1, DT_BF16 = 2 };
@@ -123,17 +134,17 @@ typedef struct {
 static int cuda_err(char *err, size_t errlen, cudaError_t e, const char *what)
 {
     if (e == cudaErrorMemoryAllocation)
-        return cairn__errf(err, errlen, CAIRN_ENOMEM, "out of device memory in %s (%s: %s)", what,
+        return errf(err, errlen, CAIRN_ENOMEM, "out of device memory in %s (%s: %s)", what,
                            cudaGetErrorName(e), cudaGetErrorString(e));
-    return cairn__errf(err, errlen, CAIRN_ECUDA, "%s: %s (%s)", what, cudaGetErrorName(e), cudaGetErrorString(e));
+    return errf(err, errlen, CAIRN_ECUDA, "%s: %s (%s)", what, cudaGetErrorName(e), cudaGetErrorString(e));
 }
 
 static int blas_err(char *err, size_t errlen, cublasStatus_t s, const char *what)
 {
     if (s == CUBLAS_STATUS_ALLOC_FAILED)
-        return cairn__errf(err, errlen, CAIRN_ENOMEM, "out of device memory in %s (%s: %s)", what,
+        return errf(err, errlen, CAIRN_ENOMEM, "out of device memory in %s (%s: %s)", what,
                            cublasGetStatusName(s), cublasGetStatusString(s));
-    return cairn__errf(err, errlen, CAIRN_ECUDA, "%s: %s (%s)", what, cublasGetStatusName(s), cublasGetStatusString(s));
+    return errf(err, errlen, CAIRN_ECUDA, "%s: %s (%s)", what, cublasGetStatusName(s), cublasGetStatusString(s));
 }
 
 #define CU(b, call, what)                                                                                            \
@@ -165,7 +176,7 @@ static int dmalloc(cuda_backend *b, void **p, size_t bytes, const char *what)
     size_t fr = 0, tot = 0;
     cudaMemGetInfo(&fr, &tot);
     if (e == cudaErrorMemoryAllocation)
-        return cairn__errf(b->e, b->elen, CAIRN_ENOMEM,
+        return errf(b->e, b->elen, CAIRN_ENOMEM,
                            "out of device memory allocating %zu bytes for %s (%zu of %zu bytes free on device %d)",
                            bytes, what, fr, tot, b->device);
     return cuda_err(b->e, b->elen, e, what);
@@ -404,7 +415,7 @@ static int upload_mat(cuda_backend *b, const cairn__mat *W, void *dst, float *h_
     for (size_t r0 = 0; r0 < rows; r0 += slab) {
         const size_t nr = rows - r0 < slab ? rows - r0 : slab;
         for (size_t r = 0; r < nr; r++)
-            cairn__dequant_row(W->type, W->data + (r0 + r) * W->row_bytes, h_stage + r * cols, (uint64_t)cols);
+            host.dequant_row(W->type, W->data + (r0 + r) * W->row_bytes, h_stage + r * cols, (uint64_t)cols);
         char *d = (char *)dst + r0 * cols * es;
         if (b->dt == DT_F32) {
             CU(b, cudaMemcpy(d, h_stage, nr * cols * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy (weights)");
@@ -466,7 +477,7 @@ static int upload_weights(cuda_backend *b)
     if (cudaMallocHost((void **)&h_stage, stage * sizeof(float)) != cudaSuccess) {
         (void)cudaGetLastError();
         h_stage = NULL;
-        return cairn__errf(b->e, b->elen, CAIRN_ENOMEM, "cannot allocate %zu bytes of pinned host memory",
+        return errf(b->e, b->elen, CAIRN_ENOMEM, "cannot allocate %zu bytes of pinned host memory",
                            stage * sizeof(float));
     }
     if ((rc = dmalloc(b, (void **)&d_stage, stage * sizeof(float), "weight staging")))
@@ -500,7 +511,7 @@ static int upload_weights(cuda_backend *b)
         if (ly->bq || ly->bk || ly->bv) { /* absent ones are zero */
             float *bias = (float *)calloc((size_t)b->qkv_dim, sizeof(float));
             if (!bias) {
-                rc = cairn__errf(b->e, b->elen, CAIRN_ENOMEM, "out of memory");
+                rc = errf(b->e, b->elen, CAIRN_ENOMEM, "out of memory");
                 goto out;
             }
             if (ly->bq)
@@ -573,7 +584,7 @@ static int host_alloc(cuda_backend *b, void **p, size_t bytes, const char *what)
     if (cudaMallocHost(p, bytes) != cudaSuccess) {
         (void)cudaGetLastError();
         *p = NULL;
-        return cairn__errf(b->e, b->elen, CAIRN_ENOMEM, "cannot allocate %zu bytes of pinned host memory for %s",
+        return errf(b->e, b->elen, CAIRN_ENOMEM, "cannot allocate %zu bytes of pinned host memory for %s",
                            bytes, what);
     }
     return 0;
@@ -620,14 +631,14 @@ static int setup(cuda_backend *b)
     float inv[ATT_MAX_HD / 2 + 1]; /* rope_dim <= head_dim <= ATT_MAX_HD (checked at create) */
     const int half = m->rope_dim / 2;
     if (half > (int)(sizeof inv / sizeof *inv))
-        return cairn__errf(b->e, b->elen, CAIRN_EUNSUPPORTED, "rope dimension %d is too large", m->rope_dim);
+        return errf(b->e, b->elen, CAIRN_EUNSUPPORTED, "rope dimension %d is too large", m->rope_dim);
     for (int i = 0; i < half; i++)
         inv[i] = (float)pow((double)m->rope_base, -2.0 * i / (double)m->rope_dim);
     if (half > 0)
         CU(b, cudaMemcpy(b->inv_freq, inv, (size_t)half * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy (rope)");
     b->layers = (dlayer *)calloc((size_t)m->n_layers, sizeof *b->layers);
     if (!b->layers)
-        return cairn__errf(b->e, b->elen, CAIRN_ENOMEM, "out of memory");
+        return errf(b->e, b->elen, CAIRN_ENOMEM, "out of memory");
     return 0;
 }
 
@@ -654,7 +665,7 @@ static int create_as(const cairn__model *m, const cairn__backend_opts *o, int de
     *overflow = 0;
     cuda_backend *b = (cuda_backend *)calloc(1, sizeof *b);
     if (!b)
-        return cairn__errf(err, errlen, CAIRN_ENOMEM, "out of memory");
+        return errf(err, errlen, CAIRN_ENOMEM, "out of memory");
     b->base.ops = &cairn__backend_cuda_ops;
     b->base.model = m;
     b->base.n_ctx = o->n_ctx > 0 ? o->n_ctx : (m->n_ctx_train < 4096 ? m->n_ctx_train : 4096);
@@ -680,7 +691,7 @@ static int create_as(const cairn__model *m, const cairn__backend_opts *o, int de
             rc = cuda_err(err, errlen, e, "weight upload");
         else if (flag) {
             *overflow = 1;
-            rc = cairn__errf(err, errlen, CAIRN_EUNSUPPORTED, "a weight is beyond the range of f16");
+            rc = errf(err, errlen, CAIRN_EUNSUPPORTED, "a weight is beyond the range of f16");
         }
     }
     if (!rc) { /* pageable-memory copies may still be in flight: finish before the stream starts */
@@ -705,13 +716,13 @@ static int cuda_create(const cairn__model *m, const cairn__backend_opts *o, cair
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
-        return cairn__errf(err, errlen, CAIRN_ENODEVICE, "no CUDA device: %s (%s)", cudaGetErrorName(e),
+        return errf(err, errlen, CAIRN_ENODEVICE, "no CUDA device: %s (%s)", cudaGetErrorName(e),
                            cudaGetErrorString(e));
     }
     if (count <= 0)
-        return cairn__errf(err, errlen, CAIRN_ENODEVICE, "no CUDA device: none found");
+        return errf(err, errlen, CAIRN_ENODEVICE, "no CUDA device: none found");
     if (o->device < 0 || o->device >= count)
-        return cairn__errf(err, errlen, CAIRN_ENODEVICE, "no CUDA device: device %d requested, %d present", o->device,
+        return errf(err, errlen, CAIRN_ENODEVICE, "no CUDA device: device %d requested, %d present", o->device,
                            count);
     if ((e = cudaSetDevice(o->device)) != cudaSuccess)
         return cuda_err(err, errlen, e, "cudaSetDevice");
@@ -719,11 +730,11 @@ static int cuda_create(const cairn__model *m, const cairn__backend_opts *o, cair
     if ((e = cudaGetDeviceProperties(&prop, o->device)) != cudaSuccess)
         return cuda_err(err, errlen, e, "cudaGetDeviceProperties");
     if (prop.major < 8)
-        return cairn__errf(err, errlen, CAIRN_ENODEVICE,
+        return errf(err, errlen, CAIRN_ENODEVICE,
                            "no CUDA device: %s has compute capability %d.%d, this build needs 8.0 or newer", prop.name,
                            prop.major, prop.minor);
     if (m->head_dim > ATT_MAX_HD)
-        return cairn__errf(err, errlen, CAIRN_EUNSUPPORTED, "head dimension %d exceeds the CUDA backend's %d",
+        return errf(err, errlen, CAIRN_EUNSUPPORTED, "head dimension %d exceeds the CUDA backend's %d",
                            m->head_dim, ATT_MAX_HD);
     int dt = default_dtype(m);
     const char *env = getenv("CAIRN_CUDA_DTYPE");
@@ -735,7 +746,7 @@ static int cuda_create(const cairn__model *m, const cairn__backend_opts *o, cair
         else if (strcmp(env, "f32") == 0)
             dt = DT_F32;
         else
-            return cairn__errf(err, errlen, CAIRN_EINVAL, "CAIRN_CUDA_DTYPE='%s': expected f16, bf16 or f32", env);
+            return errf(err, errlen, CAIRN_EINVAL, "CAIRN_CUDA_DTYPE='%s': expected f16, bf16 or f32", env);
     }
     int overflow = 0;
     int rc = create_as(m, o, o->device, dt, out, &overflow, err, errlen);
@@ -744,16 +755,16 @@ static int cuda_create(const cairn__model *m, const cairn__backend_opts *o, cair
     return rc;
 }
 
-/* ==== benchmark helpers ============================================================================ */
+/* ==== diagnostics, for the gpu test and the benchmark ============================================================================ */
 
-int cairn__cuda_bandwidth(int device, double *bytes_per_s, char *name, size_t name_len, char *err, size_t errlen)
+static int cuda_bandwidth(int device, double *bytes_per_s, char *name, size_t name_len, char *err, size_t errlen)
 {
     *bytes_per_s = 0;
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess || count <= device || device < 0) {
         (void)cudaGetLastError();
-        return cairn__errf(err, errlen, CAIRN_ENODEVICE, "no CUDA device: %s",
+        return errf(err, errlen, CAIRN_ENODEVICE, "no CUDA device: %s",
                            e != cudaSuccess ? cudaGetErrorString(e) : "none at that index");
     }
     cudaDeviceProp prop;
@@ -769,7 +780,7 @@ int cairn__cuda_bandwidth(int device, double *bytes_per_s, char *name, size_t na
     int rc = 0;
     if ((e = cudaMalloc(&a, n)) != cudaSuccess || (e = cudaMalloc(&c, n)) != cudaSuccess) {
         rc = e == cudaErrorMemoryAllocation
-                 ? cairn__errf(err, errlen, CAIRN_ENOMEM, "out of device memory allocating 2 x %zu bytes", n)
+                 ? errf(err, errlen, CAIRN_ENOMEM, "out of device memory allocating 2 x %zu bytes", n)
                  : cuda_err(err, errlen, e, "cudaMalloc");
         goto out;
     }
@@ -802,17 +813,17 @@ out:
     return rc;
 }
 
-uint64_t cairn__cuda_weight_bytes(const cairn__backend *b)
+static uint64_t cuda_weight_bytes(const cairn__backend *b)
 {
     return b && b->ops == &cairn__backend_cuda_ops ? ((const cuda_backend *)b)->weight_bytes : 0;
 }
 
-const char *cairn__cuda_dtype(const cairn__backend *b)
+static const char *cuda_dtype(const cairn__backend *b)
 {
     return b && b->ops == &cairn__backend_cuda_ops ? DT_NAME[((const cuda_backend *)b)->dt] : "none";
 }
 
-const char *cairn__cuda_graph_status(const cairn__backend *bb)
+static const char *cuda_graph_status(const cairn__backend *bb)
 {
     if (!bb || bb->ops != &cairn__backend_cuda_ops)
         return "none";
@@ -823,3 +834,24 @@ const char *cairn__cuda_graph_status(const cairn__backend *bb)
 }
 
 const cairn__backend_ops cairn__backend_cuda_ops = {"cuda", cuda_create, cuda_forward, cuda_destroy};
+
+/* ==== the entry point ============================================================================== */
+
+const cairn__cuda_plugin *cairn_cuda_plugin(uint32_t abi, const cairn__cuda_host *h)
+{
+    static cairn__cuda_plugin table; /* filled on every call: the same values each time */
+    table.abi = CAIRN__CUDA_PLUGIN_ABI;
+    table.layout = cairn__cuda_plugin_layout();
+    /* h's own layout is known only when abi matches: check that first */
+    if (abi != CAIRN__CUDA_PLUGIN_ABI || !h || h->layout != table.layout || !h->dequant_row) {
+        table.ops = NULL;
+        return &table;
+    }
+    host = *h;
+    table.ops = &cairn__backend_cuda_ops;
+    table.bandwidth = cuda_bandwidth;
+    table.weight_bytes = cuda_weight_bytes;
+    table.dtype = cuda_dtype;
+    table.graph_status = cuda_graph_status;
+    return &table;
+}

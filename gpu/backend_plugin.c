@@ -39,10 +39,10 @@ int cairn__cuda_plugin_open(const char *path, const cairn__cuda_plugin **out, ch
         return cairn__errf(err, errlen, CAIRN_ENODEVICE, "cannot load the CUDA backend module: %s",
                            why ? why : path);
     }
-    /* POSIX's blessed way to turn dlsym's object pointer into a function pointer */
+    void *sym = dlsym(h, CAIRN__CUDA_PLUGIN_ENTRY);
     cairn__cuda_plugin_fn *entry;
-    *(void **)&entry = dlsym(h, CAIRN__CUDA_PLUGIN_ENTRY);
-    if (!entry) {
+    memcpy(&entry, &sym, sizeof entry); /* object to function pointer: POSIX guarantees it works */
+    if (!sym) {
         const char *why = dlerror();
         dlclose(h);
         return cairn__errf(err, errlen, CAIRN_ENODEVICE, "%s is not a cairn CUDA backend module (%s)", path,
@@ -50,16 +50,16 @@ int cairn__cuda_plugin_open(const char *path, const cairn__cuda_plugin **out, ch
     }
     const cairn__cuda_host host = {cairn__cuda_plugin_layout(), cairn__dequant_row};
     const cairn__cuda_plugin *p = entry(CAIRN__CUDA_PLUGIN_ABI, &host);
+    /* A refused module stays loaded: its constructors have run (cudart registers its kernels
+     * and exit handlers), and unloading that mid-process buys nothing but risk. */
     if (!p || p->abi != CAIRN__CUDA_PLUGIN_ABI) {
         const unsigned got = p ? p->abi : 0;
-        dlclose(h);
         return cairn__errf(err, errlen, CAIRN_EUNSUPPORTED,
                            "%s implements CUDA module ABI %u, this program needs %u (rebuild and reinstall both)", path,
                            got, CAIRN__CUDA_PLUGIN_ABI);
     }
     if (p->layout != host.layout || !p->ops || !p->bandwidth || !p->weight_bytes || !p->dtype || !p->graph_status) {
         const unsigned got = p->layout;
-        dlclose(h);
         return cairn__errf(err, errlen, CAIRN_EUNSUPPORTED,
                            "%s was built against other headers (layout %08x, this program %08x): rebuild and "
                            "reinstall both",
@@ -103,9 +103,13 @@ static void load_once(void)
     snprintf(load_err, sizeof load_err, "no CUDA backend module configured");
     for (size_t i = 0; i < sizeof paths / sizeof *paths; i++) {
         char one[512];
-        load_rc = cairn__cuda_plugin_open(paths[i], &plugin, one, sizeof one);
-        if (load_rc == 0)
+        const int rc = cairn__cuda_plugin_open(paths[i], &plugin, one, sizeof one);
+        if (rc == 0) {
+            load_rc = 0;
             return;
+        }
+        if (rc == CAIRN_EUNSUPPORTED) /* a module was there but mismatched: that is the news */
+            load_rc = rc;
         /* keep every candidate's reason: "not found" for one and a real failure for the other
          * are both worth reading */
         int n = snprintf(load_err + used, sizeof load_err - used, "%s%s", used ? "; " : "", one);

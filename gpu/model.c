@@ -313,10 +313,6 @@ const cairn__gguf *cairn__model_gguf(const cairn__model *m)
 
 /* ==== backend selection and the checks every backend relies on ==================================== */
 
-#ifdef CAIRN_HAVE_CUDA
-extern const cairn__backend_ops cairn__backend_cuda_ops;
-#endif
-
 int cairn__backend_new(const char *kind, const cairn__model *m, const cairn__backend_opts *o, cairn__backend **out,
                        char *err, size_t errlen)
 {
@@ -332,22 +328,24 @@ int cairn__backend_new(const char *kind, const cairn__model *m, const cairn__bac
         o = &dflt;
     if (o->n_ctx < 0 || o->n_threads < 0 || o->n_batch < 0)
         return cairn__errf(err, errlen, CAIRN_EINVAL, "negative backend option");
+    /* The CUDA backend is a module loaded on first use (gpu/backend_plugin.c); "auto" takes the
+     * CPU, silently, when the module cannot be loaded or finds no device. */
+    const cairn__cuda_plugin *cuda = NULL;
     if (!kind || strcmp(kind, "auto") == 0) {
-#ifdef CAIRN_HAVE_CUDA
-        int rc = cairn__backend_cuda_ops.create(m, o, out, err, errlen);
-        if (rc != CAIRN_ENODEVICE)
-            return rc;
-#endif
+        if (cairn__cuda_plugin_load(&cuda, NULL, 0) == 0) {
+            int rc = cuda->ops->create(m, o, out, err, errlen);
+            if (rc != CAIRN_ENODEVICE)
+                return rc;
+            if (err && errlen)
+                err[0] = '\0';
+        }
         return cairn__backend_cpu_ops.create(m, o, out, err, errlen);
     }
     if (strcmp(kind, "cpu") == 0)
         return cairn__backend_cpu_ops.create(m, o, out, err, errlen);
     if (strcmp(kind, "cuda") == 0) {
-#ifdef CAIRN_HAVE_CUDA
-        return cairn__backend_cuda_ops.create(m, o, out, err, errlen);
-#else
-        return cairn__errf(err, errlen, CAIRN_EUNSUPPORTED, "this build has no CUDA backend (rebuild with -Dcuda=enabled)");
-#endif
+        int rc = cairn__cuda_plugin_load(&cuda, err, errlen);
+        return rc ? rc : cuda->ops->create(m, o, out, err, errlen);
     }
     return cairn__errf(err, errlen, CAIRN_EINVAL, "unknown backend '%s' (cpu, cuda, auto)", kind);
 }

@@ -260,8 +260,9 @@ int main(int argc, char **argv)
             printf("%-8s %9.3f %9.3f %9.3f %9.3f %9.3f %12.3f %9.3f\n", i ? "nosync" : "sync",
                    rs[i]->task_ms, rs[i]->steps_ms[0], rs[i]->steps_ms[1], rs[i]->steps_ms[2],
                    rs[i]->steps_ms[3], rs[i]->overhead_ms, rs[i]->task_ms - rs[i]->steps_ms[1]);
-        printf("cairn (all) = task wall time - time inside the four step functions: admission,\n"
-               "lease, five commits (two flushed to disk in sync mode), intent record.\n"
+        printf("cairn (all) = task wall time - time inside the four step functions: admission\n"
+               "and lease, one commit per step plus the effect's intent (sync: each commit one\n"
+               "fdatasync; generate's, the intent's and the final one also flush the meta page).\n"
                "w/o gen = the whole task with the model step excluded.\n");
     }
     json_decref(cfg);
