@@ -86,14 +86,19 @@ const char *cairn__backend_errmsg(const cairn__backend *b);
  * nothing of the program by symbol (it is linked with --no-undefined): what it needs of the
  * program comes as function pointers in cairn__cuda_host. */
 
-#define CAIRN__CUDA_PLUGIN_ABI 1u /* bump on any change to cairn__cuda_host or cairn__cuda_plugin */
+/* bump on any change to cairn__cuda_host, cairn__cuda_plugin or the entry point's type */
+#define CAIRN__CUDA_PLUGIN_ABI 1u
 #define CAIRN__CUDA_PLUGIN_ENTRY "cairn_cuda_plugin"
 
 /* What the program lends the module for its lifetime (the module keeps a copy). */
 typedef struct {
     uint32_t layout; /* cairn__cuda_plugin_layout() as the program was compiled */
-    /* gpu/quant.h's cairn__dequant_row: quantized blocks are expanded on the host, exactly as the CPU does */
+    /* gpu/quant.h's cairn__dequant_row: quantized blocks are expanded on the host, exactly as the
+     * CPU does */
     void (*dequant_row)(uint32_t type, const void *src, float *dst, uint64_t n);
+    /* gpu/gguf.h's cairn__errf: the (err, errlen) convention of every message */
+    int (*errf)(char *err, size_t errlen, int code, const char *fmt, ...)
+        __attribute__((format(printf, 4, 5)));
 } cairn__cuda_host;
 
 /* What the module offers. abi is the first member in every version, so a program can always
@@ -101,13 +106,15 @@ typedef struct {
 typedef struct {
     uint32_t abi;    /* the module's CAIRN__CUDA_PLUGIN_ABI */
     uint32_t layout; /* the module's cairn__cuda_plugin_layout() */
-    const cairn__backend_ops *ops; /* the "cuda" backend; NULL when the module refused the program */
+    /* the "cuda" backend; NULL when the module refused the program */
+    const cairn__backend_ops *ops;
     /* Diagnostics, for the gpu test and bench-llm. bandwidth: device-to-device copy bandwidth
      * (bytes read + written per second) of `device` and its name; 0, CAIRN_ENODEVICE,
      * CAIRN_ENOMEM or CAIRN_ECUDA. The others take a "cuda" backend (anything else gives 0 or
      * "none"): bytes of weights one decode step reads; the device weight type ("f32", "f16",
      * "bf16"); how decode steps run ("graph", "not yet", or "eager: <why the capture failed>"). */
-    int (*bandwidth)(int device, double *bytes_per_s, char *name, size_t name_len, char *err, size_t errlen);
+    int (*bandwidth)(int device, double *bytes_per_s, char *name, size_t name_len, char *err,
+                     size_t errlen);
     uint64_t (*weight_bytes)(const cairn__backend *b);
     const char *(*dtype)(const cairn__backend *b);
     const char *(*graph_status)(const cairn__backend *b);
@@ -118,33 +125,44 @@ typedef struct {
  * nothing of host (whose layout it cannot trust) and returns ops = NULL. */
 typedef const cairn__cuda_plugin *cairn__cuda_plugin_fn(uint32_t abi, const cairn__cuda_host *host);
 
-/* A fingerprint of the layouts the module reads directly: the model and its matrices, the
- * backend header, options and operations. Both sides compute it with their own compiler; a
- * module built against other headers than the program's is refused instead of misread. */
+/* A fingerprint of what the module reads directly: the layouts of the model and its matrices,
+ * of the backend header, options and operations, and the weight type numbers. Both sides compute
+ * it with their own compiler; a module built against other headers than the program's is refused
+ * instead of misread. */
 static inline uint32_t cairn__cuda_plugin_layout(void)
 {
-#define CAIRN__L(t, f) offsetof(t, f)
     const size_t v[] = {
-        sizeof(cairn__mat), CAIRN__L(cairn__mat, type), CAIRN__L(cairn__mat, rows), CAIRN__L(cairn__mat, cols),
-        CAIRN__L(cairn__mat, row_bytes), CAIRN__L(cairn__mat, data),
-        sizeof(cairn__layer), CAIRN__L(cairn__layer, wq), CAIRN__L(cairn__layer, wk), CAIRN__L(cairn__layer, wv),
-        CAIRN__L(cairn__layer, wo), CAIRN__L(cairn__layer, w_gate), CAIRN__L(cairn__layer, w_up),
-        CAIRN__L(cairn__layer, w_down), CAIRN__L(cairn__layer, attn_norm), CAIRN__L(cairn__layer, ffn_norm),
-        CAIRN__L(cairn__layer, bq), CAIRN__L(cairn__layer, bk), CAIRN__L(cairn__layer, bv),
-        sizeof(cairn__model), CAIRN__L(cairn__model, n_vocab), CAIRN__L(cairn__model, dim),
-        CAIRN__L(cairn__model, n_layers), CAIRN__L(cairn__model, n_heads), CAIRN__L(cairn__model, n_kv_heads),
-        CAIRN__L(cairn__model, head_dim), CAIRN__L(cairn__model, ff_dim), CAIRN__L(cairn__model, n_ctx_train),
-        CAIRN__L(cairn__model, rope_dim), CAIRN__L(cairn__model, rope_mode), CAIRN__L(cairn__model, rope_base),
-        CAIRN__L(cairn__model, rms_eps), CAIRN__L(cairn__model, tied_output), CAIRN__L(cairn__model, tok_embd),
-        CAIRN__L(cairn__model, output), CAIRN__L(cairn__model, output_norm), CAIRN__L(cairn__model, layers),
-        sizeof(cairn__backend), CAIRN__L(cairn__backend, ops), CAIRN__L(cairn__backend, model),
-        CAIRN__L(cairn__backend, n_ctx), CAIRN__L(cairn__backend, n_past), CAIRN__L(cairn__backend, err),
-        sizeof(cairn__backend_opts), CAIRN__L(cairn__backend_opts, n_ctx), CAIRN__L(cairn__backend_opts, n_threads),
-        CAIRN__L(cairn__backend_opts, n_batch), CAIRN__L(cairn__backend_opts, device),
-        sizeof(cairn__backend_ops), CAIRN__L(cairn__backend_ops, name), CAIRN__L(cairn__backend_ops, create),
-        CAIRN__L(cairn__backend_ops, forward), CAIRN__L(cairn__backend_ops, destroy),
+        /* grouped by struct */
+        /* clang-format off */
+        sizeof(cairn__mat), offsetof(cairn__mat, type), offsetof(cairn__mat, rows),
+        offsetof(cairn__mat, cols), offsetof(cairn__mat, row_bytes), offsetof(cairn__mat, data),
+        sizeof(cairn__layer), offsetof(cairn__layer, wq), offsetof(cairn__layer, wk),
+        offsetof(cairn__layer, wv), offsetof(cairn__layer, wo), offsetof(cairn__layer, w_gate),
+        offsetof(cairn__layer, w_up), offsetof(cairn__layer, w_down),
+        offsetof(cairn__layer, attn_norm), offsetof(cairn__layer, ffn_norm),
+        offsetof(cairn__layer, bq), offsetof(cairn__layer, bk), offsetof(cairn__layer, bv),
+        sizeof(cairn__model), offsetof(cairn__model, n_vocab), offsetof(cairn__model, dim),
+        offsetof(cairn__model, n_layers), offsetof(cairn__model, n_heads),
+        offsetof(cairn__model, n_kv_heads), offsetof(cairn__model, head_dim),
+        offsetof(cairn__model, ff_dim), offsetof(cairn__model, n_ctx_train),
+        offsetof(cairn__model, rope_dim), offsetof(cairn__model, rope_mode),
+        offsetof(cairn__model, rope_base), offsetof(cairn__model, rms_eps),
+        offsetof(cairn__model, tied_output), offsetof(cairn__model, tok_embd),
+        offsetof(cairn__model, output), offsetof(cairn__model, output_norm),
+        offsetof(cairn__model, layers),
+        sizeof(cairn__backend), offsetof(cairn__backend, ops), offsetof(cairn__backend, model),
+        offsetof(cairn__backend, n_ctx), offsetof(cairn__backend, n_past),
+        offsetof(cairn__backend, err),
+        sizeof(cairn__backend_opts), offsetof(cairn__backend_opts, n_ctx),
+        offsetof(cairn__backend_opts, n_threads), offsetof(cairn__backend_opts, n_batch),
+        offsetof(cairn__backend_opts, device),
+        sizeof(cairn__backend_ops), offsetof(cairn__backend_ops, name),
+        offsetof(cairn__backend_ops, create), offsetof(cairn__backend_ops, forward),
+        offsetof(cairn__backend_ops, destroy),
+        CAIRN__GGML_F32, CAIRN__GGML_F16, CAIRN__GGML_BF16, /* the types the module tests for */
+        sizeof(cairn__cuda_host), sizeof(cairn__cuda_plugin), /* in case an ABI bump is forgotten */
+        /* clang-format on */
     };
-#undef CAIRN__L
     uint32_t h = 2166136261u; /* FNV-1a, one step per value */
     for (size_t i = 0; i < sizeof v / sizeof *v; i++) {
         h ^= (uint32_t)v[i];
@@ -164,7 +182,8 @@ static inline uint32_t cairn__cuda_plugin_layout(void)
  * err may be NULL. */
 int cairn__cuda_plugin_load(const cairn__cuda_plugin **out, char *err, size_t errlen);
 /* Loads the module at path, uncached (for the loader's tests); the same codes. */
-int cairn__cuda_plugin_open(const char *path, const cairn__cuda_plugin **out, char *err, size_t errlen);
+int cairn__cuda_plugin_open(const char *path, const cairn__cuda_plugin **out, char *err,
+                            size_t errlen);
 
 #ifdef __cplusplus
 }

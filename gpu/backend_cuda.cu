@@ -1,10 +1,10 @@
 /* gpu/backend_cuda.cu - the forward pass on an NVIDIA GPU: cuBLAS for the matrix products, small
  * kernels (gpu/kernels_cuda.cuh) for everything between them.
  *
- * Weights are uploaded once, at creation, in one device element type for the whole model:
- * f32 when every matrix is stored F32 (products then run as plain f32 GEMMs, no TF32), else
- * f16 (or bf16 when CAIRN_CUDA_DTYPE=bf16; f32 can be forced the same way). Quantized blocks
- * are expanded on the host with cairn__dequant_row (lent by the program; bit-exact with the CPU path) into f32 and
+ * Weights are uploaded once, at creation, in one device element type for the whole model: f32
+ * when every matrix is stored F32 (products then run as plain f32 GEMMs, no TF32), else f16 (or
+ * bf16 when CAIRN_CUDA_DTYPE=bf16; f32 can be forced the same way). Quantized blocks are expanded
+ * on the host with the program's cairn__dequant_row (bit-exact with the CPU path) into f32 and
  * rounded to the device type by a kernel; F16/BF16 weights whose type is the device type are
  * copied as they are. f16 has the precision (the tests hold it to 1e-3 of the CPU) but not the
  * range of bf16, so a model with a weight beyond +-65504 is reloaded as bf16 automatically.
@@ -30,7 +30,8 @@
  * Packaging: this file is the shared module libcairn-cuda.so (gpu/meson.build), the only part of
  * cairn linked against cudart and cuBLAS; the program dlopen()s it on first use of the "cuda" or
  * "auto" backend (gpu/backend_plugin.c) through its one exported function, cairn_cuda_plugin. It
- * calls nothing of the program by name: cairn__dequant_row comes as a pointer in the host table.
+ * calls nothing of the program by name: cairn__dequant_row and cairn__errf come as pointers in
+ * the host table.
  *
  * Errors: every CUDA and cuBLAS call is checked; cudaError_t / cublasStatus_t become
  * CAIRN_ECUDA with the original name and text in the message, allocation failures
@@ -39,7 +40,6 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,20 +63,7 @@ extern const cairn__backend_ops cairn__backend_cuda_ops; /* hidden: reached thro
 __attribute__((visibility("default"))) cairn__cuda_plugin_fn cairn_cuda_plugin;
 }
 
-static cairn__cuda_host host; /* the program's functions, lent by cairn_cuda_plugin */
-
-/* gpu/'s (err, errlen) convention (cairn__errf), in the module's own copy: the program's is not
- * reachable by name from here, and a variadic call back through a pointer buys nothing */
-__attribute__((format(printf, 4, 5))) static int errf(char *err, size_t errlen, int code, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
+static cairn__cuda_host host; /* the program's functions (errf, dequant_row), lent by cairn_cuda_plugin */
 
 enum dtype { DT_F32 = 0, DT_F16 = 1, DT_BF16 = 2 };
 static const char *const DT_NAME[] = {"f32", "f16", "bf16"};
@@ -134,17 +121,17 @@ typedef struct {
 static int cuda_err(char *err, size_t errlen, cudaError_t e, const char *what)
 {
     if (e == cudaErrorMemoryAllocation)
-        return errf(err, errlen, CAIRN_ENOMEM, "out of device memory in %s (%s: %s)", what,
+        return host.errf(err, errlen, CAIRN_ENOMEM, "out of device memory in %s (%s: %s)", what,
                            cudaGetErrorName(e), cudaGetErrorString(e));
-    return errf(err, errlen, CAIRN_ECUDA, "%s: %s (%s)", what, cudaGetErrorName(e), cudaGetErrorString(e));
+    return host.errf(err, errlen, CAIRN_ECUDA, "%s: %s (%s)", what, cudaGetErrorName(e), cudaGetErrorString(e));
 }
 
 static int blas_err(char *err, size_t errlen, cublasStatus_t s, const char *what)
 {
     if (s == CUBLAS_STATUS_ALLOC_FAILED)
-        return errf(err, errlen, CAIRN_ENOMEM, "out of device memory in %s (%s: %s)", what,
+        return host.errf(err, errlen, CAIRN_ENOMEM, "out of device memory in %s (%s: %s)", what,
                            cublasGetStatusName(s), cublasGetStatusString(s));
-    return errf(err, errlen, CAIRN_ECUDA, "%s: %s (%s)", what, cublasGetStatusName(s), cublasGetStatusString(s));
+    return host.errf(err, errlen, CAIRN_ECUDA, "%s: %s (%s)", what, cublasGetStatusName(s), cublasGetStatusString(s));
 }
 
 #define CU(b, call, what)                                                                                            \
@@ -176,7 +163,7 @@ static int dmalloc(cuda_backend *b, void **p, size_t bytes, const char *what)
     size_t fr = 0, tot = 0;
     cudaMemGetInfo(&fr, &tot);
     if (e == cudaErrorMemoryAllocation)
-        return errf(b->e, b->elen, CAIRN_ENOMEM,
+        return host.errf(b->e, b->elen, CAIRN_ENOMEM,
                            "out of device memory allocating %zu bytes for %s (%zu of %zu bytes free on device %d)",
                            bytes, what, fr, tot, b->device);
     return cuda_err(b->e, b->elen, e, what);
@@ -477,7 +464,7 @@ static int upload_weights(cuda_backend *b)
     if (cudaMallocHost((void **)&h_stage, stage * sizeof(float)) != cudaSuccess) {
         (void)cudaGetLastError();
         h_stage = NULL;
-        return errf(b->e, b->elen, CAIRN_ENOMEM, "cannot allocate %zu bytes of pinned host memory",
+        return host.errf(b->e, b->elen, CAIRN_ENOMEM, "cannot allocate %zu bytes of pinned host memory",
                            stage * sizeof(float));
     }
     if ((rc = dmalloc(b, (void **)&d_stage, stage * sizeof(float), "weight staging")))
@@ -511,7 +498,7 @@ static int upload_weights(cuda_backend *b)
         if (ly->bq || ly->bk || ly->bv) { /* absent ones are zero */
             float *bias = (float *)calloc((size_t)b->qkv_dim, sizeof(float));
             if (!bias) {
-                rc = errf(b->e, b->elen, CAIRN_ENOMEM, "out of memory");
+                rc = host.errf(b->e, b->elen, CAIRN_ENOMEM, "out of memory");
                 goto out;
             }
             if (ly->bq)
@@ -584,7 +571,7 @@ static int host_alloc(cuda_backend *b, void **p, size_t bytes, const char *what)
     if (cudaMallocHost(p, bytes) != cudaSuccess) {
         (void)cudaGetLastError();
         *p = NULL;
-        return errf(b->e, b->elen, CAIRN_ENOMEM, "cannot allocate %zu bytes of pinned host memory for %s",
+        return host.errf(b->e, b->elen, CAIRN_ENOMEM, "cannot allocate %zu bytes of pinned host memory for %s",
                            bytes, what);
     }
     return 0;
@@ -631,14 +618,14 @@ static int setup(cuda_backend *b)
     float inv[ATT_MAX_HD / 2 + 1]; /* rope_dim <= head_dim <= ATT_MAX_HD (checked at create) */
     const int half = m->rope_dim / 2;
     if (half > (int)(sizeof inv / sizeof *inv))
-        return errf(b->e, b->elen, CAIRN_EUNSUPPORTED, "rope dimension %d is too large", m->rope_dim);
+        return host.errf(b->e, b->elen, CAIRN_EUNSUPPORTED, "rope dimension %d is too large", m->rope_dim);
     for (int i = 0; i < half; i++)
         inv[i] = (float)pow((double)m->rope_base, -2.0 * i / (double)m->rope_dim);
     if (half > 0)
         CU(b, cudaMemcpy(b->inv_freq, inv, (size_t)half * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy (rope)");
     b->layers = (dlayer *)calloc((size_t)m->n_layers, sizeof *b->layers);
     if (!b->layers)
-        return errf(b->e, b->elen, CAIRN_ENOMEM, "out of memory");
+        return host.errf(b->e, b->elen, CAIRN_ENOMEM, "out of memory");
     return 0;
 }
 
@@ -665,7 +652,7 @@ static int create_as(const cairn__model *m, const cairn__backend_opts *o, int de
     *overflow = 0;
     cuda_backend *b = (cuda_backend *)calloc(1, sizeof *b);
     if (!b)
-        return errf(err, errlen, CAIRN_ENOMEM, "out of memory");
+        return host.errf(err, errlen, CAIRN_ENOMEM, "out of memory");
     b->base.ops = &cairn__backend_cuda_ops;
     b->base.model = m;
     b->base.n_ctx = o->n_ctx > 0 ? o->n_ctx : (m->n_ctx_train < 4096 ? m->n_ctx_train : 4096);
@@ -691,7 +678,7 @@ static int create_as(const cairn__model *m, const cairn__backend_opts *o, int de
             rc = cuda_err(err, errlen, e, "weight upload");
         else if (flag) {
             *overflow = 1;
-            rc = errf(err, errlen, CAIRN_EUNSUPPORTED, "a weight is beyond the range of f16");
+            rc = host.errf(err, errlen, CAIRN_EUNSUPPORTED, "a weight is beyond the range of f16");
         }
     }
     if (!rc) { /* pageable-memory copies may still be in flight: finish before the stream starts */
@@ -716,13 +703,13 @@ static int cuda_create(const cairn__model *m, const cairn__backend_opts *o, cair
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
-        return errf(err, errlen, CAIRN_ENODEVICE, "no CUDA device: %s (%s)", cudaGetErrorName(e),
+        return host.errf(err, errlen, CAIRN_ENODEVICE, "no CUDA device: %s (%s)", cudaGetErrorName(e),
                            cudaGetErrorString(e));
     }
     if (count <= 0)
-        return errf(err, errlen, CAIRN_ENODEVICE, "no CUDA device: none found");
+        return host.errf(err, errlen, CAIRN_ENODEVICE, "no CUDA device: none found");
     if (o->device < 0 || o->device >= count)
-        return errf(err, errlen, CAIRN_ENODEVICE, "no CUDA device: device %d requested, %d present", o->device,
+        return host.errf(err, errlen, CAIRN_ENODEVICE, "no CUDA device: device %d requested, %d present", o->device,
                            count);
     if ((e = cudaSetDevice(o->device)) != cudaSuccess)
         return cuda_err(err, errlen, e, "cudaSetDevice");
@@ -730,11 +717,11 @@ static int cuda_create(const cairn__model *m, const cairn__backend_opts *o, cair
     if ((e = cudaGetDeviceProperties(&prop, o->device)) != cudaSuccess)
         return cuda_err(err, errlen, e, "cudaGetDeviceProperties");
     if (prop.major < 8)
-        return errf(err, errlen, CAIRN_ENODEVICE,
+        return host.errf(err, errlen, CAIRN_ENODEVICE,
                            "no CUDA device: %s has compute capability %d.%d, this build needs 8.0 or newer", prop.name,
                            prop.major, prop.minor);
     if (m->head_dim > ATT_MAX_HD)
-        return errf(err, errlen, CAIRN_EUNSUPPORTED, "head dimension %d exceeds the CUDA backend's %d",
+        return host.errf(err, errlen, CAIRN_EUNSUPPORTED, "head dimension %d exceeds the CUDA backend's %d",
                            m->head_dim, ATT_MAX_HD);
     int dt = default_dtype(m);
     const char *env = getenv("CAIRN_CUDA_DTYPE");
@@ -746,7 +733,7 @@ static int cuda_create(const cairn__model *m, const cairn__backend_opts *o, cair
         else if (strcmp(env, "f32") == 0)
             dt = DT_F32;
         else
-            return errf(err, errlen, CAIRN_EINVAL, "CAIRN_CUDA_DTYPE='%s': expected f16, bf16 or f32", env);
+            return host.errf(err, errlen, CAIRN_EINVAL, "CAIRN_CUDA_DTYPE='%s': expected f16, bf16 or f32", env);
     }
     int overflow = 0;
     int rc = create_as(m, o, o->device, dt, out, &overflow, err, errlen);
@@ -755,7 +742,7 @@ static int cuda_create(const cairn__model *m, const cairn__backend_opts *o, cair
     return rc;
 }
 
-/* ==== diagnostics, for the gpu test and the benchmark ============================================================================ */
+/* ==== diagnostics, for the gpu test and the benchmark ============================================== */
 
 static int cuda_bandwidth(int device, double *bytes_per_s, char *name, size_t name_len, char *err, size_t errlen)
 {
@@ -764,7 +751,7 @@ static int cuda_bandwidth(int device, double *bytes_per_s, char *name, size_t na
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess || count <= device || device < 0) {
         (void)cudaGetLastError();
-        return errf(err, errlen, CAIRN_ENODEVICE, "no CUDA device: %s",
+        return host.errf(err, errlen, CAIRN_ENODEVICE, "no CUDA device: %s",
                            e != cudaSuccess ? cudaGetErrorString(e) : "none at that index");
     }
     cudaDeviceProp prop;
@@ -780,7 +767,7 @@ static int cuda_bandwidth(int device, double *bytes_per_s, char *name, size_t na
     int rc = 0;
     if ((e = cudaMalloc(&a, n)) != cudaSuccess || (e = cudaMalloc(&c, n)) != cudaSuccess) {
         rc = e == cudaErrorMemoryAllocation
-                 ? errf(err, errlen, CAIRN_ENOMEM, "out of device memory allocating 2 x %zu bytes", n)
+                 ? host.errf(err, errlen, CAIRN_ENOMEM, "out of device memory allocating 2 x %zu bytes", n)
                  : cuda_err(err, errlen, e, "cudaMalloc");
         goto out;
     }
@@ -843,7 +830,7 @@ const cairn__cuda_plugin *cairn_cuda_plugin(uint32_t abi, const cairn__cuda_host
     table.abi = CAIRN__CUDA_PLUGIN_ABI;
     table.layout = cairn__cuda_plugin_layout();
     /* h's own layout is known only when abi matches: check that first */
-    if (abi != CAIRN__CUDA_PLUGIN_ABI || !h || h->layout != table.layout || !h->dequant_row) {
+    if (abi != CAIRN__CUDA_PLUGIN_ABI || !h || h->layout != table.layout || !h->dequant_row || !h->errf) {
         table.ops = NULL;
         return &table;
     }

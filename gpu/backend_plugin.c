@@ -27,7 +27,10 @@ enum {
 #undef CAIRN__X
 };
 
-int cairn__cuda_plugin_open(const char *path, const cairn__cuda_plugin **out, char *err, size_t errlen)
+#define LOAD_FAILED "cannot load the CUDA backend module: "
+
+int cairn__cuda_plugin_open(const char *path, const cairn__cuda_plugin **out, char *err,
+                            size_t errlen)
 {
     *out = NULL;
     if (!path || !*path)
@@ -36,34 +39,37 @@ int cairn__cuda_plugin_open(const char *path, const cairn__cuda_plugin **out, ch
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
         const char *why = dlerror();
-        return cairn__errf(err, errlen, CAIRN_ENODEVICE, "cannot load the CUDA backend module: %s",
-                           why ? why : path);
+        return cairn__errf(err, errlen, CAIRN_ENODEVICE, LOAD_FAILED "%s", why ? why : path);
     }
     void *sym = dlsym(h, CAIRN__CUDA_PLUGIN_ENTRY);
     cairn__cuda_plugin_fn *entry;
     memcpy(&entry, &sym, sizeof entry); /* object to function pointer: POSIX guarantees it works */
     if (!sym) {
-        const char *why = dlerror();
+        const char *why = dlerror(); /* valid until the next dl call: format it before dlclose */
+        const int rc = cairn__errf(err, errlen, CAIRN_ENODEVICE,
+                                   "not a cairn CUDA backend module: %s", why ? why : path);
         dlclose(h);
-        return cairn__errf(err, errlen, CAIRN_ENODEVICE, "%s is not a cairn CUDA backend module (%s)", path,
-                           why ? why : "no " CAIRN__CUDA_PLUGIN_ENTRY);
+        return rc;
     }
-    const cairn__cuda_host host = {cairn__cuda_plugin_layout(), cairn__dequant_row};
+    const cairn__cuda_host host = {cairn__cuda_plugin_layout(), cairn__dequant_row, cairn__errf};
     const cairn__cuda_plugin *p = entry(CAIRN__CUDA_PLUGIN_ABI, &host);
     /* A refused module stays loaded: its constructors have run (cudart registers its kernels
      * and exit handlers), and unloading that mid-process buys nothing but risk. */
     if (!p || p->abi != CAIRN__CUDA_PLUGIN_ABI) {
         const unsigned got = p ? p->abi : 0;
-        return cairn__errf(err, errlen, CAIRN_EUNSUPPORTED,
-                           "%s implements CUDA module ABI %u, this program needs %u (rebuild and reinstall both)", path,
-                           got, CAIRN__CUDA_PLUGIN_ABI);
+        return cairn__errf(
+            err, errlen, CAIRN_EUNSUPPORTED,
+            "%s implements CUDA module ABI %u, this program needs %u (rebuild and reinstall both)",
+            path, got, CAIRN__CUDA_PLUGIN_ABI);
     }
-    if (p->layout != host.layout || !p->ops || !p->bandwidth || !p->weight_bytes || !p->dtype || !p->graph_status) {
+    if (p->layout != host.layout || !p->ops || !p->bandwidth || !p->weight_bytes || !p->dtype ||
+        !p->graph_status) {
         const unsigned got = p->layout;
-        return cairn__errf(err, errlen, CAIRN_EUNSUPPORTED,
-                           "%s was built against other headers (layout %08x, this program %08x): rebuild and "
-                           "reinstall both",
-                           path, got, host.layout);
+        return cairn__errf(
+            err, errlen, CAIRN_EUNSUPPORTED,
+            "%s was built against other headers (layout %08x, this program %08x): rebuild and "
+            "reinstall both",
+            path, got, host.layout);
     }
     *out = p; /* h stays open for the life of the process */
     return 0;
@@ -112,7 +118,10 @@ static void load_once(void)
             load_rc = rc;
         /* keep every candidate's reason: "not found" for one and a real failure for the other
          * are both worth reading */
-        int n = snprintf(load_err + used, sizeof load_err - used, "%s%s", used ? "; " : "", one);
+        const char *why = one;
+        if (used && strncmp(why, LOAD_FAILED, strlen(LOAD_FAILED)) == 0)
+            why += strlen(LOAD_FAILED); /* "cannot load ...: A: not found; B: not found" */
+        int n = snprintf(load_err + used, sizeof load_err - used, "%s%s", used ? "; " : "", why);
         if (n > 0)
             used = (size_t)n + used < sizeof load_err ? used + (size_t)n : sizeof load_err - 1;
     }
@@ -122,7 +131,8 @@ int cairn__cuda_plugin_load(const cairn__cuda_plugin **out, char *err, size_t er
 {
     *out = NULL;
     if (pthread_once(&once, load_once) != 0)
-        return cairn__errf(err, errlen, CAIRN_ENODEVICE, "cannot load the CUDA backend module (pthread_once)");
+        return cairn__errf(err, errlen, CAIRN_ENODEVICE,
+                           "cannot load the CUDA backend module (pthread_once)");
     if (load_rc)
         return cairn__errf(err, errlen, load_rc, "%s", load_err);
     *out = plugin;
@@ -134,7 +144,8 @@ int cairn__cuda_plugin_load(const cairn__cuda_plugin **out, char *err, size_t er
 int cairn__cuda_plugin_load(const cairn__cuda_plugin **out, char *err, size_t errlen)
 {
     *out = NULL;
-    return cairn__errf(err, errlen, CAIRN_EUNSUPPORTED, "this build has no CUDA backend (rebuild with -Dcuda=enabled)");
+    return cairn__errf(err, errlen, CAIRN_EUNSUPPORTED,
+                       "this build has no CUDA backend (rebuild with -Dcuda=enabled)");
 }
 
 #endif

@@ -1,6 +1,6 @@
 /* canon.h - task input handling: strict JSON parsing, RFC 8785 (JCS) canonical form, the
  * payload hash, task-ID validation and derivation (canon.c), JSON <-> msgpack conversion
- * (jsonmp.c), and the strict UTF-8 decoder they and the steps share.
+ * (jsonmp.c), and the strict UTF-8 decoder and growable string buffer they and the steps share.
  *
  * Internal to libcairn (hidden `cairn__` symbols). Every fallible call returns 0 or a
  * negative CAIRN_E* code from cairn.h; where a call takes `err`/`errlen`, it writes a

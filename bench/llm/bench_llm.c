@@ -158,17 +158,14 @@ int main(int argc, char **argv)
     cairn__pool_free(pool);
     double dev_bw = 0.0;
     char dev_name[256] = "none";
+    const cairn__cuda_plugin *cuda = NULL; /* the CUDA module: its diagnostics */
     if (want_cuda) {
-#ifdef CAIRN_HAVE_CUDA
-        char err[256];
-        if (cairn__cuda_bandwidth(0, &dev_bw, dev_name, sizeof dev_name, err, sizeof err) != 0) {
+        char err[512];
+        if (cairn__cuda_plugin_load(&cuda, err, sizeof err) != 0 ||
+            cuda->bandwidth(0, &dev_bw, dev_name, sizeof dev_name, err, sizeof err) != 0) {
             fprintf(stderr, "bench-llm: %s\n", err);
             return 69;
         }
-#else
-        fprintf(stderr, "bench-llm: this build has no CUDA backend (rebuild with -Dcuda=enabled)\n");
-        return 69;
-#endif
     }
     if (json)
         printf("{\"threads\": %d, \"isa\": \"%s\", \"memcpy_bytes_per_s\": %.0f, \"device\": \"%s\", "
@@ -249,13 +246,11 @@ int main(int argc, char **argv)
                     toks[i] = (int32_t)((i * 7919 + 13) % m->n_vocab);
                 const char *dev = "-";
                 double peer = bw;
-    #ifdef CAIRN_HAVE_CUDA
                 if (bi == 1) { /* the device reads its own layout: f16 for quantized weights */
-                    per_tok = cairn__cuda_weight_bytes(b);
-                    dev = cairn__cuda_dtype(b);
+                    per_tok = cuda->weight_bytes(b);
+                    dev = cuda->dtype(b);
                     peer = dev_bw;
                 }
-    #endif
                 /* warm-up: touch the weights, load the kernels, capture the decode graph (page faults,
                  * module loading and capture are not what we measure); every call is checked here */
                 int rc = cairn__backend_forward(b, toks, n_prompt, 0, logits, 0);
@@ -266,10 +261,8 @@ int main(int argc, char **argv)
                     fprintf(stderr, "bench-llm: %s backend: %s\n", bname, cairn__backend_errmsg(b));
                     return 70;
                 }
-#ifdef CAIRN_HAVE_CUDA
-                if (bi == 1 && strcmp(cairn__cuda_graph_status(b), "graph") != 0)
-                    fprintf(stderr, "bench-llm: cuda decode without a graph: %s\n", cairn__cuda_graph_status(b));
-#endif
+                if (bi == 1 && strcmp(cuda->graph_status(b), "graph") != 0)
+                    fprintf(stderr, "bench-llm: cuda decode without a graph: %s\n", cuda->graph_status(b));
                 double t = now_s();
                 rc |= cairn__backend_forward(b, toks, n_prompt, 0, logits, 0);
                 const double prompt_tps = n_prompt / (now_s() - t);

@@ -373,7 +373,14 @@ int main(int argc, char **argv)
     }
     ok(n_seeds >= 7 && opened == n_seeds, "%zu of %zu seeds open", opened, n_seeds);
     int nv = run_vocab_files();
-    ok(1, "%d vocabulary files walked", nv);
+    const char *td = getenv("CAIRN_TESTDATA");
+    char vdir[1024];
+    snprintf(vdir, sizeof vdir, "%s/tokenizers", td ? td : "");
+    struct stat vst;
+    if (td && stat(vdir, &vst) == 0)
+        ok(nv >= 2, "%d vocabulary files of %s walked", nv, vdir);
+    else
+        skip("no $CAIRN_TESTDATA/tokenizers: real vocabularies not walked");
 
     clock_t start = clock();
     long done = 0, valid = 0;

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # tests/gpu/device-check.sh - the one script a short GPU lease runs (about 3-5 minutes on an H200).
 #
-#   1. builds with -Dcuda=enabled into build-gpu and runs `meson test --suite gpu` (verbose);
-#      if the machine lacks the project's build dependencies (lmdb, msgpack, ...), it runs the
-#      binaries prepared beforehand by `tests/gpu/device-check.sh --prepare` instead (built on the
-#      development machine into build/gpu-prebuilt/, without OpenBLAS so that they need nothing
-#      but libc and the CUDA toolkit's cudart/cuBLAS);
+#   1. builds with -Dcuda=enabled into build-gpu and runs `meson test --suite gpu` (verbose),
+#      then the CUDA module loader's test (cuda-plugin: `cairn generate --backend cuda` through
+#      the module, on the GPU); if the machine lacks the project's build dependencies (lmdb,
+#      msgpack, ...), it runs the binaries prepared beforehand by `tests/gpu/device-check.sh
+#      --prepare` instead (built on the development machine into build/gpu-prebuilt/, without
+#      OpenBLAS so that they need nothing but libc; the CUDA backend is the module
+#      libcairn-cuda.so beside them, which needs the CUDA toolkit's cudart/cuBLAS, and which they
+#      load through CAIRN_CUDA_PLUGIN since the build-tree path compiled into them is not here);
 #   2. runs the gpu test once more, a few cases only, under compute-sanitizer (memcheck), if the
 #      tool is there;
 #   3. runs bench-llm: a generated 1.1B-parameter llama (F16, 2.2 GB) on CUDA and on the CPU,
@@ -29,11 +32,14 @@ if [ "${1:-}" = "--prepare" ]; then
     dir=/tmp/cairn-gpu-prepare
     rm -rf "$dir"
     meson setup "$dir" -Dcuda=enabled -Dopenblas=disabled >/dev/null || exit 1
-    ninja -C "$dir" tests/gpu/test_gpu bench/llm/bench-llm || exit 1
+    ninja -C "$dir" tests/gpu/test_gpu bench/llm/bench-llm gpu/libcairn-cuda.so || exit 1
     mkdir -p "$PREBUILT"
-    cp "$dir/tests/gpu/test_gpu" "$dir/bench/llm/bench-llm" "$PREBUILT/" || exit 1
+    cp "$dir/tests/gpu/test_gpu" "$dir/bench/llm/bench-llm" "$dir/gpu/libcairn-cuda.so" "$PREBUILT/" || exit 1
     echo "prepared $PREBUILT (carry it: run(carry=[\"$PREBUILT\"]))"
-    readelf -d "$PREBUILT/test_gpu" | grep NEEDED
+    for f in test_gpu libcairn-cuda.so; do
+        echo "$f:"
+        readelf -d "$PREBUILT/$f" | grep -E 'NEEDED|RUNPATH'
+    done
     exit 0
 fi
 
@@ -67,6 +73,9 @@ if [ -z "$MODE" ]; then
         BIN_TEST=$PREBUILT/test_gpu
         BIN_BENCH=$PREBUILT/bench-llm
         MODE="prebuilt (no build dependencies here)"
+        # the module beside them (the path compiled into them is the preparing machine's)
+        export CAIRN_CUDA_PLUGIN="$ROOT/$PREBUILT/libcairn-cuda.so"
+        [ -f "$CAIRN_CUDA_PLUGIN" ] || echo "warning: $CAIRN_CUDA_PLUGIN missing (prepared before the module existed?)"
     else
         echo "build failed and no $PREBUILT: run 'tests/gpu/device-check.sh --prepare' before the lease and carry it"
     fi
@@ -97,6 +106,20 @@ if [ -n "$MODE" ]; then
     save "$TMP/test-gpu.log"
 fi
 echo "gpu tests: $TEST_STATUS"
+
+log "CUDA module loader (cuda-plugin test)"
+PLUGIN_STATUS="not run (prebuilt binaries only)"
+if [ "$MODE" = "built here" ]; then
+    timeout 120 meson test -C build-gpu cuda-plugin --verbose >"$TMP/plugin.log" 2>&1
+    grep -E 'GPU|without a GPU|auto with the real|not ok' "$TMP/plugin.log" | head -8
+    if grep -qE 'cuda-plugin +OK' "$TMP/plugin.log"; then
+        PLUGIN_STATUS="PASS"
+    else
+        PLUGIN_STATUS="FAIL (see plugin.log)"
+    fi
+    save "$TMP/plugin.log"
+fi
+echo "cuda-plugin: $PLUGIN_STATUS"
 
 log "compute-sanitizer memcheck (quick cases)"
 SAN_STATUS="not run"
@@ -135,6 +158,7 @@ log "summary ($(($(date +%s) - START)) s)"
 {
     echo "binaries:  ${MODE:-none}"
     echo "gpu tests: $TEST_STATUS"
+    echo "loader:    $PLUGIN_STATUS"
     echo "memcheck:  $SAN_STATUS"
     grep -E 'max rel diff' "$TMP/test-gpu.log" 2>/dev/null | sed 's/^# //' >"$TMP/diffs.txt"
     worst=$(grep -oE 'max rel diff [0-9.e+-]+' "$TMP/diffs.txt" | awk '{print $4}' | sort -g | tail -1)

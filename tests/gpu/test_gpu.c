@@ -1,7 +1,8 @@
 /* tests/gpu/test_gpu.c - the CUDA backend against the CPU backend (suite 'gpu').
  *
- * Skips (a SKIP plan, see skip_all) when the build has no CUDA backend or no usable device is present. With one,
- * random llama/qwen2 models of every weight type (GQA, tied and untied output) are run through
+ * Skips (a SKIP plan, see skip_all) when the build has no CUDA backend, its module
+ * (libcairn-cuda.so, loaded at run time) cannot be loaded, or no usable device is present. With
+ * one, random llama/qwen2 models of every weight type (GQA, tied and untied output) are run through
  * both backends and compared: the reference is the CPU's batched prompt path (dequantize +
  * f32 GEMM: exact float arithmetic on the exact dequantized weights, for every type; the CPU's
  * decode path rounds activations to int8 for Q8_0/Q4_0 and is not a reference for that).
@@ -50,6 +51,7 @@ static int skip_all(const char *why)
 
 static const char *BK = "cuda"; /* the backend under test */
 static int is_cuda = 1;
+static const cairn__cuda_plugin *cuda; /* the CUDA module's diagnostics (when is_cuda) */
 
 typedef struct {
     unsigned char *buf;
@@ -103,12 +105,7 @@ static void set_dtype(const char *dt)
 
 static const char *dtype_of(const cairn__backend *b)
 {
-#ifdef CAIRN_HAVE_CUDA
-    if (is_cuda)
-        return cairn__cuda_dtype(b);
-#endif
-    (void)b;
-    return "cpu";
+    return cuda ? cuda->dtype(b) : "cpu";
 }
 
 static const int32_t PROMPT[] = {1, 17, 250, 3, 99, 42, 42, 7, 280, 5, 61, 200, 13};
@@ -184,11 +181,9 @@ static void check_case(const gcase *c)
     ok(rc == 0 && e2 <= c->tol, "%s: decode path vs cpu: %.3g <= %g (%s)", name, e2, c->tol,
        rc ? cairn__backend_errmsg(b) : "ok");
     ok(e3 <= c->tol, "%s: decode vs prompt path: %.3g <= %g", name, e3, c->tol);
-#ifdef CAIRN_HAVE_CUDA
-    if (is_cuda)
-        ok(strcmp(cairn__cuda_graph_status(b), "graph") == 0, "%s: decode steps run as a CUDA graph (%s)", name,
-           cairn__cuda_graph_status(b));
-#endif
+    if (cuda)
+        ok(strcmp(cuda->graph_status(b), "graph") == 0, "%s: decode steps run as a CUDA graph (%s)", name,
+           cuda->graph_status(b));
     /* the decode graph replays bit for bit after a truncation */
     cairn__backend_truncate(b, 5);
     rc = cairn__backend_forward(b, &PROMPT[5], 1, 5, again, 0);
@@ -502,6 +497,12 @@ int main(void)
             return skip_all(err);
         if (!ok(rc == 0, "%s backend starts (%s)", BK, rc ? err : "ok"))
             return tap_done();
+        /* the backend came from the module, so this only fetches what is already loaded */
+        if (is_cuda) {
+            rc = cairn__cuda_plugin_load(&cuda, err, sizeof err);
+            if (!ok(rc == 0, "CUDA module's diagnostics (%s)", rc ? err : "ok"))
+                return tap_done();
+        }
     }
     if (getenv("CAIRN_TEST_QUICK")) { /* a few cases, e.g. under compute-sanitizer */
         const gcase a = {"llama", CAIRN__GGML_Q8_0, 0, 0, 0, 0, 0, NULL, "f16", 1e-3, 4};

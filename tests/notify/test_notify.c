@@ -1095,7 +1095,7 @@ int main(int argc, char **argv)
 
     const char *spy = smtp_python();
     if (!spy) {
-        ok(1, "# SKIP email tests: python3-aiosmtpd is not installed");
+        skip("email tests: python3-aiosmtpd is not installed");
     } else {
         g_spid = spawn_server(spy, argv[2], g_slog, &g_sport);
         ok(g_spid > 0, "SMTP server (aiosmtpd, %s) started on port %d", spy, g_sport);

@@ -235,8 +235,7 @@ int main(void)
            "over-long name; default 'where' (%s)", e2);
         json_decref(cfg);
     }
-    cairn__notify_target_free(NULL);
-    ok(1, "free(NULL) is a no-op");
+    cairn__notify_target_free(NULL); /* must not crash: free(NULL) is a no-op */
 
     /* ---- Message-ID */
     char mid[96];

@@ -294,7 +294,7 @@ static void http(const char *root)
     char *script = tu_fmt("%s/tests/retrieve/es_server.py", src);
     char *portfile = tu_fmt("%s/port.txt", root);
     if (!py || access(script, R_OK) != 0) {
-        ok(1, "# SKIP no python3 or no %s: HTTP retriever not tested", script);
+        skip("no python3 or no %s: HTTP retriever not tested", script);
         free(py), free(script), free(portfile);
         return;
     }
