@@ -1,7 +1,7 @@
 /* tests/gpu/test_gpu.c - the CUDA backend against the CPU backend (suite 'gpu').
  *
  * Skips (a SKIP plan, see skip_all) when the build has no CUDA backend, its module
- * (libcairn-cuda.so, loaded at run time) cannot be loaded, or no usable device is present. With
+ * (libcairn-cuda.so, mk_loaded at run time) cannot be mk_loaded, or no usable device is present. With
  * one, random llama/qwen2 models of every weight type (GQA, tied and untied output) are run through
  * both backends and compared: the reference is the CPU's batched prompt path (dequantize +
  * f32 GEMM: exact float arithmetic on the exact dequantized weights, for every type; the CPU's
@@ -53,32 +53,6 @@ static const char *BK = "cuda"; /* the backend under test */
 static int is_cuda = 1;
 static const cairn__cuda_plugin *cuda; /* the CUDA module's diagnostics (when is_cuda) */
 
-typedef struct {
-    unsigned char *buf;
-    cairn__gguf *g;
-    cairn__model *m;
-} loaded;
-
-static int load_spec(const mk_spec *s, loaded *L, char *err, size_t errlen)
-{
-    memset(L, 0, sizeof *L);
-    size_t len;
-    if (mk_model(s, &L->buf, &len) != 0) {
-        snprintf(err, errlen, "mk_model failed");
-        return -1000;
-    }
-    int rc = cairn__gguf_open_mem(L->buf, len, &L->g, err, errlen);
-    if (rc)
-        return rc;
-    return cairn__model_load(L->g, &L->m, err, errlen);
-}
-
-static void unload(loaded *L)
-{
-    cairn__model_free(L->m);
-    cairn__gguf_close(L->g);
-    free(L->buf);
-}
 
 /* max |a - ref| / max |ref|; NaN anywhere counts as infinitely wrong */
 static double rel_err(const float *a, const float *ref, size_t n)
@@ -141,10 +115,10 @@ static void check_case(const gcase *c)
     snprintf(name, sizeof name, "%s %s%s%s%s hd %d gqa %d:%d", c->arch, cairn__ggml_type_name(c->type),
              c->tied ? " tied" : "", c->dtype ? " as " : "", c->dtype ? c->dtype : "", s.dim / s.n_heads, s.n_heads,
              s.n_kv_heads);
-    loaded L;
-    int rc = load_spec(&s, &L, err, sizeof err);
+    mk_loaded L;
+    int rc = mk_load(&s, &L, err, sizeof err);
     if (!ok(rc == 0, "%s: model loads (%s)", name, rc ? err : "ok")) {
-        unload(&L);
+        mk_unload(&L);
         return;
     }
     const size_t V = (size_t)L.m->n_vocab;
@@ -205,7 +179,7 @@ out:
     free(bat);
     free(dec);
     free(again);
-    unload(&L);
+    mk_unload(&L);
 }
 
 /* A prompt longer than the attention kernel's warps and one chunk, with a wider head. */
@@ -222,8 +196,8 @@ static void check_long(int dim, int heads, int kv, const char *arch)
     s.ctx = 512;
     s.seed = 31 + (uint64_t)dim;
     char err[256];
-    loaded L;
-    int rc = load_spec(&s, &L, err, sizeof err);
+    mk_loaded L;
+    int rc = mk_load(&s, &L, err, sizeof err);
     const int n = 300;
     int32_t *toks = malloc(n * sizeof *toks);
     const size_t V = (size_t)s.vocab;
@@ -259,7 +233,7 @@ out:
     free(ref);
     free(got);
     free(last);
-    unload(&L);
+    mk_unload(&L);
 }
 
 static int argmax(const float *x, size_t n)
@@ -283,8 +257,8 @@ static void check_greedy(uint32_t type)
     s.wtype = type;
     s.seed = 99;
     char err[256];
-    loaded L;
-    int rc = load_spec(&s, &L, err, sizeof err);
+    mk_loaded L;
+    int rc = mk_load(&s, &L, err, sizeof err);
     const size_t V = (size_t)s.vocab;
     float *lc = malloc(V * sizeof *lc), *lt = malloc(V * sizeof *lt);
     cairn__backend *cpu = NULL, *b = NULL;
@@ -327,7 +301,7 @@ static void check_greedy(uint32_t type)
     cairn__backend_free(cpu);
     free(lc);
     free(lt);
-    unload(&L);
+    mk_unload(&L);
 }
 
 typedef struct {
@@ -367,11 +341,11 @@ static void check_resume(void)
     s.wtype = CAIRN__GGML_Q4_0;
     s.seed = 5;
     char err[256];
-    loaded L;
+    mk_loaded L;
     cairn__tok *tok = NULL;
     cairn__backend *b = NULL;
     cairn__engine *e = NULL;
-    int rc = load_spec(&s, &L, err, sizeof err);
+    int rc = mk_load(&s, &L, err, sizeof err);
     if (rc == 0)
         rc = cairn__tok_load(L.g, &tok, err, sizeof err);
     cairn__backend_opts bo = {.n_ctx = 160, .n_threads = 2, .n_batch = 8};
@@ -429,7 +403,7 @@ out:
     cairn__engine_free(e);
     cairn__backend_free(b);
     cairn__tok_free(tok);
-    unload(&L);
+    mk_unload(&L);
 }
 
 static void check_errors(void)
@@ -437,8 +411,8 @@ static void check_errors(void)
     mk_spec s;
     mk_spec_default(&s);
     char err[256];
-    loaded L;
-    int rc = load_spec(&s, &L, err, sizeof err);
+    mk_loaded L;
+    int rc = mk_load(&s, &L, err, sizeof err);
     cairn__backend *b = NULL;
     cairn__backend_opts o = {.n_ctx = 8, .n_threads = 1};
     if (rc == 0)
@@ -467,7 +441,7 @@ static void check_errors(void)
         cairn__backend_free(b);
     }
     free(lg);
-    unload(&L);
+    mk_unload(&L);
 }
 
 int main(void)
@@ -482,22 +456,22 @@ int main(void)
         mk_spec s;
         mk_spec_default(&s);
         char err[256];
-        loaded L;
-        int rc = load_spec(&s, &L, err, sizeof err);
+        mk_loaded L;
+        int rc = mk_load(&s, &L, err, sizeof err);
         if (rc != 0) {
-            unload(&L);
+            mk_unload(&L);
             return skip_all("cannot build the probe model");
         }
         cairn__backend *b = NULL;
         cairn__backend_opts o = {.n_ctx = 8};
         rc = cairn__backend_new(BK, L.m, &o, &b, err, sizeof err);
         cairn__backend_free(b);
-        unload(&L);
+        mk_unload(&L);
         if (rc == CAIRN_ENODEVICE || rc == CAIRN_EUNSUPPORTED)
             return skip_all(err);
         if (!ok(rc == 0, "%s backend starts (%s)", BK, rc ? err : "ok"))
             return tap_done();
-        /* the backend came from the module, so this only fetches what is already loaded */
+        /* the backend came from the module, so this only fetches what is already mk_loaded */
         if (is_cuda) {
             rc = cairn__cuda_plugin_load(&cuda, err, sizeof err);
             if (!ok(rc == 0, "CUDA module's diagnostics (%s)", rc ? err : "ok"))

@@ -6,6 +6,9 @@
  */
 #include "tests/model/mkmodel.h"
 
+#include "gpu/gguf.h"
+#include "gpu/model.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -158,4 +161,25 @@ int mk_model(const mk_spec *s, unsigned char **buf, size_t *len)
     int rc = gw_write_mem(w, buf, len);
     gw_free(w);
     return rc;
+}
+
+int mk_load(const mk_spec *s, mk_loaded *L, char *err, size_t errlen)
+{
+    memset(L, 0, sizeof *L);
+    size_t len;
+    if (mk_model(s, &L->buf, &len) != 0) {
+        snprintf(err, errlen, "mk_model failed");
+        return -1000;
+    }
+    int rc = cairn__gguf_open_mem(L->buf, len, &L->g, err, errlen);
+    if (rc)
+        return rc;
+    return cairn__model_load(L->g, &L->m, err, errlen);
+}
+
+void mk_unload(mk_loaded *L)
+{
+    cairn__model_free(L->m);
+    cairn__gguf_close(L->g);
+    free(L->buf);
 }

@@ -24,4 +24,17 @@ void mk_spec_default(mk_spec *s);
 /* Writes the model as a GGUF file image into *buf (malloc'd, *len bytes). 0 or -1. */
 int mk_model(const mk_spec *s, unsigned char **buf, size_t *len);
 
+/* A generated model opened in memory: the file image, its GGUF reader and the model. */
+typedef struct cairn__gguf cairn__gguf;
+typedef struct cairn__model cairn__model;
+typedef struct {
+    unsigned char *buf;
+    cairn__gguf *g;
+    cairn__model *m;
+} mk_loaded;
+/* Builds the model of spec s and loads it: 0, a CAIRN_E* code (err says why) or -1000 when the
+ * spec cannot be built. Free with mk_unload (also after a failure). */
+int mk_load(const mk_spec *s, mk_loaded *L, char *err, size_t errlen);
+void mk_unload(mk_loaded *L);
+
 #endif

@@ -28,32 +28,6 @@ enum {
 #undef CAIRN__X
 };
 
-typedef struct {
-    unsigned char *buf;
-    cairn__gguf *g;
-    cairn__model *m;
-} loaded;
-
-static int load_spec(const mk_spec *s, loaded *L, char *err, size_t errlen)
-{
-    memset(L, 0, sizeof *L);
-    size_t len;
-    if (mk_model(s, &L->buf, &len) != 0) {
-        snprintf(err, errlen, "mk_model failed");
-        return -1000;
-    }
-    int rc = cairn__gguf_open_mem(L->buf, len, &L->g, err, errlen);
-    if (rc)
-        return rc;
-    return cairn__model_load(L->g, &L->m, err, errlen);
-}
-
-static void unload(loaded *L)
-{
-    cairn__model_free(L->m);
-    cairn__gguf_close(L->g);
-    free(L->buf);
-}
 
 static double rel_err_d(const float *got, const double *ref, size_t n)
 {
@@ -94,10 +68,10 @@ static void check_model(const char *arch, uint32_t type, int tied, int kquant)
     }
     const char *tn = cairn__ggml_type_name(type);
     char err[256];
-    loaded L;
-    int rc = load_spec(&s, &L, err, sizeof err);
+    mk_loaded L;
+    int rc = mk_load(&s, &L, err, sizeof err);
     if (!ok(rc == 0, "%s %s%s: model loads (%s)", arch, tn, tied ? " tied" : "", rc ? err : "ok")) {
-        unload(&L);
+        mk_unload(&L);
         return;
     }
     const cairn__model *m = L.m;
@@ -139,7 +113,7 @@ out:
     free(ref);
     free(bat);
     free(dec);
-    unload(&L);
+    mk_unload(&L);
 }
 
 static void check_greedy(void)
@@ -148,9 +122,9 @@ static void check_greedy(void)
     mk_spec_default(&s);
     s.seed = 99;
     char err[256];
-    loaded L;
-    if (!ok(load_spec(&s, &L, err, sizeof err) == 0, "greedy: model loads")) {
-        unload(&L);
+    mk_loaded L;
+    if (!ok(mk_load(&s, &L, err, sizeof err) == 0, "greedy: model loads")) {
+        mk_unload(&L);
         return;
     }
     const cairn__model *m = L.m;
@@ -187,7 +161,7 @@ static void check_greedy(void)
     cairn__backend_free(b);
     free(ref);
     free(lg);
-    unload(&L);
+    mk_unload(&L);
 }
 
 static void check_threads_deterministic(void)
@@ -198,9 +172,9 @@ static void check_threads_deterministic(void)
     s.dim = 128;
     s.ff = 256;
     char err[256];
-    loaded L;
-    if (!ok(load_spec(&s, &L, err, sizeof err) == 0, "threads: model loads")) {
-        unload(&L);
+    mk_loaded L;
+    if (!ok(mk_load(&s, &L, err, sizeof err) == 0, "threads: model loads")) {
+        mk_unload(&L);
         return;
     }
     const size_t V = (size_t)L.m->n_vocab;
@@ -218,7 +192,7 @@ static void check_threads_deterministic(void)
     ok(same && memcmp(a, c, V * sizeof *a) == 0, "decode logits identical with 1 and 3 threads");
     free(a);
     free(c);
-    unload(&L);
+    mk_unload(&L);
 }
 
 static void check_kernels_scalar_vs_simd(void)
@@ -285,46 +259,46 @@ static void check_kernels_scalar_vs_simd(void)
 static void check_errors(void)
 {
     char err[256];
-    loaded L;
+    mk_loaded L;
     mk_spec s;
 
     mk_spec_default(&s);
     s.omit = "blk.1.ffn_up.weight";
-    int rc = load_spec(&s, &L, err, sizeof err);
+    int rc = mk_load(&s, &L, err, sizeof err);
     ok(rc == CAIRN_EFORMAT && strstr(err, "blk.1.ffn_up.weight"), "missing tensor -> EFORMAT naming it (%s)", err);
-    unload(&L);
+    mk_unload(&L);
 
     mk_spec_default(&s);
     s.misshape = "blk.0.attn_k.weight";
-    rc = load_spec(&s, &L, err, sizeof err);
+    rc = mk_load(&s, &L, err, sizeof err);
     ok(rc == CAIRN_EFORMAT && strstr(err, "blk.0.attn_k.weight"), "misshapen tensor -> EFORMAT naming it (%s)", err);
-    unload(&L);
+    mk_unload(&L);
 
     mk_spec_default(&s);
     s.omit = "output_norm.weight";
-    rc = load_spec(&s, &L, err, sizeof err);
+    rc = mk_load(&s, &L, err, sizeof err);
     ok(rc == CAIRN_EFORMAT && strstr(err, "output_norm.weight"), "missing output_norm -> EFORMAT (%s)", err);
-    unload(&L);
+    mk_unload(&L);
 
     mk_spec_default(&s);
     s.arch = "qwen2";
     s.omit = "blk.0.attn_v.bias";
-    rc = load_spec(&s, &L, err, sizeof err);
+    rc = mk_load(&s, &L, err, sizeof err);
     ok(rc == CAIRN_EFORMAT && strstr(err, "blk.0.attn_v.bias"), "qwen2 without a V bias -> EFORMAT (%s)", err);
-    unload(&L);
+    mk_unload(&L);
 
     mk_spec_default(&s);
     s.arch = "mamba";
-    rc = load_spec(&s, &L, err, sizeof err);
+    rc = mk_load(&s, &L, err, sizeof err);
     ok(rc == CAIRN_EUNSUPPORTED && strstr(err, "mamba"), "unknown architecture -> EUNSUPPORTED naming it (%s)", err);
-    unload(&L);
+    mk_unload(&L);
 
     rc = cairn__model_open("/nonexistent/model.gguf", &L.m, err, sizeof err);
     ok(rc == CAIRN_ENOENT && L.m == NULL, "missing file -> ENOENT (%d)", rc);
 
     /* context */
     mk_spec_default(&s);
-    rc = load_spec(&s, &L, err, sizeof err);
+    rc = mk_load(&s, &L, err, sizeof err);
     cairn__backend *b = NULL;
     cairn__backend_opts o = {.n_ctx = 8, .n_threads = 1};
     if (rc == 0)
@@ -342,7 +316,7 @@ static void check_errors(void)
     ok(rc == CAIRN_EINVAL && cb == NULL, "unknown backend name -> EINVAL (%s)", err);
     free(lg);
     cairn__backend_free(b);
-    unload(&L);
+    mk_unload(&L);
 }
 
 static void count_range(void *arg, int64_t i0, int64_t i1, int ith)
