@@ -847,8 +847,8 @@ int cairn__input_get(cairn__txn *t, const char *id, const void **data, size_t *l
     if (rc)
         return mdb_fail(t, t->s, rc, "read task input");
     if (!mp_plausible(v.mv_data, v.mv_size))
-        return cairn__store_fail(t->s, CAIRN_ECORRUPT, "corrupt input of task '%s' (%zu bytes)",
-                                 id, (size_t)v.mv_size);
+        return cairn__store_fail(t->s, CAIRN_ECORRUPT, "corrupt input of task '%s' (%zu bytes)", id,
+                                 (size_t)v.mv_size);
     *data = v.mv_data;
     *len = v.mv_size;
     return 0;
@@ -860,7 +860,6 @@ int cairn__input_put(cairn__txn *t, const char *id, const void *data, size_t len
     int rc = mdb_put(t->txn, t->s->inputs, &k, &v, 0);
     return rc ? mdb_fail(t, t->s, rc, "write task input") : 0;
 }
-
 
 int cairn__task_drop_outputs(cairn__txn *t, const char *id)
 {
@@ -1016,8 +1015,8 @@ int cairn__progress_get(cairn__txn *t, const char *task, const char *step, uint3
         return mdb_fail(t, t->s, rc, "read progress");
     if (!mp_plausible(v.mv_data, v.mv_size))
         return cairn__store_fail(t->s, CAIRN_ECORRUPT,
-                                 "corrupt progress record of task '%s' step '%s' in store %s",
-                                 task, step, t->s->dir);
+                                 "corrupt progress record of task '%s' step '%s' in store %s", task,
+                                 step, t->s->dir);
     *data = v.mv_data;
     *len = v.mv_size;
     return 0;
@@ -1064,8 +1063,9 @@ int cairn__audit_append(cairn__txn *t, cairn__task_rec *task, const cairn__audit
     MDB_val kk = kv(&k), v;
     uint64_t last = 0;
     rc = mdb_cursor_get(c, &kk, &v, MDB_SET_RANGE);
-    rc = rc == 0 ? mdb_cursor_get(c, &kk, &v, MDB_PREV)
-                 : rc == MDB_NOTFOUND ? mdb_cursor_get(c, &kk, &v, MDB_LAST) : rc;
+    rc = rc == 0              ? mdb_cursor_get(c, &kk, &v, MDB_PREV)
+         : rc == MDB_NOTFOUND ? mdb_cursor_get(c, &kk, &v, MDB_LAST)
+                              : rc;
     if (rc == 0 && kk.mv_size == plen + 8 && memcmp(kk.mv_data, k.b, plen) == 0)
         last = rd_be64((unsigned char *)kk.mv_data + plen);
     mdb_cursor_close(c);

@@ -67,7 +67,7 @@ typedef struct cairn__task_rec {
 } cairn__task_rec;
 
 typedef struct cairn__step_rec {
-    uint8_t state; /* cairn_step_state */
+    uint8_t state;    /* cairn_step_state */
     uint8_t resolved; /* set by an operator's resolve */
     uint32_t generation;
     uint32_t invocations;

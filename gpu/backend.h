@@ -35,10 +35,11 @@ typedef struct cairn__backend_ops {
     const char *name; /* "cpu", "cuda" */
     /* Creates a backend for m (which must outlive it). Returns 0 or CAIRN_ENOMEM, CAIRN_EINVAL,
      * CAIRN_ENODEVICE, CAIRN_ECUDA, with a message in err. */
-    int (*create)(const cairn__model *m, const cairn__backend_opts *o, cairn__backend **out, char *err,
-                  size_t errlen);
+    int (*create)(const cairn__model *m, const cairn__backend_opts *o, cairn__backend **out,
+                  char *err, size_t errlen);
     /* See cairn__backend_forward. Implementations may assume the arguments were validated. */
-    int (*forward)(cairn__backend *b, const int32_t *tokens, int n, int pos, float *logits, int all_logits);
+    int (*forward)(cairn__backend *b, const int32_t *tokens, int n, int pos, float *logits,
+                   int all_logits);
     void (*destroy)(cairn__backend *b);
 } cairn__backend_ops;
 
@@ -58,8 +59,8 @@ extern const cairn__backend_ops cairn__backend_cpu_ops;
  * negative code with a message in err; for "cuda" also CAIRN_ENODEVICE when the module cannot be
  * loaded (the loader's text in err) and CAIRN_EUNSUPPORTED when the build has no CUDA backend or
  * the module was built for another interface (see cairn__cuda_plugin_load). */
-int cairn__backend_new(const char *kind, const cairn__model *m, const cairn__backend_opts *o, cairn__backend **out,
-                       char *err, size_t errlen);
+int cairn__backend_new(const char *kind, const cairn__model *m, const cairn__backend_opts *o,
+                       cairn__backend **out, char *err, size_t errlen);
 void cairn__backend_free(cairn__backend *b); /* NULL is a no-op */
 const char *cairn__backend_name(const cairn__backend *b);
 
@@ -68,7 +69,8 @@ const char *cairn__backend_name(const cairn__backend *b);
  * floats for the last token, or, when all_logits, n * n_vocab floats (row i for token i).
  * Returns 0, CAIRN_ECONTEXT (pos + n > n_ctx), CAIRN_EINVAL (a token id outside the vocabulary,
  * bad pos/n), or a device error; on error n_past is unchanged or smaller, never garbage. */
-int cairn__backend_forward(cairn__backend *b, const int32_t *tokens, int n, int pos, float *logits, int all_logits);
+int cairn__backend_forward(cairn__backend *b, const int32_t *tokens, int n, int pos, float *logits,
+                           int all_logits);
 /* Forgets every position >= n_keep (n_keep <= n_past). */
 void cairn__backend_truncate(cairn__backend *b, int n_keep);
 int cairn__backend_n_past(const cairn__backend *b);

@@ -37,14 +37,14 @@ typedef struct {
     int64_t q_dim, kv_dim;
     float *kcache, *vcache; /* [layer][n_ctx][kv_dim] */
     /* activations for up to n_batch tokens */
-    float *x;      /* (nb, dim) residual stream */
-    float *xb;     /* (nb, dim) normed input / projection output */
-    float *q;      /* (nb, q_dim) */
-    float *k, *v;  /* (nb, kv_dim) */
-    float *att;    /* (nb, q_dim) attention output */
+    float *x;        /* (nb, dim) residual stream */
+    float *xb;       /* (nb, dim) normed input / projection output */
+    float *q;        /* (nb, q_dim) */
+    float *k, *v;    /* (nb, kv_dim) */
+    float *att;      /* (nb, q_dim) attention output */
     float *hb, *hb2; /* (nb, ff) */
-    float *rope;   /* (nb, rope_dim/2, 2) cos, sin */
-    float *scores; /* (n_threads, n_ctx) */
+    float *rope;     /* (nb, rope_dim/2, 2) cos, sin */
+    float *scores;   /* (n_threads, n_ctx) */
     void *mv_scratch;
     float *mm_scratch;
     float *inv_freq; /* rope_dim/2 */
@@ -72,13 +72,10 @@ static void cpu_destroy(cairn__backend *bb)
     free(b);
 }
 
-static size_t max_sz(size_t a, size_t b)
-{
-    return a > b ? a : b;
-}
+static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
 
-static int cpu_create(const cairn__model *m, const cairn__backend_opts *o, cairn__backend **out, char *err,
-                      size_t errlen)
+static int cpu_create(const cairn__model *m, const cairn__backend_opts *o, cairn__backend **out,
+                      char *err, size_t errlen)
 {
     cpu_backend *b = calloc(1, sizeof *b);
     if (!b)
@@ -113,20 +110,24 @@ static int cpu_create(const cairn__model *m, const cairn__backend_opts *o, cairn
     b->scores = malloc(nth * (size_t)n_ctx * sizeof(float));
     b->inv_freq = malloc((size_t)m->rope_dim / 2 * sizeof(float) + sizeof(float));
     /* scratch sized for the widest input and the largest weight tile of any product */
-    size_t mv = cairn__matvec_scratch_bytes(max_sz((size_t)m->dim, max_sz((size_t)b->q_dim, (size_t)m->ff_dim)));
+    size_t mv = cairn__matvec_scratch_bytes(
+        max_sz((size_t)m->dim, max_sz((size_t)b->q_dim, (size_t)m->ff_dim)));
     size_t mm = cairn__matmul_scratch_bytes(&m->output);
     for (int l = 0; l < m->n_layers; l++) {
         const cairn__layer *ly = &m->layers[l];
-        const cairn__mat *ms[] = {&ly->wq, &ly->wk, &ly->wv, &ly->wo, &ly->w_gate, &ly->w_up, &ly->w_down};
+        const cairn__mat *ms[] = {&ly->wq,     &ly->wk,   &ly->wv,    &ly->wo,
+                                  &ly->w_gate, &ly->w_up, &ly->w_down};
         for (size_t i = 0; i < sizeof ms / sizeof *ms; i++)
             mm = max_sz(mm, cairn__matmul_scratch_bytes(ms[i]));
     }
     b->mv_scratch = malloc(mv);
     b->mm_scratch = malloc(mm);
-    if (!b->kcache || !b->vcache || !b->x || !b->xb || !b->q || !b->k || !b->v || !b->att || !b->hb || !b->hb2 ||
-        !b->rope || !b->scores || !b->inv_freq || !b->mv_scratch || !b->mm_scratch) {
+    if (!b->kcache || !b->vcache || !b->x || !b->xb || !b->q || !b->k || !b->v || !b->att ||
+        !b->hb || !b->hb2 || !b->rope || !b->scores || !b->inv_freq || !b->mv_scratch ||
+        !b->mm_scratch) {
         cpu_destroy(&b->base);
-        return cairn__errf(err, errlen, CAIRN_ENOMEM, "out of memory for a context of %d tokens", n_ctx);
+        return cairn__errf(err, errlen, CAIRN_ENOMEM, "out of memory for a context of %d tokens",
+                           n_ctx);
     }
     /* theta_i = pos * base^(-2i/rope_dim), as ggml; computed in double then rounded */
     for (int i = 0; i < m->rope_dim / 2; i++)
@@ -183,7 +184,8 @@ static void attention_range(void *arg, int64_t i0, int64_t i1, int ith)
         const int kvh = h / group, last = j->pos + i;
         const float *q = b->q + (size_t)i * (size_t)b->q_dim + (size_t)h * hd;
         for (int t = 0; t <= last; t++)
-            sc[t] = cairn__dot_f32(q, K + (size_t)t * (size_t)b->kv_dim + (size_t)kvh * hd, hd) * scale;
+            sc[t] =
+                cairn__dot_f32(q, K + (size_t)t * (size_t)b->kv_dim + (size_t)kvh * hd, hd) * scale;
         cairn__softmax(sc, last + 1);
         float *o = b->att + (size_t)i * (size_t)b->q_dim + (size_t)h * hd;
         memset(o, 0, (size_t)hd * sizeof(float));
@@ -202,7 +204,8 @@ static void add_bias(float *x, const float *bias, int n, int64_t d)
 }
 
 /* tokens[0..n) (n <= n_batch) at positions pos.. through the whole model */
-static void forward_chunk(cpu_backend *b, const int32_t *tokens, int n, int pos, float *logits, int all_logits)
+static void forward_chunk(cpu_backend *b, const int32_t *tokens, int n, int pos, float *logits,
+                          int all_logits)
 {
     const cairn__model *m = b->base.model;
     const int64_t dim = m->dim, ff = m->ff_dim, half = m->rope_dim / 2;
@@ -217,7 +220,8 @@ static void forward_chunk(cpu_backend *b, const int32_t *tokens, int n, int pos,
     for (int l = 0; l < m->n_layers; l++) {
         const cairn__layer *ly = &m->layers[l];
         for (int i = 0; i < n; i++)
-            cairn__rmsnorm(b->xb + (size_t)i * dim, b->x + (size_t)i * dim, ly->attn_norm, dim, m->rms_eps);
+            cairn__rmsnorm(b->xb + (size_t)i * dim, b->x + (size_t)i * dim, ly->attn_norm, dim,
+                           m->rms_eps);
         if (n == 1) { /* decode: the three projections in one pass of the pool */
             const cairn__mat *W[3] = {&ly->wq, &ly->wk, &ly->wv};
             float *const O[3] = {b->q, b->k, b->v};
@@ -249,7 +253,8 @@ static void forward_chunk(cpu_backend *b, const int32_t *tokens, int n, int pos,
         for (size_t k = 0; k < (size_t)n * (size_t)dim; k++)
             b->x[k] += b->xb[k];
         for (int i = 0; i < n; i++)
-            cairn__rmsnorm(b->xb + (size_t)i * dim, b->x + (size_t)i * dim, ly->ffn_norm, dim, m->rms_eps);
+            cairn__rmsnorm(b->xb + (size_t)i * dim, b->x + (size_t)i * dim, ly->ffn_norm, dim,
+                           m->rms_eps);
         if (n == 1) {
             const cairn__mat *W[2] = {&ly->w_gate, &ly->w_up};
             float *const O[2] = {b->hb, b->hb2};
@@ -268,11 +273,13 @@ static void forward_chunk(cpu_backend *b, const int32_t *tokens, int n, int pos,
         return;
     const int first = all_logits ? 0 : n - 1, cnt = n - first;
     for (int i = first; i < n; i++)
-        cairn__rmsnorm(b->xb + (size_t)(i - first) * dim, b->x + (size_t)i * dim, m->output_norm, dim, m->rms_eps);
+        cairn__rmsnorm(b->xb + (size_t)(i - first) * dim, b->x + (size_t)i * dim, m->output_norm,
+                       dim, m->rms_eps);
     linear(b, &m->output, b->xb, cnt, logits);
 }
 
-static int cpu_forward(cairn__backend *bb, const int32_t *tokens, int n, int pos, float *logits, int all_logits)
+static int cpu_forward(cairn__backend *bb, const int32_t *tokens, int n, int pos, float *logits,
+                       int all_logits)
 {
     cpu_backend *b = (cpu_backend *)bb;
     const int64_t nv = b->base.model->n_vocab;

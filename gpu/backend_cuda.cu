@@ -58,12 +58,14 @@ enum {
 };
 
 extern "C" {
-extern const cairn__backend_ops cairn__backend_cuda_ops; /* hidden: reached through cairn_cuda_plugin */
+extern const cairn__backend_ops
+    cairn__backend_cuda_ops; /* hidden: reached through cairn_cuda_plugin */
 /* the module's one exported symbol; declared through the type the program calls it by */
 __attribute__((visibility("default"))) cairn__cuda_plugin_fn cairn_cuda_plugin;
 }
 
-static cairn__cuda_host host; /* the program's functions (errf, dequant_row), lent by cairn_cuda_plugin */
+static cairn__cuda_host
+    host; /* the program's functions (errf, dequant_row), lent by cairn_cuda_plugin */
 
 enum dtype { DT_F32 = 0, DT_F16 = 1, DT_BF16 = 2 };
 static const char *const DT_NAME[] = {"f32", "f16", "bf16"};
@@ -72,10 +74,12 @@ static const cudaDataType_t DT_CUDA[] = {CUDA_R_32F, CUDA_R_16F, CUDA_R_16BF};
 
 #define MAX_BATCH 512 /* tokens per prompt chunk: bounds the activations and the logits buffer */
 #define STAGE_FLOATS ((size_t)8 << 20) /* rows dequantized per upload step: 32 MiB of f32 */
-#define WORKSPACE_BYTES ((size_t)32 << 20) /* cuBLAS workspace (fixed, so graph capture allocates nothing) */
+#define WORKSPACE_BYTES                                                                            \
+    ((size_t)32 << 20) /* cuBLAS workspace (fixed, so graph capture allocates nothing) */
 
 typedef struct {
-    void *wqkv, *wo, *wgu, *wd; /* (q+2kv, dim), (dim, q), (2ff, dim), (dim, ff) in the device type */
+    void *wqkv, *wo, *wgu,
+        *wd; /* (q+2kv, dim), (dim, q), (2ff, dim), (dim, ff) in the device type */
     float *attn_norm, *ffn_norm; /* (dim) */
     float *bqkv;                 /* (q+2kv) or NULL */
 } dlayer;
@@ -97,15 +101,15 @@ typedef struct {
     float *output_norm;
     uint64_t weight_bytes; /* read per decode step */
     /* state and activations */
-    float *kc, *vc;      /* (n_layers, n_ctx, kv_dim) */
-    float *x;            /* (nb, dim) residual stream */
-    void *xn;            /* (nb, dim) T: normed input of the next product */
-    float *qkv;          /* (nb, qkv_dim) */
-    void *att;           /* (nb, q_dim) T */
-    float *gu;           /* (nb, 2 ff) */
-    void *hb;            /* (nb, ff) T */
-    float *logits;       /* (nb, n_vocab) */
-    float *inv_freq;     /* (rope_dim / 2) */
+    float *kc, *vc;  /* (n_layers, n_ctx, kv_dim) */
+    float *x;        /* (nb, dim) residual stream */
+    void *xn;        /* (nb, dim) T: normed input of the next product */
+    float *qkv;      /* (nb, qkv_dim) */
+    void *att;       /* (nb, q_dim) T */
+    float *gu;       /* (nb, 2 ff) */
+    void *hb;        /* (nb, ff) T */
+    float *logits;   /* (nb, n_vocab) */
+    float *inv_freq; /* (rope_dim / 2) */
     int *d_tokens, *d_pos;
     int *d_overflow;
     /* pinned host staging: the graph reads tokens/pos from here and writes logits here */
@@ -116,36 +120,39 @@ typedef struct {
     char graph_err[256]; /* why */
 } cuda_backend;
 
-/* ==== errors ======================================================================================= */
+/* ==== errors
+ * ======================================================================================= */
 
 static int cuda_err(char *err, size_t errlen, cudaError_t e, const char *what)
 {
     if (e == cudaErrorMemoryAllocation)
         return host.errf(err, errlen, CAIRN_ENOMEM, "out of device memory in %s (%s: %s)", what,
-                           cudaGetErrorName(e), cudaGetErrorString(e));
-    return host.errf(err, errlen, CAIRN_ECUDA, "%s: %s (%s)", what, cudaGetErrorName(e), cudaGetErrorString(e));
+                         cudaGetErrorName(e), cudaGetErrorString(e));
+    return host.errf(err, errlen, CAIRN_ECUDA, "%s: %s (%s)", what, cudaGetErrorName(e),
+                     cudaGetErrorString(e));
 }
 
 static int blas_err(char *err, size_t errlen, cublasStatus_t s, const char *what)
 {
     if (s == CUBLAS_STATUS_ALLOC_FAILED)
         return host.errf(err, errlen, CAIRN_ENOMEM, "out of device memory in %s (%s: %s)", what,
-                           cublasGetStatusName(s), cublasGetStatusString(s));
-    return host.errf(err, errlen, CAIRN_ECUDA, "%s: %s (%s)", what, cublasGetStatusName(s), cublasGetStatusString(s));
+                         cublasGetStatusName(s), cublasGetStatusString(s));
+    return host.errf(err, errlen, CAIRN_ECUDA, "%s: %s (%s)", what, cublasGetStatusName(s),
+                     cublasGetStatusString(s));
 }
 
-#define CU(b, call, what)                                                                                            \
-    do {                                                                                                             \
-        cudaError_t e_ = (call);                                                                                     \
-        if (e_ != cudaSuccess)                                                                                       \
-            return cuda_err((b)->e, (b)->elen, e_, what);                                                            \
+#define CU(b, call, what)                                                                          \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess)                                                                     \
+            return cuda_err((b)->e, (b)->elen, e_, what);                                          \
     } while (0)
 
-#define BL(b, call, what)                                                                                            \
-    do {                                                                                                             \
-        cublasStatus_t s_ = (call);                                                                                  \
-        if (s_ != CUBLAS_STATUS_SUCCESS)                                                                             \
-            return blas_err((b)->e, (b)->elen, s_, what);                                                            \
+#define BL(b, call, what)                                                                          \
+    do {                                                                                           \
+        cublasStatus_t s_ = (call);                                                                \
+        if (s_ != CUBLAS_STATUS_SUCCESS)                                                           \
+            return blas_err((b)->e, (b)->elen, s_, what);                                          \
     } while (0)
 
 /* after a kernel launch: launch-configuration errors surface here, execution errors at the
@@ -163,13 +170,15 @@ static int dmalloc(cuda_backend *b, void **p, size_t bytes, const char *what)
     size_t fr = 0, tot = 0;
     cudaMemGetInfo(&fr, &tot);
     if (e == cudaErrorMemoryAllocation)
-        return host.errf(b->e, b->elen, CAIRN_ENOMEM,
-                           "out of device memory allocating %zu bytes for %s (%zu of %zu bytes free on device %d)",
-                           bytes, what, fr, tot, b->device);
+        return host.errf(
+            b->e, b->elen, CAIRN_ENOMEM,
+            "out of device memory allocating %zu bytes for %s (%zu of %zu bytes free on device %d)",
+            bytes, what, fr, tot, b->device);
     return cuda_err(b->e, b->elen, e, what);
 }
 
-/* ==== launches ===================================================================================== */
+/* ==== launches
+ * ===================================================================================== */
 
 static unsigned grid_for(size_t n)
 {
@@ -179,14 +188,14 @@ static unsigned grid_for(size_t n)
 
 /* W (rows, cols) @ X^T: X (n, cols) -> C (n, rows) row-major with row stride ldc, C = W X + beta C.
  * Column-major view for cuBLAS: C^T (rows, n) = op(W^T (cols, rows))^T @ X^T (cols, n). */
-static int gemm(cuda_backend *b, const void *W, int rows, int cols, const void *X, int n, float *C, int ldc,
-                float beta, const char *what)
+static int gemm(cuda_backend *b, const void *W, int rows, int cols, const void *X, int n, float *C,
+                int ldc, float beta, const char *what)
 {
     const float one = 1.0f;
     const cudaDataType_t t = DT_CUDA[b->dt];
     BL(b,
-       cublasGemmEx(b->blas, CUBLAS_OP_T, CUBLAS_OP_N, rows, n, cols, &one, W, t, cols, X, t, cols, &beta, C,
-                    CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+       cublasGemmEx(b->blas, CUBLAS_OP_T, CUBLAS_OP_N, rows, n, cols, &one, W, t, cols, X, t, cols,
+                    &beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
        what);
     return 0;
 }
@@ -201,30 +210,36 @@ template <typename T> static int enqueue_t(cuda_backend *b, int n, int head_rows
     int rc;
 
     /* x (n, dim) = tok_embd[tokens] */
-    embed_kernel<T><<<n, CK_THREADS, 0, b->stream>>>((const T *)b->tok_embd, b->d_tokens, dim, b->x);
+    embed_kernel<T>
+        <<<n, CK_THREADS, 0, b->stream>>>((const T *)b->tok_embd, b->d_tokens, dim, b->x);
     LAUNCHED(b, "embedding kernel");
     for (int l = 0; l < m->n_layers; l++) {
         const dlayer *ly = &b->layers[l];
         float *kc = b->kc + (size_t)l * layer_kv, *vc = b->vc + (size_t)l * layer_kv;
-        rmsnorm_kernel<T><<<n, CK_THREADS, 0, b->stream>>>(b->x, ly->attn_norm, dim, m->rms_eps, xn);
+        rmsnorm_kernel<T>
+            <<<n, CK_THREADS, 0, b->stream>>>(b->x, ly->attn_norm, dim, m->rms_eps, xn);
         LAUNCHED(b, "rmsnorm kernel");
         /* Wqkv (qkv_dim, dim) @ xn (n, dim) -> qkv (n, qkv_dim) */
-        if ((rc = gemm(b, ly->wqkv, b->qkv_dim, dim, xn, n, b->qkv, b->qkv_dim, 0.0f, "cublasGemmEx (QKV)")))
+        if ((rc = gemm(b, ly->wqkv, b->qkv_dim, dim, xn, n, b->qkv, b->qkv_dim, 0.0f,
+                       "cublasGemmEx (QKV)")))
             return rc;
-        qkv_post_kernel<<<n, CK_THREADS, 0, b->stream>>>(b->qkv, b->qkv_dim, ly->bqkv, b->d_pos, b->inv_freq,
-                                                         m->n_heads, m->n_kv_heads, hd, m->rope_dim,
-                                                         m->rope_mode == CAIRN__ROPE_NEOX, kc, vc);
+        qkv_post_kernel<<<n, CK_THREADS, 0, b->stream>>>(
+            b->qkv, b->qkv_dim, ly->bqkv, b->d_pos, b->inv_freq, m->n_heads, m->n_kv_heads, hd,
+            m->rope_dim, m->rope_mode == CAIRN__ROPE_NEOX, kc, vc);
         LAUNCHED(b, "bias/rope/KV kernel");
-        attention_kernel<T><<<dim3((unsigned)m->n_heads, (unsigned)n), ATT_WARPS * 32, 0, b->stream>>>(
-            b->qkv, b->qkv_dim, kc, vc, b->d_pos, m->n_heads, m->n_kv_heads, hd, scale, att);
+        attention_kernel<T>
+            <<<dim3((unsigned)m->n_heads, (unsigned)n), ATT_WARPS * 32, 0, b->stream>>>(
+                b->qkv, b->qkv_dim, kc, vc, b->d_pos, m->n_heads, m->n_kv_heads, hd, scale, att);
         LAUNCHED(b, "attention kernel");
         /* Wo (dim, q_dim) @ att (n, q_dim) + x -> x (n, dim) */
-        if ((rc = gemm(b, ly->wo, dim, b->q_dim, att, n, b->x, dim, 1.0f, "cublasGemmEx (attention output)")))
+        if ((rc = gemm(b, ly->wo, dim, b->q_dim, att, n, b->x, dim, 1.0f,
+                       "cublasGemmEx (attention output)")))
             return rc;
         rmsnorm_kernel<T><<<n, CK_THREADS, 0, b->stream>>>(b->x, ly->ffn_norm, dim, m->rms_eps, xn);
         LAUNCHED(b, "rmsnorm kernel");
         /* Wgu (2 ff, dim) @ xn (n, dim) -> gu (n, 2 ff) */
-        if ((rc = gemm(b, ly->wgu, 2 * ff, dim, xn, n, b->gu, 2 * ff, 0.0f, "cublasGemmEx (gate/up)")))
+        if ((rc = gemm(b, ly->wgu, 2 * ff, dim, xn, n, b->gu, 2 * ff, 0.0f,
+                       "cublasGemmEx (gate/up)")))
             return rc;
         swiglu_kernel<T><<<grid_for((size_t)n * ff), CK_THREADS, 0, b->stream>>>(b->gu, ff, n, hb);
         LAUNCHED(b, "swiglu kernel");
@@ -235,10 +250,11 @@ template <typename T> static int enqueue_t(cuda_backend *b, int n, int head_rows
     if (head_rows == 0)
         return 0;
     /* the last head_rows rows: norm, then Wout (n_vocab, dim) @ xn (head_rows, dim) -> logits */
-    rmsnorm_kernel<T><<<head_rows, CK_THREADS, 0, b->stream>>>(b->x + (size_t)(n - head_rows) * dim, b->output_norm,
-                                                               dim, m->rms_eps, xn);
+    rmsnorm_kernel<T><<<head_rows, CK_THREADS, 0, b->stream>>>(b->x + (size_t)(n - head_rows) * dim,
+                                                               b->output_norm, dim, m->rms_eps, xn);
     LAUNCHED(b, "rmsnorm kernel");
-    return gemm(b, b->output, m->n_vocab, dim, xn, head_rows, b->logits, m->n_vocab, 0.0f, "cublasGemmEx (output)");
+    return gemm(b, b->output, m->n_vocab, dim, xn, head_rows, b->logits, m->n_vocab, 0.0f,
+                "cublasGemmEx (output)");
 }
 
 /* Enqueues the pass of n tokens (already in d_tokens, position in d_pos) on the stream, and the
@@ -246,13 +262,17 @@ template <typename T> static int enqueue_t(cuda_backend *b, int n, int head_rows
 static int enqueue(cuda_backend *b, int n, int head_rows)
 {
     switch (b->dt) {
-    case DT_F32: return enqueue_t<float>(b, n, head_rows);
-    case DT_F16: return enqueue_t<__half>(b, n, head_rows);
-    default: return enqueue_t<__nv_bfloat16>(b, n, head_rows);
+    case DT_F32:
+        return enqueue_t<float>(b, n, head_rows);
+    case DT_F16:
+        return enqueue_t<__half>(b, n, head_rows);
+    default:
+        return enqueue_t<__nv_bfloat16>(b, n, head_rows);
     }
 }
 
-/* ==== decode graph ================================================================================= */
+/* ==== decode graph
+ * ================================================================================= */
 
 /* the whole graph body: inputs in, pass, logits out */
 static int enqueue_decode(cuda_backend *b, int head)
@@ -283,9 +303,11 @@ static int capture(cuda_backend *b, int head, cudaGraphExec_t *out)
         return rc;
     CU(b, cudaStreamSynchronize(b->stream), "warm-up decode step");
     cudaGraph_t g = NULL;
-    CU(b, cudaStreamBeginCapture(b->stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+    CU(b, cudaStreamBeginCapture(b->stream, cudaStreamCaptureModeThreadLocal),
+       "cudaStreamBeginCapture");
     rc = enqueue_decode(b, head);
-    cudaError_t e = cudaStreamEndCapture(b->stream, &g); /* always end, or the stream stays capturing */
+    cudaError_t e =
+        cudaStreamEndCapture(b->stream, &g); /* always end, or the stream stays capturing */
     if (rc) {
         if (g)
             cudaGraphDestroy(g);
@@ -337,14 +359,17 @@ static int decode_step(cuda_backend *b, int32_t token, int pos, float *logits)
 }
 
 /* n (2..n_batch) tokens at pos..; logits: NULL, the last row, or all n rows (all_logits) */
-static int prompt_chunk(cuda_backend *b, const int32_t *tokens, int n, int pos, float *logits, int all_logits)
+static int prompt_chunk(cuda_backend *b, const int32_t *tokens, int n, int pos, float *logits,
+                        int all_logits)
 {
     const size_t nv = (size_t)b->base.model->n_vocab;
     const int head = logits ? (all_logits ? n : 1) : 0;
     for (int i = 0; i < n; i++)
         b->h_tokens[i] = tokens[i];
     b->h_pos[0] = pos;
-    CU(b, cudaMemcpyAsync(b->d_tokens, b->h_tokens, (size_t)n * sizeof(int), cudaMemcpyHostToDevice, b->stream),
+    CU(b,
+       cudaMemcpyAsync(b->d_tokens, b->h_tokens, (size_t)n * sizeof(int), cudaMemcpyHostToDevice,
+                       b->stream),
        "cudaMemcpyAsync (tokens)");
     CU(b, cudaMemcpyAsync(b->d_pos, b->h_pos, sizeof(int), cudaMemcpyHostToDevice, b->stream),
        "cudaMemcpyAsync (position)");
@@ -353,14 +378,16 @@ static int prompt_chunk(cuda_backend *b, const int32_t *tokens, int n, int pos, 
         return rc;
     if (head)
         CU(b,
-           cudaMemcpyAsync(logits, b->logits, (size_t)head * nv * sizeof(float), cudaMemcpyDeviceToHost, b->stream),
+           cudaMemcpyAsync(logits, b->logits, (size_t)head * nv * sizeof(float),
+                           cudaMemcpyDeviceToHost, b->stream),
            "cudaMemcpyAsync (logits)");
     /* once per chunk: the pinned token staging is reused by the next one */
     CU(b, cudaStreamSynchronize(b->stream), "prompt chunk");
     return 0;
 }
 
-static int cuda_forward(cairn__backend *bb, const int32_t *tokens, int n, int pos, float *logits, int all_logits)
+static int cuda_forward(cairn__backend *bb, const int32_t *tokens, int n, int pos, float *logits,
+                        int all_logits)
 {
     cuda_backend *b = (cuda_backend *)bb;
     const size_t nv = (size_t)b->base.model->n_vocab;
@@ -383,47 +410,54 @@ static int cuda_forward(cairn__backend *bb, const int32_t *tokens, int n, int po
     return 0;
 }
 
-/* ==== creation: weights ============================================================================ */
+/* ==== creation: weights
+ * ============================================================================ */
 
 /* Rows of W converted to the device type at dst (rows * cols elements). Same-type F32/F16/BF16
  * are copied as stored; anything else is dequantized on the host (cairn__dequant_row, the CPU
  * path's own function) a slab of rows at a time and rounded on the device. */
-static int upload_mat(cuda_backend *b, const cairn__mat *W, void *dst, float *h_stage, float *d_stage)
+static int upload_mat(cuda_backend *b, const cairn__mat *W, void *dst, float *h_stage,
+                      float *d_stage)
 {
     const size_t cols = (size_t)W->cols, rows = (size_t)W->rows, es = DT_SIZE[b->dt];
     const int same = (b->dt == DT_F32 && W->type == CAIRN__GGML_F32) ||
                      (b->dt == DT_F16 && W->type == CAIRN__GGML_F16) ||
                      (b->dt == DT_BF16 && W->type == CAIRN__GGML_BF16);
     if (same) {
-        CU(b, cudaMemcpy(dst, W->data, rows * W->row_bytes, cudaMemcpyHostToDevice), "cudaMemcpy (weights)");
+        CU(b, cudaMemcpy(dst, W->data, rows * W->row_bytes, cudaMemcpyHostToDevice),
+           "cudaMemcpy (weights)");
         return 0;
     }
     const size_t slab = STAGE_FLOATS / cols > 0 ? STAGE_FLOATS / cols : 1;
     for (size_t r0 = 0; r0 < rows; r0 += slab) {
         const size_t nr = rows - r0 < slab ? rows - r0 : slab;
         for (size_t r = 0; r < nr; r++)
-            host.dequant_row(W->type, W->data + (r0 + r) * W->row_bytes, h_stage + r * cols, (uint64_t)cols);
+            host.dequant_row(W->type, W->data + (r0 + r) * W->row_bytes, h_stage + r * cols,
+                             (uint64_t)cols);
         char *d = (char *)dst + r0 * cols * es;
         if (b->dt == DT_F32) {
-            CU(b, cudaMemcpy(d, h_stage, nr * cols * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy (weights)");
+            CU(b, cudaMemcpy(d, h_stage, nr * cols * sizeof(float), cudaMemcpyHostToDevice),
+               "cudaMemcpy (weights)");
             continue;
         }
-        CU(b, cudaMemcpy(d_stage, h_stage, nr * cols * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy (weights)");
+        CU(b, cudaMemcpy(d_stage, h_stage, nr * cols * sizeof(float), cudaMemcpyHostToDevice),
+           "cudaMemcpy (weights)");
         if (b->dt == DT_F16)
-            convert_kernel<__half><<<grid_for(nr * cols), CK_THREADS, 0, 0>>>(d_stage, (__half *)d, nr * cols,
-                                                                               b->d_overflow);
+            convert_kernel<__half><<<grid_for(nr * cols), CK_THREADS, 0, 0>>>(
+                d_stage, (__half *)d, nr * cols, b->d_overflow);
         else
             convert_kernel<__nv_bfloat16><<<grid_for(nr * cols), CK_THREADS, 0, 0>>>(
                 d_stage, (__nv_bfloat16 *)d, nr * cols, b->d_overflow);
         LAUNCHED(b, "weight conversion kernel");
-        CU(b, cudaDeviceSynchronize(), "weight conversion"); /* d_stage and h_stage are reused next */
+        CU(b, cudaDeviceSynchronize(),
+           "weight conversion"); /* d_stage and h_stage are reused next */
     }
     return 0;
 }
 
 /* Matrices stacked by rows (all with the same cols) into one new device matrix *out. */
-static int upload_stack(cuda_backend *b, const cairn__mat *const *mats, int nm, void **out, float *h_stage,
-                        float *d_stage, const char *what, int count)
+static int upload_stack(cuda_backend *b, const cairn__mat *const *mats, int nm, void **out,
+                        float *h_stage, float *d_stage, const char *what, int count)
 {
     size_t rows = 0;
     for (int i = 0; i < nm; i++)
@@ -464,14 +498,15 @@ static int upload_weights(cuda_backend *b)
     if (cudaMallocHost((void **)&h_stage, stage * sizeof(float)) != cudaSuccess) {
         (void)cudaGetLastError();
         h_stage = NULL;
-        return host.errf(b->e, b->elen, CAIRN_ENOMEM, "cannot allocate %zu bytes of pinned host memory",
-                           stage * sizeof(float));
+        return host.errf(b->e, b->elen, CAIRN_ENOMEM,
+                         "cannot allocate %zu bytes of pinned host memory", stage * sizeof(float));
     }
     if ((rc = dmalloc(b, (void **)&d_stage, stage * sizeof(float), "weight staging")))
         goto out;
     {
         const cairn__mat *e[1] = {&m->tok_embd};
-        if ((rc = upload_stack(b, e, 1, &b->tok_embd, h_stage, d_stage, "token_embd.weight", m->tied_output)))
+        if ((rc = upload_stack(b, e, 1, &b->tok_embd, h_stage, d_stage, "token_embd.weight",
+                               m->tied_output)))
             goto out;
     }
     if (m->tied_output) {
@@ -488,8 +523,10 @@ static int upload_weights(cuda_backend *b)
         dlayer *d = &b->layers[l];
         const cairn__mat *qkv[3] = {&ly->wq, &ly->wk, &ly->wv}, *gu[2] = {&ly->w_gate, &ly->w_up};
         const cairn__mat *wo[1] = {&ly->wo}, *wd[1] = {&ly->w_down};
-        if ((rc = upload_stack(b, qkv, 3, &d->wqkv, h_stage, d_stage, "attention Q/K/V weights", 1)) ||
-            (rc = upload_stack(b, wo, 1, &d->wo, h_stage, d_stage, "attention output weights", 1)) ||
+        if ((rc = upload_stack(b, qkv, 3, &d->wqkv, h_stage, d_stage, "attention Q/K/V weights",
+                               1)) ||
+            (rc =
+                 upload_stack(b, wo, 1, &d->wo, h_stage, d_stage, "attention output weights", 1)) ||
             (rc = upload_stack(b, gu, 2, &d->wgu, h_stage, d_stage, "gate/up weights", 1)) ||
             (rc = upload_stack(b, wd, 1, &d->wd, h_stage, d_stage, "down weights", 1)) ||
             (rc = upload_vec(b, ly->attn_norm, (size_t)m->dim, &d->attn_norm, "attention norm")) ||
@@ -519,7 +556,8 @@ out:
     return rc;
 }
 
-/* ==== creation ===================================================================================== */
+/* ==== creation
+ * ===================================================================================== */
 
 static void cuda_destroy(cairn__backend *bb)
 {
@@ -551,7 +589,8 @@ static void cuda_destroy(cairn__backend *bb)
         cudaFree(b->output);
     cudaFree(b->tok_embd);
     cudaFree(b->output_norm);
-    void *dev[] = {b->kc, b->vc, b->x, b->xn, b->qkv, b->att, b->gu, b->hb, b->logits, b->inv_freq,
+    void *dev[] = {b->kc,       b->vc,    b->x,          b->xn,       b->qkv,
+                   b->att,      b->gu,    b->hb,         b->logits,   b->inv_freq,
                    b->d_tokens, b->d_pos, b->d_overflow, b->workspace};
     for (size_t i = 0; i < sizeof dev / sizeof *dev; i++)
         cudaFree(dev[i]);
@@ -571,8 +610,8 @@ static int host_alloc(cuda_backend *b, void **p, size_t bytes, const char *what)
     if (cudaMallocHost(p, bytes) != cudaSuccess) {
         (void)cudaGetLastError();
         *p = NULL;
-        return host.errf(b->e, b->elen, CAIRN_ENOMEM, "cannot allocate %zu bytes of pinned host memory for %s",
-                           bytes, what);
+        return host.errf(b->e, b->elen, CAIRN_ENOMEM,
+                         "cannot allocate %zu bytes of pinned host memory for %s", bytes, what);
     }
     return 0;
 }
@@ -582,7 +621,8 @@ static int setup(cuda_backend *b)
 {
     const cairn__model *m = b->base.model;
     const size_t nb = (size_t)b->n_batch, es = DT_SIZE[b->dt];
-    const size_t kv = (size_t)m->n_layers * (size_t)b->base.n_ctx * (size_t)b->kv_dim * sizeof(float);
+    const size_t kv =
+        (size_t)m->n_layers * (size_t)b->base.n_ctx * (size_t)b->kv_dim * sizeof(float);
     int rc;
     CU(b, cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking), "cudaStreamCreate");
     BL(b, cublasCreate(&b->blas), "cublasCreate");
@@ -596,12 +636,15 @@ static int setup(cuda_backend *b)
         (rc = dmalloc(b, (void **)&b->vc, kv, "the value cache")) ||
         (rc = dmalloc(b, (void **)&b->x, nb * (size_t)m->dim * sizeof(float), "activations")) ||
         (rc = dmalloc(b, &b->xn, nb * (size_t)m->dim * es, "activations")) ||
-        (rc = dmalloc(b, (void **)&b->qkv, nb * (size_t)b->qkv_dim * sizeof(float), "activations")) ||
+        (rc = dmalloc(b, (void **)&b->qkv, nb * (size_t)b->qkv_dim * sizeof(float),
+                      "activations")) ||
         (rc = dmalloc(b, &b->att, nb * (size_t)b->q_dim * es, "activations")) ||
-        (rc = dmalloc(b, (void **)&b->gu, nb * 2 * (size_t)m->ff_dim * sizeof(float), "activations")) ||
+        (rc = dmalloc(b, (void **)&b->gu, nb * 2 * (size_t)m->ff_dim * sizeof(float),
+                      "activations")) ||
         (rc = dmalloc(b, &b->hb, nb * (size_t)m->ff_dim * es, "activations")) ||
         (rc = dmalloc(b, (void **)&b->logits, nb * (size_t)m->n_vocab * sizeof(float), "logits")) ||
-        (rc = dmalloc(b, (void **)&b->inv_freq, (size_t)(m->rope_dim / 2 + 1) * sizeof(float), "rope")) ||
+        (rc = dmalloc(b, (void **)&b->inv_freq, (size_t)(m->rope_dim / 2 + 1) * sizeof(float),
+                      "rope")) ||
         (rc = dmalloc(b, (void **)&b->d_tokens, nb * sizeof(int), "tokens")) ||
         (rc = dmalloc(b, (void **)&b->d_pos, sizeof(int), "position")) ||
         (rc = dmalloc(b, (void **)&b->d_overflow, sizeof(int), "flags")))
@@ -618,11 +661,13 @@ static int setup(cuda_backend *b)
     float inv[ATT_MAX_HD / 2 + 1]; /* rope_dim <= head_dim <= ATT_MAX_HD (checked at create) */
     const int half = m->rope_dim / 2;
     if (half > (int)(sizeof inv / sizeof *inv))
-        return host.errf(b->e, b->elen, CAIRN_EUNSUPPORTED, "rope dimension %d is too large", m->rope_dim);
+        return host.errf(b->e, b->elen, CAIRN_EUNSUPPORTED, "rope dimension %d is too large",
+                         m->rope_dim);
     for (int i = 0; i < half; i++)
         inv[i] = (float)pow((double)m->rope_base, -2.0 * i / (double)m->rope_dim);
     if (half > 0)
-        CU(b, cudaMemcpy(b->inv_freq, inv, (size_t)half * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy (rope)");
+        CU(b, cudaMemcpy(b->inv_freq, inv, (size_t)half * sizeof(float), cudaMemcpyHostToDevice),
+           "cudaMemcpy (rope)");
     b->layers = (dlayer *)calloc((size_t)m->n_layers, sizeof *b->layers);
     if (!b->layers)
         return host.errf(b->e, b->elen, CAIRN_ENOMEM, "out of memory");
@@ -638,7 +683,8 @@ static int default_dtype(const cairn__model *m)
             return DT_F16;
     for (int l = 0; l < m->n_layers; l++) {
         const cairn__layer *ly = &m->layers[l];
-        const cairn__mat *w[] = {&ly->wq, &ly->wk, &ly->wv, &ly->wo, &ly->w_gate, &ly->w_up, &ly->w_down};
+        const cairn__mat *w[] = {&ly->wq,     &ly->wk,   &ly->wv,    &ly->wo,
+                                 &ly->w_gate, &ly->w_up, &ly->w_down};
         for (size_t i = 0; i < sizeof w / sizeof *w; i++)
             if (w[i]->type != CAIRN__GGML_F32)
                 return DT_F16;
@@ -646,8 +692,8 @@ static int default_dtype(const cairn__model *m)
     return DT_F32;
 }
 
-static int create_as(const cairn__model *m, const cairn__backend_opts *o, int device, int dt, cairn__backend **out,
-                     int *overflow, char *err, size_t errlen)
+static int create_as(const cairn__model *m, const cairn__backend_opts *o, int device, int dt,
+                     cairn__backend **out, int *overflow, char *err, size_t errlen)
 {
     *overflow = 0;
     cuda_backend *b = (cuda_backend *)calloc(1, sizeof *b);
@@ -696,33 +742,35 @@ static int create_as(const cairn__model *m, const cairn__backend_opts *o, int de
     return 0;
 }
 
-static int cuda_create(const cairn__model *m, const cairn__backend_opts *o, cairn__backend **out, char *err,
-                       size_t errlen)
+static int cuda_create(const cairn__model *m, const cairn__backend_opts *o, cairn__backend **out,
+                       char *err, size_t errlen)
 {
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
-        return host.errf(err, errlen, CAIRN_ENODEVICE, "no CUDA device: %s (%s)", cudaGetErrorName(e),
-                           cudaGetErrorString(e));
+        return host.errf(err, errlen, CAIRN_ENODEVICE, "no CUDA device: %s (%s)",
+                         cudaGetErrorName(e), cudaGetErrorString(e));
     }
     if (count <= 0)
         return host.errf(err, errlen, CAIRN_ENODEVICE, "no CUDA device: none found");
     if (o->device < 0 || o->device >= count)
-        return host.errf(err, errlen, CAIRN_ENODEVICE, "no CUDA device: device %d requested, %d present", o->device,
-                           count);
+        return host.errf(err, errlen, CAIRN_ENODEVICE,
+                         "no CUDA device: device %d requested, %d present", o->device, count);
     if ((e = cudaSetDevice(o->device)) != cudaSuccess)
         return cuda_err(err, errlen, e, "cudaSetDevice");
     cudaDeviceProp prop;
     if ((e = cudaGetDeviceProperties(&prop, o->device)) != cudaSuccess)
         return cuda_err(err, errlen, e, "cudaGetDeviceProperties");
     if (prop.major < 8)
-        return host.errf(err, errlen, CAIRN_ENODEVICE,
-                           "no CUDA device: %s has compute capability %d.%d, this build needs 8.0 or newer", prop.name,
-                           prop.major, prop.minor);
+        return host.errf(
+            err, errlen, CAIRN_ENODEVICE,
+            "no CUDA device: %s has compute capability %d.%d, this build needs 8.0 or newer",
+            prop.name, prop.major, prop.minor);
     if (m->head_dim > ATT_MAX_HD)
-        return host.errf(err, errlen, CAIRN_EUNSUPPORTED, "head dimension %d exceeds the CUDA backend's %d",
-                           m->head_dim, ATT_MAX_HD);
+        return host.errf(err, errlen, CAIRN_EUNSUPPORTED,
+                         "head dimension %d exceeds the CUDA backend's %d", m->head_dim,
+                         ATT_MAX_HD);
     int dt = default_dtype(m);
     const char *env = getenv("CAIRN_CUDA_DTYPE");
     if (env && *env) {
@@ -733,7 +781,8 @@ static int cuda_create(const cairn__model *m, const cairn__backend_opts *o, cair
         else if (strcmp(env, "f32") == 0)
             dt = DT_F32;
         else
-            return host.errf(err, errlen, CAIRN_EINVAL, "CAIRN_CUDA_DTYPE='%s': expected f16, bf16 or f32", env);
+            return host.errf(err, errlen, CAIRN_EINVAL,
+                             "CAIRN_CUDA_DTYPE='%s': expected f16, bf16 or f32", env);
     }
     int overflow = 0;
     int rc = create_as(m, o, o->device, dt, out, &overflow, err, errlen);
@@ -742,9 +791,11 @@ static int cuda_create(const cairn__model *m, const cairn__backend_opts *o, cair
     return rc;
 }
 
-/* ==== diagnostics, for the gpu test and the benchmark ============================================== */
+/* ==== diagnostics, for the gpu test and the benchmark
+ * ============================================== */
 
-static int cuda_bandwidth(int device, double *bytes_per_s, char *name, size_t name_len, char *err, size_t errlen)
+static int cuda_bandwidth(int device, double *bytes_per_s, char *name, size_t name_len, char *err,
+                          size_t errlen)
 {
     *bytes_per_s = 0;
     int count = 0;
@@ -752,10 +803,11 @@ static int cuda_bandwidth(int device, double *bytes_per_s, char *name, size_t na
     if (e != cudaSuccess || count <= device || device < 0) {
         (void)cudaGetLastError();
         return host.errf(err, errlen, CAIRN_ENODEVICE, "no CUDA device: %s",
-                           e != cudaSuccess ? cudaGetErrorString(e) : "none at that index");
+                         e != cudaSuccess ? cudaGetErrorString(e) : "none at that index");
     }
     cudaDeviceProp prop;
-    if ((e = cudaSetDevice(device)) != cudaSuccess || (e = cudaGetDeviceProperties(&prop, device)) != cudaSuccess)
+    if ((e = cudaSetDevice(device)) != cudaSuccess ||
+        (e = cudaGetDeviceProperties(&prop, device)) != cudaSuccess)
         return cuda_err(err, errlen, e, "device query");
     if (name && name_len)
         snprintf(name, name_len, "%s", prop.name);
@@ -767,7 +819,8 @@ static int cuda_bandwidth(int device, double *bytes_per_s, char *name, size_t na
     int rc = 0;
     if ((e = cudaMalloc(&a, n)) != cudaSuccess || (e = cudaMalloc(&c, n)) != cudaSuccess) {
         rc = e == cudaErrorMemoryAllocation
-                 ? host.errf(err, errlen, CAIRN_ENOMEM, "out of device memory allocating 2 x %zu bytes", n)
+                 ? host.errf(err, errlen, CAIRN_ENOMEM,
+                             "out of device memory allocating 2 x %zu bytes", n)
                  : cuda_err(err, errlen, e, "cudaMalloc");
         goto out;
     }
@@ -780,7 +833,8 @@ static int cuda_bandwidth(int device, double *bytes_per_s, char *name, size_t na
         float ms = 0.0f;
         if ((e = cudaEventRecord(t0, 0)) != cudaSuccess ||
             (e = cudaMemcpyAsync(c, a, n, cudaMemcpyDeviceToDevice, 0)) != cudaSuccess ||
-            (e = cudaEventRecord(t1, 0)) != cudaSuccess || (e = cudaEventSynchronize(t1)) != cudaSuccess ||
+            (e = cudaEventRecord(t1, 0)) != cudaSuccess ||
+            (e = cudaEventSynchronize(t1)) != cudaSuccess ||
             (e = cudaEventElapsedTime(&ms, t0, t1)) != cudaSuccess) {
             rc = cuda_err(err, errlen, e, "device-to-device copy");
             goto out;
@@ -807,7 +861,8 @@ static uint64_t cuda_weight_bytes(const cairn__backend *b)
 
 static const char *cuda_dtype(const cairn__backend *b)
 {
-    return b && b->ops == &cairn__backend_cuda_ops ? DT_NAME[((const cuda_backend *)b)->dt] : "none";
+    return b && b->ops == &cairn__backend_cuda_ops ? DT_NAME[((const cuda_backend *)b)->dt]
+                                                   : "none";
 }
 
 static const char *cuda_graph_status(const cairn__backend *bb)
@@ -820,9 +875,11 @@ static const char *cuda_graph_status(const cairn__backend *bb)
     return b->graph_head || b->graph_nohead ? "graph" : "not yet";
 }
 
-const cairn__backend_ops cairn__backend_cuda_ops = {"cuda", cuda_create, cuda_forward, cuda_destroy};
+const cairn__backend_ops cairn__backend_cuda_ops = {"cuda", cuda_create, cuda_forward,
+                                                    cuda_destroy};
 
-/* ==== the entry point ============================================================================== */
+/* ==== the entry point
+ * ============================================================================== */
 
 const cairn__cuda_plugin *cairn_cuda_plugin(uint32_t abi, const cairn__cuda_host *h)
 {
@@ -830,7 +887,8 @@ const cairn__cuda_plugin *cairn_cuda_plugin(uint32_t abi, const cairn__cuda_host
     table.abi = CAIRN__CUDA_PLUGIN_ABI;
     table.layout = cairn__cuda_plugin_layout();
     /* h's own layout is known only when abi matches: check that first */
-    if (abi != CAIRN__CUDA_PLUGIN_ABI || !h || h->layout != table.layout || !h->dequant_row || !h->errf) {
+    if (abi != CAIRN__CUDA_PLUGIN_ABI || !h || h->layout != table.layout || !h->dequant_row ||
+        !h->errf) {
         table.ops = NULL;
         return &table;
     }

@@ -46,7 +46,8 @@ static int efail(cairn__engine *e, int code, const char *fmt, ...)
     return code;
 }
 
-int cairn__engine_new(const cairn__model *m, const cairn__tok *tok, cairn__backend *b, cairn__engine **out)
+int cairn__engine_new(const cairn__model *m, const cairn__tok *tok, cairn__backend *b,
+                      cairn__engine **out)
 {
     if (!out)
         return CAIRN_EINVAL;
@@ -64,7 +65,8 @@ int cairn__engine_new(const cairn__model *m, const cairn__tok *tok, cairn__backe
     return 0;
 }
 
-int cairn__engine_open(const char *path, const cairn__engine_opts *o, cairn__engine **out, char *err, size_t errlen)
+int cairn__engine_open(const char *path, const cairn__engine_opts *o, cairn__engine **out,
+                       char *err, size_t errlen)
 {
     if (!out)
         return CAIRN_EINVAL;
@@ -82,8 +84,8 @@ int cairn__engine_open(const char *path, const cairn__engine_opts *o, cairn__eng
         goto fail;
     if (cairn__tok_n_vocab(tok) > (size_t)m->n_vocab) {
         rc = CAIRN_EFORMAT;
-        snprintf(err, errlen, "tokenizer has %zu tokens but token_embd.weight only %d rows", cairn__tok_n_vocab(tok),
-                 m->n_vocab);
+        snprintf(err, errlen, "tokenizer has %zu tokens but token_embd.weight only %d rows",
+                 cairn__tok_n_vocab(tok), m->n_vocab);
         goto fail;
     }
     cairn__backend_opts bo = {o->n_ctx, o->n_threads, o->n_batch, 0};
@@ -112,39 +114,29 @@ void cairn__engine_free(cairn__engine *e)
     free(e);
 }
 
-const cairn__model *cairn__engine_model(const cairn__engine *e)
-{
-    return e->model;
-}
+const cairn__model *cairn__engine_model(const cairn__engine *e) { return e->model; }
 
-const cairn__tok *cairn__engine_tok(const cairn__engine *e)
-{
-    return e->tok;
-}
+const cairn__tok *cairn__engine_tok(const cairn__engine *e) { return e->tok; }
 
-cairn__backend *cairn__engine_backend(const cairn__engine *e)
-{
-    return e->backend;
-}
+cairn__backend *cairn__engine_backend(const cairn__engine *e) { return e->backend; }
 
-void cairn__engine_set_eos(cairn__engine *e, int32_t eos)
-{
-    e->eos_extra = eos;
-}
+void cairn__engine_set_eos(cairn__engine *e, int32_t eos) { e->eos_extra = eos; }
 
-const char *cairn__engine_errmsg(const cairn__engine *e)
-{
-    return e ? e->err : "no engine";
-}
+const char *cairn__engine_errmsg(const cairn__engine *e) { return e ? e->err : "no engine"; }
 
 const char *cairn__finish_name(int finish)
 {
     switch (finish) {
-    case CAIRN__FINISH_LENGTH: return "length";
-    case CAIRN__FINISH_STOP: return "stop";
-    case CAIRN__FINISH_EOS: return "eos";
-    case CAIRN__FINISH_CANCEL: return "cancel";
-    default: return "none";
+    case CAIRN__FINISH_LENGTH:
+        return "length";
+    case CAIRN__FINISH_STOP:
+        return "stop";
+    case CAIRN__FINISH_EOS:
+        return "eos";
+    case CAIRN__FINISH_CANCEL:
+        return "cancel";
+    default:
+        return "none";
     }
 }
 
@@ -289,8 +281,9 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static int run(cairn__engine *e, const int32_t *prompt, size_t n_prompt, const int32_t *prev, size_t n_prev,
-               const uint8_t *state, size_t state_len, const cairn__gen_opts *o, cairn__gen_result *r)
+static int run(cairn__engine *e, const int32_t *prompt, size_t n_prompt, const int32_t *prev,
+               size_t n_prev, const uint8_t *state, size_t state_len, const cairn__gen_opts *o,
+               cairn__gen_result *r)
 {
     cairn__gen_opts dflt;
     if (!o) {
@@ -305,9 +298,11 @@ static int run(cairn__engine *e, const int32_t *prompt, size_t n_prompt, const i
         return efail(e, CAIRN_EINVAL, "no generated tokens given");
     const int n_ctx = cairn__backend_n_ctx(e->backend);
     if (n_prompt > (size_t)n_ctx)
-        return efail(e, CAIRN_ECONTEXT, "prompt of %zu tokens is longer than the context of %d", n_prompt, n_ctx);
+        return efail(e, CAIRN_ECONTEXT, "prompt of %zu tokens is longer than the context of %d",
+                     n_prompt, n_ctx);
     if (n_prompt + n_prev > (size_t)n_ctx + 1)
-        return efail(e, CAIRN_ECONTEXT, "prompt and generated tokens (%zu) exceed the context of %d",
+        return efail(e, CAIRN_ECONTEXT,
+                     "prompt and generated tokens (%zu) exceed the context of %d",
                      n_prompt + n_prev, n_ctx);
     const int nv = e->model->n_vocab;
     cairn__sampler *smp = NULL;
@@ -344,7 +339,8 @@ static int run(cairn__engine *e, const int32_t *prompt, size_t n_prompt, const i
         if (!fin && g.n_hist > (size_t)n_ctx)
             fin = CAIRN__FINISH_LENGTH;
         if (!fin)
-            rc = cairn__backend_forward(e->backend, &prev[j], 1, (int)(n_prompt + j), j + 1 == n_prev ? logits : NULL, 0);
+            rc = cairn__backend_forward(e->backend, &prev[j], 1, (int)(n_prompt + j),
+                                        j + 1 == n_prev ? logits : NULL, 0);
     }
     if (rc) {
         efail(e, rc, "%s", cairn__backend_errmsg(e->backend));
@@ -379,7 +375,8 @@ static int run(cairn__engine *e, const int32_t *prompt, size_t n_prompt, const i
             fin = CAIRN__FINISH_LENGTH;
         else if (g.n_hist > (size_t)n_ctx) /* no room to run the token just sampled */
             fin = CAIRN__FINISH_LENGTH;
-        else if ((rc = cairn__backend_forward(e->backend, &tok, 1, (int)(g.n_hist - 1), logits, 0)) != 0) {
+        else if ((rc = cairn__backend_forward(e->backend, &tok, 1, (int)(g.n_hist - 1), logits,
+                                              0)) != 0) {
             efail(e, rc, "%s", cairn__backend_errmsg(e->backend));
             goto done;
         }
@@ -418,17 +415,17 @@ done:
     return rc;
 }
 
-int cairn__engine_generate_tokens(cairn__engine *e, const int32_t *prompt, size_t n_prompt, const cairn__gen_opts *o,
-                                  cairn__gen_result *r)
+int cairn__engine_generate_tokens(cairn__engine *e, const int32_t *prompt, size_t n_prompt,
+                                  const cairn__gen_opts *o, cairn__gen_result *r)
 {
     if (!e || !r)
         return CAIRN_EINVAL;
     return run(e, prompt, n_prompt, NULL, 0, NULL, 0, o, r);
 }
 
-int cairn__engine_resume(cairn__engine *e, const int32_t *prompt, size_t n_prompt, const int32_t *generated,
-                         size_t n_generated, const uint8_t *state, size_t state_len, const cairn__gen_opts *o,
-                         cairn__gen_result *r)
+int cairn__engine_resume(cairn__engine *e, const int32_t *prompt, size_t n_prompt,
+                         const int32_t *generated, size_t n_generated, const uint8_t *state,
+                         size_t state_len, const cairn__gen_opts *o, cairn__gen_result *r)
 {
     if (!e || !r)
         return CAIRN_EINVAL;
@@ -437,8 +434,8 @@ int cairn__engine_resume(cairn__engine *e, const int32_t *prompt, size_t n_promp
     return run(e, prompt, n_prompt, generated, n_generated, state, state_len, o, r);
 }
 
-int cairn__engine_generate(cairn__engine *e, const char *prompt, size_t len, const cairn__gen_opts *o,
-                           cairn__gen_result *r)
+int cairn__engine_generate(cairn__engine *e, const char *prompt, size_t len,
+                           const cairn__gen_opts *o, cairn__gen_result *r)
 {
     if (!e || !r || (!prompt && len))
         return CAIRN_EINVAL;

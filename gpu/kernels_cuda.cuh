@@ -25,30 +25,18 @@
 #include <math.h>
 #include <stdint.h>
 
-#define CK_THREADS 256     /* threads per block of the row kernels */
-#define ATT_WARPS 8        /* warps per (token, head) block of the attention kernel */
-#define ATT_MAX_HD 256     /* largest head dimension the attention kernel holds in registers */
+#define CK_THREADS 256 /* threads per block of the row kernels */
+#define ATT_WARPS 8    /* warps per (token, head) block of the attention kernel */
+#define ATT_MAX_HD 256 /* largest head dimension the attention kernel holds in registers */
 
 /* ---- element conversions --------------------------------------------------------------------- */
 
-__device__ __forceinline__ float to_f32(float v)
-{
-    return v;
-}
-__device__ __forceinline__ float to_f32(__half v)
-{
-    return __half2float(v);
-}
-__device__ __forceinline__ float to_f32(__nv_bfloat16 v)
-{
-    return __bfloat162float(v);
-}
+__device__ __forceinline__ float to_f32(float v) { return v; }
+__device__ __forceinline__ float to_f32(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
 
 template <typename T> __device__ __forceinline__ T from_f32(float v);
-template <> __device__ __forceinline__ float from_f32<float>(float v)
-{
-    return v;
-}
+template <> __device__ __forceinline__ float from_f32<float>(float v) { return v; }
 /* round to nearest even, as cairn__f32_to_f16 / cairn__f32_to_bf16 */
 template <> __device__ __forceinline__ __half from_f32<__half>(float v)
 {
@@ -59,7 +47,8 @@ template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(flo
     return __float2bfloat16_rn(v);
 }
 
-/* ---- reductions ------------------------------------------------------------------------------- */
+/* ---- reductions -------------------------------------------------------------------------------
+ */
 
 template <typename A> __device__ __forceinline__ A warp_sum(A v)
 {
@@ -85,12 +74,14 @@ template <typename A> __device__ A block_sum(A v)
     return s;
 }
 
-/* ---- kernels ---------------------------------------------------------------------------------- */
+/* ---- kernels ----------------------------------------------------------------------------------
+ */
 
 /* CPU reference: cairn__mat_row (gpu/kernels_cpu.c), per token in forward_chunk.
  * emb (n_vocab, dim)[tokens[i]] -> x (n, dim); grid (n), block CK_THREADS */
-template <typename T> __global__ void embed_kernel(const T *__restrict__ emb, const int *__restrict__ tokens, int dim,
-                                                   float *__restrict__ x)
+template <typename T>
+__global__ void embed_kernel(const T *__restrict__ emb, const int *__restrict__ tokens, int dim,
+                             float *__restrict__ x)
 {
     const T *r = emb + (size_t)tokens[blockIdx.x] * (size_t)dim;
     float *o = x + (size_t)blockIdx.x * (size_t)dim;
@@ -101,8 +92,9 @@ template <typename T> __global__ void embed_kernel(const T *__restrict__ emb, co
 /* CPU reference: cairn__rmsnorm (gpu/kernels_cpu.c): sum of squares in double, then
  * out = x * scale * w in that order.
  * x (rows, dim) f32, w (dim) -> out (rows, dim) T; grid (rows), block CK_THREADS */
-template <typename T> __global__ void rmsnorm_kernel(const float *__restrict__ x, const float *__restrict__ w, int dim,
-                                                     float eps, T *__restrict__ out)
+template <typename T>
+__global__ void rmsnorm_kernel(const float *__restrict__ x, const float *__restrict__ w, int dim,
+                               float eps, T *__restrict__ out)
 {
     const float *xr = x + (size_t)blockIdx.x * (size_t)dim;
     T *o = out + (size_t)blockIdx.x * (size_t)dim;
@@ -123,8 +115,9 @@ template <typename T> __global__ void rmsnorm_kernel(const float *__restrict__ x
  * angle p * inv_freq[j] (computed in double, as the CPU does); elements >= rope_dim pass through.
  * grid (n), block CK_THREADS */
 __global__ void qkv_post_kernel(float *__restrict__ qkv, int ld, const float *__restrict__ bias,
-                                const int *__restrict__ pos, const float *__restrict__ inv_freq, int n_heads, int n_kv,
-                                int hd, int rope_dim, int neox, float *__restrict__ kc, float *__restrict__ vc)
+                                const int *__restrict__ pos, const float *__restrict__ inv_freq,
+                                int n_heads, int n_kv, int hd, int rope_dim, int neox,
+                                float *__restrict__ kc, float *__restrict__ vc)
 {
     const int i = blockIdx.x, p = *pos + i;
     const int q_dim = n_heads * hd, kv_dim = n_kv * hd, half = rope_dim / 2, hh = hd / 2;
@@ -172,15 +165,16 @@ __global__ void qkv_post_kernel(float *__restrict__ qkv, int ld, const float *__
 
 /* CPU reference: attention_range (gpu/backend_cpu.c).
  * For token i (position *pos + i) and head h (kv head h / (n_heads / n_kv)):
- *   softmax(q_ih (hd) . K[0..*pos+i] (t, hd) * scale) @ V[0..*pos+i] (t, hd) -> out (n, n_heads*hd)[i, h]
- * q is read from the rows of qkv (ld floats apart). Each warp runs an online softmax over keys
- * t = w, w + ATT_WARPS, ... (each lane holding hd/32 elements of q and of its running output);
- * the warps' partial results are merged through shared memory at the end.
- * grid (n_heads, n), block ATT_WARPS * 32; hd <= ATT_MAX_HD */
+ *   softmax(q_ih (hd) . K[0..*pos+i] (t, hd) * scale) @ V[0..*pos+i] (t, hd) -> out (n,
+ * n_heads*hd)[i, h] q is read from the rows of qkv (ld floats apart). Each warp runs an online
+ * softmax over keys t = w, w + ATT_WARPS, ... (each lane holding hd/32 elements of q and of its
+ * running output); the warps' partial results are merged through shared memory at the end. grid
+ * (n_heads, n), block ATT_WARPS * 32; hd <= ATT_MAX_HD */
 template <typename T>
 __global__ void __launch_bounds__(ATT_WARPS * 32)
-    attention_kernel(const float *__restrict__ qkv, int ld, const float *__restrict__ kc, const float *__restrict__ vc,
-                     const int *__restrict__ pos, int n_heads, int n_kv, int hd, float scale, T *__restrict__ out)
+    attention_kernel(const float *__restrict__ qkv, int ld, const float *__restrict__ kc,
+                     const float *__restrict__ vc, const int *__restrict__ pos, int n_heads,
+                     int n_kv, int hd, float scale, T *__restrict__ out)
 {
     constexpr int NK = ATT_MAX_HD / 32;
     __shared__ float sm_m[ATT_WARPS], sm_l[ATT_WARPS];
@@ -250,7 +244,8 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
 
 /* CPU reference: cairn__swiglu (gpu/kernels_cpu.c): g / (1 + exp(-g)) * u.
  * gu (n, 2*ff) rows [gate (ff) | up (ff)] f32 -> out (n, ff) T; grid-stride */
-template <typename T> __global__ void swiglu_kernel(const float *__restrict__ gu, int ff, int n, T *__restrict__ out)
+template <typename T>
+__global__ void swiglu_kernel(const float *__restrict__ gu, int ff, int n, T *__restrict__ out)
 {
     const size_t total = (size_t)n * (size_t)ff;
     const size_t stride = (size_t)gridDim.x * blockDim.x;
@@ -264,8 +259,9 @@ template <typename T> __global__ void swiglu_kernel(const float *__restrict__ gu
 /* CPU reference: cairn__f32_to_f16 / cairn__f32_to_bf16 (gpu/quant.c), used at upload.
  * src (n) f32 -> dst (n) T; sets *overflow when a finite value rounds to infinity in T (only
  * possible for __half: |v| >= 65520). grid-stride */
-template <typename T> __global__ void convert_kernel(const float *__restrict__ src, T *__restrict__ dst, size_t n,
-                                                     int *__restrict__ overflow)
+template <typename T>
+__global__ void convert_kernel(const float *__restrict__ src, T *__restrict__ dst, size_t n,
+                               int *__restrict__ overflow)
 {
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < n; idx += stride) {

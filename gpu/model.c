@@ -40,7 +40,8 @@ static void account(loader *L, const cairn__gguf_tensor *t)
 }
 
 /* A matrix with ggml ne = [cols, rows]. */
-static int bind_mat(loader *L, const char *name, int64_t cols, int64_t rows, cairn__mat *out, int required)
+static int bind_mat(loader *L, const char *name, int64_t cols, int64_t rows, cairn__mat *out,
+                    int required)
 {
     const cairn__gguf_tensor *t = cairn__gguf_tensor_find(L->m->gguf, name);
     if (!t) {
@@ -52,19 +53,23 @@ static int bind_mat(loader *L, const char *name, int64_t cols, int64_t rows, cai
     }
     if (t->ne[0] != (uint64_t)cols || t->ne[1] != (uint64_t)rows || t->ne[2] != 1 || t->ne[3] != 1)
         return cairn__errf(L->err, L->errlen, CAIRN_EFORMAT,
-                    "tensor '%s' has shape [%llu, %llu, %llu, %llu], expected [%lld, %lld]", name,
-                    (unsigned long long)t->ne[0], (unsigned long long)t->ne[1], (unsigned long long)t->ne[2],
-                    (unsigned long long)t->ne[3], (long long)cols, (long long)rows);
+                           "tensor '%s' has shape [%llu, %llu, %llu, %llu], expected [%lld, %lld]",
+                           name, (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
+                           (unsigned long long)t->ne[2], (unsigned long long)t->ne[3],
+                           (long long)cols, (long long)rows);
     if (!cairn__quant_supported(t->type))
-        return cairn__errf(L->err, L->errlen, CAIRN_EUNSUPPORTED, "tensor '%s' has unsupported type %s (%u)", name,
-                    cairn__ggml_type_name(t->type), t->type);
+        return cairn__errf(L->err, L->errlen, CAIRN_EUNSUPPORTED,
+                           "tensor '%s' has unsupported type %s (%u)", name,
+                           cairn__ggml_type_name(t->type), t->type);
     const uint64_t be = cairn__quant_block_elems(t->type);
     if ((uint64_t)cols % be != 0)
-        return cairn__errf(L->err, L->errlen, CAIRN_EFORMAT, "tensor '%s': row of %lld is not a whole number of %s blocks",
-                    name, (long long)cols, cairn__ggml_type_name(t->type));
+        return cairn__errf(L->err, L->errlen, CAIRN_EFORMAT,
+                           "tensor '%s': row of %lld is not a whole number of %s blocks", name,
+                           (long long)cols, cairn__ggml_type_name(t->type));
     /* the kernels read blocks through their structs (f16 members) and f32 rows as floats */
     if ((uintptr_t)t->data % (t->type == CAIRN__GGML_F32 ? 4 : 2) != 0)
-        return cairn__errf(L->err, L->errlen, CAIRN_EINVAL, "tensor '%s': data misaligned in memory", name);
+        return cairn__errf(L->err, L->errlen, CAIRN_EINVAL,
+                           "tensor '%s': data misaligned in memory", name);
     out->type = t->type;
     out->rows = rows;
     out->cols = cols;
@@ -80,13 +85,16 @@ static int bind_vec(loader *L, const char *name, int64_t n, const float **out, i
     *out = NULL;
     const cairn__gguf_tensor *t = cairn__gguf_tensor_find(L->m->gguf, name);
     if (!t)
-        return required ? cairn__errf(L->err, L->errlen, CAIRN_EFORMAT, "missing tensor '%s'", name) : 0;
+        return required ? cairn__errf(L->err, L->errlen, CAIRN_EFORMAT, "missing tensor '%s'", name)
+                        : 0;
     if (t->n_elements != (uint64_t)n || t->ne[0] != (uint64_t)n)
-        return cairn__errf(L->err, L->errlen, CAIRN_EFORMAT, "tensor '%s' has shape [%llu, %llu], expected [%lld]", name,
-                    (unsigned long long)t->ne[0], (unsigned long long)t->ne[1], (long long)n);
+        return cairn__errf(
+            L->err, L->errlen, CAIRN_EFORMAT, "tensor '%s' has shape [%llu, %llu], expected [%lld]",
+            name, (unsigned long long)t->ne[0], (unsigned long long)t->ne[1], (long long)n);
     if (!cairn__quant_supported(t->type) || (uint64_t)n % cairn__quant_block_elems(t->type) != 0)
-        return cairn__errf(L->err, L->errlen, CAIRN_EUNSUPPORTED, "tensor '%s' has unsupported type %s for a vector",
-                    name, cairn__ggml_type_name(t->type));
+        return cairn__errf(L->err, L->errlen, CAIRN_EUNSUPPORTED,
+                           "tensor '%s' has unsupported type %s for a vector", name,
+                           cairn__ggml_type_name(t->type));
     account(L, t);
     if (t->type == CAIRN__GGML_F32 && (uintptr_t)t->data % 4 == 0) {
         *out = t->data;
@@ -130,11 +138,14 @@ static int get_hp(loader *L, const char *key, int *out, int dflt, int required)
         return 0;
     }
     if (rc != 0)
-        return cairn__errf(L->err, L->errlen, CAIRN_EFORMAT, "key '%s' is not an unsigned integer (%s)", full,
-                    cairn__gguf_kv_type(L->m->gguf, full) == CAIRN__GGUF_ARRAY ? "per-layer arrays are not supported"
-                                                                                : "wrong type");
+        return cairn__errf(L->err, L->errlen, CAIRN_EFORMAT,
+                           "key '%s' is not an unsigned integer (%s)", full,
+                           cairn__gguf_kv_type(L->m->gguf, full) == CAIRN__GGUF_ARRAY
+                               ? "per-layer arrays are not supported"
+                               : "wrong type");
     if (v == 0 || v > (1u << 30))
-        return cairn__errf(L->err, L->errlen, CAIRN_EFORMAT, "key '%s' has out-of-range value %u", full, v);
+        return cairn__errf(L->err, L->errlen, CAIRN_EFORMAT, "key '%s' has out-of-range value %u",
+                           full, v);
     *out = (int)v;
     return 0;
 }
@@ -149,7 +160,8 @@ static int get_hpf(loader *L, const char *key, float *out, float dflt)
         return 0;
     }
     if (rc != 0 || !(*out > 0.0f))
-        return cairn__errf(L->err, L->errlen, CAIRN_EFORMAT, "key '%s' is not a positive number", full);
+        return cairn__errf(L->err, L->errlen, CAIRN_EFORMAT, "key '%s' is not a positive number",
+                           full);
     return 0;
 }
 
@@ -162,7 +174,8 @@ static int load(loader *L)
     if (rc == CAIRN_ENOTFOUND)
         return cairn__errf(L->err, L->errlen, CAIRN_EFORMAT, "missing key 'general.architecture'");
     if (rc != 0)
-        return cairn__errf(L->err, L->errlen, CAIRN_EFORMAT, "key 'general.architecture' is not a string");
+        return cairn__errf(L->err, L->errlen, CAIRN_EFORMAT,
+                           "key 'general.architecture' is not a string");
     if (alen == 5 && memcmp(arch, "llama", 5) == 0) {
         m->arch = CAIRN__ARCH_LLAMA;
         m->arch_name = "llama";
@@ -172,34 +185,40 @@ static int load(loader *L)
         m->arch_name = "qwen2";
         m->rope_mode = CAIRN__ROPE_NEOX;
     } else {
-        return cairn__errf(L->err, L->errlen, CAIRN_EUNSUPPORTED, "unsupported architecture '%.*s' (supported: llama, qwen2)",
-                    (int)(alen > 64 ? 64 : alen), arch);
+        return cairn__errf(L->err, L->errlen, CAIRN_EUNSUPPORTED,
+                           "unsupported architecture '%.*s' (supported: llama, qwen2)",
+                           (int)(alen > 64 ? 64 : alen), arch);
     }
 
-    if ((rc = get_hp(L, "embedding_length", &m->dim, 0, 1)) || (rc = get_hp(L, "block_count", &m->n_layers, 0, 1)) ||
+    if ((rc = get_hp(L, "embedding_length", &m->dim, 0, 1)) ||
+        (rc = get_hp(L, "block_count", &m->n_layers, 0, 1)) ||
         (rc = get_hp(L, "attention.head_count", &m->n_heads, 0, 1)) ||
         (rc = get_hp(L, "feed_forward_length", &m->ff_dim, 0, 1)) ||
         (rc = get_hp(L, "attention.head_count_kv", &m->n_kv_heads, m->n_heads, 0)) ||
         (rc = get_hp(L, "context_length", &m->n_ctx_train, 4096, 0)))
         return rc;
     if (m->n_heads % m->n_kv_heads != 0)
-        return cairn__errf(L->err, L->errlen, CAIRN_EFORMAT, "%s.attention.head_count (%d) is not a multiple of head_count_kv (%d)",
-                    m->arch_name, m->n_heads, m->n_kv_heads);
+        return cairn__errf(L->err, L->errlen, CAIRN_EFORMAT,
+                           "%s.attention.head_count (%d) is not a multiple of head_count_kv (%d)",
+                           m->arch_name, m->n_heads, m->n_kv_heads);
     if ((rc = get_hp(L, "attention.key_length", &m->head_dim, m->dim / m->n_heads, 0)))
         return rc;
     int vlen;
     if ((rc = get_hp(L, "attention.value_length", &vlen, m->head_dim, 0)))
         return rc;
     if (vlen != m->head_dim)
-        return cairn__errf(L->err, L->errlen, CAIRN_EUNSUPPORTED, "%s.attention.value_length %d differs from key_length %d",
-                    m->arch_name, vlen, m->head_dim);
+        return cairn__errf(L->err, L->errlen, CAIRN_EUNSUPPORTED,
+                           "%s.attention.value_length %d differs from key_length %d", m->arch_name,
+                           vlen, m->head_dim);
     if (m->head_dim < 2 || m->head_dim % 2 != 0)
-        return cairn__errf(L->err, L->errlen, CAIRN_EFORMAT, "head dimension %d is not even", m->head_dim);
+        return cairn__errf(L->err, L->errlen, CAIRN_EFORMAT, "head dimension %d is not even",
+                           m->head_dim);
     if ((rc = get_hp(L, "rope.dimension_count", &m->rope_dim, m->head_dim, 0)))
         return rc;
     if (m->rope_dim > m->head_dim || m->rope_dim % 2 != 0)
-        return cairn__errf(L->err, L->errlen, CAIRN_EFORMAT, "%s.rope.dimension_count %d must be even and <= head dim %d",
-                    m->arch_name, m->rope_dim, m->head_dim);
+        return cairn__errf(L->err, L->errlen, CAIRN_EFORMAT,
+                           "%s.rope.dimension_count %d must be even and <= head dim %d",
+                           m->arch_name, m->rope_dim, m->head_dim);
     if ((rc = get_hpf(L, "rope.freq_base", &m->rope_base, 10000.0f)) ||
         (rc = get_hpf(L, "attention.layer_norm_rms_epsilon", &m->rms_eps, 1e-5f)))
         return rc;
@@ -208,10 +227,12 @@ static int load(loader *L)
     if (!te)
         return cairn__errf(L->err, L->errlen, CAIRN_EFORMAT, "missing tensor 'token_embd.weight'");
     if (te->ne[1] == 0 || te->ne[1] > (1u << 30))
-        return cairn__errf(L->err, L->errlen, CAIRN_EFORMAT, "tensor 'token_embd.weight' has a bad vocabulary size");
+        return cairn__errf(L->err, L->errlen, CAIRN_EFORMAT,
+                           "tensor 'token_embd.weight' has a bad vocabulary size");
     m->n_vocab = (int)te->ne[1];
 
-    const int64_t dim = m->dim, qd = (int64_t)m->n_heads * m->head_dim, kvd = (int64_t)m->n_kv_heads * m->head_dim;
+    const int64_t dim = m->dim, qd = (int64_t)m->n_heads * m->head_dim,
+                  kvd = (int64_t)m->n_kv_heads * m->head_dim;
     if ((rc = bind_mat(L, "token_embd.weight", dim, m->n_vocab, &m->tok_embd, 1)) ||
         (rc = bind_vec(L, "output_norm.weight", dim, &m->output_norm, 1)) ||
         (rc = bind_mat(L, "output.weight", dim, m->n_vocab, &m->output, 0)))
@@ -306,15 +327,13 @@ void cairn__model_free(cairn__model *m)
     free(m);
 }
 
-const cairn__gguf *cairn__model_gguf(const cairn__model *m)
-{
-    return m ? m->gguf : NULL;
-}
+const cairn__gguf *cairn__model_gguf(const cairn__model *m) { return m ? m->gguf : NULL; }
 
-/* ==== backend selection and the checks every backend relies on ==================================== */
+/* ==== backend selection and the checks every backend relies on
+ * ==================================== */
 
-int cairn__backend_new(const char *kind, const cairn__model *m, const cairn__backend_opts *o, cairn__backend **out,
-                       char *err, size_t errlen)
+int cairn__backend_new(const char *kind, const cairn__model *m, const cairn__backend_opts *o,
+                       cairn__backend **out, char *err, size_t errlen)
 {
     if (err && errlen)
         err[0] = '\0';
@@ -356,23 +375,23 @@ void cairn__backend_free(cairn__backend *b)
         b->ops->destroy(b);
 }
 
-const char *cairn__backend_name(const cairn__backend *b)
-{
-    return b ? b->ops->name : "none";
-}
+const char *cairn__backend_name(const cairn__backend *b) { return b ? b->ops->name : "none"; }
 
-int cairn__backend_forward(cairn__backend *b, const int32_t *tokens, int n, int pos, float *logits, int all_logits)
+int cairn__backend_forward(cairn__backend *b, const int32_t *tokens, int n, int pos, float *logits,
+                           int all_logits)
 {
     if (!b || !tokens || n < 1 || pos < 0 || pos > b->n_past)
-        return cairn__errf(b ? b->err : NULL, b ? sizeof b->err : 0, CAIRN_EINVAL, "bad forward arguments (n %d, pos %d, n_past %d)",
-                    n, pos, b ? b->n_past : 0);
+        return cairn__errf(b ? b->err : NULL, b ? sizeof b->err : 0, CAIRN_EINVAL,
+                           "bad forward arguments (n %d, pos %d, n_past %d)", n, pos,
+                           b ? b->n_past : 0);
     if ((int64_t)pos + n > b->n_ctx)
-        return cairn__errf(b->err, sizeof b->err, CAIRN_ECONTEXT, "%d tokens at position %d exceed the context of %d", n, pos,
-                    b->n_ctx);
+        return cairn__errf(b->err, sizeof b->err, CAIRN_ECONTEXT,
+                           "%d tokens at position %d exceed the context of %d", n, pos, b->n_ctx);
     for (int i = 0; i < n; i++)
         if (tokens[i] < 0 || tokens[i] >= b->model->n_vocab)
-            return cairn__errf(b->err, sizeof b->err, CAIRN_EINVAL, "token %d at index %d is outside the vocabulary (%d)",
-                        tokens[i], i, b->model->n_vocab);
+            return cairn__errf(b->err, sizeof b->err, CAIRN_EINVAL,
+                               "token %d at index %d is outside the vocabulary (%d)", tokens[i], i,
+                               b->model->n_vocab);
     if (pos < b->n_past)
         b->n_past = pos; /* the tail is about to be rewritten */
     int rc = b->ops->forward(b, tokens, n, pos, logits, all_logits);
@@ -387,17 +406,8 @@ void cairn__backend_truncate(cairn__backend *b, int n_keep)
         b->n_past = n_keep;
 }
 
-int cairn__backend_n_past(const cairn__backend *b)
-{
-    return b ? b->n_past : 0;
-}
+int cairn__backend_n_past(const cairn__backend *b) { return b ? b->n_past : 0; }
 
-int cairn__backend_n_ctx(const cairn__backend *b)
-{
-    return b ? b->n_ctx : 0;
-}
+int cairn__backend_n_ctx(const cairn__backend *b) { return b ? b->n_ctx : 0; }
 
-const char *cairn__backend_errmsg(const cairn__backend *b)
-{
-    return b ? b->err : "no backend";
-}
+const char *cairn__backend_errmsg(const cairn__backend *b) { return b ? b->err : "no backend"; }

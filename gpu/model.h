@@ -26,21 +26,22 @@ enum cairn__arch { CAIRN__ARCH_LLAMA = 0, CAIRN__ARCH_QWEN2 = 1 };
 enum cairn__rope_mode { CAIRN__ROPE_NORMAL = 0, CAIRN__ROPE_NEOX = 2 }; /* ggml's numbering */
 
 typedef struct {
-    cairn__mat wq, wk, wv, wo;    /* (n_heads*head_dim, dim), (n_kv*head_dim, dim) x2, (dim, n_heads*head_dim) */
-    cairn__mat w_gate, w_up;      /* (ff, dim) */
-    cairn__mat w_down;            /* (dim, ff) */
-    const float *attn_norm;       /* dim */
-    const float *ffn_norm;        /* dim */
-    const float *bq, *bk, *bv;    /* qwen2 only (NULL for llama unless present) */
+    cairn__mat wq, wk, wv,
+        wo; /* (n_heads*head_dim, dim), (n_kv*head_dim, dim) x2, (dim, n_heads*head_dim) */
+    cairn__mat w_gate, w_up;   /* (ff, dim) */
+    cairn__mat w_down;         /* (dim, ff) */
+    const float *attn_norm;    /* dim */
+    const float *ffn_norm;     /* dim */
+    const float *bq, *bk, *bv; /* qwen2 only (NULL for llama unless present) */
 } cairn__layer;
 
 typedef struct cairn__model {
-    int arch;            /* enum cairn__arch */
+    int arch; /* enum cairn__arch */
     const char *arch_name;
     int n_vocab, dim, n_layers, n_heads, n_kv_heads, head_dim, ff_dim;
-    int n_ctx_train;     /* <arch>.context_length */
-    int rope_dim;        /* dimensions rotated per head (<= head_dim, even) */
-    int rope_mode;       /* enum cairn__rope_mode */
+    int n_ctx_train; /* <arch>.context_length */
+    int rope_dim;    /* dimensions rotated per head (<= head_dim, even) */
+    int rope_mode;   /* enum cairn__rope_mode */
     float rope_base;
     float rms_eps;
     int tied_output;     /* output.weight absent: logits use token_embd.weight */
@@ -48,13 +49,13 @@ typedef struct cairn__model {
     cairn__mat output;   /* (n_vocab, dim) */
     const float *output_norm;
     cairn__layer *layers;
-    uint32_t wtype;      /* most common storage type of the matrices (for display) */
+    uint32_t wtype; /* most common storage type of the matrices (for display) */
     uint64_t n_params;
     uint64_t weight_bytes; /* bytes of all weights as stored */
     /* private */
     cairn__gguf *gguf;
     int owns_gguf;
-    float **owned;       /* converted vectors */
+    float **owned; /* converted vectors */
     size_t n_owned;
 } cairn__model;
 

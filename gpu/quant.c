@@ -48,10 +48,7 @@ static float bits_f32(uint32_t u)
     return f;
 }
 
-float cairn__f16_to_f32(uint16_t h)
-{
-    return cairn__f16_to_f32_inline(h);
-}
+float cairn__f16_to_f32(uint16_t h) { return cairn__f16_to_f32_inline(h); }
 
 uint16_t cairn__f32_to_f16(float f)
 {
@@ -73,10 +70,7 @@ uint16_t cairn__f32_to_f16(float f)
     return (uint16_t)(sign | (r >> 13));
 }
 
-float cairn__bf16_to_f32(uint16_t h)
-{
-    return bits_f32((uint32_t)h << 16);
-}
+float cairn__bf16_to_f32(uint16_t h) { return bits_f32((uint32_t)h << 16); }
 
 uint16_t cairn__f32_to_bf16(float f)
 {
@@ -93,33 +87,41 @@ uint64_t cairn__quant_block_elems(uint32_t type)
     switch (type) {
     case CAIRN__GGML_F32:
     case CAIRN__GGML_F16:
-    case CAIRN__GGML_BF16: return 1;
+    case CAIRN__GGML_BF16:
+        return 1;
     case CAIRN__GGML_Q8_0:
-    case CAIRN__GGML_Q4_0: return 32;
+    case CAIRN__GGML_Q4_0:
+        return 32;
     case CAIRN__GGML_Q4_K:
-    case CAIRN__GGML_Q6_K: return CAIRN__QK_K;
-    default: return 0;
+    case CAIRN__GGML_Q6_K:
+        return CAIRN__QK_K;
+    default:
+        return 0;
     }
 }
 
 uint64_t cairn__quant_block_bytes(uint32_t type)
 {
     switch (type) {
-    case CAIRN__GGML_F32: return 4;
+    case CAIRN__GGML_F32:
+        return 4;
     case CAIRN__GGML_F16:
-    case CAIRN__GGML_BF16: return 2;
-    case CAIRN__GGML_Q8_0: return sizeof(cairn__block_q8_0);
-    case CAIRN__GGML_Q4_0: return sizeof(cairn__block_q4_0);
-    case CAIRN__GGML_Q4_K: return sizeof(cairn__block_q4_K);
-    case CAIRN__GGML_Q6_K: return sizeof(cairn__block_q6_K);
-    default: return 0;
+    case CAIRN__GGML_BF16:
+        return 2;
+    case CAIRN__GGML_Q8_0:
+        return sizeof(cairn__block_q8_0);
+    case CAIRN__GGML_Q4_0:
+        return sizeof(cairn__block_q4_0);
+    case CAIRN__GGML_Q4_K:
+        return sizeof(cairn__block_q4_K);
+    case CAIRN__GGML_Q6_K:
+        return sizeof(cairn__block_q6_K);
+    default:
+        return 0;
     }
 }
 
-int cairn__quant_supported(uint32_t type)
-{
-    return cairn__quant_block_elems(type) != 0;
-}
+int cairn__quant_supported(uint32_t type) { return cairn__quant_block_elems(type) != 0; }
 
 /* ---- dequantizers ------------------------------------------------------------------------- */
 
@@ -232,12 +234,15 @@ void cairn__dequant_row(uint32_t type, const void *src, float *dst, uint64_t n)
     }
     const uint64_t nb = n / be;
     switch (type) {
-    case CAIRN__GGML_F32: memcpy(dst, src, n * sizeof(float)); break;
+    case CAIRN__GGML_F32:
+        memcpy(dst, src, n * sizeof(float));
+        break;
     case CAIRN__GGML_F16: {
         const uint8_t *s = src;
         for (uint64_t i = 0; i < n; i++) {
             uint16_t h;
-            memcpy(&h, s + 2 * i, 2); /* GGUF data may be only 2-byte aligned or less in memory files */
+            memcpy(&h, s + 2 * i,
+                   2); /* GGUF data may be only 2-byte aligned or less in memory files */
             dst[i] = cairn__f16_to_f32(h);
         }
         break;
@@ -251,11 +256,20 @@ void cairn__dequant_row(uint32_t type, const void *src, float *dst, uint64_t n)
         }
         break;
     }
-    case CAIRN__GGML_Q8_0: dequant_q8_0(src, dst, nb); break;
-    case CAIRN__GGML_Q4_0: dequant_q4_0(src, dst, nb); break;
-    case CAIRN__GGML_Q4_K: dequant_q4_K(src, dst, nb); break;
-    case CAIRN__GGML_Q6_K: dequant_q6_K(src, dst, nb); break;
-    default: break;
+    case CAIRN__GGML_Q8_0:
+        dequant_q8_0(src, dst, nb);
+        break;
+    case CAIRN__GGML_Q4_0:
+        dequant_q4_0(src, dst, nb);
+        break;
+    case CAIRN__GGML_Q4_K:
+        dequant_q4_K(src, dst, nb);
+        break;
+    case CAIRN__GGML_Q6_K:
+        dequant_q6_K(src, dst, nb);
+        break;
+    default:
+        break;
     }
 }
 
@@ -301,10 +315,7 @@ static void quant_q4_0(const float *x, cairn__block_q4_0 *y, uint64_t nb)
     }
 }
 
-static int clampi(int v, int lo, int hi)
-{
-    return v < lo ? lo : v > hi ? hi : v;
-}
+static int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
 
 static void quant_q4_K(const float *x, cairn__block_q4_K *y, uint64_t nb)
 {
@@ -351,7 +362,8 @@ static void quant_q4_K(const float *x, cairn__block_q4_K *y, uint64_t nb)
             const float sd = dq * ls[j], sm = dminq * lm[j];
             for (int l = 0; l < 32; l++) {
                 const float v = xb[32 * j + l];
-                L[32 * j + l] = (uint8_t)(sd > 0.0f ? clampi((int)nearbyintf((v + sm) / sd), 0, 15) : 0);
+                L[32 * j + l] =
+                    (uint8_t)(sd > 0.0f ? clampi((int)nearbyintf((v + sm) / sd), 0, 15) : 0);
             }
         }
         uint8_t *q = y[i].qs;
@@ -419,7 +431,9 @@ int cairn__quant_row(uint32_t type, const float *src, void *dst, uint64_t n)
         return CAIRN_EINVAL;
     const uint64_t nb = n / be;
     switch (type) {
-    case CAIRN__GGML_F32: memcpy(dst, src, n * sizeof(float)); break;
+    case CAIRN__GGML_F32:
+        memcpy(dst, src, n * sizeof(float));
+        break;
     case CAIRN__GGML_F16:
         for (uint64_t i = 0; i < n; i++) {
             const uint16_t h = cairn__f32_to_f16(src[i]);
@@ -432,11 +446,20 @@ int cairn__quant_row(uint32_t type, const float *src, void *dst, uint64_t n)
             memcpy((uint8_t *)dst + 2 * i, &h, 2);
         }
         break;
-    case CAIRN__GGML_Q8_0: quant_q8_0(src, dst, nb); break;
-    case CAIRN__GGML_Q4_0: quant_q4_0(src, dst, nb); break;
-    case CAIRN__GGML_Q4_K: quant_q4_K(src, dst, nb); break;
-    case CAIRN__GGML_Q6_K: quant_q6_K(src, dst, nb); break;
-    default: return CAIRN_EUNSUPPORTED;
+    case CAIRN__GGML_Q8_0:
+        quant_q8_0(src, dst, nb);
+        break;
+    case CAIRN__GGML_Q4_0:
+        quant_q4_0(src, dst, nb);
+        break;
+    case CAIRN__GGML_Q4_K:
+        quant_q4_K(src, dst, nb);
+        break;
+    case CAIRN__GGML_Q6_K:
+        quant_q6_K(src, dst, nb);
+        break;
+    default:
+        return CAIRN_EUNSUPPORTED;
     }
     return 0;
 }

@@ -22,29 +22,29 @@ extern "C" {
 /* The block structs, exactly as ggml lays them out (no padding: every member is a byte array
  * or a uint16_t at an even offset). f16 fields are raw IEEE half bits. */
 typedef struct {
-    uint16_t d;                 /* scale */
-    int8_t qs[CAIRN__QK8_0];    /* value = qs[i] * d */
-} cairn__block_q8_0;            /* 34 bytes */
+    uint16_t d;              /* scale */
+    int8_t qs[CAIRN__QK8_0]; /* value = qs[i] * d */
+} cairn__block_q8_0;         /* 34 bytes */
 
 typedef struct {
-    uint16_t d;                     /* scale */
-    uint8_t qs[CAIRN__QK4_0 / 2];   /* element i in the low nibble of qs[i], i+16 in the high */
-} cairn__block_q4_0;                /* 18 bytes; value = (q - 8) * d */
+    uint16_t d;                   /* scale */
+    uint8_t qs[CAIRN__QK4_0 / 2]; /* element i in the low nibble of qs[i], i+16 in the high */
+} cairn__block_q4_0;              /* 18 bytes; value = (q - 8) * d */
 
 typedef struct {
-    uint16_t d;                     /* super-block scale for the 6-bit sub-block scales */
-    uint16_t dmin;                  /* super-block scale for the 6-bit sub-block mins */
-    uint8_t scales[12];             /* 8 scales + 8 mins, 6 bits each, packed */
-    uint8_t qs[CAIRN__QK_K / 2];    /* 4-bit quants: 64-element chunk c uses qs[32c..32c+31],
-                                       low nibbles first 32, high nibbles next 32 */
-} cairn__block_q4_K;                /* 144 bytes; value = d*sc[j]*q - dmin*m[j], j = i/32 */
+    uint16_t d;                  /* super-block scale for the 6-bit sub-block scales */
+    uint16_t dmin;               /* super-block scale for the 6-bit sub-block mins */
+    uint8_t scales[12];          /* 8 scales + 8 mins, 6 bits each, packed */
+    uint8_t qs[CAIRN__QK_K / 2]; /* 4-bit quants: 64-element chunk c uses qs[32c..32c+31],
+                                    low nibbles first 32, high nibbles next 32 */
+} cairn__block_q4_K;             /* 144 bytes; value = d*sc[j]*q - dmin*m[j], j = i/32 */
 
 typedef struct {
-    uint8_t ql[CAIRN__QK_K / 2];    /* low 4 bits of the 6-bit quants */
-    uint8_t qh[CAIRN__QK_K / 4];    /* high 2 bits */
-    int8_t scales[CAIRN__QK_K / 16];/* one int8 scale per 16 weights */
-    uint16_t d;                     /* super-block scale */
-} cairn__block_q6_K;                /* 210 bytes; value = d * scales[i/16] * (q - 32) */
+    uint8_t ql[CAIRN__QK_K / 2];     /* low 4 bits of the 6-bit quants */
+    uint8_t qh[CAIRN__QK_K / 4];     /* high 2 bits */
+    int8_t scales[CAIRN__QK_K / 16]; /* one int8 scale per 16 weights */
+    uint16_t d;                      /* super-block scale */
+} cairn__block_q6_K;                 /* 210 bytes; value = d * scales[i/16] * (q - 32) */
 
 /* Elements per block of type (1 for F32/F16/BF16), 0 if the type is not supported here. */
 uint64_t cairn__quant_block_elems(uint32_t type);

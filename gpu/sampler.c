@@ -55,10 +55,7 @@ static uint64_t splitmix64(uint64_t *x)
     return z ^ (z >> 31);
 }
 
-static uint64_t rotl(uint64_t x, int k)
-{
-    return (x << k) | (x >> (64 - k));
-}
+static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 
 static uint64_t xoshiro_next(uint64_t s[4])
 {
@@ -73,15 +70,16 @@ static uint64_t xoshiro_next(uint64_t s[4])
     return result;
 }
 
-/* ---- lifecycle -------------------------------------------------------------------------------- */
+/* ---- lifecycle --------------------------------------------------------------------------------
+ */
 
 int cairn__sampler_new(const cairn__sampler_params *p, int n_vocab, cairn__sampler **out)
 {
     if (!out)
         return CAIRN_EINVAL;
     *out = NULL;
-    if (!p || n_vocab < 1 || isnan(p->temperature) || !(p->top_p > 0.0f) || !(p->repeat_penalty > 0.0f) ||
-        p->repeat_last_n < -1)
+    if (!p || n_vocab < 1 || isnan(p->temperature) || !(p->top_p > 0.0f) ||
+        !(p->repeat_penalty > 0.0f) || p->repeat_last_n < -1)
         return CAIRN_EINVAL;
     cairn__sampler *s = calloc(1, sizeof *s);
     if (!s)
@@ -112,12 +110,10 @@ void cairn__sampler_free(cairn__sampler *s)
     free(s);
 }
 
-uint64_t cairn__sampler_draws(const cairn__sampler *s)
-{
-    return s->draws;
-}
+uint64_t cairn__sampler_draws(const cairn__sampler *s) { return s->draws; }
 
-/* ---- sampling ----------------------------------------------------------------------------------- */
+/* ---- sampling -----------------------------------------------------------------------------------
+ */
 
 /* a ranks before b: larger logit first, NaN last, then lower id */
 static int before(const cand *a, const cand *b)
@@ -167,7 +163,8 @@ static void penalize(cairn__sampler *s, float *logits, const int32_t *hist, size
         if (t < 0 || t >= s->n_vocab || (s->seen[t >> 3] & (1u << (t & 7))))
             continue;
         s->seen[t >> 3] |= (uint8_t)(1u << (t & 7));
-        logits[t] = logits[t] > 0.0f ? logits[t] / s->p.repeat_penalty : logits[t] * s->p.repeat_penalty;
+        logits[t] =
+            logits[t] > 0.0f ? logits[t] / s->p.repeat_penalty : logits[t] * s->p.repeat_penalty;
     }
     for (size_t i = from; i < n_hist; i++) {
         const int32_t t = hist[i];
@@ -240,7 +237,8 @@ int32_t cairn__sampler_sample(cairn__sampler *s, float *logits, const int32_t *h
     return c[keep - 1].id; /* u within rounding of the total */
 }
 
-/* ---- state ---------------------------------------------------------------------------------------- */
+/* ---- state
+ * ---------------------------------------------------------------------------------------- */
 
 static const uint8_t STATE_MAGIC[4] = {'C', 'S', 'M', 'P'};
 #define STATE_VERSION 1u

@@ -39,7 +39,8 @@ void cairn__sampler_free(cairn__sampler *s); /* NULL is a no-op */
  * tokens so far (history[0..n_hist), prompt included; may be NULL when n_hist is 0). Advances
  * the generator once per call unless greedy. NaN logits are never picked while any other is
  * finite. */
-int32_t cairn__sampler_sample(cairn__sampler *s, float *logits, const int32_t *history, size_t n_hist);
+int32_t cairn__sampler_sample(cairn__sampler *s, float *logits, const int32_t *history,
+                              size_t n_hist);
 
 /* Number of sample calls that drew a random number since creation (or the restored state). */
 uint64_t cairn__sampler_draws(const cairn__sampler *s);

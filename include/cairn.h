@@ -56,7 +56,7 @@ enum cairn_error {
 #define CAIRN__X(name, value, text) CAIRN_##name = value,
     CAIRN_ERROR_TABLE(CAIRN__X)
 #undef CAIRN__X
-    CAIRN__ERROR_LAST_PLUS_ONE_ /* not a code; keeps the enum list well-formed */
+        CAIRN__ERROR_LAST_PLUS_ONE_ /* not a code; keeps the enum list well-formed */
 };
 
 /* Text of an error code ("store full (map limit or disk full)"); never NULL. */
@@ -127,8 +127,8 @@ typedef enum cairn_probe_result {
 typedef cairn_probe_result (*cairn_probe_fn)(cairn_ctx *ctx, void *user);
 
 typedef enum cairn_delivery {
-    CAIRN_COMPUTE = 0,      /* re-runnable until committed; never again after */
-    CAIRN_EFFECT = 1,       /* at most once: an intent is committed and flushed before the call */
+    CAIRN_COMPUTE = 0, /* re-runnable until committed; never again after */
+    CAIRN_EFFECT = 1,  /* at most once: an intent is committed and flushed before the call */
     CAIRN_EFFECT_AT_LEAST_ONCE = 2 /* called again after a crash, with the same delivery ID */
 } cairn_delivery;
 
@@ -256,7 +256,8 @@ CAIRN_API int cairn_runner_set_tenant_limit(cairn_runner *r, const char *field,
 /* Resume with a changed graph by starting a new generation from the first changed step. */
 CAIRN_API int cairn_runner_set_allow_graph_change(cairn_runner *r, int allow);
 /* Retention of outputs of finished tasks (default 7 days) and of tombstones (30 days). */
-CAIRN_API int cairn_runner_set_retention(cairn_runner *r, uint64_t outputs_s, uint64_t tombstones_s);
+CAIRN_API int cairn_runner_set_retention(cairn_runner *r, uint64_t outputs_s,
+                                         uint64_t tombstones_s);
 CAIRN_API int cairn_runner_open(cairn_runner *r);
 CAIRN_API void cairn_runner_free(cairn_runner *r);
 CAIRN_API const char *cairn_runner_errmsg(const cairn_runner *r);

@@ -19,8 +19,17 @@
 #include "runner/internal.h"
 
 /* sysexits */
-enum { EX_OK_ = 0, EX_USAGE_ = 64, EX_DATAERR_ = 65, EX_NOINPUT_ = 66, EX_UNAVAILABLE_ = 69,
-       EX_SOFTWARE_ = 70, EX_IOERR_ = 74, EX_TEMPFAIL_ = 75, EX_CONFLICT_ = 76 };
+enum {
+    EX_OK_ = 0,
+    EX_USAGE_ = 64,
+    EX_DATAERR_ = 65,
+    EX_NOINPUT_ = 66,
+    EX_UNAVAILABLE_ = 69,
+    EX_SOFTWARE_ = 70,
+    EX_IOERR_ = 74,
+    EX_TEMPFAIL_ = 75,
+    EX_CONFLICT_ = 76
+};
 
 int cairn__exit_code(int err)
 {
@@ -76,9 +85,29 @@ typedef struct opts {
 } opts;
 
 enum {
-    O_STORE = 256, O_GRAPH, O_TASK, O_TASK_FROM, O_INPUT, O_MESSAGE_ID, O_STATUS, O_STEP, O_FROM,
-    O_TENANT_FIELD, O_MAX_PER_TENANT, O_LIMIT, O_MAX_ATTEMPTS, O_LEASE_MS, O_MAP_MAX,
-    O_RETENTION, O_TOMBSTONE, O_JSON, O_NOW, O_DONE, O_NOT_DONE, O_ALLOW_GRAPH_CHANGE, O_NOSYNC,
+    O_STORE = 256,
+    O_GRAPH,
+    O_TASK,
+    O_TASK_FROM,
+    O_INPUT,
+    O_MESSAGE_ID,
+    O_STATUS,
+    O_STEP,
+    O_FROM,
+    O_TENANT_FIELD,
+    O_MAX_PER_TENANT,
+    O_LIMIT,
+    O_MAX_ATTEMPTS,
+    O_LEASE_MS,
+    O_MAP_MAX,
+    O_RETENTION,
+    O_TOMBSTONE,
+    O_JSON,
+    O_NOW,
+    O_DONE,
+    O_NOT_DONE,
+    O_ALLOW_GRAPH_CHANGE,
+    O_NOSYNC,
     O_HELP
 };
 
@@ -155,30 +184,81 @@ static int parse_opts(int argc, char **argv, const char *cmd, const int *allowed
         int bad = 0;
         uint64_t u;
         switch (c) {
-        case O_STORE: o->store = optarg; break;
-        case O_GRAPH: o->graph = optarg; break;
-        case O_TASK: o->task = optarg; break;
-        case O_TASK_FROM: o->task_from = optarg; break;
-        case O_INPUT: o->input = optarg; break;
-        case O_MESSAGE_ID: o->message_id = optarg; break;
-        case O_STATUS: o->status = optarg; break;
-        case O_STEP: o->step = optarg; break;
-        case O_FROM: o->from = optarg; break;
-        case O_TENANT_FIELD: o->tenant_field = optarg; break;
-        case O_MAX_PER_TENANT: bad = parse_u32(optarg, &o->max_per_tenant); break;
-        case O_LIMIT: bad = parse_u32(optarg, &o->limit); break;
-        case O_MAX_ATTEMPTS: bad = parse_u32(optarg, &o->max_attempts) || !o->max_attempts; break;
-        case O_LEASE_MS: bad = parse_u32(optarg, &o->lease_ms) || o->lease_ms < 100; break;
-        case O_MAP_MAX: bad = parse_u64(optarg, &u); o->map_max = u; break;
-        case O_RETENTION: o->retention_days = strtod(optarg, NULL); bad = o->retention_days < 0; break;
-        case O_TOMBSTONE: o->tombstone_days = strtod(optarg, NULL); bad = o->tombstone_days < 0; break;
-        case O_JSON: o->json = 1; break;
-        case O_NOW: o->now = 1; break;
-        case O_DONE: o->done = 1; break;
-        case O_NOT_DONE: o->not_done = 1; break;
-        case O_ALLOW_GRAPH_CHANGE: o->allow_graph_change = 1; break;
-        case O_NOSYNC: o->nosync = 1; break;
-        case O_HELP: o->help = 1; break;
+        case O_STORE:
+            o->store = optarg;
+            break;
+        case O_GRAPH:
+            o->graph = optarg;
+            break;
+        case O_TASK:
+            o->task = optarg;
+            break;
+        case O_TASK_FROM:
+            o->task_from = optarg;
+            break;
+        case O_INPUT:
+            o->input = optarg;
+            break;
+        case O_MESSAGE_ID:
+            o->message_id = optarg;
+            break;
+        case O_STATUS:
+            o->status = optarg;
+            break;
+        case O_STEP:
+            o->step = optarg;
+            break;
+        case O_FROM:
+            o->from = optarg;
+            break;
+        case O_TENANT_FIELD:
+            o->tenant_field = optarg;
+            break;
+        case O_MAX_PER_TENANT:
+            bad = parse_u32(optarg, &o->max_per_tenant);
+            break;
+        case O_LIMIT:
+            bad = parse_u32(optarg, &o->limit);
+            break;
+        case O_MAX_ATTEMPTS:
+            bad = parse_u32(optarg, &o->max_attempts) || !o->max_attempts;
+            break;
+        case O_LEASE_MS:
+            bad = parse_u32(optarg, &o->lease_ms) || o->lease_ms < 100;
+            break;
+        case O_MAP_MAX:
+            bad = parse_u64(optarg, &u);
+            o->map_max = u;
+            break;
+        case O_RETENTION:
+            o->retention_days = strtod(optarg, NULL);
+            bad = o->retention_days < 0;
+            break;
+        case O_TOMBSTONE:
+            o->tombstone_days = strtod(optarg, NULL);
+            bad = o->tombstone_days < 0;
+            break;
+        case O_JSON:
+            o->json = 1;
+            break;
+        case O_NOW:
+            o->now = 1;
+            break;
+        case O_DONE:
+            o->done = 1;
+            break;
+        case O_NOT_DONE:
+            o->not_done = 1;
+            break;
+        case O_ALLOW_GRAPH_CHANGE:
+            o->allow_graph_change = 1;
+            break;
+        case O_NOSYNC:
+            o->nosync = 1;
+            break;
+        case O_HELP:
+            o->help = 1;
+            break;
         }
         if (bad) {
             fprintf(stderr, "cairn %s: invalid value '%s' for %s\n", cmd, optarg, argv[optind - 1]);
@@ -295,9 +375,20 @@ static const char run_help[] =
 
 static int cmd_run(int argc, char **argv, cairn_graph *const *graphs, size_t n)
 {
-    static const int allowed[] = {O_GRAPH, O_TASK, O_TASK_FROM, O_INPUT, O_MESSAGE_ID, O_JSON,
-                                  O_TENANT_FIELD, O_MAX_PER_TENANT, O_ALLOW_GRAPH_CHANGE,
-                                  O_MAX_ATTEMPTS, O_LEASE_MS, O_NOSYNC, O_MAP_MAX, 0};
+    static const int allowed[] = {O_GRAPH,
+                                  O_TASK,
+                                  O_TASK_FROM,
+                                  O_INPUT,
+                                  O_MESSAGE_ID,
+                                  O_JSON,
+                                  O_TENANT_FIELD,
+                                  O_MAX_PER_TENANT,
+                                  O_ALLOW_GRAPH_CHANGE,
+                                  O_MAX_ATTEMPTS,
+                                  O_LEASE_MS,
+                                  O_NOSYNC,
+                                  O_MAP_MAX,
+                                  0};
     opts o;
     int oi, rc = parse_opts(argc, argv, "run", allowed, &o, &oi);
     if (rc)
@@ -526,8 +617,8 @@ static const char retry_help[] =
 
 static int cmd_retry(int argc, char **argv, cairn_graph *const *graphs, size_t n)
 {
-    static const int allowed[] = {O_GRAPH, O_LIMIT, O_NOW, O_JSON, O_MAX_ATTEMPTS, O_LEASE_MS,
-                                  O_NOSYNC, O_MAP_MAX, 0};
+    static const int allowed[] = {O_GRAPH,    O_LIMIT,  O_NOW,     O_JSON, O_MAX_ATTEMPTS,
+                                  O_LEASE_MS, O_NOSYNC, O_MAP_MAX, 0};
     opts o;
     int oi, rc = parse_opts(argc, argv, "retry", allowed, &o, &oi);
     if (rc)
@@ -548,8 +639,8 @@ static int cmd_retry(int argc, char **argv, cairn_graph *const *graphs, size_t n
     uint32_t ran = 0, ok = 0, bad = 0;
     rc = cairn_runner_retry(s.runner, o.graph, o.limit, o.now, &ran, &ok, &bad);
     if (o.json) {
-        json_t *j = json_pack("{s:i, s:i, s:i}", "ran", (int)ran, "succeeded", (int)ok, "failed",
-                              (int)bad);
+        json_t *j =
+            json_pack("{s:i, s:i, s:i}", "ran", (int)ran, "succeeded", (int)ok, "failed", (int)bad);
         print_json(j);
     } else
         printf("retry: ran %u, succeeded %u, not succeeded %u\n", ran, ok, bad);
@@ -758,7 +849,8 @@ static int cmd_stats(int argc, char **argv)
     json_t *j = json_object(), *by = json_object();
     uint64_t total = 0;
     for (int i = 0; i < CAIRN_STATE_COUNT; i++) {
-        json_object_set_new(by, cairn_state_name((cairn_state)i), json_integer((json_int_t)st.by_state[i]));
+        json_object_set_new(by, cairn_state_name((cairn_state)i),
+                            json_integer((json_int_t)st.by_state[i]));
         total += st.by_state[i];
     }
     json_object_set_new(j, "tasks", json_integer((json_int_t)total));

@@ -193,14 +193,19 @@ static int on_token(void *user, int32_t tok, const char *bytes, size_t len)
 static int exit_for(int rc)
 {
     switch (rc) {
-    case CAIRN_ENOENT: return EX_NOINPUT;
+    case CAIRN_ENOENT:
+        return EX_NOINPUT;
     case CAIRN_EFORMAT:
-    case CAIRN_ECONTEXT: return EX_DATAERR;
+    case CAIRN_ECONTEXT:
+        return EX_DATAERR;
     case CAIRN_EUNSUPPORTED:
     case CAIRN_ENODEVICE:
-    case CAIRN_ECUDA: return EX_UNAVAILABLE;
-    case CAIRN_EIO: return EX_IOERR;
-    default: return EX_SOFTWARE;
+    case CAIRN_ECUDA:
+        return EX_UNAVAILABLE;
+    case CAIRN_EIO:
+        return EX_IOERR;
+    default:
+        return EX_SOFTWARE;
     }
 }
 
@@ -213,7 +218,8 @@ int cairn__cmd_generate(int argc, char **argv)
     char err[512] = "";
 #ifndef CAIRN_HAVE_CUDA
     if (strcmp(o.backend, "cuda") == 0) {
-        fprintf(stderr, "cairn generate: this build has no CUDA backend (rebuild with -Dcuda=enabled)\n");
+        fprintf(stderr,
+                "cairn generate: this build has no CUDA backend (rebuild with -Dcuda=enabled)\n");
         return EX_UNAVAILABLE;
     }
 #endif
@@ -259,7 +265,8 @@ int cairn__cmd_generate(int argc, char **argv)
         size_t rl;
         rc = cairn__chat_render(fmt, msgs, nm, 1, &rendered, &rl);
         if (rc) {
-            fprintf(stderr, "cairn generate: cannot render the chat prompt: %s\n", cairn_strerror(rc));
+            fprintf(stderr, "cairn generate: cannot render the chat prompt: %s\n",
+                    cairn_strerror(rc));
             code = EX_SOFTWARE;
             goto out;
         }
@@ -282,9 +289,12 @@ int cairn__cmd_generate(int argc, char **argv)
     }
     fflush(stdout);
     const cairn__model *m = cairn__engine_model(e);
-    fprintf(stderr, "\n[%s, %zu tokens; prompt %zu tokens at %.1f tok/s; decode %.1f tok/s; %s backend, %s %s]\n",
+    fprintf(stderr,
+            "\n[%s, %zu tokens; prompt %zu tokens at %.1f tok/s; decode %.1f tok/s; %s backend, %s "
+            "%s]\n",
             cairn__finish_name(r.finish), r.n_tokens, r.n_prompt, r.prompt_tps, r.gen_tps,
-            cairn__backend_name(cairn__engine_backend(e)), m->arch_name, cairn__ggml_type_name(m->wtype));
+            cairn__backend_name(cairn__engine_backend(e)), m->arch_name,
+            cairn__ggml_type_name(m->wtype));
 out:
     cairn__gen_result_free(&r);
     free(ids);

@@ -10,8 +10,8 @@ const char *cairn_strerror(int err)
     switch (err) {
     case CAIRN_OK:
         return "success";
-#define CAIRN__X(name, value, text)                                                               \
-    case value:                                                                                   \
+#define CAIRN__X(name, value, text)                                                                \
+    case value:                                                                                    \
         return text;
         CAIRN_ERROR_TABLE(CAIRN__X)
 #undef CAIRN__X
@@ -25,8 +25,8 @@ const char *cairn_errname(int err)
     switch (err) {
     case CAIRN_OK:
         return "CAIRN_OK";
-#define CAIRN__X(name, value, text)                                                               \
-    case value:                                                                                   \
+#define CAIRN__X(name, value, text)                                                                \
+    case value:                                                                                    \
         return "CAIRN_" #name;
         CAIRN_ERROR_TABLE(CAIRN__X)
 #undef CAIRN__X

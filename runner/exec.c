@@ -167,7 +167,8 @@ static cairn_step_result call(cairn_ctx *c, int probe)
         }
     }
     cairn_step_result res = s->fn(c, s->user);
-    if (res == CAIRN_STEP_OK && c->out_set && c->out.size && !one_object(c->out.data, c->out.size)) {
+    if (res == CAIRN_STEP_OK && c->out_set && c->out.size &&
+        !one_object(c->out.data, c->out.size)) {
         snprintf(c->err, sizeof c->err, "step '%s' produced output that is not one msgpack object",
                  s->name);
         res = CAIRN_STEP_PERMANENT;
@@ -199,7 +200,8 @@ static void run_child(cairn_ctx *c, int probe, int fd, pid_t parent)
     uint32_t r = (uint32_t)res, el = (uint32_t)strlen(c->err),
              ol = c->out_set ? (uint32_t)c->out.size : 0;
     if (write_all(fd, "R", 1) || write_all(fd, &r, 4) || write_all(fd, &el, 4) ||
-        write_all(fd, c->err, el) || write_all(fd, &ol, 4) || (ol && write_all(fd, c->out.data, ol)))
+        write_all(fd, c->err, el) || write_all(fd, &ol, 4) ||
+        (ol && write_all(fd, c->out.data, ol)))
         _exit(3);
     _exit(0);
 }
@@ -312,11 +314,11 @@ static int exec_isolated(cairn_ctx *c, int probe, cairn__outcome *o)
         else {
             o->crashed = 1;
             if (WIFSIGNALED(status))
-                snprintf(o->err, sizeof o->err, "step '%s' crashed with signal %d",
-                         c->step->name, WTERMSIG(status));
+                snprintf(o->err, sizeof o->err, "step '%s' crashed with signal %d", c->step->name,
+                         WTERMSIG(status));
             else
-                snprintf(o->err, sizeof o->err, "step '%s' exited with status %d",
-                         c->step->name, WEXITSTATUS(status));
+                snprintf(o->err, sizeof o->err, "step '%s' exited with status %d", c->step->name,
+                         WEXITSTATUS(status));
         }
         o->result = c->step->delivery == CAIRN_COMPUTE ? CAIRN_STEP_TRANSIENT : CAIRN_STEP_UNKNOWN;
         if (killed && c->r->stop)

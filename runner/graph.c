@@ -183,8 +183,10 @@ static int resolve_deps(cairn_graph *g, cairn_step *s)
         size_t n = e ? (size_t)(e - p) : strlen(p);
         char name[65];
         if (n == 0 || n > 64) {
-            snprintf(g->err, sizeof g->err, "graph '%s': step '%s' has an empty or overlong "
-                     "dependency name in \"%s\"", g->name, s->name, s->deps_text);
+            snprintf(g->err, sizeof g->err,
+                     "graph '%s': step '%s' has an empty or overlong "
+                     "dependency name in \"%s\"",
+                     g->name, s->name, s->deps_text);
             return CAIRN_EGRAPH;
         }
         memcpy(name, p, n);
@@ -278,8 +280,7 @@ static void fingerprint(cairn_graph *g)
         n = snprintf(line, sizeof line, "%s@%u:%d:%s\n", s->name, s->version, (int)s->delivery,
                      s->deps_text ? s->deps_text : "");
         EVP_DigestUpdate(md, line, (size_t)n);
-        n = snprintf(g->pin + pl, sizeof g->pin - pl, "%s%s@%u", i ? "," : "", s->name,
-                     s->version);
+        n = snprintf(g->pin + pl, sizeof g->pin - pl, "%s%s@%u", i ? "," : "", s->name, s->version);
         if (n > 0 && pl + (size_t)n < sizeof g->pin)
             pl += (size_t)n;
     }

@@ -19,7 +19,8 @@ struct cairn_runner {
     cairn__owner me;
     uint64_t rng;
     volatile sig_atomic_t stop;
-    char note[512]; /* informational message of the last successful call (e.g. "already succeeded") */
+    char note[512]; /* informational message of the last successful call (e.g. "already succeeded")
+                     */
     char err[1024];
 };
 
@@ -48,7 +49,7 @@ struct cairn_ctx {
     msgpack_sbuffer out;
     msgpack_packer pk;
     int out_set;
-    int child_fd; /* >= 0 when the step runs in an isolated child: progress goes to the parent */
+    int child_fd;  /* >= 0 when the step runs in an isolated child: progress goes to the parent */
     int last_step; /* the graph's last step: its commit also marks the task succeeded */
     int finished;  /* that commit happened */
     char err[CAIRN__ERR_MAX];

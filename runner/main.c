@@ -1,8 +1,8 @@
 /* runner/main.c - the `cairn` executable: parses nothing itself.
  *
  * It registers the engine's commands, and the built-in graph `default` when a configuration is
- * given (--config FILE or CAIRN_CONFIG), and hands argv to the CLI. A C developer's own program does the same with its
- * own graphs (see examples/ledger).
+ * given (--config FILE or CAIRN_CONFIG), and hands argv to the CLI. A C developer's own program
+ * does the same with its own graphs (see examples/ledger).
  */
 #include <stdio.h>
 
@@ -23,8 +23,7 @@ int main(int argc, char **argv)
         {"generate", "generate text with a GGUF model", cairn__cmd_generate},
         {"tokenize", "print the token ids of a text", cairn__cmd_tokenize},
         {"model-info", "describe a GGUF model file", cairn__cmd_model_info},
-        {"index", "build or update the BM25 retrieval index from a JSONL corpus",
-         cairn__cmd_index},
+        {"index", "build or update the BM25 retrieval index from a JSONL corpus", cairn__cmd_index},
         {"search", "query the BM25 retrieval index", cairn__cmd_search},
     };
     cairn__cli_set_extra(engine_cmds, sizeof engine_cmds / sizeof *engine_cmds);

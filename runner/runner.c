@@ -301,7 +301,7 @@ static int admit_txn(cairn__txn *t, void *arg)
         rc = cairn__input_put(t, a->id, a->input, a->input_len);
         if (!rc)
             rc = audit(t, &task, CAIRN_PENDING, CAIRN_PENDING, NULL, "created%s%s",
-                   a->message_id ? " from message " : "", a->message_id ? a->message_id : "");
+                       a->message_id ? " from message " : "", a->message_id ? a->message_id : "");
         if (!rc)
             rc = cairn__task_put(t, &task);
     } else if (rc == 0 && strcmp(task.graph, a->g->name) != 0) {
@@ -387,10 +387,9 @@ static int acquire_txn(cairn__txn *t, void *arg)
     if (task.tombstone)
         return cairn__store_fail(s, CAIRN_ESTATE, "task '%s' was garbage-collected", a->id);
     if (task.state == CAIRN_RUNNING && cairn__lease_live(&task, now))
-        return cairn__store_fail(s, CAIRN_EBUSY,
-                                 "task '%s' is running in process %d on %s (lease until %lld)",
-                                 a->id, task.owner.pid, task.owner.host,
-                                 (long long)task.lease_expires_ms);
+        return cairn__store_fail(
+            s, CAIRN_EBUSY, "task '%s' is running in process %d on %s (lease until %lld)", a->id,
+            task.owner.pid, task.owner.host, (long long)task.lease_expires_ms);
     /* graph pinning */
     if (strcmp(task.fingerprint, a->g->fingerprint) != 0) {
         const cairn_step *ch = first_changed(a->g, task.steps_pin);
@@ -407,8 +406,8 @@ static int acquire_txn(cairn__txn *t, void *arg)
         if ((rc = new_generation(t, a->g, &task, ch ? from : a->g->n_steps)))
             return rc;
         if ((rc = audit(t, &task, (cairn_state)task.state, (cairn_state)task.state,
-                        ch ? ch->name : NULL, "graph changed (%s -> %s): generation %u", task.steps_pin,
-                        a->g->pin, task.generation)))
+                        ch ? ch->name : NULL, "graph changed (%s -> %s): generation %u",
+                        task.steps_pin, a->g->pin, task.generation)))
             return rc;
         snprintf(task.fingerprint, sizeof task.fingerprint, "%s", a->g->fingerprint);
         snprintf(task.steps_pin, sizeof task.steps_pin, "%s", a->g->pin);
@@ -459,8 +458,18 @@ static int acquire_txn(cairn__txn *t, void *arg)
 /* ------------------------------------------------------------------ step commits */
 
 /* C_DONE_LAST commits the last step's output and the task's success in one transaction. */
-typedef enum { C_DONE, C_DONE_LAST, C_INTENT, C_FAILED, C_DEAD, C_IN_DOUBT, C_RETRY_LATER,
-               C_SUCCEEDED, C_STOPPED, C_RESET } commit_kind;
+typedef enum {
+    C_DONE,
+    C_DONE_LAST,
+    C_INTENT,
+    C_FAILED,
+    C_DEAD,
+    C_IN_DOUBT,
+    C_RETRY_LATER,
+    C_SUCCEEDED,
+    C_STOPPED,
+    C_RESET
+} commit_kind;
 
 typedef struct commit_arg {
     cairn_ctx *ctx;
@@ -501,9 +510,8 @@ static int commit_txn(cairn__txn *t, void *arg)
     int rc = fenced(t, c, &task, &renewed);
     if (rc)
         return rc;
-    cairn__step_rec s = {.generation = c->generation,
-                         .invocations = a->invocations,
-                         .updated_ms = cairn__now_ms()};
+    cairn__step_rec s = {
+        .generation = c->generation, .invocations = a->invocations, .updated_ms = cairn__now_ms()};
     snprintf(s.error, sizeof s.error, "%s", a->err ? a->err : "");
     const char *step = c->step->name;
     switch (a->kind) {
@@ -523,8 +531,8 @@ static int commit_txn(cairn__txn *t, void *arg)
     case C_INTENT:
         s.state = CAIRN_STEP_INTENT;
         s.intent_ms = s.updated_ms;
-        rc = audit(t, &task, CAIRN_RUNNING, CAIRN_RUNNING, step, "effect intent %s",
-                   c->delivery_id);
+        rc =
+            audit(t, &task, CAIRN_RUNNING, CAIRN_RUNNING, step, "effect intent %s", c->delivery_id);
         break;
     case C_FAILED:
         s.state = CAIRN_STEP_FAILED;
@@ -790,8 +798,8 @@ static int run_step(cairn_ctx *c, const cairn_graph *g)
         }
         if (!probe && inv >= s->max_invocations) {
             char why[CAIRN__ERR_MAX];
-            snprintf(why, sizeof why, "step '%s' used all %u invocations; last error: %s",
-                     s->name, s->max_invocations, la.has_rec ? la.rec.error : "");
+            snprintf(why, sizeof why, "step '%s' used all %u invocations; last error: %s", s->name,
+                     s->max_invocations, la.has_rec ? la.rec.error : "");
             rc = commit(c, C_DEAD, CAIRN__DURABLE, NULL, 0, why, inv, 0);
             return rc ? rc : cairn__runner_fail(r, CAIRN_EDEAD, "task '%s': %s", c->task_id, why);
         }
@@ -870,12 +878,13 @@ static int run_step(cairn_ctx *c, const cairn_graph *g)
         uint32_t delay = cairn__backoff_ms(s, inv, &r->rng);
         if (inv >= s->max_invocations) {
             char why[CAIRN__ERR_MAX];
-            snprintf(why, sizeof why, "step '%s' failed on all %u invocations; last: %s",
-                     s->name, inv, o.err);
+            snprintf(why, sizeof why, "step '%s' failed on all %u invocations; last: %s", s->name,
+                     inv, o.err);
             rc = commit(c, C_DEAD, CAIRN__DURABLE, NULL, 0, why, inv, 0);
             cairn__outcome_free(&o);
-            return rc ? rc : cairn__runner_fail(r, CAIRN_EDEAD, "task '%s' is dead: %s",
-                                                c->task_id, why);
+            return rc ? rc
+                      : cairn__runner_fail(r, CAIRN_EDEAD, "task '%s' is dead: %s", c->task_id,
+                                           why);
         }
         if (delay <= r->inline_wait_ms && !r->stop) {
             rc = commit(c, C_FAILED, CAIRN__RELAXED, NULL, 0, o.err, inv, 0);
@@ -892,8 +901,9 @@ static int run_step(cairn_ctx *c, const cairn_graph *g)
                      s->name, r->max_attempts, o.err);
             rc = commit(c, C_DEAD, CAIRN__DURABLE, NULL, 0, why, inv, 0);
             cairn__outcome_free(&o);
-            return rc ? rc : cairn__runner_fail(r, CAIRN_EDEAD, "task '%s' is dead: %s",
-                                                c->task_id, why);
+            return rc ? rc
+                      : cairn__runner_fail(r, CAIRN_EDEAD, "task '%s' is dead: %s", c->task_id,
+                                           why);
         }
         rc = commit(c, C_RETRY_LATER, CAIRN__DURABLE, NULL, 0, o.err, inv, next);
         if (!rc)
@@ -909,8 +919,7 @@ static int run_step(cairn_ctx *c, const cairn_graph *g)
 /* ------------------------------------------------------------------ running a task */
 
 /* Runs the steps of a task whose lease `a` holds (or reports why it does not run). */
-static int run_acquired(cairn_runner *r, const cairn_graph *g, const char *id,
-                        const acquire_arg *a)
+static int run_acquired(cairn_runner *r, const cairn_graph *g, const char *id, const acquire_arg *a)
 {
     int rc = 0;
     if (a->finished == 1)
@@ -969,9 +978,9 @@ static int execute(cairn_runner *r, const cairn_graph *g, const char *id)
     return run_acquired(r, g, id, &a);
 }
 
-int cairn_runner_run(cairn_runner *r, const char *graph, const char *task_id,
-                     const char *id_fields, const char *input_json, size_t input_len,
-                     const char *message_id, char *task_id_out)
+int cairn_runner_run(cairn_runner *r, const char *graph, const char *task_id, const char *id_fields,
+                     const char *input_json, size_t input_len, const char *message_id,
+                     char *task_id_out)
 {
     if (!r || !r->opened || !graph || !input_json)
         return CAIRN_EINVAL;
@@ -998,8 +1007,10 @@ int cairn_runner_run(cairn_runner *r, const char *graph, const char *task_id,
     const char *tenant = NULL;
     if (!rc && r->tenant_field[0]) {
         json_t *tv = json_object_get(input, r->tenant_field);
-        if (!json_is_string(tv) || !json_string_length(tv) || json_string_length(tv) > CAIRN__ID_MAX) {
-            snprintf(err, sizeof err, "input: field '%s' (the tenant) must be a string of 1-%d bytes",
+        if (!json_is_string(tv) || !json_string_length(tv) ||
+            json_string_length(tv) > CAIRN__ID_MAX) {
+            snprintf(err, sizeof err,
+                     "input: field '%s' (the tenant) must be a string of 1-%d bytes",
                      r->tenant_field, CAIRN__ID_MAX);
             rc = CAIRN_EJSON;
         } else
@@ -1020,8 +1031,15 @@ int cairn_runner_run(cairn_runner *r, const char *graph, const char *task_id,
         snprintf(task_id_out, CAIRN__ID_MAX + 1, "%s", id);
     acquire_arg acq = {.r = r, .g = g, .id = id, .token = cairn__random_u64()};
     if (!rc) {
-        admit_arg aa = {.r = r, .g = g, .id = id, .hash = hash, .message_id = message_id,
-                        .tenant = tenant, .input = buf.data, .input_len = buf.size, .acq = &acq};
+        admit_arg aa = {.r = r,
+                        .g = g,
+                        .id = id,
+                        .hash = hash,
+                        .message_id = message_id,
+                        .tenant = tenant,
+                        .input = buf.data,
+                        .input_len = buf.size,
+                        .acq = &acq};
         rc = cairn__store_write(r->store, CAIRN__RELAXED, admit_txn, &aa);
         if (rc == CAIRN_ECONFLICT && aa.existing[0] && strcmp(aa.existing, hash) != 0)
             rc = cairn__runner_fail(r, rc,
@@ -1071,8 +1089,10 @@ static int task_graph(cairn_runner *r, const char *id, const cairn_graph **g)
         return cairn__runner_store_fail(r, rc);
     *g = find_graph(r, buf);
     if (!*g)
-        return cairn__runner_fail(r, CAIRN_ENOGRAPH, "task '%s' belongs to graph '%s', which this "
-                                  "program does not define", id, buf);
+        return cairn__runner_fail(r, CAIRN_ENOGRAPH,
+                                  "task '%s' belongs to graph '%s', which this "
+                                  "program does not define",
+                                  id, buf);
     return 0;
 }
 
@@ -1134,8 +1154,8 @@ static int due_txn(cairn__txn *t, void *arg)
     return rc;
 }
 
-int cairn_runner_retry(cairn_runner *r, const char *graph, uint32_t limit, int now,
-                       uint32_t *n_run, uint32_t *n_succeeded, uint32_t *n_failed)
+int cairn_runner_retry(cairn_runner *r, const char *graph, uint32_t limit, int now, uint32_t *n_run,
+                       uint32_t *n_succeeded, uint32_t *n_failed)
 {
     if (!r || !r->opened)
         return CAIRN_EINVAL;
@@ -1248,8 +1268,8 @@ static int invalidate_txn(cairn__txn *t, void *arg)
     if (rc)
         return rc == CAIRN_ENOTFOUND ? cairn__store_fail(s, rc, "no task '%s'", a->id) : rc;
     if (task.state == CAIRN_RUNNING && cairn__lease_live(&task, cairn__now_ms()))
-        return cairn__store_fail(s, CAIRN_EBUSY, "task '%s' is running in process %d on %s",
-                                 a->id, task.owner.pid, task.owner.host);
+        return cairn__store_fail(s, CAIRN_EBUSY, "task '%s' is running in process %d on %s", a->id,
+                                 task.owner.pid, task.owner.host);
     if (task.tombstone)
         return cairn__store_fail(s, CAIRN_ESTATE,
                                  "task '%s' was garbage-collected (its input is gone)", a->id);
@@ -1258,8 +1278,8 @@ static int invalidate_txn(cairn__txn *t, void *arg)
         while (from < a->g->n_steps && strcmp(a->g->steps[a->g->order[from]]->name, a->step))
             from++;
         if (from == a->g->n_steps)
-            return cairn__store_fail(s, CAIRN_ENOTFOUND, "graph '%s' has no step '%s'",
-                                     a->g->name, a->step);
+            return cairn__store_fail(s, CAIRN_ENOTFOUND, "graph '%s' has no step '%s'", a->g->name,
+                                     a->step);
     }
     if (task.state == CAIRN_RUNNING) { /* owner gone: the stale run is abandoned */
         release_lease(&task);

@@ -151,8 +151,8 @@ static json_t *step_json(const snap_step *s)
         json_object_set_new(o, "resolved", json_true());
     if (s->rec.error[0])
         json_object_set_new(o, "error", json_string(s->rec.error));
-    json_object_set_new(o, "output", s->rec.output ? bytes_json(s->rec.output, s->rec.output_len)
-                                                   : json_null());
+    json_object_set_new(o, "output",
+                        s->rec.output ? bytes_json(s->rec.output, s->rec.output_len) : json_null());
     return o;
 }
 

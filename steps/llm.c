@@ -65,10 +65,10 @@ static int cfg_num(const json_t *c, const char *k, double def, double lo, double
 int cairn__llm_cfg_parse(const json_t *cfg, const char *base_dir, cairn__llm_cfg **out, char *err,
                          size_t errlen)
 {
-    static const char *const known[] = {"model", "backend", "threads", "ctx", "prompt", "system",
-                                        "chat", "max_tokens", "temperature", "top_p", "top_k",
-                                        "repeat_penalty", "seed", "stop", "progress_every",
-                                        "context_source"};
+    static const char *const known[] = {
+        "model", "backend",    "threads",        "ctx",           "prompt", "system",
+        "chat",  "max_tokens", "temperature",    "top_p",         "top_k",  "repeat_penalty",
+        "seed",  "stop",       "progress_every", "context_source"};
     *out = NULL;
     if (!json_is_object(cfg)) {
         snprintf(err, errlen, "generate: must be an object");
@@ -117,8 +117,9 @@ int cairn__llm_cfg_parse(const json_t *cfg, const char *base_dir, cairn__llm_cfg
     if (!rc)
         rc = cfg_str(cfg, "prompt", NULL, &c->prompt, err, errlen);
     if (!rc && !c->prompt) {
-        snprintf(err, errlen, "generate.prompt: required (a template such as \"Describe "
-                              "{{title}}. Facts: {{context}}\")");
+        snprintf(err, errlen,
+                 "generate.prompt: required (a template such as \"Describe "
+                 "{{title}}. Facts: {{context}}\")");
         rc = CAIRN_EJSON;
     }
     if (!rc)
@@ -269,13 +270,12 @@ static char *lookup(const char *name, void *arg)
 {
     lookup_arg *a = arg;
     if (strcmp(name, "context") == 0) {
-        const msgpack_object *docs = cairn__mp_path(cairn_ctx_dep(a->ctx, a->c->context_source),
-                                                    "docs");
+        const msgpack_object *docs =
+            cairn__mp_path(cairn_ctx_dep(a->ctx, a->c->context_source), "docs");
         size_t cap = 1, n = 0;
         char *s = calloc(1, 1);
-        for (uint32_t i = 0; s && docs && docs->type == MSGPACK_OBJECT_ARRAY &&
-                             i < docs->via.array.size;
-             i++) {
+        for (uint32_t i = 0;
+             s && docs && docs->type == MSGPACK_OBJECT_ARRAY && i < docs->via.array.size; i++) {
             char *t = cairn__template_value(cairn__mp_path(&docs->via.array.ptr[i], "text"));
             if (!t)
                 continue;
@@ -317,8 +317,10 @@ static int render_prompt(cairn_ctx *ctx, const cairn__llm_cfg *c, char **out, ch
         msgs[n++] = (cairn__chat_msg){"system", c->system};
     msgs[n++] = (cairn__chat_msg){"user", user};
     if (c->chat != CAIRN__CHAT_RAW && cairn__chat_has_special(c->chat, user)) {
-        snprintf(err, errlen, "the rendered prompt contains special-token text of the %s format "
-                              "(from the task input?)", cairn__chat_format_name(c->chat));
+        snprintf(err, errlen,
+                 "the rendered prompt contains special-token text of the %s format "
+                 "(from the task input?)",
+                 cairn__chat_format_name(c->chat));
         free(user);
         return CAIRN_EINVAL;
     }
@@ -351,11 +353,13 @@ static int on_progress(void *user, const int32_t *gen, size_t n, const uint8_t *
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
     msgpack_pack_map(&pk, 4);
     pk_key(&pk, "v"), msgpack_pack_uint32(&pk, 1);
-    pk_key(&pk, "prompt_sha"), msgpack_pack_str(&pk, 64), msgpack_pack_str_body(&pk, a->prompt_sha, 64);
+    pk_key(&pk, "prompt_sha"), msgpack_pack_str(&pk, 64),
+        msgpack_pack_str_body(&pk, a->prompt_sha, 64);
     pk_key(&pk, "tokens"), msgpack_pack_array(&pk, (uint32_t)n);
     for (size_t i = 0; i < n; i++)
         msgpack_pack_int32(&pk, gen[i]);
-    pk_key(&pk, "state"), msgpack_pack_bin(&pk, state_len), msgpack_pack_bin_body(&pk, state, state_len);
+    pk_key(&pk, "state"), msgpack_pack_bin(&pk, state_len),
+        msgpack_pack_bin_body(&pk, state, state_len);
     int rc = cairn_ctx_save_progress(a->ctx, sb.data, sb.size);
     msgpack_sbuffer_destroy(&sb);
     if (rc == CAIRN_EINTR)
@@ -482,20 +486,22 @@ cairn_step_result cairn__llm_step(cairn_ctx *ctx, void *user)
     }
     if (r.finish == CAIRN__FINISH_CANCEL) {
         cairn__gen_result_free(&r);
-        cairn_ctx_set_error(ctx, "generate: stopped after %zu tokens (progress saved)",
-                            r.n_tokens);
+        cairn_ctx_set_error(ctx, "generate: stopped after %zu tokens (progress saved)", r.n_tokens);
         return CAIRN_STEP_TRANSIENT;
     }
     msgpack_packer *pk = cairn_ctx_packer(ctx);
     msgpack_pack_map(pk, 11);
-    pk_key(pk, "text"), msgpack_pack_str(pk, r.text_len), msgpack_pack_str_body(pk, r.text, r.text_len);
+    pk_key(pk, "text"), msgpack_pack_str(pk, r.text_len),
+        msgpack_pack_str_body(pk, r.text, r.text_len);
     const char *fin = cairn__finish_name(r.finish);
-    pk_key(pk, "finish_reason"), msgpack_pack_str(pk, strlen(fin)), msgpack_pack_str_body(pk, fin, strlen(fin));
+    pk_key(pk, "finish_reason"), msgpack_pack_str(pk, strlen(fin)),
+        msgpack_pack_str_body(pk, fin, strlen(fin));
     pk_key(pk, "prompt_tokens"), msgpack_pack_uint64(pk, r.n_prompt);
     pk_key(pk, "completion_tokens"), msgpack_pack_uint64(pk, r.n_tokens);
     pk_key(pk, "resumed_tokens"), msgpack_pack_uint64(pk, n_saved);
     pk_key(pk, "generated_tokens"), msgpack_pack_uint64(pk, r.n_tokens - n_saved);
-    pk_key(pk, "model"), msgpack_pack_str(pk, strlen(c->model)), msgpack_pack_str_body(pk, c->model, strlen(c->model));
+    pk_key(pk, "model"), msgpack_pack_str(pk, strlen(c->model)),
+        msgpack_pack_str_body(pk, c->model, strlen(c->model));
     pk_key(pk, "model_sha256"), msgpack_pack_str(pk, 64), msgpack_pack_str_body(pk, loaded.sha, 64);
     pk_key(pk, "sampler");
     msgpack_pack_map(pk, 4);

@@ -27,7 +27,8 @@ const char *cairn__llm_cfg_digest(const cairn__llm_cfg *c);
  * retrieval output, loads the model once per process, generates, and saves progress (tokens so
  * far + sampler state) every progress_every tokens, so a crash resumes from the saved tokens.
  * Output: {"text", "finish_reason", "prompt_tokens", "completion_tokens", "resumed_tokens",
- *          "generated_tokens", "model", "model_sha256", "sampler": {...}, "seed", "tokens_per_s"}. */
+ *          "generated_tokens", "model", "model_sha256", "sampler": {...}, "seed", "tokens_per_s"}.
+ */
 cairn_step_result cairn__llm_step(cairn_ctx *ctx, void *cfg);
 
 #endif

@@ -76,8 +76,10 @@ static int build(cairn__pipeline *p, const json_t *cfg, const char *store_dir, c
         while (i < 4 && strcmp(known[i], key))
             i++;
         if (i == 4) {
-            snprintf(err, errlen, "%s: unknown section (expected retrieve, generate, "
-                                  "postprocess, notify)", key);
+            snprintf(err, errlen,
+                     "%s: unknown section (expected retrieve, generate, "
+                     "postprocess, notify)",
+                     key);
             return CAIRN_EJSON;
         }
     }
@@ -159,8 +161,8 @@ static int build(cairn__pipeline *p, const json_t *cfg, const char *store_dir, c
     return rc;
 }
 
-int cairn__pipeline_load(const char *path, const char *store_dir, cairn__pipeline **out,
-                         char *err, size_t errlen)
+int cairn__pipeline_load(const char *path, const char *store_dir, cairn__pipeline **out, char *err,
+                         size_t errlen)
 {
     *out = NULL;
     json_t *cfg = NULL;
@@ -193,8 +195,7 @@ int cairn__pipeline_load(const char *path, const char *store_dir, cairn__pipelin
     return 0;
 }
 
-int cairn__pipeline_from_args(int *argc, char **argv, cairn__pipeline **p, char *err,
-                              size_t errlen)
+int cairn__pipeline_from_args(int *argc, char **argv, cairn__pipeline **p, char *err, size_t errlen)
 {
     const char *config = getenv("CAIRN_CONFIG"), *store = getenv("CAIRN_STORE");
     int w = 0;

@@ -92,12 +92,13 @@ static int get_str(const json_t *cfg, const char *key, const char *def, char **o
     return 0;
 }
 
-int cairn__post_cfg_parse(const json_t *cfg, const char *base_dir, cairn__post_cfg **out,
-                          char *err, size_t errlen)
+int cairn__post_cfg_parse(const json_t *cfg, const char *base_dir, cairn__post_cfg **out, char *err,
+                          size_t errlen)
 {
-    static const char *const known[] = {"strip_control", "collapse_whitespace", "max_chars",
-                                        "banned", "banned_action", "redact_with", "extract_json",
-                                        "required_keys", "outbox", "source", "field"};
+    static const char *const known[] = {
+        "strip_control", "collapse_whitespace", "max_chars",     "banned", "banned_action",
+        "redact_with",   "extract_json",        "required_keys", "outbox", "source",
+        "field"};
     *out = NULL;
     if (cfg && !json_is_object(cfg)) {
         snprintf(err, errlen, "postprocess: must be an object");
@@ -310,8 +311,8 @@ static void cut(struct cairn__sbuf *b, size_t max)
         chars++;
         i += l;
         int next_space = i >= b->len || s[i] == ' ';
-        if (((cp == '.' || cp == '!' || cp == '?') && next_space) || cp == 0x3002 ||
-            cp == 0xff01 || cp == 0xff1f)
+        if (((cp == '.' || cp == '!' || cp == '?') && next_space) || cp == 0x3002 || cp == 0xff01 ||
+            cp == 0xff1f)
             sentence = i;
         if (cp == ' ')
             space = i - 1;
@@ -449,8 +450,8 @@ cairn_step_result cairn__postprocess_step(cairn_ctx *ctx, void *user)
     const msgpack_object *src = cairn_ctx_dep(ctx, c->source);
     const msgpack_object *text = cairn__mp_get(src, c->field, strlen(c->field));
     if (!text || text->type != MSGPACK_OBJECT_STR) {
-        cairn_ctx_set_error(ctx, "postprocess: dependency '%s' has no string field '%s'",
-                            c->source, c->field);
+        cairn_ctx_set_error(ctx, "postprocess: dependency '%s' has no string field '%s'", c->source,
+                            c->field);
         return CAIRN_STEP_PERMANENT;
     }
     char err[512], *out = NULL;

@@ -24,8 +24,8 @@ typedef struct cairn__post_cfg cairn__post_cfg;
  * folder is created (0755) if missing.
  * Errors: CAIRN_EJSON with err naming the field ("postprocess.max_chars: must be ..."),
  * CAIRN_EIO when the outbox cannot be created. */
-int cairn__post_cfg_parse(const json_t *cfg, const char *base_dir, cairn__post_cfg **out,
-                          char *err, size_t errlen);
+int cairn__post_cfg_parse(const json_t *cfg, const char *base_dir, cairn__post_cfg **out, char *err,
+                          size_t errlen);
 void cairn__post_cfg_free(cairn__post_cfg *c);
 
 /* The text rules alone (no I/O): *out is malloc'd; *json_out (if extraction is on) is the

@@ -109,8 +109,7 @@ static int status_code(int st)
 }
 
 /* fork + exec in a new process group with the given fds on 0/1/2 (closing the others). */
-static pid_t start(const char *const *argv, const char *const *env_extra, int in, int out,
-                   int err)
+static pid_t start(const char *const *argv, const char *const *env_extra, int in, int out, int err)
 {
     char **env = make_env(env_extra);
     fflush(NULL);
@@ -259,10 +258,10 @@ pid_t tu_spawn(const char *const *argv, const char *const *env_extra, const char
                const char *err_path)
 {
     int in = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    int out = open(out_path ? out_path : "/dev/null", O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC,
-                   0644);
-    int err = open(err_path ? err_path : "/dev/null", O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC,
-                   0644);
+    int out =
+        open(out_path ? out_path : "/dev/null", O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    int err =
+        open(err_path ? err_path : "/dev/null", O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (in < 0 || out < 0 || err < 0)
         die("open for spawn");
     pid_t pid = start(argv, env_extra, in, out, err);

@@ -12,7 +12,8 @@
  * per token are those of the weights as the device holds them (f16 for quantized types, so a
  * Q4_0 model reads 2 bytes per weight there, not 0.56).
  *
- *   bench-llm [--sizes 15M,110M,500M,1B,2B] [--types F32,Q8_0,Q4_0,Q4_K,Q6_K,F16,BF16] [--threads N]
+ *   bench-llm [--sizes 15M,110M,500M,1B,2B] [--types F32,Q8_0,Q4_0,Q4_K,Q6_K,F16,BF16] [--threads
+ * N]
  *             [--prompt N] [--gen N] [--backend cpu|cuda|both] [--json]
  *
  * Not a test: it never fails on a time.
@@ -38,8 +39,8 @@ static const shape SHAPES[] = {
     {"15M", 288, 6, 6, 6, 768, 32000},
     {"110M", 768, 12, 12, 12, 2048, 32000},
     {"500M", 1280, 20, 20, 20, 3456, 32000},
-    {"1B", 2048, 16, 32, 8, 8192, 32000},  /* 1.1B parameters: 2.2 GB in F16 */
-    {"2B", 4096, 8, 32, 8, 11008, 32000},  /* 1.7B, few wide layers: 3.4 GB in F16 */
+    {"1B", 2048, 16, 32, 8, 8192, 32000}, /* 1.1B parameters: 2.2 GB in F16 */
+    {"2B", 4096, 8, 32, 8, 11008, 32000}, /* 1.7B, few wide layers: 3.4 GB in F16 */
 };
 
 static double now_s(void)
@@ -90,18 +91,16 @@ static double bandwidth(cairn__pool *p)
     return best;
 }
 
-static uint64_t mat_bytes(const cairn__mat *m)
-{
-    return (uint64_t)m->rows * m->row_bytes;
-}
+static uint64_t mat_bytes(const cairn__mat *m) { return (uint64_t)m->rows * m->row_bytes; }
 
 static int parse_type(const char *s, uint32_t *t)
 {
     static const struct {
         const char *n;
         uint32_t t;
-    } T[] = {{"F32", CAIRN__GGML_F32}, {"F16", CAIRN__GGML_F16},   {"BF16", CAIRN__GGML_BF16}, {"Q8_0", CAIRN__GGML_Q8_0},
-             {"Q4_0", CAIRN__GGML_Q4_0}, {"Q4_K", CAIRN__GGML_Q4_K}, {"Q6_K", CAIRN__GGML_Q6_K}};
+    } T[] = {{"F32", CAIRN__GGML_F32},   {"F16", CAIRN__GGML_F16},   {"BF16", CAIRN__GGML_BF16},
+             {"Q8_0", CAIRN__GGML_Q8_0}, {"Q4_0", CAIRN__GGML_Q4_0}, {"Q4_K", CAIRN__GGML_Q4_K},
+             {"Q6_K", CAIRN__GGML_Q6_K}};
     for (size_t i = 0; i < sizeof T / sizeof *T; i++)
         if (strcmp(s, T[i].n) == 0) {
             *t = T[i].t;
@@ -135,11 +134,10 @@ int main(int argc, char **argv)
                 return 64;
             }
             snprintf(backends, sizeof backends, "%s", strcmp(v, "both") == 0 ? "cpu,cuda" : v);
-        }
-        else {
-            fprintf(stderr,
-                    "usage: bench-llm [--sizes 15M,110M,500M,1B,2B] [--types F32,Q8_0,Q4_0,...] [--threads N] "
-                    "[--prompt N] [--gen N] [--backend cpu|cuda|both] [--json]\n");
+        } else {
+            fprintf(stderr, "usage: bench-llm [--sizes 15M,110M,500M,1B,2B] [--types "
+                            "F32,Q8_0,Q4_0,...] [--threads N] "
+                            "[--prompt N] [--gen N] [--backend cpu|cuda|both] [--json]\n");
             return 64;
         }
     }
@@ -153,7 +151,8 @@ int main(int argc, char **argv)
         return 70;
     }
     threads = cairn__pool_size(pool);
-    const int want_cpu = strstr(backends, "cpu") != NULL, want_cuda = strstr(backends, "cuda") != NULL;
+    const int want_cpu = strstr(backends, "cpu") != NULL,
+              want_cuda = strstr(backends, "cuda") != NULL;
     const double bw = want_cpu ? bandwidth(pool) : 0.0;
     cairn__pool_free(pool);
     double dev_bw = 0.0;
@@ -168,17 +167,20 @@ int main(int argc, char **argv)
         }
     }
     if (json)
-        printf("{\"threads\": %d, \"isa\": \"%s\", \"memcpy_bytes_per_s\": %.0f, \"device\": \"%s\", "
-               "\"device_copy_bytes_per_s\": %.0f, \"results\": [",
-               threads, cairn__kernels_isa(), bw, dev_name, dev_bw);
+        printf(
+            "{\"threads\": %d, \"isa\": \"%s\", \"memcpy_bytes_per_s\": %.0f, \"device\": \"%s\", "
+            "\"device_copy_bytes_per_s\": %.0f, \"results\": [",
+            threads, cairn__kernels_isa(), bw, dev_name, dev_bw);
     else {
         if (want_cpu)
-            printf("bench-llm: cpu: %d threads, %s kernels, memcpy bandwidth %.2f GB/s (read+write)\n", threads,
-                   cairn__kernels_isa(), bw / 1e9);
+            printf(
+                "bench-llm: cpu: %d threads, %s kernels, memcpy bandwidth %.2f GB/s (read+write)\n",
+                threads, cairn__kernels_isa(), bw / 1e9);
         if (want_cuda)
-            printf("bench-llm: cuda: %s, device-to-device copy %.0f GB/s (read+write)\n", dev_name, dev_bw / 1e9);
-        printf("\n%-4s %-5s %-5s %-4s %8s %9s %12s %12s %12s %9s\n", "back", "size", "type", "dev", "params",
-               "MB/token", "prompt tok/s", "decode tok/s", "roofline", "fraction");
+            printf("bench-llm: cuda: %s, device-to-device copy %.0f GB/s (read+write)\n", dev_name,
+                   dev_bw / 1e9);
+        printf("\n%-4s %-5s %-5s %-4s %8s %9s %12s %12s %12s %9s\n", "back", "size", "type", "dev",
+               "params", "MB/token", "prompt tok/s", "decode tok/s", "roofline", "fraction");
     }
     int first = 1;
     char *ssave = NULL;
@@ -200,8 +202,10 @@ int main(int argc, char **argv)
                 fprintf(stderr, "bench-llm: unknown type '%s'\n", tn);
                 return 64;
             }
-            if ((ty == CAIRN__GGML_Q4_K || ty == CAIRN__GGML_Q6_K) && (sh->dim % 256 || sh->ff % 256)) {
-                fprintf(stderr, "bench-llm: %s needs dims that are multiples of 256; skipping %s\n", tn, sh->name);
+            if ((ty == CAIRN__GGML_Q4_K || ty == CAIRN__GGML_Q6_K) &&
+                (sh->dim % 256 || sh->ff % 256)) {
+                fprintf(stderr, "bench-llm: %s needs dims that are multiples of 256; skipping %s\n",
+                        tn, sh->name);
                 continue;
             }
             mk_spec s;
@@ -220,7 +224,8 @@ int main(int argc, char **argv)
             cairn__gguf *g = NULL;
             cairn__model *m = NULL;
             cairn__backend *b = NULL;
-            if (mk_model(&s, &buf, &len) != 0 || cairn__gguf_open_mem(buf, len, &g, err, sizeof err) != 0 ||
+            if (mk_model(&s, &buf, &len) != 0 ||
+                cairn__gguf_open_mem(buf, len, &g, err, sizeof err) != 0 ||
                 cairn__model_load(g, &m, err, sizeof err) != 0) {
                 fprintf(stderr, "bench-llm: cannot build the %s %s model\n", sz, tn);
                 return 70;
@@ -229,7 +234,8 @@ int main(int argc, char **argv)
                 const char *bname = bi == 0 ? "cpu" : "cuda";
                 if (!(bi == 0 ? want_cpu : want_cuda))
                     continue;
-                cairn__backend_opts bo = {.n_ctx = n_prompt + n_gen + 1, .n_threads = threads, .n_batch = n_prompt};
+                cairn__backend_opts bo = {
+                    .n_ctx = n_prompt + n_gen + 1, .n_threads = threads, .n_batch = n_prompt};
                 if (cairn__backend_new(bname, m, &bo, &b, err, sizeof err) != 0) {
                     fprintf(stderr, "bench-llm: %s backend: %s\n", bname, err);
                     return 70;
@@ -237,8 +243,9 @@ int main(int argc, char **argv)
                 uint64_t per_tok = mat_bytes(&m->output);
                 for (int l = 0; l < m->n_layers; l++) {
                     const cairn__layer *y = &m->layers[l];
-                    per_tok += mat_bytes(&y->wq) + mat_bytes(&y->wk) + mat_bytes(&y->wv) + mat_bytes(&y->wo) +
-                               mat_bytes(&y->w_gate) + mat_bytes(&y->w_up) + mat_bytes(&y->w_down);
+                    per_tok += mat_bytes(&y->wq) + mat_bytes(&y->wk) + mat_bytes(&y->wv) +
+                               mat_bytes(&y->wo) + mat_bytes(&y->w_gate) + mat_bytes(&y->w_up) +
+                               mat_bytes(&y->w_down);
                 }
                 int32_t *toks = malloc((size_t)n_prompt * sizeof *toks);
                 float *logits = malloc((size_t)m->n_vocab * sizeof *logits);
@@ -251,8 +258,9 @@ int main(int argc, char **argv)
                     dev = cuda->dtype(b);
                     peer = dev_bw;
                 }
-                /* warm-up: touch the weights, load the kernels, capture the decode graph (page faults,
-                 * module loading and capture are not what we measure); every call is checked here */
+                /* warm-up: touch the weights, load the kernels, capture the decode graph (page
+                 * faults, module loading and capture are not what we measure); every call is
+                 * checked here */
                 int rc = cairn__backend_forward(b, toks, n_prompt, 0, logits, 0);
                 int32_t first_tok = 0;
                 if (rc == 0)
@@ -262,7 +270,8 @@ int main(int argc, char **argv)
                     return 70;
                 }
                 if (bi == 1 && strcmp(cuda->graph_status(b), "graph") != 0)
-                    fprintf(stderr, "bench-llm: cuda decode without a graph: %s\n", cuda->graph_status(b));
+                    fprintf(stderr, "bench-llm: cuda decode without a graph: %s\n",
+                            cuda->graph_status(b));
                 double t = now_s();
                 rc |= cairn__backend_forward(b, toks, n_prompt, 0, logits, 0);
                 const double prompt_tps = n_prompt / (now_s() - t);
@@ -281,15 +290,16 @@ int main(int argc, char **argv)
                 }
                 const double roof = peer / (double)per_tok;
                 if (json)
-                    printf("%s\n  {\"backend\": \"%s\", \"size\": \"%s\", \"type\": \"%s\", \"device_type\": \"%s\", "
+                    printf("%s\n  {\"backend\": \"%s\", \"size\": \"%s\", \"type\": \"%s\", "
+                           "\"device_type\": \"%s\", "
                            "\"params\": %llu, \"bytes_per_token\": %llu, \"prompt_tok_s\": %.2f, "
                            "\"decode_tok_s\": %.2f, \"roofline_tok_s\": %.2f, \"fraction\": %.3f}",
                            first ? "" : ",", bname, sz, tn, dev, (unsigned long long)m->n_params,
                            (unsigned long long)per_tok, prompt_tps, dec_tps, roof, dec_tps / roof);
                 else
-                    printf("%-4s %-5s %-5s %-4s %7.1fM %9.1f %12.1f %12.1f %12.1f %8.0f%%\n", bname, sz, tn, dev,
-                           (double)m->n_params / 1e6, (double)per_tok / 1e6, prompt_tps, dec_tps, roof,
-                           100.0 * dec_tps / roof);
+                    printf("%-4s %-5s %-5s %-4s %7.1fM %9.1f %12.1f %12.1f %12.1f %8.0f%%\n", bname,
+                           sz, tn, dev, (double)m->n_params / 1e6, (double)per_tok / 1e6,
+                           prompt_tps, dec_tps, roof, 100.0 * dec_tps / roof);
                 fflush(stdout);
                 first = 0;
                 free(toks);

@@ -60,7 +60,8 @@ static void *serve(void *arg)
             if (end && (!cl || got >= (size_t)(end + 4 - buf) + strtoul(cl + 15, NULL, 10)))
                 break;
         }
-        static const char ok[] = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok";
+        static const char ok[] =
+            "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok";
         if (write(c, ok, sizeof ok - 1) < 0)
             perror("write");
         close(c);
@@ -142,7 +143,8 @@ static result run(const char *dir, cairn_durability d, int n_tasks, timed *steps
     for (int i = 0; i < n_tasks; i++) {
         char id[64], in[256];
         snprintf(id, sizeof id, "t%d", i);
-        snprintf(in, sizeof in, "{\"title\": \"ceramic mug %d\", \"keywords\": [\"stoneware\"]}", i);
+        snprintf(in, sizeof in, "{\"title\": \"ceramic mug %d\", \"keywords\": [\"stoneware\"]}",
+                 i);
         if (cairn_runner_run(r, "bench", id, NULL, in, strlen(in), NULL, NULL))
             die("run", cairn_runner_errmsg(r));
     }

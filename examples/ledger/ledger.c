@@ -187,8 +187,8 @@ int main(int argc, char **argv)
         return 70;
     cairn_graph_add_step(g, "parse", parse, NULL);
     cairn_step *w = cairn_graph_add_step(g, "work", work, "parse");
-    cairn_step_set_expensive(w, 1);      /* flush its output at once: it is costly to redo */
-    cairn_step_set_timeout(w, 60000);    /* hard timeout: runs in a child killed at 60 s */
+    cairn_step_set_expensive(w, 1);   /* flush its output at once: it is costly to redo */
+    cairn_step_set_timeout(w, 60000); /* hard timeout: runs in a child killed at 60 s */
     cairn_step_set_retry(w, 3, 50, 2000);
     cairn_step *a = cairn_graph_add_step(g, "append", append, "parse,work");
     cairn_step_set_delivery(a, CAIRN_EFFECT); /* at most once */

@@ -32,7 +32,7 @@ static inline void cli_init(void)
 /* Runs `bin args... --store store` (store may be NULL: not added); extra env may be NULL.
  * The argument list ends with NULL. Returns the exit code. */
 static inline int cli_v(tu_result *r, const char *const *env, const char *bin, const char *store,
-                 va_list ap)
+                        va_list ap)
 {
     const char *argv[64];
     int n = 0;
@@ -57,7 +57,8 @@ static inline int cli(tu_result *r, const char *bin, const char *store, ...)
     return rc;
 }
 
-static inline int cli_env(tu_result *r, const char *const *env, const char *bin, const char *store, ...)
+static inline int cli_env(tu_result *r, const char *const *env, const char *bin, const char *store,
+                          ...)
 {
     va_list ap;
     va_start(ap, store);
@@ -192,8 +193,8 @@ static inline json_t *parse_out(const tu_result *r)
 }
 
 /* Standard ledger input. fail may be NULL. */
-static inline char *ledger_input(const char *text, int work_ms, const char *trace, const char *ledger,
-                          const char *fail)
+static inline char *ledger_input(const char *text, int work_ms, const char *trace,
+                                 const char *ledger, const char *fail)
 {
     json_t *o = json_object();
     json_object_set_new(o, "text", json_string(text));

@@ -72,8 +72,7 @@ static void expect_rejected(const char *what, int want_code, const char *want_ms
     ok(!tu_contains(r.err, "Segmentation") && r.code < 128, "%s: no crash", what);
     char *after = snapshot(store);
     ok(strcmp(before, after) == 0, "%s: store unchanged (mdb_dump, stats, list)", what);
-    if (strcmp(before, after) != 0)
-{
+    if (strcmp(before, after) != 0) {
         diag_block("store before:", before);
         diag_block("store after:", after);
     }
@@ -149,8 +148,8 @@ int main(void)
         }
         char *name = tu_fmt("bad%zu.json", i);
         char *f = write_input(D, name, text);
-        char *re = bad[i].where[0] ? tu_fmt("bad%zu\\.json:[0-9]+:[0-9]+", i)
-                                   : tu_fmt("bad%zu\\.json", i);
+        char *re =
+            bad[i].where[0] ? tu_fmt("bad%zu\\.json:[0-9]+:[0-9]+", i) : tu_fmt("bad%zu\\.json", i);
         char *what = tu_fmt("malformed JSON (%s)", bad[i].name);
         const char *args[] = {"--input", f, NULL};
         expect_rejected(what, 65, re, ST, args);
@@ -220,8 +219,8 @@ int main(void)
         const char *args[] = {"--input", fother, "--task", "existing", NULL};
         expect_rejected("conflicting payload", 76, re, ST, args);
         free(re);
-        const char *args2[] = {"--input", fother, "--task", "existing", "--message-id", "q:2",
-                               NULL};
+        const char *args2[] = {"--input",      fother, "--task", "existing",
+                               "--message-id", "q:2",  NULL};
         expect_rejected("conflicting payload with a new message id", 76, "existing", ST, args2);
     }
 
@@ -240,12 +239,16 @@ int main(void)
         char *under = tu_fmt("%s/store", file);
         tu_result r;
         int rc = cli(&r, LEDGER, under, "run", "--graph", "ledger", "--input", fgood, NULL);
-        ok(rc == 74 && tu_contains(r.err, under), "store under a regular file: 74 naming the path "
-           "(rc %d: %s)", rc, oneline(r.err));
+        ok(rc == 74 && tu_contains(r.err, under),
+           "store under a regular file: 74 naming the path "
+           "(rc %d: %s)",
+           rc, oneline(r.err));
         tu_result_free(&r);
         rc = cli(&r, LEDGER, file, "stats", NULL);
-        ok(rc == 74 && tu_contains(r.err, "not a directory"), "store path is a regular file: 74 "
-           "(rc %d: %s)", rc, oneline(r.err));
+        ok(rc == 74 && tu_contains(r.err, "not a directory"),
+           "store path is a regular file: 74 "
+           "(rc %d: %s)",
+           rc, oneline(r.err));
         tu_result_free(&r);
         struct stat sb;
         ok(stat(file, &sb) == 0 && sb.st_size == 1, "the regular file is untouched");
@@ -275,16 +278,15 @@ int main(void)
         char *fb = tu_fmt("%s/big100k.json", D);
         tu_write_file(fb, bigtext, strlen(bigtext));
         const char *args[] = {"--input", fb, "--map-max", "65536", NULL};
-        expect_rejected("100 KB input, --map-max 65536 (existing store)", 74,
-                        "full.*(limit|65536)", ST, args);
+        expect_rejected("100 KB input, --map-max 65536 (existing store)", 74, "full.*(limit|65536)",
+                        ST, args);
         char *small = tu_fmt("%s/small-store", D);
         ok(cli_code(LEDGER, small, "stats", NULL) == 0, "a fresh store");
         expect_rejected("100 KB input, --map-max 65536 (fresh store)", 74, "full", small, args);
         tu_result r;
         int rc = cli(&r, LEDGER, ST, "run", "--graph", "ledger", "--input", fb, "--task", "big-ok",
-                 NULL);
-        ok(rc == 0, "the same input without the limit succeeds (rc %d: %s)", rc,
-           oneline(r.err));
+                     NULL);
+        ok(rc == 0, "the same input without the limit succeeds (rc %d: %s)", rc, oneline(r.err));
         tu_result_free(&r);
         free(small), free(bigtext), free(fb);
     }
@@ -297,8 +299,7 @@ int main(void)
         tu_result r;
         int rc = cli(&r, LEDGER, ST, "run", "--graph", "ledger", "--input", fl, "--task", "atlimit",
                      NULL);
-        ok(rc == 0, "input of exactly 16 MiB is accepted and runs (rc %d: %s)", rc,
-           oneline(r.err));
+        ok(rc == 0, "input of exactly 16 MiB is accepted and runs (rc %d: %s)", rc, oneline(r.err));
         tu_result_free(&r);
     }
     free(atlimit), free(fl);

@@ -31,8 +31,8 @@ static void test_help(void)
            tu_contains(r.out, "Exit codes"),
        "--help: exit 0 with usage and exit codes");
     tu_result_free(&r);
-    static const char *cmds[] = {"run", "show", "list", "retry", "resolve", "invalidate",
-                                 "gc", "audit", "stats"};
+    static const char *cmds[] = {"run",        "show", "list",  "retry", "resolve",
+                                 "invalidate", "gc",   "audit", "stats"};
     for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++) {
         char *want = tu_fmt("usage: cairn %s", cmds[i]);
         int rc = cli(&r, LEDGER, NULL, cmds[i], "--help", NULL);
@@ -81,22 +81,23 @@ static void test_happy_and_ids(void)
     char id[64] = "";
     sscanf(r.out, "%63[^:]", id);
     tu_result_free(&r);
-    ok(strncmp(id, "ledger_", 7) == 0 && is_hex(id + 7, 16), "derived ID has the form "
-       "ledger_<16 hex>: %s", id);
+    ok(strncmp(id, "ledger_", 7) == 0 && is_hex(id + 7, 16),
+       "derived ID has the form "
+       "ledger_<16 hex>: %s",
+       id);
     char *work_line = tu_fmt("work %s", id);
     ok(tu_count_exact(trace, work_line) == 1, "work ran once");
     ok(tu_count_lines(ledger, id) == 1, "ledger has one line for the task");
 
     rc = cli(&r, LEDGER, st, "run", "--graph", "ledger", "--input", f, NULL);
     ok(rc == 0 && tu_contains(r.out, "already succeeded"), "second run: exit 0, \"already "
-       "succeeded\"");
+                                                           "succeeded\"");
     tu_result_free(&r);
     ok(tu_count_exact(trace, work_line) == 1 && tu_count_lines(ledger, id) == 1,
        "second run executed nothing (1 trace line, 1 ledger line)");
 
     /* stdin input */
-    const char *argv[] = {LEDGER, "run", "--graph", "ledger", "--input", "-", "--store", st,
-                          NULL};
+    const char *argv[] = {LEDGER, "run", "--graph", "ledger", "--input", "-", "--store", st, NULL};
     rc = tu_run(&r, argv, NULL, in, strlen(in), CMD_TIMEOUT_MS);
     ok(rc == 0 && tu_contains(r.out, id) && tu_contains(r.out, "already succeeded"),
        "--input - reads stdin: same task, already succeeded");
@@ -118,12 +119,14 @@ static void test_happy_and_ids(void)
 
     /* the hash form of the ID is the payload hash prefix */
     j = show_json(LEDGER, st, id, &rc);
-    ok(j && strncmp(jstr(j, "payload_hash"), id + 7, 16) == 0 && strlen(jstr(j, "payload_hash")) == 64,
+    ok(j && strncmp(jstr(j, "payload_hash"), id + 7, 16) == 0 &&
+           strlen(jstr(j, "payload_hash")) == 64,
        "ID = ledger_ + first 16 hex of the payload hash");
     ok(j && strcmp(jstr(j, "status"), "succeeded") == 0 && jint(j, "attempt") == 1 &&
            jint(j, "generation") == 1 && json_array_size(json_object_get(j, "steps")) == 3,
        "show --json: succeeded, attempt 1, generation 1, 3 steps");
-    ok(j && strlen(step_out(j, "work", "digest")) == 64 && strlen(step_out(j, "work", "nonce")) == 16,
+    ok(j && strlen(step_out(j, "work", "digest")) == 64 &&
+           strlen(step_out(j, "work", "nonce")) == 16,
        "show --json: work output has digest and nonce");
     ok(j && strcmp(jstr(json_object_get(j, "input"), "text"), "hello") == 0,
        "show --json: input is shown");
@@ -142,8 +145,7 @@ static void test_happy_and_ids(void)
     tu_result_free(&r);
     rc = cli(&r, LEDGER, st, "list", "--status", "succeeded", "--json", NULL);
     j = rc == 0 ? parse_out(&r) : NULL;
-    ok(j && json_array_size(j) == 1 &&
-           strcmp(jstr(json_array_get(j, 0), "task"), id) == 0,
+    ok(j && json_array_size(j) == 1 && strcmp(jstr(json_array_get(j, 0), "task"), id) == 0,
        "list --status succeeded --json: one row, our task");
     json_decref(j);
     tu_result_free(&r);
@@ -165,21 +167,23 @@ static void test_happy_and_ids(void)
     /* audit: every transition, in order */
     rc = cli(&r, LEDGER, st, "audit", id, "--json", NULL);
     j = rc == 0 ? parse_out(&r) : NULL;
-    static const char *want[][4] = {
-        {"pending", "pending", "", "created"},    {"pending", "running", "", "run"},
-        {"running", "running", "parse", "step done"}, {"running", "running", "work", "step done"},
-        {"running", "running", "append", "effect intent dlv_"},
-        {"running", "running", "append", "step done"}, {"running", "succeeded", "", "all steps done"}};
+    static const char *want[][4] = {{"pending", "pending", "", "created"},
+                                    {"pending", "running", "", "run"},
+                                    {"running", "running", "parse", "step done"},
+                                    {"running", "running", "work", "step done"},
+                                    {"running", "running", "append", "effect intent dlv_"},
+                                    {"running", "running", "append", "step done"},
+                                    {"running", "succeeded", "", "all steps done"}};
     int match = j && json_array_size(j) == 7;
     for (size_t i = 0; match && i < 7; i++) {
         json_t *a = json_array_get(j, i);
         const char *step = json_is_string(json_object_get(a, "step")) ? jstr(a, "step") : "";
-        match = strcmp(jstr(a, "from"), want[i][0]) == 0 && strcmp(jstr(a, "to"), want[i][1]) == 0 &&
-                strcmp(step, want[i][2]) == 0 && strncmp(jstr(a, "reason"), want[i][3],
-                                                         strlen(want[i][3])) == 0;
+        match = strcmp(jstr(a, "from"), want[i][0]) == 0 &&
+                strcmp(jstr(a, "to"), want[i][1]) == 0 && strcmp(step, want[i][2]) == 0 &&
+                strncmp(jstr(a, "reason"), want[i][3], strlen(want[i][3])) == 0;
         if (!match)
-            diag("audit row %zu: %s -> %s step '%s' reason '%s'", i, jstr(a, "from"),
-                 jstr(a, "to"), step, jstr(a, "reason"));
+            diag("audit row %zu: %s -> %s step '%s' reason '%s'", i, jstr(a, "from"), jstr(a, "to"),
+                 step, jstr(a, "reason"));
     }
     ok(match, "audit --json lists every transition: created, run, 3 steps, intent, succeeded");
     json_decref(j);
@@ -197,23 +201,29 @@ static void test_happy_and_ids(void)
 
     /* --task-from */
     char *in2 = tu_fmt("{\"order\":\"A-17\",\"line\":\"3\",\"text\":\"x\",\"trace\":\"%s\","
-                       "\"ledger\":\"%s\"}", trace, ledger);
+                       "\"ledger\":\"%s\"}",
+                       trace, ledger);
     char *f3 = write_input(D, "happy-from.json", in2);
     ok(cli(&r, LEDGER, st, "run", "--graph", "ledger", "--input", f3, "--task-from", "order,line",
-           NULL) == 0 && tu_contains(r.out, "A-17_3:"),
+           NULL) == 0 &&
+           tu_contains(r.out, "A-17_3:"),
        "--task-from order,line: ID A-17_3");
     tu_result_free(&r);
     ok(cli(&r, LEDGER, st, "run", "--graph", "ledger", "--input", f3, "--task-from", "order",
-           NULL) == 0 && tu_contains(r.out, "A-17:"),
+           NULL) == 0 &&
+           tu_contains(r.out, "A-17:"),
        "--task-from order: ID A-17");
     tu_result_free(&r);
     rc = cli(&r, LEDGER, st, "run", "--graph", "ledger", "--input", f3, "--task-from", "nosuch",
              NULL);
-    ok(rc == 65 && tu_contains(r.err, "nosuch"), "--task-from a missing field: 65 naming it "
-       "(rc %d: %s)", rc, oneline(r.err));
+    ok(rc == 65 && tu_contains(r.err, "nosuch"),
+       "--task-from a missing field: 65 naming it "
+       "(rc %d: %s)",
+       rc, oneline(r.err));
     tu_result_free(&r);
     ok(cli(&r, LEDGER, st, "run", "--graph", "ledger", "--input", f3, "--task", "explicit.id-1",
-           NULL) == 0 && tu_contains(r.out, "explicit.id-1:"),
+           NULL) == 0 &&
+           tu_contains(r.out, "explicit.id-1:"),
        "--task sets the ID");
     tu_result_free(&r);
     ok(cli_code(LEDGER, st, "run", "--graph", "ledger", "--input", f3, "--task", "a", "--task-from",
@@ -230,7 +240,8 @@ static void test_message_dedupe(void)
 {
     char *st = tu_fmt("%s/store-msg", D), *trace = tu_fmt("%s/msg.trace", D),
          *ledger = tu_fmt("%s/msg.ledger", D);
-    char *a = ledger_input("m1", 0, trace, ledger, NULL), *b = ledger_input("m2", 0, trace, ledger, NULL);
+    char *a = ledger_input("m1", 0, trace, ledger, NULL),
+         *b = ledger_input("m2", 0, trace, ledger, NULL);
     char *fa = write_input(D, "msg-a.json", a), *fb = write_input(D, "msg-b.json", b);
     tu_result r;
     int rc = cli(&r, LEDGER, st, "run", "--graph", "ledger", "--input", fa, "--message-id", "p0:42",
@@ -239,8 +250,10 @@ static void test_message_dedupe(void)
     tu_result_free(&r);
     rc = cli(&r, LEDGER, st, "run", "--graph", "ledger", "--input", fb, "--message-id", "p0:42",
              NULL);
-    ok(rc == 0 && tu_contains(r.out, "already consumed"), "redelivered p0:42: exit 0, says it was "
-       "already consumed: %s", oneline(r.out));
+    ok(rc == 0 && tu_contains(r.out, "already consumed"),
+       "redelivered p0:42: exit 0, says it was "
+       "already consumed: %s",
+       oneline(r.out));
     tu_result_free(&r);
     ok(tu_count_lines(trace, "work ") == 1 && tu_count_lines(ledger, NULL) == 1,
        "the redelivery ran nothing");
@@ -296,7 +309,7 @@ static void test_failures(void)
     json_decref(j);
     rc = cli(&r, LEDGER, st, "run", "--graph", "ledger", "--input", f, "--task", "t5", NULL);
     ok(rc == 69 && tu_count_exact(trace, "work t5") == 3, "running a dead task again: 69, "
-       "nothing runs");
+                                                          "nothing runs");
     tu_result_free(&r);
     free(in), free(f);
 
@@ -326,7 +339,7 @@ static void test_failures(void)
     f = write_input(D, "badfield.json", "{\"text\": 5, \"ledger\": \"/dev/null\"}");
     rc = cli(&r, LEDGER, st, "run", "--graph", "ledger", "--input", f, "--task", "bf", NULL);
     ok(rc == 69 && tu_contains(r.err, "'text'"), "a step's own validation error: 69 naming the "
-       "field");
+                                                 "field");
     tu_result_free(&r);
     free(f);
     free(st), free(trace), free(ledger);
@@ -348,8 +361,8 @@ static void test_exit_codes(void)
     ok(cli_code(LEDGER, st, "run", "--graph", "ledger", "--input", f, "--max-attempts", "0",
                 NULL) == 64,
        "exit 64: --max-attempts 0");
-    ok(cli_code(LEDGER, st, "run", "--graph", "ledger", "--input", f, "--lease-ms", "abc",
-                NULL) == 64,
+    ok(cli_code(LEDGER, st, "run", "--graph", "ledger", "--input", f, "--lease-ms", "abc", NULL) ==
+           64,
        "exit 64: --lease-ms abc");
     int rc = cli(&r, LEDGER, st, "run", "--graph", "nosuch", "--input", f, NULL);
     ok(rc == 64 && tu_contains(r.err, "nosuch"), "exit 64: unknown graph, named (rc %d)", rc);
@@ -362,13 +375,13 @@ static void test_exit_codes(void)
        rc);
     tu_result_free(&r);
     ok(cli_code(LEDGER, st, "audit", "nosuch-task", NULL) == 66, "exit 66: audit of an unknown "
-       "task");
+                                                                 "task");
     ok(cli_code(LEDGER, st, "invalidate", "nosuch-task", NULL) == 66, "exit 66: invalidate of an "
-       "unknown task");
+                                                                      "unknown task");
     ok(cli_code(LEDGER, st, "resolve", "nosuch-task", "--step", "append", "--done", NULL) == 66,
        "exit 66: resolve of an unknown task");
-    ok(cli_code(LEDGER, st, "run", "--graph", "ledger", "--input", "/nonexistent/in.json",
-                NULL) == 66,
+    ok(cli_code(LEDGER, st, "run", "--graph", "ledger", "--input", "/nonexistent/in.json", NULL) ==
+           66,
        "exit 66: missing input file");
     char *pin = ledger_input("codes-perm", 0, trace, ledger, "permanent");
     char *fp = write_input(D, "codes-perm.json", pin);
@@ -378,8 +391,10 @@ static void test_exit_codes(void)
     tu_write_file(notdir, "x", 1);
     char *under = tu_fmt("%s/store", notdir);
     rc = cli(&r, LEDGER, under, "run", "--graph", "ledger", "--input", f, NULL);
-    ok(rc == 74 && tu_contains(r.err, under), "exit 74: store under a regular file, path named "
-       "(rc %d: %s)", rc, oneline(r.err));
+    ok(rc == 74 && tu_contains(r.err, under),
+       "exit 74: store under a regular file, path named "
+       "(rc %d: %s)",
+       rc, oneline(r.err));
     tu_result_free(&r);
     if (GRAPHS) {
         char *fl = write_input(D, "codes-flaky.json", "{\"fail\": 1}");
@@ -426,8 +441,10 @@ static void test_retry(void)
         free(in), free(f), free(st), free(trace);
         return;
     }
-    ok(rc == 75 && tu_contains(r.err, "next retry"), "flaky run: exit 75, failed with a retry "
-       "time (rc %d: %s)", rc, oneline(r.err));
+    ok(rc == 75 && tu_contains(r.err, "next retry"),
+       "flaky run: exit 75, failed with a retry "
+       "time (rc %d: %s)",
+       rc, oneline(r.err));
     tu_result_free(&r);
     json_t *j = show_json(GRAPHS, st, "fl1", NULL);
     ok(j && strcmp(jstr(j, "status"), "failed") == 0 &&
@@ -462,8 +479,10 @@ static void test_retry(void)
     char *f2 = write_input(D, "retry2.json", in2);
     rc = cli_code(GRAPHS, st, "run", "--graph", "flaky", "--input", f2, "--task", "fl2", NULL);
     rc = cli(&r, GRAPHS, st, "retry", "--now", NULL);
-    ok(rc == 75 && tu_contains(r.out, "not succeeded 1"), "retry --now with a task failing again: "
-       "exit 75 (rc %d: %s)", rc, oneline(r.out));
+    ok(rc == 75 && tu_contains(r.out, "not succeeded 1"),
+       "retry --now with a task failing again: "
+       "exit 75 (rc %d: %s)",
+       rc, oneline(r.out));
     tu_result_free(&r);
     free(in2), free(f2), free(in), free(f), free(st), free(trace);
 }
@@ -534,8 +553,10 @@ static void test_resolve(void)
                            strcmp(jstr(a, "to"), "pending") == 0 &&
                            tu_contains(jstr(a, "reason"), "resolved by operator");
         }
-        ok(saw_doubt && saw_resolve, "%s: audit shows running->in_doubt and the operator's "
-           "in_doubt->pending", id);
+        ok(saw_doubt && saw_resolve,
+           "%s: audit shows running->in_doubt and the operator's "
+           "in_doubt->pending",
+           id);
         json_decref(j);
         tu_result_free(&r);
         free(marker), free(in), free(f), free(send_line);
@@ -605,14 +626,17 @@ static void test_invalidate(void)
         if (strncmp(reason, "effect intent ", 14) == 0 && nd < 2)
             snprintf(dlv[nd++], sizeof dlv[0], "%s", reason + 14);
     }
-    ok(nd == 2 && strcmp(dlv[0], dlv[1]) != 0, "the new generation's effect has a new delivery "
-       "ID (%s vs %s)", dlv[0], dlv[1]);
+    ok(nd == 2 && strcmp(dlv[0], dlv[1]) != 0,
+       "the new generation's effect has a new delivery "
+       "ID (%s vs %s)",
+       dlv[0], dlv[1]);
     json_decref(j);
     tu_result_free(&r);
     ok(cli_code(LEDGER, st, "invalidate", "inv", "--from", "nosuch", NULL) == 66,
        "invalidate --from an unknown step: 66");
     ok(cli_code(LEDGER, st, "invalidate", "inv", NULL) == 0 &&
-           cli_code(LEDGER, st, "run", "--graph", "ledger", "--input", f, "--task", "inv", NULL) == 0 &&
+           cli_code(LEDGER, st, "run", "--graph", "ledger", "--input", f, "--task", "inv", NULL) ==
+               0 &&
            tu_count_exact(trace, "work inv") == 3,
        "invalidate (from the first step) re-runs everything");
     free(nonce1), free(parse_ms), free(in), free(f), free(st), free(trace), free(ledger);
@@ -632,22 +656,24 @@ static void test_gc(void)
     int rc = cli(&r, LEDGER, st, "gc", "--json", NULL);
     json_t *j = rc == 0 ? parse_out(&r) : NULL;
     ok(j && jint(j, "pruned") == 0 && jint(j, "removed") == 0, "gc with default retention: "
-       "nothing to do");
+                                                               "nothing to do");
     json_decref(j);
     tu_result_free(&r);
     rc = cli(&r, LEDGER, st, "gc", "--retention-days", "0", "--tombstone-days", "30", "--json",
              NULL);
     j = rc == 0 ? parse_out(&r) : NULL;
-    ok(j && jint(j, "pruned") == 1 && jint(j, "removed") == 0, "gc --retention-days 0: pruned 1 "
-       "(rc %d: %s)", rc, oneline(r.out));
+    ok(j && jint(j, "pruned") == 1 && jint(j, "removed") == 0,
+       "gc --retention-days 0: pruned 1 "
+       "(rc %d: %s)",
+       rc, oneline(r.out));
     json_decref(j);
     tu_result_free(&r);
     j = show_json(LEDGER, st, "gc1", NULL);
     int outputs = 0;
     size_t i;
     json_t *s;
-    json_array_foreach(j ? json_object_get(j, "steps") : NULL, i, s)
-        outputs += !json_is_null(json_object_get(s, "output"));
+    json_array_foreach(j ? json_object_get(j, "steps") : NULL, i, s) outputs +=
+        !json_is_null(json_object_get(s, "output"));
     ok(j && json_is_true(json_object_get(j, "tombstone")) &&
            strcmp(jstr(j, "status"), "succeeded") == 0 && outputs == 0 &&
            json_is_null(json_object_get(j, "input")),
@@ -666,7 +692,8 @@ static void test_gc(void)
     ok(cli_code(LEDGER, st, "run", "--graph", "ledger", "--input", fo, "--task", "gc1", NULL) == 76,
        "a tombstone still detects a conflicting payload (76)");
     ok(cli_code(LEDGER, st, "invalidate", "gc1", NULL) == 65, "invalidate of a tombstone: 65");
-    rc = cli(&r, LEDGER, st, "gc", "--retention-days", "0", "--tombstone-days", "0", "--json", NULL);
+    rc =
+        cli(&r, LEDGER, st, "gc", "--retention-days", "0", "--tombstone-days", "0", "--json", NULL);
     j = rc == 0 ? parse_out(&r) : NULL;
     ok(j && jint(j, "removed") == 1, "gc with both 0: removed 1");
     json_decref(j);
@@ -693,18 +720,19 @@ static void test_graph_change(void)
     char *st = tu_fmt("%s/store-pin", D), *trace = tu_fmt("%s/pin.trace", D);
     char *in = tu_fmt("{\"fail_v1\": true, \"trace\": \"%s\"}", trace);
     char *f = write_input(D, "pin.json", in);
-    const char *v1[] = {"CAIRN_TEST_GRAPH_VERSION=1", NULL}, *v2[] = {"CAIRN_TEST_GRAPH_VERSION=2",
-                                                                      NULL};
+    const char *v1[] = {"CAIRN_TEST_GRAPH_VERSION=1", NULL},
+               *v2[] = {"CAIRN_TEST_GRAPH_VERSION=2", NULL};
     tu_result r;
-    int rc = cli_env(&r, v1, GRAPHS, st, "run", "--graph", "pipe", "--input", f, "--task", "p1",
-                     NULL);
+    int rc =
+        cli_env(&r, v1, GRAPHS, st, "run", "--graph", "pipe", "--input", f, "--task", "p1", NULL);
     ok(rc == 75, "pipe v1 with failing work: exit 75, task failed (rc %d: %s)", rc, oneline(r.err));
     tu_result_free(&r);
     int work_v1 = tu_count_lines(trace, "work p1 g1");
     rc = cli_env(&r, v2, GRAPHS, st, "run", "--graph", "pipe", "--input", f, "--task", "p1", NULL);
     ok(rc == 65 && tu_contains(r.err, "CAIRN_EGRAPHCHANGED") && tu_contains(r.err, "'work'") &&
            tu_contains(r.err, "--allow-graph-change"),
-       "graph v2: exit 65 EGRAPHCHANGED naming the first changed step (rc %d: %s)", rc, oneline(r.err));
+       "graph v2: exit 65 EGRAPHCHANGED naming the first changed step (rc %d: %s)", rc,
+       oneline(r.err));
     tu_result_free(&r);
     json_t *j = show_json(GRAPHS, st, "p1", NULL);
     ok(j && strcmp(jstr(j, "status"), "failed") == 0 && jint(j, "generation") == 1,
@@ -715,7 +743,8 @@ static void test_graph_change(void)
     ok(rc == 0, "--allow-graph-change: exit 0 (rc %d: %s)", rc, oneline(r.err));
     tu_result_free(&r);
     ok(tu_count_lines(trace, "prep p1") == 1, "prep (unchanged) did not run again");
-    ok(tu_count_lines(trace, "work p1 g1") == work_v1 && tu_count_exact(trace, "work p1 g2 i1") == 1,
+    ok(tu_count_lines(trace, "work p1 g1") == work_v1 &&
+           tu_count_exact(trace, "work p1 g2 i1") == 1,
        "work re-ran once in generation 2");
     ok(tu_count_lines(trace, "emit p1") == 1, "emit ran once");
     j = show_json(GRAPHS, st, "p1", NULL);
@@ -725,8 +754,10 @@ static void test_graph_change(void)
     json_decref(j);
     /* a finished task is not affected by a graph change */
     rc = cli_env(&r, v1, GRAPHS, st, "run", "--graph", "pipe", "--input", f, "--task", "p1", NULL);
-    ok(rc == 0 && tu_contains(r.out, "already succeeded"), "succeeded task under another graph "
-       "version: already succeeded (rc %d)", rc);
+    ok(rc == 0 && tu_contains(r.out, "already succeeded"),
+       "succeeded task under another graph "
+       "version: already succeeded (rc %d)",
+       rc);
     tu_result_free(&r);
     free(in), free(f), free(st), free(trace);
 }
@@ -738,16 +769,29 @@ static void test_tenant(void)
     char *st = tu_fmt("%s/store-tenant", D), *trace = tu_fmt("%s/tenant.trace", D),
          *ledger = tu_fmt("%s/tenant.ledger", D);
     char *ina = tu_fmt("{\"tenant\":\"A\",\"text\":\"a1\",\"work_ms\":3000,\"trace\":\"%s\","
-                       "\"ledger\":\"%s\"}", trace, ledger);
+                       "\"ledger\":\"%s\"}",
+                       trace, ledger);
     char *ina2 = tu_fmt("{\"tenant\":\"A\",\"text\":\"a2\",\"trace\":\"%s\",\"ledger\":\"%s\"}",
                         trace, ledger);
     char *inb = tu_fmt("{\"tenant\":\"B\",\"text\":\"b1\",\"trace\":\"%s\",\"ledger\":\"%s\"}",
                        trace, ledger);
     char *fa = write_input(D, "ta1.json", ina), *fa2 = write_input(D, "ta2.json", ina2),
          *fb = write_input(D, "tb1.json", inb);
-    const char *argv[] = {LEDGER, "run", "--graph", "ledger", "--input", fa, "--task", "a1",
-                          "--tenant-field", "tenant", "--max-running-per-tenant", "1",
-                          "--store", st, NULL};
+    const char *argv[] = {LEDGER,
+                          "run",
+                          "--graph",
+                          "ledger",
+                          "--input",
+                          fa,
+                          "--task",
+                          "a1",
+                          "--tenant-field",
+                          "tenant",
+                          "--max-running-per-tenant",
+                          "1",
+                          "--store",
+                          st,
+                          NULL};
     pid_t bg = tu_spawn(argv, NULL, NULL, NULL);
     int64_t until = tu_now_ms() + 60000;
     while (tu_count_exact(trace, "work a1") == 0 && tu_now_ms() < until && !tu_poll_exit(bg, NULL))
@@ -755,14 +799,18 @@ static void test_tenant(void)
     ok(tu_count_exact(trace, "work a1") == 1, "tenant A's long task is running");
     tu_result r;
     int rc0 = cli(&r, LEDGER, st, "invalidate", "a1", NULL);
-    ok(rc0 == 75 && tu_contains(r.err, "running"), "invalidate of a running task: 75, says it "
-       "runs (rc %d: %s)", rc0, oneline(r.err));
+    ok(rc0 == 75 && tu_contains(r.err, "running"),
+       "invalidate of a running task: 75, says it "
+       "runs (rc %d: %s)",
+       rc0, oneline(r.err));
     tu_result_free(&r);
     ok(cli_code(LEDGER, st, "resolve", "a1", "--step", "append", "--done", NULL) == 65,
        "resolve of a running task: 65");
     rc0 = cli(&r, LEDGER, st, "run", "--graph", "ledger", "--input", fa, "--task", "a1", NULL);
-    ok(rc0 == 75 && tu_contains(r.err, "CAIRN_EBUSY"), "running the same task meanwhile: 75 "
-       "EBUSY (rc %d)", rc0);
+    ok(rc0 == 75 && tu_contains(r.err, "CAIRN_EBUSY"),
+       "running the same task meanwhile: 75 "
+       "EBUSY (rc %d)",
+       rc0);
     tu_result_free(&r);
     rc0 = cli(&r, LEDGER, st, "show", "a1", "--json", NULL);
     json_t *jl = rc0 == 0 ? parse_out(&r) : NULL;
@@ -796,12 +844,14 @@ static void test_tenant(void)
     rc = cli_code(LEDGER, st, "run", "--graph", "ledger", "--input", fa2, "--task", "a2",
                   "--tenant-field", "tenant", "--max-running-per-tenant", "1", NULL);
     ok(rc == 0 && tu_count_exact(trace, "work a2") == 1, "after it, tenant A's second task "
-       "succeeds (work ran once)");
+                                                         "succeeds (work ran once)");
     char *nf = write_input(D, "tnone.json", "{\"text\":\"x\",\"ledger\":\"/dev/null\"}");
     rc = cli(&r, LEDGER, st, "run", "--graph", "ledger", "--input", nf, "--tenant-field", "tenant",
              "--max-running-per-tenant", "1", NULL);
-    ok(rc == 65 && tu_contains(r.err, "tenant"), "input without the tenant field: 65 naming it "
-       "(rc %d)", rc);
+    ok(rc == 65 && tu_contains(r.err, "tenant"),
+       "input without the tenant field: 65 naming it "
+       "(rc %d)",
+       rc);
     tu_result_free(&r);
     ok(cli_code(LEDGER, st, "run", "--graph", "ledger", "--input", nf, "--tenant-field", "tenant",
                 NULL) == 64,

@@ -16,13 +16,13 @@
 
 typedef struct task_obs {
     char id[64];
-    char *input;          /* path of the input file */
-    char nonce[32];       /* work's nonce once seen committed */
-    int work_at_commit;   /* trace lines of work when its output was first seen committed */
+    char *input;        /* path of the input file */
+    char nonce[32];     /* work's nonce once seen committed */
+    int work_at_commit; /* trace lines of work when its output was first seen committed */
     int seen_commit;
     int violations;
-    int in_doubt_seen;    /* the final resume found the task in doubt */
-    char landed[64];      /* where the last kill landed (from show --json) */
+    int in_doubt_seen; /* the final resume found the task in doubt */
+    char landed[64];   /* where the last kill landed (from show --json) */
 } task_obs;
 
 static inline void crash_violation(task_obs *o, const char *fmt, ...)

@@ -33,8 +33,9 @@ static void test_kill_inside_work(void)
     char *in = ledger_input("inside work", 1500, trace, ledger, NULL);
     task_obs o = {.id = "kw1"};
     o.input = write_input(D, "kw1.json", in);
-    const char *argv[] = {LEDGER, "run", "--graph", "ledger", "--input", o.input, "--task", o.id,
-                          "--max-attempts", "1000", "--store", st, NULL};
+    const char *argv[] = {LEDGER,    "run",    "--graph", "ledger",         "--input",
+                          o.input,   "--task", o.id,      "--max-attempts", "1000",
+                          "--store", st,       NULL};
     int kills = 0;
     for (int round = 1; round <= 3; round++) {
         pid_t pid = tu_spawn(argv, NULL, NULL, NULL);
@@ -62,7 +63,7 @@ static void test_kill_inside_work(void)
     ok(kills == 3, "three kills landed inside work (one of the runner alone)");
     ok(ledger_lines(ledger, o.id) == 0, "no effect yet");
     ok(settle(&o, st, trace, ledger) == 0, "after 3 kills inside work: resumed to succeeded, "
-       "promises hold");
+                                           "promises hold");
     ok(work_lines(trace, o.id) == 4, "work ran 4 times (3 killed + 1), never after its commit");
     ok(ledger_lines(ledger, o.id) == 1, "one ledger line");
     json_t *j = show_json(LEDGER, st, o.id, NULL);
@@ -83,8 +84,8 @@ static void test_kill_inside_work(void)
     task_obs d = {.id = "kw-dead"};
     char *in2 = ledger_input("dies", 1500, trace, ledger, NULL);
     d.input = write_input(D, "kwd.json", in2);
-    const char *argv2[] = {LEDGER, "run", "--graph", "ledger", "--input", d.input, "--task", d.id,
-                           "--store", st, NULL};
+    const char *argv2[] = {LEDGER,   "run", "--graph", "ledger", "--input", d.input,
+                           "--task", d.id,  "--store", st,       NULL};
     for (int round = 1; round <= 3; round++) {
         pid_t pid = tu_spawn(argv2, NULL, NULL, NULL);
         int64_t until = tu_now_ms() + 60000;
@@ -93,8 +94,10 @@ static void test_kill_inside_work(void)
         tu_kill_wait(pid);
     }
     rc = cli(&r, LEDGER, st, "run", "--graph", "ledger", "--input", d.input, "--task", d.id, NULL);
-    ok(rc == 69 && tu_contains(r.err, "attempts"), "a 4th start with max 3 attempts: dead, 69 "
-       "(rc %d: %s)", rc, oneline(r.err));
+    ok(rc == 69 && tu_contains(r.err, "attempts"),
+       "a 4th start with max 3 attempts: dead, 69 "
+       "(rc %d: %s)",
+       rc, oneline(r.err));
     tu_result_free(&r);
     free(in2), free(d.input);
     free(in), free(o.input), free(st), free(trace), free(ledger);
@@ -113,8 +116,9 @@ static void test_kill_inside_append(int resolve_done)
     memset(&o, 0, sizeof o);
     snprintf(o.id, sizeof o.id, "%s", tag);
     o.input = write_input(D, "fifo.json", in);
-    const char *argv[] = {LEDGER, "run", "--graph", "ledger", "--input", o.input, "--task", o.id,
-                          "--max-attempts", "1000", "--store", st, NULL};
+    const char *argv[] = {LEDGER,    "run",    "--graph", "ledger",         "--input",
+                          o.input,   "--task", o.id,      "--max-attempts", "1000",
+                          "--store", st,       NULL};
     pid_t pid = tu_spawn(argv, NULL, NULL, NULL);
     int64_t until = tu_now_ms() + 60000;
     int intent = 0;
@@ -136,10 +140,8 @@ static void test_kill_inside_append(int resolve_done)
     int rc = cli(&r, LEDGER, st, "run", "--graph", "ledger", "--input", o.input, "--task", o.id,
                  "--max-attempts", "1000", NULL);
     ok(rc == 69 && tu_contains(r.err, "CAIRN_EINDOUBT") &&
-           tu_contains(r.err, "outcome was never recorded") &&
-           tu_contains(r.err, "cairn resolve"),
-       "%s: resume: 69 EINDOUBT, says why and how to resolve (rc %d: %s)", tag, rc,
-       oneline(r.err));
+           tu_contains(r.err, "outcome was never recorded") && tu_contains(r.err, "cairn resolve"),
+       "%s: resume: 69 EINDOUBT, says why and how to resolve (rc %d: %s)", tag, rc, oneline(r.err));
     tu_result_free(&r);
     json_t *j = show_json(LEDGER, st, o.id, NULL);
     ok(j && strcmp(jstr(j, "status"), "in_doubt") == 0 &&
@@ -229,8 +231,9 @@ static long kill_after_commits(const char *st, const char *input, const char *id
     if (view_open(&v, st))
         return -1;
     long base = view_count(&v), c = base;
-    const char *argv[] = {LEDGER, "run", "--graph", "ledger", "--input", input, "--task", id,
-                          "--max-attempts", "1000", "--store", st, NULL};
+    const char *argv[] = {LEDGER,    "run",    "--graph", "ledger",         "--input",
+                          input,     "--task", id,        "--max-attempts", "1000",
+                          "--store", st,       NULL};
     pid_t pid = tu_spawn(argv, NULL, NULL, NULL);
     int64_t until = tu_now_ms() + 60000;
     while (c >= 0 && c - base < n && tu_now_ms() < until) {
@@ -261,8 +264,8 @@ static void test_kill_after_commits(void)
      *   append done + succeeded [2]
      * so the boundaries between commits are at audit counts 0, 2, 3, 4, 5 (7 = finished). */
     static const long bounds[] = {0, 2, 3, 4, 5};
-    static const char *after[] = {"nothing",   "?",          "run started", "parse done",
-                                  "work done", "append intent", "?",        "succeeded"};
+    static const char *after[] = {"nothing",       "?", "run started", "parse done", "work done",
+                                  "append intent", "?", "succeeded"};
     char *trace = tu_fmt("%s/commit.trace", D), *ledger = tu_fmt("%s/commit.ledger", D);
     int covered[8] = {0};
     for (size_t b = 0; b < sizeof bounds / sizeof *bounds; b++) {
@@ -280,8 +283,7 @@ static void test_kill_after_commits(void)
             int exited = 0;
             long landed = kill_after_commits(st, o.input, o.id, n, &exited);
             if (landed < 0 || landed > 7 || landed == 1 || landed == 6) {
-                ok(0, "N=%ld: could not step the runner (landed %ld: inside a commit?)", n,
-                   landed);
+                ok(0, "N=%ld: could not step the runner (landed %ld: inside a commit?)", n, landed);
                 break;
             }
             covered[landed] = 1;
@@ -309,8 +311,7 @@ static void test_kill_after_commits(void)
     ok(n_cov >= 4, "kills landed after %d of the 5 commit boundaries", n_cov);
     for (size_t b = 0; b < sizeof bounds / sizeof *bounds; b++)
         if (!covered[bounds[b]])
-            diag("boundary after %ld audit records (%s) was not hit", bounds[b],
-                 after[bounds[b]]);
+            diag("boundary after %ld audit records (%s) was not hit", bounds[b], after[bounds[b]]);
     free(trace), free(ledger);
 }
 

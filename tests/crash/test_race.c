@@ -48,8 +48,8 @@ static void same_task(const char *D, const char *st, const char *trace, const ch
     char *f = write_input(D, name, in);
     const char *argvs[NPROC][16];
     for (int i = 0; i < NPROC; i++) {
-        const char *a[] = {LEDGER, "run", "--graph", "ledger", "--input", f, "--task", id,
-                           "--store", st, NULL};
+        const char *a[] = {LEDGER,   "run", "--graph", "ledger", "--input", f,
+                           "--task", id,    "--store", st,       NULL};
         memcpy(argvs[i], a, sizeof a);
     }
     int codes[NPROC];
@@ -88,8 +88,8 @@ static void many_tasks(const char *D, const char *st, const char *trace, const c
         char *name = tu_fmt("%s.json", ids[i]);
         files[i] = write_input(D, name, in);
         free(in), free(name);
-        const char *a[] = {LEDGER, "run", "--graph", "ledger", "--input", files[i], "--task",
-                           ids[i], "--store", st, NULL};
+        const char *a[] = {LEDGER,   "run",  "--graph", "ledger", "--input", files[i],
+                           "--task", ids[i], "--store", st,       NULL};
         memcpy(argvs[i], a, sizeof a);
     }
     int codes[NPROC];
@@ -118,8 +118,8 @@ static void overlapping_retries(const char *D)
         char *in = tu_fmt("{\"fail\": 1, \"sleep_ms\": 40, \"trace\": \"%s\"}", trace);
         char *name = tu_fmt("%s.json", id);
         char *f = write_input(D, name, in);
-        failed += cli_code(GRAPHS, st, "run", "--graph", "flaky", "--input", f, "--task", id,
-                           NULL) == 75;
+        failed +=
+            cli_code(GRAPHS, st, "run", "--graph", "flaky", "--input", f, "--task", id, NULL) == 75;
         free(id), free(in), free(name), free(f);
     }
     ok(failed >= n - 1, "%d of %d tasks are failed with a future retry time", failed, n);

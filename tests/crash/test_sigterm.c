@@ -21,8 +21,8 @@ static void one(const char *D, const char *tag, int sig, int group)
     char *name = tu_fmt("%s.json", tag);
     o.input = write_input(D, name, in);
     char *errp = tu_fmt("%s/%s.stderr", D, tag);
-    const char *argv[] = {LEDGER, "run", "--graph", "ledger", "--input", o.input, "--task", o.id,
-                          "--store", st, NULL};
+    const char *argv[] = {LEDGER,   "run", "--graph", "ledger", "--input", o.input,
+                          "--task", o.id,  "--store", st,       NULL};
     pid_t pid = tu_spawn(argv, NULL, NULL, errp);
     int64_t until = tu_now_ms() + 60000;
     while (work_lines(trace, o.id) == 0 && tu_now_ms() < until && !tu_poll_exit(pid, NULL))
@@ -57,8 +57,10 @@ static void one(const char *D, const char *tag, int sig, int group)
     const char *argv2[] = {LEDGER, "retry", "--store", st, NULL};
     tu_result r;
     rc = tu_run(&r, argv2, NULL, NULL, 0, CMD_TIMEOUT_MS);
-    ok(rc == 0 && tu_contains(r.out, "succeeded 1"), "%s: `retry` (not --now) runs it at once "
-       "and it succeeds (rc %d: %s)", tag, rc, oneline(r.out));
+    ok(rc == 0 && tu_contains(r.out, "succeeded 1"),
+       "%s: `retry` (not --now) runs it at once "
+       "and it succeeds (rc %d: %s)",
+       tag, rc, oneline(r.out));
     tu_result_free(&r);
     ok(work_lines(trace, o.id) == 2 && ledger_lines(ledger, o.id) == 1,
        "%s: work ran again (2 lines), one effect", tag);

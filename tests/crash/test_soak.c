@@ -42,9 +42,9 @@ int main(void)
     int n_tasks = 0, kills = 0, finished_early = 0, via_retry = 0;
     int landed_hist[8] = {0}; /* not admitted, pending, running/no step, parse, work, intent,
                                  append done, finished */
-    static const char *land_names[8] = {"not admitted", "pending", "running, no step done",
-                                        "parse done", "work done", "append intent",
-                                        "append done", "finished"};
+    static const char *land_names[8] = {"not admitted", "pending",   "running, no step done",
+                                        "parse done",   "work done", "append intent",
+                                        "append done",  "finished"};
     /* The kill delay follows the machine's speed: T estimates one whole run (process start
      * included, which dominates on a loaded machine); delays are uniform in [0.1 T, 0.9 T].
      * A kill that came before admission stretches T, one that came after the end shrinks it. */
@@ -73,11 +73,11 @@ int main(void)
         int budget = 2 + (int)rnd_below(9);
         for (int k = 0; k < budget && kills < target; k++) {
             int use_retry = k > 0 && rnd_below(6) == 0;
-            const char *run_argv[] = {LEDGER, "run", "--graph", "ledger", "--input", o->input,
-                                      "--task", o->id, "--max-attempts", "1000", "--store", st,
-                                      NULL};
-            const char *retry_argv[] = {LEDGER, "retry", "--now", "--max-attempts", "1000",
-                                        "--store", st, NULL};
+            const char *run_argv[] = {LEDGER,    "run",    "--graph", "ledger",         "--input",
+                                      o->input,  "--task", o->id,     "--max-attempts", "1000",
+                                      "--store", st,       NULL};
+            const char *retry_argv[] = {LEDGER, "retry",   "--now", "--max-attempts",
+                                        "1000", "--store", st,      NULL};
             pid_t pid = tu_spawn(use_retry ? retry_argv : run_argv, NULL, NULL, NULL);
             via_retry += use_retry;
             tu_sleep_us((long)(T * 1000 * (0.1 + 0.8 * (double)rnd_below(1000) / 1000.0)));
@@ -126,7 +126,8 @@ int main(void)
         }
     }
     diag("%d kills over %d tasks (%d via retry --now), %d runs finished before their kill; "
-         "final T %.0f ms", kills, n_tasks, via_retry, finished_early, T);
+         "final T %.0f ms",
+         kills, n_tasks, via_retry, finished_early, T);
     for (int i = 0; i < 8; i++)
         diag("  kills observed at '%s': %d", land_names[i], landed_hist[i]);
     ok(kills >= target, "%d SIGKILLs delivered (wanted %d)", kills, target);
@@ -139,8 +140,10 @@ int main(void)
     }
     diag("%d tasks ended in doubt and were resolved as done; %d had work committed", in_doubt,
          reran_ok);
-    ok(violations == 0, "every task: succeeded or in_doubt->resolved, work never re-ran after its "
-       "commit, nonce stable, <= 1 effect (%d violations)", violations);
+    ok(violations == 0,
+       "every task: succeeded or in_doubt->resolved, work never re-ran after its "
+       "commit, nonce stable, <= 1 effect (%d violations)",
+       violations);
     int over = 0;
     for (int i = 0; i < n_tasks; i++)
         over += ledger_lines(ledger, tasks[i].id) > 1;

@@ -1,9 +1,9 @@
 /* tests/gpu/test_gpu.c - the CUDA backend against the CPU backend (suite 'gpu').
  *
  * Skips (a SKIP plan, see skip_all) when the build has no CUDA backend, its module
- * (libcairn-cuda.so, mk_loaded at run time) cannot be mk_loaded, or no usable device is present. With
- * one, random llama/qwen2 models of every weight type (GQA, tied and untied output) are run through
- * both backends and compared: the reference is the CPU's batched prompt path (dequantize +
+ * (libcairn-cuda.so, mk_loaded at run time) cannot be mk_loaded, or no usable device is present.
+ * With one, random llama/qwen2 models of every weight type (GQA, tied and untied output) are run
+ * through both backends and compared: the reference is the CPU's batched prompt path (dequantize +
  * f32 GEMM: exact float arithmetic on the exact dequantized weights, for every type; the CPU's
  * decode path rounds activations to int8 for Q8_0/Q4_0 and is not a reference for that).
  *
@@ -53,7 +53,6 @@ static const char *BK = "cuda"; /* the backend under test */
 static int is_cuda = 1;
 static const cairn__cuda_plugin *cuda; /* the CUDA module's diagnostics (when is_cuda) */
 
-
 /* max |a - ref| / max |ref|; NaN anywhere counts as infinitely wrong */
 static double rel_err(const float *a, const float *ref, size_t n)
 {
@@ -77,10 +76,7 @@ static void set_dtype(const char *dt)
         unsetenv("CAIRN_CUDA_DTYPE");
 }
 
-static const char *dtype_of(const cairn__backend *b)
-{
-    return cuda ? cuda->dtype(b) : "cpu";
-}
+static const char *dtype_of(const cairn__backend *b) { return cuda ? cuda->dtype(b) : "cpu"; }
 
 static const int32_t PROMPT[] = {1, 17, 250, 3, 99, 42, 42, 7, 280, 5, 61, 200, 13};
 #define NP ((int)(sizeof PROMPT / sizeof *PROMPT))
@@ -93,7 +89,7 @@ typedef struct {
     const char *dtype;      /* CAIRN_CUDA_DTYPE, NULL: default */
     const char *want;       /* expected device type */
     double tol;
-    int n_batch;            /* of the backend under test */
+    int n_batch; /* of the backend under test */
 } gcase;
 
 /* one model: CPU batched logits as reference; tested prompt and decode paths against it */
@@ -112,9 +108,9 @@ static void check_case(const gcase *c)
         s.ff = c->ff;
     }
     char name[160], err[256];
-    snprintf(name, sizeof name, "%s %s%s%s%s hd %d gqa %d:%d", c->arch, cairn__ggml_type_name(c->type),
-             c->tied ? " tied" : "", c->dtype ? " as " : "", c->dtype ? c->dtype : "", s.dim / s.n_heads, s.n_heads,
-             s.n_kv_heads);
+    snprintf(name, sizeof name, "%s %s%s%s%s hd %d gqa %d:%d", c->arch,
+             cairn__ggml_type_name(c->type), c->tied ? " tied" : "", c->dtype ? " as " : "",
+             c->dtype ? c->dtype : "", s.dim / s.n_heads, s.n_heads, s.n_kv_heads);
     mk_loaded L;
     int rc = mk_load(&s, &L, err, sizeof err);
     if (!ok(rc == 0, "%s: model loads (%s)", name, rc ? err : "ok")) {
@@ -133,11 +129,12 @@ static void check_case(const gcase *c)
     set_dtype(c->dtype);
     int rt = rc == 0 ? cairn__backend_new(BK, L.m, &ot, &b, err, sizeof err) : -1;
     set_dtype(NULL);
-    if (!ok(rc == 0 && rt == 0 && ref && bat && dec && again, "%s: cpu and %s backends (%s)", name, BK,
-            rt ? err : "ok"))
+    if (!ok(rc == 0 && rt == 0 && ref && bat && dec && again, "%s: cpu and %s backends (%s)", name,
+            BK, rt ? err : "ok"))
         goto out;
     if (is_cuda && c->want)
-        ok(strcmp(dtype_of(b), c->want) == 0, "%s: device type %s (want %s)", name, dtype_of(b), c->want);
+        ok(strcmp(dtype_of(b), c->want) == 0, "%s: device type %s (want %s)", name, dtype_of(b),
+           c->want);
     /* prompt: chunks of n_batch (a final chunk of one token takes the decode graph) */
     for (size_t i = 0; i < NP * V; i++)
         bat[i] = dec[i] = NAN; /* every logit must be written */
@@ -156,12 +153,13 @@ static void check_case(const gcase *c)
        rc ? cairn__backend_errmsg(b) : "ok");
     ok(e3 <= c->tol, "%s: decode vs prompt path: %.3g <= %g", name, e3, c->tol);
     if (cuda)
-        ok(strcmp(cuda->graph_status(b), "graph") == 0, "%s: decode steps run as a CUDA graph (%s)", name,
-           cuda->graph_status(b));
+        ok(strcmp(cuda->graph_status(b), "graph") == 0, "%s: decode steps run as a CUDA graph (%s)",
+           name, cuda->graph_status(b));
     /* the decode graph replays bit for bit after a truncation */
     cairn__backend_truncate(b, 5);
     rc = cairn__backend_forward(b, &PROMPT[5], 1, 5, again, 0);
-    ok(rc == 0 && memcmp(again, dec + 5 * V, V * sizeof *again) == 0 && cairn__backend_n_past(b) == 6,
+    ok(rc == 0 && memcmp(again, dec + 5 * V, V * sizeof *again) == 0 &&
+           cairn__backend_n_past(b) == 6,
        "%s: truncate + re-decode reproduces the logits bit for bit", name);
     /* logits NULL (cache only), then the last position with logits: same as the decode run */
     cairn__backend_truncate(b, 0);
@@ -201,7 +199,8 @@ static void check_long(int dim, int heads, int kv, const char *arch)
     const int n = 300;
     int32_t *toks = malloc(n * sizeof *toks);
     const size_t V = (size_t)s.vocab;
-    float *ref = malloc(n * V * sizeof *ref), *got = malloc(n * V * sizeof *got), *last = malloc(V * sizeof *last);
+    float *ref = malloc(n * V * sizeof *ref), *got = malloc(n * V * sizeof *got),
+          *last = malloc(V * sizeof *last);
     cairn__backend *cpu = NULL, *b = NULL;
     cairn__backend_opts oc = {.n_ctx = 320, .n_threads = 2, .n_batch = 320};
     cairn__backend_opts ot = {.n_ctx = 320, .n_threads = 2, .n_batch = 128};
@@ -214,18 +213,21 @@ static void check_long(int dim, int heads, int kv, const char *arch)
         rc = cairn__backend_new("cpu", L.m, &oc, &cpu, err, sizeof err);
     if (rc == 0)
         rc = cairn__backend_new(BK, L.m, &ot, &b, err, sizeof err);
-    if (!ok(rc == 0 && toks && ref && got && last, "long %s hd %d: setup (%s)", arch, dim / heads, rc ? err : "ok"))
+    if (!ok(rc == 0 && toks && ref && got && last, "long %s hd %d: setup (%s)", arch, dim / heads,
+            rc ? err : "ok"))
         goto out;
     rc = cairn__backend_forward(cpu, toks, n, 0, ref, 1);
     rc |= cairn__backend_forward(b, toks, n, 0, got, 1);
     const double e = rel_err(got, ref, n * V);
-    diag("long %s hd %d: %d-token prompt in chunks of 128, max rel diff %.3g", arch, dim / heads, n, e);
-    ok(rc == 0 && e <= 1e-3, "long %s hd %d: %d-token prompt vs cpu: %.3g <= 1e-3", arch, dim / heads, n, e);
+    diag("long %s hd %d: %d-token prompt in chunks of 128, max rel diff %.3g", arch, dim / heads, n,
+         e);
+    ok(rc == 0 && e <= 1e-3, "long %s hd %d: %d-token prompt vs cpu: %.3g <= 1e-3", arch,
+       dim / heads, n, e);
     /* decode at a long position: re-decode the last token */
     rc = cairn__backend_forward(b, &toks[n - 1], 1, n - 1, last, 0);
     const double e2 = rel_err(last, ref + (size_t)(n - 1) * V, V);
-    ok(rc == 0 && e2 <= 1e-3, "long %s hd %d: decode at position %d vs cpu: %.3g <= 1e-3", arch, dim / heads, n - 1,
-       e2);
+    ok(rc == 0 && e2 <= 1e-3, "long %s hd %d: decode at position %d vs cpu: %.3g <= 1e-3", arch,
+       dim / heads, n - 1, e2);
 out:
     cairn__backend_free(b);
     cairn__backend_free(cpu);
@@ -283,8 +285,8 @@ static void check_greedy(uint32_t type)
         if (top - second > 5e-3f * mx) {
             compared++;
             if (ac != at) {
-                diag("greedy %s step %d: cpu %d (gap %.3g), %s %d", cairn__ggml_type_name(type), t, ac,
-                     (double)(top - second), BK, at);
+                diag("greedy %s step %d: cpu %d (gap %.3g), %s %d", cairn__ggml_type_name(type), t,
+                     ac, (double)(top - second), BK, at);
                 differ++;
             }
         }
@@ -326,8 +328,8 @@ static int on_progress(void *u, const int32_t *gen, size_t n, const uint8_t *st,
 static int same_result(const cairn__gen_result *a, const cairn__gen_result *b)
 {
     return a->finish == b->finish && a->n_tokens == b->n_tokens &&
-           memcmp(a->tokens, b->tokens, a->n_tokens * sizeof *a->tokens) == 0 && a->text_len == b->text_len &&
-           memcmp(a->text, b->text, a->text_len) == 0;
+           memcmp(a->tokens, b->tokens, a->n_tokens * sizeof *a->tokens) == 0 &&
+           a->text_len == b->text_len && memcmp(a->text, b->text, a->text_len) == 0;
 }
 
 /* sampling with temperature through the engine; resuming from every checkpoint must give the
@@ -371,32 +373,38 @@ static void check_resume(void)
     o.user = &ck;
     cairn__gen_result r1, r2;
     rc = cairn__engine_generate(e, prompt, strlen(prompt), &o, &r1);
-    if (!ok(rc == 0 && r1.n_tokens == 36, "engine on %s generates 36 tokens (%s: %zu tokens, finish %s)", BK,
-            rc ? cairn__engine_errmsg(e) : "ok", rc ? 0 : r1.n_tokens, rc ? "-" : cairn__finish_name(r1.finish))) {
+    if (!ok(rc == 0 && r1.n_tokens == 36,
+            "engine on %s generates 36 tokens (%s: %zu tokens, finish %s)", BK,
+            rc ? cairn__engine_errmsg(e) : "ok", rc ? 0 : r1.n_tokens,
+            rc ? "-" : cairn__finish_name(r1.finish))) {
         if (rc == 0)
             cairn__gen_result_free(&r1);
         goto out;
     }
-    diag("engine on %s: %zu prompt tokens, %.0f tok/s prompt, %.0f tok/s decode", BK, r1.n_prompt, r1.prompt_tps,
-         r1.gen_tps);
+    diag("engine on %s: %zu prompt tokens, %.0f tok/s prompt, %.0f tok/s decode", BK, r1.n_prompt,
+         r1.prompt_tps, r1.gen_tps);
     o.on_progress = NULL;
     rc = cairn__engine_generate(e, prompt, strlen(prompt), &o, &r2);
     ok(rc == 0 && same_result(&r1, &r2), "engine on %s: same inputs -> same tokens", BK);
     cairn__gen_result_free(&r2);
     int32_t *ptoks = NULL;
     size_t np = 0;
-    int all = cairn__tok_encode(tok, prompt, strlen(prompt), 1, 1, &ptoks, &np) == 0 && ck.count == 12;
+    int all =
+        cairn__tok_encode(tok, prompt, strlen(prompt), 1, 1, &ptoks, &np) == 0 && ck.count == 12;
     for (int c = 0; all && c < ck.count; c++) {
-        rc = cairn__engine_resume(e, ptoks, np, ck.tokens[c], ck.n[c], ck.state[c], CAIRN__SAMPLER_STATE_BYTES, &o,
-                                  &r2);
+        rc = cairn__engine_resume(e, ptoks, np, ck.tokens[c], ck.n[c], ck.state[c],
+                                  CAIRN__SAMPLER_STATE_BYTES, &o, &r2);
         if (rc != 0 || !same_result(&r1, &r2)) {
-            diag("checkpoint %d (%zu tokens): rc %d, %zu tokens", c, ck.n[c], rc, rc ? 0 : r2.n_tokens);
+            diag("checkpoint %d (%zu tokens): rc %d, %zu tokens", c, ck.n[c], rc,
+                 rc ? 0 : r2.n_tokens);
             all = 0;
         }
         if (rc == 0)
             cairn__gen_result_free(&r2);
     }
-    ok(all, "engine on %s: resume from each of %d checkpoints gives exactly the uninterrupted result", BK, ck.count);
+    ok(all,
+       "engine on %s: resume from each of %d checkpoints gives exactly the uninterrupted result",
+       BK, ck.count);
     free(ptoks);
     cairn__gen_result_free(&r1);
 out:
@@ -421,23 +429,26 @@ static void check_errors(void)
     ok(rc == 0 && lg && cairn__backend_forward(b, PROMPT, 9, 0, lg, 0) == CAIRN_ECONTEXT,
        "9 tokens into a context of 8 -> ECONTEXT (%s)", cairn__backend_errmsg(b));
     ok(cairn__backend_forward(b, PROMPT, 8, 0, lg, 0) == 0, "8 tokens fit a context of 8");
-    ok(cairn__backend_forward(b, PROMPT, 1, 8, lg, 0) == CAIRN_ECONTEXT, "a 9th position -> ECONTEXT");
+    ok(cairn__backend_forward(b, PROMPT, 1, 8, lg, 0) == CAIRN_ECONTEXT,
+       "a 9th position -> ECONTEXT");
     int32_t bad = 100000;
-    ok(cairn__backend_forward(b, &bad, 1, 0, lg, 0) == CAIRN_EINVAL, "token outside the vocabulary -> EINVAL");
+    ok(cairn__backend_forward(b, &bad, 1, 0, lg, 0) == CAIRN_EINVAL,
+       "token outside the vocabulary -> EINVAL");
     cairn__backend_free(b);
     b = NULL;
     if (is_cuda) {
         cairn__backend_opts od = {.n_ctx = 8, .device = 999};
         rc = cairn__backend_new("cuda", L.m, &od, &b, err, sizeof err);
-        ok(rc == CAIRN_ENODEVICE && b == NULL && strstr(err, "no CUDA device"), "device 999 -> ENODEVICE (%s)", err);
+        ok(rc == CAIRN_ENODEVICE && b == NULL && strstr(err, "no CUDA device"),
+           "device 999 -> ENODEVICE (%s)", err);
         set_dtype("fp8");
         rc = cairn__backend_new("cuda", L.m, &o, &b, err, sizeof err);
         set_dtype(NULL);
-        ok(rc == CAIRN_EINVAL && b == NULL && strstr(err, "CAIRN_CUDA_DTYPE"), "CAIRN_CUDA_DTYPE=fp8 -> EINVAL (%s)",
-           err);
+        ok(rc == CAIRN_EINVAL && b == NULL && strstr(err, "CAIRN_CUDA_DTYPE"),
+           "CAIRN_CUDA_DTYPE=fp8 -> EINVAL (%s)", err);
         rc = cairn__backend_new("auto", L.m, &o, &b, err, sizeof err);
-        ok(rc == 0 && strcmp(cairn__backend_name(b), "cuda") == 0, "auto picks cuda when a device is present (%s)",
-           rc ? err : cairn__backend_name(b));
+        ok(rc == 0 && strcmp(cairn__backend_name(b), "cuda") == 0,
+           "auto picks cuda when a device is present (%s)", rc ? err : cairn__backend_name(b));
         cairn__backend_free(b);
     }
     free(lg);
@@ -486,7 +497,8 @@ int main(void)
         check_long(512, 2, 1, "llama");
         return tap_done();
     }
-    const uint32_t flat[] = {CAIRN__GGML_F32, CAIRN__GGML_F16, CAIRN__GGML_BF16, CAIRN__GGML_Q8_0, CAIRN__GGML_Q4_0};
+    const uint32_t flat[] = {CAIRN__GGML_F32, CAIRN__GGML_F16, CAIRN__GGML_BF16, CAIRN__GGML_Q8_0,
+                             CAIRN__GGML_Q4_0};
     for (size_t i = 0; i < sizeof flat / sizeof *flat; i++) {
         const char *want = flat[i] == CAIRN__GGML_F32 ? "f32" : "f16";
         /* n_batch 4: chunks 4,4,4,1 (the last through the decode graph); 64: one chunk */

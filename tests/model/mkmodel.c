@@ -45,8 +45,8 @@ static float rnd_uniform(uint64_t *s) /* [-1, 1) */
     return (float)((double)(rnd_next(s) >> 11) * 0x1.0p-52 - 1.0);
 }
 
-static void tensor(cairn__gguf_writer *w, const mk_spec *s, uint64_t *rng, const char *name, uint32_t type,
-                   uint64_t n0, uint64_t n1, float scale, float offset)
+static void tensor(cairn__gguf_writer *w, const mk_spec *s, uint64_t *rng, const char *name,
+                   uint32_t type, uint64_t n0, uint64_t n1, float scale, float offset)
 {
     if (s->omit && strcmp(s->omit, name) == 0)
         return;
@@ -61,7 +61,8 @@ static void tensor(cairn__gguf_writer *w, const mk_spec *s, uint64_t *rng, const
     }
     for (size_t i = 0; i < n; i++)
         v[i] = offset + scale * rnd_uniform(rng);
-    gw_tensor_f32(w, name, type, n1 == 1 && !(s->misshape && strcmp(s->misshape, name) == 0) ? 1 : 2, ne, v);
+    gw_tensor_f32(w, name, type,
+                  n1 == 1 && !(s->misshape && strcmp(s->misshape, name) == 0) ? 1 : 2, ne, v);
     free(v);
 }
 
@@ -70,8 +71,21 @@ static void vocab(cairn__gguf_writer *w, int n)
     char **tok = calloc((size_t)n, sizeof *tok);
     float *scores = calloc((size_t)n, sizeof *scores);
     int32_t *types = calloc((size_t)n, sizeof *types);
-    static const char *words[] = {"\xe2\x96\x81" "the", "\xe2\x96\x81" "a", "in", "er", "\xe2\x96\x81" "and", "on",
-                                  "ing", "\xe2\x96\x81" "of", "es", "\xe2\x96\x81" "to"};
+    static const char *words[] = {"\xe2\x96\x81"
+                                  "the",
+                                  "\xe2\x96\x81"
+                                  "a",
+                                  "in",
+                                  "er",
+                                  "\xe2\x96\x81"
+                                  "and",
+                                  "on",
+                                  "ing",
+                                  "\xe2\x96\x81"
+                                  "of",
+                                  "es",
+                                  "\xe2\x96\x81"
+                                  "to"};
     if (!tok || !scores || !types)
         goto out;
     for (int i = 0; i < n; i++) {
@@ -85,7 +99,8 @@ static void vocab(cairn__gguf_writer *w, int n)
         else if (i < 259)
             snprintf(b, sizeof b, "<0x%02X>", i - 3), types[i] = 6;
         else if (i - 259 < 10)
-            snprintf(b, sizeof b, "%s", words[i - 259]), types[i] = 1, scores[i] = -(float)(i - 259);
+            snprintf(b, sizeof b, "%s", words[i - 259]), types[i] = 1,
+                                                         scores[i] = -(float)(i - 259);
         else
             snprintf(b, sizeof b, "w%d", i), types[i] = 1, scores[i] = -100.0f - (float)i;
         tok[i] = strdup(b);
@@ -135,7 +150,8 @@ int mk_model(const mk_spec *s, unsigned char **buf, size_t *len)
     if (s->tokenizer)
         vocab(w, s->vocab);
     const float e_in = 1.0f / sqrtf((float)s->dim), e_ff = 1.0f / sqrtf((float)s->ff);
-    tensor(w, s, &rng, "token_embd.weight", s->wtype, (uint64_t)s->dim, (uint64_t)s->vocab, 1.0f, 0.0f);
+    tensor(w, s, &rng, "token_embd.weight", s->wtype, (uint64_t)s->dim, (uint64_t)s->vocab, 1.0f,
+           0.0f);
     for (int l = 0; l < s->n_layers; l++) {
         char n[96];
 #define N(x) (snprintf(n, sizeof n, "blk.%d." x, l), n)
@@ -150,14 +166,18 @@ int mk_model(const mk_spec *s, unsigned char **buf, size_t *len)
         }
         tensor(w, s, &rng, N("attn_output.weight"), s->wtype, qd, (uint64_t)s->dim, e_in, 0.0f);
         tensor(w, s, &rng, N("ffn_norm.weight"), CAIRN__GGML_F32, (uint64_t)s->dim, 1, 0.2f, 1.0f);
-        tensor(w, s, &rng, N("ffn_gate.weight"), s->wtype, (uint64_t)s->dim, (uint64_t)s->ff, e_in, 0.0f);
-        tensor(w, s, &rng, N("ffn_up.weight"), s->wtype, (uint64_t)s->dim, (uint64_t)s->ff, e_in, 0.0f);
-        tensor(w, s, &rng, N("ffn_down.weight"), s->wtype, (uint64_t)s->ff, (uint64_t)s->dim, e_ff, 0.0f);
+        tensor(w, s, &rng, N("ffn_gate.weight"), s->wtype, (uint64_t)s->dim, (uint64_t)s->ff, e_in,
+               0.0f);
+        tensor(w, s, &rng, N("ffn_up.weight"), s->wtype, (uint64_t)s->dim, (uint64_t)s->ff, e_in,
+               0.0f);
+        tensor(w, s, &rng, N("ffn_down.weight"), s->wtype, (uint64_t)s->ff, (uint64_t)s->dim, e_ff,
+               0.0f);
 #undef N
     }
     tensor(w, s, &rng, "output_norm.weight", CAIRN__GGML_F32, (uint64_t)s->dim, 1, 0.2f, 1.0f);
     if (!s->tied)
-        tensor(w, s, &rng, "output.weight", s->wtype, (uint64_t)s->dim, (uint64_t)s->vocab, e_in * 4.0f, 0.0f);
+        tensor(w, s, &rng, "output.weight", s->wtype, (uint64_t)s->dim, (uint64_t)s->vocab,
+               e_in * 4.0f, 0.0f);
     int rc = gw_write_mem(w, buf, len);
     gw_free(w);
     return rc;

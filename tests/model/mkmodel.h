@@ -7,16 +7,16 @@
 #include <stdint.h>
 
 typedef struct {
-    const char *arch;      /* "llama" or "qwen2" (anything else is written as given) */
+    const char *arch; /* "llama" or "qwen2" (anything else is written as given) */
     int dim, n_layers, n_heads, n_kv_heads, ff, vocab, ctx;
-    uint32_t wtype;        /* storage type of every matrix (norms and biases stay F32) */
-    int tied;              /* no output.weight */
+    uint32_t wtype; /* storage type of every matrix (norms and biases stay F32) */
+    int tied;       /* no output.weight */
     uint64_t seed;
-    float rope_base;       /* 0: 10000 */
-    int tokenizer;         /* write a llama (SentencePiece) byte-fallback vocabulary of `vocab` tokens
-                              (<unk> <s> </s>, 256 byte tokens, then words) */
-    const char *omit;      /* tensor name to leave out (error tests) */
-    const char *misshape;  /* tensor name to write with a wrong shape */
+    float rope_base;  /* 0: 10000 */
+    int tokenizer;    /* write a llama (SentencePiece) byte-fallback vocabulary of `vocab` tokens
+                         (<unk> <s> </s>, 256 byte tokens, then words) */
+    const char *omit; /* tensor name to leave out (error tests) */
+    const char *misshape; /* tensor name to write with a wrong shape */
 } mk_spec;
 
 /* Fills defaults: llama, dim 64, 2 layers, 4 heads, 2 kv heads, ff 128, vocab 300, ctx 256, F32. */

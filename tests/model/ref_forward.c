@@ -68,13 +68,18 @@ static void rope(double *v, int hd, int rope_dim, int neox, int pos, double base
 
 int ref_forward(const cairn__model *m, const int32_t *tokens, int n, double *logits)
 {
-    const int D = m->dim, H = m->n_heads, KV = m->n_kv_heads, hd = m->head_dim, F = m->ff_dim, V = m->n_vocab;
+    const int D = m->dim, H = m->n_heads, KV = m->n_kv_heads, hd = m->head_dim, F = m->ff_dim,
+              V = m->n_vocab;
     const int qd = H * hd, kvd = KV * hd;
     const int neox = strcmp(m->arch_name, "qwen2") == 0;
-    double *x = calloc((size_t)n * D, sizeof *x), *xb = calloc((size_t)D > (size_t)qd ? (size_t)D : (size_t)qd, sizeof *xb);
-    double *q = calloc((size_t)n * qd, sizeof *q), *k = calloc((size_t)n * kvd, sizeof *k), *v = calloc((size_t)n * kvd, sizeof *v);
-    double *att = calloc((size_t)qd, sizeof *att), *tmp = calloc((size_t)(D > F ? D : F), sizeof *tmp);
-    double *g = calloc((size_t)F, sizeof *g), *u = calloc((size_t)F, sizeof *u), *sc = calloc((size_t)n, sizeof *sc);
+    double *x = calloc((size_t)n * D, sizeof *x),
+           *xb = calloc((size_t)D > (size_t)qd ? (size_t)D : (size_t)qd, sizeof *xb);
+    double *q = calloc((size_t)n * qd, sizeof *q), *k = calloc((size_t)n * kvd, sizeof *k),
+           *v = calloc((size_t)n * kvd, sizeof *v);
+    double *att = calloc((size_t)qd, sizeof *att),
+           *tmp = calloc((size_t)(D > F ? D : F), sizeof *tmp);
+    double *g = calloc((size_t)F, sizeof *g), *u = calloc((size_t)F, sizeof *u),
+           *sc = calloc((size_t)n, sizeof *sc);
     double *E = deq(&m->tok_embd);
     int rc = -1;
     if (!x || !xb || !q || !k || !v || !att || !tmp || !g || !u || !sc || !E)
@@ -153,6 +158,7 @@ int ref_forward(const cairn__model *m, const int32_t *tokens, int n, double *log
     free(Wout);
     rc = 0;
 out:
-    free(x), free(xb), free(q), free(k), free(v), free(att), free(tmp), free(g), free(u), free(sc), free(E);
+    free(x), free(xb), free(q), free(k), free(v), free(att), free(tmp), free(g), free(u), free(sc),
+        free(E);
     return rc;
 }

@@ -40,26 +40,35 @@ int main(void)
     unsigned char *buf;
     size_t len;
     FILE *f = fopen(path, "wb");
-    ok(f && mk_model(&s, &buf, &len) == 0 && fwrite(buf, 1, len, f) == len && fclose(f) == 0, "model file written");
+    ok(f && mk_model(&s, &buf, &len) == 0 && fwrite(buf, 1, len, f) == len && fclose(f) == 0,
+       "model file written");
     f = fopen(bad, "wb");
     fwrite(buf, 1, len / 3, f); /* truncated */
     fclose(f);
     free(buf);
 
-    snprintf(cmd, sizeof cmd, "%s generate --model %s --prompt 'hello' --temperature 0 -n 12 --threads 2 2>&1", bin, path);
+    snprintf(cmd, sizeof cmd,
+             "%s generate --model %s --prompt 'hello' --temperature 0 -n 12 --threads 2 2>&1", bin,
+             path);
     int rc = sh(cmd);
-    ok(rc == 0 && strstr(out, "[length, 12 tokens"), "greedy generation of 12 tokens exits 0 (%d)", rc);
+    ok(rc == 0 && strstr(out, "[length, 12 tokens"), "greedy generation of 12 tokens exits 0 (%d)",
+       rc);
     char first[65536];
     memcpy(first, out, sizeof out);
     rc = sh(cmd);
-    ok(rc == 0 && strncmp(first, out, (size_t)(strstr(first, "\n[") - first)) == 0, "same command, same text");
-    snprintf(cmd, sizeof cmd, "%s generate -m %s -p 'hello there' --chat chatml --seed 3 -n 5 --top-k 5 --top-p 0.9 2>&1",
-             bin, path);
+    ok(rc == 0 && strncmp(first, out, (size_t)(strstr(first, "\n[") - first)) == 0,
+       "same command, same text");
+    snprintf(
+        cmd, sizeof cmd,
+        "%s generate -m %s -p 'hello there' --chat chatml --seed 3 -n 5 --top-k 5 --top-p 0.9 2>&1",
+        bin, path);
     rc = sh(cmd);
     ok(rc == 0 && strstr(out, "5 tokens"), "chatml-wrapped sampling run exits 0 (%d)", rc);
-    snprintf(cmd, sizeof cmd, "%s generate -m %s -p 'a rather long prompt here' --ctx 8 2>&1", bin, path);
+    snprintf(cmd, sizeof cmd, "%s generate -m %s -p 'a rather long prompt here' --ctx 8 2>&1", bin,
+             path);
     rc = sh(cmd);
-    ok(rc == 65 && strstr(out, "context"), "prompt longer than --ctx exits 65 (%d: %.80s)", rc, out);
+    ok(rc == 65 && strstr(out, "context"), "prompt longer than --ctx exits 65 (%d: %.80s)", rc,
+       out);
     snprintf(cmd, sizeof cmd, "%s generate -m %s -p hi 2>&1", bin, bad);
     rc = sh(cmd);
     ok(rc == 65, "truncated model exits 65 (%d)", rc);

@@ -54,8 +54,8 @@ static int on_progress(void *u, const int32_t *gen, size_t n, const uint8_t *st,
 static int same_result(const cairn__gen_result *a, const cairn__gen_result *b)
 {
     return a->finish == b->finish && a->n_tokens == b->n_tokens &&
-           memcmp(a->tokens, b->tokens, a->n_tokens * sizeof *a->tokens) == 0 && a->text_len == b->text_len &&
-           memcmp(a->text, b->text, a->text_len) == 0;
+           memcmp(a->tokens, b->tokens, a->n_tokens * sizeof *a->tokens) == 0 &&
+           a->text_len == b->text_len && memcmp(a->text, b->text, a->text_len) == 0;
 }
 
 int main(void)
@@ -107,12 +107,13 @@ int main(void)
     o.user = &sk;
     cairn__gen_result r1, r2;
     rc = cairn__engine_generate(e, prompt, strlen(prompt), &o, &r1);
-    ok(rc == 0 && r1.finish == CAIRN__FINISH_LENGTH && r1.n_tokens == 40, "generates 40 tokens, finish length (%s)",
-       cairn__finish_name(r1.finish));
+    ok(rc == 0 && r1.finish == CAIRN__FINISH_LENGTH && r1.n_tokens == 40,
+       "generates 40 tokens, finish length (%s)", cairn__finish_name(r1.finish));
     ok(sk.len == r1.text_len && memcmp(sk.text, r1.text, r1.text_len) == 0 && sk.calls == 40,
        "streamed bytes equal the result text (%zu bytes, %d calls)", r1.text_len, sk.calls);
     ok(sk.n_ck == 13, "a checkpoint every 3 tokens (%d)", sk.n_ck);
-    diag("prompt %zu tokens, %.0f tok/s prompt, %.0f tok/s decode", r1.n_prompt, r1.prompt_tps, r1.gen_tps);
+    diag("prompt %zu tokens, %.0f tok/s prompt, %.0f tok/s decode", r1.n_prompt, r1.prompt_tps,
+         r1.gen_tps);
 
     memset(&sk, 0, sizeof sk);
     rc = cairn__engine_generate(e, prompt, strlen(prompt), &o, &r2);
@@ -129,17 +130,20 @@ int main(void)
     o.on_token = NULL;
     o.on_progress = NULL;
     for (int c = 0; c < saved.n_ck; c++) {
-        rc = cairn__engine_resume(e, ptoks, np, saved.ck_tokens[c], saved.ck_n[c], saved.ck_state[c],
-                                  CAIRN__SAMPLER_STATE_BYTES, &o, &r2);
+        rc = cairn__engine_resume(e, ptoks, np, saved.ck_tokens[c], saved.ck_n[c],
+                                  saved.ck_state[c], CAIRN__SAMPLER_STATE_BYTES, &o, &r2);
         if (rc != 0 || !same_result(&r1, &r2)) {
-            diag("checkpoint %d (%zu tokens): rc %d, %zu tokens", c, saved.ck_n[c], rc, r2.n_tokens);
+            diag("checkpoint %d (%zu tokens): rc %d, %zu tokens", c, saved.ck_n[c], rc,
+                 r2.n_tokens);
             all_same = 0;
         }
         cairn__gen_result_free(&r2);
     }
-    ok(all_same, "resume from each of %d checkpoints gives exactly the uninterrupted result", saved.n_ck);
+    ok(all_same, "resume from each of %d checkpoints gives exactly the uninterrupted result",
+       saved.n_ck);
     /* resume from a final state: nothing more to do */
-    rc = cairn__engine_resume(e, ptoks, np, r1.tokens, r1.n_tokens, r1.state, sizeof r1.state, &o, &r2);
+    rc = cairn__engine_resume(e, ptoks, np, r1.tokens, r1.n_tokens, r1.state, sizeof r1.state, &o,
+                              &r2);
     ok(rc == 0 && same_result(&r1, &r2), "resume after the end reports the same finished result");
     cairn__gen_result_free(&r2);
     uint8_t bad[CAIRN__SAMPLER_STATE_BYTES] = {0};
@@ -166,9 +170,12 @@ int main(void)
             rc = cairn__engine_generate(e, prompt, strlen(prompt), &o, &r2);
             const size_t want = (size_t)(first - r1.text);
             ok(rc == 0 && r2.finish == CAIRN__FINISH_STOP && r2.text_len == want &&
-                   memcmp(r2.text, r1.text, want) == 0 && sk.len == want && memcmp(sk.text, r1.text, want) == 0,
-               "stop string ends generation; text and stream stop right before it (%zu bytes)", want);
-            ok(r2.n_tokens < r1.n_tokens && memcmp(r2.tokens, r1.tokens, r2.n_tokens * sizeof *r2.tokens) == 0,
+                   memcmp(r2.text, r1.text, want) == 0 && sk.len == want &&
+                   memcmp(sk.text, r1.text, want) == 0,
+               "stop string ends generation; text and stream stop right before it (%zu bytes)",
+               want);
+            ok(r2.n_tokens < r1.n_tokens &&
+                   memcmp(r2.tokens, r1.tokens, r2.n_tokens * sizeof *r2.tokens) == 0,
                "tokens up to the stop are those of the free run (%zu)", r2.n_tokens);
             cairn__gen_result_free(&r2);
             o.stop = NULL;
@@ -185,8 +192,8 @@ int main(void)
     o.on_token = on_token;
     o.user = &sk;
     rc = cairn__engine_generate(e, prompt, strlen(prompt), &o, &r2);
-    ok(rc == 0 && r2.finish == CAIRN__FINISH_CANCEL && r2.n_tokens == 5, "callback cancels after 5 tokens (%s, %zu)",
-       cairn__finish_name(r2.finish), r2.n_tokens);
+    ok(rc == 0 && r2.finish == CAIRN__FINISH_CANCEL && r2.n_tokens == 5,
+       "callback cancels after 5 tokens (%s, %zu)", cairn__finish_name(r2.finish), r2.n_tokens);
     cairn__gen_result_free(&r2);
     o.on_token = NULL;
 
@@ -198,8 +205,8 @@ int main(void)
     size_t first7 = 0;
     while (r1.tokens[first7] != r1.tokens[7])
         first7++;
-    ok(rc == 0 && r2.finish == CAIRN__FINISH_EOS && r2.n_tokens == first7 + 1, "end token ends generation (%s at %zu)",
-       cairn__finish_name(r2.finish), r2.n_tokens);
+    ok(rc == 0 && r2.finish == CAIRN__FINISH_EOS && r2.n_tokens == first7 + 1,
+       "end token ends generation (%s at %zu)", cairn__finish_name(r2.finish), r2.n_tokens);
     cairn__gen_result_free(&r2);
     cairn__engine_set_eos(e, -1);
     o.ignore_eos = 1;
@@ -208,14 +215,15 @@ int main(void)
     int32_t longp[100];
     for (int i = 0; i < 100; i++)
         longp[i] = 3 + i;
-    ok(cairn__engine_generate_tokens(e, longp, 97, &o, &r2) == CAIRN_ECONTEXT, "97-token prompt, context 96 -> ECONTEXT (%s)",
-       cairn__engine_errmsg(e));
+    ok(cairn__engine_generate_tokens(e, longp, 97, &o, &r2) == CAIRN_ECONTEXT,
+       "97-token prompt, context 96 -> ECONTEXT (%s)", cairn__engine_errmsg(e));
     o.max_tokens = 0;
     rc = cairn__engine_generate_tokens(e, longp, 90, &o, &r2);
     ok(rc == 0 && r2.finish == CAIRN__FINISH_LENGTH && r2.n_tokens == 7,
        "generation stops when the context is full (%zu tokens after 90 of 96)", r2.n_tokens);
     cairn__gen_result_free(&r2);
-    ok(cairn__engine_generate_tokens(e, longp, 0, &o, &r2) == CAIRN_EINVAL, "empty prompt -> EINVAL");
+    ok(cairn__engine_generate_tokens(e, longp, 0, &o, &r2) == CAIRN_EINVAL,
+       "empty prompt -> EINVAL");
 
     /* greedy is deterministic regardless of seed */
     o.max_tokens = 10;

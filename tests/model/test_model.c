@@ -28,7 +28,6 @@ enum {
 #undef CAIRN__X
 };
 
-
 static double rel_err_d(const float *got, const double *ref, size_t n)
 {
     double md = 0, mr = 0;
@@ -75,13 +74,16 @@ static void check_model(const char *arch, uint32_t type, int tied, int kquant)
         return;
     }
     const cairn__model *m = L.m;
-    ok(m->tied_output == tied && m->n_kv_heads == 2 && m->rope_mode == (strcmp(arch, "qwen2") == 0 ? 2 : 0),
-       "%s %s: hyperparameters (tied %d, kv %d, rope %d)", arch, tn, m->tied_output, m->n_kv_heads, m->rope_mode);
+    ok(m->tied_output == tied && m->n_kv_heads == 2 &&
+           m->rope_mode == (strcmp(arch, "qwen2") == 0 ? 2 : 0),
+       "%s %s: hyperparameters (tied %d, kv %d, rope %d)", arch, tn, m->tied_output, m->n_kv_heads,
+       m->rope_mode);
     const size_t V = (size_t)m->n_vocab;
     double *ref = malloc(NP * V * sizeof *ref);
     float *bat = malloc(NP * V * sizeof *bat), *dec = malloc(NP * V * sizeof *dec);
     cairn__backend *b = NULL;
-    cairn__backend_opts o = {.n_ctx = 64, .n_threads = 2, .n_batch = 4}; /* batch 4: chunked prompt */
+    cairn__backend_opts o = {
+        .n_ctx = 64, .n_threads = 2, .n_batch = 4}; /* batch 4: chunked prompt */
     rc = cairn__backend_new("cpu", m, &o, &b, err, sizeof err);
     ok(rc == 0, "%s %s: cpu backend (%s)", arch, tn, rc ? err : "ok");
     if (rc || !ref || !bat || !dec || ref_forward(m, PROMPT, NP, ref) != 0) {
@@ -90,13 +92,15 @@ static void check_model(const char *arch, uint32_t type, int tied, int kquant)
     }
     rc = cairn__backend_forward(b, PROMPT, NP, 0, bat, 1);
     double e1 = rel_err_d(bat, ref, NP * V);
-    ok(rc == 0 && e1 <= 1e-4, "%s %s: batched prompt vs float64 reference: rel err %.3g <= 1e-4", arch, tn, e1);
+    ok(rc == 0 && e1 <= 1e-4, "%s %s: batched prompt vs float64 reference: rel err %.3g <= 1e-4",
+       arch, tn, e1);
     for (int i = 0; i < NP; i++)
         rc |= cairn__backend_forward(b, &PROMPT[i], 1, i, dec + (size_t)i * V, 0);
     const int int8 = type == CAIRN__GGML_Q8_0 || type == CAIRN__GGML_Q4_0;
     const double tol = int8 ? 2e-2 : 1e-4;
     double e2 = rel_err_d(dec, ref, NP * V);
-    ok(rc == 0 && e2 <= tol, "%s %s: token-by-token decode vs reference: rel err %.3g <= %g", arch, tn, e2, tol);
+    ok(rc == 0 && e2 <= tol, "%s %s: token-by-token decode vs reference: rel err %.3g <= %g", arch,
+       tn, e2, tol);
     if (!int8) {
         double e3 = rel_err_f(dec, bat, NP * V);
         ok(e3 <= 1e-4, "%s %s: prompt path vs decode path: rel err %.3g <= 1e-4", arch, tn, e3);
@@ -105,7 +109,8 @@ static void check_model(const char *arch, uint32_t type, int tied, int kquant)
     cairn__backend_truncate(b, 5);
     float *again = malloc(V * sizeof *again);
     rc = again ? cairn__backend_forward(b, &PROMPT[5], 1, 5, again, 0) : -1;
-    ok(rc == 0 && memcmp(again, dec + 5 * V, V * sizeof *again) == 0 && cairn__backend_n_past(b) == 6,
+    ok(rc == 0 && memcmp(again, dec + 5 * V, V * sizeof *again) == 0 &&
+           cairn__backend_n_past(b) == 6,
        "%s %s: truncate + re-decode reproduces the logits bit for bit", arch, tn);
     free(again);
 out:
@@ -197,8 +202,9 @@ static void check_threads_deterministic(void)
 
 static void check_kernels_scalar_vs_simd(void)
 {
-    const uint32_t types[] = {CAIRN__GGML_F32, CAIRN__GGML_F16, CAIRN__GGML_BF16, CAIRN__GGML_Q8_0,
-                              CAIRN__GGML_Q4_0, CAIRN__GGML_Q4_K, CAIRN__GGML_Q6_K};
+    const uint32_t types[] = {CAIRN__GGML_F32,  CAIRN__GGML_F16,  CAIRN__GGML_BF16,
+                              CAIRN__GGML_Q8_0, CAIRN__GGML_Q4_0, CAIRN__GGML_Q4_K,
+                              CAIRN__GGML_Q6_K};
     const int rows = 37, cols = 512;
     float *w = malloc((size_t)rows * cols * sizeof *w), x[512], y1[37], y2[37], yr[37];
     unsigned char *q = malloc((size_t)rows * cols * 4);
@@ -215,7 +221,8 @@ static void check_kernels_scalar_vs_simd(void)
     diag("kernel ISA: %s", cairn__kernels_isa());
     for (size_t t = 0; t < sizeof types / sizeof *types; t++) {
         const uint32_t ty = types[t];
-        const size_t rb = (size_t)(cols / cairn__quant_block_elems(ty) * cairn__quant_block_bytes(ty));
+        const size_t rb =
+            (size_t)(cols / cairn__quant_block_elems(ty) * cairn__quant_block_bytes(ty));
         for (int i = 0; i < rows; i++)
             cairn__quant_row(ty, w + (size_t)i * cols, q + (size_t)i * rb, cols);
         cairn__mat W = {ty, rows, cols, rb, q};
@@ -233,10 +240,11 @@ static void check_kernels_scalar_vs_simd(void)
             yr[i] = (float)s;
         }
         const int int8 = ty == CAIRN__GGML_Q8_0 || ty == CAIRN__GGML_Q4_0;
-        double es = rel_err_f(y1, yr, rows), ev = rel_err_f(y2, yr, rows), esv = rel_err_f(y2, y1, rows);
+        double es = rel_err_f(y1, yr, rows), ev = rel_err_f(y2, yr, rows),
+               esv = rel_err_f(y2, y1, rows);
         ok(es <= (int8 ? 2e-2 : 1e-5) && ev <= (int8 ? 2e-2 : 1e-5) && esv <= 1e-5,
-           "matvec %s: scalar %.2g, %s %.2g vs exact; simd vs scalar %.2g", cairn__ggml_type_name(ty), es,
-           cairn__kernels_isa(), ev, esv);
+           "matvec %s: scalar %.2g, %s %.2g vs exact; simd vs scalar %.2g",
+           cairn__ggml_type_name(ty), es, cairn__kernels_isa(), ev, esv);
         /* matmul (the prompt path) on 3 vectors equals exact */
         float X[3 * 512], OUT[3 * 37];
         for (int i = 0; i < 3 * cols; i++)
@@ -247,7 +255,8 @@ static void check_kernels_scalar_vs_simd(void)
         double em = 0;
         for (int i = 0; i < 3; i++)
             for (int k = 0; k < rows; k++)
-                em = fmax(em, fabs(OUT[i * rows + k] - yr[k] * (float)(1 + i)) / (fabs(yr[k]) * (1 + i) + 1));
+                em = fmax(em, fabs(OUT[i * rows + k] - yr[k] * (float)(1 + i)) /
+                                  (fabs(yr[k]) * (1 + i) + 1));
         ok(em <= 1e-5, "matmul %s: max err %.2g vs exact", cairn__ggml_type_name(ty), em);
     }
     free(scratch);
@@ -265,32 +274,37 @@ static void check_errors(void)
     mk_spec_default(&s);
     s.omit = "blk.1.ffn_up.weight";
     int rc = mk_load(&s, &L, err, sizeof err);
-    ok(rc == CAIRN_EFORMAT && strstr(err, "blk.1.ffn_up.weight"), "missing tensor -> EFORMAT naming it (%s)", err);
+    ok(rc == CAIRN_EFORMAT && strstr(err, "blk.1.ffn_up.weight"),
+       "missing tensor -> EFORMAT naming it (%s)", err);
     mk_unload(&L);
 
     mk_spec_default(&s);
     s.misshape = "blk.0.attn_k.weight";
     rc = mk_load(&s, &L, err, sizeof err);
-    ok(rc == CAIRN_EFORMAT && strstr(err, "blk.0.attn_k.weight"), "misshapen tensor -> EFORMAT naming it (%s)", err);
+    ok(rc == CAIRN_EFORMAT && strstr(err, "blk.0.attn_k.weight"),
+       "misshapen tensor -> EFORMAT naming it (%s)", err);
     mk_unload(&L);
 
     mk_spec_default(&s);
     s.omit = "output_norm.weight";
     rc = mk_load(&s, &L, err, sizeof err);
-    ok(rc == CAIRN_EFORMAT && strstr(err, "output_norm.weight"), "missing output_norm -> EFORMAT (%s)", err);
+    ok(rc == CAIRN_EFORMAT && strstr(err, "output_norm.weight"),
+       "missing output_norm -> EFORMAT (%s)", err);
     mk_unload(&L);
 
     mk_spec_default(&s);
     s.arch = "qwen2";
     s.omit = "blk.0.attn_v.bias";
     rc = mk_load(&s, &L, err, sizeof err);
-    ok(rc == CAIRN_EFORMAT && strstr(err, "blk.0.attn_v.bias"), "qwen2 without a V bias -> EFORMAT (%s)", err);
+    ok(rc == CAIRN_EFORMAT && strstr(err, "blk.0.attn_v.bias"),
+       "qwen2 without a V bias -> EFORMAT (%s)", err);
     mk_unload(&L);
 
     mk_spec_default(&s);
     s.arch = "mamba";
     rc = mk_load(&s, &L, err, sizeof err);
-    ok(rc == CAIRN_EUNSUPPORTED && strstr(err, "mamba"), "unknown architecture -> EUNSUPPORTED naming it (%s)", err);
+    ok(rc == CAIRN_EUNSUPPORTED && strstr(err, "mamba"),
+       "unknown architecture -> EUNSUPPORTED naming it (%s)", err);
     mk_unload(&L);
 
     rc = cairn__model_open("/nonexistent/model.gguf", &L.m, err, sizeof err);
@@ -307,10 +321,13 @@ static void check_errors(void)
     ok(rc == 0 && cairn__backend_forward(b, PROMPT, 9, 0, lg, 0) == CAIRN_ECONTEXT,
        "9 tokens into a context of 8 -> ECONTEXT (%s)", cairn__backend_errmsg(b));
     ok(cairn__backend_forward(b, PROMPT, 8, 0, lg, 0) == 0, "8 tokens fit a context of 8");
-    ok(cairn__backend_forward(b, PROMPT, 1, 8, lg, 0) == CAIRN_ECONTEXT, "a 9th position -> ECONTEXT");
+    ok(cairn__backend_forward(b, PROMPT, 1, 8, lg, 0) == CAIRN_ECONTEXT,
+       "a 9th position -> ECONTEXT");
     int32_t bad = 100000;
-    ok(cairn__backend_forward(b, &bad, 1, 0, lg, 0) == CAIRN_EINVAL, "token outside the vocabulary -> EINVAL");
-    ok(cairn__backend_forward(b, PROMPT, 1, 9, lg, 0) == CAIRN_EINVAL, "position past n_past -> EINVAL");
+    ok(cairn__backend_forward(b, &bad, 1, 0, lg, 0) == CAIRN_EINVAL,
+       "token outside the vocabulary -> EINVAL");
+    ok(cairn__backend_forward(b, PROMPT, 1, 9, lg, 0) == CAIRN_EINVAL,
+       "position past n_past -> EINVAL");
     cairn__backend *cb = NULL;
     rc = cairn__backend_new("tpu", L.m, &o, &cb, err, sizeof err);
     ok(rc == CAIRN_EINVAL && cb == NULL, "unknown backend name -> EINVAL (%s)", err);
@@ -337,14 +354,16 @@ static void check_pool(void)
     int good = rc == 0;
     for (int i = 0; i < 10007; i++)
         good &= c[i] == 300;
-    ok(good && cairn__pool_size(p) == 4, "pool_for: 300 loops over 10007 items on 4 threads, each item once per loop");
+    ok(good && cairn__pool_size(p) == 4,
+       "pool_for: 300 loops over 10007 items on 4 threads, each item once per loop");
     cairn__pool_free(p);
 }
 
 int main(void)
 {
     check_pool();
-    const uint32_t flat[] = {CAIRN__GGML_F32, CAIRN__GGML_F16, CAIRN__GGML_BF16, CAIRN__GGML_Q8_0, CAIRN__GGML_Q4_0};
+    const uint32_t flat[] = {CAIRN__GGML_F32, CAIRN__GGML_F16, CAIRN__GGML_BF16, CAIRN__GGML_Q8_0,
+                             CAIRN__GGML_Q4_0};
     for (size_t i = 0; i < sizeof flat / sizeof *flat; i++) {
         check_model("llama", flat[i], (int)(i % 2), 0);
         check_model("qwen2", flat[i], (int)((i + 1) % 2), 0);

@@ -81,8 +81,8 @@ static void known_blocks(void)
     b6.d = 0x3c00;
     for (int s = 0; s < 16; s++)
         b6.scales[s] = (int8_t)(s - 8);
-    memset(b6.ql, 0x11, sizeof b6.ql);   /* low 4 bits 1 */
-    memset(b6.qh, 0xAA, sizeof b6.qh);   /* high 2 bits 2 -> 32 + 1 = 33 */
+    memset(b6.ql, 0x11, sizeof b6.ql); /* low 4 bits 1 */
+    memset(b6.qh, 0xAA, sizeof b6.qh); /* high 2 bits 2 -> 32 + 1 = 33 */
     cairn__dequant_row(CAIRN__GGML_Q6_K, &b6, y, 256);
     good = 1;
     for (int i = 0; i < 256; i++)
@@ -92,8 +92,9 @@ static void known_blocks(void)
 
 static void round_trips(void)
 {
-    const uint32_t types[] = {CAIRN__GGML_F32, CAIRN__GGML_F16, CAIRN__GGML_BF16, CAIRN__GGML_Q8_0,
-                              CAIRN__GGML_Q4_0, CAIRN__GGML_Q4_K, CAIRN__GGML_Q6_K};
+    const uint32_t types[] = {CAIRN__GGML_F32,  CAIRN__GGML_F16,  CAIRN__GGML_BF16,
+                              CAIRN__GGML_Q8_0, CAIRN__GGML_Q4_0, CAIRN__GGML_Q4_K,
+                              CAIRN__GGML_Q6_K};
     const double tol[] = {0, 1e-3, 5e-3, 1e-2, 0.12, 0.12, 3e-2};
     enum { N = 4096 };
     static float x[N], y[N], z[N];
@@ -110,8 +111,8 @@ static void round_trips(void)
         const uint32_t ty = types[t];
         const char *tn = cairn__ggml_type_name(ty);
         const uint64_t bytes = N / cairn__quant_block_elems(ty) * cairn__quant_block_bytes(ty);
-        ok(cairn__ggml_row_size(ty, N) == bytes, "%s: block size agrees with the GGUF reader (%llu)", tn,
-           (unsigned long long)bytes);
+        ok(cairn__ggml_row_size(ty, N) == bytes,
+           "%s: block size agrees with the GGUF reader (%llu)", tn, (unsigned long long)bytes);
         int rc = cairn__quant_row(ty, x, q, N);
         cairn__dequant_row(ty, q, y, N);
         double e = rel_rms(y, x, N);
@@ -126,9 +127,11 @@ static void round_trips(void)
         double e2 = rel_rms(z, y, N);
         ok(e2 <= tol[t] / 2 + 1e-7, "%s: re-quantizing is stable (rel rms %.3g)", tn, e2);
     }
-    ok(cairn__quant_row(3 /* Q4_1 */, x, q, 32) == CAIRN_EUNSUPPORTED, "unsupported type -> EUNSUPPORTED");
+    ok(cairn__quant_row(3 /* Q4_1 */, x, q, 32) == CAIRN_EUNSUPPORTED,
+       "unsupported type -> EUNSUPPORTED");
     ok(cairn__quant_row(CAIRN__GGML_Q8_0, x, q, 33) == CAIRN_EINVAL, "partial block -> EINVAL");
-    ok(cairn__quant_row(CAIRN__GGML_Q4_K, x, q, 128) == CAIRN_EINVAL, "half a K super-block -> EINVAL");
+    ok(cairn__quant_row(CAIRN__GGML_Q4_K, x, q, 128) == CAIRN_EINVAL,
+       "half a K super-block -> EINVAL");
     ok(!cairn__quant_supported(3) && cairn__quant_supported(CAIRN__GGML_Q6_K), "supported types");
 }
 
@@ -143,13 +146,16 @@ static void halves(void)
             bad += cairn__f32_to_f16(f) != h;
     }
     ok(bad == 0, "f16 -> f32 -> f16 is the identity on all 65536 halves (%d bad)", bad);
-    ok(cairn__f32_to_f16(65520.0f) == 0x7c00 && cairn__f32_to_f16(65519.0f) == 0x7bff, "f16 overflow rounding");
-    ok(cairn__f32_to_f16(1.0f + 0x1.0p-11f) == 0x3c00 && cairn__f32_to_f16(1.0f + 3 * 0x1.0p-11f) == 0x3c02,
+    ok(cairn__f32_to_f16(65520.0f) == 0x7c00 && cairn__f32_to_f16(65519.0f) == 0x7bff,
+       "f16 overflow rounding");
+    ok(cairn__f32_to_f16(1.0f + 0x1.0p-11f) == 0x3c00 &&
+           cairn__f32_to_f16(1.0f + 3 * 0x1.0p-11f) == 0x3c02,
        "f16 ties round to even");
     ok(cairn__f16_to_f32(0x0001) == 0x1.0p-24f && cairn__f32_to_f16(0x1.0p-25f) == 0 &&
            cairn__f32_to_f16(0x1.8p-25f) == 1,
        "f16 subnormals");
-    ok(cairn__bf16_to_f32(cairn__f32_to_bf16(1.0f)) == 1.0f && cairn__f32_to_bf16(1.0f + 0x1.0p-8f) == 0x3f80 &&
+    ok(cairn__bf16_to_f32(cairn__f32_to_bf16(1.0f)) == 1.0f &&
+           cairn__f32_to_bf16(1.0f + 0x1.0p-8f) == 0x3f80 &&
            cairn__f32_to_bf16(1.0f + 0x1.8p-8f) == 0x3f81,
        "bf16 round to nearest even");
     ok(isnan(cairn__bf16_to_f32(cairn__f32_to_bf16(NAN))), "bf16 keeps NaN");

@@ -37,7 +37,8 @@ int main(void)
     cairn__sampler_params_default(&p);
     p.seed = 42;
     cairn__sampler *a = NULL, *b = NULL;
-    ok(cairn__sampler_new(&p, V, &a) == 0 && cairn__sampler_new(&p, V, &b) == 0, "create two samplers");
+    ok(cairn__sampler_new(&p, V, &a) == 0 && cairn__sampler_new(&p, V, &b) == 0,
+       "create two samplers");
     int same = 1;
     for (int i = 0; i < 200; i++)
         same &= draw(a, 1000 + (uint64_t)i) == draw(b, 1000 + (uint64_t)i);
@@ -61,7 +62,8 @@ int main(void)
     for (int i = 1; i < V; i++)
         if (lg[i] > lg[am])
             am = i;
-    ok(cairn__sampler_sample(a, lg, NULL, 0) == am && cairn__sampler_draws(a) == 0, "greedy = argmax, no draws");
+    ok(cairn__sampler_sample(a, lg, NULL, 0) == am && cairn__sampler_draws(a) == 0,
+       "greedy = argmax, no draws");
     for (int i = 0; i < V; i++)
         lg[i] = 1.0f;
     lg[500] = lg[300] = 2.0f;
@@ -103,7 +105,8 @@ int main(void)
         else
             hit += counts[i] > 0;
     }
-    ok(outside == 0 && hit == 5, "top-k 5: only the 5 best appear (%d outside, %d of 5 seen)", outside, hit);
+    ok(outside == 0 && hit == 5, "top-k 5: only the 5 best appear (%d outside, %d of 5 seen)",
+       outside, hit);
     cairn__sampler_free(a);
 
     /* top-p with known probabilities: logits log(0.5), log(0.3), log(0.15), log(0.05) */
@@ -122,7 +125,8 @@ int main(void)
     }
     const double f1 = c4[1] / 10000.0;
     ok(c4[0] == 0 && c4[2] == 0 && fabs(f1 - 0.625) < 0.03,
-       "top-p 0.75: nucleus {0.5, 0.3} renormalized (p1 %.3f ~ 0.625; %d %d outside)", f1, c4[0], c4[2]);
+       "top-p 0.75: nucleus {0.5, 0.3} renormalized (p1 %.3f ~ 0.625; %d %d outside)", f1, c4[0],
+       c4[2]);
     cairn__sampler_free(a);
     p.top_p = 1.0f;
     cairn__sampler_new(&p, 4, &a);
@@ -132,8 +136,10 @@ int main(void)
         memcpy(l2, small, sizeof l2);
         c4[cairn__sampler_sample(a, l2, NULL, 0)]++;
     }
-    ok(fabs(c4[0] / 20000.0 - 0.15) < 0.02 && fabs(c4[2] / 20000.0 - 0.05) < 0.01 && fabs(c4[1] / 20000.0 - 0.5) < 0.02,
-       "temperature 1 samples the softmax (%.3f %.3f %.3f %.3f)", c4[0] / 2e4, c4[1] / 2e4, c4[2] / 2e4, c4[3] / 2e4);
+    ok(fabs(c4[0] / 20000.0 - 0.15) < 0.02 && fabs(c4[2] / 20000.0 - 0.05) < 0.01 &&
+           fabs(c4[1] / 20000.0 - 0.5) < 0.02,
+       "temperature 1 samples the softmax (%.3f %.3f %.3f %.3f)", c4[0] / 2e4, c4[1] / 2e4,
+       c4[2] / 2e4, c4[3] / 2e4);
     cairn__sampler_free(a);
 
     /* repetition penalty */
@@ -145,11 +151,13 @@ int main(void)
     float pl[4] = {3.0f, 2.0f, -1.0f, 1.9f};
     int32_t hist[] = {0, 0, 1, 0};
     /* window = last 2 = {1, 0}: 3 -> 1.5, 2 -> 1.0 (each once, though 0 repeats); 1.9 wins */
-    ok(cairn__sampler_sample(a, pl, hist, 4) == 3 && pl[0] == 1.5f && pl[1] == 1.0f && pl[2] == -1.0f,
+    ok(cairn__sampler_sample(a, pl, hist, 4) == 3 && pl[0] == 1.5f && pl[1] == 1.0f &&
+           pl[2] == -1.0f,
        "repeat penalty divides positive logits once per distinct token in the window");
     float nl[4] = {-1.0f, -2.0f, -3.0f, -1.5f};
     int32_t h2[] = {0};
-    ok(cairn__sampler_sample(a, nl, h2, 1) == 3 && nl[0] == -2.0f, "repeat penalty multiplies negative logits");
+    ok(cairn__sampler_sample(a, nl, h2, 1) == 3 && nl[0] == -2.0f,
+       "repeat penalty multiplies negative logits");
     cairn__sampler_free(a);
 
     /* save / restore */
@@ -159,14 +167,15 @@ int main(void)
     for (int i = 0; i < 37; i++)
         draw(a, (uint64_t)i + 1);
     uint8_t st[CAIRN__SAMPLER_STATE_BYTES];
-    ok(cairn__sampler_state_save(a, st, sizeof st) == CAIRN__SAMPLER_STATE_BYTES, "state saved (%d bytes)",
-       CAIRN__SAMPLER_STATE_BYTES);
+    ok(cairn__sampler_state_save(a, st, sizeof st) == CAIRN__SAMPLER_STATE_BYTES,
+       "state saved (%d bytes)", CAIRN__SAMPLER_STATE_BYTES);
     ok(cairn__sampler_state_save(a, st, 10) == CAIRN_EINVAL, "short buffer -> EINVAL");
     int ref[50];
     for (int i = 0; i < 50; i++)
         ref[i] = draw(a, 100 + (uint64_t)i);
     cairn__sampler_new(&p, V, &b);
-    ok(cairn__sampler_state_restore(b, st, sizeof st) == 0 && cairn__sampler_draws(b) == 37, "state restored");
+    ok(cairn__sampler_state_restore(b, st, sizeof st) == 0 && cairn__sampler_draws(b) == 37,
+       "state restored");
     same = 1;
     for (int i = 0; i < 50; i++)
         same &= draw(b, 100 + (uint64_t)i) == ref[i];
@@ -174,10 +183,13 @@ int main(void)
     uint8_t badst[CAIRN__SAMPLER_STATE_BYTES];
     memcpy(badst, st, sizeof st);
     badst[0] ^= 1;
-    ok(cairn__sampler_state_restore(b, badst, sizeof badst) == CAIRN_EFORMAT, "bad magic -> EFORMAT");
-    ok(cairn__sampler_state_restore(b, st, sizeof st - 1) == CAIRN_EFORMAT, "short state -> EFORMAT");
+    ok(cairn__sampler_state_restore(b, badst, sizeof badst) == CAIRN_EFORMAT,
+       "bad magic -> EFORMAT");
+    ok(cairn__sampler_state_restore(b, st, sizeof st - 1) == CAIRN_EFORMAT,
+       "short state -> EFORMAT");
     memset(badst + 16, 0, 32);
-    ok(cairn__sampler_state_restore(b, badst, sizeof badst) == CAIRN_EFORMAT, "all-zero generator -> EFORMAT");
+    ok(cairn__sampler_state_restore(b, badst, sizeof badst) == CAIRN_EFORMAT,
+       "all-zero generator -> EFORMAT");
     cairn__sampler_free(a);
     cairn__sampler_free(b);
 

@@ -315,8 +315,9 @@ static inline const char *pl_mail_header(const char *data, const char *name)
 
 /* Checks the outbox folder: exactly one `<task>.json`, valid JSON whose task and text are as
  * expected. `allow_tmp`: a leftover `.<task>.json.tmp` of a killed publisher is
- * tolerated (the next publish of the task reuses it) (they are never read: a reader only opens `<task>.json`, which rename() swaps in
- * whole); anything else is an error. Returns the number of problems (each reported). */
+ * tolerated (the next publish of the task reuses it) (they are never read: a reader only opens
+ * `<task>.json`, which rename() swaps in whole); anything else is an error. Returns the number of
+ * problems (each reported). */
 static inline int pl_check_outbox(const char *dir, const char *task, const char *text,
                                   int allow_tmp, const char *what)
 {

@@ -20,9 +20,10 @@
  * same task ID under the same generate settings on a fresh store (same seed, exact resume); the
  * receiver sees at most one delivery per task and target at most once, and the same webhook-id
  * on every attempt at least once; the outbox holds exactly one complete <task>.json (a killed
- * publisher may leave a `.<task>.json.tmp` file (reused by the next publish), which is tolerated because nothing ever
- * reads it; any other file is an error); the task ends succeeded, or in doubt where the kill
- * fell inside the POST (then `resolve` settles it and a run finishes it without sending again).
+ * publisher may leave a `.<task>.json.tmp` file (reused by the next publish), which is tolerated
+ * because nothing ever reads it; any other file is an error); the task ends succeeded, or in doubt
+ * where the kill fell inside the POST (then `resolve` settles it and a run finishes it without
+ * sending again).
  */
 #include <errno.h>
 #include <lmdb.h>
@@ -473,8 +474,7 @@ static void scenario(const scen *s)
     if (s->required)
         ok(0, "%s: the kill never landed in its window in %d tries", s->name, s->tries);
     else
-        skip("%s: the window (microseconds wide) was stepped over in %d tries", s->name,
-           s->tries);
+        skip("%s: the window (microseconds wide) was stepped over in %d tries", s->name, s->tries);
 }
 
 int main(int argc, char **argv)

@@ -90,8 +90,7 @@ static void text_rules(void)
     ok(rc == 0 && strcmp(o, "这是第一句。") == 0, "cut at 。 counting characters: '%s'", o);
     free(o);
     o = run(c, "一二三四五六七八九十", &rc, err, NULL, NULL);
-    ok(rc == 0 && strcmp(o, "一二三四五六七八") == 0, "hard cut on a character boundary: '%s'",
-       o);
+    ok(rc == 0 && strcmp(o, "一二三四五六七八") == 0, "hard cut on a character boundary: '%s'", o);
     free(o);
     o = run(c, "好！很好？", &rc, err, NULL, NULL);
     ok(rc == 0 && strcmp(o, "好！很好？") == 0, "！ and ？ fit: unchanged");
@@ -119,7 +118,8 @@ static void json_extraction(void)
     int rc;
     json_t *j = NULL;
     cairn__post_cfg *c = cfg("{\"extract_json\": true, \"required_keys\": [\"title\"]}");
-    char *o = run(c, "Here you go: {\"title\": \"Mug\", \"n\": 2} hope it helps", &rc, err, &j, NULL);
+    char *o =
+        run(c, "Here you go: {\"title\": \"Mug\", \"n\": 2} hope it helps", &rc, err, &j, NULL);
     ok(rc == 0 && j && strcmp(json_string_value(json_object_get(j, "title")), "Mug") == 0,
        "first JSON object extracted");
     free(o);
