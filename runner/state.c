@@ -35,12 +35,17 @@ const char *cairn_step_state_name(cairn_step_state s)
 }
 
 /* legal[from][to]: 1 for runs and retries, 2 for operator actions only. */
+// clang-format off
 static const unsigned char legal[CAIRN_STATE_COUNT][CAIRN_STATE_COUNT] = {
-    /*               pending running succeeded failed dead in_doubt */
-    [CAIRN_PENDING] = {0, 1, 0, 0, 0, 0},   [CAIRN_RUNNING] = {0, 0, 1, 1, 1, 1},
-    [CAIRN_SUCCEEDED] = {2, 0, 0, 0, 0, 0}, [CAIRN_FAILED] = {2, 1, 0, 0, 0, 0},
-    [CAIRN_DEAD] = {2, 0, 0, 0, 0, 0},      [CAIRN_IN_DOUBT] = {2, 0, 0, 0, 0, 0},
+    /*                  pending running succeeded failed dead in_doubt */
+    [CAIRN_PENDING]   = {0,     1,      0,        0,     0,   0},
+    [CAIRN_RUNNING]   = {0,     0,      1,        1,     1,   1},
+    [CAIRN_SUCCEEDED] = {2,     0,      0,        0,     0,   0},
+    [CAIRN_FAILED]    = {2,     1,      0,        0,     0,   0},
+    [CAIRN_DEAD]      = {2,     0,      0,        0,     0,   0},
+    [CAIRN_IN_DOUBT]  = {2,     0,      0,        0,     0,   0},
 };
+// clang-format on
 
 int cairn_state_transition_ok(cairn_state from, cairn_state to, int operator_action)
 {
