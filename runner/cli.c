@@ -373,6 +373,24 @@ static const char run_help[] =
     "Exit: 0 succeeded (now or earlier), 64 usage, 65 invalid input, 66 input missing,\n"
     "69 dead or in doubt, 74 store error, 75 try later, 76 same ID with another payload.\n";
 
+/* The one JSON document `run --json` prints, whatever happened: task, status and attempt (when
+ * the task exists), exit code, error name and message. */
+static void run_json(cairn_store *store, const char *id, int rc, const char *msg)
+{
+    json_t *j = json_object();
+    json_object_set_new(j, "task", id[0] ? json_string(id) : json_null());
+    cairn_task *t = NULL;
+    if (store && id[0] && cairn_task_load(store, id, &t) == 0) {
+        json_object_set_new(j, "status", json_string(cairn_state_name(cairn_task_state(t))));
+        json_object_set_new(j, "attempt", json_integer(cairn_task_attempt(t)));
+    }
+    cairn_task_free(t);
+    json_object_set_new(j, "exit", json_integer(cairn__exit_code(rc)));
+    json_object_set_new(j, "error", rc ? json_string(cairn_errname(rc)) : json_null());
+    json_object_set_new(j, "message", json_string(msg ? msg : ""));
+    print_json(j);
+}
+
 static int cmd_run(int argc, char **argv, cairn_graph *const *graphs, size_t n)
 {
     static const int allowed[] = {O_GRAPH,
@@ -421,12 +439,16 @@ static int cmd_run(int argc, char **argv, cairn_graph *const *graphs, size_t n)
         err[0] = 0;
     if (rc) {
         free(buf);
+        if (o.json)
+            run_json(NULL, o.task ? o.task : "", rc, err);
         return fail("run", rc, err);
     }
     session s;
     rc = session_open(&s, &o, graphs, n, 1);
     if (rc) {
         free(buf);
+        if (o.json)
+            run_json(NULL, o.task ? o.task : "", rc, cairn_store_errmsg(s.store));
         session_close(&s);
         return cairn__exit_code(rc);
     }
@@ -434,20 +456,8 @@ static int cmd_run(int argc, char **argv, cairn_graph *const *graphs, size_t n)
     rc = cairn_runner_run(s.runner, o.graph, o.task, o.task_from, buf, len, o.message_id, id);
     free(buf);
     const char *msg = cairn_runner_errmsg(s.runner);
-    if (o.json) {
-        json_t *j = json_object();
-        json_object_set_new(j, "task", json_string(id));
-        cairn_task *t = NULL;
-        if (id[0] && cairn_task_load(s.store, id, &t) == 0) {
-            json_object_set_new(j, "status", json_string(cairn_state_name(cairn_task_state(t))));
-            json_object_set_new(j, "attempt", json_integer(cairn_task_attempt(t)));
-        }
-        cairn_task_free(t);
-        json_object_set_new(j, "exit", json_integer(cairn__exit_code(rc)));
-        json_object_set_new(j, "error", rc ? json_string(cairn_errname(rc)) : json_null());
-        json_object_set_new(j, "message", json_string(msg ? msg : ""));
-        print_json(j);
-    }
+    if (o.json)
+        run_json(s.store, id, rc, msg);
     if (rc) {
         fprintf(stderr, "cairn run: %s (%s)\n", msg, cairn_errname(rc));
     } else if (!o.json) {
