@@ -207,6 +207,25 @@ void cairn__llm_cfg_free(cairn__llm_cfg *c)
 
 const char *cairn__llm_cfg_digest(const cairn__llm_cfg *c) { return c->digest; }
 
+const char *cairn__llm_cfg_context_source(const cairn__llm_cfg *c) { return c->context_source; }
+
+int cairn__llm_cfg_uses_context(const cairn__llm_cfg *c)
+{
+    for (const char *p = strstr(c->prompt, "{{"); p; p = strstr(p + 2, "{{")) {
+        const char *q = p + 2;
+        while (*q == ' ')
+            q++;
+        if (strncmp(q, "context", 7) == 0) {
+            q += 7;
+            while (*q == ' ')
+                q++;
+            if (strncmp(q, "}}", 2) == 0)
+                return 1;
+        }
+    }
+    return 0;
+}
+
 /* ------------------------------------------------------------------ the loaded model */
 
 /* One engine per process, reloaded only when the model or backend settings change. */
@@ -270,8 +289,10 @@ static char *lookup(const char *name, void *arg)
 {
     lookup_arg *a = arg;
     if (strcmp(name, "context") == 0) {
-        const msgpack_object *docs =
-            cairn__mp_path(cairn_ctx_dep(a->ctx, a->c->context_source), "docs");
+        const msgpack_object *src = cairn_ctx_dep(a->ctx, a->c->context_source);
+        if (!src)
+            return NULL; /* not a dependency of this step: the template fails, naming it */
+        const msgpack_object *docs = cairn__mp_path(src, "docs");
         size_t cap = 1, n = 0;
         char *s = calloc(1, 1);
         for (uint32_t i = 0;
@@ -333,7 +354,7 @@ static int render_prompt(cairn_ctx *ctx, const cairn__llm_cfg *c, char **out, ch
 
 typedef struct gen_arg {
     cairn_ctx *ctx;
-    char prompt_sha[65];
+    char prompt_sha[65]; /* SHA-256 of (model file SHA-256, backend, prompt tokens) */
     int save_failed;
 } gen_arg;
 
@@ -453,7 +474,22 @@ cairn_step_result cairn__llm_step(cairn_ctx *ctx, void *user)
     if (rc)
         return fail(ctx, rc, "cannot tokenize the prompt");
     gen_arg ga = {.ctx = ctx};
-    cairn__sha256_hex(ids, n_ids * sizeof *ids, ga.prompt_sha);
+    /* saved progress belongs to this prompt on this model file and this backend: tokens drawn
+     * by another model, or by the GPU when the CPU resumes, would not continue the same text */
+    {
+        const char *bk = cairn__backend_name(cairn__engine_backend(loaded.e));
+        size_t kl = 64 + strlen(bk) + n_ids * sizeof *ids;
+        unsigned char *key = malloc(kl);
+        if (!key) {
+            free(ids);
+            return fail(ctx, CAIRN_ENOMEM, "out of memory");
+        }
+        memcpy(key, loaded.sha, 64);
+        memcpy(key + 64, bk, strlen(bk));
+        memcpy(key + 64 + strlen(bk), ids, n_ids * sizeof *ids);
+        cairn__sha256_hex(key, kl, ga.prompt_sha);
+        free(key);
+    }
     cairn__gen_opts o;
     cairn__gen_opts_default(&o);
     o.max_tokens = c->max_tokens;
@@ -485,8 +521,9 @@ cairn_step_result cairn__llm_step(cairn_ctx *ctx, void *user)
         return fail(ctx, rc, err[0] ? err : cairn_strerror(rc));
     }
     if (r.finish == CAIRN__FINISH_CANCEL) {
+        size_t n_done = r.n_tokens;
         cairn__gen_result_free(&r);
-        cairn_ctx_set_error(ctx, "generate: stopped after %zu tokens (progress saved)", r.n_tokens);
+        cairn_ctx_set_error(ctx, "generate: stopped after %zu tokens (progress saved)", n_done);
         return CAIRN_STEP_TRANSIENT;
     }
     msgpack_packer *pk = cairn_ctx_packer(ctx);

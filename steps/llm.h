@@ -30,5 +30,9 @@ const char *cairn__llm_cfg_digest(const cairn__llm_cfg *c);
  *          "generated_tokens", "model", "model_sha256", "sampler": {...}, "seed", "tokens_per_s"}.
  */
 cairn_step_result cairn__llm_step(cairn_ctx *ctx, void *cfg);
+/* The step whose "docs" fill {{context}} ("retrieve" by default), and whether the prompt
+ * template uses {{context}} at all (the pipeline checks both when it loads the config). */
+const char *cairn__llm_cfg_context_source(const cairn__llm_cfg *c);
+int cairn__llm_cfg_uses_context(const cairn__llm_cfg *c);
 
 #endif

@@ -25,6 +25,7 @@
 #include "steps/notify.h"
 #include "steps/notify_impl.h"
 
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -288,9 +289,12 @@ static int host_is_loopback(const char *url)
     char *host = NULL;
     int lo = 0;
     if (u && curl_url_set(u, CURLUPART_URL, url, 0) == CURLUE_OK &&
-        curl_url_get(u, CURLUPART_HOST, &host, 0) == CURLUE_OK)
-        lo = strcmp(host, "localhost") == 0 || strncmp(host, "127.", 4) == 0 ||
-             strcmp(host, "[::1]") == 0;
+        curl_url_get(u, CURLUPART_HOST, &host, 0) == CURLUE_OK) {
+        struct in_addr a4;
+        /* an address in 127.0.0.0/8, not a name that merely starts with "127." */
+        lo = strcmp(host, "localhost") == 0 || strcmp(host, "[::1]") == 0 ||
+             (inet_pton(AF_INET, host, &a4) == 1 && (ntohl(a4.s_addr) >> 24) == 127);
+    }
     curl_free(host);
     curl_url_cleanup(u);
     return lo;
@@ -781,7 +785,7 @@ static cairn_step_result webhook_outcome(cairn__notify_call *c, CURL *h, CURLcod
             status, loc ? " to " : "", n > 200 ? 200 : n, loc ? loc : "");
         return CAIRN_STEP_PERMANENT;
     }
-    if (status >= 100) {
+    if (status >= 200) { /* a 1xx is interim: without a final answer the outcome is unknown */
         cairn__notify_call_error(c, "HTTP %ld (not retried): %s", status, answer_text(c));
         return CAIRN_STEP_PERMANENT;
     }

@@ -124,6 +124,31 @@ static int build(cairn__pipeline *p, const json_t *cfg, const char *store_dir, c
                 return CAIRN_EJSON;
             }
     }
+    /* Which step feeds which is configurable; the graph's edges must agree, or a task would
+     * pay for a generation and then fail on a missing input. Checked here, naming the field. */
+    if (cairn__llm_cfg_uses_context(p->llm) && !p->retrieve) {
+        snprintf(err, errlen, "generate.prompt: uses {{context}} but there is no retrieve section");
+        return CAIRN_EJSON;
+    }
+    if (strcmp(cairn__llm_cfg_context_source(p->llm), "retrieve") != 0) {
+        snprintf(err, errlen, "generate.context_source: must be \"retrieve\"");
+        return CAIRN_EJSON;
+    }
+    if (strcmp(cairn__post_cfg_source(p->post), "generate") != 0) {
+        snprintf(err, errlen, "postprocess.source: must be \"generate\"");
+        return CAIRN_EJSON;
+    }
+    for (i = 0; i < p->n_targets; i++) {
+        const char *src = cairn__notify_target_source(p->targets[i]);
+        if (strcmp(src, "postprocess") != 0 && strcmp(src, "generate") != 0 &&
+            !(p->retrieve && strcmp(src, "retrieve") == 0)) {
+            snprintf(err, errlen,
+                     "notify[%zu].source: '%s' is not a step of this pipeline (retrieve, "
+                     "generate, postprocess)",
+                     i, src);
+            return CAIRN_EJSON;
+        }
+    }
     p->g = cairn_graph_new("default", 1);
     if (!p->g)
         return CAIRN_ENOMEM;
@@ -145,7 +170,12 @@ static int build(cairn__pipeline *p, const json_t *cfg, const char *store_dir, c
     for (i = 0; i < p->n_targets; i++) {
         char name[80];
         snprintf(name, sizeof name, "notify.%s", cairn__notify_target_name(p->targets[i]));
-        s = cairn_graph_add_step(p->g, name, cairn__notify_step, "postprocess");
+        /* after postprocess in any case: a notification goes out once the result is final */
+        const char *src = cairn__notify_target_source(p->targets[i]);
+        char deps[80];
+        snprintf(deps, sizeof deps, "postprocess%s%s", strcmp(src, "postprocess") ? "," : "",
+                 strcmp(src, "postprocess") ? src : "");
+        s = cairn_graph_add_step(p->g, name, cairn__notify_step, deps);
         if (!s) {
             snprintf(err, errlen, "notify[%zu].name: %s", i, cairn_graph_errmsg(p->g));
             return CAIRN_EJSON;
@@ -195,7 +225,8 @@ int cairn__pipeline_load(const char *path, const char *store_dir, cairn__pipelin
     return 0;
 }
 
-int cairn__pipeline_from_args(int *argc, char **argv, cairn__pipeline **p, char *err, size_t errlen)
+int cairn__pipeline_from_args(int *argc, char **argv, int load, cairn__pipeline **p, char *err,
+                              size_t errlen)
 {
     const char *config = getenv("CAIRN_CONFIG"), *store = getenv("CAIRN_STORE");
     int w = 0;
@@ -217,7 +248,7 @@ int cairn__pipeline_from_args(int *argc, char **argv, cairn__pipeline **p, char 
     *argc = w;
     argv[w] = NULL;
     *p = NULL;
-    if (!config || !*config)
+    if (!load || !config || !*config)
         return 0;
     return cairn__pipeline_load(config, store, p, err, errlen);
 }

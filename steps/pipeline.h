@@ -19,9 +19,10 @@ void cairn__pipeline_free(cairn__pipeline *p);
 cairn_graph *cairn__pipeline_graph(cairn__pipeline *p);
 
 /* For the `cairn` executable: takes "--config FILE" (or CAIRN_CONFIG) out of argv, and if one is
- * given loads the pipeline. *p stays NULL when there is no configuration. Returns 0 or an error
- * as cairn__pipeline_load. */
-int cairn__pipeline_from_args(int *argc, char **argv, cairn__pipeline **p, char *err,
+ * given and `load` is set, loads the pipeline (commands that only read the store, such as show
+ * or audit, need neither the graph nor the secrets the configuration names). *p stays NULL
+ * otherwise. Returns 0 or an error as cairn__pipeline_load. */
+int cairn__pipeline_from_args(int *argc, char **argv, int load, cairn__pipeline **p, char *err,
                               size_t errlen);
 
 #endif

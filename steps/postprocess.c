@@ -179,6 +179,8 @@ int cairn__post_cfg_parse(const json_t *cfg, const char *base_dir, cairn__post_c
     return 0;
 }
 
+const char *cairn__post_cfg_source(const cairn__post_cfg *c) { return c->source; }
+
 void cairn__post_cfg_free(cairn__post_cfg *c)
 {
     if (!c)

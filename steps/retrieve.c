@@ -33,7 +33,8 @@ enum { RETRIEVE_BM25, RETRIEVE_HTTP };
 struct cairn__retrieve_cfg {
     int type;
     char *index; /* bm25 */
-    char *url, *text_field;
+    char *url, *url_safe, *text_field;
+    char *auth; /* Authorization header value, from auth_env; never in messages */
     long timeout_ms;
     char **fields;
     size_t n_fields;
@@ -91,7 +92,7 @@ int cairn__retrieve_cfg_parse(const json_t *cfg, const char *store_dir, cairn__r
 {
     static const char *const common[] = {"type", "query_fields", "top_k"};
     static const char *const bm25_only[] = {"index"};
-    static const char *const http_only[] = {"url", "text_field", "timeout_ms"};
+    static const char *const http_only[] = {"url", "text_field", "timeout_ms", "auth_env"};
     *out = NULL;
     if (!json_is_object(cfg))
         return cfg_fail(err, errlen, "retrieve: must be an object");
@@ -154,6 +155,52 @@ int cairn__retrieve_cfg_parse(const json_t *cfg, const char *store_dir, cairn__r
             rc = cfg_fail(err, errlen, "retrieve.url: required for \"type\": \"http\"");
         if (!rc && strncmp(c->url, "http://", 7) && strncmp(c->url, "https://", 8))
             rc = cfg_fail(err, errlen, "retrieve.url: must start with http:// or https://");
+        /* credentials never sit in the URL (it is quoted in messages, which the store keeps):
+         * the Authorization header comes from an environment variable instead */
+        if (!rc) {
+            CURLU *u = curl_url();
+            char *user = NULL, *host = NULL, *path = NULL, *port = NULL, *scheme = NULL, *q = NULL;
+            if (!u || curl_url_set(u, CURLUPART_URL, c->url, 0) != CURLUE_OK)
+                rc = cfg_fail(err, errlen, "retrieve.url: not a valid URL");
+            else if (curl_url_get(u, CURLUPART_USER, &user, 0) == CURLUE_OK)
+                rc = cfg_fail(err, errlen,
+                              "retrieve.url: must not carry credentials; put the Authorization "
+                              "header value in an environment variable named by auth_env");
+            else {
+                curl_url_get(u, CURLUPART_SCHEME, &scheme, 0);
+                curl_url_get(u, CURLUPART_HOST, &host, 0);
+                curl_url_get(u, CURLUPART_PORT, &port, 0);
+                curl_url_get(u, CURLUPART_PATH, &path, 0);
+                curl_url_get(u, CURLUPART_QUERY, &q, 0);
+                size_t n = 32 + strlen(scheme ? scheme : "") + strlen(host ? host : "") +
+                           strlen(path ? path : "");
+                c->url_safe = malloc(n);
+                if (!c->url_safe)
+                    rc = CAIRN_ENOMEM;
+                else
+                    snprintf(c->url_safe, n, "%s://%s%s%s%s%s", scheme ? scheme : "",
+                             host ? host : "", port ? ":" : "", port ? port : "", path ? path : "",
+                             q ? "?..." : "");
+            }
+            curl_free(user), curl_free(host), curl_free(path), curl_free(port);
+            curl_free(scheme), curl_free(q);
+            curl_url_cleanup(u);
+        }
+        char *auth_env = NULL;
+        if (!rc)
+            rc = get_string(cfg, "auth_env", NULL, &auth_env, err, errlen);
+        if (!rc && auth_env) {
+            const char *v = getenv(auth_env);
+            if (!v || !*v)
+                rc = cfg_fail(err, errlen,
+                              "retrieve.auth_env: environment variable %s is not set or empty",
+                              auth_env);
+            else if (!(c->auth = malloc(strlen(v) + 16)))
+                rc = CAIRN_ENOMEM;
+            else
+                sprintf(c->auth, "Authorization: %s", v);
+        }
+        free(auth_env);
         if (!rc)
             rc = get_string(cfg, "text_field", "text", &c->text_field, err, errlen);
         if (!rc)
@@ -194,7 +241,11 @@ void cairn__retrieve_cfg_free(cairn__retrieve_cfg *c)
     for (size_t i = 0; i < c->n_fields; i++)
         free(c->fields[i]);
     free(c->fields);
-    free(c->index), free(c->url), free(c->text_field);
+    free(c->index), free(c->url), free(c->url_safe), free(c->text_field);
+    if (c->auth) {
+        memset(c->auth, 0, strlen(c->auth)); /* a secret: do not leave it in freed memory */
+        free(c->auth);
+    }
     pthread_mutex_destroy(&c->mu);
     free(c);
 }
@@ -377,13 +428,13 @@ static int parse_hits(const cairn__retrieve_cfg *c, const resp *r, cairn__bm25_h
     if (!root) {
         char ex[256];
         excerpt(r, ex, sizeof ex);
-        snprintf(err, errlen, "malformed response from %s: %s at line %d, column %d: '%s'", c->url,
-                 je.text, je.line, je.column, ex);
+        snprintf(err, errlen, "malformed response from %s: %s at line %d, column %d: '%s'",
+                 c->url_safe, je.text, je.line, je.column, ex);
         return CAIRN_EPERMANENT;
     }
     json_t *arr = json_object_get(json_object_get(root, "hits"), "hits");
     if (!json_is_array(arr)) {
-        snprintf(err, errlen, "malformed response from %s: no hits.hits array", c->url);
+        snprintf(err, errlen, "malformed response from %s: no hits.hits array", c->url_safe);
         json_decref(root);
         return CAIRN_EPERMANENT;
     }
@@ -414,7 +465,8 @@ static int parse_hits(const cairn__retrieve_cfg *c, const resp *r, cairn__bm25_h
             snprintf(bad, sizeof bad, "._source.%s is %s", c->text_field,
                      text ? "not a string" : "missing");
         if (bad[0]) {
-            snprintf(err, errlen, "malformed response from %s: hits.hits[%zu]%s", c->url, i, bad);
+            snprintf(err, errlen, "malformed response from %s: hits.hits[%zu]%s", c->url_safe, i,
+                     bad);
             rc = CAIRN_EPERMANENT;
             break;
         }
@@ -461,6 +513,8 @@ static int http_search(cairn__retrieve_cfg *c, const char *query, cairn__bm25_hi
     if (h) {
         hdr = curl_slist_append(NULL, "Content-Type: application/json");
         h2 = hdr ? curl_slist_append(hdr, "Accept: application/json") : NULL;
+        if (h2 && c->auth)
+            h2 = curl_slist_append(h2, c->auth);
     }
     if (!h2) {
         curl_slist_free_all(hdr);
@@ -499,20 +553,21 @@ static int http_search(cairn__retrieve_cfg *c, const char *query, cairn__bm25_hi
     char ex[256];
     if (cc != CURLE_OK) {
         if (r.too_big) {
-            snprintf(err, errlen, "response from %s is larger than %u bytes", c->url, RESPONSE_MAX);
+            snprintf(err, errlen, "response from %s is larger than %u bytes", c->url_safe,
+                     RESPONSE_MAX);
             rc = CAIRN_EPERMANENT;
         } else {
-            snprintf(err, errlen, "POST %s: %s%s%s", c->url, curl_easy_strerror(cc),
+            snprintf(err, errlen, "POST %s: %s%s%s", c->url_safe, curl_easy_strerror(cc),
                      cerr[0] ? ": " : "", cerr);
             rc = curl_transient(cc) ? CAIRN_ETRANSIENT : CAIRN_EPERMANENT;
         }
     } else if (status == 408 || status == 429 || (status >= 500 && status <= 599)) {
         excerpt(&r, ex, sizeof ex);
-        snprintf(err, errlen, "POST %s: HTTP %ld (will retry): %s", c->url, status, ex);
+        snprintf(err, errlen, "POST %s: HTTP %ld (will retry): %s", c->url_safe, status, ex);
         rc = CAIRN_ETRANSIENT;
     } else if (status < 200 || status > 299) {
         excerpt(&r, ex, sizeof ex);
-        snprintf(err, errlen, "POST %s: HTTP %ld: %s", c->url, status, ex);
+        snprintf(err, errlen, "POST %s: HTTP %ld: %s", c->url_safe, status, ex);
         rc = CAIRN_EPERMANENT;
     } else {
         rc = parse_hits(c, &r, hits, n, err, errlen);

@@ -49,6 +49,12 @@ static void config_errors(void)
         {"{\"query_fields\": [\"t\"], \"colour\": 1}", "retrieve.colour: unknown"},
         {"{\"type\": \"http\", \"query_fields\": [\"t\"]}", "retrieve.url: required"},
         {"{\"type\": \"http\", \"query_fields\": [\"t\"], \"url\": \"ftp://x\"}", "retrieve.url"},
+        {"{\"type\": \"http\", \"query_fields\": [\"t\"], \"url\": "
+         "\"http://elastic:pw@127.0.0.1:9/i/_search\"}",
+         "retrieve.url: must not carry credentials"},
+        {"{\"type\": \"http\", \"query_fields\": [\"t\"], \"url\": \"http://127.0.0.1:9/i\", "
+         "\"auth_env\": \"CAIRN_TEST_UNSET_AUTH\"}",
+         "retrieve.auth_env: environment variable CAIRN_TEST_UNSET_AUTH is not set"},
         {"{\"type\": \"http\", \"query_fields\": [\"t\"], \"url\": \"http://x\", \"index\": "
          "\"/i\"}",
          "retrieve.index: only for \"type\": \"bm25\""},
