@@ -277,8 +277,11 @@ CAIRN_API void cairn_runner_stop(cairn_runner *r);
  * (then CAIRN_EMSGSEEN is not an error: 0 and cairn_runner_errmsg() says so), or:
  *   CAIRN_EJSON, CAIRN_ETOOBIG, CAIRN_ETASKID  bad input; nothing written
  *   CAIRN_ECONFLICT   same task ID, different payload hash; nothing written
- *   CAIRN_EBUSY       a live process holds the lease; nothing written
- *   CAIRN_ETENANT     tenant limit reached; nothing written
+ *   CAIRN_EBUSY       a live process holds the lease; no step runs
+ *   CAIRN_ETENANT     tenant limit reached; no step runs
+ *                     (for both, a new task is recorded as pending so that cairn_runner_retry
+ *                     runs it later, and `message_id` is not recorded: its redelivery runs it)
+ *   CAIRN_EINVAL      bad arguments, or a message ID that is not 1-256 bytes
  *   CAIRN_ETRANSIENT  a step failed transiently; the task is failed with next_retry_at
  *   CAIRN_EDEAD       the task is (now) dead
  *   CAIRN_EINDOUBT    an effect's outcome is unknown; needs cairn_runner_resolve()

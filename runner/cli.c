@@ -150,6 +150,18 @@ static int parse_u64(const char *s, uint64_t *out)
     return 0;
 }
 
+/* A number of days: finite, 0 to 36500 (100 years), the whole argument. */
+static int parse_days(const char *s, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !(v >= 0 && v <= 36500))
+        return -1;
+    *out = v;
+    return 0;
+}
+
 static int parse_u32(const char *s, uint32_t *out)
 {
     uint64_t v;
@@ -231,12 +243,10 @@ static int parse_opts(int argc, char **argv, const char *cmd, const int *allowed
             o->map_max = u;
             break;
         case O_RETENTION:
-            o->retention_days = strtod(optarg, NULL);
-            bad = o->retention_days < 0;
+            bad = parse_days(optarg, &o->retention_days);
             break;
         case O_TOMBSTONE:
-            o->tombstone_days = strtod(optarg, NULL);
-            bad = o->tombstone_days < 0;
+            bad = parse_days(optarg, &o->tombstone_days);
             break;
         case O_JSON:
             o->json = 1;

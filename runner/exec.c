@@ -139,18 +139,20 @@ void cairn__outcome_free(cairn__outcome *o)
     o->out = NULL;
 }
 
-static void take_output(cairn_ctx *c, cairn__outcome *o)
+static int take_output(cairn_ctx *c, cairn__outcome *o)
 {
     o->out = NULL;
     o->out_len = 0;
+    snprintf(o->err, sizeof o->err, "%s", c->err);
     if (c->out_set && c->out.size) {
         o->out = malloc(c->out.size);
-        if (o->out) {
-            memcpy(o->out, c->out.data, c->out.size);
-            o->out_len = c->out.size;
-        }
+        if (!o->out) /* never commit a step as done without its output */
+            return cairn__runner_fail(c->r, CAIRN_ENOMEM, "step '%s': no memory for its output",
+                                      c->step->name);
+        memcpy(o->out, c->out.data, c->out.size);
+        o->out_len = c->out.size;
     }
-    snprintf(o->err, sizeof o->err, "%s", c->err);
+    return 0;
 }
 
 static cairn_step_result call(cairn_ctx *c, int probe)
@@ -193,7 +195,9 @@ static void run_child(cairn_ctx *c, int probe, int fd, pid_t parent)
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent)
         _exit(4);
-    signal(SIGTERM, SIG_DFL);
+    /* a compute step dies with a SIGTERM to the process group (the runner decides anyway); an
+     * effect runs to its end, so that its outcome is known rather than in doubt */
+    signal(SIGTERM, c->step->delivery == CAIRN_COMPUTE ? SIG_DFL : SIG_IGN);
     signal(SIGINT, SIG_IGN); /* the parent decides; a terminal ^C reaches the whole group */
     c->child_fd = fd;
     cairn_step_result res = call(c, probe);
@@ -302,6 +306,8 @@ static int exec_isolated(cairn_ctx *c, int probe, cairn__outcome *o)
         }
     }
     close(p[0]);
+    if (!got)
+        kill(pid, SIGKILL); /* no result (EOF or a broken frame): it must not live on */
     int status = 0;
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
         ;
@@ -337,6 +343,5 @@ int cairn__exec_step(cairn_ctx *c, int probe, cairn__outcome *o)
     if (c->step->timeout_ms > 0)
         return exec_isolated(c, probe, o);
     o->result = call(c, probe);
-    take_output(c, o);
-    return 0;
+    return take_output(c, o);
 }

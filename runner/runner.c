@@ -141,8 +141,14 @@ int cairn_runner_set_allow_graph_change(cairn_runner *r, int allow)
 
 int cairn_runner_set_retention(cairn_runner *r, uint64_t outputs_s, uint64_t tombstones_s)
 {
+    /* at most about 290 years, so that now - retention never wraps */
+    const uint64_t max_s = (uint64_t)INT64_MAX / 1000 / 1024;
     if (!r || tombstones_s < outputs_s)
         return CAIRN_EINVAL;
+    if (outputs_s > max_s)
+        outputs_s = max_s;
+    if (tombstones_s > max_s)
+        tombstones_s = max_s;
     r->retention_s = outputs_s;
     r->tombstone_s = tombstones_s;
     return 0;
@@ -244,12 +250,44 @@ static const cairn_step *first_changed(const cairn_graph *g, const char *pin)
     return *p ? g->steps[g->order[g->n_steps - 1]] : NULL;
 }
 
-/* Starts generation gen+1 from step `from` (index in g->order) onward: those steps get fresh
- * pending records; earlier steps keep applying from their older generations. */
-static int new_generation(cairn__txn *t, const cairn_graph *g, cairn__task_rec *task, size_t from)
+/* Whether the pinned list "a@1,b@2" holds step s at its current version. */
+static int pinned(const char *pin, const cairn_step *s)
+{
+    char want[96];
+    size_t n = (size_t)snprintf(want, sizeof want, "%s@%u", s->name, s->version);
+    for (const char *p = pin; *p;) {
+        const char *e = strchr(p, ',');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (len == n && memcmp(p, want, n) == 0)
+            return 1;
+        p += len + (e != NULL);
+    }
+    return 0;
+}
+
+/* Extends `redo` (by position in g->order) to everything downstream of the steps already in
+ * it: a step runs again if any step it reads runs again. One pass suffices in topological
+ * order. */
+static void mark_downstream(const cairn_graph *g, unsigned char *redo)
+{
+    for (size_t i = 0; i < g->n_steps; i++) {
+        const cairn_step *s = g->steps[g->order[i]];
+        for (size_t d = 0; d < s->n_deps && !redo[i]; d++)
+            for (size_t j = 0; j < i; j++)
+                if (g->order[j] == s->deps[d] && redo[j])
+                    redo[i] = 1;
+    }
+}
+
+/* Starts generation gen+1 for the steps marked in `redo` (by position in g->order): they get
+ * fresh pending records; the others keep applying from their older generations. */
+static int new_generation(cairn__txn *t, const cairn_graph *g, cairn__task_rec *task,
+                          const unsigned char *redo)
 {
     task->generation++;
-    for (size_t i = from; i < g->n_steps; i++) {
+    for (size_t i = 0; i < g->n_steps; i++) {
+        if (!redo[i])
+            continue;
         cairn__step_rec s = {.state = CAIRN_STEP_PENDING,
                              .generation = task->generation,
                              .updated_ms = cairn__now_ms()};
@@ -258,6 +296,20 @@ static int new_generation(cairn__txn *t, const cairn_graph *g, cairn__task_rec *
             return rc;
     }
     return 0;
+}
+
+/* Marks the steps whose name@version is not in the task's pin (changed or new), and all that
+ * is downstream of them. Returns how many were marked. */
+static size_t mark_changed(const cairn_graph *g, const char *pin, unsigned char *redo)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < g->n_steps; i++)
+        if (!pinned(pin, g->steps[g->order[i]]))
+            redo[i] = 1;
+    mark_downstream(g, redo);
+    for (size_t i = 0; i < g->n_steps; i++)
+        n += redo[i];
+    return n;
 }
 
 /* ------------------------------------------------------------------ admission */
@@ -280,6 +332,7 @@ static int acquire_txn(cairn__txn *t, void *arg);
 static int admit_txn(cairn__txn *t, void *arg)
 {
     admit_arg *a = arg;
+    a->deferred = 0; /* the callback may run twice (map growth): start clean */
     if (a->message_id && cairn__msg_get(t, a->message_id, a->msg_task) == 0)
         return CAIRN_EMSGSEEN;
     int rc = cairn__idem_reserve(t, a->id, a->hash, a->existing);
@@ -309,13 +362,12 @@ static int admit_txn(cairn__txn *t, void *arg)
                                "task '%s' belongs to graph '%s', not '%s'", a->id, task.graph,
                                a->g->name);
     }
-    if (!rc && a->message_id)
-        rc = cairn__msg_put(t, a->message_id, a->id);
     if (rc)
         return rc;
     /* A task that may not start now (tenant limit, running elsewhere) is still admitted: it is
      * recorded as pending for `retry`, and the run reports the refusal after the commit. The
-     * acquire writes nothing before it refuses. */
+     * acquire writes nothing before it refuses, and the message is not recorded as consumed,
+     * so its redelivery runs the task. */
     rc = acquire_txn(t, a->acq);
     if (rc == CAIRN_ETENANT || rc == CAIRN_EBUSY) {
         a->deferred = rc;
@@ -323,6 +375,8 @@ static int admit_txn(cairn__txn *t, void *arg)
                  cairn_store_errmsg(cairn__txn_store(t)));
         return 0;
     }
+    if (!rc && a->message_id)
+        rc = cairn__msg_put(t, a->message_id, a->id);
     return rc;
 }
 
@@ -390,28 +444,6 @@ static int acquire_txn(cairn__txn *t, void *arg)
         return cairn__store_fail(
             s, CAIRN_EBUSY, "task '%s' is running in process %d on %s (lease until %lld)", a->id,
             task.owner.pid, task.owner.host, (long long)task.lease_expires_ms);
-    /* graph pinning */
-    if (strcmp(task.fingerprint, a->g->fingerprint) != 0) {
-        const cairn_step *ch = first_changed(a->g, task.steps_pin);
-        if (!r->allow_graph_change)
-            return cairn__store_fail(
-                s, CAIRN_EGRAPHCHANGED,
-                "task '%s' was started by another version of graph '%s' (pinned %s, now %s; "
-                "first changed step: '%s'); rerun with --allow-graph-change to redo from it",
-                a->id, a->g->name, task.steps_pin, a->g->pin, ch ? ch->name : "(graph header)");
-        size_t from = 0;
-        if (ch)
-            for (from = 0; a->g->steps[a->g->order[from]] != ch; from++)
-                ;
-        if ((rc = new_generation(t, a->g, &task, ch ? from : a->g->n_steps)))
-            return rc;
-        if ((rc = audit(t, &task, (cairn_state)task.state, (cairn_state)task.state,
-                        ch ? ch->name : NULL, "graph changed (%s -> %s): generation %u",
-                        task.steps_pin, a->g->pin, task.generation)))
-            return rc;
-        snprintf(task.fingerprint, sizeof task.fingerprint, "%s", a->g->fingerprint);
-        snprintf(task.steps_pin, sizeof task.steps_pin, "%s", a->g->pin);
-    }
     /* tenant limit, across processes: count live running tasks of this tenant */
     if (r->tenant_max && task.tenant[0]) {
         uint32_t n = 0;
@@ -423,6 +455,33 @@ static int acquire_txn(cairn__txn *t, void *arg)
             return cairn__store_fail(s, CAIRN_ETENANT,
                                      "tenant '%s' already has %u running task(s) (limit %u)",
                                      task.tenant, n, r->tenant_max);
+    }
+    /* graph pinning (after the tenant check: a refused run writes nothing) */
+    if (strcmp(task.fingerprint, a->g->fingerprint) != 0) {
+        const cairn_step *ch = first_changed(a->g, task.steps_pin);
+        if (!r->allow_graph_change)
+            return cairn__store_fail(
+                s, CAIRN_EGRAPHCHANGED,
+                "task '%s' was started by another version of graph '%s' (pinned %s, now %s; "
+                "first changed step: '%s'); rerun with --allow-graph-change to redo from it",
+                a->id, a->g->name, task.steps_pin, a->g->pin, ch ? ch->name : "(graph header)");
+        /* changed and new steps run again, with everything downstream of them; a change of
+         * dependencies or delivery class alone re-runs nothing */
+        unsigned char *redo = calloc(a->g->n_steps, 1);
+        if (!redo)
+            return CAIRN_ENOMEM;
+        size_t n_redo = mark_changed(a->g, task.steps_pin, redo);
+        rc = n_redo ? new_generation(t, a->g, &task, redo) : 0;
+        free(redo);
+        if (rc)
+            return rc;
+        if ((rc = audit(t, &task, (cairn_state)task.state, (cairn_state)task.state,
+                        ch ? ch->name : NULL,
+                        "graph changed (%s -> %s): %zu step(s) to redo, generation %u",
+                        task.steps_pin, a->g->pin, n_redo, task.generation)))
+            return rc;
+        snprintf(task.fingerprint, sizeof task.fingerprint, "%s", a->g->fingerprint);
+        snprintf(task.steps_pin, sizeof task.steps_pin, "%s", a->g->pin);
     }
     char reason[256];
     task.attempt++;
@@ -775,6 +834,12 @@ static int run_step(cairn_ctx *c, const cairn_graph *g)
         cairn_step_state st = la.has_rec ? (cairn_step_state)la.rec.state : CAIRN_STEP_PENDING;
         if (st == CAIRN_STEP_DONE)
             return 0;
+        if (r->stop) { /* asked to stop (also during a backoff wait): start nothing new */
+            int crc = commit(c, C_STOPPED, CAIRN__DURABLE, NULL, 0, NULL, inv, 0);
+            return crc ? crc
+                       : cairn__runner_fail(r, CAIRN_EINTR, "task '%s': stopped before step '%s'",
+                                            c->task_id, s->name);
+        }
         int probe = 0;
         if (st == CAIRN_STEP_INTENT || st == CAIRN_STEP_IN_DOUBT) {
             /* an effect was (maybe) performed by a run that died before recording it */
@@ -942,7 +1007,7 @@ static int run_acquired(cairn_runner *r, const cairn_graph *g, const char *id, c
         c.last_step = i + 1 == g->n_steps;
         rc = run_step(&c, g);
         ctx_clear(&c);
-        if (rc == 0 && r->stop) {
+        if (rc == 0 && r->stop && !c.finished) {
             rc = commit(&c, C_STOPPED, CAIRN__DURABLE, NULL, 0, NULL, 0, 0);
             if (!rc)
                 rc = cairn__runner_fail(r, CAIRN_EINTR, "task '%s': stopped after step '%s'", id,
@@ -971,6 +1036,8 @@ static int run_acquired(cairn_runner *r, const cairn_graph *g, const char *id, c
 static int execute(cairn_runner *r, const cairn_graph *g, const char *id)
 {
     r->err[0] = r->note[0] = 0;
+    if (r->stop)
+        return cairn__runner_fail(r, CAIRN_EINTR, "stopped: task '%s' not started", id);
     acquire_arg a = {.r = r, .g = g, .id = id, .token = cairn__random_u64()};
     int rc = cairn__store_write(r->store, CAIRN__RELAXED, acquire_txn, &a);
     if (rc)
@@ -985,6 +1052,10 @@ int cairn_runner_run(cairn_runner *r, const char *graph, const char *task_id, co
     if (!r || !r->opened || !graph || !input_json)
         return CAIRN_EINVAL;
     r->err[0] = r->note[0] = 0;
+    if (r->stop)
+        return cairn__runner_fail(r, CAIRN_EINTR, "stopped: no new task is admitted");
+    if (message_id && (!*message_id || strlen(message_id) > 256))
+        return cairn__runner_fail(r, CAIRN_EINVAL, "message ID must be 1-256 bytes");
     cairn_graph *g = find_graph(r, graph);
     if (!g)
         return cairn__runner_fail(r, CAIRN_ENOGRAPH, "no graph named '%s'", graph);
@@ -1187,6 +1258,8 @@ int cairn_runner_retry(cairn_runner *r, const char *graph, uint32_t limit, int n
         }
     }
     free(a.ids);
+    if (!rc && r->stop)
+        rc = cairn__runner_fail(r, CAIRN_EINTR, "stopped after %u task(s)", ran);
     if (n_run)
         *n_run = ran;
     if (n_succeeded)
@@ -1243,6 +1316,7 @@ static int resolve_txn(cairn__txn *t, void *arg)
         st.invocations--; /* the invocation that never happened does not count */
     task.error[0] = task.error_step[0] = 0;
     task.next_retry_ms = 0;
+    task.attempt = 0; /* the operator's decision starts the count again, as invalidate does */
     if ((rc = transition(t, &task, CAIRN_PENDING, 1, a->step, st.error)) ||
         (rc = cairn__step_put(t, a->id, a->step, &st)))
         return rc;
@@ -1254,6 +1328,9 @@ int cairn_runner_resolve(cairn_runner *r, const char *task_id, const char *step,
     if (!r || !r->opened || !task_id || !step)
         return CAIRN_EINVAL;
     r->err[0] = 0;
+    if (!cairn__name_ok(step))
+        return cairn__runner_fail(
+            r, CAIRN_EINVAL, "step name '%.80s' is not 1-64 characters of [A-Za-z0-9._-]", step);
     op_arg a = {.r = r, .id = task_id, .step = step, .done = done};
     int rc = cairn__store_write(r->store, CAIRN__DURABLE, resolve_txn, &a);
     return rc ? cairn__runner_store_fail(r, rc) : 0;
@@ -1286,11 +1363,24 @@ static int invalidate_txn(cairn__txn *t, void *arg)
         if ((rc = transition(t, &task, CAIRN_FAILED, 0, NULL, "owner gone; invalidated")))
             return rc;
     }
-    if ((rc = new_generation(t, a->g, &task, from)))
+    /* without --from, every step; with it, that step and everything downstream of it; in both
+     * cases also any step the code changed since the task was pinned (and its downstream), so
+     * the new generation never mixes an old step's output with new code */
+    unsigned char *redo = calloc(a->g->n_steps, 1);
+    if (!redo)
+        return CAIRN_ENOMEM;
+    for (size_t i = 0; i < a->g->n_steps; i++)
+        redo[i] = !a->step || i == from;
+    mark_downstream(a->g, redo);
+    mark_changed(a->g, task.steps_pin, redo);
+    rc = new_generation(t, a->g, &task, redo);
+    free(redo);
+    if (rc)
         return rc;
     char why[256];
-    snprintf(why, sizeof why, "invalidated from step '%s': generation %u",
-             a->g->steps[a->g->order[from]]->name, task.generation);
+    snprintf(why, sizeof why, "invalidated %s '%s' (and what depends on it): generation %u",
+             a->step ? "from step" : "all steps, from", a->g->steps[a->g->order[from]]->name,
+             task.generation);
     if (task.state != CAIRN_PENDING) {
         if ((rc = transition(t, &task, CAIRN_PENDING, 1, NULL, why)))
             return rc;
@@ -1323,7 +1413,7 @@ int cairn_runner_invalidate(cairn_runner *r, const char *task_id, const char *fr
 typedef struct gc_arg {
     cairn_runner *r;
     int64_t prune_before, remove_before;
-    uint32_t pruned, removed, batch;
+    uint32_t pruned, removed, batch; /* of this transaction only (it may run twice) */
 } gc_arg;
 
 static int gc_cb(const char *id, void *arg)
@@ -1357,7 +1447,7 @@ static int gc_cb(const char *id, void *arg)
 static int gc_txn(cairn__txn *t, void *arg)
 {
     gc_arg *a = arg;
-    a->batch = 0;
+    a->batch = a->pruned = a->removed = 0;
     void *p[2] = {t, a};
     return cairn__finished_each(t, a->prune_before, gc_cb, p);
 }
@@ -1368,18 +1458,19 @@ int cairn_runner_gc(cairn_runner *r, uint32_t *n_pruned, uint32_t *n_removed)
         return CAIRN_EINVAL;
     int64_t now = cairn__now_ms();
     gc_arg a = {.r = r,
-                .prune_before = now - (int64_t)(r->retention_s * 1000),
-                .remove_before = now - (int64_t)(r->tombstone_s * 1000)};
+                .prune_before = now - (int64_t)r->retention_s * 1000,
+                .remove_before = now - (int64_t)r->tombstone_s * 1000};
+    uint32_t pruned = 0, removed = 0;
     int rc;
     do {
-        uint32_t before = a.pruned + a.removed;
         rc = cairn__store_write(r->store, CAIRN__RELAXED, gc_txn, &a);
-        if (rc || a.pruned + a.removed == before)
+        if (rc)
             break;
+        pruned += a.pruned, removed += a.removed;
     } while (a.batch >= 512);
     if (n_pruned)
-        *n_pruned = a.pruned;
+        *n_pruned = pruned;
     if (n_removed)
-        *n_removed = a.removed;
+        *n_removed = removed;
     return rc ? cairn__runner_store_fail(r, rc) : 0;
 }
