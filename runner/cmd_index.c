@@ -188,9 +188,12 @@ static int corpus_open(const char *path, corpus *c, char *err, size_t errlen)
         return e == ENOENT || e == ENOTDIR ? CAIRN_ENOENT : CAIRN_EIO;
     }
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    int stat_ok = fstat(fd, &st) == 0;
+    if (!stat_ok || !S_ISREG(st.st_mode)) {
         snprintf(err, errlen, "%s: %s", path,
-                 S_ISDIR(st.st_mode) ? "is a directory" : "not a regular file");
+                 !stat_ok              ? strerror(errno)
+                 : S_ISDIR(st.st_mode) ? "is a directory"
+                                       : "not a regular file");
         close(fd);
         return CAIRN_ENOENT;
     }

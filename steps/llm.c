@@ -62,6 +62,22 @@ static int cfg_num(const json_t *c, const char *k, double def, double lo, double
     return 0;
 }
 
+/* An integer setting in [lo, hi] (a fraction is an error, not silently truncated). */
+static int cfg_int(const json_t *c, const char *k, int def, int lo, int hi, int *out, char *err,
+                   size_t errlen)
+{
+    json_t *v = json_object_get(c, k);
+    *out = def;
+    if (!v)
+        return 0;
+    if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi) {
+        snprintf(err, errlen, "generate.%s: must be an integer in [%d, %d]", k, lo, hi);
+        return CAIRN_EJSON;
+    }
+    *out = (int)json_integer_value(v);
+    return 0;
+}
+
 int cairn__llm_cfg_parse(const json_t *cfg, const char *base_dir, cairn__llm_cfg **out, char *err,
                          size_t errlen)
 {
@@ -133,20 +149,20 @@ int cairn__llm_cfg_parse(const json_t *cfg, const char *base_dir, cairn__llm_cfg
         rc = CAIRN_EJSON;
     }
     free(chat);
-    if (!rc && !(rc = cfg_num(cfg, "threads", 0, 0, 1024, &d, err, errlen)))
-        c->threads = (int)d;
-    if (!rc && !(rc = cfg_num(cfg, "ctx", 0, 0, 1 << 20, &d, err, errlen)))
-        c->ctx = (int)d;
-    if (!rc && !(rc = cfg_num(cfg, "max_tokens", 256, 1, 1 << 20, &d, err, errlen)))
-        c->max_tokens = (int)d;
-    if (!rc && !(rc = cfg_num(cfg, "progress_every", 16, 0, 1 << 20, &d, err, errlen)))
-        c->progress_every = (int)d;
+    if (!rc)
+        rc = cfg_int(cfg, "threads", 0, 0, 1024, &c->threads, err, errlen);
+    if (!rc)
+        rc = cfg_int(cfg, "ctx", 0, 0, 1 << 20, &c->ctx, err, errlen);
+    if (!rc)
+        rc = cfg_int(cfg, "max_tokens", 256, 1, 1 << 20, &c->max_tokens, err, errlen);
+    if (!rc)
+        rc = cfg_int(cfg, "progress_every", 16, 0, 1 << 20, &c->progress_every, err, errlen);
     if (!rc && !(rc = cfg_num(cfg, "temperature", 0.7, 0, 100, &d, err, errlen)))
         c->sp.temperature = (float)d;
     if (!rc && !(rc = cfg_num(cfg, "top_p", 0.95, 1e-9, 1, &d, err, errlen)))
         c->sp.top_p = (float)d;
-    if (!rc && !(rc = cfg_num(cfg, "top_k", 40, 0, 1 << 20, &d, err, errlen)))
-        c->sp.top_k = (int)d;
+    if (!rc)
+        rc = cfg_int(cfg, "top_k", 40, 0, 1 << 20, &c->sp.top_k, err, errlen);
     if (!rc && !(rc = cfg_num(cfg, "repeat_penalty", 1.0, 1e-9, 100, &d, err, errlen)))
         c->sp.repeat_penalty = (float)d;
     json_t *seed = json_object_get(cfg, "seed");

@@ -397,7 +397,7 @@ int cairn__publish_atomic(const char *dir, const char *name, const void *data, s
      * next publish of the same file (the task's rerun; runs of one task never overlap) truncates
      * and reuses it */
     snprintf(tmp, sizeof tmp, "%s/.%s.tmp", dir, name);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
     if (fd < 0)
         goto fail;
     for (size_t off = 0; off < len;) {
