@@ -304,8 +304,11 @@ CAIRN_API int cairn_runner_retry(cairn_runner *r, const char *graph, uint32_t li
  * not in doubt. */
 CAIRN_API int cairn_runner_resolve(cairn_runner *r, const char *task_id, const char *step,
                                    int done);
-/* Starts a new generation from `from_step` (NULL = the first step) and everything downstream of
- * it; old outputs and the audit trail stay readable. CAIRN_ENOTFOUND, CAIRN_EBUSY. */
+/* Starts a new generation of `from_step` and every step downstream of it (NULL = all steps),
+ * plus any step whose version changed since the task was pinned; the other steps keep their
+ * committed results (an independent effect is not repeated). The task becomes pending with its
+ * attempt count reset; old outputs and the audit trail stay readable. CAIRN_ENOTFOUND,
+ * CAIRN_EBUSY (running elsewhere), CAIRN_ESTATE (garbage-collected). */
 CAIRN_API int cairn_runner_invalidate(cairn_runner *r, const char *task_id, const char *from_step);
 /* Drops outputs of tasks finished longer ago than the output retention (keeping a tombstone)
  * and tombstones older than the tombstone retention. */
