@@ -12,6 +12,7 @@
  *   finished  finished(be64)|id -> ""        what gc reads, oldest first
  *   audit     id\0seq(be64) -> audit record
  *   msgs      message id -> task id
+ *   msgtime   recorded(be64)|message id -> ""   what gc reads to forget old messages
  * Every write goes through cairn__store_write(), which runs a callback inside one write
  * transaction, so a step's output, the step state, the lease renewal and the audit record
  * commit together or not at all. A full map aborts the transaction, grows the map (up to
@@ -46,7 +47,8 @@
 
 struct cairn_store {
     MDB_env *env;
-    MDB_dbi meta, tasks, inputs, steps, progress, idem, due, tenants, finished, audit, msgs;
+    MDB_dbi meta, tasks, inputs, steps, progress, idem, due, tenants, finished, audit, msgs,
+        msgtime;
     cairn_durability durability;
     uint64_t map_max, map_size;
     uint32_t inject_nth;
@@ -138,9 +140,9 @@ void cairn__store_inject_write_failure(cairn_store *s, uint32_t nth, int err)
 static int open_dbs(cairn_store *s)
 {
     static const char *names[] = {"meta", "tasks",   "inputs",   "steps", "progress", "idem",
-                                  "due",  "tenants", "finished", "audit", "msgs"};
+                                  "due",  "tenants", "finished", "audit", "msgs",     "msgtime"};
     MDB_dbi *dbis[] = {&s->meta, &s->tasks,   &s->inputs,   &s->steps, &s->progress, &s->idem,
-                       &s->due,  &s->tenants, &s->finished, &s->audit, &s->msgs};
+                       &s->due,  &s->tenants, &s->finished, &s->audit, &s->msgs,     &s->msgtime};
     MDB_txn *txn;
     int rc = mdb_txn_begin(s->env, NULL, 0, &txn);
     if (rc)
@@ -1131,8 +1133,45 @@ int cairn__msg_get(cairn__txn *t, const char *msg_id, char task_out[CAIRN__ID_MA
 int cairn__msg_put(cairn__txn *t, const char *msg_id, const char *task)
 {
     MDB_val k = {strlen(msg_id), (void *)msg_id}, v = {strlen(task), (void *)task};
-    int rc = mdb_put(t->txn, t->s->msgs, &k, &v, 0);
-    return rc ? mdb_fail(t, t->s, rc, "write message record") : 0;
+    int rc = mdb_put(t->txn, t->s->msgs, &k, &v, MDB_NOOVERWRITE);
+    if (rc == MDB_KEYEXIST)
+        return 0; /* recorded before: keep its first time */
+    if (rc)
+        return mdb_fail(t, t->s, rc, "write message record");
+    key tk;
+    tk.len = 0;
+    key_u64(&tk, (uint64_t)cairn__now_ms());
+    key_str(&tk, msg_id);
+    return put_empty(t, t->s->msgtime, &tk);
+}
+
+int cairn__msg_expire(cairn__txn *t, int64_t upto_ms, uint32_t limit, uint32_t *n_out)
+{
+    MDB_cursor *c;
+    uint32_t n = 0;
+    int rc = mdb_cursor_open(t->txn, t->s->msgtime, &c);
+    if (rc)
+        return mdb_fail(t, t->s, rc, "open cursor");
+    MDB_val k, v;
+    for (rc = mdb_cursor_get(c, &k, &v, MDB_FIRST); rc == 0 && n < limit;) {
+        if (k.mv_size < 8 || (int64_t)rd_be64(k.mv_data) > upto_ms)
+            break;
+        MDB_val mk = {k.mv_size - 8, (char *)k.mv_data + 8};
+        int d = mdb_del(t->txn, t->s->msgs, &mk, NULL);
+        if (d && d != MDB_NOTFOUND) {
+            rc = d;
+            break;
+        }
+        if ((rc = mdb_cursor_del(c, 0)))
+            break;
+        n++;
+        rc = mdb_cursor_get(c, &k, &v, MDB_GET_CURRENT);
+        if (rc == MDB_NOTFOUND || rc == EINVAL)
+            rc = mdb_cursor_get(c, &k, &v, MDB_NEXT);
+    }
+    mdb_cursor_close(c);
+    *n_out = n;
+    return rc && rc != MDB_NOTFOUND ? mdb_fail(t, t->s, rc, "forget old messages") : 0;
 }
 
 /* ------------------------------------------------------------------ index scans */

@@ -122,6 +122,9 @@ int cairn__audit_each(cairn__txn *t, const char *task, cairn__audit_cb cb, void 
 /* Consumed queue messages: 0 and the task that consumed it, or ENOTFOUND. */
 int cairn__msg_get(cairn__txn *t, const char *msg_id, char task_out[CAIRN__ID_MAX + 1]);
 int cairn__msg_put(cairn__txn *t, const char *msg_id, const char *task);
+/* Forgets messages recorded at or before upto_ms (at most `limit` in this transaction); *n says
+ * how many. gc calls it with the tombstone window: a redelivery later than that runs again. */
+int cairn__msg_expire(cairn__txn *t, int64_t upto_ms, uint32_t limit, uint32_t *n);
 
 /* Iteration over the status index: tasks in `state` whose due time <= upto_ms, in due order.
  * The due time is next_retry_ms for failed tasks and updated_ms (the last state change)

@@ -281,7 +281,7 @@ CAIRN_API void cairn_runner_stop(cairn_runner *r);
  *   CAIRN_ETENANT     tenant limit reached; no step runs
  *                     (for both, a new task is recorded as pending so that cairn_runner_retry
  *                     runs it later, and `message_id` is not recorded: its redelivery runs it)
- *   CAIRN_EINVAL      bad arguments, or a message ID that is not 1-256 bytes
+ *   CAIRN_EINVAL      bad arguments, or a message ID that is not 1-128 bytes
  *   CAIRN_ETRANSIENT  a step failed transiently; the task is failed with next_retry_at
  *   CAIRN_EDEAD       the task is (now) dead
  *   CAIRN_EINDOUBT    an effect's outcome is unknown; needs cairn_runner_resolve()
@@ -310,8 +310,9 @@ CAIRN_API int cairn_runner_resolve(cairn_runner *r, const char *task_id, const c
  * attempt count reset; old outputs and the audit trail stay readable. CAIRN_ENOTFOUND,
  * CAIRN_EBUSY (running elsewhere), CAIRN_ESTATE (garbage-collected). */
 CAIRN_API int cairn_runner_invalidate(cairn_runner *r, const char *task_id, const char *from_step);
-/* Drops outputs of tasks finished longer ago than the output retention (keeping a tombstone)
- * and tombstones older than the tombstone retention. */
+/* Drops outputs of tasks finished longer ago than the output retention (keeping a tombstone),
+ * tombstones older than the tombstone retention, and consumed-message records older than it
+ * (a redelivery after that window is a new message). */
 CAIRN_API int cairn_runner_gc(cairn_runner *r, uint32_t *n_pruned, uint32_t *n_removed);
 
 /* ------------------------------------------------------------------ inspection */

@@ -1054,8 +1054,8 @@ int cairn_runner_run(cairn_runner *r, const char *graph, const char *task_id, co
     r->err[0] = r->note[0] = 0;
     if (r->stop)
         return cairn__runner_fail(r, CAIRN_EINTR, "stopped: no new task is admitted");
-    if (message_id && (!*message_id || strlen(message_id) > 256))
-        return cairn__runner_fail(r, CAIRN_EINVAL, "message ID must be 1-256 bytes");
+    if (message_id && (!*message_id || strlen(message_id) > CAIRN__ID_MAX))
+        return cairn__runner_fail(r, CAIRN_EINVAL, "message ID must be 1-%d bytes", CAIRN__ID_MAX);
     cairn_graph *g = find_graph(r, graph);
     if (!g)
         return cairn__runner_fail(r, CAIRN_ENOGRAPH, "no graph named '%s'", graph);
@@ -1452,6 +1452,17 @@ static int gc_txn(cairn__txn *t, void *arg)
     return cairn__finished_each(t, a->prune_before, gc_cb, p);
 }
 
+typedef struct msg_expire_arg {
+    int64_t upto;
+    uint32_t n;
+} msg_expire_arg;
+
+static int msg_expire_txn(cairn__txn *t, void *arg)
+{
+    msg_expire_arg *m = arg;
+    return cairn__msg_expire(t, m->upto, 4096, &m->n);
+}
+
 int cairn_runner_gc(cairn_runner *r, uint32_t *n_pruned, uint32_t *n_removed)
 {
     if (!r || !r->opened)
@@ -1468,6 +1479,13 @@ int cairn_runner_gc(cairn_runner *r, uint32_t *n_pruned, uint32_t *n_removed)
             break;
         pruned += a.pruned, removed += a.removed;
     } while (a.batch >= 512);
+    /* consumed-message records live as long as tombstones: a redelivery within the dedupe
+     * window does nothing, a later one is a new message */
+    for (uint32_t n = 1; !rc && n;) {
+        msg_expire_arg m = {.upto = a.remove_before};
+        rc = cairn__store_write(r->store, CAIRN__RELAXED, msg_expire_txn, &m);
+        n = m.n;
+    }
     if (n_pruned)
         *n_pruned = pruned;
     if (n_removed)

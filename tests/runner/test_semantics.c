@@ -182,6 +182,12 @@ static void deferred_message_not_consumed(void)
        "the redelivered message runs it: the refused run did not consume p0:1");
     ok(run(g_inner, "ten", "x2", "{\"tenant\":\"acme\"}", "p0:1") == 0 && calls[1] == 1,
        "a third delivery of p0:1 does nothing");
+    cairn_runner_set_retention(g_inner, 0, 0);
+    uint32_t pruned = 0, removed = 0;
+    ok(cairn_runner_gc(g_inner, &pruned, &removed) == 0 && removed == 2,
+       "gc with no dedupe window removes both tasks (%u)", removed);
+    ok(run(g_inner, "ten", "x2", "{\"tenant\":\"acme\"}", "p0:1") == 0 && calls[1] == 2,
+       "and forgets message p0:1: past the window, its redelivery is a new message");
     cairn_runner_free(g_inner);
     g_inner = NULL;
     cairn_runner_free(r);
