@@ -147,9 +147,12 @@ void cairn__print_task_table(const json_t *t)
     {
         char *out = json_dumps(json_object_get(s, "output"), JSON_COMPACT | JSON_ENCODE_ANY);
         const char *o = out ? out : "null";
+        size_t shown = strlen(o) > 100 ? 100 : strlen(o);
+        while (shown > 0 && shown < strlen(o) && ((unsigned char)o[shown] & 0xC0) == 0x80)
+            shown--; /* never cut a UTF-8 character in half */
         printf("%-20s %-9s %4lld  %.*s%s\n", str(s, "name"), str(s, "status"),
-               (long long)json_integer_value(json_object_get(s, "invocations")), 100, o,
-               strlen(o) > 100 ? "..." : "");
+               (long long)json_integer_value(json_object_get(s, "invocations")), (int)shown, o,
+               shown < strlen(o) ? "..." : "");
         if (*str(s, "error"))
             printf("%-20s %-9s %4s  error: %s\n", "", "", "", str(s, "error"));
         free(out);
