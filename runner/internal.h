@@ -79,6 +79,28 @@ int cairn__commit_progress(cairn_ctx *ctx, const void *data, size_t len);
 int cairn__renew_lease(cairn_ctx *ctx);
 
 int cairn__runner_fail(cairn_runner *r, int err, const char *fmt, ...) CAIRN_PRINTF(3, 4);
+
+/* runner.c, shared with operator.c */
+cairn_graph *cairn__find_graph(cairn_runner *r, const char *name);
+/* The registered graph a stored task belongs to (CAIRN_ENOTFOUND, CAIRN_ENOGRAPH). */
+int cairn__task_graph(cairn_runner *r, const char *id, const cairn_graph **g);
+/* Takes the task's lease and runs its remaining steps (what resume and retry do). */
+int cairn__execute(cairn_runner *r, const cairn_graph *g, const char *id);
+int cairn__audit(cairn__txn *t, cairn__task_rec *task, cairn_state from, cairn_state to,
+                 const char *step, const char *fmt, ...) CAIRN_PRINTF(6, 7);
+/* Moves a task to `to` if the state machine allows it (operator actions may reopen a finished
+ * task), and audits it; CAIRN_ESTATE otherwise. */
+int cairn__transition(cairn__txn *t, cairn__task_rec *task, cairn_state to, int operator_action,
+                      const char *step, const char *reason);
+void cairn__release_lease(cairn__task_rec *task);
+/* Generations: `redo` marks steps by position in g->order. mark_downstream extends the marks
+ * to every step that reads a marked one; mark_changed marks steps whose name@version is not in
+ * the task's pin (and their downstream) and returns the count; new_generation bumps the task's
+ * generation and gives the marked steps fresh pending records. */
+void cairn__mark_downstream(const cairn_graph *g, unsigned char *redo);
+size_t cairn__mark_changed(const cairn_graph *g, const char *pin, unsigned char *redo);
+int cairn__new_generation(cairn__txn *t, const cairn_graph *g, cairn__task_rec *task,
+                          const unsigned char *redo);
 int cairn__runner_store_fail(cairn_runner *r, int err);
 
 #endif

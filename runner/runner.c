@@ -170,7 +170,7 @@ void cairn_runner_stop(cairn_runner *r)
         r->stop = 1;
 }
 
-static cairn_graph *find_graph(cairn_runner *r, const char *name)
+cairn_graph *cairn__find_graph(cairn_runner *r, const char *name)
 {
     for (size_t i = 0; i < r->n_graphs; i++)
         if (strcmp(r->graphs[i]->name, name) == 0)
@@ -178,11 +178,10 @@ static cairn_graph *find_graph(cairn_runner *r, const char *name)
     return NULL;
 }
 
-/* ------------------------------------------------------------------ shared helpers */
+/* ------------------------------------------------------------------ shared helpers
+ * (also used by operator.c; declared in runner/internal.h) */
 
-static int audit(cairn__txn *t, cairn__task_rec *task, cairn_state from, cairn_state to,
-                 const char *step, const char *fmt, ...) CAIRN_PRINTF(6, 7);
-static int audit(cairn__txn *t, cairn__task_rec *task, cairn_state from, cairn_state to,
+int cairn__audit(cairn__txn *t, cairn__task_rec *task, cairn_state from, cairn_state to,
                  const char *step, const char *fmt, ...)
 {
     cairn__audit_rec a = {.t_ms = cairn__now_ms(),
@@ -199,7 +198,7 @@ static int audit(cairn__txn *t, cairn__task_rec *task, cairn_state from, cairn_s
 }
 
 /* Moves a task to `to` (checking the state machine) and audits it. */
-static int transition(cairn__txn *t, cairn__task_rec *task, cairn_state to, int operator_action,
+int cairn__transition(cairn__txn *t, cairn__task_rec *task, cairn_state to, int operator_action,
                       const char *step, const char *reason)
 {
     cairn_state from = (cairn_state)task->state;
@@ -213,10 +212,10 @@ static int transition(cairn__txn *t, cairn__task_rec *task, cairn_state to, int 
         task->finished_ms = task->updated_ms;
     else
         task->finished_ms = 0;
-    return audit(t, task, from, to, step, "%s", reason);
+    return cairn__audit(t, task, from, to, step, "%s", reason);
 }
 
-static void release_lease(cairn__task_rec *task)
+void cairn__release_lease(cairn__task_rec *task)
 {
     memset(&task->owner, 0, sizeof task->owner);
     task->lease_token = 0;
@@ -268,7 +267,7 @@ static int pinned(const char *pin, const cairn_step *s)
 /* Extends `redo` (by position in g->order) to everything downstream of the steps already in
  * it: a step runs again if any step it reads runs again. One pass suffices in topological
  * order. */
-static void mark_downstream(const cairn_graph *g, unsigned char *redo)
+void cairn__mark_downstream(const cairn_graph *g, unsigned char *redo)
 {
     for (size_t i = 0; i < g->n_steps; i++) {
         const cairn_step *s = g->steps[g->order[i]];
@@ -281,7 +280,7 @@ static void mark_downstream(const cairn_graph *g, unsigned char *redo)
 
 /* Starts generation gen+1 for the steps marked in `redo` (by position in g->order): they get
  * fresh pending records; the others keep applying from their older generations. */
-static int new_generation(cairn__txn *t, const cairn_graph *g, cairn__task_rec *task,
+int cairn__new_generation(cairn__txn *t, const cairn_graph *g, cairn__task_rec *task,
                           const unsigned char *redo)
 {
     task->generation++;
@@ -300,13 +299,13 @@ static int new_generation(cairn__txn *t, const cairn_graph *g, cairn__task_rec *
 
 /* Marks the steps whose name@version is not in the task's pin (changed or new), and all that
  * is downstream of them. Returns how many were marked. */
-static size_t mark_changed(const cairn_graph *g, const char *pin, unsigned char *redo)
+size_t cairn__mark_changed(const cairn_graph *g, const char *pin, unsigned char *redo)
 {
     size_t n = 0;
     for (size_t i = 0; i < g->n_steps; i++)
         if (!pinned(pin, g->steps[g->order[i]]))
             redo[i] = 1;
-    mark_downstream(g, redo);
+    cairn__mark_downstream(g, redo);
     for (size_t i = 0; i < g->n_steps; i++)
         n += redo[i];
     return n;
@@ -353,8 +352,9 @@ static int admit_txn(cairn__txn *t, void *arg)
         task.created_ms = task.updated_ms = cairn__now_ms();
         rc = cairn__input_put(t, a->id, a->input, a->input_len);
         if (!rc)
-            rc = audit(t, &task, CAIRN_PENDING, CAIRN_PENDING, NULL, "created%s%s",
-                       a->message_id ? " from message " : "", a->message_id ? a->message_id : "");
+            rc = cairn__audit(t, &task, CAIRN_PENDING, CAIRN_PENDING, NULL, "created%s%s",
+                              a->message_id ? " from message " : "",
+                              a->message_id ? a->message_id : "");
         if (!rc)
             rc = cairn__task_put(t, &task);
     } else if (rc == 0 && strcmp(task.graph, a->g->name) != 0) {
@@ -470,15 +470,15 @@ static int acquire_txn(cairn__txn *t, void *arg)
         unsigned char *redo = calloc(a->g->n_steps, 1);
         if (!redo)
             return CAIRN_ENOMEM;
-        size_t n_redo = mark_changed(a->g, task.steps_pin, redo);
-        rc = n_redo ? new_generation(t, a->g, &task, redo) : 0;
+        size_t n_redo = cairn__mark_changed(a->g, task.steps_pin, redo);
+        rc = n_redo ? cairn__new_generation(t, a->g, &task, redo) : 0;
         free(redo);
         if (rc)
             return rc;
-        if ((rc = audit(t, &task, (cairn_state)task.state, (cairn_state)task.state,
-                        ch ? ch->name : NULL,
-                        "graph changed (%s -> %s): %zu step(s) to redo, generation %u",
-                        task.steps_pin, a->g->pin, n_redo, task.generation)))
+        if ((rc = cairn__audit(t, &task, (cairn_state)task.state, (cairn_state)task.state,
+                               ch ? ch->name : NULL,
+                               "graph changed (%s -> %s): %zu step(s) to redo, generation %u",
+                               task.steps_pin, a->g->pin, n_redo, task.generation)))
             return rc;
         snprintf(task.fingerprint, sizeof task.fingerprint, "%s", a->g->fingerprint);
         snprintf(task.steps_pin, sizeof task.steps_pin, "%s", a->g->pin);
@@ -489,18 +489,18 @@ static int acquire_txn(cairn__txn *t, void *arg)
         snprintf(reason, sizeof reason, "lease taken over from pid %d on %s (%s)", task.owner.pid,
                  task.owner.host, task.lease_expires_ms <= now ? "expired" : "owner gone");
         /* running -> running is no state change: record the takeover, count the attempt */
-        if ((rc = audit(t, &task, CAIRN_RUNNING, CAIRN_RUNNING, NULL, "%s", reason)))
+        if ((rc = cairn__audit(t, &task, CAIRN_RUNNING, CAIRN_RUNNING, NULL, "%s", reason)))
             return rc;
     } else {
         snprintf(reason, sizeof reason, "%s", task.state == CAIRN_FAILED ? "retry" : "run");
-        if ((rc = transition(t, &task, CAIRN_RUNNING, 0, NULL, reason)))
+        if ((rc = cairn__transition(t, &task, CAIRN_RUNNING, 0, NULL, reason)))
             return rc;
     }
     if (task.attempt > r->max_attempts) {
         snprintf(task.error, sizeof task.error, "gave up after %u attempts", r->max_attempts);
         task.error_step[0] = 0;
-        release_lease(&task);
-        if ((rc = transition(t, &task, CAIRN_DEAD, 0, NULL, task.error)) ||
+        cairn__release_lease(&task);
+        if ((rc = cairn__transition(t, &task, CAIRN_DEAD, 0, NULL, task.error)) ||
             (rc = cairn__task_put(t, &task)))
             return rc;
         a->finished = 2;
@@ -579,49 +579,50 @@ static int commit_txn(cairn__txn *t, void *arg)
         s.state = CAIRN_STEP_DONE;
         s.output = a->out;
         s.output_len = a->out_len;
-        rc = audit(t, &task, CAIRN_RUNNING, CAIRN_RUNNING, step, "step done (invocation %u)",
-                   a->invocations);
+        rc = cairn__audit(t, &task, CAIRN_RUNNING, CAIRN_RUNNING, step, "step done (invocation %u)",
+                          a->invocations);
         if (!rc && a->kind == C_DONE_LAST) {
             task.error[0] = task.error_step[0] = 0;
-            release_lease(&task);
-            rc = transition(t, &task, CAIRN_SUCCEEDED, 0, NULL, "all steps done");
+            cairn__release_lease(&task);
+            rc = cairn__transition(t, &task, CAIRN_SUCCEEDED, 0, NULL, "all steps done");
         }
         break;
     case C_INTENT:
         s.state = CAIRN_STEP_INTENT;
         s.intent_ms = s.updated_ms;
-        rc =
-            audit(t, &task, CAIRN_RUNNING, CAIRN_RUNNING, step, "effect intent %s", c->delivery_id);
+        rc = cairn__audit(t, &task, CAIRN_RUNNING, CAIRN_RUNNING, step, "effect intent %s",
+                          c->delivery_id);
         break;
     case C_FAILED:
         s.state = CAIRN_STEP_FAILED;
-        rc = audit(t, &task, CAIRN_RUNNING, CAIRN_RUNNING, step, "step failed: %s", s.error);
+        rc = cairn__audit(t, &task, CAIRN_RUNNING, CAIRN_RUNNING, step, "step failed: %s", s.error);
         break;
     case C_RESET: /* a probe said the effect did not happen: clear the intent */
         s.state = CAIRN_STEP_PENDING;
-        rc = audit(t, &task, CAIRN_RUNNING, CAIRN_RUNNING, step, "probe: effect did not happen");
+        rc = cairn__audit(t, &task, CAIRN_RUNNING, CAIRN_RUNNING, step,
+                          "probe: effect did not happen");
         break;
     case C_RETRY_LATER:
         s.state = CAIRN_STEP_FAILED;
         task.next_retry_ms = a->next_retry_ms;
         snprintf(task.error, sizeof task.error, "%s", s.error);
         snprintf(task.error_step, sizeof task.error_step, "%s", step);
-        release_lease(&task);
-        rc = transition(t, &task, CAIRN_FAILED, 0, step, s.error);
+        cairn__release_lease(&task);
+        rc = cairn__transition(t, &task, CAIRN_FAILED, 0, step, s.error);
         break;
     case C_DEAD:
         s.state = CAIRN_STEP_FAILED;
         snprintf(task.error, sizeof task.error, "%s", s.error);
         snprintf(task.error_step, sizeof task.error_step, "%s", step);
-        release_lease(&task);
-        rc = transition(t, &task, CAIRN_DEAD, 0, step, s.error);
+        cairn__release_lease(&task);
+        rc = cairn__transition(t, &task, CAIRN_DEAD, 0, step, s.error);
         break;
     case C_IN_DOUBT:
         s.state = CAIRN_STEP_IN_DOUBT;
         snprintf(task.error, sizeof task.error, "%s", s.error);
         snprintf(task.error_step, sizeof task.error_step, "%s", step);
-        release_lease(&task);
-        rc = transition(t, &task, CAIRN_IN_DOUBT, 0, step, s.error);
+        cairn__release_lease(&task);
+        rc = cairn__transition(t, &task, CAIRN_IN_DOUBT, 0, step, s.error);
         break;
     case C_STOPPED: /* interrupted: the step's output is dropped, the task is due at once */
         task.next_retry_ms = cairn__now_ms();
@@ -631,15 +632,15 @@ static int commit_txn(cairn__txn *t, void *arg)
             snprintf(task.error, sizeof task.error, "interrupted by a signal during step '%s'",
                      step);
         snprintf(task.error_step, sizeof task.error_step, "%s", step);
-        release_lease(&task);
-        rc = transition(t, &task, CAIRN_FAILED, 0, step, task.error);
+        cairn__release_lease(&task);
+        rc = cairn__transition(t, &task, CAIRN_FAILED, 0, step, task.error);
         if (!rc)
             rc = cairn__task_put(t, &task);
         return rc; /* the step record is left as it was */
     case C_SUCCEEDED:
         task.error[0] = task.error_step[0] = 0;
-        release_lease(&task);
-        rc = transition(t, &task, CAIRN_SUCCEEDED, 0, NULL, "all steps done");
+        cairn__release_lease(&task);
+        rc = cairn__transition(t, &task, CAIRN_SUCCEEDED, 0, NULL, "all steps done");
         if (!rc)
             rc = cairn__task_put(t, &task);
         return rc;
@@ -1033,7 +1034,7 @@ static int run_acquired(cairn_runner *r, const cairn_graph *g, const char *id, c
     return rc;
 }
 
-static int execute(cairn_runner *r, const cairn_graph *g, const char *id)
+int cairn__execute(cairn_runner *r, const cairn_graph *g, const char *id)
 {
     r->err[0] = r->note[0] = 0;
     if (r->stop)
@@ -1056,7 +1057,7 @@ int cairn_runner_run(cairn_runner *r, const char *graph, const char *task_id, co
         return cairn__runner_fail(r, CAIRN_EINTR, "stopped: no new task is admitted");
     if (message_id && (!*message_id || strlen(message_id) > CAIRN__ID_MAX))
         return cairn__runner_fail(r, CAIRN_EINVAL, "message ID must be 1-%d bytes", CAIRN__ID_MAX);
-    cairn_graph *g = find_graph(r, graph);
+    cairn_graph *g = cairn__find_graph(r, graph);
     if (!g)
         return cairn__runner_fail(r, CAIRN_ENOGRAPH, "no graph named '%s'", graph);
     char err[512];
@@ -1151,14 +1152,14 @@ static int graph_of_txn(cairn__txn *t, void *arg)
 }
 
 /* The graph a stored task belongs to. */
-static int task_graph(cairn_runner *r, const char *id, const cairn_graph **g)
+int cairn__task_graph(cairn_runner *r, const char *id, const cairn_graph **g)
 {
     char buf[CAIRN__ID_MAX + 1];
     snprintf(buf, sizeof buf, "%s", id);
     int rc = cairn__store_read(r->store, graph_of_txn, buf);
     if (rc)
         return cairn__runner_store_fail(r, rc);
-    *g = find_graph(r, buf);
+    *g = cairn__find_graph(r, buf);
     if (!*g)
         return cairn__runner_fail(r, CAIRN_ENOGRAPH,
                                   "task '%s' belongs to graph '%s', which this "
@@ -1173,322 +1174,6 @@ int cairn_runner_resume(cairn_runner *r, const char *task_id)
         return CAIRN_EINVAL;
     r->err[0] = r->note[0] = 0;
     const cairn_graph *g;
-    int rc = task_graph(r, task_id, &g);
-    return rc ? rc : execute(r, g, task_id);
-}
-
-/* ------------------------------------------------------------------ retry */
-
-typedef struct due_arg {
-    cairn_runner *r;
-    cairn__txn *t;
-    const char *graph;
-    int64_t now;
-    int running; /* scanning running tasks: keep only those whose lease is dead */
-    size_t n, cap;
-    char (*ids)[CAIRN__ID_MAX + 1];
-} due_arg;
-
-static int due_cb(const char *id, void *arg)
-{
-    due_arg *a = arg;
-    cairn__task_rec task;
-    if (cairn__task_get(a->t, id, &task) != 0)
-        return 0;
-    if (a->graph && strcmp(task.graph, a->graph) != 0)
-        return 0;
-    if (a->running && cairn__lease_live(&task, a->now))
-        return 0;
-    if (a->n == a->cap) {
-        size_t cap = a->cap ? a->cap * 2 : 64;
-        void *p = realloc(a->ids, cap * sizeof *a->ids);
-        if (!p)
-            return CAIRN_ENOMEM;
-        a->ids = p, a->cap = cap;
-    }
-    snprintf(a->ids[a->n++], CAIRN__ID_MAX + 1, "%s", id);
-    return 0;
-}
-
-static int due_txn(cairn__txn *t, void *arg)
-{
-    due_arg *a = arg;
-    a->t = t;
-    int64_t upto = a->now;
-    int rc = cairn__due_each(t, CAIRN_FAILED, upto, due_cb, a);
-    if (!rc)
-        rc = cairn__due_each(t, CAIRN_PENDING, INT64_MAX, due_cb, a);
-    if (!rc) {
-        a->running = 1;
-        rc = cairn__due_each(t, CAIRN_RUNNING, INT64_MAX, due_cb, a);
-    }
-    return rc;
-}
-
-int cairn_runner_retry(cairn_runner *r, const char *graph, uint32_t limit, int now, uint32_t *n_run,
-                       uint32_t *n_succeeded, uint32_t *n_failed)
-{
-    if (!r || !r->opened)
-        return CAIRN_EINVAL;
-    due_arg a = {.r = r, .graph = graph, .now = now ? INT64_MAX : cairn__now_ms()};
-    int rc = cairn__store_read(r->store, due_txn, &a);
-    if (rc) {
-        free(a.ids);
-        return cairn__runner_store_fail(r, rc);
-    }
-    a.now = cairn__now_ms();
-    uint32_t ran = 0, ok = 0, bad = 0;
-    for (size_t i = 0; i < a.n && (!limit || ran < limit) && !r->stop; i++) {
-        const cairn_graph *g = find_graph(r, graph ? graph : "");
-        if (!g && task_graph(r, a.ids[i], &g) != 0) {
-            bad++;
-            continue;
-        }
-        int x = execute(r, g, a.ids[i]);
-        if (x == CAIRN_EBUSY || x == CAIRN_ETENANT)
-            continue; /* someone else has it (an overlapping retry): not ours to count */
-        ran++;
-        if (x == 0)
-            ok++;
-        else
-            bad++;
-        if (x == CAIRN_EIO || x == CAIRN_EFULL || x == CAIRN_ECORRUPT || x == CAIRN_ESCHEMA) {
-            rc = x;
-            break;
-        }
-    }
-    free(a.ids);
-    if (!rc && r->stop)
-        rc = cairn__runner_fail(r, CAIRN_EINTR, "stopped after %u task(s)", ran);
-    if (n_run)
-        *n_run = ran;
-    if (n_succeeded)
-        *n_succeeded = ok;
-    if (n_failed)
-        *n_failed = bad;
-    return rc;
-}
-
-/* ------------------------------------------------------------------ operator actions */
-
-typedef struct op_arg {
-    cairn_runner *r;
-    const cairn_graph *g;
-    const char *id, *step;
-    int done;
-} op_arg;
-
-static int resolve_txn(cairn__txn *t, void *arg)
-{
-    op_arg *a = arg;
-    cairn_store *s = cairn__txn_store(t);
-    cairn__task_rec task;
-    int rc = cairn__task_get(t, a->id, &task);
-    if (rc == CAIRN_ENOTFOUND)
-        return cairn__store_fail(s, rc, "no task '%s'", a->id);
-    if (rc)
-        return rc;
-    if (task.state != CAIRN_IN_DOUBT) /* before the step lookup: a running task may have none */
-        return cairn__store_fail(s, CAIRN_ESTATE,
-                                 "task '%s' is %s: only a task in doubt can be resolved", a->id,
-                                 cairn_state_name((cairn_state)task.state));
-    cairn__step_rec st;
-    rc = cairn__step_get(t, a->id, a->step, task.generation, &st);
-    if (rc == CAIRN_ENOTFOUND)
-        return cairn__store_fail(s, rc, "task '%s' has no record of step '%s'", a->id, a->step);
-    if (rc)
-        return rc;
-    if (task.state != CAIRN_IN_DOUBT ||
-        (st.state != CAIRN_STEP_IN_DOUBT && st.state != CAIRN_STEP_INTENT))
-        return cairn__store_fail(s, CAIRN_ESTATE,
-                                 "task '%s' is %s and step '%s' is %s: only an in-doubt step can "
-                                 "be resolved",
-                                 a->id, cairn_state_name((cairn_state)task.state), a->step,
-                                 cairn_step_state_name((cairn_step_state)st.state));
-    st.state = a->done ? CAIRN_STEP_DONE : CAIRN_STEP_PENDING;
-    st.resolved = 1;
-    st.output = NULL;
-    st.output_len = 0;
-    st.generation = task.generation;
-    st.updated_ms = cairn__now_ms();
-    snprintf(st.error, sizeof st.error, "resolved by operator: %s", a->done ? "done" : "not done");
-    if (!a->done && st.invocations > 0)
-        st.invocations--; /* the invocation that never happened does not count */
-    task.error[0] = task.error_step[0] = 0;
-    task.next_retry_ms = 0;
-    task.attempt = 0; /* the operator's decision starts the count again, as invalidate does */
-    if ((rc = transition(t, &task, CAIRN_PENDING, 1, a->step, st.error)) ||
-        (rc = cairn__step_put(t, a->id, a->step, &st)))
-        return rc;
-    return cairn__task_put(t, &task);
-}
-
-int cairn_runner_resolve(cairn_runner *r, const char *task_id, const char *step, int done)
-{
-    if (!r || !r->opened || !task_id || !step)
-        return CAIRN_EINVAL;
-    r->err[0] = 0;
-    if (!cairn__name_ok(step))
-        return cairn__runner_fail(
-            r, CAIRN_EINVAL, "step name '%.80s' is not 1-64 characters of [A-Za-z0-9._-]", step);
-    op_arg a = {.r = r, .id = task_id, .step = step, .done = done};
-    int rc = cairn__store_write(r->store, CAIRN__DURABLE, resolve_txn, &a);
-    return rc ? cairn__runner_store_fail(r, rc) : 0;
-}
-
-static int invalidate_txn(cairn__txn *t, void *arg)
-{
-    op_arg *a = arg;
-    cairn_store *s = cairn__txn_store(t);
-    cairn__task_rec task;
-    int rc = cairn__task_get(t, a->id, &task);
-    if (rc)
-        return rc == CAIRN_ENOTFOUND ? cairn__store_fail(s, rc, "no task '%s'", a->id) : rc;
-    if (task.state == CAIRN_RUNNING && cairn__lease_live(&task, cairn__now_ms()))
-        return cairn__store_fail(s, CAIRN_EBUSY, "task '%s' is running in process %d on %s", a->id,
-                                 task.owner.pid, task.owner.host);
-    if (task.tombstone)
-        return cairn__store_fail(s, CAIRN_ESTATE,
-                                 "task '%s' was garbage-collected (its input is gone)", a->id);
-    size_t from = 0;
-    if (a->step) {
-        while (from < a->g->n_steps && strcmp(a->g->steps[a->g->order[from]]->name, a->step))
-            from++;
-        if (from == a->g->n_steps)
-            return cairn__store_fail(s, CAIRN_ENOTFOUND, "graph '%s' has no step '%s'", a->g->name,
-                                     a->step);
-    }
-    if (task.state == CAIRN_RUNNING) { /* owner gone: the stale run is abandoned */
-        release_lease(&task);
-        if ((rc = transition(t, &task, CAIRN_FAILED, 0, NULL, "owner gone; invalidated")))
-            return rc;
-    }
-    /* without --from, every step; with it, that step and everything downstream of it; in both
-     * cases also any step the code changed since the task was pinned (and its downstream), so
-     * the new generation never mixes an old step's output with new code */
-    unsigned char *redo = calloc(a->g->n_steps, 1);
-    if (!redo)
-        return CAIRN_ENOMEM;
-    for (size_t i = 0; i < a->g->n_steps; i++)
-        redo[i] = !a->step || i == from;
-    mark_downstream(a->g, redo);
-    mark_changed(a->g, task.steps_pin, redo);
-    rc = new_generation(t, a->g, &task, redo);
-    free(redo);
-    if (rc)
-        return rc;
-    char why[256];
-    snprintf(why, sizeof why, "invalidated %s '%s' (and what depends on it): generation %u",
-             a->step ? "from step" : "all steps, from", a->g->steps[a->g->order[from]]->name,
-             task.generation);
-    if (task.state != CAIRN_PENDING) {
-        if ((rc = transition(t, &task, CAIRN_PENDING, 1, NULL, why)))
-            return rc;
-    } else if ((rc = audit(t, &task, CAIRN_PENDING, CAIRN_PENDING, NULL, "%s", why))) {
-        return rc; /* already pending: audited once, not twice */
-    }
-    task.attempt = 0;
-    task.error[0] = task.error_step[0] = 0;
-    snprintf(task.fingerprint, sizeof task.fingerprint, "%s", a->g->fingerprint);
-    snprintf(task.steps_pin, sizeof task.steps_pin, "%s", a->g->pin);
-    return cairn__task_put(t, &task);
-}
-
-int cairn_runner_invalidate(cairn_runner *r, const char *task_id, const char *from_step)
-{
-    if (!r || !r->opened || !task_id)
-        return CAIRN_EINVAL;
-    r->err[0] = 0;
-    const cairn_graph *g;
-    int rc = task_graph(r, task_id, &g);
-    if (rc)
-        return rc;
-    op_arg a = {.r = r, .g = g, .id = task_id, .step = from_step};
-    rc = cairn__store_write(r->store, CAIRN__DURABLE, invalidate_txn, &a);
-    return rc ? cairn__runner_store_fail(r, rc) : 0;
-}
-
-/* ------------------------------------------------------------------ gc */
-
-typedef struct gc_arg {
-    cairn_runner *r;
-    int64_t prune_before, remove_before;
-    uint32_t pruned, removed, batch; /* of this transaction only (it may run twice) */
-} gc_arg;
-
-static int gc_cb(const char *id, void *arg)
-{
-    void **p = arg;
-    cairn__txn *t = p[0];
-    gc_arg *a = p[1];
-    if (a->batch >= 512)
-        return 1; /* keep transactions small; the caller loops */
-    cairn__task_rec task;
-    int rc = cairn__task_get(t, id, &task);
-    if (rc)
-        return rc == CAIRN_ENOTFOUND ? 0 : rc;
-    if (task.finished_ms <= a->remove_before) {
-        if ((rc = cairn__task_del(t, id)) || (rc = cairn__idem_del(t, id)))
-            return rc;
-        a->removed++, a->batch++;
-    } else if (!task.tombstone && task.finished_ms <= a->prune_before) {
-        /* keep the tombstone: id, payload hash, final state, times, audit */
-        task.tombstone = 1;
-        if ((rc = cairn__task_drop_outputs(t, id)) ||
-            (rc = audit(t, &task, (cairn_state)task.state, (cairn_state)task.state, NULL,
-                        "gc: outputs dropped, tombstone kept")) ||
-            (rc = cairn__task_put(t, &task)))
-            return rc;
-        a->pruned++, a->batch++;
-    }
-    return 0;
-}
-
-static int gc_txn(cairn__txn *t, void *arg)
-{
-    gc_arg *a = arg;
-    a->batch = a->pruned = a->removed = 0;
-    void *p[2] = {t, a};
-    return cairn__finished_each(t, a->prune_before, gc_cb, p);
-}
-
-typedef struct msg_expire_arg {
-    int64_t upto;
-    uint32_t n;
-} msg_expire_arg;
-
-static int msg_expire_txn(cairn__txn *t, void *arg)
-{
-    msg_expire_arg *m = arg;
-    return cairn__msg_expire(t, m->upto, 4096, &m->n);
-}
-
-int cairn_runner_gc(cairn_runner *r, uint32_t *n_pruned, uint32_t *n_removed)
-{
-    if (!r || !r->opened)
-        return CAIRN_EINVAL;
-    int64_t now = cairn__now_ms();
-    gc_arg a = {.r = r,
-                .prune_before = now - (int64_t)r->retention_s * 1000,
-                .remove_before = now - (int64_t)r->tombstone_s * 1000};
-    uint32_t pruned = 0, removed = 0;
-    int rc;
-    do {
-        rc = cairn__store_write(r->store, CAIRN__RELAXED, gc_txn, &a);
-        if (rc)
-            break;
-        pruned += a.pruned, removed += a.removed;
-    } while (a.batch >= 512);
-    /* consumed-message records live as long as tombstones: a redelivery within the dedupe
-     * window does nothing, a later one is a new message */
-    for (uint32_t n = 1; !rc && n;) {
-        msg_expire_arg m = {.upto = a.remove_before};
-        rc = cairn__store_write(r->store, CAIRN__RELAXED, msg_expire_txn, &m);
-        n = m.n;
-    }
-    if (n_pruned)
-        *n_pruned = pruned;
-    if (n_removed)
-        *n_removed = removed;
-    return rc ? cairn__runner_store_fail(r, rc) : 0;
+    int rc = cairn__task_graph(r, task_id, &g);
+    return rc ? rc : cairn__execute(r, g, task_id);
 }
