@@ -1,0 +1,197 @@
+/* checkpoint/index.c - reading the store's secondary indexes, consumed messages, statistics.
+ *
+ * The status index (state|due|id), the tenant index and the finished index are scanned by key
+ * range, collecting ids first and calling back afterwards: a callback may write to the same
+ * databases, which would invalidate a live cursor. Consumed-message records are kept with a
+ * time index so gc can forget them once the dedupe window has passed.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "checkpoint/store_impl.h"
+
+int cairn__msg_get(cairn__txn *t, const char *msg_id, char task_out[CAIRN__ID_MAX + 1])
+{
+    MDB_val k = {strlen(msg_id), (void *)msg_id}, v;
+    int rc = mdb_get(t->txn, t->s->msgs, &k, &v);
+    if (rc == MDB_NOTFOUND)
+        return CAIRN_ENOTFOUND;
+    if (rc)
+        return cairn__mdb_fail(t, t->s, rc, "read message record");
+    size_t n = v.mv_size > CAIRN__ID_MAX ? CAIRN__ID_MAX : v.mv_size;
+    memcpy(task_out, v.mv_data, n);
+    task_out[n] = 0;
+    return 0;
+}
+
+int cairn__msg_put(cairn__txn *t, const char *msg_id, const char *task)
+{
+    MDB_val k = {strlen(msg_id), (void *)msg_id}, v = {strlen(task), (void *)task};
+    int rc = mdb_put(t->txn, t->s->msgs, &k, &v, MDB_NOOVERWRITE);
+    if (rc == MDB_KEYEXIST)
+        return 0; /* recorded before: keep its first time */
+    if (rc)
+        return cairn__mdb_fail(t, t->s, rc, "write message record");
+    key tk;
+    tk.len = 0;
+    key_u64(&tk, (uint64_t)cairn__now_ms());
+    key_str(&tk, msg_id);
+    return cairn__put_empty(t, t->s->msgtime, &tk);
+}
+
+int cairn__msg_expire(cairn__txn *t, int64_t upto_ms, uint32_t limit, uint32_t *n_out)
+{
+    MDB_cursor *c;
+    uint32_t n = 0;
+    int rc = mdb_cursor_open(t->txn, t->s->msgtime, &c);
+    if (rc)
+        return cairn__mdb_fail(t, t->s, rc, "open cursor");
+    MDB_val k, v;
+    for (rc = mdb_cursor_get(c, &k, &v, MDB_FIRST); rc == 0 && n < limit;) {
+        if (k.mv_size < 8 || (int64_t)rd_be64(k.mv_data) > upto_ms)
+            break;
+        MDB_val mk = {k.mv_size - 8, (char *)k.mv_data + 8};
+        int d = mdb_del(t->txn, t->s->msgs, &mk, NULL);
+        if (d && d != MDB_NOTFOUND) {
+            rc = d;
+            break;
+        }
+        if ((rc = mdb_cursor_del(c, 0)))
+            break;
+        n++;
+        rc = mdb_cursor_get(c, &k, &v, MDB_GET_CURRENT);
+        if (rc == MDB_NOTFOUND || rc == EINVAL)
+            rc = mdb_cursor_get(c, &k, &v, MDB_NEXT);
+    }
+    mdb_cursor_close(c);
+    *n_out = n;
+    return rc && rc != MDB_NOTFOUND ? cairn__mdb_fail(t, t->s, rc, "forget old messages") : 0;
+}
+
+/* ------------------------------------------------------------------ index scans */
+
+/* Collects matching ids first, then calls back: callbacks may write to the same databases,
+ * which would invalidate a live cursor. */
+typedef struct idlist {
+    size_t n, cap;
+    char (*ids)[CAIRN__ID_MAX + 1];
+} idlist;
+
+static int idlist_add(idlist *l, const void *p, size_t n)
+{
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 64;
+        void *ids = realloc(l->ids, cap * sizeof *l->ids);
+        if (!ids)
+            return CAIRN_ENOMEM;
+        l->ids = ids, l->cap = cap;
+    }
+    if (n > CAIRN__ID_MAX)
+        n = CAIRN__ID_MAX;
+    memcpy(l->ids[l->n], p, n);
+    l->ids[l->n++][n] = 0;
+    return 0;
+}
+
+static int idlist_run(idlist *l, int rc, cairn__id_cb cb, void *arg)
+{
+    for (size_t i = 0; rc == 0 && i < l->n; i++)
+        rc = cb(l->ids[i], arg);
+    free(l->ids);
+    return rc == 1 ? 0 : rc;
+}
+
+/* Scans dbi from `start` while keys begin with prefix[0..plen); `stop(k)` ends early. The id is
+ * the key's bytes after `skip`. */
+static int scan(cairn__txn *t, MDB_dbi dbi, const key *start, size_t plen, size_t skip,
+                int64_t upto, int has_upto, cairn__id_cb cb, void *arg)
+{
+    idlist l = {0};
+    MDB_cursor *c;
+    int rc = mdb_cursor_open(t->txn, dbi, &c);
+    if (rc)
+        return cairn__mdb_fail(t, t->s, rc, "open cursor");
+    MDB_val k = {start->len, (void *)start->b}, v;
+    for (rc = mdb_cursor_get(c, &k, &v, start->len ? MDB_SET_RANGE : MDB_FIRST); rc == 0;
+         rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
+        if (k.mv_size < skip || memcmp(k.mv_data, start->b, plen) != 0)
+            break;
+        if (has_upto && (int64_t)rd_be64((unsigned char *)k.mv_data + skip - 8) > upto)
+            break;
+        if ((rc = idlist_add(&l, (char *)k.mv_data + skip, k.mv_size - skip)))
+            break;
+    }
+    mdb_cursor_close(c);
+    if (rc == MDB_NOTFOUND)
+        rc = 0;
+    else if (rc > 0)
+        rc = cairn__mdb_fail(t, t->s, rc, "scan index");
+    return idlist_run(&l, rc, cb, arg);
+}
+
+int cairn__due_each(cairn__txn *t, cairn_state state, int64_t upto_ms, cairn__id_cb cb, void *arg)
+{
+    key k;
+    k.len = 0;
+    k.b[k.len++] = (char)state;
+    return scan(t, t->s->due, &k, 1, 9, upto_ms, 1, cb, arg);
+}
+
+int cairn__tenant_each(cairn__txn *t, const char *tenant, cairn__id_cb cb, void *arg)
+{
+    key k;
+    k.len = 0;
+    key_str(&k, tenant), key_nul(&k);
+    return scan(t, t->s->tenants, &k, k.len, k.len, 0, 0, cb, arg);
+}
+
+int cairn__finished_each(cairn__txn *t, int64_t upto_ms, cairn__id_cb cb, void *arg)
+{
+    key k;
+    k.len = 0;
+    return scan(t, t->s->finished, &k, 0, 8, upto_ms, 1, cb, arg);
+}
+
+static int count_cb(const char *id, void *arg)
+{
+    (void)id;
+    ++*(uint64_t *)arg;
+    return 0;
+}
+
+static int tomb_cb(const char *id, void *arg)
+{
+    cairn__txn *t = ((void **)arg)[0];
+    cairn__task_rec r;
+    if (cairn__task_get(t, id, &r) == 0 && r.tombstone)
+        ++*(uint64_t *)((void **)arg)[1];
+    return 0;
+}
+
+int cairn__store_stats_get(cairn__txn *t, cairn__store_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    int rc = 0;
+    for (int s = 0; s < CAIRN_STATE_COUNT && !rc; s++)
+        rc = cairn__due_each(t, (cairn_state)s, INT64_MAX, count_cb, &out->by_state[s]);
+    void *targ[2] = {t, &out->tombstones};
+    if (!rc)
+        rc = cairn__finished_each(t, INT64_MAX, tomb_cb, targ);
+    MDB_stat st;
+    if (!rc && mdb_stat(t->txn, t->s->msgs, &st) == 0)
+        out->messages = st.ms_entries;
+    if (!rc && mdb_stat(t->txn, t->s->audit, &st) == 0)
+        out->audit_records = st.ms_entries;
+    if (!rc && mdb_stat(t->txn, t->s->steps, &st) == 0)
+        out->step_records = st.ms_entries;
+    MDB_envinfo info;
+    MDB_stat est;
+    if (!rc && mdb_env_info(t->s->env, &info) == 0 && mdb_env_stat(t->s->env, &est) == 0) {
+        out->map_size = info.me_mapsize;
+        out->page_size = est.ms_psize;
+        out->map_used = (uint64_t)(info.me_last_pgno + 1) * est.ms_psize;
+    }
+    return rc;
+}

@@ -1,0 +1,83 @@
+/* checkpoint/store_impl.h - what the store's own files share (store.c: environment and
+ * transactions; records.c: record coding, tasks, steps, progress, audit; index.c: scans of the
+ * secondary indexes, messages, statistics). runner/ never includes it: LMDB stays behind
+ * checkpoint/store.h. */
+#ifndef CAIRN_CHECKPOINT_STORE_IMPL_H
+#define CAIRN_CHECKPOINT_STORE_IMPL_H
+
+#include <lmdb.h>
+#include <msgpack.h>
+#include <string.h>
+
+#include "checkpoint/store.h"
+
+struct cairn_store {
+    MDB_env *env;
+    MDB_dbi meta, tasks, inputs, steps, progress, idem, due, tenants, finished, audit, msgs,
+        msgtime;
+    cairn_durability durability;
+    uint64_t map_max, map_size;
+    uint32_t inject_nth;
+    int inject_err;
+    char *dir;
+    char errmsg[1024];
+};
+
+struct cairn__txn {
+    cairn_store *s;
+    MDB_txn *txn;
+    int map_full;
+    msgpack_sbuffer buf;
+};
+
+/* Translates an LMDB (or errno) code into a cairn code, keeping the original in the message; a
+ * full map is flagged on the txn so that cairn__store_write grows it and runs the callback
+ * again. */
+int cairn__mdb_fail(cairn__txn *t, cairn_store *s, int rc, const char *what);
+
+/* Keys are built in a fixed buffer: ids (<= 128), names (<= 64) and big-endian numbers. */
+typedef struct key {
+    size_t len;
+    char b[CAIRN__ID_MAX + CAIRN__NAME_MAX + CAIRN__ID_MAX + 16];
+} key;
+
+static inline void be64(unsigned char *p, uint64_t v)
+{
+    for (int i = 7; i >= 0; i--, v >>= 8)
+        p[i] = (unsigned char)v;
+}
+static inline uint64_t rd_be64(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v = v << 8 | p[i];
+    return v;
+}
+
+static inline void key_str(key *k, const char *s)
+{
+    size_t n = strlen(s);
+    if (n > sizeof k->b - 16 - k->len) /* callers validate lengths; never write past the end */
+        n = sizeof k->b - 16 - k->len;
+    memcpy(k->b + k->len, s, n);
+    k->len += n;
+}
+static inline void key_nul(key *k) { k->b[k->len++] = 0; }
+static inline void key_u64(key *k, uint64_t v)
+{
+    be64((unsigned char *)k->b + k->len, v);
+    k->len += 8;
+}
+static inline void key_u32(key *k, uint32_t v)
+{
+    unsigned char *p = (unsigned char *)k->b + k->len;
+    p[0] = (unsigned char)(v >> 24), p[1] = (unsigned char)(v >> 16);
+    p[2] = (unsigned char)(v >> 8), p[3] = (unsigned char)v;
+    k->len += 4;
+}
+static inline MDB_val kv(key *k) { return (MDB_val){k->len, k->b}; }
+
+/* Writes an empty value under k (an index entry). */
+int cairn__put_empty(cairn__txn *t, MDB_dbi dbi, key *k);
+
+#endif
