@@ -6,14 +6,12 @@
  *                  "work <task>" appears;
  *   inside append  the ledger path is a FIFO: the effect's open() blocks after the intent was
  *                  committed, until the test kills the process;
- *   after commit N the test counts the task's audit records (one per commit) with LMDB read
- *                  transactions, which never wait for the writer; when N are in, it freezes the
- *                  runner with SIGSTOP, reads the count again (exactly where it will die: a
- *                  commit in flight is lost) and kills it. A commit that follows another with
- *                  no work in between may slip through before the freeze; the test then tries
- *                  again and reports which boundaries it hit.
- * After each kill the task is resumed with the same command and the promises in
- * crash_common.h are checked.
+ *   after commit N the test counts the task's audit and step records (each commit adds some) with
+ * LMDB read transactions, which never wait for the writer; when N are in, it freezes the runner
+ * with SIGSTOP, reads the count again (exactly where it will die: a commit in flight is lost) and
+ * kills it. A commit that follows another with no work in between may slip through before the
+ * freeze; the test then tries again and reports which boundaries it hit. After each kill the task
+ * is resumed with the same command and the promises in crash_common.h are checked.
  */
 #include <lmdb.h>
 #include <signal.h>
@@ -191,7 +189,7 @@ static int view_open(store_view *v, const char *store)
     return 0;
 }
 
-/* Number of audit records now (one per commit of a task's state); -1 on error. */
+/* Number of audit plus step records now (every commit adds at least one); -1 on error. */
 static long view_count(store_view *v)
 {
     MDB_txn *txn;
@@ -205,8 +203,13 @@ static long view_count(store_view *v)
     MDB_dbi dbi;
     MDB_stat s;
     long n = -1;
-    if (mdb_dbi_open(txn, "audit", 0, &dbi) == 0 && mdb_stat(txn, dbi, &s) == 0)
+    if (mdb_dbi_open(txn, "audit", 0, &dbi) == 0 && mdb_stat(txn, dbi, &s) == 0) {
         n = (long)s.ms_entries;
+        if (mdb_dbi_open(txn, "steps", 0, &dbi) == 0 && mdb_stat(txn, dbi, &s) == 0)
+            n += (long)s.ms_entries;
+        else if (mdb_dbi_open(txn, "steps", 0, &dbi) != MDB_NOTFOUND)
+            n = -1;
+    }
     mdb_txn_abort(txn);
     return n;
 }
@@ -259,15 +262,17 @@ static long kill_after_commits(const char *st, const char *input, const char *id
 
 static void test_kill_after_commits(void)
 {
-    /* A clean run commits 5 times; audit records per commit in brackets:
-     *   admission + lease (created, run) [2], parse [1], work [1], append intent [1],
-     *   append done + succeeded [2]
-     * so the boundaries between commits are at audit counts 0, 2, 3, 4, 5 (7 = finished). */
-    static const long bounds[] = {0, 2, 3, 4, 5};
-    static const char *after[] = {"nothing",       "?", "run started", "parse done", "work done",
-                                  "append intent", "?", "succeeded"};
+    /* A clean run commits 5 times; audit + step records each commit adds, in brackets:
+     *   admission + lease (audit: created, run) [2], parse (step) [1], work (step) [1],
+     *   append intent (audit + step) [2], append done + succeeded (audit: 2; the step record
+     *   is rewritten) [2]
+     * so the boundaries between commits are at counts 0, 2, 3, 4, 6 (8 = finished). */
+    static const long bounds[] = {0, 2, 3, 4, 6};
+    static const char *after[] = {"nothing",       "?",         "run started",
+                                  "parse done",    "work done", "?",
+                                  "append intent", "?",         "succeeded"};
     char *trace = tu_fmt("%s/commit.trace", D), *ledger = tu_fmt("%s/commit.ledger", D);
-    int covered[8] = {0};
+    int covered[9] = {0};
     for (size_t b = 0; b < sizeof bounds / sizeof *bounds; b++) {
         long n = bounds[b];
         for (int tries = 0; tries < 6 && !covered[n]; tries++) {
@@ -282,20 +287,20 @@ static void test_kill_after_commits(void)
             ok(cli_code(LEDGER, st, "stats", NULL) == 0, "store for N=%ld created", n);
             int exited = 0;
             long landed = kill_after_commits(st, o.input, o.id, n, &exited);
-            if (landed < 0 || landed > 7 || landed == 1 || landed == 6) {
+            if (landed < 0 || landed > 8 || landed == 1 || landed == 5 || landed == 7) {
                 ok(0, "N=%ld: could not step the runner (landed %ld: inside a commit?)", n, landed);
                 break;
             }
             covered[landed] = 1;
             observe(&o, st, trace, ledger);
-            diag("aimed after %ld audit records, killed after %ld (%s): store shows %s%s", n,
-                 landed, after[landed], o.landed, exited ? " (it had exited)" : "");
+            diag("aimed after %ld records, killed after %ld (%s): store shows %s%s", n, landed,
+                 after[landed], o.landed, exited ? " (it had exited)" : "");
             int v = settle(&o, st, trace, ledger);
-            ok(v == 0, "killed after audit record %ld (%s): resumed, promises hold%s", landed,
+            ok(v == 0, "killed after record %ld (%s): resumed, promises hold%s", landed,
                after[landed], o.in_doubt_seen ? " (was in doubt, resolved done)" : "");
-            if (landed == 5)
+            if (landed == 6)
                 ok(o.in_doubt_seen, "killed after the intent: the resume found it in doubt");
-            if (landed == 4 || landed == 7)
+            if (landed == 4 || landed == 8)
                 ok(!o.in_doubt_seen && ledger_lines(ledger, o.id) == 1,
                    "killed after record %ld: no doubt, exactly one effect", landed);
             if (landed >= 4)
@@ -311,7 +316,7 @@ static void test_kill_after_commits(void)
     ok(n_cov >= 4, "kills landed after %d of the 5 commit boundaries", n_cov);
     for (size_t b = 0; b < sizeof bounds / sizeof *bounds; b++)
         if (!covered[bounds[b]])
-            diag("boundary after %ld audit records (%s) was not hit", bounds[b], after[bounds[b]]);
+            diag("boundary after %ld records (%s) was not hit", bounds[b], after[bounds[b]]);
     free(trace), free(ledger);
 }
 
