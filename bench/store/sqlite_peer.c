@@ -3,9 +3,10 @@
  *
  * Same schema (tasks with a status/due index and a finished index, steps keyed by
  * task/step/generation holding the output blob, progress, idempotency, audit) and the same
- * transactions as cairn's runner: a step commit reads the task row and checks the lease token,
- * upserts the step row with its output, renews the lease (which moves the task's entry in the
- * due index, as cairn's does) and appends an audit row, all in one BEGIN IMMEDIATE transaction.
+ * transactions as cairn's runner: admission and lease in one transaction; a step commit reads
+ * the task row, checks the lease token and upserts the step row with its output (renewing the
+ * lease only at half-life, and auditing effects and transitions, not compute completions, as
+ * cairn does); the last step's commit also finishes the task. One BEGIN IMMEDIATE each.
  * Every statement is prepared once and reused, WAL mode is on, and durability is chosen with
  * synchronous=FULL (survives power loss: the WAL is fsynced at every commit) or NORMAL
  * (survives process crashes: fsync only at checkpoints). Ordinary rowid tables are used because
@@ -306,16 +307,15 @@ static int step_put(bench_peer *p, const char *task, const char *step, int gener
 
 /* ------------------------------------------------------------------ transactions */
 
-static int admit(bench_peer *p, const char *id, const void *input, size_t input_len)
+/* Inside an open transaction: reserve the id, create the task (as cairn's admit_txn). */
+static int admit_body(bench_peer *p, const char *id, const void *input, size_t input_len)
 {
-    if (exec(p, Q_BEGIN_W))
-        return -1;
     static const char hash[] = "6a1f0e2d3c4b5a69788796a5b4c3d2e1f00112233445566778899aabbccddeeff";
     sqlite3_stmt *s = p->q[Q_IDEM];
     text(s, 1, id);
     text(s, 2, hash);
     if (exec(p, Q_IDEM))
-        return rollback(p);
+        return -1;
     if (sqlite3_changes(p->db) == 0) { /* reserved before: the hash must match */
         s = p->q[Q_IDEM_GET];
         text(s, 1, id);
@@ -324,34 +324,33 @@ static int admit(bench_peer *p, const char *id, const void *input, size_t input_
         sqlite3_reset(s);
         if (!same) {
             snprintf(p->err, sizeof p->err, "task '%s' exists with another payload", id);
-            return rollback(p);
+            return -1;
         }
     }
     task_row t = {.generation = 1};
     int rc = task_get(p, id, &t);
     if (rc < 0)
-        return rollback(p);
+        return -1;
     if (rc == 1 &&
         (audit(p, id, 1, 0, 0, &t, NULL, "created") || task_new(p, id, input, input_len, 0, 0)))
-        return rollback(p);
-    return exec(p, Q_COMMIT) ? rollback(p) : 0;
+        return -1;
+    return 0;
 }
 
-static int acquire(bench_peer *p, const char *id, uint64_t token)
+/* Inside an open transaction: take the lease (as cairn's acquire_txn). */
+static int acquire_body(bench_peer *p, const char *id, uint64_t token)
 {
-    if (exec(p, Q_BEGIN_W))
-        return -1;
     task_row t;
     int rc = task_get(p, id, &t);
     if (rc) {
         if (rc == 1)
             snprintf(p->err, sizeof p->err, "no task '%s'", id);
-        return rollback(p);
+        return -1;
     }
     t.attempt++;
     int64_t now = now_ms();
     if (audit(p, id, ++t.audit_seq, t.state, ST_RUNNING, &t, NULL, "run"))
-        return rollback(p);
+        return -1;
     sqlite3_stmt *s = p->q[Q_ACQUIRE];
     text(s, 1, id);
     text(s, 2, p->host);
@@ -360,7 +359,16 @@ static int acquire(bench_peer *p, const char *id, uint64_t token)
     sqlite3_bind_int64(s, 5, now + LEASE_MS);
     sqlite3_bind_int64(s, 6, now);
     sqlite3_bind_int64(s, 7, t.audit_seq);
-    if (exec(p, Q_ACQUIRE))
+    return exec(p, Q_ACQUIRE);
+}
+
+/* Admission and lease in one transaction, as cairn_runner_run does them. */
+static int admit_acquire(bench_peer *p, const char *id, const void *input, size_t input_len,
+                         uint64_t token)
+{
+    if (exec(p, Q_BEGIN_W))
+        return -1;
+    if (admit_body(p, id, input, input_len) || acquire_body(p, id, token))
         return rollback(p);
     return exec(p, Q_COMMIT) ? rollback(p) : 0;
 }
@@ -378,40 +386,30 @@ static int fenced(bench_peer *p, const char *task, uint64_t token, task_row *t)
     return rc ? -1 : 0;
 }
 
-static int commit_step(bench_peer *p, const char *task, const char *step, uint64_t token)
+/* A step commit, as cairn's commit_txn: (a) read the task row and check the lease, (b) upsert
+ * the step row with its output. The lease is renewed only once less than half of it is left
+ * (never within these millisecond tasks), and a compute step's completion is no audit row. The
+ * last step's commit also finishes the task: audit "all steps done", state succeeded, lease
+ * released, in the same transaction. */
+static int commit_step(bench_peer *p, const char *task, const char *step, uint64_t token, int last)
 {
     if (exec(p, Q_BEGIN_W))
         return -1;
     task_row t;
     if (fenced(p, task, token, &t)) /* (a) */
         return rollback(p);
-    if (step_put(p, task, step, t.generation, p->out, p->out_len) ||    /* (b) */
-        audit(p, task, ++t.audit_seq, ST_RUNNING, ST_RUNNING, &t, step, /* (d) */
-              "step done (invocation %u)", 1u))
+    if (step_put(p, task, step, t.generation, p->out, p->out_len)) /* (b) */
         return rollback(p);
-    sqlite3_stmt *s = p->q[Q_RENEW]; /* (c) */
-    text(s, 1, task);
-    sqlite3_bind_int64(s, 2, now_ms() + LEASE_MS);
-    sqlite3_bind_int64(s, 3, t.audit_seq);
-    if (exec(p, Q_RENEW))
-        return rollback(p);
-    return exec(p, Q_COMMIT) ? rollback(p) : 0;
-}
-
-static int finish(bench_peer *p, const char *task, uint64_t token)
-{
-    if (exec(p, Q_BEGIN_W))
-        return -1;
-    task_row t;
-    if (fenced(p, task, token, &t) ||
-        audit(p, task, ++t.audit_seq, ST_RUNNING, ST_SUCCEEDED, &t, NULL, "all steps done"))
-        return rollback(p);
-    sqlite3_stmt *s = p->q[Q_FINISH];
-    text(s, 1, task);
-    sqlite3_bind_int64(s, 2, now_ms());
-    sqlite3_bind_int64(s, 3, t.audit_seq);
-    if (exec(p, Q_FINISH))
-        return rollback(p);
+    if (last) {
+        if (audit(p, task, ++t.audit_seq, ST_RUNNING, ST_SUCCEEDED, &t, NULL, "all steps done"))
+            return rollback(p);
+        sqlite3_stmt *s = p->q[Q_FINISH];
+        text(s, 1, task);
+        sqlite3_bind_int64(s, 2, now_ms());
+        sqlite3_bind_int64(s, 3, t.audit_seq);
+        if (exec(p, Q_FINISH))
+            return rollback(p);
+    }
     return exec(p, Q_COMMIT) ? rollback(p) : 0;
 }
 
@@ -489,7 +487,7 @@ static const uint64_t TOKEN = 0x5eed5eedull; /* the commit loop's lease token */
 
 int bench_peer_commit_step(bench_peer *p, const char *task, const char *step)
 {
-    return commit_step(p, task, step, TOKEN);
+    return commit_step(p, task, step, TOKEN, 0);
 }
 
 int bench_peer_create_running(bench_peer *p, const char *prefix, uint32_t first, uint32_t count)
@@ -510,15 +508,15 @@ int bench_peer_run_task(bench_peer *p, const char *id, uint32_t n, uint32_t n_st
 {
     uint64_t token = (uint64_t)bench_now_ns() | 1; /* a fresh lease token per run */
     bench_input_msgpack(n, &p->input);
-    if (admit(p, id, p->input.data, p->input.size) || acquire(p, id, token))
+    if (admit_acquire(p, id, p->input.data, p->input.size, token))
         return -1;
     for (uint32_t i = 0; i < n_steps; i++) {
         char step[16], dep[16];
         snprintf(step, sizeof step, "s%u", i);
         snprintf(dep, sizeof dep, "s%u", i ? i - 1 : 0);
         if (bench_peer_load_step(p, id, step, i ? dep : NULL, i == 0) < 0 || /* fresh: 1 */
-            commit_step(p, id, step, token))
+            commit_step(p, id, step, token, i + 1 == n_steps))
             return -1;
     }
-    return finish(p, id, token);
+    return 0;
 }
