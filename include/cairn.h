@@ -210,6 +210,10 @@ CAIRN_API int cairn_ctx_save_progress(cairn_ctx *ctx, const void *msgpack_bytes,
 CAIRN_API const msgpack_object *cairn_ctx_progress(const cairn_ctx *ctx);
 /* 1 once the run was asked to stop (SIGTERM/SIGINT): a long step should return TRANSIENT. */
 CAIRN_API int cairn_ctx_stopping(const cairn_ctx *ctx);
+/* With a TRANSIENT result: wait at least `ms` before the next invocation of this step (a rate
+ * limit's Retry-After). The runner waits max(its backoff, ms): inside the run if that is short,
+ * otherwise the task becomes failed with next_retry_at that far ahead. */
+CAIRN_API void cairn_ctx_set_retry_after(cairn_ctx *ctx, uint32_t ms);
 
 /* ------------------------------------------------------------------ store */
 

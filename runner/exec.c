@@ -5,7 +5,7 @@
  * cannot be asked to stop, only stopped. The child never touches the store (LMDB forbids using
  * an environment across fork); it sends frames to the parent over a pipe:
  *     'P' len bytes     save this progress record (the parent commits it)
- *     'R' result errlen err outlen out   the step's result
+ *     'R' result retry_after errlen err outlen out   the step's result
  * The parent commits progress as it arrives and renews the lease while it waits, so a long
  * isolated step keeps its lease however long it runs.
  */
@@ -33,6 +33,11 @@ uint32_t cairn_ctx_attempt(const cairn_ctx *c) { return c->attempt; }
 const char *cairn_ctx_delivery_id(const cairn_ctx *c) { return c->delivery_id; }
 const msgpack_object *cairn_ctx_input(const cairn_ctx *c) { return &c->input.data; }
 int cairn_ctx_stopping(const cairn_ctx *c) { return c->r->stop != 0; }
+void cairn_ctx_set_retry_after(cairn_ctx *c, uint32_t ms)
+{
+    if (c)
+        c->retry_after_ms = ms;
+}
 
 const msgpack_object *cairn_ctx_dep(const cairn_ctx *c, const char *step)
 {
@@ -143,6 +148,7 @@ static int take_output(cairn_ctx *c, cairn__outcome *o)
 {
     o->out = NULL;
     o->out_len = 0;
+    o->retry_after_ms = c->retry_after_ms;
     snprintf(o->err, sizeof o->err, "%s", c->err);
     if (c->out_set && c->out.size) {
         o->out = malloc(c->out.size);
@@ -203,8 +209,8 @@ static void run_child(cairn_ctx *c, int probe, int fd, pid_t parent)
     cairn_step_result res = call(c, probe);
     uint32_t r = (uint32_t)res, el = (uint32_t)strlen(c->err),
              ol = c->out_set ? (uint32_t)c->out.size : 0;
-    if (write_all(fd, "R", 1) || write_all(fd, &r, 4) || write_all(fd, &el, 4) ||
-        write_all(fd, c->err, el) || write_all(fd, &ol, 4) ||
+    if (write_all(fd, "R", 1) || write_all(fd, &r, 4) || write_all(fd, &c->retry_after_ms, 4) ||
+        write_all(fd, &el, 4) || write_all(fd, c->err, el) || write_all(fd, &ol, 4) ||
         (ol && write_all(fd, c->out.data, ol)))
         _exit(3);
     _exit(0);
@@ -233,7 +239,8 @@ static int read_frame(cairn_ctx *c, int fd, cairn__outcome *o, int *commit_err)
         return -1;
     o->result = (cairn_step_result)n;
     uint32_t el, ol;
-    if (read_all(fd, &el, 4) || el >= sizeof o->err || read_all(fd, o->err, el))
+    if (read_all(fd, &o->retry_after_ms, 4) || read_all(fd, &el, 4) || el >= sizeof o->err ||
+        read_all(fd, o->err, el))
         return -1;
     o->err[el] = 0;
     if (read_all(fd, &ol, 4))
@@ -338,6 +345,7 @@ int cairn__exec_step(cairn_ctx *c, int probe, cairn__outcome *o)
     memset(o, 0, sizeof *o);
     c->err[0] = 0;
     c->out_set = 0;
+    c->retry_after_ms = 0;
     msgpack_sbuffer_clear(&c->out);
     c->child_fd = -1;
     if (c->step->timeout_ms > 0)

@@ -52,6 +52,7 @@ struct cairn_ctx {
     int child_fd;  /* >= 0 when the step runs in an isolated child: progress goes to the parent */
     int last_step; /* the graph's last step: its commit also marks the task succeeded */
     int finished;  /* that commit happened */
+    uint32_t retry_after_ms;
     char err[CAIRN__ERR_MAX];
 };
 
@@ -59,6 +60,7 @@ struct cairn_ctx {
 typedef struct cairn__outcome {
     cairn_step_result result;
     int timed_out, crashed;
+    uint32_t retry_after_ms; /* the step's cairn_ctx_set_retry_after, 0 if none */
     char *out;
     size_t out_len;
     char err[CAIRN__ERR_MAX];

@@ -946,6 +946,8 @@ static int run_step(cairn_ctx *c, const cairn_graph *g)
         }
         /* transient: retry inline if the backoff is short, else leave it to `cairn retry` */
         uint32_t delay = cairn__backoff_ms(s, inv, &r->rng);
+        if (o.retry_after_ms > delay) /* the receiver asked for more time (Retry-After) */
+            delay = o.retry_after_ms;
         if (inv >= s->max_invocations) {
             char why[CAIRN__ERR_MAX];
             snprintf(why, sizeof why, "step '%s' failed on all %u invocations; last: %s", s->name,

@@ -762,13 +762,14 @@ static cairn_step_result webhook_outcome(cairn__notify_call *c, CURL *h, CURLcod
     if (status == 429) {
         curl_off_t wait = -1;
         curl_easy_getinfo(h, CURLINFO_RETRY_AFTER, &wait);
-        if (wait > 0)
+        if (wait > 0) {
+            /* honoured: the next attempt waits at least this long (capped at a day) */
+            cairn_ctx_set_retry_after(c->ctx,
+                                      wait > 86400 ? 86400u * 1000u : (uint32_t)wait * 1000u);
             cairn__notify_call_error(
-                c,
-                "HTTP 429 Too Many Requests; the receiver asks to retry after %lld s "
-                "(Retry-After; the step's retry backoff decides when): %s",
+                c, "HTTP 429 Too Many Requests; retrying after %lld s as the receiver asks: %s",
                 (long long)wait, answer_text(c));
-        else
+        } else
             cairn__notify_call_error(c, "HTTP 429 Too Many Requests: %s", answer_text(c));
         return CAIRN_STEP_TRANSIENT;
     }

@@ -19,9 +19,9 @@
  *                         (email adds "message_id").
  *   CAIRN_STEP_TRANSIENT  nothing was delivered: connection refused, DNS failure, a timeout or
  *                         error before the whole request/message was sent; HTTP 408, 429 and 5xx;
- *                         SMTP 4xx. For 429 the Retry-After wait is reported in the error message
- *                         only: the step's own backoff policy decides when the next call happens,
- *                         so give notify steps a retry base/cap that suits the receiver.
+ *                         SMTP 4xx. For 429 the Retry-After wait (seconds or an HTTP date,
+ *                         capped at a day) is honoured: cairn_ctx_set_retry_after makes the
+ *                         runner wait at least that long before the next call.
  *   CAIRN_STEP_PERMANENT  HTTP 3xx (redirects are not followed) and 4xx other than 408/429;
  *                         SMTP 5xx; a source step that is not a declared dependency.
  *   CAIRN_STEP_UNKNOWN    the request/message was sent completely but no answer came (timeout,
