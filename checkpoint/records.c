@@ -10,6 +10,7 @@
  * new one's in the same transaction, so the indexes cannot drift from the records.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,10 +70,14 @@ static void pk_bin(msgpack_packer *pk, const char *k, const void *v, size_t len)
     msgpack_pack_bin(pk, len), msgpack_pack_bin_body(pk, v, len);
 }
 
-/* A decoded record: the fields are looked up by name. */
+/* A decoded record: the fields are looked up by name. The objects live in the transaction's
+ * zone (reused from record to record, cleared by rec_close); strings and bins point into the
+ * LMDB value. Decoders read fields in the order the encoders write them, so a lookup that
+ * starts where the previous one matched finds its field at once. */
 typedef struct rec {
-    msgpack_unpacked u;
-    const msgpack_object_map *map;
+    msgpack_zone *zone;
+    msgpack_object_map map;
+    uint32_t hint;
 } rec;
 
 /* 1 if p[0..n) starts with one msgpack object whose declared lengths fit in n bytes.
@@ -154,36 +159,49 @@ static int mp_plausible(const void *data, size_t n)
 
 static int rec_open(cairn__txn *t, rec *r, const MDB_val *v, const char *what, const char *id)
 {
+    if (!t->zone_ready) {
+        if (!msgpack_zone_init(&t->zone, 2048))
+            return cairn__store_fail(t->s, CAIRN_ENOMEM, "out of memory decoding a record");
+        t->zone_ready = 1;
+    }
     size_t off = 0;
-    msgpack_unpacked_init(&r->u);
+    msgpack_object o;
     msgpack_unpack_return ur = mp_plausible(v->mv_data, v->mv_size)
-                                   ? msgpack_unpack_next(&r->u, v->mv_data, v->mv_size, &off)
+                                   ? msgpack_unpack(v->mv_data, v->mv_size, &off, &t->zone, &o)
                                    : MSGPACK_UNPACK_PARSE_ERROR;
-    if (ur != MSGPACK_UNPACK_SUCCESS || r->u.data.type != MSGPACK_OBJECT_MAP || off != v->mv_size) {
-        msgpack_unpacked_destroy(&r->u);
-        return cairn__store_fail(t->s, CAIRN_ECORRUPT,
+    if (ur < 0 || o.type != MSGPACK_OBJECT_MAP || off != v->mv_size) {
+        msgpack_zone_clear(&t->zone);
+        return cairn__store_fail(t->s,
+                                 ur == MSGPACK_UNPACK_NOMEM_ERROR ? CAIRN_ENOMEM : CAIRN_ECORRUPT,
                                  "corrupt %s record for '%s' in store %s (%zu bytes)", what, id,
                                  t->s->dir, (size_t)v->mv_size);
     }
-    r->map = &r->u.data.via.map;
+    r->zone = &t->zone;
+    r->map = o.via.map;
+    r->hint = 0;
     return 0;
 }
 
-static const msgpack_object *rec_get(const rec *r, const char *k)
+static void rec_close(rec *r) { msgpack_zone_clear(r->zone); }
+
+static const msgpack_object *rec_getn(rec *r, const char *k, size_t n)
 {
-    size_t n = strlen(k);
-    for (uint32_t i = 0; i < r->map->size; i++) {
-        const msgpack_object *key = &r->map->ptr[i].key;
+    uint32_t size = r->map.size;
+    for (uint32_t j = 0; j < size; j++) {
+        uint32_t i = r->hint + j < size ? r->hint + j : r->hint + j - size;
+        const msgpack_object *key = &r->map.ptr[i].key;
         if (key->type == MSGPACK_OBJECT_STR && key->via.str.size == n &&
-            memcmp(key->via.str.ptr, k, n) == 0)
-            return &r->map->ptr[i].val;
+            memcmp(key->via.str.ptr, k, n) == 0) {
+            r->hint = i + 1 < size ? i + 1 : 0;
+            return &r->map.ptr[i].val;
+        }
     }
     return NULL;
 }
 
-static int64_t rec_int(const rec *r, const char *k)
+static int64_t rec_intn(rec *r, const char *k, size_t kn)
 {
-    const msgpack_object *o = rec_get(r, k);
+    const msgpack_object *o = rec_getn(r, k, kn);
     if (!o)
         return 0;
     if (o->type == MSGPACK_OBJECT_POSITIVE_INTEGER)
@@ -193,9 +211,9 @@ static int64_t rec_int(const rec *r, const char *k)
     return 0;
 }
 
-static void rec_str(const rec *r, const char *k, char *out, size_t cap)
+static void rec_strn(rec *r, const char *k, size_t kn, char *out, size_t cap)
 {
-    const msgpack_object *o = rec_get(r, k);
+    const msgpack_object *o = rec_getn(r, k, kn);
     size_t n = 0;
     if (o && o->type == MSGPACK_OBJECT_STR) {
         n = o->via.str.size < cap - 1 ? o->via.str.size : cap - 1;
@@ -204,9 +222,9 @@ static void rec_str(const rec *r, const char *k, char *out, size_t cap)
     out[n] = 0;
 }
 
-static void rec_bin(const rec *r, const char *k, const void **p, size_t *len)
+static void rec_binn(rec *r, const char *k, size_t kn, const void **p, size_t *len)
 {
-    const msgpack_object *o = rec_get(r, k);
+    const msgpack_object *o = rec_getn(r, k, kn);
     *p = NULL;
     *len = 0;
     if (o && o->type == MSGPACK_OBJECT_BIN) {
@@ -215,11 +233,16 @@ static void rec_bin(const rec *r, const char *k, const void **p, size_t *len)
     }
 }
 
+/* k is always a string literal: its length is known at compile time */
+#define rec_int(r, k) rec_intn((r), (k), sizeof(k) - 1)
+#define rec_str(r, k, out, cap) rec_strn((r), (k), sizeof(k) - 1, (out), (cap))
+#define rec_bin(r, k, p, len) rec_binn((r), (k), sizeof(k) - 1, (p), (len))
+
 static int rec_version(cairn__txn *t, rec *r, const char *what, const char *id)
 {
     int64_t v = rec_int(r, "v");
     if (v > CAIRN__SCHEMA) {
-        msgpack_unpacked_destroy(&r->u);
+        rec_close(r);
         return cairn__store_fail(t->s, CAIRN_ESCHEMA,
                                  "%s record for '%s' has schema version %lld; this cairn reads up "
                                  "to %d",
@@ -259,7 +282,7 @@ static int task_decode(cairn__txn *t, const MDB_val *v, const char *id, cairn__t
     o->owner.start = (uint64_t)rec_int(&r, "lstart");
     o->lease_token = (uint64_t)rec_int(&r, "ltoken");
     o->lease_expires_ms = rec_int(&r, "lexp");
-    msgpack_unpacked_destroy(&r.u); /* bin pointers point into the LMDB value, not the zone */
+    rec_close(&r); /* bin pointers point into the LMDB value, not the zone */
     if (o->state >= CAIRN_STATE_COUNT)
         return cairn__store_fail(t->s, CAIRN_ECORRUPT, "task '%s' has invalid state %u", id,
                                  o->state);
@@ -269,6 +292,22 @@ static int task_decode(cairn__txn *t, const MDB_val *v, const char *id, cairn__t
                                  "task record under key '%s' names task '%s' in store %s", id,
                                  o->id, t->s->dir);
     return 0;
+}
+
+static void task_cache_set(cairn_store *s, const void *bytes, size_t len, const cairn__task_rec *r)
+{
+    s->tc_valid = 0;
+    if (len > s->tc_cap) {
+        unsigned char *b = realloc(s->tc_bytes, len);
+        if (!b)
+            return; /* no cache, no harm */
+        s->tc_bytes = b;
+        s->tc_cap = len;
+    }
+    memcpy(s->tc_bytes, bytes, len);
+    s->tc_len = len;
+    s->tc_rec = *r;
+    s->tc_valid = 1;
 }
 
 int cairn__task_get(cairn__txn *t, const char *id, cairn__task_rec *out)
@@ -284,7 +323,16 @@ int cairn__task_get(cairn__txn *t, const char *id, cairn__task_rec *out)
         return CAIRN_ENOTFOUND;
     if (rc)
         return cairn__mdb_fail(t, t->s, rc, "read task");
-    return task_decode(t, &v, key, out);
+    cairn_store *s = t->s;
+    if (s->tc_valid && v.mv_size == s->tc_len && memcmp(v.mv_data, s->tc_bytes, s->tc_len) == 0 &&
+        strcmp(s->tc_rec.id, key) == 0) {
+        *out = s->tc_rec; /* the same bytes decode to the same record */
+        return 0;
+    }
+    if ((rc = task_decode(t, &v, key, out)))
+        return rc;
+    task_cache_set(s, v.mv_data, v.mv_size, out);
+    return 0;
 }
 
 int cairn__put_empty(cairn__txn *t, MDB_dbi dbi, key *k)
@@ -319,34 +367,49 @@ static int is_finished(const cairn__task_rec *r)
     return r->state == CAIRN_SUCCEEDED || r->state == CAIRN_DEAD;
 }
 
-/* Removes (old) or adds (new) the index entries of a task record. */
-static int index_update(cairn__txn *t, const cairn__task_rec *r, int add)
+static int is_tenant_running(const cairn__task_rec *r)
 {
-    key k;
-    int (*op)(cairn__txn *, MDB_dbi, key *) = add ? cairn__put_empty : del_key;
-    due_key(&k, r);
-    int rc = op(t, t->s->due, &k);
-    if (!rc && r->tenant[0] && r->state == CAIRN_RUNNING) {
-        tenant_key(&k, r);
-        rc = op(t, t->s->tenants, &k);
+    return r->tenant[0] && r->state == CAIRN_RUNNING;
+}
+static int always(const cairn__task_rec *r) { return r != NULL; }
+
+/* Moves a task's index entries from `old` (NULL: none yet) to `r` (NULL: the task goes). An
+ * entry whose key does not change is left alone, so a lease renewal rewrites the task record
+ * and nothing else (fewer pages for the commit to flush). */
+static int index_move(cairn__txn *t, const cairn__task_rec *old, const cairn__task_rec *r)
+{
+    static const struct {
+        size_t dbi; /* offset of the MDB_dbi in cairn_store */
+        void (*make)(key *, const cairn__task_rec *);
+        int (*has)(const cairn__task_rec *);
+    } ix[] = {{offsetof(cairn_store, due), due_key, always},
+              {offsetof(cairn_store, tenants), tenant_key, is_tenant_running},
+              {offsetof(cairn_store, finished), finished_key, is_finished}};
+    for (size_t i = 0; i < sizeof ix / sizeof *ix; i++) {
+        MDB_dbi dbi = *(const MDB_dbi *)((const char *)t->s + ix[i].dbi);
+        key a, b;
+        int ha = old && ix[i].has(old), hb = r && ix[i].has(r), rc;
+        if (ha)
+            ix[i].make(&a, old);
+        if (hb)
+            ix[i].make(&b, r);
+        if (ha && hb && a.len == b.len && memcmp(a.b, b.b, a.len) == 0)
+            continue;
+        if (ha && (rc = del_key(t, dbi, &a)))
+            return rc;
+        if (hb && (rc = cairn__put_empty(t, dbi, &b)))
+            return rc;
     }
-    if (!rc && is_finished(r)) {
-        finished_key(&k, r);
-        rc = op(t, t->s->finished, &k);
-    }
-    return rc;
+    return 0;
 }
 
 int cairn__task_put(cairn__txn *t, const cairn__task_rec *r)
 {
     cairn__task_rec old;
     int rc = cairn__task_get(t, r->id, &old);
-    if (rc == 0)
-        rc = index_update(t, &old, 0);
-    else if (rc == CAIRN_ENOTFOUND)
-        rc = 0;
-    if (rc)
+    if (rc && rc != CAIRN_ENOTFOUND)
         return rc;
+    int had = rc == 0;
     /* `old` borrowed the LMDB value; the new record is encoded before it can be invalidated */
     msgpack_sbuffer_clear(&t->buf);
     msgpack_packer pk;
@@ -379,7 +442,8 @@ int cairn__task_put(cairn__txn *t, const cairn__task_rec *r)
     rc = mdb_put(t->txn, t->s->tasks, &k, &v, 0);
     if (rc)
         return cairn__mdb_fail(t, t->s, rc, "write task");
-    return index_update(t, r, 1);
+    task_cache_set(t->s, t->buf.data, t->buf.size, r);
+    return index_move(t, had ? &old : NULL, r);
 }
 
 /* Deletes every key starting with `prefix` (prefix_len bytes) from dbi. */
@@ -418,7 +482,7 @@ int cairn__task_del(cairn__txn *t, const char *id)
     int rc = cairn__task_get(t, id, &old);
     if (rc)
         return rc;
-    if ((rc = index_update(t, &old, 0)))
+    if ((rc = index_move(t, &old, NULL)))
         return rc;
     key p;
     p.len = 0;
@@ -506,7 +570,7 @@ static int step_decode(cairn__txn *t, const MDB_val *v, const char *what, cairn_
     o->intent_ms = rec_int(&r, "intent");
     rec_str(&r, "err", o->error, sizeof o->error);
     rec_bin(&r, "out", &o->output, &o->output_len);
-    msgpack_unpacked_destroy(&r.u);
+    rec_close(&r);
     if (o->output && !mp_plausible(o->output, o->output_len))
         return cairn__store_fail(t->s, CAIRN_ECORRUPT,
                                  "step '%s' has a corrupt output (%zu bytes) in store %s", what,
@@ -702,7 +766,7 @@ int cairn__audit_each(cairn__txn *t, const char *task, cairn__audit_cb cb, void 
         a.generation = (uint32_t)rec_int(&r, "gen");
         rec_str(&r, "step", a.step, sizeof a.step);
         rec_str(&r, "reason", a.reason, sizeof a.reason);
-        msgpack_unpacked_destroy(&r.u);
+        rec_close(&r);
         if ((rc = cb(&a, arg)))
             break;
     }

@@ -35,13 +35,16 @@
 #include "checkpoint/store_impl.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <lmdb.h>
 #include <msgpack.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -101,7 +104,96 @@ int cairn_store_set_durability(cairn_store *s, cairn_durability d)
     if (!s || (d != CAIRN_SYNC && d != CAIRN_NOSYNC) || s->env)
         return CAIRN_EINVAL;
     s->durability = d;
+    s->durability_asked = 1;
     return 0;
+}
+
+static const char *durability_name(cairn_durability d)
+{
+    return d == CAIRN_NOSYNC ? "nosync" : "sync";
+}
+
+/* Settles s->durability from the store's file `durability` ("sync\n" or "nosync\n"), writing it
+ * for a new store with what was asked (else sync). A store is one or the other for its life:
+ * LMDB forbids mixing processes that map the file writable (nosync) with ones that do not. A
+ * store made before the file existed has data.mdb and no file: it is sync. */
+static int settle_durability(cairn_store *s, const char *dir)
+{
+    char path[4096], data[4096], buf[16];
+    snprintf(path, sizeof path, "%s/durability", dir);
+    snprintf(data, sizeof data, "%s/data.mdb", dir);
+    cairn_durability want = s->durability_asked ? s->durability : CAIRN_SYNC, have;
+    for (int tries = 0;; tries++) {
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd >= 0) {
+            ssize_t n = read(fd, buf, sizeof buf - 1);
+            close(fd);
+            buf[n > 0 ? n : 0] = 0;
+            if (strcmp(buf, "sync\n") == 0)
+                have = CAIRN_SYNC;
+            else if (strcmp(buf, "nosync\n") == 0)
+                have = CAIRN_NOSYNC;
+            else if (n == 0 && tries < 50) { /* another process is creating it */
+                struct timespec ts = {0, 2000000};
+                nanosleep(&ts, NULL);
+                continue;
+            } else
+                return cairn__store_fail(s, CAIRN_ECORRUPT,
+                                         "%s: expected \"sync\" or \"nosync\", found %zd bytes "
+                                         "that are neither",
+                                         path, n);
+            break;
+        }
+        if (errno != ENOENT)
+            return cairn__store_fail(s, CAIRN_EIO, "cannot read %s: %s", path, strerror(errno));
+        struct stat st;
+        if (stat(data, &st) == 0) {
+            have = CAIRN_SYNC;
+            break;
+        }
+        fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        if (fd < 0 && errno == EEXIST)
+            continue; /* lost the race: read the winner's */
+        if (fd < 0)
+            return cairn__store_fail(s, errno == ENOSPC ? CAIRN_EFULL : CAIRN_EIO,
+                                     "cannot create %s: %s", path, strerror(errno));
+        const char *text = want == CAIRN_NOSYNC ? "nosync\n" : "sync\n";
+        ssize_t w = write(fd, text, strlen(text));
+        int err = w == (ssize_t)strlen(text) && fdatasync(fd) == 0 ? 0 : errno ? errno : EIO;
+        close(fd);
+        if (err) {
+            unlink(path);
+            return cairn__store_fail(s, err == ENOSPC ? CAIRN_EFULL : CAIRN_EIO,
+                                     "cannot write %s: %s", path, strerror(err));
+        }
+        have = want;
+        break;
+    }
+    if (s->durability_asked && have != s->durability)
+        return cairn__store_fail(s, CAIRN_EINVAL,
+                                 "store %s is a %s store and %s was asked for: a store's "
+                                 "durability is fixed when it is created",
+                                 dir, durability_name(have), durability_name(s->durability));
+    s->durability = have;
+    return 0;
+}
+
+/* A nosync store's file is mapped writable and LMDB writes pages into the map: a page in a hole
+ * of the file would be allocated only when first written, and on a full disk that write kills
+ * the process (SIGBUS). So the whole map is allocated on disk before LMDB may use it; a full
+ * disk is then an error here, before anything is written. */
+static int reserve_map(cairn_store *s, uint64_t bytes)
+{
+    int fd;
+    if (s->durability != CAIRN_NOSYNC || mdb_env_get_fd(s->env, &fd))
+        return 0;
+    int rc = posix_fallocate(fd, 0, (off_t)bytes);
+    if (rc == 0)
+        return 0;
+    return cairn__store_fail(s, rc == ENOSPC || rc == EDQUOT ? CAIRN_EFULL : CAIRN_EIO,
+                             "store %s: cannot reserve %llu bytes on disk for the map: %s (nothing "
+                             "was written)",
+                             s->dir, (unsigned long long)bytes, strerror(rc));
 }
 
 int cairn_store_set_map_max(cairn_store *s, uint64_t bytes)
@@ -113,6 +205,43 @@ int cairn_store_set_map_max(cairn_store *s, uint64_t bytes)
 }
 
 const char *cairn_store_errmsg(const cairn_store *s) { return s ? s->errmsg : "no store"; }
+
+/* Where this process maps data.mdb: LMDB does not say (mdb_env_info's me_mapaddr is only set
+ * for MDB_FIXEDMAP), so the mapping of the file's inode is looked up in /proc/self/maps. NULL
+ * if it cannot be found. */
+static void *map_addr(cairn_store *s)
+{
+    int fd;
+    struct stat st;
+    if (mdb_env_get_fd(s->env, &fd) || fstat(fd, &st))
+        return NULL;
+    FILE *f = fopen("/proc/self/maps", "re");
+    if (!f)
+        return NULL;
+    char line[4096];
+    void *found = NULL;
+    while (!found && fgets(line, sizeof line, f)) {
+        unsigned long lo, hi, ino, off;
+        unsigned dmaj, dmin;
+        char perms[8];
+        if (sscanf(line, "%lx-%lx %7s %lx %x:%x %lu", &lo, &hi, perms, &off, &dmaj, &dmin, &ino) ==
+                7 &&
+            ino == (unsigned long)st.st_ino && off == 0 && perms[3] == 's' &&
+            makedev(dmaj, dmin) == st.st_dev)
+            found = (void *)lo;
+    }
+    fclose(f);
+    return found;
+}
+
+void cairn__store_seal(cairn_store *s)
+{
+    MDB_envinfo info;
+    void *map;
+    if (s && s->env && s->durability == CAIRN_NOSYNC && mdb_env_info(s->env, &info) == 0 &&
+        (map = map_addr(s)) != NULL)
+        mprotect(map, (size_t)info.me_mapsize, PROT_READ);
+}
 
 void cairn__store_inject_write_failure(cairn_store *s, uint32_t nth, int err)
 {
@@ -180,6 +309,11 @@ int cairn_store_open(cairn_store *s, const char *dir)
     int rc = mdb_env_create(&s->env);
     if (rc)
         return cairn__mdb_fail(NULL, s, rc, "create environment");
+    if ((rc = settle_durability(s, dir))) {
+        mdb_env_close(s->env);
+        s->env = NULL;
+        return rc;
+    }
     mdb_env_set_maxdbs(s->env, 16);
     mdb_env_set_maxreaders(s->env, 256);
     /* Start from the current file size (a store bigger than INITIAL_MAP) or INITIAL_MAP. */
@@ -193,7 +327,7 @@ int cairn_store_open(cairn_store *s, const char *dir)
     s->map_size = want;
     mdb_env_set_mapsize(s->env, (size_t)want);
     unsigned flags = MDB_NOTLS | MDB_NORDAHEAD;
-    flags |= s->durability == CAIRN_NOSYNC ? MDB_NOSYNC : MDB_NOMETASYNC;
+    flags |= s->durability == CAIRN_NOSYNC ? MDB_NOSYNC | MDB_WRITEMAP : MDB_NOMETASYNC;
     rc = mdb_env_open(s->env, dir, flags, 0600);
     if (rc) {
         int err = cairn__mdb_fail(NULL, s, rc, "open store");
@@ -204,6 +338,11 @@ int cairn_store_open(cairn_store *s, const char *dir)
     MDB_envinfo info;
     if (mdb_env_info(s->env, &info) == 0)
         s->map_size = info.me_mapsize;
+    if ((rc = reserve_map(s, s->map_size))) {
+        mdb_env_close(s->env);
+        s->env = NULL;
+        return rc;
+    }
     int dead = 0;
     mdb_reader_check(s->env, &dead); /* clear reader slots of killed processes */
     rc = open_dbs(s);
@@ -220,6 +359,7 @@ void cairn_store_free(cairn_store *s)
         return;
     if (s->env)
         mdb_env_close(s->env);
+    free(s->tc_bytes);
     free(s->dir);
     free(s);
 }
@@ -239,10 +379,14 @@ static int grow_map(cairn_store *s)
                                  "store %s is full: map limit of %llu bytes reached (nothing was "
                                  "written)",
                                  s->dir, (unsigned long long)s->map_max);
-    uint64_t next = s->map_size * 2;
+    /* double while small; past 1 GiB grow by 1 GiB (a nosync store reserves all of it) */
+    uint64_t next = s->map_size < (1ull << 30) ? s->map_size * 2 : s->map_size + (1ull << 30);
     if (next > s->map_max)
         next = s->map_max;
-    int rc = mdb_env_set_mapsize(s->env, (size_t)next);
+    int rc = reserve_map(s, next);
+    if (rc)
+        return rc;
+    rc = mdb_env_set_mapsize(s->env, (size_t)next);
     if (rc)
         return cairn__mdb_fail(NULL, s, rc, "grow map");
     MDB_envinfo info;
@@ -271,35 +415,66 @@ static int begin(cairn_store *s, unsigned flags, MDB_txn **txn)
     }
 }
 
-/* Keeps data.mdb ahead of its used pages with zero-filled space (sync mode). A commit that
- * grows the file makes its fdatasync flush the file's size and extent metadata as well;
- * writing into space that already exists flushes only the pages. Run right after a write
- * transaction begins: we hold the writer lock and nothing of ours is written yet, so no process
- * can be writing past the end of the file. Failures are harmless (the commit grows the file). */
-static void extend_ahead(cairn_store *s)
+/* Prepares the space just past the used pages by writing zeros there, in both modes:
+ *   sync:   keeps data.mdb's size ahead of use. A commit that grows the file makes its
+ *           fdatasync flush the file's size and extent metadata too; writing into space that
+ *           already exists flushes only the pages.
+ *   nosync: LMDB writes new pages straight into the map, and a page not yet in the page cache
+ *           costs a fault that reads it in and zero-fills it (three per 8 KB output). Writing
+ *           whole pages of zeros creates them at half that cost, and MADV_POPULATE_WRITE then
+ *           maps the whole stretch writable in one call. The map is reserved on disk
+ *           (reserve_map), so nothing here can fail for space.
+ * Runs right after a write transaction begins: we hold the writer lock and have written
+ * nothing, and no snapshot references a page past the last used one (LMDB never lowers it).
+ * Failures are harmless: the commit then does this work itself. */
+static void prepare_ahead(cairn_store *s)
 {
     enum { MIN_AHEAD = 1 << 20, AHEAD = 4 << 20, CHUNK = 1 << 16 };
     static const char zeros[CHUNK];
     int fd;
-    struct stat st;
     MDB_envinfo info;
     MDB_stat est;
-    if (s->durability != CAIRN_SYNC || mdb_env_get_fd(s->env, &fd) || fstat(fd, &st) ||
-        mdb_env_info(s->env, &info) || mdb_env_stat(s->env, &est))
+    if (mdb_env_get_fd(s->env, &fd) || mdb_env_info(s->env, &info) || mdb_env_stat(s->env, &est))
         return;
-    uint64_t used = (uint64_t)(info.me_last_pgno + 1) * est.ms_psize;
-    uint64_t size = (uint64_t)st.st_size, want = used + AHEAD;
-    if (want > s->map_size)
-        want = s->map_size;
-    if (size >= used + MIN_AHEAD || size >= want)
+    uint64_t used = (uint64_t)(info.me_last_pgno + 1) * est.ms_psize, ready;
+    if (s->durability == CAIRN_SYNC) {
+        struct stat st;
+        if (fstat(fd, &st))
+            return;
+        ready = (uint64_t)st.st_size;
+    } else {
+        if (info.me_mapsize != s->map_seen) { /* (re)mapped: nothing of it is populated */
+            s->map_addr = map_addr(s);
+            s->map_seen = info.me_mapsize;
+            s->ready = 0;
+        }
+        ready = s->ready > used ? s->ready : used;
+    }
+    uint64_t want = used + AHEAD;
+    if (want > info.me_mapsize)
+        want = info.me_mapsize;
+    if (ready >= used + MIN_AHEAD || ready >= want)
         return;
-    for (uint64_t off = size; off < want;) {
+    uint64_t off = ready;
+    while (off < want) {
         size_t n = want - off < CHUNK ? (size_t)(want - off) : CHUNK;
         ssize_t w = pwrite(fd, zeros, n, (off_t)off);
         if (w <= 0)
-            return;
+            break;
         off += (uint64_t)w;
     }
+    if (s->durability == CAIRN_NOSYNC) {
+        if (s->map_addr && off > ready)
+            madvise((char *)s->map_addr + ready, (size_t)(off - ready), MADV_POPULATE_WRITE);
+        s->ready = off;
+    }
+}
+
+static void txn_buffers_free(cairn__txn *t)
+{
+    msgpack_sbuffer_destroy(&t->buf);
+    if (t->zone_ready)
+        msgpack_zone_destroy(&t->zone);
 }
 
 int cairn__store_write(cairn_store *s, int durable, cairn__txn_fn fn, void *arg)
@@ -311,7 +486,7 @@ int cairn__store_write(cairn_store *s, int durable, cairn__txn_fn fn, void *arg)
         int rc = begin(s, 0, &t.txn);
         if (rc)
             return rc;
-        extend_ahead(s);
+        prepare_ahead(s);
         msgpack_sbuffer_init(&t.buf);
         if (s->inject_nth && --s->inject_nth == 0) {
             rc = cairn__store_fail(s, s->inject_err, "injected write failure");
@@ -320,7 +495,7 @@ int cairn__store_write(cairn_store *s, int durable, cairn__txn_fn fn, void *arg)
             return rc;
         }
         rc = fn(&t, arg);
-        msgpack_sbuffer_destroy(&t.buf);
+        txn_buffers_free(&t);
         if (rc < 0 || rc > 0) {
             mdb_txn_abort(t.txn);
             if (t.map_full) {
@@ -359,7 +534,7 @@ int cairn__store_read(cairn_store *s, cairn__txn_fn fn, void *arg)
         return rc;
     msgpack_sbuffer_init(&t.buf);
     rc = fn(&t, arg);
-    msgpack_sbuffer_destroy(&t.buf);
+    txn_buffers_free(&t);
     mdb_txn_abort(t.txn);
     return rc;
 }

@@ -34,6 +34,9 @@ int cairn__store_read(cairn_store *s, cairn__txn_fn fn, void *arg);
 int cairn__store_fail(cairn_store *s, int err, const char *fmt, ...) CAIRN_PRINTF(3, 4);
 cairn_store *cairn__txn_store(cairn__txn *t);
 int64_t cairn__now_ms(void);
+/* In a forked child that must not touch the store: makes the map read-only in this process, so
+ * that a wild write in the child faults instead of reaching a nosync store's writable map. */
+void cairn__store_seal(cairn_store *s);
 /* Fault injection for tests: fail the Nth write transaction from now with `err` (0 = off). */
 void cairn__store_inject_write_failure(cairn_store *s, uint32_t nth, int err);
 

@@ -15,12 +15,23 @@ struct cairn_store {
     MDB_env *env;
     MDB_dbi meta, tasks, inputs, steps, progress, idem, due, tenants, finished, audit, msgs,
         msgtime;
-    cairn_durability durability;
+    cairn_durability durability; /* the store's own once open (store.c settle_durability) */
+    int durability_asked;        /* cairn_store_set_durability was called */
+    /* store.c prepare_ahead, nosync: where this process maps the file, the map size that was
+     * for, and how far past the used pages the map is ready (written and populated) */
+    void *map_addr;
+    uint64_t map_seen, ready;
     uint64_t map_max, map_size;
     uint32_t inject_nth;
     int inject_err;
     char *dir;
     char errmsg[1024];
+    /* records.c: the last task record read or written and its exact bytes. A step reads its
+     * task at load and again at the fenced commit; bytes that match need no decoding. */
+    unsigned char *tc_bytes;
+    size_t tc_len, tc_cap;
+    int tc_valid;
+    cairn__task_rec tc_rec;
 };
 
 struct cairn__txn {
@@ -28,6 +39,8 @@ struct cairn__txn {
     MDB_txn *txn;
     int map_full;
     msgpack_sbuffer buf;
+    msgpack_zone zone; /* decoded records' objects (records.c); zone_ready once initialised */
+    int zone_ready;
 };
 
 /* Translates an LMDB (or errno) code into a cairn code, keeping the original in the message; a

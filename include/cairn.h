@@ -224,7 +224,17 @@ typedef enum cairn_durability {
     CAIRN_NOSYNC = 1 /* survives process crashes only */
 } cairn_durability;
 
+/* A store handle is used by one thread at a time (its error message lives in it); open one
+ * handle per thread. Several processes may share a store. */
 CAIRN_API cairn_store *cairn_store_new(void);
+/* A store's durability is fixed when it is created and recorded in it (the file `durability`
+ * in the store directory); every later open uses the store's own. Called before
+ * cairn_store_open: for a new store it chooses (default CAIRN_SYNC); for an existing store of
+ * the other durability, cairn_store_open fails with CAIRN_EINVAL and changes nothing.
+ * A CAIRN_NOSYNC store maps its file writable (LMDB's MDB_WRITEMAP: a commit is a memory
+ * write, no system call), with the whole map reserved on disk beforehand so that a full disk is
+ * CAIRN_EFULL, never a crash. A step that runs in the runner's process could write into that
+ * map through a wild pointer; steps with a timeout run in a child that cannot. */
 CAIRN_API int cairn_store_set_durability(cairn_store *s, cairn_durability d);
 /* Upper bound for the memory map (and so the store's size); 0 = default (64 GiB). The map starts
  * small and grows by itself; past this bound writes fail with CAIRN_EFULL. */

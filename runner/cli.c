@@ -380,6 +380,8 @@ static const char run_help[] =
     "Runs one task to completion, resuming after its last committed step.\n"
     "Without --task the ID is derived: from the named input fields joined with '_', or\n"
     "<graph>_<first 16 hex of SHA-256 of the RFC 8785 canonical input>.\n"
+    "--nosync creates a new store that survives process crashes only (faster); a store\n"
+    "keeps the durability it was created with.\n"
     "Exit: 0 succeeded (now or earlier), 64 usage, 65 invalid input, 66 input missing,\n"
     "69 dead or in doubt, 74 store error, 75 try later, 76 same ID with another payload.\n";
 

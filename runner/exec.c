@@ -21,6 +21,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <openssl/evp.h>
+
 #include "runner/internal.h"
 
 /* ------------------------------------------------------------------ ctx accessors */
@@ -30,7 +32,32 @@ const char *cairn_ctx_step_name(const cairn_ctx *c) { return c->step->name; }
 uint32_t cairn_ctx_generation(const cairn_ctx *c) { return c->generation; }
 uint32_t cairn_ctx_invocation(const cairn_ctx *c) { return c->invocation; }
 uint32_t cairn_ctx_attempt(const cairn_ctx *c) { return c->attempt; }
-const char *cairn_ctx_delivery_id(const cairn_ctx *c) { return c->delivery_id; }
+const char *cairn_ctx_delivery_id(const cairn_ctx *c) { return cairn__delivery_id((cairn_ctx *)c); }
+
+/* "dlv_" + the first 16 bytes of SHA-256(task \0 step \0 generation), in hex: stable across
+ * runs and processes, so a receiver that deduplicates sees the same ID on every redelivery.
+ * Derived on first use: compute steps rarely ask, and hashing costs more than their commit. */
+const char *cairn__delivery_id(cairn_ctx *c)
+{
+    if (c->delivery_id[0])
+        return c->delivery_id;
+    static const char hex[] = "0123456789abcdef";
+    char buf[CAIRN__ID_MAX + CAIRN__NAME_MAX + 16];
+    size_t tl = strlen(c->task_id), sl = strlen(c->step->name), n = 0;
+    memcpy(buf, c->task_id, tl), n += tl, buf[n++] = 0;
+    memcpy(buf + n, c->step->name, sl), n += sl, buf[n++] = 0;
+    n += (size_t)snprintf(buf + n, sizeof buf - n, "%u", c->generation);
+    unsigned char h[EVP_MAX_MD_SIZE];
+    unsigned hl = 0;
+    char *out = c->delivery_id;
+    memcpy(out, "dlv_", 4);
+    if (!EVP_Digest(buf, n, h, &hl, EVP_sha256(), NULL))
+        memset(h, 0, sizeof h);
+    for (int i = 0; i < 16; i++)
+        out[4 + 2 * i] = hex[h[i] >> 4], out[5 + 2 * i] = hex[h[i] & 15];
+    out[36] = 0;
+    return out;
+}
 const msgpack_object *cairn_ctx_input(const cairn_ctx *c) { return &c->input.data; }
 int cairn_ctx_stopping(const cairn_ctx *c) { return c->r->stop != 0; }
 void cairn_ctx_set_retry_after(cairn_ctx *c, uint32_t ms)
@@ -201,6 +228,7 @@ static void run_child(cairn_ctx *c, int probe, int fd, pid_t parent)
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent)
         _exit(4);
+    cairn__store_seal(c->r->store); /* the child never writes the store; now it cannot */
     /* a compute step dies with a SIGTERM to the process group (the runner decides anyway); an
      * effect runs to its end, so that its outcome is known rather than in doubt */
     signal(SIGTERM, c->step->delivery == CAIRN_COMPUTE ? SIG_DFL : SIG_IGN);

@@ -38,7 +38,7 @@ struct cairn_ctx {
     const cairn_step *step;
     uint32_t generation, invocation, attempt;
     uint64_t lease_token;
-    char delivery_id[40];
+    char delivery_id[40]; /* "" until cairn__delivery_id() derives it */
     void *input_bytes;
     msgpack_unpacked input;
     cairn__dep *deps;
@@ -65,6 +65,9 @@ typedef struct cairn__outcome {
     size_t out_len;
     char err[CAIRN__ERR_MAX];
 } cairn__outcome;
+
+/* exec.c: the step's stable delivery ID (derived on first use, kept in c->delivery_id) */
+const char *cairn__delivery_id(cairn_ctx *c);
 
 /* lease.c */
 void cairn__owner_self(cairn__owner *o);

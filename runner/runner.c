@@ -16,7 +16,6 @@
  * twice when the map grows, so the callbacks only compute from their argument and the txn.
  */
 #include <errno.h>
-#include <openssl/evp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -220,18 +219,6 @@ void cairn__release_lease(cairn__task_rec *task)
     memset(&task->owner, 0, sizeof task->owner);
     task->lease_token = 0;
     task->lease_expires_ms = 0;
-}
-
-static void delivery_id(const char *task, const char *step, uint32_t gen, char out[40])
-{
-    unsigned char h[32];
-    unsigned hl;
-    char buf[512];
-    int n = snprintf(buf, sizeof buf, "%s%c%s%c%u", task, 0, step, 0, gen);
-    EVP_Digest(buf, (size_t)n, h, &hl, EVP_sha256(), NULL);
-    memcpy(out, "dlv_", 4);
-    for (int i = 0; i < 16; i++)
-        snprintf(out + 4 + 2 * i, 3, "%02x", h[i]);
 }
 
 /* The first step (in `g`'s order) whose name@version differs from the pinned list, or NULL. */
@@ -595,7 +582,7 @@ static int commit_txn(cairn__txn *t, void *arg)
         s.state = CAIRN_STEP_INTENT;
         s.intent_ms = s.updated_ms;
         rc = cairn__audit(t, &task, CAIRN_RUNNING, CAIRN_RUNNING, step, "effect intent %s",
-                          c->delivery_id);
+                          cairn__delivery_id(c));
         break;
     case C_FAILED:
         s.state = CAIRN_STEP_FAILED;
@@ -828,7 +815,7 @@ static int run_step(cairn_ctx *c, const cairn_graph *g)
     c->n_deps = s->n_deps;
     for (size_t i = 0; i < s->n_deps; i++)
         c->deps[i].name = g->steps[s->deps[i]]->name;
-    delivery_id(c->task_id, s->name, c->generation, c->delivery_id);
+    c->delivery_id[0] = 0; /* derived on first use (effects, or a step that asks) */
     int rc;
     for (;;) {
         load_arg la = {.ctx = c, .g = g};
@@ -857,7 +844,7 @@ static int run_step(cairn_ctx *c, const cairn_graph *g)
                 snprintf(why, sizeof why,
                          "effect '%s' (delivery %s) was started but its outcome was never "
                          "recorded",
-                         s->name, c->delivery_id);
+                         s->name, cairn__delivery_id(c));
                 rc = commit(c, C_IN_DOUBT, CAIRN__DURABLE, NULL, 0, why, inv, 0);
                 return rc ? rc
                           : cairn__runner_fail(r, CAIRN_EINDOUBT,
@@ -936,8 +923,8 @@ static int run_step(cairn_ctx *c, const cairn_graph *g)
                                         "task '%s' is in doubt: effect '%s' (delivery %s): %s; "
                                         "settle it with `cairn resolve %s --step %s "
                                         "--done|--not-done`",
-                                        c->task_id, s->name, c->delivery_id, o.err, c->task_id,
-                                        s->name);
+                                        c->task_id, s->name, cairn__delivery_id(c), o.err,
+                                        c->task_id, s->name);
             cairn__outcome_free(&o);
             return rc;
         case CAIRN_STEP_TRANSIENT:

@@ -218,8 +218,7 @@ static const char *check_one(const uint8_t *data, size_t size)
     g_stats.inputs++;
     if (plant(data, size))
         return NULL; /* LMDB refused it (a key/value LMDB itself cannot hold): nothing to read */
-    cairn_store *s = cairn_store_new();
-    cairn_store_set_durability(s, CAIRN_NOSYNC);
+    cairn_store *s = cairn_store_new(); /* planted with raw LMDB: the store's durability is sync */
     if (cairn_store_open(s, g_dir)) {
         cairn_store_free(s);
         return "the store did not reopen";

@@ -680,6 +680,14 @@ static int big_write(cairn__txn *t, void *arg)
     return cairn__progress_put(t, "big", name, 1, buf, a->size);
 }
 
+/* big_write, then SIGKILL before the transaction commits */
+static int big_write_then_die(cairn__txn *t, void *arg)
+{
+    big_write(t, arg);
+    raise(SIGKILL);
+    return 0;
+}
+
 static int big_read(cairn__txn *t, void *arg)
 {
     int n = *(int *)arg, good = 0;
@@ -772,6 +780,145 @@ static void test_map_limit(void)
     tu_raw_dump(dir, &after);
     ok(rc == CAIRN_EFULL && tu_dump_eq(&before, &after),
        "a write refused for the map limit leaves every database byte-identical");
+}
+
+/* ------------------------------------------------------------------ durability */
+
+static int read_file(const char *path, char *buf, size_t cap)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    size_t n = fread(buf, 1, cap - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    return (int)n;
+}
+
+/* Points *arg at the first byte of value 0 of big_write, inside the map. */
+static int value_ptr(cairn__txn *t, void *arg)
+{
+    const void *p;
+    size_t len;
+    if (cairn__progress_get(t, "big", "big0", 1, &p, &len) == 0)
+        *(const void **)arg = p;
+    return 0;
+}
+
+static cairn_store *open_as(const char *dir, int ask, cairn_durability d, int *rc)
+{
+    cairn_store *s = cairn_store_new();
+    if (ask)
+        cairn_store_set_durability(s, d);
+    *rc = cairn_store_open(s, dir);
+    return s;
+}
+
+static void test_durability(void)
+{
+    char dir[300], path[400], buf[64];
+    int rc;
+    /* a nosync store records it, keeps it, and refuses to become sync */
+    newdir(dir, "dur");
+    cairn_store *s = open_as(dir, 1, CAIRN_NOSYNC, &rc);
+    ok(rc == 0, "a new store opens nosync (%s)", cairn_store_errmsg(s));
+    big_arg a = {.i = 0, .size = 1 << 20};
+    ok(cairn__store_write(s, 0, big_write, &a) == 0, "and takes a write");
+    snprintf(path, sizeof path, "%s/data.mdb", dir);
+    struct stat st;
+    cairn__store_stats stats = {0};
+    cairn__store_read(s, stats_txn, &stats);
+    int st_rc = stat(path, &st);
+    ok(st_rc == 0 && (uint64_t)st.st_blocks * 512 >= stats.map_size,
+       "its whole map is reserved on disk (%llu of %llu bytes allocated)",
+       (unsigned long long)st.st_blocks * 512, (unsigned long long)stats.map_size);
+    cairn_store_free(s);
+    snprintf(path, sizeof path, "%s/durability", dir);
+    ok(read_file(path, buf, sizeof buf) > 0 && strcmp(buf, "nosync\n") == 0,
+       "the store directory records \"nosync\" (%s)", buf);
+    tu_dump before, after;
+    tu_raw_dump(dir, &before);
+    s = open_as(dir, 1, CAIRN_SYNC, &rc);
+    const char *m = cairn_store_errmsg(s);
+    ok(rc == CAIRN_EINVAL && strstr(m, "nosync store") && strstr(m, dir),
+       "asking it for sync is refused with CAIRN_EINVAL, naming the store (\"%s\")", m);
+    cairn_store_free(s);
+    tu_raw_dump(dir, &after);
+    ok(tu_dump_eq(&before, &after), "and the store is unchanged");
+    s = open_as(dir, 0, CAIRN_SYNC, &rc);
+    int n = 1;
+    cairn__store_read(s, big_read, &n);
+    ok(rc == 0 && n == 1, "opened without asking, it is used as it is (value read back)");
+
+    /* a child that must not touch the store cannot write its map: a byte of a stored value,
+     * written back unchanged by a child with and without the seal */
+    volatile char *p = NULL;
+    cairn__store_read(s, value_ptr, (void *)&p);
+    int status[2] = {0, 0};
+    for (int sealed = 0; sealed < 2 && p; sealed++) {
+        pid_t pid = fork();
+        if (pid == 0) {
+            if (sealed)
+                cairn__store_seal(s);
+            p[0] = p[0]; /* a wild write */
+            _exit(0);
+        }
+        waitpid(pid, &status[sealed], 0);
+    }
+    ok(p && WIFEXITED(status[0]) && WEXITSTATUS(status[0]) == 0,
+       "a nosync store's map is writable in a child (status %d)", status[0]);
+    ok(p && WIFSIGNALED(status[1]) && WTERMSIG(status[1]) == SIGSEGV,
+       "after cairn__store_seal the same write faults (status %d)", status[1]);
+    cairn_store_free(s);
+
+    /* process-crash durability of the writable map: a writer SIGKILLed inside its 7th write
+     * transaction leaves the six committed values and nothing of the seventh */
+    newdir(dir, "dur");
+    pid_t pid = fork();
+    if (pid == 0) {
+        cairn_store *w = open_as(dir, 1, CAIRN_NOSYNC, &rc);
+        for (int i = 0; i < 7 && rc == 0; i++) {
+            big_arg b = {.i = i, .size = 1 << 20};
+            rc = cairn__store_write(w, 0, i == 6 ? big_write_then_die : big_write, &b);
+        }
+        _exit(1);
+    }
+    int st_kill = 0;
+    waitpid(pid, &st_kill, 0);
+    s = open_as(dir, 0, CAIRN_SYNC, &rc);
+    n = 7;
+    cairn__store_read(s, big_read, &n);
+    int n6 = 6;
+    cairn__store_read(s, big_read, &n6);
+    big_arg more = {.i = 7, .size = 100};
+    ok(WIFSIGNALED(st_kill) && rc == 0 && n == 6 && n6 == 6 &&
+           cairn__store_write(s, 0, big_write, &more) == 0,
+       "a nosync writer killed inside a transaction: its 6 commits read back, the 7th is "
+       "absent, the store takes writes (%d of 7)",
+       n);
+    cairn_store_free(s);
+
+    /* a sync store refuses to become nosync */
+    newdir(dir, "dur");
+    s = open_as(dir, 0, CAIRN_SYNC, &rc);
+    cairn_store_free(s);
+    snprintf(path, sizeof path, "%s/durability", dir);
+    ok(rc == 0 && read_file(path, buf, sizeof buf) > 0 && strcmp(buf, "sync\n") == 0,
+       "a new store is sync by default and records it");
+    s = open_as(dir, 1, CAIRN_NOSYNC, &rc);
+    ok(rc == CAIRN_EINVAL && strstr(cairn_store_errmsg(s), "sync store"),
+       "asking a sync store for nosync is refused (\"%s\")", cairn_store_errmsg(s));
+    cairn_store_free(s);
+
+    /* a damaged record of the durability is an error naming the file */
+    FILE *f = fopen(path, "w");
+    fputs("fast\n", f);
+    fclose(f);
+    s = open_as(dir, 0, CAIRN_SYNC, &rc);
+    ok(rc == CAIRN_ECORRUPT && strstr(cairn_store_errmsg(s), path),
+       "a durability file that says neither is CAIRN_ECORRUPT naming it (\"%s\")",
+       cairn_store_errmsg(s));
+    cairn_store_free(s);
 }
 
 /* ------------------------------------------------------------------ injected failure */
@@ -1178,6 +1325,7 @@ int main(void)
     test_indexes(dir);
     test_map_growth();
     test_map_limit();
+    test_durability();
     test_inject();
     test_corrupt();
     test_processes();
