@@ -30,6 +30,9 @@ static const char usage[] =
     "      --chat FORMAT       wrap the prompt as a user message: chatml, llama3, raw (default),\n"
     "                          or auto (from the model's chat template)\n"
     "      --system TEXT       system message (with --chat)\n"
+    "      --parse-special     let the prompt and system text spell special tokens (e.g.\n"
+    "                          \"<|im_end|>\" becomes that control token); by default such text\n"
+    "                          stays plain text and only the --chat format's markers are special\n"
     "  -n, --max-tokens N      stop after N tokens (default 256; 0: until the context is full)\n"
     "      --temperature T     0 for greedy (default 0.8)\n"
     "      --top-k K           sample among the K most likely tokens (default 40; 0: all)\n"
@@ -51,6 +54,7 @@ typedef struct {
     const char *model, *prompt, *file, *chat, *system, *backend;
     const char *stop[MAX_STOP];
     size_t n_stop;
+    int parse_special; /* --parse-special: the operator vouches for the prompt text */
     cairn__engine_opts eo;
     cairn__gen_opts go;
 } options;
@@ -94,6 +98,10 @@ static int parse(int argc, char **argv, options *o)
         }
         if (strcmp(a, "--ignore-eos") == 0) {
             o->go.ignore_eos = 1;
+            continue;
+        }
+        if (strcmp(a, "--parse-special") == 0) {
+            o->parse_special = 1;
             continue;
         }
         /* --opt=value or --opt value */
@@ -216,14 +224,7 @@ int cairn__cmd_generate(int argc, char **argv)
     if (rc)
         return rc < 0 ? 0 : rc;
     char err[512] = "";
-#ifndef CAIRN_HAVE_CUDA
-    if (strcmp(o.backend, "cuda") == 0) {
-        fprintf(stderr,
-                "cairn generate: this build has no CUDA backend (rebuild with -Dcuda=enabled)\n");
-        return EX_UNAVAILABLE;
-    }
-#endif
-    char *text = NULL, *rendered = NULL;
+    char *text = NULL;
     size_t text_len = 0;
     if (o.file) {
         rc = cairn__read_input(o.file, &text, &text_len, err, sizeof err);
@@ -247,7 +248,7 @@ int cairn__cmd_generate(int argc, char **argv)
         code = exit_for(rc);
         goto out;
     }
-    int fmt = CAIRN__CHAT_RAW, add_special = 1;
+    int fmt = CAIRN__CHAT_RAW;
     if (o.chat) {
         if (strcmp(o.chat, "auto") == 0)
             fmt = cairn__chat_format_detect(cairn__model_gguf(cairn__engine_model(e)));
@@ -256,25 +257,20 @@ int cairn__cmd_generate(int argc, char **argv)
             goto out;
         }
     }
+    /* The prompt may come from a file or a pipe that carries someone else's text, so by default
+     * it is plain text: only the chat format's own markers become special tokens. */
     if (fmt != CAIRN__CHAT_RAW || o.system) {
         cairn__chat_msg msgs[2];
         size_t nm = 0;
         if (o.system)
             msgs[nm++] = (cairn__chat_msg){"system", o.system};
         msgs[nm++] = (cairn__chat_msg){"user", prompt};
-        size_t rl;
-        rc = cairn__chat_render(fmt, msgs, nm, 1, &rendered, &rl);
-        if (rc) {
-            fprintf(stderr, "cairn generate: cannot render the chat prompt: %s\n",
-                    cairn_strerror(rc));
-            code = EX_SOFTWARE;
-            goto out;
-        }
-        prompt = rendered;
-        text_len = rl;
-        add_special = cairn__chat_add_special(fmt);
+        rc = cairn__chat_encode(cairn__engine_tok(e), fmt, msgs, nm, 1,
+                                o.parse_special ? CAIRN__CHAT_CONTENT_SPECIAL : 0, &ids, &n_ids);
+    } else { /* the bytes as given (a file may hold a NUL) */
+        rc = cairn__tok_encode(cairn__engine_tok(e), prompt, text_len, 1, o.parse_special, &ids,
+                               &n_ids);
     }
-    rc = cairn__tok_encode(cairn__engine_tok(e), prompt, text_len, add_special, 1, &ids, &n_ids);
     if (rc) {
         fprintf(stderr, "cairn generate: cannot tokenize the prompt: %s\n", cairn_strerror(rc));
         code = EX_SOFTWARE;
@@ -298,7 +294,6 @@ int cairn__cmd_generate(int argc, char **argv)
 out:
     cairn__gen_result_free(&r);
     free(ids);
-    free(rendered);
     free(text);
     cairn__engine_free(e);
     return code;

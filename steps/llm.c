@@ -8,6 +8,10 @@
  * one the interrupted run would have produced and the tokens already paid for are not drawn
  * again. The runner commits the final output in an expensive (flushed) commit; once committed
  * it is never generated again.
+ *
+ * The prompt holds task input, so it is tokenized through cairn__chat_encode: only the chat
+ * format's own markers become special tokens, and a task whose text spells "<|im_end|>" gets
+ * those characters, not a forged end of turn.
  */
 #include "steps/llm.h"
 
@@ -43,7 +47,12 @@ static int cfg_str(const json_t *c, const char *k, const char *def, char **out, 
         snprintf(err, errlen, "generate.%s: must be a string", k);
         return CAIRN_EJSON;
     }
-    *out = v ? strdup(json_string_value(v)) : def ? strdup(def) : NULL;
+    const char *src = v ? json_string_value(v) : def;
+    *out = src ? strdup(src) : NULL;
+    if (src && !*out) {
+        snprintf(err, errlen, "generate.%s: out of memory", k);
+        return CAIRN_ENOMEM;
+    }
     return 0;
 }
 
@@ -103,8 +112,10 @@ int cairn__llm_cfg_parse(const json_t *cfg, const char *base_dir, cairn__llm_cfg
         }
     }
     cairn__llm_cfg *c = calloc(1, sizeof *c);
-    if (!c)
+    if (!c) {
+        snprintf(err, errlen, "generate: out of memory");
         return CAIRN_ENOMEM;
+    }
     cairn__sampler_params_default(&c->sp);
     char *chat = NULL, *model = NULL;
     double d;
@@ -121,6 +132,10 @@ int cairn__llm_cfg_parse(const json_t *cfg, const char *base_dir, cairn__llm_cfg
                 snprintf(c->model, n, "%s/%s", base_dir, model);
         } else
             c->model = strdup(model);
+        if (!c->model) {
+            snprintf(err, errlen, "generate.model: out of memory");
+            rc = CAIRN_ENOMEM;
+        }
     }
     free(model);
     if (!rc)
@@ -184,14 +199,25 @@ int cairn__llm_cfg_parse(const json_t *cfg, const char *base_dir, cairn__llm_cfg
             c->stop = calloc(json_array_size(stop) + 1, sizeof *c->stop);
             size_t i;
             json_t *v;
+            if (!c->stop) {
+                snprintf(err, errlen, "generate.stop: out of memory");
+                rc = CAIRN_ENOMEM;
+            }
             json_array_foreach(stop, i, v)
             {
+                if (rc)
+                    break;
                 if (!json_is_string(v) || !json_string_length(v)) {
                     snprintf(err, errlen, "generate.stop[%zu]: must be a non-empty string", i);
                     rc = CAIRN_EJSON;
                     break;
                 }
-                c->stop[c->n_stop++] = strdup(json_string_value(v));
+                if (!(c->stop[c->n_stop] = strdup(json_string_value(v)))) {
+                    snprintf(err, errlen, "generate.stop[%zu]: out of memory", i);
+                    rc = CAIRN_ENOMEM;
+                    break;
+                }
+                c->n_stop++;
             }
         }
     }
@@ -199,12 +225,21 @@ int cairn__llm_cfg_parse(const json_t *cfg, const char *base_dir, cairn__llm_cfg
         cairn__llm_cfg_free(c);
         return rc;
     }
-    /* what the output depends on: pinned through the step version */
+    /* what the output depends on: pinned through the step version, so it may not be left out */
     char *canon = NULL;
     size_t clen = 0;
-    if (cairn__canon_json(cfg, &canon, &clen) == 0) {
-        cairn__sha256_hex(canon, clen, c->digest);
-        free(canon);
+    if ((rc = cairn__canon_json(cfg, &canon, &clen))) {
+        snprintf(err, errlen, "generate: %s",
+                 rc == CAIRN_ENOMEM ? "out of memory" : "cannot canonicalize the settings");
+        cairn__llm_cfg_free(c);
+        return rc;
+    }
+    cairn__sha256_hex(canon, clen, c->digest);
+    free(canon);
+    if (!c->digest[0]) { /* OpenSSL could not allocate */
+        snprintf(err, errlen, "generate: out of memory");
+        cairn__llm_cfg_free(c);
+        return CAIRN_ENOMEM;
     }
     *out = c;
     return 0;
@@ -257,7 +292,11 @@ static int file_sha256(const char *path, char out[65])
     if (fd < 0)
         return CAIRN_ENOENT;
     EVP_MD_CTX *md = EVP_MD_CTX_new();
-    EVP_DigestInit_ex(md, EVP_sha256(), NULL);
+    if (!md || !EVP_DigestInit_ex(md, EVP_sha256(), NULL)) {
+        EVP_MD_CTX_free(md);
+        close(fd);
+        return CAIRN_ENOMEM;
+    }
     static char buf[1 << 16];
     ssize_t r;
     while ((r = read(fd, buf, sizeof buf)) > 0)
@@ -285,7 +324,8 @@ static int engine_for(const cairn__llm_cfg *c, char *err, size_t errlen)
     if (rc)
         return rc;
     if ((rc = file_sha256(c->model, loaded.sha))) {
-        snprintf(err, errlen, "%s: cannot read for hashing", c->model);
+        snprintf(err, errlen, "%s: %s", c->model,
+                 rc == CAIRN_ENOMEM ? "out of memory for hashing" : "cannot read for hashing");
         cairn__engine_free(loaded.e);
         loaded.e = NULL;
         return rc;
@@ -318,9 +358,10 @@ static char *lookup(const char *name, void *arg)
                 continue;
             size_t tl = strlen(t);
             char *ns = realloc(s, cap + tl + 3);
-            if (!ns) {
+            if (!ns) { /* no value rather than a context that silently lacks documents */
                 free(t);
-                break;
+                free(s);
+                return NULL;
             }
             s = ns;
             n += (size_t)sprintf(s + n, "- %s\n", t);
@@ -336,34 +377,25 @@ static char *lookup(const char *name, void *arg)
     return cairn__template_value(cairn__mp_path(cairn_ctx_input(a->ctx), name));
 }
 
-static int render_prompt(cairn_ctx *ctx, const cairn__llm_cfg *c, char **out, char *err,
-                         size_t errlen)
+/* The user message: the prompt template with the task's values filled in. */
+static int render_user(cairn_ctx *ctx, const cairn__llm_cfg *c, char **out, char *err,
+                       size_t errlen)
 {
     lookup_arg la = {ctx, c};
-    char *user = NULL;
-    int rc = cairn__template_render(c->prompt, lookup, &la, &user, err, errlen);
-    if (rc)
-        return rc;
-    if (c->chat == CAIRN__CHAT_RAW && !c->system) {
-        *out = user;
-        return 0;
-    }
+    return cairn__template_render(c->prompt, lookup, &la, out, err, errlen);
+}
+
+int cairn__llm_prompt_ids(const cairn__llm_cfg *c, const cairn__tok *tok, const char *user,
+                          int32_t **ids, size_t *n)
+{
     cairn__chat_msg msgs[2];
-    size_t n = 0;
+    size_t nm = 0;
     if (c->system)
-        msgs[n++] = (cairn__chat_msg){"system", c->system};
-    msgs[n++] = (cairn__chat_msg){"user", user};
-    if (c->chat != CAIRN__CHAT_RAW && cairn__chat_has_special(c->chat, user)) {
-        snprintf(err, errlen,
-                 "the rendered prompt contains special-token text of the %s format "
-                 "(from the task input?)",
-                 cairn__chat_format_name(c->chat));
-        free(user);
-        return CAIRN_EINVAL;
-    }
-    rc = cairn__chat_render(c->chat, msgs, n, 1, out, NULL);
-    free(user);
-    return rc;
+        msgs[nm++] = (cairn__chat_msg){"system", c->system};
+    msgs[nm++] = (cairn__chat_msg){"user", user};
+    /* flags 0: the message texts carry task input, so none of it may spell a control token;
+     * only the chat format's own markers become special tokens */
+    return cairn__chat_encode(tok, c->chat, msgs, nm, 1, 0, ids, n);
 }
 
 /* ------------------------------------------------------------------ progress */
@@ -473,20 +505,18 @@ cairn_step_result cairn__llm_step(cairn_ctx *ctx, void *user)
 {
     const cairn__llm_cfg *c = user;
     char err[512] = "";
-    char *prompt = NULL;
-    int rc = render_prompt(ctx, c, &prompt, err, sizeof err);
+    char *text = NULL;
+    int rc = render_user(ctx, c, &text, err, sizeof err);
     if (rc)
         return fail(ctx, rc, err);
     if ((rc = engine_for(c, err, sizeof err))) {
-        free(prompt);
+        free(text);
         return fail(ctx, rc, err);
     }
-    const cairn__tok *tok = cairn__engine_tok(loaded.e);
     int32_t *ids = NULL;
     size_t n_ids = 0;
-    rc = cairn__tok_encode(tok, prompt, strlen(prompt), cairn__chat_add_special(c->chat),
-                           c->chat != CAIRN__CHAT_RAW, &ids, &n_ids);
-    free(prompt);
+    rc = cairn__llm_prompt_ids(c, cairn__engine_tok(loaded.e), text, &ids, &n_ids);
+    free(text);
     if (rc)
         return fail(ctx, rc, "cannot tokenize the prompt");
     gen_arg ga = {.ctx = ctx};

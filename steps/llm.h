@@ -6,6 +6,7 @@
 #include <stddef.h>
 
 #include "cairn.h"
+#include "gpu/tokenizer.h"
 
 typedef struct cairn__llm_cfg cairn__llm_cfg;
 
@@ -30,6 +31,13 @@ const char *cairn__llm_cfg_digest(const cairn__llm_cfg *c);
  *          "generated_tokens", "model", "model_sha256", "sampler": {...}, "seed", "tokens_per_s"}.
  */
 cairn_step_result cairn__llm_step(cairn_ctx *ctx, void *cfg);
+/* The prompt's token ids for the rendered user message `user` (the template with the task's
+ * values filled in): wrapped in the configured chat format with the system message, if any.
+ * Only the format's markers become special tokens; the system and user texts are tokenized as
+ * plain text, so a task input that spells "<|im_end|>" stays those characters. *ids malloc'd.
+ * 0, CAIRN_EINVAL or CAIRN_ENOMEM. The step uses it; exposed for tests. */
+int cairn__llm_prompt_ids(const cairn__llm_cfg *c, const cairn__tok *tok, const char *user,
+                          int32_t **ids, size_t *n);
 /* The step whose "docs" fill {{context}} ("retrieve" by default), and whether the prompt
  * template uses {{context}} at all (the pipeline checks both when it loads the config). */
 const char *cairn__llm_cfg_context_source(const cairn__llm_cfg *c);

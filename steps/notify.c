@@ -1,26 +1,17 @@
-/* steps/notify.c - the `notify` effect step: signed webhooks and email, through libcurl. This
- * file parses targets, holds what both transports share, and sends webhooks; notify_email.c
- * sends email (SMTP).
+/* steps/notify.c - the `notify` effect step's targets: parsing and checking one target's
+ * configuration, and holding its secret. The step itself is in notify_call.c (what both
+ * transports share: outcomes, messages), notify_webhook.c (signed webhooks) and notify_email.c
+ * (SMTP).
  *
- * The one idea that matters is telling "nothing was delivered" apart from "maybe delivered".
- * A failure before the receiver had the whole request (connection refused, DNS, a timeout
- * while connecting or while sending, an explicit 408/429/5xx or SMTP 4xx) is TRANSIENT: the
- * runner may call again and nobody sees two. Once the whole request or message has left and
- * no answer came back, the receiver may have acted on it: that is UNKNOWN, which the runner
- * turns into in_doubt (at most once) or a resend with the same delivery ID (at least once).
- * For HTTP "has left" is curl's upload counter reaching the body size; for SMTP it is our
- * read callback having handed curl the last byte of the message (conservative: bytes still in
- * curl's buffer count as sent, which can only make us say UNKNOWN where TRANSIENT was true).
+ * Every check that can be made before anything is sent is made here, once, when the pipeline
+ * loads: unknown fields are refused (a typo never silently drops a setting), templates are
+ * checked for unknown placeholders, URLs are parsed with curl's own parser (so exactly what curl
+ * will use is accepted) and a password is refused for plain SMTP to a remote host.
  *
- * The second idea: the delivery ID is the receiver's deduplication key. It goes out unchanged
- * on every attempt as webhook-id and inside the Message-ID, and the webhook body is built in
- * RFC 8785 canonical form, so a resend carries the same bytes (only the timestamp differs).
- *
- * Secrets (webhook key, SMTP password) are read from the environment or a file when the
- * target is parsed, never from the config JSON, and never reach an error message: messages
- * are built from fixed text, the URL without query or credentials, curl's error text and the
- * receiver's answer, and are scrubbed of the secret's text (cairn__notify_call_error, the one
- * way either file reports a failed call) before they leave the step.
+ * Secrets (webhook key, SMTP password) are read from the environment or a file here, never from
+ * the config JSON. Along with the secret the target keeps every form it could come back in
+ * (without "whsec_", the SMTP AUTH encodings), so notify_call.c can scrub each of them from
+ * messages; all of it is wiped when the target is freed.
  */
 #include "steps/notify.h"
 #include "steps/notify_impl.h"
@@ -33,25 +24,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
-#include <openssl/hmac.h>
 
 /* ------------------------------------------------------------------ small helpers */
-
-void cairn__notify_fmt(struct cairn__sbuf *b, const char *fmt, ...)
-{
-    char tmp[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (n > 0)
-        cairn__sb_put(b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
-}
 
 static void wipe_free(char *s)
 {
@@ -67,17 +45,54 @@ static int valid_name_char(int c)
            c == '_' || c == '-';
 }
 
-/* Replaces every occurrence of `secret` in msg (NUL-terminated) by "***". */
-static void scrub(char *msg, const char *secret)
+static char *b64_text(const unsigned char *p, size_t n)
 {
-    if (!secret || strlen(secret) < 4)
-        return;
-    size_t sl = strlen(secret);
-    char *p;
-    while ((p = strstr(msg, secret)) != NULL) {
-        memcpy(p, "***", 3);
-        memmove(p + 3, p + sl, strlen(p + sl) + 1);
+    char *out = malloc(4 * ((n + 2) / 3) + 1);
+    if (out)
+        EVP_EncodeBlock((unsigned char *)out, p, (int)n);
+    return out;
+}
+
+static int add_form(cairn__notify_target *t, char *form)
+{
+    if (!form)
+        return CAIRN_ENOMEM;
+    size_t i = t->n_scrub++;
+    while (i > 0 && strlen(t->scrub[i - 1]) < strlen(form)) {
+        t->scrub[i] = t->scrub[i - 1];
+        i--;
     }
+    t->scrub[i] = form;
+    return 0;
+}
+
+/* Fills t->scrub with the forms of its secret (see notify_impl.h), longest first. */
+static int scrub_forms(cairn__notify_target *t)
+{
+    const char *sec = t->secret_text;
+    int rc;
+    if (!sec)
+        return 0;
+    if ((rc = add_form(t, strdup(sec))))
+        return rc;
+    if (t->kind == CAIRN__NOTIFY_WEBHOOK)
+        return strncmp(sec, "whsec_", 6) == 0 && sec[6] ? add_form(t, strdup(sec + 6)) : 0;
+    if ((rc = add_form(t, b64_text((const unsigned char *)sec, strlen(sec)))))
+        return rc;
+    /* SASL PLAIN as curl sends it: an empty authzid, then NUL user NUL password */
+    const char *user = t->username ? t->username : "";
+    size_t ul = strlen(user), pl = strlen(sec), n = 1 + ul + 1 + pl;
+    unsigned char *plain = malloc(n);
+    if (!plain)
+        return CAIRN_ENOMEM;
+    plain[0] = 0;
+    memcpy(plain + 1, user, ul);
+    plain[1 + ul] = 0;
+    memcpy(plain + 2 + ul, sec, pl);
+    rc = add_form(t, b64_text(plain, n));
+    OPENSSL_cleanse(plain, n);
+    free(plain);
+    return rc;
 }
 
 /* ------------------------------------------------------------------ config parsing */
@@ -436,6 +451,8 @@ static int parse_webhook(pctx *p, const json_t *cfg, cairn__notify_target *t)
     const char *b64 = t->secret_text;
     if (strncmp(b64, "whsec_", 6) == 0)
         b64 += 6;
+    if ((rc = scrub_forms(t)))
+        return rc;
     rc = b64_decode(b64, &t->key, &t->key_len);
     if (rc == -2)
         return CAIRN_ENOMEM;
@@ -511,7 +528,7 @@ static int parse_email(pctx *p, const json_t *cfg, cairn__notify_target *t)
         return fail(p, CAIRN_EJSON, "url",
                     "refusing to send a password over plain smtp:// to a remote host; use "
                     "smtps:// or \"starttls\": true");
-    return 0;
+    return scrub_forms(t);
 }
 
 int cairn__notify_target_parse(const json_t *cfg, const char *where, cairn__notify_target **out,
@@ -581,6 +598,8 @@ void cairn__notify_target_free(cairn__notify_target *t)
     free(t->to);
     free(t->subject), free(t->body), free(t->username);
     wipe_free(t->secret_text);
+    for (size_t i = 0; i < t->n_scrub; i++)
+        wipe_free(t->scrub[i]);
     free(t);
 }
 
@@ -592,301 +611,4 @@ const char *cairn__notify_target_source(const cairn__notify_target *t)
 cairn_delivery cairn__notify_target_delivery(const cairn__notify_target *t)
 {
     return t ? t->delivery : CAIRN_EFFECT;
-}
-
-/* ------------------------------------------------------------------ webhook signing */
-
-int cairn__notify_sign(const cairn__notify_target *t, const char *id, int64_t timestamp,
-                       const void *body, size_t len, char *out, size_t outlen)
-{
-    if (!t || t->kind != CAIRN__NOTIFY_WEBHOOK || !id || (len && !body) || !out || outlen < 64)
-        return CAIRN_EINVAL;
-    char ts[24];
-    int tn = snprintf(ts, sizeof ts, "%lld", (long long)timestamp);
-    size_t il = strlen(id), n = il + 1 + (size_t)tn + 1 + len;
-    unsigned char *msg = malloc(n ? n : 1);
-    if (!msg)
-        return CAIRN_ENOMEM;
-    /* signed content: id "." timestamp "." body */
-    memcpy(msg, id, il);
-    msg[il] = '.';
-    memcpy(msg + il + 1, ts, (size_t)tn);
-    msg[il + 1 + (size_t)tn] = '.';
-    if (len)
-        memcpy(msg + il + 2 + (size_t)tn, body, len);
-    unsigned char mac[EVP_MAX_MD_SIZE];
-    unsigned mac_len = 0;
-    unsigned char *r = HMAC(EVP_sha256(), t->key, (int)t->key_len, msg, n, mac, &mac_len);
-    free(msg);
-    if (!r)
-        return CAIRN_ENOMEM;
-    memcpy(out, "v1,", 3);
-    EVP_EncodeBlock((unsigned char *)out + 3, mac, (int)mac_len); /* 32 bytes -> 44 chars + NUL */
-    return 0;
-}
-
-/* ------------------------------------------------------------------ a call's state */
-
-/* Sets the step's error: "<target> (<kind> <url>): <text>", scrubbed of the secret. */
-void cairn__notify_call_error(cairn__notify_call *c, const char *fmt, ...)
-{
-    char text[CAIRN__NOTIFY_MSG_MAX], msg[CAIRN__NOTIFY_MSG_MAX];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(text, sizeof text, fmt, ap);
-    va_end(ap);
-    snprintf(msg, sizeof msg, "notify target '%s' (%s %.160s): %s", c->t->name, c->what,
-             c->t->url_safe, text);
-    scrub(msg, c->t->secret_text);
-    if (c->t->kind == CAIRN__NOTIFY_WEBHOOK && strncmp(c->t->secret_text, "whsec_", 6) == 0)
-        scrub(msg, c->t->secret_text + 6);
-    cairn_ctx_set_error(c->ctx, "%s", msg);
-}
-
-static size_t on_answer(char *p, size_t sz, size_t n, void *u)
-{
-    cairn__notify_call *c = u;
-    size_t len = sz * n, room = CAIRN__NOTIFY_SNIPPET_MAX - c->answer_len;
-    memcpy(c->answer + c->answer_len, p, len < room ? len : room);
-    c->answer_len += len < room ? len : room;
-    c->answer[c->answer_len] = 0;
-    return len; /* the rest is read and dropped */
-}
-
-/* Abort on a stop request only while the request is incomplete (then nothing was delivered);
- * once it has left, wait for the answer: aborting then would turn a success into a doubt. */
-static int on_progress(void *u, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
-                       curl_off_t ulnow)
-{
-    (void)dltotal, (void)dlnow, (void)ultotal;
-    cairn__notify_call *c = u;
-    int sent = c->t->kind == CAIRN__NOTIFY_WEBHOOK ? ulnow >= c->body_len : c->msg_eof;
-    if (!sent && cairn_ctx_stopping(c->ctx)) {
-        c->stopped = 1;
-        return 1;
-    }
-    return 0;
-}
-
-/* The receiver's answer as printable ASCII, for messages. */
-static const char *answer_text(cairn__notify_call *c)
-{
-    for (size_t i = 0; i < c->answer_len; i++)
-        if ((unsigned char)c->answer[i] < 32 || (unsigned char)c->answer[i] >= 127)
-            c->answer[i] = ' ';
-    return c->answer;
-}
-
-const char *cairn__notify_curl_text(cairn__notify_call *c, CURLcode rc)
-{
-    return c->errbuf[0] ? c->errbuf : curl_easy_strerror(rc);
-}
-
-/* curl errors that no retry can cure: the configuration or the build is wrong. */
-static int curl_permanent(CURLcode rc)
-{
-    return rc == CURLE_UNSUPPORTED_PROTOCOL || rc == CURLE_URL_MALFORMAT ||
-           rc == CURLE_NOT_BUILT_IN || rc == CURLE_BAD_FUNCTION_ARGUMENT ||
-           rc == CURLE_UNKNOWN_OPTION || rc == CURLE_USE_SSL_FAILED;
-}
-
-cairn_step_result cairn__notify_no_answer(cairn__notify_call *c, CURLcode rc, int sent,
-                                          const char *what, const char *who)
-{
-    if (c->stopped) {
-        cairn__notify_call_error(c, "stopped before the %s was sent; nothing was delivered", what);
-        return CAIRN_STEP_TRANSIENT;
-    }
-    if (curl_permanent(rc)) {
-        cairn__notify_call_error(c, "%s", cairn__notify_curl_text(c, rc));
-        return CAIRN_STEP_PERMANENT;
-    }
-    if (!sent) {
-        cairn__notify_call_error(c, "%s (before the %s was sent: nothing was delivered)",
-                                 cairn__notify_curl_text(c, rc), what);
-        return CAIRN_STEP_TRANSIENT;
-    }
-    cairn__notify_call_error(c, "%s after the %s was sent; the %s may have it",
-                             cairn__notify_curl_text(c, rc), what, who);
-    return CAIRN_STEP_UNKNOWN;
-}
-
-void cairn__notify_curl_opts(CURL *h, cairn__notify_call *c)
-{
-    curl_easy_setopt(h, CURLOPT_URL, c->t->url);
-    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L); /* no SIGALRM for DNS timeouts: we may be a thread */
-    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, c->t->connect_timeout_ms);
-    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, c->t->timeout_ms);
-    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, c->errbuf);
-    curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
-    curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_progress);
-    curl_easy_setopt(h, CURLOPT_XFERINFODATA, c);
-}
-
-/* Packs {"status": code, "target": name, "delivery_id": id[, "message_id": mid]}. */
-static void pack_kv(msgpack_packer *pk, const char *k, const char *v)
-{
-    size_t kl = strlen(k), vl = strlen(v);
-    msgpack_pack_str(pk, kl);
-    msgpack_pack_str_body(pk, k, kl);
-    msgpack_pack_str(pk, vl);
-    msgpack_pack_str_body(pk, v, vl);
-}
-
-void cairn__notify_pack_ok(cairn_ctx *ctx, const cairn__notify_target *t, long status,
-                           const char *mid)
-{
-    msgpack_packer *pk = cairn_ctx_packer(ctx);
-    msgpack_pack_map(pk, mid ? 4 : 3);
-    msgpack_pack_str(pk, 6);
-    msgpack_pack_str_body(pk, "status", 6);
-    msgpack_pack_long(pk, status);
-    pack_kv(pk, "target", t->name);
-    pack_kv(pk, "delivery_id", cairn_ctx_delivery_id(ctx));
-    if (mid)
-        pack_kv(pk, "message_id", mid);
-}
-
-/* ------------------------------------------------------------------ webhook */
-
-static cairn_step_result webhook_outcome(cairn__notify_call *c, CURL *h, CURLcode rc)
-{
-    long status = 0;
-    curl_off_t up = 0;
-    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
-    curl_easy_getinfo(h, CURLINFO_SIZE_UPLOAD_T, &up);
-    if (status >= 200 && status < 300) {
-        cairn__notify_pack_ok(c->ctx, c->t, status, NULL);
-        return CAIRN_STEP_OK;
-    }
-    if (status == 429) {
-        curl_off_t wait = -1;
-        curl_easy_getinfo(h, CURLINFO_RETRY_AFTER, &wait);
-        if (wait > 0) {
-            /* honoured: the next attempt waits at least this long (capped at a day) */
-            cairn_ctx_set_retry_after(c->ctx,
-                                      wait > 86400 ? 86400u * 1000u : (uint32_t)wait * 1000u);
-            cairn__notify_call_error(
-                c, "HTTP 429 Too Many Requests; retrying after %lld s as the receiver asks: %s",
-                (long long)wait, answer_text(c));
-        } else
-            cairn__notify_call_error(c, "HTTP 429 Too Many Requests: %s", answer_text(c));
-        return CAIRN_STEP_TRANSIENT;
-    }
-    if (status == 408 || (status >= 500 && status < 600)) {
-        cairn__notify_call_error(c, "HTTP %ld (will retry): %s", status, answer_text(c));
-        return CAIRN_STEP_TRANSIENT;
-    }
-    if (status >= 300 && status < 400) {
-        char *loc = NULL;
-        curl_easy_getinfo(h, CURLINFO_REDIRECT_URL, &loc);
-        int n = loc ? (int)strcspn(loc, "?#") : 0; /* a query may carry a token */
-        cairn__notify_call_error(
-            c, "HTTP %ld redirect%s%.*s not followed (not retried); configure the final URL",
-            status, loc ? " to " : "", n > 200 ? 200 : n, loc ? loc : "");
-        return CAIRN_STEP_PERMANENT;
-    }
-    if (status >= 200) { /* a 1xx is interim: without a final answer the outcome is unknown */
-        cairn__notify_call_error(c, "HTTP %ld (not retried): %s", status, answer_text(c));
-        return CAIRN_STEP_PERMANENT;
-    }
-    return cairn__notify_no_answer(c, rc, up >= c->body_len, "request", "receiver");
-}
-
-static cairn_step_result do_webhook(cairn__notify_call *c, json_t *result)
-{
-    const char *id = cairn_ctx_delivery_id(c->ctx);
-    json_t *doc = json_object();
-    if (!doc || json_object_set_new(doc, "type", json_string("cairn.task.completed")) ||
-        json_object_set_new(doc, "task", json_string(cairn_ctx_task_id(c->ctx))) ||
-        json_object_set_new(doc, "delivery_id", json_string(id)) ||
-        json_object_set(doc, "result", result)) {
-        json_decref(doc);
-        cairn__notify_call_error(c, "out of memory building the body");
-        return CAIRN_STEP_TRANSIENT;
-    }
-    char *body = NULL;
-    size_t len = 0;
-    int rc = cairn__canon_json(doc, &body, &len);
-    json_decref(doc);
-    if (rc) {
-        cairn__notify_call_error(c, "cannot serialize the body: %s", cairn_strerror(rc));
-        return rc == CAIRN_ENOMEM ? CAIRN_STEP_TRANSIENT : CAIRN_STEP_PERMANENT;
-    }
-    char sig[64], hdr_id[200], hdr_ts[64], hdr_sig[96];
-    int64_t now = (int64_t)time(NULL);
-    if (cairn__notify_sign(c->t, id, now, body, len, sig, sizeof sig) != 0) {
-        free(body);
-        cairn__notify_call_error(c, "cannot compute the signature (out of memory)");
-        return CAIRN_STEP_TRANSIENT;
-    }
-    snprintf(hdr_id, sizeof hdr_id, "webhook-id: %s", id);
-    snprintf(hdr_ts, sizeof hdr_ts, "webhook-timestamp: %lld", (long long)now);
-    snprintf(hdr_sig, sizeof hdr_sig, "webhook-signature: %s", sig);
-    struct curl_slist *hl = NULL, *tmp;
-    const char *hdrs[] = {"Content-Type: application/json", hdr_id, hdr_ts, hdr_sig,
-                          "Expect:" /* no 100-continue round trip */};
-    CURL *h = curl_easy_init();
-    cairn_step_result res;
-    for (size_t i = 0; h && i < sizeof hdrs / sizeof *hdrs; i++) {
-        if (!(tmp = curl_slist_append(hl, hdrs[i]))) {
-            curl_easy_cleanup(h);
-            h = NULL;
-            break;
-        }
-        hl = tmp;
-    }
-    if (!h) {
-        cairn__notify_call_error(c, "cannot create a curl handle (out of memory)");
-        res = CAIRN_STEP_TRANSIENT;
-        goto out;
-    }
-    c->body_len = (curl_off_t)len;
-    cairn__notify_curl_opts(h, c);
-    curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
-    curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
-    curl_easy_setopt(h, CURLOPT_POST, 1L);
-    curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
-    curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
-    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hl);
-    curl_easy_setopt(h, CURLOPT_USERAGENT, "cairn/0.1");
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_answer);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, c);
-    CURLcode crc = curl_easy_perform(h);
-    res = webhook_outcome(c, h, crc);
-    curl_easy_cleanup(h);
-out:
-    curl_slist_free_all(hl);
-    free(body);
-    return res;
-}
-
-/* ------------------------------------------------------------------ the step */
-
-cairn_step_result cairn__notify_step(cairn_ctx *ctx, void *target)
-{
-    const cairn__notify_target *t = target;
-    if (!t) {
-        cairn_ctx_set_error(ctx, "notify step '%s' has no target", cairn_ctx_step_name(ctx));
-        return CAIRN_STEP_PERMANENT;
-    }
-    cairn__notify_call c;
-    memset(&c, 0, sizeof c);
-    c.ctx = ctx, c.t = t, c.what = t->kind == CAIRN__NOTIFY_WEBHOOK ? "webhook" : "email";
-    const msgpack_object *src = cairn_ctx_dep(ctx, t->source);
-    if (!src) {
-        cairn__notify_call_error(&c, "source step '%s' is not a dependency of step '%s'", t->source,
-                                 cairn_ctx_step_name(ctx));
-        return CAIRN_STEP_PERMANENT;
-    }
-    json_t *result = cairn__msgpack_to_json(src);
-    if (!result) {
-        cairn__notify_call_error(&c, "cannot convert the output of '%s' to JSON (out of memory)",
-                                 t->source);
-        return CAIRN_STEP_TRANSIENT;
-    }
-    cairn_step_result r =
-        t->kind == CAIRN__NOTIFY_WEBHOOK ? do_webhook(&c, result) : cairn__notify_email(&c, result);
-    json_decref(result);
-    return r;
 }

@@ -1,7 +1,7 @@
 /* steps/notify_email.c - the `notify` step's email transport: one SMTP transaction per call,
- * through libcurl (targets are parsed, and calls set up, in notify.c).
+ * through libcurl (targets are parsed in notify.c, calls set up in notify_call.c).
  *
- * "Delivered or not" is decided as for webhooks (notify.c): a failure before the server had
+ * "Delivered or not" is decided as for webhooks (notify_call.c): a failure before the server had
  * the whole message is TRANSIENT, a failure after it is UNKNOWN. "Had the whole message" is our
  * read callback having handed curl the last byte (conservative: bytes still in curl's buffer
  * count as sent, which can only make us say UNKNOWN where TRANSIENT was true). An SMTP reply
@@ -240,12 +240,14 @@ static int on_debug(CURL *h, curl_infotype type, char *data, size_t size, void *
     cairn__notify_call *c = u;
     if (type != CURLINFO_HEADER_IN)
         return 0;
+    while (size && (data[size - 1] == '\r' || data[size - 1] == '\n'))
+        size--;
     size_t n = size < CAIRN__NOTIFY_SNIPPET_MAX ? size : CAIRN__NOTIFY_SNIPPET_MAX;
-    while (n && (data[n - 1] == '\r' || data[n - 1] == '\n'))
-        n--;
     for (size_t i = 0; i < n; i++)
         c->reply[i] = (unsigned char)data[i] < 32 || (unsigned char)data[i] >= 127 ? ' ' : data[i];
     c->reply[n] = 0;
+    /* a server may quote what it was sent (an AUTH line): scrubbed now, knowing where it was cut */
+    cairn__notify_scrub(c->t, c->reply, size > n);
     return 0;
 }
 

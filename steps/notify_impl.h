@@ -1,6 +1,8 @@
-/* steps/notify_impl.h - what the notify step's two files share (internal to steps/): the parsed
- * target, the state of one call, and the helpers both transports use. notify.c parses targets
- * and sends webhooks; notify_email.c sends email over SMTP. Nothing else includes this.
+/* steps/notify_impl.h - what the notify step's files share (internal to steps/): the parsed
+ * target, the state of one call, and the helpers both transports use. notify.c parses targets,
+ * notify_call.c holds what a call of either transport shares (messages, outcomes, the step
+ * function), notify_webhook.c sends webhooks and notify_email.c email over SMTP. Nothing else
+ * includes this.
  */
 #ifndef CAIRN_STEPS_NOTIFY_IMPL_H
 #define CAIRN_STEPS_NOTIFY_IMPL_H
@@ -14,6 +16,8 @@
 #include "steps/notify.h"
 
 enum { CAIRN__NOTIFY_WEBHOOK = 1, CAIRN__NOTIFY_EMAIL = 2 };
+
+#define CAIRN__NOTIFY_SCRUB_FORMS 4
 
 struct cairn__notify_target {
     int kind;
@@ -30,9 +34,14 @@ struct cairn__notify_target {
     char *subject, *body;
     char *username;
     int starttls;
-    /* the secret's text as configured (webhook secret or SMTP password), kept only to scrub
-     * it from messages; wiped on free */
+    /* the secret's text as configured (webhook secret or SMTP password); wiped on free */
     char *secret_text;
+    /* every form in which the secret could come back in a receiver's answer or curl's text,
+     * longest first: the text as configured, without "whsec_", and for SMTP the base64 of the
+     * password (AUTH LOGIN) and of "\0user\0password" (AUTH PLAIN). Scrubbed from every
+     * message; wiped on free. */
+    char *scrub[CAIRN__NOTIFY_SCRUB_FORMS];
+    size_t n_scrub;
 };
 
 /* The longest error message (= the runner's stored error size). */
@@ -48,7 +57,8 @@ typedef struct cairn__notify_call {
     char errbuf[CURL_ERROR_SIZE];
     char answer[CAIRN__NOTIFY_SNIPPET_MAX + 1]; /* the start of the receiver's response body */
     size_t answer_len;
-    char reply[CAIRN__NOTIFY_SNIPPET_MAX + 1]; /* email: the server's last reply line */
+    int answer_cut;                            /* the body went on past `answer` */
+    char reply[CAIRN__NOTIFY_SNIPPET_MAX + 1]; /* email: the server's last reply line (scrubbed) */
     /* email upload */
     const char *msg;
     size_t msg_len, msg_off;
@@ -61,8 +71,25 @@ typedef struct cairn__notify_call {
 /* Appends printf-style text (at most 511 bytes of it). */
 void cairn__notify_fmt(struct cairn__sbuf *b, const char *fmt, ...) CAIRN_PRINTF(2, 3);
 
+/* Removes the target's secret from s (NUL-terminated, edited in place, never lengthened): each
+ * occurrence of any of its forms becomes "***". When `cut` is set, s is the head of a longer
+ * text, so a secret may have been cut in two at its end: a tail of s that is the start of a
+ * form (however short) is starred out too. Scrub before shortening a text, or pass `cut`. */
+void cairn__notify_scrub(const cairn__notify_target *t, char *s, int cut);
+
+/* Copies src into dst (cap >= 1 bytes, NUL-terminated), shortened to fit and scrubbed
+ * (cairn__notify_scrub, with `cut` when it was shortened or `src_cut` says src itself is the
+ * head of a longer text). */
+void cairn__notify_snip(const cairn__notify_target *t, char *dst, size_t cap, const char *src,
+                        int src_cut);
+
+/* Builds a call's error message into out (outlen bytes): "notify target '<name>' (<kind>
+ * <url>): <text>", scrubbed, then shortened to fit with a cut secret's head removed. */
+void cairn__notify_error_text(const cairn__notify_target *t, const char *what, const char *text,
+                              int text_cut, char *out, size_t outlen);
+
 /* Sets the step's error: "notify target '<name>' (<kind> <url>): <text>", scrubbed of the
- * secret. */
+ * secret (cairn__notify_error_text). */
 void cairn__notify_call_error(cairn__notify_call *c, const char *fmt, ...) CAIRN_PRINTF(2, 3);
 
 /* curl's text for a failed transfer: its error buffer if it wrote one, else the code's text. */
@@ -86,6 +113,9 @@ void cairn__notify_pack_ok(cairn_ctx *ctx, const cairn__notify_target *t, long s
 /* Finds the placeholder of a template at `open` ("{{"): its name without the surrounding
  * spaces in name/len, and in *next what follows the "}}". -1 if it is not closed. */
 int cairn__notify_tpl_name(const char *open, const char **name, size_t *len, const char **next);
+
+/* Sends the webhook of one call (notify_webhook.c); `result` is the source step's output. */
+cairn_step_result cairn__notify_webhook(cairn__notify_call *c, json_t *result);
 
 /* Sends the email of one call (notify_email.c); `result` is the source step's output. */
 cairn_step_result cairn__notify_email(cairn__notify_call *c, json_t *result);

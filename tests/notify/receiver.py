@@ -16,6 +16,9 @@ request (from 0) to that exact path gets plan[min(n, len - 1)]:
     429:S         429 with "Retry-After: S"
     delay:MS      sleep MS milliseconds, then 200
     reset         read the whole request, then reset the connection (RST, no answer)
+    echo:K        500 whose body is K dots, then the signing secret, then " (echoed)": a
+                  receiver that quotes the secret back (the notify step must scrub it)
+    echob:K       the same with only the secret's base64 part (without "whsec_")
 A segment that is not a plan (e.g. /hook) means "ok".
 """
 import base64
@@ -62,7 +65,8 @@ def action_for(path):
     plan = path.rstrip("/").rsplit("/", 1)[-1].split("?")[0]
     steps = plan.split(",")
     known = all(s == "ok" or s == "reset" or s.isdigit() or s.startswith("429:")
-                or s.startswith("delay:") for s in steps)
+                or s.startswith("delay:") or s.startswith("echo:") or s.startswith("echob:")
+                for s in steps)
     with LOCK:
         n = COUNTS.get(path, 0)
         COUNTS[path] = n + 1
@@ -106,6 +110,10 @@ class Handler(BaseHTTPRequestHandler):
         elif action.isdigit():
             status = int(action)
         reply = json.dumps({"ok": 200 <= status < 300, "status": status}).encode()
+        if action.startswith("echo:") or action.startswith("echob:"):
+            kind, _, k = action.partition(":")
+            secret = self.secret if kind == "echo" else self.secret[6:]
+            status, reply = 500, ("." * int(k) + secret + " (echoed)").encode()
         try:
             self.send_response(status)
             for k, v in extra.items():

@@ -482,6 +482,48 @@ static void t_500_then_ok(void)
     scen_close(&s);
 }
 
+/* A receiver that quotes the secret back in its answer, whole or cut by the 160-byte snippet at
+ * every interesting place: the stored error holds no piece of it. */
+static size_t secret_piece(const char *msg, const char *secret)
+{
+    size_t sl = strlen(secret);
+    for (size_t len = sl; len >= 6; len--)
+        for (size_t at = 0; at + len <= sl; at++) {
+            char piece[128];
+            snprintf(piece, sizeof piece, "%.*s", (int)len, secret + at);
+            if (strstr(msg, piece))
+                return len;
+        }
+    return 0;
+}
+
+static void t_echo_secret(void)
+{
+    static const char *const plans[] = {"echo:20", "echo:150", "echo:157", "echob:130",
+                                        "echob:159"};
+    for (size_t i = 0; i < sizeof plans / sizeof *plans; i++) {
+        scen s;
+        char cfg[1024], path[64], name[32];
+        snprintf(path, sizeof path, "/w_echo%zu/%s", i, plans[i]);
+        snprintf(name, sizeof name, "w_echo%zu", i);
+        webhook_cfg(cfg, sizeof cfg, "shop", path, NULL);
+        if (scen_open(&s, name, &LATER, cfg, NULL) != 0) {
+            ok(0, "%s: setup", name);
+            scen_close(&s);
+            continue;
+        }
+        int rc = scen_run(&s, "x");
+        char *err = step_error(&s, "notify.shop");
+        size_t p1 = secret_piece(err, SECRET), p2 = secret_piece(err, SECRET_B64);
+        ok(rc == CAIRN_ETRANSIENT && strstr(err, "HTTP 500") && strchr(err, '*') && !p1 && !p2,
+           "receiver quotes the secret (%s): starred in the stored error, no piece of 6+ bytes "
+           "left (%zu, %zu): %s",
+           plans[i], p1, p2, err);
+        free(err);
+        scen_close(&s);
+    }
+}
+
 static void t_429(void)
 {
     scen s;
@@ -1093,6 +1135,7 @@ int main(int argc, char **argv)
         t_delivery();
         t_500_then_ok();
         t_429();
+        t_echo_secret();
         t_410();
         t_408_inline();
         t_reset_at_most_once();
