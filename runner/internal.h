@@ -13,6 +13,8 @@ struct cairn_runner {
     size_t n_graphs;
     cairn_store *store;
     uint32_t max_attempts, lease_ms, inline_wait_ms, tenant_max;
+    cairn_retry_report_fn report; /* cairn_runner_set_retry_report */
+    void *report_user;
     char tenant_field[CAIRN__NAME_MAX + 1];
     int allow_graph_change, opened;
     uint64_t retention_s, tombstone_s;
@@ -104,6 +106,8 @@ void cairn__release_lease(cairn__task_rec *task);
  * generation and gives the marked steps fresh pending records. */
 void cairn__mark_downstream(const cairn_graph *g, unsigned char *redo);
 size_t cairn__mark_changed(const cairn_graph *g, const char *pin, unsigned char *redo);
+/* The first step (in g's order) whose name@version differs from the pinned list, or NULL. */
+const cairn_step *cairn__first_changed(const cairn_graph *g, const char *pin);
 int cairn__new_generation(cairn__txn *t, const cairn_graph *g, cairn__task_rec *task,
                           const unsigned char *redo);
 int cairn__runner_store_fail(cairn_runner *r, int err);

@@ -1,11 +1,14 @@
 /* runner/lease.c - who owns a task, and whether that owner still lives.
  *
- * A lease names its owner by (host, pid, process start time). On the same host a dead pid, or a
- * pid now used by a process with another start time, means the owner is gone and its lease can
- * be taken over at once; on another host only the lease's expiry can tell. Leases are renewed in
- * the same transaction that commits each step, so a live owner's lease never runs out between
- * steps, and every commit checks the lease token: a process that lost its lease (because it
- * stalled past the expiry and someone took over) can never commit.
+ * A lease names its owner by (host, pid, process start time) and has an expiry. It ends when it
+ * expires, whoever holds it (a hung or stopped owner must not keep its task for ever), or
+ * earlier when the owner is seen to be gone: on the same host a dead pid, or a pid now used by
+ * a process with another start time, frees the task at once. Leases are renewed in the same
+ * transaction that commits each step, with each progress record, and by the runner while it
+ * waits for a step that runs in a child (every step with a timeout), so a working owner keeps
+ * its lease. An in-process step that runs longer than the lease without saving progress can be
+ * taken over; that is what timeouts are for. Every commit checks the lease token: a process
+ * that lost its lease can never commit.
  */
 #include <errno.h>
 #include <signal.h>
@@ -63,18 +66,10 @@ int cairn__owner_alive(const cairn__owner *o)
     return start == 0 || o->start == 0 || start == o->start;
 }
 
-/* On this host the owner's life decides: a live owner keeps its task however long one step
- * runs (a long in-process LLM call must not be taken over and paid for twice), and a dead one
- * loses it at once. For an owner on another host only the expiry can tell. */
+/* Live: held, not expired, and its owner not seen to be gone (which only this host can see). */
 int cairn__lease_live(const cairn__task_rec *t, int64_t now_ms)
 {
-    if (t->lease_token == 0)
-        return 0;
-    char host[64] = {0};
-    gethostname(host, sizeof host - 1);
-    if (strcmp(host, t->owner.host) == 0)
-        return cairn__owner_alive(&t->owner);
-    return t->lease_expires_ms > now_ms;
+    return t->lease_token != 0 && t->lease_expires_ms > now_ms && cairn__owner_alive(&t->owner);
 }
 
 uint64_t cairn__random_u64(void)

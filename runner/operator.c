@@ -76,11 +76,15 @@ int cairn_runner_retry(cairn_runner *r, const char *graph, uint32_t limit, int n
     uint32_t ran = 0, ok = 0, bad = 0;
     for (size_t i = 0; i < a.n && (!limit || ran < limit) && !r->stop; i++) {
         const cairn_graph *g = cairn__find_graph(r, graph ? graph : "");
-        if (!g && cairn__task_graph(r, a.ids[i], &g) != 0) {
-            bad++;
-            continue;
+        int x = 0;
+        if (!g)
+            x = cairn__task_graph(r, a.ids[i], &g);
+        if (!x) {
+            r->err[0] = r->note[0] = 0;
+            x = cairn__execute(r, g, a.ids[i]);
         }
-        int x = cairn__execute(r, g, a.ids[i]);
+        if (r->report)
+            r->report(a.ids[i], x, x ? r->err : "", r->report_user);
         if (x == CAIRN_EBUSY || x == CAIRN_ETENANT)
             continue; /* someone else has it (an overlapping retry): not ours to count */
         ran++;
@@ -194,6 +198,20 @@ static int invalidate_txn(cairn__txn *t, void *arg)
             return cairn__store_fail(s, CAIRN_ENOTFOUND, "graph '%s' has no step '%s'", a->g->name,
                                      a->step);
     }
+    /* Graph pinning holds here too: under a changed graph, invalidating would also redo the
+     * changed steps (which may be the paid LLM step, upstream of the one named), so that needs
+     * the same explicit consent as a run does. */
+    const cairn_step *ch = NULL;
+    if (strcmp(task.fingerprint, a->g->fingerprint) != 0) {
+        ch = cairn__first_changed(a->g, task.steps_pin);
+        if (!a->r->allow_graph_change)
+            return cairn__store_fail(
+                s, CAIRN_EGRAPHCHANGED,
+                "task '%s' was started by another version of graph '%s' (pinned %s, now %s; "
+                "first changed step: '%s'): invalidating it would redo that step too; rerun with "
+                "--allow-graph-change to accept that",
+                a->id, a->g->name, task.steps_pin, a->g->pin, ch ? ch->name : "(graph header)");
+    }
     if (task.state == CAIRN_RUNNING) { /* owner gone: the stale run is abandoned */
         cairn__release_lease(&task);
         if ((rc = cairn__transition(t, &task, CAIRN_FAILED, 0, NULL, "owner gone; invalidated")))
@@ -213,10 +231,14 @@ static int invalidate_txn(cairn__txn *t, void *arg)
     free(redo);
     if (rc)
         return rc;
-    char why[256];
-    snprintf(why, sizeof why, "invalidated %s '%s' (and what depends on it): generation %u",
-             a->step ? "from step" : "all steps, from", a->g->steps[a->g->order[from]]->name,
-             task.generation);
+    char why[512];
+    int n =
+        snprintf(why, sizeof why, "invalidated %s '%s' (and what depends on it)",
+                 a->step ? "from step" : "all steps, from", a->g->steps[a->g->order[from]]->name);
+    if (ch && n < (int)sizeof why)
+        n += snprintf(why + n, sizeof why - (size_t)n, ", and from changed step '%s'", ch->name);
+    if (n < (int)sizeof why)
+        snprintf(why + n, sizeof why - (size_t)n, ": generation %u", task.generation);
     if (task.state != CAIRN_PENDING) {
         if ((rc = cairn__transition(t, &task, CAIRN_PENDING, 1, NULL, why)))
             return rc;

@@ -121,6 +121,15 @@ int cairn_runner_set_inline_wait_ms(cairn_runner *r, uint32_t ms)
     return 0;
 }
 
+int cairn_runner_set_retry_report(cairn_runner *r, cairn_retry_report_fn fn, void *user)
+{
+    if (!r)
+        return CAIRN_EINVAL;
+    r->report = fn;
+    r->report_user = user;
+    return 0;
+}
+
 int cairn_runner_set_tenant_limit(cairn_runner *r, const char *field, uint32_t max_running)
 {
     if (!r || (field && strlen(field) > CAIRN__NAME_MAX))
@@ -221,8 +230,7 @@ void cairn__release_lease(cairn__task_rec *task)
     task->lease_expires_ms = 0;
 }
 
-/* The first step (in `g`'s order) whose name@version differs from the pinned list, or NULL. */
-static const cairn_step *first_changed(const cairn_graph *g, const char *pin)
+const cairn_step *cairn__first_changed(const cairn_graph *g, const char *pin)
 {
     const char *p = pin;
     for (size_t i = 0; i < g->n_steps; i++) {
@@ -428,9 +436,11 @@ static int acquire_txn(cairn__txn *t, void *arg)
     if (task.tombstone)
         return cairn__store_fail(s, CAIRN_ESTATE, "task '%s' was garbage-collected", a->id);
     if (task.state == CAIRN_RUNNING && cairn__lease_live(&task, now))
-        return cairn__store_fail(
-            s, CAIRN_EBUSY, "task '%s' is running in process %d on %s (lease until %lld)", a->id,
-            task.owner.pid, task.owner.host, (long long)task.lease_expires_ms);
+        return cairn__store_fail(s, CAIRN_EBUSY,
+                                 "task '%s' is running in process %d on %s (its lease runs for "
+                                 "another %lld s unless renewed)",
+                                 a->id, task.owner.pid, task.owner.host,
+                                 (long long)((task.lease_expires_ms - now + 999) / 1000));
     /* tenant limit, across processes: count live running tasks of this tenant */
     if (r->tenant_max && task.tenant[0]) {
         uint32_t n = 0;
@@ -445,7 +455,7 @@ static int acquire_txn(cairn__txn *t, void *arg)
     }
     /* graph pinning (after the tenant check: a refused run writes nothing) */
     if (strcmp(task.fingerprint, a->g->fingerprint) != 0) {
-        const cairn_step *ch = first_changed(a->g, task.steps_pin);
+        const cairn_step *ch = cairn__first_changed(a->g, task.steps_pin);
         if (!r->allow_graph_change)
             return cairn__store_fail(
                 s, CAIRN_EGRAPHCHANGED,
@@ -616,6 +626,10 @@ static int commit_txn(cairn__txn *t, void *arg)
         rc = cairn__transition(t, &task, CAIRN_IN_DOUBT, 0, step, s.error);
         break;
     case C_STOPPED: /* interrupted: the step's output is dropped, the task is due at once */
+        /* A stop is the operator's (a deploy, a shutdown), not the task's failure: the attempt
+         * it cut short is not counted, so restarts never use up a healthy task's attempts. */
+        if (task.attempt > 0)
+            task.attempt--;
         task.next_retry_ms = cairn__now_ms();
         if (a->err)
             snprintf(task.error, sizeof task.error, "%s", a->err);

@@ -771,14 +771,12 @@ static void test_leases(void)
     s = store_open();
     r = runner_open(s, g);
     cairn_runner_set_max_attempts(r, 10);
-    const char *ids[] = {"dead-pid", "reused-pid", "far-live", "far-expired"};
-    for (int i = 0; i < 4; i++) {
+    const char *ids[] = {"dead-pid", "reused-pid", "far-live", "far-expired", "near-expired"};
+    for (int i = 0; i < 5; i++) {
         b.fail_calls = 1;
-        rc = run(r, "to", ids[i],
-                 i == 0   ? "{}"
-                 : i == 1 ? "{\"i\":1}"
-                 : i == 2 ? "{\"i\":2}"
-                          : "{\"i\":3}");
+        char in[32];
+        snprintf(in, sizeof in, "{\"i\":%d}", i);
+        rc = run(r, "to", ids[i], in);
         if (rc != CAIRN_ETRANSIENT)
             diag("setup of %s: %s", ids[i], cairn_errname(rc));
     }
@@ -799,6 +797,9 @@ static void test_leases(void)
     cairn__owner far = {.host = "another-host.example", .pid = 1, .start = 1};
     edit_task(s, "far-live", set_dead_owner, &far);
     edit_task(s, "far-expired", set_expired_owner, &far);
+    cairn__owner self; /* a live process on this host (us), as a hung owner looks */
+    cairn__owner_self(&self);
+    edit_task(s, "near-expired", set_expired_owner, &self);
 
     int before = b.calls;
     rc = cairn_runner_resume(r, "dead-pid");
@@ -820,6 +821,10 @@ static void test_leases(void)
     rc = cairn_runner_resume(r, "far-expired");
     aq = audit_of(s, "far-expired");
     ok(rc == 0 && strstr(aq->reasons, "expired"), "another host's expired lease: taken over");
+    rc = cairn_runner_resume(r, "near-expired");
+    aq = audit_of(s, "near-expired");
+    ok(rc == 0 && strstr(aq->reasons, "expired"),
+       "a live but hung owner on this host loses its task when the lease expires");
     cairn_runner_free(r);
     cairn_store_free(s);
     cairn_graph_free(g);
@@ -954,6 +959,27 @@ static void test_stop(void)
     ok(rc == 0 && trace_count("s1", "b") == 2 && a.calls == 1 && z.calls == 1 &&
            step_of(s, "s1", "b", 0).out == 99,
        "a new runner resumes it: b runs again, a does not");
+    cairn_runner_free(r2);
+
+    /* stops are not failures: five in a row (the limit is 3 attempts) leave the task failed
+     * and due, with no attempt used, and the next run finishes it on attempt 1 */
+    int eintr = 0;
+    for (int i = 0; i < 5; i++) {
+        cairn_runner *ri = runner_open(s, g);
+        g_stop_runner = ri;
+        eintr +=
+            (i == 0 ? run(ri, "st", "s2", "{}") : cairn_runner_resume(ri, "s2")) == CAIRN_EINTR;
+        g_stop_runner = NULL;
+        cairn_runner_free(ri);
+    }
+    t = task_of(s, "s2");
+    ok(eintr == 5 && t.state == CAIRN_FAILED && t.attempt == 0,
+       "five stops in a row: the task is failed and due, attempts used %u", t.attempt);
+    r2 = runner_open(s, g);
+    rc = cairn_runner_resume(r2, "s2");
+    t = task_of(s, "s2");
+    ok(rc == 0 && t.state == CAIRN_SUCCEEDED && t.attempt == 1,
+       "then a run finishes it on attempt %u", t.attempt);
     cairn_runner_free(r2);
     cairn_runner_free(r);
     cairn_store_free(s);

@@ -90,6 +90,46 @@ static void invalidate_downstream_only(void)
     cairn_graph_free(g);
 }
 
+/* a -> b -> c. The task ran with b@1; the program now has b@2. Invalidating from c would also
+ * redo b (changed) — the paid step, upstream of c: refused unless the graph change is allowed. */
+static void invalidate_respects_pinning(void)
+{
+    cairn_graph *g1 = cairn_graph_new("pin", 1), *g2 = cairn_graph_new("pin", 1);
+    cairn_graph *gs[2] = {g1, g2};
+    for (int i = 0; i < 2; i++) {
+        cairn_step_set_user(cairn_graph_add_step(gs[i], "a", counted, NULL), (void *)0);
+        cairn_step *b = cairn_graph_add_step(gs[i], "b", counted, "a");
+        cairn_step_set_user(b, (void *)1);
+        cairn_step_set_version(b, (uint32_t)i + 1);
+        cairn_step_set_user(cairn_graph_add_step(gs[i], "c", counted, "b"), (void *)2);
+    }
+    cairn_store *s = store("pin");
+    cairn_runner *r1 = runner(s, g1);
+    memset(calls, 0, sizeof calls);
+    ok(run(r1, "pin", "t1", "{}", NULL) == 0, "the task ran with b@1");
+    cairn_runner_free(r1);
+    cairn_runner *r2 = runner(s, g2);
+    int rc = cairn_runner_invalidate(r2, "t1", "c");
+    const char *m = cairn_runner_errmsg(r2);
+    ok(rc == CAIRN_EGRAPHCHANGED && strstr(m, "'b'") && strstr(m, "--allow-graph-change"),
+       "invalidate from c under b@2: CAIRN_EGRAPHCHANGED naming b (\"%s\")", m);
+    cairn_task *t = NULL;
+    ok(cairn_task_load(s, "t1", &t) == 0 && cairn_task_state(t) == CAIRN_SUCCEEDED,
+       "and the task is left as it was");
+    cairn_task_free(t);
+    cairn_runner_set_allow_graph_change(r2, 1);
+    rc = cairn_runner_invalidate(r2, "t1", "c");
+    if (rc == 0)
+        rc = cairn_runner_resume(r2, "t1");
+    ok(rc == 0 && calls[0] == 1 && calls[1] == 2 && calls[2] == 2,
+       "allowed: b (changed) and c run again, a does not (a %d b %d c %d)", calls[0], calls[1],
+       calls[2]);
+    cairn_runner_free(r2);
+    cairn_store_free(s);
+    cairn_graph_free(g1);
+    cairn_graph_free(g2);
+}
+
 static void resolve_resets_attempts(void)
 {
     cairn_graph *g = cairn_graph_new("res", 1);
@@ -219,6 +259,7 @@ int main(void)
     if (!mkdtemp(dir))
         return 1;
     invalidate_downstream_only();
+    invalidate_respects_pinning();
     resolve_resets_attempts();
     stop_is_final();
     deferred_message_not_consumed();
