@@ -68,6 +68,21 @@ typedef struct cairn__outcome {
     char err[CAIRN__ERR_MAX];
 } cairn__outcome;
 
+/* runner.c: a task whose lease this process now holds (or why it does not run) */
+typedef struct acquire_arg {
+    cairn_runner *r;
+    const cairn_graph *g;
+    const char *id;
+    uint64_t token;
+    uint32_t attempt, generation;
+    int finished; /* 0 running now; else the final code to return (0 succeeded) */
+    uint32_t tenant_running;
+} acquire_arg;
+
+/* step.c: runs the steps of a task whose lease `a` holds, committing each. */
+int cairn__run_acquired(cairn_runner *r, const cairn_graph *g, const char *id,
+                        const acquire_arg *a);
+
 /* exec.c: the step's stable delivery ID (derived on first use, kept in c->delivery_id) */
 const char *cairn__delivery_id(cairn_ctx *c);
 

@@ -1,0 +1,546 @@
+/* runner/step.c - one step at a time: what a step's run commits, and what it is given.
+ *
+ * Each step of an acquired task is run by run_step: it loads the step's record, its
+ * dependencies' committed outputs and its saved progress in one read transaction (load_txn),
+ * calls the step (runner/exec.c), and commits the outcome in one write transaction
+ * (commit_txn) that first checks the lease token (fencing: a process that lost the task never
+ * commits). An effect's intent is committed and flushed before the step is called. The kinds
+ * of commit (done, intent, failed, dead, in doubt, stopped...) are one switch, so every path a
+ * step can end on is visible in one place. Admission and the lease are runner/runner.c's.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "runner/internal.h"
+
+/* ------------------------------------------------------------------ step commits */
+
+/* C_DONE_LAST commits the last step's output and the task's success in one transaction. */
+typedef enum {
+    C_DONE,
+    C_DONE_LAST,
+    C_INTENT,
+    C_FAILED,
+    C_DEAD,
+    C_IN_DOUBT,
+    C_RETRY_LATER,
+    C_SUCCEEDED,
+    C_STOPPED,
+    C_RESET
+} commit_kind;
+
+typedef struct commit_arg {
+    cairn_ctx *ctx;
+    commit_kind kind;
+    const void *out;
+    size_t out_len;
+    const char *err;
+    int64_t next_retry_ms;
+    uint32_t invocations; /* the step's invocation count to record */
+} commit_arg;
+
+/* Loads the task and checks we still hold its lease (fencing). Renews the lease once less than
+ * half of it is left; *renewed says whether the task record must be written back (a step
+ * commit that neither renews nor changes state leaves the task record alone, which keeps the
+ * commit to the step and audit databases). */
+static int fenced(cairn__txn *t, cairn_ctx *c, cairn__task_rec *task, int *renewed)
+{
+    int rc = cairn__task_get(t, c->task_id, task);
+    if (rc)
+        return rc;
+    if (task->state != CAIRN_RUNNING || task->lease_token != c->lease_token)
+        return cairn__store_fail(cairn__txn_store(t), CAIRN_EBUSY,
+                                 "task '%s': lease lost to pid %d on %s; not committing step '%s'",
+                                 c->task_id, task->owner.pid, task->owner.host, c->step->name);
+    int64_t now = cairn__now_ms();
+    *renewed = task->lease_expires_ms - now < (int64_t)c->r->lease_ms / 2;
+    if (*renewed)
+        task->lease_expires_ms = now + c->r->lease_ms;
+    return 0;
+}
+
+static int commit_txn(cairn__txn *t, void *arg)
+{
+    commit_arg *a = arg;
+    cairn_ctx *c = a->ctx;
+    cairn__task_rec task;
+    int renewed = 0;
+    int rc = fenced(t, c, &task, &renewed);
+    if (rc)
+        return rc;
+    cairn__step_rec s = {
+        .generation = c->generation, .invocations = a->invocations, .updated_ms = cairn__now_ms()};
+    snprintf(s.error, sizeof s.error, "%s", a->err ? a->err : "");
+    const char *step = c->step->name;
+    switch (a->kind) {
+    case C_DONE:
+    case C_DONE_LAST:
+        s.state = CAIRN_STEP_DONE;
+        s.output = a->out;
+        s.output_len = a->out_len;
+        /* The audit trail holds transitions, effects, failures and operator actions; a compute
+         * step's completion is its step record (time, invocations), so its commit writes one
+         * record, not two (a quarter of a nosync commit's cost). */
+        if (c->step->delivery != CAIRN_COMPUTE)
+            rc = cairn__audit(t, &task, CAIRN_RUNNING, CAIRN_RUNNING, step,
+                              "effect done (invocation %u)", a->invocations);
+        if (!rc && a->kind == C_DONE_LAST) {
+            task.error[0] = task.error_step[0] = 0;
+            cairn__release_lease(&task);
+            rc = cairn__transition(t, &task, CAIRN_SUCCEEDED, 0, NULL, "all steps done");
+        }
+        break;
+    case C_INTENT:
+        s.state = CAIRN_STEP_INTENT;
+        s.intent_ms = s.updated_ms;
+        rc = cairn__audit(t, &task, CAIRN_RUNNING, CAIRN_RUNNING, step, "effect intent %s",
+                          cairn__delivery_id(c));
+        break;
+    case C_FAILED:
+        s.state = CAIRN_STEP_FAILED;
+        rc = cairn__audit(t, &task, CAIRN_RUNNING, CAIRN_RUNNING, step, "step failed: %s", s.error);
+        break;
+    case C_RESET: /* a probe said the effect did not happen: clear the intent */
+        s.state = CAIRN_STEP_PENDING;
+        rc = cairn__audit(t, &task, CAIRN_RUNNING, CAIRN_RUNNING, step,
+                          "probe: effect did not happen");
+        break;
+    case C_RETRY_LATER:
+        s.state = CAIRN_STEP_FAILED;
+        task.next_retry_ms = a->next_retry_ms;
+        snprintf(task.error, sizeof task.error, "%s", s.error);
+        snprintf(task.error_step, sizeof task.error_step, "%s", step);
+        cairn__release_lease(&task);
+        rc = cairn__transition(t, &task, CAIRN_FAILED, 0, step, s.error);
+        break;
+    case C_DEAD:
+        s.state = CAIRN_STEP_FAILED;
+        snprintf(task.error, sizeof task.error, "%s", s.error);
+        snprintf(task.error_step, sizeof task.error_step, "%s", step);
+        cairn__release_lease(&task);
+        rc = cairn__transition(t, &task, CAIRN_DEAD, 0, step, s.error);
+        break;
+    case C_IN_DOUBT:
+        s.state = CAIRN_STEP_IN_DOUBT;
+        snprintf(task.error, sizeof task.error, "%s", s.error);
+        snprintf(task.error_step, sizeof task.error_step, "%s", step);
+        cairn__release_lease(&task);
+        rc = cairn__transition(t, &task, CAIRN_IN_DOUBT, 0, step, s.error);
+        break;
+    case C_STOPPED: /* interrupted: the step's output is dropped, the task is due at once */
+        /* A stop is the operator's (a deploy, a shutdown), not the task's failure: the attempt
+         * it cut short is not counted, so restarts never use up a healthy task's attempts. */
+        if (task.attempt > 0)
+            task.attempt--;
+        task.next_retry_ms = cairn__now_ms();
+        if (a->err)
+            snprintf(task.error, sizeof task.error, "%s", a->err);
+        else
+            snprintf(task.error, sizeof task.error, "interrupted by a signal during step '%s'",
+                     step);
+        snprintf(task.error_step, sizeof task.error_step, "%s", step);
+        cairn__release_lease(&task);
+        rc = cairn__transition(t, &task, CAIRN_FAILED, 0, step, task.error);
+        if (!rc)
+            rc = cairn__task_put(t, &task);
+        return rc; /* the step record is left as it was */
+    case C_SUCCEEDED:
+        task.error[0] = task.error_step[0] = 0;
+        cairn__release_lease(&task);
+        rc = cairn__transition(t, &task, CAIRN_SUCCEEDED, 0, NULL, "all steps done");
+        if (!rc)
+            rc = cairn__task_put(t, &task);
+        return rc;
+    }
+    if (!rc)
+        rc = cairn__step_put(t, c->task_id, step, &s);
+    if (!rc && (renewed || task.state != CAIRN_RUNNING))
+        rc = cairn__task_put(t, &task);
+    return rc;
+}
+
+static int commit(cairn_ctx *c, commit_kind kind, int durable, const void *out, size_t out_len,
+                  const char *err, uint32_t invocations, int64_t next_retry_ms)
+{
+    commit_arg a = {.ctx = c,
+                    .kind = kind,
+                    .out = out,
+                    .out_len = out_len,
+                    .err = err,
+                    .invocations = invocations,
+                    .next_retry_ms = next_retry_ms};
+    int rc = cairn__store_write(c->r->store, durable, commit_txn, &a);
+    return rc ? cairn__runner_store_fail(c->r, rc) : 0;
+}
+
+typedef struct progress_arg {
+    cairn_ctx *ctx;
+    const void *data;
+    size_t len;
+} progress_arg;
+
+static int progress_txn(cairn__txn *t, void *arg)
+{
+    progress_arg *a = arg;
+    cairn__task_rec task;
+    int renewed = 0;
+    int rc = fenced(t, a->ctx, &task, &renewed);
+    if (!rc && a->data)
+        rc = cairn__progress_put(t, a->ctx->task_id, a->ctx->step->name, a->ctx->generation,
+                                 a->data, a->len);
+    if (!rc && renewed)
+        rc = cairn__task_put(t, &task);
+    return rc;
+}
+
+int cairn__commit_progress(cairn_ctx *c, const void *data, size_t len)
+{
+    progress_arg a = {c, data, len};
+    int rc = cairn__store_write(c->r->store, CAIRN__RELAXED, progress_txn, &a);
+    return rc ? cairn__runner_store_fail(c->r, rc) : 0;
+}
+
+int cairn__renew_lease(cairn_ctx *c) { return cairn__commit_progress(c, NULL, 0); }
+
+/* ------------------------------------------------------------------ loading a step's inputs */
+
+typedef struct load_arg {
+    cairn_ctx *ctx;
+    const cairn_graph *g;
+    cairn__step_rec rec; /* the step's own record (state copied; pointers not kept) */
+    int has_rec;
+} load_arg;
+
+static void *dup_bytes(const void *p, size_t n)
+{
+    void *d = malloc(n ? n : 1);
+    if (d && n)
+        memcpy(d, p, n);
+    return d;
+}
+
+static int unpack_copy(const void *p, size_t n, void **bytes, msgpack_unpacked *u)
+{
+    size_t off = 0;
+    *bytes = dup_bytes(p, n);
+    if (!*bytes)
+        return CAIRN_ENOMEM;
+    msgpack_unpacked_init(u);
+    if (msgpack_unpack_next(u, *bytes, n, &off) != MSGPACK_UNPACK_SUCCESS)
+        return CAIRN_ECORRUPT;
+    return 0;
+}
+
+static int load_txn(cairn__txn *t, void *arg)
+{
+    load_arg *a = arg;
+    cairn_ctx *c = a->ctx;
+    cairn__task_rec task;
+    int rc = cairn__task_get(t, c->task_id, &task);
+    if (rc)
+        return rc;
+    if (!c->input_bytes) {
+        const void *in;
+        size_t in_len;
+        rc = cairn__input_get(t, c->task_id, &in, &in_len);
+        if (rc == CAIRN_ENOTFOUND)
+            return cairn__store_fail(cairn__txn_store(t), CAIRN_ECORRUPT,
+                                     "task '%s' has no stored input", c->task_id);
+        if (rc || (rc = unpack_copy(in, in_len, &c->input_bytes, &c->input)))
+            return rc;
+    }
+    cairn__step_rec s;
+    rc = cairn__step_get(t, c->task_id, c->step->name, c->generation, &s);
+    a->has_rec = rc == 0;
+    if (rc == 0) {
+        a->rec = s;
+        a->rec.output = NULL;
+    } else if (rc != CAIRN_ENOTFOUND)
+        return rc;
+    /* dependencies' committed outputs */
+    for (size_t i = 0; i < c->n_deps; i++) {
+        cairn__dep *d = &c->deps[i];
+        if (d->present || d->bytes)
+            continue;
+        rc = cairn__step_get(t, c->task_id, d->name, c->generation, &s);
+        if (rc == 0 && s.state == CAIRN_STEP_DONE && s.output) {
+            if ((rc = unpack_copy(s.output, s.output_len, &d->bytes, &d->u)))
+                return rc;
+            d->present = 1;
+        } else if (rc && rc != CAIRN_ENOTFOUND)
+            return rc;
+    }
+    const void *p;
+    size_t n;
+    if (c->has_progress) {
+        msgpack_unpacked_destroy(&c->progress);
+        free(c->progress_bytes);
+        c->progress_bytes = NULL;
+        c->has_progress = 0;
+    }
+    rc = cairn__progress_get(t, c->task_id, c->step->name, c->generation, &p, &n);
+    if (rc == 0) {
+        if ((rc = unpack_copy(p, n, &c->progress_bytes, &c->progress)))
+            return rc;
+        c->has_progress = 1;
+    } else if (rc != CAIRN_ENOTFOUND)
+        return rc;
+    return 0;
+}
+
+static void ctx_clear(cairn_ctx *c)
+{
+    for (size_t i = 0; i < c->n_deps; i++) {
+        if (c->deps[i].bytes) {
+            msgpack_unpacked_destroy(&c->deps[i].u);
+            free(c->deps[i].bytes);
+        }
+    }
+    free(c->deps);
+    c->deps = NULL;
+    c->n_deps = 0;
+    if (c->has_progress) {
+        msgpack_unpacked_destroy(&c->progress);
+        free(c->progress_bytes);
+    }
+    c->has_progress = 0;
+    c->progress_bytes = NULL;
+}
+
+/* ------------------------------------------------------------------ one step */
+
+static void sleep_ms(cairn_runner *r, uint32_t ms)
+{
+    while (ms && !r->stop) {
+        uint32_t chunk = ms > 50 ? 50 : ms;
+        struct timespec ts = {0, (long)chunk * 1000000L};
+        nanosleep(&ts, NULL);
+        ms -= chunk;
+    }
+}
+
+/* Runs step `s` until it is done or the task leaves `running`. Returns 0 when the step is done
+ * (or was already), else the code the run ends with. */
+static int run_step(cairn_ctx *c, const cairn_graph *g)
+{
+    cairn_runner *r = c->r;
+    const cairn_step *s = c->step;
+    c->deps = calloc(s->n_deps ? s->n_deps : 1, sizeof *c->deps);
+    if (!c->deps)
+        return CAIRN_ENOMEM;
+    c->n_deps = s->n_deps;
+    for (size_t i = 0; i < s->n_deps; i++)
+        c->deps[i].name = g->steps[s->deps[i]]->name;
+    c->delivery_id[0] = 0; /* derived on first use (effects, or a step that asks) */
+    int rc;
+    for (;;) {
+        load_arg la = {.ctx = c, .g = g};
+        rc = cairn__store_read(r->store, load_txn, &la);
+        if (rc)
+            return cairn__runner_store_fail(r, rc);
+        uint32_t inv = la.has_rec ? la.rec.invocations : 0;
+        cairn_step_state st = la.has_rec ? (cairn_step_state)la.rec.state : CAIRN_STEP_PENDING;
+        if (st == CAIRN_STEP_DONE)
+            return 0;
+        if (r->stop) { /* asked to stop (also during a backoff wait): start nothing new */
+            int crc = commit(c, C_STOPPED, CAIRN__DURABLE, NULL, 0, NULL, inv, 0);
+            return crc ? crc
+                       : cairn__runner_fail(r, CAIRN_EINTR, "task '%s': stopped before step '%s'",
+                                            c->task_id, s->name);
+        }
+        int probe = 0;
+        if (st == CAIRN_STEP_INTENT || st == CAIRN_STEP_IN_DOUBT) {
+            /* an effect was (maybe) performed by a run that died before recording it */
+            if (s->delivery == CAIRN_EFFECT_AT_LEAST_ONCE) {
+                /* call again with the same delivery ID */
+            } else if (s->probe && st == CAIRN_STEP_INTENT) {
+                probe = 1;
+            } else {
+                char why[CAIRN__ERR_MAX];
+                snprintf(why, sizeof why,
+                         "effect '%s' (delivery %s) was started but its outcome was never "
+                         "recorded",
+                         s->name, cairn__delivery_id(c));
+                rc = commit(c, C_IN_DOUBT, CAIRN__DURABLE, NULL, 0, why, inv, 0);
+                return rc ? rc
+                          : cairn__runner_fail(r, CAIRN_EINDOUBT,
+                                               "task '%s': %s; settle it with `cairn resolve %s "
+                                               "--step %s --done|--not-done`",
+                                               c->task_id, why, c->task_id, s->name);
+            }
+        }
+        if (!probe && inv >= s->max_invocations) {
+            char why[CAIRN__ERR_MAX];
+            snprintf(why, sizeof why, "step '%s' used all %u invocations; last error: %s", s->name,
+                     s->max_invocations, la.has_rec ? la.rec.error : "");
+            rc = commit(c, C_DEAD, CAIRN__DURABLE, NULL, 0, why, inv, 0);
+            return rc ? rc : cairn__runner_fail(r, CAIRN_EDEAD, "task '%s': %s", c->task_id, why);
+        }
+        if (!probe)
+            inv++;
+        c->invocation = inv;
+        if (!probe && s->delivery != CAIRN_COMPUTE) {
+            /* the intent must be on disk before the world can change */
+            rc = commit(c, C_INTENT, CAIRN__DURABLE, NULL, 0, NULL, inv, 0);
+            if (rc)
+                return rc;
+        }
+        cairn__outcome o;
+        rc = cairn__exec_step(c, probe, &o);
+        if (rc == CAIRN_EINTR || (r->stop && s->delivery == CAIRN_COMPUTE)) {
+            cairn__outcome_free(&o);
+            int crc = commit(c, C_STOPPED, CAIRN__DURABLE, NULL, 0, NULL, inv, 0);
+            return crc ? crc
+                       : cairn__runner_fail(r, CAIRN_EINTR,
+                                            "task '%s': stopped during step '%s'; output not "
+                                            "committed",
+                                            c->task_id, s->name);
+        }
+        if (rc) {
+            cairn__outcome_free(&o);
+            return rc;
+        }
+        cairn_step_result res = o.result;
+        if (probe && res == CAIRN_STEP_TRANSIENT) {
+            /* the probe says it never happened: clear the intent and perform it now */
+            cairn__outcome_free(&o);
+            rc = commit(c, C_RESET, CAIRN__RELAXED, NULL, 0, NULL, inv, 0);
+            if (rc)
+                return rc;
+            continue;
+        }
+        if (res == CAIRN_STEP_UNKNOWN && s->delivery == CAIRN_COMPUTE)
+            res = CAIRN_STEP_TRANSIENT;
+        if (res == CAIRN_STEP_UNKNOWN && s->delivery == CAIRN_EFFECT_AT_LEAST_ONCE)
+            res = CAIRN_STEP_TRANSIENT; /* sent again later with the same delivery ID */
+        if (!o.err[0] && res != CAIRN_STEP_OK)
+            snprintf(o.err, sizeof o.err, "step '%s' failed", s->name);
+        int durable = s->expensive || s->delivery != CAIRN_COMPUTE;
+        switch (res) {
+        case CAIRN_STEP_OK:
+            if (c->last_step) {
+                rc = commit(c, C_DONE_LAST, CAIRN__DURABLE, o.out, o.out_len, NULL, inv, 0);
+                c->finished = rc == 0;
+            } else
+                rc = commit(c, C_DONE, durable, o.out, o.out_len, NULL, inv, 0);
+            cairn__outcome_free(&o);
+            return rc;
+        case CAIRN_STEP_PERMANENT:
+            rc = commit(c, C_DEAD, CAIRN__DURABLE, NULL, 0, o.err, inv, 0);
+            if (!rc)
+                rc = cairn__runner_fail(r, CAIRN_EDEAD, "task '%s' is dead: step '%s': %s",
+                                        c->task_id, s->name, o.err);
+            cairn__outcome_free(&o);
+            return rc;
+        case CAIRN_STEP_UNKNOWN:
+            rc = commit(c, C_IN_DOUBT, CAIRN__DURABLE, NULL, 0, o.err, inv, 0);
+            if (!rc)
+                rc = cairn__runner_fail(r, CAIRN_EINDOUBT,
+                                        "task '%s' is in doubt: effect '%s' (delivery %s): %s; "
+                                        "settle it with `cairn resolve %s --step %s "
+                                        "--done|--not-done`",
+                                        c->task_id, s->name, cairn__delivery_id(c), o.err,
+                                        c->task_id, s->name);
+            cairn__outcome_free(&o);
+            return rc;
+        case CAIRN_STEP_TRANSIENT:
+        default:
+            break;
+        }
+        /* transient: retry inline if the backoff is short, else leave it to `cairn retry` */
+        uint32_t delay = cairn__backoff_ms(s, inv, &r->rng);
+        if (o.retry_after_ms > delay) /* the receiver asked for more time (Retry-After) */
+            delay = o.retry_after_ms;
+        if (inv >= s->max_invocations) {
+            char why[CAIRN__ERR_MAX];
+            snprintf(why, sizeof why, "step '%s' failed on all %u invocations; last: %s", s->name,
+                     inv, o.err);
+            rc = commit(c, C_DEAD, CAIRN__DURABLE, NULL, 0, why, inv, 0);
+            cairn__outcome_free(&o);
+            return rc ? rc
+                      : cairn__runner_fail(r, CAIRN_EDEAD, "task '%s' is dead: %s", c->task_id,
+                                           why);
+        }
+        if (delay <= r->inline_wait_ms && !r->stop) {
+            rc = commit(c, C_FAILED, CAIRN__RELAXED, NULL, 0, o.err, inv, 0);
+            cairn__outcome_free(&o);
+            if (rc)
+                return rc;
+            sleep_ms(r, delay);
+            continue;
+        }
+        int64_t next = cairn__now_ms() + delay;
+        if (c->attempt >= r->max_attempts) {
+            char why[CAIRN__ERR_MAX];
+            snprintf(why, sizeof why, "step '%s' failed and the task used all %u attempts: %s",
+                     s->name, r->max_attempts, o.err);
+            rc = commit(c, C_DEAD, CAIRN__DURABLE, NULL, 0, why, inv, 0);
+            cairn__outcome_free(&o);
+            return rc ? rc
+                      : cairn__runner_fail(r, CAIRN_EDEAD, "task '%s' is dead: %s", c->task_id,
+                                           why);
+        }
+        rc = commit(c, C_RETRY_LATER, CAIRN__DURABLE, NULL, 0, o.err, inv, next);
+        if (!rc)
+            rc = cairn__runner_fail(r, CAIRN_ETRANSIENT,
+                                    "task '%s' failed transiently at step '%s': %s; next retry in "
+                                    "%u ms",
+                                    c->task_id, s->name, o.err, delay);
+        cairn__outcome_free(&o);
+        return rc;
+    }
+}
+
+/* ------------------------------------------------------------------ running a task */
+
+/* Runs the steps of a task whose lease `a` holds (or reports why it does not run). */
+int cairn__run_acquired(cairn_runner *r, const cairn_graph *g, const char *id, const acquire_arg *a)
+{
+    int rc = 0;
+    if (a->finished == 1)
+        return 0;
+    if (a->finished == 2)
+        return cairn__runner_fail(r, CAIRN_EDEAD, "task '%s' is dead: gave up after %u attempts",
+                                  id, r->max_attempts);
+    cairn_ctx c;
+    memset(&c, 0, sizeof c);
+    c.r = r;
+    c.task_id = id;
+    c.generation = a->generation;
+    c.attempt = a->attempt;
+    c.lease_token = a->token;
+    c.child_fd = -1;
+    msgpack_sbuffer_init(&c.out);
+    msgpack_packer_init(&c.pk, &c.out, msgpack_sbuffer_write);
+    for (size_t i = 0; i < g->n_steps && rc == 0; i++) {
+        c.step = g->steps[g->order[i]];
+        c.last_step = i + 1 == g->n_steps;
+        rc = run_step(&c, g);
+        ctx_clear(&c);
+        if (rc == 0 && r->stop && !c.finished) {
+            rc = commit(&c, C_STOPPED, CAIRN__DURABLE, NULL, 0, NULL, 0, 0);
+            if (!rc)
+                rc = cairn__runner_fail(r, CAIRN_EINTR, "task '%s': stopped after step '%s'", id,
+                                        c.step->name);
+        }
+    }
+    if (rc == 0 && !c.finished) /* the last step was done already (a crash came before) */
+        rc = commit(&c, C_SUCCEEDED, CAIRN__DURABLE, NULL, 0, NULL, 0, 0);
+    else if (rc != 0 && rc != CAIRN_ETRANSIENT && rc != CAIRN_EDEAD && rc != CAIRN_EINDOUBT &&
+             rc != CAIRN_EINTR && rc != CAIRN_EBUSY) {
+        /* an unexpected error (memory, store): give the lease back so the task is not stuck
+         * behind a process that lives on; it is due again at once */
+        char keep[sizeof r->err];
+        snprintf(keep, sizeof keep, "%s", r->err);
+        commit(&c, C_STOPPED, CAIRN__DURABLE, NULL, 0, keep, 0, 0);
+        snprintf(r->err, sizeof r->err, "%s", keep);
+    }
+    if (c.input_bytes) {
+        msgpack_unpacked_destroy(&c.input);
+        free(c.input_bytes);
+    }
+    msgpack_sbuffer_destroy(&c.out);
+    return rc;
+}
