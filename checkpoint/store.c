@@ -26,8 +26,24 @@
  * fdatasync flushes the pending meta page with its own data. Where losing the last commit would
  * break a promise we flush the meta page too (DURABLE writes): the intent record before an
  * effect is called (else a power loss could forget that an email went out), the output of a
- * step marked expensive (the LLM result), and the final state of a task. "nosync" mode uses
- * MDB_NOSYNC: writes reach the OS page cache at commit, which survives a process crash.
+ * step marked expensive (the LLM result), and the final state of a task.
+ *
+ * Why not fewer flushes, or cheaper ones: every LMDB commit must flush its data pages before
+ * its meta page may reach the disk (LMDB pages carry no checksum, so a meta page that got there
+ * first would point at garbage after a power cut), which makes one flush per commit the floor.
+ * What a flush costs depends on how many separate writes it carries: a copy-on-write commit
+ * rewrites the path from leaf to root of each database it touches, the main database's record
+ * of that root, and the free list, at scattered places (5-6 pages), where SQLite's WAL appends
+ * 1-2 pages in one run. On the benchmark machine a flush of 6 scattered pages took ~167 us
+ * against ~100-115 us for 1-2 pages or 6 contiguous ones, hence cairn's sync mode at about
+ * 0.6-0.7x SQLite's WAL FULL (bench/README.md). A commit log in front of LMDB would close that
+ * gap at the price of a second storage format; that is a design decision, not a tuning knob.
+ *
+ * "nosync" stores (chosen when the store is created, recorded in the file `durability`) use
+ * MDB_NOSYNC with MDB_WRITEMAP: a commit writes into the shared map, which reaches the page
+ * cache at once and survives a process crash, with no system call. The whole map is reserved
+ * on disk first (reserve_map), so a full disk is CAIRN_EFULL rather than a SIGBUS, and the
+ * space just past the used pages is prepared ahead (prepare_ahead).
  *
  * This file holds the environment and the transactions; records.c the record coding and the
  * task/step/progress/audit records, index.c the index scans, messages and statistics.
