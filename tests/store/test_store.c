@@ -898,6 +898,37 @@ static void test_durability(void)
        n);
     cairn_store_free(s);
 
+    /* a later open with a smaller map limit must not shrink a nosync store under a process
+     * that uses it: its next write past the new end of the file would be a SIGBUS */
+    newdir(dir, "dur");
+    s = open_store(dir, 0);
+    int wrote = 0;
+    for (int i = 0; i < 12; i++) {
+        big_arg b = {.i = i, .size = 1 << 20};
+        wrote += cairn__store_write(s, 0, big_write, &b) == 0;
+    }
+    pid = fork();
+    if (pid == 0) {
+        cairn_store *c = open_store(dir, 8u << 20);
+        int wrc = 0;
+        for (int i = 20; c && i < 40 && wrc == 0; i++) {
+            big_arg b = {.i = i, .size = 1 << 20};
+            wrc = cairn__store_write(c, 0, big_write, &b);
+        }
+        _exit(wrc == CAIRN_EFULL ? 0 : 1);
+    }
+    int st_small = 0;
+    waitpid(pid, &st_small, 0);
+    big_arg after12 = {.i = 12, .size = 1 << 20};
+    rc = cairn__store_write(s, 0, big_write, &after12);
+    n = 13;
+    cairn__store_read(s, big_read, &n);
+    ok(wrote == 12 && WIFEXITED(st_small) && WEXITSTATUS(st_small) == 0 && rc == 0 && n == 13,
+       "a second process with an 8 MiB limit on a 16 MiB nosync store: it fills the map but "
+       "never grows it, the store is not shrunk, the first process writes on (%d of 13 values)",
+       n);
+    cairn_store_free(s);
+
     /* a sync store refuses to become nosync */
     newdir(dir, "dur");
     s = open_as(dir, 0, CAIRN_SYNC, &rc);
