@@ -332,15 +332,22 @@ int cairn_store_open(cairn_store *s, const char *dir)
     }
     mdb_env_set_maxdbs(s->env, 16);
     mdb_env_set_maxreaders(s->env, 256);
-    /* Start from INITIAL_MAP (at most map_max), or from the file's size if it is bigger. The map
-     * limit stops growth; it never shrinks a store: for a nosync store the file's size is the
-     * map size of the processes using it, and LMDB would truncate the file to a smaller map
-     * under them (their next write past the new end would be a SIGBUS). */
+    /* Start from the file's size if it is bigger than INITIAL_MAP, at most map_max (LMDB itself
+     * never maps less than the used pages). A nosync store is never mapped smaller than its
+     * file: there the file's size is the map of the processes using it, and LMDB would truncate
+     * the file to a smaller map under them (their next write past the new end would be a
+     * SIGBUS); its map limit stops growth only. */
     char path[4096];
     snprintf(path, sizeof path, "%s/data.mdb", dir);
-    uint64_t want = INITIAL_MAP < s->map_max ? INITIAL_MAP : s->map_max;
-    if (stat(path, &st) == 0 && (uint64_t)st.st_size > want)
-        want = (uint64_t)st.st_size;
+    uint64_t want = INITIAL_MAP, file = 0;
+    if (stat(path, &st) == 0)
+        file = (uint64_t)st.st_size;
+    if (file > want)
+        want = file;
+    if (want > s->map_max)
+        want = s->map_max;
+    if (s->durability == CAIRN_NOSYNC && file > want)
+        want = file;
     s->map_size = want;
     mdb_env_set_mapsize(s->env, (size_t)want);
     unsigned flags = MDB_NOTLS | MDB_NORDAHEAD;
