@@ -325,6 +325,13 @@ static int exec_isolated(cairn_ctx *c, int probe, cairn__outcome *o)
             if (rc && !commit_err)
                 commit_err = rc;
             next_renew = now + renew_every;
+            if (rc == CAIRN_EBUSY && c->step->delivery == CAIRN_COMPUTE) {
+                /* another process owns the task now (this one stalled past the lease): its
+                 * result could never be committed, so stop paying for it */
+                kill(pid, SIGKILL);
+                killed = 1;
+                break;
+            }
         }
         int64_t wait = deadline - now;
         if (next_renew - now < wait)
@@ -350,6 +357,9 @@ static int exec_isolated(cairn_ctx *c, int probe, cairn__outcome *o)
         if (o->timed_out)
             snprintf(o->err, sizeof o->err, "step '%s' timed out after %u ms (killed)",
                      c->step->name, c->step->timeout_ms);
+        else if (killed && commit_err == CAIRN_EBUSY)
+            snprintf(o->err, sizeof o->err, "step '%s' stopped: the task's lease was lost",
+                     c->step->name);
         else if (killed)
             snprintf(o->err, sizeof o->err, "step '%s' stopped by a signal", c->step->name);
         else {

@@ -1042,6 +1042,44 @@ static void test_timeout(void)
     cairn_graph_free(g);
 }
 
+static void steal_lease(cairn__task_rec *r, void *arg)
+{
+    (void)arg;
+    r->lease_token ^= 0x5a5a; /* what a takeover by another process looks like from here */
+}
+
+/* A step running in a child while its runner loses the lease: the runner notices at its next
+ * renewal and kills the child instead of waiting for a result it could never commit. */
+static void test_lease_lost_in_child(void)
+{
+    newdir("lost");
+    cairn_graph *g = cairn_graph_new("lost", 1);
+    cairn_step *st = cairn_graph_add_step(g, "h", st_hang, NULL);
+    cairn_step_set_timeout(st, 20000);
+    cairn_store *s = store_open();
+    cairn_runner *r = runner_open(s, g);
+    cairn_runner_set_lease_ms(r, 600); /* renewed every 200 ms */
+    fflush(NULL);
+    pid_t thief = fork();
+    if (thief == 0) { /* another process: once the step runs, take the lease away */
+        usleep(300000);
+        cairn_store *s2 = store_open();
+        _exit(s2 && edit_task(s2, "lost1", steal_lease, NULL) == 0 ? 0 : 1);
+    }
+    int64_t t0 = mono_ms();
+    int rc = run(r, "lost", "lost1", "{}");
+    int64_t took = mono_ms() - t0;
+    int st_thief = 0;
+    waitpid(thief, &st_thief, 0);
+    ok(WIFEXITED(st_thief) && WEXITSTATUS(st_thief) == 0 && rc == CAIRN_EBUSY && took < 3000,
+       "the lease taken while the step runs in a child: CAIRN_EBUSY after %lld ms, not 5 s "
+       "(\"%s\")",
+       (long long)took, cairn_runner_errmsg(r));
+    cairn_runner_free(r);
+    cairn_store_free(s);
+    cairn_graph_free(g);
+}
+
 /* ------------------------------------------------------------------ gc, invalidate */
 
 static void test_gc(void)
@@ -1398,6 +1436,7 @@ int main(void)
     test_fencing();
     test_stop();
     test_timeout();
+    test_lease_lost_in_child();
     test_gc();
     test_invalidate();
     test_graph_change();
