@@ -5,12 +5,17 @@
  *   1. once `work`'s output is committed it never changes and work never runs again;
  *   2. the effect happens at most once (the ledger has <= 1 line per task);
  *   3. resuming with the same command ends succeeded or in_doubt (never dead, never stuck);
- *      an in_doubt task resolved as done then succeeds without performing the effect again.
+ *      an in_doubt task resolved truthfully - `--done` when the ledger has its line, else
+ *      `--not-done` - then succeeds with exactly one ledger line: the effect is not performed
+ *      again after --done, and once more after --not-done.
  * A test observes a task after each kill (observe()) and settles it at the end (settle()).
- * Violations are counted and described, so a soak can report them all at once.
+ * Violations are counted and described, so a soak can report them all at once. A store_view
+ * watches the store's commits from outside while a runner writes, to time kills against them.
  */
 #ifndef CAIRN_TEST_CRASH_COMMON_H
 #define CAIRN_TEST_CRASH_COMMON_H
+
+#include <lmdb.h>
 
 #include "cli_common.h"
 
@@ -22,6 +27,7 @@ typedef struct task_obs {
     int seen_commit;
     int violations;
     int in_doubt_seen; /* the final resume found the task in doubt */
+    int resolved_done; /* ... and the ledger had its line, so it was resolved --done */
     char landed[64];   /* where the last kill landed (from show --json) */
 } task_obs;
 
@@ -37,6 +43,62 @@ static inline void crash_violation(task_obs *o, const char *fmt, ...)
     fflush(stdout);
     va_end(ap);
     o->violations++;
+}
+
+/* A read-only view of the store's LMDB environment, to count audit and step records while the
+ * runner writes (readers never wait for the writer); every commit adds at least one. */
+typedef struct store_view {
+    MDB_env *env;
+} store_view;
+
+static inline int view_open(store_view *v, const char *store)
+{
+    memset(v, 0, sizeof *v);
+    if (mdb_env_create(&v->env))
+        return -1;
+    mdb_env_set_maxdbs(v->env, 16);
+    mdb_env_set_maxreaders(v->env, 256);
+    mdb_env_set_mapsize(v->env, 8u << 20);
+    int rc = mdb_env_open(v->env, store, MDB_NOTLS | MDB_RDONLY, 0600);
+    if (rc) {
+        diag("mdb_env_open %s: %s", store, mdb_strerror(rc));
+        mdb_env_close(v->env);
+        v->env = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+/* Number of audit plus step records now (every commit adds at least one); -1 on error. */
+static inline long view_count(store_view *v)
+{
+    MDB_txn *txn;
+    int rc = mdb_txn_begin(v->env, NULL, MDB_RDONLY, &txn);
+    if (rc == MDB_MAP_RESIZED) {
+        mdb_env_set_mapsize(v->env, 0);
+        rc = mdb_txn_begin(v->env, NULL, MDB_RDONLY, &txn);
+    }
+    if (rc)
+        return -1;
+    MDB_dbi dbi;
+    MDB_stat s;
+    long n = -1;
+    if (mdb_dbi_open(txn, "audit", 0, &dbi) == 0 && mdb_stat(txn, dbi, &s) == 0) {
+        n = (long)s.ms_entries;
+        if (mdb_dbi_open(txn, "steps", 0, &dbi) == 0 && mdb_stat(txn, dbi, &s) == 0)
+            n += (long)s.ms_entries;
+        else if (mdb_dbi_open(txn, "steps", 0, &dbi) != MDB_NOTFOUND)
+            n = -1;
+    }
+    mdb_txn_abort(txn);
+    return n;
+}
+
+static inline void view_close(store_view *v)
+{
+    if (v->env)
+        mdb_env_close(v->env);
+    v->env = NULL;
 }
 
 static inline int work_lines(const char *trace, const char *id)
@@ -103,8 +165,9 @@ static inline void observe(task_obs *o, const char *store, const char *trace, co
     json_decref(j);
 }
 
-/* Resumes the task to the end (settling a doubt as done) and checks all promises; with
- * `rerun`, also that one more run of the finished task does nothing. Returns the violations. */
+/* Resumes the task to the end, settling a doubt the way an operator who looked at the ledger
+ * would, and checks all promises; with `rerun`, also that one more run of the finished task
+ * does nothing. Returns the violations. */
 static inline int settle_ex(task_obs *o, const char *store, const char *trace, const char *ledger,
                             int rerun)
 {
@@ -119,17 +182,24 @@ static inline int settle_ex(task_obs *o, const char *store, const char *trace, c
         tu_result_free(&r);
         o->in_doubt_seen = 1;
         int lines_before = ledger_lines(ledger, o->id);
-        rc = cli(&r, LEDGER, store, "resolve", o->id, "--step", "append", "--done", NULL);
+        int happened = lines_before > 0; /* the receiving side knows */
+        o->resolved_done = happened;
+        rc = cli(&r, LEDGER, store, "resolve", o->id, "--step", "append",
+                 happened ? "--done" : "--not-done", NULL);
         if (rc != 0)
-            crash_violation(o, "resolve --done exited %d: %s", rc, oneline(r.err));
+            crash_violation(o, "resolve %s exited %d: %s", happened ? "--done" : "--not-done", rc,
+                            oneline(r.err));
         tu_result_free(&r);
         rc = cli(&r, LEDGER, store, "run", "--graph", "ledger", "--input", o->input, "--task",
                  o->id, "--max-attempts", "1000", NULL);
         if (rc != 0)
-            crash_violation(o, "run after resolve --done exited %d: %s", rc, oneline(r.err));
+            crash_violation(o, "run after resolve exited %d: %s", rc, oneline(r.err));
         tu_result_free(&r);
-        if (ledger_lines(ledger, o->id) != lines_before)
+        if (happened && ledger_lines(ledger, o->id) != lines_before)
             crash_violation(o, "the effect ran after resolve --done");
+        if (!happened && ledger_lines(ledger, o->id) != 1)
+            crash_violation(o, "after resolve --not-done the effect ran %d times, not once",
+                            ledger_lines(ledger, o->id));
     } else {
         tu_result_free(&r);
     }
@@ -138,8 +208,9 @@ static inline int settle_ex(task_obs *o, const char *store, const char *trace, c
     observe_doc(o, j, code, trace, ledger);
     if (!j || strcmp(jstr(j, "status"), "succeeded") != 0)
         crash_violation(o, "final status %s", j ? jstr(j, "status") : "(none)");
-    else if (!o->in_doubt_seen && ledger_lines(ledger, o->id) != 1)
-        crash_violation(o, "succeeded without doubt but %d ledger lines",
+    else if (ledger_lines(ledger, o->id) != 1)
+        crash_violation(o, "succeeded%s but %d ledger lines",
+                        o->in_doubt_seen ? " after a truthful resolve" : " without doubt",
                         ledger_lines(ledger, o->id));
     if (j && json_object_get(j, "lease"))
         crash_violation(o, "a finished task still holds a lease");
