@@ -257,11 +257,15 @@ CAIRN_API int cairn_runner_add_graph(cairn_runner *r, cairn_graph *g);
 CAIRN_API int cairn_runner_set_store(cairn_runner *r, cairn_store *s);
 /* Max attempts (runs) per task before it is dead; default 3. */
 CAIRN_API int cairn_runner_set_max_attempts(cairn_runner *r, uint32_t n);
-/* Lease time-to-live; default 60 s. Renewed at every commit (and periodically while an
- * isolated step runs). */
+/* Lease time-to-live; default 60 s. Renewed at every commit, with each progress record, and
+ * periodically while a step with a timeout runs (in a child). An expired lease may be taken
+ * over by another process, whoever held it; on this host a dead owner's lease is taken over at
+ * once. An in-process step (no timeout) that runs longer than this without saving progress can
+ * therefore be run twice (only one result is ever committed). */
 CAIRN_API int cairn_runner_set_lease_ms(cairn_runner *r, uint32_t ms);
 /* Longest backoff a run waits in-process before retrying a transient step itself; longer
- * waits end the run as `failed` with next_retry_at (for `cairn retry`). Default 2000 ms. */
+ * waits end the run as `failed` with next_retry_at (for `cairn retry`). Default 2000 ms;
+ * 0 = never wait: every transient failure ends the run. */
 CAIRN_API int cairn_runner_set_inline_wait_ms(cairn_runner *r, uint32_t ms);
 /* Tenant limit: `field` names a top-level string field of the input; at most `max_running`
  * tasks of one tenant run at once across processes. NULL/0 = no limit. */

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "cairn.h"
@@ -50,11 +51,18 @@ int cairn__read_input(const char *path, char **buf, size_t *len, char *err, size
     *len = 0;
     if (!f) {
         snprintf(err, errlen, "%s: %s", path, strerror(errno));
-        return errno == ENOENT ? CAIRN_ENOENT : CAIRN_EIO;
+        return CAIRN_ENOENT;
+    }
+    /* fopen() opens a directory for reading on Linux; say what it is rather than "read error" */
+    struct stat st;
+    if (!is_stdin && fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
+        fclose(f);
+        snprintf(err, errlen, "%s: is a directory, not an input file", path);
+        return CAIRN_ENOENT;
     }
     size_t cap = 4096, n = 0;
     char *b = malloc(cap + 1);
-    int rc = 0;
+    int rc = 0, read_errno = 0;
     while (b) {
         if (n == cap) {
             if (cap > CAIRN__MAX_INPUT) {
@@ -73,8 +81,10 @@ int cairn__read_input(const char *path, char **buf, size_t *len, char *err, size
         size_t r = fread(b + n, 1, cap - n, f);
         n += r;
         if (r == 0) {
-            if (ferror(f))
-                rc = CAIRN_EIO;
+            if (ferror(f)) {
+                read_errno = errno;
+                rc = CAIRN_ENOENT;
+            }
             break;
         }
     }
@@ -91,7 +101,7 @@ int cairn__read_input(const char *path, char **buf, size_t *len, char *err, size
             snprintf(err, errlen, "%s: input is larger than the limit of %u bytes", path,
                      CAIRN__MAX_INPUT);
         else
-            snprintf(err, errlen, "%s: read error: %s", path, strerror(errno));
+            snprintf(err, errlen, "%s: read error: %s", path, strerror(read_errno));
         free(b);
         return rc;
     }
@@ -99,6 +109,38 @@ int cairn__read_input(const char *path, char **buf, size_t *len, char *err, size
     *buf = b;
     *len = n;
     return 0;
+}
+
+int cairn__cli_store_exists(const char *dir, char *err, size_t errlen)
+{
+    struct stat st;
+    if (stat(dir, &st) != 0) {
+        if (errno != ENOENT)
+            return 0; /* ENOTDIR, EACCES: cairn_store_open names those */
+        snprintf(err, errlen, "no store at %s (nothing there; `run` creates a store)", dir);
+        return CAIRN_ENOENT;
+    }
+    if (!S_ISDIR(st.st_mode))
+        return 0;
+    char data[4096];
+    snprintf(data, sizeof data, "%s/data.mdb", dir);
+    if (stat(data, &st) != 0 && errno == ENOENT) {
+        snprintf(err, errlen, "no store at %s (the directory holds no data.mdb)", dir);
+        return CAIRN_ENOENT;
+    }
+    return 0;
+}
+
+void cairn__fmt_bytes(unsigned long long n, char out[32])
+{
+    if (n >= (1ull << 30))
+        snprintf(out, 32, "%.1f GiB", n / 1073741824.0);
+    else if (n >= (1ull << 20))
+        snprintf(out, 32, "%.1f MiB", n / 1048576.0);
+    else if (n >= 1024)
+        snprintf(out, 32, "%.1f KiB", n / 1024.0);
+    else
+        snprintf(out, 32, "%llu bytes", n);
 }
 
 static const char *str(const json_t *o, const char *k)
@@ -137,9 +179,14 @@ void cairn__print_task_table(const json_t *t)
            c, u);
     if (json_is_integer(json_object_get(t, "next_retry_at_ms")))
         printf("next retry  %s\n", n);
-    if (*str(t, "error"))
-        printf("error       %s%s%s\n", str(t, "error_step"), *str(t, "error_step") ? ": " : "",
+    if (*str(t, "error")) {
+        /* the runner's messages often name the step already ("step 'work' failed ...") */
+        char quoted[96];
+        snprintf(quoted, sizeof quoted, "'%s'", str(t, "error_step"));
+        int named = !*str(t, "error_step") || strstr(str(t, "error"), quoted);
+        printf("error       %s%s%s\n", named ? "" : str(t, "error_step"), named ? "" : ": ",
                str(t, "error"));
+    }
     printf("\n%-20s %-9s %4s  %s\n", "STEP", "STATUS", "INV", "OUTPUT");
     size_t i;
     json_t *s;
@@ -153,8 +200,11 @@ void cairn__print_task_table(const json_t *t)
         printf("%-20s %-9s %4lld  %.*s%s\n", str(s, "name"), str(s, "status"),
                (long long)json_integer_value(json_object_get(s, "invocations")), (int)shown, o,
                shown < strlen(o) ? "..." : "");
+        /* an operator's resolution is kept in the error field, but it is no error */
         if (*str(s, "error"))
-            printf("%-20s %-9s %4s  error: %s\n", "", "", "", str(s, "error"));
+            printf("%-20s %-9s %4s  %s: %s\n", "", "", "",
+                   json_is_true(json_object_get(s, "resolved")) ? "note" : "error",
+                   str(s, "error"));
         free(out);
     }
 }

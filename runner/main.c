@@ -32,6 +32,8 @@ int main(int argc, char **argv)
     };
     cairn__cli_set_extra(engine_cmds, sizeof engine_cmds / sizeof *engine_cmds);
     cairn_graph *g = cairn__pipeline_graph(p);
+    /* help names --config, and `default` without one says what is missing */
+    cairn__cli_set_config_graph("default", g != NULL);
     int x = cairn_cli_main(argc, argv, g ? &g : NULL, g ? 1 : 0);
     cairn__pipeline_free(p);
     return x;

@@ -463,7 +463,7 @@ static int run_step(cairn_ctx *c, const cairn_graph *g)
                       : cairn__runner_fail(r, CAIRN_EDEAD, "task '%s' is dead: %s", c->task_id,
                                            why);
         }
-        if (delay <= r->inline_wait_ms && !r->stop) {
+        if (r->inline_wait_ms && delay <= r->inline_wait_ms && !r->stop) {
             rc = commit(c, C_FAILED, CAIRN__RELAXED, NULL, 0, o.err, inv, 0);
             cairn__outcome_free(&o);
             if (rc)

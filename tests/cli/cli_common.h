@@ -144,17 +144,24 @@ static inline long long jint(const json_t *o, const char *k)
     return (long long)json_integer_value(json_object_get(o, k));
 }
 
+/* Element of a JSON array whose string member `key` is `val`, or NULL. */
+static inline json_t *find_by(const json_t *arr, const char *key, const char *val)
+{
+    size_t i;
+    json_t *e;
+    json_array_foreach(arr, i, e)
+    {
+        const char *s = json_string_value(json_object_get(e, key));
+        if (s && strcmp(s, val) == 0)
+            return e;
+    }
+    return NULL;
+}
+
 /* The current record of step `name` in a show --json document, or NULL. */
 static inline json_t *step_of(const json_t *task, const char *name)
 {
-    size_t i;
-    json_t *s;
-    json_array_foreach(json_object_get(task, "steps"), i, s)
-    {
-        if (strcmp(jstr(s, "name"), name) == 0)
-            return s;
-    }
-    return NULL;
+    return find_by(json_object_get(task, "steps"), "name", name);
 }
 
 /* A string field of a step's output object ("" if absent). */
@@ -190,6 +197,36 @@ static inline json_t *parse_out(const tu_result *r)
     if (!j)
         diag("output is not JSON (%s): %s", e.text, r->out);
     return j;
+}
+
+/* Starts `cairn-ledger run` of task `id` (input file `input`) with the tenant limit
+ * `--tenant-field tenant --max-running-per-tenant 1` in the background, and waits (up to a
+ * minute) until its `work` step has started, as the trace shows. Returns the pid. */
+static inline pid_t spawn_tenant_run(const char *store, const char *input, const char *id,
+                                     const char *trace)
+{
+    const char *argv[] = {LEDGER,
+                          "run",
+                          "--graph",
+                          "ledger",
+                          "--input",
+                          input,
+                          "--task",
+                          id,
+                          "--tenant-field",
+                          "tenant",
+                          "--max-running-per-tenant",
+                          "1",
+                          "--store",
+                          store,
+                          NULL};
+    pid_t bg = tu_spawn(argv, NULL, NULL, NULL);
+    char *line = tu_fmt("work %s", id);
+    int64_t until = tu_now_ms() + 60000;
+    while (tu_count_exact(trace, line) == 0 && tu_now_ms() < until && !tu_poll_exit(bg, NULL))
+        tu_sleep_ms(10);
+    free(line);
+    return bg;
 }
 
 /* Standard ledger input. fail may be NULL. */

@@ -320,7 +320,7 @@ static int scenario_attempt(const scen *s0, int k)
         pl_write_config(crash_config(s.big, rc.outbox, rc.path, s.delivery), rc.dir, "config.json");
     tu_result r;
     /* create the store (and its databases) so the read-only handle can open it */
-    if (pl_cairn(&r, "list", "--store", rc.store, (const char *)NULL) != 0 ||
+    if (pl_cairn(&r, "init", "--store", rc.store, (const char *)NULL) != 0 ||
         peek_open(&rc.pe, rc.store) != 0) {
         ok(0, "%s: cannot prepare the store: %s", s.name, pl_oneline(r.err));
         tu_result_free(&r);
