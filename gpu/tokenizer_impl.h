@@ -1,6 +1,8 @@
-/* gpu/tokenizer_impl.h - the tokenizer's inside, shared by its two halves (internal to gpu/):
- * tokenizer.c builds a cairn__tok (from a spec or GGUF metadata) and decodes, tokenizer_encode.c
- * runs the merge algorithms over it. Nothing outside those two files includes this.
+/* gpu/tokenizer_impl.h - the tokenizer's inside, shared by its files (internal to gpu/):
+ * tokenizer.c builds a cairn__tok from a spec (with tokenizer_special.c's tables and
+ * tokenizer_decode.c's piece table), tokenizer_load.c makes the spec from GGUF metadata,
+ * tokenizer_decode.c turns ids back into bytes, tokenizer_encode.c runs the merge algorithms.
+ * Nothing outside the tokenizer_*.c files includes this.
  *
  * Every string the tokenizer knows is interned once, back to back in `str`: the vocabulary
  * (ids 0 .. n_vocab-1) and then any merge operand or result that is not itself a token (a
@@ -113,5 +115,19 @@ static inline const struct cairn__tok_pair *cairn__tok_find_pair(const cairn__to
             return p;
     }
 }
+
+/* ---- shared between the tokenizer's files ----------------------------------------------- */
+
+/* The (err, errlen) message convention of gpu/ without a return code: formats into err when err
+ * && errlen (always NUL-terminated, truncated to fit). */
+void cairn__tok_set_err(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* GPT-2's bytes_to_unicode: the code point that stands for byte b in a byte-level BPE
+ * vocabulary. */
+uint32_t cairn__tok_gpt2_byte_cp(unsigned b);
+/* Builders run by tokenizer.c once the vocabulary is interned; each returns 0 or CAIRN_ENOMEM. */
+int cairn__tok_build_pieces(cairn__tok *t);   /* tokenizer_decode.c: piece, piece_off */
+int cairn__tok_build_specials(cairn__tok *t); /* tokenizer_special.c: special, special_at */
+void cairn__tok_mark_eog(cairn__tok *t);      /* tokenizer_special.c: eog (needs ids and types) */
 
 #endif

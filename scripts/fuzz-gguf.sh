@@ -19,7 +19,7 @@ cc=${CLANG:-$(command -v clang || command -v clang-14)}
 testdata=${CAIRN_TESTDATA:-$root/../shared/testdata}
 
 mkdir -p "$out/corpus"
-srcs="$root/gpu/gguf.c"
+srcs="$root/gpu/gguf.c $root/gpu/gguf_open.c $root/gpu/gguf_types.c"
 defs=""
 if [ -f "$root/gpu/quant.c" ]; then
     srcs="$srcs $root/gpu/quant.c"

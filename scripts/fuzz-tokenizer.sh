@@ -22,7 +22,9 @@ echo "building $out/fuzz_tokenizer with $cc"
 "$cc" -std=c11 -D_GNU_SOURCE -g -O1 -I "$root/include" -I "$root" -DCAIRN_LIBFUZZER \
     -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
     "$root/tests/fuzz_tokenizer/fuzz_tokenizer.c" "$root/gpu/tokenizer.c" \
-    "$root/gpu/tokenizer_encode.c" "$root/gpu/gguf.c" \
+    "$root/gpu/tokenizer_decode.c" "$root/gpu/tokenizer_encode.c" "$root/gpu/tokenizer_load.c" \
+    "$root/gpu/tokenizer_special.c" "$root/gpu/gguf.c" "$root/gpu/gguf_open.c" \
+    "$root/gpu/gguf_types.c" \
     -o "$out/fuzz_tokenizer" -lm
 
 # seeds: each text once per tokenizer/flag selector byte
