@@ -319,8 +319,9 @@ CAIRN_API int cairn_runner_retry(cairn_runner *r, const char *graph, uint32_t li
                                  uint32_t *n_run, uint32_t *n_succeeded, uint32_t *n_failed);
 /* Called by cairn_runner_retry for each due task it took up, once that task's run ended: the
  * task ID, what cairn_runner_run would have returned for it (CAIRN_EBUSY and CAIRN_ETENANT: it
- * did not run, and is not counted) and the runner's message ("" on success). This is how a
- * cron job says which tasks failed and why. NULL turns it off. */
+ * did not run, and is not counted) and the runner's message ("" on success). A due task whose
+ * record cannot be read (CAIRN_ECORRUPT, CAIRN_ESCHEMA) is reported too, and counted as failed.
+ * This is how a cron job says which tasks failed and why. NULL turns it off. */
 typedef void (*cairn_retry_report_fn)(const char *task_id, int rc, const char *message, void *user);
 CAIRN_API int cairn_runner_set_retry_report(cairn_runner *r, cairn_retry_report_fn fn, void *user);
 /* Settles an in-doubt effect: done (the effect happened: record it, continue after it) or not

@@ -23,14 +23,35 @@ typedef struct due_arg {
     int running; /* scanning running tasks: keep only those whose lease is dead */
     size_t n, cap;
     char (*ids)[CAIRN__ID_MAX + 1];
+    size_t n_bad, cap_bad; /* due tasks whose record cannot be read: reported, not skipped */
+    struct unreadable {
+        char id[CAIRN__ID_MAX + 1];
+        int rc;
+        char msg[512];
+    } * bad;
 } due_arg;
 
 static int due_cb(const char *id, void *arg)
 {
     due_arg *a = arg;
     cairn__task_rec task;
-    if (cairn__task_get(a->t, id, &task) != 0)
+    int grc = cairn__task_get(a->t, id, &task);
+    if (grc == CAIRN_ENOTFOUND)
         return 0;
+    if (grc) { /* corrupt, or written by a newer cairn: the operator must hear of it */
+        if (a->n_bad == a->cap_bad) {
+            size_t cap = a->cap_bad ? a->cap_bad * 2 : 8;
+            void *p = realloc(a->bad, cap * sizeof *a->bad);
+            if (!p)
+                return CAIRN_ENOMEM;
+            a->bad = p, a->cap_bad = cap;
+        }
+        struct unreadable *b = &a->bad[a->n_bad++];
+        snprintf(b->id, sizeof b->id, "%s", id);
+        b->rc = grc;
+        snprintf(b->msg, sizeof b->msg, "%s", cairn_store_errmsg(cairn__txn_store(a->t)));
+        return 0;
+    }
     if (a->graph && strcmp(task.graph, a->graph) != 0)
         return 0;
     if (a->running && cairn__lease_live(&task, a->now))
@@ -70,10 +91,17 @@ int cairn_runner_retry(cairn_runner *r, const char *graph, uint32_t limit, int n
     int rc = cairn__store_read(r->store, due_txn, &a);
     if (rc) {
         free(a.ids);
+        free(a.bad);
         return cairn__runner_store_fail(r, rc);
     }
     a.now = cairn__now_ms();
     uint32_t ran = 0, ok = 0, bad = 0;
+    for (size_t i = 0; i < a.n_bad; i++) {
+        bad++;
+        if (r->report)
+            r->report(a.bad[i].id, a.bad[i].rc, a.bad[i].msg, r->report_user);
+    }
+    free(a.bad);
     for (size_t i = 0; i < a.n && (!limit || ran < limit) && !r->stop; i++) {
         const cairn_graph *g = cairn__find_graph(r, graph ? graph : "");
         int x = 0;

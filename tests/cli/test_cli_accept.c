@@ -358,6 +358,24 @@ static void test_list_unreadable(void)
        "list --json: {tasks: [c2], unreadable: [{task c1, error, message}]}");
     json_decref(j);
     tu_result_free(&r);
+    /* retry must not skip an unreadable due record either: c3 fails (due), then is cut */
+    char *in = ledger_input("c3", 0, trace, ledger, "transient:1");
+    char *f = write_input(D, "cr.json", in);
+    int ran = cli_code(LEDGER, st, "run", "--graph", "ledger", "--input", f, "--task", "c3",
+                       "--inline-wait-ms", "0", NULL);
+    free(in), free(f), free(sh);
+    sh = tu_fmt("mdb_dump -s tasks '%s' | awk 'prev==\" 6333\"{$0=substr($0,1,19)} "
+                "{print; prev=$0}' | mdb_load -s tasks '%s'",
+                st, st);
+    const char *argv3[] = {"/bin/sh", "-c", sh, NULL};
+    rc = tu_run(&r, argv3, NULL, NULL, 0, CMD_TIMEOUT_MS);
+    tu_result_free(&r);
+    rc = cli(&r, LEDGER, st, "retry", "--now", NULL);
+    ok(ran == 75 && rc != 0 && tu_contains(r.err, "c3") && tu_contains(r.err, "corrupt"),
+       "retry: a due task whose record cannot be read is reported by name, not skipped (rc %d: "
+       "%s)",
+       rc, oneline(r.err));
+    tu_result_free(&r);
     free(sh), free(st), free(trace), free(ledger);
 }
 
