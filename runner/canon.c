@@ -710,6 +710,10 @@ int cairn__task_id_derive(const char *graph, const json_t *input, const char *fi
             seterr(err, errlen, "task-ID %s is %s%s; only strings and integers can form a task ID",
                    what, type_name(v), json_is_real(v) ? " that is not an integer" : "");
             rc = CAIRN_EJSON;
+        } else if (tlen == 0) {
+            /* an empty business key identifies nothing, and "a_" + "" would collide with "a_" */
+            seterr(err, errlen, "task-ID %s is an empty string", what);
+            rc = CAIRN_ETASKID;
         } else {
             if (p != fields)
                 cairn__sb_put(&b, "_", 1);

@@ -510,12 +510,16 @@ static void test_derive(void)
                        "0-9 . _ : -") == 0,
        "bad byte blamed on its field: %s", err);
     rc = cairn__task_id_derive("g", v, "e", out, sizeof out, err, sizeof err);
-    ok(rc == CAIRN_ETASKID && strstr(err, "empty"), "empty value: %s", err);
+    ok(rc == CAIRN_ETASKID && strcmp(err, "task-ID field \"e\" is an empty string") == 0,
+       "empty value: %s", err);
+    rc = cairn__task_id_derive("g", v, "tenant,e", out, sizeof out, err, sizeof err);
+    ok(rc == CAIRN_ETASKID && strstr(err, "\"e\" is an empty string"),
+       "an empty value beside others is refused too (no \"acme_\"): %s", err);
     rc = cairn__task_id_derive("g", v, "long", out, sizeof out, err, sizeof err);
     ok(rc == 0 && strlen(out) == 128, "128-byte value fits");
-    rc = cairn__task_id_derive("g", v, "long,e", out, sizeof out, err, sizeof err);
-    ok(rc == CAIRN_ETASKID && strcmp(err, "derived task ID is 129 bytes, limit is 128") == 0,
-       "129 bytes: %s", err);
+    rc = cairn__task_id_derive("g", v, "long,order_id", out, sizeof out, err, sizeof err);
+    ok(rc == CAIRN_ETASKID && strcmp(err, "derived task ID is 131 bytes, limit is 128") == 0,
+       "131 bytes: %s", err);
     rc = cairn__task_id_derive("g", v, "tenant,,order_id", out, sizeof out, err, sizeof err);
     snprintf(want, sizeof want, "empty field name in the task-ID field list \"tenant,,order_id\"");
     ok(rc == CAIRN_EINVAL && strcmp(err, want) == 0, "empty name: %s", err);
