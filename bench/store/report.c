@@ -22,8 +22,10 @@ static const char *const notes[] = {
     "commit), divided by 10; the SQLite `tasks` rows do the same transactions (minus the JSON "
     "parse and hash)",
     "p50/p99 of `commits` rows: one step commit (fenced task read, step upsert with the output, "
-    "lease renewal, audit append) in a direct loop; of `runner`/`tasks` rows: one whole 10-step "
-    "task",
+    "the task record rewritten only when the lease is renewed) in a direct loop; of "
+    "`runner`/`tasks` rows: one whole 10-step task",
+    "cairn nosync stores map their file writable (MDB_WRITEMAP, the map reserved on disk "
+    "first): a commit is memory writes, no system call",
     "cairn sync mode commits compute steps RELAXED (one fdatasync: the data pages are on disk, the "
     "new meta page is written and reaches the disk with the next commit's flush); the meta page is "
     "flushed at once (DURABLE) only for effect intents, expensive steps and a task's final state, "
