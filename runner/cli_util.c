@@ -1,19 +1,63 @@
-/* runner/cli_util.c - what the CLI's command files share: option values, input reading, and
- * the tables the CLI prints for people.
+/* runner/cli_util.c - what all the CLI's command files share, the engine's commands included:
+ * option values, input reading, the store-exists check, and the one table from CAIRN_E* codes to
+ * exit codes.
  *
- * Tables are rendered from the same JSON documents that --json prints, so the two views can
- * never disagree about what a task holds.
+ * Exit codes follow sysexits(3) so that cron, systemd and shell scripts can tell "fix the command
+ * line" (64) from "fix the input" (65, 66), "an operator must look" (69), "the store is broken"
+ * (74) and "try again later" (75); every command maps its result through cairn__exit_code, so one
+ * error code means one exit code everywhere.
  */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 
 #include "cairn.h"
 #include "runner/canon.h"
 #include "runner/cli.h"
+
+int cairn__exit_code(int err)
+{
+    switch (err) {
+    case 0:
+        return CAIRN__EX_OK;
+    case CAIRN_EJSON:
+    case CAIRN_ETASKID:
+    case CAIRN_ETOOBIG:
+    case CAIRN_EGRAPHCHANGED:
+    case CAIRN_ESTATE:
+    case CAIRN_EFORMAT:
+    case CAIRN_EUNSUPPORTED:
+    case CAIRN_ECONTEXT:
+        return CAIRN__EX_DATAERR;
+    case CAIRN_ENOENT:
+    case CAIRN_ENOTFOUND:
+        return CAIRN__EX_NOINPUT;
+    case CAIRN_EDEAD:
+    case CAIRN_EINDOUBT:
+    case CAIRN_ENODEVICE:
+        return CAIRN__EX_UNAVAILABLE;
+    case CAIRN_EIO:
+    case CAIRN_EFULL:
+    case CAIRN_ECORRUPT:
+    case CAIRN_ESCHEMA:
+        return CAIRN__EX_IOERR;
+    case CAIRN_ETRANSIENT:
+    case CAIRN_EBUSY:
+    case CAIRN_ETENANT:
+    case CAIRN_EINTR:
+    case CAIRN_ETIMEOUT:
+        return CAIRN__EX_TEMPFAIL;
+    case CAIRN_ECONFLICT:
+        return CAIRN__EX_CONFLICT;
+    case CAIRN_ENOGRAPH:
+    case CAIRN_EINVAL:
+        return CAIRN__EX_USAGE;
+    default:
+        return CAIRN__EX_SOFTWARE;
+    }
+}
 
 int cairn__cli_opt_value(int argc, char **argv, int *i, const char *lng, const char *shrt,
                          const char **val)
@@ -129,113 +173,4 @@ int cairn__cli_store_exists(const char *dir, char *err, size_t errlen)
         return CAIRN_ENOENT;
     }
     return 0;
-}
-
-void cairn__fmt_bytes(unsigned long long n, char out[32])
-{
-    if (n >= (1ull << 30))
-        snprintf(out, 32, "%.1f GiB", n / 1073741824.0);
-    else if (n >= (1ull << 20))
-        snprintf(out, 32, "%.1f MiB", n / 1048576.0);
-    else if (n >= 1024)
-        snprintf(out, 32, "%.1f KiB", n / 1024.0);
-    else
-        snprintf(out, 32, "%llu bytes", n);
-}
-
-static const char *str(const json_t *o, const char *k)
-{
-    const char *s = json_string_value(json_object_get(o, k));
-    return s ? s : "";
-}
-
-static void when(const json_t *o, const char *k, char out[32])
-{
-    json_t *v = json_object_get(o, k);
-    if (!json_is_integer(v)) {
-        snprintf(out, 32, "-");
-        return;
-    }
-    time_t t = (time_t)(json_integer_value(v) / 1000);
-    struct tm tm;
-    gmtime_r(&t, &tm);
-    strftime(out, 32, "%Y-%m-%dT%H:%M:%SZ", &tm);
-}
-
-void cairn__print_task_table(const json_t *t)
-{
-    if (!t)
-        return;
-    char c[32], u[32], n[32];
-    when(t, "created_ms", c);
-    when(t, "updated_ms", u);
-    when(t, "next_retry_at_ms", n);
-    printf("task        %s\ngraph       %s\nstatus      %s%s\nattempt     %lld   generation %lld\n"
-           "payload     %s\ncreated     %s   updated %s\n",
-           str(t, "task"), str(t, "graph"), str(t, "status"),
-           json_is_true(json_object_get(t, "tombstone")) ? " (tombstone: outputs dropped)" : "",
-           (long long)json_integer_value(json_object_get(t, "attempt")),
-           (long long)json_integer_value(json_object_get(t, "generation")), str(t, "payload_hash"),
-           c, u);
-    if (json_is_integer(json_object_get(t, "next_retry_at_ms")))
-        printf("next retry  %s\n", n);
-    if (*str(t, "error")) {
-        /* the runner's messages often name the step already ("step 'work' failed ...") */
-        char quoted[96];
-        snprintf(quoted, sizeof quoted, "'%s'", str(t, "error_step"));
-        int named = !*str(t, "error_step") || strstr(str(t, "error"), quoted);
-        printf("error       %s%s%s\n", named ? "" : str(t, "error_step"), named ? "" : ": ",
-               str(t, "error"));
-    }
-    printf("\n%-20s %-9s %4s  %s\n", "STEP", "STATUS", "INV", "OUTPUT");
-    size_t i;
-    json_t *s;
-    json_array_foreach(json_object_get(t, "steps"), i, s)
-    {
-        char *out = json_dumps(json_object_get(s, "output"), JSON_COMPACT | JSON_ENCODE_ANY);
-        const char *o = out ? out : "null";
-        size_t shown = strlen(o) > 100 ? 100 : strlen(o);
-        while (shown > 0 && shown < strlen(o) && ((unsigned char)o[shown] & 0xC0) == 0x80)
-            shown--; /* never cut a UTF-8 character in half */
-        printf("%-20s %-9s %4lld  %.*s%s\n", str(s, "name"), str(s, "status"),
-               (long long)json_integer_value(json_object_get(s, "invocations")), (int)shown, o,
-               shown < strlen(o) ? "..." : "");
-        /* an operator's resolution is kept in the error field, but it is no error */
-        if (*str(s, "error"))
-            printf("%-20s %-9s %4s  %s: %s\n", "", "", "",
-                   json_is_true(json_object_get(s, "resolved")) ? "note" : "error",
-                   str(s, "error"));
-        free(out);
-    }
-}
-
-void cairn__print_list_table(const json_t *rows)
-{
-    printf("%-40s %-12s %-10s %7s  %s\n", "TASK", "GRAPH", "STATUS", "ATTEMPT", "UPDATED");
-    size_t i;
-    json_t *r;
-    json_array_foreach(rows, i, r)
-    {
-        char u[32];
-        when(r, "updated_ms", u);
-        printf("%-40s %-12s %-10s %7lld  %s\n", str(r, "task"), str(r, "graph"), str(r, "status"),
-               (long long)json_integer_value(json_object_get(r, "attempt")), u);
-    }
-}
-
-void cairn__print_audit_table(const json_t *rows)
-{
-    printf("%-20s %-9s %-9s %3s %3s %-14s %s\n", "TIME", "FROM", "TO", "ATT", "GEN", "STEP",
-           "REASON");
-    size_t i;
-    json_t *r;
-    json_array_foreach(rows, i, r)
-    {
-        char t[32];
-        when(r, "t_ms", t);
-        printf("%-20s %-9s %-9s %3lld %3lld %-14s %s\n", t, str(r, "from"), str(r, "to"),
-               (long long)json_integer_value(json_object_get(r, "attempt")),
-               (long long)json_integer_value(json_object_get(r, "generation")), str(r, "step"),
-               str(r, "reason"));
-    }
 }

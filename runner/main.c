@@ -5,7 +5,6 @@
  * does the same with its own graphs (see examples/ledger).
  */
 #include <stdio.h>
-#include <string.h>
 
 #include "cairn.h"
 #include "runner/cli.h"
@@ -15,10 +14,12 @@ int main(int argc, char **argv)
 {
     cairn__pipeline *p = NULL;
     char err[1024];
-    /* only the commands that run tasks need the graph (and the secrets its config names) */
+    /* only the commands that run tasks take --config and need the graph (and the secrets its
+     * config names); the others get argv as it is, so they refuse --config as unknown */
     const char *cmd = argc > 1 ? argv[1] : "";
-    int load = !strcmp(cmd, "run") || !strcmp(cmd, "retry") || !strcmp(cmd, "invalidate");
-    int rc = cairn__pipeline_from_args(&argc, argv, load, &p, err, sizeof err);
+    int rc = cairn__cli_takes_config(cmd)
+                 ? cairn__pipeline_from_args(&argc, argv, 1, &p, err, sizeof err)
+                 : 0;
     if (rc) {
         fprintf(stderr, "cairn: %s\n", err);
         return cairn__exit_code(rc);

@@ -1,0 +1,448 @@
+/* runner/cli_inspect.c - the read-only task commands: show, list, audit and stats.
+ *
+ * None of them creates a store or a runner: each opens a store that is already there, reads in one
+ * read transaction (a consistent snapshot, whatever runs meanwhile) and prints either the --json
+ * document or a table for people. The tables are rendered from the same JSON documents that --json
+ * prints, so the two views can never disagree about what a task holds. A record that cannot be
+ * read is never skipped silently: `list` names it and exits 74.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "runner/cli.h"
+#include "runner/internal.h"
+
+/* cairn_store_set_map_max's documented default, for `stats` */
+#define DEFAULT_MAP_MAX (64ull << 30)
+
+/* ------------------------------------------------------------------ tables for people */
+
+/* "12.5 MiB", "64.0 GiB": a byte count for people. */
+static void fmt_bytes(unsigned long long n, char out[32])
+{
+    if (n >= (1ull << 30))
+        snprintf(out, 32, "%.1f GiB", n / 1073741824.0);
+    else if (n >= (1ull << 20))
+        snprintf(out, 32, "%.1f MiB", n / 1048576.0);
+    else if (n >= 1024)
+        snprintf(out, 32, "%.1f KiB", n / 1024.0);
+    else
+        snprintf(out, 32, "%llu bytes", n);
+}
+
+static const char *str(const json_t *o, const char *k)
+{
+    const char *s = json_string_value(json_object_get(o, k));
+    return s ? s : "";
+}
+
+static void when(const json_t *o, const char *k, char out[32])
+{
+    json_t *v = json_object_get(o, k);
+    if (!json_is_integer(v)) {
+        snprintf(out, 32, "-");
+        return;
+    }
+    time_t t = (time_t)(json_integer_value(v) / 1000);
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(out, 32, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+static void print_task_table(const json_t *t)
+{
+    if (!t)
+        return;
+    char c[32], u[32], n[32];
+    when(t, "created_ms", c);
+    when(t, "updated_ms", u);
+    when(t, "next_retry_at_ms", n);
+    printf("task        %s\ngraph       %s\nstatus      %s%s\nattempt     %lld   generation %lld\n"
+           "payload     %s\ncreated     %s   updated %s\n",
+           str(t, "task"), str(t, "graph"), str(t, "status"),
+           json_is_true(json_object_get(t, "tombstone")) ? " (tombstone: outputs dropped)" : "",
+           (long long)json_integer_value(json_object_get(t, "attempt")),
+           (long long)json_integer_value(json_object_get(t, "generation")), str(t, "payload_hash"),
+           c, u);
+    if (json_is_integer(json_object_get(t, "next_retry_at_ms")))
+        printf("next retry  %s\n", n);
+    if (*str(t, "error")) {
+        /* the runner's messages often name the step already ("step 'work' failed ...") */
+        char quoted[96];
+        snprintf(quoted, sizeof quoted, "'%s'", str(t, "error_step"));
+        int named = !*str(t, "error_step") || strstr(str(t, "error"), quoted);
+        printf("error       %s%s%s\n", named ? "" : str(t, "error_step"), named ? "" : ": ",
+               str(t, "error"));
+    }
+    printf("\n%-20s %-9s %4s  %s\n", "STEP", "STATUS", "INV", "OUTPUT");
+    size_t i;
+    json_t *s;
+    json_array_foreach(json_object_get(t, "steps"), i, s)
+    {
+        char *out = json_dumps(json_object_get(s, "output"), JSON_COMPACT | JSON_ENCODE_ANY);
+        const char *o = out ? out : "null";
+        size_t shown = strlen(o) > 100 ? 100 : strlen(o);
+        while (shown > 0 && shown < strlen(o) && ((unsigned char)o[shown] & 0xC0) == 0x80)
+            shown--; /* never cut a UTF-8 character in half */
+        printf("%-20s %-9s %4lld  %.*s%s\n", str(s, "name"), str(s, "status"),
+               (long long)json_integer_value(json_object_get(s, "invocations")), (int)shown, o,
+               shown < strlen(o) ? "..." : "");
+        /* an operator's resolution is kept in the error field, but it is no error */
+        if (*str(s, "error"))
+            printf("%-20s %-9s %4s  %s: %s\n", "", "", "",
+                   json_is_true(json_object_get(s, "resolved")) ? "note" : "error",
+                   str(s, "error"));
+        free(out);
+    }
+}
+
+static void print_list_table(const json_t *rows)
+{
+    printf("%-40s %-12s %-10s %7s  %s\n", "TASK", "GRAPH", "STATUS", "ATTEMPT", "UPDATED");
+    size_t i;
+    json_t *r;
+    json_array_foreach(rows, i, r)
+    {
+        char u[32];
+        when(r, "updated_ms", u);
+        printf("%-40s %-12s %-10s %7lld  %s\n", str(r, "task"), str(r, "graph"), str(r, "status"),
+               (long long)json_integer_value(json_object_get(r, "attempt")), u);
+    }
+}
+
+static void print_audit_table(const json_t *rows)
+{
+    printf("%-20s %-9s %-9s %3s %3s %-14s %s\n", "TIME", "FROM", "TO", "ATT", "GEN", "STEP",
+           "REASON");
+    size_t i;
+    json_t *r;
+    json_array_foreach(rows, i, r)
+    {
+        char t[32];
+        when(r, "t_ms", t);
+        printf("%-20s %-9s %-9s %3lld %3lld %-14s %s\n", t, str(r, "from"), str(r, "to"),
+               (long long)json_integer_value(json_object_get(r, "attempt")),
+               (long long)json_integer_value(json_object_get(r, "generation")), str(r, "step"),
+               str(r, "reason"));
+    }
+}
+
+/* ------------------------------------------------------------------ show */
+
+static const char show_help[] =
+    "usage: %P show ID [--json] [--store DIR]\n"
+    "Shows a task: status, attempt, payload hash, and each step with its output.\n"
+    "An ID that starts with '-' goes after \"--\": %P show -- -x\n";
+
+int cairn__cmd_show(int argc, char **argv)
+{
+    static const int allowed[] = {CAIRN__O_JSON, 0};
+    cairn__cli_opts o;
+    int oi, rc = cairn__cli_parse_opts(argc, argv, "show", allowed, &o, &oi);
+    if (rc)
+        return rc;
+    if (o.help) {
+        cairn__cli_put_help(stdout, show_help);
+        return 0;
+    }
+    if (oi != argc - 1)
+        return cairn__cli_usage_error(
+            "show", show_help, oi == argc ? "the task ID is missing" : "one task ID, please");
+    cairn__cli_session s;
+    if ((rc = cairn__cli_session_open(&s, "show", &o, NULL, 0, 1, 0))) {
+        cairn__cli_session_close(&s);
+        return cairn__exit_code(rc);
+    }
+    cairn_task *t = NULL;
+    rc = cairn_task_load(s.store, argv[oi], &t);
+    if (rc) {
+        int x = cairn__cli_fail("show", rc, cairn_store_errmsg(s.store));
+        cairn__cli_session_close(&s);
+        return x;
+    }
+    json_t *j = cairn__task_to_json(t);
+    if (!j) {
+        cairn_task_free(t);
+        cairn__cli_session_close(&s);
+        return cairn__cli_fail("show", CAIRN_ENOMEM, NULL);
+    }
+    if (o.json) {
+        char *js = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+        printf("%s\n", js ? js : "null");
+        free(js);
+    } else
+        print_task_table(j);
+    json_decref(j);
+    cairn_task_free(t);
+    cairn__cli_session_close(&s);
+    return 0;
+}
+
+/* ------------------------------------------------------------------ list */
+
+typedef struct list_arg {
+    cairn__txn *t;
+    const char *graph;
+    uint32_t limit, n;
+    json_t *rows, *unreadable;
+} list_arg;
+
+static int list_cb(const char *id, void *arg)
+{
+    list_arg *a = arg;
+    cairn__task_rec r;
+    if (a->limit && a->n >= a->limit)
+        return 1;
+    int rc = cairn__task_get(a->t, id, &r);
+    if (rc == CAIRN_ENOMEM || rc == CAIRN_EIO)
+        return rc; /* the store failed, not this record */
+    if (rc) {
+        /* a corrupt record, or one of a newer schema: never hidden, reported by name */
+        const char *why = rc == CAIRN_ENOTFOUND ? "listed in the status index but has no record"
+                                                : cairn_store_errmsg(cairn__txn_store(a->t));
+        json_array_append_new(a->unreadable, json_pack("{s:s, s:s, s:s}", "task", id, "error",
+                                                       cairn_errname(rc), "message", why));
+        return 0;
+    }
+    if (a->graph && strcmp(a->graph, r.graph) != 0)
+        return 0;
+    json_t *o = json_object();
+    json_object_set_new(o, "task", json_string(r.id));
+    json_object_set_new(o, "graph", json_string(r.graph));
+    json_object_set_new(o, "status", json_string(cairn_state_name((cairn_state)r.state)));
+    json_object_set_new(o, "attempt", json_integer(r.attempt));
+    json_object_set_new(o, "updated_ms", json_integer(r.updated_ms));
+    if (r.state == CAIRN_FAILED)
+        json_object_set_new(o, "next_retry_at_ms", json_integer(r.next_retry_ms));
+    if (r.tombstone)
+        json_object_set_new(o, "tombstone", json_true());
+    if (r.error[0])
+        json_object_set_new(o, "error", json_string(r.error));
+    json_array_append_new(a->rows, o);
+    a->n++;
+    return 0;
+}
+
+static int list_txn(cairn__txn *t, void *arg)
+{
+    void **p = arg;
+    list_arg *a = p[0];
+    const cairn_state *only = p[1];
+    a->t = t;
+    /* the transaction may run again (a grown map): start over */
+    json_array_clear(a->rows);
+    json_array_clear(a->unreadable);
+    a->n = 0;
+    int rc = 0;
+    for (int s = 0; s < CAIRN_STATE_COUNT && !rc; s++)
+        if (!only || *only == (cairn_state)s)
+            rc = cairn__due_each(t, (cairn_state)s, INT64_MAX, list_cb, a);
+    return rc;
+}
+
+static const char list_help[] =
+    "usage: %P list [--status S] [--graph G] [--limit N] [--json] [--store DIR]\n"
+    "Lists tasks, by status (pending, running, succeeded, failed, dead, in_doubt); --limit 0\n"
+    "(the default) lists all. --json prints an array of tasks.\n"
+    "A task record that cannot be read (corrupt, or written by a newer cairn) is named on\n"
+    "stderr and makes the exit 74; --json then prints {\"tasks\": [...], \"unreadable\":\n"
+    "[{task, error, message}]} instead of the array.\n";
+
+int cairn__cmd_list(int argc, char **argv)
+{
+    static const int allowed[] = {CAIRN__O_STATUS, CAIRN__O_GRAPH, CAIRN__O_LIMIT, CAIRN__O_JSON,
+                                  0};
+    cairn__cli_opts o;
+    int oi, rc = cairn__cli_parse_opts(argc, argv, "list", allowed, &o, &oi);
+    if (rc)
+        return rc;
+    if (o.help) {
+        cairn__cli_put_help(stdout, list_help);
+        return 0;
+    }
+    cairn_state st;
+    if (oi != argc)
+        return cairn__cli_usage_error("list", list_help, "unexpected argument '%s'", argv[oi]);
+    if (o.status && cairn_state_parse(o.status, &st))
+        return cairn__cli_usage_error("list", list_help, "unknown status '%s'", o.status);
+    cairn__cli_session s;
+    if ((rc = cairn__cli_session_open(&s, "list", &o, NULL, 0, 1, 0))) {
+        cairn__cli_session_close(&s);
+        return cairn__exit_code(rc);
+    }
+    list_arg a = {
+        .graph = o.graph, .limit = o.limit, .rows = json_array(), .unreadable = json_array()};
+    void *p[2] = {&a, o.status ? &st : NULL};
+    rc = cairn__store_read(s.store, list_txn, p);
+    if (rc) {
+        json_decref(a.rows);
+        json_decref(a.unreadable);
+        int x = cairn__cli_fail("list", rc, cairn_store_errmsg(s.store));
+        cairn__cli_session_close(&s);
+        return x;
+    }
+    size_t i, n_bad = json_array_size(a.unreadable);
+    json_t *u;
+    json_array_foreach(a.unreadable, i, u)
+    {
+        fprintf(stderr, "%s list: task '%s' cannot be read: %s (%s)\n", cairn__cli_prog,
+                json_string_value(json_object_get(u, "task")),
+                json_string_value(json_object_get(u, "message")),
+                json_string_value(json_object_get(u, "error")));
+    }
+    if (o.json && n_bad)
+        cairn__cli_print_json(json_pack("{s:o, s:o}", "tasks", a.rows, "unreadable", a.unreadable));
+    else if (o.json) {
+        cairn__cli_print_json(a.rows);
+        json_decref(a.unreadable);
+    } else {
+        print_list_table(a.rows);
+        json_decref(a.rows);
+        json_decref(a.unreadable);
+    }
+    if (n_bad)
+        fprintf(stderr, "%s list: %zu task record(s) could not be read; `%s show ID` says more\n",
+                cairn__cli_prog, n_bad, cairn__cli_prog);
+    cairn__cli_session_close(&s);
+    return n_bad ? CAIRN__EX_IOERR : 0;
+}
+
+/* ------------------------------------------------------------------ audit, stats */
+
+static int audit_cb(const cairn__audit_rec *a, void *arg)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "t_ms", json_integer(a->t_ms));
+    json_object_set_new(o, "from", json_string(cairn_state_name((cairn_state)a->from)));
+    json_object_set_new(o, "to", json_string(cairn_state_name((cairn_state)a->to)));
+    json_object_set_new(o, "attempt", json_integer(a->attempt));
+    json_object_set_new(o, "generation", json_integer(a->generation));
+    json_object_set_new(o, "step", a->step[0] ? json_string(a->step) : json_null());
+    json_object_set_new(o, "reason", json_string(a->reason));
+    json_array_append_new(arg, o);
+    return 0;
+}
+
+static int audit_txn(cairn__txn *t, void *arg)
+{
+    void **p = arg;
+    cairn__task_rec r;
+    int rc = cairn__task_get(t, p[0], &r);
+    if (rc == CAIRN_ENOTFOUND)
+        return cairn__store_fail(cairn__txn_store(t), rc, "no task '%s'", (char *)p[0]);
+    return rc ? rc : cairn__audit_each(t, p[0], audit_cb, p[1]);
+}
+
+static const char audit_help[] = "usage: %P audit ID [--json] [--store DIR]\n"
+                                 "Prints every transition of a task: time, from, to, attempt, "
+                                 "step and reason.\n";
+
+int cairn__cmd_audit(int argc, char **argv)
+{
+    static const int allowed[] = {CAIRN__O_JSON, 0};
+    cairn__cli_opts o;
+    int oi, rc = cairn__cli_parse_opts(argc, argv, "audit", allowed, &o, &oi);
+    if (rc)
+        return rc;
+    if (o.help) {
+        cairn__cli_put_help(stdout, audit_help);
+        return 0;
+    }
+    if (oi != argc - 1)
+        return cairn__cli_usage_error(
+            "audit", audit_help, oi == argc ? "the task ID is missing" : "one task ID, please");
+    cairn__cli_session s;
+    if ((rc = cairn__cli_session_open(&s, "audit", &o, NULL, 0, 1, 0))) {
+        cairn__cli_session_close(&s);
+        return cairn__exit_code(rc);
+    }
+    json_t *rows = json_array();
+    void *p[2] = {argv[oi], rows};
+    rc = cairn__store_read(s.store, audit_txn, p);
+    int x = 0;
+    if (rc) {
+        x = cairn__cli_fail("audit", rc, cairn_store_errmsg(s.store));
+        json_decref(rows);
+    } else if (o.json)
+        cairn__cli_print_json(rows);
+    else {
+        print_audit_table(rows);
+        json_decref(rows);
+    }
+    cairn__cli_session_close(&s);
+    return x;
+}
+
+static int stats_txn(cairn__txn *t, void *arg) { return cairn__store_stats_get(t, arg); }
+
+static const char stats_help[] =
+    "usage: %P stats [--json] [--map-max BYTES] [--store DIR]\n"
+    "Counts tasks by status and shows the store's size: the space used, the current map and the\n"
+    "limit the map may grow to in a process (default 64 GiB; each process sets its own with\n"
+    "--map-max, so pass the one your runs use to see their headroom).\n";
+
+int cairn__cmd_stats(int argc, char **argv)
+{
+    static const int allowed[] = {CAIRN__O_JSON, CAIRN__O_MAP_MAX, 0};
+    cairn__cli_opts o;
+    int oi, rc = cairn__cli_parse_opts(argc, argv, "stats", allowed, &o, &oi);
+    if (rc)
+        return rc;
+    if (o.help) {
+        cairn__cli_put_help(stdout, stats_help);
+        return 0;
+    }
+    if (oi != argc)
+        return cairn__cli_usage_error("stats", stats_help, "unexpected argument '%s'", argv[oi]);
+    cairn__cli_session s;
+    if ((rc = cairn__cli_session_open(&s, "stats", &o, NULL, 0, 1, 0))) {
+        cairn__cli_session_close(&s);
+        return cairn__exit_code(rc);
+    }
+    cairn__store_stats st;
+    rc = cairn__store_read(s.store, stats_txn, &st);
+    if (rc) {
+        int x = cairn__cli_fail("stats", rc, cairn_store_errmsg(s.store));
+        cairn__cli_session_close(&s);
+        return x;
+    }
+    json_t *j = json_object(), *by = json_object();
+    uint64_t total = 0;
+    for (int i = 0; i < CAIRN_STATE_COUNT; i++) {
+        json_object_set_new(by, cairn_state_name((cairn_state)i),
+                            json_integer((json_int_t)st.by_state[i]));
+        total += st.by_state[i];
+    }
+    json_object_set_new(j, "tasks", json_integer((json_int_t)total));
+    json_object_set_new(j, "by_status", by);
+    json_object_set_new(j, "tombstones", json_integer((json_int_t)st.tombstones));
+    json_object_set_new(j, "messages", json_integer((json_int_t)st.messages));
+    json_object_set_new(j, "step_records", json_integer((json_int_t)st.step_records));
+    json_object_set_new(j, "audit_records", json_integer((json_int_t)st.audit_records));
+    json_object_set_new(j, "map_size", json_integer((json_int_t)st.map_size));
+    json_object_set_new(j, "map_used", json_integer((json_int_t)st.map_used));
+    uint64_t map_max = o.map_max ? o.map_max : DEFAULT_MAP_MAX;
+    json_object_set_new(j, "map_max", json_integer((json_int_t)map_max));
+    if (o.json)
+        cairn__cli_print_json(j);
+    else {
+        printf("tasks        %llu\n", (unsigned long long)total);
+        for (int i = 0; i < CAIRN_STATE_COUNT; i++)
+            printf("  %-10s %llu\n", cairn_state_name((cairn_state)i),
+                   (unsigned long long)st.by_state[i]);
+        char used[32], size[32], max[32];
+        fmt_bytes(st.map_used, used);
+        fmt_bytes(st.map_size, size);
+        fmt_bytes(map_max, max);
+        printf("tombstones   %llu\nmessages     %llu\nstep records %llu\naudit        %llu\n"
+               "store        %s used; map %s now, grows to at most %s (%s)\n",
+               (unsigned long long)st.tombstones, (unsigned long long)st.messages,
+               (unsigned long long)st.step_records, (unsigned long long)st.audit_records, used,
+               size, max, o.map_max ? "--map-max" : "the default; runs may set --map-max");
+        json_decref(j);
+    }
+    cairn__cli_session_close(&s);
+    return 0;
+}

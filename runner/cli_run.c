@@ -1,0 +1,461 @@
+/* runner/cli_run.c - the task commands that change the store: run, retry, resolve, invalidate,
+ * gc and init.
+ *
+ * `run` checks all it can before the store exists (graph, message ID, input, task ID, tenant
+ * field: run_precheck), so a refused run creates no store, and with --json prints one document
+ * whatever happened. `retry` learns each retried task's outcome through the runner's retry report
+ * and sorts the failures into "try later" (75) and "waiting will not help" (69), so a cron job can
+ * tell an outage from a task that needs an operator. Options, help, the session and the exit-code
+ * table are shared with the read-only commands (runner/cli.c, runner/cli_util.c).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runner/canon.h"
+#include "runner/cli.h"
+#include "runner/internal.h"
+
+/* The tenant limit takes both options or neither (run, retry). */
+static int tenant_usage(const char *cmd, const char *help, const cairn__cli_opts *o)
+{
+    if (o->tenant_field && !o->max_per_tenant)
+        return cairn__cli_usage_error(cmd, help, "--tenant-field needs --max-running-per-tenant N");
+    if (o->max_per_tenant && !o->tenant_field)
+        return cairn__cli_usage_error(cmd, help, "--max-running-per-tenant needs --tenant-field F");
+    return 0;
+}
+
+/* ------------------------------------------------------------------ run */
+
+static const char run_help[] =
+    "usage: %P run --graph G [--task ID | --task-from F1,F2] [--input FILE|-]\n"
+    "         [--message-id ID] [--json] [--store DIR]\n"
+    "         [--tenant-field F --max-running-per-tenant N] [--allow-graph-change]\n"
+    "         [--max-attempts N] [--lease-ms MS] [--inline-wait-ms MS]\n"
+    "         [--nosync] [--map-max BYTES]\n"
+    "Runs one task to completion, resuming after its last committed step. Without --input\n"
+    "the input is read from standard input.\n"
+    "Without --task the ID is derived: from the named input fields joined with '_', or\n"
+    "<graph>_<first 16 hex of SHA-256 of the RFC 8785 canonical input>.\n"
+    "--inline-wait-ms MS: a transient failure whose backoff is longer than MS (default 2000)\n"
+    "ends the run with the task failed and a retry time, for `%P retry`; 0 = never wait\n"
+    "inside the run.\n"
+    "--tenant-field F --max-running-per-tenant N: at most N running tasks per value of input\n"
+    "field F, across processes; a task over the limit is left pending for `%P retry` (75).\n"
+    "--nosync creates a new store that survives process crashes only (faster); a store\n"
+    "keeps the durability it was created with. Only `run` creates a store.\n"
+    "Exit: 0 succeeded (now or earlier; also a message ID already consumed: the message then\n"
+    "says the task's state), 64 usage or unknown graph, 65 invalid input, 66 input missing or\n"
+    "unreadable (a directory too), 69 dead or in doubt, 74 store error, 75 try later,\n"
+    "76 same ID with another payload.\n";
+
+/* The one JSON document `run --json` prints, whatever happened: task, status and attempt (when
+ * the task exists), exit code, error name and message. */
+static void run_json(cairn_store *store, const char *id, int rc, const char *msg)
+{
+    json_t *j = json_object();
+    json_object_set_new(j, "task", id[0] ? json_string(id) : json_null());
+    cairn_task *t = NULL;
+    if (store && id[0] && cairn_task_load(store, id, &t) == 0) {
+        json_object_set_new(j, "status", json_string(cairn_state_name(cairn_task_state(t))));
+        json_object_set_new(j, "attempt", json_integer(cairn_task_attempt(t)));
+    }
+    cairn_task_free(t);
+    json_object_set_new(j, "exit", json_integer(cairn__exit_code(rc)));
+    json_object_set_new(j, "error", rc ? json_string(cairn_errname(rc)) : json_null());
+    json_object_set_new(j, "message", json_string(msg ? msg : ""));
+    cairn__cli_print_json(j);
+}
+
+/* Everything `run` can refuse without the store: the graph, the message ID, the input and the
+ * task ID (checked again by the runner; checking here means a refused run creates no store).
+ * Returns 0 or an error code with err set; *buf holds the input on success. */
+static int run_precheck(const cairn__cli_opts *o, cairn_graph *const *graphs, size_t n, char **buf,
+                        size_t *len, char *err, size_t errlen)
+{
+    int rc = cairn__cli_check_graph(graphs, n, o->graph, err, errlen);
+    if (rc)
+        return rc;
+    if (o->message_id && (!*o->message_id || strlen(o->message_id) > CAIRN__ID_MAX)) {
+        snprintf(err, errlen, "--message-id must be 1-%d bytes", CAIRN__ID_MAX);
+        return CAIRN_EINVAL;
+    }
+    const char *path = o->input ? o->input : "-";
+    if ((rc = cairn__read_input(path, buf, len, err, errlen)))
+        return rc;
+    json_t *j = NULL;
+    rc = cairn__json_parse(*buf, *len, strcmp(path, "-") ? path : "<stdin>", &j, err, errlen);
+    if (!rc && !json_is_object(j)) {
+        snprintf(err, errlen, "%s: the task input must be a JSON object", path);
+        rc = CAIRN_EJSON;
+    }
+    char id[CAIRN__ID_MAX + 1];
+    if (!rc)
+        rc = o->task ? cairn__task_id_check(o->task, err, errlen)
+                     : cairn__task_id_derive(o->graph, j, o->task_from, id, sizeof id, err, errlen);
+    if (!rc && o->tenant_field) {
+        json_t *tv = json_object_get(j, o->tenant_field);
+        if (!json_is_string(tv) || !json_string_length(tv) ||
+            json_string_length(tv) > CAIRN__ID_MAX) {
+            snprintf(err, errlen, "%s: field '%s' (the tenant) must be a string of 1-%d bytes",
+                     path, o->tenant_field, CAIRN__ID_MAX);
+            rc = CAIRN_EJSON;
+        }
+    }
+    json_decref(j);
+    if (rc) {
+        free(*buf);
+        *buf = NULL;
+    }
+    return rc;
+}
+
+int cairn__cmd_run(int argc, char **argv, cairn_graph *const *graphs, size_t n)
+{
+    static const int allowed[] = {
+        CAIRN__O_GRAPH,        CAIRN__O_TASK,           CAIRN__O_TASK_FROM,
+        CAIRN__O_INPUT,        CAIRN__O_MESSAGE_ID,     CAIRN__O_JSON,
+        CAIRN__O_TENANT_FIELD, CAIRN__O_MAX_PER_TENANT, CAIRN__O_ALLOW_GRAPH_CHANGE,
+        CAIRN__O_MAX_ATTEMPTS, CAIRN__O_LEASE_MS,       CAIRN__O_INLINE_WAIT,
+        CAIRN__O_NOSYNC,       CAIRN__O_MAP_MAX,        0};
+    cairn__cli_opts o;
+    int oi, rc = cairn__cli_parse_opts(argc, argv, "run", allowed, &o, &oi);
+    if (rc)
+        return rc;
+    if (o.help) {
+        cairn__cli_print_help(stdout, run_help, 1);
+        return 0;
+    }
+    if (!o.graph)
+        return cairn__cli_usage_error("run", run_help, "--graph G is required");
+    if (oi != argc)
+        return cairn__cli_usage_error("run", run_help, "unexpected argument '%s'", argv[oi]);
+    if (o.task && o.task_from)
+        return cairn__cli_usage_error("run", run_help, "--task and --task-from exclude each other");
+    if ((rc = tenant_usage("run", run_help, &o)))
+        return rc;
+    char *buf = NULL;
+    size_t len = 0;
+    char err[1024];
+    if ((rc = run_precheck(&o, graphs, n, &buf, &len, err, sizeof err))) {
+        if (o.json)
+            run_json(NULL, o.task ? o.task : "", rc, err);
+        return cairn__cli_fail("run", rc, err);
+    }
+    cairn__cli_session s;
+    rc = cairn__cli_session_open(&s, "run", &o, graphs, n, 0, 1);
+    if (rc) {
+        free(buf);
+        if (o.json)
+            run_json(NULL, o.task ? o.task : "", rc,
+                     s.runner ? cairn_runner_errmsg(s.runner) : cairn_store_errmsg(s.store));
+        cairn__cli_session_close(&s);
+        return cairn__exit_code(rc);
+    }
+    char id[CAIRN__ID_MAX + 1] = "";
+    rc = cairn_runner_run(s.runner, o.graph, o.task, o.task_from, buf, len, o.message_id, id);
+    free(buf);
+    char msg[1200];
+    snprintf(msg, sizeof msg, "%s", cairn_runner_errmsg(s.runner));
+    cairn_task *t = NULL;
+    if (rc == 0 && id[0] && cairn_task_load(s.store, id, &t) == 0 &&
+        cairn_task_state(t) != CAIRN_SUCCEEDED) {
+        /* only a consumed message returns 0 for a task that did not succeed: exit 0 means "this
+         * message needs nothing more", so say what became of its task */
+        size_t l = strlen(msg);
+        snprintf(msg + l, sizeof msg - l, "; that task is %s (see `%s show %s`)",
+                 cairn_state_name(cairn_task_state(t)), cairn__cli_prog, id);
+    }
+    cairn_task_free(t);
+    if (o.json)
+        run_json(s.store, id, rc, msg);
+    if (rc) {
+        fprintf(stderr, "%s run: %s (%s)\n", cairn__cli_prog, msg, cairn_errname(rc));
+    } else if (!o.json) {
+        if (*msg)
+            printf("%s: %s\n", id, msg);
+        else
+            printf("%s: succeeded\n", id);
+    }
+    cairn__cli_session_close(&s);
+    return cairn__exit_code(rc);
+}
+
+/* ------------------------------------------------------------------ retry */
+
+static const char retry_help[] =
+    "usage: %P retry [--graph G] [--limit N] [--now] [--json] [--store DIR]\n"
+    "         [--tenant-field F --max-running-per-tenant N] [--allow-graph-change]\n"
+    "         [--max-attempts N] [--lease-ms MS] [--inline-wait-ms MS]\n"
+    "Runs the due tasks: failed ones whose retry time has come (all failed ones with --now),\n"
+    "pending ones, and running ones whose process is gone; at most N with --limit N (0, the\n"
+    "default, = no limit). Overlapping retries never run one task twice.\n"
+    "Each task that does not succeed is named on stderr with the reason\n"
+    "(\"%P: retry: TASK: message\"); --json prints {ran, succeeded, failed, deferred, tasks:\n"
+    "[{task, exit, error, message}]} with exit as `run` would give it for that task.\n"
+    "--tenant-field F --max-running-per-tenant N applies the tenant limit as `run` does (to\n"
+    "tasks whose run recorded a tenant): a task over it is deferred, not run.\n"
+    "Tasks running elsewhere or over the tenant limit are deferred; they do not count.\n"
+    "Exit: 0 every task that ran succeeded (or none was due); 75 some failed transiently\n"
+    "(they are due again by themselves) or the retry was interrupted; 69 some task needs an\n"
+    "operator or a change: it is dead or in doubt, its graph changed (--allow-graph-change)\n"
+    "or this program does not define its graph; 64 usage or unknown graph; 74 store error\n"
+    "(also when a due task's record cannot be read).\n";
+
+/* What `retry` learns about each task it took up (cairn_runner_set_retry_report). */
+typedef struct retry_seen {
+    json_t *tasks;
+    uint32_t deferred, later, operator_, store;
+} retry_seen;
+
+static void retry_report(const char *task_id, int rc, const char *message, void *user)
+{
+    retry_seen *r = user;
+    json_array_append_new(r->tasks, json_pack("{s:s, s:i, s:o, s:s}", "task", task_id, "exit",
+                                              cairn__exit_code(rc), "error",
+                                              rc ? json_string(cairn_errname(rc)) : json_null(),
+                                              "message", message ? message : ""));
+    switch (rc) {
+    case 0:
+        return;
+    case CAIRN_EBUSY:
+    case CAIRN_ETENANT:
+        r->deferred++; /* another process has it, or its tenant is at the limit: not a failure */
+        return;
+    case CAIRN_ETRANSIENT:
+    case CAIRN_EINTR:
+    case CAIRN_ETIMEOUT:
+        r->later++;
+        break;
+    case CAIRN_EIO:
+    case CAIRN_EFULL:
+    case CAIRN_ECORRUPT:
+    case CAIRN_ESCHEMA:
+    case CAIRN_ENOMEM:
+        r->store++; /* a record that cannot be read, or retry stops at a store error */
+        break;
+    default:
+        r->operator_++; /* dead, in doubt, graph changed, graph unknown: waiting will not help */
+        break;
+    }
+    fprintf(stderr, "%s: retry: %s: %s (%s)\n", cairn__cli_prog, task_id,
+            message && *message ? message : cairn_strerror(rc), cairn_errname(rc));
+}
+
+int cairn__cmd_retry(int argc, char **argv, cairn_graph *const *graphs, size_t n)
+{
+    static const int allowed[] = {CAIRN__O_GRAPH,
+                                  CAIRN__O_LIMIT,
+                                  CAIRN__O_NOW,
+                                  CAIRN__O_JSON,
+                                  CAIRN__O_MAX_ATTEMPTS,
+                                  CAIRN__O_TENANT_FIELD,
+                                  CAIRN__O_LEASE_MS,
+                                  CAIRN__O_INLINE_WAIT,
+                                  CAIRN__O_NOSYNC,
+                                  CAIRN__O_MAP_MAX,
+                                  CAIRN__O_ALLOW_GRAPH_CHANGE,
+                                  CAIRN__O_MAX_PER_TENANT,
+                                  0};
+    cairn__cli_opts o;
+    int oi, rc = cairn__cli_parse_opts(argc, argv, "retry", allowed, &o, &oi);
+    if (rc)
+        return rc;
+    if (o.help) {
+        cairn__cli_print_help(stdout, retry_help, 1);
+        return 0;
+    }
+    if (oi != argc)
+        return cairn__cli_usage_error("retry", retry_help, "unexpected argument '%s'", argv[oi]);
+    if ((rc = tenant_usage("retry", retry_help, &o)) || (rc = cairn__cli_need_config("retry", n)))
+        return rc;
+    char err[1024];
+    if (o.graph && (rc = cairn__cli_check_graph(graphs, n, o.graph, err, sizeof err)))
+        return cairn__cli_fail("retry", rc, err);
+    cairn__cli_session s;
+    if ((rc = cairn__cli_session_open(&s, "retry", &o, graphs, n, 1, 1))) {
+        cairn__cli_session_close(&s);
+        return cairn__exit_code(rc);
+    }
+    retry_seen seen = {.tasks = json_array()};
+    cairn_runner_set_retry_report(s.runner, retry_report, &seen);
+    uint32_t ran = 0, ok = 0, bad = 0;
+    rc = cairn_runner_retry(s.runner, o.graph, o.limit, o.now, &ran, &ok, &bad);
+    if (o.json) {
+        cairn__cli_print_json(json_pack("{s:i, s:i, s:i, s:i, s:o}", "ran", (int)ran, "succeeded",
+                                        (int)ok, "failed", (int)bad, "deferred", (int)seen.deferred,
+                                        "tasks", seen.tasks));
+    } else {
+        printf("retry: ran %u, succeeded %u, not succeeded %u", ran, ok, bad);
+        if (seen.deferred)
+            printf(", deferred %u (running elsewhere or over the tenant limit)", seen.deferred);
+        printf("\n");
+        json_decref(seen.tasks);
+    }
+    int x = bad ? CAIRN__EX_TEMPFAIL : 0;
+    if (rc)
+        x = cairn__cli_fail("retry", rc,
+                            cairn_runner_errmsg(s.runner)); /* 74, or 75 when interrupted */
+    if (!rc && seen.store)
+        x = CAIRN__EX_IOERR; /* a due task's record cannot be read: a store problem */
+    if ((!rc || rc == CAIRN_EINTR) && !seen.store && seen.operator_) {
+        fprintf(stderr,
+                "%s: retry: %u task(s) need an operator or a change (dead, in doubt, graph "
+                "changed or not defined; see above): waiting will not help\n",
+                cairn__cli_prog, seen.operator_);
+        x = CAIRN__EX_UNAVAILABLE;
+    }
+    cairn__cli_session_close(&s);
+    return x;
+}
+
+/* ------------------------------------------------------------------ resolve, invalidate, gc */
+
+static const char resolve_help[] =
+    "usage: %P resolve ID --step S (--done | --not-done) [--store DIR]\n"
+    "Settles an effect in doubt: --done records that it happened (the task continues after it),\n"
+    "--not-done lets the next run perform it. The task becomes pending; run or retry it.\n";
+
+int cairn__cmd_resolve(int argc, char **argv, cairn_graph *const *graphs, size_t n)
+{
+    static const int allowed[] = {CAIRN__O_STEP, CAIRN__O_DONE, CAIRN__O_NOT_DONE, 0};
+    cairn__cli_opts o;
+    int oi, rc = cairn__cli_parse_opts(argc, argv, "resolve", allowed, &o, &oi);
+    if (rc)
+        return rc;
+    if (o.help) {
+        cairn__cli_put_help(stdout, resolve_help);
+        return 0;
+    }
+    if (oi != argc - 1)
+        return cairn__cli_usage_error(
+            "resolve", resolve_help, oi == argc ? "the task ID is missing" : "one task ID, please");
+    if (!o.step)
+        return cairn__cli_usage_error("resolve", resolve_help, "--step S is required");
+    if (o.done == o.not_done)
+        return cairn__cli_usage_error("resolve", resolve_help, "say either --done or --not-done");
+    cairn__cli_session s;
+    if ((rc = cairn__cli_session_open(&s, "resolve", &o, graphs, n, 1, 1)) == 0) {
+        rc = cairn_runner_resolve(s.runner, argv[oi], o.step, o.done);
+        if (rc)
+            rc = cairn__cli_fail("resolve", rc, cairn_runner_errmsg(s.runner));
+        else
+            printf("%s: step '%s' resolved as %s; task is pending\n", argv[oi], o.step,
+                   o.done ? "done" : "not done");
+    } else
+        rc = cairn__exit_code(rc);
+    cairn__cli_session_close(&s);
+    return rc;
+}
+
+static const char invalidate_help[] =
+    "usage: %P invalidate ID [--from STEP] [--allow-graph-change] [--store DIR]\n"
+    "Starts a new generation of the task from STEP (default: the first) onward; older outputs\n"
+    "and the audit trail stay. Effects after that point will run again. A task started by\n"
+    "another version of its graph is refused (65) unless --allow-graph-change.\n";
+
+int cairn__cmd_invalidate(int argc, char **argv, cairn_graph *const *graphs, size_t n)
+{
+    static const int allowed[] = {CAIRN__O_FROM, CAIRN__O_ALLOW_GRAPH_CHANGE, 0};
+    cairn__cli_opts o;
+    int oi, rc = cairn__cli_parse_opts(argc, argv, "invalidate", allowed, &o, &oi);
+    if (rc)
+        return rc;
+    if (o.help) {
+        cairn__cli_print_help(stdout, invalidate_help, 1);
+        return 0;
+    }
+    if (oi != argc - 1)
+        return cairn__cli_usage_error("invalidate", invalidate_help,
+                                      oi == argc ? "the task ID is missing"
+                                                 : "one task ID, please");
+    if ((rc = cairn__cli_need_config("invalidate", n)))
+        return rc;
+    cairn__cli_session s;
+    if ((rc = cairn__cli_session_open(&s, "invalidate", &o, graphs, n, 1, 1)) == 0) {
+        rc = cairn_runner_invalidate(s.runner, argv[oi], o.from);
+        if (rc)
+            rc = cairn__cli_fail("invalidate", rc, cairn_runner_errmsg(s.runner));
+        else
+            printf("%s: invalidated%s%s; task is pending\n", argv[oi], o.from ? " from " : "",
+                   o.from ? o.from : "");
+    } else
+        rc = cairn__exit_code(rc);
+    cairn__cli_session_close(&s);
+    return rc;
+}
+
+static const char gc_help[] =
+    "usage: %P gc [--retention-days D] [--tombstone-days D] [--json] [--store DIR]\n"
+    "Drops outputs of tasks finished more than D days ago (default 7), keeping a tombstone so\n"
+    "a duplicate still does not run, and removes tombstones older than the dedupe window\n"
+    "(default 30 days; never shorter than the retention).\n";
+
+int cairn__cmd_gc(int argc, char **argv, cairn_graph *const *graphs, size_t n)
+{
+    static const int allowed[] = {CAIRN__O_RETENTION, CAIRN__O_TOMBSTONE, CAIRN__O_JSON, 0};
+    cairn__cli_opts o;
+    int oi, rc = cairn__cli_parse_opts(argc, argv, "gc", allowed, &o, &oi);
+    if (rc)
+        return rc;
+    if (o.help) {
+        cairn__cli_put_help(stdout, gc_help);
+        return 0;
+    }
+    if (oi != argc)
+        return cairn__cli_usage_error("gc", gc_help, "unexpected argument '%s'", argv[oi]);
+    if (o.tombstone_days < o.retention_days)
+        return cairn__cli_usage_error(
+            "gc", gc_help,
+            "--tombstone-days (%g) is shorter than --retention-days (%g): a "
+            "tombstone must outlive the outputs",
+            o.tombstone_days, o.retention_days);
+    cairn__cli_session s;
+    uint32_t pruned = 0, removed = 0;
+    if ((rc = cairn__cli_session_open(&s, "gc", &o, graphs, n, 1, 1)) == 0) {
+        rc = cairn_runner_gc(s.runner, &pruned, &removed);
+        if (rc)
+            rc = cairn__cli_fail("gc", rc, cairn_runner_errmsg(s.runner));
+        else if (o.json)
+            cairn__cli_print_json(
+                json_pack("{s:i, s:i}", "pruned", (int)pruned, "removed", (int)removed));
+        else
+            printf("gc: %u task(s) pruned to tombstones, %u tombstone(s) removed\n", pruned,
+                   removed);
+    } else
+        rc = cairn__exit_code(rc);
+    cairn__cli_session_close(&s);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ init */
+
+static const char init_help[] =
+    "usage: %P init [--nosync] [--store DIR]\n"
+    "Creates an empty store (what `run` does on its first task), for tools that read the store\n"
+    "before any task ran, or to fix a new store's durability ahead of the workers (--nosync:\n"
+    "survives process crashes only). An existing store is left as it is.\n";
+
+int cairn__cmd_init(int argc, char **argv)
+{
+    static const int allowed[] = {CAIRN__O_NOSYNC, 0};
+    cairn__cli_opts o;
+    int oi, rc = cairn__cli_parse_opts(argc, argv, "init", allowed, &o, &oi);
+    if (rc)
+        return rc;
+    if (o.help) {
+        cairn__cli_put_help(stdout, init_help);
+        return 0;
+    }
+    if (oi != argc)
+        return cairn__cli_usage_error("init", init_help, "unexpected argument '%s'", argv[oi]);
+    char err[4200];
+    int existed = cairn__cli_store_exists(o.store, err, sizeof err) == 0;
+    cairn__cli_session s;
+    rc = cairn__cli_session_open(&s, "init", &o, NULL, 0, 0, 0);
+    if (!rc)
+        printf("%s: %s\n", o.store, existed ? "store exists (unchanged)" : "store created");
+    cairn__cli_session_close(&s);
+    return cairn__exit_code(rc);
+}
