@@ -231,7 +231,7 @@ static int list_txn(cairn__txn *t, void *arg)
     list_arg *a = p[0];
     const cairn_state *only = p[1];
     a->t = t;
-    /* the transaction may run again (a grown map): start over */
+    /* a read transaction runs once, but start clean anyway: callbacks must not rely on that */
     json_array_clear(a->rows);
     json_array_clear(a->unreadable);
     a->n = 0;
