@@ -183,14 +183,9 @@ static void attention_range(void *arg, int64_t i0, int64_t i1, int ith)
         const int i = (int)(it / m->n_heads), h = (int)(it % m->n_heads);
         const int kvh = h / group, last = j->pos + i;
         const float *q = b->q + (size_t)i * (size_t)b->q_dim + (size_t)h * hd;
-        for (int t = 0; t <= last; t++)
-            sc[t] =
-                cairn__dot_f32(q, K + (size_t)t * (size_t)b->kv_dim + (size_t)kvh * hd, hd) * scale;
-        cairn__softmax(sc, last + 1);
         float *o = b->att + (size_t)i * (size_t)b->q_dim + (size_t)h * hd;
-        memset(o, 0, (size_t)hd * sizeof(float));
-        for (int t = 0; t <= last; t++)
-            cairn__axpy(o, sc[t], V + (size_t)t * (size_t)b->kv_dim + (size_t)kvh * hd, hd);
+        cairn__attn_head(q, K + (size_t)kvh * hd, V + (size_t)kvh * hd, (size_t)b->kv_dim, last + 1,
+                         hd, scale, sc, o);
     }
 }
 

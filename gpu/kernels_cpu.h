@@ -25,9 +25,18 @@ typedef struct {
     const uint8_t *data;
 } cairn__mat;
 
-/* Which instruction set the kernels picked at startup: "avx2" or "scalar". */
+/* Which instruction set the kernels use: "avx512" (F, BW, VL, VNNI and VBMI), "avx2" (with FMA
+ * and F16C) or "scalar": the highest the CPU has, capped by the environment variable
+ * CAIRN_KERNELS_ISA (one of those names; so a test suite can run each level) or by
+ * cairn__kernels_set_isa. */
 const char *cairn__kernels_isa(void);
-/* For tests and benchmarks: force the scalar kernels (1) or go back to detection (0). */
+/* For tests and benchmarks: cap the kernels at the level `name` ("scalar", "avx2", "avx512"), or
+ * go back to the default (NULL, "" or "auto": CAIRN_KERNELS_ISA's cap, else none). Every level
+ * up to the CPU's own can be chosen, so each set of kernels can be checked on one machine. Returns
+ * 0, CAIRN_EUNSUPPORTED if the CPU lacks that level, CAIRN_EINVAL for an unknown name. Not for use
+ * while products are running. */
+int cairn__kernels_set_isa(const char *name);
+/* cairn__kernels_set_isa("scalar") (on != 0) or cairn__kernels_set_isa(NULL) (on == 0). */
 void cairn__kernels_force_scalar(int on);
 
 /* Bytes of scratch cairn__matvec needs for an input of `cols` elements (the activation vector
@@ -58,6 +67,85 @@ void cairn__matmul(cairn__pool *p, const cairn__mat *W, const float *X, int64_t 
 /* Dequantizes row r of W into dst (cols floats). */
 void cairn__mat_row(const cairn__mat *W, int64_t r, float *dst);
 
+/* The level of cairn__kernels_isa() as a number: 0 scalar, 1 avx2, 2 avx512. */
+int cairn__kernels_level(void);
+
+/* ---- between the kernel files (kernels_cpu.c and the kernels_cpu_<isa>.c beside it) ---------- */
+/* x rounded to int8 per 32 elements, with a float scale (more precise than ggml's f16 one): the
+ * activation the Q8_0 / Q4_0 kernels multiply with */
+typedef struct {
+    float d;
+    int8_t qs[32];
+} cairn__xq8_block;
+
+/* Calls kernel(w, rb, xp, n, out, R) with R = nr (1..4) as a constant: the multi-row kernels
+ * are always_inline functions of R, compiled once per row count with their accumulators in
+ * registers. */
+#define CAIRN__ROWS_DISPATCH(kernel, w, rb, nr, xp, n, out)                                        \
+    do {                                                                                           \
+        switch (nr) {                                                                              \
+        case 4:                                                                                    \
+            kernel(w, rb, xp, n, out, 4);                                                          \
+            break;                                                                                 \
+        case 3:                                                                                    \
+            kernel(w, rb, xp, n, out, 3);                                                          \
+            break;                                                                                 \
+        case 2:                                                                                    \
+            kernel(w, rb, xp, n, out, 2);                                                          \
+            break;                                                                                 \
+        default:                                                                                   \
+            kernel(w, rb, xp, n, out, 1);                                                          \
+            break;                                                                                 \
+        }                                                                                          \
+    } while (0)
+
+/* The AVX2 + FMA + F16C kernels (kernels_cpu_avx2.c, x86 only; call only where
+ * cairn__kernels_level() >= 1). A dot product: one row w (n elements of its type) . x (n) ->
+ * float, with xq = x as int8 blocks (Q8_0, Q4_0) and xs = sums of x per 32 elements (Q4_K). */
+float cairn__dot_f32_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs,
+                          int64_t n);
+float cairn__dot_f16_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs,
+                          int64_t n);
+float cairn__dot_bf16_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs,
+                           int64_t n);
+float cairn__dot_q8_0_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs,
+                           int64_t n);
+float cairn__dot_q4_0_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs,
+                           int64_t n);
+float cairn__dot_q4_K_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs,
+                           int64_t n);
+float cairn__dot_q6_K_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs,
+                           int64_t n);
+/* Q4_0 rows (nr <= 4, n) of stride rb bytes . x (n) -> out (nr), xq: x as int8 blocks */
+void cairn__q4_0_rows_avx2(const uint8_t *w, size_t rb, int nr, const void *xq, int64_t n,
+                           float *out);
+/* x (32 nb) -> nb int8 blocks, rounded to nearest even */
+void cairn__quant_x_avx2(const float *x, cairn__xq8_block *y, int64_t nb);
+/* y (n) += a * x (n) */
+void cairn__axpy_avx2(float *y, float a, const float *x, int64_t n);
+
+/* AVX-512 Q4_0 (kernels_cpu_avx512.c, x86-64 only; call only where cairn__kernels_isa() is
+ * "avx512"): bytes of scratch the prepared activation of `cols` elements takes; the preparation
+ * (xq: cols/32 blocks -> dst, returns the aligned start of what it wrote); and the product of nr
+ * (1..4) rows of stride rb bytes, W (nr, n) @ x (n) -> out (nr), with x as prepared. */
+size_t cairn__q4_0_prep_bytes(int64_t cols);
+void *cairn__q4_0_prep_avx512(const cairn__xq8_block *xq, int64_t cols, void *dst);
+void cairn__q4_0_rows_avx512(const uint8_t *w, size_t rb, int nr, const void *xp, int64_t n,
+                             float *out);
+/* The same for Q8_0. */
+size_t cairn__q8_0_prep_bytes(int64_t cols);
+void *cairn__q8_0_prep_avx512(const cairn__xq8_block *xq, int64_t cols, void *dst);
+void cairn__q8_0_rows_avx512(const uint8_t *w, size_t rb, int nr, const void *xp, int64_t n,
+                             float *out);
+/* w (n) . x (n) -> float for F32 w (xq, xs unused: the signature of the other dot products) */
+float cairn__dot_f32_avx512(const uint8_t *w, const float *x, const void *xq, const float *xs,
+                            int64_t n);
+/* y (n) += a * x (n) */
+void cairn__axpy_avx512(float *y, float a, const float *x, int64_t n);
+/* cairn__attn_head for hd a multiple of 16, at most 128 */
+void cairn__attn_head_avx512(const float *q, const float *K, const float *V, size_t ld, int n,
+                             int hd, float scale, float *sc, float *out);
+
 /* ---- element-wise ---------------------------------------------------------------------------- */
 /* a (n) . b (n) -> float (vectorized like the matvec kernels) */
 float cairn__dot_f32(const float *a, const float *b, int64_t n);
@@ -69,6 +157,16 @@ void cairn__rmsnorm(float *out, const float *x, const float *w, int64_t n, float
 void cairn__softmax(float *x, int64_t n);
 /* g (n) = silu(g) * u (n) */
 void cairn__swiglu(float *g, const float *u, int64_t n);
+
+/* One attention head at one position: q (hd) against n cached positions, K and V rows (hd)
+ * of position t at K + t * ld and V + t * ld (ld: floats from one position's row to the next,
+ * the KV width; point K, V at the head's slice) ->
+ *   sc (n) = softmax(q . K rows * scale),  out (hd) = sc (n) @ V (n, hd).
+ * sc is scratch of n floats the caller owns (it holds the probabilities afterwards). The same
+ * as cairn__dot_f32 + cairn__softmax + cairn__axpy per position (to float rounding), but with
+ * q and out in registers and the K / V rows prefetched where the ISA allows. */
+void cairn__attn_head(const float *q, const float *K, const float *V, size_t ld, int n, int hd,
+                      float scale, float *sc, float *out);
 
 #ifdef __cplusplus
 }

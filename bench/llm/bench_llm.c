@@ -3,9 +3,13 @@
  * Decoding one token reads every weight matrix once, so its speed is bounded by memory
  * bandwidth: roofline tok/s = bandwidth / bytes of weights per token. The peer measured in the
  * same run is a multithreaded memcpy of a buffer far larger than any cache (bandwidth counted as
- * bytes read + bytes written, since a copy does both); the benchmark prints decode tok/s as a
- * fraction of that roofline. Models are random-weight llama shapes generated in memory (the
- * speed of a forward pass does not depend on the values).
+ * bytes read + bytes written, since a copy does both). On a shared machine that bandwidth moves
+ * by 2x within minutes, so each model is measured in 5 rounds, each a copy right before a decode
+ * of --gen tokens; a round's fraction is its decode bytes/s over its copy's, and the table gives
+ * the median fraction, the range, and the median token's fraction (the mean also pays for the
+ * time slices other processes take; the median token mostly does not). Models are
+ * random-weight llama shapes generated in memory (the speed of a forward pass does not depend on
+ * the values).
  *
  * With --backend cuda (or both) the same model runs on the GPU; its peer is a device-to-device
  * cudaMemcpy of 2 x 2 GiB measured in the same run (HBM bandwidth, read + write), and its bytes
@@ -26,6 +30,7 @@
 
 #include "gpu/backend.h"
 #include "gpu/gguf.h"
+#include "bench/llm/bench_util.h"
 #include "gpu/kernels_cpu.h"
 #include "gpu/model.h"
 #include "tests/model/mkmodel.h"
@@ -43,13 +48,6 @@ static const shape SHAPES[] = {
     {"2B", 4096, 8, 32, 8, 11008, 32000}, /* 1.7B, few wide layers: 3.4 GB in F16 */
 };
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 typedef struct {
     char *dst;
     const char *src;
@@ -65,49 +63,79 @@ static void copy_range(void *arg, int64_t i0, int64_t i1, int ith)
     memcpy(j->dst + a, j->src + a, b - a);
 }
 
-/* bytes/s of read + write through a threaded memcpy of 512 MiB */
-static double bandwidth(cairn__pool *p)
+/* The CPU peer: a threaded memcpy of 512 MiB, far larger than any cache. */
+typedef struct copy_peer {
+    cairn__pool *pool;
+    char *a, *b;
+    size_t n;
+} copy_peer;
+
+static int copy_peer_open(copy_peer *c, int threads)
 {
-    const size_t n = (size_t)512 << 20;
-    char *a = malloc(n), *b = malloc(n);
-    if (!a || !b) {
-        free(a);
-        free(b);
-        return 0;
-    }
-    memset(a, 1, n);
-    memset(b, 2, n);
-    copy_job j = {b, a, n};
+    c->n = (size_t)512 << 20;
+    c->a = malloc(c->n);
+    c->b = malloc(c->n);
+    if (!c->a || !c->b || cairn__pool_new(threads, &c->pool) != 0)
+        return -1;
+    memset(c->a, 1, c->n); /* first touch now, not inside a timed copy */
+    memset(c->b, 2, c->n);
+    return 0;
+}
+
+static void copy_peer_close(copy_peer *c)
+{
+    cairn__pool_free(c->pool);
+    free(c->a);
+    free(c->b);
+}
+
+/* bytes/s of read + write of one copy, the better of two (a page-cache or scheduler hiccup in
+ * one pass is not the machine's bandwidth) */
+static double copy_bandwidth(copy_peer *c)
+{
+    copy_job j = {c->b, c->a, c->n};
     double best = 0;
-    for (int rep = 0; rep < 5; rep++) {
+    for (int rep = 0; rep < 2; rep++) {
         double t = now_s();
-        cairn__pool_for(p, (int64_t)(n >> 20), 0, copy_range, &j);
+        cairn__pool_for(c->pool, (int64_t)(c->n >> 20), 0, copy_range, &j);
         t = now_s() - t;
-        if (2.0 * (double)n / t > best)
-            best = 2.0 * (double)n / t;
+        if (2.0 * (double)c->n / t > best)
+            best = 2.0 * (double)c->n / t;
     }
-    free(a);
-    free(b);
     return best;
 }
 
-static uint64_t mat_bytes(const cairn__mat *m) { return (uint64_t)m->rows * m->row_bytes; }
-
-static int parse_type(const char *s, uint32_t *t)
+static int cmp_double(const void *a, const void *b)
 {
-    static const struct {
-        const char *n;
-        uint32_t t;
-    } T[] = {{"F32", CAIRN__GGML_F32},   {"F16", CAIRN__GGML_F16},   {"BF16", CAIRN__GGML_BF16},
-             {"Q8_0", CAIRN__GGML_Q8_0}, {"Q4_0", CAIRN__GGML_Q4_0}, {"Q4_K", CAIRN__GGML_Q4_K},
-             {"Q6_K", CAIRN__GGML_Q6_K}};
-    for (size_t i = 0; i < sizeof T / sizeof *T; i++)
-        if (strcmp(s, T[i].n) == 0) {
-            *t = T[i].t;
-            return 0;
-        }
-    return -1;
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
 }
+
+static double median(const double *v, int n)
+{
+    double s[16];
+    memcpy(s, v, (size_t)n * sizeof *s);
+    qsort(s, (size_t)n, sizeof *s, cmp_double);
+    return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+}
+
+static double min_of(const double *v, int n)
+{
+    double m = v[0];
+    for (int i = 1; i < n; i++)
+        m = v[i] < m ? v[i] : m;
+    return m;
+}
+
+static double max_of(const double *v, int n)
+{
+    double m = v[0];
+    for (int i = 1; i < n; i++)
+        m = v[i] > m ? v[i] : m;
+    return m;
+}
+
+static uint64_t mat_bytes(const cairn__mat *m) { return (uint64_t)m->rows * m->row_bytes; }
 
 int main(int argc, char **argv)
 {
@@ -145,16 +173,15 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench-llm: --prompt and --gen must be >= 1\n");
         return 64;
     }
-    cairn__pool *pool = NULL;
-    if (cairn__pool_new(threads, &pool) != 0) {
-        fprintf(stderr, "bench-llm: cannot start threads\n");
+    copy_peer cp = {0};
+    if (copy_peer_open(&cp, threads) != 0) {
+        fprintf(stderr, "bench-llm: cannot start threads or allocate the copy buffers\n");
         return 70;
     }
-    threads = cairn__pool_size(pool);
+    threads = cairn__pool_size(cp.pool);
     const int want_cpu = strstr(backends, "cpu") != NULL,
               want_cuda = strstr(backends, "cuda") != NULL;
-    const double bw = want_cpu ? bandwidth(pool) : 0.0;
-    cairn__pool_free(pool);
+    const double bw = want_cpu ? copy_bandwidth(&cp) : 0.0;
     double dev_bw = 0.0;
     char dev_name[256] = "none";
     const cairn__cuda_plugin *cuda = NULL; /* the CUDA module: its diagnostics */
@@ -179,8 +206,9 @@ int main(int argc, char **argv)
         if (want_cuda)
             printf("bench-llm: cuda: %s, device-to-device copy %.0f GB/s (read+write)\n", dev_name,
                    dev_bw / 1e9);
-        printf("\n%-4s %-5s %-5s %-4s %8s %9s %12s %12s %12s %9s\n", "back", "size", "type", "dev",
-               "params", "MB/token", "prompt tok/s", "decode tok/s", "roofline", "fraction");
+        printf("\n%-4s %-5s %-5s %-4s %8s %9s %12s %12s %9s %10s %7s %9s %8s\n", "back", "size",
+               "type", "dev", "params", "MB/token", "prompt tok/s", "decode tok/s", "copy GB/s",
+               "roofline", "frac", "range", "med.tok");
     }
     int first = 1;
     char *ssave = NULL;
@@ -275,31 +303,65 @@ int main(int argc, char **argv)
                 double t = now_s();
                 rc |= cairn__backend_forward(b, toks, n_prompt, 0, logits, 0);
                 const double prompt_tps = n_prompt / (now_s() - t);
-                t = now_s();
-                for (int i = 0; i < n_gen; i++) {
-                    int32_t best = 0;
-                    for (int v = 1; v < m->n_vocab; v++)
-                        if (logits[v] > logits[best])
-                            best = v;
-                    rc |= cairn__backend_forward(b, &best, 1, n_prompt + i, logits, 0);
+                double *tok_s = malloc((size_t)n_gen * sizeof *tok_s);
+                if (!tok_s) {
+                    fprintf(stderr, "bench-llm: out of memory\n");
+                    return 70;
                 }
-                const double dec_tps = n_gen / (now_s() - t);
+                /* ROUNDS rounds, each the peer's copy right before n_gen decoded tokens: the
+                 * bandwidth a shared machine gives moves by 2x within minutes, so each round's
+                 * fraction compares the decode with the copy measured next to it, and the
+                 * result is the median of the rounds' fractions */
+                enum { ROUNDS = 5 };
+                double r_tps[ROUNDS], r_bw[ROUNDS], r_frac[ROUNDS], r_med[ROUNDS];
+                for (int r = 0; r < ROUNDS; r++) {
+                    r_bw[r] = bi == 0 ? copy_bandwidth(&cp) : peer;
+                    t = now_s();
+                    for (int i = 0; i < n_gen; i++) {
+                        const double t0 = now_s();
+                        int32_t best = 0;
+                        for (int v = 1; v < m->n_vocab; v++)
+                            if (logits[v] > logits[best])
+                                best = v;
+                        rc |= cairn__backend_forward(b, &best, 1, n_prompt + i, logits, 0);
+                        tok_s[i] = now_s() - t0;
+                    }
+                    r_tps[r] = n_gen / (now_s() - t);
+                    r_frac[r] = r_tps[r] * (double)per_tok / r_bw[r];
+                    /* the median token: on a shared machine the mean also counts the time
+                     * slices other processes took, the median mostly does not */
+                    qsort(tok_s, (size_t)n_gen, sizeof *tok_s, cmp_double);
+                    r_med[r] = 1.0 / tok_s[n_gen / 2] * (double)per_tok / r_bw[r];
+                }
+                free(tok_s);
                 if (rc != 0) {
                     fprintf(stderr, "bench-llm: %s backend: %s\n", bname, cairn__backend_errmsg(b));
                     return 70;
                 }
-                const double roof = peer / (double)per_tok;
+                const double frac_lo = min_of(r_frac, ROUNDS), frac_hi = max_of(r_frac, ROUNDS);
+                const double dec_tps = median(r_tps, ROUNDS), round_bw = median(r_bw, ROUNDS);
+                const double frac = median(r_frac, ROUNDS), med_frac = median(r_med, ROUNDS);
+                const double roof = round_bw / (double)per_tok;
                 if (json)
                     printf("%s\n  {\"backend\": \"%s\", \"size\": \"%s\", \"type\": \"%s\", "
                            "\"device_type\": \"%s\", "
                            "\"params\": %llu, \"bytes_per_token\": %llu, \"prompt_tok_s\": %.2f, "
-                           "\"decode_tok_s\": %.2f, \"roofline_tok_s\": %.2f, \"fraction\": %.3f}",
+                           "\"decode_tok_s\": %.2f, \"copy_bytes_per_s\": %.0f, "
+                           "\"roofline_tok_s\": %.2f, \"fraction\": %.3f, "
+                           "\"fraction_min\": %.3f, \"fraction_max\": %.3f, "
+                           "\"median_token_fraction\": %.3f}",
                            first ? "" : ",", bname, sz, tn, dev, (unsigned long long)m->n_params,
-                           (unsigned long long)per_tok, prompt_tps, dec_tps, roof, dec_tps / roof);
-                else
-                    printf("%-4s %-5s %-5s %-4s %7.1fM %9.1f %12.1f %12.1f %12.1f %8.0f%%\n", bname,
-                           sz, tn, dev, (double)m->n_params / 1e6, (double)per_tok / 1e6,
-                           prompt_tps, dec_tps, roof, 100.0 * dec_tps / roof);
+                           (unsigned long long)per_tok, prompt_tps, dec_tps, round_bw, roof, frac,
+                           frac_lo, frac_hi, med_frac);
+                else {
+                    char range[32];
+                    snprintf(range, sizeof range, "%.0f-%.0f%%", 100.0 * frac_lo, 100.0 * frac_hi);
+                    printf("%-4s %-5s %-5s %-4s %7.1fM %9.1f %12.1f %12.1f %9.1f %10.1f %6.0f%% "
+                           "%9s %7.0f%%\n",
+                           bname, sz, tn, dev, (double)m->n_params / 1e6, (double)per_tok / 1e6,
+                           prompt_tps, dec_tps, round_bw / 1e9, roof, 100.0 * frac, range,
+                           100.0 * med_frac);
+                }
                 fflush(stdout);
                 first = 0;
                 free(toks);
@@ -314,5 +376,6 @@ int main(int argc, char **argv)
     }
     if (json)
         printf("\n]}\n");
+    copy_peer_close(&cp);
     return 0;
 }

@@ -1,0 +1,375 @@
+/* gpu/kernels_cpu_avx2.c - the AVX2 + FMA + F16C kernels of gpu/kernels_cpu.c (which picks them
+ * at run time): one dot product per weight type, the 4-row Q4_0 product, the activation's int8
+ * quantization and axpy. Compiled with __attribute__((target)), so the rest of the build keeps
+ * the baseline x86-64 instruction set.
+ *
+ * Q4_0 and Q8_0 multiply in int8 (the activation rounded to int8 blocks, as llama.cpp does):
+ * maddubs wants an unsigned left operand, so the weight's sign is moved onto the activation
+ * (Q8_0), or the nibbles stay unsigned and the -8 is applied once per activation block (Q4_0).
+ * The K-quants multiply in float against x.
+ */
+#include "gpu/kernels_cpu.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#include <string.h>
+
+#include "gpu/quant.h"
+
+#define AVX2 __attribute__((target("avx2,fma,f16c")))
+#define F16(h) _cvtsh_ss(h) /* one half -> float in one instruction (F16C) */
+
+AVX2 static inline float hsum256(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* x (32 nb) -> nb int8 blocks, the same values as quantize_x_q8. It runs on the calling thread
+ * before every product while the others wait, so it is worth the vector code. */
+AVX2 void cairn__quant_x_avx2(const float *x, cairn__xq8_block *y, int64_t nb)
+{
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    for (int64_t i = 0; i < nb; i++) {
+        const float *xb = x + 32 * i;
+        __m256 v[4], m = _mm256_setzero_ps();
+        for (int k = 0; k < 4; k++) {
+            v[k] = _mm256_loadu_ps(xb + 8 * k);
+            m = _mm256_max_ps(_mm256_andnot_ps(sign, v[k]), m); /* a NaN is skipped, as fmaxf */
+        }
+        __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+        h = _mm_max_ss(h, _mm_movehdup_ps(h));
+        const float d = _mm_cvtss_f32(h) / 127.0f;
+        const __m256 id = _mm256_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
+        y[i].d = d;
+        __m256i q[4];
+        for (int k = 0; k < 4; k++)
+            q[k] = _mm256_cvtps_epi32(_mm256_mul_ps(v[k], id)); /* nearest even */
+        /* packs work per 128-bit lane: the dwords come out in the order 0 4 1 5 2 6 3 7 */
+        const __m256i p =
+            _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+        _mm256_storeu_si256(
+            (__m256i *)(void *)y[i].qs,
+            _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+    }
+}
+
+/* w (n) . x (n) -> float */
+AVX2 float cairn__dot_f32_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs,
+                               int64_t n)
+{
+    (void)xq, (void)xs;
+    const float *wf = (const float *)(const void *)w;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(wf + i), _mm256_loadu_ps(x + i), a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(wf + i + 8), _mm256_loadu_ps(x + i + 8), a1);
+        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(wf + i + 16), _mm256_loadu_ps(x + i + 16), a2);
+        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(wf + i + 24), _mm256_loadu_ps(x + i + 24), a3);
+    }
+    for (; i + 8 <= n; i += 8)
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(wf + i), _mm256_loadu_ps(x + i), a0);
+    float s = hsum256(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+    for (; i < n; i++)
+        s += wf[i] * x[i];
+    return s;
+}
+
+/* w (n) . x (n) -> float */
+AVX2 float cairn__dot_f16_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs,
+                               int64_t n)
+{
+    (void)xq, (void)xs;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0;
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256 w0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(w + 2 * i)));
+        __m256 w1 =
+            _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(w + 2 * i + 16)));
+        a0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + i), a0);
+        a1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + i + 8), a1);
+    }
+    float s = hsum256(_mm256_add_ps(a0, a1));
+    for (; i < n; i++) {
+        uint16_t h;
+        memcpy(&h, w + 2 * i, 2);
+        s += cairn__f16_to_f32_inline(h) * x[i];
+    }
+    return s;
+}
+
+/* w (n) . x (n) -> float */
+AVX2 float cairn__dot_bf16_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs,
+                                int64_t n)
+{
+    (void)xq, (void)xs;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0;
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256i h = _mm256_loadu_si256((const __m256i *)(const void *)(w + 2 * i));
+        __m256 w0 = _mm256_castsi256_ps(
+            _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_castsi256_si128(h)), 16));
+        __m256 w1 = _mm256_castsi256_ps(
+            _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_extracti128_si256(h, 1)), 16));
+        a0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + i), a0);
+        a1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + i + 8), a1);
+    }
+    float s = hsum256(_mm256_add_ps(a0, a1));
+    for (; i < n; i++) {
+        uint16_t h;
+        memcpy(&h, w + 2 * i, 2);
+        s += cairn__bf16_to_f32(h) * x[i];
+    }
+    return s;
+}
+
+/* signed int8 (32) . signed int8 (32) -> 8 int32 partial sums, via maddubs (which wants an
+ * unsigned left operand: move w's sign onto a) */
+AVX2 static inline __m256 dot_i8x32(__m256i w, __m256i a)
+{
+    const __m256i aw = _mm256_sign_epi8(w, w);
+    const __m256i sa = _mm256_sign_epi8(a, w);
+    const __m256i p16 = _mm256_maddubs_epi16(aw, sa);
+    return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
+}
+
+/* w (n) . x (n) -> float */
+AVX2 float cairn__dot_q8_0_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs,
+                                int64_t n)
+{
+    (void)x, (void)xs;
+    const cairn__block_q8_0 *b = (const cairn__block_q8_0 *)w;
+    const cairn__xq8_block *a = xq;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / 32; i++) {
+        const __m256i wv = _mm256_loadu_si256((const __m256i *)(const void *)b[i].qs);
+        const __m256i av = _mm256_loadu_si256((const __m256i *)(const void *)a[i].qs);
+        const __m256 d = _mm256_set1_ps(F16(b[i].d) * a[i].d);
+        acc = _mm256_fmadd_ps(d, dot_i8x32(wv, av), acc);
+    }
+    return hsum256(acc);
+}
+
+/* w (n) . x (n) -> float */
+AVX2 float cairn__dot_q4_0_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs,
+                                int64_t n)
+{
+    (void)x, (void)xs;
+    const cairn__block_q4_0 *b = (const cairn__block_q4_0 *)w;
+    const cairn__xq8_block *a = xq;
+    const __m128i m4 = _mm_set1_epi8(0x0F);
+    const __m256i off = _mm256_set1_epi8(8);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / 32; i++) {
+        const __m128i q = _mm_loadu_si128((const __m128i *)(const void *)b[i].qs);
+        const __m128i lo = _mm_and_si128(q, m4);                    /* elements 0..15 */
+        const __m128i hi = _mm_and_si128(_mm_srli_epi16(q, 4), m4); /* elements 16..31 */
+        const __m256i wv = _mm256_sub_epi8(_mm256_set_m128i(hi, lo), off);
+        const __m256i av = _mm256_loadu_si256((const __m256i *)(const void *)a[i].qs);
+        const __m256 d = _mm256_set1_ps(F16(b[i].d) * a[i].d);
+        acc = _mm256_fmadd_ps(d, dot_i8x32(wv, av), acc);
+    }
+    return hsum256(acc);
+}
+
+/* Q4_0 for decode, R (1..4) consecutive rows per pass. Three things make it ~1.5x the one-row
+ * kernel above in cache: the activation block (and its 8*a correction below) is loaded once for
+ * R rows, each row has its own accumulator so R fmadd chains run side by side instead of one
+ * 4-cycle chain, and the nibbles stay unsigned: (q-8).a = q.a - 8.a, where q.a is one maddubs
+ * (q <= 15, so no saturation) and 8.a is shared by all rows, instead of two sign instructions
+ * per row. The two nibble halves come from one 128-bit broadcast load shifted by 0 / 4 bits per
+ * lane. Each row's arithmetic is the same whatever R is (and the same as cairn__dot_q4_0_avx2's:
+ * the integer sums are exact), so grouping never changes a result. */
+/* one Q4_0 block (32) . one activation block (av, with a8 = 8 * its pairs and its scale da),
+ * added into the row's 8 partial sums */
+AVX2 static inline __m256 q4_0_step(__m256 acc, const cairn__block_q4_0 *b, __m256i av, __m256i a8,
+                                    __m256 da)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    const __m256i q = _mm256_and_si256(
+        _mm256_srlv_epi64(
+            _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)b->qs)),
+            _mm256_set_epi64x(4, 4, 0, 0)),
+        m4); /* elements 0..15 in the low lane, 16..31 in the high one */
+    const __m256i p = _mm256_madd_epi16(_mm256_sub_epi16(_mm256_maddubs_epi16(q, av), a8), ones);
+    const __m256 d = _mm256_mul_ps(_mm256_cvtph_ps(_mm_set1_epi16((short)b->d)), da);
+    return _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc);
+}
+
+/* Prefetch distance of the multi-row Q4_0 kernel, in rows: it reads 4 rows side by side, 18
+ * bytes of each per step, which the hardware prefetchers do not follow well once the weights
+ * are out of cache (without this the kernel ran at half the one-row speed on a 110M model);
+ * 12 rows ahead measured best on a Zen 4 host, 4 and 8 clearly slower */
+#define Q4_PF 12
+/* W rows (R, n) of stride rb bytes . x (n) -> out (R); R is a constant after inlining, and the
+ * accumulators are named variables so that they stay in registers */
+AVX2 static inline __attribute__((always_inline)) void q4_0_rows_avx2(const uint8_t *w, size_t rb,
+                                                                      const cairn__xq8_block *a,
+                                                                      int64_t n, float *out,
+                                                                      const int R)
+{
+    const __m256i eight = _mm256_set1_epi8(8);
+    const cairn__block_q4_0 *b0 = (const cairn__block_q4_0 *)(const void *)w;
+    const cairn__block_q4_0 *b1 = (const cairn__block_q4_0 *)(const void *)(w + rb);
+    const cairn__block_q4_0 *b2 = (const cairn__block_q4_0 *)(const void *)(w + 2 * rb);
+    const cairn__block_q4_0 *b3 = (const cairn__block_q4_0 *)(const void *)(w + 3 * rb);
+    __m256 c0 = _mm256_setzero_ps(), c1 = c0, c2 = c0, c3 = c0;
+    for (int64_t i = 0; i < n / 32; i++) {
+        const __m256i av = _mm256_loadu_si256((const __m256i *)(const void *)a[i].qs);
+        const __m256i a8 = _mm256_maddubs_epi16(eight, av); /* |8 * (a + a')| <= 2032 */
+        const __m256 da = _mm256_set1_ps(a[i].d);
+        _mm_prefetch((const char *)(b0 + i) + Q4_PF * rb, _MM_HINT_T0);
+        if (R > 1)
+            _mm_prefetch((const char *)(b1 + i) + Q4_PF * rb, _MM_HINT_T0);
+        if (R > 2)
+            _mm_prefetch((const char *)(b2 + i) + Q4_PF * rb, _MM_HINT_T0);
+        if (R > 3)
+            _mm_prefetch((const char *)(b3 + i) + Q4_PF * rb, _MM_HINT_T0);
+        c0 = q4_0_step(c0, b0 + i, av, a8, da);
+        if (R > 1)
+            c1 = q4_0_step(c1, b1 + i, av, a8, da);
+        if (R > 2)
+            c2 = q4_0_step(c2, b2 + i, av, a8, da);
+        if (R > 3)
+            c3 = q4_0_step(c3, b3 + i, av, a8, da);
+    }
+    out[0] = hsum256(c0);
+    if (R > 1)
+        out[1] = hsum256(c1);
+    if (R > 2)
+        out[2] = hsum256(c2);
+    if (R > 3)
+        out[3] = hsum256(c3);
+}
+
+/* W rows (nr <= 4, n) of stride rb bytes . x (n) -> out (nr) */
+AVX2 void cairn__q4_0_rows_avx2(const uint8_t *w, size_t rb, int nr, const void *xq, int64_t n,
+                                float *out)
+{
+    CAIRN__ROWS_DISPATCH(q4_0_rows_avx2, w, rb, nr, xq, n, out);
+}
+
+/* 32 unsigned bytes . 32 floats -> 8 partial float sums */
+AVX2 static inline __m256 dot_u8x32_f32(const uint8_t *q, const float *x)
+{
+    __m256 s = _mm256_mul_ps(
+        _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)q))),
+        _mm256_loadu_ps(x));
+    for (int k = 8; k < 32; k += 8)
+        s = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
+                                _mm_loadl_epi64((const __m128i *)(const void *)(q + k)))),
+                            _mm256_loadu_ps(x + k), s);
+    return s;
+}
+
+/* Q4_K: sum over a sub-block of (d*sc*q - dmin*m) x = d*sc * (q . x) - dmin*m * sum(x), with
+ * sum(x) per 32 elements precomputed once per product (xs). */
+/* w (n) . x (n) -> float */
+AVX2 float cairn__dot_q4_K_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs,
+                                int64_t n)
+{
+    (void)xq;
+    const cairn__block_q4_K *b = (const cairn__block_q4_K *)w;
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    __m256 acc = _mm256_setzero_ps();
+    float macc = 0.0f;
+    for (int64_t i = 0; i < n / CAIRN__QK_K; i++) {
+        const float d = F16(b[i].d), dmin = F16(b[i].dmin);
+        const uint8_t *sc = b[i].scales;
+        const float *xb = x + i * CAIRN__QK_K;
+        const float *xsb = xs + i * 8;
+        for (int j = 0; j < 4; j++) {
+            uint8_t s1, m1, s2, m2;
+            if (j < 2) {
+                s1 = sc[2 * j] & 63, m1 = sc[2 * j + 4] & 63;
+                s2 = sc[2 * j + 1] & 63, m2 = sc[2 * j + 5] & 63;
+            } else {
+                const int a = 2 * j, c = 2 * j + 1;
+                s1 = (uint8_t)((sc[a + 4] & 0xF) | ((sc[a - 4] >> 6) << 4));
+                m1 = (uint8_t)((sc[a + 4] >> 4) | ((sc[a] >> 6) << 4));
+                s2 = (uint8_t)((sc[c + 4] & 0xF) | ((sc[c - 4] >> 6) << 4));
+                m2 = (uint8_t)((sc[c + 4] >> 4) | ((sc[c] >> 6) << 4));
+            }
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(const void *)(b[i].qs + 32 * j));
+            uint8_t lo[32], hi[32];
+            _mm256_storeu_si256((__m256i *)(void *)lo, _mm256_and_si256(q, m4));
+            _mm256_storeu_si256((__m256i *)(void *)hi,
+                                _mm256_and_si256(_mm256_srli_epi16(q, 4), m4));
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(d * s1), dot_u8x32_f32(lo, xb + 64 * j), acc);
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(d * s2), dot_u8x32_f32(hi, xb + 64 * j + 32), acc);
+            macc += dmin * m1 * xsb[2 * j] + dmin * m2 * xsb[2 * j + 1];
+        }
+    }
+    return hsum256(acc) - macc;
+}
+
+/* w (n) . x (n) -> float */
+AVX2 float cairn__dot_q6_K_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs,
+                                int64_t n)
+{
+    (void)xq, (void)xs;
+    const cairn__block_q6_K *b = (const cairn__block_q6_K *)w;
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3);
+    const __m256i k32 = _mm256_set1_epi32(32);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / CAIRN__QK_K; i++) {
+        const float d = F16(b[i].d);
+        const float *xb = x + i * CAIRN__QK_K;
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *ql = b[i].ql + 64 * h, *qh = b[i].qh + 32 * h;
+            const int8_t *sc = b[i].scales + 8 * h;
+            const __m256i l0 = _mm256_loadu_si256((const __m256i *)(const void *)ql);
+            const __m256i l1 = _mm256_loadu_si256((const __m256i *)(const void *)(ql + 32));
+            const __m256i hb = _mm256_loadu_si256((const __m256i *)(const void *)qh);
+            uint8_t q[128]; /* 6-bit values 0..63 of the 128 elements of this half */
+            _mm256_storeu_si256((__m256i *)(void *)(q + 0),
+                                _mm256_or_si256(_mm256_and_si256(l0, m4),
+                                                _mm256_slli_epi16(_mm256_and_si256(hb, m2), 4)));
+            _mm256_storeu_si256(
+                (__m256i *)(void *)(q + 32),
+                _mm256_or_si256(
+                    _mm256_and_si256(l1, m4),
+                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2), m2), 4)));
+            _mm256_storeu_si256(
+                (__m256i *)(void *)(q + 64),
+                _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 4), m2), 4)));
+            _mm256_storeu_si256(
+                (__m256i *)(void *)(q + 96),
+                _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 6), m2), 4)));
+            for (int s = 0; s < 8; s++) { /* 16-element sub-blocks */
+                const uint8_t *qs = q + 16 * s;
+                const float *xs16 = xb + 128 * h + 16 * s;
+                __m256 v0 = _mm256_cvtepi32_ps(_mm256_sub_epi32(
+                    _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)qs)), k32));
+                __m256 v1 = _mm256_cvtepi32_ps(_mm256_sub_epi32(
+                    _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(qs + 8))),
+                    k32));
+                __m256 p = _mm256_fmadd_ps(v1, _mm256_loadu_ps(xs16 + 8),
+                                           _mm256_mul_ps(v0, _mm256_loadu_ps(xs16)));
+                acc = _mm256_fmadd_ps(_mm256_set1_ps(d * sc[s]), p, acc);
+            }
+        }
+    }
+    return hsum256(acc);
+}
+
+/* y (n) += a * x (n) */
+AVX2 void cairn__axpy_avx2(float *y, float a, const float *x, int64_t n)
+{
+    const __m256 va = _mm256_set1_ps(a);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i,
+                         _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+    for (; i < n; i++)
+        y[i] += a * x[i];
+}
+#endif

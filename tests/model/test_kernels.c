@@ -1,0 +1,207 @@
+/* test_kernels.c - every instruction-set level of the CPU decode kernels against plain
+ * references, at the shapes the model tests do not reach.
+ *
+ * test_model.c checks whole forward passes on 512-wide layers, which never exercise the tails
+ * of the vector kernels (an AVX-512 Q4_0 pass takes four 32-column blocks per register, so 1-3
+ * leftover blocks take another path) nor odd row counts (4 rows per pass). Here each level the
+ * CPU has (scalar, avx2, avx512) runs:
+ *   - cairn__matvec on Q4_0 and Q8_0 weights of 1-13 blocks by 1-11 rows, against a float64
+ *     dot product of the same dequantized weights and int8-rounded input (what the integer
+ *     kernels compute), and against the scalar level;
+ *   - cairn__matvec_n (Q, K, V in one pass) against three cairn__matvec calls;
+ *   - cairn__attn_head for head sizes 16-160 and 1-70 positions against a float64
+ *     dot / softmax / weighted sum.
+ * The weight buffers are allocated to their exact size, so a kernel that reads past a row is
+ * caught under ASan or valgrind.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu/gguf.h"
+#include "gpu/kernels_cpu.h"
+#include "gpu/quant.h"
+#include "gpu/threadpool.h"
+#include "tests/tap.h"
+
+static const char *levels[] = {"scalar", "avx2", "avx512"};
+
+/* What the integer kernels compute for row r: the input rounded to Q8_0 blocks (scale =
+ * max|x| / 127, round to nearest even), dotted in float64 with the dequantized row. */
+static double ref_row(const cairn__mat *W, int64_t r, const float *x)
+{
+    int64_t cols = W->cols;
+    float *w = malloc(sizeof(float) * (size_t)cols);
+    cairn__mat_row(W, r, w);
+    double sum = 0;
+    for (int64_t b = 0; b < cols; b += 32) {
+        float amax = 0;
+        for (int i = 0; i < 32; i++)
+            amax = fmaxf(amax, fabsf(x[b + i]));
+        float d = amax / 127.0f;
+        for (int i = 0; i < 32; i++) {
+            float q = d != 0 ? nearbyintf(x[b + i] / d) : 0;
+            sum += (double)w[b + i] * (double)(q * d);
+        }
+    }
+    free(w);
+    return sum;
+}
+
+static void check_matvec(cairn__pool *pool, const char *level, uint32_t type, size_t block_bytes)
+{
+    int bad_ref = 0, bad_scalar = 0, shapes = 0;
+    double worst = 0;
+    for (int nbk = 1; nbk <= 13; nbk++) {
+        for (int rows = 1; rows <= 11; rows++) {
+            int cols = 32 * nbk;
+            size_t rb = (size_t)nbk * block_bytes;
+            float *w = malloc(sizeof(float) * (size_t)(cols * rows)),
+                  *x = malloc(sizeof(float) * cols);
+            unsigned char *q = malloc(rb * (size_t)rows); /* exact: an overrun is caught */
+            for (int i = 0; i < cols * rows; i++)
+                w[i] = sinf((float)i * 1.7f + (float)rows);
+            for (int i = 0; i < cols; i++)
+                x[i] = cosf((float)i * 0.3f) * (float)(i % 7);
+            for (int r = 0; r < rows; r++)
+                cairn__quant_row(type, w + r * cols, q + (size_t)r * rb, (uint64_t)cols);
+            cairn__mat W = {type, rows, cols, rb, q};
+            void *s = malloc(cairn__matvec_scratch_bytes(cols));
+            float y[16], y0[16];
+            cairn__kernels_set_isa("scalar");
+            cairn__matvec(pool, &W, x, y0, s);
+            cairn__kernels_set_isa(level);
+            cairn__matvec(pool, &W, x, y, s);
+            for (int r = 0; r < rows; r++) {
+                double ref = ref_row(&W, r, x), tol = 1e-4 * (1 + fabs(ref)) * sqrt(cols);
+                double e = fabs(y[r] - ref);
+                worst = e > worst ? e : worst;
+                bad_ref += e > tol;
+                bad_scalar += fabs(y[r] - y0[r]) > tol;
+            }
+            shapes++;
+            free(w), free(x), free(q), free(s);
+        }
+    }
+    cairn__kernels_set_isa(NULL);
+    ok(bad_ref == 0 && bad_scalar == 0,
+       "%s %s matvec, %d shapes of 1-13 blocks x 1-11 rows: agrees with the float64 reference "
+       "(worst %.2g) and the scalar level (%d, %d rows off)",
+       level, type == CAIRN__GGML_Q4_0 ? "Q4_0" : "Q8_0", shapes, worst, bad_ref, bad_scalar);
+}
+
+static void check_matvec_n(cairn__pool *pool, const char *level)
+{
+    enum { COLS = 32 * 7 };
+    const int rows[3] = {9, 3, 3};
+    float x[COLS], *w[3], *y[3], *z[3];
+    unsigned char *q[3];
+    cairn__mat M[3];
+    const cairn__mat *Mp[3];
+    size_t rb = 7 * 18;
+    for (int i = 0; i < COLS; i++)
+        x[i] = sinf((float)i * 0.21f);
+    for (int k = 0; k < 3; k++) {
+        w[k] = malloc(sizeof(float) * COLS * (size_t)rows[k]);
+        q[k] = malloc(rb * (size_t)rows[k]);
+        y[k] = malloc(sizeof(float) * (size_t)rows[k]);
+        z[k] = malloc(sizeof(float) * (size_t)rows[k]);
+        for (int i = 0; i < COLS * rows[k]; i++)
+            w[k][i] = cosf((float)(i * (k + 2)) * 0.37f);
+        for (int r = 0; r < rows[k]; r++)
+            cairn__quant_row(CAIRN__GGML_Q4_0, w[k] + r * COLS, q[k] + (size_t)r * rb, COLS);
+        M[k] = (cairn__mat){CAIRN__GGML_Q4_0, rows[k], COLS, rb, q[k]};
+        Mp[k] = &M[k];
+    }
+    void *s = malloc(cairn__matvec_scratch_bytes(COLS));
+    cairn__kernels_set_isa(level);
+    cairn__matvec_n(pool, Mp, 3, x, y, s);
+    int bad = 0;
+    for (int k = 0; k < 3; k++) {
+        cairn__matvec(pool, &M[k], x, z[k], s);
+        for (int r = 0; r < rows[k]; r++)
+            bad += y[k][r] != z[k][r];
+    }
+    cairn__kernels_set_isa(NULL);
+    ok(bad == 0, "%s matvec_n of Q, K, V (9, 3, 3 rows) equals three matvec calls (%d off)", level,
+       bad);
+    for (int k = 0; k < 3; k++)
+        free(w[k]), free(q[k]), free(y[k]), free(z[k]);
+    free(s);
+}
+
+static void check_attention(const char *level)
+{
+    static const int hds[] = {16, 24, 32, 48, 64, 80, 96, 112, 128, 160};
+    int bad = 0, cases = 0;
+    double worst = 0;
+    for (size_t hi = 0; hi < sizeof hds / sizeof *hds; hi++) {
+        for (int n = 1; n <= 70; n += 3) {
+            int hd = hds[hi];
+            size_t ld = (size_t)hd * 3 + 16; /* a KV row of several heads, this one in the middle */
+            float *K = malloc(sizeof(float) * ld * (size_t)n),
+                  *V = malloc(sizeof(float) * ld * (size_t)n);
+            float q[160], o[160], sc[80];
+            double p[80], ref[160];
+            for (size_t i = 0; i < ld * (size_t)n; i++) {
+                K[i] = sinf((float)i * 0.13f) * 2;
+                V[i] = cosf((float)i * 0.07f);
+            }
+            for (int i = 0; i < hd; i++)
+                q[i] = cosf((float)i * 0.5f);
+            const float *Kh = K + hd, *Vh = V + hd;
+            double mx = -INFINITY, sum = 0;
+            for (int t = 0; t < n; t++) {
+                double d = 0;
+                for (int i = 0; i < hd; i++)
+                    d += (double)q[i] * Kh[(size_t)t * ld + (size_t)i];
+                p[t] = d * 0.125;
+                mx = p[t] > mx ? p[t] : mx;
+            }
+            for (int t = 0; t < n; t++)
+                sum += p[t] = exp(p[t] - mx);
+            for (int i = 0; i < hd; i++) {
+                ref[i] = 0;
+                for (int t = 0; t < n; t++)
+                    ref[i] += p[t] / sum * Vh[(size_t)t * ld + (size_t)i];
+            }
+            cairn__kernels_set_isa(level);
+            cairn__attn_head(q, Kh, Vh, ld, n, hd, 0.125f, sc, o);
+            for (int i = 0; i < hd; i++) {
+                double e = fabs(o[i] - ref[i]);
+                worst = e > worst ? e : worst;
+                bad += e > 1e-5;
+            }
+            cases++;
+            free(K), free(V);
+        }
+    }
+    cairn__kernels_set_isa(NULL);
+    ok(bad == 0,
+       "%s attention head, %d cases (head size 16-160, 1-70 positions): agrees with float64 "
+       "(worst %.2g, %d values off)",
+       level, cases, worst, bad);
+}
+
+int main(void)
+{
+    cairn__pool *pool = NULL;
+    if (cairn__pool_new(2, &pool) != 0)
+        tap_skip_all("no thread pool");
+    for (size_t l = 0; l < sizeof levels / sizeof *levels; l++) {
+        int rc = cairn__kernels_set_isa(levels[l]);
+        cairn__kernels_set_isa(NULL);
+        if (rc != 0) {
+            skip("%s kernels: this CPU does not have them", levels[l]);
+            continue;
+        }
+        check_matvec(pool, levels[l], CAIRN__GGML_Q4_0, 18);
+        check_matvec(pool, levels[l], CAIRN__GGML_Q8_0, 34);
+        check_matvec_n(pool, levels[l]);
+        check_attention(levels[l]);
+    }
+    diag("default level on this CPU: %s", cairn__kernels_isa());
+    cairn__pool_free(pool);
+    return tap_done();
+}
