@@ -4,11 +4,11 @@
  * Throughput is measured through cairn_runner_run on fresh tasks, so everything a user pays is
  * in it (JSON parse and payload hash, admission, acquire, per step the resume read and the
  * commit, the final DURABLE commit). For per-commit percentiles the runner is too coarse, so
- * commit_done_txn() below repeats runner.c's commit_txn for a finished compute step (kind
+ * commit_done_txn() below repeats runner/step.c's commit_txn for a finished compute step (kind
  * C_DONE) line for line: fenced() reads the task and checks the lease token (renewing it, and
  * so rewriting the task record, only once less than half of it is left), then the step record
  * with its output; a compute step's completion is not an audit record. load_step_txn()
- * likewise repeats load_txn. If runner.c changes those transactions, change these with it.
+ * likewise repeats load_txn. If step.c changes those transactions, change these with it.
  */
 #include <stdio.h>
 #include <stdlib.h>
