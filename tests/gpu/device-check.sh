@@ -146,6 +146,7 @@ if [ -n "$MODE" ]; then
         timeout 240 "$BIN_BENCH" "$@" 2>&1 | tee -a "$TMP/bench.log" | tee "$TMP/b.out"
         grep -E '^bench-llm: (cpu|cuda):' "$TMP/b.out" >>"$TMP/bench.hdr"
         grep -E '^(cpu|cuda) ' "$TMP/b.out" >>"$TMP/bench.txt"
+        grep -E '^back ' "$TMP/b.out" | head -1 >"$TMP/bench.cols"
     }
     : >"$TMP/bench.hdr"
     run_bench --sizes 1B --types F16 --backend both --prompt 128 --gen 64
@@ -164,8 +165,7 @@ log "summary ($(($(date +%s) - START)) s)"
     worst=$(grep -oE 'max rel diff [0-9.e+-]+' "$TMP/diffs.txt" | awk '{print $4}' | sort -g | tail -1)
     echo "logits vs cpu, largest max|d|/max|ref| over all cases: ${worst:-n/a} (each case in diffs.txt)"
     sort -u "$TMP/bench.hdr" 2>/dev/null
-    printf '%-4s %-5s %-5s %-4s %8s %9s %12s %12s %12s %9s\n' back size type dev params MB/token "prompt tok/s" \
-        "decode tok/s" roofline fraction
+    cat "$TMP/bench.cols" 2>/dev/null # bench-llm's own column header
     cat "$TMP/bench.txt"
 } | tee "$TMP/summary.txt"
 save "$TMP/summary.txt"
