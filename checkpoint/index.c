@@ -193,5 +193,6 @@ int cairn__store_stats_get(cairn__txn *t, cairn__store_stats *out)
         out->page_size = est.ms_psize;
         out->map_used = (uint64_t)(info.me_last_pgno + 1) * est.ms_psize;
     }
+    out->durability = t->s->durability;
     return rc;
 }

@@ -143,6 +143,7 @@ typedef struct cairn__store_stats {
     uint64_t by_state[CAIRN_STATE_COUNT];
     uint64_t tombstones, messages, audit_records, step_records;
     uint64_t map_size, map_used, page_size;
+    cairn_durability durability; /* the store's own (fixed at creation) */
 } cairn__store_stats;
 int cairn__store_stats_get(cairn__txn *t, cairn__store_stats *out);
 

@@ -425,6 +425,8 @@ int cairn__cmd_stats(int argc, char **argv)
     json_object_set_new(j, "map_used", json_integer((json_int_t)st.map_used));
     uint64_t map_max = o.map_max ? o.map_max : DEFAULT_MAP_MAX;
     json_object_set_new(j, "map_max", json_integer((json_int_t)map_max));
+    const char *dur = st.durability == CAIRN_NOSYNC ? "nosync" : "sync";
+    json_object_set_new(j, "durability", json_string(dur));
     if (o.json)
         cairn__cli_print_json(j);
     else {
@@ -437,10 +439,12 @@ int cairn__cmd_stats(int argc, char **argv)
         fmt_bytes(st.map_size, size);
         fmt_bytes(map_max, max);
         printf("tombstones   %llu\nmessages     %llu\nstep records %llu\naudit        %llu\n"
-               "store        %s used; map %s now, grows to at most %s (%s)\n",
+               "store        %s used; map %s now, grows to at most %s (%s)\n"
+               "durability   %s (%s)\n",
                (unsigned long long)st.tombstones, (unsigned long long)st.messages,
                (unsigned long long)st.step_records, (unsigned long long)st.audit_records, used,
-               size, max, o.map_max ? "--map-max" : "the default; runs may set --map-max");
+               size, max, o.map_max ? "--map-max" : "the default; runs may set --map-max", dur,
+               st.durability == CAIRN_NOSYNC ? "survives process crashes" : "survives power loss");
         json_decref(j);
     }
     cairn__cli_session_close(&s);

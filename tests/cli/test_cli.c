@@ -158,8 +158,8 @@ static void test_happy_and_ids(void)
     rc = cli(&r, LEDGER, st, "stats", "--json", NULL);
     j = rc == 0 ? parse_out(&r) : NULL;
     ok(j && jint(j, "tasks") == 1 && jint(json_object_get(j, "by_status"), "succeeded") == 1 &&
-           jint(j, "map_used") > 0,
-       "stats --json: 1 task, 1 succeeded");
+           jint(j, "map_used") > 0 && strcmp(jstr(j, "durability"), "sync") == 0,
+       "stats --json: 1 task, 1 succeeded, a sync store");
     json_decref(j);
     tu_result_free(&r);
     ok(cli(&r, LEDGER, st, "stats", NULL) == 0 && tu_contains(r.out, "succeeded"), "stats (table)");
