@@ -41,9 +41,8 @@
  *
  * "nosync" stores (chosen when the store is created, recorded in the file `durability`) use
  * MDB_NOSYNC with MDB_WRITEMAP: a commit writes into the shared map, which reaches the page
- * cache at once and survives a process crash, with no system call. The whole map is reserved
- * on disk first (reserve_map), so a full disk is CAIRN_EFULL rather than a SIGBUS, and the
- * space just past the used pages is prepared ahead (prepare_ahead).
+ * cache at once and survives a process crash, with no system call. How the map is sized,
+ * reserved on disk and kept from shrinking under another process is checkpoint/map.c's.
  *
  * This file holds the environment and the transactions; records.c the record coding and the
  * task/step/progress/audit records, index.c the index scans, messages and statistics.
@@ -51,21 +50,17 @@
 #include "checkpoint/store_impl.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <lmdb.h>
 #include <msgpack.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/sysmacros.h>
 #include <time.h>
 #include <unistd.h>
 
 #define DEFAULT_MAP_MAX (64ull << 30)
-#define INITIAL_MAP (8ull << 20)
 
 int64_t cairn__now_ms(void)
 {
@@ -110,8 +105,10 @@ int cairn__mdb_fail(cairn__txn *t, cairn_store *s, int rc, const char *what)
 cairn_store *cairn_store_new(void)
 {
     cairn_store *s = calloc(1, sizeof *s);
-    if (s)
+    if (s) {
         s->map_max = DEFAULT_MAP_MAX;
+        s->map_lock_fd = -1;
+    }
     return s;
 }
 
@@ -124,94 +121,6 @@ int cairn_store_set_durability(cairn_store *s, cairn_durability d)
     return 0;
 }
 
-static const char *durability_name(cairn_durability d)
-{
-    return d == CAIRN_NOSYNC ? "nosync" : "sync";
-}
-
-/* Settles s->durability from the store's file `durability` ("sync\n" or "nosync\n"), writing it
- * for a new store with what was asked (else sync). A store is one or the other for its life:
- * LMDB forbids mixing processes that map the file writable (nosync) with ones that do not. A
- * store made before the file existed has data.mdb and no file: it is sync. */
-static int settle_durability(cairn_store *s, const char *dir)
-{
-    char path[4096], data[4096], buf[16];
-    snprintf(path, sizeof path, "%s/durability", dir);
-    snprintf(data, sizeof data, "%s/data.mdb", dir);
-    cairn_durability want = s->durability_asked ? s->durability : CAIRN_SYNC, have;
-    for (int tries = 0;; tries++) {
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd >= 0) {
-            ssize_t n = read(fd, buf, sizeof buf - 1);
-            close(fd);
-            buf[n > 0 ? n : 0] = 0;
-            if (strcmp(buf, "sync\n") == 0)
-                have = CAIRN_SYNC;
-            else if (strcmp(buf, "nosync\n") == 0)
-                have = CAIRN_NOSYNC;
-            else if (n == 0 && tries < 50) { /* another process is creating it */
-                struct timespec ts = {0, 2000000};
-                nanosleep(&ts, NULL);
-                continue;
-            } else
-                return cairn__store_fail(s, CAIRN_ECORRUPT,
-                                         "%s: expected \"sync\" or \"nosync\", found %zd bytes "
-                                         "that are neither",
-                                         path, n);
-            break;
-        }
-        if (errno != ENOENT)
-            return cairn__store_fail(s, CAIRN_EIO, "cannot read %s: %s", path, strerror(errno));
-        struct stat st;
-        if (stat(data, &st) == 0) {
-            have = CAIRN_SYNC;
-            break;
-        }
-        fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-        if (fd < 0 && errno == EEXIST)
-            continue; /* lost the race: read the winner's */
-        if (fd < 0)
-            return cairn__store_fail(s, errno == ENOSPC ? CAIRN_EFULL : CAIRN_EIO,
-                                     "cannot create %s: %s", path, strerror(errno));
-        const char *text = want == CAIRN_NOSYNC ? "nosync\n" : "sync\n";
-        ssize_t w = write(fd, text, strlen(text));
-        int err = w == (ssize_t)strlen(text) && fdatasync(fd) == 0 ? 0 : errno ? errno : EIO;
-        close(fd);
-        if (err) {
-            unlink(path);
-            return cairn__store_fail(s, err == ENOSPC ? CAIRN_EFULL : CAIRN_EIO,
-                                     "cannot write %s: %s", path, strerror(err));
-        }
-        have = want;
-        break;
-    }
-    if (s->durability_asked && have != s->durability)
-        return cairn__store_fail(s, CAIRN_EINVAL,
-                                 "store %s is a %s store and %s was asked for: a store's "
-                                 "durability is fixed when it is created",
-                                 dir, durability_name(have), durability_name(s->durability));
-    s->durability = have;
-    return 0;
-}
-
-/* A nosync store's file is mapped writable and LMDB writes pages into the map: a page in a hole
- * of the file would be allocated only when first written, and on a full disk that write kills
- * the process (SIGBUS). So the whole map is allocated on disk before LMDB may use it; a full
- * disk is then an error here, before anything is written. */
-static int reserve_map(cairn_store *s, uint64_t bytes)
-{
-    int fd;
-    if (s->durability != CAIRN_NOSYNC || mdb_env_get_fd(s->env, &fd))
-        return 0;
-    int rc = posix_fallocate(fd, 0, (off_t)bytes);
-    if (rc == 0)
-        return 0;
-    return cairn__store_fail(s, rc == ENOSPC || rc == EDQUOT ? CAIRN_EFULL : CAIRN_EIO,
-                             "store %s: cannot reserve %llu bytes on disk for the map: %s (nothing "
-                             "was written)",
-                             s->dir, (unsigned long long)bytes, strerror(rc));
-}
-
 int cairn_store_set_map_max(cairn_store *s, uint64_t bytes)
 {
     if (!s || s->env)
@@ -221,43 +130,6 @@ int cairn_store_set_map_max(cairn_store *s, uint64_t bytes)
 }
 
 const char *cairn_store_errmsg(const cairn_store *s) { return s ? s->errmsg : "no store"; }
-
-/* Where this process maps data.mdb: LMDB does not say (mdb_env_info's me_mapaddr is only set
- * for MDB_FIXEDMAP), so the mapping of the file's inode is looked up in /proc/self/maps. NULL
- * if it cannot be found. */
-static void *map_addr(cairn_store *s)
-{
-    int fd;
-    struct stat st;
-    if (mdb_env_get_fd(s->env, &fd) || fstat(fd, &st))
-        return NULL;
-    FILE *f = fopen("/proc/self/maps", "re");
-    if (!f)
-        return NULL;
-    char line[4096];
-    void *found = NULL;
-    while (!found && fgets(line, sizeof line, f)) {
-        unsigned long lo, hi, ino, off;
-        unsigned dmaj, dmin;
-        char perms[8];
-        if (sscanf(line, "%lx-%lx %7s %lx %x:%x %lu", &lo, &hi, perms, &off, &dmaj, &dmin, &ino) ==
-                7 &&
-            ino == (unsigned long)st.st_ino && off == 0 && perms[3] == 's' &&
-            makedev(dmaj, dmin) == st.st_dev)
-            found = (void *)lo;
-    }
-    fclose(f);
-    return found;
-}
-
-void cairn__store_seal(cairn_store *s)
-{
-    MDB_envinfo info;
-    void *map;
-    if (s && s->env && s->durability == CAIRN_NOSYNC && mdb_env_info(s->env, &info) == 0 &&
-        (map = map_addr(s)) != NULL)
-        mprotect(map, (size_t)info.me_mapsize, PROT_READ);
-}
 
 void cairn__store_inject_write_failure(cairn_store *s, uint32_t nth, int err)
 {
@@ -325,44 +197,16 @@ int cairn_store_open(cairn_store *s, const char *dir)
     int rc = mdb_env_create(&s->env);
     if (rc)
         return cairn__mdb_fail(NULL, s, rc, "create environment");
-    if ((rc = settle_durability(s, dir))) {
+    if ((rc = cairn__map_settle_durability(s, dir))) {
         mdb_env_close(s->env);
         s->env = NULL;
         return rc;
     }
     mdb_env_set_maxdbs(s->env, 16);
     mdb_env_set_maxreaders(s->env, 256);
-    /* Start from the file's size if it is bigger than INITIAL_MAP, at most map_max (LMDB itself
-     * never maps less than the used pages). A nosync store is never mapped smaller than its
-     * file: there the file's size is the map of the processes using it, and LMDB would truncate
-     * the file to a smaller map under them (their next write past the new end would be a
-     * SIGBUS); its map limit stops growth only. */
-    char path[4096];
-    snprintf(path, sizeof path, "%s/data.mdb", dir);
-    uint64_t want = INITIAL_MAP, file = 0;
-    if (stat(path, &st) == 0)
-        file = (uint64_t)st.st_size;
-    if (file > want)
-        want = file;
-    if (want > s->map_max)
-        want = s->map_max;
-    if (s->durability == CAIRN_NOSYNC && file > want)
-        want = file;
-    s->map_size = want;
-    mdb_env_set_mapsize(s->env, (size_t)want);
     unsigned flags = MDB_NOTLS | MDB_NORDAHEAD;
     flags |= s->durability == CAIRN_NOSYNC ? MDB_NOSYNC | MDB_WRITEMAP : MDB_NOMETASYNC;
-    rc = mdb_env_open(s->env, dir, flags, 0600);
-    if (rc) {
-        int err = cairn__mdb_fail(NULL, s, rc, "open store");
-        mdb_env_close(s->env);
-        s->env = NULL;
-        return err;
-    }
-    MDB_envinfo info;
-    if (mdb_env_info(s->env, &info) == 0)
-        s->map_size = info.me_mapsize;
-    if ((rc = reserve_map(s, s->map_size))) {
+    if ((rc = cairn__map_open(s, dir, flags))) {
         mdb_env_close(s->env);
         s->env = NULL;
         return rc;
@@ -373,8 +217,10 @@ int cairn_store_open(cairn_store *s, const char *dir)
     if (rc) {
         mdb_env_close(s->env);
         s->env = NULL;
+        return rc;
     }
-    return rc;
+    cairn__map_note(s); /* now the main database has a key to find the map by */
+    return 0;
 }
 
 void cairn_store_free(cairn_store *s)
@@ -383,6 +229,8 @@ void cairn_store_free(cairn_store *s)
         return;
     if (s->env)
         mdb_env_close(s->env);
+    if (s->map_lock_fd >= 0)
+        close(s->map_lock_fd);
     free(s->tc_bytes);
     free(s->dir);
     free(s);
@@ -398,36 +246,16 @@ static int grow_map(cairn_store *s)
     int dead = 0;
     if (mdb_reader_check(s->env, &dead) == 0 && dead > 0)
         return 0;
-    if (s->map_size >= s->map_max)
-        return cairn__store_fail(s, CAIRN_EFULL,
-                                 "store %s is full: map limit of %llu bytes reached (nothing was "
-                                 "written)",
-                                 s->dir, (unsigned long long)s->map_max);
-    /* double while small; past 1 GiB grow by 1 GiB (a nosync store reserves all of it) */
-    uint64_t next = s->map_size < (1ull << 30) ? s->map_size * 2 : s->map_size + (1ull << 30);
-    if (next > s->map_max)
-        next = s->map_max;
-    int rc = reserve_map(s, next);
-    if (rc)
-        return rc;
-    rc = mdb_env_set_mapsize(s->env, (size_t)next);
-    if (rc)
-        return cairn__mdb_fail(NULL, s, rc, "grow map");
-    MDB_envinfo info;
-    s->map_size = mdb_env_info(s->env, &info) == 0 ? info.me_mapsize : next;
-    return 0;
+    return cairn__map_grow(s);
 }
 
 static int begin(cairn_store *s, unsigned flags, MDB_txn **txn)
 {
     for (int tries = 0;; tries++) {
         int rc = mdb_txn_begin(s->env, NULL, flags, txn);
-        if (rc == MDB_MAP_RESIZED && tries < 4) {
-            /* another process grew the map: adopt its size */
-            mdb_env_set_mapsize(s->env, 0);
-            MDB_envinfo info;
-            if (mdb_env_info(s->env, &info) == 0)
-                s->map_size = info.me_mapsize;
+        if (rc == MDB_MAP_RESIZED && tries < 4) { /* another process grew the map */
+            if ((rc = cairn__map_adopt(s)))
+                return rc;
             continue;
         }
         if (rc == MDB_READERS_FULL && tries < 4) {
@@ -439,61 +267,6 @@ static int begin(cairn_store *s, unsigned flags, MDB_txn **txn)
     }
 }
 
-/* Prepares the space just past the used pages by writing zeros there, in both modes:
- *   sync:   keeps data.mdb's size ahead of use. A commit that grows the file makes its
- *           fdatasync flush the file's size and extent metadata too; writing into space that
- *           already exists flushes only the pages.
- *   nosync: LMDB writes new pages straight into the map, and a page not yet in the page cache
- *           costs a fault that reads it in and zero-fills it (three per 8 KB output). Writing
- *           whole pages of zeros creates them at half that cost, and MADV_POPULATE_WRITE then
- *           maps the whole stretch writable in one call. The map is reserved on disk
- *           (reserve_map), so nothing here can fail for space.
- * Runs right after a write transaction begins: we hold the writer lock and have written
- * nothing, and no snapshot references a page past the last used one (LMDB never lowers it).
- * Failures are harmless: the commit then does this work itself. */
-static void prepare_ahead(cairn_store *s)
-{
-    enum { MIN_AHEAD = 1 << 20, AHEAD = 4 << 20, CHUNK = 1 << 16 };
-    static const char zeros[CHUNK];
-    int fd;
-    MDB_envinfo info;
-    MDB_stat est;
-    if (mdb_env_get_fd(s->env, &fd) || mdb_env_info(s->env, &info) || mdb_env_stat(s->env, &est))
-        return;
-    uint64_t used = (uint64_t)(info.me_last_pgno + 1) * est.ms_psize, ready;
-    if (s->durability == CAIRN_SYNC) {
-        struct stat st;
-        if (fstat(fd, &st))
-            return;
-        ready = (uint64_t)st.st_size;
-    } else {
-        if (info.me_mapsize != s->map_seen) { /* (re)mapped: nothing of it is populated */
-            s->map_addr = map_addr(s);
-            s->map_seen = info.me_mapsize;
-            s->ready = 0;
-        }
-        ready = s->ready > used ? s->ready : used;
-    }
-    uint64_t want = used + AHEAD;
-    if (want > info.me_mapsize)
-        want = info.me_mapsize;
-    if (ready >= used + MIN_AHEAD || ready >= want)
-        return;
-    uint64_t off = ready;
-    while (off < want) {
-        size_t n = want - off < CHUNK ? (size_t)(want - off) : CHUNK;
-        ssize_t w = pwrite(fd, zeros, n, (off_t)off);
-        if (w <= 0)
-            break;
-        off += (uint64_t)w;
-    }
-    if (s->durability == CAIRN_NOSYNC) {
-        if (s->map_addr && off > ready)
-            madvise((char *)s->map_addr + ready, (size_t)(off - ready), MADV_POPULATE_WRITE);
-        s->ready = off;
-    }
-}
-
 static void txn_buffers_free(cairn__txn *t)
 {
     msgpack_sbuffer_destroy(&t->buf);
@@ -501,16 +274,26 @@ static void txn_buffers_free(cairn__txn *t)
         msgpack_zone_destroy(&t->zone);
 }
 
+static int broken(cairn_store *s)
+{
+    return cairn__store_fail(s, CAIRN_EIO,
+                             "store %s: this handle lost its map in a failed remap; reopen the "
+                             "store",
+                             s->dir);
+}
+
 int cairn__store_write(cairn_store *s, int durable, cairn__txn_fn fn, void *arg)
 {
     if (!s || !s->env)
         return CAIRN_EINVAL;
+    if (s->broken)
+        return broken(s);
     for (;;) {
         cairn__txn t = {.s = s};
         int rc = begin(s, 0, &t.txn);
         if (rc)
             return rc;
-        prepare_ahead(s);
+        cairn__map_prepare_ahead(s);
         msgpack_sbuffer_init(&t.buf);
         if (s->inject_nth && --s->inject_nth == 0) {
             rc = cairn__store_fail(s, s->inject_err, "injected write failure");
@@ -552,6 +335,8 @@ int cairn__store_read(cairn_store *s, cairn__txn_fn fn, void *arg)
 {
     if (!s || !s->env)
         return CAIRN_EINVAL;
+    if (s->broken)
+        return broken(s);
     cairn__txn t = {.s = s};
     int rc = begin(s, MDB_RDONLY, &t.txn);
     if (rc)

@@ -17,10 +17,13 @@ struct cairn_store {
         msgtime;
     cairn_durability durability; /* the store's own once open (store.c settle_durability) */
     int durability_asked;        /* cairn_store_set_durability was called */
-    /* store.c prepare_ahead, nosync: where this process maps the file, the map size that was
-     * for, and how far past the used pages the map is ready (written and populated) */
+    /* map.c: the lock every change of a map size is made under; this process's map (nosync:
+     * found after every remap, for the seal and for prepare_ahead) and how far past the used
+     * pages it is ready (written and populated); broken after a remap that left no map */
+    int map_lock_fd;
     void *map_addr;
-    uint64_t map_seen, ready;
+    uint64_t map_len, ready;
+    int broken;
     uint64_t map_max, map_size;
     uint32_t inject_nth;
     int inject_err;
@@ -89,6 +92,14 @@ static inline void key_u32(key *k, uint32_t v)
     k->len += 4;
 }
 static inline MDB_val kv(key *k) { return (MDB_val){k->len, k->b}; }
+
+/* map.c: durability, map size, disk space (see its design comment). */
+int cairn__map_settle_durability(cairn_store *s, const char *dir);
+int cairn__map_open(cairn_store *s, const char *dir, unsigned flags);
+int cairn__map_grow(cairn_store *s);
+int cairn__map_adopt(cairn_store *s);
+void cairn__map_note(cairn_store *s); /* after a remap: the map's size and address */
+void cairn__map_prepare_ahead(cairn_store *s);
 
 /* Writes an empty value under k (an index entry). */
 int cairn__put_empty(cairn__txn *t, MDB_dbi dbi, key *k);

@@ -224,8 +224,9 @@ typedef enum cairn_durability {
     CAIRN_NOSYNC = 1 /* survives process crashes only */
 } cairn_durability;
 
-/* A store handle is used by one thread at a time (its error message lives in it); open one
- * handle per thread. Several processes may share a store. */
+/* Open a store once per process (LMDB's rule: a second handle on the same store in one process
+ * breaks its locks) and use the handle from one thread at a time (its error message lives in
+ * it). Several processes may share a store. */
 CAIRN_API cairn_store *cairn_store_new(void);
 /* A store's durability is fixed when it is created and recorded in it (the file `durability`
  * in the store directory); every later open uses the store's own. Called before
@@ -260,8 +261,9 @@ CAIRN_API int cairn_runner_set_max_attempts(cairn_runner *r, uint32_t n);
 /* Lease time-to-live; default 60 s. Renewed at every commit, with each progress record, and
  * periodically while a step with a timeout runs (in a child). An expired lease may be taken
  * over by another process, whoever held it; on this host a dead owner's lease is taken over at
- * once. An in-process step (no timeout) that runs longer than this without saving progress can
- * therefore be run twice (only one result is ever committed). */
+ * once. An in-process step (no timeout) that is marked expensive or is an effect has a
+ * heartbeat thread renewing it while it runs; any other in-process step that runs longer than
+ * the lease without saving progress can be run twice (only one result is ever committed). */
 CAIRN_API int cairn_runner_set_lease_ms(cairn_runner *r, uint32_t ms);
 /* Longest backoff a run waits in-process before retrying a transient step itself; longer
  * waits end the run as `failed` with next_retry_at (for `cairn retry`). Default 2000 ms;

@@ -8,9 +8,17 @@
  *     'R' result retry_after errlen err outlen out   the step's result
  * The parent commits progress as it arrives and renews the lease while it waits, so a long
  * isolated step keeps its lease however long it runs.
+ *
+ * An in-process step that may run long (one marked expensive, or an effect) gets a heartbeat: a
+ * thread that renews the lease every lease_ms/3 while the step runs, so a healthy owner keeps
+ * its task and a stopped or hung process (whose threads all stop) loses it at expiry. The step's
+ * own progress saves and the heartbeat share the store handle under the heartbeat's mutex. Other
+ * in-process steps get none (a thread per step would cost more than a fast step): one of those
+ * that runs past the lease without saving progress can be taken over.
  */
 #include <errno.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -59,7 +67,10 @@ const char *cairn__delivery_id(cairn_ctx *c)
     return out;
 }
 const msgpack_object *cairn_ctx_input(const cairn_ctx *c) { return &c->input.data; }
-int cairn_ctx_stopping(const cairn_ctx *c) { return c->r->stop != 0; }
+int cairn_ctx_stopping(const cairn_ctx *c)
+{
+    return c->r->stop != 0 || (c->hb && atomic_load(&c->hb->lost));
+}
 void cairn_ctx_set_retry_after(cairn_ctx *c, uint32_t ms)
 {
     if (c)
@@ -160,7 +171,84 @@ int cairn_ctx_save_progress(cairn_ctx *c, const void *bytes, size_t len)
             return CAIRN_EIO;
         return 0;
     }
-    return cairn__commit_progress(c, bytes, len);
+    if (c->hb)
+        pthread_mutex_lock(&c->hb->mu);
+    int rc = cairn__commit_progress(c, bytes, len);
+    if (c->hb)
+        pthread_mutex_unlock(&c->hb->mu);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ heartbeat */
+
+static void *heartbeat_main(void *arg)
+{
+    cairn__heartbeat *hb = arg;
+    cairn_ctx *c = hb->ctx;
+    uint32_t period = c->r->lease_ms / 3 ? c->r->lease_ms / 3 : 1;
+    pthread_mutex_lock(&hb->mu);
+    while (!hb->stop) {
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        until.tv_sec += period / 1000;
+        until.tv_nsec += (long)(period % 1000) * 1000000L;
+        if (until.tv_nsec >= 1000000000L)
+            until.tv_sec++, until.tv_nsec -= 1000000000L;
+        int w = 0;
+        while (!hb->stop && w != ETIMEDOUT)
+            w = pthread_cond_timedwait(&hb->cv, &hb->mu, &until);
+        if (hb->stop)
+            break;
+        if (cairn__renew_lease(c) == CAIRN_EBUSY) /* someone else owns the task now */
+            atomic_store(&hb->lost, 1);
+    }
+    pthread_mutex_unlock(&hb->mu);
+    return NULL;
+}
+
+/* Starts the heartbeat for an in-process step; 0 if it could not (the step then runs without,
+ * as any in-process step would). Signals stay with the runner's thread. */
+static int heartbeat_start(cairn_ctx *c, cairn__heartbeat *hb)
+{
+    memset(hb, 0, sizeof *hb);
+    hb->ctx = c;
+    pthread_condattr_t ca;
+    if (pthread_condattr_init(&ca) != 0)
+        return 0;
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    int ok = pthread_mutex_init(&hb->mu, NULL) == 0;
+    if (ok && pthread_cond_init(&hb->cv, &ca) != 0) {
+        pthread_mutex_destroy(&hb->mu);
+        ok = 0;
+    }
+    pthread_condattr_destroy(&ca);
+    if (!ok)
+        return 0;
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    ok = pthread_create(&hb->th, NULL, heartbeat_main, hb) == 0;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (!ok) {
+        pthread_cond_destroy(&hb->cv);
+        pthread_mutex_destroy(&hb->mu);
+        return 0;
+    }
+    c->hb = hb;
+    return 1;
+}
+
+static void heartbeat_stop(cairn_ctx *c)
+{
+    cairn__heartbeat *hb = c->hb;
+    pthread_mutex_lock(&hb->mu);
+    hb->stop = 1;
+    pthread_cond_signal(&hb->cv);
+    pthread_mutex_unlock(&hb->mu);
+    pthread_join(hb->th, NULL);
+    pthread_cond_destroy(&hb->cv);
+    pthread_mutex_destroy(&hb->mu);
+    c->hb = NULL;
 }
 
 /* ------------------------------------------------------------------ execution */
@@ -345,6 +433,11 @@ static int exec_isolated(cairn_ctx *c, int probe, cairn__outcome *o)
             if (fr < 0)
                 break;
             got = fr;
+            if (!got && commit_err == CAIRN_EBUSY && c->step->delivery == CAIRN_COMPUTE) {
+                kill(pid, SIGKILL); /* a progress save found the lease lost */
+                killed = 1;
+                break;
+            }
         }
     }
     close(p[0]);
@@ -375,7 +468,9 @@ static int exec_isolated(cairn_ctx *c, int probe, cairn__outcome *o)
         if (killed && c->r->stop)
             return CAIRN_EINTR;
     }
-    return commit_err;
+    /* A renewal or progress save that failed for another reason (a full disk, say) does not
+     * throw away a result that arrived: committing it is tried next, and says what is wrong. */
+    return got && commit_err != CAIRN_EBUSY ? 0 : commit_err;
 }
 
 int cairn__exec_step(cairn_ctx *c, int probe, cairn__outcome *o)
@@ -388,6 +483,18 @@ int cairn__exec_step(cairn_ctx *c, int probe, cairn__outcome *o)
     c->child_fd = -1;
     if (c->step->timeout_ms > 0)
         return exec_isolated(c, probe, o);
+    cairn__heartbeat hb;
+    int beat =
+        (c->step->expensive || c->step->delivery != CAIRN_COMPUTE) && heartbeat_start(c, &hb);
     o->result = call(c, probe);
+    int lost = beat && atomic_load(&hb.lost);
+    if (beat)
+        heartbeat_stop(c);
+    if (lost && c->step->delivery == CAIRN_COMPUTE) { /* its output could never be committed */
+        snprintf(o->err, sizeof o->err, "step '%s': the task's lease was lost while it ran",
+                 c->step->name);
+        return cairn__runner_fail(c->r, CAIRN_EBUSY, "task '%s': lease lost during step '%s'",
+                                  c->task_id, c->step->name);
+    }
     return take_output(c, o);
 }

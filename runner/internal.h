@@ -2,7 +2,9 @@
 #ifndef CAIRN_RUNNER_INTERNAL_H
 #define CAIRN_RUNNER_INTERNAL_H
 
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 
 #include "cairn.h"
 #include "checkpoint/store.h"
@@ -34,6 +36,16 @@ typedef struct cairn__dep {
     int present;
 } cairn__dep;
 
+/* exec.c: the lease heartbeat of an in-process step that may run long */
+typedef struct cairn__heartbeat {
+    struct cairn_ctx *ctx;
+    pthread_t th;
+    pthread_mutex_t mu; /* the store handle, between the step's progress saves and the beat */
+    pthread_cond_t cv;
+    int stop;
+    atomic_int lost; /* a renewal found another owner */
+} cairn__heartbeat;
+
 struct cairn_ctx {
     cairn_runner *r;
     const char *task_id;
@@ -55,6 +67,7 @@ struct cairn_ctx {
     int last_step; /* the graph's last step: its commit also marks the task succeeded */
     int finished;  /* that commit happened */
     uint32_t retry_after_ms;
+    cairn__heartbeat *hb; /* non-NULL while an in-process step has a heartbeat */
     char err[CAIRN__ERR_MAX];
 };
 

@@ -120,7 +120,9 @@ int cairn_runner_retry(cairn_runner *r, const char *graph, uint32_t limit, int n
             ok++;
         else
             bad++;
-        if (x == CAIRN_EIO || x == CAIRN_EFULL || x == CAIRN_ECORRUPT || x == CAIRN_ESCHEMA) {
+        /* a store that cannot be written ends the retry; a record of one task that cannot be
+         * read (ECORRUPT, ESCHEMA) is that task's failure, reported, and the others still run */
+        if (x == CAIRN_EIO || x == CAIRN_EFULL || x == CAIRN_ENOMEM) {
             rc = x;
             break;
         }

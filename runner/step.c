@@ -131,8 +131,10 @@ static int commit_txn(cairn__txn *t, void *arg)
         break;
     case C_STOPPED: /* interrupted: the step's output is dropped, the task is due at once */
         /* A stop is the operator's (a deploy, a shutdown), not the task's failure: the attempt
-         * it cut short is not counted, so restarts never use up a healthy task's attempts. */
-        if (task.attempt > 0)
+         * it cut short is not counted, so restarts never use up a healthy task's attempts. A
+         * run abandoned for an unexpected error (a corrupt record, no memory) keeps its
+         * attempt: such a task must still die after max_attempts. */
+        if (c->r->stop && task.attempt > 0)
             task.attempt--;
         task.next_retry_ms = cairn__now_ms();
         if (a->err)

@@ -1080,6 +1080,67 @@ static void test_lease_lost_in_child(void)
     cairn_graph_free(g);
 }
 
+static int g_slow_calls;
+
+static cairn_step_result st_slow(cairn_ctx *c, void *user)
+{
+    (void)c, (void)user;
+    g_slow_calls++;
+    usleep(1500000); /* five lease lifetimes of 300 ms, no progress saved */
+    return CAIRN_STEP_OK;
+}
+
+/* Another process tries to take task `id` every 50 ms for 1.2 s; exits with how many tries it
+ * got CAIRN_EBUSY for, 100 + n if it ran the task (took the lease). */
+static pid_t contender(cairn_graph *g, const char *id)
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid != 0)
+        return pid;
+    usleep(150000);
+    cairn_store *s2 = store_open();
+    cairn_runner *r2 = s2 ? runner_open(s2, g) : NULL;
+    if (!r2)
+        _exit(99);
+    cairn_runner_set_lease_ms(r2, 300);
+    int busy = 0;
+    for (int i = 0; i < 24; i++) {
+        int rc = cairn_runner_resume(r2, id);
+        if (rc == CAIRN_EBUSY)
+            busy++;
+        else
+            _exit(100 + busy);
+        usleep(50000);
+    }
+    _exit(busy);
+}
+
+/* An in-process step that may run long (expensive) has a heartbeat: its lease stays alive
+ * however long it runs, and a second process never gets the task. */
+static void test_heartbeat(void)
+{
+    newdir("beat");
+    cairn_graph *g = cairn_graph_new("beat", 1);
+    cairn_step *st = cairn_graph_add_step(g, "slow", st_slow, NULL);
+    cairn_step_set_expensive(st, 1);
+    cairn_store *s = store_open();
+    cairn_runner *r = runner_open(s, g);
+    cairn_runner_set_lease_ms(r, 300);
+    g_slow_calls = 0;
+    pid_t pid = contender(g, "beat1");
+    int rc = run(r, "beat", "beat1", "{}");
+    int st_c = 0;
+    waitpid(pid, &st_c, 0);
+    ok(rc == 0 && WIFEXITED(st_c) && WEXITSTATUS(st_c) == 24 && g_slow_calls == 1,
+       "an expensive in-process step of 1.5 s under a 300 ms lease: the owner finishes, another "
+       "process is refused all 24 times (exit %d)",
+       WIFEXITED(st_c) ? WEXITSTATUS(st_c) : -1);
+    cairn_runner_free(r);
+    cairn_store_free(s);
+    cairn_graph_free(g);
+}
+
 /* ------------------------------------------------------------------ gc, invalidate */
 
 static void test_gc(void)
@@ -1437,6 +1498,7 @@ int main(void)
     test_stop();
     test_timeout();
     test_lease_lost_in_child();
+    test_heartbeat();
     test_gc();
     test_invalidate();
     test_graph_change();
