@@ -1200,6 +1200,56 @@ static int proc_read(cairn__txn *t, void *arg)
     return 0;
 }
 
+/* One process grows a nosync store from 8 to 64 MiB while two others open it, read and close
+ * it as fast as they can (what `cairn list` beside a busy runner does). Every map-size change
+ * happens under map.lock and never below the file's size, so no process ever has its file
+ * shortened under its map (which would be a SIGBUS on its next write). */
+static void test_grow_while_opening(void)
+{
+    char dir[300];
+    newdir(dir, "growopen");
+    cairn_store *s = open_store(dir, 0);
+    cairn_store_free(s);
+    fflush(NULL);
+    pid_t writer = fork();
+    if (writer == 0) {
+        cairn_store *w = open_store(dir, 0);
+        int bad = !w;
+        for (int i = 0; i < 56 && !bad; i++) {
+            big_arg b = {.i = i, .size = 1 << 20};
+            bad = cairn__store_write(w, 0, big_write, &b) != 0;
+        }
+        _exit(bad);
+    }
+    pid_t readers[2];
+    for (int k = 0; k < 2; k++) {
+        readers[k] = fork();
+        if (readers[k] == 0) {
+            int bad = 0;
+            for (int n = 0; n < 400 && !bad && kill(writer, 0) == 0; n++) {
+                cairn_store *r = open_store(dir, 0);
+                int one = 1;
+                bad = !r || cairn__store_read(r, big_read, &one) != 0;
+                cairn_store_free(r);
+            }
+            _exit(bad);
+        }
+    }
+    int st_w = 0, st_r[2] = {0, 0};
+    waitpid(writer, &st_w, 0);
+    for (int k = 0; k < 2; k++)
+        waitpid(readers[k], &st_r[k], 0);
+    s = open_store(dir, 0);
+    int n = 56;
+    cairn__store_read(s, big_read, &n);
+    cairn_store_free(s);
+    ok(WIFEXITED(st_w) && WEXITSTATUS(st_w) == 0 && WIFEXITED(st_r[0]) &&
+           WEXITSTATUS(st_r[0]) == 0 && WIFEXITED(st_r[1]) && WEXITSTATUS(st_r[1]) == 0 && n == 56,
+       "a nosync store grown to 64 MiB while two processes open and close it: nobody dies "
+       "(writer status %d, readers %d %d), 56 values read back (%d)",
+       st_w, st_r[0], st_r[1], n);
+}
+
 static void test_processes(void)
 {
     char dir[300];
@@ -1360,6 +1410,7 @@ int main(void)
     test_inject();
     test_corrupt();
     test_processes();
+    test_grow_while_opening();
     test_stale_reader();
     if (!getenv("CAIRN_KEEP_TMP"))
         tu_rmtree(root);
