@@ -6,15 +6,15 @@
  * growing, and adopting a size another process set all call ftruncate. Two rules keep that
  * safe with many processes on one store:
  *   - The file never gets shorter. Every call that can set a map size runs under an exclusive
- *     flock on `map.lock` and asks for at least the file's current size: a process whose map
+ *     lock on `map.lock` and asks for at least the file's current size: a process whose map
  *     reaches past the end of the file dies of SIGBUS on its next write there.
  *   - Every page has disk space behind it before LMDB can write it. The stretch a growth adds is
  *     reserved first (fallocate; where the filesystem has none, zeros written past the old end,
  *     which no process can be using), so a full disk is CAIRN_EFULL here, never a SIGBUS in the
  *     middle of a transaction. (Copy-on-write filesystems cannot promise space for overwrites:
  *     on btrfs or ZFS a full disk can still stop a nosync writer.)
- * A sync store maps the file read-only and LMDB never truncates it, but it goes through the same
- * path: there is one way to size a map.
+ * A sync store maps the file read-only and LMDB never truncates it: it takes no lock and
+ * reserves nothing, but its sizes are computed by the same code.
  *
  * The durability itself is the store's, fixed when it is created and recorded in the file
  * `durability` (settle_durability): LMDB forbids mixing processes that map the file writable
@@ -30,7 +30,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -84,8 +83,8 @@ int cairn__map_settle_durability(cairn_store *s, const char *dir)
     if (rc == 0 && stat(data, &st) == 0) {
         have = CAIRN_SYNC;
     } else if (rc == 0) {
-        snprintf(tmp, sizeof tmp, "%s/.durability.%ld", dir, (long)getpid());
-        int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        snprintf(tmp, sizeof tmp, "%s/.durability.XXXXXX", dir);
+        int fd = mkostemp(tmp, O_CLOEXEC);
         if (fd < 0)
             return cairn__store_fail(s, errno == ENOSPC ? CAIRN_EFULL : CAIRN_EIO,
                                      "cannot create %s: %s", tmp, strerror(errno));
@@ -125,16 +124,37 @@ int cairn__map_settle_durability(cairn_store *s, const char *dir)
 
 /* ------------------------------------------------------------------ the lock, the space */
 
+/* The map lock: a POSIX record lock on map.lock (per process, so a forked child never holds
+ * it, and gone when the process dies). Nosync stores only (s->map_lock_fd < 0 otherwise): LMDB
+ * never truncates a read-only map. A holder keeps it for a few system calls; one that keeps it
+ * a minute (stopped, say) makes the others give up with CAIRN_EBUSY rather than wait for ever. */
 static int map_lock(cairn_store *s)
 {
-    while (flock(s->map_lock_fd, LOCK_EX) != 0)
-        if (errno != EINTR)
+    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
+    if (s->map_lock_fd < 0)
+        return 0;
+    for (int waited_ms = 0;; waited_ms += 5) {
+        if (fcntl(s->map_lock_fd, F_SETLK, &fl) == 0)
+            return 0;
+        if (errno != EACCES && errno != EAGAIN && errno != EINTR)
             return cairn__store_fail(s, CAIRN_EIO, "cannot lock %s/map.lock: %s", s->dir,
                                      strerror(errno));
-    return 0;
+        if (waited_ms >= 60000)
+            return cairn__store_fail(s, CAIRN_EBUSY,
+                                     "store %s: another process has held its map lock (map.lock) "
+                                     "for a minute; try later",
+                                     s->dir);
+        struct timespec ts = {0, 5000000};
+        nanosleep(&ts, NULL);
+    }
 }
 
-static void map_unlock(cairn_store *s) { flock(s->map_lock_fd, LOCK_UN); }
+static void map_unlock(cairn_store *s)
+{
+    struct flock fl = {.l_type = F_UNLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
+    if (s->map_lock_fd >= 0)
+        fcntl(s->map_lock_fd, F_SETLK, &fl);
+}
 
 static uint64_t file_size(cairn_store *s)
 {
@@ -145,10 +165,11 @@ static uint64_t file_size(cairn_store *s)
     return (uint64_t)st.st_size;
 }
 
-/* Gives data.mdb disk space for [from, to) (nosync stores). Called under the map lock with
- * `from` at or past the end of every process's map, so the zeros of the fallback overwrite
- * nothing anyone uses. */
-static int reserve(cairn_store *s, uint64_t from, uint64_t to)
+/* Gives data.mdb disk space for [from, to) (nosync stores), under the map lock. Where the
+ * filesystem has no fallocate, zeros are written instead, but only if `zeros_ok`: the range
+ * is past the end of every process's map (or a store nobody else has opened yet), so the zeros
+ * overwrite nothing anyone uses; otherwise the range is left as it is. */
+static int reserve(cairn_store *s, uint64_t from, uint64_t to, int zeros_ok)
 {
     enum { CHUNK = 1 << 16 };
     static const char zeros[CHUNK];
@@ -158,7 +179,9 @@ static int reserve(cairn_store *s, uint64_t from, uint64_t to)
     int err = 0;
     if (fallocate(fd, 0, (off_t)from, (off_t)(to - from)) != 0) {
         err = errno;
-        if (err == EOPNOTSUPP || err == ENOSYS) { /* no fallocate here: write the zeros */
+        if ((err == EOPNOTSUPP || err == ENOSYS) && !zeros_ok) {
+            err = 0; /* no fallocate, and zeros could overwrite a page in use: leave it */
+        } else if (err == EOPNOTSUPP || err == ENOSYS) { /* no fallocate: write the zeros */
             err = 0;
             for (uint64_t off = from; off < to && !err;) {
                 size_t n = to - off < CHUNK ? (size_t)(to - off) : CHUNK;
@@ -178,6 +201,44 @@ static int reserve(cairn_store *s, uint64_t from, uint64_t to)
                              s->dir, (unsigned long long)(to - from), strerror(err));
 }
 
+/* LMDB without a map: mdb_env_set_mapsize unmaps first, and if the new map fails it is left
+ * with none (and a later set_mapsize only records a size, it maps nothing). Only closing and
+ * reopening the environment maps it again, so the handle is marked broken: every later call
+ * says so instead of touching the missing map. */
+static int remap_failed(cairn_store *s, int rc, const char *what)
+{
+    s->broken = 1;
+    s->map_addr = NULL;
+    int err = cairn__mdb_fail(NULL, s, rc, what);
+    size_t n = strlen(s->errmsg);
+    snprintf(s->errmsg + n, sizeof s->errmsg - n,
+             "; this store handle has no map left: reopen "
+             "the store");
+    return err;
+}
+
+/* Another process grew the map: take its size. Sync: the size the newest meta page records
+ * (LMDB does not truncate read-only maps); nosync: the file's, which is at least every
+ * process's map, under the map lock. */
+static int adopt_size(cairn_store *s)
+{
+    int rc = map_lock(s);
+    if (rc)
+        return rc;
+    uint64_t old = s->map_size;
+    size_t size = s->durability == CAIRN_NOSYNC ? (size_t)file_size(s) : 0;
+    if (size && size < old)
+        size = (size_t)old;
+    rc = mdb_env_set_mapsize(s->env, size);
+    if (rc)
+        rc = remap_failed(s, rc, "adopt the map size another process set");
+    map_unlock(s);
+    MDB_envinfo info;
+    if (!rc && mdb_env_info(s->env, &info) == 0)
+        s->map_size = info.me_mapsize;
+    return rc;
+}
+
 /* Finds this process's map from a pointer into it (a key of the main database), so that it is
  * this handle's map even if the file is mapped twice. Nosync stores only (sync maps are
  * read-only already, and prepare_ahead does not need the address there). */
@@ -190,7 +251,14 @@ static void locate(cairn_store *s)
     MDB_dbi main;
     MDB_cursor *c;
     MDB_val k, v;
-    if (s->durability != CAIRN_NOSYNC || mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn))
+    if (s->durability != CAIRN_NOSYNC)
+        return;
+    int rc = MDB_MAP_RESIZED;
+    for (int tries = 0; tries < 3 && rc == MDB_MAP_RESIZED; tries++)
+        if ((rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn)) == MDB_MAP_RESIZED &&
+            adopt_size(s) != 0)
+            return;
+    if (rc)
         return;
     unsigned long p = 0;
     if (mdb_dbi_open(txn, NULL, 0, &main) == 0 && mdb_cursor_open(txn, main, &c) == 0) {
@@ -223,22 +291,6 @@ void cairn__store_seal(cairn_store *s)
         mprotect(s->map_addr, s->map_len, PROT_READ);
 }
 
-/* LMDB without a map: mdb_env_set_mapsize unmaps first, and if the new map fails it is left
- * with none (and a later set_mapsize only records a size, it maps nothing). Only closing and
- * reopening the environment maps it again, so the handle is marked broken: every later call
- * says so instead of touching the missing map. */
-static int remap_failed(cairn_store *s, int rc, const char *what)
-{
-    s->broken = 1;
-    s->map_addr = NULL;
-    int err = cairn__mdb_fail(NULL, s, rc, what);
-    size_t n = strlen(s->errmsg);
-    snprintf(s->errmsg + n, sizeof s->errmsg - n,
-             "; this store handle has no map left: reopen "
-             "the store");
-    return err;
-}
-
 void cairn__map_note(cairn_store *s)
 {
     MDB_envinfo info;
@@ -252,14 +304,16 @@ void cairn__map_note(cairn_store *s)
 int cairn__map_open(cairn_store *s, const char *dir, unsigned flags)
 {
     char path[4096];
-    snprintf(path, sizeof path, "%s/map.lock", dir);
-    s->map_lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-    if (s->map_lock_fd < 0)
-        return cairn__store_fail(s, errno == ENOSPC ? CAIRN_EFULL : CAIRN_EIO, "cannot open %s: %s",
-                                 path, strerror(errno));
-    int rc = map_lock(s);
-    if (rc)
-        return rc;
+    int rc;
+    if (s->durability == CAIRN_NOSYNC) {
+        snprintf(path, sizeof path, "%s/map.lock", dir);
+        s->map_lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+        if (s->map_lock_fd < 0)
+            return cairn__store_fail(s, errno == ENOSPC ? CAIRN_EFULL : CAIRN_EIO,
+                                     "cannot open %s: %s", path, strerror(errno));
+        if ((rc = map_lock(s)))
+            return rc;
+    }
     /* The file's size if it is bigger than INITIAL_MAP, at most map_max (LMDB never maps less
      * than the used pages); a nosync store never less than its file (the rule above: its map
      * limit stops growth, it does not shrink the store). */
@@ -281,15 +335,19 @@ int cairn__map_open(cairn_store *s, const char *dir, unsigned flags)
     }
     MDB_envinfo info;
     MDB_stat est;
-    if (mdb_env_info(s->env, &info) == 0 && mdb_env_stat(s->env, &est) == 0)
-        /* the file LMDB just sized: a new store's is a hole after its two meta pages; an old
-         * one's was reserved by whoever grew it, except a stretch LMDB added to reach a map
-         * bigger than the file */
-        rc = reserve(s, fresh ? 2ull * est.ms_psize : file, info.me_mapsize);
+    if (s->durability == CAIRN_NOSYNC && mdb_env_info(s->env, &info) == 0 &&
+        mdb_env_stat(s->env, &est) == 0) {
+        /* Every open makes sure the whole map has space (fallocate over allocated blocks costs
+         * next to nothing): a new store's file is a hole after its two meta pages, and a store
+         * whose first open failed or was killed here may still have holes. Zeros instead of
+         * fallocate only for a store nobody else can have written yet. */
+        rc = reserve(s, fresh ? 2ull * est.ms_psize : 0, info.me_mapsize, fresh);
+        if (rc && fresh)
+            unlink(path); /* nothing of it was used: "nothing was written" stays true */
+    }
     map_unlock(s);
-    MDB_envinfo info2;
-    if (!rc && mdb_env_info(s->env, &info2) == 0)
-        s->map_size = info2.me_mapsize;
+    if (!rc && mdb_env_info(s->env, &info) == 0)
+        s->map_size = info.me_mapsize;
     return rc; /* the caller locates the map once its databases exist (cairn__map_note) */
 }
 
@@ -314,7 +372,7 @@ int cairn__map_grow(cairn_store *s)
         next = old < (1ull << 30) ? old * 2 : old + (1ull << 30);
         if (next > s->map_max)
             next = s->map_max;
-        if ((rc = reserve(s, file > old ? file : old, next))) {
+        if ((rc = reserve(s, file > old ? file : old, next, 1))) {
             map_unlock(s);
             return rc;
         }
@@ -330,19 +388,7 @@ int cairn__map_grow(cairn_store *s)
 
 int cairn__map_adopt(cairn_store *s)
 {
-    int rc = map_lock(s);
-    if (rc)
-        return rc;
-    uint64_t old = s->map_size;
-    /* sync: the size the newest meta page records (LMDB does not truncate read-only maps);
-     * nosync: the file's, which is at least every process's map */
-    size_t size = s->durability == CAIRN_NOSYNC ? (size_t)file_size(s) : 0;
-    if (size && size < old)
-        size = (size_t)old;
-    rc = mdb_env_set_mapsize(s->env, size);
-    if (rc)
-        rc = remap_failed(s, rc, "adopt the map size another process set");
-    map_unlock(s);
+    int rc = adopt_size(s);
     if (!rc)
         cairn__map_note(s);
     return rc;

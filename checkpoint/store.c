@@ -137,6 +137,8 @@ void cairn__store_inject_write_failure(cairn_store *s, uint32_t nth, int err)
     s->inject_err = err;
 }
 
+static int begin(cairn_store *s, unsigned flags, MDB_txn **txn);
+
 static int open_dbs(cairn_store *s)
 {
     static const char *names[] = {"meta", "tasks",   "inputs",   "steps", "progress", "idem",
@@ -144,9 +146,9 @@ static int open_dbs(cairn_store *s)
     MDB_dbi *dbis[] = {&s->meta, &s->tasks,   &s->inputs,   &s->steps, &s->progress, &s->idem,
                        &s->due,  &s->tenants, &s->finished, &s->audit, &s->msgs,     &s->msgtime};
     MDB_txn *txn;
-    int rc = mdb_txn_begin(s->env, NULL, 0, &txn);
+    int rc = begin(s, 0, &txn); /* adopts the map size if another process just grew it */
     if (rc)
-        return cairn__mdb_fail(NULL, s, rc, "begin open transaction");
+        return rc;
     for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
         rc = mdb_dbi_open(txn, names[i], MDB_CREATE, dbis[i]);
         if (rc) {
@@ -180,6 +182,18 @@ static int open_dbs(cairn_store *s)
     return rc ? cairn__mdb_fail(NULL, s, rc, "initialise store") : 0;
 }
 
+/* Undoes a failed open, so that the handle can be opened again (or freed) cleanly. */
+static int open_failed(cairn_store *s, int rc)
+{
+    if (s->env)
+        mdb_env_close(s->env);
+    s->env = NULL;
+    if (s->map_lock_fd >= 0)
+        close(s->map_lock_fd);
+    s->map_lock_fd = -1;
+    return rc;
+}
+
 int cairn_store_open(cairn_store *s, const char *dir)
 {
     if (!s || !dir || s->env)
@@ -196,29 +210,19 @@ int cairn_store_open(cairn_store *s, const char *dir)
         return cairn__store_fail(s, CAIRN_EIO, "store path %s is not a directory", dir);
     int rc = mdb_env_create(&s->env);
     if (rc)
-        return cairn__mdb_fail(NULL, s, rc, "create environment");
-    if ((rc = cairn__map_settle_durability(s, dir))) {
-        mdb_env_close(s->env);
-        s->env = NULL;
-        return rc;
-    }
+        return open_failed(s, cairn__mdb_fail(NULL, s, rc, "create environment"));
+    if ((rc = cairn__map_settle_durability(s, dir)))
+        return open_failed(s, rc);
     mdb_env_set_maxdbs(s->env, 16);
     mdb_env_set_maxreaders(s->env, 256);
     unsigned flags = MDB_NOTLS | MDB_NORDAHEAD;
     flags |= s->durability == CAIRN_NOSYNC ? MDB_NOSYNC | MDB_WRITEMAP : MDB_NOMETASYNC;
-    if ((rc = cairn__map_open(s, dir, flags))) {
-        mdb_env_close(s->env);
-        s->env = NULL;
-        return rc;
-    }
+    if ((rc = cairn__map_open(s, dir, flags)))
+        return open_failed(s, rc);
     int dead = 0;
     mdb_reader_check(s->env, &dead); /* clear reader slots of killed processes */
-    rc = open_dbs(s);
-    if (rc) {
-        mdb_env_close(s->env);
-        s->env = NULL;
-        return rc;
-    }
+    if ((rc = open_dbs(s)))
+        return open_failed(s, rc);
     cairn__map_note(s); /* now the main database has a key to find the map by */
     return 0;
 }

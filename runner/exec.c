@@ -410,7 +410,7 @@ static int exec_isolated(cairn_ctx *c, int probe, cairn__outcome *o)
         }
         if (now >= next_renew) {
             int rc = cairn__renew_lease(c);
-            if (rc && !commit_err)
+            if (rc && (!commit_err || rc == CAIRN_EBUSY)) /* a lost lease outranks the rest */
                 commit_err = rc;
             next_renew = now + renew_every;
             if (rc == CAIRN_EBUSY && c->step->delivery == CAIRN_COMPUTE) {
