@@ -75,9 +75,9 @@ static void quantize_x_q8(const float *x, xq8_block *y, int64_t nb)
  * xs: sums of x per 32 elements (K-quants only). */
 typedef float (*dot_fn)(const uint8_t *w, const float *x, const void *xq, const float *xs,
                         int64_t cols);
-/* nr (1..4) consecutive rows, stride row_bytes, . x -> out (nr), for types whose kernel gains
- * from sharing the activation between rows; each row's result must equal what the kernel gives
- * it in any other grouping. xq: x as xq8 blocks. */
+/* nr consecutive rows, stride row_bytes, . x -> out (nr), for types whose kernel gains from
+ * sharing the activation between rows (it takes them 4 at a time); each row's result must equal
+ * what the kernel gives it in any other grouping. xq: x as xq8 blocks. */
 typedef void (*rows_fn)(const uint8_t *w, size_t row_bytes, int nr, const void *xq, int64_t cols,
                         float *out);
 
@@ -444,14 +444,11 @@ static void mv_range(void *arg, int64_t r0, int64_t r1, int ith)
         const cairn__mat *W = j->W[k];
         const int64_t end = base + W->rows;
         const int64_t stop = r1 < end ? r1 : end;
-        if (j->rows[k]) {
-            while (r0 < stop) {
-                const int nr = stop - r0 < 4 ? (int)(stop - r0) : 4;
-                j->rows[k](W->data + (size_t)(r0 - base) * W->row_bytes, W->row_bytes, nr,
-                           W->type == CAIRN__GGML_Q4_0 ? j->xq4 : j->xq8, W->cols,
-                           j->out[k] + (r0 - base));
-                r0 += nr;
-            }
+        if (j->rows[k] && r0 < stop) {
+            j->rows[k](W->data + (size_t)(r0 - base) * W->row_bytes, W->row_bytes, (int)(stop - r0),
+                       W->type == CAIRN__GGML_Q4_0 ? j->xq4 : j->xq8, W->cols,
+                       j->out[k] + (r0 - base));
+            r0 = stop;
         }
         for (; r0 < stop; r0++)
             j->out[k][r0 - base] = j->dot[k](W->data + (size_t)(r0 - base) * W->row_bytes, j->x,
@@ -466,10 +463,10 @@ static void mv_range(void *arg, int64_t r0, int64_t r1, int ith)
  * per chunk (with the pool's shared counter over ~16 chunks, that was a good part of the 1-3 us
  * a small product spent beyond its arithmetic). A thread that never shows up leaves its share
  * to the others, as the pool requires. */
-static void mv_shares(void *arg, int64_t i0, int64_t i1, int ith)
+static void mv_shares(void *arg, int ith, int nth)
 {
     mv_job *j = arg;
-    (void)i0, (void)i1;
+    (void)nth;
     for (int k = 0; k < j->n_shares; k++) {
         mv_share *s = &j->share[(ith + k) % j->n_shares];
         for (;;) {
@@ -546,7 +543,7 @@ void cairn__matvec_n(cairn__pool *p, const cairn__mat *const *W, int n, const fl
             j.share[i].end =
                 per * (i + 1) < j.total && i + 1 < j.n_shares ? per * (i + 1) : j.total;
         }
-        cairn__pool_for(p, nth, 1, mv_shares, &j);
+        cairn__pool_run(p, mv_shares, &j);
     }
 }
 

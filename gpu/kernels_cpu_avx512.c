@@ -13,6 +13,13 @@
  * the offset that makes the weights unsigned (Q4_0: (q - 8) . a = q . a - 8 sum(a)) folded into
  * the starting value of the dot product, so per row nothing but the weights' own decoding
  * remains; the activation is shared by the R rows of a pass.
+ *
+ * Rows whose block count is not a multiple of 4 (the 288 columns of a 15M model: 9 blocks) end
+ * with 1-3 blocks each; rather than a quarter-filled register per row, block j of the four
+ * rows' leftovers share one register, row r in lane group r, against a prepared quad that holds
+ * activation block j in all four groups. The four rows' sums are then reduced together, each row
+ * by the same tree of additions wherever it sits, so a row's result never depends on which rows
+ * share its pass (tests/model/test_kernels.c checks every split bit for bit).
  */
 #include "gpu/kernels_cpu.h"
 
@@ -33,60 +40,107 @@ typedef struct {
 
 size_t cairn__q4_0_prep_bytes(int64_t cols)
 {
-    return (size_t)((cols / 32 + 3) / 4) * sizeof(xq_quad) + 64; /* + 64: alignment */
+    /* the whole quads, up to 3 replicated ones for the leftover blocks, + 64: alignment */
+    return (size_t)(cols / 32 / 4 + 3) * sizeof(xq_quad) + 64;
 }
 
 static xq_quad *quads(void *p) { return (xq_quad *)(((uintptr_t)p + 63) & ~(uintptr_t)63); }
 
+/* block b of the activation into lane group k (lanes 4k..4k+3) of quad o */
+static void quad_put(xq_quad *o, int k, const cairn__xq8_block *b)
+{
+    memcpy(o->lo + 16 * k, b->qs, 16);
+    memcpy(o->hi + 16 * k, b->qs + 16, 16);
+    for (int m = 0; m < 4; m++) {
+        int s = 0;
+        for (int e = 0; e < 4; e++)
+            s += b->qs[4 * m + e] + b->qs[16 + 4 * m + e];
+        o->c[4 * k + m] = -8 * s;
+        o->d[4 * k + m] = b->d;
+    }
+}
+
+/* nb / 4 quads of 4 consecutive blocks, then for each of the nb % 4 leftover blocks a quad
+ * holding that block in all four lane groups: the kernel multiplies it with the leftover
+ * blocks of four rows at once, one row per lane group */
 void *cairn__q4_0_prep_avx512(const cairn__xq8_block *xq, int64_t cols, void *dst)
 {
-    const int64_t nb = cols / 32;
+    const int64_t nb = cols / 32, full = nb / 4;
     xq_quad *q = quads(dst);
-    for (int64_t g = 0; g < (nb + 3) / 4; g++) {
-        xq_quad *o = &q[g];
-        memset(o, 0, sizeof *o);
-        for (int k = 0; k < 4 && 4 * g + k < nb; k++) {
-            const cairn__xq8_block *b = &xq[4 * g + k];
-            memcpy(o->lo + 16 * k, b->qs, 16);
-            memcpy(o->hi + 16 * k, b->qs + 16, 16);
-            for (int m = 0; m < 4; m++) {
-                int s = 0;
-                for (int e = 0; e < 4; e++)
-                    s += b->qs[4 * m + e] + b->qs[16 + 4 * m + e];
-                o->c[4 * k + m] = -8 * s;
-                o->d[4 * k + m] = b->d;
-            }
-        }
-    }
+    for (int64_t g = 0; g < full; g++)
+        for (int k = 0; k < 4; k++)
+            quad_put(&q[g], k, &xq[4 * g + k]);
+    for (int64_t j = 0; j < nb - 4 * full; j++)
+        for (int k = 0; k < 4; k++)
+            quad_put(&q[full + j], k, &xq[4 * full + j]);
     return q;
 }
 
 #define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,f16c")))
 
-/* Software prefetch, PF_BYTES ahead of each row's read position, both cache lines the 72 (Q4_0)
- * or 68 (Q8_0) bytes of a step can touch. The R rows read side by side are R streams that the
- * hardware prefetchers follow poorly once the weights are out of cache. Measured on this Zen 5
- * VM, 2 threads, a 768 x 768 Q4_0 product out of cache: 16 GB/s without, 25 with one line per
- * step, 32 with both (a plain read: ~40); 8 to 32 KB ahead measured alike. Past the end of a
- * share it fetches what the next share or the next matrix needs; prefetches never fault. */
-#define PF_BYTES 16384
-#define PF2(p)                                                                                     \
+/* Software prefetch. The R rows a pass reads side by side are R streams, which the hardware
+ * prefetchers follow poorly once the weights are out of cache; but the rows are adjacent, so a
+ * pass as a whole reads one contiguous run of R row_bytes, R * 72 (Q4_0) or R * 68 (Q8_0) bytes
+ * per step. So each step prefetches the next lines of that run (PF_RUN), PF_BYTES ahead, or one
+ * whole pass ahead when rows are long (R * rb > PF_BYTES), else the last rows of a pass would be
+ * read before their prefetch. Memory then sees one sequential
+ * stream per thread, as in a plain read. Measured on this Zen 5 VM, 2 threads, out of cache,
+ * against a plain threaded read of 39-41 GB/s: Q4_0 1280 x 1280 34 -> 38-41 GB/s, 32000 x 1280
+ * 35-37 -> 42, 768 x 768 33 -> 36, over the earlier prefetch of each row's own stream 16 KB
+ * ahead (itself 768 x 768: 11-29 -> 33). 4 to 16 KB ahead measured alike; prefetching into L2
+ * only (T1) was slower. Past the end of a share it fetches what the next share or the next
+ * matrix needs; prefetches never fault. */
+#define PF_BYTES 8192
+
+/* bytes from a pass's start to the run it prefetches: PF_BYTES, or one whole pass if that is
+ * longer (then the last row's first lines, 3/4 of a pass in, are still fetched a quarter of a
+ * pass before they are read) */
+static inline size_t pf_ahead(size_t rb, int R)
+{
+    const size_t run = (size_t)R * rb;
+    return run > PF_BYTES ? run : PF_BYTES;
+}
+
+/* the lines PF bytes ahead of what step g (of `step` bytes per row) of an R-row pass at w
+ * reads: ceil(R * step / 64) of them, a line more than needed now and then */
+#define PF_RUN(w, pf, g, step, R)                                                                  \
     do {                                                                                           \
-        _mm_prefetch((const char *)(p) + PF_BYTES, _MM_HINT_T0);                                   \
-        _mm_prefetch((const char *)(p) + PF_BYTES + 64, _MM_HINT_T0);                              \
+        const char *pf_ = (const char *)(w) + (pf) + (size_t)(g) * (size_t)(step) * (R);           \
+        for (int e_ = 0; e_ < ((step) * (R) + 63) / 64; e_++)                                      \
+            _mm_prefetch(pf_ + 64 * e_, _MM_HINT_T0);                                              \
+    } while (0)
+/* the rest of the run, from byte `from` of the pass to its end at R * rb (the partial step at
+ * the end of each row, which PF_RUN's whole steps leave out) */
+#define PF_TAIL(w, pf, from, R, rb)                                                                \
+    do {                                                                                           \
+        for (size_t o_ = (from); o_ < (size_t)(R) * (rb); o_ += 64)                                \
+            _mm_prefetch((const char *)(w) + (pf) + o_, _MM_HINT_T0);                              \
     } while (0)
 
-/* out[r] = the sum of row r's accumulator, r < R */
+/* out[r] = the sum of the 16 lanes of row r's accumulator cr, plus the 4 lanes of group r of t
+ * (the leftover blocks of the Q4_0 kernel; zero elsewhere), r < R. The four rows are summed
+ * together: each 128-bit step takes one row's partial sums into its own quarter, so every row
+ * gets the same tree of additions (((c[i] + c[i+8]) + (c[i+4] + c[i+12])) + t[i] over i < 4,
+ * then pairs), whatever its place in the group and whatever R is; ~10 instructions for 4 rows
+ * where 4 separate reductions took ~32. */
 AVX512 static inline void store_rows(float *out, __m512 c0, __m512 c1, __m512 c2, __m512 c3,
-                                     const int R)
+                                     __m512 t, const int R)
 {
-    out[0] = _mm512_reduce_add_ps(c0);
-    if (R > 1)
-        out[1] = _mm512_reduce_add_ps(c1);
-    if (R > 2)
-        out[2] = _mm512_reduce_add_ps(c2);
-    if (R > 3)
-        out[3] = _mm512_reduce_add_ps(c3);
+    /* lanes 0-7: c0[i] + c0[i+8], lanes 8-15: c1[i] + c1[i+8]; likewise c2, c3 */
+    const __m512 h01 =
+        _mm512_add_ps(_mm512_shuffle_f32x4(c0, c1, 0x44), _mm512_shuffle_f32x4(c0, c1, 0xEE));
+    const __m512 h23 =
+        _mm512_add_ps(_mm512_shuffle_f32x4(c2, c3, 0x44), _mm512_shuffle_f32x4(c2, c3, 0xEE));
+    /* quarter r: row r's four partial sums */
+    __m512 u =
+        _mm512_add_ps(_mm512_shuffle_f32x4(h01, h23, 0x88), _mm512_shuffle_f32x4(h01, h23, 0xDD));
+    u = _mm512_add_ps(u, t);
+    u = _mm512_add_ps(u, _mm512_permute_ps(u, 0x4E)); /* lanes (2,3,0,1) of each quarter */
+    u = _mm512_add_ps(u, _mm512_permute_ps(u, 0xB1)); /* lanes (1,0,3,2) */
+    /* lane 4r -> lane r */
+    const __m512 s =
+        _mm512_permutexvar_ps(_mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0), u);
+    _mm_mask_storeu_ps(out, (__mmask8)((1u << R) - 1), _mm512_castps512_ps128(s));
 }
 
 /* rows (R, n) of stride rb bytes . x (n), x prepared by cairn__q4_0_prep_avx512 -> out (R). R is
@@ -107,6 +161,7 @@ q4_0_rows_avx512(const uint8_t *w, size_t rb, const xq_quad *a, int64_t n, float
                                         27, 18, 18, 18, 18, 9, 9, 9, 9, 0, 0, 0, 0);
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     const int64_t nb = n / 32, full = nb / 4;
+    const size_t pf = pf_ahead(rb, R);
     const uint8_t *w0 = w, *w1 = w + rb, *w2 = w + 2 * rb, *w3 = w + 3 * rb;
     __m512 c0 = _mm512_setzero_ps(), c1 = c0, c2 = c0, c3 = c0;
 
@@ -128,46 +183,44 @@ q4_0_rows_avx512(const uint8_t *w, size_t rb, const xq_quad *a, int64_t n, float
         const __m512i ac = _mm512_load_si512(a[g].c);
         const __m512 ad = _mm512_load_ps(a[g].d);
         const size_t off = (size_t)g * 72;
-        PF2(w0 + off);
+        PF_RUN(w, pf, g, 72, R);
         Q4_QUAD(c0, _mm512_loadu_si512(w0 + off), _mm512_maskz_loadu_epi8(0xFF, w0 + off + 64));
-        if (R > 1) {
-            PF2(w1 + off);
-            Q4_QUAD(c1, _mm512_loadu_si512(w1 + off), _mm512_maskz_loadu_epi8(0xFF, w1 + off + 64));
-        }
-        if (R > 2) {
-            PF2(w2 + off);
-            Q4_QUAD(c2, _mm512_loadu_si512(w2 + off), _mm512_maskz_loadu_epi8(0xFF, w2 + off + 64));
-        }
-        if (R > 3) {
-            PF2(w3 + off);
-            Q4_QUAD(c3, _mm512_loadu_si512(w3 + off), _mm512_maskz_loadu_epi8(0xFF, w3 + off + 64));
-        }
-    }
-    if (g * 4 < nb) { /* 1..3 blocks left: masked loads read only their bytes */
-        /* the bytes of 1, 2 or 3 blocks (constants: clang 14 with -fsanitize=undefined fails
-         * on a variable shift of a mask) */
-        const int64_t left = nb - 4 * g;
-        const __mmask64 k = left == 1   ? (__mmask64)0x3FFFF
-                            : left == 2 ? (__mmask64)0xFFFFFFFFF
-                                        : (__mmask64)0x3FFFFFFFFFFFFF;
-        const __m512i z = _mm512_setzero_si512();
-        const __m512i alo = _mm512_load_si512(a[g].lo), ahi = _mm512_load_si512(a[g].hi);
-        const __m512i ac = _mm512_load_si512(a[g].c);
-        const __m512 ad = _mm512_load_ps(a[g].d);
-        const size_t off = (size_t)g * 72;
-        Q4_QUAD(c0, _mm512_maskz_loadu_epi8(k, w0 + off), z);
         if (R > 1)
-            Q4_QUAD(c1, _mm512_maskz_loadu_epi8(k, w1 + off), z);
+            Q4_QUAD(c1, _mm512_loadu_si512(w1 + off), _mm512_maskz_loadu_epi8(0xFF, w1 + off + 64));
         if (R > 2)
-            Q4_QUAD(c2, _mm512_maskz_loadu_epi8(k, w2 + off), z);
+            Q4_QUAD(c2, _mm512_loadu_si512(w2 + off), _mm512_maskz_loadu_epi8(0xFF, w2 + off + 64));
         if (R > 3)
-            Q4_QUAD(c3, _mm512_maskz_loadu_epi8(k, w3 + off), z);
+            Q4_QUAD(c3, _mm512_loadu_si512(w3 + off), _mm512_maskz_loadu_epi8(0xFF, w3 + off + 64));
+    }
+    /* 1..3 blocks left in each row: block j of the four rows' leftovers gathered into one
+     * register, row r's in lane group r (masked loads read only their 18 bytes; row 3's
+     * straddles the two registers), times the activation quad holding block 4 full + j in
+     * every group. Each row's share lands in its own group of t, whatever R is. */
+    __m512 ct = _mm512_setzero_ps();
+    for (int64_t j = 0; j < nb - 4 * full; j++) {
+        const xq_quad *aq = &a[full + j];
+        const __m512i alo = _mm512_load_si512(aq->lo), ahi = _mm512_load_si512(aq->hi);
+        const __m512i ac = _mm512_load_si512(aq->c);
+        const __m512 ad = _mm512_load_ps(aq->d);
+        const size_t off = (size_t)full * 72 + (size_t)j * 18;
+        if (j == 0)
+            PF_TAIL(w, pf, off * R, R, rb);
+        __m512i z0 = _mm512_maskz_loadu_epi8(0x3FFFF, w0 + off), z1 = _mm512_setzero_si512();
+        if (R > 1)
+            z0 = _mm512_mask_loadu_epi8(z0, (__mmask64)0x3FFFF << 18, w1 + off - 18);
+        if (R > 2)
+            z0 = _mm512_mask_loadu_epi8(z0, (__mmask64)0x3FFFF << 36, w2 + off - 36);
+        if (R > 3) {
+            z0 = _mm512_mask_loadu_epi8(z0, (__mmask64)0x3FF << 54, w3 + off - 54);
+            z1 = _mm512_maskz_loadu_epi8(0xFF, w3 + off + 10);
+        }
+        Q4_QUAD(ct, z0, z1);
     }
 #undef Q4_QUAD
-    store_rows(out, c0, c1, c2, c3, R);
+    store_rows(out, c0, c1, c2, c3, ct, R);
 }
 
-/* W rows (nr <= 4, n) of stride rb bytes . x (n) -> out (nr); xp from cairn__q4_0_prep_avx512 */
+/* W rows (nr, n) of stride rb bytes . x (n) -> out (nr); xp from cairn__q4_0_prep_avx512 */
 AVX512 void cairn__q4_0_rows_avx512(const uint8_t *w, size_t rb, int nr, const void *xp, int64_t n,
                                     float *out)
 {
@@ -229,6 +282,7 @@ q8_0_rows_avx512(const uint8_t *w, size_t rb, const xq_pair *a, int64_t n, float
                                         17, 17, 17, 17, 17, 0, 0, 0, 0, 0, 0, 0, 0);
     const __m512i flip = _mm512_set1_epi8((char)0x80);
     const int64_t nb = n / 32, full = nb / 2;
+    const size_t pf = pf_ahead(rb, R);
     const uint8_t *w0 = w, *w1 = w + rb, *w2 = w + 2 * rb, *w3 = w + 3 * rb;
     __m512 c0 = _mm512_setzero_ps(), c1 = c0, c2 = c0, c3 = c0;
 
@@ -242,7 +296,6 @@ q8_0_rows_avx512(const uint8_t *w, size_t rb, const xq_pair *a, int64_t n, float
     } while (0)
 #define Q8_ROW(acc, wr)                                                                            \
     do {                                                                                           \
-        PF2((wr) + off);                                                                           \
         Q8_PAIR(acc, _mm512_loadu_si512((wr) + off),                                               \
                 _mm512_maskz_loadu_epi8(0xF, (wr) + off + 64));                                    \
     } while (0)
@@ -252,6 +305,7 @@ q8_0_rows_avx512(const uint8_t *w, size_t rb, const xq_pair *a, int64_t n, float
         const __m512i av = _mm512_load_si512(a[g].a), ac = _mm512_load_si512(a[g].c);
         const __m512 ad = _mm512_load_ps(a[g].d);
         const size_t off = (size_t)g * 68;
+        PF_RUN(w, pf, g, 68, R);
         Q8_ROW(c0, w0);
         if (R > 1)
             Q8_ROW(c1, w1);
@@ -266,6 +320,7 @@ q8_0_rows_avx512(const uint8_t *w, size_t rb, const xq_pair *a, int64_t n, float
         const __m512i av = _mm512_load_si512(a[g].a), ac = _mm512_load_si512(a[g].c);
         const __m512 ad = _mm512_load_ps(a[g].d);
         const size_t off = (size_t)g * 68;
+        PF_TAIL(w, pf, off * R, R, rb);
         Q8_PAIR(c0, _mm512_maskz_loadu_epi8(k, w0 + off), z);
         if (R > 1)
             Q8_PAIR(c1, _mm512_maskz_loadu_epi8(k, w1 + off), z);
@@ -276,10 +331,10 @@ q8_0_rows_avx512(const uint8_t *w, size_t rb, const xq_pair *a, int64_t n, float
     }
 #undef Q8_ROW
 #undef Q8_PAIR
-    store_rows(out, c0, c1, c2, c3, R);
+    store_rows(out, c0, c1, c2, c3, _mm512_setzero_ps(), R);
 }
 
-/* W rows (nr <= 4, n) of stride rb bytes . x (n) -> out (nr); xp from cairn__q8_0_prep_avx512 */
+/* W rows (nr, n) of stride rb bytes . x (n) -> out (nr); xp from cairn__q8_0_prep_avx512 */
 AVX512 void cairn__q8_0_rows_avx512(const uint8_t *w, size_t rb, int nr, const void *xp, int64_t n,
                                     float *out)
 {

@@ -32,6 +32,12 @@ int cairn__pool_size(const cairn__pool *p);
  * more chunks itself. Which thread runs a chunk varies from call to call, so fn must give the
  * same result whichever does. Not reentrant: one loop at a time per pool, from one thread. */
 void cairn__pool_for(cairn__pool *p, int64_t n, int64_t chunk, cairn__range_fn fn, void *arg);
+/* The pool's own job, under cairn__pool_for: fn(arg, ith, nth) runs on the caller (ith 0) and
+ * on each worker that joins before the caller's call returns (nth = cairn__pool_size). fn must
+ * take its work from shared state (atomic counters) so that the caller's call alone can do all
+ * of it; late workers simply find nothing left. One indirection less than cairn__pool_for for a
+ * caller that splits its own work (the decode products). Same rules: one job at a time. */
+void cairn__pool_run(cairn__pool *p, cairn__pool_fn fn, void *arg);
 
 #ifdef __cplusplus
 }

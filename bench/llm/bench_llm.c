@@ -135,6 +135,29 @@ static double max_of(const double *v, int n)
     return m;
 }
 
+/* The greedy pick of the next token: the index of the largest of v[0..n) (the first of equals;
+ * NaN never wins). Two passes: the maximum, in eight independent lanes, then its first index. A
+ * single running "best" chains every comparison through the load of the best value so far:
+ * ~110 us over 32000 logits on this machine, a third of a 15M model's decode step. */
+static int32_t argmax(const float *v, int n)
+{
+    float m[8];
+    for (int k = 0; k < 8; k++)
+        m[k] = v[0];
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++)
+            m[k] = v[i + k] > m[k] ? v[i + k] : m[k];
+    for (; i < n; i++)
+        m[0] = v[i] > m[0] ? v[i] : m[0];
+    for (int k = 1; k < 8; k++)
+        m[0] = m[k] > m[0] ? m[k] : m[0];
+    for (i = 0; i < n; i++)
+        if (v[i] == m[0])
+            return i;
+    return 0;
+}
+
 static uint64_t mat_bytes(const cairn__mat *m) { return (uint64_t)m->rows * m->row_bytes; }
 
 int main(int argc, char **argv)
@@ -319,10 +342,7 @@ int main(int argc, char **argv)
                     t = now_s();
                     for (int i = 0; i < n_gen; i++) {
                         const double t0 = now_s();
-                        int32_t best = 0;
-                        for (int v = 1; v < m->n_vocab; v++)
-                            if (logits[v] > logits[best])
-                                best = v;
+                        const int32_t best = argmax(logits, m->n_vocab);
                         rc |= cairn__backend_forward(b, &best, 1, n_prompt + i, logits, 0);
                         tok_s[i] = now_s() - t0;
                     }

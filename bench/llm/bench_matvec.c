@@ -83,6 +83,11 @@ static double bandwidth(cairn__pool *p, uint8_t *a, char *b, size_t n, int copy)
 static int bench_shape(cairn__pool *p, uint32_t ty, int64_t rows, int64_t cols, uint8_t *ring,
                        double read_bw)
 {
+    if (cols % (int64_t)cairn__quant_block_elems(ty) != 0) {
+        printf("%-5s %5lld x %-5lld  (cols not a multiple of the block size; skipped)\n",
+               cairn__ggml_type_name(ty), (long long)rows, (long long)cols);
+        return 0;
+    }
     const size_t rb = (size_t)(cols / (int64_t)cairn__quant_block_elems(ty) *
                                (int64_t)cairn__quant_block_bytes(ty));
     const size_t mb = rb * (size_t)rows;
@@ -166,8 +171,8 @@ int main(int argc, char **argv)
             return 64;
         }
     }
-    if (dim < 256 || ff < 256 || dim % 256 || ff % 256) {
-        fprintf(stderr, "bench-matvec: --dim and --ff must be multiples of 256\n");
+    if (dim < 256 || ff < 256 || dim % 32 || ff % 32) {
+        fprintf(stderr, "bench-matvec: --dim and --ff must be multiples of 32, at least 256\n");
         return 64;
     }
     if (isa && cairn__kernels_set_isa(isa) != 0) {

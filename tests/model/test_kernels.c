@@ -9,6 +9,10 @@
  *     dot product of the same dequantized weights and int8-rounded input (what the integer
  *     kernels compute), and against the scalar level;
  *   - cairn__matvec_n (Q, K, V in one pass) against three cairn__matvec calls;
+ *   - the multi-row kernels of the level (Q4_0 and Q8_0, 4 rows a pass, the leftover blocks
+ *     of 4 rows gathered into one register) on every grouping of 1-9 rows: each row's result
+ *     must be bit for bit the one it gets alone, which is what keeps a fused product equal to
+ *     separate ones and results independent of how the rows are split among threads;
  *   - cairn__attn_head for head sizes 16-160 and 1-70 positions against a float64
  *     dot / softmax / weighted sum.
  * The weight buffers are allocated to their exact size, so a kernel that reads past a row is
@@ -131,6 +135,74 @@ static void check_matvec_n(cairn__pool *pool, const char *level)
     free(s);
 }
 
+/* Calls the level's rows kernel on rows [r0, r0 + nr) of q (rb bytes a row, nbk blocks) */
+static void rows_call(const char *level, uint32_t type, const unsigned char *q, size_t rb, int r0,
+                      int nr, const void *xp, int cols, float *out)
+{
+#ifdef __x86_64__
+    if (strcmp(level, "avx512") == 0) {
+        if (type == CAIRN__GGML_Q4_0)
+            cairn__q4_0_rows_avx512(q + (size_t)r0 * rb, rb, nr, xp, cols, out + r0);
+        else
+            cairn__q8_0_rows_avx512(q + (size_t)r0 * rb, rb, nr, xp, cols, out + r0);
+        return;
+    }
+#endif
+#if defined(__x86_64__) || defined(__i386__)
+    cairn__q4_0_rows_avx2(q + (size_t)r0 * rb, rb, nr, xp, cols, out + r0);
+#else
+    (void)level, (void)type, (void)q, (void)rb, (void)r0, (void)nr, (void)xp, (void)cols, (void)out;
+#endif
+}
+
+/* every split of 1-9 rows into calls of 1-9 rows gives each row the same bits */
+static void check_grouping(const char *level, uint32_t type, size_t block_bytes)
+{
+    int bad = 0, cases = 0;
+    for (int nbk = 1; nbk <= 13; nbk++) {
+        const int cols = 32 * nbk, rows = 9;
+        const size_t rb = (size_t)nbk * block_bytes;
+        float *w = malloc(sizeof(float) * (size_t)(cols * rows)), *x = malloc(sizeof(float) * cols);
+        unsigned char *q = malloc(rb * (size_t)rows);
+        cairn__xq8_block *xq = malloc(sizeof *xq * (size_t)nbk);
+        void *prep = malloc(cairn__matvec_scratch_bytes(cols));
+        for (int i = 0; i < cols * rows; i++)
+            w[i] = sinf((float)i * 0.91f) * (float)(1 + i % 5);
+        for (int i = 0; i < cols; i++)
+            x[i] = cosf((float)i * 0.43f);
+        for (int r = 0; r < rows; r++)
+            cairn__quant_row(type, w + r * cols, q + (size_t)r * rb, (uint64_t)cols);
+        cairn__quant_x_avx2(x, xq, nbk);
+        const void *xp = xq;
+#ifdef __x86_64__
+        if (strcmp(level, "avx512") == 0)
+            xp = type == CAIRN__GGML_Q4_0 ? cairn__q4_0_prep_avx512(xq, cols, prep)
+                                          : cairn__q8_0_prep_avx512(xq, cols, prep);
+#endif
+        float alone[9], y[9];
+        for (int r = 0; r < rows; r++)
+            rows_call(level, type, q, rb, r, 1, xp, cols, alone);
+        /* a first call of `first` rows from row `start`, then the rest in calls of `step` */
+        for (int start = 0; start < 4; start++)
+            for (int first = 1; first <= rows - start; first++)
+                for (int step = 1; step <= 9; step++) {
+                    for (int r = start; r < rows;) {
+                        const int nr = r == start ? first : (rows - r < step ? rows - r : step);
+                        rows_call(level, type, q, rb, r, nr, xp, cols, y);
+                        r += nr;
+                    }
+                    for (int r = start; r < rows; r++)
+                        bad += memcmp(&y[r], &alone[r], sizeof(float)) != 0;
+                    cases++;
+                }
+        free(w), free(x), free(q), free(xq), free(prep);
+    }
+    ok(bad == 0,
+       "%s %s rows kernel: %d splits of 9 rows of 1-13 blocks give every row its bits alone (%d "
+       "off)",
+       level, type == CAIRN__GGML_Q4_0 ? "Q4_0" : "Q8_0", cases, bad);
+}
+
 static void check_attention(const char *level)
 {
     static const int hds[] = {16, 24, 32, 48, 64, 80, 96, 112, 128, 160};
@@ -199,6 +271,10 @@ int main(void)
         check_matvec(pool, levels[l], CAIRN__GGML_Q4_0, 18);
         check_matvec(pool, levels[l], CAIRN__GGML_Q8_0, 34);
         check_matvec_n(pool, levels[l]);
+        if (l >= 1) /* the levels with multi-row kernels: avx2 (Q4_0), avx512 (Q4_0, Q8_0) */
+            check_grouping(levels[l], CAIRN__GGML_Q4_0, 18);
+        if (l >= 2)
+            check_grouping(levels[l], CAIRN__GGML_Q8_0, 34);
         check_attention(levels[l]);
     }
     diag("default level on this CPU: %s", cairn__kernels_isa());
