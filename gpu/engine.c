@@ -65,6 +65,19 @@ int cairn__engine_new(const cairn__model *m, const cairn__tok *tok, cairn__backe
     return 0;
 }
 
+/* "PATH: msg", so a message stands alone in a log (model and reader messages already start so) */
+static void prefix_path(char *err, size_t errlen, const char *path)
+{
+    if (!err || !errlen || !err[0] || !path)
+        return;
+    size_t pl = strlen(path);
+    if (strncmp(err, path, pl) == 0 && err[pl] == ':')
+        return;
+    char tmp[512];
+    snprintf(tmp, sizeof tmp, "%s", err);
+    snprintf(err, errlen, "%s: %s", path, tmp);
+}
+
 int cairn__engine_open(const char *path, const cairn__engine_opts *o, cairn__engine **out,
                        char *err, size_t errlen)
 {
@@ -77,6 +90,7 @@ int cairn__engine_open(const char *path, const cairn__engine_opts *o, cairn__eng
     cairn__model *m = NULL;
     cairn__tok *tok = NULL;
     cairn__backend *b = NULL;
+    int file_stage = 1;
     int rc = cairn__model_open(path, &m, err, errlen);
     if (rc != 0)
         return rc;
@@ -88,6 +102,7 @@ int cairn__engine_open(const char *path, const cairn__engine_opts *o, cairn__eng
                  cairn__tok_n_vocab(tok), m->n_vocab);
         goto fail;
     }
+    file_stage = 0; /* from here on errors are the backend's, not the file's */
     cairn__backend_opts bo = {o->n_ctx, o->n_threads, o->n_batch, 0};
     if ((rc = cairn__backend_new(o->backend, m, &bo, &b, err, errlen)) != 0)
         goto fail;
@@ -99,6 +114,8 @@ fail:
     cairn__backend_free(b);
     cairn__tok_free(tok);
     cairn__model_free(m);
+    if (file_stage)
+        prefix_path(err, errlen, path);
     return rc;
 }
 
@@ -135,6 +152,8 @@ const char *cairn__finish_name(int finish)
         return "eos";
     case CAIRN__FINISH_CANCEL:
         return "cancel";
+    case CAIRN__FINISH_CONTEXT:
+        return "context";
     default:
         return "none";
     }
@@ -337,7 +356,7 @@ static int run(cairn__engine *e, const int32_t *prompt, size_t n_prompt, const i
         if (!fin && o->max_tokens > 0 && g.n_hist - n_prompt >= (size_t)o->max_tokens)
             fin = CAIRN__FINISH_LENGTH;
         if (!fin && g.n_hist > (size_t)n_ctx)
-            fin = CAIRN__FINISH_LENGTH;
+            fin = CAIRN__FINISH_CONTEXT;
         if (!fin)
             rc = cairn__backend_forward(e->backend, &prev[j], 1, (int)(n_prompt + j),
                                         j + 1 == n_prev ? logits : NULL, 0);
@@ -374,7 +393,7 @@ static int run(cairn__engine *e, const int32_t *prompt, size_t n_prompt, const i
         if (o->max_tokens > 0 && n_gen >= (size_t)o->max_tokens)
             fin = CAIRN__FINISH_LENGTH;
         else if (g.n_hist > (size_t)n_ctx) /* no room to run the token just sampled */
-            fin = CAIRN__FINISH_LENGTH;
+            fin = CAIRN__FINISH_CONTEXT;
         else if ((rc = cairn__backend_forward(e->backend, &tok, 1, (int)(g.n_hist - 1), logits,
                                               0)) != 0) {
             efail(e, rc, "%s", cairn__backend_errmsg(e->backend));

@@ -51,12 +51,14 @@ const char *cairn__engine_errmsg(const cairn__engine *e);
 
 enum cairn__finish {
     CAIRN__FINISH_NONE = 0,
-    CAIRN__FINISH_LENGTH = 1, /* max_tokens reached, or the context is full */
-    CAIRN__FINISH_STOP = 2,   /* a stop string matched (it is not part of the text) */
-    CAIRN__FINISH_EOS = 3,    /* the model ended its turn (EOS/EOT/...; the token is not text) */
-    CAIRN__FINISH_CANCEL = 4, /* a callback returned nonzero */
+    CAIRN__FINISH_LENGTH = 1,  /* max_tokens reached */
+    CAIRN__FINISH_STOP = 2,    /* a stop string matched (it is not part of the text) */
+    CAIRN__FINISH_EOS = 3,     /* the model ended its turn (EOS/EOT/...; the token is not text) */
+    CAIRN__FINISH_CANCEL = 4,  /* a callback returned nonzero */
+    CAIRN__FINISH_CONTEXT = 5, /* the context filled up before max_tokens */
 };
-const char *cairn__finish_name(int finish); /* "length", "stop", "eos", "cancel", "none" */
+/* "length", "stop", "eos", "cancel", "context", "none" */
+const char *cairn__finish_name(int finish);
 
 /* Streaming: called as text becomes final. bytes/len are the bytes released by token `token`
  * (raw token bytes, possibly part of a UTF-8 character; possibly empty while bytes are held back

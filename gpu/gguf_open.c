@@ -334,8 +334,8 @@ static int parse(cairn__gguf *g, char *err, size_t errlen)
     if (g->size < 4 || memcmp(g->base, GGUF_MAGIC, 4) != 0) {
         if (g->size < 4)
             return cairn__errf(err, errlen, CAIRN_EFORMAT,
-                               "offset 0: file is %" PRIu64 " bytes, too short for a GGUF header",
-                               g->size);
+                               "offset 0: file is %" PRIu64 " byte%s, too short for a GGUF header",
+                               g->size, g->size == 1 ? "" : "s");
         return cairn__errf(err, errlen, CAIRN_EFORMAT,
                            "offset 0: bad magic %02x %02x %02x %02x (not a GGUF file)", g->base[0],
                            g->base[1], g->base[2], g->base[3]);
@@ -474,21 +474,34 @@ int cairn__gguf_open(const char *path, cairn__gguf **out, char *err, size_t errl
     if (!out || !path)
         return cairn__errf(err, errlen, CAIRN_EINVAL, "NULL path or output handle");
     *out = NULL;
+    /* Judge the path before opening it: open() on a FIFO would block, and a directory or a
+     * device is the caller naming the wrong thing (an input problem), not a failing store.
+     * A missing or unreadable path is CAIRN_ENOENT, as for any other input file. */
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        int e = errno;
+        return cairn__errf(err, errlen, CAIRN_ENOENT, "%s: %s", path, strerror(e));
+    }
+    if (S_ISDIR(st.st_mode))
+        return cairn__errf(err, errlen, CAIRN_ENOENT, "%s: is a directory, not a model file", path);
+    if (!S_ISREG(st.st_mode))
+        return cairn__errf(err, errlen, CAIRN_EFORMAT,
+                           "%s: not a regular file (a device, FIFO or socket), not a model file",
+                           path);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         int e = errno;
-        return cairn__errf(err, errlen, e == ENOENT ? CAIRN_ENOENT : CAIRN_EIO, "%s: %s", path,
-                           strerror(e));
+        return cairn__errf(err, errlen, e == ENOENT || e == EACCES ? CAIRN_ENOENT : CAIRN_EIO,
+                           "%s: %s", path, strerror(e));
     }
-    struct stat st;
     if (fstat(fd, &st) != 0) {
         int e = errno;
         close(fd);
         return cairn__errf(err, errlen, CAIRN_EIO, "%s: stat: %s", path, strerror(e));
     }
-    if (!S_ISREG(st.st_mode)) {
+    if (!S_ISREG(st.st_mode)) { /* replaced since the stat() above */
         close(fd);
-        return cairn__errf(err, errlen, CAIRN_EIO, "%s: not a regular file", path);
+        return cairn__errf(err, errlen, CAIRN_EFORMAT, "%s: not a regular file", path);
     }
     if (st.st_size == 0) { /* cannot be mapped; every other size is parse()'s to judge */
         close(fd);

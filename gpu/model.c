@@ -150,12 +150,15 @@ static int get_hp(loader *L, const char *key, int *out, int dflt, int required)
     return 0;
 }
 
-static int get_hpf(loader *L, const char *key, float *out, float dflt)
+/* <arch>.<key> as a positive float; required (dflt ignored) or default */
+static int get_hpf(loader *L, const char *key, float *out, float dflt, int required)
 {
     char full[128];
     snprintf(full, sizeof full, "%s.%s", L->m->arch_name, key);
     int rc = cairn__gguf_get_f32(L->m->gguf, full, out);
     if (rc == CAIRN_ENOTFOUND) {
+        if (required)
+            return cairn__errf(L->err, L->errlen, CAIRN_EFORMAT, "missing key '%s'", full);
         *out = dflt;
         return 0;
     }
@@ -186,7 +189,8 @@ static int load(loader *L)
         m->rope_mode = CAIRN__ROPE_NEOX;
     } else {
         return cairn__errf(L->err, L->errlen, CAIRN_EUNSUPPORTED,
-                           "unsupported architecture '%.*s' (supported: llama, qwen2)",
+                           "general.architecture: unsupported architecture '%.*s' (supported: "
+                           "llama, qwen2)",
                            (int)(alen > 64 ? 64 : alen), arch);
     }
 
@@ -219,8 +223,10 @@ static int load(loader *L)
         return cairn__errf(L->err, L->errlen, CAIRN_EFORMAT,
                            "%s.rope.dimension_count %d must be even and <= head dim %d",
                            m->arch_name, m->rope_dim, m->head_dim);
-    if ((rc = get_hpf(L, "rope.freq_base", &m->rope_base, 10000.0f)) ||
-        (rc = get_hpf(L, "attention.layer_norm_rms_epsilon", &m->rms_eps, 1e-5f)))
+    /* the epsilon is part of what the weights were trained with (1e-5 and 1e-6 are both common),
+     * so there is no safe default: llama.cpp requires the key too */
+    if ((rc = get_hpf(L, "rope.freq_base", &m->rope_base, 10000.0f, 0)) ||
+        (rc = get_hpf(L, "attention.layer_norm_rms_epsilon", &m->rms_eps, 0.0f, 1)))
         return rc;
 
     const cairn__gguf_tensor *te = cairn__gguf_tensor_find(m->gguf, "token_embd.weight");
@@ -230,6 +236,21 @@ static int load(loader *L)
         return cairn__errf(L->err, L->errlen, CAIRN_EFORMAT,
                            "tensor 'token_embd.weight' has a bad vocabulary size");
     m->n_vocab = (int)te->ne[1];
+    if (te->ne[0] != (uint64_t)m->dim || te->ne[2] != 1 || te->ne[3] != 1) {
+        /* name the shape the file should have had: the row count is the vocabulary's size,
+         * which only the tokenizer knows when the tensor itself is malformed */
+        int et;
+        uint64_t nv;
+        char rows[32] = "n_vocab";
+        if (cairn__gguf_get_arr(m->gguf, "tokenizer.ggml.tokens", &et, &nv) == 0)
+            snprintf(rows, sizeof rows, "%llu", (unsigned long long)nv);
+        return cairn__errf(L->err, L->errlen, CAIRN_EFORMAT,
+                           "tensor 'token_embd.weight' has shape [%llu, %llu, %llu, %llu], "
+                           "expected [%d, %s] (%s.embedding_length, vocabulary size)",
+                           (unsigned long long)te->ne[0], (unsigned long long)te->ne[1],
+                           (unsigned long long)te->ne[2], (unsigned long long)te->ne[3], m->dim,
+                           rows, m->arch_name);
+    }
 
     const int64_t dim = m->dim, qd = (int64_t)m->n_heads * m->head_dim,
                   kvd = (int64_t)m->n_kv_heads * m->head_dim;
@@ -296,6 +317,19 @@ int cairn__model_load(cairn__gguf *g, cairn__model **out, char *err, size_t errl
     return 0;
 }
 
+/* "PATH: msg", so a message stands alone in a log; the reader's own messages already start so */
+static void prefix_path(char *err, size_t errlen, const char *path)
+{
+    if (!err || !errlen || !err[0] || !path)
+        return;
+    size_t pl = strlen(path);
+    if (strncmp(err, path, pl) == 0 && err[pl] == ':')
+        return;
+    char tmp[512];
+    snprintf(tmp, sizeof tmp, "%s", err);
+    snprintf(err, errlen, "%s: %s", path, tmp);
+}
+
 int cairn__model_open(const char *path, cairn__model **out, char *err, size_t errlen)
 {
     if (!out)
@@ -308,6 +342,7 @@ int cairn__model_open(const char *path, cairn__model **out, char *err, size_t er
     rc = cairn__model_load(g, out, err, errlen);
     if (rc != 0) {
         cairn__gguf_close(g);
+        prefix_path(err, errlen, path);
         return rc;
     }
     (*out)->owns_gguf = 1;

@@ -18,7 +18,11 @@
 
 /* ---- loading from GGUF ----------------------------------------------------------------- */
 
-static int gguf_id(const cairn__gguf *g, const char *key, int32_t *out, char *err, size_t errlen)
+/* A special token id. strict (BOS, EOS, UNK): an id outside the vocabulary is an error, since
+ * dropping it would silently change every prompt (no BOS) or never end a generation (no EOS).
+ * Otherwise such an id means "none", as files in the wild use e.g. a padding id past the end. */
+static int gguf_id(const cairn__gguf *g, const char *key, size_t n_vocab, int strict, int32_t *out,
+                   char *err, size_t errlen)
 {
     int64_t v;
     int rc = cairn__gguf_get_i64(g, key, &v);
@@ -29,7 +33,15 @@ static int gguf_id(const cairn__gguf *g, const char *key, int32_t *out, char *er
         cairn__tok_set_err(err, errlen, "%s: not an integer", key);
         return CAIRN_EFORMAT;
     }
-    *out = v >= 0 && v <= INT32_MAX ? (int32_t)v : -1;
+    if (v >= 0 && (uint64_t)v < n_vocab && v <= INT32_MAX) {
+        *out = (int32_t)v;
+        return 0;
+    }
+    if (strict) {
+        cairn__tok_set_err(err, errlen, "%s: id %lld is outside the vocabulary of %zu tokens", key,
+                           (long long)v, n_vocab);
+        return CAIRN_EFORMAT;
+    }
     return 0;
 }
 
@@ -202,12 +214,12 @@ int cairn__tok_load(const cairn__gguf *g, cairn__tok **out, char *err, size_t er
     sp.merge_lens = merge_lens;
     sp.n_merges = n_merges;
 
-    if ((rc = gguf_id(g, "tokenizer.ggml.bos_token_id", &sp.bos, err, errlen)) ||
-        (rc = gguf_id(g, "tokenizer.ggml.eos_token_id", &sp.eos, err, errlen)) ||
-        (rc = gguf_id(g, "tokenizer.ggml.unknown_token_id", &sp.unk, err, errlen)) ||
-        (rc = gguf_id(g, "tokenizer.ggml.padding_token_id", &sp.pad, err, errlen)) ||
-        (rc = gguf_id(g, "tokenizer.ggml.eot_token_id", &sp.eot, err, errlen)) ||
-        (rc = gguf_id(g, "tokenizer.ggml.eom_token_id", &sp.eom, err, errlen)) ||
+    if ((rc = gguf_id(g, "tokenizer.ggml.bos_token_id", n_tok, 1, &sp.bos, err, errlen)) ||
+        (rc = gguf_id(g, "tokenizer.ggml.eos_token_id", n_tok, 1, &sp.eos, err, errlen)) ||
+        (rc = gguf_id(g, "tokenizer.ggml.unknown_token_id", n_tok, 1, &sp.unk, err, errlen)) ||
+        (rc = gguf_id(g, "tokenizer.ggml.padding_token_id", n_tok, 0, &sp.pad, err, errlen)) ||
+        (rc = gguf_id(g, "tokenizer.ggml.eot_token_id", n_tok, 0, &sp.eot, err, errlen)) ||
+        (rc = gguf_id(g, "tokenizer.ggml.eom_token_id", n_tok, 0, &sp.eom, err, errlen)) ||
         (rc = gguf_flag(g, "tokenizer.ggml.add_bos_token", &sp.add_bos, err, errlen)) ||
         (rc = gguf_flag(g, "tokenizer.ggml.add_eos_token", &sp.add_eos, err, errlen)) ||
         (rc = gguf_flag(g, "tokenizer.ggml.add_space_prefix", &sp.add_space_prefix, err, errlen)))

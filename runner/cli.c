@@ -456,7 +456,8 @@ static void usage(FILE *f, const char *prog)
         fprintf(f, "  %-10s %s\n", extra_cmds[i].name, extra_cmds[i].summary);
     fprintf(f,
             "Exit codes: 0 ok, 64 usage, 65 invalid input, 66 not found, 69 needs an operator\n"
-            "(dead or in doubt), 70 internal, 74 store error, 75 try later, 76 conflict.\n"
+            "(dead or in doubt; for the model commands: unsupported, or no CUDA device),\n"
+            "70 internal, 74 store error, 75 try later, 76 conflict.\n"
             "%s --version prints the version.\n",
             prog);
 }

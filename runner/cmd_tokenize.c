@@ -2,8 +2,9 @@
  *
  * Both only read a GGUF file's metadata (model-info also its tensor table); neither loads
  * weights, so they answer in milliseconds even for large models. Exit codes follow sysexits(3)
- * through the CLI's one table (cairn__exit_code): 64 usage, 65 malformed model file, 66 missing
- * model or input, 70 internal error, 74 I/O error. The
+ * through the CLI's one table (cairn__exit_code), except that a model feature the engine does
+ * not implement is 69 as in `cairn generate` (model_exit): 64 usage, 65 malformed model file,
+ * 66 missing or unreadable model or input, 69 unsupported, 70 internal error, 74 I/O error. The
  * functions take argv with argv[0] being the command's own name, as the dispatcher passes it.
  */
 #include <inttypes.h>
@@ -24,21 +25,31 @@ static const char tokenize_usage[] =
     "Prints the token ids of the input, separated by single spaces, one line per input.\n"
     "\n"
     "  -m, --model FILE    GGUF model (only its tokenizer metadata is read)\n"
-    "  -t, --text TEXT     tokenize TEXT\n"
+    "  -t, --text TEXT     tokenize TEXT (may be repeated: one output line each)\n"
     "  -f, --file PATH     tokenize the contents of PATH ('-' for standard input)\n"
     "      --lines         with --file: tokenize each line separately (without its newline)\n"
     "      --add-special   add BOS/EOS as the model's vocabulary asks\n"
     "      --parse-special read special-token text such as <|im_end|> as that token\n"
-    "  -h, --help          show this help\n";
+    "  -h, --help          show this help\n"
+    "\n"
+    "Exit status: 0 success; 64 bad usage; 65 bad model file; 66 model or input file missing\n"
+    "or unreadable; 69 unsupported tokenizer (model or pre-tokenizer); 70 internal error.\n";
 
 static const char model_info_usage[] =
-    "usage: cairn model-info [--json] FILE.gguf\n"
+    "usage: cairn model-info [--json] [--] FILE.gguf\n"
     "\n"
     "Describes a GGUF model: architecture, parameter count, file size, tensor types, context\n"
     "length, layer sizes and tokenizer.\n"
     "\n"
     "      --json   print one JSON object instead of text\n"
     "  -h, --help   show this help\n";
+
+/* cairn__exit_code, but "the engine does not implement this" is 69 (unavailable), the class
+ * `cairn generate` gives it, not 65: the file is valid, the feature missing */
+static int model_exit(int rc)
+{
+    return rc == CAIRN_EUNSUPPORTED ? EX_UNAVAILABLE : cairn__exit_code(rc);
+}
 
 static int print_ids(const cairn__tok *t, const char *s, size_t len, int add_special,
                      int parse_special)
@@ -58,35 +69,48 @@ static int print_ids(const cairn__tok *t, const char *s, size_t len, int add_spe
 int cairn__cmd_tokenize(int argc, char **argv)
 {
     const char *model = NULL, *text = NULL, *file = NULL;
-    int add_special = 0, parse_special = 0, lines = 0, i, rc, v;
+    int add_special = 0, parse_special = 0, lines = 0, i, rc, v, code = EX_OK;
     char err[512];
     cairn__gguf *g = NULL;
     cairn__tok *t = NULL;
     char *data = NULL;
-    size_t len = 0;
+    size_t len = 0, n_texts = 0, k;
+    /* every --text in order ("one line per input"); there are fewer than argc of them */
+    const char **texts = malloc((size_t)(argc > 0 ? argc : 1) * sizeof *texts);
 
+    if (!texts) {
+        fprintf(stderr, "cairn tokenize: out of memory\n");
+        return EX_SOFTWARE;
+    }
     for (i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             fputs(tokenize_usage, stdout);
-            return EX_OK;
+            goto done;
         } else if (strcmp(a, "--add-special") == 0) {
             add_special = 1;
         } else if (strcmp(a, "--parse-special") == 0) {
             parse_special = 1;
         } else if (strcmp(a, "--lines") == 0) {
             lines = 1;
+        } else if ((v = cairn__cli_opt_value(argc, argv, &i, "--text", "-t", &text))) {
+            if (v < 0)
+                goto needs_value;
+            texts[n_texts++] = text;
         } else if ((v = cairn__cli_opt_value(argc, argv, &i, "--model", "-m", &model)) ||
-                   (v = cairn__cli_opt_value(argc, argv, &i, "--text", "-t", &text)) ||
                    (v = cairn__cli_opt_value(argc, argv, &i, "--file", "-f", &file))) {
-            if (v < 0) {
-                fprintf(stderr, "cairn tokenize: option %s needs a value\n%s", a, tokenize_usage);
-                return EX_USAGE;
-            }
+            if (v < 0)
+                goto needs_value;
         } else {
             fprintf(stderr, "cairn tokenize: unknown argument '%s'\n%s", a, tokenize_usage);
-            return EX_USAGE;
+            code = EX_USAGE;
+            goto done;
         }
+        continue;
+    needs_value:
+        fprintf(stderr, "cairn tokenize: option %s needs a value\n%s", a, tokenize_usage);
+        code = EX_USAGE;
+        goto done;
     }
     if (!model || (!text == !file) || (lines && !file)) {
         fprintf(stderr, "cairn tokenize: %s\n%s",
@@ -95,7 +119,8 @@ int cairn__cmd_tokenize(int argc, char **argv)
                 : lines && !file ? "--lines needs --file"
                                  : "give --text or --file",
                 tokenize_usage);
-        return EX_USAGE;
+        code = EX_USAGE;
+        goto done;
     }
 
     rc = cairn__gguf_open(model, &g, err, sizeof err);
@@ -105,34 +130,37 @@ int cairn__cmd_tokenize(int argc, char **argv)
             fprintf(stderr, "cairn tokenize: %s\n", err);
         else
             fprintf(stderr, "cairn tokenize: %s: %s\n", model, err[0] ? err : "cannot open");
-        return cairn__exit_code(rc);
+        code = model_exit(rc);
+        goto done;
     }
     rc = cairn__tok_load(g, &t, err, sizeof err);
     cairn__gguf_close(g);
     if (rc) {
         fprintf(stderr, "cairn tokenize: %s: %s\n", model,
                 err[0] ? err : "cannot load the tokenizer");
-        return cairn__exit_code(rc);
+        code = model_exit(rc);
+        goto done;
     }
 
     if (file) {
         rc = cairn__read_input(file, &data, &len, err, sizeof err);
         if (rc) {
             fprintf(stderr, "cairn tokenize: %s\n", err);
-            cairn__tok_free(t);
-            return cairn__exit_code(rc);
+            code = model_exit(rc);
+            goto done;
         }
     }
 
-    if (text) {
-        rc = print_ids(t, text, strlen(text), add_special, parse_special);
+    rc = 0;
+    if (n_texts) {
+        for (k = 0; k < n_texts && !rc; k++)
+            rc = print_ids(t, texts[k], strlen(texts[k]), add_special, parse_special);
     } else if (!lines) {
         rc = print_ids(t, data, len, add_special, parse_special);
     } else {
         /* one output line per input line; a last line without '\n' counts, a final '\n' does
          * not start another (empty) line */
         size_t pos = 0;
-        rc = 0;
         while (pos < len && !rc) {
             const char *nl = memchr(data + pos, '\n', len - pos);
             size_t end = nl ? (size_t)(nl - data) : len;
@@ -140,18 +168,19 @@ int cairn__cmd_tokenize(int argc, char **argv)
             pos = end + 1;
         }
     }
-    free(data);
-    cairn__tok_free(t);
     if (fflush(stdout) != 0 || ferror(stdout)) {
         fprintf(stderr, "cairn tokenize: cannot write the output\n");
-        return EX_IOERR;
-    }
-    if (rc) {
+        code = EX_IOERR;
+    } else if (rc) {
         fprintf(stderr, "cairn tokenize: tokenizing failed (%s)\n",
                 rc == CAIRN_ENOMEM ? "out of memory" : "internal error");
-        return EX_SOFTWARE;
+        code = EX_SOFTWARE;
     }
-    return EX_OK;
+done:
+    free(data);
+    free(texts);
+    cairn__tok_free(t);
+    return code;
 }
 
 /* ---- model-info ------------------------------------------------------------------------- */
@@ -222,7 +251,7 @@ int cairn__cmd_model_info(int argc, char **argv)
         {"feed_forward_length", "feed-forward", "feed_forward_length"},
     };
     const char *path = NULL;
-    int json = 0, i, rc, et;
+    int json = 0, end_opts = 0, i, rc, et;
     char err[512], arch[128], name[256], tmodel[64], tpre[64], h1[64], h2[64];
     cairn__gguf *g = NULL;
     uint64_t params = 0, counts[64] = {0}, bytes[64] = {0}, other_count = 0, other_bytes = 0,
@@ -231,12 +260,15 @@ int cairn__cmd_model_info(int argc, char **argv)
     int64_t vals[sizeof sizes / sizeof sizes[0]];
 
     for (i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+        /* after "--" everything is a path, even one that starts with '-' */
+        if (!end_opts && (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0)) {
             fputs(model_info_usage, stdout);
             return EX_OK;
-        } else if (strcmp(argv[i], "--json") == 0) {
+        } else if (!end_opts && strcmp(argv[i], "--json") == 0) {
             json = 1;
-        } else if (argv[i][0] == '-' && argv[i][1]) {
+        } else if (!end_opts && strcmp(argv[i], "--") == 0) {
+            end_opts = 1;
+        } else if (!end_opts && argv[i][0] == '-' && argv[i][1]) {
             fprintf(stderr, "cairn model-info: unknown option '%s'\n%s", argv[i], model_info_usage);
             return EX_USAGE;
         } else if (path) {
@@ -256,7 +288,7 @@ int cairn__cmd_model_info(int argc, char **argv)
             fprintf(stderr, "cairn model-info: %s\n", err);
         else
             fprintf(stderr, "cairn model-info: %s: %s\n", path, err[0] ? err : "cannot open");
-        return cairn__exit_code(rc);
+        return model_exit(rc);
     }
 
     nt = cairn__gguf_n_tensors(g);

@@ -28,7 +28,9 @@ const char *cairn__llm_cfg_digest(const cairn__llm_cfg *c);
  * retrieval output, loads the model once per process, generates, and saves progress (tokens so
  * far + sampler state) every progress_every tokens, so a crash resumes from the saved tokens.
  * Output: {"text", "finish_reason", "prompt_tokens", "completion_tokens", "resumed_tokens",
- *          "generated_tokens", "model", "model_sha256", "sampler": {...}, "seed", "tokens_per_s"}.
+ *          "generated_tokens", "model", "model_sha256", "sampler": {...}, "seed", "tokens_per_s"};
+ * finish_reason is "eos" (the model ended), "stop" (a stop string), "length" (max_tokens),
+ * "context" (the context filled first) or "cancel".
  */
 cairn_step_result cairn__llm_step(cairn_ctx *ctx, void *cfg);
 /* The prompt's token ids for the rendered user message `user` (the template with the task's

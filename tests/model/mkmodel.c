@@ -51,9 +51,14 @@ static void tensor(cairn__gguf_writer *w, const mk_spec *s, uint64_t *rng, const
     if (s->omit && strcmp(s->omit, name) == 0)
         return;
     uint64_t ne[2] = {n0, n1};
+    int flat = s->flatten && strcmp(s->flatten, name) == 0;
     if (s->misshape && strcmp(s->misshape, name) == 0)
         ne[1] = n1 + 1;
     const size_t n = (size_t)(ne[0] * ne[1]);
+    if (flat) {
+        ne[0] = n;
+        ne[1] = 1;
+    }
     float *v = malloc(n * sizeof *v);
     if (!v) {
         gw_tensor_f32(w, name, 999, 0, ne, NULL); /* latches a failure in the writer */
@@ -62,11 +67,12 @@ static void tensor(cairn__gguf_writer *w, const mk_spec *s, uint64_t *rng, const
     for (size_t i = 0; i < n; i++)
         v[i] = offset + scale * rnd_uniform(rng);
     gw_tensor_f32(w, name, type,
-                  n1 == 1 && !(s->misshape && strcmp(s->misshape, name) == 0) ? 1 : 2, ne, v);
+                  flat || (n1 == 1 && !(s->misshape && strcmp(s->misshape, name) == 0)) ? 1 : 2, ne,
+                  v);
     free(v);
 }
 
-static void vocab(cairn__gguf_writer *w, int n)
+static void vocab(cairn__gguf_writer *w, int n, uint32_t bos)
 {
     char **tok = calloc((size_t)n, sizeof *tok);
     float *scores = calloc((size_t)n, sizeof *scores);
@@ -112,7 +118,7 @@ static void vocab(cairn__gguf_writer *w, int n)
     gw_kv_arr_f32(w, "tokenizer.ggml.scores", scores, (size_t)n);
     gw_kv_arr_i32(w, "tokenizer.ggml.token_type", types, (size_t)n);
     gw_kv_u32(w, "tokenizer.ggml.unknown_token_id", 0);
-    gw_kv_u32(w, "tokenizer.ggml.bos_token_id", 1);
+    gw_kv_u32(w, "tokenizer.ggml.bos_token_id", bos);
     gw_kv_u32(w, "tokenizer.ggml.eos_token_id", 2);
 out:
     if (tok)
@@ -144,11 +150,15 @@ int mk_model(const mk_spec *s, unsigned char **buf, size_t *len)
     KU("attention.head_count_kv", s->n_kv_heads);
     KU("rope.dimension_count", hd);
     KF("rope.freq_base", s->rope_base > 0 ? s->rope_base : 10000.0f);
-    KF("attention.layer_norm_rms_epsilon", 1e-5f);
+    if (!s->no_rms_eps)
+        KF("attention.layer_norm_rms_epsilon", 1e-5f);
 #undef KU
 #undef KF
-    if (s->tokenizer)
-        vocab(w, s->vocab);
+    if (s->tokenizer) {
+        vocab(w, s->vocab, s->bad_bos ? (uint32_t)s->vocab + 100 : 1);
+        if (s->no_bos)
+            gw_kv_bool(w, "tokenizer.ggml.add_bos_token", 0);
+    }
     const float e_in = 1.0f / sqrtf((float)s->dim), e_ff = 1.0f / sqrtf((float)s->ff);
     tensor(w, s, &rng, "token_embd.weight", s->wtype, (uint64_t)s->dim, (uint64_t)s->vocab, 1.0f,
            0.0f);

@@ -17,6 +17,10 @@ typedef struct {
                          (<unk> <s> </s>, 256 byte tokens, then words) */
     const char *omit; /* tensor name to leave out (error tests) */
     const char *misshape; /* tensor name to write with a wrong shape */
+    const char *flatten;  /* tensor name to write as one dimension of all its elements */
+    int no_rms_eps;       /* leave out <arch>.attention.layer_norm_rms_epsilon (error tests) */
+    int no_bos;           /* write tokenizer.ggml.add_bos_token = false */
+    int bad_bos;          /* write a bos_token_id past the vocabulary (error tests) */
 } mk_spec;
 
 /* Fills defaults: llama, dim 64, 2 layers, 4 heads, 2 kv heads, ff 128, vocab 300, ctx 256, F32. */

@@ -22,6 +22,20 @@ static int sh(const char *cmd)
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+static int write_model(const mk_spec *s, const char *path)
+{
+    unsigned char *buf;
+    size_t len;
+    if (mk_model(s, &buf, &len) != 0)
+        return -1;
+    FILE *f = fopen(path, "wb");
+    int rc = f && fwrite(buf, 1, len, f) == len ? 0 : -1;
+    if (f && fclose(f) != 0)
+        rc = -1;
+    free(buf);
+    return rc;
+}
+
 int main(void)
 {
     const char *bin = getenv("CAIRN_BIN");
@@ -56,7 +70,7 @@ int main(void)
     char first[65536];
     memcpy(first, out, sizeof out);
     rc = sh(cmd);
-    ok(rc == 0 && strncmp(first, out, (size_t)(strstr(first, "\n[") - first)) == 0,
+    ok(rc == 0 && strncmp(first, out, (size_t)(strstr(first, "[length, 12") - first)) == 0,
        "same command, same text");
     snprintf(
         cmd, sizeof cmd,
@@ -82,6 +96,99 @@ int main(void)
     ok(sh(cmd) == 64, "missing --model exits 64");
     snprintf(cmd, sizeof cmd, "%s generate --help", bin);
     ok(sh(cmd) == 0 && strstr(out, "--max-tokens"), "--help exits 0 and lists options");
+    ok(strstr(out, "Exit status") && strstr(out, "69 unsupported"),
+       "--help documents the exit codes");
+
+    /* F1: an empty prompt on a vocabulary that adds no BOS is an input error, not internal */
+    char alt[256];
+    snprintf(alt, sizeof alt, "%s/alt.gguf", dir);
+    mk_spec a = s;
+    a.no_bos = 1;
+    ok(write_model(&a, alt) == 0, "no-BOS model written");
+    snprintf(cmd, sizeof cmd, "%s generate -m %s -p '' -n 3 2>&1", bin, alt);
+    rc = sh(cmd);
+    ok(rc == 65 && strstr(out, "prompt is empty"), "empty prompt without BOS exits 65 (%d: %.100s)",
+       rc, out);
+    snprintf(cmd, sizeof cmd, "printf '' | %s generate -m %s -f - -n 3 2>&1", bin, alt);
+    rc = sh(cmd);
+    ok(rc == 65 && strstr(out, "prompt is empty"), "empty --file - without BOS exits 65 (%d)", rc);
+    snprintf(cmd, sizeof cmd, "%s generate -m %s -p '' -n 2 --temperature 0 2>&1", bin, path);
+    ok(sh(cmd) == 0, "empty prompt with BOS runs on BOS alone");
+
+    /* F7: an out-of-vocabulary BOS id and a missing RMS epsilon name their key */
+    a = s;
+    a.bad_bos = 1;
+    ok(write_model(&a, alt) == 0, "bad-BOS model written");
+    snprintf(cmd, sizeof cmd, "%s generate -m %s -p hi 2>&1", bin, alt);
+    rc = sh(cmd);
+    ok(rc == 65 && strstr(out, "tokenizer.ggml.bos_token_id") && strstr(out, alt),
+       "BOS id outside the vocabulary exits 65 naming key and file (%d: %.120s)", rc, out);
+    a = s;
+    a.no_rms_eps = 1;
+    ok(write_model(&a, alt) == 0, "model without RMS epsilon written");
+    snprintf(cmd, sizeof cmd, "%s generate -m %s -p hi 2>&1", bin, alt);
+    rc = sh(cmd);
+    ok(rc == 65 && strstr(out, "llama.attention.layer_norm_rms_epsilon") && strstr(out, alt),
+       "missing RMS epsilon exits 65 naming key and file (%d: %.120s)", rc, out);
+
+    /* F5: a model error names the file; F6: a 1-D token_embd reports the 2-D shape expected */
+    a = s;
+    a.omit = "blk.1.ffn_up.weight";
+    ok(write_model(&a, alt) == 0, "model without a tensor written");
+    snprintf(cmd, sizeof cmd, "%s generate -m %s -p hi 2>&1", bin, alt);
+    rc = sh(cmd);
+    ok(rc == 65 && strstr(out, alt) && strstr(out, "blk.1.ffn_up.weight"),
+       "missing tensor names file and tensor (%d: %.120s)", rc, out);
+    a = s;
+    a.arch = "llxma";
+    ok(write_model(&a, alt) == 0, "model of an unknown architecture written");
+    snprintf(cmd, sizeof cmd, "%s generate -m %s -p hi 2>&1", bin, alt);
+    rc = sh(cmd);
+    ok(rc == 69 && strstr(out, alt) && strstr(out, "general.architecture"),
+       "unsupported architecture exits 69 naming file and key (%d: %.120s)", rc, out);
+    unlink(alt);
+
+    /* F2: a directory or a device as the model is an input error naming the path */
+    snprintf(cmd, sizeof cmd, "%s generate -m %s -p hi 2>&1", bin, dir);
+    rc = sh(cmd);
+    ok(rc == 66 && strstr(out, dir), "directory as model exits 66 (%d: %.100s)", rc, out);
+    snprintf(cmd, sizeof cmd, "%s generate -m /dev/null -p hi 2>&1", bin);
+    rc = sh(cmd);
+    ok(rc == 65 && strstr(out, "/dev/null"), "/dev/null as model exits 65 (%d: %.100s)", rc, out);
+    snprintf(cmd, sizeof cmd, "%s model-info %s 2>&1", bin, dir);
+    ok(sh(cmd) == 66, "model-info on a directory exits 66");
+
+    /* F8, F9: questionable but workable requests warn on stderr */
+    snprintf(cmd, sizeof cmd, "%s generate -m %s -p hi --chat chatml -n 1 2>&1 >/dev/null", bin,
+             path);
+    rc = sh(cmd);
+    ok(rc == 0 && strstr(out, "warning:") && strstr(out, "<|im_start|>"),
+       "--chat chatml on a vocabulary without its tokens warns (%d: %.120s)", rc, out);
+    snprintf(cmd, sizeof cmd, "%s generate -m %s -p hi --ctx %d -n 1 2>&1 >/dev/null", bin, path,
+             s.ctx * 2);
+    rc = sh(cmd);
+    ok(rc == 0 && strstr(out, "warning:") && strstr(out, "trained context"),
+       "--ctx beyond the trained context warns (%d: %.120s)", rc, out);
+    snprintf(cmd, sizeof cmd, "%s generate -m %s -p hi -n 1 2>&1 >/dev/null", bin, path);
+    rc = sh(cmd);
+    ok(rc == 0 && !strstr(out, "warning:") && out[0] == '[',
+       "plain run: no warning, stats line without a leading blank line (%.80s)", out);
+
+    /* F10: the context filling up first is reported as such */
+    snprintf(cmd, sizeof cmd, "%s generate -m %s -p hi -n 50 --ctx 8 2>&1 >/dev/null", bin, path);
+    rc = sh(cmd);
+    ok(rc == 0 && strncmp(out, "[context,", 9) == 0, "full context: finish 'context' (%.60s)", out);
+
+    /* F11 */
+    snprintf(cmd, sizeof cmd, "%s generate -m %s -p hi --system be brief 2>&1", bin, path);
+    rc = sh(cmd);
+    ok(rc == 64 && strstr(out, "--system"), "--system without --chat exits 64 (%d)", rc);
+    snprintf(cmd, sizeof cmd, "%s generate -m %s -p hi --threads 5000 2>&1", bin, path);
+    rc = sh(cmd);
+    ok(rc == 64 && strstr(out, "1024"), "--threads error states the limit (%d)", rc);
+    snprintf(cmd, sizeof cmd, "%s generate -m %s -p hi --stop '' 2>&1", bin, path);
+    ok(sh(cmd) == 64, "empty --stop exits 64");
+
 #ifndef CAIRN_HAVE_CUDA
     snprintf(cmd, sizeof cmd, "%s generate -m %s -p hi --backend cuda 2>&1", bin, path);
     rc = sh(cmd);

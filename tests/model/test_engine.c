@@ -219,9 +219,23 @@ int main(void)
        "97-token prompt, context 96 -> ECONTEXT (%s)", cairn__engine_errmsg(e));
     o.max_tokens = 0;
     rc = cairn__engine_generate_tokens(e, longp, 90, &o, &r2);
-    ok(rc == 0 && r2.finish == CAIRN__FINISH_LENGTH && r2.n_tokens == 7,
-       "generation stops when the context is full (%zu tokens after 90 of 96)", r2.n_tokens);
+    ok(rc == 0 && r2.finish == CAIRN__FINISH_CONTEXT && r2.n_tokens == 7,
+       "generation stops when the context is full (%zu tokens after 90 of 96, %s)", r2.n_tokens,
+       cairn__finish_name(r2.finish));
     cairn__gen_result_free(&r2);
+    o.max_tokens = 20;
+    rc = cairn__engine_generate_tokens(e, longp, 90, &o, &r2);
+    ok(rc == 0 && r2.finish == CAIRN__FINISH_CONTEXT && r2.n_tokens == 7 &&
+           strcmp(cairn__finish_name(r2.finish), "context") == 0,
+       "context full before --max-tokens: finish 'context' (%s)", cairn__finish_name(r2.finish));
+    cairn__gen_result_free(&r2);
+    o.max_tokens = 7;
+    rc = cairn__engine_generate_tokens(e, longp, 90, &o, &r2);
+    ok(rc == 0 && r2.finish == CAIRN__FINISH_LENGTH && r2.n_tokens == 7,
+       "max_tokens reached as the context fills: finish 'length' (%s)",
+       cairn__finish_name(r2.finish));
+    cairn__gen_result_free(&r2);
+    o.max_tokens = 0;
     ok(cairn__engine_generate_tokens(e, longp, 0, &o, &r2) == CAIRN_EINVAL,
        "empty prompt -> EINVAL");
 

@@ -286,6 +286,21 @@ static void check_errors(void)
     mk_unload(&L);
 
     mk_spec_default(&s);
+    s.tokenizer = 1;
+    s.flatten = "token_embd.weight";
+    rc = mk_load(&s, &L, err, sizeof err);
+    ok(rc == CAIRN_EFORMAT && strstr(err, "token_embd.weight") && strstr(err, "expected [64, 300]"),
+       "1-D token_embd -> the 2-D shape expected, vocabulary rows (%s)", err);
+    mk_unload(&L);
+
+    mk_spec_default(&s);
+    s.no_rms_eps = 1;
+    rc = mk_load(&s, &L, err, sizeof err);
+    ok(rc == CAIRN_EFORMAT && strstr(err, "llama.attention.layer_norm_rms_epsilon"),
+       "missing RMS epsilon -> EFORMAT naming the key (%s)", err);
+    mk_unload(&L);
+
+    mk_spec_default(&s);
     s.omit = "output_norm.weight";
     rc = mk_load(&s, &L, err, sizeof err);
     ok(rc == CAIRN_EFORMAT && strstr(err, "output_norm.weight"),

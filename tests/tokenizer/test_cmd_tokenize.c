@@ -200,6 +200,45 @@ int main(void)
            "--lines: a line per line");
     }
     {
+        const char *a[] = {"tokenize", "--model", model, "--text", "hi", "-t", "hi hi", NULL};
+        ok(run(cairn__cmd_tokenize, a) == 0 && strcmp(out_buf, "256\n256 32 256\n") == 0,
+           "repeated --text: one line per text, in order");
+    }
+    {
+        /* the same file with an unknown pre-tokenizer name: unsupported (69), as an unknown
+         * tokenizer model or architecture is in `cairn generate` */
+        char pre[256];
+        FILE *f = fopen(model, "rb");
+        static unsigned char img[1 << 16];
+        size_t n = f ? fread(img, 1, sizeof img, f) : 0;
+        if (f)
+            fclose(f);
+        unsigned char *at = memmem(img, n, "gpt-2", 5);
+        if (at)
+            memcpy(at, "gpt-9", 5);
+        snprintf(pre, sizeof pre, "%s/pre.gguf", dir);
+        write_file(pre, img, n);
+        const char *a[] = {"tokenize", "--model", pre, "--text", "hi", NULL};
+        int rc = run(cairn__cmd_tokenize, a);
+        ok(at && rc == 69 && strstr(err_buf, "tokenizer.ggml.pre") && strstr(err_buf, pre),
+           "unsupported pre-tokenizer: 69 naming key and file (%d)", rc);
+        unlink(pre);
+    }
+    {
+        const char *a[] = {"tokenize", "--model", "/dev/null", "--text", "hi", NULL};
+        int rc = run(cairn__cmd_tokenize, a);
+        ok(rc == 65 && strstr(err_buf, "/dev/null"), "a device as the model: 65 (%d)", rc);
+    }
+    {
+        const char *a[] = {"tokenize", "--model", dir, "--text", "hi", NULL};
+        int rc = run(cairn__cmd_tokenize, a);
+        ok(rc == 66 && strstr(err_buf, "directory"), "a directory as the model: 66 (%d)", rc);
+    }
+    {
+        const char *a[] = {"model-info", "--", model, NULL};
+        ok(run(cairn__cmd_model_info, a) == 0, "model-info -- FILE");
+    }
+    {
         const char *a[] = {"tokenize", "--help", NULL};
         ok(run(cairn__cmd_tokenize, a) == 0 && strstr(out_buf, "usage: cairn tokenize"), "--help");
     }

@@ -839,7 +839,28 @@ static void test_errors(void)
     gw_kv_u32(w, "tokenizer.ggml.add_bos_token", 1);
     expect_load_error(w, CAIRN_EFORMAT, "tokenizer.ggml.add_bos_token", "add_bos_token not a bool");
 
-    /* out-of-range ids are ignored (as the reference does), not fatal */
+    /* a BOS/EOS/UNK id outside the vocabulary would silently drop BOS or never end a
+     * generation: an error naming the key */
+    w = gw_new(3, 32);
+    gw_kv_str(w, "tokenizer.ggml.model", "llama");
+    gw_kv_arr_str(w, "tokenizer.ggml.tokens", toks, 3);
+    gw_kv_u32(w, "tokenizer.ggml.eos_token_id", 77);
+    expect_load_error(w, CAIRN_EFORMAT, "tokenizer.ggml.eos_token_id",
+                      "EOS id past the vocabulary");
+    w = gw_new(3, 32);
+    gw_kv_str(w, "tokenizer.ggml.model", "llama");
+    gw_kv_arr_str(w, "tokenizer.ggml.tokens", toks, 3);
+    gw_kv_u32(w, "tokenizer.ggml.bos_token_id", 3);
+    expect_load_error(w, CAIRN_EFORMAT, "tokenizer.ggml.bos_token_id",
+                      "BOS id past the vocabulary");
+    w = gw_new(3, 32);
+    gw_kv_str(w, "tokenizer.ggml.model", "llama");
+    gw_kv_arr_str(w, "tokenizer.ggml.tokens", toks, 3);
+    gw_kv_u32(w, "tokenizer.ggml.unknown_token_id", 1000);
+    expect_load_error(w, CAIRN_EFORMAT, "tokenizer.ggml.unknown_token_id",
+                      "UNK id past the vocabulary");
+
+    /* other out-of-range ids (padding, as files in the wild have) mean none, not fatal */
     {
         cairn__tok *t;
         char err[256];
@@ -847,9 +868,9 @@ static void test_errors(void)
         w = gw_new(3, 32);
         gw_kv_str(w, "tokenizer.ggml.model", "llama");
         gw_kv_arr_str(w, "tokenizer.ggml.tokens", toks, 3);
-        gw_kv_u32(w, "tokenizer.ggml.eos_token_id", 77);
+        gw_kv_u32(w, "tokenizer.ggml.padding_token_id", 77);
         rc = load_w(w, &t, err, sizeof err);
-        ok(rc == 0 && cairn__tok_eos(t) == -1, "an EOS id beyond the vocabulary means none");
+        ok(rc == 0, "a padding id beyond the vocabulary means none (%s)", rc ? err : "");
         /* and a vocabulary without byte tokens or unk drops what it cannot spell, no crash */
         if (t) {
             int32_t *ids;
