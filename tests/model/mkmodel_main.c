@@ -65,11 +65,14 @@ int main(int argc, char **argv)
             }
         } else {
             used = 0;
-            if (a[0] == '-' || out) {
-                fprintf(stderr, "usage: cairn-mkmodel OUT.gguf [--dim N] [--layers N] [--heads N] "
-                                "[--kv-heads N] [--ff N] [--vocab N] [--ctx N] [--seed S] "
-                                "[--arch llama|qwen2] [--type f32|f16|bf16|q8_0|q4_0|q4_k|q6_k]\n");
-                return 64;
+            int help = !strcmp(a, "--help") || !strcmp(a, "-h");
+            if (help || a[0] == '-' || out) {
+                fprintf(help ? stdout : stderr,
+                        "usage: cairn-mkmodel OUT.gguf [--dim N] [--layers N] [--heads N] "
+                        "[--kv-heads N] [--ff N] [--vocab N] [--ctx N] [--seed S] "
+                        "[--arch llama|qwen2] [--type f32|f16|bf16|q8_0|q4_0|q4_k|q6_k]\n"
+                        "Writes a random-weight model (for tests and demos: its text is noise).\n");
+                return help ? 0 : 64;
             }
             out = a;
         }
