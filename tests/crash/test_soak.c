@@ -35,6 +35,7 @@
  * ledger has at most one line per task, and each task ends succeeded, or in doubt and then -
  * resolved truthfully - succeeded with exactly one ledger line.
  *
+ * With CAIRN_SOAK_NOSYNC set the store is created nosync (a writable map) and every run uses it.
  * Schedule: seeded PRNG (CAIRN_SOAK_SEED); CAIRN_SOAK_KILLS sets the number of kills (default
  * 300), CAIRN_SOAK_MIN_PER_PHASE the floor. With the argument `long` this is the `soak-long`
  * suite: it skips unless CAIRN_SOAK_LONG_KILLS is set (scripts/soak.sh sets it).
@@ -782,6 +783,10 @@ int main(int argc, char **argv)
     TRACE = tu_fmt("%s/trace", D);
     LEDGER_FILE = tu_fmt("%s/ledger", D);
     diag("temp dir %s, %d kills (%s), seed %s", D, TARGET, kills_var, seed);
+    if (getenv("CAIRN_SOAK_NOSYNC")) { /* the store is nosync for life: every run follows it */
+        int irc = cli_code(LEDGER, ST, "init", "--nosync", NULL);
+        ok(irc == 0, "a nosync store for the soak (init: %d)", irc);
+    }
     int64_t t_start = tu_now_ms();
 
     static const int calib_work[] = {0, 0, 0, 5, 20};
