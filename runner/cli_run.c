@@ -35,7 +35,8 @@ static const char run_help[] =
     "         [--max-attempts N] [--lease-ms MS] [--inline-wait-ms MS]\n"
     "         [--nosync] [--map-max BYTES]\n"
     "Runs one task to completion, resuming after its last committed step. Without --input\n"
-    "the input is read from standard input.\n"
+    "the input is read from standard input, except for a --task the store already has: that\n"
+    "one resumes with the input stored when it was created.\n"
     "Without --task the ID is derived: from the named input fields joined with '_', or\n"
     "<graph>_<first 16 hex of SHA-256 of the RFC 8785 canonical input>.\n"
     "--inline-wait-ms MS: a transient failure whose backoff is longer than MS (default 2000)\n"
@@ -111,6 +112,36 @@ static int run_precheck(const cairn__cli_opts *o, cairn_graph *const *graphs, si
     return rc;
 }
 
+/* `run --task ID` on a task the store has, without --input: its stored input is used. */
+static int run_stored(const cairn__cli_opts *o, cairn_graph *const *graphs, size_t n)
+{
+    cairn__cli_session s;
+    int rc = cairn__cli_session_open(&s, "run", o, graphs, n, 1, 1);
+    if (rc) {
+        cairn__cli_session_close(&s);
+        return cairn__exit_code(rc);
+    }
+    char err[1024];
+    cairn_task *t = NULL;
+    if (cairn_task_load(s.store, o->task, &t) == 0 && strcmp(cairn_task_graph(t), o->graph) != 0) {
+        snprintf(err, sizeof err, "task '%s' belongs to graph '%s', not '%s'", o->task,
+                 cairn_task_graph(t), o->graph);
+        rc = CAIRN_EINVAL;
+    }
+    cairn_task_free(t);
+    if (!rc)
+        rc = cairn_runner_resume(s.runner, o->task);
+    const char *msg = rc == CAIRN_EINVAL ? err : cairn_runner_errmsg(s.runner);
+    if (o->json)
+        run_json(s.store, o->task, rc, msg);
+    if (rc)
+        fprintf(stderr, "%s run: %s (%s)\n", cairn__cli_prog, msg, cairn_errname(rc));
+    else if (!o->json)
+        printf("%s: %s\n", o->task, *msg ? msg : "succeeded");
+    cairn__cli_session_close(&s);
+    return cairn__exit_code(rc);
+}
+
 int cairn__cmd_run(int argc, char **argv, cairn_graph *const *graphs, size_t n)
 {
     static const int allowed[] = {
@@ -138,6 +169,20 @@ int cairn__cmd_run(int argc, char **argv, cairn_graph *const *graphs, size_t n)
     char *buf = NULL;
     size_t len = 0;
     char err[1024];
+    if (!o.input && o.task && cairn__cli_store_exists(o.store, err, sizeof err) == 0) {
+        /* `run --task ID` without --input, for a task the store already has: resume it with the
+         * input stored at its creation (a cron line need not keep the input file around). */
+        int known = 0;
+        cairn__cli_session s;
+        if ((rc = cairn__cli_session_open(&s, "run", &o, graphs, n, 1, 0)) == 0) {
+            cairn_task *t = NULL;
+            known = cairn_task_load(s.store, o.task, &t) == 0;
+            cairn_task_free(t);
+        }
+        cairn__cli_session_close(&s);
+        if (known)
+            return run_stored(&o, graphs, n);
+    }
     if ((rc = run_precheck(&o, graphs, n, &buf, &len, err, sizeof err))) {
         if (o.json)
             run_json(NULL, o.task ? o.task : "", rc, err);

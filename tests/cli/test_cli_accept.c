@@ -166,6 +166,31 @@ static void test_inline_wait(void)
            tu_count_exact(trace, work) == 2 && tu_count_lines(ledger, line) == 1,
        "%s: succeeded on attempt 2, work ran twice, one ledger line", id);
     json_decref(j);
+    /* `run --task ID` without --input resumes a task the store has with its stored input */
+    char *id2 = tu_fmt("%s-again", id);
+    int rc2 = -1;
+    for (int k = 0; k < 3 && rc2 != 75; k++) {
+        free(id2);
+        id2 = tu_fmt("iwa%d", k);
+        char *in = ledger_input(id2, 0, trace, ledger, "transient:1");
+        char *f = write_input(D, "iw.json", in);
+        rc2 = cli_code(LEDGER, st, "run", "--graph", "ledger", "--input", f, "--task", id2,
+                       "--inline-wait-ms", "0", NULL);
+        free(in), free(f);
+    }
+    rc = cli(&r, LEDGER, st, "run", "--graph", "ledger", "--task", id2, NULL);
+    j = show_json(LEDGER, st, id2, NULL);
+    ok(rc2 == 75 && rc == 0 && j && strcmp(jstr(j, "status"), "succeeded") == 0,
+       "run --task %s without --input (stdin empty): resumed with its stored input, succeeded "
+       "(rc %d: %s)",
+       id2, rc, oneline(r.err));
+    tu_result_free(&r);
+    json_decref(j);
+    rc = cli(&r, LEDGER, st, "run", "--graph", "ledger", "--task", "never-seen", NULL);
+    ok(rc == 65, "run --task of an unknown task without --input reads stdin: empty, 65 (rc %d)",
+       rc);
+    tu_result_free(&r);
+    free(id2);
     free(work), free(line), free(st), free(trace), free(ledger);
 }
 
