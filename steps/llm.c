@@ -99,18 +99,10 @@ int cairn__llm_cfg_parse(const json_t *cfg, const char *base_dir, cairn__llm_cfg
         snprintf(err, errlen, "generate: must be an object");
         return CAIRN_EJSON;
     }
-    const char *key;
-    json_t *val;
-    json_object_foreach((json_t *)cfg, key, val)
-    {
-        size_t i = 0;
-        while (i < sizeof known / sizeof *known && strcmp(known[i], key))
-            i++;
-        if (i == sizeof known / sizeof *known) {
-            snprintf(err, errlen, "generate.%s: unknown setting", key);
-            return CAIRN_EJSON;
-        }
-    }
+    int krc =
+        cairn__cfg_known_keys(cfg, "generate", known, sizeof known / sizeof *known, err, errlen);
+    if (krc)
+        return krc;
     cairn__llm_cfg *c = calloc(1, sizeof *c);
     if (!c) {
         snprintf(err, errlen, "generate: out of memory");

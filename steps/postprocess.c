@@ -104,18 +104,11 @@ int cairn__post_cfg_parse(const json_t *cfg, const char *base_dir, cairn__post_c
         snprintf(err, errlen, "postprocess: must be an object");
         return CAIRN_EJSON;
     }
-    const char *k;
-    json_t *v;
-    json_object_foreach((json_t *)cfg, k, v)
-    {
-        size_t i = 0;
-        while (i < sizeof known / sizeof *known && strcmp(known[i], k))
-            i++;
-        if (i == sizeof known / sizeof *known) {
-            snprintf(err, errlen, "postprocess.%s: unknown setting", k);
-            return CAIRN_EJSON;
-        }
-    }
+    int krc = cfg ? cairn__cfg_known_keys(cfg, "postprocess", known, sizeof known / sizeof *known,
+                                          err, errlen)
+                  : 0;
+    if (krc)
+        return krc;
     cairn__post_cfg *c = calloc(1, sizeof *c);
     if (!c)
         return CAIRN_ENOMEM;

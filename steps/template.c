@@ -157,3 +157,21 @@ const msgpack_object *cairn__mp_path(const msgpack_object *o, const char *path)
     }
     return o;
 }
+
+int cairn__cfg_known_keys(const json_t *cfg, const char *section, const char *const *known,
+                          size_t n, char *err, size_t errlen)
+{
+    const char *key;
+    json_t *val;
+    json_object_foreach((json_t *)cfg, key, val)
+    {
+        size_t i = 0;
+        while (i < n && strcmp(known[i], key))
+            i++;
+        if (i == n) {
+            snprintf(err, errlen, "%s.%s: unknown setting", section, key);
+            return CAIRN_EJSON;
+        }
+    }
+    return 0;
+}

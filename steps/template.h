@@ -1,9 +1,11 @@
-/* steps/template.h - "{{name}}" placeholders, shared by the built-in steps. */
+/* steps/template.h - what the built-in steps share: "{{name}}" placeholders, msgpack lookups,
+ * and the check that a configuration section holds only known settings. */
 #ifndef CAIRN_STEPS_TEMPLATE_H
 #define CAIRN_STEPS_TEMPLATE_H
 
 #include <stddef.h>
 
+#include <jansson.h>
 #include <msgpack.h>
 
 /* Returns the text for placeholder `name` (malloc'd), or NULL if there is none. */
@@ -26,5 +28,11 @@ const msgpack_object *cairn__mp_get(const msgpack_object *m, const char *key, si
 
 /* Looks up a dotted path ("result.text") in nested msgpack maps; NULL if absent. */
 const msgpack_object *cairn__mp_path(const msgpack_object *o, const char *path);
+
+/* Refuses a setting of the configuration section `cfg` (an object) that is not in known[0..n):
+ * CAIRN_EJSON with err "SECTION.KEY: unknown setting" (a typo never silently drops a setting).
+ * Returns 0 when every key is known. */
+int cairn__cfg_known_keys(const json_t *cfg, const char *section, const char *const *known,
+                          size_t n, char *err, size_t errlen);
 
 #endif
