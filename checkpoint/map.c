@@ -13,8 +13,10 @@
  *     which no process can be using), so a full disk is CAIRN_EFULL here, never a SIGBUS in the
  *     middle of a transaction. (Copy-on-write filesystems cannot promise space for overwrites:
  *     on btrfs or ZFS a full disk can still stop a nosync writer.)
- * A sync store maps the file read-only and LMDB never truncates it: it takes no lock and
- * reserves nothing, but its sizes are computed by the same code.
+ * A sync store maps the file read-only and LMDB never truncates it: it reserves nothing, and its
+ * sizes are computed by the same code. It takes the map lock at open, where a store whose
+ * machine rebooted returns to its last durable state before LMDB reads it (synced.c), and
+ * around remaps, which first drop the process's pin (LMDB remaps only with no transaction open).
  *
  * The durability itself is the store's, fixed when it is created and recorded in the file
  * `durability` (settle_durability): LMDB forbids mixing processes that map the file writable
@@ -222,6 +224,7 @@ static int remap_failed(cairn_store *s, int rc, const char *what)
  * process's map, under the map lock. */
 static int adopt_size(cairn_store *s)
 {
+    cairn__synced_unpin(s); /* LMDB remaps only with no transaction open in this process */
     int rc = map_lock(s);
     if (rc)
         return rc;
@@ -305,14 +308,20 @@ int cairn__map_open(cairn_store *s, const char *dir, unsigned flags)
 {
     char path[4096];
     int rc;
-    if (s->durability == CAIRN_NOSYNC) {
-        snprintf(path, sizeof path, "%s/map.lock", dir);
-        s->map_lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-        if (s->map_lock_fd < 0)
-            return cairn__store_fail(s, errno == ENOSPC ? CAIRN_EFULL : CAIRN_EIO,
-                                     "cannot open %s: %s", path, strerror(errno));
-        if ((rc = map_lock(s)))
-            return rc;
+    if (s->durability == CAIRN_SYNC && (rc = cairn__synced_open(s, dir)))
+        return rc;
+    snprintf(path, sizeof path, "%s/map.lock", dir);
+    s->map_lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (s->map_lock_fd < 0)
+        return cairn__store_fail(s, errno == ENOSPC ? CAIRN_EFULL : CAIRN_EIO, "cannot open %s: %s",
+                                 path, strerror(errno));
+    if ((rc = map_lock(s)))
+        return rc;
+    /* A sync store returns to its last durable state if the machine rebooted since (synced.c),
+     * before LMDB reads the file, and no other process can be opening it meanwhile. */
+    if (s->durability == CAIRN_SYNC && (rc = cairn__synced_recover(s, dir))) {
+        map_unlock(s);
+        return rc;
     }
     /* The file's size if it is bigger than INITIAL_MAP, at most map_max (LMDB never maps less
      * than the used pages); a nosync store never less than its file (the rule above: its map
@@ -353,6 +362,7 @@ int cairn__map_open(cairn_store *s, const char *dir, unsigned flags)
 
 int cairn__map_grow(cairn_store *s)
 {
+    cairn__synced_unpin(s); /* LMDB remaps only with no transaction open in this process */
     int rc = map_lock(s);
     if (rc)
         return rc;

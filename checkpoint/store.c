@@ -18,34 +18,28 @@
  * commit together or not at all. A full map aborts the transaction, grows the map (up to
  * map_max) and runs the callback again: nothing is half-written.
  *
- * Durability ("sync" mode). LMDB flushes twice per commit by default: the data pages, then the
- * meta page that makes them visible. We open with MDB_NOMETASYNC, so a commit costs one
- * fdatasync: the data pages are on disk, the new meta page is written but not yet flushed. A
- * power loss can therefore undo only the last commit, never corrupt the store (LMDB keeps two
- * meta pages and never reuses pages the previous meta references), and the next commit's
- * fdatasync flushes the pending meta page with its own data. Where losing the last commit would
- * break a promise we flush the meta page too (DURABLE writes): the intent record before an
- * effect is called (else a power loss could forget that an email went out), the output of a
- * step marked expensive (the LLM result), and the final state of a task.
- *
- * Why not fewer flushes, or cheaper ones: every LMDB commit must flush its data pages before
- * its meta page may reach the disk (LMDB pages carry no checksum, so a meta page that got there
- * first would point at garbage after a power cut), which makes one flush per commit the floor.
- * What a flush costs depends on how many separate writes it carries: a copy-on-write commit
- * rewrites the path from leaf to root of each database it touches, the main database's record
- * of that root, and the free list, at scattered places (5-6 pages), where SQLite's WAL appends
- * 1-2 pages in one run. On the benchmark machine a flush of 6 scattered pages took ~167 us
- * against ~100-115 us for 1-2 pages or 6 contiguous ones, hence cairn's sync mode at about
- * 0.6-0.7x SQLite's WAL FULL (bench/README.md). A commit log in front of LMDB would close that
- * gap at the price of a second storage format; that is a design decision, not a tuning knob.
+ * Durability ("sync" mode, the default). LMDB flushes twice per commit by default: the data
+ * pages, then the meta page that makes them visible. A sync store instead commits with
+ * MDB_NOSYNC and flushes only at durable points: the intent record before an effect is called
+ * (else a power loss could forget that an email went out), the output of a step marked
+ * expensive (the LLM result), the final state of a task, operator commands, and a process's
+ * first write. A durable point costs two flushes (data.mdb, then the small file `synced`); a
+ * RELAXED commit - a compute step's output, admission, a lease - costs none. A power cut can
+ * therefore undo relaxed commits back to the last durable point (those steps run again), never
+ * a durable one, and never corrupts the store: the pages of the last durable snapshot are kept
+ * from reuse by a read transaction every writer holds, and after a reboot its meta pages are
+ * written back from `synced`. The argument, and what it costs in file growth, is in synced.c.
+ * The earlier design (MDB_NOMETASYNC: one flush per commit, of 5-6 scattered pages) ran at
+ * 0.6-0.7x SQLite's WAL FULL; a flush of scattered pages costs ~1.6x an appended one.
  *
  * "nosync" stores (chosen when the store is created, recorded in the file `durability`) use
  * MDB_NOSYNC with MDB_WRITEMAP: a commit writes into the shared map, which reaches the page
  * cache at once and survives a process crash, with no system call. How the map is sized,
  * reserved on disk and kept from shrinking under another process is checkpoint/map.c's.
  *
- * This file holds the environment and the transactions; records.c the record coding and the
- * task/step/progress/audit records, index.c the index scans, messages and statistics.
+ * This file holds the environment and the transactions; synced.c the power-loss protocol of sync
+ * stores; records.c the record coding and the task/step/progress/audit records, index.c the
+ * index scans, messages and statistics.
  */
 #include "checkpoint/store_impl.h"
 
@@ -137,54 +131,106 @@ void cairn__store_inject_write_failure(cairn_store *s, uint32_t nth, int err)
     s->inject_err = err;
 }
 
-static int begin(cairn_store *s, unsigned flags, MDB_txn **txn);
+static const char *const db_names[] = {"meta",     "tasks", "inputs", "steps",
+                                       "progress", "idem",  "due",    "tenants",
+                                       "finished", "audit", "msgs",   "msgtime"};
 
-static int open_dbs(cairn_store *s)
+static MDB_dbi *db_handle(cairn_store *s, size_t i)
 {
-    static const char *names[] = {"meta", "tasks",   "inputs",   "steps", "progress", "idem",
-                                  "due",  "tenants", "finished", "audit", "msgs",     "msgtime"};
     MDB_dbi *dbis[] = {&s->meta, &s->tasks,   &s->inputs,   &s->steps, &s->progress, &s->idem,
                        &s->due,  &s->tenants, &s->finished, &s->audit, &s->msgs,     &s->msgtime};
+    return dbis[i];
+}
+
+#define N_DBS (sizeof db_names / sizeof *db_names)
+
+static int newer_schema(cairn_store *s, uint32_t schema)
+{
+    return cairn__store_fail(s, CAIRN_ESCHEMA,
+                             "store %s has schema version %u; this cairn reads up to %u: "
+                             "upgrade cairn",
+                             s->dir, schema, CAIRN__SCHEMA);
+}
+
+/* The stored schema version: 0 if none, else the number (<0: an error). */
+static int64_t schema_of(cairn_store *s, MDB_txn *txn)
+{
+    MDB_val k = {6, "schema"}, v;
+    int rc = mdb_get(txn, s->meta, &k, &v);
+    if (rc == MDB_NOTFOUND)
+        return 0;
+    if (rc)
+        return cairn__mdb_fail(NULL, s, rc, "read the schema version");
+    uint32_t schema = 0;
+    if (v.mv_size == sizeof schema)
+        memcpy(&schema, v.mv_data, sizeof schema);
+    return schema;
+}
+
+/* Creates the databases and records the schema version (a new store, or one an older cairn
+ * wrote): a write like any other, so a sync store's protocol covers it (synced.c). */
+static int create_dbs_txn(cairn__txn *t, void *arg)
+{
+    (void)arg;
+    cairn_store *s = t->s;
+    for (size_t i = 0; i < N_DBS; i++) {
+        int rc = mdb_dbi_open(t->txn, db_names[i], MDB_CREATE, db_handle(s, i));
+        if (rc)
+            return cairn__mdb_fail(t, s, rc, "create database");
+    }
+    int64_t schema = schema_of(s, t->txn);
+    if (schema < 0)
+        return (int)schema;
+    if (schema > CAIRN__SCHEMA)
+        return newer_schema(s, (uint32_t)schema);
+    if (schema == CAIRN__SCHEMA)
+        return 0;
+    uint32_t now = CAIRN__SCHEMA;
+    MDB_val k = {6, "schema"}, v = {sizeof now, &now};
+    int rc = mdb_put(t->txn, s->meta, &k, &v, 0);
+    return rc ? cairn__mdb_fail(t, s, rc, "record the schema version") : 0;
+}
+
+/* Opens the databases in a read transaction, which writes nothing (a read-only command on an
+ * existing store never takes the writer lock); only a store that lacks one, or an older
+ * schema, goes through a write. */
+static int open_dbs(cairn_store *s)
+{
     MDB_txn *txn;
-    int rc = begin(s, 0, &txn); /* adopts the map size if another process just grew it */
+    int rc = cairn__store_begin(s, MDB_RDONLY, &txn); /* adopts a map another process grew */
     if (rc)
         return rc;
-    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
-        rc = mdb_dbi_open(txn, names[i], MDB_CREATE, dbis[i]);
-        if (rc) {
-            mdb_txn_abort(txn);
-            return cairn__mdb_fail(NULL, s, rc, "open database");
-        }
+    int missing = 0;
+    for (size_t i = 0; i < N_DBS && !missing && !rc; i++) {
+        rc = mdb_dbi_open(txn, db_names[i], 0, db_handle(s, i));
+        if (rc == MDB_NOTFOUND)
+            missing = 1, rc = 0;
     }
-    MDB_val k = {6, "schema"}, v;
-    rc = mdb_get(txn, s->meta, &k, &v);
-    if (rc == MDB_NOTFOUND) {
-        uint32_t schema = CAIRN__SCHEMA;
-        v.mv_size = sizeof schema;
-        v.mv_data = &schema;
-        rc = mdb_put(txn, s->meta, &k, &v, 0);
-    } else if (rc == 0) {
-        uint32_t schema = 0;
-        if (v.mv_size == sizeof schema)
-            memcpy(&schema, v.mv_data, sizeof schema);
-        if (schema > CAIRN__SCHEMA) {
-            mdb_txn_abort(txn);
-            return cairn__store_fail(s, CAIRN_ESCHEMA,
-                                     "store %s has schema version %u; this cairn reads up to %u: "
-                                     "upgrade cairn",
-                                     s->dir, schema, CAIRN__SCHEMA);
-        }
-    }
-    if (rc == 0)
-        rc = mdb_txn_commit(txn);
-    else
+    int64_t schema = 0;
+    if (!rc && !missing && (schema = schema_of(s, txn)) < 0) {
         mdb_txn_abort(txn);
-    return rc ? cairn__mdb_fail(NULL, s, rc, "initialise store") : 0;
+        return (int)schema;
+    }
+    if (rc) {
+        mdb_txn_abort(txn);
+        return cairn__mdb_fail(NULL, s, rc, "open database");
+    }
+    if (schema > CAIRN__SCHEMA) {
+        mdb_txn_abort(txn);
+        return newer_schema(s, (uint32_t)schema);
+    }
+    if (!missing && schema == CAIRN__SCHEMA) {
+        rc = mdb_txn_commit(txn); /* a read transaction's commit keeps its database handles */
+        return rc ? cairn__mdb_fail(NULL, s, rc, "open database") : 0;
+    }
+    mdb_txn_abort(txn);
+    return cairn__store_write(s, CAIRN__DURABLE, create_dbs_txn, NULL);
 }
 
 /* Undoes a failed open, so that the handle can be opened again (or freed) cleanly. */
 static int open_failed(cairn_store *s, int rc)
 {
+    cairn__synced_close(s);
     if (s->env)
         mdb_env_close(s->env);
     s->env = NULL;
@@ -216,7 +262,9 @@ int cairn_store_open(cairn_store *s, const char *dir)
     mdb_env_set_maxdbs(s->env, 16);
     mdb_env_set_maxreaders(s->env, 256);
     unsigned flags = MDB_NOTLS | MDB_NORDAHEAD;
-    flags |= s->durability == CAIRN_NOSYNC ? MDB_NOSYNC | MDB_WRITEMAP : MDB_NOMETASYNC;
+    /* both commit without a flush: a nosync store never flushes, a sync store at its durable
+     * points (synced.c) */
+    flags |= s->durability == CAIRN_NOSYNC ? MDB_NOSYNC | MDB_WRITEMAP : MDB_NOSYNC;
     if ((rc = cairn__map_open(s, dir, flags)))
         return open_failed(s, rc);
     int dead = 0;
@@ -231,6 +279,7 @@ void cairn_store_free(cairn_store *s)
 {
     if (!s)
         return;
+    cairn__synced_close(s); /* ends the pin before the environment goes */
     if (s->env)
         mdb_env_close(s->env);
     if (s->map_lock_fd >= 0)
@@ -253,7 +302,7 @@ static int grow_map(cairn_store *s)
     return cairn__map_grow(s);
 }
 
-static int begin(cairn_store *s, unsigned flags, MDB_txn **txn)
+int cairn__store_begin(cairn_store *s, unsigned flags, MDB_txn **txn)
 {
     for (int tries = 0;; tries++) {
         int rc = mdb_txn_begin(s->env, NULL, flags, txn);
@@ -286,16 +335,14 @@ static int broken(cairn_store *s)
                              s->dir);
 }
 
-int cairn__store_write(cairn_store *s, int durable, cairn__txn_fn fn, void *arg)
+static int write_locked(cairn_store *s, int durable, cairn__txn_fn fn, void *arg)
 {
-    if (!s || !s->env)
-        return CAIRN_EINVAL;
-    if (s->broken)
-        return broken(s);
     for (;;) {
+        /* A sync store commits only under a pin (synced.c): the first write, and the first
+         * after the pin was dropped (a remap, or its age), begins with a durable point. */
+        int rc = s->synced && !cairn__synced_pinned(s) ? cairn__synced_point(s) : 0;
         cairn__txn t = {.s = s};
-        int rc = begin(s, 0, &t.txn);
-        if (rc)
+        if (rc || (rc = cairn__store_begin(s, 0, &t.txn)))
             return rc;
         cairn__map_prepare_ahead(s);
         msgpack_sbuffer_init(&t.buf);
@@ -326,13 +373,20 @@ int cairn__store_write(cairn_store *s, int durable, cairn__txn_fn fn, void *arg)
         }
         if (mrc)
             return cairn__mdb_fail(NULL, s, mrc, "commit");
-        if (durable && s->durability == CAIRN_SYNC) {
-            mrc = mdb_env_sync(s->env, 1);
-            if (mrc)
-                return cairn__mdb_fail(NULL, s, mrc, "flush to disk");
-        }
-        return 0;
+        return durable && s->synced ? cairn__synced_point(s) : 0;
     }
+}
+
+int cairn__store_write(cairn_store *s, int durable, cairn__txn_fn fn, void *arg)
+{
+    if (!s || !s->env)
+        return CAIRN_EINVAL;
+    if (s->broken)
+        return broken(s);
+    cairn__synced_lock(s); /* the pin cannot be dropped under a commit that relies on it */
+    int rc = write_locked(s, durable, fn, arg);
+    cairn__synced_unlock(s);
+    return rc;
 }
 
 int cairn__store_read(cairn_store *s, cairn__txn_fn fn, void *arg)
@@ -342,7 +396,7 @@ int cairn__store_read(cairn_store *s, cairn__txn_fn fn, void *arg)
     if (s->broken)
         return broken(s);
     cairn__txn t = {.s = s};
-    int rc = begin(s, MDB_RDONLY, &t.txn);
+    int rc = cairn__store_begin(s, MDB_RDONLY, &t.txn);
     if (rc)
         return rc;
     msgpack_sbuffer_init(&t.buf);

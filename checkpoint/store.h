@@ -23,9 +23,10 @@
 typedef struct cairn__txn cairn__txn;
 typedef int (*cairn__txn_fn)(cairn__txn *t, void *arg);
 
-/* Whether a write is flushed to stable storage when it commits (see the durability argument
- * in store.c): RELAXED commits flush data pages only; DURABLE commits also flush the meta page
- * so the transaction survives power loss before the function returns. */
+/* Whether a write survives a power loss once it returns (see the durability argument in
+ * store.c and synced.c): a DURABLE write of a sync store is a durable point, flushed before the
+ * function returns; a RELAXED one is not flushed and may be undone by a power cut back to the
+ * last durable point (never torn). nosync stores flush neither. */
 enum { CAIRN__RELAXED = 0, CAIRN__DURABLE = 1 };
 
 int cairn__store_write(cairn_store *s, int durable, cairn__txn_fn fn, void *arg);

@@ -11,6 +11,8 @@
 
 #include "checkpoint/store.h"
 
+typedef struct cairn__synced cairn__synced;
+
 struct cairn_store {
     MDB_env *env;
     MDB_dbi meta, tasks, inputs, steps, progress, idem, due, tenants, finished, audit, msgs,
@@ -25,6 +27,7 @@ struct cairn_store {
     uint64_t map_len, ready;
     int broken;
     uint64_t map_max, map_size;
+    cairn__synced *synced; /* synced.c: sync stores only (the marker, the pin, their mutex) */
     uint32_t inject_nth;
     int inject_err;
     char *dir;
@@ -100,6 +103,22 @@ int cairn__map_grow(cairn_store *s);
 int cairn__map_adopt(cairn_store *s);
 void cairn__map_note(cairn_store *s); /* after a remap: the map's size and address */
 void cairn__map_prepare_ahead(cairn_store *s);
+
+/* synced.c: power-loss safety of sync stores (see its design comment). open and recover run
+ * before LMDB opens the file (recover under the map lock); point is a durable point (flush, the
+ * marker, a new pin); a write holds lock/unlock around its transaction and its durable point;
+ * unpin before LMDB remaps. */
+int cairn__synced_open(cairn_store *s, const char *dir);
+int cairn__synced_recover(cairn_store *s, const char *dir);
+int cairn__synced_point(cairn_store *s);
+int cairn__synced_pinned(cairn_store *s);
+void cairn__synced_unpin(cairn_store *s);
+void cairn__synced_lock(cairn_store *s);
+void cairn__synced_unlock(cairn_store *s);
+void cairn__synced_close(cairn_store *s);
+
+/* store.c: begins an LMDB transaction, adopting a map another process grew. */
+int cairn__store_begin(cairn_store *s, unsigned flags, MDB_txn **txn);
 
 /* Writes an empty value under k (an index entry). */
 int cairn__put_empty(cairn__txn *t, MDB_dbi dbi, key *k);

@@ -80,9 +80,16 @@ int bench_cairn_load_step(bench_cairn *c, const char *task, const char *step, co
  * index), in WAL mode, driven by prepared statements in one transaction per operation. */
 typedef struct bench_peer bench_peer;
 
-/* Opens (creating) `dir`/store.db with journal_mode=WAL and synchronous=FULL (`full`) or
- * NORMAL; steps output a blob of out_size bytes. NULL on failure with the reason in err. */
-bench_peer *bench_peer_open(const char *dir, int full, size_t out_size, char *err, size_t cap);
+/* How the SQLite peer flushes: NORMAL (never at a commit: process-crash safe), FULL (the WAL at
+ * every commit), or SPLIT: NORMAL, with FULL for the commit that finishes a task, which flushes
+ * the WAL and so every commit before it - the promise cairn's sync mode makes (relaxed steps,
+ * a durable end). */
+typedef enum { PEER_NORMAL = 0, PEER_FULL = 1, PEER_SPLIT = 2 } bench_peer_sync;
+
+/* Opens (creating) `dir`/store.db with journal_mode=WAL and the given flushing; steps output a
+ * blob of out_size bytes. NULL on failure with the reason in err. */
+bench_peer *bench_peer_open(const char *dir, bench_peer_sync sync, size_t out_size, char *err,
+                            size_t cap);
 void bench_peer_close(bench_peer *p);
 const char *bench_peer_errmsg(const bench_peer *p);
 /* Runs one fresh task the way cairn's runner does, as separate transactions: admission
@@ -126,6 +133,7 @@ typedef struct bench_config {
     size_t size;
     bench_tput sqlite_task, cairn_task, sqlite_commit, cairn_commit;
     bench_tput durable_task, durable_commit; /* power-loss only: every commit DURABLE */
+    bench_tput split_task; /* power-loss only: SQLite NORMAL with FULL at each task's end */
 } bench_config;
 
 typedef struct bench_lat {

@@ -9,8 +9,9 @@
  * cairn does); the last step's commit also finishes the task. One BEGIN IMMEDIATE each.
  * Every statement is prepared once and reused, WAL mode is on, and durability is chosen with
  * synchronous=FULL (survives power loss: the WAL is fsynced at every commit) or NORMAL
- * (survives process crashes: fsync only at checkpoints). Ordinary rowid tables are used because
- * SQLite advises them for rows with large blobs (8 KB outputs).
+ * (survives process crashes: fsync only at checkpoints), or NORMAL with FULL for the commit that
+ * finishes a task (PEER_SPLIT: cairn sync's own promise, for an info row). Ordinary rowid tables
+ * are used because SQLite advises them for rows with large blobs (8 KB outputs).
  */
 #include <msgpack.h>
 #include <sqlite3.h>
@@ -125,6 +126,7 @@ struct bench_peer {
     msgpack_sbuffer input;
     char host[64];
     int pid;
+    int split; /* PEER_SPLIT: FULL only for a task's last commit */
     char err[512];
 };
 
@@ -163,7 +165,8 @@ static int rollback(bench_peer *p)
     return -1;
 }
 
-bench_peer *bench_peer_open(const char *dir, int full, size_t out_size, char *err, size_t cap)
+bench_peer *bench_peer_open(const char *dir, bench_peer_sync sync, size_t out_size, char *err,
+                            size_t cap)
 {
     bench_peer *p = calloc(1, sizeof *p);
     if (!p) {
@@ -188,7 +191,7 @@ bench_peer *bench_peer_open(const char *dir, int full, size_t out_size, char *er
     }
     char pragmas[256];
     snprintf(pragmas, sizeof pragmas, "PRAGMA journal_mode=WAL; PRAGMA synchronous=%s;",
-             full ? "FULL" : "NORMAL");
+             sync == PEER_FULL ? "FULL" : "NORMAL");
     char *msg = NULL;
     if (sqlite3_exec(p->db, pragmas, NULL, NULL, &msg) != SQLITE_OK ||
         sqlite3_exec(p->db, schema, NULL, NULL, &msg) != SQLITE_OK) {
@@ -205,6 +208,7 @@ bench_peer *bench_peer_open(const char *dir, int full, size_t out_size, char *er
             return NULL;
         }
     }
+    p->split = sync == PEER_SPLIT;
     gethostname(p->host, sizeof p->host - 1);
     p->pid = (int)getpid();
     return p;
@@ -514,8 +518,15 @@ int bench_peer_run_task(bench_peer *p, const char *id, uint32_t n, uint32_t n_st
         char step[16], dep[16];
         snprintf(step, sizeof step, "s%u", i);
         snprintf(dep, sizeof dep, "s%u", i ? i - 1 : 0);
-        if (bench_peer_load_step(p, id, step, i ? dep : NULL, i == 0) < 0 || /* fresh: 1 */
-            commit_step(p, id, step, token, i + 1 == n_steps))
+        int last = i + 1 == n_steps;
+        if (bench_peer_load_step(p, id, step, i ? dep : NULL, i == 0) < 0) /* fresh: 1 */
+            return -1;
+        if (last && p->split && sqlite3_exec(p->db, "PRAGMA synchronous=FULL", 0, 0, 0))
+            return fail(p, "synchronous=FULL");
+        int rc = commit_step(p, id, step, token, last);
+        if (last && p->split && sqlite3_exec(p->db, "PRAGMA synchronous=NORMAL", 0, 0, 0))
+            return fail(p, "synchronous=NORMAL");
+        if (rc)
             return -1;
     }
     return 0;

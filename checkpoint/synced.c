@@ -1,0 +1,442 @@
+/* checkpoint/synced.c - how a sync store survives a power loss at no flush per relaxed commit.
+ *
+ * The promise of a `sync` store: after a power cut the store opens whole, and everything a
+ * DURABLE write covered is there (an effect's intent, an expensive step's output, a task's end,
+ * operator commands). RELAXED writes (a compute step's output, admission, a lease) may be lost
+ * back to the last durable point; they are work that can be done again. Those writes cost no
+ * flush here: LMDB commits them with MDB_NOSYNC, and only a durable point flushes.
+ *
+ * Why that is safe. A commit that is not flushed may reach the disk in any order, page by page,
+ * so after a power cut the newest meta page can point at a tree whose pages never arrived. Two
+ * things make the last durable state recoverable anyway:
+ *   1. The marker: at every durable point, after fdatasync(data.mdb), the two meta pages as they
+ *      are on disk then (pages 0 and 1) are copied into the file `synced`, which is flushed
+ *      too. Two slots, written alternately, each with a sequence number, the boot id and a
+ *      SHA-256, so a torn marker write leaves the previous slot whole.
+ *   2. The pin: a process commits RELAXED only while it holds a read transaction on a snapshot
+ *      no newer than the marker's (taken at a durable point: the snapshot the marker records).
+ *      LMDB never reuses a page a live reader can see, so no page of the marker's tree is
+ *      overwritten, by anyone, until the next durable point. Every writer holds its own pin,
+ *      so the protection does not depend on another process staying alive.
+ * After a power cut the pages of the marker's snapshot are therefore intact on disk, and writing
+ * its two meta pages back returns the store exactly to it (recover()). The machine rebooted
+ * iff the boot id (/proc/sys/kernel/random/boot_id) differs from the marker's: a process crash
+ * keeps the page cache, where every commit is whole, and then nothing is done. The first process
+ * to open the store after a reboot restores the meta pages and records the new boot id, under
+ * the map lock and before LMDB reads the file; later ones see the new boot id.
+ *
+ * A durable point (cairn__synced_point) holds a write transaction, so that no other process
+ * commits while it runs: fdatasync(data.mdb), read pages 0 and 1, write and flush the marker,
+ * move the pin to the now-latest snapshot. Two flushes, as LMDB's own durable commit costs. A
+ * crash before the marker is flushed leaves the previous marker, whose pages the pins protected:
+ * recovery returns to it, and the durable write had not returned to its caller yet.
+ *
+ * Without a pin there is no relaxed commit: a process's first write, and the first after its pin
+ * was dropped, begins with a durable point. Pins are dropped when the map is resized (LMDB
+ * remaps only with no transaction open) and by a keeper thread once they are older than
+ * PIN_MAX_MS, because a pinned snapshot stops page reuse for every writer: a process sleeping in
+ * a long step would make the file grow by what others write meanwhile. A store written before
+ * the marker existed has no marker: its commits were all flushed the classic way (data, then
+ * meta), so the disk is trusted until the first durable point writes one. The same holds when
+ * no slot of the marker is whole: only the first marker write can be torn with nothing before
+ * it, and no relaxed commit happens before a marker write has returned.
+ *
+ * Test hook: the environment variable CAIRN_BOOT_ID replaces the boot id (a simulated reboot).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <lmdb.h>
+#include <openssl/sha.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "checkpoint/store_impl.h"
+
+#define PIN_MAX_MS 1000
+#define KEEPER_TICK_MS 250
+#define MARKER_MAGIC "CAIRNSYN"
+#define MARKER_VERSION 1u
+#define HDR 64 /* magic 8, version 4, page size 4, sequence 8, boot id 40 */
+#define BOOT_LEN 40
+
+struct cairn__synced {
+    pthread_mutex_t mu; /* recursive: a write holds it while a remap inside drops the pin */
+    pthread_cond_t cv;
+    pthread_t keeper;
+    int keeper_started, stop;
+    int fd;         /* the marker file */
+    unsigned psize; /* LMDB's page size */
+    char boot[BOOT_LEN];
+    MDB_txn *pin; /* a read transaction, reset when not pinned */
+    int pinned;
+    int64_t pin_ms;                   /* monotonic time the pin was taken */
+    unsigned char *slot, *pages, *rd; /* buffers: a marker slot, the two meta pages, two slots */
+};
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static size_t slot_size(unsigned psize)
+{
+    size_t n = HDR + 2 * (size_t)psize + SHA256_DIGEST_LENGTH;
+    return (n + 4095) & ~(size_t)4095;
+}
+
+/* The boot id, NUL-padded to BOOT_LEN; CAIRN_BOOT_ID replaces it (tests). */
+static int read_boot(cairn_store *s, char boot[BOOT_LEN])
+{
+    memset(boot, 0, BOOT_LEN);
+    const char *env = getenv("CAIRN_BOOT_ID");
+    if (env && *env) {
+        strncpy(boot, env, BOOT_LEN - 1);
+        return 0;
+    }
+    static const char path[] = "/proc/sys/kernel/random/boot_id";
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd >= 0 ? read(fd, boot, BOOT_LEN - 1) : -1;
+    int err = errno;
+    if (fd >= 0)
+        close(fd);
+    if (n <= 0)
+        return cairn__store_fail(s, CAIRN_EIO,
+                                 "cannot read %s (%s): a sync store needs the boot id to tell a "
+                                 "power loss from a process crash",
+                                 path, n < 0 ? strerror(err) : "empty");
+    boot[n] = 0;
+    if (n > 0 && boot[n - 1] == '\n')
+        boot[n - 1] = 0;
+    return 0;
+}
+
+static void be64w(unsigned char *p, uint64_t v) { be64(p, v); }
+static void be32w(unsigned char *p, uint32_t v)
+{
+    p[0] = (unsigned char)(v >> 24), p[1] = (unsigned char)(v >> 16);
+    p[2] = (unsigned char)(v >> 8), p[3] = (unsigned char)v;
+}
+static uint32_t rd_be32(const unsigned char *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+/* A whole slot read at `off` into buf: 1 (and *seq, *psize set), 0 if not whole. */
+static int slot_read(int fd, off_t off, unsigned char *buf, size_t cap, uint64_t *seq,
+                     unsigned *psize)
+{
+    unsigned char hdr[HDR];
+    if (pread(fd, hdr, HDR, off) != HDR || memcmp(hdr, MARKER_MAGIC, 8) != 0 ||
+        rd_be32(hdr + 8) != MARKER_VERSION)
+        return 0;
+    unsigned p = rd_be32(hdr + 12);
+    if (p < 512 || p > 65536 || (p & (p - 1)))
+        return 0;
+    size_t body = HDR + 2 * (size_t)p;
+    if (body + SHA256_DIGEST_LENGTH > cap ||
+        pread(fd, buf, body + SHA256_DIGEST_LENGTH, off) != (ssize_t)(body + SHA256_DIGEST_LENGTH))
+        return 0;
+    unsigned char md[SHA256_DIGEST_LENGTH];
+    SHA256(buf, body, md);
+    if (memcmp(md, buf + body, sizeof md) != 0)
+        return 0;
+    *seq = rd_be64(buf + 16);
+    *psize = p;
+    return 1;
+}
+
+/* Writes the marker `seq` into slot `slot` with the meta pages in `pages`, and flushes it. */
+static int slot_write(cairn_store *s, cairn__synced *y, int slot, uint64_t seq,
+                      const unsigned char *pages)
+{
+    size_t body = HDR + 2 * (size_t)y->psize, size = slot_size(y->psize);
+    unsigned char *b = y->slot;
+    memset(b, 0, size);
+    memcpy(b, MARKER_MAGIC, 8);
+    be32w(b + 8, MARKER_VERSION);
+    be32w(b + 12, y->psize);
+    be64w(b + 16, seq);
+    memcpy(b + 24, y->boot, BOOT_LEN);
+    memcpy(b + HDR, pages, 2 * (size_t)y->psize);
+    SHA256(b, body, b + body);
+    ssize_t w = pwrite(y->fd, b, size, (off_t)slot * (off_t)size);
+    int err = w == (ssize_t)size ? 0 : w < 0 ? errno : EIO;
+    if (!err && fdatasync(y->fd) != 0)
+        err = errno;
+    if (err)
+        return cairn__store_fail(s, err == ENOSPC || err == EDQUOT ? CAIRN_EFULL : CAIRN_EIO,
+                                 "store %s: cannot write the file synced: %s", s->dir,
+                                 strerror(err));
+    return 0;
+}
+
+/* The newest whole slot of the marker: its index (0 or 1), or -1 if neither is whole. Several
+ * processes write the marker (each under LMDB's writer lock), so it is read every time, never
+ * remembered: the next marker goes into the other slot with the next sequence number. a and b
+ * hold cap bytes; *seq, *psize and *pages describe the newest. Slot 1 sits after slot 0, whose
+ * size depends on the page size: slot 0 says it, else each possible one is tried. */
+static int newest(int fd, unsigned char *a, unsigned char *b, size_t cap, uint64_t *seq,
+                  unsigned *psize, const unsigned char **pages)
+{
+    uint64_t sa = 0, sb = 0;
+    unsigned pa = 0, pb = 0;
+    int ha = slot_read(fd, 0, a, cap, &sa, &pa), hb = 0;
+    for (unsigned p = ha ? pa : 4096; p <= 65536 && !hb; p *= 2) {
+        hb = slot_read(fd, (off_t)slot_size(p), b, cap, &sb, &pb) && pb == p;
+        if (ha)
+            break;
+    }
+    if (!ha && !hb)
+        return -1;
+    int one = hb && (!ha || sb > sa);
+    *seq = one ? sb : sa;
+    *psize = one ? pb : pa;
+    *pages = (one ? b : a) + HDR;
+    return one;
+}
+
+static int fail_errno(cairn_store *s, const char *what, const char *path)
+{
+    int err = errno;
+    return cairn__store_fail(s, err == ENOSPC || err == EDQUOT ? CAIRN_EFULL : CAIRN_EIO,
+                             "store %s: cannot %s %s: %s", s->dir, what, path, strerror(err));
+}
+
+/* ------------------------------------------------------------------ open and recovery */
+
+int cairn__synced_open(cairn_store *s, const char *dir)
+{
+    cairn__synced *y = calloc(1, sizeof *y);
+    if (!y)
+        return CAIRN_ENOMEM;
+    y->fd = -1;
+    pthread_mutexattr_t ma;
+    pthread_mutexattr_init(&ma);
+    pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_RECURSIVE);
+    int ok = pthread_mutex_init(&y->mu, &ma) == 0;
+    pthread_mutexattr_destroy(&ma);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    if (ok && pthread_cond_init(&y->cv, &ca) != 0) {
+        pthread_mutex_destroy(&y->mu);
+        ok = 0;
+    }
+    pthread_condattr_destroy(&ca);
+    if (!ok) {
+        free(y);
+        return CAIRN_ENOMEM;
+    }
+    s->synced = y;
+    int rc = read_boot(s, y->boot);
+    if (rc)
+        return rc;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/synced", dir);
+    y->fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (y->fd < 0)
+        return fail_errno(s, "open", path);
+    return 0;
+}
+
+/* Called under the map lock before LMDB opens data.mdb (see the design comment). */
+int cairn__synced_recover(cairn_store *s, const char *dir)
+{
+    cairn__synced *y = s->synced;
+    enum { CAP = HDR + 2 * 65536 + SHA256_DIGEST_LENGTH };
+    unsigned char *a = malloc(CAP), *b = malloc(CAP);
+    if (!a || !b) {
+        free(a);
+        free(b);
+        return CAIRN_ENOMEM;
+    }
+    uint64_t seq = 0;
+    const unsigned char *pages = NULL;
+    int rc = 0, slot = newest(y->fd, a, b, CAP, &seq, &y->psize, &pages);
+    if (slot >= 0 && memcmp(pages - HDR + 24, y->boot, BOOT_LEN) != 0) {
+        /* The machine rebooted since the last durable point: return to it. */
+        char path[4200];
+        snprintf(path, sizeof path, "%s/data.mdb", dir);
+        int fd = open(path, O_WRONLY | O_CLOEXEC);
+        if (fd < 0) {
+            rc = fail_errno(s, "open", path);
+        } else {
+            size_t n = 2 * (size_t)y->psize;
+            ssize_t w = pwrite(fd, pages, n, 0);
+            if (w != (ssize_t)n || fdatasync(fd) != 0) {
+                if (w >= 0 && w != (ssize_t)n)
+                    errno = EIO;
+                rc = fail_errno(s, "restore the last durable state of", path);
+            }
+            close(fd);
+        }
+        if (!rc && !(y->slot = malloc(slot_size(y->psize))))
+            rc = CAIRN_ENOMEM;
+        if (!rc) /* the same state, under this boot's id: later openers restore nothing */
+            rc = slot_write(s, y, 1 - slot, seq + 1, pages);
+    }
+    free(a);
+    free(b);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ pins */
+
+static void *keeper_main(void *arg)
+{
+    cairn__synced *y = arg;
+    pthread_mutex_lock(&y->mu);
+    while (!y->stop) {
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        until.tv_nsec += KEEPER_TICK_MS * 1000000L;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&y->cv, &y->mu, &until);
+        if (y->pinned && mono_ms() - y->pin_ms > PIN_MAX_MS) {
+            mdb_txn_reset(y->pin);
+            y->pinned = 0;
+        }
+    }
+    pthread_mutex_unlock(&y->mu);
+    return NULL;
+}
+
+void cairn__synced_lock(cairn_store *s)
+{
+    if (s->synced)
+        pthread_mutex_lock(&s->synced->mu);
+}
+
+void cairn__synced_unlock(cairn_store *s)
+{
+    if (s->synced)
+        pthread_mutex_unlock(&s->synced->mu);
+}
+
+int cairn__synced_pinned(cairn_store *s) { return !s->synced || s->synced->pinned; }
+
+void cairn__synced_unpin(cairn_store *s)
+{
+    cairn__synced *y = s->synced;
+    if (!y)
+        return;
+    pthread_mutex_lock(&y->mu);
+    if (y->pinned)
+        mdb_txn_reset(y->pin);
+    y->pinned = 0;
+    pthread_mutex_unlock(&y->mu);
+}
+
+/* Moves the pin to the latest snapshot; the caller holds a write transaction. */
+static int pin_latest(cairn_store *s, cairn__synced *y)
+{
+    int rc;
+    if (y->pin) {
+        if (y->pinned)
+            mdb_txn_reset(y->pin);
+        y->pinned = 0;
+        rc = mdb_txn_renew(y->pin);
+    } else {
+        rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &y->pin);
+        if (rc)
+            y->pin = NULL;
+    }
+    if (rc)
+        return cairn__mdb_fail(NULL, s, rc, "pin the durable snapshot");
+    y->pinned = 1;
+    y->pin_ms = mono_ms();
+    if (!y->keeper_started && pthread_create(&y->keeper, NULL, keeper_main, y) == 0)
+        y->keeper_started = 1;
+    return 0;
+}
+
+int cairn__synced_point(cairn_store *s)
+{
+    cairn__synced *y = s->synced;
+    MDB_txn *w;
+    int fd, rc;
+    pthread_mutex_lock(&y->mu);
+    rc = cairn__store_begin(s, 0, &w); /* no other process commits while we record the state */
+    if (rc) {
+        pthread_mutex_unlock(&y->mu);
+        return rc;
+    }
+    if (!y->psize) {
+        MDB_stat st;
+        if (mdb_env_stat(s->env, &st) == 0)
+            y->psize = st.ms_psize;
+        if (y->psize < 512 || y->psize > 65536)
+            rc = cairn__store_fail(s, CAIRN_EIO, "store %s: unexpected page size %u", s->dir,
+                                   y->psize);
+    }
+    if (!rc && !y->slot && !(y->slot = malloc(slot_size(y->psize))))
+        rc = CAIRN_ENOMEM;
+    if (!rc && !y->pages && !(y->pages = malloc(2 * (size_t)y->psize)))
+        rc = CAIRN_ENOMEM;
+    if (!rc && !y->rd && !(y->rd = malloc(2 * slot_size(y->psize))))
+        rc = CAIRN_ENOMEM;
+    if (!rc && (rc = mdb_env_sync(s->env, 1)) != 0)
+        rc = cairn__mdb_fail(NULL, s, rc, "flush to disk");
+    if (!rc && (rc = mdb_env_get_fd(s->env, &fd)) != 0)
+        rc = cairn__mdb_fail(NULL, s, rc, "flush to disk");
+    if (!rc) { /* pages 0 and 1 as they are on disk now */
+        size_t n = 2 * (size_t)y->psize;
+        ssize_t r = pread(fd, y->pages, n, 0);
+        if (r != (ssize_t)n) {
+            if (r >= 0)
+                errno = EIO;
+            rc = fail_errno(s, "read the meta pages of", "data.mdb");
+        }
+        uint64_t seq = 0;
+        unsigned psize = 0;
+        const unsigned char *prev;
+        int slot = newest(y->fd, y->rd, y->rd + slot_size(y->psize), slot_size(y->psize), &seq,
+                          &psize, &prev);
+        if (!rc) /* into the slot that does not hold the newest whole marker */
+            rc = slot_write(s, y, slot == 0 ? 1 : 0, seq + 1, y->pages);
+    }
+    if (!rc)
+        rc = pin_latest(s, y);
+    else if (y->pinned) { /* the next write starts with a durable point again */
+        mdb_txn_reset(y->pin);
+        y->pinned = 0;
+    }
+    mdb_txn_abort(w);
+    pthread_mutex_unlock(&y->mu);
+    return rc;
+}
+
+void cairn__synced_close(cairn_store *s)
+{
+    cairn__synced *y = s->synced;
+    if (!y)
+        return;
+    if (y->keeper_started) {
+        pthread_mutex_lock(&y->mu);
+        y->stop = 1;
+        pthread_cond_signal(&y->cv);
+        pthread_mutex_unlock(&y->mu);
+        pthread_join(y->keeper, NULL);
+    }
+    if (y->pin)
+        mdb_txn_abort(y->pin);
+    if (y->fd >= 0)
+        close(y->fd);
+    pthread_cond_destroy(&y->cv);
+    pthread_mutex_destroy(&y->mu);
+    free(y->slot);
+    free(y->pages);
+    free(y->rd);
+    free(y);
+    s->synced = NULL;
+}
