@@ -30,6 +30,7 @@ int cairn__msg_put(cairn__txn *t, const char *msg_id, const char *task)
 {
     MDB_val k = {strlen(msg_id), (void *)msg_id}, v = {strlen(task), (void *)task};
     int rc = mdb_put(t->txn, t->s->msgs, &k, &v, MDB_NOOVERWRITE);
+    t->wrote |= rc != MDB_KEYEXIST; /* the commit writes pages: it needs the pin (synced.c) */
     if (rc == MDB_KEYEXIST)
         return 0; /* recorded before: keep its first time */
     if (rc)
@@ -53,6 +54,7 @@ int cairn__msg_expire(cairn__txn *t, int64_t upto_ms, uint32_t limit, uint32_t *
         if (k.mv_size < 8 || (int64_t)rd_be64(k.mv_data) > upto_ms)
             break;
         MDB_val mk = {k.mv_size - 8, (char *)k.mv_data + 8};
+        t->wrote = 1; /* the commit writes pages: it needs the pin (synced.c) */
         int d = mdb_del(t->txn, t->s->msgs, &mk, NULL);
         if (d && d != MDB_NOTFOUND) {
             rc = d;
@@ -124,11 +126,7 @@ static int scan(cairn__txn *t, MDB_dbi dbi, const key *start, size_t plen, size_
             break;
     }
     mdb_cursor_close(c);
-    if (rc == MDB_NOTFOUND)
-        rc = 0;
-    else if (rc > 0)
-        rc = cairn__mdb_fail(t, t->s, rc, "scan index");
-    return idlist_run(&l, rc, cb, arg);
+    return idlist_run(&l, cairn__scan_end(t, rc, "scan index"), cb, arg);
 }
 
 int cairn__due_each(cairn__txn *t, cairn_state state, int64_t upto_ms, cairn__id_cb cb, void *arg)

@@ -187,6 +187,7 @@ static int create_dbs_txn(cairn__txn *t, void *arg)
         return 0;
     uint32_t now = CAIRN__SCHEMA;
     MDB_val k = {6, "schema"}, v = {sizeof now, &now};
+    t->wrote = 1; /* the commit writes pages: it needs the pin (synced.c) */
     int rc = mdb_put(t->txn, s->meta, &k, &v, 0);
     return rc ? cairn__mdb_fail(t, s, rc, "record the schema version") : 0;
 }
@@ -338,11 +339,14 @@ static int broken(cairn_store *s)
 static int write_locked(cairn_store *s, int durable, cairn__txn_fn fn, void *arg)
 {
     for (;;) {
-        /* A sync store commits only under a pin (synced.c): the first write, and the first
-         * after the pin was dropped (a remap, or its age), begins with a durable point. */
-        int rc = s->synced && !cairn__synced_pinned(s) ? cairn__synced_point(s) : 0;
+        /* A sync store commits only under a pin (synced.c). Without one (a process's first
+         * write, or the pin was dropped for a remap or its age) the transaction runs anyway: if
+         * it wrote nothing (a run of a finished task, a refusal) its commit writes no page and
+         * needs none; else it is dropped, a durable point takes the pin, and it runs again. */
+        int pinned = cairn__synced_pinned(s);
         cairn__txn t = {.s = s};
-        if (rc || (rc = cairn__store_begin(s, 0, &t.txn)))
+        int rc = cairn__store_begin(s, 0, &t.txn);
+        if (rc)
             return rc;
         cairn__map_prepare_ahead(s);
         msgpack_sbuffer_init(&t.buf);
@@ -363,6 +367,12 @@ static int write_locked(cairn_store *s, int durable, cairn__txn_fn fn, void *arg
                 continue;
             }
             return rc;
+        }
+        if (!pinned && t.wrote) {
+            mdb_txn_abort(t.txn);
+            if ((rc = cairn__synced_point(s)))
+                return rc;
+            continue;
         }
         int mrc = mdb_txn_commit(t.txn);
         if (mrc == MDB_MAP_FULL) {
@@ -387,6 +397,15 @@ int cairn__store_write(cairn_store *s, int durable, cairn__txn_fn fn, void *arg)
     int rc = write_locked(s, durable, fn, arg);
     cairn__synced_unlock(s);
     return rc;
+}
+
+int cairn__store_settle(cairn_store *s)
+{
+    if (!s || !s->env)
+        return CAIRN_EINVAL;
+    if (s->broken)
+        return broken(s);
+    return s->synced ? cairn__synced_settle(s) : 0;
 }
 
 int cairn__store_read(cairn_store *s, cairn__txn_fn fn, void *arg)

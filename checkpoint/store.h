@@ -31,6 +31,11 @@ enum { CAIRN__RELAXED = 0, CAIRN__DURABLE = 1 };
 
 int cairn__store_write(cairn_store *s, int durable, cairn__txn_fn fn, void *arg);
 int cairn__store_read(cairn_store *s, cairn__txn_fn fn, void *arg);
+/* Makes everything committed so far survive a power loss (in a sync store, a durable point
+ * unless the last commit has had one). For a caller about to report a state it read rather than
+ * wrote - a task that already succeeded, died or is in doubt - which another process may have
+ * committed a moment ago and not flushed yet. */
+int cairn__store_settle(cairn_store *s);
 /* Sets the store's error message (printf-style) and returns err. */
 int cairn__store_fail(cairn_store *s, int err, const char *fmt, ...) CAIRN_PRINTF(3, 4);
 cairn_store *cairn__txn_store(cairn__txn *t);

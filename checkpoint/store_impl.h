@@ -44,6 +44,7 @@ struct cairn__txn {
     cairn_store *s;
     MDB_txn *txn;
     int map_full;
+    int wrote; /* a put or del was made: the commit writes pages (synced.c: it needs the pin) */
     msgpack_sbuffer buf;
     msgpack_zone zone; /* decoded records' objects (records.c); zone_ready once initialised */
     int zone_ready;
@@ -53,6 +54,18 @@ struct cairn__txn {
  * full map is flagged on the txn so that cairn__store_write grows it and runs the callback
  * again. */
 int cairn__mdb_fail(cairn__txn *t, cairn_store *s, int rc, const char *what);
+
+/* How a cursor loop ended: 0 at the end (MDB_NOTFOUND) or when a callback stopped it (1); an
+ * LMDB or errno code (a corrupt page: MDB_CORRUPTED, MDB_PAGE_NOTFOUND) translated by
+ * cairn__mdb_fail; a cairn code (a record that did not decode, a callback's error) as it is. */
+static inline int cairn__scan_end(cairn__txn *t, int rc, const char *what)
+{
+    if (rc == 0 || rc == MDB_NOTFOUND || rc == 1)
+        return 0;
+    if (rc > 0 || (rc >= MDB_KEYEXIST && rc <= MDB_LAST_ERRCODE))
+        return cairn__mdb_fail(t, cairn__txn_store(t), rc, what);
+    return rc;
+}
 
 /* Keys are built in a fixed buffer: ids (<= 128), names (<= 64) and big-endian numbers. */
 typedef struct key {
@@ -111,6 +124,7 @@ void cairn__map_prepare_ahead(cairn_store *s);
 int cairn__synced_open(cairn_store *s, const char *dir);
 int cairn__synced_recover(cairn_store *s, const char *dir);
 int cairn__synced_point(cairn_store *s);
+int cairn__synced_settle(cairn_store *s); /* a durable point unless the last commit has had one */
 int cairn__synced_pinned(cairn_store *s);
 void cairn__synced_unpin(cairn_store *s);
 void cairn__synced_lock(cairn_store *s);

@@ -61,7 +61,8 @@
 #define KEEPER_TICK_MS 250
 #define MARKER_MAGIC "CAIRNSYN"
 #define MARKER_VERSION 1u
-#define HDR 64 /* magic 8, version 4, page size 4, sequence 8, boot id 40 */
+#define HDR 72 /* magic 8, version 4, page size 4, sequence 8, transaction id 8, boot id 40 */
+#define BOOT_AT 32
 #define BOOT_LEN 40
 
 struct cairn__synced {
@@ -153,7 +154,7 @@ static int slot_read(int fd, off_t off, unsigned char *buf, size_t cap, uint64_t
 }
 
 /* Writes the marker `seq` into slot `slot` with the meta pages in `pages`, and flushes it. */
-static int slot_write(cairn_store *s, cairn__synced *y, int slot, uint64_t seq,
+static int slot_write(cairn_store *s, cairn__synced *y, int slot, uint64_t seq, uint64_t txnid,
                       const unsigned char *pages)
 {
     size_t body = HDR + 2 * (size_t)y->psize, size = slot_size(y->psize);
@@ -163,7 +164,8 @@ static int slot_write(cairn_store *s, cairn__synced *y, int slot, uint64_t seq,
     be32w(b + 8, MARKER_VERSION);
     be32w(b + 12, y->psize);
     be64w(b + 16, seq);
-    memcpy(b + 24, y->boot, BOOT_LEN);
+    be64w(b + 24, txnid);
+    memcpy(b + BOOT_AT, y->boot, BOOT_LEN);
     memcpy(b + HDR, pages, 2 * (size_t)y->psize);
     SHA256(b, body, b + body);
     ssize_t w = pwrite(y->fd, b, size, (off_t)slot * (off_t)size);
@@ -183,7 +185,7 @@ static int slot_write(cairn_store *s, cairn__synced *y, int slot, uint64_t seq,
  * hold cap bytes; *seq, *psize and *pages describe the newest. Slot 1 sits after slot 0, whose
  * size depends on the page size: slot 0 says it, else each possible one is tried. */
 static int newest(int fd, unsigned char *a, unsigned char *b, size_t cap, uint64_t *seq,
-                  unsigned *psize, const unsigned char **pages)
+                  uint64_t *txnid, unsigned *psize, const unsigned char **pages)
 {
     uint64_t sa = 0, sb = 0;
     unsigned pa = 0, pb = 0;
@@ -199,6 +201,7 @@ static int newest(int fd, unsigned char *a, unsigned char *b, size_t cap, uint64
     *seq = one ? sb : sa;
     *psize = one ? pb : pa;
     *pages = (one ? b : a) + HDR;
+    *txnid = rd_be64(*pages - HDR + 24);
     return one;
 }
 
@@ -257,10 +260,10 @@ int cairn__synced_recover(cairn_store *s, const char *dir)
         free(b);
         return CAIRN_ENOMEM;
     }
-    uint64_t seq = 0;
+    uint64_t seq = 0, txnid = 0;
     const unsigned char *pages = NULL;
-    int rc = 0, slot = newest(y->fd, a, b, CAP, &seq, &y->psize, &pages);
-    if (slot >= 0 && memcmp(pages - HDR + 24, y->boot, BOOT_LEN) != 0) {
+    int rc = 0, slot = newest(y->fd, a, b, CAP, &seq, &txnid, &y->psize, &pages);
+    if (slot >= 0 && memcmp(pages - HDR + BOOT_AT, y->boot, BOOT_LEN) != 0) {
         /* The machine rebooted since the last durable point: return to it. */
         char path[4200];
         snprintf(path, sizeof path, "%s/data.mdb", dir);
@@ -280,7 +283,7 @@ int cairn__synced_recover(cairn_store *s, const char *dir)
         if (!rc && !(y->slot = malloc(slot_size(y->psize))))
             rc = CAIRN_ENOMEM;
         if (!rc) /* the same state, under this boot's id: later openers restore nothing */
-            rc = slot_write(s, y, 1 - slot, seq + 1, pages);
+            rc = slot_write(s, y, 1 - slot, seq + 1, txnid, pages);
     }
     free(a);
     free(b);
@@ -397,13 +400,15 @@ int cairn__synced_point(cairn_store *s)
                 errno = EIO;
             rc = fail_errno(s, "read the meta pages of", "data.mdb");
         }
-        uint64_t seq = 0;
+        uint64_t seq = 0, prev_txnid;
         unsigned psize = 0;
         const unsigned char *prev;
         int slot = newest(y->fd, y->rd, y->rd + slot_size(y->psize), slot_size(y->psize), &seq,
-                          &psize, &prev);
-        if (!rc) /* into the slot that does not hold the newest whole marker */
-            rc = slot_write(s, y, slot == 0 ? 1 : 0, seq + 1, y->pages);
+                          &prev_txnid, &psize, &prev);
+        /* into the slot that does not hold the newest whole marker; the state it records is
+         * the last commit, since we hold the writer lock */
+        if (!rc)
+            rc = slot_write(s, y, slot == 0 ? 1 : 0, seq + 1, mdb_txn_id(w) - 1, y->pages);
     }
     if (!rc)
         rc = pin_latest(s, y);
@@ -412,6 +417,26 @@ int cairn__synced_point(cairn_store *s)
         y->pinned = 0;
     }
     mdb_txn_abort(w);
+    pthread_mutex_unlock(&y->mu);
+    return rc;
+}
+
+int cairn__synced_settle(cairn_store *s)
+{
+    cairn__synced *y = s->synced;
+    MDB_envinfo info;
+    int rc = 0;
+    pthread_mutex_lock(&y->mu);
+    uint64_t seq, txnid = 0;
+    unsigned psize;
+    const unsigned char *pages;
+    size_t size = slot_size(y->psize ? y->psize : 4096);
+    if (!y->rd && y->psize && !(y->rd = malloc(2 * size)))
+        rc = CAIRN_ENOMEM;
+    else if (mdb_env_info(s->env, &info) != 0 || !y->rd ||
+             newest(y->fd, y->rd, y->rd + size, size, &seq, &txnid, &psize, &pages) < 0 ||
+             info.me_last_txnid > txnid)
+        rc = cairn__synced_point(s); /* what was read may not be on disk yet: flush it */
     pthread_mutex_unlock(&y->mu);
     return rc;
 }

@@ -48,6 +48,25 @@ int cairn__runner_store_fail(cairn_runner *r, int err)
     return err;
 }
 
+/* A refusal that reports a state read from the store (dead, in doubt, a message consumed):
+ * another process may have committed it a moment ago without a flush yet, so it is made to
+ * survive a power loss before it is reported (cairn__store_settle). Returns err, or the store's
+ * error if that fails. */
+static int reported(cairn_runner *r, int err)
+{
+    if (err == CAIRN_EDEAD || err == CAIRN_EINDOUBT || err == CAIRN_EMSGSEEN) {
+        char why[sizeof r->err];
+        snprintf(why, sizeof why, "%s", cairn_store_errmsg(r->store));
+        int rc = cairn__store_settle(r->store);
+        if (rc)
+            return cairn__runner_store_fail(r, rc);
+        if (err != CAIRN_EMSGSEEN) /* not an error: the caller reports it as a note */
+            snprintf(r->err, sizeof r->err, "%s", why);
+        return err;
+    }
+    return cairn__runner_store_fail(r, err);
+}
+
 /* ------------------------------------------------------------------ lifecycle */
 
 cairn_runner *cairn_runner_new(void)
@@ -513,7 +532,7 @@ int cairn__execute(cairn_runner *r, const cairn_graph *g, const char *id)
     acquire_arg a = {.r = r, .g = g, .id = id, .token = cairn__random_u64()};
     int rc = cairn__store_write(r->store, CAIRN__RELAXED, acquire_txn, &a);
     if (rc)
-        return cairn__runner_store_fail(r, rc);
+        return reported(r, rc);
     return cairn__run_acquired(r, g, id, &a);
 }
 
@@ -590,16 +609,17 @@ int cairn_runner_run(cairn_runner *r, const char *graph, const char *task_id, co
                                     "%s (nothing changed)",
                                     id, aa.existing, hash);
         else if (rc == CAIRN_EMSGSEEN) {
-            snprintf(r->note, sizeof r->note, "message '%s' was already consumed by task '%s'",
-                     message_id, aa.msg_task);
-            if (task_id_out)
-                snprintf(task_id_out, CAIRN__ID_MAX + 1, "%s", aa.msg_task);
-            rc = 0;
-            json_decref(input);
-            msgpack_sbuffer_destroy(&buf);
-            return 0;
+            if ((rc = reported(r, rc)) == CAIRN_EMSGSEEN) { /* else: it could not be flushed */
+                snprintf(r->note, sizeof r->note, "message '%s' was already consumed by task '%s'",
+                         message_id, aa.msg_task);
+                if (task_id_out)
+                    snprintf(task_id_out, CAIRN__ID_MAX + 1, "%s", aa.msg_task);
+                json_decref(input);
+                msgpack_sbuffer_destroy(&buf);
+                return 0;
+            }
         } else if (rc)
-            rc = cairn__runner_store_fail(r, rc);
+            rc = reported(r, rc);
         else if (aa.deferred)
             rc = cairn__runner_fail(r, aa.deferred, "%s", aa.deferred_msg);
     }

@@ -501,6 +501,10 @@ static int run_step(cairn_ctx *c, const cairn_graph *g)
 int cairn__run_acquired(cairn_runner *r, const cairn_graph *g, const char *id, const acquire_arg *a)
 {
     int rc = 0;
+    /* a finished task is reported as the store has it: make sure that survives a power loss
+     * (another process may have just committed it; `dead` was a relaxed acquire) */
+    if (a->finished && (rc = cairn__store_settle(r->store)))
+        return cairn__runner_store_fail(r, rc);
     if (a->finished == 1)
         return 0;
     if (a->finished == 2)

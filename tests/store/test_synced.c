@@ -332,6 +332,68 @@ static void test_pin(void)
     cairn_store_free(s);
 }
 
+static int read_only_txn(cairn__txn *t, void *arg)
+{
+    cairn__task_rec r;
+    *(int *)arg = cairn__task_get(t, "a", &r);
+    return 0;
+}
+
+/* The newest sequence number in the marker (by header: the tests above check the slots). */
+static uint64_t marker_seq(const char *dir)
+{
+    uint64_t a = slot_seq(dir, 0), b = slot_seq(dir, 1);
+    return a > b ? a : b;
+}
+
+static void test_no_write_no_flush(void)
+{
+    char dir[300];
+    newdir(dir, "clean");
+    cairn_store *s = open_sync(dir);
+    int rc = put(s, "a", CAIRN__DURABLE);
+    cairn_store_free(s);
+    uint64_t seq = marker_seq(dir);
+
+    /* a write transaction that only reads (a run of a finished task) needs no pin, no flush */
+    s = open_sync(dir);
+    int got = -1;
+    rc = rc ? rc : cairn__store_write(s, CAIRN__RELAXED, read_only_txn, &got);
+    ok(rc == 0 && got == 0 && pinned_readers(dir, getpid()) == 0 && marker_seq(dir) == seq,
+       "a process's first write that writes nothing takes no pin and flushes nothing (seq %llu "
+       "-> %llu)",
+       (unsigned long long)seq, (unsigned long long)marker_seq(dir));
+    ok(cairn__store_settle(s) == 0 && marker_seq(dir) == seq,
+       "settle when the last commit had its durable point: nothing to flush");
+
+    /* another process commits without a durable point; settle here makes it durable */
+    pid_t pid = fork();
+    if (pid == 0) {
+        cairn_store *c = open_sync(dir);
+        int crc = c ? put(c, "b", CAIRN__RELAXED) : -1;
+        uint64_t after_pin = marker_seq(dir);
+        crc = crc ? crc : put(c, "c", CAIRN__RELAXED);
+        cairn_store_free(c);
+        _exit(crc || marker_seq(dir) != after_pin ? 1 : 0);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    uint64_t before = marker_seq(dir);
+    rc = cairn__store_settle(s);
+    ok(WIFEXITED(st) && WEXITSTATUS(st) == 0 && rc == 0 && marker_seq(dir) == before + 1,
+       "a relaxed commit of another process: settle makes a durable point (seq %llu -> %llu)",
+       (unsigned long long)before, (unsigned long long)marker_seq(dir));
+    cairn_store_free(s);
+    reboot("boot-Z");
+    s = open_sync(dir);
+    static const char *const ids[] = {"a", "b", "c"};
+    char p3[32];
+    presence(s, ids, 3, p3);
+    ok(s && strcmp(p3, "111") == 0, "and a reboot keeps what was settled (%s)", p3);
+    cairn_store_free(s);
+    unsetenv("CAIRN_BOOT_ID");
+}
+
 int main(void)
 {
     tu_tmpdir(root, "synced");
@@ -339,6 +401,7 @@ int main(void)
     test_marker_writers();
     test_marker_slots();
     test_pin();
+    test_no_write_no_flush();
     tu_rmtree(root);
     return tap_done();
 }
