@@ -29,8 +29,7 @@ int cairn__msg_get(cairn__txn *t, const char *msg_id, char task_out[CAIRN__ID_MA
 int cairn__msg_put(cairn__txn *t, const char *msg_id, const char *task)
 {
     MDB_val k = {strlen(msg_id), (void *)msg_id}, v = {strlen(task), (void *)task};
-    int rc = mdb_put(t->txn, t->s->msgs, &k, &v, MDB_NOOVERWRITE);
-    t->wrote |= rc != MDB_KEYEXIST; /* the commit writes pages: it needs the pin (synced.c) */
+    int rc = cairn__put(t, t->s->msgs, &k, &v, MDB_NOOVERWRITE);
     if (rc == MDB_KEYEXIST)
         return 0; /* recorded before: keep its first time */
     if (rc)
@@ -54,13 +53,12 @@ int cairn__msg_expire(cairn__txn *t, int64_t upto_ms, uint32_t limit, uint32_t *
         if (k.mv_size < 8 || (int64_t)rd_be64(k.mv_data) > upto_ms)
             break;
         MDB_val mk = {k.mv_size - 8, (char *)k.mv_data + 8};
-        t->wrote = 1; /* the commit writes pages: it needs the pin (synced.c) */
-        int d = mdb_del(t->txn, t->s->msgs, &mk, NULL);
+        int d = cairn__del(t, t->s->msgs, &mk);
         if (d && d != MDB_NOTFOUND) {
             rc = d;
             break;
         }
-        if ((rc = mdb_cursor_del(c, 0)))
+        if ((rc = cairn__cursor_del(t, c)))
             break;
         n++;
         rc = mdb_cursor_get(c, &k, &v, MDB_GET_CURRENT);

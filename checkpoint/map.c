@@ -127,9 +127,10 @@ int cairn__map_settle_durability(cairn_store *s, const char *dir)
 /* ------------------------------------------------------------------ the lock, the space */
 
 /* The map lock: a POSIX record lock on map.lock (per process, so a forked child never holds
- * it, and gone when the process dies). Nosync stores only (s->map_lock_fd < 0 otherwise): LMDB
- * never truncates a read-only map. A holder keeps it for a few system calls; one that keeps it
- * a minute (stopped, say) makes the others give up with CAIRN_EBUSY rather than wait for ever. */
+ * it, and gone when the process dies). A nosync store takes it around every map size change
+ * (LMDB truncates a writable map to its size); a sync store at open, for recovery (synced.c),
+ * and around remaps. A holder keeps it for a few system calls; one that keeps it a minute
+ * (stopped, say) makes the others give up with CAIRN_EBUSY rather than wait for ever. */
 static int map_lock(cairn_store *s)
 {
     struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};

@@ -338,16 +338,14 @@ int cairn__task_get(cairn__txn *t, const char *id, cairn__task_rec *out)
 int cairn__put_empty(cairn__txn *t, MDB_dbi dbi, key *k)
 {
     MDB_val kk = kv(k), v = {0, ""};
-    t->wrote = 1; /* the commit writes pages: it needs the pin (synced.c) */
-    int rc = mdb_put(t->txn, dbi, &kk, &v, 0);
+    int rc = cairn__put(t, dbi, &kk, &v, 0);
     return rc ? cairn__mdb_fail(t, t->s, rc, "write index") : 0;
 }
 
 static int del_key(cairn__txn *t, MDB_dbi dbi, key *k)
 {
     MDB_val kk = kv(k);
-    t->wrote = 1;
-    int rc = mdb_del(t->txn, dbi, &kk, NULL);
+    int rc = cairn__del(t, dbi, &kk);
     return rc && rc != MDB_NOTFOUND ? cairn__mdb_fail(t, t->s, rc, "delete index") : 0;
 }
 
@@ -441,8 +439,7 @@ int cairn__task_put(cairn__txn *t, const cairn__task_rec *r)
     pk_uint(&pk, "ltoken", r->lease_token);
     pk_int(&pk, "lexp", r->lease_expires_ms);
     MDB_val k = {strlen(r->id), (void *)r->id}, v = {t->buf.size, t->buf.data};
-    t->wrote = 1;
-    rc = mdb_put(t->txn, t->s->tasks, &k, &v, 0);
+    rc = cairn__put(t, t->s->tasks, &k, &v, 0);
     if (rc)
         return cairn__mdb_fail(t, t->s, rc, "write task");
     task_cache_set(t->s, t->buf.data, t->buf.size, r);
@@ -459,8 +456,7 @@ static int del_prefix(cairn__txn *t, MDB_dbi dbi, const void *prefix, size_t pre
     MDB_val k = {prefix_len, (void *)prefix}, v;
     rc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE);
     while (rc == 0 && k.mv_size >= prefix_len && memcmp(k.mv_data, prefix, prefix_len) == 0) {
-        t->wrote = 1;
-        rc = mdb_cursor_del(c, 0);
+        rc = cairn__cursor_del(t, c);
         if (rc)
             break;
         rc = mdb_cursor_get(c, &k, &v, MDB_GET_CURRENT);
@@ -476,8 +472,7 @@ static int del_prefix(cairn__txn *t, MDB_dbi dbi, const void *prefix, size_t pre
 static int input_del(cairn__txn *t, const char *id)
 {
     MDB_val k = {strlen(id), (void *)id};
-    t->wrote = 1;
-    int rc = mdb_del(t->txn, t->s->inputs, &k, NULL);
+    int rc = cairn__del(t, t->s->inputs, &k);
     return rc && rc != MDB_NOTFOUND ? cairn__mdb_fail(t, t->s, rc, "delete task input") : 0;
 }
 
@@ -499,8 +494,7 @@ int cairn__task_del(cairn__txn *t, const char *id)
     if ((rc = input_del(t, id)))
         return rc;
     MDB_val k = {strlen(id), (void *)id};
-    t->wrote = 1;
-    rc = mdb_del(t->txn, t->s->tasks, &k, NULL);
+    rc = cairn__del(t, t->s->tasks, &k);
     return rc ? cairn__mdb_fail(t, t->s, rc, "delete task") : 0;
 }
 
@@ -523,8 +517,7 @@ int cairn__input_get(cairn__txn *t, const char *id, const void **data, size_t *l
 int cairn__input_put(cairn__txn *t, const char *id, const void *data, size_t len)
 {
     MDB_val k = {strlen(id), (void *)id}, v = {len, (void *)data};
-    t->wrote = 1;
-    int rc = mdb_put(t->txn, t->s->inputs, &k, &v, 0);
+    int rc = cairn__put(t, t->s->inputs, &k, &v, 0);
     return rc ? cairn__mdb_fail(t, t->s, rc, "write task input") : 0;
 }
 
@@ -542,8 +535,7 @@ int cairn__task_drop_outputs(cairn__txn *t, const char *id)
 int cairn__idem_reserve(cairn__txn *t, const char *id, const char *hash, char existing[65])
 {
     MDB_val k = {strlen(id), (void *)id}, v = {64, (void *)hash};
-    int rc = mdb_put(t->txn, t->s->idem, &k, &v, MDB_NOOVERWRITE);
-    t->wrote |= rc != MDB_KEYEXIST; /* an existing reservation writes nothing */
+    int rc = cairn__put(t, t->s->idem, &k, &v, MDB_NOOVERWRITE);
     if (rc == 0)
         return 0;
     if (rc != MDB_KEYEXIST)
@@ -557,8 +549,7 @@ int cairn__idem_reserve(cairn__txn *t, const char *id, const char *hash, char ex
 int cairn__idem_del(cairn__txn *t, const char *id)
 {
     MDB_val k = {strlen(id), (void *)id};
-    t->wrote = 1;
-    int rc = mdb_del(t->txn, t->s->idem, &k, NULL);
+    int rc = cairn__del(t, t->s->idem, &k);
     return rc && rc != MDB_NOTFOUND ? cairn__mdb_fail(t, t->s, rc, "delete task ID") : 0;
 }
 
@@ -635,8 +626,7 @@ int cairn__step_put(cairn__txn *t, const char *task, const char *step, const cai
     key k;
     step_key(&k, task, step, r->generation);
     MDB_val kk = kv(&k), v = {t->buf.size, t->buf.data};
-    t->wrote = 1;
-    int rc = mdb_put(t->txn, t->s->steps, &kk, &v, 0);
+    int rc = cairn__put(t, t->s->steps, &kk, &v, 0);
     return rc ? cairn__mdb_fail(t, t->s, rc, "write step") : 0;
 }
 
@@ -696,9 +686,7 @@ int cairn__progress_put(cairn__txn *t, const char *task, const char *step, uint3
     key k;
     step_key(&k, task, step, gen);
     MDB_val kk = kv(&k), v = {len, (void *)data};
-    t->wrote = 1;
-    int rc = data ? mdb_put(t->txn, t->s->progress, &kk, &v, 0)
-                  : mdb_del(t->txn, t->s->progress, &kk, NULL);
+    int rc = data ? cairn__put(t, t->s->progress, &kk, &v, 0) : cairn__del(t, t->s->progress, &kk);
     return rc && rc != MDB_NOTFOUND ? cairn__mdb_fail(t, t->s, rc, "write progress") : 0;
 }
 
@@ -745,8 +733,7 @@ int cairn__audit_append(cairn__txn *t, cairn__task_rec *task, const cairn__audit
     key_u64(&k, task->audit_seq);
     kk = kv(&k);
     v = (MDB_val){t->buf.size, t->buf.data};
-    t->wrote = 1;
-    rc = mdb_put(t->txn, t->s->audit, &kk, &v, 0);
+    rc = cairn__put(t, t->s->audit, &kk, &v, 0);
     return rc ? cairn__mdb_fail(t, t->s, rc, "append audit record") : 0;
 }
 

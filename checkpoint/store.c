@@ -187,8 +187,7 @@ static int create_dbs_txn(cairn__txn *t, void *arg)
         return 0;
     uint32_t now = CAIRN__SCHEMA;
     MDB_val k = {6, "schema"}, v = {sizeof now, &now};
-    t->wrote = 1; /* the commit writes pages: it needs the pin (synced.c) */
-    int rc = mdb_put(t->txn, s->meta, &k, &v, 0);
+    int rc = cairn__put(t, s->meta, &k, &v, 0);
     return rc ? cairn__mdb_fail(t, s, rc, "record the schema version") : 0;
 }
 
@@ -339,15 +338,17 @@ static int broken(cairn_store *s)
 static int write_locked(cairn_store *s, int durable, cairn__txn_fn fn, void *arg)
 {
     for (;;) {
-        /* A sync store commits only under a pin (synced.c). Without one (a process's first
+        /* A sync store writes pages only under a pin (synced.c). Without one (a process's first
          * write, or the pin was dropped for a remap or its age) the transaction runs anyway: if
          * it wrote nothing (a run of a finished task, a refusal) its commit writes no page and
-         * needs none; else it is dropped, a durable point takes the pin, and it runs again. */
-        int pinned = cairn__synced_pinned(s);
+         * needs none; else it is dropped, a durable point takes the pin, and it runs again.
+         * Whether there is a pin is read once the transaction has begun: beginning may adopt a
+         * map another process grew, which drops the pin. */
         cairn__txn t = {.s = s};
         int rc = cairn__store_begin(s, 0, &t.txn);
         if (rc)
             return rc;
+        int pinned = cairn__synced_pinned(s);
         cairn__map_prepare_ahead(s);
         msgpack_sbuffer_init(&t.buf);
         if (s->inject_nth && --s->inject_nth == 0) {
@@ -374,6 +375,7 @@ static int write_locked(cairn_store *s, int durable, cairn__txn_fn fn, void *arg
                 return rc;
             continue;
         }
+        size_t id = mdb_txn_id(t.txn);
         int mrc = mdb_txn_commit(t.txn);
         if (mrc == MDB_MAP_FULL) {
             int g = grow_map(s);
@@ -383,6 +385,13 @@ static int write_locked(cairn_store *s, int durable, cairn__txn_fn fn, void *arg
         }
         if (mrc)
             return cairn__mdb_fail(NULL, s, mrc, "commit");
+        if (!pinned && s->synced) {
+            /* A safety net: every write goes through cairn__put/cairn__del, which set t.wrote;
+             * a commit that wrote pages anyway is made durable at once. */
+            MDB_envinfo info;
+            if (mdb_env_info(s->env, &info) == 0 && info.me_last_txnid == id)
+                durable = 1;
+        }
         return durable && s->synced ? cairn__synced_point(s) : 0;
     }
 }

@@ -55,6 +55,27 @@ struct cairn__txn {
  * again. */
 int cairn__mdb_fail(cairn__txn *t, cairn_store *s, int rc, const char *what);
 
+/* Every write of the store goes through these three, never mdb_put/mdb_del/mdb_cursor_del
+ * directly: they note that the transaction wrote pages, which a sync store commits only under a
+ * pin (synced.c). A put refused with MDB_KEYEXIST, or a delete of a missing key, writes none. */
+static inline int cairn__put(cairn__txn *t, MDB_dbi dbi, MDB_val *k, MDB_val *v, unsigned flags)
+{
+    int rc = mdb_put(t->txn, dbi, k, v, flags);
+    t->wrote |= rc != MDB_KEYEXIST;
+    return rc;
+}
+static inline int cairn__del(cairn__txn *t, MDB_dbi dbi, MDB_val *k)
+{
+    int rc = mdb_del(t->txn, dbi, k, NULL);
+    t->wrote |= rc != MDB_NOTFOUND;
+    return rc;
+}
+static inline int cairn__cursor_del(cairn__txn *t, MDB_cursor *c)
+{
+    t->wrote = 1;
+    return mdb_cursor_del(c, 0);
+}
+
 /* How a cursor loop ended: 0 at the end (MDB_NOTFOUND) or when a callback stopped it (1); an
  * LMDB or errno code (a corrupt page: MDB_CORRUPTED, MDB_PAGE_NOTFOUND) translated by
  * cairn__mdb_fail; a cairn code (a record that did not decode, a callback's error) as it is. */

@@ -2,44 +2,58 @@
  *
  * The promise of a `sync` store: after a power cut the store opens whole, and everything a
  * DURABLE write covered is there (an effect's intent, an expensive step's output, a task's end,
- * operator commands). RELAXED writes (a compute step's output, admission, a lease) may be lost
- * back to the last durable point; they are work that can be done again. Those writes cost no
- * flush here: LMDB commits them with MDB_NOSYNC, and only a durable point flushes.
+ * operator commands, a refusal reported from the store). RELAXED writes (a compute step's
+ * output, admission, a lease, an inline retry's failure) may be lost back to the last durable
+ * point; they are work that can be done again. Any reboot undoes them, a clean one too: the
+ * boot id is all recovery knows. Those writes cost no flush: LMDB commits them with MDB_NOSYNC,
+ * and only a durable point flushes.
  *
  * Why that is safe. A commit that is not flushed may reach the disk in any order, page by page,
  * so after a power cut the newest meta page can point at a tree whose pages never arrived. Two
  * things make the last durable state recoverable anyway:
  *   1. The marker: at every durable point, after fdatasync(data.mdb), the two meta pages as they
  *      are on disk then (pages 0 and 1) are copied into the file `synced`, which is flushed
- *      too. Two slots, written alternately, each with a sequence number, the boot id and a
- *      SHA-256, so a torn marker write leaves the previous slot whole.
- *   2. The pin: a process commits RELAXED only while it holds a read transaction on a snapshot
- *      no newer than the marker's (taken at a durable point: the snapshot the marker records).
+ *      too. Two slots, written alternately (the one not holding the newest whole marker, read
+ *      afresh each time: several processes write it), each with a sequence number, the
+ *      transaction id it records, the boot id and a SHA-256, so a torn marker write leaves the
+ *      previous slot whole.
+ *   2. The pin: no commit that writes pages happens without a read transaction on a snapshot no
+ *      newer than the marker's (taken at a durable point: the snapshot the marker records).
  *      LMDB never reuses a page a live reader can see, so no page of the marker's tree is
- *      overwritten, by anyone, until the next durable point. Every writer holds its own pin,
- *      so the protection does not depend on another process staying alive.
+ *      overwritten, by anyone, until the next durable point. Every writing process holds its
+ *      own pin, so the protection does not depend on another process staying alive. This binds
+ *      every writer: a cairn of schema 1 or an LMDB tool (mdb_load) writing a sync store would
+ *      break it, hence the schema bump (store.h).
  * After a power cut the pages of the marker's snapshot are therefore intact on disk, and writing
- * its two meta pages back returns the store exactly to it (recover()). The machine rebooted
- * iff the boot id (/proc/sys/kernel/random/boot_id) differs from the marker's: a process crash
- * keeps the page cache, where every commit is whole, and then nothing is done. The first process
- * to open the store after a reboot restores the meta pages and records the new boot id, under
- * the map lock and before LMDB reads the file; later ones see the new boot id.
+ * its two meta pages back returns the store exactly to it (recover). The machine rebooted iff
+ * the boot id (/proc/sys/kernel/random/boot_id) differs from the marker's: a process crash keeps
+ * the page cache, where every commit is whole, and then nothing is done. The first process to
+ * open the store after a reboot restores the meta pages and records the new boot id, under the
+ * map lock and before LMDB reads the file; later ones see the new boot id. A marker that does
+ * not describe the data.mdb beside it (the file is gone, or older than the marker: restored
+ * from a backup, replaced) is set aside rather than written over a file it does not describe.
  *
  * A durable point (cairn__synced_point) holds a write transaction, so that no other process
  * commits while it runs: fdatasync(data.mdb), read pages 0 and 1, write and flush the marker,
  * move the pin to the now-latest snapshot. Two flushes, as LMDB's own durable commit costs. A
  * crash before the marker is flushed leaves the previous marker, whose pages the pins protected:
- * recovery returns to it, and the durable write had not returned to its caller yet.
+ * recovery returns to it, and the durable write had not returned to its caller yet. A failed
+ * flush ends the handle (it is marked broken): Linux reports a lost write-back once, so a later
+ * flush could succeed over pages that never reached the disk.
  *
- * Without a pin there is no relaxed commit: a process's first write, and the first after its pin
- * was dropped, begins with a durable point. Pins are dropped when the map is resized (LMDB
- * remaps only with no transaction open) and by a keeper thread once they are older than
- * PIN_MAX_MS, because a pinned snapshot stops page reuse for every writer: a process sleeping in
- * a long step would make the file grow by what others write meanwhile. A store written before
- * the marker existed has no marker: its commits were all flushed the classic way (data, then
- * meta), so the disk is trusted until the first durable point writes one. The same holds when
- * no slot of the marker is whole: only the first marker write can be torn with nothing before
- * it, and no relaxed commit happens before a marker write has returned.
+ * A process's first write, and the first after its pin was dropped, begins with a durable point
+ * unless it writes nothing (store.c). Pins are dropped when the map is resized (LMDB remaps only
+ * with no transaction open) and by a keeper thread once they are older than PIN_MAX_MS, because
+ * a pinned snapshot stops page reuse for every writer: a process sleeping in a long step would
+ * make the file grow by what others write meanwhile. (A stopped process - SIGSTOP, a debugger -
+ * keeps its pin until it runs again, and the file grows meanwhile.) A store written before the
+ * marker existed has no marker: its commits were all flushed the classic way (data, then meta),
+ * so the disk is trusted until the first durable point writes one. The same holds when no slot
+ * of the marker is whole: only the first marker write can be torn with nothing before it, and
+ * no page is written unpinned before a marker write has returned.
+ *
+ * A child forked while the store is open must not use it; cairn_store_free there frees memory
+ * only (the pin's reader slot is shared with the parent, the keeper thread is the parent's).
  *
  * Test hook: the environment variable CAIRN_BOOT_ID replaces the boot id (a simulated reboot).
  */
@@ -48,6 +62,7 @@
 #include <lmdb.h>
 #include <openssl/sha.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,6 +88,8 @@ struct cairn__synced {
     int fd;         /* the marker file */
     unsigned psize; /* LMDB's page size */
     char boot[BOOT_LEN];
+    pid_t owner;  /* the process that opened it (a forked child must not touch the pin) */
+    int created;  /* this handle created the file `synced`: its name is flushed once */
     MDB_txn *pin; /* a read transaction, reset when not pinned */
     int pinned;
     int64_t pin_ms;                   /* monotonic time the pin was taken */
@@ -153,6 +170,17 @@ static int slot_read(int fd, off_t off, unsigned char *buf, size_t cap, uint64_t
     return 1;
 }
 
+/* A flush that failed ends the handle: Linux reports a lost write-back once, so a later flush
+ * could succeed over pages that never reached the disk (and a marker could then record them). */
+static int flush_failed(cairn_store *s, const char *what, int err)
+{
+    s->broken = 1;
+    return cairn__store_fail(s, err == ENOSPC || err == EDQUOT ? CAIRN_EFULL : CAIRN_EIO,
+                             "store %s: flushing %s to disk failed: %s; what is on disk is not "
+                             "known, so this handle is closed for use: reopen the store",
+                             s->dir, what, strerror(err));
+}
+
 /* Writes the marker `seq` into slot `slot` with the meta pages in `pages`, and flushes it. */
 static int slot_write(cairn_store *s, cairn__synced *y, int slot, uint64_t seq, uint64_t txnid,
                       const unsigned char *pages)
@@ -170,12 +198,22 @@ static int slot_write(cairn_store *s, cairn__synced *y, int slot, uint64_t seq, 
     SHA256(b, body, b + body);
     ssize_t w = pwrite(y->fd, b, size, (off_t)slot * (off_t)size);
     int err = w == (ssize_t)size ? 0 : w < 0 ? errno : EIO;
-    if (!err && fdatasync(y->fd) != 0)
-        err = errno;
     if (err)
         return cairn__store_fail(s, err == ENOSPC || err == EDQUOT ? CAIRN_EFULL : CAIRN_EIO,
                                  "store %s: cannot write the file synced: %s", s->dir,
                                  strerror(err));
+    if (fdatasync(y->fd) != 0)
+        return flush_failed(s, "synced", errno);
+    if (y->created) { /* a new file's name is durable only once its directory is flushed */
+        int dfd = open(s->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        int bad = dfd < 0 || fsync(dfd) != 0;
+        err = errno;
+        if (dfd >= 0)
+            close(dfd);
+        if (bad)
+            return flush_failed(s, "its directory", err);
+        y->created = 0;
+    }
     return 0;
 }
 
@@ -214,6 +252,47 @@ static int fail_errno(cairn_store *s, const char *what, const char *path)
 
 /* ------------------------------------------------------------------ open and recovery */
 
+/* LMDB 0.9's meta page, read for its transaction id: the page header (page number, then four
+ * 16-bit fields) and MDB_meta as mdb.c lays them out on disk. */
+#define LMDB_MAGIC 0xBEEFC0DEu
+#define LMDB_PAGEHDR (sizeof(size_t) + 8)
+typedef struct lmdb_db {
+    uint32_t pad;
+    uint16_t flags, depth;
+    size_t branch, leaf, overflow, entries, root;
+} lmdb_db;
+typedef struct lmdb_meta {
+    uint32_t magic, version;
+    void *address;
+    size_t mapsize;
+    lmdb_db dbs[2];
+    size_t last_pg, txnid;
+} lmdb_meta;
+
+/* 1 and *txnid if `page` is a meta page, else 0. */
+static int meta_txnid(const unsigned char *page, uint64_t *txnid)
+{
+    lmdb_meta m;
+    memcpy(&m, page + LMDB_PAGEHDR, sizeof m);
+    if (m.magic != LMDB_MAGIC)
+        return 0;
+    *txnid = m.txnid;
+    return 1;
+}
+
+/* Whether data.mdb (its first two pages in `file`, n bytes read) is the file the marker of
+ * `txnid` describes. Every page write is taken to be whole (LMDB assumes the same of its meta
+ * pages), so each meta page of the right file is the marker's version or a later one: if both
+ * are meta pages and both older, the file was replaced (an older copy, a new store). A page that
+ * is not a meta page tells nothing, and the restore goes ahead. */
+static int describes(const unsigned char *file, ssize_t n, unsigned psize, uint64_t txnid)
+{
+    uint64_t a, b;
+    if (n < 2 * (ssize_t)psize)
+        return 0;
+    return !(meta_txnid(file, &a) && meta_txnid(file + psize, &b) && a < txnid && b < txnid);
+}
+
 int cairn__synced_open(cairn_store *s, const char *dir)
 {
     cairn__synced *y = calloc(1, sizeof *y);
@@ -243,7 +322,12 @@ int cairn__synced_open(cairn_store *s, const char *dir)
         return rc;
     char path[4200];
     snprintf(path, sizeof path, "%s/synced", dir);
-    y->fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    y->owner = getpid();
+    y->fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (y->fd >= 0)
+        y->created = 1;
+    else if (errno == EEXIST)
+        y->fd = open(path, O_RDWR | O_CLOEXEC);
     if (y->fd < 0)
         return fail_errno(s, "open", path);
     return 0;
@@ -267,19 +351,37 @@ int cairn__synced_recover(cairn_store *s, const char *dir)
         /* The machine rebooted since the last durable point: return to it. */
         char path[4200];
         snprintf(path, sizeof path, "%s/data.mdb", dir);
-        int fd = open(path, O_WRONLY | O_CLOEXEC);
-        if (fd < 0) {
+        size_t n = 2 * (size_t)y->psize;
+        int fd = open(path, O_RDWR | O_CLOEXEC), ours = 0;
+        if (fd < 0 && errno != ENOENT) {
             rc = fail_errno(s, "open", path);
-        } else {
-            size_t n = 2 * (size_t)y->psize;
+        } else if (fd >= 0) {
+            unsigned char *file = b; /* slot b is not needed any more: the newest is in hand */
+            if (pages == b + HDR)
+                file = a;
+            ours = describes(file, pread(fd, file, n, 0), y->psize, txnid);
+        }
+        if (!rc && !ours) {
+            /* data.mdb is gone or is not the file the marker describes: set the marker aside
+             * (an empty file: no marker) rather than write its pages over another file */
+            if (ftruncate(y->fd, 0) != 0 || fdatasync(y->fd) != 0)
+                rc = fail_errno(s, "reset", "synced");
+            if (fd >= 0)
+                close(fd);
+            free(a);
+            free(b);
+            return rc;
+        }
+        if (!rc) {
             ssize_t w = pwrite(fd, pages, n, 0);
             if (w != (ssize_t)n || fdatasync(fd) != 0) {
                 if (w >= 0 && w != (ssize_t)n)
                     errno = EIO;
                 rc = fail_errno(s, "restore the last durable state of", path);
             }
-            close(fd);
         }
+        if (fd >= 0)
+            close(fd);
         if (!rc && !(y->slot = malloc(slot_size(y->psize))))
             rc = CAIRN_ENOMEM;
         if (!rc) /* the same state, under this boot's id: later openers restore nothing */
@@ -358,8 +460,14 @@ static int pin_latest(cairn_store *s, cairn__synced *y)
         return cairn__mdb_fail(NULL, s, rc, "pin the durable snapshot");
     y->pinned = 1;
     y->pin_ms = mono_ms();
-    if (!y->keeper_started && pthread_create(&y->keeper, NULL, keeper_main, y) == 0)
-        y->keeper_started = 1;
+    if (!y->keeper_started) { /* signals stay with the process's own threads */
+        sigset_t all, old;
+        sigfillset(&all);
+        pthread_sigmask(SIG_BLOCK, &all, &old);
+        if (pthread_create(&y->keeper, NULL, keeper_main, y) == 0)
+            y->keeper_started = 1;
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+    }
     return 0;
 }
 
@@ -389,7 +497,7 @@ int cairn__synced_point(cairn_store *s)
     if (!rc && !y->rd && !(y->rd = malloc(2 * slot_size(y->psize))))
         rc = CAIRN_ENOMEM;
     if (!rc && (rc = mdb_env_sync(s->env, 1)) != 0)
-        rc = cairn__mdb_fail(NULL, s, rc, "flush to disk");
+        rc = flush_failed(s, "data.mdb", rc);
     if (!rc && (rc = mdb_env_get_fd(s->env, &fd)) != 0)
         rc = cairn__mdb_fail(NULL, s, rc, "flush to disk");
     if (!rc) { /* pages 0 and 1 as they are on disk now */
@@ -446,6 +554,16 @@ void cairn__synced_close(cairn_store *s)
     cairn__synced *y = s->synced;
     if (!y)
         return;
+    if (y->owner != getpid()) { /* a forked child: the pin's slot and the thread are the parent's */
+        if (y->fd >= 0)
+            close(y->fd);
+        free(y->slot);
+        free(y->pages);
+        free(y->rd);
+        free(y);
+        s->synced = NULL;
+        return;
+    }
     if (y->keeper_started) {
         pthread_mutex_lock(&y->mu);
         y->stop = 1;

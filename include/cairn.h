@@ -163,8 +163,10 @@ CAIRN_API int cairn_step_set_retry(cairn_step *s, uint32_t max_invocations, uint
  * SIGKILL at the deadline (the step is then a transient failure; an effect becomes in doubt).
  * 0 (default): runs in-process, no timeout. */
 CAIRN_API int cairn_step_set_timeout(cairn_step *s, uint32_t timeout_ms);
-/* Marks the step expensive (an LLM call): its commit is flushed to disk at once even in
- * `sync` mode's relaxed commits, so a power loss never loses it. */
+/* Marks the step expensive (an LLM call): its output is committed at a durable point (flushed
+ * to disk before the run goes on), so a power loss never loses it. A compute step that is not
+ * expensive commits without a flush: a power loss can undo it back to the last durable point,
+ * and it then runs again. */
 CAIRN_API int cairn_step_set_expensive(cairn_step *s, int expensive);
 
 /* Validates the whole graph: non-empty, every dependency exists, no cycle. Returns 0 or
@@ -220,13 +222,20 @@ CAIRN_API void cairn_ctx_set_retry_after(cairn_ctx *ctx, uint32_t ms);
 typedef struct cairn_store cairn_store;
 
 typedef enum cairn_durability {
-    CAIRN_SYNC = 0,  /* survives power loss (default); about one disk flush per step */
+    CAIRN_SYNC = 0,  /* survives power loss (default); flushes at durable points only */
     CAIRN_NOSYNC = 1 /* survives process crashes only */
 } cairn_durability;
 
 /* Open a store once per process (LMDB's rule: a second handle on the same store in one process
  * breaks its locks) and use the handle from one thread at a time (its error message lives in
- * it). Several processes may share a store. */
+ * it). Several processes may share a store. A child forked while a store is open must not use
+ * it (exec or _exit).
+ * A CAIRN_SYNC store survives power loss: an effect's intent, an expensive step's output, a
+ * task's end and operator commands are flushed before the call goes on (a durable point); other
+ * commits are not flushed, and a power cut may undo them back to the last durable point, never
+ * further and never leaving the store torn. A handle that has written keeps a read snapshot of
+ * the last durable point and one background thread that lets it go after a second of idleness
+ * (checkpoint/synced.c explains why). */
 CAIRN_API cairn_store *cairn_store_new(void);
 /* A store's durability is fixed when it is created and recorded in it (the file `durability`
  * in the store directory); every later open uses the store's own. Called before

@@ -48,13 +48,15 @@ int cairn__runner_store_fail(cairn_runner *r, int err)
     return err;
 }
 
-/* A refusal that reports a state read from the store (dead, in doubt, a message consumed):
+/* A refusal that reports a state read from the store (dead, in doubt, a message consumed, an
+ * ID taken by another payload):
  * another process may have committed it a moment ago without a flush yet, so it is made to
  * survive a power loss before it is reported (cairn__store_settle). Returns err, or the store's
  * error if that fails. */
 static int reported(cairn_runner *r, int err)
 {
-    if (err == CAIRN_EDEAD || err == CAIRN_EINDOUBT || err == CAIRN_EMSGSEEN) {
+    if (err == CAIRN_EDEAD || err == CAIRN_EINDOUBT || err == CAIRN_EMSGSEEN ||
+        err == CAIRN_ECONFLICT) {
         char why[sizeof r->err];
         snprintf(why, sizeof why, "%s", cairn_store_errmsg(r->store));
         int rc = cairn__store_settle(r->store);
@@ -603,12 +605,13 @@ int cairn_runner_run(cairn_runner *r, const char *graph, const char *task_id, co
                         .input_len = buf.size,
                         .acq = &acq};
         rc = cairn__store_write(r->store, CAIRN__RELAXED, admit_txn, &aa);
-        if (rc == CAIRN_ECONFLICT && aa.existing[0] && strcmp(aa.existing, hash) != 0)
-            rc = cairn__runner_fail(r, rc,
-                                    "task '%s' exists with payload hash %s; this input hashes to "
-                                    "%s (nothing changed)",
-                                    id, aa.existing, hash);
-        else if (rc == CAIRN_EMSGSEEN) {
+        if (rc == CAIRN_ECONFLICT && aa.existing[0] && strcmp(aa.existing, hash) != 0) {
+            if ((rc = reported(r, rc)) == CAIRN_ECONFLICT) /* else: it could not be flushed */
+                rc = cairn__runner_fail(r, rc,
+                                        "task '%s' exists with payload hash %s; this input hashes "
+                                        "to %s (nothing changed)",
+                                        id, aa.existing, hash);
+        } else if (rc == CAIRN_EMSGSEEN) {
             if ((rc = reported(r, rc)) == CAIRN_EMSGSEEN) { /* else: it could not be flushed */
                 snprintf(r->note, sizeof r->note, "message '%s' was already consumed by task '%s'",
                          message_id, aa.msg_task);
@@ -620,6 +623,8 @@ int cairn_runner_run(cairn_runner *r, const char *graph, const char *task_id, co
             }
         } else if (rc)
             rc = reported(r, rc);
+        else if (aa.deferred && (rc = cairn__store_settle(r->store)) != 0)
+            rc = cairn__runner_store_fail(r, rc); /* the task is kept for `retry`: durably */
         else if (aa.deferred)
             rc = cairn__runner_fail(r, aa.deferred, "%s", aa.deferred_msg);
     }
