@@ -29,9 +29,11 @@
  * the boot id (/proc/sys/kernel/random/boot_id) differs from the marker's: a process crash keeps
  * the page cache, where every commit is whole, and then nothing is done. The first process to
  * open the store after a reboot restores the meta pages and records the new boot id, under the
- * map lock and before LMDB reads the file; later ones see the new boot id. A marker that does
- * not describe the data.mdb beside it (the file is gone, or older than the marker: restored
- * from a backup, replaced) is set aside rather than written over a file it does not describe.
+ * map lock and before LMDB reads the file; later ones see the new boot id. A store that some
+ * process has open (LMDB's shared lock on lock.mdb) is never restored, whatever the boot id. A
+ * marker that does not describe the data.mdb beside it (the file is gone, or older than the marker:
+ * restored from a backup, replaced) is set aside rather than written over a file it does not
+ * describe.
  *
  * A durable point (cairn__synced_point) holds a write transaction, so that no other process
  * commits while it runs: fdatasync(data.mdb), read pages 0 and 1, write and flush the marker,
@@ -333,6 +335,23 @@ int cairn__synced_open(cairn_store *s, const char *dir)
     return 0;
 }
 
+/* Whether some process has the store's LMDB environment open: each holds a shared lock on the
+ * first byte of lock.mdb (LMDB's own test for the first opener). Only a store nobody has open
+ * is ever restored, whatever the boot id says. Called before this process opens it, so closing
+ * the descriptor drops no lock of ours. */
+static int open_elsewhere(const char *dir)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/lock.mdb", dir);
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
+    int busy = fcntl(fd, F_SETLK, &fl) != 0 && (errno == EACCES || errno == EAGAIN);
+    close(fd);
+    return busy;
+}
+
 /* Called under the map lock before LMDB opens data.mdb (see the design comment). */
 int cairn__synced_recover(cairn_store *s, const char *dir)
 {
@@ -347,7 +366,8 @@ int cairn__synced_recover(cairn_store *s, const char *dir)
     uint64_t seq = 0, txnid = 0;
     const unsigned char *pages = NULL;
     int rc = 0, slot = newest(y->fd, a, b, CAP, &seq, &txnid, &y->psize, &pages);
-    if (slot >= 0 && memcmp(pages - HDR + BOOT_AT, y->boot, BOOT_LEN) != 0) {
+    if (slot >= 0 && memcmp(pages - HDR + BOOT_AT, y->boot, BOOT_LEN) != 0 &&
+        !open_elsewhere(dir)) {
         /* The machine rebooted since the last durable point: return to it. */
         char path[4200];
         snprintf(path, sizeof path, "%s/data.mdb", dir);

@@ -210,6 +210,44 @@ static void test_marker_writers(void)
     unsetenv("CAIRN_BOOT_ID");
 }
 
+/* A store some process has open is never restored, whatever the boot id says: a stray
+ * CAIRN_BOOT_ID must not roll back a live store. */
+static void test_no_restore_under_live_process(void)
+{
+    char dir[300];
+    newdir(dir, "live");
+    reboot("boot-A");
+    cairn_store *s = open_sync(dir);
+    int rc = put(s, "a", CAIRN__DURABLE);
+    rc = rc ? rc : put(s, "b", CAIRN__RELAXED);
+    int go[2], done[2];
+    if (pipe(go) != 0 || pipe(done) != 0)
+        return;
+    pid_t pid = fork();
+    if (pid == 0) { /* another process, in "another boot", opens it while we hold it */
+        char c;
+        if (read(go[0], &c, 1) != 1)
+            _exit(2);
+        setenv("CAIRN_BOOT_ID", "boot-B", 1);
+        cairn_store *o = open_sync(dir);
+        int h = o ? has(o, "b") : -1;
+        cairn_store_free(o);
+        c = (char)(h == 1 ? 'y' : 'n');
+        if (write(done[1], &c, 1) != 1)
+            _exit(2);
+        _exit(0);
+    }
+    char c = 'g';
+    if (write(go[1], &c, 1) != 1 || read(done[0], &c, 1) != 1)
+        c = '?';
+    waitpid(pid, NULL, 0);
+    ok(rc == 0 && c == 'y' && has(s, "b") == 1,
+       "another boot id while a process has the store open: nothing is restored (%c)", c);
+    cairn_store_free(s);
+    close(go[0]), close(go[1]), close(done[0]), close(done[1]);
+    unsetenv("CAIRN_BOOT_ID");
+}
+
 static void test_marker_slots(void)
 {
     char dir[300];
@@ -587,6 +625,7 @@ int main(void)
     tu_tmpdir(root, "synced");
     test_reboot_returns_to_durable_point();
     test_marker_writers();
+    test_no_restore_under_live_process();
     test_marker_slots();
     test_pin();
     test_no_write_no_flush();
