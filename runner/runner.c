@@ -342,7 +342,7 @@ typedef struct admit_arg {
     size_t input_len;
     char existing[65];
     char msg_task[CAIRN__ID_MAX + 1];
-    acquire_arg *acq; /* acquired in the same transaction: one commit, one flush */
+    acquire_arg *acq; /* acquired in the same transaction: one commit */
     int deferred;     /* admitted, but may not start now: CAIRN_ETENANT or CAIRN_EBUSY */
     char deferred_msg[512];
 } admit_arg;
