@@ -47,12 +47,13 @@
  * unless it writes nothing (store.c). Pins are dropped when the map is resized (LMDB remaps only
  * with no transaction open) and by a keeper thread once they are older than PIN_MAX_MS, because
  * a pinned snapshot stops page reuse for every writer: a process sleeping in a long step would
- * make the file grow by what others write meanwhile. (A stopped process - SIGSTOP, a debugger -
- * keeps its pin until it runs again, and the file grows meanwhile.) A store written before the
- * marker existed has no marker: its commits were all flushed the classic way (data, then meta),
- * so the disk is trusted until the first durable point writes one. The same holds when no slot
- * of the marker is whole: only the first marker write can be torn with nothing before it, and
- * no page is written unpinned before a marker write has returned.
+ * make the file grow by what others write meanwhile. The keeper also clears, every few seconds,
+ * the reader slots of killed processes (their pins), as every open does. (A stopped process -
+ * SIGSTOP, a debugger - keeps its pin until it runs again, and the file grows meanwhile.) A store
+ * written before the marker existed has no marker: its commits were all flushed the classic way
+ * (data, then meta), so the disk is trusted until the first durable point writes one. The same
+ * holds when no slot of the marker is whole: only the first marker write can be torn with nothing
+ * before it, and no page is written unpinned before a marker write has returned.
  *
  * A child forked while the store is open must not use it; cairn_store_free there frees memory
  * only (the pin's reader slot is shared with the parent, the keeper thread is the parent's).
@@ -76,6 +77,7 @@
 
 #define PIN_MAX_MS 1000
 #define KEEPER_TICK_MS 250
+#define READER_CHECK_TICKS 20 /* every 5 s */
 #define MARKER_MAGIC "CAIRNSYN"
 #define MARKER_VERSION 1u
 #define HDR 72 /* magic 8, version 4, page size 4, sequence 8, transaction id 8, boot id 40 */
@@ -92,6 +94,7 @@ struct cairn__synced {
     char boot[BOOT_LEN];
     pid_t owner;  /* the process that opened it (a forked child must not touch the pin) */
     int created;  /* this handle created the file `synced`: its name is flushed once */
+    MDB_env *env; /* for the keeper's reader checks */
     MDB_txn *pin; /* a read transaction, reset when not pinned */
     int pinned;
     int64_t pin_ms;                   /* monotonic time the pin was taken */
@@ -417,6 +420,7 @@ int cairn__synced_recover(cairn_store *s, const char *dir)
 static void *keeper_main(void *arg)
 {
     cairn__synced *y = arg;
+    unsigned ticks = 0;
     pthread_mutex_lock(&y->mu);
     while (!y->stop) {
         struct timespec until;
@@ -430,6 +434,14 @@ static void *keeper_main(void *arg)
         if (y->pinned && mono_ms() - y->pin_ms > PIN_MAX_MS) {
             mdb_txn_reset(y->pin);
             y->pinned = 0;
+        }
+        if (++ticks % READER_CHECK_TICKS == 0 && !y->stop) {
+            /* a writer killed with SIGKILL leaves its pin in the reader table, where it stops
+             * page reuse until some process clears it: do it now and then, not only at open */
+            int dead;
+            pthread_mutex_unlock(&y->mu);
+            mdb_reader_check(y->env, &dead);
+            pthread_mutex_lock(&y->mu);
         }
     }
     pthread_mutex_unlock(&y->mu);
@@ -480,6 +492,7 @@ static int pin_latest(cairn_store *s, cairn__synced *y)
         return cairn__mdb_fail(NULL, s, rc, "pin the durable snapshot");
     y->pinned = 1;
     y->pin_ms = mono_ms();
+    y->env = s->env;
     if (!y->keeper_started) { /* signals stay with the process's own threads */
         sigset_t all, old;
         sigfillset(&all);
