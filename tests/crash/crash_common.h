@@ -31,6 +31,24 @@ typedef struct task_obs {
     char landed[64];   /* where the last kill landed (from show --json) */
 } task_obs;
 
+/* A test's schedule: xorshift64*, deterministic for a seed (crash_seed), good enough for
+ * choosing kill times and task shapes. */
+static uint64_t crash_rng_state = 1;
+
+static inline void crash_seed(const char *seed) { crash_rng_state = strtoull(seed, NULL, 10) | 1; }
+
+static inline uint64_t rnd(void)
+{
+    crash_rng_state ^= crash_rng_state >> 12;
+    crash_rng_state ^= crash_rng_state << 25;
+    crash_rng_state ^= crash_rng_state >> 27;
+    return crash_rng_state * 2685821657736338717ull;
+}
+
+static inline unsigned rnd_below(unsigned n) { return n ? (unsigned)(rnd() % n) : 0; }
+
+static inline double rnd_unit(void) { return (double)(rnd() >> 11) / 9007199254740992.0; }
+
 static inline void crash_violation(task_obs *o, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 static inline void crash_violation(task_obs *o, const char *fmt, ...)

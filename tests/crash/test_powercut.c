@@ -87,21 +87,6 @@
 #define AIM_WAIT_MS 200
 #define AIM_MAX_US 1000
 
-/* ------------------------------------------------------------------ schedule */
-
-static uint64_t rng_state;
-
-static uint64_t rnd(void)
-{
-    /* xorshift64*: deterministic for a seed */
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return rng_state * 2685821657736338717ull;
-}
-
-static unsigned rnd_below(unsigned n) { return n ? (unsigned)(rnd() % n) : 0; }
-
 /* ------------------------------------------------------------------ one cut */
 
 typedef struct pc_task {
@@ -1001,7 +986,7 @@ int main(int argc, char **argv)
         return 1;
     }
     const char *seed = tu_env("CAIRN_POWERCUT_SEED", "20240707");
-    rng_state = strtoull(seed, NULL, 10) | 1;
+    crash_seed(seed);
     /* the orphans of a cut workload come back here to be reaped */
     if (prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0)
         diag("not a subreaper (%s): orphans of a cut are reaped by init", strerror(errno));

@@ -52,23 +52,6 @@
 
 #include "crash_common.h"
 
-/* ------------------------------------------------------------------ schedule */
-
-static uint64_t rng_state;
-
-static uint64_t rnd(void)
-{
-    /* xorshift64*: deterministic for a seed, good enough for a schedule */
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return rng_state * 2685821657736338717ull;
-}
-
-static unsigned rnd_below(unsigned n) { return n ? (unsigned)(rnd() % n) : 0; }
-
-static double rnd_unit(void) { return (double)(rnd() >> 11) / 9007199254740992.0; }
-
 /* ------------------------------------------------------------------ phases and their timing */
 
 enum { PH_START, PH_PARSE, PH_FORK, PH_WORK, PH_GAP, PH_INTENT, PH_EFFECT, PH_EXIT, N_PH };
@@ -767,7 +750,7 @@ int main(int argc, char **argv)
     prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
     for (int p = 0; p < N_PH; p++)
         S.window[p] = 1;
-    rng_state = strtoull(seed, NULL, 10) | 1;
+    crash_seed(seed);
     /* floors: 1/40 of the kills per phase (a fifth of an even share), at least 4 - or half an
      * even share for a very short soak; a twentieth of the kills during retry runs */
     FLOOR = atoi(tu_env("CAIRN_SOAK_MIN_PER_PHASE", "0"));
