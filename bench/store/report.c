@@ -216,6 +216,14 @@ static json_t *ratio_json(const bench_config *c, const char *compared, double go
                      "result", verdict(got, target));
 }
 
+/* A ratio shown for information: no target, no verdict. */
+static json_t *info_ratio_json(const bench_config *c, const char *compared, double got)
+{
+    return json_pack("{s:s, s:I, s:s, s:f, s:n, s:s}", "durability", c->durability, "output_bytes",
+                     (json_int_t)c->size, "compared", compared, "ratio", got, "target", "result",
+                     "info");
+}
+
 void bench_report_json(const bench_results *r)
 {
     json_t *doc = json_object();
@@ -261,17 +269,10 @@ void bench_report_json(const bench_results *r)
                                          ratio(&c->cairn_commit, &c->sqlite_commit), target));
         if (pl) {
             json_array_append_new(ratios,
-                                  json_pack("{s:s, s:I, s:s, s:f, s:n, s:s}", "durability",
-                                            c->durability, "output_bytes", (json_int_t)c->size,
-                                            "compared", "DURABLE runner vs tasks", "ratio",
-                                            ratio(&c->durable_task, &c->sqlite_task), "target",
-                                            "result", "info"));
-            json_array_append_new(ratios,
-                                  json_pack("{s:s, s:I, s:s, s:f, s:n, s:s}", "durability",
-                                            c->durability, "output_bytes", (json_int_t)c->size,
-                                            "compared", "runner vs same-promise SQLite", "ratio",
-                                            ratio(&c->cairn_task, &c->split_task), "target",
-                                            "result", "info"));
+                                  info_ratio_json(c, "DURABLE runner vs tasks",
+                                                  ratio(&c->durable_task, &c->sqlite_task)));
+            json_array_append_new(ratios, info_ratio_json(c, "runner vs same-promise SQLite",
+                                                          ratio(&c->cairn_task, &c->split_task)));
         }
     }
     json_object_set_new(doc, "checkpoints", cks);
