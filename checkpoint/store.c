@@ -125,6 +125,8 @@ int cairn_store_set_map_max(cairn_store *s, uint64_t bytes)
 
 const char *cairn_store_errmsg(const cairn_store *s) { return s ? s->errmsg : "no store"; }
 
+void cairn__store_inject_flush_failure(cairn_store *s, int err) { s->inject_flush_err = err; }
+
 void cairn__store_inject_write_failure(cairn_store *s, uint32_t nth, int err)
 {
     s->inject_nth = nth;
@@ -173,6 +175,7 @@ static int create_dbs_txn(cairn__txn *t, void *arg)
 {
     (void)arg;
     cairn_store *s = t->s;
+    t->wrote = 1; /* creating a database writes the main database: it needs the pin */
     for (size_t i = 0; i < N_DBS; i++) {
         int rc = mdb_dbi_open(t->txn, db_names[i], MDB_CREATE, db_handle(s, i));
         if (rc)
@@ -244,6 +247,7 @@ int cairn_store_open(cairn_store *s, const char *dir)
 {
     if (!s || !dir || s->env)
         return CAIRN_EINVAL;
+    s->broken = 0;
     free(s->dir);
     s->dir = strdup(dir);
     if (!s->dir)
@@ -327,11 +331,13 @@ static void txn_buffers_free(cairn__txn *t)
         msgpack_zone_destroy(&t->zone);
 }
 
+/* A handle closed for use by an earlier failure (a remap that left no map, a failed flush):
+ * its message said why; later calls repeat that it is closed. */
 static int broken(cairn_store *s)
 {
     return cairn__store_fail(s, CAIRN_EIO,
-                             "store %s: this handle lost its map in a failed remap; reopen the "
-                             "store",
+                             "store %s: this handle was closed for use by an earlier failure (a "
+                             "failed remap or flush, reported then)",
                              s->dir);
 }
 
@@ -369,13 +375,16 @@ static int write_locked(cairn_store *s, int durable, cairn__txn_fn fn, void *arg
             }
             return rc;
         }
-        if (!pinned && t.wrote) {
+        if (!pinned) {
+            /* Nothing written: nothing to commit (an abort is the same, and surely writes no
+             * page). Else the transaction is dropped and runs again after a durable point. */
             mdb_txn_abort(t.txn);
+            if (!t.wrote)
+                return durable ? cairn__synced_point(s) : 0;
             if ((rc = cairn__synced_point(s)))
                 return rc;
             continue;
         }
-        size_t id = mdb_txn_id(t.txn);
         int mrc = mdb_txn_commit(t.txn);
         if (mrc == MDB_MAP_FULL) {
             int g = grow_map(s);
@@ -385,13 +394,6 @@ static int write_locked(cairn_store *s, int durable, cairn__txn_fn fn, void *arg
         }
         if (mrc)
             return cairn__mdb_fail(NULL, s, mrc, "commit");
-        if (!pinned && s->synced) {
-            /* A safety net: every write goes through cairn__put/cairn__del, which set t.wrote;
-             * a commit that wrote pages anyway is made durable at once. */
-            MDB_envinfo info;
-            if (mdb_env_info(s->env, &info) == 0 && info.me_last_txnid == id)
-                durable = 1;
-        }
         return durable && s->synced ? cairn__synced_point(s) : 0;
     }
 }

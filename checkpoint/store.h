@@ -49,6 +49,8 @@ int64_t cairn__now_ms(void);
 void cairn__store_seal(cairn_store *s);
 /* Fault injection for tests: fail the Nth write transaction from now with `err` (0 = off). */
 void cairn__store_inject_write_failure(cairn_store *s, uint32_t nth, int err);
+/* Fault injection for tests: the next flush of a sync store's data fails with errno `err`. */
+void cairn__store_inject_flush_failure(cairn_store *s, int err);
 
 /* A process identity for leases: host, pid and the process start time (clock ticks since
  * boot, from /proc), so a reused pid is not mistaken for the owner. */

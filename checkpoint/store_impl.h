@@ -30,6 +30,7 @@ struct cairn_store {
     cairn__synced *synced; /* synced.c: sync stores only (the marker, the pin, their mutex) */
     uint32_t inject_nth;
     int inject_err;
+    int inject_flush_err; /* the next durable point's data flush fails with this errno */
     char *dir;
     char errmsg[1024];
     /* records.c: the last task record read or written and its exact bytes. A step reads its

@@ -93,7 +93,8 @@ struct cairn__synced {
     unsigned psize; /* LMDB's page size */
     char boot[BOOT_LEN];
     pid_t owner;  /* the process that opened it (a forked child must not touch the pin) */
-    int created;  /* this handle created the file `synced`: its name is flushed once */
+    int dir_synced; /* this handle flushed the store directory (the files' names) once */
+    uint64_t known_txnid; /* the newest marker's transaction id this handle wrote or read */
     MDB_env *env; /* for the keeper's reader checks */
     MDB_txn *pin; /* a read transaction, reset when not pinned */
     int pinned;
@@ -175,15 +176,57 @@ static int slot_read(int fd, off_t off, unsigned char *buf, size_t cap, uint64_t
     return 1;
 }
 
+static int fail_errno(cairn_store *s, const char *what, const char *path)
+{
+    int err = errno;
+    return cairn__store_fail(s, err == ENOSPC || err == EDQUOT ? CAIRN_EFULL : CAIRN_EIO,
+                             "store %s: cannot %s %s: %s", s->dir, what, path, strerror(err));
+}
+
 /* A flush that failed ends the handle: Linux reports a lost write-back once, so a later flush
  * could succeed over pages that never reached the disk (and a marker could then record them). */
 static int flush_failed(cairn_store *s, const char *what, int err)
 {
+    /* The page cache may have dropped the writes that failed, and no later flush in this boot
+     * would say so: every process is stopped until a reboot, when recovery returns to the last
+     * durable point, which a flush that succeeded made. The file `flush-failed` says so (best
+     * effort: the disk is failing). */
+    char path[4200];
+    snprintf(path, sizeof path, "%s/flush-failed", s->dir);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd >= 0) {
+        if (write(fd, s->synced->boot, strlen(s->synced->boot)) > 0)
+            fsync(fd);
+        close(fd);
+    }
     s->broken = 1;
     return cairn__store_fail(s, err == ENOSPC || err == EDQUOT ? CAIRN_EFULL : CAIRN_EIO,
                              "store %s: flushing %s to disk failed: %s; what is on disk is not "
-                             "known, so this handle is closed for use: reopen the store",
+                             "known until the machine restarts (the store then returns to its "
+                             "last durable point): it is closed for use until then",
                              s->dir, what, strerror(err));
+}
+
+/* Refuses the store in the boot where a flush of it failed (flush_failed); after a reboot the
+ * record goes (the caller then recovers). */
+static int check_flush_failed(cairn_store *s, const char *dir, int *after_reboot)
+{
+    char path[4200], boot[BOOT_LEN + 1] = {0};
+    snprintf(path, sizeof path, "%s/flush-failed", dir);
+    *after_reboot = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return errno == ENOENT ? 0 : fail_errno(s, "read", path);
+    ssize_t n = read(fd, boot, BOOT_LEN);
+    close(fd);
+    if (n > 0 && strncmp(boot, s->synced->boot, BOOT_LEN) == 0)
+        return cairn__store_fail(s, CAIRN_EIO,
+                                 "store %s: a flush of it to disk failed earlier in this boot (see "
+                                 "%s): what is on disk is not known until the machine restarts; "
+                                 "remove that file only if you know the disk is sound",
+                                 dir, path);
+    *after_reboot = 1;
+    return 0;
 }
 
 /* Writes the marker `seq` into slot `slot` with the meta pages in `pages`, and flushes it. */
@@ -209,7 +252,8 @@ static int slot_write(cairn_store *s, cairn__synced *y, int slot, uint64_t seq, 
                                  strerror(err));
     if (fdatasync(y->fd) != 0)
         return flush_failed(s, "synced", errno);
-    if (y->created) { /* a new file's name is durable only once its directory is flushed */
+    if (!y->dir_synced) { /* a new file's name is durable only once its directory is flushed:
+                            * whoever created `synced` or data.mdb, each handle does it once */
         int dfd = open(s->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         int bad = dfd < 0 || fsync(dfd) != 0;
         err = errno;
@@ -217,8 +261,9 @@ static int slot_write(cairn_store *s, cairn__synced *y, int slot, uint64_t seq, 
             close(dfd);
         if (bad)
             return flush_failed(s, "its directory", err);
-        y->created = 0;
+        y->dir_synced = 1;
     }
+    y->known_txnid = txnid;
     return 0;
 }
 
@@ -248,12 +293,6 @@ static int newest(int fd, unsigned char *a, unsigned char *b, size_t cap, uint64
     return one;
 }
 
-static int fail_errno(cairn_store *s, const char *what, const char *path)
-{
-    int err = errno;
-    return cairn__store_fail(s, err == ENOSPC || err == EDQUOT ? CAIRN_EFULL : CAIRN_EIO,
-                             "store %s: cannot %s %s: %s", s->dir, what, path, strerror(err));
-}
 
 /* ------------------------------------------------------------------ open and recovery */
 
@@ -328,11 +367,7 @@ int cairn__synced_open(cairn_store *s, const char *dir)
     char path[4200];
     snprintf(path, sizeof path, "%s/synced", dir);
     y->owner = getpid();
-    y->fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (y->fd >= 0)
-        y->created = 1;
-    else if (errno == EEXIST)
-        y->fd = open(path, O_RDWR | O_CLOEXEC);
+    y->fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     if (y->fd < 0)
         return fail_errno(s, "open", path);
     return 0;
@@ -368,10 +403,24 @@ int cairn__synced_recover(cairn_store *s, const char *dir)
     }
     uint64_t seq = 0, txnid = 0;
     const unsigned char *pages = NULL;
-    int rc = 0, slot = newest(y->fd, a, b, CAP, &seq, &txnid, &y->psize, &pages);
-    if (slot >= 0 && memcmp(pages - HDR + BOOT_AT, y->boot, BOOT_LEN) != 0 &&
-        !open_elsewhere(dir)) {
-        /* The machine rebooted since the last durable point: return to it. */
+    int after_failure = 0, rc = check_flush_failed(s, dir, &after_failure);
+    int slot = rc ? -1 : newest(y->fd, a, b, CAP, &seq, &txnid, &y->psize, &pages);
+    if (slot >= 0)
+        y->known_txnid = txnid;
+    if (slot >= 0 && memcmp(pages - HDR + BOOT_AT, y->boot, BOOT_LEN) != 0) {
+        /* The machine rebooted since the last durable point: return to it. Not while another
+         * process has the store open (a program other than cairn, since every cairn open comes
+         * here first): it could be reading a torn tree, and going on over it would make the
+         * damage permanent. */
+        if (open_elsewhere(dir)) {
+            free(a);
+            free(b);
+            return cairn__store_fail(s, CAIRN_EBUSY,
+                                     "store %s must return to its last durable state after a "
+                                     "restart, but another program has it open (%s/lock.mdb is "
+                                     "locked); close it and try again",
+                                     dir, dir);
+        }
         char path[4200];
         snprintf(path, sizeof path, "%s/data.mdb", dir);
         size_t n = 2 * (size_t)y->psize;
@@ -382,11 +431,16 @@ int cairn__synced_recover(cairn_store *s, const char *dir)
             unsigned char *file = b; /* slot b is not needed any more: the newest is in hand */
             if (pages == b + HDR)
                 file = a;
-            ours = describes(file, pread(fd, file, n, 0), y->psize, txnid);
+            ssize_t got = pread(fd, file, n, 0);
+            if (got < 0) /* no answer: keep the marker, and the store closed */
+                rc = fail_errno(s, "read the meta pages of", path);
+            else
+                ours = describes(file, got, y->psize, txnid);
         }
         if (!rc && !ours) {
             /* data.mdb is gone or is not the file the marker describes: set the marker aside
              * (an empty file: no marker) rather than write its pages over another file */
+            y->known_txnid = 0;
             if (ftruncate(y->fd, 0) != 0 || fdatasync(y->fd) != 0)
                 rc = fail_errno(s, "reset", "synced");
             if (fd >= 0)
@@ -409,6 +463,11 @@ int cairn__synced_recover(cairn_store *s, const char *dir)
             rc = CAIRN_ENOMEM;
         if (!rc) /* the same state, under this boot's id: later openers restore nothing */
             rc = slot_write(s, y, 1 - slot, seq + 1, txnid, pages);
+    }
+    if (!rc && after_failure) { /* a flush failed in an earlier boot: recovered, it is history */
+        char path[4200];
+        snprintf(path, sizeof path, "%s/flush-failed", dir);
+        unlink(path);
     }
     free(a);
     free(b);
@@ -529,8 +588,12 @@ int cairn__synced_point(cairn_store *s)
         rc = CAIRN_ENOMEM;
     if (!rc && !y->rd && !(y->rd = malloc(2 * slot_size(y->psize))))
         rc = CAIRN_ENOMEM;
-    if (!rc && (rc = mdb_env_sync(s->env, 1)) != 0)
+    if (!rc && s->inject_flush_err) { /* tests */
+        rc = flush_failed(s, "data.mdb", s->inject_flush_err);
+        s->inject_flush_err = 0;
+    } else if (!rc && (rc = mdb_env_sync(s->env, 1)) != 0) {
         rc = flush_failed(s, "data.mdb", rc);
+    }
     if (!rc && (rc = mdb_env_get_fd(s->env, &fd)) != 0)
         rc = cairn__mdb_fail(NULL, s, rc, "flush to disk");
     if (!rc) { /* pages 0 and 1 as they are on disk now */
@@ -574,6 +637,8 @@ int cairn__synced_settle(cairn_store *s)
     size_t size = slot_size(y->psize ? y->psize : 4096);
     if (!y->rd && y->psize && !(y->rd = malloc(2 * size)))
         rc = CAIRN_ENOMEM;
+    else if (mdb_env_info(s->env, &info) == 0 && info.me_last_txnid <= y->known_txnid)
+        rc = 0; /* a marker this handle wrote or read covers it already */
     else if (mdb_env_info(s->env, &info) != 0 || !y->rd ||
              newest(y->fd, y->rd, y->rd + size, size, &seq, &txnid, &psize, &pages) < 0 ||
              info.me_last_txnid > txnid)
