@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "checkpoint/store_impl.h"
 
@@ -166,6 +167,24 @@ static int tomb_cb(const char *id, void *arg)
     return 0;
 }
 
+/* mdb_reader_list's lines ("pid thread txnid", txnid "-" when idle): the other processes'
+ * readers holding a snapshot, and the oldest. */
+static int reader_line(const char *msg, void *arg)
+{
+    cairn__store_stats *out = arg;
+    int pid;
+    char th[64], txn[64];
+    if (sscanf(msg, "%d %63s %63s", &pid, th, txn) != 3 || pid == (int)getpid() ||
+        strcmp(txn, "-") == 0 || strspn(txn, "0123456789") != strlen(txn))
+        return 0;
+    uint64_t id = strtoull(txn, NULL, 10);
+    if (!out->readers++ || id < out->oldest_reader_txn) {
+        out->oldest_reader_txn = id;
+        out->oldest_reader_pid = pid;
+    }
+    return 0;
+}
+
 int cairn__store_stats_get(cairn__txn *t, cairn__store_stats *out)
 {
     memset(out, 0, sizeof *out);
@@ -188,7 +207,13 @@ int cairn__store_stats_get(cairn__txn *t, cairn__store_stats *out)
         out->map_size = info.me_mapsize;
         out->page_size = est.ms_psize;
         out->map_used = (uint64_t)(info.me_last_pgno + 1) * est.ms_psize;
+        out->last_txn = info.me_last_txnid;
     }
     out->durability = t->s->durability;
+    if (!rc) {
+        mdb_reader_list(t->s->env, reader_line, out);
+        if (t->s->synced)
+            out->durable_txn = cairn__synced_durable_txn(t->s);
+    }
     return rc;
 }

@@ -156,6 +156,14 @@ typedef struct cairn__store_stats {
     uint64_t tombstones, messages, audit_records, step_records;
     uint64_t map_size, map_used, page_size;
     cairn_durability durability; /* the store's own (fixed at creation) */
+    /* commits: the last one, and (sync) the last durable point's, from the marker (0 if none) */
+    uint64_t last_txn, durable_txn;
+    /* other processes' read transactions (a sync store's writers hold one each: their pins),
+     * and the oldest snapshot one of them holds, with its process: a snapshot far behind the
+     * last commit stops page reuse, and the file grows */
+    uint32_t readers;
+    uint64_t oldest_reader_txn;
+    int oldest_reader_pid;
 } cairn__store_stats;
 int cairn__store_stats_get(cairn__txn *t, cairn__store_stats *out);
 

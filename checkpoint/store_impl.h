@@ -152,6 +152,7 @@ void cairn__synced_unpin(cairn_store *s);
 void cairn__synced_lock(cairn_store *s);
 void cairn__synced_unlock(cairn_store *s);
 void cairn__synced_close(cairn_store *s);
+uint64_t cairn__synced_durable_txn(cairn_store *s); /* the marker's commit; 0: none */
 
 /* store.c: begins an LMDB transaction, adopting a map another process grew. */
 int cairn__store_begin(cairn_store *s, unsigned flags, MDB_txn **txn);

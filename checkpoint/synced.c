@@ -92,11 +92,11 @@ struct cairn__synced {
     int fd;         /* the marker file */
     unsigned psize; /* LMDB's page size */
     char boot[BOOT_LEN];
-    pid_t owner;  /* the process that opened it (a forked child must not touch the pin) */
-    int dir_synced; /* this handle flushed the store directory (the files' names) once */
+    pid_t owner;          /* the process that opened it (a forked child must not touch the pin) */
+    int dir_synced;       /* this handle flushed the store directory (the files' names) once */
     uint64_t known_txnid; /* the newest marker's transaction id this handle wrote or read */
-    MDB_env *env; /* for the keeper's reader checks */
-    MDB_txn *pin; /* a read transaction, reset when not pinned */
+    MDB_env *env;         /* for the keeper's reader checks */
+    MDB_txn *pin;         /* a read transaction, reset when not pinned */
     int pinned;
     int64_t pin_ms;                   /* monotonic time the pin was taken */
     unsigned char *slot, *pages, *rd; /* buffers: a marker slot, the two meta pages, two slots */
@@ -253,7 +253,7 @@ static int slot_write(cairn_store *s, cairn__synced *y, int slot, uint64_t seq, 
     if (fdatasync(y->fd) != 0)
         return flush_failed(s, "synced", errno);
     if (!y->dir_synced) { /* a new file's name is durable only once its directory is flushed:
-                            * whoever created `synced` or data.mdb, each handle does it once */
+                           * whoever created `synced` or data.mdb, each handle does it once */
         int dfd = open(s->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         int bad = dfd < 0 || fsync(dfd) != 0;
         err = errno;
@@ -292,7 +292,6 @@ static int newest(int fd, unsigned char *a, unsigned char *b, size_t cap, uint64
     *txnid = rd_be64(*pages - HDR + 24);
     return one;
 }
-
 
 /* ------------------------------------------------------------------ open and recovery */
 
@@ -645,6 +644,21 @@ int cairn__synced_settle(cairn_store *s)
         rc = cairn__synced_point(s); /* what was read may not be on disk yet: flush it */
     pthread_mutex_unlock(&y->mu);
     return rc;
+}
+
+uint64_t cairn__synced_durable_txn(cairn_store *s)
+{
+    cairn__synced *y = s->synced;
+    enum { CAP = HDR + 2 * 65536 + SHA256_DIGEST_LENGTH };
+    unsigned char *a = malloc(CAP), *b = malloc(CAP);
+    uint64_t seq, txnid = 0;
+    unsigned psize;
+    const unsigned char *pages;
+    if (!a || !b || newest(y->fd, a, b, CAP, &seq, &txnid, &psize, &pages) < 0)
+        txnid = 0;
+    free(a);
+    free(b);
+    return txnid;
 }
 
 void cairn__synced_close(cairn_store *s)

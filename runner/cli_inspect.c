@@ -381,7 +381,10 @@ static const char stats_help[] =
     "usage: %P stats [--json] [--map-max BYTES] [--store DIR]\n"
     "Counts tasks by status and shows the store's size: the space used, the current map and the\n"
     "limit the map may grow to in a process (default 64 GiB; each process sets its own with\n"
-    "--map-max, so pass the one your runs use to see their headroom).\n";
+    "--map-max, so pass the one your runs use to see their headroom). For a sync store, how far\n"
+    "the last durable point lags the last commit (what a restart of the machine undoes); and the\n"
+    "other processes reading the store, with the oldest snapshot one holds: pages freed after it\n"
+    "are not reused while it does, so a process stopped for long makes the file grow.\n";
 
 int cairn__cmd_stats(int argc, char **argv)
 {
@@ -427,6 +430,16 @@ int cairn__cmd_stats(int argc, char **argv)
     json_object_set_new(j, "map_max", json_integer((json_int_t)map_max));
     const char *dur = st.durability == CAIRN_NOSYNC ? "nosync" : "sync";
     json_object_set_new(j, "durability", json_string(dur));
+    json_object_set_new(j, "last_commit", json_integer((json_int_t)st.last_txn));
+    if (st.durability == CAIRN_SYNC) /* null: no durable point recorded yet */
+        json_object_set_new(j, "durable_commit",
+                            st.durable_txn ? json_integer((json_int_t)st.durable_txn)
+                                           : json_null());
+    json_object_set_new(j, "readers", json_integer((json_int_t)st.readers));
+    if (st.readers)
+        json_object_set_new(j, "oldest_reader",
+                            json_pack("{s:I, s:I}", "pid", (json_int_t)st.oldest_reader_pid,
+                                      "commit", (json_int_t)st.oldest_reader_txn));
     if (o.json)
         cairn__cli_print_json(j);
     else {
@@ -445,6 +458,22 @@ int cairn__cmd_stats(int argc, char **argv)
                (unsigned long long)st.step_records, (unsigned long long)st.audit_records, used,
                size, max, o.map_max ? "--map-max" : "the default; runs may set --map-max", dur,
                st.durability == CAIRN_NOSYNC ? "survives process crashes" : "survives power loss");
+        if (st.durability == CAIRN_SYNC && st.durable_txn)
+            printf("durable      up to commit %llu of %llu (a restart of the machine undoes the "
+                   "%llu after it)\n",
+                   (unsigned long long)st.durable_txn, (unsigned long long)st.last_txn,
+                   (unsigned long long)(st.last_txn > st.durable_txn ? st.last_txn - st.durable_txn
+                                                                     : 0));
+        else if (st.durability == CAIRN_SYNC)
+            printf("durable      no durable point recorded yet (the store is as written)\n");
+        if (st.readers)
+            printf("readers      %u other process%s; the oldest, pid %d, holds commit %llu (%llu "
+                   "behind: pages freed since are not reused while it does)\n",
+                   st.readers, st.readers == 1 ? "" : "es", st.oldest_reader_pid,
+                   (unsigned long long)st.oldest_reader_txn,
+                   (unsigned long long)(st.last_txn - st.oldest_reader_txn));
+        else
+            printf("readers      none\n");
         json_decref(j);
     }
     cairn__cli_session_close(&s);

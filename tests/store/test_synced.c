@@ -611,6 +611,8 @@ static void test_fork_free(void)
     cairn_store_free(s);
 }
 
+static int stats_txn(cairn__txn *t, void *arg) { return cairn__store_stats_get(t, arg); }
+
 /* A writer killed with SIGKILL leaves its pin in LMDB's reader table; a live process's keeper
  * clears it within a few seconds (page reuse would stop until the next open otherwise). */
 static void test_killed_writers_pin(void)
@@ -635,6 +637,14 @@ static void test_killed_writers_pin(void)
     if (read(fds[0], &c, 1) != 1)
         c = '?';
     int before = pinned_readers(dir, pid);
+    cairn__store_stats st = {0};
+    cairn__store_read(s, stats_txn, &st);
+    ok(st.readers == 1 && st.oldest_reader_pid == pid && st.oldest_reader_txn <= st.last_txn &&
+           st.durable_txn && st.durable_txn <= st.last_txn,
+       "stats: one other reader, the writer's pin (pid %d, commit %llu of %llu); durable up to "
+       "commit %llu",
+       st.oldest_reader_pid, (unsigned long long)st.oldest_reader_txn,
+       (unsigned long long)st.last_txn, (unsigned long long)st.durable_txn);
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
     int after = -1;
