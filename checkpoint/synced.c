@@ -324,16 +324,26 @@ static int meta_txnid(const unsigned char *page, uint64_t *txnid)
 }
 
 /* Whether data.mdb (its first two pages in `file`, n bytes read) is the file the marker of
- * `txnid` describes. Every page write is taken to be whole (LMDB assumes the same of its meta
- * pages), so each meta page of the right file is the marker's version or a later one: if both
- * are meta pages and both older, the file was replaced (an older copy, a new store). A page that
- * is not a meta page tells nothing, and the restore goes ahead. */
-static int describes(const unsigned char *file, ssize_t n, unsigned psize, uint64_t txnid)
+ * `txnid`, with its copy `saved` of the two pages, describes. Every page write is taken to be
+ * whole (LMDB assumes the same of its meta pages), so each meta page of the right file is the
+ * marker's version or a later one: if both are meta pages and both older, the file was replaced
+ * (an older copy, a new store); and a meta page of the marker's very commit is the marker's copy
+ * byte for byte, or the file is another store's. A page that is not a meta page tells nothing,
+ * and the restore goes ahead. (A foreign file that is newer everywhere is not recognised.) */
+static int describes(const unsigned char *file, ssize_t n, const unsigned char *saved,
+                     unsigned psize, uint64_t txnid)
 {
-    uint64_t a, b;
+    uint64_t t[2];
+    int meta[2];
     if (n < 2 * (ssize_t)psize)
         return 0;
-    return !(meta_txnid(file, &a) && meta_txnid(file + psize, &b) && a < txnid && b < txnid);
+    for (int p = 0; p < 2; p++) {
+        meta[p] = meta_txnid(file + (size_t)p * psize, &t[p]);
+        if (meta[p] && t[p] == txnid &&
+            memcmp(file + (size_t)p * psize, saved + (size_t)p * psize, psize) != 0)
+            return 0;
+    }
+    return !(meta[0] && meta[1] && t[0] < txnid && t[1] < txnid);
 }
 
 int cairn__synced_open(cairn_store *s, const char *dir)
@@ -434,7 +444,7 @@ int cairn__synced_recover(cairn_store *s, const char *dir)
             if (got < 0) /* no answer: keep the marker, and the store closed */
                 rc = fail_errno(s, "read the meta pages of", path);
             else
-                ours = describes(file, got, y->psize, txnid);
+                ours = describes(file, got, pages, y->psize, txnid);
         }
         if (!rc && !ours) {
             /* data.mdb is gone or is not the file the marker describes: set the marker aside
