@@ -282,6 +282,7 @@ static int task_decode(cairn__txn *t, const MDB_val *v, const char *id, cairn__t
     o->owner.start = (uint64_t)rec_int(&r, "lstart");
     o->lease_token = (uint64_t)rec_int(&r, "ltoken");
     o->lease_expires_ms = rec_int(&r, "lexp");
+    o->txn = (uint64_t)rec_int(&r, "txn");
     rec_close(&r); /* bin pointers point into the LMDB value, not the zone */
     if (o->state >= CAIRN_STATE_COUNT)
         return cairn__store_fail(t->s, CAIRN_ECORRUPT, "task '%s' has invalid state %u", id,
@@ -414,7 +415,7 @@ int cairn__task_put(cairn__txn *t, const cairn__task_rec *r)
     msgpack_sbuffer_clear(&t->buf);
     msgpack_packer pk;
     msgpack_packer_init(&pk, &t->buf, msgpack_sbuffer_write);
-    msgpack_pack_map(&pk, 23);
+    msgpack_pack_map(&pk, 24);
     pk_uint(&pk, "v", CAIRN__SCHEMA);
     pk_str(&pk, "id", r->id);
     pk_str(&pk, "graph", r->graph);
@@ -438,11 +439,14 @@ int cairn__task_put(cairn__txn *t, const cairn__task_rec *r)
     pk_uint(&pk, "lstart", r->owner.start);
     pk_uint(&pk, "ltoken", r->lease_token);
     pk_int(&pk, "lexp", r->lease_expires_ms);
+    uint64_t txn = mdb_txn_id(t->txn);
+    pk_uint(&pk, "txn", txn);
     MDB_val k = {strlen(r->id), (void *)r->id}, v = {t->buf.size, t->buf.data};
     rc = cairn__put(t, t->s->tasks, &k, &v, 0);
     if (rc)
         return cairn__mdb_fail(t, t->s, rc, "write task");
     task_cache_set(t->s, t->buf.data, t->buf.size, r);
+    t->s->tc_rec.txn = txn; /* as a read of these bytes decodes it */
     return index_move(t, had ? &old : NULL, r);
 }
 

@@ -410,13 +410,13 @@ int cairn__store_write(cairn_store *s, int durable, cairn__txn_fn fn, void *arg)
     return rc;
 }
 
-int cairn__store_settle(cairn_store *s)
+int cairn__store_settle(cairn_store *s, uint64_t upto)
 {
     if (!s || !s->env)
         return CAIRN_EINVAL;
     if (s->broken)
         return broken(s);
-    return s->synced ? cairn__synced_settle(s) : 0;
+    return s->synced ? cairn__synced_settle(s, upto) : 0;
 }
 
 int cairn__store_read(cairn_store *s, cairn__txn_fn fn, void *arg)

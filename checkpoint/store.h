@@ -35,11 +35,12 @@ enum { CAIRN__RELAXED = 0, CAIRN__DURABLE = 1 };
 
 int cairn__store_write(cairn_store *s, int durable, cairn__txn_fn fn, void *arg);
 int cairn__store_read(cairn_store *s, cairn__txn_fn fn, void *arg);
-/* Makes everything committed so far survive a power loss (in a sync store, a durable point
- * unless the last commit has had one). For a caller about to report a state it read rather than
- * wrote - a task that already succeeded, died or is in doubt - which another process may have
- * committed a moment ago and not flushed yet. */
-int cairn__store_settle(cairn_store *s);
+/* Makes what was committed up to transaction `upto` (0: everything so far; a task record's
+ * `txn` says when it was written) survive a power loss: in a sync store, a durable point unless
+ * one covers it already. For a caller about to report a state it read rather than wrote - a
+ * task that already succeeded, died or is in doubt - which another process may have committed
+ * a moment ago and not flushed yet. */
+int cairn__store_settle(cairn_store *s, uint64_t upto);
 /* Sets the store's error message (printf-style) and returns err. */
 int cairn__store_fail(cairn_store *s, int err, const char *fmt, ...) CAIRN_PRINTF(3, 4);
 cairn_store *cairn__txn_store(cairn__txn *t);
@@ -79,6 +80,9 @@ typedef struct cairn__task_rec {
     cairn__owner owner;
     uint64_t lease_token;
     int64_t lease_expires_ms;
+    /* the transaction that last wrote the record (0: unknown, a record written before it was
+     * kept): whether a durable point covers its state is then a comparison */
+    uint64_t txn;
 } cairn__task_rec;
 
 typedef struct cairn__step_rec {

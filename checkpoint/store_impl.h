@@ -146,7 +146,8 @@ void cairn__map_prepare_ahead(cairn_store *s);
 int cairn__synced_open(cairn_store *s, const char *dir);
 int cairn__synced_recover(cairn_store *s, const char *dir);
 int cairn__synced_point(cairn_store *s);
-int cairn__synced_settle(cairn_store *s); /* a durable point unless the last commit has had one */
+/* a durable point unless the marker covers commit `upto` (0: the last commit) */
+int cairn__synced_settle(cairn_store *s, uint64_t upto);
 int cairn__synced_pinned(cairn_store *s);
 void cairn__synced_unpin(cairn_store *s);
 void cairn__synced_lock(cairn_store *s);

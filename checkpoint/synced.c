@@ -634,21 +634,24 @@ int cairn__synced_point(cairn_store *s)
     return rc;
 }
 
-int cairn__synced_settle(cairn_store *s)
+int cairn__synced_settle(cairn_store *s, uint64_t upto)
 {
     cairn__synced *y = s->synced;
     MDB_envinfo info;
     int rc = 0;
     pthread_mutex_lock(&y->mu);
+    int have = mdb_env_info(s->env, &info) == 0;
+    if (have && upto && upto < info.me_last_txnid)
+        info.me_last_txnid = upto; /* only what the caller read must be on disk */
     uint64_t seq, txnid = 0;
     unsigned psize;
     const unsigned char *pages;
     size_t size = slot_size(y->psize ? y->psize : 4096);
     if (!y->rd && y->psize && !(y->rd = malloc(2 * size)))
         rc = CAIRN_ENOMEM;
-    else if (mdb_env_info(s->env, &info) == 0 && info.me_last_txnid <= y->known_txnid)
+    else if (have && info.me_last_txnid <= y->known_txnid)
         rc = 0; /* a marker this handle wrote or read covers it already */
-    else if (mdb_env_info(s->env, &info) != 0 || !y->rd ||
+    else if (!have || !y->rd ||
              newest(y->fd, y->rd, y->rd + size, size, &seq, &txnid, &psize, &pages) < 0 ||
              info.me_last_txnid > txnid)
         rc = cairn__synced_point(s); /* what was read may not be on disk yet: flush it */

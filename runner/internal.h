@@ -88,7 +88,8 @@ typedef struct acquire_arg {
     const char *id;
     uint64_t token;
     uint32_t attempt, generation;
-    int finished; /* 0 running now; else the final code to return (0 succeeded) */
+    int finished;       /* 0 running now; else the final code to return (0 succeeded) */
+    uint64_t state_txn; /* finished: the transaction that wrote the state found (0: unknown) */
     uint32_t tenant_running;
 } acquire_arg;
 

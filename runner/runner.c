@@ -53,13 +53,13 @@ int cairn__runner_store_fail(cairn_runner *r, int err)
  * another process may have committed it a moment ago without a flush yet, so it is made to
  * survive a power loss before it is reported (cairn__store_settle). Returns err, or the store's
  * error if that fails. */
-static int reported(cairn_runner *r, int err)
+static int reported(cairn_runner *r, int err, uint64_t upto)
 {
     if (err == CAIRN_EDEAD || err == CAIRN_EINDOUBT || err == CAIRN_EMSGSEEN ||
         err == CAIRN_ECONFLICT) {
         char why[sizeof r->err];
         snprintf(why, sizeof why, "%s", cairn_store_errmsg(r->store));
-        int rc = cairn__store_settle(r->store);
+        int rc = cairn__store_settle(r->store, upto);
         if (rc)
             return cairn__runner_store_fail(r, rc);
         if (err != CAIRN_EMSGSEEN) /* not an error: the caller reports it as a note */
@@ -428,6 +428,7 @@ static int acquire_txn(cairn__txn *t, void *arg)
     if (rc)
         return rc;
     a->finished = 0;
+    a->state_txn = task.txn;
     switch (task.state) {
     case CAIRN_SUCCEEDED:
         a->finished = 1;
@@ -534,7 +535,7 @@ int cairn__execute(cairn_runner *r, const cairn_graph *g, const char *id)
     acquire_arg a = {.r = r, .g = g, .id = id, .token = cairn__random_u64()};
     int rc = cairn__store_write(r->store, CAIRN__RELAXED, acquire_txn, &a);
     if (rc)
-        return reported(r, rc);
+        return reported(r, rc, a.finished ? a.state_txn : 0);
     return cairn__run_acquired(r, g, id, &a);
 }
 
@@ -606,13 +607,13 @@ int cairn_runner_run(cairn_runner *r, const char *graph, const char *task_id, co
                         .acq = &acq};
         rc = cairn__store_write(r->store, CAIRN__RELAXED, admit_txn, &aa);
         if (rc == CAIRN_ECONFLICT && aa.existing[0] && strcmp(aa.existing, hash) != 0) {
-            if ((rc = reported(r, rc)) == CAIRN_ECONFLICT) /* else: it could not be flushed */
+            if ((rc = reported(r, rc, 0)) == CAIRN_ECONFLICT) /* else: it could not be flushed */
                 rc = cairn__runner_fail(r, rc,
                                         "task '%s' exists with payload hash %s; this input hashes "
                                         "to %s (nothing changed)",
                                         id, aa.existing, hash);
         } else if (rc == CAIRN_EMSGSEEN) {
-            if ((rc = reported(r, rc)) == CAIRN_EMSGSEEN) { /* else: it could not be flushed */
+            if ((rc = reported(r, rc, 0)) == CAIRN_EMSGSEEN) { /* else: it could not be flushed */
                 snprintf(r->note, sizeof r->note, "message '%s' was already consumed by task '%s'",
                          message_id, aa.msg_task);
                 if (task_id_out)
@@ -622,8 +623,8 @@ int cairn_runner_run(cairn_runner *r, const char *graph, const char *task_id, co
                 return 0;
             }
         } else if (rc)
-            rc = reported(r, rc);
-        else if (aa.deferred && (rc = cairn__store_settle(r->store)) != 0)
+            rc = reported(r, rc, acq.finished ? acq.state_txn : 0);
+        else if (aa.deferred && (rc = cairn__store_settle(r->store, 0)) != 0)
             rc = cairn__runner_store_fail(r, rc); /* the task is kept for `retry`: durably */
         else if (aa.deferred)
             rc = cairn__runner_fail(r, aa.deferred, "%s", aa.deferred_msg);

@@ -503,7 +503,7 @@ int cairn__run_acquired(cairn_runner *r, const cairn_graph *g, const char *id, c
     int rc = 0;
     /* a finished task is reported as the store has it: make sure that survives a power loss
      * (another process may have just committed it; `dead` was a relaxed acquire) */
-    if (a->finished && (rc = cairn__store_settle(r->store)))
+    if (a->finished && (rc = cairn__store_settle(r->store, a->finished == 1 ? a->state_txn : 0)))
         return cairn__runner_store_fail(r, rc);
     if (a->finished == 1)
         return 0;
