@@ -73,24 +73,27 @@ static int put(cairn_store *s, const char *id, int durable)
     return cairn__store_write(s, durable, put_txn, (void *)id);
 }
 
-typedef struct has_arg {
+/* A task read back: whether it is there (rc) and its state. */
+typedef struct state_arg {
     const char *id;
     int rc;
-} has_arg;
+    cairn_state state;
+} state_arg;
 
-static int has_txn(cairn__txn *t, void *arg)
+static int state_txn(cairn__txn *t, void *arg)
 {
-    has_arg *a = arg;
+    state_arg *a = arg;
     cairn__task_rec r;
     a->rc = cairn__task_get(t, a->id, &r);
+    a->state = (cairn_state)r.state;
     return 0;
 }
 
 /* 1 if the task is there, 0 if not, -1 on error. */
 static int has(cairn_store *s, const char *id)
 {
-    has_arg a = {id, -1};
-    if (cairn__store_read(s, has_txn, &a) != 0)
+    state_arg a = {id, -1, 0};
+    if (cairn__store_read(s, state_txn, &a) != 0)
         return -1;
     return a.rc == 0 ? 1 : a.rc == CAIRN_ENOTFOUND ? 0 : -1;
 }
@@ -740,21 +743,6 @@ static cairn_runner *runner_on(cairn_store *s, cairn_graph *g)
     cairn_runner_set_store(r, s);
     cairn_runner_set_inline_wait_ms(r, 0);
     return r;
-}
-
-typedef struct state_arg {
-    const char *id;
-    int rc;
-    cairn_state state;
-} state_arg;
-
-static int state_txn(cairn__txn *t, void *arg)
-{
-    state_arg *a = arg;
-    cairn__task_rec r;
-    a->rc = cairn__task_get(t, a->id, &r);
-    a->state = (cairn_state)r.state;
-    return 0;
 }
 
 /* A state the runner reports from what it read, rather than wrote - a task given up (its last
