@@ -30,18 +30,26 @@
  * the page cache, where every commit is whole, and then nothing is done. The first process to
  * open the store after a reboot restores the meta pages and records the new boot id, under the
  * map lock and before LMDB reads the file; later ones see the new boot id. A store that some
- * process has open (LMDB's shared lock on lock.mdb) is never restored, whatever the boot id. A
- * marker that does not describe the data.mdb beside it (the file is gone, or older than the marker:
- * restored from a backup, replaced) is set aside rather than written over a file it does not
- * describe.
+ * process has open (LMDB's shared lock on lock.mdb) is never restored, whatever the boot id: that
+ * process is not cairn (every cairn open comes here first) and may be reading a torn tree, so
+ * the open is refused (CAIRN_EBUSY) until it closes the store. A marker that does not describe
+ * the data.mdb beside it (the file is gone, is older than the marker, or its meta page of the
+ * marker's commit is not the marker's copy: a backup put back, another store's file) is set
+ * aside rather than written over a file it does not describe.
  *
  * A durable point (cairn__synced_point) holds a write transaction, so that no other process
  * commits while it runs: fdatasync(data.mdb), read pages 0 and 1, write and flush the marker,
  * move the pin to the now-latest snapshot. Two flushes, as LMDB's own durable commit costs. A
  * crash before the marker is flushed leaves the previous marker, whose pages the pins protected:
  * recovery returns to it, and the durable write had not returned to its caller yet. A failed
- * flush ends the handle (it is marked broken): Linux reports a lost write-back once, so a later
- * flush could succeed over pages that never reached the disk.
+ * flush ends the handle and, through the file `flush-failed`, every open of the store until a
+ * reboot: Linux reports a lost write-back once, so a later flush could succeed over pages that
+ * never reached the disk, and a marker would then vouch for them.
+ *
+ * Settling (cairn__synced_settle): a state read from the store and reported as it is (a task
+ * that already succeeded) may have been committed by another process a moment ago and not be
+ * durable yet; a durable point follows unless a marker already covers the transaction that
+ * wrote it (task records carry it), which makes a retry storm cost no flush.
  *
  * A process's first write, and the first after its pin was dropped, begins with a durable point
  * unless it writes nothing (store.c). Pins are dropped when the map is resized (LMDB remaps only
