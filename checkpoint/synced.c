@@ -66,7 +66,7 @@
  * A child forked while the store is open must not use it; cairn_store_free there frees memory
  * only (the pin's reader slot is shared with the parent, the keeper thread is the parent's).
  *
- * Test hook: the environment variable CAIRN_BOOT_ID replaces the boot id (a simulated reboot).
+ * Test hook: the environment variable CAIRN_TEST_BOOT_ID replaces the boot id (a simulated reboot).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -123,11 +123,11 @@ static size_t slot_size(unsigned psize)
     return (n + 4095) & ~(size_t)4095;
 }
 
-/* The boot id, NUL-padded to BOOT_LEN; CAIRN_BOOT_ID replaces it (tests). */
+/* The boot id, NUL-padded to BOOT_LEN; CAIRN_TEST_BOOT_ID replaces it (tests). */
 static int read_boot(cairn_store *s, char boot[BOOT_LEN])
 {
     memset(boot, 0, BOOT_LEN);
-    const char *env = getenv("CAIRN_BOOT_ID");
+    const char *env = getenv("CAIRN_TEST_BOOT_ID");
     if (env && *env) {
         strncpy(boot, env, BOOT_LEN - 1);
         return 0;

@@ -11,7 +11,7 @@
  * atomic, and of the versions a page went through since the flush only the last one is tried.)
  * The file `durability` is copied as is; lock.mdb is not, since a reboot leaves it stale and the
  * first process to open the store reinitialises it. The image is opened with a new boot id
- * (CAIRN_BOOT_ID), as after a reboot, which is what tells cairn to recover a sync store.
+ * (CAIRN_TEST_BOOT_ID), as after a reboot, which is what tells cairn to recover a sync store.
  * (The disk model and the layouts it reads are powercut_disk.h's.)
  *
  * The workload: 3-4 loops in one process group, each running tasks of its own one after the
@@ -333,7 +333,7 @@ static pid_t start_workload(cut *c)
         setenv("LD_PRELOAD", SHIM, 1);
         setenv("CAIRN_POWERCUT_STORE", c->store, 1);
         setenv("CAIRN_POWERCUT_DIR", c->disk, 1);
-        setenv("CAIRN_BOOT_ID", c->boot_before, 1);
+        setenv("CAIRN_TEST_BOOT_ID", c->boot_before, 1);
         for (int l = 0; l < c->nloops; l++) {
             pid_t p = fork();
             if (p == 0) {
@@ -865,7 +865,7 @@ static int one_cut(int n, const char *base)
 
     /* a fresh sync store, flushed: `init` ran without the shim, so the copies are made here */
     const char *env[] = {NULL, NULL};
-    char *boot_env = tu_fmt("CAIRN_BOOT_ID=%s", c->boot_before);
+    char *boot_env = tu_fmt("CAIRN_TEST_BOOT_ID=%s", c->boot_before);
     env[0] = boot_env;
     tu_result r;
     int rc = cli_env(&r, env, LEDGER, c->store, "init", NULL);
@@ -897,10 +897,10 @@ static int one_cut(int n, const char *base)
     } else {
         inspect_image(c);
         int same = SELFTEST && strcmp(SELFTEST, "sameboot") == 0;
-        setenv("CAIRN_BOOT_ID", same ? c->boot_before : c->boot_after, 1);
+        setenv("CAIRN_TEST_BOOT_ID", same ? c->boot_before : c->boot_after, 1);
         check_image(c);
         resume_all(c);
-        unsetenv("CAIRN_BOOT_ID");
+        unsetenv("CAIRN_TEST_BOOT_ID");
     }
 
     int torn = c->relaxed && c->data_live < c->data_diff;

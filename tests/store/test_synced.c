@@ -1,7 +1,7 @@
 /* test_synced.c - the power-loss protocol of sync stores (checkpoint/synced.c), white-box.
  *
- * A reboot is simulated with CAIRN_BOOT_ID (synced.c's test hook): a process that opens the store
- * under another boot id must return it to its last durable point, since relaxed commits after
+ * A reboot is simulated with CAIRN_TEST_BOOT_ID (synced.c's test hook): a process that opens the
+ * store under another boot id must return it to its last durable point, since relaxed commits after
  * it may be torn on a real disk. Here the file is whole (no page was lost), which makes the
  * effect exact to check: every durable write is there, every relaxed write after the last
  * durable point is gone, and the store reads whole. The marker file `synced` is damaged on
@@ -144,7 +144,7 @@ static int damage_slot(const char *dir, int slot)
     return ok_ ? 0 : -1;
 }
 
-static void reboot(const char *id) { setenv("CAIRN_BOOT_ID", id, 1); }
+static void reboot(const char *id) { setenv("CAIRN_TEST_BOOT_ID", id, 1); }
 
 /* ------------------------------------------------------------------ tests */
 
@@ -188,7 +188,7 @@ static void test_reboot_returns_to_durable_point(void)
     ok(s && strcmp(got, "10011") == 0,
        "a second open in the new boot restores nothing again: later writes stay (%s)", got);
     cairn_store_free(s);
-    unsetenv("CAIRN_BOOT_ID");
+    unsetenv("CAIRN_TEST_BOOT_ID");
 }
 
 /* Several processes write the marker, each at its own durable points: the newest state must be
@@ -224,13 +224,13 @@ static void test_marker_writers(void)
     ok(s && strncmp(got, "1111", 4) == 0 && got[5] == '0',
        "a reboot returns to the newest durable point, whichever process wrote it (%s)", got);
     cairn_store_free(s);
-    unsetenv("CAIRN_BOOT_ID");
+    unsetenv("CAIRN_TEST_BOOT_ID");
 }
 
 /* A store some process has open is never restored, whatever the boot id says (a stray
- * CAIRN_BOOT_ID must not roll back a live store), and the open that would restore it is refused
- * rather than going on over a tree that may be torn (that process is not cairn: every cairn open
- * recovers first). */
+ * CAIRN_TEST_BOOT_ID must not roll back a live store), and the open that would restore it is
+ * refused rather than going on over a tree that may be torn (that process is not cairn: every cairn
+ * open recovers first). */
 static void test_no_restore_under_live_process(void)
 {
     char dir[300];
@@ -247,7 +247,7 @@ static void test_no_restore_under_live_process(void)
         char c;
         if (read(go[0], &c, 1) != 1)
             _exit(2);
-        setenv("CAIRN_BOOT_ID", "boot-B", 1);
+        setenv("CAIRN_TEST_BOOT_ID", "boot-B", 1);
         cairn_store *o = cairn_store_new();
         int orc = cairn_store_open(o, dir);
         c = (char)(orc == CAIRN_EBUSY && strstr(cairn_store_errmsg(o), "lock.mdb") ? 'y' : 'n');
@@ -268,7 +268,7 @@ static void test_no_restore_under_live_process(void)
        c);
     cairn_store_free(s);
     close(go[0]), close(go[1]), close(done[0]), close(done[1]);
-    unsetenv("CAIRN_BOOT_ID");
+    unsetenv("CAIRN_TEST_BOOT_ID");
 }
 
 static void test_marker_slots(void)
@@ -328,7 +328,7 @@ static void test_marker_slots(void)
     ok(s && strcmp(got, "1") == 0 && rc == 0 && (slot_seq(dir, 0) || slot_seq(dir, 1)),
        "without a marker the store opens as it is and its first write records one (%s)", got);
     cairn_store_free(s);
-    unsetenv("CAIRN_BOOT_ID");
+    unsetenv("CAIRN_TEST_BOOT_ID");
 }
 
 static int to_file(const char *msg, void *ctx) { return fputs(msg, ctx) < 0 ? -1 : 0; }
@@ -453,7 +453,7 @@ static void test_no_write_no_flush(void)
     presence(s, ids, 3, p3);
     ok(s && strcmp(p3, "111") == 0, "and a reboot keeps what was settled (%s)", p3);
     cairn_store_free(s);
-    unsetenv("CAIRN_BOOT_ID");
+    unsetenv("CAIRN_TEST_BOOT_ID");
 }
 
 /* ------------------------------------------------------------------ a map grown elsewhere */
@@ -540,7 +540,7 @@ static void test_map_grown_elsewhere(void)
        "and a reboot finds every value of the durable state whole (rc %d, stray byte %d)", c.rc,
        c.bad);
     cairn_store_free(s);
-    unsetenv("CAIRN_BOOT_ID");
+    unsetenv("CAIRN_TEST_BOOT_ID");
 }
 
 static int copy_file(const char *from, const char *to)
@@ -625,7 +625,7 @@ static void test_marker_other_file(void)
        got);
     cairn_store_free(s);
     unlink(saved);
-    unsetenv("CAIRN_BOOT_ID");
+    unsetenv("CAIRN_TEST_BOOT_ID");
 }
 
 /* A child forked with the store open frees its copy of the handle without waiting for the
@@ -724,7 +724,7 @@ static void test_unpinned_rewrites(void)
        "(rc %d, stray byte %d)",
        c.rc, c.bad);
     cairn_store_free(s);
-    unsetenv("CAIRN_BOOT_ID");
+    unsetenv("CAIRN_TEST_BOOT_ID");
 }
 
 /* ------------------------------------------------------------------ states reported */
@@ -839,7 +839,7 @@ static void test_reported_states_settled(void)
     cairn_store_free(s);
     cairn_graph_free(g);
     close(fds[0]), close(fds[1]);
-    unsetenv("CAIRN_BOOT_ID");
+    unsetenv("CAIRN_TEST_BOOT_ID");
 }
 
 static cairn_step_result ok_step(cairn_ctx *ctx, void *user)
@@ -911,7 +911,7 @@ static void test_flush_failure(void)
     ok(s && strcmp(got, "10") == 0 && stat(path, &st) != 0,
        "after a reboot it opens at its last durable point, and the record is gone (%s)", got);
     cairn_store_free(s);
-    unsetenv("CAIRN_BOOT_ID");
+    unsetenv("CAIRN_TEST_BOOT_ID");
 }
 
 static void test_schema_upgrade(void)
