@@ -146,14 +146,20 @@ static int damage_slot(const char *dir, int slot)
 
 static void reboot(const char *id) { setenv("CAIRN_TEST_BOOT_ID", id, 1); }
 
+/* A new store in the first boot of a test ("boot-A"), opened. */
+static cairn_store *fresh_store(char dir[300], const char *tag)
+{
+    newdir(dir, tag);
+    reboot("boot-A");
+    return open_sync(dir);
+}
+
 /* ------------------------------------------------------------------ tests */
 
 static void test_reboot_returns_to_durable_point(void)
 {
     char dir[300];
-    newdir(dir, "reboot");
-    reboot("boot-A");
-    cairn_store *s = open_sync(dir);
+    cairn_store *s = fresh_store(dir, "reboot");
     int rc = put(s, "d1", CAIRN__DURABLE);
     for (int i = 0; i < 40 && rc == 0; i++) {
         char id[16];
@@ -196,9 +202,7 @@ static void test_reboot_returns_to_durable_point(void)
 static void test_marker_writers(void)
 {
     char dir[300];
-    newdir(dir, "writers");
-    reboot("boot-A");
-    cairn_store *s = open_sync(dir);
+    cairn_store *s = fresh_store(dir, "writers");
     int rc = put(s, "p1", CAIRN__DURABLE);
     pid_t pid = fork();
     if (pid == 0) {
@@ -234,9 +238,7 @@ static void test_marker_writers(void)
 static void test_no_restore_under_live_process(void)
 {
     char dir[300];
-    newdir(dir, "live");
-    reboot("boot-A");
-    cairn_store *s = open_sync(dir);
+    cairn_store *s = fresh_store(dir, "live");
     int rc = put(s, "a", CAIRN__DURABLE);
     rc = rc ? rc : put(s, "b", CAIRN__RELAXED);
     int go[2], done[2];
@@ -278,9 +280,7 @@ static void test_marker_slots(void)
     char got[32];
 
     /* a torn newest slot: the store returns to the durable point before it */
-    newdir(dir, "slots");
-    reboot("boot-A");
-    cairn_store *s = open_sync(dir);
+    cairn_store *s = fresh_store(dir, "slots");
     int rc = put(s, "a", CAIRN__DURABLE);
     rc = rc ? rc : put(s, "b", CAIRN__RELAXED);
     rc = rc ? rc : put(s, "c", CAIRN__DURABLE);
@@ -499,9 +499,7 @@ static int big_check_txn(cairn__txn *t, void *arg)
 static void test_map_grown_elsewhere(void)
 {
     char dir[300];
-    newdir(dir, "grown");
-    reboot("boot-A");
-    cairn_store *s = open_sync(dir);
+    cairn_store *s = fresh_store(dir, "grown");
     int rc = put(s, "a", CAIRN__DURABLE); /* pinned now */
     pid_t pid = fork();
     if (pid == 0) {
@@ -705,9 +703,7 @@ static void test_killed_writers_pin(void)
 static void test_unpinned_rewrites(void)
 {
     char dir[300];
-    newdir(dir, "unpinned");
-    reboot("boot-A");
-    cairn_store *s = open_sync(dir);
+    cairn_store *s = fresh_store(dir, "unpinned");
     int rc = big(s, "v", 'A', BIG, CAIRN__DURABLE);
     cairn_store_free(s);
     s = open_sync(dir); /* a new process: no pin */
@@ -885,9 +881,7 @@ static void test_hit_on_busy_store(void)
 static void test_flush_failure(void)
 {
     char dir[300], path[400];
-    newdir(dir, "flushfail");
-    reboot("boot-A");
-    cairn_store *s = open_sync(dir);
+    cairn_store *s = fresh_store(dir, "flushfail");
     int rc = put(s, "a", CAIRN__DURABLE);
     cairn__store_inject_flush_failure(s, EIO);
     int frc = put(s, "b", CAIRN__DURABLE);
