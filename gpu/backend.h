@@ -31,6 +31,19 @@ typedef struct {
     int device;    /* device index (CUDA) */
 } cairn__backend_opts;
 
+/* What forward_sample needs to pick the next token on the device: the sampler's parameters, the
+ * penalty set and the draw, both made by the host's sampler (gpu/sampler.h), which keeps the
+ * generator and its saved state. The device follows cairn__sampler_pick_runs. */
+typedef struct {
+    float temperature; /* <= 0: greedy */
+    int top_k;         /* <= 0: all */
+    float top_p;       /* >= 1: all */
+    float repeat_penalty;
+    double r;           /* cairn__sampler_draw's number in [0, 1); unused when greedy */
+    const int32_t *pen; /* the distinct ids to penalize (cairn__sampler_penalty_ids), in range */
+    int n_pen;          /* 0..CAIRN__SAMPLE_MAX_PEN (gpu/sample_core.h) */
+} cairn__sample_req;
+
 typedef struct cairn__backend_ops {
     const char *name; /* "cpu", "cuda" */
     /* Creates a backend for m (which must outlive it). Returns 0 or CAIRN_ENOMEM, CAIRN_EINVAL,
@@ -41,6 +54,10 @@ typedef struct cairn__backend_ops {
     int (*forward)(cairn__backend *b, const int32_t *tokens, int n, int pos, float *logits,
                    int all_logits);
     void (*destroy)(cairn__backend *b);
+    /* Optional (NULL: the backend returns logits only). See cairn__backend_forward_sample;
+     * arguments validated. */
+    int (*forward_sample)(cairn__backend *b, int32_t token, int pos, const cairn__sample_req *q,
+                          int32_t *next);
 } cairn__backend_ops;
 
 /* Every implementation's handle starts with this header. */
@@ -71,6 +88,17 @@ const char *cairn__backend_name(const cairn__backend *b);
  * bad pos/n), or a device error; on error n_past is unchanged or smaller, never garbage. */
 int cairn__backend_forward(cairn__backend *b, const int32_t *tokens, int n, int pos, float *logits,
                            int all_logits);
+/* One decode step that samples on the device: runs token at pos like cairn__backend_forward
+ * (&token, 1, pos, ...) and, instead of returning logits, picks the next token from them by q
+ * (the penalty applied, then greedy or the draw) into *next. The same logits as forward's, so
+ * the same KV cache; the pick equals cairn__sampler_pick's on those logits except when the draw
+ * lands within rounding of a boundary between two candidates. Returns 0, the errors of forward,
+ * or CAIRN_EUNSUPPORTED (the backend has no device sampler, or q has more than
+ * CAIRN__SAMPLE_MAX_PEN penalized ids) with nothing run. */
+int cairn__backend_forward_sample(cairn__backend *b, int32_t token, int pos,
+                                  const cairn__sample_req *q, int32_t *next);
+/* Whether b has a device sampler (forward_sample). */
+int cairn__backend_can_sample(const cairn__backend *b);
 /* Forgets every position >= n_keep (n_keep <= n_past). */
 void cairn__backend_truncate(cairn__backend *b, int n_keep);
 int cairn__backend_n_past(const cairn__backend *b);
@@ -89,7 +117,7 @@ const char *cairn__backend_errmsg(const cairn__backend *b);
  * program comes as function pointers in cairn__cuda_host. */
 
 /* bump on any change to cairn__cuda_host, cairn__cuda_plugin or the entry point's type */
-#define CAIRN__CUDA_PLUGIN_ABI 1u
+#define CAIRN__CUDA_PLUGIN_ABI 2u
 #define CAIRN__CUDA_PLUGIN_ENTRY "cairn_cuda_plugin"
 
 /* What the program lends the module for its lifetime (the module keeps a copy). */
@@ -120,6 +148,10 @@ typedef struct {
     uint64_t (*weight_bytes)(const cairn__backend *b);
     const char *(*dtype)(const cairn__backend *b);
     const char *(*graph_status)(const cairn__backend *b);
+    /* The device sampler alone, for the gpu test: logits (n_vocab floats, host) go to the
+     * device, and *next is what forward_sample would pick from them. 0 or a device error. */
+    int (*sample_logits)(cairn__backend *b, const float *logits, const cairn__sample_req *q,
+                         int32_t *next);
 } cairn__cuda_plugin;
 
 /* The entry point's type. Given the program's ABI version and host table, it returns the
@@ -160,7 +192,11 @@ static inline uint32_t cairn__cuda_plugin_layout(void)
         offsetof(cairn__backend_opts, device),
         sizeof(cairn__backend_ops), offsetof(cairn__backend_ops, name),
         offsetof(cairn__backend_ops, create), offsetof(cairn__backend_ops, forward),
-        offsetof(cairn__backend_ops, destroy),
+        offsetof(cairn__backend_ops, destroy), offsetof(cairn__backend_ops, forward_sample),
+        sizeof(cairn__sample_req), offsetof(cairn__sample_req, top_k),
+        offsetof(cairn__sample_req, top_p), offsetof(cairn__sample_req, repeat_penalty),
+        offsetof(cairn__sample_req, r), offsetof(cairn__sample_req, pen),
+        offsetof(cairn__sample_req, n_pen),
         CAIRN__GGML_F32, CAIRN__GGML_F16, CAIRN__GGML_BF16, /* the types the module tests for */
         sizeof(cairn__cuda_host), sizeof(cairn__cuda_plugin), /* in case an ABI bump is forgotten */
         /* clang-format on */

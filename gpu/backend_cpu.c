@@ -293,4 +293,5 @@ static int cpu_forward(cairn__backend *bb, const int32_t *tokens, int n, int pos
     return 0;
 }
 
-const cairn__backend_ops cairn__backend_cpu_ops = {"cpu", cpu_create, cpu_forward, cpu_destroy};
+const cairn__backend_ops cairn__backend_cpu_ops = {
+    .name = "cpu", .create = cpu_create, .forward = cpu_forward, .destroy = cpu_destroy};

@@ -37,6 +37,7 @@
  * CAIRN_ECUDA with the original name and text in the message, allocation failures
  * CAIRN_ENOMEM with the sizes, and the absence of a usable device CAIRN_ENODEVICE.
  */
+#include <cub/device/device_radix_sort.cuh>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <math.h>
@@ -49,6 +50,7 @@
 #include "gpu/gguf.h"
 #include "gpu/kernels_cuda.cuh"
 #include "gpu/model.h"
+#include "gpu/sample_cuda.cuh"
 
 #include "cairn_errors.h"
 enum {
@@ -84,6 +86,16 @@ typedef struct {
     float *bqkv;                 /* (q+2kv) or NULL */
 } dlayer;
 
+/* The decode graphs, one per kind of step; all run the same layer kernels, so the KV cache they
+ * write is the same bit for bit whichever ran. */
+enum step_kind {
+    STEP_NOHEAD, /* fill the cache only */
+    STEP_LOGITS, /* logits to the host */
+    STEP_GREEDY, /* the device sampler's argmax (greedy, top-k 1): the token to the host */
+    STEP_SAMPLE, /* the device sampler's sort and draw: the token to the host */
+    STEP_KINDS
+};
+
 typedef struct {
     cairn__backend base;
     int device;
@@ -115,7 +127,13 @@ typedef struct {
     /* pinned host staging: the graph reads tokens/pos from here and writes logits here */
     int *h_tokens, *h_pos;
     float *h_logits;
-    cudaGraphExec_t graph_head, graph_nohead;
+    /* the device sampler: its parameters (pinned -> device at each step), sort keys, the token */
+    sample_in *h_sin, *d_sin;
+    int *h_next, *d_next;
+    uint64_t *keys, *keys_sorted; /* (n_vocab) */
+    void *sort_temp;              /* cub::DeviceRadixSort's scratch */
+    size_t sort_temp_bytes;
+    cudaGraphExec_t graphs[STEP_KINDS];
     int no_graph;        /* a capture failed: decode steps are launched directly */
     char graph_err[256]; /* why */
 } cuda_backend;
@@ -274,38 +292,71 @@ static int enqueue(cuda_backend *b, int n, int head_rows)
 /* ==== decode graph
  * ================================================================================= */
 
-/* the whole graph body: inputs in, pass, logits out */
-static int enqueue_decode(cuda_backend *b, int head)
+/* The device sampler on the logits of row 0 (penalty, then argmax or keys, sort and draw),
+ * parameters in d_sin; the token lands in h_next when the stream reaches it. */
+static int enqueue_sampling(cuda_backend *b, int kind)
+{
+    const int nv = b->base.model->n_vocab;
+    penalty_kernel<<<1, CK_THREADS, 0, b->stream>>>(b->logits, b->d_sin);
+    LAUNCHED(b, "penalty kernel");
+    if (kind == STEP_GREEDY) {
+        argmax_kernel<<<1, SAMPLE_THREADS, 0, b->stream>>>(b->logits, nv, b->d_next);
+        LAUNCHED(b, "argmax kernel");
+    } else {
+        keys_kernel<<<grid_for((size_t)nv), CK_THREADS, 0, b->stream>>>(b->logits, nv, b->keys);
+        LAUNCHED(b, "sort key kernel");
+        size_t bytes = b->sort_temp_bytes;
+        CU(b,
+           cub::DeviceRadixSort::SortKeysDescending(b->sort_temp, bytes, b->keys, b->keys_sorted,
+                                                    nv, 0, 64, b->stream),
+           "cub::DeviceRadixSort::SortKeysDescending");
+        finish_kernel<<<1, SAMPLE_THREADS, 0, b->stream>>>(b->keys_sorted, nv, b->d_sin, b->d_next);
+        LAUNCHED(b, "sampling kernel");
+    }
+    CU(b, cudaMemcpyAsync(b->h_next, b->d_next, sizeof(int), cudaMemcpyDeviceToHost, b->stream),
+       "cudaMemcpyAsync (token)");
+    return 0;
+}
+
+/* the whole graph body of a decode step: inputs in, the pass, then logits or a token out */
+static int enqueue_decode(cuda_backend *b, int kind)
 {
     CU(b, cudaMemcpyAsync(b->d_tokens, b->h_tokens, sizeof(int), cudaMemcpyHostToDevice, b->stream),
        "cudaMemcpyAsync (token)");
     CU(b, cudaMemcpyAsync(b->d_pos, b->h_pos, sizeof(int), cudaMemcpyHostToDevice, b->stream),
        "cudaMemcpyAsync (position)");
-    int rc = enqueue(b, 1, head);
+    if (kind >= STEP_GREEDY)
+        CU(b,
+           cudaMemcpyAsync(b->d_sin, b->h_sin, sizeof(sample_in), cudaMemcpyHostToDevice,
+                           b->stream),
+           "cudaMemcpyAsync (sampling parameters)");
+    int rc = enqueue(b, 1, kind != STEP_NOHEAD);
     if (rc)
         return rc;
-    if (head)
+    if (kind == STEP_LOGITS)
         CU(b,
            cudaMemcpyAsync(b->h_logits, b->logits, (size_t)b->base.model->n_vocab * sizeof(float),
                            cudaMemcpyDeviceToHost, b->stream),
            "cudaMemcpyAsync (logits)");
+    else if (kind >= STEP_GREEDY)
+        return enqueue_sampling(b, kind);
     return 0;
 }
 
-/* Captures the decode graph (once). The first time, the same step runs eagerly before the
- * capture so that every kernel module and cuBLAS's heuristics are loaded outside of it (lazy
+/* Captures the decode graph of a kind (once). The first time, the same step runs eagerly before
+ * the capture so that every kernel module and cuBLAS's heuristics are loaded outside of it (lazy
  * loading inside a capture is not allowed everywhere); the graph then recomputes the same
  * position, writing the same values. */
-static int capture(cuda_backend *b, int head, cudaGraphExec_t *out)
+static int capture(cuda_backend *b, int kind, cudaGraphExec_t *out)
 {
-    int rc = enqueue_decode(b, head);
+    int rc = enqueue_decode(b, kind);
     if (rc)
         return rc;
     CU(b, cudaStreamSynchronize(b->stream), "warm-up decode step");
     cudaGraph_t g = NULL;
     CU(b, cudaStreamBeginCapture(b->stream, cudaStreamCaptureModeThreadLocal),
        "cudaStreamBeginCapture");
-    rc = enqueue_decode(b, head);
+    rc = enqueue_decode(b, kind);
     cudaError_t e =
         cudaStreamEndCapture(b->stream, &g); /* always end, or the stream stays capturing */
     if (rc) {
@@ -325,18 +376,17 @@ static int capture(cuda_backend *b, int head, cudaGraphExec_t *out)
     return 0;
 }
 
-/* one token at position pos; logits (n_vocab) or NULL */
-static int decode_step(cuda_backend *b, int32_t token, int pos, float *logits)
+/* one token at position pos, as kind; the inputs of a sampling kind are already in h_sin */
+static int decode_step(cuda_backend *b, int32_t token, int pos, int kind)
 {
-    const int head = logits != NULL;
-    cudaGraphExec_t *ge = head ? &b->graph_head : &b->graph_nohead;
+    cudaGraphExec_t *ge = &b->graphs[kind];
     b->h_tokens[0] = token; /* the previous step has completed: the staging is free */
     b->h_pos[0] = pos;
     if (!*ge && !b->no_graph) {
-        int rc = capture(b, head, ge);
+        int rc = capture(b, kind, ge);
         if (rc == CAIRN_ENOMEM)
             return rc;
-        if (rc) { /* run without graphs from now on (both kinds: the cache they write must agree) */
+        if (rc) { /* run without graphs from now on (every kind: the cache they write must agree) */
             b->no_graph = 1;
             snprintf(b->graph_err, sizeof b->graph_err, "eager: %s", b->base.err);
             b->base.err[0] = '\0';
@@ -346,15 +396,75 @@ static int decode_step(cuda_backend *b, int32_t token, int pos, float *logits)
         }
     }
     if (b->no_graph) {
-        int rc = enqueue_decode(b, head);
+        int rc = enqueue_decode(b, kind);
         if (rc)
             return rc;
     } else {
         CU(b, cudaGraphLaunch(*ge, b->stream), "cudaGraphLaunch");
     }
     CU(b, cudaStreamSynchronize(b->stream), "decode step");
-    if (head)
-        memcpy(logits, b->h_logits, (size_t)b->base.model->n_vocab * sizeof(float));
+    return 0;
+}
+
+/* the host's request into the pinned parameters the next step copies to the device */
+static void set_sample_in(cuda_backend *b, const cairn__sample_req *q)
+{
+    sample_in *s = b->h_sin;
+    s->temperature = q->temperature;
+    s->top_p = q->top_p;
+    s->penalty = q->repeat_penalty;
+    s->top_k = q->top_k;
+    s->r = q->r;
+    s->n_pen = q->n_pen;
+    if (q->n_pen > 0)
+        memcpy(s->pen, q->pen, (size_t)q->n_pen * sizeof *q->pen);
+}
+
+/* greedy and top-k 1 pick the largest key: no sort */
+static int sample_kind(const cairn__sample_req *q)
+{
+    return q->temperature <= 0.0f || q->top_k == 1 ? STEP_GREEDY : STEP_SAMPLE;
+}
+
+static int cuda_forward_sample(cairn__backend *bb, int32_t token, int pos,
+                               const cairn__sample_req *q, int32_t *next)
+{
+    cuda_backend *b = (cuda_backend *)bb;
+    b->e = b->base.err;
+    b->elen = sizeof b->base.err;
+    CU(b, cudaSetDevice(b->device), "cudaSetDevice");
+    set_sample_in(b, q);
+    const int rc = decode_step(b, token, pos, sample_kind(q));
+    if (rc)
+        return rc;
+    *next = b->h_next[0];
+    return 0;
+}
+
+/* the sampler alone on given logits (eager, not a graph): the gpu test's view of it */
+static int cuda_sample_logits(cairn__backend *bb, const float *logits, const cairn__sample_req *q,
+                              int32_t *next)
+{
+    if (!bb || bb->ops != &cairn__backend_cuda_ops)
+        return CAIRN_EINVAL;
+    cuda_backend *b = (cuda_backend *)bb;
+    b->e = b->base.err;
+    b->elen = sizeof b->base.err;
+    if (q->n_pen < 0 || q->n_pen > CAIRN__SAMPLE_MAX_PEN)
+        return host.errf(b->e, b->elen, CAIRN_EUNSUPPORTED, "%d penalized ids", q->n_pen);
+    CU(b, cudaSetDevice(b->device), "cudaSetDevice");
+    set_sample_in(b, q);
+    CU(b,
+       cudaMemcpyAsync(b->logits, logits, (size_t)b->base.model->n_vocab * sizeof(float),
+                       cudaMemcpyHostToDevice, b->stream),
+       "cudaMemcpyAsync (logits)");
+    CU(b, cudaMemcpyAsync(b->d_sin, b->h_sin, sizeof(sample_in), cudaMemcpyHostToDevice, b->stream),
+       "cudaMemcpyAsync (sampling parameters)");
+    const int rc = enqueue_sampling(b, sample_kind(q));
+    if (rc)
+        return rc;
+    CU(b, cudaStreamSynchronize(b->stream), "sampling");
+    *next = b->h_next[0];
     return 0;
 }
 
@@ -402,8 +512,15 @@ static int cuda_forward(cairn__backend *bb, const int32_t *tokens, int n, int po
             lg = logits + (size_t)c0 * nv;
         else if (logits && last)
             lg = logits;
-        const int rc = nc == 1 ? decode_step(b, tokens[c0], pos + c0, lg)
-                               : prompt_chunk(b, tokens + c0, nc, pos + c0, lg, all_logits);
+        if (nc == 1) {
+            const int rc = decode_step(b, tokens[c0], pos + c0, lg ? STEP_LOGITS : STEP_NOHEAD);
+            if (rc)
+                return rc;
+            if (lg)
+                memcpy(lg, b->h_logits, nv * sizeof(float));
+            continue;
+        }
+        const int rc = prompt_chunk(b, tokens + c0, nc, pos + c0, lg, all_logits);
         if (rc)
             return rc;
     }
@@ -568,10 +685,9 @@ static void cuda_destroy(cairn__backend *bb)
     cudaSetDevice(b->device);
     if (b->stream)
         cudaStreamSynchronize(b->stream);
-    if (b->graph_head)
-        cudaGraphExecDestroy(b->graph_head);
-    if (b->graph_nohead)
-        cudaGraphExecDestroy(b->graph_nohead);
+    for (int k = 0; k < STEP_KINDS; k++)
+        if (b->graphs[k])
+            cudaGraphExecDestroy(b->graphs[k]);
     if (b->layers) {
         for (int l = 0; l < b->base.model->n_layers; l++) {
             dlayer *d = &b->layers[l];
@@ -589,14 +705,17 @@ static void cuda_destroy(cairn__backend *bb)
         cudaFree(b->output);
     cudaFree(b->tok_embd);
     cudaFree(b->output_norm);
-    void *dev[] = {b->kc,       b->vc,    b->x,          b->xn,       b->qkv,
-                   b->att,      b->gu,    b->hb,         b->logits,   b->inv_freq,
-                   b->d_tokens, b->d_pos, b->d_overflow, b->workspace};
+    void *dev[] = {b->kc,       b->vc,    b->x,           b->xn,        b->qkv,
+                   b->att,      b->gu,    b->hb,          b->logits,    b->inv_freq,
+                   b->d_tokens, b->d_pos, b->d_overflow,  b->workspace, b->d_sin,
+                   b->d_next,   b->keys,  b->keys_sorted, b->sort_temp};
     for (size_t i = 0; i < sizeof dev / sizeof *dev; i++)
         cudaFree(dev[i]);
     cudaFreeHost(b->h_tokens);
     cudaFreeHost(b->h_pos);
     cudaFreeHost(b->h_logits);
+    cudaFreeHost(b->h_sin);
+    cudaFreeHost(b->h_next);
     if (b->blas)
         cublasDestroy(b->blas);
     if (b->stream)
@@ -651,8 +770,24 @@ static int setup(cuda_backend *b)
         return rc;
     if ((rc = host_alloc(b, (void **)&b->h_tokens, nb * sizeof(int), "tokens")) ||
         (rc = host_alloc(b, (void **)&b->h_pos, sizeof(int), "the position")) ||
-        (rc = host_alloc(b, (void **)&b->h_logits, (size_t)m->n_vocab * sizeof(float), "logits")))
+        (rc = host_alloc(b, (void **)&b->h_logits, (size_t)m->n_vocab * sizeof(float), "logits")) ||
+        (rc = host_alloc(b, (void **)&b->h_sin, sizeof(sample_in), "sampling parameters")) ||
+        (rc = host_alloc(b, (void **)&b->h_next, sizeof(int), "the sampled token")))
         return rc;
+    /* the device sampler: its scratch is sized once, for the vocabulary, so that a captured
+     * step allocates nothing */
+    const size_t nvk = (size_t)m->n_vocab * sizeof(uint64_t);
+    CU(b,
+       cub::DeviceRadixSort::SortKeysDescending(NULL, b->sort_temp_bytes, (const uint64_t *)NULL,
+                                                (uint64_t *)NULL, m->n_vocab, 0, 64, b->stream),
+       "cub::DeviceRadixSort (scratch size)");
+    if ((rc = dmalloc(b, (void **)&b->d_sin, sizeof(sample_in), "sampling parameters")) ||
+        (rc = dmalloc(b, (void **)&b->d_next, sizeof(int), "the sampled token")) ||
+        (rc = dmalloc(b, (void **)&b->keys, nvk, "sort keys")) ||
+        (rc = dmalloc(b, (void **)&b->keys_sorted, nvk, "sort keys")) ||
+        (rc = dmalloc(b, &b->sort_temp, b->sort_temp_bytes, "the sort's scratch")))
+        return rc;
+    memset(b->h_sin, 0, sizeof(sample_in));
     /* never read before written, but a cache of zeros makes any indexing bug reproducible */
     CU(b, cudaMemset(b->kc, 0, kv), "cudaMemset");
     CU(b, cudaMemset(b->vc, 0, kv), "cudaMemset");
@@ -872,11 +1007,17 @@ static const char *cuda_graph_status(const cairn__backend *bb)
     const cuda_backend *b = (const cuda_backend *)bb;
     if (b->no_graph)
         return b->graph_err;
-    return b->graph_head || b->graph_nohead ? "graph" : "not yet";
+    for (int k = 0; k < STEP_KINDS; k++)
+        if (b->graphs[k])
+            return "graph";
+    return "not yet";
 }
 
-const cairn__backend_ops cairn__backend_cuda_ops = {"cuda", cuda_create, cuda_forward,
-                                                    cuda_destroy};
+const cairn__backend_ops cairn__backend_cuda_ops = {.name = "cuda",
+                                                    .create = cuda_create,
+                                                    .forward = cuda_forward,
+                                                    .destroy = cuda_destroy,
+                                                    .forward_sample = cuda_forward_sample};
 
 /* ==== the entry point
  * ============================================================================== */
@@ -898,5 +1039,6 @@ const cairn__cuda_plugin *cairn_cuda_plugin(uint32_t abi, const cairn__cuda_host
     table.weight_bytes = cuda_weight_bytes;
     table.dtype = cuda_dtype;
     table.graph_status = cuda_graph_status;
+    table.sample_logits = cuda_sample_logits;
     return &table;
 }

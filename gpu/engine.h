@@ -81,6 +81,9 @@ typedef struct {
     cairn__on_progress_fn on_progress;
     int progress_every; /* call on_progress every N tokens (0: never) */
     void *user;
+    /* 1: always sample on the host from copied-back logits, even where the backend can sample
+     * on its device (the default there); for comparisons. A resume must use the original's. */
+    int host_sampling;
 } cairn__gen_opts;
 
 /* max_tokens 256, no stop strings, cairn__sampler_params_default, no callbacks */

@@ -14,6 +14,7 @@
 
 #include "gpu/backend.h"
 #include "gpu/quant.h"
+#include "gpu/sample_core.h"
 
 #include "cairn_errors.h"
 enum {
@@ -433,6 +434,43 @@ int cairn__backend_forward(cairn__backend *b, const int32_t *tokens, int n, int 
     if (rc == 0)
         b->n_past = pos + n;
     return rc;
+}
+
+int cairn__backend_forward_sample(cairn__backend *b, int32_t token, int pos,
+                                  const cairn__sample_req *q, int32_t *next)
+{
+    if (!b || !q || !next || pos < 0 || pos > b->n_past || q->n_pen < 0 || (q->n_pen && !q->pen))
+        return cairn__errf(b ? b->err : NULL, b ? sizeof b->err : 0, CAIRN_EINVAL,
+                           "bad forward arguments (pos %d, n_past %d)", pos, b ? b->n_past : 0);
+    if (!b->ops->forward_sample || q->n_pen > CAIRN__SAMPLE_MAX_PEN)
+        return cairn__errf(b->err, sizeof b->err, CAIRN_EUNSUPPORTED,
+                           "the %s backend cannot sample this step on its device", b->ops->name);
+    if ((int64_t)pos + 1 > b->n_ctx)
+        return cairn__errf(b->err, sizeof b->err, CAIRN_ECONTEXT,
+                           "1 token at position %d exceeds the context of %d", pos, b->n_ctx);
+    const int nv = b->model->n_vocab;
+    if (token < 0 || token >= nv)
+        return cairn__errf(b->err, sizeof b->err, CAIRN_EINVAL,
+                           "token %d is outside the vocabulary (%d)", token, nv);
+    for (int i = 0; i < q->n_pen; i++)
+        if (q->pen[i] < 0 || q->pen[i] >= nv)
+            return cairn__errf(b->err, sizeof b->err, CAIRN_EINVAL,
+                               "penalized token %d is outside the vocabulary (%d)", q->pen[i], nv);
+    if (pos < b->n_past)
+        b->n_past = pos;
+    int rc = b->ops->forward_sample(b, token, pos, q, next);
+    if (rc == 0 && (*next < 0 || *next >= nv))
+        rc = cairn__errf(b->err, sizeof b->err, CAIRN_ECUDA,
+                         "the device sampler returned token %d, outside the vocabulary (%d)", *next,
+                         nv);
+    if (rc == 0)
+        b->n_past = pos + 1;
+    return rc;
+}
+
+int cairn__backend_can_sample(const cairn__backend *b)
+{
+    return b && b->ops->forward_sample != NULL;
 }
 
 void cairn__backend_truncate(cairn__backend *b, int n_keep)

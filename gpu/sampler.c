@@ -9,6 +9,8 @@
  */
 #include "gpu/sampler.h"
 
+#include "gpu/sample_core.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +35,7 @@ struct cairn__sampler {
     uint8_t *seen; /* n_vocab bits: tokens already penalized in this call */
     cand *cands;   /* n_vocab */
     double *probs; /* n_vocab */
+    int32_t *pen;  /* n_vocab: the distinct tokens a call penalizes */
 };
 
 void cairn__sampler_params_default(cairn__sampler_params *p)
@@ -89,7 +92,8 @@ int cairn__sampler_new(const cairn__sampler_params *p, int n_vocab, cairn__sampl
     s->seen = calloc(((size_t)n_vocab + 7) / 8, 1);
     s->cands = malloc((size_t)n_vocab * sizeof *s->cands);
     s->probs = malloc((size_t)n_vocab * sizeof *s->probs);
-    if (!s->seen || !s->cands || !s->probs) {
+    s->pen = malloc((size_t)n_vocab * sizeof *s->pen);
+    if (!s->seen || !s->cands || !s->probs || !s->pen) {
         cairn__sampler_free(s);
         return CAIRN_ENOMEM;
     }
@@ -107,6 +111,7 @@ void cairn__sampler_free(cairn__sampler *s)
     free(s->seen);
     free(s->cands);
     free(s->probs);
+    free(s->pen);
     free(s);
 }
 
@@ -150,32 +155,43 @@ static void heap_down(cand *h, size_t n, size_t i)
     }
 }
 
-static void penalize(cairn__sampler *s, float *logits, const int32_t *hist, size_t n_hist)
+size_t cairn__sampler_penalty_ids(cairn__sampler *s, const int32_t *hist, size_t n_hist,
+                                  int32_t *out, size_t cap)
 {
     if (s->p.repeat_penalty == 1.0f || s->p.repeat_last_n == 0 || !hist || n_hist == 0)
-        return;
-    size_t from = 0;
+        return 0;
+    size_t from = 0, n = 0;
     if (s->p.repeat_last_n > 0 && n_hist > (size_t)s->p.repeat_last_n)
         from = n_hist - (size_t)s->p.repeat_last_n;
-    /* each distinct token once, however often it repeats */
     for (size_t i = from; i < n_hist; i++) {
         const int32_t t = hist[i];
         if (t < 0 || t >= s->n_vocab || (s->seen[t >> 3] & (1u << (t & 7))))
             continue;
         s->seen[t >> 3] |= (uint8_t)(1u << (t & 7));
-        logits[t] =
-            logits[t] > 0.0f ? logits[t] / s->p.repeat_penalty : logits[t] * s->p.repeat_penalty;
+        if (n < cap)
+            out[n] = t;
+        n++;
     }
     for (size_t i = from; i < n_hist; i++) {
         const int32_t t = hist[i];
         if (t >= 0 && t < s->n_vocab)
             s->seen[t >> 3] = 0;
     }
+    return n;
 }
 
-int32_t cairn__sampler_sample(cairn__sampler *s, float *logits, const int32_t *hist, size_t n_hist)
+const cairn__sampler_params *cairn__sampler_get_params(const cairn__sampler *s) { return &s->p; }
+
+int cairn__sampler_greedy(const cairn__sampler *s) { return s->p.temperature <= 0.0f; }
+
+double cairn__sampler_draw(cairn__sampler *s)
 {
-    penalize(s, logits, hist, n_hist);
+    s->draws++;
+    return (double)(xoshiro_next(s->rng) >> 11) * 0x1.0p-53;
+}
+
+int32_t cairn__sampler_pick(cairn__sampler *s, const float *logits, double r)
+{
     const int nv = s->n_vocab;
     if (s->p.temperature <= 0.0f) {
         cand best = {logits[0], 0};
@@ -226,8 +242,7 @@ int32_t cairn__sampler_sample(cairn__sampler *s, float *logits, const int32_t *h
         }
         total = cum;
     }
-    const double u = (double)(xoshiro_next(s->rng) >> 11) * 0x1.0p-53 * total;
-    s->draws++;
+    const double u = r * total;
     double cum = 0.0;
     for (size_t i = 0; i < keep; i++) {
         cum += pr[i];
@@ -235,6 +250,83 @@ int32_t cairn__sampler_sample(cairn__sampler *s, float *logits, const int32_t *h
             return c[i].id;
     }
     return c[keep - 1].id; /* u within rounding of the total */
+}
+
+void cairn__sampler_penalize(cairn__sampler *s, float *logits, const int32_t *hist, size_t n_hist)
+{
+    const size_t n = cairn__sampler_penalty_ids(s, hist, n_hist, s->pen, (size_t)s->n_vocab);
+    for (size_t i = 0; i < n; i++)
+        logits[s->pen[i]] = cairn__sample_penalize(logits[s->pen[i]], s->p.repeat_penalty);
+}
+
+int32_t cairn__sampler_sample(cairn__sampler *s, float *logits, const int32_t *hist, size_t n_hist)
+{
+    cairn__sampler_penalize(s, logits, hist, n_hist);
+    if (cairn__sampler_greedy(s))
+        return cairn__sampler_pick(s, logits, 0.0);
+    return cairn__sampler_pick(s, logits, cairn__sampler_draw(s));
+}
+
+/* ---- the device sampler's algorithm, in plain C -------------------------------------------- */
+
+static int key_desc(const void *x, const void *y)
+{
+    const uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
+    return a > b ? -1 : a < b;
+}
+
+int32_t cairn__sampler_pick_runs(const cairn__sampler_params *p, const float *logits, int n_vocab,
+                                 double r, int n_runs, uint64_t *keys)
+{
+    for (int i = 0; i < n_vocab; i++)
+        keys[i] = cairn__sample_key(logits[i], i);
+    if (p->temperature <= 0.0f) { /* the largest key */
+        uint64_t best = keys[0];
+        for (int i = 1; i < n_vocab; i++)
+            best = keys[i] > best ? keys[i] : best;
+        return cairn__sample_key_id(best);
+    }
+    qsort(keys, (size_t)n_vocab, sizeof *keys, key_desc); /* the device's radix sort */
+    int k = p->top_k > 0 && p->top_k < n_vocab ? p->top_k : n_vocab;
+    for (int i = 0; i < k; i++) /* NaNs sort last: cut them unless nothing else is left */
+        if (cairn__sample_key_nan(keys[i])) {
+            k = i > 1 ? i : 1;
+            break;
+        }
+    const double max =
+        cairn__sample_key_nan(keys[0]) ? 0.0 : (double)cairn__sample_key_logit(keys[0]);
+    const double t = (double)p->temperature;
+    /* run j of the kernel's thread j: [j * len, (j + 1) * len) of the first k */
+    const int len = (k + n_runs - 1) / n_runs;
+    double before[n_runs > 0 ? n_runs : 1], total = 0.0;
+    for (int j = 0; j < n_runs; j++) {
+        const int lo = j * len < k ? j * len : k, hi = lo + len < k ? lo + len : k;
+        before[j] = total;
+        total += cairn__sample_run_sum(keys, lo, hi, max, t);
+    }
+    int keep = k;
+    if (p->top_p < 1.0f) { /* the first index whose running sum reaches top_p of the total */
+        for (int j = 0; j < n_runs; j++) {
+            const int lo = j * len < k ? j * len : k, hi = lo + len < k ? lo + len : k;
+            double at = 0.0;
+            const int i = cairn__sample_run_find(keys, lo, hi, max, t, before[j],
+                                                 (double)p->top_p * total, 1, &at);
+            if (i >= 0) {
+                keep = i + 1;
+                total = at;
+                break;
+            }
+        }
+    }
+    const double u = r * total;
+    for (int j = 0; j < n_runs; j++) {
+        const int lo = j * len < keep ? j * len : keep, hi = lo + len < keep ? lo + len : keep;
+        double at = 0.0;
+        const int i = cairn__sample_run_find(keys, lo, hi, max, t, before[j], u, 0, &at);
+        if (i >= 0)
+            return cairn__sample_key_id(keys[i]);
+    }
+    return cairn__sample_key_id(keys[keep - 1]); /* u within rounding of the total */
 }
 
 /* ---- state

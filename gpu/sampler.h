@@ -42,6 +42,32 @@ void cairn__sampler_free(cairn__sampler *s); /* NULL is a no-op */
 int32_t cairn__sampler_sample(cairn__sampler *s, float *logits, const int32_t *history,
                               size_t n_hist);
 
+/* ---- the parts of cairn__sampler_sample, for a backend that samples on its device ----------
+ * sample = penalty on the logits, then greedy ? pick(0) : pick(draw()). A device sampler takes
+ * the penalty set and the draw from the host (so the generator state and its saving stay here)
+ * and does the rest, by the algorithm of cairn__sampler_pick_runs (gpu/sample_core.h). */
+
+/* The distinct token ids the penalty applies to given this history, in first-seen order: writes
+ * at most cap of them to out and returns how many there are (0 when the penalty is off). */
+size_t cairn__sampler_penalty_ids(cairn__sampler *s, const int32_t *history, size_t n_hist,
+                                  int32_t *out, size_t cap);
+/* The repetition penalty of cairn__sampler_sample alone, on logits in place. */
+void cairn__sampler_penalize(cairn__sampler *s, float *logits, const int32_t *history,
+                             size_t n_hist);
+const cairn__sampler_params *cairn__sampler_get_params(const cairn__sampler *s);
+/* temperature <= 0: no draw, argmax */
+int cairn__sampler_greedy(const cairn__sampler *s);
+/* The next uniform number in [0, 1) (53 bits), advancing the generator and the draw count. */
+double cairn__sampler_draw(cairn__sampler *s);
+/* The token for already-penalized logits and the draw r (ignored when greedy). */
+int32_t cairn__sampler_pick(cairn__sampler *s, const float *logits, double r);
+/* The device sampler's algorithm in plain C: keys (n_vocab scratch) sorted, the first top_k of
+ * them weighed in n_runs contiguous runs as the kernel's threads do. Gives the token
+ * cairn__sampler_pick gives, except when r lands within rounding of a boundary between two
+ * candidates (the runs sum in another order). */
+int32_t cairn__sampler_pick_runs(const cairn__sampler_params *p, const float *logits, int n_vocab,
+                                 double r, int n_runs, uint64_t *keys);
+
 /* Number of sample calls that drew a random number since creation (or the restored state). */
 uint64_t cairn__sampler_draws(const cairn__sampler *s);
 

@@ -39,7 +39,8 @@ static int fake_forward(cairn__backend *b, const int32_t *tokens, int n, int pos
 
 static void fake_destroy(cairn__backend *b) { (void)b; }
 
-static const cairn__backend_ops fake_ops = {"cuda", fake_create, fake_forward, fake_destroy};
+static const cairn__backend_ops fake_ops = {
+    .name = "cuda", .create = fake_create, .forward = fake_forward, .destroy = fake_destroy};
 
 /* "bandwidth": the program's dequant_row applied to the F16 value 1.5 (0x3E00), times 1e9 */
 static int fake_bandwidth(int device, double *bytes_per_s, char *name, size_t name_len, char *err,

@@ -1,11 +1,14 @@
 /* tests/model/test_engine.c - generation: determinism, streaming, stop strings, max tokens,
- * context, cancel, and exact resume from every checkpoint. */
+ * context, cancel, and exact resume from every checkpoint; the device-sampling path through a
+ * stand-in device sampler (the CPU backend plus cairn__sampler_pick_runs, the CUDA sampler's
+ * algorithm in C). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "gpu/engine.h"
 #include "gpu/gguf.h"
+#include "gpu/sample_core.h"
 #include "tests/model/mkmodel.h"
 #include "tests/tap.h"
 
@@ -56,6 +59,110 @@ static int same_result(const cairn__gen_result *a, const cairn__gen_result *b)
     return a->finish == b->finish && a->n_tokens == b->n_tokens &&
            memcmp(a->tokens, b->tokens, a->n_tokens * sizeof *a->tokens) == 0 &&
            a->text_len == b->text_len && memcmp(a->text, b->text, a->text_len) == 0;
+}
+
+/* A device sampler on the CPU: the CPU backend's forward, then the device algorithm in C. */
+static cairn__backend_ops standin_ops;
+static int standin_steps;
+
+static int standin_sample(cairn__backend *b, int32_t token, int pos, const cairn__sample_req *q,
+                          int32_t *next)
+{
+    const int nv = b->model->n_vocab;
+    float *lg = malloc((size_t)nv * sizeof *lg);
+    uint64_t *keys = malloc((size_t)nv * sizeof *keys);
+    int rc = lg && keys ? cairn__backend_cpu_ops.forward(b, &token, 1, pos, lg, 0) : CAIRN_ENOMEM;
+    if (rc == 0) {
+        for (int i = 0; i < q->n_pen; i++)
+            lg[q->pen[i]] = cairn__sample_penalize(lg[q->pen[i]], q->repeat_penalty);
+        const cairn__sampler_params p = {.temperature = q->temperature,
+                                         .top_k = q->top_k,
+                                         .top_p = q->top_p,
+                                         .repeat_penalty = q->repeat_penalty};
+        *next = cairn__sampler_pick_runs(&p, lg, nv, q->r, 1024, keys);
+        standin_steps++;
+    }
+    free(lg);
+    free(keys);
+    return rc;
+}
+
+static void test_device_sampling(cairn__engine *e, cairn__backend *b, const char *prompt,
+                                 cairn__gen_opts o, const cairn__gen_result *want,
+                                 const sink *saved, const int32_t *ptoks, size_t np)
+{
+    const int32_t t0 = 5;
+    cairn__sample_req q = {.temperature = 0.0f, .top_p = 1.0f, .repeat_penalty = 1.0f};
+    int32_t next = -1;
+    ok(!cairn__backend_can_sample(b) &&
+           cairn__backend_forward_sample(b, t0, 0, &q, &next) == CAIRN_EUNSUPPORTED,
+       "the CPU backend has no device sampler: EUNSUPPORTED (%s)", cairn__backend_errmsg(b));
+    standin_ops = cairn__backend_cpu_ops;
+    standin_ops.forward_sample = standin_sample;
+    const cairn__backend_ops *cpu = b->ops;
+    b->ops = &standin_ops;
+    ok(cairn__backend_can_sample(b), "a backend with forward_sample can sample");
+
+    /* the engine's path: the same tokens as host sampling, one device step per token after the
+     * first (which the prompt's logits give on the host) */
+    cairn__gen_result r;
+    o.on_token = NULL;
+    o.on_progress = NULL;
+    standin_steps = 0;
+    int rc = cairn__engine_generate(e, prompt, strlen(prompt), &o, &r);
+    ok(rc == 0 && same_result(want, &r) && standin_steps == (int)want->n_tokens - 1 &&
+           memcmp(r.state, want->state, sizeof r.state) == 0,
+       "device sampling gives the host's %zu tokens and state (%d device steps)", r.n_tokens,
+       standin_steps);
+    cairn__gen_result_free(&r);
+    o.host_sampling = 1;
+    standin_steps = 0;
+    rc = cairn__engine_generate(e, prompt, strlen(prompt), &o, &r);
+    ok(rc == 0 && same_result(want, &r) && standin_steps == 0,
+       "host_sampling keeps every pick on the host (%d device steps)", standin_steps);
+    cairn__gen_result_free(&r);
+    o.host_sampling = 0;
+    int all_same = 1;
+    for (int c = 0; c < saved->n_ck; c++) {
+        rc = cairn__engine_resume(e, ptoks, np, saved->ck_tokens[c], saved->ck_n[c],
+                                  saved->ck_state[c], CAIRN__SAMPLER_STATE_BYTES, &o, &r);
+        all_same &= rc == 0 && same_result(want, &r);
+        cairn__gen_result_free(&r);
+    }
+    ok(all_same, "resume with device sampling from each of %d checkpoints: the same result",
+       saved->n_ck);
+    o.sampling.temperature = 0.0f;
+    o.host_sampling = 1;
+    cairn__gen_result g1, g2;
+    cairn__engine_generate(e, prompt, strlen(prompt), &o, &g1);
+    o.host_sampling = 0;
+    standin_steps = 0;
+    cairn__engine_generate(e, prompt, strlen(prompt), &o, &g2);
+    ok(same_result(&g1, &g2) && standin_steps == (int)g1.n_tokens - 1,
+       "greedy on the device = greedy on the host (%zu tokens)", g1.n_tokens);
+    cairn__gen_result_free(&g1);
+    cairn__gen_result_free(&g2);
+
+    /* the wrapper's checks: nothing runs, n_past stays */
+    const int past = cairn__backend_n_past(b);
+    int32_t pen[CAIRN__SAMPLE_MAX_PEN + 1] = {0};
+    q.pen = pen;
+    q.n_pen = CAIRN__SAMPLE_MAX_PEN + 1;
+    standin_steps = 0;
+    ok(cairn__backend_forward_sample(b, t0, 0, &q, &next) == CAIRN_EUNSUPPORTED,
+       "more than %d penalized ids: EUNSUPPORTED", CAIRN__SAMPLE_MAX_PEN);
+    q.n_pen = 1;
+    pen[0] = b->model->n_vocab;
+    ok(cairn__backend_forward_sample(b, t0, 0, &q, &next) == CAIRN_EINVAL,
+       "a penalized id outside the vocabulary: EINVAL (%s)", cairn__backend_errmsg(b));
+    q.n_pen = 0;
+    ok(cairn__backend_forward_sample(b, -1, 0, &q, &next) == CAIRN_EINVAL &&
+           cairn__backend_forward_sample(b, t0, past + 1, &q, &next) == CAIRN_EINVAL &&
+           cairn__backend_forward_sample(b, t0, cairn__backend_n_ctx(b), &q, &next) ==
+               CAIRN_EINVAL &&
+           standin_steps == 0 && cairn__backend_n_past(b) == past,
+       "bad token or position: EINVAL, nothing run, n_past %d kept", past);
+    b->ops = cpu;
 }
 
 int main(void)
@@ -250,6 +357,12 @@ int main(void)
     ok(same_result(&g1, &g2), "greedy ignores the seed");
     cairn__gen_result_free(&g1);
     cairn__gen_result_free(&g2);
+
+    /* the device-sampling path, against the first run */
+    o.max_tokens = 40;
+    o.sampling.seed = 1234;
+    o.sampling.temperature = 0.9f;
+    test_device_sampling(e, b, prompt, o, &r1, &saved, ptoks, np);
 
     free(ptoks);
     cairn__gen_result_free(&r1);

@@ -1,9 +1,12 @@
-/* tests/model/test_sampler.c - determinism, greedy, top-k, top-p, penalty, save/restore. */
+/* tests/model/test_sampler.c - determinism, greedy, top-k, top-p, penalty, save/restore; the
+ * parts a device sampler uses (penalty set, draw, pick) and the device algorithm in plain C
+ * (cairn__sampler_pick_runs) against the host sampler on awkward logits. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "gpu/sample_core.h"
 #include "gpu/sampler.h"
 #include "tests/tap.h"
 
@@ -31,8 +34,177 @@ static int draw(cairn__sampler *s, uint64_t lseed)
     return cairn__sampler_sample(s, lg, NULL, 0);
 }
 
+static uint64_t xs(uint64_t *x)
+{
+    *x ^= *x << 13, *x ^= *x >> 7, *x ^= *x << 17;
+    return *x;
+}
+
+/* Logits meant to break orderings: few distinct values (ties), both zeros, NaN, +-inf, tiny. */
+static void fill_awkward(float *lg, int n, uint64_t seed, int kind)
+{
+    for (int i = 0; i < n; i++) {
+        const uint64_t r = xs(&seed);
+        switch (kind) {
+        case 0: /* smooth */
+            lg[i] = (float)((double)(r >> 11) * 0x1.0p-53 * 16.0 - 8.0);
+            break;
+        case 1: /* 5 distinct values: long runs of ties */
+            lg[i] = (float)((int)(r % 5) - 2);
+            break;
+        default: { /* specials sprinkled on a smooth field */
+            const int c = (int)(r % 23);
+            lg[i] = c == 0   ? -0.0f
+                    : c == 1 ? 0.0f
+                    : c == 2 ? NAN
+                    : c == 3 ? -INFINITY
+                    : c == 4 ? 1e-30f
+                             : (float)((double)(r >> 11) * 0x1.0p-53 * 6.0 - 3.0);
+        }
+        }
+    }
+}
+
+/* the device algorithm (pick_runs) against the host's pick for one logit vector; a differing
+ * token is accepted only when the host itself flips between the two within 1e-12 of r */
+static int runs_agree(cairn__sampler *s, const cairn__sampler_params *p, const float *lg, int n,
+                      double r, int runs, uint64_t *keys, int *near)
+{
+    const int32_t want = cairn__sampler_pick(s, lg, r);
+    const int32_t got = cairn__sampler_pick_runs(p, lg, n, r, runs, keys);
+    if (got == want)
+        return 1;
+    const double lo = r - 1e-12 > 0 ? r - 1e-12 : 0, hi = r + 1e-12 < 1 ? r + 1e-12 : r;
+    if (cairn__sampler_pick(s, lg, lo) == got || cairn__sampler_pick(s, lg, hi) == got) {
+        (*near)++;
+        return 1;
+    }
+    diag("runs %d: token %d, host %d (r %.17g, t %g, k %d, p %g)", runs, got, want, r,
+         (double)p->temperature, p->top_k, (double)p->top_p);
+    return 0;
+}
+
+static void test_device_algorithm(void)
+{
+    /* keys: descending key order is (logit desc, NaN last, id asc) */
+    ok(cairn__sample_key(1.0f, 5) > cairn__sample_key(0.5f, 1) &&
+           cairn__sample_key(0.5f, 1) > cairn__sample_key(0.5f, 2) &&
+           cairn__sample_key(-0.0f, 3) > cairn__sample_key(0.0f, 4) &&
+           cairn__sample_key(0.0f, 4) > cairn__sample_key(-1e-30f, 0) &&
+           cairn__sample_key(-INFINITY, 0) > cairn__sample_key(NAN, 0) &&
+           cairn__sample_key(-NAN, 0) > cairn__sample_key(NAN, 1) &&
+           cairn__sample_key(INFINITY, 9) > cairn__sample_key(3e38f, 0),
+       "sample keys order as the host's candidates (zeros equal, NaN last, ties by id)");
+    const float vals[] = {1.5f, -2.25f, 0.0f, -0.0f, INFINITY, -INFINITY, 1e-38f, -3e38f};
+    int round = 1;
+    for (size_t i = 0; i < sizeof vals / sizeof *vals; i++) {
+        const uint64_t k = cairn__sample_key(vals[i], (int32_t)i * 1000);
+        round &=
+            cairn__sample_key_logit(k) == vals[i] && cairn__sample_key_id(k) == (int32_t)i * 1000;
+    }
+    const uint64_t kn = cairn__sample_key(NAN, 77);
+    ok(round && isnan(cairn__sample_key_logit(kn)) && cairn__sample_key_id(kn) == 77 &&
+           cairn__sample_key_nan(kn) && !cairn__sample_key_nan(cairn__sample_key(-INFINITY, 0)),
+       "a key gives back its logit and id");
+
+    /* the parts add up to sample(): penalty + draw + pick, token for token and state for state */
+    cairn__sampler_params p;
+    cairn__sampler_params_default(&p);
+    p.seed = 5;
+    p.repeat_penalty = 1.3f;
+    p.repeat_last_n = 8;
+    cairn__sampler *a = NULL, *b = NULL;
+    cairn__sampler_new(&p, V, &a);
+    cairn__sampler_new(&p, V, &b);
+    int32_t hist[64], pen[16];
+    int same = 1;
+    for (int i = 0; i < 64; i++) {
+        float l1[V], l2[V];
+        fill(l1, 300 + (uint64_t)i);
+        memcpy(l2, l1, sizeof l1);
+        const int32_t t1 = cairn__sampler_sample(a, l1, hist, (size_t)i);
+        const size_t np = cairn__sampler_penalty_ids(b, hist, (size_t)i, pen, 16);
+        for (size_t j = 0; j < np; j++)
+            l2[pen[j]] = cairn__sample_penalize(l2[pen[j]], p.repeat_penalty);
+        const int32_t t2 = cairn__sampler_pick(b, l2, cairn__sampler_draw(b));
+        same &= t1 == t2 && np <= 8;
+        hist[i] = t1 % 12; /* a small alphabet, so the window repeats */
+    }
+    uint8_t sa[CAIRN__SAMPLER_STATE_BYTES], sb[CAIRN__SAMPLER_STATE_BYTES];
+    cairn__sampler_state_save(a, sa, sizeof sa);
+    cairn__sampler_state_save(b, sb, sizeof sb);
+    ok(same && memcmp(sa, sb, sizeof sa) == 0,
+       "penalty_ids + draw + pick = sample: 64 tokens and the saved state");
+    int32_t h3[] = {4, 4, 7, -1, V, 4, 9, 7};
+    size_t np = cairn__sampler_penalty_ids(a, h3, 8, pen, 2);
+    ok(np == 3 && pen[0] == 4 && pen[1] == 7,
+       "penalty_ids: distinct, in range, first seen first, "
+       "counted past cap (%zu)",
+       np);
+    np = cairn__sampler_penalty_ids(a, h3, 8, pen, 16);
+    ok(np == 3 && pen[2] == 9 && cairn__sampler_penalty_ids(a, h3, 8, pen, 16) == 3,
+       "penalty_ids leaves no marks behind");
+    cairn__sampler_free(a);
+    cairn__sampler_free(b);
+    p.repeat_penalty = 1.0f;
+    cairn__sampler_new(&p, V, &a);
+    ok(cairn__sampler_penalty_ids(a, h3, 8, pen, 16) == 0, "penalty 1: no penalty set");
+    cairn__sampler_free(a);
+
+    /* the device algorithm against the host on every kind of logits and parameters */
+    enum { NV = 3001 };
+    static float lg[NV];
+    static uint64_t keys[NV];
+    const float temps[] = {0.0f, 0.05f, 0.8f, 1.0f, 7.0f};
+    const int topks[] = {0, 1, 2, 40, 1000, NV - 1, NV, NV + 5};
+    const float topps[] = {1.0f, 0.95f, 0.5f, 1e-6f};
+    const int runs[] = {1, 3, 256, 1024, 4000};
+    int cases = 0, fails = 0, near = 0;
+    uint64_t seed = 99;
+    for (int kind = 0; kind < 3; kind++)
+        for (size_t ti = 0; ti < sizeof temps / sizeof *temps; ti++)
+            for (size_t ki = 0; ki < sizeof topks / sizeof *topks; ki++)
+                for (size_t pi = 0; pi < sizeof topps / sizeof *topps; pi++) {
+                    cairn__sampler_params_default(&p);
+                    p.temperature = temps[ti];
+                    p.top_k = topks[ki];
+                    p.top_p = topps[pi];
+                    cairn__sampler_new(&p, NV, &a);
+                    fill_awkward(lg, NV, xs(&seed), kind);
+                    for (size_t ri = 0; ri < sizeof runs / sizeof *runs; ri++) {
+                        const double r = (double)(xs(&seed) >> 11) * 0x1.0p-53;
+                        fails += !runs_agree(a, &p, lg, NV, r, runs[ri], keys, &near);
+                        cases++;
+                    }
+                    cairn__sampler_free(a);
+                }
+    ok(fails == 0, "device algorithm = host pick in %d cases (%d within rounding of a boundary)",
+       cases, near);
+    /* draws at the edges: 0, just below 1, and exactly at a cumulative boundary */
+    cairn__sampler_params_default(&p);
+    p.temperature = 1.0f;
+    p.top_k = 0;
+    p.top_p = 1.0f;
+    float four[4] = {0.0f, 0.0f, 0.0f, 0.0f}; /* 4 equal weights: boundaries at 0.25, 0.5, 0.75 */
+    cairn__sampler_new(&p, 4, &a);
+    const double edges[] = {0.0, 0.25, 0.5, 0.75, 1.0 - 0x1.0p-53};
+    const int32_t want[] = {0, 1, 2, 3, 3};
+    int edge_ok = 1;
+    for (int i = 0; i < 5; i++)
+        for (int rr = 1; rr <= 4; rr++)
+            edge_ok &= cairn__sampler_pick_runs(&p, four, 4, edges[i], rr, keys) == want[i] &&
+                       cairn__sampler_pick(a, four, edges[i]) == want[i];
+    ok(edge_ok, "draws on exact boundaries go up (u < cum), the same in 1-4 runs");
+    float nan4[4] = {NAN, NAN, NAN, NAN};
+    ok(cairn__sampler_pick_runs(&p, nan4, 4, 0.7, 2, keys) == cairn__sampler_pick(a, nan4, 0.7),
+       "all NaN: both pick the same (%d)", cairn__sampler_pick(a, nan4, 0.7));
+    cairn__sampler_free(a);
+}
+
 int main(void)
 {
+    test_device_algorithm();
+
     cairn__sampler_params p;
     cairn__sampler_params_default(&p);
     p.seed = 42;
