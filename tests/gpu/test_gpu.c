@@ -14,6 +14,9 @@
  * Prompt (matrix-matrix, chunked) and decode (one token, CUDA graph) paths are each checked,
  * plus: truncate + re-decode bit for bit, greedy tokens equal to the CPU's wherever the CPU's
  * top two logits are well separated, exact resume through the engine, and the error codes.
+ * The device sampler is checked alone (the module's sample_logits on awkward logits against the
+ * host's cairn__sampler_pick: the same token, or one within rounding of the draw's boundary) and
+ * through the engine (device sampling gives the tokens host sampling gives).
  *
  * CAIRN_TEST_QUICK=1 runs three of the cases only (for compute-sanitizer).
  * CAIRN_TEST_BACKEND=cpu runs the same program with the CPU backend in place of CUDA (CPU
@@ -28,8 +31,10 @@
 #include "gpu/engine.h"
 #include "gpu/gguf.h"
 #include "gpu/model.h"
+#include "gpu/sample_core.h"
 #include "gpu/tokenizer.h"
 #include "tests/model/mkmodel.h"
+#include "tests/model/sample_check.h"
 #include "tests/tap.h"
 
 #include "cairn_errors.h"
@@ -414,6 +419,176 @@ out:
     mk_unload(&L);
 }
 
+/* The device sampler alone: awkward logits over a large vocabulary, every kind of parameters,
+ * penalties; each pick must be the host's (or within rounding of a boundary from it). */
+/* In place of the module's sample_logits on a backend without a device sampler (the harness
+ * check, CAIRN_TEST_BACKEND=cpu): the device algorithm in C. */
+static int standin_sample_logits(cairn__backend *b, const float *logits, const cairn__sample_req *q,
+                                 int32_t *next)
+{
+    const int nv = b->model->n_vocab;
+    float *lg = malloc((size_t)nv * sizeof *lg);
+    uint64_t *keys = malloc((size_t)nv * sizeof *keys);
+    if (!lg || !keys) {
+        free(lg);
+        free(keys);
+        return CAIRN_ENOMEM;
+    }
+    memcpy(lg, logits, (size_t)nv * sizeof *lg);
+    for (int i = 0; i < q->n_pen; i++)
+        lg[q->pen[i]] = cairn__sample_penalize(lg[q->pen[i]], q->repeat_penalty);
+    const cairn__sampler_params p = {.temperature = q->temperature,
+                                     .top_k = q->top_k,
+                                     .top_p = q->top_p,
+                                     .repeat_penalty = q->repeat_penalty};
+    *next = cairn__sampler_pick_runs(&p, lg, nv, q->r, 1024, keys);
+    free(lg);
+    free(keys);
+    return 0;
+}
+
+static void check_sampler(void)
+{
+    int (*sample_logits)(cairn__backend *, const float *, const cairn__sample_req *, int32_t *) =
+        cuda ? cuda->sample_logits : standin_sample_logits;
+    mk_spec s;
+    mk_spec_default(&s);
+    s.vocab = 50021; /* past CUB's single-tile sort sizes, and odd */
+    s.dim = 64;
+    s.n_layers = 1;
+    char err[256];
+    mk_loaded L;
+    cairn__backend *b = NULL;
+    int rc = mk_load(&s, &L, err, sizeof err);
+    cairn__backend_opts bo = {.n_ctx = 8};
+    if (rc == 0)
+        rc = cairn__backend_new(BK, L.m, &bo, &b, err, sizeof err);
+    const int nv = s.vocab;
+    float *lg = malloc((size_t)nv * sizeof *lg), *pl = malloc((size_t)nv * sizeof *pl);
+    if (!ok(rc == 0 && lg && pl && (cairn__backend_can_sample(b) || !cuda),
+            "device sampler: backend (%s)", rc ? err : "ok"))
+        goto out;
+    const float temps[] = {0.0f, 0.3f, 1.0f, 4.0f};
+    const int topks[] = {0, 1, 40, 1000, nv};
+    const float topps[] = {1.0f, 0.9f, 1e-4f};
+    const float pens[] = {1.0f, 1.3f};
+    int32_t pen[300];
+    for (int i = 0; i < 300; i++)
+        pen[i] = (int32_t)((i * 7919) % nv); /* distinct: the prime 7919 does not divide nv */
+    int cases = 0, fails = 0, near = 0, errors = 0;
+    uint64_t seed = 7;
+    for (int kind = 0; kind < 3; kind++)
+        for (size_t ti = 0; ti < sizeof temps / sizeof *temps; ti++)
+            for (size_t ki = 0; ki < sizeof topks / sizeof *topks; ki++)
+                for (size_t pi = 0; pi < sizeof topps / sizeof *topps; pi++)
+                    for (size_t qi = 0; qi < sizeof pens / sizeof *pens; qi++) {
+                        cairn__sampler_params p;
+                        cairn__sampler_params_default(&p);
+                        p.temperature = temps[ti];
+                        p.top_k = topks[ki];
+                        p.top_p = topps[pi];
+                        p.repeat_penalty = pens[qi];
+                        cairn__sampler *hs = NULL;
+                        if (cairn__sampler_new(&p, nv, &hs) != 0) {
+                            errors++;
+                            continue;
+                        }
+                        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+                        mk_awkward_logits(lg, nv, seed, kind);
+                        const int np = pens[qi] != 1.0f ? 300 : 0;
+                        memcpy(pl, lg, (size_t)nv * sizeof *pl);
+                        for (int i = 0; i < np; i++)
+                            pl[pen[i]] = cairn__sample_penalize(pl[pen[i]], p.repeat_penalty);
+                        const double r = (double)(seed >> 11) * 0x1.0p-53;
+                        const cairn__sample_req q = {.temperature = p.temperature,
+                                                     .top_k = p.top_k,
+                                                     .top_p = p.top_p,
+                                                     .repeat_penalty = p.repeat_penalty,
+                                                     .r = r,
+                                                     .pen = pen,
+                                                     .n_pen = np};
+                        int32_t got = -1;
+                        if (sample_logits(b, lg, &q, &got) != 0) {
+                            if (errors++ == 0)
+                                diag("sample_logits: %s", cairn__backend_errmsg(b));
+                        } else if (!mk_pick_agrees(hs, pl, r, got, &near)) {
+                            if (fails++ < 5)
+                                diag("kind %d t %g k %d p %g pen %g: device %d, host %d", kind,
+                                     (double)p.temperature, p.top_k, (double)p.top_p,
+                                     (double)p.repeat_penalty, got, cairn__sampler_pick(hs, pl, r));
+                        }
+                        cases++;
+                        cairn__sampler_free(hs);
+                    }
+    ok(errors == 0 && fails == 0,
+       "device sampler = host pick in %d cases over %d tokens (%d within rounding; %d errors)",
+       cases, nv, near, errors);
+out:
+    free(lg);
+    free(pl);
+    cairn__backend_free(b);
+    mk_unload(&L);
+}
+
+/* The engine with the device sampler against the engine sampling on the host, on the same
+ * backend: the same tokens, stochastic and greedy, with a penalty. */
+static void check_engine_sampling(void)
+{
+    mk_spec s;
+    mk_spec_default(&s);
+    s.tokenizer = 1;
+    s.wtype = CAIRN__GGML_F16;
+    s.seed = 11;
+    char err[256];
+    mk_loaded L;
+    cairn__tok *tok = NULL;
+    cairn__backend *b = NULL;
+    cairn__engine *e = NULL;
+    int rc = mk_load(&s, &L, err, sizeof err);
+    if (rc == 0)
+        rc = cairn__tok_load(L.g, &tok, err, sizeof err);
+    cairn__backend_opts bo = {.n_ctx = 128, .n_threads = 2};
+    if (rc == 0)
+        rc = cairn__backend_new(BK, L.m, &bo, &b, err, sizeof err);
+    if (rc == 0)
+        rc = cairn__engine_new(L.m, tok, b, &e);
+    if (!ok(rc == 0, "engine sampling on %s (%s)", BK, rc ? err : "ok"))
+        goto out;
+    const char *prompt = "a quick brown fox jumps over the lazy dog";
+    const float temps[] = {0.0f, 0.7f, 1.5f};
+    const int topks[] = {40, 0, 1};
+    for (int c = 0; c < 3; c++) {
+        cairn__gen_opts o;
+        cairn__gen_opts_default(&o);
+        o.max_tokens = 48;
+        o.ignore_eos = 1;
+        o.sampling.seed = 99 + (uint64_t)c;
+        o.sampling.temperature = temps[c];
+        o.sampling.top_k = topks[c];
+        o.sampling.top_p = 0.9f;
+        o.sampling.repeat_penalty = 1.15f;
+        cairn__gen_result dev, hst;
+        const int r1 = cairn__engine_generate(e, prompt, strlen(prompt), &o, &dev);
+        o.host_sampling = 1;
+        const int r2 = cairn__engine_generate(e, prompt, strlen(prompt), &o, &hst);
+        ok(r1 == 0 && r2 == 0 && same_result(&dev, &hst) &&
+               memcmp(dev.state, hst.state, sizeof dev.state) == 0,
+           "engine on %s, t %g top-k %d: device sampling = host sampling (%zu tokens; %.0f vs %.0f "
+           "tok/s)",
+           BK, (double)temps[c], topks[c], r1 ? 0 : dev.n_tokens, r1 ? 0 : dev.gen_tps,
+           r2 ? 0 : hst.gen_tps);
+        if (r1 == 0)
+            cairn__gen_result_free(&dev);
+        if (r2 == 0)
+            cairn__gen_result_free(&hst);
+    }
+out:
+    cairn__engine_free(e);
+    cairn__backend_free(b);
+    cairn__tok_free(tok);
+    mk_unload(&L);
+}
+
 static void check_errors(void)
 {
     mk_spec s;
@@ -495,6 +670,7 @@ int main(void)
         check_case(&a);
         check_case(&q);
         check_long(512, 2, 1, "llama");
+        check_sampler();
         return tap_done();
     }
     const uint32_t flat[] = {CAIRN__GGML_F32, CAIRN__GGML_F16, CAIRN__GGML_BF16, CAIRN__GGML_Q8_0,
@@ -529,6 +705,8 @@ int main(void)
     check_greedy(CAIRN__GGML_F16);
     check_greedy(CAIRN__GGML_Q8_0);
     check_resume();
+    check_sampler();
+    check_engine_sampling();
     check_errors();
     return tap_done();
 }

@@ -8,6 +8,7 @@
 
 #include "gpu/sample_core.h"
 #include "gpu/sampler.h"
+#include "tests/model/sample_check.h"
 #include "tests/tap.h"
 
 #include "cairn_errors.h"
@@ -38,50 +39,6 @@ static uint64_t xs(uint64_t *x)
 {
     *x ^= *x << 13, *x ^= *x >> 7, *x ^= *x << 17;
     return *x;
-}
-
-/* Logits meant to break orderings: few distinct values (ties), both zeros, NaN, +-inf, tiny. */
-static void fill_awkward(float *lg, int n, uint64_t seed, int kind)
-{
-    for (int i = 0; i < n; i++) {
-        const uint64_t r = xs(&seed);
-        switch (kind) {
-        case 0: /* smooth */
-            lg[i] = (float)((double)(r >> 11) * 0x1.0p-53 * 16.0 - 8.0);
-            break;
-        case 1: /* 5 distinct values: long runs of ties */
-            lg[i] = (float)((int)(r % 5) - 2);
-            break;
-        default: { /* specials sprinkled on a smooth field */
-            const int c = (int)(r % 23);
-            lg[i] = c == 0   ? -0.0f
-                    : c == 1 ? 0.0f
-                    : c == 2 ? NAN
-                    : c == 3 ? -INFINITY
-                    : c == 4 ? 1e-30f
-                             : (float)((double)(r >> 11) * 0x1.0p-53 * 6.0 - 3.0);
-        }
-        }
-    }
-}
-
-/* the device algorithm (pick_runs) against the host's pick for one logit vector; a differing
- * token is accepted only when the host itself flips between the two within 1e-12 of r */
-static int runs_agree(cairn__sampler *s, const cairn__sampler_params *p, const float *lg, int n,
-                      double r, int runs, uint64_t *keys, int *near)
-{
-    const int32_t want = cairn__sampler_pick(s, lg, r);
-    const int32_t got = cairn__sampler_pick_runs(p, lg, n, r, runs, keys);
-    if (got == want)
-        return 1;
-    const double lo = r - 1e-12 > 0 ? r - 1e-12 : 0, hi = r + 1e-12 < 1 ? r + 1e-12 : r;
-    if (cairn__sampler_pick(s, lg, lo) == got || cairn__sampler_pick(s, lg, hi) == got) {
-        (*near)++;
-        return 1;
-    }
-    diag("runs %d: token %d, host %d (r %.17g, t %g, k %d, p %g)", runs, got, want, r,
-         (double)p->temperature, p->top_k, (double)p->top_p);
-    return 0;
 }
 
 static void test_device_algorithm(void)
@@ -170,10 +127,16 @@ static void test_device_algorithm(void)
                     p.top_k = topks[ki];
                     p.top_p = topps[pi];
                     cairn__sampler_new(&p, NV, &a);
-                    fill_awkward(lg, NV, xs(&seed), kind);
+                    mk_awkward_logits(lg, NV, xs(&seed), kind);
                     for (size_t ri = 0; ri < sizeof runs / sizeof *runs; ri++) {
                         const double r = (double)(xs(&seed) >> 11) * 0x1.0p-53;
-                        fails += !runs_agree(a, &p, lg, NV, r, runs[ri], keys, &near);
+                        const int32_t got = cairn__sampler_pick_runs(&p, lg, NV, r, runs[ri], keys);
+                        if (!mk_pick_agrees(a, lg, r, got, &near)) {
+                            diag("runs %d: token %d, host %d (r %.17g, t %g, k %d, p %g)", runs[ri],
+                                 got, cairn__sampler_pick(a, lg, r), r, (double)p.temperature,
+                                 p.top_k, (double)p.top_p);
+                            fails++;
+                        }
                         cases++;
                     }
                     cairn__sampler_free(a);

@@ -1,0 +1,18 @@
+/* tests/model/sample_check.h - what the sampler tests share: awkward logits, and the rule by
+ * which a device pick may differ from the host's (only within rounding of a boundary). */
+#ifndef CAIRN_TESTS_SAMPLE_CHECK_H
+#define CAIRN_TESTS_SAMPLE_CHECK_H
+
+#include <stdint.h>
+
+#include "gpu/sampler.h"
+
+/* kind 0: smooth in [-8, 8); 1: five distinct values (long runs of ties); 2: a smooth field
+ * with -0.0, +0.0, NaN, -inf and 1e-30 sprinkled in. Deterministic in seed. */
+void mk_awkward_logits(float *lg, int n, uint64_t seed, int kind);
+
+/* Whether got is an acceptable pick for already-penalized logits and draw r: the host's
+ * cairn__sampler_pick, or what the host picks 1e-12 either side of r (then *near is counted). */
+int mk_pick_agrees(cairn__sampler *s, const float *lg, double r, int32_t got, int *near);
+
+#endif
