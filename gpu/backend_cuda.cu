@@ -17,21 +17,24 @@
  *
  * The KV cache is f32, [layer][position][kv_head * head_dim] as on the CPU.
  *
- * Decode: one CUDA graph, captured once and replayed for every token. The token id and the
- * position are not baked into it: the graph begins with a copy of both from pinned host memory
- * into device memory, and every kernel reads the position from there; it ends with a copy of the
- * logits into pinned host memory. So the host writes two ints, launches the graph, and waits
- * once per token; no per-layer synchronisation, no re-instantiation, no cudaGraphExecUpdate.
- * (Two graphs exist, with and without the output head, for the engine's logit-less catch-up
- * steps; both run identical kernels for the layers, so the KV cache they write is the same bit
- * for bit, which is what exact resume needs.) A prompt chunk of more than one token is launched
- * directly on the stream (its kernels are large) and synchronised once per chunk.
+ * Decode: one CUDA graph per kind of step, captured once and replayed for every token. The token
+ * id and the position are not baked into it: the graph begins with a copy of both from pinned
+ * host memory into device memory, and every kernel reads the position from there. So the host
+ * writes two ints, launches the graph, and waits once per token; no per-layer synchronisation,
+ * no re-instantiation, no cudaGraphExecUpdate. The kinds (enum step_kind) differ only in their
+ * end: nothing (the engine's catch-up steps on resume), the logits copied to pinned host memory,
+ * or the device sampler (gpu/sample_cuda.cuh: penalty, then argmax, or sort keys, a CUB radix
+ * sort and the draw) with only the token copied back; its parameters (the host sampler's penalty
+ * set and draw) are copied in at the start like the token. Every kind runs identical kernels for
+ * the layers, so the KV cache they write is the same bit for bit, which is what exact resume
+ * needs. A prompt chunk of more than one token is launched directly on the stream (its kernels
+ * are large) and synchronised once per chunk.
  *
  * Packaging: this file is the shared module libcairn-cuda.so (gpu/meson.build), the only part of
  * cairn linked against cudart and cuBLAS; the program dlopen()s it on first use of the "cuda" or
  * "auto" backend (gpu/backend_plugin.c) through its one exported function, cairn_cuda_plugin. It
  * calls nothing of the program by name: cairn__dequant_row and cairn__errf come as pointers in
- * the host table.
+ * the host table. CUB (the sort) includes <iostream>, so the module links libstdc++.
  *
  * Errors: every CUDA and cuBLAS call is checked; cudaError_t / cublasStatus_t become
  * CAIRN_ECUDA with the original name and text in the message, allocation failures
