@@ -9,6 +9,8 @@
 #      OpenBLAS so that they need nothing but libc; the CUDA backend is the module
 #      libcairn-cuda.so beside them, which needs the CUDA toolkit's cudart/cuBLAS, and which they
 #      load through CAIRN_CUDA_PLUGIN since the build-tree path compiled into them is not here);
+#      the gpu test includes includes the device sampler: alone against the host's pick, and the engine with
+#      device sampling against the engine sampling on the host;
 #   2. runs the gpu test once more, a few cases only, under compute-sanitizer (memcheck), if the
 #      tool is there;
 #   3. runs bench-llm: a generated 1.1B-parameter llama (F16, 2.2 GB) on CUDA and on the CPU,
@@ -164,6 +166,8 @@ log "summary ($(($(date +%s) - START)) s)"
     grep -E 'max rel diff' "$TMP/test-gpu.log" 2>/dev/null | sed 's/^# //' >"$TMP/diffs.txt"
     worst=$(grep -oE 'max rel diff [0-9.e+-]+' "$TMP/diffs.txt" | awk '{print $4}' | sort -g | tail -1)
     echo "logits vs cpu, largest max|d|/max|ref| over all cases: ${worst:-n/a} (each case in diffs.txt)"
+    grep -E '(ok|not ok) [0-9]+ - (device sampler|engine on cuda, t )' "$TMP/test-gpu.log" 2>/dev/null |
+        sed -E 's/^(ok|not ok) [0-9]+ - /\1: /' # the device sampler, alone and through the engine
     sort -u "$TMP/bench.hdr" 2>/dev/null
     cat "$TMP/bench.cols" 2>/dev/null # bench-llm's own column header
     cat "$TMP/bench.txt"
