@@ -9,8 +9,8 @@
 #      OpenBLAS so that they need nothing but libc; the CUDA backend is the module
 #      libcairn-cuda.so beside them, which needs the CUDA toolkit's cudart/cuBLAS, and which they
 #      load through CAIRN_CUDA_PLUGIN since the build-tree path compiled into them is not here);
-#      the gpu test includes includes the device sampler: alone against the host's pick, and the engine with
-#      device sampling against the engine sampling on the host;
+#      the gpu test includes the device sampler: alone against the host's pick, and the engine
+#      sampling on the device against the engine sampling on the host;
 #   2. runs the gpu test once more, a few cases only, under compute-sanitizer (memcheck), if the
 #      tool is there;
 #   3. runs bench-llm: a generated 1.1B-parameter llama (F16, 2.2 GB) on CUDA and on the CPU,
