@@ -125,6 +125,7 @@ typedef struct {
     void *hb;        /* (nb, ff) T */
     float *logits;   /* (nb, n_vocab) */
     float *inv_freq; /* (rope_dim / 2) */
+    float *rope_cs;  /* (nb, rope_dim / 2, 2): cos, sin of the chunk's positions */
     int *d_tokens, *d_pos;
     int *d_overflow;
     /* pinned host staging: the graph reads tokens/pos from here and writes logits here */
@@ -234,6 +235,15 @@ template <typename T> static int enqueue_t(cuda_backend *b, int n, int head_rows
     embed_kernel<T>
         <<<n, CK_THREADS, 0, b->stream>>>((const T *)b->tok_embd, b->d_tokens, dim, b->x);
     LAUNCHED(b, "embedding kernel");
+    /* the rope angles of these positions, once for every layer and head */
+    if (m->rope_dim >= 2) {
+        rope_table_kernel<<<n, 128, 0, b->stream>>>(b->d_pos, b->inv_freq, m->rope_dim / 2,
+                                                    b->rope_cs);
+        LAUNCHED(b, "rope table kernel");
+    }
+    /* the Q/K pairs and V elements of a token, spread over blocks (one token is one row) */
+    const size_t post_items = (size_t)(m->n_heads + m->n_kv_heads) * (hd / 2) + b->kv_dim;
+    const unsigned post_blocks = grid_for(post_items) < 64 ? grid_for(post_items) : 64;
     for (int l = 0; l < m->n_layers; l++) {
         const dlayer *ly = &b->layers[l];
         float *kc = b->kc + (size_t)l * layer_kv, *vc = b->vc + (size_t)l * layer_kv;
@@ -244,12 +254,16 @@ template <typename T> static int enqueue_t(cuda_backend *b, int n, int head_rows
         if ((rc = gemm(b, ly->wqkv, b->qkv_dim, dim, xn, n, b->qkv, b->qkv_dim, 0.0f,
                        "cublasGemmEx (QKV)")))
             return rc;
-        qkv_post_kernel<<<n, CK_THREADS, 0, b->stream>>>(
-            b->qkv, b->qkv_dim, ly->bqkv, b->d_pos, b->inv_freq, m->n_heads, m->n_kv_heads, hd,
+        qkv_post_kernel<<<dim3((unsigned)n, post_blocks), CK_THREADS, 0, b->stream>>>(
+            b->qkv, b->qkv_dim, ly->bqkv, b->d_pos, b->rope_cs, m->n_heads, m->n_kv_heads, hd,
             m->rope_dim, m->rope_mode == CAIRN__ROPE_NEOX, kc, vc);
         LAUNCHED(b, "bias/rope/KV kernel");
-        attention_kernel<T>
-            <<<dim3((unsigned)m->n_heads, (unsigned)n), ATT_WARPS * 32, 0, b->stream>>>(
+        const dim3 ag((unsigned)m->n_heads, (unsigned)n);
+        if (n == 1) /* one token: few blocks, so more warps each */
+            attention_kernel<T, ATT_DECODE_WARPS><<<ag, ATT_DECODE_WARPS * 32, 0, b->stream>>>(
+                b->qkv, b->qkv_dim, kc, vc, b->d_pos, m->n_heads, m->n_kv_heads, hd, scale, att);
+        else
+            attention_kernel<T, ATT_WARPS><<<ag, ATT_WARPS * 32, 0, b->stream>>>(
                 b->qkv, b->qkv_dim, kc, vc, b->d_pos, m->n_heads, m->n_kv_heads, hd, scale, att);
         LAUNCHED(b, "attention kernel");
         /* Wo (dim, q_dim) @ att (n, q_dim) + x -> x (n, dim) */
@@ -309,9 +323,11 @@ static int enqueue_sampling(cuda_backend *b, int kind)
         keys_kernel<<<grid_for((size_t)nv), CK_THREADS, 0, b->stream>>>(b->logits, nv, b->keys);
         LAUNCHED(b, "sort key kernel");
         size_t bytes = b->sort_temp_bytes;
+        /* bits 32..63 only (the logit): the sort is stable and the keys are made in id order,
+         * so equal logits stay in ascending id, the order the low half encodes */
         CU(b,
            cub::DeviceRadixSort::SortKeysDescending(b->sort_temp, bytes, b->keys, b->keys_sorted,
-                                                    nv, 0, 64, b->stream),
+                                                    nv, 32, 64, b->stream),
            "cub::DeviceRadixSort::SortKeysDescending");
         finish_kernel<<<1, SAMPLE_THREADS, 0, b->stream>>>(b->keys_sorted, nv, b->d_sin, b->d_next);
         LAUNCHED(b, "sampling kernel");
@@ -368,11 +384,15 @@ static int capture(cuda_backend *b, int kind, cudaGraphExec_t *out)
         (void)cudaGetLastError();
         return rc;
     }
-    if (e != cudaSuccess)
+    /* on failure, clear the error too: the eager fallback's first launch check would read it */
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
         return cuda_err(b->e, b->elen, e, "cudaStreamEndCapture");
+    }
     e = cudaGraphInstantiate(out, g, 0);
     cudaGraphDestroy(g);
     if (e != cudaSuccess) {
+        (void)cudaGetLastError();
         *out = NULL;
         return cuda_err(b->e, b->elen, e, "cudaGraphInstantiate");
     }
@@ -391,6 +411,7 @@ static int decode_step(cuda_backend *b, int32_t token, int pos, int kind)
             return rc;
         if (rc) { /* run without graphs from now on (every kind: the cache they write must agree) */
             b->no_graph = 1;
+            (void)cudaGetLastError();
             snprintf(b->graph_err, sizeof b->graph_err, "eager: %s", b->base.err);
             b->base.err[0] = '\0';
             const cudaError_t se = cudaStreamSynchronize(b->stream);
@@ -711,7 +732,7 @@ static void cuda_destroy(cairn__backend *bb)
     void *dev[] = {b->kc,       b->vc,    b->x,           b->xn,        b->qkv,
                    b->att,      b->gu,    b->hb,          b->logits,    b->inv_freq,
                    b->d_tokens, b->d_pos, b->d_overflow,  b->workspace, b->d_sin,
-                   b->d_next,   b->keys,  b->keys_sorted, b->sort_temp};
+                   b->d_next,   b->keys,  b->keys_sorted, b->sort_temp, b->rope_cs};
     for (size_t i = 0; i < sizeof dev / sizeof *dev; i++)
         cudaFree(dev[i]);
     cudaFreeHost(b->h_tokens);
@@ -767,6 +788,8 @@ static int setup(cuda_backend *b)
         (rc = dmalloc(b, (void **)&b->logits, nb * (size_t)m->n_vocab * sizeof(float), "logits")) ||
         (rc = dmalloc(b, (void **)&b->inv_freq, (size_t)(m->rope_dim / 2 + 1) * sizeof(float),
                       "rope")) ||
+        (rc = dmalloc(b, (void **)&b->rope_cs,
+                      nb * (size_t)(m->rope_dim / 2 + 1) * 2 * sizeof(float), "rope")) ||
         (rc = dmalloc(b, (void **)&b->d_tokens, nb * sizeof(int), "tokens")) ||
         (rc = dmalloc(b, (void **)&b->d_pos, sizeof(int), "position")) ||
         (rc = dmalloc(b, (void **)&b->d_overflow, sizeof(int), "flags")))
@@ -782,7 +805,7 @@ static int setup(cuda_backend *b)
     const size_t nvk = (size_t)m->n_vocab * sizeof(uint64_t);
     CU(b,
        cub::DeviceRadixSort::SortKeysDescending(NULL, b->sort_temp_bytes, (const uint64_t *)NULL,
-                                                (uint64_t *)NULL, m->n_vocab, 0, 64, b->stream),
+                                                (uint64_t *)NULL, m->n_vocab, 32, 64, b->stream),
        "cub::DeviceRadixSort (scratch size)");
     if ((rc = dmalloc(b, (void **)&b->d_sin, sizeof(sample_in), "sampling parameters")) ||
         (rc = dmalloc(b, (void **)&b->d_next, sizeof(int), "the sampled token")) ||

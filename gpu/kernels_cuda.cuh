@@ -26,7 +26,7 @@
 #include <stdint.h>
 
 #define CK_THREADS 256 /* threads per block of the row kernels */
-#define ATT_WARPS 8    /* warps per (token, head) block of the attention kernel */
+#define ATT_WARPS 8    /* warps per (token, head) block of the attention kernel, prompt chunks */
 #define ATT_MAX_HD 256 /* largest head dimension the attention kernel holds in registers */
 
 /* ---- element conversions --------------------------------------------------------------------- */
@@ -107,15 +107,29 @@ __global__ void rmsnorm_kernel(const float *__restrict__ x, const float *__restr
         o[k] = from_f32<T>(__fmul_rn(__fmul_rn(xr[k], scale), w[k]));
 }
 
+/* CPU reference: the rope angle table of forward_chunk (gpu/backend_cpu.c), once per step for
+ * all layers and heads: cs (n, half, 2) = cos, sin of (*pos + i) * inv_freq[j], computed in
+ * double and rounded to float as the CPU does. grid (n), block 128 */
+__global__ void rope_table_kernel(const int *__restrict__ pos, const float *__restrict__ inv_freq,
+                                  int half, float *__restrict__ cs)
+{
+    const int i = blockIdx.x, p = *pos + i;
+    for (int j = threadIdx.x; j < half; j += blockDim.x) {
+        const double th = (double)p * (double)inv_freq[j];
+        cs[((size_t)i * half + j) * 2] = (float)cos(th);
+        cs[((size_t)i * half + j) * 2 + 1] = (float)sin(th);
+    }
+}
+
 /* CPU reference: add_bias, rope and the two memcpy into the cache in forward_chunk
  * (gpu/backend_cpu.c). For token i at position p = *pos + i:
  *   qkv (n, ld) rows [q (n_heads*hd) | k (n_kv*hd) | v (n_kv*hd)] f32, + bias (ld) if any;
  *   q rotated in place; k rotated -> kc (n_ctx, n_kv*hd)[p]; v -> vc (n_ctx, n_kv*hd)[p].
  * Rotation: NORMAL pairs (2j, 2j+1), NEOX pairs (j, j + rope_dim/2), for j < rope_dim/2, by the
- * angle p * inv_freq[j] (computed in double, as the CPU does); elements >= rope_dim pass through.
- * grid (n), block CK_THREADS */
+ * angle of cs (rope_table_kernel); elements >= rope_dim pass through.
+ * grid (n, any): the pairs and then the V elements of a token are spread over blockIdx.y */
 __global__ void qkv_post_kernel(float *__restrict__ qkv, int ld, const float *__restrict__ bias,
-                                const int *__restrict__ pos, const float *__restrict__ inv_freq,
+                                const int *__restrict__ pos, const float *__restrict__ cs,
                                 int n_heads, int n_kv, int hd, int rope_dim, int neox,
                                 float *__restrict__ kc, float *__restrict__ vc)
 {
@@ -123,8 +137,18 @@ __global__ void qkv_post_kernel(float *__restrict__ qkv, int ld, const float *__
     const int q_dim = n_heads * hd, kv_dim = n_kv * hd, half = rope_dim / 2, hh = hd / 2;
     float *row = qkv + (size_t)i * (size_t)ld;
     float *krow = kc + (size_t)p * (size_t)kv_dim, *vrow = vc + (size_t)p * (size_t)kv_dim;
-    const int pairs = (n_heads + n_kv) * hh;
-    for (int it = threadIdx.x; it < pairs; it += blockDim.x) {
+    const float *csr = cs + (size_t)i * half * 2;
+    const int pairs = (n_heads + n_kv) * hh, items = pairs + kv_dim;
+    const int stride = (int)(gridDim.y * blockDim.x);
+    for (int it = (int)(blockIdx.y * blockDim.x + threadIdx.x); it < items; it += stride) {
+        if (it >= pairs) { /* V: bias, then into the cache */
+            const int e = it - pairs;
+            float v = row[q_dim + kv_dim + e];
+            if (bias)
+                v += bias[q_dim + kv_dim + e];
+            vrow[e] = v;
+            continue;
+        }
         const int h = it / hh, j = it % hh, off = h * hd; /* q heads, then k heads */
         int a, z;
         if (j < half) {
@@ -140,8 +164,7 @@ __global__ void qkv_post_kernel(float *__restrict__ qkv, int ld, const float *__
             x1 += bias[off + z];
         }
         if (j < half) {
-            const double th = (double)p * (double)inv_freq[j];
-            const float c = (float)cos(th), s = (float)sin(th);
+            const float c = csr[2 * j], s = csr[2 * j + 1];
             const float y0 = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
             const float y1 = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
             x0 = y0;
@@ -155,30 +178,30 @@ __global__ void qkv_post_kernel(float *__restrict__ qkv, int ld, const float *__
             krow[off - q_dim + z] = x1;
         }
     }
-    for (int e = threadIdx.x; e < kv_dim; e += blockDim.x) {
-        float v = row[q_dim + kv_dim + e];
-        if (bias)
-            v += bias[q_dim + kv_dim + e];
-        vrow[e] = v;
-    }
 }
 
 /* CPU reference: attention_range (gpu/backend_cpu.c).
  * For token i (position *pos + i) and head h (kv head h / (n_heads / n_kv)):
  *   softmax(q_ih (hd) . K[0..*pos+i] (t, hd) * scale) @ V[0..*pos+i] (t, hd) -> out (n,
- * n_heads*hd)[i, h] q is read from the rows of qkv (ld floats apart). Each warp runs an online
- * softmax over keys t = w, w + ATT_WARPS, ... (each lane holding hd/32 elements of q and of its
- * running output); the warps' partial results are merged through shared memory at the end. grid
- * (n_heads, n), block ATT_WARPS * 32; hd <= ATT_MAX_HD */
-template <typename T>
-__global__ void __launch_bounds__(ATT_WARPS * 32)
+ * n_heads*hd)[i, h]; q is read from the rows of qkv (ld floats apart). Each warp runs an online
+ * softmax over groups of ATT_U consecutive keys (warp w takes groups w, w + WARPS, ...), each lane
+ * holding hd/32 elements of q and of its running output. A group's K and V rows are all loaded
+ * before any of its results is needed, so a warp has 2 * ATT_U rows in flight instead of waiting
+ * on one load after another (decode is bound by that latency, not by bandwidth). The warps'
+ * partial results are merged through shared memory at the end. WARPS is 8 for prompt chunks
+ * (which have blocks to spare) and ATT_DECODE_WARPS for a single token, whose grid is only
+ * n_heads blocks. grid (n_heads, n), block WARPS * 32; hd <= ATT_MAX_HD */
+#define ATT_U 4
+#define ATT_DECODE_WARPS 16
+template <typename T, int WARPS>
+__global__ void __launch_bounds__(WARPS * 32)
     attention_kernel(const float *__restrict__ qkv, int ld, const float *__restrict__ kc,
                      const float *__restrict__ vc, const int *__restrict__ pos, int n_heads,
                      int n_kv, int hd, float scale, T *__restrict__ out)
 {
     constexpr int NK = ATT_MAX_HD / 32;
-    __shared__ float sm_m[ATT_WARPS], sm_l[ATT_WARPS];
-    __shared__ float sm_acc[ATT_WARPS][ATT_MAX_HD];
+    __shared__ float sm_m[WARPS], sm_l[WARPS];
+    __shared__ float sm_acc[WARPS][ATT_MAX_HD];
     const int h = blockIdx.x, i = blockIdx.y, last = *pos + i;
     const int kv_dim = n_kv * hd, kvh = h / (n_heads / n_kv);
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
@@ -192,25 +215,46 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
         acc[k] = 0.0f;
     }
     float m = -INFINITY, l = 0.0f;
-    for (int t = w; t <= last; t += ATT_WARPS) {
-        const float *kr = K + (size_t)t * (size_t)kv_dim, *vr = V + (size_t)t * (size_t)kv_dim;
-        float s = 0.0f;
+    for (int t0 = w * ATT_U; t0 <= last; t0 += WARPS * ATT_U) {
+        float s[ATT_U], vv[ATT_U][NK];
 #pragma unroll
-        for (int k = 0; k < NK; k++) {
-            const int e = lane + 32 * k;
-            if (e < hd)
-                s += qr[k] * kr[e];
+        for (int u = 0; u < ATT_U; u++) {
+            /* a key past the last is read from the last row (in bounds) and weighs 0 */
+            const int t = t0 + u <= last ? t0 + u : last;
+            const float *kr = K + (size_t)t * (size_t)kv_dim, *vr = V + (size_t)t * (size_t)kv_dim;
+            float d = 0.0f;
+#pragma unroll
+            for (int k = 0; k < NK; k++) {
+                const int e = lane + 32 * k;
+                if (e < hd) {
+                    d += qr[k] * kr[e];
+                    vv[u][k] = vr[e];
+                } else
+                    vv[u][k] = 0.0f;
+            }
+            s[u] = d;
         }
-        s = warp_sum(s) * scale;
-        const float mn = fmaxf(m, s);
-        const float corr = expf(m - mn); /* 0 for the first key (m = -inf) */
-        const float pr = expf(s - mn);
-        l = l * corr + pr;
+        float mn = m;
+#pragma unroll
+        for (int u = 0; u < ATT_U; u++) {
+            s[u] = t0 + u <= last ? warp_sum(s[u]) * scale : -INFINITY;
+            mn = fmaxf(mn, s[u]);
+        }
+        const float corr = expf(m - mn); /* 0 for the first group (m = -inf; mn is finite) */
+        float pr[ATT_U];
+        l *= corr;
+#pragma unroll
+        for (int u = 0; u < ATT_U; u++) {
+            pr[u] = expf(s[u] - mn); /* 0 for keys past the last */
+            l += pr[u];
+        }
 #pragma unroll
         for (int k = 0; k < NK; k++) {
-            const int e = lane + 32 * k;
-            if (e < hd)
-                acc[k] = acc[k] * corr + pr * vr[e];
+            float a = acc[k] * corr;
+#pragma unroll
+            for (int u = 0; u < ATT_U; u++)
+                a += pr[u] * vv[u][k];
+            acc[k] = a;
         }
         m = mn;
     }
@@ -228,15 +272,15 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
     /* warp 0 always saw key 0, so M is finite; a warp that saw no key has m = -inf and
      * contributes exp(-inf) = 0 */
     float M = -INFINITY;
-    for (int v = 0; v < ATT_WARPS; v++)
+    for (int v = 0; v < WARPS; v++)
         M = fmaxf(M, sm_m[v]);
     float L = 0.0f;
-    for (int v = 0; v < ATT_WARPS; v++)
+    for (int v = 0; v < WARPS; v++)
         L += sm_l[v] * expf(sm_m[v] - M);
     T *o = out + (size_t)i * (size_t)n_heads * hd + (size_t)h * hd;
     for (int e = threadIdx.x; e < hd; e += blockDim.x) {
         float s = 0.0f;
-        for (int v = 0; v < ATT_WARPS; v++)
+        for (int v = 0; v < WARPS; v++)
             s += sm_acc[v][e] * expf(sm_m[v] - M);
         o[e] = from_f32<T>(s / L);
     }
