@@ -23,6 +23,10 @@
 #include "gpu/kernels_cpu.h"
 #include "gpu/model.h"
 
+#ifdef CAIRN_HAVE_OPENBLAS
+#include <cblas.h> /* openblas_set_num_threads */
+#endif
+
 #include "cairn_errors.h"
 enum {
 #define CAIRN__X(n, v, s) CAIRN_##n = v,
@@ -95,6 +99,13 @@ static int cpu_create(const cairn__model *m, const cairn__backend_opts *o, cairn
         return cairn__errf(err, errlen, rc, "cannot start %d threads", o->n_threads);
     }
     const size_t nb = (size_t)b->n_batch, nth = (size_t)cairn__pool_size(b->pool);
+#ifdef CAIRN_HAVE_OPENBLAS
+    /* The prompt's sgemm runs on OpenBLAS's threads, by default one per core whatever the pool
+     * has; bound them by the pool's count. sgemm and the pool never run at once, so the process
+     * then computes on nth threads at any moment. (OpenBLAS's count is process-wide: the
+     * backend created last sets it.) */
+    openblas_set_num_threads((int)nth);
+#endif
     const size_t kv = (size_t)m->n_layers * (size_t)n_ctx * (size_t)b->kv_dim;
     b->kcache = calloc(kv, sizeof(float));
     b->vcache = calloc(kv, sizeof(float));

@@ -134,6 +134,7 @@ typedef struct {
     /* the device sampler: its parameters (pinned -> device at each step), sort keys, the token */
     sample_in *h_sin, *d_sin;
     int *h_next, *d_next;
+    int *h_overflow;              /* d_overflow copied back at the end of every step and chunk */
     uint64_t *keys, *keys_sorted; /* (n_vocab) */
     void *sort_temp;              /* cub::DeviceRadixSort's scratch */
     size_t sort_temp_bytes;
@@ -199,6 +200,19 @@ static int dmalloc(cuda_backend *b, void **p, size_t bytes, const char *what)
     return cuda_err(b->e, b->elen, e, what);
 }
 
+/* The range flag, read after a step or chunk has completed: an activation (a matrix-product
+ * input: normed x, attention output, SwiGLU) that the device type cannot hold. Silent infinities
+ * would become NaN logits; f16 is the type at risk, and bf16 has float's range. */
+static int check_range(cuda_backend *b)
+{
+    if (!*b->h_overflow)
+        return 0;
+    return host.errf(b->e, b->elen, CAIRN_EUNSUPPORTED,
+                     "an activation went beyond the range of %s on the GPU; run this model with "
+                     "CAIRN_CUDA_DTYPE=bf16",
+                     DT_NAME[b->dt]);
+}
+
 /* ==== launches
  * ===================================================================================== */
 
@@ -247,8 +261,8 @@ template <typename T> static int enqueue_t(cuda_backend *b, int n, int head_rows
     for (int l = 0; l < m->n_layers; l++) {
         const dlayer *ly = &b->layers[l];
         float *kc = b->kc + (size_t)l * layer_kv, *vc = b->vc + (size_t)l * layer_kv;
-        rmsnorm_kernel<T>
-            <<<n, CK_THREADS, 0, b->stream>>>(b->x, ly->attn_norm, dim, m->rms_eps, xn);
+        rmsnorm_kernel<T><<<n, CK_THREADS, 0, b->stream>>>(b->x, ly->attn_norm, dim, m->rms_eps, xn,
+                                                           b->d_overflow);
         LAUNCHED(b, "rmsnorm kernel");
         /* Wqkv (qkv_dim, dim) @ xn (n, dim) -> qkv (n, qkv_dim) */
         if ((rc = gemm(b, ly->wqkv, b->qkv_dim, dim, xn, n, b->qkv, b->qkv_dim, 0.0f,
@@ -261,22 +275,26 @@ template <typename T> static int enqueue_t(cuda_backend *b, int n, int head_rows
         const dim3 ag((unsigned)m->n_heads, (unsigned)n);
         if (n == 1) /* one token: few blocks, so more warps each */
             attention_kernel<T, ATT_DECODE_WARPS><<<ag, ATT_DECODE_WARPS * 32, 0, b->stream>>>(
-                b->qkv, b->qkv_dim, kc, vc, b->d_pos, m->n_heads, m->n_kv_heads, hd, scale, att);
+                b->qkv, b->qkv_dim, kc, vc, b->d_pos, m->n_heads, m->n_kv_heads, hd, scale, att,
+                b->d_overflow);
         else
             attention_kernel<T, ATT_WARPS><<<ag, ATT_WARPS * 32, 0, b->stream>>>(
-                b->qkv, b->qkv_dim, kc, vc, b->d_pos, m->n_heads, m->n_kv_heads, hd, scale, att);
+                b->qkv, b->qkv_dim, kc, vc, b->d_pos, m->n_heads, m->n_kv_heads, hd, scale, att,
+                b->d_overflow);
         LAUNCHED(b, "attention kernel");
         /* Wo (dim, q_dim) @ att (n, q_dim) + x -> x (n, dim) */
         if ((rc = gemm(b, ly->wo, dim, b->q_dim, att, n, b->x, dim, 1.0f,
                        "cublasGemmEx (attention output)")))
             return rc;
-        rmsnorm_kernel<T><<<n, CK_THREADS, 0, b->stream>>>(b->x, ly->ffn_norm, dim, m->rms_eps, xn);
+        rmsnorm_kernel<T><<<n, CK_THREADS, 0, b->stream>>>(b->x, ly->ffn_norm, dim, m->rms_eps, xn,
+                                                           b->d_overflow);
         LAUNCHED(b, "rmsnorm kernel");
         /* Wgu (2 ff, dim) @ xn (n, dim) -> gu (n, 2 ff) */
         if ((rc = gemm(b, ly->wgu, 2 * ff, dim, xn, n, b->gu, 2 * ff, 0.0f,
                        "cublasGemmEx (gate/up)")))
             return rc;
-        swiglu_kernel<T><<<grid_for((size_t)n * ff), CK_THREADS, 0, b->stream>>>(b->gu, ff, n, hb);
+        swiglu_kernel<T><<<grid_for((size_t)n * ff), CK_THREADS, 0, b->stream>>>(b->gu, ff, n, hb,
+                                                                                 b->d_overflow);
         LAUNCHED(b, "swiglu kernel");
         /* Wd (dim, ff) @ hb (n, ff) + x -> x (n, dim) */
         if ((rc = gemm(b, ly->wd, dim, ff, hb, n, b->x, dim, 1.0f, "cublasGemmEx (down)")))
@@ -285,8 +303,8 @@ template <typename T> static int enqueue_t(cuda_backend *b, int n, int head_rows
     if (head_rows == 0)
         return 0;
     /* the last head_rows rows: norm, then Wout (n_vocab, dim) @ xn (head_rows, dim) -> logits */
-    rmsnorm_kernel<T><<<head_rows, CK_THREADS, 0, b->stream>>>(b->x + (size_t)(n - head_rows) * dim,
-                                                               b->output_norm, dim, m->rms_eps, xn);
+    rmsnorm_kernel<T><<<head_rows, CK_THREADS, 0, b->stream>>>(
+        b->x + (size_t)(n - head_rows) * dim, b->output_norm, dim, m->rms_eps, xn, b->d_overflow);
     LAUNCHED(b, "rmsnorm kernel");
     return gemm(b, b->output, m->n_vocab, dim, xn, head_rows, b->logits, m->n_vocab, 0.0f,
                 "cublasGemmEx (output)");
@@ -352,6 +370,10 @@ static int enqueue_decode(cuda_backend *b, int kind)
     int rc = enqueue(b, 1, kind != STEP_NOHEAD);
     if (rc)
         return rc;
+    CU(b,
+       cudaMemcpyAsync(b->h_overflow, b->d_overflow, sizeof(int), cudaMemcpyDeviceToHost,
+                       b->stream),
+       "cudaMemcpyAsync (flags)");
     if (kind == STEP_LOGITS)
         CU(b,
            cudaMemcpyAsync(b->h_logits, b->logits, (size_t)b->base.model->n_vocab * sizeof(float),
@@ -427,7 +449,7 @@ static int decode_step(cuda_backend *b, int32_t token, int pos, int kind)
         CU(b, cudaGraphLaunch(*ge, b->stream), "cudaGraphLaunch");
     }
     CU(b, cudaStreamSynchronize(b->stream), "decode step");
-    return 0;
+    return check_range(b);
 }
 
 /* the host's request into the pinned parameters the next step copies to the device */
@@ -515,9 +537,13 @@ static int prompt_chunk(cuda_backend *b, const int32_t *tokens, int n, int pos, 
            cudaMemcpyAsync(logits, b->logits, (size_t)head * nv * sizeof(float),
                            cudaMemcpyDeviceToHost, b->stream),
            "cudaMemcpyAsync (logits)");
+    CU(b,
+       cudaMemcpyAsync(b->h_overflow, b->d_overflow, sizeof(int), cudaMemcpyDeviceToHost,
+                       b->stream),
+       "cudaMemcpyAsync (flags)");
     /* once per chunk: the pinned token staging is reused by the next one */
     CU(b, cudaStreamSynchronize(b->stream), "prompt chunk");
-    return 0;
+    return check_range(b);
 }
 
 static int cuda_forward(cairn__backend *bb, const int32_t *tokens, int n, int pos, float *logits,
@@ -740,6 +766,7 @@ static void cuda_destroy(cairn__backend *bb)
     cudaFreeHost(b->h_logits);
     cudaFreeHost(b->h_sin);
     cudaFreeHost(b->h_next);
+    cudaFreeHost(b->h_overflow);
     if (b->blas)
         cublasDestroy(b->blas);
     if (b->stream)
@@ -798,7 +825,8 @@ static int setup(cuda_backend *b)
         (rc = host_alloc(b, (void **)&b->h_pos, sizeof(int), "the position")) ||
         (rc = host_alloc(b, (void **)&b->h_logits, (size_t)m->n_vocab * sizeof(float), "logits")) ||
         (rc = host_alloc(b, (void **)&b->h_sin, sizeof(sample_in), "sampling parameters")) ||
-        (rc = host_alloc(b, (void **)&b->h_next, sizeof(int), "the sampled token")))
+        (rc = host_alloc(b, (void **)&b->h_next, sizeof(int), "the sampled token")) ||
+        (rc = host_alloc(b, (void **)&b->h_overflow, sizeof(int), "flags")))
         return rc;
     /* the device sampler: its scratch is sized once, for the vocabulary, so that a captured
      * step allocates nothing */

@@ -59,16 +59,30 @@ typedef struct {
                          in memory too); from open_mem, only as aligned as the buffer allows */
 } cairn__gguf_tensor;
 
+/* Open flags. CAIRN__GGUF_ANY_TYPE accepts tensor types the engine cannot compute with (for
+ * describing a file, as `cairn model-info` does): such a tensor is still checked for alignment,
+ * a start inside the file and no overlap, but its size is not known to the reader, so its
+ * nbytes is the span up to the next tensor's data (or the end of the file) and its data is
+ * only that span; cairn__ggml_block_size(type) == 0 tells it apart. Never load a model from
+ * such a reader's unsupported tensors (cairn__model_load refuses their types). */
+#define CAIRN__GGUF_ANY_TYPE 1u
+
 /* Opens and validates the whole file (header, every KV, every tensor info: sizes, types,
- * alignment, data range inside the file). On error returns a negative CAIRN_E* code
- * (CAIRN_ENOENT missing file, CAIRN_EIO read/mmap failure, CAIRN_EFORMAT malformed/truncated,
- * CAIRN_EUNSUPPORTED unsupported version or tensor type, CAIRN_ENOMEM) and writes a message naming
- * the key, tensor or byte offset into err (always NUL-terminated; err may be NULL if errlen is 0).
- * *out is set to NULL on error. The file is mapped read-only (MAP_PRIVATE). */
+ * alignment, data range inside the file, no two data ranges overlapping). On error returns a
+ * negative CAIRN_E* code (CAIRN_ENOENT missing file, CAIRN_EIO read/mmap failure, CAIRN_EFORMAT
+ * malformed/truncated, CAIRN_EUNSUPPORTED unsupported version or tensor type, CAIRN_ENOMEM) and
+ * writes a message naming the key, tensor or byte offset into err (always NUL-terminated; err may
+ * be NULL if errlen is 0). *out is set to NULL on error. The file is mapped read-only
+ * (MAP_PRIVATE). */
 int cairn__gguf_open(const char *path, cairn__gguf **out, char *err, size_t errlen);
 /* Same, from a caller-owned buffer (for fuzzing and tests); buf must outlive the reader.
  * The buffer needs no particular alignment. */
 int cairn__gguf_open_mem(const void *buf, size_t len, cairn__gguf **out, char *err, size_t errlen);
+/* The same two with CAIRN__GGUF_* flags (0 is the plain open). */
+int cairn__gguf_open_ex(const char *path, unsigned flags, cairn__gguf **out, char *err,
+                        size_t errlen);
+int cairn__gguf_open_mem_ex(const void *buf, size_t len, unsigned flags, cairn__gguf **out,
+                            char *err, size_t errlen);
 void cairn__gguf_close(cairn__gguf *g); /* NULL is a no-op */
 uint32_t cairn__gguf_version(const cairn__gguf *g);
 uint64_t cairn__gguf_file_size(const cairn__gguf *g);

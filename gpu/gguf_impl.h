@@ -35,7 +35,8 @@ struct htab {
 struct cairn__gguf {
     const uint8_t *base;
     uint64_t size;
-    int mapped; /* base is our mmap (munmap on close) */
+    int mapped;     /* base is our mmap (munmap on close) */
+    unsigned flags; /* CAIRN__GGUF_* open flags */
     uint32_t version;
     uint32_t alignment;
     uint64_t data_off;

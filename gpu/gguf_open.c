@@ -16,6 +16,12 @@
  * never copied: getters decode them straight from the mapping, which is read-only and
  * MAP_PRIVATE so the file cannot be modified through us.
  *
+ * Tensor data ranges are checked as a set, not one by one: sorted by start, each must end
+ * before the next begins, so two tensors can never share bytes (a patched offset that points
+ * one weight at another's data would otherwise load and run on garbage). The same sorted order
+ * gives a tensor of a type the reader cannot size (open with CAIRN__GGUF_ANY_TYPE) its span: up
+ * to the next tensor's data.
+ *
  * This file is the only one that reads the file's structure; the lookups of gguf.c then work from
  * what it built (gguf_impl.h) and never meet an unchecked byte.
  */
@@ -306,10 +312,15 @@ static int parse_tensor(cairn__gguf *g, struct rd *r, size_t i)
     if ((rc = rd_u32(r, &t->type, "type")))
         return rc;
     uint64_t be, bb;
-    if (!cairn__ggml_type_block(t->type, &be, &bb))
+    if (!cairn__ggml_type_block(t->type, &be, &bb)) {
+        if (g->flags & CAIRN__GGUF_ANY_TYPE) { /* sized by place_tensors() */
+            t->nbytes = 0;
+            return rd_u64(r, &t->offset, "data offset");
+        }
         return cairn__errf(r->err, r->errlen, CAIRN_EUNSUPPORTED,
                            "offset %" PRIu64 ": %s: tensor type %s (%" PRIu32 ") is not supported",
                            at, r->ctx, cairn__ggml_type_name(t->type), t->type);
+    }
     if (t->ne[0] % be)
         return cairn__errf(r->err, r->errlen, CAIRN_EFORMAT,
                            "%s: ne[0] = %" PRIu64
@@ -323,6 +334,92 @@ static int parse_tensor(cairn__gguf *g, struct rd *r, size_t i)
     if ((rc = rd_u64(r, &t->offset, "data offset"))) /* relative until the data section is known */
         return rc;
     return 0;
+}
+
+struct span {
+    uint64_t start, end;
+    size_t i;
+};
+
+static int span_cmp(const void *a, const void *b)
+{
+    const struct span *x = a, *y = b;
+    if (x->start != y->start)
+        return x->start < y->start ? -1 : 1;
+    return x->i < y->i ? -1 : x->i > y->i;
+}
+
+/* The error for two overlapping data ranges, naming the tensors in file order. */
+static int overlap(const cairn__gguf *g, const struct span *a, const struct span *b, char *err,
+                   size_t errlen)
+{
+    if (a->i > b->i) {
+        const struct span *x = a;
+        a = b;
+        b = x;
+    }
+    return cairn__errf(err, errlen, CAIRN_EFORMAT,
+                       "tensor %zu '%s': data [%" PRIu64 ", %" PRIu64
+                       ") overlaps tensor %zu '%s': data [%" PRIu64 ", %" PRIu64 ")",
+                       b->i, g->tensors[b->i].name, b->start, b->end, a->i, g->tensors[a->i].name,
+                       a->start, a->end);
+}
+
+/* Turns the tensors' relative offsets into absolute ones and checks each data range: aligned,
+ * inside the file, and disjoint from every other (see the top of the file). */
+static int place_tensors(cairn__gguf *g, char *err, size_t errlen)
+{
+    const size_t n = g->n_tensors;
+    struct span *sp = malloc((n ? n : 1) * sizeof *sp);
+    if (!sp)
+        return cairn__errf(err, errlen, CAIRN_ENOMEM, "out of memory placing %zu tensors", n);
+    int rc = 0;
+    for (size_t i = 0; i < n && !rc; i++) {
+        cairn__gguf_tensor *t = &g->tensors[i];
+        uint64_t start = 0, end = 0;
+        if (t->offset % g->alignment)
+            rc = cairn__errf(err, errlen, CAIRN_EFORMAT,
+                             "tensor %zu '%s': data offset %" PRIu64
+                             " is not a multiple of the alignment %" PRIu32,
+                             i, t->name, t->offset, g->alignment);
+        else if (__builtin_add_overflow(g->data_off, t->offset, &start) ||
+                 __builtin_add_overflow(start, t->nbytes, &end))
+            rc = cairn__errf(err, errlen, CAIRN_EFORMAT,
+                             "tensor %zu '%s': data offset %" PRIu64 " + %" PRIu64
+                             " bytes overflows",
+                             i, t->name, t->offset, t->nbytes);
+        else if (t->nbytes == 0 && start >= g->size) /* ANY_TYPE, a type of unknown size */
+            rc = cairn__errf(err, errlen, CAIRN_EFORMAT,
+                             "tensor '%s': data at %" PRIu64 " starts past end of file (%" PRIu64
+                             " bytes)",
+                             t->name, start, g->size);
+        else if (end > g->size)
+            rc = cairn__errf(err, errlen, CAIRN_EFORMAT,
+                             "tensor '%s': data [%" PRIu64 ", %" PRIu64
+                             ") ends past end of file (%" PRIu64 " bytes)",
+                             t->name, start, end, g->size);
+        sp[i] = (struct span){start, end, i};
+    }
+    if (!rc)
+        qsort(sp, n, sizeof *sp, span_cmp);
+    for (size_t k = 0; k < n && !rc; k++) {
+        cairn__gguf_tensor *t = &g->tensors[sp[k].i];
+        if (t->nbytes == 0) { /* a type of unknown size: its data runs up to the next tensor's */
+            t->nbytes = (k + 1 < n ? sp[k + 1].start : g->size) - sp[k].start;
+            sp[k].end = sp[k].start + t->nbytes;
+            /* every tensor has at least one element: no room at all means a shared start */
+            if (t->nbytes == 0)
+                rc = overlap(g, &sp[k], &sp[k + 1], err, errlen);
+        }
+        if (!rc && k > 0 && sp[k].start < sp[k - 1].end)
+            rc = overlap(g, &sp[k - 1], &sp[k], err, errlen);
+    }
+    for (size_t i = 0; i < n && !rc; i++) {
+        g->tensors[i].offset += g->data_off;
+        g->tensors[i].data = g->base + g->tensors[i].offset;
+    }
+    free(sp);
+    return rc;
 }
 
 static int parse(cairn__gguf *g, char *err, size_t errlen)
@@ -410,29 +507,7 @@ static int parse(cairn__gguf *g, char *err, size_t errlen)
 
     /* r.off <= size, alignment <= 2^31: cannot overflow */
     g->data_off = (r.off + g->alignment - 1) & ~(uint64_t)(g->alignment - 1);
-    for (size_t i = 0; i < n_tensors; i++) {
-        cairn__gguf_tensor *t = &g->tensors[i];
-        uint64_t start, end;
-        if (t->offset % g->alignment)
-            return cairn__errf(err, errlen, CAIRN_EFORMAT,
-                               "tensor %zu '%s': data offset %" PRIu64
-                               " is not a multiple of the alignment %" PRIu32,
-                               i, t->name, t->offset, g->alignment);
-        if (__builtin_add_overflow(g->data_off, t->offset, &start) ||
-            __builtin_add_overflow(start, t->nbytes, &end))
-            return cairn__errf(err, errlen, CAIRN_EFORMAT,
-                               "tensor %zu '%s': data offset %" PRIu64 " + %" PRIu64
-                               " bytes overflows",
-                               i, t->name, t->offset, t->nbytes);
-        if (end > g->size)
-            return cairn__errf(err, errlen, CAIRN_EFORMAT,
-                               "tensor '%s': data [%" PRIu64 ", %" PRIu64
-                               ") ends past end of file (%" PRIu64 " bytes)",
-                               t->name, start, end, g->size);
-        t->offset = start;
-        t->data = g->base + start;
-    }
-    return 0;
+    return place_tensors(g, err, errlen);
 }
 
 /* ---- open / close -------------------------------------------------------------------------- */
@@ -452,6 +527,17 @@ static int open_common(cairn__gguf *g, cairn__gguf **out, char *err, size_t errl
 
 int cairn__gguf_open_mem(const void *buf, size_t len, cairn__gguf **out, char *err, size_t errlen)
 {
+    return cairn__gguf_open_mem_ex(buf, len, 0, out, err, errlen);
+}
+
+int cairn__gguf_open(const char *path, cairn__gguf **out, char *err, size_t errlen)
+{
+    return cairn__gguf_open_ex(path, 0, out, err, errlen);
+}
+
+int cairn__gguf_open_mem_ex(const void *buf, size_t len, unsigned flags, cairn__gguf **out,
+                            char *err, size_t errlen)
+{
     if (err && errlen)
         err[0] = 0;
     if (!out)
@@ -464,10 +550,12 @@ int cairn__gguf_open_mem(const void *buf, size_t len, cairn__gguf **out, char *e
         return cairn__errf(err, errlen, CAIRN_ENOMEM, "out of memory");
     g->base = buf ? buf : (const uint8_t *)"";
     g->size = len;
+    g->flags = flags;
     return open_common(g, out, err, errlen);
 }
 
-int cairn__gguf_open(const char *path, cairn__gguf **out, char *err, size_t errlen)
+int cairn__gguf_open_ex(const char *path, unsigned flags, cairn__gguf **out, char *err,
+                        size_t errlen)
 {
     if (err && errlen)
         err[0] = 0;
@@ -525,6 +613,7 @@ int cairn__gguf_open(const char *path, cairn__gguf **out, char *err, size_t errl
     g->base = m;
     g->size = (uint64_t)st.st_size;
     g->mapped = 1;
+    g->flags = flags;
     int rc = open_common(g, out, err, errlen);
     if (rc && err && errlen) {
         /* prefix the path so the message stands alone in a log */

@@ -47,6 +47,16 @@ template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(flo
     return __float2bfloat16_rn(v);
 }
 
+/* v rounded to T, flagging (*ovf = 1) a finite v that T cannot hold: only __half's range is
+ * narrower than float's by much (|v| >= 65520). Every writer stores the same value: no atomic. */
+template <typename T> __device__ __forceinline__ T to_t_checked(float v, int *ovf)
+{
+    const T r = from_f32<T>(v);
+    if (isinf(to_f32(r)) && isfinite(v))
+        *ovf = 1;
+    return r;
+}
+
 /* ---- reductions -------------------------------------------------------------------------------
  */
 
@@ -94,7 +104,7 @@ __global__ void embed_kernel(const T *__restrict__ emb, const int *__restrict__ 
  * x (rows, dim) f32, w (dim) -> out (rows, dim) T; grid (rows), block CK_THREADS */
 template <typename T>
 __global__ void rmsnorm_kernel(const float *__restrict__ x, const float *__restrict__ w, int dim,
-                               float eps, T *__restrict__ out)
+                               float eps, T *__restrict__ out, int *__restrict__ ovf)
 {
     const float *xr = x + (size_t)blockIdx.x * (size_t)dim;
     T *o = out + (size_t)blockIdx.x * (size_t)dim;
@@ -104,7 +114,7 @@ __global__ void rmsnorm_kernel(const float *__restrict__ x, const float *__restr
     ss = block_sum(ss);
     const float scale = (float)(1.0 / sqrt(ss / (double)dim + (double)eps));
     for (int k = threadIdx.x; k < dim; k += blockDim.x)
-        o[k] = from_f32<T>(__fmul_rn(__fmul_rn(xr[k], scale), w[k]));
+        o[k] = to_t_checked<T>(__fmul_rn(__fmul_rn(xr[k], scale), w[k]), ovf);
 }
 
 /* CPU reference: the rope angle table of forward_chunk (gpu/backend_cpu.c), once per step for
@@ -197,7 +207,7 @@ template <typename T, int WARPS>
 __global__ void __launch_bounds__(WARPS * 32)
     attention_kernel(const float *__restrict__ qkv, int ld, const float *__restrict__ kc,
                      const float *__restrict__ vc, const int *__restrict__ pos, int n_heads,
-                     int n_kv, int hd, float scale, T *__restrict__ out)
+                     int n_kv, int hd, float scale, T *__restrict__ out, int *__restrict__ ovf)
 {
     constexpr int NK = ATT_MAX_HD / 32;
     __shared__ float sm_m[WARPS], sm_l[WARPS];
@@ -282,21 +292,22 @@ __global__ void __launch_bounds__(WARPS * 32)
         float s = 0.0f;
         for (int v = 0; v < WARPS; v++)
             s += sm_acc[v][e] * expf(sm_m[v] - M);
-        o[e] = from_f32<T>(s / L);
+        o[e] = to_t_checked<T>(s / L, ovf);
     }
 }
 
 /* CPU reference: cairn__swiglu (gpu/kernels_cpu.c): g / (1 + exp(-g)) * u.
  * gu (n, 2*ff) rows [gate (ff) | up (ff)] f32 -> out (n, ff) T; grid-stride */
 template <typename T>
-__global__ void swiglu_kernel(const float *__restrict__ gu, int ff, int n, T *__restrict__ out)
+__global__ void swiglu_kernel(const float *__restrict__ gu, int ff, int n, T *__restrict__ out,
+                              int *__restrict__ ovf)
 {
     const size_t total = (size_t)n * (size_t)ff;
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += stride) {
         const size_t i = idx / (size_t)ff, k = idx % (size_t)ff;
         const float g = gu[i * 2 * (size_t)ff + k], u = gu[i * 2 * (size_t)ff + (size_t)ff + k];
-        out[idx] = from_f32<T>(g / (1.0f + expf(-g)) * u);
+        out[idx] = to_t_checked<T>(g / (1.0f + expf(-g)) * u, ovf);
     }
 }
 
@@ -309,11 +320,7 @@ __global__ void convert_kernel(const float *__restrict__ src, T *__restrict__ ds
 {
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < n; idx += stride) {
-        const float v = src[idx];
-        const T r = from_f32<T>(v);
-        if (isfinite(v) && isinf(to_f32(r)))
-            *overflow = 1; /* every writer stores the same value: no atomic needed */
-        dst[idx] = r;
+        dst[idx] = to_t_checked<T>(src[idx], overflow);
     }
 }
 

@@ -5,9 +5,16 @@
  * the input dimension, ne[1] the output one) and a type the kernels implement. Errors name the
  * tensor or key. Nothing is copied: matrices point into the reader's mapping, and only the small
  * norm/bias vectors that are not already f32 get converted.
+ *
+ * The converse holds too: every tensor in the file must be one the forward pass uses. A tensor
+ * left over means the metadata and the tensors disagree (blk.N.* past block_count: a file
+ * whose block_count was damaged would otherwise run with layers silently dropped) or the model
+ * needs something this engine does not implement (rope_freqs.weight, an output bias); either
+ * way its output would be wrong without a word, so loading refuses and names the tensor.
  */
 #include "gpu/model.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,7 +37,17 @@ typedef struct {
     char *err;
     size_t errlen;
     uint64_t type_bytes[64]; /* bytes per storage type, to name the dominant one */
+    unsigned char *used;     /* per file tensor: bound by the model */
 } loader;
+
+/* Finds a tensor and marks it as used by the model. */
+static const cairn__gguf_tensor *find_tensor(loader *L, const char *name)
+{
+    const cairn__gguf_tensor *t = cairn__gguf_tensor_find(L->m->gguf, name);
+    if (t)
+        L->used[t - cairn__gguf_tensor_at(L->m->gguf, 0)] = 1;
+    return t;
+}
 
 static void account(loader *L, const cairn__gguf_tensor *t)
 {
@@ -44,7 +61,7 @@ static void account(loader *L, const cairn__gguf_tensor *t)
 static int bind_mat(loader *L, const char *name, int64_t cols, int64_t rows, cairn__mat *out,
                     int required)
 {
-    const cairn__gguf_tensor *t = cairn__gguf_tensor_find(L->m->gguf, name);
+    const cairn__gguf_tensor *t = find_tensor(L, name);
     if (!t) {
         if (!required) {
             memset(out, 0, sizeof *out);
@@ -84,7 +101,7 @@ static int bind_mat(loader *L, const char *name, int64_t cols, int64_t rows, cai
 static int bind_vec(loader *L, const char *name, int64_t n, const float **out, int required)
 {
     *out = NULL;
-    const cairn__gguf_tensor *t = cairn__gguf_tensor_find(L->m->gguf, name);
+    const cairn__gguf_tensor *t = find_tensor(L, name);
     if (!t)
         return required ? cairn__errf(L->err, L->errlen, CAIRN_EFORMAT, "missing tensor '%s'", name)
                         : 0;
@@ -151,7 +168,9 @@ static int get_hp(loader *L, const char *key, int *out, int dflt, int required)
     return 0;
 }
 
-/* <arch>.<key> as a positive float; required (dflt ignored) or default */
+/* <arch>.<key> as a finite positive float; required (dflt ignored) or default. An infinite
+ * epsilon would zero every activation and an infinite base freeze every rotation: the forward
+ * pass would run and produce garbage, so both are refused here. */
 static int get_hpf(loader *L, const char *key, float *out, float dflt, int required)
 {
     char full[128];
@@ -163,9 +182,39 @@ static int get_hpf(loader *L, const char *key, float *out, float dflt, int requi
         *out = dflt;
         return 0;
     }
-    if (rc != 0 || !(*out > 0.0f))
-        return cairn__errf(L->err, L->errlen, CAIRN_EFORMAT, "key '%s' is not a positive number",
-                           full);
+    if (rc != 0)
+        return cairn__errf(L->err, L->errlen, CAIRN_EFORMAT, "key '%s' is not a number (%s)", full,
+                           cairn__gguf_vtype_name(cairn__gguf_kv_type(L->m->gguf, full)));
+    if (!isfinite(*out) || !(*out > 0.0f))
+        return cairn__errf(L->err, L->errlen, CAIRN_EFORMAT,
+                           "key '%s' is %g, not a finite positive number", full, (double)*out);
+    return 0;
+}
+
+/* The first file tensor the model did not bind, as an error naming it; 0 if there is none. */
+static int check_unused(loader *L)
+{
+    const cairn__model *m = L->m;
+    const size_t nt = cairn__gguf_n_tensors(m->gguf);
+    for (size_t i = 0; i < nt; i++) {
+        if (L->used[i])
+            continue;
+        const char *name = cairn__gguf_tensor_at(m->gguf, i)->name;
+        char *end;
+        if (strncmp(name, "blk.", 4) == 0 && name[4] >= '0' && name[4] <= '9') {
+            unsigned long blk = strtoul(name + 4, &end, 10);
+            if (*end == '.' && blk >= (unsigned long)m->n_layers)
+                return cairn__errf(L->err, L->errlen, CAIRN_EFORMAT,
+                                   "tensor '%s' is for block %lu, but %s.block_count is %d "
+                                   "(wrong number of tensors: the metadata and the tensors "
+                                   "disagree)",
+                                   name, blk, m->arch_name, m->n_layers);
+        }
+        return cairn__errf(L->err, L->errlen, CAIRN_EUNSUPPORTED,
+                           "tensor '%s' is not used by the %s architecture as cairn "
+                           "implements it; ignoring it would give wrong output",
+                           name, m->arch_name);
+    }
     return 0;
 }
 
@@ -206,31 +255,10 @@ static int load(loader *L)
         return cairn__errf(L->err, L->errlen, CAIRN_EFORMAT,
                            "%s.attention.head_count (%d) is not a multiple of head_count_kv (%d)",
                            m->arch_name, m->n_heads, m->n_kv_heads);
-    if ((rc = get_hp(L, "attention.key_length", &m->head_dim, m->dim / m->n_heads, 0)))
-        return rc;
-    int vlen;
-    if ((rc = get_hp(L, "attention.value_length", &vlen, m->head_dim, 0)))
-        return rc;
-    if (vlen != m->head_dim)
-        return cairn__errf(L->err, L->errlen, CAIRN_EUNSUPPORTED,
-                           "%s.attention.value_length %d differs from key_length %d", m->arch_name,
-                           vlen, m->head_dim);
-    if (m->head_dim < 2 || m->head_dim % 2 != 0)
-        return cairn__errf(L->err, L->errlen, CAIRN_EFORMAT, "head dimension %d is not even",
-                           m->head_dim);
-    if ((rc = get_hp(L, "rope.dimension_count", &m->rope_dim, m->head_dim, 0)))
-        return rc;
-    if (m->rope_dim > m->head_dim || m->rope_dim % 2 != 0)
-        return cairn__errf(L->err, L->errlen, CAIRN_EFORMAT,
-                           "%s.rope.dimension_count %d must be even and <= head dim %d",
-                           m->arch_name, m->rope_dim, m->head_dim);
-    /* the epsilon is part of what the weights were trained with (1e-5 and 1e-6 are both common),
-     * so there is no safe default: llama.cpp requires the key too */
-    if ((rc = get_hpf(L, "rope.freq_base", &m->rope_base, 10000.0f, 0)) ||
-        (rc = get_hpf(L, "attention.layer_norm_rms_epsilon", &m->rms_eps, 0.0f, 1)))
-        return rc;
-
-    const cairn__gguf_tensor *te = cairn__gguf_tensor_find(m->gguf, "token_embd.weight");
+    /* token_embd's width is embedding_length as the weights see it: check it before anything
+     * derived from embedding_length (the head dimension, the rope checks), so a damaged
+     * embedding_length is reported as itself rather than as a rope dimension that no longer fits */
+    const cairn__gguf_tensor *te = find_tensor(L, "token_embd.weight");
     if (!te)
         return cairn__errf(L->err, L->errlen, CAIRN_EFORMAT, "missing tensor 'token_embd.weight'");
     if (te->ne[1] == 0 || te->ne[1] > (1u << 30))
@@ -252,6 +280,38 @@ static int load(loader *L)
                            (unsigned long long)te->ne[2], (unsigned long long)te->ne[3], m->dim,
                            rows, m->arch_name);
     }
+
+    if ((rc = get_hp(L, "attention.key_length", &m->head_dim, m->dim / m->n_heads, 0)))
+        return rc;
+    int vlen;
+    if ((rc = get_hp(L, "attention.value_length", &vlen, m->head_dim, 0)))
+        return rc;
+    if (vlen != m->head_dim)
+        return cairn__errf(L->err, L->errlen, CAIRN_EUNSUPPORTED,
+                           "%s.attention.value_length %d differs from key_length %d", m->arch_name,
+                           vlen, m->head_dim);
+    if (m->head_dim < 2 || m->head_dim % 2 != 0)
+        return cairn__errf(L->err, L->errlen, CAIRN_EFORMAT, "head dimension %d is not even",
+                           m->head_dim);
+    if ((rc = get_hp(L, "rope.dimension_count", &m->rope_dim, m->head_dim, 0)))
+        return rc;
+    if (m->rope_dim > m->head_dim || m->rope_dim % 2 != 0) {
+        /* name where the head dimension came from when it was derived, not read */
+        char why[96] = "", kl[96];
+        snprintf(kl, sizeof kl, "%s.attention.key_length", m->arch_name);
+        if (cairn__gguf_kv_type(m->gguf, kl) == CAIRN_ENOTFOUND)
+            snprintf(why, sizeof why, " (%s.embedding_length %d / head_count %d)", m->arch_name,
+                     m->dim, m->n_heads);
+        return cairn__errf(L->err, L->errlen, CAIRN_EFORMAT,
+                           "%s.rope.dimension_count %d must be even and <= the head dimension "
+                           "%d%s",
+                           m->arch_name, m->rope_dim, m->head_dim, why);
+    }
+    /* the epsilon is part of what the weights were trained with (1e-5 and 1e-6 are both common),
+     * so there is no safe default: llama.cpp requires the key too */
+    if ((rc = get_hpf(L, "rope.freq_base", &m->rope_base, 10000.0f, 0)) ||
+        (rc = get_hpf(L, "attention.layer_norm_rms_epsilon", &m->rms_eps, 0.0f, 1)))
+        return rc;
 
     const int64_t dim = m->dim, qd = (int64_t)m->n_heads * m->head_dim,
                   kvd = (int64_t)m->n_kv_heads * m->head_dim;
@@ -286,6 +346,8 @@ static int load(loader *L)
             return rc;
 #undef NAME
     }
+    if ((rc = check_unused(L)))
+        return rc;
     uint64_t best = 0;
     for (uint32_t t = 0; t < 64; t++)
         if (L->type_bytes[t] > best) {
@@ -309,7 +371,9 @@ int cairn__model_load(cairn__gguf *g, cairn__model **out, char *err, size_t errl
         return cairn__errf(err, errlen, CAIRN_ENOMEM, "out of memory");
     m->gguf = g;
     loader L = {.m = m, .err = err, .errlen = errlen};
-    int rc = load(&L);
+    L.used = calloc(cairn__gguf_n_tensors(g) + 1, 1);
+    int rc = L.used ? load(&L) : cairn__errf(err, errlen, CAIRN_ENOMEM, "out of memory");
+    free(L.used);
     if (rc != 0) {
         cairn__model_free(m);
         return rc;

@@ -40,7 +40,8 @@ static const char usage[] =
     "      --temperature T     0 for greedy (default 0.8)\n"
     "      --top-k K           sample among the K most likely tokens (default 40; 0: all)\n"
     "      --top-p P           nucleus sampling threshold (default 0.95; 1: off)\n"
-    "      --repeat-penalty R  penalize tokens of the last 64 (default 1.0: off)\n"
+    "      --repeat-penalty R  penalize the tokens of the last --repeat-last-n (default 1.0:\n"
+    "                          off)\n"
     "      --repeat-last-n N   window of the repeat penalty (default 64)\n"
     "      --seed S            random seed (default 0)\n"
     "      --stop TEXT         stop before TEXT (non-empty; may be given up to 16 times)\n"
@@ -51,13 +52,20 @@ static const char usage[] =
     "      --batch N           prompt tokens per forward chunk (default 256)\n"
     "  -h, --help              show this help\n"
     "\n"
-    "The finish reason is length (--max-tokens reached), context (the context filled up\n"
-    "first: raise --ctx), stop, eos or cancel.\n"
+    "Each option but --stop may be given once. With --threads N the prompt's matrix products\n"
+    "(OpenBLAS) use N threads too. Control and unknown tokens (such as <s>, <unk>,\n"
+    "<|im_start|>) are left out of the text; an end-of-turn token ends the generation, and a\n"
+    "--stop string that spells a control token whole stops at that token.\n"
     "\n"
-    "Exit status: 0 success; 64 bad usage; 65 bad model file or input (corrupt GGUF, empty\n"
-    "prompt, prompt longer than the context); 66 model or prompt file missing or unreadable;\n"
-    "69 unsupported (no CUDA device, or a tensor type, architecture or tokenizer this engine\n"
-    "does not implement); 70 internal error; 74 I/O error.\n";
+    "The finish reason is length (--max-tokens reached), context (the context filled up\n"
+    "first: raise --ctx), stop, eos or cancel (the reader of the output pipe went away).\n"
+    "\n"
+    "Exit status: 0 success (also when the reader of the output pipe goes away: cancel);\n"
+    "64 bad usage; 65 bad model file or input (corrupt GGUF, empty prompt, prompt longer\n"
+    "than the context); 66 model or prompt file missing or unreadable; 69 unsupported (no\n"
+    "CUDA device, or a tensor type, architecture or tokenizer this engine does not\n"
+    "implement); 70 internal error; 74 I/O error (the prompt cannot be read or the output\n"
+    "cannot be written).\n";
 
 #define MAX_STOP 16
 
@@ -94,12 +102,27 @@ static int is_opt(const char *name, const char *lng, const char *shrt)
     return strcmp(name, lng) == 0 || (shrt && strcmp(name, shrt) == 0);
 }
 
+/* The options that take a value. Each holds one, so giving one twice is an error rather than
+ * the first value lost without a word; only --stop collects several. */
+static const struct {
+    const char *lng, *shrt;
+} value_opts[] = {
+    {"--model", "-m"},         {"--prompt", "-p"},         {"--file", "-f"},
+    {"--chat", NULL},          {"--system", NULL},         {"--backend", NULL},
+    {"--stop", NULL},          {"--max-tokens", "-n"},     {"--threads", "-t"},
+    {"--ctx", "-c"},           {"--batch", NULL},          {"--top-k", NULL},
+    {"--repeat-last-n", NULL}, {"--seed", NULL},           {"--temperature", NULL},
+    {"--top-p", NULL},         {"--repeat-penalty", NULL},
+};
+#define N_VALUE_OPTS (sizeof value_opts / sizeof value_opts[0])
+
 /* 0, or an exit code */
 static int parse(int argc, char **argv, options *o)
 {
     memset(o, 0, sizeof *o);
     cairn__gen_opts_default(&o->go);
     o->backend = "auto";
+    unsigned char seen[N_VALUE_OPTS] = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = NULL;
         char name[64];
@@ -126,6 +149,13 @@ static int parse(int argc, char **argv, options *o)
                 return bad_usage("option %s needs a value", a);
             val = argv[++i];
         }
+        size_t k = 0;
+        while (k < N_VALUE_OPTS && !is_opt(name, value_opts[k].lng, value_opts[k].shrt))
+            k++;
+        if (k == N_VALUE_OPTS)
+            return bad_usage("unknown option '%s'", a);
+        if (seen[k]++ && strcmp(value_opts[k].lng, "--stop") != 0)
+            return bad_usage("%s given twice", value_opts[k].lng);
 #define IS(l, s) is_opt(name, l, s)
         long lv;
         if (IS("--model", "-m"))
@@ -204,13 +234,27 @@ static int parse(int argc, char **argv, options *o)
     return 0;
 }
 
+/* What the streaming callback leaves behind for the command. */
+typedef struct {
+    char last;     /* the last byte written, to end the text's line before a stderr line */
+    int write_err; /* errno of the first failed write of the text, 0 if none */
+} stream_state;
+
+/* A failed write stops the generation (there is no point in computing text nobody gets); the
+ * command then tells a reader that went away (EPIPE: `| head` with SIGPIPE ignored), a quiet
+ * cancel, from a real output error (a full disk), exit 74. */
 static int on_token(void *user, int32_t tok, const char *bytes, size_t len)
 {
+    stream_state *st = user;
     (void)tok;
-    if (len && (fwrite(bytes, 1, len, stdout) != len || fflush(stdout) != 0))
-        return 1; /* stdout closed (e.g. `| head`): stop generating */
-    if (len)
-        *(char *)user = bytes[len - 1];
+    if (!len)
+        return 0;
+    errno = 0;
+    if (fwrite(bytes, 1, len, stdout) != len || fflush(stdout) != 0) {
+        st->write_err = errno ? errno : EIO;
+        return 1;
+    }
+    st->last = bytes[len - 1];
     return 0;
 }
 
@@ -354,18 +398,26 @@ int cairn__cmd_generate(int argc, char **argv)
         code = EX_DATAERR;
         goto out;
     }
-    char last = 0;
+    stream_state st = {0, 0};
     o.go.on_token = on_token;
-    o.go.user = &last;
+    o.go.user = &st;
     rc = cairn__engine_generate_tokens(e, ids, n_ids, &o.go, &r);
     if (rc) {
-        end_text_line(last);
+        end_text_line(st.last);
         fprintf(stderr, "cairn generate: %s\n", cairn__engine_errmsg(e));
         code = exit_for(rc);
         goto out;
     }
-    fflush(stdout);
-    end_text_line(last);
+    /* the text is flushed per token, but a write error may also surface only here */
+    errno = 0;
+    if (!st.write_err && (fflush(stdout) != 0 || ferror(stdout)))
+        st.write_err = errno ? errno : EIO;
+    if (st.write_err && st.write_err != EPIPE) {
+        fprintf(stderr, "cairn generate: cannot write the output: %s\n", strerror(st.write_err));
+        code = EX_IOERR;
+        goto out;
+    }
+    end_text_line(st.last);
     fprintf(stderr,
             "[%s, %zu tokens; prompt %zu tokens at %.1f tok/s; decode %.1f tok/s; %s backend, %s "
             "%s]\n",

@@ -7,6 +7,7 @@
  * 66 missing or unreadable model or input, 69 unsupported, 70 internal error, 74 I/O error. The
  * functions take argv with argv[0] being the command's own name, as the dispatcher passes it.
  */
+#include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -27,13 +28,17 @@ static const char tokenize_usage[] =
     "  -m, --model FILE    GGUF model (only its tokenizer metadata is read)\n"
     "  -t, --text TEXT     tokenize TEXT (may be repeated: one output line each)\n"
     "  -f, --file PATH     tokenize the contents of PATH ('-' for standard input)\n"
-    "      --lines         with --file: tokenize each line separately (without its newline)\n"
+    "      --lines         with --file: tokenize each line separately, without its line\n"
+    "                      end (\"\\n\" or \"\\r\\n\")\n"
     "      --add-special   add BOS/EOS as the model's vocabulary asks\n"
     "      --parse-special read special-token text such as <|im_end|> as that token\n"
     "  -h, --help          show this help\n"
     "\n"
+    "--text may be repeated; every other option may be given once.\n"
+    "\n"
     "Exit status: 0 success; 64 bad usage; 65 bad model file; 66 model or input file missing\n"
-    "or unreadable; 69 unsupported tokenizer (model or pre-tokenizer); 70 internal error.\n";
+    "or unreadable; 69 unsupported tokenizer (model or pre-tokenizer); 70 internal error;\n"
+    "74 the output cannot be written.\n";
 
 static const char model_info_usage[] =
     "usage: cairn model-info [--json] [--] FILE.gguf\n"
@@ -42,7 +47,11 @@ static const char model_info_usage[] =
     "length, layer sizes and tokenizer.\n"
     "\n"
     "      --json   print one JSON object instead of text\n"
-    "  -h, --help   show this help\n";
+    "  -h, --help   show this help\n"
+    "\n"
+    "Exit status: 0 success; 64 bad usage; 65 bad model file (corrupt or truncated GGUF);\n"
+    "66 model file missing, unreadable or a directory; 69 unsupported (a tensor type this\n"
+    "engine does not implement); 70 internal error; 74 the output cannot be written.\n";
 
 /* cairn__exit_code, but "the engine does not implement this" is 69 (unavailable), the class
  * `cairn generate` gives it, not 65: the file is valid, the feature missing */
@@ -68,8 +77,8 @@ static int print_ids(const cairn__tok *t, const char *s, size_t len, int add_spe
 
 int cairn__cmd_tokenize(int argc, char **argv)
 {
-    const char *model = NULL, *text = NULL, *file = NULL;
-    int add_special = 0, parse_special = 0, lines = 0, i, rc, v, code = EX_OK;
+    const char *model = NULL, *text = NULL, *file = NULL, *val = NULL;
+    int add_special = 0, parse_special = 0, lines = 0, i, rc, v, w, code = EX_OK;
     char err[512];
     cairn__gguf *g = NULL;
     cairn__tok *t = NULL;
@@ -84,6 +93,7 @@ int cairn__cmd_tokenize(int argc, char **argv)
     }
     for (i = 1; i < argc; i++) {
         const char *a = argv[i];
+        w = 0;
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             fputs(tokenize_usage, stdout);
             goto done;
@@ -97,10 +107,18 @@ int cairn__cmd_tokenize(int argc, char **argv)
             if (v < 0)
                 goto needs_value;
             texts[n_texts++] = text;
-        } else if ((v = cairn__cli_opt_value(argc, argv, &i, "--model", "-m", &model)) ||
-                   (v = cairn__cli_opt_value(argc, argv, &i, "--file", "-f", &file))) {
-            if (v < 0)
+        } else if ((v = cairn__cli_opt_value(argc, argv, &i, "--model", "-m", &val)) ||
+                   (w = cairn__cli_opt_value(argc, argv, &i, "--file", "-f", &val))) {
+            const char **dst = v ? &model : &file;
+            if (v < 0 || w < 0)
                 goto needs_value;
+            if (*dst) { /* one value each: a second would silently replace the first */
+                fprintf(stderr, "cairn tokenize: %s given twice\n%s", v ? "--model" : "--file",
+                        tokenize_usage);
+                code = EX_USAGE;
+                goto done;
+            }
+            *dst = val;
         } else {
             fprintf(stderr, "cairn tokenize: unknown argument '%s'\n%s", a, tokenize_usage);
             code = EX_USAGE;
@@ -159,17 +177,22 @@ int cairn__cmd_tokenize(int argc, char **argv)
         rc = print_ids(t, data, len, add_special, parse_special);
     } else {
         /* one output line per input line; a last line without '\n' counts, a final '\n' does
-         * not start another (empty) line */
+         * not start another (empty) line. A CRLF line ends at its '\r' too: the line end is
+         * not part of the line, whichever convention the file was written with. */
         size_t pos = 0;
         while (pos < len && !rc) {
             const char *nl = memchr(data + pos, '\n', len - pos);
-            size_t end = nl ? (size_t)(nl - data) : len;
-            rc = print_ids(t, data + pos, end - pos, add_special, parse_special);
+            size_t end = nl ? (size_t)(nl - data) : len, stop = end;
+            if (nl && stop > pos && data[stop - 1] == '\r')
+                stop--;
+            rc = print_ids(t, data + pos, stop - pos, add_special, parse_special);
             pos = end + 1;
         }
     }
+    errno = 0;
     if (fflush(stdout) != 0 || ferror(stdout)) {
-        fprintf(stderr, "cairn tokenize: cannot write the output\n");
+        fprintf(stderr, "cairn tokenize: cannot write the output: %s\n",
+                strerror(errno ? errno : EIO));
         code = EX_IOERR;
     } else if (rc) {
         fprintf(stderr, "cairn tokenize: tokenizing failed (%s)\n",
@@ -394,8 +417,10 @@ int cairn__cmd_model_info(int argc, char **argv)
             printf("-\n");
     }
     cairn__gguf_close(g);
+    errno = 0;
     if (fflush(stdout) != 0 || ferror(stdout)) {
-        fprintf(stderr, "cairn model-info: cannot write the output\n");
+        fprintf(stderr, "cairn model-info: cannot write the output: %s\n",
+                strerror(errno ? errno : EIO));
         return EX_IOERR;
     }
     return EX_OK;

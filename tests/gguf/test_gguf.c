@@ -733,6 +733,160 @@ static void test_bad_files(void)
     free(full);
 }
 
+/* Offset of the u64 data offset in the tensor info of name (the info is u64 len, name, u32
+ * n_dims, u64 ne[n_dims], u32 type, u64 offset), and of its type. */
+static size_t tensor_field(const unsigned char *buf, size_t len, const char *name, int type)
+{
+    size_t k = after_str(buf, len, name);
+    uint32_t nd = buf[k] | buf[k + 1] << 8;
+    return k + 4 + 8 * (size_t)nd + (type ? 0 : 4);
+}
+
+/* Four 16-float tensors, each in its own 64-byte slot: t0 @0, t1 @64, t2 @128, t3 @192. */
+static unsigned char *four_tensors(size_t *len)
+{
+    cairn__gguf_writer *w = gw_new(3, 32);
+    static const uint64_t ne[] = {16};
+    static float v[16];
+    for (int i = 0; i < 16; i++)
+        v[i] = (float)i;
+    gw_tensor_f32(w, "t0", CAIRN__GGML_F32, 1, ne, v);
+    gw_tensor_f32(w, "t1", CAIRN__GGML_F32, 1, ne, v);
+    gw_tensor_f32(w, "t2", CAIRN__GGML_F32, 1, ne, v);
+    gw_tensor_f32(w, "t3", CAIRN__GGML_F32, 1, ne, v);
+    return build(w, len);
+}
+
+/* Tensor data ranges must be disjoint; their order in the file is free. */
+static void test_overlaps(void)
+{
+    size_t len;
+    unsigned char *f = four_tensors(&len);
+    if (!ok(f != NULL, "four-tensor file"))
+        return;
+    const size_t o1 = tensor_field(f, len, "t1", 0), o2 = tensor_field(f, len, "t2", 0),
+                 o3 = tensor_field(f, len, "t3", 0);
+    static const struct {
+        uint64_t off1, off2, off3; /* new offsets of t1, t2, t3 */
+        const char *want;          /* NULL: opens */
+        const char *name;
+    } cases[] = {
+        {0, 128, 192, "tensor 1 't1': data [", "t1 at t0's offset"},
+        {32, 128, 192, "overlaps tensor 0 't0': data [", "t1 starting inside t0"},
+        {64, 160, 192, "tensor 3 't3': data [", "t2 running into t3"},
+        {64, 128, 128, "overlaps tensor 2 't2'", "t3 at t2's offset"},
+        {192, 128, 64, NULL, "t1 and t3 swapped (out of file order, disjoint)"},
+        {128, 64, 192, NULL, "t1 and t2 swapped"},
+    };
+    unsigned char *p = malloc(len);
+    for (size_t c = 0; p && c < sizeof cases / sizeof *cases; c++) {
+        memcpy(p, f, len);
+        put64(p + o1, cases[c].off1);
+        put64(p + o2, cases[c].off2);
+        put64(p + o3, cases[c].off3);
+        cairn__gguf *g = NULL;
+        errbuf[0] = 0;
+        int rc = cairn__gguf_open_mem(p, len, &g, errbuf, sizeof errbuf);
+        if (!cases[c].want) {
+            const cairn__gguf_tensor *t = g ? cairn__gguf_tensor_find(g, "t1") : NULL;
+            ok(rc == 0 && t && t->offset == cairn__gguf_data_offset(g) + cases[c].off1 &&
+                   ((const float *)t->data)[5] == 5.0f,
+               "%s: opens (%s)", cases[c].name, errbuf);
+        } else {
+            ok(rc == CAIRN_EFORMAT && !g && strstr(errbuf, cases[c].want) &&
+                   strstr(errbuf, "overlaps"),
+               "%s: EFORMAT naming both tensors: %s", cases[c].name, errbuf);
+        }
+        cairn__gguf_close(g);
+    }
+    /* both names, whichever comes first in the file */
+    memcpy(p, f, len);
+    put64(p + o1, 0);
+    cairn__gguf *g = NULL;
+    int rc = cairn__gguf_open_mem(p, len, &g, errbuf, sizeof errbuf);
+    ok(rc == CAIRN_EFORMAT && strstr(errbuf, "'t0'") && strstr(errbuf, "'t1'"),
+       "the overlap message names both tensors: %s", errbuf);
+    free(p);
+    free(f);
+}
+
+/* CAIRN__GGUF_ANY_TYPE: describing a file with types the engine cannot compute with. */
+static void test_any_type(void)
+{
+    size_t len;
+    unsigned char *f = four_tensors(&len);
+    unsigned char *p = f ? malloc(len) : NULL;
+    if (!ok(p != NULL, "four-tensor file"))
+        goto out;
+    memcpy(p, f, len);
+    put32(p + tensor_field(f, len, "t1", 1), 13);  /* Q5_K */
+    put32(p + tensor_field(f, len, "t3", 1), 999); /* no such type */
+    cairn__gguf *g = NULL;
+    int rc = cairn__gguf_open_mem(p, len, &g, errbuf, sizeof errbuf);
+    ok(rc == CAIRN_EUNSUPPORTED && !g && strstr(errbuf, "'t1'") && strstr(errbuf, "Q5_K"),
+       "plain open of a Q5_K tensor -> EUNSUPPORTED naming it: %s", errbuf);
+    rc = cairn__gguf_open_mem_ex(p, len, CAIRN__GGUF_ANY_TYPE, &g, errbuf, sizeof errbuf);
+    ok(rc == 0 && g, "ANY_TYPE open describes it: %s", errbuf);
+    if (g) {
+        const cairn__gguf_tensor *t0 = cairn__gguf_tensor_find(g, "t0"),
+                                 *t1 = cairn__gguf_tensor_find(g, "t1"),
+                                 *t3 = cairn__gguf_tensor_find(g, "t3");
+        const uint64_t d = cairn__gguf_data_offset(g);
+        ok(t0 && t0->type == CAIRN__GGML_F32 && t0->nbytes == 64 && t0->offset == d,
+           "ANY_TYPE: supported tensors are as before");
+        ok(t1 && t1->type == 13 && cairn__ggml_block_size(t1->type) == 0 && t1->nbytes == 64 &&
+               t1->offset == d + 64 && t1->data == (const void *)(p + d + 64) && t1->ne[0] == 16,
+           "ANY_TYPE: a Q5_K tensor spans up to the next tensor's data (%llu bytes)",
+           t1 ? (unsigned long long)t1->nbytes : 0ull);
+        ok(t3 && t3->type == 999 && t3->nbytes == len - (d + 192),
+           "ANY_TYPE: the last unknown tensor spans to the end of the file (%llu bytes)",
+           t3 ? (unsigned long long)t3->nbytes : 0ull);
+        cairn__gguf_close(g);
+    }
+    /* an unknown tensor sharing a start with a known one, and starting past the end */
+    put64(p + tensor_field(f, len, "t1", 0), 0);
+    rc = cairn__gguf_open_mem_ex(p, len, CAIRN__GGUF_ANY_TYPE, &g, errbuf, sizeof errbuf);
+    ok(rc == CAIRN_EFORMAT && !g && strstr(errbuf, "'t0'") && strstr(errbuf, "'t1'") &&
+           strstr(errbuf, "overlaps"),
+       "ANY_TYPE: an unknown tensor at another's offset -> EFORMAT naming both: %s", errbuf);
+    memcpy(p, f, len);
+    put32(p + tensor_field(f, len, "t0", 1), 999);
+    put64(p + tensor_field(f, len, "t1", 0), 0);
+    rc = cairn__gguf_open_mem_ex(p, len, CAIRN__GGUF_ANY_TYPE, &g, errbuf, sizeof errbuf);
+    ok(rc == CAIRN_EFORMAT && !g && strstr(errbuf, "'t0'") && strstr(errbuf, "'t1'") &&
+           strstr(errbuf, "overlaps"),
+       "ANY_TYPE: a known tensor at an earlier unknown one's offset -> EFORMAT: %s", errbuf);
+    memcpy(p, f, len);
+    put32(p + tensor_field(f, len, "t3", 1), 999);
+    put64(p + tensor_field(f, len, "t3", 0), 1u << 20);
+    rc = cairn__gguf_open_mem_ex(p, len, CAIRN__GGUF_ANY_TYPE, &g, errbuf, sizeof errbuf);
+    ok(rc == CAIRN_EFORMAT && !g && strstr(errbuf, "'t3'") && strstr(errbuf, "past end of file"),
+       "ANY_TYPE: an unknown tensor starting past the end -> EFORMAT naming it: %s", errbuf);
+    /* the flag does not relax anything else: a misaligned offset is still refused */
+    put64(p + tensor_field(f, len, "t3", 0), 200);
+    rc = cairn__gguf_open_mem_ex(p, len, CAIRN__GGUF_ANY_TYPE, &g, errbuf, sizeof errbuf);
+    ok(rc == CAIRN_EFORMAT && !g && strstr(errbuf, "'t3'") && strstr(errbuf, "alignment"),
+       "ANY_TYPE: a misaligned unknown tensor -> EFORMAT: %s", errbuf);
+    /* the path variant */
+    char path[] = "/tmp/cairn-gguf-any-XXXXXX";
+    int fd = mkstemp(path);
+    memcpy(p, f, len);
+    put32(p + tensor_field(f, len, "t2", 1), 10); /* Q2_K */
+    ok(fd >= 0 && write(fd, p, len) == (ssize_t)len, "Q2_K file written");
+    if (fd >= 0)
+        close(fd);
+    rc = cairn__gguf_open(path, &g, errbuf, sizeof errbuf);
+    ok(rc == CAIRN_EUNSUPPORTED && !g && strstr(errbuf, "Q2_K"), "plain open: %s", errbuf);
+    rc = cairn__gguf_open_ex(path, CAIRN__GGUF_ANY_TYPE, &g, errbuf, sizeof errbuf);
+    ok(rc == 0 && g && cairn__gguf_tensor_find(g, "t2")->nbytes == 64,
+       "ANY_TYPE open of the file: %s", errbuf);
+    cairn__gguf_close(g);
+    unlink(path);
+out:
+    free(p);
+    free(f);
+}
+
 static void test_type_helpers(void)
 {
     ok(strcmp(cairn__ggml_type_name(CAIRN__GGML_Q4_K), "Q4_K") == 0 &&
@@ -868,6 +1022,8 @@ int main(void)
     test_roundtrip(3, 1);
     test_truncation();
     test_bad_files();
+    test_overlaps();
+    test_any_type();
     test_writer_errors();
     test_vocab_files();
     return tap_done();

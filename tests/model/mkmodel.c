@@ -32,6 +32,13 @@ void mk_spec_default(mk_spec *s)
     s->seed = 1;
 }
 
+double mk_rope_base(const mk_spec *s) { return s->rope_base != 0 ? (double)s->rope_base : 10000.0; }
+
+int mk_rope_dim(const mk_spec *s) { return s->rope_dim ? s->rope_dim : s->dim / s->n_heads; }
+
+/* as the f32 the file holds, so the reference uses exactly what a correct loader reads */
+double mk_rms_eps(const mk_spec *s) { return s->rms_eps != 0 ? (double)s->rms_eps : (double)1e-5f; }
+
 static uint64_t rnd_next(uint64_t *s)
 {
     *s ^= *s << 13;
@@ -143,15 +150,15 @@ int mk_model(const mk_spec *s, unsigned char **buf, size_t *len)
 #define KU(key, v) (snprintf(k, sizeof k, "%s." key, s->arch), gw_kv_u32(w, k, (uint32_t)(v)))
 #define KF(key, v) (snprintf(k, sizeof k, "%s." key, s->arch), gw_kv_f32(w, k, (v)))
     KU("context_length", s->ctx);
-    KU("embedding_length", s->dim);
-    KU("block_count", s->n_layers);
+    KU("embedding_length", s->meta_dim ? s->meta_dim : s->dim);
+    KU("block_count", s->meta_layers ? s->meta_layers : s->n_layers);
     KU("feed_forward_length", s->ff);
     KU("attention.head_count", s->n_heads);
     KU("attention.head_count_kv", s->n_kv_heads);
-    KU("rope.dimension_count", hd);
-    KF("rope.freq_base", s->rope_base > 0 ? s->rope_base : 10000.0f);
+    KU("rope.dimension_count", mk_rope_dim(s));
+    KF("rope.freq_base", (float)mk_rope_base(s));
     if (!s->no_rms_eps)
-        KF("attention.layer_norm_rms_epsilon", 1e-5f);
+        KF("attention.layer_norm_rms_epsilon", (float)mk_rms_eps(s));
 #undef KU
 #undef KF
     if (s->tokenizer) {
@@ -160,8 +167,8 @@ int mk_model(const mk_spec *s, unsigned char **buf, size_t *len)
             gw_kv_bool(w, "tokenizer.ggml.add_bos_token", 0);
     }
     const float e_in = 1.0f / sqrtf((float)s->dim), e_ff = 1.0f / sqrtf((float)s->ff);
-    tensor(w, s, &rng, "token_embd.weight", s->wtype, (uint64_t)s->dim, (uint64_t)s->vocab, 1.0f,
-           0.0f);
+    tensor(w, s, &rng, "token_embd.weight", s->wtype, (uint64_t)s->dim, (uint64_t)s->vocab,
+           s->embd_scale != 0 ? s->embd_scale : 1.0f, 0.0f);
     for (int l = 0; l < s->n_layers; l++) {
         char n[96];
 #define N(x) (snprintf(n, sizeof n, "blk.%d." x, l), n)
@@ -188,6 +195,8 @@ int mk_model(const mk_spec *s, unsigned char **buf, size_t *len)
     if (!s->tied)
         tensor(w, s, &rng, "output.weight", s->wtype, (uint64_t)s->dim, (uint64_t)s->vocab,
                e_in * 4.0f, 0.0f);
+    if (s->extra)
+        tensor(w, s, &rng, s->extra, CAIRN__GGML_F32, (uint64_t)s->dim, 1, 1.0f, 0.0f);
     int rc = gw_write_mem(w, buf, len);
     gw_free(w);
     return rc;

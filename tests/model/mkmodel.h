@@ -12,12 +12,23 @@ typedef struct {
     uint32_t wtype; /* storage type of every matrix (norms and biases stay F32) */
     int tied;       /* no output.weight */
     uint64_t seed;
+    /* Hyperparameters written to the metadata; 0 picks the default shown. Any other value,
+     * invalid ones included, is written as given (error tests). The float64 reference takes
+     * these from the spec (mk_rope_base & co.), never from the loaded model, so a loader that
+     * misreads a key disagrees with it. */
     float rope_base;  /* 0: 10000 */
+    int rope_dim;     /* rope.dimension_count; 0: head_dim */
+    float rms_eps;    /* attention.layer_norm_rms_epsilon; 0: 1e-5 */
+    float embd_scale; /* token embeddings uniform in +-embd_scale; 0: 1. A small scale makes the
+                         first RMSNorm's sum of squares comparable to eps, so eps shows */
+    int meta_dim;     /* embedding_length written (error tests); 0: dim */
+    int meta_layers;  /* block_count written (error tests); 0: n_layers */
     int tokenizer;    /* write a llama (SentencePiece) byte-fallback vocabulary of `vocab` tokens
                          (<unk> <s> </s>, 256 byte tokens, then words) */
     const char *omit; /* tensor name to leave out (error tests) */
     const char *misshape; /* tensor name to write with a wrong shape */
     const char *flatten;  /* tensor name to write as one dimension of all its elements */
+    const char *extra;    /* an extra F32 tensor of dim elements with this name (error tests) */
     int no_rms_eps;       /* leave out <arch>.attention.layer_norm_rms_epsilon (error tests) */
     int no_bos;           /* write tokenizer.ggml.add_bos_token = false */
     int bad_bos;          /* write a bos_token_id past the vocabulary (error tests) */
@@ -25,6 +36,10 @@ typedef struct {
 
 /* Fills defaults: llama, dim 64, 2 layers, 4 heads, 2 kv heads, ff 128, vocab 300, ctx 256, F32. */
 void mk_spec_default(mk_spec *s);
+/* The values mk_model writes for the spec's defaulted hyperparameters. */
+double mk_rope_base(const mk_spec *s);
+int mk_rope_dim(const mk_spec *s);
+double mk_rms_eps(const mk_spec *s);
 /* Writes the model as a GGUF file image into *buf (malloc'd, *len bytes). 0 or -1. */
 int mk_model(const mk_spec *s, unsigned char **buf, size_t *len);
 

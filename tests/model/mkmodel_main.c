@@ -56,6 +56,12 @@ int main(int argc, char **argv)
             s.ctx = atoi(v);
         else if (!strcmp(a, "--seed") && v)
             s.seed = strtoull(v, NULL, 10);
+        else if (!strcmp(a, "--rope-base") && v)
+            s.rope_base = strtof(v, NULL);
+        else if (!strcmp(a, "--rope-dim") && v)
+            s.rope_dim = atoi(v);
+        else if (!strcmp(a, "--rms-eps") && v)
+            s.rms_eps = strtof(v, NULL);
         else if (!strcmp(a, "--arch") && v)
             s.arch = v;
         else if (!strcmp(a, "--type") && v) {
@@ -70,7 +76,8 @@ int main(int argc, char **argv)
                 fprintf(help ? stdout : stderr,
                         "usage: cairn-mkmodel OUT.gguf [--dim N] [--layers N] [--heads N] "
                         "[--kv-heads N] [--ff N] [--vocab N] [--ctx N] [--seed S] "
-                        "[--arch llama|qwen2] [--type f32|f16|bf16|q8_0|q4_0|q4_k|q6_k]\n"
+                        "[--arch llama|qwen2] [--type f32|f16|bf16|q8_0|q4_0|q4_k|q6_k] "
+                        "[--rope-base F] [--rope-dim N] [--rms-eps F]\n"
                         "Writes a random-weight model (for tests and demos: its text is noise).\n");
                 return help ? 0 : 64;
             }

@@ -3,8 +3,9 @@
  * Deliberately naive: every weight matrix is dequantized (the only code it shares with the
  * engine is cairn__dequant_row, tested on its own) into doubles, every position recomputes
  * attention over all earlier positions from scratch, and rotary angles are computed directly
- * from the formula. The rotation pairing is derived here from the architecture name rather than
- * taken from the loader, so a loader that picks the wrong mode fails the comparison.
+ * from the formula. Everything the loader derives from metadata rather than from tensor shapes
+ * (rotation pairing, rope base, rotated dimensions, RMS epsilon) is taken from the mk_spec the
+ * file was written from, so a loader that misreads a key fails the comparison.
  */
 #include "tests/model/ref_forward.h"
 
@@ -66,12 +67,14 @@ static void rope(double *v, int hd, int rope_dim, int neox, int pos, double base
     (void)hd;
 }
 
-int ref_forward(const cairn__model *m, const int32_t *tokens, int n, double *logits)
+int ref_forward(const cairn__model *m, const mk_spec *s, const int32_t *tokens, int n,
+                double *logits)
 {
     const int D = m->dim, H = m->n_heads, KV = m->n_kv_heads, hd = m->head_dim, F = m->ff_dim,
               V = m->n_vocab;
     const int qd = H * hd, kvd = KV * hd;
-    const int neox = strcmp(m->arch_name, "qwen2") == 0;
+    const int neox = strcmp(s->arch, "qwen2") == 0, rope_dim = mk_rope_dim(s);
+    const double rope_base = mk_rope_base(s), eps = mk_rms_eps(s);
     double *x = calloc((size_t)n * D, sizeof *x),
            *xb = calloc((size_t)D > (size_t)qd ? (size_t)D : (size_t)qd, sizeof *xb);
     double *q = calloc((size_t)n * qd, sizeof *q), *k = calloc((size_t)n * kvd, sizeof *k),
@@ -96,7 +99,7 @@ int ref_forward(const cairn__model *m, const int32_t *tokens, int n, double *log
             goto out;
         }
         for (int i = 0; i < n; i++) {
-            rmsnorm(xb, x + (size_t)i * D, ly->attn_norm, D, m->rms_eps);
+            rmsnorm(xb, x + (size_t)i * D, ly->attn_norm, D, eps);
             mv(Wq, qd, D, xb, q + (size_t)i * qd);
             mv(Wk, kvd, D, xb, k + (size_t)i * kvd);
             mv(Wv, kvd, D, xb, v + (size_t)i * kvd);
@@ -107,9 +110,9 @@ int ref_forward(const cairn__model *m, const int32_t *tokens, int n, double *log
                 v[(size_t)i * kvd + c] += ly->bv ? ly->bv[c] : 0.0;
             }
             for (int h = 0; h < H; h++)
-                rope(q + (size_t)i * qd + (size_t)h * hd, hd, m->rope_dim, neox, i, m->rope_base);
+                rope(q + (size_t)i * qd + (size_t)h * hd, hd, rope_dim, neox, i, rope_base);
             for (int h = 0; h < KV; h++)
-                rope(k + (size_t)i * kvd + (size_t)h * hd, hd, m->rope_dim, neox, i, m->rope_base);
+                rope(k + (size_t)i * kvd + (size_t)h * hd, hd, rope_dim, neox, i, rope_base);
         }
         for (int i = 0; i < n; i++) {
             for (int h = 0; h < H; h++) {
@@ -137,7 +140,7 @@ int ref_forward(const cairn__model *m, const int32_t *tokens, int n, double *log
                 x[(size_t)i * D + c] += tmp[c];
         }
         for (int i = 0; i < n; i++) {
-            rmsnorm(xb, x + (size_t)i * D, ly->ffn_norm, D, m->rms_eps);
+            rmsnorm(xb, x + (size_t)i * D, ly->ffn_norm, D, eps);
             mv(Wg, F, D, xb, g);
             mv(Wu, F, D, xb, u);
             for (int c = 0; c < F; c++)
@@ -152,7 +155,7 @@ int ref_forward(const cairn__model *m, const int32_t *tokens, int n, double *log
     if (!Wout)
         goto out;
     for (int i = 0; i < n; i++) {
-        rmsnorm(xb, x + (size_t)i * D, m->output_norm, D, m->rms_eps);
+        rmsnorm(xb, x + (size_t)i * D, m->output_norm, D, eps);
         mv(Wout, V, D, xb, logits + (size_t)i * V);
     }
     free(Wout);

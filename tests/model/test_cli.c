@@ -1,12 +1,22 @@
-/* tests/model/test_cli.c - `cairn generate` as a user runs it: output, exit codes. */
+/* tests/model/test_cli.c - `cairn generate` as a user runs it: output, exit codes; and the
+ * engine behaviours the command shows (hidden control tokens, OpenBLAS's thread count) checked
+ * in-process, where they can be seen exactly. */
+#include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "gpu/engine.h"
+#include "gpu/tokenizer.h"
 #include "tests/model/mkmodel.h"
 #include "tests/tap.h"
+
+#ifdef CAIRN_HAVE_OPENBLAS
+#include <cblas.h>
+#endif
 
 static char out[65536];
 
@@ -34,6 +44,139 @@ static int write_model(const mk_spec *s, const char *path)
         rc = -1;
     free(buf);
     return rc;
+}
+
+/* Runs `bin generate -m model -p hi ...` with stdout a pipe whose reader is already gone and
+ * SIGPIPE ignored, so its first write fails with EPIPE (what `| head` gives a program that
+ * ignores SIGPIPE); stderr goes to errpath. Returns the exit status, -1 if it did not exit. */
+static int generate_into_closed_pipe(const char *bin, const char *model, const char *errpath)
+{
+    int fds[2];
+    if (pipe(fds) != 0)
+        return -1;
+    close(fds[0]);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fd = open(errpath, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        signal(SIGPIPE, SIG_IGN); /* kept across exec */
+        if (fd < 0 || dup2(fds[1], 1) < 0 || dup2(fd, 2) < 0)
+            _exit(126);
+        execl(bin, bin, "generate", "-m", model, "-p", "hi", "-n", "8", "--temperature", "0",
+              (char *)NULL);
+        _exit(127);
+    }
+    close(fds[1]);
+    int st;
+    if (pid < 0 || waitpid(pid, &st, 0) != pid)
+        return -1;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static int hidden_type(const cairn__tok *t, int32_t id)
+{
+    const int ty = cairn__tok_type(t, id);
+    return ty == CAIRN__TOK_CONTROL || ty == CAIRN__TOK_UNKNOWN;
+}
+
+/* Control and unknown tokens are markup: the engine's text leaves them out, exactly (the text
+ * is the pieces of the other tokens), and a stop string that is one's whole text stops on it.
+ * Returns the seed whose 200 tokens from BOS (temperature 50, top-k 0, top-p 1, --ignore-eos)
+ * hold such tokens, for the same run through the command; 0 if none was found. */
+static unsigned long long check_hidden_tokens(const char *path)
+{
+    cairn__engine_opts eo = {"cpu", 0, 1, 0};
+    cairn__engine *e = NULL;
+    char err[512] = "";
+    if (cairn__engine_open(path, &eo, &e, err, sizeof err) != 0) {
+        ok(0, "engine opened (%s)", err);
+        return 0;
+    }
+    const cairn__tok *t = cairn__engine_tok(e);
+    const int32_t bos = cairn__tok_bos(t);
+    cairn__gen_opts go;
+    cairn__gen_result r;
+    memset(&r, 0, sizeof r);
+    size_t n_hidden = 0;
+    int same = 0;
+    unsigned long long seed = 0;
+    /* near-uniform sampling, so control tokens come up; seeds until some did */
+    while (seed < 8 && n_hidden == 0) {
+        seed++;
+        cairn__gen_result_free(&r);
+        cairn__gen_opts_default(&go);
+        go.max_tokens = 200;
+        go.ignore_eos = 1;
+        go.sampling.temperature = 50.0f;
+        go.sampling.top_k = 0;
+        go.sampling.top_p = 1.0f;
+        go.sampling.seed = seed;
+        if (cairn__engine_generate_tokens(e, &bos, 1, &go, &r) != 0)
+            break;
+        char expect[200 * 64];
+        size_t n = 0;
+        n_hidden = 0;
+        for (size_t i = 0; i < r.n_tokens; i++) {
+            const char *p;
+            size_t l;
+            if (hidden_type(t, r.tokens[i])) {
+                n_hidden++;
+            } else if (cairn__tok_piece(t, r.tokens[i], &p, &l) == 0 && n + l <= sizeof expect) {
+                memcpy(expect + n, p, l);
+                n += l;
+            }
+        }
+        same = r.text && r.text_len == n && memcmp(r.text, expect, n) == 0;
+    }
+    ok(n_hidden > 0, "sampling drew control/unknown tokens (%zu of %zu)", n_hidden, r.n_tokens);
+    ok(same && !memmem(r.text, r.text_len, "<s>", 3) && !memmem(r.text, r.text_len, "<unk>", 5) &&
+           !memmem(r.text, r.text_len, "</s>", 4),
+       "the text is exactly the other tokens' pieces: no <s>, </s>, <unk>");
+
+    /* the same run with a stop on "<s>" (BOS, a control token) ends on that token */
+    size_t first = r.n_tokens;
+    for (size_t i = 0; i < r.n_tokens; i++)
+        if (r.tokens[i] == bos) {
+            first = i;
+            break;
+        }
+    if (first < r.n_tokens) {
+        const char *stop[] = {"<s>"};
+        cairn__gen_result r2;
+        go.stop = stop;
+        go.n_stop = 1;
+        int rc = cairn__engine_generate_tokens(e, &bos, 1, &go, &r2);
+        ok(rc == 0 && r2.finish == CAIRN__FINISH_STOP && r2.n_tokens == first + 1 &&
+               r2.tokens[first] == bos,
+           "--stop '<s>' stops on the <s> token (%d tokens, expected %zu)",
+           rc ? -1 : (int)r2.n_tokens, first + 1);
+        if (rc == 0)
+            cairn__gen_result_free(&r2);
+    } else {
+        skip("no <s> among the sampled tokens");
+    }
+    cairn__gen_result_free(&r);
+    cairn__engine_free(e);
+    return n_hidden ? seed : 0;
+}
+
+/* --threads bounds OpenBLAS (the prompt's sgemm) as well as the pool: the CPU backend sets
+ * OpenBLAS's count to its own, whatever the machine's core count (OpenBLAS's default). */
+static void check_blas_threads(const char *path)
+{
+#ifdef CAIRN_HAVE_OPENBLAS
+    for (int n = 1; n <= 3; n++) {
+        cairn__engine_opts eo = {"cpu", 0, n, 0};
+        cairn__engine *e = NULL;
+        char err[512] = "";
+        int rc = cairn__engine_open(path, &eo, &e, err, sizeof err);
+        int got = rc == 0 ? openblas_get_num_threads() : -1;
+        ok(rc == 0 && got == n, "--threads %d: OpenBLAS uses %d threads (%s)", n, got, err);
+        cairn__engine_free(e);
+    }
+#else
+    (void)path;
+    skip("built without OpenBLAS: no OpenBLAS threads to bound");
+#endif
 }
 
 int main(void)
@@ -188,6 +331,67 @@ int main(void)
     ok(rc == 64 && strstr(out, "1024"), "--threads error states the limit (%d)", rc);
     snprintf(cmd, sizeof cmd, "%s generate -m %s -p hi --stop '' 2>&1", bin, path);
     ok(sh(cmd) == 64, "empty --stop exits 64");
+
+    /* output errors: a full disk is exit 74 naming the error; a reader that went away (EPIPE)
+     * is a quiet cancel */
+    snprintf(cmd, sizeof cmd, "%s generate -m %s -p hi -n 8 --temperature 0 2>&1 >/dev/full", bin,
+             path);
+    rc = sh(cmd);
+    ok(rc == 74 && strstr(out, "cannot write the output: No space left on device"),
+       "stdout on /dev/full: exit 74 naming the error (%d: %.100s)", rc, out);
+    snprintf(alt, sizeof alt, "%s/err.txt", dir);
+    rc = generate_into_closed_pipe(bin, path, alt);
+    snprintf(cmd, sizeof cmd, "cat %s", alt);
+    sh(cmd);
+    ok(rc == 0 && strncmp(out, "[cancel,", 8) == 0 && !strstr(out, "cannot write"),
+       "stdout a closed pipe (EPIPE): quiet cancel, exit 0 (%d: %.100s)", rc, out);
+    unlink(alt);
+
+    /* each option takes one value, --stop excepted */
+    static const char *const twice[][2] = {
+        {"--prompt", "-p hi --prompt ho"},
+        {"--model", "-p hi --model %s"},
+        {"--max-tokens", "-p hi -n 3 --max-tokens 5"},
+        {"--file", "-f /dev/null --file /dev/null"},
+        {"--temperature", "-p hi --temperature 0 --temperature=1"},
+        {"--threads", "-p hi -t 1 -t 2"},
+    };
+    for (size_t i = 0; i < sizeof twice / sizeof twice[0]; i++) {
+        char args[256], want[64];
+        snprintf(args, sizeof args, twice[i][1], path);
+        snprintf(cmd, sizeof cmd, "%s generate -m %s %s 2>&1 >/dev/null", bin, path, args);
+        snprintf(want, sizeof want, "%s given twice", twice[i][0]);
+        rc = sh(cmd);
+        ok(rc == 64 && strstr(out, want), "%s twice: exit 64 naming it (%d: %.80s)", twice[i][0],
+           rc, out);
+    }
+    snprintf(cmd, sizeof cmd,
+             "%s generate -m %s -p hi -n 3 --stop zzz --stop yyy --temperature 0 2>&1 >/dev/null",
+             bin, path);
+    ok(sh(cmd) == 0, "--stop may be repeated");
+
+    /* control tokens stay out of the text: in the engine exactly, and so on stdout */
+    unsigned long long seed = check_hidden_tokens(path);
+    snprintf(cmd, sizeof cmd,
+             "%s generate -m %s -p '' -n 200 --ignore-eos --temperature 50 --top-k 0 --top-p 1 "
+             "--seed %llu --backend cpu 2>/dev/null",
+             bin, path, seed);
+    rc = sh(cmd);
+    ok(seed && rc == 0 && !strstr(out, "<s>") && !strstr(out, "</s>") && !strstr(out, "<unk>"),
+       "the same run on stdout: no <s>, </s>, <unk> (seed %llu, exit %d)", seed, rc);
+    check_blas_threads(path);
+
+    /* --help: the repeat penalty's window is --repeat-last-n's, not a number in the text */
+    snprintf(cmd, sizeof cmd, "%s generate --help", bin);
+    sh(cmd);
+    const char *rp = strstr(out, "--repeat-penalty R");
+    const char *rp_end = rp ? strchr(rp, '\n') : NULL,
+               *rn = rp ? strstr(rp, "--repeat-last-n") : NULL;
+    ok(rn && rn < rp_end && !strstr(out, "last 64"),
+       "--help: --repeat-penalty names --repeat-last-n, not a number");
+    snprintf(cmd, sizeof cmd, "%s model-info --help", bin);
+    ok(sh(cmd) == 0 && strstr(out, "Exit status") && strstr(out, "74"),
+       "model-info --help lists the exit status");
 
 #ifndef CAIRN_HAVE_CUDA
     snprintf(cmd, sizeof cmd, "%s generate -m %s -p hi --backend cuda 2>&1", bin, path);

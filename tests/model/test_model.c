@@ -51,21 +51,68 @@ static double rel_err_f(const float *a, const float *b, size_t n)
 static const int32_t PROMPT[] = {1, 17, 250, 3, 99, 42, 42, 7, 280, 5};
 #define NP ((int)(sizeof PROMPT / sizeof *PROMPT))
 
-/* forward vs reference, prompt vs decode, for one model */
-static void check_model(const char *arch, uint32_t type, int tied, int kquant)
+/* Batched prompt logits of m on a fresh CPU backend, relative to ref; -1 on failure. */
+static double prompt_err(const cairn__model *m, const double *ref, float *out)
+{
+    char err[256];
+    cairn__backend *b = NULL;
+    cairn__backend_opts o = {.n_ctx = 64, .n_threads = 2, .n_batch = 4};
+    int rc = cairn__backend_new("cpu", m, &o, &b, err, sizeof err);
+    if (rc == 0)
+        rc = cairn__backend_forward(b, PROMPT, NP, 0, out, 1);
+    cairn__backend_free(b);
+    return rc ? -1.0 : rel_err_d(out, ref, NP * (size_t)m->n_vocab);
+}
+
+/* The reference takes rope base, rope dimensions and epsilon from the spec, so the comparison
+ * only proves the loader read them if getting them wrong would show. It would: with each value
+ * in turn replaced by what a loader that ignored its key would use (the defaults 10000,
+ * head_dim, 1e-5), the engine's logits must leave the tolerance by far. */
+static void check_hparams_matter(cairn__model *m, const char *arch, const char *tn,
+                                 const double *ref, float *out)
+{
+    const float base = m->rope_base, eps = m->rms_eps;
+    const int rdim = m->rope_dim;
+    m->rope_base = 10000.0f;
+    const double eb = prompt_err(m, ref, out);
+    m->rope_base = base;
+    m->rope_dim = m->head_dim;
+    const double ed = prompt_err(m, ref, out);
+    m->rope_dim = rdim;
+    m->rms_eps = 1e-5f;
+    const double ee = prompt_err(m, ref, out);
+    m->rms_eps = eps;
+    ok(eb > 1e-2 && ed > 1e-2 && ee > 1e-2,
+       "%s %s: the reference check would catch a misread key: rel err with freq_base 10000 "
+       "%.3g, rope dims = head_dim %.3g, eps 1e-5 %.3g (all > 1e-2)",
+       arch, tn, eb, ed, ee);
+}
+
+/* forward vs reference, prompt vs decode, for one model. alt_hp: rope freq_base 1e6, RMS eps
+ * 1e-6 and rope over half of each head (the defaults of mk_model are 10000, 1e-5, all of it),
+ * with small embeddings so that the first RMSNorm's eps is not negligible. */
+static void check_model(const char *arch, uint32_t type, int tied, int kquant, int alt_hp)
 {
     mk_spec s;
     mk_spec_default(&s);
     s.arch = arch;
     s.wtype = type;
     s.tied = tied;
-    s.seed = 7 + type;
+    s.seed = 7 + type + (uint64_t)alt_hp * 100;
     if (kquant) { /* K-quants need rows of 256 */
         s.dim = 256;
         s.ff = 512;
         s.n_layers = 2;
     }
-    const char *tn = cairn__ggml_type_name(type);
+    if (alt_hp) {
+        s.rope_base = 1e6f;
+        s.rms_eps = 1e-6f;
+        s.rope_dim = s.dim / s.n_heads / 2;
+        s.embd_scale = 2e-3f;
+    }
+    char tn[64];
+    snprintf(tn, sizeof tn, "%s%s", cairn__ggml_type_name(type),
+             alt_hp ? " (freq_base 1e6, eps 1e-6, rope dims head_dim/2)" : "");
     char err[256];
     mk_loaded L;
     int rc = mk_load(&s, &L, err, sizeof err);
@@ -75,9 +122,11 @@ static void check_model(const char *arch, uint32_t type, int tied, int kquant)
     }
     const cairn__model *m = L.m;
     ok(m->tied_output == tied && m->n_kv_heads == 2 &&
-           m->rope_mode == (strcmp(arch, "qwen2") == 0 ? 2 : 0),
-       "%s %s: hyperparameters (tied %d, kv %d, rope %d)", arch, tn, m->tied_output, m->n_kv_heads,
-       m->rope_mode);
+           m->rope_mode == (strcmp(arch, "qwen2") == 0 ? 2 : 0) && m->rope_dim == mk_rope_dim(&s) &&
+           m->rope_base == (float)mk_rope_base(&s) && m->rms_eps == (float)mk_rms_eps(&s),
+       "%s %s: hyperparameters (tied %d, kv %d, rope mode %d, rope dims %d, base %g, eps %g)", arch,
+       tn, m->tied_output, m->n_kv_heads, m->rope_mode, m->rope_dim, (double)m->rope_base,
+       (double)m->rms_eps);
     const size_t V = (size_t)m->n_vocab;
     double *ref = malloc(NP * V * sizeof *ref);
     float *bat = malloc(NP * V * sizeof *bat), *dec = malloc(NP * V * sizeof *dec);
@@ -86,7 +135,7 @@ static void check_model(const char *arch, uint32_t type, int tied, int kquant)
         .n_ctx = 64, .n_threads = 2, .n_batch = 4}; /* batch 4: chunked prompt */
     rc = cairn__backend_new("cpu", m, &o, &b, err, sizeof err);
     ok(rc == 0, "%s %s: cpu backend (%s)", arch, tn, rc ? err : "ok");
-    if (rc || !ref || !bat || !dec || ref_forward(m, PROMPT, NP, ref) != 0) {
+    if (rc || !ref || !bat || !dec || ref_forward(m, &s, PROMPT, NP, ref) != 0) {
         ok(0, "setup");
         goto out;
     }
@@ -113,6 +162,8 @@ static void check_model(const char *arch, uint32_t type, int tied, int kquant)
            cairn__backend_n_past(b) == 6,
        "%s %s: truncate + re-decode reproduces the logits bit for bit", arch, tn);
     free(again);
+    if (alt_hp)
+        check_hparams_matter(L.m, arch, tn, ref, bat);
 out:
     cairn__backend_free(b);
     free(ref);
@@ -146,7 +197,7 @@ static void check_greedy(void)
         rc = cairn__backend_forward(b, seq, NP, 0, lg, 0);
     for (int t = 0; same && t < NG; t++) {
         /* reference: full recompute; argmax with ties to the lower id */
-        ref_forward(m, seq, n, ref);
+        ref_forward(m, &s, seq, n, ref);
         const double *r = ref + (size_t)(n - 1) * V;
         int ra = 0, ca = 0;
         for (int i = 1; i < V; i++) {
@@ -322,6 +373,93 @@ static void check_errors(void)
        "unknown architecture -> EUNSUPPORTED naming it (%s)", err);
     mk_unload(&L);
 
+    /* tensors the model would not use: blocks past block_count, or a feature not implemented */
+    mk_spec_default(&s);
+    s.meta_layers = 1;
+    rc = mk_load(&s, &L, err, sizeof err);
+    ok(rc == CAIRN_EFORMAT && strstr(err, "'blk.1.") && strstr(err, "llama.block_count is 1"),
+       "block_count 1 with 2 blocks of tensors -> EFORMAT naming the tensor (%s)", err);
+    mk_unload(&L);
+
+    mk_spec_default(&s);
+    s.arch = "qwen2";
+    s.extra = "rope_freqs.weight";
+    rc = mk_load(&s, &L, err, sizeof err);
+    ok(rc == CAIRN_EUNSUPPORTED && strstr(err, "'rope_freqs.weight'") && strstr(err, "qwen2"),
+       "a tensor the architecture does not use -> EUNSUPPORTED naming it (%s)", err);
+    mk_unload(&L);
+
+    mk_spec_default(&s);
+    s.extra = "blk.0.attn_output.bias";
+    rc = mk_load(&s, &L, err, sizeof err);
+    ok(rc == CAIRN_EUNSUPPORTED && strstr(err, "'blk.0.attn_output.bias'"),
+       "an unused tensor inside a real block -> EUNSUPPORTED naming it (%s)", err);
+    mk_unload(&L);
+
+    /* embedding_length that disagrees with the tensors is reported as itself (with 32 the
+     * derived head dimension, 8, would also fail the rope check if that came first) */
+    mk_spec_default(&s);
+    s.meta_dim = 32;
+    rc = mk_load(&s, &L, err, sizeof err);
+    ok(rc == CAIRN_EFORMAT && strstr(err, "llama.embedding_length") &&
+           strstr(err, "token_embd.weight") && strstr(err, "[64, 300") && !strstr(err, "rope"),
+       "embedding_length 32 for 64-wide tensors -> EFORMAT naming it and the shape (%s)", err);
+    mk_unload(&L);
+
+    mk_spec_default(&s);
+    s.rope_dim = 18; /* head dim 16, derived from 64 / 4 */
+    rc = mk_load(&s, &L, err, sizeof err);
+    ok(rc == CAIRN_EFORMAT && strstr(err, "llama.rope.dimension_count 18") &&
+           strstr(err, "head dimension 16 (llama.embedding_length 64 / head_count 4)"),
+       "rope.dimension_count past the derived head dimension -> EFORMAT naming both (%s)", err);
+    mk_unload(&L);
+
+    /* epsilon and freq_base must be finite and positive */
+    static const struct {
+        int which; /* 0 eps, 1 freq_base */
+        float v;
+        const char *want;
+    } bad_f[] = {{0, INFINITY, "is inf"}, {0, NAN, "is nan"},          {0, -1e-5f, "is -1e-05"},
+                 {1, INFINITY, "is inf"}, {1, -10000.0f, "is -10000"}, {1, NAN, "is nan"}};
+    for (size_t i = 0; i < sizeof bad_f / sizeof *bad_f; i++) {
+        mk_spec_default(&s);
+        if (bad_f[i].which)
+            s.rope_base = bad_f[i].v;
+        else
+            s.rms_eps = bad_f[i].v;
+        const char *key =
+            bad_f[i].which ? "llama.rope.freq_base" : "llama.attention.layer_norm_rms_epsilon";
+        rc = mk_load(&s, &L, err, sizeof err);
+        ok(rc == CAIRN_EFORMAT && strstr(err, key) && strstr(err, bad_f[i].want) &&
+               strstr(err, "not a finite positive number"),
+           "%s %g -> EFORMAT naming the key (%s)", key, (double)bad_f[i].v, err);
+        mk_unload(&L);
+    }
+
+    /* a reader opened to describe any tensor type still cannot make a model of one */
+    mk_spec_default(&s);
+    unsigned char *buf = NULL;
+    size_t len = 0;
+    rc = mk_model(&s, &buf, &len);
+    const char *victim = "blk.0.attn_q.weight";
+    size_t at = 0;
+    for (size_t i = 8; rc == 0 && !at && i + strlen(victim) <= len; i++)
+        if (memcmp(buf + i, victim, strlen(victim)) == 0)
+            at = i + strlen(victim) + 4 + 2 * 8; /* past n_dims and ne[2]: the type */
+    cairn__gguf *g = NULL;
+    cairn__model *m = NULL;
+    if (at) {
+        buf[at] = 13; /* Q5_K */
+        rc = cairn__gguf_open_mem_ex(buf, len, CAIRN__GGUF_ANY_TYPE, &g, err, sizeof err);
+        if (rc == 0)
+            rc = cairn__model_load(g, &m, err, sizeof err);
+    }
+    ok(at && rc == CAIRN_EUNSUPPORTED && !m && strstr(err, victim) && strstr(err, "Q5_K"),
+       "model from an ANY_TYPE reader with a Q5_K weight -> EUNSUPPORTED naming it (%s)", err);
+    cairn__model_free(m);
+    cairn__gguf_close(g);
+    free(buf);
+
     rc = cairn__model_open("/nonexistent/model.gguf", &L.m, err, sizeof err);
     ok(rc == CAIRN_ENOENT && L.m == NULL, "missing file -> ENOENT (%d)", rc);
 
@@ -380,11 +518,17 @@ int main(void)
     const uint32_t flat[] = {CAIRN__GGML_F32, CAIRN__GGML_F16, CAIRN__GGML_BF16, CAIRN__GGML_Q8_0,
                              CAIRN__GGML_Q4_0};
     for (size_t i = 0; i < sizeof flat / sizeof *flat; i++) {
-        check_model("llama", flat[i], (int)(i % 2), 0);
-        check_model("qwen2", flat[i], (int)((i + 1) % 2), 0);
+        check_model("llama", flat[i], (int)(i % 2), 0, 0);
+        check_model("qwen2", flat[i], (int)((i + 1) % 2), 0, 0);
     }
-    check_model("llama", CAIRN__GGML_Q4_K, 0, 1);
-    check_model("qwen2", CAIRN__GGML_Q6_K, 1, 1);
+    check_model("llama", CAIRN__GGML_Q4_K, 0, 1, 0);
+    check_model("qwen2", CAIRN__GGML_Q6_K, 1, 1, 0);
+    /* real files differ from mk_model's defaults: Qwen2 uses freq_base 1e6, many use eps 1e-6,
+     * some rotate only part of each head */
+    check_model("llama", CAIRN__GGML_F32, 0, 0, 1);
+    check_model("qwen2", CAIRN__GGML_F32, 1, 0, 1);
+    check_model("llama", CAIRN__GGML_Q4_K, 1, 1, 1);
+    check_model("qwen2", CAIRN__GGML_Q6_K, 0, 1, 1);
     check_greedy();
     check_threads_deterministic();
     check_kernels_scalar_vs_simd();

@@ -90,6 +90,131 @@ static void known_blocks(void)
     ok(good, "Q6_K known block: int8 scale per 16 elements, q - 32");
 }
 
+/* ---- K-quant layouts against ggml, element by element ------------------------------------- */
+
+/* The known blocks above give every element of a sub-block the same quant, so they check the
+ * scale unpacking but not which nibble or bit pair is which element. Here every quant byte
+ * differs (a fixed LCG fills them) and the expected value of each of the 256 elements is
+ * hard-coded, computed outside this project from ggml's dequantize_row_q4_K and
+ * dequantize_row_q6_K (a short Python restatement of those loops):
+ *   Q4_K: 64-element chunk c reads qs[32c .. 32c+31]; element 64c+l is the low nibble of
+ *         qs[32c+l] (sub-block 2c), element 64c+32+l the high nibble (sub-block 2c+1);
+ *         value = d * sc[j] * q - dmin * m[j] with d = dmin = 1, sc[j]/m[j] as in known_blocks.
+ *   Q6_K: half h (128 elements) reads ql[64h ..], qh[32h ..], scales[8h ..]; for l < 32,
+ *         elements l, l+32, l+64, l+96 are ql[l] low, ql[l+32] low, ql[l] high, ql[l+32] high,
+ *         each with bit pair 0, 1, 2, 3 of qh[l] on top; value = d * scales[i/16] * (q - 32).
+ * For example Q4_K element 0 is qs[0] = 198 = 0xC6: low nibble 6, scale 1, min 0 -> 6; element
+ * 32 is its high nibble 12 in sub-block 1 (scale 2, min 1) -> 23. Q6_K element 0 is ql[0] =
+ * 140 = 0x8C low nibble 12 with qh[0] = 83 = 0b01010011 bits 0-1 = 3 -> 60 - 32 = 28, scale 1.
+ * A layout error made the same way in quantizer and dequantizer would pass every round trip
+ * and still misread real llama.cpp files; it cannot pass these tables. */
+/* clang-format off: 16 elements a row */
+static const int16_t q4k_want[256] = {
+    6,   14,  1,   11,  11,  11,  2,   11,  4,   6,   13,  15,  12,  12,  1,   7,   1,   15,  1,
+    14,  6,   2,   15,  7,   7,   6,   7,   9,   10,  8,   12,  9,   23,  13,  15,  11,  7,   29,
+    27,  29,  9,   29,  21,  25,  13,  1,   27,  15,  -1,  21,  5,   25,  9,   13,  -1,  7,   11,
+    11,  15,  9,   19,  15,  5,   9,   28,  16,  7,   31,  4,   13,  1,   22,  34,  10,  13,  43,
+    19,  40,  13,  31,  28,  4,   25,  22,  34,  7,   28,  16,  40,  43,  25,  25,  43,  43,  43,
+    16,  53,  17,  1,   25,  49,  29,  37,  49,  9,   17,  17,  5,   9,   37,  21,  17,  49,  -3,
+    25,  33,  45,  53,  1,   25,  29,  17,  49,  33,  29,  1,   9,   9,   258, 27,  132, 237, 237,
+    174, 258, 90,  174, 48,  90,  258, 216, 153, 237, 258, 279, 90,  -15, -36, -36, 195, 279, -15,
+    132, 69,  -36, 69,  153, 216, 27,  237, 271, 51,  117, 51,  -37, 293, 205, 183, 249, 271, 139,
+    139, 249, 7,   95,  51,  293, 73,  271, 117, 7,   293, 139, 205, 73,  -37, 161, 227, -37, 249,
+    73,  227, 192, 215, 146, 169, 8,   31,  8,   261, 100, 307, 192, 77,  8,   100, 31,  146, 169,
+    8,   -15, 284, 238, 8,   146, -15, 238, 8,   100, 77,  -15, 100, 307, 123, 201, 33,  57,  177,
+    81,  273, 81,  177, -39, 177, 297, 225, 249, -39, -15, 177, 57,  225, -39, -15, 201, 33,  153,
+    33,  177, 81,  57,  177, 129, 33,  153, 81,
+};
+
+static const int16_t q6k_want[256] = {
+    28,   17,   -1,  -30,  13,  -25,  -8,   25,  -18,  19,   -11,  3,    -4,   -5,   -13,  -20,
+    -58,  -52,  44,  -34,  56,  -54,  -52,  -64, -38,  0,    -44,  -22,  -2,   -60,  42,   -18,
+    -54,  -84,  57,  36,   57,  -15,  54,   -42, 0,    51,   51,   -12,  48,   9,    -21,  -60,
+    -12,  124,  52,  -112, -72, 48,   76,   48,  -36,  28,   64,   -116, -4,   68,   84,   -40,
+    -40,  -150, 155, 115,  -90, 145,  -155, 145, -140, 5,    45,   -155, 145,  -75,  30,   155,
+    54,   -192, 186, 66,   54,  -12,  96,   180, 132,  162,  -192, 96,   -42,  -6,   42,   144,
+    -56,  133,  -35, -35,  77,  14,   -14,  0,   -28,  -154, -77,  -56,  -168, -210, 189,  -14,
+    -208, -80,  24,  48,   128, -56,  144,  -16, -120, 128,  40,   0,    24,   -128, 64,   24,
+    -15,  -10,  -28, -1,   -31, 4,    -16,  23,  16,   9,    17,   11,   7,    16,   15,   16,
+    -38,  48,   22,  34,   26,  6,    64,   -36, 44,   58,   -42,  6,    -30,  62,   58,   -8,
+    75,   63,   93,  -72,  66,  87,   63,   -60, 33,   -90,  -75,  -18,  -42,  -24,  -57,  -90,
+    -112, -92,  100, 96,   120, 64,   -88,  92,  68,   80,   60,   -112, -92,  36,   -92,  28,
+    -145, 65,   55,  -115, 60,  10,   0,    0,   160,  -60,  110,  -40,  135,  30,   85,   -95,
+    -126, 18,   138, -126, 18,  48,   -42,  -48, -72,  -144, 114,  -84,  0,    -78,  114,  -132,
+    119,  196,  91,  -154, -77, -189, 210,  196, 56,   -175, 14,   -203, -147, -14,  140,  105,
+    -216, -168, 232, 192,  16,  88,   176,  8,   -120, -24,  -232, 56,   -128, -248, -136, 208,
+};
+/* clang-format on */
+
+static uint8_t lcg_byte(uint32_t *x)
+{
+    *x = *x * 1103515245u + 12345u;
+    return (uint8_t)(*x >> 16);
+}
+
+/* One K-quant block against its 256 ggml values; then the quantizer, through the dequantizer
+ * just checked: a layout of the quantizer's own would scatter the values far past qtol. */
+static void check_kquant_block(uint32_t type, const void *block, const int16_t *want, double qtol)
+{
+    const char *tn = cairn__ggml_type_name(type);
+    float y[256], z[256];
+    unsigned char q[256];
+    cairn__dequant_row(type, block, y, 256);
+    int bad = 0, first = -1;
+    for (int i = 0; i < 256; i++)
+        if (y[i] != (float)want[i] && (bad++, first < 0))
+            first = i;
+    ok(bad == 0, "%s distinct quants: all 256 elements as ggml dequantizes them (%d differ)", tn,
+       bad);
+    if (bad)
+        diag("first: element %d, got %g, ggml %d", first, (double)y[first], want[first]);
+    for (int i = 0; i < 256; i++)
+        z[i] = (float)want[i];
+    int rc = cairn__quant_row(type, z, q, 256);
+    cairn__dequant_row(type, q, y, 256);
+    double e = rel_rms(y, z, 256);
+    ok(rc == 0 && e <= qtol, "%s quantizer puts each element where ggml reads it (rel rms %.3g)",
+       tn, e);
+}
+
+static void kquant_layouts(void)
+{
+    cairn__block_q4_K bk;
+    memset(&bk, 0, sizeof bk);
+    bk.d = 0x3c00;    /* 1.0 */
+    bk.dmin = 0x3c00; /* 1.0 */
+    uint8_t ls[8], lm[8];
+    for (int j = 0; j < 8; j++)
+        ls[j] = (uint8_t)(j + 1 + (j >= 4 ? 16 : 0)), lm[j] = (uint8_t)(j + (j >= 4 ? 32 : 0));
+    for (int j = 0; j < 8; j++) { /* ggml's 12-byte packing of 8 6-bit scales and mins */
+        if (j < 4) {
+            bk.scales[j] = ls[j];
+            bk.scales[j + 4] = lm[j];
+        } else {
+            bk.scales[j + 4] = (uint8_t)((ls[j] & 0xF) | ((lm[j] & 0xF) << 4));
+            bk.scales[j - 4] |= (uint8_t)((ls[j] >> 4) << 6);
+            bk.scales[j] |= (uint8_t)((lm[j] >> 4) << 6);
+        }
+    }
+    uint32_t x = 1;
+    for (int b = 0; b < 128; b++)
+        bk.qs[b] = lcg_byte(&x);
+    check_kquant_block(CAIRN__GGML_Q4_K, &bk, q4k_want, 0.05);
+
+    cairn__block_q6_K b6;
+    memset(&b6, 0, sizeof b6);
+    b6.d = 0x3c00;
+    for (int s = 0; s < 16; s++) /* 1..8, then -1..-8: no zero scale hides a quant */
+        b6.scales[s] = (int8_t)(s < 8 ? s + 1 : -(s - 7));
+    x = 2;
+    for (int b = 0; b < 128; b++)
+        b6.ql[b] = lcg_byte(&x);
+    x = 3;
+    for (int b = 0; b < 64; b++)
+        b6.qh[b] = lcg_byte(&x);
+    check_kquant_block(CAIRN__GGML_Q6_K, &b6, q6k_want, 0.02);
+}
+
 static void round_trips(void)
 {
     const uint32_t types[] = {CAIRN__GGML_F32,  CAIRN__GGML_F16,  CAIRN__GGML_BF16,
@@ -164,6 +289,7 @@ static void halves(void)
 int main(void)
 {
     known_blocks();
+    kquant_layouts();
     round_trips();
     halves();
     return tap_done();

@@ -200,6 +200,45 @@ int main(void)
            "--lines: a line per line");
     }
     {
+        /* CRLF: the line end is "\r\n", not part of the line; a lone '\r' is text (13) */
+        write_file(text, "hi\r\nhi\rhi\r\n\r\nhi\r", 16);
+        const char *a[] = {"tokenize", "--model", model, "--file", text, "--lines", NULL};
+        int rc = run(cairn__cmd_tokenize, a);
+        ok(rc == 0 && strcmp(out_buf, "256\n256 13 256\n\n256 13\n") == 0,
+           "--lines: CRLF line ends stripped, other '\\r' kept (%d)", rc);
+        if (strcmp(out_buf, "256\n256 13 256\n\n256 13\n") != 0)
+            diag_lines(out_buf);
+        write_file(text, "hi\nhi\n", 6);
+    }
+    {
+        /* one value per option, --text excepted */
+        static const char *const twice[][8] = {
+            {"tokenize", "--model", "M", "-m", "M", "--text", "hi", NULL},
+            {"tokenize", "--model=M", "--model", "M", "--text", "hi", NULL, NULL},
+            {"tokenize", "-m", "M", "--file", "T", "-f", "T", NULL},
+        };
+        static const char *const name[] = {"--model", "--model", "--file"};
+        for (size_t i = 0; i < 3; i++) {
+            const char *a[8];
+            char arg[300];
+            for (size_t j = 0; j < 8; j++) {
+                a[j] = twice[i][j];
+                if (a[j] && strcmp(a[j], "M") == 0)
+                    a[j] = model;
+                else if (a[j] && strcmp(a[j], "T") == 0)
+                    a[j] = text;
+                else if (a[j] && strcmp(a[j], "--model=M") == 0) {
+                    snprintf(arg, sizeof arg, "--model=%s", model);
+                    a[j] = arg;
+                }
+            }
+            char want[64];
+            snprintf(want, sizeof want, "%s given twice", name[i]);
+            int rc = run(cairn__cmd_tokenize, a);
+            ok(rc == 64 && strstr(err_buf, want), "%s twice: 64 naming it (%d)", name[i], rc);
+        }
+    }
+    {
         const char *a[] = {"tokenize", "--model", model, "--text", "hi", "-t", "hi hi", NULL};
         ok(run(cairn__cmd_tokenize, a) == 0 && strcmp(out_buf, "256\n256 32 256\n") == 0,
            "repeated --text: one line per text, in order");
@@ -343,6 +382,17 @@ int main(void)
     {
         const char *a[] = {"model-info", "--frob", model, NULL};
         ok(run(cairn__cmd_model_info, a) == 64, "model-info unknown option: 64");
+    }
+    {
+        const char *a[] = {"model-info", "--help", NULL};
+        ok(run(cairn__cmd_model_info, a) == 0 && strstr(out_buf, "Exit status") &&
+               strstr(out_buf, "66 model file missing") && strstr(out_buf, "74"),
+           "model-info --help lists the exit status");
+    }
+    {
+        const char *a[] = {"tokenize", "--help", NULL};
+        ok(run(cairn__cmd_tokenize, a) == 0 && strstr(out_buf, "\\r\\n"),
+           "tokenize --help says --lines strips CRLF");
     }
 
     unlink(model);
