@@ -71,8 +71,8 @@ struct cairn__backend {
 
 extern const cairn__backend_ops cairn__backend_cpu_ops;
 
-/* Creates a backend by name: "cpu", "cuda", or "auto" (cuda when the CUDA module loads and a
- * device is present, else cpu, silently). o may be NULL (defaults). Returns 0 and *out, or a
+/* Creates a backend by name: "cpu", "cuda", or "auto" (cuda when the CUDA module loads, a
+ * device is present and the CUDA backend can run the model, else cpu, silently). o may be NULL (defaults). Returns 0 and *out, or a
  * negative code with a message in err; for "cuda" also CAIRN_ENODEVICE when the module cannot be
  * loaded (the loader's text in err) and CAIRN_EUNSUPPORTED when the build has no CUDA backend or
  * the module was built for another interface (see cairn__cuda_plugin_load). */

@@ -448,12 +448,13 @@ int cairn__backend_new(const char *kind, const cairn__model *m, const cairn__bac
     if (o->n_ctx < 0 || o->n_threads < 0 || o->n_batch < 0)
         return cairn__errf(err, errlen, CAIRN_EINVAL, "negative backend option");
     /* The CUDA backend is a module loaded on first use (gpu/backend_plugin.c); "auto" takes the
-     * CPU, silently, when the module cannot be loaded or finds no device. */
+     * CPU, silently, when the module cannot be loaded, finds no device, or cannot run this model
+     * (EUNSUPPORTED: e.g. a head dimension beyond its attention kernel's). */
     const cairn__cuda_plugin *cuda = NULL;
     if (!kind || strcmp(kind, "auto") == 0) {
         if (cairn__cuda_plugin_load(&cuda, NULL, 0) == 0) {
             int rc = cuda->ops->create(m, o, out, err, errlen);
-            if (rc != CAIRN_ENODEVICE)
+            if (rc != CAIRN_ENODEVICE && rc != CAIRN_EUNSUPPORTED)
                 return rc;
             if (err && errlen)
                 err[0] = '\0';
