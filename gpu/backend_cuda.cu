@@ -207,10 +207,10 @@ static int check_range(cuda_backend *b)
 {
     if (!*b->h_overflow)
         return 0;
-    return host.errf(b->e, b->elen, CAIRN_EUNSUPPORTED,
-                     "an activation went beyond the range of %s on the GPU; run this model with "
-                     "CAIRN_CUDA_DTYPE=bf16",
-                     DT_NAME[b->dt]);
+    /* ECUDA, not EUNSUPPORTED: the step ran (the engine reads EUNSUPPORTED as "nothing run") */
+    return host.errf(b->e, b->elen, CAIRN_ECUDA,
+                     "an activation went beyond the range of %s on the GPU%s", DT_NAME[b->dt],
+                     b->dt == DT_F16 ? "; run this model with CAIRN_CUDA_DTYPE=bf16" : "");
 }
 
 /* ==== launches
@@ -498,6 +498,10 @@ static int cuda_sample_logits(cairn__backend *bb, const float *logits, const cai
     b->elen = sizeof b->base.err;
     if (q->n_pen < 0 || q->n_pen > CAIRN__SAMPLE_MAX_PEN)
         return host.errf(b->e, b->elen, CAIRN_EUNSUPPORTED, "%d penalized ids", q->n_pen);
+    for (int i = 0; i < q->n_pen; i++)
+        if (q->pen[i] < 0 || q->pen[i] >= b->base.model->n_vocab)
+            return host.errf(b->e, b->elen, CAIRN_EINVAL,
+                             "penalized id %d is outside the vocabulary", q->pen[i]);
     CU(b, cudaSetDevice(b->device), "cudaSetDevice");
     set_sample_in(b, q);
     CU(b,

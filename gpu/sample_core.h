@@ -16,7 +16,9 @@
  * different summation order, so the cumulative sums may differ in the last bits: a draw that
  * lands within rounding of a boundary may pick the neighbour, which the tests allow for).
  * cairn__sampler_pick_runs in gpu/sampler.c is that split, in plain C, checked against the host
- * sampler on the CPU; the kernel follows it with these same functions.
+ * sampler on the CPU; the kernel follows it with these same functions, except that it adds the
+ * runs' sums in a tree (a block scan) where the C version adds them in a row, so the two also
+ * differ in the last bits (the same tolerance covers it).
  *
  * Everything here is inline, compiled as C11 by the program and as CUDA by the module.
  */
