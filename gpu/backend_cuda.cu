@@ -36,6 +36,10 @@
  * calls nothing of the program by name: cairn__dequant_row and cairn__errf come as pointers in
  * the host table. CUB (the sort) includes <iostream>, so the module links libstdc++.
  *
+ * Profile: CAIRN_CUDA_PROFILE=1 runs every step eagerly with an event after each operation and
+ * prints the time per operation (summed over the layers) to stderr when the backend is freed:
+ * where a decode step's time goes, from one run (the graph's own speed is bench-llm's).
+ *
  * Errors: every CUDA and cuBLAS call is checked; cudaError_t / cublasStatus_t become
  * CAIRN_ECUDA with the original name and text in the message, allocation failures
  * CAIRN_ENOMEM with the sizes, and the absence of a usable device CAIRN_ENODEVICE.
@@ -77,6 +81,8 @@ static const char *const DT_NAME[] = {"f32", "f16", "bf16"};
 static const size_t DT_SIZE[] = {4, 2, 2};
 static const cudaDataType_t DT_CUDA[] = {CUDA_R_32F, CUDA_R_16F, CUDA_R_16BF};
 
+#define PROF_MAX 4096 /* events per profiled step */
+#define PROF_BINS 48  /* distinct operation names */
 #define MAX_BATCH 512 /* tokens per prompt chunk: bounds the activations and the logits buffer */
 #define STAGE_FLOATS ((size_t)8 << 20) /* rows dequantized per upload step: 32 MiB of f32 */
 #define WORKSPACE_BYTES                                                                            \
@@ -139,6 +145,14 @@ typedef struct {
     void *sort_temp;              /* cub::DeviceRadixSort's scratch */
     size_t sort_temp_bytes;
     cudaGraphExec_t graphs[STEP_KINDS];
+    /* CAIRN_CUDA_PROFILE=1: every step runs eagerly with an event after each operation; the
+     * time per operation name is summed (prompt chunks and decode steps apart) and printed to
+     * stderr when the backend is destroyed. prof_n is -1 outside a profiled step. */
+    int prof, prof_n, prof_steps[2], prof_bins;
+    cudaEvent_t *prof_ev;
+    const char **prof_at; /* (PROF_MAX) the operation each event ends */
+    const char *prof_name[PROF_BINS];
+    double prof_ms[2][PROF_BINS];
     int no_graph;        /* a capture failed: decode steps are launched directly */
     char graph_err[256]; /* why */
 } cuda_backend;
@@ -178,9 +192,74 @@ static int blas_err(char *err, size_t errlen, cublasStatus_t s, const char *what
             return blas_err((b)->e, (b)->elen, s_, what);                                          \
     } while (0)
 
+/* ---- the profile (CAIRN_CUDA_PROFILE) ---- */
+
+static void prof_mark(cuda_backend *b, const char *what)
+{
+    if (b->prof_n < 0 || b->prof_n >= PROF_MAX)
+        return;
+    if (cudaEventRecord(b->prof_ev[b->prof_n], b->stream) == cudaSuccess)
+        b->prof_at[b->prof_n++] = what;
+}
+
+static void prof_begin(cuda_backend *b)
+{
+    if (!b->prof)
+        return;
+    b->prof_n = 0;
+    prof_mark(b, "start");
+}
+
+/* after the step's synchronisation: its events into the bins */
+static void prof_end(cuda_backend *b, int prompt)
+{
+    if (b->prof_n < 0)
+        return;
+    for (int i = 1; i < b->prof_n; i++) {
+        float ms = 0.0f;
+        if (cudaEventElapsedTime(&ms, b->prof_ev[i - 1], b->prof_ev[i]) != cudaSuccess)
+            continue;
+        int k = 0;
+        while (k < b->prof_bins && strcmp(b->prof_name[k], b->prof_at[i]) != 0)
+            k++;
+        if (k == b->prof_bins) {
+            if (k == PROF_BINS)
+                continue;
+            b->prof_name[b->prof_bins++] = b->prof_at[i];
+        }
+        b->prof_ms[prompt][k] += ms;
+    }
+    b->prof_steps[prompt]++;
+    b->prof_n = -1;
+    (void)cudaGetLastError();
+}
+
+static void prof_print(const cuda_backend *b)
+{
+    static const char *const what[2] = {"decode step", "prompt chunk"};
+    for (int p = 0; p < 2; p++) {
+        if (!b->prof_steps[p])
+            continue;
+        double total = 0.0;
+        for (int k = 0; k < b->prof_bins; k++)
+            total += b->prof_ms[p][k];
+        fprintf(stderr, "cuda profile: %d %ss (eager, %s): %.1f us each\n", b->prof_steps[p],
+                what[p], DT_NAME[b->dt], 1e3 * total / b->prof_steps[p]);
+        for (int k = 0; k < b->prof_bins; k++)
+            if (b->prof_ms[p][k] > 0.0)
+                fprintf(stderr, "  %-34s %9.1f us %5.1f%%\n", b->prof_name[k],
+                        1e3 * b->prof_ms[p][k] / b->prof_steps[p],
+                        100.0 * b->prof_ms[p][k] / total);
+    }
+}
+
 /* after a kernel launch: launch-configuration errors surface here, execution errors at the
- * next synchronisation */
-#define LAUNCHED(b, what) CU(b, cudaGetLastError(), what)
+ * next synchronisation; a profiled step marks the operation's end */
+#define LAUNCHED(b, what)                                                                          \
+    do {                                                                                           \
+        CU(b, cudaGetLastError(), what);                                                           \
+        prof_mark(b, what);                                                                        \
+    } while (0)
 
 static int dmalloc(cuda_backend *b, void **p, size_t bytes, const char *what)
 {
@@ -233,6 +312,7 @@ static int gemm(cuda_backend *b, const void *W, int rows, int cols, const void *
        cublasGemmEx(b->blas, CUBLAS_OP_T, CUBLAS_OP_N, rows, n, cols, &one, W, t, cols, X, t, cols,
                     &beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
        what);
+    prof_mark(b, what);
     return 0;
 }
 
@@ -347,6 +427,7 @@ static int enqueue_sampling(cuda_backend *b, int kind)
            cub::DeviceRadixSort::SortKeysDescending(b->sort_temp, bytes, b->keys, b->keys_sorted,
                                                     nv, 32, 64, b->stream),
            "cub::DeviceRadixSort::SortKeysDescending");
+        prof_mark(b, "cub::DeviceRadixSort");
         finish_kernel<<<1, SAMPLE_THREADS, 0, b->stream>>>(b->keys_sorted, nv, b->d_sin, b->d_next);
         LAUNCHED(b, "sampling kernel");
     }
@@ -358,6 +439,7 @@ static int enqueue_sampling(cuda_backend *b, int kind)
 /* the whole graph body of a decode step: inputs in, the pass, then logits or a token out */
 static int enqueue_decode(cuda_backend *b, int kind)
 {
+    prof_begin(b);
     CU(b, cudaMemcpyAsync(b->d_tokens, b->h_tokens, sizeof(int), cudaMemcpyHostToDevice, b->stream),
        "cudaMemcpyAsync (token)");
     CU(b, cudaMemcpyAsync(b->d_pos, b->h_pos, sizeof(int), cudaMemcpyHostToDevice, b->stream),
@@ -449,6 +531,7 @@ static int decode_step(cuda_backend *b, int32_t token, int pos, int kind)
         CU(b, cudaGraphLaunch(*ge, b->stream), "cudaGraphLaunch");
     }
     CU(b, cudaStreamSynchronize(b->stream), "decode step");
+    prof_end(b, 0);
     return check_range(b);
 }
 
@@ -527,6 +610,7 @@ static int prompt_chunk(cuda_backend *b, const int32_t *tokens, int n, int pos, 
     for (int i = 0; i < n; i++)
         b->h_tokens[i] = tokens[i];
     b->h_pos[0] = pos;
+    prof_begin(b);
     CU(b,
        cudaMemcpyAsync(b->d_tokens, b->h_tokens, (size_t)n * sizeof(int), cudaMemcpyHostToDevice,
                        b->stream),
@@ -547,6 +631,7 @@ static int prompt_chunk(cuda_backend *b, const int32_t *tokens, int n, int pos, 
        "cudaMemcpyAsync (flags)");
     /* once per chunk: the pinned token staging is reused by the next one */
     CU(b, cudaStreamSynchronize(b->stream), "prompt chunk");
+    prof_end(b, 1);
     return check_range(b);
 }
 
@@ -742,6 +827,14 @@ static void cuda_destroy(cairn__backend *bb)
     for (int k = 0; k < STEP_KINDS; k++)
         if (b->graphs[k])
             cudaGraphExecDestroy(b->graphs[k]);
+    if (b->prof_ev) {
+        prof_print(b);
+        for (int i = 0; i < PROF_MAX; i++)
+            if (b->prof_ev[i])
+                cudaEventDestroy(b->prof_ev[i]);
+        free(b->prof_ev);
+        free(b->prof_at);
+    }
     if (b->layers) {
         for (int l = 0; l < b->base.model->n_layers; l++) {
             dlayer *d = &b->layers[l];
@@ -846,6 +939,14 @@ static int setup(cuda_backend *b)
         (rc = dmalloc(b, &b->sort_temp, b->sort_temp_bytes, "the sort's scratch")))
         return rc;
     memset(b->h_sin, 0, sizeof(sample_in));
+    if (b->prof) {
+        b->prof_ev = (cudaEvent_t *)calloc(PROF_MAX, sizeof *b->prof_ev);
+        b->prof_at = (const char **)calloc(PROF_MAX, sizeof *b->prof_at);
+        if (!b->prof_ev || !b->prof_at)
+            return host.errf(b->e, b->elen, CAIRN_ENOMEM, "out of memory");
+        for (int i = 0; i < PROF_MAX; i++)
+            CU(b, cudaEventCreate(&b->prof_ev[i]), "cudaEventCreate (profile)");
+    }
     /* never read before written, but a cache of zeros makes any indexing bug reproducible */
     CU(b, cudaMemset(b->kc, 0, kv), "cudaMemset");
     CU(b, cudaMemset(b->vc, 0, kv), "cudaMemset");
@@ -907,6 +1008,13 @@ static int create_as(const cairn__model *m, const cairn__backend_opts *o, int de
     b->qkv_dim = b->q_dim + 2 * b->kv_dim;
     b->e = err;
     b->elen = errlen;
+    b->prof_n = -1;
+    const char *pe = getenv("CAIRN_CUDA_PROFILE");
+    if (pe && *pe && strcmp(pe, "0") != 0) {
+        b->prof = 1;
+        b->no_graph = 1; /* events between the operations: run them as launched */
+        snprintf(b->graph_err, sizeof b->graph_err, "eager: CAIRN_CUDA_PROFILE is set");
+    }
     int rc = setup(b);
     if (!rc)
         rc = upload_weights(b);

@@ -15,6 +15,8 @@
 #      fewer, wider layers on CUDA, two quantized types on CUDA, then the 1.1B one on the CPU;
 #      decode tok/s against the roofline = device-to-device copy bandwidth (measured in the same
 #      run) / bytes of weights read per token;
+#      then the 1.1B one on CUDA once more with CAIRN_CUDA_PROFILE=1: the time of each
+#      operation of a decode step (eager), so one lease also shows where the time goes;
 #   3. runs the gpu test once more, a few cases only, under compute-sanitizer (memcheck), if the
 #      tool is there;
 #   4. prints a short table last. With $OUT set, every log is written there as it grows, so a
@@ -142,6 +144,11 @@ if [ -n "$MODE" ]; then
     run_bench 80 --sizes 2B --types F16 --backend cuda --prompt 128 --gen 128
     run_bench 50 --sizes 110M --types Q8_0,Q4_K --backend cuda --prompt 128 --gen 128
     run_bench 90 --sizes 1B --types F16 --backend cpu --prompt 128 --gen 32
+    # where a decode step's time goes: each operation timed with events (eager steps)
+    echo "\$ CAIRN_CUDA_PROFILE=1 bench-llm --sizes 1B --types F16 --backend cuda" | tee "$TMP/profile.log"
+    CAIRN_CUDA_PROFILE=1 timeout 60 "$BIN_BENCH" --sizes 1B --types F16 --backend cuda --prompt 128 \
+        --gen 16 >>"$TMP/profile.log" 2>&1
+    grep -A40 '^cuda profile: .*decode' "$TMP/profile.log" | head -32
 fi
 
 log "compute-sanitizer memcheck (quick cases)"
@@ -174,6 +181,7 @@ log "summary ($(($(date +%s) - START)) s)"
     sort -u "$TMP/bench.hdr" 2>/dev/null
     cat "$TMP/bench.cols" 2>/dev/null # bench-llm's own column header
     cat "$TMP/bench.txt"
+    grep -A40 '^cuda profile: .*decode' "$TMP/profile.log" 2>/dev/null | head -32
 } | tee "$TMP/summary.txt"
 case $TEST_STATUS in
 PASS*) exit 0 ;;
