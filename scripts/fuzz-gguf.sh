@@ -3,11 +3,15 @@
 #
 #   scripts/fuzz-gguf.sh [SECONDS] [extra libFuzzer flags...]     (default 30 seconds)
 #
-# Builds into ${FUZZ_DIR:-/tmp/cairn-fuzz-gguf}: the libFuzzer binary (ASan+UBSan) and, with
-# the same clang but without libFuzzer, the standalone driver, used once to write the seed
-# corpus (files from the test writer: every KV and tensor type, v2/v3, several alignments).
-# The real vocabulary files in $CAIRN_TESTDATA/tokenizers (default ../shared/testdata) are
-# added as seeds. Crashes land in $FUZZ_DIR as crash-* files; reproduce with
+# The longer campaign; the test suite fuzzes the same target for 20 s (fuzz_gguf_libfuzzer, in
+# suite 'fuzz', when clang links libFuzzer). Builds into ${FUZZ_DIR:-/tmp/cairn-fuzz-gguf}: the
+# libFuzzer binary (ASan+UBSan) and, with the same clang but without libFuzzer, the standalone
+# driver, used to write the seed corpus (files from the test writer: every KV and tensor type,
+# v2/v3, several alignments). The real vocabulary files in $CAIRN_TESTDATA/tokenizers (default
+# ../shared/testdata) are added as seeds; libFuzzer reads only their first -max_len bytes (64 KiB),
+# so they seed cut-off vocabularies (the suite's short run leaves them out; the deterministic
+# test fuzz_gguf walks them whole). The corpus grows across runs. Crashes land in $FUZZ_DIR as
+# crash-* files; reproduce with
 #   $FUZZ_DIR/fuzz_gguf $FUZZ_DIR/crash-...
 set -eu
 

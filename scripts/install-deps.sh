@@ -4,6 +4,9 @@ set -euo pipefail
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 export DEBIAN_FRONTEND=noninteractive
+# clang and libclang-rt-14-dev (its runtimes, libFuzzer among them: clang alone compiles a
+# -fsanitize=fuzzer program and fails at the link) build the libFuzzer targets that suite 'fuzz'
+# runs; without them meson configures those off and only the deterministic drivers run.
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends \
   build-essential meson ninja-build pkg-config python3 \

@@ -5,12 +5,13 @@
  * every tensor (dequantizing a bounded prefix of its first row), so a bounds check that the
  * reader skipped at open time turns into an out-of-bounds read that ASan or valgrind reports.
  *
- * Built with -DCAIRN_LIBFUZZER and clang -fsanitize=fuzzer,address, libFuzzer drives it
- * (scripts/fuzz-gguf.sh). Otherwise main() below is a standalone driver for the gcc build:
- * it makes a seed corpus with the test writer (every KV type, every tensor type, v2/v3,
- * several alignments), adds the real vocabulary files, and runs the target over the seeds and
- * a fixed number of pseudo-random mutations from a fixed seed, each in an exact-size heap
- * buffer. The same run always tests the same inputs, so a failure reproduces by its number.
+ * Built with -DCAIRN_LIBFUZZER and clang -fsanitize=fuzzer,address, libFuzzer drives it (for
+ * 20 s in the test suite, longer with scripts/fuzz-gguf.sh); `--write-corpus DIR` makes the
+ * driver below write its seeds as that target's corpus. Otherwise main() below is a standalone
+ * driver for the gcc build: it makes a seed corpus with the test writer (every KV type, every
+ * tensor type, v2/v3, several alignments), adds the real vocabulary files, and runs the target over
+ * the seeds and a fixed number of pseudo-random mutations from a fixed seed, each in an exact-size
+ * heap buffer. The same run always tests the same inputs, so a failure reproduces by its number.
  */
 #include "gpu/gguf.h"
 #ifdef GW_HAVE_QUANT

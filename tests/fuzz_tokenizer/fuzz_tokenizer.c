@@ -13,11 +13,12 @@
  * common words (including multi-byte characters, and merge results that are not tokens),
  * and special tokens, so both the merge paths and the fallbacks are reached.
  *
- * Built with -DCAIRN_LIBFUZZER and clang -fsanitize=fuzzer,address, libFuzzer drives it
- * (scripts/fuzz-tokenizer.sh); a failed property aborts there. Otherwise main() runs about two
- * seconds of inputs from a fixed-seed generator (random bytes, and text assembled from words,
- * digits, spaces, newlines, apostrophes, multi-byte characters and special-token text) and
- * prints TAP; the same run always tests the same inputs in the same order.
+ * Built with -DCAIRN_LIBFUZZER and clang -fsanitize=fuzzer,address, libFuzzer drives it (for
+ * 20 s in the test suite, longer with scripts/fuzz-tokenizer.sh); a failed property aborts there.
+ * Otherwise main() runs about two seconds of inputs from a fixed-seed generator (random bytes, and
+ * text assembled from words, digits, spaces, newlines, apostrophes, multi-byte characters and
+ * special-token text) and prints TAP; the same run always tests the same inputs in the same order.
+ * `--write-corpus DIR` writes the libFuzzer target's seed corpus instead.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -27,8 +28,10 @@
 
 #include "gpu/tokenizer.h"
 
-static int fuzz_failures;
+#ifndef CAIRN_LIBFUZZER
+static int fuzz_failures; /* the driver counts failures and keeps the first */
 static char fuzz_first_failure[256];
+#endif
 
 static void fail(const char *what, const uint8_t *data, size_t len)
 {
@@ -344,6 +347,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 #ifndef CAIRN_LIBFUZZER
 
+#include <dirent.h>
+#include <errno.h>
+#include <sys/stat.h>
+
 /* ---- standalone driver ----------------------------------------------------------------------- */
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
@@ -425,6 +432,80 @@ static size_t gen(uint8_t *buf, size_t cap)
     return n;
 }
 
+/* Seeds for the libFuzzer target (scripts/fuzz-run.sh, scripts/fuzz-tokenizer.sh): a few texts
+ * under each of several selector bytes (every tokenizer, with and without special tokens), and
+ * the reference test texts of $CAIRN_TESTDATA/tokenizers (*.inp) under the gpt-2 and the
+ * SentencePiece selector. */
+static int put_seed(const char *dir, const char *name, uint8_t sel, const char *text, size_t len)
+{
+    char path[4096];
+    FILE *f;
+    int bad;
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    f = fopen(path, "wb");
+    if (!f) {
+        perror(path);
+        return 1;
+    }
+    bad = fputc(sel, f) == EOF || fwrite(text, 1, len, f) != len;
+    bad |= fclose(f) != 0;
+    if (bad)
+        perror(path);
+    return bad;
+}
+
+static int write_corpus(const char *dir)
+{
+    static const char *const texts[] = {"Hello world", "don't stop 12345",
+                                        "<|im_start|>user\nhi<|im_end|>", "  日本語 😀 ✅",
+                                        "x'S 'll \t\t\r\n\n"};
+    static const uint8_t sels[] = {0, 1, 2, 3, 4, 20, 28};
+    const char *td = getenv("CAIRN_TESTDATA");
+    char name[512], tdir[2048];
+    size_t i, k, n = 0;
+    DIR *d;
+    struct dirent *e;
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+        perror(dir);
+        return 1;
+    }
+    for (i = 0; i < sizeof texts / sizeof texts[0]; i++)
+        for (k = 0; k < sizeof sels; k++) {
+            snprintf(name, sizeof name, "seed-%zu-%u", i, (unsigned)sels[k]);
+            if (put_seed(dir, name, sels[k], texts[i], strlen(texts[i])))
+                return 1;
+            n++;
+        }
+    snprintf(tdir, sizeof tdir, "%s/tokenizers", td ? td : "");
+    d = td ? opendir(tdir) : NULL;
+    while (d && (e = readdir(d))) {
+        size_t nl = strlen(e->d_name);
+        char path[4096], text[4096];
+        FILE *f;
+        size_t len;
+        if (nl < 4 || strcmp(e->d_name + nl - 4, ".inp") != 0)
+            continue;
+        snprintf(path, sizeof path, "%s/%s", tdir, e->d_name);
+        f = fopen(path, "rb");
+        if (!f)
+            continue;
+        len = fread(text, 1, sizeof text, f); /* the reference texts are ~2 KB */
+        fclose(f);
+        for (k = 0; k < 2; k++) {
+            snprintf(name, sizeof name, "ref-%s-%u", e->d_name, k ? 4u : 0u);
+            if (put_seed(dir, name, k ? 4 : 0, text, len)) {
+                closedir(d);
+                return 1;
+            }
+            n++;
+        }
+    }
+    if (d)
+        closedir(d);
+    printf("%zu seeds written to %s\n", n, dir);
+    return 0;
+}
+
 static double now_s(void)
 {
     struct timespec ts;
@@ -434,10 +515,14 @@ static double now_s(void)
 
 int main(int argc, char **argv)
 {
-    double secs = argc > 1 ? atof(argv[1]) : 2.0, t0 = now_s();
+    double secs, t0;
     uint8_t buf[2048];
     size_t runs = 0, k;
     int j;
+    if (argc == 3 && strcmp(argv[1], "--write-corpus") == 0)
+        return write_corpus(argv[2]);
+    secs = argc > 1 ? atof(argv[1]) : 2.0;
+    t0 = now_s();
     /* fixed inputs first: empty, every selector byte on a sample, a long word */
     LLVMFuzzerTestOneInput((const uint8_t *)"", 0);
     for (j = 0; j < 256; j++) {
