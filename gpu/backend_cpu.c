@@ -140,9 +140,11 @@ static int cpu_create(const cairn__model *m, const cairn__backend_opts *o, cairn
         return cairn__errf(err, errlen, CAIRN_ENOMEM, "out of memory for a context of %d tokens",
                            n_ctx);
     }
-    /* theta_i = pos * base^(-2i/rope_dim), as ggml; computed in double then rounded */
+    /* theta_i = pos * base^(-2i/rope_dim) / rope_freqs[i], as ggml (Llama 3's factors divide
+     * the frequency); computed in double then rounded, exactly as the CUDA backend does */
     for (int i = 0; i < m->rope_dim / 2; i++)
-        b->inv_freq[i] = (float)pow((double)m->rope_base, -2.0 * i / (double)m->rope_dim);
+        b->inv_freq[i] = (float)(pow((double)m->rope_base, -2.0 * i / (double)m->rope_dim) /
+                                 (m->rope_freqs ? (double)m->rope_freqs[i] : 1.0));
     *out = &b->base;
     return 0;
 }

@@ -951,14 +951,16 @@ static int setup(cuda_backend *b)
     CU(b, cudaMemset(b->kc, 0, kv), "cudaMemset");
     CU(b, cudaMemset(b->vc, 0, kv), "cudaMemset");
     CU(b, cudaMemset(b->d_overflow, 0, sizeof(int)), "cudaMemset");
-    /* theta_i = pos * base^(-2i/rope_dim): the CPU backend's table, computed the same way */
+    /* theta_i = pos * base^(-2i/rope_dim) / rope_freqs[i] (Llama 3's factors, when the file has
+     * them): the CPU backend's table, computed the same way */
     float inv[ATT_MAX_HD / 2 + 1]; /* rope_dim <= head_dim <= ATT_MAX_HD (checked at create) */
     const int half = m->rope_dim / 2;
     if (half > (int)(sizeof inv / sizeof *inv))
         return host.errf(b->e, b->elen, CAIRN_EUNSUPPORTED, "rope dimension %d is too large",
                          m->rope_dim);
     for (int i = 0; i < half; i++)
-        inv[i] = (float)pow((double)m->rope_base, -2.0 * i / (double)m->rope_dim);
+        inv[i] = (float)(pow((double)m->rope_base, -2.0 * i / (double)m->rope_dim) /
+                         (m->rope_freqs ? (double)m->rope_freqs[i] : 1.0));
     if (half > 0)
         CU(b, cudaMemcpy(b->inv_freq, inv, (size_t)half * sizeof(float), cudaMemcpyHostToDevice),
            "cudaMemcpy (rope)");

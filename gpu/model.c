@@ -9,11 +9,20 @@
  * The converse holds too: every tensor in the file must be one the forward pass uses. A tensor
  * left over means the metadata and the tensors disagree (blk.N.* past block_count: a file
  * whose block_count was damaged would otherwise run with layers silently dropped) or the model
- * needs something this engine does not implement (rope_freqs.weight, an output bias); either
- * way its output would be wrong without a word, so loading refuses and names the tensor.
+ * needs something this engine does not implement (an output bias, rope_freqs.weight in a
+ * qwen2 file); either way its output would be wrong without a word, so loading refuses and
+ * names the tensor.
+ *
+ * Llama 3.x files carry rope_freqs.weight: one global F32 vector of rope_dim/2 factors (llama.cpp
+ * binds the same tensor to every layer) by which the rotary frequency of each pair is divided,
+ * stretching the low frequencies for long contexts. llama.cpp's converter always writes it as
+ * F32 and its rope kernels read it only as F32, so no other type is accepted. A factor that is
+ * zero, negative, not finite, or so tiny that the frequency it divides overflows a float would
+ * turn every rotation into nonsense, so it is refused here, naming its index.
  */
 #include "gpu/model.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -139,6 +148,48 @@ static int bind_vec(loader *L, const char *name, int64_t n, const float **out, i
         free(raw);
     }
     *out = v;
+    return 0;
+}
+
+/* rope_freqs.weight, optional: F32, exactly rope_dim/2 finite positive factors. */
+static int bind_rope_freqs(loader *L)
+{
+    cairn__model *m = L->m;
+    static const char name[] = "rope_freqs.weight";
+    const cairn__gguf_tensor *t = find_tensor(L, name);
+    m->rope_freqs = NULL;
+    if (!t)
+        return 0;
+    const int64_t n = m->rope_dim / 2;
+    if (t->type != CAIRN__GGML_F32)
+        return cairn__errf(L->err, L->errlen, CAIRN_EUNSUPPORTED,
+                           "tensor '%s' has type %s (%u), expected F32", name,
+                           cairn__ggml_type_name(t->type), t->type);
+    if (t->n_elements != (uint64_t)n || t->ne[0] != (uint64_t)n)
+        return cairn__errf(L->err, L->errlen, CAIRN_EFORMAT,
+                           "tensor '%s' has shape [%llu, %llu, %llu, %llu], expected [%lld] "
+                           "(%s.rope.dimension_count %d / 2)",
+                           name, (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
+                           (unsigned long long)t->ne[2], (unsigned long long)t->ne[3], (long long)n,
+                           m->arch_name, m->rope_dim);
+    int rc = bind_vec(L, name, n, &m->rope_freqs, 1);
+    if (rc)
+        return rc;
+    for (int64_t i = 0; i < n; i++) {
+        const float f = m->rope_freqs[i];
+        if (!isfinite(f) || !(f > 0.0f))
+            return cairn__errf(L->err, L->errlen, CAIRN_EFORMAT,
+                               "tensor '%s': factor %lld is %g, not a finite positive number", name,
+                               (long long)i, (double)f);
+        /* the backends keep the frequency base^(-2i/rope_dim) / f as a float: a factor so tiny
+         * that it overflows would give infinite angles, hence NaN rotations */
+        if (!(pow((double)m->rope_base, -2.0 * (double)i / (double)m->rope_dim) / (double)f <=
+              (double)FLT_MAX))
+            return cairn__errf(L->err, L->errlen, CAIRN_EFORMAT,
+                               "tensor '%s': factor %lld is %g, so small that the rotary "
+                               "frequency it divides overflows",
+                               name, (long long)i, (double)f);
+    }
     return 0;
 }
 
@@ -323,6 +374,9 @@ static int load(loader *L)
         m->output = m->tok_embd;
         m->tied_output = 1;
     }
+    /* llama.cpp reads rope_freqs for llama only: in a qwen2 file it is left over, refused below */
+    if (m->arch == CAIRN__ARCH_LLAMA && (rc = bind_rope_freqs(L)))
+        return rc;
     m->layers = calloc((size_t)m->n_layers, sizeof *m->layers);
     if (!m->layers)
         return cairn__errf(L->err, L->errlen, CAIRN_ENOMEM, "out of memory");

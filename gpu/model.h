@@ -2,8 +2,10 @@
  *
  * Supported architectures (general.architecture):
  *   llama  RMSNorm, rotary embedding on adjacent pairs (ggml's "normal" mode), grouped-query
- *          attention, SwiGLU feed-forward; output.weight optional (tied to token_embd.weight).
- *   qwen2  the same plus biases on Q, K and V, and rotary embedding on half-split pairs (NEOX).
+ *          attention, SwiGLU feed-forward; output.weight optional (tied to token_embd.weight);
+ *          rope_freqs.weight optional (Llama 3.x: divides each rotary frequency by a factor).
+ *   qwen2  the same (but no rope_freqs) plus biases on Q, K and V, and rotary embedding on
+ * half-split pairs (NEOX).
  *
  * The model borrows its weights from the GGUF mapping (no copies; 1-D norm/bias vectors stored
  * in a non-F32 type are the only thing converted, to f32, at load). The reader must stay open
@@ -43,6 +45,8 @@ typedef struct cairn__model {
     int rope_dim;    /* dimensions rotated per head (<= head_dim, even) */
     int rope_mode;   /* enum cairn__rope_mode */
     float rope_base;
+    const float *rope_freqs; /* (rope_dim/2) divisors of the rope frequencies (rope_freqs.weight,
+                                Llama 3), or NULL */
     float rms_eps;
     int tied_output;     /* output.weight absent: logits use token_embd.weight */
     cairn__mat tok_embd; /* (n_vocab, dim) */

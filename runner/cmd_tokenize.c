@@ -305,7 +305,8 @@ int cairn__cmd_model_info(int argc, char **argv)
         fprintf(stderr, "cairn model-info: no model file given\n%s", model_info_usage);
         return EX_USAGE;
     }
-    rc = cairn__gguf_open(path, &g, err, sizeof err);
+    /* a tensor type the engine cannot compute with is still described (then exit 69) */
+    rc = cairn__gguf_open_ex(path, CAIRN__GGUF_ANY_TYPE, &g, err, sizeof err);
     if (rc) {
         if (err[0] && strstr(err, path))
             fprintf(stderr, "cairn model-info: %s\n", err);
@@ -352,12 +353,14 @@ int cairn__cmd_model_info(int argc, char **argv)
                 json_t *e = json_object();
                 json_put(e, "count", json_integer((json_int_t)counts[k]));
                 json_put(e, "bytes", json_integer((json_int_t)bytes[k]));
+                json_put(e, "supported", json_boolean(cairn__ggml_block_size((uint32_t)k) != 0));
                 json_put(types, cairn__ggml_type_name((uint32_t)k), e);
             }
         if (other_count) {
             json_t *e = json_object();
             json_put(e, "count", json_integer((json_int_t)other_count));
             json_put(e, "bytes", json_integer((json_int_t)other_bytes));
+            json_put(e, "supported", json_false());
             json_put(types, "?", e);
         }
         json_put(o, "tensor_types", types);
@@ -392,12 +395,12 @@ int cairn__cmd_model_info(int argc, char **argv)
         printf("tensor types:  ");
         for (k = 0; k < 64; k++)
             if (counts[k]) {
-                printf("%s %s x%" PRIu64, first ? "" : ",", cairn__ggml_type_name((uint32_t)k),
-                       counts[k]);
+                printf("%s %s x%" PRIu64 "%s", first ? "" : ",", cairn__ggml_type_name((uint32_t)k),
+                       counts[k], cairn__ggml_block_size((uint32_t)k) ? "" : " (not supported)");
                 first = 0;
             }
         if (other_count)
-            printf("%s ? x%" PRIu64, first ? "" : ",", other_count);
+            printf("%s ? x%" PRIu64 " (not supported)", first ? "" : ",", other_count);
         printf("%s\n", nt ? "" : " -");
         for (k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
             printf("%s:%*s", sizes[k].label, (int)(15 - strlen(sizes[k].label)), "");
@@ -416,12 +419,25 @@ int cairn__cmd_model_info(int argc, char **argv)
         else
             printf("-\n");
     }
+    /* the first tensor of a type the engine cannot run, if any: described above, refused here */
+    const cairn__gguf_tensor *bad = NULL;
+    for (k = 0; k < nt && !bad; k++)
+        if (cairn__ggml_block_size(cairn__gguf_tensor_at(g, k)->type) == 0)
+            bad = cairn__gguf_tensor_at(g, k);
+    if (bad)
+        snprintf(err, sizeof err,
+                 "tensor '%s' has type %s (%" PRIu32 "), which this engine does not support",
+                 bad->name, cairn__ggml_type_name(bad->type), bad->type);
     cairn__gguf_close(g);
     errno = 0;
     if (fflush(stdout) != 0 || ferror(stdout)) {
         fprintf(stderr, "cairn model-info: cannot write the output: %s\n",
                 strerror(errno ? errno : EIO));
         return EX_IOERR;
+    }
+    if (bad) {
+        fprintf(stderr, "cairn model-info: %s: %s\n", path, err);
+        return EX_UNAVAILABLE;
     }
     return EX_OK;
 }

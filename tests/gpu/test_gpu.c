@@ -95,6 +95,7 @@ typedef struct {
     const char *want;       /* expected device type */
     double tol;
     int n_batch; /* of the backend under test */
+    int llama3;  /* rope_freqs factors, rope base 1e6 over half the head, eps 1e-6 */
 } gcase;
 
 /* one model: CPU batched logits as reference; tested prompt and decode paths against it */
@@ -112,10 +113,17 @@ static void check_case(const gcase *c)
         s.n_kv_heads = c->kv;
         s.ff = c->ff;
     }
+    if (c->llama3) {
+        s.rope_freqs = 1;
+        s.rope_base = 1e6f;
+        s.rope_dim = s.dim / s.n_heads / 2;
+        s.rms_eps = 1e-6f;
+    }
     char name[160], err[256];
-    snprintf(name, sizeof name, "%s %s%s%s%s hd %d gqa %d:%d", c->arch,
+    snprintf(name, sizeof name, "%s %s%s%s%s%s hd %d gqa %d:%d", c->arch,
              cairn__ggml_type_name(c->type), c->tied ? " tied" : "", c->dtype ? " as " : "",
-             c->dtype ? c->dtype : "", s.dim / s.n_heads, s.n_heads, s.n_kv_heads);
+             c->dtype ? c->dtype : "", c->llama3 ? " rope_freqs" : "", s.dim / s.n_heads, s.n_heads,
+             s.n_kv_heads);
     mk_loaded L;
     int rc = mk_load(&s, &L, err, sizeof err);
     if (!ok(rc == 0, "%s: model loads (%s)", name, rc ? err : "ok")) {
@@ -665,8 +673,8 @@ int main(void)
         }
     }
     if (getenv("CAIRN_TEST_QUICK")) { /* a few cases, e.g. under compute-sanitizer */
-        const gcase a = {"llama", CAIRN__GGML_Q8_0, 0, 0, 0, 0, 0, NULL, "f16", 1e-3, 4};
-        const gcase q = {"qwen2", CAIRN__GGML_BF16, 1, 0, 0, 0, 0, "bf16", "bf16", 1e-2, 64};
+        const gcase a = {"llama", CAIRN__GGML_Q8_0, 0, 0, 0, 0, 0, NULL, "f16", 1e-3, 4, 0};
+        const gcase q = {"qwen2", CAIRN__GGML_BF16, 1, 0, 0, 0, 0, "bf16", "bf16", 1e-2, 64, 0};
         check_case(&a);
         check_case(&q);
         check_long(512, 2, 1, "llama");
@@ -678,22 +686,25 @@ int main(void)
     for (size_t i = 0; i < sizeof flat / sizeof *flat; i++) {
         const char *want = flat[i] == CAIRN__GGML_F32 ? "f32" : "f16";
         /* n_batch 4: chunks 4,4,4,1 (the last through the decode graph); 64: one chunk */
-        const gcase a = {"llama", flat[i], (int)(i % 2), 0, 0, 0, 0, NULL, want, 1e-3, 4};
-        const gcase q = {"qwen2", flat[i], (int)((i + 1) % 2), 0, 0, 0, 0, NULL, want, 1e-3, 64};
+        const gcase a = {"llama", flat[i], (int)(i % 2), 0, 0, 0, 0, NULL, want, 1e-3, 4, 0};
+        const gcase q = {"qwen2", flat[i], (int)((i + 1) % 2), 0, 0, 0, 0, NULL, want, 1e-3, 64, 0};
         check_case(&a);
         check_case(&q);
     }
     /* K-quants need rows of 256; heads of 64 and 128, GQA 4:1 and none */
-    const gcase k1 = {"llama", CAIRN__GGML_Q4_K, 0, 256, 4, 1, 512, NULL, "f16", 1e-3, 5};
-    const gcase k2 = {"qwen2", CAIRN__GGML_Q6_K, 1, 256, 2, 2, 512, NULL, "f16", 1e-3, 64};
+    const gcase k1 = {"llama", CAIRN__GGML_Q4_K, 0, 256, 4, 1, 512, NULL, "f16", 1e-3, 5, 0};
+    const gcase k2 = {"qwen2", CAIRN__GGML_Q6_K, 1, 256, 2, 2, 512, NULL, "f16", 1e-3, 64, 0};
     check_case(&k1);
     check_case(&k2);
+    /* Llama 3.x: rope frequency factors, base 1e6 over half of a head of 64, eps 1e-6 */
+    const gcase l3 = {"llama", CAIRN__GGML_F16, 0, 256, 4, 2, 512, NULL, "f16", 1e-3, 4, 1};
+    check_case(&l3);
     /* bf16 on request, and f32 forced on a quantized model */
-    const gcase b1 = {"llama", CAIRN__GGML_Q8_0, 0, 0, 0, 0, 0, "bf16", "bf16", 1e-2, 4};
-    const gcase b2 = {"qwen2", CAIRN__GGML_BF16, 1, 0, 0, 0, 0, "bf16", "bf16", 1e-2, 64};
-    const gcase b3 = {"llama", CAIRN__GGML_F32, 1, 0, 0, 0, 0, "bf16", "bf16", 1e-2, 64};
-    const gcase f1 = {"qwen2", CAIRN__GGML_Q4_0, 0, 0, 0, 0, 0, "f32", "f32", 1e-3, 4};
-    const gcase f2 = {"llama", CAIRN__GGML_F16, 0, 0, 0, 0, 0, "f16", "f16", 1e-3, 64};
+    const gcase b1 = {"llama", CAIRN__GGML_Q8_0, 0, 0, 0, 0, 0, "bf16", "bf16", 1e-2, 4, 0};
+    const gcase b2 = {"qwen2", CAIRN__GGML_BF16, 1, 0, 0, 0, 0, "bf16", "bf16", 1e-2, 64, 0};
+    const gcase b3 = {"llama", CAIRN__GGML_F32, 1, 0, 0, 0, 0, "bf16", "bf16", 1e-2, 64, 0};
+    const gcase f1 = {"qwen2", CAIRN__GGML_Q4_0, 0, 0, 0, 0, 0, "f32", "f32", 1e-3, 4, 0};
+    const gcase f2 = {"llama", CAIRN__GGML_F16, 0, 0, 0, 0, 0, "f16", "f16", 1e-3, 64, 0};
     check_case(&b1);
     check_case(&b2);
     check_case(&b3);

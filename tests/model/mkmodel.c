@@ -47,6 +47,29 @@ static uint64_t rnd_next(uint64_t *s)
     return *s;
 }
 
+static int rope_freqs_len(const mk_spec *s)
+{
+    return s->rope_freqs_len ? s->rope_freqs_len : mk_rope_dim(s) / 2;
+}
+
+/* a function of (seed, i) alone, so the reference can ask for any factor without the writer's
+ * generator state; the weights' generator never sees these draws */
+static float random_factor(const mk_spec *s, int i)
+{
+    uint64_t r = (s->seed + 0x5bd1e995ull) * 0x9e3779b97f4a7c15ull ^
+                 ((uint64_t)i + 1) * 0xbf58476d1ce4e5b9ull;
+    for (int k = 0; k < 4; k++)
+        rnd_next(&r);
+    return (float)(1.0 + 7.0 * (double)(rnd_next(&r) >> 11) * 0x1.0p-53);
+}
+
+double mk_rope_factor(const mk_spec *s, int i)
+{
+    if (!s->rope_freqs)
+        return 1.0;
+    return s->rope_factors ? (double)s->rope_factors[i] : (double)random_factor(s, i);
+}
+
 static float rnd_uniform(uint64_t *s) /* [-1, 1) */
 {
     return (float)((double)(rnd_next(s) >> 11) * 0x1.0p-52 - 1.0);
@@ -169,6 +192,20 @@ int mk_model(const mk_spec *s, unsigned char **buf, size_t *len)
     const float e_in = 1.0f / sqrtf((float)s->dim), e_ff = 1.0f / sqrtf((float)s->ff);
     tensor(w, s, &rng, "token_embd.weight", s->wtype, (uint64_t)s->dim, (uint64_t)s->vocab,
            s->embd_scale != 0 ? s->embd_scale : 1.0f, 0.0f);
+    if (s->rope_freqs) {
+        const int nf = rope_freqs_len(s);
+        float *f = malloc((size_t)(nf > 0 ? nf : 1) * sizeof *f);
+        for (int i = 0; f && i < nf; i++)
+            f[i] = s->rope_factors ? s->rope_factors[i] : random_factor(s, i);
+        const uint64_t ne[1] = {(uint64_t)nf};
+        /* type 999 latches a failure in the writer when out of memory */
+        gw_tensor_f32(w, "rope_freqs.weight",
+                      !f                   ? 999
+                      : s->rope_freqs_type ? s->rope_freqs_type
+                                           : CAIRN__GGML_F32,
+                      1, ne, f);
+        free(f);
+    }
     for (int l = 0; l < s->n_layers; l++) {
         char n[96];
 #define N(x) (snprintf(n, sizeof n, "blk.%d." x, l), n)

@@ -29,9 +29,17 @@ typedef struct {
     const char *misshape; /* tensor name to write with a wrong shape */
     const char *flatten;  /* tensor name to write as one dimension of all its elements */
     const char *extra;    /* an extra F32 tensor of dim elements with this name (error tests) */
-    int no_rms_eps;       /* leave out <arch>.attention.layer_norm_rms_epsilon (error tests) */
-    int no_bos;           /* write tokenizer.ggml.add_bos_token = false */
-    int bad_bos;          /* write a bos_token_id past the vocabulary (error tests) */
+    /* rope_freqs.weight (Llama 3.x): written when rope_freqs is set, as rope_factors[0..len)
+     * or, when rope_factors is NULL, pseudo-random factors in [1, 8] (llama3's scaling divides
+     * frequencies by 1 to 8) drawn from the seed apart from the weights, which stay the same as
+     * without the tensor. The reference takes the factors from the spec (mk_rope_factor). */
+    int rope_freqs;
+    const float *rope_factors; /* rope_freqs_len values; NULL: random in [1, 8] */
+    int rope_freqs_len;        /* elements written; 0: rope_dim/2 (any other: error tests) */
+    uint32_t rope_freqs_type;  /* storage type; 0: F32 (any other: error tests) */
+    int no_rms_eps;            /* leave out <arch>.attention.layer_norm_rms_epsilon (error tests) */
+    int no_bos;                /* write tokenizer.ggml.add_bos_token = false */
+    int bad_bos;               /* write a bos_token_id past the vocabulary (error tests) */
 } mk_spec;
 
 /* Fills defaults: llama, dim 64, 2 layers, 4 heads, 2 kv heads, ff 128, vocab 300, ctx 256, F32. */
@@ -40,6 +48,8 @@ void mk_spec_default(mk_spec *s);
 double mk_rope_base(const mk_spec *s);
 int mk_rope_dim(const mk_spec *s);
 double mk_rms_eps(const mk_spec *s);
+/* Factor i of rope_freqs.weight as the file holds it (an f32), 1 without the tensor. */
+double mk_rope_factor(const mk_spec *s, int i);
 /* Writes the model as a GGUF file image into *buf (malloc'd, *len bytes). 0 or -1. */
 int mk_model(const mk_spec *s, unsigned char **buf, size_t *len);
 

@@ -62,7 +62,10 @@ int main(int argc, char **argv)
             s.rope_dim = atoi(v);
         else if (!strcmp(a, "--rms-eps") && v)
             s.rms_eps = strtof(v, NULL);
-        else if (!strcmp(a, "--arch") && v)
+        else if (!strcmp(a, "--rope-freqs")) {
+            s.rope_freqs = 1; /* a flag: takes no value */
+            used = 0;
+        } else if (!strcmp(a, "--arch") && v)
             s.arch = v;
         else if (!strcmp(a, "--type") && v) {
             if (type_of(v, &s.wtype)) {
@@ -77,8 +80,10 @@ int main(int argc, char **argv)
                         "usage: cairn-mkmodel OUT.gguf [--dim N] [--layers N] [--heads N] "
                         "[--kv-heads N] [--ff N] [--vocab N] [--ctx N] [--seed S] "
                         "[--arch llama|qwen2] [--type f32|f16|bf16|q8_0|q4_0|q4_k|q6_k] "
-                        "[--rope-base F] [--rope-dim N] [--rms-eps F]\n"
-                        "Writes a random-weight model (for tests and demos: its text is noise).\n");
+                        "[--rope-base F] [--rope-dim N] [--rms-eps F] [--rope-freqs]\n"
+                        "Writes a random-weight model (for tests and demos: its text is noise).\n"
+                        "--rope-freqs adds a Llama 3 style rope_freqs.weight (llama only): "
+                        "random frequency divisors in [1, 8].\n");
                 return help ? 0 : 64;
             }
             out = a;
@@ -104,7 +109,7 @@ int main(int argc, char **argv)
         perror(out);
         return 74;
     }
-    printf("%s: random-weight %s model, dim %d, %d layers, vocab %d, %zu bytes\n", out, s.arch,
-           s.dim, s.n_layers, s.vocab, len);
+    printf("%s: random-weight %s model, dim %d, %d layers, vocab %d%s, %zu bytes\n", out, s.arch,
+           s.dim, s.n_layers, s.vocab, s.rope_freqs ? ", rope_freqs" : "", len);
     return 0;
 }

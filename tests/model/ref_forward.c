@@ -4,8 +4,9 @@
  * engine is cairn__dequant_row, tested on its own) into doubles, every position recomputes
  * attention over all earlier positions from scratch, and rotary angles are computed directly
  * from the formula. Everything the loader derives from metadata rather than from tensor shapes
- * (rotation pairing, rope base, rotated dimensions, RMS epsilon) is taken from the mk_spec the
- * file was written from, so a loader that misreads a key fails the comparison.
+ * (rotation pairing, rope base, rotated dimensions, RMS epsilon), and the rope frequency
+ * factors of rope_freqs.weight, are taken from the mk_spec the file was written from, so a
+ * loader that misreads a key or the factors fails the comparison.
  */
 #include "tests/model/ref_forward.h"
 
@@ -55,10 +56,11 @@ static void rmsnorm(double *o, const double *x, const float *w, int n, double ep
         o[i] = x[i] * sc * w[i];
 }
 
-static void rope(double *v, int hd, int rope_dim, int neox, int pos, double base)
+/* ff: rope_dim/2 divisors of the frequencies (rope_freqs.weight; all 1 without it) */
+static void rope(double *v, int hd, int rope_dim, int neox, int pos, double base, const double *ff)
 {
     for (int i = 0; i < rope_dim / 2; i++) {
-        const double th = pos * pow(base, -2.0 * i / rope_dim);
+        const double th = pos * pow(base, -2.0 * i / rope_dim) / ff[i];
         const int a = neox ? i : 2 * i, b = neox ? i + rope_dim / 2 : 2 * i + 1;
         const double x0 = v[a], x1 = v[b];
         v[a] = x0 * cos(th) - x1 * sin(th);
@@ -83,10 +85,13 @@ int ref_forward(const cairn__model *m, const mk_spec *s, const int32_t *tokens, 
            *tmp = calloc((size_t)(D > F ? D : F), sizeof *tmp);
     double *g = calloc((size_t)F, sizeof *g), *u = calloc((size_t)F, sizeof *u),
            *sc = calloc((size_t)n, sizeof *sc);
+    double *ff = calloc((size_t)rope_dim / 2 + 1, sizeof *ff);
     double *E = deq(&m->tok_embd);
     int rc = -1;
-    if (!x || !xb || !q || !k || !v || !att || !tmp || !g || !u || !sc || !E)
+    if (!x || !xb || !q || !k || !v || !att || !tmp || !g || !u || !sc || !ff || !E)
         goto out;
+    for (int i = 0; i < rope_dim / 2; i++)
+        ff[i] = mk_rope_factor(s, i);
     for (int i = 0; i < n; i++)
         for (int c = 0; c < D; c++)
             x[(size_t)i * D + c] = E[(size_t)tokens[i] * D + c];
@@ -110,9 +115,9 @@ int ref_forward(const cairn__model *m, const mk_spec *s, const int32_t *tokens, 
                 v[(size_t)i * kvd + c] += ly->bv ? ly->bv[c] : 0.0;
             }
             for (int h = 0; h < H; h++)
-                rope(q + (size_t)i * qd + (size_t)h * hd, hd, rope_dim, neox, i, rope_base);
+                rope(q + (size_t)i * qd + (size_t)h * hd, hd, rope_dim, neox, i, rope_base, ff);
             for (int h = 0; h < KV; h++)
-                rope(k + (size_t)i * kvd + (size_t)h * hd, hd, rope_dim, neox, i, rope_base);
+                rope(k + (size_t)i * kvd + (size_t)h * hd, hd, rope_dim, neox, i, rope_base, ff);
         }
         for (int i = 0; i < n; i++) {
             for (int h = 0; h < H; h++) {
@@ -162,6 +167,6 @@ int ref_forward(const cairn__model *m, const mk_spec *s, const int32_t *tokens, 
     rc = 0;
 out:
     free(x), free(xb), free(q), free(k), free(v), free(att), free(tmp), free(g), free(u), free(sc),
-        free(E);
+        free(ff), free(E);
     return rc;
 }

@@ -9,8 +9,9 @@
 
 /* logits (n, n_vocab) of tokens[0..n) at positions 0..n-1, computed in double from the
  * dequantized weights with no KV cache and no shortcuts. The rotary base, the rotated
- * dimension count, the RMS epsilon and the rotation pairing (from the architecture) come from
- * the spec m was built from, not from m, so a loader that misreads them fails the comparison;
+ * dimension count, the RMS epsilon, the rope frequency factors (rope_freqs.weight) and the
+ * rotation pairing (from the architecture) come from the spec m was built from, not from m, so
+ * a loader that misreads them fails the comparison;
  * shapes and weights come from m (a misread shape fails at load). 0 or -1 (out of memory). */
 int ref_forward(const cairn__model *m, const mk_spec *s, const int32_t *tokens, int n,
                 double *logits);

@@ -10,7 +10,9 @@
 #include <unistd.h>
 
 #include "gpu/engine.h"
+#include "gpu/gguf.h"
 #include "gpu/tokenizer.h"
+#include "tests/gguf_writer.h"
 #include "tests/model/mkmodel.h"
 #include "tests/tap.h"
 
@@ -392,6 +394,39 @@ int main(void)
     snprintf(cmd, sizeof cmd, "%s model-info --help", bin);
     ok(sh(cmd) == 0 && strstr(out, "Exit status") && strstr(out, "74"),
        "model-info --help lists the exit status");
+
+    /* a tensor type the engine cannot run (Q5_K): described, flagged, then exit 69 */
+    {
+        char q5[600];
+        snprintf(q5, sizeof q5, "%s/q5k.gguf", dir);
+        cairn__gguf_writer *w = gw_new(3, 32);
+        gw_kv_str(w, "general.architecture", "llama");
+        const uint64_t ne_f[2] = {8, 4}, ne_q[2] = {256, 2};
+        gw_tensor_f32(w, "token_embd.weight", CAIRN__GGML_F32, 2, ne_f, NULL);
+        static unsigned char blocks[2 * 176]; /* two Q5_K blocks of 176 bytes */
+        gw_tensor_raw(w, "blk.0.ffn_down.weight", 13, 2, ne_q, blocks, sizeof blocks);
+        const int wrc = gw_write(w, q5);
+        gw_free(w);
+        snprintf(cmd, sizeof cmd, "%s model-info %s 2>&1", bin, q5);
+        rc = sh(cmd);
+        ok(wrc == 0 && rc == 69 && strstr(out, "F32 x1, Q5_K x1 (not supported)") &&
+               strstr(out, "architecture:   llama") && strstr(out, "'blk.0.ffn_down.weight'") &&
+               strstr(out, "does not support"),
+           "model-info on a Q5_K tensor: described, the type flagged, the tensor named, exit 69 "
+           "(%d)",
+           rc);
+        snprintf(cmd, sizeof cmd, "%s model-info --json %s 2>/dev/null", bin, q5);
+        rc = sh(cmd);
+        const char *qk = strstr(out, "\"Q5_K\"");
+        ok(rc == 69 && qk && strstr(qk, "\"supported\": false") &&
+               strstr(out, "\"supported\": true"),
+           "model-info --json: \"supported\": false for Q5_K, true for F32 (%d)", rc);
+        snprintf(cmd, sizeof cmd, "%s generate -m %s -p hi 2>&1", bin, q5);
+        rc = sh(cmd);
+        ok(rc == 69 && strstr(out, "Q5_K"), "generate on it still exits 69 naming the type (%d)",
+           rc);
+        unlink(q5);
+    }
 
 #ifndef CAIRN_HAVE_CUDA
     snprintf(cmd, sizeof cmd, "%s generate -m %s -p hi --backend cuda 2>&1", bin, path);

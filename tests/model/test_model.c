@@ -77,8 +77,11 @@ static void check_hparams_matter(cairn__model *m, const char *arch, const char *
     const double eb = prompt_err(m, ref, out);
     m->rope_base = base;
     m->rope_dim = m->head_dim;
+    const float *ff = m->rope_freqs; /* holds rope_dim/2 factors: none past them to read */
+    m->rope_freqs = NULL;
     const double ed = prompt_err(m, ref, out);
     m->rope_dim = rdim;
+    m->rope_freqs = ff;
     m->rms_eps = 1e-5f;
     const double ee = prompt_err(m, ref, out);
     m->rms_eps = eps;
@@ -88,17 +91,36 @@ static void check_hparams_matter(cairn__model *m, const char *arch, const char *
        arch, tn, eb, ed, ee);
 }
 
+/* The reference takes the rope_freqs factors from the spec too: a backend that ignored them
+ * (the tensor loaded but never applied, as before Llama 3 support) must leave the tolerance by
+ * far, or the comparison would not prove they are applied. */
+static void check_rope_freqs_matter(cairn__model *m, const char *arch, const char *tn,
+                                    const double *ref, float *out)
+{
+    const float *f = m->rope_freqs;
+    m->rope_freqs = NULL;
+    const double e = prompt_err(m, ref, out);
+    m->rope_freqs = f;
+    ok(e > 1e-2,
+       "%s %s: the reference check would catch ignored rope_freqs: rel err without them %.3g "
+       "(> 1e-2)",
+       arch, tn, e);
+}
+
 /* forward vs reference, prompt vs decode, for one model. alt_hp: rope freq_base 1e6, RMS eps
  * 1e-6 and rope over half of each head (the defaults of mk_model are 10000, 1e-5, all of it),
- * with small embeddings so that the first RMSNorm's eps is not negligible. */
-static void check_model(const char *arch, uint32_t type, int tied, int kquant, int alt_hp)
+ * with small embeddings so that the first RMSNorm's eps is not negligible. rfreqs: a Llama 3
+ * rope_freqs.weight of random factors in [1, 8]. */
+static void check_model(const char *arch, uint32_t type, int tied, int kquant, int alt_hp,
+                        int rfreqs)
 {
     mk_spec s;
     mk_spec_default(&s);
     s.arch = arch;
     s.wtype = type;
     s.tied = tied;
-    s.seed = 7 + type + (uint64_t)alt_hp * 100;
+    s.seed = 7 + type + (uint64_t)alt_hp * 100 + (uint64_t)rfreqs * 1000;
+    s.rope_freqs = rfreqs;
     if (kquant) { /* K-quants need rows of 256 */
         s.dim = 256;
         s.ff = 512;
@@ -110,9 +132,10 @@ static void check_model(const char *arch, uint32_t type, int tied, int kquant, i
         s.rope_dim = s.dim / s.n_heads / 2;
         s.embd_scale = 2e-3f;
     }
-    char tn[64];
-    snprintf(tn, sizeof tn, "%s%s", cairn__ggml_type_name(type),
-             alt_hp ? " (freq_base 1e6, eps 1e-6, rope dims head_dim/2)" : "");
+    char tn[96];
+    snprintf(tn, sizeof tn, "%s%s%s", cairn__ggml_type_name(type),
+             alt_hp ? " (freq_base 1e6, eps 1e-6, rope dims head_dim/2)" : "",
+             rfreqs ? " rope_freqs" : "");
     char err[256];
     mk_loaded L;
     int rc = mk_load(&s, &L, err, sizeof err);
@@ -127,6 +150,12 @@ static void check_model(const char *arch, uint32_t type, int tied, int kquant, i
        "%s %s: hyperparameters (tied %d, kv %d, rope mode %d, rope dims %d, base %g, eps %g)", arch,
        tn, m->tied_output, m->n_kv_heads, m->rope_mode, m->rope_dim, (double)m->rope_base,
        (double)m->rms_eps);
+    /* the factors as the file holds them, or none */
+    int same_f = (m->rope_freqs != NULL) == (rfreqs != 0);
+    for (int i = 0; same_f && rfreqs && i < m->rope_dim / 2; i++)
+        same_f = (double)m->rope_freqs[i] == mk_rope_factor(&s, i);
+    ok(same_f, "%s %s: rope_freqs %s", arch, tn,
+       rfreqs ? "bound, with the file's factors" : "absent (NULL)");
     const size_t V = (size_t)m->n_vocab;
     double *ref = malloc(NP * V * sizeof *ref);
     float *bat = malloc(NP * V * sizeof *bat), *dec = malloc(NP * V * sizeof *dec);
@@ -164,6 +193,8 @@ static void check_model(const char *arch, uint32_t type, int tied, int kquant, i
     free(again);
     if (alt_hp)
         check_hparams_matter(L.m, arch, tn, ref, bat);
+    if (rfreqs)
+        check_rope_freqs_matter(L.m, arch, tn, ref, bat);
 out:
     cairn__backend_free(b);
     free(ref);
@@ -381,12 +412,95 @@ static void check_errors(void)
        "block_count 1 with 2 blocks of tensors -> EFORMAT naming the tensor (%s)", err);
     mk_unload(&L);
 
+    /* llama.cpp reads rope_freqs.weight for llama only; a well-formed one in qwen2 is left over */
     mk_spec_default(&s);
     s.arch = "qwen2";
-    s.extra = "rope_freqs.weight";
+    s.rope_freqs = 1;
     rc = mk_load(&s, &L, err, sizeof err);
     ok(rc == CAIRN_EUNSUPPORTED && strstr(err, "'rope_freqs.weight'") && strstr(err, "qwen2"),
-       "a tensor the architecture does not use -> EUNSUPPORTED naming it (%s)", err);
+       "a tensor the architecture does not use (qwen2 rope_freqs) -> EUNSUPPORTED naming it (%s)",
+       err);
+    mk_unload(&L);
+
+    /* rope_freqs.weight (llama): F32, rope_dim/2 finite positive factors */
+
+    mk_spec_default(&s);
+    s.rope_freqs = 1;
+    s.rope_freqs_len = 9; /* head dim 16: 8 factors */
+    rc = mk_load(&s, &L, err, sizeof err);
+    ok(rc == CAIRN_EFORMAT && strstr(err, "'rope_freqs.weight'") && strstr(err, "[9, 1, 1, 1]") &&
+           strstr(err, "expected [8] (llama.rope.dimension_count 16 / 2)"),
+       "rope_freqs of 9 factors for rope dims 16 -> EFORMAT naming the shapes (%s)", err);
+    mk_unload(&L);
+
+    mk_spec_default(&s);
+    s.rope_dim = 8;
+    s.rope_freqs = 1; /* 8 factors, as for the full head, where rope dims 8 take 4 */
+    s.rope_freqs_len = 8;
+    rc = mk_load(&s, &L, err, sizeof err);
+    ok(rc == CAIRN_EFORMAT && strstr(err, "'rope_freqs.weight'") &&
+           strstr(err, "expected [4] (llama.rope.dimension_count 8 / 2)"),
+       "rope_freqs sized for head_dim with rope dims 8 -> EFORMAT (%s)", err);
+    mk_unload(&L);
+
+    mk_spec_default(&s);
+    s.extra = "rope_freqs.weight"; /* dim (64) elements */
+    rc = mk_load(&s, &L, err, sizeof err);
+    ok(rc == CAIRN_EFORMAT && strstr(err, "'rope_freqs.weight'") && strstr(err, "[64, 1, 1, 1]"),
+       "rope_freqs of 64 factors -> EFORMAT (%s)", err);
+    mk_unload(&L);
+
+    static const uint32_t bad_t[] = {CAIRN__GGML_F16, CAIRN__GGML_BF16, CAIRN__GGML_Q8_0};
+    for (size_t i = 0; i < sizeof bad_t / sizeof *bad_t; i++) {
+        mk_spec_default(&s);
+        s.rope_freqs = 1;
+        s.rope_freqs_type = bad_t[i];
+        s.rope_dim = 64; /* dim 64, one head: 32 factors, a whole Q8_0 block */
+        s.n_heads = 1;
+        s.n_kv_heads = 1;
+        char want[64];
+        snprintf(want, sizeof want, "type %s", cairn__ggml_type_name(bad_t[i]));
+        rc = mk_load(&s, &L, err, sizeof err);
+        ok(rc == CAIRN_EUNSUPPORTED && strstr(err, "'rope_freqs.weight'") && strstr(err, want) &&
+               strstr(err, "expected F32"),
+           "rope_freqs stored as %s -> EUNSUPPORTED naming the type (%s)",
+           cairn__ggml_type_name(bad_t[i]), err);
+        mk_unload(&L);
+    }
+
+    static const struct {
+        int at;
+        float v;
+        const char *want, *why;
+    } bad_ff[] = {{3, 0.0f, "factor 3 is 0,", "not a finite positive number"},
+                  {0, NAN, "factor 0 is nan", "not a finite positive number"},
+                  {7, -2.0f, "factor 7 is -2,", "not a finite positive number"},
+                  {5, INFINITY, "factor 5 is inf", "not a finite positive number"},
+                  {1, -0.0f, "factor 1 is -0,", "not a finite positive number"},
+                  {0, 1e-45f, "factor 0 is 1.4013e-45", "rotary frequency it divides overflows"}};
+    for (size_t i = 0; i < sizeof bad_ff / sizeof *bad_ff; i++) {
+        float f[8];
+        for (int j = 0; j < 8; j++)
+            f[j] = 1.0f + (float)j;
+        f[bad_ff[i].at] = bad_ff[i].v;
+        mk_spec_default(&s);
+        s.rope_freqs = 1;
+        s.rope_factors = f;
+        rc = mk_load(&s, &L, err, sizeof err);
+        ok(rc == CAIRN_EFORMAT && strstr(err, "'rope_freqs.weight'") &&
+               strstr(err, bad_ff[i].want) && strstr(err, bad_ff[i].why),
+           "rope_freqs factor %d = %g -> EFORMAT naming the index (%s)", bad_ff[i].at,
+           (double)bad_ff[i].v, err);
+        mk_unload(&L);
+    }
+    /* tiny but harmless: 1e-30 divides a frequency of at most 1 to 1e30, a float */
+    float tiny[8] = {1e-30f, 1, 1, 1, 1, 1, 1, 1};
+    mk_spec_default(&s);
+    s.rope_freqs = 1;
+    s.rope_factors = tiny;
+    rc = mk_load(&s, &L, err, sizeof err);
+    ok(rc == 0 && L.m->rope_freqs && L.m->rope_freqs[0] == 1e-30f,
+       "rope_freqs factor 0 = 1e-30 loads (%s)", rc ? err : "ok");
     mk_unload(&L);
 
     mk_spec_default(&s);
@@ -518,17 +632,22 @@ int main(void)
     const uint32_t flat[] = {CAIRN__GGML_F32, CAIRN__GGML_F16, CAIRN__GGML_BF16, CAIRN__GGML_Q8_0,
                              CAIRN__GGML_Q4_0};
     for (size_t i = 0; i < sizeof flat / sizeof *flat; i++) {
-        check_model("llama", flat[i], (int)(i % 2), 0, 0);
-        check_model("qwen2", flat[i], (int)((i + 1) % 2), 0, 0);
+        check_model("llama", flat[i], (int)(i % 2), 0, 0, 0);
+        check_model("qwen2", flat[i], (int)((i + 1) % 2), 0, 0, 0);
     }
-    check_model("llama", CAIRN__GGML_Q4_K, 0, 1, 0);
-    check_model("qwen2", CAIRN__GGML_Q6_K, 1, 1, 0);
+    check_model("llama", CAIRN__GGML_Q4_K, 0, 1, 0, 0);
+    check_model("qwen2", CAIRN__GGML_Q6_K, 1, 1, 0, 0);
     /* real files differ from mk_model's defaults: Qwen2 uses freq_base 1e6, many use eps 1e-6,
      * some rotate only part of each head */
-    check_model("llama", CAIRN__GGML_F32, 0, 0, 1);
-    check_model("qwen2", CAIRN__GGML_F32, 1, 0, 1);
-    check_model("llama", CAIRN__GGML_Q4_K, 1, 1, 1);
-    check_model("qwen2", CAIRN__GGML_Q6_K, 0, 1, 1);
+    check_model("llama", CAIRN__GGML_F32, 0, 0, 1, 0);
+    check_model("qwen2", CAIRN__GGML_F32, 1, 0, 1, 0);
+    check_model("llama", CAIRN__GGML_Q4_K, 1, 1, 1, 0);
+    check_model("qwen2", CAIRN__GGML_Q6_K, 0, 1, 1, 0);
+    /* Llama 3.x: rope_freqs.weight divides the rotary frequencies (also with rope over half of
+     * each head, where it has rope_dim/2 = head_dim/4 factors) */
+    check_model("llama", CAIRN__GGML_F32, 0, 0, 0, 1);
+    check_model("llama", CAIRN__GGML_Q8_0, 1, 0, 0, 1);
+    check_model("llama", CAIRN__GGML_Q4_K, 0, 1, 1, 1);
     check_greedy();
     check_threads_deterministic();
     check_kernels_scalar_vs_simd();
