@@ -345,30 +345,52 @@ static int same_result(const cairn__gen_result *a, const cairn__gen_result *b)
            a->text_len == b->text_len && memcmp(a->text, b->text, a->text_len) == 0;
 }
 
+/* an engine over a generated model with a vocabulary, on the backend under test */
+typedef struct {
+    mk_loaded L;
+    cairn__tok *tok;
+    cairn__backend *b;
+    cairn__engine *e;
+    char err[256];
+} gen_env;
+
+static int gen_env_open(gen_env *v, uint32_t wtype, uint64_t seed, int n_ctx, int n_batch)
+{
+    memset(v, 0, sizeof *v);
+    mk_spec s;
+    mk_spec_default(&s);
+    s.tokenizer = 1;
+    s.wtype = wtype;
+    s.seed = seed;
+    int rc = mk_load(&s, &v->L, v->err, sizeof v->err);
+    if (rc == 0)
+        rc = cairn__tok_load(v->L.g, &v->tok, v->err, sizeof v->err);
+    cairn__backend_opts bo = {.n_ctx = n_ctx, .n_threads = 2, .n_batch = n_batch};
+    if (rc == 0)
+        rc = cairn__backend_new(BK, v->L.m, &bo, &v->b, v->err, sizeof v->err);
+    if (rc == 0)
+        rc = cairn__engine_new(v->L.m, v->tok, v->b, &v->e);
+    return rc;
+}
+
+static void gen_env_close(gen_env *v)
+{
+    cairn__engine_free(v->e);
+    cairn__backend_free(v->b);
+    cairn__tok_free(v->tok);
+    mk_unload(&v->L);
+}
+
 /* sampling with temperature through the engine; resuming from every checkpoint must give the
  * uninterrupted result exactly (prompt as one batch, generated tokens one at a time, the
  * earlier ones without logits: the second decode graph) */
 static void check_resume(void)
 {
-    mk_spec s;
-    mk_spec_default(&s);
-    s.tokenizer = 1;
-    s.wtype = CAIRN__GGML_Q4_0;
-    s.seed = 5;
-    char err[256];
-    mk_loaded L;
-    cairn__tok *tok = NULL;
-    cairn__backend *b = NULL;
-    cairn__engine *e = NULL;
-    int rc = mk_load(&s, &L, err, sizeof err);
-    if (rc == 0)
-        rc = cairn__tok_load(L.g, &tok, err, sizeof err);
-    cairn__backend_opts bo = {.n_ctx = 160, .n_threads = 2, .n_batch = 8};
-    if (rc == 0)
-        rc = cairn__backend_new(BK, L.m, &bo, &b, err, sizeof err);
-    if (rc == 0)
-        rc = cairn__engine_new(L.m, tok, b, &e);
-    if (!ok(rc == 0, "engine on %s (%s)", BK, rc ? err : "ok"))
+    gen_env v;
+    int rc = gen_env_open(&v, CAIRN__GGML_Q4_0, 5, 160, 8);
+    cairn__engine *e = v.e;
+    cairn__tok *tok = v.tok;
+    if (!ok(rc == 0, "engine on %s (%s)", BK, rc ? v.err : "ok"))
         goto out;
     const char *prompt = "the cat sat on the mat and the dog sat on the log";
     cairn__gen_opts o;
@@ -421,10 +443,7 @@ static void check_resume(void)
     free(ptoks);
     cairn__gen_result_free(&r1);
 out:
-    cairn__engine_free(e);
-    cairn__backend_free(b);
-    cairn__tok_free(tok);
-    mk_unload(&L);
+    gen_env_close(&v);
 }
 
 /* The device sampler alone: awkward logits over a large vocabulary, every kind of parameters,
@@ -443,13 +462,7 @@ static int standin_sample_logits(cairn__backend *b, const float *logits, const c
         return CAIRN_ENOMEM;
     }
     memcpy(lg, logits, (size_t)nv * sizeof *lg);
-    for (int i = 0; i < q->n_pen; i++)
-        lg[q->pen[i]] = cairn__sample_penalize(lg[q->pen[i]], q->repeat_penalty);
-    const cairn__sampler_params p = {.temperature = q->temperature,
-                                     .top_k = q->top_k,
-                                     .top_p = q->top_p,
-                                     .repeat_penalty = q->repeat_penalty};
-    *next = cairn__sampler_pick_runs(&p, lg, nv, q->r, 1024, keys);
+    *next = mk_standin_pick(q, lg, nv, keys);
     free(lg);
     free(keys);
     return 0;
@@ -542,25 +555,10 @@ out:
  * backend: the same tokens, stochastic and greedy, with a penalty. */
 static void check_engine_sampling(void)
 {
-    mk_spec s;
-    mk_spec_default(&s);
-    s.tokenizer = 1;
-    s.wtype = CAIRN__GGML_F16;
-    s.seed = 11;
-    char err[256];
-    mk_loaded L;
-    cairn__tok *tok = NULL;
-    cairn__backend *b = NULL;
-    cairn__engine *e = NULL;
-    int rc = mk_load(&s, &L, err, sizeof err);
-    if (rc == 0)
-        rc = cairn__tok_load(L.g, &tok, err, sizeof err);
-    cairn__backend_opts bo = {.n_ctx = 128, .n_threads = 2};
-    if (rc == 0)
-        rc = cairn__backend_new(BK, L.m, &bo, &b, err, sizeof err);
-    if (rc == 0)
-        rc = cairn__engine_new(L.m, tok, b, &e);
-    if (!ok(rc == 0, "engine sampling on %s (%s)", BK, rc ? err : "ok"))
+    gen_env v;
+    int rc = gen_env_open(&v, CAIRN__GGML_F16, 11, 128, 0);
+    cairn__engine *e = v.e;
+    if (!ok(rc == 0, "engine sampling on %s (%s)", BK, rc ? v.err : "ok"))
         goto out;
     const char *prompt = "a quick brown fox jumps over the lazy dog";
     const float temps[] = {0.0f, 0.7f, 1.5f};
@@ -591,10 +589,7 @@ static void check_engine_sampling(void)
             cairn__gen_result_free(&hst);
     }
 out:
-    cairn__engine_free(e);
-    cairn__backend_free(b);
-    cairn__tok_free(tok);
-    mk_unload(&L);
+    gen_env_close(&v);
 }
 
 static void check_errors(void)

@@ -3,6 +3,8 @@
 
 #include <math.h>
 
+#include "gpu/sample_core.h"
+
 static uint64_t xs(uint64_t *x)
 {
     *x ^= *x << 13, *x ^= *x >> 7, *x ^= *x << 17;
@@ -40,4 +42,15 @@ int mk_pick_agrees(cairn__sampler *s, const float *lg, double r, int32_t got, in
         return 1;
     }
     return 0;
+}
+
+int32_t mk_standin_pick(const cairn__sample_req *q, float *lg, int n_vocab, uint64_t *keys)
+{
+    for (int i = 0; i < q->n_pen; i++)
+        lg[q->pen[i]] = cairn__sample_penalize(lg[q->pen[i]], q->repeat_penalty);
+    const cairn__sampler_params p = {.temperature = q->temperature,
+                                     .top_k = q->top_k,
+                                     .top_p = q->top_p,
+                                     .repeat_penalty = q->repeat_penalty};
+    return cairn__sampler_pick_runs(&p, lg, n_vocab, q->r, 1024, keys);
 }

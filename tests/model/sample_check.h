@@ -5,6 +5,7 @@
 
 #include <stdint.h>
 
+#include "gpu/backend.h"
 #include "gpu/sampler.h"
 
 /* kind 0: smooth in [-8, 8); 1: five distinct values (long runs of ties); 2: a smooth field
@@ -14,5 +15,9 @@ void mk_awkward_logits(float *lg, int n, uint64_t seed, int kind);
 /* Whether got is an acceptable pick for already-penalized logits and draw r: the host's
  * cairn__sampler_pick, or what the host picks 1e-12 either side of r (then *near is counted). */
 int mk_pick_agrees(cairn__sampler *s, const float *lg, double r, int32_t got, int *near);
+
+/* The device sampler in C, for stand-ins of a device: q's penalty on lg (in place), then
+ * cairn__sampler_pick_runs with 1024 runs, as the kernel's threads. keys: n_vocab scratch. */
+int32_t mk_standin_pick(const cairn__sample_req *q, float *lg, int n_vocab, uint64_t *keys);
 
 #endif

@@ -10,6 +10,7 @@
 #include "gpu/gguf.h"
 #include "gpu/sample_core.h"
 #include "tests/model/mkmodel.h"
+#include "tests/model/sample_check.h"
 #include "tests/tap.h"
 
 #include "cairn_errors.h"
@@ -73,13 +74,7 @@ static int standin_sample(cairn__backend *b, int32_t token, int pos, const cairn
     uint64_t *keys = malloc((size_t)nv * sizeof *keys);
     int rc = lg && keys ? cairn__backend_cpu_ops.forward(b, &token, 1, pos, lg, 0) : CAIRN_ENOMEM;
     if (rc == 0) {
-        for (int i = 0; i < q->n_pen; i++)
-            lg[q->pen[i]] = cairn__sample_penalize(lg[q->pen[i]], q->repeat_penalty);
-        const cairn__sampler_params p = {.temperature = q->temperature,
-                                         .top_k = q->top_k,
-                                         .top_p = q->top_p,
-                                         .repeat_penalty = q->repeat_penalty};
-        *next = cairn__sampler_pick_runs(&p, lg, nv, q->r, 1024, keys);
+        *next = mk_standin_pick(q, lg, nv, keys);
         standin_steps++;
     }
     free(lg);

@@ -25,6 +25,28 @@ static double rel_rms(const float *a, const float *b, int n)
     return sqrt(e / (s > 0 ? s : 1));
 }
 
+/* A Q4_K block with d = dmin = 1.0, sub-block j's scale j+1 (+16 for the upper four, to use the
+ * sixth bit) and min j (+32), packed as ggml packs 8 6-bit scales and mins into 12 bytes; quants
+ * all zero. ls and lm get the scales and mins. */
+static void q4k_header(cairn__block_q4_K *bk, uint8_t ls[8], uint8_t lm[8])
+{
+    memset(bk, 0, sizeof *bk);
+    bk->d = 0x3c00;
+    bk->dmin = 0x3c00;
+    for (int j = 0; j < 8; j++)
+        ls[j] = (uint8_t)(j + 1 + (j >= 4 ? 16 : 0)), lm[j] = (uint8_t)(j + (j >= 4 ? 32 : 0));
+    for (int j = 0; j < 8; j++) {
+        if (j < 4) {
+            bk->scales[j] = ls[j];
+            bk->scales[j + 4] = lm[j];
+        } else {
+            bk->scales[j + 4] = (uint8_t)((ls[j] & 0xF) | ((lm[j] & 0xF) << 4));
+            bk->scales[j - 4] |= (uint8_t)((ls[j] >> 4) << 6);
+            bk->scales[j] |= (uint8_t)((lm[j] >> 4) << 6);
+        }
+    }
+}
+
 static void known_blocks(void)
 {
     /* Q8_0: d = 0.5 (f16 0x3800), q = i - 16 */
@@ -52,22 +74,8 @@ static void known_blocks(void)
 
     /* Q4_K: d = 1, dmin = 1; sub-block j scale j+1 and min j; all quants 3 */
     cairn__block_q4_K bk;
-    memset(&bk, 0, sizeof bk);
-    bk.d = 0x3c00;
-    bk.dmin = 0x3c00;
     uint8_t ls[8], lm[8];
-    for (int j = 0; j < 8; j++)
-        ls[j] = (uint8_t)(j + 1 + (j >= 4 ? 16 : 0)), lm[j] = (uint8_t)(j + (j >= 4 ? 32 : 0));
-    for (int j = 0; j < 8; j++) {
-        if (j < 4) {
-            bk.scales[j] = ls[j];
-            bk.scales[j + 4] = lm[j];
-        } else {
-            bk.scales[j + 4] = (uint8_t)((ls[j] & 0xF) | ((lm[j] & 0xF) << 4));
-            bk.scales[j - 4] |= (uint8_t)((ls[j] >> 4) << 6);
-            bk.scales[j] |= (uint8_t)((lm[j] >> 4) << 6);
-        }
-    }
+    q4k_header(&bk, ls, lm);
     memset(bk.qs, 0x33, sizeof bk.qs);
     cairn__dequant_row(CAIRN__GGML_Q4_K, &bk, y, 256);
     good = 1;
@@ -180,22 +188,8 @@ static void check_kquant_block(uint32_t type, const void *block, const int16_t *
 static void kquant_layouts(void)
 {
     cairn__block_q4_K bk;
-    memset(&bk, 0, sizeof bk);
-    bk.d = 0x3c00;    /* 1.0 */
-    bk.dmin = 0x3c00; /* 1.0 */
     uint8_t ls[8], lm[8];
-    for (int j = 0; j < 8; j++)
-        ls[j] = (uint8_t)(j + 1 + (j >= 4 ? 16 : 0)), lm[j] = (uint8_t)(j + (j >= 4 ? 32 : 0));
-    for (int j = 0; j < 8; j++) { /* ggml's 12-byte packing of 8 6-bit scales and mins */
-        if (j < 4) {
-            bk.scales[j] = ls[j];
-            bk.scales[j + 4] = lm[j];
-        } else {
-            bk.scales[j + 4] = (uint8_t)((ls[j] & 0xF) | ((lm[j] & 0xF) << 4));
-            bk.scales[j - 4] |= (uint8_t)((ls[j] >> 4) << 6);
-            bk.scales[j] |= (uint8_t)((lm[j] >> 4) << 6);
-        }
-    }
+    q4k_header(&bk, ls, lm);
     uint32_t x = 1;
     for (int b = 0; b < 128; b++)
         bk.qs[b] = lcg_byte(&x);
