@@ -354,11 +354,12 @@ template <typename T> static int enqueue_t(cuda_backend *b, int n, int head_rows
         LAUNCHED(b, "bias/rope/KV kernel");
         const dim3 ag((unsigned)m->n_heads, (unsigned)n);
         if (n == 1) /* one token: few blocks, so more warps each */
-            attention_kernel<T, ATT_DECODE_WARPS><<<ag, ATT_DECODE_WARPS * 32, 0, b->stream>>>(
-                b->qkv, b->qkv_dim, kc, vc, b->d_pos, m->n_heads, m->n_kv_heads, hd, scale, att,
-                b->d_overflow);
+            attention_kernel<T, ATT_DECODE_WARPS, ATT_DECODE_U>
+                <<<ag, ATT_DECODE_WARPS * 32, 0, b->stream>>>(b->qkv, b->qkv_dim, kc, vc, b->d_pos,
+                                                              m->n_heads, m->n_kv_heads, hd, scale,
+                                                              att, b->d_overflow);
         else
-            attention_kernel<T, ATT_WARPS><<<ag, ATT_WARPS * 32, 0, b->stream>>>(
+            attention_kernel<T, ATT_WARPS, 1><<<ag, ATT_WARPS * 32, 0, b->stream>>>(
                 b->qkv, b->qkv_dim, kc, vc, b->d_pos, m->n_heads, m->n_kv_heads, hd, scale, att,
                 b->d_overflow);
         LAUNCHED(b, "attention kernel");

@@ -26,8 +26,10 @@
 #include <stdint.h>
 
 #define CK_THREADS 256 /* threads per block of the row kernels */
-#define ATT_WARPS 8    /* warps per (token, head) block of the attention kernel, prompt chunks */
-#define ATT_MAX_HD 256 /* largest head dimension the attention kernel holds in registers */
+#define ATT_WARPS 8    /* warps per (token, head) block of the attention kernel: prompt chunks */
+#define ATT_DECODE_WARPS 16 /* and a single token */
+#define ATT_DECODE_U 4      /* keys a decode warp loads at once */
+#define ATT_MAX_HD 256      /* largest head dimension the attention kernel holds in registers */
 
 /* ---- element conversions --------------------------------------------------------------------- */
 
@@ -194,16 +196,15 @@ __global__ void qkv_post_kernel(float *__restrict__ qkv, int ld, const float *__
  * For token i (position *pos + i) and head h (kv head h / (n_heads / n_kv)):
  *   softmax(q_ih (hd) . K[0..*pos+i] (t, hd) * scale) @ V[0..*pos+i] (t, hd) -> out (n,
  * n_heads*hd)[i, h]; q is read from the rows of qkv (ld floats apart). Each warp runs an online
- * softmax over groups of ATT_U consecutive keys (warp w takes groups w, w + WARPS, ...), each lane
+ * softmax over groups of U consecutive keys (warp w takes groups w, w + WARPS, ...), each lane
  * holding hd/32 elements of q and of its running output. A group's K and V rows are all loaded
- * before any of its results is needed, so a warp has 2 * ATT_U rows in flight instead of waiting
- * on one load after another (decode is bound by that latency, not by bandwidth). The warps'
- * partial results are merged through shared memory at the end. WARPS is 8 for prompt chunks
- * (which have blocks to spare) and ATT_DECODE_WARPS for a single token, whose grid is only
- * n_heads blocks. grid (n_heads, n), block WARPS * 32; hd <= ATT_MAX_HD */
-#define ATT_U 4
-#define ATT_DECODE_WARPS 16
-template <typename T, int WARPS>
+ * before any of its results is needed, so a warp has 2 * U rows in flight instead of waiting
+ * on one load after another. The warps' partial results are merged through shared memory at
+ * the end. A single token's grid is only n_heads blocks and is bound by that latency: it runs
+ * ATT_DECODE_WARPS warps with groups of ATT_DECODE_U keys; prompt chunks have blocks to spare
+ * and run ATT_WARPS warps with single keys (fewer registers, more blocks per SM).
+ * grid (n_heads, n), block WARPS * 32; hd <= ATT_MAX_HD */
+template <typename T, int WARPS, int U>
 __global__ void __launch_bounds__(WARPS * 32)
     attention_kernel(const float *__restrict__ qkv, int ld, const float *__restrict__ kc,
                      const float *__restrict__ vc, const int *__restrict__ pos, int n_heads,
@@ -225,10 +226,10 @@ __global__ void __launch_bounds__(WARPS * 32)
         acc[k] = 0.0f;
     }
     float m = -INFINITY, l = 0.0f;
-    for (int t0 = w * ATT_U; t0 <= last; t0 += WARPS * ATT_U) {
-        float s[ATT_U], vv[ATT_U][NK];
+    for (int t0 = w * U; t0 <= last; t0 += WARPS * U) {
+        float s[U], vv[U][NK];
 #pragma unroll
-        for (int u = 0; u < ATT_U; u++) {
+        for (int u = 0; u < U; u++) {
             /* a key past the last is read from the last row (in bounds) and weighs 0 */
             const int t = t0 + u <= last ? t0 + u : last;
             const float *kr = K + (size_t)t * (size_t)kv_dim, *vr = V + (size_t)t * (size_t)kv_dim;
@@ -246,15 +247,15 @@ __global__ void __launch_bounds__(WARPS * 32)
         }
         float mn = m;
 #pragma unroll
-        for (int u = 0; u < ATT_U; u++) {
+        for (int u = 0; u < U; u++) {
             s[u] = t0 + u <= last ? warp_sum(s[u]) * scale : -INFINITY;
             mn = fmaxf(mn, s[u]);
         }
         const float corr = expf(m - mn); /* 0 for the first group (m = -inf; mn is finite) */
-        float pr[ATT_U];
+        float pr[U];
         l *= corr;
 #pragma unroll
-        for (int u = 0; u < ATT_U; u++) {
+        for (int u = 0; u < U; u++) {
             pr[u] = expf(s[u] - mn); /* 0 for keys past the last */
             l += pr[u];
         }
@@ -262,7 +263,7 @@ __global__ void __launch_bounds__(WARPS * 32)
         for (int k = 0; k < NK; k++) {
             float a = acc[k] * corr;
 #pragma unroll
-            for (int u = 0; u < ATT_U; u++)
+            for (int u = 0; u < U; u++)
                 a += pr[u] * vv[u][k];
             acc[k] = a;
         }
