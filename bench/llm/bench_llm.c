@@ -346,6 +346,10 @@ int main(int argc, char **argv)
                 const cairn__sample_req greedy = {
                     .temperature = 0.0f, .top_p = 1.0f, .repeat_penalty = 1.0f};
                 int32_t next = argmax(logits, m->n_vocab);
+                if (dev_pick) { /* capture its graph too, outside the timed rounds */
+                    int32_t ignored = 0;
+                    rc |= cairn__backend_forward_sample(b, first_tok, n_prompt, &greedy, &ignored);
+                }
                 for (int r = 0; r < ROUNDS; r++) {
                     r_bw[r] = bi == 0 ? copy_bandwidth(&cp) : peer;
                     t = now_s();
