@@ -219,6 +219,8 @@ typedef struct {
     cairn__engine *e;
     const cairn__gen_opts *o;
     buf text, pend;
+    buf vis; /* per byte of pend: 1 text, 0 the text of a control token (matched, never shown) */
+    buf out; /* scratch: the shown bytes of a release */
     int32_t *hist; /* prompt then generated tokens */
     size_t n_hist, cap_hist, n_prompt;
     int live; /* 0 while replaying a checkpoint: no callbacks */
@@ -233,21 +235,37 @@ static int is_end(const gen *g, int32_t tok)
     return g->e->tok && cairn__tok_is_eog(g->e->tok, tok);
 }
 
-/* Releases n bytes of pending text, on behalf of token tok. 0, CAIRN__FINISH_CANCEL or an error. */
+/* Releases n bytes of pending text, on behalf of token tok: its text bytes go to the result and
+ * the streaming callback, its control-token bytes nowhere. 0, CAIRN__FINISH_CANCEL or an error. */
 static int release(gen *g, int32_t tok, size_t n)
 {
-    int rc = buf_add(&g->text, g->pend.p ? g->pend.p : "", n);
-    if (rc)
+    g->out.len = 0;
+    int rc = buf_add(&g->out, "", 0);
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        if (g->vis.p[i])
+            rc = buf_add(&g->out, g->pend.p + i, 1);
+    if (rc || (rc = buf_add(&g->text, g->out.p, g->out.len)) != 0)
         return rc;
     int cancel = 0;
     if (g->live && g->o->on_token)
-        cancel = g->o->on_token(g->o->user, tok, g->pend.p ? g->pend.p : "", n);
+        cancel = g->o->on_token(g->o->user, tok, g->out.p, g->out.len);
     if (n) {
         memmove(g->pend.p, g->pend.p + n, g->pend.len - n);
+        memmove(g->vis.p, g->vis.p + n, g->vis.len - n);
         g->pend.len -= n;
+        g->vis.len -= n;
         g->pend.p[g->pend.len] = '\0';
     }
     return cancel ? CAIRN__FINISH_CANCEL : 0;
+}
+
+/* Appends a piece to the pending bytes, shown or not. */
+static int pend_add(gen *g, const char *piece, size_t n, int shown)
+{
+    int rc = buf_add(&g->pend, piece, n);
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        rc = buf_add(&g->vis, shown ? "\1" : "\0", 1);
+    return rc;
 }
 
 /* Takes one generated token: returns 0 to go on, a CAIRN__FINISH_* to end, or an error < 0. */
@@ -270,21 +288,11 @@ static int accept(gen *g, int32_t tok)
     size_t plen = 0;
     if (g->e->tok && cairn__tok_piece(g->e->tok, tok, &piece, &plen) != 0)
         plen = 0;
+    /* Markup, not text (<s>, <unk>, <|im_start|>): its bytes are matched against the stop
+     * strings like any others (so "<|im_start|>user" still stops), but never shown, as the
+     * tokenizer's decode renders it by default. */
     const int ty = g->e->tok ? cairn__tok_type(g->e->tok, tok) : CAIRN__TOK_NORMAL;
-    if (ty == CAIRN__TOK_CONTROL || ty == CAIRN__TOK_UNKNOWN) {
-        /* Markup, not text (<s>, <unk>, <|im_start|>): it adds no bytes, as the tokenizer's
-         * decode renders it by default. A stop string that is its text whole still stops on
-         * it, so a stop on "<|im_start|>" keeps working; held bytes are then not a stop. */
-        for (size_t s = 0; s < g->o->n_stop; s++) {
-            const char *st = g->o->stop[s];
-            if (st && plen && strlen(st) == plen && memcmp(st, piece, plen) == 0) {
-                int rc = release(g, tok, g->pend.len);
-                return rc ? rc : CAIRN__FINISH_STOP;
-            }
-        }
-        plen = 0;
-    }
-    int rc = buf_add(&g->pend, piece, plen);
+    int rc = pend_add(g, piece, plen, ty != CAIRN__TOK_CONTROL && ty != CAIRN__TOK_UNKNOWN);
     if (rc)
         return rc;
     /* earliest complete stop match */
@@ -302,7 +310,7 @@ static int accept(gen *g, int32_t tok)
     }
     if (best != (size_t)-1) {
         rc = release(g, tok, best);
-        g->pend.len = 0; /* the stop string and anything after it are dropped */
+        g->pend.len = g->vis.len = 0; /* the stop string and anything after it are dropped */
         return rc ? rc : CAIRN__FINISH_STOP;
     }
     /* hold back the longest suffix that is a proper prefix of some stop string */
@@ -488,6 +496,8 @@ done:
         cairn__gen_result_free(r);
     free(g.text.p);
     free(g.pend.p);
+    free(g.vis.p);
+    free(g.out.p);
     free(g.hist);
     free(pen);
     free(logits);

@@ -297,6 +297,8 @@ int32_t cairn__sampler_pick_runs(const cairn__sampler_params *p, const float *lo
         cairn__sample_key_nan(keys[0]) ? 0.0 : (double)cairn__sample_key_logit(keys[0]);
     const double t = (double)p->temperature;
     /* run j of the kernel's thread j: [j * len, (j + 1) * len) of the first k */
+    if (n_runs < 1)
+        n_runs = 1;
     const int len = (k + n_runs - 1) / n_runs;
     double before[n_runs > 0 ? n_runs : 1], total = 0.0;
     for (int j = 0; j < n_runs; j++) {

@@ -10,6 +10,7 @@
  * one) run, with a "warning:" line on stderr.
  */
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,10 +53,10 @@ static const char usage[] =
     "      --batch N           prompt tokens per forward chunk (default 256)\n"
     "  -h, --help              show this help\n"
     "\n"
-    "Each option but --stop may be given once. With --threads N the prompt's matrix products\n"
-    "(OpenBLAS) use N threads too. Control and unknown tokens (such as <s>, <unk>,\n"
-    "<|im_start|>) are left out of the text; an end-of-turn token ends the generation, and a\n"
-    "--stop string that spells a control token whole stops at that token.\n"
+    "Each option that takes a value, but --stop, may be given once. With --threads N the\n"
+    "prompt's matrix products (OpenBLAS) use N threads too. Control and unknown tokens (such as\n"
+    "<s>, <unk>, <|im_start|>) are left out of the text; an end-of-turn token ends the\n"
+    "generation, and --stop strings are matched on the text with those tokens' text in it.\n"
     "\n"
     "The finish reason is length (--max-tokens reached), context (the context filled up\n"
     "first: raise --ctx), stop, eos or cancel (the reader of the output pipe went away).\n"
@@ -241,8 +242,8 @@ typedef struct {
 } stream_state;
 
 /* A failed write stops the generation (there is no point in computing text nobody gets); the
- * command then tells a reader that went away (EPIPE: `| head` with SIGPIPE ignored), a quiet
- * cancel, from a real output error (a full disk), exit 74. */
+ * command then tells a reader that went away (EPIPE: `| head`; the command ignores SIGPIPE), a
+ * quiet cancel, from a real output error (a full disk), exit 74. */
 static int on_token(void *user, int32_t tok, const char *bytes, size_t len)
 {
     stream_state *st = user;
@@ -317,6 +318,9 @@ int cairn__cmd_generate(int argc, char **argv)
     int rc = parse(argc, argv, &o);
     if (rc)
         return rc < 0 ? 0 : rc;
+    /* a reader that goes away (`| head`) ends the generation quietly (EPIPE, finish cancel,
+     * exit 0) instead of killing the process mid-stream */
+    signal(SIGPIPE, SIG_IGN);
     char err[512] = "";
     char *text = NULL;
     size_t text_len = 0;

@@ -12,6 +12,7 @@
  * tensor type, v2/v3, several alignments), adds the real vocabulary files, and runs the target over
  * the seeds and a fixed number of pseudo-random mutations from a fixed seed, each in an exact-size
  * heap buffer. The same run always tests the same inputs, so a failure reproduces by its number.
+ * Each input is also opened describe-only (CAIRN__GGUF_ANY_TYPE, see any_type_open).
  */
 #include "gpu/gguf.h"
 #ifdef GW_HAVE_QUANT
@@ -84,16 +85,51 @@ static void walk_tensor(const cairn__gguf_tensor *t)
 #endif
 }
 
+/* The describe-only open (CAIRN__GGUF_ANY_TYPE, what `cairn model-info` uses on any file):
+ * every tensor, known type or not, must lie inside the input, start where its offset says and
+ * overlap no other; its bytes are read (first and last) so ASan checks the span; tensors of a
+ * known type are walked as in the plain open. Returns whether it opened. */
+static int any_type_open(const uint8_t *data, size_t size)
+{
+    cairn__gguf *g = NULL;
+    char err[256];
+    if (cairn__gguf_open_mem_ex(data, size, CAIRN__GGUF_ANY_TYPE, &g, err, sizeof err) != 0) {
+        if (!err[0] || strlen(err) >= sizeof err)
+            __builtin_trap();
+        return 0;
+    }
+    const size_t n = cairn__gguf_n_tensors(g);
+    for (size_t i = 0; i < n; i++) {
+        const cairn__gguf_tensor *t = cairn__gguf_tensor_at(g, i);
+        if (!t || t->nbytes == 0 || t->offset > size || t->nbytes > size - t->offset)
+            __builtin_trap();
+        const unsigned char *d = t->data;
+        fuzz_sink += d[0] + d[t->nbytes - 1];
+        for (size_t j = i + 1; j < n && j < i + 64; j++) { /* neighbours in table order */
+            const cairn__gguf_tensor *u = cairn__gguf_tensor_at(g, j);
+            if (u->offset < t->offset + t->nbytes && t->offset < u->offset + u->nbytes)
+                __builtin_trap();
+        }
+        if (cairn__ggml_block_size(t->type))
+            walk_tensor(t);
+    }
+    cairn__gguf_close(g);
+    return 1;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     cairn__gguf *g = NULL;
     char err[256];
+    const int any = any_type_open(data, size);
     if (cairn__gguf_open_mem(data, size, &g, err, sizeof err) != 0) {
         if (!err[0] || strlen(err) >= sizeof err)
             __builtin_trap(); /* every failure must explain itself */
         return 0;
     }
+    if (!any) /* what opens strictly opens when describing too */
+        __builtin_trap();
     for (size_t i = 0; i < cairn__gguf_n_kv(g); i++) {
         const char *k = cairn__gguf_kv_key(g, i);
         if (!k || cairn__gguf_kv_type(g, k) < 0)

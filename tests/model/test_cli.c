@@ -401,6 +401,13 @@ int main(void)
         snprintf(q5, sizeof q5, "%s/q5k.gguf", dir);
         cairn__gguf_writer *w = gw_new(3, 32);
         gw_kv_str(w, "general.architecture", "llama");
+        const char *vocab[] = {"<unk>", "<s>", "</s>", "\xe2\x96\x81" "a", "b"};
+        const float scores[] = {0, 0, 0, -1, -2};
+        const int32_t types[] = {2, 3, 3, 1, 1};
+        gw_kv_str(w, "tokenizer.ggml.model", "llama");
+        gw_kv_arr_str(w, "tokenizer.ggml.tokens", vocab, 5);
+        gw_kv_arr_f32(w, "tokenizer.ggml.scores", scores, 5);
+        gw_kv_arr_i32(w, "tokenizer.ggml.token_type", types, 5);
         const uint64_t ne_f[2] = {8, 4}, ne_q[2] = {256, 2};
         gw_tensor_f32(w, "token_embd.weight", CAIRN__GGML_F32, 2, ne_f, NULL);
         static unsigned char blocks[2 * 176]; /* two Q5_K blocks of 176 bytes */
@@ -425,6 +432,10 @@ int main(void)
         rc = sh(cmd);
         ok(rc == 69 && strstr(out, "Q5_K"), "generate on it still exits 69 naming the type (%d)",
            rc);
+        snprintf(cmd, sizeof cmd, "%s tokenize --model %s --text ab 2>&1", bin, q5);
+        rc = sh(cmd);
+        ok(rc == 0 && strcmp(out, "3 4\n") == 0,
+           "tokenize reads its vocabulary all the same (%d: %s)", rc, out);
         unlink(q5);
     }
 

@@ -160,6 +160,110 @@ static void test_device_sampling(cairn__engine *e, cairn__backend *b, const char
     b->ops = cpu;
 }
 
+/* The device sampler takes at most CAIRN__SAMPLE_MAX_PEN penalized ids: a generation whose
+ * penalty set grows past that (repeat_last_n -1 over a prompt of 1018 distinct tokens) moves to
+ * host sampling mid-way, deterministically, so resume from any checkpoint is still exact. */
+static int fb_max_pen;
+
+static int fb_sample(cairn__backend *b, int32_t token, int pos, const cairn__sample_req *q,
+                     int32_t *next)
+{
+    fb_max_pen = q->n_pen > fb_max_pen ? q->n_pen : fb_max_pen;
+    return standin_sample(b, token, pos, q, next);
+}
+
+typedef struct {
+    int n;
+    int32_t tok[64][64];
+    size_t nt[64];
+    uint8_t st[64][CAIRN__SAMPLER_STATE_BYTES];
+} fb_ck;
+
+static int fb_progress(void *u, const int32_t *gen, size_t n, const uint8_t *st, size_t sl)
+{
+    fb_ck *c = u;
+    if (c->n < 64 && n <= 64 && sl == CAIRN__SAMPLER_STATE_BYTES) {
+        memcpy(c->tok[c->n], gen, n * sizeof *gen);
+        c->nt[c->n] = n;
+        memcpy(c->st[c->n], st, sl);
+        c->n++;
+    }
+    return 0;
+}
+
+static void test_fallback(void)
+{
+    mk_spec s;
+    mk_spec_default(&s);
+    s.vocab = 2000;
+    s.ctx = 2048;
+    s.seed = 7;
+    mk_loaded L;
+    char err[256];
+    cairn__backend *b = NULL;
+    cairn__engine *e = NULL;
+    int rc = mk_load(&s, &L, err, sizeof err);
+    cairn__backend_opts bo = {.n_ctx = 1200, .n_threads = 2, .n_batch = 64};
+    if (rc == 0)
+        rc = cairn__backend_new("cpu", L.m, &bo, &b, err, sizeof err);
+    if (rc == 0)
+        rc = cairn__engine_new(L.m, NULL, b, &e);
+    enum { NP = 1018 };
+    static int32_t prompt[NP];
+    static fb_ck ck;
+    for (int i = 0; i < NP; i++)
+        prompt[i] = 3 + i;
+    if (!ok(rc == 0, "fallback: engine (%s)", rc ? err : "ok"))
+        goto out;
+    standin_ops = cairn__backend_cpu_ops;
+    standin_ops.forward_sample = fb_sample;
+    b->ops = &standin_ops;
+    cairn__gen_opts o;
+    cairn__gen_opts_default(&o);
+    o.max_tokens = 48;
+    o.ignore_eos = 1;
+    o.sampling.temperature = 1.5f;
+    o.sampling.top_k = 0;
+    o.sampling.top_p = 1.0f;
+    o.sampling.repeat_penalty = 1.3f;
+    o.sampling.repeat_last_n = -1;
+    o.sampling.seed = 99;
+    o.on_progress = fb_progress;
+    o.progress_every = 1;
+    o.user = &ck;
+    cairn__gen_result r1, r2;
+    standin_steps = fb_max_pen = 0;
+    rc = cairn__engine_generate_tokens(e, prompt, NP, &o, &r1);
+    const int dev = standin_steps;
+    ok(rc == 0 && r1.n_tokens == 48 && dev > 0 && dev < 47 && fb_max_pen <= CAIRN__SAMPLE_MAX_PEN,
+       "the penalty set outgrows the device sampler: %d of 47 steps on the device, then the host "
+       "(largest set sent %d)",
+       dev, fb_max_pen);
+    o.on_progress = NULL;
+    o.host_sampling = 1;
+    rc = cairn__engine_generate_tokens(e, prompt, NP, &o, &r2);
+    ok(rc == 0 && same_result(&r1, &r2), "the same tokens as host sampling throughout");
+    if (rc == 0)
+        cairn__gen_result_free(&r2);
+    o.host_sampling = 0;
+    int all = ck.n == 48;
+    for (int c = 0; all && c < ck.n; c += 3) {
+        rc = cairn__engine_resume(e, prompt, NP, ck.tok[c], ck.nt[c], ck.st[c],
+                                  CAIRN__SAMPLER_STATE_BYTES, &o, &r2);
+        all &= rc == 0 && same_result(&r1, &r2) && memcmp(r1.state, r2.state, sizeof r1.state) == 0;
+        if (rc == 0)
+            cairn__gen_result_free(&r2);
+    }
+    ok(all, "resume from checkpoints before, at and after the switch: exact (%d checkpoints)",
+       ck.n);
+    if (r1.n_tokens)
+        cairn__gen_result_free(&r1);
+out:
+    cairn__engine_free(e);
+    cairn__backend_free(b);
+    mk_unload(&L);
+}
+
 int main(void)
 {
     mk_spec s;
@@ -353,11 +457,58 @@ int main(void)
     cairn__gen_result_free(&g1);
     cairn__gen_result_free(&g2);
 
+    /* stop strings see a control token's text, the result never does: tokens forced through
+     * resume ("a", "</s>", "a", "</s>") with end tokens ignored */
+    {
+        const int32_t a = cairn__tok_find(tok, "<0x61>", 6), eos = 2, p1[1] = {1};
+        const int32_t forced[4] = {a, eos, a, eos};
+        cairn__gen_opts oc;
+        cairn__gen_opts_default(&oc);
+        oc.ignore_eos = 1;
+        oc.sampling.temperature = 0;
+        oc.max_tokens = 1;
+        cairn__gen_result r0;
+        rc = cairn__engine_generate_tokens(e, p1, 1, &oc, &r0);
+        const struct {
+            const char *stop, *text;
+            int finish;
+            size_t n;
+        } cs[] = {{"a</s>", "", CAIRN__FINISH_STOP, 2},
+                  {"</s>", "a", CAIRN__FINISH_STOP, 2},
+                  {"</s>a", "a", CAIRN__FINISH_STOP, 3},
+                  {"aa", "aa", CAIRN__FINISH_LENGTH, 5}};
+        int all = rc == 0 && a >= 0 && cairn__tok_type(tok, eos) == CAIRN__TOK_CONTROL;
+        oc.max_tokens = 5;
+        for (size_t c = 0; all && c < sizeof cs / sizeof *cs; c++) {
+            const char *st[1] = {cs[c].stop};
+            oc.stop = st;
+            oc.n_stop = 1;
+            cairn__gen_result rr;
+            rc = cairn__engine_resume(e, p1, 1, forced, 4, r0.state, sizeof r0.state, &oc, &rr);
+            const int good =
+                rc == 0 && rr.finish == cs[c].finish && rr.n_tokens == cs[c].n &&
+                rr.text_len >= strlen(cs[c].text) &&
+                memcmp(rr.text, cs[c].text, strlen(cs[c].text)) == 0 &&
+                (cs[c].finish != CAIRN__FINISH_STOP || rr.text_len == strlen(cs[c].text)) &&
+                !strstr(rr.text, "</s>");
+            if (!good)
+                diag("stop '%s': rc %d, %s, %zu tokens, text '%s'", cs[c].stop, rc,
+                     cairn__finish_name(rr.finish), rr.n_tokens, rc ? "" : rr.text);
+            all &= good;
+            if (rc == 0)
+                cairn__gen_result_free(&rr);
+        }
+        ok(all, "stop strings match across a control token's text, which the text never shows");
+        if (rc == 0)
+            cairn__gen_result_free(&r0);
+    }
+
     /* the device-sampling path, against the first run */
     o.max_tokens = 40;
     o.sampling.seed = 1234;
     o.sampling.temperature = 0.9f;
     test_device_sampling(e, b, prompt, o, &r1, &saved, ptoks, np);
+    test_fallback();
 
     free(ptoks);
     cairn__gen_result_free(&r1);
