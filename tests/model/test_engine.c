@@ -172,25 +172,6 @@ static int fb_sample(cairn__backend *b, int32_t token, int pos, const cairn__sam
     return standin_sample(b, token, pos, q, next);
 }
 
-typedef struct {
-    int n;
-    int32_t tok[64][64];
-    size_t nt[64];
-    uint8_t st[64][CAIRN__SAMPLER_STATE_BYTES];
-} fb_ck;
-
-static int fb_progress(void *u, const int32_t *gen, size_t n, const uint8_t *st, size_t sl)
-{
-    fb_ck *c = u;
-    if (c->n < 64 && n <= 64 && sl == CAIRN__SAMPLER_STATE_BYTES) {
-        memcpy(c->tok[c->n], gen, n * sizeof *gen);
-        c->nt[c->n] = n;
-        memcpy(c->st[c->n], st, sl);
-        c->n++;
-    }
-    return 0;
-}
-
 static void test_fallback(void)
 {
     mk_spec s;
@@ -210,7 +191,7 @@ static void test_fallback(void)
         rc = cairn__engine_new(L.m, NULL, b, &e);
     enum { NP = 1018 };
     static int32_t prompt[NP];
-    static fb_ck ck;
+    static sink ck;
     for (int i = 0; i < NP; i++)
         prompt[i] = 3 + i;
     if (!ok(rc == 0, "fallback: engine (%s)", rc ? err : "ok"))
@@ -228,7 +209,7 @@ static void test_fallback(void)
     o.sampling.repeat_penalty = 1.3f;
     o.sampling.repeat_last_n = -1;
     o.sampling.seed = 99;
-    o.on_progress = fb_progress;
+    o.on_progress = on_progress;
     o.progress_every = 1;
     o.user = &ck;
     cairn__gen_result r1, r2;
@@ -246,16 +227,16 @@ static void test_fallback(void)
     if (rc == 0)
         cairn__gen_result_free(&r2);
     o.host_sampling = 0;
-    int all = ck.n == 48;
-    for (int c = 0; all && c < ck.n; c += 3) {
-        rc = cairn__engine_resume(e, prompt, NP, ck.tok[c], ck.nt[c], ck.st[c],
+    int all = ck.n_ck == 48;
+    for (int c = 0; all && c < ck.n_ck; c += 3) {
+        rc = cairn__engine_resume(e, prompt, NP, ck.ck_tokens[c], ck.ck_n[c], ck.ck_state[c],
                                   CAIRN__SAMPLER_STATE_BYTES, &o, &r2);
         all &= rc == 0 && same_result(&r1, &r2) && memcmp(r1.state, r2.state, sizeof r1.state) == 0;
         if (rc == 0)
             cairn__gen_result_free(&r2);
     }
     ok(all, "resume from checkpoints before, at and after the switch: exact (%d checkpoints)",
-       ck.n);
+       ck.n_ck);
     if (r1.n_tokens)
         cairn__gen_result_free(&r1);
 out:
