@@ -33,13 +33,38 @@
  * process has open (LMDB's shared lock on lock.mdb) is never restored, whatever the boot id: that
  * process is not cairn (every cairn open comes here first) and may be reading a torn tree, so
  * the open is refused (CAIRN_EBUSY) until it closes the store. A marker that does not describe
- * the data.mdb beside it (the file is gone, is older than the marker, or its meta page of the
- * marker's commit is not the marker's copy: a backup put back, another store's file) is set
- * aside rather than written over a file it does not describe.
+ * the data.mdb beside it is set aside (the file `synced` emptied: no marker) rather than written
+ * over a file it does not describe, and data.mdb is left as it is. It does not describe it when:
+ *   - data.mdb is gone;
+ *   - both its meta pages are older than the marker's commit (a backup put back, a new store);
+ *   - its meta page of the marker's commit is not the marker's copy (another store's file);
+ *   - the page the marker's meta page names as the main database's root is not, byte for byte,
+ *     the page the marker hashed (or the file is too small to hold it): a file newer than the
+ *     marker everywhere, which is also what our own file looks like after relaxed commits, but
+ *     not ours, since in ours that page belongs to the pinned snapshot and is never written
+ *     until the next durable point (another store's file, a backup of a later state).
+ * A page that cannot be read keeps the marker and the store closed (the question is open). The
+ * root page tells files apart as far as their main databases differ at the marker's commit (the
+ * page holds every named database's root, depth and counts, and its own number): a file of a
+ * store with the very same history up to that commit, or a copy of this store taken while the
+ * pin held, has the same page there and is restored.
+ *
+ * The marker file: two slots, slot k at k * slot_size(page size) (a multiple of 4096). A slot:
+ *   0   magic "CAIRNSYN"            8   format version, u32 (2; 1 before the root record)
+ *   12  LMDB page size, u32         16  sequence number, u64
+ *   24  transaction id, u64         32  boot id, 40 bytes, NUL-padded
+ *   72  pages 0 and 1 of data.mdb as the durable point read them (2 * page size)
+ *   then (version 2 only) the root record: the main database's root page number, u64
+ *       (all ones: none, an empty database), and the SHA-256 of that page (zeros for none)
+ *   then the SHA-256 of everything before it in the slot. Integers are big-endian.
+ * A slot of version 1 has no root record and is honoured as before, without the root check; a
+ * recovery that restores from one rewrites it as version 1 (the same record under the new boot
+ * id), and the next durable point writes version 2.
  *
  * A durable point (cairn__synced_point) holds a write transaction, so that no other process
- * commits while it runs: fdatasync(data.mdb), read pages 0 and 1, write and flush the marker,
- * move the pin to the now-latest snapshot. Two flushes, as LMDB's own durable commit costs. A
+ * commits while it runs: fdatasync(data.mdb), read pages 0 and 1 and the main database's root
+ * page that the meta page of the last commit names, write and flush the marker, move the pin to
+ * the now-latest snapshot. Two flushes, as LMDB's own durable commit costs. A
  * crash before the marker is flushed leaves the previous marker, whose pages the pins protected:
  * recovery returns to it, and the durable write had not returned to its caller yet. A failed
  * flush ends the handle and, through the file `flush-failed`, every open of the store until a
@@ -74,6 +99,8 @@
 #include <openssl/sha.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -87,10 +114,13 @@
 #define KEEPER_TICK_MS 250
 #define READER_CHECK_TICKS 20 /* every 5 s */
 #define MARKER_MAGIC "CAIRNSYN"
-#define MARKER_VERSION 1u
+#define MARKER_VERSION 2u /* 2: with the root record; 1 is still read */
 #define HDR 72 /* magic 8, version 4, page size 4, sequence 8, transaction id 8, boot id 40 */
 #define BOOT_AT 32
 #define BOOT_LEN 40
+#define ROOT_LEN (8 + SHA256_DIGEST_LENGTH) /* root page number, SHA-256 of that page */
+#define NO_ROOT UINT64_MAX                  /* the root record of an empty main database */
+#define SLOT_MAX (HDR + 2 * 65536 + ROOT_LEN + SHA256_DIGEST_LENGTH) /* the largest slot body */
 
 struct cairn__synced {
     pthread_mutex_t mu; /* recursive: a write holds it while a remap inside drops the pin */
@@ -117,9 +147,12 @@ static int64_t mono_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* The root record adds 40 bytes, which rounds to the same size as a version-1 slot for every
+ * page size (2 * psize is a multiple of 1024, and HDR + 72 bytes stay within the 4096 that
+ * rounding adds): slot 1 is where either version puts it. */
 static size_t slot_size(unsigned psize)
 {
-    size_t n = HDR + 2 * (size_t)psize + SHA256_DIGEST_LENGTH;
+    size_t n = HDR + 2 * (size_t)psize + ROOT_LEN + SHA256_DIGEST_LENGTH;
     return (n + 4095) & ~(size_t)4095;
 }
 
@@ -160,18 +193,19 @@ static uint32_t rd_be32(const unsigned char *p)
     return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
 }
 
-/* A whole slot read at `off` into buf: 1 (and *seq, *psize set), 0 if not whole. */
+/* A whole slot read at `off` into buf: its version (1 or 2; *seq, *psize set), 0 if not whole. */
 static int slot_read(int fd, off_t off, unsigned char *buf, size_t cap, uint64_t *seq,
                      unsigned *psize)
 {
     unsigned char hdr[HDR];
+    unsigned v = 0;
     if (pread(fd, hdr, HDR, off) != HDR || memcmp(hdr, MARKER_MAGIC, 8) != 0 ||
-        rd_be32(hdr + 8) != MARKER_VERSION)
+        ((v = rd_be32(hdr + 8)) != 1 && v != MARKER_VERSION))
         return 0;
     unsigned p = rd_be32(hdr + 12);
     if (p < 512 || p > 65536 || (p & (p - 1)))
         return 0;
-    size_t body = HDR + 2 * (size_t)p;
+    size_t body = HDR + 2 * (size_t)p + (v >= 2 ? ROOT_LEN : 0);
     if (body + SHA256_DIGEST_LENGTH > cap ||
         pread(fd, buf, body + SHA256_DIGEST_LENGTH, off) != (ssize_t)(body + SHA256_DIGEST_LENGTH))
         return 0;
@@ -181,7 +215,7 @@ static int slot_read(int fd, off_t off, unsigned char *buf, size_t cap, uint64_t
         return 0;
     *seq = rd_be64(buf + 16);
     *psize = p;
-    return 1;
+    return (int)v;
 }
 
 static int fail_errno(cairn_store *s, const char *what, const char *path)
@@ -237,20 +271,23 @@ static int check_flush_failed(cairn_store *s, const char *dir, int *after_reboot
     return 0;
 }
 
-/* Writes the marker `seq` into slot `slot` with the meta pages in `pages`, and flushes it. */
+/* Writes the marker `seq` into slot `slot` with the meta pages in `pages` and the root record
+ * `root` (ROOT_LEN bytes; NULL: a version-1 slot, which has none), and flushes it. */
 static int slot_write(cairn_store *s, cairn__synced *y, int slot, uint64_t seq, uint64_t txnid,
-                      const unsigned char *pages)
+                      const unsigned char *pages, const unsigned char *root)
 {
-    size_t body = HDR + 2 * (size_t)y->psize, size = slot_size(y->psize);
+    size_t body = HDR + 2 * (size_t)y->psize + (root ? ROOT_LEN : 0), size = slot_size(y->psize);
     unsigned char *b = y->slot;
     memset(b, 0, size);
     memcpy(b, MARKER_MAGIC, 8);
-    be32w(b + 8, MARKER_VERSION);
+    be32w(b + 8, root ? MARKER_VERSION : 1u);
     be32w(b + 12, y->psize);
     be64w(b + 16, seq);
     be64w(b + 24, txnid);
     memcpy(b + BOOT_AT, y->boot, BOOT_LEN);
     memcpy(b + HDR, pages, 2 * (size_t)y->psize);
+    if (root)
+        memcpy(b + HDR + 2 * (size_t)y->psize, root, ROOT_LEN);
     SHA256(b, body, b + body);
     ssize_t w = pwrite(y->fd, b, size, (off_t)slot * (off_t)size);
     int err = w == (ssize_t)size ? 0 : w < 0 ? errno : EIO;
@@ -278,16 +315,20 @@ static int slot_write(cairn_store *s, cairn__synced *y, int slot, uint64_t seq, 
 /* The newest whole slot of the marker: its index (0 or 1), or -1 if neither is whole. Several
  * processes write the marker (each under LMDB's writer lock), so it is read every time, never
  * remembered: the next marker goes into the other slot with the next sequence number. a and b
- * hold cap bytes; *seq, *psize and *pages describe the newest. Slot 1 sits after slot 0, whose
- * size depends on the page size: slot 0 says it, else each possible one is tried. */
+ * hold cap bytes; *seq, *psize, *pages and *root (if root is not NULL; set to NULL for a
+ * version-1 slot) describe the newest. Slot 1 sits after slot 0, whose size depends on the page
+ * size: slot 0 says it, else each possible one is tried. */
 static int newest(int fd, unsigned char *a, unsigned char *b, size_t cap, uint64_t *seq,
-                  uint64_t *txnid, unsigned *psize, const unsigned char **pages)
+                  uint64_t *txnid, unsigned *psize, const unsigned char **pages,
+                  const unsigned char **root)
 {
     uint64_t sa = 0, sb = 0;
     unsigned pa = 0, pb = 0;
     int ha = slot_read(fd, 0, a, cap, &sa, &pa), hb = 0;
     for (unsigned p = ha ? pa : 4096; p <= 65536 && !hb; p *= 2) {
-        hb = slot_read(fd, (off_t)slot_size(p), b, cap, &sb, &pb) && pb == p;
+        hb = slot_read(fd, (off_t)slot_size(p), b, cap, &sb, &pb);
+        if (pb != p)
+            hb = 0;
         if (ha)
             break;
     }
@@ -298,13 +339,22 @@ static int newest(int fd, unsigned char *a, unsigned char *b, size_t cap, uint64
     *psize = one ? pb : pa;
     *pages = (one ? b : a) + HDR;
     *txnid = rd_be64(*pages - HDR + 24);
+    if (root)
+        *root = (one ? hb : ha) >= 2 ? *pages + 2 * (size_t)*psize : NULL;
     return one;
 }
 
 /* ------------------------------------------------------------------ open and recovery */
 
-/* LMDB 0.9's meta page, read for its transaction id: the page header (page number, then four
- * 16-bit fields) and MDB_meta as mdb.c lays them out on disk. */
+/* LMDB 0.9's meta page, read for its transaction id and the main database's root page: the page
+ * header (page number, then four 16-bit fields: PAGEHDRSZ, 16 bytes on a 64-bit machine) and
+ * MDB_meta as mdb.c lays them out on disk, in the machine's own types (pgno_t, txnid_t and
+ * size_t are all size_t there). Checked against liblmdb's mdb.c (LMDB 0.9.x, as vendored in
+ * netdata/netdata src/vendored/lmdb/mdb.c): MDB_db is md_pad u32, md_flags u16, md_depth u16,
+ * md_branch_pages, md_leaf_pages, md_overflow_pages, md_entries, md_root; MDB_meta is mm_magic,
+ * mm_version, mm_address, mm_mapsize, mm_dbs[CORE_DBS = 2], mm_last_pg, mm_txnid; FREE_DBI is 0
+ * and MAIN_DBI 1; an empty tree's root is P_INVALID, ~(pgno_t)0. On x86-64: txnid at 128 of the
+ * meta, the main database's root at 112. */
 #define LMDB_MAGIC 0xBEEFC0DEu
 #define LMDB_PAGEHDR (sizeof(size_t) + 8)
 typedef struct lmdb_db {
@@ -319,16 +369,82 @@ typedef struct lmdb_meta {
     lmdb_db dbs[2];
     size_t last_pg, txnid;
 } lmdb_meta;
+_Static_assert(sizeof(size_t) != 8 ||
+                   (offsetof(lmdb_meta, txnid) == 128 &&
+                    offsetof(lmdb_meta, dbs) + sizeof(lmdb_db) + offsetof(lmdb_db, root) == 112),
+               "MDB_meta as LMDB 0.9 lays it out on a 64-bit machine");
 
-/* 1 and *txnid if `page` is a meta page, else 0. */
-static int meta_txnid(const unsigned char *page, uint64_t *txnid)
+#define LMDB_MAIN_DBI 1
+
+/* 1 and *txnid (and *root, the main database's root page, NO_ROOT when empty, if root is not
+ * NULL) if `page` is a meta page, else 0. */
+static int meta_read(const unsigned char *page, uint64_t *txnid, uint64_t *root)
 {
     lmdb_meta m;
     memcpy(&m, page + LMDB_PAGEHDR, sizeof m);
     if (m.magic != LMDB_MAGIC)
         return 0;
     *txnid = m.txnid;
+    if (root)
+        *root = m.dbs[LMDB_MAIN_DBI].root == (size_t)-1 ? NO_ROOT : m.dbs[LMDB_MAIN_DBI].root;
     return 1;
+}
+
+/* The page `pgno` of data.mdb (fd), psize bytes into buf: 1, 0 if the file is too small to hold
+ * it, -1 on a read error (errno set). */
+static int read_page(int fd, uint64_t pgno, unsigned psize, unsigned char *buf)
+{
+    if (pgno > (uint64_t)(INT64_MAX - psize) / psize)
+        return 0;
+    ssize_t got = pread(fd, buf, psize, (off_t)(pgno * psize));
+    return got < 0 ? -1 : got == (ssize_t)psize;
+}
+
+/* The root record of a durable point (see the marker's layout above) into rec: the main
+ * database's root page as the meta page of commit `txnid` among `pages` (pages 0 and 1 just read
+ * back) names it, and that page's SHA-256, read from data.mdb (fd) into buf. The page belongs to
+ * the snapshot the pin is about to keep, so it stays as it is until the next durable point.
+ * CAIRN_EIO if no meta page names the commit (data.mdb is not the file LMDB has open). */
+static int root_record(cairn_store *s, int fd, const unsigned char *pages, unsigned psize,
+                       uint64_t txnid, unsigned char *buf, unsigned char rec[ROOT_LEN])
+{
+    uint64_t t, root = NO_ROOT;
+    int found = 0;
+    for (int p = 0; p < 2 && !found; p++)
+        found = meta_read(pages + (size_t)p * psize, &t, &root) && t == txnid;
+    if (!found)
+        return cairn__store_fail(s, CAIRN_EIO,
+                                 "store %s: no meta page of data.mdb names commit %llu after it "
+                                 "was flushed: the file was replaced under the store",
+                                 s->dir, (unsigned long long)txnid);
+    memset(rec, 0, ROOT_LEN);
+    be64w(rec, root);
+    if (root == NO_ROOT)
+        return 0;
+    int r = read_page(fd, root, psize, buf);
+    if (r <= 0) {
+        if (r == 0)
+            errno = EIO;
+        return fail_errno(s, "read the root page of", "data.mdb");
+    }
+    SHA256(buf, psize, rec + 8);
+    return 0;
+}
+
+/* Whether data.mdb (fd) holds the page the root record `rec` hashed: 1 yes (or the record is
+ * of an empty database), 0 no (another page there, or the file too small to hold it), -1 on a
+ * read error (errno set). buf holds psize bytes. */
+static int root_matches(int fd, const unsigned char *rec, unsigned psize, unsigned char *buf)
+{
+    uint64_t root = rd_be64(rec);
+    if (root == NO_ROOT)
+        return 1;
+    int r = read_page(fd, root, psize, buf);
+    if (r <= 0)
+        return r;
+    unsigned char md[SHA256_DIGEST_LENGTH];
+    SHA256(buf, psize, md);
+    return memcmp(md, rec + 8, sizeof md) == 0;
 }
 
 /* Whether data.mdb (its first two pages in `file`, n bytes read) is the file the marker of
@@ -337,7 +453,8 @@ static int meta_txnid(const unsigned char *page, uint64_t *txnid)
  * marker's version or a later one: if both are meta pages and both older, the file was replaced
  * (an older copy, a new store); and a meta page of the marker's very commit is the marker's copy
  * byte for byte, or the file is another store's. A page that is not a meta page tells nothing,
- * and the restore goes ahead. (A foreign file that is newer everywhere is not recognised.) */
+ * and the restore goes ahead. (A foreign file that is newer everywhere passes here: the root
+ * record tells it, root_matches.) */
 static int describes(const unsigned char *file, ssize_t n, const unsigned char *saved,
                      unsigned psize, uint64_t txnid)
 {
@@ -346,7 +463,7 @@ static int describes(const unsigned char *file, ssize_t n, const unsigned char *
     if (n < 2 * (ssize_t)psize)
         return 0;
     for (int p = 0; p < 2; p++) {
-        meta[p] = meta_txnid(file + (size_t)p * psize, &t[p]);
+        meta[p] = meta_read(file + (size_t)p * psize, &t[p], NULL);
         if (meta[p] && t[p] == txnid &&
             memcmp(file + (size_t)p * psize, saved + (size_t)p * psize, psize) != 0)
             return 0;
@@ -411,17 +528,16 @@ static int open_elsewhere(const char *dir)
 int cairn__synced_recover(cairn_store *s, const char *dir)
 {
     cairn__synced *y = s->synced;
-    enum { CAP = HDR + 2 * 65536 + SHA256_DIGEST_LENGTH };
-    unsigned char *a = malloc(CAP), *b = malloc(CAP);
+    unsigned char *a = malloc(SLOT_MAX), *b = malloc(SLOT_MAX);
     if (!a || !b) {
         free(a);
         free(b);
         return CAIRN_ENOMEM;
     }
     uint64_t seq = 0, txnid = 0;
-    const unsigned char *pages = NULL;
+    const unsigned char *pages = NULL, *root = NULL;
     int after_failure = 0, rc = check_flush_failed(s, dir, &after_failure);
-    int slot = rc ? -1 : newest(y->fd, a, b, CAP, &seq, &txnid, &y->psize, &pages);
+    int slot = rc ? -1 : newest(y->fd, a, b, SLOT_MAX, &seq, &txnid, &y->psize, &pages, &root);
     if (slot >= 0)
         y->known_txnid = txnid;
     if (slot >= 0 && memcmp(pages - HDR + BOOT_AT, y->boot, BOOT_LEN) != 0) {
@@ -453,6 +569,12 @@ int cairn__synced_recover(cairn_store *s, const char *dir)
                 rc = fail_errno(s, "read the meta pages of", path);
             else
                 ours = describes(file, got, pages, y->psize, txnid);
+            if (!rc && ours && root) { /* a version-1 marker has no root record: not checked */
+                int same = root_matches(fd, root, y->psize, file);
+                if (same < 0) /* as above: the question stays open, the marker stays */
+                    rc = fail_errno(s, "read the root page of", path);
+                ours = same > 0;
+            }
         }
         if (!rc && !ours) {
             /* data.mdb is gone or is not the file the marker describes: set the marker aside
@@ -479,7 +601,7 @@ int cairn__synced_recover(cairn_store *s, const char *dir)
         if (!rc && !(y->slot = malloc(slot_size(y->psize))))
             rc = CAIRN_ENOMEM;
         if (!rc) /* the same state, under this boot's id: later openers restore nothing */
-            rc = slot_write(s, y, 1 - slot, seq + 1, txnid, pages);
+            rc = slot_write(s, y, 1 - slot, seq + 1, txnid, pages, root);
     }
     if (!rc && after_failure) { /* a flush failed in an earlier boot: recovered, it is history */
         char path[4200];
@@ -601,7 +723,7 @@ int cairn__synced_point(cairn_store *s)
     }
     if (!rc && !y->slot && !(y->slot = malloc(slot_size(y->psize))))
         rc = CAIRN_ENOMEM;
-    if (!rc && !y->pages && !(y->pages = malloc(2 * (size_t)y->psize)))
+    if (!rc && !y->pages && !(y->pages = malloc(3 * (size_t)y->psize))) /* and the root page */
         rc = CAIRN_ENOMEM;
     if (!rc && !y->rd && !(y->rd = malloc(2 * slot_size(y->psize))))
         rc = CAIRN_ENOMEM;
@@ -621,15 +743,19 @@ int cairn__synced_point(cairn_store *s)
                 errno = EIO;
             rc = fail_errno(s, "read the meta pages of", "data.mdb");
         }
-        uint64_t seq = 0, prev_txnid;
+        uint64_t seq = 0, prev_txnid, txnid = (uint64_t)mdb_txn_id(w) - 1;
         unsigned psize = 0;
         const unsigned char *prev;
-        int slot = newest(y->fd, y->rd, y->rd + slot_size(y->psize), slot_size(y->psize), &seq,
-                          &prev_txnid, &psize, &prev);
-        /* into the slot that does not hold the newest whole marker; the state it records is
-         * the last commit, since we hold the writer lock */
+        unsigned char rec[ROOT_LEN];
+        /* the state it records is the last commit, since we hold the writer lock */
         if (!rc)
-            rc = slot_write(s, y, slot == 0 ? 1 : 0, seq + 1, mdb_txn_id(w) - 1, y->pages);
+            rc =
+                root_record(s, fd, y->pages, y->psize, txnid, y->pages + 2 * (size_t)y->psize, rec);
+        int slot = newest(y->fd, y->rd, y->rd + slot_size(y->psize), slot_size(y->psize), &seq,
+                          &prev_txnid, &psize, &prev, NULL);
+        /* into the slot that does not hold the newest whole marker */
+        if (!rc)
+            rc = slot_write(s, y, slot == 0 ? 1 : 0, seq + 1, txnid, y->pages, rec);
     }
     if (!rc)
         rc = pin_latest(s, y);
@@ -660,7 +786,7 @@ int cairn__synced_settle(cairn_store *s, uint64_t upto)
     else if (have && info.me_last_txnid <= y->known_txnid)
         rc = 0; /* a marker this handle wrote or read covers it already */
     else if (!have || !y->rd ||
-             newest(y->fd, y->rd, y->rd + size, size, &seq, &txnid, &psize, &pages) < 0 ||
+             newest(y->fd, y->rd, y->rd + size, size, &seq, &txnid, &psize, &pages, NULL) < 0 ||
              info.me_last_txnid > txnid)
         rc = cairn__synced_point(s); /* what was read may not be on disk yet: flush it */
     pthread_mutex_unlock(&y->mu);
@@ -670,12 +796,11 @@ int cairn__synced_settle(cairn_store *s, uint64_t upto)
 uint64_t cairn__synced_durable_txn(cairn_store *s)
 {
     cairn__synced *y = s->synced;
-    enum { CAP = HDR + 2 * 65536 + SHA256_DIGEST_LENGTH };
-    unsigned char *a = malloc(CAP), *b = malloc(CAP);
+    unsigned char *a = malloc(SLOT_MAX), *b = malloc(SLOT_MAX);
     uint64_t seq, txnid = 0;
     unsigned psize;
     const unsigned char *pages;
-    if (!a || !b || newest(y->fd, a, b, CAP, &seq, &txnid, &psize, &pages) < 0)
+    if (!a || !b || newest(y->fd, a, b, SLOT_MAX, &seq, &txnid, &psize, &pages, NULL) < 0)
         txnid = 0;
     free(a);
     free(b);

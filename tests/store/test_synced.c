@@ -6,11 +6,14 @@
  * effect exact to check: every durable write is there, every relaxed write after the last
  * durable point is gone, and the store reads whole. The marker file `synced` is damaged on
  * purpose to check its two slots: a torn newest slot falls back to the previous durable point,
- * a marker with no whole slot leaves the disk as it is. The pin is observed from a child process
- * through LMDB's reader table. tests/crash/test_powercut.c tears pages for real.
+ * a marker with no whole slot leaves the disk as it is. A data.mdb the marker does not describe
+ * (put back from a backup, another store's, one newer than the marker everywhere) is left as it
+ * is, and the marker set aside. The pin is observed from a child process through LMDB's reader
+ * table. tests/crash/test_powercut.c tears pages for real.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <openssl/sha.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -109,7 +112,12 @@ static void presence(cairn_store *s, const char *const *ids, int n, char out[32]
 }
 
 /* The marker's slots: sequence numbers (0 if the slot is not there), from the header. */
-enum { SLOT = 12288 }; /* HDR 64 + two 4096-byte pages + SHA-256, rounded to 4096 */
+enum {
+    SLOT = 12288,   /* header 72 + two 4096-byte pages + root record 40 + SHA-256, rounded */
+    ROOT_AT = 8264, /* version 2: the root record (page number u64 BE, SHA-256 of the page) */
+    V1_BODY = 8264, /* version 1: what its SHA-256 covers */
+    V2_BODY = 8304, /* version 2: the same */
+};
 
 static uint64_t slot_seq(const char *dir, int slot)
 {
@@ -145,6 +153,116 @@ static int damage_slot(const char *dir, int slot)
 }
 
 static void reboot(const char *id) { setenv("CAIRN_TEST_BOOT_ID", id, 1); }
+
+/* The newest slot of the marker, whole (SHA-256 checked), read into buf (SLOT bytes): its
+ * version (0: no whole slot). */
+static int newest_slot(const char *dir, unsigned char buf[SLOT])
+{
+    char path[400];
+    snprintf(path, sizeof path, "%s/synced", dir);
+    int fd = open(path, O_RDONLY), best = 0;
+    uint64_t best_seq = 0;
+    unsigned char b[SLOT], md[SHA256_DIGEST_LENGTH];
+    for (int k = 0; fd >= 0 && k < 2; k++) {
+        if (pread(fd, b, SLOT, (off_t)k * SLOT) != SLOT || memcmp(b, "CAIRNSYN", 8) != 0)
+            continue;
+        int v = b[11];
+        size_t body = v == 1 ? V1_BODY : V2_BODY;
+        SHA256(b, body, md);
+        uint64_t seq = 0;
+        for (int i = 16; i < 24; i++)
+            seq = seq << 8 | b[i];
+        if ((v == 1 || v == 2) && memcmp(md, b + body, sizeof md) == 0 && seq > best_seq) {
+            best_seq = seq, best = v;
+            memcpy(buf, b, SLOT);
+        }
+    }
+    if (fd >= 0)
+        close(fd);
+    return best;
+}
+
+static uint64_t be_u64(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v = v << 8 | p[i];
+    return v;
+}
+
+/* The transaction id the newest whole slot records (0: none). */
+static uint64_t marker_txn(const char *dir)
+{
+    unsigned char b[SLOT];
+    return newest_slot(dir, b) ? be_u64(b + 24) : 0;
+}
+
+/* The transaction ids of data.mdb's two meta pages (LMDB 0.9 on a 64-bit machine: a 16-byte page
+ * header, then MDB_meta, whose mm_txnid is at 128, little-endian). */
+static int meta_txns(const char *dir, uint64_t t[2])
+{
+    char path[400];
+    unsigned char p[2][4096];
+    snprintf(path, sizeof path, "%s/data.mdb", dir);
+    int fd = open(path, O_RDONLY);
+    int n = fd >= 0 && pread(fd, p, sizeof p, 0) == (ssize_t)sizeof p;
+    if (fd >= 0)
+        close(fd);
+    for (int k = 0; k < 2; k++) {
+        t[k] = 0;
+        for (int i = 7; n && i >= 0; i--)
+            t[k] = t[k] << 8 | p[k][16 + 128 + i];
+    }
+    return n ? 0 : -1;
+}
+
+/* Rewrites each whole version-2 slot of the marker as version 1, as a cairn before the root
+ * record wrote it: no root record, its SHA-256 over the header and the two pages. */
+static int marker_to_v1(const char *dir)
+{
+    char path[400];
+    snprintf(path, sizeof path, "%s/synced", dir);
+    int fd = open(path, O_RDWR), n = 0;
+    unsigned char b[SLOT];
+    for (int k = 0; fd >= 0 && k < 2; k++) {
+        if (pread(fd, b, SLOT, (off_t)k * SLOT) != SLOT || b[11] != 2)
+            continue;
+        b[11] = 1;
+        memset(b + V1_BODY, 0, SLOT - V1_BODY);
+        SHA256(b, V1_BODY, b + V1_BODY);
+        n += pwrite(fd, b, SLOT, (off_t)k * SLOT) == SLOT;
+    }
+    if (fd >= 0)
+        close(fd);
+    return n == 2 ? 0 : -1;
+}
+
+/* 1 if the two files hold the same bytes, 0 if not, -1 if one cannot be read. */
+static int same_bytes(const char *a, const char *b)
+{
+    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+    int r = fa && fb ? 1 : -1;
+    while (r == 1) {
+        int ca = getc(fa), cb = getc(fb);
+        if (ca != cb)
+            r = 0;
+        if (ca == EOF)
+            break;
+    }
+    if (fa)
+        fclose(fa);
+    if (fb)
+        fclose(fb);
+    return r;
+}
+
+static off_t file_size(const char *dir, const char *name)
+{
+    char path[400];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    return stat(path, &st) == 0 ? st.st_size : -1;
+}
 
 /* A new store in the first boot of a test ("boot-A"), opened. */
 static cairn_store *fresh_store(char dir[300], const char *tag)
@@ -626,6 +744,174 @@ static void test_marker_other_file(void)
     unsetenv("CAIRN_TEST_BOOT_ID");
 }
 
+/* The root record: a durable point hashes the page the marker's meta page names as the main
+ * database's root. That page belongs to the pinned snapshot, so relaxed commits after the
+ * durable point leave it as it is in the file; the next durable point names another. */
+static void test_root_record(void)
+{
+    char dir[300], path[400];
+    cairn_store *s = fresh_store(dir, "root");
+    snprintf(path, sizeof path, "%s/data.mdb", dir);
+    unsigned char m1[SLOT], m2[SLOT], page[4096], md[SHA256_DIGEST_LENGTH];
+    int rc = put(s, "a", CAIRN__DURABLE);
+    int v1 = newest_slot(dir, m1);
+    rc = rc ? rc : put(s, "b", CAIRN__DURABLE);
+    int v2 = newest_slot(dir, m2);
+    uint64_t r1 = be_u64(m1 + ROOT_AT), r2 = be_u64(m2 + ROOT_AT);
+    ok(rc == 0 && v1 == 2 && v2 == 2 && r1 != UINT64_MAX && r2 != UINT64_MAX &&
+           memcmp(m1 + ROOT_AT, m2 + ROOT_AT, 40) != 0,
+       "each durable point records the main database's root page, and its hash changes between "
+       "durable points (version %d, page %llu; version %d, page %llu)",
+       v1, (unsigned long long)r1, v2, (unsigned long long)r2);
+    for (int i = 0; i < 5 && rc == 0; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "r%d", i);
+        rc = put(s, id, CAIRN__RELAXED);
+    }
+    int fd = open(path, O_RDONLY);
+    int got = fd >= 0 && pread(fd, page, sizeof page, (off_t)(r2 * sizeof page)) == sizeof page;
+    if (fd >= 0)
+        close(fd);
+    SHA256(page, sizeof page, md);
+    ok(rc == 0 && got && memcmp(md, m2 + ROOT_AT + 8, sizeof md) == 0,
+       "after 5 relaxed commits the file still holds the page the marker hashed (the pin)");
+    cairn_store_free(s);
+    unsetenv("CAIRN_TEST_BOOT_ID");
+}
+
+/* Checks the shape recovery cannot tell by the meta pages alone: both of data.mdb's meta pages
+ * name commits newer than the marker's. */
+static void ok_newer_everywhere(int rc, const char *dir, const char *what)
+{
+    uint64_t t[2] = {0, 0}, mt = marker_txn(dir);
+    rc = rc ? rc : meta_txns(dir, t);
+    ok(rc == 0 && mt && t[0] > mt && t[1] > mt,
+       "%s: both meta pages newer than the marker (%llu, %llu > %llu)", what,
+       (unsigned long long)t[0], (unsigned long long)t[1], (unsigned long long)mt);
+}
+
+/* A data.mdb newer than the marker everywhere (both meta pages name later commits) is what our
+ * own file looks like after relaxed commits, and recovery must return that one to the durable
+ * point. Another store's file of that shape, copied over ours while `synced` stayed, must be left
+ * as it is: the marker's root page is not in it. */
+static void test_marker_newer_file(void)
+{
+    static const char *const ids[] = {"a", "b", "c", "x", "y", "z"};
+    char got[32];
+    tu_dump d;
+
+    /* our own file */
+    char own[300];
+    cairn_store *s = fresh_store(own, "ownnewer");
+    int rc = put(s, "a", CAIRN__DURABLE);
+    rc = rc ? rc : put(s, "b", CAIRN__RELAXED);
+    rc = rc ? rc : put(s, "c", CAIRN__RELAXED);
+    cairn_store_free(s);
+    ok_newer_everywhere(rc, own, "our own data.mdb after two relaxed commits");
+    reboot("boot-B");
+    s = open_sync(own);
+    presence(s, ids, 3, got);
+    ok(s && strcmp(got, "100") == 0 && tu_raw_dump(own, &d) == 0,
+       "after a reboot it returns to the durable point, whole (%s)", got);
+    cairn_store_free(s);
+
+    /* another store's file of the same shape: more commits than ours since. Its history differs
+     * from ours (put2_txn): the root record tells files apart by the main database's root page,
+     * which a store with our very history up to the marker's commit shares (synced.c) */
+    char x[300], y[300], xdata[400], ydata[400], ref[400];
+    newdir(x, "newerx");
+    newdir(y, "newery");
+    snprintf(xdata, sizeof xdata, "%s/data.mdb", x);
+    snprintf(ydata, sizeof ydata, "%s/data.mdb", y);
+    snprintf(ref, sizeof ref, "%s.ref", y);
+    reboot("boot-C");
+    s = open_sync(x);
+    rc = s ? put(s, "a", CAIRN__DURABLE) : -1;
+    cairn_store_free(s);
+    s = open_sync(y);
+    rc = rc ? rc : s ? cairn__store_write(s, CAIRN__DURABLE, put2_txn, NULL) : -1; /* x, y */
+    rc = rc ? rc : put(s, "z", CAIRN__DURABLE);
+    rc = rc ? rc : put(s, "q", CAIRN__RELAXED);
+    cairn_store_free(s);
+    rc = rc ? rc : copy_file(ydata, xdata); /* over ours; our marker stays */
+    rc = rc ? rc : copy_file(ydata, ref);
+    uint64_t mt = marker_txn(x);
+    ok_newer_everywhere(rc, x, "another store's data.mdb over ours");
+    reboot("boot-D");
+    s = open_sync(x);
+    int same = same_bytes(xdata, ref);
+    off_t msize = file_size(x, "synced");
+    presence(s, ids, 6, got);
+    ok(s && same == 1 && msize == 0,
+       "after a reboot the open leaves it byte for byte as it was (%d) and sets the marker aside "
+       "(synced: %lld bytes)",
+       same, (long long)msize);
+    ok(s && strcmp(got, "000111") == 0 && tu_raw_dump(x, &d) == 0,
+       "and the store opens as that file's own state, whole (%s)", got);
+    rc = s ? put(s, "b", CAIRN__DURABLE) : -1;
+    ok(rc == 0 && marker_txn(x) > mt, "its next durable point writes a marker afresh");
+    cairn_store_free(s);
+    unlink(ref);
+
+    /* our own file cut short: the marker's root page is past its end. The restore is not made
+     * (the open then fails or not, in a child: LMDB may fault on such a file) */
+    char cut[300], cdata[400], cref[400];
+    s = fresh_store(cut, "short");
+    snprintf(cdata, sizeof cdata, "%s/data.mdb", cut);
+    snprintf(cref, sizeof cref, "%s.ref", cut);
+    rc = s ? put(s, "a", CAIRN__DURABLE) : -1;
+    rc = rc ? rc : put(s, "b", CAIRN__RELAXED);
+    rc = rc ? rc : put(s, "c", CAIRN__RELAXED);
+    cairn_store_free(s);
+    rc = rc ? rc : truncate(cdata, 2 * 4096);
+    rc = rc ? rc : copy_file(cdata, cref);
+    reboot("boot-B");
+    pid_t pid = fork();
+    if (pid == 0) {
+        cairn_store *c = cairn_store_new();
+        cairn_store_open(c, cut);
+        _exit(0);
+    }
+    waitpid(pid, NULL, 0);
+    same = same_bytes(cdata, cref);
+    msize = file_size(cut, "synced");
+    ok(rc == 0 && same == 1 && msize == 0,
+       "a data.mdb too small to hold the marker's root page: left as it is (%d), the marker set "
+       "aside (%lld bytes)",
+       same, (long long)msize);
+    unlink(cref);
+    unsetenv("CAIRN_TEST_BOOT_ID");
+}
+
+/* A marker written before the root record (format version 1) is still honoured: a reboot returns
+ * to it, without the root check, and the marker keeps its version until the next durable point. */
+static void test_marker_v1(void)
+{
+    char dir[300];
+    static const char *const ids[] = {"a", "b", "c"};
+    char got[32];
+    unsigned char m[SLOT];
+    cairn_store *s = fresh_store(dir, "v1");
+    int rc = put(s, "a", CAIRN__DURABLE);
+    rc = rc ? rc : put(s, "b", CAIRN__RELAXED);
+    cairn_store_free(s);
+    ok(rc == 0 && marker_to_v1(dir) == 0 && newest_slot(dir, m) == 1,
+       "the marker rewritten as version 1 (no root record)");
+    reboot("boot-B");
+    s = open_sync(dir);
+    presence(s, ids, 2, got);
+    int v = newest_slot(dir, m);
+    ok(s && strcmp(got, "10") == 0 && v == 1,
+       "after a reboot a version-1 marker returns the store to its durable point (%s), and stays "
+       "version %d under the new boot id",
+       got, v);
+    rc = s ? put(s, "c", CAIRN__DURABLE) : -1;
+    v = newest_slot(dir, m);
+    ok(rc == 0 && v == 2, "the next durable point writes version %d", v);
+    cairn_store_free(s);
+    unsetenv("CAIRN_TEST_BOOT_ID");
+}
+
 /* A child forked with the store open frees its copy of the handle without waiting for the
  * parent's keeper thread and without releasing the parent's pin. */
 static void test_fork_free(void)
@@ -938,6 +1224,9 @@ int main(void)
     test_schema_upgrade();
     test_map_grown_elsewhere();
     test_marker_other_file();
+    test_root_record();
+    test_marker_newer_file();
+    test_marker_v1();
     test_fork_free();
     test_killed_writers_pin();
     test_unpinned_rewrites();
