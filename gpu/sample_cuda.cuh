@@ -25,6 +25,8 @@
 #include "gpu/sample_core.h"
 
 #define SAMPLE_THREADS 1024 /* threads of the one-block kernels */
+/* block_exclusive_scan and the warp reductions take whole warps */
+static_assert(SAMPLE_THREADS % 32 == 0 && SAMPLE_THREADS <= 1024, "whole warps, one block");
 
 /* one step's sampling parameters, in device memory (filled from cairn__sample_req) */
 typedef struct {
@@ -86,7 +88,8 @@ __global__ void keys_kernel(const float *__restrict__ logits, int n, uint64_t *_
 }
 
 /* Exclusive prefix sum of v over the block in a fixed order (the same result every run);
- * *total gets the sum of all. blockDim.x a multiple of 32. */
+ * *total gets the sum of all. blockDim.x a multiple of 32; once per kernel (its shared
+ * memory is reused without a barrier at the end). */
 __device__ double block_exclusive_scan(double v, double *total)
 {
     __shared__ double warp_tot[32];
@@ -128,21 +131,22 @@ __global__ void __launch_bounds__(SAMPLE_THREADS)
     __shared__ int first;
     __shared__ double at_first;
     int k = in->top_k > 0 && in->top_k < n ? in->top_k : n;
-    /* NaN keys sort last: cut them unless nothing else is left */
+    const double max =
+        cairn__sample_key_nan(keys[0]) ? 0.0 : (double)cairn__sample_key_logit(keys[0]);
+    const double t = (double)in->temperature;
+    /* the candidates that weigh 0 (NaN, -inf, underflow) are a tail of the order: cut it unless
+     * nothing else is left (see cairn__sampler_pick_runs) */
     if (threadIdx.x == 0)
         first = INT_MAX;
     __syncthreads();
     for (int i = threadIdx.x; i < k; i += blockDim.x)
-        if (cairn__sample_key_nan(keys[i])) {
+        if (cairn__sample_weight(keys[i], max, t) == 0.0) {
             atomicMin(&first, i);
             break;
         }
     __syncthreads();
     if (first < k)
         k = first > 1 ? first : 1;
-    const double max =
-        cairn__sample_key_nan(keys[0]) ? 0.0 : (double)cairn__sample_key_logit(keys[0]);
-    const double t = (double)in->temperature;
     const int len = (k + (int)blockDim.x - 1) / (int)blockDim.x;
     const int lo = min((int)threadIdx.x * len, k), hi = min(lo + len, k);
     double total;

@@ -288,14 +288,18 @@ int32_t cairn__sampler_pick_runs(const cairn__sampler_params *p, const float *lo
     }
     qsort(keys, (size_t)n_vocab, sizeof *keys, key_desc); /* the device's radix sort */
     int k = p->top_k > 0 && p->top_k < n_vocab ? p->top_k : n_vocab;
-    for (int i = 0; i < k; i++) /* NaNs sort last: cut them unless nothing else is left */
-        if (cairn__sample_key_nan(keys[i])) {
-            k = i > 1 ? i : 1;
-            break;
-        }
     const double max =
         cairn__sample_key_nan(keys[0]) ? 0.0 : (double)cairn__sample_key_logit(keys[0]);
     const double t = (double)p->temperature;
+    /* Weights never grow along the order and NaN weighs 0, so the candidates that weigh 0 (NaN,
+     * -inf, underflow) are a tail: cut it unless nothing else is left. The host keeps them but
+     * can never draw them; here the runs' sums round differently from one running sum, and a
+     * draw within that rounding could otherwise land on one. */
+    for (int i = 0; i < k; i++)
+        if (cairn__sample_weight(keys[i], max, t) == 0.0) {
+            k = i > 1 ? i : 1;
+            break;
+        }
     /* run j of the kernel's thread j: [j * len, (j + 1) * len) of the first k */
     if (n_runs < 1)
         n_runs = 1;

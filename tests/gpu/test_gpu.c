@@ -532,7 +532,7 @@ static void check_sampler(void)
                         if (sample_logits(b, lg, &q, &got) != 0) {
                             if (errors++ == 0)
                                 diag("sample_logits: %s", cairn__backend_errmsg(b));
-                        } else if (!mk_pick_agrees(hs, pl, r, got, &near)) {
+                        } else if (!mk_pick_agrees(hs, pl, nv, r, got, &near)) {
                             if (fails++ < 5)
                                 diag("kind %d t %g k %d p %g pen %g: device %d, host %d", kind,
                                      (double)p.temperature, p.top_k, (double)p.top_p,

@@ -12,9 +12,11 @@
  * with -0.0, +0.0, NaN, -inf and 1e-30 sprinkled in. Deterministic in seed. */
 void mk_awkward_logits(float *lg, int n, uint64_t seed, int kind);
 
-/* Whether got is an acceptable pick for already-penalized logits and draw r: the host's
- * cairn__sampler_pick, or what the host picks 1e-12 either side of r (then *near is counted). */
-int mk_pick_agrees(cairn__sampler *s, const float *lg, double r, int32_t got, int *near);
+/* Whether got is an acceptable pick for already-penalized logits lg (n) and draw r: the host's
+ * cairn__sampler_pick, or (then *near is counted) a kept token of positive weight whose span of
+ * the running sum (in long double) comes within 1e-12 of the kept total of the point r * total:
+ * what another summation order can pick. */
+int mk_pick_agrees(cairn__sampler *s, const float *lg, int n, double r, int32_t got, int *near);
 
 /* The device sampler in C, for stand-ins of a device: q's penalty on lg (in place), then
  * cairn__sampler_pick_runs with 1024 runs, as the kernel's threads. keys: n_vocab scratch. */

@@ -131,7 +131,7 @@ static void test_device_algorithm(void)
                     for (size_t ri = 0; ri < sizeof runs / sizeof *runs; ri++) {
                         const double r = (double)(xs(&seed) >> 11) * 0x1.0p-53;
                         const int32_t got = cairn__sampler_pick_runs(&p, lg, NV, r, runs[ri], keys);
-                        if (!mk_pick_agrees(a, lg, r, got, &near)) {
+                        if (!mk_pick_agrees(a, lg, NV, r, got, &near)) {
                             diag("runs %d: token %d, host %d (r %.17g, t %g, k %d, p %g)", runs[ri],
                                  got, cairn__sampler_pick(a, lg, r), r, (double)p.temperature,
                                  p.top_k, (double)p.top_p);
@@ -143,6 +143,47 @@ static void test_device_algorithm(void)
                 }
     ok(fails == 0, "device algorithm = host pick in %d cases (%d within rounding of a boundary)",
        cases, near);
+    /* draws just below 1, in 7, 100 and 1024 runs: the runs' sums
+     * round differently from one running sum, and no draw may land on a token that weighs 0
+     * (-inf, or exp underflow) */
+    {
+        enum { NZ = 1024 };
+        static float lz[NZ];
+        int zcases = 0, zbad = 0, znear = 0;
+        const double edge[] = {1.0 - 0x1.0p-53, 1.0 - 0x1.0p-52, 1.0 - 0x1.0p-51};
+        for (int seedz = 1; seedz <= 150; seedz++)
+            for (int kind = 0; kind < 3; kind += 2)
+                for (int tk = 0; tk < 2; tk++) {
+                    cairn__sampler_params_default(&p);
+                    p.temperature = tk ? 7.0f : 0.3f;
+                    p.top_k = tk ? NZ - 1 : 0;
+                    p.top_p = 1.0f;
+                    cairn__sampler_new(&p, NZ, &a);
+                    mk_awkward_logits(lz, NZ, (uint64_t)seedz * 7919u, kind);
+                    for (size_t ei = 0; ei < 3 * sizeof edge / sizeof *edge; ei++) {
+                        const int runs = ei % 3 == 0 ? 7 : ei % 3 == 1 ? 100 : NZ;
+                        const int32_t got =
+                            cairn__sampler_pick_runs(&p, lz, NZ, edge[ei / 3], runs, keys);
+                        const float lg_got = lz[got];
+                        const int bad = !mk_pick_agrees(a, lz, NZ, edge[ei / 3], got, &znear) ||
+                                        isnan(lg_got) || isinf(lg_got);
+                        if (bad && zbad < 5)
+                            diag("seed %d kind %d t %g k %d r 1-%g runs %d: token %d (logit %g), "
+                                 "host %d (logit %g)",
+                                 seedz, kind, (double)p.temperature, p.top_k,
+                                 (1.0 - edge[ei / 3]) * 0x1.0p53, runs, got, (double)lg_got,
+                                 cairn__sampler_pick(a, lz, edge[ei / 3]),
+                                 (double)lz[cairn__sampler_pick(a, lz, edge[ei / 3])]);
+                        zbad += bad;
+                        zcases++;
+                    }
+                    cairn__sampler_free(a);
+                }
+        ok(zbad == 0,
+           "draws within 2^-51 of 1: never a token of weight 0, always the host's "
+           "(%d cases, %d within rounding)",
+           zcases, znear);
+    }
     /* draws at the edges: 0, just below 1, and exactly at a cumulative boundary */
     cairn__sampler_params_default(&p);
     p.temperature = 1.0f;
