@@ -520,25 +520,31 @@ static void check_sampler(void)
                         memcpy(pl, lg, (size_t)nv * sizeof *pl);
                         for (int i = 0; i < np; i++)
                             pl[pen[i]] = cairn__sample_penalize(pl[pen[i]], p.repeat_penalty);
-                        const double r = (double)(seed >> 11) * 0x1.0p-53;
-                        const cairn__sample_req q = {.temperature = p.temperature,
-                                                     .top_k = p.top_k,
-                                                     .top_p = p.top_p,
-                                                     .repeat_penalty = p.repeat_penalty,
-                                                     .r = r,
-                                                     .pen = pen,
-                                                     .n_pen = np};
-                        int32_t got = -1;
-                        if (sample_logits(b, lg, &q, &got) != 0) {
-                            if (errors++ == 0)
-                                diag("sample_logits: %s", cairn__backend_errmsg(b));
-                        } else if (!mk_pick_agrees(hs, pl, nv, r, got, &near)) {
-                            if (fails++ < 5)
-                                diag("kind %d t %g k %d p %g pen %g: device %d, host %d", kind,
-                                     (double)p.temperature, p.top_k, (double)p.top_p,
-                                     (double)p.repeat_penalty, got, cairn__sampler_pick(hs, pl, r));
+                        /* a random draw, and one just below 1 (the tail, where the sums'
+                         * rounding matters most) */
+                        for (int d = 0; d < 2; d++) {
+                            const double r = d ? 1.0 - 0x1.0p-53 : (double)(seed >> 11) * 0x1.0p-53;
+                            const cairn__sample_req q = {.temperature = p.temperature,
+                                                         .top_k = p.top_k,
+                                                         .top_p = p.top_p,
+                                                         .repeat_penalty = p.repeat_penalty,
+                                                         .r = r,
+                                                         .pen = pen,
+                                                         .n_pen = np};
+                            int32_t got = -1;
+                            if (sample_logits(b, lg, &q, &got) != 0) {
+                                if (errors++ == 0)
+                                    diag("sample_logits: %s", cairn__backend_errmsg(b));
+                            } else if (!mk_pick_agrees(hs, pl, nv, r, got, &near)) {
+                                if (fails++ < 5)
+                                    diag("kind %d t %g k %d p %g pen %g r %.17g: device %d, host "
+                                         "%d",
+                                         kind, (double)p.temperature, p.top_k, (double)p.top_p,
+                                         (double)p.repeat_penalty, r, got,
+                                         cairn__sampler_pick(hs, pl, r));
+                            }
+                            cases++;
                         }
-                        cases++;
                         cairn__sampler_free(hs);
                     }
     ok(errors == 0 && fails == 0,
