@@ -4,16 +4,16 @@
  * Weights are uploaded once, at creation, in one device element type for the whole model: f32
  * when every matrix is stored F32 (products then run as plain f32 GEMMs, no TF32), else f16 (or
  * bf16 when CAIRN_CUDA_DTYPE=bf16; f32 can be forced the same way). Quantized blocks are expanded
- * on the host with the program's cairn__dequant_row (bit-exact with the CPU path) into f32 and
- * rounded to the device type by a kernel; F16/BF16 weights whose type is the device type are
- * copied as they are. f16 has the precision (the tests hold it to 1e-3 of the CPU) but not the
- * range of bf16, so a model with a weight beyond +-65504 is reloaded as bf16 automatically.
- * Q, K and V are stored as one (q_dim + 2 kv_dim, dim) matrix and gate/up as one (2 ff, dim)
- * matrix, so a layer is four GEMMs; the output projections accumulate straight into the f32
- * residual stream (beta = 1), so there are no separate residual-add kernels. Every GEMM reads
- * half-precision inputs with f32 accumulation and writes f32 (cublasGemmEx, CUBLAS_COMPUTE_32F);
- * the kernel before each GEMM writes its input directly in the device type (RMSNorm, attention,
- * SwiGLU), so nothing is converted separately.
+ * on the host with the program's cairn__dequant_row (bit-exact with the CPU path; rows split
+ * over up to 16 threads) into f32 and rounded to the device type by a kernel; F16/BF16 weights
+ * whose type is the device type are copied as they are. f16 has the precision (the tests hold it to
+ * 1e-3 of the CPU) but not the range of bf16, so a model with a weight beyond +-65504 is reloaded
+ * as bf16 automatically. Q, K and V are stored as one (q_dim + 2 kv_dim, dim) matrix and gate/up as
+ * one (2 ff, dim) matrix, so a layer is four GEMMs; the output projections accumulate straight into
+ * the f32 residual stream (beta = 1), so there are no separate residual-add kernels. Every GEMM
+ * reads half-precision inputs with f32 accumulation and writes f32 (cublasGemmEx,
+ * CUBLAS_COMPUTE_32F); the kernel before each GEMM writes its input directly in the device type
+ * (RMSNorm, attention, SwiGLU), so nothing is converted separately.
  *
  * The KV cache is f32, [layer][position][kv_head * head_dim] as on the CPU.
  *
@@ -48,10 +48,12 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "gpu/backend.h"
 #include "gpu/gguf.h"
@@ -673,6 +675,55 @@ static int cuda_forward(cairn__backend *bb, const int32_t *tokens, int n, int po
 /* Rows of W converted to the device type at dst (rows * cols elements). Same-type F32/F16/BF16
  * are copied as stored; anything else is dequantized on the host (cairn__dequant_row, the CPU
  * path's own function) a slab of rows at a time and rounded on the device. */
+/* Rows [r0, r1) of W dequantized into out (row r0 first): one thread's share of a slab. */
+typedef struct {
+    const cairn__mat *W;
+    size_t r0, r1;
+    float *out;
+} dequant_share;
+
+static void *dequant_rows(void *arg)
+{
+    const dequant_share *j = (const dequant_share *)arg;
+    const size_t cols = (size_t)j->W->cols;
+    for (size_t r = j->r0; r < j->r1; r++)
+        host.dequant_row(j->W->type, j->W->data + r * j->W->row_bytes, j->out + (r - j->r0) * cols,
+                         (uint64_t)cols);
+    return NULL;
+}
+
+/* Rows [r0, r0 + nr) of W into stage, split over up to DEQUANT_THREADS threads: loading a
+ * quantized model is bound by this host work (a 7B Q4_K file is ~28 GB of f32 to produce), and
+ * every row is independent. A thread that cannot be started leaves its share to the caller. */
+#define DEQUANT_THREADS 16
+static void dequant_slab(const cairn__mat *W, size_t r0, size_t nr, float *stage)
+{
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    size_t nt = cpus > 1 ? (size_t)cpus : 1;
+    if (nt > DEQUANT_THREADS)
+        nt = DEQUANT_THREADS;
+    if (nt > nr)
+        nt = nr;
+    dequant_share job[DEQUANT_THREADS];
+    pthread_t tid[DEQUANT_THREADS];
+    int started[DEQUANT_THREADS] = {0};
+    for (size_t t = 0; t < nt; t++) {
+        job[t].W = W;
+        job[t].r0 = r0 + nr * t / nt;
+        job[t].r1 = r0 + nr * (t + 1) / nt;
+        job[t].out = stage + (job[t].r0 - r0) * (size_t)W->cols;
+    }
+    for (size_t t = 1; t < nt; t++)
+        started[t] = pthread_create(&tid[t], NULL, dequant_rows, &job[t]) == 0;
+    dequant_rows(&job[0]);
+    for (size_t t = 1; t < nt; t++) {
+        if (started[t])
+            pthread_join(tid[t], NULL);
+        else
+            dequant_rows(&job[t]);
+    }
+}
+
 static int upload_mat(cuda_backend *b, const cairn__mat *W, void *dst, float *h_stage,
                       float *d_stage)
 {
@@ -688,9 +739,7 @@ static int upload_mat(cuda_backend *b, const cairn__mat *W, void *dst, float *h_
     const size_t slab = STAGE_FLOATS / cols > 0 ? STAGE_FLOATS / cols : 1;
     for (size_t r0 = 0; r0 < rows; r0 += slab) {
         const size_t nr = rows - r0 < slab ? rows - r0 : slab;
-        for (size_t r = 0; r < nr; r++)
-            host.dequant_row(W->type, W->data + (r0 + r) * W->row_bytes, h_stage + r * cols,
-                             (uint64_t)cols);
+        dequant_slab(W, r0, nr, h_stage);
         char *d = (char *)dst + r0 * cols * es;
         if (b->dt == DT_F32) {
             CU(b, cudaMemcpy(d, h_stage, nr * cols * sizeof(float), cudaMemcpyHostToDevice),
