@@ -77,19 +77,6 @@ int cairn__engine_new(const cairn__model *m, const cairn__tok *tok, cairn__backe
     return 0;
 }
 
-/* "PATH: msg", so a message stands alone in a log (model and reader messages already start so) */
-static void prefix_path(char *err, size_t errlen, const char *path)
-{
-    if (!err || !errlen || !err[0] || !path)
-        return;
-    size_t pl = strlen(path);
-    if (strncmp(err, path, pl) == 0 && err[pl] == ':')
-        return;
-    char tmp[512];
-    snprintf(tmp, sizeof tmp, "%s", err);
-    snprintf(err, errlen, "%s: %s", path, tmp);
-}
-
 int cairn__engine_open(const char *path, const cairn__engine_opts *o, cairn__engine **out,
                        char *err, size_t errlen)
 {
@@ -127,7 +114,7 @@ fail:
     cairn__tok_free(tok);
     cairn__model_free(m);
     if (file_stage)
-        prefix_path(err, errlen, path);
+        cairn__prefix_path(err, errlen, path);
     return rc;
 }
 

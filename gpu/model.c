@@ -436,8 +436,7 @@ int cairn__model_load(cairn__gguf *g, cairn__model **out, char *err, size_t errl
     return 0;
 }
 
-/* "PATH: msg", so a message stands alone in a log; the reader's own messages already start so */
-static void prefix_path(char *err, size_t errlen, const char *path)
+void cairn__prefix_path(char *err, size_t errlen, const char *path)
 {
     if (!err || !errlen || !err[0] || !path)
         return;
@@ -461,7 +460,7 @@ int cairn__model_open(const char *path, cairn__model **out, char *err, size_t er
     rc = cairn__model_load(g, out, err, errlen);
     if (rc != 0) {
         cairn__gguf_close(g);
-        prefix_path(err, errlen, path);
+        cairn__prefix_path(err, errlen, path);
         return rc;
     }
     (*out)->owns_gguf = 1;

@@ -74,6 +74,9 @@ int cairn__model_load(cairn__gguf *g, cairn__model **out, char *err, size_t errl
 /* Opens path with cairn__gguf_open and loads it; the model owns the reader. Errors as
  * cairn__gguf_open (CAIRN_ENOENT, CAIRN_EIO, CAIRN_EFORMAT, ...) and cairn__model_load. */
 int cairn__model_open(const char *path, cairn__model **out, char *err, size_t errlen);
+/* Makes err "PATH: msg", so a message stands alone in a log; one that already starts with
+ * "PATH:" (the reader's own) is left as it is. */
+void cairn__prefix_path(char *err, size_t errlen, const char *path);
 void cairn__model_free(cairn__model *m); /* NULL is a no-op */
 /* The reader the model was loaded from (for the tokenizer, model-info). */
 const cairn__gguf *cairn__model_gguf(const cairn__model *m);
