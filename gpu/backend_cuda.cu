@@ -144,6 +144,7 @@ typedef struct {
     int *h_next, *d_next;
     int *h_overflow;              /* d_overflow copied back at the end of every step and chunk */
     uint64_t *keys, *keys_sorted; /* (n_vocab) */
+    double *weights;              /* (n_vocab) the sorted candidates' weights */
     void *sort_temp;              /* cub::DeviceRadixSort's scratch */
     size_t sort_temp_bytes;
     cudaGraphExec_t graphs[STEP_KINDS];
@@ -431,7 +432,11 @@ static int enqueue_sampling(cuda_backend *b, int kind)
                                                     nv, 32, 64, b->stream),
            "cub::DeviceRadixSort::SortKeysDescending");
         prof_mark(b, "cub::DeviceRadixSort");
-        finish_kernel<<<1, SAMPLE_THREADS, 0, b->stream>>>(b->keys_sorted, nv, b->d_sin, b->d_next);
+        weights_kernel<<<grid_for((size_t)nv), CK_THREADS, 0, b->stream>>>(b->keys_sorted, nv,
+                                                                           b->d_sin, b->weights);
+        LAUNCHED(b, "sample weights kernel");
+        finish_kernel<<<1, SAMPLE_THREADS, 0, b->stream>>>(b->keys_sorted, b->weights, nv, b->d_sin,
+                                                           b->d_next);
         LAUNCHED(b, "sampling kernel");
     }
     CU(b, cudaMemcpyAsync(b->h_next, b->d_next, sizeof(int), cudaMemcpyDeviceToHost, b->stream),
@@ -902,10 +907,10 @@ static void cuda_destroy(cairn__backend *bb)
         cudaFree(b->output);
     cudaFree(b->tok_embd);
     cudaFree(b->output_norm);
-    void *dev[] = {b->kc,       b->vc,    b->x,           b->xn,        b->qkv,
-                   b->att,      b->gu,    b->hb,          b->logits,    b->inv_freq,
-                   b->d_tokens, b->d_pos, b->d_overflow,  b->workspace, b->d_sin,
-                   b->d_next,   b->keys,  b->keys_sorted, b->sort_temp, b->rope_cs};
+    void *dev[] = {b->kc,         b->vc,        b->x,      b->xn,       b->qkv,      b->att,
+                   b->gu,         b->hb,        b->logits, b->inv_freq, b->d_tokens, b->d_pos,
+                   b->d_overflow, b->workspace, b->d_sin,  b->d_next,   b->keys,     b->keys_sorted,
+                   b->sort_temp,  b->rope_cs,   b->weights};
     for (size_t i = 0; i < sizeof dev / sizeof *dev; i++)
         cudaFree(dev[i]);
     cudaFreeHost(b->h_tokens);
@@ -986,6 +991,8 @@ static int setup(cuda_backend *b)
         (rc = dmalloc(b, (void **)&b->d_next, sizeof(int), "the sampled token")) ||
         (rc = dmalloc(b, (void **)&b->keys, nvk, "sort keys")) ||
         (rc = dmalloc(b, (void **)&b->keys_sorted, nvk, "sort keys")) ||
+        (rc = dmalloc(b, (void **)&b->weights, (size_t)m->n_vocab * sizeof(double),
+                      "sampling weights")) ||
         (rc = dmalloc(b, &b->sort_temp, b->sort_temp_bytes, "the sort's scratch")))
         return rc;
     memset(b->h_sin, 0, sizeof(sample_in));

@@ -11,14 +11,14 @@
  * every NaN maps to 0, below -inf's 0x007fffff. So no two tokens share a key, the order is
  * total, and a radix sort reproduces the host's order bit for bit.
  *
- * After the sort, both sides weigh the first k candidates as exp((logit - max) / t) in double
- * and walk the running sum; the device splits the walk into one contiguous run per thread (a
- * different summation order, so the cumulative sums may differ in the last bits: a draw that
- * lands within rounding of a boundary may pick the neighbour, which the tests allow for).
- * cairn__sampler_pick_runs in gpu/sampler.c is that split, in plain C, checked against the host
- * sampler on the CPU; the kernel follows it with these same functions, except that it adds the
- * runs' sums in a tree (a block scan) where the C version adds them in a row, so the two also
- * differ in the last bits (the same tolerance covers it).
+ * After the sort, both sides weigh the candidates once, as exp((logit - max) / t) in double
+ * (cairn__sample_weight, into an array), and walk the running sum of the first k; the device splits
+ * the walk into one contiguous run per thread (a different summation order, so the cumulative sums
+ * may differ in the last bits: a draw that lands within rounding of a boundary may pick the
+ * neighbour, which the tests allow for). cairn__sampler_pick_runs in gpu/sampler.c is that split,
+ * in plain C, checked against the host sampler on the CPU; the kernel follows it with these same
+ * functions, except that it adds the runs' sums in a tree (a block scan) where the C version adds
+ * them in a row, so the two also differ in the last bits (the same tolerance covers it).
  *
  * Everything here is inline, compiled as C11 by the program and as CUDA by the module.
  */
@@ -104,23 +104,23 @@ CAIRN__HD double cairn__sample_weight(uint64_t key, double max, double t)
     return exp(((double)cairn__sample_key_logit(key) - max) / t);
 }
 
-/* Sum of the weights of keys[lo..hi), in index order from 0. */
-CAIRN__HD double cairn__sample_run_sum(const uint64_t *keys, int lo, int hi, double max, double t)
+/* Sum of the weights w[lo..hi), in index order from 0. */
+CAIRN__HD double cairn__sample_run_sum(const double *w, int lo, int hi)
 {
     double s = 0.0;
     for (int i = lo; i < hi; i++)
-        s += cairn__sample_weight(keys[i], max, t);
+        s += w[i];
     return s;
 }
 
-/* Walks keys[lo..hi) adding weights to the running sum cum (the sum of everything before lo).
+/* Walks w[lo..hi) adding weights to the running sum cum (the sum of everything before lo).
  * Returns the first index whose running sum reaches target (cum >= target when inclusive, else
  * cum > target) and sets *at to that sum; -1 when none does. */
-CAIRN__HD int cairn__sample_run_find(const uint64_t *keys, int lo, int hi, double max, double t,
-                                     double cum, double target, int inclusive, double *at)
+CAIRN__HD int cairn__sample_run_find(const double *w, int lo, int hi, double cum, double target,
+                                     int inclusive, double *at)
 {
     for (int i = lo; i < hi; i++) {
-        cum += cairn__sample_weight(keys[i], max, t);
+        cum += w[i];
         if (inclusive ? cum >= target : cum > target) {
             *at = cum;
             return i;

@@ -7,9 +7,10 @@
  *   penalty_kernel   the repetition penalty on the distinct ids the host listed
  *   argmax_kernel    greedy (and top-k 1): the largest sort key
  *   keys_kernel      one 64-bit sort key per token, then cub::DeviceRadixSort (descending)
- *   finish_kernel    the first top_k keys, NaNs cut, weighed in double in one contiguous run
- *                    per thread; a block scan gives each run the sum before it; the top-p cut
- *                    and the draw are the first index whose running sum reaches its target
+ *   weights_kernel   every sorted candidate's weight in double, once, over the whole grid
+ *   finish_kernel    the first top_k, those of weight 0 cut, summed in one contiguous run per
+ *                    thread; a block scan gives each run the sum before it; the top-p cut and
+ *                    the draw are the first index whose running sum reaches its target
  *
  * The step's parameters (sample_in) live in device memory, copied from pinned host memory at
  * the start of each step, so one captured CUDA graph serves every step and every generation.
@@ -87,6 +88,19 @@ __global__ void keys_kernel(const float *__restrict__ logits, int n, uint64_t *_
         keys[i] = cairn__sample_key(logits[i], i);
 }
 
+/* CPU reference: the weight loop of cairn__sampler_pick_runs. keys (n) sorted descending ->
+ * w (n) = exp((logit - max) / t) in double, max the first key's logit; grid-stride (every
+ * block reads keys[0] for max) */
+__global__ void weights_kernel(const uint64_t *__restrict__ keys, int n,
+                               const sample_in *__restrict__ in, double *__restrict__ w)
+{
+    const double max =
+        cairn__sample_key_nan(keys[0]) ? 0.0 : (double)cairn__sample_key_logit(keys[0]);
+    const double t = (double)in->temperature;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+        w[i] = cairn__sample_weight(keys[i], max, t);
+}
+
 /* Exclusive prefix sum of v over the block in a fixed order (the same result every run);
  * *total gets the sum of all. blockDim.x a multiple of 32; once per kernel (its shared
  * memory is reused without a barrier at the end). */
@@ -123,24 +137,21 @@ __device__ double block_exclusive_scan(double v, double *total)
 }
 
 /* CPU reference: the sampling branch of cairn__sampler_pick_runs, with one run per thread.
- * keys (n) sorted descending -> *next; grid 1, block SAMPLE_THREADS */
+ * keys (n) sorted descending, w (n) their weights -> *next; grid 1, block SAMPLE_THREADS */
 __global__ void __launch_bounds__(SAMPLE_THREADS)
-    finish_kernel(const uint64_t *__restrict__ keys, int n, const sample_in *__restrict__ in,
-                  int *__restrict__ next)
+    finish_kernel(const uint64_t *__restrict__ keys, const double *__restrict__ w, int n,
+                  const sample_in *__restrict__ in, int *__restrict__ next)
 {
     __shared__ int first;
     __shared__ double at_first;
     int k = in->top_k > 0 && in->top_k < n ? in->top_k : n;
-    const double max =
-        cairn__sample_key_nan(keys[0]) ? 0.0 : (double)cairn__sample_key_logit(keys[0]);
-    const double t = (double)in->temperature;
     /* the candidates that weigh 0 (NaN, -inf, underflow) are a tail of the order: cut it unless
      * nothing else is left (see cairn__sampler_pick_runs) */
     if (threadIdx.x == 0)
         first = INT_MAX;
     __syncthreads();
     for (int i = threadIdx.x; i < k; i += blockDim.x)
-        if (cairn__sample_weight(keys[i], max, t) == 0.0) {
+        if (w[i] == 0.0) {
             atomicMin(&first, i);
             break;
         }
@@ -150,7 +161,7 @@ __global__ void __launch_bounds__(SAMPLE_THREADS)
     const int len = (k + (int)blockDim.x - 1) / (int)blockDim.x;
     const int lo = min((int)threadIdx.x * len, k), hi = min(lo + len, k);
     double total;
-    const double before = block_exclusive_scan(cairn__sample_run_sum(keys, lo, hi, max, t), &total);
+    const double before = block_exclusive_scan(cairn__sample_run_sum(w, lo, hi), &total);
     int keep = k;
     if (in->top_p < 1.0f) {
         __syncthreads(); /* every thread has read `first` above */
@@ -158,8 +169,7 @@ __global__ void __launch_bounds__(SAMPLE_THREADS)
             first = INT_MAX;
         __syncthreads();
         double at = 0.0;
-        const int i =
-            cairn__sample_run_find(keys, lo, hi, max, t, before, (double)in->top_p * total, 1, &at);
+        const int i = cairn__sample_run_find(w, lo, hi, before, (double)in->top_p * total, 1, &at);
         if (i >= 0)
             atomicMin(&first, i);
         __syncthreads();
@@ -177,8 +187,7 @@ __global__ void __launch_bounds__(SAMPLE_THREADS)
         first = INT_MAX;
     __syncthreads();
     double at = 0.0;
-    const int i =
-        cairn__sample_run_find(keys, min(lo, keep), min(hi, keep), max, t, before, u, 0, &at);
+    const int i = cairn__sample_run_find(w, min(lo, keep), min(hi, keep), before, u, 0, &at);
     if (i >= 0)
         atomicMin(&first, i);
     __syncthreads();

@@ -276,7 +276,7 @@ static int key_desc(const void *x, const void *y)
 }
 
 int32_t cairn__sampler_pick_runs(const cairn__sampler_params *p, const float *logits, int n_vocab,
-                                 double r, int n_runs, uint64_t *keys)
+                                 double r, int n_runs, uint64_t *keys, double *w)
 {
     for (int i = 0; i < n_vocab; i++)
         keys[i] = cairn__sample_key(logits[i], i);
@@ -291,12 +291,14 @@ int32_t cairn__sampler_pick_runs(const cairn__sampler_params *p, const float *lo
     const double max =
         cairn__sample_key_nan(keys[0]) ? 0.0 : (double)cairn__sample_key_logit(keys[0]);
     const double t = (double)p->temperature;
+    for (int i = 0; i < n_vocab; i++) /* the device's weights kernel */
+        w[i] = cairn__sample_weight(keys[i], max, t);
     /* Weights never grow along the order and NaN weighs 0, so the candidates that weigh 0 (NaN,
      * -inf, underflow) are a tail: cut it unless nothing else is left. The host keeps them but
      * can never draw them; here the runs' sums round differently from one running sum, and a
      * draw within that rounding could otherwise land on one. */
     for (int i = 0; i < k; i++)
-        if (cairn__sample_weight(keys[i], max, t) == 0.0) {
+        if (w[i] == 0.0) {
             k = i > 1 ? i : 1;
             break;
         }
@@ -308,15 +310,15 @@ int32_t cairn__sampler_pick_runs(const cairn__sampler_params *p, const float *lo
     for (int j = 0; j < n_runs; j++) {
         const int lo = j * len < k ? j * len : k, hi = lo + len < k ? lo + len : k;
         before[j] = total;
-        total += cairn__sample_run_sum(keys, lo, hi, max, t);
+        total += cairn__sample_run_sum(w, lo, hi);
     }
     int keep = k;
     if (p->top_p < 1.0f) { /* the first index whose running sum reaches top_p of the total */
         for (int j = 0; j < n_runs; j++) {
             const int lo = j * len < k ? j * len : k, hi = lo + len < k ? lo + len : k;
             double at = 0.0;
-            const int i = cairn__sample_run_find(keys, lo, hi, max, t, before[j],
-                                                 (double)p->top_p * total, 1, &at);
+            const int i =
+                cairn__sample_run_find(w, lo, hi, before[j], (double)p->top_p * total, 1, &at);
             if (i >= 0) {
                 keep = i + 1;
                 total = at;
@@ -328,7 +330,7 @@ int32_t cairn__sampler_pick_runs(const cairn__sampler_params *p, const float *lo
     for (int j = 0; j < n_runs; j++) {
         const int lo = j * len < keep ? j * len : keep, hi = lo + len < keep ? lo + len : keep;
         double at = 0.0;
-        const int i = cairn__sample_run_find(keys, lo, hi, max, t, before[j], u, 0, &at);
+        const int i = cairn__sample_run_find(w, lo, hi, before[j], u, 0, &at);
         if (i >= 0)
             return cairn__sample_key_id(keys[i]);
     }

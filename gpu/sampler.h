@@ -61,12 +61,12 @@ int cairn__sampler_greedy(const cairn__sampler *s);
 double cairn__sampler_draw(cairn__sampler *s);
 /* The token for already-penalized logits and the draw r (ignored when greedy). */
 int32_t cairn__sampler_pick(cairn__sampler *s, const float *logits, double r);
-/* The device sampler's algorithm in plain C: keys (n_vocab scratch) sorted, the first top_k of
- * them weighed in n_runs contiguous runs as the kernel's threads do. Gives the token
- * cairn__sampler_pick gives, except when r lands within rounding of a boundary between two
- * candidates (the runs sum in another order). */
+/* The device sampler's algorithm in plain C: keys (n_vocab scratch) sorted, weighed into w
+ * (n_vocab scratch), the first top_k of them summed in n_runs contiguous runs as the kernel's
+ * threads do. Gives the token cairn__sampler_pick gives, except when r lands within rounding of
+ * a boundary between two candidates (the runs sum in another order). */
 int32_t cairn__sampler_pick_runs(const cairn__sampler_params *p, const float *logits, int n_vocab,
-                                 double r, int n_runs, uint64_t *keys);
+                                 double r, int n_runs, uint64_t *keys, double *w);
 
 /* Number of sample calls that drew a random number since creation (or the restored state). */
 uint64_t cairn__sampler_draws(const cairn__sampler *s);

@@ -95,5 +95,8 @@ int32_t mk_standin_pick(const cairn__sample_req *q, float *lg, int n_vocab, uint
                                      .top_k = q->top_k,
                                      .top_p = q->top_p,
                                      .repeat_penalty = q->repeat_penalty};
-    return cairn__sampler_pick_runs(&p, lg, n_vocab, q->r, 1024, keys);
+    double *w = malloc((size_t)n_vocab * sizeof *w);
+    const int32_t t = w ? cairn__sampler_pick_runs(&p, lg, n_vocab, q->r, 1024, keys, w) : -1;
+    free(w);
+    return t;
 }

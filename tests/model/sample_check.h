@@ -19,7 +19,8 @@ void mk_awkward_logits(float *lg, int n, uint64_t seed, int kind);
 int mk_pick_agrees(cairn__sampler *s, const float *lg, int n, double r, int32_t got, int *near);
 
 /* The device sampler in C, for stand-ins of a device: q's penalty on lg (in place), then
- * cairn__sampler_pick_runs with 1024 runs, as the kernel's threads. keys: n_vocab scratch. */
+ * cairn__sampler_pick_runs with 1024 runs, as the kernel's threads. keys: n_vocab scratch.
+ * -1 when out of memory. */
 int32_t mk_standin_pick(const cairn__sample_req *q, float *lg, int n_vocab, uint64_t *keys);
 
 #endif

@@ -112,6 +112,7 @@ static void test_device_algorithm(void)
     enum { NV = 3001 };
     static float lg[NV];
     static uint64_t keys[NV];
+    static double wts[NV];
     const float temps[] = {0.0f, 0.05f, 0.8f, 1.0f, 7.0f};
     const int topks[] = {0, 1, 2, 40, 1000, NV - 1, NV, NV + 5};
     const float topps[] = {1.0f, 0.95f, 0.5f, 1e-6f};
@@ -130,7 +131,8 @@ static void test_device_algorithm(void)
                     mk_awkward_logits(lg, NV, xs(&seed), kind);
                     for (size_t ri = 0; ri < sizeof runs / sizeof *runs; ri++) {
                         const double r = (double)(xs(&seed) >> 11) * 0x1.0p-53;
-                        const int32_t got = cairn__sampler_pick_runs(&p, lg, NV, r, runs[ri], keys);
+                        const int32_t got =
+                            cairn__sampler_pick_runs(&p, lg, NV, r, runs[ri], keys, wts);
                         if (!mk_pick_agrees(a, lg, NV, r, got, &near)) {
                             diag("runs %d: token %d, host %d (r %.17g, t %g, k %d, p %g)", runs[ri],
                                  got, cairn__sampler_pick(a, lg, r), r, (double)p.temperature,
@@ -163,7 +165,7 @@ static void test_device_algorithm(void)
                     for (size_t ei = 0; ei < 3 * sizeof edge / sizeof *edge; ei++) {
                         const int runs = ei % 3 == 0 ? 7 : ei % 3 == 1 ? 100 : NZ;
                         const int32_t got =
-                            cairn__sampler_pick_runs(&p, lz, NZ, edge[ei / 3], runs, keys);
+                            cairn__sampler_pick_runs(&p, lz, NZ, edge[ei / 3], runs, keys, wts);
                         const float lg_got = lz[got];
                         const int bad = !mk_pick_agrees(a, lz, NZ, edge[ei / 3], got, &znear) ||
                                         isnan(lg_got) || isinf(lg_got);
@@ -196,11 +198,12 @@ static void test_device_algorithm(void)
     int edge_ok = 1;
     for (int i = 0; i < 5; i++)
         for (int rr = 1; rr <= 4; rr++)
-            edge_ok &= cairn__sampler_pick_runs(&p, four, 4, edges[i], rr, keys) == want[i] &&
+            edge_ok &= cairn__sampler_pick_runs(&p, four, 4, edges[i], rr, keys, wts) == want[i] &&
                        cairn__sampler_pick(a, four, edges[i]) == want[i];
     ok(edge_ok, "draws on exact boundaries go up (u < cum), the same in 1-4 runs");
     float nan4[4] = {NAN, NAN, NAN, NAN};
-    ok(cairn__sampler_pick_runs(&p, nan4, 4, 0.7, 2, keys) == cairn__sampler_pick(a, nan4, 0.7),
+    ok(cairn__sampler_pick_runs(&p, nan4, 4, 0.7, 2, keys, wts) ==
+           cairn__sampler_pick(a, nan4, 0.7),
        "all NaN: both pick the same (%d)", cairn__sampler_pick(a, nan4, 0.7));
     cairn__sampler_free(a);
 }
