@@ -96,12 +96,25 @@ CAIRN__HD float cairn__sample_penalize(float logit, float penalty)
     return logit > 0.0f ? logit / penalty : logit * penalty;
 }
 
-/* the unnormalized probability of a candidate: exp((logit - max) / t) in double, 0 for NaN */
+/* The unnormalized probability of a logit, the largest being max: exp((logit - max) / t) in
+ * double; 0 for NaN. When max is infinite (a +inf logit, or nothing but -inf ones) the tokens
+ * whose logit is max share the mass equally (weight 1) and the others get none: the formula
+ * would give NaN (inf - inf). The host's pick and the device's use this same function. */
+CAIRN__HD double cairn__sample_weight_of(float logit, double max, double t)
+{
+    if (logit != logit)
+        return 0.0;
+    if (isinf(max))
+        return (double)logit == max ? 1.0 : 0.0;
+    return exp(((double)logit - max) / t);
+}
+
+/* the same for a sort key */
 CAIRN__HD double cairn__sample_weight(uint64_t key, double max, double t)
 {
-    if (cairn__sample_key_nan(key))
-        return 0.0;
-    return exp(((double)cairn__sample_key_logit(key) - max) / t);
+    return cairn__sample_key_nan(key)
+               ? 0.0
+               : cairn__sample_weight_of(cairn__sample_key_logit(key), max, t);
 }
 
 /* Sum of the weights w[lo..hi), in index order from 0. */

@@ -227,7 +227,7 @@ int32_t cairn__sampler_pick(cairn__sampler *s, const float *logits, double r)
     double *pr = s->probs, total = 0.0;
     const double max = isnan(c[0].logit) ? 0.0 : (double)c[0].logit, t = (double)s->p.temperature;
     for (size_t i = 0; i < k; i++) {
-        pr[i] = isnan(c[i].logit) ? 0.0 : exp(((double)c[i].logit - max) / t);
+        pr[i] = cairn__sample_weight_of(c[i].logit, max, t);
         total += pr[i];
     }
     size_t keep = k;

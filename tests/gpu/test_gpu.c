@@ -498,7 +498,7 @@ static void check_sampler(void)
         pen[i] = (int32_t)((i * 7919) % nv); /* distinct: the prime 7919 does not divide nv */
     int cases = 0, fails = 0, near = 0, errors = 0;
     uint64_t seed = 7;
-    for (int kind = 0; kind < 3; kind++)
+    for (int kind = 0; kind < 4; kind++)
         for (size_t ti = 0; ti < sizeof temps / sizeof *temps; ti++)
             for (size_t ki = 0; ki < sizeof topks / sizeof *topks; ki++)
                 for (size_t pi = 0; pi < sizeof topps / sizeof *topps; pi++)

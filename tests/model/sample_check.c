@@ -21,7 +21,12 @@ void mk_awkward_logits(float *lg, int n, uint64_t seed, int kind)
             lg[i] = (float)((double)(r >> 11) * 0x1.0p-53 * 16.0 - 8.0);
         else if (kind == 1)
             lg[i] = (float)((int)(r % 5) - 2);
-        else {
+        else if (kind == 3) { /* a few +inf among -inf and a smooth field */
+            const int c = (int)(r % 97);
+            lg[i] = c == 0  ? INFINITY
+                    : c < 4 ? -INFINITY
+                            : (float)((double)(r >> 11) * 0x1.0p-53 * 6.0 - 3.0);
+        } else {
             const int c = (int)(r % 23);
             lg[i] = c == 0   ? -0.0f
                     : c == 1 ? 0.0f

@@ -9,7 +9,8 @@
 #include "gpu/sampler.h"
 
 /* kind 0: smooth in [-8, 8); 1: five distinct values (long runs of ties); 2: a smooth field
- * with -0.0, +0.0, NaN, -inf and 1e-30 sprinkled in. Deterministic in seed. */
+ * with -0.0, +0.0, NaN, -inf and 1e-30 sprinkled in; 3: a smooth field with -inf and a few
+ * +inf. Deterministic in seed. */
 void mk_awkward_logits(float *lg, int n, uint64_t seed, int kind);
 
 /* Whether got is an acceptable pick for already-penalized logits lg (n) and draw r: the host's

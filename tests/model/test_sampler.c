@@ -119,7 +119,7 @@ static void test_device_algorithm(void)
     const int runs[] = {1, 3, 256, 1024, 4000};
     int cases = 0, fails = 0, near = 0;
     uint64_t seed = 99;
-    for (int kind = 0; kind < 3; kind++)
+    for (int kind = 0; kind < 4; kind++)
         for (size_t ti = 0; ti < sizeof temps / sizeof *temps; ti++)
             for (size_t ki = 0; ki < sizeof topks / sizeof *topks; ki++)
                 for (size_t pi = 0; pi < sizeof topps / sizeof *topps; pi++) {
@@ -201,6 +201,29 @@ static void test_device_algorithm(void)
             edge_ok &= cairn__sampler_pick_runs(&p, four, 4, edges[i], rr, keys, wts) == want[i] &&
                        cairn__sampler_pick(a, four, edges[i]) == want[i];
     ok(edge_ok, "draws on exact boundaries go up (u < cum), the same in 1-4 runs");
+    /* infinite logits: the +inf ones share the mass (a -inf one is never drawn); nothing but
+     * -inf: all alike */
+    const float inf_a[4] = {1.0f, INFINITY, -INFINITY, -INFINITY};
+    const float inf_b[4] = {INFINITY, 0.0f, INFINITY, 2.0f};
+    const float inf_c[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
+    int inf_ok = 1, seen[4] = {0};
+    cairn__sampler_free(a);
+    cairn__sampler_new(&p, 4, &a);
+    for (int i = 0; i < 64; i++) {
+        const double r = (i + 0.5) / 64.0;
+        const int32_t ta = cairn__sampler_pick(a, inf_a, r), tb = cairn__sampler_pick(a, inf_b, r);
+        const int32_t tc = cairn__sampler_pick(a, inf_c, r);
+        inf_ok &= ta == 1 && (tb == 0 || tb == 2) && tc >= 0 && tc < 4 &&
+                  cairn__sampler_pick_runs(&p, inf_a, 4, r, 2, keys, wts) == ta &&
+                  cairn__sampler_pick_runs(&p, inf_b, 4, r, 3, keys, wts) == tb &&
+                  cairn__sampler_pick_runs(&p, inf_c, 4, r, 2, keys, wts) == tc;
+        seen[tb]++;
+        seen[3] |= tc == 3;
+    }
+    ok(inf_ok && seen[0] == 32 && seen[2] == 32 && seen[3],
+       "+inf logits share the draw (%d/%d), a -inf one is never picked, all -inf: any; the same in "
+       "runs",
+       seen[0], seen[2]);
     float nan4[4] = {NAN, NAN, NAN, NAN};
     ok(cairn__sampler_pick_runs(&p, nan4, 4, 0.7, 2, keys, wts) ==
            cairn__sampler_pick(a, nan4, 0.7),
