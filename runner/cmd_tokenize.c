@@ -338,6 +338,13 @@ int cairn__cmd_model_info(int argc, char **argv)
         vals[k] = arch[0] ? arch_value(g, arch, sizes[k].suffix) : -1;
     if (vals[4] < 0) /* GGUF convention: no head_count_kv means as many as query heads */
         vals[4] = vals[3];
+    /* rope: its base, the dimensions it turns, and Llama 3's frequency factors if present */
+    char key[192];
+    float rope_base = 0.0f;
+    snprintf(key, sizeof key, "%s.rope.freq_base", arch);
+    const int have_base = arch[0] && cairn__gguf_get_f32(g, key, &rope_base) == 0;
+    const int64_t rope_dims = arch[0] ? arch_value(g, arch, "rope.dimension_count") : -1;
+    const cairn__gguf_tensor *rope_ff = cairn__gguf_tensor_find(g, "rope_freqs.weight");
 
     if (json) {
         json_t *o = json_object(), *types = json_object(), *tok = json_object();
@@ -371,6 +378,12 @@ int cairn__cmd_model_info(int argc, char **argv)
         json_put(tok, "pre", tpre[0] ? json_string(tpre) : NULL);
         json_put(tok, "vocab_size", vocab ? json_integer((json_int_t)vocab) : NULL);
         json_put(o, "tokenizer", tok);
+        json_t *rope = json_object();
+        json_put(rope, "freq_base", have_base ? json_real(rope_base) : NULL);
+        json_put(rope, "dimension_count", json_size(rope_dims));
+        json_put(rope, "freq_factors",
+                 rope_ff ? json_integer((json_int_t)rope_ff->n_elements) : NULL);
+        json_put(o, "rope", rope);
         s = json_dumps(o, JSON_INDENT(2) | JSON_ENSURE_ASCII);
         json_decref(o);
         if (!s) {
@@ -413,6 +426,16 @@ int cairn__cmd_model_info(int argc, char **argv)
         printf("tokenizer:      %s", tmodel[0] ? tmodel : "-");
         if (tpre[0])
             printf(" (pre %s)", tpre);
+        printf("\n");
+        printf("rope:           ");
+        if (have_base)
+            printf("base %g", (double)rope_base);
+        else
+            printf("base -");
+        if (rope_dims >= 0)
+            printf(", %" PRId64 " dimensions", rope_dims);
+        if (rope_ff)
+            printf(", %" PRIu64 " frequency factors (rope_freqs)", rope_ff->n_elements);
         printf("\n");
         printf("vocab size:     ");
         if (vocab)

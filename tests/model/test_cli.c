@@ -395,13 +395,41 @@ int main(void)
     ok(sh(cmd) == 0 && strstr(out, "Exit status") && strstr(out, "74"),
        "model-info --help lists the exit status");
 
+    /* the rope line: base, dimensions, and Llama 3's frequency factors when the file has them */
+    {
+        char l3[600];
+        snprintf(l3, sizeof l3, "%s/l3.gguf", dir);
+        mk_spec s3;
+        mk_spec_default(&s3);
+        s3.rope_freqs = 1;
+        s3.rope_base = 500000.0f;
+        const int wrc = write_model(&s3, l3);
+        snprintf(cmd, sizeof cmd, "%s model-info %s 2>&1", bin, l3);
+        rc = sh(cmd);
+        ok(wrc == 0 && rc == 0 &&
+               strstr(out, "rope:           base 500000, 16 dimensions, 8 frequency factors"),
+           "model-info shows the rope base, dimensions and rope_freqs factors (%d)", rc);
+        snprintf(cmd, sizeof cmd, "%s model-info --json %s 2>&1", bin, l3);
+        rc = sh(cmd);
+        ok(rc == 0 && strstr(out, "\"freq_factors\": 8") && strstr(out, "\"freq_base\": 500000"),
+           "model-info --json: rope.freq_factors and freq_base (%d)", rc);
+        unlink(l3);
+        snprintf(cmd, sizeof cmd, "%s model-info %s 2>&1", bin, path);
+        rc = sh(cmd);
+        ok(rc == 0 && strstr(out, "rope:           base 10000") && !strstr(out, "rope_freqs"),
+           "a file without factors: base 10000 and no factors (%d)", rc);
+    }
+
     /* a tensor type the engine cannot run (Q5_K): described, flagged, then exit 69 */
     {
         char q5[600];
         snprintf(q5, sizeof q5, "%s/q5k.gguf", dir);
         cairn__gguf_writer *w = gw_new(3, 32);
         gw_kv_str(w, "general.architecture", "llama");
-        const char *vocab[] = {"<unk>", "<s>", "</s>", "\xe2\x96\x81" "a", "b"};
+        const char *vocab[] = {"<unk>", "<s>", "</s>",
+                               "\xe2\x96\x81"
+                               "a",
+                               "b"};
         const float scores[] = {0, 0, 0, -1, -2};
         const int32_t types[] = {2, 3, 3, 1, 1};
         gw_kv_str(w, "tokenizer.ggml.model", "llama");
