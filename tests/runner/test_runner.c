@@ -227,26 +227,12 @@ static stepq step_of(cairn_store *s, const char *task, const char *step, uint32_
     return q;
 }
 
-typedef struct taskq {
-    const char *id;
-    int rc;
-    cairn__task_rec rec;
-} taskq;
-
-static int taskq_txn(cairn__txn *t, void *arg)
-{
-    taskq *q = arg;
-    q->rc = cairn__task_get(t, q->id, &q->rec);
-    return 0;
-}
-
 static cairn__task_rec task_of(cairn_store *s, const char *id)
 {
-    taskq q = {.id = id, .rc = -999};
-    cairn__store_read(s, taskq_txn, &q);
-    if (q.rc)
-        q.rec.state = 99;
-    return q.rec;
+    cairn__task_rec rec;
+    if (tu_task_get(s, id, &rec))
+        rec.state = 99;
+    return rec;
 }
 
 /* The audit trail compactly: "<from><to><step or -> " per record, states as one letter

@@ -15,6 +15,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "checkpoint/store.h"
+
 static int tu__rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
 {
     (void)st, (void)flag, (void)ftw;
@@ -140,6 +142,30 @@ static inline int tu_raw_dump(const char *dir, tu_dump *d)
 static inline int tu_dump_eq(const tu_dump *a, const tu_dump *b)
 {
     return memcmp(a, b, sizeof *a) == 0;
+}
+
+/* Reading one task record back through the store (a read transaction). */
+typedef struct {
+    const char *id;
+    int rc;
+    cairn__task_rec rec;
+} tu__task_arg;
+
+static inline int tu__task_txn(cairn__txn *t, void *arg)
+{
+    tu__task_arg *a = arg;
+    a->rc = cairn__task_get(t, a->id, &a->rec);
+    return 0;
+}
+
+/* Task id's record into *rec (zeroed when there is none): 0, cairn__task_get's code
+ * (CAIRN_ENOTFOUND, CAIRN_ESCHEMA, ...), or the read's own error. */
+static inline int tu_task_get(cairn_store *s, const char *id, cairn__task_rec *rec)
+{
+    tu__task_arg a = {.id = id, .rc = -1};
+    const int rc = cairn__store_read(s, tu__task_txn, &a);
+    *rec = rc == 0 && a.rc == 0 ? a.rec : (cairn__task_rec){0};
+    return rc ? rc : a.rc;
 }
 
 #endif

@@ -113,19 +113,6 @@ static void test_open(void)
 
 /* ------------------------------------------------------------------ schema */
 
-typedef struct get_arg {
-    const char *id;
-    int rc;
-    cairn__task_rec rec;
-} get_arg;
-
-static int get_txn(cairn__txn *t, void *arg)
-{
-    get_arg *a = arg;
-    a->rc = cairn__task_get(t, a->id, &a->rec);
-    return 0;
-}
-
 static int put_txn(cairn__txn *t, void *arg) { return cairn__task_put(t, arg); }
 
 static void test_schema(void)
@@ -174,9 +161,8 @@ static void test_schema(void)
     tu_raw_put(dir, "tasks", "newer", 5, sb.data, sb.size);
     msgpack_sbuffer_destroy(&sb);
     s = open_store(dir, 0);
-    get_arg ga = {.id = "newer"};
-    cairn__store_read(s, get_txn, &ga);
-    ok(ga.rc == CAIRN_ESCHEMA && strstr(cairn_store_errmsg(s), "'newer'"),
+    cairn__task_rec rec;
+    ok(tu_task_get(s, "newer", &rec) == CAIRN_ESCHEMA && strstr(cairn_store_errmsg(s), "'newer'"),
        "a task record of a newer schema: CAIRN_ESCHEMA naming the task (\"%s\")",
        cairn_store_errmsg(s));
     cairn_store_free(s);
@@ -988,9 +974,8 @@ static void test_inject(void)
     int rc3 = cairn__store_write(s, 0, inject_txn, &calls);
     ok(rc1 == 0 && rc2 == CAIRN_EFULL && rc3 == 0,
        "nth = 2 fails exactly the second write (%d %d %d)", rc1, rc2, rc3);
-    get_arg ga = {.id = "inj"};
-    cairn__store_read(s, get_txn, &ga);
-    ok(ga.rc == 0 && ga.rec.created_ms == 77, "the other writes committed");
+    cairn__task_rec rec;
+    ok(tu_task_get(s, "inj", &rec) == 0 && rec.created_ms == 77, "the other writes committed");
     cairn_store_free(s);
 }
 

@@ -76,29 +76,12 @@ static int put(cairn_store *s, const char *id, int durable)
     return cairn__store_write(s, durable, put_txn, (void *)id);
 }
 
-/* A task read back: whether it is there (rc) and its state. */
-typedef struct state_arg {
-    const char *id;
-    int rc;
-    cairn_state state;
-} state_arg;
-
-static int state_txn(cairn__txn *t, void *arg)
-{
-    state_arg *a = arg;
-    cairn__task_rec r;
-    a->rc = cairn__task_get(t, a->id, &r);
-    a->state = (cairn_state)r.state;
-    return 0;
-}
-
 /* 1 if the task is there, 0 if not, -1 on error. */
 static int has(cairn_store *s, const char *id)
 {
-    state_arg a = {id, -1, 0};
-    if (cairn__store_read(s, state_txn, &a) != 0)
-        return -1;
-    return a.rc == 0 ? 1 : a.rc == CAIRN_ENOTFOUND ? 0 : -1;
+    cairn__task_rec r;
+    const int rc = tu_task_get(s, id, &r);
+    return rc == 0 ? 1 : rc == CAIRN_ENOTFOUND ? 0 : -1;
 }
 
 /* Which of ids[] are present, as a string of 0/1 ("?" on error). */
@@ -1052,10 +1035,11 @@ static void test_reported_states_settled(void)
         _exit(0);
     }
     cairn_store *s = open_sync(dir);
-    state_arg a = {"t", -1, 0};
-    for (int i = 0; i < 200 && (a.rc || a.state != CAIRN_RUNNING); i++) {
+    cairn__task_rec tr = {0};
+    int trc = -1;
+    for (int i = 0; i < 200 && (trc || tr.state != CAIRN_RUNNING); i++) {
         usleep(20 * 1000);
-        cairn__store_read(s, state_txn, &a);
+        trc = tu_task_get(s, "t", &tr);
     }
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
@@ -1066,12 +1050,10 @@ static void test_reported_states_settled(void)
     cairn_store_free(s);
     reboot("boot-B");
     s = open_sync(dir);
-    a = (state_arg){"t", -1, 0};
-    if (s)
-        cairn__store_read(s, state_txn, &a);
-    ok(rc2 == CAIRN_EDEAD && a.rc == 0 && a.state == CAIRN_DEAD,
+    trc = s ? tu_task_get(s, "t", &tr) : -1;
+    ok(rc2 == CAIRN_EDEAD && trc == 0 && tr.state == CAIRN_DEAD,
        "a task the runner gave up on is still dead after a reboot (%s; state %d)",
-       cairn_errname(rc2), (int)a.state);
+       cairn_errname(rc2), (int)tr.state);
     cairn_store_free(s);
     cairn_graph_free(g);
 
@@ -1098,10 +1080,11 @@ static void test_reported_states_settled(void)
     r = runner_on(s, g);
     cairn_runner_set_tenant_limit(r, "tenant", 1);
     int rc = cairn_runner_open(r);
-    state_arg held = {"held", -1, 0};
-    for (int i = 0; i < 100 && !rc && (held.rc || held.state != CAIRN_RUNNING); i++) {
+    cairn__task_rec held = {0};
+    int hrc = -1;
+    for (int i = 0; i < 100 && !rc && (hrc || held.state != CAIRN_RUNNING); i++) {
         usleep(20 * 1000);
-        cairn__store_read(s, state_txn, &held);
+        hrc = tu_task_get(s, "held", &held);
     }
     rc = rc ? rc : cairn_runner_run(r, "g", "mine", NULL, "{\"tenant\":\"x\"}", 14, NULL, NULL);
     kill(pid, SIGKILL);
@@ -1110,14 +1093,12 @@ static void test_reported_states_settled(void)
     cairn_store_free(s);
     reboot("boot-B");
     s = open_sync(dir);
-    a = (state_arg){"mine", -1, 0};
-    if (s)
-        cairn__store_read(s, state_txn, &a);
-    ok(ready && held.state == CAIRN_RUNNING && rc == CAIRN_ETENANT && a.rc == 0 &&
-           a.state == CAIRN_PENDING,
+    trc = s ? tu_task_get(s, "mine", &tr) : -1;
+    ok(ready && held.state == CAIRN_RUNNING && rc == CAIRN_ETENANT && trc == 0 &&
+           tr.state == CAIRN_PENDING,
        "a task refused by the tenant limit is still pending for retry after a reboot (%s; found "
        "%s)",
-       cairn_errname(rc), a.rc == 0 ? "it" : "nothing");
+       cairn_errname(rc), trc == 0 ? "it" : "nothing");
     cairn_store_free(s);
     cairn_graph_free(g);
     close(fds[0]), close(fds[1]);
