@@ -15,6 +15,14 @@
  * CUBLAS_COMPUTE_32F); the kernel before each GEMM writes its input directly in the device type
  * (RMSNorm, attention, SwiGLU), so nothing is converted separately.
  *
+ * A single token's products (every decode step) are matrix-vector products bound by the memory,
+ * where cuBLAS's GEMM heuristics are not at their best and where the small kernels between the
+ * products cost as much as a product of a small layer. They run as gemv_kernel
+ * (kernels_cuda.cuh), which streams the weights 16 bytes per lane and folds the RMSNorm or SwiGLU
+ * before it into its prologue (same code, same bits): six launches per layer instead of nine.
+ * CAIRN_CUDA_GEMV=cublas runs them through cuBLAS as above, the peer bench-llm measures it
+ * against. Prompt chunks of more than one token always use cuBLAS.
+ *
  * The KV cache is f32, [layer][position][kv_head * head_dim] as on the CPU.
  *
  * Decode: one CUDA graph per kind of step, captured once and replayed for every token. The token
@@ -156,6 +164,9 @@ typedef struct {
     const char **prof_at; /* (PROF_MAX) the operation each event ends */
     const char *prof_name[PROF_BINS];
     double prof_ms[2][PROF_BINS];
+    /* single-token products: gemv_kernel (1) or cuBLAS (0, CAIRN_CUDA_GEMV=cublas, or a model
+     * whose rows do not fit the kernel's shared memory); its grid is at most gv_blocks */
+    int gv, gv_blocks;
     int no_graph;        /* a capture failed: decode steps are launched directly */
     char graph_err[256]; /* why */
 } cuda_backend;
@@ -319,13 +330,72 @@ static int gemm(cuda_backend *b, const void *W, int rows, int cols, const void *
     return 0;
 }
 
+/* C (rows) = W (rows, cols) @ in, or + C (beta 1), for a single token: gemv_kernel with the
+ * prologue IN (kernels_cuda.cuh) */
+template <typename T, int IN>
+static int gemv(cuda_backend *b, const void *W, int rows, int cols, const void *in, const float *nw,
+                float beta, float *C, const char *what)
+{
+    const int groups = (rows + GV_ROWS - 1) / GV_ROWS;
+    int blocks = (groups + GV_WARPS - 1) / GV_WARPS;
+    if (blocks > b->gv_blocks)
+        blocks = b->gv_blocks;
+    const int vec = cols % (int)(16 / sizeof(T)) == 0 && (uintptr_t)W % 16 == 0;
+    gemv_kernel<T, IN><<<blocks, CK_THREADS, (size_t)cols * sizeof(T), b->stream>>>(
+        (const T *)W, rows, cols, vec, in, nw, b->base.model->rms_eps, beta, C, b->d_overflow);
+    LAUNCHED(b, what);
+    return 0;
+}
+
+/* The three kinds of product of a layer, each with the small kernel before it. A single token
+ * (n 1) runs them fused (gemv_kernel) unless CAIRN_CUDA_GEMV=cublas; a prompt chunk, or that
+ * setting, runs the small kernel into its T buffer and then cuBLAS. */
+
+/* C (n, rows) = W (rows, dim) @ rmsnorm(x (n, dim); nw) */
+template <typename T>
+static int normed_product(cuda_backend *b, int n, const float *x, const float *nw, const void *W,
+                          int rows, float *C, const char *fused, const char *blas)
+{
+    const cairn__model *m = b->base.model;
+    if (n == 1 && b->gv)
+        return gemv<T, GV_NORM>(b, W, rows, m->dim, x, nw, 0.0f, C, fused);
+    rmsnorm_kernel<T>
+        <<<n, CK_THREADS, 0, b->stream>>>(x, nw, m->dim, m->rms_eps, (T *)b->xn, b->d_overflow);
+    LAUNCHED(b, "rmsnorm kernel");
+    return gemm(b, W, rows, m->dim, b->xn, n, C, rows, 0.0f, blas);
+}
+
+/* C (n, rows) += W (rows, cols) @ in (n, cols), in already in T */
+template <typename T>
+static int added_product(cuda_backend *b, int n, const void *W, int rows, int cols, const void *in,
+                         float *C, const char *fused, const char *blas)
+{
+    if (n == 1 && b->gv)
+        return gemv<T, GV_PLAIN>(b, W, rows, cols, in, NULL, 1.0f, C, fused);
+    return gemm(b, W, rows, cols, in, n, C, rows, 1.0f, blas);
+}
+
+/* C (n, rows) += W (rows, ff) @ swiglu(gu (n, 2 ff)) */
+template <typename T>
+static int swiglu_product(cuda_backend *b, int n, const float *gu, const void *W, int rows,
+                          float *C, const char *fused, const char *blas)
+{
+    const int ff = b->base.model->ff_dim;
+    if (n == 1 && b->gv)
+        return gemv<T, GV_SWIGLU>(b, W, rows, ff, gu, NULL, 1.0f, C, fused);
+    swiglu_kernel<T><<<grid_for((size_t)n * ff), CK_THREADS, 0, b->stream>>>(gu, ff, n, (T *)b->hb,
+                                                                             b->d_overflow);
+    LAUNCHED(b, "swiglu kernel");
+    return gemm(b, W, rows, ff, b->hb, n, C, rows, 1.0f, blas);
+}
+
 template <typename T> static int enqueue_t(cuda_backend *b, int n, int head_rows)
 {
     const cairn__model *m = b->base.model;
     const int dim = m->dim, ff = m->ff_dim, hd = m->head_dim;
     const size_t layer_kv = (size_t)b->base.n_ctx * (size_t)b->kv_dim;
     const float scale = 1.0f / sqrtf((float)hd);
-    T *xn = (T *)b->xn, *att = (T *)b->att, *hb = (T *)b->hb;
+    T *att = (T *)b->att;
     int rc;
 
     /* x (n, dim) = tok_embd[tokens] */
@@ -344,12 +414,9 @@ template <typename T> static int enqueue_t(cuda_backend *b, int n, int head_rows
     for (int l = 0; l < m->n_layers; l++) {
         const dlayer *ly = &b->layers[l];
         float *kc = b->kc + (size_t)l * layer_kv, *vc = b->vc + (size_t)l * layer_kv;
-        rmsnorm_kernel<T><<<n, CK_THREADS, 0, b->stream>>>(b->x, ly->attn_norm, dim, m->rms_eps, xn,
-                                                           b->d_overflow);
-        LAUNCHED(b, "rmsnorm kernel");
-        /* Wqkv (qkv_dim, dim) @ xn (n, dim) -> qkv (n, qkv_dim) */
-        if ((rc = gemm(b, ly->wqkv, b->qkv_dim, dim, xn, n, b->qkv, b->qkv_dim, 0.0f,
-                       "cublasGemmEx (QKV)")))
+        /* Wqkv (qkv_dim, dim) @ rmsnorm(x) -> qkv (n, qkv_dim) */
+        if ((rc = normed_product<T>(b, n, b->x, ly->attn_norm, ly->wqkv, b->qkv_dim, b->qkv,
+                                    "rmsnorm + QKV (gemv)", "cublasGemmEx (QKV)")))
             return rc;
         qkv_post_kernel<<<dim3((unsigned)n, post_blocks), CK_THREADS, 0, b->stream>>>(
             b->qkv, b->qkv_dim, ly->bqkv, b->d_pos, b->rope_cs, m->n_heads, m->n_kv_heads, hd,
@@ -367,31 +434,24 @@ template <typename T> static int enqueue_t(cuda_backend *b, int n, int head_rows
                 b->d_overflow);
         LAUNCHED(b, "attention kernel");
         /* Wo (dim, q_dim) @ att (n, q_dim) + x -> x (n, dim) */
-        if ((rc = gemm(b, ly->wo, dim, b->q_dim, att, n, b->x, dim, 1.0f,
-                       "cublasGemmEx (attention output)")))
+        if ((rc = added_product<T>(b, n, ly->wo, dim, b->q_dim, att, b->x,
+                                   "attention output (gemv)", "cublasGemmEx (attention output)")))
             return rc;
-        rmsnorm_kernel<T><<<n, CK_THREADS, 0, b->stream>>>(b->x, ly->ffn_norm, dim, m->rms_eps, xn,
-                                                           b->d_overflow);
-        LAUNCHED(b, "rmsnorm kernel");
-        /* Wgu (2 ff, dim) @ xn (n, dim) -> gu (n, 2 ff) */
-        if ((rc = gemm(b, ly->wgu, 2 * ff, dim, xn, n, b->gu, 2 * ff, 0.0f,
-                       "cublasGemmEx (gate/up)")))
+        /* Wgu (2 ff, dim) @ rmsnorm(x) -> gu (n, 2 ff) */
+        if ((rc = normed_product<T>(b, n, b->x, ly->ffn_norm, ly->wgu, 2 * ff, b->gu,
+                                    "rmsnorm + gate/up (gemv)", "cublasGemmEx (gate/up)")))
             return rc;
-        swiglu_kernel<T><<<grid_for((size_t)n * ff), CK_THREADS, 0, b->stream>>>(b->gu, ff, n, hb,
-                                                                                 b->d_overflow);
-        LAUNCHED(b, "swiglu kernel");
-        /* Wd (dim, ff) @ hb (n, ff) + x -> x (n, dim) */
-        if ((rc = gemm(b, ly->wd, dim, ff, hb, n, b->x, dim, 1.0f, "cublasGemmEx (down)")))
+        /* Wd (dim, ff) @ swiglu(gu) + x -> x (n, dim) */
+        if ((rc = swiglu_product<T>(b, n, b->gu, ly->wd, dim, b->x, "swiglu + down (gemv)",
+                                    "cublasGemmEx (down)")))
             return rc;
     }
     if (head_rows == 0)
         return 0;
-    /* the last head_rows rows: norm, then Wout (n_vocab, dim) @ xn (head_rows, dim) -> logits */
-    rmsnorm_kernel<T><<<head_rows, CK_THREADS, 0, b->stream>>>(
-        b->x + (size_t)(n - head_rows) * dim, b->output_norm, dim, m->rms_eps, xn, b->d_overflow);
-    LAUNCHED(b, "rmsnorm kernel");
-    return gemm(b, b->output, m->n_vocab, dim, xn, head_rows, b->logits, m->n_vocab, 0.0f,
-                "cublasGemmEx (output)");
+    /* the last head_rows rows: Wout (n_vocab, dim) @ rmsnorm(x) -> logits (head_rows, n_vocab) */
+    return normed_product<T>(b, head_rows, b->x + (size_t)(n - head_rows) * dim, b->output_norm,
+                             b->output, m->n_vocab, b->logits, "rmsnorm + output (gemv)",
+                             "cublasGemmEx (output)");
 }
 
 /* Enqueues the pass of n tokens (already in d_tokens, position in d_pos) on the stream, and the
@@ -1027,6 +1087,56 @@ static int setup(cuda_backend *b)
     return 0;
 }
 
+/* The single-token product's launch limits: shared memory for the longest input it stages
+ * (dim, q_dim or ff elements of T), and the grid that is resident at once. Without the shared
+ * memory (an f32 model of very wide layers) the products stay cuBLAS's. */
+template <typename T> static int gemv_setup_t(cuda_backend *b)
+{
+    const cairn__model *m = b->base.model;
+    int cols = m->dim > b->q_dim ? m->dim : b->q_dim;
+    if (m->ff_dim > cols)
+        cols = m->ff_dim;
+    const size_t smem = (size_t)cols * sizeof(T);
+    int optin = 0, sms = 0;
+    CU(b, cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, b->device),
+       "cudaDeviceGetAttribute");
+    CU(b, cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, b->device),
+       "cudaDeviceGetAttribute");
+    if (smem + 1024 > (size_t)optin) { /* 1 KiB: the kernel's static shared memory */
+        b->gv = 0;
+        return 0;
+    }
+    const void *k[] = {(const void *)gemv_kernel<T, GV_PLAIN>,
+                       (const void *)gemv_kernel<T, GV_NORM>,
+                       (const void *)gemv_kernel<T, GV_SWIGLU>};
+    int per_sm = 0;
+    for (size_t i = 0; i < sizeof k / sizeof *k; i++) {
+        CU(b, cudaFuncSetAttribute(k[i], cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
+           "cudaFuncSetAttribute (gemv)");
+        int nb = 0;
+        CU(b, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, k[i], CK_THREADS, smem),
+           "cudaOccupancyMaxActiveBlocksPerMultiprocessor (gemv)");
+        if (i == 0 || nb < per_sm)
+            per_sm = nb;
+    }
+    b->gv_blocks = (per_sm > 0 ? per_sm : 1) * (sms > 0 ? sms : 1);
+    return 0;
+}
+
+static int gemv_setup(cuda_backend *b)
+{
+    if (!b->gv)
+        return 0;
+    switch (b->dt) {
+    case DT_F32:
+        return gemv_setup_t<float>(b);
+    case DT_F16:
+        return gemv_setup_t<__half>(b);
+    default:
+        return gemv_setup_t<__nv_bfloat16>(b);
+    }
+}
+
 /* device type when CAIRN_CUDA_DTYPE does not say: f32 only for an all-F32 model */
 static int default_dtype(const cairn__model *m)
 {
@@ -1046,7 +1156,7 @@ static int default_dtype(const cairn__model *m)
 }
 
 static int create_as(const cairn__model *m, const cairn__backend_opts *o, int device, int dt,
-                     cairn__backend **out, int *overflow, char *err, size_t errlen)
+                     int gv, cairn__backend **out, int *overflow, char *err, size_t errlen)
 {
     *overflow = 0;
     cuda_backend *b = (cuda_backend *)calloc(1, sizeof *b);
@@ -1057,6 +1167,7 @@ static int create_as(const cairn__model *m, const cairn__backend_opts *o, int de
     b->base.n_ctx = o->n_ctx > 0 ? o->n_ctx : (m->n_ctx_train < 4096 ? m->n_ctx_train : 4096);
     b->device = device;
     b->dt = dt;
+    b->gv = gv;
     b->n_batch = o->n_batch > 0 ? o->n_batch : 256;
     if (b->n_batch > MAX_BATCH)
         b->n_batch = MAX_BATCH;
@@ -1075,6 +1186,8 @@ static int create_as(const cairn__model *m, const cairn__backend_opts *o, int de
         snprintf(b->graph_err, sizeof b->graph_err, "eager: CAIRN_CUDA_PROFILE is set");
     }
     int rc = setup(b);
+    if (!rc)
+        rc = gemv_setup(b);
     if (!rc)
         rc = upload_weights(b);
     if (!rc) {
@@ -1144,10 +1257,21 @@ static int cuda_create(const cairn__model *m, const cairn__backend_opts *o, cair
             return host.errf(err, errlen, CAIRN_EINVAL,
                              "CAIRN_CUDA_DTYPE='%s': expected f16, bf16 or f32", env);
     }
+    int gv = 1;
+    env = getenv("CAIRN_CUDA_GEMV");
+    if (env && *env) {
+        if (strcmp(env, "kernel") == 0)
+            gv = 1;
+        else if (strcmp(env, "cublas") == 0)
+            gv = 0;
+        else
+            return host.errf(err, errlen, CAIRN_EINVAL,
+                             "CAIRN_CUDA_GEMV='%s': expected kernel or cublas", env);
+    }
     int overflow = 0;
-    int rc = create_as(m, o, o->device, dt, out, &overflow, err, errlen);
+    int rc = create_as(m, o, o->device, dt, gv, out, &overflow, err, errlen);
     if (rc && overflow) /* f16 cannot hold this model: bf16 can */
-        rc = create_as(m, o, o->device, DT_BF16, out, &overflow, err, errlen);
+        rc = create_as(m, o, o->device, DT_BF16, gv, out, &overflow, err, errlen);
     return rc;
 }
 

@@ -101,15 +101,13 @@ __global__ void embed_kernel(const T *__restrict__ emb, const int *__restrict__ 
         o[k] = to_f32(r[k]);
 }
 
-/* CPU reference: cairn__rmsnorm (gpu/kernels_cpu.c): sum of squares in double, then
- * out = x * scale * w in that order.
- * x (rows, dim) f32, w (dim) -> out (rows, dim) T; grid (rows), block CK_THREADS */
+/* One row of rmsnorm_kernel by the whole block (every thread must call it): the fused decode
+ * product (gemv_kernel) runs the same code with the same block size, so its normed input is
+ * the same bit for bit. */
 template <typename T>
-__global__ void rmsnorm_kernel(const float *__restrict__ x, const float *__restrict__ w, int dim,
-                               float eps, T *__restrict__ out, int *__restrict__ ovf)
+__device__ void rmsnorm_row(const float *__restrict__ xr, const float *__restrict__ w, int dim,
+                            float eps, T *__restrict__ o, int *__restrict__ ovf)
 {
-    const float *xr = x + (size_t)blockIdx.x * (size_t)dim;
-    T *o = out + (size_t)blockIdx.x * (size_t)dim;
     double ss = 0.0;
     for (int k = threadIdx.x; k < dim; k += blockDim.x)
         ss += (double)xr[k] * (double)xr[k];
@@ -117,6 +115,17 @@ __global__ void rmsnorm_kernel(const float *__restrict__ x, const float *__restr
     const float scale = (float)(1.0 / sqrt(ss / (double)dim + (double)eps));
     for (int k = threadIdx.x; k < dim; k += blockDim.x)
         o[k] = to_t_checked<T>(__fmul_rn(__fmul_rn(xr[k], scale), w[k]), ovf);
+}
+
+/* CPU reference: cairn__rmsnorm (gpu/kernels_cpu.c): sum of squares in double, then
+ * out = x * scale * w in that order.
+ * x (rows, dim) f32, w (dim) -> out (rows, dim) T; grid (rows), block CK_THREADS */
+template <typename T>
+__global__ void rmsnorm_kernel(const float *__restrict__ x, const float *__restrict__ w, int dim,
+                               float eps, T *__restrict__ out, int *__restrict__ ovf)
+{
+    rmsnorm_row<T>(x + (size_t)blockIdx.x * (size_t)dim, w, dim, eps,
+                   out + (size_t)blockIdx.x * (size_t)dim, ovf);
 }
 
 /* CPU reference: the rope angle table of forward_chunk (gpu/backend_cpu.c), once per step for
@@ -297,6 +306,12 @@ __global__ void __launch_bounds__(WARPS * 32)
     }
 }
 
+/* one element of swiglu_kernel, shared with the fused decode product (gemv_kernel) */
+template <typename T> __device__ __forceinline__ T swiglu_elt(float g, float u, int *ovf)
+{
+    return to_t_checked<T>(g / (1.0f + expf(-g)) * u, ovf);
+}
+
 /* CPU reference: cairn__swiglu (gpu/kernels_cpu.c): g / (1 + exp(-g)) * u.
  * gu (n, 2*ff) rows [gate (ff) | up (ff)] f32 -> out (n, ff) T; grid-stride */
 template <typename T>
@@ -307,8 +322,145 @@ __global__ void swiglu_kernel(const float *__restrict__ gu, int ff, int n, T *__
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += stride) {
         const size_t i = idx / (size_t)ff, k = idx % (size_t)ff;
-        const float g = gu[i * 2 * (size_t)ff + k], u = gu[i * 2 * (size_t)ff + (size_t)ff + k];
-        out[idx] = to_t_checked<T>(g / (1.0f + expf(-g)) * u, ovf);
+        out[idx] =
+            swiglu_elt<T>(gu[i * 2 * (size_t)ff + k], gu[i * 2 * (size_t)ff + (size_t)ff + k], ovf);
+    }
+}
+
+/* ---- the decode matrix-vector product -------------------------------------------------------
+ *
+ * A single token's products are matrix-vector products that read every weight once: their
+ * speed is the memory's. cuBLAS serves them through its GEMM heuristics; this kernel is written
+ * for exactly that case and folds in the small kernel before it, so a decode layer is six
+ * launches instead of nine (rmsnorm + QKV, bias/rope/KV, attention, output, rmsnorm + gate/up,
+ * SwiGLU + down). The input is staged in shared memory as T by a prologue:
+ *   GV_PLAIN   in is T (cols): copied (the attention output before Wo);
+ *   GV_NORM    in is the f32 residual x (cols): rmsnorm_row with weights nw, the code of
+ *              rmsnorm_kernel at the same block size, so the same bits;
+ *   GV_SWIGLU  in is the f32 gate/up row (2 cols): swiglu_elt, as swiglu_kernel.
+ * Then each warp takes GV_ROWS rows at a time; each lane streams 16-byte pieces of them (GV_U
+ * pieces per row in flight) against the staged input, accumulates in f32 in a fixed order, and
+ * the warp sums its lanes: the result does not depend on the grid, so every decode step computes
+ * the same bits. y = W in (beta 0: y is not read) or y = W in + beta y (the residual).
+ * `vec` says the rows can be read 16 bytes at a time (cols a multiple of 16 / sizeof(T) and W
+ * 16-byte aligned); otherwise lanes read single elements.
+ *
+ * CPU reference: cairn__matvec (gpu/kernels_cpu.c) on the weights as the device holds them,
+ * after cairn__rmsnorm or cairn__swiglu; its C twin for the summation order is
+ * gv_reference in tests/gpu/test_gpu.c.
+ * grid (any; at most what is resident), block GV_WARPS * 32 = CK_THREADS, dynamic shared
+ * memory cols * sizeof(T) */
+#define GV_WARPS 8
+#define GV_ROWS 2
+#define GV_U 4
+enum { GV_PLAIN = 0, GV_NORM = 1, GV_SWIGLU = 2 };
+static_assert(GV_WARPS * 32 == CK_THREADS,
+              "the fused norm must run at rmsnorm_kernel's block size");
+
+/* acc + w . x over one 16-byte piece of each, in element order */
+__device__ __forceinline__ float dot16(uint4 w, uint4 x, float acc, float)
+{
+    acc = fmaf(__uint_as_float(w.x), __uint_as_float(x.x), acc);
+    acc = fmaf(__uint_as_float(w.y), __uint_as_float(x.y), acc);
+    acc = fmaf(__uint_as_float(w.z), __uint_as_float(x.z), acc);
+    return fmaf(__uint_as_float(w.w), __uint_as_float(x.w), acc);
+}
+__device__ __forceinline__ float dot16(uint4 w, uint4 x, float acc, __half)
+{
+    const __half2 *a = (const __half2 *)&w, *b = (const __half2 *)&x;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const float2 fa = __half22float2(a[i]), fb = __half22float2(b[i]);
+        acc = fmaf(fa.x, fb.x, acc);
+        acc = fmaf(fa.y, fb.y, acc);
+    }
+    return acc;
+}
+__device__ __forceinline__ float dot16(uint4 w, uint4 x, float acc, __nv_bfloat16)
+{
+    const __nv_bfloat162 *a = (const __nv_bfloat162 *)&w, *b = (const __nv_bfloat162 *)&x;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const float2 fa = __bfloat1622float2(a[i]), fb = __bfloat1622float2(b[i]);
+        acc = fmaf(fa.x, fb.x, acc);
+        acc = fmaf(fa.y, fb.y, acc);
+    }
+    return acc;
+}
+
+template <typename T, int IN>
+__global__ void __launch_bounds__(GV_WARPS * 32)
+    gemv_kernel(const T *__restrict__ W, int rows, int cols, int vec, const void *__restrict__ in,
+                const float *__restrict__ nw, float eps, float beta, float *__restrict__ y,
+                int *__restrict__ ovf)
+{
+    extern __shared__ __align__(16) unsigned char gv_smem[];
+    T *xs = (T *)gv_smem;
+    if (IN == GV_NORM)
+        rmsnorm_row<T>((const float *)in, nw, cols, eps, xs, ovf);
+    else if (IN == GV_SWIGLU) {
+        const float *gu = (const float *)in;
+        for (int k = threadIdx.x; k < cols; k += blockDim.x)
+            xs[k] = swiglu_elt<T>(gu[k], gu[cols + k], ovf);
+    } else {
+        const T *src = (const T *)in;
+        for (int k = threadIdx.x; k < cols; k += blockDim.x)
+            xs[k] = src[k];
+    }
+    __syncthreads();
+
+    constexpr int V = 16 / sizeof(T); /* elements per 16-byte piece */
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    const int groups = (rows + GV_ROWS - 1) / GV_ROWS, pieces = cols / V;
+    for (int g = blockIdx.x * GV_WARPS + w; g < groups; g += gridDim.x * GV_WARPS) {
+        const int r0 = g * GV_ROWS;
+        const T *wr[GV_ROWS];
+        float acc[GV_ROWS];
+#pragma unroll
+        for (int r = 0; r < GV_ROWS; r++) {
+            /* a row past the end reads the last row (in bounds) and is not stored */
+            wr[r] = W + (size_t)(r0 + r < rows ? r0 + r : rows - 1) * (size_t)cols;
+            acc[r] = 0.0f;
+        }
+        if (vec) {
+            const uint4 *xv = (const uint4 *)xs;
+            int c = lane;
+            /* GV_U pieces of each row in flight, then their products; then the last pieces */
+            for (; c + 32 * (GV_U - 1) < pieces; c += 32 * GV_U) {
+                uint4 wv[GV_ROWS][GV_U];
+#pragma unroll
+                for (int u = 0; u < GV_U; u++)
+#pragma unroll
+                    for (int r = 0; r < GV_ROWS; r++)
+                        wv[r][u] = __ldcs((const uint4 *)wr[r] + c + 32 * u);
+#pragma unroll
+                for (int u = 0; u < GV_U; u++) {
+                    const uint4 x = xv[c + 32 * u];
+#pragma unroll
+                    for (int r = 0; r < GV_ROWS; r++)
+                        acc[r] = dot16(wv[r][u], x, acc[r], T());
+                }
+            }
+            for (; c < pieces; c += 32) {
+                const uint4 x = xv[c];
+#pragma unroll
+                for (int r = 0; r < GV_ROWS; r++)
+                    acc[r] = dot16(__ldcs((const uint4 *)wr[r] + c), x, acc[r], T());
+            }
+        } else {
+            for (int k = lane; k < cols; k += 32) {
+                const float xk = to_f32(xs[k]);
+#pragma unroll
+                for (int r = 0; r < GV_ROWS; r++)
+                    acc[r] = fmaf(to_f32(wr[r][k]), xk, acc[r]);
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < GV_ROWS; r++) {
+            const float s = warp_sum(acc[r]);
+            if (lane == 0 && r0 + r < rows)
+                y[r0 + r] = beta != 0.0f ? s + beta * y[r0 + r] : s;
+        }
     }
 }
 

@@ -17,7 +17,9 @@
  * Q4_0 model reads 2 bytes per weight there, not 0.56). Decoding is greedy, as the engine runs
  * it: on the GPU the device sampler picks the token and only the token comes back (decode
  * tok/s); the column "via logits" is the same decode with the logits copied back and the pick
- * made on the host, what the device sampler saves.
+ * made on the host, what the device sampler saves. Each CUDA row is followed by a "cublas" row:
+ * the same backend with CAIRN_CUDA_GEMV=cublas, whose decode products run through cuBLAS instead
+ * of cairn's decode kernel; the line after it gives the ratio of the two decode speeds.
  *
  *   bench-llm [--sizes 15M,110M,500M,1B,2B] [--types F32,Q8_0,Q4_0,Q4_K,Q6_K,F16,BF16] [--threads
  * N]
@@ -232,7 +234,7 @@ int main(int argc, char **argv)
         if (want_cuda)
             printf("bench-llm: cuda: %s, device-to-device copy %.0f GB/s (read+write)\n", dev_name,
                    dev_bw / 1e9);
-        printf("\n%-4s %-5s %-5s %-4s %8s %9s %12s %12s %9s %10s %7s %9s %8s %10s\n", "back",
+        printf("\n%-6s %-5s %-5s %-4s %8s %9s %12s %12s %9s %10s %7s %9s %8s %10s\n", "back",
                "size", "type", "dev", "params", "MB/token", "prompt tok/s", "decode tok/s",
                "copy GB/s", "roofline", "frac", "range", "med.tok", "via logits");
     }
@@ -284,13 +286,22 @@ int main(int argc, char **argv)
                 fprintf(stderr, "bench-llm: cannot build the %s %s model\n", sz, tn);
                 return 70;
             }
-            for (int bi = 0; bi < 2; bi++) {
+            /* rows: cpu; cuda (decode products in cairn's kernel); cublas (the same CUDA
+             * backend with CAIRN_CUDA_GEMV=cublas: the kernel's peer, measured next to it) */
+            double kernel_tps = 0.0; /* the cuda row's decode tok/s, for the ratio */
+            for (int bi = 0; bi < 3; bi++) {
+                static const char *const row[] = {"cpu", "cuda", "cublas"};
                 const char *bname = bi == 0 ? "cpu" : "cuda";
                 if (!(bi == 0 ? want_cpu : want_cuda))
                     continue;
                 cairn__backend_opts bo = {
                     .n_ctx = n_prompt + n_gen + 1, .n_threads = threads, .n_batch = n_prompt};
-                if (cairn__backend_new(bname, m, &bo, &b, err, sizeof err) != 0) {
+                if (bi == 2)
+                    setenv("CAIRN_CUDA_GEMV", "cublas", 1);
+                const int brc = cairn__backend_new(bname, m, &bo, &b, err, sizeof err);
+                if (bi == 2)
+                    unsetenv("CAIRN_CUDA_GEMV");
+                if (brc != 0) {
                     fprintf(stderr, "bench-llm: %s backend: %s\n", bname, err);
                     return 70;
                 }
@@ -307,7 +318,7 @@ int main(int argc, char **argv)
                     toks[i] = (int32_t)((i * 7919 + 13) % m->n_vocab);
                 const char *dev = "-";
                 double peer = bw;
-                if (bi == 1) { /* the device reads its own layout: f16 for quantized weights */
+                if (bi >= 1) { /* the device reads its own layout: f16 for quantized weights */
                     per_tok = cuda->weight_bytes(b);
                     dev = cuda->dtype(b);
                     peer = dev_bw;
@@ -323,7 +334,7 @@ int main(int argc, char **argv)
                     fprintf(stderr, "bench-llm: %s backend: %s\n", bname, cairn__backend_errmsg(b));
                     return 70;
                 }
-                if (bi == 1 && strcmp(cuda->graph_status(b), "graph") != 0)
+                if (bi >= 1 && strcmp(cuda->graph_status(b), "graph") != 0)
                     fprintf(stderr, "bench-llm: cuda decode without a graph: %s\n",
                             cuda->graph_status(b));
                 double t = now_s();
@@ -401,7 +412,7 @@ int main(int argc, char **argv)
                            "\"roofline_tok_s\": %.2f, \"fraction\": %.3f, "
                            "\"fraction_min\": %.3f, \"fraction_max\": %.3f, "
                            "\"median_token_fraction\": %.3f, \"decode_via_logits_tok_s\": %.2f}",
-                           first ? "" : ",", bname, sz, tn, dev, (unsigned long long)m->n_params,
+                           first ? "" : ",", row[bi], sz, tn, dev, (unsigned long long)m->n_params,
                            (unsigned long long)per_tok, prompt_tps, dec_tps, round_bw, roof, frac,
                            frac_lo, frac_hi, med_frac, logits_tps);
                 else {
@@ -410,12 +421,17 @@ int main(int argc, char **argv)
                     char via[32] = "-";
                     if (dev_pick)
                         snprintf(via, sizeof via, "%.1f", logits_tps);
-                    printf("%-4s %-5s %-5s %-4s %7.1fM %9.1f %12.1f %12.1f %9.1f %10.1f %6.0f%% "
+                    printf("%-6s %-5s %-5s %-4s %7.1fM %9.1f %12.1f %12.1f %9.1f %10.1f %6.0f%% "
                            "%9s %7.0f%% %10s\n",
-                           bname, sz, tn, dev, (double)m->n_params / 1e6, (double)per_tok / 1e6,
+                           row[bi], sz, tn, dev, (double)m->n_params / 1e6, (double)per_tok / 1e6,
                            prompt_tps, dec_tps, round_bw / 1e9, roof, 100.0 * frac, range,
                            100.0 * med_frac, via);
                 }
+                if (bi == 1)
+                    kernel_tps = dec_tps;
+                else if (bi == 2 && !json && dec_tps > 0)
+                    printf("%-6s decode: cairn's kernel / cuBLAS = %.2fx\n", "",
+                           kernel_tps / dec_tps);
                 fflush(stdout);
                 first = 0;
                 free(toks);

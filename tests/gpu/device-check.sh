@@ -14,7 +14,9 @@
 #   2. runs bench-llm: a generated 1.1B-parameter llama (F16, 2.2 GB) on CUDA, a 1.7B one with
 #      fewer, wider layers on CUDA, two quantized types on CUDA, then the 1.1B one on the CPU;
 #      decode tok/s against the roofline = device-to-device copy bandwidth (measured in the same
-#      run) / bytes of weights read per token;
+#      run) / bytes of weights read per token; each CUDA row is followed by its peer, a "cublas"
+#      row (CAIRN_CUDA_GEMV=cublas: decode products through cuBLAS instead of cairn's decode
+#      kernel), and the ratio of the two;
 #      then the 1.1B one on CUDA once more with CAIRN_CUDA_PROFILE=1: the time of each
 #      operation of a decode step (eager), so one lease also shows where the time goes;
 #   3. runs the gpu test once more, a few cases only, under compute-sanitizer (memcheck), if the
@@ -135,7 +137,7 @@ if [ -n "$MODE" ]; then
         echo "\$ bench-llm $*" | tee -a "$TMP/bench.log"
         timeout "$limit" "$BIN_BENCH" "$@" 2>&1 | tee -a "$TMP/bench.log" | tee "$TMP/b.out"
         grep -E '^bench-llm: (cpu|cuda):' "$TMP/b.out" >>"$TMP/bench.hdr"
-        grep -E '^(cpu|cuda) ' "$TMP/b.out" >>"$TMP/bench.txt"
+        grep -E "^(cpu|cuda|cublas) |decode: cairn's kernel" "$TMP/b.out" >>"$TMP/bench.txt"
         grep -E '^back ' "$TMP/b.out" | head -1 >"$TMP/bench.cols"
     }
     : >"$TMP/bench.hdr"

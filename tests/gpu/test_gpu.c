@@ -94,8 +94,9 @@ typedef struct {
     const char *dtype;      /* CAIRN_CUDA_DTYPE, NULL: default */
     const char *want;       /* expected device type */
     double tol;
-    int n_batch; /* of the backend under test */
-    int llama3;  /* rope_freqs factors, rope base 1e6 over half the head, eps 1e-6 */
+    int n_batch;      /* of the backend under test */
+    int llama3;       /* rope_freqs factors, rope base 1e6 over half the head, eps 1e-6 */
+    const char *gemv; /* CAIRN_CUDA_GEMV, NULL: default (the decode kernel) */
 } gcase;
 
 /* one model: CPU batched logits as reference; tested prompt and decode paths against it */
@@ -120,10 +121,11 @@ static void check_case(const gcase *c)
         s.rms_eps = 1e-6f;
     }
     char name[160], err[256];
-    snprintf(name, sizeof name, "%s %s%s%s%s%s hd %d gqa %d:%d", c->arch,
+    snprintf(name, sizeof name, "%s %s%s%s%s%s%s hd %d gqa %d:%d dim %d ff %d", c->arch,
              cairn__ggml_type_name(c->type), c->tied ? " tied" : "", c->dtype ? " as " : "",
-             c->dtype ? c->dtype : "", c->llama3 ? " rope_freqs" : "", s.dim / s.n_heads, s.n_heads,
-             s.n_kv_heads);
+             c->dtype ? c->dtype : "", c->llama3 ? " rope_freqs" : "",
+             c->gemv ? " gemv=cublas" : "", s.dim / s.n_heads, s.n_heads, s.n_kv_heads, s.dim,
+             s.ff);
     mk_loaded L;
     int rc = mk_load(&s, &L, err, sizeof err);
     if (!ok(rc == 0, "%s: model loads (%s)", name, rc ? err : "ok")) {
@@ -140,8 +142,11 @@ static void check_case(const gcase *c)
     if (rc == 0)
         rc = cairn__backend_forward(cpu, PROMPT, NP, 0, ref, 1);
     set_dtype(c->dtype);
+    if (c->gemv)
+        setenv("CAIRN_CUDA_GEMV", c->gemv, 1);
     int rt = rc == 0 ? cairn__backend_new(BK, L.m, &ot, &b, err, sizeof err) : -1;
     set_dtype(NULL);
+    unsetenv("CAIRN_CUDA_GEMV");
     if (!ok(rc == 0 && rt == 0 && ref && bat && dec && again, "%s: cpu and %s backends (%s)", name,
             BK, rt ? err : "ok"))
         goto out;
@@ -630,6 +635,11 @@ static void check_errors(void)
         set_dtype(NULL);
         ok(rc == CAIRN_EINVAL && b == NULL && strstr(err, "CAIRN_CUDA_DTYPE"),
            "CAIRN_CUDA_DTYPE=fp8 -> EINVAL (%s)", err);
+        setenv("CAIRN_CUDA_GEMV", "cutlass", 1);
+        rc = cairn__backend_new("cuda", L.m, &o, &b, err, sizeof err);
+        unsetenv("CAIRN_CUDA_GEMV");
+        ok(rc == CAIRN_EINVAL && b == NULL && strstr(err, "CAIRN_CUDA_GEMV"),
+           "CAIRN_CUDA_GEMV=cutlass -> EINVAL (%s)", err);
         rc = cairn__backend_new("auto", L.m, &o, &b, err, sizeof err);
         ok(rc == 0 && strcmp(cairn__backend_name(b), "cuda") == 0,
            "auto picks cuda when a device is present (%s)", rc ? err : cairn__backend_name(b));
@@ -674,8 +684,9 @@ int main(void)
         }
     }
     if (getenv("CAIRN_TEST_QUICK")) { /* a few cases, e.g. under compute-sanitizer */
-        const gcase a = {"llama", CAIRN__GGML_Q8_0, 0, 0, 0, 0, 0, NULL, "f16", 1e-3, 4, 0};
-        const gcase q = {"qwen2", CAIRN__GGML_BF16, 1, 0, 0, 0, 0, "bf16", "bf16", 1e-2, 64, 0};
+        const gcase a = {"llama", CAIRN__GGML_Q8_0, 0, 0, 0, 0, 0, NULL, "f16", 1e-3, 4, 0, NULL};
+        const gcase q = {"qwen2", CAIRN__GGML_BF16, 1,    0,  0, 0,   0,
+                         "bf16",  "bf16",           1e-2, 64, 0, NULL};
         check_case(&a);
         check_case(&q);
         check_long(512, 2, 1, "llama");
@@ -687,30 +698,47 @@ int main(void)
     for (size_t i = 0; i < sizeof flat / sizeof *flat; i++) {
         const char *want = flat[i] == CAIRN__GGML_F32 ? "f32" : "f16";
         /* n_batch 4: chunks 4,4,4,1 (the last through the decode graph); 64: one chunk */
-        const gcase a = {"llama", flat[i], (int)(i % 2), 0, 0, 0, 0, NULL, want, 1e-3, 4, 0};
-        const gcase q = {"qwen2", flat[i], (int)((i + 1) % 2), 0, 0, 0, 0, NULL, want, 1e-3, 64, 0};
+        const gcase a = {"llama", flat[i], (int)(i % 2), 0, 0, 0, 0, NULL, want, 1e-3, 4, 0, NULL};
+        const gcase q = {"qwen2", flat[i], (int)((i + 1) % 2), 0, 0, 0, 0, NULL, want, 1e-3, 64,
+                         0,       NULL};
         check_case(&a);
         check_case(&q);
     }
     /* K-quants need rows of 256; heads of 64 and 128, GQA 4:1 and none */
-    const gcase k1 = {"llama", CAIRN__GGML_Q4_K, 0, 256, 4, 1, 512, NULL, "f16", 1e-3, 5, 0};
-    const gcase k2 = {"qwen2", CAIRN__GGML_Q6_K, 1, 256, 2, 2, 512, NULL, "f16", 1e-3, 64, 0};
+    const gcase k1 = {"llama", CAIRN__GGML_Q4_K, 0, 256, 4, 1, 512, NULL, "f16", 1e-3, 5, 0, NULL};
+    const gcase k2 = {"qwen2", CAIRN__GGML_Q6_K, 1, 256, 2, 2, 512, NULL, "f16", 1e-3, 64, 0, NULL};
     check_case(&k1);
     check_case(&k2);
     /* Llama 3.x: rope frequency factors, base 1e6 over half of a head of 64, eps 1e-6 */
-    const gcase l3 = {"llama", CAIRN__GGML_F16, 0, 256, 4, 2, 512, NULL, "f16", 1e-3, 4, 1};
+    const gcase l3 = {"llama", CAIRN__GGML_F16, 0, 256, 4, 2, 512, NULL, "f16", 1e-3, 4, 1, NULL};
     check_case(&l3);
     /* bf16 on request, and f32 forced on a quantized model */
-    const gcase b1 = {"llama", CAIRN__GGML_Q8_0, 0, 0, 0, 0, 0, "bf16", "bf16", 1e-2, 4, 0};
-    const gcase b2 = {"qwen2", CAIRN__GGML_BF16, 1, 0, 0, 0, 0, "bf16", "bf16", 1e-2, 64, 0};
-    const gcase b3 = {"llama", CAIRN__GGML_F32, 1, 0, 0, 0, 0, "bf16", "bf16", 1e-2, 64, 0};
-    const gcase f1 = {"qwen2", CAIRN__GGML_Q4_0, 0, 0, 0, 0, 0, "f32", "f32", 1e-3, 4, 0};
-    const gcase f2 = {"llama", CAIRN__GGML_F16, 0, 0, 0, 0, 0, "f16", "f16", 1e-3, 64, 0};
+    const gcase b1 = {"llama", CAIRN__GGML_Q8_0, 0, 0, 0, 0, 0, "bf16", "bf16", 1e-2, 4, 0, NULL};
+    const gcase b2 = {"qwen2", CAIRN__GGML_BF16, 1, 0, 0, 0, 0, "bf16", "bf16", 1e-2, 64, 0, NULL};
+    const gcase b3 = {"llama", CAIRN__GGML_F32, 1, 0, 0, 0, 0, "bf16", "bf16", 1e-2, 64, 0, NULL};
+    const gcase f1 = {"qwen2", CAIRN__GGML_Q4_0, 0, 0, 0, 0, 0, "f32", "f32", 1e-3, 4, 0, NULL};
+    const gcase f2 = {"llama", CAIRN__GGML_F16, 0, 0, 0, 0, 0, "f16", "f16", 1e-3, 64, 0, NULL};
     check_case(&b1);
     check_case(&b2);
     check_case(&b3);
     check_case(&f1);
     check_case(&f2);
+    /* the decode product's element-wise path: rows of 44 and 100 elements are not whole 16-byte
+     * pieces of f16 (dim 44 is of f32); 3 rows of 8 warps: a block with idle warps */
+    const gcase o1 = {"llama", CAIRN__GGML_F16, 0, 44, 2, 1, 100, NULL, "f16", 1e-3, 4, 0, NULL};
+    const gcase o2 = {"qwen2", CAIRN__GGML_F32, 1, 44, 2, 1, 100, NULL, "f32", 1e-3, 64, 0, NULL};
+    const gcase o3 = {"llama", CAIRN__GGML_BF16, 1,    44, 2, 1,   100,
+                      "bf16",  "bf16",           1e-2, 4,  0, NULL};
+    check_case(&o1);
+    check_case(&o2);
+    check_case(&o3);
+    /* decode products through cuBLAS (CAIRN_CUDA_GEMV=cublas), the decode kernel's peer */
+    const gcase c1 = {"llama", CAIRN__GGML_Q8_0, 0, 256, 4, 2, 512, NULL, "f16", 1e-3, 4,
+                      0,       "cublas"};
+    const gcase c2 = {"qwen2", CAIRN__GGML_F32, 1,    44, 2, 1,       100,
+                      NULL,    "f32",           1e-3, 4,  0, "cublas"};
+    check_case(&c1);
+    check_case(&c2);
     /* long prompts: head 128 with GQA 2:1 (NEOX), head 256 (the attention kernel's limit) */
     check_long(512, 4, 2, "qwen2");
     check_long(512, 2, 1, "llama");
