@@ -17,12 +17,14 @@
  * Q4_0 model reads 2 bytes per weight there, not 0.56). Decoding is greedy, as the engine runs
  * it: on the GPU the device sampler picks the token and only the token comes back (decode
  * tok/s); the column "via logits" is the same decode with the logits copied back and the pick
- * made on the host, what the device sampler saves. Each CUDA row is followed by a "cublas" row:
+ * made on the host, what the device sampler saves; the column "sampled" is the same decode
+ * sampled on the device at temperature 0.7 and top-p 0.95 (the example pipeline's settings).
+ * Each CUDA row is followed by a "cublas" row:
  * the same backend with CAIRN_CUDA_GEMV=cublas, whose decode products run through cuBLAS instead
  * of cairn's decode kernel; the line after it gives the ratio of the two decode speeds.
  *
- *   bench-llm [--sizes 15M,110M,500M,1B,2B] [--types F32,Q8_0,Q4_0,Q4_K,Q6_K,F16,BF16] [--threads
- * N]
+ *   bench-llm [--sizes 15M,110M,500M,1B,2B,Q0.5B] [--types F32,Q8_0,Q4_0,Q4_K,Q6_K,F16,BF16]
+ * [--threads N]
  *             [--prompt N] [--gen N] [--backend cpu|cuda|both] [--json]
  *
  * Not a test: it never fails on a time.
@@ -51,6 +53,9 @@ static const shape SHAPES[] = {
     {"500M", 1280, 20, 20, 20, 3456, 32000},
     {"1B", 2048, 16, 32, 8, 8192, 32000}, /* 1.1B parameters: 2.2 GB in F16 */
     {"2B", 4096, 8, 32, 8, 11008, 32000}, /* 1.7B, few wide layers: 3.4 GB in F16 */
+    /* Qwen2.5-0.5B's shape (as an untied llama): 0.63B parameters, 1.3 GB in F16, a vocabulary of
+     * 151936, where the sampler's work per token shows */
+    {"Q0.5B", 896, 24, 14, 2, 4864, 151936},
 };
 
 typedef struct {
@@ -191,7 +196,7 @@ int main(int argc, char **argv)
             }
             snprintf(backends, sizeof backends, "%s", strcmp(v, "both") == 0 ? "cpu,cuda" : v);
         } else {
-            fprintf(stderr, "usage: bench-llm [--sizes 15M,110M,500M,1B,2B] [--types "
+            fprintf(stderr, "usage: bench-llm [--sizes 15M,110M,500M,1B,2B,Q0.5B] [--types "
                             "F32,Q8_0,Q4_0,...] [--threads N] "
                             "[--prompt N] [--gen N] [--backend cpu|cuda|both] [--json]\n");
             return 64;
@@ -234,9 +239,9 @@ int main(int argc, char **argv)
         if (want_cuda)
             printf("bench-llm: cuda: %s, device-to-device copy %.0f GB/s (read+write)\n", dev_name,
                    dev_bw / 1e9);
-        printf("\n%-6s %-5s %-5s %-4s %8s %9s %12s %12s %9s %10s %7s %9s %8s %10s\n", "back",
+        printf("\n%-6s %-5s %-5s %-4s %8s %9s %12s %12s %9s %10s %7s %9s %8s %10s %9s\n", "back",
                "size", "type", "dev", "params", "MB/token", "prompt tok/s", "decode tok/s",
-               "copy GB/s", "roofline", "frac", "range", "med.tok", "via logits");
+               "copy GB/s", "roofline", "frac", "range", "med.tok", "via logits", "sampled");
     }
     int first = 1;
     char *ssave = NULL;
@@ -246,7 +251,7 @@ int main(int argc, char **argv)
             if (strcmp(SHAPES[i].name, sz) == 0)
                 sh = &SHAPES[i];
         if (!sh) {
-            fprintf(stderr, "bench-llm: unknown size '%s' (15M, 110M, 500M)\n", sz);
+            fprintf(stderr, "bench-llm: unknown size '%s' (15M, 110M, 500M, 1B, 2B, Q0.5B)\n", sz);
             return 64;
         }
         char tcopy[256];
@@ -395,6 +400,23 @@ int main(int argc, char **argv)
                     }
                     logits_tps = n_gen / (now_s() - t);
                 }
+                /* the same steps sampled as the pipeline's example configuration samples
+                 * (temperature 0.7, top-p 0.95: a sort, the weights and the draw on the device);
+                 * a random-weight model's flat distribution keeps most of the vocabulary in the
+                 * top-p set, the sampler's worst case */
+                double sampled_tps = 0.0;
+                if (dev_pick) {
+                    const cairn__sample_req sq = {
+                        .temperature = 0.7f, .top_p = 0.95f, .repeat_penalty = 1.0f};
+                    cairn__sample_req q = sq;
+                    t = now_s();
+                    for (int i = 0; i < n_gen; i++) {
+                        const int32_t cur = next;
+                        q.r = (double)((i * 7919) % 1000) / 1000.0;
+                        rc |= cairn__backend_forward_sample(b, cur, n_prompt + i, &q, &next);
+                    }
+                    sampled_tps = n_gen / (now_s() - t);
+                }
                 free(tok_s);
                 if (rc != 0) {
                     fprintf(stderr, "bench-llm: %s backend: %s\n", bname, cairn__backend_errmsg(b));
@@ -411,21 +433,24 @@ int main(int argc, char **argv)
                            "\"decode_tok_s\": %.2f, \"copy_bytes_per_s\": %.0f, "
                            "\"roofline_tok_s\": %.2f, \"fraction\": %.3f, "
                            "\"fraction_min\": %.3f, \"fraction_max\": %.3f, "
-                           "\"median_token_fraction\": %.3f, \"decode_via_logits_tok_s\": %.2f}",
+                           "\"median_token_fraction\": %.3f, \"decode_via_logits_tok_s\": %.2f, "
+                           "\"decode_sampled_tok_s\": %.2f}",
                            first ? "" : ",", row[bi], sz, tn, dev, (unsigned long long)m->n_params,
                            (unsigned long long)per_tok, prompt_tps, dec_tps, round_bw, roof, frac,
-                           frac_lo, frac_hi, med_frac, logits_tps);
+                           frac_lo, frac_hi, med_frac, logits_tps, sampled_tps);
                 else {
                     char range[32];
                     snprintf(range, sizeof range, "%.0f-%.0f%%", 100.0 * frac_lo, 100.0 * frac_hi);
-                    char via[32] = "-";
-                    if (dev_pick)
+                    char via[32] = "-", smp[32] = "-";
+                    if (dev_pick) {
                         snprintf(via, sizeof via, "%.1f", logits_tps);
+                        snprintf(smp, sizeof smp, "%.1f", sampled_tps);
+                    }
                     printf("%-6s %-5s %-5s %-4s %7.1fM %9.1f %12.1f %12.1f %9.1f %10.1f %6.0f%% "
-                           "%9s %7.0f%% %10s\n",
+                           "%9s %7.0f%% %10s %9s\n",
                            row[bi], sz, tn, dev, (double)m->n_params / 1e6, (double)per_tok / 1e6,
                            prompt_tps, dec_tps, round_bw / 1e9, roof, 100.0 * frac, range,
-                           100.0 * med_frac, via);
+                           100.0 * med_frac, via, smp);
                 }
                 if (bi == 1)
                     kernel_tps = dec_tps;

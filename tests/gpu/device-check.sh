@@ -12,7 +12,9 @@
 #      the gpu test includes the device sampler: alone against the host's pick, and the engine
 #      sampling on the device against the engine sampling on the host;
 #   2. runs bench-llm: a generated 1.1B-parameter llama (F16, 2.2 GB) on CUDA, a 1.7B one with
-#      fewer, wider layers on CUDA, two quantized types on CUDA, then the 1.1B one on the CPU;
+#      fewer, wider layers on CUDA, one of Qwen2.5-0.5B's shape (a vocabulary of 151936: the
+#      device sampler's cost shows in the "sampled" column), two quantized types on CUDA, then
+#      the 1.1B one on the CPU;
 #      decode tok/s against the roofline = device-to-device copy bandwidth (measured in the same
 #      run) / bytes of weights read per token; each CUDA row is followed by its peer, a "cublas"
 #      row (CAIRN_CUDA_GEMV=cublas: decode products through cuBLAS instead of cairn's decode
@@ -144,6 +146,7 @@ if [ -n "$MODE" ]; then
     # the GPU rows first (the ones the lease is for), the CPU peer row last
     run_bench 80 --sizes 1B --types F16 --backend cuda --prompt 128 --gen 128
     run_bench 80 --sizes 2B --types F16 --backend cuda --prompt 128 --gen 128
+    run_bench 60 --sizes Q0.5B --types F16 --backend cuda --prompt 128 --gen 128
     run_bench 50 --sizes 110M --types Q8_0,Q4_K --backend cuda --prompt 128 --gen 128
     run_bench 90 --sizes 1B --types F16 --backend cpu --prompt 128 --gen 32
     # where a decode step's time goes: each operation timed with events (eager steps)
