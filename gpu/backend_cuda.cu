@@ -18,8 +18,9 @@
  * A single token's products (every decode step) are matrix-vector products bound by the memory,
  * where cuBLAS's GEMM heuristics are not at their best and where the small kernels between the
  * products cost as much as a product of a small layer. They run as gemv_kernel
- * (kernels_cuda.cuh), which streams the weights 16 bytes per lane and folds the RMSNorm or SwiGLU
- * before it into its prologue (same code, same bits): six launches per layer instead of nine.
+ * (kernels_cuda.cuh), which streams the weights 16 bytes per lane, folds the RMSNorm or SwiGLU
+ * before it into its prologue and the bias/rope/KV step after the Q/K/V product into its
+ * epilogue (same code, same bits): five launches per layer instead of nine.
  * CAIRN_CUDA_GEMV=cublas runs them through cuBLAS as above, the peer bench-llm measures it
  * against. Prompt chunks of more than one token always use cuBLAS.
  *
@@ -167,6 +168,8 @@ typedef struct {
     /* single-token products: gemv_kernel (1) or cuBLAS (0, CAIRN_CUDA_GEMV=cublas, or a model
      * whose rows do not fit the kernel's shared memory); its grid is at most gv_blocks */
     int gv, gv_blocks;
+    int qkv_items;       /* a token's bias/rope/KV items (qkv_items in kernels_cuda.cuh) */
+    unsigned qkv_blocks; /* qkv_post_kernel's blocks per token */
     int no_graph;        /* a capture failed: decode steps are launched directly */
     char graph_err[256]; /* why */
 } cuda_backend;
@@ -332,19 +335,38 @@ static int gemm(cuda_backend *b, const void *W, int rows, int cols, const void *
 
 /* C (rows) = W (rows, cols) @ in, or + C (beta 1), for a single token: gemv_kernel with the
  * prologue IN (kernels_cuda.cuh) */
-template <typename T, int IN>
+template <typename T, int IN, int OUT>
 static int gemv(cuda_backend *b, const void *W, int rows, int cols, const void *in, const float *nw,
-                float beta, float *C, const char *what)
+                float beta, float *C, const qkv_args &qa, const char *what)
 {
-    const int groups = (rows + GV_ROWS - 1) / GV_ROWS;
+    const int groups = OUT == GV_QKV ? b->qkv_items : (rows + 1) / 2;
     int blocks = (groups + GV_WARPS - 1) / GV_WARPS;
     if (blocks > b->gv_blocks)
         blocks = b->gv_blocks;
     const int vec = cols % (int)(16 / sizeof(T)) == 0 && (uintptr_t)W % 16 == 0;
-    gemv_kernel<T, IN><<<blocks, CK_THREADS, (size_t)cols * sizeof(T), b->stream>>>(
-        (const T *)W, rows, cols, vec, in, nw, b->base.model->rms_eps, beta, C, b->d_overflow);
+    gemv_kernel<T, IN, OUT><<<blocks, CK_THREADS, (size_t)cols * sizeof(T), b->stream>>>(
+        (const T *)W, rows, cols, vec, in, nw, b->base.model->rms_eps, beta, C, b->d_overflow, qa);
     LAUNCHED(b, what);
     return 0;
+}
+
+/* the bias/rope/KV parameters of layer l (qkv_args, kernels_cuda.cuh) */
+static qkv_args qkv_of(const cuda_backend *b, int l)
+{
+    const cairn__model *m = b->base.model;
+    const size_t layer_kv = (size_t)b->base.n_ctx * (size_t)b->kv_dim;
+    qkv_args a;
+    a.bias = b->layers[l].bqkv;
+    a.pos = b->d_pos;
+    a.cs = b->rope_cs;
+    a.kc = b->kc + (size_t)l * layer_kv;
+    a.vc = b->vc + (size_t)l * layer_kv;
+    a.n_heads = m->n_heads;
+    a.n_kv = m->n_kv_heads;
+    a.hd = m->head_dim;
+    a.rope_dim = m->rope_dim;
+    a.neox = m->rope_mode == CAIRN__ROPE_NEOX;
+    return a;
 }
 
 /* The three kinds of product of a layer, each with the small kernel before it. A single token
@@ -358,11 +380,31 @@ static int normed_product(cuda_backend *b, int n, const float *x, const float *n
 {
     const cairn__model *m = b->base.model;
     if (n == 1 && b->gv)
-        return gemv<T, GV_NORM>(b, W, rows, m->dim, x, nw, 0.0f, C, fused);
+        return gemv<T, GV_NORM, GV_Y>(b, W, rows, m->dim, x, nw, 0.0f, C, qkv_args(), fused);
     rmsnorm_kernel<T>
         <<<n, CK_THREADS, 0, b->stream>>>(x, nw, m->dim, m->rms_eps, (T *)b->xn, b->d_overflow);
     LAUNCHED(b, "rmsnorm kernel");
     return gemm(b, W, rows, m->dim, b->xn, n, C, rows, 0.0f, blas);
+}
+
+/* the Q/K/V projection of layer l and its bias/rope/KV step: qkv (n, qkv_dim) = Wqkv @
+ * rmsnorm(x), then q rotated in place and k, v into the cache */
+template <typename T> static int qkv_product(cuda_backend *b, int n, int l)
+{
+    const dlayer *ly = &b->layers[l];
+    const qkv_args qa = qkv_of(b, l);
+    if (n == 1 && b->gv)
+        return gemv<T, GV_NORM, GV_QKV>(b, ly->wqkv, b->qkv_dim, b->base.model->dim, b->x,
+                                        ly->attn_norm, 0.0f, b->qkv, qa,
+                                        "rmsnorm + QKV + bias/rope/KV (gemv)");
+    int rc = normed_product<T>(b, n, b->x, ly->attn_norm, ly->wqkv, b->qkv_dim, b->qkv,
+                               "rmsnorm + QKV (gemv)", "cublasGemmEx (QKV)");
+    if (rc)
+        return rc;
+    qkv_post_kernel<<<dim3((unsigned)n, b->qkv_blocks), CK_THREADS, 0, b->stream>>>(b->qkv,
+                                                                                    b->qkv_dim, qa);
+    LAUNCHED(b, "bias/rope/KV kernel");
+    return 0;
 }
 
 /* C (n, rows) += W (rows, cols) @ in (n, cols), in already in T */
@@ -371,7 +413,7 @@ static int added_product(cuda_backend *b, int n, const void *W, int rows, int co
                          float *C, const char *fused, const char *blas)
 {
     if (n == 1 && b->gv)
-        return gemv<T, GV_PLAIN>(b, W, rows, cols, in, NULL, 1.0f, C, fused);
+        return gemv<T, GV_PLAIN, GV_Y>(b, W, rows, cols, in, NULL, 1.0f, C, qkv_args(), fused);
     return gemm(b, W, rows, cols, in, n, C, rows, 1.0f, blas);
 }
 
@@ -382,7 +424,7 @@ static int swiglu_product(cuda_backend *b, int n, const float *gu, const void *W
 {
     const int ff = b->base.model->ff_dim;
     if (n == 1 && b->gv)
-        return gemv<T, GV_SWIGLU>(b, W, rows, ff, gu, NULL, 1.0f, C, fused);
+        return gemv<T, GV_SWIGLU, GV_Y>(b, W, rows, ff, gu, NULL, 1.0f, C, qkv_args(), fused);
     swiglu_kernel<T><<<grid_for((size_t)n * ff), CK_THREADS, 0, b->stream>>>(gu, ff, n, (T *)b->hb,
                                                                              b->d_overflow);
     LAUNCHED(b, "swiglu kernel");
@@ -408,20 +450,12 @@ template <typename T> static int enqueue_t(cuda_backend *b, int n, int head_rows
                                                     b->rope_cs);
         LAUNCHED(b, "rope table kernel");
     }
-    /* the Q/K pairs and V elements of a token, spread over blocks (one token is one row) */
-    const size_t post_items = (size_t)(m->n_heads + m->n_kv_heads) * (hd / 2) + b->kv_dim;
-    const unsigned post_blocks = grid_for(post_items) < 64 ? grid_for(post_items) : 64;
     for (int l = 0; l < m->n_layers; l++) {
         const dlayer *ly = &b->layers[l];
         float *kc = b->kc + (size_t)l * layer_kv, *vc = b->vc + (size_t)l * layer_kv;
-        /* Wqkv (qkv_dim, dim) @ rmsnorm(x) -> qkv (n, qkv_dim) */
-        if ((rc = normed_product<T>(b, n, b->x, ly->attn_norm, ly->wqkv, b->qkv_dim, b->qkv,
-                                    "rmsnorm + QKV (gemv)", "cublasGemmEx (QKV)")))
+        /* Wqkv (qkv_dim, dim) @ rmsnorm(x) -> qkv (n, qkv_dim); bias, rope, k/v into the cache */
+        if ((rc = qkv_product<T>(b, n, l)))
             return rc;
-        qkv_post_kernel<<<dim3((unsigned)n, post_blocks), CK_THREADS, 0, b->stream>>>(
-            b->qkv, b->qkv_dim, ly->bqkv, b->d_pos, b->rope_cs, m->n_heads, m->n_kv_heads, hd,
-            m->rope_dim, m->rope_mode == CAIRN__ROPE_NEOX, kc, vc);
-        LAUNCHED(b, "bias/rope/KV kernel");
         const dim3 ag((unsigned)m->n_heads, (unsigned)n);
         if (n == 1) /* one token: few blocks, so more warps each */
             attention_kernel<T, ATT_DECODE_WARPS, ATT_DECODE_U>
@@ -1106,9 +1140,10 @@ template <typename T> static int gemv_setup_t(cuda_backend *b)
         b->gv = 0;
         return 0;
     }
-    const void *k[] = {(const void *)gemv_kernel<T, GV_PLAIN>,
-                       (const void *)gemv_kernel<T, GV_NORM>,
-                       (const void *)gemv_kernel<T, GV_SWIGLU>};
+    const void *k[] = {(const void *)gemv_kernel<T, GV_PLAIN, GV_Y>,
+                       (const void *)gemv_kernel<T, GV_NORM, GV_Y>,
+                       (const void *)gemv_kernel<T, GV_NORM, GV_QKV>,
+                       (const void *)gemv_kernel<T, GV_SWIGLU, GV_Y>};
     int per_sm = 0;
     for (size_t i = 0; i < sizeof k / sizeof *k; i++) {
         CU(b, cudaFuncSetAttribute(k[i], cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
@@ -1176,6 +1211,8 @@ static int create_as(const cairn__model *m, const cairn__backend_opts *o, int de
     b->q_dim = m->n_heads * m->head_dim;
     b->kv_dim = m->n_kv_heads * m->head_dim;
     b->qkv_dim = b->q_dim + 2 * b->kv_dim;
+    b->qkv_items = (m->n_heads + m->n_kv_heads) * (m->head_dim / 2) + b->kv_dim / 2;
+    b->qkv_blocks = grid_for((size_t)b->qkv_items) < 64 ? grid_for((size_t)b->qkv_items) : 64;
     b->e = err;
     b->elen = errlen;
     b->prof_n = -1;

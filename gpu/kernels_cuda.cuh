@@ -142,62 +142,99 @@ __global__ void rope_table_kernel(const int *__restrict__ pos, const float *__re
     }
 }
 
-/* CPU reference: add_bias, rope and the two memcpy into the cache in forward_chunk
- * (gpu/backend_cpu.c). For token i at position p = *pos + i:
- *   qkv (n, ld) rows [q (n_heads*hd) | k (n_kv*hd) | v (n_kv*hd)] f32, + bias (ld) if any;
- *   q rotated in place; k rotated -> kc (n_ctx, n_kv*hd)[p]; v -> vc (n_ctx, n_kv*hd)[p].
- * Rotation: NORMAL pairs (2j, 2j+1), NEOX pairs (j, j + rope_dim/2), for j < rope_dim/2, by the
- * angle of cs (rope_table_kernel); elements >= rope_dim pass through.
- * grid (n, any): the pairs and then the V elements of a token are spread over blockIdx.y */
-__global__ void qkv_post_kernel(float *__restrict__ qkv, int ld, const float *__restrict__ bias,
-                                const int *__restrict__ pos, const float *__restrict__ cs,
-                                int n_heads, int n_kv, int hd, int rope_dim, int neox,
-                                float *__restrict__ kc, float *__restrict__ vc)
+/* ---- bias, rope and the KV cache ----------------------------------------------------------
+ *
+ * CPU reference: add_bias, rope and the two memcpy into the cache in forward_chunk
+ * (gpu/backend_cpu.c). For token i at position p = *pos + i, its row of the Q/K/V product,
+ * [q (n_heads*hd) | k (n_kv*hd) | v (n_kv*hd)] f32, gets the bias (if any); q is rotated in
+ * place, k rotated into kc (n_ctx, n_kv*hd)[p], v copied into vc (n_ctx, n_kv*hd)[p]. Rotation:
+ * NORMAL pairs (2j, 2j+1), NEOX pairs (j, j + rope_dim/2), for j < rope_dim/2, by the angle of
+ * cs (rope_table_kernel); elements >= rope_dim pass through.
+ *
+ * The work is cut into items of two elements: first the rotation pairs of every q head and then
+ * every k head (pass-through elements in adjacent twos), then the v elements in twos (head_dim
+ * and rope_dim are even: the loader checks). qkv_post_kernel runs the items over the row a GEMM
+ * wrote (prompt chunks); the fused decode product (gemv_kernel, OUT = GV_QKV) computes an item's
+ * two rows in one warp and stores them through the same function, so both write the same
+ * values from the same products. */
+typedef struct {
+    const float *bias; /* (q + 2 kv) or NULL */
+    const int *pos;
+    const float *cs; /* (n, rope_dim / 2, 2) */
+    float *kc, *vc;  /* this layer's cache */
+    int n_heads, n_kv, hd, rope_dim, neox;
+} qkv_args;
+
+__device__ __forceinline__ int qkv_items(const qkv_args &a)
 {
-    const int i = blockIdx.x, p = *pos + i;
-    const int q_dim = n_heads * hd, kv_dim = n_kv * hd, half = rope_dim / 2, hh = hd / 2;
+    return (a.n_heads + a.n_kv) * (a.hd / 2) + a.n_kv * a.hd / 2;
+}
+
+/* the row elements *ea, *ez of item it */
+__device__ __forceinline__ void qkv_item_elems(const qkv_args &a, int it, int *ea, int *ez)
+{
+    const int hh = a.hd / 2, pairs = (a.n_heads + a.n_kv) * hh;
+    if (it >= pairs) { /* v: two elements */
+        *ea = (a.n_heads + a.n_kv) * a.hd + 2 * (it - pairs);
+        *ez = *ea + 1;
+        return;
+    }
+    const int h = it / hh, j = it % hh, off = h * a.hd, half = a.rope_dim / 2;
+    if (j < half) {
+        *ea = off + (a.neox ? j : 2 * j);
+        *ez = off + (a.neox ? j + half : 2 * j + 1);
+    } else {
+        *ea = off + a.rope_dim + 2 * (j - half);
+        *ez = *ea + 1;
+    }
+}
+
+/* item it's two products x0 (element ea), x1 (ez) of token i: bias, rotation, then q into qrow
+ * (the token's row) or k / v into the cache */
+__device__ __forceinline__ void qkv_item_store(const qkv_args &a, int it, int ea, int ez, float x0,
+                                               float x1, float *__restrict__ qrow, int i)
+{
+    const int q_dim = a.n_heads * a.hd, kv_dim = a.n_kv * a.hd, hh = a.hd / 2;
+    const int pairs = (a.n_heads + a.n_kv) * hh, half = a.rope_dim / 2, p = *a.pos + i;
+    if (a.bias) {
+        x0 += a.bias[ea];
+        x1 += a.bias[ez];
+    }
+    if (it >= pairs) {
+        float *vrow = a.vc + (size_t)p * (size_t)kv_dim;
+        vrow[ea - q_dim - kv_dim] = x0;
+        vrow[ez - q_dim - kv_dim] = x1;
+        return;
+    }
+    const int j = it % hh;
+    if (j < half) {
+        const float *csr = a.cs + ((size_t)i * half + j) * 2;
+        const float c = csr[0], s = csr[1];
+        const float y0 = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+        const float y1 = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
+        x0 = y0;
+        x1 = y1;
+    }
+    if (ea < q_dim) {
+        qrow[ea] = x0;
+        qrow[ez] = x1;
+    } else {
+        float *krow = a.kc + (size_t)p * (size_t)kv_dim;
+        krow[ea - q_dim] = x0;
+        krow[ez - q_dim] = x1;
+    }
+}
+
+/* qkv (n, ld) rows as above; grid (n, any): a token's items spread over blockIdx.y */
+__global__ void qkv_post_kernel(float *__restrict__ qkv, int ld, qkv_args a)
+{
+    const int i = blockIdx.x, items = qkv_items(a);
     float *row = qkv + (size_t)i * (size_t)ld;
-    float *krow = kc + (size_t)p * (size_t)kv_dim, *vrow = vc + (size_t)p * (size_t)kv_dim;
-    const float *csr = cs + (size_t)i * half * 2;
-    const int pairs = (n_heads + n_kv) * hh, items = pairs + kv_dim;
     const int stride = (int)(gridDim.y * blockDim.x);
     for (int it = (int)(blockIdx.y * blockDim.x + threadIdx.x); it < items; it += stride) {
-        if (it >= pairs) { /* V: bias, then into the cache */
-            const int e = it - pairs;
-            float v = row[q_dim + kv_dim + e];
-            if (bias)
-                v += bias[q_dim + kv_dim + e];
-            vrow[e] = v;
-            continue;
-        }
-        const int h = it / hh, j = it % hh, off = h * hd; /* q heads, then k heads */
-        int a, z;
-        if (j < half) {
-            a = neox ? j : 2 * j;
-            z = neox ? j + half : 2 * j + 1;
-        } else {
-            a = rope_dim + 2 * (j - half);
-            z = a + 1;
-        }
-        float x0 = row[off + a], x1 = row[off + z];
-        if (bias) {
-            x0 += bias[off + a];
-            x1 += bias[off + z];
-        }
-        if (j < half) {
-            const float c = csr[2 * j], s = csr[2 * j + 1];
-            const float y0 = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
-            const float y1 = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
-            x0 = y0;
-            x1 = y1;
-        }
-        if (h < n_heads) {
-            row[off + a] = x0;
-            row[off + z] = x1;
-        } else {
-            krow[off - q_dim + a] = x0;
-            krow[off - q_dim + z] = x1;
-        }
+        int ea, ez;
+        qkv_item_elems(a, it, &ea, &ez);
+        qkv_item_store(a, it, ea, ez, row[ea], row[ez], row, i);
     }
 }
 
@@ -331,31 +368,36 @@ __global__ void swiglu_kernel(const float *__restrict__ gu, int ff, int n, T *__
  *
  * A single token's products are matrix-vector products that read every weight once: their
  * speed is the memory's. cuBLAS serves them through its GEMM heuristics; this kernel is written
- * for exactly that case and folds in the small kernel before it, so a decode layer is six
- * launches instead of nine (rmsnorm + QKV, bias/rope/KV, attention, output, rmsnorm + gate/up,
- * SwiGLU + down). The input is staged in shared memory as T by a prologue:
+ * for exactly that case and folds in the small kernels around it, so a decode layer is five
+ * launches instead of nine: rmsnorm + QKV + bias/rope/KV, attention, output, rmsnorm + gate/up,
+ * SwiGLU + down. A prologue stages the input in shared memory as T:
  *   GV_PLAIN   in is T (cols): copied (the attention output before Wo);
  *   GV_NORM    in is the f32 residual x (cols): rmsnorm_row with weights nw, the code of
  *              rmsnorm_kernel at the same block size, so the same bits;
  *   GV_SWIGLU  in is the f32 gate/up row (2 cols): swiglu_elt, as swiglu_kernel.
- * Then each warp takes GV_ROWS rows at a time; each lane streams 16-byte pieces of them (GV_U
- * pieces per row in flight) against the staged input, accumulates in f32 in a fixed order, and
- * the warp sums its lanes: the result does not depend on the grid, so every decode step computes
- * the same bits. y = W in (beta 0: y is not read) or y = W in + beta y (the residual).
+ * Then each warp computes two rows at a time: each lane streams 16-byte pieces of both (GV_U
+ * pieces per row in flight) against the staged input and accumulates in f32 in a fixed order,
+ * and the warp sums its lanes, so the result does not depend on the grid: every decode step
+ * computes the same bits. The epilogue:
+ *   GV_Y       rows 2g, 2g+1 into y = W in (beta 0: y is not read) or y = W in + beta y (beta 1:
+ *              the residual);
+ *   GV_QKV     the two rows of qkv item g (a rope pair, or two v elements; qkv_item_elems)
+ *              through qkv_item_store, as qkv_post_kernel stores them; y is the q row.
  * `vec` says the rows can be read 16 bytes at a time (cols a multiple of 16 / sizeof(T) and W
  * 16-byte aligned); otherwise lanes read single elements.
  *
  * CPU reference: cairn__matvec (gpu/kernels_cpu.c) on the weights as the device holds them,
- * after cairn__rmsnorm or cairn__swiglu; its C twin for the summation order is
- * gv_reference in tests/gpu/test_gpu.c.
+ * after cairn__rmsnorm or cairn__swiglu, and before forward_chunk's bias/rope/cache steps.
  * grid (any; at most what is resident), block GV_WARPS * 32 = CK_THREADS, dynamic shared
  * memory cols * sizeof(T) */
 #define GV_WARPS 8
-#define GV_ROWS 2
+#define GV_ROWS 2 /* rows a warp computes at once: a rope pair is one warp's */
 #define GV_U 4
-enum { GV_PLAIN = 0, GV_NORM = 1, GV_SWIGLU = 2 };
+enum { GV_PLAIN = 0, GV_NORM = 1, GV_SWIGLU = 2 }; /* the prologue: what `in` is */
+enum { GV_Y = 0, GV_QKV = 1 };                     /* the epilogue: where the rows go */
 static_assert(GV_WARPS * 32 == CK_THREADS,
               "the fused norm must run at rmsnorm_kernel's block size");
+static_assert(GV_ROWS == 2, "a group is two rows: a qkv item");
 
 /* acc + w . x over one 16-byte piece of each, in element order */
 __device__ __forceinline__ float dot16(uint4 w, uint4 x, float acc, float)
@@ -388,11 +430,11 @@ __device__ __forceinline__ float dot16(uint4 w, uint4 x, float acc, __nv_bfloat1
     return acc;
 }
 
-template <typename T, int IN>
+template <typename T, int IN, int OUT>
 __global__ void __launch_bounds__(GV_WARPS * 32)
     gemv_kernel(const T *__restrict__ W, int rows, int cols, int vec, const void *__restrict__ in,
                 const float *__restrict__ nw, float eps, float beta, float *__restrict__ y,
-                int *__restrict__ ovf)
+                int *__restrict__ ovf, qkv_args qa)
 {
     extern __shared__ __align__(16) unsigned char gv_smem[];
     T *xs = (T *)gv_smem;
@@ -411,15 +453,20 @@ __global__ void __launch_bounds__(GV_WARPS * 32)
 
     constexpr int V = 16 / sizeof(T); /* elements per 16-byte piece */
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-    const int groups = (rows + GV_ROWS - 1) / GV_ROWS, pieces = cols / V;
+    const int groups = OUT == GV_QKV ? qkv_items(qa) : (rows + 1) / 2, pieces = cols / V;
     for (int g = blockIdx.x * GV_WARPS + w; g < groups; g += gridDim.x * GV_WARPS) {
-        const int r0 = g * GV_ROWS;
+        int rr[GV_ROWS]; /* the group's two rows; a second row past the end is not stored */
+        if (OUT == GV_QKV)
+            qkv_item_elems(qa, g, &rr[0], &rr[1]);
+        else {
+            rr[0] = 2 * g;
+            rr[1] = 2 * g + 1;
+        }
         const T *wr[GV_ROWS];
         float acc[GV_ROWS];
 #pragma unroll
         for (int r = 0; r < GV_ROWS; r++) {
-            /* a row past the end reads the last row (in bounds) and is not stored */
-            wr[r] = W + (size_t)(r0 + r < rows ? r0 + r : rows - 1) * (size_t)cols;
+            wr[r] = W + (size_t)(rr[r] < rows ? rr[r] : rr[0]) * (size_t)cols; /* in bounds */
             acc[r] = 0.0f;
         }
         if (vec) {
@@ -456,10 +503,16 @@ __global__ void __launch_bounds__(GV_WARPS * 32)
             }
         }
 #pragma unroll
-        for (int r = 0; r < GV_ROWS; r++) {
-            const float s = warp_sum(acc[r]);
-            if (lane == 0 && r0 + r < rows)
-                y[r0 + r] = beta != 0.0f ? s + beta * y[r0 + r] : s;
+        for (int r = 0; r < GV_ROWS; r++)
+            acc[r] = warp_sum(acc[r]);
+        if (lane == 0) {
+            if (OUT == GV_QKV)
+                qkv_item_store(qa, g, rr[0], rr[1], acc[0], acc[1], y, 0);
+            else
+#pragma unroll
+                for (int r = 0; r < GV_ROWS; r++)
+                    if (rr[r] < rows)
+                        y[rr[r]] = beta != 0.0f ? acc[r] + beta * y[rr[r]] : acc[r];
         }
     }
 }
