@@ -117,12 +117,24 @@ CAIRN__HD double cairn__sample_weight(uint64_t key, double max, double t)
                : cairn__sample_weight_of(cairn__sample_key_logit(key), max, t);
 }
 
+/* The walks below read CAIRN__SAMPLE_AHEAD weights before adding them, in the same order as a
+ * plain loop would (so the same sums to the bit): on the device each thread walks a long stretch
+ * of memory that no other thread of its warp shares, and a loop that waits for each load before
+ * the next (the early return stops the compiler from running ahead) spends the step on latency. */
+#define CAIRN__SAMPLE_AHEAD 8
+
 /* Sum of the weights w[lo..hi), in index order from 0. */
 CAIRN__HD double cairn__sample_run_sum(const double *w, int lo, int hi)
 {
     double s = 0.0;
-    for (int i = lo; i < hi; i++)
-        s += w[i];
+    for (int i = lo; i < hi; i += CAIRN__SAMPLE_AHEAD) {
+        double v[CAIRN__SAMPLE_AHEAD];
+        const int m = hi - i < CAIRN__SAMPLE_AHEAD ? hi - i : CAIRN__SAMPLE_AHEAD;
+        for (int u = 0; u < CAIRN__SAMPLE_AHEAD; u++)
+            v[u] = u < m ? w[i + u] : 0.0;
+        for (int u = 0; u < m; u++)
+            s += v[u];
+    }
     return s;
 }
 
@@ -132,11 +144,17 @@ CAIRN__HD double cairn__sample_run_sum(const double *w, int lo, int hi)
 CAIRN__HD int cairn__sample_run_find(const double *w, int lo, int hi, double cum, double target,
                                      int inclusive, double *at)
 {
-    for (int i = lo; i < hi; i++) {
-        cum += w[i];
-        if (inclusive ? cum >= target : cum > target) {
-            *at = cum;
-            return i;
+    for (int i = lo; i < hi; i += CAIRN__SAMPLE_AHEAD) {
+        double v[CAIRN__SAMPLE_AHEAD];
+        const int m = hi - i < CAIRN__SAMPLE_AHEAD ? hi - i : CAIRN__SAMPLE_AHEAD;
+        for (int u = 0; u < CAIRN__SAMPLE_AHEAD; u++)
+            v[u] = u < m ? w[i + u] : 0.0;
+        for (int u = 0; u < m; u++) {
+            cum += v[u];
+            if (inclusive ? cum >= target : cum > target) {
+                *at = cum;
+                return i + u;
+            }
         }
     }
     return -1;

@@ -150,11 +150,24 @@ __global__ void __launch_bounds__(SAMPLE_THREADS)
     if (threadIdx.x == 0)
         first = INT_MAX;
     __syncthreads();
-    for (int i = threadIdx.x; i < k; i += blockDim.x)
-        if (w[i] == 0.0) {
-            atomicMin(&first, i);
+    /* each thread's first zero, its loads CAIRN__SAMPLE_AHEAD at a time (see sample_core.h) */
+    for (int i0 = threadIdx.x; i0 < k; i0 += blockDim.x * CAIRN__SAMPLE_AHEAD) {
+        double v[CAIRN__SAMPLE_AHEAD];
+#pragma unroll
+        for (int u = 0; u < CAIRN__SAMPLE_AHEAD; u++) {
+            const int i = i0 + u * (int)blockDim.x;
+            v[u] = i < k ? w[i] : 1.0;
+        }
+        int z = -1;
+#pragma unroll
+        for (int u = CAIRN__SAMPLE_AHEAD - 1; u >= 0; u--)
+            if (v[u] == 0.0)
+                z = i0 + u * (int)blockDim.x;
+        if (z >= 0) {
+            atomicMin(&first, z);
             break;
         }
+    }
     __syncthreads();
     if (first < k)
         k = first > 1 ? first : 1;
