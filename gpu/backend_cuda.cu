@@ -1146,7 +1146,14 @@ template <typename T> static int gemv_setup_t(cuda_backend *b)
                        (const void *)gemv_kernel<T, GV_SWIGLU, GV_Y>};
     int per_sm = 0;
     for (size_t i = 0; i < sizeof k / sizeof *k; i++) {
-        CU(b, cudaFuncSetAttribute(k[i], cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
+        /* the cap is the kernel's, shared by every backend of the process: set it to what the
+         * device allows, the same value each time, never to this model's need (a backend for a
+         * smaller model created later would lower it under this one) */
+        cudaFuncAttributes fa;
+        CU(b, cudaFuncGetAttributes(&fa, k[i]), "cudaFuncGetAttributes (gemv)");
+        CU(b,
+           cudaFuncSetAttribute(k[i], cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                optin - (int)fa.sharedSizeBytes),
            "cudaFuncSetAttribute (gemv)");
         int nb = 0;
         CU(b, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, k[i], CK_THREADS, smem),

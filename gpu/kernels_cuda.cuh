@@ -430,6 +430,19 @@ __device__ __forceinline__ float dot16(uint4 w, uint4 x, float acc, __nv_bfloat1
     return acc;
 }
 
+/* the rows of group g: qkv item g's two elements, or rows 2g and 2g + 1 (2g again past the
+ * end: read, in bounds, and not stored) */
+template <int OUT>
+__device__ __forceinline__ void gv_group_rows(const qkv_args &qa, int rows, int g, int rr[GV_ROWS])
+{
+    if (OUT == GV_QKV)
+        qkv_item_elems(qa, g, &rr[0], &rr[1]);
+    else {
+        rr[0] = 2 * g;
+        rr[1] = 2 * g + 1 < rows ? 2 * g + 1 : 2 * g;
+    }
+}
+
 template <typename T, int IN, int OUT>
 __global__ void __launch_bounds__(GV_WARPS * 32)
     gemv_kernel(const T *__restrict__ W, int rows, int cols, int vec, const void *__restrict__ in,
@@ -438,6 +451,22 @@ __global__ void __launch_bounds__(GV_WARPS * 32)
 {
     extern __shared__ __align__(16) unsigned char gv_smem[];
     T *xs = (T *)gv_smem;
+    constexpr int V = 16 / sizeof(T); /* elements per 16-byte piece */
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    const int groups = OUT == GV_QKV ? qkv_items(qa) : (rows + 1) / 2, pieces = cols / V;
+    /* The weights do not depend on the input: the pieces this lane reads first are sent for
+     * (into L2) before the prologue, whose loads and barrier would otherwise delay them. */
+    if (vec && blockIdx.x * GV_WARPS + w < groups) {
+        int rr[GV_ROWS];
+        gv_group_rows<OUT>(qa, rows, blockIdx.x * GV_WARPS + w, rr);
+#pragma unroll
+        for (int r = 0; r < GV_ROWS; r++)
+#pragma unroll
+            for (int u = 0; u < GV_U; u++)
+                if (lane + 32 * u < pieces)
+                    asm volatile("prefetch.global.L2 [%0];" ::"l"(
+                        (const uint4 *)(W + (size_t)rr[r] * (size_t)cols) + lane + 32 * u));
+    }
     if (IN == GV_NORM)
         rmsnorm_row<T>((const float *)in, nw, cols, eps, xs, ovf);
     else if (IN == GV_SWIGLU) {
@@ -451,22 +480,14 @@ __global__ void __launch_bounds__(GV_WARPS * 32)
     }
     __syncthreads();
 
-    constexpr int V = 16 / sizeof(T); /* elements per 16-byte piece */
-    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-    const int groups = OUT == GV_QKV ? qkv_items(qa) : (rows + 1) / 2, pieces = cols / V;
     for (int g = blockIdx.x * GV_WARPS + w; g < groups; g += gridDim.x * GV_WARPS) {
-        int rr[GV_ROWS]; /* the group's two rows; a second row past the end is not stored */
-        if (OUT == GV_QKV)
-            qkv_item_elems(qa, g, &rr[0], &rr[1]);
-        else {
-            rr[0] = 2 * g;
-            rr[1] = 2 * g + 1;
-        }
+        int rr[GV_ROWS];
+        gv_group_rows<OUT>(qa, rows, g, rr);
         const T *wr[GV_ROWS];
         float acc[GV_ROWS];
 #pragma unroll
         for (int r = 0; r < GV_ROWS; r++) {
-            wr[r] = W + (size_t)(rr[r] < rows ? rr[r] : rr[0]) * (size_t)cols; /* in bounds */
+            wr[r] = W + (size_t)rr[r] * (size_t)cols;
             acc[r] = 0.0f;
         }
         if (vec) {
@@ -511,7 +532,7 @@ __global__ void __launch_bounds__(GV_WARPS * 32)
             else
 #pragma unroll
                 for (int r = 0; r < GV_ROWS; r++)
-                    if (rr[r] < rows)
+                    if (r == 0 || 2 * g + 1 < rows) /* the last group of odd rows has one */
                         y[rr[r]] = beta != 0.0f ? acc[r] + beta * y[rr[r]] : acc[r];
         }
     }
