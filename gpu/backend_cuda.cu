@@ -22,7 +22,11 @@
  * before it into its prologue and the bias/rope/KV step after the Q/K/V product into its
  * epilogue (same code, same bits): five launches per layer instead of nine.
  * CAIRN_CUDA_GEMV=cublas runs them through cuBLAS as above, the peer bench-llm measures it
- * against. Prompt chunks of more than one token always use cuBLAS.
+ * against. Prompt chunks of more than one token always use cuBLAS. On compute capability 9.x
+ * the decode products and attention are programmatic dependent launches (launch(); the rules
+ * are in kernels_cuda.cuh): each may start while the one before it drains and sends for its
+ * first weights meanwhile; CAIRN_CUDA_PDL=0 launches them the ordinary way (same results, bit
+ * for bit: the test checks it).
  *
  * The KV cache is f32, [layer][position][kv_head * head_dim] as on the CPU.
  *
@@ -54,6 +58,7 @@
  * CAIRN_ENOMEM with the sizes, and the absence of a usable device CAIRN_ENODEVICE.
  */
 #include <cub/device/device_radix_sort.cuh>
+#include <utility>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <math.h>
@@ -168,6 +173,7 @@ typedef struct {
     /* single-token products: gemv_kernel (1) or cuBLAS (0, CAIRN_CUDA_GEMV=cublas, or a model
      * whose rows do not fit the kernel's shared memory); its grid is at most gv_blocks */
     int gv, gv_blocks;
+    int pdl;             /* decode kernels as programmatic dependent launches (launch()) */
     int qkv_items;       /* a token's bias/rope/KV items (qkv_items in kernels_cuda.cuh) */
     unsigned qkv_blocks; /* qkv_post_kernel's blocks per token */
     int no_graph;        /* a capture failed: decode steps are launched directly */
@@ -335,6 +341,28 @@ static int gemm(cuda_backend *b, const void *W, int rows, int cols, const void *
 
 /* C (rows) = W (rows, cols) @ in, or + C (beta 1), for a single token: gemv_kernel with the
  * prologue IN (kernels_cuda.cuh) */
+/* Launches kernel k on the stream; with dep (and b->pdl) as a programmatic dependent launch:
+ * it may start while the kernel before it drains, and waits for it in pdl_wait()
+ * (kernels_cuda.cuh says which kernels are written for that). */
+template <typename... P, typename... A>
+static cudaError_t launch(cuda_backend *b, int dep, void (*k)(P...), dim3 grid, dim3 block,
+                          size_t smem, A &&...args)
+{
+    cudaLaunchConfig_t c = {};
+    c.gridDim = grid;
+    c.blockDim = block;
+    c.dynamicSmemBytes = smem;
+    c.stream = b->stream;
+    cudaLaunchAttribute at[1];
+    if (dep && b->pdl) {
+        at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[0].val.programmaticStreamSerializationAllowed = 1;
+        c.attrs = at;
+        c.numAttrs = 1;
+    }
+    return cudaLaunchKernelEx(&c, k, std::forward<A>(args)...);
+}
+
 template <typename T, int IN, int OUT>
 static int gemv(cuda_backend *b, const void *W, int rows, int cols, const void *in, const float *nw,
                 float beta, float *C, const qkv_args &qa, const char *what)
@@ -344,8 +372,11 @@ static int gemv(cuda_backend *b, const void *W, int rows, int cols, const void *
     if (blocks > b->gv_blocks)
         blocks = b->gv_blocks;
     const int vec = cols % (int)(16 / sizeof(T)) == 0 && (uintptr_t)W % 16 == 0;
-    gemv_kernel<T, IN, OUT><<<blocks, CK_THREADS, (size_t)cols * sizeof(T), b->stream>>>(
-        (const T *)W, rows, cols, vec, in, nw, b->base.model->rms_eps, beta, C, b->d_overflow, qa);
+    CU(b,
+       launch(b, 1, gemv_kernel<T, IN, OUT>, dim3((unsigned)blocks), dim3(CK_THREADS),
+              (size_t)cols * sizeof(T), (const T *)W, rows, cols, vec, in, nw,
+              b->base.model->rms_eps, beta, C, (int *)b->d_overflow, qa),
+       what);
     LAUNCHED(b, what);
     return 0;
 }
@@ -457,11 +488,13 @@ template <typename T> static int enqueue_t(cuda_backend *b, int n, int head_rows
         if ((rc = qkv_product<T>(b, n, l)))
             return rc;
         const dim3 ag((unsigned)m->n_heads, (unsigned)n);
-        if (n == 1) /* one token: few blocks, so more warps each */
-            attention_kernel<T, ATT_DECODE_WARPS, ATT_DECODE_U>
-                <<<ag, ATT_DECODE_WARPS * 32, 0, b->stream>>>(b->qkv, b->qkv_dim, kc, vc, b->d_pos,
-                                                              m->n_heads, m->n_kv_heads, hd, scale,
-                                                              att, b->d_overflow);
+        if (n == 1) /* one token: few blocks, so more warps each; between decode products */
+            CU(b,
+               launch(b, b->gv, attention_kernel<T, ATT_DECODE_WARPS, ATT_DECODE_U>, ag,
+                      dim3(ATT_DECODE_WARPS * 32), 0, (const float *)b->qkv, b->qkv_dim,
+                      (const float *)kc, (const float *)vc, (const int *)b->d_pos, m->n_heads,
+                      m->n_kv_heads, hd, scale, att, (int *)b->d_overflow),
+               "attention kernel");
         else
             attention_kernel<T, ATT_WARPS, 1><<<ag, ATT_WARPS * 32, 0, b->stream>>>(
                 b->qkv, b->qkv_dim, kc, vc, b->d_pos, m->n_heads, m->n_kv_heads, hd, scale, att,
@@ -1198,7 +1231,7 @@ static int default_dtype(const cairn__model *m)
 }
 
 static int create_as(const cairn__model *m, const cairn__backend_opts *o, int device, int dt,
-                     int gv, cairn__backend **out, int *overflow, char *err, size_t errlen)
+                     int gv, int pdl, cairn__backend **out, int *overflow, char *err, size_t errlen)
 {
     *overflow = 0;
     cuda_backend *b = (cuda_backend *)calloc(1, sizeof *b);
@@ -1210,6 +1243,7 @@ static int create_as(const cairn__model *m, const cairn__backend_opts *o, int de
     b->device = device;
     b->dt = dt;
     b->gv = gv;
+    b->pdl = gv && pdl;
     b->n_batch = o->n_batch > 0 ? o->n_batch : 256;
     if (b->n_batch > MAX_BATCH)
         b->n_batch = MAX_BATCH;
@@ -1312,10 +1346,21 @@ static int cuda_create(const cairn__model *m, const cairn__backend_opts *o, cair
             return host.errf(err, errlen, CAIRN_EINVAL,
                              "CAIRN_CUDA_GEMV='%s': expected kernel or cublas", env);
     }
+    /* programmatic dependent launches: 9.x only (the module's sm_90 code has the waits, its
+     * compute_80 PTX, which other GPUs compile, does not) */
+    int pdl = prop.major == 9;
+    env = getenv("CAIRN_CUDA_PDL");
+    if (env && *env) {
+        if (strcmp(env, "0") == 0)
+            pdl = 0;
+        else if (strcmp(env, "1") != 0)
+            return host.errf(err, errlen, CAIRN_EINVAL, "CAIRN_CUDA_PDL='%s': expected 0 or 1",
+                             env);
+    }
     int overflow = 0;
-    int rc = create_as(m, o, o->device, dt, gv, out, &overflow, err, errlen);
+    int rc = create_as(m, o, o->device, dt, gv, pdl, out, &overflow, err, errlen);
     if (rc && overflow) /* f16 cannot hold this model: bf16 can */
-        rc = create_as(m, o, o->device, DT_BF16, gv, out, &overflow, err, errlen);
+        rc = create_as(m, o, o->device, DT_BF16, gv, pdl, out, &overflow, err, errlen);
     return rc;
 }
 

@@ -59,6 +59,31 @@ template <typename T> __device__ __forceinline__ T to_t_checked(float v, int *ov
     return r;
 }
 
+/* ---- programmatic dependent launch -----------------------------------------------------------
+ *
+ * On compute capability 9.x the decode chain's kernels (gemv_kernel, attention_kernel) are
+ * launched as programmatic dependents (backend_cuda.cu, launch()): a kernel may start while the
+ * one before it drains, so the gap between two kernels is not spent idle. Such a kernel must
+ * call pdl_wait(), which returns when the kernel before it has completed and its writes are
+ * visible, before it reads anything an earlier kernel wrote and before it writes anything;
+ * what comes before the wait may only touch the weights (constant) and the parameters. Each
+ * also calls pdl_launch_dependents() first thing, letting the next one start once all its
+ * blocks run. Launched the ordinary way, both are no-ops. The compute_80 PTX of the module
+ * (JIT-compiled for other GPUs) has neither, which is why the host enables this on 9.x only. */
+__device__ __forceinline__ void pdl_wait()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void pdl_launch_dependents()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 /* ---- reductions -------------------------------------------------------------------------------
  */
 
@@ -134,6 +159,7 @@ __global__ void rmsnorm_kernel(const float *__restrict__ x, const float *__restr
 __global__ void rope_table_kernel(const int *__restrict__ pos, const float *__restrict__ inv_freq,
                                   int half, float *__restrict__ cs)
 {
+    pdl_launch_dependents(); /* the first Q/K/V product may start (and wait for this one) */
     const int i = blockIdx.x, p = *pos + i;
     for (int j = threadIdx.x; j < half; j += blockDim.x) {
         const double th = (double)p * (double)inv_freq[j];
@@ -259,6 +285,8 @@ __global__ void __launch_bounds__(WARPS * 32)
     constexpr int NK = ATT_MAX_HD / 32;
     __shared__ float sm_m[WARPS], sm_l[WARPS];
     __shared__ float sm_acc[WARPS][ATT_MAX_HD];
+    pdl_launch_dependents();
+    pdl_wait(); /* q and the cache come from the kernel before */
     const int h = blockIdx.x, i = blockIdx.y, last = *pos + i;
     const int kv_dim = n_kv * hd, kvh = h / (n_heads / n_kv);
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
@@ -454,6 +482,7 @@ __global__ void __launch_bounds__(GV_WARPS * 32)
     constexpr int V = 16 / sizeof(T); /* elements per 16-byte piece */
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     const int groups = OUT == GV_QKV ? qkv_items(qa) : (rows + 1) / 2, pieces = cols / V;
+    pdl_launch_dependents();
     /* The weights do not depend on the input: the pieces this lane reads first are sent for
      * (into L2) before the prologue, whose loads and barrier would otherwise delay them. */
     if (vec && blockIdx.x * GV_WARPS + w < groups) {
@@ -467,6 +496,7 @@ __global__ void __launch_bounds__(GV_WARPS * 32)
                     asm volatile("prefetch.global.L2 [%0];" ::"l"(
                         (const uint4 *)(W + (size_t)rr[r] * (size_t)cols) + lane + 32 * u));
     }
+    pdl_wait(); /* from here on, the input and y: written by the kernels before */
     if (IN == GV_NORM)
         rmsnorm_row<T>((const float *)in, nw, cols, eps, xs, ovf);
     else if (IN == GV_SWIGLU) {

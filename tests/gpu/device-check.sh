@@ -18,9 +18,12 @@
 #      decode tok/s against the roofline = device-to-device copy bandwidth (measured in the same
 #      run) / bytes of weights read per token; each CUDA row is followed by its peer, a "cublas"
 #      row (CAIRN_CUDA_GEMV=cublas: decode products through cuBLAS instead of cairn's decode
-#      kernel), and the ratio of the two;
+#      kernel), and the ratio of the two; the 1.1B one runs again with CAIRN_CUDA_PDL=0 (rows
+#      "nopdl": ordinary launches, what programmatic dependent launch gains);
 #      then the 1.1B one on CUDA once more with CAIRN_CUDA_PROFILE=1: the time of each
 #      operation of a decode step (eager), so one lease also shows where the time goes;
+#      (when the gpu tests fail, their quick cases run again as built, with CAIRN_CUDA_PDL=0 and
+#      with CAIRN_CUDA_GEMV=cublas: which setting the failure follows is in the summary);
 #   3. runs the gpu test once more, a few cases only, under compute-sanitizer (memcheck), if the
 #      tool is there;
 #   4. prints a short table last. With $OUT set, every log is written there as it grows, so a
@@ -115,6 +118,18 @@ if [ -n "$MODE" ]; then
     fi
 fi
 echo "gpu tests: $TEST_STATUS"
+# on a failure, the quick cases once more under each decode setting that can be turned off:
+# which one the failure follows says where to look (kernels_cuda.cuh: gemv_kernel, pdl_wait)
+ISOLATE=""
+if [[ $TEST_STATUS == FAIL* ]]; then
+    for v in "" CAIRN_CUDA_PDL=0 CAIRN_CUDA_GEMV=cublas; do
+        lg="$TMP/isolate-${v:-default}.log"
+        env $v CAIRN_TEST_QUICK=1 timeout 60 "$BIN_TEST" >"$lg" 2>&1
+        line="quick cases ${v:-as built}: $(grep -cE '^ok [0-9]+' "$lg") ok, $(grep -cE '^not ok [0-9]+' "$lg") not ok"
+        echo "$line"
+        ISOLATE="$ISOLATE$line"$'\n'
+    done
+fi
 
 log "CUDA module loader (cuda-plugin test)"
 PLUGIN_STATUS="not run (prebuilt binaries only)"
@@ -139,7 +154,11 @@ if [ -n "$MODE" ]; then
         echo "\$ bench-llm $*" | tee -a "$TMP/bench.log"
         timeout "$limit" "$BIN_BENCH" "$@" 2>&1 | tee -a "$TMP/bench.log" | tee "$TMP/b.out"
         grep -E '^bench-llm: (cpu|cuda):' "$TMP/b.out" >>"$TMP/bench.hdr"
-        grep -E "^(cpu|cuda|cublas) |decode: cairn's kernel" "$TMP/b.out" >>"$TMP/bench.txt"
+        if [ -n "${LABEL:-}" ]; then # a variant of the cuda rows: those only, renamed
+            grep -E '^cuda ' "$TMP/b.out" | sed -E "s/^cuda /$LABEL /" >>"$TMP/bench.txt"
+        else
+            grep -E "^(cpu|cuda|cublas) |decode: cairn's kernel" "$TMP/b.out" >>"$TMP/bench.txt"
+        fi
         grep -E '^back ' "$TMP/b.out" | head -1 >"$TMP/bench.cols"
     }
     : >"$TMP/bench.hdr"
@@ -147,8 +166,10 @@ if [ -n "$MODE" ]; then
     run_bench 80 --sizes 1B --types F16 --backend cuda --prompt 128 --gen 128
     run_bench 80 --sizes 2B --types F16 --backend cuda --prompt 128 --gen 128
     run_bench 60 --sizes Q0.5B --types F16 --backend cuda --prompt 128 --gen 128
+    # the 1.1B row with ordinary launches: what programmatic dependent launch gains
+    CAIRN_CUDA_PDL=0 LABEL=nopdl run_bench 80 --sizes 1B --types F16 --backend cuda --prompt 128 --gen 128
     run_bench 50 --sizes 110M --types Q8_0,Q4_K --backend cuda --prompt 128 --gen 128
-    run_bench 90 --sizes 1B --types F16 --backend cpu --prompt 128 --gen 32
+    run_bench 60 --sizes 1B --types F16 --backend cpu --prompt 128 --gen 32
     # where a decode step's time goes: each operation timed with events (eager steps)
     echo "\$ CAIRN_CUDA_PROFILE=1 bench-llm --sizes 1B --types F16 --backend cuda" | tee "$TMP/profile.log"
     CAIRN_CUDA_PROFILE=1 timeout 60 "$BIN_BENCH" --sizes 1B --types F16 --backend cuda --prompt 128 \
@@ -176,8 +197,21 @@ log "summary ($(($(date +%s) - START)) s)"
 {
     echo "binaries:  ${MODE:-none}"
     echo "gpu tests: $TEST_STATUS"
+# on a failure, the quick cases once more under each decode setting that can be turned off:
+# which one the failure follows says where to look (kernels_cuda.cuh: gemv_kernel, pdl_wait)
+ISOLATE=""
+if [[ $TEST_STATUS == FAIL* ]]; then
+    for v in "" CAIRN_CUDA_PDL=0 CAIRN_CUDA_GEMV=cublas; do
+        lg="$TMP/isolate-${v:-default}.log"
+        env $v CAIRN_TEST_QUICK=1 timeout 60 "$BIN_TEST" >"$lg" 2>&1
+        line="quick cases ${v:-as built}: $(grep -cE '^ok [0-9]+' "$lg") ok, $(grep -cE '^not ok [0-9]+' "$lg") not ok"
+        echo "$line"
+        ISOLATE="$ISOLATE$line"$'\n'
+    done
+fi
     echo "loader:    $PLUGIN_STATUS"
     echo "memcheck:  $SAN_STATUS"
+    printf '%s' "$ISOLATE"
     grep -E 'max rel diff' "$TMP/test-gpu.log" 2>/dev/null | sed 's/^# //' >"$TMP/diffs.txt"
     worst=$(grep -oE 'max rel diff [0-9.e+-]+' "$TMP/diffs.txt" | awk '{print $4}' | sort -g | tail -1)
     echo "logits vs cpu, largest max|d|/max|ref| over all cases: ${worst:-n/a} (each case in diffs.txt)"

@@ -14,6 +14,10 @@
  * Prompt (matrix-matrix, chunked) and decode (one token, CUDA graph) paths are each checked,
  * plus: truncate + re-decode bit for bit, greedy tokens equal to the CPU's wherever the CPU's
  * top two logits are well separated, exact resume through the engine, and the error codes.
+ * Decode products run in cairn's kernel by default; cases marked gemv=cublas run them through
+ * cuBLAS, and dims 44/100 take the kernel's element-wise path. Decoding with programmatic
+ * dependent launches and without (CAIRN_CUDA_PDL=0), and three times over, gives the same
+ * logits bit for bit.
  * The device sampler is checked alone (the module's sample_logits on awkward logits against the
  * host's cairn__sampler_pick: the same token, or one within rounding of the draw's boundary) and
  * through the engine (device sampling gives the tokens host sampling gives).
@@ -253,6 +257,71 @@ out:
     free(ref);
     free(got);
     free(last);
+    mk_unload(&L);
+}
+
+/* Decode launch settings must not change a bit: the same model decoded as one-token steps
+ * (graphs) with programmatic dependent launches (the default on 9.x) and without
+ * (CAIRN_CUDA_PDL=0), and the first three times over (a missing wait would show as a run that
+ * differs). 60 positions of a qwen2 (NEOX, biases) model with four layers. */
+static void check_launch_modes(void)
+{
+    if (!is_cuda)
+        return;
+    mk_spec s;
+    mk_spec_default(&s);
+    s.arch = "qwen2";
+    s.dim = 256;
+    s.n_heads = 4;
+    s.n_kv_heads = 2;
+    s.ff = 512;
+    s.n_layers = 4;
+    s.wtype = CAIRN__GGML_F16;
+    s.ctx = 64;
+    s.seed = 77;
+    char err[256];
+    mk_loaded L;
+    int rc = mk_load(&s, &L, err, sizeof err);
+    const int n = 60;
+    const size_t V = (size_t)s.vocab;
+    float *run[4] = {0};
+    cairn__backend *b[2] = {NULL, NULL};
+    cairn__backend_opts o = {.n_ctx = 64, .n_batch = 8};
+    for (int k = 0; k < 4; k++)
+        run[k] = malloc((size_t)n * V * sizeof(float));
+    if (rc == 0)
+        rc = cairn__backend_new("cuda", L.m, &o, &b[0], err, sizeof err);
+    setenv("CAIRN_CUDA_PDL", "0", 1);
+    if (rc == 0)
+        rc = cairn__backend_new("cuda", L.m, &o, &b[1], err, sizeof err);
+    unsetenv("CAIRN_CUDA_PDL");
+    if (!ok(rc == 0 && run[0] && run[1] && run[2] && run[3], "launch modes: setup (%s)",
+            rc ? err : "ok"))
+        goto out;
+    for (int k = 0; k < 4 && rc == 0; k++) { /* runs 0-2: default, 3: PDL off */
+        cairn__backend *bk = b[k == 3];
+        cairn__backend_truncate(bk, 0);
+        for (int i = 0; i < n && rc == 0; i++) {
+            const int32_t t = (int32_t)((i * 7919 + 11) % (int)V);
+            rc = cairn__backend_forward(bk, &t, 1, i, run[k] + (size_t)i * V, 0);
+        }
+    }
+    ok(rc == 0 && memcmp(run[0], run[1], (size_t)n * V * sizeof(float)) == 0 &&
+           memcmp(run[0], run[2], (size_t)n * V * sizeof(float)) == 0,
+       "launch modes: three decode runs give the same logits bit for bit (%s)",
+       rc ? cairn__backend_errmsg(b[0]) : "ok");
+    ok(rc == 0 && memcmp(run[0], run[3], (size_t)n * V * sizeof(float)) == 0,
+       "launch modes: CAIRN_CUDA_PDL=0 gives the same logits bit for bit (%s)",
+       rc ? cairn__backend_errmsg(b[1]) : "ok");
+    ok(strcmp(cuda->graph_status(b[0]), "graph") == 0 &&
+           strcmp(cuda->graph_status(b[1]), "graph") == 0,
+       "launch modes: both decode as CUDA graphs (%s; %s)", cuda->graph_status(b[0]),
+       cuda->graph_status(b[1]));
+out:
+    cairn__backend_free(b[0]);
+    cairn__backend_free(b[1]);
+    for (int k = 0; k < 4; k++)
+        free(run[k]);
     mk_unload(&L);
 }
 
@@ -640,6 +709,11 @@ static void check_errors(void)
         unsetenv("CAIRN_CUDA_GEMV");
         ok(rc == CAIRN_EINVAL && b == NULL && strstr(err, "CAIRN_CUDA_GEMV"),
            "CAIRN_CUDA_GEMV=cutlass -> EINVAL (%s)", err);
+        setenv("CAIRN_CUDA_PDL", "yes", 1);
+        rc = cairn__backend_new("cuda", L.m, &o, &b, err, sizeof err);
+        unsetenv("CAIRN_CUDA_PDL");
+        ok(rc == CAIRN_EINVAL && b == NULL && strstr(err, "CAIRN_CUDA_PDL"),
+           "CAIRN_CUDA_PDL=yes -> EINVAL (%s)", err);
         rc = cairn__backend_new("auto", L.m, &o, &b, err, sizeof err);
         ok(rc == 0 && strcmp(cairn__backend_name(b), "cuda") == 0,
            "auto picks cuda when a device is present (%s)", rc ? err : cairn__backend_name(b));
@@ -690,6 +764,7 @@ int main(void)
         check_case(&a);
         check_case(&q);
         check_long(512, 2, 1, "llama");
+        check_launch_modes();
         check_sampler();
         return tap_done();
     }
@@ -742,6 +817,7 @@ int main(void)
     /* long prompts: head 128 with GQA 2:1 (NEOX), head 256 (the attention kernel's limit) */
     check_long(512, 4, 2, "qwen2");
     check_long(512, 2, 1, "llama");
+    check_launch_modes();
     check_greedy(CAIRN__GGML_F16);
     check_greedy(CAIRN__GGML_Q8_0);
     check_resume();
