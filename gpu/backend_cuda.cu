@@ -339,8 +339,6 @@ static int gemm(cuda_backend *b, const void *W, int rows, int cols, const void *
     return 0;
 }
 
-/* C (rows) = W (rows, cols) @ in, or + C (beta 1), for a single token: gemv_kernel with the
- * prologue IN (kernels_cuda.cuh) */
 /* Launches kernel k on the stream; with dep (and b->pdl) as a programmatic dependent launch:
  * it may start while the kernel before it drains, and waits for it in pdl_wait()
  * (kernels_cuda.cuh says which kernels are written for that). */
@@ -363,6 +361,8 @@ static cudaError_t launch(cuda_backend *b, int dep, void (*k)(P...), dim3 grid, 
     return cudaLaunchKernelEx(&c, k, std::forward<A>(args)...);
 }
 
+/* C (rows) = W (rows, cols) @ in, or + C (beta 1), for a single token: gemv_kernel with the
+ * prologue IN and the epilogue OUT (kernels_cuda.cuh) */
 template <typename T, int IN, int OUT>
 static int gemv(cuda_backend *b, const void *W, int rows, int cols, const void *in, const float *nw,
                 float beta, float *C, const qkv_args &qa, const char *what)
@@ -1170,7 +1170,7 @@ template <typename T> static int gemv_setup_t(cuda_backend *b)
     CU(b, cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, b->device),
        "cudaDeviceGetAttribute");
     if (smem + 1024 > (size_t)optin) { /* 1 KiB: the kernel's static shared memory */
-        b->gv = 0;
+        b->gv = b->pdl = 0;
         return 0;
     }
     const void *k[] = {(const void *)gemv_kernel<T, GV_PLAIN, GV_Y>,
