@@ -420,9 +420,10 @@ __global__ void swiglu_kernel(const float *__restrict__ gu, int ff, int n, T *__
  * memory cols * sizeof(T) */
 #define GV_WARPS 8
 #define GV_ROWS 2 /* rows a warp computes at once: a rope pair is one warp's */
-#define GV_U                                                                                       \
-    4 /* (the variants use 56-64 registers: 4 blocks an SM; one more falls to 3, and               \
-        __launch_bounds__ with 4 blocks makes the compiler spill instead) */
+/* 16-byte pieces of each row a lane has in flight. The variants use 56-64 registers, so an SM
+ * holds 4 blocks; one more register falls to 3, and __launch_bounds__ asking for 4 blocks makes
+ * the compiler spill instead. */
+#define GV_U 4
 enum { GV_PLAIN = 0, GV_NORM = 1, GV_SWIGLU = 2 }; /* the prologue: what `in` is */
 enum { GV_Y = 0, GV_QKV = 1 };                     /* the epilogue: where the rows go */
 static_assert(GV_WARPS * 32 == CK_THREADS,
