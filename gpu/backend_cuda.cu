@@ -22,7 +22,9 @@
  * before it into its prologue and the bias/rope/KV step after the Q/K/V product into its
  * epilogue (same code, same bits): five launches per layer instead of nine.
  * CAIRN_CUDA_GEMV=cublas runs them through cuBLAS as above, the peer bench-llm measures it
- * against. Prompt chunks of more than one token always use cuBLAS. On compute capability 9.x
+ * against. Prompt chunks of more than one token always use cuBLAS. A single token's attention
+ * is split over the keys (attention_split_kernel: flash-decoding), so that a model of few heads
+ * does not leave most of the GPU idle while its context grows. On compute capability 9.x
  * the decode products and attention are programmatic dependent launches (launch(); the rules
  * are in kernels_cuda.cuh): each may start while the one before it drains and sends for its
  * first weights meanwhile; CAIRN_CUDA_PDL=0 launches them the ordinary way (same results, bit
@@ -175,6 +177,8 @@ typedef struct {
     int gv, gv_blocks;
     int pdl;             /* decode kernels as programmatic dependent launches (launch()) */
     int qkv_items;       /* a token's bias/rope/KV items (qkv_items in kernels_cuda.cuh) */
+    float *att_part;     /* (n_heads, att_splits, 2 + head_dim): a single token's attention */
+    int *att_count;      /* (n_heads) splits done, zero between steps */
     unsigned qkv_blocks; /* qkv_post_kernel's blocks per token */
     int no_graph;        /* a capture failed: decode steps are launched directly */
     char graph_err[256]; /* why */
@@ -488,12 +492,13 @@ template <typename T> static int enqueue_t(cuda_backend *b, int n, int head_rows
         if ((rc = qkv_product<T>(b, n, l)))
             return rc;
         const dim3 ag((unsigned)m->n_heads, (unsigned)n);
-        if (n == 1) /* one token: few blocks, so more warps each; between decode products */
+        if (n == 1) /* one token: the keys split over blocks; between decode products */
             CU(b,
-               launch(b, b->gv, attention_kernel<T, ATT_DECODE_WARPS, ATT_DECODE_U>, ag,
-                      dim3(ATT_DECODE_WARPS * 32), 0, (const float *)b->qkv, b->qkv_dim,
-                      (const float *)kc, (const float *)vc, (const int *)b->d_pos, m->n_heads,
-                      m->n_kv_heads, hd, scale, att, (int *)b->d_overflow),
+               launch(b, 1, attention_split_kernel<T, ATT_DECODE_WARPS, ATT_DECODE_U>,
+                      dim3((unsigned)m->n_heads, (unsigned)att_splits(m->n_heads)),
+                      dim3(ATT_DECODE_WARPS * 32), 0, (const float *)b->qkv, (const float *)kc,
+                      (const float *)vc, (const int *)b->d_pos, m->n_heads, m->n_kv_heads, hd,
+                      scale, b->att_part, b->att_count, att, (int *)b->d_overflow),
                "attention kernel");
         else
             attention_kernel<T, ATT_WARPS, 1><<<ag, ATT_WARPS * 32, 0, b->stream>>>(
@@ -1034,10 +1039,11 @@ static void cuda_destroy(cairn__backend *bb)
         cudaFree(b->output);
     cudaFree(b->tok_embd);
     cudaFree(b->output_norm);
-    void *dev[] = {b->kc,         b->vc,        b->x,      b->xn,       b->qkv,      b->att,
-                   b->gu,         b->hb,        b->logits, b->inv_freq, b->d_tokens, b->d_pos,
-                   b->d_overflow, b->workspace, b->d_sin,  b->d_next,   b->keys,     b->keys_sorted,
-                   b->sort_temp,  b->rope_cs,   b->weights};
+    void *dev[] = {b->kc,       b->vc,       b->x,           b->xn,        b->qkv,
+                   b->att,      b->gu,       b->hb,          b->logits,    b->inv_freq,
+                   b->d_tokens, b->d_pos,    b->d_overflow,  b->workspace, b->d_sin,
+                   b->d_next,   b->keys,     b->keys_sorted, b->sort_temp, b->rope_cs,
+                   b->weights,  b->att_part, b->att_count};
     for (size_t i = 0; i < sizeof dev / sizeof *dev; i++)
         cudaFree(dev[i]);
     cudaFreeHost(b->h_tokens);
@@ -1098,7 +1104,13 @@ static int setup(cuda_backend *b)
                       nb * (size_t)(m->rope_dim / 2 + 1) * 2 * sizeof(float), "rope")) ||
         (rc = dmalloc(b, (void **)&b->d_tokens, nb * sizeof(int), "tokens")) ||
         (rc = dmalloc(b, (void **)&b->d_pos, sizeof(int), "position")) ||
-        (rc = dmalloc(b, (void **)&b->d_overflow, sizeof(int), "flags")))
+        (rc = dmalloc(b, (void **)&b->d_overflow, sizeof(int), "flags")) ||
+        (rc = dmalloc(b, (void **)&b->att_part,
+                      (size_t)m->n_heads * (size_t)att_splits(m->n_heads) *
+                          (size_t)(2 + m->head_dim) * sizeof(float),
+                      "attention splits")) ||
+        (rc = dmalloc(b, (void **)&b->att_count, (size_t)m->n_heads * sizeof(int),
+                      "attention splits")))
         return rc;
     if ((rc = host_alloc(b, (void **)&b->h_tokens, nb * sizeof(int), "tokens")) ||
         (rc = host_alloc(b, (void **)&b->h_pos, sizeof(int), "the position")) ||
@@ -1135,6 +1147,7 @@ static int setup(cuda_backend *b)
     CU(b, cudaMemset(b->kc, 0, kv), "cudaMemset");
     CU(b, cudaMemset(b->vc, 0, kv), "cudaMemset");
     CU(b, cudaMemset(b->d_overflow, 0, sizeof(int)), "cudaMemset");
+    CU(b, cudaMemset(b->att_count, 0, (size_t)m->n_heads * sizeof(int)), "cudaMemset");
     /* theta_i = pos * base^(-2i/rope_dim) / rope_freqs[i] (Llama 3's factors, when the file has
      * them): the CPU backend's table, computed the same way */
     float inv[ATT_MAX_HD / 2 + 1]; /* rope_dim <= head_dim <= ATT_MAX_HD (checked at create) */

@@ -27,9 +27,9 @@
 
 #define CK_THREADS 256 /* threads per block of the row kernels */
 #define ATT_WARPS 8    /* warps per (token, head) block of the attention kernel: prompt chunks */
-#define ATT_DECODE_WARPS 16 /* and a single token */
-#define ATT_DECODE_U 4      /* keys a decode warp loads at once */
-#define ATT_MAX_HD 256      /* largest head dimension the attention kernel holds in registers */
+#define ATT_DECODE_WARPS 8 /* and a single token's splits (80 registers: 3 blocks an SM) */
+#define ATT_DECODE_U 4     /* keys a decode warp loads at once */
+#define ATT_MAX_HD 256     /* largest head dimension the attention kernel holds in registers */
 
 /* ---- element conversions --------------------------------------------------------------------- */
 
@@ -264,34 +264,55 @@ __global__ void qkv_post_kernel(float *__restrict__ qkv, int ld, qkv_args a)
     }
 }
 
-/* CPU reference: attention_range (gpu/backend_cpu.c).
+/* ---- attention ---------------------------------------------------------------------------
+ *
+ * CPU reference: attention_range (gpu/backend_cpu.c).
  * For token i (position *pos + i) and head h (kv head h / (n_heads / n_kv)):
  *   softmax(q_ih (hd) . K[0..*pos+i] (t, hd) * scale) @ V[0..*pos+i] (t, hd) -> out (n,
- * n_heads*hd)[i, h]; q is read from the rows of qkv (ld floats apart). Each warp runs an online
- * softmax over groups of U consecutive keys (warp w takes groups w, w + WARPS, ...), each lane
- * holding hd/32 elements of q and of its running output. A group's K and V rows are all loaded
- * before any of its results is needed, so a warp has 2 * U rows in flight instead of waiting
- * on one load after another. The warps' partial results are merged through shared memory at
- * the end. A single token's grid is only n_heads blocks and is bound by that latency: it runs
- * ATT_DECODE_WARPS warps with groups of ATT_DECODE_U keys; prompt chunks have blocks to spare
- * and run ATT_WARPS warps with single keys (fewer registers, more blocks per SM).
- * grid (n_heads, n), block WARPS * 32; hd <= ATT_MAX_HD */
-template <typename T, int WARPS, int U>
-__global__ void __launch_bounds__(WARPS * 32)
-    attention_kernel(const float *__restrict__ qkv, int ld, const float *__restrict__ kc,
-                     const float *__restrict__ vc, const int *__restrict__ pos, int n_heads,
-                     int n_kv, int hd, float scale, T *__restrict__ out, int *__restrict__ ovf)
+ * n_heads*hd)[i, h]; q is read from the rows of qkv (ld floats apart).
+ *
+ * att_block is the work of one block over keys [lo, hi): each warp runs an online softmax over
+ * groups of U consecutive keys (warp w takes groups w, w + WARPS, ...), each lane holding hd/32
+ * elements of q and of its running output. A group's K and V rows are all loaded before any of
+ * its results is needed, so a warp has 2 * U rows in flight instead of waiting on one load after
+ * another. The warps' partial results then meet in shared memory: the block's largest score M,
+ * its sum L of exp(score - M) and its unnormalized output exp(score - M) @ V.
+ *
+ * attention_kernel (prompt chunks): one block per (head, token) over all its keys, ATT_WARPS
+ * warps with single keys (fewer registers, more blocks per SM); out = output / L.
+ * attention_split_kernel (a single token): n_heads blocks alone would leave most of the GPU
+ * idle while each waits on its keys one group after another, so the keys are split over
+ * ATT_SPLITS(n_heads) blocks per head (flash-decoding). Each block leaves its (M, L, output) in
+ * part; the last block of a head to finish (a counter per head, which it resets) merges the
+ * splits in order 0, 1, ... and writes the head's output. Every order is fixed, so a step
+ * computes the same bits each time; the split count depends on the model only.
+ * hd <= ATT_MAX_HD */
+/* blocks a single token's attention aims at, over all heads: one wave on an H100/H200 (132 SMs,
+ * 3 blocks each) */
+#define ATT_SPLIT_BLOCKS 256
+#define ATT_MAX_SPLITS 16
+__host__ __device__ __forceinline__ int att_splits(int n_heads)
+{
+    const int s = (ATT_SPLIT_BLOCKS + n_heads - 1) / n_heads;
+    return s < 1 ? 1 : s > ATT_MAX_SPLITS ? ATT_MAX_SPLITS : s;
+}
+
+/* the block's shared memory for att_block */
+template <int WARPS> struct att_smem {
+    float m[WARPS], l[WARPS];
+    float acc[WARPS][ATT_MAX_HD];
+};
+
+/* Keys [lo, hi) of head h against q: every thread gets the block's M and L; sm.acc[v] holds
+ * warp v's output and sm.m[v] its largest score (merged by att_block_out). lo < hi. */
+template <int WARPS, int U>
+__device__ __forceinline__ void att_block(const float *__restrict__ q, const float *__restrict__ K,
+                                          const float *__restrict__ V, int kv_dim, int hd,
+                                          float scale, int lo, int hi, att_smem<WARPS> &sm,
+                                          float *M_out, float *L_out)
 {
     constexpr int NK = ATT_MAX_HD / 32;
-    __shared__ float sm_m[WARPS], sm_l[WARPS];
-    __shared__ float sm_acc[WARPS][ATT_MAX_HD];
-    pdl_launch_dependents();
-    pdl_wait(); /* q and the cache come from the kernel before */
-    const int h = blockIdx.x, i = blockIdx.y, last = *pos + i;
-    const int kv_dim = n_kv * hd, kvh = h / (n_heads / n_kv);
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-    const float *q = qkv + (size_t)i * (size_t)ld + (size_t)h * hd;
-    const float *K = kc + (size_t)kvh * hd, *V = vc + (size_t)kvh * hd;
     float qr[NK], acc[NK];
 #pragma unroll
     for (int k = 0; k < NK; k++) {
@@ -300,12 +321,12 @@ __global__ void __launch_bounds__(WARPS * 32)
         acc[k] = 0.0f;
     }
     float m = -INFINITY, l = 0.0f;
-    for (int t0 = w * U; t0 <= last; t0 += WARPS * U) {
+    for (int t0 = lo + w * U; t0 < hi; t0 += WARPS * U) {
         float s[U], vv[U][NK];
 #pragma unroll
         for (int u = 0; u < U; u++) {
-            /* a key past the last is read from the last row (in bounds) and weighs 0 */
-            const int t = t0 + u <= last ? t0 + u : last;
+            /* a key past the range is read from its last row (in bounds) and weighs 0 */
+            const int t = t0 + u < hi ? t0 + u : hi - 1;
             const float *kr = K + (size_t)t * (size_t)kv_dim, *vr = V + (size_t)t * (size_t)kv_dim;
             float d = 0.0f;
 #pragma unroll
@@ -322,7 +343,7 @@ __global__ void __launch_bounds__(WARPS * 32)
         float mn = m;
 #pragma unroll
         for (int u = 0; u < U; u++) {
-            s[u] = t0 + u <= last ? warp_sum(s[u]) * scale : -INFINITY;
+            s[u] = t0 + u < hi ? warp_sum(s[u]) * scale : -INFINITY;
             mn = fmaxf(mn, s[u]);
         }
         const float corr = expf(m - mn); /* 0 for the first group (m = -inf; mn is finite) */
@@ -330,7 +351,7 @@ __global__ void __launch_bounds__(WARPS * 32)
         l *= corr;
 #pragma unroll
         for (int u = 0; u < U; u++) {
-            pr[u] = expf(s[u] - mn); /* 0 for keys past the last */
+            pr[u] = expf(s[u] - mn); /* 0 for keys past the range */
             l += pr[u];
         }
 #pragma unroll
@@ -344,31 +365,121 @@ __global__ void __launch_bounds__(WARPS * 32)
         m = mn;
     }
     if (lane == 0) {
-        sm_m[w] = m;
-        sm_l[w] = l;
+        sm.m[w] = m;
+        sm.l[w] = l;
     }
 #pragma unroll
     for (int k = 0; k < NK; k++) {
         const int e = lane + 32 * k;
         if (e < hd)
-            sm_acc[w][e] = acc[k];
+            sm.acc[w][e] = acc[k];
     }
     __syncthreads();
-    /* warp 0 always saw key 0, so M is finite; a warp that saw no key has m = -inf and
-     * contributes exp(-inf) = 0 */
+    /* warp 0 saw key lo, so M is finite; a warp that saw no key has m = -inf and contributes
+     * exp(-inf) = 0 */
     float M = -INFINITY;
     for (int v = 0; v < WARPS; v++)
-        M = fmaxf(M, sm_m[v]);
+        M = fmaxf(M, sm.m[v]);
     float L = 0.0f;
     for (int v = 0; v < WARPS; v++)
-        L += sm_l[v] * expf(sm_m[v] - M);
+        L += sm.l[v] * expf(sm.m[v] - M);
+    *M_out = M;
+    *L_out = L;
+}
+
+/* element e of the block's unnormalized output, after att_block */
+template <int WARPS>
+__device__ __forceinline__ float att_block_out(const att_smem<WARPS> &sm, float M, int e)
+{
+    float s = 0.0f;
+    for (int v = 0; v < WARPS; v++)
+        s += sm.acc[v][e] * expf(sm.m[v] - M);
+    return s;
+}
+
+/* grid (n_heads, n), block WARPS * 32 */
+template <typename T, int WARPS, int U>
+__global__ void __launch_bounds__(WARPS * 32)
+    attention_kernel(const float *__restrict__ qkv, int ld, const float *__restrict__ kc,
+                     const float *__restrict__ vc, const int *__restrict__ pos, int n_heads,
+                     int n_kv, int hd, float scale, T *__restrict__ out, int *__restrict__ ovf)
+{
+    __shared__ att_smem<WARPS> sm;
+    const int h = blockIdx.x, i = blockIdx.y, last = *pos + i;
+    const int kv_dim = n_kv * hd, kvh = h / (n_heads / n_kv);
+    float M, L;
+    att_block<WARPS, U>(qkv + (size_t)i * (size_t)ld + (size_t)h * hd, kc + (size_t)kvh * hd,
+                        vc + (size_t)kvh * hd, kv_dim, hd, scale, 0, last + 1, sm, &M, &L);
     T *o = out + (size_t)i * (size_t)n_heads * hd + (size_t)h * hd;
+    for (int e = threadIdx.x; e < hd; e += blockDim.x)
+        o[e] = to_t_checked<T>(att_block_out(sm, M, e) / L, ovf);
+}
+
+/* One token (row 0 of qkv). part (n_heads, splits, 2 + hd): a split's M, L and unnormalized
+ * output; count (n_heads): zero between launches. grid (n_heads, splits), block WARPS * 32 */
+template <typename T, int WARPS, int U>
+__global__ void __launch_bounds__(WARPS * 32)
+    attention_split_kernel(const float *__restrict__ qkv, const float *__restrict__ kc,
+                           const float *__restrict__ vc, const int *__restrict__ pos, int n_heads,
+                           int n_kv, int hd, float scale, float *__restrict__ part,
+                           int *__restrict__ count, T *__restrict__ out, int *__restrict__ ovf)
+{
+    __shared__ att_smem<WARPS> sm;
+    __shared__ int is_last;
+    pdl_launch_dependents();
+    pdl_wait(); /* q and the cache come from the kernel before */
+    const int h = blockIdx.x, sp = blockIdx.y, splits = gridDim.y, keys = *pos + 1;
+    const int kv_dim = n_kv * hd, kvh = h / (n_heads / n_kv);
+    const int len = (keys + splits - 1) / splits, lo = sp * len;
+    const int hi = lo + len < keys ? lo + len : keys;
+    float *mine = part + ((size_t)h * splits + sp) * (size_t)(2 + hd);
+    if (lo < hi) {
+        float M, L;
+        att_block<WARPS, U>(qkv + (size_t)h * hd, kc + (size_t)kvh * hd, vc + (size_t)kvh * hd,
+                            kv_dim, hd, scale, lo, hi, sm, &M, &L);
+        for (int e = threadIdx.x; e < hd; e += blockDim.x)
+            mine[2 + e] = att_block_out(sm, M, e);
+        if (threadIdx.x == 0) {
+            mine[0] = M;
+            mine[1] = L;
+        }
+    } else if (threadIdx.x == 0) { /* no keys here (a short context): weighs nothing */
+        mine[0] = -INFINITY;
+        mine[1] = 0.0f;
+    }
+    /* the last block of this head to get here merges: publish, then count */
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0)
+        is_last = atomicAdd(&count[h], 1) == splits - 1;
+    __syncthreads();
+    if (!is_last)
+        return;
+    __threadfence();
+    const float *ph = part + (size_t)h * splits * (size_t)(2 + hd);
+    float M = -INFINITY; /* split 0 holds key 0: finite */
+    for (int v = 0; v < splits; v++)
+        M = fmaxf(M, __ldcg(ph + (size_t)v * (2 + hd)));
+    float L = 0.0f;
+    for (int v = 0; v < splits; v++) {
+        const float *pv = ph + (size_t)v * (2 + hd);
+        const float mv = __ldcg(pv);
+        if (mv != -INFINITY)
+            L += __ldcg(pv + 1) * expf(mv - M);
+    }
+    T *o = out + (size_t)h * hd;
     for (int e = threadIdx.x; e < hd; e += blockDim.x) {
         float s = 0.0f;
-        for (int v = 0; v < WARPS; v++)
-            s += sm_acc[v][e] * expf(sm_m[v] - M);
+        for (int v = 0; v < splits; v++) {
+            const float *pv = ph + (size_t)v * (2 + hd);
+            const float mv = __ldcg(pv);
+            if (mv != -INFINITY)
+                s += __ldcg(pv + 2 + e) * expf(mv - M);
+        }
         o[e] = to_t_checked<T>(s / L, ovf);
     }
+    if (threadIdx.x == 0)
+        count[h] = 0; /* for the next step */
 }
 
 /* one element of swiglu_kernel, shared with the fused decode product (gemv_kernel) */
