@@ -72,10 +72,11 @@ struct cairn__backend {
 extern const cairn__backend_ops cairn__backend_cpu_ops;
 
 /* Creates a backend by name: "cpu", "cuda", or "auto" (cuda when the CUDA module loads, a
- * device is present and the CUDA backend can run the model, else cpu, silently). o may be NULL (defaults). Returns 0 and *out, or a
- * negative code with a message in err; for "cuda" also CAIRN_ENODEVICE when the module cannot be
- * loaded (the loader's text in err) and CAIRN_EUNSUPPORTED when the build has no CUDA backend or
- * the module was built for another interface (see cairn__cuda_plugin_load). */
+ * device is present and the CUDA backend can run the model, else cpu, silently). o may be NULL
+ * (defaults). Returns 0 and *out, or a negative code with a message in err; for "cuda" also
+ * CAIRN_ENODEVICE when the module cannot be loaded (the loader's text in err) and
+ * CAIRN_EUNSUPPORTED when the build has no CUDA backend or the module was built for another
+ * interface (see cairn__cuda_plugin_load). */
 int cairn__backend_new(const char *kind, const cairn__model *m, const cairn__backend_opts *o,
                        cairn__backend **out, char *err, size_t errlen);
 void cairn__backend_free(cairn__backend *b); /* NULL is a no-op */
@@ -142,7 +143,8 @@ typedef struct {
      * (bytes read + written per second) of `device` and its name; 0, CAIRN_ENODEVICE,
      * CAIRN_ENOMEM or CAIRN_ECUDA. The others take a "cuda" backend (anything else gives 0 or
      * "none"): bytes of weights one decode step reads; the device weight type ("f32", "f16",
-     * "bf16"); how decode steps run ("graph", "not yet", or "eager: <why the capture failed>"). */
+     * "bf16"); how decode steps run ("graph", "not yet", "eager: <why the capture failed>", or
+     * "graph, without programmatic dependent launch: <why the capture with them failed>"). */
     int (*bandwidth)(int device, double *bytes_per_s, char *name, size_t name_len, char *err,
                      size_t errlen);
     uint64_t (*weight_bytes)(const cairn__backend *b);

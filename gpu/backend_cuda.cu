@@ -182,6 +182,7 @@ typedef struct {
     unsigned qkv_blocks; /* qkv_post_kernel's blocks per token */
     int no_graph;        /* a capture failed: decode steps are launched directly */
     char graph_err[256]; /* why */
+    char pdl_err[320];   /* a capture with programmatic dependent launches failed: why */
 } cuda_backend;
 
 /* ==== errors
@@ -651,6 +652,19 @@ static int decode_step(cuda_backend *b, int32_t token, int pos, int kind)
     b->h_pos[0] = pos;
     if (!*ge && !b->no_graph) {
         int rc = capture(b, kind, ge);
+        if (rc && rc != CAIRN_ENOMEM && b->pdl) {
+            /* programmatic dependent launches are the newest thing in the graph: without them
+             * the step computes the same bits, so try that before giving up on graphs */
+            (void)cudaGetLastError();
+            snprintf(b->pdl_err, sizeof b->pdl_err,
+                     "graph, without programmatic dependent launch: %s", b->base.err);
+            b->base.err[0] = '\0';
+            b->pdl = 0;
+            const cudaError_t se = cudaStreamSynchronize(b->stream);
+            if (se != cudaSuccess)
+                return cuda_err(b->e, b->elen, se, "decode step");
+            rc = capture(b, kind, ge);
+        }
         if (rc == CAIRN_ENOMEM)
             return rc;
         if (rc) { /* run without graphs from now on (every kind: the cache they write must agree) */
@@ -1458,6 +1472,8 @@ static const char *cuda_graph_status(const cairn__backend *bb)
     const cuda_backend *b = (const cuda_backend *)bb;
     if (b->no_graph)
         return b->graph_err;
+    if (b->pdl_err[0])
+        return b->pdl_err;
     for (int k = 0; k < STEP_KINDS; k++)
         if (b->graphs[k])
             return "graph";

@@ -175,8 +175,8 @@ static void check_case(const gcase *c)
        rc ? cairn__backend_errmsg(b) : "ok");
     ok(e3 <= c->tol, "%s: decode vs prompt path: %.3g <= %g", name, e3, c->tol);
     if (cuda)
-        ok(strcmp(cuda->graph_status(b), "graph") == 0, "%s: decode steps run as a CUDA graph (%s)",
-           name, cuda->graph_status(b));
+        ok(strncmp(cuda->graph_status(b), "graph", 5) == 0,
+           "%s: decode steps run as a CUDA graph (%s)", name, cuda->graph_status(b));
     /* the decode graph replays bit for bit after a truncation */
     cairn__backend_truncate(b, 5);
     rc = cairn__backend_forward(b, &PROMPT[5], 1, 5, again, 0);
@@ -313,9 +313,11 @@ static void check_launch_modes(void)
     ok(rc == 0 && memcmp(run[0], run[3], (size_t)n * V * sizeof(float)) == 0,
        "launch modes: CAIRN_CUDA_PDL=0 gives the same logits bit for bit (%s)",
        rc ? cairn__backend_errmsg(b[1]) : "ok");
+    /* exactly "graph": a capture with programmatic dependent launches that failed (and fell
+     * back to a graph without them) shows here and only here */
     ok(strcmp(cuda->graph_status(b[0]), "graph") == 0 &&
            strcmp(cuda->graph_status(b[1]), "graph") == 0,
-       "launch modes: both decode as CUDA graphs (%s; %s)", cuda->graph_status(b[0]),
+       "launch modes: both decode as CUDA graphs, as launched (%s; %s)", cuda->graph_status(b[0]),
        cuda->graph_status(b[1]));
 out:
     cairn__backend_free(b[0]);
