@@ -549,27 +549,27 @@ __device__ __forceinline__ float dot16(uint4 w, uint4 x, float acc, float)
     acc = fmaf(__uint_as_float(w.z), __uint_as_float(x.z), acc);
     return fmaf(__uint_as_float(w.w), __uint_as_float(x.w), acc);
 }
-__device__ __forceinline__ float dot16(uint4 w, uint4 x, float acc, __half)
+__device__ __forceinline__ float2 to_f32x2(__half2 v) { return __half22float2(v); }
+__device__ __forceinline__ float2 to_f32x2(__nv_bfloat162 v) { return __bfloat1622float2(v); }
+/* the same for a piece of 16-bit pairs P (__half2, __nv_bfloat162) */
+template <typename P> __device__ __forceinline__ float dot16_pairs(uint4 w, uint4 x, float acc)
 {
-    const __half2 *a = (const __half2 *)&w, *b = (const __half2 *)&x;
+    const P *a = (const P *)&w, *b = (const P *)&x;
 #pragma unroll
     for (int i = 0; i < 4; i++) {
-        const float2 fa = __half22float2(a[i]), fb = __half22float2(b[i]);
+        const float2 fa = to_f32x2(a[i]), fb = to_f32x2(b[i]);
         acc = fmaf(fa.x, fb.x, acc);
         acc = fmaf(fa.y, fb.y, acc);
     }
     return acc;
 }
+__device__ __forceinline__ float dot16(uint4 w, uint4 x, float acc, __half)
+{
+    return dot16_pairs<__half2>(w, x, acc);
+}
 __device__ __forceinline__ float dot16(uint4 w, uint4 x, float acc, __nv_bfloat16)
 {
-    const __nv_bfloat162 *a = (const __nv_bfloat162 *)&w, *b = (const __nv_bfloat162 *)&x;
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        const float2 fa = __bfloat1622float2(a[i]), fb = __bfloat1622float2(b[i]);
-        acc = fmaf(fa.x, fb.x, acc);
-        acc = fmaf(fa.y, fb.y, acc);
-    }
-    return acc;
+    return dot16_pairs<__nv_bfloat162>(w, x, acc);
 }
 
 /* the rows of group g: qkv item g's two elements, or rows 2g and 2g + 1 (2g again past the

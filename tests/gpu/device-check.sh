@@ -197,18 +197,6 @@ log "summary ($(($(date +%s) - START)) s)"
 {
     echo "binaries:  ${MODE:-none}"
     echo "gpu tests: $TEST_STATUS"
-# on a failure, the quick cases once more under each decode setting that can be turned off:
-# which one the failure follows says where to look (kernels_cuda.cuh: gemv_kernel, pdl_wait)
-ISOLATE=""
-if [[ $TEST_STATUS == FAIL* ]]; then
-    for v in "" CAIRN_CUDA_PDL=0 CAIRN_CUDA_GEMV=cublas; do
-        lg="$TMP/isolate-${v:-default}.log"
-        env $v CAIRN_TEST_QUICK=1 timeout 60 "$BIN_TEST" >"$lg" 2>&1
-        line="quick cases ${v:-as built}: $(grep -cE '^ok [0-9]+' "$lg") ok, $(grep -cE '^not ok [0-9]+' "$lg") not ok"
-        echo "$line"
-        ISOLATE="$ISOLATE$line"$'\n'
-    done
-fi
     echo "loader:    $PLUGIN_STATUS"
     echo "memcheck:  $SAN_STATUS"
     printf '%s' "$ISOLATE"
@@ -217,6 +205,8 @@ fi
     echo "logits vs cpu, largest max|d|/max|ref| over all cases: ${worst:-n/a} (each case in diffs.txt)"
     grep -E '(ok|not ok) [0-9]+ - (device sampler|engine on cuda, t )' "$TMP/test-gpu.log" 2>/dev/null |
         sed -E 's/^(ok|not ok) [0-9]+ - /\1: /' # the device sampler, alone and through the engine
+    grep -E '(ok|not ok) [0-9]+ - launch modes' "$TMP/test-gpu.log" 2>/dev/null |
+        sed -E 's/^(ok|not ok) [0-9]+ - /\1: /' # programmatic dependent launch: same bits, graphs
     sort -u "$TMP/bench.hdr" 2>/dev/null
     cat "$TMP/bench.cols" 2>/dev/null # bench-llm's own column header
     cat "$TMP/bench.txt"
