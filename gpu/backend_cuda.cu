@@ -1196,10 +1196,6 @@ template <typename T> static int gemv_setup_t(cuda_backend *b)
        "cudaDeviceGetAttribute");
     CU(b, cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, b->device),
        "cudaDeviceGetAttribute");
-    if (smem + 1024 > (size_t)optin) { /* 1 KiB: the kernel's static shared memory */
-        b->gv = b->pdl = 0;
-        return 0;
-    }
     const void *k[] = {(const void *)gemv_kernel<T, GV_PLAIN, GV_Y>,
                        (const void *)gemv_kernel<T, GV_NORM, GV_Y>,
                        (const void *)gemv_kernel<T, GV_NORM, GV_QKV>,
@@ -1211,6 +1207,10 @@ template <typename T> static int gemv_setup_t(cuda_backend *b)
          * smaller model created later would lower it under this one) */
         cudaFuncAttributes fa;
         CU(b, cudaFuncGetAttributes(&fa, k[i]), "cudaFuncGetAttributes (gemv)");
+        if (smem + fa.sharedSizeBytes > (size_t)optin) { /* the input does not fit */
+            b->gv = b->pdl = 0;
+            return 0;
+        }
         CU(b,
            cudaFuncSetAttribute(k[i], cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 optin - (int)fa.sharedSizeBytes),

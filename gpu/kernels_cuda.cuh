@@ -599,9 +599,9 @@ __global__ void __launch_bounds__(GV_WARPS * 32)
     pdl_launch_dependents();
     /* The weights do not depend on the input: the pieces this lane reads first are sent for
      * (into L2) before the prologue, whose loads and barrier would otherwise delay them. */
-    if (vec && blockIdx.x * GV_WARPS + w < groups) {
+    if (vec && (int)blockIdx.x * GV_WARPS + w < groups) {
         int rr[GV_ROWS];
-        gv_group_rows<OUT>(qa, rows, blockIdx.x * GV_WARPS + w, rr);
+        gv_group_rows<OUT>(qa, rows, (int)blockIdx.x * GV_WARPS + w, rr);
 #pragma unroll
         for (int r = 0; r < GV_ROWS; r++)
 #pragma unroll

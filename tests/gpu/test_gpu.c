@@ -327,6 +327,60 @@ out:
     mk_unload(&L);
 }
 
+/* Two backends in one process: the decode kernel's launch limits are per kernel, not per
+ * backend, so a backend created for a small model must not break one made before it for a model
+ * of wider rows (f32, ff 1536: 6 KiB of staged input). */
+static void check_two_backends(void)
+{
+    if (!is_cuda)
+        return;
+    mk_spec big, small;
+    mk_spec_default(&big);
+    mk_spec_default(&small);
+    big.dim = 512;
+    big.n_heads = 4;
+    big.n_kv_heads = 2;
+    big.ff = 1536;
+    big.wtype = CAIRN__GGML_F32;
+    big.seed = 91;
+    small.seed = 92;
+    char err[256];
+    mk_loaded LB, LS;
+    int rc = mk_load(&big, &LB, err, sizeof err);
+    int rs = mk_load(&small, &LS, err, sizeof err);
+    const size_t V = (size_t)big.vocab;
+    float *first = malloc(V * sizeof *first), *again = malloc(V * sizeof *again),
+          *sl = malloc((size_t)small.vocab * sizeof *sl);
+    cairn__backend *bb = NULL, *bs = NULL;
+    cairn__backend_opts o = {.n_ctx = 16, .n_batch = 4};
+    const int32_t t[2] = {5, 77};
+    if (rc == 0 && rs == 0)
+        rc = cairn__backend_new("cuda", LB.m, &o, &bb, err, sizeof err);
+    if (rc == 0)
+        rc = cairn__backend_forward(bb, &t[0], 1, 0, NULL, 0);
+    if (rc == 0)
+        rc = cairn__backend_forward(bb, &t[1], 1, 1, first, 0);
+    if (rc == 0 && rs == 0)
+        rc = cairn__backend_new("cuda", LS.m, &o, &bs, err, sizeof err);
+    if (rc == 0)
+        rc = cairn__backend_forward(bs, &t[0], 1, 0, sl, 0);
+    if (rc == 0) {
+        cairn__backend_truncate(bb, 1);
+        rc = cairn__backend_forward(bb, &t[1], 1, 1, again, 0);
+    }
+    ok(rc == 0 && rs == 0 && first && again && memcmp(first, again, V * sizeof *first) == 0,
+       "two backends: a backend for a smaller model leaves the first one decoding, bit for bit "
+       "(%s)",
+       rc ? (bb && *cairn__backend_errmsg(bb) ? cairn__backend_errmsg(bb) : err) : "ok");
+    cairn__backend_free(bs);
+    cairn__backend_free(bb);
+    free(first);
+    free(again);
+    free(sl);
+    mk_unload(&LB);
+    mk_unload(&LS);
+}
+
 static int argmax(const float *x, size_t n)
 {
     size_t a = 0;
@@ -820,6 +874,7 @@ int main(void)
     check_long(512, 4, 2, "qwen2");
     check_long(512, 2, 1, "llama");
     check_launch_modes();
+    check_two_backends();
     check_greedy(CAIRN__GGML_F16);
     check_greedy(CAIRN__GGML_Q8_0);
     check_resume();
