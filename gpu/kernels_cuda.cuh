@@ -61,7 +61,7 @@ template <typename T> __device__ __forceinline__ T to_t_checked(float v, int *ov
 
 /* ---- programmatic dependent launch -----------------------------------------------------------
  *
- * On compute capability 9.x the decode chain's kernels (gemv_kernel, attention_kernel) are
+ * On compute capability 9.x the decode chain's kernels (gemv_kernel, attention_split_kernel) are
  * launched as programmatic dependents (backend_cuda.cu, launch()): a kernel may start while the
  * one before it drains, so the gap between two kernels is not spent idle. Such a kernel must
  * call pdl_wait(), which returns when the kernel before it has completed and its writes are
@@ -282,7 +282,7 @@ __global__ void qkv_post_kernel(float *__restrict__ qkv, int ld, qkv_args a)
  * warps with single keys (fewer registers, more blocks per SM); out = output / L.
  * attention_split_kernel (a single token): n_heads blocks alone would leave most of the GPU
  * idle while each waits on its keys one group after another, so the keys are split over
- * ATT_SPLITS(n_heads) blocks per head (flash-decoding). Each block leaves its (M, L, output) in
+ * att_splits(n_heads) blocks per head (flash-decoding). Each block leaves its (M, L, output) in
  * part; the last block of a head to finish (a counter per head, which it resets) merges the
  * splits in order 0, 1, ... and writes the head's output. Every order is fixed, so a step
  * computes the same bits each time; the split count depends on the model only.
@@ -291,6 +291,7 @@ __global__ void qkv_post_kernel(float *__restrict__ qkv, int ld, qkv_args a)
  * 3 blocks each) */
 #define ATT_SPLIT_BLOCKS 256
 #define ATT_MAX_SPLITS 16
+static_assert(ATT_MAX_SPLITS <= 32, "the merge reads one split a lane of one warp");
 __host__ __device__ __forceinline__ int att_splits(int n_heads)
 {
     const int s = (ATT_SPLIT_BLOCKS + n_heads - 1) / n_heads;
@@ -443,9 +444,13 @@ __global__ void __launch_bounds__(WARPS * 32)
             mine[0] = M;
             mine[1] = L;
         }
-    } else if (threadIdx.x == 0) { /* no keys here (a short context): weighs nothing */
-        mine[0] = -INFINITY;
-        mine[1] = 0.0f;
+    } else { /* no keys here (a short context): weighs nothing */
+        for (int e = threadIdx.x; e < hd; e += blockDim.x)
+            mine[2 + e] = 0.0f;
+        if (threadIdx.x == 0) {
+            mine[0] = -INFINITY;
+            mine[1] = 0.0f;
+        }
     }
     /* the last block of this head to get here merges: publish, then count */
     __threadfence();
@@ -454,28 +459,36 @@ __global__ void __launch_bounds__(WARPS * 32)
         is_last = atomicAdd(&count[h], 1) == splits - 1;
     __syncthreads();
     if (!is_last)
-        return;
+        return; /* the whole block */
     __threadfence();
+    /* each split's weight exp(M_v - M) (0 for an empty one) and share of L, read at once by
+     * the first warp; then every thread adds them in split order */
+    __shared__ float sw[ATT_MAX_SPLITS], sl[ATT_MAX_SPLITS];
     const float *ph = part + (size_t)h * splits * (size_t)(2 + hd);
-    float M = -INFINITY; /* split 0 holds key 0: finite */
-    for (int v = 0; v < splits; v++)
-        M = fmaxf(M, __ldcg(ph + (size_t)v * (2 + hd)));
-    float L = 0.0f;
-    for (int v = 0; v < splits; v++) {
-        const float *pv = ph + (size_t)v * (2 + hd);
-        const float mv = __ldcg(pv);
-        if (mv != -INFINITY)
-            L += __ldcg(pv + 1) * expf(mv - M);
+    if (threadIdx.x < 32) {
+        const int v = threadIdx.x;
+        const float mv = v < splits ? __ldcg(ph + (size_t)v * (2 + hd)) : -INFINITY;
+        const float lv = v < splits ? __ldcg(ph + (size_t)v * (2 + hd) + 1) : 0.0f;
+        float M = mv; /* split 0 holds key 0: finite */
+#pragma unroll
+        for (int d = 16; d > 0; d >>= 1)
+            M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, d));
+        if (v < splits) {
+            sw[v] = mv == -INFINITY ? 0.0f : expf(mv - M);
+            sl[v] = lv * sw[v];
+        }
     }
+    __syncthreads();
+    float L = 0.0f;
+    for (int v = 0; v < splits; v++)
+        L += sl[v];
     T *o = out + (size_t)h * hd;
     for (int e = threadIdx.x; e < hd; e += blockDim.x) {
         float s = 0.0f;
-        for (int v = 0; v < splits; v++) {
-            const float *pv = ph + (size_t)v * (2 + hd);
-            const float mv = __ldcg(pv);
-            if (mv != -INFINITY)
-                s += __ldcg(pv + 2 + e) * expf(mv - M);
-        }
+#pragma unroll
+        for (int v = 0; v < ATT_MAX_SPLITS; v++)
+            if (v < splits)
+                s += __ldcg(ph + (size_t)v * (2 + hd) + 2 + e) * sw[v];
         o[e] = to_t_checked<T>(s / L, ovf);
     }
     if (threadIdx.x == 0)
