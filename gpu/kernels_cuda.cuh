@@ -417,7 +417,8 @@ __global__ void __launch_bounds__(WARPS * 32)
 }
 
 /* One token (row 0 of qkv). part (n_heads, splits, 2 + hd): a split's M, L and unnormalized
- * output; count (n_heads): zero between launches. grid (n_heads, splits), block WARPS * 32 */
+ * output; count (n_heads): zero between launches. grid (n_heads, splits), splits <=
+ * ATT_MAX_SPLITS (as att_splits gives), block WARPS * 32 */
 template <typename T, int WARPS, int U>
 __global__ void __launch_bounds__(WARPS * 32)
     attention_split_kernel(const float *__restrict__ qkv, const float *__restrict__ kc,
