@@ -26,7 +26,7 @@ static const char tokenize_usage[] =
     "Prints the token ids of the input, separated by single spaces, one line per input.\n"
     "\n"
     "  -m, --model FILE    GGUF model (only its tokenizer metadata is read)\n"
-    "  -t, --text TEXT     tokenize TEXT (may be repeated: one output line each)\n"
+    "  -p, --text TEXT     tokenize TEXT (may be repeated: one output line each)\n"
     "  -f, --file PATH     tokenize the contents of PATH ('-' for standard input)\n"
     "      --lines         with --file: tokenize each line separately, without its line\n"
     "                      end (\"\\n\" or \"\\r\\n\")\n"
@@ -103,7 +103,7 @@ int cairn__cmd_tokenize(int argc, char **argv)
             parse_special = 1;
         } else if (strcmp(a, "--lines") == 0) {
             lines = 1;
-        } else if ((v = cairn__cli_opt_value(argc, argv, &i, "--text", "-t", &text))) {
+        } else if ((v = cairn__cli_opt_value(argc, argv, &i, "--text", "-p", &text))) {
             if (v < 0)
                 goto needs_value;
             texts[n_texts++] = text;

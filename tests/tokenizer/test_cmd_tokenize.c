@@ -239,9 +239,15 @@ int main(void)
         }
     }
     {
-        const char *a[] = {"tokenize", "--model", model, "--text", "hi", "-t", "hi hi", NULL};
+        const char *a[] = {"tokenize", "--model", model, "--text", "hi", "-p", "hi hi", NULL};
         ok(run(cairn__cmd_tokenize, a) == 0 && strcmp(out_buf, "256\n256 32 256\n") == 0,
            "repeated --text: one line per text, in order");
+    }
+    {
+        /* -t is generate's --threads; here it is unknown rather than a second meaning */
+        const char *a[] = {"tokenize", "--model", model, "-t", "hi", NULL};
+        ok(run(cairn__cmd_tokenize, a) == 64 && strstr(err_buf, "unknown argument '-t'"),
+           "-t is not a short --text");
     }
     {
         /* the same file with an unknown pre-tokenizer name: unsupported (69), as an unknown
