@@ -24,11 +24,23 @@ extern "C" {
 
 typedef struct cairn__backend cairn__backend;
 
+/* What the KV cache holds. F32 keeps keys and values as the projections computed them; F16
+ * rounds each to an IEEE half as it is stored (to nearest even), which halves the cache's
+ * memory and the bytes attention reads a token (at long contexts, more than the weights), for
+ * a small change in the logits (1-2e-4 relative in tests/model's models). Attention widens the halves exactly and computes in
+ * f32 either way. Deterministic like F32: the same inputs round to the same halves. */
+enum cairn__cache_type { CAIRN__CACHE_F32 = 0, CAIRN__CACHE_F16 = 1 };
+/* "f32", "f16"; "?" for anything else */
+const char *cairn__cache_type_name(int cache_type);
+/* CAIRN__CACHE_* for "f32" / "f16" (NULL: f32), or -1 */
+int cairn__cache_type_parse(const char *name);
+
 typedef struct {
-    int n_ctx;     /* KV cache positions; 0: min(model's context_length, 4096) */
-    int n_threads; /* CPU threads; 0: online CPUs */
-    int n_batch;   /* most tokens per internal forward chunk (bounds scratch memory); 0: 256 */
-    int device;    /* device index (CUDA) */
+    int n_ctx;      /* KV cache positions; 0: min(model's context_length, 4096) */
+    int n_threads;  /* CPU threads; 0: online CPUs */
+    int n_batch;    /* most tokens per internal forward chunk (bounds scratch memory); 0: 256 */
+    int device;     /* device index (CUDA) */
+    int cache_type; /* enum cairn__cache_type (0: f32) */
 } cairn__backend_opts;
 
 /* What forward_sample needs to pick the next token on the device: the sampler's parameters, the
@@ -192,7 +204,8 @@ static inline uint32_t cairn__cuda_plugin_layout(void)
         offsetof(cairn__backend, err),
         sizeof(cairn__backend_opts), offsetof(cairn__backend_opts, n_ctx),
         offsetof(cairn__backend_opts, n_threads), offsetof(cairn__backend_opts, n_batch),
-        offsetof(cairn__backend_opts, device),
+        offsetof(cairn__backend_opts, device), offsetof(cairn__backend_opts, cache_type),
+        CAIRN__CACHE_F32, CAIRN__CACHE_F16,
         sizeof(cairn__backend_ops), offsetof(cairn__backend_ops, name),
         offsetof(cairn__backend_ops, create), offsetof(cairn__backend_ops, forward),
         offsetof(cairn__backend_ops, destroy), offsetof(cairn__backend_ops, forward_sample),

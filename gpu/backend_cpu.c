@@ -5,10 +5,12 @@
  * (the prompt) with dequantize+sgemm. Activations are row-major (token, feature) buffers sized
  * for n_batch tokens at creation, so a forward pass allocates nothing.
  *
- * The KV cache is f32, laid out [layer][position][kv_head * head_dim]: one position's keys for
- * all heads are contiguous, which is what the projection writes. It is calloc'ed for n_ctx
- * positions up front; the kernel maps the pages only as positions are first written, so a large
- * context costs address space, not memory, until it is used.
+ * The KV cache holds floats or IEEE halves (cairn__backend_opts.cache_type), laid out
+ * [layer][position][kv_head * head_dim]: one position's keys for all heads are contiguous, which
+ * is what the projection writes. A half cache rounds each key and value once, as it is stored
+ * (cairn__f32_to_f16_row), and attention widens them exactly as it reads. The cache is calloc'ed
+ * for n_ctx positions up front; the kernel maps the pages only as positions are first written,
+ * so a large context costs address space, not memory, until it is used.
  *
  * Attention is computed per (token, head) pair, those pairs split over the thread pool; each
  * pair scores its query against keys 0..pos (causal) with a softmax in float and a running
@@ -22,6 +24,7 @@
 #include "gpu/backend.h"
 #include "gpu/kernels_cpu.h"
 #include "gpu/model.h"
+#include "gpu/quant.h"
 
 #ifdef CAIRN_HAVE_OPENBLAS
 #include <cblas.h> /* openblas_set_num_threads */
@@ -39,7 +42,8 @@ typedef struct {
     cairn__pool *pool;
     int n_batch;
     int64_t q_dim, kv_dim;
-    float *kcache, *vcache; /* [layer][n_ctx][kv_dim] */
+    void *kcache, *vcache; /* [layer][n_ctx][kv_dim] floats, or uint16_t halves when f16 */
+    int f16;               /* cache_type == CAIRN__CACHE_F16 */
     /* activations for up to n_batch tokens */
     float *x;        /* (nb, dim) residual stream */
     float *xb;       /* (nb, dim) normed input / projection output */
@@ -48,7 +52,7 @@ typedef struct {
     float *att;      /* (nb, q_dim) attention output */
     float *hb, *hb2; /* (nb, ff) */
     float *rope;     /* (nb, rope_dim/2, 2) cos, sin */
-    float *scores;   /* (n_threads, n_ctx) */
+    float *scores;   /* (n_threads, n_ctx + head_dim): a thread's scores, then a widened row */
     void *mv_scratch;
     float *mm_scratch;
     float *inv_freq; /* rope_dim/2 */
@@ -107,8 +111,9 @@ static int cpu_create(const cairn__model *m, const cairn__backend_opts *o, cairn
     openblas_set_num_threads((int)nth);
 #endif
     const size_t kv = (size_t)m->n_layers * (size_t)n_ctx * (size_t)b->kv_dim;
-    b->kcache = calloc(kv, sizeof(float));
-    b->vcache = calloc(kv, sizeof(float));
+    b->f16 = o->cache_type == CAIRN__CACHE_F16;
+    b->kcache = calloc(kv, b->f16 ? sizeof(uint16_t) : sizeof(float));
+    b->vcache = calloc(kv, b->f16 ? sizeof(uint16_t) : sizeof(float));
     b->x = malloc(nb * (size_t)m->dim * sizeof(float));
     b->xb = malloc(nb * (size_t)m->dim * sizeof(float));
     b->q = malloc(nb * (size_t)b->q_dim * sizeof(float));
@@ -118,7 +123,7 @@ static int cpu_create(const cairn__model *m, const cairn__backend_opts *o, cairn
     b->hb = malloc(nb * (size_t)m->ff_dim * sizeof(float));
     b->hb2 = malloc(nb * (size_t)m->ff_dim * sizeof(float));
     b->rope = malloc(nb * (size_t)m->rope_dim * sizeof(float));
-    b->scores = malloc(nth * (size_t)n_ctx * sizeof(float));
+    b->scores = malloc(nth * ((size_t)n_ctx + (size_t)m->head_dim) * sizeof(float));
     b->inv_freq = malloc((size_t)m->rope_dim / 2 * sizeof(float) + sizeof(float));
     /* scratch sized for the widest input and the largest weight tile of any product */
     size_t mv = cairn__matvec_scratch_bytes(
@@ -189,16 +194,21 @@ static void attention_range(void *arg, int64_t i0, int64_t i1, int ith)
     const cairn__model *m = b->base.model;
     const int hd = m->head_dim, group = m->n_heads / m->n_kv_heads;
     const size_t layer_off = (size_t)j->layer * (size_t)b->base.n_ctx * (size_t)b->kv_dim;
-    const float *K = b->kcache + layer_off, *V = b->vcache + layer_off;
-    float *sc = b->scores + (size_t)ith * (size_t)b->base.n_ctx;
+    float *sc = b->scores + (size_t)ith * ((size_t)b->base.n_ctx + (size_t)hd);
     const float scale = 1.0f / sqrtf((float)hd);
     for (int64_t it = i0; it < i1; it++) {
         const int i = (int)(it / m->n_heads), h = (int)(it % m->n_heads);
         const int kvh = h / group, last = j->pos + i;
         const float *q = b->q + (size_t)i * (size_t)b->q_dim + (size_t)h * hd;
         float *o = b->att + (size_t)i * (size_t)b->q_dim + (size_t)h * hd;
-        cairn__attn_head(q, K + (size_t)kvh * hd, V + (size_t)kvh * hd, (size_t)b->kv_dim, last + 1,
-                         hd, scale, sc, o);
+        const size_t at = layer_off + (size_t)kvh * hd;
+        if (b->f16)
+            cairn__attn_head_f16(q, (const uint16_t *)b->kcache + at,
+                                 (const uint16_t *)b->vcache + at, (size_t)b->kv_dim, last + 1, hd,
+                                 scale, sc, sc + b->base.n_ctx, o);
+        else
+            cairn__attn_head(q, (const float *)b->kcache + at, (const float *)b->vcache + at,
+                             (size_t)b->kv_dim, last + 1, hd, scale, sc, o);
     }
 }
 
@@ -248,8 +258,14 @@ static void forward_chunk(cpu_backend *b, const int32_t *tokens, int n, int pos,
             rope(m, b->q + (size_t)i * b->q_dim, m->n_heads, cs);
             rope(m, b->k + (size_t)i * b->kv_dim, m->n_kv_heads, cs);
             const size_t at = layer_off + (size_t)(pos + i) * (size_t)b->kv_dim;
-            memcpy(b->kcache + at, b->k + (size_t)i * b->kv_dim, (size_t)b->kv_dim * sizeof(float));
-            memcpy(b->vcache + at, b->v + (size_t)i * b->kv_dim, (size_t)b->kv_dim * sizeof(float));
+            const float *kr = b->k + (size_t)i * b->kv_dim, *vr = b->v + (size_t)i * b->kv_dim;
+            if (b->f16) {
+                cairn__f32_to_f16_row((uint16_t *)b->kcache + at, kr, b->kv_dim);
+                cairn__f32_to_f16_row((uint16_t *)b->vcache + at, vr, b->kv_dim);
+            } else {
+                memcpy((float *)b->kcache + at, kr, (size_t)b->kv_dim * sizeof(float));
+                memcpy((float *)b->vcache + at, vr, (size_t)b->kv_dim * sizeof(float));
+            }
         }
         att_job aj = {b, l, n, pos};
         /* a few thousand multiply-adds are cheaper than waking the workers (~0.5 us); beyond

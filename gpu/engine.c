@@ -87,6 +87,11 @@ int cairn__engine_open(const char *path, const cairn__engine_opts *o, cairn__eng
     cairn__engine_opts dflt = {0};
     if (!o)
         o = &dflt;
+    const int cache_type = cairn__cache_type_parse(o->cache_type);
+    if (cache_type < 0) {
+        snprintf(err, errlen, "unknown KV cache type '%s' (f32, f16)", o->cache_type);
+        return CAIRN_EINVAL;
+    }
     cairn__model *m = NULL;
     cairn__tok *tok = NULL;
     cairn__backend *b = NULL;
@@ -103,7 +108,7 @@ int cairn__engine_open(const char *path, const cairn__engine_opts *o, cairn__eng
         goto fail;
     }
     file_stage = 0; /* from here on errors are the backend's, not the file's */
-    cairn__backend_opts bo = {o->n_ctx, o->n_threads, o->n_batch, 0};
+    cairn__backend_opts bo = {o->n_ctx, o->n_threads, o->n_batch, 0, cache_type};
     if ((rc = cairn__backend_new(o->backend, m, &bo, &b, err, errlen)) != 0)
         goto fail;
     if ((rc = cairn__engine_new(m, tok, b, out)) != 0)

@@ -148,9 +148,9 @@ float cairn__dot_f32_avx512(const uint8_t *w, const float *x, const void *xq, co
                             int64_t n);
 /* y (n) += a * x (n) */
 void cairn__axpy_avx512(float *y, float a, const float *x, int64_t n);
-/* cairn__attn_head for hd a multiple of 16, at most 128 */
-void cairn__attn_head_avx512(const float *q, const float *K, const float *V, size_t ld, int n,
-                             int hd, float scale, float *sc, float *out);
+/* cairn__attn_head (f16 0) or cairn__attn_head_f16 (f16 1) for hd a multiple of 16, at most 128 */
+void cairn__attn_head_avx512(const float *q, const void *K, const void *V, size_t ld, int n,
+                             int hd, float scale, float *sc, float *out, int f16);
 
 /* ---- element-wise ---------------------------------------------------------------------------- */
 /* a (n) . b (n) -> float (vectorized like the matvec kernels) */
@@ -173,6 +173,15 @@ void cairn__swiglu(float *g, const float *u, int64_t n);
  * q and out in registers and the K / V rows prefetched where the ISA allows. */
 void cairn__attn_head(const float *q, const float *K, const float *V, size_t ld, int n, int hd,
                       float scale, float *sc, float *out);
+/* The same over a cache of IEEE halves (as cairn__f32_to_f16_row stores them): each row is
+ * widened exactly, and the arithmetic is cairn__attn_head's on the widened rows, bit for bit at
+ * every ISA level. tmp: hd floats of scratch the caller owns (a row widened where the ISA has no
+ * widening load). */
+void cairn__attn_head_f16(const float *q, const uint16_t *K, const uint16_t *V, size_t ld, int n,
+                          int hd, float scale, float *sc, float *tmp, float *out);
+/* dst (n) = src (n) as IEEE halves, rounded to nearest even: cairn__f32_to_f16 of each element
+ * (vcvtps2ph where the CPU has F16C) */
+void cairn__f32_to_f16_row(uint16_t *dst, const float *src, int64_t n);
 
 #ifdef __cplusplus
 }

@@ -383,14 +383,38 @@ AVX512 void cairn__axpy_avx512(float *y, float a, const float *x, int64_t n)
 }
 
 /* Attention of one head at decode, H = head_dim / 16 (1..8) constant after inlining: q and the
- * output stay in H registers each, and the K / V rows, which sit ld floats apart (one row per
+ * output stay in H registers each, and the K / V rows, which sit ld elements apart (one row per
  * position, every head's slice in it), are prefetched ATT_PF positions ahead: they are out of
  * cache after a layer's weights went through, and the hardware prefetcher does not follow a
- * stride of a few KB well. */
+ * stride of a few KB well. F16 (constant after inlining) says the cache holds IEEE halves: a
+ * load widens 16 of them exactly (vcvtph2ps), so the arithmetic is the f32 kernel's on the
+ * widened rows, bit for bit. */
 #define ATT_PF 16
+AVX512 static inline __attribute__((always_inline)) __m512 kv_load(const void *row, int i,
+                                                                   const int F16)
+{
+    return F16 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)row + i)))
+               : _mm512_loadu_ps((const float *)row + i);
+}
+
+/* row t of a cache slice whose rows are ld elements apart */
+static inline __attribute__((always_inline)) const char *kv_row(const void *base, int64_t t,
+                                                                 size_t ld, const int F16)
+{
+    return (const char *)base + (size_t)t * ld * (F16 ? 2u : 4u);
+}
+
+/* the cache lines of row t's 16 H elements (a line holds 16 floats or 32 halves) */
+static inline __attribute__((always_inline)) void kv_prefetch(const char *row, const int H,
+                                                              const int F16)
+{
+    for (int h = 0; h < H; h += F16 ? 2 : 1)
+        _mm_prefetch(row + 64 * (F16 ? h / 2 : h), _MM_HINT_T0);
+}
+
 AVX512 static inline __attribute__((always_inline)) void
-attn_head_avx512(const float *q, const float *K, const float *V, size_t ld, int n, float scale,
-                 float *sc, float *out, const int H)
+attn_head_avx512(const float *q, const void *K, const void *V, size_t ld, int n, float scale,
+                 float *sc, float *out, const int H, const int F16)
 {
     __m512 qv[8], o0[8], o1[8];
     for (int h = 0; h < H; h++) {
@@ -399,47 +423,48 @@ attn_head_avx512(const float *q, const float *K, const float *V, size_t ld, int 
     }
     /* sc (n) = q . K rows * scale */
     for (int t = 0; t < n; t++) {
-        const float *k = K + (size_t)t * ld;
-        for (int h = 0; h < H; h++)
-            _mm_prefetch((const char *)(k + ATT_PF * ld + 16 * h), _MM_HINT_T0);
-        __m512 a = _mm512_mul_ps(qv[0], _mm512_loadu_ps(k));
+        const char *k = kv_row(K, t, ld, F16);
+        kv_prefetch(kv_row(K, t + ATT_PF, ld, F16), H, F16);
+        __m512 a = _mm512_mul_ps(qv[0], kv_load(k, 0, F16));
         for (int h = 1; h < H; h++)
-            a = _mm512_fmadd_ps(qv[h], _mm512_loadu_ps(k + 16 * h), a);
+            a = _mm512_fmadd_ps(qv[h], kv_load(k, 16 * h, F16), a);
         sc[t] = _mm512_reduce_add_ps(a) * scale;
     }
     for (int t = 0; t < ATT_PF && t < n; t++) /* the first V rows, while softmax runs */
-        for (int h = 0; h < H; h++)
-            _mm_prefetch((const char *)(V + (size_t)t * ld + 16 * h), _MM_HINT_T0);
+        kv_prefetch(kv_row(V, t, ld, F16), H, F16);
     cairn__softmax(sc, n);
     /* out (16 H) = sum_t sc[t] V row t; two sets of accumulators halve the FMA chain */
     int t = 0;
     for (; t + 2 <= n; t += 2) {
-        const float *v0 = V + (size_t)t * ld, *v1 = v0 + ld;
+        const char *v0 = kv_row(V, t, ld, F16), *v1 = kv_row(V, t + 1, ld, F16);
         const __m512 p0 = _mm512_set1_ps(sc[t]), p1 = _mm512_set1_ps(sc[t + 1]);
+        kv_prefetch(kv_row(V, t + ATT_PF, ld, F16), H, F16);
+        kv_prefetch(kv_row(V, t + 1 + ATT_PF, ld, F16), H, F16);
         for (int h = 0; h < H; h++) {
-            _mm_prefetch((const char *)(v0 + ATT_PF * ld + 16 * h), _MM_HINT_T0);
-            _mm_prefetch((const char *)(v1 + ATT_PF * ld + 16 * h), _MM_HINT_T0);
-            o0[h] = _mm512_fmadd_ps(p0, _mm512_loadu_ps(v0 + 16 * h), o0[h]);
-            o1[h] = _mm512_fmadd_ps(p1, _mm512_loadu_ps(v1 + 16 * h), o1[h]);
+            o0[h] = _mm512_fmadd_ps(p0, kv_load(v0, 16 * h, F16), o0[h]);
+            o1[h] = _mm512_fmadd_ps(p1, kv_load(v1, 16 * h, F16), o1[h]);
         }
     }
     if (t < n) {
         const __m512 p0 = _mm512_set1_ps(sc[t]);
         for (int h = 0; h < H; h++)
-            o0[h] = _mm512_fmadd_ps(p0, _mm512_loadu_ps(V + (size_t)t * ld + 16 * h), o0[h]);
+            o0[h] = _mm512_fmadd_ps(p0, kv_load(kv_row(V, t, ld, F16), 16 * h, F16), o0[h]);
     }
     for (int h = 0; h < H; h++)
         _mm512_storeu_ps(out + 16 * h, _mm512_add_ps(o0[h], o1[h]));
 }
 
-/* see cairn__attn_head; hd a multiple of 16, at most 128 */
-AVX512 void cairn__attn_head_avx512(const float *q, const float *K, const float *V, size_t ld,
-                                    int n, int hd, float scale, float *sc, float *out)
+/* see cairn__attn_head; hd a multiple of 16, at most 128; f16: K and V hold halves */
+AVX512 void cairn__attn_head_avx512(const float *q, const void *K, const void *V, size_t ld,
+                                    int n, int hd, float scale, float *sc, float *out, int f16)
 {
-    switch (hd / 16) {
+    switch (hd / 16 + (f16 ? 8 : 0)) {
 #define ATT_CASE(H)                                                                                \
     case H:                                                                                        \
-        attn_head_avx512(q, K, V, ld, n, scale, sc, out, H);                                       \
+        attn_head_avx512(q, K, V, ld, n, scale, sc, out, H, 0);                                    \
+        break;                                                                                     \
+    case H + 8:                                                                                    \
+        attn_head_avx512(q, K, V, ld, n, scale, sc, out, H, 1);                                    \
         break;
         ATT_CASE(1)
         ATT_CASE(2)

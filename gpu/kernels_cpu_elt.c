@@ -1,5 +1,5 @@
 /* gpu/kernels_cpu_elt.c - the element-wise operations of a layer (RMS norm, softmax, SwiGLU) and
- * one head's attention at decode.
+ * one head's attention at decode, over a KV cache of floats or of IEEE halves.
  *
  * They are cheap next to the products, but they run on the calling thread between two
  * products while the pool's other threads wait, so at decode every microsecond here is lost on
@@ -8,11 +8,16 @@
  * by the same run-time level as the products (cairn__kernels_level). The vector exp is a
  * Cody-Waite reduction and a degree-6 polynomial (Cephes' expf), within 2 ulp of expf; inputs
  * are clamped to [-87.3, 88.7], so exp never returns 0 or inf, which neither caller needs.
+ *
+ * A half cache is widened exactly (vcvtph2ps, or the table-free bit conversion of gpu/quant.h),
+ * so attention over it is the float kernel on the widened rows; only the store rounds (to
+ * nearest even, the same bits with F16C or without).
  */
 #include <math.h>
 #include <stdint.h>
 
 #include "gpu/kernels_cpu.h"
+#include "gpu/quant.h" /* IEEE half conversions */
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -230,7 +235,7 @@ void cairn__attn_head(const float *q, const float *K, const float *V, size_t ld,
 {
 #if defined(__x86_64__)
     if (cairn__kernels_level() >= 2 && hd % 16 == 0 && hd >= 16 && hd <= 128) {
-        cairn__attn_head_avx512(q, K, V, ld, n, hd, scale, sc, out);
+        cairn__attn_head_avx512(q, K, V, ld, n, hd, scale, sc, out, 0);
         return;
     }
 #endif
@@ -241,4 +246,76 @@ void cairn__attn_head(const float *q, const float *K, const float *V, size_t ld,
         out[i] = 0.0f;
     for (int t = 0; t < n; t++)
         cairn__axpy(out, sc[t], V + (size_t)t * ld, hd);
+}
+
+#ifdef CAIRN__X86
+#define F16C __attribute__((target("avx,f16c")))
+F16C static void widen_f16c(float *dst, const uint16_t *src, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
+    for (; i < n; i++)
+        dst[i] = _cvtsh_ss(src[i]);
+}
+
+F16C static void narrow_f16c(uint16_t *dst, const float *src, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(dst + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(src + i),
+                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    for (; i < n; i++)
+        dst[i] = cairn__f32_to_f16(src[i]);
+}
+#endif
+
+/* dst (n) = the halves src (n) as floats (exact) */
+static void widen_f16(float *dst, const uint16_t *src, int64_t n)
+{
+#ifdef CAIRN__X86
+    if (cairn__kernels_level() >= 1) { /* AVX2 implies F16C here (cairn__kernels_level) */
+        widen_f16c(dst, src, n);
+        return;
+    }
+#endif
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = cairn__f16_to_f32_inline(src[i]);
+}
+
+void cairn__f32_to_f16_row(uint16_t *dst, const float *src, int64_t n)
+{
+#ifdef CAIRN__X86
+    if (cairn__kernels_level() >= 1) {
+        narrow_f16c(dst, src, n);
+        return;
+    }
+#endif
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = cairn__f32_to_f16(src[i]);
+}
+
+/* cairn__attn_head with each K / V row widened first (into tmp) where no kernel widens as it
+ * loads: the same calls on the same floats, so the same bits */
+void cairn__attn_head_f16(const float *q, const uint16_t *K, const uint16_t *V, size_t ld, int n,
+                          int hd, float scale, float *sc, float *tmp, float *out)
+{
+#if defined(__x86_64__)
+    if (cairn__kernels_level() >= 2 && hd % 16 == 0 && hd >= 16 && hd <= 128) {
+        cairn__attn_head_avx512(q, K, V, ld, n, hd, scale, sc, out, 1);
+        return;
+    }
+#endif
+    for (int t = 0; t < n; t++) {
+        widen_f16(tmp, K + (size_t)t * ld, hd);
+        sc[t] = cairn__dot_f32(q, tmp, hd) * scale;
+    }
+    cairn__softmax(sc, n);
+    for (int i = 0; i < hd; i++)
+        out[i] = 0.0f;
+    for (int t = 0; t < n; t++) {
+        widen_f16(tmp, V + (size_t)t * ld, hd);
+        cairn__axpy(out, sc[t], tmp, hd);
+    }
 }

@@ -485,6 +485,18 @@ const cairn__gguf *cairn__model_gguf(const cairn__model *m) { return m ? m->gguf
 /* ==== backend selection and the checks every backend relies on
  * ==================================== */
 
+const char *cairn__cache_type_name(int cache_type)
+{
+    return cache_type == CAIRN__CACHE_F32 ? "f32" : cache_type == CAIRN__CACHE_F16 ? "f16" : "?";
+}
+
+int cairn__cache_type_parse(const char *name)
+{
+    if (!name || strcmp(name, "f32") == 0)
+        return CAIRN__CACHE_F32;
+    return strcmp(name, "f16") == 0 ? CAIRN__CACHE_F16 : -1;
+}
+
 int cairn__backend_new(const char *kind, const cairn__model *m, const cairn__backend_opts *o,
                        cairn__backend **out, char *err, size_t errlen)
 {
@@ -500,6 +512,9 @@ int cairn__backend_new(const char *kind, const cairn__model *m, const cairn__bac
         o = &dflt;
     if (o->n_ctx < 0 || o->n_threads < 0 || o->n_batch < 0)
         return cairn__errf(err, errlen, CAIRN_EINVAL, "negative backend option");
+    if (o->cache_type != CAIRN__CACHE_F32 && o->cache_type != CAIRN__CACHE_F16)
+        return cairn__errf(err, errlen, CAIRN_EINVAL, "unknown KV cache type %d (f32, f16)",
+                           o->cache_type);
     /* The CUDA backend is a module loaded on first use (gpu/backend_plugin.c); "auto" takes the
      * CPU, silently, when the module cannot be loaded, finds no device, or cannot run this model
      * (EUNSUPPORTED: e.g. a head dimension beyond its attention kernel's). */

@@ -50,6 +50,9 @@ static const char usage[] =
     "      --backend NAME      cpu, cuda or auto (default auto)\n"
     "  -t, --threads N         CPU threads, 1 to 1024 (default: all online CPUs)\n"
     "  -c, --ctx N             context length (default: min(model's, 4096))\n"
+    "      --cache-type TYPE   KV cache type: f32 (default) or f16 (half the memory and the\n"
+    "                          bytes attention reads: faster at long contexts; logits change\n"
+    "                          by about 1e-4 relative)\n"
     "      --batch N           prompt tokens per forward chunk (default 256)\n"
     "  -h, --help              show this help\n"
     "\n"
@@ -113,7 +116,7 @@ static const struct {
     {"--stop", NULL},          {"--max-tokens", "-n"},     {"--threads", "-t"},
     {"--ctx", "-c"},           {"--batch", NULL},          {"--top-k", NULL},
     {"--repeat-last-n", NULL}, {"--seed", NULL},           {"--temperature", NULL},
-    {"--top-p", NULL},         {"--repeat-penalty", NULL},
+    {"--top-p", NULL},         {"--repeat-penalty", NULL}, {"--cache-type", NULL},
 };
 #define N_VALUE_OPTS (sizeof value_opts / sizeof value_opts[0])
 
@@ -189,6 +192,10 @@ static int parse(int argc, char **argv, options *o)
             if (cairn__cli_parse_long(val, 1, 1L << 24, &lv))
                 return bad_usage("bad --ctx '%s'", val);
             o->eo.n_ctx = (int)lv;
+        } else if (IS("--cache-type", NULL)) {
+            if (cairn__cache_type_parse(val) < 0)
+                return bad_usage("unknown --cache-type '%s' (f32, f16)", val);
+            o->eo.cache_type = val;
         } else if (IS("--batch", NULL)) {
             if (cairn__cli_parse_long(val, 1, 1L << 16, &lv))
                 return bad_usage("bad --batch '%s'", val);

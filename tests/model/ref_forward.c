@@ -6,7 +6,8 @@
  * from the formula. Everything the loader derives from metadata rather than from tensor shapes
  * (rotation pairing, rope base, rotated dimensions, RMS epsilon), and the rope frequency
  * factors of rope_freqs.weight, are taken from the mk_spec the file was written from, so a
- * loader that misreads a key or the factors fails the comparison.
+ * loader that misreads a key or the factors fails the comparison. With cache_f16 it rounds
+ * keys and values through IEEE halves (gpu/quant.h's conversions) as an f16 KV cache does.
  */
 #include "tests/model/ref_forward.h"
 
@@ -72,6 +73,12 @@ static void rope(double *v, int hd, int rope_dim, int neox, int pos, double base
 int ref_forward(const cairn__model *m, const mk_spec *s, const int32_t *tokens, int n,
                 double *logits)
 {
+    return ref_forward_cache(m, s, tokens, n, 0, logits);
+}
+
+int ref_forward_cache(const cairn__model *m, const mk_spec *s, const int32_t *tokens, int n,
+                      int cache_f16, double *logits)
+{
     const int D = m->dim, H = m->n_heads, KV = m->n_kv_heads, hd = m->head_dim, F = m->ff_dim,
               V = m->n_vocab;
     const int qd = H * hd, kvd = KV * hd;
@@ -118,6 +125,11 @@ int ref_forward(const cairn__model *m, const mk_spec *s, const int32_t *tokens, 
                 rope(q + (size_t)i * qd + (size_t)h * hd, hd, rope_dim, neox, i, rope_base, ff);
             for (int h = 0; h < KV; h++)
                 rope(k + (size_t)i * kvd + (size_t)h * hd, hd, rope_dim, neox, i, rope_base, ff);
+            for (int c = 0; cache_f16 && c < kvd; c++) { /* what a half cache keeps */
+                double *kc = k + (size_t)i * kvd + c, *vc = v + (size_t)i * kvd + c;
+                *kc = cairn__f16_to_f32(cairn__f32_to_f16((float)*kc));
+                *vc = cairn__f16_to_f32(cairn__f32_to_f16((float)*vc));
+            }
         }
         for (int i = 0; i < n; i++) {
             for (int h = 0; h < H; h++) {

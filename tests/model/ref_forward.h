@@ -15,5 +15,9 @@
  * shapes and weights come from m (a misread shape fails at load). 0 or -1 (out of memory). */
 int ref_forward(const cairn__model *m, const mk_spec *s, const int32_t *tokens, int n,
                 double *logits);
+/* The same with every key (after rope) and value rounded to an IEEE half and back when
+ * cache_f16 is set: what a backend with an f16 KV cache attends to. */
+int ref_forward_cache(const cairn__model *m, const mk_spec *s, const int32_t *tokens, int n,
+                      int cache_f16, double *logits);
 
 #endif

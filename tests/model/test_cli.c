@@ -86,7 +86,7 @@ static int hidden_type(const cairn__tok *t, int32_t id)
  * hold such tokens, for the same run through the command; 0 if none was found. */
 static unsigned long long check_hidden_tokens(const char *path)
 {
-    cairn__engine_opts eo = {"cpu", 0, 1, 0};
+    cairn__engine_opts eo = {.backend = "cpu", .n_threads = 1};
     cairn__engine *e = NULL;
     char err[512] = "";
     if (cairn__engine_open(path, &eo, &e, err, sizeof err) != 0) {
@@ -167,7 +167,7 @@ static void check_blas_threads(const char *path)
 {
 #ifdef CAIRN_HAVE_OPENBLAS
     for (int n = 1; n <= 3; n++) {
-        cairn__engine_opts eo = {"cpu", 0, n, 0};
+        cairn__engine_opts eo = {.backend = "cpu", .n_threads = n};
         cairn__engine *e = NULL;
         char err[512] = "";
         int rc = cairn__engine_open(path, &eo, &e, err, sizeof err);
@@ -223,6 +223,21 @@ int main(void)
         bin, path);
     rc = sh(cmd);
     ok(rc == 0 && strstr(out, "5 tokens"), "chatml-wrapped sampling run exits 0 (%d)", rc);
+    /* an f16 KV cache: runs, and is as deterministic as the default */
+    snprintf(cmd, sizeof cmd,
+             "%s generate --model %s --prompt 'hello' --temperature 0 -n 12 --threads 2 "
+             "--cache-type f16 2>&1",
+             bin, path);
+    rc = sh(cmd);
+    ok(rc == 0 && strstr(out, "[length, 12 tokens"), "--cache-type f16: 12 greedy tokens (%d)", rc);
+    memcpy(first, out, sizeof out);
+    rc = sh(cmd);
+    ok(rc == 0 && strncmp(first, out, (size_t)(strstr(first, "[length, 12") - first)) == 0,
+       "--cache-type f16: same command, same text");
+    snprintf(cmd, sizeof cmd, "%s generate -m %s -p hi --cache-type q8 2>&1", bin, path);
+    rc = sh(cmd);
+    ok(rc == 64 && strstr(out, "unknown --cache-type 'q8' (f32, f16)"),
+       "unknown --cache-type exits 64 naming it (%d)", rc);
     snprintf(cmd, sizeof cmd, "%s generate -m %s -p 'a rather long prompt here' --ctx 8 2>&1", bin,
              path);
     rc = sh(cmd);

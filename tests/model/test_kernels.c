@@ -14,7 +14,8 @@
  *     must be bit for bit the one it gets alone, which is what keeps a fused product equal to
  *     separate ones and results independent of how the rows are split among threads;
  *   - cairn__attn_head for head sizes 16-160 and 1-70 positions against a float64
- *     dot / softmax / weighted sum.
+ *     dot / softmax / weighted sum, and cairn__attn_head_f16 (a half cache) against it on the
+ *     widened rows, bit for bit, with the rounding of cairn__f32_to_f16_row.
  * The weight buffers are allocated to their exact size, so a kernel that reads past a row is
  * caught under ASan or valgrind.
  */
@@ -256,6 +257,64 @@ static void check_attention(const char *level)
        level, cases, worst, bad);
 }
 
+/* A half cache: cairn__attn_head_f16 on halves gives cairn__attn_head's bits on the widened
+ * floats (scores and output), and cairn__f32_to_f16_row rounds as cairn__f32_to_f16 does. */
+static void check_attention_f16(const char *level)
+{
+    static const int hds[] = {16, 24, 32, 48, 64, 80, 96, 112, 128, 160};
+    int bad = 0, cases = 0;
+    for (size_t hi = 0; hi < sizeof hds / sizeof *hds; hi++) {
+        for (int n = 1; n <= 70; n += 3) {
+            const int hd = hds[hi];
+            const size_t ld = (size_t)hd * 3 + 16, len = ld * (size_t)n;
+            uint16_t *K = malloc(sizeof *K * len), *V = malloc(sizeof *V * len);
+            float *Kf = malloc(sizeof *Kf * len), *Vf = malloc(sizeof *Vf * len);
+            float q[160], o[160], of[160], sc[80], scf[80], tmp[160];
+            for (size_t i = 0; i < len; i++) {
+                K[i] = cairn__f32_to_f16(sinf((float)i * 0.13f) * 2);
+                V[i] = cairn__f32_to_f16(cosf((float)i * 0.07f));
+                Kf[i] = cairn__f16_to_f32(K[i]);
+                Vf[i] = cairn__f16_to_f32(V[i]);
+            }
+            for (int i = 0; i < hd; i++)
+                q[i] = cosf((float)i * 0.5f);
+            cairn__kernels_set_isa(level);
+            cairn__attn_head(q, Kf + hd, Vf + hd, ld, n, hd, 0.125f, scf, of);
+            cairn__attn_head_f16(q, K + hd, V + hd, ld, n, hd, 0.125f, sc, tmp, o);
+            cairn__kernels_set_isa(NULL);
+            bad += memcmp(o, of, sizeof *o * (size_t)hd) != 0 ||
+                   memcmp(sc, scf, sizeof *sc * (size_t)n) != 0;
+            cases++;
+            free(K), free(V), free(Kf), free(Vf);
+        }
+    }
+    ok(bad == 0, "%s attention head over halves, %d cases: the float kernel's bits on the widened "
+                 "rows (%d off)", level, cases, bad);
+
+    /* rounding: ties, the largest half, overflow to infinity, subnormal halves, underflow to
+     * zero, signs; every length 1..40 so the vector body and its tail both run */
+    static const float special[] = {0.0f,        -0.0f,       1.0f,        1.00048828125f,
+                                    1.000732421875f, 65504.0f, 65519.99f,  65520.0f,
+                                    1e30f,       -1e30f,      INFINITY,    -INFINITY,
+                                    5.96e-8f,    2.98e-8f,    2.99e-8f,    1e-10f,
+                                    -6.1e-5f,    3.0517578e-5f, 0.1f,      -2.5f};
+    const int ns = (int)(sizeof special / sizeof *special);
+    float src[40];
+    uint16_t got[40];
+    int off = 0, total = 0;
+    for (int len = 1; len <= 40; len++) {
+        for (int i = 0; i < len; i++)
+            src[i] = i < ns ? special[(i + len) % ns] : sinf((float)(i * len)) * 300.0f;
+        cairn__kernels_set_isa(level);
+        cairn__f32_to_f16_row(got, src, len);
+        cairn__kernels_set_isa(NULL);
+        for (int i = 0; i < len; i++, total++)
+            off += got[i] != cairn__f32_to_f16(src[i]);
+    }
+    ok(off == 0, "%s f32 -> f16 rows: %d values round as cairn__f32_to_f16 (%d off)", level, total,
+       off);
+}
+
 int main(void)
 {
     cairn__pool *pool = NULL;
@@ -276,6 +335,7 @@ int main(void)
         if (l >= 2)
             check_grouping(levels[l], CAIRN__GGML_Q8_0, 34);
         check_attention(levels[l]);
+        check_attention_f16(levels[l]);
     }
     diag("default level on this CPU: %s", cairn__kernels_isa());
     cairn__pool_free(pool);

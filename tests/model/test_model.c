@@ -203,6 +203,72 @@ out:
     mk_unload(&L);
 }
 
+/* A half KV cache: the backend against the float64 reference that rounds keys and values
+ * through halves, the decode path, truncation, thread counts, and a check that the option is
+ * live (its logits differ from a float cache's, by about the half rounding). */
+static void check_cache_f16(const char *arch, uint32_t type)
+{
+    mk_spec s;
+    mk_spec_default(&s);
+    s.arch = arch;
+    s.wtype = type;
+    s.seed = 4242 + type;
+    const char *tn = cairn__ggml_type_name(type);
+    char err[256];
+    mk_loaded L;
+    if (!ok(mk_load(&s, &L, err, sizeof err) == 0, "%s %s f16 cache: model loads", arch, tn)) {
+        mk_unload(&L);
+        return;
+    }
+    const cairn__model *m = L.m;
+    const size_t V = (size_t)m->n_vocab;
+    double *ref = malloc(NP * V * sizeof *ref);
+    float *bat = malloc(NP * V * sizeof *bat), *dec = malloc(NP * V * sizeof *dec),
+          *one = malloc(NP * V * sizeof *one), *f32 = malloc(NP * V * sizeof *f32);
+    cairn__backend *b = NULL, *b1 = NULL, *bf = NULL;
+    cairn__backend_opts o = {
+        .n_ctx = 64, .n_threads = 2, .n_batch = 4, .cache_type = CAIRN__CACHE_F16};
+    cairn__backend_opts o1 = o, of = o;
+    o1.n_threads = 1;
+    of.cache_type = CAIRN__CACHE_F32;
+    int rc = cairn__backend_new("cpu", m, &o, &b, err, sizeof err);
+    rc |= cairn__backend_new("cpu", m, &o1, &b1, err, sizeof err);
+    rc |= cairn__backend_new("cpu", m, &of, &bf, err, sizeof err);
+    if (!ok(rc == 0 && ref && bat && dec && one && f32 &&
+                ref_forward_cache(m, &s, PROMPT, NP, 1, ref) == 0,
+            "%s %s f16 cache: backends and reference (%s)", arch, tn, rc ? err : "ok"))
+        goto out;
+    rc = cairn__backend_forward(b, PROMPT, NP, 0, bat, 1);
+    for (int i = 0; i < NP; i++) {
+        rc |= cairn__backend_forward(b1, &PROMPT[i], 1, i, one + (size_t)i * V, 0);
+        rc |= cairn__backend_forward(bf, &PROMPT[i], 1, i, f32 + (size_t)i * V, 0);
+    }
+    cairn__backend_truncate(b, 0);
+    for (int i = 0; i < NP; i++)
+        rc |= cairn__backend_forward(b, &PROMPT[i], 1, i, dec + (size_t)i * V, 0);
+    const double e1 = rel_err_d(bat, ref, NP * V), e2 = rel_err_d(dec, ref, NP * V),
+                 e3 = rel_err_f(dec, f32, NP * V);
+    ok(rc == 0 && e1 <= 1e-4, "%s %s f16 cache: batched prompt vs the half-rounding reference: "
+       "rel err %.3g <= 1e-4", arch, tn, e1);
+    ok(rc == 0 && e2 <= 1e-4, "%s %s f16 cache: token-by-token decode vs that reference: rel err "
+       "%.3g <= 1e-4", arch, tn, e2);
+    ok(rc == 0 && memcmp(dec, one, NP * V * sizeof *dec) == 0,
+       "%s %s f16 cache: 1 thread and 2 threads decode the same bits", arch, tn);
+    ok(rc == 0 && e3 > 0 && e3 <= 1e-2,
+       "%s %s f16 cache: differs from a float cache by the rounding: rel err %.3g in (0, 1e-2]",
+       arch, tn, e3);
+    cairn__backend_truncate(b, 5);
+    rc = cairn__backend_forward(b, &PROMPT[5], 1, 5, one, 0);
+    ok(rc == 0 && memcmp(one, dec + 5 * V, V * sizeof *one) == 0,
+       "%s %s f16 cache: truncate + re-decode reproduces the logits bit for bit", arch, tn);
+out:
+    cairn__backend_free(b);
+    cairn__backend_free(b1);
+    cairn__backend_free(bf);
+    free(ref), free(bat), free(dec), free(one), free(f32);
+    mk_unload(&L);
+}
+
 static void check_greedy(void)
 {
     mk_spec s;
@@ -648,6 +714,8 @@ int main(void)
     check_model("llama", CAIRN__GGML_F32, 0, 0, 0, 1);
     check_model("llama", CAIRN__GGML_Q8_0, 1, 0, 0, 1);
     check_model("llama", CAIRN__GGML_Q4_K, 0, 1, 1, 1);
+    check_cache_f16("llama", CAIRN__GGML_F32);
+    check_cache_f16("qwen2", CAIRN__GGML_F16);
     check_greedy();
     check_threads_deterministic();
     check_kernels_scalar_vs_simd();
