@@ -30,7 +30,12 @@
  * first weights meanwhile; CAIRN_CUDA_PDL=0 launches them the ordinary way (same results, bit
  * for bit: the test checks it).
  *
- * The KV cache is f32, [layer][position][kv_head * head_dim] as on the CPU.
+ * The KV cache holds floats or IEEE halves (cairn__backend_opts.cache_type), laid out
+ * [layer][position][kv_head * head_dim] (the CPU keeps each head's positions together instead:
+ * its attention streams one head at a time, where a warp here reads a 128-byte piece of a row in
+ * one go; a cache never crosses backends). The bias/rope/KV step rounds k and v to nearest even
+ * as it stores them, and attention (templated on the element type) widens them exactly as it
+ * reads.
  *
  * Decode: one CUDA graph per kind of step, captured once and replayed for every token. The token
  * id and the position are not baked into it: the graph begins with a copy of both from pinned
@@ -140,7 +145,8 @@ typedef struct {
     float *output_norm;
     uint64_t weight_bytes; /* read per decode step */
     /* state and activations */
-    float *kc, *vc;  /* (n_layers, n_ctx, kv_dim) */
+    void *kc, *vc;   /* (n_layers, n_ctx, kv_dim) floats, or __half when cache_f16 */
+    int cache_f16;   /* cache_type == CAIRN__CACHE_F16 */
     float *x;        /* (nb, dim) residual stream */
     void *xn;        /* (nb, dim) T: normed input of the next product */
     float *qkv;      /* (nb, qkv_dim) */
@@ -386,6 +392,12 @@ static int gemv(cuda_backend *b, const void *W, int rows, int cols, const void *
     return 0;
 }
 
+/* bytes of one cache element */
+static size_t kv_elem(const cuda_backend *b)
+{
+    return b->cache_f16 ? sizeof(__half) : sizeof(float);
+}
+
 /* the bias/rope/KV parameters of layer l (qkv_args, kernels_cuda.cuh) */
 static qkv_args qkv_of(const cuda_backend *b, int l)
 {
@@ -395,8 +407,9 @@ static qkv_args qkv_of(const cuda_backend *b, int l)
     a.bias = b->layers[l].bqkv;
     a.pos = b->d_pos;
     a.cs = b->rope_cs;
-    a.kc = b->kc + (size_t)l * layer_kv;
-    a.vc = b->vc + (size_t)l * layer_kv;
+    a.kc = (char *)b->kc + (size_t)l * layer_kv * kv_elem(b);
+    a.vc = (char *)b->vc + (size_t)l * layer_kv * kv_elem(b);
+    a.cache_f16 = b->cache_f16;
     a.n_heads = m->n_heads;
     a.n_kv = m->n_kv_heads;
     a.hd = m->head_dim;
@@ -467,12 +480,36 @@ static int swiglu_product(cuda_backend *b, int n, const float *gu, const void *W
     return gemm(b, W, rows, ff, b->hb, n, C, rows, 1.0f, blas);
 }
 
+/* softmax(q . K) @ V for n tokens into att, over this layer's cache kc, vc (C: its type) */
+template <typename T, typename C>
+static int attend(cuda_backend *b, int n, const C *kc, const C *vc)
+{
+    const cairn__model *m = b->base.model;
+    const int hd = m->head_dim;
+    const float scale = 1.0f / sqrtf((float)hd);
+    T *att = (T *)b->att;
+    if (n == 1) /* one token: the keys split over blocks; between decode products */
+        CU(b,
+           launch(b, 1, attention_split_kernel<T, ATT_DECODE_WARPS, ATT_DECODE_U, C>,
+                  dim3((unsigned)m->n_heads, (unsigned)att_splits(m->n_heads)),
+                  dim3(ATT_DECODE_WARPS * 32), 0, (const float *)b->qkv, kc, vc,
+                  (const int *)b->d_pos, m->n_heads, m->n_kv_heads, hd, scale, b->att_part,
+                  b->att_count, att, (int *)b->d_overflow),
+           "attention kernel");
+    else
+        attention_kernel<T, ATT_WARPS, 1, C>
+            <<<dim3((unsigned)m->n_heads, (unsigned)n), ATT_WARPS * 32, 0, b->stream>>>(
+                b->qkv, b->qkv_dim, kc, vc, b->d_pos, m->n_heads, m->n_kv_heads, hd, scale, att,
+                b->d_overflow);
+    LAUNCHED(b, "attention kernel");
+    return 0;
+}
+
 template <typename T> static int enqueue_t(cuda_backend *b, int n, int head_rows)
 {
     const cairn__model *m = b->base.model;
-    const int dim = m->dim, ff = m->ff_dim, hd = m->head_dim;
+    const int dim = m->dim, ff = m->ff_dim;
     const size_t layer_kv = (size_t)b->base.n_ctx * (size_t)b->kv_dim;
-    const float scale = 1.0f / sqrtf((float)hd);
     T *att = (T *)b->att;
     int rc;
 
@@ -488,24 +525,18 @@ template <typename T> static int enqueue_t(cuda_backend *b, int n, int head_rows
     }
     for (int l = 0; l < m->n_layers; l++) {
         const dlayer *ly = &b->layers[l];
-        float *kc = b->kc + (size_t)l * layer_kv, *vc = b->vc + (size_t)l * layer_kv;
         /* Wqkv (qkv_dim, dim) @ rmsnorm(x) -> qkv (n, qkv_dim); bias, rope, k/v into the cache */
         if ((rc = qkv_product<T>(b, n, l)))
             return rc;
-        const dim3 ag((unsigned)m->n_heads, (unsigned)n);
-        if (n == 1) /* one token: the keys split over blocks; between decode products */
-            CU(b,
-               launch(b, 1, attention_split_kernel<T, ATT_DECODE_WARPS, ATT_DECODE_U>,
-                      dim3((unsigned)m->n_heads, (unsigned)att_splits(m->n_heads)),
-                      dim3(ATT_DECODE_WARPS * 32), 0, (const float *)b->qkv, (const float *)kc,
-                      (const float *)vc, (const int *)b->d_pos, m->n_heads, m->n_kv_heads, hd,
-                      scale, b->att_part, b->att_count, att, (int *)b->d_overflow),
-               "attention kernel");
+        const size_t at = (size_t)l * layer_kv * kv_elem(b);
+        if (b->cache_f16)
+            rc = attend<T, __half>(b, n, (const __half *)((const char *)b->kc + at),
+                                   (const __half *)((const char *)b->vc + at));
         else
-            attention_kernel<T, ATT_WARPS, 1><<<ag, ATT_WARPS * 32, 0, b->stream>>>(
-                b->qkv, b->qkv_dim, kc, vc, b->d_pos, m->n_heads, m->n_kv_heads, hd, scale, att,
-                b->d_overflow);
-        LAUNCHED(b, "attention kernel");
+            rc = attend<T, float>(b, n, (const float *)((const char *)b->kc + at),
+                                  (const float *)((const char *)b->vc + at));
+        if (rc)
+            return rc;
         /* Wo (dim, q_dim) @ att (n, q_dim) + x -> x (n, dim) */
         if ((rc = added_product<T>(b, n, ly->wo, dim, b->q_dim, att, b->x,
                                    "attention output (gemv)", "cublasGemmEx (attention output)")))
@@ -1090,8 +1121,7 @@ static int setup(cuda_backend *b)
 {
     const cairn__model *m = b->base.model;
     const size_t nb = (size_t)b->n_batch, es = DT_SIZE[b->dt];
-    const size_t kv =
-        (size_t)m->n_layers * (size_t)b->base.n_ctx * (size_t)b->kv_dim * sizeof(float);
+    const size_t kv = (size_t)m->n_layers * (size_t)b->base.n_ctx * (size_t)b->kv_dim * kv_elem(b);
     int rc;
     CU(b, cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking), "cudaStreamCreate");
     BL(b, cublasCreate(&b->blas), "cublasCreate");
@@ -1268,6 +1298,7 @@ static int create_as(const cairn__model *m, const cairn__backend_opts *o, int de
     b->base.model = m;
     b->base.n_ctx = o->n_ctx > 0 ? o->n_ctx : (m->n_ctx_train < 4096 ? m->n_ctx_train : 4096);
     b->device = device;
+    b->cache_f16 = o->cache_type == CAIRN__CACHE_F16;
     b->dt = dt;
     b->gv = gv;
     b->pdl = gv && pdl;

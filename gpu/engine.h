@@ -25,10 +25,10 @@ extern "C" {
 typedef struct cairn__engine cairn__engine;
 
 typedef struct {
-    const char *backend; /* "cpu", "cuda", "auto" (NULL: auto) */
-    int n_ctx;           /* 0: min(model context, 4096) */
-    int n_threads;       /* 0: online CPUs */
-    int n_batch;         /* 0: 256 */
+    const char *backend;    /* "cpu", "cuda", "auto" (NULL: auto) */
+    int n_ctx;              /* 0: min(model context, 4096) */
+    int n_threads;          /* 0: online CPUs */
+    int n_batch;            /* 0: 256 */
     const char *cache_type; /* the KV cache's type, "f32" or "f16" (NULL: f32); see
                                enum cairn__cache_type */
 } cairn__engine_opts;

@@ -149,8 +149,8 @@ float cairn__dot_f32_avx512(const uint8_t *w, const float *x, const void *xq, co
 /* y (n) += a * x (n) */
 void cairn__axpy_avx512(float *y, float a, const float *x, int64_t n);
 /* cairn__attn_head (f16 0) or cairn__attn_head_f16 (f16 1) for hd a multiple of 16, at most 128 */
-void cairn__attn_head_avx512(const float *q, const void *K, const void *V, size_t ld, int n,
-                             int hd, float scale, float *sc, float *out, int f16);
+void cairn__attn_head_avx512(const float *q, const void *K, const void *V, size_t ld, int n, int hd,
+                             float scale, float *sc, float *out, int f16);
 
 /* ---- element-wise ---------------------------------------------------------------------------- */
 /* a (n) . b (n) -> float (vectorized like the matvec kernels) */

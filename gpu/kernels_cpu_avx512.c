@@ -399,7 +399,7 @@ AVX512 static inline __attribute__((always_inline)) __m512 kv_load(const void *r
 
 /* row t of a cache slice whose rows are ld elements apart */
 static inline __attribute__((always_inline)) const char *kv_row(const void *base, int64_t t,
-                                                                 size_t ld, const int F16)
+                                                                size_t ld, const int F16)
 {
     return (const char *)base + (size_t)t * ld * (F16 ? 2u : 4u);
 }
@@ -455,8 +455,8 @@ attn_head_avx512(const float *q, const void *K, const void *V, size_t ld, int n,
 }
 
 /* see cairn__attn_head; hd a multiple of 16, at most 128; f16: K and V hold halves */
-AVX512 void cairn__attn_head_avx512(const float *q, const void *K, const void *V, size_t ld,
-                                    int n, int hd, float scale, float *sc, float *out, int f16)
+AVX512 void cairn__attn_head_avx512(const float *q, const void *K, const void *V, size_t ld, int n,
+                                    int hd, float scale, float *sc, float *out, int f16)
 {
     switch (hd / 16 + (f16 ? 8 : 0)) {
 #define ATT_CASE(H)                                                                                \

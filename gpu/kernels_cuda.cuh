@@ -175,7 +175,8 @@ __global__ void rope_table_kernel(const int *__restrict__ pos, const float *__re
  * [q (n_heads*hd) | k (n_kv*hd) | v (n_kv*hd)] f32, gets the bias (if any); q is rotated in
  * place, k rotated into kc (n_ctx, n_kv*hd)[p], v copied into vc (n_ctx, n_kv*hd)[p]. Rotation:
  * NORMAL pairs (2j, 2j+1), NEOX pairs (j, j + rope_dim/2), for j < rope_dim/2, by the angle of
- * cs (rope_table_kernel); elements >= rope_dim pass through.
+ * cs (rope_table_kernel); elements >= rope_dim pass through. A cache of halves (cache_f16) gets
+ * each k and v rounded to nearest even (from_f32<__half>), as cairn__f32_to_f16_row does.
  *
  * The work is cut into items of two elements: first the rotation pairs of every q head and then
  * every k head (pass-through elements in adjacent twos), then the v elements in twos (head_dim
@@ -187,9 +188,24 @@ typedef struct {
     const float *bias; /* (q + 2 kv) or NULL */
     const int *pos;
     const float *cs; /* (n, rope_dim / 2, 2) */
-    float *kc, *vc;  /* this layer's cache */
-    int n_heads, n_kv, hd, rope_dim, neox;
+    void *kc, *vc;   /* this layer's cache: floats, or __half when cache_f16 */
+    int n_heads, n_kv, hd, rope_dim, neox, cache_f16;
 } qkv_args;
+
+/* x into element e of position p's row of a cache */
+__device__ __forceinline__ void kv_put(float *row, int e, float x) { row[e] = x; }
+__device__ __forceinline__ void kv_put(__half *row, int e, float x)
+{
+    row[e] = from_f32<__half>(x);
+}
+__device__ __forceinline__ void kv_store(const qkv_args &a, void *cache, int p, int e, float x)
+{
+    const size_t at = (size_t)p * (size_t)(a.n_kv * a.hd);
+    if (a.cache_f16)
+        kv_put((__half *)cache + at, e, x);
+    else
+        kv_put((float *)cache + at, e, x);
+}
 
 __device__ __forceinline__ int qkv_items(const qkv_args &a)
 {
@@ -227,9 +243,8 @@ __device__ __forceinline__ void qkv_item_store(const qkv_args &a, int it, int ea
         x1 += a.bias[ez];
     }
     if (it >= pairs) {
-        float *vrow = a.vc + (size_t)p * (size_t)kv_dim;
-        vrow[ea - q_dim - kv_dim] = x0;
-        vrow[ez - q_dim - kv_dim] = x1;
+        kv_store(a, a.vc, p, ea - q_dim - kv_dim, x0);
+        kv_store(a, a.vc, p, ez - q_dim - kv_dim, x1);
         return;
     }
     const int j = it % hh;
@@ -245,9 +260,8 @@ __device__ __forceinline__ void qkv_item_store(const qkv_args &a, int it, int ea
         qrow[ea] = x0;
         qrow[ez] = x1;
     } else {
-        float *krow = a.kc + (size_t)p * (size_t)kv_dim;
-        krow[ea - q_dim] = x0;
-        krow[ez - q_dim] = x1;
+        kv_store(a, a.kc, p, ea - q_dim, x0);
+        kv_store(a, a.kc, p, ez - q_dim, x1);
     }
 }
 
@@ -286,7 +300,8 @@ __global__ void qkv_post_kernel(float *__restrict__ qkv, int ld, qkv_args a)
  * part; the last block of a head to finish (a counter per head, which it resets) merges the
  * splits in order 0, 1, ... and writes the head's output. Every order is fixed, so a step
  * computes the same bits each time; the split count depends on the model only.
- * hd <= ATT_MAX_HD */
+ * C is the cache's element type, float or __half (widened exactly as it is read: the float
+ * arithmetic on the widened values, as on the CPU). hd <= ATT_MAX_HD */
 /* blocks a single token's attention aims at, over all heads: one wave on an H100/H200 (132 SMs,
  * 3 blocks each) */
 #define ATT_SPLIT_BLOCKS 256
@@ -306,11 +321,10 @@ template <int WARPS> struct att_smem {
 
 /* Keys [lo, hi) of head h against q: every thread gets the block's M and L; sm.acc[v] holds
  * warp v's output and sm.m[v] its largest score (merged by att_block_out). lo < hi. */
-template <int WARPS, int U>
-__device__ __forceinline__ void att_block(const float *__restrict__ q, const float *__restrict__ K,
-                                          const float *__restrict__ V, int kv_dim, int hd,
-                                          float scale, int lo, int hi, att_smem<WARPS> &sm,
-                                          float *M_out, float *L_out)
+template <int WARPS, int U, typename C>
+__device__ __forceinline__ void
+att_block(const float *__restrict__ q, const C *__restrict__ K, const C *__restrict__ V, int kv_dim,
+          int hd, float scale, int lo, int hi, att_smem<WARPS> &sm, float *M_out, float *L_out)
 {
     constexpr int NK = ATT_MAX_HD / 32;
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
@@ -328,14 +342,14 @@ __device__ __forceinline__ void att_block(const float *__restrict__ q, const flo
         for (int u = 0; u < U; u++) {
             /* a key past the range is read from its last row (in bounds) and weighs 0 */
             const int t = t0 + u < hi ? t0 + u : hi - 1;
-            const float *kr = K + (size_t)t * (size_t)kv_dim, *vr = V + (size_t)t * (size_t)kv_dim;
+            const C *kr = K + (size_t)t * (size_t)kv_dim, *vr = V + (size_t)t * (size_t)kv_dim;
             float d = 0.0f;
 #pragma unroll
             for (int k = 0; k < NK; k++) {
                 const int e = lane + 32 * k;
                 if (e < hd) {
-                    d += qr[k] * kr[e];
-                    vv[u][k] = vr[e];
+                    d += qr[k] * to_f32(kr[e]);
+                    vv[u][k] = to_f32(vr[e]);
                 } else
                     vv[u][k] = 0.0f;
             }
@@ -399,11 +413,11 @@ __device__ __forceinline__ float att_block_out(const att_smem<WARPS> &sm, float 
 }
 
 /* grid (n_heads, n), block WARPS * 32 */
-template <typename T, int WARPS, int U>
+template <typename T, int WARPS, int U, typename C>
 __global__ void __launch_bounds__(WARPS * 32)
-    attention_kernel(const float *__restrict__ qkv, int ld, const float *__restrict__ kc,
-                     const float *__restrict__ vc, const int *__restrict__ pos, int n_heads,
-                     int n_kv, int hd, float scale, T *__restrict__ out, int *__restrict__ ovf)
+    attention_kernel(const float *__restrict__ qkv, int ld, const C *__restrict__ kc,
+                     const C *__restrict__ vc, const int *__restrict__ pos, int n_heads, int n_kv,
+                     int hd, float scale, T *__restrict__ out, int *__restrict__ ovf)
 {
     __shared__ att_smem<WARPS> sm;
     const int h = blockIdx.x, i = blockIdx.y, last = *pos + i;
@@ -419,10 +433,10 @@ __global__ void __launch_bounds__(WARPS * 32)
 /* One token (row 0 of qkv). part (n_heads, splits, 2 + hd): a split's M, L and unnormalized
  * output; count (n_heads): zero between launches. grid (n_heads, splits), splits <=
  * ATT_MAX_SPLITS (as att_splits gives), block WARPS * 32 */
-template <typename T, int WARPS, int U>
+template <typename T, int WARPS, int U, typename C>
 __global__ void __launch_bounds__(WARPS * 32)
-    attention_split_kernel(const float *__restrict__ qkv, const float *__restrict__ kc,
-                           const float *__restrict__ vc, const int *__restrict__ pos, int n_heads,
+    attention_split_kernel(const float *__restrict__ qkv, const C *__restrict__ kc,
+                           const C *__restrict__ vc, const int *__restrict__ pos, int n_heads,
                            int n_kv, int hd, float scale, float *__restrict__ part,
                            int *__restrict__ count, T *__restrict__ out, int *__restrict__ ovf)
 {

@@ -29,7 +29,7 @@
 #include "steps/template.h"
 
 struct cairn__llm_cfg {
-    char *model, *backend, *prompt, *system, *context_source;
+    char *model, *backend, *prompt, *system, *context_source, *cache_type;
     int chat, threads, ctx, max_tokens, progress_every, has_seed;
     cairn__sampler_params sp;
     char **stop;
@@ -91,9 +91,10 @@ int cairn__llm_cfg_parse(const json_t *cfg, const char *base_dir, cairn__llm_cfg
                          size_t errlen)
 {
     static const char *const known[] = {
-        "model", "backend",    "threads",        "ctx",           "prompt", "system",
-        "chat",  "max_tokens", "temperature",    "top_p",         "top_k",  "repeat_penalty",
-        "seed",  "stop",       "progress_every", "context_source"};
+        "model",          "backend",        "threads",    "ctx",         "prompt",
+        "system",         "chat",           "max_tokens", "temperature", "top_p",
+        "top_k",          "repeat_penalty", "seed",       "stop",        "progress_every",
+        "context_source", "cache_type"};
     *out = NULL;
     if (!json_is_object(cfg)) {
         snprintf(err, errlen, "generate: must be an object");
@@ -135,6 +136,12 @@ int cairn__llm_cfg_parse(const json_t *cfg, const char *base_dir, cairn__llm_cfg
     if (!rc && strcmp(c->backend, "auto") && strcmp(c->backend, "cpu") &&
         strcmp(c->backend, "cuda")) {
         snprintf(err, errlen, "generate.backend: must be \"auto\", \"cpu\" or \"cuda\"");
+        rc = CAIRN_EJSON;
+    }
+    if (!rc)
+        rc = cfg_str(cfg, "cache_type", "f32", &c->cache_type, err, errlen);
+    if (!rc && cairn__cache_type_parse(c->cache_type) < 0) {
+        snprintf(err, errlen, "generate.cache_type: must be \"f32\" or \"f16\"");
         rc = CAIRN_EJSON;
     }
     if (!rc)
@@ -242,6 +249,7 @@ void cairn__llm_cfg_free(cairn__llm_cfg *c)
     if (!c)
         return;
     free(c->model), free(c->backend), free(c->prompt), free(c->system), free(c->context_source);
+    free(c->cache_type);
     for (size_t i = 0; i < c->n_stop; i++)
         free(c->stop[i]);
     free(c->stop);
@@ -306,12 +314,16 @@ static int file_sha256(const char *path, char out[65])
 static int engine_for(const cairn__llm_cfg *c, char *err, size_t errlen)
 {
     char key[sizeof loaded.key];
-    snprintf(key, sizeof key, "%s|%s|%d|%d", c->model, c->backend, c->threads, c->ctx);
+    snprintf(key, sizeof key, "%s|%s|%d|%d|%s", c->model, c->backend, c->threads, c->ctx,
+             c->cache_type);
     if (loaded.e && strcmp(key, loaded.key) == 0)
         return 0;
     cairn__engine_free(loaded.e);
     loaded.e = NULL;
-    cairn__engine_opts o = {.backend = c->backend, .n_ctx = c->ctx, .n_threads = c->threads};
+    cairn__engine_opts o = {.backend = c->backend,
+                            .n_ctx = c->ctx,
+                            .n_threads = c->threads,
+                            .cache_type = c->cache_type};
     int rc = cairn__engine_open(c->model, &o, &loaded.e, err, errlen);
     if (rc)
         return rc;
@@ -512,10 +524,13 @@ cairn_step_result cairn__llm_step(cairn_ctx *ctx, void *user)
     if (rc)
         return fail(ctx, rc, "cannot tokenize the prompt");
     gen_arg ga = {.ctx = ctx};
-    /* saved progress belongs to this prompt on this model file and this backend: tokens drawn
-     * by another model, or by the GPU when the CPU resumes, would not continue the same text */
+    /* saved progress belongs to this prompt on this model file, this backend and this KV cache
+     * type: tokens drawn by another model, by the GPU when the CPU resumes, or over a cache of
+     * halves, would not continue the same text ("cpu", "cuda"; "cpu:f16", "cuda:f16") */
     {
-        const char *bk = cairn__backend_name(cairn__engine_backend(loaded.e));
+        char bk[32];
+        snprintf(bk, sizeof bk, "%s%s", cairn__backend_name(cairn__engine_backend(loaded.e)),
+                 strcmp(c->cache_type, "f16") == 0 ? ":f16" : "");
         size_t kl = 64 + strlen(bk) + n_ids * sizeof *ids;
         unsigned char *key = malloc(kl);
         if (!key) {

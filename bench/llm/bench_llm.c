@@ -23,9 +23,14 @@
  * the same backend with CAIRN_CUDA_GEMV=cublas, whose decode products run through cuBLAS instead
  * of cairn's decode kernel; the line after it gives the ratio of the two decode speeds.
  *
+ * --cache f32,f16 measures every row with a KV cache of floats and again with one of halves
+ * (column kv; the cublas row with floats only), and after each half row prints its decode
+ * speed over the float row's: what halving the bytes attention reads gains at that position
+ * (--prompt 1024 puts the decode where the cache outweighs small models' weights).
+ *
  *   bench-llm [--sizes 15M,110M,500M,1B,2B,Q0.5B] [--types F32,Q8_0,Q4_0,Q4_K,Q6_K,F16,BF16]
- * [--threads N]
- *             [--prompt N] [--gen N] [--backend cpu|cuda|both] [--json]
+ *             [--threads N] [--prompt N] [--gen N] [--backend cpu|cuda|both]
+ *             [--cache f32|f16|f32,f16] [--json]
  *
  * Not a test: it never fails on a time.
  */
@@ -175,6 +180,7 @@ int main(int argc, char **argv)
     char sizes[256] = "15M,110M", types[256] = "F32,Q8_0,Q4_0";
     int threads = 0, n_prompt = 128, n_gen = 64, json = 0;
     char backends[64] = "cpu";
+    int caches[2] = {CAIRN__CACHE_F32, 0}, n_caches = 1;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--json") == 0)
             json = 1;
@@ -195,10 +201,22 @@ int main(int argc, char **argv)
                 return 64;
             }
             snprintf(backends, sizeof backends, "%s", strcmp(v, "both") == 0 ? "cpu,cuda" : v);
+        } else if (strcmp(argv[i], "--cache") == 0 && i + 1 < argc) {
+            const char *v = argv[++i];
+            n_caches = 0;
+            if (strcmp(v, "f32") == 0 || strcmp(v, "f32,f16") == 0)
+                caches[n_caches++] = CAIRN__CACHE_F32;
+            if (strcmp(v, "f16") == 0 || strcmp(v, "f32,f16") == 0)
+                caches[n_caches++] = CAIRN__CACHE_F16;
+            if (!n_caches) {
+                fprintf(stderr, "bench-llm: --cache is f32, f16 or f32,f16\n");
+                return 64;
+            }
         } else {
             fprintf(stderr, "usage: bench-llm [--sizes 15M,110M,500M,1B,2B,Q0.5B] [--types "
                             "F32,Q8_0,Q4_0,...] [--threads N] "
-                            "[--prompt N] [--gen N] [--backend cpu|cuda|both] [--json]\n");
+                            "[--prompt N] [--gen N] [--backend cpu|cuda|both] "
+                            "[--cache f32|f16|f32,f16] [--json]\n");
             return 64;
         }
     }
@@ -239,9 +257,10 @@ int main(int argc, char **argv)
         if (want_cuda)
             printf("bench-llm: cuda: %s, device-to-device copy %.0f GB/s (read+write)\n", dev_name,
                    dev_bw / 1e9);
-        printf("\n%-6s %-5s %-5s %-4s %8s %9s %12s %12s %9s %10s %7s %9s %8s %10s %9s\n", "back",
-               "size", "type", "dev", "params", "MB/token", "prompt tok/s", "decode tok/s",
-               "copy GB/s", "roofline", "frac", "range", "med.tok", "via logits", "sampled");
+        printf("\n%-6s %-5s %-5s %-4s %-3s %8s %9s %12s %12s %9s %10s %7s %9s %8s %10s %9s\n",
+               "back", "size", "type", "dev", "kv", "params", "MB/token", "prompt tok/s",
+               "decode tok/s", "copy GB/s", "roofline", "frac", "range", "med.tok", "via logits",
+               "sampled");
     }
     int first = 1;
     char *ssave = NULL;
@@ -294,13 +313,17 @@ int main(int argc, char **argv)
             /* rows: cpu; cuda (decode products in cairn's kernel); cublas (the same CUDA
              * backend with CAIRN_CUDA_GEMV=cublas: the kernel's peer, measured next to it) */
             double kernel_tps = 0.0; /* the cuda row's decode tok/s, for the ratio */
-            for (int bi = 0; bi < 3; bi++) {
+            double f32_tps[3] = {0}; /* each backend's float-cache decode tok/s, for the ratio */
+            for (int ri = 0; ri < 3 * n_caches; ri++) {
                 static const char *const row[] = {"cpu", "cuda", "cublas"};
+                const int bi = ri % 3, ct = caches[ri / 3];
                 const char *bname = bi == 0 ? "cpu" : "cuda";
-                if (!(bi == 0 ? want_cpu : want_cuda))
+                if (!(bi == 0 ? want_cpu : want_cuda) || (bi == 2 && ct == CAIRN__CACHE_F16))
                     continue;
-                cairn__backend_opts bo = {
-                    .n_ctx = n_prompt + n_gen + 1, .n_threads = threads, .n_batch = n_prompt};
+                cairn__backend_opts bo = {.n_ctx = n_prompt + n_gen + 1,
+                                          .n_threads = threads,
+                                          .n_batch = n_prompt,
+                                          .cache_type = ct};
                 if (bi == 2)
                     setenv("CAIRN_CUDA_GEMV", "cublas", 1);
                 const int brc = cairn__backend_new(bname, m, &bo, &b, err, sizeof err);
@@ -428,16 +451,17 @@ int main(int argc, char **argv)
                 const double roof = round_bw / (double)per_tok;
                 if (json)
                     printf("%s\n  {\"backend\": \"%s\", \"size\": \"%s\", \"type\": \"%s\", "
-                           "\"device_type\": \"%s\", "
+                           "\"device_type\": \"%s\", \"cache_type\": \"%s\", "
                            "\"params\": %llu, \"bytes_per_token\": %llu, \"prompt_tok_s\": %.2f, "
                            "\"decode_tok_s\": %.2f, \"copy_bytes_per_s\": %.0f, "
                            "\"roofline_tok_s\": %.2f, \"fraction\": %.3f, "
                            "\"fraction_min\": %.3f, \"fraction_max\": %.3f, "
                            "\"median_token_fraction\": %.3f, \"decode_via_logits_tok_s\": %.2f, "
                            "\"decode_sampled_tok_s\": %.2f}",
-                           first ? "" : ",", row[bi], sz, tn, dev, (unsigned long long)m->n_params,
-                           (unsigned long long)per_tok, prompt_tps, dec_tps, round_bw, roof, frac,
-                           frac_lo, frac_hi, med_frac, logits_tps, sampled_tps);
+                           first ? "" : ",", row[bi], sz, tn, dev, cairn__cache_type_name(ct),
+                           (unsigned long long)m->n_params, (unsigned long long)per_tok, prompt_tps,
+                           dec_tps, round_bw, roof, frac, frac_lo, frac_hi, med_frac, logits_tps,
+                           sampled_tps);
                 else {
                     char range[32];
                     snprintf(range, sizeof range, "%.0f-%.0f%%", 100.0 * frac_lo, 100.0 * frac_hi);
@@ -446,17 +470,23 @@ int main(int argc, char **argv)
                         snprintf(via, sizeof via, "%.1f", logits_tps);
                         snprintf(smp, sizeof smp, "%.1f", sampled_tps);
                     }
-                    printf("%-6s %-5s %-5s %-4s %7.1fM %9.1f %12.1f %12.1f %9.1f %10.1f %6.0f%% "
-                           "%9s %7.0f%% %10s %9s\n",
-                           row[bi], sz, tn, dev, (double)m->n_params / 1e6, (double)per_tok / 1e6,
-                           prompt_tps, dec_tps, round_bw / 1e9, roof, 100.0 * frac, range,
-                           100.0 * med_frac, via, smp);
+                    printf(
+                        "%-6s %-5s %-5s %-4s %-3s %7.1fM %9.1f %12.1f %12.1f %9.1f %10.1f %6.0f%% "
+                        "%9s %7.0f%% %10s %9s\n",
+                        row[bi], sz, tn, dev, cairn__cache_type_name(ct), (double)m->n_params / 1e6,
+                        (double)per_tok / 1e6, prompt_tps, dec_tps, round_bw / 1e9, roof,
+                        100.0 * frac, range, 100.0 * med_frac, via, smp);
                 }
-                if (bi == 1)
+                if (bi == 1 && ct == CAIRN__CACHE_F32)
                     kernel_tps = dec_tps;
                 else if (bi == 2 && !json && dec_tps > 0)
                     printf("%-6s decode: cairn's kernel / cuBLAS = %.2fx\n", "",
                            kernel_tps / dec_tps);
+                if (ct == CAIRN__CACHE_F32)
+                    f32_tps[bi] = dec_tps;
+                else if (!json && f32_tps[bi] > 0)
+                    printf("%-6s decode at position %d: f16 cache / f32 cache = %.2fx\n", "",
+                           n_prompt, dec_tps / f32_tps[bi]);
                 fflush(stdout);
                 first = 0;
                 free(toks);

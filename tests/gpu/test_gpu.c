@@ -17,7 +17,7 @@
  * Decode products run in cairn's kernel by default; cases marked gemv=cublas run them through
  * cuBLAS, and dims 44/100 take the kernel's element-wise path. Decoding with programmatic
  * dependent launches and without (CAIRN_CUDA_PDL=0), and three times over, gives the same
- * logits bit for bit.
+ * logits bit for bit. Cases marked "cache f16" keep f16 KV caches on both backends.
  * The device sampler is checked alone (the module's sample_logits on awkward logits against the
  * host's cairn__sampler_pick: the same token, or one within rounding of the draw's boundary) and
  * through the engine (device sampling gives the tokens host sampling gives).
@@ -103,8 +103,10 @@ typedef struct {
     const char *gemv; /* CAIRN_CUDA_GEMV, NULL: default (the decode kernel) */
 } gcase;
 
-/* one model: CPU batched logits as reference; tested prompt and decode paths against it */
-static void check_case(const gcase *c)
+/* one model: CPU batched logits as reference; tested prompt and decode paths against it. With
+ * cache_f16 both backends keep an f16 KV cache (they round the same keys and values to the same
+ * halves, up to the products' own differences). */
+static void check_case_cache(const gcase *c, int cache_f16)
 {
     mk_spec s;
     mk_spec_default(&s);
@@ -125,11 +127,11 @@ static void check_case(const gcase *c)
         s.rms_eps = 1e-6f;
     }
     char name[160], err[256];
-    snprintf(name, sizeof name, "%s %s%s%s%s%s%s hd %d gqa %d:%d dim %d ff %d", c->arch,
+    snprintf(name, sizeof name, "%s %s%s%s%s%s%s%s hd %d gqa %d:%d dim %d ff %d", c->arch,
              cairn__ggml_type_name(c->type), c->tied ? " tied" : "", c->dtype ? " as " : "",
              c->dtype ? c->dtype : "", c->llama3 ? " rope_freqs" : "",
-             c->gemv ? " gemv=cublas" : "", s.dim / s.n_heads, s.n_heads, s.n_kv_heads, s.dim,
-             s.ff);
+             c->gemv ? " gemv=cublas" : "", cache_f16 ? " cache f16" : "", s.dim / s.n_heads,
+             s.n_heads, s.n_kv_heads, s.dim, s.ff);
     mk_loaded L;
     int rc = mk_load(&s, &L, err, sizeof err);
     if (!ok(rc == 0, "%s: model loads (%s)", name, rc ? err : "ok")) {
@@ -140,8 +142,9 @@ static void check_case(const gcase *c)
     float *ref = malloc(NP * V * sizeof *ref), *bat = malloc(NP * V * sizeof *bat);
     float *dec = malloc(NP * V * sizeof *dec), *again = malloc(V * sizeof *again);
     cairn__backend *cpu = NULL, *b = NULL;
-    cairn__backend_opts oc = {.n_ctx = 64, .n_threads = 2, .n_batch = 64};
-    cairn__backend_opts ot = {.n_ctx = 64, .n_threads = 2, .n_batch = c->n_batch};
+    const int ct = cache_f16 ? CAIRN__CACHE_F16 : CAIRN__CACHE_F32;
+    cairn__backend_opts oc = {.n_ctx = 64, .n_threads = 2, .n_batch = 64, .cache_type = ct};
+    cairn__backend_opts ot = {.n_ctx = 64, .n_threads = 2, .n_batch = c->n_batch, .cache_type = ct};
     rc = cairn__backend_new("cpu", L.m, &oc, &cpu, err, sizeof err);
     if (rc == 0)
         rc = cairn__backend_forward(cpu, PROMPT, NP, 0, ref, 1);
@@ -202,8 +205,11 @@ out:
     mk_unload(&L);
 }
 
-/* A prompt longer than the attention kernel's warps and one chunk, with a wider head. */
-static void check_long(int dim, int heads, int kv, const char *arch)
+static void check_case(const gcase *c) { check_case_cache(c, 0); }
+
+/* A prompt longer than the attention kernel's warps and one chunk, with a wider head; with
+ * cache_f16, both backends keep f16 caches. */
+static void check_long(int dim, int heads, int kv, const char *arch, int cache_f16)
 {
     mk_spec s;
     mk_spec_default(&s);
@@ -224,8 +230,10 @@ static void check_long(int dim, int heads, int kv, const char *arch)
     float *ref = malloc(n * V * sizeof *ref), *got = malloc(n * V * sizeof *got),
           *last = malloc(V * sizeof *last);
     cairn__backend *cpu = NULL, *b = NULL;
-    cairn__backend_opts oc = {.n_ctx = 320, .n_threads = 2, .n_batch = 320};
-    cairn__backend_opts ot = {.n_ctx = 320, .n_threads = 2, .n_batch = 128};
+    const int ct = cache_f16 ? CAIRN__CACHE_F16 : CAIRN__CACHE_F32;
+    cairn__backend_opts oc = {.n_ctx = 320, .n_threads = 2, .n_batch = 320, .cache_type = ct};
+    cairn__backend_opts ot = {.n_ctx = 320, .n_threads = 2, .n_batch = 128, .cache_type = ct};
+    const char *cn = cache_f16 ? " cache f16" : "";
     uint64_t r = 12345;
     for (int i = 0; toks && i < n; i++) {
         r ^= r << 13, r ^= r >> 7, r ^= r << 17;
@@ -235,21 +243,21 @@ static void check_long(int dim, int heads, int kv, const char *arch)
         rc = cairn__backend_new("cpu", L.m, &oc, &cpu, err, sizeof err);
     if (rc == 0)
         rc = cairn__backend_new(BK, L.m, &ot, &b, err, sizeof err);
-    if (!ok(rc == 0 && toks && ref && got && last, "long %s hd %d: setup (%s)", arch, dim / heads,
-            rc ? err : "ok"))
+    if (!ok(rc == 0 && toks && ref && got && last, "long %s hd %d%s: setup (%s)", arch, dim / heads,
+            cn, rc ? err : "ok"))
         goto out;
     rc = cairn__backend_forward(cpu, toks, n, 0, ref, 1);
     rc |= cairn__backend_forward(b, toks, n, 0, got, 1);
     const double e = rel_err(got, ref, n * V);
-    diag("long %s hd %d: %d-token prompt in chunks of 128, max rel diff %.3g", arch, dim / heads, n,
-         e);
-    ok(rc == 0 && e <= 1e-3, "long %s hd %d: %d-token prompt vs cpu: %.3g <= 1e-3", arch,
-       dim / heads, n, e);
+    diag("long %s hd %d%s: %d-token prompt in chunks of 128, max rel diff %.3g", arch, dim / heads,
+         cn, n, e);
+    ok(rc == 0 && e <= 1e-3, "long %s hd %d%s: %d-token prompt vs cpu: %.3g <= 1e-3", arch,
+       dim / heads, cn, n, e);
     /* decode at a long position: re-decode the last token */
     rc = cairn__backend_forward(b, &toks[n - 1], 1, n - 1, last, 0);
     const double e2 = rel_err(last, ref + (size_t)(n - 1) * V, V);
-    ok(rc == 0 && e2 <= 1e-3, "long %s hd %d: decode at position %d vs cpu: %.3g <= 1e-3", arch,
-       dim / heads, n - 1, e2);
+    ok(rc == 0 && e2 <= 1e-3, "long %s hd %d%s: decode at position %d vs cpu: %.3g <= 1e-3", arch,
+       dim / heads, cn, n - 1, e2);
 out:
     cairn__backend_free(b);
     cairn__backend_free(cpu);
@@ -819,7 +827,8 @@ int main(void)
                          "bf16",  "bf16",           1e-2, 64, 0, NULL};
         check_case(&a);
         check_case(&q);
-        check_long(512, 2, 1, "llama");
+        check_long(512, 2, 1, "llama", 0);
+        check_long(512, 4, 2, "qwen2", 1);
         check_launch_modes();
         check_sampler();
         return tap_done();
@@ -870,9 +879,16 @@ int main(void)
                       NULL,    "f32",           1e-3, 4,  0, "cublas"};
     check_case(&c1);
     check_case(&c2);
-    /* long prompts: head 128 with GQA 2:1 (NEOX), head 256 (the attention kernel's limit) */
-    check_long(512, 4, 2, "qwen2");
-    check_long(512, 2, 1, "llama");
+    /* an f16 KV cache on both sides: f16 and f32 devices, the decode kernel and cuBLAS */
+    check_case_cache(&l3, 1);
+    check_case_cache(&o2, 1);
+    check_case_cache(&c1, 1);
+    /* long prompts: head 128 with GQA 2:1 (NEOX), head 256 (the attention kernel's limit); the
+     * first also over f16 caches (many keys per split) */
+    check_long(512, 4, 2, "qwen2", 0);
+    check_long(512, 2, 1, "llama", 0);
+    check_long(512, 4, 2, "qwen2", 1);
+    check_long(512, 2, 1, "llama", 1);
     check_launch_modes();
     check_two_backends();
     check_greedy(CAIRN__GGML_F16);

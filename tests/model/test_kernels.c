@@ -288,16 +288,18 @@ static void check_attention_f16(const char *level)
             free(K), free(V), free(Kf), free(Vf);
         }
     }
-    ok(bad == 0, "%s attention head over halves, %d cases: the float kernel's bits on the widened "
-                 "rows (%d off)", level, cases, bad);
+    ok(bad == 0,
+       "%s attention head over halves, %d cases: the float kernel's bits on the widened "
+       "rows (%d off)",
+       level, cases, bad);
 
     /* rounding: ties, the largest half, overflow to infinity, subnormal halves, underflow to
      * zero, signs; every length 1..40 so the vector body and its tail both run */
-    static const float special[] = {0.0f,        -0.0f,       1.0f,        1.00048828125f,
-                                    1.000732421875f, 65504.0f, 65519.99f,  65520.0f,
-                                    1e30f,       -1e30f,      INFINITY,    -INFINITY,
-                                    5.96e-8f,    2.98e-8f,    2.99e-8f,    1e-10f,
-                                    -6.1e-5f,    3.0517578e-5f, 0.1f,      -2.5f};
+    static const float special[] = {
+        0.0f,     -0.0f,     1.0f,          1.00048828125f, 1.000732421875f,
+        65504.0f, 65519.99f, 65520.0f,      1e30f,          -1e30f,
+        INFINITY, -INFINITY, 5.96e-8f,      2.98e-8f,       2.99e-8f,
+        1e-10f,   -6.1e-5f,  3.0517578e-5f, 0.1f,           -2.5f};
     const int ns = (int)(sizeof special / sizeof *special);
     float src[40];
     uint16_t got[40];

@@ -248,10 +248,14 @@ static void check_cache_f16(const char *arch, uint32_t type)
         rc |= cairn__backend_forward(b, &PROMPT[i], 1, i, dec + (size_t)i * V, 0);
     const double e1 = rel_err_d(bat, ref, NP * V), e2 = rel_err_d(dec, ref, NP * V),
                  e3 = rel_err_f(dec, f32, NP * V);
-    ok(rc == 0 && e1 <= 1e-4, "%s %s f16 cache: batched prompt vs the half-rounding reference: "
-       "rel err %.3g <= 1e-4", arch, tn, e1);
-    ok(rc == 0 && e2 <= 1e-4, "%s %s f16 cache: token-by-token decode vs that reference: rel err "
-       "%.3g <= 1e-4", arch, tn, e2);
+    ok(rc == 0 && e1 <= 1e-4,
+       "%s %s f16 cache: batched prompt vs the half-rounding reference: "
+       "rel err %.3g <= 1e-4",
+       arch, tn, e1);
+    ok(rc == 0 && e2 <= 1e-4,
+       "%s %s f16 cache: token-by-token decode vs that reference: rel err "
+       "%.3g <= 1e-4",
+       arch, tn, e2);
     ok(rc == 0 && memcmp(dec, one, NP * V * sizeof *dec) == 0,
        "%s %s f16 cache: 1 thread and 2 threads decode the same bits", arch, tn);
     ok(rc == 0 && e3 > 0 && e3 <= 1e-2,

@@ -33,12 +33,15 @@ static void sha256_file(const char *path, char out[65])
 
 /* ------------------------------------------------------------------ a full run */
 
-static void t_full(const char *type, const char *model)
+/* cache_type: generate's KV cache type, NULL for the default */
+static void t_full(const char *type, const char *model, const char *cache_type)
 {
     char *dir = pl_dir("full-%s", type);
     char *store = tu_fmt("%s/store", dir), *outbox = pl_dir("full-%s/outbox", type);
     char *path = tu_fmt("/full-%s/hook", type), *rcpt = tu_fmt("full-%s@example.com", type);
     json_t *cfg = pl_config(model, outbox, path);
+    if (cache_type)
+        json_object_set_new(pl_section(cfg, "generate"), "cache_type", json_string(cache_type));
     if (pl.smtp_python)
         pl_add_email(cfg, rcpt);
     char *config = pl_write_config(cfg, dir, "config.json");
@@ -188,6 +191,10 @@ static void t_config_errors(void)
     c = pl_config(g_model_f32, outbox, "/cfgerr/hook");
     json_object_del(pl_section(c, "generate"), "prompt");
     expect_config_error("missing prompt", c, 65, "generate.prompt", "required");
+
+    c = pl_config(g_model_f32, outbox, "/cfgerr/hook");
+    json_object_set_new(pl_section(c, "generate"), "cache_type", json_string("q4"));
+    expect_config_error("cache type q4", c, 65, "generate.cache_type", "\"f16\"");
 
     c = pl_config(g_model_f32, outbox, "/cfgerr/hook");
     json_object_set_new(pl_section(c, "generate"), "max_token", json_integer(10));
@@ -425,8 +432,9 @@ int main(int argc, char **argv)
              "parts skipped");
     g_model_f32 = pl_model("f32.gguf", "--type", "f32", (const char *)NULL);
     g_model_q8 = pl_model("q8_0.gguf", "--type", "q8_0", (const char *)NULL);
-    t_full("f32", g_model_f32);
-    t_full("q8_0", g_model_q8);
+    t_full("f32", g_model_f32, NULL);
+    t_full("q8_0", g_model_q8, NULL);
+    t_full("q8_0-cache-f16", g_model_q8, "f16");
     t_config_errors();
     t_template_missing_field();
     t_banned_reject();
