@@ -7,12 +7,12 @@
  * once, so the kernels work directly on the quantized blocks, one output row per dot product
  * (every row is summed by one thread in one order, so no result depends on timing or on which
  * thread ran it). Each thread gets one contiguous share of the rows and then helps with the
- * others' (mv_shares). For Q8_0 and Q4_0 the activation vector is first rounded to int8 blocks
- * and the inner loops are integer dot products, as in llama.cpp; the K-quants and float types
- * multiply in float. The int8 kernels are bound by their arithmetic unless it is cheap, so they
- * take up to 4 rows at once (sharing the activation loads, 4 independent accumulator chains)
- * and prefetch ahead; each row still gets the same arithmetic, so results do not depend on the
- * grouping.
+ * others' (mv_shares). For the quantized types (Q8_0, Q4_0, Q4_K, Q6_K) the activation vector
+ * is first rounded to int8 blocks of 32 and the inner loops are integer dot products, as in
+ * llama.cpp; the float types multiply in float. The int8 kernels are bound by their arithmetic
+ * unless it is cheap, so they take up to 4 rows at once (sharing the activation loads, 4
+ * independent accumulator chains) and prefetch ahead; each row still gets the same arithmetic, so
+ * results do not depend on the grouping.
  *
  * Each kernel exists as portable C and as an AVX2+FMA(+F16C) version, some also as AVX-512
  * (with VNNI and VBMI), compiled with __attribute__((target)) and picked at run time from
@@ -156,33 +156,65 @@ static float dot_q4_0_c(const uint8_t *w, const float *x, const void *xq, const 
     return s;
 }
 
-/* K-quants in plain C: dequantize a super-block, then multiply */
-static float dot_kq_c(uint32_t type, const uint8_t *w, const float *x, int64_t n)
+/* K-quants against the int8 activation (cairn__xk_block, kernels_cpu.h). Bytes through memcpy:
+ * a valid file may place a block at an odd address. */
+static float f16_at(const uint8_t *p)
 {
-    const size_t bb = cairn__quant_block_bytes(type);
-    float tmp[CAIRN__QK_K], s = 0.0f;
-    for (int64_t i = 0; i < n / CAIRN__QK_K; i++) {
-        cairn__dequant_row(type, w + (size_t)i * bb, tmp, CAIRN__QK_K);
-        for (int j = 0; j < CAIRN__QK_K; j++)
-            s += tmp[j] * x[i * CAIRN__QK_K + j];
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return cairn__f16_to_f32_inline(h);
+}
+
+/* w (n) . x (n) -> float; xq: n / 256 cairn__xk blocks */
+static float dot_q4_K_c(const uint8_t *w, const float *x, const void *xq, const float *xs,
+                        int64_t n)
+{
+    (void)x, (void)xs;
+    const cairn__xk_block *xk = xq;
+    float s = 0.0f;
+    for (int64_t i = 0; i < n / CAIRN__QK_K; i++, w += sizeof(cairn__block_q4_K)) {
+        const float d = f16_at(w + offsetof(cairn__block_q4_K, d)),
+                    dmin = f16_at(w + offsetof(cairn__block_q4_K, dmin));
+        const uint8_t *qs = w + offsetof(cairn__block_q4_K, qs);
+        uint64_t sc, m;
+        cairn__q4_K_scales(w + offsetof(cairn__block_q4_K, scales), &sc, &m);
+        for (int j = 0; j < 8; j++) { /* sub-block j: nibbles (j & 1) of bytes 32 (j / 2).. */
+            const int8_t *a = xk[i].a + 32 * j;
+            int dot = 0;
+            for (int k = 0; k < 32; k++)
+                dot += ((qs[32 * (j / 2) + k] >> (4 * (j & 1))) & 0xF) * a[k];
+            const int scj = (int)((sc >> (8 * j)) & 0xFF), mj = (int)((m >> (8 * j)) & 0xFF);
+            s += d * (float)scj * xk[i].d[j] * (float)dot - dmin * (float)mj * xk[i].ds[j];
+        }
     }
     return s;
 }
 
-/* w (n) . x (n) -> float */
-static float dot_q4_K_c(const uint8_t *w, const float *x, const void *xq, const float *xs,
-                        int64_t n)
-{
-    (void)xq, (void)xs;
-    return dot_kq_c(CAIRN__GGML_Q4_K, w, x, n);
-}
-
-/* w (n) . x (n) -> float */
+/* w (n) . x (n) -> float; xq: n / 256 cairn__xk blocks */
 static float dot_q6_K_c(const uint8_t *w, const float *x, const void *xq, const float *xs,
                         int64_t n)
 {
-    (void)xq, (void)xs;
-    return dot_kq_c(CAIRN__GGML_Q6_K, w, x, n);
+    (void)x, (void)xs;
+    const cairn__xk_block *xk = xq;
+    float s = 0.0f;
+    for (int64_t i = 0; i < n / CAIRN__QK_K; i++, w += sizeof(cairn__block_q6_K)) {
+        const float d = f16_at(w + offsetof(cairn__block_q6_K, d));
+        const uint8_t *ql = w + offsetof(cairn__block_q6_K, ql),
+                      *qh = w + offsetof(cairn__block_q6_K, qh);
+        const int8_t *sc = (const int8_t *)(w + offsetof(cairn__block_q6_K, scales));
+        for (int sb = 0; sb < 16; sb++) { /* 16 elements e = 16 sb.. of half h = sb / 8 */
+            int dot = 0;
+            for (int k = 0; k < 16; k++) {
+                const int e = 16 * (sb % 8) + k, l = e % 32, g = e / 32; /* group of 32 */
+                const uint8_t lo = ql[64 * (sb / 8) + l + 32 * (g & 1)] >> (4 * (g >> 1));
+                const uint8_t hi = qh[32 * (sb / 8) + l] >> (2 * g);
+                const int q = ((lo & 0xF) | ((hi & 3) << 4)) - 32;
+                dot += q * xk[i].a[16 * sb + k];
+            }
+            s += d * (float)sc[sb] * xk[i].d[sb / 2] * (float)dot;
+        }
+    }
+    return s;
 }
 
 /* ==== axpy (attention's weighted sum of V rows) ============================================== */
@@ -238,14 +270,14 @@ static const dot_table dots_avx2 = {.f32 = cairn__dot_f32_avx2,
                                     .isa = "avx2",
                                     .level = ISA_AVX2};
 #ifdef __x86_64__
-/* the AVX2 kernels, but Q4_0, Q8_0, F32 and axpy from kernels_cpu_avx512.c */
+/* the AVX2 kernels, but Q4_0, Q8_0, Q4_K, Q6_K, F32 and axpy from kernels_cpu_avx512.c */
 static const dot_table dots_avx512 = {.f32 = cairn__dot_f32_avx512,
                                       .f16 = cairn__dot_f16_avx2,
                                       .bf16 = cairn__dot_bf16_avx2,
                                       .q8_0 = cairn__dot_q8_0_avx2,
                                       .q4_0 = cairn__dot_q4_0_avx2,
-                                      .q4_K = cairn__dot_q4_K_avx2,
-                                      .q6_K = cairn__dot_q6_K_avx2,
+                                      .q4_K = cairn__dot_q4_K_avx512,
+                                      .q6_K = cairn__dot_q6_K_avx512,
                                       .axpy = cairn__axpy_avx512,
                                       .q4_0_rows = cairn__q4_0_rows_avx512,
                                       .q4_0_prep = cairn__q4_0_prep_avx512,
@@ -392,12 +424,29 @@ static dot_fn dot_for(const dot_table *t, uint32_t type)
 /* ==== matrix-vector ============================================================================
  */
 
+cairn__xk_block *cairn__xk_prep(const cairn__xq8_block *xq, int64_t cols, void *dst)
+{
+    cairn__xk_block *k = (cairn__xk_block *)(((uintptr_t)dst + 63) & ~(uintptr_t)63);
+    for (int64_t i = 0; i < cols / CAIRN__QK_K; i++)
+        for (int j = 0; j < 8; j++) {
+            const xq8_block *b = &xq[8 * i + j];
+            int sum = 0;
+            for (int e = 0; e < 32; e++)
+                sum += b->qs[e];
+            memcpy(k[i].a + 32 * j, b->qs, 32);
+            k[i].d[j] = b->d;
+            k[i].ds[j] = b->d * (float)sum;
+        }
+    return k;
+}
+
 size_t cairn__matvec_scratch_bytes(int64_t cols)
 {
     const size_t nb = (size_t)(cols + 31) / 32;
-    /* int8 blocks for Q8_0/Q4_0 and per-32 sums of x for Q4_K: a fused product over
+    /* int8 blocks for Q8_0/Q4_0, and the same laid out for the K-quants: a fused product over
      * matrices of mixed types needs both */
-    size_t n = nb * sizeof(xq8_block) + nb * sizeof(float) + 64;
+    size_t n =
+        nb * sizeof(xq8_block) + (size_t)(cols / CAIRN__QK_K) * sizeof(cairn__xk_block) + 128;
 #ifdef __x86_64__
     /* whatever the ISA now: it can change later */
     n += cairn__q4_0_prep_bytes(cols) + cairn__q8_0_prep_bytes(cols);
@@ -426,9 +475,9 @@ typedef struct {
     int64_t total; /* rows of all matrices together */
     const float *x;
     const void *xq;
-    const void *xq4, *xq8; /* for rows[k]: xq, or xq as the ISA's q4_0_prep / q8_0_prep
-                              rearranged it */
-    const float *xs;
+    const void *xq4, *xq8;     /* for rows[k]: xq, or xq as the ISA's q4_0_prep / q8_0_prep
+                                  rearranged it */
+    const cairn__xk_block *xk; /* for the K-quants' dot products */
     int n_shares;
     mv_share share[MV_SHARES];
 } mv_job;
@@ -450,9 +499,10 @@ static void mv_range(void *arg, int64_t r0, int64_t r1, int ith)
                        j->out[k] + (r0 - base));
             r0 = stop;
         }
+        const int kq = W->type == CAIRN__GGML_Q4_K || W->type == CAIRN__GGML_Q6_K;
         for (; r0 < stop; r0++)
             j->out[k][r0 - base] = j->dot[k](W->data + (size_t)(r0 - base) * W->row_bytes, j->x,
-                                             j->xq, j->xs, W->cols);
+                                             kq ? (const void *)j->xk : j->xq, NULL, W->cols);
         base = end;
     }
 }
@@ -486,7 +536,7 @@ void cairn__matvec_n(cairn__pool *p, const cairn__mat *const *W, int n, const fl
     mv_job j;
     memset(&j, 0, sizeof j);
     const int64_t cols = W[0]->cols, nb = cols / 32;
-    int need_q8 = 0, need_sums = 0, need_q4 = 0, need_q8r = 0;
+    int need_q8 = 0, need_k = 0, need_q4 = 0, need_q8r = 0;
     size_t bytes = 0;
     for (int k = 0; k < n && k < MV_MAX; k++) {
         j.W[j.n] = W[k];
@@ -499,8 +549,8 @@ void cairn__matvec_n(cairn__pool *p, const cairn__mat *const *W, int n, const fl
             memset(out[k], 0, (size_t)W[k]->rows * sizeof(float));
             continue;
         }
-        need_q8 |= W[k]->type == CAIRN__GGML_Q8_0 || W[k]->type == CAIRN__GGML_Q4_0;
-        need_sums |= W[k]->type == CAIRN__GGML_Q4_K;
+        need_k |= W[k]->type == CAIRN__GGML_Q4_K || W[k]->type == CAIRN__GGML_Q6_K;
+        need_q8 |= W[k]->type == CAIRN__GGML_Q8_0 || W[k]->type == CAIRN__GGML_Q4_0 || need_k;
         need_q4 |= W[k]->type == CAIRN__GGML_Q4_0;
         need_q8r |= W[k]->type == CAIRN__GGML_Q8_0;
         j.total += W[k]->rows;
@@ -511,23 +561,16 @@ void cairn__matvec_n(cairn__pool *p, const cairn__mat *const *W, int n, const fl
     if (need_q8) {
         t->quant_x(x, scratch, nb);
         j.xq = j.xq4 = j.xq8 = scratch;
-        char *prep = (char *)scratch + (size_t)nb * (sizeof(xq8_block) + sizeof(float));
+        char *kprep = (char *)scratch + (size_t)nb * sizeof(xq8_block);
+        if (need_k)
+            j.xk = cairn__xk_prep(scratch, cols, kprep);
+        char *prep = kprep + (size_t)(cols / CAIRN__QK_K) * sizeof(cairn__xk_block) + 64;
         if (need_q4 && t->q4_0_prep)
             j.xq4 = t->q4_0_prep(scratch, cols, prep);
 #ifdef __x86_64__
         if (need_q8r && t->q8_0_prep)
             j.xq8 = t->q8_0_prep(scratch, cols, prep + cairn__q4_0_prep_bytes(cols));
 #endif
-    }
-    if (need_sums) {
-        float *xs = (float *)(void *)((char *)scratch + (size_t)nb * sizeof(xq8_block));
-        for (int64_t i = 0; i < nb; i++) {
-            float s = 0.0f;
-            for (int k = 0; k < 32; k++)
-                s += x[32 * i + k];
-            xs[i] = s;
-        }
-        j.xs = xs;
     }
     /* tiny products are not worth waking the workers for */
     if (bytes < 32768)

@@ -10,6 +10,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h> /* memcpy in cairn__q4_K_scales */
 
 #include "gpu/threadpool.h"
 
@@ -78,6 +79,39 @@ typedef struct {
     int8_t qs[32];
 } cairn__xq8_block;
 
+/* The activation as the K-quant kernels take it (xq of their dot products): per 256 elements
+ * (one super-block) the int8 values of its 8 xq8 blocks in order, each block's scale, and each
+ * block's scale times the sum of its int8 values (what a Q4_K min multiplies). Arrays of them
+ * start 64-byte aligned (cairn__xk_prep). A Q4_K sub-block of 32 meets one activation block:
+ *   d*sc*xd * (q . a) - dmin*m * ds;
+ * a Q6_K sub-block of 16 meets half of one: d*sc*xd * ((q - 32) . a). The integer dot products
+ * are exact, so every ISA level computes the same sub-block terms up to the order of the float
+ * additions, as for Q8_0 / Q4_0. */
+typedef struct {
+    int8_t a[256];
+    float d[8];
+    float ds[8];
+} cairn__xk_block;
+/* xq (cols / 32 blocks, cols a multiple of 256) -> cols / 256 blocks at the first 64-byte
+ * boundary of dst (cairn__matvec_scratch_bytes leaves room), which it returns */
+cairn__xk_block *cairn__xk_prep(const cairn__xq8_block *xq, int64_t cols, void *dst);
+
+/* The 8 scales and 8 mins (6 bits each) of a Q4_K block's 12 packed bytes, as two 8-byte words
+ * (byte j: sub-block j). Bytes 0-3 hold scales 0-3 and bytes 4-7 mins 0-3 in their low 6 bits;
+ * scales and mins 4-7 are a nibble of bytes 8-11 each plus the 2 top bits of bytes 0-3 (scales)
+ * and 4-7 (mins), as gpu/quant.c's q4k_scale_min reads them one at a time. */
+static inline void cairn__q4_K_scales(const uint8_t *s12, uint64_t *sc, uint64_t *m)
+{
+    uint32_t w0, w1, w2;
+    memcpy(&w0, s12, 4);
+    memcpy(&w1, s12 + 4, 4);
+    memcpy(&w2, s12 + 8, 4);
+    const uint32_t sc_hi = (w2 & 0x0F0F0F0Fu) | (((w0 >> 6) & 0x03030303u) << 4);
+    const uint32_t m_hi = ((w2 >> 4) & 0x0F0F0F0Fu) | (((w1 >> 6) & 0x03030303u) << 4);
+    *sc = (uint64_t)(w0 & 0x3F3F3F3Fu) | (uint64_t)sc_hi << 32;
+    *m = (uint64_t)(w1 & 0x3F3F3F3Fu) | (uint64_t)m_hi << 32;
+}
+
 /* Runs kernel(w, rb, xp, n, out, R) over nr rows, 4 at a time and then the 1-3 left, R a
  * constant in each call: the multi-row kernels are always_inline functions of R, compiled once
  * per row count with their accumulators in registers. One call of the caller's covers a whole
@@ -107,7 +141,8 @@ typedef struct {
 
 /* The AVX2 + FMA + F16C kernels (kernels_cpu_avx2.c, x86 only; call only where
  * cairn__kernels_level() >= 1). A dot product: one row w (n elements of its type) . x (n) ->
- * float, with xq = x as int8 blocks (Q8_0, Q4_0) and xs = sums of x per 32 elements (Q4_K). */
+ * float, with xq = x as int8 blocks (Q8_0, Q4_0) or as cairn__xk blocks (Q4_K, Q6_K); xs is
+ * unused. */
 float cairn__dot_f32_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs,
                           int64_t n);
 float cairn__dot_f16_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs,
@@ -148,6 +183,11 @@ float cairn__dot_f32_avx512(const uint8_t *w, const float *x, const void *xq, co
                             int64_t n);
 /* y (n) += a * x (n) */
 void cairn__axpy_avx512(float *y, float a, const float *x, int64_t n);
+/* The K-quants' dot products (xq: cairn__xk blocks), with VNNI */
+float cairn__dot_q4_K_avx512(const uint8_t *w, const float *x, const void *xq, const float *xs,
+                             int64_t n);
+float cairn__dot_q6_K_avx512(const uint8_t *w, const float *x, const void *xq, const float *xs,
+                             int64_t n);
 /* cairn__attn_head (f16 0) or cairn__attn_head_f16 (f16 1) for hd a multiple of 16, at most 128 */
 void cairn__attn_head_avx512(const float *q, const void *K, const void *V, size_t ld, int n, int hd,
                              float scale, float *sc, float *out, int f16);

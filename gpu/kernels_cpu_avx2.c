@@ -6,7 +6,9 @@
  * Q4_0 and Q8_0 multiply in int8 (the activation rounded to int8 blocks, as llama.cpp does):
  * maddubs wants an unsigned left operand, so the weight's sign is moved onto the activation
  * (Q8_0), or the nibbles stay unsigned and the -8 is applied once per activation block (Q4_0).
- * The K-quants multiply in float against x.
+ * The K-quants multiply in int8 too, against the activation laid out per super-block
+ * (cairn__xk_block): their quants are unsigned (Q4_K 0..15, Q6_K 0..63, whose -32 is taken off
+ * with a second product against 32s), scaled per sub-block in float.
  */
 #include "gpu/kernels_cpu.h"
 
@@ -256,108 +258,113 @@ AVX2 void cairn__q4_0_rows_avx2(const uint8_t *w, size_t rb, int nr, const void 
     CAIRN__ROWS_DISPATCH(q4_0_rows_avx2, w, rb, nr, xq, n, out);
 }
 
-/* 32 unsigned bytes . 32 floats -> 8 partial float sums */
-AVX2 static inline __m256 dot_u8x32_f32(const uint8_t *q, const float *x)
+/* unsigned bytes u (each <= 63) . signed bytes a -> 8 int32 sums of 4 products; maddubs's pair
+ * sums stay within int16 (2 * 63 * 127) */
+AVX2 static inline __m256i dot_u8_i8(__m256i u, __m256i a)
 {
-    __m256 s = _mm256_mul_ps(
-        _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)q))),
-        _mm256_loadu_ps(x));
-    for (int k = 8; k < 32; k += 8)
-        s = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
-                                _mm_loadl_epi64((const __m128i *)(const void *)(q + k)))),
-                            _mm256_loadu_ps(x + k), s);
-    return s;
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, a), _mm256_set1_epi16(1));
 }
 
-/* Q4_K: sum over a sub-block of (d*sc*q - dmin*m) x = d*sc * (q . x) - dmin*m * sum(x), with
- * sum(x) per 32 elements precomputed once per product (xs). */
-/* w (n) . x (n) -> float */
+/* the f16 at p (any alignment) */
+AVX2 static inline float f16_at(const uint8_t *p)
+{
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return F16(h);
+}
+
+/* Q4_K against the int8 activation (cairn__xk_block): per sub-block of 32, the 4-bit quants
+ * (unsigned) . the activation in int8, scaled by d * sc * xd; the mins once per super-block,
+ * dmin * (m . ds) over the 8 sub-blocks. */
+/* w (n) . x (n) -> float; xq: n / 256 cairn__xk blocks */
 AVX2 float cairn__dot_q4_K_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs,
                                 int64_t n)
 {
-    (void)xq;
-    const cairn__block_q4_K *b = (const cairn__block_q4_K *)w;
+    (void)x, (void)xs;
+    const cairn__xk_block *xk = xq;
     const __m256i m4 = _mm256_set1_epi8(0x0F);
-    __m256 acc = _mm256_setzero_ps();
-    float macc = 0.0f;
-    for (int64_t i = 0; i < n / CAIRN__QK_K; i++) {
-        const float d = F16(b[i].d), dmin = F16(b[i].dmin);
-        const uint8_t *sc = b[i].scales;
-        const float *xb = x + i * CAIRN__QK_K;
-        const float *xsb = xs + i * 8;
-        for (int j = 0; j < 4; j++) {
-            uint8_t s1, m1, s2, m2;
-            if (j < 2) {
-                s1 = sc[2 * j] & 63, m1 = sc[2 * j + 4] & 63;
-                s2 = sc[2 * j + 1] & 63, m2 = sc[2 * j + 5] & 63;
-            } else {
-                const int a = 2 * j, c = 2 * j + 1;
-                s1 = (uint8_t)((sc[a + 4] & 0xF) | ((sc[a - 4] >> 6) << 4));
-                m1 = (uint8_t)((sc[a + 4] >> 4) | ((sc[a] >> 6) << 4));
-                s2 = (uint8_t)((sc[c + 4] & 0xF) | ((sc[c - 4] >> 6) << 4));
-                m2 = (uint8_t)((sc[c + 4] >> 4) | ((sc[c] >> 6) << 4));
-            }
-            const __m256i q = _mm256_loadu_si256((const __m256i *)(const void *)(b[i].qs + 32 * j));
-            uint8_t lo[32], hi[32];
-            _mm256_storeu_si256((__m256i *)(void *)lo, _mm256_and_si256(q, m4));
-            _mm256_storeu_si256((__m256i *)(void *)hi,
-                                _mm256_and_si256(_mm256_srli_epi16(q, 4), m4));
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(d * s1), dot_u8x32_f32(lo, xb + 64 * j), acc);
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(d * s2), dot_u8x32_f32(hi, xb + 64 * j + 32), acc);
-            macc += dmin * m1 * xsb[2 * j] + dmin * m2 * xsb[2 * j + 1];
+    __m256 acc = _mm256_setzero_ps(), macc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / CAIRN__QK_K; i++, w += sizeof(cairn__block_q4_K)) {
+        const float d = f16_at(w + offsetof(cairn__block_q4_K, d)),
+                    dmin = f16_at(w + offsetof(cairn__block_q4_K, dmin));
+        const uint8_t *qs = w + offsetof(cairn__block_q4_K, qs);
+        uint64_t sc, m;
+        cairn__q4_K_scales(w + offsetof(cairn__block_q4_K, scales), &sc, &m);
+        /* d * sc[j] * xd[j] for the 8 sub-blocks, and the mins' dmin * m[j] * ds[j] */
+        float f[8];
+        _mm256_storeu_ps(
+            f, _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(d),
+                                           _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(
+                                               (const __m128i *)(const void *)&sc)))),
+                             _mm256_loadu_ps(xk[i].d)));
+        macc =
+            _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(dmin),
+                                          _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
+                                              _mm_loadl_epi64((const __m128i *)(const void *)&m)))),
+                            _mm256_loadu_ps(xk[i].ds), macc);
+        for (int c = 0; c < 4; c++) { /* bytes 32c..: sub-block 2c low nibbles, 2c+1 high */
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(const void *)(qs + 32 * c));
+            const __m256i lo = _mm256_and_si256(q, m4),
+                          hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+            const __m256i p0 =
+                dot_u8_i8(lo, _mm256_load_si256((const __m256i *)(const void *)(xk[i].a + 64 * c)));
+            const __m256i p1 = dot_u8_i8(
+                hi, _mm256_load_si256((const __m256i *)(const void *)(xk[i].a + 64 * c + 32)));
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), _mm256_set1_ps(f[2 * c]), acc);
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p1), _mm256_set1_ps(f[2 * c + 1]), acc);
         }
     }
-    return hsum256(acc) - macc;
+    return hsum256(acc) - hsum256(macc);
 }
 
-/* w (n) . x (n) -> float */
+/* Q6_K against the int8 activation: per sub-block of 16, the 6-bit quants (unsigned, 0..63) .
+ * the activation, minus 32 * the activation's sum (the same product with 32s), scaled by
+ * d * sc * xd. */
+/* w (n) . x (n) -> float; xq: n / 256 cairn__xk blocks */
 AVX2 float cairn__dot_q6_K_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs,
                                 int64_t n)
 {
-    (void)xq, (void)xs;
-    const cairn__block_q6_K *b = (const cairn__block_q6_K *)w;
-    const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3);
-    const __m256i k32 = _mm256_set1_epi32(32);
+    (void)x, (void)xs;
+    const cairn__xk_block *xk = xq;
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3), k32 = _mm256_set1_epi8(32);
+    /* lanes 0-3 of a product belong to the first sub-block of 16, 4-7 to the second */
+    const __m256i half = _mm256_set_epi32(1, 1, 1, 1, 0, 0, 0, 0);
     __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / CAIRN__QK_K; i++) {
-        const float d = F16(b[i].d);
-        const float *xb = x + i * CAIRN__QK_K;
+    for (int64_t i = 0; i < n / CAIRN__QK_K; i++, w += sizeof(cairn__block_q6_K)) {
+        const float d = f16_at(w + offsetof(cairn__block_q6_K, d));
+        const uint8_t *ql = w + offsetof(cairn__block_q6_K, ql),
+                      *qh = w + offsetof(cairn__block_q6_K, qh);
+        const int8_t *sc = (const int8_t *)(w + offsetof(cairn__block_q6_K, scales));
         for (int h = 0; h < 2; h++) {
-            const uint8_t *ql = b[i].ql + 64 * h, *qh = b[i].qh + 32 * h;
-            const int8_t *sc = b[i].scales + 8 * h;
-            const __m256i l0 = _mm256_loadu_si256((const __m256i *)(const void *)ql);
-            const __m256i l1 = _mm256_loadu_si256((const __m256i *)(const void *)(ql + 32));
-            const __m256i hb = _mm256_loadu_si256((const __m256i *)(const void *)qh);
-            uint8_t q[128]; /* 6-bit values 0..63 of the 128 elements of this half */
-            _mm256_storeu_si256((__m256i *)(void *)(q + 0),
-                                _mm256_or_si256(_mm256_and_si256(l0, m4),
-                                                _mm256_slli_epi16(_mm256_and_si256(hb, m2), 4)));
-            _mm256_storeu_si256(
-                (__m256i *)(void *)(q + 32),
+            const __m256i l0 = _mm256_loadu_si256((const __m256i *)(const void *)(ql + 64 * h));
+            const __m256i l1 =
+                _mm256_loadu_si256((const __m256i *)(const void *)(ql + 64 * h + 32));
+            const __m256i hb = _mm256_loadu_si256((const __m256i *)(const void *)(qh + 32 * h));
+            /* the 4 groups of 32 of this half, in element order */
+            const __m256i g[4] = {
+                _mm256_or_si256(_mm256_and_si256(l0, m4),
+                                _mm256_slli_epi16(_mm256_and_si256(hb, m2), 4)),
                 _mm256_or_si256(
                     _mm256_and_si256(l1, m4),
-                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2), m2), 4)));
-            _mm256_storeu_si256(
-                (__m256i *)(void *)(q + 64),
+                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2), m2), 4)),
                 _mm256_or_si256(
                     _mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
-                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 4), m2), 4)));
-            _mm256_storeu_si256(
-                (__m256i *)(void *)(q + 96),
+                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 4), m2), 4)),
                 _mm256_or_si256(
                     _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 6), m2), 4)));
-            for (int s = 0; s < 8; s++) { /* 16-element sub-blocks */
-                const uint8_t *qs = q + 16 * s;
-                const float *xs16 = xb + 128 * h + 16 * s;
-                __m256 v0 = _mm256_cvtepi32_ps(_mm256_sub_epi32(
-                    _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)qs)), k32));
-                __m256 v1 = _mm256_cvtepi32_ps(_mm256_sub_epi32(
-                    _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(qs + 8))),
-                    k32));
-                __m256 p = _mm256_fmadd_ps(v1, _mm256_loadu_ps(xs16 + 8),
-                                           _mm256_mul_ps(v0, _mm256_loadu_ps(xs16)));
-                acc = _mm256_fmadd_ps(_mm256_set1_ps(d * sc[s]), p, acc);
+                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 6), m2), 4))};
+            for (int k = 0; k < 4; k++) { /* elements 128h + 32k.., activation block 4h + k */
+                const int b = 4 * h + k;
+                const __m256i a =
+                    _mm256_load_si256((const __m256i *)(const void *)(xk[i].a + 32 * b));
+                const __m256i p = _mm256_sub_epi32(dot_u8_i8(g[k], a), dot_u8_i8(k32, a));
+                /* d * sc * xd of the two sub-blocks 2b, 2b+1, each over its 4 lanes */
+                const float xd = d * xk[i].d[b];
+                const __m256 f = _mm256_permutevar8x32_ps(_mm256_set_ps(0, 0, 0, 0, 0, 0,
+                                                                        xd * (float)sc[2 * b + 1],
+                                                                        xd * (float)sc[2 * b]),
+                                                          half);
+                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), f, acc);
             }
         }
     }

@@ -488,4 +488,130 @@ AVX512 void cairn__attn_head_avx512(const float *q, const void *K, const void *V
         break;
     }
 }
+/* the sum of v's 8 floats */
+AVX512 static inline float hsum8(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* ---- K-quants: Q4_K and Q6_K against the int8 activation ----------------------------------
+ *
+ * The activation comes as cairn__xk blocks (kernels_cpu.h): a super-block's 256 int8 values in
+ * order, 64-byte aligned, so each 64 of them is one aligned load. Q4_K: a chunk of 32 quant
+ * bytes holds sub-block 2c in its low nibbles and 2c+1 in its high ones; broadcast to both
+ * halves of a register and shifted by 0 and 4 (vpsrlvw), it lines up with activation bytes
+ * 64c..64c+63, and vpdpbusd leaves sub-block 2c in lanes 0-7 and 2c+1 in lanes 8-15. Q6_K: a
+ * half's 64 low-nibble bytes and 32 high-bit bytes give two registers of 64 quants each, in
+ * element order (the 2-bit fields picked by shifts of 0/2 and 4/6 per register half); 4 lanes
+ * of the product make one sub-block of 16, and a second vpdpbusd against 32s takes off the
+ * offset. In both, each lane's int32 is scaled by its sub-block's d * sc * xd (a permute of the
+ * 8 or 16 per-block factors) into one float accumulator. */
+
+/* w (n) . x (n) -> float; xq: n / 256 cairn__xk blocks */
+AVX512 float cairn__dot_q4_K_avx512(const uint8_t *w, const float *x, const void *xq,
+                                    const float *xs, int64_t n)
+{
+    (void)x, (void)xs;
+    const cairn__xk_block *xk = xq;
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    /* 16-bit lanes: the register's low half by 0, its high half by 4 */
+    const __m512i nib = _mm512_set_epi64(0x0004000400040004LL, 0x0004000400040004LL,
+                                         0x0004000400040004LL, 0x0004000400040004LL, 0, 0, 0, 0);
+    __m512i idx[4]; /* lanes 0-7: factor 2c, 8-15: factor 2c+1 */
+    for (int c = 0; c < 4; c++)
+        idx[c] = _mm512_set_epi32(2 * c + 1, 2 * c + 1, 2 * c + 1, 2 * c + 1, 2 * c + 1, 2 * c + 1,
+                                  2 * c + 1, 2 * c + 1, 2 * c, 2 * c, 2 * c, 2 * c, 2 * c, 2 * c,
+                                  2 * c, 2 * c);
+    __m512 acc = _mm512_setzero_ps();
+    __m256 macc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / CAIRN__QK_K; i++, w += sizeof(cairn__block_q4_K)) {
+        uint16_t dh, mh;
+        memcpy(&dh, w + offsetof(cairn__block_q4_K, d), 2);
+        memcpy(&mh, w + offsetof(cairn__block_q4_K, dmin), 2);
+        const uint8_t *qs = w + offsetof(cairn__block_q4_K, qs);
+        uint64_t sc, m;
+        cairn__q4_K_scales(w + offsetof(cairn__block_q4_K, scales), &sc, &m);
+        const __m256 f8 =
+            _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(dh)),
+                                        _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
+                                            _mm_loadl_epi64((const __m128i *)(const void *)&sc)))),
+                          _mm256_load_ps(xk[i].d));
+        const __m256 mf = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(mh)),
+                                        _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
+                                            _mm_loadl_epi64((const __m128i *)(const void *)&m))));
+        macc = _mm256_add_ps(macc, _mm256_mul_ps(mf, _mm256_load_ps(xk[i].ds)));
+        const __m512 f = _mm512_castps256_ps512(f8);
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++) {
+            const __m512i q = _mm512_and_si512(
+                _mm512_srlv_epi16(_mm512_broadcast_i64x4(_mm256_loadu_si256(
+                                      (const __m256i *)(const void *)(qs + 32 * c))),
+                                  nib),
+                m4);
+            const __m512i p = _mm512_dpbusd_epi32(
+                _mm512_setzero_si512(), q, _mm512_load_si512((const void *)(xk[i].a + 64 * c)));
+            acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_permutexvar_ps(idx[c], f), acc);
+        }
+    }
+    return _mm512_reduce_add_ps(acc) - hsum8(macc);
+}
+
+/* w (n) . x (n) -> float; xq: n / 256 cairn__xk blocks */
+AVX512 float cairn__dot_q6_K_avx512(const uint8_t *w, const float *x, const void *xq,
+                                    const float *xs, int64_t n)
+{
+    (void)x, (void)xs;
+    const cairn__xk_block *xk = xq;
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m2 = _mm512_set1_epi8(3), k32 = _mm512_set1_epi8(32);
+    /* 16-bit lane shifts of the broadcast high bits: groups 0 | 1 by 0 | 2, groups 2 | 3 by
+     * 4 | 6 */
+    const __m512i sh01 = _mm512_set_epi64(0x0002000200020002LL, 0x0002000200020002LL,
+                                          0x0002000200020002LL, 0x0002000200020002LL, 0, 0, 0, 0);
+    const __m512i sh23 = _mm512_add_epi16(sh01, _mm512_set1_epi16(4));
+    /* the 16 sub-blocks' factors, xd of sub-block s being the activation block s / 2 */
+    const __m512i dup = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
+    __m512i idx[4]; /* register k of a super-block: lane l is sub-block 4k + l / 4 */
+    for (int k = 0; k < 4; k++)
+        idx[k] = _mm512_set_epi32(4 * k + 3, 4 * k + 3, 4 * k + 3, 4 * k + 3, 4 * k + 2, 4 * k + 2,
+                                  4 * k + 2, 4 * k + 2, 4 * k + 1, 4 * k + 1, 4 * k + 1, 4 * k + 1,
+                                  4 * k, 4 * k, 4 * k, 4 * k);
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n / CAIRN__QK_K; i++, w += sizeof(cairn__block_q6_K)) {
+        uint16_t dh;
+        memcpy(&dh, w + offsetof(cairn__block_q6_K, d), 2);
+        const uint8_t *ql = w + offsetof(cairn__block_q6_K, ql),
+                      *qh = w + offsetof(cairn__block_q6_K, qh);
+        const __m512 scf = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(
+            (const __m128i *)(const void *)(w + offsetof(cairn__block_q6_K, scales)))));
+        const __m512 f = _mm512_mul_ps(
+            _mm512_mul_ps(scf, _mm512_set1_ps(_cvtsh_ss(dh))),
+            _mm512_permutexvar_ps(dup, _mm512_castps256_ps512(_mm256_load_ps(xk[i].d))));
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            const __m512i lq = _mm512_loadu_si512((const void *)(ql + 64 * h));
+            const __m512i hq = _mm512_broadcast_i64x4(
+                _mm256_loadu_si256((const __m256i *)(const void *)(qh + 32 * h)));
+            const __m512i q[2] = {
+                _mm512_or_si512(
+                    _mm512_and_si512(lq, m4),
+                    _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(hq, sh01), m2), 4)),
+                _mm512_or_si512(
+                    _mm512_and_si512(_mm512_srli_epi16(lq, 4), m4),
+                    _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(hq, sh23), m2), 4))};
+#pragma GCC unroll 2
+            for (int r = 0; r < 2; r++) { /* elements 128h + 64r.. */
+                const int k = 2 * h + r;
+                const __m512i a = _mm512_load_si512((const void *)(xk[i].a + 64 * k));
+                const __m512i p =
+                    _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), q[r], a),
+                                     _mm512_dpbusd_epi32(_mm512_setzero_si512(), k32, a));
+                acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_permutexvar_ps(idx[k], f), acc);
+            }
+        }
+    }
+    return _mm512_reduce_add_ps(acc);
+}
 #endif /* __x86_64__ */

@@ -5,7 +5,8 @@
  * of the vector kernels (an AVX-512 Q4_0 pass takes four 32-column blocks per register, so 1-3
  * leftover blocks take another path) nor odd row counts (4 rows per pass). Here each level the
  * CPU has (scalar, avx2, avx512) runs:
- *   - cairn__matvec on Q4_0 and Q8_0 weights of 1-13 blocks by 1-11 rows, against a float64
+ *   - cairn__matvec on Q4_0 and Q8_0 weights of 1-13 blocks (Q4_K and Q6_K: 1-4 super-blocks)
+ *     by 1-11 rows, against a float64
  *     dot product of the same dequantized weights and int8-rounded input (what the integer
  *     kernels compute), and against the scalar level;
  *   - cairn__matvec_n (Q, K, V in one pass) against three cairn__matvec calls;
@@ -58,10 +59,12 @@ static void check_matvec(cairn__pool *pool, const char *level, uint32_t type, si
 {
     int bad_ref = 0, bad_scalar = 0, shapes = 0;
     double worst = 0;
-    for (int nbk = 1; nbk <= 13; nbk++) {
+    /* K-quants: rows of 1-4 super-blocks of 256 */
+    const int kq = type == CAIRN__GGML_Q4_K || type == CAIRN__GGML_Q6_K;
+    for (int nbk = kq ? 8 : 1; nbk <= (kq ? 32 : 13); nbk += kq ? 8 : 1) {
         for (int rows = 1; rows <= 11; rows++) {
             int cols = 32 * nbk;
-            size_t rb = (size_t)nbk * block_bytes;
+            size_t rb = (size_t)(cols / (int)cairn__quant_block_elems(type)) * block_bytes;
             float *w = malloc(sizeof(float) * (size_t)(cols * rows)),
                   *x = malloc(sizeof(float) * cols);
             unsigned char *q = malloc(rb * (size_t)rows); /* exact: an overrun is caught */
@@ -91,9 +94,10 @@ static void check_matvec(cairn__pool *pool, const char *level, uint32_t type, si
     }
     cairn__kernels_set_isa(NULL);
     ok(bad_ref == 0 && bad_scalar == 0,
-       "%s %s matvec, %d shapes of 1-13 blocks x 1-11 rows: agrees with the float64 reference "
+       "%s %s matvec, %d shapes of %s x 1-11 rows: agrees with the float64 reference "
        "(worst %.2g) and the scalar level (%d, %d rows off)",
-       level, type == CAIRN__GGML_Q4_0 ? "Q4_0" : "Q8_0", shapes, worst, bad_ref, bad_scalar);
+       level, cairn__ggml_type_name(type), shapes, kq ? "256-1024 columns" : "1-13 blocks", worst,
+       bad_ref, bad_scalar);
 }
 
 static void check_matvec_n(cairn__pool *pool, const char *level)
@@ -331,6 +335,8 @@ int main(void)
         }
         check_matvec(pool, levels[l], CAIRN__GGML_Q4_0, 18);
         check_matvec(pool, levels[l], CAIRN__GGML_Q8_0, 34);
+        check_matvec(pool, levels[l], CAIRN__GGML_Q4_K, 144);
+        check_matvec(pool, levels[l], CAIRN__GGML_Q6_K, 210);
         check_matvec_n(pool, levels[l]);
         if (l >= 1) /* the levels with multi-row kernels: avx2 (Q4_0), avx512 (Q4_0, Q8_0) */
             check_grouping(levels[l], CAIRN__GGML_Q4_0, 18);

@@ -1,11 +1,14 @@
 /* tests/model/test_model.c - loader errors, and the CPU backend against the float64 reference.
  *
  * Tolerances (max |got - ref| / max |ref| over all logits):
- *   1e-4 for every type on the prompt (batched) path, and for F32/F16/BF16/Q4_K/Q6_K decode: both
+ *   1e-4 for every type on the prompt (batched) path, and for F32/F16/BF16 decode: both
  *        multiply the same dequantized weights in float; only summation order differs.
  *   2e-2 for Q8_0/Q4_0 decode: those kernels round the activation vector to int8 per 32 values
  *        (as llama.cpp does) before the integer dot product, a ~0.4% error per element that the
  *        reference, working on exact activations, does not make.
+ *   3e-2 for Q4_K/Q6_K decode: the same int8 activation, in models 4x wider (rows of 256); the
+ *        largest error seen is 2.0e-2. test_kernels.c holds every quantized kernel to 1e-4 of
+ *        a float64 product with the int8-rounded activation, which is what they compute.
  */
 #include <math.h>
 #include <stdio.h>
@@ -174,8 +177,9 @@ static void check_model(const char *arch, uint32_t type, int tied, int kquant, i
        arch, tn, e1);
     for (int i = 0; i < NP; i++)
         rc |= cairn__backend_forward(b, &PROMPT[i], 1, i, dec + (size_t)i * V, 0);
-    const int int8 = type == CAIRN__GGML_Q8_0 || type == CAIRN__GGML_Q4_0;
-    const double tol = int8 ? 2e-2 : 1e-4;
+    const int kq = type == CAIRN__GGML_Q4_K || type == CAIRN__GGML_Q6_K;
+    const int int8 = type == CAIRN__GGML_Q8_0 || type == CAIRN__GGML_Q4_0 || kq;
+    const double tol = kq ? 3e-2 : int8 ? 2e-2 : 1e-4;
     double e2 = rel_err_d(dec, ref, NP * V);
     ok(rc == 0 && e2 <= tol, "%s %s: token-by-token decode vs reference: rel err %.3g <= %g", arch,
        tn, e2, tol);
@@ -391,7 +395,8 @@ static void check_kernels_scalar_vs_simd(void)
                 s += (double)row[c] * x[c];
             yr[i] = (float)s;
         }
-        const int int8 = ty == CAIRN__GGML_Q8_0 || ty == CAIRN__GGML_Q4_0;
+        const int int8 = ty == CAIRN__GGML_Q8_0 || ty == CAIRN__GGML_Q4_0 ||
+                         ty == CAIRN__GGML_Q4_K || ty == CAIRN__GGML_Q6_K;
         double es = rel_err_f(y1, yr, rows), ev = rel_err_f(y2, yr, rows),
                esv = rel_err_f(y2, y1, rows);
         ok(es <= (int8 ? 2e-2 : 1e-5) && ev <= (int8 ? 2e-2 : 1e-5) && esv <= 1e-5,
