@@ -283,7 +283,9 @@ AVX2 float cairn__dot_q4_K_avx2(const uint8_t *w, const float *x, const void *xq
     (void)x, (void)xs;
     const cairn__xk_block *xk = xq;
     const __m256i m4 = _mm256_set1_epi8(0x0F);
-    __m256 acc = _mm256_setzero_ps(), macc = _mm256_setzero_ps();
+    /* two chains (low and high nibbles): one chain of 8 multiply-adds a super-block was the
+     * bound in cache */
+    __m256 acc = _mm256_setzero_ps(), acc2 = _mm256_setzero_ps(), macc = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / CAIRN__QK_K; i++, w += sizeof(cairn__block_q4_K)) {
         const float d = f16_at(w + offsetof(cairn__block_q4_K, d)),
                     dmin = f16_at(w + offsetof(cairn__block_q4_K, dmin));
@@ -311,10 +313,10 @@ AVX2 float cairn__dot_q4_K_avx2(const uint8_t *w, const float *x, const void *xq
             const __m256i p1 = dot_u8_i8(
                 hi, _mm256_load_si256((const __m256i *)(const void *)(xk[i].a + 64 * c + 32)));
             acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), _mm256_set1_ps(f[2 * c]), acc);
-            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p1), _mm256_set1_ps(f[2 * c + 1]), acc);
+            acc2 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p1), _mm256_set1_ps(f[2 * c + 1]), acc2);
         }
     }
-    return hsum256(acc) - hsum256(macc);
+    return hsum256(_mm256_add_ps(acc, acc2)) - hsum256(macc);
 }
 
 /* Q6_K against the int8 activation: per sub-block of 16, the 6-bit quants (unsigned, 0..63) .
@@ -329,7 +331,8 @@ AVX2 float cairn__dot_q6_K_avx2(const uint8_t *w, const float *x, const void *xq
     const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3), k32 = _mm256_set1_epi8(32);
     /* lanes 0-3 of a product belong to the first sub-block of 16, 4-7 to the second */
     const __m256i half = _mm256_set_epi32(1, 1, 1, 1, 0, 0, 0, 0);
-    __m256 acc = _mm256_setzero_ps();
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                     _mm256_setzero_ps()}; /* one chain per group of 32 */
     for (int64_t i = 0; i < n / CAIRN__QK_K; i++, w += sizeof(cairn__block_q6_K)) {
         const float d = f16_at(w + offsetof(cairn__block_q6_K, d));
         const uint8_t *ql = w + offsetof(cairn__block_q6_K, ql),
@@ -364,11 +367,11 @@ AVX2 float cairn__dot_q6_K_avx2(const uint8_t *w, const float *x, const void *xq
                                                                         xd * (float)sc[2 * b + 1],
                                                                         xd * (float)sc[2 * b]),
                                                           half);
-                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), f, acc);
+                acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), f, acc[k]);
             }
         }
     }
-    return hsum256(acc);
+    return hsum256(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
 }
 
 /* y (n) += a * x (n) */

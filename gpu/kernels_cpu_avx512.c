@@ -525,7 +525,10 @@ AVX512 float cairn__dot_q4_K_avx512(const uint8_t *w, const float *x, const void
         idx[c] = _mm512_set_epi32(2 * c + 1, 2 * c + 1, 2 * c + 1, 2 * c + 1, 2 * c + 1, 2 * c + 1,
                                   2 * c + 1, 2 * c + 1, 2 * c, 2 * c, 2 * c, 2 * c, 2 * c, 2 * c,
                                   2 * c, 2 * c);
-    __m512 acc = _mm512_setzero_ps();
+    /* one accumulator per chunk: a single chain of 4 multiply-adds per super-block was the
+     * kernel's bound in cache */
+    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+                     _mm512_setzero_ps()};
     __m256 macc = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / CAIRN__QK_K; i++, w += sizeof(cairn__block_q4_K)) {
         uint16_t dh, mh;
@@ -553,10 +556,13 @@ AVX512 float cairn__dot_q4_K_avx512(const uint8_t *w, const float *x, const void
                 m4);
             const __m512i p = _mm512_dpbusd_epi32(
                 _mm512_setzero_si512(), q, _mm512_load_si512((const void *)(xk[i].a + 64 * c)));
-            acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_permutexvar_ps(idx[c], f), acc);
+            acc[c] =
+                _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_permutexvar_ps(idx[c], f), acc[c]);
         }
     }
-    return _mm512_reduce_add_ps(acc) - hsum8(macc);
+    return _mm512_reduce_add_ps(
+               _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]))) -
+           hsum8(macc);
 }
 
 /* w (n) . x (n) -> float; xq: n / 256 cairn__xk blocks */
@@ -578,7 +584,8 @@ AVX512 float cairn__dot_q6_K_avx512(const uint8_t *w, const float *x, const void
         idx[k] = _mm512_set_epi32(4 * k + 3, 4 * k + 3, 4 * k + 3, 4 * k + 3, 4 * k + 2, 4 * k + 2,
                                   4 * k + 2, 4 * k + 2, 4 * k + 1, 4 * k + 1, 4 * k + 1, 4 * k + 1,
                                   4 * k, 4 * k, 4 * k, 4 * k);
-    __m512 acc = _mm512_setzero_ps();
+    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+                     _mm512_setzero_ps()}; /* one chain per register of quants */
     for (int64_t i = 0; i < n / CAIRN__QK_K; i++, w += sizeof(cairn__block_q6_K)) {
         uint16_t dh;
         memcpy(&dh, w + offsetof(cairn__block_q6_K, d), 2);
@@ -608,10 +615,12 @@ AVX512 float cairn__dot_q6_K_avx512(const uint8_t *w, const float *x, const void
                 const __m512i p =
                     _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), q[r], a),
                                      _mm512_dpbusd_epi32(_mm512_setzero_si512(), k32, a));
-                acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_permutexvar_ps(idx[k], f), acc);
+                acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_permutexvar_ps(idx[k], f),
+                                         acc[k]);
             }
         }
     }
-    return _mm512_reduce_add_ps(acc);
+    return _mm512_reduce_add_ps(
+        _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])));
 }
 #endif /* __x86_64__ */
