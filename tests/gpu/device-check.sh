@@ -13,8 +13,9 @@
 #      sampling on the device against the engine sampling on the host;
 #   2. runs bench-llm: a generated 1.1B-parameter llama (F16, 2.2 GB) on CUDA, a 1.7B one with
 #      fewer, wider layers on CUDA, one of Qwen2.5-0.5B's shape (a vocabulary of 151936: the
-#      device sampler's cost shows in the "sampled" column), two quantized types on CUDA, then
-#      the 1.1B one on the CPU;
+#      device sampler's cost shows in the "sampled" column), two quantized types on CUDA, the
+#      Qwen2.5-0.5B shape after a 1024-token prompt with an f32 and an f16 KV cache, then the
+#      1.1B one on the CPU;
 #      decode tok/s against the roofline = device-to-device copy bandwidth (measured in the same
 #      run) / bytes of weights read per token; each CUDA row is followed by its peer, a "cublas"
 #      row (CAIRN_CUDA_GEMV=cublas: decode products through cuBLAS instead of cairn's decode
@@ -27,8 +28,9 @@
 #   3. runs the gpu test once more, a few cases only, under compute-sanitizer (memcheck), if the
 #      tool is there;
 #   4. prints a short table last. With $OUT set, every log is written there as it grows, so a
-#      run cut short still returns what it did. The steps' time limits add up to under 10
-#      minutes with the build; a normal run takes about 5.
+#      run cut short still returns what it did. Each step has a time limit (together they
+#      could pass 10 minutes, so the run's own limit can cut the last ones); a normal run takes
+#      about 5 minutes.
 #
 # It changes no device setting. Exit status: 0 when the gpu tests passed (not skipped), else 1.
 #
@@ -157,7 +159,7 @@ if [ -n "$MODE" ]; then
         if [ -n "${LABEL:-}" ]; then # a variant of the cuda rows: those only, renamed
             grep -E '^cuda ' "$TMP/b.out" | sed -E "s/^cuda /$LABEL /" >>"$TMP/bench.txt"
         else
-            grep -E "^(cpu|cuda|cublas) |decode: cairn's kernel" "$TMP/b.out" >>"$TMP/bench.txt"
+            grep -E "^(cpu|cuda|cublas) |decode: cairn's kernel|decode at position" "$TMP/b.out" >>"$TMP/bench.txt"
         fi
         grep -E '^back ' "$TMP/b.out" | head -1 >"$TMP/bench.cols"
     }
@@ -169,6 +171,8 @@ if [ -n "$MODE" ]; then
     # the 1.1B row with ordinary launches: what programmatic dependent launch gains
     CAIRN_CUDA_PDL=0 LABEL=nopdl run_bench 80 --sizes 1B --types F16 --backend cuda --prompt 128 --gen 128
     run_bench 50 --sizes 110M --types Q8_0,Q4_K --backend cuda --prompt 128 --gen 128
+    # a long prompt with a float and a half KV cache (rows kv f32 / f16, and their ratio)
+    run_bench 60 --sizes Q0.5B --types F16 --backend cuda --prompt 1024 --gen 64 --cache f32,f16
     run_bench 60 --sizes 1B --types F16 --backend cpu --prompt 128 --gen 32
     # where a decode step's time goes: each operation timed with events (eager steps)
     echo "\$ CAIRN_CUDA_PROFILE=1 bench-llm --sizes 1B --types F16 --backend cuda" | tee "$TMP/profile.log"
