@@ -436,6 +436,12 @@ cairn__xk_block *cairn__xk_prep(const cairn__xq8_block *xq, int64_t cols, void *
             memcpy(k[i].a + 32 * j, b->qs, 32);
             k[i].d[j] = b->d;
             k[i].ds[j] = b->d * (float)sum;
+            for (int h = 0; h < 2; h++) {
+                int s16 = 0;
+                for (int e = 0; e < 16; e++)
+                    s16 += b->qs[16 * h + e];
+                k[i].o16[2 * j + h] = (float)(32 * s16);
+            }
         }
     return k;
 }

@@ -80,17 +80,19 @@ typedef struct {
 } cairn__xq8_block;
 
 /* The activation as the K-quant kernels take it (xq of their dot products): per 256 elements
- * (one super-block) the int8 values of its 8 xq8 blocks in order, each block's scale, and each
- * block's scale times the sum of its int8 values (what a Q4_K min multiplies). Arrays of them
- * start 64-byte aligned (cairn__xk_prep). A Q4_K sub-block of 32 meets one activation block:
+ * (one super-block) the int8 values of its 8 xq8 blocks in order, each block's scale, each
+ * block's scale times the sum of its int8 values (what a Q4_K min multiplies), and 32 times the
+ * sum of each 16 int8 values (Q6_K's offset). Arrays of them start 64-byte aligned
+ * (cairn__xk_prep). A Q4_K sub-block of 32 meets one activation block:
  *   d*sc*xd * (q . a) - dmin*m * ds;
- * a Q6_K sub-block of 16 meets half of one: d*sc*xd * ((q - 32) . a). The integer dot products
- * are exact, so every ISA level computes the same sub-block terms up to the order of the float
+ * a Q6_K sub-block of 16 meets half of one: d*sc*xd * (q . a - o16). The integer parts are
+ * exact, so every ISA level computes the same sub-block terms up to the order of the float
  * additions, as for Q8_0 / Q4_0. */
 typedef struct {
     int8_t a[256];
     float d[8];
     float ds[8];
+    float o16[16];
 } cairn__xk_block;
 /* xq (cols / 32 blocks, cols a multiple of 256) -> cols / 256 blocks at the first 64-byte
  * boundary of dst (cairn__matvec_scratch_bytes leaves room), which it returns */

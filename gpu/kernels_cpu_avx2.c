@@ -7,8 +7,8 @@
  * maddubs wants an unsigned left operand, so the weight's sign is moved onto the activation
  * (Q8_0), or the nibbles stay unsigned and the -8 is applied once per activation block (Q4_0).
  * The K-quants multiply in int8 too, against the activation laid out per super-block
- * (cairn__xk_block): their quants are unsigned (Q4_K 0..15, Q6_K 0..63, whose -32 is taken off
- * with a second product against 32s), scaled per sub-block in float.
+ * (cairn__xk_block): their quants are unsigned (Q4_K 0..15, Q6_K 0..63, whose -32 comes off
+ * through the activation's prepared sums), scaled per sub-block in float.
  */
 #include "gpu/kernels_cpu.h"
 
@@ -320,29 +320,47 @@ AVX2 float cairn__dot_q4_K_avx2(const uint8_t *w, const float *x, const void *xq
 }
 
 /* Q6_K against the int8 activation: per sub-block of 16, the 6-bit quants (unsigned, 0..63) .
- * the activation, minus 32 * the activation's sum (the same product with 32s), scaled by
- * d * sc * xd. */
+ * the activation, scaled by d * sc * xd; the offset, 32 * the activation's sum per 16
+ * (prepared), comes off once per super-block as the factors . o16. */
 /* w (n) . x (n) -> float; xq: n / 256 cairn__xk blocks */
 AVX2 float cairn__dot_q6_K_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs,
                                 int64_t n)
 {
     (void)x, (void)xs;
     const cairn__xk_block *xk = xq;
-    const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3), k32 = _mm256_set1_epi8(32);
-    /* lanes 0-3 of a product belong to the first sub-block of 16, 4-7 to the second */
-    const __m256i half = _mm256_set_epi32(1, 1, 1, 1, 0, 0, 0, 0);
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3);
+    /* group k of 32 in a half: lanes 0-3 are its sub-block 2k, 4-7 its sub-block 2k+1 */
+    const __m256i idx[4] = {_mm256_set_epi32(1, 1, 1, 1, 0, 0, 0, 0),
+                            _mm256_set_epi32(3, 3, 3, 3, 2, 2, 2, 2),
+                            _mm256_set_epi32(5, 5, 5, 5, 4, 4, 4, 4),
+                            _mm256_set_epi32(7, 7, 7, 7, 6, 6, 6, 6)};
+    /* the activation scale of sub-blocks 8h..8h+7: block 4h + s / 2 */
+    const __m256i dup[2] = {_mm256_set_epi32(3, 3, 2, 2, 1, 1, 0, 0),
+                            _mm256_set_epi32(7, 7, 6, 6, 5, 5, 4, 4)};
     __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
                      _mm256_setzero_ps()}; /* one chain per group of 32 */
+    __m256 off = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / CAIRN__QK_K; i++, w += sizeof(cairn__block_q6_K)) {
-        const float d = f16_at(w + offsetof(cairn__block_q6_K, d));
+        const __m256 d = _mm256_set1_ps(f16_at(w + offsetof(cairn__block_q6_K, d)));
         const uint8_t *ql = w + offsetof(cairn__block_q6_K, ql),
                       *qh = w + offsetof(cairn__block_q6_K, qh);
-        const int8_t *sc = (const int8_t *)(w + offsetof(cairn__block_q6_K, scales));
+        const __m128i sc =
+            _mm_loadu_si128((const __m128i *)(const void *)(w + offsetof(cairn__block_q6_K, scales)));
+        const __m256 xd = _mm256_load_ps(xk[i].d);
+        const __m256 f[2] = {
+            _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc)),
+                          _mm256_mul_ps(d, _mm256_permutevar8x32_ps(xd, dup[0]))),
+            _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8))),
+                          _mm256_mul_ps(d, _mm256_permutevar8x32_ps(xd, dup[1])))};
+        off = _mm256_fmadd_ps(f[0], _mm256_load_ps(xk[i].o16), off);
+        off = _mm256_fmadd_ps(f[1], _mm256_load_ps(xk[i].o16 + 8), off);
         for (int h = 0; h < 2; h++) {
-            const __m256i l0 = _mm256_loadu_si256((const __m256i *)(const void *)(ql + 64 * h));
+            const __m256i l0 =
+                _mm256_loadu_si256((const __m256i *)(const void *)(ql + 64 * h));
             const __m256i l1 =
                 _mm256_loadu_si256((const __m256i *)(const void *)(ql + 64 * h + 32));
-            const __m256i hb = _mm256_loadu_si256((const __m256i *)(const void *)(qh + 32 * h));
+            const __m256i hb =
+                _mm256_loadu_si256((const __m256i *)(const void *)(qh + 32 * h));
             /* the 4 groups of 32 of this half, in element order */
             const __m256i g[4] = {
                 _mm256_or_si256(_mm256_and_si256(l0, m4),
@@ -357,21 +375,15 @@ AVX2 float cairn__dot_q6_K_avx2(const uint8_t *w, const float *x, const void *xq
                     _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
                     _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 6), m2), 4))};
             for (int k = 0; k < 4; k++) { /* elements 128h + 32k.., activation block 4h + k */
-                const int b = 4 * h + k;
-                const __m256i a =
-                    _mm256_load_si256((const __m256i *)(const void *)(xk[i].a + 32 * b));
-                const __m256i p = _mm256_sub_epi32(dot_u8_i8(g[k], a), dot_u8_i8(k32, a));
-                /* d * sc * xd of the two sub-blocks 2b, 2b+1, each over its 4 lanes */
-                const float xd = d * xk[i].d[b];
-                const __m256 f = _mm256_permutevar8x32_ps(_mm256_set_ps(0, 0, 0, 0, 0, 0,
-                                                                        xd * (float)sc[2 * b + 1],
-                                                                        xd * (float)sc[2 * b]),
-                                                          half);
-                acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), f, acc[k]);
+                const __m256i a = _mm256_load_si256(
+                    (const __m256i *)(const void *)(xk[i].a + 128 * h + 32 * k));
+                acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_u8_i8(g[k], a)),
+                                         _mm256_permutevar8x32_ps(f[h], idx[k]), acc[k]);
             }
         }
     }
-    return hsum256(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+    return hsum256(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]))) -
+           hsum256(off);
 }
 
 /* y (n) += a * x (n) */

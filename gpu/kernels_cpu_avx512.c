@@ -506,9 +506,10 @@ AVX512 static inline float hsum8(__m256 v)
  * 64c..64c+63, and vpdpbusd leaves sub-block 2c in lanes 0-7 and 2c+1 in lanes 8-15. Q6_K: a
  * half's 64 low-nibble bytes and 32 high-bit bytes give two registers of 64 quants each, in
  * element order (the 2-bit fields picked by shifts of 0/2 and 4/6 per register half); 4 lanes
- * of the product make one sub-block of 16, and a second vpdpbusd against 32s takes off the
- * offset. In both, each lane's int32 is scaled by its sub-block's d * sc * xd (a permute of the
- * 8 or 16 per-block factors) into one float accumulator. */
+ * of the product make one sub-block of 16, and the offset comes off once per super-block as
+ * the 16 factors . the activation's prepared 32 * sums (o16). In both, each lane's int32 is scaled
+ * by its sub-block's d * sc * xd (a permute of the 8 or 16 per-block factors) into one float
+ * accumulator. */
 
 /* w (n) . x (n) -> float; xq: n / 256 cairn__xk blocks */
 AVX512 float cairn__dot_q4_K_avx512(const uint8_t *w, const float *x, const void *xq,
@@ -571,7 +572,7 @@ AVX512 float cairn__dot_q6_K_avx512(const uint8_t *w, const float *x, const void
 {
     (void)x, (void)xs;
     const cairn__xk_block *xk = xq;
-    const __m512i m4 = _mm512_set1_epi8(0x0F), m2 = _mm512_set1_epi8(3), k32 = _mm512_set1_epi8(32);
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m2 = _mm512_set1_epi8(3);
     /* 16-bit lane shifts of the broadcast high bits: groups 0 | 1 by 0 | 2, groups 2 | 3 by
      * 4 | 6 */
     const __m512i sh01 = _mm512_set_epi64(0x0002000200020002LL, 0x0002000200020002LL,
@@ -586,6 +587,7 @@ AVX512 float cairn__dot_q6_K_avx512(const uint8_t *w, const float *x, const void
                                   4 * k, 4 * k, 4 * k, 4 * k);
     __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
                      _mm512_setzero_ps()}; /* one chain per register of quants */
+    __m512 off = _mm512_setzero_ps();
     for (int64_t i = 0; i < n / CAIRN__QK_K; i++, w += sizeof(cairn__block_q6_K)) {
         uint16_t dh;
         memcpy(&dh, w + offsetof(cairn__block_q6_K, d), 2);
@@ -596,6 +598,7 @@ AVX512 float cairn__dot_q6_K_avx512(const uint8_t *w, const float *x, const void
         const __m512 f = _mm512_mul_ps(
             _mm512_mul_ps(scf, _mm512_set1_ps(_cvtsh_ss(dh))),
             _mm512_permutexvar_ps(dup, _mm512_castps256_ps512(_mm256_load_ps(xk[i].d))));
+        off = _mm512_fmadd_ps(f, _mm512_load_ps(xk[i].o16), off);
 #pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
             const __m512i lq = _mm512_loadu_si512((const void *)(ql + 64 * h));
@@ -612,15 +615,14 @@ AVX512 float cairn__dot_q6_K_avx512(const uint8_t *w, const float *x, const void
             for (int r = 0; r < 2; r++) { /* elements 128h + 64r.. */
                 const int k = 2 * h + r;
                 const __m512i a = _mm512_load_si512((const void *)(xk[i].a + 64 * k));
-                const __m512i p =
-                    _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), q[r], a),
-                                     _mm512_dpbusd_epi32(_mm512_setzero_si512(), k32, a));
+                const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[r], a);
                 acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_permutexvar_ps(idx[k], f),
                                          acc[k]);
             }
         }
     }
     return _mm512_reduce_add_ps(
-        _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])));
+               _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]))) -
+           _mm512_reduce_add_ps(off);
 }
 #endif /* __x86_64__ */
