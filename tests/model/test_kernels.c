@@ -100,30 +100,32 @@ static void check_matvec(cairn__pool *pool, const char *level, uint32_t type, si
        bad_ref, bad_scalar);
 }
 
-static void check_matvec_n(cairn__pool *pool, const char *level)
+/* Q, K and V of types ty[3] (rows[3] by cols) in one matvec_n: each matrix's rows equal its own
+ * matvec's, bit for bit (the activation is prepared once for all the types present) */
+static void check_matvec_n(cairn__pool *pool, const char *level, const uint32_t ty[3],
+                           const int rows[3], int cols)
 {
-    enum { COLS = 32 * 7 };
-    const int rows[3] = {9, 3, 3};
-    float x[COLS], *w[3], *y[3], *z[3];
+    float *x = malloc(sizeof(float) * (size_t)cols), *w[3], *y[3], *z[3];
     unsigned char *q[3];
     cairn__mat M[3];
     const cairn__mat *Mp[3];
-    size_t rb = 7 * 18;
-    for (int i = 0; i < COLS; i++)
+    for (int i = 0; i < cols; i++)
         x[i] = sinf((float)i * 0.21f);
     for (int k = 0; k < 3; k++) {
-        w[k] = malloc(sizeof(float) * COLS * (size_t)rows[k]);
+        const size_t rb =
+            (size_t)cols / cairn__quant_block_elems(ty[k]) * cairn__quant_block_bytes(ty[k]);
+        w[k] = malloc(sizeof(float) * (size_t)cols * (size_t)rows[k]);
         q[k] = malloc(rb * (size_t)rows[k]);
         y[k] = malloc(sizeof(float) * (size_t)rows[k]);
         z[k] = malloc(sizeof(float) * (size_t)rows[k]);
-        for (int i = 0; i < COLS * rows[k]; i++)
+        for (int i = 0; i < cols * rows[k]; i++)
             w[k][i] = cosf((float)(i * (k + 2)) * 0.37f);
         for (int r = 0; r < rows[k]; r++)
-            cairn__quant_row(CAIRN__GGML_Q4_0, w[k] + r * COLS, q[k] + (size_t)r * rb, COLS);
-        M[k] = (cairn__mat){CAIRN__GGML_Q4_0, rows[k], COLS, rb, q[k]};
+            cairn__quant_row(ty[k], w[k] + (size_t)r * cols, q[k] + (size_t)r * rb, (uint64_t)cols);
+        M[k] = (cairn__mat){ty[k], rows[k], cols, rb, q[k]};
         Mp[k] = &M[k];
     }
-    void *s = malloc(cairn__matvec_scratch_bytes(COLS));
+    void *s = malloc(cairn__matvec_scratch_bytes(cols));
     cairn__kernels_set_isa(level);
     cairn__matvec_n(pool, Mp, 3, x, y, s);
     int bad = 0;
@@ -133,10 +135,14 @@ static void check_matvec_n(cairn__pool *pool, const char *level)
             bad += y[k][r] != z[k][r];
     }
     cairn__kernels_set_isa(NULL);
-    ok(bad == 0, "%s matvec_n of Q, K, V (9, 3, 3 rows) equals three matvec calls (%d off)", level,
-       bad);
+    ok(bad == 0,
+       "%s matvec_n of Q, K, V (%s, %s, %s; %d, %d, %d rows of %d) equals three matvec calls (%d "
+       "off)",
+       level, cairn__ggml_type_name(ty[0]), cairn__ggml_type_name(ty[1]),
+       cairn__ggml_type_name(ty[2]), rows[0], rows[1], rows[2], cols, bad);
     for (int k = 0; k < 3; k++)
         free(w[k]), free(q[k]), free(y[k]), free(z[k]);
+    free(x);
     free(s);
 }
 
@@ -337,7 +343,17 @@ int main(void)
         check_matvec(pool, levels[l], CAIRN__GGML_Q8_0, 34);
         check_matvec(pool, levels[l], CAIRN__GGML_Q4_K, 144);
         check_matvec(pool, levels[l], CAIRN__GGML_Q6_K, 210);
-        check_matvec_n(pool, levels[l]);
+        {
+            static const uint32_t q4[3] = {CAIRN__GGML_Q4_0, CAIRN__GGML_Q4_0, CAIRN__GGML_Q4_0};
+            /* a Q4_K_M layer (V in Q6_K), and types needing both activation layouts; on the
+             * pool (over 32 KB of weights) */
+            static const uint32_t km[3] = {CAIRN__GGML_Q4_K, CAIRN__GGML_Q4_K, CAIRN__GGML_Q6_K};
+            static const uint32_t mix[3] = {CAIRN__GGML_Q8_0, CAIRN__GGML_Q6_K, CAIRN__GGML_Q4_K};
+            static const int small[3] = {9, 3, 3}, big[3] = {150, 40, 40};
+            check_matvec_n(pool, levels[l], q4, small, 32 * 7);
+            check_matvec_n(pool, levels[l], km, big, 512);
+            check_matvec_n(pool, levels[l], mix, big, 512);
+        }
         if (l >= 1) /* the levels with multi-row kernels: avx2 (Q4_0), avx512 (Q4_0, Q8_0) */
             check_grouping(levels[l], CAIRN__GGML_Q4_0, 18);
         if (l >= 2)
