@@ -173,11 +173,10 @@ static float dot_q4_K_c(const uint8_t *w, const float *x, const void *xq, const 
     const cairn__xk_block *xk = xq;
     float s = 0.0f;
     for (int64_t i = 0; i < n / CAIRN__QK_K; i++, w += sizeof(cairn__block_q4_K)) {
-        const float d = f16_at(w + offsetof(cairn__block_q4_K, d)),
-                    dmin = f16_at(w + offsetof(cairn__block_q4_K, dmin));
+        const cairn__q4_K_head hd = cairn__q4_K_head_of(w);
+        const float d = cairn__f16_to_f32_inline(hd.d), dmin = cairn__f16_to_f32_inline(hd.dmin);
         const uint8_t *qs = w + offsetof(cairn__block_q4_K, qs);
-        uint64_t sc, m;
-        cairn__q4_K_scales(w + offsetof(cairn__block_q4_K, scales), &sc, &m);
+        const uint64_t sc = hd.sc, m = hd.m;
         for (int j = 0; j < 8; j++) { /* sub-block j: nibbles (j & 1) of bytes 32 (j / 2).. */
             const int8_t *a = xk[i].a + 32 * j;
             int dot = 0;

@@ -10,8 +10,9 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include <string.h> /* memcpy in cairn__q4_K_scales */
+#include <string.h> /* memcpy in cairn__q4_K_head_of */
 
+#include "gpu/quant.h" /* the block layouts */
 #include "gpu/threadpool.h"
 
 #ifdef __cplusplus
@@ -98,20 +99,30 @@ typedef struct {
  * boundary of dst (cairn__matvec_scratch_bytes leaves room), which it returns */
 cairn__xk_block *cairn__xk_prep(const cairn__xq8_block *xq, int64_t cols, void *dst);
 
-/* The 8 scales and 8 mins (6 bits each) of a Q4_K block's 12 packed bytes, as two 8-byte words
- * (byte j: sub-block j). Bytes 0-3 hold scales 0-3 and bytes 4-7 mins 0-3 in their low 6 bits;
- * scales and mins 4-7 are a nibble of bytes 8-11 each plus the 2 top bits of bytes 0-3 (scales)
- * and 4-7 (mins), as gpu/quant.c's q4k_scale_min reads them one at a time. */
-static inline void cairn__q4_K_scales(const uint8_t *s12, uint64_t *sc, uint64_t *m)
+/* A Q4_K block's header at w (any alignment): its two f16 scales as bits, and its 8 scales and
+ * 8 mins (6 bits each) as two 8-byte words (byte j: sub-block j). The 12 packed bytes hold scales
+ * 0-3 and mins 0-3 in the low 6 bits of bytes 0-3 and 4-7; scales and mins 4-7 are a nibble of
+ * bytes 8-11 each plus the 2 top bits of bytes 0-3 (scales) and 4-7 (mins), as gpu/quant.c's
+ * q4k_scale_min reads them one at a time. */
+typedef struct {
+    uint16_t d, dmin;
+    uint64_t sc, m;
+} cairn__q4_K_head;
+static inline cairn__q4_K_head cairn__q4_K_head_of(const uint8_t *w)
 {
+    cairn__q4_K_head h;
     uint32_t w0, w1, w2;
+    const uint8_t *s12 = w + offsetof(cairn__block_q4_K, scales);
+    memcpy(&h.d, w + offsetof(cairn__block_q4_K, d), 2);
+    memcpy(&h.dmin, w + offsetof(cairn__block_q4_K, dmin), 2);
     memcpy(&w0, s12, 4);
     memcpy(&w1, s12 + 4, 4);
     memcpy(&w2, s12 + 8, 4);
     const uint32_t sc_hi = (w2 & 0x0F0F0F0Fu) | (((w0 >> 6) & 0x03030303u) << 4);
     const uint32_t m_hi = ((w2 >> 4) & 0x0F0F0F0Fu) | (((w1 >> 6) & 0x03030303u) << 4);
-    *sc = (uint64_t)(w0 & 0x3F3F3F3Fu) | (uint64_t)sc_hi << 32;
-    *m = (uint64_t)(w1 & 0x3F3F3F3Fu) | (uint64_t)m_hi << 32;
+    h.sc = (uint64_t)(w0 & 0x3F3F3F3Fu) | (uint64_t)sc_hi << 32;
+    h.m = (uint64_t)(w1 & 0x3F3F3F3Fu) | (uint64_t)m_hi << 32;
+    return h;
 }
 
 /* Runs kernel(w, rb, xp, n, out, R) over nr rows, 4 at a time and then the 1-3 left, R a

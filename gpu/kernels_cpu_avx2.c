@@ -287,11 +287,10 @@ AVX2 float cairn__dot_q4_K_avx2(const uint8_t *w, const float *x, const void *xq
      * bound in cache */
     __m256 acc = _mm256_setzero_ps(), acc2 = _mm256_setzero_ps(), macc = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / CAIRN__QK_K; i++, w += sizeof(cairn__block_q4_K)) {
-        const float d = f16_at(w + offsetof(cairn__block_q4_K, d)),
-                    dmin = f16_at(w + offsetof(cairn__block_q4_K, dmin));
+        const cairn__q4_K_head hd = cairn__q4_K_head_of(w);
+        const float d = F16(hd.d), dmin = F16(hd.dmin);
         const uint8_t *qs = w + offsetof(cairn__block_q4_K, qs);
-        uint64_t sc, m;
-        cairn__q4_K_scales(w + offsetof(cairn__block_q4_K, scales), &sc, &m);
+        const uint64_t sc = hd.sc, m = hd.m;
         /* d * sc[j] * xd[j] for the 8 sub-blocks, and the mins' dmin * m[j] * ds[j] */
         float f[8];
         _mm256_storeu_ps(
@@ -330,10 +329,9 @@ AVX2 float cairn__dot_q6_K_avx2(const uint8_t *w, const float *x, const void *xq
     const cairn__xk_block *xk = xq;
     const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3);
     /* group k of 32 in a half: lanes 0-3 are its sub-block 2k, 4-7 its sub-block 2k+1 */
-    const __m256i idx[4] = {_mm256_set_epi32(1, 1, 1, 1, 0, 0, 0, 0),
-                            _mm256_set_epi32(3, 3, 3, 3, 2, 2, 2, 2),
-                            _mm256_set_epi32(5, 5, 5, 5, 4, 4, 4, 4),
-                            _mm256_set_epi32(7, 7, 7, 7, 6, 6, 6, 6)};
+    const __m256i idx[4] = {
+        _mm256_set_epi32(1, 1, 1, 1, 0, 0, 0, 0), _mm256_set_epi32(3, 3, 3, 3, 2, 2, 2, 2),
+        _mm256_set_epi32(5, 5, 5, 5, 4, 4, 4, 4), _mm256_set_epi32(7, 7, 7, 7, 6, 6, 6, 6)};
     /* the activation scale of sub-blocks 8h..8h+7: block 4h + s / 2 */
     const __m256i dup[2] = {_mm256_set_epi32(3, 3, 2, 2, 1, 1, 0, 0),
                             _mm256_set_epi32(7, 7, 6, 6, 5, 5, 4, 4)};
@@ -344,8 +342,8 @@ AVX2 float cairn__dot_q6_K_avx2(const uint8_t *w, const float *x, const void *xq
         const __m256 d = _mm256_set1_ps(f16_at(w + offsetof(cairn__block_q6_K, d)));
         const uint8_t *ql = w + offsetof(cairn__block_q6_K, ql),
                       *qh = w + offsetof(cairn__block_q6_K, qh);
-        const __m128i sc =
-            _mm_loadu_si128((const __m128i *)(const void *)(w + offsetof(cairn__block_q6_K, scales)));
+        const __m128i sc = _mm_loadu_si128(
+            (const __m128i *)(const void *)(w + offsetof(cairn__block_q6_K, scales)));
         const __m256 xd = _mm256_load_ps(xk[i].d);
         const __m256 f[2] = {
             _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc)),
@@ -355,12 +353,10 @@ AVX2 float cairn__dot_q6_K_avx2(const uint8_t *w, const float *x, const void *xq
         off = _mm256_fmadd_ps(f[0], _mm256_load_ps(xk[i].o16), off);
         off = _mm256_fmadd_ps(f[1], _mm256_load_ps(xk[i].o16 + 8), off);
         for (int h = 0; h < 2; h++) {
-            const __m256i l0 =
-                _mm256_loadu_si256((const __m256i *)(const void *)(ql + 64 * h));
+            const __m256i l0 = _mm256_loadu_si256((const __m256i *)(const void *)(ql + 64 * h));
             const __m256i l1 =
                 _mm256_loadu_si256((const __m256i *)(const void *)(ql + 64 * h + 32));
-            const __m256i hb =
-                _mm256_loadu_si256((const __m256i *)(const void *)(qh + 32 * h));
+            const __m256i hb = _mm256_loadu_si256((const __m256i *)(const void *)(qh + 32 * h));
             /* the 4 groups of 32 of this half, in element order */
             const __m256i g[4] = {
                 _mm256_or_si256(_mm256_and_si256(l0, m4),
@@ -375,8 +371,8 @@ AVX2 float cairn__dot_q6_K_avx2(const uint8_t *w, const float *x, const void *xq
                     _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
                     _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 6), m2), 4))};
             for (int k = 0; k < 4; k++) { /* elements 128h + 32k.., activation block 4h + k */
-                const __m256i a = _mm256_load_si256(
-                    (const __m256i *)(const void *)(xk[i].a + 128 * h + 32 * k));
+                const __m256i a =
+                    _mm256_load_si256((const __m256i *)(const void *)(xk[i].a + 128 * h + 32 * k));
                 acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_u8_i8(g[k], a)),
                                          _mm256_permutevar8x32_ps(f[h], idx[k]), acc[k]);
             }

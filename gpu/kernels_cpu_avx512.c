@@ -532,12 +532,10 @@ AVX512 float cairn__dot_q4_K_avx512(const uint8_t *w, const float *x, const void
                      _mm512_setzero_ps()};
     __m256 macc = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / CAIRN__QK_K; i++, w += sizeof(cairn__block_q4_K)) {
-        uint16_t dh, mh;
-        memcpy(&dh, w + offsetof(cairn__block_q4_K, d), 2);
-        memcpy(&mh, w + offsetof(cairn__block_q4_K, dmin), 2);
+        const cairn__q4_K_head hd = cairn__q4_K_head_of(w);
+        const uint16_t dh = hd.d, mh = hd.dmin;
         const uint8_t *qs = w + offsetof(cairn__block_q4_K, qs);
-        uint64_t sc, m;
-        cairn__q4_K_scales(w + offsetof(cairn__block_q4_K, scales), &sc, &m);
+        const uint64_t sc = hd.sc, m = hd.m;
         const __m256 f8 =
             _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(dh)),
                                         _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
