@@ -269,10 +269,11 @@ static const dot_table dots_avx2 = {.f32 = cairn__dot_f32_avx2,
                                     .isa = "avx2",
                                     .level = ISA_AVX2};
 #ifdef __x86_64__
-/* the AVX2 kernels, but Q4_0, Q8_0, Q4_K, Q6_K, F32 and axpy from kernels_cpu_avx512.c */
+/* the AVX2 kernels, but all the dot products but Q8_0's and Q4_0's single rows, and axpy, from
+ * kernels_cpu_avx512.c */
 static const dot_table dots_avx512 = {.f32 = cairn__dot_f32_avx512,
-                                      .f16 = cairn__dot_f16_avx2,
-                                      .bf16 = cairn__dot_bf16_avx2,
+                                      .f16 = cairn__dot_f16_avx512,
+                                      .bf16 = cairn__dot_bf16_avx512,
                                       .q8_0 = cairn__dot_q8_0_avx2,
                                       .q4_0 = cairn__dot_q4_0_avx2,
                                       .q4_K = cairn__dot_q4_K_avx512,

@@ -196,6 +196,11 @@ float cairn__dot_f32_avx512(const uint8_t *w, const float *x, const void *xq, co
                             int64_t n);
 /* y (n) += a * x (n) */
 void cairn__axpy_avx512(float *y, float a, const float *x, int64_t n);
+/* F16 and BF16 weights, 64 a pass */
+float cairn__dot_f16_avx512(const uint8_t *w, const float *x, const void *xq, const float *xs,
+                            int64_t n);
+float cairn__dot_bf16_avx512(const uint8_t *w, const float *x, const void *xq, const float *xs,
+                             int64_t n);
 /* The K-quants' dot products (xq: cairn__xk blocks), with VNNI */
 float cairn__dot_q4_K_avx512(const uint8_t *w, const float *x, const void *xq, const float *xs,
                              int64_t n);

@@ -9,6 +9,7 @@
  *     by 1-11 rows, against a float64
  *     dot product of the same dequantized weights and int8-rounded input (what the integer
  *     kernels compute), and against the scalar level;
+ *   - cairn__matvec on F32, F16 and BF16 rows of every length 1-100 against float64;
  *   - cairn__matvec_n (Q, K, V in one pass) against three cairn__matvec calls;
  *   - the multi-row kernels of the level (Q4_0 and Q8_0, 4 rows a pass, the leftover blocks
  *     of 4 rows gathered into one register) on every grouping of 1-9 rows: each row's result
@@ -98,6 +99,52 @@ static void check_matvec(cairn__pool *pool, const char *level, uint32_t type, si
        "(worst %.2g) and the scalar level (%d, %d rows off)",
        level, cairn__ggml_type_name(type), shapes, kq ? "256-1024 columns" : "1-13 blocks", worst,
        bad_ref, bad_scalar);
+}
+
+/* F32, F16 and BF16 rows of every length 1..100 (the vector bodies and their masked or scalar
+ * tails) against a float64 dot product of the widened weights; exact-size buffers */
+static void check_float_matvec(cairn__pool *pool, const char *level)
+{
+    static const uint32_t types[] = {CAIRN__GGML_F32, CAIRN__GGML_F16, CAIRN__GGML_BF16};
+    for (size_t t = 0; t < sizeof types / sizeof *types; t++) {
+        int bad = 0, cases = 0;
+        double worst = 0;
+        for (int cols = 1; cols <= 100; cols++) {
+            const int rows = 1 + cols % 5;
+            const size_t es = types[t] == CAIRN__GGML_F32 ? 4 : 2, rb = (size_t)cols * es;
+            float *wf = malloc(sizeof(float) * (size_t)(cols * rows)),
+                  *x = malloc(sizeof(float) * (size_t)cols), y[8], row[100];
+            unsigned char *q = malloc(rb * (size_t)rows);
+            for (int i = 0; i < cols * rows; i++)
+                wf[i] = sinf((float)i * 0.9f) * 3.0f;
+            for (int i = 0; i < cols; i++)
+                x[i] = cosf((float)i * 0.4f);
+            for (int r = 0; r < rows; r++)
+                cairn__quant_row(types[t], wf + r * cols, q + (size_t)r * rb, (uint64_t)cols);
+            cairn__mat W = {types[t], rows, cols, rb, q};
+            void *s = malloc(cairn__matvec_scratch_bytes(cols));
+            cairn__kernels_set_isa(level);
+            cairn__matvec(pool, &W, x, y, s);
+            cairn__kernels_set_isa(NULL);
+            for (int r = 0; r < rows; r++) {
+                cairn__mat_row(&W, r, row);
+                double ref = 0, mag = 0;
+                for (int c = 0; c < cols; c++) {
+                    ref += (double)row[c] * x[c];
+                    mag += fabs((double)row[c] * x[c]);
+                }
+                const double e = fabs(y[r] - ref) / (mag + 1e-30);
+                worst = e > worst ? e : worst;
+                bad += e > 1e-6;
+            }
+            cases++;
+            free(wf), free(x), free(q), free(s);
+        }
+        ok(bad == 0,
+           "%s %s matvec, rows of 1-100 columns (%d shapes): agrees with float64 (worst %.2g of "
+           "the sum of |products|, %d rows off)",
+           level, cairn__ggml_type_name(types[t]), cases, worst, bad);
+    }
 }
 
 /* Q, K and V of types ty[3] (rows[3] by cols) in one matvec_n: each matrix's rows equal its own
@@ -341,6 +388,7 @@ int main(void)
         }
         check_matvec(pool, levels[l], CAIRN__GGML_Q4_0, 18);
         check_matvec(pool, levels[l], CAIRN__GGML_Q8_0, 34);
+        check_float_matvec(pool, levels[l]);
         check_matvec(pool, levels[l], CAIRN__GGML_Q4_K, 144);
         check_matvec(pool, levels[l], CAIRN__GGML_Q6_K, 210);
         {
