@@ -44,7 +44,8 @@ static const char model_info_usage[] =
     "usage: cairn model-info [--json] [--] FILE.gguf\n"
     "\n"
     "Describes a GGUF model: architecture, parameter count, file size, tensor types, context\n"
-    "length, layer sizes and tokenizer.\n"
+    "length, layer sizes, the KV cache's size (a token's keys and values, as f32 and as f16\n"
+    "with --cache-type f16, and at the default --ctx of cairn generate) and tokenizer.\n"
     "\n"
     "      --json   print one JSON object instead of text\n"
     "  -h, --help   show this help\n"
@@ -345,6 +346,17 @@ int cairn__cmd_model_info(int argc, char **argv)
     const int have_base = arch[0] && cairn__gguf_get_f32(g, key, &rope_base) == 0;
     const int64_t rope_dims = arch[0] ? arch_value(g, arch, "rope.dimension_count") : -1;
     const cairn__gguf_tensor *rope_ff = cairn__gguf_tensor_find(g, "rope_freqs.weight");
+    /* the KV cache a token takes: keys and values of every layer's kv heads, f32 (f16 half) */
+    int64_t head_dim = arch[0] ? arch_value(g, arch, "attention.key_length") : -1;
+    if (head_dim < 0 && vals[1] > 0 && vals[3] > 0)
+        head_dim = vals[1] / vals[3];
+    int64_t kv_tok = -1, kv_ctx = -1; /* bytes a token (f32); the default context (tokens) */
+    if (vals[2] > 0 && vals[4] > 0 && head_dim > 0 && vals[2] <= 1 << 16 && vals[4] <= 1 << 16 &&
+        head_dim <= 1 << 16) {
+        kv_tok = 2 * vals[2] * vals[4] * head_dim * (int64_t)sizeof(float);
+        if (vals[0] > 0)
+            kv_ctx = vals[0] < 4096 ? vals[0] : 4096; /* cairn__backend_opts.n_ctx 0 */
+    }
 
     if (json) {
         json_t *o = json_object(), *types = json_object(), *tok = json_object();
@@ -384,6 +396,14 @@ int cairn__cmd_model_info(int argc, char **argv)
         json_put(rope, "freq_factors",
                  rope_ff ? json_integer((json_int_t)rope_ff->n_elements) : NULL);
         json_put(o, "rope", rope);
+        json_t *kv = NULL;
+        if (kv_tok > 0) {
+            kv = json_object();
+            json_put(kv, "bytes_per_token_f32", json_integer((json_int_t)kv_tok));
+            json_put(kv, "bytes_per_token_f16", json_integer((json_int_t)(kv_tok / 2)));
+            json_put(kv, "default_ctx", json_size(kv_ctx));
+        }
+        json_put(o, "kv_cache", kv);
         s = json_dumps(o, JSON_INDENT(2) | JSON_ENSURE_ASCII);
         json_decref(o);
         if (!s) {
@@ -423,6 +443,19 @@ int cairn__cmd_model_info(int argc, char **argv)
             else
                 printf("-\n");
         }
+        printf("kv cache:       ");
+        if (kv_tok > 0) {
+            human((double)kv_tok, byte_units, 1024.0, h1, sizeof h1);
+            human((double)kv_tok / 2, byte_units, 1024.0, h2, sizeof h2);
+            printf("%s a token in f32, %s in f16", h1, h2);
+            if (kv_ctx > 0) {
+                human((double)kv_tok * (double)kv_ctx, byte_units, 1024.0, h1, sizeof h1);
+                human((double)kv_tok * (double)kv_ctx / 2, byte_units, 1024.0, h2, sizeof h2);
+                printf("; %s / %s at the default --ctx %" PRId64, h1, h2, kv_ctx);
+            }
+            printf("\n");
+        } else
+            printf("-\n");
         printf("tokenizer:      %s", tmodel[0] ? tmodel : "-");
         if (tpre[0])
             printf(" (pre %s)", tpre);

@@ -342,6 +342,10 @@ int main(void)
                strstr(out_buf, "vocab size:     258\n") && strstr(out_buf, "F32 x1") &&
                strstr(out_buf, "F16 x1") && strstr(out_buf, "name:           tiny test"),
            "model-info text fields");
+        /* 2 layers x 2 kv heads x head size 64/4 x (k, v) x 4 bytes; context 2048 */
+        ok(strstr(out_buf, "kv cache:       512 bytes a token in f32, 256 bytes in f16; 1.00 MiB / "
+                           "512.00 KiB at the default --ctx 2048\n") != NULL,
+           "model-info: the KV cache's size");
         diag_lines(out_buf);
     }
     {
@@ -360,7 +364,13 @@ int main(void)
                    json_object_get(json_object_get(o, "tensor_types"), "F16"), "count")) == 1 &&
                json_integer_value(json_object_get(json_object_get(o, "tokenizer"), "vocab_size")) ==
                    258 &&
-               json_integer_value(json_object_get(o, "file_size")) > 0,
+               json_integer_value(json_object_get(o, "file_size")) > 0 &&
+               json_integer_value(
+                   json_object_get(json_object_get(o, "kv_cache"), "bytes_per_token_f32")) == 512 &&
+               json_integer_value(
+                   json_object_get(json_object_get(o, "kv_cache"), "bytes_per_token_f16")) == 256 &&
+               json_integer_value(json_object_get(json_object_get(o, "kv_cache"), "default_ctx")) ==
+                   2048,
            "model-info --json fields");
         json_decref(o);
     }
