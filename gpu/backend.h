@@ -27,9 +27,11 @@ typedef struct cairn__backend cairn__backend;
 /* What the KV cache holds. F32 keeps keys and values as the projections computed them; F16
  * rounds each to an IEEE half as it is stored (to nearest even), which halves the cache's
  * memory and the bytes attention reads a token (at long contexts, more than the weights), for
- * a small change in the logits (1-2e-4 relative in tests/model's models). Attention widens the
- * halves exactly and computes in f32 either way. Deterministic like F32: the same inputs round to
- * the same halves. */
+ * a small change in the logits (1-2e-4 relative in tests/model's models). A key or value beyond
+ * the half's range (|x| >= 65520) is stored as infinity, as in llama.cpp's f16 cache; models'
+ * keys and values sit far inside it, but f32 is the choice for one that does not. Attention widens
+ * the halves exactly and computes in f32 either way. Deterministic like F32: the same inputs round
+ * to the same halves. */
 enum cairn__cache_type { CAIRN__CACHE_F32 = 0, CAIRN__CACHE_F16 = 1 };
 /* "f32", "f16"; "?" for anything else */
 const char *cairn__cache_type_name(int cache_type);

@@ -1,9 +1,9 @@
 /* gpu/engine.c - the generation loop.
  *
  * Exact resume is the design constraint. A token's logits depend on how the KV cache was
- * filled (a batched sgemm rounds differently from a matrix-vector product, and Q8_0/Q4_0 decode
- * even rounds the activations to int8), so resume re-creates the cache the way the first run
- * did: the prompt in one forward call (chunked identically by the backend), then each
+ * filled (a batched sgemm rounds differently from a matrix-vector product, and the quantized
+ * types' decode even rounds the activations to int8), so resume re-creates the cache the way the
+ * first run did: the prompt in one forward call (chunked identically by the backend), then each
  * generated token in its own single-token call. The sampler state saved with each checkpoint
  * holds the only other input. Replayed tokens also go through the same text/stop-string logic
  * (silently), so held-back bytes and stop matches straddling the checkpoint behave as if the run

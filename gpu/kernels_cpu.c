@@ -71,8 +71,8 @@ static void quantize_x_q8(const float *x, xq8_block *y, int64_t nb)
 }
 
 /* ==== dot products: scalar ===================================================================
- * Each: one row w (cols elements of its type) . x -> float. xq: x as xq8 blocks (Q8_0/Q4_0 only).
- * xs: sums of x per 32 elements (K-quants only). */
+ * Each: one row w (cols elements of its type) . x -> float. xq: x as xq8 blocks (Q8_0 / Q4_0),
+ * or as cairn__xk blocks (Q4_K / Q6_K); the float types read x. xs: unused (NULL). */
 typedef float (*dot_fn)(const uint8_t *w, const float *x, const void *xq, const float *xs,
                         int64_t cols);
 /* nr consecutive rows, stride row_bytes, . x -> out (nr), for types whose kernel gains from

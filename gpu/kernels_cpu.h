@@ -42,12 +42,13 @@ int cairn__kernels_set_isa(const char *name);
 void cairn__kernels_force_scalar(int on);
 
 /* Bytes of scratch cairn__matvec needs for an input of `cols` elements (the activation vector
- * quantized to Q8_0 blocks for the integer kernels). */
+ * quantized to int8 blocks for the integer kernels, and laid out as each kernel reads it). */
 size_t cairn__matvec_scratch_bytes(int64_t cols);
 
 /* W (rows, cols) @ x (cols) -> out (rows), rows split over the pool's threads.
- * For Q8_0 / Q4_0 weights x is first quantized to Q8_0 blocks (into scratch) and the products
- * are int8 dot products, as llama.cpp does; other types use x in float. */
+ * For quantized weights (Q8_0, Q4_0, Q4_K, Q6_K) x is first rounded to int8 per 32 elements
+ * (into scratch) and the products are int8 dot products, as llama.cpp does; the float types
+ * (F32, F16, BF16) use x in float. */
 void cairn__matvec(cairn__pool *p, const cairn__mat *W, const float *x, float *out, void *scratch);
 
 /* Several products of one input in one pass of the pool (at most 4 matrices, all with the
@@ -223,8 +224,8 @@ void cairn__softmax(float *x, int64_t n);
 void cairn__swiglu(float *g, const float *u, int64_t n);
 
 /* One attention head at one position: q (hd) against n cached positions, K and V rows (hd)
- * of position t at K + t * ld and V + t * ld (ld: floats from one position's row to the next,
- * the KV width; point K, V at the head's slice) ->
+ * of position t at K + t * ld and V + t * ld (ld: elements from one position's row to the
+ * next: head_dim in the CPU backend's cache, where a head's positions are one run) ->
  *   sc (n) = softmax(q . K rows * scale),  out (hd) = sc (n) @ V (n, hd).
  * sc is scratch of n floats the caller owns (it holds the probabilities afterwards). The same
  * as cairn__dot_f32 + cairn__softmax + cairn__axpy per position (to float rounding), but with

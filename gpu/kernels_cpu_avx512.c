@@ -1,6 +1,7 @@
 /* gpu/kernels_cpu_avx512.c - the decode kernels for CPUs with AVX-512 (F, BW, VL, VNNI, VBMI):
  * the Q4_0 and Q8_0 matrix-vector products, which on AVX2 are bound by their arithmetic rather
- * than by reading the weights, plus the F32 dot product, axpy and one head's attention.
+ * than by reading the weights, the Q4_K and Q6_K dot products (see their section below), the
+ * F32, F16 and BF16 dot products, axpy, and one head's attention over a float or half cache.
  * gpu/kernels_cpu.c picks these at run time, like its AVX2 kernels.
  *
  * Two ideas make the quantized products cheap. First, several blocks are handled in one pass

@@ -11,7 +11,8 @@
  *
  * A half cache is widened exactly (vcvtph2ps, or the table-free bit conversion of gpu/quant.h),
  * so attention over it is the float kernel on the widened rows; only the store rounds (to
- * nearest even, the same bits with F16C or without).
+ * nearest even, the same bits with F16C or without for every number; a NaN stays a NaN, with
+ * F16C's payload bits or cairn__f32_to_f16's).
  */
 #include <math.h>
 #include <stdint.h>

@@ -141,7 +141,8 @@ int cairn__llm_cfg_parse(const json_t *cfg, const char *base_dir, cairn__llm_cfg
     if (!rc)
         rc = cfg_str(cfg, "cache_type", "f32", &c->cache_type, err, errlen);
     if (!rc && cairn__cache_type_parse(c->cache_type) < 0) {
-        snprintf(err, errlen, "generate.cache_type: must be \"f32\" or \"f16\"");
+        snprintf(err, errlen, "generate.cache_type: must be \"f32\" or \"f16\", not \"%.40s\"",
+                 c->cache_type);
         rc = CAIRN_EJSON;
     }
     if (!rc)
@@ -340,6 +341,26 @@ static int engine_for(const cairn__llm_cfg *c, char *err, size_t errlen)
 
 /* ------------------------------------------------------------------ prompt */
 
+int cairn__llm_progress_key(const char *model_sha, const char *backend, const char *cache_type,
+                            const int32_t *ids, size_t n_ids, char out[65])
+{
+    /* "cpu", "cuda"; "cpu:f16", "cuda:f16" (an f32 cache adds nothing: the keys saved before
+     * the option existed stay valid) */
+    char bk[48];
+    snprintf(bk, sizeof bk, "%s%s", backend, strcmp(cache_type, "f16") == 0 ? ":f16" : "");
+    const size_t bl = strlen(bk), kl = 64 + bl + n_ids * sizeof *ids;
+    unsigned char *key = malloc(kl);
+    if (!key)
+        return CAIRN_ENOMEM;
+    memcpy(key, model_sha, 64);
+    memcpy(key + 64, bk, bl);
+    if (n_ids)
+        memcpy(key + 64 + bl, ids, n_ids * sizeof *ids);
+    cairn__sha256_hex(key, kl, out);
+    free(key);
+    return 0;
+}
+
 typedef struct lookup_arg {
     cairn_ctx *ctx;
     const cairn__llm_cfg *c;
@@ -524,24 +545,10 @@ cairn_step_result cairn__llm_step(cairn_ctx *ctx, void *user)
     if (rc)
         return fail(ctx, rc, "cannot tokenize the prompt");
     gen_arg ga = {.ctx = ctx};
-    /* saved progress belongs to this prompt on this model file, this backend and this KV cache
-     * type: tokens drawn by another model, by the GPU when the CPU resumes, or over a cache of
-     * halves, would not continue the same text ("cpu", "cuda"; "cpu:f16", "cuda:f16") */
-    {
-        char bk[32];
-        snprintf(bk, sizeof bk, "%s%s", cairn__backend_name(cairn__engine_backend(loaded.e)),
-                 strcmp(c->cache_type, "f16") == 0 ? ":f16" : "");
-        size_t kl = 64 + strlen(bk) + n_ids * sizeof *ids;
-        unsigned char *key = malloc(kl);
-        if (!key) {
-            free(ids);
-            return fail(ctx, CAIRN_ENOMEM, "out of memory");
-        }
-        memcpy(key, loaded.sha, 64);
-        memcpy(key + 64, bk, strlen(bk));
-        memcpy(key + 64 + strlen(bk), ids, n_ids * sizeof *ids);
-        cairn__sha256_hex(key, kl, ga.prompt_sha);
-        free(key);
+    if (cairn__llm_progress_key(loaded.sha, cairn__backend_name(cairn__engine_backend(loaded.e)),
+                                c->cache_type, ids, n_ids, ga.prompt_sha)) {
+        free(ids);
+        return fail(ctx, CAIRN_ENOMEM, "out of memory");
     }
     cairn__gen_opts o;
     cairn__gen_opts_default(&o);

@@ -40,6 +40,13 @@ cairn_step_result cairn__llm_step(cairn_ctx *ctx, void *cfg);
  * 0, CAIRN_EINVAL or CAIRN_ENOMEM. The step uses it; exposed for tests. */
 int cairn__llm_prompt_ids(const cairn__llm_cfg *c, const cairn__tok *tok, const char *user,
                           int32_t **ids, size_t *n);
+/* The key of the saved progress (hex SHA-256 into out): the model file's SHA-256 (64 hex
+ * characters), the backend's name, the KV cache type and the prompt's ids. Tokens drawn by
+ * another model, by the GPU when the CPU resumes, or over a cache of halves would not continue
+ * the same text, so progress saved under any other key is not resumed. 0 or CAIRN_ENOMEM. The
+ * step uses it; exposed for tests. */
+int cairn__llm_progress_key(const char *model_sha, const char *backend, const char *cache_type,
+                            const int32_t *ids, size_t n_ids, char out[65]);
 /* The step whose "docs" fill {{context}} ("retrieve" by default), and whether the prompt
  * template uses {{context}} at all (the pipeline checks both when it loads the config). */
 const char *cairn__llm_cfg_context_source(const cairn__llm_cfg *c);

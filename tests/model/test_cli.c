@@ -231,8 +231,9 @@ int main(void)
     rc = sh(cmd);
     ok(rc == 0 && strstr(out, "[length, 12 tokens"), "--cache-type f16: 12 greedy tokens (%d)", rc);
     memcpy(first, out, sizeof out);
+    const char *stats = strstr(first, "[length, 12");
     rc = sh(cmd);
-    ok(rc == 0 && strncmp(first, out, (size_t)(strstr(first, "[length, 12") - first)) == 0,
+    ok(rc == 0 && stats && strncmp(first, out, (size_t)(stats - first)) == 0,
        "--cache-type f16: same command, same text");
     snprintf(cmd, sizeof cmd, "%s generate -m %s -p hi --cache-type q8 2>&1", bin, path);
     rc = sh(cmd);

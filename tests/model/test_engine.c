@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "gpu/engine.h"
 #include "gpu/gguf.h"
@@ -299,6 +300,67 @@ out:
     cairn__backend_free(b2);
 }
 
+/* cairn__engine_open passes the cache type through: an engine opened with "f16" computes what a
+ * backend created with CAIRN__CACHE_F16 does, bit for bit, and differs from one opened with
+ * "f32"; bad values are refused before anything loads. The model is the one in buf, written to
+ * a file. */
+static void test_open_cache_type(const cairn__model *m, const unsigned char *buf, size_t len)
+{
+    char dir[] = "/tmp/cairn-engine-XXXXXX", path[64], err[256];
+    if (!mkdtemp(dir)) {
+        ok(0, "cache type through engine_open: temp dir");
+        return;
+    }
+    snprintf(path, sizeof path, "%s/m.gguf", dir);
+    FILE *f = fopen(path, "wb");
+    const int wrote = f && fwrite(buf, 1, len, f) == len;
+    if (f)
+        fclose(f);
+    const int32_t toks[] = {1, 17, 42, 99, 7};
+    const size_t V = (size_t)m->n_vocab;
+    float *lg[3] = {malloc(5 * V * sizeof(float)), malloc(5 * V * sizeof(float)),
+                    malloc(5 * V * sizeof(float))};
+    cairn__engine *e16 = NULL, *e32 = NULL;
+    cairn__backend *b16 = NULL;
+    cairn__engine_opts o16 = {.backend = "cpu", .n_ctx = 16, .n_threads = 2, .cache_type = "f16"};
+    cairn__engine_opts o32 = o16;
+    o32.cache_type = "f32";
+    cairn__backend_opts bo = {.n_ctx = 16, .n_threads = 2, .cache_type = CAIRN__CACHE_F16};
+    int rc = wrote ? 0 : -1;
+    if (!rc)
+        rc = cairn__engine_open(path, &o16, &e16, err, sizeof err);
+    if (!rc)
+        rc = cairn__engine_open(path, &o32, &e32, err, sizeof err);
+    if (!rc)
+        rc = cairn__backend_new("cpu", m, &bo, &b16, err, sizeof err);
+    if (!rc)
+        rc = cairn__backend_forward(cairn__engine_backend(e16), toks, 5, 0, lg[0], 1) |
+             cairn__backend_forward(b16, toks, 5, 0, lg[1], 1) |
+             cairn__backend_forward(cairn__engine_backend(e32), toks, 5, 0, lg[2], 1);
+    ok(rc == 0 && memcmp(lg[0], lg[1], 5 * V * sizeof(float)) == 0 &&
+           memcmp(lg[0], lg[2], 5 * V * sizeof(float)) != 0,
+       "engine_open with cache type f16: a half cache's logits, bit for bit; f32 differs (%s)",
+       rc ? err : "ok");
+    cairn__engine *bad = NULL;
+    cairn__engine_opts oq = o16;
+    oq.cache_type = "q8";
+    rc = cairn__engine_open(path, &oq, &bad, err, sizeof err);
+    ok(rc == CAIRN_EINVAL && !bad && strstr(err, "KV cache type 'q8'"),
+       "engine_open with cache type q8: EINVAL naming it (%s)", err);
+    cairn__backend *bb = NULL;
+    cairn__backend_opts b2 = {.n_ctx = 16, .cache_type = 2};
+    rc = cairn__backend_new("cpu", m, &b2, &bb, err, sizeof err);
+    ok(rc == CAIRN_EINVAL && !bb && strstr(err, "KV cache type 2"),
+       "backend_new with cache type 2: EINVAL naming it (%s)", err);
+    cairn__engine_free(e16);
+    cairn__engine_free(e32);
+    cairn__backend_free(b16);
+    for (int i = 0; i < 3; i++)
+        free(lg[i]);
+    unlink(path);
+    rmdir(dir);
+}
+
 int main(void)
 {
     mk_spec s;
@@ -391,6 +453,7 @@ int main(void)
     ok(cairn__engine_resume(e, ptoks, np, r1.tokens, 3, bad, sizeof bad, &o, &r2) == CAIRN_EFORMAT,
        "resume with a garbage state -> EFORMAT");
     test_resume_f16(m, tok, prompt, o);
+    test_open_cache_type(m, buf, len);
 
     /* stop strings: pick 3 bytes from the middle of the text */
     if (r1.text_len >= 20) {

@@ -15,6 +15,7 @@
 #include "cairn.h"
 #include "gpu/chat.h"
 #include "gpu/tokenizer.h"
+#include "runner/canon.h"
 #include "steps/llm.h"
 #include "steps/template.h"
 #include "tests/model/mkmodel.h"
@@ -328,6 +329,34 @@ static void test_cli(void)
     free(dir);
 }
 
+/* The saved progress's key: the model, backend, cache type and prompt each change it, and an f32
+ * cache keeps the key progress had before the cache type existed (sha | backend | ids). */
+static void test_progress_key(void)
+{
+    const char *sha = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+    const char *sha2 = "1123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+    const int32_t ids[] = {1, 17, 250}, ids2[] = {1, 17, 251};
+    char k[6][65], legacy[65];
+    int rc = cairn__llm_progress_key(sha, "cpu", "f32", ids, 3, k[0]);
+    rc |= cairn__llm_progress_key(sha, "cpu", "f16", ids, 3, k[1]);
+    rc |= cairn__llm_progress_key(sha, "cuda", "f32", ids, 3, k[2]);
+    rc |= cairn__llm_progress_key(sha, "cuda", "f16", ids, 3, k[3]);
+    rc |= cairn__llm_progress_key(sha2, "cpu", "f32", ids, 3, k[4]);
+    rc |= cairn__llm_progress_key(sha, "cpu", "f32", ids2, 3, k[5]);
+    unsigned char buf[64 + 3 + sizeof ids];
+    memcpy(buf, sha, 64);
+    memcpy(buf + 64, "cpu", 3);
+    memcpy(buf + 67, ids, sizeof ids);
+    cairn__sha256_hex(buf, sizeof buf, legacy);
+    int distinct = 1;
+    for (int i = 0; i < 6; i++)
+        for (int j = i + 1; j < 6; j++)
+            distinct &= strcmp(k[i], k[j]) != 0;
+    ok(rc == 0 && distinct, "progress key: model, backend, cache type and prompt each change it");
+    ok(rc == 0 && strcmp(k[0], legacy) == 0,
+       "progress key: an f32 cache keeps the key of progress saved before the cache type existed");
+}
+
 int main(void)
 {
     cairn__tok *t = make_tok(1), *bare = make_tok(0);
@@ -340,6 +369,7 @@ int main(void)
     test_errors(t);
     test_step(t);
     test_cli();
+    test_progress_key();
     cairn__tok_free(t);
     cairn__tok_free(bare);
     return tap_done();
