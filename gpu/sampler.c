@@ -5,7 +5,8 @@
  * O(V log k), since vocabularies run to 150k and this runs per token), sort them, softmax at the
  * temperature in double, cut to the top-p nucleus, and draw one uniform number in [0, 1) scaled
  * to the kept mass. Candidates are ordered by (logit desc, id asc), a total order, so the same
- * logits always give the same token on every platform and thread count.
+ * logits always give the same token on every platform and thread count. Without top-k, only
+ * the top of that order is sorted (pick_prefix).
  */
 #include "gpu/sampler.h"
 
@@ -190,6 +191,63 @@ double cairn__sampler_draw(cairn__sampler *s)
     return (double)(xoshiro_next(s->rng) >> 11) * 0x1.0p-53;
 }
 
+/* Without top-k, sorting the whole vocabulary is what top-p and the draw would cost (18 ms a
+ * token at 152k tokens on one core, more than a small model's forward pass), yet both only walk
+ * the sorted order from the top until they reach a share of the total: top_p of it, or with
+ * top-p off the draw's point r * total. So: every token's weight and their total (in index
+ * order), then the tokens within d * temperature of the largest logit, which are a prefix of the
+ * sorted order, sorted alone and walked; d doubles until the walk ends inside the prefix. Logits
+ * that are not all finite, or a walk that needs nearly the whole vocabulary, go to the full sort
+ * (returns -1). The token is the full sort's but where the draw or the top-p cut lands within
+ * rounding of a boundary (the total is summed in another order). */
+static int32_t pick_prefix(cairn__sampler *s, const float *logits, double r)
+{
+    const int nv = s->n_vocab;
+    float mx = -INFINITY;
+    for (int i = 0; i < nv; i++) {
+        if (!isfinite(logits[i]))
+            return -1;
+        mx = logits[i] > mx ? logits[i] : mx;
+    }
+    const double max = (double)mx, t = (double)s->p.temperature;
+    double *w = s->probs, total = 0.0;
+    for (int i = 0; i < nv; i++)
+        total += w[i] = cairn__sample_weight_of(logits[i], max, t);
+    const int top_p = s->p.top_p < 1.0f;
+    const double target = top_p ? (double)s->p.top_p * total : r * total;
+    cand *c = s->cands;
+    for (double d = 4.0; d <= 64.0; d *= 2.0) {
+        const double cut = max - d * t;
+        size_t k = 0;
+        for (int i = 0; i < nv; i++)
+            if ((double)logits[i] >= cut)
+                c[k++] = (cand){logits[i], (int32_t)i};
+        if (k > (size_t)nv / 2)
+            return -1; /* most of it: the full sort costs little more */
+        qsort(c, k, sizeof *c, cand_cmp);
+        double cum = 0.0;
+        size_t keep = 0;
+        for (size_t i = 0; i < k && !keep; i++) {
+            cum += w[c[i].id];
+            if (top_p ? cum >= target : target < cum)
+                keep = i + 1;
+        }
+        if (!keep)
+            continue; /* the walk goes past this prefix */
+        if (!top_p)
+            return c[keep - 1].id;
+        const double u = r * cum;
+        double run = 0.0;
+        for (size_t i = 0; i < keep; i++) {
+            run += w[c[i].id];
+            if (u < run)
+                return c[i].id;
+        }
+        return c[keep - 1].id; /* u within rounding of the kept total */
+    }
+    return -1;
+}
+
 int32_t cairn__sampler_pick(cairn__sampler *s, const float *logits, double r)
 {
     const int nv = s->n_vocab;
@@ -203,6 +261,11 @@ int32_t cairn__sampler_pick(cairn__sampler *s, const float *logits, double r)
         return best.id;
     }
     size_t k = s->p.top_k > 0 && s->p.top_k < nv ? (size_t)s->p.top_k : (size_t)nv;
+    if (k == (size_t)nv) {
+        const int32_t id = pick_prefix(s, logits, r);
+        if (id >= 0)
+            return id;
+    }
     cand *c = s->cands;
     if (k < (size_t)nv) {
         for (size_t i = 0; i < k; i++)

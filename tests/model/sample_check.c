@@ -48,7 +48,14 @@ int mk_pick_agrees(cairn__sampler *s, const float *lg, int n, double r, int32_t 
 {
     if (cairn__sampler_pick(s, lg, r) == got)
         return 1;
-    const cairn__sampler_params *p = cairn__sampler_get_params(s);
+    const int found = mk_pick_near(cairn__sampler_get_params(s), lg, n, r, got);
+    if (found)
+        (*near)++;
+    return found;
+}
+
+int mk_pick_near(const cairn__sampler_params *p, const float *lg, int n, double r, int32_t got)
+{
     if (p->temperature <= 0.0f || got < 0 || got >= n)
         return 0; /* greedy has no rounding to allow for */
     /* the host's candidates and weights as cairn__sampler_pick makes them, summed in long double so
@@ -87,8 +94,6 @@ int mk_pick_agrees(cairn__sampler *s, const float *lg, int n, double r, int32_t 
     }
     free(keys);
     free(cum);
-    if (found)
-        (*near)++;
     return found;
 }
 

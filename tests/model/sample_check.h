@@ -18,6 +18,9 @@ void mk_awkward_logits(float *lg, int n, uint64_t seed, int kind);
  * the running sum (in long double) comes within 1e-12 of the kept total of the point r * total:
  * what another summation order can pick. */
 int mk_pick_agrees(cairn__sampler *s, const float *lg, int n, double r, int32_t got, int *near);
+/* The second half of that: whether got is a kept token of positive weight whose span comes
+ * within rounding of the draw's point (long double running sums over the full sorted order). */
+int mk_pick_near(const cairn__sampler_params *p, const float *lg, int n, double r, int32_t got);
 
 /* The device sampler in C, for stand-ins of a device: q's penalty on lg (in place), then
  * cairn__sampler_pick_runs with 1024 runs, as the kernel's threads. keys: n_vocab scratch.

@@ -231,9 +231,70 @@ static void test_device_algorithm(void)
     cairn__sampler_free(a);
 }
 
+/* Without top-k the host sorts only the top of the order (pick_prefix in gpu/sampler.c): on
+ * peaked logits over a large vocabulary, as a language model's are, every pick must be the one
+ * sorting everything gives (cairn__sampler_pick_runs in one run walks the fully sorted order),
+ * or itself within rounding of a boundary (checked in long double over the full order). */
+static void test_prefix_pick(void)
+{
+    enum { NV = 50000 };
+    static float lg[NV];
+    static uint64_t keys[NV];
+    static double wts[NV];
+    const float temps[] = {0.05f, 0.3f, 0.7f, 1.5f};
+    const float topps[] = {1.0f, 0.95f, 0.5f, 1e-6f};
+    int cases = 0, fails = 0, near = 0;
+    uint64_t seed = 4242;
+    for (int shape = 0; shape < 3; shape++) {
+        /* roughly normal logits (spread 1, 3, 6) with a few far above the rest */
+        for (int i = 0; i < NV; i++) {
+            double g = 0;
+            for (int k = 0; k < 4; k++)
+                g += (double)(xs(&seed) >> 11) * 0x1.0p-53 - 0.5;
+            lg[i] = (float)(g * (shape == 0 ? 1.7 : shape == 1 ? 5.2 : 10.4));
+        }
+        for (int i = 0; i < 12; i++)
+            lg[(size_t)(xs(&seed) % NV)] = (float)(8 + 2 * shape) + 0.25f * (float)i;
+        lg[77] = lg[78] = lg[(size_t)(xs(&seed) % NV)]; /* ties */
+        for (size_t ti = 0; ti < sizeof temps / sizeof *temps; ti++)
+            for (size_t pi = 0; pi < sizeof topps / sizeof *topps; pi++) {
+                cairn__sampler_params p;
+                cairn__sampler_params_default(&p);
+                p.temperature = temps[ti];
+                p.top_k = 0;
+                p.top_p = topps[pi];
+                cairn__sampler *a = NULL;
+                cairn__sampler_new(&p, NV, &a);
+                for (int d = 0; d < 12; d++) {
+                    const double r = d == 0   ? 0.0
+                                     : d == 1 ? 1.0 - 0x1.0p-53
+                                              : (double)(xs(&seed) >> 11) * 0x1.0p-53;
+                    const int32_t full = cairn__sampler_pick_runs(&p, lg, NV, r, 1, keys, wts);
+                    const int32_t host = cairn__sampler_pick(a, lg, r);
+                    const int nearby = host != full && mk_pick_near(&p, lg, NV, r, host);
+                    near += nearby;
+                    if (host != full && !nearby) {
+                        if (fails < 5)
+                            diag("shape %d t %g p %g r %.17g: full sort %d, host %d", shape,
+                                 (double)p.temperature, (double)p.top_p, r, full,
+                                 cairn__sampler_pick(a, lg, r));
+                        fails++;
+                    }
+                    cases++;
+                }
+                cairn__sampler_free(a);
+            }
+    }
+    ok(fails == 0,
+       "no top-k, %d tokens of peaked logits: the host's pick is the full sort's in %d cases (%d "
+       "within rounding of a boundary)",
+       NV, cases, near);
+}
+
 int main(void)
 {
     test_device_algorithm();
+    test_prefix_pick();
 
     cairn__sampler_params p;
     cairn__sampler_params_default(&p);
