@@ -34,6 +34,9 @@
 #include <cblas.h> /* openblas_set_num_threads */
 #endif
 
+/* prompt chunks of at least this many tokens take attention_gemm (OpenBLAS builds) */
+#define ATT_GEMM_MIN 16
+
 #include "cairn_errors.h"
 enum {
 #define CAIRN__X(n, v, s) CAIRN_##n = v,
@@ -57,6 +60,7 @@ typedef struct {
     float *hb, *hb2; /* (nb, ff) */
     float *rope;     /* (nb, rope_dim/2, 2) cos, sin */
     float *scores;   /* (n_threads, n_ctx + head_dim): a thread's scores, then a widened row */
+    float *chunk_s;  /* (n_batch, n_ctx): a prompt chunk's scores against every key, or NULL */
     void *mv_scratch;
     float *mm_scratch;
     float *inv_freq; /* rope_dim/2 */
@@ -78,6 +82,7 @@ static void cpu_destroy(cairn__backend *bb)
     free(b->hb2);
     free(b->rope);
     free(b->scores);
+    free(b->chunk_s);
     free(b->mv_scratch);
     free(b->mm_scratch);
     free(b->inv_freq);
@@ -128,6 +133,14 @@ static int cpu_create(const cairn__model *m, const cairn__backend_opts *o, cairn
     b->hb2 = malloc(nb * (size_t)m->ff_dim * sizeof(float));
     b->rope = malloc(nb * (size_t)m->rope_dim * sizeof(float));
     b->scores = malloc(nth * ((size_t)n_ctx + (size_t)m->head_dim) * sizeof(float));
+#ifdef CAIRN_HAVE_OPENBLAS
+    /* a prompt chunk's attention over a float cache as matrix products (attention_gemm), when
+     * its scores fit in 64 MiB; a larger n_batch x n_ctx, a half cache (widening it for sgemm
+     * each chunk cost what the products saved: 4064 tokens at 504-531 tok/s against 521-542),
+     * or a failed allocation take the per-token kernel */
+    if (!b->f16 && nb >= ATT_GEMM_MIN && nb * (size_t)n_ctx <= ((size_t)64 << 20) / sizeof(float))
+        b->chunk_s = malloc(nb * (size_t)n_ctx * sizeof(float));
+#endif
     b->inv_freq = malloc((size_t)m->rope_dim / 2 * sizeof(float) + sizeof(float));
     /* scratch sized for the widest input and the largest weight tile of any product */
     size_t mv = cairn__matvec_scratch_bytes(
@@ -216,6 +229,81 @@ static void attention_range(void *arg, int64_t i0, int64_t i1, int ith)
     }
 }
 
+#ifdef CAIRN_HAVE_OPENBLAS
+typedef struct {
+    float *S;
+    int L, pos;
+} softmax_job;
+
+/* rows [i0, i1) of a chunk's scores: row i softmaxed over its keys 0..pos+i, the later ones
+ * (the chunk's future tokens) zeroed so that the product with V skips them */
+static void chunk_softmax_range(void *arg, int64_t i0, int64_t i1, int ith)
+{
+    const softmax_job *j = arg;
+    (void)ith;
+    for (int64_t i = i0; i < i1; i++) {
+        float *row = j->S + i * (int64_t)j->L;
+        const int len = j->pos + (int)i + 1;
+        cairn__softmax(row, len);
+        memset(row + len, 0, (size_t)(j->L - len) * sizeof(float));
+    }
+}
+
+/* A prompt chunk's attention (n tokens at positions pos..) over a float cache, as two products
+ * per query head over the L = pos + n keys: S (n, L) = Q_h K^T * scale, each row softmaxed over
+ * its own causal length, att_h (n, hd) = S V. Per token, the kernel of attention_range re-reads
+ * every earlier key and value from memory (a 4096-token prompt of the 110M model moved ~300 GB
+ * that way); here each is read once per chunk, and sgemm does the arithmetic. The same function
+ * of the cache as attention_range to float rounding (tests/model checks both against
+ * float64). */
+static void attention_gemm(cpu_backend *b, int layer, int n, int pos)
+{
+    const cairn__model *m = b->base.model;
+    const int hd = m->head_dim, group = m->n_heads / m->n_kv_heads, L = pos + n;
+    const size_t n_ctx = (size_t)b->base.n_ctx;
+    const size_t layer_off = (size_t)layer * n_ctx * (size_t)b->kv_dim;
+    const float scale = 1.0f / sqrtf((float)hd);
+    softmax_job sj = {b->chunk_s, L, pos};
+    for (int g = 0; g < m->n_kv_heads; g++) {
+        const size_t at = layer_off + (size_t)g * n_ctx * (size_t)hd;
+        const float *K = (const float *)b->kcache + at, *V = (const float *)b->vcache + at;
+        for (int h = g * group; h < (g + 1) * group; h++) {
+            /* S (n, L) = Q_h (n, hd; rows q_dim apart) @ K (L, hd)^T * scale */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, L, hd, scale,
+                        b->q + (size_t)h * hd, (int)b->q_dim, K, hd, 0.0f, b->chunk_s, L);
+            if ((int64_t)n * L < 65536)
+                chunk_softmax_range(&sj, 0, n, 0);
+            else
+                cairn__pool_for(b->pool, n, 0, chunk_softmax_range, &sj);
+            /* att_h (n, hd; rows q_dim apart) = S (n, L) @ V (L, hd) */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, hd, L, 1.0f, b->chunk_s, L, V,
+                        hd, 0.0f, b->att + (size_t)h * hd, (int)b->q_dim);
+        }
+    }
+}
+#endif
+
+/* the layer's attention for the chunk into att: a prompt chunk as matrix products where
+ * OpenBLAS is there, else per (token, head) */
+static void attend(cpu_backend *b, int layer, int n, int pos)
+{
+#ifdef CAIRN_HAVE_OPENBLAS
+    if (b->chunk_s && n >= ATT_GEMM_MIN) {
+        attention_gemm(b, layer, n, pos);
+        return;
+    }
+#endif
+    const cairn__model *m = b->base.model;
+    att_job aj = {b, layer, n, pos};
+    /* a few thousand multiply-adds are cheaper than waking the workers (~0.5 us); beyond that
+     * the heads go to the pool (15M shape, 6 heads of 48 at 160 positions: 5.8 us a layer on
+     * the caller alone while the workers spin, ~3.5 us on 2 threads) */
+    if ((int64_t)n * m->n_heads * (pos + n) * m->head_dim < 8192)
+        attention_range(&aj, 0, (int64_t)n * m->n_heads, 0);
+    else
+        cairn__pool_for(b->pool, (int64_t)n * m->n_heads, 1, attention_range, &aj);
+}
+
 static void add_bias(float *x, const float *bias, int n, int64_t d)
 {
     if (!bias)
@@ -276,14 +364,7 @@ static void forward_chunk(cpu_backend *b, const int32_t *tokens, int n, int pos,
                 }
             }
         }
-        att_job aj = {b, l, n, pos};
-        /* a few thousand multiply-adds are cheaper than waking the workers (~0.5 us); beyond
-         * that the heads go to the pool (15M shape, 6 heads of 48 at 160 positions: 5.8 us a
-         * layer on the caller alone while the workers spin, ~3.5 us on 2 threads) */
-        if ((int64_t)n * m->n_heads * (pos + n) * m->head_dim < 8192)
-            attention_range(&aj, 0, (int64_t)n * m->n_heads, 0);
-        else
-            cairn__pool_for(b->pool, (int64_t)n * m->n_heads, 1, attention_range, &aj);
+        attend(b, l, n, pos);
         linear(b, &ly->wo, b->att, n, b->xb);
         for (size_t k = 0; k < (size_t)n * (size_t)dim; k++)
             b->x[k] += b->xb[k];
