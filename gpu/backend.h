@@ -85,6 +85,9 @@ struct cairn__backend {
 };
 
 extern const cairn__backend_ops cairn__backend_cpu_ops;
+/* The CPU backend's budget for a block of a prompt chunk's attention scores (64 MiB), read when a
+ * backend is created; tests lower it to reach the blocks. */
+extern size_t cairn__cpu_att_bytes;
 
 /* Creates a backend by name: "cpu", "cuda", or "auto" (cuda when the CUDA module loads, a
  * device is present and the CUDA backend can run the model, else cpu, silently). o may be NULL

@@ -39,6 +39,12 @@
 /* prompt chunks of at least this many tokens take attention_gemm (OpenBLAS builds) */
 #define ATT_GEMM_MIN 16
 
+/* The bytes a block of attention_gemm's scores may take; a chunk's query rows go in blocks that
+ * fit (each block reads every key and value once more, so as few blocks as fit: blocks of 32
+ * rows instead of one of 256 took a 4064-token prompt from 531-558 to 434-447 tok/s). Read at
+ * backend creation; tests lower it to reach the blocks. */
+size_t cairn__cpu_att_bytes = (size_t)64 << 20;
+
 #include "cairn_errors.h"
 enum {
 #define CAIRN__X(n, v, s) CAIRN_##n = v,
@@ -62,7 +68,8 @@ typedef struct {
     float *hb, *hb2; /* (nb, ff) */
     float *rope;     /* (nb, rope_dim/2, 2) cos, sin */
     float *scores;   /* (n_threads, n_ctx + head_dim): a thread's scores, then a widened row */
-    float *chunk_s;  /* (n_batch, n_ctx): a prompt chunk's scores against every key, or NULL */
+    float *chunk_s;  /* (att_rows, n_ctx): a block of a prompt chunk's scores, or NULL */
+    int att_rows;    /* query rows attention_gemm takes at a time */
     void *mv_scratch;
     float *mm_scratch;
     float *inv_freq; /* rope_dim/2 */
@@ -136,12 +143,15 @@ static int cpu_create(const cairn__model *m, const cairn__backend_opts *o, cairn
     b->rope = malloc(nb * (size_t)m->rope_dim * sizeof(float));
     b->scores = malloc(nth * ((size_t)n_ctx + (size_t)m->head_dim) * sizeof(float));
 #ifdef CAIRN_HAVE_OPENBLAS
-    /* a prompt chunk's attention over a float cache as matrix products (attention_gemm), when
-     * its scores fit in 64 MiB; a larger n_batch x n_ctx, a half cache (widening it for sgemm
-     * each chunk cost what the products saved: 4064 tokens at 504-531 tok/s against 521-542),
-     * or a failed allocation take the per-token kernel */
-    if (!b->f16 && nb >= ATT_GEMM_MIN && nb * (size_t)n_ctx <= ((size_t)64 << 20) / sizeof(float))
-        b->chunk_s = malloc(nb * (size_t)n_ctx * sizeof(float));
+    /* a prompt chunk's attention over a float cache as matrix products (attention_gemm), its
+     * query rows in blocks whose scores fit in cairn__cpu_att_bytes; a context too long for a
+     * block of ATT_GEMM_MIN rows (over a million positions at 64 MiB), a half cache (widening it
+     * for sgemm each chunk cost what the products saved: 4064 tokens at 504-531 tok/s against
+     * 521-542), or a failed allocation take the per-token kernel */
+    const size_t fit = cairn__cpu_att_bytes / sizeof(float) / (size_t)n_ctx;
+    b->att_rows = (int)(fit < nb ? fit : nb);
+    if (!b->f16 && nb >= ATT_GEMM_MIN && b->att_rows >= ATT_GEMM_MIN)
+        b->chunk_s = malloc((size_t)b->att_rows * (size_t)n_ctx * sizeof(float));
 #endif
     b->inv_freq = malloc((size_t)m->rope_dim / 2 * sizeof(float) + sizeof(float));
     /* scratch sized for the widest input and the largest weight tile of any product */
@@ -234,10 +244,10 @@ static void attention_range(void *arg, int64_t i0, int64_t i1, int ith)
 #ifdef CAIRN_HAVE_OPENBLAS
 typedef struct {
     float *S;
-    int L, pos;
+    int L, pos; /* row i of S is the query at position pos + i, against keys 0..L-1 */
 } softmax_job;
 
-/* rows [i0, i1) of a chunk's scores: row i softmaxed over its keys 0..pos+i, the later ones
+/* rows [i0, i1) of a block of scores: row i softmaxed over its keys 0..pos+i, the later ones
  * (the chunk's future tokens) zeroed so that the product with V skips them */
 static void chunk_softmax_range(void *arg, int64_t i0, int64_t i1, int ith)
 {
@@ -252,8 +262,9 @@ static void chunk_softmax_range(void *arg, int64_t i0, int64_t i1, int ith)
 }
 
 /* A prompt chunk's attention (n tokens at positions pos..) over a float cache, as two products
- * per query head over the L = pos + n keys: S (n, L) = Q_h K^T * scale, each row softmaxed over
- * its own causal length, att_h (n, hd) = S V. Per token, the kernel of attention_range re-reads
+ * per query head and block of up to att_rows query rows r0..r0+m-1 over the L = pos + r0 + m
+ * keys they see: S (m, L) = Q_h K^T * scale, each row softmaxed over its own causal length,
+ * att_h (m, hd) = S V. Per token, the kernel of attention_range re-reads
  * every earlier key and value from memory (a 4096-token prompt of the 110M model moved ~300 GB
  * that way); here each is read once per chunk, and sgemm does the arithmetic. The same function
  * of the cache as attention_range to float rounding (tests/model checks both against
@@ -261,26 +272,30 @@ static void chunk_softmax_range(void *arg, int64_t i0, int64_t i1, int ith)
 static void attention_gemm(cpu_backend *b, int layer, int n, int pos)
 {
     const cairn__model *m = b->base.model;
-    const int hd = m->head_dim, group = m->n_heads / m->n_kv_heads, L = pos + n;
-    const size_t n_ctx = (size_t)b->base.n_ctx;
+    const int hd = m->head_dim, group = m->n_heads / m->n_kv_heads;
+    const size_t n_ctx = (size_t)b->base.n_ctx, qd = (size_t)b->q_dim;
     const size_t layer_off = (size_t)layer * n_ctx * (size_t)b->kv_dim;
     const float scale = 1.0f / sqrtf((float)hd);
-    softmax_job sj = {b->chunk_s, L, pos};
     for (int g = 0; g < m->n_kv_heads; g++) {
         const size_t at = layer_off + (size_t)g * n_ctx * (size_t)hd;
         const float *K = (const float *)b->kcache + at, *V = (const float *)b->vcache + at;
-        for (int h = g * group; h < (g + 1) * group; h++) {
-            /* S (n, L) = Q_h (n, hd; rows q_dim apart) @ K (L, hd)^T * scale */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, L, hd, scale,
-                        b->q + (size_t)h * hd, (int)b->q_dim, K, hd, 0.0f, b->chunk_s, L);
-            if ((int64_t)n * L < 65536)
-                chunk_softmax_range(&sj, 0, n, 0);
-            else
-                cairn__pool_for(b->pool, n, 0, chunk_softmax_range, &sj);
-            /* att_h (n, hd; rows q_dim apart) = S (n, L) @ V (L, hd) */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, hd, L, 1.0f, b->chunk_s, L, V,
-                        hd, 0.0f, b->att + (size_t)h * hd, (int)b->q_dim);
-        }
+        for (int h = g * group; h < (g + 1) * group; h++)
+            for (int r0 = 0; r0 < n; r0 += b->att_rows) {
+                const int rows = n - r0 < b->att_rows ? n - r0 : b->att_rows, L = pos + r0 + rows;
+                const float *Q = b->q + (size_t)r0 * qd + (size_t)h * hd;
+                float *O = b->att + (size_t)r0 * qd + (size_t)h * hd;
+                softmax_job sj = {b->chunk_s, L, pos + r0};
+                /* S (rows, L) = Q_h (rows, hd; q_dim apart) @ K (L, hd)^T * scale */
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, L, hd, scale, Q, (int)qd,
+                            K, hd, 0.0f, b->chunk_s, L);
+                if ((int64_t)rows * L < 65536)
+                    chunk_softmax_range(&sj, 0, rows, 0);
+                else
+                    cairn__pool_for(b->pool, rows, 0, chunk_softmax_range, &sj);
+                /* att_h (rows, hd; q_dim apart) = S (rows, L) @ V (L, hd) */
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, L, 1.0f,
+                            b->chunk_s, L, V, hd, 0.0f, O, (int)qd);
+            }
     }
 }
 #endif
