@@ -71,10 +71,8 @@ static void quantize_x_q8(const float *x, xq8_block *y, int64_t nb)
 }
 
 /* ==== dot products: scalar ===================================================================
- * Each: one row w (cols elements of its type) . x -> float. xq: x as xq8 blocks (Q8_0 / Q4_0),
- * or as cairn__xk blocks (Q4_K / Q6_K); the float types read x. xs: unused (NULL). */
-typedef float (*dot_fn)(const uint8_t *w, const float *x, const void *xq, const float *xs,
-                        int64_t cols);
+ * Each a cairn__dot_fn (kernels_cpu.h): one row w . x -> float. */
+typedef cairn__dot_fn *dot_fn;
 /* nr consecutive rows, stride row_bytes, . x -> out (nr), for types whose kernel gains from
  * sharing the activation between rows (it takes them 4 at a time); each row's result must equal
  * what the kernel gives it in any other grouping. xq: x as xq8 blocks. */
@@ -156,14 +154,8 @@ static float dot_q4_0_c(const uint8_t *w, const float *x, const void *xq, const 
     return s;
 }
 
-/* K-quants against the int8 activation (cairn__xk_block, kernels_cpu.h). Bytes through memcpy:
- * a valid file may place a block at an odd address. */
-static float f16_at(const uint8_t *p)
-{
-    uint16_t h;
-    memcpy(&h, p, 2);
-    return cairn__f16_to_f32_inline(h);
-}
+/* K-quants against the int8 activation (cairn__xk_block, kernels_cpu.h); block fields read
+ * through cairn__f16_at / cairn__q4_K_head_of, since a block may sit at an odd address. */
 
 /* w (n) . x (n) -> float; xq: n / 256 cairn__xk blocks */
 static float dot_q4_K_c(const uint8_t *w, const float *x, const void *xq, const float *xs,
@@ -197,7 +189,7 @@ static float dot_q6_K_c(const uint8_t *w, const float *x, const void *xq, const 
     const cairn__xk_block *xk = xq;
     float s = 0.0f;
     for (int64_t i = 0; i < n / CAIRN__QK_K; i++, w += sizeof(cairn__block_q6_K)) {
-        const float d = f16_at(w + offsetof(cairn__block_q6_K, d));
+        const float d = cairn__f16_at(w + offsetof(cairn__block_q6_K, d));
         const uint8_t *ql = w + offsetof(cairn__block_q6_K, ql),
                       *qh = w + offsetof(cairn__block_q6_K, qh);
         const int8_t *sc = (const int8_t *)(w + offsetof(cairn__block_q6_K, scales));

@@ -153,24 +153,16 @@ static inline cairn__q4_K_head cairn__q4_K_head_of(const uint8_t *w)
         }                                                                                          \
     } while (0)
 
+/* A dot product: one row w (n elements of its type) . x (n) -> float, with xq = x as int8
+ * blocks (Q8_0, Q4_0) or as cairn__xk blocks (Q4_K, Q6_K); the float types read x; xs is
+ * unused. Every level's dot products have this signature. */
+typedef float cairn__dot_fn(const uint8_t *w, const float *x, const void *xq, const float *xs,
+                            int64_t n);
+
 /* The AVX2 + FMA + F16C kernels (kernels_cpu_avx2.c, x86 only; call only where
- * cairn__kernels_level() >= 1). A dot product: one row w (n elements of its type) . x (n) ->
- * float, with xq = x as int8 blocks (Q8_0, Q4_0) or as cairn__xk blocks (Q4_K, Q6_K); xs is
- * unused. */
-float cairn__dot_f32_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs,
-                          int64_t n);
-float cairn__dot_f16_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs,
-                          int64_t n);
-float cairn__dot_bf16_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs,
-                           int64_t n);
-float cairn__dot_q8_0_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs,
-                           int64_t n);
-float cairn__dot_q4_0_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs,
-                           int64_t n);
-float cairn__dot_q4_K_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs,
-                           int64_t n);
-float cairn__dot_q6_K_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs,
-                           int64_t n);
+ * cairn__kernels_level() >= 1). */
+cairn__dot_fn cairn__dot_f32_avx2, cairn__dot_f16_avx2, cairn__dot_bf16_avx2, cairn__dot_q8_0_avx2,
+    cairn__dot_q4_0_avx2, cairn__dot_q4_K_avx2, cairn__dot_q6_K_avx2;
 /* Q4_0 rows (nr, n) of stride rb bytes . x (n) -> out (nr), xq: x as int8 blocks */
 void cairn__q4_0_rows_avx2(const uint8_t *w, size_t rb, int nr, const void *xq, int64_t n,
                            float *out);
@@ -192,21 +184,11 @@ size_t cairn__q8_0_prep_bytes(int64_t cols);
 void *cairn__q8_0_prep_avx512(const cairn__xq8_block *xq, int64_t cols, void *dst);
 void cairn__q8_0_rows_avx512(const uint8_t *w, size_t rb, int nr, const void *xp, int64_t n,
                              float *out);
-/* w (n) . x (n) -> float for F32 w (xq, xs unused: the signature of the other dot products) */
-float cairn__dot_f32_avx512(const uint8_t *w, const float *x, const void *xq, const float *xs,
-                            int64_t n);
 /* y (n) += a * x (n) */
 void cairn__axpy_avx512(float *y, float a, const float *x, int64_t n);
-/* F16 and BF16 weights, 64 a pass */
-float cairn__dot_f16_avx512(const uint8_t *w, const float *x, const void *xq, const float *xs,
-                            int64_t n);
-float cairn__dot_bf16_avx512(const uint8_t *w, const float *x, const void *xq, const float *xs,
-                             int64_t n);
-/* The K-quants' dot products (xq: cairn__xk blocks), with VNNI */
-float cairn__dot_q4_K_avx512(const uint8_t *w, const float *x, const void *xq, const float *xs,
-                             int64_t n);
-float cairn__dot_q6_K_avx512(const uint8_t *w, const float *x, const void *xq, const float *xs,
-                             int64_t n);
+/* The dot products of F32, F16 and BF16 weights (64 a pass) and of the K-quants (VNNI) */
+cairn__dot_fn cairn__dot_f32_avx512, cairn__dot_f16_avx512, cairn__dot_bf16_avx512,
+    cairn__dot_q4_K_avx512, cairn__dot_q6_K_avx512;
 /* cairn__attn_head (f16 0) or cairn__attn_head_f16 (f16 1) for hd a multiple of 16, at most 128 */
 void cairn__attn_head_avx512(const float *q, const void *K, const void *V, size_t ld, int n, int hd,
                              float scale, float *sc, float *out, int f16);

@@ -265,14 +265,6 @@ AVX2 static inline __m256i dot_u8_i8(__m256i u, __m256i a)
     return _mm256_madd_epi16(_mm256_maddubs_epi16(u, a), _mm256_set1_epi16(1));
 }
 
-/* the f16 at p (any alignment) */
-AVX2 static inline float f16_at(const uint8_t *p)
-{
-    uint16_t h;
-    memcpy(&h, p, 2);
-    return F16(h);
-}
-
 /* Q4_K against the int8 activation (cairn__xk_block): per sub-block of 32, the 4-bit quants
  * (unsigned) . the activation in int8, scaled by d * sc * xd; the mins once per super-block,
  * dmin * (m . ds) over the 8 sub-blocks. */
@@ -339,7 +331,7 @@ AVX2 float cairn__dot_q6_K_avx2(const uint8_t *w, const float *x, const void *xq
                      _mm256_setzero_ps()}; /* one chain per group of 32 */
     __m256 off = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / CAIRN__QK_K; i++, w += sizeof(cairn__block_q6_K)) {
-        const __m256 d = _mm256_set1_ps(f16_at(w + offsetof(cairn__block_q6_K, d)));
+        const __m256 d = _mm256_set1_ps(cairn__f16_at(w + offsetof(cairn__block_q6_K, d)));
         const uint8_t *ql = w + offsetof(cairn__block_q6_K, ql),
                       *qh = w + offsetof(cairn__block_q6_K, qh);
         const __m128i sc = _mm_loadu_si128(

@@ -139,21 +139,13 @@ static void q4k_scale_min(int j, const uint8_t *q, uint8_t *sc, uint8_t *m)
     }
 }
 
-/* The dequantizers walk the blocks through byte pointers and fetch the f16 scales with memcpy:
- * tensor data in a valid file with general.alignment = 1 can sit at an odd address, where
- * reading a uint16_t member through a block struct pointer is undefined (UBSan flags it, and
- * strict-alignment targets fault). offsetof keeps the byte offsets tied to the structs above. */
-static float f16_at(const uint8_t *p)
-{
-    uint16_t h;
-    memcpy(&h, p, 2);
-    return cairn__f16_to_f32_inline(h);
-}
+/* The dequantizers walk the blocks through byte pointers and fetch the f16 scales with
+ * cairn__f16_at (any alignment); offsetof keeps the byte offsets tied to the structs above. */
 
 static void dequant_q8_0(const uint8_t *x, float *y, uint64_t nb)
 {
     for (uint64_t i = 0; i < nb; i++, x += sizeof(cairn__block_q8_0)) {
-        const float d = f16_at(x + offsetof(cairn__block_q8_0, d));
+        const float d = cairn__f16_at(x + offsetof(cairn__block_q8_0, d));
         const int8_t *qs = (const int8_t *)(x + offsetof(cairn__block_q8_0, qs));
         for (int j = 0; j < 32; j++)
             y[i * 32 + j] = qs[j] * d;
@@ -163,7 +155,7 @@ static void dequant_q8_0(const uint8_t *x, float *y, uint64_t nb)
 static void dequant_q4_0(const uint8_t *x, float *y, uint64_t nb)
 {
     for (uint64_t i = 0; i < nb; i++, x += sizeof(cairn__block_q4_0)) {
-        const float d = f16_at(x + offsetof(cairn__block_q4_0, d));
+        const float d = cairn__f16_at(x + offsetof(cairn__block_q4_0, d));
         const uint8_t *qs = x + offsetof(cairn__block_q4_0, qs);
         for (int j = 0; j < 16; j++) {
             const int x0 = (qs[j] & 0x0F) - 8;
@@ -179,8 +171,8 @@ static void dequant_q4_K(const uint8_t *x, float *y, uint64_t nb)
     for (uint64_t i = 0; i < nb; i++, x += sizeof(cairn__block_q4_K)) {
         const uint8_t *q = x + offsetof(cairn__block_q4_K, qs);
         const uint8_t *scales = x + offsetof(cairn__block_q4_K, scales);
-        const float d = f16_at(x + offsetof(cairn__block_q4_K, d));
-        const float min = f16_at(x + offsetof(cairn__block_q4_K, dmin));
+        const float d = cairn__f16_at(x + offsetof(cairn__block_q4_K, d));
+        const float min = cairn__f16_at(x + offsetof(cairn__block_q4_K, dmin));
         int is = 0;
         uint8_t sc, m;
         for (int j = 0; j < CAIRN__QK_K; j += 64) {
@@ -201,7 +193,7 @@ static void dequant_q4_K(const uint8_t *x, float *y, uint64_t nb)
 static void dequant_q6_K(const uint8_t *x, float *y, uint64_t nb)
 {
     for (uint64_t i = 0; i < nb; i++, x += sizeof(cairn__block_q6_K)) {
-        const float d = f16_at(x + offsetof(cairn__block_q6_K, d));
+        const float d = cairn__f16_at(x + offsetof(cairn__block_q6_K, d));
         const uint8_t *ql = x + offsetof(cairn__block_q6_K, ql);
         const uint8_t *qh = x + offsetof(cairn__block_q6_K, qh);
         const int8_t *sc = (const int8_t *)(x + offsetof(cairn__block_q6_K, scales));

@@ -10,6 +10,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h> /* memcpy in cairn__f16_at */
 
 #ifdef __cplusplus
 extern "C" {
@@ -82,6 +83,15 @@ static inline float cairn__f16_to_f32_inline(uint16_t h)
         v.u = sign | ((exp + 112) << 23) | (man << 13);
     }
     return v.f;
+}
+/* The f16 at p as a float, whatever p's alignment: tensor data in a valid file with
+ * general.alignment = 1 can sit at an odd address, where reading a uint16_t block member is
+ * undefined (UBSan flags it, strict-alignment targets fault). */
+static inline float cairn__f16_at(const uint8_t *p)
+{
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return cairn__f16_to_f32_inline(h);
 }
 uint16_t cairn__f32_to_f16(float f);
 float cairn__bf16_to_f32(uint16_t h);
