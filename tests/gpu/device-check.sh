@@ -60,8 +60,10 @@ if [ "${1:-}" = "--prepare" ]; then
 fi
 
 log() { printf '\n=== %s\n' "$*"; }
-# logs go straight to $OUT when it is set, so a run cut short by the lease still returns them
-if [ -n "$OUTDIR" ]; then TMP=$OUTDIR; else TMP=$(mktemp -d); fi
+# The logs worth reading go straight to $OUT when it is set (LOGS), so a run cut short by the
+# lease still returns them; the lease returns at most 8 files, so scratch files go elsewhere (TMP).
+TMP=$(mktemp -d)
+if [ -n "$OUTDIR" ]; then LOGS=$OUTDIR; else LOGS=$TMP; fi
 START=$(date +%s)
 
 log "machine"
@@ -102,21 +104,21 @@ TEST_STATUS="not run"
 if [ "$MODE" = "built here" ]; then
     timeout 170 meson test -C build-gpu --suite gpu --verbose 2>&1 | tee "$TMP/meson-test.log"
     # the program's own TAP output (meson's verbose log shows only the parsed results)
-    cp build-gpu/meson-logs/testlog.txt "$TMP/test-gpu.log" 2>/dev/null
-    grep -qE 'cairn:gpu / gpu +SKIP' "$TMP/meson-test.log" && echo "# SKIP (meson)" >>"$TMP/test-gpu.log"
+    cp build-gpu/meson-logs/testlog.txt "$LOGS/test-gpu.log" 2>/dev/null
+    grep -qE 'cairn:gpu / gpu +SKIP' "$TMP/meson-test.log" && echo "# SKIP (meson)" >>"$LOGS/test-gpu.log"
 elif [ -n "$MODE" ]; then
-    timeout 170 "$BIN_TEST" 2>&1 | tee "$TMP/test-gpu.log"
+    timeout 170 "$BIN_TEST" 2>&1 | tee "$LOGS/test-gpu.log"
 fi
 if [ -n "$MODE" ]; then
-    n_ok=$(grep -cE '^ok [0-9]+' "$TMP/test-gpu.log")
-    n_bad=$(grep -cE '^not ok [0-9]+' "$TMP/test-gpu.log")
-    if grep -q '# SKIP' "$TMP/test-gpu.log" && [ "$n_ok" -eq 0 ]; then
-        TEST_STATUS="SKIPPED ($(grep -m1 -oE '1\.\.0 # SKIP.*' "$TMP/test-gpu.log"))"
-    elif [ "$n_bad" -eq 0 ] && [ "$n_ok" -gt 0 ] && grep -qE '^1\.\.[0-9]+' "$TMP/test-gpu.log"; then
+    n_ok=$(grep -cE '^ok [0-9]+' "$LOGS/test-gpu.log")
+    n_bad=$(grep -cE '^not ok [0-9]+' "$LOGS/test-gpu.log")
+    if grep -q '# SKIP' "$LOGS/test-gpu.log" && [ "$n_ok" -eq 0 ]; then
+        TEST_STATUS="SKIPPED ($(grep -m1 -oE '1\.\.0 # SKIP.*' "$LOGS/test-gpu.log"))"
+    elif [ "$n_bad" -eq 0 ] && [ "$n_ok" -gt 0 ] && grep -qE '^1\.\.[0-9]+' "$LOGS/test-gpu.log"; then
         TEST_STATUS="PASS ($n_ok ok)"
     else
         TEST_STATUS="FAIL ($n_ok ok, $n_bad not ok)"
-        grep -E '^not ok' "$TMP/test-gpu.log" | head -20
+        grep -E '^not ok' "$LOGS/test-gpu.log" | head -20
     fi
 fi
 echo "gpu tests: $TEST_STATUS"
@@ -148,18 +150,18 @@ echo "cuda-plugin: $PLUGIN_STATUS"
 
 
 log "bench-llm"
-: >"$TMP/bench.txt"
+: >"$LOGS/bench.txt"
 if [ -n "$MODE" ]; then
     run_bench() { # limit args...; appends the table rows
         local limit=$1
         shift
-        echo "\$ bench-llm $*" | tee -a "$TMP/bench.log"
-        timeout "$limit" "$BIN_BENCH" "$@" 2>&1 | tee -a "$TMP/bench.log" | tee "$TMP/b.out"
+        echo "\$ bench-llm $*" | tee -a "$LOGS/bench.log"
+        timeout "$limit" "$BIN_BENCH" "$@" 2>&1 | tee -a "$LOGS/bench.log" | tee "$TMP/b.out"
         grep -E '^bench-llm: (cpu|cuda):' "$TMP/b.out" >>"$TMP/bench.hdr"
         if [ -n "${LABEL:-}" ]; then # a variant of the cuda rows: those only, renamed
-            grep -E '^cuda ' "$TMP/b.out" | sed -E "s/^cuda /$LABEL /" >>"$TMP/bench.txt"
+            grep -E '^cuda ' "$TMP/b.out" | sed -E "s/^cuda /$LABEL /" >>"$LOGS/bench.txt"
         else
-            grep -E "^(cpu|cuda|cublas) |decode: cairn's kernel|decode at position" "$TMP/b.out" >>"$TMP/bench.txt"
+            grep -E "^(cpu|cuda|cublas) |decode: cairn's kernel|decode at position" "$TMP/b.out" >>"$LOGS/bench.txt"
         fi
         grep -E '^back ' "$TMP/b.out" | head -1 >"$TMP/bench.cols"
     }
@@ -175,19 +177,19 @@ if [ -n "$MODE" ]; then
     run_bench 60 --sizes Q0.5B --types F16 --backend cuda --prompt 1024 --gen 64 --cache f32,f16
     run_bench 60 --sizes 1B --types F16 --backend cpu --prompt 128 --gen 32
     # where a decode step's time goes: each operation timed with events (eager steps)
-    echo "\$ CAIRN_CUDA_PROFILE=1 bench-llm --sizes 1B --types F16 --backend cuda" | tee "$TMP/profile.log"
+    echo "\$ CAIRN_CUDA_PROFILE=1 bench-llm --sizes 1B --types F16 --backend cuda" | tee "$LOGS/profile.log"
     CAIRN_CUDA_PROFILE=1 timeout 60 "$BIN_BENCH" --sizes 1B --types F16 --backend cuda --prompt 128 \
-        --gen 16 >>"$TMP/profile.log" 2>&1
-    grep -A40 '^cuda profile: .*decode' "$TMP/profile.log" | head -32
+        --gen 16 >>"$LOGS/profile.log" 2>&1
+    grep -A40 '^cuda profile: .*decode' "$LOGS/profile.log" | head -32
 fi
 
 log "compute-sanitizer memcheck (quick cases)"
 SAN_STATUS="not run"
 SAN=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
 if [ -n "$MODE" ] && [ -n "$SAN" ]; then
-    CAIRN_TEST_QUICK=1 timeout 60 "$SAN" --tool memcheck --error-exitcode 9 "$BIN_TEST" >"$TMP/sanitizer.log" 2>&1
+    CAIRN_TEST_QUICK=1 timeout 60 "$SAN" --tool memcheck --error-exitcode 9 "$BIN_TEST" >"$LOGS/sanitizer.log" 2>&1
     rc=$?
-    tail -8 "$TMP/sanitizer.log"
+    tail -8 "$LOGS/sanitizer.log"
     case $rc in
     0) SAN_STATUS="clean" ;;
     9) SAN_STATUS="ERRORS (see sanitizer.log)" ;;
@@ -204,18 +206,18 @@ log "summary ($(($(date +%s) - START)) s)"
     echo "loader:    $PLUGIN_STATUS"
     echo "memcheck:  $SAN_STATUS"
     printf '%s' "$ISOLATE"
-    grep -E 'max rel diff' "$TMP/test-gpu.log" 2>/dev/null | sed 's/^# //' >"$TMP/diffs.txt"
+    grep -E 'max rel diff' "$LOGS/test-gpu.log" 2>/dev/null | sed 's/^# //' >"$TMP/diffs.txt"
     worst=$(grep -oE 'max rel diff [0-9.e+-]+' "$TMP/diffs.txt" | awk '{print $4}' | sort -g | tail -1)
     echo "logits vs cpu, largest max|d|/max|ref| over all cases: ${worst:-n/a} (each case in diffs.txt)"
-    grep -E '(ok|not ok) [0-9]+ - (device sampler|engine on cuda, t )' "$TMP/test-gpu.log" 2>/dev/null |
+    grep -E '(ok|not ok) [0-9]+ - (device sampler|engine on cuda, t )' "$LOGS/test-gpu.log" 2>/dev/null |
         sed -E 's/^(ok|not ok) [0-9]+ - /\1: /' # the device sampler, alone and through the engine
-    grep -E '(ok|not ok) [0-9]+ - launch modes' "$TMP/test-gpu.log" 2>/dev/null |
+    grep -E '(ok|not ok) [0-9]+ - launch modes' "$LOGS/test-gpu.log" 2>/dev/null |
         sed -E 's/^(ok|not ok) [0-9]+ - /\1: /' # programmatic dependent launch: same bits, graphs
     sort -u "$TMP/bench.hdr" 2>/dev/null
     cat "$TMP/bench.cols" 2>/dev/null # bench-llm's own column header
-    cat "$TMP/bench.txt"
-    grep -A40 '^cuda profile: .*decode' "$TMP/profile.log" 2>/dev/null | head -32
-} | tee "$TMP/summary.txt"
+    cat "$LOGS/bench.txt"
+    grep -A40 '^cuda profile: .*decode' "$LOGS/profile.log" 2>/dev/null | head -32
+} | tee "$LOGS/summary.txt"
 case $TEST_STATUS in
 PASS*) exit 0 ;;
 *) exit 1 ;;
