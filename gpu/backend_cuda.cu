@@ -20,7 +20,11 @@
  * products cost as much as a product of a small layer. They run as gemv_kernel
  * (kernels_cuda.cuh), which streams the weights 16 bytes per lane, folds the RMSNorm or SwiGLU
  * before it into its prologue and the bias/rope/KV step after the Q/K/V product into its
- * epilogue (same code, same bits): five launches per layer instead of nine.
+ * epilogue (same code, same bits): five launches per layer instead of nine. A product of few
+ * rows (a layer's Q/K/V, output or down projection: 2048-4096 rows on a 132-SM GPU) spreads each
+ * row pair over 2, 4 or 8 warps (gv_split picks the split per matrix from a model of its time;
+ * CAIRN_CUDA_GV_SPLIT forces one), so that enough loads are in flight; the first H200 run
+ * measured those products at a third of the wide ones' bandwidth with one warp a pair.
  * CAIRN_CUDA_GEMV=cublas runs them through cuBLAS as above, the peer bench-llm measures it
  * against. Prompt chunks of more than one token always use cuBLAS. A single token's attention
  * is split over the keys (attention_split_kernel: flash-decoding), so that a model of few heads
@@ -178,9 +182,13 @@ typedef struct {
     const char **prof_at; /* (PROF_MAX) the operation each event ends */
     const char *prof_name[PROF_BINS];
     double prof_ms[2][PROF_BINS];
+    const char *prof_gv[PROF_BINS]; /* the decode products seen, with their split and grid */
+    int prof_gv_sk[PROF_BINS], prof_gv_grid[PROF_BINS], prof_gv_n;
     /* single-token products: gemv_kernel (1) or cuBLAS (0, CAIRN_CUDA_GEMV=cublas, or a model
      * whose rows do not fit the kernel's shared memory); its grid is at most gv_blocks */
-    int gv, gv_blocks;
+    int gv, gv_blocks[GV_SPLITS]; /* the grid resident at once, for each split (gv_split) */
+    int gv_sms;                   /* the device's multiprocessors (gv_split) */
+    int gv_force;        /* CAIRN_CUDA_GV_SPLIT: every product's split, 0 for gv_split's choice */
     int pdl;             /* decode kernels as programmatic dependent launches (launch()) */
     int qkv_items;       /* a token's bias/rope/KV items (qkv_items in kernels_cuda.cuh) */
     float *att_part;     /* (n_heads, att_splits, 2 + head_dim): a single token's attention */
@@ -279,11 +287,18 @@ static void prof_print(const cuda_backend *b)
             total += b->prof_ms[p][k];
         fprintf(stderr, "cuda profile: %d %ss (eager, %s): %.1f us each\n", b->prof_steps[p],
                 what[p], DT_NAME[b->dt], 1e3 * total / b->prof_steps[p]);
-        for (int k = 0; k < b->prof_bins; k++)
-            if (b->prof_ms[p][k] > 0.0)
-                fprintf(stderr, "  %-34s %9.1f us %5.1f%%\n", b->prof_name[k],
-                        1e3 * b->prof_ms[p][k] / b->prof_steps[p],
-                        100.0 * b->prof_ms[p][k] / total);
+        for (int k = 0; k < b->prof_bins; k++) {
+            if (b->prof_ms[p][k] <= 0.0)
+                continue;
+            char note[48] = "";
+            for (int j = 0; j < b->prof_gv_n; j++)
+                if (p == 0 && strcmp(b->prof_gv[j], b->prof_name[k]) == 0)
+                    snprintf(note, sizeof note, "   split %d, %d blocks", b->prof_gv_sk[j],
+                             b->prof_gv_grid[j]);
+            fprintf(stderr, "  %-34s %9.1f us %5.1f%%%s\n", b->prof_name[k],
+                    1e3 * b->prof_ms[p][k] / b->prof_steps[p], 100.0 * b->prof_ms[p][k] / total,
+                    note);
+        }
     }
 }
 
@@ -372,6 +387,41 @@ static cudaError_t launch(cuda_backend *b, int dep, void (*k)(P...), dim3 grid, 
     return cudaLaunchKernelEx(&c, k, std::forward<A>(args)...);
 }
 
+/* The split of a product of `groups` row pairs, each row `bytes` long (gemv_kernel): how many
+ * warps share a pair. A model of the time the product takes, the larger of
+ *   the bytes the busiest multiprocessor reads (blocks are spread evenly, at most gv_blocks at
+ *   once, a block taking GV_WARPS / sk pairs a round), and
+ *   the loads each warp waits for one after another (rounds of GV_U pieces) times the bytes an
+ *   SM must have in flight to keep its share of the bandwidth busy (GV_INFLIGHT: about 3 us of
+ *   latency under load at an H200's 32 GB/s an SM);
+ * the smallest split of the least time wins. Each slice keeps at least 2 pieces a lane. */
+#define GV_INFLIGHT (96.0 * 1024)
+static int gv_split(const cuda_backend *b, int groups, int cols, size_t elem)
+{
+    if (b->gv_force)
+        return b->gv_force;
+    const long pieces = (long)((size_t)cols * elem / 16), sms = b->gv_sms > 0 ? b->gv_sms : 1;
+    int best = 1;
+    double best_t = 0;
+    for (int sk = 1; sk <= GV_WARPS; sk *= 2) {
+        if (sk > 1 && pieces < 64L * sk)
+            break;
+        const long units = ((long)groups * sk + GV_WARPS - 1) / GV_WARPS; /* block-rounds */
+        const long resident = b->gv_blocks[gv_split_index(sk)];
+        const long grid = units < resident ? units : resident;
+        const long rounds = (units + grid - 1) / grid, per_sm = (grid + sms - 1) / sms;
+        const double bytes = (double)per_sm * rounds * (GV_WARPS / sk) * 2.0 * cols * elem;
+        const long loads = (pieces / sk + 32 * GV_U - 1) / (32 * GV_U); /* a warp's, a round */
+        const double chain = (double)rounds * loads * GV_INFLIGHT;
+        const double t = bytes > chain ? bytes : chain;
+        if (sk == 1 || t < best_t * 0.97) {
+            best = sk;
+            best_t = t;
+        }
+    }
+    return best;
+}
+
 /* C (rows) = W (rows, cols) @ in, or + C (beta 1), for a single token: gemv_kernel with the
  * prologue IN and the epilogue OUT (kernels_cuda.cuh) */
 template <typename T, int IN, int OUT>
@@ -379,15 +429,31 @@ static int gemv(cuda_backend *b, const void *W, int rows, int cols, const void *
                 float beta, float *C, const qkv_args &qa, const char *what)
 {
     const int groups = OUT == GV_QKV ? b->qkv_items : (rows + 1) / 2;
-    int blocks = (groups + GV_WARPS - 1) / GV_WARPS;
-    if (blocks > b->gv_blocks)
-        blocks = b->gv_blocks;
+    const int sk = gv_split(b, groups, cols, sizeof(T));
+    int blocks = (groups * sk + GV_WARPS - 1) / GV_WARPS;
+    if (blocks > b->gv_blocks[gv_split_index(sk)])
+        blocks = b->gv_blocks[gv_split_index(sk)];
     const int vec = cols % (int)(16 / sizeof(T)) == 0 && (uintptr_t)W % 16 == 0;
+    void (*const k[GV_SPLITS])(const T *, int, int, int, const void *, const float *, float, float,
+                               float *, int *,
+                               qkv_args) = {gemv_kernel<T, IN, OUT, 1>, gemv_kernel<T, IN, OUT, 2>,
+                                            gemv_kernel<T, IN, OUT, 4>, gemv_kernel<T, IN, OUT, 8>};
     CU(b,
-       launch(b, 1, gemv_kernel<T, IN, OUT>, dim3((unsigned)blocks), dim3(CK_THREADS),
+       launch(b, 1, k[gv_split_index(sk)], dim3((unsigned)blocks), dim3(CK_THREADS),
               (size_t)cols * sizeof(T), (const T *)W, rows, cols, vec, in, nw,
               b->base.model->rms_eps, beta, C, (int *)b->d_overflow, qa),
        what);
+    if (b->prof) { /* the profile names each product's split and grid */
+        int j = 0;
+        while (j < b->prof_gv_n && strcmp(b->prof_gv[j], what) != 0)
+            j++;
+        if (j == b->prof_gv_n && j < PROF_BINS) {
+            b->prof_gv[j] = what;
+            b->prof_gv_sk[j] = sk;
+            b->prof_gv_grid[j] = blocks;
+            b->prof_gv_n++;
+        }
+    }
     LAUNCHED(b, what);
     return 0;
 }
@@ -1226,11 +1292,14 @@ template <typename T> static int gemv_setup_t(cuda_backend *b)
        "cudaDeviceGetAttribute");
     CU(b, cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, b->device),
        "cudaDeviceGetAttribute");
-    const void *k[] = {(const void *)gemv_kernel<T, GV_PLAIN, GV_Y>,
-                       (const void *)gemv_kernel<T, GV_NORM, GV_Y>,
-                       (const void *)gemv_kernel<T, GV_NORM, GV_QKV>,
-                       (const void *)gemv_kernel<T, GV_SWIGLU, GV_Y>};
-    int per_sm = 0;
+#define GV_VARIANTS(S)                                                                             \
+    (const void *)gemv_kernel<T, GV_PLAIN, GV_Y, S>,                                               \
+        (const void *)gemv_kernel<T, GV_NORM, GV_Y, S>,                                            \
+        (const void *)gemv_kernel<T, GV_NORM, GV_QKV, S>,                                          \
+        (const void *)gemv_kernel<T, GV_SWIGLU, GV_Y, S>
+    const void *k[] = {GV_VARIANTS(1), GV_VARIANTS(2), GV_VARIANTS(4), GV_VARIANTS(8)};
+#undef GV_VARIANTS
+    int per_sm[GV_SPLITS] = {0};
     for (size_t i = 0; i < sizeof k / sizeof *k; i++) {
         /* the cap is the kernel's, shared by every backend of the process: set it to what the
          * device allows, the same value each time, never to this model's need (a backend for a
@@ -1248,10 +1317,13 @@ template <typename T> static int gemv_setup_t(cuda_backend *b)
         int nb = 0;
         CU(b, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, k[i], CK_THREADS, smem),
            "cudaOccupancyMaxActiveBlocksPerMultiprocessor (gemv)");
-        if (i == 0 || nb < per_sm)
-            per_sm = nb;
+        const size_t si = i / 4; /* the split's four variants share its grid */
+        if (i % 4 == 0 || nb < per_sm[si])
+            per_sm[si] = nb;
     }
-    b->gv_blocks = (per_sm > 0 ? per_sm : 1) * (sms > 0 ? sms : 1);
+    for (int si = 0; si < GV_SPLITS; si++)
+        b->gv_blocks[si] = (per_sm[si] > 0 ? per_sm[si] : 1) * (sms > 0 ? sms : 1);
+    b->gv_sms = sms;
     return 0;
 }
 
@@ -1288,7 +1360,8 @@ static int default_dtype(const cairn__model *m)
 }
 
 static int create_as(const cairn__model *m, const cairn__backend_opts *o, int device, int dt,
-                     int gv, int pdl, cairn__backend **out, int *overflow, char *err, size_t errlen)
+                     int gv, int gv_force, int pdl, cairn__backend **out, int *overflow, char *err,
+                     size_t errlen)
 {
     *overflow = 0;
     cuda_backend *b = (cuda_backend *)calloc(1, sizeof *b);
@@ -1301,6 +1374,7 @@ static int create_as(const cairn__model *m, const cairn__backend_opts *o, int de
     b->cache_f16 = o->cache_type == CAIRN__CACHE_F16;
     b->dt = dt;
     b->gv = gv;
+    b->gv_force = gv_force;
     b->pdl = gv && pdl;
     b->n_batch = o->n_batch > 0 ? o->n_batch : 256;
     if (b->n_batch > MAX_BATCH)
@@ -1404,6 +1478,18 @@ static int cuda_create(const cairn__model *m, const cairn__backend_opts *o, cair
             return host.errf(err, errlen, CAIRN_EINVAL,
                              "CAIRN_CUDA_GEMV='%s': expected kernel or cublas", env);
     }
+    /* every decode product's split (gemv_kernel), instead of gv_split's choice: for the
+     * benchmark's sweep and the tests */
+    int gv_force = 0;
+    env = getenv("CAIRN_CUDA_GV_SPLIT");
+    if (env && *env) {
+        if (strcmp(env, "1") == 0 || strcmp(env, "2") == 0 || strcmp(env, "4") == 0 ||
+            strcmp(env, "8") == 0)
+            gv_force = atoi(env);
+        else if (strcmp(env, "auto") != 0)
+            return host.errf(err, errlen, CAIRN_EINVAL,
+                             "CAIRN_CUDA_GV_SPLIT='%s': expected auto, 1, 2, 4 or 8", env);
+    }
     /* programmatic dependent launches: 9.x only (the module's sm_90 code has the waits, its
      * compute_80 PTX, which other GPUs compile, does not) */
     int pdl = prop.major == 9;
@@ -1416,9 +1502,9 @@ static int cuda_create(const cairn__model *m, const cairn__backend_opts *o, cair
                              env);
     }
     int overflow = 0;
-    int rc = create_as(m, o, o->device, dt, gv, pdl, out, &overflow, err, errlen);
+    int rc = create_as(m, o, o->device, dt, gv, gv_force, pdl, out, &overflow, err, errlen);
     if (rc && overflow) /* f16 cannot hold this model: bf16 can */
-        rc = create_as(m, o, o->device, DT_BF16, gv, pdl, out, &overflow, err, errlen);
+        rc = create_as(m, o, o->device, DT_BF16, gv, gv_force, pdl, out, &overflow, err, errlen);
     return rc;
 }
 

@@ -542,29 +542,39 @@ __global__ void swiglu_kernel(const float *__restrict__ gu, int ff, int n, T *__
  *   GV_NORM    in is the f32 residual x (cols): rmsnorm_row with weights nw, the code of
  *              rmsnorm_kernel at the same block size, so the same bits;
  *   GV_SWIGLU  in is the f32 gate/up row (2 cols): swiglu_elt, as swiglu_kernel.
- * Then each warp computes two rows at a time: each lane streams 16-byte pieces of both (GV_U
- * pieces per row in flight) against the staged input and accumulates in f32 in a fixed order,
- * and the warp sums its lanes, so the result does not depend on the grid: every decode step
- * computes the same bits. The epilogue:
- *   GV_Y       rows 2g, 2g+1 into y = W in (beta 0: y is not read) or y = W in + beta y (beta 1:
- *              the residual);
- *   GV_QKV     the two rows of qkv item g (a rope pair, or two v elements; qkv_item_elems)
- *              through qkv_item_store, as qkv_post_kernel stores them; y is the q row.
- * `vec` says the rows can be read 16 bytes at a time (cols a multiple of 16 / sizeof(T) and W
- * 16-byte aligned); otherwise lanes read single elements.
+ * Then each group of two rows is computed by sk warps of a block (sk = 1, 2, 4 or 8: the
+ * split, chosen per matrix by the host, gv_split in backend_cuda.cu): warp `slice` of the group
+ * takes the slice-th of sk equal runs of the rows' 16-byte pieces (whole 128-byte lines), one
+ * piece a lane (GV_U pieces of each row in flight), accumulating in f32 in a fixed order; the
+ * warp sums its lanes, and the group's slices are added in shared memory in slice order. A matrix
+ * of few rows (a layer's Q/K/V or down projection) has too few groups to keep the memory busy one
+ * warp a group; its split spreads each row over several warps. The grid takes no part in the order,
+ * so for a given split every decode step computes the same bits. The epilogue: GV_Y       rows 2g,
+ * 2g+1 into y = W in (beta 0: y is not read) or y = W in + beta y (beta 1: the residual); GV_QKV
+ * the two rows of qkv item g (a rope pair, or two v elements; qkv_item_elems) through
+ * qkv_item_store, as qkv_post_kernel stores them; y is the q row. `vec` says the rows can be read
+ * 16 bytes at a time (cols a multiple of 16 / sizeof(T) and W 16-byte aligned); otherwise lanes
+ * read single elements.
  *
  * CPU reference: cairn__matvec (gpu/kernels_cpu.c) on the weights as the device holds them,
  * after cairn__rmsnorm or cairn__swiglu, and before forward_chunk's bias/rope/cache steps.
  * grid (any; at most what is resident), block GV_WARPS * 32 = CK_THREADS, dynamic shared
- * memory cols * sizeof(T) */
+ * memory cols * sizeof(T); SK (the split sk, a template parameter so that the split of 1 is
+ * the plain loop) divides GV_WARPS */
 #define GV_WARPS 8
 #define GV_ROWS 2 /* rows a warp computes at once: a rope pair is one warp's */
-/* 16-byte pieces of each row a lane has in flight. The variants use 56-64 registers, so an SM
- * holds 4 blocks; one more register falls to 3, and __launch_bounds__ asking for 4 blocks makes
- * the compiler spill instead. */
+/* 16-byte pieces of each row a lane has in flight. The split-1 variants use 48-62 registers, so
+ * an SM holds 4 blocks (one more register falls to 3, and __launch_bounds__ asking for 4 blocks
+ * makes the compiler spill instead); the split ones 64-76, 3 or 4 blocks: the host sizes each
+ * split's grid from its own occupancy. */
 #define GV_U 4
 enum { GV_PLAIN = 0, GV_NORM = 1, GV_SWIGLU = 2 }; /* the prologue: what `in` is */
-enum { GV_Y = 0, GV_QKV = 1 };                     /* the epilogue: where the rows go */
+#define GV_SPLITS 4                                /* the splits: 1, 2, 4 and 8 warps a group */
+__host__ __device__ constexpr int gv_split_index(int sk)
+{
+    return sk >= 8 ? 3 : sk >= 4 ? 2 : sk >= 2 ? 1 : 0;
+}
+enum { GV_Y = 0, GV_QKV = 1 }; /* the epilogue: where the rows go */
 static_assert(GV_WARPS * 32 == CK_THREADS,
               "the fused norm must run at rmsnorm_kernel's block size");
 static_assert(GV_ROWS == 2, "a group is two rows: a qkv item");
@@ -613,30 +623,38 @@ __device__ __forceinline__ void gv_group_rows(const qkv_args &qa, int rows, int 
     }
 }
 
-template <typename T, int IN, int OUT>
+template <typename T, int IN, int OUT, int SK>
 __global__ void __launch_bounds__(GV_WARPS * 32)
     gemv_kernel(const T *__restrict__ W, int rows, int cols, int vec, const void *__restrict__ in,
                 const float *__restrict__ nw, float eps, float beta, float *__restrict__ y,
                 int *__restrict__ ovf, qkv_args qa)
 {
     extern __shared__ __align__(16) unsigned char gv_smem[];
+    __shared__ float part[GV_WARPS * GV_ROWS]; /* each warp's sums, when SK > 1 */
+    constexpr int sk = SK;
+    static_assert(GV_WARPS % SK == 0, "a block holds whole groups");
     T *xs = (T *)gv_smem;
     constexpr int V = 16 / sizeof(T); /* elements per 16-byte piece */
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     const int groups = OUT == GV_QKV ? qkv_items(qa) : (rows + 1) / 2, pieces = cols / V;
+    /* a block takes gpb groups at a time: warp w works on the slot-th, on the pieces [lo, hi)
+     * of its rows (elements [elo, ehi) when they are read one by one) */
+    const int gpb = GV_WARPS / sk, slot = w / sk, slice = w % sk;
+    const int run = ((pieces + sk - 1) / sk + 7) & ~7, lo = slice * run;
+    const int hi = lo + run < pieces ? lo + run : pieces;
     pdl_launch_dependents();
     /* The weights do not depend on the input: the pieces this lane reads first are sent for
      * (into L2) before the prologue, whose loads and barrier would otherwise delay them. */
-    if (vec && (int)blockIdx.x * GV_WARPS + w < groups) {
+    if (vec && (int)blockIdx.x * gpb + slot < groups) {
         int rr[GV_ROWS];
-        gv_group_rows<OUT>(qa, rows, (int)blockIdx.x * GV_WARPS + w, rr);
+        gv_group_rows<OUT>(qa, rows, (int)blockIdx.x * gpb + slot, rr);
 #pragma unroll
         for (int r = 0; r < GV_ROWS; r++)
 #pragma unroll
             for (int u = 0; u < GV_U; u++)
-                if (lane + 32 * u < pieces)
+                if (lo + lane + 32 * u < hi)
                     asm volatile("prefetch.global.L2 [%0];" ::"l"(
-                        (const uint4 *)(W + (size_t)rr[r] * (size_t)cols) + lane + 32 * u));
+                        (const uint4 *)(W + (size_t)rr[r] * (size_t)cols) + lo + lane + 32 * u));
     }
     pdl_wait(); /* from here on, the input and y: written by the kernels before */
     if (IN == GV_NORM)
@@ -652,53 +670,70 @@ __global__ void __launch_bounds__(GV_WARPS * 32)
     }
     __syncthreads();
 
-    for (int g = blockIdx.x * GV_WARPS + w; g < groups; g += gridDim.x * GV_WARPS) {
-        int rr[GV_ROWS];
-        gv_group_rows<OUT>(qa, rows, g, rr);
-        const T *wr[GV_ROWS];
-        float acc[GV_ROWS];
+    /* g0 is the same in every warp of the block, so the barriers below are the whole block's */
+    for (int g0 = blockIdx.x * gpb; g0 < groups; g0 += gridDim.x * gpb) {
+        const int g = g0 + slot;
+        int rr[GV_ROWS] = {0, 0};
+        float acc[GV_ROWS] = {0.0f, 0.0f};
+        if (g < groups) {
+            gv_group_rows<OUT>(qa, rows, g, rr);
+            const T *wr[GV_ROWS];
 #pragma unroll
-        for (int r = 0; r < GV_ROWS; r++) {
-            wr[r] = W + (size_t)rr[r] * (size_t)cols;
-            acc[r] = 0.0f;
-        }
-        if (vec) {
-            const uint4 *xv = (const uint4 *)xs;
-            int c = lane;
-            /* GV_U pieces of each row in flight, then their products; then the last pieces */
-            for (; c + 32 * (GV_U - 1) < pieces; c += 32 * GV_U) {
-                uint4 wv[GV_ROWS][GV_U];
+            for (int r = 0; r < GV_ROWS; r++)
+                wr[r] = W + (size_t)rr[r] * (size_t)cols;
+            if (vec) {
+                const uint4 *xv = (const uint4 *)xs;
+                int c = lo + lane;
+                /* GV_U pieces of each row in flight, then their products; then the last pieces */
+                for (; c + 32 * (GV_U - 1) < hi; c += 32 * GV_U) {
+                    uint4 wv[GV_ROWS][GV_U];
 #pragma unroll
-                for (int u = 0; u < GV_U; u++)
+                    for (int u = 0; u < GV_U; u++)
+#pragma unroll
+                        for (int r = 0; r < GV_ROWS; r++)
+                            wv[r][u] = __ldcs((const uint4 *)wr[r] + c + 32 * u);
+#pragma unroll
+                    for (int u = 0; u < GV_U; u++) {
+                        const uint4 x = xv[c + 32 * u];
+#pragma unroll
+                        for (int r = 0; r < GV_ROWS; r++)
+                            acc[r] = dot16(wv[r][u], x, acc[r], T());
+                    }
+                }
+                for (; c < hi; c += 32) {
+                    const uint4 x = xv[c];
 #pragma unroll
                     for (int r = 0; r < GV_ROWS; r++)
-                        wv[r][u] = __ldcs((const uint4 *)wr[r] + c + 32 * u);
-#pragma unroll
-                for (int u = 0; u < GV_U; u++) {
-                    const uint4 x = xv[c + 32 * u];
+                        acc[r] = dot16(__ldcs((const uint4 *)wr[r] + c), x, acc[r], T());
+                }
+            } else {
+                const int erun = ((cols + sk - 1) / sk + 31) & ~31, elo = slice * erun;
+                const int ehi = elo + erun < cols ? elo + erun : cols;
+                for (int k = elo + lane; k < ehi; k += 32) {
+                    const float xk = to_f32(xs[k]);
 #pragma unroll
                     for (int r = 0; r < GV_ROWS; r++)
-                        acc[r] = dot16(wv[r][u], x, acc[r], T());
+                        acc[r] = fmaf(to_f32(wr[r][k]), xk, acc[r]);
                 }
             }
-            for (; c < pieces; c += 32) {
-                const uint4 x = xv[c];
 #pragma unroll
-                for (int r = 0; r < GV_ROWS; r++)
-                    acc[r] = dot16(__ldcs((const uint4 *)wr[r] + c), x, acc[r], T());
-            }
-        } else {
-            for (int k = lane; k < cols; k += 32) {
-                const float xk = to_f32(xs[k]);
-#pragma unroll
-                for (int r = 0; r < GV_ROWS; r++)
-                    acc[r] = fmaf(to_f32(wr[r][k]), xk, acc[r]);
-            }
+            for (int r = 0; r < GV_ROWS; r++)
+                acc[r] = warp_sum(acc[r]);
         }
+        if (sk > 1) { /* the group's slices, added in slice order by its first warp */
+            if (lane == 0)
 #pragma unroll
-        for (int r = 0; r < GV_ROWS; r++)
-            acc[r] = warp_sum(acc[r]);
-        if (lane == 0) {
+                for (int r = 0; r < GV_ROWS; r++)
+                    part[w * GV_ROWS + r] = acc[r];
+            __syncthreads();
+            if (slice == 0)
+#pragma unroll
+                for (int r = 0; r < GV_ROWS; r++)
+                    for (int v = 1; v < sk; v++)
+                        acc[r] += part[(w + v) * GV_ROWS + r];
+            __syncthreads(); /* part is written again in the next round */
+        }
+        if (lane == 0 && slice == 0 && g < groups) {
             if (OUT == GV_QKV)
                 qkv_item_store(qa, g, rr[0], rr[1], acc[0], acc[1], y, 0);
             else

@@ -28,7 +28,7 @@
  * speed over the float row's: what halving the bytes attention reads gains at that position
  * (--prompt 1024 puts the decode where the cache outweighs small models' weights).
  *
- *   bench-llm [--sizes 15M,110M,500M,1B,2B,Q0.5B] [--types F32,Q8_0,Q4_0,Q4_K,Q6_K,F16,BF16]
+ *   bench-llm [--sizes 15M,110M,500M,1B,2B,Q0.5B,8B] [--types F32,Q8_0,Q4_0,Q4_K,Q6_K,F16,BF16]
  *             [--threads N] [--prompt N] [--gen N] [--backend cpu|cuda|both]
  *             [--cache f32|f16|f32,f16] [--json]
  *
@@ -61,6 +61,9 @@ static const shape SHAPES[] = {
     /* Qwen2.5-0.5B's shape (as an untied llama): 0.63B parameters, 1.3 GB in F16, a vocabulary of
      * 151936, where the sampler's work per token shows */
     {"Q0.5B", 896, 24, 14, 2, 4864, 151936},
+    /* Llama-3-8B's shape: 8.0B parameters, 16 GB in F16, what an H200 is bought to serve (the
+     * per-kernel costs that small models pay weigh least here) */
+    {"8B", 4096, 32, 32, 8, 14336, 128256},
 };
 
 typedef struct {
@@ -213,7 +216,7 @@ int main(int argc, char **argv)
                 return 64;
             }
         } else {
-            fprintf(stderr, "usage: bench-llm [--sizes 15M,110M,500M,1B,2B,Q0.5B] [--types "
+            fprintf(stderr, "usage: bench-llm [--sizes 15M,110M,500M,1B,2B,Q0.5B,8B] [--types "
                             "F32,Q8_0,Q4_0,...] [--threads N] "
                             "[--prompt N] [--gen N] [--backend cpu|cuda|both] "
                             "[--cache f32|f16|f32,f16] [--json]\n");

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/gpu/device-check.sh - the one script a short GPU lease runs (about 3-5 minutes on an H200).
+# tests/gpu/device-check.sh - the one script a short GPU lease runs (about 4 minutes on an H200).
 #
 #   1. builds with -Dcuda=enabled into build-gpu and runs `meson test --suite gpu` (verbose),
 #      then the CUDA module loader's test (cuda-plugin: `cairn generate --backend cuda` through
@@ -12,7 +12,7 @@
 #      the gpu test includes the device sampler: alone against the host's pick, and the engine
 #      sampling on the device against the engine sampling on the host;
 #   2. runs bench-llm: a generated 1.1B-parameter llama (F16, 2.2 GB) on CUDA, a 1.7B one with
-#      fewer, wider layers on CUDA, one of Qwen2.5-0.5B's shape (a vocabulary of 151936: the
+#      fewer, wider layers on CUDA, one of Llama-3-8B's shape (16 GB), one of Qwen2.5-0.5B's shape (a vocabulary of 151936: the
 #      device sampler's cost shows in the "sampled" column), two quantized types on CUDA, the
 #      Qwen2.5-0.5B shape after a 1024-token prompt with an f32 and an f16 KV cache, then the
 #      1.1B one on the CPU;
@@ -23,14 +23,18 @@
 #      "nopdl": ordinary launches, what programmatic dependent launch gains);
 #      then the 1.1B one on CUDA once more with CAIRN_CUDA_PROFILE=1: the time of each
 #      operation of a decode step (eager), so one lease also shows where the time goes;
+#      then the decode products' split swept (sweep.txt): the 1.1B and 1.7B ones profiled with
+#      the backend's choice and with CAIRN_CUDA_GV_SPLIT=1, 2, 4, 8 (the time of each product
+#      at each split, and the split the backend chose: what to tune gv_split by);
 #      (when the gpu tests fail, their quick cases run again as built, with CAIRN_CUDA_PDL=0 and
 #      with CAIRN_CUDA_GEMV=cublas: which setting the failure follows is in the summary);
-#   3. runs the gpu test once more, a few cases only, under compute-sanitizer (memcheck), if the
-#      tool is there;
+#   3. runs the gpu test once more, a few cases only, under compute-sanitizer (memcheck, then
+#      racecheck for the kernels' shared memory), if the tool is there;
 #   4. prints a short table last. With $OUT set, every log is written there as it grows, so a
 #      run cut short still returns what it did. Each step has a time limit (together they
-#      could pass 10 minutes, so the run's own limit can cut the last ones); a normal run takes
-#      about 5 minutes.
+#      could pass 10 minutes, so the run's own limit can cut the last ones). The first lease
+#      (2026-11-30, prebuilt binaries) took 100 s before the split sweep and racecheck were
+#      added; expect about 4 minutes, and give the call 8.
 #
 # It changes no device setting. Exit status: 0 when the gpu tests passed (not skipped), else 1.
 #
@@ -176,35 +180,53 @@ if [ -n "$MODE" ]; then
     # a long prompt with a float and a half KV cache (rows kv f32 / f16, and their ratio)
     run_bench 60 --sizes Q0.5B --types F16 --backend cuda --prompt 1024 --gen 64 --cache f32,f16
     run_bench 60 --sizes 1B --types F16 --backend cpu --prompt 128 --gen 32
+    # Llama-3-8B's shape (16 GB of f16): most of its generation time is the host writing it
+    run_bench 240 --sizes 8B --types F16 --backend cuda --prompt 128 --gen 64
     # where a decode step's time goes: each operation timed with events (eager steps)
     echo "\$ CAIRN_CUDA_PROFILE=1 bench-llm --sizes 1B --types F16 --backend cuda" | tee "$LOGS/profile.log"
     CAIRN_CUDA_PROFILE=1 timeout 60 "$BIN_BENCH" --sizes 1B --types F16 --backend cuda --prompt 128 \
         --gen 16 >>"$LOGS/profile.log" 2>&1
     grep -A40 '^cuda profile: .*decode' "$LOGS/profile.log" | head -32
+    # the decode products' split: each product's time at each split (the cuda row's profile)
+    for size in 1B 2B; do
+        for sk in auto 1 2 4 8; do
+            echo "### $size F16, CAIRN_CUDA_GV_SPLIT=$sk"
+            CAIRN_CUDA_GV_SPLIT=$sk CAIRN_CUDA_PROFILE=1 timeout 60 "$BIN_BENCH" --sizes $size \
+                --types F16 --backend cuda --prompt 16 --gen 24 2>&1 |
+                awk '/decode steps/{n++} n==1' | head -16 |
+                grep -vE 'sort key|sample weights|cub::|sampling kernel|prompt chunks'
+        done
+    done 2>&1 | tee "$LOGS/sweep.txt"
 fi
 
-log "compute-sanitizer memcheck (quick cases)"
+log "compute-sanitizer memcheck and racecheck (quick cases)"
 SAN_STATUS="not run"
 SAN=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
 if [ -n "$MODE" ] && [ -n "$SAN" ]; then
-    CAIRN_TEST_QUICK=1 timeout 60 "$SAN" --tool memcheck --error-exitcode 9 "$BIN_TEST" >"$LOGS/sanitizer.log" 2>&1
-    rc=$?
-    tail -8 "$LOGS/sanitizer.log"
-    case $rc in
-    0) SAN_STATUS="clean" ;;
-    9) SAN_STATUS="ERRORS (see sanitizer.log)" ;;
-    124) SAN_STATUS="timed out" ;;
-    *) SAN_STATUS="exit $rc" ;;
-    esac
+    SAN_STATUS=""
+    for tool in memcheck racecheck; do
+        echo "\$ compute-sanitizer --tool $tool" >>"$LOGS/sanitizer.log"
+        CAIRN_TEST_QUICK=1 timeout 90 "$SAN" --tool $tool --error-exitcode 9 "$BIN_TEST" \
+            >>"$LOGS/sanitizer.log" 2>&1
+        rc=$?
+        tail -4 "$LOGS/sanitizer.log"
+        case $rc in
+        0) st="clean" ;;
+        9) st="ERRORS (see sanitizer.log)" ;;
+        124) st="timed out" ;;
+        *) st="exit $rc" ;;
+        esac
+        SAN_STATUS="$SAN_STATUS$tool $st; "
+    done
 fi
-echo "memcheck: $SAN_STATUS"
+echo "sanitizer: $SAN_STATUS"
 
 log "summary ($(($(date +%s) - START)) s)"
 {
     echo "binaries:  ${MODE:-none}"
     echo "gpu tests: $TEST_STATUS"
     echo "loader:    $PLUGIN_STATUS"
-    echo "memcheck:  $SAN_STATUS"
+    echo "sanitizer: $SAN_STATUS"
     printf '%s' "$ISOLATE"
     grep -E 'max rel diff' "$LOGS/test-gpu.log" 2>/dev/null | sed 's/^# //' >"$TMP/diffs.txt"
     worst=$(grep -oE 'max rel diff [0-9.e+-]+' "$TMP/diffs.txt" | awk '{print $4}' | sort -g | tail -1)

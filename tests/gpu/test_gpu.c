@@ -15,7 +15,8 @@
  * plus: truncate + re-decode bit for bit, greedy tokens equal to the CPU's wherever the CPU's
  * top two logits are well separated, exact resume through the engine, and the error codes.
  * Decode products run in cairn's kernel by default; cases marked gemv=cublas run them through
- * cuBLAS, and dims 44/100 take the kernel's element-wise path. Decoding with programmatic
+ * cuBLAS, and dims 44/100 take the kernel's element-wise path; cases marked "split N" share
+ * each row pair of a decode product among N warps (CAIRN_CUDA_GV_SPLIT). Decoding with programmatic
  * dependent launches and without (CAIRN_CUDA_PDL=0), and three times over, gives the same
  * logits bit for bit. Cases marked "cache f16" keep f16 KV caches on both backends.
  * The device sampler is checked alone (the module's sample_logits on awkward logits against the
@@ -103,6 +104,10 @@ typedef struct {
     const char *gemv; /* CAIRN_CUDA_GEMV, NULL: default (the decode kernel) */
 } gcase;
 
+/* CAIRN_CUDA_GV_SPLIT for the next cases (warps that share a decode row pair), NULL: the
+ * backend's choice */
+static const char *g_split;
+
 /* one model: CPU batched logits as reference; tested prompt and decode paths against it. With
  * cache_f16 both backends keep an f16 KV cache (they round the same keys and values to the same
  * halves, up to the products' own differences). */
@@ -127,11 +132,12 @@ static void check_case_cache(const gcase *c, int cache_f16)
         s.rms_eps = 1e-6f;
     }
     char name[160], err[256];
-    snprintf(name, sizeof name, "%s %s%s%s%s%s%s%s hd %d gqa %d:%d dim %d ff %d", c->arch,
+    snprintf(name, sizeof name, "%s %s%s%s%s%s%s%s%s%s hd %d gqa %d:%d dim %d ff %d", c->arch,
              cairn__ggml_type_name(c->type), c->tied ? " tied" : "", c->dtype ? " as " : "",
              c->dtype ? c->dtype : "", c->llama3 ? " rope_freqs" : "",
-             c->gemv ? " gemv=cublas" : "", cache_f16 ? " cache f16" : "", s.dim / s.n_heads,
-             s.n_heads, s.n_kv_heads, s.dim, s.ff);
+             c->gemv ? " gemv=cublas" : "", g_split ? " split " : "", g_split ? g_split : "",
+             cache_f16 ? " cache f16" : "", s.dim / s.n_heads, s.n_heads, s.n_kv_heads, s.dim,
+             s.ff);
     mk_loaded L;
     int rc = mk_load(&s, &L, err, sizeof err);
     if (!ok(rc == 0, "%s: model loads (%s)", name, rc ? err : "ok")) {
@@ -151,9 +157,12 @@ static void check_case_cache(const gcase *c, int cache_f16)
     set_dtype(c->dtype);
     if (c->gemv)
         setenv("CAIRN_CUDA_GEMV", c->gemv, 1);
+    if (g_split)
+        setenv("CAIRN_CUDA_GV_SPLIT", g_split, 1);
     int rt = rc == 0 ? cairn__backend_new(BK, L.m, &ot, &b, err, sizeof err) : -1;
     set_dtype(NULL);
     unsetenv("CAIRN_CUDA_GEMV");
+    unsetenv("CAIRN_CUDA_GV_SPLIT");
     if (!ok(rc == 0 && rt == 0 && ref && bat && dec && again, "%s: cpu and %s backends (%s)", name,
             BK, rt ? err : "ok"))
         goto out;
@@ -773,6 +782,11 @@ static void check_errors(void)
         unsetenv("CAIRN_CUDA_GEMV");
         ok(rc == CAIRN_EINVAL && b == NULL && strstr(err, "CAIRN_CUDA_GEMV"),
            "CAIRN_CUDA_GEMV=cutlass -> EINVAL (%s)", err);
+        setenv("CAIRN_CUDA_GV_SPLIT", "3", 1);
+        rc = cairn__backend_new("cuda", L.m, &o, &b, err, sizeof err);
+        unsetenv("CAIRN_CUDA_GV_SPLIT");
+        ok(rc == CAIRN_EINVAL && b == NULL && strstr(err, "CAIRN_CUDA_GV_SPLIT"),
+           "CAIRN_CUDA_GV_SPLIT=3 -> EINVAL (%s)", err);
         setenv("CAIRN_CUDA_PDL", "yes", 1);
         rc = cairn__backend_new("cuda", L.m, &o, &b, err, sizeof err);
         unsetenv("CAIRN_CUDA_PDL");
@@ -825,8 +839,13 @@ int main(void)
         const gcase a = {"llama", CAIRN__GGML_Q8_0, 0, 0, 0, 0, 0, NULL, "f16", 1e-3, 4, 0, NULL};
         const gcase q = {"qwen2", CAIRN__GGML_BF16, 1,    0,  0, 0,   0,
                          "bf16",  "bf16",           1e-2, 64, 0, NULL};
+        const gcase sq = {"qwen2", CAIRN__GGML_F16, 0,    256, 4, 2,   512,
+                          NULL,    "f16",           1e-3, 4,   0, NULL};
         check_case(&a);
         check_case(&q);
+        g_split = "8";
+        check_case(&sq);
+        g_split = NULL;
         check_long(512, 2, 1, "llama", 0);
         check_long(512, 4, 2, "qwen2", 1);
         check_launch_modes();
@@ -883,6 +902,22 @@ int main(void)
     check_case_cache(&l3, 1);
     check_case_cache(&o2, 1);
     check_case_cache(&c1, 1);
+    /* a decode row pair shared by 2, 4 or 8 warps (CAIRN_CUDA_GV_SPLIT; the backend picks the
+     * split for the model and the GPU, and these small models get 1): every prologue and
+     * epilogue, rows of 16-byte pieces and element by element, slices of unequal length and
+     * slices with nothing to do (dim 44 over 8 warps) */
+    const gcase s1 = {"qwen2", CAIRN__GGML_F32, 1, 0, 0, 0, 0, NULL, "f32", 1e-3, 4, 0, NULL};
+    const gcase s2 = {"qwen2", CAIRN__GGML_BF16, 1,    256, 4, 2,   512,
+                      "bf16",  "bf16",           1e-2, 64,  0, NULL};
+    g_split = "2";
+    check_case(&s1);
+    g_split = "4";
+    check_case(&o1);
+    g_split = "8";
+    check_case(&k1);
+    check_case(&s2);
+    check_case_cache(&k1, 1);
+    g_split = NULL;
     /* long prompts: head 128 with GQA 2:1 (NEOX), head 256 (the attention kernel's limit); the
      * first also over f16 caches (many keys per split) */
     check_long(512, 4, 2, "qwen2", 0);
