@@ -2,7 +2,8 @@
  *
  * One pass runs a chunk of up to n_batch tokens through every layer. A chunk of one token
  * (decode) multiplies by the weights with the quantized matrix-vector kernels; a longer chunk
- * (the prompt) with dequantize+sgemm. Activations are row-major (token, feature) buffers sized
+ * (the prompt) with dequantize+sgemm (up to 16 tokens: dequantize a row, dot it with each
+ * token; cairn__matmul). Activations are row-major (token, feature) buffers sized
  * for n_batch tokens at creation, so a forward pass allocates nothing.
  *
  * The KV cache holds floats or IEEE halves (cairn__backend_opts.cache_type), laid out

@@ -61,9 +61,10 @@ void cairn__matvec_n(cairn__pool *p, const cairn__mat *const *W, int n, const fl
 size_t cairn__matmul_scratch_bytes(const cairn__mat *W);
 /* W (rows, cols) @ X^T: X (n, cols) -> OUT (n, rows), row-major with leading dimension rows.
  * Dequantizes W a tile at a time (F32 weights are used in place) and multiplies with sgemm
- * (OpenBLAS when built with it, a threaded plain loop otherwise). Float activations: results
- * match cairn__matvec to float rounding except for Q8_0/Q4_0, whose decode path rounds x to
- * int8. */
+ * (OpenBLAS when built with it, a threaded plain loop otherwise); up to 16 tokens, each thread
+ * dequantizes a row at a time and dots it with every token (no tiles, no hand-offs). Float
+ * activations: results match cairn__matvec to float rounding except for Q8_0/Q4_0, whose decode
+ * path rounds x to int8. */
 void cairn__matmul(cairn__pool *p, const cairn__mat *W, const float *X, int64_t n, float *OUT,
                    float *scratch);
 
@@ -170,6 +171,9 @@ void cairn__q4_0_rows_avx2(const uint8_t *w, size_t rb, int nr, const void *xq, 
 void cairn__quant_x_avx2(const float *x, cairn__xq8_block *y, int64_t nb);
 /* y (n) += a * x (n) */
 void cairn__axpy_avx2(float *y, float a, const float *x, int64_t n);
+/* A row of F16, BF16, Q8_0, Q4_0, Q4_K or Q6_K -> n floats, as cairn__dequant_row gives them;
+ * returns 0 (and writes nothing) for the other types. */
+int cairn__dequant_avx2(uint32_t type, const uint8_t *src, float *dst, int64_t n);
 
 /* AVX-512 Q4_0 (kernels_cpu_avx512.c, x86-64 only; call only where cairn__kernels_isa() is
  * "avx512"): bytes of scratch the prepared activation of `cols` elements takes; the preparation

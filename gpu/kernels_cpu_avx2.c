@@ -9,6 +9,10 @@
  * The K-quants multiply in int8 too, against the activation laid out per super-block
  * (cairn__xk_block): their quants are unsigned (Q4_K 0..15, Q6_K 0..63, whose -32 comes off
  * through the activation's prepared sums), scaled per sub-block in float.
+ *
+ * The dequantization of a row for the prompt's products (cairn__dequant_avx2: every type but
+ * F32) does what cairn__dequant_row (quant.c) does, eight values an instruction: the same
+ * exact conversions and the same single rounding of q * d, so the same floats.
  */
 #include "gpu/kernels_cpu.h"
 
@@ -16,9 +20,140 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "gpu/gguf.h" /* CAIRN__GGML_* */
 #include "gpu/quant.h"
 
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
+
+/* the scale of a block, an f16 at any alignment */
+AVX2 static inline __m256 scale8(const uint8_t *p)
+{
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return _mm256_set1_ps(_cvtsh_ss(h));
+}
+
+/* n values of a row of `type` -> dst, as cairn__dequant_row; 0 for a type it leaves to that */
+AVX2 int cairn__dequant_avx2(uint32_t type, const uint8_t *src, float *dst, int64_t n)
+{
+    switch (type) {
+    case CAIRN__GGML_F16: {
+        int64_t i = 0;
+        for (; i + 8 <= n; i += 8)
+            _mm256_storeu_ps(dst + i,
+                             _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + 2 * i))));
+        for (; i < n; i++) {
+            uint16_t h;
+            memcpy(&h, src + 2 * i, 2);
+            dst[i] = _cvtsh_ss(h);
+        }
+        return 1;
+    }
+    case CAIRN__GGML_BF16: {
+        int64_t i = 0;
+        for (; i + 8 <= n; i += 8) {
+            const __m256i h =
+                _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(src + 2 * i)));
+            _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(h, 16)));
+        }
+        for (; i < n; i++) {
+            uint16_t h;
+            memcpy(&h, src + 2 * i, 2);
+            dst[i] = cairn__bf16_to_f32(h);
+        }
+        return 1;
+    }
+    case CAIRN__GGML_Q8_0:
+        for (int64_t b = 0; b < n / 32; b++, src += sizeof(cairn__block_q8_0), dst += 32) {
+            const __m256 d = scale8(src + offsetof(cairn__block_q8_0, d));
+            const uint8_t *qs = src + offsetof(cairn__block_q8_0, qs);
+            for (int k = 0; k < 4; k++) {
+                const __m256i q =
+                    _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(qs + 8 * k)));
+                _mm256_storeu_ps(dst + 8 * k, _mm256_mul_ps(_mm256_cvtepi32_ps(q), d));
+            }
+        }
+        return 1;
+    case CAIRN__GGML_Q4_0: {
+        const __m128i lo = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8);
+        for (int64_t b = 0; b < n / 32; b++, src += sizeof(cairn__block_q4_0), dst += 32) {
+            const __m256 d = scale8(src + offsetof(cairn__block_q4_0, d));
+            const __m128i qs =
+                _mm_loadu_si128((const __m128i *)(src + offsetof(cairn__block_q4_0, qs)));
+            /* elements 0..15 are the low nibbles, 16..31 the high ones; each minus 8 */
+            const __m128i v[2] = {_mm_sub_epi8(_mm_and_si128(qs, lo), eight),
+                                  _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(qs, 4), lo), eight)};
+            for (int h = 0; h < 2; h++) {
+                const __m256i a = _mm256_cvtepi8_epi32(v[h]);
+                const __m256i c = _mm256_cvtepi8_epi32(_mm_srli_si128(v[h], 8));
+                _mm256_storeu_ps(dst + 16 * h, _mm256_mul_ps(_mm256_cvtepi32_ps(a), d));
+                _mm256_storeu_ps(dst + 16 * h + 8, _mm256_mul_ps(_mm256_cvtepi32_ps(c), d));
+            }
+        }
+        return 1;
+    }
+    case CAIRN__GGML_Q4_K: {
+        const __m128i lo = _mm_set1_epi8(0x0F);
+        for (int64_t b = 0; b < n / CAIRN__QK_K; b++, src += sizeof(cairn__block_q4_K)) {
+            const cairn__q4_K_head h = cairn__q4_K_head_of(src);
+            const float d = _cvtsh_ss(h.d), dmin = _cvtsh_ss(h.dmin);
+            const uint8_t *q = src + offsetof(cairn__block_q4_K, qs);
+            /* sub-block j: 32 nibbles (low ones for even j, high for odd) times d * sc[j],
+             * minus dmin * m[j]: a product and a difference, as the reference rounds them */
+            for (int j = 0; j < 8; j++, dst += 32) {
+                const __m256 d1 = _mm256_set1_ps(d * (float)(uint8_t)(h.sc >> (8 * j)));
+                const __m256 m1 = _mm256_set1_ps(dmin * (float)(uint8_t)(h.m >> (8 * j)));
+                for (int k = 0; k < 2; k++) {
+                    __m128i v = _mm_loadu_si128((const __m128i *)(q + 32 * (j / 2) + 16 * k));
+                    v = _mm_and_si128(j % 2 ? _mm_srli_epi16(v, 4) : v, lo);
+                    const __m256 a = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v));
+                    const __m256 c = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(v, 8)));
+                    _mm256_storeu_ps(dst + 16 * k, _mm256_sub_ps(_mm256_mul_ps(d1, a), m1));
+                    _mm256_storeu_ps(dst + 16 * k + 8, _mm256_sub_ps(_mm256_mul_ps(d1, c), m1));
+                }
+            }
+        }
+        return 1;
+    }
+    case CAIRN__GGML_Q6_K: {
+        const __m128i m4 = _mm_set1_epi8(0x0F), m2 = _mm_set1_epi8(3), o32 = _mm_set1_epi8(32);
+        for (int64_t b = 0; b < n / CAIRN__QK_K; b++, src += sizeof(cairn__block_q6_K)) {
+            uint16_t hd;
+            memcpy(&hd, src + offsetof(cairn__block_q6_K, d), 2);
+            const float d = _cvtsh_ss(hd);
+            const uint8_t *ql = src + offsetof(cairn__block_q6_K, ql);
+            const uint8_t *qh = src + offsetof(cairn__block_q6_K, qh);
+            const int8_t *sc = (const int8_t *)(src + offsetof(cairn__block_q6_K, scales));
+            /* 128 values a pass: output r (0-3) takes a nibble of ql and 2 bits of qh, minus 32,
+             * times d * sc, in 16s (one scale each) */
+            for (int c = 0; c < 2; c++, dst += 128, ql += 64, qh += 32, sc += 8)
+                for (int hl = 0; hl < 2; hl++) {
+                    const __m128i l0 = _mm_loadu_si128((const __m128i *)(ql + 16 * hl));
+                    const __m128i l1 = _mm_loadu_si128((const __m128i *)(ql + 32 + 16 * hl));
+                    const __m128i h = _mm_loadu_si128((const __m128i *)(qh + 16 * hl));
+                    const __m128i lo[4] = {_mm_and_si128(l0, m4), _mm_and_si128(l1, m4),
+                                           _mm_and_si128(_mm_srli_epi16(l0, 4), m4),
+                                           _mm_and_si128(_mm_srli_epi16(l1, 4), m4)};
+                    for (int r = 0; r < 4; r++) {
+                        const __m128i hi = _mm_and_si128(_mm_srli_epi16(h, 2 * r), m2);
+                        const __m128i v =
+                            _mm_sub_epi8(_mm_or_si128(lo[r], _mm_slli_epi16(hi, 4)), o32);
+                        const __m256 ds = _mm256_set1_ps(d * (float)sc[hl + 2 * r]);
+                        float *y = dst + 32 * r + 16 * hl;
+                        _mm256_storeu_ps(
+                            y, _mm256_mul_ps(ds, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v))));
+                        _mm256_storeu_ps(y + 8,
+                                         _mm256_mul_ps(ds, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
+                                                               _mm_srli_si128(v, 8)))));
+                    }
+                }
+        }
+        return 1;
+    }
+    default:
+        return 0;
+    }
+}
 #define F16(h) _cvtsh_ss(h) /* one half -> float in one instruction (F16C) */
 
 AVX2 static inline float hsum256(__m256 v)

@@ -15,6 +15,10 @@
  *     of 4 rows gathered into one register) on every grouping of 1-9 rows: each row's result
  *     must be bit for bit the one it gets alone, which is what keeps a fused product equal to
  *     separate ones and results independent of how the rows are split among threads;
+ *   - cairn__mat_row (the prompt's dequantization, vector code for F16, BF16, Q8_0 and Q4_0)
+ *     against cairn__dequant_row bit for bit (NaN for NaN): every one of the 65536 halves as
+ *     F16 and BF16 rows, rows of 1-100 halves (the tails), and random blocks of every type, their
+ *     scales any half at all;
  *   - cairn__attn_head for head sizes 16-160 and 1-70 positions against a float64
  *     dot / softmax / weighted sum, and cairn__attn_head_f16 (a half cache) against it on the
  *     widened rows, bit for bit, with the rounding of cairn__f32_to_f16_row.
@@ -374,6 +378,83 @@ static void check_attention_f16(const char *level)
        off);
 }
 
+/* a == b as floats, bit for bit, or both NaN */
+static int same_float(float a, float b)
+{
+    uint32_t x, y;
+    memcpy(&x, &a, 4);
+    memcpy(&y, &b, 4);
+    return x == y || (a != a && b != b);
+}
+
+/* n values of `type` from src: cairn__mat_row at `level` against cairn__dequant_row; the index
+ * of the first difference, or -1 */
+static int64_t dequant_diff(const char *level, uint32_t type, const uint8_t *src, int64_t n)
+{
+    float *got = malloc(sizeof(float) * (size_t)n), *want = malloc(sizeof(float) * (size_t)n);
+    const uint64_t be = cairn__quant_block_elems(type), bb = cairn__quant_block_bytes(type);
+    const cairn__mat W = {type, 1, n, (size_t)((uint64_t)n / be * bb), src};
+    cairn__kernels_set_isa(level);
+    cairn__mat_row(&W, 0, got);
+    cairn__kernels_set_isa(NULL);
+    cairn__dequant_row(type, src, want, (uint64_t)n);
+    int64_t bad = -1;
+    for (int64_t i = 0; i < n && bad < 0; i++)
+        if (!same_float(got[i], want[i]))
+            bad = i;
+    free(got);
+    free(want);
+    return bad;
+}
+
+static void check_dequant(const char *level)
+{
+    /* every half, as F16 and as BF16 */
+    uint8_t *all = malloc(2 * 65536);
+    for (uint32_t h = 0; h < 65536; h++)
+        all[2 * h] = (uint8_t)h, all[2 * h + 1] = (uint8_t)(h >> 8);
+    static const uint32_t halves[2] = {CAIRN__GGML_F16, CAIRN__GGML_BF16};
+    for (int t = 0; t < 2; t++) {
+        int64_t bad = dequant_diff(level, halves[t], all, 65536);
+        for (int64_t n = 1; n <= 100 && bad < 0; n++) { /* tails, from an exact-size copy */
+            uint8_t *c = malloc((size_t)(2 * n));
+            memcpy(c, all + 2 * (7919 * n % 60000), (size_t)(2 * n));
+            if (dequant_diff(level, halves[t], c, n) >= 0)
+                bad = n;
+            free(c);
+        }
+        ok(bad < 0,
+           "%s: %s rows dequantize as cairn__dequant_row does (all 65536 halves, rows of "
+           "1-100) (first difference %lld)",
+           level, cairn__ggml_type_name(halves[t]), (long long)bad);
+    }
+    free(all);
+    /* random blocks: any byte anywhere, so any half as a scale */
+    static const uint32_t blocks[4] = {CAIRN__GGML_Q8_0, CAIRN__GGML_Q4_0, CAIRN__GGML_Q4_K,
+                                       CAIRN__GGML_Q6_K};
+    uint64_t seed = 0x9e3779b97f4a7c15ull;
+    for (int t = 0; t < 4; t++) {
+        const uint64_t be = cairn__quant_block_elems(blocks[t]),
+                       bb = cairn__quant_block_bytes(blocks[t]);
+        int64_t bad = -1;
+        for (int nb = 1; nb <= 13 && bad < 0; nb++)
+            for (int rep = 0; rep < 40 && bad < 0; rep++) {
+                uint8_t *src = malloc((size_t)(nb * bb));
+                for (uint64_t i = 0; i < nb * bb; i++) {
+                    seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
+                    src[i] = (uint8_t)(seed >> 24);
+                }
+                if (dequant_diff(level, blocks[t], src, (int64_t)(nb * be)) >= 0)
+                    bad = nb;
+                free(src);
+            }
+        ok(bad < 0,
+           "%s: %s rows of 1-13 random blocks dequantize as cairn__dequant_row does "
+           "(first bad block count %lld)",
+           level, cairn__ggml_type_name(blocks[t]), (long long)bad);
+    }
+}
+
 int main(void)
 {
     cairn__pool *pool = NULL;
@@ -406,6 +487,7 @@ int main(void)
             check_grouping(levels[l], CAIRN__GGML_Q4_0, 18);
         if (l >= 2)
             check_grouping(levels[l], CAIRN__GGML_Q8_0, 34);
+        check_dequant(levels[l]);
         check_attention(levels[l]);
         check_attention_f16(levels[l]);
     }
