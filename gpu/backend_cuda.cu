@@ -398,14 +398,16 @@ static cudaError_t launch(cuda_backend *b, int dep, void (*k)(P...), dim3 grid, 
 #define GV_INFLIGHT (96.0 * 1024)
 static int gv_split(const cuda_backend *b, int groups, int cols, size_t elem)
 {
-    if (b->gv_force)
-        return b->gv_force;
+    if (b->gv_force) /* a split whose kernels do not fit (gv_blocks 0) falls back to 1 */
+        return b->gv_blocks[gv_split_index(b->gv_force)] ? b->gv_force : 1;
     const long pieces = (long)((size_t)cols * elem / 16), sms = b->gv_sms > 0 ? b->gv_sms : 1;
     int best = 1;
     double best_t = 0;
     for (int sk = 1; sk <= GV_WARPS; sk *= 2) {
         if (sk > 1 && pieces < 64L * sk)
             break;
+        if (!b->gv_blocks[gv_split_index(sk)])
+            continue;
         const long units = ((long)groups * sk + GV_WARPS - 1) / GV_WARPS; /* block-rounds */
         const long resident = b->gv_blocks[gv_split_index(sk)];
         const long grid = units < resident ? units : resident;
@@ -1299,16 +1301,21 @@ template <typename T> static int gemv_setup_t(cuda_backend *b)
         (const void *)gemv_kernel<T, GV_SWIGLU, GV_Y, S>
     const void *k[] = {GV_VARIANTS(1), GV_VARIANTS(2), GV_VARIANTS(4), GV_VARIANTS(8)};
 #undef GV_VARIANTS
-    int per_sm[GV_SPLITS] = {0};
+    int per_sm[GV_SPLITS] = {0}, fits[GV_SPLITS] = {1, 1, 1, 1};
     for (size_t i = 0; i < sizeof k / sizeof *k; i++) {
         /* the cap is the kernel's, shared by every backend of the process: set it to what the
          * device allows, the same value each time, never to this model's need (a backend for a
          * smaller model created later would lower it under this one) */
+        const size_t si = i / 4; /* the split's four variants share its grid */
         cudaFuncAttributes fa;
         CU(b, cudaFuncGetAttributes(&fa, k[i]), "cudaFuncGetAttributes (gemv)");
         if (smem + fa.sharedSizeBytes > (size_t)optin) { /* the input does not fit */
-            b->gv = b->pdl = 0;
-            return 0;
+            if (si == 0) {                               /* not even unsplit: cuBLAS */
+                b->gv = b->pdl = 0;
+                return 0;
+            }
+            fits[si] = 0; /* this split's few bytes of sums do not: never chosen */
+            continue;
         }
         CU(b,
            cudaFuncSetAttribute(k[i], cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -1317,12 +1324,11 @@ template <typename T> static int gemv_setup_t(cuda_backend *b)
         int nb = 0;
         CU(b, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, k[i], CK_THREADS, smem),
            "cudaOccupancyMaxActiveBlocksPerMultiprocessor (gemv)");
-        const size_t si = i / 4; /* the split's four variants share its grid */
         if (i % 4 == 0 || nb < per_sm[si])
             per_sm[si] = nb;
     }
     for (int si = 0; si < GV_SPLITS; si++)
-        b->gv_blocks[si] = (per_sm[si] > 0 ? per_sm[si] : 1) * (sms > 0 ? sms : 1);
+        b->gv_blocks[si] = fits[si] ? (per_sm[si] > 0 ? per_sm[si] : 1) * (sms > 0 ? sms : 1) : 0;
     b->gv_sms = sms;
     return 0;
 }

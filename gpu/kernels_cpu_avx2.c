@@ -12,7 +12,8 @@
  *
  * The dequantization of a row for the prompt's products (cairn__dequant_avx2: every type but
  * F32) does what cairn__dequant_row (quant.c) does, eight values an instruction: the same
- * exact conversions and the same single rounding of q * d, so the same floats.
+ * exact conversions and the same roundings in the same order, so the same floats (except that
+ * F16C turns a signalling NaN half into a quiet NaN, where the reference keeps the payload).
  */
 #include "gpu/kernels_cpu.h"
 

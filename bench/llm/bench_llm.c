@@ -273,7 +273,8 @@ int main(int argc, char **argv)
             if (strcmp(SHAPES[i].name, sz) == 0)
                 sh = &SHAPES[i];
         if (!sh) {
-            fprintf(stderr, "bench-llm: unknown size '%s' (15M, 110M, 500M, 1B, 2B, Q0.5B)\n", sz);
+            fprintf(stderr, "bench-llm: unknown size '%s' (15M, 110M, 500M, 1B, 2B, Q0.5B, 8B)\n",
+                    sz);
             return 64;
         }
         char tcopy[256];

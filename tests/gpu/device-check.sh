@@ -1,21 +1,26 @@
 #!/usr/bin/env bash
 # tests/gpu/device-check.sh - the one script a short GPU lease runs (about 4 minutes on an H200).
 #
-#   1. builds with -Dcuda=enabled into build-gpu and runs `meson test --suite gpu` (verbose),
-#      then the CUDA module loader's test (cuda-plugin: `cairn generate --backend cuda` through
-#      the module, on the GPU); if the machine lacks the project's build dependencies (lmdb,
-#      msgpack, ...), it runs the binaries prepared beforehand by `tests/gpu/device-check.sh
-#      --prepare` instead (built on the development machine into build/gpu-prebuilt/, without
-#      OpenBLAS so that they need nothing but libc; the CUDA backend is the module
-#      libcairn-cuda.so beside them, which needs the CUDA toolkit's cudart/cuBLAS, and which they
-#      load through CAIRN_CUDA_PLUGIN since the build-tree path compiled into them is not here);
-#      the gpu test includes the device sampler: alone against the host's pick, and the engine
-#      sampling on the device against the engine sampling on the host;
-#   2. runs bench-llm: a generated 1.1B-parameter llama (F16, 2.2 GB) on CUDA, a 1.7B one with
-#      fewer, wider layers on CUDA, one of Llama-3-8B's shape (16 GB), one of Qwen2.5-0.5B's shape (a vocabulary of 151936: the
-#      device sampler's cost shows in the "sampled" column), two quantized types on CUDA, the
-#      Qwen2.5-0.5B shape after a 1024-token prompt with an f32 and an f16 KV cache, then the
-#      1.1B one on the CPU;
+#   1. builds with -Dcuda=enabled into build-gpu and runs `meson test --suite gpu` (verbose);
+#      if the machine lacks the project's build dependencies (lmdb, msgpack, ...), it runs the
+#      binaries prepared beforehand by `tests/gpu/device-check.sh --prepare` instead (built on
+#      the development machine into build/gpu-prebuilt/, without OpenBLAS so that they need
+#      nothing but libc; the CUDA backend is the module libcairn-cuda.so beside them, which
+#      needs the CUDA toolkit's cudart/cuBLAS, and which they load through CAIRN_CUDA_PLUGIN
+#      since the build-tree path compiled into them is not here); the gpu test includes the
+#      device sampler: alone against the host's pick, and the engine sampling on the device
+#      against the engine sampling on the host (when the gpu tests fail, their quick cases run
+#      again as built, with CAIRN_CUDA_PDL=0 and with CAIRN_CUDA_GEMV=cublas: which setting the
+#      failure follows is in the summary);
+#   2. runs the quick cases once more under compute-sanitizer (memcheck, then racecheck for the
+#      kernels' shared memory), if the tool is there, and, when built here, the CUDA module
+#      loader's test (cuda-plugin: `cairn generate --backend cuda` through the module): the
+#      checks first, so that a run cut short still has them;
+#   3. runs bench-llm: a generated 1.1B-parameter llama (F16, 2.2 GB) on CUDA, a 1.7B one with
+#      fewer, wider layers, one of Qwen2.5-0.5B's shape (a vocabulary of 151936: the device
+#      sampler's cost shows in the "sampled" column), two quantized types, the Qwen2.5-0.5B
+#      shape after a 1024-token prompt with an f32 and an f16 KV cache, the 1.1B one on the CPU,
+#      and one of Llama-3-8B's shape (16 GB) on CUDA;
 #      decode tok/s against the roofline = device-to-device copy bandwidth (measured in the same
 #      run) / bytes of weights read per token; each CUDA row is followed by its peer, a "cublas"
 #      row (CAIRN_CUDA_GEMV=cublas: decode products through cuBLAS instead of cairn's decode
@@ -26,10 +31,6 @@
 #      then the decode products' split swept (sweep.txt): the 1.1B and 1.7B ones profiled with
 #      the backend's choice and with CAIRN_CUDA_GV_SPLIT=1, 2, 4, 8 (the time of each product
 #      at each split, and the split the backend chose: what to tune gv_split by);
-#      (when the gpu tests fail, their quick cases run again as built, with CAIRN_CUDA_PDL=0 and
-#      with CAIRN_CUDA_GEMV=cublas: which setting the failure follows is in the summary);
-#   3. runs the gpu test once more, a few cases only, under compute-sanitizer (memcheck, then
-#      racecheck for the kernels' shared memory), if the tool is there;
 #   4. prints a short table last. With $OUT set, every log is written there as it grows, so a
 #      run cut short still returns what it did. Each step has a time limit (together they
 #      could pass 10 minutes, so the run's own limit can cut the last ones). The first lease
@@ -139,6 +140,28 @@ if [[ $TEST_STATUS == FAIL* ]]; then
     done
 fi
 
+log "compute-sanitizer memcheck and racecheck (quick cases)"
+SAN_STATUS="not run"
+SAN=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
+if [ -n "$MODE" ] && [ -n "$SAN" ]; then
+    SAN_STATUS=""
+    for tool in memcheck racecheck; do
+        echo "\$ compute-sanitizer --tool $tool" >>"$LOGS/sanitizer.log"
+        CAIRN_TEST_QUICK=1 timeout 90 "$SAN" --tool $tool --error-exitcode 9 "$BIN_TEST" \
+            >>"$LOGS/sanitizer.log" 2>&1
+        rc=$?
+        tail -4 "$LOGS/sanitizer.log"
+        case $rc in
+        0) st="clean" ;;
+        9) st="ERRORS (see sanitizer.log)" ;;
+        124) st="timed out" ;;
+        *) st="exit $rc" ;;
+        esac
+        SAN_STATUS="$SAN_STATUS$tool $st; "
+    done
+fi
+echo "sanitizer: $SAN_STATUS"
+
 log "CUDA module loader (cuda-plugin test)"
 PLUGIN_STATUS="not run (prebuilt binaries only)"
 if [ "$MODE" = "built here" ]; then
@@ -198,28 +221,6 @@ if [ -n "$MODE" ]; then
         done
     done 2>&1 | tee "$LOGS/sweep.txt"
 fi
-
-log "compute-sanitizer memcheck and racecheck (quick cases)"
-SAN_STATUS="not run"
-SAN=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
-if [ -n "$MODE" ] && [ -n "$SAN" ]; then
-    SAN_STATUS=""
-    for tool in memcheck racecheck; do
-        echo "\$ compute-sanitizer --tool $tool" >>"$LOGS/sanitizer.log"
-        CAIRN_TEST_QUICK=1 timeout 90 "$SAN" --tool $tool --error-exitcode 9 "$BIN_TEST" \
-            >>"$LOGS/sanitizer.log" 2>&1
-        rc=$?
-        tail -4 "$LOGS/sanitizer.log"
-        case $rc in
-        0) st="clean" ;;
-        9) st="ERRORS (see sanitizer.log)" ;;
-        124) st="timed out" ;;
-        *) st="exit $rc" ;;
-        esac
-        SAN_STATUS="$SAN_STATUS$tool $st; "
-    done
-fi
-echo "sanitizer: $SAN_STATUS"
 
 log "summary ($(($(date +%s) - START)) s)"
 {

@@ -904,13 +904,17 @@ int main(void)
     check_case_cache(&c1, 1);
     /* a decode row pair shared by 2, 4 or 8 warps (CAIRN_CUDA_GV_SPLIT; the backend picks the
      * split for the model and the GPU, and these small models get 1): every prologue and
-     * epilogue, rows of 16-byte pieces and element by element, slices of unequal length and
-     * slices with nothing to do (dim 44 over 8 warps) */
+     * epilogue, rows of 16-byte pieces and element by element, slices with nothing to do
+     * (dim 44 over 4 warps: elements 0-31 and 32-43), and slices long enough for the unrolled
+     * loop, of unequal length and starting part-way into the row (ff 2000 over 2 warps: the
+     * down product's 250 pieces as 128 and 122) */
     const gcase s1 = {"qwen2", CAIRN__GGML_F32, 1, 0, 0, 0, 0, NULL, "f32", 1e-3, 4, 0, NULL};
     const gcase s2 = {"qwen2", CAIRN__GGML_BF16, 1,    256, 4, 2,   512,
                       "bf16",  "bf16",           1e-2, 64,  0, NULL};
+    const gcase s3 = {"llama", CAIRN__GGML_F16, 0, 512, 8, 2, 2000, NULL, "f16", 1e-3, 4, 0, NULL};
     g_split = "2";
     check_case(&s1);
+    check_case(&s3);
     g_split = "4";
     check_case(&o1);
     g_split = "8";

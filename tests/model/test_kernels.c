@@ -15,8 +15,9 @@
  *     of 4 rows gathered into one register) on every grouping of 1-9 rows: each row's result
  *     must be bit for bit the one it gets alone, which is what keeps a fused product equal to
  *     separate ones and results independent of how the rows are split among threads;
- *   - cairn__mat_row (the prompt's dequantization, vector code for F16, BF16, Q8_0 and Q4_0)
- *     against cairn__dequant_row bit for bit (NaN for NaN): every one of the 65536 halves as
+ *   - cairn__mat_row (the prompt's dequantization, vector code for every type but F32)
+ *     against cairn__dequant_row bit for bit (NaN for NaN: F16C quiets a signalling NaN, the
+ *     reference keeps its payload as it is): every one of the 65536 halves as
  *     F16 and BF16 rows, rows of 1-100 halves (the tails), and random blocks of every type, their
  *     scales any half at all;
  *   - cairn__attn_head for head sizes 16-160 and 1-70 positions against a float64
