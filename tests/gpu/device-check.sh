@@ -13,9 +13,11 @@
 #      again as built, with CAIRN_CUDA_PDL=0 and with CAIRN_CUDA_GEMV=cublas: which setting the
 #      failure follows is in the summary);
 #   2. runs the quick cases once more under compute-sanitizer (memcheck, then racecheck for the
-#      kernels' shared memory), if the tool is there, and, when built here, the CUDA module
-#      loader's test (cuda-plugin: `cairn generate --backend cuda` through the module): the
-#      checks first, so that a run cut short still has them;
+#      kernels' shared memory), if the tool is there; when built here, the CUDA module loader's
+#      test (cuda-plugin); and the command line itself (cli.txt): `cairn model-info` and
+#      `cairn generate --backend cuda` on a 110M F16 model file against `--backend cpu` (the
+#      prepared binaries include cairn, cairn-mkmodel and the libraries cairn needs, in lib/):
+#      the checks first, so that a run cut short still has them;
 #   3. runs bench-llm: a generated 1.1B-parameter llama (F16, 2.2 GB) on CUDA, a 1.7B one with
 #      fewer, wider layers, one of Qwen2.5-0.5B's shape (a vocabulary of 151936: the device
 #      sampler's cost shows in the "sampled" column), two quantized types, the Qwen2.5-0.5B
@@ -52,12 +54,22 @@ if [ "${1:-}" = "--prepare" ]; then
     dir=/tmp/cairn-gpu-prepare
     rm -rf "$dir"
     meson setup "$dir" -Dcuda=enabled -Dopenblas=disabled >/dev/null || exit 1
-    ninja -C "$dir" tests/gpu/test_gpu bench/llm/bench-llm gpu/libcairn-cuda.so || exit 1
-    mkdir -p "$PREBUILT"
-    cp "$dir/tests/gpu/test_gpu" "$dir/bench/llm/bench-llm" "$dir/gpu/libcairn-cuda.so" "$PREBUILT/" || exit 1
+    ninja -C "$dir" tests/gpu/test_gpu bench/llm/bench-llm gpu/libcairn-cuda.so cairn \
+        tests/model/cairn-mkmodel || exit 1
+    rm -rf "$PREBUILT"
+    mkdir -p "$PREBUILT/lib"
+    cp "$dir/tests/gpu/test_gpu" "$dir/bench/llm/bench-llm" "$dir/gpu/libcairn-cuda.so" \
+        "$dir/cairn" "$dir/tests/model/cairn-mkmodel" "$PREBUILT/" || exit 1
+    # the command line's own libraries (lmdb, msgpack, jansson, curl and theirs), which the GPU
+    # machine does not have: beside it, found through LD_LIBRARY_PATH there (glibc stays the
+    # machine's own, which is newer)
+    ldd "$dir/cairn" | awk '$3 ~ /^\// {print $3}' |
+        grep -vE '/(libc|libm|libpthread|libdl|librt|libresolv|ld-linux[^/]*)\.so' |
+        xargs -r cp -L -t "$PREBUILT/lib" || exit 1
+    du -sh "$PREBUILT" | sed 's/^/size: /'
     { git rev-parse HEAD 2>/dev/null; date -u; git status --short 2>/dev/null | head -5; } >"$PREBUILT/STAMP"
     echo "prepared $PREBUILT (carry it: run(carry=[\"$PREBUILT\"]))"
-    for f in test_gpu libcairn-cuda.so; do
+    for f in test_gpu libcairn-cuda.so cairn; do
         echo "$f:"
         readelf -d "$PREBUILT/$f" | grep -E 'NEEDED|RUNPATH'
     done
@@ -176,6 +188,48 @@ fi
 echo "cuda-plugin: $PLUGIN_STATUS"
 
 
+log "the command line on the GPU (cairn generate --backend cuda, against --backend cpu)"
+# the CLI as a user runs it: the module loaded through dlopen, a model file read from disk, text
+# streamed; greedy, so the two texts should match (random weights can have near-ties, so a
+# difference is reported, not failed)
+CLI_STATUS="not run"
+if [ -n "$MODE" ]; then
+    if [ "$MODE" = "built here" ]; then
+        CAIRN=build-gpu/cairn MKMODEL=build-gpu/tests/model/cairn-mkmodel
+    else
+        CAIRN=$PREBUILT/cairn MKMODEL=$PREBUILT/cairn-mkmodel
+        export LD_LIBRARY_PATH="$ROOT/$PREBUILT/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    fi
+    if [ -x "$CAIRN" ] && [ -x "$MKMODEL" ]; then
+        m=$TMP/cli-110m-f16.gguf
+        "$MKMODEL" "$m" --dim 768 --layers 12 --heads 12 --kv-heads 12 --ff 2048 --vocab 32000 \
+            --type f16 >/dev/null 2>&1
+        {
+            timeout 30 "$CAIRN" model-info "$m" 2>&1 | head -12
+            for bk in cuda cpu; do
+                echo "\$ cairn generate --backend $bk"
+                timeout 60 "$CAIRN" generate -m "$m" -p "the quick brown fox" -n 48 --temperature 0 \
+                    --ignore-eos --backend $bk >"$TMP/gen-$bk.txt" 2>"$TMP/gen-$bk.err"
+                echo "exit $?"
+                cat "$TMP/gen-$bk.err"
+            done
+        } >"$LOGS/cli.txt" 2>&1
+        cat "$LOGS/cli.txt"
+        if grep -q '^exit 0' <(sed -n '/backend cuda/,/backend cpu/p' "$LOGS/cli.txt") && [ -s "$TMP/gen-cuda.txt" ]; then
+            if cmp -s "$TMP/gen-cuda.txt" "$TMP/gen-cpu.txt"; then
+                CLI_STATUS="PASS (cuda text = cpu text, $(wc -c <"$TMP/gen-cuda.txt") bytes)"
+            else
+                CLI_STATUS="PASS (ran; texts differ from byte $(cmp "$TMP/gen-cuda.txt" "$TMP/gen-cpu.txt" | grep -oE 'byte [0-9]+' | cut -d' ' -f2))"
+            fi
+        else
+            CLI_STATUS="FAIL (see cli.txt)"
+        fi
+    else
+        CLI_STATUS="not run (no cairn binary: prepared before it was bundled?)"
+    fi
+fi
+echo "cli: $CLI_STATUS"
+
 log "bench-llm"
 : >"$LOGS/bench.txt"
 if [ -n "$MODE" ]; then
@@ -227,6 +281,7 @@ log "summary ($(($(date +%s) - START)) s)"
     echo "binaries:  ${MODE:-none}"
     echo "gpu tests: $TEST_STATUS"
     echo "loader:    $PLUGIN_STATUS"
+    echo "cli:       $CLI_STATUS"
     echo "sanitizer: $SAN_STATUS"
     printf '%s' "$ISOLATE"
     grep -E 'max rel diff' "$LOGS/test-gpu.log" 2>/dev/null | sed 's/^# //' >"$TMP/diffs.txt"
