@@ -19,9 +19,10 @@
  *
  * Attention is computed per (token, head) pair, those pairs split over the thread pool; each
  * pair scores its query against keys 0..pos (causal) with a softmax in float and a running
- * weighted sum of values. A prompt chunk of 16 tokens or more over a float cache instead takes
- * two sgemm per head (attention_gemm, OpenBLAS builds): per pair, every token re-read all the
- * keys and values before it, which made long prompts quadratic in memory traffic.
+ * weighted sum of values. A prompt chunk of 16 tokens or more over a float cache that sees at
+ * most 2048 positions instead takes two sgemm per head (attention_gemm, OpenBLAS builds), up to
+ * 20 % faster there; at longer contexts the per-token kernel, which streams a head's keys from
+ * cache, is the faster (ATT_GEMM_MAX_CTX).
  */
 #include <math.h>
 #include <stdio.h>
@@ -37,8 +38,15 @@
 #include <cblas.h> /* openblas_set_num_threads */
 #endif
 
-/* prompt chunks of at least this many tokens take attention_gemm (OpenBLAS builds) */
+/* prompt chunks of at least this many tokens, over a float cache, that see at most
+ * ATT_GEMM_MAX_CTX positions take attention_gemm (OpenBLAS builds). Beyond that the per-token
+ * kernel (cairn__attn_head, streaming each head's keys from cache) is the faster: at 4064
+ * positions of the 110M bench model, 2 threads, 559-563 tok/s against 490-534 (at 1024: 842
+ * against 1014; at 2048 they tie). Over a half cache the per-token kernel reads half the bytes
+ * and is never slower (widened for sgemm: 1000 against 983 at 1024, 485-524 against 704-712 at
+ * 4064), so a half cache always takes it. */
 #define ATT_GEMM_MIN 16
+#define ATT_GEMM_MAX_CTX 2048
 
 /* The bytes a block of attention_gemm's scores may take; a chunk's query rows go in blocks that
  * fit (each block reads every key and value once more, so as few blocks as fit: blocks of 32
@@ -69,7 +77,8 @@ typedef struct {
     float *hb, *hb2; /* (nb, ff) */
     float *rope;     /* (nb, rope_dim/2, 2) cos, sin */
     float *scores;   /* (n_threads, n_ctx + head_dim): a thread's scores, then a widened row */
-    float *chunk_s;  /* (att_rows, n_ctx): a block of a prompt chunk's scores, or NULL */
+    float *chunk_s;  /* (att_rows, min(n_ctx, ATT_GEMM_MAX_CTX)): a block of a prompt chunk's
+                      * scores, or NULL */
     int att_rows;    /* query rows attention_gemm takes at a time */
     void *mv_scratch;
     float *mm_scratch;
@@ -146,13 +155,13 @@ static int cpu_create(const cairn__model *m, const cairn__backend_opts *o, cairn
 #ifdef CAIRN_HAVE_OPENBLAS
     /* a prompt chunk's attention over a float cache as matrix products (attention_gemm), its
      * query rows in blocks whose scores fit in cairn__cpu_att_bytes; a context too long for a
-     * block of ATT_GEMM_MIN rows (over a million positions at 64 MiB), a half cache (widening it
-     * for sgemm each chunk cost what the products saved: 4064 tokens at 504-531 tok/s against
-     * 521-542), or a failed allocation take the per-token kernel */
-    const size_t fit = cairn__cpu_att_bytes / sizeof(float) / (size_t)n_ctx;
+     * block of ATT_GEMM_MIN rows (over a million positions at 64 MiB), a half cache (see
+     * ATT_GEMM_MAX_CTX), or a failed allocation take the per-token kernel */
+    const size_t s_ctx = n_ctx < ATT_GEMM_MAX_CTX ? (size_t)n_ctx : (size_t)ATT_GEMM_MAX_CTX;
+    const size_t fit = cairn__cpu_att_bytes / sizeof(float) / s_ctx;
     b->att_rows = (int)(fit < nb ? fit : nb);
     if (!b->f16 && nb >= ATT_GEMM_MIN && b->att_rows >= ATT_GEMM_MIN)
-        b->chunk_s = malloc((size_t)b->att_rows * (size_t)n_ctx * sizeof(float));
+        b->chunk_s = malloc((size_t)b->att_rows * s_ctx * sizeof(float));
 #endif
     b->inv_freq = malloc((size_t)m->rope_dim / 2 * sizeof(float) + sizeof(float));
     /* scratch sized for the widest input and the largest weight tile of any product */
@@ -306,7 +315,7 @@ static void attention_gemm(cpu_backend *b, int layer, int n, int pos)
 static void attend(cpu_backend *b, int layer, int n, int pos)
 {
 #ifdef CAIRN_HAVE_OPENBLAS
-    if (b->chunk_s && n >= ATT_GEMM_MIN) {
+    if (b->chunk_s && n >= ATT_GEMM_MIN && pos + n <= ATT_GEMM_MAX_CTX) {
         attention_gemm(b, layer, n, pos);
         return;
     }
