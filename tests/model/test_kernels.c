@@ -388,13 +388,16 @@ static int same_float(float a, float b)
     return x == y || (a != a && b != b);
 }
 
-/* n values of `type` from src: cairn__mat_row at `level` against cairn__dequant_row; the index
- * of the first difference, or -1 */
-static int64_t dequant_diff(const char *level, uint32_t type, const uint8_t *src, int64_t n)
+/* n values of `type` from (a copy of exactly their size of) src: cairn__mat_row at `level`
+ * against cairn__dequant_row; the index of the first difference, or -1 */
+static int64_t dequant_diff(const char *level, uint32_t type, const uint8_t *from, int64_t n)
 {
     float *got = malloc(sizeof(float) * (size_t)n), *want = malloc(sizeof(float) * (size_t)n);
     const uint64_t be = cairn__quant_block_elems(type), bb = cairn__quant_block_bytes(type);
-    const cairn__mat W = {type, 1, n, (size_t)((uint64_t)n / be * bb), src};
+    const size_t bytes = (size_t)((uint64_t)n / be * bb);
+    uint8_t *src = malloc(bytes); /* a kernel that reads past the row is caught under ASan */
+    memcpy(src, from, bytes);
+    const cairn__mat W = {type, 1, n, bytes, src};
     cairn__kernels_set_isa(level);
     cairn__mat_row(&W, 0, got);
     cairn__kernels_set_isa(NULL);
@@ -405,6 +408,7 @@ static int64_t dequant_diff(const char *level, uint32_t type, const uint8_t *src
             bad = i;
     free(got);
     free(want);
+    free(src);
     return bad;
 }
 
@@ -417,13 +421,9 @@ static void check_dequant(const char *level)
     static const uint32_t halves[2] = {CAIRN__GGML_F16, CAIRN__GGML_BF16};
     for (int t = 0; t < 2; t++) {
         int64_t bad = dequant_diff(level, halves[t], all, 65536);
-        for (int64_t n = 1; n <= 100 && bad < 0; n++) { /* tails, from an exact-size copy */
-            uint8_t *c = malloc((size_t)(2 * n));
-            memcpy(c, all + 2 * (7919 * n % 60000), (size_t)(2 * n));
-            if (dequant_diff(level, halves[t], c, n) >= 0)
+        for (int64_t n = 1; n <= 100 && bad < 0; n++) /* the tails */
+            if (dequant_diff(level, halves[t], all + 2 * (7919 * n % 60000), n) >= 0)
                 bad = n;
-            free(c);
-        }
         ok(bad < 0,
            "%s: %s rows dequantize as cairn__dequant_row does (all 65536 halves, rows of "
            "1-100) (first difference %lld)",
@@ -438,16 +438,15 @@ static void check_dequant(const char *level)
         const uint64_t be = cairn__quant_block_elems(blocks[t]),
                        bb = cairn__quant_block_bytes(blocks[t]);
         int64_t bad = -1;
+        uint8_t src[13 * 256];
         for (int nb = 1; nb <= 13 && bad < 0; nb++)
             for (int rep = 0; rep < 40 && bad < 0; rep++) {
-                uint8_t *src = malloc((size_t)(nb * bb));
                 for (uint64_t i = 0; i < nb * bb; i++) {
                     seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
                     src[i] = (uint8_t)(seed >> 24);
                 }
                 if (dequant_diff(level, blocks[t], src, (int64_t)(nb * be)) >= 0)
                     bad = nb;
-                free(src);
             }
         ok(bad < 0,
            "%s: %s rows of 1-13 random blocks dequantize as cairn__dequant_row does "
