@@ -16,8 +16,10 @@
 #      kernels' shared memory), if the tool is there; when built here, the CUDA module loader's
 #      test (cuda-plugin); and the command line itself (cli.txt): `cairn model-info` and
 #      `cairn generate --backend cuda` on a 110M F16 model file against `--backend cpu` (the
-#      prepared binaries include cairn, cairn-mkmodel and the libraries cairn needs, in lib/):
-#      the checks first, so that a run cut short still has them;
+#      prepared binaries include cairn, cairn-mkmodel and the libraries cairn needs, in lib/),
+#      and the main job of scripts/quickstart.sh (retrieve -> generate -> postprocess -> notify
+#      to a webhook receiver on 127.0.0.1, run twice) with generate.backend "cuda": the checks
+#      first, so that a run cut short still has them;
 #   3. runs bench-llm: a generated 1.1B-parameter llama (F16, 2.2 GB) on CUDA, a 1.7B one with
 #      fewer, wider layers, one of Qwen2.5-0.5B's shape (a vocabulary of 151936: the device
 #      sampler's cost shows in the "sampled" column), two quantized types, the Qwen2.5-0.5B
@@ -230,6 +232,46 @@ if [ -n "$MODE" ]; then
 fi
 echo "cli: $CLI_STATUS"
 
+log "the main job on the GPU (scripts/quickstart.sh's pipeline, generate.backend cuda)"
+# retrieve -> generate (on the GPU) -> postprocess -> notify (a real webhook receiver on
+# 127.0.0.1), then the same task again: nothing generated or sent twice
+JOB_STATUS="not run"
+JOB_BACKEND=${CAIRN_CHECK_JOB_BACKEND:-cuda} # "cpu" checks this step on a machine without a GPU
+if [ -n "$MODE" ] && [ -x "${CAIRN:-}" ] && command -v python3 >/dev/null; then
+    job=$TMP/job
+    mkdir -p "$job"
+    (
+        set -e
+        cd "$job"
+        cp "$ROOT/examples/pipeline/corpus.jsonl" "$ROOT/examples/pipeline/task.json" .
+        export CAIRN_STORE="$job/store" CAIRN_WEBHOOK_SECRET="whsec_$(head -c 32 /dev/urandom | base64)"
+        "$ROOT/$MKMODEL" demo.gguf >/dev/null
+        "$ROOT/$CAIRN" index --corpus corpus.jsonl
+        python3 "$ROOT/tests/notify/receiver.py" received.jsonl >port.txt &
+        rp=$!
+        trap 'kill $rp 2>/dev/null' EXIT
+        for _ in $(seq 50); do [ -s port.txt ] && break; sleep 0.1; done
+        sed -e "s/@PORT@/$(head -1 port.txt)/" -e "s/\"model\": \"demo.gguf\",/\"model\": \"demo.gguf\", \"backend\": \"$JOB_BACKEND\",/" \
+            "$ROOT/examples/pipeline/config.json" >config.json
+        export CAIRN_CONFIG="$job/config.json"
+        echo "\$ cairn run (first)"
+        timeout 60 "$ROOT/$CAIRN" run --graph default --task-from tenant,product_id --input task.json
+        timeout 30 "$ROOT/$CAIRN" show acme_mug-350
+        echo "\$ cairn run (again)"
+        timeout 60 "$ROOT/$CAIRN" run --graph default --task-from tenant,product_id --input task.json
+        echo "deliveries received: $(wc -l <received.jsonl)"
+    ) >>"$LOGS/cli.txt" 2>&1
+    rc=$?
+    tail -25 "$LOGS/cli.txt"
+    n=$(grep -oE 'deliveries received: [0-9]+' "$LOGS/cli.txt" | grep -oE '[0-9]+$')
+    if [ $rc -eq 0 ] && [ "${n:-0}" = 1 ] && grep -q "\"backend\": \"$JOB_BACKEND\"" "$job/config.json"; then
+        JOB_STATUS="PASS (generated on $JOB_BACKEND, one delivery after two runs)"
+    else
+        JOB_STATUS="FAIL (exit $rc, ${n:-no} deliveries; see cli.txt)"
+    fi
+fi
+echo "main job: $JOB_STATUS"
+
 log "bench-llm"
 : >"$LOGS/bench.txt"
 if [ -n "$MODE" ]; then
@@ -282,6 +324,7 @@ log "summary ($(($(date +%s) - START)) s)"
     echo "gpu tests: $TEST_STATUS"
     echo "loader:    $PLUGIN_STATUS"
     echo "cli:       $CLI_STATUS"
+    echo "main job:  $JOB_STATUS"
     echo "sanitizer: $SAN_STATUS"
     printf '%s' "$ISOLATE"
     grep -E 'max rel diff' "$LOGS/test-gpu.log" 2>/dev/null | sed 's/^# //' >"$TMP/diffs.txt"
