@@ -468,6 +468,58 @@ typedef struct {
     int64_t end;
 } mv_share;
 
+/* x prepared for the integer kernels (prep_x8) */
+typedef struct {
+    const void *xq;
+    const void *xq4, *xq8;     /* for the rows kernels: xq, or xq as the ISA's q4_0_prep /
+                                  q8_0_prep rearranged it */
+    const cairn__xk_block *xk; /* for the K-quants' dot products */
+} x8_prep;
+
+/* x (cols) as the integer kernels of the types flagged want it, in dst
+ * (cairn__matvec_scratch_bytes(cols)): int8 blocks, laid out per super-block for the K-quants,
+ * rearranged for the ISA's Q4_0 / Q8_0 rows kernels */
+static x8_prep prep_x8(const dot_table *t, const float *x, int64_t cols, int need_k, int need_q4,
+                       int need_q8r, void *dst)
+{
+    x8_prep p;
+    const int64_t nb = cols / 32;
+    t->quant_x(x, dst, nb);
+    p.xq = p.xq4 = p.xq8 = dst;
+    p.xk = NULL;
+    char *kprep = (char *)dst + (size_t)nb * sizeof(xq8_block);
+    if (need_k)
+        p.xk = cairn__xk_prep(dst, cols, kprep);
+    char *prep = kprep + (size_t)(cols / CAIRN__QK_K) * sizeof(cairn__xk_block) + 64;
+    if (need_q4 && t->q4_0_prep)
+        p.xq4 = t->q4_0_prep(dst, cols, prep);
+#ifdef __x86_64__
+    if (need_q8r && t->q8_0_prep)
+        p.xq8 = t->q8_0_prep(dst, cols, prep + cairn__q4_0_prep_bytes(cols));
+#else
+    (void)need_q8r;
+#endif
+    return p;
+}
+
+/* rows [r0, r1) of W . x -> out[r0..r1), with the type's kernel: the rows kernel where it has
+ * one, else a dot product a row */
+static void rows_of(const cairn__mat *W, dot_fn dot, rows_fn rows, const float *x, const x8_prep *p,
+                    int64_t r0, int64_t r1, float *out)
+{
+    if (r0 >= r1)
+        return;
+    if (rows) {
+        rows(W->data + (size_t)r0 * W->row_bytes, W->row_bytes, (int)(r1 - r0),
+             W->type == CAIRN__GGML_Q4_0 ? p->xq4 : p->xq8, W->cols, out + r0);
+        return;
+    }
+    const int kq = W->type == CAIRN__GGML_Q4_K || W->type == CAIRN__GGML_Q6_K;
+    for (int64_t r = r0; r < r1; r++)
+        out[r] = dot(W->data + (size_t)r * W->row_bytes, x, kq ? (const void *)p->xk : p->xq, NULL,
+                     W->cols);
+}
+
 typedef struct {
     const cairn__mat *W[MV_MAX];
     float *out[MV_MAX];
@@ -476,10 +528,7 @@ typedef struct {
     int n;
     int64_t total; /* rows of all matrices together */
     const float *x;
-    const void *xq;
-    const void *xq4, *xq8;     /* for rows[k]: xq, or xq as the ISA's q4_0_prep / q8_0_prep
-                                  rearranged it */
-    const cairn__xk_block *xk; /* for the K-quants' dot products */
+    x8_prep xp;
     int n_shares;
     mv_share share[MV_SHARES];
 } mv_job;
@@ -492,19 +541,13 @@ static void mv_range(void *arg, int64_t r0, int64_t r1, int ith)
     (void)ith;
     int64_t base = 0;
     for (int k = 0; k < j->n && r0 < r1; k++) {
-        const cairn__mat *W = j->W[k];
-        const int64_t end = base + W->rows;
+        const int64_t end = base + j->W[k]->rows;
         const int64_t stop = r1 < end ? r1 : end;
-        if (j->rows[k] && r0 < stop) {
-            j->rows[k](W->data + (size_t)(r0 - base) * W->row_bytes, W->row_bytes, (int)(stop - r0),
-                       W->type == CAIRN__GGML_Q4_0 ? j->xq4 : j->xq8, W->cols,
-                       j->out[k] + (r0 - base));
+        if (r0 < stop)
+            rows_of(j->W[k], j->dot[k], j->rows[k], j->x, &j->xp, r0 - base, stop - base,
+                    j->out[k]);
+        if (r0 < stop)
             r0 = stop;
-        }
-        const int kq = W->type == CAIRN__GGML_Q4_K || W->type == CAIRN__GGML_Q6_K;
-        for (; r0 < stop; r0++)
-            j->out[k][r0 - base] = j->dot[k](W->data + (size_t)(r0 - base) * W->row_bytes, j->x,
-                                             kq ? (const void *)j->xk : j->xq, NULL, W->cols);
         base = end;
     }
 }
@@ -537,7 +580,7 @@ void cairn__matvec_n(cairn__pool *p, const cairn__mat *const *W, int n, const fl
     const dot_table *t = dots();
     mv_job j;
     memset(&j, 0, sizeof j);
-    const int64_t cols = W[0]->cols, nb = cols / 32;
+    const int64_t cols = W[0]->cols;
     int need_q8 = 0, need_k = 0, need_q4 = 0, need_q8r = 0;
     size_t bytes = 0;
     for (int k = 0; k < n && k < MV_MAX; k++) {
@@ -560,20 +603,8 @@ void cairn__matvec_n(cairn__pool *p, const cairn__mat *const *W, int n, const fl
         j.n++;
     }
     j.x = x;
-    if (need_q8) {
-        t->quant_x(x, scratch, nb);
-        j.xq = j.xq4 = j.xq8 = scratch;
-        char *kprep = (char *)scratch + (size_t)nb * sizeof(xq8_block);
-        if (need_k)
-            j.xk = cairn__xk_prep(scratch, cols, kprep);
-        char *prep = kprep + (size_t)(cols / CAIRN__QK_K) * sizeof(cairn__xk_block) + 64;
-        if (need_q4 && t->q4_0_prep)
-            j.xq4 = t->q4_0_prep(scratch, cols, prep);
-#ifdef __x86_64__
-        if (need_q8r && t->q8_0_prep)
-            j.xq8 = t->q8_0_prep(scratch, cols, prep + cairn__q4_0_prep_bytes(cols));
-#endif
-    }
+    if (need_q8)
+        j.xp = prep_x8(t, x, cols, need_k, need_q4, need_q8r, scratch);
     /* tiny products are not worth waking the workers for */
     if (bytes < 32768)
         mv_range(&j, 0, j.total, 0);
@@ -623,9 +654,21 @@ static int64_t tile_rows(const cairn__mat *W)
     return t < W->rows ? t : W->rows;
 }
 
+/* the int8 path's preparations: the head of x8_prep records and a pass of up to MM8_TOKENS
+ * tokens' activations */
+#define MM8_TOKENS 64
+static size_t mm8_stride(int64_t cols)
+{
+    return (cairn__matvec_scratch_bytes(cols) + 63) & ~(size_t)63;
+}
+
 size_t cairn__matmul_scratch_bytes(const cairn__mat *W)
 {
-    return (size_t)tile_rows(W) * (size_t)W->cols * sizeof(float);
+    const size_t tile = (size_t)tile_rows(W) * (size_t)W->cols * sizeof(float);
+    /* room for 16 tokens a pass at least */
+    _Static_assert(sizeof(x8_prep) <= 32, "the head holds MM8_TOKENS records of 32 bytes");
+    const size_t mm8 = MM8_TOKENS * 32 + 64 + 16 * mm8_stride(W->cols);
+    return tile > mm8 ? tile : mm8;
 }
 
 typedef struct {
@@ -685,11 +728,91 @@ static void mm_rowwise_range(void *arg, int64_t a, int64_t b, int ith)
     }
 }
 
+/* A prompt chunk's products on Q8_0, Q4_0, Q4_K and Q6_K weights in int8 (when
+ * cairn__cpu_prompt_int8, the default): each token's activation is prepared as a decode step
+ * prepares it (rounded to int8 per 32, prep_x8), and the decode kernels run over groups of
+ * MM8_ROWS rows, every token against a group while its weights sit in L1/L2. Each output is
+ * bit for bit what cairn__matvec gives that token; against dequantize + sgemm (float
+ * activations) it costs the decode path's accuracy (the model tests' 2e-2 / 3e-2 of float64
+ * instead of 1e-4) and saves the dequantization and the float arithmetic. */
+int cairn__cpu_prompt_int8 = 1;
+#define MM8_ROWS 16 /* a multiple of 4: the rows kernels' groups stay whole */
+
+typedef struct {
+    const cairn__mat *W;
+    const dot_table *t;
+    dot_fn dot;
+    rows_fn rows;
+    const float *X;
+    float *OUT;
+    int64_t n;
+    x8_prep *xp; /* (n) */
+    char *area;  /* n preparations, stride bytes apart */
+    size_t stride;
+} mm8_job;
+
+static void mm8_prep_range(void *arg, int64_t a, int64_t b, int ith)
+{
+    const mm8_job *j = arg;
+    const uint32_t ty = j->W->type;
+    (void)ith;
+    for (int64_t i = a; i < b; i++)
+        j->xp[i] = prep_x8(j->t, j->X + i * j->W->cols, j->W->cols,
+                           ty == CAIRN__GGML_Q4_K || ty == CAIRN__GGML_Q6_K, ty == CAIRN__GGML_Q4_0,
+                           ty == CAIRN__GGML_Q8_0, j->area + (size_t)i * j->stride);
+}
+
+/* row groups [a, b): every token against each */
+static void mm8_rows_range(void *arg, int64_t a, int64_t b, int ith)
+{
+    const mm8_job *j = arg;
+    const int64_t rows = j->W->rows, r0 = a * MM8_ROWS;
+    const int64_t r1 = b * MM8_ROWS < rows ? b * MM8_ROWS : rows;
+    (void)ith;
+    for (int64_t i = 0; i < j->n; i++)
+        rows_of(j->W, j->dot, j->rows, j->X + i * j->W->cols, &j->xp[i], r0, r1, j->OUT + i * rows);
+}
+
+/* the int8 path for tokens [0, n) in passes of as many as the scratch holds; 0 if it holds
+ * none */
+static int matmul_int8(cairn__pool *p, const cairn__mat *W, const float *X, int64_t n, float *OUT,
+                       float *scratch)
+{
+    const dot_table *t = dots();
+    const size_t stride = mm8_stride(W->cols);
+    const size_t room = cairn__matmul_scratch_bytes(W), head = MM8_TOKENS * sizeof(x8_prep);
+    if (room < head + 64 + stride)
+        return 0;
+    int64_t per = (int64_t)((room - head - 64) / stride);
+    if (per > MM8_TOKENS)
+        per = MM8_TOKENS;
+    mm8_job j = {W,   t, dot_for(t, W->type),        NULL, X,
+                 OUT, 0, (x8_prep *)(void *)scratch, NULL, stride};
+    j.rows = W->type == CAIRN__GGML_Q4_0   ? t->q4_0_rows
+             : W->type == CAIRN__GGML_Q8_0 ? t->q8_0_rows
+                                           : NULL;
+    j.area = (char *)(((uintptr_t)scratch + head + 63) & ~(uintptr_t)63);
+    for (int64_t i0 = 0; i0 < n; i0 += per) {
+        j.n = n - i0 < per ? n - i0 : per;
+        j.X = X + i0 * W->cols;
+        j.OUT = OUT + i0 * W->rows;
+        cairn__pool_for(p, j.n, 1, mm8_prep_range, &j);
+        cairn__pool_for(p, (W->rows + MM8_ROWS - 1) / MM8_ROWS, 0, mm8_rows_range, &j);
+    }
+    return 1;
+}
+
 /* W (rows, cols) @ X^T: X (n, cols) -> OUT (n, rows) */
 void cairn__matmul(cairn__pool *p, const cairn__mat *W, const float *X, int64_t n, float *OUT,
                    float *scratch)
 {
     const int64_t rows = W->rows;
+    const uint32_t ty = W->type;
+    if (cairn__cpu_prompt_int8 &&
+        (ty == CAIRN__GGML_Q8_0 || ty == CAIRN__GGML_Q4_0 || ty == CAIRN__GGML_Q4_K ||
+         ty == CAIRN__GGML_Q6_K) &&
+        matmul_int8(p, W, X, n, OUT, scratch))
+        return;
     /* few tokens on quantized or half weights: row by row (the scratch holds tile_rows rows, one
      * a thread) */
     if (W->type != CAIRN__GGML_F32 && n <= MM_ROWWISE && cairn__pool_size(p) <= tile_rows(W)) {

@@ -67,6 +67,12 @@ size_t cairn__matmul_scratch_bytes(const cairn__mat *W);
  * path rounds x to int8. */
 void cairn__matmul(cairn__pool *p, const cairn__mat *W, const float *X, int64_t n, float *OUT,
                    float *scratch);
+/* 1 (the default): cairn__matmul multiplies Q8_0, Q4_0, Q4_K and Q6_K weights with the decode
+ * kernels, the activations rounded to int8 per 32 values as a decode step rounds them, each
+ * token's output bit for bit cairn__matvec's; 0: dequantize + sgemm on float activations (the
+ * exact float product of the dequantized weights, which the tests' references need). Read at
+ * every call. */
+extern int cairn__cpu_prompt_int8;
 
 /* Dequantizes row r of W into dst (cols floats). */
 void cairn__mat_row(const cairn__mat *W, int64_t r, float *dst);

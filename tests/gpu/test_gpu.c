@@ -7,6 +7,8 @@
  * f32 GEMM: exact float arithmetic on the exact dequantized weights, for every type; the CPU's
  * decode path rounds activations to int8 for Q8_0/Q4_0 and is not a reference for that).
  *
+ * (cairn__cpu_prompt_int8 is turned off for that: by default the CPU multiplies quantized
+ * weights in int8 on the prompt path too.)
  * Error metric: max |got - ref| / max |ref| over all logits of all positions. Tolerances:
  *   1e-3 for the default device types (f32 for all-F32 models, f16 otherwise): the f16 path
  *        rounds each weight and each matrix-product input to 11 significant bits;
@@ -35,6 +37,7 @@
 #include "gpu/backend.h"
 #include "gpu/engine.h"
 #include "gpu/gguf.h"
+#include "gpu/kernels_cpu.h" /* cairn__cpu_prompt_int8 */
 #include "gpu/model.h"
 #include "gpu/sample_core.h"
 #include "gpu/tokenizer.h"
@@ -803,6 +806,9 @@ static void check_errors(void)
 
 int main(void)
 {
+    /* the reference: the CPU's prompt path in float (dequantize + sgemm), not its default int8
+     * products on quantized weights, which round the activations as decode does */
+    cairn__cpu_prompt_int8 = 0;
     const char *env = getenv("CAIRN_TEST_BACKEND");
     if (env && *env) {
         BK = env;

@@ -15,6 +15,9 @@
  *     of 4 rows gathered into one register) on every grouping of 1-9 rows: each row's result
  *     must be bit for bit the one it gets alone, which is what keeps a fused product equal to
  *     separate ones and results independent of how the rows are split among threads;
+ *   - cairn__matmul on Q8_0, Q4_0, Q4_K and Q6_K (the prompt's products in int8): every token's
+ *     outputs bit for bit cairn__matvec's on that token, for 1-130 tokens (passes of up to 64)
+ *     and row counts that leave partial groups of 4 and of 16;
  *   - cairn__mat_row (the prompt's dequantization, vector code for every type but F32)
  *     against cairn__dequant_row bit for bit (NaN for NaN: F16C quiets a signalling NaN, the
  *     reference keeps its payload as it is): every one of the 65536 halves as
@@ -412,6 +415,70 @@ static int64_t dequant_diff(const char *level, uint32_t type, const uint8_t *fro
     return bad;
 }
 
+static void check_matmul_int8(cairn__pool *pool, const char *level)
+{
+    static const uint32_t types[4] = {CAIRN__GGML_Q8_0, CAIRN__GGML_Q4_0, CAIRN__GGML_Q4_K,
+                                      CAIRN__GGML_Q6_K};
+    static const int ns[4] = {1, 5, 64, 130}, rows_of[3] = {1, 7, 37};
+    uint64_t seed = 0x2545f4914f6cdd1dull;
+    for (int t = 0; t < 4; t++) {
+        const uint64_t be = cairn__quant_block_elems(types[t]),
+                       bb = cairn__quant_block_bytes(types[t]);
+        const int64_t cols = be == 256 ? 512 : 96;
+        long bad = 0, cases = 0;
+        for (int ri = 0; ri < 3; ri++) {
+            const int64_t rows = rows_of[ri];
+            const size_t rb = (size_t)((uint64_t)cols / be * bb);
+            uint8_t *w = malloc(rb * (size_t)rows);
+            /* random blocks with sane scales: every f16 scale set to a small normal value */
+            for (size_t i = 0; i < rb * (size_t)rows; i++) {
+                seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
+                w[i] = (uint8_t)(seed >> 24);
+            }
+            for (int64_t r = 0; r < rows; r++)
+                for (uint64_t b = 0; b < (uint64_t)cols / be; b++) {
+                    uint8_t *blk = w + (size_t)r * rb + b * bb;
+                    const uint16_t h = 0x2000 | (uint16_t)(b & 0xff); /* ~0.008 */
+                    if (types[t] == CAIRN__GGML_Q6_K) /* d at the end of the block */
+                        memcpy(blk + bb - 2, &h, 2);
+                    else {
+                        memcpy(blk, &h, 2);
+                        if (types[t] == CAIRN__GGML_Q4_K)
+                            memcpy(blk + 2, &h, 2);
+                    }
+                }
+            const cairn__mat W = {types[t], rows, cols, rb, w};
+            for (int ni = 0; ni < 4; ni++) {
+                const int64_t n = ns[ni];
+                float *X = malloc(sizeof(float) * (size_t)(n * cols));
+                float *got = malloc(sizeof(float) * (size_t)(n * rows));
+                float *one = malloc(sizeof(float) * (size_t)rows);
+                for (int64_t i = 0; i < n * cols; i++) {
+                    seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
+                    X[i] = (float)((double)(seed >> 11) * 0x1.0p-52 - 1.0);
+                }
+                void *mm = malloc(cairn__matmul_scratch_bytes(&W));
+                void *mv = malloc(cairn__matvec_scratch_bytes(cols));
+                cairn__kernels_set_isa(level);
+                cairn__matmul(pool, &W, X, n, got, mm);
+                for (int64_t i = 0; i < n; i++) {
+                    cairn__matvec(pool, &W, X + i * cols, one, mv);
+                    if (memcmp(one, got + i * rows, sizeof(float) * (size_t)rows) != 0)
+                        bad++;
+                    cases++;
+                }
+                cairn__kernels_set_isa(NULL);
+                free(mm), free(mv), free(X), free(got), free(one);
+            }
+            free(w);
+        }
+        ok(bad == 0,
+           "%s: %s matmul (int8) of 1-130 tokens = matvec on each, bit for bit (%ld of %ld tokens "
+           "differ)",
+           level, cairn__ggml_type_name(types[t]), bad, cases);
+    }
+}
+
 static void check_dequant(const char *level)
 {
     /* every half, as F16 and as BF16 */
@@ -488,6 +555,7 @@ int main(void)
         if (l >= 2)
             check_grouping(levels[l], CAIRN__GGML_Q8_0, 34);
         check_dequant(levels[l]);
+        check_matmul_int8(pool, levels[l]);
         check_attention(levels[l]);
         check_attention_f16(levels[l]);
     }

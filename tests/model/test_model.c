@@ -1,13 +1,15 @@
 /* tests/model/test_model.c - loader errors, and the CPU backend against the float64 reference.
  *
  * Tolerances (max |got - ref| / max |ref| over all logits):
- *   1e-4 for every type on the prompt (batched) path, and for F32/F16/BF16 decode: both
- *        multiply the same dequantized weights in float; only summation order differs.
- *   2e-2 for Q8_0/Q4_0 decode: those kernels round the activation vector to int8 per 32 values
- *        (as llama.cpp does) before the integer dot product, a ~0.4% error per element that the
- *        reference, working on exact activations, does not make.
- *   3e-2 for Q4_K/Q6_K decode: the same int8 activation, in models 4x wider (rows of 256); the
- *        largest error seen is 2.0e-2. test_kernels.c holds every quantized kernel to 1e-4 of
+ *   1e-4 for F32/F16/BF16 on both paths, and for every type on the prompt (batched) path with
+ *        cairn__cpu_prompt_int8 off: both multiply the same dequantized weights in float; only
+ *        summation order differs.
+ *   2e-2 for Q8_0/Q4_0 decode, and their prompt path as it runs by default (int8): those
+ *        kernels round the activation vector to int8 per 32 values (as llama.cpp does) before
+ *        the integer dot product, a ~0.4% error per element that the reference, working on
+ *        exact activations, does not make.
+ *   3e-2 for Q4_K/Q6_K, likewise: the same int8 activation, in models 4x wider (rows of 256);
+ *        the largest error seen is 2.0e-2. test_kernels.c holds every quantized kernel to 1e-4 of
  *        a float64 product with the int8-rounded activation, which is what they compute.
  */
 #include <math.h>
@@ -171,15 +173,22 @@ static void check_model(const char *arch, uint32_t type, int tied, int kquant, i
         ok(0, "setup");
         goto out;
     }
-    rc = cairn__backend_forward(b, PROMPT, NP, 0, bat, 1);
-    double e1 = rel_err_d(bat, ref, NP * V);
-    ok(rc == 0 && e1 <= 1e-4, "%s %s: batched prompt vs float64 reference: rel err %.3g <= 1e-4",
-       arch, tn, e1);
-    for (int i = 0; i < NP; i++)
-        rc |= cairn__backend_forward(b, &PROMPT[i], 1, i, dec + (size_t)i * V, 0);
     const int kq = type == CAIRN__GGML_Q4_K || type == CAIRN__GGML_Q6_K;
     const int int8 = type == CAIRN__GGML_Q8_0 || type == CAIRN__GGML_Q4_0 || kq;
     const double tol = kq ? 3e-2 : int8 ? 2e-2 : 1e-4;
+    /* the prompt path as it runs (int8 products for the quantized types), then in float */
+    rc = cairn__backend_forward(b, PROMPT, NP, 0, bat, 1);
+    double e0 = rel_err_d(bat, ref, NP * V);
+    ok(rc == 0 && e0 <= tol, "%s %s: batched prompt vs float64 reference: rel err %.3g <= %g", arch,
+       tn, e0, tol);
+    cairn__cpu_prompt_int8 = 0;
+    rc = cairn__backend_forward(b, PROMPT, NP, 0, bat, 1);
+    cairn__cpu_prompt_int8 = 1;
+    double e1 = rel_err_d(bat, ref, NP * V);
+    ok(rc == 0 && e1 <= 1e-4,
+       "%s %s: batched prompt in float vs float64 reference: rel err %.3g <= 1e-4", arch, tn, e1);
+    for (int i = 0; i < NP; i++)
+        rc |= cairn__backend_forward(b, &PROMPT[i], 1, i, dec + (size_t)i * V, 0);
     double e2 = rel_err_d(dec, ref, NP * V);
     ok(rc == 0 && e2 <= tol, "%s %s: token-by-token decode vs reference: rel err %.3g <= %g", arch,
        tn, e2, tol);
@@ -459,12 +468,14 @@ static void check_kernels_scalar_vs_simd(void)
         ok(es <= (int8 ? 2e-2 : 1e-5) && ev <= (int8 ? 2e-2 : 1e-5) && esv <= 1e-5,
            "matvec %s: scalar %.2g, %s %.2g vs exact; simd vs scalar %.2g",
            cairn__ggml_type_name(ty), es, cairn__kernels_isa(), ev, esv);
-        /* matmul (the prompt path) on 3 vectors equals exact */
+        /* matmul (the prompt path) on 3 vectors equals exact (in float; int8 is test_kernels') */
         float X[3 * 512], OUT[3 * 37];
         for (int i = 0; i < 3 * cols; i++)
             X[i] = x[i % cols] * (float)(1 + i / cols);
         float *tile = malloc(cairn__matmul_scratch_bytes(&W));
+        cairn__cpu_prompt_int8 = 0;
         cairn__matmul(p, &W, X, 3, OUT, tile);
+        cairn__cpu_prompt_int8 = 1;
         free(tile);
         double em = 0;
         for (int i = 0; i < 3; i++)
