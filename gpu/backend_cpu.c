@@ -2,9 +2,10 @@
  *
  * One pass runs a chunk of up to n_batch tokens through every layer. A chunk of one token
  * (decode) multiplies by the weights with the quantized matrix-vector kernels; a longer chunk
- * (the prompt) with dequantize+sgemm (up to 16 tokens: dequantize a row, dot it with each
- * token; cairn__matmul). Activations are row-major (token, feature) buffers sized
- * for n_batch tokens at creation, so a forward pass allocates nothing.
+ * (the prompt) with the same integer kernels on each token over rows kept in cache (Q8_0, Q4_0,
+ * Q4_K, Q6_K), or with dequantize+sgemm (F32, F16, BF16; up to 16 tokens: dequantize a row, dot
+ * it with each token), all in cairn__matmul. Activations are row-major (token, feature) buffers
+ * sized for n_batch tokens at creation, so a forward pass allocates nothing.
  *
  * The KV cache holds floats or IEEE halves (cairn__backend_opts.cache_type), laid out
  * [layer][kv_head][position][head_dim]: one head's keys for every position are one contiguous

@@ -57,14 +57,16 @@ void cairn__matvec(cairn__pool *p, const cairn__mat *W, const float *x, float *o
 void cairn__matvec_n(cairn__pool *p, const cairn__mat *const *W, int n, const float *x,
                      float *const *out, void *scratch);
 
-/* Bytes of scratch cairn__matmul needs (an f32 tile of dequantized weight rows). */
+/* Bytes of scratch cairn__matmul needs (an f32 tile of dequantized weight rows, or the int8
+ * path's prepared activations, whichever is larger). */
 size_t cairn__matmul_scratch_bytes(const cairn__mat *W);
 /* W (rows, cols) @ X^T: X (n, cols) -> OUT (n, rows), row-major with leading dimension rows.
- * Dequantizes W a tile at a time (F32 weights are used in place) and multiplies with sgemm
- * (OpenBLAS when built with it, a threaded plain loop otherwise); up to 16 tokens, each thread
- * dequantizes a row at a time and dots it with every token (no tiles, no hand-offs). Float
- * activations: results match cairn__matvec to float rounding except for Q8_0/Q4_0, whose decode
- * path rounds x to int8. */
+ * Q8_0, Q4_0, Q4_K and Q6_K weights: the decode kernels on each token, over groups of rows kept
+ * in cache, each token's output bit for bit cairn__matvec's (cairn__cpu_prompt_int8, below).
+ * Otherwise in float: dequantizes W a tile at a time (F32 weights are used in place) and
+ * multiplies with sgemm (OpenBLAS when built with it, a threaded plain loop otherwise); up to 16
+ * tokens, each thread dequantizes a row at a time and dots it with every token (no tiles, no
+ * hand-offs); results match cairn__matvec to float rounding. */
 void cairn__matmul(cairn__pool *p, const cairn__mat *W, const float *X, int64_t n, float *OUT,
                    float *scratch);
 /* 1 (the default): cairn__matmul multiplies Q8_0, Q4_0, Q4_K and Q6_K weights with the decode
