@@ -20,8 +20,11 @@
  * they exist. CAIRN_KERNELS_ISA or cairn__kernels_set_isa caps the level, so the tests can run
  * every level on one machine.
  *
- * The prompt is a matrix-matrix product: weights are dequantized a tile of rows at a time into
- * f32 (F32 weights are used in place) and multiplied with sgemm.
+ * The prompt is a matrix-matrix product. On the quantized types it runs the decode kernels on
+ * each token (the activation rounded to int8 the same way), over groups of rows kept in cache
+ * (matmul_int8); otherwise weights are dequantized a tile of rows at a time into f32 (F32
+ * weights are used in place) and multiplied with sgemm, or, for a few tokens, a row at a time
+ * against every token.
  */
 #include "gpu/kernels_cpu.h"
 
@@ -667,7 +670,7 @@ size_t cairn__matmul_scratch_bytes(const cairn__mat *W)
     const size_t tile = (size_t)tile_rows(W) * (size_t)W->cols * sizeof(float);
     /* room for 16 tokens a pass at least */
     _Static_assert(sizeof(x8_prep) <= 32, "the head holds MM8_TOKENS records of 32 bytes");
-    const size_t mm8 = MM8_TOKENS * 32 + 64 + 16 * mm8_stride(W->cols);
+    const size_t mm8 = 64 + MM8_TOKENS * 32 + 64 + 16 * mm8_stride(W->cols);
     return tile > mm8 ? tile : mm8;
 }
 
@@ -762,15 +765,18 @@ static void mm8_prep_range(void *arg, int64_t a, int64_t b, int ith)
                            ty == CAIRN__GGML_Q8_0, j->area + (size_t)i * j->stride);
 }
 
-/* row groups [a, b): every token against each */
+/* row groups [a, b), one at a time: every token against it while it is in cache */
 static void mm8_rows_range(void *arg, int64_t a, int64_t b, int ith)
 {
     const mm8_job *j = arg;
-    const int64_t rows = j->W->rows, r0 = a * MM8_ROWS;
-    const int64_t r1 = b * MM8_ROWS < rows ? b * MM8_ROWS : rows;
+    const int64_t rows = j->W->rows;
     (void)ith;
-    for (int64_t i = 0; i < j->n; i++)
-        rows_of(j->W, j->dot, j->rows, j->X + i * j->W->cols, &j->xp[i], r0, r1, j->OUT + i * rows);
+    for (int64_t g = a; g < b; g++) {
+        const int64_t r0 = g * MM8_ROWS, r1 = r0 + MM8_ROWS < rows ? r0 + MM8_ROWS : rows;
+        for (int64_t i = 0; i < j->n; i++)
+            rows_of(j->W, j->dot, j->rows, j->X + i * j->W->cols, &j->xp[i], r0, r1,
+                    j->OUT + i * rows);
+    }
 }
 
 /* the int8 path for tokens [0, n) in passes of as many as the scratch holds; 0 if it holds
@@ -780,18 +786,20 @@ static int matmul_int8(cairn__pool *p, const cairn__mat *W, const float *X, int6
 {
     const dot_table *t = dots();
     const size_t stride = mm8_stride(W->cols);
+    /* the records at the first 64-byte boundary (the scratch is only a float *), then the
+     * preparations at the next */
     const size_t room = cairn__matmul_scratch_bytes(W), head = MM8_TOKENS * sizeof(x8_prep);
-    if (room < head + 64 + stride)
+    if (room < 64 + head + 64 + stride)
         return 0;
-    int64_t per = (int64_t)((room - head - 64) / stride);
+    int64_t per = (int64_t)((room - 64 - head - 64) / stride);
     if (per > MM8_TOKENS)
         per = MM8_TOKENS;
-    mm8_job j = {W,   t, dot_for(t, W->type),        NULL, X,
-                 OUT, 0, (x8_prep *)(void *)scratch, NULL, stride};
+    x8_prep *xp = (x8_prep *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
+    mm8_job j = {W, t, dot_for(t, W->type), NULL, X, OUT, 0, xp, NULL, stride};
     j.rows = W->type == CAIRN__GGML_Q4_0   ? t->q4_0_rows
              : W->type == CAIRN__GGML_Q8_0 ? t->q8_0_rows
                                            : NULL;
-    j.area = (char *)(((uintptr_t)scratch + head + 63) & ~(uintptr_t)63);
+    j.area = (char *)(((uintptr_t)xp + head + 63) & ~(uintptr_t)63);
     for (int64_t i0 = 0; i0 < n; i0 += per) {
         j.n = n - i0 < per ? n - i0 : per;
         j.X = X + i0 * W->cols;

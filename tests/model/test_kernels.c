@@ -419,14 +419,15 @@ static void check_matmul_int8(cairn__pool *pool, const char *level)
 {
     static const uint32_t types[4] = {CAIRN__GGML_Q8_0, CAIRN__GGML_Q4_0, CAIRN__GGML_Q4_K,
                                       CAIRN__GGML_Q6_K};
-    static const int ns[4] = {1, 5, 64, 130}, rows_of[3] = {1, 7, 37};
+    /* 300 rows: a scratch with room for passes of 64 tokens (130 = 64 + 64 + 2) */
+    static const int ns[4] = {1, 5, 64, 130}, rows_of[4] = {1, 7, 37, 300};
     uint64_t seed = 0x2545f4914f6cdd1dull;
     for (int t = 0; t < 4; t++) {
         const uint64_t be = cairn__quant_block_elems(types[t]),
                        bb = cairn__quant_block_bytes(types[t]);
         const int64_t cols = be == 256 ? 512 : 96;
         long bad = 0, cases = 0;
-        for (int ri = 0; ri < 3; ri++) {
+        for (int ri = 0; ri < 4; ri++) {
             const int64_t rows = rows_of[ri];
             const size_t rb = (size_t)((uint64_t)cols / be * bb);
             uint8_t *w = malloc(rb * (size_t)rows);
@@ -473,8 +474,8 @@ static void check_matmul_int8(cairn__pool *pool, const char *level)
             free(w);
         }
         ok(bad == 0,
-           "%s: %s matmul (int8) of 1-130 tokens = matvec on each, bit for bit (%ld of %ld tokens "
-           "differ)",
+           "%s: %s matmul (int8) of 1-130 tokens by 1-300 rows = matvec on each, bit for bit "
+           "(%ld of %ld tokens differ)",
            level, cairn__ggml_type_name(types[t]), bad, cases);
     }
 }
