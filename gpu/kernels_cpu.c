@@ -546,11 +546,11 @@ static void mv_range(void *arg, int64_t r0, int64_t r1, int ith)
     for (int k = 0; k < j->n && r0 < r1; k++) {
         const int64_t end = base + j->W[k]->rows;
         const int64_t stop = r1 < end ? r1 : end;
-        if (r0 < stop)
+        if (r0 < stop) {
             rows_of(j->W[k], j->dot[k], j->rows[k], j->x, &j->xp, r0 - base, stop - base,
                     j->out[k]);
-        if (r0 < stop)
             r0 = stop;
+        }
         base = end;
     }
 }
@@ -711,10 +711,11 @@ static void mm_gemm_range(void *arg, int64_t a, int64_t b, int ith)
 /* A chunk of few tokens (n <= MM_ROWWISE): each thread dequantizes one row at a time into its
  * own cols floats of the scratch (in L1/L2) and takes that row's dot product with every token.
  * The weights are still read once, but nothing waits between tiles: dequantize-then-sgemm hands
- * every 2 MB tile from the pool to OpenBLAS's threads and back, which cost a 4-token prompt of
- * the 500M Q4_0 bench model four times the dequantization itself (9.9 tok/s, against 92 for
- * decoding). The same exact float arithmetic on the same dequantized weights; only the order
- * of each sum is the dot kernel's instead of sgemm's. */
+ * every tile from the pool to OpenBLAS's threads and back, which cost a 4-token prompt of the
+ * 500M Q4_0 bench model (2 MB tiles then; that type now takes the int8 path) four times the
+ * dequantization itself (9.9 tok/s, against 92 for decoding). The same exact float arithmetic on
+ * the same dequantized weights; only the order of each sum is the dot kernel's instead of sgemm's.
+ */
 #define MM_ROWWISE 16
 
 static void mm_rowwise_range(void *arg, int64_t a, int64_t b, int ith)
