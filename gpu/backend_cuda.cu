@@ -387,8 +387,8 @@ static cudaError_t launch(cuda_backend *b, int dep, void (*k)(P...), dim3 grid, 
     return cudaLaunchKernelEx(&c, k, std::forward<A>(args)...);
 }
 
-/* The split of a product of `groups` row pairs, each row `bytes` long (gemv_kernel): how many
- * warps share a pair. A model of the time the product takes, the larger of
+/* The split of a product of `groups` row pairs, each row cols elements of elem bytes
+ * (gemv_kernel): how many warps share a pair. A model of the time the product takes, the larger of
  *   the bytes the busiest multiprocessor reads (blocks are spread evenly, at most gv_blocks at
  *   once, a block taking GV_WARPS / sk pairs a round), and
  *   the loads each warp waits for one after another (rounds of GV_U pieces) times the bytes an
