@@ -201,6 +201,10 @@ void cairn__axpy_avx512(float *y, float a, const float *x, int64_t n);
 /* The dot products of F32, F16 and BF16 weights (64 a pass) and of the K-quants (VNNI) */
 cairn__dot_fn cairn__dot_f32_avx512, cairn__dot_f16_avx512, cairn__dot_bf16_avx512,
     cairn__dot_q4_K_avx512, cairn__dot_q6_K_avx512;
+/* One Q4_K row against two tokens' cairn__xk blocks (a prompt's products): out[0], out[1], each
+ * bit for bit cairn__dot_q4_K_avx512's, the weights unpacked once */
+void cairn__dot2_q4_K_avx512(const uint8_t *w, const void *xa, const void *xb, int64_t n,
+                             float *out);
 /* cairn__attn_head (f16 0) or cairn__attn_head_f16 (f16 1) for hd a multiple of 16, at most 128 */
 void cairn__attn_head_avx512(const float *q, const void *K, const void *V, size_t ld, int n, int hd,
                              float scale, float *sc, float *out, int f16);

@@ -569,12 +569,13 @@ AVX512 static inline float hsum8(__m256 v)
  * by its sub-block's d * sc * xd (a permute of the 8 or 16 per-block factors) into one float
  * accumulator. */
 
-/* w (n) . x (n) -> float; xq: n / 256 cairn__xk blocks */
-AVX512 float cairn__dot_q4_K_avx512(const uint8_t *w, const float *x, const void *xq,
-                                    const float *xs, int64_t n)
+/* T rows' worth of one Q4_K row: w (n) . x_t (n) -> out[t] for T tokens (1 or 2, a constant at
+ * each call), xk[t] each token's cairn__xk blocks. The weights are unpacked once for all T
+ * tokens; each token's arithmetic is the same instructions in the same order whatever T is, so
+ * a token's result does not depend on the token beside it. */
+AVX512 static inline __attribute__((always_inline)) void
+q4_K_dot_t(const uint8_t *w, const cairn__xk_block *const *xk, int T, int64_t n, float *out)
 {
-    (void)x, (void)xs;
-    const cairn__xk_block *xk = xq;
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     /* 16-bit lanes: the register's low half by 0, its high half by 4 */
     const __m512i nib = _mm512_set_epi64(0x0004000400040004LL, 0x0004000400040004LL,
@@ -584,26 +585,31 @@ AVX512 float cairn__dot_q4_K_avx512(const uint8_t *w, const float *x, const void
         idx[c] = _mm512_set_epi32(2 * c + 1, 2 * c + 1, 2 * c + 1, 2 * c + 1, 2 * c + 1, 2 * c + 1,
                                   2 * c + 1, 2 * c + 1, 2 * c, 2 * c, 2 * c, 2 * c, 2 * c, 2 * c,
                                   2 * c, 2 * c);
-    /* one accumulator per chunk: a single chain of 4 multiply-adds per super-block was the
-     * kernel's bound in cache */
-    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
-                     _mm512_setzero_ps()};
-    __m256 macc = _mm256_setzero_ps();
+    /* one accumulator per chunk and token: a single chain of 4 multiply-adds per super-block was
+     * the kernel's bound in cache */
+    __m512 acc[2][4];
+    __m256 macc[2];
+    for (int t = 0; t < T; t++) {
+        for (int c = 0; c < 4; c++)
+            acc[t][c] = _mm512_setzero_ps();
+        macc[t] = _mm256_setzero_ps();
+    }
     for (int64_t i = 0; i < n / CAIRN__QK_K; i++, w += sizeof(cairn__block_q4_K)) {
         const cairn__q4_K_head hd = cairn__q4_K_head_of(w);
         const uint16_t dh = hd.d, mh = hd.dmin;
         const uint8_t *qs = w + offsetof(cairn__block_q4_K, qs);
         const uint64_t sc = hd.sc, m = hd.m;
-        const __m256 f8 =
-            _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(dh)),
-                                        _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
-                                            _mm_loadl_epi64((const __m128i *)(const void *)&sc)))),
-                          _mm256_load_ps(xk[i].d));
+        const __m256 dsc = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(dh)),
+                                         _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
+                                             _mm_loadl_epi64((const __m128i *)(const void *)&sc))));
         const __m256 mf = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(mh)),
                                         _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
                                             _mm_loadl_epi64((const __m128i *)(const void *)&m))));
-        macc = _mm256_add_ps(macc, _mm256_mul_ps(mf, _mm256_load_ps(xk[i].ds)));
-        const __m512 f = _mm512_castps256_ps512(f8);
+        __m512 f[2];
+        for (int t = 0; t < T; t++) {
+            f[t] = _mm512_castps256_ps512(_mm256_mul_ps(dsc, _mm256_load_ps(xk[t][i].d)));
+            macc[t] = _mm256_add_ps(macc[t], _mm256_mul_ps(mf, _mm256_load_ps(xk[t][i].ds)));
+        }
 #pragma GCC unroll 4
         for (int c = 0; c < 4; c++) {
             const __m512i q = _mm512_and_si512(
@@ -611,15 +617,39 @@ AVX512 float cairn__dot_q4_K_avx512(const uint8_t *w, const float *x, const void
                                       (const __m256i *)(const void *)(qs + 32 * c))),
                                   nib),
                 m4);
-            const __m512i p = _mm512_dpbusd_epi32(
-                _mm512_setzero_si512(), q, _mm512_load_si512((const void *)(xk[i].a + 64 * c)));
-            acc[c] =
-                _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_permutexvar_ps(idx[c], f), acc[c]);
+            for (int t = 0; t < T; t++) {
+                const __m512i p =
+                    _mm512_dpbusd_epi32(_mm512_setzero_si512(), q,
+                                        _mm512_load_si512((const void *)(xk[t][i].a + 64 * c)));
+                acc[t][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p),
+                                            _mm512_permutexvar_ps(idx[c], f[t]), acc[t][c]);
+            }
         }
     }
-    return _mm512_reduce_add_ps(
-               _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]))) -
-           hsum8(macc);
+    for (int t = 0; t < T; t++)
+        out[t] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[t][0], acc[t][1]),
+                                                    _mm512_add_ps(acc[t][2], acc[t][3]))) -
+                 hsum8(macc[t]);
+}
+
+/* w (n) . x (n) -> float; xq: n / 256 cairn__xk blocks */
+AVX512 float cairn__dot_q4_K_avx512(const uint8_t *w, const float *x, const void *xq,
+                                    const float *xs, int64_t n)
+{
+    (void)x, (void)xs;
+    const cairn__xk_block *xk[1] = {xq};
+    float out;
+    q4_K_dot_t(w, xk, 1, n, &out);
+    return out;
+}
+
+/* the same row against two tokens' cairn__xk blocks: out[0], out[1], each bit for bit what
+ * cairn__dot_q4_K_avx512 gives it */
+AVX512 void cairn__dot2_q4_K_avx512(const uint8_t *w, const void *xa, const void *xb, int64_t n,
+                                    float *out)
+{
+    const cairn__xk_block *xk[2] = {xa, xb};
+    q4_K_dot_t(w, xk, 2, n, out);
 }
 
 /* w (n) . x (n) -> float; xq: n / 256 cairn__xk blocks */
