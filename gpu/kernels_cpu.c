@@ -231,9 +231,10 @@ typedef struct {
     void *(*q8_0_prep)(const xq8_block *xq, int64_t cols, void *dst);
     void (*axpy)(float *y, float a, const float *x, int64_t n);
     void (*quant_x)(const float *x, xq8_block *y, int64_t nb); /* x -> int8 blocks */
-    /* NULL, or one Q4_K row against two tokens (the prompt's products): each result bit for bit
-     * q4_K's */
+    /* NULL, or one Q4_K / Q6_K row against two tokens (the prompt's products): each result bit
+     * for bit q4_K's / q6_K's */
     void (*q4_K_2)(const uint8_t *w, const void *xa, const void *xb, int64_t n, float *out);
+    void (*q6_K_2)(const uint8_t *w, const void *xa, const void *xb, int64_t n, float *out);
     /* NULL, or a row's dequantization for some types (0 for the others: cairn__dequant_row) */
     int (*dequant)(uint32_t type, const uint8_t *src, float *dst, int64_t n);
     const char *isa;
@@ -286,6 +287,7 @@ static const dot_table dots_avx512 = {.f32 = cairn__dot_f32_avx512,
                                       .q8_0_prep = cairn__q8_0_prep_avx512,
                                       .quant_x = cairn__quant_x_avx2,
                                       .q4_K_2 = cairn__dot2_q4_K_avx512,
+                                      .q6_K_2 = cairn__dot2_q6_K_avx512,
                                       .dequant = cairn__dequant_avx2,
                                       .isa = "avx512",
                                       .level = ISA_AVX512};
@@ -777,15 +779,18 @@ static void mm8_rows_range(void *arg, int64_t a, int64_t b, int ith)
     const int64_t rows = j->W->rows;
     (void)ith;
     /* two tokens a row where the ISA has a kernel for that (the weights unpacked once) */
-    const int two = j->W->type == CAIRN__GGML_Q4_K && j->t->q4_K_2 != NULL;
+    void (*const two)(const uint8_t *, const void *, const void *, int64_t, float *) =
+        j->W->type == CAIRN__GGML_Q4_K   ? j->t->q4_K_2
+        : j->W->type == CAIRN__GGML_Q6_K ? j->t->q6_K_2
+                                         : NULL;
     for (int64_t g = a; g < b; g++) {
         const int64_t r0 = g * MM8_ROWS, r1 = r0 + MM8_ROWS < rows ? r0 + MM8_ROWS : rows;
         int64_t i = 0;
         for (; two && i + 1 < j->n; i += 2)
             for (int64_t r = r0; r < r1; r++) {
                 float o[2];
-                j->t->q4_K_2(j->W->data + (size_t)r * j->W->row_bytes, j->xp[i].xk, j->xp[i + 1].xk,
-                             j->W->cols, o);
+                two(j->W->data + (size_t)r * j->W->row_bytes, j->xp[i].xk, j->xp[i + 1].xk,
+                    j->W->cols, o);
                 j->OUT[i * rows + r] = o[0];
                 j->OUT[(i + 1) * rows + r] = o[1];
             }

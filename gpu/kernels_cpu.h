@@ -205,6 +205,8 @@ cairn__dot_fn cairn__dot_f32_avx512, cairn__dot_f16_avx512, cairn__dot_bf16_avx5
  * bit for bit cairn__dot_q4_K_avx512's, the weights unpacked once */
 void cairn__dot2_q4_K_avx512(const uint8_t *w, const void *xa, const void *xb, int64_t n,
                              float *out);
+void cairn__dot2_q6_K_avx512(const uint8_t *w, const void *xa, const void *xb, int64_t n,
+                             float *out);
 /* cairn__attn_head (f16 0) or cairn__attn_head_f16 (f16 1) for hd a multiple of 16, at most 128 */
 void cairn__attn_head_avx512(const float *q, const void *K, const void *V, size_t ld, int n, int hd,
                              float scale, float *sc, float *out, int f16);

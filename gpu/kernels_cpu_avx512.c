@@ -652,12 +652,12 @@ AVX512 void cairn__dot2_q4_K_avx512(const uint8_t *w, const void *xa, const void
     q4_K_dot_t(w, xk, 2, n, out);
 }
 
-/* w (n) . x (n) -> float; xq: n / 256 cairn__xk blocks */
-AVX512 float cairn__dot_q6_K_avx512(const uint8_t *w, const float *x, const void *xq,
-                                    const float *xs, int64_t n)
+/* w (n) . x_t (n) -> out[t] for T tokens (1 or 2, a constant at each call), xk[t] each
+ * token's cairn__xk blocks: the quants unpacked once for all T, each token's arithmetic the
+ * same instructions in the same order whatever T is (as q4_K_dot_t) */
+AVX512 static inline __attribute__((always_inline)) void
+q6_K_dot_t(const uint8_t *w, const cairn__xk_block *const *xk, int T, int64_t n, float *out)
 {
-    (void)x, (void)xs;
-    const cairn__xk_block *xk = xq;
     const __m512i m4 = _mm512_set1_epi8(0x0F), m2 = _mm512_set1_epi8(3);
     /* 16-bit lane shifts of the broadcast high bits: groups 0 | 1 by 0 | 2, groups 2 | 3 by
      * 4 | 6 */
@@ -671,9 +671,12 @@ AVX512 float cairn__dot_q6_K_avx512(const uint8_t *w, const float *x, const void
         idx[k] = _mm512_set_epi32(4 * k + 3, 4 * k + 3, 4 * k + 3, 4 * k + 3, 4 * k + 2, 4 * k + 2,
                                   4 * k + 2, 4 * k + 2, 4 * k + 1, 4 * k + 1, 4 * k + 1, 4 * k + 1,
                                   4 * k, 4 * k, 4 * k, 4 * k);
-    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
-                     _mm512_setzero_ps()}; /* one chain per register of quants */
-    __m512 off = _mm512_setzero_ps();
+    __m512 acc[2][4], off[2]; /* one chain per register of quants and token */
+    for (int t = 0; t < T; t++) {
+        for (int k = 0; k < 4; k++)
+            acc[t][k] = _mm512_setzero_ps();
+        off[t] = _mm512_setzero_ps();
+    }
     for (int64_t i = 0; i < n / CAIRN__QK_K; i++, w += sizeof(cairn__block_q6_K)) {
         uint16_t dh;
         memcpy(&dh, w + offsetof(cairn__block_q6_K, d), 2);
@@ -681,10 +684,13 @@ AVX512 float cairn__dot_q6_K_avx512(const uint8_t *w, const float *x, const void
                       *qh = w + offsetof(cairn__block_q6_K, qh);
         const __m512 scf = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(
             (const __m128i *)(const void *)(w + offsetof(cairn__block_q6_K, scales)))));
-        const __m512 f = _mm512_mul_ps(
-            _mm512_mul_ps(scf, _mm512_set1_ps(_cvtsh_ss(dh))),
-            _mm512_permutexvar_ps(dup, _mm512_castps256_ps512(_mm256_load_ps(xk[i].d))));
-        off = _mm512_fmadd_ps(f, _mm512_load_ps(xk[i].o16), off);
+        const __m512 scd = _mm512_mul_ps(scf, _mm512_set1_ps(_cvtsh_ss(dh)));
+        __m512 f[2];
+        for (int t = 0; t < T; t++) {
+            f[t] = _mm512_mul_ps(scd, _mm512_permutexvar_ps(
+                                          dup, _mm512_castps256_ps512(_mm256_load_ps(xk[t][i].d))));
+            off[t] = _mm512_fmadd_ps(f[t], _mm512_load_ps(xk[t][i].o16), off[t]);
+        }
 #pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
             const __m512i lq = _mm512_loadu_si512((const void *)(ql + 64 * h));
@@ -700,15 +706,37 @@ AVX512 float cairn__dot_q6_K_avx512(const uint8_t *w, const float *x, const void
 #pragma GCC unroll 2
             for (int r = 0; r < 2; r++) { /* elements 128h + 64r.. */
                 const int k = 2 * h + r;
-                const __m512i a = _mm512_load_si512((const void *)(xk[i].a + 64 * k));
-                const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[r], a);
-                acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_permutexvar_ps(idx[k], f),
-                                         acc[k]);
+                for (int t = 0; t < T; t++) {
+                    const __m512i a = _mm512_load_si512((const void *)(xk[t][i].a + 64 * k));
+                    const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[r], a);
+                    acc[t][k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p),
+                                                _mm512_permutexvar_ps(idx[k], f[t]), acc[t][k]);
+                }
             }
         }
     }
-    return _mm512_reduce_add_ps(
-               _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]))) -
-           _mm512_reduce_add_ps(off);
+    for (int t = 0; t < T; t++)
+        out[t] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[t][0], acc[t][1]),
+                                                    _mm512_add_ps(acc[t][2], acc[t][3]))) -
+                 _mm512_reduce_add_ps(off[t]);
+}
+
+/* w (n) . x (n) -> float; xq: n / 256 cairn__xk blocks */
+AVX512 float cairn__dot_q6_K_avx512(const uint8_t *w, const float *x, const void *xq,
+                                    const float *xs, int64_t n)
+{
+    (void)x, (void)xs;
+    const cairn__xk_block *xk[1] = {xq};
+    float out;
+    q6_K_dot_t(w, xk, 1, n, &out);
+    return out;
+}
+
+/* the same row against two tokens' cairn__xk blocks, as cairn__dot2_q4_K_avx512 */
+AVX512 void cairn__dot2_q6_K_avx512(const uint8_t *w, const void *xa, const void *xb, int64_t n,
+                                    float *out)
+{
+    const cairn__xk_block *xk[2] = {xa, xb};
+    q6_K_dot_t(w, xk, 2, n, out);
 }
 #endif /* __x86_64__ */
