@@ -8,6 +8,11 @@
  *           "fail": "permanent" fails for good.
  *   append  appends "<task> <digest>" to `ledger`: the side effect cairn runs at most once.
  * The whole CLI comes from one call: cairn_cli_main(argc, argv, graphs, n).
+ *
+ * cairn guarantees at most once for the call, not that the call is atomic: a process killed
+ * inside an effect can leave it half done (here, a line cut at a page boundary, which the
+ * operator then resolves). Whatever receives an effect must cope with a partial record; this
+ * one keeps the next record from being glued onto it (append_line).
  */
 #include <cairn.h>
 #include <errno.h>
@@ -17,6 +22,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -56,14 +63,27 @@ static void pack_str(msgpack_packer *pk, const char *s)
     msgpack_pack_str_body(pk, s, n);
 }
 
-/* Appends one line to a file and flushes it to disk. */
+/* Appends one line to a file and flushes it to disk. A write killed part-way (SIGKILL stops a
+ * regular-file write at a page boundary) leaves a line with no newline; the next line must not
+ * be glued onto it, so a file that does not end in '\n' gets one first, in the same write and
+ * under an exclusive flock (released when the holder exits, however it exits). */
 static int append_line(const char *path, const char *line)
 {
     int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
     if (fd < 0)
         return -1;
-    size_t n = strlen(line);
-    int ok = write(fd, line, n) == (ssize_t)n && fsync(fd) == 0;
+    char buf[1400], last = '\n';
+    struct stat sb;
+    int ok = flock(fd, LOCK_EX) == 0 && fstat(fd, &sb) == 0;
+    if (ok && S_ISREG(sb.st_mode) && sb.st_size > 0) {
+        int rfd = open(path, O_RDONLY | O_CLOEXEC);
+        ok = rfd >= 0 && pread(rfd, &last, 1, sb.st_size - 1) == 1;
+        if (rfd >= 0)
+            close(rfd);
+    }
+    int n = snprintf(buf, sizeof buf, "%s%s", last == '\n' ? "" : "\n", line);
+    ok = ok && n > 0 && (size_t)n < sizeof buf && write(fd, buf, (size_t)n) == (ssize_t)n &&
+         fsync(fd) == 0;
     close(fd);
     return ok ? 0 : -1;
 }
