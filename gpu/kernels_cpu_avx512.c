@@ -569,6 +569,13 @@ AVX512 static inline float hsum8(__m256 v)
  * by its sub-block's d * sc * xd (a permute of the 8 or 16 per-block factors) into one float
  * accumulator. */
 
+/* the sum of a K-quant kernel's four accumulator chains, in the one order every caller uses */
+AVX512 static inline float sum4(const __m512 acc[4])
+{
+    return _mm512_reduce_add_ps(
+        _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])));
+}
+
 /* T rows' worth of one Q4_K row: w (n) . x_t (n) -> out[t] for T tokens (1 or 2, a constant at
  * each call), xk[t] each token's cairn__xk blocks. The weights are unpacked once for all T
  * tokens; each token's arithmetic is the same instructions in the same order whatever T is, so
@@ -627,9 +634,7 @@ q4_K_dot_t(const uint8_t *w, const cairn__xk_block *const *xk, int T, int64_t n,
         }
     }
     for (int t = 0; t < T; t++)
-        out[t] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[t][0], acc[t][1]),
-                                                    _mm512_add_ps(acc[t][2], acc[t][3]))) -
-                 hsum8(macc[t]);
+        out[t] = sum4(acc[t]) - hsum8(macc[t]);
 }
 
 /* w (n) . x (n) -> float; xq: n / 256 cairn__xk blocks */
@@ -716,9 +721,7 @@ q6_K_dot_t(const uint8_t *w, const cairn__xk_block *const *xk, int T, int64_t n,
         }
     }
     for (int t = 0; t < T; t++)
-        out[t] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[t][0], acc[t][1]),
-                                                    _mm512_add_ps(acc[t][2], acc[t][3]))) -
-                 _mm512_reduce_add_ps(off[t]);
+        out[t] = sum4(acc[t]) - _mm512_reduce_add_ps(off[t]);
 }
 
 /* w (n) . x (n) -> float; xq: n / 256 cairn__xk blocks */
