@@ -21,10 +21,12 @@
  * (kernels_cuda.cuh), which streams the weights 16 bytes per lane, folds the RMSNorm or SwiGLU
  * before it into its prologue and the bias/rope/KV step after the Q/K/V product into its
  * epilogue (same code, same bits): five launches per layer instead of nine. A product of few
- * rows (a layer's Q/K/V, output or down projection: 2048-4096 rows on a 132-SM GPU) spreads each
- * row pair over 2, 4 or 8 warps (gv_split picks the split per matrix from a model of its time;
- * CAIRN_CUDA_GV_SPLIT forces one), so that enough loads are in flight; the first H200 run
- * measured those products at a third of the wide ones' bandwidth with one warp a pair.
+ * rows (a layer's Q/K/V, output or down projection: 2048-4096 rows on a 132-SM GPU) may spread
+ * each row pair over 2, 4 or 8 warps so that enough loads are in flight (the first H200 run
+ * measured those products at a third of the wide ones' bandwidth with one warp a pair). Every
+ * split computes the same bits, so the split of each of a layer's products and of the output
+ * head is simply timed on the device when the backend is created (gv_tune: a few milliseconds)
+ * and the fastest kept; CAIRN_CUDA_GV_SPLIT=1|2|4|8 forces one.
  * CAIRN_CUDA_GEMV=cublas runs them through cuBLAS as above, the peer bench-llm measures it
  * against. Prompt chunks of more than one token always use cuBLAS. A single token's attention
  * is split over the keys (attention_split_kernel: flash-decoding), so that a model of few heads
@@ -122,6 +124,11 @@ typedef struct {
     float *bqkv;                 /* (q+2kv) or NULL */
 } dlayer;
 
+/* The products of a decode step: a layer's four, then the output head (gv_sk) */
+enum gv_prod { GVP_QKV, GVP_WO, GVP_GU, GVP_DOWN, GVP_OUT, GVP_N };
+static const char *const GVP_NAME[GVP_N] = {"Q/K/V", "attention output", "gate/up", "down",
+                                            "output"};
+
 /* The decode graphs, one per kind of step; all run the same layer kernels, so the KV cache they
  * write is the same bit for bit whichever ran. */
 enum step_kind {
@@ -186,9 +193,10 @@ typedef struct {
     int prof_gv_sk[PROF_BINS], prof_gv_grid[PROF_BINS], prof_gv_n;
     /* single-token products: gemv_kernel (1) or cuBLAS (0, CAIRN_CUDA_GEMV=cublas, or a model
      * whose rows do not fit the kernel's shared memory); its grid is at most gv_blocks */
-    int gv, gv_blocks[GV_SPLITS]; /* the grid resident at once, for each split (gv_split) */
-    int gv_sms;                   /* the device's multiprocessors (gv_split) */
-    int gv_force;        /* CAIRN_CUDA_GV_SPLIT: every product's split, 0 for gv_split's choice */
+    int gv, gv_blocks[GV_SPLITS]; /* the grid resident at once, for each split */
+    int gv_force;     /* CAIRN_CUDA_GV_SPLIT: every product's split, 0 to time them (gv_tune) */
+    int gv_sk[GVP_N]; /* each product's split */
+    float gv_us[GVP_N][GV_SPLITS]; /* gv_tune's times, microseconds a product (0: not tried) */
     int pdl;             /* decode kernels as programmatic dependent launches (launch()) */
     int qkv_items;       /* a token's bias/rope/KV items (qkv_items in kernels_cuda.cuh) */
     float *att_part;     /* (n_heads, att_splits, 2 + head_dim): a single token's attention */
@@ -387,51 +395,14 @@ static cudaError_t launch(cuda_backend *b, int dep, void (*k)(P...), dim3 grid, 
     return cudaLaunchKernelEx(&c, k, std::forward<A>(args)...);
 }
 
-/* The split of a product of `groups` row pairs, each row cols elements of elem bytes
- * (gemv_kernel): how many warps share a pair. A model of the time the product takes, the larger of
- *   the bytes the busiest multiprocessor reads (blocks are spread evenly, at most gv_blocks at
- *   once, a block taking GV_WARPS / sk pairs a round), and
- *   the loads each warp waits for one after another (rounds of GV_U pieces) times the bytes an
- *   SM must have in flight to keep its share of the bandwidth busy (GV_INFLIGHT: about 3 us of
- *   latency under load at an H200's 32 GB/s an SM);
- * the smallest split of the least time wins. Each slice keeps at least 2 pieces a lane. */
-#define GV_INFLIGHT (96.0 * 1024)
-static int gv_split(const cuda_backend *b, int groups, int cols, size_t elem)
-{
-    if (b->gv_force) /* a split whose kernels do not fit (gv_blocks 0) falls back to 1 */
-        return b->gv_blocks[gv_split_index(b->gv_force)] ? b->gv_force : 1;
-    const long pieces = (long)((size_t)cols * elem / 16), sms = b->gv_sms > 0 ? b->gv_sms : 1;
-    int best = 1;
-    double best_t = 0;
-    for (int sk = 1; sk <= GV_WARPS; sk *= 2) {
-        if (sk > 1 && pieces < 64L * sk)
-            break;
-        if (!b->gv_blocks[gv_split_index(sk)])
-            continue;
-        const long units = ((long)groups * sk + GV_WARPS - 1) / GV_WARPS; /* block-rounds */
-        const long resident = b->gv_blocks[gv_split_index(sk)];
-        const long grid = units < resident ? units : resident;
-        const long rounds = (units + grid - 1) / grid, per_sm = (grid + sms - 1) / sms;
-        const double bytes = (double)per_sm * rounds * (GV_WARPS / sk) * 2.0 * cols * elem;
-        const long loads = (pieces / sk + 32 * GV_U - 1) / (32 * GV_U); /* a warp's, a round */
-        const double chain = (double)rounds * loads * GV_INFLIGHT;
-        const double t = bytes > chain ? bytes : chain;
-        if (sk == 1 || t < best_t * 0.97) {
-            best = sk;
-            best_t = t;
-        }
-    }
-    return best;
-}
-
 /* C (rows) = W (rows, cols) @ in, or + C (beta 1), for a single token: gemv_kernel with the
- * prologue IN and the epilogue OUT (kernels_cuda.cuh) */
+ * prologue IN and the epilogue OUT (kernels_cuda.cuh), at product prod's split */
 template <typename T, int IN, int OUT>
-static int gemv(cuda_backend *b, const void *W, int rows, int cols, const void *in, const float *nw,
-                float beta, float *C, const qkv_args &qa, const char *what)
+static int gemv(cuda_backend *b, int prod, const void *W, int rows, int cols, const void *in,
+                const float *nw, float beta, float *C, const qkv_args &qa, const char *what)
 {
     const int groups = OUT == GV_QKV ? b->qkv_items : (rows + 1) / 2;
-    const int sk = gv_split(b, groups, cols, sizeof(T));
+    const int sk = b->gv_sk[prod];
     int blocks = (groups * sk + GV_WARPS - 1) / GV_WARPS;
     if (blocks > b->gv_blocks[gv_split_index(sk)])
         blocks = b->gv_blocks[gv_split_index(sk)];
@@ -442,10 +413,10 @@ static int gemv(cuda_backend *b, const void *W, int rows, int cols, const void *
                                             gemv_kernel<T, IN, OUT, 4>, gemv_kernel<T, IN, OUT, 8>};
     CU(b,
        launch(b, 1, k[gv_split_index(sk)], dim3((unsigned)blocks), dim3(CK_THREADS),
-              (size_t)cols * sizeof(T), (const T *)W, rows, cols, vec, in, nw,
+              gv_smem_bytes(cols, (int)sizeof(T)), (const T *)W, rows, cols, vec, in, nw,
               b->base.model->rms_eps, beta, C, (int *)b->d_overflow, qa),
        what);
-    if (b->prof) { /* the profile names each product's split and grid */
+    if (b->prof_n >= 0) { /* a profiled step: the profile names each product's split and grid */
         int j = 0;
         while (j < b->prof_gv_n && strcmp(b->prof_gv[j], what) != 0)
             j++;
@@ -492,12 +463,12 @@ static qkv_args qkv_of(const cuda_backend *b, int l)
 
 /* C (n, rows) = W (rows, dim) @ rmsnorm(x (n, dim); nw) */
 template <typename T>
-static int normed_product(cuda_backend *b, int n, const float *x, const float *nw, const void *W,
-                          int rows, float *C, const char *fused, const char *blas)
+static int normed_product(cuda_backend *b, int prod, int n, const float *x, const float *nw,
+                          const void *W, int rows, float *C, const char *fused, const char *blas)
 {
     const cairn__model *m = b->base.model;
     if (n == 1 && b->gv)
-        return gemv<T, GV_NORM, GV_Y>(b, W, rows, m->dim, x, nw, 0.0f, C, qkv_args(), fused);
+        return gemv<T, GV_NORM, GV_Y>(b, prod, W, rows, m->dim, x, nw, 0.0f, C, qkv_args(), fused);
     rmsnorm_kernel<T>
         <<<n, CK_THREADS, 0, b->stream>>>(x, nw, m->dim, m->rms_eps, (T *)b->xn, b->d_overflow);
     LAUNCHED(b, "rmsnorm kernel");
@@ -511,10 +482,10 @@ template <typename T> static int qkv_product(cuda_backend *b, int n, int l)
     const dlayer *ly = &b->layers[l];
     const qkv_args qa = qkv_of(b, l);
     if (n == 1 && b->gv)
-        return gemv<T, GV_NORM, GV_QKV>(b, ly->wqkv, b->qkv_dim, b->base.model->dim, b->x,
+        return gemv<T, GV_NORM, GV_QKV>(b, GVP_QKV, ly->wqkv, b->qkv_dim, b->base.model->dim, b->x,
                                         ly->attn_norm, 0.0f, b->qkv, qa,
                                         "rmsnorm + QKV + bias/rope/KV (gemv)");
-    int rc = normed_product<T>(b, n, b->x, ly->attn_norm, ly->wqkv, b->qkv_dim, b->qkv,
+    int rc = normed_product<T>(b, GVP_QKV, n, b->x, ly->attn_norm, ly->wqkv, b->qkv_dim, b->qkv,
                                "rmsnorm + QKV (gemv)", "cublasGemmEx (QKV)");
     if (rc)
         return rc;
@@ -530,7 +501,8 @@ static int added_product(cuda_backend *b, int n, const void *W, int rows, int co
                          float *C, const char *fused, const char *blas)
 {
     if (n == 1 && b->gv)
-        return gemv<T, GV_PLAIN, GV_Y>(b, W, rows, cols, in, NULL, 1.0f, C, qkv_args(), fused);
+        return gemv<T, GV_PLAIN, GV_Y>(b, GVP_WO, W, rows, cols, in, NULL, 1.0f, C, qkv_args(),
+                                       fused);
     return gemm(b, W, rows, cols, in, n, C, rows, 1.0f, blas);
 }
 
@@ -541,7 +513,8 @@ static int swiglu_product(cuda_backend *b, int n, const float *gu, const void *W
 {
     const int ff = b->base.model->ff_dim;
     if (n == 1 && b->gv)
-        return gemv<T, GV_SWIGLU, GV_Y>(b, W, rows, ff, gu, NULL, 1.0f, C, qkv_args(), fused);
+        return gemv<T, GV_SWIGLU, GV_Y>(b, GVP_DOWN, W, rows, ff, gu, NULL, 1.0f, C, qkv_args(),
+                                        fused);
     swiglu_kernel<T><<<grid_for((size_t)n * ff), CK_THREADS, 0, b->stream>>>(gu, ff, n, (T *)b->hb,
                                                                              b->d_overflow);
     LAUNCHED(b, "swiglu kernel");
@@ -573,12 +546,38 @@ static int attend(cuda_backend *b, int n, const C *kc, const C *vc)
     return 0;
 }
 
+/* Product prod (enum gv_prod) of layer l for the n tokens of a chunk, with the small kernels
+ * folded into it; the output head's input is the last head_rows of them. */
+template <typename T>
+static int layer_product(cuda_backend *b, int prod, int l, int n, int head_rows)
+{
+    const cairn__model *m = b->base.model;
+    const dlayer *ly = &b->layers[l];
+    const int dim = m->dim, ff = m->ff_dim;
+    switch (prod) {
+    case GVP_QKV:
+        return qkv_product<T>(b, n, l);
+    case GVP_WO: /* Wo (dim, q_dim) @ att (n, q_dim) + x -> x (n, dim) */
+        return added_product<T>(b, n, ly->wo, dim, b->q_dim, b->att, b->x,
+                                "attention output (gemv)", "cublasGemmEx (attention output)");
+    case GVP_GU: /* Wgu (2 ff, dim) @ rmsnorm(x) -> gu (n, 2 ff) */
+        return normed_product<T>(b, GVP_GU, n, b->x, ly->ffn_norm, ly->wgu, 2 * ff, b->gu,
+                                 "rmsnorm + gate/up (gemv)", "cublasGemmEx (gate/up)");
+    case GVP_DOWN: /* Wd (dim, ff) @ swiglu(gu) + x -> x (n, dim) */
+        return swiglu_product<T>(b, n, b->gu, ly->wd, dim, b->x, "swiglu + down (gemv)",
+                                 "cublasGemmEx (down)");
+    default: /* Wout (n_vocab, dim) @ rmsnorm(x) -> logits (head_rows, n_vocab) */
+        return normed_product<T>(b, GVP_OUT, head_rows, b->x + (size_t)(n - head_rows) * dim,
+                                 b->output_norm, b->output, m->n_vocab, b->logits,
+                                 "rmsnorm + output (gemv)", "cublasGemmEx (output)");
+    }
+}
+
 template <typename T> static int enqueue_t(cuda_backend *b, int n, int head_rows)
 {
     const cairn__model *m = b->base.model;
-    const int dim = m->dim, ff = m->ff_dim;
+    const int dim = m->dim;
     const size_t layer_kv = (size_t)b->base.n_ctx * (size_t)b->kv_dim;
-    T *att = (T *)b->att;
     int rc;
 
     /* x (n, dim) = tok_embd[tokens] */
@@ -592,9 +591,8 @@ template <typename T> static int enqueue_t(cuda_backend *b, int n, int head_rows
         LAUNCHED(b, "rope table kernel");
     }
     for (int l = 0; l < m->n_layers; l++) {
-        const dlayer *ly = &b->layers[l];
         /* Wqkv (qkv_dim, dim) @ rmsnorm(x) -> qkv (n, qkv_dim); bias, rope, k/v into the cache */
-        if ((rc = qkv_product<T>(b, n, l)))
+        if ((rc = layer_product<T>(b, GVP_QKV, l, n, 0)))
             return rc;
         const size_t at = (size_t)l * layer_kv * kv_elem(b);
         if (b->cache_f16)
@@ -605,25 +603,12 @@ template <typename T> static int enqueue_t(cuda_backend *b, int n, int head_rows
                                   (const float *)((const char *)b->vc + at));
         if (rc)
             return rc;
-        /* Wo (dim, q_dim) @ att (n, q_dim) + x -> x (n, dim) */
-        if ((rc = added_product<T>(b, n, ly->wo, dim, b->q_dim, att, b->x,
-                                   "attention output (gemv)", "cublasGemmEx (attention output)")))
-            return rc;
-        /* Wgu (2 ff, dim) @ rmsnorm(x) -> gu (n, 2 ff) */
-        if ((rc = normed_product<T>(b, n, b->x, ly->ffn_norm, ly->wgu, 2 * ff, b->gu,
-                                    "rmsnorm + gate/up (gemv)", "cublasGemmEx (gate/up)")))
-            return rc;
-        /* Wd (dim, ff) @ swiglu(gu) + x -> x (n, dim) */
-        if ((rc = swiglu_product<T>(b, n, b->gu, ly->wd, dim, b->x, "swiglu + down (gemv)",
-                                    "cublasGemmEx (down)")))
+        if ((rc = layer_product<T>(b, GVP_WO, l, n, 0)) ||
+            (rc = layer_product<T>(b, GVP_GU, l, n, 0)) ||
+            (rc = layer_product<T>(b, GVP_DOWN, l, n, 0)))
             return rc;
     }
-    if (head_rows == 0)
-        return 0;
-    /* the last head_rows rows: Wout (n_vocab, dim) @ rmsnorm(x) -> logits (head_rows, n_vocab) */
-    return normed_product<T>(b, head_rows, b->x + (size_t)(n - head_rows) * dim, b->output_norm,
-                             b->output, m->n_vocab, b->logits, "rmsnorm + output (gemv)",
-                             "cublasGemmEx (output)");
+    return head_rows ? layer_product<T>(b, GVP_OUT, 0, n, head_rows) : 0;
 }
 
 /* Enqueues the pass of n tokens (already in d_tokens, position in d_pos) on the stream, and the
@@ -1280,15 +1265,16 @@ static int setup(cuda_backend *b)
 }
 
 /* The single-token product's launch limits: shared memory for the longest input it stages
- * (dim, q_dim or ff elements of T), and the grid that is resident at once. Without the shared
- * memory (an f32 model of very wide layers) the products stay cuBLAS's. */
+ * (dim, q_dim or ff elements of T, and its segment sums), and the grid of each split that is
+ * resident at once. Without the shared memory (an f32 model of very wide layers) the products
+ * stay cuBLAS's. */
 template <typename T> static int gemv_setup_t(cuda_backend *b)
 {
     const cairn__model *m = b->base.model;
     int cols = m->dim > b->q_dim ? m->dim : b->q_dim;
     if (m->ff_dim > cols)
         cols = m->ff_dim;
-    const size_t smem = (size_t)cols * sizeof(T);
+    const size_t smem = gv_smem_bytes(cols, (int)sizeof(T));
     int optin = 0, sms = 0;
     CU(b, cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, b->device),
        "cudaDeviceGetAttribute");
@@ -1301,7 +1287,7 @@ template <typename T> static int gemv_setup_t(cuda_backend *b)
         (const void *)gemv_kernel<T, GV_SWIGLU, GV_Y, S>
     const void *k[] = {GV_VARIANTS(1), GV_VARIANTS(2), GV_VARIANTS(4), GV_VARIANTS(8)};
 #undef GV_VARIANTS
-    int per_sm[GV_SPLITS] = {0}, fits[GV_SPLITS] = {1, 1, 1, 1};
+    int per_sm[GV_SPLITS] = {0};
     for (size_t i = 0; i < sizeof k / sizeof *k; i++) {
         /* the cap is the kernel's, shared by every backend of the process: set it to what the
          * device allows, the same value each time, never to this model's need (a backend for a
@@ -1309,13 +1295,9 @@ template <typename T> static int gemv_setup_t(cuda_backend *b)
         const size_t si = i / 4; /* the split's four variants share its grid */
         cudaFuncAttributes fa;
         CU(b, cudaFuncGetAttributes(&fa, k[i]), "cudaFuncGetAttributes (gemv)");
-        if (smem + fa.sharedSizeBytes > (size_t)optin) { /* the input does not fit */
-            if (si == 0) {                               /* not even unsplit: cuBLAS */
-                b->gv = b->pdl = 0;
-                return 0;
-            }
-            fits[si] = 0; /* this split's few bytes of sums do not: never chosen */
-            continue;
+        if (smem + fa.sharedSizeBytes > (size_t)optin) { /* the input does not fit: cuBLAS */
+            b->gv = b->pdl = 0;
+            return 0;
         }
         CU(b,
            cudaFuncSetAttribute(k[i], cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -1328,9 +1310,123 @@ template <typename T> static int gemv_setup_t(cuda_backend *b)
             per_sm[si] = nb;
     }
     for (int si = 0; si < GV_SPLITS; si++)
-        b->gv_blocks[si] = fits[si] ? (per_sm[si] > 0 ? per_sm[si] : 1) * (sms > 0 ? sms : 1) : 0;
-    b->gv_sms = sms;
+        b->gv_blocks[si] = (per_sm[si] > 0 ? per_sm[si] : 1) * (sms > 0 ? sms : 1);
+    for (int p = 0; p < GVP_N; p++)
+        b->gv_sk[p] = b->gv_force ? b->gv_force : 1;
     return 0;
+}
+
+/* The rows and input columns of product p (enum gv_prod) */
+static int gv_rows(const cuda_backend *b, int p)
+{
+    const cairn__model *m = b->base.model;
+    return p == GVP_QKV   ? b->qkv_dim
+           : p == GVP_GU  ? 2 * m->ff_dim
+           : p == GVP_OUT ? m->n_vocab
+                          : m->dim;
+}
+static int gv_cols(const cuda_backend *b, int p)
+{
+    const cairn__model *m = b->base.model;
+    return p == GVP_WO ? b->q_dim : p == GVP_DOWN ? m->ff_dim : m->dim;
+}
+
+/* Each decode product's split, timed (CAIRN_CUDA_GV_SPLIT unset or auto). Every split computes
+ * the same bits (gemv_kernel's order depends on the row length only), so this picks a speed,
+ * never a result. Layer 0's products and the output head run on inputs of zeros, each split
+ * GV_TUNE_REPS launches in a row (launched as the decode step launches them), over
+ * GV_TUNE_ROUNDS interleaved rounds; a split's time is its best round, and a larger split must
+ * beat the best smaller one by 2 %. A split of more warps than the row has segments leaves
+ * some idle and is not tried. The buffers it touches (x, att, gu, the position and the rope angles;
+ * q, layer 0's key and value at position 0, the logits) are zeroed or are written before any step
+ * reads them. A few milliseconds at load. */
+#define GV_TUNE_REPS 10
+#define GV_TUNE_ROUNDS 3
+template <typename T> static int gv_tune_t(cuda_backend *b)
+{
+    const cairn__model *m = b->base.model;
+    cudaEvent_t ev[2] = {NULL, NULL};
+    int rc = 0;
+    for (int i = 0; i < 2; i++)
+        if (!rc && cudaEventCreate(&ev[i]) != cudaSuccess)
+            rc = cuda_err(b->e, b->elen, cudaGetLastError(), "cudaEventCreate (gemv tuning)");
+    const struct {
+        void *p;
+        size_t bytes;
+    } zero[] = {{b->x, (size_t)m->dim * sizeof(float)},
+                {b->att, (size_t)b->q_dim * sizeof(T)},
+                {b->gu, 2 * (size_t)m->ff_dim * sizeof(float)},
+                {b->d_pos, sizeof(int)},
+                {b->rope_cs, (size_t)(m->rope_dim / 2 + 1) * 2 * sizeof(float)}};
+    for (size_t i = 0; i < sizeof zero / sizeof *zero && !rc; i++)
+        if (cudaMemsetAsync(zero[i].p, 0, zero[i].bytes, b->stream) != cudaSuccess)
+            rc = cuda_err(b->e, b->elen, cudaGetLastError(), "cudaMemsetAsync (gemv tuning)");
+    for (int p = 0; p < GVP_N && !rc; p++) {
+        const int segs = gv_segs(gv_cols(b, p), (int)sizeof(T));
+        for (int r = 0; r <= GV_TUNE_ROUNDS && !rc; r++) /* round 0 warms up */
+            for (int sk = 1; sk <= GV_WARPS && sk <= segs && !rc; sk *= 2) {
+                b->gv_sk[p] = sk;
+                cudaError_t e = cudaEventRecord(ev[0], b->stream);
+                for (int i = 0; i < GV_TUNE_REPS && !rc && e == cudaSuccess; i++)
+                    rc = layer_product<T>(b, p, 0, 1, 1);
+                if (!rc && e == cudaSuccess)
+                    e = cudaEventRecord(ev[1], b->stream);
+                if (!rc && e == cudaSuccess)
+                    e = cudaEventSynchronize(ev[1]);
+                float ms = 0.0f;
+                if (!rc && e == cudaSuccess)
+                    e = cudaEventElapsedTime(&ms, ev[0], ev[1]);
+                if (!rc && e != cudaSuccess)
+                    rc = cuda_err(b->e, b->elen, e, "gemv tuning");
+                float *us = &b->gv_us[p][gv_split_index(sk)];
+                const float t = 1e3f * ms / GV_TUNE_REPS;
+                if (!rc && r > 0 && (*us == 0.0f || t < *us))
+                    *us = t;
+            }
+        int best = 1;
+        for (int sk = 2; sk <= GV_WARPS && sk <= segs; sk *= 2)
+            if (b->gv_us[p][gv_split_index(sk)] < 0.98f * b->gv_us[p][gv_split_index(best)])
+                best = sk;
+        b->gv_sk[p] = best;
+    }
+    for (size_t i = 0; i < sizeof zero / sizeof *zero && !rc; i++)
+        if (cudaMemsetAsync(zero[i].p, 0, zero[i].bytes, b->stream) != cudaSuccess)
+            rc = cuda_err(b->e, b->elen, cudaGetLastError(), "cudaMemsetAsync (gemv tuning)");
+    if (!rc && (cudaMemsetAsync(b->d_overflow, 0, sizeof(int), b->stream) != cudaSuccess ||
+                cudaStreamSynchronize(b->stream) != cudaSuccess))
+        rc = cuda_err(b->e, b->elen, cudaGetLastError(), "gemv tuning");
+    for (int i = 0; i < 2; i++)
+        if (ev[i])
+            cudaEventDestroy(ev[i]);
+    if (!rc && b->prof) { /* the profile shows what was measured */
+        fprintf(stderr, "cuda gemv splits, timed at load (us a product, * chosen; weights read "
+                        "at the chosen one's speed):\n");
+        for (int p = 0; p < GVP_N; p++) {
+            const double bytes = (double)gv_rows(b, p) * gv_cols(b, p) * sizeof(T);
+            fprintf(stderr, "  %-17s %7.1f MB", GVP_NAME[p], bytes / 1e6);
+            for (int si = 0; si < GV_SPLITS; si++)
+                if (b->gv_us[p][si] > 0.0f)
+                    fprintf(stderr, "  split %d %8.2f%s", 1 << si, b->gv_us[p][si],
+                            gv_split_index(b->gv_sk[p]) == si ? "*" : " ");
+            fprintf(stderr, "  %6.0f GB/s\n",
+                    bytes / (1e3 * b->gv_us[p][gv_split_index(b->gv_sk[p])]));
+        }
+    }
+    return rc;
+}
+
+static int gv_tune(cuda_backend *b)
+{
+    if (!b->gv || b->gv_force)
+        return 0;
+    switch (b->dt) {
+    case DT_F32:
+        return gv_tune_t<float>(b);
+    case DT_F16:
+        return gv_tune_t<__half>(b);
+    default:
+        return gv_tune_t<__nv_bfloat16>(b);
+    }
 }
 
 static int gemv_setup(cuda_backend *b)
@@ -1421,6 +1517,8 @@ static int create_as(const cairn__model *m, const cairn__backend_opts *o, int de
         if (e != cudaSuccess)
             rc = cuda_err(err, errlen, e, "weight upload");
     }
+    if (!rc)
+        rc = gv_tune(b);
     if (rc) {
         cuda_destroy(&b->base);
         return rc;
@@ -1484,8 +1582,8 @@ static int cuda_create(const cairn__model *m, const cairn__backend_opts *o, cair
             return host.errf(err, errlen, CAIRN_EINVAL,
                              "CAIRN_CUDA_GEMV='%s': expected kernel or cublas", env);
     }
-    /* every decode product's split (gemv_kernel), instead of gv_split's choice: for the
-     * benchmark's sweep and the tests */
+    /* every decode product's split (gemv_kernel), instead of the timed choice (gv_tune): for
+     * the benchmark's sweep and the tests */
     int gv_force = 0;
     env = getenv("CAIRN_CUDA_GV_SPLIT");
     if (env && *env) {

@@ -542,25 +542,37 @@ __global__ void swiglu_kernel(const float *__restrict__ gu, int ff, int n, T *__
  *   GV_NORM    in is the f32 residual x (cols): rmsnorm_row with weights nw, the code of
  *              rmsnorm_kernel at the same block size, so the same bits;
  *   GV_SWIGLU  in is the f32 gate/up row (2 cols): swiglu_elt, as swiglu_kernel.
- * Then each group of two rows is computed by sk warps of a block (sk = 1, 2, 4 or 8: the
- * split, chosen per matrix by the host, gv_split in backend_cuda.cu): warp `slice` of the group
- * takes the slice-th of sk equal runs of the rows' 16-byte pieces (whole 128-byte lines), one
- * piece a lane (GV_U pieces of each row in flight), accumulating in f32 in a fixed order; the
- * warp sums its lanes, and the group's slices are added in shared memory in slice order. A matrix
- * of few rows (a layer's Q/K/V or down projection) has too few groups to keep the memory busy one
- * warp a group; its split spreads each row over several warps. The grid takes no part in the order,
- * so for a given split every decode step computes the same bits. The epilogue: GV_Y       rows 2g,
- * 2g+1 into y = W in (beta 0: y is not read) or y = W in + beta y (beta 1: the residual); GV_QKV
- * the two rows of qkv item g (a rope pair, or two v elements; qkv_item_elems) through
- * qkv_item_store, as qkv_post_kernel stores them; y is the q row. `vec` says the rows can be read
- * 16 bytes at a time (cols a multiple of 16 / sizeof(T) and W 16-byte aligned); otherwise lanes
- * read single elements.
+ *
+ * The summation order. A row is cut into 16-byte pieces of V = 16 / sizeof(T) elements (the
+ * last one zero-padded, in the staged input too) and the pieces into segments of GV_SEG = 32 *
+ * GV_U. Lane l's sum of segment s is the chain over its pieces s GV_SEG + l + 32 u, u = 0 ..
+ * GV_U - 1, each piece's products in element order (fmaf, in f32), starting from 0; the
+ * segment's sum is warp_sum of the 32 lanes' (every lane gets the same bits); the row's sum is
+ * 0 + seg 0 + seg 1 + ... in segment order. That order depends on the row's length only.
+ *
+ * The work. Each group of two rows is computed by SK warps of a block (SK = 1, 2, 4 or 8: the
+ * split, a template parameter): warp `slice` of the group takes the slice-th of SK equal runs of
+ * whole segments. With SK = 1 the warp adds its segment sums as it goes; otherwise each warp
+ * leaves its segments' sums in shared memory and the group's first warp adds them all, in the
+ * same order. So every split computes the same bits, and the host may pick whichever is
+ * fastest on the device at hand (gv_tune in backend_cuda.cu times them): a matrix of few rows
+ * (a layer's Q/K/V or down projection) has too few groups to keep the memory busy one warp a
+ * group, and a split spreads each row over several. The grid takes no part either: every
+ * decode step computes the same bits whatever the split and the number of blocks.
+ *
+ * A lane has GV_U pieces of each row in flight at once (a segment's loads are all issued before
+ * their products are needed), and the warp sum of one segment is done after the loads of the
+ * next are issued, while they are under way. `vec` says the rows can be read 16 bytes at a time
+ * (cols a multiple of V and W 16-byte aligned); otherwise a piece is read element by element,
+ * with the same sums. The epilogue: GV_Y rows 2g, 2g+1 into y = W in (beta 0: y is not read) or
+ * y = W in + beta y (beta 1: the residual); GV_QKV the two rows of qkv item g (a rope pair, or two
+ * v elements; qkv_item_elems) through qkv_item_store, as qkv_post_kernel stores them; y is the q
+ * row.
  *
  * CPU reference: cairn__matvec (gpu/kernels_cpu.c) on the weights as the device holds them,
  * after cairn__rmsnorm or cairn__swiglu, and before forward_chunk's bias/rope/cache steps.
- * grid (any; at most what is resident), block GV_WARPS * 32 = CK_THREADS, dynamic shared
- * memory cols * sizeof(T); SK (the split sk, a template parameter so that the split of 1 is
- * the plain loop) divides GV_WARPS */
+ * grid (any), block GV_WARPS * 32 = CK_THREADS, dynamic shared memory gv_smem_bytes(cols,
+ * sizeof(T)); SK divides GV_WARPS */
 #define GV_WARPS 8
 #define GV_ROWS 2 /* rows a warp computes at once: a rope pair is one warp's */
 /* 16-byte pieces of each row a lane has in flight. The split-1 variants use 48-62 registers, so
@@ -568,6 +580,7 @@ __global__ void swiglu_kernel(const float *__restrict__ gu, int ff, int n, T *__
  * makes the compiler spill instead); the split ones 64-76, 3 or 4 blocks: the host sizes each
  * split's grid from its own occupancy. */
 #define GV_U 4
+#define GV_SEG (32 * GV_U) /* pieces a segment: the unit of the summation order */
 enum { GV_PLAIN = 0, GV_NORM = 1, GV_SWIGLU = 2 }; /* the prologue: what `in` is */
 #define GV_SPLITS 4                                /* the splits: 1, 2, 4 and 8 warps a group */
 __host__ __device__ constexpr int gv_split_index(int sk)
@@ -578,6 +591,22 @@ enum { GV_Y = 0, GV_QKV = 1 }; /* the epilogue: where the rows go */
 static_assert(GV_WARPS * 32 == CK_THREADS,
               "the fused norm must run at rmsnorm_kernel's block size");
 static_assert(GV_ROWS == 2, "a group is two rows: a qkv item");
+
+/* a row of cols elements of elem bytes: its pieces and segments */
+__host__ __device__ constexpr int gv_pieces(int cols, int elem)
+{
+    return (cols + 16 / elem - 1) / (16 / elem);
+}
+__host__ __device__ constexpr int gv_segs(int cols, int elem)
+{
+    return (gv_pieces(cols, elem) + GV_SEG - 1) / GV_SEG;
+}
+/* the dynamic shared memory: the staged input (whole pieces), then the segment sums of a
+ * block's groups (at most GV_WARPS / 2 groups of two rows, when SK > 1) */
+__host__ __device__ constexpr size_t gv_smem_bytes(int cols, int elem)
+{
+    return (size_t)gv_pieces(cols, elem) * 16 + (size_t)GV_WARPS * gv_segs(cols, elem) * 4;
+}
 
 /* acc + w . x over one 16-byte piece of each, in element order */
 __device__ __forceinline__ float dot16(uint4 w, uint4 x, float acc, float)
@@ -610,6 +639,22 @@ __device__ __forceinline__ float dot16(uint4 w, uint4 x, float acc, __nv_bfloat1
     return dot16_pairs<__nv_bfloat162>(w, x, acc);
 }
 
+/* piece c of the row wr (cols elements): one 16-byte load (vec), or element by element with
+ * zeros past the row's end */
+template <typename T>
+__device__ __forceinline__ uint4 gv_piece(const T *__restrict__ wr, int c, int cols, int vec)
+{
+    if (vec)
+        return __ldcs((const uint4 *)wr + c);
+    constexpr int V = 16 / sizeof(T);
+    uint4 u;
+    T *t = (T *)&u;
+#pragma unroll
+    for (int k = 0; k < V; k++)
+        t[k] = c * V + k < cols ? wr[c * V + k] : from_f32<T>(0.0f);
+    return u;
+}
+
 /* the rows of group g: qkv item g's two elements, or rows 2g and 2g + 1 (2g again past the
  * end: read, in bounds, and not stored) */
 template <int OUT>
@@ -623,6 +668,21 @@ __device__ __forceinline__ void gv_group_rows(const qkv_args &qa, int rows, int 
     }
 }
 
+/* segment s's lane sums ls into the rows' sums: added to tot (SK 1), or left in part */
+template <int SK>
+__device__ __forceinline__ void gv_segment_done(float ls[GV_ROWS], float tot[GV_ROWS], float *part,
+                                                int slot, int segs, int s)
+{
+#pragma unroll
+    for (int r = 0; r < GV_ROWS; r++) {
+        const float v = warp_sum(ls[r]);
+        if (SK == 1)
+            tot[r] += v;
+        else if ((threadIdx.x & 31) == 0)
+            part[(slot * GV_ROWS + r) * segs + s] = v;
+    }
+}
+
 template <typename T, int IN, int OUT, int SK>
 __global__ void __launch_bounds__(GV_WARPS * 32)
     gemv_kernel(const T *__restrict__ W, int rows, int cols, int vec, const void *__restrict__ in,
@@ -630,31 +690,32 @@ __global__ void __launch_bounds__(GV_WARPS * 32)
                 int *__restrict__ ovf, qkv_args qa)
 {
     extern __shared__ __align__(16) unsigned char gv_smem[];
-    __shared__ float part[GV_WARPS * GV_ROWS]; /* each warp's sums, when SK > 1 */
-    constexpr int sk = SK;
     static_assert(GV_WARPS % SK == 0, "a block holds whole groups");
-    T *xs = (T *)gv_smem;
     constexpr int V = 16 / sizeof(T); /* elements per 16-byte piece */
+    const int pieces = gv_pieces(cols, (int)sizeof(T)), segs = gv_segs(cols, (int)sizeof(T));
+    T *xs = (T *)gv_smem;
+    float *part = (float *)(gv_smem + (size_t)pieces * 16); /* [slot][row][segment], SK > 1 */
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-    const int groups = OUT == GV_QKV ? qkv_items(qa) : (rows + 1) / 2, pieces = cols / V;
-    /* a block takes gpb groups at a time: warp w works on the slot-th, on the pieces [lo, hi)
-     * of its rows (elements [elo, ehi) when they are read one by one) */
-    const int gpb = GV_WARPS / sk, slot = w / sk, slice = w % sk;
-    const int run = ((pieces + sk - 1) / sk + 7) & ~7, lo = slice * run;
-    const int hi = lo + run < pieces ? lo + run : pieces;
+    const int groups = OUT == GV_QKV ? qkv_items(qa) : (rows + 1) / 2;
+    /* a block takes gpb groups at a time: warp w works on the slot-th, on its segments
+     * [s_lo, s_hi) */
+    const int gpb = GV_WARPS / SK, slot = w / SK, slice = w % SK;
+    const int per = (segs + SK - 1) / SK, s_lo = slice * per;
+    const int s_hi = s_lo + per < segs ? s_lo + per : segs;
     pdl_launch_dependents();
     /* The weights do not depend on the input: the pieces this lane reads first are sent for
      * (into L2) before the prologue, whose loads and barrier would otherwise delay them. */
-    if (vec && (int)blockIdx.x * gpb + slot < groups) {
+    if (vec && s_lo < s_hi && (int)blockIdx.x * gpb + slot < groups) {
         int rr[GV_ROWS];
         gv_group_rows<OUT>(qa, rows, (int)blockIdx.x * gpb + slot, rr);
 #pragma unroll
         for (int r = 0; r < GV_ROWS; r++)
 #pragma unroll
             for (int u = 0; u < GV_U; u++)
-                if (lo + lane + 32 * u < hi)
+                if (s_lo * GV_SEG + lane + 32 * u < pieces)
                     asm volatile("prefetch.global.L2 [%0];" ::"l"(
-                        (const uint4 *)(W + (size_t)rr[r] * (size_t)cols) + lo + lane + 32 * u));
+                        (const uint4 *)(W + (size_t)rr[r] * (size_t)cols) + s_lo * GV_SEG + lane +
+                        32 * u));
     }
     pdl_wait(); /* from here on, the input and y: written by the kernels before */
     if (IN == GV_NORM)
@@ -668,79 +729,68 @@ __global__ void __launch_bounds__(GV_WARPS * 32)
         for (int k = threadIdx.x; k < cols; k += blockDim.x)
             xs[k] = src[k];
     }
+    for (int k = cols + threadIdx.x; k < pieces * V; k += blockDim.x) /* the last piece's pad */
+        xs[k] = from_f32<T>(0.0f);
     __syncthreads();
 
     /* g0 is the same in every warp of the block, so the barriers below are the whole block's */
+    const uint4 *xv = (const uint4 *)xs;
     for (int g0 = blockIdx.x * gpb; g0 < groups; g0 += gridDim.x * gpb) {
         const int g = g0 + slot;
         int rr[GV_ROWS] = {0, 0};
-        float acc[GV_ROWS] = {0.0f, 0.0f};
-        if (g < groups) {
+        float tot[GV_ROWS] = {0.0f, 0.0f};
+        if (g < groups && s_lo < s_hi) {
             gv_group_rows<OUT>(qa, rows, g, rr);
             const T *wr[GV_ROWS];
 #pragma unroll
             for (int r = 0; r < GV_ROWS; r++)
                 wr[r] = W + (size_t)rr[r] * (size_t)cols;
-            if (vec) {
-                const uint4 *xv = (const uint4 *)xs;
-                int c = lo + lane;
-                /* GV_U pieces of each row in flight, then their products; then the last pieces */
-                for (; c + 32 * (GV_U - 1) < hi; c += 32 * GV_U) {
-                    uint4 wv[GV_ROWS][GV_U];
+            float ls[GV_ROWS] = {0.0f, 0.0f}; /* the lane's sums of the segment before */
+            for (int s = s_lo; s < s_hi; s++) {
+                const int c0 = s * GV_SEG + lane;
+                uint4 wv[GV_ROWS][GV_U];
 #pragma unroll
-                    for (int u = 0; u < GV_U; u++)
+                for (int u = 0; u < GV_U; u++)
+#pragma unroll
+                    for (int r = 0; r < GV_ROWS; r++)
+                        wv[r][u] = c0 + 32 * u < pieces ? gv_piece(wr[r], c0 + 32 * u, cols, vec)
+                                                        : make_uint4(0, 0, 0, 0);
+                if (s > s_lo)
+                    gv_segment_done<SK>(ls, tot, part, slot, segs, s - 1);
+#pragma unroll
+                for (int r = 0; r < GV_ROWS; r++)
+                    ls[r] = 0.0f;
+#pragma unroll
+                for (int u = 0; u < GV_U; u++)
+                    if (c0 + 32 * u < pieces) {
+                        const uint4 x = xv[c0 + 32 * u];
 #pragma unroll
                         for (int r = 0; r < GV_ROWS; r++)
-                            wv[r][u] = __ldcs((const uint4 *)wr[r] + c + 32 * u);
-#pragma unroll
-                    for (int u = 0; u < GV_U; u++) {
-                        const uint4 x = xv[c + 32 * u];
-#pragma unroll
-                        for (int r = 0; r < GV_ROWS; r++)
-                            acc[r] = dot16(wv[r][u], x, acc[r], T());
+                            ls[r] = dot16(wv[r][u], x, ls[r], T());
                     }
-                }
-                for (; c < hi; c += 32) {
-                    const uint4 x = xv[c];
-#pragma unroll
-                    for (int r = 0; r < GV_ROWS; r++)
-                        acc[r] = dot16(__ldcs((const uint4 *)wr[r] + c), x, acc[r], T());
-                }
-            } else {
-                const int erun = ((cols + sk - 1) / sk + 31) & ~31, elo = slice * erun;
-                const int ehi = elo + erun < cols ? elo + erun : cols;
-                for (int k = elo + lane; k < ehi; k += 32) {
-                    const float xk = to_f32(xs[k]);
-#pragma unroll
-                    for (int r = 0; r < GV_ROWS; r++)
-                        acc[r] = fmaf(to_f32(wr[r][k]), xk, acc[r]);
-                }
             }
-#pragma unroll
-            for (int r = 0; r < GV_ROWS; r++)
-                acc[r] = warp_sum(acc[r]);
+            gv_segment_done<SK>(ls, tot, part, slot, segs, s_hi - 1);
         }
-        if (sk > 1) { /* the group's slices, added in slice order by its first warp */
-            if (lane == 0)
-#pragma unroll
-                for (int r = 0; r < GV_ROWS; r++)
-                    part[w * GV_ROWS + r] = acc[r];
+        if (SK > 1) { /* the group's segment sums, added in order by its first warp */
             __syncthreads();
-            if (slice == 0)
+            if (slice == 0 && lane == 0 && g < groups)
 #pragma unroll
-                for (int r = 0; r < GV_ROWS; r++)
-                    for (int v = 1; v < sk; v++)
-                        acc[r] += part[(w + v) * GV_ROWS + r];
+                for (int r = 0; r < GV_ROWS; r++) {
+                    float t = 0.0f;
+                    for (int s = 0; s < segs; s++)
+                        t += part[(slot * GV_ROWS + r) * segs + s];
+                    tot[r] = t;
+                }
             __syncthreads(); /* part is written again in the next round */
         }
         if (lane == 0 && slice == 0 && g < groups) {
             if (OUT == GV_QKV)
-                qkv_item_store(qa, g, rr[0], rr[1], acc[0], acc[1], y, 0);
+                qkv_item_store(qa, g, rr[0], rr[1], tot[0], tot[1], y, 0);
             else
 #pragma unroll
                 for (int r = 0; r < GV_ROWS; r++)
                     if (r == 0 || 2 * g + 1 < rows) /* the last group of odd rows has one */
-                        y[rr[r]] = beta != 0.0f ? acc[r] + beta * y[rr[r]] : acc[r];
+                        y[rr[r]] = beta != 0.0f ? tot[r] + beta * y[rr[r]] : tot[r];
         }
     }
 }

@@ -33,9 +33,9 @@
 #      "nopdl": ordinary launches, what programmatic dependent launch gains);
 #      then the 1.1B one on CUDA once more with CAIRN_CUDA_PROFILE=1: the time of each
 #      operation of a decode step (eager), so one lease also shows where the time goes;
-#      then the decode products' split swept (sweep.txt): the 1.1B and 1.7B ones profiled with
-#      the backend's choice and with CAIRN_CUDA_GV_SPLIT=1, 2, 4, 8 (the time of each product
-#      at each split, and the split the backend chose: what to tune gv_split by);
+#      the profile begins with the decode products' splits as the backend timed them at load
+#      (each product's time at each split, the chosen one and its GB/s), and the 1.7B one is
+#      profiled the same way (sweep.txt);
 #   4. prints a short table last. With $OUT set, every log is written there as it grows, so a
 #      run cut short still returns what it did. Each step has a time limit (together they
 #      could pass 10 minutes, so the run's own limit can cut the last ones). The first lease
@@ -305,16 +305,11 @@ if [ -n "$MODE" ]; then
     CAIRN_CUDA_PROFILE=1 timeout 60 "$BIN_BENCH" --sizes 1B --types F16 --backend cuda --prompt 128 \
         --gen 16 >>"$LOGS/profile.log" 2>&1
     grep -A40 '^cuda profile: .*decode' "$LOGS/profile.log" | head -32
-    # the decode products' split: each product's time at each split (the cuda row's profile)
-    for size in 1B 2B; do
-        for sk in auto 1 2 4 8; do
-            echo "### $size F16, CAIRN_CUDA_GV_SPLIT=$sk"
-            CAIRN_CUDA_GV_SPLIT=$sk CAIRN_CUDA_PROFILE=1 timeout 60 "$BIN_BENCH" --sizes $size \
-                --types F16 --backend cuda --prompt 16 --gen 24 2>&1 |
-                awk '/decode steps/{n++} n==1' | head -16 |
-                grep -vE 'sort key|sample weights|cub::|sampling kernel|prompt chunks'
-        done
-    done 2>&1 | tee "$LOGS/sweep.txt"
+    # the 1.7B one's splits as timed at load, and its profile
+    echo "### 2B F16, CAIRN_CUDA_PROFILE=1" | tee "$LOGS/sweep.txt"
+    CAIRN_CUDA_PROFILE=1 timeout 60 "$BIN_BENCH" --sizes 2B --types F16 --backend cuda --prompt 16 \
+        --gen 24 2>&1 | grep -A40 '^cuda gemv splits' |
+        grep -vE 'sort key|sample weights|cub::|sampling kernel' | head -40 | tee -a "$LOGS/sweep.txt"
     # last, Llama-3-8B's shape (16 GB of f16; most of its time is the host writing the model):
     # if the call's limit cuts something, let it be this
     run_bench 240 --sizes 8B --types F16 --backend cuda --prompt 128 --gen 64
@@ -339,6 +334,7 @@ log "summary ($(($(date +%s) - START)) s)"
     sort -u "$TMP/bench.hdr" 2>/dev/null
     cat "$TMP/bench.cols" 2>/dev/null # bench-llm's own column header
     cat "$LOGS/bench.txt"
+    grep -A5 '^cuda gemv splits' "$LOGS/profile.log" 2>/dev/null | head -6
     grep -A40 '^cuda profile: .*decode' "$LOGS/profile.log" 2>/dev/null | head -32
 } | tee "$LOGS/summary.txt"
 case $TEST_STATUS in

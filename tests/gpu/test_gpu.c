@@ -18,7 +18,8 @@
  * top two logits are well separated, exact resume through the engine, and the error codes.
  * Decode products run in cairn's kernel by default; cases marked gemv=cublas run them through
  * cuBLAS, and dims 44/100 take the kernel's element-wise path; cases marked "split N" share
- * each row pair of a decode product among N warps (CAIRN_CUDA_GV_SPLIT). Decoding with programmatic
+ * each row pair of a decode product among N warps (CAIRN_CUDA_GV_SPLIT); every split, and the split
+ * timed at load, decodes the same logits bit for bit (check_split_bits). Decoding with programmatic
  * dependent launches and without (CAIRN_CUDA_PDL=0), and three times over, gives the same
  * logits bit for bit. Cases marked "cache f16" keep f16 KV caches on both backends.
  * The device sampler is checked alone (the module's sample_logits on awkward logits against the
@@ -218,6 +219,61 @@ out:
 }
 
 static void check_case(const gcase *c) { check_case_cache(c, 0); }
+
+/* The decode products' split changes their speed, never a bit (gemv_kernel sums a row in an
+ * order fixed by its length; the backend times the splits at load and keeps the fastest): the
+ * prompt decoded token by token at splits 1, 2, 4 and 8 and at the timed choice gives the same
+ * logits, bit for bit. The shapes give rows of one segment (128 pieces of 16 bytes) and of several,
+ * with a partial last segment and piece, read 16 bytes at a time and element by element. */
+static void check_split_bits(const char *arch, uint32_t type, int dim, int heads, int kv, int ff,
+                             const char *dtype)
+{
+    mk_spec s;
+    mk_spec_default(&s);
+    s.arch = arch;
+    s.wtype = type;
+    s.dim = dim;
+    s.n_heads = heads;
+    s.n_kv_heads = kv;
+    s.ff = ff;
+    s.seed = 77 + (uint64_t)dim;
+    char name[128], err[256];
+    snprintf(name, sizeof name, "split bits: %s %s%s%s dim %d ff %d", arch,
+             cairn__ggml_type_name(type), dtype ? " as " : "", dtype ? dtype : "", dim, ff);
+    mk_loaded L;
+    int rc = mk_load(&s, &L, err, sizeof err);
+    const size_t V = (size_t)s.vocab;
+    float *ref = malloc(NP * V * sizeof *ref), *got = malloc(NP * V * sizeof *got);
+    if (!ok(rc == 0 && ref && got, "%s: model loads (%s)", name, rc ? err : "ok"))
+        goto out;
+    static const char *const splits[] = {"1", "2", "4", "8", "auto"};
+    for (size_t k = 0; k < sizeof splits / sizeof *splits; k++) {
+        cairn__backend *b = NULL;
+        cairn__backend_opts o = {.n_ctx = 64, .n_threads = 2, .n_batch = 4};
+        float *out = k == 0 ? ref : got;
+        set_dtype(dtype);
+        setenv("CAIRN_CUDA_GV_SPLIT", splits[k], 1);
+        rc = cairn__backend_new(BK, L.m, &o, &b, err, sizeof err);
+        set_dtype(NULL);
+        unsetenv("CAIRN_CUDA_GV_SPLIT");
+        for (size_t i = 0; i < NP * V; i++)
+            out[i] = NAN;
+        for (int i = 0; i < NP && rc == 0; i++)
+            rc = cairn__backend_forward(b, &PROMPT[i], 1, i, out + (size_t)i * V, 0);
+        if (k == 0)
+            ok(rc == 0, "%s: split 1 decodes (%s)", name,
+               rc ? (b ? cairn__backend_errmsg(b) : err) : "ok");
+        else
+            ok(rc == 0 && memcmp(got, ref, NP * V * sizeof *got) == 0,
+               "%s: split %s decodes the logits of split 1, bit for bit (%s)", name, splits[k],
+               rc ? (b ? cairn__backend_errmsg(b) : err) : "ok");
+        cairn__backend_free(b);
+    }
+out:
+    free(ref);
+    free(got);
+    mk_unload(&L);
+}
 
 /* A prompt longer than the attention kernel's warps and one chunk, with a wider head; with
  * cache_f16, both backends keep f16 caches. */
@@ -928,6 +984,10 @@ int main(void)
     check_case(&s2);
     check_case_cache(&k1, 1);
     g_split = NULL;
+    check_split_bits("llama", CAIRN__GGML_F16, 256, 4, 2, 4104, NULL);   /* down: 5 segments */
+    check_split_bits("qwen2", CAIRN__GGML_F32, 1032, 12, 4, 1100, NULL); /* 3 segments each */
+    check_split_bits("llama", CAIRN__GGML_F16, 100, 2, 1, 2052, NULL);   /* element by element */
+    check_split_bits("llama", CAIRN__GGML_BF16, 512, 8, 2, 2048, "bf16");
     /* long prompts: head 128 with GQA 2:1 (NEOX), head 256 (the attention kernel's limit); the
      * first also over f16 caches (many keys per split) */
     check_long(512, 4, 2, "qwen2", 0);
