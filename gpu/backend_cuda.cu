@@ -352,6 +352,20 @@ static int check_range(cuda_backend *b)
 /* ==== launches
  * ===================================================================================== */
 
+/* f(T()) for the device type T of the backend's weights: the one switch from b->dt to the
+ * templates */
+template <typename F> static int by_dtype(const cuda_backend *b, F f)
+{
+    switch (b->dt) {
+    case DT_F32:
+        return f(float());
+    case DT_F16:
+        return f(__half());
+    default:
+        return f(__nv_bfloat16());
+    }
+}
+
 static unsigned grid_for(size_t n)
 {
     const size_t g = (n + CK_THREADS - 1) / CK_THREADS;
@@ -615,14 +629,7 @@ template <typename T> static int enqueue_t(cuda_backend *b, int n, int head_rows
  * output head for the last head_rows of them (0: none). */
 static int enqueue(cuda_backend *b, int n, int head_rows)
 {
-    switch (b->dt) {
-    case DT_F32:
-        return enqueue_t<float>(b, n, head_rows);
-    case DT_F16:
-        return enqueue_t<__half>(b, n, head_rows);
-    default:
-        return enqueue_t<__nv_bfloat16>(b, n, head_rows);
-    }
+    return by_dtype(b, [&](auto t) { return enqueue_t<decltype(t)>(b, n, head_rows); });
 }
 
 /* ==== decode graph
@@ -1419,28 +1426,14 @@ static int gv_tune(cuda_backend *b)
 {
     if (!b->gv || b->gv_force)
         return 0;
-    switch (b->dt) {
-    case DT_F32:
-        return gv_tune_t<float>(b);
-    case DT_F16:
-        return gv_tune_t<__half>(b);
-    default:
-        return gv_tune_t<__nv_bfloat16>(b);
-    }
+    return by_dtype(b, [&](auto t) { return gv_tune_t<decltype(t)>(b); });
 }
 
 static int gemv_setup(cuda_backend *b)
 {
     if (!b->gv)
         return 0;
-    switch (b->dt) {
-    case DT_F32:
-        return gemv_setup_t<float>(b);
-    case DT_F16:
-        return gemv_setup_t<__half>(b);
-    default:
-        return gemv_setup_t<__nv_bfloat16>(b);
-    }
+    return by_dtype(b, [&](auto t) { return gemv_setup_t<decltype(t)>(b); });
 }
 
 /* device type when CAIRN_CUDA_DTYPE does not say: f32 only for an all-F32 model */

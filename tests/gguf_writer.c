@@ -439,7 +439,15 @@ int gw_write_mem(cairn__gguf_writer *w, unsigned char **out, size_t *len)
     *len = 0;
     if (w->failed)
         return -1;
+    /* the whole file in one allocation (a model of many GB is otherwise copied as it grows):
+     * the header and metadata, each tensor's record, and the data, padded */
+    size_t need = 24 + w->kvs.n + w->alignment;
+    for (size_t i = 0; i < w->n_t; i++)
+        need += 8 + strlen(w->t[i].name) + 4 + 8 * (size_t)w->t[i].n_dims + 12 +
+                pad_to(w->t[i].nbytes, w->alignment);
     struct buf b = {0};
+    if ((b.p = malloc(need)) != NULL)
+        b.cap = need;
     buf_put(w, &b, "GGUF", 4);
     put_le(w, &b, w->version, 4);
     put_le(w, &b, w->n_t, 8);
