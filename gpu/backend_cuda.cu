@@ -1338,24 +1338,38 @@ static int gv_cols(const cuda_backend *b, int p)
     return p == GVP_WO ? b->q_dim : p == GVP_DOWN ? m->ff_dim : m->dim;
 }
 
+/* Keeps the stream busy for about `cycles` clock cycles (one thread): gv_tune queues its timed
+ * launches behind it, so that they run back to back on the device and the host's launch rate
+ * takes no part in their times. A wait, not a computation: no CPU reference. */
+__global__ void spin_kernel(long long cycles)
+{
+    const long long t0 = clock64();
+    while (clock64() - t0 < cycles) {
+    }
+}
+
 /* Each decode product's split, timed (CAIRN_CUDA_GV_SPLIT unset or auto). Every split computes
  * the same bits (gemv_kernel's order depends on the row length only), so this picks a speed,
- * never a result. Layer 0's products and the output head run on inputs of zeros, each split
- * GV_TUNE_REPS launches in a row (launched as the decode step launches them), over
- * GV_TUNE_ROUNDS interleaved rounds; a split's time is its best round, and a larger split must
- * beat the best smaller one by 2 %. A split of more warps than the row has segments leaves
- * some idle and is not tried. The buffers it touches (x, att, gu, the position and the rope angles;
- * q, layer 0's key and value at position 0, the logits) are zeroed or are written before any step
- * reads them. A few milliseconds at load. */
+ * never a result. For each product, GV_TUNE_ROUNDS rounds (after one to warm up) queue behind
+ * a spin kernel, for each split in turn, GV_TUNE_REPS launches as the decode step launches them,
+ * each on the next layer's matrix (so that the weights come from memory, not from L2), between
+ * two events; a split's time is its best round, and a larger split must beat the best smaller
+ * one by 2 %. A split of more warps than the row has segments leaves some idle and is not tried.
+ * Inputs are zeros; what the products write (x, att, gu, the position and the rope angles are
+ * zeroed before and after; q, every layer's key and value at position 0 and the logits are written
+ * again before any step reads them) changes nothing a forward pass computes. About 2 ms a
+ * product and round: tens of milliseconds at load. */
 #define GV_TUNE_REPS 10
 #define GV_TUNE_ROUNDS 3
+#define GV_TUNE_SPIN_MS 2
 template <typename T> static int gv_tune_t(cuda_backend *b)
 {
     const cairn__model *m = b->base.model;
-    cudaEvent_t ev[2] = {NULL, NULL};
-    int rc = 0;
-    for (int i = 0; i < 2; i++)
-        if (!rc && cudaEventCreate(&ev[i]) != cudaSuccess)
+    cudaEvent_t ev[2 * GV_SPLITS] = {};
+    int rc = 0, khz = 0;
+    CU(b, cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, b->device), "cudaDeviceGetAttribute");
+    for (int i = 0; i < 2 * GV_SPLITS && !rc; i++)
+        if (cudaEventCreate(&ev[i]) != cudaSuccess)
             rc = cuda_err(b->e, b->elen, cudaGetLastError(), "cudaEventCreate (gemv tuning)");
     const struct {
         void *p;
@@ -1370,26 +1384,31 @@ template <typename T> static int gv_tune_t(cuda_backend *b)
             rc = cuda_err(b->e, b->elen, cudaGetLastError(), "cudaMemsetAsync (gemv tuning)");
     for (int p = 0; p < GVP_N && !rc; p++) {
         const int segs = gv_segs(gv_cols(b, p), (int)sizeof(T));
-        for (int r = 0; r <= GV_TUNE_ROUNDS && !rc; r++) /* round 0 warms up */
-            for (int sk = 1; sk <= GV_WARPS && sk <= segs && !rc; sk *= 2) {
+        for (int r = 0; r <= GV_TUNE_ROUNDS && !rc; r++) { /* round 0 warms up */
+            spin_kernel<<<1, 1, 0, b->stream>>>((long long)khz * GV_TUNE_SPIN_MS);
+            cudaError_t e = cudaGetLastError();
+            int last = 0;
+            for (int sk = 1; sk <= GV_WARPS && sk <= segs && !rc && e == cudaSuccess; sk *= 2) {
                 b->gv_sk[p] = sk;
-                cudaError_t e = cudaEventRecord(ev[0], b->stream);
+                last = gv_split_index(sk);
+                e = cudaEventRecord(ev[2 * last], b->stream);
                 for (int i = 0; i < GV_TUNE_REPS && !rc && e == cudaSuccess; i++)
-                    rc = layer_product<T>(b, p, 0, 1, 1);
+                    rc = layer_product<T>(b, p, i % m->n_layers, 1, 1);
                 if (!rc && e == cudaSuccess)
-                    e = cudaEventRecord(ev[1], b->stream);
-                if (!rc && e == cudaSuccess)
-                    e = cudaEventSynchronize(ev[1]);
-                float ms = 0.0f;
-                if (!rc && e == cudaSuccess)
-                    e = cudaEventElapsedTime(&ms, ev[0], ev[1]);
-                if (!rc && e != cudaSuccess)
-                    rc = cuda_err(b->e, b->elen, e, "gemv tuning");
-                float *us = &b->gv_us[p][gv_split_index(sk)];
-                const float t = 1e3f * ms / GV_TUNE_REPS;
-                if (!rc && r > 0 && (*us == 0.0f || t < *us))
-                    *us = t;
+                    e = cudaEventRecord(ev[2 * last + 1], b->stream);
             }
+            if (!rc && e == cudaSuccess)
+                e = cudaEventSynchronize(ev[2 * last + 1]);
+            for (int si = 0; si <= last && !rc && e == cudaSuccess && r > 0; si++) {
+                float ms = 0.0f;
+                e = cudaEventElapsedTime(&ms, ev[2 * si], ev[2 * si + 1]);
+                const float us = 1e3f * ms / GV_TUNE_REPS;
+                if (e == cudaSuccess && (b->gv_us[p][si] == 0.0f || us < b->gv_us[p][si]))
+                    b->gv_us[p][si] = us;
+            }
+            if (!rc && e != cudaSuccess)
+                rc = cuda_err(b->e, b->elen, e, "gemv tuning");
+        }
         int best = 1;
         for (int sk = 2; sk <= GV_WARPS && sk <= segs; sk *= 2)
             if (b->gv_us[p][gv_split_index(sk)] < 0.98f * b->gv_us[p][gv_split_index(best)])
@@ -1399,10 +1418,7 @@ template <typename T> static int gv_tune_t(cuda_backend *b)
     for (size_t i = 0; i < sizeof zero / sizeof *zero && !rc; i++)
         if (cudaMemsetAsync(zero[i].p, 0, zero[i].bytes, b->stream) != cudaSuccess)
             rc = cuda_err(b->e, b->elen, cudaGetLastError(), "cudaMemsetAsync (gemv tuning)");
-    if (!rc && (cudaMemsetAsync(b->d_overflow, 0, sizeof(int), b->stream) != cudaSuccess ||
-                cudaStreamSynchronize(b->stream) != cudaSuccess))
-        rc = cuda_err(b->e, b->elen, cudaGetLastError(), "gemv tuning");
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 2 * GV_SPLITS; i++)
         if (ev[i])
             cudaEventDestroy(ev[i]);
     if (!rc && b->prof) { /* the profile shows what was measured */
@@ -1422,11 +1438,40 @@ template <typename T> static int gv_tune_t(cuda_backend *b)
     return rc;
 }
 
+/* The timed splits (gv_tune_t), or, when the timing cannot run, split 1 everywhere: slower
+ * perhaps, the same bits. A launch refused with programmatic dependent launch is retried without
+ * it (as decode_step does); a fault that leaves the device unusable is an error. The range flag
+ * is cleared afterwards: the products ran on zeros, not on the model's activations. */
 static int gv_tune(cuda_backend *b)
 {
     if (!b->gv || b->gv_force)
         return 0;
-    return by_dtype(b, [&](auto t) { return gv_tune_t<decltype(t)>(b); });
+    for (int attempt = 0;; attempt++) {
+        memset(b->gv_us, 0, sizeof b->gv_us);
+        const int rc = by_dtype(b, [&](auto t) { return gv_tune_t<decltype(t)>(b); });
+        (void)cudaGetLastError();
+        const cudaError_t e = cudaStreamSynchronize(b->stream);
+        if (e != cudaSuccess)
+            return cuda_err(b->e, b->elen, e, "gemv tuning");
+        if (!rc)
+            break;
+        if (attempt == 0 && b->pdl) {
+            snprintf(b->pdl_err, sizeof b->pdl_err,
+                     "graph, without programmatic dependent launch (refused when timing the "
+                     "decode products): %s",
+                     b->e);
+            b->e[0] = '\0';
+            b->pdl = 0;
+            continue;
+        }
+        b->e[0] = '\0';
+        for (int p = 0; p < GVP_N; p++)
+            b->gv_sk[p] = 1;
+        memset(b->gv_us, 0, sizeof b->gv_us);
+        break;
+    }
+    CU(b, cudaMemset(b->d_overflow, 0, sizeof(int)), "cudaMemset");
+    return 0;
 }
 
 static int gemv_setup(cuda_backend *b)

@@ -575,9 +575,9 @@ __global__ void swiglu_kernel(const float *__restrict__ gu, int ff, int n, T *__
  * sizeof(T)); SK divides GV_WARPS */
 #define GV_WARPS 8
 #define GV_ROWS 2 /* rows a warp computes at once: a rope pair is one warp's */
-/* 16-byte pieces of each row a lane has in flight. The split-1 variants use 48-62 registers, so
- * an SM holds 4 blocks (one more register falls to 3, and __launch_bounds__ asking for 4 blocks
- * makes the compiler spill instead); the split ones 64-76, 3 or 4 blocks: the host sizes each
+/* 16-byte pieces of each row a lane has in flight. With 64 registers or fewer (every f16 and
+ * bf16 variant, and f32 at splits 1 and 8) an SM holds 4 blocks; f32 at splits 2 and 4 takes 71,
+ * 3 blocks (__launch_bounds__ asking for 4 makes the compiler spill instead): the host sizes each
  * split's grid from its own occupancy. */
 #define GV_U 4
 #define GV_SEG (32 * GV_U) /* pieces a segment: the unit of the summation order */

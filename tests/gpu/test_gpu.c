@@ -179,7 +179,13 @@ static void check_case_cache(const gcase *c, int cache_f16)
     rc = cairn__backend_forward(b, PROMPT, NP, 0, bat, 1);
     const double e1 = rel_err(bat, ref, NP * V);
     diag("%s: prompt max rel diff %.3g, n_batch %d", name, e1, c->n_batch);
-    ok(rc == 0 && e1 <= c->tol, "%s: prompt path vs cpu: %.3g <= %g (%s)", name, e1, c->tol,
+    /* the CPU backend in place of CUDA (CAIRN_TEST_BACKEND=cpu) multiplies quantized weights
+     * by int8 activations: test_model's bound for that, not the device's */
+    const double tol = !is_cuda && (c->type == CAIRN__GGML_Q8_0 || c->type == CAIRN__GGML_Q4_0 ||
+                                    c->type == CAIRN__GGML_Q4_K || c->type == CAIRN__GGML_Q6_K)
+                           ? 3e-2
+                           : c->tol;
+    ok(rc == 0 && e1 <= tol, "%s: prompt path vs cpu: %.3g <= %g (%s)", name, e1, tol,
        rc ? cairn__backend_errmsg(b) : "ok");
     /* decode: one token at a time over the same positions (rewrites the cache from 0) */
     rc = 0;
@@ -187,9 +193,9 @@ static void check_case_cache(const gcase *c, int cache_f16)
         rc = cairn__backend_forward(b, &PROMPT[i], 1, i, dec + (size_t)i * V, 0);
     const double e2 = rel_err(dec, ref, NP * V), e3 = rel_err(dec, bat, NP * V);
     diag("%s: decode max rel diff %.3g (vs own prompt path %.3g)", name, e2, e3);
-    ok(rc == 0 && e2 <= c->tol, "%s: decode path vs cpu: %.3g <= %g (%s)", name, e2, c->tol,
+    ok(rc == 0 && e2 <= tol, "%s: decode path vs cpu: %.3g <= %g (%s)", name, e2, tol,
        rc ? cairn__backend_errmsg(b) : "ok");
-    ok(e3 <= c->tol, "%s: decode vs prompt path: %.3g <= %g", name, e3, c->tol);
+    ok(e3 <= tol, "%s: decode vs prompt path: %.3g <= %g", name, e3, tol);
     if (cuda)
         ok(strncmp(cuda->graph_status(b), "graph", 5) == 0,
            "%s: decode steps run as a CUDA graph (%s)", name, cuda->graph_status(b));
@@ -224,9 +230,11 @@ static void check_case(const gcase *c) { check_case_cache(c, 0); }
  * order fixed by its length; the backend times the splits at load and keeps the fastest): the
  * prompt decoded token by token at splits 1, 2, 4 and 8 and at the timed choice gives the same
  * logits, bit for bit. The shapes give rows of one segment (128 pieces of 16 bytes) and of several,
- * with a partial last segment and piece, read 16 bytes at a time and element by element. */
+ * with a partial last segment and piece, read 16 bytes at a time and element by element; a
+ * vocabulary of 9001 (0: the default) makes an output head of an odd number of rows that takes
+ * the blocks several rounds, so the segment sums' shared memory is reused between rounds. */
 static void check_split_bits(const char *arch, uint32_t type, int dim, int heads, int kv, int ff,
-                             const char *dtype)
+                             int vocab, const char *dtype)
 {
     mk_spec s;
     mk_spec_default(&s);
@@ -236,10 +244,13 @@ static void check_split_bits(const char *arch, uint32_t type, int dim, int heads
     s.n_heads = heads;
     s.n_kv_heads = kv;
     s.ff = ff;
+    if (vocab)
+        s.vocab = vocab;
     s.seed = 77 + (uint64_t)dim;
     char name[128], err[256];
-    snprintf(name, sizeof name, "split bits: %s %s%s%s dim %d ff %d", arch,
-             cairn__ggml_type_name(type), dtype ? " as " : "", dtype ? dtype : "", dim, ff);
+    snprintf(name, sizeof name, "split bits: %s %s%s%s dim %d ff %d vocab %d", arch,
+             cairn__ggml_type_name(type), dtype ? " as " : "", dtype ? dtype : "", dim, ff,
+             s.vocab);
     mk_loaded L;
     int rc = mk_load(&s, &L, err, sizeof err);
     const size_t V = (size_t)s.vocab;
@@ -984,10 +995,10 @@ int main(void)
     check_case(&s2);
     check_case_cache(&k1, 1);
     g_split = NULL;
-    check_split_bits("llama", CAIRN__GGML_F16, 256, 4, 2, 4104, NULL);   /* down: 5 segments */
-    check_split_bits("qwen2", CAIRN__GGML_F32, 1032, 12, 4, 1100, NULL); /* 3 segments each */
-    check_split_bits("llama", CAIRN__GGML_F16, 100, 2, 1, 2052, NULL);   /* element by element */
-    check_split_bits("llama", CAIRN__GGML_BF16, 512, 8, 2, 2048, "bf16");
+    check_split_bits("llama", CAIRN__GGML_F16, 256, 4, 2, 4104, 0, NULL); /* down: 5 segments */
+    check_split_bits("qwen2", CAIRN__GGML_F32, 1032, 12, 4, 1100, 9001, NULL); /* 3 each */
+    check_split_bits("llama", CAIRN__GGML_F16, 100, 2, 1, 2052, 0, NULL); /* element by element */
+    check_split_bits("llama", CAIRN__GGML_BF16, 512, 8, 2, 2048, 0, "bf16");
     /* long prompts: head 128 with GQA 2:1 (NEOX), head 256 (the attention kernel's limit); the
      * first also over f16 caches (many keys per split) */
     check_long(512, 4, 2, "qwen2", 0);
