@@ -25,7 +25,7 @@
  * each row pair over 2, 4 or 8 warps so that enough loads are in flight (the first H200 run
  * measured those products at a third of the wide ones' bandwidth with one warp a pair). Every
  * split computes the same bits, so the split of each of a layer's products and of the output
- * head is simply timed on the device when the backend is created (gv_tune: a few milliseconds)
+ * head is simply timed on the device when the backend is created (gv_tune: tens of milliseconds)
  * and the fastest kept; CAIRN_CUDA_GV_SPLIT=1|2|4|8 forces one.
  * CAIRN_CUDA_GEMV=cublas runs them through cuBLAS as above, the peer bench-llm measures it
  * against. Prompt chunks of more than one token always use cuBLAS. A single token's attention

@@ -310,7 +310,7 @@ if [ -n "$MODE" ]; then
     # the 1.7B one's splits as timed at load, and its profile
     echo "### 2B F16, CAIRN_CUDA_PROFILE=1" | tee "$LOGS/sweep.txt"
     CAIRN_CUDA_PROFILE=1 timeout 60 "$BIN_BENCH" --sizes 2B --types F16 --backend cuda --prompt 16 \
-        --gen 24 2>&1 | grep -A40 '^cuda gemv splits' |
+        --gen 24 2>&1 | grep -A40 '^cuda gemv splits' | awk '/prompt chunks/{exit} 1' |
         grep -vE 'sort key|sample weights|cub::|sampling kernel' | head -40 | tee -a "$LOGS/sweep.txt"
     # last, the CPU peer row: if the call's limit cuts something, let it be this
     run_bench 60 --sizes 1B --types F16 --backend cpu --prompt 128 --gen 32
