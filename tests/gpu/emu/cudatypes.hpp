@@ -114,5 +114,15 @@ template <class P> static inline P __ldcs(const P *p)
     memcpy(&v, p, sizeof v); // (a plain copy: the host tolerates the misalignment)
     return v;
 }
+// the attention kernels' global-memory synchronisation: blocks run one after another here, so an
+// atomic is a plain update, a fence nothing, and a load that bypasses L1 a plain load
+template <class P> static inline P __ldcg(const P *p) { return *p; }
+static inline int atomicAdd(int *p, int v)
+{
+    const int old = *p;
+    *p = old + v;
+    return old;
+}
+static inline void __threadfence() {}
 #define __restrict__
 #define __align__(n)

@@ -114,9 +114,16 @@ static std::mt19937 rng(12345);
 
 void emu_launch(const char *name, unsigned grid, unsigned block, std::function<void()> body)
 {
+    emu_launch2(name, grid, 1, block, body);
+}
+
+void emu_launch2(const char *name, unsigned gx, unsigned gy, unsigned block,
+                 std::function<void()> body)
+{
+    const unsigned grid = gx * gy;
     emu_kernel = name;
     g_body = &body;
-    gridDim = {grid, 1, 1};
+    gridDim = {gx, gy, 1};
     blockDim = {block, 1, 1};
     if (F.size() < block) {
         size_t old = F.size();
@@ -131,7 +138,7 @@ void emu_launch(const char *name, unsigned grid, unsigned block, std::function<v
         std::shuffle(border.begin(), border.end(), rng);
     for (unsigned bi = 0; bi < grid; bi++) {
         const unsigned b = border[bi];
-        blockIdx = {b, 0, 0};
+        blockIdx = {b % gx, b / gx, 0};
         for (auto *s : registry())
             s->launch_reset();
         emu_phase = 0;

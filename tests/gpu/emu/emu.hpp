@@ -107,6 +107,29 @@ inline void emu_access(emu_shadow &s, const char *name, int idx, char kind)
     }
 }
 
+template <class T> struct SH : emu_shared_base { // a __shared__ scalar
+    T v;
+    emu_shadow s;
+    SH() { emu_register(this); }
+    void launch_reset() override
+    {
+        memset(&v, 0xcd, sizeof v);
+        s = emu_shadow();
+    }
+    void phase_reset() override { s.rd.reset(), s.wr.reset(), s.at.reset(); }
+    operator T()
+    {
+        emu_access(s, "scalar", 0, 'r');
+        return v;
+    }
+    SH &operator=(T x)
+    {
+        emu_access(s, "scalar", 0, 'w');
+        v = x;
+        return *this;
+    }
+};
+
 template <class T, int N> struct SHA : emu_shared_base {
     T v[N];
     emu_shadow s[N];
@@ -150,6 +173,24 @@ template <class T, int N> struct SHA : emu_shared_base {
         }
     }
     ref operator[](long i) { return ref{this, i}; }
+};
+
+// a __shared__ T a[N][M]: a[i][j] is element i * M + j of one checked array
+template <class T, int N, int M> struct SHA2 {
+    SHA<T, N * M> a;
+    struct row {
+        SHA<T, N * M> *a;
+        long i;
+        typename SHA<T, N * M>::ref operator[](long j) const
+        {
+            if (j < 0 || j >= M) {
+                emu_report("SHARED-OOB", std::string(emu_kernel) + ": inner index out of range");
+                abort();
+            }
+            return (*a)[i * M + j];
+        }
+    };
+    row operator[](long i) { return row{&a, i}; }
 };
 
 // ---- barriers and warp collectives
@@ -289,9 +330,12 @@ template <class U> struct emu_dyn_t::ptr {
     template <class V> emu_dyn_t::ptr<V> cast() const { return emu_dyn_t::ptr<V>{d, off}; }
 };
 extern emu_dyn_t emu_dyn;
-extern std::function<void(unsigned)> emu_block_end; // called after each block with blockIdx.x
+extern std::function<void(unsigned)> emu_block_end; // after each block, with its linear index
 
 // runs body on grid x block threads, block by block; order: 0 forward, 1 reverse, 2 shuffled
 void emu_launch(const char *name, unsigned grid, unsigned block, std::function<void()> body);
+// the same over a grid of gx x gy blocks (blockIdx.x fastest)
+void emu_launch2(const char *name, unsigned gx, unsigned gy, unsigned block,
+                 std::function<void()> body);
 extern int emu_order;
 template <class P> inline void emu_prefetch(P) {} // the L2 prefetch: a hint, no effect here

@@ -4,7 +4,8 @@
 usage: gen.py KERNELS_CUDA_CUH OUT
 
 Copies, verbatim, the parts of the kernel header that the single-token product (gemv_kernel)
-and its references (rmsnorm_kernel, swiglu_kernel, qkv_post_kernel) are made of, then rewrites
+and its references (rmsnorm_kernel, swiglu_kernel, qkv_post_kernel) and the attention kernels
+(attention_kernel, attention_split_kernel) are made of, then rewrites
 the few lines the host compiler cannot take as they are: shared memory becomes the emulator's
 checked objects (emu.hpp), the L2 prefetch a no-op. Each rewrite must match exactly once: when
 the kernel's text changes under one, this script stops and names it, and the rule is updated
@@ -29,6 +30,7 @@ code = "".join([
     section("#define CK_THREADS", "---- element conversions"),
     section("---- element conversions", "CPU reference: the rope angle table"),
     section("---- bias, rope and the KV cache", "---- attention ----"),
+    section("---- attention ----", "one element of swiglu_kernel"),
     section("one element of swiglu_kernel", "CPU reference: cairn__f32_to_f16"),
 ])
 
@@ -49,6 +51,20 @@ RULES = [
      "__device__ __forceinline__ void gv_segment_done("),
     ("float tot[GV_ROWS], float *part,", "float tot[GV_ROWS], PART part, // EMU"),
     ('asm volatile("prefetch.global.L2 [%0];" ::"l"(', "emu_prefetch(( // EMU"),
+    # the attention kernels' shared memory
+    ("template <int WARPS> struct att_smem {",
+     "template <int WARPS> struct att_smem_emu { // EMU\n"
+     "    SHA<float, WARPS> m, l;\n"
+     "    SHA2<float, WARPS, ATT_MAX_HD> acc;\n"
+     "};\n"
+     "template <int WARPS> struct att_smem {"),
+    ("int hi, att_smem<WARPS> &sm,", "int hi, att_smem_emu<WARPS> &sm, // EMU\n"),
+    ("att_block_out(const att_smem<WARPS> &sm,", "att_block_out(att_smem_emu<WARPS> &sm, // EMU\n"),
+    ("__shared__ att_smem<WARPS> sm;\n    __shared__ int is_last;",
+     "static att_smem_emu<WARPS> sm; // EMU\n    static SH<int> is_last; // EMU"),
+    ("__shared__ att_smem<WARPS> sm;", "static att_smem_emu<WARPS> sm; // EMU"),
+    ("__shared__ float sw[ATT_MAX_SPLITS], sl[ATT_MAX_SPLITS];",
+     "static SHA<float, ATT_MAX_SPLITS> sw, sl; // EMU"),
 ]
 for i, (old, new) in enumerate(RULES):
     n = code.count(old)
