@@ -551,11 +551,21 @@ static int attend(cuda_backend *b, int n, const C *kc, const C *vc)
                   (const int *)b->d_pos, m->n_heads, m->n_kv_heads, hd, scale, b->att_part,
                   b->att_count, att, (int *)b->d_overflow),
            "attention kernel");
-    else
-        attention_kernel<T, ATT_WARPS, 1, C>
-            <<<dim3((unsigned)m->n_heads, (unsigned)n), ATT_WARPS * 32, 0, b->stream>>>(
-                b->qkv, b->qkv_dim, kc, vc, b->d_pos, m->n_heads, m->n_kv_heads, hd, scale, att,
-                b->d_overflow);
+    else { /* a prompt chunk: tiles of tokens, sized by the head (hd <= ATT_MAX_HD = 256) */
+        const dim3 blk(ATT_TILE_WARPS * 32);
+#define ATT_TILE(TQ, KC, HDM)                                                                      \
+    attention_tile_kernel<T, TQ, KC, HDM, C>                                                       \
+        <<<dim3((unsigned)m->n_heads, (unsigned)((n + TQ - 1) / TQ)), blk, 0, b->stream>>>(        \
+            b->qkv, b->qkv_dim, kc, vc, b->d_pos, n, m->n_heads, m->n_kv_heads, hd, scale, att,    \
+            b->d_overflow)
+        if (hd <= 64)
+            ATT_TILE(16, 32, 64);
+        else if (hd <= 128)
+            ATT_TILE(16, 32, 128);
+        else
+            ATT_TILE(8, 16, 256);
+#undef ATT_TILE
+    }
     LAUNCHED(b, "attention kernel");
     return 0;
 }

@@ -26,10 +26,10 @@
 #include <stdint.h>
 
 #define CK_THREADS 256 /* threads per block of the row kernels */
-#define ATT_WARPS 8    /* warps per (token, head) block of the attention kernel: prompt chunks */
-#define ATT_DECODE_WARPS 8 /* and a single token's splits (80 registers: 3 blocks an SM) */
-#define ATT_DECODE_U 4     /* keys a decode warp loads at once */
-#define ATT_MAX_HD 256     /* largest head dimension the attention kernel holds in registers */
+#define ATT_DECODE_WARPS                                                                           \
+    8 /* warps a block of a single token's attention (80 registers: 3 blocks an SM) */
+#define ATT_DECODE_U 4 /* keys a decode warp loads at once */
+#define ATT_MAX_HD 256 /* largest head dimension the attention kernel holds in registers */
 
 /* ---- element conversions --------------------------------------------------------------------- */
 
@@ -292,14 +292,14 @@ __global__ void qkv_post_kernel(float *__restrict__ qkv, int ld, qkv_args a)
  * another. The warps' partial results then meet in shared memory: the block's largest score M,
  * its sum L of exp(score - M) and its unnormalized output exp(score - M) @ V.
  *
- * attention_kernel (prompt chunks): one block per (head, token) over all its keys, ATT_WARPS
- * warps with single keys (fewer registers, more blocks per SM); out = output / L.
  * attention_split_kernel (a single token): n_heads blocks alone would leave most of the GPU
  * idle while each waits on its keys one group after another, so the keys are split over
  * att_splits(n_heads) blocks per head (flash-decoding). Each block leaves its (M, L, output) in
  * part; the last block of a head to finish (a counter per head, which it resets) merges the
  * splits in order 0, 1, ... and writes the head's output. Every order is fixed, so a step
  * computes the same bits each time; the split count depends on the model only.
+ * attention_tile_kernel (prompt chunks, below): a tile of tokens of one head a block, sharing
+ * each key and value the cache gives among the tile's queries.
  * C is the cache's element type, float or __half (widened exactly as it is read: the float
  * arithmetic on the widened values, as on the CPU). hd <= ATT_MAX_HD */
 /* blocks a single token's attention aims at, over all heads: one wave on an H100/H200 (132 SMs,
@@ -412,22 +412,97 @@ __device__ __forceinline__ float att_block_out(const att_smem<WARPS> &sm, float 
     return s;
 }
 
-/* grid (n_heads, n), block WARPS * 32 */
-template <typename T, int WARPS, int U, typename C>
-__global__ void __launch_bounds__(WARPS * 32)
-    attention_kernel(const float *__restrict__ qkv, int ld, const C *__restrict__ kc,
-                     const C *__restrict__ vc, const int *__restrict__ pos, int n_heads, int n_kv,
-                     int hd, float scale, T *__restrict__ out, int *__restrict__ ovf)
+/* CPU reference: attention_range (gpu/backend_cpu.c), for a prompt chunk.
+ * The prompt's attention, a tile of TQ consecutive tokens of one head per block (flash
+ * attention on the CUDA cores): the block stages the tile's q rows once, then walks the keys in
+ * chunks of KC, staging each chunk's K and V rows (widened to float) in shared memory, where
+ * every query of the tile reads them: the cache is read once per tile rather than once per
+ * token. Warp w takes the tile's queries w, w + ATT_TILE_WARPS, ...; for each, lane t scores
+ * key c0 + t of the chunk (masked past the query's own position), the warp keeps the online
+ * softmax's running max and sum, and lane l accumulates output elements l, l + 32, ... with each
+ * key's weight taken from its lane by a shuffle. Rows of Qs and Ks are HDM + 1 floats apart so
+ * that the 32 lanes reading 32 different keys' element e hit 32 different banks.
+ * qkv (n, ld) rows [q | k | v], token i at position *pos + i; the cache holds positions up to
+ * the chunk's last; out (n, n_heads * hd). grid (n_heads, ceil(n / TQ)), block ATT_TILE_WARPS *
+ * 32; hd <= HDM, KC <= 32; shared memory (TQ + KC) (HDM + 1) + KC HDM floats (< 48 KB). */
+#define ATT_TILE_WARPS 8
+template <typename T, int TQ, int KC, int HDM, typename C>
+__global__ void __launch_bounds__(ATT_TILE_WARPS * 32)
+    attention_tile_kernel(const float *__restrict__ qkv, int ld, const C *__restrict__ kc,
+                          const C *__restrict__ vc, const int *__restrict__ pos, int n, int n_heads,
+                          int n_kv, int hd, float scale, T *__restrict__ out, int *__restrict__ ovf)
 {
-    __shared__ att_smem<WARPS> sm;
-    const int h = blockIdx.x, i = blockIdx.y, last = *pos + i;
-    const int kv_dim = n_kv * hd, kvh = h / (n_heads / n_kv);
-    float M, L;
-    att_block<WARPS, U>(qkv + (size_t)i * (size_t)ld + (size_t)h * hd, kc + (size_t)kvh * hd,
-                        vc + (size_t)kvh * hd, kv_dim, hd, scale, 0, last + 1, sm, &M, &L);
-    T *o = out + (size_t)i * (size_t)n_heads * hd + (size_t)h * hd;
-    for (int e = threadIdx.x; e < hd; e += blockDim.x)
-        o[e] = to_t_checked<T>(att_block_out(sm, M, e) / L, ovf);
+    static_assert(KC <= 32 && TQ % ATT_TILE_WARPS == 0 && HDM % 32 == 0, "tile shape");
+    constexpr int QPW = TQ / ATT_TILE_WARPS, NE = HDM / 32; /* queries a warp, elements a lane */
+    __shared__ float Qs[TQ][HDM + 1], Ks[KC][HDM + 1], Vs[KC][HDM];
+    const int h = blockIdx.x, i0 = blockIdx.y * TQ, lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    const int nq = n - i0 < TQ ? n - i0 : TQ, p0 = *pos + i0;
+    const int kv_dim = n_kv * hd, kvh = h / (n_heads / n_kv), keys = p0 + nq;
+    for (int j = threadIdx.x; j < nq * hd; j += blockDim.x)
+        Qs[j / hd][j % hd] = qkv[(size_t)(i0 + j / hd) * (size_t)ld + (size_t)h * hd + j % hd];
+    float m[QPW], l[QPW], o[QPW][NE];
+#pragma unroll
+    for (int a = 0; a < QPW; a++) {
+        m[a] = -INFINITY;
+        l[a] = 0.0f;
+#pragma unroll
+        for (int k = 0; k < NE; k++)
+            o[a][k] = 0.0f;
+    }
+    for (int c0 = 0; c0 < keys; c0 += KC) {
+        __syncthreads(); /* the chunk before is read by every warp (and Qs written, the first time)
+                          */
+        for (int j = threadIdx.x; j < KC * hd; j += blockDim.x) {
+            const int t = j / hd, e = j % hd, key = c0 + t;
+            const size_t at = (size_t)key * (size_t)kv_dim + (size_t)kvh * hd + e;
+            Ks[t][e] = key < keys ? to_f32(kc[at]) : 0.0f;
+            Vs[t][e] = key < keys ? to_f32(vc[at]) : 0.0f;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int a = 0; a < QPW; a++) {
+            const int q = w + a * ATT_TILE_WARPS, p = p0 + q; /* this query's position */
+            if (q >= nq || c0 > p) /* warp-uniform: past the tile, or a chunk it does not see */
+                continue;
+            const int key = c0 + lane;
+            float sc = -INFINITY;
+            if (lane < KC && key <= p) {
+                float d = 0.0f;
+                for (int e = 0; e < hd; e++)
+                    d += Qs[q][e] * Ks[lane][e];
+                sc = d * scale;
+            }
+            float mc = sc;
+#pragma unroll
+            for (int off = 16; off > 0; off >>= 1)
+                mc = fmaxf(mc, __shfl_xor_sync(0xffffffffu, mc, off));
+            const float mn = fmaxf(m[a], mc);                       /* finite: key c0 <= p scored */
+            const float corr = expf(m[a] - mn), pt = expf(sc - mn); /* 0 for masked keys */
+            l[a] = l[a] * corr + warp_sum(pt);
+#pragma unroll
+            for (int k = 0; k < NE; k++)
+                o[a][k] *= corr;
+            for (int t = 0; t < KC; t++) {
+                const float pw = __shfl_sync(0xffffffffu, pt, t);
+#pragma unroll
+                for (int k = 0; k < NE; k++)
+                    if (lane + 32 * k < hd)
+                        o[a][k] += pw * Vs[t][lane + 32 * k];
+            }
+            m[a] = mn;
+        }
+    }
+#pragma unroll
+    for (int a = 0; a < QPW; a++) {
+        const int q = w + a * ATT_TILE_WARPS;
+        if (q >= nq)
+            continue;
+        T *orow = out + (size_t)(i0 + q) * (size_t)n_heads * hd + (size_t)h * hd;
+#pragma unroll
+        for (int k = 0; k < NE; k++)
+            if (lane + 32 * k < hd)
+                orow[lane + 32 * k] = to_t_checked<T>(o[a][k] / l[a], ovf);
+    }
 }
 
 /* One token (row 0 of qkv). part (n_heads, splits, 2 + hd): a split's M, L and unnormalized

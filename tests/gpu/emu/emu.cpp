@@ -176,8 +176,8 @@ void emu_launch2(const char *name, unsigned gx, unsigned gy, unsigned block,
                     continue; // others not there yet (or never: checked below)
                 const fiber &a = F[w0];
                 for (unsigned t = w0; t < w1; t++)
-                    if (F[t].line != a.line || F[t].op != a.op || F[t].off != a.off ||
-                        F[t].mask != 0xffffffffu)
+                    if (F[t].line != a.line || F[t].op != a.op ||
+                        (F[t].off != a.off && a.op != EMU_IDX) || F[t].mask != 0xffffffffu)
                         emu_report("WARP-DIVERGENCE",
                                    std::string(name) + ": lanes of one warp at different shuffles");
                 for (unsigned t = w0; t < w1; t++) {
@@ -187,6 +187,8 @@ void emu_launch2(const char *name, unsigned gx, unsigned gy, unsigned block,
                         src = lane ^ off;
                     else if (F[t].op == EMU_UP)
                         src = lane - off >= 0 ? lane - off : lane; // lanes < delta keep their own
+                    else if (F[t].op == EMU_IDX)
+                        src = off & 31; // the lane named
                     if (src >= (int)(w1 - w0))
                         src = lane;
                     F[t].out = F[w0 + src].in;

@@ -58,8 +58,12 @@ unsigned emu_tid();
 inline void emu_access(emu_shadow &s, const char *name, int idx, char kind)
 {
     const unsigned t = emu_tid();
-    std::bitset<EMU_MAXT> others_w = s.wr, others_r = s.rd, others_a = s.at;
-    others_w.reset(t), others_r.reset(t), others_a.reset(t);
+    /* whether a thread other than t is in the set (no copy of the sets: this runs on every
+     * access) */
+    const auto other = [t](const std::bitset<EMU_MAXT> &b) {
+        return b.test(t) ? b.count() > 1 : b.any();
+    };
+    const bool ow = other(s.wr), orr = other(s.rd), oa = other(s.at);
     char buf[256];
     if (kind == 'r') {
         if (!s.init) {
@@ -67,11 +71,11 @@ inline void emu_access(emu_shadow &s, const char *name, int idx, char kind)
                      emu_kernel, t, name, idx);
             emu_report("UNINIT-READ", buf);
         }
-        if (s.init && others_w.none() && others_a.none()) {
+        if (s.init && !ow && !oa) {
             s.rd.set(t);
             return;
         }
-        if (others_w.any() || others_a.any()) {
+        if (ow || oa) {
             snprintf(buf, sizeof buf,
                      "%s phase %ld: thread %u reads %s[%d] written by another thread in the same "
                      "phase (no barrier between)",
@@ -80,12 +84,11 @@ inline void emu_access(emu_shadow &s, const char *name, int idx, char kind)
         }
         s.rd.set(t);
     } else if (kind == 'w') {
-        if (others_w.any() || others_r.any() || others_a.any()) {
+        if (ow || orr || oa) {
             snprintf(buf, sizeof buf,
                      "%s phase %ld: thread %u writes %s[%d] also accessed by another thread in "
                      "the same phase (w%zu r%zu a%zu)",
-                     emu_kernel, emu_phase, t, name, idx, others_w.count(), others_r.count(),
-                     others_a.count());
+                     emu_kernel, emu_phase, t, name, idx, (size_t)ow, (size_t)orr, (size_t)oa);
             emu_report("RACE", buf);
         }
         s.wr.set(t);
@@ -96,7 +99,7 @@ inline void emu_access(emu_shadow &s, const char *name, int idx, char kind)
                      t, name, idx);
             emu_report("UNINIT-READ", buf);
         }
-        if (others_w.any() || others_r.any()) {
+        if (ow || orr) {
             snprintf(buf, sizeof buf,
                      "%s phase %ld: thread %u atomically updates %s[%d] that another thread "
                      "plainly reads/writes in the same phase",
@@ -133,15 +136,21 @@ template <class T> struct SH : emu_shared_base { // a __shared__ scalar
 template <class T, int N> struct SHA : emu_shared_base {
     T v[N];
     emu_shadow s[N];
+    bool dirty = true; /* accessed since the last launch_reset: only such arrays need resetting */
     SHA() { emu_register(this); }
     void launch_reset() override
     {
+        if (!dirty)
+            return;
         memset(v, 0xcd, sizeof v);
         for (auto &x : s)
             x = emu_shadow();
+        dirty = false;
     }
     void phase_reset() override
     {
+        if (!dirty)
+            return;
         for (auto &x : s)
             x.rd.reset(), x.wr.reset(), x.at.reset();
     }
@@ -151,12 +160,14 @@ template <class T, int N> struct SHA : emu_shared_base {
         operator T() const
         {
             a->check(i);
+            a->dirty = true;
             emu_access(a->s[i], "array", (int)i, 'r');
             return a->v[i];
         }
         ref &operator=(T x)
         {
             a->check(i);
+            a->dirty = true;
             emu_access(a->s[i], "array", (int)i, 'w');
             a->v[i] = x;
             return *this;
@@ -196,7 +207,7 @@ template <class T, int N, int M> struct SHA2 {
 // ---- barriers and warp collectives
 void emu_sync(int line);
 uint64_t emu_warp_coll(int op, unsigned mask, uint64_t bits, int off, int width, int line);
-enum { EMU_XOR = 1, EMU_UP = 2 };
+enum { EMU_XOR = 1, EMU_UP = 2, EMU_IDX = 3 };
 
 template <class T> T emu_shfl(int op, unsigned mask, T v, int off, int width, int line)
 {
@@ -211,6 +222,7 @@ template <class T> T emu_shfl(int op, unsigned mask, T v, int off, int width, in
 #define __syncthreads() emu_sync(__LINE__)
 #define __shfl_xor_sync(mask, v, o, ...) emu_shfl(EMU_XOR, (mask), (v), (o), 32, __LINE__)
 #define __shfl_up_sync(mask, v, o, ...) emu_shfl(EMU_UP, (mask), (v), (o), 32, __LINE__)
+#define __shfl_sync(mask, v, src, ...) emu_shfl(EMU_IDX, (mask), (v), (src), 32, __LINE__)
 
 // ---- dynamic shared memory (extern __shared__): an exact-size heap buffer, a shadow per 2-byte
 // unit (last writer and reader, with their phase), bounds and alignment checks on every access

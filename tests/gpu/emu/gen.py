@@ -5,7 +5,7 @@ usage: gen.py KERNELS_CUDA_CUH OUT
 
 Copies, verbatim, the parts of the kernel header that the single-token product (gemv_kernel)
 and its references (rmsnorm_kernel, swiglu_kernel, qkv_post_kernel) and the attention kernels
-(attention_kernel, attention_split_kernel) are made of, then rewrites
+(attention_split_kernel, attention_tile_kernel) are made of, then rewrites
 the few lines the host compiler cannot take as they are: shared memory becomes the emulator's
 checked objects (emu.hpp), the L2 prefetch a no-op. Each rewrite must match exactly once: when
 the kernel's text changes under one, this script stops and names it, and the rule is updated
@@ -62,7 +62,10 @@ RULES = [
     ("att_block_out(const att_smem<WARPS> &sm,", "att_block_out(att_smem_emu<WARPS> &sm, // EMU\n"),
     ("__shared__ att_smem<WARPS> sm;\n    __shared__ int is_last;",
      "static att_smem_emu<WARPS> sm; // EMU\n    static SH<int> is_last; // EMU"),
-    ("__shared__ att_smem<WARPS> sm;", "static att_smem_emu<WARPS> sm; // EMU"),
+    ("__shared__ float Qs[TQ][HDM + 1], Ks[KC][HDM + 1], Vs[KC][HDM];",
+     "static SHA2<float, TQ, HDM + 1> Qs; // EMU\n"
+     "    static SHA2<float, KC, HDM + 1> Ks; // EMU\n"
+     "    static SHA2<float, KC, HDM> Vs; // EMU"),
     ("__shared__ float sw[ATT_MAX_SPLITS], sl[ATT_MAX_SPLITS];",
      "static SHA<float, ATT_MAX_SPLITS> sw, sl; // EMU"),
 ]
