@@ -14,6 +14,8 @@
 // `test_attention_emu` takes no arguments.
 #include "kernels_emu.cuh"
 
+#include "emu_test.hpp"
+
 #include <algorithm>
 #include <random>
 #include <vector>
@@ -25,23 +27,12 @@ long emu_report_count();
 static std::mt19937_64 R(77);
 static float urand(float a, float b) { return std::uniform_real_distribution<float>(a, b)(R); }
 
-template <class T> static const char *tname();
-template <> const char *tname<float>() { return "f32"; }
-template <> const char *tname<__half>() { return "f16"; }
-template <> const char *tname<__nv_bfloat16>() { return "bf16"; }
 template <class C> static const char *cname();
 template <> const char *cname<float>() { return "f32 cache"; }
 template <> const char *cname<__half>() { return "f16 cache"; }
 
 static float widen(float v) { return v; }
 static float widen(__half v) { return __half2float(v); }
-
-template <class T> static uint32_t bits(T v)
-{
-    uint32_t b = 0;
-    memcpy(&b, &v, sizeof v);
-    return b;
-}
 
 // one layer's cache (n_ctx, n_kv * hd) and the q rows of n tokens (ld floats apart)
 template <class C> struct setup {
@@ -120,6 +111,19 @@ template <> int tindex<float>() { return 0; }
 template <> int tindex<__half>() { return 1; }
 template <> int tindex<__nv_bfloat16>() { return 2; }
 
+// out within the type's tolerance of the float64 ref, and the range flag clear
+template <class T>
+static bool within(const std::vector<T> &out, const std::vector<double> &ref, int ovf,
+                   const char *what)
+{
+    const double e = rel_err(out, ref);
+    g_worst[tindex<T>()] = std::max(g_worst[tindex<T>()], e / tolerance<T>());
+    if (e <= tolerance<T>() && !ovf)
+        return true;
+    diag("%s: error %.3g (tolerance %g), flag %d", what, e, tolerance<T>(), ovf);
+    return false;
+}
+
 // one token at position pos through attention_split_kernel, in two block orders
 template <class T, class C> static bool decode_case(int n_heads, int n_kv, int hd, int pos)
 {
@@ -141,13 +145,10 @@ template <class T, class C> static bool decode_case(int n_heads, int n_kv, int h
                 count.data(), out.data(), &ovf);
         });
         emu_order = 0;
-        const double e = rel_err(out, ref);
-        g_worst[tindex<T>()] = std::max(g_worst[tindex<T>()], e / tolerance<T>());
-        if (e > tolerance<T>() || ovf) {
-            diag("%s %s heads %d/%d hd %d pos %d order %d: error %.3g (tolerance %g), flag %d",
-                 tname<T>(), cname<C>(), n_heads, n_kv, hd, pos, order, e, tolerance<T>(), ovf);
-            good = false;
-        }
+        char what[96];
+        snprintf(what, sizeof what, "%s %s heads %d/%d hd %d pos %d order %d", tname<T>(),
+                 cname<C>(), n_heads, n_kv, hd, pos, order);
+        good &= within(out, ref, ovf, what);
         for (int h = 0; h < n_heads; h++)
             if (count[h] != 0) {
                 diag("%s heads %d pos %d: head %d's counter left at %d", tname<T>(), n_heads, pos,
@@ -192,14 +193,10 @@ template <class T, class C> static bool prompt_case(int n_heads, int n_kv, int h
     else
         run(attention_tile_kernel<T, 8, 16, 256, C>, 8);
     emu_order = 0;
-    const double e = rel_err(out, ref);
-    g_worst[tindex<T>()] = std::max(g_worst[tindex<T>()], e / tolerance<T>());
-    if (e > tolerance<T>() || ovf) {
-        diag("%s %s prompt heads %d/%d hd %d pos %d n %d: error %.3g (tolerance %g), flag %d",
-             tname<T>(), cname<C>(), n_heads, n_kv, hd, pos, n, e, tolerance<T>(), ovf);
-        return false;
-    }
-    return true;
+    char what[96];
+    snprintf(what, sizeof what, "%s %s prompt heads %d/%d hd %d pos %d n %d", tname<T>(),
+             cname<C>(), n_heads, n_kv, hd, pos, n);
+    return within(out, ref, ovf, what);
 }
 
 // the (head, kv head, head dimension) shapes: plain, grouped 4:1 and 7:1 (Qwen2.5-0.5B), the

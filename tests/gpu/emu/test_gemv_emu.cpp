@@ -19,6 +19,8 @@
 // device). `test_gemv_emu [LEVEL]`: 0 (the default, about a minute and a half) or 1, 2 (larger
 // matrices).
 #include "kernels_emu.cuh"
+
+#include "emu_test.hpp"
 #include <algorithm>
 #include <cinttypes>
 #include <random>
@@ -32,18 +34,7 @@ long emu_report_count();
 static std::mt19937_64 R(2024);
 static double urand(double a, double b) { return std::uniform_real_distribution<double>(a, b)(R); }
 
-template <class T> static const char *tname();
-template <> const char *tname<float>() { return "f32"; }
-template <> const char *tname<__half>() { return "f16"; }
-template <> const char *tname<__nv_bfloat16>() { return "bf16"; }
 static const char *inname[] = {"PLAIN", "NORM", "SWIGLU"};
-
-template <class T> static uint32_t bits(T v)
-{
-    uint32_t b = 0;
-    memcpy(&b, &v, sizeof v);
-    return b;
-}
 
 // exact-size heap buffer, optionally offset by `mis` bytes (a misaligned base)
 template <class U> struct buf {
