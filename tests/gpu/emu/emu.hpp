@@ -133,6 +133,15 @@ template <class T> struct SH : emu_shared_base { // a __shared__ scalar
     }
 };
 
+// atomicMin on a __shared__ int (the device sampler's first index)
+inline int atomicMin(SH<int> *p, int val)
+{
+    emu_access(p->s, "scalar(atomic)", 0, 'a');
+    const int old = p->v;
+    p->v = old < val ? old : val;
+    return old;
+}
+
 template <class T, int N> struct SHA : emu_shared_base {
     T v[N];
     emu_shadow s[N];
