@@ -14,12 +14,11 @@
 // `test_attention_emu` takes no arguments.
 #include "kernels_emu.cuh"
 
-#include "emu_test.hpp"
-
 #include <algorithm>
 #include <random>
 #include <vector>
 
+#include "emu_test.hpp"
 #include "tests/tap.h"
 
 long emu_report_count();

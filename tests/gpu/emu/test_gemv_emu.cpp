@@ -20,13 +20,13 @@
 // matrices).
 #include "kernels_emu.cuh"
 
-#include "emu_test.hpp"
 #include <algorithm>
 #include <cinttypes>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "emu_test.hpp"
 #include "tests/tap.h"
 
 long emu_report_count();
@@ -69,7 +69,7 @@ struct gv_out {
     bool xs_same = true;           // every block staged the same bytes
 };
 
-static const int GV_BLOCKS = 4 * 132; // 4 blocks an SM (58 registers x 256 threads) x 132 SMs
+static const int GV_BLOCKS = 4 * 132; // an H200 at 4 blocks an SM (<= 64 registers x 256 threads)
 static int G_SK = 1;                  // the split of the runs below (a template parameter there)
 template <class T, int IN, int OUT, class... A> static void gemv_sk(A... a)
 {
