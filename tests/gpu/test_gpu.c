@@ -226,6 +226,19 @@ out:
 
 static void check_case(const gcase *c) { check_case_cache(c, 0); }
 
+/* mkmodel's defaults with this architecture, weight type and shape */
+static void shape_spec(mk_spec *s, const char *arch, uint32_t type, int dim, int heads, int kv,
+                       int ff)
+{
+    mk_spec_default(s);
+    s->arch = arch;
+    s->wtype = type;
+    s->dim = dim;
+    s->n_heads = heads;
+    s->n_kv_heads = kv;
+    s->ff = ff;
+}
+
 /* The decode products' split changes their speed, never a bit (gemv_kernel sums a row in an
  * order fixed by its length; the backend times the splits at load and keeps the fastest): the
  * prompt decoded token by token at splits 1, 2, 4 and 8 and at the timed choice gives the same
@@ -237,13 +250,7 @@ static void check_split_bits(const char *arch, uint32_t type, int dim, int heads
                              int vocab, const char *dtype)
 {
     mk_spec s;
-    mk_spec_default(&s);
-    s.arch = arch;
-    s.wtype = type;
-    s.dim = dim;
-    s.n_heads = heads;
-    s.n_kv_heads = kv;
-    s.ff = ff;
+    shape_spec(&s, arch, type, dim, heads, kv, ff);
     if (vocab)
         s.vocab = vocab;
     s.seed = 77 + (uint64_t)dim;
@@ -291,13 +298,7 @@ out:
 static void check_long(int dim, int heads, int kv, const char *arch, int cache_f16)
 {
     mk_spec s;
-    mk_spec_default(&s);
-    s.arch = arch;
-    s.dim = dim;
-    s.n_heads = heads;
-    s.n_kv_heads = kv;
-    s.ff = 2 * dim;
-    s.wtype = CAIRN__GGML_F16;
+    shape_spec(&s, arch, CAIRN__GGML_F16, dim, heads, kv, 2 * dim);
     s.ctx = 512;
     s.seed = 31 + (uint64_t)dim;
     char err[256];

@@ -4,6 +4,7 @@
 #include "emu.hpp"
 
 #include <algorithm>
+#include <cstdarg>
 #include <map>
 #include <random>
 
@@ -22,6 +23,15 @@ void emu_report(const char *kind, const std::string &msg)
         fprintf(stderr, "[emu] %s\n", k.c_str());
 }
 long emu_report_count() { return (long)g_reports.size(); }
+void emu_reportf(const char *kind, const char *fmt, ...)
+{
+    char buf[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    emu_report(kind, buf);
+}
 
 static std::vector<emu_shared_base *> &registry()
 {

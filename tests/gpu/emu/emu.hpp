@@ -40,6 +40,9 @@ void emu_report(const char *kind, const std::string &msg);
 extern const char *emu_kernel;
 extern long emu_phase;
 
+// emu_report with a printf format
+void emu_reportf(const char *kind, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 // ---- shared memory shadow
 enum { EMU_MAXT = 1024 };
 struct emu_shadow {
@@ -64,47 +67,42 @@ inline void emu_access(emu_shadow &s, const char *name, int idx, char kind)
         return b.test(t) ? b.count() > 1 : b.any();
     };
     const bool ow = other(s.wr), orr = other(s.rd), oa = other(s.at);
-    char buf[256];
     if (kind == 'r') {
         if (!s.init) {
-            snprintf(buf, sizeof buf, "%s: thread %u reads %s[%d] never written in this block",
-                     emu_kernel, t, name, idx);
-            emu_report("UNINIT-READ", buf);
+            emu_reportf("UNINIT-READ", "%s: thread %u reads %s[%d] never written in this block",
+                        emu_kernel, t, name, idx);
         }
         if (s.init && !ow && !oa) {
             s.rd.set(t);
             return;
         }
         if (ow || oa) {
-            snprintf(buf, sizeof buf,
-                     "%s phase %ld: thread %u reads %s[%d] written by another thread in the same "
-                     "phase (no barrier between)",
-                     emu_kernel, emu_phase, t, name, idx);
-            emu_report("RACE", buf);
+            emu_reportf(
+                "RACE",
+                "%s phase %ld: thread %u reads %s[%d] written by another thread in the same "
+                "phase (no barrier between)",
+                emu_kernel, emu_phase, t, name, idx);
         }
         s.rd.set(t);
     } else if (kind == 'w') {
         if (ow || orr || oa) {
-            snprintf(buf, sizeof buf,
-                     "%s phase %ld: thread %u writes %s[%d] also accessed by another thread in "
-                     "the same phase (w%zu r%zu a%zu)",
-                     emu_kernel, emu_phase, t, name, idx, (size_t)ow, (size_t)orr, (size_t)oa);
-            emu_report("RACE", buf);
+            emu_reportf("RACE",
+                        "%s phase %ld: thread %u writes %s[%d] also accessed by another thread in "
+                        "the same phase (w%zu r%zu a%zu)",
+                        emu_kernel, emu_phase, t, name, idx, (size_t)ow, (size_t)orr, (size_t)oa);
         }
         s.wr.set(t);
         s.init = true;
     } else { // atomic read-modify-write
         if (!s.init) {
-            snprintf(buf, sizeof buf, "%s: thread %u atomics on %s[%d] never written", emu_kernel,
-                     t, name, idx);
-            emu_report("UNINIT-READ", buf);
+            emu_reportf("UNINIT-READ", "%s: thread %u atomics on %s[%d] never written", emu_kernel,
+                        t, name, idx);
         }
         if (ow || orr) {
-            snprintf(buf, sizeof buf,
-                     "%s phase %ld: thread %u atomically updates %s[%d] that another thread "
-                     "plainly reads/writes in the same phase",
-                     emu_kernel, emu_phase, t, name, idx);
-            emu_report("RACE", buf);
+            emu_reportf("RACE",
+                        "%s phase %ld: thread %u atomically updates %s[%d] that another thread "
+                        "plainly reads/writes in the same phase",
+                        emu_kernel, emu_phase, t, name, idx);
         }
         s.at.set(t);
     }
