@@ -114,6 +114,14 @@ template <typename A> __device__ A block_sum(A v)
 /* ---- kernels ----------------------------------------------------------------------------------
  */
 
+/* Elements a thread loads at once in the loops over a row (embed_kernel, rmsnorm_row,
+ * gemv_kernel's prologues): thread t takes elements t, t + B, t + 2B, ... (B = blockDim.x) in
+ * batches of ROW_U, every load of a batch issued before the first is used. A loop that loaded one
+ * element, used it and went on waited a whole memory latency per element: 56 of them for a
+ * 14336-wide SwiGLU input, which cost a decode product more than its weights did. The order in
+ * which a thread's elements are used is the same either way. */
+#define ROW_U 8
+
 /* CPU reference: cairn__mat_row (gpu/kernels_cpu.c), per token in forward_chunk.
  * emb (n_vocab, dim)[tokens[i]] -> x (n, dim); grid (n), block CK_THREADS */
 template <typename T>
@@ -122,8 +130,17 @@ __global__ void embed_kernel(const T *__restrict__ emb, const int *__restrict__ 
 {
     const T *r = emb + (size_t)tokens[blockIdx.x] * (size_t)dim;
     float *o = x + (size_t)blockIdx.x * (size_t)dim;
-    for (int k = threadIdx.x; k < dim; k += blockDim.x)
-        o[k] = to_f32(r[k]);
+    const int B = blockDim.x;
+    for (int k0 = threadIdx.x; k0 < dim; k0 += ROW_U * B) { /* in batches, as rmsnorm_row */
+        float v[ROW_U];
+#pragma unroll
+        for (int j = 0; j < ROW_U; j++)
+            v[j] = k0 + j * B < dim ? to_f32(r[k0 + j * B]) : 0.0f;
+#pragma unroll
+        for (int j = 0; j < ROW_U; j++)
+            if (k0 + j * B < dim)
+                o[k0 + j * B] = v[j];
+    }
 }
 
 /* One row of rmsnorm_kernel by the whole block (every thread must call it): the fused decode
@@ -133,13 +150,33 @@ template <typename T>
 __device__ void rmsnorm_row(const float *__restrict__ xr, const float *__restrict__ w, int dim,
                             float eps, T *__restrict__ o, int *__restrict__ ovf)
 {
+    const int B = blockDim.x;
     double ss = 0.0;
-    for (int k = threadIdx.x; k < dim; k += blockDim.x)
-        ss += (double)xr[k] * (double)xr[k];
+    for (int k0 = threadIdx.x; k0 < dim; k0 += ROW_U * B) {
+        float v[ROW_U];
+#pragma unroll
+        for (int j = 0; j < ROW_U; j++)
+            v[j] = k0 + j * B < dim ? xr[k0 + j * B] : 0.0f;
+#pragma unroll
+        for (int j = 0; j < ROW_U; j++)
+            if (k0 + j * B < dim)
+                ss += (double)v[j] * (double)v[j];
+    }
     ss = block_sum(ss);
     const float scale = (float)(1.0 / sqrt(ss / (double)dim + (double)eps));
-    for (int k = threadIdx.x; k < dim; k += blockDim.x)
-        o[k] = to_t_checked<T>(__fmul_rn(__fmul_rn(xr[k], scale), w[k]), ovf);
+    for (int k0 = threadIdx.x; k0 < dim; k0 += ROW_U * B) {
+        float v[ROW_U], wv[ROW_U];
+#pragma unroll
+        for (int j = 0; j < ROW_U; j++) {
+            const bool in = k0 + j * B < dim;
+            v[j] = in ? xr[k0 + j * B] : 0.0f;
+            wv[j] = in ? w[k0 + j * B] : 0.0f;
+        }
+#pragma unroll
+        for (int j = 0; j < ROW_U; j++)
+            if (k0 + j * B < dim)
+                o[k0 + j * B] = to_t_checked<T>(__fmul_rn(__fmul_rn(v[j], scale), wv[j]), ovf);
+    }
 }
 
 /* CPU reference: cairn__rmsnorm (gpu/kernels_cpu.c): sum of squares in double, then
@@ -795,14 +832,35 @@ __global__ void __launch_bounds__(GV_WARPS * 32)
     pdl_wait(); /* from here on, the input and y: written by the kernels before */
     if (IN == GV_NORM)
         rmsnorm_row<T>((const float *)in, nw, cols, eps, xs, ovf);
-    else if (IN == GV_SWIGLU) {
+    else if (IN == GV_SWIGLU) { /* in batches of ROW_U, as rmsnorm_row */
         const float *gu = (const float *)in;
-        for (int k = threadIdx.x; k < cols; k += blockDim.x)
-            xs[k] = swiglu_elt<T>(gu[k], gu[cols + k], ovf);
+        const int B = blockDim.x;
+        for (int k0 = threadIdx.x; k0 < cols; k0 += ROW_U * B) {
+            float g[ROW_U], u[ROW_U];
+#pragma unroll
+            for (int j = 0; j < ROW_U; j++) {
+                const bool in_row = k0 + j * B < cols;
+                g[j] = in_row ? gu[k0 + j * B] : 0.0f;
+                u[j] = in_row ? gu[cols + k0 + j * B] : 0.0f;
+            }
+#pragma unroll
+            for (int j = 0; j < ROW_U; j++)
+                if (k0 + j * B < cols)
+                    xs[k0 + j * B] = swiglu_elt<T>(g[j], u[j], ovf);
+        }
     } else {
         const T *src = (const T *)in;
-        for (int k = threadIdx.x; k < cols; k += blockDim.x)
-            xs[k] = src[k];
+        const int B = blockDim.x;
+        for (int k0 = threadIdx.x; k0 < cols; k0 += ROW_U * B) {
+            T v[ROW_U];
+#pragma unroll
+            for (int j = 0; j < ROW_U; j++)
+                v[j] = k0 + j * B < cols ? src[k0 + j * B] : from_f32<T>(0.0f);
+#pragma unroll
+            for (int j = 0; j < ROW_U; j++)
+                if (k0 + j * B < cols)
+                    xs[k0 + j * B] = v[j];
+        }
     }
     for (int k = cols + threadIdx.x; k < pieces * V; k += blockDim.x) /* the last piece's pad */
         xs[k] = from_f32<T>(0.0f);
