@@ -44,7 +44,10 @@
 #
 # It changes no device setting. Exit status: 0 when the gpu tests passed (not skipped), else 1.
 #
-# Usage, on the GPU machine, from the repository root:   bash tests/gpu/device-check.sh
+# Usage, on the GPU machine, from the repository root:   bash tests/gpu/device-check.sh [--short]
+#   --short: a session's second lease, after a kernel change (about 3 minutes): the gpu tests,
+#   memcheck, and the 1.1B, 8B and 1.7B decode rows with the timed splits and the profile; no
+#   racecheck, command line, main job or other rows.
 # Before a lease, on the development machine (optional fallback): bash tests/gpu/device-check.sh --prepare
 set -u -o pipefail
 cd "$(dirname "$0")/../.." || exit 1
@@ -53,6 +56,8 @@ OUTDIR=${OUT:-}
 PREBUILT=build/gpu-prebuilt
 export PATH="$PATH:/usr/local/cuda/bin"
 
+SHORT=0
+[ "${1:-}" = "--short" ] && SHORT=1
 if [ "${1:-}" = "--prepare" ]; then
     dir=/tmp/cairn-gpu-prepare
     rm -rf "$dir"
@@ -160,7 +165,9 @@ SAN_STATUS="not run"
 SAN=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
 if [ -n "$MODE" ] && [ -n "$SAN" ]; then
     SAN_STATUS=""
-    for tool in memcheck racecheck; do
+    tools="memcheck racecheck"
+    [ $SHORT = 1 ] && tools=memcheck
+    for tool in $tools; do
         echo "\$ compute-sanitizer --tool $tool" >>"$LOGS/sanitizer.log"
         CAIRN_TEST_QUICK=1 timeout 90 "$SAN" --tool $tool --error-exitcode 9 "$BIN_TEST" \
             >>"$LOGS/sanitizer.log" 2>&1
@@ -196,7 +203,7 @@ log "the command line on the GPU (cairn generate --backend cuda, against --backe
 # streamed; greedy, so the two texts should match (random weights can have near-ties, so a
 # difference is reported, not failed)
 CLI_STATUS="not run"
-if [ -n "$MODE" ]; then
+if [ -n "$MODE" ] && [ $SHORT = 0 ]; then
     if [ "$MODE" = "built here" ]; then
         CAIRN=build-gpu/cairn MKMODEL=build-gpu/tests/model/cairn-mkmodel
     else
@@ -238,7 +245,7 @@ log "the main job on the GPU (scripts/quickstart.sh's pipeline, generate.backend
 # 127.0.0.1), then the same task again: nothing generated or sent twice
 JOB_STATUS="not run"
 JOB_BACKEND=${CAIRN_CHECK_JOB_BACKEND:-cuda} # "cpu" checks this step on a machine without a GPU
-if [ -n "$MODE" ] && [ -x "${CAIRN:-}" ] && command -v python3 >/dev/null; then
+if [ -n "$MODE" ] && [ $SHORT = 0 ] && [ -x "${CAIRN:-}" ] && command -v python3 >/dev/null; then
     job=$TMP/job
     mkdir -p "$job"
     (
@@ -296,12 +303,12 @@ if [ -n "$MODE" ]; then
     # full-size model, second, so that the call's limit cannot cut it
     run_bench 240 --sizes 8B --types F16 --backend cuda --prompt 128 --gen 64
     run_bench 80 --sizes 2B --types F16 --backend cuda --prompt 128 --gen 128
-    run_bench 60 --sizes Q0.5B --types F16 --backend cuda --prompt 128 --gen 128
+    [ $SHORT = 0 ] && run_bench 60 --sizes Q0.5B --types F16 --backend cuda --prompt 128 --gen 128
     # the 1.1B row with ordinary launches: what programmatic dependent launch gains
-    CAIRN_CUDA_PDL=0 LABEL=nopdl run_bench 80 --sizes 1B --types F16 --backend cuda --prompt 128 --gen 128
-    run_bench 50 --sizes 110M --types Q8_0,Q4_K --backend cuda --prompt 128 --gen 128
+    [ $SHORT = 0 ] && CAIRN_CUDA_PDL=0 LABEL=nopdl run_bench 80 --sizes 1B --types F16 --backend cuda --prompt 128 --gen 128
+    [ $SHORT = 0 ] && run_bench 50 --sizes 110M --types Q8_0,Q4_K --backend cuda --prompt 128 --gen 128
     # a long prompt with a float and a half KV cache (rows kv f32 / f16, and their ratio)
-    run_bench 60 --sizes Q0.5B --types F16 --backend cuda --prompt 1024 --gen 64 --cache f32,f16
+    [ $SHORT = 0 ] && run_bench 60 --sizes Q0.5B --types F16 --backend cuda --prompt 1024 --gen 64 --cache f32,f16
     # where a decode step's time goes: each operation timed with events (eager steps)
     echo "\$ CAIRN_CUDA_PROFILE=1 bench-llm --sizes 1B --types F16 --backend cuda" | tee "$LOGS/profile.log"
     CAIRN_CUDA_PROFILE=1 timeout 60 "$BIN_BENCH" --sizes 1B --types F16 --backend cuda --prompt 128 \
@@ -313,7 +320,7 @@ if [ -n "$MODE" ]; then
         --gen 24 2>&1 | grep -A40 '^cuda gemv splits' | awk '/prompt chunks/{exit} 1' |
         grep -vE 'sort key|sample weights|cub::|sampling kernel' | head -40 | tee -a "$LOGS/sweep.txt"
     # last, the CPU peer row: if the call's limit cuts something, let it be this
-    run_bench 60 --sizes 1B --types F16 --backend cpu --prompt 128 --gen 32
+    [ $SHORT = 0 ] && run_bench 60 --sizes 1B --types F16 --backend cpu --prompt 128 --gen 32
 fi
 
 log "summary ($(($(date +%s) - START)) s)"
