@@ -410,19 +410,20 @@ static cudaError_t launch(cuda_backend *b, int dep, void (*k)(P...), dim3 grid, 
 }
 
 /* C (rows) = W (rows, cols) @ in, or + C (beta 1), for a single token: gemv_kernel with the
- * prologue IN and the epilogue OUT (kernels_cuda.cuh), at product prod's split */
+ * prologue IN and the epilogue OUT (kernels_cuda.cuh; GV_GLU: C is the SwiGLU, rows / 2 T), at
+ * product prod's split */
 template <typename T, int IN, int OUT>
 static int gemv(cuda_backend *b, int prod, const void *W, int rows, int cols, const void *in,
-                const float *nw, float beta, float *C, const qkv_args &qa, const char *what)
+                const float *nw, float beta, void *C, const qkv_args &qa, const char *what)
 {
-    const int groups = OUT == GV_QKV ? b->qkv_items : (rows + 1) / 2;
+    const int groups = gv_groups(OUT, rows, b->qkv_items);
     const int sk = b->gv_sk[prod];
     int blocks = (groups * sk + GV_WARPS - 1) / GV_WARPS;
     if (blocks > b->gv_blocks[gv_split_index(sk)])
         blocks = b->gv_blocks[gv_split_index(sk)];
     const int vec = cols % (int)(16 / sizeof(T)) == 0 && (uintptr_t)W % 16 == 0;
     void (*const k[GV_SPLITS])(const T *, int, int, int, const void *, const float *, float, float,
-                               float *, int *,
+                               void *, int *,
                                qkv_args) = {gemv_kernel<T, IN, OUT, 1>, gemv_kernel<T, IN, OUT, 2>,
                                             gemv_kernel<T, IN, OUT, 4>, gemv_kernel<T, IN, OUT, 8>};
     CU(b,
@@ -509,30 +510,35 @@ template <typename T> static int qkv_product(cuda_backend *b, int n, int l)
     return 0;
 }
 
-/* C (n, rows) += W (rows, cols) @ in (n, cols), in already in T */
+/* C (n, rows) += W (rows, cols) @ in (n, cols), in already in T (product prod) */
 template <typename T>
-static int added_product(cuda_backend *b, int n, const void *W, int rows, int cols, const void *in,
-                         float *C, const char *fused, const char *blas)
+static int added_product(cuda_backend *b, int prod, int n, const void *W, int rows, int cols,
+                         const void *in, float *C, const char *fused, const char *blas)
 {
     if (n == 1 && b->gv)
-        return gemv<T, GV_PLAIN, GV_Y>(b, GVP_WO, W, rows, cols, in, NULL, 1.0f, C, qkv_args(),
+        return gemv<T, GV_PLAIN, GV_Y>(b, prod, W, rows, cols, in, NULL, 1.0f, C, qkv_args(),
                                        fused);
     return gemm(b, W, rows, cols, in, n, C, rows, 1.0f, blas);
 }
 
-/* C (n, rows) += W (rows, ff) @ swiglu(gu (n, 2 ff)) */
-template <typename T>
-static int swiglu_product(cuda_backend *b, int n, const float *gu, const void *W, int rows,
-                          float *C, const char *fused, const char *blas)
+/* gu (n, 2 ff) = Wgu (2 ff, dim) @ rmsnorm(x), and hb (n, ff) = swiglu(gu) in T; a single token's
+ * fused product stores hb alone (GV_GLU) */
+template <typename T> static int gate_up_product(cuda_backend *b, int n, const dlayer *ly)
 {
-    const int ff = b->base.model->ff_dim;
+    const cairn__model *m = b->base.model;
+    const int ff = m->ff_dim;
     if (n == 1 && b->gv)
-        return gemv<T, GV_SWIGLU, GV_Y>(b, GVP_DOWN, W, rows, ff, gu, NULL, 1.0f, C, qkv_args(),
-                                        fused);
-    swiglu_kernel<T><<<grid_for((size_t)n * ff), CK_THREADS, 0, b->stream>>>(gu, ff, n, (T *)b->hb,
-                                                                             b->d_overflow);
+        return gemv<T, GV_NORM, GV_GLU>(b, GVP_GU, ly->wgu, 2 * ff, m->dim, b->x, ly->ffn_norm,
+                                        0.0f, b->hb, qkv_args(),
+                                        "rmsnorm + gate/up + swiglu (gemv)");
+    int rc = normed_product<T>(b, GVP_GU, n, b->x, ly->ffn_norm, ly->wgu, 2 * ff, b->gu,
+                               "rmsnorm + gate/up (gemv)", "cublasGemmEx (gate/up)");
+    if (rc)
+        return rc;
+    swiglu_kernel<T><<<grid_for((size_t)n * ff), CK_THREADS, 0, b->stream>>>(
+        b->gu, ff, n, (T *)b->hb, b->d_overflow);
     LAUNCHED(b, "swiglu kernel");
-    return gemm(b, W, rows, ff, b->hb, n, C, rows, 1.0f, blas);
+    return 0;
 }
 
 /* softmax(q . K) @ V for n tokens into att, over this layer's cache kc, vc (C: its type) */
@@ -582,14 +588,13 @@ static int layer_product(cuda_backend *b, int prod, int l, int n, int head_rows)
     case GVP_QKV:
         return qkv_product<T>(b, n, l);
     case GVP_WO: /* Wo (dim, q_dim) @ att (n, q_dim) + x -> x (n, dim) */
-        return added_product<T>(b, n, ly->wo, dim, b->q_dim, b->att, b->x,
+        return added_product<T>(b, GVP_WO, n, ly->wo, dim, b->q_dim, b->att, b->x,
                                 "attention output (gemv)", "cublasGemmEx (attention output)");
-    case GVP_GU: /* Wgu (2 ff, dim) @ rmsnorm(x) -> gu (n, 2 ff) */
-        return normed_product<T>(b, GVP_GU, n, b->x, ly->ffn_norm, ly->wgu, 2 * ff, b->gu,
-                                 "rmsnorm + gate/up (gemv)", "cublasGemmEx (gate/up)");
-    case GVP_DOWN: /* Wd (dim, ff) @ swiglu(gu) + x -> x (n, dim) */
-        return swiglu_product<T>(b, n, b->gu, ly->wd, dim, b->x, "swiglu + down (gemv)",
-                                 "cublasGemmEx (down)");
+    case GVP_GU: /* swiglu(Wgu (2 ff, dim) @ rmsnorm(x)) -> hb (n, ff) */
+        return gate_up_product<T>(b, n, ly);
+    case GVP_DOWN: /* Wd (dim, ff) @ hb + x -> x (n, dim) */
+        return added_product<T>(b, GVP_DOWN, n, ly->wd, dim, ff, b->hb, b->x, "down (gemv)",
+                                "cublasGemmEx (down)");
     default: /* Wout (n_vocab, dim) @ rmsnorm(x) -> logits (head_rows, n_vocab) */
         return normed_product<T>(b, GVP_OUT, head_rows, b->x + (size_t)(n - head_rows) * dim,
                                  b->output_norm, b->output, m->n_vocab, b->logits,
@@ -1301,7 +1306,7 @@ template <typename T> static int gemv_setup_t(cuda_backend *b)
     (const void *)gemv_kernel<T, GV_PLAIN, GV_Y, S>,                                               \
         (const void *)gemv_kernel<T, GV_NORM, GV_Y, S>,                                            \
         (const void *)gemv_kernel<T, GV_NORM, GV_QKV, S>,                                          \
-        (const void *)gemv_kernel<T, GV_SWIGLU, GV_Y, S>
+        (const void *)gemv_kernel<T, GV_NORM, GV_GLU, S>
     const void *k[] = {GV_VARIANTS(1), GV_VARIANTS(2), GV_VARIANTS(4), GV_VARIANTS(8)};
 #undef GV_VARIANTS
     int per_sm[GV_SPLITS] = {0};
@@ -1365,7 +1370,7 @@ __global__ void spin_kernel(long long cycles)
  * each on the next layer's matrix (so that the weights come from memory, not from L2), between
  * two events; a split's time is its best round, and a larger split must beat the best smaller
  * one by 2 %. A split of more warps than the row has segments leaves some idle and is not tried.
- * Inputs are zeros; what the products write (x, att, gu, the position and the rope angles are
+ * Inputs are zeros; what the products write (x, att, hb, the position and the rope angles are
  * zeroed before and after; q, every layer's key and value at position 0 and the logits are written
  * again before any step reads them) changes nothing a forward pass computes. About 2 ms a
  * product and round: tens of milliseconds at load. */
@@ -1389,7 +1394,7 @@ template <typename T> static int gv_tune_t(cuda_backend *b)
         size_t bytes;
     } zero[] = {{b->x, (size_t)m->dim * sizeof(float)},
                 {b->att, (size_t)b->q_dim * sizeof(T)},
-                {b->gu, 2 * (size_t)m->ff_dim * sizeof(float)},
+                {b->hb, (size_t)m->ff_dim * sizeof(T)},
                 {b->d_pos, sizeof(int)},
                 {b->rope_cs, (size_t)(m->rope_dim / 2 + 1) * 2 * sizeof(float)}};
     for (size_t i = 0; i < sizeof zero / sizeof *zero && !rc; i++)

@@ -117,9 +117,10 @@ template <typename A> __device__ A block_sum(A v)
 /* Elements a thread loads at once in the loops over a row (embed_kernel, rmsnorm_row,
  * gemv_kernel's prologues): thread t takes elements t, t + B, t + 2B, ... (B = blockDim.x) in
  * batches of ROW_U, every load of a batch issued before the first is used. A loop that loaded one
- * element, used it and went on waited a whole memory latency per element: 56 of them for a
- * 14336-wide SwiGLU input, which cost a decode product more than its weights did. The order in
- * which a thread's elements are used is the same either way. */
+ * element, used it and went on waited a whole memory latency per element (56 of them for
+ * Llama-3-8B's 14336-wide SwiGLU input), which on an H200 cost the small decode products as much
+ * time as their weights. The order in which a thread's elements are used is the same either
+ * way. */
 #define ROW_U 8
 
 /* CPU reference: cairn__mat_row (gpu/kernels_cpu.c), per token in forward_chunk.
@@ -648,12 +649,11 @@ __global__ void swiglu_kernel(const float *__restrict__ gu, int ff, int n, T *__
  * A single token's products are matrix-vector products that read every weight once: their
  * speed is the memory's. cuBLAS serves them through its GEMM heuristics; this kernel is written
  * for exactly that case and folds in the small kernels around it, so a decode layer is five
- * launches instead of nine: rmsnorm + QKV + bias/rope/KV, attention, output, rmsnorm + gate/up,
- * SwiGLU + down. A prologue stages the input in shared memory as T:
- *   GV_PLAIN   in is T (cols): copied (the attention output before Wo);
+ * launches instead of nine: rmsnorm + QKV + bias/rope/KV, attention, output, rmsnorm + gate/up +
+ * SwiGLU, down. A prologue stages the input in shared memory as T:
+ *   GV_PLAIN   in is T (cols): copied (the attention output before Wo, the SwiGLU before Wd);
  *   GV_NORM    in is the f32 residual x (cols): rmsnorm_row with weights nw, the code of
- *              rmsnorm_kernel at the same block size, so the same bits;
- *   GV_SWIGLU  in is the f32 gate/up row (2 cols): swiglu_elt, as swiglu_kernel.
+ *              rmsnorm_kernel at the same block size, so the same bits.
  *
  * The summation order. A row is cut into 16-byte pieces of V = 16 / sizeof(T) elements (the
  * last one zero-padded, in the staged input too) and the pieces into segments of GV_SEG = 32 *
@@ -676,30 +676,39 @@ __global__ void swiglu_kernel(const float *__restrict__ gu, int ff, int n, T *__
  * their products are needed), and the warp sum of one segment is done after the loads of the
  * next are issued, while they are under way. `vec` says the rows can be read 16 bytes at a time
  * (cols a multiple of V and W 16-byte aligned); otherwise a piece is read element by element,
- * with the same sums. The epilogue: GV_Y rows 2g, 2g+1 into y = W in (beta 0: y is not read) or
- * y = W in + beta y (beta 1: the residual); GV_QKV the two rows of qkv item g (a rope pair, or two
- * v elements; qkv_item_elems) through qkv_item_store, as qkv_post_kernel stores them; y is the q
- * row.
+ * with the same sums. The epilogue, into out: GV_Y rows 2g, 2g+1 into y = W in (beta 0: y is not
+ * read) or y = W in + beta y (beta 1: the residual), y = out (float); GV_QKV the two rows of qkv
+ * item g (a rope pair, or two v elements; qkv_item_elems) through qkv_item_store, as
+ * qkv_post_kernel stores them, out being the q row (float); GV_GLU rows g and rows / 2 + g (the
+ * gate and up rows of the stacked gate/up matrix): out[g] = swiglu_elt(gate, up) in T, what
+ * swiglu_kernel stores from GV_Y's output. The down product then reads its input as it is
+ * (GV_PLAIN): the SwiGLU is computed once a token, not once in every block of the down product,
+ * where it cost a third of the product's time on an H200.
  *
  * CPU reference: cairn__matvec (gpu/kernels_cpu.c) on the weights as the device holds them,
- * after cairn__rmsnorm or cairn__swiglu, and before forward_chunk's bias/rope/cache steps.
+ * after cairn__rmsnorm, and before forward_chunk's bias/rope/cache steps or cairn__swiglu.
  * grid (any), block GV_WARPS * 32 = CK_THREADS, dynamic shared memory gv_smem_bytes(cols,
  * sizeof(T)); SK divides GV_WARPS */
 #define GV_WARPS 8
 #define GV_ROWS 2 /* rows a warp computes at once: a rope pair is one warp's */
-/* 16-byte pieces of each row a lane has in flight. With 64 registers or fewer (every f16 and
- * bf16 variant, and f32 at splits 1 and 8) an SM holds 4 blocks; f32 at splits 2 and 4 takes 71,
- * 3 blocks (__launch_bounds__ asking for 4 makes the compiler spill instead): the host sizes each
- * split's grid from its own occupancy. */
+/* 16-byte pieces of each row a lane has in flight. With 64 registers or fewer (every variant,
+ * with nvcc 13 for sm_90) an SM holds 4 blocks; a compiler that needs more holds fewer
+ * (__launch_bounds__ asking for 4 would make it spill instead): the host sizes each split's grid
+ * from its own occupancy. */
 #define GV_U 4
-#define GV_SEG (32 * GV_U) /* pieces a segment: the unit of the summation order */
-enum { GV_PLAIN = 0, GV_NORM = 1, GV_SWIGLU = 2 }; /* the prologue: what `in` is */
-#define GV_SPLITS 4                                /* the splits: 1, 2, 4 and 8 warps a group */
+#define GV_SEG (32 * GV_U)          /* pieces a segment: the unit of the summation order */
+enum { GV_PLAIN = 0, GV_NORM = 1 }; /* the prologue: what `in` is */
+#define GV_SPLITS 4                 /* the splits: 1, 2, 4 and 8 warps a group */
 __host__ __device__ constexpr int gv_split_index(int sk)
 {
     return sk >= 8 ? 3 : sk >= 4 ? 2 : sk >= 2 ? 1 : 0;
 }
-enum { GV_Y = 0, GV_QKV = 1 }; /* the epilogue: where the rows go */
+enum { GV_Y = 0, GV_QKV = 1, GV_GLU = 2 }; /* the epilogue: where the rows go */
+/* the row pairs of a product of rows rows (items: qkv_items, for GV_QKV) */
+__host__ __device__ constexpr int gv_groups(int out, int rows, int items)
+{
+    return out == GV_QKV ? items : out == GV_GLU ? rows / 2 : (rows + 1) / 2;
+}
 static_assert(GV_WARPS * 32 == CK_THREADS,
               "the fused norm must run at rmsnorm_kernel's block size");
 static_assert(GV_ROWS == 2, "a group is two rows: a qkv item");
@@ -767,14 +776,17 @@ __device__ __forceinline__ uint4 gv_piece(const T *__restrict__ wr, int c, int c
     return u;
 }
 
-/* the rows of group g: qkv item g's two elements, or rows 2g and 2g + 1 (2g again past the
- * end: read, in bounds, and not stored) */
+/* the rows of group g: qkv item g's two elements, gate row g and its up row, or rows 2g and
+ * 2g + 1 (2g again past the end: read, in bounds, and not stored) */
 template <int OUT>
 __device__ __forceinline__ void gv_group_rows(const qkv_args &qa, int rows, int g, int rr[GV_ROWS])
 {
     if (OUT == GV_QKV)
         qkv_item_elems(qa, g, &rr[0], &rr[1]);
-    else {
+    else if (OUT == GV_GLU) {
+        rr[0] = g;
+        rr[1] = rows / 2 + g;
+    } else {
         rr[0] = 2 * g;
         rr[1] = 2 * g + 1 < rows ? 2 * g + 1 : 2 * g;
     }
@@ -798,7 +810,7 @@ __device__ __forceinline__ void gv_segment_done(float ls[GV_ROWS], float tot[GV_
 template <typename T, int IN, int OUT, int SK>
 __global__ void __launch_bounds__(GV_WARPS * 32)
     gemv_kernel(const T *__restrict__ W, int rows, int cols, int vec, const void *__restrict__ in,
-                const float *__restrict__ nw, float eps, float beta, float *__restrict__ y,
+                const float *__restrict__ nw, float eps, float beta, void *__restrict__ out,
                 int *__restrict__ ovf, qkv_args qa)
 {
     extern __shared__ __align__(16) unsigned char gv_smem[];
@@ -808,7 +820,7 @@ __global__ void __launch_bounds__(GV_WARPS * 32)
     T *xs = (T *)gv_smem;
     float *part = (float *)(gv_smem + (size_t)pieces * 16); /* [slot][row][segment], SK > 1 */
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-    const int groups = OUT == GV_QKV ? qkv_items(qa) : (rows + 1) / 2;
+    const int groups = gv_groups(OUT, rows, OUT == GV_QKV ? qkv_items(qa) : 0);
     /* a block takes gpb groups at a time: warp w works on the slot-th, on its segments
      * [s_lo, s_hi) */
     const int gpb = GV_WARPS / SK, slot = w / SK, slice = w % SK;
@@ -832,23 +844,21 @@ __global__ void __launch_bounds__(GV_WARPS * 32)
     pdl_wait(); /* from here on, the input and y: written by the kernels before */
     if (IN == GV_NORM)
         rmsnorm_row<T>((const float *)in, nw, cols, eps, xs, ovf);
-    else if (IN == GV_SWIGLU) { /* in batches of ROW_U, as rmsnorm_row */
-        const float *gu = (const float *)in;
+    else if (cols % V == 0 && (uintptr_t)in % 16 == 0) { /* whole pieces, ROW_U at a time */
+        const uint4 *src = (const uint4 *)in;
+        uint4 *xp = (uint4 *)xs;
         const int B = blockDim.x;
-        for (int k0 = threadIdx.x; k0 < cols; k0 += ROW_U * B) {
-            float g[ROW_U], u[ROW_U];
-#pragma unroll
-            for (int j = 0; j < ROW_U; j++) {
-                const bool in_row = k0 + j * B < cols;
-                g[j] = in_row ? gu[k0 + j * B] : 0.0f;
-                u[j] = in_row ? gu[cols + k0 + j * B] : 0.0f;
-            }
+        for (int k0 = threadIdx.x; k0 < pieces; k0 += ROW_U * B) {
+            uint4 v[ROW_U];
 #pragma unroll
             for (int j = 0; j < ROW_U; j++)
-                if (k0 + j * B < cols)
-                    xs[k0 + j * B] = swiglu_elt<T>(g[j], u[j], ovf);
+                v[j] = k0 + j * B < pieces ? src[k0 + j * B] : make_uint4(0, 0, 0, 0);
+#pragma unroll
+            for (int j = 0; j < ROW_U; j++)
+                if (k0 + j * B < pieces)
+                    xp[k0 + j * B] = v[j];
         }
-    } else {
+    } else { /* element by element, in batches of ROW_U as rmsnorm_row */
         const T *src = (const T *)in;
         const int B = blockDim.x;
         for (int k0 = threadIdx.x; k0 < cols; k0 += ROW_U * B) {
@@ -872,8 +882,13 @@ __global__ void __launch_bounds__(GV_WARPS * 32)
         const int g = g0 + slot;
         int rr[GV_ROWS] = {0, 0};
         float tot[GV_ROWS] = {0.0f, 0.0f};
+        float y0[GV_ROWS] = {0.0f, 0.0f}; /* the residual, read before the weights, not after */
         if (g < groups && s_lo < s_hi) {
             gv_group_rows<OUT>(qa, rows, g, rr);
+            if (OUT == GV_Y && beta != 0.0f && lane == 0 && slice == 0)
+#pragma unroll
+                for (int r = 0; r < GV_ROWS; r++)
+                    y0[r] = ((const float *)out)[rr[r]];
             const T *wr[GV_ROWS];
 #pragma unroll
             for (int r = 0; r < GV_ROWS; r++)
@@ -917,13 +932,16 @@ __global__ void __launch_bounds__(GV_WARPS * 32)
             __syncthreads(); /* part is written again in the next round */
         }
         if (lane == 0 && slice == 0 && g < groups) {
+            float *y = (float *)out;
             if (OUT == GV_QKV)
                 qkv_item_store(qa, g, rr[0], rr[1], tot[0], tot[1], y, 0);
+            else if (OUT == GV_GLU)
+                ((T *)out)[g] = swiglu_elt<T>(tot[0], tot[1], ovf);
             else
 #pragma unroll
                 for (int r = 0; r < GV_ROWS; r++)
                     if (r == 0 || 2 * g + 1 < rows) /* the last group of odd rows has one */
-                        y[rr[r]] = beta != 0.0f ? tot[r] + beta * y[rr[r]] : tot[r];
+                        y[rr[r]] = beta != 0.0f ? tot[r] + beta * y0[r] : tot[r];
         }
     }
 }

@@ -78,6 +78,7 @@ RULES = [
     ("float *part = (float *)(gv_smem + (size_t)pieces * 16);",
      "auto part = emu_dyn_t::ptr<float>{&emu_dyn, (size_t)pieces * 16}; // EMU"),
     ("const uint4 *xv = (const uint4 *)xs;", "auto xv = xs.template cast<uint4>(); // EMU"),
+    ("uint4 *xp = (uint4 *)xs;", "auto xp = xs.template cast<uint4>(); // EMU"),
     ("template <int SK>\n__device__ __forceinline__ void gv_segment_done(",
      "template <int SK, typename PART> // EMU: part was float *\n"
      "__device__ __forceinline__ void gv_segment_done("),

@@ -4,17 +4,18 @@
 // The kernel's own text (kernels_emu.cuh, made by gen.py) runs on the emulator of emu.hpp: every
 // thread a fiber, __syncthreads a barrier, shuffles warp collectives, shared memory checked for
 // races, out-of-bounds and uninitialised reads. For every element type (f32, f16, bf16) and
-// prologue (plain, RMSNorm, SwiGLU), over row counts and lengths that take every path (a row of
-// one piece, of several segments, a partial last piece and segment, the element-by-element path
-// for unaligned rows, NaN and infinite weights and inputs, values past f16's range):
+// prologue (plain, RMSNorm), over row counts and lengths that take every path (a row of one
+// piece, of several segments, a partial last piece and segment, the element-by-element path for
+// unaligned rows and inputs, NaN and infinite weights and inputs, values past f16's range):
 //   - the output against a float64 reference, within the error bound of the kernel's order;
-//   - the staged input equal, bit for bit, to what rmsnorm_kernel / swiglu_kernel write, and the
-//     range flag set exactly when theirs is;
+//   - the staged input equal, bit for bit, to what rmsnorm_kernel writes (or the input itself),
+//     and the range flag set exactly when theirs is;
 //   - the same bits over grids (one block, a few, more than needed) and block and thread orders;
 //   - the same bits at every split (1, 2, 4 and 8 warps a row pair): the summation order depends
 //     on the row length only, which is what lets the backend time the splits and keep any;
 //   - the fused Q/K/V epilogue (bias, rope, the KV cache) storing what the product followed by
-//     qkv_post_kernel stores, at every split.
+//     qkv_post_kernel stores, and the fused SwiGLU epilogue (GV_GLU) storing what the product
+//     followed by swiglu_kernel stores, with the same range flag, at every split.
 // What it cannot show is speed, or that nvcc compiles the same meaning (the gpu suite does, on a
 // device). `test_gemv_emu [LEVEL]`: 0 (the default, about a minute and a half) or 1, 2 (larger
 // matrices).
@@ -34,7 +35,7 @@ long emu_report_count();
 static std::mt19937_64 R(2024);
 static double urand(double a, double b) { return std::uniform_real_distribution<double>(a, b)(R); }
 
-static const char *inname[] = {"PLAIN", "NORM", "SWIGLU"};
+static const char *inname[] = {"PLAIN", "NORM"};
 
 // exact-size heap buffer, optionally offset by `mis` bytes (a misaligned base)
 template <class U> struct buf {
@@ -141,13 +142,12 @@ static void one_case(int rows, int cols, float beta, int fill, size_t mis, int f
                      bool quick)
 {
     S.cases++;
-    const size_t ncol_in = IN == GV_SWIGLU ? 2 * (size_t)cols : (size_t)cols;
     buf<T> W((size_t)rows * cols, mis);
     for (size_t i = 0; i < (size_t)rows * cols; i++)
         W[i] = from_f32<T>((float)urand(-1, 1));
-    buf<float> xf(ncol_in), nw(cols);
-    buf<T> xt(cols);
-    for (size_t i = 0; i < ncol_in; i++)
+    buf<float> xf(cols), nw(cols);
+    buf<T> xt(cols, mis); // a misaligned case: the plain input too (its element-by-element path)
+    for (int i = 0; i < cols; i++)
         xf[i] = (float)urand(-3, 3);
     for (int i = 0; i < cols; i++)
         nw[i] = (float)urand(0.5, 1.5), xt[i] = from_f32<T>((float)urand(-2, 2));
@@ -160,17 +160,11 @@ static void one_case(int rows, int cols, float beta, int fill, size_t mis, int f
     if (fill == FILL_SPECIAL_X) {
         if (IN == GV_PLAIN)
             xt[cols - 1] = from_f32<T>(INFINITY);
-        else if (IN == GV_SWIGLU)
-            xf[cols - 1] = NAN; // gate NaN -> that element NaN
         else
             xf[cols / 2] = INFINITY; // norm: ss inf, scale 0, inf*0 NaN
     }
-    if (fill == FILL_OVF) {
-        if (IN == GV_NORM)
-            nw[cols - 1] = 2e5f; // normed value beyond f16's range (unless x is tiny there)
-        else if (IN == GV_SWIGLU)
-            xf[cols / 3] = 300.0f, xf[cols + cols / 3] = 400.0f; // 1.2e5
-    }
+    if (fill == FILL_OVF && IN == GV_NORM)
+        nw[cols - 1] = 2e5f; // normed value beyond f16's range (unless x is tiny there)
     const void *in = IN == GV_PLAIN ? (const void *)xt.p : (const void *)xf.p;
     // the staged input as the separate kernels make it
     std::vector<T> xs_ref(cols);
@@ -182,11 +176,7 @@ static void one_case(int rows, int cols, float beta, int fill, size_t mis, int f
         if (IN == GV_NORM)
             emu_launch("rmsnorm_kernel", 1, CK_THREADS,
                        [&] { rmsnorm_kernel<T>(xf.p, nw.p, cols, 1e-5f, out.p, ov.p); });
-        else if (IN == GV_SWIGLU) {
-            unsigned g = (unsigned)std::min<size_t>((cols + CK_THREADS - 1) / CK_THREADS, 8192);
-            emu_launch("swiglu_kernel", g, CK_THREADS,
-                       [&] { swiglu_kernel<T>(xf.p, cols, 1, out.p, ov.p); });
-        } else
+        else
             for (int i = 0; i < cols; i++)
                 out[i] = xt[i];
         for (int i = 0; i < cols; i++)
@@ -458,16 +448,110 @@ template <class T> static void qkv_all()
        tname<T>(), G_SK, qkv_cases - c0, qkv_bad - b0);
 }
 
+// GV_GLU at split G_SK: the gate/up product with its SwiGLU must store what the product at split 1
+// (GV_Y, into the stacked gate/up row) followed by swiglu_kernel stores, bit for bit, and set the
+// range flag exactly when they do
+static long glu_cases = 0, glu_bad = 0;
+enum { GLU_RANDOM, GLU_SPECIAL, GLU_OVF };
+template <class T> static void glu_case(int ff, int dim, int fill)
+{
+    glu_cases++;
+    const int rows = 2 * ff;
+    buf<T> W((size_t)rows * dim);
+    for (size_t i = 0; i < (size_t)rows * dim; i++)
+        W[i] = from_f32<T>((float)urand(-1, 1));
+    buf<float> x(dim), nw(dim);
+    for (int i = 0; i < dim; i++)
+        x[i] = (float)urand(-3, 3), nw[i] = (float)urand(0.5, 1.5);
+    if (fill == GLU_SPECIAL) { // a NaN gate, an infinite up row, a gate of -inf (silu: NaN)
+        W[0] = from_f32<T>(NAN);
+        W[(size_t)ff * dim + (size_t)(ff - 1) * dim] = from_f32<T>(INFINITY);
+        if (ff > 2)
+            W[(size_t)1 * dim] = from_f32<T>(-INFINITY);
+    }
+    if (fill == GLU_OVF) // gate and up rows of large weights: a SwiGLU beyond f16's range
+        for (int k = 0; k < dim; k++) {
+            const T big = from_f32<T>(x[k] > 0 ? 40.0f : -40.0f);
+            W[(size_t)(ff / 2) * dim + k] = W[(size_t)(ff + ff / 2) * dim + k] = big;
+        }
+    const int vec = dim % (int)(16 / sizeof(T)) == 0;
+    emu_dyn.set_size(gv_smem_bytes(dim, (int)sizeof(T)));
+    // reference: the product into the gate/up row, then swiglu_kernel
+    buf<float> gu(rows);
+    buf<T> h_ref(ff);
+    buf<int> ovf_ref(1);
+    ovf_ref[0] = 0;
+    const int sk = G_SK;
+    G_SK = 1;
+    emu_launch("gemv_kernel<GV_Y>", std::min((ff + 7) / 8, GV_BLOCKS), CK_THREADS, [&] {
+        gemv_sk<T, GV_NORM, GV_Y>(W.p, rows, dim, vec, x.p, nw.p, 1e-5f, 0.0f, gu.p, ovf_ref.p,
+                                  qkv_args{});
+    });
+    G_SK = sk;
+    emu_launch("swiglu_kernel", 1, CK_THREADS,
+               [&] { swiglu_kernel<T>(gu.p, ff, 1, h_ref.p, ovf_ref.p); });
+    const long rep0 = emu_report_count();
+    bool bad = false;
+    for (int run = 0; run < 3; run++) {
+        buf<T> h(ff + 8);
+        for (int i = 0; i < ff + 8; i++)
+            h[i] = from_f32<T>(-7.0f);
+        buf<int> ovf(1);
+        ovf[0] = 0;
+        const int natural = std::min((ff * G_SK + GV_WARPS - 1) / GV_WARPS, GV_BLOCKS);
+        const int grid = run == 0 ? natural : run == 1 ? 1 : natural + 3;
+        emu_order = run;
+        emu_launch("gemv_kernel<GV_GLU>", grid, CK_THREADS, [&] {
+            gemv_sk<T, GV_NORM, GV_GLU>(W.p, rows, dim, vec, x.p, nw.p, 1e-5f, 0.0f, h.p, ovf.p,
+                                        qkv_args{});
+        });
+        emu_order = 0;
+        for (int i = 0; i < ff && !bad; i++)
+            if (bits(h[i]) != bits(h_ref[i]))
+                bad = true,
+                diag("GLU h[%d] %a vs %a", i, (double)to_f32(h[i]), (double)to_f32(h_ref[i]));
+        for (int i = ff; i < ff + 8 && !bad; i++)
+            if (bits(h[i]) != bits(from_f32<T>(-7.0f)))
+                bad = true, diag("GLU h[%d] past the end written", i);
+        if (ovf[0] != ovf_ref[0] && !bad)
+            bad = true, diag("GLU range flag %d vs %d", ovf[0], ovf_ref[0]);
+        S.runs++;
+    }
+    if (emu_report_count() > rep0)
+        bad = true;
+    if (bad) {
+        glu_bad++;
+        diag("GLU FAIL %s ff %d dim %d fill %d vec %d split %d", tname<T>(), ff, dim, fill, vec,
+             G_SK);
+    }
+}
+template <class T> static void glu_all()
+{
+    const long c0 = glu_cases, b0 = glu_bad;
+    for (int dim : {1, 7, 64, 257, 1032, 2056})
+        for (int ff : {1, 2, 3, 17, 40}) {
+            if (G_SK > 1 && dim < 257) /* the other splits: the rows of several segments */
+                continue;
+            glu_case<T>(ff, dim, GLU_RANDOM);
+            if (ff >= 3 && dim >= 7) {
+                glu_case<T>(ff, dim, GLU_SPECIAL);
+                glu_case<T>(ff, dim, GLU_OVF);
+            }
+        }
+    ok(glu_bad == b0,
+       "%s gate/up + SwiGLU at split %d: %ld cases (NaN and infinite rows, a SwiGLU past f16's "
+       "range) store what the product and swiglu_kernel store, bit for bit, with the same range "
+       "flag (%ld failing)",
+       tname<T>(), G_SK, glu_cases - c0, glu_bad - b0);
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, nullptr, _IOLBF, 0);
     const int level = argc > 1 ? atoi(argv[1]) : 0;
-    all_for<float, GV_PLAIN>(level), all_for<float, GV_NORM>(level),
-        all_for<float, GV_SWIGLU>(level);
-    all_for<__half, GV_PLAIN>(level), all_for<__half, GV_NORM>(level),
-        all_for<__half, GV_SWIGLU>(level);
-    all_for<__nv_bfloat16, GV_PLAIN>(level), all_for<__nv_bfloat16, GV_NORM>(level),
-        all_for<__nv_bfloat16, GV_SWIGLU>(level);
+    all_for<float, GV_PLAIN>(level), all_for<float, GV_NORM>(level);
+    all_for<__half, GV_PLAIN>(level), all_for<__half, GV_NORM>(level);
+    all_for<__nv_bfloat16, GV_PLAIN>(level), all_for<__nv_bfloat16, GV_NORM>(level);
     diag("products: %ld cases, %ld runs (%ld at other splits); coverage: 16-byte path %ld cases, "
          "element "
          "path %ld, range flag set %ld, rows NaN %ld, inf %ld, finite %ld",
@@ -477,6 +561,7 @@ int main(int argc, char **argv)
     for (int sk : {1, 2, 4, 8}) {
         G_SK = sk;
         qkv_all<float>(), qkv_all<__half>(), qkv_all<__nv_bfloat16>();
+        glu_all<float>(), glu_all<__half>(), glu_all<__nv_bfloat16>();
     }
     ok(emu_report_count() == 0,
        "the emulator saw no shared-memory race, out-of-bounds or uninitialised read, misaligned "
