@@ -337,6 +337,21 @@ template <class T, int IN> static void all_for(int level)
        tname<T>(), inname[IN], S.cases - c0, S.bad - b0);
 }
 
+// the reference of the fused epilogues: W (rows, dim) @ rmsnorm(x; nw) -> y (rows) at split 1
+// (GV_Y), the product the separate kernels then work on
+template <class T>
+static void normed_rows(const buf<T> &W, int rows, int dim, int vec, const buf<float> &x,
+                        const buf<float> &nw, float *y, int *ovf)
+{
+    emu_dyn.set_size(gv_smem_bytes(dim, (int)sizeof(T)));
+    const int sk = G_SK;
+    G_SK = 1;
+    emu_launch("gemv_kernel<GV_Y>", std::min(((rows + 1) / 2 + 7) / 8, GV_BLOCKS), CK_THREADS, [&] {
+        gemv_sk<T, GV_NORM, GV_Y>(W.p, rows, dim, vec, x.p, nw.p, 1e-5f, 0.0f, y, ovf, qkv_args{});
+    });
+    G_SK = sk;
+}
+
 // GV_QKV at split G_SK: the fused epilogue must store what the product at split 1 (GV_Y) followed
 // by qkv_post_kernel stores, bit for bit
 static long qkv_cases = 0, qkv_bad = 0;
@@ -374,15 +389,7 @@ static void qkv_case(int n_heads, int n_kv, int hd, int rope_dim, int neox, bool
     buf<float> row(rows), kc1((size_t)n_ctx * kv_dim), vc1((size_t)n_ctx * kv_dim);
     for (size_t i = 0; i < (size_t)n_ctx * kv_dim; i++)
         kc1[i] = vc1[i] = -7.0f;
-    const int groups_y = (rows + 1) / 2;
-    emu_dyn.set_size(gv_smem_bytes(dim, (int)sizeof(T)));
-    const int sk = G_SK;
-    G_SK = 1;
-    emu_launch("gemv_kernel<GV_Y>", std::min((groups_y + 7) / 8, GV_BLOCKS), CK_THREADS, [&] {
-        gemv_sk<T, GV_NORM, GV_Y>(W.p, rows, dim, vec, x.p, nw.p, 1e-5f, 0.0f, row.p, ovf.p,
-                                  qkv_args{});
-    });
-    G_SK = sk;
+    normed_rows(W, rows, dim, vec, x, nw, row.p, ovf.p);
     const qkv_args a1 = mk(kc1.p, vc1.p);
     emu_launch("qkv_post_kernel", 1, CK_THREADS, [&] { qkv_post_kernel(row.p, rows, a1); });
     const int items = rows / 2;
@@ -475,19 +482,12 @@ template <class T> static void glu_case(int ff, int dim, int fill)
             W[(size_t)(ff / 2) * dim + k] = W[(size_t)(ff + ff / 2) * dim + k] = big;
         }
     const int vec = dim % (int)(16 / sizeof(T)) == 0;
-    emu_dyn.set_size(gv_smem_bytes(dim, (int)sizeof(T)));
     // reference: the product into the gate/up row, then swiglu_kernel
     buf<float> gu(rows);
     buf<T> h_ref(ff);
     buf<int> ovf_ref(1);
     ovf_ref[0] = 0;
-    const int sk = G_SK;
-    G_SK = 1;
-    emu_launch("gemv_kernel<GV_Y>", std::min((ff + 7) / 8, GV_BLOCKS), CK_THREADS, [&] {
-        gemv_sk<T, GV_NORM, GV_Y>(W.p, rows, dim, vec, x.p, nw.p, 1e-5f, 0.0f, gu.p, ovf_ref.p,
-                                  qkv_args{});
-    });
-    G_SK = sk;
+    normed_rows(W, rows, dim, vec, x, nw, gu.p, ovf_ref.p);
     emu_launch("swiglu_kernel", 1, CK_THREADS,
                [&] { swiglu_kernel<T>(gu.p, ff, 1, h_ref.p, ovf_ref.p); });
     const long rep0 = emu_report_count();
