@@ -841,7 +841,7 @@ __global__ void __launch_bounds__(GV_WARPS * 32)
                         (const uint4 *)(W + (size_t)rr[r] * (size_t)cols) + s_lo * GV_SEG + lane +
                         32 * u));
     }
-    pdl_wait(); /* from here on, the input and y: written by the kernels before */
+    pdl_wait(); /* from here on, the input and out: written by the kernels before */
     if (IN == GV_NORM)
         rmsnorm_row<T>((const float *)in, nw, cols, eps, xs, ovf);
     else if (cols % V == 0 && (uintptr_t)in % 16 == 0) { /* whole pieces, ROW_U at a time */
