@@ -18,9 +18,10 @@
  * A single token's products (every decode step) are matrix-vector products bound by the memory,
  * where cuBLAS's GEMM heuristics are not at their best and where the small kernels between the
  * products cost as much as a product of a small layer. They run as gemv_kernel
- * (kernels_cuda.cuh), which streams the weights 16 bytes per lane, folds the RMSNorm or SwiGLU
- * before it into its prologue and the bias/rope/KV step after the Q/K/V product into its
- * epilogue (same code, same bits): five launches per layer instead of nine. A product of few
+ * (kernels_cuda.cuh), which streams the weights 16 bytes per lane, folds the RMSNorm before it
+ * into its prologue, and the bias/rope/KV step after the Q/K/V product and the SwiGLU after the
+ * gate/up product into its epilogue (same code, same bits): five launches per layer instead of
+ * nine. A product of few
  * rows (a layer's Q/K/V, output or down projection: 2048-4096 rows on a 132-SM GPU) may spread
  * each row pair over 2, 4 or 8 warps so that enough loads are in flight (the first H200 run
  * measured those products at a third of the wide ones' bandwidth with one warp a pair). Every
