@@ -56,12 +56,6 @@
 size_t cairn__cpu_att_bytes = (size_t)64 << 20;
 
 #include "cairn_errors.h"
-enum {
-#define CAIRN__X(n, v, s) CAIRN_##n = v,
-    CAIRN_ERROR_TABLE(CAIRN__X)
-#undef CAIRN__X
-};
-
 typedef struct {
     cairn__backend base;
     cairn__pool *pool;

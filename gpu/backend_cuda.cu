@@ -90,12 +90,6 @@
 #include "gpu/sample_cuda.cuh"
 
 #include "cairn_errors.h"
-enum {
-#define CAIRN__X(n, v, s) CAIRN_##n = v,
-    CAIRN_ERROR_TABLE(CAIRN__X)
-#undef CAIRN__X
-};
-
 extern "C" {
 extern const cairn__backend_ops
     cairn__backend_cuda_ops; /* hidden: reached through cairn_cuda_plugin */

@@ -21,12 +21,6 @@
 #include "gpu/quant.h"
 
 #include "cairn_errors.h"
-enum {
-#define CAIRN__X(n, v, s) CAIRN_##n = v,
-    CAIRN_ERROR_TABLE(CAIRN__X)
-#undef CAIRN__X
-};
-
 #define LOAD_FAILED "cannot load the CUDA backend module: "
 
 int cairn__cuda_plugin_open(const char *path, const cairn__cuda_plugin **out, char *err,

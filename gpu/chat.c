@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cairn.h"
+#include "cairn_errors.h"
 
 struct buf {
     char *p;

@@ -35,12 +35,6 @@
 #include <time.h>
 
 #include "cairn_errors.h"
-enum {
-#define CAIRN__X(n, v, s) CAIRN_##n = v,
-    CAIRN_ERROR_TABLE(CAIRN__X)
-#undef CAIRN__X
-};
-
 struct cairn__engine {
     const cairn__model *model;
     const cairn__tok *tok;

@@ -9,7 +9,7 @@
 #include "gpu/gguf.h"
 #include "gpu/gguf_impl.h"
 
-#include "cairn.h"
+#include "cairn_errors.h"
 
 /* ---- accessors ----------------------------------------------------------------------------- */
 

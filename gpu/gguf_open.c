@@ -28,7 +28,7 @@
 #include "gpu/gguf.h"
 #include "gpu/gguf_impl.h"
 
-#include "cairn.h"
+#include "cairn_errors.h"
 
 #include <errno.h>
 #include <fcntl.h>

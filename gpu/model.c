@@ -33,12 +33,6 @@
 #include "gpu/sample_core.h"
 
 #include "cairn_errors.h"
-enum {
-#define CAIRN__X(n, v, s) CAIRN_##n = v,
-    CAIRN_ERROR_TABLE(CAIRN__X)
-#undef CAIRN__X
-};
-
 /* errors: cairn__errf (gpu/gguf.h) formats the message and returns the code */
 
 typedef struct {

@@ -18,15 +18,7 @@
 
 #include "gpu/gguf.h"
 
-/* gpu/ stays free of the runner's headers (cairn.h pulls in msgpack): take the codes straight
- * from the X-macro table. */
 #include "cairn_errors.h"
-enum {
-#define CAIRN__X(n, v, s) CAIRN_##n = v,
-    CAIRN_ERROR_TABLE(CAIRN__X)
-#undef CAIRN__X
-};
-
 _Static_assert(sizeof(cairn__block_q8_0) == 34, "Q8_0 block layout");
 _Static_assert(sizeof(cairn__block_q4_0) == 18, "Q4_0 block layout");
 _Static_assert(sizeof(cairn__block_q4_K) == 144, "Q4_K block layout");

@@ -17,12 +17,6 @@
 #include <string.h>
 
 #include "cairn_errors.h"
-enum {
-#define CAIRN__X(n, v, s) CAIRN_##n = v,
-    CAIRN_ERROR_TABLE(CAIRN__X)
-#undef CAIRN__X
-};
-
 typedef struct {
     float logit;
     int32_t id;

@@ -27,12 +27,6 @@
 #endif
 
 #include "cairn_errors.h"
-enum {
-#define CAIRN__X(n, v, s) CAIRN_##n = v,
-    CAIRN_ERROR_TABLE(CAIRN__X)
-#undef CAIRN__X
-};
-
 /* Pause iterations before a worker sleeps (~10-50 us): long enough to bridge the gaps between
  * the products of one decode step, short enough not to steal a shared core from other processes
  * for long. */

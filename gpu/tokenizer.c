@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cairn.h"
+#include "cairn_errors.h"
 #include "gpu/unicode.h"
 
 /* Which regex each pre-tokenizer name stands for; names from GGUF files in the wild that share

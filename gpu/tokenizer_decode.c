@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cairn.h"
+#include "cairn_errors.h"
 #include "gpu/unicode.h"
 
 /* Inverse of gpt2_byte_cp: byte for a code point, or -1. */

@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cairn.h"
+#include "cairn_errors.h"
 #include "gpu/unicode.h"
 
 /* ---- output vector ---------------------------------------------------------------------- */

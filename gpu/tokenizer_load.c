@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cairn.h"
+#include "cairn_errors.h"
 
 /* ---- loading from GGUF ----------------------------------------------------------------- */
 

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cairn.h"
+#include "cairn_errors.h"
 
 static const char *const eog_texts[] = {"<|eot_id|>",    "<|im_end|>", "<|end|>", "<end_of_turn>",
                                         "<|endoftext|>", "<|eom_id|>", "<EOT>"};

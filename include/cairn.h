@@ -51,13 +51,7 @@ extern "C" {
 
 /* ------------------------------------------------------------------ errors */
 
-enum cairn_error {
-    CAIRN_OK = 0,
-#define CAIRN__X(name, value, text) CAIRN_##name = value,
-    CAIRN_ERROR_TABLE(CAIRN__X)
-#undef CAIRN__X
-        CAIRN__ERROR_LAST_PLUS_ONE_ /* not a code; keeps the enum list well-formed */
-};
+/* enum cairn_error (CAIRN_OK and the CAIRN_E* codes) is defined in cairn_errors.h. */
 
 /* Text of an error code ("store full (map limit or disk full)"); never NULL. */
 CAIRN_API const char *cairn_strerror(int err);

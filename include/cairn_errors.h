@@ -1,4 +1,5 @@
-/* cairn_errors.h - the one error table (included by cairn.h; not meant to be included alone).
+/* cairn_errors.h - the one error table. Self-contained: cairn.h includes it, and gpu/ (which
+ * knows nothing of tasks or msgpack) includes only this header.
  *
  * Every fallible cairn call returns 0 or one of these negative codes. The X-macro
  * produces the enum, cairn_strerror() and cairn_errname(). Codes are only ever
@@ -40,5 +41,14 @@
     X(EPERMANENT, -28, "step failed permanently")                                                  \
     X(EMSGSEEN, -29, "message already consumed")                                                   \
     X(ENODEVICE, -30, "no GPU device available")
+
+
+enum cairn_error {
+    CAIRN_OK = 0,
+#define CAIRN__X(name, value, text) CAIRN_##name = value,
+    CAIRN_ERROR_TABLE(CAIRN__X)
+#undef CAIRN__X
+        CAIRN__ERROR_LAST_PLUS_ONE_ /* not a code; keeps the enum list well-formed */
+};
 
 #endif

@@ -12,12 +12,6 @@
 #include "gpu/backend.h"
 
 #include "cairn_errors.h"
-enum {
-#define CAIRN__X(n, v, s) CAIRN_##n = v,
-    CAIRN_ERROR_TABLE(CAIRN__X)
-#undef CAIRN__X
-};
-
 #if FAKE_MODE != 3
 
 static cairn__cuda_host host;

@@ -47,12 +47,6 @@
 #include "tests/tap.h"
 
 #include "cairn_errors.h"
-enum {
-#define CAIRN__X(n, v, s) CAIRN_##n = v,
-    CAIRN_ERROR_TABLE(CAIRN__X)
-#undef CAIRN__X
-};
-
 /* Without a device: "1..0 # SKIP why" and exit status 77, the skip status of the project's GPU
  * tests (meson runs this one with protocol 'exitcode', which reads 77 as skipped; its TAP lines
  * still go to the log, where tests/gpu/device-check.sh counts them). */

@@ -24,12 +24,6 @@
 #include "tests/testutil.h"
 
 #include "cairn_errors.h"
-enum {
-#define CAIRN__X(n, v, s) CAIRN_##n = v,
-    CAIRN_ERROR_TABLE(CAIRN__X)
-#undef CAIRN__X
-};
-
 static int cuda_mapped_cb(struct dl_phdr_info *info, size_t size, void *user)
 {
     (void)size;

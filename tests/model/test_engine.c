@@ -15,12 +15,6 @@
 #include "tests/tap.h"
 
 #include "cairn_errors.h"
-enum {
-#define CAIRN__X(n, v, s) CAIRN_##n = v,
-    CAIRN_ERROR_TABLE(CAIRN__X)
-#undef CAIRN__X
-};
-
 typedef struct {
     char text[8192];
     size_t len;

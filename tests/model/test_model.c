@@ -27,12 +27,6 @@
 #include "tests/tap.h"
 
 #include "cairn_errors.h"
-enum {
-#define CAIRN__X(n, v, s) CAIRN_##n = v,
-    CAIRN_ERROR_TABLE(CAIRN__X)
-#undef CAIRN__X
-};
-
 static double rel_err_d(const float *got, const double *ref, size_t n)
 {
     double md = 0, mr = 0;

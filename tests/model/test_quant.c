@@ -9,12 +9,6 @@
 #include "tests/tap.h"
 
 #include "cairn_errors.h"
-enum {
-#define CAIRN__X(n, v, s) CAIRN_##n = v,
-    CAIRN_ERROR_TABLE(CAIRN__X)
-#undef CAIRN__X
-};
-
 static double rel_rms(const float *a, const float *b, int n)
 {
     double e = 0, s = 0;

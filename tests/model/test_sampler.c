@@ -12,12 +12,6 @@
 #include "tests/tap.h"
 
 #include "cairn_errors.h"
-enum {
-#define CAIRN__X(n, v, s) CAIRN_##n = v,
-    CAIRN_ERROR_TABLE(CAIRN__X)
-#undef CAIRN__X
-};
-
 #define V 1000
 
 static void fill(float *lg, uint64_t seed)
