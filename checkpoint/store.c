@@ -43,6 +43,8 @@
  */
 #include "checkpoint/store_impl.h"
 
+#include "common/mdb.h"
+
 #include <errno.h>
 #include <lmdb.h>
 #include <msgpack.h>
@@ -76,20 +78,9 @@ cairn_store *cairn__txn_store(cairn__txn *t) { return t->s; }
 
 int cairn__mdb_fail(cairn__txn *t, cairn_store *s, int rc, const char *what)
 {
-    int err = CAIRN_EIO;
-    if (rc == MDB_MAP_FULL) {
-        if (t)
-            t->map_full = 1;
-        err = CAIRN_EFULL;
-    } else if (rc == ENOSPC || rc == EDQUOT) {
-        err = CAIRN_EFULL;
-    } else if (rc == ENOMEM) {
-        err = CAIRN_ENOMEM;
-    } else if (rc == MDB_CORRUPTED || rc == MDB_PAGE_NOTFOUND || rc == MDB_INVALID) {
-        err = CAIRN_ECORRUPT;
-    } else if (rc == MDB_VERSION_MISMATCH) {
-        err = CAIRN_ESCHEMA;
-    }
+    int err = cairn__mdb_code(rc);
+    if (rc == MDB_MAP_FULL && t)
+        t->map_full = 1;
     return cairn__store_fail(s, err, "%s: %s (LMDB %d) in store %s", what, mdb_strerror(rc), rc,
                              s->dir ? s->dir : "?");
 }

@@ -1,6 +1,6 @@
 /* runner/cli.h - what the CLI's files share (not public).
  *
- * Two audiences. Every command file, the engine's (cmd_*.c) included, uses the first part: option
+ * Two audiences. Every command file, tools/'s included, uses the first part: option
  * values, input files, the one exit-code table (runner/cli_util.c). The task commands' own files
  * use the second: the option table and its parser, help and usage errors, the store session
  * (runner/cli.c), and the commands themselves (runner/cli_run.c changes tasks, runner/cli_inspect.c
@@ -40,6 +40,10 @@ int cairn__cli_opt_value(int argc, char **argv, int *i, const char *lng, const c
 int cairn__cli_parse_long(const char *s, long lo, long hi, long *out);
 /* Maps a CAIRN_E* code to the documented sysexits exit code. */
 int cairn__exit_code(int err);
+/* The same table for the commands over the inference engine (tools/: generate, tokenize,
+ * model-info): a model feature the engine does not implement (CAIRN_EUNSUPPORTED) or a CUDA
+ * failure is 69, unavailable, and CAIRN_EINVAL from the engine is 70, internal. */
+int cairn__exit_code_engine(int err);
 /* Reads a whole file ("-" = stdin), at most CAIRN__MAX_INPUT bytes. CAIRN_ENOENT when the input
  * cannot be had at all (missing, a directory, not readable, a read error: the user's file, so
  * exit 66, never the store's 74), CAIRN_ETOOBIG, CAIRN_ENOMEM; err names the path. *buf is
@@ -53,7 +57,7 @@ int cairn__cli_store_exists(const char *dir, char *err, size_t errlen);
 json_t *cairn__task_to_json(const cairn_task *t);
 
 /* Commands beyond the task commands, registered by the executable before cairn_cli_main (the
- * `cairn` binary adds the engine's: generate, tokenize, model-info, index, search). The table is
+ * `cairn` binary adds tools/'s: generate, tokenize, model-info, index, search). The table is
  * borrowed and must outlive the call. */
 typedef struct cairn__cli_cmd {
     const char *name, *summary;
@@ -135,7 +139,7 @@ int cairn__cli_check_graph(cairn_graph *const *graphs, size_t n, const char *nam
  * alike); 0 otherwise. */
 int cairn__cli_need_config(const char *cmd, size_t n_graphs);
 /* Whether the command `cmd` takes --config in the `cairn` executable: run, retry and invalidate,
- * the commands that run the built-in graph. The executable (runner/main.c) is to load the
+ * the commands that run the built-in graph. The executable (tools/main.c) is to load the
  * configuration, and take --config out of argv, for these only, so that every other command
  * refuses --config as an unknown option instead of ignoring it. */
 int cairn__cli_takes_config(const char *cmd);
@@ -172,15 +176,5 @@ int cairn__cmd_show(int argc, char **argv);
 int cairn__cmd_list(int argc, char **argv);
 int cairn__cmd_audit(int argc, char **argv);
 int cairn__cmd_stats(int argc, char **argv);
-
-/* ------------------------------------------------------------------ the engine's command files */
-
-/* Engine commands (runner/cmd_generate.c, runner/cmd_tokenize.c). */
-int cairn__cmd_generate(int argc, char **argv);
-int cairn__cmd_tokenize(int argc, char **argv);
-int cairn__cmd_model_info(int argc, char **argv);
-/* Retrieval index commands (runner/cmd_index.c). */
-int cairn__cmd_index(int argc, char **argv);
-int cairn__cmd_search(int argc, char **argv);
 
 #endif

@@ -12,7 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runner/canon.h"
+#include "common/json.h"
+#include "common/taskid.h"
 #include "runner/cli.h"
 #include "runner/internal.h"
 

@@ -14,7 +14,7 @@
 #include <sys/stat.h>
 
 #include "cairn.h"
-#include "runner/canon.h"
+#include "common/json.h"
 #include "runner/cli.h"
 
 int cairn__exit_code(int err)
@@ -56,6 +56,19 @@ int cairn__exit_code(int err)
         return CAIRN__EX_USAGE;
     default:
         return CAIRN__EX_SOFTWARE;
+    }
+}
+
+int cairn__exit_code_engine(int err)
+{
+    switch (err) {
+    case CAIRN_EUNSUPPORTED: /* the file is valid, the feature missing */
+    case CAIRN_ECUDA:
+        return CAIRN__EX_UNAVAILABLE;
+    case CAIRN_EINVAL: /* from the engine, a caller's bug: usage errors are caught before */
+        return CAIRN__EX_SOFTWARE;
+    default:
+        return cairn__exit_code(err);
     }
 }
 

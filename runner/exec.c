@@ -29,8 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <openssl/evp.h>
-
+#include "common/hash.h"
 #include "runner/internal.h"
 
 /* ------------------------------------------------------------------ ctx accessors */
@@ -49,21 +48,16 @@ const char *cairn__delivery_id(cairn_ctx *c)
 {
     if (c->delivery_id[0])
         return c->delivery_id;
-    static const char hex[] = "0123456789abcdef";
     char buf[CAIRN__ID_MAX + CAIRN__NAME_MAX + 16];
     size_t tl = strlen(c->task_id), sl = strlen(c->step->name), n = 0;
     memcpy(buf, c->task_id, tl), n += tl, buf[n++] = 0;
     memcpy(buf + n, c->step->name, sl), n += sl, buf[n++] = 0;
     n += (size_t)snprintf(buf + n, sizeof buf - n, "%u", c->generation);
-    unsigned char h[EVP_MAX_MD_SIZE];
-    unsigned hl = 0;
+    unsigned char h[32];
     char *out = c->delivery_id;
     memcpy(out, "dlv_", 4);
-    if (!EVP_Digest(buf, n, h, &hl, EVP_sha256(), NULL))
-        memset(h, 0, sizeof h);
-    for (int i = 0; i < 16; i++)
-        out[4 + 2 * i] = hex[h[i] >> 4], out[5 + 2 * i] = hex[h[i] & 15];
-    out[36] = 0;
+    cairn__sha256(buf, n, h); /* zero on failure, as before */
+    cairn__hex(h, 16, out + 4);
     return out;
 }
 const msgpack_object *cairn_ctx_input(const cairn_ctx *c) { return &c->input.data; }

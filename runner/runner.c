@@ -28,7 +28,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "runner/canon.h"
+#include "common/json.h"
+#include "common/taskid.h"
 #include "runner/internal.h"
 
 #define DAY_S (24ull * 3600)

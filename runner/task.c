@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runner/canon.h"
+#include "common/json.h"
 #include "runner/internal.h"
 
 typedef struct snap_step {

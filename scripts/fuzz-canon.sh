@@ -1,5 +1,5 @@
 #!/bin/sh
-# fuzz-canon.sh - build the libFuzzer target for runner/canon.c and jsonmp.c with clang; run it.
+# fuzz-canon.sh - build the libFuzzer target for common/'s JSON, canonical form and JSON<->msgpack with clang; run it.
 #
 #   scripts/fuzz-canon.sh [SECONDS] [libFuzzer options...]
 #
@@ -22,7 +22,8 @@ cp "$root"/tests/canon/vectors/*.json "$out/corpus/"
 "$cc" -std=c11 -D_GNU_SOURCE -DCAIRN_LIBFUZZER -g -O1 \
     -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
     -I"$root/include" -I"$root" \
-    "$root/runner/canon.c" "$root/runner/jsonmp.c" "$root/tests/fuzz_canon/fuzz_canon.c" \
+    "$root/common/json.c" "$root/common/canon.c" "$root/common/jsonmp.c" "$root/common/taskid.c" \
+    "$root/common/str.c" "$root/common/utf8.c" "$root/common/hash.c" "$root/tests/fuzz_canon/fuzz_canon.c" \
     $(pkg-config --cflags --libs jansson "$mp" libcrypto) -lm \
     -o "$out/fuzz_canon"
 

@@ -19,6 +19,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/mdb.h"
+
 /* ------------------------------------------------------------------ helpers */
 
 int cairn__bm25_fail(cairn__bm25 *ix, int code, const char *fmt, ...)
@@ -33,12 +35,8 @@ int cairn__bm25_fail(cairn__bm25 *ix, int code, const char *fmt, ...)
 /* Translates an LMDB code at the boundary, keeping LMDB's text in the message. */
 int cairn__bm25_mdb_fail(cairn__bm25 *ix, int rc, const char *what)
 {
-    int code = rc == MDB_MAP_FULL || rc == ENOSPC ? CAIRN_EFULL
-               : rc == ENOMEM                     ? CAIRN_ENOMEM
-               : rc == MDB_CORRUPTED || rc == MDB_PAGE_NOTFOUND || rc == MDB_BAD_VALSIZE
-                   ? CAIRN_ECORRUPT
-                   : CAIRN_EIO;
-    return cairn__bm25_fail(ix, code, "index %s: %s: %s", ix->dir, what, mdb_strerror(rc));
+    return cairn__bm25_fail(ix, cairn__mdb_code(rc), "index %s: %s: %s", ix->dir, what,
+                            mdb_strerror(rc));
 }
 
 static int mkdir_p(const char *dir)

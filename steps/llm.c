@@ -17,15 +17,15 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "common/hash.h"
+#include "common/json.h"
 #include "gpu/chat.h"
 #include "gpu/engine.h"
-#include "runner/canon.h"
 #include "steps/template.h"
 
 struct cairn__llm_cfg {
@@ -287,31 +287,6 @@ static struct {
     char sha[65];
 } loaded;
 
-static int file_sha256(const char *path, char out[65])
-{
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return CAIRN_ENOENT;
-    EVP_MD_CTX *md = EVP_MD_CTX_new();
-    if (!md || !EVP_DigestInit_ex(md, EVP_sha256(), NULL)) {
-        EVP_MD_CTX_free(md);
-        close(fd);
-        return CAIRN_ENOMEM;
-    }
-    static char buf[1 << 16];
-    ssize_t r;
-    while ((r = read(fd, buf, sizeof buf)) > 0)
-        EVP_DigestUpdate(md, buf, (size_t)r);
-    close(fd);
-    unsigned char h[32];
-    unsigned hl;
-    EVP_DigestFinal_ex(md, h, &hl);
-    EVP_MD_CTX_free(md);
-    for (int i = 0; i < 32; i++)
-        snprintf(out + 2 * i, 3, "%02x", h[i]);
-    return r < 0 ? CAIRN_EIO : 0;
-}
-
 static int engine_for(const cairn__llm_cfg *c, char *err, size_t errlen)
 {
     char key[sizeof loaded.key];
@@ -328,7 +303,7 @@ static int engine_for(const cairn__llm_cfg *c, char *err, size_t errlen)
     int rc = cairn__engine_open(c->model, &o, &loaded.e, err, errlen);
     if (rc)
         return rc;
-    if ((rc = file_sha256(c->model, loaded.sha))) {
+    if ((rc = cairn__sha256_file(c->model, loaded.sha))) {
         snprintf(err, errlen, "%s: %s", c->model,
                  rc == CAIRN_ENOMEM ? "out of memory for hashing" : "cannot read for hashing");
         cairn__engine_free(loaded.e);
@@ -505,8 +480,7 @@ static size_t saved_tokens(const msgpack_object *p, const char *prompt_sha, int3
 static uint64_t seed_of(const char *task)
 {
     unsigned char h[32];
-    unsigned hl;
-    EVP_Digest(task, strlen(task), h, &hl, EVP_sha256(), NULL);
+    cairn__sha256(task, strlen(task), h);
     uint64_t s = 0;
     for (int i = 0; i < 8; i++)
         s = s << 8 | h[i];

@@ -24,6 +24,8 @@
 
 #include <openssl/evp.h>
 
+#include "common/hash.h"
+
 /* 1 if s is an RFC 5322 dot-atom-text: atoms of atext joined by single dots. */
 static int dot_atom(const char *s)
 {

@@ -12,7 +12,8 @@
 #include <curl/curl.h>
 #include <msgpack.h>
 
-#include "runner/canon.h"
+#include "common/json.h"
+#include "common/str.h"
 #include "steps/notify.h"
 
 enum { CAIRN__NOTIFY_WEBHOOK = 1, CAIRN__NOTIFY_EMAIL = 2 };

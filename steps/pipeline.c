@@ -16,7 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runner/canon.h"
+#include "common/hash.h"
+#include "common/json.h"
 #include "steps/llm.h"
 #include "steps/notify.h"
 #include "steps/postprocess.h"

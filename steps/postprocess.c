@@ -17,7 +17,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "runner/canon.h"
+#include "common/json.h"
+#include "common/str.h"
+#include "common/utf8.h"
 #include "steps/template.h"
 
 struct cairn__post_cfg {

@@ -22,7 +22,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "runner/canon.h"
+#include "common/str.h"
 #include "steps/template.h"
 
 #define TOP_K_MAX 1000

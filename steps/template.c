@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "cairn.h"
-#include "runner/canon.h"
+#include "common/str.h"
 
 static int name_char(char c)
 {

@@ -19,31 +19,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "runner/canon.h"
-
-static size_t utf8_enc(uint32_t c, char *o)
-{
-    if (c < 0x80) {
-        o[0] = (char)c;
-        return 1;
-    }
-    if (c < 0x800) {
-        o[0] = (char)(0xc0 | c >> 6);
-        o[1] = (char)(0x80 | (c & 0x3f));
-        return 2;
-    }
-    if (c < 0x10000) {
-        o[0] = (char)(0xe0 | c >> 12);
-        o[1] = (char)(0x80 | ((c >> 6) & 0x3f));
-        o[2] = (char)(0x80 | (c & 0x3f));
-        return 3;
-    }
-    o[0] = (char)(0xf0 | c >> 18);
-    o[1] = (char)(0x80 | ((c >> 12) & 0x3f));
-    o[2] = (char)(0x80 | ((c >> 6) & 0x3f));
-    o[3] = (char)(0x80 | (c & 0x3f));
-    return 4;
-}
+#include "common/utf8.h"
 
 /* Simple lower-case mapping (plus two foldings search wants: final sigma and dotted capital I)
  * for the scripts whose case pairs follow a pattern; other characters are returned as is. */
@@ -189,7 +165,7 @@ static void end_cjk(tokenizer *t)
 {
     if (t->cjk_run == 1) {
         char b[4];
-        emit(t, b, utf8_enc(t->cjk_prev, b));
+        emit(t, b, cairn__utf8_put(t->cjk_prev, b));
     }
     t->cjk_run = 0;
 }
@@ -213,8 +189,8 @@ size_t cairn__bm25_tokenize(const char *text, size_t len, cairn__bm25_token_cb c
             end_word(&t), word_full = 0;
             if (t.cjk_run) {
                 char b[8];
-                size_t n = utf8_enc(t.cjk_prev, b);
-                emit(&t, b, n + utf8_enc(c, b + n));
+                size_t n = cairn__utf8_put(t.cjk_prev, b);
+                emit(&t, b, n + cairn__utf8_put(c, b + n));
             }
             t.cjk_prev = c;
             t.cjk_run++;
@@ -226,7 +202,7 @@ size_t cairn__bm25_tokenize(const char *text, size_t len, cairn__bm25_token_cb c
             continue;
         }
         char b[4];
-        size_t n = utf8_enc(lower(c), b);
+        size_t n = cairn__utf8_put(lower(c), b);
         if (word_full || t.wn + n > sizeof t.word) {
             word_full = 1;
             continue;

@@ -4,7 +4,9 @@
  * with their ECMAScript text (RFC 8785 Appendix B first), and each NAME.json has its
  * expected canonical bytes in NAME.canon. Everything else is inline below.
  */
-#include "runner/canon.h"
+#include "common/hash.h"
+#include "common/json.h"
+#include "common/taskid.h"
 
 #include <fcntl.h>
 #include <stdint.h>

@@ -12,7 +12,8 @@
  *     reports through TAP. `fuzz_canon --emit N` prints N generated documents, one per line,
  *     for differential checks against another JCS implementation.
  */
-#include "runner/canon.h"
+#include "common/json.h"
+#include "common/taskid.h"
 
 #include <stdint.h>
 #include <stdio.h>

@@ -26,7 +26,6 @@
 
 #include <openssl/evp.h>
 
-#include "runner/canon.h"
 #include "steps/notify.h"
 #include "tests/tap.h"
 

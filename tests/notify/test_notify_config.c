@@ -8,7 +8,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "runner/canon.h"
 #include "steps/notify.h"
 #include "tests/tap.h"
 

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "runner/cli.h"
+#include "tools/tools.h"
 #include "steps/bm25.h"
 #include "tests/tap.h"
 #include "tests/testutil.h"

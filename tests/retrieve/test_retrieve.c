@@ -10,7 +10,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "runner/canon.h"
+#include "common/json.h"
 #include "steps/retrieve.h"
 #include "tests/tap.h"
 #include "tests/testutil.h"

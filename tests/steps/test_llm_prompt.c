@@ -15,7 +15,7 @@
 #include "cairn.h"
 #include "gpu/chat.h"
 #include "gpu/tokenizer.h"
-#include "runner/canon.h"
+#include "common/hash.h"
 #include "steps/llm.h"
 #include "steps/template.h"
 #include "tests/model/mkmodel.h"

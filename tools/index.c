@@ -1,4 +1,4 @@
-/* runner/cmd_index.c - the `cairn index` and `cairn search` commands (the retrieval index).
+/* tools/index.c - the `cairn index` command: a JSONL corpus into the retrieval index.
  *
  * `index` reads a JSONL corpus ({"id", "text", ...} per line) into the BM25 index at
  * <store>/index (steps/bm25.h; the index is its own LMDB environment, never the checkpoint
@@ -9,7 +9,7 @@
  * a bad line still writes nothing; only an I/O error (disk full) can stop the run part way,
  * leaving the batches before it committed, each complete, and the output says how many.
  *
- * runner/ does not see LMDB: everything goes through steps/bm25.h. Exit codes come from the
+ * tools/ does not see LMDB: everything goes through steps/bm25.h. Exit codes come from the
  * CLI's one table (cairn__exit_code): 64 usage, 65 bad corpus, 66 missing corpus or index,
  * 74 index I/O. argv[0] is the command's own name, as the dispatcher passes it.
  */
@@ -27,6 +27,7 @@
 #include "cairn.h"
 #include "runner/cli.h"
 #include "steps/bm25.h"
+#include "tools/tools.h"
 
 static const char index_usage[] =
     "usage: cairn index --store DIR --corpus FILE.jsonl [options]\n"
@@ -45,22 +46,10 @@ static const char index_usage[] =
     "  -h, --help          show this help\n"
     "Exit codes: 0 ok, 64 usage, 65 bad corpus line, 66 corpus not found, 74 index I/O error.\n";
 
-static const char search_usage[] =
-    "usage: cairn search --store DIR --query TEXT [options]\n"
-    "\n"
-    "Prints the best-matching documents of the BM25 index in DIR/index (k1 1.2, b 0.75).\n"
-    "\n"
-    "  -s, --store DIR     the store directory (default: $CAIRN_STORE); the index is DIR/index\n"
-    "      --index DIR     use this index directory instead of DIR/index\n"
-    "  -q, --query TEXT    the query (free text)\n"
-    "  -k, --top-k K       how many documents, 1..1000 (default 10)\n"
-    "      --json          print {\"query\", \"docs\": [{\"id\", \"score\", \"text\", "
-    "\"fields\"?}]}\n"
-    "  -h, --help          show this help\n"
-    "Exit codes: 0 ok, 64 usage, 66 no index, 74 index I/O error.\n";
+
 
 /* The index directory: --index, else <store>/index (store from --store or $CAIRN_STORE). */
-static char *index_dir(const char *store, const char *index)
+char *cairn__index_dir(const char *store, const char *index)
 {
     if (index)
         return strdup(index);
@@ -74,7 +63,6 @@ static char *index_dir(const char *store, const char *index)
         sprintf(p, "%s%sindex", store, n && store[n - 1] == '/' ? "" : "/");
     return p;
 }
-
 static double now_s(void)
 {
     struct timespec ts;
@@ -274,7 +262,7 @@ int cairn__cmd_index(int argc, char **argv)
         fprintf(stderr, "cairn index: --batch must be a number of documents (0 = whole file)\n");
         return cairn__exit_code(CAIRN_EINVAL);
     }
-    char *dir = index_dir(store, index);
+    char *dir = cairn__index_dir(store, index);
     if (!file || !dir) {
         fprintf(stderr, "cairn index: %s\n%s",
                 !dir ? "--store DIR (or CAIRN_STORE) is required" : "--corpus FILE is required",
@@ -389,111 +377,6 @@ int cairn__cmd_index(int argc, char **argv)
                (unsigned long long)info.n_docs, info.avgdl, (unsigned long long)info.n_terms);
     }
     fflush(stdout);
-    free(dir);
-    return cairn__exit_code(rc);
-}
-
-/* ------------------------------------------------------------------ search */
-
-/* Prints at most `max` characters of s on one line (newlines and tabs as spaces). */
-static void print_snippet(const char *s, size_t max)
-{
-    size_t chars = 0;
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if ((*p & 0xc0) != 0x80 && chars++ == max) {
-            fputs("...", stdout);
-            return;
-        }
-        putchar(*p < 0x20 ? ' ' : *p);
-    }
-}
-
-int cairn__cmd_search(int argc, char **argv)
-{
-    const char *store = NULL, *index = NULL, *query = NULL, *k_s = NULL;
-    int json = 0, v;
-    long k = 10;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            fputs(search_usage, stdout);
-            return 0;
-        } else if (!strcmp(a, "--json")) {
-            json = 1;
-        } else if ((v = cairn__cli_opt_value(argc, argv, &i, "--store", "-s", &store)) ||
-                   (v = cairn__cli_opt_value(argc, argv, &i, "--index", NULL, &index)) ||
-                   (v = cairn__cli_opt_value(argc, argv, &i, "--query", "-q", &query)) ||
-                   (v = cairn__cli_opt_value(argc, argv, &i, "--top-k", "-k", &k_s))) {
-            if (v < 0) {
-                fprintf(stderr, "cairn search: option %s needs a value\n%s", a, search_usage);
-                return cairn__exit_code(CAIRN_EINVAL);
-            }
-        } else {
-            fprintf(stderr, "cairn search: unknown argument '%s'\n%s", a, search_usage);
-            return cairn__exit_code(CAIRN_EINVAL);
-        }
-    }
-    if (k_s && cairn__cli_parse_long(k_s, 1, 1000, &k)) {
-        fprintf(stderr, "cairn search: --top-k must be a number from 1 to 1000\n");
-        return cairn__exit_code(CAIRN_EINVAL);
-    }
-    char *dir = index_dir(store, index);
-    if (!query || !dir) {
-        fprintf(stderr, "cairn search: %s\n%s",
-                !dir ? "--store DIR (or CAIRN_STORE) is required" : "--query TEXT is required",
-                search_usage);
-        free(dir);
-        return cairn__exit_code(CAIRN_EINVAL);
-    }
-    char err[1200];
-    cairn__bm25 *ix = NULL;
-    int rc = cairn__bm25_open(dir, 0, &ix, err, sizeof err);
-    if (rc) {
-        fprintf(stderr, "cairn search: %s\n", err);
-        free(dir);
-        return cairn__exit_code(rc);
-    }
-    cairn__bm25_hit *hits = NULL;
-    size_t n = 0;
-    rc = cairn__bm25_search(ix, query, (size_t)k, &hits, &n);
-    if (rc) {
-        fprintf(stderr, "cairn search: %s\n", cairn__bm25_errmsg(ix));
-        cairn__bm25_close(ix);
-        free(dir);
-        return cairn__exit_code(rc);
-    }
-    if (json) {
-        json_t *docs = json_array();
-        for (size_t i = 0; i < n; i++) {
-            json_t *d = json_pack("{s:s, s:f, s:s}", "id", hits[i].id, "score", hits[i].score,
-                                  "text", hits[i].text);
-            json_t *extra = hits[i].extra ? json_loads(hits[i].extra, 0, NULL) : NULL;
-            if (d && extra)
-                json_object_set_new(d, "fields", extra);
-            else
-                json_decref(extra);
-            json_array_append_new(docs, d);
-        }
-        json_t *o = json_pack("{s:s, s:o}", "query", query, "docs", docs);
-        char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
-        if (s)
-            printf("%s\n", s);
-        else
-            rc = CAIRN_ENOMEM;
-        free(s);
-        json_decref(o);
-    } else if (n == 0) {
-        printf("no documents match\n");
-    } else {
-        for (size_t i = 0; i < n; i++) {
-            printf("%2zu  %9.4f  %s  ", i + 1, hits[i].score, hits[i].id);
-            print_snippet(hits[i].text, 80);
-            putchar('\n');
-        }
-    }
-    fflush(stdout);
-    cairn__bm25_hits_free(hits, n);
-    cairn__bm25_close(ix);
     free(dir);
     return cairn__exit_code(rc);
 }

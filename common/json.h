@@ -1,14 +1,13 @@
-/* canon.h - task input handling: strict JSON parsing, RFC 8785 (JCS) canonical form, the
- * payload hash, task-ID validation and derivation (canon.c), JSON <-> msgpack conversion
- * (jsonmp.c), and the strict UTF-8 decoder and growable string buffer they and the steps share.
+/* common/json.h - task inputs as data: strict JSON parsing (json.c), the RFC 8785 (JCS) canonical
+ * form and the payload hash (canon.c), and the conversion between jansson and msgpack
+ * (jsonmp.c).
  *
- * Internal to libcairn (hidden `cairn__` symbols). Every fallible call returns 0 or a
- * negative CAIRN_E* code from cairn.h; where a call takes `err`/`errlen`, it writes a
- * one-line, NUL-terminated message there on failure (`err` may be NULL, then nothing is
- * written; a message longer than errlen-1 is truncated).
+ * Internal to libcairn (hidden `cairn__` symbols). Every fallible call returns 0 or a negative
+ * CAIRN_E* code; where a call takes `err`/`errlen`, it writes a one-line, NUL-terminated message
+ * there on failure (common/str.h: cairn__seterr's convention).
  */
-#ifndef CAIRN_CANON_H
-#define CAIRN_CANON_H
+#ifndef CAIRN_COMMON_JSON_H
+#define CAIRN_COMMON_JSON_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -25,31 +24,6 @@
  * more than 32 open containers (MSGPACK_EMBED_STACK_SIZE), and task inputs travel as msgpack,
  * so a deeper document would be accepted now and be unreadable later. */
 #define CAIRN__MAX_DEPTH 32
-
-/* Longest task ID in bytes (a buffer for one needs CAIRN__TASK_ID_MAX + 1). */
-#define CAIRN__TASK_ID_MAX 128
-
-/* Length (1..4) of the well-formed UTF-8 sequence at s[0..n), storing its code point in *cp, or
- * 0 (and *cp untouched) if the bytes there are not one: n == 0, a stray continuation byte, a
- * truncated sequence, an overlong form, a surrogate or a value above U+10FFFF. */
-size_t cairn__utf8_get(const unsigned char *s, size_t n, uint32_t *cp);
-
-/* A NUL-terminated string that grows by doubling (used by canon.c, jsonmp.c and the steps). A
- * failed allocation sets `oom` and makes every later put a no-op, so a writer may check once, at
- * the end, or stop at the first put that returns -1. Start from {0}; the owner free()s p (NULL
- * until the first put; put "" to get an empty string). */
-struct cairn__sbuf {
-    char *p;
-    size_t len, cap;
-    int oom;
-};
-
-/* Appends n bytes of s (which need not be NUL-terminated). Returns 0, or -1 if out of memory now
- * or before. */
-int cairn__sb_put(struct cairn__sbuf *b, const void *s, size_t n);
-
-/* Appends the NUL-terminated string s; returns as cairn__sb_put does. */
-int cairn__sb_puts(struct cairn__sbuf *b, const char *s);
 
 /* Parses one JSON document of `len` bytes (need not be NUL-terminated; may contain NUL
  * bytes only inside strings as \u0000). Strict, per I-JSON (RFC 7493):
@@ -81,6 +55,10 @@ int cairn__json_load(const char *path, json_t **out, char *err, size_t errlen);
  * CAIRN_EJSON with err = "<source>: task input must be a JSON object, not an array". */
 int cairn__json_check_object(const json_t *v, const char *source, char *err, size_t errlen);
 
+/* "an object", "an array", "a string", "an integer", "a number", "true", "false", "null": the
+ * type of v as a message names it. */
+const char *cairn__json_type_name(const json_t *v);
+
 /* RFC 8785 (JCS) canonical serialization of `v`: object members sorted by the UTF-16 code
  * units of their names, no whitespace, strings with the minimal JCS escapes (\" \\ \b \f \n
  * \r \t, other controls as \u00xx, everything else literal UTF-8), numbers as ECMAScript's
@@ -93,36 +71,9 @@ int cairn__json_check_object(const json_t *v, const char *source, char *err, siz
  * trees built with jansson's *_nocheck calls), CAIRN_ENOMEM. */
 int cairn__canon_json(const json_t *v, char **out, size_t *len);
 
-/* SHA-256 of `len` bytes at `data` as 64 lowercase hex digits plus NUL (OpenSSL EVP). If
- * OpenSSL fails (out of memory), `out` is the empty string. */
-void cairn__sha256_hex(const void *data, size_t len, char out[65]);
-
 /* The payload hash of a task input: SHA-256 hex of its RFC 8785 canonical form.
  * Returns what cairn__canon_json() returns. */
 int cairn__payload_hash(const json_t *input, char out[65]);
-
-/* Checks a task ID: 1..CAIRN__TASK_ID_MAX bytes, each one of A-Z a-z 0-9 . _ : -
- * CAIRN_ETASKID with err naming the offending byte offset and character, e.g.
- * "task ID byte 3 is ' ' (0x20); allowed are A-Z a-z 0-9 . _ : -", or the length.
- * CAIRN_EINVAL if id is NULL. */
-int cairn__task_id_check(const char *id, char *err, size_t errlen);
-
-/* Derives a task ID into `out` (outlen >= CAIRN__TASK_ID_MAX + 1 always suffices).
- *   fields == NULL: "<graph>_<first 16 hex digits of the payload hash>".
- *   fields == "tenant,order_id": the values of those top-level fields of `input`, joined
- *     with '_'. Strings are used as-is, integers in decimal. A real with an integral value
- *     of magnitude <= 2^53 counts as that integer, because 7 and 7.0 are the same number to
- *     JCS (and so to the payload hash); any other type is refused.
- * The result is checked with cairn__task_id_check().
- * Returns:
- *   CAIRN_EJSON    input is not an object; a field is missing ("input has no field
- *                  \"order_id\" (named in the task-ID fields)"), or has an unusable type
- *   CAIRN_ETASKID  the result is not a valid task ID (the message names the field whose
- *                  value holds the offending byte)
- *   CAIRN_EINVAL   NULL graph/input/out, an empty name in `fields`, out too small
- *   CAIRN_ENOMEM */
-int cairn__task_id_derive(const char *graph, const json_t *input, const char *fields, char *out,
-                          size_t outlen, char *err, size_t errlen);
 
 /* Packs a JSON value as msgpack: object -> map (keys as str, in RFC 8785 order so equal
  * inputs give equal bytes), array -> array, string -> str, integer -> the smallest int/uint

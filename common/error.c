@@ -1,4 +1,4 @@
-/* runner/error.c - the error table turned into cairn_strerror() and cairn_errname().
+/* common/error.c - the error table turned into cairn_strerror() and cairn_errname().
  *
  * The table itself lives in include/cairn_errors.h (one X-macro); this file only expands it,
  * so a new code is added in exactly one place.

@@ -1,6 +1,7 @@
-/* runner/main.c - the `cairn` executable: parses nothing itself.
+/* tools/main.c - the `cairn` executable, the one composition root: parses nothing itself.
  *
- * It registers the engine's commands, and the built-in graph `default` when a configuration is
+ * It is the only file that wires steps/ and tools/ into the CLI library (runner/): it registers
+ * tools/'s commands, and the built-in graph `default` when a configuration is
  * given (--config FILE or CAIRN_CONFIG), and hands argv to the CLI. A C developer's own program
  * does the same with its own graphs (see examples/ledger).
  */
@@ -9,6 +10,7 @@
 #include "cairn.h"
 #include "runner/cli.h"
 #include "steps/pipeline.h"
+#include "tools/tools.h"
 
 int main(int argc, char **argv)
 {

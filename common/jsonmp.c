@@ -1,17 +1,17 @@
 /* jsonmp.c - task inputs and step outputs between jansson and msgpack.
  *
- * Inputs are parsed as JSON (canon.c) but travel to steps and into the store as msgpack. Packing
+ * Inputs are parsed as JSON (json.c) but travel to steps and into the store as msgpack. Packing
  * writes object members in RFC 8785 (JCS) key order, the order the payload hash sees, so equal
  * inputs give equal bytes however their keys were ordered.
  *
  * Unpacking (for `cairn show` and for steps that post JSON, such as notify) reads msgpack that
  * steps wrote, which can say things JSON cannot: bin, ext, uints above INT64_MAX, NaN, non-string
- * keys, invalid UTF-8 in a str. Each gets one fixed JSON form (documented in canon.h) instead of
+ * keys, invalid UTF-8 in a str. Each gets one fixed JSON form (documented in common/json.h) instead of
  * an error, so a record can always be shown; only running out of memory or nesting deeper than
  * 1024 fails.
  */
-#include "runner/canon.h"
-#include "runner/canon_internal.h"
+#include "common/json.h"
+#include "common/canon_internal.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -19,6 +19,9 @@
 #include <string.h>
 
 #include <openssl/evp.h>
+
+#include "common/str.h"
+#include "common/utf8.h"
 
 /* Recursion bound for msgpack objects built in code (unpacked ones are bounded by msgpack-c). */
 #define MP_TO_JSON_MAX_DEPTH 1024

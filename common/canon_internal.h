@@ -1,4 +1,4 @@
-/* canon_internal.h - what canon.c shares with jsonmp.c (internal to runner/): the members of a
+/* common/canon_internal.h - what canon.c shares with jsonmp.c (private to common/): the members of a
  * JSON object in RFC 8785 (JCS) order, so that the msgpack packer writes map keys in the same
  * order as the canonical form the payload hash is taken over. */
 #ifndef CAIRN_CANON_INTERNAL_H
