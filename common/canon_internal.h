@@ -1,5 +1,5 @@
-/* common/canon_internal.h - what canon.c shares with jsonmp.c (private to common/): the members of a
- * JSON object in RFC 8785 (JCS) order, so that the msgpack packer writes map keys in the same
+/* common/canon_internal.h - what canon.c shares with jsonmp.c (private to common/): the members of
+ * a JSON object in RFC 8785 (JCS) order, so that the msgpack packer writes map keys in the same
  * order as the canonical form the payload hash is taken over. */
 #ifndef CAIRN_CANON_INTERNAL_H
 #define CAIRN_CANON_INTERNAL_H

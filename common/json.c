@@ -94,14 +94,16 @@ int cairn__json_parse(const char *buf, size_t len, const char *source, json_t **
     if (!buf)
         buf = "";
     if (len > CAIRN__MAX_INPUT) {
-        cairn__seterr(err, errlen, "%s: input is %zu bytes, limit is %u", src, len, CAIRN__MAX_INPUT);
+        cairn__seterr(err, errlen, "%s: input is %zu bytes, limit is %u", src, len,
+                      CAIRN__MAX_INPUT);
         return CAIRN_ETOOBIG;
     }
     if (len >= 3 && memcmp(buf, "\xEF\xBB\xBF", 3) == 0) {
         /* RFC 8259 8.1: a JSON text must not start with one; say so instead of "'?'". */
-        cairn__seterr(err, errlen,
-               "%s:1:1: byte-order mark (U+FEFF) at the start; JSON text must not begin with one",
-               src);
+        cairn__seterr(
+            err, errlen,
+            "%s:1:1: byte-order mark (U+FEFF) at the start; JSON text must not begin with one",
+            src);
         return CAIRN_EJSON;
     }
     v = json_loadb(buf, len, flags, &je);
@@ -117,13 +119,13 @@ int cairn__json_parse(const char *buf, size_t len, const char *source, json_t **
         }
         sanitize(je.text);
         cairn__seterr(err, errlen, "%s:%d:%d: %s", src, je.line < 1 ? 1 : je.line,
-               je.column < 1 ? 1 : je.column, je.text);
+                      je.column < 1 ? 1 : je.column, je.text);
         return CAIRN_EJSON;
     }
     if (too_deep(buf, len, &line, &col)) {
         json_decref(v);
-        cairn__seterr(err, errlen, "%s:%zu:%zu: arrays/objects nested more than %d deep", src, line, col,
-               CAIRN__MAX_DEPTH);
+        cairn__seterr(err, errlen, "%s:%zu:%zu: arrays/objects nested more than %d deep", src, line,
+                      col, CAIRN__MAX_DEPTH);
         return CAIRN_EJSON;
     }
     *out = v;
@@ -157,7 +159,7 @@ int cairn__json_load(const char *path, json_t **out, char *err, size_t errlen)
         rc = CAIRN_EINVAL;
     } else if (S_ISREG(st.st_mode) && (uintmax_t)st.st_size > CAIRN__MAX_INPUT) {
         cairn__seterr(err, errlen, "%s: input is %jd bytes, limit is %u", src, (intmax_t)st.st_size,
-               CAIRN__MAX_INPUT);
+                      CAIRN__MAX_INPUT);
         rc = CAIRN_ETOOBIG;
     }
     /* Read at most one byte beyond the limit: enough to know that the input is too big. */
@@ -182,8 +184,8 @@ int cairn__json_load(const char *path, json_t **out, char *err, size_t errlen)
         }
     }
     if (rc == 0 && n > CAIRN__MAX_INPUT) {
-        cairn__seterr(err, errlen, "%s: input is more than %u bytes, limit is %u", src, CAIRN__MAX_INPUT,
-               CAIRN__MAX_INPUT);
+        cairn__seterr(err, errlen, "%s: input is more than %u bytes, limit is %u", src,
+                      CAIRN__MAX_INPUT, CAIRN__MAX_INPUT);
         rc = CAIRN_ETOOBIG;
     }
     if (rc == 0)
@@ -208,7 +210,7 @@ int cairn__json_check_object(const json_t *v, const char *source, char *err, siz
         return CAIRN_EINVAL;
     if (json_is_object(v))
         return 0;
-    cairn__seterr(err, errlen, "%s: task input must be a JSON object, not %s", source ? source : "<input>",
-           cairn__json_type_name(v));
+    cairn__seterr(err, errlen, "%s: task input must be a JSON object, not %s",
+                  source ? source : "<input>", cairn__json_type_name(v));
     return CAIRN_EJSON;
 }

@@ -6,8 +6,8 @@
  *
  * Unpacking (for `cairn show` and for steps that post JSON, such as notify) reads msgpack that
  * steps wrote, which can say things JSON cannot: bin, ext, uints above INT64_MAX, NaN, non-string
- * keys, invalid UTF-8 in a str. Each gets one fixed JSON form (documented in common/json.h) instead of
- * an error, so a record can always be shown; only running out of memory or nesting deeper than
+ * keys, invalid UTF-8 in a str. Each gets one fixed JSON form (documented in common/json.h) instead
+ * of an error, so a record can always be shown; only running out of memory or nesting deeper than
  * 1024 fails.
  */
 #include "common/json.h"

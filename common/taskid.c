@@ -33,10 +33,11 @@ static void describe_bad_byte(char *err, size_t errlen, const char *what, size_t
                               unsigned char c)
 {
     if (c > 0x20 && c < 0x7F)
-        cairn__seterr(err, errlen, "%s byte %zu is '%c' (0x%02x); allowed are A-Z a-z 0-9 . _ : -", what,
-               off, c, c);
+        cairn__seterr(err, errlen, "%s byte %zu is '%c' (0x%02x); allowed are A-Z a-z 0-9 . _ : -",
+                      what, off, c, c);
     else
-        cairn__seterr(err, errlen, "%s byte %zu is 0x%02x; allowed are A-Z a-z 0-9 . _ : -", what, off, c);
+        cairn__seterr(err, errlen, "%s byte %zu is 0x%02x; allowed are A-Z a-z 0-9 . _ : -", what,
+                      off, c);
 }
 
 int cairn__task_id_check(const char *id, char *err, size_t errlen)
@@ -108,7 +109,8 @@ int cairn__task_id_derive(const char *graph, const json_t *input, const char *fi
     if (!graph || !input || !out)
         return CAIRN_EINVAL;
     if (!json_is_object(input)) {
-        cairn__seterr(err, errlen, "task input must be a JSON object, not %s", cairn__json_type_name(input));
+        cairn__seterr(err, errlen, "task input must be a JSON object, not %s",
+                      cairn__json_type_name(input));
         return CAIRN_EJSON;
     }
     if (!fields && (rc = cairn__payload_hash(input, h)) == 0 &&
@@ -127,8 +129,9 @@ int cairn__task_id_derive(const char *graph, const json_t *input, const char *fi
             cairn__seterr(err, errlen, "input has no %s (named in the task-ID fields)", what);
             rc = CAIRN_EJSON;
         } else if (!(text = id_text(v, num, &tlen))) {
-            cairn__seterr(err, errlen, "task-ID %s is %s%s; only strings and integers can form a task ID",
-                   what, cairn__json_type_name(v), json_is_real(v) ? " that is not an integer" : "");
+            cairn__seterr(
+                err, errlen, "task-ID %s is %s%s; only strings and integers can form a task ID",
+                what, cairn__json_type_name(v), json_is_real(v) ? " that is not an integer" : "");
             rc = CAIRN_EJSON;
         } else if (tlen == 0) {
             /* an empty business key identifies nothing, and "a_" + "" would collide with "a_" */
@@ -143,13 +146,16 @@ int cairn__task_id_derive(const char *graph, const json_t *input, const char *fi
     if (rc == 0 && b.oom) {
         rc = CAIRN_ENOMEM;
     } else if (rc == 0 && b.len == 0) {
-        cairn__seterr(err, errlen, "derived task ID is empty (the task-ID fields hold empty strings)");
+        cairn__seterr(err, errlen,
+                      "derived task ID is empty (the task-ID fields hold empty strings)");
         rc = CAIRN_ETASKID;
     } else if (rc == 0 && b.len > CAIRN__TASK_ID_MAX) {
-        cairn__seterr(err, errlen, "derived task ID is %zu bytes, limit is %d", b.len, CAIRN__TASK_ID_MAX);
+        cairn__seterr(err, errlen, "derived task ID is %zu bytes, limit is %d", b.len,
+                      CAIRN__TASK_ID_MAX);
         rc = CAIRN_ETASKID;
     } else if (rc == 0 && b.len + 1 > outlen) {
-        cairn__seterr(err, errlen, "task ID buffer of %zu bytes is too small for %zu", outlen, b.len + 1);
+        cairn__seterr(err, errlen, "task ID buffer of %zu bytes is too small for %zu", outlen,
+                      b.len + 1);
         rc = CAIRN_EINVAL;
     } else if (rc == 0) {
         memcpy(out, b.p, b.len + 1);

@@ -30,7 +30,6 @@ size_t cairn__utf8_get(const unsigned char *s, size_t n, uint32_t *cp)
     return len;
 }
 
-
 size_t cairn__utf8_put(uint32_t c, char *o)
 {
     if (c < 0x80) {

@@ -42,7 +42,6 @@
     X(EMSGSEEN, -29, "message already consumed")                                                   \
     X(ENODEVICE, -30, "no GPU device available")
 
-
 enum cairn_error {
     CAIRN_OK = 0,
 #define CAIRN__X(name, value, text) CAIRN_##name = value,
