@@ -1,97 +1,25 @@
 /* checkpoint/synced.c - how a sync store survives a power loss at no flush per relaxed commit.
  *
  * The promise of a `sync` store: after a power cut the store opens whole, and everything a
- * DURABLE write covered is there (an effect's intent, an expensive step's output, a task's end,
- * operator commands, a refusal reported from the store). RELAXED writes (a compute step's
- * output, admission, a lease, an inline retry's failure) may be lost back to the last durable
- * point; they are work that can be done again. Any reboot undoes them, a clean one too: the
- * boot id is all recovery knows. Those writes cost no flush: LMDB commits them with MDB_NOSYNC,
- * and only a durable point flushes.
+ * DURABLE write covered is there; RELAXED writes (work that can be done again) may be lost back
+ * to the last durable point, and cost no flush (LMDB commits them with MDB_NOSYNC).
  *
- * Why that is safe. A commit that is not flushed may reach the disk in any order, page by page,
- * so after a power cut the newest meta page can point at a tree whose pages never arrived. Two
- * things make the last durable state recoverable anyway:
+ * Two ideas make the last durable state recoverable when unflushed pages reached the disk in any
+ * order:
  *   1. The marker: at every durable point, after fdatasync(data.mdb), the two meta pages as they
- *      are on disk then (pages 0 and 1) are copied into the file `synced`, which is flushed
- *      too. Two slots, written alternately (the one not holding the newest whole marker, read
- *      afresh each time: several processes write it), each with a sequence number, the
- *      transaction id it records, the boot id and a SHA-256, so a torn marker write leaves the
- *      previous slot whole.
+ *      are on disk then are copied into the file `synced` (two slots, alternately, each hashed),
+ *      with the boot id and the SHA-256 of the main database's root page.
  *   2. The pin: no commit that writes pages happens without a read transaction on a snapshot no
- *      newer than the marker's (taken at a durable point: the snapshot the marker records).
- *      LMDB never reuses a page a live reader can see, so no page of the marker's tree is
- *      overwritten, by anyone, until the next durable point. Every writing process holds its
- *      own pin, so the protection does not depend on another process staying alive. This binds
- *      every writer: a cairn of schema 1 or an LMDB tool (mdb_load) writing a sync store would
- *      break it, hence the schema bump (store.h).
- * After a power cut the pages of the marker's snapshot are therefore intact on disk, and writing
- * its two meta pages back returns the store exactly to it (recover). The machine rebooted iff
- * the boot id (/proc/sys/kernel/random/boot_id) differs from the marker's: a process crash keeps
- * the page cache, where every commit is whole, and then nothing is done. The first process to
- * open the store after a reboot restores the meta pages and records the new boot id, under the
- * map lock and before LMDB reads the file; later ones see the new boot id. A store that some
- * process has open (LMDB's shared lock on lock.mdb) is never restored, whatever the boot id: that
- * process is not cairn (every cairn open comes here first) and may be reading a torn tree, so
- * the open is refused (CAIRN_EBUSY) until it closes the store. A marker that does not describe
- * the data.mdb beside it is set aside (the file `synced` emptied: no marker) rather than written
- * over a file it does not describe, and data.mdb is left as it is. It does not describe it when:
- *   - data.mdb is gone;
- *   - both its meta pages are older than the marker's commit (a backup put back, a new store);
- *   - its meta page of the marker's commit is not the marker's copy (another store's file);
- *   - the page the marker's meta page names as the main database's root is not, byte for byte,
- *     the page the marker hashed (or the file is too small to hold it): a file newer than the
- *     marker everywhere, which is also what our own file looks like after relaxed commits, but
- *     not ours, since in ours that page belongs to the pinned snapshot and is never written
- *     until the next durable point (another store's file, a backup of a later state).
- * A page that cannot be read keeps the marker and the store closed (the question is open). The
- * root page tells files apart as far as their main databases differ at the marker's commit (the
- * page holds every named database's root, depth and counts, and its own number): a file of a
- * store with the very same history up to that commit, or a copy of this store taken while the
- * pin held, has the same page there and is restored.
+ *      newer than the marker's, so LMDB reuses no page of the marker's tree until the next
+ *      durable point.
+ * After a reboot (the boot id differs from the marker's), the first open writes the marker's
+ * meta pages back under the map lock, before LMDB reads the file: the store is exactly the
+ * marker's snapshot. A marker that does not describe the data.mdb beside it is set aside, never
+ * written over a file it does not describe.
  *
- * The marker file: two slots, slot k at k * slot_size(page size) (a multiple of 4096). A slot:
- *   0   magic "CAIRNSYN"            8   format version, u32 (2; 1 before the root record)
- *   12  LMDB page size, u32         16  sequence number, u64
- *   24  transaction id, u64         32  boot id, 40 bytes, NUL-padded
- *   72  pages 0 and 1 of data.mdb as the durable point read them (2 * page size)
- *   then (version 2 only) the root record: the main database's root page number, u64
- *       (all ones: none, an empty database), and the SHA-256 of that page (zeros for none)
- *   then the SHA-256 of everything before it in the slot. Integers are big-endian.
- * A slot of version 1 has no root record and is honoured as before, without the root check; a
- * recovery that restores from one rewrites it as version 1 (the same record under the new boot
- * id), and the next durable point writes version 2.
- *
- * A durable point (cairn__synced_point) holds a write transaction, so that no other process
- * commits while it runs: fdatasync(data.mdb), read pages 0 and 1 and the main database's root
- * page that the meta page of the last commit names, write and flush the marker, move the pin to
- * the now-latest snapshot. Two flushes, as LMDB's own durable commit costs. A
- * crash before the marker is flushed leaves the previous marker, whose pages the pins protected:
- * recovery returns to it, and the durable write had not returned to its caller yet. A failed
- * flush ends the handle and, through the file `flush-failed`, every open of the store until a
- * reboot: Linux reports a lost write-back once, so a later flush could succeed over pages that
- * never reached the disk, and a marker would then vouch for them.
- *
- * Settling (cairn__synced_settle): a state read from the store and reported as it is (a task
- * that already succeeded) may have been committed by another process a moment ago and not be
- * durable yet; a durable point follows unless a marker already covers the transaction that
- * wrote it (task records carry it), which makes a retry storm cost no flush.
- *
- * A process's first write, and the first after its pin was dropped, begins with a durable point
- * unless it writes nothing (store.c). Pins are dropped when the map is resized (LMDB remaps only
- * with no transaction open) and by a keeper thread once they are older than PIN_MAX_MS, because
- * a pinned snapshot stops page reuse for every writer: a process sleeping in a long step would
- * make the file grow by what others write meanwhile. The keeper also clears, every few seconds,
- * the reader slots of killed processes (their pins), as every open does. (A stopped process -
- * SIGSTOP, a debugger - keeps its pin until it runs again, and the file grows meanwhile.) A store
- * written before the marker existed has no marker: its commits were all flushed the classic way
- * (data, then meta), so the disk is trusted until the first durable point writes one. The same
- * holds when no slot of the marker is whole: only the first marker write can be torn with nothing
- * before it, and no page is written unpinned before a marker write has returned.
- *
- * A child forked while the store is open must not use it; cairn_store_free there frees memory
- * only (the pin's reader slot is shared with the parent, the keeper thread is the parent's).
- *
- * Test hook: the environment variable CAIRN_TEST_BOOT_ID replaces the boot id (a simulated reboot).
+ * docs/ARCHITECTURE.md ("The sync store's marker") has the whole argument: when a marker does
+ * not describe its file, the slot format, the durable point's order of flushes, settling, the
+ * pin keeper, forked children and the test hook CAIRN_TEST_BOOT_ID.
  */
 #include <errno.h>
 #include <fcntl.h>
