@@ -12,5 +12,5 @@ $SUDO apt-get install -y -qq --no-install-recommends \
   build-essential meson ninja-build pkg-config python3 \
   liblmdb-dev lmdb-utils libmsgpack-dev libssl-dev libjansson-dev libcurl4-openssl-dev \
   libopenblas-dev libsqlite3-dev \
-  python3-aiosmtpd clang libclang-rt-14-dev >/dev/null
+  python3-aiosmtpd clang libclang-rt-14-dev clang-format >/dev/null
 echo "install-deps: done"
