@@ -22,6 +22,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/config.h"
 #include "common/hash.h"
 #include "common/json.h"
 #include "gpu/chat.h"
@@ -29,7 +30,8 @@
 #include "steps/template.h"
 
 struct cairn__llm_cfg {
-    char *model, *backend, *prompt, *system, *context_source, *cache_type;
+    char *model, *prompt, *system, *context_source;
+    int backend, cache_type; /* indexes into backends[] and cache_types[] */
     int chat, threads, ctx, max_tokens, progress_every, has_seed;
     cairn__sampler_params sp;
     char **stop;
@@ -39,221 +41,79 @@ struct cairn__llm_cfg {
 
 /* ------------------------------------------------------------------ config */
 
-static int cfg_str(const json_t *c, const char *k, const char *def, char **out, char *err,
-                   size_t errlen)
+static const char *const backends[] = {"auto", "cpu", "cuda", NULL};
+static const char *const cache_types[] = {"f32", "f16", NULL};
+/* in the order of enum cairn__chat_format, so a choice's index is the format */
+static const char *const chats[] = {"raw", "chatml", "llama3", NULL};
+_Static_assert(CAIRN__CHAT_RAW == 0 && CAIRN__CHAT_CHATML == 1 && CAIRN__CHAT_LLAMA3 == 2,
+               "chats[] follows enum cairn__chat_format");
+
+#define AT(m) CAIRN__CFG_AT(cairn__llm_cfg, m)
+/* Every setting of the "generate" section; what each means is in llm.h. The sampler's defaults
+ * are the step's own (temperature 0.7), not the engine's. */
+static const cairn__cfg_field fields[] = {
+    {"model", CAIRN__CFG_PATH, AT(model), .required = "required (path to a GGUF file)"},
+    {"backend", CAIRN__CFG_ENUM, AT(backend), .choices = backends, .sdef = "auto"},
+    {"cache_type", CAIRN__CFG_ENUM, AT(cache_type), .choices = cache_types, .sdef = "f32"},
+    {"prompt", CAIRN__CFG_STR, AT(prompt),
+     .required = "required (a template such as \"Describe {{title}}. Facts: {{context}}\")"},
+    {"system", CAIRN__CFG_STR, AT(system)},
+    {"context_source", CAIRN__CFG_STR, AT(context_source), .sdef = "retrieve"},
+    {"chat", CAIRN__CFG_ENUM, AT(chat), .choices = chats, .sdef = "raw"},
+    {"threads", CAIRN__CFG_INT, AT(threads), .lo = 0, .hi = 1024},
+    {"ctx", CAIRN__CFG_INT, AT(ctx), .lo = 0, .hi = 1 << 20},
+    {"max_tokens", CAIRN__CFG_INT, AT(max_tokens), .lo = 1, .hi = 1 << 20, .def = 256},
+    {"progress_every", CAIRN__CFG_INT, AT(progress_every), .lo = 0, .hi = 1 << 20, .def = 16},
+    {"temperature", CAIRN__CFG_NUM, AT(sp.temperature), .lo = 0, .hi = 100, .def = 0.7},
+    {"top_p", CAIRN__CFG_NUM, AT(sp.top_p), .lo = 1e-9, .hi = 1, .def = 0.95},
+    {"top_k", CAIRN__CFG_INT, AT(sp.top_k), .lo = 0, .hi = 1 << 20, .def = 40},
+    {"repeat_penalty", CAIRN__CFG_NUM, AT(sp.repeat_penalty), .lo = 1e-9, .hi = 100, .def = 1},
+    /* absent: derived from the task ID, so each task draws differently (has_seed) */
+    {"seed", CAIRN__CFG_INT, AT(sp.seed), .lo = 0, .hi = CAIRN__CFG_NO_MAX},
+    {"stop", CAIRN__CFG_STRS, AT(stop), CAIRN__CFG_COUNT(cairn__llm_cfg, n_stop)},
+    {NULL},
+};
+#undef AT
+
+/* What the output depends on, pinned through the step version: the SHA-256 of the section's
+ * canonical form, so no setting may be left out of it. */
+static int digest_of(const cairn__cfg *r, char digest[65])
 {
-    json_t *v = json_object_get(c, k);
-    if (v && !json_is_string(v)) {
-        snprintf(err, errlen, "generate.%s: must be a string", k);
-        return CAIRN_EJSON;
-    }
-    const char *src = v ? json_string_value(v) : def;
-    *out = src ? strdup(src) : NULL;
-    if (src && !*out) {
-        snprintf(err, errlen, "generate.%s: out of memory", k);
-        return CAIRN_ENOMEM;
-    }
-    return 0;
+    char *canon = NULL;
+    size_t clen = 0;
+    int rc = cairn__canon_json(r->obj, &canon, &clen);
+    if (rc)
+        return cairn__cfg_fail(r, rc, NULL, "%s",
+                               rc == CAIRN_ENOMEM ? "out of memory"
+                                                  : "cannot canonicalize the settings");
+    cairn__sha256_hex(canon, clen, digest);
+    free(canon);
+    return digest[0] ? 0 : cairn__cfg_fail(r, CAIRN_ENOMEM, NULL, "out of memory"); /* OpenSSL */
 }
 
-static int cfg_num(const json_t *c, const char *k, double def, double lo, double hi, double *out,
-                   char *err, size_t errlen)
+static int finish(const cairn__cfg *r, void *base)
 {
-    json_t *v = json_object_get(c, k);
-    *out = def;
-    if (!v)
-        return 0;
-    if (!json_is_number(v) || json_number_value(v) < lo || json_number_value(v) > hi) {
-        snprintf(err, errlen, "generate.%s: must be a number in [%g, %g]", k, lo, hi);
-        return CAIRN_EJSON;
-    }
-    *out = json_number_value(v);
-    return 0;
+    cairn__llm_cfg *c = base;
+    cairn__sampler_params d; /* the engine's value of what the table does not read */
+    cairn__sampler_params_default(&d);
+    c->sp.repeat_last_n = d.repeat_last_n;
+    c->has_seed = json_object_get(r->obj, "seed") != NULL;
+    return digest_of(r, c->digest);
 }
 
-/* An integer setting in [lo, hi] (a fraction is an error, not silently truncated). */
-static int cfg_int(const json_t *c, const char *k, int def, int lo, int hi, int *out, char *err,
-                   size_t errlen)
-{
-    json_t *v = json_object_get(c, k);
-    *out = def;
-    if (!v)
-        return 0;
-    if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi) {
-        snprintf(err, errlen, "generate.%s: must be an integer in [%d, %d]", k, lo, hi);
-        return CAIRN_EJSON;
-    }
-    *out = (int)json_integer_value(v);
-    return 0;
-}
+static const cairn__cfg_section section = {"generate", fields, sizeof(cairn__llm_cfg), finish};
 
 int cairn__llm_cfg_parse(const json_t *cfg, const char *base_dir, cairn__llm_cfg **out, char *err,
                          size_t errlen)
 {
-    static const char *const known[] = {
-        "model",          "backend",        "threads",    "ctx",         "prompt",
-        "system",         "chat",           "max_tokens", "temperature", "top_p",
-        "top_k",          "repeat_penalty", "seed",       "stop",        "progress_every",
-        "context_source", "cache_type"};
-    *out = NULL;
-    if (!json_is_object(cfg)) {
-        snprintf(err, errlen, "generate: must be an object");
-        return CAIRN_EJSON;
-    }
-    int krc =
-        cairn__cfg_known_keys(cfg, "generate", known, sizeof known / sizeof *known, err, errlen);
-    if (krc)
-        return krc;
-    cairn__llm_cfg *c = calloc(1, sizeof *c);
-    if (!c) {
-        snprintf(err, errlen, "generate: out of memory");
-        return CAIRN_ENOMEM;
-    }
-    cairn__sampler_params_default(&c->sp);
-    char *chat = NULL, *model = NULL;
-    double d;
-    int rc = cfg_str(cfg, "model", NULL, &model, err, errlen);
-    if (!rc && !model) {
-        snprintf(err, errlen, "generate.model: required (path to a GGUF file)");
-        rc = CAIRN_EJSON;
-    }
-    if (!rc) {
-        if (model[0] != '/' && base_dir) {
-            size_t n = strlen(base_dir) + strlen(model) + 2;
-            c->model = malloc(n);
-            if (c->model)
-                snprintf(c->model, n, "%s/%s", base_dir, model);
-        } else
-            c->model = strdup(model);
-        if (!c->model) {
-            snprintf(err, errlen, "generate.model: out of memory");
-            rc = CAIRN_ENOMEM;
-        }
-    }
-    free(model);
-    if (!rc)
-        rc = cfg_str(cfg, "backend", "auto", &c->backend, err, errlen);
-    if (!rc && strcmp(c->backend, "auto") && strcmp(c->backend, "cpu") &&
-        strcmp(c->backend, "cuda")) {
-        snprintf(err, errlen, "generate.backend: must be \"auto\", \"cpu\" or \"cuda\"");
-        rc = CAIRN_EJSON;
-    }
-    if (!rc)
-        rc = cfg_str(cfg, "cache_type", "f32", &c->cache_type, err, errlen);
-    if (!rc && cairn__cache_type_parse(c->cache_type) < 0) {
-        snprintf(err, errlen, "generate.cache_type: must be \"f32\" or \"f16\", not \"%.40s\"",
-                 c->cache_type);
-        rc = CAIRN_EJSON;
-    }
-    if (!rc)
-        rc = cfg_str(cfg, "prompt", NULL, &c->prompt, err, errlen);
-    if (!rc && !c->prompt) {
-        snprintf(err, errlen,
-                 "generate.prompt: required (a template such as \"Describe "
-                 "{{title}}. Facts: {{context}}\")");
-        rc = CAIRN_EJSON;
-    }
-    if (!rc)
-        rc = cfg_str(cfg, "system", NULL, &c->system, err, errlen);
-    if (!rc)
-        rc = cfg_str(cfg, "context_source", "retrieve", &c->context_source, err, errlen);
-    if (!rc)
-        rc = cfg_str(cfg, "chat", "raw", &chat, err, errlen);
-    if (!rc && cairn__chat_format_parse(chat, &c->chat)) {
-        snprintf(err, errlen, "generate.chat: must be \"raw\", \"chatml\" or \"llama3\"");
-        rc = CAIRN_EJSON;
-    }
-    free(chat);
-    if (!rc)
-        rc = cfg_int(cfg, "threads", 0, 0, 1024, &c->threads, err, errlen);
-    if (!rc)
-        rc = cfg_int(cfg, "ctx", 0, 0, 1 << 20, &c->ctx, err, errlen);
-    if (!rc)
-        rc = cfg_int(cfg, "max_tokens", 256, 1, 1 << 20, &c->max_tokens, err, errlen);
-    if (!rc)
-        rc = cfg_int(cfg, "progress_every", 16, 0, 1 << 20, &c->progress_every, err, errlen);
-    if (!rc && !(rc = cfg_num(cfg, "temperature", 0.7, 0, 100, &d, err, errlen)))
-        c->sp.temperature = (float)d;
-    if (!rc && !(rc = cfg_num(cfg, "top_p", 0.95, 1e-9, 1, &d, err, errlen)))
-        c->sp.top_p = (float)d;
-    if (!rc)
-        rc = cfg_int(cfg, "top_k", 40, 0, 1 << 20, &c->sp.top_k, err, errlen);
-    if (!rc && !(rc = cfg_num(cfg, "repeat_penalty", 1.0, 1e-9, 100, &d, err, errlen)))
-        c->sp.repeat_penalty = (float)d;
-    json_t *seed = json_object_get(cfg, "seed");
-    if (!rc && seed) {
-        if (!json_is_integer(seed) || json_integer_value(seed) < 0) {
-            snprintf(err, errlen, "generate.seed: must be a non-negative integer");
-            rc = CAIRN_EJSON;
-        } else {
-            c->sp.seed = (uint64_t)json_integer_value(seed);
-            c->has_seed = 1;
-        }
-    }
-    json_t *stop = json_object_get(cfg, "stop");
-    if (!rc && stop) {
-        if (!json_is_array(stop)) {
-            snprintf(err, errlen, "generate.stop: must be an array of strings");
-            rc = CAIRN_EJSON;
-        } else {
-            c->stop = calloc(json_array_size(stop) + 1, sizeof *c->stop);
-            size_t i;
-            json_t *v;
-            if (!c->stop) {
-                snprintf(err, errlen, "generate.stop: out of memory");
-                rc = CAIRN_ENOMEM;
-            }
-            json_array_foreach(stop, i, v)
-            {
-                if (rc)
-                    break;
-                if (!json_is_string(v) || !json_string_length(v)) {
-                    snprintf(err, errlen, "generate.stop[%zu]: must be a non-empty string", i);
-                    rc = CAIRN_EJSON;
-                    break;
-                }
-                if (!(c->stop[c->n_stop] = strdup(json_string_value(v)))) {
-                    snprintf(err, errlen, "generate.stop[%zu]: out of memory", i);
-                    rc = CAIRN_ENOMEM;
-                    break;
-                }
-                c->n_stop++;
-            }
-        }
-    }
-    if (rc) {
-        cairn__llm_cfg_free(c);
-        return rc;
-    }
-    /* what the output depends on: pinned through the step version, so it may not be left out */
-    char *canon = NULL;
-    size_t clen = 0;
-    if ((rc = cairn__canon_json(cfg, &canon, &clen))) {
-        snprintf(err, errlen, "generate: %s",
-                 rc == CAIRN_ENOMEM ? "out of memory" : "cannot canonicalize the settings");
-        cairn__llm_cfg_free(c);
-        return rc;
-    }
-    cairn__sha256_hex(canon, clen, c->digest);
-    free(canon);
-    if (!c->digest[0]) { /* OpenSSL could not allocate */
-        snprintf(err, errlen, "generate: out of memory");
-        cairn__llm_cfg_free(c);
-        return CAIRN_ENOMEM;
-    }
-    *out = c;
-    return 0;
+    return cairn__cfg_parse(&section, cfg, base_dir, out, err, errlen);
 }
 
 void cairn__llm_cfg_free(cairn__llm_cfg *c)
 {
     if (!c)
         return;
-    free(c->model), free(c->backend), free(c->prompt), free(c->system), free(c->context_source);
-    free(c->cache_type);
-    for (size_t i = 0; i < c->n_stop; i++)
-        free(c->stop[i]);
-    free(c->stop);
+    cairn__cfg_release(fields, c);
     free(c);
 }
 
@@ -290,16 +150,16 @@ static struct {
 static int engine_for(const cairn__llm_cfg *c, char *err, size_t errlen)
 {
     char key[sizeof loaded.key];
-    snprintf(key, sizeof key, "%s|%s|%d|%d|%s", c->model, c->backend, c->threads, c->ctx,
-             c->cache_type);
+    snprintf(key, sizeof key, "%s|%s|%d|%d|%s", c->model, backends[c->backend], c->threads, c->ctx,
+             cache_types[c->cache_type]);
     if (loaded.e && strcmp(key, loaded.key) == 0)
         return 0;
     cairn__engine_free(loaded.e);
     loaded.e = NULL;
-    cairn__engine_opts o = {.backend = c->backend,
+    cairn__engine_opts o = {.backend = backends[c->backend],
                             .n_ctx = c->ctx,
                             .n_threads = c->threads,
-                            .cache_type = c->cache_type};
+                            .cache_type = cache_types[c->cache_type]};
     int rc = cairn__engine_open(c->model, &o, &loaded.e, err, errlen);
     if (rc)
         return rc;
@@ -406,12 +266,6 @@ typedef struct gen_arg {
     int save_failed;
 } gen_arg;
 
-static void pk_key(msgpack_packer *pk, const char *k)
-{
-    msgpack_pack_str(pk, strlen(k));
-    msgpack_pack_str_body(pk, k, strlen(k));
-}
-
 static int on_progress(void *user, const int32_t *gen, size_t n, const uint8_t *state,
                        size_t state_len)
 {
@@ -420,15 +274,13 @@ static int on_progress(void *user, const int32_t *gen, size_t n, const uint8_t *
     msgpack_sbuffer_init(&sb);
     msgpack_packer pk;
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-    msgpack_pack_map(&pk, 4);
-    pk_key(&pk, "v"), msgpack_pack_uint32(&pk, 1);
-    pk_key(&pk, "prompt_sha"), msgpack_pack_str(&pk, 64),
-        msgpack_pack_str_body(&pk, a->prompt_sha, 64);
-    pk_key(&pk, "tokens"), msgpack_pack_array(&pk, (uint32_t)n);
-    for (size_t i = 0; i < n; i++)
-        msgpack_pack_int32(&pk, gen[i]);
-    pk_key(&pk, "state"), msgpack_pack_bin(&pk, state_len),
-        msgpack_pack_bin_body(&pk, state, state_len);
+    const cairn__mp_kv kv[] = {
+        CAIRN__MP_U("v", 1),
+        CAIRN__MP_S("prompt_sha", a->prompt_sha, 64),
+        {"tokens", CAIRN__MP_I32S, .p = gen, .n = n},
+        {"state", CAIRN__MP_BIN, .p = state, .n = state_len},
+    };
+    CAIRN__MP_PACK(&pk, kv);
     int rc = cairn_ctx_save_progress(a->ctx, sb.data, sb.size);
     msgpack_sbuffer_destroy(&sb);
     if (rc == CAIRN_EINTR)
@@ -520,7 +372,7 @@ cairn_step_result cairn__llm_step(cairn_ctx *ctx, void *user)
         return fail(ctx, rc, "cannot tokenize the prompt");
     gen_arg ga = {.ctx = ctx};
     if (cairn__llm_progress_key(loaded.sha, cairn__backend_name(cairn__engine_backend(loaded.e)),
-                                c->cache_type, ids, n_ids, ga.prompt_sha)) {
+                                cache_types[c->cache_type], ids, n_ids, ga.prompt_sha)) {
         free(ids);
         return fail(ctx, CAIRN_ENOMEM, "out of memory");
     }
@@ -560,28 +412,27 @@ cairn_step_result cairn__llm_step(cairn_ctx *ctx, void *user)
         cairn_ctx_set_error(ctx, "generate: stopped after %zu tokens (progress saved)", n_done);
         return CAIRN_STEP_TRANSIENT;
     }
-    msgpack_packer *pk = cairn_ctx_packer(ctx);
-    msgpack_pack_map(pk, 11);
-    pk_key(pk, "text"), msgpack_pack_str(pk, r.text_len),
-        msgpack_pack_str_body(pk, r.text, r.text_len);
     const char *fin = cairn__finish_name(r.finish);
-    pk_key(pk, "finish_reason"), msgpack_pack_str(pk, strlen(fin)),
-        msgpack_pack_str_body(pk, fin, strlen(fin));
-    pk_key(pk, "prompt_tokens"), msgpack_pack_uint64(pk, r.n_prompt);
-    pk_key(pk, "completion_tokens"), msgpack_pack_uint64(pk, r.n_tokens);
-    pk_key(pk, "resumed_tokens"), msgpack_pack_uint64(pk, n_saved);
-    pk_key(pk, "generated_tokens"), msgpack_pack_uint64(pk, r.n_tokens - n_saved);
-    pk_key(pk, "model"), msgpack_pack_str(pk, strlen(c->model)),
-        msgpack_pack_str_body(pk, c->model, strlen(c->model));
-    pk_key(pk, "model_sha256"), msgpack_pack_str(pk, 64), msgpack_pack_str_body(pk, loaded.sha, 64);
-    pk_key(pk, "sampler");
-    msgpack_pack_map(pk, 4);
-    pk_key(pk, "temperature"), msgpack_pack_double(pk, o.sampling.temperature);
-    pk_key(pk, "top_p"), msgpack_pack_double(pk, o.sampling.top_p);
-    pk_key(pk, "top_k"), msgpack_pack_int32(pk, o.sampling.top_k);
-    pk_key(pk, "repeat_penalty"), msgpack_pack_double(pk, o.sampling.repeat_penalty);
-    pk_key(pk, "seed"), msgpack_pack_uint64(pk, o.sampling.seed);
-    pk_key(pk, "tokens_per_s"), msgpack_pack_double(pk, r.gen_tps);
+    const cairn__mp_kv sampler[] = {
+        CAIRN__MP_D("temperature", o.sampling.temperature),
+        CAIRN__MP_D("top_p", o.sampling.top_p),
+        CAIRN__MP_I("top_k", o.sampling.top_k),
+        CAIRN__MP_D("repeat_penalty", o.sampling.repeat_penalty),
+    };
+    const cairn__mp_kv kv[] = {
+        CAIRN__MP_S("text", r.text, r.text_len),
+        CAIRN__MP_S("finish_reason", fin, strlen(fin)),
+        CAIRN__MP_U("prompt_tokens", r.n_prompt),
+        CAIRN__MP_U("completion_tokens", r.n_tokens),
+        CAIRN__MP_U("resumed_tokens", n_saved),
+        CAIRN__MP_U("generated_tokens", r.n_tokens - n_saved),
+        CAIRN__MP_S("model", c->model, strlen(c->model)),
+        CAIRN__MP_S("model_sha256", loaded.sha, 64),
+        CAIRN__MP_M("sampler", sampler),
+        CAIRN__MP_U("seed", o.sampling.seed),
+        CAIRN__MP_D("tokens_per_s", r.gen_tps),
+    };
+    CAIRN__MP_PACK(cairn_ctx_packer(ctx), kv);
     cairn__gen_result_free(&r);
     return CAIRN_STEP_OK;
 }

@@ -10,14 +10,12 @@
 
 typedef struct cairn__llm_cfg cairn__llm_cfg;
 
-/* Parses the "generate" object of the configuration:
- *   {"model": "/path/model.gguf" (required), "backend": "auto"|"cpu"|"cuda", "threads": 0,
- *    "ctx": 0, "prompt": "template with {{field}} and {{context}}" (required),
- *    "system": "...", "chat": "raw"|"chatml"|"llama3", "max_tokens": 256, "temperature": 0.7,
- *    "top_p": 0.95, "top_k": 40, "repeat_penalty": 1.0, "seed": (default: derived from the
- *    task ID), "stop": ["..."], "progress_every": 16, "context_source": "retrieve"}
- * Relative model paths are taken relative to `base_dir` (the config file's folder) if not NULL.
- * Errors: CAIRN_EJSON with err naming the field ("generate.temperature: ..."). */
+/* Reads the "generate" section of the configuration. Its settings, with their types, ranges
+ * and defaults, are the table `fields` in llm.c (read by common/config.h, which refuses any
+ * other key); "model" and "prompt" are required, "seed" defaults to one derived from the task
+ * ID. A relative model path is taken relative to `base_dir` (the config file's folder) if not
+ * NULL. Errors: CAIRN_EJSON with err naming the field ("generate.temperature: must be a number
+ * from 0 to 100"), CAIRN_ENOMEM ("...: out of memory"). */
 int cairn__llm_cfg_parse(const json_t *cfg, const char *base_dir, cairn__llm_cfg **out, char *err,
                          size_t errlen);
 void cairn__llm_cfg_free(cairn__llm_cfg *c);

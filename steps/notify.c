@@ -97,63 +97,6 @@ static int scrub_forms(cairn__notify_target *t)
 
 /* ------------------------------------------------------------------ config parsing */
 
-typedef struct {
-    const char *where;
-    char *err;
-    size_t errlen;
-} pctx;
-
-static int fail(pctx *p, int code, const char *field, const char *fmt, ...) CAIRN_PRINTF(4, 5);
-static int fail(pctx *p, int code, const char *field, const char *fmt, ...)
-{
-    if (p->err && p->errlen) {
-        char msg[CAIRN__NOTIFY_MSG_MAX];
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(msg, sizeof msg, fmt, ap);
-        va_end(ap);
-        if (field)
-            snprintf(p->err, p->errlen, "%s.%s: %s", p->where, field, msg);
-        else
-            snprintf(p->err, p->errlen, "%s: %s", p->where, msg);
-    }
-    return code;
-}
-
-/* An optional string field: 0 with *out = NULL when absent, a malloc'd copy when present. */
-static int get_str(pctx *p, const json_t *cfg, const char *key, int required, char **out)
-{
-    json_t *v = json_object_get(cfg, key);
-    *out = NULL;
-    if (!v) {
-        if (required)
-            return fail(p, CAIRN_EJSON, key, "is required");
-        return 0;
-    }
-    if (!json_is_string(v))
-        return fail(p, CAIRN_EJSON, key, "must be a string");
-    const char *s = json_string_value(v);
-    size_t n = json_string_length(v);
-    if (n == 0)
-        return fail(p, CAIRN_EJSON, key, "must not be empty");
-    if (strlen(s) != n)
-        return fail(p, CAIRN_EJSON, key, "must not contain NUL characters");
-    *out = strdup(s);
-    return *out ? 0 : CAIRN_ENOMEM;
-}
-
-static int get_ms(pctx *p, const json_t *cfg, const char *key, long def, long max, long *out)
-{
-    json_t *v = json_object_get(cfg, key);
-    *out = def;
-    if (!v)
-        return 0;
-    if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > max)
-        return fail(p, CAIRN_EJSON, key, "must be an integer from 1 to %ld (milliseconds)", max);
-    *out = (long)json_integer_value(v);
-    return 0;
-}
-
 /* Strict base64 (RFC 4648, padding optional) to bytes, via OpenSSL's decoder. */
 static int b64_decode(const char *s, unsigned char **out, size_t *out_len)
 {
@@ -195,33 +138,36 @@ static int b64_decode(const char *s, unsigned char **out, size_t *out_len)
 
 /* Reads a secret from the environment variable or file named by `env_key` / `file_key`
  * (exactly one must be present if `required`). *out is malloc'd, or NULL when absent. */
-static int read_secret(pctx *p, const json_t *cfg, const char *env_key, const char *file_key,
-                       int required, char **out)
+static int read_secret(const cairn__cfg *p, const json_t *cfg, const char *env_key,
+                       const char *file_key, int required, char **out)
 {
     json_t *e = json_object_get(cfg, env_key), *f = json_object_get(cfg, file_key);
     *out = NULL;
     if (e && f)
-        return fail(p, CAIRN_EJSON, env_key, "give either %s or %s, not both", env_key, file_key);
+        return cairn__cfg_fail(p, CAIRN_EJSON, env_key, "give either %s or %s, not both", env_key,
+                               file_key);
     if (!e && !f)
-        return required ? fail(p, CAIRN_EJSON, env_key, "is required (or %s)", file_key) : 0;
+        return required ? cairn__cfg_fail(p, CAIRN_EJSON, env_key, "is required (or %s)", file_key)
+                        : 0;
     if (e) {
         if (!json_is_string(e) || json_string_length(e) == 0)
-            return fail(p, CAIRN_EJSON, env_key, "must be the name of an environment variable");
+            return cairn__cfg_fail(p, CAIRN_EJSON, env_key,
+                                   "must be the name of an environment variable");
         const char *name = json_string_value(e);
         const char *v = getenv(name);
         if (!v || !*v)
-            return fail(p, CAIRN_EINVAL, env_key, "environment variable %s is not set or empty",
-                        name);
+            return cairn__cfg_fail(p, CAIRN_EINVAL, env_key,
+                                   "environment variable %s is not set or empty", name);
         *out = strdup(v);
         return *out ? 0 : CAIRN_ENOMEM;
     }
     if (!json_is_string(f) || json_string_length(f) == 0)
-        return fail(p, CAIRN_EJSON, file_key, "must be a file path");
+        return cairn__cfg_fail(p, CAIRN_EJSON, file_key, "must be a file path");
     const char *path = json_string_value(f);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return fail(p, errno == ENOENT ? CAIRN_ENOENT : CAIRN_EIO, file_key, "%s: %s", path,
-                    strerror(errno));
+        return cairn__cfg_fail(p, errno == ENOENT ? CAIRN_ENOENT : CAIRN_EIO, file_key, "%s: %s",
+                               path, strerror(errno));
     char tmp[8192];
     size_t have = 0;
     for (;;) {
@@ -232,7 +178,7 @@ static int read_secret(pctx *p, const json_t *cfg, const char *env_key, const ch
             int e2 = errno;
             close(fd);
             OPENSSL_cleanse(tmp, sizeof tmp);
-            return fail(p, CAIRN_EIO, file_key, "%s: %s", path, strerror(e2));
+            return cairn__cfg_fail(p, CAIRN_EIO, file_key, "%s: %s", path, strerror(e2));
         }
         if (r == 0 || (have += (size_t)r) == sizeof tmp - 1 || memchr(tmp, '\n', have))
             break;
@@ -242,7 +188,7 @@ static int read_secret(pctx *p, const json_t *cfg, const char *env_key, const ch
     tmp[strcspn(tmp, "\r\n")] = 0; /* the first line only */
     int rc = 0;
     if (!tmp[0])
-        rc = fail(p, CAIRN_EINVAL, file_key, "%s: the first line is empty", path);
+        rc = cairn__cfg_fail(p, CAIRN_EINVAL, file_key, "%s: the first line is empty", path);
     else if (!(*out = strdup(tmp)))
         rc = CAIRN_ENOMEM;
     OPENSSL_cleanse(tmp, sizeof tmp);
@@ -251,7 +197,7 @@ static int read_secret(pctx *p, const json_t *cfg, const char *env_key, const ch
 
 /* Checks the URL with curl's own parser (so we accept exactly what curl will use), and builds
  * the form shown in messages: scheme://host[:port]/path, without query or fragment. */
-static int check_url(pctx *p, cairn__notify_target *t, const char *s1, const char *s2,
+static int check_url(const cairn__cfg *p, cairn__notify_target *t, const char *s1, const char *s2,
                      const char *what)
 {
     CURLU *u = curl_url();
@@ -263,14 +209,14 @@ static int check_url(pctx *p, cairn__notify_target *t, const char *s1, const cha
         curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
         (strcmp(scheme, s1) != 0 && strcmp(scheme, s2) != 0) ||
         curl_url_get(u, CURLUPART_HOST, &host, 0) != CURLUE_OK || !*host) {
-        rc = fail(p, CAIRN_EJSON, "url", "must be %s", what);
+        rc = cairn__cfg_fail(p, CAIRN_EJSON, "url", "must be %s", what);
         goto out;
     }
     if (curl_url_get(u, CURLUPART_USER, &user, 0) == CURLUE_OK) {
-        rc = fail(p, CAIRN_EJSON, "url",
-                  "must not contain credentials (user@ or user:password@); %s",
-                  t->kind == CAIRN__NOTIFY_EMAIL ? "use username and password_env/password_file"
-                                                 : "secrets are never read from the configuration");
+        rc = cairn__cfg_fail(
+            p, CAIRN_EJSON, "url", "must not contain credentials (user@ or user:password@); %s",
+            t->kind == CAIRN__NOTIFY_EMAIL ? "use username and password_env/password_file"
+                                           : "secrets are never read from the configuration");
         goto out;
     }
     curl_url_get(u, CURLUPART_PORT, &port, 0);
@@ -354,19 +300,20 @@ static int tpl_known(const char *n, size_t len)
     return 1;
 }
 
-static int tpl_check(pctx *p, const char *field, const char *tpl)
+static int tpl_check(const cairn__cfg *p, const char *field, const char *tpl)
 {
     const char *s = tpl, *o;
     while ((o = strstr(s, "{{")) != NULL) {
         const char *name, *next;
         size_t len;
         if (cairn__notify_tpl_name(o, &name, &len, &next) != 0)
-            return fail(p, CAIRN_EJSON, field, "unterminated {{ at byte %zu", (size_t)(o - tpl));
+            return cairn__cfg_fail(p, CAIRN_EJSON, field, "unterminated {{ at byte %zu",
+                                   (size_t)(o - tpl));
         if (!tpl_known(name, len))
-            return fail(p, CAIRN_EJSON, field,
-                        "unknown placeholder {{%.*s}} at byte %zu (known: {{task}}, "
-                        "{{delivery_id}}, {{result}}, {{result.FIELD}})",
-                        (int)(len > 64 ? 64 : len), name, (size_t)(o - tpl));
+            return cairn__cfg_fail(p, CAIRN_EJSON, field,
+                                   "unknown placeholder {{%.*s}} at byte %zu (known: {{task}}, "
+                                   "{{delivery_id}}, {{result}}, {{result.FIELD}})",
+                                   (int)(len > 64 ? 64 : len), name, (size_t)(o - tpl));
         s = next;
     }
     return 0;
@@ -386,61 +333,67 @@ static int addr_ok(const char *a)
     return 1;
 }
 
-static const char *const common_keys[] = {"type",       "name",   "url",      "connect_timeout_ms",
-                                          "timeout_ms", "source", "delivery", NULL};
-static const char *const webhook_keys[] = {"secret_env", "secret_file", NULL};
-static const char *const email_keys[] = {
-    "starttls", "from", "to", "subject", "body", "username", "password_env", "password_file", NULL};
+/* In the order of the kinds (notify_impl.h): the index read is the kind. */
+static const char *const kinds[] = {"webhook", "email", NULL};
+/* In the order of at_least_once's values. */
+static const char *const deliveries[] = {"at_most_once", "at_least_once", NULL};
 
-static int in_list(const char *k, const char *const *l)
-{
-    for (; *l; l++)
-        if (strcmp(k, *l) == 0)
-            return 1;
-    return 0;
-}
+#define AT(m) CAIRN__CFG_AT(cairn__notify_target, m)
+#define MS(dflt, max) .lo = 1, .hi = (max), .def = (dflt), .unit = "(milliseconds)"
+static const cairn__cfg_field type_field = {"type", CAIRN__CFG_ENUM, AT(kind), .choices = kinds,
+                                            .required = "is required (\"webhook\" or \"email\")"};
+/* The settings both kinds have; what each means is in notify.h. */
+static const cairn__cfg_field common_fields[] = {
+    CAIRN__CFG_KNOWN("type"),
+    {"name", CAIRN__CFG_STR, AT(name), .nonempty = 1, .required = "is required"},
+    {"url", CAIRN__CFG_STR, AT(url), .nonempty = 1, .required = "is required"},
+    {"source", CAIRN__CFG_STR, AT(source), .nonempty = 1, .sdef = "postprocess"},
+    {"delivery", CAIRN__CFG_ENUM, AT(at_least_once), .choices = deliveries, .sdef = "at_most_once"},
+    {"connect_timeout_ms", CAIRN__CFG_INT, AT(connect_timeout_ms), MS(5000, 600000)},
+    {NULL},
+};
+static const cairn__cfg_field webhook_fields[] = {
+    {"timeout_ms", CAIRN__CFG_INT, AT(timeout_ms), MS(10000, 3600000)},
+    CAIRN__CFG_KNOWN("secret_env"),
+    CAIRN__CFG_KNOWN("secret_file"),
+    {NULL},
+};
+static const cairn__cfg_field email_fields[] = {
+    {"timeout_ms", CAIRN__CFG_INT, AT(timeout_ms), MS(30000, 3600000)},
+    {"starttls", CAIRN__CFG_BOOL, AT(starttls)},
+    {"from", CAIRN__CFG_STR, AT(from), .nonempty = 1, .required = "is required"},
+    CAIRN__CFG_KNOWN("to"),
+    {"subject", CAIRN__CFG_STR, AT(subject), .nonempty = 1,
+     .sdef = "cairn: task {{task}} completed"},
+    {"body", CAIRN__CFG_STR, AT(body), .nonempty = 1, .sdef = "{{result}}"},
+    {"username", CAIRN__CFG_STR, AT(username), .nonempty = 1},
+    CAIRN__CFG_KNOWN("password_env"),
+    CAIRN__CFG_KNOWN("password_file"),
+    {NULL},
+};
+#undef MS
+#undef AT
 
-static int parse_common(pctx *p, const json_t *cfg, cairn__notify_target *t)
+/* The checks of the common settings the table cannot make (after they are read). */
+static int check_common(const cairn__cfg *p, const cairn__notify_target *t)
 {
-    int rc;
-    if ((rc = get_str(p, cfg, "name", 1, &t->name)))
-        return rc;
     size_t nl = strlen(t->name);
     for (size_t i = 0; i < nl; i++)
         if (!valid_name_char((unsigned char)t->name[i]))
-            return fail(p, CAIRN_EJSON, "name",
-                        "byte %zu is not one of A-Z a-z 0-9 . _ - (it becomes part of the step "
-                        "name notify.<name>)",
-                        i);
+            return cairn__cfg_fail(p, CAIRN_EJSON, "name",
+                                   "byte %zu is not one of A-Z a-z 0-9 . _ - (it becomes part of "
+                                   "the step name notify.<name>)",
+                                   i);
     if (nl > CAIRN__NOTIFY_NAME_MAX)
-        return fail(p, CAIRN_EJSON, "name", "is %zu bytes; at most %d", nl, CAIRN__NOTIFY_NAME_MAX);
-    if ((rc = get_str(p, cfg, "url", 1, &t->url)))
-        return rc;
-    if ((rc = get_str(p, cfg, "source", 0, &t->source)))
-        return rc;
-    if (!t->source && !(t->source = strdup("postprocess")))
-        return CAIRN_ENOMEM;
+        return cairn__cfg_fail(p, CAIRN_EJSON, "name", "is %zu bytes; at most %d", nl,
+                               CAIRN__NOTIFY_NAME_MAX);
     for (const char *c = t->source; *c; c++)
         if (!valid_name_char((unsigned char)*c))
-            return fail(p, CAIRN_EJSON, "source", "must be a step name");
-    char *d = NULL;
-    if ((rc = get_str(p, cfg, "delivery", 0, &d)))
-        return rc;
-    t->delivery = CAIRN_EFFECT;
-    if (d && strcmp(d, "at_least_once") == 0)
-        t->delivery = CAIRN_EFFECT_AT_LEAST_ONCE;
-    else if (d && strcmp(d, "at_most_once") != 0)
-        rc = fail(p, CAIRN_EJSON, "delivery", "must be \"at_most_once\" or \"at_least_once\"");
-    free(d);
-    if (rc)
-        return rc;
-    if ((rc = get_ms(p, cfg, "connect_timeout_ms", 5000, 600000, &t->connect_timeout_ms)))
-        return rc;
-    return get_ms(p, cfg, "timeout_ms", t->kind == CAIRN__NOTIFY_EMAIL ? 30000 : 10000, 3600000,
-                  &t->timeout_ms);
+            return cairn__cfg_fail(p, CAIRN_EJSON, "source", "must be a step name");
+    return 0;
 }
 
-static int parse_webhook(pctx *p, const json_t *cfg, cairn__notify_target *t)
+static int parse_webhook(const cairn__cfg *p, const json_t *cfg, cairn__notify_target *t)
 {
     int rc = check_url(p, t, "http", "https", "an http:// or https:// URL");
     if (rc)
@@ -457,41 +410,38 @@ static int parse_webhook(pctx *p, const json_t *cfg, cairn__notify_target *t)
     if (rc == -2)
         return CAIRN_ENOMEM;
     if (rc)
-        return fail(p, CAIRN_EINVAL, field,
-                    "the secret is not base64 (a Standard Webhooks secret is \"whsec_\" followed "
-                    "by the base64 of 24 to 64 random bytes)");
+        return cairn__cfg_fail(
+            p, CAIRN_EINVAL, field,
+            "the secret is not base64 (a Standard Webhooks secret is \"whsec_\" followed "
+            "by the base64 of 24 to 64 random bytes)");
     if (t->key_len < 24)
-        return fail(p, CAIRN_EINVAL, field,
-                    "the secret decodes to %zu bytes; Standard Webhooks asks for at least 24",
-                    t->key_len);
+        return cairn__cfg_fail(
+            p, CAIRN_EINVAL, field,
+            "the secret decodes to %zu bytes; Standard Webhooks asks for at least 24", t->key_len);
     return 0;
 }
 
-static int parse_email(pctx *p, const json_t *cfg, cairn__notify_target *t)
+static int parse_email(const cairn__cfg *p, const json_t *cfg, cairn__notify_target *t)
 {
     int rc = check_url(p, t, "smtp", "smtps", "an smtp:// or smtps:// URL");
     if (rc)
         return rc;
-    json_t *tls = json_object_get(cfg, "starttls");
-    if (tls && !json_is_boolean(tls))
-        return fail(p, CAIRN_EJSON, "starttls", "must be true or false");
-    t->starttls = tls && json_is_true(tls);
     if (t->starttls && strncmp(t->url, "smtps:", 6) == 0)
-        return fail(p, CAIRN_EJSON, "starttls", "is for smtp:// URLs (smtps:// is TLS already)");
-    if ((rc = get_str(p, cfg, "from", 1, &t->from)))
-        return rc;
+        return cairn__cfg_fail(p, CAIRN_EJSON, "starttls",
+                               "is for smtp:// URLs (smtps:// is TLS already)");
     if (!addr_ok(t->from))
-        return fail(p, CAIRN_EJSON, "from", "must be a plain address like name@example.com");
+        return cairn__cfg_fail(p, CAIRN_EJSON, "from",
+                               "must be a plain address like name@example.com");
     json_t *to = json_object_get(cfg, "to");
     if (!to)
-        return fail(p, CAIRN_EJSON, "to", "is required");
+        return cairn__cfg_fail(p, CAIRN_EJSON, "to", "is required");
     size_t n = json_is_array(to) ? json_array_size(to) : 1;
     if (!json_is_array(to) && !json_is_string(to))
-        return fail(p, CAIRN_EJSON, "to", "must be an address or an array of addresses");
+        return cairn__cfg_fail(p, CAIRN_EJSON, "to", "must be an address or an array of addresses");
     if (n == 0)
-        return fail(p, CAIRN_EJSON, "to", "must name at least one address");
+        return cairn__cfg_fail(p, CAIRN_EJSON, "to", "must name at least one address");
     if (n > 100)
-        return fail(p, CAIRN_EJSON, "to", "has %zu addresses; at most 100", n);
+        return cairn__cfg_fail(p, CAIRN_EJSON, "to", "has %zu addresses; at most 100", n);
     if (!(t->to = calloc(n, sizeof *t->to)))
         return CAIRN_ENOMEM;
     for (size_t i = 0; i < n; i++) {
@@ -502,80 +452,77 @@ static int parse_email(pctx *p, const json_t *cfg, cairn__notify_target *t)
         else
             snprintf(field, sizeof field, "to");
         if (!json_is_string(a) || !addr_ok(json_string_value(a)))
-            return fail(p, CAIRN_EJSON, field, "must be a plain address like name@example.com");
+            return cairn__cfg_fail(p, CAIRN_EJSON, field,
+                                   "must be a plain address like name@example.com");
         if (!(t->to[i] = strdup(json_string_value(a))))
             return CAIRN_ENOMEM;
         t->n_to = i + 1;
     }
-    if ((rc = get_str(p, cfg, "subject", 0, &t->subject)) ||
-        (rc = get_str(p, cfg, "body", 0, &t->body)))
-        return rc;
-    if (!t->subject && !(t->subject = strdup("cairn: task {{task}} completed")))
-        return CAIRN_ENOMEM;
-    if (!t->body && !(t->body = strdup("{{result}}")))
-        return CAIRN_ENOMEM;
     if ((rc = tpl_check(p, "subject", t->subject)) || (rc = tpl_check(p, "body", t->body)))
-        return rc;
-    if ((rc = get_str(p, cfg, "username", 0, &t->username)))
         return rc;
     if ((rc = read_secret(p, cfg, "password_env", "password_file", 0, &t->secret_text)))
         return rc;
     if (!t->username != !t->secret_text)
-        return fail(p, CAIRN_EJSON, t->username ? "password_env" : "username",
-                    "username and password_env/password_file go together");
+        return cairn__cfg_fail(p, CAIRN_EJSON, t->username ? "password_env" : "username",
+                               "username and password_env/password_file go together");
     if (t->secret_text && !t->starttls && strncmp(t->url, "smtps:", 6) != 0 &&
         !host_is_loopback(t->url))
-        return fail(p, CAIRN_EJSON, "url",
-                    "refusing to send a password over plain smtp:// to a remote host; use "
-                    "smtps:// or \"starttls\": true");
+        return cairn__cfg_fail(
+            p, CAIRN_EJSON, "url",
+            "refusing to send a password over plain smtp:// to a remote host; use "
+            "smtps:// or \"starttls\": true");
     return scrub_forms(t);
 }
 
 int cairn__notify_target_parse(const json_t *cfg, const char *where, cairn__notify_target **out,
                                char *err, size_t errlen)
 {
-    pctx p = {where ? where : "notify", err, errlen};
+    cairn__cfg p = {NULL, where ? where : "notify", NULL, err, errlen};
     if (err && errlen)
         err[0] = 0;
     if (!out)
-        return fail(&p, CAIRN_EINVAL, NULL, "no output pointer");
+        return cairn__cfg_fail(&p, CAIRN_EINVAL, NULL, "no output pointer");
     *out = NULL;
     if (!cfg || !json_is_object(cfg))
-        return fail(&p, cfg ? CAIRN_EJSON : CAIRN_EINVAL, NULL, "must be a JSON object");
-    json_t *type = json_object_get(cfg, "type");
-    int kind = 0;
-    if (json_is_string(type) && strcmp(json_string_value(type), "webhook") == 0)
-        kind = CAIRN__NOTIFY_WEBHOOK;
-    else if (json_is_string(type) && strcmp(json_string_value(type), "email") == 0)
-        kind = CAIRN__NOTIFY_EMAIL;
-    else
-        return fail(&p, CAIRN_EJSON, "type",
-                    type ? "must be \"webhook\" or \"email\""
-                         : "is required (\"webhook\" or \"email\")");
+        return cairn__cfg_fail(&p, cfg ? CAIRN_EJSON : CAIRN_EINVAL, NULL, "must be a JSON object");
+    int rc = cairn__cfg_open(&p, cfg, p.path, NULL, err, errlen);
+    cairn__notify_target *t = rc ? NULL : calloc(1, sizeof *t);
+    if (!rc && !t)
+        return cairn__cfg_fail(&p, CAIRN_ENOMEM, NULL, "out of memory");
+    if (!rc)
+        rc = cairn__cfg_read_field(&p, &type_field, t);
+    if (rc) {
+        free(t);
+        return rc;
+    }
+    const int hook = t->kind == CAIRN__NOTIFY_WEBHOOK;
+    const cairn__cfg_field *const tables[] = {common_fields, hook ? webhook_fields : email_fields,
+                                              NULL};
     const char *k;
     json_t *v;
     json_object_foreach((json_t *)cfg, k, v)
     {
-        if (in_list(k, common_keys) ||
-            in_list(k, kind == CAIRN__NOTIFY_WEBHOOK ? webhook_keys : email_keys))
-            continue;
-        if (strstr(k, "secret") || strstr(k, "password") || strstr(k, "token"))
-            return fail(&p, CAIRN_EJSON, k, "secrets are never read from the configuration; use %s",
-                        kind == CAIRN__NOTIFY_WEBHOOK ? "secret_env or secret_file"
-                                                      : "password_env or password_file");
-        return fail(&p, CAIRN_EJSON, k, "unknown field for a %s target",
-                    kind == CAIRN__NOTIFY_WEBHOOK ? "webhook" : "email");
+        if (!rc && !cairn__cfg_declared(tables, k) &&
+            (strstr(k, "secret") || strstr(k, "password") || strstr(k, "token")))
+            rc = cairn__cfg_fail(
+                &p, CAIRN_EJSON, k, "secrets are never read from the configuration; use %s",
+                hook ? "secret_env or secret_file" : "password_env or password_file");
     }
-    cairn__notify_target *t = calloc(1, sizeof *t);
-    if (!t)
-        return CAIRN_ENOMEM;
-    t->kind = kind;
-    int rc = parse_common(&p, cfg, t);
     if (!rc)
-        rc = kind == CAIRN__NOTIFY_WEBHOOK ? parse_webhook(&p, cfg, t) : parse_email(&p, cfg, t);
+        rc = cairn__cfg_check_keys(&p, tables,
+                                   hook ? "unknown field for a webhook target"
+                                        : "unknown field for an email target");
+    if (!rc)
+        rc = cairn__cfg_read(&p, common_fields, t);
+    if (!rc)
+        rc = check_common(&p, t);
+    if (!rc)
+        rc = cairn__cfg_read(&p, tables[1], t);
+    if (!rc)
+        rc = hook ? parse_webhook(&p, cfg, t) : parse_email(&p, cfg, t);
     if (rc) {
         if (rc == CAIRN_ENOMEM && err && errlen && !err[0])
-            fail(&p, rc, NULL, "out of memory");
+            cairn__cfg_fail(&p, rc, NULL, "out of memory");
         cairn__notify_target_free(t);
         return rc;
     }
@@ -587,16 +534,16 @@ void cairn__notify_target_free(cairn__notify_target *t)
 {
     if (!t)
         return;
-    free(t->name), free(t->url), free(t->url_safe), free(t->source);
+    cairn__cfg_release(common_fields, t);
+    cairn__cfg_release(email_fields, t); /* a webhook's are NULL: nothing to free */
+    free(t->url_safe);
     if (t->key) {
         OPENSSL_cleanse(t->key, t->key_len);
         free(t->key);
     }
-    free(t->from);
     for (size_t i = 0; i < t->n_to; i++)
         free(t->to[i]);
     free(t->to);
-    free(t->subject), free(t->body), free(t->username);
     wipe_free(t->secret_text);
     for (size_t i = 0; i < t->n_scrub; i++)
         wipe_free(t->scrub[i]);
@@ -610,5 +557,5 @@ const char *cairn__notify_target_source(const cairn__notify_target *t)
 }
 cairn_delivery cairn__notify_target_delivery(const cairn__notify_target *t)
 {
-    return t ? t->delivery : CAIRN_EFFECT;
+    return t && t->at_least_once ? CAIRN_EFFECT_AT_LEAST_ONCE : CAIRN_EFFECT;
 }

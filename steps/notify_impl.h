@@ -12,18 +12,20 @@
 #include <curl/curl.h>
 #include <msgpack.h>
 
+#include "common/config.h"
 #include "common/json.h"
 #include "common/str.h"
 #include "steps/notify.h"
 
-enum { CAIRN__NOTIFY_WEBHOOK = 1, CAIRN__NOTIFY_EMAIL = 2 };
+/* in the order of notify.c's names for them ("webhook", "email") */
+enum { CAIRN__NOTIFY_WEBHOOK = 0, CAIRN__NOTIFY_EMAIL = 1 };
 
 #define CAIRN__NOTIFY_SCRUB_FORMS 4
 
 struct cairn__notify_target {
     int kind;
     char *name, *url, *url_safe, *source;
-    cairn_delivery delivery;
+    int at_least_once; /* "delivery": 0 at_most_once (CAIRN_EFFECT), 1 at_least_once */
     long connect_timeout_ms, timeout_ms;
     /* webhook */
     unsigned char *key;

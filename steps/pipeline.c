@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/config.h"
 #include "common/hash.h"
 #include "common/json.h"
 #include "steps/llm.h"
@@ -68,29 +69,25 @@ cairn_graph *cairn__pipeline_graph(cairn__pipeline *p) { return p ? p->g : NULL;
 static int build(cairn__pipeline *p, const json_t *cfg, const char *store_dir, const char *base,
                  char *err, size_t errlen)
 {
-    static const char *const known[] = {"retrieve", "generate", "postprocess", "notify"};
-    const char *key;
-    json_t *val;
-    json_object_foreach((json_t *)cfg, key, val)
-    {
-        size_t i = 0;
-        while (i < 4 && strcmp(known[i], key))
-            i++;
-        if (i == 4) {
-            snprintf(err, errlen,
-                     "%s: unknown section (expected retrieve, generate, "
-                     "postprocess, notify)",
-                     key);
-            return CAIRN_EJSON;
-        }
-    }
+    static const cairn__cfg_field sections[] = {CAIRN__CFG_KNOWN("retrieve"),
+                                                CAIRN__CFG_KNOWN("generate"),
+                                                CAIRN__CFG_KNOWN("postprocess"),
+                                                CAIRN__CFG_KNOWN("notify"),
+                                                {NULL}};
+    static const cairn__cfg_field *const tables[] = {sections, NULL};
+    cairn__cfg top;
+    int rc = cairn__cfg_open(&top, cfg, "", NULL, err, errlen);
+    if (!rc)
+        rc = cairn__cfg_check_keys(
+            &top, tables, "unknown section (expected retrieve, generate, postprocess, notify)");
+    if (rc)
+        return rc;
     json_t *r = json_object_get(cfg, "retrieve"), *g = json_object_get(cfg, "generate"),
            *pp = json_object_get(cfg, "postprocess"), *nt = json_object_get(cfg, "notify");
     if (!g) {
         snprintf(err, errlen, "generate: required section (the model and the prompt template)");
         return CAIRN_EJSON;
     }
-    int rc;
     if (r && (rc = cairn__retrieve_cfg_parse(r, store_dir, &p->retrieve, err, errlen)))
         return rc;
     if ((rc = cairn__llm_cfg_parse(g, base, &p->llm, err, errlen)))

@@ -11,7 +11,7 @@ typedef struct cairn__pipeline cairn__pipeline;
 
 /* Reads and validates the configuration file and builds the graph. `store_dir` locates the
  * default retrieval index (<store>/index). Errors name the file and field
- * ("pipeline.json: generate.temperature: must be a number in [0, 100]") or, for malformed JSON,
+ * ("pipeline.json: generate.temperature: must be a number from 0 to 100") or, for malformed JSON,
  * file:line:column. Returns 0, CAIRN_ENOENT, CAIRN_EJSON, CAIRN_ENOMEM. */
 int cairn__pipeline_load(const char *config_path, const char *store_dir, cairn__pipeline **out,
                          char *err, size_t errlen);

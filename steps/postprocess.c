@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/config.h"
 #include "common/json.h"
 #include "common/str.h"
 #include "common/utf8.h"
@@ -27,7 +28,7 @@ struct cairn__post_cfg {
     size_t max_chars;
     char **banned;
     size_t n_banned;
-    int redact;
+    int redact; /* banned_action: the index of "redact" */
     char *redact_with;
     int extract_json;
     char **required;
@@ -38,140 +39,43 @@ struct cairn__post_cfg {
 
 /* ------------------------------------------------------------------ config */
 
-static char *dup_str(const char *s) { return s ? strdup(s) : NULL; }
+static const char *const actions[] = {"reject", "redact", NULL};
 
-static int str_list(const json_t *cfg, const char *key, char ***out, size_t *n, char *err,
-                    size_t errlen)
+#define AT(m) CAIRN__CFG_AT(cairn__post_cfg, m)
+/* Every setting of the "postprocess" section; what each means is in postprocess.h. */
+static const cairn__cfg_field fields[] = {
+    {"strip_control", CAIRN__CFG_BOOL, AT(strip_control), .def = 1},
+    {"collapse_whitespace", CAIRN__CFG_BOOL, AT(collapse), .def = 1},
+    {"extract_json", CAIRN__CFG_BOOL, AT(extract_json)},
+    {"max_chars", CAIRN__CFG_INT, AT(max_chars), .lo = 0, .hi = CAIRN__CFG_NO_MAX},
+    {"banned", CAIRN__CFG_STRS, AT(banned), CAIRN__CFG_COUNT(cairn__post_cfg, n_banned)},
+    {"required_keys", CAIRN__CFG_STRS, AT(required), CAIRN__CFG_COUNT(cairn__post_cfg, n_required)},
+    {"banned_action", CAIRN__CFG_ENUM, AT(redact), .choices = actions, .sdef = "reject"},
+    {"redact_with", CAIRN__CFG_STR, AT(redact_with), .sdef = "***"},
+    {"outbox", CAIRN__CFG_PATH, AT(outbox)},
+    {"source", CAIRN__CFG_STR, AT(source), .sdef = "generate"},
+    {"field", CAIRN__CFG_STR, AT(field), .sdef = "text"},
+    {NULL},
+};
+#undef AT
+
+static int finish(const cairn__cfg *r, void *base)
 {
-    json_t *a = json_object_get(cfg, key);
-    *out = NULL;
-    *n = 0;
-    if (!a)
-        return 0;
-    if (!json_is_array(a)) {
-        snprintf(err, errlen, "postprocess.%s: must be an array of strings", key);
-        return CAIRN_EJSON;
-    }
-    *out = calloc(json_array_size(a) + 1, sizeof **out);
-    if (!*out)
-        return CAIRN_ENOMEM;
-    size_t i;
-    json_t *v;
-    json_array_foreach(a, i, v)
-    {
-        if (!json_is_string(v) || json_string_length(v) == 0) {
-            snprintf(err, errlen, "postprocess.%s[%zu]: must be a non-empty string", key, i);
-            return CAIRN_EJSON;
-        }
-        (*out)[(*n)++] = strdup(json_string_value(v));
-    }
+    const cairn__post_cfg *c = base;
+    if (c->outbox && mkdir(c->outbox, 0755) != 0 && errno != EEXIST)
+        return cairn__cfg_fail(r, CAIRN_EIO, "outbox", "cannot create %s: %s", c->outbox,
+                               strerror(errno));
+    if (c->n_required && !c->extract_json)
+        return cairn__cfg_fail(r, CAIRN_EJSON, "required_keys", "needs \"extract_json\": true");
     return 0;
 }
 
-static int get_bool(const json_t *cfg, const char *key, int def, int *out, char *err, size_t errlen)
-{
-    json_t *v = json_object_get(cfg, key);
-    *out = def;
-    if (!v)
-        return 0;
-    if (!json_is_boolean(v)) {
-        snprintf(err, errlen, "postprocess.%s: must be true or false", key);
-        return CAIRN_EJSON;
-    }
-    *out = json_is_true(v);
-    return 0;
-}
-
-static int get_str(const json_t *cfg, const char *key, const char *def, char **out, char *err,
-                   size_t errlen)
-{
-    json_t *v = json_object_get(cfg, key);
-    if (v && !json_is_string(v)) {
-        snprintf(err, errlen, "postprocess.%s: must be a string", key);
-        return CAIRN_EJSON;
-    }
-    *out = dup_str(v ? json_string_value(v) : def);
-    return 0;
-}
+static const cairn__cfg_section section = {"postprocess", fields, sizeof(cairn__post_cfg), finish};
 
 int cairn__post_cfg_parse(const json_t *cfg, const char *base_dir, cairn__post_cfg **out, char *err,
                           size_t errlen)
 {
-    static const char *const known[] = {
-        "strip_control", "collapse_whitespace", "max_chars",     "banned", "banned_action",
-        "redact_with",   "extract_json",        "required_keys", "outbox", "source",
-        "field"};
-    *out = NULL;
-    if (cfg && !json_is_object(cfg)) {
-        snprintf(err, errlen, "postprocess: must be an object");
-        return CAIRN_EJSON;
-    }
-    int krc = cfg ? cairn__cfg_known_keys(cfg, "postprocess", known, sizeof known / sizeof *known,
-                                          err, errlen)
-                  : 0;
-    if (krc)
-        return krc;
-    cairn__post_cfg *c = calloc(1, sizeof *c);
-    if (!c)
-        return CAIRN_ENOMEM;
-    int rc = get_bool(cfg, "strip_control", 1, &c->strip_control, err, errlen);
-    if (!rc)
-        rc = get_bool(cfg, "collapse_whitespace", 1, &c->collapse, err, errlen);
-    if (!rc)
-        rc = get_bool(cfg, "extract_json", 0, &c->extract_json, err, errlen);
-    json_t *mc = json_object_get(cfg, "max_chars");
-    if (!rc && mc) {
-        if (!json_is_integer(mc) || json_integer_value(mc) < 0) {
-            snprintf(err, errlen, "postprocess.max_chars: must be a non-negative integer");
-            rc = CAIRN_EJSON;
-        } else
-            c->max_chars = (size_t)json_integer_value(mc);
-    }
-    if (!rc)
-        rc = str_list(cfg, "banned", &c->banned, &c->n_banned, err, errlen);
-    if (!rc)
-        rc = str_list(cfg, "required_keys", &c->required, &c->n_required, err, errlen);
-    char *action = NULL;
-    if (!rc)
-        rc = get_str(cfg, "banned_action", "reject", &action, err, errlen);
-    if (!rc && strcmp(action, "reject") && strcmp(action, "redact")) {
-        snprintf(err, errlen, "postprocess.banned_action: must be \"reject\" or \"redact\"");
-        rc = CAIRN_EJSON;
-    }
-    if (!rc)
-        c->redact = strcmp(action, "redact") == 0;
-    free(action);
-    if (!rc)
-        rc = get_str(cfg, "redact_with", "***", &c->redact_with, err, errlen);
-    if (!rc)
-        rc = get_str(cfg, "outbox", NULL, &c->outbox, err, errlen);
-    if (!rc && c->outbox && c->outbox[0] != '/' && base_dir) {
-        size_t n = strlen(base_dir) + strlen(c->outbox) + 2;
-        char *abs = malloc(n);
-        if (abs)
-            snprintf(abs, n, "%s/%s", base_dir, c->outbox);
-        free(c->outbox);
-        c->outbox = abs;
-    }
-    if (!rc && c->outbox && mkdir(c->outbox, 0755) != 0 && errno != EEXIST) {
-        snprintf(err, errlen, "postprocess.outbox: cannot create %s: %s", c->outbox,
-                 strerror(errno));
-        rc = CAIRN_EIO;
-    }
-    if (!rc)
-        rc = get_str(cfg, "source", "generate", &c->source, err, errlen);
-    if (!rc)
-        rc = get_str(cfg, "field", "text", &c->field, err, errlen);
-    if (!rc && c->n_required && !c->extract_json) {
-        snprintf(err, errlen, "postprocess.required_keys: needs \"extract_json\": true");
-        rc = CAIRN_EJSON;
-    }
-    if (rc) {
-        cairn__post_cfg_free(c);
-        return rc;
-    }
-    *out = c;
-    return 0;
+    return cairn__cfg_parse(&section, cfg, base_dir, out, err, errlen);
 }
 
 const char *cairn__post_cfg_source(const cairn__post_cfg *c) { return c->source; }
@@ -180,16 +84,7 @@ void cairn__post_cfg_free(cairn__post_cfg *c)
 {
     if (!c)
         return;
-    for (size_t i = 0; i < c->n_banned; i++)
-        free(c->banned[i]);
-    for (size_t i = 0; i < c->n_required; i++)
-        free(c->required[i]);
-    free(c->banned);
-    free(c->required);
-    free(c->redact_with);
-    free(c->outbox);
-    free(c->source);
-    free(c->field);
+    cairn__cfg_release(fields, c);
     free(c);
 }
 

@@ -15,15 +15,13 @@
 
 typedef struct cairn__post_cfg cairn__post_cfg;
 
-/* Parses the "postprocess" object of the configuration:
- *   {"strip_control": true, "collapse_whitespace": true, "max_chars": 0 (no limit),
- *    "banned": ["term", ...], "banned_action": "reject" | "redact", "redact_with": "***",
- *    "extract_json": false, "required_keys": ["k", ...], "outbox": "/dir" (optional),
- *    "source": "generate", "field": "text"}
- * A relative outbox is taken relative to `base_dir` (the config file's folder) if not NULL; the
- * folder is created (0755) if missing.
- * Errors: CAIRN_EJSON with err naming the field ("postprocess.max_chars: must be ..."),
- * CAIRN_EIO when the outbox cannot be created. */
+/* Reads the "postprocess" section (NULL: every default). Its settings, with their types and
+ * defaults, are the table `fields` in postprocess.c ("banned_action" "reject" or "redact",
+ * "max_chars" 0 for no limit, "source" "generate", "field" "text"); "required_keys" needs
+ * "extract_json": true. A relative outbox is taken relative to `base_dir` (the config file's
+ * folder) if not NULL, and created (0755) if missing. Errors: CAIRN_EJSON with err naming the
+ * field ("postprocess.max_chars: must be ..."), CAIRN_EIO when the outbox cannot be created,
+ * CAIRN_ENOMEM. */
 int cairn__post_cfg_parse(const json_t *cfg, const char *base_dir, cairn__post_cfg **out, char *err,
                           size_t errlen);
 void cairn__post_cfg_free(cairn__post_cfg *c);

@@ -1,8 +1,10 @@
-/* steps/template.c - "{{name}}" placeholders for prompts, subjects and bodies.
+/* steps/template.c - "{{name}}" placeholders for prompts, subjects and bodies, and the msgpack
+ * reading and writing the steps share.
  *
  * Deliberately small: no logic, no escaping, no partials. A placeholder with no value is an
  * error naming it, never an empty string, so a typo in a template fails the task permanently
- * instead of sending a prompt with a hole in it.
+ * instead of sending a prompt with a hole in it. A map a step writes is packed from an array of
+ * key/value entries, so its announced size is the array's and cannot drift from what follows.
  */
 #include "steps/template.h"
 
@@ -158,20 +160,38 @@ const msgpack_object *cairn__mp_path(const msgpack_object *o, const char *path)
     return o;
 }
 
-int cairn__cfg_known_keys(const json_t *cfg, const char *section, const char *const *known,
-                          size_t n, char *err, size_t errlen)
+void cairn__mp_pack_map(msgpack_packer *pk, const cairn__mp_kv *kv, size_t n)
 {
-    const char *key;
-    json_t *val;
-    json_object_foreach((json_t *)cfg, key, val)
-    {
-        size_t i = 0;
-        while (i < n && strcmp(known[i], key))
-            i++;
-        if (i == n) {
-            snprintf(err, errlen, "%s.%s: unknown setting", section, key);
-            return CAIRN_EJSON;
+    msgpack_pack_map(pk, (uint32_t)n);
+    for (size_t i = 0; i < n; i++, kv++) {
+        msgpack_pack_str(pk, strlen(kv->key));
+        msgpack_pack_str_body(pk, kv->key, strlen(kv->key));
+        switch (kv->type) {
+        case CAIRN__MP_STR:
+            msgpack_pack_str(pk, kv->n);
+            msgpack_pack_str_body(pk, kv->p, kv->n);
+            break;
+        case CAIRN__MP_BIN:
+            msgpack_pack_bin(pk, kv->n);
+            msgpack_pack_bin_body(pk, kv->p, kv->n);
+            break;
+        case CAIRN__MP_UINT:
+            msgpack_pack_uint64(pk, kv->u);
+            break;
+        case CAIRN__MP_INT:
+            msgpack_pack_int64(pk, kv->i);
+            break;
+        case CAIRN__MP_DOUBLE:
+            msgpack_pack_double(pk, kv->d);
+            break;
+        case CAIRN__MP_I32S:
+            msgpack_pack_array(pk, (uint32_t)kv->n);
+            for (size_t j = 0; j < kv->n; j++)
+                msgpack_pack_int32(pk, ((const int32_t *)kv->p)[j]);
+            break;
+        case CAIRN__MP_MAP:
+            cairn__mp_pack_map(pk, kv->p, kv->n);
+            break;
         }
     }
-    return 0;
 }

@@ -1,9 +1,10 @@
 /* steps/template.h - what the built-in steps share: "{{name}}" placeholders, msgpack lookups,
- * and the check that a configuration section holds only known settings. */
+ * and the maps they write as output. */
 #ifndef CAIRN_STEPS_TEMPLATE_H
 #define CAIRN_STEPS_TEMPLATE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include <jansson.h>
 #include <msgpack.h>
@@ -29,10 +30,51 @@ const msgpack_object *cairn__mp_get(const msgpack_object *m, const char *key, si
 /* Looks up a dotted path ("result.text") in nested msgpack maps; NULL if absent. */
 const msgpack_object *cairn__mp_path(const msgpack_object *o, const char *path);
 
-/* Refuses a setting of the configuration section `cfg` (an object) that is not in known[0..n):
- * CAIRN_EJSON with err "SECTION.KEY: unknown setting" (a typo never silently drops a setting).
- * Returns 0 when every key is known. */
-int cairn__cfg_known_keys(const json_t *cfg, const char *section, const char *const *known,
-                          size_t n, char *err, size_t errlen);
+/* One key/value of a msgpack map the steps write (cairn__mp_pack_map): the value's kind and,
+ * for the kinds that point, its bytes or elements. */
+typedef struct cairn__mp_kv {
+    const char *key;
+    enum {
+        CAIRN__MP_STR,
+        CAIRN__MP_BIN,
+        CAIRN__MP_UINT,
+        CAIRN__MP_INT,
+        CAIRN__MP_DOUBLE,
+        CAIRN__MP_I32S,
+        CAIRN__MP_MAP
+    } type;
+    const void *p; /* STR, BIN: the bytes; I32S: int32_t[n]; MAP: cairn__mp_kv[n] */
+    size_t n;
+    uint64_t u;
+    int64_t i;
+    double d;
+} cairn__mp_kv;
+
+#define CAIRN__MP_S(k, s, len)                                                                     \
+    {                                                                                              \
+        (k), CAIRN__MP_STR, .p = (s), .n = (len)                                                   \
+    }
+#define CAIRN__MP_U(k, v)                                                                          \
+    {                                                                                              \
+        (k), CAIRN__MP_UINT, .u = (v)                                                              \
+    }
+#define CAIRN__MP_I(k, v)                                                                          \
+    {                                                                                              \
+        (k), CAIRN__MP_INT, .i = (v)                                                               \
+    }
+#define CAIRN__MP_D(k, v)                                                                          \
+    {                                                                                              \
+        (k), CAIRN__MP_DOUBLE, .d = (v)                                                            \
+    }
+/* a nested map of the kv array `a`, counted by its declaration */
+#define CAIRN__MP_M(k, a)                                                                          \
+    {                                                                                              \
+        (k), CAIRN__MP_MAP, .p = (a), .n = sizeof(a) / sizeof *(a)                                 \
+    }
+
+/* Packs the map of kv[0..n): its size is the number of entries, so a map written from an array
+ * (CAIRN__MP_PACK) cannot announce more or fewer values than it holds. */
+void cairn__mp_pack_map(msgpack_packer *pk, const cairn__mp_kv *kv, size_t n);
+#define CAIRN__MP_PACK(pk, a) cairn__mp_pack_map((pk), (a), sizeof(a) / sizeof *(a))
 
 #endif
