@@ -9,8 +9,8 @@
  * declared with CAIRN__CFG_OTHER and read by the caller, whose messages go through
  * cairn__cfg_fail() so that every message has the same form:
  *
- *     <path>.<key>: <what is wrong>        generate.max_tokens: must be an integer from 1 to
- * 1048576 <path>.<key>[<i>]: <what is wrong>   retrieve.query_fields[1]: must not be empty
+ *     <path>.<key>: <what is wrong>         generate.max_tokens: must be an integer from 1 to ...
+ *     <path>.<key>[<i>]: <what is wrong>    retrieve.query_fields[1]: must not be empty
  *
  * Internal to libcairn (hidden `cairn__` symbols). Every fallible call returns 0 or a negative
  * CAIRN_E* code and writes its message into the reader's err buffer (common/str.h's convention:
