@@ -79,11 +79,6 @@ void cairn__cli_print_help(FILE *f, const char *help, int needs_graphs);
 int cairn__cli_usage_error(const char *cmd, const char *help, const char *fmt, ...)
     CAIRN_PRINTF(3, 4);
 
-/* Matches "--name VALUE", "--name=VALUE" or (shrt not NULL) "-x VALUE" at argv[*i]: 1 with
- * *val set (borrowed from argv) and *i moved past a separate value, 0 if argv[*i] is another
- * option, -1 if the value is missing. */
-int cairn__cli_opt_value(int argc, char **argv, int *i, const char *lng, const char *shrt,
-                         const char **val);
 /* A whole decimal number from lo to hi into *out; -1 (and *out untouched) for anything else. */
 int cairn__cli_parse_long(const char *s, long lo, long hi, long *out);
 /* Maps a CAIRN_E* code to the documented sysexits exit code. */
