@@ -1,8 +1,9 @@
 /* runner/cli.c - the `cairn` command line, for any set of graphs (cairn_cli_main): dispatch,
  * the options every task command shares, and the store session each one opens.
  *
- * Each command (runner/cli_run.c: the ones that change tasks; runner/cli_inspect.c: the read-only
- * ones) parses its options, checks everything it can before touching the store (so a usage or
+ * The dispatcher parses a command's options and operand (runner/cli_opt.c does the parsing for
+ * every command); the command (runner/cli_run.c: the ones that change tasks; runner/cli_inspect.c:
+ * the read-only ones) then checks everything it can before touching the store (so a usage or
  * input error never leaves a new, empty store behind), opens the store and a runner, makes one
  * library call and maps the result to a sysexits exit code through one table (cairn__exit_code,
  * runner/cli_util.c). Only `run` (and `init`, which asks for nothing else) creates a store; every
@@ -10,15 +11,15 @@
  * with the program's own name (argv[0]: `cairn`, or `cairn-ledger` for a program built on
  * cairn_cli_main); --json output for scripts goes to stdout, one JSON document per call.
  *
- * One option table serves every command: getopt_long knows all options, and each command passes
- * the list it takes, so an option that belongs to another command is refused by name ("--limit is
- * not an option of this command") rather than silently ignored.
+ * One option table serves every task command: the parser knows all options, and each command
+ * lists the ones it takes (cairn__cli_task), so an option that belongs to another command is
+ * refused by name ("--limit is not an option of this command") rather than silently ignored.
  */
 #include <errno.h>
-#include <getopt.h>
 #include <jansson.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,50 +42,57 @@ void cairn__cli_set_config_graph(const char *graph, int configured)
 
 static const char no_config_msg[] = "no pipeline config: pass --config FILE or set CAIRN_CONFIG";
 
+static const cairn__cli_task *const tasks[] = {
+    &cairn__task_run,   &cairn__task_init,    &cairn__task_show,       &cairn__task_list,
+    &cairn__task_retry, &cairn__task_resolve, &cairn__task_invalidate, &cairn__task_gc,
+    &cairn__task_audit, &cairn__task_stats,
+};
+
+static const cairn__cli_task *find_task(const char *cmd)
+{
+    for (size_t i = 0; i < sizeof tasks / sizeof *tasks; i++)
+        if (!strcmp(cmd, tasks[i]->name))
+            return tasks[i];
+    return NULL;
+}
+
 int cairn__cli_takes_config(const char *cmd)
 {
-    return !strcmp(cmd, "run") || !strcmp(cmd, "retry") || !strcmp(cmd, "invalidate");
+    const cairn__cli_task *t = find_task(cmd);
+    return t && t->config;
 }
 
 /* ------------------------------------------------------------------ common options */
 
-static const struct option all_options[] = {
-    {"store", required_argument, 0, CAIRN__O_STORE},
-    {"graph", required_argument, 0, CAIRN__O_GRAPH},
-    {"task", required_argument, 0, CAIRN__O_TASK},
-    {"task-from", required_argument, 0, CAIRN__O_TASK_FROM},
-    {"input", required_argument, 0, CAIRN__O_INPUT},
-    {"message-id", required_argument, 0, CAIRN__O_MESSAGE_ID},
-    {"status", required_argument, 0, CAIRN__O_STATUS},
-    {"step", required_argument, 0, CAIRN__O_STEP},
-    {"from", required_argument, 0, CAIRN__O_FROM},
-    {"tenant-field", required_argument, 0, CAIRN__O_TENANT_FIELD},
-    {"max-running-per-tenant", required_argument, 0, CAIRN__O_MAX_PER_TENANT},
-    {"limit", required_argument, 0, CAIRN__O_LIMIT},
-    {"max-attempts", required_argument, 0, CAIRN__O_MAX_ATTEMPTS},
-    {"lease-ms", required_argument, 0, CAIRN__O_LEASE_MS},
-    {"inline-wait-ms", required_argument, 0, CAIRN__O_INLINE_WAIT},
-    {"map-max", required_argument, 0, CAIRN__O_MAP_MAX},
-    {"retention-days", required_argument, 0, CAIRN__O_RETENTION},
-    {"tombstone-days", required_argument, 0, CAIRN__O_TOMBSTONE},
-    {"json", no_argument, 0, CAIRN__O_JSON},
-    {"now", no_argument, 0, CAIRN__O_NOW},
-    {"done", no_argument, 0, CAIRN__O_DONE},
-    {"not-done", no_argument, 0, CAIRN__O_NOT_DONE},
-    {"allow-graph-change", no_argument, 0, CAIRN__O_ALLOW_GRAPH_CHANGE},
-    {"nosync", no_argument, 0, CAIRN__O_NOSYNC},
-    {"help", no_argument, 0, CAIRN__O_HELP},
-    {0, 0, 0, 0},
-};
-
-/* "--limit" for CAIRN__O_LIMIT: messages name the option the user typed, whichever form it had */
-static const char *opt_name(int c)
-{
-    for (const struct option *o = all_options; o->name; o++)
-        if (o->val == c)
-            return o->name;
-    return "?";
-}
+/* The options kept as given say where (cairn__opt_slot); parse_opt checks the numbers. */
+#define AT(f) offsetof(cairn__cli_opts, f)
+static const cairn__opt all_options[] = {
+    {"store", 0, 1, 0, CAIRN__O_STORE, AT(store)},
+    {"graph", 0, 1, 0, CAIRN__O_GRAPH, AT(graph)},
+    {"task", 0, 1, 0, CAIRN__O_TASK, AT(task)},
+    {"task-from", 0, 1, 0, CAIRN__O_TASK_FROM, AT(task_from)},
+    {"input", 0, 1, 0, CAIRN__O_INPUT, AT(input)},
+    {"message-id", 0, 1, 0, CAIRN__O_MESSAGE_ID, AT(message_id)},
+    {"status", 0, 1, 0, CAIRN__O_STATUS, AT(status)},
+    {"step", 0, 1, 0, CAIRN__O_STEP, AT(step)},
+    {"from", 0, 1, 0, CAIRN__O_FROM, AT(from)},
+    {"tenant-field", 0, 1, 0, CAIRN__O_TENANT_FIELD, AT(tenant_field)},
+    {"max-running-per-tenant", 0, 1, 0, CAIRN__O_MAX_PER_TENANT, 0},
+    {"limit", 0, 1, 0, CAIRN__O_LIMIT, 0},
+    {"max-attempts", 0, 1, 0, CAIRN__O_MAX_ATTEMPTS, 0},
+    {"lease-ms", 0, 1, 0, CAIRN__O_LEASE_MS, 0},
+    {"inline-wait-ms", 0, 1, 0, CAIRN__O_INLINE_WAIT, 0},
+    {"map-max", 0, 1, 0, CAIRN__O_MAP_MAX, 0},
+    {"retention-days", 0, 1, 0, CAIRN__O_RETENTION, 0},
+    {"tombstone-days", 0, 1, 0, CAIRN__O_TOMBSTONE, 0},
+    {"json", 0, 0, 0, CAIRN__O_JSON, AT(json)},
+    {"now", 0, 0, 0, CAIRN__O_NOW, AT(now)},
+    {"done", 0, 0, 0, CAIRN__O_DONE, AT(done)},
+    {"not-done", 0, 0, 0, CAIRN__O_NOT_DONE, AT(not_done)},
+    {"allow-graph-change", 0, 0, 0, CAIRN__O_ALLOW_GRAPH_CHANGE, AT(allow_graph_change)},
+    {"nosync", 0, 0, 0, CAIRN__O_NOSYNC, AT(nosync)},
+    {NULL, 0, 0, 0, 0, 0}};
+#undef AT
 
 static int parse_u64(const char *s, uint64_t *out)
 {
@@ -158,136 +166,91 @@ int cairn__cli_usage_error(const char *cmd, const char *help, const char *fmt, .
     return CAIRN__EX_USAGE;
 }
 
-int cairn__cli_parse_opts(int argc, char **argv, const char *cmd, const int *allowed,
-                          cairn__cli_opts *o, int *optind_out)
+/* What parse_opt fills in, for which command */
+typedef struct parse_state {
+    cairn__cli_opts *o;
+    const cairn__cli_task *t;
+} parse_state;
+
+/* One option of a task command (cairn__opt_fn): refused when it is another command's, else its
+ * value checked and stored. */
+static int parse_opt(void *user, const cairn__opt *opt, const char *val)
+{
+    parse_state *ps = user;
+    cairn__cli_opts *o = ps->o;
+    const int c = opt->id;
+    int ok = c == CAIRN__O_STORE;
+    for (const int *a = ps->t->allowed; *a && !ok; a++)
+        ok = *a == c;
+    if (!ok)
+        return cairn__cli_usage_error(ps->t->name, ps->t->help,
+                                      "--%s is not an option of this command", opt->name);
+    const char *bad = NULL; /* what a valid value looks like */
+    uint64_t u;
+    switch (c) {
+    case CAIRN__O_MAX_PER_TENANT:
+        if (parse_u32(val, &o->max_per_tenant) || !o->max_per_tenant)
+            bad = "a whole number of at least 1";
+        break;
+    case CAIRN__O_LIMIT:
+        if (parse_u32(val, &o->limit))
+            bad = "a whole number; 0 = no limit";
+        break;
+    case CAIRN__O_MAX_ATTEMPTS:
+        if (parse_u32(val, &o->max_attempts) || !o->max_attempts)
+            bad = "a whole number of at least 1";
+        break;
+    case CAIRN__O_LEASE_MS:
+        if (parse_u32(val, &o->lease_ms) || o->lease_ms < 100)
+            bad = "milliseconds, at least 100";
+        break;
+    case CAIRN__O_INLINE_WAIT:
+        if (parse_u32(val, &o->inline_wait_ms))
+            bad = "milliseconds; 0 = never wait inside the run";
+        o->has_inline_wait = 1;
+        break;
+    case CAIRN__O_MAP_MAX:
+        if (parse_u64(val, &u))
+            bad = "a whole number of bytes";
+        o->map_max = u;
+        break;
+    case CAIRN__O_RETENTION:
+    case CAIRN__O_TOMBSTONE:
+        if (parse_days(val, c == CAIRN__O_RETENTION ? &o->retention_days : &o->tombstone_days))
+            bad = "days, from 0 to 36500";
+        break;
+    default:
+        return cairn__opt_slot(o, opt, val); /* kept as given */
+    }
+    if (bad)
+        return cairn__cli_usage_error(ps->t->name, ps->t->help, "invalid value '%s' for --%s (%s)",
+                                      val, opt->name, bad);
+    return 0;
+}
+
+/* The task command's command line into *o; -1 to go on, else the exit code (as cairn__opt_parse).
+ */
+static int parse_task_args(int argc, char **argv, const cairn__cli_task *t, cairn__cli_opts *o)
 {
     memset(o, 0, sizeof *o);
     o->store = getenv("CAIRN_STORE");
     o->retention_days = 7;
     o->tombstone_days = 30;
-    optind = 0; /* 0, not 1: makes glibc re-initialize its permutation state */
-    opterr = 0;
-    int c;
-    /* no "+": options may follow the operand (`show ID --json`, as the help texts show); an
-     * operand that starts with '-' (a task ID may) goes after "--" */
-    while ((c = getopt_long(argc, argv, "", all_options, NULL)) != -1) {
-        if (c == '?' || c == ':') {
-            if (optopt)
-                fprintf(stderr, "%s %s: option --%s needs a value\n", cairn__cli_prog, cmd,
-                        opt_name(optopt));
-            else
-                fprintf(stderr, "%s %s: unknown option '%s' (see %s %s --help)\n", cairn__cli_prog,
-                        cmd, argv[optind - 1], cairn__cli_prog, cmd);
-            return CAIRN__EX_USAGE;
-        }
-        int ok = c == CAIRN__O_HELP || c == CAIRN__O_STORE;
-        for (const int *a = allowed; *a && !ok; a++)
-            ok = *a == c;
-        if (!ok) {
-            fprintf(stderr, "%s %s: --%s is not an option of this command (see %s %s --help)\n",
-                    cairn__cli_prog, cmd, opt_name(c), cairn__cli_prog, cmd);
-            return CAIRN__EX_USAGE;
-        }
-        const char *bad = NULL; /* what a valid value looks like */
-        uint64_t u;
-        switch (c) {
-        case CAIRN__O_STORE:
-            o->store = optarg;
-            break;
-        case CAIRN__O_GRAPH:
-            o->graph = optarg;
-            break;
-        case CAIRN__O_TASK:
-            o->task = optarg;
-            break;
-        case CAIRN__O_TASK_FROM:
-            o->task_from = optarg;
-            break;
-        case CAIRN__O_INPUT:
-            o->input = optarg;
-            break;
-        case CAIRN__O_MESSAGE_ID:
-            o->message_id = optarg;
-            break;
-        case CAIRN__O_STATUS:
-            o->status = optarg;
-            break;
-        case CAIRN__O_STEP:
-            o->step = optarg;
-            break;
-        case CAIRN__O_FROM:
-            o->from = optarg;
-            break;
-        case CAIRN__O_TENANT_FIELD:
-            o->tenant_field = optarg;
-            break;
-        case CAIRN__O_MAX_PER_TENANT:
-            if (parse_u32(optarg, &o->max_per_tenant) || !o->max_per_tenant)
-                bad = "a whole number of at least 1";
-            break;
-        case CAIRN__O_LIMIT:
-            if (parse_u32(optarg, &o->limit))
-                bad = "a whole number; 0 = no limit";
-            break;
-        case CAIRN__O_MAX_ATTEMPTS:
-            if (parse_u32(optarg, &o->max_attempts) || !o->max_attempts)
-                bad = "a whole number of at least 1";
-            break;
-        case CAIRN__O_LEASE_MS:
-            if (parse_u32(optarg, &o->lease_ms) || o->lease_ms < 100)
-                bad = "milliseconds, at least 100";
-            break;
-        case CAIRN__O_INLINE_WAIT:
-            if (parse_u32(optarg, &o->inline_wait_ms))
-                bad = "milliseconds; 0 = never wait inside the run";
-            o->has_inline_wait = 1;
-            break;
-        case CAIRN__O_MAP_MAX:
-            if (parse_u64(optarg, &u))
-                bad = "a whole number of bytes";
-            o->map_max = u;
-            break;
-        case CAIRN__O_RETENTION:
-        case CAIRN__O_TOMBSTONE:
-            if (parse_days(optarg,
-                           c == CAIRN__O_RETENTION ? &o->retention_days : &o->tombstone_days))
-                bad = "days, from 0 to 36500";
-            break;
-        case CAIRN__O_JSON:
-            o->json = 1;
-            break;
-        case CAIRN__O_NOW:
-            o->now = 1;
-            break;
-        case CAIRN__O_DONE:
-            o->done = 1;
-            break;
-        case CAIRN__O_NOT_DONE:
-            o->not_done = 1;
-            break;
-        case CAIRN__O_ALLOW_GRAPH_CHANGE:
-            o->allow_graph_change = 1;
-            break;
-        case CAIRN__O_NOSYNC:
-            o->nosync = 1;
-            break;
-        case CAIRN__O_HELP:
-            o->help = 1;
-            break;
-        }
-        if (bad) {
-            fprintf(stderr, "%s %s: invalid value '%s' for --%s (%s)\n", cairn__cli_prog, cmd,
-                    optarg, opt_name(c), bad);
-            return CAIRN__EX_USAGE;
-        }
-    }
-    *optind_out = optind;
-    if (!o->help && (!o->store || !*o->store)) {
+    const cairn__opt_cmd cmd = {t->name, t->help, t->config, t->takes_id ? -1 : 0, all_options};
+    parse_state ps = {o, t};
+    int oi, rc = cairn__opt_parse(argc, argv, &cmd, parse_opt, &ps, &oi);
+    if (rc >= 0)
+        return rc;
+    if (!o->store || !*o->store) {
         fprintf(stderr, "%s %s: no store: pass --store DIR or set CAIRN_STORE\n", cairn__cli_prog,
-                cmd);
+                t->name);
         return CAIRN__EX_USAGE;
     }
-    return 0;
+    if (t->takes_id && oi != argc - 1)
+        return cairn__cli_usage_error(
+            t->name, t->help, oi == argc ? "the task ID is missing" : "one task ID, please");
+    o->id = t->takes_id ? argv[oi] : NULL;
+    return -1;
 }
 
 static const cairn_graph *find_graph(cairn_graph *const *graphs, size_t n, const char *name)
@@ -486,26 +449,12 @@ int cairn_cli_main(int argc, char **argv, cairn_graph *const *graphs, size_t n_g
             printf("%s (cairn %s)\n", prog, CAIRN__VERSION);
         return 0;
     }
-    if (!strcmp(cmd, "run"))
-        return cairn__cmd_run(sub_argc, sub_argv, graphs, n_graphs);
-    if (!strcmp(cmd, "show"))
-        return cairn__cmd_show(sub_argc, sub_argv);
-    if (!strcmp(cmd, "init"))
-        return cairn__cmd_init(sub_argc, sub_argv);
-    if (!strcmp(cmd, "list"))
-        return cairn__cmd_list(sub_argc, sub_argv);
-    if (!strcmp(cmd, "retry"))
-        return cairn__cmd_retry(sub_argc, sub_argv, graphs, n_graphs);
-    if (!strcmp(cmd, "resolve"))
-        return cairn__cmd_resolve(sub_argc, sub_argv, graphs, n_graphs);
-    if (!strcmp(cmd, "invalidate"))
-        return cairn__cmd_invalidate(sub_argc, sub_argv, graphs, n_graphs);
-    if (!strcmp(cmd, "gc"))
-        return cairn__cmd_gc(sub_argc, sub_argv, graphs, n_graphs);
-    if (!strcmp(cmd, "audit"))
-        return cairn__cmd_audit(sub_argc, sub_argv);
-    if (!strcmp(cmd, "stats"))
-        return cairn__cmd_stats(sub_argc, sub_argv);
+    const cairn__cli_task *t = find_task(cmd);
+    if (t) {
+        cairn__cli_opts o;
+        int rc = parse_task_args(sub_argc, sub_argv, t, &o);
+        return rc >= 0 ? rc : t->fn(&o, graphs, n_graphs);
+    }
     for (size_t i = 0; i < n_extra_cmds; i++)
         if (!strcmp(cmd, extra_cmds[i].name))
             return extra_cmds[i].fn(sub_argc, sub_argv);

@@ -1,10 +1,10 @@
 /* runner/cli.h - what the CLI's files share (not public).
  *
  * Two audiences. Every command file, tools/'s included, uses the first part: option
- * values, input files, the one exit-code table (runner/cli_util.c). The task commands' own files
- * use the second: the option table and its parser, help and usage errors, the store session
- * (runner/cli.c), and the commands themselves (runner/cli_run.c changes tasks, runner/cli_inspect.c
- * only reads).
+ * parser, help and usage errors (runner/cli_opt.c), input files, the one exit-code table
+ * (runner/cli_util.c). The task commands' own files use the second: their option table, the store
+ * session (runner/cli.c), and the commands themselves (runner/cli_run.c changes tasks,
+ * runner/cli_inspect.c only reads).
  */
 #ifndef CAIRN_RUNNER_CLI_H
 #define CAIRN_RUNNER_CLI_H
@@ -31,11 +31,54 @@ enum {
     CAIRN__EX_CONFLICT = 76
 };
 
-/* Matches "--name VALUE", "--name=VALUE" or (shrt not NULL) "-x VALUE" at argv[*i]: 1 with
- * *val set (borrowed from argv) and *i moved past a separate value, 0 if argv[*i] is another
- * option, -1 if the value is missing. */
-int cairn__cli_opt_value(int argc, char **argv, int *i, const char *lng, const char *shrt,
-                         const char **val);
+/* argv[0]'s basename, for messages and usage (set by cairn_cli_main) */
+extern const char *cairn__cli_prog;
+
+/* One option of a command (cairn__opt_parse, runner/cli_opt.c). A table of them ends with an
+ * entry whose name is NULL; -h and --help are never listed: every command takes them. */
+typedef struct cairn__opt {
+    const char *name; /* the long name, without "--" */
+    int shrt;         /* the short option's character, or 0 */
+    int has_arg;      /* 1: takes a value */
+    int repeatable;   /* 1: may be given more than once; any other option is refused the second
+                         time, rather than the first value lost without a word */
+    int id;           /* the command's own name for it */
+    size_t at;        /* for cairn__opt_slot: where in the user's struct (offsetof) the value goes:
+                         a `const char *`, or for an option without a value an `int` set to 1 */
+} cairn__opt;
+
+/* A command as its option parser sees it. */
+typedef struct cairn__opt_cmd {
+    const char *name;       /* "show": messages start "PROG show: " */
+    const char *help;       /* the help (-h) and the usage after an error; "%P" = the program */
+    int config_help;        /* the help adds the --config lines (cairn__cli_print_help) */
+    int max_operands;       /* operands beyond these are refused; -1: the command checks them */
+    const cairn__opt *opts; /* the options, NULL-name-ended */
+} cairn__opt_cmd;
+
+/* Called for each option in command-line order: val is its value (borrowed from argv), NULL for
+ * an option without one. Returns 0, or the exit code after saying what is wrong. */
+typedef int (*cairn__opt_fn)(void *user, const cairn__opt *opt, const char *val);
+
+/* Parses argv (argv[0] being the command word) with getopt_long, options and operands in any
+ * order, "--" ending the options. Returns -1 when the command is to go on (*optind_out at the
+ * first operand), else the exit code for it to return: 0 after printing the help on stdout (-h,
+ * --help), 64 after a usage error (unknown option, missing value, an option given twice, an
+ * operand too many) said on stderr with the usage, or what fn returned. */
+int cairn__opt_parse(int argc, char **argv, const cairn__opt_cmd *cmd, cairn__opt_fn fn, void *user,
+                     int *optind_out);
+/* A ready cairn__opt_fn for the options that need no check: user is a struct, and each option's
+ * value goes where opt->at says. */
+int cairn__opt_slot(void *user, const cairn__opt *opt, const char *val);
+/* Help texts name the program as "%P" (cairn, cairn-ledger, ...). */
+void cairn__cli_put_help(FILE *f, const char *text);
+/* The help, plus (needs_graphs, for the commands that run tasks) the --config lines of the `cairn`
+ * executable. */
+void cairn__cli_print_help(FILE *f, const char *help, int needs_graphs);
+/* A usage error: "PROG CMD: " and what is wrong on stderr, then the command's usage; returns 64. */
+int cairn__cli_usage_error(const char *cmd, const char *help, const char *fmt, ...)
+    CAIRN_PRINTF(3, 4);
+
 /* A whole decimal number from lo to hi into *out; -1 (and *out untouched) for anything else. */
 int cairn__cli_parse_long(const char *s, long lo, long hi, long *out);
 /* Maps a CAIRN_E* code to the documented sysexits exit code. */
@@ -73,12 +116,9 @@ void cairn__cli_set_config_graph(const char *graph, int configured);
 
 /* ------------------------------------------------------------------ the task commands' files */
 
-/* argv[0]'s basename, for messages and usage (set by cairn_cli_main) */
-extern const char *cairn__cli_prog;
-
-/* Every option of the task commands; each command lists the ones it takes (cairn__cli_parse_opts).
- * Values start above any character so getopt_long's '?' and ':' cannot collide with them. */
+/* Every option of the task commands; each command lists the ones it takes (cairn__cli_task). */
 enum {
+    /* kept as given */
     CAIRN__O_STORE = 256,
     CAIRN__O_GRAPH,
     CAIRN__O_TASK,
@@ -89,6 +129,13 @@ enum {
     CAIRN__O_STEP,
     CAIRN__O_FROM,
     CAIRN__O_TENANT_FIELD,
+    CAIRN__O_JSON,
+    CAIRN__O_NOW,
+    CAIRN__O_DONE,
+    CAIRN__O_NOT_DONE,
+    CAIRN__O_ALLOW_GRAPH_CHANGE,
+    CAIRN__O_NOSYNC,
+    /* checked: numbers */
     CAIRN__O_MAX_PER_TENANT,
     CAIRN__O_LIMIT,
     CAIRN__O_MAX_ATTEMPTS,
@@ -96,40 +143,31 @@ enum {
     CAIRN__O_INLINE_WAIT,
     CAIRN__O_MAP_MAX,
     CAIRN__O_RETENTION,
-    CAIRN__O_TOMBSTONE,
-    CAIRN__O_JSON,
-    CAIRN__O_NOW,
-    CAIRN__O_DONE,
-    CAIRN__O_NOT_DONE,
-    CAIRN__O_ALLOW_GRAPH_CHANGE,
-    CAIRN__O_NOSYNC,
-    CAIRN__O_HELP
+    CAIRN__O_TOMBSTONE
 };
 
 /* The options' values after parsing: unset ones are 0/NULL, except the defaults noted. */
 typedef struct cairn__cli_opts {
     const char *store, *graph, *task, *task_from, *input, *message_id, *status, *step, *from;
     const char *tenant_field;
+    const char *id; /* the operand of the commands that take a task ID */
     uint32_t max_per_tenant, limit, max_attempts, lease_ms, inline_wait_ms;
     uint64_t map_max;
     double retention_days, tombstone_days;
-    int json, now, done, not_done, allow_graph_change, nosync, help, has_inline_wait;
+    int json, now, done, not_done, allow_graph_change, nosync, has_inline_wait;
 } cairn__cli_opts;
 
-/* Parses argv (after the command word). `allowed` lists the options this command takes (0-ended;
- * --store and --help are always taken); the store defaults to CAIRN_STORE, retention to 7 days and
- * tombstones to 30. Returns 0 with *optind_out at the first operand, or 64 after printing what is
- * wrong. */
-int cairn__cli_parse_opts(int argc, char **argv, const char *cmd, const int *allowed,
-                          cairn__cli_opts *o, int *optind_out);
-/* Help texts name the program as "%P" (cairn, cairn-ledger, ...). */
-void cairn__cli_put_help(FILE *f, const char *text);
-/* The help, plus (needs_graphs, for the commands that run tasks) the --config lines of the `cairn`
- * executable. */
-void cairn__cli_print_help(FILE *f, const char *help, int needs_graphs);
-/* A usage error: says what is wrong, then prints the command's usage; returns 64. */
-int cairn__cli_usage_error(const char *cmd, const char *help, const char *fmt, ...)
-    CAIRN_PRINTF(3, 4);
+/* A task command, for the dispatcher (cairn_cli_main), which parses its options and operand into
+ * a cairn__cli_opts (the store defaulting to CAIRN_STORE, retention to 7 days, tombstones to 30)
+ * before the body runs. An option of another task command is refused by name. */
+typedef struct cairn__cli_task {
+    const char *name, *help;
+    const int *allowed; /* the CAIRN__O_* it takes, 0-ended; --store always */
+    int takes_id;       /* exactly one operand, the task ID (o->id); else none */
+    int config;         /* runs the built-in graph: help names --config (cairn__cli_takes_config) */
+    int (*fn)(const cairn__cli_opts *o, cairn_graph *const *graphs, size_t n);
+} cairn__cli_task;
+
 /* Checks that `--graph NAME` is one of this program's graphs; else prints why (the built-in
  * graph without a configuration, or the graphs there are) into err and returns CAIRN_ENOGRAPH. */
 int cairn__cli_check_graph(cairn_graph *const *graphs, size_t n, const char *name, char *err,
@@ -139,9 +177,9 @@ int cairn__cli_check_graph(cairn_graph *const *graphs, size_t n, const char *nam
  * alike); 0 otherwise. */
 int cairn__cli_need_config(const char *cmd, size_t n_graphs);
 /* Whether the command `cmd` takes --config in the `cairn` executable: run, retry and invalidate,
- * the commands that run the built-in graph. The executable (tools/main.c) is to load the
- * configuration, and take --config out of argv, for these only, so that every other command
- * refuses --config as an unknown option instead of ignoring it. */
+ * the commands that run the built-in graph (cairn__cli_task.config). The executable (tools/main.c)
+ * is to load the configuration, and take --config out of argv, for these only, so that every other
+ * command refuses --config as an unknown option instead of ignoring it. */
 int cairn__cli_takes_config(const char *cmd);
 
 /* An open store and, for the commands that run tasks, a runner on it. */
@@ -164,17 +202,11 @@ int cairn__cli_fail(const char *cmd, int rc, const char *msg);
 /* Prints j as one compact line on stdout and releases it (steals the reference). */
 void cairn__cli_print_json(json_t *j);
 
-/* The task commands (argc, argv after the command word). cli_run.c: */
-int cairn__cmd_run(int argc, char **argv, cairn_graph *const *graphs, size_t n);
-int cairn__cmd_retry(int argc, char **argv, cairn_graph *const *graphs, size_t n);
-int cairn__cmd_resolve(int argc, char **argv, cairn_graph *const *graphs, size_t n);
-int cairn__cmd_invalidate(int argc, char **argv, cairn_graph *const *graphs, size_t n);
-int cairn__cmd_gc(int argc, char **argv, cairn_graph *const *graphs, size_t n);
-int cairn__cmd_init(int argc, char **argv);
+/* The task commands. cli_run.c: */
+extern const cairn__cli_task cairn__task_run, cairn__task_retry, cairn__task_resolve,
+    cairn__task_invalidate, cairn__task_gc, cairn__task_init;
 /* cli_inspect.c (read-only): */
-int cairn__cmd_show(int argc, char **argv);
-int cairn__cmd_list(int argc, char **argv);
-int cairn__cmd_audit(int argc, char **argv);
-int cairn__cmd_stats(int argc, char **argv);
+extern const cairn__cli_task cairn__task_show, cairn__task_list, cairn__task_audit,
+    cairn__task_stats;
 
 #endif

@@ -136,27 +136,18 @@ static const char show_help[] =
     "Shows a task: status, attempt, payload hash, and each step with its output.\n"
     "An ID that starts with '-' goes after \"--\": %P show -- -x\n";
 
-int cairn__cmd_show(int argc, char **argv)
+static int show_main(const cairn__cli_opts *o, cairn_graph *const *graphs, size_t n)
 {
-    static const int allowed[] = {CAIRN__O_JSON, 0};
-    cairn__cli_opts o;
-    int oi, rc = cairn__cli_parse_opts(argc, argv, "show", allowed, &o, &oi);
-    if (rc)
-        return rc;
-    if (o.help) {
-        cairn__cli_put_help(stdout, show_help);
-        return 0;
-    }
-    if (oi != argc - 1)
-        return cairn__cli_usage_error(
-            "show", show_help, oi == argc ? "the task ID is missing" : "one task ID, please");
+    (void)graphs;
+    (void)n;
+    int rc;
     cairn__cli_session s;
-    if ((rc = cairn__cli_session_open(&s, "show", &o, NULL, 0, 1, 0))) {
+    if ((rc = cairn__cli_session_open(&s, "show", o, NULL, 0, 1, 0))) {
         cairn__cli_session_close(&s);
         return cairn__exit_code(rc);
     }
     cairn_task *t = NULL;
-    rc = cairn_task_load(s.store, argv[oi], &t);
+    rc = cairn_task_load(s.store, o->id, &t);
     if (rc) {
         int x = cairn__cli_fail("show", rc, cairn_store_errmsg(s.store));
         cairn__cli_session_close(&s);
@@ -168,7 +159,7 @@ int cairn__cmd_show(int argc, char **argv)
         cairn__cli_session_close(&s);
         return cairn__cli_fail("show", CAIRN_ENOMEM, NULL);
     }
-    if (o.json) {
+    if (o->json) {
         char *js = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
         printf("%s\n", js ? js : "null");
         free(js);
@@ -179,6 +170,9 @@ int cairn__cmd_show(int argc, char **argv)
     cairn__cli_session_close(&s);
     return 0;
 }
+
+static const int show_allowed[] = {CAIRN__O_JSON, 0};
+const cairn__cli_task cairn__task_show = {"show", show_help, show_allowed, 1, 0, show_main};
 
 /* ------------------------------------------------------------------ list */
 
@@ -250,31 +244,22 @@ static const char list_help[] =
     "stderr and makes the exit 74; --json then prints {\"tasks\": [...], \"unreadable\":\n"
     "[{task, error, message}]} instead of the array.\n";
 
-int cairn__cmd_list(int argc, char **argv)
+static int list_main(const cairn__cli_opts *o, cairn_graph *const *graphs, size_t n)
 {
-    static const int allowed[] = {CAIRN__O_STATUS, CAIRN__O_GRAPH, CAIRN__O_LIMIT, CAIRN__O_JSON,
-                                  0};
-    cairn__cli_opts o;
-    int oi, rc = cairn__cli_parse_opts(argc, argv, "list", allowed, &o, &oi);
-    if (rc)
-        return rc;
-    if (o.help) {
-        cairn__cli_put_help(stdout, list_help);
-        return 0;
-    }
+    (void)graphs;
+    (void)n;
+    int rc;
     cairn_state st;
-    if (oi != argc)
-        return cairn__cli_usage_error("list", list_help, "unexpected argument '%s'", argv[oi]);
-    if (o.status && cairn_state_parse(o.status, &st))
-        return cairn__cli_usage_error("list", list_help, "unknown status '%s'", o.status);
+    if (o->status && cairn_state_parse(o->status, &st))
+        return cairn__cli_usage_error("list", list_help, "unknown status '%s'", o->status);
     cairn__cli_session s;
-    if ((rc = cairn__cli_session_open(&s, "list", &o, NULL, 0, 1, 0))) {
+    if ((rc = cairn__cli_session_open(&s, "list", o, NULL, 0, 1, 0))) {
         cairn__cli_session_close(&s);
         return cairn__exit_code(rc);
     }
     list_arg a = {
-        .graph = o.graph, .limit = o.limit, .rows = json_array(), .unreadable = json_array()};
-    void *p[2] = {&a, o.status ? &st : NULL};
+        .graph = o->graph, .limit = o->limit, .rows = json_array(), .unreadable = json_array()};
+    void *p[2] = {&a, o->status ? &st : NULL};
     rc = cairn__store_read(s.store, list_txn, p);
     if (rc) {
         json_decref(a.rows);
@@ -292,9 +277,9 @@ int cairn__cmd_list(int argc, char **argv)
                 json_string_value(json_object_get(u, "message")),
                 json_string_value(json_object_get(u, "error")));
     }
-    if (o.json && n_bad)
+    if (o->json && n_bad)
         cairn__cli_print_json(json_pack("{s:o, s:o}", "tasks", a.rows, "unreadable", a.unreadable));
-    else if (o.json) {
+    else if (o->json) {
         cairn__cli_print_json(a.rows);
         json_decref(a.unreadable);
     } else {
@@ -308,6 +293,10 @@ int cairn__cmd_list(int argc, char **argv)
     cairn__cli_session_close(&s);
     return n_bad ? CAIRN__EX_IOERR : 0;
 }
+
+static const int list_allowed[] = {CAIRN__O_STATUS, CAIRN__O_GRAPH, CAIRN__O_LIMIT, CAIRN__O_JSON,
+                                   0};
+const cairn__cli_task cairn__task_list = {"list", list_help, list_allowed, 0, 0, list_main};
 
 /* ------------------------------------------------------------------ audit, stats */
 
@@ -325,47 +314,43 @@ static int audit_cb(const cairn__audit_rec *a, void *arg)
     return 0;
 }
 
+typedef struct audit_arg {
+    const char *id;
+    json_t *rows;
+} audit_arg;
+
 static int audit_txn(cairn__txn *t, void *arg)
 {
-    void **p = arg;
+    audit_arg *a = arg;
     cairn__task_rec r;
-    int rc = cairn__task_get(t, p[0], &r);
+    int rc = cairn__task_get(t, a->id, &r);
     if (rc == CAIRN_ENOTFOUND)
-        return cairn__store_fail(cairn__txn_store(t), rc, "no task '%s'", (char *)p[0]);
-    return rc ? rc : cairn__audit_each(t, p[0], audit_cb, p[1]);
+        return cairn__store_fail(cairn__txn_store(t), rc, "no task '%s'", a->id);
+    return rc ? rc : cairn__audit_each(t, a->id, audit_cb, a->rows);
 }
 
 static const char audit_help[] = "usage: %P audit ID [--json] [--store DIR]\n"
                                  "Prints every transition of a task: time, from, to, attempt, "
                                  "step and reason.\n";
 
-int cairn__cmd_audit(int argc, char **argv)
+static int audit_main(const cairn__cli_opts *o, cairn_graph *const *graphs, size_t n)
 {
-    static const int allowed[] = {CAIRN__O_JSON, 0};
-    cairn__cli_opts o;
-    int oi, rc = cairn__cli_parse_opts(argc, argv, "audit", allowed, &o, &oi);
-    if (rc)
-        return rc;
-    if (o.help) {
-        cairn__cli_put_help(stdout, audit_help);
-        return 0;
-    }
-    if (oi != argc - 1)
-        return cairn__cli_usage_error(
-            "audit", audit_help, oi == argc ? "the task ID is missing" : "one task ID, please");
+    (void)graphs;
+    (void)n;
+    int rc;
     cairn__cli_session s;
-    if ((rc = cairn__cli_session_open(&s, "audit", &o, NULL, 0, 1, 0))) {
+    if ((rc = cairn__cli_session_open(&s, "audit", o, NULL, 0, 1, 0))) {
         cairn__cli_session_close(&s);
         return cairn__exit_code(rc);
     }
     json_t *rows = json_array();
-    void *p[2] = {argv[oi], rows};
-    rc = cairn__store_read(s.store, audit_txn, p);
+    audit_arg a = {o->id, rows};
+    rc = cairn__store_read(s.store, audit_txn, &a);
     int x = 0;
     if (rc) {
         x = cairn__cli_fail("audit", rc, cairn_store_errmsg(s.store));
         json_decref(rows);
-    } else if (o.json)
+    } else if (o->json)
         cairn__cli_print_json(rows);
     else {
         print_audit_table(rows);
@@ -374,6 +359,9 @@ int cairn__cmd_audit(int argc, char **argv)
     cairn__cli_session_close(&s);
     return x;
 }
+
+static const int audit_allowed[] = {CAIRN__O_JSON, 0};
+const cairn__cli_task cairn__task_audit = {"audit", audit_help, audit_allowed, 1, 0, audit_main};
 
 static int stats_txn(cairn__txn *t, void *arg) { return cairn__store_stats_get(t, arg); }
 
@@ -386,21 +374,13 @@ static const char stats_help[] =
     "other processes reading the store, with the oldest snapshot one holds: pages freed after it\n"
     "are not reused while it does, so a process stopped for long makes the file grow.\n";
 
-int cairn__cmd_stats(int argc, char **argv)
+static int stats_main(const cairn__cli_opts *o, cairn_graph *const *graphs, size_t n)
 {
-    static const int allowed[] = {CAIRN__O_JSON, CAIRN__O_MAP_MAX, 0};
-    cairn__cli_opts o;
-    int oi, rc = cairn__cli_parse_opts(argc, argv, "stats", allowed, &o, &oi);
-    if (rc)
-        return rc;
-    if (o.help) {
-        cairn__cli_put_help(stdout, stats_help);
-        return 0;
-    }
-    if (oi != argc)
-        return cairn__cli_usage_error("stats", stats_help, "unexpected argument '%s'", argv[oi]);
+    (void)graphs;
+    (void)n;
+    int rc;
     cairn__cli_session s;
-    if ((rc = cairn__cli_session_open(&s, "stats", &o, NULL, 0, 1, 0))) {
+    if ((rc = cairn__cli_session_open(&s, "stats", o, NULL, 0, 1, 0))) {
         cairn__cli_session_close(&s);
         return cairn__exit_code(rc);
     }
@@ -426,7 +406,7 @@ int cairn__cmd_stats(int argc, char **argv)
     json_object_set_new(j, "audit_records", json_integer((json_int_t)st.audit_records));
     json_object_set_new(j, "map_size", json_integer((json_int_t)st.map_size));
     json_object_set_new(j, "map_used", json_integer((json_int_t)st.map_used));
-    uint64_t map_max = o.map_max ? o.map_max : DEFAULT_MAP_MAX;
+    uint64_t map_max = o->map_max ? o->map_max : DEFAULT_MAP_MAX;
     json_object_set_new(j, "map_max", json_integer((json_int_t)map_max));
     const char *dur = st.durability == CAIRN_NOSYNC ? "nosync" : "sync";
     json_object_set_new(j, "durability", json_string(dur));
@@ -440,7 +420,7 @@ int cairn__cmd_stats(int argc, char **argv)
         json_object_set_new(j, "oldest_reader",
                             json_pack("{s:I, s:I}", "pid", (json_int_t)st.oldest_reader_pid,
                                       "commit", (json_int_t)st.oldest_reader_txn));
-    if (o.json)
+    if (o->json)
         cairn__cli_print_json(j);
     else {
         printf("tasks        %llu\n", (unsigned long long)total);
@@ -456,7 +436,7 @@ int cairn__cmd_stats(int argc, char **argv)
                "durability   %s (%s)\n",
                (unsigned long long)st.tombstones, (unsigned long long)st.messages,
                (unsigned long long)st.step_records, (unsigned long long)st.audit_records, used,
-               size, max, o.map_max ? "--map-max" : "the default; runs may set --map-max", dur,
+               size, max, o->map_max ? "--map-max" : "the default; runs may set --map-max", dur,
                st.durability == CAIRN_NOSYNC ? "survives process crashes" : "survives power loss");
         if (st.durability == CAIRN_SYNC && st.durable_txn)
             printf("durable      up to commit %llu of %llu (a restart of the machine undoes the "
@@ -479,3 +459,6 @@ int cairn__cmd_stats(int argc, char **argv)
     cairn__cli_session_close(&s);
     return 0;
 }
+
+static const int stats_allowed[] = {CAIRN__O_JSON, CAIRN__O_MAP_MAX, 0};
+const cairn__cli_task cairn__task_stats = {"stats", stats_help, stats_allowed, 0, 0, stats_main};

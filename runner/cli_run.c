@@ -143,64 +143,49 @@ static int run_stored(const cairn__cli_opts *o, cairn_graph *const *graphs, size
     return cairn__exit_code(rc);
 }
 
-int cairn__cmd_run(int argc, char **argv, cairn_graph *const *graphs, size_t n)
+static int run_main(const cairn__cli_opts *o, cairn_graph *const *graphs, size_t n)
 {
-    static const int allowed[] = {
-        CAIRN__O_GRAPH,        CAIRN__O_TASK,           CAIRN__O_TASK_FROM,
-        CAIRN__O_INPUT,        CAIRN__O_MESSAGE_ID,     CAIRN__O_JSON,
-        CAIRN__O_TENANT_FIELD, CAIRN__O_MAX_PER_TENANT, CAIRN__O_ALLOW_GRAPH_CHANGE,
-        CAIRN__O_MAX_ATTEMPTS, CAIRN__O_LEASE_MS,       CAIRN__O_INLINE_WAIT,
-        CAIRN__O_NOSYNC,       CAIRN__O_MAP_MAX,        0};
-    cairn__cli_opts o;
-    int oi, rc = cairn__cli_parse_opts(argc, argv, "run", allowed, &o, &oi);
-    if (rc)
-        return rc;
-    if (o.help) {
-        cairn__cli_print_help(stdout, run_help, 1);
-        return 0;
-    }
-    if (!o.graph)
+    int rc;
+    if (!o->graph)
         return cairn__cli_usage_error("run", run_help, "--graph G is required");
-    if (oi != argc)
-        return cairn__cli_usage_error("run", run_help, "unexpected argument '%s'", argv[oi]);
-    if (o.task && o.task_from)
+    if (o->task && o->task_from)
         return cairn__cli_usage_error("run", run_help, "--task and --task-from exclude each other");
-    if ((rc = tenant_usage("run", run_help, &o)))
+    if ((rc = tenant_usage("run", run_help, o)))
         return rc;
     char *buf = NULL;
     size_t len = 0;
     char err[1024];
-    if (!o.input && o.task && cairn__cli_store_exists(o.store, err, sizeof err) == 0) {
+    if (!o->input && o->task && cairn__cli_store_exists(o->store, err, sizeof err) == 0) {
         /* `run --task ID` without --input, for a task the store already has: resume it with the
          * input stored at its creation (a cron line need not keep the input file around). */
         int known = 0;
         cairn__cli_session s;
-        if ((rc = cairn__cli_session_open(&s, "run", &o, graphs, n, 1, 0)) == 0) {
+        if ((rc = cairn__cli_session_open(&s, "run", o, graphs, n, 1, 0)) == 0) {
             cairn_task *t = NULL;
-            known = cairn_task_load(s.store, o.task, &t) == 0;
+            known = cairn_task_load(s.store, o->task, &t) == 0;
             cairn_task_free(t);
         }
         cairn__cli_session_close(&s);
         if (known)
-            return run_stored(&o, graphs, n);
+            return run_stored(o, graphs, n);
     }
-    if ((rc = run_precheck(&o, graphs, n, &buf, &len, err, sizeof err))) {
-        if (o.json)
-            run_json(NULL, o.task ? o.task : "", rc, err);
+    if ((rc = run_precheck(o, graphs, n, &buf, &len, err, sizeof err))) {
+        if (o->json)
+            run_json(NULL, o->task ? o->task : "", rc, err);
         return cairn__cli_fail("run", rc, err);
     }
     cairn__cli_session s;
-    rc = cairn__cli_session_open(&s, "run", &o, graphs, n, 0, 1);
+    rc = cairn__cli_session_open(&s, "run", o, graphs, n, 0, 1);
     if (rc) {
         free(buf);
-        if (o.json)
-            run_json(NULL, o.task ? o.task : "", rc,
+        if (o->json)
+            run_json(NULL, o->task ? o->task : "", rc,
                      s.runner ? cairn_runner_errmsg(s.runner) : cairn_store_errmsg(s.store));
         cairn__cli_session_close(&s);
         return cairn__exit_code(rc);
     }
     char id[CAIRN__ID_MAX + 1] = "";
-    rc = cairn_runner_run(s.runner, o.graph, o.task, o.task_from, buf, len, o.message_id, id);
+    rc = cairn_runner_run(s.runner, o->graph, o->task, o->task_from, buf, len, o->message_id, id);
     free(buf);
     char msg[1200];
     snprintf(msg, sizeof msg, "%s", cairn_runner_errmsg(s.runner));
@@ -214,11 +199,11 @@ int cairn__cmd_run(int argc, char **argv, cairn_graph *const *graphs, size_t n)
                  cairn_state_name(cairn_task_state(t)), cairn__cli_prog, id);
     }
     cairn_task_free(t);
-    if (o.json)
+    if (o->json)
         run_json(s.store, id, rc, msg);
     if (rc) {
         fprintf(stderr, "%s run: %s (%s)\n", cairn__cli_prog, msg, cairn_errname(rc));
-    } else if (!o.json) {
+    } else if (!o->json) {
         if (*msg)
             printf("%s: %s\n", id, msg);
         else
@@ -227,6 +212,14 @@ int cairn__cmd_run(int argc, char **argv, cairn_graph *const *graphs, size_t n)
     cairn__cli_session_close(&s);
     return cairn__exit_code(rc);
 }
+
+static const int run_allowed[] = {
+    CAIRN__O_GRAPH,        CAIRN__O_TASK,           CAIRN__O_TASK_FROM,
+    CAIRN__O_INPUT,        CAIRN__O_MESSAGE_ID,     CAIRN__O_JSON,
+    CAIRN__O_TENANT_FIELD, CAIRN__O_MAX_PER_TENANT, CAIRN__O_ALLOW_GRAPH_CHANGE,
+    CAIRN__O_MAX_ATTEMPTS, CAIRN__O_LEASE_MS,       CAIRN__O_INLINE_WAIT,
+    CAIRN__O_NOSYNC,       CAIRN__O_MAP_MAX,        0};
+const cairn__cli_task cairn__task_run = {"run", run_help, run_allowed, 0, 1, run_main};
 
 /* ------------------------------------------------------------------ retry */
 
@@ -289,46 +282,24 @@ static void retry_report(const char *task_id, int rc, const char *message, void 
             message && *message ? message : cairn_strerror(rc), cairn_errname(rc));
 }
 
-int cairn__cmd_retry(int argc, char **argv, cairn_graph *const *graphs, size_t n)
+static int retry_main(const cairn__cli_opts *o, cairn_graph *const *graphs, size_t n)
 {
-    static const int allowed[] = {CAIRN__O_GRAPH,
-                                  CAIRN__O_LIMIT,
-                                  CAIRN__O_NOW,
-                                  CAIRN__O_JSON,
-                                  CAIRN__O_MAX_ATTEMPTS,
-                                  CAIRN__O_TENANT_FIELD,
-                                  CAIRN__O_LEASE_MS,
-                                  CAIRN__O_INLINE_WAIT,
-                                  CAIRN__O_NOSYNC,
-                                  CAIRN__O_MAP_MAX,
-                                  CAIRN__O_ALLOW_GRAPH_CHANGE,
-                                  CAIRN__O_MAX_PER_TENANT,
-                                  0};
-    cairn__cli_opts o;
-    int oi, rc = cairn__cli_parse_opts(argc, argv, "retry", allowed, &o, &oi);
-    if (rc)
-        return rc;
-    if (o.help) {
-        cairn__cli_print_help(stdout, retry_help, 1);
-        return 0;
-    }
-    if (oi != argc)
-        return cairn__cli_usage_error("retry", retry_help, "unexpected argument '%s'", argv[oi]);
-    if ((rc = tenant_usage("retry", retry_help, &o)) || (rc = cairn__cli_need_config("retry", n)))
+    int rc;
+    if ((rc = tenant_usage("retry", retry_help, o)) || (rc = cairn__cli_need_config("retry", n)))
         return rc;
     char err[1024];
-    if (o.graph && (rc = cairn__cli_check_graph(graphs, n, o.graph, err, sizeof err)))
+    if (o->graph && (rc = cairn__cli_check_graph(graphs, n, o->graph, err, sizeof err)))
         return cairn__cli_fail("retry", rc, err);
     cairn__cli_session s;
-    if ((rc = cairn__cli_session_open(&s, "retry", &o, graphs, n, 1, 1))) {
+    if ((rc = cairn__cli_session_open(&s, "retry", o, graphs, n, 1, 1))) {
         cairn__cli_session_close(&s);
         return cairn__exit_code(rc);
     }
     retry_seen seen = {.tasks = json_array()};
     cairn_runner_set_retry_report(s.runner, retry_report, &seen);
     uint32_t ran = 0, ok = 0, bad = 0;
-    rc = cairn_runner_retry(s.runner, o.graph, o.limit, o.now, &ran, &ok, &bad);
-    if (o.json) {
+    rc = cairn_runner_retry(s.runner, o->graph, o->limit, o->now, &ran, &ok, &bad);
+    if (o->json) {
         cairn__cli_print_json(json_pack("{s:i, s:i, s:i, s:i, s:o}", "ran", (int)ran, "succeeded",
                                         (int)ok, "failed", (int)bad, "deferred", (int)seen.deferred,
                                         "tasks", seen.tasks));
@@ -356,6 +327,21 @@ int cairn__cmd_retry(int argc, char **argv, cairn_graph *const *graphs, size_t n
     return x;
 }
 
+static const int retry_allowed[] = {CAIRN__O_GRAPH,
+                                    CAIRN__O_LIMIT,
+                                    CAIRN__O_NOW,
+                                    CAIRN__O_JSON,
+                                    CAIRN__O_MAX_ATTEMPTS,
+                                    CAIRN__O_TENANT_FIELD,
+                                    CAIRN__O_LEASE_MS,
+                                    CAIRN__O_INLINE_WAIT,
+                                    CAIRN__O_NOSYNC,
+                                    CAIRN__O_MAP_MAX,
+                                    CAIRN__O_ALLOW_GRAPH_CHANGE,
+                                    CAIRN__O_MAX_PER_TENANT,
+                                    0};
+const cairn__cli_task cairn__task_retry = {"retry", retry_help, retry_allowed, 0, 1, retry_main};
+
 /* ------------------------------------------------------------------ resolve, invalidate, gc */
 
 static const char resolve_help[] =
@@ -363,37 +349,30 @@ static const char resolve_help[] =
     "Settles an effect in doubt: --done records that it happened (the task continues after it),\n"
     "--not-done lets the next run perform it. The task becomes pending; run or retry it.\n";
 
-int cairn__cmd_resolve(int argc, char **argv, cairn_graph *const *graphs, size_t n)
+static int resolve_main(const cairn__cli_opts *o, cairn_graph *const *graphs, size_t n)
 {
-    static const int allowed[] = {CAIRN__O_STEP, CAIRN__O_DONE, CAIRN__O_NOT_DONE, 0};
-    cairn__cli_opts o;
-    int oi, rc = cairn__cli_parse_opts(argc, argv, "resolve", allowed, &o, &oi);
-    if (rc)
-        return rc;
-    if (o.help) {
-        cairn__cli_put_help(stdout, resolve_help);
-        return 0;
-    }
-    if (oi != argc - 1)
-        return cairn__cli_usage_error(
-            "resolve", resolve_help, oi == argc ? "the task ID is missing" : "one task ID, please");
-    if (!o.step)
+    int rc;
+    if (!o->step)
         return cairn__cli_usage_error("resolve", resolve_help, "--step S is required");
-    if (o.done == o.not_done)
+    if (o->done == o->not_done)
         return cairn__cli_usage_error("resolve", resolve_help, "say either --done or --not-done");
     cairn__cli_session s;
-    if ((rc = cairn__cli_session_open(&s, "resolve", &o, graphs, n, 1, 1)) == 0) {
-        rc = cairn_runner_resolve(s.runner, argv[oi], o.step, o.done);
+    if ((rc = cairn__cli_session_open(&s, "resolve", o, graphs, n, 1, 1)) == 0) {
+        rc = cairn_runner_resolve(s.runner, o->id, o->step, o->done);
         if (rc)
             rc = cairn__cli_fail("resolve", rc, cairn_runner_errmsg(s.runner));
         else
-            printf("%s: step '%s' resolved as %s; task is pending\n", argv[oi], o.step,
-                   o.done ? "done" : "not done");
+            printf("%s: step '%s' resolved as %s; task is pending\n", o->id, o->step,
+                   o->done ? "done" : "not done");
     } else
         rc = cairn__exit_code(rc);
     cairn__cli_session_close(&s);
     return rc;
 }
+
+static const int resolve_allowed[] = {CAIRN__O_STEP, CAIRN__O_DONE, CAIRN__O_NOT_DONE, 0};
+const cairn__cli_task cairn__task_resolve = {"resolve", resolve_help, resolve_allowed, 1,
+                                             0,         resolve_main};
 
 static const char invalidate_help[] =
     "usage: %P invalidate ID [--from STEP] [--allow-graph-change] [--store DIR]\n"
@@ -401,36 +380,28 @@ static const char invalidate_help[] =
     "and the audit trail stay. Effects after that point will run again. A task started by\n"
     "another version of its graph is refused (65) unless --allow-graph-change.\n";
 
-int cairn__cmd_invalidate(int argc, char **argv, cairn_graph *const *graphs, size_t n)
+static int invalidate_main(const cairn__cli_opts *o, cairn_graph *const *graphs, size_t n)
 {
-    static const int allowed[] = {CAIRN__O_FROM, CAIRN__O_ALLOW_GRAPH_CHANGE, 0};
-    cairn__cli_opts o;
-    int oi, rc = cairn__cli_parse_opts(argc, argv, "invalidate", allowed, &o, &oi);
-    if (rc)
-        return rc;
-    if (o.help) {
-        cairn__cli_print_help(stdout, invalidate_help, 1);
-        return 0;
-    }
-    if (oi != argc - 1)
-        return cairn__cli_usage_error("invalidate", invalidate_help,
-                                      oi == argc ? "the task ID is missing"
-                                                 : "one task ID, please");
+    int rc;
     if ((rc = cairn__cli_need_config("invalidate", n)))
         return rc;
     cairn__cli_session s;
-    if ((rc = cairn__cli_session_open(&s, "invalidate", &o, graphs, n, 1, 1)) == 0) {
-        rc = cairn_runner_invalidate(s.runner, argv[oi], o.from);
+    if ((rc = cairn__cli_session_open(&s, "invalidate", o, graphs, n, 1, 1)) == 0) {
+        rc = cairn_runner_invalidate(s.runner, o->id, o->from);
         if (rc)
             rc = cairn__cli_fail("invalidate", rc, cairn_runner_errmsg(s.runner));
         else
-            printf("%s: invalidated%s%s; task is pending\n", argv[oi], o.from ? " from " : "",
-                   o.from ? o.from : "");
+            printf("%s: invalidated%s%s; task is pending\n", o->id, o->from ? " from " : "",
+                   o->from ? o->from : "");
     } else
         rc = cairn__exit_code(rc);
     cairn__cli_session_close(&s);
     return rc;
 }
+
+static const int invalidate_allowed[] = {CAIRN__O_FROM, CAIRN__O_ALLOW_GRAPH_CHANGE, 0};
+const cairn__cli_task cairn__task_invalidate = {
+    "invalidate", invalidate_help, invalidate_allowed, 1, 1, invalidate_main};
 
 static const char gc_help[] =
     "usage: %P gc [--retention-days D] [--tombstone-days D] [--json] [--store DIR]\n"
@@ -438,32 +409,22 @@ static const char gc_help[] =
     "a duplicate still does not run, and removes tombstones older than the dedupe window\n"
     "(default 30 days; never shorter than the retention).\n";
 
-int cairn__cmd_gc(int argc, char **argv, cairn_graph *const *graphs, size_t n)
+static int gc_main(const cairn__cli_opts *o, cairn_graph *const *graphs, size_t n)
 {
-    static const int allowed[] = {CAIRN__O_RETENTION, CAIRN__O_TOMBSTONE, CAIRN__O_JSON, 0};
-    cairn__cli_opts o;
-    int oi, rc = cairn__cli_parse_opts(argc, argv, "gc", allowed, &o, &oi);
-    if (rc)
-        return rc;
-    if (o.help) {
-        cairn__cli_put_help(stdout, gc_help);
-        return 0;
-    }
-    if (oi != argc)
-        return cairn__cli_usage_error("gc", gc_help, "unexpected argument '%s'", argv[oi]);
-    if (o.tombstone_days < o.retention_days)
+    int rc;
+    if (o->tombstone_days < o->retention_days)
         return cairn__cli_usage_error(
             "gc", gc_help,
             "--tombstone-days (%g) is shorter than --retention-days (%g): a "
             "tombstone must outlive the outputs",
-            o.tombstone_days, o.retention_days);
+            o->tombstone_days, o->retention_days);
     cairn__cli_session s;
     uint32_t pruned = 0, removed = 0;
-    if ((rc = cairn__cli_session_open(&s, "gc", &o, graphs, n, 1, 1)) == 0) {
+    if ((rc = cairn__cli_session_open(&s, "gc", o, graphs, n, 1, 1)) == 0) {
         rc = cairn_runner_gc(s.runner, &pruned, &removed);
         if (rc)
             rc = cairn__cli_fail("gc", rc, cairn_runner_errmsg(s.runner));
-        else if (o.json)
+        else if (o->json)
             cairn__cli_print_json(
                 json_pack("{s:i, s:i}", "pruned", (int)pruned, "removed", (int)removed));
         else
@@ -475,6 +436,9 @@ int cairn__cmd_gc(int argc, char **argv, cairn_graph *const *graphs, size_t n)
     return rc;
 }
 
+static const int gc_allowed[] = {CAIRN__O_RETENTION, CAIRN__O_TOMBSTONE, CAIRN__O_JSON, 0};
+const cairn__cli_task cairn__task_gc = {"gc", gc_help, gc_allowed, 0, 0, gc_main};
+
 /* ------------------------------------------------------------------ init */
 
 static const char init_help[] =
@@ -483,25 +447,20 @@ static const char init_help[] =
     "before any task ran, or to fix a new store's durability ahead of the workers (--nosync:\n"
     "survives process crashes only). An existing store is left as it is.\n";
 
-int cairn__cmd_init(int argc, char **argv)
+static int init_main(const cairn__cli_opts *o, cairn_graph *const *graphs, size_t n)
 {
-    static const int allowed[] = {CAIRN__O_NOSYNC, 0};
-    cairn__cli_opts o;
-    int oi, rc = cairn__cli_parse_opts(argc, argv, "init", allowed, &o, &oi);
-    if (rc)
-        return rc;
-    if (o.help) {
-        cairn__cli_put_help(stdout, init_help);
-        return 0;
-    }
-    if (oi != argc)
-        return cairn__cli_usage_error("init", init_help, "unexpected argument '%s'", argv[oi]);
+    (void)graphs;
+    (void)n;
+    int rc;
     char err[4200];
-    int existed = cairn__cli_store_exists(o.store, err, sizeof err) == 0;
+    int existed = cairn__cli_store_exists(o->store, err, sizeof err) == 0;
     cairn__cli_session s;
-    rc = cairn__cli_session_open(&s, "init", &o, NULL, 0, 0, 0);
+    rc = cairn__cli_session_open(&s, "init", o, NULL, 0, 0, 0);
     if (!rc)
-        printf("%s: %s\n", o.store, existed ? "store exists (unchanged)" : "store created");
+        printf("%s: %s\n", o->store, existed ? "store exists (unchanged)" : "store created");
     cairn__cli_session_close(&s);
     return cairn__exit_code(rc);
 }
+
+static const int init_allowed[] = {CAIRN__O_NOSYNC, 0};
+const cairn__cli_task cairn__task_init = {"init", init_help, init_allowed, 0, 0, init_main};

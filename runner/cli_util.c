@@ -1,6 +1,6 @@
 /* runner/cli_util.c - what all the CLI's command files share, the engine's commands included:
- * option values, input reading, the store-exists check, and the one table from CAIRN_E* codes to
- * exit codes.
+ * numeric option values, input reading, the store-exists check, and the one table from CAIRN_E*
+ * codes to exit codes (the options themselves: runner/cli_opt.c).
  *
  * Exit codes follow sysexits(3) so that cron, systemd and shell scripts can tell "fix the command
  * line" (64) from "fix the input" (65, 66), "an operator must look" (69), "the store is broken"
@@ -70,23 +70,6 @@ int cairn__exit_code_engine(int err)
     default:
         return cairn__exit_code(err);
     }
-}
-
-int cairn__cli_opt_value(int argc, char **argv, int *i, const char *lng, const char *shrt,
-                         const char **val)
-{
-    const char *a = argv[*i];
-    size_t l = strlen(lng);
-    if (strncmp(a, lng, l) == 0 && a[l] == '=') {
-        *val = a + l + 1;
-        return 1;
-    }
-    if (strcmp(a, lng) != 0 && !(shrt && strcmp(a, shrt) == 0))
-        return 0;
-    if (*i + 1 >= argc)
-        return -1;
-    *val = argv[++*i];
-    return 1;
 }
 
 int cairn__cli_parse_long(const char *s, long lo, long hi, long *out)

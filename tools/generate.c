@@ -11,10 +11,10 @@
  */
 #include <errno.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sysexits.h>
 #include <unistd.h>
 
 #include "cairn.h"
@@ -57,7 +57,7 @@ static const char usage[] =
     "      --batch N           prompt tokens per forward chunk (default 256)\n"
     "  -h, --help              show this help\n"
     "\n"
-    "Each option that takes a value, but --stop, may be given once. With --threads N the\n"
+    "Each option but --stop may be given once. With --threads N the\n"
     "prompt's matrix products (OpenBLAS) use N threads too. Control and unknown tokens (such as\n"
     "<s>, <unk>, <|im_start|>) are left out of the text; an end-of-turn token ends the\n"
     "generation, and --stop strings are matched on the text with those tokens' text in it.\n"
@@ -83,13 +83,8 @@ typedef struct {
     cairn__gen_opts go;
 } options;
 
-static int bad_usage(const char *fmt, const char *arg)
-{
-    fprintf(stderr, "cairn generate: ");
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\n%s", usage);
-    return EX_USAGE;
-}
+/* A usage error; returns 64 */
+#define bad_usage(...) cairn__cli_usage_error("generate", usage, __VA_ARGS__)
 
 static int parse_float(const char *s, float lo, float hi, float *out)
 {
@@ -102,145 +97,124 @@ static int parse_float(const char *s, float lo, float hi, float *out)
     return 0;
 }
 
-static int is_opt(const char *name, const char *lng, const char *shrt)
+/* The numbers: their ranges, and what a bad value's message adds */
+enum {
+    N_MAX_TOKENS,
+    N_THREADS,
+    N_CTX,
+    N_BATCH,
+    N_TOP_K,
+    N_REPEAT_LAST_N,
+    N_TEMP,
+    N_TOP_P,
+    N_PENALTY
+};
+static const struct {
+    int is_float; /* else an int */
+    double lo, hi;
+    const char *note;
+} nums[] = {
+    [N_MAX_TOKENS] = {0, 0, 1 << 30, ""}, [N_THREADS] = {0, 1, 1024, " (1 to 1024)"},
+    [N_CTX] = {0, 1, 1 << 24, ""},        [N_BATCH] = {0, 1, 1 << 16, ""},
+    [N_TOP_K] = {0, 0, 1 << 30, ""},      [N_REPEAT_LAST_N] = {0, -1, 1 << 30, ""},
+    [N_TEMP] = {1, 0, 100, ""},           [N_TOP_P] = {1, 1e-6, 1, " (0 < p <= 1)"},
+    [N_PENALTY] = {1, 1e-3, 100, ""},
+};
+
+/* An option's id says how gen_opt takes it: G_PLAIN as given and G_NUM + N_* as a number, both
+ * into the field AT names (cairn__opt_slot); the others have a check of their own. */
+enum { G_PLAIN, G_STOP, G_SEED, G_CACHE_TYPE, G_NUM };
+#define AT(f) offsetof(options, f)
+/* Each option holds one value; only --stop collects several. */
+static const cairn__opt gen_opts[] = {
+    {"model", 'm', 1, 0, G_PLAIN, AT(model)},
+    {"prompt", 'p', 1, 0, G_PLAIN, AT(prompt)},
+    {"file", 'f', 1, 0, G_PLAIN, AT(file)},
+    {"chat", 0, 1, 0, G_PLAIN, AT(chat)},
+    {"system", 0, 1, 0, G_PLAIN, AT(system)},
+    {"backend", 0, 1, 0, G_PLAIN, AT(backend)},
+    {"ignore-eos", 0, 0, 0, G_PLAIN, AT(go.ignore_eos)},
+    {"parse-special", 0, 0, 0, G_PLAIN, AT(parse_special)},
+    {"stop", 0, 1, 1, G_STOP, 0},
+    {"seed", 0, 1, 0, G_SEED, 0},
+    {"cache-type", 0, 1, 0, G_CACHE_TYPE, 0},
+    {"max-tokens", 'n', 1, 0, G_NUM + N_MAX_TOKENS, AT(go.max_tokens)},
+    {"threads", 't', 1, 0, G_NUM + N_THREADS, AT(eo.n_threads)},
+    {"ctx", 'c', 1, 0, G_NUM + N_CTX, AT(eo.n_ctx)},
+    {"batch", 0, 1, 0, G_NUM + N_BATCH, AT(eo.n_batch)},
+    {"top-k", 0, 1, 0, G_NUM + N_TOP_K, AT(go.sampling.top_k)},
+    {"repeat-last-n", 0, 1, 0, G_NUM + N_REPEAT_LAST_N, AT(go.sampling.repeat_last_n)},
+    {"temperature", 0, 1, 0, G_NUM + N_TEMP, AT(go.sampling.temperature)},
+    {"top-p", 0, 1, 0, G_NUM + N_TOP_P, AT(go.sampling.top_p)},
+    {"repeat-penalty", 0, 1, 0, G_NUM + N_PENALTY, AT(go.sampling.repeat_penalty)},
+    {NULL, 0, 0, 0, 0, 0},
+};
+#undef AT
+static const cairn__opt_cmd gen_cmd = {"generate", usage, 0, 0, gen_opts};
+
+/* One option into *o (cairn__opt_fn): its value checked */
+static int gen_opt(void *user, const cairn__opt *opt, const char *val)
 {
-    return strcmp(name, lng) == 0 || (shrt && strcmp(name, shrt) == 0);
+    options *o = user;
+    if (opt->id >= G_NUM) {
+        const int k = opt->id - G_NUM;
+        void *field = (char *)o + opt->at;
+        long lv;
+        if (nums[k].is_float ? parse_float(val, (float)nums[k].lo, (float)nums[k].hi, field)
+                             : cairn__cli_parse_long(val, (long)nums[k].lo, (long)nums[k].hi, &lv))
+            return bad_usage("bad --%s '%s'%s", opt->name, val, nums[k].note);
+        if (!nums[k].is_float)
+            *(int *)field = (int)lv;
+        return 0;
+    }
+    switch (opt->id) {
+    case G_STOP:
+        if (o->n_stop == MAX_STOP)
+            return bad_usage("too many --stop strings (at most 16)");
+        if (!*val)
+            return bad_usage("empty --stop string");
+        o->stop[o->n_stop++] = val;
+        return 0;
+    case G_SEED: {
+        char *end;
+        errno = 0;
+        unsigned long long s = strtoull(val, &end, 10);
+        if (errno || end == val || *end || *val == '-')
+            return bad_usage("bad --seed '%s'", val);
+        o->go.sampling.seed = s;
+        return 0;
+    }
+    case G_CACHE_TYPE:
+        if (cairn__cache_type_parse(val) < 0)
+            return bad_usage("unknown --cache-type '%s' (f32, f16)", val);
+        o->eo.cache_type = val;
+        return 0;
+    default:
+        return cairn__opt_slot(o, opt, val);
+    }
 }
 
-/* The options that take a value. Each holds one, so giving one twice is an error rather than
- * the first value lost without a word; only --stop collects several. */
-static const struct {
-    const char *lng, *shrt;
-} value_opts[] = {
-    {"--model", "-m"},         {"--prompt", "-p"},         {"--file", "-f"},
-    {"--chat", NULL},          {"--system", NULL},         {"--backend", NULL},
-    {"--stop", NULL},          {"--max-tokens", "-n"},     {"--threads", "-t"},
-    {"--ctx", "-c"},           {"--batch", NULL},          {"--top-k", NULL},
-    {"--repeat-last-n", NULL}, {"--seed", NULL},           {"--temperature", NULL},
-    {"--top-p", NULL},         {"--repeat-penalty", NULL}, {"--cache-type", NULL},
-};
-#define N_VALUE_OPTS (sizeof value_opts / sizeof value_opts[0])
-
-/* 0, or an exit code */
+/* -1 to go on, else the exit code (as cairn__opt_parse) */
 static int parse(int argc, char **argv, options *o)
 {
     memset(o, 0, sizeof *o);
     cairn__gen_opts_default(&o->go);
     o->backend = "auto";
-    unsigned char seen[N_VALUE_OPTS] = {0};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *val = NULL;
-        char name[64];
-        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-            fputs(usage, stdout);
-            return -1;
-        }
-        if (strcmp(a, "--ignore-eos") == 0) {
-            o->go.ignore_eos = 1;
-            continue;
-        }
-        if (strcmp(a, "--parse-special") == 0) {
-            o->parse_special = 1;
-            continue;
-        }
-        /* --opt=value or --opt value */
-        const char *eq = strncmp(a, "--", 2) == 0 ? strchr(a, '=') : NULL;
-        if (eq) {
-            snprintf(name, sizeof name, "%.*s", (int)(eq - a), a);
-            val = eq + 1;
-        } else {
-            snprintf(name, sizeof name, "%s", a);
-            if (i + 1 >= argc)
-                return bad_usage("option %s needs a value", a);
-            val = argv[++i];
-        }
-        size_t k = 0;
-        while (k < N_VALUE_OPTS && !is_opt(name, value_opts[k].lng, value_opts[k].shrt))
-            k++;
-        if (k == N_VALUE_OPTS)
-            return bad_usage("unknown option '%s'", a);
-        if (seen[k]++ && strcmp(value_opts[k].lng, "--stop") != 0)
-            return bad_usage("%s given twice", value_opts[k].lng);
-#define IS(l, s) is_opt(name, l, s)
-        long lv;
-        if (IS("--model", "-m"))
-            o->model = val;
-        else if (IS("--prompt", "-p"))
-            o->prompt = val;
-        else if (IS("--file", "-f"))
-            o->file = val;
-        else if (IS("--chat", NULL))
-            o->chat = val;
-        else if (IS("--system", NULL))
-            o->system = val;
-        else if (IS("--backend", NULL))
-            o->backend = val;
-        else if (IS("--stop", NULL)) {
-            if (o->n_stop == MAX_STOP)
-                return bad_usage("too many --stop strings (at most 16)%s", "");
-            if (!*val)
-                return bad_usage("empty --stop string%s", "");
-            o->stop[o->n_stop++] = val;
-        } else if (IS("--max-tokens", "-n")) {
-            if (cairn__cli_parse_long(val, 0, 1L << 30, &lv))
-                return bad_usage("bad --max-tokens '%s'", val);
-            o->go.max_tokens = (int)lv;
-        } else if (IS("--threads", "-t")) {
-            if (cairn__cli_parse_long(val, 1, 1024, &lv))
-                return bad_usage("bad --threads '%s' (1 to 1024)", val);
-            o->eo.n_threads = (int)lv;
-        } else if (IS("--ctx", "-c")) {
-            if (cairn__cli_parse_long(val, 1, 1L << 24, &lv))
-                return bad_usage("bad --ctx '%s'", val);
-            o->eo.n_ctx = (int)lv;
-        } else if (IS("--cache-type", NULL)) {
-            if (cairn__cache_type_parse(val) < 0)
-                return bad_usage("unknown --cache-type '%s' (f32, f16)", val);
-            o->eo.cache_type = val;
-        } else if (IS("--batch", NULL)) {
-            if (cairn__cli_parse_long(val, 1, 1L << 16, &lv))
-                return bad_usage("bad --batch '%s'", val);
-            o->eo.n_batch = (int)lv;
-        } else if (IS("--top-k", NULL)) {
-            if (cairn__cli_parse_long(val, 0, 1L << 30, &lv))
-                return bad_usage("bad --top-k '%s'", val);
-            o->go.sampling.top_k = (int)lv;
-        } else if (IS("--repeat-last-n", NULL)) {
-            if (cairn__cli_parse_long(val, -1, 1L << 30, &lv))
-                return bad_usage("bad --repeat-last-n '%s'", val);
-            o->go.sampling.repeat_last_n = (int)lv;
-        } else if (IS("--seed", NULL)) {
-            char *end;
-            errno = 0;
-            unsigned long long s = strtoull(val, &end, 10);
-            if (errno || end == val || *end || *val == '-')
-                return bad_usage("bad --seed '%s'", val);
-            o->go.sampling.seed = s;
-        } else if (IS("--temperature", NULL)) {
-            if (parse_float(val, 0.0f, 100.0f, &o->go.sampling.temperature))
-                return bad_usage("bad --temperature '%s'", val);
-        } else if (IS("--top-p", NULL)) {
-            if (parse_float(val, 1e-6f, 1.0f, &o->go.sampling.top_p))
-                return bad_usage("bad --top-p '%s' (0 < p <= 1)", val);
-        } else if (IS("--repeat-penalty", NULL)) {
-            if (parse_float(val, 1e-3f, 100.0f, &o->go.sampling.repeat_penalty))
-                return bad_usage("bad --repeat-penalty '%s'", val);
-        } else
-            return bad_usage("unknown option '%s'", a);
-#undef IS
-    }
+    int oi, rc = cairn__opt_parse(argc, argv, &gen_cmd, gen_opt, o, &oi);
+    if (rc >= 0)
+        return rc;
     if (!o->model)
-        return bad_usage("--model is required%s", "");
+        return bad_usage("--model is required");
     if (!!o->prompt == !!o->file)
-        return bad_usage("give exactly one of --prompt and --file%s", "");
+        return bad_usage("give exactly one of --prompt and --file");
     if (o->system && !o->chat)
-        return bad_usage("--system needs --chat (chatml, llama3 or auto)%s", "");
+        return bad_usage("--system needs --chat (chatml, llama3 or auto)");
     if (strcmp(o->backend, "cpu") && strcmp(o->backend, "cuda") && strcmp(o->backend, "auto"))
         return bad_usage("unknown --backend '%s' (cpu, cuda, auto)", o->backend);
     o->eo.backend = o->backend;
     o->go.stop = o->stop;
     o->go.n_stop = o->n_stop;
-    return 0;
+    return -1;
 }
 
 /* What the streaming callback leaves behind for the command. */
@@ -305,8 +279,8 @@ int cairn__cmd_generate(int argc, char **argv)
 {
     options o;
     int rc = parse(argc, argv, &o);
-    if (rc)
-        return rc < 0 ? 0 : rc;
+    if (rc >= 0)
+        return rc;
     /* a reader that goes away (`| head`) ends the generation quietly (EPIPE, finish cancel,
      * exit 0) instead of killing the process mid-stream */
     signal(SIGPIPE, SIG_IGN);
@@ -317,7 +291,7 @@ int cairn__cmd_generate(int argc, char **argv)
         rc = cairn__read_input(o.file, &text, &text_len, err, sizeof err);
         if (rc) {
             fprintf(stderr, "cairn generate: %s\n", err);
-            return rc == CAIRN_ENOENT ? EX_NOINPUT : rc == CAIRN_ETOOBIG ? EX_DATAERR : EX_IOERR;
+            return cairn__exit_code_engine(rc);
         }
     } else {
         text_len = strlen(o.prompt);
@@ -381,14 +355,14 @@ int cairn__cmd_generate(int argc, char **argv)
     }
     if (rc) {
         fprintf(stderr, "cairn generate: cannot tokenize the prompt: %s\n", cairn_strerror(rc));
-        code = EX_SOFTWARE;
+        code = CAIRN__EX_SOFTWARE;
         goto out;
     }
     if (n_ids ==
         0) { /* an empty prompt on a vocabulary that adds no BOS: nothing to condition on */
         fprintf(stderr, "cairn generate: the prompt is empty: it produced no tokens (this model's "
                         "vocabulary adds no BOS token)\n");
-        code = EX_DATAERR;
+        code = CAIRN__EX_DATAERR;
         goto out;
     }
     stream_state st = {0, 0};
@@ -407,7 +381,7 @@ int cairn__cmd_generate(int argc, char **argv)
         st.write_err = errno ? errno : EIO;
     if (st.write_err && st.write_err != EPIPE) {
         fprintf(stderr, "cairn generate: cannot write the output: %s\n", strerror(st.write_err));
-        code = EX_IOERR;
+        code = CAIRN__EX_IOERR;
         goto out;
     }
     end_text_line(st.last);

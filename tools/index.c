@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,23 +47,32 @@ static const char index_usage[] =
     "  -h, --help          show this help\n"
     "Exit codes: 0 ok, 64 usage, 65 bad corpus line, 66 corpus not found, 74 index I/O error.\n";
 
-
-
-/* The index directory: --index, else <store>/index (store from --store or $CAIRN_STORE). */
-char *cairn__index_dir(const char *store, const char *index)
+int cairn__index_args_parse(int argc, char **argv, const cairn__opt_cmd *cmd, const char *need_msg,
+                            cairn__index_args *a)
 {
-    if (index)
-        return strdup(index);
-    if (!store)
-        store = getenv("CAIRN_STORE");
-    if (!store || !*store)
-        return NULL;
-    size_t n = strlen(store);
-    char *p = malloc(n + 7);
-    if (p)
-        sprintf(p, "%s%sindex", store, n && store[n - 1] == '/' ? "" : "/");
-    return p;
+    memset(a, 0, sizeof *a);
+    int oi, rc = cairn__opt_parse(argc, argv, cmd, cairn__opt_slot, a, &oi);
+    if (rc >= 0)
+        return rc;
+    const char *store = a->store ? a->store : getenv("CAIRN_STORE");
+    if (!a->index && (!store || !*store))
+        return cairn__cli_usage_error(cmd->name, cmd->help,
+                                      "--store DIR (or CAIRN_STORE) is required");
+    if (!a->need)
+        return cairn__cli_usage_error(cmd->name, cmd->help, "%s", need_msg);
+    if (a->index) {
+        a->dir = strdup(a->index);
+    } else if ((a->dir = malloc(strlen(store) + 7))) {
+        size_t n = strlen(store);
+        sprintf(a->dir, "%s%sindex", store, store[n - 1] == '/' ? "" : "/");
+    }
+    if (!a->dir) {
+        fprintf(stderr, "%s %s: out of memory\n", cairn__cli_prog, cmd->name);
+        return CAIRN__EX_SOFTWARE;
+    }
+    return -1;
 }
+
 static double now_s(void)
 {
     struct timespec ts;
@@ -233,50 +243,34 @@ static int next_line(const corpus *c, size_t *pos, size_t *lineno, const char **
     return 0;
 }
 
+static const cairn__opt index_opts[] = {
+    {"corpus", 'c', 1, 0, 0, offsetof(cairn__index_args, need)},
+    {"batch", 0, 1, 0, 0, offsetof(cairn__index_args, number)},
+    CAIRN__INDEX_OPTS,
+};
+static const cairn__opt_cmd index_cmd = {"index", index_usage, 0, 0, index_opts};
+
 int cairn__cmd_index(int argc, char **argv)
 {
-    const char *store = NULL, *index = NULL, *file = NULL, *batch_s = NULL;
-    int json = 0, v;
+    cairn__index_args a;
+    int rc = cairn__index_args_parse(argc, argv, &index_cmd, "--corpus FILE is required", &a);
+    if (rc >= 0)
+        return rc;
+    const char *file = a.need, *dir = a.dir;
+    int json = a.json;
     long batch = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            fputs(index_usage, stdout);
-            return 0;
-        } else if (!strcmp(a, "--json")) {
-            json = 1;
-        } else if ((v = cairn__cli_opt_value(argc, argv, &i, "--store", "-s", &store)) ||
-                   (v = cairn__cli_opt_value(argc, argv, &i, "--index", NULL, &index)) ||
-                   (v = cairn__cli_opt_value(argc, argv, &i, "--corpus", "-c", &file)) ||
-                   (v = cairn__cli_opt_value(argc, argv, &i, "--batch", NULL, &batch_s))) {
-            if (v < 0) {
-                fprintf(stderr, "cairn index: option %s needs a value\n%s", a, index_usage);
-                return cairn__exit_code(CAIRN_EINVAL);
-            }
-        } else {
-            fprintf(stderr, "cairn index: unknown argument '%s'\n%s", a, index_usage);
-            return cairn__exit_code(CAIRN_EINVAL);
-        }
-    }
-    if (batch_s && cairn__cli_parse_long(batch_s, 0, 100000000, &batch)) {
+    if (a.number && cairn__cli_parse_long(a.number, 0, 100000000, &batch)) {
         fprintf(stderr, "cairn index: --batch must be a number of documents (0 = whole file)\n");
-        return cairn__exit_code(CAIRN_EINVAL);
-    }
-    char *dir = cairn__index_dir(store, index);
-    if (!file || !dir) {
-        fprintf(stderr, "cairn index: %s\n%s",
-                !dir ? "--store DIR (or CAIRN_STORE) is required" : "--corpus FILE is required",
-                index_usage);
-        free(dir);
-        return cairn__exit_code(CAIRN_EINVAL);
+        free(a.dir);
+        return CAIRN__EX_USAGE;
     }
 
     char err[1200];
     corpus c;
-    int rc = corpus_open(file, &c, err, sizeof err);
+    rc = corpus_open(file, &c, err, sizeof err);
     if (rc) {
         fprintf(stderr, "cairn index: %s\n", err);
-        free(dir);
+        free(a.dir);
         return cairn__exit_code(rc);
     }
     double t0 = now_s();
@@ -292,7 +286,7 @@ int cairn__cmd_index(int argc, char **argv)
         if (rc) {
             fprintf(stderr, "cairn index: %s (nothing was written)\n", err);
             corpus_close(&c);
-            free(dir);
+            free(a.dir);
             return cairn__exit_code(rc);
         }
     }
@@ -302,7 +296,7 @@ int cairn__cmd_index(int argc, char **argv)
     if (rc) {
         fprintf(stderr, "cairn index: %s\n", err);
         corpus_close(&c);
-        free(dir);
+        free(a.dir);
         return cairn__exit_code(rc);
     }
     uint64_t added = 0, replaced = 0, in_batch = 0, committed = 0;
@@ -350,7 +344,7 @@ int cairn__cmd_index(int argc, char **argv)
         else
             fprintf(stderr, "cairn index: %s (nothing was written)\n", err);
         cairn__bm25_close(ix);
-        free(dir);
+        free(a.dir);
         return cairn__exit_code(rc);
     }
     cairn__bm25_info info;
@@ -377,6 +371,6 @@ int cairn__cmd_index(int argc, char **argv)
                (unsigned long long)info.n_docs, info.avgdl, (unsigned long long)info.n_terms);
     }
     fflush(stdout);
-    free(dir);
+    free(a.dir);
     return cairn__exit_code(rc);
 }

@@ -3,7 +3,7 @@
  * It reads the file's metadata and tensor table only (never the weights), so it answers in
  * milliseconds for any model size: architecture, parameters, tensor types, layer sizes, the KV
  * cache a token takes in f32 and f16, and the tokenizer. Exit codes as `cairn tokenize`
- * (cairn__model_exit): 64 usage, 65 malformed model file, 66 missing or unreadable model, 69
+ * (cairn__exit_code_engine): 64 usage, 65 malformed model file, 66 missing or unreadable model, 69
  * unsupported, 70 internal error, 74 the output cannot be written.
  */
 #include <errno.h>
@@ -12,7 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sysexits.h>
 
 #include "cairn.h"
 #include "gpu/gguf.h"
@@ -85,6 +84,10 @@ static int json_put(json_t *o, const char *k, json_t *v)
 
 static json_t *json_size(int64_t v) { return v >= 0 ? json_integer((json_int_t)v) : json_null(); }
 
+static const cairn__opt model_info_opts[] = {{"json", 0, 0, 0, 0, 0}, {NULL, 0, 0, 0, 0, 0}};
+static const cairn__opt_cmd model_info_cmd = {"model-info", model_info_usage, 0, -1,
+                                              model_info_opts};
+
 int cairn__cmd_model_info(int argc, char **argv)
 {
     static const char *const count_units[] = {"", "K", "M", "B", "T", NULL};
@@ -100,7 +103,7 @@ int cairn__cmd_model_info(int argc, char **argv)
         {"feed_forward_length", "feed-forward", "feed_forward_length"},
     };
     const char *path = NULL;
-    int json = 0, end_opts = 0, i, rc, et;
+    int json, i, rc, et;
     char err[512], arch[128], name[256], tmodel[64], tpre[64], h1[64], h2[64];
     cairn__gguf *g = NULL;
     uint64_t params = 0, counts[64] = {0}, bytes[64] = {0}, other_count = 0, other_bytes = 0,
@@ -108,29 +111,13 @@ int cairn__cmd_model_info(int argc, char **argv)
     size_t k, nt;
     int64_t vals[sizeof sizes / sizeof sizes[0]];
 
-    for (i = 1; i < argc; i++) {
-        /* after "--" everything is a path, even one that starts with '-' */
-        if (!end_opts && (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0)) {
-            fputs(model_info_usage, stdout);
-            return EX_OK;
-        } else if (!end_opts && strcmp(argv[i], "--json") == 0) {
-            json = 1;
-        } else if (!end_opts && strcmp(argv[i], "--") == 0) {
-            end_opts = 1;
-        } else if (!end_opts && argv[i][0] == '-' && argv[i][1]) {
-            fprintf(stderr, "cairn model-info: unknown option '%s'\n%s", argv[i], model_info_usage);
-            return EX_USAGE;
-        } else if (path) {
-            fprintf(stderr, "cairn model-info: one model file only\n%s", model_info_usage);
-            return EX_USAGE;
-        } else {
-            path = argv[i];
-        }
-    }
-    if (!path) {
-        fprintf(stderr, "cairn model-info: no model file given\n%s", model_info_usage);
-        return EX_USAGE;
-    }
+    json = 0; /* --json, the one option: its int at offset 0 */
+    if ((rc = cairn__opt_parse(argc, argv, &model_info_cmd, cairn__opt_slot, &json, &i)) >= 0)
+        return rc;
+    if (argc - i != 1)
+        return cairn__cli_usage_error("model-info", model_info_usage, "%s",
+                                      i == argc ? "no model file given" : "one model file only");
+    path = argv[i];
     /* a tensor type the engine cannot compute with is still described (then exit 69) */
     rc = cairn__gguf_open_ex(path, CAIRN__GGUF_ANY_TYPE, &g, err, sizeof err);
     if (rc) {
@@ -233,7 +220,7 @@ int cairn__cmd_model_info(int argc, char **argv)
         if (!s) {
             cairn__gguf_close(g);
             fprintf(stderr, "cairn model-info: out of memory\n");
-            return EX_SOFTWARE;
+            return CAIRN__EX_SOFTWARE;
         }
         puts(s);
         free(s);
@@ -314,11 +301,11 @@ int cairn__cmd_model_info(int argc, char **argv)
     if (fflush(stdout) != 0 || ferror(stdout)) {
         fprintf(stderr, "cairn model-info: cannot write the output: %s\n",
                 strerror(errno ? errno : EIO));
-        return EX_IOERR;
+        return CAIRN__EX_IOERR;
     }
     if (bad) {
         fprintf(stderr, "cairn model-info: %s: %s\n", path, err);
-        return EX_UNAVAILABLE;
+        return CAIRN__EX_UNAVAILABLE;
     }
-    return EX_OK;
+    return CAIRN__EX_OK;
 }

@@ -4,6 +4,7 @@
  * built. Exit codes come from the CLI's one table (cairn__exit_code): 64 usage, 66 no index, 74
  * index I/O. argv[0] is the command's own name, as the dispatcher passes it.
  */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,49 +43,32 @@ static void print_snippet(const char *s, size_t max)
     }
 }
 
+static const cairn__opt search_opts[] = {
+    {"query", 'q', 1, 0, 0, offsetof(cairn__index_args, need)},
+    {"top-k", 'k', 1, 0, 0, offsetof(cairn__index_args, number)},
+    CAIRN__INDEX_OPTS,
+};
+static const cairn__opt_cmd search_cmd = {"search", search_usage, 0, 0, search_opts};
+
 int cairn__cmd_search(int argc, char **argv)
 {
-    const char *store = NULL, *index = NULL, *query = NULL, *k_s = NULL;
-    int json = 0, v;
+    cairn__index_args a;
+    int rc = cairn__index_args_parse(argc, argv, &search_cmd, "--query TEXT is required", &a);
+    if (rc >= 0)
+        return rc;
+    const char *query = a.need, *dir = a.dir;
     long k = 10;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            fputs(search_usage, stdout);
-            return 0;
-        } else if (!strcmp(a, "--json")) {
-            json = 1;
-        } else if ((v = cairn__cli_opt_value(argc, argv, &i, "--store", "-s", &store)) ||
-                   (v = cairn__cli_opt_value(argc, argv, &i, "--index", NULL, &index)) ||
-                   (v = cairn__cli_opt_value(argc, argv, &i, "--query", "-q", &query)) ||
-                   (v = cairn__cli_opt_value(argc, argv, &i, "--top-k", "-k", &k_s))) {
-            if (v < 0) {
-                fprintf(stderr, "cairn search: option %s needs a value\n%s", a, search_usage);
-                return cairn__exit_code(CAIRN_EINVAL);
-            }
-        } else {
-            fprintf(stderr, "cairn search: unknown argument '%s'\n%s", a, search_usage);
-            return cairn__exit_code(CAIRN_EINVAL);
-        }
-    }
-    if (k_s && cairn__cli_parse_long(k_s, 1, 1000, &k)) {
+    if (a.number && cairn__cli_parse_long(a.number, 1, 1000, &k)) {
         fprintf(stderr, "cairn search: --top-k must be a number from 1 to 1000\n");
-        return cairn__exit_code(CAIRN_EINVAL);
-    }
-    char *dir = cairn__index_dir(store, index);
-    if (!query || !dir) {
-        fprintf(stderr, "cairn search: %s\n%s",
-                !dir ? "--store DIR (or CAIRN_STORE) is required" : "--query TEXT is required",
-                search_usage);
-        free(dir);
-        return cairn__exit_code(CAIRN_EINVAL);
+        free(a.dir);
+        return CAIRN__EX_USAGE;
     }
     char err[1200];
     cairn__bm25 *ix = NULL;
-    int rc = cairn__bm25_open(dir, 0, &ix, err, sizeof err);
+    rc = cairn__bm25_open(dir, 0, &ix, err, sizeof err);
     if (rc) {
         fprintf(stderr, "cairn search: %s\n", err);
-        free(dir);
+        free(a.dir);
         return cairn__exit_code(rc);
     }
     cairn__bm25_hit *hits = NULL;
@@ -93,10 +77,10 @@ int cairn__cmd_search(int argc, char **argv)
     if (rc) {
         fprintf(stderr, "cairn search: %s\n", cairn__bm25_errmsg(ix));
         cairn__bm25_close(ix);
-        free(dir);
+        free(a.dir);
         return cairn__exit_code(rc);
     }
-    if (json) {
+    if (a.json) {
         json_t *docs = json_array();
         for (size_t i = 0; i < n; i++) {
             json_t *d = json_pack("{s:s, s:f, s:s}", "id", hits[i].id, "score", hits[i].score,
@@ -128,6 +112,6 @@ int cairn__cmd_search(int argc, char **argv)
     fflush(stdout);
     cairn__bm25_hits_free(hits, n);
     cairn__bm25_close(ix);
-    free(dir);
+    free(a.dir);
     return cairn__exit_code(rc);
 }

@@ -3,17 +3,18 @@
  * It reads only a GGUF file's tokenizer metadata, never the weights, so it answers in
  * milliseconds even for large models. Exit codes follow sysexits(3)
  * through the CLI's one table (cairn__exit_code), except that a model feature the engine does
- * not implement is 69 as in `cairn generate` (cairn__exit_code_engine): 64 usage, 65 malformed model file,
- * 66 missing or unreadable model or input, 69 unsupported, 70 internal error, 74 I/O error. The
- * functions take argv with argv[0] being the command's own name, as the dispatcher passes it.
+ * not implement is 69 as in `cairn generate` (cairn__exit_code_engine): 64 usage, 65 malformed
+ * model file, 66 missing or unreadable model or input, 69 unsupported, 70 internal error, 74 I/O
+ * error. The functions take argv with argv[0] being the command's own name, as the dispatcher
+ * passes it.
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <stddef.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sysexits.h>
 
 #include "cairn.h"
 #include "gpu/gguf.h"
@@ -41,8 +42,6 @@ static const char tokenize_usage[] =
     "or unreadable; 69 unsupported tokenizer (model or pre-tokenizer); 70 internal error;\n"
     "74 the output cannot be written.\n";
 
-
-
 static int print_ids(const cairn__tok *t, const char *s, size_t len, int add_special,
                      int parse_special)
 {
@@ -58,69 +57,63 @@ static int print_ids(const cairn__tok *t, const char *s, size_t len, int add_spe
     return 0;
 }
 
+typedef struct tok_args {
+    const char *model, *file;
+    const char **texts; /* every --text in order; there are fewer than argc of them */
+    size_t n_texts;
+    int lines, add_special, parse_special;
+} tok_args;
+
+enum { T_TEXT = 1 };
+#define AT(f) offsetof(tok_args, f)
+static const cairn__opt tokenize_opts[] = {
+    {"model", 'm', 1, 0, 0, AT(model)},
+    {"text", 'p', 1, 1, T_TEXT, 0}, /* "one line per input" */
+    {"file", 'f', 1, 0, 0, AT(file)},
+    {"lines", 0, 0, 0, 0, AT(lines)},
+    {"add-special", 0, 0, 0, 0, AT(add_special)},
+    {"parse-special", 0, 0, 0, 0, AT(parse_special)},
+    {NULL, 0, 0, 0, 0, 0},
+};
+#undef AT
+static const cairn__opt_cmd tokenize_cmd = {"tokenize", tokenize_usage, 0, 0, tokenize_opts};
+
+static int tok_opt(void *user, const cairn__opt *opt, const char *val)
+{
+    tok_args *a = user;
+    if (opt->id != T_TEXT)
+        return cairn__opt_slot(a, opt, val);
+    a->texts[a->n_texts++] = val;
+    return 0;
+}
+
 int cairn__cmd_tokenize(int argc, char **argv)
 {
-    const char *model = NULL, *text = NULL, *file = NULL, *val = NULL;
-    int add_special = 0, parse_special = 0, lines = 0, i, rc, v, w, code = EX_OK;
+    tok_args a = {.texts = malloc((size_t)(argc > 0 ? argc : 1) * sizeof(const char *))};
+    const char *model, *file;
+    int add_special, parse_special, lines, oi, rc, code = CAIRN__EX_OK;
     char err[512];
     cairn__gguf *g = NULL;
     cairn__tok *t = NULL;
     char *data = NULL;
-    size_t len = 0, n_texts = 0, k;
-    /* every --text in order ("one line per input"); there are fewer than argc of them */
-    const char **texts = malloc((size_t)(argc > 0 ? argc : 1) * sizeof *texts);
+    size_t len = 0, n_texts, k;
 
-    if (!texts) {
+    if (!a.texts) {
         fprintf(stderr, "cairn tokenize: out of memory\n");
-        return EX_SOFTWARE;
+        return CAIRN__EX_SOFTWARE;
     }
-    for (i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        w = 0;
-        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-            fputs(tokenize_usage, stdout);
-            goto done;
-        } else if (strcmp(a, "--add-special") == 0) {
-            add_special = 1;
-        } else if (strcmp(a, "--parse-special") == 0) {
-            parse_special = 1;
-        } else if (strcmp(a, "--lines") == 0) {
-            lines = 1;
-        } else if ((v = cairn__cli_opt_value(argc, argv, &i, "--text", "-p", &text))) {
-            if (v < 0)
-                goto needs_value;
-            texts[n_texts++] = text;
-        } else if ((v = cairn__cli_opt_value(argc, argv, &i, "--model", "-m", &val)) ||
-                   (w = cairn__cli_opt_value(argc, argv, &i, "--file", "-f", &val))) {
-            const char **dst = v ? &model : &file;
-            if (v < 0 || w < 0)
-                goto needs_value;
-            if (*dst) { /* one value each: a second would silently replace the first */
-                fprintf(stderr, "cairn tokenize: %s given twice\n%s", v ? "--model" : "--file",
-                        tokenize_usage);
-                code = EX_USAGE;
-                goto done;
-            }
-            *dst = val;
-        } else {
-            fprintf(stderr, "cairn tokenize: unknown argument '%s'\n%s", a, tokenize_usage);
-            code = EX_USAGE;
-            goto done;
-        }
-        continue;
-    needs_value:
-        fprintf(stderr, "cairn tokenize: option %s needs a value\n%s", a, tokenize_usage);
-        code = EX_USAGE;
+    if ((rc = cairn__opt_parse(argc, argv, &tokenize_cmd, tok_opt, &a, &oi)) >= 0) {
+        code = rc;
         goto done;
     }
-    if (!model || (!text == !file) || (lines && !file)) {
-        fprintf(stderr, "cairn tokenize: %s\n%s",
-                !model           ? "--model is required"
-                : (text && file) ? "give --text or --file, not both"
-                : lines && !file ? "--lines needs --file"
-                                 : "give --text or --file",
-                tokenize_usage);
-        code = EX_USAGE;
+    model = a.model, file = a.file, n_texts = a.n_texts;
+    add_special = a.add_special, parse_special = a.parse_special, lines = a.lines;
+    if (!model || (!n_texts == !file) || (lines && !file)) {
+        code = cairn__cli_usage_error("tokenize", tokenize_usage, "%s",
+                                      !model              ? "--model is required"
+                                      : (n_texts && file) ? "give --text or --file, not both"
+                                      : lines && !file    ? "--lines needs --file"
+                                                          : "give --text or --file");
         goto done;
     }
 
@@ -156,7 +149,7 @@ int cairn__cmd_tokenize(int argc, char **argv)
     rc = 0;
     if (n_texts) {
         for (k = 0; k < n_texts && !rc; k++)
-            rc = print_ids(t, texts[k], strlen(texts[k]), add_special, parse_special);
+            rc = print_ids(t, a.texts[k], strlen(a.texts[k]), add_special, parse_special);
     } else if (!lines) {
         rc = print_ids(t, data, len, add_special, parse_special);
     } else {
@@ -177,15 +170,15 @@ int cairn__cmd_tokenize(int argc, char **argv)
     if (fflush(stdout) != 0 || ferror(stdout)) {
         fprintf(stderr, "cairn tokenize: cannot write the output: %s\n",
                 strerror(errno ? errno : EIO));
-        code = EX_IOERR;
+        code = CAIRN__EX_IOERR;
     } else if (rc) {
         fprintf(stderr, "cairn tokenize: tokenizing failed (%s)\n",
                 rc == CAIRN_ENOMEM ? "out of memory" : "internal error");
-        code = EX_SOFTWARE;
+        code = CAIRN__EX_SOFTWARE;
     }
 done:
     free(data);
-    free(texts);
+    free(a.texts);
     cairn__tok_free(t);
     return code;
 }

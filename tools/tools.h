@@ -8,14 +8,38 @@
 #ifndef CAIRN_TOOLS_H
 #define CAIRN_TOOLS_H
 
+#include <stddef.h>
+
+#include "runner/cli.h"
+
 int cairn__cmd_generate(int argc, char **argv);   /* tools/generate.c */
 int cairn__cmd_tokenize(int argc, char **argv);   /* tools/tokenize.c */
 int cairn__cmd_model_info(int argc, char **argv); /* tools/model_info.c */
 int cairn__cmd_index(int argc, char **argv);      /* tools/index.c */
 int cairn__cmd_search(int argc, char **argv);     /* tools/search.c */
 
-/* The retrieval index's directory: `index` when given, else <store>/index, the store from
- * `store` or $CAIRN_STORE. malloc'd; NULL when neither is set (or out of memory). */
-char *cairn__index_dir(const char *store, const char *index);
+/* The command lines of `index` and `search` (tools/index.c), which differ only in two options:
+ * the one each requires (`need`: --corpus, --query) and a number (--batch, --top-k). Each
+ * command's table lists those two and ends with CAIRN__INDEX_OPTS, the options they share; the
+ * values are kept here (cairn__opt_slot). */
+typedef struct cairn__index_args {
+    const char *store, *index, *need, *number;
+    int json;
+    char *dir; /* the index directory: --index, else <store>/index (store: --store, $CAIRN_STORE) */
+} cairn__index_args;
+
+#define CAIRN__INDEX_OPTS                                                                          \
+    {"store", 's', 1, 0, 0, offsetof(cairn__index_args, store)},                                   \
+        {"index", 0, 1, 0, 0, offsetof(cairn__index_args, index)},                                 \
+        {"json", 0, 0, 0, 0, offsetof(cairn__index_args, json)},                                   \
+    {                                                                                              \
+        NULL, 0, 0, 0, 0, 0                                                                        \
+    }
+
+/* Parses argv into *a and finds the index directory (a->dir, malloc'd); `need_msg` is the usage
+ * error when the required option is missing. -1 to go on, else the exit code (as
+ * cairn__opt_parse). */
+int cairn__index_args_parse(int argc, char **argv, const cairn__opt_cmd *cmd, const char *need_msg,
+                            cairn__index_args *a);
 
 #endif

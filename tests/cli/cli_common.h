@@ -119,6 +119,15 @@ static inline const char *oneline(const char *s)
     return b;
 }
 
+/* The first line of s (a static buffer). */
+static inline const char *first_line(const char *s)
+{
+    static char b[1024];
+    snprintf(b, sizeof b, "%s", s ? s : "");
+    b[strcspn(b, "\n")] = 0;
+    return b;
+}
+
 /* Prints a multi-line text as TAP diagnostics, one "# " line each. */
 static inline void diag_block(const char *title, const char *text)
 {

@@ -67,6 +67,64 @@ static void test_help(void)
     free(st);
 }
 
+/* Every command of the `cairn` executable parses its options alike (runner/cli_opt.c): -h and
+ * --help print its help and exit 0, an option given twice is refused naming it (only tokenize's
+ * --text and generate's --stop may repeat), and so is an unknown option. Each command line would
+ * otherwise do real work, so a refusal cannot pass for a success. */
+static void test_every_command_options(void)
+{
+    const char *cairn = getenv("CAIRN_BIN");
+    if (!cairn || !*cairn) {
+        skip("every command's options: CAIRN_BIN is not set");
+        return;
+    }
+    char *st = tu_fmt("%s/store-opts", D);
+    static const struct {
+        const char *cmd, *twice[6], *opt; /* opt: the option the refusal names */
+    } c[] = {
+        {"run", {"--graph", "a", "--graph", "b"}, "--graph"},
+        {"retry", {"--limit", "1", "--limit", "2"}, "--limit"},
+        {"resolve", {"x", "--step", "a", "--step", "a"}, "--step"},
+        {"invalidate", {"x", "--from", "a", "--from", "b"}, "--from"},
+        {"gc", {"--retention-days", "1", "--retention-days", "1"}, "--retention-days"},
+        {"init", {"--nosync", "--nosync"}, "--nosync"},
+        {"show", {"x", "--json", "--json"}, "--json"},
+        {"list", {"--status", "failed", "--status", "dead"}, "--status"},
+        {"audit", {"x", "--json", "--json"}, "--json"},
+        {"stats", {"--map-max", "1", "--map-max", "2"}, "--map-max"},
+        {"generate", {"--model", "a", "--model", "a", "-p", "hi"}, "--model"},
+        {"tokenize", {"-m", "a", "--model", "a", "-p", "hi"}, "--model"},
+        {"model-info", {"--json", "--json", "m.gguf"}, "--json"},
+        {"index", {"--corpus", "a", "-c", "b"}, "--corpus"},
+        {"search", {"-q", "a", "--query", "b"}, "--query"},
+    };
+    for (size_t i = 0; i < sizeof c / sizeof *c; i++) {
+        tu_result r;
+        char *want = tu_fmt("usage: cairn %s", c[i].cmd);
+        static const char *const help[] = {"-h", "--help"};
+        for (size_t h = 0; h < 2; h++) {
+            int rc = cli(&r, cairn, NULL, c[i].cmd, help[h], NULL);
+            ok(rc == 0 && tu_contains(r.out, want), "%s %s: exit 0, its usage on stdout (%d: %s)",
+               c[i].cmd, help[h], rc, oneline(r.err));
+            tu_result_free(&r);
+        }
+        const char *const *t = c[i].twice;
+        int rc = cli(&r, cairn, st, c[i].cmd, t[0], t[1], t[2], t[3], t[4], t[5], NULL);
+        char *twice = tu_fmt("%s given twice", c[i].opt);
+        ok(rc == 64 && tu_contains(first_line(r.err), twice) && tu_contains(r.err, want),
+           "%s: an option twice: 64, '%s', then the usage (%d: %s)", c[i].cmd, twice, rc,
+           first_line(r.err));
+        tu_result_free(&r);
+        rc = cli(&r, cairn, st, c[i].cmd, "--no-such-option", NULL);
+        ok(rc == 64 && tu_contains(first_line(r.err), "unknown argument '--no-such-option'"),
+           "%s: an unknown option: 64 naming it (%d: %s)", c[i].cmd, rc, first_line(r.err));
+        tu_result_free(&r);
+        free(twice);
+        free(want);
+    }
+    free(st);
+}
+
 /* ------------------------------------------------------------------ happy path, idempotency */
 
 static void test_happy_and_ids(void)
@@ -848,6 +906,7 @@ int main(void)
     D = tu_mkdtemp("cli");
     diag("temp dir %s", D);
     test_help();
+    test_every_command_options();
     test_happy_and_ids();
     test_message_dedupe();
     test_failures();

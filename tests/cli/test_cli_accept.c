@@ -36,15 +36,6 @@ static int run_args(tu_result *r, const char *bin, const char *store, const char
     return tu_run(r, argv, NULL, NULL, 0, CMD_TIMEOUT_MS);
 }
 
-/* The first line of s (a static buffer). */
-static const char *first_line(const char *s)
-{
-    static char b[1024];
-    snprintf(b, sizeof b, "%s", s ? s : "");
-    b[strcspn(b, "\n")] = 0;
-    return b;
-}
-
 /* ------------------------------------------------------------------ F2: no accidental stores */
 
 static void test_no_store_created(void)

@@ -1,0 +1,106 @@
+/* runner/cli_opt.c - the one option parser of every command: the task commands' and tools/'s.
+ *
+ * A command describes its options as a table (cairn__opt); this file builds getopt_long's
+ * `struct option[]` and optstring from it, so every command takes the same forms (--name VALUE,
+ * --name=VALUE, -x VALUE, -xVALUE, options after operands, "--" before an operand that starts
+ * with '-') and fails the same way: an unknown option, a missing value or an option given twice
+ * is said on stderr as "PROG CMD: ...", followed by the command's usage, exit 64. Every command
+ * takes -h and --help (its help on stdout, exit 0) without listing them.
+ *
+ * getopt_long keeps its position in globals; each parse starts with optind = 0, which makes glibc
+ * forget the previous argv entirely (its permutation state too), so one process can parse several
+ * command lines (the tests call the commands in-process). getopt_long's own messages are off
+ * (opterr = 0) and the optstring starts with ':' so that a missing value (':') is told apart from
+ * an unknown option ('?').
+ */
+#include <getopt.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "runner/cli.h"
+
+/* getopt_long returns FIRST + i for the long form of opts[i], the character for the short one */
+#define FIRST 256
+#define MAX_OPTS 64
+
+/* The index of the option getopt_long reported as c (a return value or optopt), or -1. */
+static int find(const cairn__opt *opts, size_t n, int c)
+{
+    if (c >= FIRST && c < FIRST + (int)n + 1)
+        return c - FIRST;
+    for (size_t i = 0; i < n; i++)
+        if (opts[i].shrt && opts[i].shrt == c)
+            return (int)i;
+    return c == 'h' ? (int)n : -1; /* n: --help, added to every table */
+}
+
+int cairn__opt_parse(int argc, char **argv, const cairn__opt_cmd *cmd, cairn__opt_fn fn, void *user,
+                     int *optind_out)
+{
+    const cairn__opt *opts = cmd->opts;
+    struct option lo[MAX_OPTS + 2];
+    char shorts[3 * MAX_OPTS + 4];
+    unsigned seen[MAX_OPTS] = {0};
+    size_t n = 0, k = 0;
+    shorts[k++] = ':';
+    for (; opts[n].name; n++) {
+        if (n == MAX_OPTS) {
+            fprintf(stderr, "%s %s: more than %d options\n", cairn__cli_prog, cmd->name, MAX_OPTS);
+            return CAIRN__EX_SOFTWARE;
+        }
+        lo[n] = (struct option){opts[n].name, opts[n].has_arg ? required_argument : no_argument,
+                                NULL, FIRST + (int)n};
+        if (opts[n].shrt) {
+            shorts[k++] = (char)opts[n].shrt;
+            if (opts[n].has_arg)
+                shorts[k++] = ':';
+        }
+    }
+    lo[n] = (struct option){"help", no_argument, NULL, FIRST + (int)n};
+    lo[n + 1] = (struct option){0, 0, 0, 0};
+    shorts[k++] = 'h';
+    shorts[k] = 0;
+    optind = 0;
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, shorts, lo, NULL)) != -1) {
+        int i = find(opts, n, c == '?' || c == ':' ? optopt : c);
+        if (c == ':')
+            return cairn__cli_usage_error(cmd->name, cmd->help, "option --%s needs a value",
+                                          lo[i].name);
+        if (c == '?' && i >= 0 && optopt >= FIRST) /* --json=1 */
+            return cairn__cli_usage_error(cmd->name, cmd->help, "option --%s takes no value",
+                                          lo[i].name);
+        if (c == '?' && optopt) /* an unknown short option, perhaps inside "-xy" */
+            return cairn__cli_usage_error(cmd->name, cmd->help, "unknown argument '-%c'", optopt);
+        if (c == '?') /* an unknown or ambiguous long option; getopt_long moved past it */
+            return cairn__cli_usage_error(cmd->name, cmd->help, "unknown argument '%s'",
+                                          argv[optind - 1]);
+        if ((size_t)i == n) {
+            cairn__cli_print_help(stdout, cmd->help, cmd->config_help);
+            return 0;
+        }
+        /* one value per option: a second would silently replace the first */
+        if (seen[i]++ && !opts[i].repeatable)
+            return cairn__cli_usage_error(cmd->name, cmd->help, "--%s given twice", opts[i].name);
+        int rc = fn(user, &opts[i], opts[i].has_arg ? optarg : NULL);
+        if (rc)
+            return rc;
+    }
+    if (cmd->max_operands >= 0 && argc - optind > cmd->max_operands)
+        return cairn__cli_usage_error(cmd->name, cmd->help, "unexpected argument '%s'",
+                                      argv[optind + cmd->max_operands]);
+    *optind_out = optind;
+    return -1;
+}
+
+int cairn__opt_slot(void *user, const cairn__opt *opt, const char *val)
+{
+    char *field = (char *)user + opt->at;
+    if (opt->has_arg)
+        *(const char **)field = val;
+    else
+        *(int *)field = 1;
+    return 0;
+}
