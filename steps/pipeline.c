@@ -19,6 +19,7 @@
 #include "common/config.h"
 #include "common/hash.h"
 #include "common/json.h"
+#include "common/str.h"
 #include "steps/llm.h"
 #include "steps/notify.h"
 #include "steps/postprocess.h"
@@ -227,14 +228,16 @@ int cairn__pipeline_from_args(int *argc, char **argv, int load, cairn__pipeline 
                               size_t errlen)
 {
     const char *config = getenv("CAIRN_CONFIG"), *store = getenv("CAIRN_STORE");
-    int w = 0;
+    int w = 0, configs = 0;
     for (int i = 0; i < *argc; i++) {
-        if (!strcmp(argv[i], "--config") && i + 1 < *argc) {
-            config = argv[++i];
-            continue;
-        }
-        if (!strncmp(argv[i], "--config=", 9)) {
-            config = argv[i] + 9;
+        int sep = !strcmp(argv[i], "--config") && i + 1 < *argc;
+        if (sep || !strncmp(argv[i], "--config=", 9)) {
+            /* the CLI refuses every other option given twice; this one never reaches it */
+            if (configs++) {
+                cairn__seterr(err, errlen, "%s: --config given twice", argv[1]);
+                return CAIRN_EINVAL;
+            }
+            config = sep ? argv[++i] : argv[i] + 9;
             continue;
         }
         if (!strcmp(argv[i], "--store") && i + 1 < *argc)

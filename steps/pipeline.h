@@ -21,7 +21,8 @@ cairn_graph *cairn__pipeline_graph(cairn__pipeline *p);
 /* For the `cairn` executable: takes "--config FILE" (or CAIRN_CONFIG) out of argv, and if one is
  * given and `load` is set, loads the pipeline (commands that only read the store, such as show
  * or audit, need neither the graph nor the secrets the configuration names). *p stays NULL
- * otherwise. Returns 0 or an error as cairn__pipeline_load. */
+ * otherwise. Returns 0 or an error as cairn__pipeline_load, or CAIRN_EINVAL for --config given
+ * twice. */
 int cairn__pipeline_from_args(int *argc, char **argv, int load, cairn__pipeline **p, char *err,
                               size_t errlen);
 

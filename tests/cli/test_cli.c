@@ -122,6 +122,15 @@ static void test_every_command_options(void)
         free(twice);
         free(want);
     }
+    /* --config is taken out of argv before the CLI parses it (tools/main.c): refused twice too */
+    static const char *const config_cmds[] = {"run", "retry", "invalidate"};
+    for (size_t i = 0; i < 3; i++) {
+        tu_result r;
+        int rc = cli(&r, cairn, st, config_cmds[i], "--config", "a.json", "--config=b.json", NULL);
+        ok(rc == 64 && tu_contains(first_line(r.err), "--config given twice"),
+           "%s: --config twice: 64 naming it (%d: %s)", config_cmds[i], rc, first_line(r.err));
+        tu_result_free(&r);
+    }
     free(st);
 }
 
