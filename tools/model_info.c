@@ -88,6 +88,16 @@ static const cairn__opt model_info_opts[] = {{"json", 0, 0, 0, 0, 0}, {NULL, 0, 
 static const cairn__opt_cmd model_info_cmd = {"model-info", model_info_usage, 0, -1,
                                               model_info_opts};
 
+int cairn__model_open_failed(const char *cmd, const char *path, int rc, const char *err)
+{
+    /* the reader's message usually names the file already */
+    if (err[0] && strstr(err, path))
+        fprintf(stderr, "cairn %s: %s\n", cmd, err);
+    else
+        fprintf(stderr, "cairn %s: %s: %s\n", cmd, path, err[0] ? err : "cannot open");
+    return cairn__exit_code_engine(rc);
+}
+
 int cairn__cmd_model_info(int argc, char **argv)
 {
     static const char *const count_units[] = {"", "K", "M", "B", "T", NULL};
@@ -120,13 +130,8 @@ int cairn__cmd_model_info(int argc, char **argv)
     path = argv[i];
     /* a tensor type the engine cannot compute with is still described (then exit 69) */
     rc = cairn__gguf_open_ex(path, CAIRN__GGUF_ANY_TYPE, &g, err, sizeof err);
-    if (rc) {
-        if (err[0] && strstr(err, path))
-            fprintf(stderr, "cairn model-info: %s\n", err);
-        else
-            fprintf(stderr, "cairn model-info: %s: %s\n", path, err[0] ? err : "cannot open");
-        return cairn__exit_code_engine(rc);
-    }
+    if (rc)
+        return cairn__model_open_failed("model-info", path, rc, err);
 
     nt = cairn__gguf_n_tensors(g);
     for (k = 0; k < nt; k++) {

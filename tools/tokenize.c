@@ -120,12 +120,7 @@ int cairn__cmd_tokenize(int argc, char **argv)
     /* only the vocabulary is read: a tensor type the engine cannot run does not matter here */
     rc = cairn__gguf_open_ex(model, CAIRN__GGUF_ANY_TYPE, &g, err, sizeof err);
     if (rc) {
-        /* the reader's message usually names the file already */
-        if (err[0] && strstr(err, model))
-            fprintf(stderr, "cairn tokenize: %s\n", err);
-        else
-            fprintf(stderr, "cairn tokenize: %s: %s\n", model, err[0] ? err : "cannot open");
-        code = cairn__exit_code_engine(rc);
+        code = cairn__model_open_failed("tokenize", model, rc, err);
         goto done;
     }
     rc = cairn__tok_load(g, &t, err, sizeof err);

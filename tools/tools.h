@@ -42,4 +42,8 @@ typedef struct cairn__index_args {
 int cairn__index_args_parse(int argc, char **argv, const cairn__opt_cmd *cmd, const char *need_msg,
                             cairn__index_args *a);
 
+/* Reports a GGUF file that did not open ("cairn CMD: PATH: what", the path said once) on stderr
+ * and returns the exit code for rc (tools/model_info.c). */
+int cairn__model_open_failed(const char *cmd, const char *path, int rc, const char *err);
+
 #endif
