@@ -324,6 +324,11 @@ int cairn__map_open(cairn_store *s, const char *dir, unsigned flags)
         map_unlock(s);
         return rc;
     }
+    /* A data.mdb shorter than its pages, emptied or lost is refused before LMDB maps it. */
+    if ((rc = cairn__file_check(s, dir))) {
+        map_unlock(s);
+        return rc;
+    }
     /* The file's size if it is bigger than INITIAL_MAP, at most map_max (LMDB never maps less
      * than the used pages); a nosync store never less than its file (the rule above: its map
      * limit stops growth, it does not shrink the store). */

@@ -139,6 +139,12 @@ int cairn__map_adopt(cairn_store *s);
 void cairn__map_note(cairn_store *s); /* after a remap: the map's size and address */
 void cairn__map_prepare_ahead(cairn_store *s);
 
+/* filecheck.c: data.mdb against the store's witnesses before LMDB maps it (see its design
+ * comment): 0, CAIRN_ECORRUPT or CAIRN_EIO, the message set. mark_created records, once the
+ * databases exist, that the store is no longer new. */
+int cairn__file_check(cairn_store *s, const char *dir);
+void cairn__file_mark_created(cairn_store *s, const char *dir);
+
 /* synced.c: power-loss safety of sync stores (see its design comment). open and recover run
  * before LMDB opens the file (recover under the map lock); point is a durable point (flush, the
  * marker, a new pin); a write holds lock/unlock around its transaction and its durable point;

@@ -36,6 +36,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "checkpoint/lmdb_meta.h"
 #include "checkpoint/store_impl.h"
 
 #define PIN_MAX_MS 1000
@@ -274,47 +275,17 @@ static int newest(int fd, unsigned char *a, unsigned char *b, size_t cap, uint64
 
 /* ------------------------------------------------------------------ open and recovery */
 
-/* LMDB 0.9's meta page, read for its transaction id and the main database's root page: the page
- * header (page number, then four 16-bit fields: PAGEHDRSZ, 16 bytes on a 64-bit machine) and
- * MDB_meta as mdb.c lays them out on disk, in the machine's own types (pgno_t, txnid_t and
- * size_t are all size_t there). Checked against liblmdb's mdb.c (LMDB 0.9.x, as vendored in
- * netdata/netdata src/vendored/lmdb/mdb.c): MDB_db is md_pad u32, md_flags u16, md_depth u16,
- * md_branch_pages, md_leaf_pages, md_overflow_pages, md_entries, md_root; MDB_meta is mm_magic,
- * mm_version, mm_address, mm_mapsize, mm_dbs[CORE_DBS = 2], mm_last_pg, mm_txnid; FREE_DBI is 0
- * and MAIN_DBI 1; an empty tree's root is P_INVALID, ~(pgno_t)0. On x86-64: txnid at 128 of the
- * meta, the main database's root at 112. */
-#define LMDB_MAGIC 0xBEEFC0DEu
-#define LMDB_PAGEHDR (sizeof(size_t) + 8)
-typedef struct lmdb_db {
-    uint32_t pad;
-    uint16_t flags, depth;
-    size_t branch, leaf, overflow, entries, root;
-} lmdb_db;
-typedef struct lmdb_meta {
-    uint32_t magic, version;
-    void *address;
-    size_t mapsize;
-    lmdb_db dbs[2];
-    size_t last_pg, txnid;
-} lmdb_meta;
-_Static_assert(sizeof(size_t) != 8 ||
-                   (offsetof(lmdb_meta, txnid) == 128 &&
-                    offsetof(lmdb_meta, dbs) + sizeof(lmdb_db) + offsetof(lmdb_db, root) == 112),
-               "MDB_meta as LMDB 0.9 lays it out on a 64-bit machine");
-
-#define LMDB_MAIN_DBI 1
-
 /* 1 and *txnid (and *root, the main database's root page, NO_ROOT when empty, if root is not
  * NULL) if `page` is a meta page, else 0. */
 static int meta_read(const unsigned char *page, uint64_t *txnid, uint64_t *root)
 {
-    lmdb_meta m;
-    memcpy(&m, page + LMDB_PAGEHDR, sizeof m);
-    if (m.magic != LMDB_MAGIC)
+    cairn__lmdb_meta m;
+    if (!cairn__lmdb_meta_get(page, &m))
         return 0;
     *txnid = m.txnid;
     if (root)
-        *root = m.dbs[LMDB_MAIN_DBI].root == (size_t)-1 ? NO_ROOT : m.dbs[LMDB_MAIN_DBI].root;
+        *root = m.dbs[CAIRN__LMDB_MAIN_DBI].root == (size_t)-1 ? NO_ROOT
+                                                               : m.dbs[CAIRN__LMDB_MAIN_DBI].root;
     return 1;
 }
 
