@@ -21,7 +21,11 @@
  *   - The library never calls exit() or abort() on bad input.
  *
  * Lifecycle reads like LMDB: cairn_runner_new() -> typed setters -> cairn_runner_open()
- * -> cairn_runner_run() ... -> cairn_runner_free().
+ * -> cairn_runner_run() ... -> cairn_runner_free(). The lifecycle is enforced: a runner's
+ * setters (and cairn_runner_add_graph) return CAIRN_EBUSY once it is open, and a graph is
+ * frozen when it is registered with a runner: from then on its step setters return CAIRN_EBUSY
+ * and cairn_graph_add_step returns NULL, so what a runner compares tasks with never changes.
+ * A refused call changes nothing.
  */
 #ifndef CAIRN_H
 #define CAIRN_H
@@ -139,11 +143,16 @@ CAIRN_API const char *cairn_graph_name(const cairn_graph *g);
 
 /* Adds a step (name: 1..64 bytes of [A-Za-z0-9._-], unique in the graph). `deps` is a
  * comma-separated list of step names this step reads (may name steps added later), or NULL.
- * Returns the step (owned by the graph) or NULL; then cairn_errmsg_graph(g) says why
- * (CAIRN_EGRAPH duplicate/bad name, CAIRN_ENOMEM). Defaults: version 1, compute, no probe,
- * retry max 3 invocations, base 200 ms, cap 30 s, no timeout. */
+ * Returns the step (owned by the graph) or NULL; then cairn_graph_errmsg(g) says why (a
+ * duplicate or bad name, no function, out of memory, or a frozen graph: one registered with a
+ * runner). Defaults: version 1, compute, no probe, retry max 3 invocations, base 200 ms, cap
+ * 30 s, no timeout. Adding a step undoes a validation (cairn_graph_fingerprint is NULL again). */
 CAIRN_API cairn_step *cairn_graph_add_step(cairn_graph *g, const char *name, cairn_step_fn fn,
                                            const char *deps);
+/* Step setters. Each returns 0, CAIRN_EINVAL (no step, or a bad value: version 0, an unknown
+ * delivery class, max_invocations 0 or cap_ms < base_ms) or CAIRN_EBUSY (the step's graph is
+ * frozen: registered with a runner); a refused call changes nothing. A change undoes the graph's
+ * validation, so its fingerprint is never that of an older definition. */
 CAIRN_API int cairn_step_set_version(cairn_step *s, uint32_t version);
 CAIRN_API int cairn_step_set_delivery(cairn_step *s, cairn_delivery d);
 CAIRN_API int cairn_step_set_probe(cairn_step *s, cairn_probe_fn probe);
@@ -163,9 +172,10 @@ CAIRN_API int cairn_step_set_timeout(cairn_step *s, uint32_t timeout_ms);
  * and it then runs again. */
 CAIRN_API int cairn_step_set_expensive(cairn_step *s, int expensive);
 
-/* Validates the whole graph: non-empty, every dependency exists, no cycle. Returns 0 or
- * CAIRN_EGRAPH with a message naming the step (see cairn_graph_errmsg). Called by the runner
- * when the graph is registered. */
+/* Validates the whole graph: non-empty, every dependency exists, no cycle. Returns 0,
+ * CAIRN_EINVAL (NULL), CAIRN_ENOMEM or CAIRN_EGRAPH with a message naming the step (see
+ * cairn_graph_errmsg). Called by the runner when the graph is registered; on a frozen graph it
+ * does nothing and returns 0. */
 CAIRN_API int cairn_graph_validate(cairn_graph *g);
 CAIRN_API const char *cairn_graph_errmsg(const cairn_graph *g);
 /* Fingerprint: hex SHA-256 over the graph name, version, and each step's name, version,
@@ -254,11 +264,15 @@ CAIRN_API const char *cairn_store_errmsg(const cairn_store *s);
 typedef struct cairn_runner cairn_runner;
 
 CAIRN_API cairn_runner *cairn_runner_new(void);
-/* Registers a graph (validated now; CAIRN_EGRAPH). The graph is borrowed and must outlive the
- * runner. */
+/* Registers a graph: validates it (CAIRN_EGRAPH, with the graph's message; also for a second
+ * graph of the same name) and freezes it (see the lifecycle above). The graph is borrowed and
+ * must outlive the runner; it may be registered with several runners, and stays frozen after
+ * they are freed. CAIRN_EBUSY once the runner is open, CAIRN_EINVAL, CAIRN_ENOMEM. */
 CAIRN_API int cairn_runner_add_graph(cairn_runner *r, cairn_graph *g);
 /* The store the runner works on (borrowed; must be open and outlive the runner). */
 CAIRN_API int cairn_runner_set_store(cairn_runner *r, cairn_store *s);
+/* Every cairn_runner_set_* below returns 0, CAIRN_EINVAL (no runner, or a value out of range) or
+ * CAIRN_EBUSY (the runner is open: settings are fixed then; the runner is unchanged). */
 /* Max attempts (runs) per task before it is dead; default 3. */
 CAIRN_API int cairn_runner_set_max_attempts(cairn_runner *r, uint32_t n);
 /* Lease time-to-live; default 60 s. Renewed at every commit, with each progress record, and
@@ -281,6 +295,8 @@ CAIRN_API int cairn_runner_set_allow_graph_change(cairn_runner *r, int allow);
 /* Retention of outputs of finished tasks (default 7 days) and of tombstones (30 days). */
 CAIRN_API int cairn_runner_set_retention(cairn_runner *r, uint64_t outputs_s,
                                          uint64_t tombstones_s);
+/* Fixes the settings and makes the runner usable: CAIRN_EINVAL (no store set), CAIRN_EBUSY
+ * (open already). */
 CAIRN_API int cairn_runner_open(cairn_runner *r);
 CAIRN_API void cairn_runner_free(cairn_runner *r);
 CAIRN_API const char *cairn_runner_errmsg(const cairn_runner *r);
@@ -326,7 +342,8 @@ CAIRN_API int cairn_runner_retry(cairn_runner *r, const char *graph, uint32_t li
  * task ID, what cairn_runner_run would have returned for it (CAIRN_EBUSY and CAIRN_ETENANT: it
  * did not run, and is not counted) and the runner's message ("" on success). A due task whose
  * record cannot be read (CAIRN_ECORRUPT, CAIRN_ESCHEMA) is reported too, and counted as failed.
- * This is how a cron job says which tasks failed and why. NULL turns it off. */
+ * This is how a cron job says which tasks failed and why. NULL turns it off. A setting like the
+ * others: before cairn_runner_open (CAIRN_EBUSY after). */
 typedef void (*cairn_retry_report_fn)(const char *task_id, int rc, const char *message, void *user);
 CAIRN_API int cairn_runner_set_retry_report(cairn_runner *r, cairn_retry_report_fn fn, void *user);
 /* Settles an in-doubt effect: done (the effect happened: record it, continue after it) or not

@@ -320,12 +320,12 @@ int cairn__cmd_retry(int argc, char **argv, cairn_graph *const *graphs, size_t n
     if (o.graph && (rc = cairn__cli_check_graph(graphs, n, o.graph, err, sizeof err)))
         return cairn__cli_fail("retry", rc, err);
     cairn__cli_session s;
-    if ((rc = cairn__cli_session_open(&s, "retry", &o, graphs, n, 1, 1))) {
+    retry_seen seen = {.tasks = json_array()};
+    if ((rc = cairn__cli_session_open_reporting(&s, "retry", &o, graphs, n, retry_report, &seen))) {
+        json_decref(seen.tasks);
         cairn__cli_session_close(&s);
         return cairn__exit_code(rc);
     }
-    retry_seen seen = {.tasks = json_array()};
-    cairn_runner_set_retry_report(s.runner, retry_report, &seen);
     uint32_t ran = 0, ok = 0, bad = 0;
     rc = cairn_runner_retry(s.runner, o.graph, o.limit, o.now, &ran, &ok, &bad);
     if (o.json) {

@@ -258,6 +258,7 @@ static const char *check_one(const uint8_t *data, size_t size)
         cairn_runner_set_inline_wait_ms(r, 0);
         cairn_runner_set_allow_graph_change(r, size && data[size - 1] & 1);
         cairn_runner_set_tenant_limit(r, size && data[0] & 2 ? "t" : NULL, 1);
+        cairn_runner_set_retention(r, 0, size & 1 ? 0 : 3600); /* for the gc below */
         cairn_runner_open(r);
         rc = cairn_runner_resume(r, TASK);
         g_stats.ran_ok += rc == 0;
@@ -265,7 +266,6 @@ static const char *check_one(const uint8_t *data, size_t size)
             p.bad = "resume returned a positive code or no message";
         uint32_t a, b, c;
         cairn_runner_retry(r, NULL, 4, 1, &a, &b, &c);
-        cairn_runner_set_retention(r, 0, size & 1 ? 0 : 3600);
         cairn_runner_gc(r, &a, &b);
         cairn_runner_free(r);
     }

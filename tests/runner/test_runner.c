@@ -148,16 +148,34 @@ static cairn_store *store_open(void)
     return s;
 }
 
-static cairn_runner *runner_open(cairn_store *s, cairn_graph *g)
+/* A runner on s for g, configured but not open: the test sets what it needs (a runner takes
+ * settings only before cairn_runner_open), then opens it with opened(). */
+static cairn_runner *runner_config(cairn_store *s, cairn_graph *g)
 {
     cairn_runner *r = cairn_runner_new();
     if (cairn_runner_add_graph(r, g) || cairn_runner_set_store(r, s) ||
-        cairn_runner_set_inline_wait_ms(r, 0) || cairn_runner_open(r)) {
+        cairn_runner_set_inline_wait_ms(r, 0)) {
         diag("runner: %s", cairn_runner_errmsg(r));
         cairn_runner_free(r);
         return NULL;
     }
     return r;
+}
+
+/* Opens r; NULL (r freed) if that fails or r is NULL. */
+static cairn_runner *opened(cairn_runner *r)
+{
+    if (r && cairn_runner_open(r)) {
+        diag("runner open: %s", cairn_runner_errmsg(r));
+        cairn_runner_free(r);
+        return NULL;
+    }
+    return r;
+}
+
+static cairn_runner *runner_open(cairn_store *s, cairn_graph *g)
+{
+    return opened(runner_config(s, g));
 }
 
 /* A step with a retry policy that never retries inline (inline wait is 0 in these tests). */
@@ -177,11 +195,11 @@ static int run_in_child(cairn_graph *g, const char *id, const char *json, uint32
     if (pid == 0) {
         g_in_child = 1;
         cairn_store *s = store_open();
-        cairn_runner *r = s ? runner_open(s, g) : NULL;
-        if (!r)
-            _exit(70);
-        if (max_attempts)
+        cairn_runner *r = s ? runner_config(s, g) : NULL;
+        if (r && max_attempts)
             cairn_runner_set_max_attempts(r, max_attempts);
+        if (!(r = opened(r)))
+            _exit(70);
         int rc = id && !json ? cairn_runner_resume(r, id) : run(r, cairn_graph_name(g), id, json);
         _exit(rc == 0 ? 0 : 50 + (-rc % 50));
     }
@@ -362,8 +380,11 @@ static void test_resume_and_audit(void)
     cairn_step *st = cairn_graph_add_step(g2, "s", st_gen, NULL);
     cairn_step_set_user(st, &tr);
     cairn_step_set_retry(st, 3, 1, 1);
+    cairn_runner_free(r);
+    r = runner_config(s, g);
     cairn_runner_add_graph(r, g2);
     cairn_runner_set_inline_wait_ms(r, 100);
+    r = opened(r);
     rc = run(r, "inline", "t2", "{}");
     ok(rc == 0 && tr.calls == 3 && tr.invs[0] == 1 && tr.invs[1] == 2 && tr.invs[2] == 3,
        "transient failures retried inline with invocation numbers 1, 2, 3");
@@ -393,9 +414,10 @@ static void test_dead(void)
     cairn_step_set_user(cairn_graph_add_step(g2, "p", st_gen, NULL), &perm);
     cairn_step_set_user(cairn_graph_add_step(g2, "after", st_gen, "p"), &after);
     cairn_store *s = store_open();
-    cairn_runner *r = runner_open(s, g);
+    cairn_runner *r = runner_config(s, g);
     cairn_runner_add_graph(r, g2);
     cairn_runner_set_inline_wait_ms(r, 100);
+    r = opened(r);
     int rc = run(r, "dead", "d1", "{}");
     cairn__task_rec t = task_of(s, "d1");
     ok(rc == CAIRN_EDEAD && always.calls == 3 && t.state == CAIRN_DEAD,
@@ -619,8 +641,11 @@ static void test_progress(void)
     cairn_step *st = cairn_graph_add_step(g2, "long", st_progress, NULL);
     cairn_step_set_timeout(st, 20000);
     cairn_step_set_retry(st, 3, 1, 1);
+    cairn_runner_free(r);
+    r = runner_config(s, g);
     cairn_runner_add_graph(r, g2);
     cairn_runner_set_inline_wait_ms(r, 100);
+    r = opened(r);
     g_seen_progress = 0;
     rc = run(r, "pgiso", "g2", "{}");
     ok(rc == 0 && g_seen_progress == 0 && step_of(s, "g2", "long", 0).out == 5 &&
@@ -755,8 +780,9 @@ static void test_leases(void)
     cairn_step_set_user(sb, &b);
     slow_retry(sb);
     s = store_open();
-    r = runner_open(s, g);
+    r = runner_config(s, g);
     cairn_runner_set_max_attempts(r, 10);
+    r = opened(r);
     const char *ids[] = {"dead-pid", "reused-pid", "far-live", "far-expired", "near-expired"};
     for (int i = 0; i < 5; i++) {
         b.fail_calls = 1;
@@ -1043,8 +1069,9 @@ static void test_lease_lost_in_child(void)
     cairn_step *st = cairn_graph_add_step(g, "h", st_hang, NULL);
     cairn_step_set_timeout(st, 20000);
     cairn_store *s = store_open();
-    cairn_runner *r = runner_open(s, g);
+    cairn_runner *r = runner_config(s, g);
     cairn_runner_set_lease_ms(r, 600); /* renewed every 200 ms */
+    r = opened(r);
     fflush(NULL);
     pid_t thief = fork();
     if (thief == 0) { /* another process: once the step runs, take the lease away */
@@ -1086,10 +1113,10 @@ static pid_t contender(cairn_graph *g, const char *id)
         return pid;
     usleep(150000);
     cairn_store *s2 = store_open();
-    cairn_runner *r2 = s2 ? runner_open(s2, g) : NULL;
-    if (!r2)
-        _exit(99);
+    cairn_runner *r2 = s2 ? runner_config(s2, g) : NULL;
     cairn_runner_set_lease_ms(r2, 300);
+    if (!(r2 = opened(r2)))
+        _exit(99);
     int busy = 0;
     for (int i = 0; i < 24; i++) {
         int rc = cairn_runner_resume(r2, id);
@@ -1111,8 +1138,9 @@ static void test_heartbeat(void)
     cairn_step *st = cairn_graph_add_step(g, "slow", st_slow, NULL);
     cairn_step_set_expensive(st, 1);
     cairn_store *s = store_open();
-    cairn_runner *r = runner_open(s, g);
+    cairn_runner *r = runner_config(s, g);
     cairn_runner_set_lease_ms(r, 300);
+    r = opened(r);
     g_slow_calls = 0;
     pid_t pid = contender(g, "beat1");
     int rc = run(r, "beat", "beat1", "{}");
@@ -1143,9 +1171,12 @@ static void test_gc(void)
     uint32_t pruned = 9, removed = 9;
     ok(rc == 0 && cairn_runner_gc(r, &pruned, &removed) == 0 && pruned == 0 && removed == 0,
        "gc with default retention keeps a fresh task");
+    cairn_runner_free(r);
+    r = runner_config(s, g);
     ok(cairn_runner_set_retention(r, 10, 5) == CAIRN_EINVAL,
        "tombstone retention shorter than output retention refused");
     cairn_runner_set_retention(r, 0, 3600);
+    r = opened(r);
     rc = cairn_runner_gc(r, &pruned, &removed);
     cairn_task *snap = NULL;
     int lrc = cairn_task_load(s, "c1", &snap);
@@ -1166,7 +1197,10 @@ static void test_gc(void)
        "a tombstone cannot be invalidated (its input is gone)");
     ok(cairn_runner_gc(r, &pruned, &removed) == 0 && pruned == 0 && removed == 0,
        "a second gc does nothing");
+    cairn_runner_free(r);
+    r = runner_config(s, g);
     cairn_runner_set_retention(r, 0, 0);
+    r = opened(r);
     rc = cairn_runner_gc(r, &pruned, &removed);
     ok(rc == 0 && removed == 1 && cairn_task_load(s, "c1", &snap) == CAIRN_ENOTFOUND,
        "tombstone window 0: the task is removed");
@@ -1262,7 +1296,10 @@ static void test_graph_change(void)
        "resuming under a changed step version: CAIRN_EGRAPHCHANGED naming b, nothing run (\"%s\")",
        cairn_runner_errmsg(r2));
     ok(task_of(s, "v1").state == CAIRN_FAILED, "the task is left as it was");
+    cairn_runner_free(r2);
+    r2 = runner_config(s, g2);
     cairn_runner_set_allow_graph_change(r2, 1);
+    r2 = opened(r2);
     rc = cairn_runner_resume(r2, "v1");
     cairn__task_rec t = task_of(s, "v1");
     ok(rc == 0 && a.calls == 1 && b.calls == 2 && c.calls == 2 && t.generation == 2,
@@ -1315,8 +1352,9 @@ static void test_admission(void)
     cairn_graph *gt = cairn_graph_new("tn", 1);
     cairn_graph_add_step(gt, "s", st_tenant, NULL);
     cairn_store *s = store_open();
-    cairn_runner *r = runner_open(s, g);
+    cairn_runner *r = runner_config(s, g);
     cairn_runner_add_graph(r, gt);
+    r = opened(r);
 
     /* bad input: nothing written */
     char id[CAIRN__ID_MAX + 1];
@@ -1380,10 +1418,12 @@ static void test_admission(void)
     cairn_runner_free(r);
 
     /* tenant limit */
-    r = runner_open(s, gt);
+    r = runner_config(s, gt);
     cairn_runner_set_tenant_limit(r, "tenant", 1);
-    g_tenant_runner = runner_open(s, gt);
+    r = opened(r);
+    g_tenant_runner = runner_config(s, gt);
     cairn_runner_set_tenant_limit(g_tenant_runner, "tenant", 1);
+    g_tenant_runner = opened(g_tenant_runner);
     rc = run(r, "tn", "ta1", "{\"tenant\":\"acme\",\"n\":1}");
     ok(rc == 0 && g_tenant_rc[0] == CAIRN_ETENANT && g_tenant_rc[1] == 0,
        "tenant limit 1: a second 'acme' task is refused with CAIRN_ETENANT while the first "
