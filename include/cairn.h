@@ -14,11 +14,22 @@
  *   cairn_ctx     what a step function sees while it runs
  *
  * Conventions:
- *   - Every fallible call returns 0 or a negative CAIRN_E* code (cairn_errors.h);
- *     cairn_errmsg(handle) gives the detail of the last error on that handle.
- *   - Strings passed in are copied unless a function says otherwise.
+ *   - Every fallible call returns 0 or a negative CAIRN_E* code (cairn_errors.h); the handle's
+ *     own errmsg function (cairn_graph_errmsg, cairn_store_errmsg, cairn_runner_errmsg) gives
+ *     the detail of its last error. That string belongs to the handle and is valid until the
+ *     next call on it. Messages state the situation ("task 'x' is in doubt at step 'send'");
+ *     what to do about it is the caller's to say (the CLI adds its own commands).
+ *   - Strings passed in are copied unless a function says otherwise. Strings returned as
+ *     `const char *` belong to the library (the handle, or static); the few returned as
+ *     `char *` are the caller's, freed with cairn_free().
  *   - `_free(NULL)` is a no-op.
  *   - The library never calls exit() or abort() on bad input.
+ *
+ * Threads: no handle locks itself. Each one says what it allows; in short, a store and the
+ * runners on it are used by one thread at a time, a frozen graph and a task snapshot are
+ * read-only and may be shared, a step's context belongs to the call of the step, and the
+ * functions that take no handle (cairn_strerror, cairn_version, ...) may be called from any
+ * thread at any time.
  *
  * Lifecycle reads like LMDB: cairn_runner_new() -> typed setters -> cairn_runner_open()
  * -> cairn_runner_run() ... -> cairn_runner_free(). The lifecycle is enforced: a runner's
@@ -53,11 +64,30 @@ extern "C" {
 #define CAIRN_PRINTF(f, a)
 #endif
 
+/* ------------------------------------------------------------------ version */
+
+/* The version of this header; cairn_version() says which library a program runs with. The build
+ * checks these against meson's project version (meson.build), so they cannot drift apart. */
+#define CAIRN_VERSION_MAJOR 0
+#define CAIRN_VERSION_MINOR 1
+#define CAIRN_VERSION_PATCH 0
+#define CAIRN_VERSION_STRING "0.1.0"
+
+/* The library's version as "MAJOR.MINOR.PATCH" (static; never NULL); each number is also written
+ * to the pointers that are not NULL (LMDB's mdb_version). */
+CAIRN_API const char *cairn_version(int *major, int *minor, int *patch);
+
+/* ------------------------------------------------------------------ memory */
+
+/* Frees a `char *` the library returned to the caller (cairn_task_json); NULL is a no-op. Use it
+ * rather than free(): the library and the program may not share one allocator. */
+CAIRN_API void cairn_free(void *p);
+
 /* ------------------------------------------------------------------ errors */
 
 /* enum cairn_error (CAIRN_OK and the CAIRN_E* codes) is defined in cairn_errors.h. */
 
-/* Text of an error code ("store full (map limit or disk full)"); never NULL. */
+/* Text of an error code ("store full (map limit or disk full)"); never NULL, static. */
 CAIRN_API const char *cairn_strerror(int err);
 /* Name of an error code ("CAIRN_EFULL"); never NULL ("CAIRN_E?" for unknown codes). */
 CAIRN_API const char *cairn_errname(int err);
@@ -132,6 +162,9 @@ typedef enum cairn_delivery {
 
 /* ------------------------------------------------------------------ graph */
 
+/* A graph is built by one thread (new, add_step, step setters) and frozen when a runner
+ * registers it; from then on it is read-only, and runners in any number of threads may share
+ * it. Free it after the last runner using it is freed. */
 typedef struct cairn_graph cairn_graph;
 typedef struct cairn_step cairn_step; /* owned by its graph; valid until cairn_graph_free */
 
@@ -184,6 +217,9 @@ CAIRN_API const char *cairn_graph_fingerprint(const cairn_graph *g);
 
 /* ------------------------------------------------------------------ step context */
 
+/* A cairn_ctx is valid only during the call of the step (or probe) it was passed to, and only
+ * on that call's thread; so is everything read through it, unless a function says otherwise. */
+
 /* Task ID, step name, generation (starts at 1), invocation number of this step (1-based) and
  * task attempt (1-based). Strings valid until the step returns. */
 CAIRN_API const char *cairn_ctx_task_id(const cairn_ctx *ctx);
@@ -232,7 +268,7 @@ typedef enum cairn_durability {
 
 /* Open a store once per process (LMDB's rule: a second handle on the same store in one process
  * breaks its locks) and use the handle from one thread at a time (its error message lives in
- * it). Several processes may share a store. A child forked while a store is open must not use
+ * it), counting the calls runners make on it: runners sharing a store share its thread. Several processes may share a store. A child forked while a store is open must not use
  * it (exec or _exit).
  * A CAIRN_SYNC store survives power loss: an effect's intent, an expensive step's output, a
  * task's end and operator commands are flushed before the call goes on (a durable point); other
@@ -261,6 +297,9 @@ CAIRN_API const char *cairn_store_errmsg(const cairn_store *s);
 
 /* ------------------------------------------------------------------ runner */
 
+/* A runner is used by one thread at a time (with its store: see above), except
+ * cairn_runner_stop, which any thread or a signal handler may call at any time. Several runners
+ * may share one store handle and one graph. */
 typedef struct cairn_runner cairn_runner;
 
 CAIRN_API cairn_runner *cairn_runner_new(void);
@@ -307,11 +346,17 @@ CAIRN_API const char *cairn_runner_errmsg(const cairn_runner *r);
  * start no new work); create a new runner to run again. */
 CAIRN_API void cairn_runner_stop(cairn_runner *r);
 
+/* Task IDs: 1..CAIRN_TASK_ID_MAX bytes of A-Z a-z 0-9 . _ : -; a buffer for one holds
+ * CAIRN_TASK_ID_MAX + 1 bytes. */
+#define CAIRN_TASK_ID_MAX 128
+
 /* Runs one task. `input_json` is the task input (a JSON object, copied). `task_id` may be NULL
  * to derive it: from `id_fields` (comma-separated top-level fields, joined with '_') or, if NULL,
  * "<graph>_<first 16 hex of SHA-256 of the RFC 8785 canonical input>". `message_id` (optional)
- * records the consumed queue message. The resolved task ID is written to `task_id_out`
- * (>= 129 bytes) if not NULL.
+ * records the consumed queue message. The resolved task ID is written, NUL-terminated, to
+ * `task_id_out` if it is not NULL: a buffer of `task_id_size` >= CAIRN_TASK_ID_MAX + 1 bytes
+ * (a smaller one is CAIRN_EINVAL before anything is done; the size is ignored with NULL). It is
+ * written as soon as the ID is known, so it is there for most failures too.
  * Returns 0 when the task has succeeded (now or earlier) or the message was already consumed
  * (then CAIRN_EMSGSEEN is not an error: 0 and cairn_runner_errmsg() says so), or:
  *   CAIRN_EJSON, CAIRN_ETOOBIG, CAIRN_ETASKID  bad input; nothing written
@@ -330,7 +375,7 @@ CAIRN_API void cairn_runner_stop(cairn_runner *r);
  *   CAIRN_ENOGRAPH    no such graph */
 CAIRN_API int cairn_runner_run(cairn_runner *r, const char *graph, const char *task_id,
                                const char *id_fields, const char *input_json, size_t input_len,
-                               const char *message_id, char *task_id_out);
+                               const char *message_id, char *task_id_out, size_t task_id_size);
 /* Resumes an existing task (its input is in the store). Same returns as cairn_runner_run. */
 CAIRN_API int cairn_runner_resume(cairn_runner *r, const char *task_id);
 /* Runs due tasks: failed ones whose next_retry_at has passed (all failed ones if `now` is set),
@@ -364,9 +409,12 @@ CAIRN_API int cairn_runner_gc(cairn_runner *r, uint32_t *n_pruned, uint32_t *n_r
 
 /* ------------------------------------------------------------------ inspection */
 
+/* A task snapshot is immutable and independent of the store: any number of threads may read
+ * one at once; free it once, after the last reader. Its strings live as long as it does. */
 typedef struct cairn_task cairn_task;
 
-/* Loads a snapshot of a task (CAIRN_ENOTFOUND). The snapshot is independent of the store. */
+/* Loads a snapshot of a task: 0, CAIRN_EINVAL (NULL argument, or an ID longer than
+ * CAIRN_TASK_ID_MAX), CAIRN_ENOTFOUND, CAIRN_ENOMEM or a store error (cairn_store_errmsg). */
 CAIRN_API int cairn_task_load(cairn_store *s, const char *task_id, cairn_task **out);
 CAIRN_API void cairn_task_free(cairn_task *t);
 CAIRN_API const char *cairn_task_id(const cairn_task *t);
@@ -378,7 +426,8 @@ CAIRN_API const char *cairn_task_payload_hash(const cairn_task *t);
 CAIRN_API const char *cairn_task_error(const cairn_task *t); /* last error text or "" */
 CAIRN_API int cairn_task_is_tombstone(const cairn_task *t);
 /* The whole snapshot as a JSON document (task, status, attempt, payload_hash, steps with name,
- * status, invocations, output as JSON, ...). malloc'd; the caller frees it. NULL on ENOMEM. */
+ * status, invocations, output as JSON, ...). The caller's: free it with cairn_free(). NULL on
+ * ENOMEM. */
 CAIRN_API char *cairn_task_json(const cairn_task *t);
 
 /* ------------------------------------------------------------------ CLI */

@@ -568,9 +568,10 @@ int cairn__execute(cairn_runner *r, const cairn_graph *g, const char *id)
 
 int cairn_runner_run(cairn_runner *r, const char *graph, const char *task_id, const char *id_fields,
                      const char *input_json, size_t input_len, const char *message_id,
-                     char *task_id_out)
+                     char *task_id_out, size_t task_id_size)
 {
-    if (!r || !r->opened || !graph || !input_json)
+    if (!r || !r->opened || !graph || !input_json ||
+        (task_id_out && task_id_size < CAIRN_TASK_ID_MAX + 1))
         return CAIRN_EINVAL;
     r->err[0] = r->note[0] = 0;
     if (r->stop)
@@ -620,7 +621,7 @@ int cairn_runner_run(cairn_runner *r, const char *graph, const char *task_id, co
     msgpack_packer_init(&pk, &buf, msgpack_sbuffer_write);
     rc = cairn__json_to_msgpack(input, &pk);
     if (task_id_out)
-        snprintf(task_id_out, CAIRN__ID_MAX + 1, "%s", id);
+        snprintf(task_id_out, task_id_size, "%s", id);
     acquire_arg acq = {.r = r, .g = g, .id = id, .token = cairn__random_u64()};
     if (!rc) {
         admit_arg aa = {.r = r,
@@ -644,7 +645,7 @@ int cairn_runner_run(cairn_runner *r, const char *graph, const char *task_id, co
                 snprintf(r->note, sizeof r->note, "message '%s' was already consumed by task '%s'",
                          message_id, aa.msg_task);
                 if (task_id_out)
-                    snprintf(task_id_out, CAIRN__ID_MAX + 1, "%s", aa.msg_task);
+                    snprintf(task_id_out, task_id_size, "%s", aa.msg_task);
                 json_decref(input);
                 msgpack_sbuffer_destroy(&buf);
                 return 0;

@@ -183,7 +183,7 @@ static void slow_retry(cairn_step *s) { cairn_step_set_retry(s, 3, 1000000, 1000
 
 static int run(cairn_runner *r, const char *graph, const char *id, const char *json)
 {
-    return cairn_runner_run(r, graph, id, NULL, json, strlen(json), NULL, NULL);
+    return cairn_runner_run(r, graph, id, NULL, json, strlen(json), NULL, NULL, 0);
 }
 
 /* Runs `id` of graph `g` in a forked child (its own store and runner) and returns its exit code
@@ -445,7 +445,7 @@ static void test_dead(void)
     ok(json && strstr(json, "disk on fire: 42") && strstr(json, "\"dead\"") &&
            cairn_task_state(snap) == CAIRN_DEAD && strstr(cairn_task_error(snap), "disk on fire"),
        "the snapshot shows it");
-    free(json);
+    cairn_free(json);
     cairn_task_free(snap);
     rc = cairn_runner_resume(r, "d2");
     ok(rc == CAIRN_EDEAD && perm.calls == 1, "resuming: EDEAD, no call");
@@ -898,7 +898,7 @@ static void test_fencing(void)
        "the snapshot shows B's output, not A's");
     ok(task_of(g_store, "f1").state == CAIRN_SUCCEEDED && z.calls == 1 && a.calls == 1,
        "task succeeded; z ran once, a once");
-    free(json);
+    cairn_free(json);
     cairn_task_free(snap);
     cairn_runner_free(g_r2);
     cairn_runner_free(r);
@@ -1186,7 +1186,7 @@ static void test_gc(void)
            step_of(s, "c1", "a", 0).rc == CAIRN_ENOTFOUND && json &&
            strstr(json, "\"steps\": []") && strstr(json, "\"input\": null"),
        "a tombstone is left: state kept, outputs and input gone");
-    free(json);
+    cairn_free(json);
     cairn_task_free(snap);
     rc = run(r, "gc", "c1", in);
     ok(rc == 0 && a.calls == 1 && b.calls == 1 && strstr(cairn_runner_errmsg(r), "tombstone"),
@@ -1252,7 +1252,7 @@ static void test_invalidate(void)
     ok(hist && strstr(hist, "\"output\": 11") && strstr(hist, "\"output\": 111") &&
            cairn_task_generation(snap) == 2,
        "the snapshot's history holds generation 1 of b and c");
-    free(json);
+    cairn_free(json);
     cairn_task_free(snap);
     auditq *aq = audit_of(s, "i1");
     ok(strstr(aq->compact, "rs- sp- pr- rs- ") && strstr(aq->reasons, "invalidated from step 'b'"),
@@ -1367,15 +1367,21 @@ static void test_admission(void)
     ok(rc1 == CAIRN_EJSON && rc2 == CAIRN_ETASKID && rc3 == CAIRN_ENOGRAPH && rc4 == CAIRN_EJSON &&
            n == 0 && a.calls == 0,
        "non-object, bad task ID, unknown graph, malformed JSON: refused, nothing written");
-    ok(cairn_runner_run(r, "ad", NULL, NULL, NULL, 0, NULL, NULL) == CAIRN_EINVAL,
+    ok(cairn_runner_run(r, "ad", NULL, NULL, NULL, 0, NULL, NULL, 0) == CAIRN_EINVAL,
        "NULL input: CAIRN_EINVAL");
+    char small[CAIRN_TASK_ID_MAX];
+    memset(small, 'x', sizeof small);
+    ok(cairn_runner_run(r, "ad", "t-small", NULL, "{}", 2, NULL, small, sizeof small) ==
+               CAIRN_EINVAL &&
+           small[0] == 'x' && task_of(s, "t-small").state == 99,
+       "a task-ID buffer smaller than CAIRN_TASK_ID_MAX + 1: CAIRN_EINVAL, nothing written");
 
     /* derived IDs: equal for permuted keys */
     int rc = cairn_runner_run(r, "ad", NULL, NULL, "{\"b\":[1,2],\"a\":{\"y\":1,\"x\":2}}", 29,
-                              NULL, id);
+                              NULL, id, sizeof id);
     char id2[CAIRN__ID_MAX + 1];
     const char *perm = "{ \"a\" : {\"x\":2, \"y\":1},\n \"b\":[1,2] }";
-    int rcp = cairn_runner_run(r, "ad", NULL, NULL, perm, strlen(perm), NULL, id2);
+    int rcp = cairn_runner_run(r, "ad", NULL, NULL, perm, strlen(perm), NULL, id2, sizeof id2);
     ok(rc == 0 && rcp == 0 && strcmp(id, id2) == 0 && a.calls == 1,
        "a derived ID is the same for permuted keys and whitespace (%s); the second run calls "
        "nothing",
@@ -1383,7 +1389,7 @@ static void test_admission(void)
     ok(strncmp(id, "ad_", 3) == 0 && strlen(id) == 19 && strspn(id + 3, "0123456789abcdef") == 16,
        "it is <graph>_<16 hex>");
     const char *in = "{\"order\":17,\"tenant\":\"acme\"}";
-    rc = cairn_runner_run(r, "ad", NULL, "tenant,order", in, strlen(in), NULL, id);
+    rc = cairn_runner_run(r, "ad", NULL, "tenant,order", in, strlen(in), NULL, id, sizeof id);
     ok(rc == 0 && strcmp(id, "acme_17") == 0, "an ID from fields tenant,order: %s", id);
 
     /* idempotency conflict */
@@ -1403,16 +1409,16 @@ static void test_admission(void)
 
     /* message dedupe */
     char mid[CAIRN__ID_MAX + 1];
-    rc = cairn_runner_run(r, "ad", NULL, NULL, "{\"m\":1}", 7, "msg-1", mid);
+    rc = cairn_runner_run(r, "ad", NULL, NULL, "{\"m\":1}", 7, "msg-1", mid, sizeof mid);
     calls = a.calls;
-    rc2 = cairn_runner_run(r, "ad", NULL, NULL, "{\"m\":2}", 7, "msg-1", id);
+    rc2 = cairn_runner_run(r, "ad", NULL, NULL, "{\"m\":2}", 7, "msg-1", id, sizeof id);
     cairn__store_read(s, count_tasks, &n);
     ok(rc == 0 && rc2 == 0 && a.calls == calls && strcmp(id, mid) == 0 &&
            strstr(cairn_runner_errmsg(r), "msg-1") && strstr(cairn_runner_errmsg(r), "consumed"),
        "a consumed message ID: 0, nothing run, the consuming task reported (\"%s\")",
        cairn_runner_errmsg(r));
     uint64_t n2;
-    rc = cairn_runner_run(r, "ad", NULL, NULL, "{\"m\":2}", 7, "msg-2", id);
+    rc = cairn_runner_run(r, "ad", NULL, NULL, "{\"m\":2}", 7, "msg-2", id, sizeof id);
     cairn__store_read(s, count_tasks, &n2);
     ok(rc == 0 && a.calls == calls + 1 && n2 == n + 1, "another message ID runs the new task");
     cairn_runner_free(r);

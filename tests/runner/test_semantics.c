@@ -68,7 +68,7 @@ static cairn_runner *runner(cairn_store *s, cairn_graph *g) { return opened(runn
 
 static int run(cairn_runner *r, const char *graph, const char *id, const char *in, const char *msg)
 {
-    return cairn_runner_run(r, graph, id, NULL, in, strlen(in), msg, NULL);
+    return cairn_runner_run(r, graph, id, NULL, in, strlen(in), msg, NULL, 0);
 }
 
 static void invalidate_downstream_only(void)
@@ -206,7 +206,7 @@ static cairn_step_result nested(cairn_ctx *c, void *user)
     (void)user;
     if (strcmp(cairn_ctx_task_id(c), "x1") == 0) {
         static const char in[] = "{\"tenant\":\"acme\"}";
-        g_inner_rc = cairn_runner_run(g_inner, "ten", "x2", NULL, in, sizeof in - 1, "p0:1", NULL);
+        g_inner_rc = cairn_runner_run(g_inner, "ten", "x2", NULL, in, sizeof in - 1, "p0:1", NULL, 0);
         calls[0]++;
     } else
         calls[1]++;
@@ -221,7 +221,7 @@ static void deferred_message_not_consumed(void)
     cairn_runner *r = runner_config(s, g);
     cairn_runner_set_tenant_limit(r, "tenant", 1);
     opened(r);
-    ok(cairn_runner_run(r, "ten", "x1", NULL, "{\"tenant\":\"acme\"}", 17, "", NULL) ==
+    ok(cairn_runner_run(r, "ten", "x1", NULL, "{\"tenant\":\"acme\"}", 17, "", NULL, 0) ==
            CAIRN_EINVAL,
        "an empty message ID is refused (EINVAL)");
     /* while x1 of tenant acme runs (its step is below), x2 of acme arrives from message p0:1 */
