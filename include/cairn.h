@@ -10,7 +10,8 @@
  *   cairn_graph   a named, versioned DAG of steps, defined in code
  *   cairn_store   an LMDB checkpoint store (a directory)
  *   cairn_runner  executes tasks of registered graphs against a store
- *   cairn_task    a read-only snapshot of one task, for inspection
+ *   cairn_task    a read-only snapshot of one task, for inspection (and, across tasks, the
+ *                 store views: cairn_store_list, cairn_store_audit, cairn_store_stats)
  *   cairn_ctx     what a step function sees while it runs
  *
  * Conventions:
@@ -429,6 +430,86 @@ CAIRN_API int cairn_task_is_tombstone(const cairn_task *t);
  * status, invocations, output as JSON, ...). The caller's: free it with cairn_free(). NULL on
  * ENOMEM. */
 CAIRN_API char *cairn_task_json(const cairn_task *t);
+
+/* ------------------------------------------------------------------ store views
+ *
+ * cairn_store_list, cairn_store_audit and cairn_store_stats share one style (LMDB's callbacks,
+ * not cursors). A call reads one snapshot of the store (one read transaction: a consistent view,
+ * whatever other processes commit meanwhile) and calls `fn` once per row, on the caller's
+ * thread, before it returns. A row is a struct the library fills and lends to `fn` for that call
+ * only: copy what you keep, strings included. Because rows are always the library's, fields are
+ * only ever appended to them, so a program built against an older cairn.h reads a newer
+ * library's rows correctly; never copy a row by value (its size may grow).
+ * `fn` returns 0 to go on, a positive value to stop early (the call then returns 0), or a
+ * negative CAIRN_E* code to stop with it (the call returns that code). While `fn` runs for
+ * list and audit the snapshot is open: `fn` must not call functions on the same store (LMDB
+ * allows one transaction per thread) and should be quick (a snapshot held long stops the store
+ * from reusing pages freed after it). The stats row is handed over after the snapshot is closed.
+ * Errors: CAIRN_EINVAL (NULL store or callback, a bad argument) and the store's errors
+ * (CAIRN_EIO, CAIRN_ECORRUPT, CAIRN_ESCHEMA, CAIRN_ENOMEM), with cairn_store_errmsg. */
+
+/* One task in cairn_store_list. With `err` 0 every field is set. Otherwise the task's record
+ * cannot be read and only `task_id`, `err` and `message` are: CAIRN_ECORRUPT (damaged),
+ * CAIRN_ESCHEMA (written by a newer cairn) or CAIRN_ENOTFOUND (listed in the store's status
+ * index without a record); such a task is always reported, never skipped, so that it can be
+ * named (and `cairn show` says more). Times are ms since the Unix epoch, 0 = not (yet). */
+typedef struct cairn_task_row {
+    const char *task_id;
+    int err;             /* 0, or why the record cannot be read */
+    const char *message; /* with err: what the store said; "" otherwise */
+    const char *graph;
+    cairn_state state;
+    uint32_t attempt, generation;
+    int64_t created_ms, updated_ms, finished_ms;
+    int64_t next_retry_ms; /* a failed task's retry time; 0 in every other state */
+    int tombstone;         /* gc dropped its outputs */
+    const char *error, *error_step, *tenant; /* "" if none */
+} cairn_task_row;
+typedef int (*cairn_task_row_fn)(const cairn_task_row *row, void *user);
+
+/* Lists tasks: those in `*state` (NULL: every state) of `graph` (NULL: every graph), state by
+ * state in cairn_state order and, within one, by due time (a failed task's retry time, else its
+ * last change). At most `limit` readable tasks are listed (0: all); unreadable ones are listed
+ * as they are met, whatever their graph, and do not count. */
+CAIRN_API int cairn_store_list(cairn_store *s, const cairn_state *state, const char *graph,
+                               uint32_t limit, cairn_task_row_fn fn, void *user);
+
+/* One transition (or, with from == to, an event within a state: a lease taken over, a step
+ * done, a graph change) in a task's audit trail. */
+typedef struct cairn_audit_row {
+    int64_t t_ms; /* ms since the Unix epoch */
+    cairn_state from, to;
+    uint32_t attempt, generation;
+    const char *step;   /* the step it concerns; "" for the task as a whole */
+    const char *reason; /* "run", "retry", a step's error, an operator's action, ... */
+} cairn_audit_row;
+typedef int (*cairn_audit_row_fn)(const cairn_audit_row *row, void *user);
+
+/* A task's audit trail, oldest first. CAIRN_ENOTFOUND for no such task (also a task gc has
+ * removed: a tombstone keeps its trail). */
+CAIRN_API int cairn_store_audit(cairn_store *s, const char *task_id, cairn_audit_row_fn fn,
+                                void *user);
+
+/* The store's counts and size, in one row. */
+typedef struct cairn_stats {
+    uint64_t by_state[16]; /* tasks per state, indexed by cairn_state (room for more states) */
+    uint64_t tombstones, messages, step_records, audit_records; /* consumed queue messages */
+    uint64_t map_size, map_used, page_size; /* bytes: the current map, what is in use, a page */
+    cairn_durability durability;             /* the store's own, fixed at its creation */
+    /* commits: the last one, and (sync stores) the last durable point's (0: none recorded yet);
+     * a restart of the machine undoes the commits between the two */
+    uint64_t last_commit, durable_commit;
+    /* other processes' read snapshots (a sync store's writers hold one each), and the oldest one,
+     * with its process: pages freed after it are not reused while it is held */
+    uint32_t readers;
+    uint64_t oldest_reader_commit;
+    int oldest_reader_pid;
+} cairn_stats;
+typedef int (*cairn_stats_fn)(const cairn_stats *stats, void *user);
+
+/* Reads the store's counts and size and calls `fn` once with them (after the snapshot closed:
+ * `fn` may use the store). */
+CAIRN_API int cairn_store_stats(cairn_store *s, cairn_stats_fn fn, void *user);
 
 /* ------------------------------------------------------------------ CLI */
 

@@ -262,16 +262,20 @@ typedef struct auditq {
     char reasons[8192];
 } auditq;
 
-static int audit_cb(const cairn__audit_rec *a, void *arg)
+static void audit_add(auditq *q, unsigned from, unsigned to, const char *step, const char *reason)
 {
-    auditq *q = arg;
     static const char letters[] = "prsfdi";
     char b[128];
-    snprintf(b, sizeof b, "%c%c%s ", a->from < 6 ? letters[a->from] : '?',
-             a->to < 6 ? letters[a->to] : '?', a->step[0] ? a->step : "-");
+    snprintf(b, sizeof b, "%c%c%s ", from < 6 ? letters[from] : '?', to < 6 ? letters[to] : '?',
+             step[0] ? step : "-");
     strncat(q->compact, b, sizeof q->compact - strlen(q->compact) - 1);
-    strncat(q->reasons, a->reason, sizeof q->reasons - strlen(q->reasons) - 2);
+    strncat(q->reasons, reason, sizeof q->reasons - strlen(q->reasons) - 2);
     strcat(q->reasons, "\n");
+}
+
+static int audit_cb(const cairn__audit_rec *a, void *arg)
+{
+    audit_add(arg, a->from, a->to, a->step, a->reason);
     return 0;
 }
 
@@ -1514,6 +1518,143 @@ static void test_corrupt_task(void)
     cairn_graph_free(g);
 }
 
+
+/* ------------------------------------------------------------------ store views */
+
+typedef struct rows_seen {
+    int n, n_bad, stop_after, fail_with;
+    char ids[16][CAIRN_TASK_ID_MAX + 1];
+    cairn_state states[16];
+    int bad_err;
+    char bad_id[CAIRN_TASK_ID_MAX + 1];
+    int failed_ok; /* the failed row has its retry time, error and step */
+} rows_seen;
+
+static int list_seen(const cairn_task_row *r, void *user)
+{
+    rows_seen *v = user;
+    if (r->err) {
+        v->n_bad++;
+        v->bad_err = r->err;
+        snprintf(v->bad_id, sizeof v->bad_id, "%s", r->task_id);
+        return 0;
+    }
+    if (v->n < 16) {
+        snprintf(v->ids[v->n], sizeof v->ids[0], "%s", r->task_id);
+        v->states[v->n] = r->state;
+    }
+    if (r->state == CAIRN_FAILED)
+        v->failed_ok = r->next_retry_ms > r->updated_ms && r->error[0] &&
+                       strcmp(r->error_step, "a") == 0 && strcmp(r->graph, "sv") == 0;
+    v->n++;
+    if (v->fail_with)
+        return v->fail_with;
+    return v->stop_after && v->n >= v->stop_after;
+}
+
+/* the same rendering from the public rows (cairn_store_audit) */
+static int audit_seen(const cairn_audit_row *a, void *user)
+{
+    audit_add(user, (unsigned)a->from, (unsigned)a->to, a->step, a->reason);
+    return 0;
+}
+
+typedef struct stats_seen {
+    cairn_store *s;
+    uint64_t succeeded, failed, dead, audit;
+    int nosync, store_usable;
+} stats_seen;
+
+static int stats_seen_fn(const cairn_stats *st, void *user)
+{
+    stats_seen *v = user;
+    v->succeeded = st->by_state[CAIRN_SUCCEEDED];
+    v->failed = st->by_state[CAIRN_FAILED];
+    v->dead = st->by_state[CAIRN_DEAD];
+    v->audit = st->audit_records;
+    v->nosync = st->durability == CAIRN_NOSYNC && st->map_used > 0 && st->last_commit > 0;
+    cairn_task *t = NULL; /* after the snapshot: the store may be used here */
+    v->store_usable = cairn_task_load(v->s, "ok1", &t) == 0;
+    cairn_task_free(t);
+    return 0;
+}
+
+static void test_store_views(void)
+{
+    newdir("views");
+    spec a = {.base = 1}, p = {.permanent = 1};
+    cairn_graph *g = cairn_graph_new("sv", 1), *g2 = cairn_graph_new("sv2", 1);
+    cairn_step *sa = cairn_graph_add_step(g, "a", st_gen, NULL);
+    cairn_step_set_user(sa, &a);
+    slow_retry(sa);
+    cairn_step_set_user(cairn_graph_add_step(g2, "p", st_gen, NULL), &p);
+    cairn_store *s = store_open();
+    cairn_runner *r = runner_config(s, g);
+    cairn_runner_add_graph(r, g2);
+    r = opened(r);
+    int rc1 = run(r, "sv", "ok1", "{}"), rc2 = run(r, "sv", "ok2", "{\"n\":2}");
+    a.always_transient = 1; /* step a fails from now on */
+    int rc3 = run(r, "sv", "f1", "{\"n\":3}"), rc4 = run(r, "sv2", "d1", "{}");
+    ok(rc1 == 0 && rc2 == 0 && rc3 == CAIRN_ETRANSIENT && rc4 == CAIRN_EDEAD,
+       "set up: two succeeded, one failed, one dead");
+
+    rows_seen v = {0};
+    ok(cairn_store_list(s, NULL, NULL, 0, list_seen, &v) == 0 && v.n == 4 && v.n_bad == 0,
+       "list: every task, one row each");
+    ok(v.states[0] == CAIRN_SUCCEEDED && v.states[1] == CAIRN_SUCCEEDED &&
+           v.states[2] == CAIRN_FAILED && v.states[3] == CAIRN_DEAD && v.failed_ok,
+       "state by state in cairn_state order; the failed row has its retry time, error and step");
+    cairn_state st = CAIRN_SUCCEEDED;
+    memset(&v, 0, sizeof v);
+    ok(cairn_store_list(s, &st, NULL, 0, list_seen, &v) == 0 && v.n == 2 &&
+           strcmp(v.ids[0], "ok1") == 0 && strcmp(v.ids[1], "ok2") == 0,
+       "list of one state, in due order");
+    memset(&v, 0, sizeof v);
+    ok(cairn_store_list(s, NULL, "sv2", 0, list_seen, &v) == 0 && v.n == 1 &&
+           strcmp(v.ids[0], "d1") == 0,
+       "list of one graph");
+    memset(&v, 0, sizeof v);
+    ok(cairn_store_list(s, NULL, NULL, 3, list_seen, &v) == 0 && v.n == 3, "limit 3: 3 rows");
+    memset(&v, 0, sizeof v);
+    v.stop_after = 1;
+    ok(cairn_store_list(s, NULL, NULL, 0, list_seen, &v) == 0 && v.n == 1,
+       "a callback returning 1 stops the listing; the call returns 0");
+    memset(&v, 0, sizeof v);
+    v.fail_with = CAIRN_EINTR;
+    ok(cairn_store_list(s, NULL, NULL, 0, list_seen, &v) == CAIRN_EINTR && v.n == 1,
+       "a callback returning an error stops with it");
+    st = (cairn_state)CAIRN_STATE_COUNT;
+    ok(cairn_store_list(s, NULL, NULL, 0, NULL, NULL) == CAIRN_EINVAL &&
+           cairn_store_list(s, &st, NULL, 0, list_seen, &v) == CAIRN_EINVAL,
+       "no callback, or no such state: CAIRN_EINVAL");
+
+    auditq want = *audit_of(s, "ok1"), got = {.id = "ok1"};
+    ok(cairn_store_audit(s, "ok1", audit_seen, &got) == 0 && got.compact[0] &&
+           strcmp(got.compact, want.compact) == 0 && strcmp(got.reasons, want.reasons) == 0,
+       "audit: the trail, oldest first (%s)", got.compact);
+    ok(cairn_store_audit(s, "nosuch", audit_seen, &got) == CAIRN_ENOTFOUND &&
+           strstr(cairn_store_errmsg(s), "'nosuch'"),
+       "audit of no task: CAIRN_ENOTFOUND naming it (\"%s\")", cairn_store_errmsg(s));
+
+    stats_seen ss = {.s = s};
+    ok(cairn_store_stats(s, stats_seen_fn, &ss) == 0 && ss.succeeded == 2 && ss.failed == 1 &&
+           ss.dead == 1 && ss.audit > 8 && ss.nosync,
+       "stats: counts by state, audit records, durability, map and commits");
+    ok(ss.store_usable, "the stats callback may use the store");
+
+    cairn_runner_free(r);
+    cairn_store_free(s);
+    tu_raw_put(g_dir, "tasks", "ok2", 3, "\xde\xad\xbe\xef", 4);
+    s = store_open();
+    memset(&v, 0, sizeof v);
+    ok(cairn_store_list(s, NULL, "sv2", 0, list_seen, &v) == 0 && v.n == 1 && v.n_bad == 1 &&
+           v.bad_err == CAIRN_ECORRUPT && strcmp(v.bad_id, "ok2") == 0,
+       "a corrupt record is listed as unreadable (CAIRN_ECORRUPT, by ID), whatever the graph");
+    cairn_store_free(s);
+    cairn_graph_free(g);
+    cairn_graph_free(g2);
+}
+
 int main(void)
 {
     g_main_pid = getpid();
@@ -1537,6 +1678,7 @@ int main(void)
     test_admission();
     test_store_failure();
     test_corrupt_task();
+    test_store_views();
     if (!getenv("CAIRN_KEEP_TMP"))
         tu_rmtree(root);
     return tap_done();
