@@ -425,6 +425,9 @@ CAIRN_API uint32_t cairn_task_attempt(const cairn_task *t);
 CAIRN_API uint32_t cairn_task_generation(const cairn_task *t);
 CAIRN_API const char *cairn_task_payload_hash(const cairn_task *t);
 CAIRN_API const char *cairn_task_error(const cairn_task *t); /* last error text or "" */
+/* The step that error belongs to ("" for the task as a whole): for a task in doubt, the effect
+ * that cairn_runner_resolve settles. */
+CAIRN_API const char *cairn_task_error_step(const cairn_task *t);
 CAIRN_API int cairn_task_is_tombstone(const cairn_task *t);
 /* The whole snapshot as a JSON document (task, status, attempt, payload_hash, steps with name,
  * status, invocations, output as JSON, ...). The caller's: free it with cairn_free(). NULL on

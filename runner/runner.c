@@ -469,10 +469,8 @@ static int acquire_txn(cairn__txn *t, void *arg)
                                  task.error_step[0] ? ": " : "", task.error);
     case CAIRN_IN_DOUBT:
         a->finished = 1;
-        return cairn__store_fail(s, CAIRN_EINDOUBT,
-                                 "task '%s' is in doubt at step '%s': %s; settle it with "
-                                 "`cairn resolve %s --step %s --done|--not-done`",
-                                 a->id, task.error_step, task.error, a->id, task.error_step);
+        return cairn__store_fail(s, CAIRN_EINDOUBT, "task '%s' is in doubt at step '%s': %s",
+                                 a->id, task.error_step, task.error);
     default:
         break;
     }
@@ -503,7 +501,7 @@ static int acquire_txn(cairn__txn *t, void *arg)
             return cairn__store_fail(
                 s, CAIRN_EGRAPHCHANGED,
                 "task '%s' was started by another version of graph '%s' (pinned %s, now %s; "
-                "first changed step: '%s'); rerun with --allow-graph-change to redo from it",
+                "first changed step: '%s')",
                 a->id, a->g->name, task.steps_pin, a->g->pin, ch ? ch->name : "(graph header)");
         /* changed and new steps run again, with everything downstream of them; a change of
          * dependencies or delivery class alone re-runs nothing */
