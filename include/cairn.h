@@ -269,8 +269,9 @@ typedef enum cairn_durability {
 
 /* Open a store once per process (LMDB's rule: a second handle on the same store in one process
  * breaks its locks) and use the handle from one thread at a time (its error message lives in
- * it), counting the calls runners make on it: runners sharing a store share its thread. Several processes may share a store. A child forked while a store is open must not use
- * it (exec or _exit).
+ * it), counting the calls runners make on it: runners sharing a store share its thread.
+ * Several processes may share a store. A child forked while a store is open must not use it
+ * (exec or _exit).
  * A CAIRN_SYNC store survives power loss: an effect's intent, an expensive step's output, a
  * task's end and operator commands are flushed before the call goes on (a durable point); other
  * commits are not flushed, and a power cut may undo them back to the last durable point, never
@@ -452,7 +453,8 @@ CAIRN_API char *cairn_task_json(const cairn_task *t);
  * (CAIRN_EIO, CAIRN_ECORRUPT, CAIRN_ESCHEMA, CAIRN_ENOMEM), with cairn_store_errmsg. */
 
 /* One task in cairn_store_list. With `err` 0 every field is set. Otherwise the task's record
- * cannot be read and only `task_id`, `err` and `message` are: CAIRN_ECORRUPT (damaged),
+ * cannot be read and only `task_id`, `err` and `message` say anything (the other strings are "",
+ * the numbers 0): CAIRN_ECORRUPT (damaged),
  * CAIRN_ESCHEMA (written by a newer cairn) or CAIRN_ENOTFOUND (listed in the store's status
  * index without a record); such a task is always reported, never skipped, so that it can be
  * named (and `cairn show` says more). Times are ms since the Unix epoch, 0 = not (yet). */
@@ -498,7 +500,7 @@ typedef struct cairn_stats {
     uint64_t by_state[16]; /* tasks per state, indexed by cairn_state (room for more states) */
     uint64_t tombstones, messages, step_records, audit_records; /* consumed queue messages */
     uint64_t map_size, map_used, page_size; /* bytes: the current map, what is in use, a page */
-    cairn_durability durability;             /* the store's own, fixed at its creation */
+    cairn_durability durability;            /* the store's own, fixed at its creation */
     /* commits: the last one, and (sync stores) the last durable point's (0: none recorded yet);
      * a restart of the machine undoes the commits between the two */
     uint64_t last_commit, durable_commit;

@@ -399,7 +399,7 @@ int cairn__cmd_stats(int argc, char **argv)
     if (st.durability == CAIRN_SYNC) /* null: no durable point recorded yet */
         json_object_set_new(j, "durable_commit",
                             st.durable_commit ? json_integer((json_int_t)st.durable_commit)
-                                           : json_null());
+                                              : json_null());
     json_object_set_new(j, "readers", json_integer((json_int_t)st.readers));
     if (st.readers)
         json_object_set_new(j, "oldest_reader",
@@ -427,8 +427,9 @@ int cairn__cmd_stats(int argc, char **argv)
             printf("durable      up to commit %llu of %llu (a restart of the machine undoes the "
                    "%llu after it)\n",
                    (unsigned long long)st.durable_commit, (unsigned long long)st.last_commit,
-                   (unsigned long long)(st.last_commit > st.durable_commit ? st.last_commit - st.durable_commit
-                                                                     : 0));
+                   (unsigned long long)(st.last_commit > st.durable_commit
+                                            ? st.last_commit - st.durable_commit
+                                            : 0));
         else if (st.durability == CAIRN_SYNC)
             printf("durable      no durable point recorded yet (the store is as written)\n");
         if (st.readers)

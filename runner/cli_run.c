@@ -229,7 +229,8 @@ int cairn__cmd_run(int argc, char **argv, cairn_graph *const *graphs, size_t n)
         return cairn__exit_code(rc);
     }
     char id[CAIRN_TASK_ID_MAX + 1] = "";
-    rc = cairn_runner_run(s.runner, o.graph, o.task, o.task_from, buf, len, o.message_id, id, sizeof id);
+    rc = cairn_runner_run(s.runner, o.graph, o.task, o.task_from, buf, len, o.message_id, id,
+                          sizeof id);
     free(buf);
     char msg[1200];
     snprintf(msg, sizeof msg, "%s", cairn_runner_errmsg(s.runner));

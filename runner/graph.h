@@ -17,7 +17,8 @@ struct cairn_step {
     size_t n_deps;
     size_t *deps; /* indexes into graph->steps, filled by validate */
     size_t index;
-    struct cairn_graph *graph; /* the graph it belongs to: its setters check that it is not frozen */
+    /* the graph it belongs to: the step's setters check that it is not frozen */
+    struct cairn_graph *graph;
 };
 
 struct cairn_graph {

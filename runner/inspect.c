@@ -16,8 +16,8 @@
 
 #include "runner/internal.h"
 
-_Static_assert(CAIRN_STATE_COUNT <= sizeof ((cairn_stats *)0)->by_state /
-                                        sizeof ((cairn_stats *)0)->by_state[0],
+_Static_assert(CAIRN_STATE_COUNT <=
+                   sizeof((cairn_stats *)0)->by_state / sizeof((cairn_stats *)0)->by_state[0],
                "cairn_stats.by_state has room for every state");
 
 /* What the caller's callback said: 0 go on, 1 stop (the call returns 0), < 0 stop with that. */
@@ -43,7 +43,13 @@ static int list_cb(const char *id, void *arg)
     int rc = cairn__task_get(a->t, id, &r);
     if (rc == CAIRN_ENOMEM || rc == CAIRN_EIO)
         return rc; /* the store failed, not this record */
-    cairn_task_row row = {.task_id = id, .err = rc, .message = ""};
+    cairn_task_row row = {.task_id = id,
+                          .err = rc,
+                          .message = "",
+                          .graph = "",
+                          .error = "",
+                          .error_step = "",
+                          .tenant = ""};
     if (rc) {
         /* a corrupt record, or one of a newer schema: never hidden, reported by name */
         row.message = rc == CAIRN_ENOTFOUND ? "listed in the status index but has no record"

@@ -469,8 +469,8 @@ static int acquire_txn(cairn__txn *t, void *arg)
                                  task.error_step[0] ? ": " : "", task.error);
     case CAIRN_IN_DOUBT:
         a->finished = 1;
-        return cairn__store_fail(s, CAIRN_EINDOUBT, "task '%s' is in doubt at step '%s': %s",
-                                 a->id, task.error_step, task.error);
+        return cairn__store_fail(s, CAIRN_EINDOUBT, "task '%s' is in doubt at step '%s': %s", a->id,
+                                 task.error_step, task.error);
     default:
         break;
     }

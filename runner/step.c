@@ -367,8 +367,7 @@ static int run_step(cairn_ctx *c, const cairn_graph *g)
                          s->name, cairn__delivery_id(c));
                 rc = commit(c, C_IN_DOUBT, CAIRN__DURABLE, NULL, 0, why, inv, 0);
                 return rc ? rc
-                          : cairn__runner_fail(r, CAIRN_EINDOUBT, "task '%s': %s", c->task_id,
-                                               why);
+                          : cairn__runner_fail(r, CAIRN_EINDOUBT, "task '%s': %s", c->task_id, why);
             }
         }
         if (!probe && inv >= s->max_invocations) {

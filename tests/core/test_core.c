@@ -428,7 +428,6 @@ static void test_fingerprint(void)
     cairn_graph_free(g);
 }
 
-
 /* ------------------------------------------------------------------ lifecycle */
 
 /* The settings of a runner that open fixes, for comparing before and after a refused setter. */
@@ -490,10 +489,17 @@ static void test_runner_lifecycle(void)
         cairn_runner_open(r),
         cairn_runner_set_tenant_limit(r, NULL, 0),
     };
-    static const char *const names[11] = {
-        "add_graph",          "set_store",          "set_max_attempts",   "set_lease_ms",
-        "set_inline_wait_ms", "set_tenant_limit",   "set_allow_graph_change", "set_retention",
-        "set_retry_report",   "open (a second time)", "set_tenant_limit(NULL)"};
+    static const char *const names[11] = {"add_graph",
+                                          "set_store",
+                                          "set_max_attempts",
+                                          "set_lease_ms",
+                                          "set_inline_wait_ms",
+                                          "set_tenant_limit",
+                                          "set_allow_graph_change",
+                                          "set_retention",
+                                          "set_retry_report",
+                                          "open (a second time)",
+                                          "set_tenant_limit(NULL)"};
     for (int i = 0; i < 11; i++)
         ok(rcs[i] == CAIRN_EBUSY, "after open, cairn_runner_%s is CAIRN_EBUSY (%s)", names[i],
            cairn_errname(rcs[i]));
@@ -536,12 +542,9 @@ static void test_graph_frozen(void)
     snprintf(pin, sizeof pin, "%s", g->pin);
     cairn_step saved = *b;
     int rcs[7] = {
-        cairn_step_set_version(b, 3),
-        cairn_step_set_delivery(b, CAIRN_EFFECT),
-        cairn_step_set_probe(b, probe_nop),
-        cairn_step_set_user(b, &dummy),
-        cairn_step_set_retry(b, 9, 1, 2),
-        cairn_step_set_timeout(b, 1000),
+        cairn_step_set_version(b, 3),       cairn_step_set_delivery(b, CAIRN_EFFECT),
+        cairn_step_set_probe(b, probe_nop), cairn_step_set_user(b, &dummy),
+        cairn_step_set_retry(b, 9, 1, 2),   cairn_step_set_timeout(b, 1000),
         cairn_step_set_expensive(b, 1),
     };
     static const char *const names[7] = {"version", "delivery", "probe",    "user",

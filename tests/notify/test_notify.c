@@ -250,7 +250,8 @@ static int scen_run(scen *s, const char *text)
     json_t *in = json_pack("{s:s}", "text", text);
     char *js = json_dumps(in, JSON_COMPACT);
     json_decref(in);
-    int rc = cairn_runner_run(s->r, s->name, NULL, NULL, js, strlen(js), NULL, s->task, sizeof s->task);
+    int rc =
+        cairn_runner_run(s->r, s->name, NULL, NULL, js, strlen(js), NULL, s->task, sizeof s->task);
     free(js);
     if (rc)
         diag("%s: run -> %s: %s", s->name, cairn_errname(rc), cairn_runner_errmsg(s->r));

@@ -1521,7 +1521,6 @@ static void test_corrupt_task(void)
     cairn_graph_free(g);
 }
 
-
 /* ------------------------------------------------------------------ store views */
 
 typedef struct rows_seen {

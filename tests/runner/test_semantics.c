@@ -211,7 +211,8 @@ static cairn_step_result nested(cairn_ctx *c, void *user)
     (void)user;
     if (strcmp(cairn_ctx_task_id(c), "x1") == 0) {
         static const char in[] = "{\"tenant\":\"acme\"}";
-        g_inner_rc = cairn_runner_run(g_inner, "ten", "x2", NULL, in, sizeof in - 1, "p0:1", NULL, 0);
+        g_inner_rc =
+            cairn_runner_run(g_inner, "ten", "x2", NULL, in, sizeof in - 1, "p0:1", NULL, 0);
         calls[0]++;
     } else
         calls[1]++;

@@ -1045,7 +1045,8 @@ static void test_reported_states_settled(void)
     waitpid(pid, NULL, 0);
     cairn_runner *r = runner_on(s, g);
     cairn_runner_set_max_attempts(r, 1);
-    int rc2 = cairn_runner_open(r) ? -1 : cairn_runner_run(r, "g", "t", NULL, "{}", 2, NULL, NULL, 0);
+    int rc2 =
+        cairn_runner_open(r) ? -1 : cairn_runner_run(r, "g", "t", NULL, "{}", 2, NULL, NULL, 0);
     cairn_runner_free(r);
     cairn_store_free(s);
     reboot("boot-B");
@@ -1122,7 +1123,8 @@ static void test_hit_on_busy_store(void)
     cairn_graph_add_step(g, "s", ok_step, NULL);
     cairn_store *s = open_sync(dir);
     cairn_runner *r = runner_on(s, g);
-    int rc = cairn_runner_open(r) ? -1 : cairn_runner_run(r, "g", "t", NULL, "{}", 2, NULL, NULL, 0);
+    int rc =
+        cairn_runner_open(r) ? -1 : cairn_runner_run(r, "g", "t", NULL, "{}", 2, NULL, NULL, 0);
     pid_t pid = fork();
     if (pid == 0) { /* a busy neighbour: relaxed commits, no durable point after them */
         cairn_store *c = open_sync(dir);
