@@ -23,6 +23,7 @@
 #define CAIRN__ID_MAX 128
 #define CAIRN__NAME_MAX 64
 #define CAIRN__ERR_MAX 512
+_Static_assert(CAIRN__ID_MAX >= CAIRN_TASK_ID_MAX, "a task record holds any valid task ID");
 
 typedef struct cairn__txn cairn__txn;
 typedef int (*cairn__txn_fn)(cairn__txn *t, void *arg);

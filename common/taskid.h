@@ -9,8 +9,10 @@
 
 #include <jansson.h>
 
-/* Longest task ID in bytes (a buffer for one needs CAIRN__TASK_ID_MAX + 1). */
-#define CAIRN__TASK_ID_MAX 128
+#include "cairn.h"
+
+/* Longest task ID in bytes (a buffer for one needs CAIRN__TASK_ID_MAX + 1): the public limit. */
+#define CAIRN__TASK_ID_MAX CAIRN_TASK_ID_MAX
 
 /* Checks a task ID: 1..CAIRN__TASK_ID_MAX bytes, each one of A-Z a-z 0-9 . _ : -
  * CAIRN_ETASKID with err naming the offending byte offset and character, e.g.

@@ -10,18 +10,34 @@
  *   cairn_graph   a named, versioned DAG of steps, defined in code
  *   cairn_store   an LMDB checkpoint store (a directory)
  *   cairn_runner  executes tasks of registered graphs against a store
- *   cairn_task    a read-only snapshot of one task, for inspection
+ *   cairn_task    a read-only snapshot of one task, for inspection (and, across tasks, the
+ *                 store views: cairn_store_list, cairn_store_audit, cairn_store_stats)
  *   cairn_ctx     what a step function sees while it runs
  *
  * Conventions:
- *   - Every fallible call returns 0 or a negative CAIRN_E* code (cairn_errors.h);
- *     cairn_errmsg(handle) gives the detail of the last error on that handle.
- *   - Strings passed in are copied unless a function says otherwise.
+ *   - Every fallible call returns 0 or a negative CAIRN_E* code (cairn_errors.h); the handle's
+ *     own errmsg function (cairn_graph_errmsg, cairn_store_errmsg, cairn_runner_errmsg) gives
+ *     the detail of its last error. That string belongs to the handle and is valid until the
+ *     next call on it. Messages state the situation ("task 'x' is in doubt at step 'send'");
+ *     what to do about it is the caller's to say (the CLI adds its own commands).
+ *   - Strings passed in are copied unless a function says otherwise. Strings returned as
+ *     `const char *` belong to the library (the handle, or static); the few returned as
+ *     `char *` are the caller's, freed with cairn_free().
  *   - `_free(NULL)` is a no-op.
  *   - The library never calls exit() or abort() on bad input.
  *
+ * Threads: no handle locks itself. Each one says what it allows; in short, a store and the
+ * runners on it are used by one thread at a time, a frozen graph and a task snapshot are
+ * read-only and may be shared, a step's context belongs to the call of the step, and the
+ * functions that take no handle (cairn_strerror, cairn_version, ...) may be called from any
+ * thread at any time.
+ *
  * Lifecycle reads like LMDB: cairn_runner_new() -> typed setters -> cairn_runner_open()
- * -> cairn_runner_run() ... -> cairn_runner_free().
+ * -> cairn_runner_run() ... -> cairn_runner_free(). The lifecycle is enforced: a runner's
+ * setters (and cairn_runner_add_graph) return CAIRN_EBUSY once it is open, and a graph is
+ * frozen when it is registered with a runner: from then on its step setters return CAIRN_EBUSY
+ * and cairn_graph_add_step returns NULL, so what a runner compares tasks with never changes.
+ * A refused call changes nothing.
  */
 #ifndef CAIRN_H
 #define CAIRN_H
@@ -49,11 +65,30 @@ extern "C" {
 #define CAIRN_PRINTF(f, a)
 #endif
 
+/* ------------------------------------------------------------------ version */
+
+/* The version of this header; cairn_version() says which library a program runs with. The build
+ * checks these against meson's project version (meson.build), so they cannot drift apart. */
+#define CAIRN_VERSION_MAJOR 0
+#define CAIRN_VERSION_MINOR 1
+#define CAIRN_VERSION_PATCH 0
+#define CAIRN_VERSION_STRING "0.1.0"
+
+/* The library's version as "MAJOR.MINOR.PATCH" (static; never NULL); each number is also written
+ * to the pointers that are not NULL (LMDB's mdb_version). */
+CAIRN_API const char *cairn_version(int *major, int *minor, int *patch);
+
+/* ------------------------------------------------------------------ memory */
+
+/* Frees a `char *` the library returned to the caller (cairn_task_json); NULL is a no-op. Use it
+ * rather than free(): the library and the program may not share one allocator. */
+CAIRN_API void cairn_free(void *p);
+
 /* ------------------------------------------------------------------ errors */
 
 /* enum cairn_error (CAIRN_OK and the CAIRN_E* codes) is defined in cairn_errors.h. */
 
-/* Text of an error code ("store full (map limit or disk full)"); never NULL. */
+/* Text of an error code ("store full (map limit or disk full)"); never NULL, static. */
 CAIRN_API const char *cairn_strerror(int err);
 /* Name of an error code ("CAIRN_EFULL"); never NULL ("CAIRN_E?" for unknown codes). */
 CAIRN_API const char *cairn_errname(int err);
@@ -128,6 +163,9 @@ typedef enum cairn_delivery {
 
 /* ------------------------------------------------------------------ graph */
 
+/* A graph is built by one thread (new, add_step, step setters) and frozen when a runner
+ * registers it; from then on it is read-only, and runners in any number of threads may share
+ * it. Free it after the last runner using it is freed. */
 typedef struct cairn_graph cairn_graph;
 typedef struct cairn_step cairn_step; /* owned by its graph; valid until cairn_graph_free */
 
@@ -139,11 +177,16 @@ CAIRN_API const char *cairn_graph_name(const cairn_graph *g);
 
 /* Adds a step (name: 1..64 bytes of [A-Za-z0-9._-], unique in the graph). `deps` is a
  * comma-separated list of step names this step reads (may name steps added later), or NULL.
- * Returns the step (owned by the graph) or NULL; then cairn_errmsg_graph(g) says why
- * (CAIRN_EGRAPH duplicate/bad name, CAIRN_ENOMEM). Defaults: version 1, compute, no probe,
- * retry max 3 invocations, base 200 ms, cap 30 s, no timeout. */
+ * Returns the step (owned by the graph) or NULL; then cairn_graph_errmsg(g) says why (a
+ * duplicate or bad name, no function, out of memory, or a frozen graph: one registered with a
+ * runner). Defaults: version 1, compute, no probe, retry max 3 invocations, base 200 ms, cap
+ * 30 s, no timeout. Adding a step undoes a validation (cairn_graph_fingerprint is NULL again). */
 CAIRN_API cairn_step *cairn_graph_add_step(cairn_graph *g, const char *name, cairn_step_fn fn,
                                            const char *deps);
+/* Step setters. Each returns 0, CAIRN_EINVAL (no step, or a bad value: version 0, an unknown
+ * delivery class, max_invocations 0 or cap_ms < base_ms) or CAIRN_EBUSY (the step's graph is
+ * frozen: registered with a runner); a refused call changes nothing. A change undoes the graph's
+ * validation, so its fingerprint is never that of an older definition. */
 CAIRN_API int cairn_step_set_version(cairn_step *s, uint32_t version);
 CAIRN_API int cairn_step_set_delivery(cairn_step *s, cairn_delivery d);
 CAIRN_API int cairn_step_set_probe(cairn_step *s, cairn_probe_fn probe);
@@ -163,9 +206,10 @@ CAIRN_API int cairn_step_set_timeout(cairn_step *s, uint32_t timeout_ms);
  * and it then runs again. */
 CAIRN_API int cairn_step_set_expensive(cairn_step *s, int expensive);
 
-/* Validates the whole graph: non-empty, every dependency exists, no cycle. Returns 0 or
- * CAIRN_EGRAPH with a message naming the step (see cairn_graph_errmsg). Called by the runner
- * when the graph is registered. */
+/* Validates the whole graph: non-empty, every dependency exists, no cycle. Returns 0,
+ * CAIRN_EINVAL (NULL), CAIRN_ENOMEM or CAIRN_EGRAPH with a message naming the step (see
+ * cairn_graph_errmsg). Called by the runner when the graph is registered; on a frozen graph it
+ * does nothing and returns 0. */
 CAIRN_API int cairn_graph_validate(cairn_graph *g);
 CAIRN_API const char *cairn_graph_errmsg(const cairn_graph *g);
 /* Fingerprint: hex SHA-256 over the graph name, version, and each step's name, version,
@@ -173,6 +217,9 @@ CAIRN_API const char *cairn_graph_errmsg(const cairn_graph *g);
 CAIRN_API const char *cairn_graph_fingerprint(const cairn_graph *g);
 
 /* ------------------------------------------------------------------ step context */
+
+/* A cairn_ctx is valid only during the call of the step (or probe) it was passed to, and only
+ * on that call's thread; so is everything read through it, unless a function says otherwise. */
 
 /* Task ID, step name, generation (starts at 1), invocation number of this step (1-based) and
  * task attempt (1-based). Strings valid until the step returns. */
@@ -222,8 +269,9 @@ typedef enum cairn_durability {
 
 /* Open a store once per process (LMDB's rule: a second handle on the same store in one process
  * breaks its locks) and use the handle from one thread at a time (its error message lives in
- * it). Several processes may share a store. A child forked while a store is open must not use
- * it (exec or _exit).
+ * it), counting the calls runners make on it: runners sharing a store share its thread.
+ * Several processes may share a store. A child forked while a store is open must not use it
+ * (exec or _exit).
  * A CAIRN_SYNC store survives power loss: an effect's intent, an expensive step's output, a
  * task's end and operator commands are flushed before the call goes on (a durable point); other
  * commits are not flushed, and a power cut may undo them back to the last durable point, never
@@ -251,14 +299,21 @@ CAIRN_API const char *cairn_store_errmsg(const cairn_store *s);
 
 /* ------------------------------------------------------------------ runner */
 
+/* A runner is used by one thread at a time (with its store: see above), except
+ * cairn_runner_stop, which any thread or a signal handler may call at any time. Several runners
+ * may share one store handle and one graph. */
 typedef struct cairn_runner cairn_runner;
 
 CAIRN_API cairn_runner *cairn_runner_new(void);
-/* Registers a graph (validated now; CAIRN_EGRAPH). The graph is borrowed and must outlive the
- * runner. */
+/* Registers a graph: validates it (CAIRN_EGRAPH, with the graph's message; also for a second
+ * graph of the same name) and freezes it (see the lifecycle above). The graph is borrowed and
+ * must outlive the runner; it may be registered with several runners, and stays frozen after
+ * they are freed. CAIRN_EBUSY once the runner is open, CAIRN_EINVAL, CAIRN_ENOMEM. */
 CAIRN_API int cairn_runner_add_graph(cairn_runner *r, cairn_graph *g);
 /* The store the runner works on (borrowed; must be open and outlive the runner). */
 CAIRN_API int cairn_runner_set_store(cairn_runner *r, cairn_store *s);
+/* Every cairn_runner_set_* below returns 0, CAIRN_EINVAL (no runner, or a value out of range) or
+ * CAIRN_EBUSY (the runner is open: settings are fixed then; the runner is unchanged). */
 /* Max attempts (runs) per task before it is dead; default 3. */
 CAIRN_API int cairn_runner_set_max_attempts(cairn_runner *r, uint32_t n);
 /* Lease time-to-live; default 60 s. Renewed at every commit, with each progress record, and
@@ -281,6 +336,8 @@ CAIRN_API int cairn_runner_set_allow_graph_change(cairn_runner *r, int allow);
 /* Retention of outputs of finished tasks (default 7 days) and of tombstones (30 days). */
 CAIRN_API int cairn_runner_set_retention(cairn_runner *r, uint64_t outputs_s,
                                          uint64_t tombstones_s);
+/* Fixes the settings and makes the runner usable: CAIRN_EINVAL (no store set), CAIRN_EBUSY
+ * (open already). */
 CAIRN_API int cairn_runner_open(cairn_runner *r);
 CAIRN_API void cairn_runner_free(cairn_runner *r);
 CAIRN_API const char *cairn_runner_errmsg(const cairn_runner *r);
@@ -291,11 +348,17 @@ CAIRN_API const char *cairn_runner_errmsg(const cairn_runner *r);
  * start no new work); create a new runner to run again. */
 CAIRN_API void cairn_runner_stop(cairn_runner *r);
 
+/* Task IDs: 1..CAIRN_TASK_ID_MAX bytes of A-Z a-z 0-9 . _ : -; a buffer for one holds
+ * CAIRN_TASK_ID_MAX + 1 bytes. */
+#define CAIRN_TASK_ID_MAX 128
+
 /* Runs one task. `input_json` is the task input (a JSON object, copied). `task_id` may be NULL
  * to derive it: from `id_fields` (comma-separated top-level fields, joined with '_') or, if NULL,
  * "<graph>_<first 16 hex of SHA-256 of the RFC 8785 canonical input>". `message_id` (optional)
- * records the consumed queue message. The resolved task ID is written to `task_id_out`
- * (>= 129 bytes) if not NULL.
+ * records the consumed queue message. The resolved task ID is written, NUL-terminated, to
+ * `task_id_out` if it is not NULL: a buffer of `task_id_size` >= CAIRN_TASK_ID_MAX + 1 bytes
+ * (a smaller one is CAIRN_EINVAL before anything is done; the size is ignored with NULL). It is
+ * written as soon as the ID is known, so it is there for most failures too.
  * Returns 0 when the task has succeeded (now or earlier) or the message was already consumed
  * (then CAIRN_EMSGSEEN is not an error: 0 and cairn_runner_errmsg() says so), or:
  *   CAIRN_EJSON, CAIRN_ETOOBIG, CAIRN_ETASKID  bad input; nothing written
@@ -314,7 +377,7 @@ CAIRN_API void cairn_runner_stop(cairn_runner *r);
  *   CAIRN_ENOGRAPH    no such graph */
 CAIRN_API int cairn_runner_run(cairn_runner *r, const char *graph, const char *task_id,
                                const char *id_fields, const char *input_json, size_t input_len,
-                               const char *message_id, char *task_id_out);
+                               const char *message_id, char *task_id_out, size_t task_id_size);
 /* Resumes an existing task (its input is in the store). Same returns as cairn_runner_run. */
 CAIRN_API int cairn_runner_resume(cairn_runner *r, const char *task_id);
 /* Runs due tasks: failed ones whose next_retry_at has passed (all failed ones if `now` is set),
@@ -326,7 +389,8 @@ CAIRN_API int cairn_runner_retry(cairn_runner *r, const char *graph, uint32_t li
  * task ID, what cairn_runner_run would have returned for it (CAIRN_EBUSY and CAIRN_ETENANT: it
  * did not run, and is not counted) and the runner's message ("" on success). A due task whose
  * record cannot be read (CAIRN_ECORRUPT, CAIRN_ESCHEMA) is reported too, and counted as failed.
- * This is how a cron job says which tasks failed and why. NULL turns it off. */
+ * This is how a cron job says which tasks failed and why. NULL turns it off. A setting like the
+ * others: before cairn_runner_open (CAIRN_EBUSY after). */
 typedef void (*cairn_retry_report_fn)(const char *task_id, int rc, const char *message, void *user);
 CAIRN_API int cairn_runner_set_retry_report(cairn_runner *r, cairn_retry_report_fn fn, void *user);
 /* Settles an in-doubt effect: done (the effect happened: record it, continue after it) or not
@@ -347,9 +411,12 @@ CAIRN_API int cairn_runner_gc(cairn_runner *r, uint32_t *n_pruned, uint32_t *n_r
 
 /* ------------------------------------------------------------------ inspection */
 
+/* A task snapshot is immutable and independent of the store: any number of threads may read
+ * one at once; free it once, after the last reader. Its strings live as long as it does. */
 typedef struct cairn_task cairn_task;
 
-/* Loads a snapshot of a task (CAIRN_ENOTFOUND). The snapshot is independent of the store. */
+/* Loads a snapshot of a task: 0, CAIRN_EINVAL (NULL argument, or an ID longer than
+ * CAIRN_TASK_ID_MAX), CAIRN_ENOTFOUND, CAIRN_ENOMEM or a store error (cairn_store_errmsg). */
 CAIRN_API int cairn_task_load(cairn_store *s, const char *task_id, cairn_task **out);
 CAIRN_API void cairn_task_free(cairn_task *t);
 CAIRN_API const char *cairn_task_id(const cairn_task *t);
@@ -359,10 +426,95 @@ CAIRN_API uint32_t cairn_task_attempt(const cairn_task *t);
 CAIRN_API uint32_t cairn_task_generation(const cairn_task *t);
 CAIRN_API const char *cairn_task_payload_hash(const cairn_task *t);
 CAIRN_API const char *cairn_task_error(const cairn_task *t); /* last error text or "" */
+/* The step that error belongs to ("" for the task as a whole): for a task in doubt, the effect
+ * that cairn_runner_resolve settles. */
+CAIRN_API const char *cairn_task_error_step(const cairn_task *t);
 CAIRN_API int cairn_task_is_tombstone(const cairn_task *t);
 /* The whole snapshot as a JSON document (task, status, attempt, payload_hash, steps with name,
- * status, invocations, output as JSON, ...). malloc'd; the caller frees it. NULL on ENOMEM. */
+ * status, invocations, output as JSON, ...). The caller's: free it with cairn_free(). NULL on
+ * ENOMEM. */
 CAIRN_API char *cairn_task_json(const cairn_task *t);
+
+/* ------------------------------------------------------------------ store views
+ *
+ * cairn_store_list, cairn_store_audit and cairn_store_stats share one style (LMDB's callbacks,
+ * not cursors). A call reads one snapshot of the store (one read transaction: a consistent view,
+ * whatever other processes commit meanwhile) and calls `fn` once per row, on the caller's
+ * thread, before it returns. A row is a struct the library fills and lends to `fn` for that call
+ * only: copy what you keep, strings included. Because rows are always the library's, fields are
+ * only ever appended to them, so a program built against an older cairn.h reads a newer
+ * library's rows correctly; never copy a row by value (its size may grow).
+ * `fn` returns 0 to go on, a positive value to stop early (the call then returns 0), or a
+ * negative CAIRN_E* code to stop with it (the call returns that code). While `fn` runs for
+ * list and audit the snapshot is open: `fn` must not call functions on the same store (LMDB
+ * allows one transaction per thread) and should be quick (a snapshot held long stops the store
+ * from reusing pages freed after it). The stats row is handed over after the snapshot is closed.
+ * Errors: CAIRN_EINVAL (NULL store or callback, a bad argument) and the store's errors
+ * (CAIRN_EIO, CAIRN_ECORRUPT, CAIRN_ESCHEMA, CAIRN_ENOMEM), with cairn_store_errmsg. */
+
+/* One task in cairn_store_list. With `err` 0 every field is set. Otherwise the task's record
+ * cannot be read and only `task_id`, `err` and `message` say anything (the other strings are "",
+ * the numbers 0): CAIRN_ECORRUPT (damaged),
+ * CAIRN_ESCHEMA (written by a newer cairn) or CAIRN_ENOTFOUND (listed in the store's status
+ * index without a record); such a task is always reported, never skipped, so that it can be
+ * named (and `cairn show` says more). Times are ms since the Unix epoch, 0 = not (yet). */
+typedef struct cairn_task_row {
+    const char *task_id;
+    int err;             /* 0, or why the record cannot be read */
+    const char *message; /* with err: what the store said; "" otherwise */
+    const char *graph;
+    cairn_state state;
+    uint32_t attempt, generation;
+    int64_t created_ms, updated_ms, finished_ms;
+    int64_t next_retry_ms; /* a failed task's retry time; 0 in every other state */
+    int tombstone;         /* gc dropped its outputs */
+    const char *error, *error_step, *tenant; /* "" if none */
+} cairn_task_row;
+typedef int (*cairn_task_row_fn)(const cairn_task_row *row, void *user);
+
+/* Lists tasks: those in `*state` (NULL: every state) of `graph` (NULL: every graph), state by
+ * state in cairn_state order and, within one, by due time (a failed task's retry time, else its
+ * last change). At most `limit` readable tasks are listed (0: all); unreadable ones are listed
+ * as they are met, whatever their graph, and do not count. */
+CAIRN_API int cairn_store_list(cairn_store *s, const cairn_state *state, const char *graph,
+                               uint32_t limit, cairn_task_row_fn fn, void *user);
+
+/* One transition (or, with from == to, an event within a state: a lease taken over, a step
+ * done, a graph change) in a task's audit trail. */
+typedef struct cairn_audit_row {
+    int64_t t_ms; /* ms since the Unix epoch */
+    cairn_state from, to;
+    uint32_t attempt, generation;
+    const char *step;   /* the step it concerns; "" for the task as a whole */
+    const char *reason; /* "run", "retry", a step's error, an operator's action, ... */
+} cairn_audit_row;
+typedef int (*cairn_audit_row_fn)(const cairn_audit_row *row, void *user);
+
+/* A task's audit trail, oldest first. CAIRN_ENOTFOUND for no such task (also a task gc has
+ * removed: a tombstone keeps its trail). */
+CAIRN_API int cairn_store_audit(cairn_store *s, const char *task_id, cairn_audit_row_fn fn,
+                                void *user);
+
+/* The store's counts and size, in one row. */
+typedef struct cairn_stats {
+    uint64_t by_state[16]; /* tasks per state, indexed by cairn_state (room for more states) */
+    uint64_t tombstones, messages, step_records, audit_records; /* consumed queue messages */
+    uint64_t map_size, map_used, page_size; /* bytes: the current map, what is in use, a page */
+    cairn_durability durability;            /* the store's own, fixed at its creation */
+    /* commits: the last one, and (sync stores) the last durable point's (0: none recorded yet);
+     * a restart of the machine undoes the commits between the two */
+    uint64_t last_commit, durable_commit;
+    /* other processes' read snapshots (a sync store's writers hold one each), and the oldest one,
+     * with its process: pages freed after it are not reused while it is held */
+    uint32_t readers;
+    uint64_t oldest_reader_commit;
+    int oldest_reader_pid;
+} cairn_stats;
+typedef int (*cairn_stats_fn)(const cairn_stats *stats, void *user);
+
+/* Reads the store's counts and size and calls `fn` once with them (after the snapshot closed:
+ * `fn` may use the store). */
+CAIRN_API int cairn_store_stats(cairn_store *s, cairn_stats_fn fn, void *user);
 
 /* ------------------------------------------------------------------ CLI */
 

@@ -303,9 +303,11 @@ void cairn__cli_session_close(cairn__cli_session *s)
     cairn_store_free(s->store);
 }
 
-int cairn__cli_session_open(cairn__cli_session *s, const char *cmd, const cairn__cli_opts *o,
-                            cairn_graph *const *graphs, size_t n_graphs, int must_exist,
-                            int need_runner)
+/* The session, with the retry report its runner is opened with (NULL: none): a runner takes its
+ * settings only before cairn_runner_open. */
+static int session_open(cairn__cli_session *s, const char *cmd, const cairn__cli_opts *o,
+                        cairn_graph *const *graphs, size_t n_graphs, int must_exist,
+                        int need_runner, cairn_retry_report_fn report, void *report_user)
 {
     memset(s, 0, sizeof *s);
     char err[4200];
@@ -351,6 +353,8 @@ int cairn__cli_session_open(cairn__cli_session *s, const char *cmd, const cairn_
     cairn_runner_set_allow_graph_change(s->runner, o->allow_graph_change);
     cairn_runner_set_retention(s->runner, (uint64_t)(o->retention_days * 86400),
                                (uint64_t)(o->tombstone_days * 86400));
+    if (report)
+        cairn_runner_set_retry_report(s->runner, report, report_user);
     if ((rc = cairn_runner_open(s->runner))) {
         fprintf(stderr, "%s %s: %s (%s)\n", cairn__cli_prog, cmd, cairn_runner_errmsg(s->runner),
                 cairn_errname(rc));
@@ -364,6 +368,20 @@ int cairn__cli_session_open(cairn__cli_session *s, const char *cmd, const cairn_
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
     return 0;
+}
+
+int cairn__cli_session_open(cairn__cli_session *s, const char *cmd, const cairn__cli_opts *o,
+                            cairn_graph *const *graphs, size_t n_graphs, int must_exist,
+                            int need_runner)
+{
+    return session_open(s, cmd, o, graphs, n_graphs, must_exist, need_runner, NULL, NULL);
+}
+
+int cairn__cli_session_open_reporting(cairn__cli_session *s, const char *cmd,
+                                      const cairn__cli_opts *o, cairn_graph *const *graphs,
+                                      size_t n_graphs, cairn_retry_report_fn report, void *user)
+{
+    return session_open(s, cmd, o, graphs, n_graphs, 1, 1, report, user);
 }
 
 int cairn__cli_fail(const char *cmd, int rc, const char *msg)

@@ -195,6 +195,11 @@ typedef struct cairn__cli_session {
 int cairn__cli_session_open(cairn__cli_session *s, const char *cmd, const cairn__cli_opts *o,
                             cairn_graph *const *graphs, size_t n_graphs, int must_exist,
                             int need_runner);
+/* For `retry`: a session on an existing store whose runner is opened with `report` as its retry
+ * report (cairn_runner_set_retry_report, which an open runner refuses). */
+int cairn__cli_session_open_reporting(cairn__cli_session *s, const char *cmd,
+                                      const cairn__cli_opts *o, cairn_graph *const *graphs,
+                                      size_t n_graphs, cairn_retry_report_fn report, void *user);
 void cairn__cli_session_close(cairn__cli_session *s);
 /* Prints "PROG CMD: msg (CAIRN_EXXX)" (cairn_strerror when msg is empty) and returns the exit
  * code for rc. */

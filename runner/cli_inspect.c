@@ -4,7 +4,9 @@
  * read transaction (a consistent snapshot, whatever runs meanwhile) and prints either the --json
  * document or a table for people. The tables are rendered from the same JSON documents that --json
  * prints, so the two views can never disagree about what a task holds. A record that cannot be
- * read is never skipped silently: `list` names it and exits 74.
+ * read is never skipped silently: `list` names it and exits 74. They read the store only through
+ * the public API (cairn_task_load, cairn_store_list, cairn_store_audit, cairn_store_stats), as a
+ * program embedding cairn would.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,7 +14,6 @@
 #include <time.h>
 
 #include "runner/cli.h"
-#include "runner/internal.h"
 
 /* cairn_store_set_map_max's documented default, for `stats` */
 #define DEFAULT_MAP_MAX (64ull << 30)
@@ -176,64 +177,35 @@ const cairn__cli_task cairn__task_show = {"show", show_help, show_allowed, 1, 0,
 
 /* ------------------------------------------------------------------ list */
 
-typedef struct list_arg {
-    cairn__txn *t;
-    const char *graph;
-    uint32_t limit, n;
+/* cairn_store_list's rows as the JSON `list --json` prints: readable tasks in `rows`, the others
+ * in `unreadable` */
+typedef struct list_out {
     json_t *rows, *unreadable;
-} list_arg;
+} list_out;
 
-static int list_cb(const char *id, void *arg)
+static int list_row(const cairn_task_row *r, void *arg)
 {
-    list_arg *a = arg;
-    cairn__task_rec r;
-    if (a->limit && a->n >= a->limit)
-        return 1;
-    int rc = cairn__task_get(a->t, id, &r);
-    if (rc == CAIRN_ENOMEM || rc == CAIRN_EIO)
-        return rc; /* the store failed, not this record */
-    if (rc) {
-        /* a corrupt record, or one of a newer schema: never hidden, reported by name */
-        const char *why = rc == CAIRN_ENOTFOUND ? "listed in the status index but has no record"
-                                                : cairn_store_errmsg(cairn__txn_store(a->t));
-        json_array_append_new(a->unreadable, json_pack("{s:s, s:s, s:s}", "task", id, "error",
-                                                       cairn_errname(rc), "message", why));
+    list_out *a = arg;
+    if (r->err) {
+        json_array_append_new(a->unreadable,
+                              json_pack("{s:s, s:s, s:s}", "task", r->task_id, "error",
+                                        cairn_errname(r->err), "message", r->message));
         return 0;
     }
-    if (a->graph && strcmp(a->graph, r.graph) != 0)
-        return 0;
     json_t *o = json_object();
-    json_object_set_new(o, "task", json_string(r.id));
-    json_object_set_new(o, "graph", json_string(r.graph));
-    json_object_set_new(o, "status", json_string(cairn_state_name((cairn_state)r.state)));
-    json_object_set_new(o, "attempt", json_integer(r.attempt));
-    json_object_set_new(o, "updated_ms", json_integer(r.updated_ms));
-    if (r.state == CAIRN_FAILED)
-        json_object_set_new(o, "next_retry_at_ms", json_integer(r.next_retry_ms));
-    if (r.tombstone)
+    json_object_set_new(o, "task", json_string(r->task_id));
+    json_object_set_new(o, "graph", json_string(r->graph));
+    json_object_set_new(o, "status", json_string(cairn_state_name(r->state)));
+    json_object_set_new(o, "attempt", json_integer(r->attempt));
+    json_object_set_new(o, "updated_ms", json_integer(r->updated_ms));
+    if (r->state == CAIRN_FAILED)
+        json_object_set_new(o, "next_retry_at_ms", json_integer(r->next_retry_ms));
+    if (r->tombstone)
         json_object_set_new(o, "tombstone", json_true());
-    if (r.error[0])
-        json_object_set_new(o, "error", json_string(r.error));
+    if (r->error[0])
+        json_object_set_new(o, "error", json_string(r->error));
     json_array_append_new(a->rows, o);
-    a->n++;
     return 0;
-}
-
-static int list_txn(cairn__txn *t, void *arg)
-{
-    void **p = arg;
-    list_arg *a = p[0];
-    const cairn_state *only = p[1];
-    a->t = t;
-    /* a read transaction runs once, but start clean anyway: callbacks must not rely on that */
-    json_array_clear(a->rows);
-    json_array_clear(a->unreadable);
-    a->n = 0;
-    int rc = 0;
-    for (int s = 0; s < CAIRN_STATE_COUNT && !rc; s++)
-        if (!only || *only == (cairn_state)s)
-            rc = cairn__due_each(t, (cairn_state)s, INT64_MAX, list_cb, a);
-    return rc;
 }
 
 static const char list_help[] =
@@ -257,10 +229,8 @@ static int list_main(const cairn__cli_opts *o, cairn_graph *const *graphs, size_
         cairn__cli_session_close(&s);
         return cairn__exit_code(rc);
     }
-    list_arg a = {
-        .graph = o->graph, .limit = o->limit, .rows = json_array(), .unreadable = json_array()};
-    void *p[2] = {&a, o->status ? &st : NULL};
-    rc = cairn__store_read(s.store, list_txn, p);
+    list_out a = {.rows = json_array(), .unreadable = json_array()};
+    rc = cairn_store_list(s.store, o->status ? &st : NULL, o->graph, o->limit, list_row, &a);
     if (rc) {
         json_decref(a.rows);
         json_decref(a.unreadable);
@@ -300,33 +270,18 @@ const cairn__cli_task cairn__task_list = {"list", list_help, list_allowed, 0, 0,
 
 /* ------------------------------------------------------------------ audit, stats */
 
-static int audit_cb(const cairn__audit_rec *a, void *arg)
+static int audit_row(const cairn_audit_row *a, void *arg)
 {
     json_t *o = json_object();
     json_object_set_new(o, "t_ms", json_integer(a->t_ms));
-    json_object_set_new(o, "from", json_string(cairn_state_name((cairn_state)a->from)));
-    json_object_set_new(o, "to", json_string(cairn_state_name((cairn_state)a->to)));
+    json_object_set_new(o, "from", json_string(cairn_state_name(a->from)));
+    json_object_set_new(o, "to", json_string(cairn_state_name(a->to)));
     json_object_set_new(o, "attempt", json_integer(a->attempt));
     json_object_set_new(o, "generation", json_integer(a->generation));
     json_object_set_new(o, "step", a->step[0] ? json_string(a->step) : json_null());
     json_object_set_new(o, "reason", json_string(a->reason));
     json_array_append_new(arg, o);
     return 0;
-}
-
-typedef struct audit_arg {
-    const char *id;
-    json_t *rows;
-} audit_arg;
-
-static int audit_txn(cairn__txn *t, void *arg)
-{
-    audit_arg *a = arg;
-    cairn__task_rec r;
-    int rc = cairn__task_get(t, a->id, &r);
-    if (rc == CAIRN_ENOTFOUND)
-        return cairn__store_fail(cairn__txn_store(t), rc, "no task '%s'", a->id);
-    return rc ? rc : cairn__audit_each(t, a->id, audit_cb, a->rows);
 }
 
 static const char audit_help[] = "usage: %P audit ID [--json] [--store DIR]\n"
@@ -344,8 +299,7 @@ static int audit_main(const cairn__cli_opts *o, cairn_graph *const *graphs, size
         return cairn__exit_code(rc);
     }
     json_t *rows = json_array();
-    audit_arg a = {o->id, rows};
-    rc = cairn__store_read(s.store, audit_txn, &a);
+    rc = cairn_store_audit(s.store, o->id, audit_row, rows);
     int x = 0;
     if (rc) {
         x = cairn__cli_fail("audit", rc, cairn_store_errmsg(s.store));
@@ -363,7 +317,13 @@ static int audit_main(const cairn__cli_opts *o, cairn_graph *const *graphs, size
 static const int audit_allowed[] = {CAIRN__O_JSON, 0};
 const cairn__cli_task cairn__task_audit = {"audit", audit_help, audit_allowed, 1, 0, audit_main};
 
-static int stats_txn(cairn__txn *t, void *arg) { return cairn__store_stats_get(t, arg); }
+/* cairn_store_stats hands its one row to a callback; `stats` keeps a copy (a program built apart
+ * from the library copies fields instead: the row may grow, but the CLI is part of the library) */
+static int stats_copy(const cairn_stats *st, void *arg)
+{
+    *(cairn_stats *)arg = *st;
+    return 0;
+}
 
 static const char stats_help[] =
     "usage: %P stats [--json] [--map-max BYTES] [--store DIR]\n"
@@ -384,8 +344,8 @@ static int stats_main(const cairn__cli_opts *o, cairn_graph *const *graphs, size
         cairn__cli_session_close(&s);
         return cairn__exit_code(rc);
     }
-    cairn__store_stats st;
-    rc = cairn__store_read(s.store, stats_txn, &st);
+    cairn_stats st;
+    rc = cairn_store_stats(s.store, stats_copy, &st);
     if (rc) {
         int x = cairn__cli_fail("stats", rc, cairn_store_errmsg(s.store));
         cairn__cli_session_close(&s);
@@ -410,16 +370,16 @@ static int stats_main(const cairn__cli_opts *o, cairn_graph *const *graphs, size
     json_object_set_new(j, "map_max", json_integer((json_int_t)map_max));
     const char *dur = st.durability == CAIRN_NOSYNC ? "nosync" : "sync";
     json_object_set_new(j, "durability", json_string(dur));
-    json_object_set_new(j, "last_commit", json_integer((json_int_t)st.last_txn));
+    json_object_set_new(j, "last_commit", json_integer((json_int_t)st.last_commit));
     if (st.durability == CAIRN_SYNC) /* null: no durable point recorded yet */
         json_object_set_new(j, "durable_commit",
-                            st.durable_txn ? json_integer((json_int_t)st.durable_txn)
-                                           : json_null());
+                            st.durable_commit ? json_integer((json_int_t)st.durable_commit)
+                                              : json_null());
     json_object_set_new(j, "readers", json_integer((json_int_t)st.readers));
     if (st.readers)
         json_object_set_new(j, "oldest_reader",
                             json_pack("{s:I, s:I}", "pid", (json_int_t)st.oldest_reader_pid,
-                                      "commit", (json_int_t)st.oldest_reader_txn));
+                                      "commit", (json_int_t)st.oldest_reader_commit));
     if (o->json)
         cairn__cli_print_json(j);
     else {
@@ -438,20 +398,21 @@ static int stats_main(const cairn__cli_opts *o, cairn_graph *const *graphs, size
                (unsigned long long)st.step_records, (unsigned long long)st.audit_records, used,
                size, max, o->map_max ? "--map-max" : "the default; runs may set --map-max", dur,
                st.durability == CAIRN_NOSYNC ? "survives process crashes" : "survives power loss");
-        if (st.durability == CAIRN_SYNC && st.durable_txn)
+        if (st.durability == CAIRN_SYNC && st.durable_commit)
             printf("durable      up to commit %llu of %llu (a restart of the machine undoes the "
                    "%llu after it)\n",
-                   (unsigned long long)st.durable_txn, (unsigned long long)st.last_txn,
-                   (unsigned long long)(st.last_txn > st.durable_txn ? st.last_txn - st.durable_txn
-                                                                     : 0));
+                   (unsigned long long)st.durable_commit, (unsigned long long)st.last_commit,
+                   (unsigned long long)(st.last_commit > st.durable_commit
+                                            ? st.last_commit - st.durable_commit
+                                            : 0));
         else if (st.durability == CAIRN_SYNC)
             printf("durable      no durable point recorded yet (the store is as written)\n");
         if (st.readers)
             printf("readers      %u other process%s; the oldest, pid %d, holds commit %llu (%llu "
                    "behind: pages freed since are not reused while it does)\n",
                    st.readers, st.readers == 1 ? "" : "es", st.oldest_reader_pid,
-                   (unsigned long long)st.oldest_reader_txn,
-                   (unsigned long long)(st.last_txn - st.oldest_reader_txn));
+                   (unsigned long long)st.oldest_reader_commit,
+                   (unsigned long long)(st.last_commit - st.oldest_reader_commit));
         else
             printf("readers      none\n");
         json_decref(j);

@@ -7,6 +7,10 @@
  * and sorts the failures into "try later" (75) and "waiting will not help" (69), so a cron job can
  * tell an outage from a task that needs an operator. Options, help, the session and the exit-code
  * table are shared with the read-only commands (runner/cli.c, runner/cli_util.c).
+ *
+ * The runner's messages say what happened and nothing of the CLI (a program embedding the runner
+ * has no `cairn resolve` to offer); the command that gets a task going again is added here, from
+ * the error code (with_hint), wherever a runner's message is shown: run, retry, invalidate.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +29,29 @@ static int tenant_usage(const char *cmd, const char *help, const cairn__cli_opts
     if (o->max_per_tenant && !o->tenant_field)
         return cairn__cli_usage_error(cmd, help, "--max-running-per-tenant needs --tenant-field F");
     return 0;
+}
+
+/* Appends to `msg` (a runner's message about task `id`, in a buffer of `size`) the command that
+ * settles what error `rc` reports, as `cmd` printed it: an effect in doubt is settled with
+ * `cairn resolve` (the step in doubt is read from the store), a graph change is accepted with
+ * --allow-graph-change. Other codes have no command to add. */
+static void with_hint(char *msg, size_t size, const char *cmd, int rc, cairn_store *store,
+                      const char *id)
+{
+    size_t l = strlen(msg);
+    if (l >= size - 1 || !id || !id[0])
+        return;
+    if (rc == CAIRN_EINDOUBT) {
+        cairn_task *t = NULL;
+        if (store && cairn_task_load(store, id, &t) == 0)
+            snprintf(msg + l, size - l,
+                     "; settle it with `cairn resolve %s --step %s --done|--not-done`", id,
+                     cairn_task_error_step(t));
+        cairn_task_free(t);
+    } else if (rc == CAIRN_EGRAPHCHANGED) {
+        snprintf(msg + l, size - l, "; rerun with --allow-graph-change to %s",
+                 strcmp(cmd, "invalidate") ? "redo from it" : "accept that");
+    }
 }
 
 /* ------------------------------------------------------------------ run */
@@ -132,7 +159,9 @@ static int run_stored(const cairn__cli_opts *o, cairn_graph *const *graphs, size
     cairn_task_free(t);
     if (!rc)
         rc = cairn_runner_resume(s.runner, o->task);
-    const char *msg = rc == CAIRN_EINVAL ? err : cairn_runner_errmsg(s.runner);
+    char msg[1200];
+    snprintf(msg, sizeof msg, "%s", rc == CAIRN_EINVAL ? err : cairn_runner_errmsg(s.runner));
+    with_hint(msg, sizeof msg, "run", rc, s.store, o->task);
     if (o->json)
         run_json(s.store, o->task, rc, msg);
     if (rc)
@@ -184,11 +213,13 @@ static int run_main(const cairn__cli_opts *o, cairn_graph *const *graphs, size_t
         cairn__cli_session_close(&s);
         return cairn__exit_code(rc);
     }
-    char id[CAIRN__ID_MAX + 1] = "";
-    rc = cairn_runner_run(s.runner, o->graph, o->task, o->task_from, buf, len, o->message_id, id);
+    char id[CAIRN_TASK_ID_MAX + 1] = "";
+    rc = cairn_runner_run(s.runner, o->graph, o->task, o->task_from, buf, len, o->message_id, id,
+                          sizeof id);
     free(buf);
     char msg[1200];
     snprintf(msg, sizeof msg, "%s", cairn_runner_errmsg(s.runner));
+    with_hint(msg, sizeof msg, "run", rc, s.store, id);
     cairn_task *t = NULL;
     if (rc == 0 && id[0] && cairn_task_load(s.store, id, &t) == 0 &&
         cairn_task_state(t) != CAIRN_SUCCEEDED) {
@@ -246,15 +277,20 @@ static const char retry_help[] =
 typedef struct retry_seen {
     json_t *tasks;
     uint32_t deferred, later, operator_, store;
+    cairn_store *st; /* the session's, for with_hint */
 } retry_seen;
 
 static void retry_report(const char *task_id, int rc, const char *message, void *user)
 {
     retry_seen *r = user;
+    char msg[1200];
+    snprintf(msg, sizeof msg, "%s", message ? message : "");
+    with_hint(msg, sizeof msg, "retry", rc, r->st, task_id);
+    message = msg;
     json_array_append_new(r->tasks, json_pack("{s:s, s:i, s:o, s:s}", "task", task_id, "exit",
                                               cairn__exit_code(rc), "error",
                                               rc ? json_string(cairn_errname(rc)) : json_null(),
-                                              "message", message ? message : ""));
+                                              "message", message));
     switch (rc) {
     case 0:
         return;
@@ -279,7 +315,7 @@ static void retry_report(const char *task_id, int rc, const char *message, void 
         break;
     }
     fprintf(stderr, "%s: retry: %s: %s (%s)\n", cairn__cli_prog, task_id,
-            message && *message ? message : cairn_strerror(rc), cairn_errname(rc));
+            *message ? message : cairn_strerror(rc), cairn_errname(rc));
 }
 
 static int retry_main(const cairn__cli_opts *o, cairn_graph *const *graphs, size_t n)
@@ -291,12 +327,13 @@ static int retry_main(const cairn__cli_opts *o, cairn_graph *const *graphs, size
     if (o->graph && (rc = cairn__cli_check_graph(graphs, n, o->graph, err, sizeof err)))
         return cairn__cli_fail("retry", rc, err);
     cairn__cli_session s;
-    if ((rc = cairn__cli_session_open(&s, "retry", o, graphs, n, 1, 1))) {
+    retry_seen seen = {.tasks = json_array()};
+    if ((rc = cairn__cli_session_open_reporting(&s, "retry", o, graphs, n, retry_report, &seen))) {
+        json_decref(seen.tasks);
         cairn__cli_session_close(&s);
         return cairn__exit_code(rc);
     }
-    retry_seen seen = {.tasks = json_array()};
-    cairn_runner_set_retry_report(s.runner, retry_report, &seen);
+    seen.st = s.store;
     uint32_t ran = 0, ok = 0, bad = 0;
     rc = cairn_runner_retry(s.runner, o->graph, o->limit, o->now, &ran, &ok, &bad);
     if (o->json) {
@@ -388,8 +425,11 @@ static int invalidate_main(const cairn__cli_opts *o, cairn_graph *const *graphs,
     cairn__cli_session s;
     if ((rc = cairn__cli_session_open(&s, "invalidate", o, graphs, n, 1, 1)) == 0) {
         rc = cairn_runner_invalidate(s.runner, o->id, o->from);
+        char msg[1200];
+        snprintf(msg, sizeof msg, "%s", cairn_runner_errmsg(s.runner));
+        with_hint(msg, sizeof msg, "invalidate", rc, s.store, o->id);
         if (rc)
-            rc = cairn__cli_fail("invalidate", rc, cairn_runner_errmsg(s.runner));
+            rc = cairn__cli_fail("invalidate", rc, msg);
         else
             printf("%s: invalidated%s%s; task is pending\n", o->id, o->from ? " from " : "",
                    o->from ? o->from : "");

@@ -5,6 +5,12 @@
  * topological order that keeps definition order among independent steps) and the fingerprint a
  * task pins, so that resuming under changed code is detected instead of silently mixing old and
  * new steps.
+ *
+ * Registration also freezes the graph: from then on nothing in it changes (add_step is refused,
+ * every step setter returns CAIRN_EBUSY, validate does nothing), so the fingerprint and pin a
+ * runner compares with tasks can never go stale, and runners in several threads may share one
+ * graph without locks. Before that, any change undoes a validation: the fingerprint of a graph is
+ * either absent or the fingerprint of what the graph holds now.
  */
 #include "runner/graph.h"
 
@@ -54,7 +60,16 @@ void cairn_graph_free(cairn_graph *g)
 }
 
 const char *cairn_graph_name(const cairn_graph *g) { return g ? g->name : NULL; }
-const char *cairn_graph_errmsg(const cairn_graph *g) { return g ? g->err : "no graph"; }
+const char *cairn_graph_errmsg(const cairn_graph *g)
+{
+    if (!g)
+        return "no graph";
+    /* a frozen graph is never written (other threads may read it), so its refusals have no
+     * message of their own: this one says why */
+    if (!g->err[0] && g->frozen)
+        return "the graph is frozen: it was registered with a runner and no longer changes";
+    return g->err;
+}
 const char *cairn_graph_fingerprint(const cairn_graph *g)
 {
     return g && g->validated ? g->fingerprint : NULL;
@@ -71,7 +86,7 @@ cairn_step *cairn__graph_step(const cairn_graph *g, const char *name)
 cairn_step *cairn_graph_add_step(cairn_graph *g, const char *name, cairn_step_fn fn,
                                  const char *deps)
 {
-    if (!g)
+    if (!g || g->frozen)
         return NULL;
     if (!cairn__name_ok(name)) {
         snprintf(g->err, sizeof g->err,
@@ -108,58 +123,85 @@ cairn_step *cairn_graph_add_step(cairn_graph *g, const char *name, cairn_step_fn
     s->base_ms = 200;
     s->cap_ms = 30000;
     s->index = g->n_steps;
+    s->graph = g;
     g->steps[g->n_steps++] = s;
     g->validated = 0;
     return s;
 }
 
+/* Whether step `s` may change now: CAIRN_EINVAL without a step, CAIRN_EBUSY once its graph is
+ * frozen. Each setter checks its argument after this and changes the step only when both pass. */
+static int step_mutable(const cairn_step *s)
+{
+    if (!s)
+        return CAIRN_EINVAL;
+    return s->graph->frozen ? CAIRN_EBUSY : 0;
+}
+
+/* A change to a step makes the graph's validation (order, fingerprint, pin) stale. */
+static void step_changed(cairn_step *s) { s->graph->validated = 0; }
+
 int cairn_step_set_version(cairn_step *s, uint32_t v)
 {
-    if (!s || v == 0)
-        return CAIRN_EINVAL;
+    int rc = step_mutable(s);
+    if (rc || v == 0)
+        return rc ? rc : CAIRN_EINVAL;
     s->version = v;
+    step_changed(s);
     return 0;
 }
 int cairn_step_set_delivery(cairn_step *s, cairn_delivery d)
 {
-    if (!s || (unsigned)d > CAIRN_EFFECT_AT_LEAST_ONCE)
-        return CAIRN_EINVAL;
+    int rc = step_mutable(s);
+    if (rc || (unsigned)d > CAIRN_EFFECT_AT_LEAST_ONCE)
+        return rc ? rc : CAIRN_EINVAL;
     s->delivery = d;
+    step_changed(s);
     return 0;
 }
 int cairn_step_set_probe(cairn_step *s, cairn_probe_fn probe)
 {
-    if (!s)
-        return CAIRN_EINVAL;
+    int rc = step_mutable(s);
+    if (rc)
+        return rc;
     s->probe = probe;
+    step_changed(s);
     return 0;
 }
 int cairn_step_set_user(cairn_step *s, void *user)
 {
-    if (!s)
-        return CAIRN_EINVAL;
+    int rc = step_mutable(s);
+    if (rc)
+        return rc;
     s->user = user;
+    step_changed(s);
     return 0;
 }
 int cairn_step_set_retry(cairn_step *s, uint32_t max_inv, uint32_t base_ms, uint32_t cap_ms)
 {
-    if (!s || max_inv == 0 || cap_ms < base_ms)
-        return CAIRN_EINVAL;
+    int rc = step_mutable(s);
+    if (rc || max_inv == 0 || cap_ms < base_ms)
+        return rc ? rc : CAIRN_EINVAL;
     s->max_invocations = max_inv, s->base_ms = base_ms, s->cap_ms = cap_ms;
+    step_changed(s);
     return 0;
 }
 int cairn_step_set_timeout(cairn_step *s, uint32_t timeout_ms)
 {
-    if (!s)
-        return CAIRN_EINVAL;
+    int rc = step_mutable(s);
+    if (rc)
+        return rc;
     s->timeout_ms = timeout_ms;
+    step_changed(s);
     return 0;
 }
 int cairn_step_set_expensive(cairn_step *s, int expensive)
 {
-    if (!s)
-        return CAIRN_EINVAL;
+    int rc = step_mutable(s);
+    if (rc)
+        return rc;
     s->expensive = !!expensive;
+    step_changed(s);
     return 0;
 }
 
@@ -294,6 +336,8 @@ int cairn_graph_validate(cairn_graph *g)
 {
     if (!g)
         return CAIRN_EINVAL;
+    if (g->frozen) /* validated when it was frozen, and unchanged since */
+        return 0;
     if (g->n_steps == 0) {
         snprintf(g->err, sizeof g->err, "graph '%s' has no steps", g->name);
         return CAIRN_EGRAPH;

@@ -17,6 +17,8 @@ struct cairn_step {
     size_t n_deps;
     size_t *deps; /* indexes into graph->steps, filled by validate */
     size_t index;
+    /* the graph it belongs to: the step's setters check that it is not frozen */
+    struct cairn_graph *graph;
 };
 
 struct cairn_graph {
@@ -26,6 +28,7 @@ struct cairn_graph {
     size_t n_steps, cap;
     size_t *order; /* topological order (ties: definition order), filled by validate */
     int validated;
+    int frozen; /* registered with a runner (cairn_runner_add_graph): read-only from then on */
     char fingerprint[65];
     char pin[1024]; /* "name@version,..." in topological order */
     char err[512];

@@ -238,8 +238,7 @@ static int invalidate_txn(cairn__txn *t, void *arg)
             return cairn__store_fail(
                 s, CAIRN_EGRAPHCHANGED,
                 "task '%s' was started by another version of graph '%s' (pinned %s, now %s; "
-                "first changed step: '%s'): invalidating it would redo that step too; rerun with "
-                "--allow-graph-change to accept that",
+                "first changed step: '%s'): invalidating it would redo that step too",
                 a->id, a->g->name, task.steps_pin, a->g->pin, ch ? ch->name : "(graph header)");
     }
     if (task.state == CAIRN_RUNNING) { /* owner gone: the stale run is abandoned */

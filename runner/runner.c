@@ -98,12 +98,26 @@ const char *cairn_runner_errmsg(const cairn_runner *r)
     return r ? (r->err[0] ? r->err : r->note) : "no runner";
 }
 
+/* Settings are fixed by cairn_runner_open: a run must never see its lease, retry or tenant
+ * policy change under it, nor a graph appear that a concurrent retry already missed. Every
+ * setter (and cairn_runner_add_graph) starts here: CAIRN_EINVAL without a runner, CAIRN_EBUSY
+ * (the runner unchanged) once it is open. */
+static int configurable(cairn_runner *r, const char *what)
+{
+    if (!r)
+        return CAIRN_EINVAL;
+    if (r->opened)
+        return cairn__runner_fail(r, CAIRN_EBUSY, "%s: the runner is open; its settings are fixed",
+                                  what);
+    return 0;
+}
+
 int cairn_runner_add_graph(cairn_runner *r, cairn_graph *g)
 {
-    if (!r || !g)
-        return CAIRN_EINVAL;
-    int rc = cairn_graph_validate(g);
-    if (rc)
+    int rc = configurable(r, "cairn_runner_add_graph");
+    if (rc || !g)
+        return rc ? rc : CAIRN_EINVAL;
+    if ((rc = cairn_graph_validate(g)))
         return cairn__runner_fail(r, rc, "%s", cairn_graph_errmsg(g));
     for (size_t i = 0; i < r->n_graphs; i++)
         if (strcmp(r->graphs[i]->name, g->name) == 0)
@@ -113,45 +127,51 @@ int cairn_runner_add_graph(cairn_runner *r, cairn_graph *g)
         return CAIRN_ENOMEM;
     r->graphs = gs;
     r->graphs[r->n_graphs++] = g;
+    g->frozen = 1; /* its fingerprint and pin are what tasks are compared with from now on */
     return 0;
 }
 
 int cairn_runner_set_store(cairn_runner *r, cairn_store *s)
 {
-    if (!r || !s)
-        return CAIRN_EINVAL;
+    int rc = configurable(r, "cairn_runner_set_store");
+    if (rc || !s)
+        return rc ? rc : CAIRN_EINVAL;
     r->store = s;
     return 0;
 }
 
 int cairn_runner_set_max_attempts(cairn_runner *r, uint32_t n)
 {
-    if (!r || n == 0)
-        return CAIRN_EINVAL;
+    int rc = configurable(r, "cairn_runner_set_max_attempts");
+    if (rc || n == 0)
+        return rc ? rc : CAIRN_EINVAL;
     r->max_attempts = n;
     return 0;
 }
 
 int cairn_runner_set_lease_ms(cairn_runner *r, uint32_t ms)
 {
-    if (!r || ms < 100)
-        return CAIRN_EINVAL;
+    int rc = configurable(r, "cairn_runner_set_lease_ms");
+    if (rc || ms < 100)
+        return rc ? rc : CAIRN_EINVAL;
     r->lease_ms = ms;
     return 0;
 }
 
 int cairn_runner_set_inline_wait_ms(cairn_runner *r, uint32_t ms)
 {
-    if (!r)
-        return CAIRN_EINVAL;
+    int rc = configurable(r, "cairn_runner_set_inline_wait_ms");
+    if (rc)
+        return rc;
     r->inline_wait_ms = ms;
     return 0;
 }
 
 int cairn_runner_set_retry_report(cairn_runner *r, cairn_retry_report_fn fn, void *user)
 {
-    if (!r)
-        return CAIRN_EINVAL;
+    int rc = configurable(r, "cairn_runner_set_retry_report");
+    if (rc)
+        return rc;
     r->report = fn;
     r->report_user = user;
     return 0;
@@ -159,8 +179,9 @@ int cairn_runner_set_retry_report(cairn_runner *r, cairn_retry_report_fn fn, voi
 
 int cairn_runner_set_tenant_limit(cairn_runner *r, const char *field, uint32_t max_running)
 {
-    if (!r || (field && strlen(field) > CAIRN__NAME_MAX))
-        return CAIRN_EINVAL;
+    int rc = configurable(r, "cairn_runner_set_tenant_limit");
+    if (rc || (field && strlen(field) > CAIRN__NAME_MAX))
+        return rc ? rc : CAIRN_EINVAL;
     snprintf(r->tenant_field, sizeof r->tenant_field, "%s", field ? field : "");
     r->tenant_max = field ? max_running : 0;
     return 0;
@@ -168,8 +189,9 @@ int cairn_runner_set_tenant_limit(cairn_runner *r, const char *field, uint32_t m
 
 int cairn_runner_set_allow_graph_change(cairn_runner *r, int allow)
 {
-    if (!r)
-        return CAIRN_EINVAL;
+    int rc = configurable(r, "cairn_runner_set_allow_graph_change");
+    if (rc)
+        return rc;
     r->allow_graph_change = !!allow;
     return 0;
 }
@@ -178,8 +200,9 @@ int cairn_runner_set_retention(cairn_runner *r, uint64_t outputs_s, uint64_t tom
 {
     /* at most about 290 years, so that now - retention never wraps */
     const uint64_t max_s = (uint64_t)INT64_MAX / 1000 / 1024;
-    if (!r || tombstones_s < outputs_s)
-        return CAIRN_EINVAL;
+    int rc = configurable(r, "cairn_runner_set_retention");
+    if (rc || tombstones_s < outputs_s)
+        return rc ? rc : CAIRN_EINVAL;
     if (outputs_s > max_s)
         outputs_s = max_s;
     if (tombstones_s > max_s)
@@ -191,8 +214,11 @@ int cairn_runner_set_retention(cairn_runner *r, uint64_t outputs_s, uint64_t tom
 
 int cairn_runner_open(cairn_runner *r)
 {
-    if (!r || !r->store)
-        return r ? cairn__runner_fail(r, CAIRN_EINVAL, "no store set") : CAIRN_EINVAL;
+    int rc = configurable(r, "cairn_runner_open");
+    if (rc)
+        return rc;
+    if (!r->store)
+        return cairn__runner_fail(r, CAIRN_EINVAL, "no store set");
     cairn__owner_self(&r->me);
     r->rng = cairn__random_u64();
     r->opened = 1;
@@ -443,10 +469,8 @@ static int acquire_txn(cairn__txn *t, void *arg)
                                  task.error_step[0] ? ": " : "", task.error);
     case CAIRN_IN_DOUBT:
         a->finished = 1;
-        return cairn__store_fail(s, CAIRN_EINDOUBT,
-                                 "task '%s' is in doubt at step '%s': %s; settle it with "
-                                 "`cairn resolve %s --step %s --done|--not-done`",
-                                 a->id, task.error_step, task.error, a->id, task.error_step);
+        return cairn__store_fail(s, CAIRN_EINDOUBT, "task '%s' is in doubt at step '%s': %s", a->id,
+                                 task.error_step, task.error);
     default:
         break;
     }
@@ -477,7 +501,7 @@ static int acquire_txn(cairn__txn *t, void *arg)
             return cairn__store_fail(
                 s, CAIRN_EGRAPHCHANGED,
                 "task '%s' was started by another version of graph '%s' (pinned %s, now %s; "
-                "first changed step: '%s'); rerun with --allow-graph-change to redo from it",
+                "first changed step: '%s')",
                 a->id, a->g->name, task.steps_pin, a->g->pin, ch ? ch->name : "(graph header)");
         /* changed and new steps run again, with everything downstream of them; a change of
          * dependencies or delivery class alone re-runs nothing */
@@ -542,9 +566,10 @@ int cairn__execute(cairn_runner *r, const cairn_graph *g, const char *id)
 
 int cairn_runner_run(cairn_runner *r, const char *graph, const char *task_id, const char *id_fields,
                      const char *input_json, size_t input_len, const char *message_id,
-                     char *task_id_out)
+                     char *task_id_out, size_t task_id_size)
 {
-    if (!r || !r->opened || !graph || !input_json)
+    if (!r || !r->opened || !graph || !input_json ||
+        (task_id_out && task_id_size < CAIRN_TASK_ID_MAX + 1))
         return CAIRN_EINVAL;
     r->err[0] = r->note[0] = 0;
     if (r->stop)
@@ -594,7 +619,7 @@ int cairn_runner_run(cairn_runner *r, const char *graph, const char *task_id, co
     msgpack_packer_init(&pk, &buf, msgpack_sbuffer_write);
     rc = cairn__json_to_msgpack(input, &pk);
     if (task_id_out)
-        snprintf(task_id_out, CAIRN__ID_MAX + 1, "%s", id);
+        snprintf(task_id_out, task_id_size, "%s", id);
     acquire_arg acq = {.r = r, .g = g, .id = id, .token = cairn__random_u64()};
     if (!rc) {
         admit_arg aa = {.r = r,
@@ -618,7 +643,7 @@ int cairn_runner_run(cairn_runner *r, const char *graph, const char *task_id, co
                 snprintf(r->note, sizeof r->note, "message '%s' was already consumed by task '%s'",
                          message_id, aa.msg_task);
                 if (task_id_out)
-                    snprintf(task_id_out, CAIRN__ID_MAX + 1, "%s", aa.msg_task);
+                    snprintf(task_id_out, task_id_size, "%s", aa.msg_task);
                 json_decref(input);
                 msgpack_sbuffer_destroy(&buf);
                 return 0;

@@ -367,10 +367,7 @@ static int run_step(cairn_ctx *c, const cairn_graph *g)
                          s->name, cairn__delivery_id(c));
                 rc = commit(c, C_IN_DOUBT, CAIRN__DURABLE, NULL, 0, why, inv, 0);
                 return rc ? rc
-                          : cairn__runner_fail(r, CAIRN_EINDOUBT,
-                                               "task '%s': %s; settle it with `cairn resolve %s "
-                                               "--step %s --done|--not-done`",
-                                               c->task_id, why, c->task_id, s->name);
+                          : cairn__runner_fail(r, CAIRN_EINDOUBT, "task '%s': %s", c->task_id, why);
             }
         }
         if (!probe && inv >= s->max_invocations) {
@@ -440,11 +437,8 @@ static int run_step(cairn_ctx *c, const cairn_graph *g)
             rc = commit(c, C_IN_DOUBT, CAIRN__DURABLE, NULL, 0, o.err, inv, 0);
             if (!rc)
                 rc = cairn__runner_fail(r, CAIRN_EINDOUBT,
-                                        "task '%s' is in doubt: effect '%s' (delivery %s): %s; "
-                                        "settle it with `cairn resolve %s --step %s "
-                                        "--done|--not-done`",
-                                        c->task_id, s->name, cairn__delivery_id(c), o.err,
-                                        c->task_id, s->name);
+                                        "task '%s' is in doubt: effect '%s' (delivery %s): %s",
+                                        c->task_id, s->name, cairn__delivery_id(c), o.err);
             cairn__outcome_free(&o);
             return rc;
         case CAIRN_STEP_TRANSIENT:

@@ -120,6 +120,7 @@ uint32_t cairn_task_attempt(const cairn_task *t) { return t->rec.attempt; }
 uint32_t cairn_task_generation(const cairn_task *t) { return t->rec.generation; }
 const char *cairn_task_payload_hash(const cairn_task *t) { return t->rec.payload_hash; }
 const char *cairn_task_error(const cairn_task *t) { return t->rec.error; }
+const char *cairn_task_error_step(const cairn_task *t) { return t->rec.error_step; }
 int cairn_task_is_tombstone(const cairn_task *t) { return t->rec.tombstone; }
 
 static json_t *bytes_json(const void *p, size_t n)

@@ -145,7 +145,7 @@ static result run(const char *dir, cairn_durability d, int n_tasks, timed *steps
         snprintf(id, sizeof id, "t%d", i);
         snprintf(in, sizeof in, "{\"title\": \"ceramic mug %d\", \"keywords\": [\"stoneware\"]}",
                  i);
-        if (cairn_runner_run(r, "bench", id, NULL, in, strlen(in), NULL, NULL))
+        if (cairn_runner_run(r, "bench", id, NULL, in, strlen(in), NULL, NULL, 0))
             die("run", cairn_runner_errmsg(r));
     }
     double total = now_s() - t0;

@@ -95,7 +95,7 @@ int bench_cairn_run_task(bench_cairn *c, const char *id, uint32_t n)
 {
     char input[256];
     int len = bench_input_json(n, input, sizeof input);
-    int rc = cairn_runner_run(c->runner, "bench", id, NULL, input, (size_t)len, NULL, NULL);
+    int rc = cairn_runner_run(c->runner, "bench", id, NULL, input, (size_t)len, NULL, NULL, 0);
     if (rc)
         snprintf(c->err, sizeof c->err, "cairn task %s: %s (%s)", id,
                  cairn_runner_errmsg(c->runner), cairn_errname(rc));

@@ -1,5 +1,5 @@
 /* test_core.c - the engine's pure parts: error table, state machine, graph validation,
- * execution order, fingerprint and retry backoff.
+ * execution order, fingerprint, the handles' lifecycle and retry backoff.
  *
  * Nothing here touches a store. The state machine is checked exhaustively (all 36 pairs, both
  * causes) against the table written out independently below from the contract in cairn.h, so a
@@ -12,6 +12,7 @@
 
 #include "cairn.h"
 #include "runner/graph.h"
+#include "runner/internal.h"
 #include "tests/tap.h"
 
 /* ------------------------------------------------------------------ error table */
@@ -427,6 +428,147 @@ static void test_fingerprint(void)
     cairn_graph_free(g);
 }
 
+/* ------------------------------------------------------------------ lifecycle */
+
+/* The settings of a runner that open fixes, for comparing before and after a refused setter. */
+typedef struct runner_conf {
+    cairn_graph **graphs;
+    size_t n_graphs;
+    cairn_store *store;
+    uint32_t max_attempts, lease_ms, inline_wait_ms, tenant_max;
+    cairn_retry_report_fn report;
+    void *report_user;
+    char tenant_field[CAIRN__NAME_MAX + 1];
+    int allow_graph_change;
+    uint64_t retention_s, tombstone_s;
+} runner_conf;
+
+static runner_conf conf_of(const cairn_runner *r)
+{
+    runner_conf c;
+    memset(&c, 0, sizeof c); /* padding too: the structs are compared with memcmp */
+    c.graphs = r->graphs, c.n_graphs = r->n_graphs, c.store = r->store;
+    c.max_attempts = r->max_attempts, c.lease_ms = r->lease_ms;
+    c.inline_wait_ms = r->inline_wait_ms, c.tenant_max = r->tenant_max;
+    c.report = r->report, c.report_user = r->report_user;
+    memcpy(c.tenant_field, r->tenant_field, sizeof c.tenant_field);
+    c.allow_graph_change = r->allow_graph_change;
+    c.retention_s = r->retention_s, c.tombstone_s = r->tombstone_s;
+    return c;
+}
+
+static void report_nop(const char *task_id, int rc, const char *message, void *user)
+{
+    (void)task_id, (void)rc, (void)message, (void)user;
+}
+
+static void test_runner_lifecycle(void)
+{
+    cairn_graph *g = cairn_graph_new("life", 1), *g2 = cairn_graph_new("life2", 1);
+    cairn_graph_add_step(g, "a", nop, NULL);
+    cairn_graph_add_step(g2, "a", nop, NULL);
+    /* cairn_runner_open only records the store (it is opened by its own handle), so an unopened
+     * store handle is enough here */
+    cairn_store *st = cairn_store_new(), *st2 = cairn_store_new();
+    cairn_runner *r = cairn_runner_new();
+    ok(cairn_runner_open(r) == CAIRN_EINVAL && r->opened == 0, "open without a store: EINVAL");
+    ok(cairn_runner_add_graph(r, g) == 0 && cairn_runner_set_store(r, st) == 0 &&
+           cairn_runner_set_max_attempts(r, 5) == 0 && cairn_runner_open(r) == 0,
+       "configured, then opened");
+    runner_conf before = conf_of(r);
+    int rcs[11] = {
+        cairn_runner_add_graph(r, g2),
+        cairn_runner_set_store(r, st2),
+        cairn_runner_set_max_attempts(r, 9),
+        cairn_runner_set_lease_ms(r, 5000),
+        cairn_runner_set_inline_wait_ms(r, 7),
+        cairn_runner_set_tenant_limit(r, "tenant", 2),
+        cairn_runner_set_allow_graph_change(r, 1),
+        cairn_runner_set_retention(r, 1, 2),
+        cairn_runner_set_retry_report(r, report_nop, r),
+        cairn_runner_open(r),
+        cairn_runner_set_tenant_limit(r, NULL, 0),
+    };
+    static const char *const names[11] = {"add_graph",
+                                          "set_store",
+                                          "set_max_attempts",
+                                          "set_lease_ms",
+                                          "set_inline_wait_ms",
+                                          "set_tenant_limit",
+                                          "set_allow_graph_change",
+                                          "set_retention",
+                                          "set_retry_report",
+                                          "open (a second time)",
+                                          "set_tenant_limit(NULL)"};
+    for (int i = 0; i < 11; i++)
+        ok(rcs[i] == CAIRN_EBUSY, "after open, cairn_runner_%s is CAIRN_EBUSY (%s)", names[i],
+           cairn_errname(rcs[i]));
+    runner_conf after = conf_of(r);
+    ok(memcmp(&before, &after, sizeof before) == 0 && r->max_attempts == 5 && r->n_graphs == 1,
+       "and the runner's settings are unchanged");
+    ok(strstr(cairn_runner_errmsg(r), "open") != NULL,
+       "the message says the runner is open (\"%s\")", cairn_runner_errmsg(r));
+    ok(cairn_runner_set_max_attempts(NULL, 1) == CAIRN_EINVAL, "a setter on NULL is EINVAL");
+    cairn_runner_free(r);
+    cairn_store_free(st);
+    cairn_store_free(st2);
+    cairn_graph_free(g);
+    cairn_graph_free(g2);
+}
+
+static cairn_probe_result probe_nop(cairn_ctx *ctx, void *user);
+
+static void test_graph_frozen(void)
+{
+    static int dummy;
+    cairn_graph *g = cairn_graph_new("frz", 1);
+    cairn_graph_add_step(g, "a", nop, NULL);
+    cairn_step *b = cairn_graph_add_step(g, "b", nop, "a");
+
+    /* before registration: a change undoes the validation, so no fingerprint is ever stale */
+    ok(cairn_graph_validate(g) == 0 && cairn_graph_fingerprint(g), "validated");
+    char fp1[65];
+    snprintf(fp1, sizeof fp1, "%s", cairn_graph_fingerprint(g));
+    ok(cairn_step_set_version(b, 2) == 0 && cairn_graph_fingerprint(g) == NULL,
+       "a step setter after validate takes effect and withdraws the fingerprint");
+    ok(cairn_graph_validate(g) == 0 && strcmp(cairn_graph_fingerprint(g), fp1) != 0 &&
+           strstr(g->pin, "b@2"),
+       "validating again gives the new fingerprint and pin (%s)", g->pin);
+
+    cairn_runner *r = cairn_runner_new();
+    ok(cairn_runner_add_graph(r, g) == 0 && g->frozen, "registering freezes the graph");
+    char fp[65], pin[sizeof g->pin];
+    snprintf(fp, sizeof fp, "%s", cairn_graph_fingerprint(g));
+    snprintf(pin, sizeof pin, "%s", g->pin);
+    cairn_step saved = *b;
+    int rcs[7] = {
+        cairn_step_set_version(b, 3),       cairn_step_set_delivery(b, CAIRN_EFFECT),
+        cairn_step_set_probe(b, probe_nop), cairn_step_set_user(b, &dummy),
+        cairn_step_set_retry(b, 9, 1, 2),   cairn_step_set_timeout(b, 1000),
+        cairn_step_set_expensive(b, 1),
+    };
+    static const char *const names[7] = {"version", "delivery", "probe",    "user",
+                                         "retry",   "timeout",  "expensive"};
+    for (int i = 0; i < 7; i++)
+        ok(rcs[i] == CAIRN_EBUSY, "after add_graph, cairn_step_set_%s is CAIRN_EBUSY (%s)",
+           names[i], cairn_errname(rcs[i]));
+    ok(memcmp(&saved, b, sizeof saved) == 0, "and the step is unchanged");
+    ok(cairn_graph_add_step(g, "c", nop, "b") == NULL && g->n_steps == 2,
+       "cairn_graph_add_step on a frozen graph: NULL, no step added");
+    ok(strstr(cairn_graph_errmsg(g), "frozen") != NULL, "cairn_graph_errmsg says why (\"%s\")",
+       cairn_graph_errmsg(g));
+    ok(cairn_graph_validate(g) == 0 && strcmp(cairn_graph_fingerprint(g), fp) == 0 &&
+           strcmp(g->pin, pin) == 0,
+       "the fingerprint and pin are unchanged, validate too leaves them");
+    cairn_runner *r2 = cairn_runner_new();
+    ok(cairn_runner_add_graph(r2, g) == 0, "a frozen graph can be registered with another runner");
+    cairn_runner_free(r2);
+    cairn_runner_free(r);
+    ok(cairn_step_set_version(b, 4) == CAIRN_EBUSY,
+       "it stays frozen after its runners are freed (it may be registered elsewhere)");
+    cairn_graph_free(g);
+}
+
 /* ------------------------------------------------------------------ backoff */
 
 static void test_backoff(void)
@@ -516,6 +658,8 @@ int main(void)
     test_graph_validation();
     test_topo_order();
     test_fingerprint();
+    test_runner_lifecycle();
+    test_graph_frozen();
     test_backoff();
     return tap_done();
 }

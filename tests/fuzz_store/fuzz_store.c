@@ -244,7 +244,7 @@ static const char *check_one(const uint8_t *data, size_t size)
             p.bad = "cairn_task_json of a loaded task returned NULL";
         else if (cairn_task_state(snap) >= CAIRN_STATE_COUNT)
             p.bad = "a loaded task has an impossible state";
-        free(json);
+        cairn_free(json);
         (void)cairn_task_id(snap), (void)cairn_task_error(snap),
             (void)cairn_task_payload_hash(snap);
     }
@@ -258,6 +258,7 @@ static const char *check_one(const uint8_t *data, size_t size)
         cairn_runner_set_inline_wait_ms(r, 0);
         cairn_runner_set_allow_graph_change(r, size && data[size - 1] & 1);
         cairn_runner_set_tenant_limit(r, size && data[0] & 2 ? "t" : NULL, 1);
+        cairn_runner_set_retention(r, 0, size & 1 ? 0 : 3600); /* for the gc below */
         cairn_runner_open(r);
         rc = cairn_runner_resume(r, TASK);
         g_stats.ran_ok += rc == 0;
@@ -265,7 +266,6 @@ static const char *check_one(const uint8_t *data, size_t size)
             p.bad = "resume returned a positive code or no message";
         uint32_t a, b, c;
         cairn_runner_retry(r, NULL, 4, 1, &a, &b, &c);
-        cairn_runner_set_retention(r, 0, size & 1 ? 0 : 3600);
         cairn_runner_gc(r, &a, &b);
         cairn_runner_free(r);
     }
@@ -347,14 +347,14 @@ static void make_seeds(void)
     cairn_runner_open(r);
     const char *in = "{\"t\":\"acme\",\"text\":\"h\\u00e9llo\",\"n\":[1,2.5,-3,null,true],"
                      "\"o\":{\"k\":\"v\"}}";
-    cairn_runner_run(r, "g", TASK, NULL, in, strlen(in), "m1", NULL);
+    cairn_runner_run(r, "g", TASK, NULL, in, strlen(in), "m1", NULL, 0);
     cairn_runner_free(r);
     r = cairn_runner_new();
     cairn_runner_add_graph(r, g2);
     cairn_runner_set_store(r, s);
     cairn_runner_set_inline_wait_ms(r, 0);
     cairn_runner_open(r);
-    cairn_runner_run(r, "g", "f2", NULL, "{\"x\":1}", 7, NULL, NULL);
+    cairn_runner_run(r, "g", "f2", NULL, "{\"x\":1}", 7, NULL, NULL, 0);
     cairn_runner_free(r);
     cairn_store_free(s);
     cairn_graph_free(g2);

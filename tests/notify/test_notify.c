@@ -250,7 +250,8 @@ static int scen_run(scen *s, const char *text)
     json_t *in = json_pack("{s:s}", "text", text);
     char *js = json_dumps(in, JSON_COMPACT);
     json_decref(in);
-    int rc = cairn_runner_run(s->r, s->name, NULL, NULL, js, strlen(js), NULL, s->task);
+    int rc =
+        cairn_runner_run(s->r, s->name, NULL, NULL, js, strlen(js), NULL, s->task, sizeof s->task);
     free(js);
     if (rc)
         diag("%s: run -> %s: %s", s->name, cairn_errname(rc), cairn_runner_errmsg(s->r));
@@ -274,7 +275,7 @@ static json_t *snapshot(scen *s)
     char *js = cairn_task_json(t);
     cairn_task_free(t);
     json_t *j = js ? json_loads(js, 0, NULL) : NULL;
-    free(js);
+    cairn_free(js);
     return j;
 }
 

@@ -170,13 +170,13 @@ static json_t *run_task(const char *store_dir, cairn__retrieve_cfg *c, const cha
         cairn_runner_set_max_attempts(r, 1);
         cairn_runner_open(r);
         *rc_out =
-            cairn_runner_run(r, "rag", task, NULL, input_json, strlen(input_json), NULL, NULL);
+            cairn_runner_run(r, "rag", task, NULL, input_json, strlen(input_json), NULL, NULL, 0);
         cairn_task *t = NULL;
         if (cairn_task_load(st, task, &t) == 0) {
             snprintf(task_err, errlen, "%s", cairn_task_error(t));
             char *js = cairn_task_json(t);
             out = js ? json_loads(js, 0, NULL) : NULL;
-            free(js);
+            cairn_free(js);
             cairn_task_free(t);
         }
         cairn_runner_free(r);

@@ -148,11 +148,13 @@ static cairn_store *store_open(void)
     return s;
 }
 
-static cairn_runner *runner_open(cairn_store *s, cairn_graph *g)
+/* A runner on s for g, configured but not open: the test sets what it needs (a runner takes
+ * settings only before cairn_runner_open), then opens it with opened(). */
+static cairn_runner *runner_config(cairn_store *s, cairn_graph *g)
 {
     cairn_runner *r = cairn_runner_new();
     if (cairn_runner_add_graph(r, g) || cairn_runner_set_store(r, s) ||
-        cairn_runner_set_inline_wait_ms(r, 0) || cairn_runner_open(r)) {
+        cairn_runner_set_inline_wait_ms(r, 0)) {
         diag("runner: %s", cairn_runner_errmsg(r));
         cairn_runner_free(r);
         return NULL;
@@ -160,12 +162,28 @@ static cairn_runner *runner_open(cairn_store *s, cairn_graph *g)
     return r;
 }
 
+/* Opens r; NULL (r freed) if that fails or r is NULL. */
+static cairn_runner *opened(cairn_runner *r)
+{
+    if (r && cairn_runner_open(r)) {
+        diag("runner open: %s", cairn_runner_errmsg(r));
+        cairn_runner_free(r);
+        return NULL;
+    }
+    return r;
+}
+
+static cairn_runner *runner_open(cairn_store *s, cairn_graph *g)
+{
+    return opened(runner_config(s, g));
+}
+
 /* A step with a retry policy that never retries inline (inline wait is 0 in these tests). */
 static void slow_retry(cairn_step *s) { cairn_step_set_retry(s, 3, 1000000, 1000000); }
 
 static int run(cairn_runner *r, const char *graph, const char *id, const char *json)
 {
-    return cairn_runner_run(r, graph, id, NULL, json, strlen(json), NULL, NULL);
+    return cairn_runner_run(r, graph, id, NULL, json, strlen(json), NULL, NULL, 0);
 }
 
 /* Runs `id` of graph `g` in a forked child (its own store and runner) and returns its exit code
@@ -177,11 +195,11 @@ static int run_in_child(cairn_graph *g, const char *id, const char *json, uint32
     if (pid == 0) {
         g_in_child = 1;
         cairn_store *s = store_open();
-        cairn_runner *r = s ? runner_open(s, g) : NULL;
-        if (!r)
-            _exit(70);
-        if (max_attempts)
+        cairn_runner *r = s ? runner_config(s, g) : NULL;
+        if (r && max_attempts)
             cairn_runner_set_max_attempts(r, max_attempts);
+        if (!(r = opened(r)))
+            _exit(70);
         int rc = id && !json ? cairn_runner_resume(r, id) : run(r, cairn_graph_name(g), id, json);
         _exit(rc == 0 ? 0 : 50 + (-rc % 50));
     }
@@ -244,16 +262,20 @@ typedef struct auditq {
     char reasons[8192];
 } auditq;
 
-static int audit_cb(const cairn__audit_rec *a, void *arg)
+static void audit_add(auditq *q, unsigned from, unsigned to, const char *step, const char *reason)
 {
-    auditq *q = arg;
     static const char letters[] = "prsfdi";
     char b[128];
-    snprintf(b, sizeof b, "%c%c%s ", a->from < 6 ? letters[a->from] : '?',
-             a->to < 6 ? letters[a->to] : '?', a->step[0] ? a->step : "-");
+    snprintf(b, sizeof b, "%c%c%s ", from < 6 ? letters[from] : '?', to < 6 ? letters[to] : '?',
+             step[0] ? step : "-");
     strncat(q->compact, b, sizeof q->compact - strlen(q->compact) - 1);
-    strncat(q->reasons, a->reason, sizeof q->reasons - strlen(q->reasons) - 2);
+    strncat(q->reasons, reason, sizeof q->reasons - strlen(q->reasons) - 2);
     strcat(q->reasons, "\n");
+}
+
+static int audit_cb(const cairn__audit_rec *a, void *arg)
+{
+    audit_add(arg, a->from, a->to, a->step, a->reason);
     return 0;
 }
 
@@ -362,8 +384,11 @@ static void test_resume_and_audit(void)
     cairn_step *st = cairn_graph_add_step(g2, "s", st_gen, NULL);
     cairn_step_set_user(st, &tr);
     cairn_step_set_retry(st, 3, 1, 1);
+    cairn_runner_free(r);
+    r = runner_config(s, g);
     cairn_runner_add_graph(r, g2);
     cairn_runner_set_inline_wait_ms(r, 100);
+    r = opened(r);
     rc = run(r, "inline", "t2", "{}");
     ok(rc == 0 && tr.calls == 3 && tr.invs[0] == 1 && tr.invs[1] == 2 && tr.invs[2] == 3,
        "transient failures retried inline with invocation numbers 1, 2, 3");
@@ -393,9 +418,10 @@ static void test_dead(void)
     cairn_step_set_user(cairn_graph_add_step(g2, "p", st_gen, NULL), &perm);
     cairn_step_set_user(cairn_graph_add_step(g2, "after", st_gen, "p"), &after);
     cairn_store *s = store_open();
-    cairn_runner *r = runner_open(s, g);
+    cairn_runner *r = runner_config(s, g);
     cairn_runner_add_graph(r, g2);
     cairn_runner_set_inline_wait_ms(r, 100);
+    r = opened(r);
     int rc = run(r, "dead", "d1", "{}");
     cairn__task_rec t = task_of(s, "d1");
     ok(rc == CAIRN_EDEAD && always.calls == 3 && t.state == CAIRN_DEAD,
@@ -423,7 +449,7 @@ static void test_dead(void)
     ok(json && strstr(json, "disk on fire: 42") && strstr(json, "\"dead\"") &&
            cairn_task_state(snap) == CAIRN_DEAD && strstr(cairn_task_error(snap), "disk on fire"),
        "the snapshot shows it");
-    free(json);
+    cairn_free(json);
     cairn_task_free(snap);
     rc = cairn_runner_resume(r, "d2");
     ok(rc == CAIRN_EDEAD && perm.calls == 1, "resuming: EDEAD, no call");
@@ -485,8 +511,11 @@ static void test_effect_crash(void)
        "the message and the task name the step (\"%s\")", cairn_runner_errmsg(r));
     rc = cairn_runner_resume(r, "fx1");
     ok(rc == CAIRN_EINDOUBT && trace_count("fx1", "e") == 1 &&
-           strstr(cairn_runner_errmsg(r), "resolve"),
-       "and again: still in doubt, still not called, the message says how to resolve");
+           strstr(cairn_runner_errmsg(r), "in doubt at step 'e'") &&
+           !strstr(cairn_runner_errmsg(r), "cairn "),
+       "and again: still in doubt, still not called; the message names the step and gives no "
+       "CLI advice (the CLI adds `cairn resolve`) (\"%s\")",
+       cairn_runner_errmsg(r));
     ok(cairn_runner_resolve(r, "fx1", "a", 1) == CAIRN_ESTATE,
        "resolving a step that is not in doubt: CAIRN_ESTATE");
     ok(cairn_runner_resolve(r, "nosuch", "e", 1) == CAIRN_ENOTFOUND,
@@ -619,8 +648,11 @@ static void test_progress(void)
     cairn_step *st = cairn_graph_add_step(g2, "long", st_progress, NULL);
     cairn_step_set_timeout(st, 20000);
     cairn_step_set_retry(st, 3, 1, 1);
+    cairn_runner_free(r);
+    r = runner_config(s, g);
     cairn_runner_add_graph(r, g2);
     cairn_runner_set_inline_wait_ms(r, 100);
+    r = opened(r);
     g_seen_progress = 0;
     rc = run(r, "pgiso", "g2", "{}");
     ok(rc == 0 && g_seen_progress == 0 && step_of(s, "g2", "long", 0).out == 5 &&
@@ -755,8 +787,9 @@ static void test_leases(void)
     cairn_step_set_user(sb, &b);
     slow_retry(sb);
     s = store_open();
-    r = runner_open(s, g);
+    r = runner_config(s, g);
     cairn_runner_set_max_attempts(r, 10);
+    r = opened(r);
     const char *ids[] = {"dead-pid", "reused-pid", "far-live", "far-expired", "near-expired"};
     for (int i = 0; i < 5; i++) {
         b.fail_calls = 1;
@@ -872,7 +905,7 @@ static void test_fencing(void)
        "the snapshot shows B's output, not A's");
     ok(task_of(g_store, "f1").state == CAIRN_SUCCEEDED && z.calls == 1 && a.calls == 1,
        "task succeeded; z ran once, a once");
-    free(json);
+    cairn_free(json);
     cairn_task_free(snap);
     cairn_runner_free(g_r2);
     cairn_runner_free(r);
@@ -1043,8 +1076,9 @@ static void test_lease_lost_in_child(void)
     cairn_step *st = cairn_graph_add_step(g, "h", st_hang, NULL);
     cairn_step_set_timeout(st, 20000);
     cairn_store *s = store_open();
-    cairn_runner *r = runner_open(s, g);
+    cairn_runner *r = runner_config(s, g);
     cairn_runner_set_lease_ms(r, 600); /* renewed every 200 ms */
+    r = opened(r);
     fflush(NULL);
     pid_t thief = fork();
     if (thief == 0) { /* another process: once the step runs, take the lease away */
@@ -1086,10 +1120,10 @@ static pid_t contender(cairn_graph *g, const char *id)
         return pid;
     usleep(150000);
     cairn_store *s2 = store_open();
-    cairn_runner *r2 = s2 ? runner_open(s2, g) : NULL;
-    if (!r2)
-        _exit(99);
+    cairn_runner *r2 = s2 ? runner_config(s2, g) : NULL;
     cairn_runner_set_lease_ms(r2, 300);
+    if (!(r2 = opened(r2)))
+        _exit(99);
     int busy = 0;
     for (int i = 0; i < 24; i++) {
         int rc = cairn_runner_resume(r2, id);
@@ -1111,8 +1145,9 @@ static void test_heartbeat(void)
     cairn_step *st = cairn_graph_add_step(g, "slow", st_slow, NULL);
     cairn_step_set_expensive(st, 1);
     cairn_store *s = store_open();
-    cairn_runner *r = runner_open(s, g);
+    cairn_runner *r = runner_config(s, g);
     cairn_runner_set_lease_ms(r, 300);
+    r = opened(r);
     g_slow_calls = 0;
     pid_t pid = contender(g, "beat1");
     int rc = run(r, "beat", "beat1", "{}");
@@ -1143,9 +1178,12 @@ static void test_gc(void)
     uint32_t pruned = 9, removed = 9;
     ok(rc == 0 && cairn_runner_gc(r, &pruned, &removed) == 0 && pruned == 0 && removed == 0,
        "gc with default retention keeps a fresh task");
+    cairn_runner_free(r);
+    r = runner_config(s, g);
     ok(cairn_runner_set_retention(r, 10, 5) == CAIRN_EINVAL,
        "tombstone retention shorter than output retention refused");
     cairn_runner_set_retention(r, 0, 3600);
+    r = opened(r);
     rc = cairn_runner_gc(r, &pruned, &removed);
     cairn_task *snap = NULL;
     int lrc = cairn_task_load(s, "c1", &snap);
@@ -1155,7 +1193,7 @@ static void test_gc(void)
            step_of(s, "c1", "a", 0).rc == CAIRN_ENOTFOUND && json &&
            strstr(json, "\"steps\": []") && strstr(json, "\"input\": null"),
        "a tombstone is left: state kept, outputs and input gone");
-    free(json);
+    cairn_free(json);
     cairn_task_free(snap);
     rc = run(r, "gc", "c1", in);
     ok(rc == 0 && a.calls == 1 && b.calls == 1 && strstr(cairn_runner_errmsg(r), "tombstone"),
@@ -1166,7 +1204,10 @@ static void test_gc(void)
        "a tombstone cannot be invalidated (its input is gone)");
     ok(cairn_runner_gc(r, &pruned, &removed) == 0 && pruned == 0 && removed == 0,
        "a second gc does nothing");
+    cairn_runner_free(r);
+    r = runner_config(s, g);
     cairn_runner_set_retention(r, 0, 0);
+    r = opened(r);
     rc = cairn_runner_gc(r, &pruned, &removed);
     ok(rc == 0 && removed == 1 && cairn_task_load(s, "c1", &snap) == CAIRN_ENOTFOUND,
        "tombstone window 0: the task is removed");
@@ -1218,7 +1259,7 @@ static void test_invalidate(void)
     ok(hist && strstr(hist, "\"output\": 11") && strstr(hist, "\"output\": 111") &&
            cairn_task_generation(snap) == 2,
        "the snapshot's history holds generation 1 of b and c");
-    free(json);
+    cairn_free(json);
     cairn_task_free(snap);
     auditq *aq = audit_of(s, "i1");
     ok(strstr(aq->compact, "rs- sp- pr- rs- ") && strstr(aq->reasons, "invalidated from step 'b'"),
@@ -1262,7 +1303,10 @@ static void test_graph_change(void)
        "resuming under a changed step version: CAIRN_EGRAPHCHANGED naming b, nothing run (\"%s\")",
        cairn_runner_errmsg(r2));
     ok(task_of(s, "v1").state == CAIRN_FAILED, "the task is left as it was");
+    cairn_runner_free(r2);
+    r2 = runner_config(s, g2);
     cairn_runner_set_allow_graph_change(r2, 1);
+    r2 = opened(r2);
     rc = cairn_runner_resume(r2, "v1");
     cairn__task_rec t = task_of(s, "v1");
     ok(rc == 0 && a.calls == 1 && b.calls == 2 && c.calls == 2 && t.generation == 2,
@@ -1315,8 +1359,9 @@ static void test_admission(void)
     cairn_graph *gt = cairn_graph_new("tn", 1);
     cairn_graph_add_step(gt, "s", st_tenant, NULL);
     cairn_store *s = store_open();
-    cairn_runner *r = runner_open(s, g);
+    cairn_runner *r = runner_config(s, g);
     cairn_runner_add_graph(r, gt);
+    r = opened(r);
 
     /* bad input: nothing written */
     char id[CAIRN__ID_MAX + 1];
@@ -1329,15 +1374,21 @@ static void test_admission(void)
     ok(rc1 == CAIRN_EJSON && rc2 == CAIRN_ETASKID && rc3 == CAIRN_ENOGRAPH && rc4 == CAIRN_EJSON &&
            n == 0 && a.calls == 0,
        "non-object, bad task ID, unknown graph, malformed JSON: refused, nothing written");
-    ok(cairn_runner_run(r, "ad", NULL, NULL, NULL, 0, NULL, NULL) == CAIRN_EINVAL,
+    ok(cairn_runner_run(r, "ad", NULL, NULL, NULL, 0, NULL, NULL, 0) == CAIRN_EINVAL,
        "NULL input: CAIRN_EINVAL");
+    char small[CAIRN_TASK_ID_MAX];
+    memset(small, 'x', sizeof small);
+    ok(cairn_runner_run(r, "ad", "t-small", NULL, "{}", 2, NULL, small, sizeof small) ==
+               CAIRN_EINVAL &&
+           small[0] == 'x' && task_of(s, "t-small").state == 99,
+       "a task-ID buffer smaller than CAIRN_TASK_ID_MAX + 1: CAIRN_EINVAL, nothing written");
 
     /* derived IDs: equal for permuted keys */
     int rc = cairn_runner_run(r, "ad", NULL, NULL, "{\"b\":[1,2],\"a\":{\"y\":1,\"x\":2}}", 29,
-                              NULL, id);
+                              NULL, id, sizeof id);
     char id2[CAIRN__ID_MAX + 1];
     const char *perm = "{ \"a\" : {\"x\":2, \"y\":1},\n \"b\":[1,2] }";
-    int rcp = cairn_runner_run(r, "ad", NULL, NULL, perm, strlen(perm), NULL, id2);
+    int rcp = cairn_runner_run(r, "ad", NULL, NULL, perm, strlen(perm), NULL, id2, sizeof id2);
     ok(rc == 0 && rcp == 0 && strcmp(id, id2) == 0 && a.calls == 1,
        "a derived ID is the same for permuted keys and whitespace (%s); the second run calls "
        "nothing",
@@ -1345,7 +1396,7 @@ static void test_admission(void)
     ok(strncmp(id, "ad_", 3) == 0 && strlen(id) == 19 && strspn(id + 3, "0123456789abcdef") == 16,
        "it is <graph>_<16 hex>");
     const char *in = "{\"order\":17,\"tenant\":\"acme\"}";
-    rc = cairn_runner_run(r, "ad", NULL, "tenant,order", in, strlen(in), NULL, id);
+    rc = cairn_runner_run(r, "ad", NULL, "tenant,order", in, strlen(in), NULL, id, sizeof id);
     ok(rc == 0 && strcmp(id, "acme_17") == 0, "an ID from fields tenant,order: %s", id);
 
     /* idempotency conflict */
@@ -1365,25 +1416,27 @@ static void test_admission(void)
 
     /* message dedupe */
     char mid[CAIRN__ID_MAX + 1];
-    rc = cairn_runner_run(r, "ad", NULL, NULL, "{\"m\":1}", 7, "msg-1", mid);
+    rc = cairn_runner_run(r, "ad", NULL, NULL, "{\"m\":1}", 7, "msg-1", mid, sizeof mid);
     calls = a.calls;
-    rc2 = cairn_runner_run(r, "ad", NULL, NULL, "{\"m\":2}", 7, "msg-1", id);
+    rc2 = cairn_runner_run(r, "ad", NULL, NULL, "{\"m\":2}", 7, "msg-1", id, sizeof id);
     cairn__store_read(s, count_tasks, &n);
     ok(rc == 0 && rc2 == 0 && a.calls == calls && strcmp(id, mid) == 0 &&
            strstr(cairn_runner_errmsg(r), "msg-1") && strstr(cairn_runner_errmsg(r), "consumed"),
        "a consumed message ID: 0, nothing run, the consuming task reported (\"%s\")",
        cairn_runner_errmsg(r));
     uint64_t n2;
-    rc = cairn_runner_run(r, "ad", NULL, NULL, "{\"m\":2}", 7, "msg-2", id);
+    rc = cairn_runner_run(r, "ad", NULL, NULL, "{\"m\":2}", 7, "msg-2", id, sizeof id);
     cairn__store_read(s, count_tasks, &n2);
     ok(rc == 0 && a.calls == calls + 1 && n2 == n + 1, "another message ID runs the new task");
     cairn_runner_free(r);
 
     /* tenant limit */
-    r = runner_open(s, gt);
+    r = runner_config(s, gt);
     cairn_runner_set_tenant_limit(r, "tenant", 1);
-    g_tenant_runner = runner_open(s, gt);
+    r = opened(r);
+    g_tenant_runner = runner_config(s, gt);
     cairn_runner_set_tenant_limit(g_tenant_runner, "tenant", 1);
+    g_tenant_runner = opened(g_tenant_runner);
     rc = run(r, "tn", "ta1", "{\"tenant\":\"acme\",\"n\":1}");
     ok(rc == 0 && g_tenant_rc[0] == CAIRN_ETENANT && g_tenant_rc[1] == 0,
        "tenant limit 1: a second 'acme' task is refused with CAIRN_ETENANT while the first "
@@ -1468,6 +1521,142 @@ static void test_corrupt_task(void)
     cairn_graph_free(g);
 }
 
+/* ------------------------------------------------------------------ store views */
+
+typedef struct rows_seen {
+    int n, n_bad, stop_after, fail_with;
+    char ids[16][CAIRN_TASK_ID_MAX + 1];
+    cairn_state states[16];
+    int bad_err;
+    char bad_id[CAIRN_TASK_ID_MAX + 1];
+    int failed_ok; /* the failed row has its retry time, error and step */
+} rows_seen;
+
+static int list_seen(const cairn_task_row *r, void *user)
+{
+    rows_seen *v = user;
+    if (r->err) {
+        v->n_bad++;
+        v->bad_err = r->err;
+        snprintf(v->bad_id, sizeof v->bad_id, "%s", r->task_id);
+        return 0;
+    }
+    if (v->n < 16) {
+        snprintf(v->ids[v->n], sizeof v->ids[0], "%s", r->task_id);
+        v->states[v->n] = r->state;
+    }
+    if (r->state == CAIRN_FAILED)
+        v->failed_ok = r->next_retry_ms > r->updated_ms && r->error[0] &&
+                       strcmp(r->error_step, "a") == 0 && strcmp(r->graph, "sv") == 0;
+    v->n++;
+    if (v->fail_with)
+        return v->fail_with;
+    return v->stop_after && v->n >= v->stop_after;
+}
+
+/* the same rendering from the public rows (cairn_store_audit) */
+static int audit_seen(const cairn_audit_row *a, void *user)
+{
+    audit_add(user, (unsigned)a->from, (unsigned)a->to, a->step, a->reason);
+    return 0;
+}
+
+typedef struct stats_seen {
+    cairn_store *s;
+    uint64_t succeeded, failed, dead, audit;
+    int nosync, store_usable;
+} stats_seen;
+
+static int stats_seen_fn(const cairn_stats *st, void *user)
+{
+    stats_seen *v = user;
+    v->succeeded = st->by_state[CAIRN_SUCCEEDED];
+    v->failed = st->by_state[CAIRN_FAILED];
+    v->dead = st->by_state[CAIRN_DEAD];
+    v->audit = st->audit_records;
+    v->nosync = st->durability == CAIRN_NOSYNC && st->map_used > 0 && st->last_commit > 0;
+    cairn_task *t = NULL; /* after the snapshot: the store may be used here */
+    v->store_usable = cairn_task_load(v->s, "ok1", &t) == 0;
+    cairn_task_free(t);
+    return 0;
+}
+
+static void test_store_views(void)
+{
+    newdir("views");
+    spec a = {.base = 1}, p = {.permanent = 1};
+    cairn_graph *g = cairn_graph_new("sv", 1), *g2 = cairn_graph_new("sv2", 1);
+    cairn_step *sa = cairn_graph_add_step(g, "a", st_gen, NULL);
+    cairn_step_set_user(sa, &a);
+    slow_retry(sa);
+    cairn_step_set_user(cairn_graph_add_step(g2, "p", st_gen, NULL), &p);
+    cairn_store *s = store_open();
+    cairn_runner *r = runner_config(s, g);
+    cairn_runner_add_graph(r, g2);
+    r = opened(r);
+    int rc1 = run(r, "sv", "ok1", "{}"), rc2 = run(r, "sv", "ok2", "{\"n\":2}");
+    a.always_transient = 1; /* step a fails from now on */
+    int rc3 = run(r, "sv", "f1", "{\"n\":3}"), rc4 = run(r, "sv2", "d1", "{}");
+    ok(rc1 == 0 && rc2 == 0 && rc3 == CAIRN_ETRANSIENT && rc4 == CAIRN_EDEAD,
+       "set up: two succeeded, one failed, one dead");
+
+    rows_seen v = {0};
+    ok(cairn_store_list(s, NULL, NULL, 0, list_seen, &v) == 0 && v.n == 4 && v.n_bad == 0,
+       "list: every task, one row each");
+    ok(v.states[0] == CAIRN_SUCCEEDED && v.states[1] == CAIRN_SUCCEEDED &&
+           v.states[2] == CAIRN_FAILED && v.states[3] == CAIRN_DEAD && v.failed_ok,
+       "state by state in cairn_state order; the failed row has its retry time, error and step");
+    cairn_state st = CAIRN_SUCCEEDED;
+    memset(&v, 0, sizeof v);
+    ok(cairn_store_list(s, &st, NULL, 0, list_seen, &v) == 0 && v.n == 2 &&
+           strcmp(v.ids[0], "ok1") == 0 && strcmp(v.ids[1], "ok2") == 0,
+       "list of one state, in due order");
+    memset(&v, 0, sizeof v);
+    ok(cairn_store_list(s, NULL, "sv2", 0, list_seen, &v) == 0 && v.n == 1 &&
+           strcmp(v.ids[0], "d1") == 0,
+       "list of one graph");
+    memset(&v, 0, sizeof v);
+    ok(cairn_store_list(s, NULL, NULL, 3, list_seen, &v) == 0 && v.n == 3, "limit 3: 3 rows");
+    memset(&v, 0, sizeof v);
+    v.stop_after = 1;
+    ok(cairn_store_list(s, NULL, NULL, 0, list_seen, &v) == 0 && v.n == 1,
+       "a callback returning 1 stops the listing; the call returns 0");
+    memset(&v, 0, sizeof v);
+    v.fail_with = CAIRN_EINTR;
+    ok(cairn_store_list(s, NULL, NULL, 0, list_seen, &v) == CAIRN_EINTR && v.n == 1,
+       "a callback returning an error stops with it");
+    st = (cairn_state)CAIRN_STATE_COUNT;
+    ok(cairn_store_list(s, NULL, NULL, 0, NULL, NULL) == CAIRN_EINVAL &&
+           cairn_store_list(s, &st, NULL, 0, list_seen, &v) == CAIRN_EINVAL,
+       "no callback, or no such state: CAIRN_EINVAL");
+
+    auditq want = *audit_of(s, "ok1"), got = {.id = "ok1"};
+    ok(cairn_store_audit(s, "ok1", audit_seen, &got) == 0 && got.compact[0] &&
+           strcmp(got.compact, want.compact) == 0 && strcmp(got.reasons, want.reasons) == 0,
+       "audit: the trail, oldest first (%s)", got.compact);
+    ok(cairn_store_audit(s, "nosuch", audit_seen, &got) == CAIRN_ENOTFOUND &&
+           strstr(cairn_store_errmsg(s), "'nosuch'"),
+       "audit of no task: CAIRN_ENOTFOUND naming it (\"%s\")", cairn_store_errmsg(s));
+
+    stats_seen ss = {.s = s};
+    ok(cairn_store_stats(s, stats_seen_fn, &ss) == 0 && ss.succeeded == 2 && ss.failed == 1 &&
+           ss.dead == 1 && ss.audit > 8 && ss.nosync,
+       "stats: counts by state, audit records, durability, map and commits");
+    ok(ss.store_usable, "the stats callback may use the store");
+
+    cairn_runner_free(r);
+    cairn_store_free(s);
+    tu_raw_put(g_dir, "tasks", "ok2", 3, "\xde\xad\xbe\xef", 4);
+    s = store_open();
+    memset(&v, 0, sizeof v);
+    ok(cairn_store_list(s, NULL, "sv2", 0, list_seen, &v) == 0 && v.n == 1 && v.n_bad == 1 &&
+           v.bad_err == CAIRN_ECORRUPT && strcmp(v.bad_id, "ok2") == 0,
+       "a corrupt record is listed as unreadable (CAIRN_ECORRUPT, by ID), whatever the graph");
+    cairn_store_free(s);
+    cairn_graph_free(g);
+    cairn_graph_free(g2);
+}
+
 int main(void)
 {
     g_main_pid = getpid();
@@ -1491,6 +1680,7 @@ int main(void)
     test_admission();
     test_store_failure();
     test_corrupt_task();
+    test_store_views();
     if (!getenv("CAIRN_KEEP_TMP"))
         tu_rmtree(root);
     return tap_done();

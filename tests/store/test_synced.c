@@ -1031,7 +1031,7 @@ static void test_reported_states_settled(void)
         cairn_runner *cr = c ? runner_on(c, g) : NULL;
         if (!cr || cairn_runner_open(cr))
             _exit(2);
-        cairn_runner_run(cr, "g", "t", NULL, "{}", 2, NULL, NULL);
+        cairn_runner_run(cr, "g", "t", NULL, "{}", 2, NULL, NULL, 0);
         _exit(0);
     }
     cairn_store *s = open_sync(dir);
@@ -1045,7 +1045,8 @@ static void test_reported_states_settled(void)
     waitpid(pid, NULL, 0);
     cairn_runner *r = runner_on(s, g);
     cairn_runner_set_max_attempts(r, 1);
-    int rc2 = cairn_runner_open(r) ? -1 : cairn_runner_run(r, "g", "t", NULL, "{}", 2, NULL, NULL);
+    int rc2 =
+        cairn_runner_open(r) ? -1 : cairn_runner_run(r, "g", "t", NULL, "{}", 2, NULL, NULL, 0);
     cairn_runner_free(r);
     cairn_store_free(s);
     reboot("boot-B");
@@ -1071,7 +1072,7 @@ static void test_reported_states_settled(void)
         char one = 'r';
         if (write(fds[1], &one, 1) != 1) /* (sent just before the run: the parent waits more) */
             _exit(2);
-        cairn_runner_run(cr, "g", "held", NULL, "{\"tenant\":\"x\"}", 14, NULL, NULL);
+        cairn_runner_run(cr, "g", "held", NULL, "{\"tenant\":\"x\"}", 14, NULL, NULL, 0);
         _exit(0);
     }
     char one = 0;
@@ -1086,7 +1087,7 @@ static void test_reported_states_settled(void)
         usleep(20 * 1000);
         hrc = tu_task_get(s, "held", &held);
     }
-    rc = rc ? rc : cairn_runner_run(r, "g", "mine", NULL, "{\"tenant\":\"x\"}", 14, NULL, NULL);
+    rc = rc ? rc : cairn_runner_run(r, "g", "mine", NULL, "{\"tenant\":\"x\"}", 14, NULL, NULL, 0);
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
     cairn_runner_free(r);
@@ -1122,7 +1123,8 @@ static void test_hit_on_busy_store(void)
     cairn_graph_add_step(g, "s", ok_step, NULL);
     cairn_store *s = open_sync(dir);
     cairn_runner *r = runner_on(s, g);
-    int rc = cairn_runner_open(r) ? -1 : cairn_runner_run(r, "g", "t", NULL, "{}", 2, NULL, NULL);
+    int rc =
+        cairn_runner_open(r) ? -1 : cairn_runner_run(r, "g", "t", NULL, "{}", 2, NULL, NULL, 0);
     pid_t pid = fork();
     if (pid == 0) { /* a busy neighbour: relaxed commits, no durable point after them */
         cairn_store *c = open_sync(dir);
@@ -1133,7 +1135,7 @@ static void test_hit_on_busy_store(void)
     int st = 0;
     waitpid(pid, &st, 0);
     uint64_t before = marker_seq(dir);
-    int hit = cairn_runner_run(r, "g", "t", NULL, "{}", 2, NULL, NULL);
+    int hit = cairn_runner_run(r, "g", "t", NULL, "{}", 2, NULL, NULL, 0);
     ok(rc == 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0 && hit == 0 && marker_seq(dir) == before,
        "a run of a task that succeeded earlier flushes nothing while a neighbour's relaxed "
        "commits are pending (seq %llu -> %llu)",
