@@ -267,7 +267,7 @@ int cairn_store_open(cairn_store *s, const char *dir)
     if ((rc = open_dbs(s)))
         return open_failed(s, rc);
     cairn__file_mark_created(s, dir); /* from now on an empty data.mdb is a lost store */
-    cairn__map_note(s); /* now the main database has a key to find the map by */
+    cairn__map_note(s);               /* now the main database has a key to find the map by */
     return 0;
 }
 
