@@ -84,6 +84,7 @@
 #include <unistd.h>
 
 #include "gpu/backend.h"
+#include "gpu/backend_plugin.h"
 #include "gpu/gguf.h"
 #include "gpu/kernels_cuda.cuh"
 #include "gpu/model.h"

@@ -41,6 +41,7 @@
 #include <unistd.h>
 
 #include "gpu/backend.h"
+#include "gpu/backend_plugin.h"
 #include "gpu/gguf.h"
 #include "bench/llm/bench_util.h"
 #include "gpu/kernels_cpu.h"

@@ -36,6 +36,7 @@
 #include <string.h>
 
 #include "gpu/backend.h"
+#include "gpu/backend_plugin.h"
 #include "gpu/engine.h"
 #include "gpu/gguf.h"
 #include "gpu/kernels_cpu.h" /* cairn__cpu_prompt_int8 */
