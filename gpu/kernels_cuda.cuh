@@ -1,8 +1,8 @@
 /* gpu/kernels_cuda.cuh - the CUDA kernels of the forward pass (everything but the matrix
  * products, which are cuBLAS's). Included by backend_cuda.cu only.
  *
- * Each kernel names its plain C reference in the CPU backend (gpu/backend_cpu.c,
- * gpu/kernels_cpu.c) and follows it operation for operation where that is cheap: RMSNorm sums
+ * Each kernel names its plain C reference in the CPU backend (gpu/cpu/backend_cpu.c,
+ * gpu/cpu/kernels_cpu.c) and follows it operation for operation where that is cheap: RMSNorm sums
  * squares in double, rope angles are computed in double and rounded to float, and the rope and
  * norm products use __fmul_rn/__fadd_rn so nvcc cannot contract them into FMAs that the CPU
  * (compiled without FMA contraction) does not do. What differs is summation order (the attention
@@ -123,7 +123,7 @@ template <typename A> __device__ A block_sum(A v)
  * way. */
 #define ROW_U 8
 
-/* CPU reference: cairn__mat_row (gpu/kernels_cpu.c), per token in forward_chunk.
+/* CPU reference: cairn__mat_row (gpu/cpu/kernels_cpu.c), per token in forward_chunk.
  * emb (n_vocab, dim)[tokens[i]] -> x (n, dim); grid (n), block CK_THREADS */
 template <typename T>
 __global__ void embed_kernel(const T *__restrict__ emb, const int *__restrict__ tokens, int dim,
@@ -180,7 +180,7 @@ __device__ void rmsnorm_row(const float *__restrict__ xr, const float *__restric
     }
 }
 
-/* CPU reference: cairn__rmsnorm (gpu/kernels_cpu.c): sum of squares in double, then
+/* CPU reference: cairn__rmsnorm (gpu/cpu/kernels_cpu.c): sum of squares in double, then
  * out = x * scale * w in that order.
  * x (rows, dim) f32, w (dim) -> out (rows, dim) T; grid (rows), block CK_THREADS */
 template <typename T>
@@ -191,7 +191,7 @@ __global__ void rmsnorm_kernel(const float *__restrict__ x, const float *__restr
                    out + (size_t)blockIdx.x * (size_t)dim, ovf);
 }
 
-/* CPU reference: the rope angle table of forward_chunk (gpu/backend_cpu.c), once per step for
+/* CPU reference: the rope angle table of forward_chunk (gpu/cpu/backend_cpu.c), once per step for
  * all layers and heads: cs (n, half, 2) = cos, sin of (*pos + i) * inv_freq[j], computed in
  * double and rounded to float as the CPU does. grid (n), block 128 */
 __global__ void rope_table_kernel(const int *__restrict__ pos, const float *__restrict__ inv_freq,
@@ -209,7 +209,7 @@ __global__ void rope_table_kernel(const int *__restrict__ pos, const float *__re
 /* ---- bias, rope and the KV cache ----------------------------------------------------------
  *
  * CPU reference: add_bias, rope and the two memcpy into the cache in forward_chunk
- * (gpu/backend_cpu.c). For token i at position p = *pos + i, its row of the Q/K/V product,
+ * (gpu/cpu/backend_cpu.c). For token i at position p = *pos + i, its row of the Q/K/V product,
  * [q (n_heads*hd) | k (n_kv*hd) | v (n_kv*hd)] f32, gets the bias (if any); q is rotated in
  * place, k rotated into kc (n_ctx, n_kv*hd)[p], v copied into vc (n_ctx, n_kv*hd)[p]. Rotation:
  * NORMAL pairs (2j, 2j+1), NEOX pairs (j, j + rope_dim/2), for j < rope_dim/2, by the angle of
@@ -318,7 +318,7 @@ __global__ void qkv_post_kernel(float *__restrict__ qkv, int ld, qkv_args a)
 
 /* ---- attention ---------------------------------------------------------------------------
  *
- * CPU reference: attention_range (gpu/backend_cpu.c).
+ * CPU reference: attention_range (gpu/cpu/backend_cpu.c).
  * For token i (position *pos + i) and head h (kv head h / (n_heads / n_kv)):
  *   softmax(q_ih (hd) . K[0..*pos+i] (t, hd) * scale) @ V[0..*pos+i] (t, hd) -> out (n,
  * n_heads*hd)[i, h]; q is read from the rows of qkv (ld floats apart).
@@ -450,7 +450,7 @@ __device__ __forceinline__ float att_block_out(const att_smem<WARPS> &sm, float 
     return s;
 }
 
-/* CPU reference: attention_range (gpu/backend_cpu.c), for a prompt chunk.
+/* CPU reference: attention_range (gpu/cpu/backend_cpu.c), for a prompt chunk.
  * The prompt's attention, a tile of TQ consecutive tokens of one head per block (flash
  * attention on the CUDA cores): the block stages the tile's q rows once, then walks the keys in
  * chunks of KC, staging each chunk's K and V rows (widened to float) in shared memory, where
@@ -629,7 +629,7 @@ template <typename T> __device__ __forceinline__ T swiglu_elt(float g, float u, 
     return to_t_checked<T>(g / (1.0f + expf(-g)) * u, ovf);
 }
 
-/* CPU reference: cairn__swiglu (gpu/kernels_cpu.c): g / (1 + exp(-g)) * u.
+/* CPU reference: cairn__swiglu (gpu/cpu/kernels_cpu.c): g / (1 + exp(-g)) * u.
  * gu (n, 2*ff) rows [gate (ff) | up (ff)] f32 -> out (n, ff) T; grid-stride */
 template <typename T>
 __global__ void swiglu_kernel(const float *__restrict__ gu, int ff, int n, T *__restrict__ out,
@@ -685,7 +685,7 @@ __global__ void swiglu_kernel(const float *__restrict__ gu, int ff, int n, T *__
  * (GV_PLAIN): the SwiGLU is computed once a token, not once in every block of the down product,
  * where it cost a third of the product's time on an H200.
  *
- * CPU reference: cairn__matvec (gpu/kernels_cpu.c) on the weights as the device holds them,
+ * CPU reference: cairn__matvec (gpu/cpu/kernels_cpu.c) on the weights as the device holds them,
  * after cairn__rmsnorm, and before forward_chunk's bias/rope/cache steps or cairn__swiglu.
  * grid (any), block GV_WARPS * 32 = CK_THREADS, dynamic shared memory gv_smem_bytes(cols,
  * sizeof(T)); SK divides GV_WARPS */

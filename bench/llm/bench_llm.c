@@ -44,7 +44,7 @@
 #include "gpu/backend_plugin.h"
 #include "gpu/gguf.h"
 #include "bench/llm/bench_util.h"
-#include "gpu/kernels_cpu.h"
+#include "gpu/cpu/kernels_cpu.h"
 #include "gpu/model.h"
 #include "tests/model/mkmodel.h"
 

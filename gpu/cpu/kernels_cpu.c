@@ -1,5 +1,5 @@
-/* gpu/kernels_cpu.c - the CPU's compute: matrix-vector and matrix-matrix products, their
- * run-time choice of instruction set. Their loops run on the thread pool of gpu/threadpool.c;
+/* gpu/cpu/kernels_cpu.c - the CPU's compute: matrix-vector and matrix-matrix products, their
+ * run-time choice of instruction set. Their loops run on the thread pool of gpu/cpu/threadpool.c;
  * the element-wise operations live in kernels_cpu_elt.c, the AVX-512 kernels in
  * kernels_cpu_avx512.c.
  *
@@ -26,7 +26,7 @@
  * weights are used in place) and multiplied with sgemm, or, for a few tokens, a row at a time
  * against every token.
  */
-#include "gpu/kernels_cpu.h"
+#include "gpu/cpu/kernels_cpu.h"
 
 #include <math.h>
 #include <stdatomic.h>
