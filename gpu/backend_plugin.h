@@ -1,5 +1,5 @@
 /* gpu/backend_plugin.h - the CUDA backend module's ABI: what the program (the loader,
- * gpu/backend_plugin.c) and libcairn-cuda.so (its entry point in gpu/backend_cuda.cu) share.
+ * gpu/backend_plugin.c) and libcairn-cuda.so (its entry point in gpu/cuda/backend_cuda.cu) share.
  *
  * Apart from gpu/backend.h because it is a different contract: backend.h is the interface the
  * model and the engine call, in-process and compiled together; this header is the boundary
@@ -23,7 +23,7 @@ extern "C" {
 
 /* ==== the CUDA backend module ====================================================================
  *
- * The CUDA backend (gpu/backend_cuda.cu) is a shared module of its own, libcairn-cuda.so, the
+ * The CUDA backend (gpu/cuda/backend_cuda.cu) is a shared module of its own, libcairn-cuda.so, the
  * only thing that links cudart and cuBLAS: loading those costs a process ~70 ms, so the program
  * dlopen()s the module the first time a "cuda" or "auto" backend is asked for, and a process that
  * never runs a model on the GPU never maps them. The module exports one C function,

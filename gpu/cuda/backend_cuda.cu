@@ -1,5 +1,5 @@
-/* gpu/backend_cuda.cu - the forward pass on an NVIDIA GPU: cuBLAS for the matrix products, small
- * kernels (gpu/kernels_cuda.cuh) for everything between them.
+/* gpu/cuda/backend_cuda.cu - the forward pass on an NVIDIA GPU: cuBLAS for the matrix products,
+ * small kernels (gpu/cuda/kernels_*.cuh) for everything between them.
  *
  * Weights are uploaded once, at creation, in one device element type for the whole model: f32
  * when every matrix is stored F32 (products then run as plain f32 GEMMs, no TF32), else f16 (or
@@ -18,7 +18,7 @@
  * A single token's products (every decode step) are matrix-vector products bound by the memory,
  * where cuBLAS's GEMM heuristics are not at their best and where the small kernels between the
  * products cost as much as a product of a small layer. They run as gemv_kernel
- * (kernels_cuda.cuh), which streams the weights 16 bytes per lane, folds the RMSNorm before it
+ * (kernels_gemv.cuh), which streams the weights 16 bytes per lane, folds the RMSNorm before it
  * into its prologue, and the bias/rope/KV step after the Q/K/V product and the SwiGLU after the
  * gate/up product into its epilogue (same code, same bits): five launches per layer instead of
  * nine. A product of few
@@ -33,7 +33,7 @@
  * is split over the keys (attention_split_kernel: flash-decoding), so that a model of few heads
  * does not leave most of the GPU idle while its context grows. On compute capability 9.x
  * the decode products and attention are programmatic dependent launches (launch(); the rules
- * are in kernels_cuda.cuh): each may start while the one before it drains and sends for its
+ * are in kernels_common.cuh): each may start while the one before it drains and sends for its
  * first weights meanwhile; CAIRN_CUDA_PDL=0 launches them the ordinary way (same results, bit
  * for bit: the test checks it).
  *
@@ -50,7 +50,7 @@
  * writes two ints, launches the graph, and waits once per token; no per-layer synchronisation,
  * no re-instantiation, no cudaGraphExecUpdate. The kinds (enum step_kind) differ only in their
  * end: nothing (the engine's catch-up steps on resume), the logits copied to pinned host memory,
- * or the device sampler (gpu/sample_cuda.cuh: penalty, then argmax, or sort keys, a CUB radix
+ * or the device sampler (gpu/cuda/sample_cuda.cuh: penalty, then argmax, or sort keys, a CUB radix
  * sort and the draw) with only the token copied back; its parameters (the host sampler's penalty
  * set and draw) are copied in at the start like the token. Every kind runs identical kernels for
  * the layers, so the KV cache they write is the same bit for bit, which is what exact resume
@@ -86,9 +86,13 @@
 #include "gpu/backend.h"
 #include "gpu/backend_plugin.h"
 #include "gpu/gguf.h"
-#include "gpu/kernels_cuda.cuh"
 #include "gpu/model.h"
-#include "gpu/sample_cuda.cuh"
+
+#include "gpu/cuda/kernels_attention.cuh"
+#include "gpu/cuda/kernels_elt.cuh"
+#include "gpu/cuda/kernels_gemv.cuh"
+#include "gpu/cuda/kernels_rope.cuh"
+#include "gpu/cuda/sample_cuda.cuh"
 
 #include "cairn_errors.h"
 extern "C" {
@@ -194,7 +198,7 @@ typedef struct {
     int gv_sk[GVP_N]; /* each product's split */
     float gv_us[GVP_N][GV_SPLITS]; /* gv_tune's times, microseconds a product (0: not tried) */
     int pdl;             /* decode kernels as programmatic dependent launches (launch()) */
-    int qkv_items;       /* a token's bias/rope/KV items (qkv_items in kernels_cuda.cuh) */
+    int qkv_items;       /* a token's bias/rope/KV items (qkv_items in kernels_rope.cuh) */
     float *att_part;     /* (n_heads, att_splits, 2 + head_dim): a single token's attention */
     int *att_count;      /* (n_heads) splits done, zero between steps */
     unsigned qkv_blocks; /* qkv_post_kernel's blocks per token */
@@ -385,7 +389,7 @@ static int gemm(cuda_backend *b, const void *W, int rows, int cols, const void *
 
 /* Launches kernel k on the stream; with dep (and b->pdl) as a programmatic dependent launch:
  * it may start while the kernel before it drains, and waits for it in pdl_wait()
- * (kernels_cuda.cuh says which kernels are written for that). */
+ * (kernels_common.cuh says which kernels are written for that). */
 template <typename... P, typename... A>
 static cudaError_t launch(cuda_backend *b, int dep, void (*k)(P...), dim3 grid, dim3 block,
                           size_t smem, A &&...args)
@@ -406,7 +410,7 @@ static cudaError_t launch(cuda_backend *b, int dep, void (*k)(P...), dim3 grid, 
 }
 
 /* C (rows) = W (rows, cols) @ in, or + C (beta 1), for a single token: gemv_kernel with the
- * prologue IN and the epilogue OUT (kernels_cuda.cuh; GV_GLU: C is the SwiGLU, rows / 2 T), at
+ * prologue IN and the epilogue OUT (kernels_gemv.cuh; GV_GLU: C is the SwiGLU, rows / 2 T), at
  * product prod's split */
 template <typename T, int IN, int OUT>
 static int gemv(cuda_backend *b, int prod, const void *W, int rows, int cols, const void *in,
@@ -448,7 +452,7 @@ static size_t kv_elem(const cuda_backend *b)
     return b->cache_f16 ? sizeof(__half) : sizeof(float);
 }
 
-/* the bias/rope/KV parameters of layer l (qkv_args, kernels_cuda.cuh) */
+/* the bias/rope/KV parameters of layer l (qkv_args, kernels_rope.cuh) */
 static qkv_args qkv_of(const cuda_backend *b, int l)
 {
     const cairn__model *m = b->base.model;
