@@ -69,7 +69,7 @@ template <typename T> __device__ __forceinline__ T to_t_checked(float v, int *ov
 /* ---- programmatic dependent launch -----------------------------------------------------------
  *
  * On compute capability 9.x the decode chain's kernels (gemv_kernel, attention_split_kernel) are
- * launched as programmatic dependents (backend_cuda.cu, launch()): a kernel may start while the
+ * launched as programmatic dependents (backend_ops.cuh, launch()): a kernel may start while the
  * one before it drains, so the gap between two kernels is not spent idle. Such a kernel must
  * call pdl_wait(), which returns when the kernel before it has completed and its writes are
  * visible, before it reads anything an earlier kernel wrote and before it writes anything;

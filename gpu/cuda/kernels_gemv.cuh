@@ -33,7 +33,7 @@
  * whole segments. With SK = 1 the warp adds its segment sums as it goes; otherwise each warp
  * leaves its segments' sums in shared memory and the group's first warp adds them all, in the
  * same order. So every split computes the same bits, and the host may pick whichever is
- * fastest on the device at hand (gv_tune in backend_cuda.cu times them): a matrix of few rows
+ * fastest on the device at hand (gv_tune in backend_tune.cuh times them): a matrix of few rows
  * (a layer's Q/K/V or down projection) has too few groups to keep the memory busy one warp a
  * group, and a split spreads each row over several. The grid takes no part either: every
  * decode step computes the same bits whatever the split and the number of blocks.
