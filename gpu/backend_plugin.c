@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "gpu/backend.h"
+#include "gpu/backend_plugin.h"
 #include "gpu/gguf.h"
 #include "gpu/quant.h"
 

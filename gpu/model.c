@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "gpu/backend.h"
+#include "gpu/backend_plugin.h" /* the CUDA module, for "cuda" and "auto" */
 #include "gpu/quant.h"
 #include "gpu/sample_core.h"
 

@@ -18,7 +18,7 @@
 #include <stdint.h>
 
 #include "gpu/gguf.h"
-#include "gpu/kernels_cpu.h"
+#include "gpu/quant.h" /* cairn__mat */
 
 #ifdef __cplusplus
 extern "C" {

@@ -47,6 +47,17 @@ typedef struct {
     uint16_t d;                      /* super-block scale */
 } cairn__block_q6_K;                 /* 210 bytes; value = d * scales[i/16] * (q - 32) */
 
+/* A weight matrix W (rows, cols), row-major in its ggml storage type: `rows` rows of `cols`
+ * elements each, row r starting at data + r * row_bytes (a ggml tensor with ne = [cols, rows]).
+ * Here, beside the block layouts, because the model (gpu/model.h) and every backend (gpu/cpu/,
+ * gpu/cuda/) share it. */
+typedef struct {
+    uint32_t type;      /* enum cairn__ggml_type */
+    int64_t rows, cols; /* cols is a multiple of the type's block size */
+    size_t row_bytes;
+    const uint8_t *data;
+} cairn__mat;
+
 /* Elements per block of type (1 for F32/F16/BF16), 0 if the type is not supported here. */
 uint64_t cairn__quant_block_elems(uint32_t type);
 /* Bytes per block of type, 0 if not supported. */

@@ -1,7 +1,7 @@
 /* gpu/sample_core.h - the arithmetic the device sampler shares with its C reference.
  *
  * The host sampler (gpu/sampler.c) orders candidates by (logit descending, NaN last, id
- * ascending). The device sampler (gpu/kernels_cuda.cuh) sorts 64-bit keys instead, one per
+ * ascending). The device sampler (gpu/cuda/sample_cuda.cuh) sorts 64-bit keys instead, one per
  * token, built so that sorting them in descending order is exactly that order:
  *
  *     key = ordered(logit) << 32 | (0xffffffff - id)

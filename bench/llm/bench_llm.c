@@ -41,9 +41,10 @@
 #include <unistd.h>
 
 #include "gpu/backend.h"
+#include "gpu/backend_plugin.h"
 #include "gpu/gguf.h"
 #include "bench/llm/bench_util.h"
-#include "gpu/kernels_cpu.h"
+#include "gpu/cpu/kernels_cpu.h"
 #include "gpu/model.h"
 #include "tests/model/mkmodel.h"
 

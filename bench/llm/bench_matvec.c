@@ -21,9 +21,9 @@
 
 #include "gpu/gguf.h"
 #include "bench/llm/bench_util.h"
-#include "gpu/kernels_cpu.h"
+#include "gpu/cpu/kernels_cpu.h"
 #include "gpu/quant.h"
-#include "gpu/threadpool.h"
+#include "gpu/cpu/threadpool.h"
 
 #define RING_BYTES ((size_t)256 << 20) /* far beyond any L3 */
 

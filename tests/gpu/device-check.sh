@@ -148,7 +148,8 @@ if [ -n "$MODE" ]; then
 fi
 echo "gpu tests: $TEST_STATUS"
 # on a failure, the quick cases once more under each decode setting that can be turned off:
-# which one the failure follows says where to look (kernels_cuda.cuh: gemv_kernel, pdl_wait)
+# which one the failure follows says where to look (gpu/cuda/kernels_gemv.cuh: gemv_kernel;
+# kernels_common.cuh: pdl_wait)
 ISOLATE=""
 if [[ $TEST_STATUS == FAIL* ]]; then
     for v in "" CAIRN_CUDA_PDL=0 CAIRN_CUDA_GEMV=cublas; do

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "gpu/backend.h"
+#include "gpu/backend_plugin.h"
 
 #include "cairn_errors.h"
 #if FAKE_MODE != 3

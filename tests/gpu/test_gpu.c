@@ -36,9 +36,10 @@
 #include <string.h>
 
 #include "gpu/backend.h"
+#include "gpu/backend_plugin.h"
 #include "gpu/engine.h"
 #include "gpu/gguf.h"
-#include "gpu/kernels_cpu.h" /* cairn__cpu_prompt_int8 */
+#include "gpu/cpu/kernels_cpu.h" /* cairn__cpu_prompt_int8 */
 #include "gpu/model.h"
 #include "gpu/sample_core.h"
 #include "gpu/tokenizer.h"

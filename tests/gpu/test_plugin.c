@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "gpu/backend.h"
+#include "gpu/backend_plugin.h"
 #include "gpu/gguf.h"
 #include "gpu/model.h"
 #include "tests/model/mkmodel.h"

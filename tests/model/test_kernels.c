@@ -35,9 +35,9 @@
 #include <string.h>
 
 #include "gpu/gguf.h"
-#include "gpu/kernels_cpu.h"
+#include "gpu/cpu/kernels_cpu.h"
 #include "gpu/quant.h"
-#include "gpu/threadpool.h"
+#include "gpu/cpu/threadpool.h"
 #include "tests/tap.h"
 
 static const char *levels[] = {"scalar", "avx2", "avx512"};

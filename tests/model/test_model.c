@@ -19,7 +19,7 @@
 
 #include "gpu/backend.h"
 #include "gpu/gguf.h"
-#include "gpu/kernels_cpu.h"
+#include "gpu/cpu/kernels_cpu.h"
 #include "gpu/model.h"
 #include "gpu/quant.h"
 #include "tests/model/mkmodel.h"

@@ -1,6 +1,6 @@
 // tests/gpu/emu/cudatypes.hpp - host stand-ins for the CUDA vector and half types and intrinsics
-// that kernels_cuda.cuh's gemv path uses: bit-exact IEEE conversions (round to nearest even, as
-// __float2half_rn / __float2bfloat16_rn), plain C++ float arithmetic (built with
+// that the gemv path of gpu/cuda/kernels_*.cuh uses: bit-exact IEEE conversions (round to nearest
+// even, as __float2half_rn / __float2bfloat16_rn), plain C++ float arithmetic (built with
 // -ffp-contract=off, so that only the kernel's own fmaf calls fuse), and __ldcs, which reports a
 // misaligned 16-byte load where the GPU would fault.
 #pragma once

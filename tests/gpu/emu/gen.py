@@ -1,21 +1,26 @@
 #!/usr/bin/env python3
 """tests/gpu/emu/gen.py - the emulatable copy of the CUDA kernels' code.
 
-usage: gen.py gpu/kernels_cuda.cuh OUT   or   gen.py gpu/sample_cuda.cuh OUT
+usage: gen.py OUT gpu/cuda/kernels_common.cuh gpu/cuda/kernels_elt.cuh gpu/cuda/kernels_rope.cuh
+                  gpu/cuda/kernels_attention.cuh gpu/cuda/kernels_gemv.cuh
+   or: gen.py OUT gpu/cuda/sample_cuda.cuh
 
-From kernels_cuda.cuh it copies, verbatim, the parts that the single-token product
+From the kernel headers (gpu/cuda/kernels_*.cuh, one per op family; given in any order, each
+named by its file name) it copies, verbatim, the parts that the single-token product
 (gemv_kernel) and its references (rmsnorm_kernel, swiglu_kernel, qkv_post_kernel) and the
-attention kernels (attention_split_kernel, attention_tile_kernel) are made of; from
-sample_cuda.cuh (the device sampler) the whole file. Then it rewrites the few lines the host
-compiler cannot take as they are: shared memory becomes the emulator's
+attention kernels (attention_split_kernel, attention_tile_kernel) are made of, in the order of
+their dependencies; from sample_cuda.cuh (the device sampler) the whole file. Then it rewrites
+the few lines the host compiler cannot take as they are: shared memory becomes the emulator's
 checked objects (emu.hpp), the L2 prefetch a no-op. Each rewrite must match exactly once: when
 the kernel's text changes under one, this script stops and names it, and the rule is updated
 with the kernel (the test never runs a guessed copy).
 """
+import os
 import sys
 
-src_path, out_path = sys.argv[1], sys.argv[2]
-src = open(src_path).read()
+out_path, src_paths = sys.argv[1], sys.argv[2:]
+srcs = {os.path.basename(p): open(p).read() for p in src_paths}
+src_path = " ".join(src_paths)  # for the messages
 
 
 def rewrite(code, rules):
@@ -35,8 +40,8 @@ def emit(code):
         f.write(code)
 
 
-if src_path.endswith("sample_cuda.cuh"):  # the device sampler: the whole file
-    emit(rewrite(src, [
+if list(srcs) == ["sample_cuda.cuh"]:  # the device sampler: the whole file
+    emit(rewrite(srcs["sample_cuda.cuh"], [
         ("__shared__ uint64_t part[SAMPLE_THREADS / 32];",
          "static SHA<uint64_t, SAMPLE_THREADS / 32> part; // EMU"),
         ("__shared__ double warp_tot[32];\n    __shared__ double all;",
@@ -49,21 +54,28 @@ if src_path.endswith("sample_cuda.cuh"):  # the device sampler: the whole file
     sys.exit(0)
 
 
-def section(start, end):
-    """from the line holding `start` up to (not including) the line holding `end`"""
+def section(name, start, end=None):
+    """from the line holding `start` in file `name` up to (not including) the line holding
+    `end`, or, without one, up to the header's closing #endif (its include guard's)"""
+    if name not in srcs:
+        sys.exit(f"gen.py: {name} not given (inputs: {src_path})")
+    src = srcs[name]
     a = src.find(start)
-    b = src.find(end, a)
-    if a < 0 or b < 0:
-        sys.exit(f"gen.py: {src_path}: section '{start}' .. '{end}' not found: update the rule")
+    b = src.find(end, a) if end is not None else src.rfind("\n#endif") + 1
+    if a < 0 or b <= 0:
+        sys.exit(f"gen.py: {name}: section '{start}' .. '{end}' not found: update the rule")
     return src[src.rfind("\n", 0, a) + 1:src.rfind("\n", 0, b) + 1]
 
 
+# the same text, in the same order of dependencies, as when it was one file: the element
+# conversions, PDL and reductions; the embedding, RMSNorm and SwiGLU (not the weights'
+# conversion at upload); the bias/rope/KV step (not the rope table); attention; the product
 code = "".join([
-    section("#define CK_THREADS", "---- element conversions"),
-    section("---- element conversions", "CPU reference: the rope angle table"),
-    section("---- bias, rope and the KV cache", "---- attention ----"),
-    section("---- attention ----", "one element of swiglu_kernel"),
-    section("one element of swiglu_kernel", "CPU reference: cairn__f32_to_f16"),
+    section("kernels_common.cuh", "#define CK_THREADS"),
+    section("kernels_elt.cuh", "CPU reference: cairn__mat_row", "CPU reference: cairn__f32_to_f16"),
+    section("kernels_rope.cuh", "---- bias, rope and the KV cache"),
+    section("kernels_attention.cuh", "#define ATT_DECODE_WARPS"),
+    section("kernels_gemv.cuh", "---- the decode matrix-vector product"),
 ])
 
 RULES = [

@@ -1,5 +1,5 @@
-// tests/gpu/emu/test_attention_emu.cpp - the attention kernels of gpu/kernels_cuda.cuh run lane by
-// lane on the CPU (the emulator of emu.hpp; suite 'unit': no GPU needed).
+// tests/gpu/emu/test_attention_emu.cpp - the attention kernels of gpu/cuda/kernels_attention.cuh
+// run lane by lane on the CPU (the emulator of emu.hpp; suite 'unit': no GPU needed).
 //
 // attention_split_kernel (one token, the keys split over blocks, the last block of a head merging
 // the splits) and attention_tile_kernel (a prompt chunk, tiles of tokens of one head sharing each

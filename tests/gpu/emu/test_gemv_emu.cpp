@@ -1,5 +1,5 @@
-// tests/gpu/emu/test_gemv_emu.cpp - the decode product gemv_kernel (gpu/kernels_cuda.cuh) run lane
-// by lane on the CPU, so that its logic is tested where there is no GPU (CI; suite 'unit').
+// tests/gpu/emu/test_gemv_emu.cpp - the decode product gemv_kernel (gpu/cuda/kernels_gemv.cuh) run
+// lane by lane on the CPU, so that its logic is tested where there is no GPU (CI; suite 'unit').
 //
 // The kernel's own text (kernels_emu.cuh, made by gen.py) runs on the emulator of emu.hpp: every
 // thread a fiber, __syncthreads a barrier, shuffles warp collectives, shared memory checked for

@@ -1,7 +1,8 @@
-/* gpu/kernels_cpu.c - the CPU's compute: matrix-vector and matrix-matrix products, their
- * run-time choice of instruction set. Their loops run on the thread pool of gpu/threadpool.c;
- * the element-wise operations live in kernels_cpu_elt.c, the AVX-512 kernels in
- * kernels_cpu_avx512.c.
+/* gpu/cpu/kernels_cpu.c - the CPU's compute: matrix-vector and matrix-matrix products, their
+ * run-time choice of instruction set and their threading. Their loops run on the thread pool of
+ * gpu/cpu/threadpool.c; the per-row kernels they dispatch to live beside this file: the scalar
+ * reference in kernels_ref.c, the vector ones in kernels_cpu_avx2.c and kernels_cpu_avx512.c,
+ * the element-wise operations in kernels_cpu_elt.c.
  *
  * Decode (one token) is a chain of matrix-vector products whose cost is reading the weights
  * once, so the kernels work directly on the quantized blocks, one output row per dot product
@@ -14,8 +15,8 @@
  * independent accumulator chains) and prefetch ahead; each row still gets the same arithmetic, so
  * results do not depend on the grouping.
  *
- * Each kernel exists as portable C and as an AVX2+FMA(+F16C) version, some also as AVX-512
- * (with VNNI and VBMI), compiled with __attribute__((target)) and picked at run time from
+ * Each kernel exists as portable C (kernels_ref.c) and as an AVX2+FMA(+F16C) version, some also as
+ * AVX-512 (with VNNI and VBMI), compiled with __attribute__((target)) and picked at run time from
  * __builtin_cpu_supports, so one binary runs on any x86-64 and uses the vector units where
  * they exist. CAIRN_KERNELS_ISA or cairn__kernels_set_isa caps the level, so the tests can run
  * every level on one machine.
@@ -26,7 +27,7 @@
  * weights are used in place) and multiplied with sgemm, or, for a few tokens, a row at a time
  * against every token.
  */
-#include "gpu/kernels_cpu.h"
+#include "gpu/cpu/kernels_cpu.h"
 
 #include <math.h>
 #include <stdatomic.h>
@@ -47,172 +48,14 @@
 #include <cblas.h>
 #endif
 
-/* ==== activation quantization ================================================================ */
-
 typedef cairn__xq8_block xq8_block;
-
-/* x (32 nb) -> nb int8 blocks, rounded to nearest even (as the vector versions' cvtps2dq does,
- * so every ISA quantizes x identically) */
-static void quantize_x_q8(const float *x, xq8_block *y, int64_t nb)
-{
-    for (int64_t i = 0; i < nb; i++) {
-        float amax = 0.0f;
-        for (int j = 0; j < 32; j++)
-            amax = fmaxf(amax, fabsf(x[i * 32 + j]));
-        const float d = amax / 127.0f;
-        const float id = d != 0.0f ? 1.0f / d : 0.0f;
-        y[i].d = d;
-        for (int j = 0; j < 32; j++)
-            y[i].qs[j] = (int8_t)nearbyintf(x[i * 32 + j] * id);
-    }
-}
-
-/* ==== dot products: scalar ===================================================================
- * Each a cairn__dot_fn (kernels_cpu.h): one row w . x -> float. */
+/* A dot product: one row . x (cairn__dot_fn, kernels_cpu.h). */
 typedef cairn__dot_fn *dot_fn;
 /* nr consecutive rows, stride row_bytes, . x -> out (nr), for types whose kernel gains from
  * sharing the activation between rows (it takes them 4 at a time); each row's result must equal
  * what the kernel gives it in any other grouping. xq: x as xq8 blocks. */
 typedef void (*rows_fn)(const uint8_t *w, size_t row_bytes, int nr, const void *xq, int64_t cols,
                         float *out);
-
-/* w (n) . x (n) -> float */
-static float dot_f32_c(const uint8_t *w, const float *x, const void *xq, const float *xs, int64_t n)
-{
-    (void)xq, (void)xs;
-    float s = 0.0f, v;
-    for (int64_t i = 0; i < n; i++) {
-        memcpy(&v, w + 4 * i, 4);
-        s += v * x[i];
-    }
-    return s;
-}
-
-/* w (n) . x (n) -> float */
-static float dot_f16_c(const uint8_t *w, const float *x, const void *xq, const float *xs, int64_t n)
-{
-    (void)xq, (void)xs;
-    float s = 0.0f;
-    for (int64_t i = 0; i < n; i++) {
-        uint16_t h;
-        memcpy(&h, w + 2 * i, 2);
-        s += cairn__f16_to_f32_inline(h) * x[i];
-    }
-    return s;
-}
-
-/* w (n) . x (n) -> float */
-static float dot_bf16_c(const uint8_t *w, const float *x, const void *xq, const float *xs,
-                        int64_t n)
-{
-    (void)xq, (void)xs;
-    float s = 0.0f;
-    for (int64_t i = 0; i < n; i++) {
-        uint16_t h;
-        memcpy(&h, w + 2 * i, 2);
-        s += cairn__bf16_to_f32(h) * x[i];
-    }
-    return s;
-}
-
-/* w (n) . x (n) -> float */
-static float dot_q8_0_c(const uint8_t *w, const float *x, const void *xq, const float *xs,
-                        int64_t n)
-{
-    (void)x, (void)xs;
-    const cairn__block_q8_0 *b = (const cairn__block_q8_0 *)w;
-    const xq8_block *a = xq;
-    float s = 0.0f;
-    for (int64_t i = 0; i < n / 32; i++) {
-        int sum = 0;
-        for (int j = 0; j < 32; j++)
-            sum += b[i].qs[j] * a[i].qs[j];
-        s += (float)sum * (cairn__f16_to_f32_inline(b[i].d) * a[i].d);
-    }
-    return s;
-}
-
-/* w (n) . x (n) -> float */
-static float dot_q4_0_c(const uint8_t *w, const float *x, const void *xq, const float *xs,
-                        int64_t n)
-{
-    (void)x, (void)xs;
-    const cairn__block_q4_0 *b = (const cairn__block_q4_0 *)w;
-    const xq8_block *a = xq;
-    float s = 0.0f;
-    for (int64_t i = 0; i < n / 32; i++) {
-        int sum = 0;
-        for (int j = 0; j < 16; j++) {
-            sum += ((b[i].qs[j] & 0xF) - 8) * a[i].qs[j];
-            sum += ((b[i].qs[j] >> 4) - 8) * a[i].qs[j + 16];
-        }
-        s += (float)sum * (cairn__f16_to_f32_inline(b[i].d) * a[i].d);
-    }
-    return s;
-}
-
-/* K-quants against the int8 activation (cairn__xk_block, kernels_cpu.h); block fields read
- * through cairn__f16_at / cairn__q4_K_head_of, since a block may sit at an odd address. */
-
-/* w (n) . x (n) -> float; xq: n / 256 cairn__xk blocks */
-static float dot_q4_K_c(const uint8_t *w, const float *x, const void *xq, const float *xs,
-                        int64_t n)
-{
-    (void)x, (void)xs;
-    const cairn__xk_block *xk = xq;
-    float s = 0.0f;
-    for (int64_t i = 0; i < n / CAIRN__QK_K; i++, w += sizeof(cairn__block_q4_K)) {
-        const cairn__q4_K_head hd = cairn__q4_K_head_of(w);
-        const float d = cairn__f16_to_f32_inline(hd.d), dmin = cairn__f16_to_f32_inline(hd.dmin);
-        const uint8_t *qs = w + offsetof(cairn__block_q4_K, qs);
-        const uint64_t sc = hd.sc, m = hd.m;
-        for (int j = 0; j < 8; j++) { /* sub-block j: nibbles (j & 1) of bytes 32 (j / 2).. */
-            const int8_t *a = xk[i].a + 32 * j;
-            int dot = 0;
-            for (int k = 0; k < 32; k++)
-                dot += ((qs[32 * (j / 2) + k] >> (4 * (j & 1))) & 0xF) * a[k];
-            const int scj = (int)((sc >> (8 * j)) & 0xFF), mj = (int)((m >> (8 * j)) & 0xFF);
-            s += d * (float)scj * xk[i].d[j] * (float)dot - dmin * (float)mj * xk[i].ds[j];
-        }
-    }
-    return s;
-}
-
-/* w (n) . x (n) -> float; xq: n / 256 cairn__xk blocks */
-static float dot_q6_K_c(const uint8_t *w, const float *x, const void *xq, const float *xs,
-                        int64_t n)
-{
-    (void)x, (void)xs;
-    const cairn__xk_block *xk = xq;
-    float s = 0.0f;
-    for (int64_t i = 0; i < n / CAIRN__QK_K; i++, w += sizeof(cairn__block_q6_K)) {
-        const float d = cairn__f16_at(w + offsetof(cairn__block_q6_K, d));
-        const uint8_t *ql = w + offsetof(cairn__block_q6_K, ql),
-                      *qh = w + offsetof(cairn__block_q6_K, qh);
-        const int8_t *sc = (const int8_t *)(w + offsetof(cairn__block_q6_K, scales));
-        for (int sb = 0; sb < 16; sb++) { /* 16 elements e = 16 sb.. of half h = sb / 8 */
-            int dot = 0;
-            for (int k = 0; k < 16; k++) {
-                const int e = 16 * (sb % 8) + k, l = e % 32, g = e / 32; /* group of 32 */
-                const uint8_t lo = ql[64 * (sb / 8) + l + 32 * (g & 1)] >> (4 * (g >> 1));
-                const uint8_t hi = qh[32 * (sb / 8) + l] >> (2 * g);
-                const int q = ((lo & 0xF) | ((hi & 3) << 4)) - 32;
-                dot += q * xk[i].a[16 * sb + k];
-            }
-            s += d * (float)sc[sb] * xk[i].d[sb / 2] * (float)dot;
-        }
-    }
-    return s;
-}
-
-/* ==== axpy (attention's weighted sum of V rows) ============================================== */
-
-/* y (n) += a * x (n) */
-static void axpy_c(float *y, float a, const float *x, int64_t n)
-{
-    for (int64_t i = 0; i < n; i++)
-        y[i] += a * x[i];
-}
 
 /* ==== dispatch ================================================================================ */
 
@@ -239,15 +82,15 @@ typedef struct {
  * (Ice Lake and later, Zen 4 and later). */
 enum { ISA_SCALAR, ISA_AVX2, ISA_AVX512, ISA_N };
 
-static const dot_table dots_scalar = {.f32 = dot_f32_c,
-                                      .f16 = dot_f16_c,
-                                      .bf16 = dot_bf16_c,
-                                      .q8_0 = dot_q8_0_c,
-                                      .q4_0 = dot_q4_0_c,
-                                      .q4_K = dot_q4_K_c,
-                                      .q6_K = dot_q6_K_c,
-                                      .axpy = axpy_c,
-                                      .quant_x = quantize_x_q8,
+static const dot_table dots_scalar = {.f32 = cairn__dot_f32_ref,
+                                      .f16 = cairn__dot_f16_ref,
+                                      .bf16 = cairn__dot_bf16_ref,
+                                      .q8_0 = cairn__dot_q8_0_ref,
+                                      .q4_0 = cairn__dot_q4_0_ref,
+                                      .q4_K = cairn__dot_q4_K_ref,
+                                      .q6_K = cairn__dot_q6_K_ref,
+                                      .axpy = cairn__axpy_ref,
+                                      .quant_x = cairn__quant_x_ref,
                                       .isa = "scalar",
                                       .level = ISA_SCALAR};
 #ifdef CAIRN__X86

@@ -1,5 +1,5 @@
-/* gpu/threadpool.h - a persistent thread pool for the CPU kernels' parallel loops (internal to
- * gpu/).
+/* gpu/cpu/threadpool.h - a persistent thread pool for the CPU kernels' parallel loops (internal to
+ * the CPU backend, gpu/cpu/).
  *
  * n threads in all: the caller of cairn__pool_for works as thread 0, n-1 workers wait for jobs
  * (spinning briefly, then sleeping on a condition variable, so a decode step that issues ~100

@@ -1,8 +1,8 @@
-/* gpu/kernels_cpu_avx512.c - the decode kernels for CPUs with AVX-512 (F, BW, VL, VNNI, VBMI):
+/* gpu/cpu/kernels_cpu_avx512.c - the decode kernels for CPUs with AVX-512 (F, BW, VL, VNNI, VBMI):
  * the Q4_0 and Q8_0 matrix-vector products, which on AVX2 are bound by their arithmetic rather
  * than by reading the weights, the Q4_K and Q6_K dot products (see their section below), the
  * F32, F16 and BF16 dot products, axpy, and one head's attention over a float or half cache.
- * gpu/kernels_cpu.c picks these at run time, like its AVX2 kernels.
+ * gpu/cpu/kernels_cpu.c picks these at run time, like its AVX2 kernels.
  *
  * Two ideas make the quantized products cheap. First, several blocks are handled in one pass
  * of 512-bit registers (Q4_0: four blocks, 128 weights in 72 bytes): one byte permute
@@ -22,7 +22,7 @@
  * by the same tree of additions wherever it sits, so a row's result never depends on which rows
  * share its pass (tests/model/test_kernels.c checks every split bit for bit).
  */
-#include "gpu/kernels_cpu.h"
+#include "gpu/cpu/kernels_cpu.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>

@@ -1,5 +1,5 @@
-/* gpu/kernels_cpu_elt.c - the element-wise operations of a layer (RMS norm, softmax, SwiGLU) and
- * one head's attention at decode, over a KV cache of floats or of IEEE halves.
+/* gpu/cpu/kernels_cpu_elt.c - the element-wise operations of a layer (RMS norm, softmax,
+ * SwiGLU) and one head's attention at decode, over a KV cache of floats or of IEEE halves.
  *
  * They are cheap next to the products, but they run on the calling thread between two
  * products while the pool's other threads wait, so at decode every microsecond here is lost on
@@ -17,7 +17,7 @@
 #include <math.h>
 #include <stdint.h>
 
-#include "gpu/kernels_cpu.h"
+#include "gpu/cpu/kernels_cpu.h"
 #include "gpu/quant.h" /* IEEE half conversions */
 
 #if defined(__x86_64__) || defined(__i386__)

@@ -1,9 +1,8 @@
-/* gpu/kernels_cpu.h - CPU compute kernels: quantized matrix-vector products for decode,
+/* gpu/cpu/kernels_cpu.h - CPU compute kernels: quantized matrix-vector products for decode,
  * dequantize+sgemm matrix-matrix products for the prompt, and the small element-wise operations
- * of a transformer layer. They run on the thread pool of gpu/threadpool.h. Internal to gpu/.
+ * of a transformer layer. They run on the thread pool of gpu/cpu/threadpool.h. Internal to gpu/.
  *
- * A weight matrix W (rows, cols) is row-major in its ggml storage type: `rows` rows of `cols`
- * elements each, row r starting at data + r * row_bytes (a ggml tensor with ne = [cols, rows]).
+ * The weight matrices they take are cairn__mat (gpu/quant.h).
  */
 #ifndef CAIRN_GPU_KERNELS_CPU_H
 #define CAIRN_GPU_KERNELS_CPU_H
@@ -13,19 +12,11 @@
 #include <string.h> /* memcpy in cairn__q4_K_head_of */
 
 #include "gpu/quant.h" /* the block layouts */
-#include "gpu/threadpool.h"
+#include "gpu/cpu/threadpool.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* ---- weights -------------------------------------------------------------------------------- */
-typedef struct {
-    uint32_t type;      /* enum cairn__ggml_type */
-    int64_t rows, cols; /* cols is a multiple of the type's block size */
-    size_t row_bytes;
-    const uint8_t *data;
-} cairn__mat;
 
 /* Which instruction set the kernels use: "avx512" (F, BW, VL, VNNI and VBMI), "avx2" (with FMA
  * and F16C) or "scalar": the highest the CPU has, capped by the environment variable
@@ -82,7 +73,7 @@ void cairn__mat_row(const cairn__mat *W, int64_t r, float *dst);
 /* The level of cairn__kernels_isa() as a number: 0 scalar, 1 avx2, 2 avx512. */
 int cairn__kernels_level(void);
 
-/* ---- between the kernel files (kernels_cpu.c and the kernels_cpu_<isa>.c beside it) ---------- */
+/* ---- between the kernel files (kernels_cpu.c, kernels_ref.c, kernels_cpu_<isa>.c) ---------- */
 /* x rounded to int8 per 32 elements, with a float scale (more precise than ggml's f16 one): the
  * activation the Q8_0 / Q4_0 kernels multiply with */
 typedef struct {
@@ -167,6 +158,14 @@ static inline cairn__q4_K_head cairn__q4_K_head_of(const uint8_t *w)
  * unused. Every level's dot products have this signature. */
 typedef float cairn__dot_fn(const uint8_t *w, const float *x, const void *xq, const float *xs,
                             int64_t n);
+
+/* The scalar reference (kernels_ref.c, every CPU): the "scalar" level's dot products; x (32 nb)
+ * -> nb int8 blocks, rounded to nearest even (as the vector versions' cvtps2dq does, so every
+ * ISA quantizes x identically); y (n) += a * x (n). */
+cairn__dot_fn cairn__dot_f32_ref, cairn__dot_f16_ref, cairn__dot_bf16_ref, cairn__dot_q8_0_ref,
+    cairn__dot_q4_0_ref, cairn__dot_q4_K_ref, cairn__dot_q6_K_ref;
+void cairn__quant_x_ref(const float *x, cairn__xq8_block *y, int64_t nb);
+void cairn__axpy_ref(float *y, float a, const float *x, int64_t n);
 
 /* The AVX2 + FMA + F16C kernels (kernels_cpu_avx2.c, x86 only; call only where
  * cairn__kernels_level() >= 1). */

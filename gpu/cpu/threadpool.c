@@ -1,4 +1,4 @@
-/* gpu/threadpool.c - the persistent thread pool the CPU kernels run their loops on.
+/* gpu/cpu/threadpool.c - the persistent thread pool the CPU kernels run their loops on.
  *
  * A decode step issues ~100 small parallel loops (one per matrix-vector product), each a few
  * tens of microseconds, so the pool is built for latency: workers stay alive between jobs, spin
@@ -12,7 +12,7 @@
  * inside are waited for. A worker whose core another process holds simply misses the job, so a
  * busy machine costs throughput, never a scheduler time slice per product.
  */
-#include "gpu/threadpool.h"
+#include "gpu/cpu/threadpool.h"
 
 #include <pthread.h>
 #include <sched.h>

@@ -1,4 +1,4 @@
-/* gpu/sample_cuda.cuh - the device sampler: picks the next token from the logits without
+/* gpu/cuda/sample_cuda.cuh - the device sampler: picks the next token from the logits without
  * copying them to the host. Included by backend_cuda.cu only.
  *
  * CPU reference: cairn__sampler_pick_runs (gpu/sampler.c), the host sampler's pick split the way

@@ -1,4 +1,4 @@
-/* gpu/backend_cpu.c - the forward pass on the CPU.
+/* gpu/cpu/backend_cpu.c - the forward pass on the CPU.
  *
  * One pass runs a chunk of up to n_batch tokens through every layer. A chunk of one token
  * (decode) multiplies by the weights with the quantized matrix-vector kernels; a longer chunk
@@ -31,7 +31,7 @@
 #include <string.h>
 
 #include "gpu/backend.h"
-#include "gpu/kernels_cpu.h"
+#include "gpu/cpu/kernels_cpu.h"
 #include "gpu/model.h"
 #include "gpu/quant.h"
 

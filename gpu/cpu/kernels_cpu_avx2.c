@@ -1,7 +1,7 @@
-/* gpu/kernels_cpu_avx2.c - the AVX2 + FMA + F16C kernels of gpu/kernels_cpu.c (which picks them
- * at run time): one dot product per weight type, the 4-row Q4_0 product, the activation's int8
- * quantization and axpy. Compiled with __attribute__((target)), so the rest of the build keeps
- * the baseline x86-64 instruction set.
+/* gpu/cpu/kernels_cpu_avx2.c - the AVX2 + FMA + F16C kernels of gpu/cpu/kernels_cpu.c (which
+ * picks them at run time): one dot product per weight type, the 4-row Q4_0 product, the
+ * activation's int8 quantization and axpy. Compiled with __attribute__((target)), so the rest of
+ * the build keeps the baseline x86-64 instruction set.
  *
  * Q4_0 and Q8_0 multiply in int8 (the activation rounded to int8 blocks, as llama.cpp does):
  * maddubs wants an unsigned left operand, so the weight's sign is moved onto the activation
@@ -15,7 +15,7 @@
  * exact conversions and the same roundings in the same order, so the same floats (except that
  * F16C turns a signalling NaN half into a quiet NaN, where the reference keeps the payload).
  */
-#include "gpu/kernels_cpu.h"
+#include "gpu/cpu/kernels_cpu.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>

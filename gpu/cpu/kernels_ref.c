@@ -1,0 +1,178 @@
+/* gpu/cpu/kernels_ref.c - the scalar reference of the CPU kernels: the activation's int8
+ * rounding, one dot product per weight type, and axpy, in portable C.
+ *
+ * They are the "scalar" level of gpu/cpu/kernels_cpu.c's dispatch (the only one off x86, and the
+ * one CAIRN_KERNELS_ISA=scalar forces), and what the vector kernels (kernels_cpu_avx2.c,
+ * kernels_cpu_avx512.c) are measured against: each vector kernel does the same integer
+ * arithmetic per block and differs only in the order of the float additions. Kept apart from
+ * the dispatch and the threading so the arithmetic reads alone: every function here is one row
+ * (or one vector) and knows nothing of threads, tiles or instruction sets.
+ */
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "gpu/cpu/kernels_cpu.h"
+#include "gpu/quant.h"
+
+/* ==== activation quantization ================================================================ */
+
+/* x (32 nb) -> nb int8 blocks, rounded to nearest even (as the vector versions' cvtps2dq does,
+ * so every ISA quantizes x identically) */
+void cairn__quant_x_ref(const float *x, cairn__xq8_block *y, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++) {
+        float amax = 0.0f;
+        for (int j = 0; j < 32; j++)
+            amax = fmaxf(amax, fabsf(x[i * 32 + j]));
+        const float d = amax / 127.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        y[i].d = d;
+        for (int j = 0; j < 32; j++)
+            y[i].qs[j] = (int8_t)nearbyintf(x[i * 32 + j] * id);
+    }
+}
+
+/* ==== dot products ===========================================================================
+ * Each a cairn__dot_fn (kernels_cpu.h): one row w . x -> float. */
+
+/* w (n) . x (n) -> float */
+float cairn__dot_f32_ref(const uint8_t *w, const float *x, const void *xq, const float *xs,
+                         int64_t n)
+{
+    (void)xq, (void)xs;
+    float s = 0.0f, v;
+    for (int64_t i = 0; i < n; i++) {
+        memcpy(&v, w + 4 * i, 4);
+        s += v * x[i];
+    }
+    return s;
+}
+
+/* w (n) . x (n) -> float */
+float cairn__dot_f16_ref(const uint8_t *w, const float *x, const void *xq, const float *xs,
+                         int64_t n)
+{
+    (void)xq, (void)xs;
+    float s = 0.0f;
+    for (int64_t i = 0; i < n; i++) {
+        uint16_t h;
+        memcpy(&h, w + 2 * i, 2);
+        s += cairn__f16_to_f32_inline(h) * x[i];
+    }
+    return s;
+}
+
+/* w (n) . x (n) -> float */
+float cairn__dot_bf16_ref(const uint8_t *w, const float *x, const void *xq, const float *xs,
+                          int64_t n)
+{
+    (void)xq, (void)xs;
+    float s = 0.0f;
+    for (int64_t i = 0; i < n; i++) {
+        uint16_t h;
+        memcpy(&h, w + 2 * i, 2);
+        s += cairn__bf16_to_f32(h) * x[i];
+    }
+    return s;
+}
+
+/* w (n) . x (n) -> float */
+float cairn__dot_q8_0_ref(const uint8_t *w, const float *x, const void *xq, const float *xs,
+                          int64_t n)
+{
+    (void)x, (void)xs;
+    const cairn__block_q8_0 *b = (const cairn__block_q8_0 *)w;
+    const cairn__xq8_block *a = xq;
+    float s = 0.0f;
+    for (int64_t i = 0; i < n / 32; i++) {
+        int sum = 0;
+        for (int j = 0; j < 32; j++)
+            sum += b[i].qs[j] * a[i].qs[j];
+        s += (float)sum * (cairn__f16_to_f32_inline(b[i].d) * a[i].d);
+    }
+    return s;
+}
+
+/* w (n) . x (n) -> float */
+float cairn__dot_q4_0_ref(const uint8_t *w, const float *x, const void *xq, const float *xs,
+                          int64_t n)
+{
+    (void)x, (void)xs;
+    const cairn__block_q4_0 *b = (const cairn__block_q4_0 *)w;
+    const cairn__xq8_block *a = xq;
+    float s = 0.0f;
+    for (int64_t i = 0; i < n / 32; i++) {
+        int sum = 0;
+        for (int j = 0; j < 16; j++) {
+            sum += ((b[i].qs[j] & 0xF) - 8) * a[i].qs[j];
+            sum += ((b[i].qs[j] >> 4) - 8) * a[i].qs[j + 16];
+        }
+        s += (float)sum * (cairn__f16_to_f32_inline(b[i].d) * a[i].d);
+    }
+    return s;
+}
+
+/* K-quants against the int8 activation (cairn__xk_block, kernels_cpu.h); block fields read
+ * through cairn__f16_at / cairn__q4_K_head_of, since a block may sit at an odd address. */
+
+/* w (n) . x (n) -> float; xq: n / 256 cairn__xk blocks */
+float cairn__dot_q4_K_ref(const uint8_t *w, const float *x, const void *xq, const float *xs,
+                          int64_t n)
+{
+    (void)x, (void)xs;
+    const cairn__xk_block *xk = xq;
+    float s = 0.0f;
+    for (int64_t i = 0; i < n / CAIRN__QK_K; i++, w += sizeof(cairn__block_q4_K)) {
+        const cairn__q4_K_head hd = cairn__q4_K_head_of(w);
+        const float d = cairn__f16_to_f32_inline(hd.d), dmin = cairn__f16_to_f32_inline(hd.dmin);
+        const uint8_t *qs = w + offsetof(cairn__block_q4_K, qs);
+        const uint64_t sc = hd.sc, m = hd.m;
+        for (int j = 0; j < 8; j++) { /* sub-block j: nibbles (j & 1) of bytes 32 (j / 2).. */
+            const int8_t *a = xk[i].a + 32 * j;
+            int dot = 0;
+            for (int k = 0; k < 32; k++)
+                dot += ((qs[32 * (j / 2) + k] >> (4 * (j & 1))) & 0xF) * a[k];
+            const int scj = (int)((sc >> (8 * j)) & 0xFF), mj = (int)((m >> (8 * j)) & 0xFF);
+            s += d * (float)scj * xk[i].d[j] * (float)dot - dmin * (float)mj * xk[i].ds[j];
+        }
+    }
+    return s;
+}
+
+/* w (n) . x (n) -> float; xq: n / 256 cairn__xk blocks */
+float cairn__dot_q6_K_ref(const uint8_t *w, const float *x, const void *xq, const float *xs,
+                          int64_t n)
+{
+    (void)x, (void)xs;
+    const cairn__xk_block *xk = xq;
+    float s = 0.0f;
+    for (int64_t i = 0; i < n / CAIRN__QK_K; i++, w += sizeof(cairn__block_q6_K)) {
+        const float d = cairn__f16_at(w + offsetof(cairn__block_q6_K, d));
+        const uint8_t *ql = w + offsetof(cairn__block_q6_K, ql),
+                      *qh = w + offsetof(cairn__block_q6_K, qh);
+        const int8_t *sc = (const int8_t *)(w + offsetof(cairn__block_q6_K, scales));
+        for (int sb = 0; sb < 16; sb++) { /* 16 elements e = 16 sb.. of half h = sb / 8 */
+            int dot = 0;
+            for (int k = 0; k < 16; k++) {
+                const int e = 16 * (sb % 8) + k, l = e % 32, g = e / 32; /* group of 32 */
+                const uint8_t lo = ql[64 * (sb / 8) + l + 32 * (g & 1)] >> (4 * (g >> 1));
+                const uint8_t hi = qh[32 * (sb / 8) + l] >> (2 * g);
+                const int q = ((lo & 0xF) | ((hi & 3) << 4)) - 32;
+                dot += q * xk[i].a[16 * sb + k];
+            }
+            s += d * (float)sc[sb] * xk[i].d[sb / 2] * (float)dot;
+        }
+    }
+    return s;
+}
+
+/* ==== axpy (attention's weighted sum of V rows) ============================================== */
+
+/* y (n) += a * x (n) */
+void cairn__axpy_ref(float *y, float a, const float *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        y[i] += a * x[i];
+}

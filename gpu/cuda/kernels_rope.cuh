@@ -1,0 +1,138 @@
+/* gpu/cuda/kernels_rope.cuh - rotary position embedding: the angle table of a step's positions
+ * (rope_table_kernel), and the step after the Q/K/V product that adds the bias, rotates q and k
+ * and stores k and v into the KV cache (qkv_post_kernel; its per-item store is shared with the
+ * fused decode product, kernels_gemv.cuh, so both write the same bits).
+ */
+#ifndef CAIRN_GPU_CUDA_KERNELS_ROPE_CUH
+#define CAIRN_GPU_CUDA_KERNELS_ROPE_CUH
+
+#include <stddef.h>
+
+#include "gpu/cuda/kernels_common.cuh"
+
+/* CPU reference: the rope angle table of forward_chunk (gpu/cpu/backend_cpu.c), once per step for
+ * all layers and heads: cs (n, half, 2) = cos, sin of (*pos + i) * inv_freq[j], computed in
+ * double and rounded to float as the CPU does. grid (n), block 128 */
+__global__ void rope_table_kernel(const int *__restrict__ pos, const float *__restrict__ inv_freq,
+                                  int half, float *__restrict__ cs)
+{
+    pdl_launch_dependents(); /* the first Q/K/V product may start (and wait for this one) */
+    const int i = blockIdx.x, p = *pos + i;
+    for (int j = threadIdx.x; j < half; j += blockDim.x) {
+        const double th = (double)p * (double)inv_freq[j];
+        cs[((size_t)i * half + j) * 2] = (float)cos(th);
+        cs[((size_t)i * half + j) * 2 + 1] = (float)sin(th);
+    }
+}
+
+/* ---- bias, rope and the KV cache ----------------------------------------------------------
+ *
+ * CPU reference: add_bias, rope and the two memcpy into the cache in forward_chunk
+ * (gpu/cpu/backend_cpu.c). For token i at position p = *pos + i, its row of the Q/K/V product,
+ * [q (n_heads*hd) | k (n_kv*hd) | v (n_kv*hd)] f32, gets the bias (if any); q is rotated in
+ * place, k rotated into kc (n_ctx, n_kv*hd)[p], v copied into vc (n_ctx, n_kv*hd)[p]. Rotation:
+ * NORMAL pairs (2j, 2j+1), NEOX pairs (j, j + rope_dim/2), for j < rope_dim/2, by the angle of
+ * cs (rope_table_kernel); elements >= rope_dim pass through. A cache of halves (cache_f16) gets
+ * each k and v rounded to nearest even (from_f32<__half>), as cairn__f32_to_f16_row does.
+ *
+ * The work is cut into items of two elements: first the rotation pairs of every q head and then
+ * every k head (pass-through elements in adjacent twos), then the v elements in twos (head_dim
+ * and rope_dim are even: the loader checks). qkv_post_kernel runs the items over the row a GEMM
+ * wrote (prompt chunks); the fused decode product (gemv_kernel, OUT = GV_QKV) computes an item's
+ * two rows in one warp and stores them through the same function, so both write the same
+ * values from the same products. */
+typedef struct {
+    const float *bias; /* (q + 2 kv) or NULL */
+    const int *pos;
+    const float *cs; /* (n, rope_dim / 2, 2) */
+    void *kc, *vc;   /* this layer's cache: floats, or __half when cache_f16 */
+    int n_heads, n_kv, hd, rope_dim, neox, cache_f16;
+} qkv_args;
+
+/* x into element e of position p's row of a cache */
+__device__ __forceinline__ void kv_put(float *row, int e, float x) { row[e] = x; }
+__device__ __forceinline__ void kv_put(__half *row, int e, float x)
+{
+    row[e] = from_f32<__half>(x);
+}
+__device__ __forceinline__ void kv_store(const qkv_args &a, void *cache, int p, int e, float x)
+{
+    const size_t at = (size_t)p * (size_t)(a.n_kv * a.hd);
+    if (a.cache_f16)
+        kv_put((__half *)cache + at, e, x);
+    else
+        kv_put((float *)cache + at, e, x);
+}
+
+__device__ __forceinline__ int qkv_items(const qkv_args &a)
+{
+    return (a.n_heads + a.n_kv) * (a.hd / 2) + a.n_kv * a.hd / 2;
+}
+
+/* the row elements *ea, *ez of item it */
+__device__ __forceinline__ void qkv_item_elems(const qkv_args &a, int it, int *ea, int *ez)
+{
+    const int hh = a.hd / 2, pairs = (a.n_heads + a.n_kv) * hh;
+    if (it >= pairs) { /* v: two elements */
+        *ea = (a.n_heads + a.n_kv) * a.hd + 2 * (it - pairs);
+        *ez = *ea + 1;
+        return;
+    }
+    const int h = it / hh, j = it % hh, off = h * a.hd, half = a.rope_dim / 2;
+    if (j < half) {
+        *ea = off + (a.neox ? j : 2 * j);
+        *ez = off + (a.neox ? j + half : 2 * j + 1);
+    } else {
+        *ea = off + a.rope_dim + 2 * (j - half);
+        *ez = *ea + 1;
+    }
+}
+
+/* item it's two products x0 (element ea), x1 (ez) of token i: bias, rotation, then q into qrow
+ * (the token's row) or k / v into the cache */
+__device__ __forceinline__ void qkv_item_store(const qkv_args &a, int it, int ea, int ez, float x0,
+                                               float x1, float *__restrict__ qrow, int i)
+{
+    const int q_dim = a.n_heads * a.hd, kv_dim = a.n_kv * a.hd, hh = a.hd / 2;
+    const int pairs = (a.n_heads + a.n_kv) * hh, half = a.rope_dim / 2, p = *a.pos + i;
+    if (a.bias) {
+        x0 += a.bias[ea];
+        x1 += a.bias[ez];
+    }
+    if (it >= pairs) {
+        kv_store(a, a.vc, p, ea - q_dim - kv_dim, x0);
+        kv_store(a, a.vc, p, ez - q_dim - kv_dim, x1);
+        return;
+    }
+    const int j = it % hh;
+    if (j < half) {
+        const float *csr = a.cs + ((size_t)i * half + j) * 2;
+        const float c = csr[0], s = csr[1];
+        const float y0 = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+        const float y1 = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
+        x0 = y0;
+        x1 = y1;
+    }
+    if (ea < q_dim) {
+        qrow[ea] = x0;
+        qrow[ez] = x1;
+    } else {
+        kv_store(a, a.kc, p, ea - q_dim, x0);
+        kv_store(a, a.kc, p, ez - q_dim, x1);
+    }
+}
+
+/* qkv (n, ld) rows as above; grid (n, any): a token's items spread over blockIdx.y */
+__global__ void qkv_post_kernel(float *__restrict__ qkv, int ld, qkv_args a)
+{
+    const int i = blockIdx.x, items = qkv_items(a);
+    float *row = qkv + (size_t)i * (size_t)ld;
+    const int stride = (int)(gridDim.y * blockDim.x);
+    for (int it = (int)(blockIdx.y * blockDim.x + threadIdx.x); it < items; it += stride) {
+        int ea, ez;
+        qkv_item_elems(a, it, &ea, &ez);
+        qkv_item_store(a, it, ea, ez, row[ea], row[ez], row, i);
+    }
+}
+
+#endif /* CAIRN_GPU_CUDA_KERNELS_ROPE_CUH */
