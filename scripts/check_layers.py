@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""tests/layering/check_layers.py - the include rule of docs/ARCHITECTURE.md, checked.
+"""scripts/check_layers.py - the include rule of docs/ARCHITECTURE.md, checked.
 
 Folders include only downward:
 
@@ -15,6 +15,11 @@ out of gpu/.
 
 Usage: check_layers.py ROOT        check the tree at ROOT; exit 1 listing every violation
        check_layers.py --graph ROOT  print the folder graph: who includes whom, how many times
+       check_layers.py --build LAYER ROOT OUT DEPFILE
+                                    the build's check of one folder (gpu/ uses it, so that a gpu
+                                    file including cairn.h fails the build, not only a test):
+                                    writes OUT, a header nothing includes, and DEPFILE, every
+                                    file and folder read, so ninja runs it again on any change
        check_layers.py --self-test  plant each kind of violation in a scratch tree and check that
                                     every one is caught (and that a clean tree passes)
 """
@@ -39,16 +44,18 @@ ALLOWED = {
 # Of include/, gpu/ may have cairn_errors.h only; the public header cairn.h pulls in msgpack.
 GPU_PUBLIC = {"cairn_errors.h"}
 # System headers a folder must not include (the boundary each library stays behind).
+# Matched on the header's name without ".h" or on its folder: "msgpack" fences <msgpack.h> and
+# <msgpack/pack.h>.
 FORBIDDEN_SYSTEM = {
-    "runner": {"lmdb.h"},
-    "tools": {"lmdb.h"},
-    "steps": {"lmdb.h"},
-    "gpu": {"msgpack.h", "jansson.h", "lmdb.h", "curl/curl.h"},
-    "include": {"lmdb.h", "jansson.h", "curl/curl.h"},
-    "examples": {"lmdb.h"},
+    "runner": {"lmdb"},
+    "tools": {"lmdb"},
+    "steps": {"lmdb"},
+    "gpu": {"msgpack", "jansson", "lmdb", "curl", "openssl"},
+    "include": {"lmdb", "jansson", "curl"},
+    "examples": {"lmdb"},
 }
 # Files allowed past a system fence: the retrieval index owns an LMDB environment of its own.
-SYSTEM_EXCEPTIONS = {("steps", "lmdb.h"): re.compile(r"steps/bm25[^/]*$")}
+SYSTEM_EXCEPTIONS = {("steps", "lmdb"): re.compile(r"steps/bm25[^/]*$")}
 SOURCES = (".c", ".h", ".cu", ".cuh", ".cpp", ".hpp")
 INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^">]+)[">]')
 
@@ -66,18 +73,24 @@ def owner_of_quoted(rel_dir, name, root):
     return None
 
 
-def includes(root):
-    """(layer, path relative to root, line number, '<' or '"', included name) for every include."""
-    for layer in ALLOWED:
+def includes(root, layers=ALLOWED, read=None):
+    """(layer, path relative to root, its folder, line number, '<' or '"', included name) for
+    every include of the layers' files; `read`, when a list, collects every file and folder."""
+    for layer in layers:
         base = os.path.join(root, layer)
         if not os.path.isdir(base):
             continue
-        for dirpath, _, files in os.walk(base):
+        for dirpath, dirs, files in os.walk(base):
+            dirs.sort()
+            if read is not None:
+                read.append(dirpath)
             for f in sorted(files):
                 if not f.endswith(SOURCES):
                     continue
                 path = os.path.join(dirpath, f)
                 rel = os.path.relpath(path, root)
+                if read is not None:
+                    read.append(path)
                 with open(path, encoding="utf-8", errors="replace") as fh:
                     for lineno, line in enumerate(fh, 1):
                         m = INCLUDE.match(line)
@@ -85,17 +98,20 @@ def includes(root):
                             yield layer, rel, dirpath, lineno, m.group(1), m.group(2)
 
 
-def check(root):
+def check(root, layers=ALLOWED, read=None):
     problems = []
-    for layer, rel, dirpath, lineno, kind, name in includes(root):
+    for layer, rel, dirpath, lineno, kind, name in includes(root, layers, read):
         where = f"{rel}:{lineno}: "
         if kind == "<":
-            bad = FORBIDDEN_SYSTEM.get(layer, set())
-            exc = SYSTEM_EXCEPTIONS.get((layer, name))
-            if name in bad and not (exc and exc.search(rel)):
+            lib = os.path.splitext(name.split("/", 1)[0])[0]
+            exc = SYSTEM_EXCEPTIONS.get((layer, lib))
+            if lib in FORBIDDEN_SYSTEM.get(layer, set()) and not (exc and exc.search(rel)):
                 problems.append(where + f"{layer}/ must not include <{name}>")
             continue
         target = owner_of_quoted(os.path.relpath(dirpath, root), name, root)
+        if ".." in name.split("/"):
+            problems.append(where + f'"{name}": includes name their folder, never "../"')
+            continue
         if target is None:
             continue
         if layer == "gpu" and target == "include":
@@ -133,6 +149,8 @@ def self_test():
         ("gpu/chat.c", '#include "cairn.h"\n', "gpu/ may include only"),
         ("gpu/chat.c", '#include "common/utf8.h"\n', "gpu/ includes"),
         ("gpu/gguf.c", "#include <msgpack.h>\n", "gpu/ must not include"),
+        ("gpu/cuda/x.cuh", "#include <openssl/sha.h>\n", "gpu/ must not include"),
+        ("gpu/cpu/y.c", '#include "../../include/cairn.h"\n', "never"),
         ("runner/exec.c", "#include <lmdb.h>\n", "runner/ must not include"),
         ("examples/ledger/x.c", '#include "runner/internal.h"\n', "examples/ includes"),
         ("include/cairn.h", '#include "common/json.h"\n', "include/ includes"),
@@ -182,6 +200,21 @@ def main():
                 edges[(layer, target)] = edges.get((layer, target), 0) + 1
         for (a, b), n in sorted(edges.items()):
             print(f"{a}/ -> {b}/ ({n})")
+        return 0
+    if len(sys.argv) == 6 and sys.argv[1] == "--build":
+        layer, root, out, dep = sys.argv[2:]
+        read = []
+        problems = check(root, [layer], read)
+        if problems:
+            sys.stderr.write(f"{layer}/ includes against the layering (docs/ARCHITECTURE.md):\n")
+            for p in problems:
+                sys.stderr.write(f"  {p}\n")
+            return 1
+        with open(out, "w") as fh:
+            fh.write(f"/* GENERATED by scripts/check_layers.py: {layer}/'s include rule held for "
+                     f"{len(read)} files and folders. Included by nothing. */\n")
+        with open(dep, "w") as fh:
+            fh.write(out.replace(" ", "\\ ") + ": " + " ".join(p.replace(" ", "\\ ") for p in read) + "\n")
         return 0
     if len(sys.argv) != 2:
         print(__doc__.split("\n\n")[-1], file=sys.stderr)
