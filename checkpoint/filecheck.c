@@ -138,6 +138,14 @@ int cairn__file_check(cairn_store *s, const char *dir)
     return rc == CAIRN_ECORRUPT ? cairn__store_fail(s, rc, "store %s refused: %s", dir, msg) : rc;
 }
 
+int cairn__store_was_created(const char *dir)
+{
+    char path[4200];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/synced", dir);
+    return exists(dir, CREATED) || (stat(path, &st) == 0 && st.st_size > 0);
+}
+
 void cairn__file_mark_created(cairn_store *s, const char *dir)
 {
     (void)s;

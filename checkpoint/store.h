@@ -49,6 +49,10 @@ int64_t cairn__now_ms(void);
 /* In a forked child that must not touch the store: makes the map read-only in this process, so
  * that a wild write in the child faults instead of reaching a nosync store's writable map. */
 void cairn__store_seal(cairn_store *s);
+/* 1 if the directory holds the witnesses of a store that had commits (its file `created`, or a
+ * sync store's marker), whatever became of data.mdb (checkpoint/filecheck.c): a command that
+ * must not create a store then opens it, to be refused, instead of saying there is none. */
+int cairn__store_was_created(const char *dir);
 /* Fault injection for tests: fail the Nth write transaction from now with `err` (0 = off). */
 void cairn__store_inject_write_failure(cairn_store *s, uint32_t nth, int err);
 /* Fault injection for tests: the next flush of a sync store's data fails with errno `err`. */

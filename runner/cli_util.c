@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 
 #include "cairn.h"
+#include "checkpoint/store.h"
 #include "common/json.h"
 #include "runner/cli.h"
 
@@ -164,7 +165,7 @@ int cairn__cli_store_exists(const char *dir, char *err, size_t errlen)
         return 0;
     char data[4096];
     snprintf(data, sizeof data, "%s/data.mdb", dir);
-    if (stat(data, &st) != 0 && errno == ENOENT) {
+    if (stat(data, &st) != 0 && errno == ENOENT && !cairn__store_was_created(dir)) {
         snprintf(err, errlen, "no store at %s (the directory holds no data.mdb)", dir);
         return CAIRN_ENOENT;
     }
