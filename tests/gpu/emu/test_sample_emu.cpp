@@ -4,11 +4,12 @@
 // The step the backend launches after the output head (enqueue_sampling in
 // gpu/cuda/backend_forward.cuh): penalty_kernel, then argmax_kernel (greedy, top-k 1), or
 // keys_kernel, the descending radix sort of the keys (here std::sort of the same 64-bit keys: the
-// order CUB gives, ties in ascending id), weights_kernel and finish_kernel. Over awkward logits (smooth, long runs of ties, NaN, -inf,
-// +inf, signed zeros: tests/model/sample_check.h), temperatures, top-k, top-p, penalties and two
-// draws (one at the very tail), each pick must be the host sampler's, or within rounding of the
-// draw's boundary (mk_pick_agrees, as the gpu test holds the device to). Also: no shared-memory
-// race, out-of-bounds or uninitialised read, barrier or shuffle divergence.
+// order CUB gives, ties in ascending id), weights_kernel and finish_kernel. Over awkward logits
+// (smooth, long runs of ties, NaN, -inf, +inf, signed zeros: tests/model/sample_check.h),
+// temperatures, top-k, top-p, penalties and two draws (one at the very tail), each pick must be the
+// host sampler's, or within rounding of the draw's boundary (mk_pick_agrees, as the gpu test holds
+// the device to). Also: no shared-memory race, out-of-bounds or uninitialised read, barrier or
+// shuffle divergence.
 #include "sample_emu.cuh"
 
 #include <algorithm>
