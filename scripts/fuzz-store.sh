@@ -22,7 +22,7 @@ if pkg-config --exists lmdb; then lmdb=$(pkg-config --cflags --libs lmdb); else 
 mkdir -p "$out/corpus"
 
 # What a record reader reaches: the store, the runner and what they call.
-srcs="common/error.c common/str.c common/utf8.c common/hash.c common/json.c common/canon.c
+srcs="common/error.c common/version.c common/str.c common/utf8.c common/hash.c common/json.c common/canon.c
       common/jsonmp.c common/taskid.c common/mdb.c checkpoint/store.c checkpoint/records.c
       checkpoint/index.c checkpoint/map.c checkpoint/synced.c checkpoint/filecheck.c runner/graph.c runner/state.c runner/runner.c runner/operator.c
       runner/lease.c runner/exec.c runner/step.c runner/task.c"
