@@ -1,7 +1,7 @@
 /* checkpoint/store.c - the LMDB checkpoint store.
  *
  * One LMDB environment per store directory, with named databases:
- *   meta      schema version
+ *   meta      schema version; store_id (16 random bytes made at creation)
  *   tasks     id -> task record (msgpack map: state, lease, attempts, hashes, times)
  *   inputs    id -> the task input as msgpack (apart, so step commits never rewrite it)
  *   steps     id\0step\0gen(be32) -> step record (state, invocations, output bytes)
@@ -52,6 +52,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -160,6 +161,62 @@ static int64_t schema_of(cairn_store *s, MDB_txn *txn)
     return schema;
 }
 
+/* Reads meta "store_id" into the handle if it is there (0), else 0 with has_store_id unset. */
+static int store_id_read(cairn_store *s, MDB_txn *txn)
+{
+    MDB_val k = {8, "store_id"}, v;
+    int rc = mdb_get(txn, s->meta, &k, &v);
+    if (rc == MDB_NOTFOUND)
+        return 0;
+    if (rc)
+        return cairn__mdb_fail(NULL, s, rc, "read the store ID");
+    if (v.mv_size != sizeof s->store_id)
+        return cairn__store_fail(s, CAIRN_ECORRUPT, "store %s: its store ID has %zu bytes, not %zu",
+                                 s->dir, v.mv_size, sizeof s->store_id);
+    memcpy(s->store_id, v.mv_data, sizeof s->store_id);
+    s->has_store_id = 1;
+    return 0;
+}
+
+/* Makes the store ID if the store has none (a new store, or one an older cairn wrote). */
+static int store_id_make(cairn__txn *t)
+{
+    cairn_store *s = t->s;
+    s->has_store_id = 0; /* a run again after a full map starts over */
+    int rc = store_id_read(s, t->txn);
+    if (rc || s->has_store_id)
+        return rc;
+    unsigned char id[sizeof s->store_id];
+    if (getrandom(id, sizeof id, 0) != (ssize_t)sizeof id)
+        return cairn__store_fail(s, CAIRN_EIO, "store %s: no random bytes for its ID: %s", s->dir,
+                                 strerror(errno));
+    MDB_val k = {8, "store_id"}, v = {sizeof id, id};
+    if ((rc = cairn__put(t, s->meta, &k, &v, 0)))
+        return cairn__mdb_fail(t, s, rc, "record the store ID");
+    memcpy(s->store_id, id, sizeof id);
+    s->has_store_id = 1; /* undone by the caller if the commit fails */
+    return 0;
+}
+
+static int store_id_txn(cairn__txn *t, void *arg)
+{
+    (void)arg;
+    return store_id_make(t);
+}
+
+int cairn__store_id(cairn_store *s, unsigned char out[16])
+{
+    if (!s->has_store_id) {
+        int rc = cairn__store_write(s, CAIRN__DURABLE, store_id_txn, NULL);
+        if (rc) {
+            s->has_store_id = 0;
+            return rc;
+        }
+    }
+    memcpy(out, s->store_id, sizeof s->store_id);
+    return 0;
+}
+
 /* Creates the databases and records the schema version (a new store, or one an older cairn
  * wrote): a write like any other, so a sync store's protocol covers it (synced.c). */
 static int create_dbs_txn(cairn__txn *t, void *arg)
@@ -177,11 +234,12 @@ static int create_dbs_txn(cairn__txn *t, void *arg)
         return (int)schema;
     if (schema > CAIRN__SCHEMA)
         return newer_schema(s, (uint32_t)schema);
-    if (schema == CAIRN__SCHEMA)
-        return 0;
+    int rc = store_id_make(t);
+    if (rc || schema == CAIRN__SCHEMA)
+        return rc;
     uint32_t now = CAIRN__SCHEMA;
     MDB_val k = {6, "schema"}, v = {sizeof now, &now};
-    int rc = cairn__put(t, s->meta, &k, &v, 0);
+    rc = cairn__put(t, s->meta, &k, &v, 0);
     return rc ? cairn__mdb_fail(t, s, rc, "record the schema version") : 0;
 }
 
@@ -204,6 +262,10 @@ static int open_dbs(cairn_store *s)
     if (!rc && !missing && (schema = schema_of(s, txn)) < 0) {
         mdb_txn_abort(txn);
         return (int)schema;
+    }
+    if (!rc && !missing && (rc = store_id_read(s, txn))) {
+        mdb_txn_abort(txn);
+        return rc;
     }
     if (rc) {
         mdb_txn_abort(txn);
@@ -239,6 +301,7 @@ int cairn_store_open(cairn_store *s, const char *dir)
     if (!s || !dir || s->env)
         return CAIRN_EINVAL;
     s->broken = 0;
+    s->has_store_id = 0;
     free(s->dir);
     s->dir = strdup(dir);
     if (!s->dir)

@@ -53,6 +53,10 @@ void cairn__store_seal(cairn_store *s);
  * sync store's marker), whatever became of data.mdb (checkpoint/filecheck.c): a command that
  * must not create a store then opens it, to be refused, instead of saying there is none. */
 int cairn__store_was_created(const char *dir);
+/* The store's ID: 16 random bytes made when the store was created (a store an older cairn made
+ * gets one on the first call, in a write of its own), so that what names a delivery differs
+ * between stores that hold the same task ID. Read once per handle. */
+int cairn__store_id(cairn_store *s, unsigned char out[16]);
 /* Fault injection for tests: fail the Nth write transaction from now with `err` (0 = off). */
 void cairn__store_inject_write_failure(cairn_store *s, uint32_t nth, int err);
 /* Fault injection for tests: the next flush of a sync store's data fails with errno `err`. */

@@ -33,6 +33,8 @@ struct cairn_store {
     int inject_flush_err; /* the next durable point's data flush fails with this errno */
     char *dir;
     char errmsg[1024];
+    unsigned char store_id[16]; /* meta "store_id", once read or made (has_store_id) */
+    int has_store_id;
     /* records.c: the last task record read or written and its exact bytes. A step reads its
      * task at load and again at the fenced commit; bytes that match need no decoding. */
     unsigned char *tc_bytes;

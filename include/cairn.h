@@ -228,9 +228,11 @@ CAIRN_API const char *cairn_ctx_step_name(const cairn_ctx *ctx);
 CAIRN_API uint32_t cairn_ctx_generation(const cairn_ctx *ctx);
 CAIRN_API uint32_t cairn_ctx_invocation(const cairn_ctx *ctx);
 CAIRN_API uint32_t cairn_ctx_attempt(const cairn_ctx *ctx);
-/* Stable delivery ID of this step in this generation: "dlv_" and 32 hex digits of
- * SHA-256(task, step, generation); the same on every attempt, different for each task, step and
- * generation. Effects pass it to receivers (webhook-id, Message-ID) for deduplication. */
+/* Stable delivery ID of this step in this generation: "dlv_" and 32 hex digits of SHA-256 over
+ * the store's random ID, the task (ID, payload hash, creation time), the step and the
+ * generation. The same on every attempt and redelivery of this step in this generation;
+ * different for each step and generation, for the same task ID in another store, and for a task
+ * made again after gc. Effects pass it to receivers (webhook-id, Message-ID) for deduplication. */
 CAIRN_API const char *cairn_ctx_delivery_id(const cairn_ctx *ctx);
 /* The task input (a msgpack map decoded from the input JSON). Valid until the step returns. */
 CAIRN_API const msgpack_object *cairn_ctx_input(const cairn_ctx *ctx);

@@ -41,16 +41,24 @@ uint32_t cairn_ctx_invocation(const cairn_ctx *c) { return c->invocation; }
 uint32_t cairn_ctx_attempt(const cairn_ctx *c) { return c->attempt; }
 const char *cairn_ctx_delivery_id(const cairn_ctx *c) { return cairn__delivery_id((cairn_ctx *)c); }
 
-/* "dlv_" + the first 16 bytes of SHA-256(task \0 step \0 generation), in hex: stable across
- * runs and processes, so a receiver that deduplicates sees the same ID on every redelivery.
- * Derived on first use: compute steps rarely ask, and hashing costs more than their commit. */
+/* "dlv_" + the first 16 bytes, in hex, of SHA-256 over what names the delivery intent: the
+ * store's random ID, the task (ID, payload hash, creation time), the step and the generation,
+ * each ended by \0. A redelivery of the same intent (another attempt, a call again after a
+ * crash) gets the same ID, so a receiver that deduplicates drops it; the same task ID in
+ * another store, or made again after gc (whatever its payload), gets another, so a receiver
+ * never drops a different message as a repeat. Derived on first use: compute steps rarely ask,
+ * and hashing costs more than their commit. */
 const char *cairn__delivery_id(cairn_ctx *c)
 {
     if (c->delivery_id[0])
         return c->delivery_id;
-    char buf[CAIRN__ID_MAX + CAIRN__NAME_MAX + 16];
+    char buf[sizeof c->store_id + sizeof c->payload_hash + 24 + CAIRN__ID_MAX + CAIRN__NAME_MAX +
+             16];
     size_t tl = strlen(c->task_id), sl = strlen(c->step->name), n = 0;
-    memcpy(buf, c->task_id, tl), n += tl, buf[n++] = 0;
+    memcpy(buf, c->store_id, sizeof c->store_id), n += sizeof c->store_id, buf[n++] = 0;
+    n += (size_t)snprintf(buf + n, sizeof buf - n, "%s", c->payload_hash), buf[n++] = 0;
+    n += (size_t)snprintf(buf + n, sizeof buf - n, "%lld", (long long)c->created_ms), buf[n++] = 0;
+    memcpy(buf + n, c->task_id, tl), n += tl, buf[n++] = 0;
     memcpy(buf + n, c->step->name, sl), n += sl, buf[n++] = 0;
     n += (size_t)snprintf(buf + n, sizeof buf - n, "%u", c->generation);
     unsigned char h[32];

@@ -53,6 +53,10 @@ struct cairn_ctx {
     uint32_t generation, invocation, attempt;
     uint64_t lease_token;
     char delivery_id[40]; /* "" until cairn__delivery_id() derives it */
+    /* what the delivery ID is derived from besides task, step and generation (load_txn) */
+    unsigned char store_id[16];
+    char payload_hash[65];
+    int64_t created_ms;
     void *input_bytes;
     msgpack_unpacked input;
     cairn__dep *deps;

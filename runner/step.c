@@ -243,6 +243,8 @@ static int load_txn(cairn__txn *t, void *arg)
     int rc = cairn__task_get(t, c->task_id, &task);
     if (rc)
         return rc;
+    memcpy(c->payload_hash, task.payload_hash, sizeof c->payload_hash);
+    c->created_ms = task.created_ms;
     if (!c->input_bytes) {
         const void *in;
         size_t in_len;
@@ -512,6 +514,8 @@ int cairn__run_acquired(cairn_runner *r, const cairn_graph *g, const char *id, c
     c.attempt = a->attempt;
     c.lease_token = a->token;
     c.child_fd = -1;
+    if ((rc = cairn__store_id(r->store, c.store_id))) /* before a child may be forked */
+        return cairn__runner_store_fail(r, rc);
     msgpack_sbuffer_init(&c.out);
     msgpack_packer_init(&c.pk, &c.out, msgpack_sbuffer_write);
     for (size_t i = 0; i < g->n_steps && rc == 0; i++) {

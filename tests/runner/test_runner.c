@@ -605,6 +605,68 @@ static void test_at_least_once(void)
     cairn_graph_free(g);
 }
 
+/* The delivery ID names the delivery intent: the same task ID in another store, or made again
+ * after gc with another payload, must not repeat an ID a receiver already saw; a redelivery of
+ * the same intent (an attempt after a transient failure) must keep it. */
+static void test_delivery_ids(void)
+{
+    spec a = {.base = 1}, e = {.base = 10, .deps = {"a"}, .fail_calls = 1}, z = {.deps = {"e"}};
+    cairn_graph *g = cairn_graph_new("dlv", 1);
+    cairn_step_set_user(cairn_graph_add_step(g, "a", st_gen, NULL), &a);
+    cairn_step *se = cairn_graph_add_step(g, "e", st_gen, "a");
+    cairn_step_set_user(se, &e);
+    cairn_step_set_delivery(se, CAIRN_EFFECT);
+    slow_retry(se);
+    cairn_step_set_user(cairn_graph_add_step(g, "z", st_gen, "e"), &z);
+    char d1[64], d2[64], other[64], regc[64];
+    unsigned char id1[16], id2[16], idb[16];
+
+    newdir("dlvA");
+    cairn_store *s = store_open();
+    cairn_runner *r = runner_open(s, g);
+    int rc1 = run(r, "dlv", "same", "{\"k\":\"v\"}");
+    uint32_t n_run = 0, n_ok = 0, n_bad = 0;
+    int rc2 = cairn_runner_retry(r, NULL, 0, 1, &n_run, &n_ok, &n_bad);
+    trace_dlv("same", "e", 0, d1);
+    trace_dlv("same", "e", 1, d2);
+    ok(rc1 == CAIRN_ETRANSIENT && rc2 == 0 && n_ok == 1 && e.calls == 2 && d1[0] &&
+           strcmp(d1, d2) == 0,
+       "a retried effect keeps its delivery ID in the same generation (%s)", d1);
+    ok(cairn__store_id(s, id1) == 0, "the store has an ID");
+    cairn_runner_free(r);
+    cairn_store_free(s);
+    s = store_open();
+    ok(s && cairn__store_id(s, id2) == 0 && memcmp(id1, id2, 16) == 0,
+       "the store ID is the same when the store is opened again");
+
+    /* gc removes the task; the ID is reused with another payload */
+    r = runner_config(s, g);
+    cairn_runner_set_retention(r, 0, 0);
+    r = opened(r);
+    uint32_t pruned = 0, removed = 0;
+    int grc = cairn_runner_gc(r, &pruned, &removed);
+    e.fail_calls = 0;
+    int rc3 = run(r, "dlv", "same", "{\"k\":\"w\"}");
+    trace_dlv("same", "e", 2, regc);
+    ok(grc == 0 && removed == 1 && rc3 == 0 && regc[0] && strcmp(regc, d1) != 0,
+       "the task made again after gc with another payload has another delivery ID (%s)", regc);
+    cairn_runner_free(r);
+    cairn_store_free(s);
+
+    /* another store, the same task ID and payload */
+    newdir("dlvB");
+    s = store_open();
+    r = runner_open(s, g);
+    int rc4 = run(r, "dlv", "same", "{\"k\":\"v\"}");
+    trace_dlv("same", "e", 0, other);
+    ok(rc4 == 0 && other[0] && strcmp(other, d1) != 0,
+       "the same task and payload in another store has another delivery ID (%s)", other);
+    ok(cairn__store_id(s, idb) == 0 && memcmp(idb, id1, 16) != 0, "another store, another ID");
+    cairn_runner_free(r);
+    cairn_store_free(s);
+    cairn_graph_free(g);
+}
+
 /* ------------------------------------------------------------------ progress */
 
 static int g_seen_progress;
@@ -1666,6 +1728,7 @@ int main(void)
     test_effect_crash();
     test_probe();
     test_at_least_once();
+    test_delivery_ids();
     test_progress();
     test_deps();
     test_leases();
