@@ -15,6 +15,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "common/json.h"
 #include "common/taskid.h"
@@ -63,8 +65,9 @@ static const char run_help[] =
     "         [--max-attempts N] [--lease-ms MS] [--inline-wait-ms MS]\n"
     "         [--nosync] [--map-max BYTES]\n"
     "Runs one task to completion, resuming after its last committed step. Without --input\n"
-    "the input is read from standard input, except for a --task the store already has: that\n"
-    "one resumes with the input stored when it was created.\n"
+    "the input is read from standard input, except for a --task the store already has when\n"
+    "standard input is a terminal, closed or empty: that one resumes with the input stored\n"
+    "when it was created (input that is given is compared with it: 76 if it differs).\n"
     "Without --task the ID is derived: from the named input fields joined with '_', or\n"
     "<graph>_<first 16 hex of SHA-256 of the RFC 8785 canonical input>.\n"
     "--inline-wait-ms MS: a transient failure whose backoff is longer than MS (default 2000)\n"
@@ -111,7 +114,7 @@ static int run_precheck(const cairn__cli_opts *o, cairn_graph *const *graphs, si
         return CAIRN_EINVAL;
     }
     const char *path = o->input ? o->input : "-";
-    if ((rc = cairn__read_input(path, buf, len, err, errlen)))
+    if (!*buf && (rc = cairn__read_input(path, buf, len, err, errlen))) /* else read already */
         return rc;
     json_t *j = NULL;
     rc = cairn__json_parse(*buf, *len, strcmp(path, "-") ? path : "<stdin>", &j, err, errlen);
@@ -138,6 +141,28 @@ static int run_precheck(const cairn__cli_opts *o, cairn_graph *const *graphs, si
         *buf = NULL;
     }
     return rc;
+}
+
+/* Without --input, for a task the store has: whether standard input gives an input. A
+ * terminal, a closed descriptor, or a stream that ends with nothing but JSON whitespace give
+ * none (a cron line or `</dev/null`); anything else is an input given, read into *buf, which
+ * the run compares with the stored one like a --input would (76 if they differ): input that is
+ * given is never silently ignored. 1 if given, 0 if not, else an error code with err set. */
+static int stdin_given(char **buf, size_t *len, char *err, size_t errlen)
+{
+    struct stat st;
+    if (fstat(STDIN_FILENO, &st) != 0 || isatty(STDIN_FILENO))
+        return 0;
+    int rc = cairn__read_input("-", buf, len, err, errlen);
+    if (rc)
+        return rc;
+    for (size_t i = 0; i < *len; i++)
+        if (!strchr(" \t\r\n", (*buf)[i]) || !(*buf)[i])
+            return 1;
+    free(*buf);
+    *buf = NULL;
+    *len = 0;
+    return 0;
 }
 
 /* `run --task ID` on a task the store has, without --input: its stored input is used. */
@@ -195,7 +220,12 @@ static int run_main(const cairn__cli_opts *o, cairn_graph *const *graphs, size_t
             cairn_task_free(t);
         }
         cairn__cli_session_close(&s);
-        if (known)
+        if (known && (rc = stdin_given(&buf, &len, err, sizeof err)) < 0) {
+            if (o->json)
+                run_json(NULL, o->task, rc, err);
+            return cairn__cli_fail("run", rc, err);
+        }
+        if (known && rc == 0)
             return run_stored(o, graphs, n);
     }
     if ((rc = run_precheck(o, graphs, n, &buf, &len, err, sizeof err))) {

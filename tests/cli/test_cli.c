@@ -136,6 +136,37 @@ static void test_every_command_options(void)
 
 /* ------------------------------------------------------------------ happy path, idempotency */
 
+/* `run --task ID` without --input on a task the store has: input piped in is compared with the
+ * stored one (76 when it differs), never silently ignored; no input (stdin empty or closed)
+ * resumes with the stored input. */
+static void test_piped_input_compared(void)
+{
+    char *st = tu_fmt("%s/store-piped", D), *trace = tu_fmt("%s/piped.trace", D),
+         *ledger = tu_fmt("%s/piped.ledger", D);
+    char *in = ledger_input("piped", 0, trace, ledger, NULL);
+    char *f = write_input(D, "piped.json", in);
+    tu_result r;
+    int rc = cli(&r, LEDGER, st, "run", "--graph", "ledger", "--task", "p1", "--input", f, NULL);
+    tu_result_free(&r);
+    const char *argv[] = {LEDGER, "run", "--graph", "ledger", "--task", "p1", "--store", st, NULL};
+    static const char other[] = "{\"other\":1}";
+    int rc2 = tu_run(&r, argv, NULL, other, sizeof other - 1, CMD_TIMEOUT_MS);
+    ok(rc == 0 && rc2 == 76 && tu_count_lines(ledger, NULL) == 1,
+       "run --task EXISTING with another input piped in: 76, not served the old result (%d, %d: "
+       "%s)",
+       rc, rc2, oneline(r.err));
+    tu_result_free(&r);
+    rc2 = tu_run(&r, argv, NULL, in, strlen(in), CMD_TIMEOUT_MS);
+    ok(rc2 == 0 && tu_count_lines(ledger, NULL) == 1,
+       "the same input piped in: 0, nothing run again (%d: %s)", rc2, oneline(r.err));
+    tu_result_free(&r);
+    rc2 = tu_run(&r, argv, NULL, NULL, 0, CMD_TIMEOUT_MS);
+    ok(rc2 == 0 && tu_count_lines(ledger, NULL) == 1,
+       "no input (stdin /dev/null): resumes with the stored input (%d: %s)", rc2, oneline(r.err));
+    tu_result_free(&r);
+    free(f), free(in), free(st), free(trace), free(ledger);
+}
+
 static void test_happy_and_ids(void)
 {
     char *st = tu_fmt("%s/store-happy", D), *trace = tu_fmt("%s/happy.trace", D),
@@ -917,6 +948,7 @@ int main(void)
     test_help();
     test_every_command_options();
     test_happy_and_ids();
+    test_piped_input_compared();
     test_message_dedupe();
     test_failures();
     test_exit_codes();
