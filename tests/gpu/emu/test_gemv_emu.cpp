@@ -17,11 +17,12 @@
 //     qkv_post_kernel stores, and the fused SwiGLU epilogue (GV_GLU) storing what the product
 //     followed by swiglu_kernel stores, with the same range flag, at every split.
 // What it cannot show is speed, or that nvcc compiles the same meaning (the gpu suite does, on a
-// device). `test_gemv_emu [LEVEL]`: 0 (the default, about a minute and a half) or 1, 2 (larger
-// matrices).
+// device). `test_gemv_emu` runs the short form (suite 'unit'); `test_gemv_emu long` every length
+// at every row count (suite 'slow', a few minutes), `test_gemv_emu 1` or `2` larger matrices too.
 #include "kernels_emu.cuh"
 
 #include <algorithm>
+#include <cctype>
 #include <cinttypes>
 #include <random>
 #include <string>
@@ -72,6 +73,7 @@ struct gv_out {
 
 static const int GV_BLOCKS = 4 * 132; // an H200 at 4 blocks an SM (<= 64 registers x 256 threads)
 static int G_SK = 1;                  // the split of the runs below (a template parameter there)
+static bool G_SHORT = false;          // the short form (the default; see all_for)
 template <class T, int IN, int OUT, class... A> static void gemv_sk(A... a)
 {
     switch (G_SK) {
@@ -306,10 +308,11 @@ static void sweep(const std::vector<int> &rowsv, const std::vector<int> &colsv, 
                 one_case<T, IN>(rows, cols, beta, FILL_RANDOM, 0, -1, quick);
 }
 
-template <class T, int IN> static void specials(bool quick)
+template <class T, int IN>
+static void specials(const std::vector<int> &rowsv, const std::vector<int> &colsv, bool quick)
 {
-    for (int cols : {7, 8, 64, 257, 1032})
-        for (int rows : {1, 3, 17}) {
+    for (int cols : colsv)
+        for (int rows : rowsv) {
             one_case<T, IN>(rows, cols, 1.0f, FILL_SPECIAL_W, 0, -1, quick);
             one_case<T, IN>(rows, cols, 0.0f, FILL_SPECIAL_X, 0, -1, quick);
             one_case<T, IN>(rows, cols, 0.0f, FILL_OVF, 0, -1, quick);
@@ -318,14 +321,21 @@ template <class T, int IN> static void specials(bool quick)
         }
 }
 
+// level -1 is the short form (the default): every path once, each row count's kind (one row, a
+// whole pair, a partial last pair past a whole block's 16) and each length's (below a piece, a
+// piece, a partial last piece, one segment, a partial last segment, several); 0 and up, the long
+// form (suite 'slow'), every length of the sweep at every row count.
 template <class T, int IN> static void all_for(int level)
 {
-    const std::vector<int> rows_small = {1, 2, 3, 15, 16, 17};
-    const std::vector<int> cols_all = {1,   7,   8,        9,    31,   32,  255,
-                                       256, 257, 1024 + 8, 2048, 5632, 8192};
     const long b0 = S.bad, c0 = S.cases;
-    sweep<T, IN>(rows_small, cols_all, false);
-    specials<T, IN>(false);
+    if (level < 0) {
+        sweep<T, IN>({1, 2, 17}, {1, 7, 8, 9, 32, 257, 1024 + 8, 2048}, false);
+        specials<T, IN>({3, 17}, {7, 64, 1032}, false);
+    } else {
+        sweep<T, IN>({1, 2, 3, 15, 16, 17},
+                     {1, 7, 8, 9, 31, 32, 255, 256, 257, 1024 + 8, 2048, 5632, 8192}, false);
+        specials<T, IN>({1, 3, 17}, {7, 8, 64, 257, 1032}, false);
+    }
     if (level >= 1)
         sweep<T, IN>({4097}, {7, 257, 1032, 2048}, true);
     if (level >= 2)
@@ -437,11 +447,17 @@ static void qkv_case(int n_heads, int n_kv, int hd, int rope_dim, int neox, bool
 template <class T> static void qkv_all()
 {
     const long c0 = qkv_cases, b0 = qkv_bad;
+    /* the short form: the larger shapes at two of the four rope and bias pairs, the other
+     * element types (other loads, the same epilogue) and splits (other warps a group, the same
+     * loads) on the rows of several segments only, and the other splits on f32 only */
+    const bool f32 = sizeof(T) == 4;
     for (int neox : {0, 1})
         for (bool bias : {false, true}) {
             qkv_case<T>(3, 1, 8, 4, neox, bias, 100);
+            if (G_SHORT && (neox != (int)bias || (G_SK > 1 && !f32)))
+                continue;
             qkv_case<T>(4, 2, 64, 64, neox, bias, 1032); /* rows of 2 or 3 segments */
-            if (G_SK > 1) /* the other splits: the same epilogue on the same sums */
+            if (G_SK > 1 || (G_SHORT && !f32)) /* the other splits: the same epilogue, sums */
                 continue;
             qkv_case<T>(4, 2, 64, 64, neox, bias, 64);
             qkv_case<T>(4, 2, 64, 32, neox, bias, 72);
@@ -528,9 +544,15 @@ template <class T> static void glu_case(int ff, int dim, int fill)
 template <class T> static void glu_all()
 {
     const long c0 = glu_cases, b0 = glu_bad;
+    /* the short form: no 2056 or 40 (more of the same segments and items), the other splits on
+     * f32 only */
+    if (G_SHORT && G_SK > 1 && sizeof(T) != 4)
+        return;
     for (int dim : {1, 7, 64, 257, 1032, 2056})
         for (int ff : {1, 2, 3, 17, 40}) {
             if (G_SK > 1 && dim < 257) /* the other splits: the rows of several segments */
+                continue;
+            if (G_SHORT && (dim == 2056 || ff == 40))
                 continue;
             glu_case<T>(ff, dim, GLU_RANDOM);
             if (ff >= 3 && dim >= 7) {
@@ -548,7 +570,14 @@ template <class T> static void glu_all()
 int main(int argc, char **argv)
 {
     setvbuf(stdout, nullptr, _IOLBF, 0);
-    const int level = argc > 1 ? atoi(argv[1]) : 0;
+    // no argument: the short form; `long` or a LEVEL: the long form; `slow`: the long form if
+    // CAIRN_SLOW is set, else a skip (how the suite 'slow' runs it, so a plain `meson test` does
+    // not)
+    const char *a = argc > 1 ? argv[1] : nullptr;
+    if (a && strcmp(a, "slow") == 0 && !getenv("CAIRN_SLOW"))
+        tap_skip_all("the long form runs with CAIRN_SLOW=1 (meson test --suite slow)");
+    const int level = !a ? -1 : isdigit((unsigned char)a[0]) ? atoi(a) : 0;
+    G_SHORT = level < 0;
     all_for<float, GV_PLAIN>(level), all_for<float, GV_NORM>(level);
     all_for<__half, GV_PLAIN>(level), all_for<__half, GV_NORM>(level);
     all_for<__nv_bfloat16, GV_PLAIN>(level), all_for<__nv_bfloat16, GV_NORM>(level);
