@@ -367,6 +367,7 @@ static int session_open(cairn__cli_session *s, const char *cmd, const cairn__cli
     sigemptyset(&sa.sa_mask);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL); /* a closed terminal or ssh session: a stop like SIGTERM */
     return 0;
 }
 

@@ -322,6 +322,7 @@ static void run_child(cairn_ctx *c, int probe, int fd, pid_t parent)
     /* a compute step dies with a SIGTERM to the process group (the runner decides anyway); an
      * effect runs to its end, so that its outcome is known rather than in doubt */
     signal(SIGTERM, c->step->delivery == CAIRN_COMPUTE ? SIG_DFL : SIG_IGN);
+    signal(SIGHUP, c->step->delivery == CAIRN_COMPUTE ? SIG_DFL : SIG_IGN); /* as SIGTERM */
     signal(SIGINT, SIG_IGN); /* the parent decides; a terminal ^C reaches the whole group */
     c->child_fd = fd;
     cairn_step_result res = call(c, probe);

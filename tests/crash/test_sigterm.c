@@ -1,4 +1,4 @@
-/* test_sigterm.c - SIGTERM/SIGINT during a step: a clean stop, not a crash.
+/* test_sigterm.c - SIGTERM/SIGINT/SIGHUP during a step: a clean stop, not a crash.
  *
  * While `work` runs (in its forked child) the runner gets SIGTERM - alone, as `kill PID` sends
  * it, or with its whole process group, as a terminal or a service manager does. It must exit 75
@@ -76,6 +76,10 @@ int main(void)
     one(D, "term-pid", SIGTERM, 0);
     one(D, "term-group", SIGTERM, 1);
     one(D, "int-pid", SIGINT, 0);
+    /* a hang-up (terminal or ssh session closed) stops the run as SIGTERM does, instead of
+     * leaving the task `running` until its lease expires */
+    one(D, "hup-pid", SIGHUP, 0);
+    one(D, "hup-group", SIGHUP, 1);
     int rc = tap_done();
     if (rc == 0 && !getenv("CAIRN_TEST_KEEP"))
         tu_rm_rf(D);
