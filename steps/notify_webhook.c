@@ -89,10 +89,16 @@ static cairn_step_result webhook_outcome(cairn__notify_call *c, CURL *h, CURLcod
     if (status == 429) {
         curl_off_t wait = -1;
         curl_easy_getinfo(h, CURLINFO_RETRY_AFTER, &wait);
-        if (wait > 0) {
-            /* honoured: the next attempt waits at least this long (capped at a day) */
-            cairn_ctx_set_retry_after(c->ctx,
-                                      wait > 86400 ? 86400u * 1000u : (uint32_t)wait * 1000u);
+        if (wait > 86400) {
+            /* honoured up to a day: the message says the wait that is kept, not the one asked */
+            cairn_ctx_set_retry_after(c->ctx, 86400u * 1000u);
+            cairn__notify_call_error(c,
+                                     "HTTP 429 Too Many Requests; retrying after 86400 s (the "
+                                     "receiver asked for %lld s; a day at most): %s",
+                                     (long long)wait, answer_text(c));
+        } else if (wait > 0) {
+            /* honoured: the next attempt waits at least this long */
+            cairn_ctx_set_retry_after(c->ctx, (uint32_t)wait * 1000u);
             cairn__notify_call_error(
                 c, "HTTP 429 Too Many Requests; retrying after %lld s as the receiver asks: %s",
                 (long long)wait, answer_text(c));
@@ -104,7 +110,7 @@ static cairn_step_result webhook_outcome(cairn__notify_call *c, CURL *h, CURLcod
         cairn__notify_call_error(c, "HTTP %ld (will retry): %s", status, answer_text(c));
         return CAIRN_STEP_TRANSIENT;
     }
-    if (status >= 300 && status < 400) {
+    if (status == 301 || status == 302 || status == 303 || status == 307 || status == 308) {
         char *loc = NULL, where[201] = "";
         curl_easy_getinfo(h, CURLINFO_REDIRECT_URL, &loc);
         if (loc) {
@@ -119,6 +125,7 @@ static cairn_step_result webhook_outcome(cairn__notify_call *c, CURL *h, CURLcod
             loc ? " to " : "", where);
         return CAIRN_STEP_PERMANENT;
     }
+    /* 300, 304 (Not Modified), 305 and the rest: answers, not redirects */
     if (status >= 200) { /* a 1xx is interim: without a final answer the outcome is unknown */
         cairn__notify_call_error(c, "HTTP %ld (not retried): %s", status, answer_text(c));
         return CAIRN_STEP_PERMANENT;

@@ -556,6 +556,55 @@ static void t_429(void)
     scen_close(&s);
 }
 
+/* A Retry-After beyond a day is kept at a day, and the message says so (it said the wait asked
+ * for, "retrying after 999999 s", while the task was due in a day). */
+static void t_429_capped(void)
+{
+    scen s;
+    char cfg[1024], st[32];
+    webhook_cfg(cfg, sizeof cfg, "shop", "/w3/429:999999", NULL);
+    if (scen_open(&s, "w_429cap", &SHORT, cfg, NULL) != 0) {
+        ok(0, "w_429cap: setup");
+        scen_close(&s);
+        return;
+    }
+    int rc = scen_run(&s, "x");
+    char *err = step_error(&s, "notify.shop");
+    json_t *snap = snapshot(&s);
+    json_t *due = snap ? json_object_get(snap, "next_retry_at_ms") : NULL;
+    json_t *upd = snap ? json_object_get(snap, "updated_ms") : NULL;
+    long long wait_ms = json_is_integer(due) && json_is_integer(upd)
+                            ? json_integer_value(due) - json_integer_value(upd)
+                            : -1;
+    ok(rc == CAIRN_ETRANSIENT && strcmp(task_status(&s, st, sizeof st), "failed") == 0 &&
+           strstr(err, "retrying after 86400 s") && strstr(err, "asked for 999999 s") &&
+           wait_ms >= 86400000 - 1000 && wait_ms <= 86400000 + 1000,
+       "429 with Retry-After 999999: due in a day, and the message says 86400 s (%lld ms: %s)",
+       wait_ms, err);
+    json_decref(snap);
+    free(err);
+    scen_close(&s);
+}
+
+/* 304 Not Modified is an answer, not a redirect ("HTTP 304 redirect not followed"). */
+static void t_304(void)
+{
+    scen s;
+    char cfg[1024];
+    webhook_cfg(cfg, sizeof cfg, "shop", "/w3/304", NULL);
+    if (scen_open(&s, "w_304", &SHORT, cfg, NULL) != 0) {
+        ok(0, "w_304: setup");
+        scen_close(&s);
+        return;
+    }
+    int rc = scen_run(&s, "x");
+    char *err = step_error(&s, "notify.shop");
+    ok(rc == CAIRN_EDEAD && strstr(err, "HTTP 304") && !strstr(err, "redirect"),
+       "304: permanent, and not called a redirect (%s: %s)", cairn_errname(rc), err);
+    free(err);
+    scen_close(&s);
+}
+
 static void t_410(void)
 {
     scen s;
@@ -1135,6 +1184,8 @@ int main(int argc, char **argv)
         t_delivery();
         t_500_then_ok();
         t_429();
+        t_429_capped();
+        t_304();
         t_echo_secret();
         t_410();
         t_408_inline();
