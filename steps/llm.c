@@ -341,7 +341,9 @@ static uint64_t seed_of(const char *task)
 
 static cairn_step_result fail(cairn_ctx *ctx, int rc, const char *err)
 {
-    cairn_ctx_set_error(ctx, "generate: %s (%s)", err, cairn_errname(rc));
+    /* the cause in words: the runner and the CLI add the task's own code, and two names in one
+     * line ("(CAIRN_ECONTEXT) (CAIRN_EDEAD)") read as two failures */
+    cairn_ctx_set_error(ctx, "generate: %s", err && *err ? err : cairn_strerror(rc));
     switch (rc) {
     case CAIRN_ENOMEM:
     case CAIRN_ECUDA:

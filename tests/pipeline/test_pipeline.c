@@ -251,6 +251,9 @@ static void expect_dead(const char *what, json_t *cfg, const char *hook_path, co
     int rc = pl_run(&r, store, config, NULL, NULL);
     ok(rc == 69 && tu_contains(r.err, "CAIRN_EDEAD") && tu_contains(r.err, needle),
        "%s: exit 69 (dead), names '%s' (got %d: %s)", what, needle, rc, pl_oneline(r.err));
+    const char *line = pl_oneline(r.err), *first = strstr(line, "(CAIRN_E");
+    ok(first && !strstr(first + 1, "(CAIRN_E"), "%s: one error name in the message (%s)", what,
+       line);
     tu_result_free(&r);
     json_t *t = pl_show(store, PL_TASK);
     ok(t && !strcmp(pl_str(t, "status"), "dead") && !strcmp(pl_str(t, "error_step"), step) &&
