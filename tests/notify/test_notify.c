@@ -524,6 +524,19 @@ static void t_echo_secret(void)
     }
 }
 
+/* How long after its failure the task is due again (next_retry_at - updated), or -1. */
+static long long retry_wait_ms(scen *s)
+{
+    json_t *snap = snapshot(s);
+    json_t *due = snap ? json_object_get(snap, "next_retry_at_ms") : NULL;
+    json_t *upd = snap ? json_object_get(snap, "updated_ms") : NULL;
+    long long w = json_is_integer(due) && json_is_integer(upd)
+                      ? json_integer_value(due) - json_integer_value(upd)
+                      : -1;
+    json_decref(snap);
+    return w;
+}
+
 static void t_429(void)
 {
     scen s;
@@ -540,16 +553,10 @@ static void t_429(void)
        "429: transient (%s)", cairn_errname(rc));
     ok(strstr(err, "HTTP 429") && strstr(err, "7 s"), "Retry-After in the message: %s", err);
     free(err);
-    json_t *snap = snapshot(&s);
-    json_t *due = snap ? json_object_get(snap, "next_retry_at_ms") : NULL;
-    json_t *upd = snap ? json_object_get(snap, "updated_ms") : NULL;
-    long long wait_ms = json_is_integer(due) && json_is_integer(upd)
-                            ? json_integer_value(due) - json_integer_value(upd)
-                            : -1;
+    long long wait_ms = retry_wait_ms(&s);
     ok(wait_ms >= 6900 && wait_ms <= 8000,
        "Retry-After honoured: next retry %lld ms after the failure (7 s; the backoff is <= 10 ms)",
        wait_ms);
-    json_decref(snap);
     json_t *recs = wait_records(g_wlog, "path", "/w3/429:7", 1);
     ok(json_array_size(recs) == 1, "one request");
     json_decref(recs);
@@ -570,18 +577,12 @@ static void t_429_capped(void)
     }
     int rc = scen_run(&s, "x");
     char *err = step_error(&s, "notify.shop");
-    json_t *snap = snapshot(&s);
-    json_t *due = snap ? json_object_get(snap, "next_retry_at_ms") : NULL;
-    json_t *upd = snap ? json_object_get(snap, "updated_ms") : NULL;
-    long long wait_ms = json_is_integer(due) && json_is_integer(upd)
-                            ? json_integer_value(due) - json_integer_value(upd)
-                            : -1;
+    long long wait_ms = retry_wait_ms(&s);
     ok(rc == CAIRN_ETRANSIENT && strcmp(task_status(&s, st, sizeof st), "failed") == 0 &&
            strstr(err, "retrying after 86400 s") && strstr(err, "asked for 999999 s") &&
            wait_ms >= 86400000 - 1000 && wait_ms <= 86400000 + 1000,
        "429 with Retry-After 999999: due in a day, and the message says 86400 s (%lld ms: %s)",
        wait_ms, err);
-    json_decref(snap);
     free(err);
     scen_close(&s);
 }
