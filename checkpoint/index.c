@@ -16,7 +16,7 @@
 int cairn__msg_get(cairn__txn *t, const char *msg_id, char task_out[CAIRN__ID_MAX + 1])
 {
     MDB_val k = {strlen(msg_id), (void *)msg_id}, v;
-    int rc = mdb_get(t->txn, t->s->msgs, &k, &v);
+    int rc = cairn__get(t, t->s->msgs, &k, &v);
     if (rc == MDB_NOTFOUND)
         return CAIRN_ENOTFOUND;
     if (rc)
@@ -50,7 +50,7 @@ int cairn__msg_expire(cairn__txn *t, int64_t upto_ms, uint32_t limit, uint32_t *
     if (rc)
         return cairn__mdb_fail(t, t->s, rc, "open cursor");
     MDB_val k, v;
-    for (rc = mdb_cursor_get(c, &k, &v, MDB_FIRST); rc == 0 && n < limit;) {
+    for (rc = cairn__cursor_get(t, c, &k, &v, MDB_FIRST); rc == 0 && n < limit;) {
         if (k.mv_size < 8 || (int64_t)rd_be64(k.mv_data) > upto_ms)
             break;
         MDB_val mk = {k.mv_size - 8, (char *)k.mv_data + 8};
@@ -62,9 +62,9 @@ int cairn__msg_expire(cairn__txn *t, int64_t upto_ms, uint32_t limit, uint32_t *
         if ((rc = cairn__cursor_del(t, c)))
             break;
         n++;
-        rc = mdb_cursor_get(c, &k, &v, MDB_GET_CURRENT);
+        rc = cairn__cursor_get(t, c, &k, &v, MDB_GET_CURRENT);
         if (rc == MDB_NOTFOUND || rc == EINVAL)
-            rc = mdb_cursor_get(c, &k, &v, MDB_NEXT);
+            rc = cairn__cursor_get(t, c, &k, &v, MDB_NEXT);
     }
     mdb_cursor_close(c);
     *n_out = n;
@@ -115,8 +115,8 @@ static int scan(cairn__txn *t, MDB_dbi dbi, const key *start, size_t plen, size_
     if (rc)
         return cairn__mdb_fail(t, t->s, rc, "open cursor");
     MDB_val k = {start->len, (void *)start->b}, v;
-    for (rc = mdb_cursor_get(c, &k, &v, start->len ? MDB_SET_RANGE : MDB_FIRST); rc == 0;
-         rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
+    for (rc = cairn__cursor_get(t, c, &k, &v, start->len ? MDB_SET_RANGE : MDB_FIRST); rc == 0;
+         rc = cairn__cursor_get(t, c, &k, &v, MDB_NEXT)) {
         if (k.mv_size < skip || memcmp(k.mv_data, start->b, plen) != 0)
             break;
         if (has_upto && (int64_t)rd_be64((unsigned char *)k.mv_data + skip - 8) > upto)

@@ -319,7 +319,7 @@ int cairn__task_get(cairn__txn *t, const char *id, cairn__task_rec *out)
         return CAIRN_ENOTFOUND;
     memcpy(key, id, n + 1);
     MDB_val k = {n, key}, v;
-    int rc = mdb_get(t->txn, t->s->tasks, &k, &v);
+    int rc = cairn__get(t, t->s->tasks, &k, &v);
     if (rc == MDB_NOTFOUND)
         return CAIRN_ENOTFOUND;
     if (rc)
@@ -458,14 +458,14 @@ static int del_prefix(cairn__txn *t, MDB_dbi dbi, const void *prefix, size_t pre
     if (rc)
         return cairn__mdb_fail(t, t->s, rc, "open cursor");
     MDB_val k = {prefix_len, (void *)prefix}, v;
-    rc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE);
+    rc = cairn__cursor_get(t, c, &k, &v, MDB_SET_RANGE);
     while (rc == 0 && k.mv_size >= prefix_len && memcmp(k.mv_data, prefix, prefix_len) == 0) {
         rc = cairn__cursor_del(t, c);
         if (rc)
             break;
-        rc = mdb_cursor_get(c, &k, &v, MDB_GET_CURRENT);
+        rc = cairn__cursor_get(t, c, &k, &v, MDB_GET_CURRENT);
         if (rc == MDB_NOTFOUND || rc == EINVAL)
-            rc = mdb_cursor_get(c, &k, &v, MDB_NEXT);
+            rc = cairn__cursor_get(t, c, &k, &v, MDB_NEXT);
         else if (rc == 0 && (k.mv_size < prefix_len || memcmp(k.mv_data, prefix, prefix_len)))
             break;
     }
@@ -505,7 +505,7 @@ int cairn__task_del(cairn__txn *t, const char *id)
 int cairn__input_get(cairn__txn *t, const char *id, const void **data, size_t *len)
 {
     MDB_val k = {strlen(id), (void *)id}, v;
-    int rc = mdb_get(t->txn, t->s->inputs, &k, &v);
+    int rc = cairn__get(t, t->s->inputs, &k, &v);
     if (rc == MDB_NOTFOUND)
         return CAIRN_ENOTFOUND;
     if (rc)
@@ -595,11 +595,11 @@ int cairn__step_get(cairn__txn *t, const char *task, const char *step, uint32_t 
         return cairn__mdb_fail(t, t->s, rc, "open cursor");
     /* the record applying in `gen` is the last key <= prefix|gen */
     MDB_val k = kv(&want), v;
-    rc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE);
+    rc = cairn__cursor_get(t, c, &k, &v, MDB_SET_RANGE);
     if (rc == 0 && !(k.mv_size == want.len && memcmp(k.mv_data, want.b, want.len) == 0))
-        rc = mdb_cursor_get(c, &k, &v, MDB_PREV);
+        rc = cairn__cursor_get(t, c, &k, &v, MDB_PREV);
     else if (rc == MDB_NOTFOUND)
-        rc = mdb_cursor_get(c, &k, &v, MDB_LAST);
+        rc = cairn__cursor_get(t, c, &k, &v, MDB_LAST);
     if (rc == 0 && (k.mv_size != want.len || memcmp(k.mv_data, prefix.b, prefix.len) != 0))
         rc = MDB_NOTFOUND;
     if (rc == 0)
@@ -644,8 +644,8 @@ int cairn__step_each(cairn__txn *t, const char *task, cairn__step_cb cb, void *a
     if (rc)
         return cairn__mdb_fail(t, t->s, rc, "open cursor");
     MDB_val k = kv(&p), v;
-    for (rc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE); rc == 0;
-         rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
+    for (rc = cairn__cursor_get(t, c, &k, &v, MDB_SET_RANGE); rc == 0;
+         rc = cairn__cursor_get(t, c, &k, &v, MDB_NEXT)) {
         if (k.mv_size < p.len + 5 || memcmp(k.mv_data, p.b, p.len) != 0)
             break;
         char name[CAIRN__NAME_MAX + 1];
@@ -670,7 +670,7 @@ int cairn__progress_get(cairn__txn *t, const char *task, const char *step, uint3
     key k;
     step_key(&k, task, step, gen);
     MDB_val kk = kv(&k), v;
-    int rc = mdb_get(t->txn, t->s->progress, &kk, &v);
+    int rc = cairn__get(t, t->s->progress, &kk, &v);
     if (rc == MDB_NOTFOUND)
         return CAIRN_ENOTFOUND;
     if (rc)
@@ -723,9 +723,9 @@ int cairn__audit_append(cairn__txn *t, cairn__task_rec *task, const cairn__audit
         return cairn__mdb_fail(t, t->s, rc, "open cursor");
     MDB_val kk = kv(&k), v;
     uint64_t last = 0;
-    rc = mdb_cursor_get(c, &kk, &v, MDB_SET_RANGE);
-    rc = rc == 0              ? mdb_cursor_get(c, &kk, &v, MDB_PREV)
-         : rc == MDB_NOTFOUND ? mdb_cursor_get(c, &kk, &v, MDB_LAST)
+    rc = cairn__cursor_get(t, c, &kk, &v, MDB_SET_RANGE);
+    rc = rc == 0              ? cairn__cursor_get(t, c, &kk, &v, MDB_PREV)
+         : rc == MDB_NOTFOUND ? cairn__cursor_get(t, c, &kk, &v, MDB_LAST)
                               : rc;
     if (rc == 0 && kk.mv_size == plen + 8 && memcmp(kk.mv_data, k.b, plen) == 0)
         last = rd_be64((unsigned char *)kk.mv_data + plen);
@@ -751,8 +751,8 @@ int cairn__audit_each(cairn__txn *t, const char *task, cairn__audit_cb cb, void 
     if (rc)
         return cairn__mdb_fail(t, t->s, rc, "open cursor");
     MDB_val k = kv(&p), v;
-    for (rc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE); rc == 0;
-         rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
+    for (rc = cairn__cursor_get(t, c, &k, &v, MDB_SET_RANGE); rc == 0;
+         rc = cairn__cursor_get(t, c, &k, &v, MDB_NEXT)) {
         if (k.mv_size != p.len + 8 || memcmp(k.mv_data, p.b, p.len) != 0)
             break;
         rec r;

@@ -79,6 +79,8 @@ cairn_store *cairn__txn_store(cairn__txn *t) { return t->s; }
 
 int cairn__mdb_fail(cairn__txn *t, cairn_store *s, int rc, const char *what)
 {
+    if (rc < 0 && rc > -1000)
+        return rc; /* a cairn code (a record that fails its checksum): its message is set */
     int err = cairn__mdb_code(rc);
     if (rc == MDB_MAP_FULL && t)
         t->map_full = 1;
@@ -138,6 +140,14 @@ static MDB_dbi *db_handle(cairn_store *s, size_t i)
 
 #define N_DBS (sizeof db_names / sizeof *db_names)
 
+const char *cairn__db_name(cairn_store *s, MDB_dbi dbi)
+{
+    for (size_t i = 0; i < N_DBS; i++)
+        if (*db_handle(s, i) == dbi)
+            return db_names[i];
+    return "?";
+}
+
 static int newer_schema(cairn_store *s, uint32_t schema)
 {
     return cairn__store_fail(s, CAIRN_ESCHEMA,
@@ -146,7 +156,8 @@ static int newer_schema(cairn_store *s, uint32_t schema)
                              s->dir, schema, CAIRN__SCHEMA);
 }
 
-/* The stored schema version: 0 if none, else the number (<0: an error). */
+/* The stored schema version: 0 if none, else the number (<0: an error). Up to schema 2 the
+ * meta records carry no checksum (4 bytes); from 3 on they do, like every record. */
 static int64_t schema_of(cairn_store *s, MDB_txn *txn)
 {
     MDB_val k = {6, "schema"}, v;
@@ -156,8 +167,15 @@ static int64_t schema_of(cairn_store *s, MDB_txn *txn)
     if (rc)
         return cairn__mdb_fail(NULL, s, rc, "read the schema version");
     uint32_t schema = 0;
+    int sealed = v.mv_size == cairn__sum_len(sizeof schema);
+    if (sealed && (rc = cairn__sum_check(s, s->meta, &k, &v)))
+        return rc;
     if (v.mv_size == sizeof schema)
         memcpy(&schema, v.mv_data, sizeof schema);
+    if (v.mv_size != sizeof schema || schema == 0 || (schema >= 3) != sealed)
+        return cairn__store_fail(s, CAIRN_ECORRUPT,
+                                 "store %s: its schema record (%u, %zu bytes) is damaged", s->dir,
+                                 schema, (size_t)v.mv_size);
     return schema;
 }
 
@@ -170,6 +188,8 @@ static int store_id_read(cairn_store *s, MDB_txn *txn)
         return 0;
     if (rc)
         return cairn__mdb_fail(NULL, s, rc, "read the store ID");
+    if ((rc = cairn__sum_check(s, s->meta, &k, &v)))
+        return rc;
     if (v.mv_size != sizeof s->store_id)
         return cairn__store_fail(s, CAIRN_ECORRUPT, "store %s: its store ID has %zu bytes, not %zu",
                                  s->dir, v.mv_size, sizeof s->store_id);
@@ -234,8 +254,12 @@ static int create_dbs_txn(cairn__txn *t, void *arg)
         return (int)schema;
     if (schema > CAIRN__SCHEMA)
         return newer_schema(s, (uint32_t)schema);
-    int rc = store_id_make(t);
-    if (rc || schema == CAIRN__SCHEMA)
+    int rc = 0;
+    /* schema 1 and 2: no record has a checksum yet; every one gets it, in this transaction */
+    for (size_t i = 0; i < N_DBS && schema > 0 && schema < 3 && !rc; i++)
+        if ((rc = cairn__sum_seal_all(t, *db_handle(s, i))))
+            return cairn__mdb_fail(t, s, rc, "upgrade the store to schema 3 (checksums)");
+    if ((rc = store_id_make(t)) || schema == CAIRN__SCHEMA)
         return rc;
     uint32_t now = CAIRN__SCHEMA;
     MDB_val k = {6, "schema"}, v = {sizeof now, &now};
@@ -263,7 +287,7 @@ static int open_dbs(cairn_store *s)
         mdb_txn_abort(txn);
         return (int)schema;
     }
-    if (!rc && !missing && (rc = store_id_read(s, txn))) {
+    if (!rc && !missing && schema == CAIRN__SCHEMA && (rc = store_id_read(s, txn))) {
         mdb_txn_abort(txn);
         return rc;
     }

@@ -15,11 +15,12 @@
 
 #include "cairn.h"
 
-/* The store's schema version. 2: a sync store follows checkpoint/synced.c's protocol (relaxed
- * commits unflushed under a pin), which a cairn of schema 1 would break by reusing the pages of
- * the last durable snapshot; opening a schema-1 store upgrades it, after which such a cairn
- * refuses it. */
-#define CAIRN__SCHEMA 2
+/* The store's schema version. 3: every record ends in a checksum over its key and value
+ * (checkpoint/checksum.c); opening an older store adds them, in one transaction. 2: a sync store
+ * follows checkpoint/synced.c's protocol (relaxed commits unflushed under a pin), which a cairn of
+ * schema 1 would break by reusing the pages of the last durable snapshot; opening a schema-1 store
+ * upgrades it, after which such a cairn refuses it. */
+#define CAIRN__SCHEMA 3
 #define CAIRN__ID_MAX 128
 #define CAIRN__NAME_MAX 64
 #define CAIRN__ERR_MAX 512

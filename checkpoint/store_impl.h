@@ -58,15 +58,30 @@ struct cairn__txn {
  * again. */
 int cairn__mdb_fail(cairn__txn *t, cairn_store *s, int rc, const char *what);
 
-/* Every write of the store goes through these three, never mdb_put/mdb_del/mdb_cursor_del
- * directly: they note that the transaction wrote pages, which a sync store commits only under a
- * pin (synced.c). A put refused with MDB_KEYEXIST, or a delete of a missing key, writes none. */
-static inline int cairn__put(cairn__txn *t, MDB_dbi dbi, MDB_val *k, MDB_val *v, unsigned flags)
-{
-    int rc = mdb_put(t->txn, dbi, k, v, flags);
-    t->wrote |= rc != MDB_KEYEXIST;
-    return rc;
-}
+/* checksum.c: every record ends in a checksum over its key and value (see its design
+ * comment); these are the only way the store reads and writes records. put seals v (which must
+ * not point into the map) and notes that the transaction wrote pages; with MDB_NOOVERWRITE and
+ * an existing key it returns MDB_KEYEXIST with v the record there, verified. get and cursor_get
+ * return the value without its checksum: 0, MDB_NOTFOUND (a miss whose neighbours agree), an
+ * LMDB code, or CAIRN_ECORRUPT with the message naming the record. */
+int cairn__put(cairn__txn *t, MDB_dbi dbi, MDB_val *k, MDB_val *v, unsigned flags);
+int cairn__get(cairn__txn *t, MDB_dbi dbi, MDB_val *k, MDB_val *v);
+int cairn__cursor_get(cairn__txn *t, MDB_cursor *c, MDB_val *k, MDB_val *v, MDB_cursor_op op);
+/* For reads outside a cairn__txn (store.c's meta records at open): verifies and strips. */
+int cairn__sum_check(cairn_store *s, MDB_dbi dbi, const MDB_val *k, MDB_val *v);
+/* 1 if the record's checksum matches (v still carries it); the bytes a value takes on disk. */
+int cairn__sum_ok(const MDB_val *k, const MDB_val *v);
+size_t cairn__sum_len(size_t value_len);
+void cairn__describe_key(cairn_store *s, MDB_dbi dbi, const MDB_val *k, char *out, size_t cap);
+/* Writes every record of dbi again with a checksum (the upgrade from schema 2): 0 or an LMDB
+ * code. */
+int cairn__sum_seal_all(cairn__txn *t, MDB_dbi dbi);
+/* store.c: the database's name ("tasks", "steps", ...). */
+const char *cairn__db_name(cairn_store *s, MDB_dbi dbi);
+
+/* Deletes go through these two, never mdb_del/mdb_cursor_del directly: they note that the
+ * transaction wrote pages, which a sync store commits only under a pin (synced.c). A delete of
+ * a missing key writes none. */
 static inline int cairn__del(cairn__txn *t, MDB_dbi dbi, MDB_val *k)
 {
     int rc = mdb_del(t->txn, dbi, k, NULL);

@@ -21,17 +21,14 @@ if pkg-config --exists msgpack-c; then mp=msgpack-c; else mp=msgpack; fi
 if pkg-config --exists lmdb; then lmdb=$(pkg-config --cflags --libs lmdb); else lmdb=-llmdb; fi
 mkdir -p "$out/corpus"
 
-# What a record reader reaches: the store, the runner and what they call.
-srcs="common/error.c common/version.c common/str.c common/utf8.c common/hash.c common/json.c common/canon.c
-      common/jsonmp.c common/taskid.c common/mdb.c checkpoint/store.c checkpoint/records.c
-      checkpoint/index.c checkpoint/map.c checkpoint/synced.c checkpoint/filecheck.c runner/graph.c runner/state.c runner/runner.c runner/operator.c
-      runner/lease.c runner/exec.c runner/step.c runner/task.c"
+# What a record reader reaches: the core library (libcairn: common/, checkpoint/, runner/).
+srcs=$(cd "$root" && ls common/*.c checkpoint/*.c runner/*.c)
 files=""
 for f in $srcs; do files="$files $root/$f"; done
 
 # shellcheck disable=SC2046,SC2086 # pkg-config output and the file list split into words
 common="-std=c11 -D_GNU_SOURCE -g -O1 -I$root/include -I$root $files $root/tests/fuzz_store/fuzz_store.c
-        $(pkg-config --cflags --libs jansson "$mp" libcrypto) $lmdb -lm -lpthread"
+        $(pkg-config --cflags --libs jansson "$mp" libcrypto libxxhash) $lmdb -lm -lpthread"
 
 # the seed corpus: valid records from a real run, via the standalone driver
 # shellcheck disable=SC2086

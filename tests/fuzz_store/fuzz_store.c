@@ -128,8 +128,17 @@ static int plant(const uint8_t *data, size_t size)
         {4, TASK, 2, "0000000000000000000000000000000000000000000000000000000000000000", 64},
     };
     for (size_t i = 0; !rc && i < sizeof puts / sizeof *puts; i++) {
-        MDB_val k = {puts[i].klen, (void *)puts[i].k}, v = {puts[i].vlen, (void *)puts[i].v};
+        /* sealed with a valid checksum, so that the bytes reach the decoders behind it */
+        unsigned char *sealed = malloc(puts[i].vlen + 8);
+        if (!sealed) {
+            rc = ENOMEM;
+            break;
+        }
+        memcpy(sealed, puts[i].v, puts[i].vlen);
+        tu_sum(puts[i].k, puts[i].klen, puts[i].v, puts[i].vlen, sealed + puts[i].vlen);
+        MDB_val k = {puts[i].klen, (void *)puts[i].k}, v = {puts[i].vlen + 8, sealed};
         rc = mdb_put(txn, dbi[puts[i].db], &k, &v, 0);
+        free(sealed);
     }
     if (rc)
         mdb_txn_abort(txn);
@@ -372,7 +381,7 @@ static void make_seeds(void)
             int per = 0;
             for (int rc = mdb_cursor_get(c, &k, &v, MDB_FIRST); rc == 0 && per < 4;
                  rc = mdb_cursor_get(c, &k, &v, MDB_NEXT), per++)
-                add_seed(v.mv_data, v.mv_size);
+                add_seed(v.mv_data, v.mv_size >= 8 ? v.mv_size - 8 : 0); /* no checksum */
             mdb_cursor_close(c);
         }
         mdb_txn_abort(txn);

@@ -3,6 +3,9 @@
  * Raw LMDB access exists so tests can reach under the store's API: bump the schema, plant a
  * corrupt record, take a dump to prove a failed write changed nothing. LMDB forbids opening one
  * environment twice in a process, so the store must be closed while a raw env is open.
+ * Every record of a schema-3 store ends in its checksum (checkpoint/checksum.c: XXH3-64 of the
+ * value seeded with XXH3-64 of the key, 8 bytes little-endian): tu_raw_put writes one, so that a
+ * planted record reaches the decoder behind it; tu_raw_put_bare writes the bytes as given.
  */
 #ifndef CAIRN_TESTS_RAWLMDB_H
 #define CAIRN_TESTS_RAWLMDB_H
@@ -14,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include "checkpoint/store.h"
 
@@ -56,9 +60,18 @@ static inline MDB_env *tu_raw_open(const char *dir)
     return env;
 }
 
-/* Puts (val != NULL) or deletes one key of a named db. 0 or an LMDB code. */
-static inline int tu_raw_put(const char *dir, const char *db, const void *k, size_t klen,
-                             const void *v, size_t vlen)
+/* The checksum a record of key k and value v carries (checkpoint/checksum.c). */
+static inline void tu_sum(const void *k, size_t klen, const void *v, size_t vlen,
+                          unsigned char out[8])
+{
+    uint64_t h = XXH3_64bits_withSeed(v, vlen, XXH3_64bits(k, klen));
+    for (int i = 0; i < 8; i++, h >>= 8)
+        out[i] = (unsigned char)h;
+}
+
+/* Puts (val != NULL) or deletes one key of a named db, the value as given. 0 or an LMDB code. */
+static inline int tu_raw_put_bare(const char *dir, const char *db, const void *k, size_t klen,
+                                  const void *v, size_t vlen)
 {
     MDB_env *env = tu_raw_open(dir);
     MDB_txn *txn;
@@ -75,7 +88,60 @@ static inline int tu_raw_put(const char *dir, const char *db, const void *k, siz
     return rc;
 }
 
-/* Copies the value of one key into buf (at most cap bytes); returns its size or -1. */
+/* As tu_raw_put_bare, the value followed by its checksum. */
+static inline int tu_raw_put(const char *dir, const char *db, const void *k, size_t klen,
+                             const void *v, size_t vlen)
+{
+    if (!v)
+        return tu_raw_put_bare(dir, db, k, klen, NULL, 0);
+    unsigned char *b = malloc(vlen + 8);
+    if (!b)
+        return -1;
+    memcpy(b, v, vlen);
+    tu_sum(k, klen, v, vlen, b + vlen);
+    int rc = tu_raw_put_bare(dir, db, k, klen, b, vlen + 8);
+    free(b);
+    return rc;
+}
+
+/* Makes a schema-3 store what a schema-`schema` (1 or 2) cairn wrote: every record without its
+ * checksum, the schema record bare. 0 or an LMDB code. */
+static inline int tu_raw_downgrade(const char *dir, uint32_t schema)
+{
+    MDB_env *env = tu_raw_open(dir);
+    MDB_txn *txn;
+    if (!env)
+        return -1;
+    static const char *const all[] = {"meta",     "tasks", "inputs", "steps",
+                                      "progress", "idem",  "due",    "tenants",
+                                      "finished", "audit", "msgs",   "msgtime"};
+    int rc = mdb_txn_begin(env, NULL, 0, &txn);
+    for (size_t i = 0; !rc && i < sizeof all / sizeof *all; i++) {
+        MDB_dbi dbi;
+        MDB_cursor *c;
+        MDB_val k, v;
+        if ((rc = mdb_dbi_open(txn, all[i], 0, &dbi)) || (rc = mdb_cursor_open(txn, dbi, &c)))
+            break;
+        for (int r = mdb_cursor_get(c, &k, &v, MDB_FIRST); r == 0 && !rc;
+             r = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
+            unsigned char *b = malloc(k.mv_size + v.mv_size + 1);
+            memcpy(b, k.mv_data, k.mv_size);
+            memcpy(b + k.mv_size, v.mv_data, v.mv_size);
+            MDB_val kk = {k.mv_size, b}, vv = {v.mv_size >= 8 ? v.mv_size - 8 : 0, b + k.mv_size};
+            if (i == 0 && k.mv_size == 6 && memcmp(b, "schema", 6) == 0)
+                vv = (MDB_val){sizeof schema, &schema};
+            rc = mdb_cursor_put(c, &kk, &vv, MDB_CURRENT);
+            free(b);
+        }
+        mdb_cursor_close(c);
+    }
+    rc = rc ? (mdb_txn_abort(txn), rc) : mdb_txn_commit(txn);
+    mdb_env_close(env);
+    return rc;
+}
+
+/* Copies the value of one key into buf (at most cap bytes), without a valid checksum;
+ * returns its size or -1. */
 static inline long tu_raw_get(const char *dir, const char *db, const void *k, size_t klen,
                               void *buf, size_t cap)
 {
@@ -88,6 +154,12 @@ static inline long tu_raw_get(const char *dir, const char *db, const void *k, si
     if (mdb_txn_begin(env, NULL, MDB_RDONLY, &txn) == 0) {
         MDB_val kk = {klen, (void *)k}, vv;
         if (mdb_dbi_open(txn, db, 0, &dbi) == 0 && mdb_get(txn, dbi, &kk, &vv) == 0) {
+            unsigned char sum[8];
+            if (vv.mv_size >= 8) {
+                tu_sum(k, klen, vv.mv_data, vv.mv_size - 8, sum);
+                if (memcmp(sum, (unsigned char *)vv.mv_data + vv.mv_size - 8, 8) == 0)
+                    vv.mv_size -= 8; /* its checksum is not the record's */
+            }
             n = (long)vv.mv_size;
             memcpy(buf, vv.mv_data, vv.mv_size < cap ? vv.mv_size : cap);
         }

@@ -1189,7 +1189,7 @@ static void test_schema_upgrade(void)
     cairn_store *s = open_sync(dir);
     cairn_store_free(s);
     uint32_t v = 1;
-    int rc = tu_raw_put(dir, "meta", "schema", 6, &v, sizeof v);
+    int rc = tu_raw_downgrade(dir, 1);
     s = open_sync(dir);
     v = 0;
     long n = tu_raw_get(dir, "meta", "schema", 6, &v, sizeof v);

@@ -1,0 +1,292 @@
+/* test_checksum.c - every record of the store carries a checksum (checkpoint/checksum.c).
+ *
+ * Damage is planted with raw LMDB, as a flipped byte on disk would leave it: a changed value, a
+ * changed task key, a step key `work` read as `vork`, an index entry moved. Each read of the
+ * damaged record, and each lookup that would have missed because of it, is CAIRN_ECORRUPT naming
+ * the record; a lookup elsewhere is unaffected. A store of schema 2 (records without checksums)
+ * is upgraded when opened, and every record then verifies.
+ */
+#include <lmdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "checkpoint/store.h"
+#include "tests/store/rawlmdb.h"
+#include "tests/tap.h"
+
+static char root[256];
+static int dirn;
+
+static void newdir(char out[300], const char *tag)
+{
+    snprintf(out, 300, "%s/%s%d", root, tag, ++dirn);
+}
+
+static cairn_store *open_store(const char *dir)
+{
+    cairn_store *s = cairn_store_new();
+    cairn_store_set_durability(s, CAIRN_NOSYNC);
+    int rc = cairn_store_open(s, dir);
+    if (rc) {
+        diag("open %s: %s: %s", dir, cairn_errname(rc), cairn_store_errmsg(s));
+        cairn_store_free(s);
+        return NULL;
+    }
+    return s;
+}
+
+static void fill_task(cairn__task_rec *r, const char *id)
+{
+    memset(r, 0, sizeof *r);
+    snprintf(r->id, sizeof r->id, "%s", id);
+    snprintf(r->graph, sizeof r->graph, "g");
+    r->state = CAIRN_SUCCEEDED;
+    r->generation = 1;
+    r->created_ms = r->updated_ms = r->finished_ms = 1000;
+}
+
+/* Tasks t1..t5, each with steps "a" and "work" (generation 1, outputs "A"/"W"). */
+static int populate_txn(cairn__txn *t, void *arg)
+{
+    (void)arg;
+    for (int i = 1; i <= 5; i++) {
+        cairn__task_rec r;
+        char id[8];
+        snprintf(id, sizeof id, "t%d", i);
+        fill_task(&r, id);
+        cairn__step_rec s = {.state = CAIRN_STEP_DONE, .generation = 1, .output_len = 1};
+        int rc = cairn__task_put(t, &r);
+        s.output = "\xa1"
+                   "A";
+        s.output_len = 2;
+        if (!rc)
+            rc = cairn__step_put(t, id, "a", &s);
+        s.output = "\xa1"
+                   "W";
+        if (!rc)
+            rc = cairn__step_put(t, id, "work", &s);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+typedef struct probe {
+    const char *task, *step;
+    int task_rc, step_rc, each_rc, nsteps;
+} probe;
+
+static int count_cb(const char *step, const cairn__step_rec *r, void *arg)
+{
+    (void)step, (void)r;
+    ((probe *)arg)->nsteps++;
+    return 0;
+}
+
+static int probe_txn(cairn__txn *t, void *arg)
+{
+    probe *p = arg;
+    cairn__task_rec r;
+    cairn__step_rec s;
+    p->task_rc = cairn__task_get(t, p->task, &r);
+    p->step_rc = p->step ? cairn__step_get(t, p->task, p->step, 1, &s) : 0;
+    p->nsteps = 0;
+    p->each_rc = cairn__step_each(t, p->task, count_cb, p);
+    return 0;
+}
+
+static probe look(const char *dir, const char *task, const char *step, char *msg, size_t cap)
+{
+    probe p = {.task = task, .step = step, .task_rc = -99};
+    cairn_store *s = open_store(dir);
+    if (!s)
+        return p;
+    cairn__store_read(s, probe_txn, &p);
+    snprintf(msg, cap, "%s", cairn_store_errmsg(s));
+    cairn_store_free(s);
+    return p;
+}
+
+static void step_key(char *k, size_t *n, const char *task, const char *step)
+{
+    size_t a = strlen(task), b = strlen(step);
+    memcpy(k, task, a + 1);
+    memcpy(k + a + 1, step, b + 1);
+    memcpy(k + a + 1 + b + 1, "\0\0\0\1", 4);
+    *n = a + b + 6;
+}
+
+/* Flips one bit of the value of a record in place. */
+static int flip_raw(const char *dir, const char *db, const void *key, size_t kn, size_t at)
+{
+    unsigned char buf[4096];
+    MDB_env *env = tu_raw_open(dir);
+    MDB_txn *txn;
+    MDB_dbi dbi;
+    MDB_val k = {kn, (void *)key}, v;
+    int rc = mdb_txn_begin(env, NULL, 0, &txn);
+    if (!rc && !(rc = mdb_dbi_open(txn, db, 0, &dbi)) && !(rc = mdb_get(txn, dbi, &k, &v))) {
+        size_t n = v.mv_size < sizeof buf ? v.mv_size : sizeof buf;
+        memcpy(buf, v.mv_data, n);
+        buf[at % n] ^= 0x10;
+        MDB_val nv = {n, buf};
+        rc = mdb_put(txn, dbi, &k, &nv, 0);
+    }
+    rc = rc ? (mdb_txn_abort(txn), rc) : mdb_txn_commit(txn);
+    mdb_env_close(env);
+    return rc;
+}
+
+static void fresh(char dir[300], const char *tag)
+{
+    newdir(dir, tag);
+    cairn_store *s = open_store(dir);
+    if (!s || cairn__store_write(s, 0, populate_txn, NULL)) {
+        printf("Bail out! cannot populate %s\n", dir);
+        exit(1);
+    }
+    cairn_store_free(s);
+}
+
+static void test_clean(void)
+{
+    char dir[300], m[1024];
+    fresh(dir, "clean");
+    probe p = look(dir, "t3", "work", m, sizeof m);
+    ok(p.task_rc == 0 && p.step_rc == 0 && p.each_rc == 0 && p.nsteps == 2,
+       "an undamaged store reads every record (task %d, step %d, scan %d: %d steps)", p.task_rc,
+       p.step_rc, p.each_rc, p.nsteps);
+    p = look(dir, "t9", "work", m, sizeof m);
+    ok(p.task_rc == CAIRN_ENOTFOUND && p.step_rc == CAIRN_ENOTFOUND && p.each_rc == 0 &&
+           p.nsteps == 0,
+       "a task that is not there is absent, not damaged (%d %d)", p.task_rc, p.step_rc);
+    unsigned char v[64];
+    long n = tu_raw_get(dir, "tasks", "t3", 2, v, sizeof v);
+    unsigned char raw[4096];
+    MDB_env *env = tu_raw_open(dir);
+    MDB_txn *txn;
+    MDB_dbi dbi;
+    MDB_val k = {2, "t3"}, vv = {0, NULL};
+    size_t rawn = 0;
+    if (!mdb_txn_begin(env, NULL, MDB_RDONLY, &txn)) {
+        if (!mdb_dbi_open(txn, "tasks", 0, &dbi) && !mdb_get(txn, dbi, &k, &vv))
+            memcpy(raw, vv.mv_data, rawn = vv.mv_size < sizeof raw ? vv.mv_size : sizeof raw);
+        mdb_txn_abort(txn);
+    }
+    mdb_env_close(env);
+    unsigned char sum[8];
+    tu_sum("t3", 2, raw, rawn >= 8 ? rawn - 8 : 0, sum);
+    ok(n > 0 && rawn == (size_t)n + 8 && memcmp(sum, raw + rawn - 8, 8) == 0,
+       "a task record on disk is its value and 8 bytes of XXH3-64 over key and value");
+}
+
+static void test_value_flip(void)
+{
+    char dir[300], m[1024];
+    fresh(dir, "value");
+    ok(flip_raw(dir, "tasks", "t2", 2, 20) == 0, "plant: one bit of task t2's record flipped");
+    probe p = look(dir, "t2", NULL, m, sizeof m);
+    ok(p.task_rc == CAIRN_ECORRUPT && strstr(m, "task 't2'") && strstr(m, "checksum"),
+       "reading it is CAIRN_ECORRUPT naming the task and the checksum (\"%s\")", m);
+    p = look(dir, "t4", "work", m, sizeof m);
+    ok(p.task_rc == 0 && p.step_rc == 0, "the other tasks read as before");
+
+    char k[64];
+    size_t kn;
+    step_key(k, &kn, "t4", "work");
+    ok(flip_raw(dir, "steps", k, kn, 30) == 0, "plant: one bit of t4's step 'work' flipped");
+    p = look(dir, "t4", "work", m, sizeof m);
+    ok(p.step_rc == CAIRN_ECORRUPT && p.each_rc == CAIRN_ECORRUPT && strstr(m, "'t4'") &&
+           strstr(m, "'work'"),
+       "the step record is CAIRN_ECORRUPT by lookup and by scan, naming task and step (\"%s\")", m);
+}
+
+/* Flips `bit` of byte `at` of every copy of pattern in data.mdb (LMDB keeps old copies of
+ * pages: each is flipped, as the damage to the live one is what counts). The copies found. */
+static int flip_file(const char *dir, const void *pat, size_t pn, size_t at, unsigned bit)
+{
+    char path[400];
+    snprintf(path, sizeof path, "%s/data.mdb", dir);
+    FILE *f = fopen(path, "r+b");
+    if (!f)
+        return 0;
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    unsigned char *b = malloc((size_t)size);
+    rewind(f);
+    int n = 0;
+    if (b && fread(b, 1, (size_t)size, f) == (size_t)size)
+        for (long i = 0; i + (long)pn <= size; i++)
+            if (memcmp(b + i, pat, pn) == 0) {
+                unsigned char c = b[i + at] ^ (unsigned char)bit;
+                fseek(f, i + (long)at, SEEK_SET);
+                fputc(c, f);
+                n++;
+            }
+    free(b);
+    fclose(f);
+    return n;
+}
+
+static void test_key_flip(void)
+{
+    char dir[300], m[1024];
+    fresh(dir, "stepkey");
+    ok(flip_file(dir, "t3\0work", 7, 3, 0x01) > 0,
+       "plant: in data.mdb, t3's step key 'work' now reads 'vork' (its value unchanged)");
+    probe p = look(dir, "t3", "work", m, sizeof m);
+    ok(p.step_rc == CAIRN_ECORRUPT && strstr(m, "'t3'"),
+       "looking up step 'work' is CAIRN_ECORRUPT, never absent (a committed step would run "
+       "again) (\"%s\")",
+       m);
+    ok(p.each_rc == CAIRN_ECORRUPT, "scanning t3's steps is CAIRN_ECORRUPT");
+    p = look(dir, "t2", "work", m, sizeof m);
+    ok(p.step_rc == 0 && p.each_rc == 0 && p.nsteps == 2, "task t2's steps read as before");
+
+    fresh(dir, "steptask");
+    ok(flip_file(dir, "t3\0work", 7, 1, 0x05) > 0,
+       "plant: in data.mdb, the task part of t3's step key now reads 't6'");
+    p = look(dir, "t3", "work", m, sizeof m);
+    ok(p.step_rc == CAIRN_ECORRUPT, "t3's step 'work' is CAIRN_ECORRUPT, not absent (\"%s\")", m);
+
+    fresh(dir, "taskkey");
+    ok(flip_file(dir, "\x02\0t4\xde", 5, 3, 0x08) > 0,
+       "plant: in data.mdb, task key 't4' now reads 't<'");
+    p = look(dir, "t4", NULL, m, sizeof m);
+    ok(p.task_rc == CAIRN_ECORRUPT && strstr(m, "task"),
+       "task t4 is CAIRN_ECORRUPT, not absent (a run would create it again) (\"%s\")", m);
+}
+
+static void test_upgrade(void)
+{
+    char dir[300], m[1024];
+    fresh(dir, "upgrade");
+    ok(tu_raw_downgrade(dir, 2) == 0, "plant: the store as schema 2 wrote it (no checksums)");
+    uint32_t v = 0;
+    long n = tu_raw_get(dir, "meta", "schema", 6, &v, sizeof v);
+    probe p = look(dir, "t5", "work", m, sizeof m);
+    ok(n == 4 && p.task_rc == 0 && p.step_rc == 0 && p.each_rc == 0 && p.nsteps == 2,
+       "opening it upgrades it, and every record reads (%d %d %d)", p.task_rc, p.step_rc,
+       p.each_rc);
+    n = tu_raw_get(dir, "meta", "schema", 6, &v, sizeof v);
+    ok(n == 4 && v == CAIRN__SCHEMA, "the store is now schema %u (%u)", CAIRN__SCHEMA, v);
+    char k[64];
+    size_t kn;
+    step_key(k, &kn, "t5", "work");
+    ok(flip_raw(dir, "steps", k, kn, 3) == 0, "plant: a bit of an upgraded record flipped");
+    p = look(dir, "t5", "work", m, sizeof m);
+    ok(p.step_rc == CAIRN_ECORRUPT, "an upgraded record is checked like a new one (\"%s\")", m);
+}
+
+int main(void)
+{
+    tu_tmpdir(root, "checksum");
+    test_clean();
+    test_value_flip();
+    test_key_flip();
+    test_upgrade();
+    if (!getenv("CAIRN_KEEP_TMP"))
+        tu_rmtree(root);
+    return tap_done();
+}
