@@ -404,6 +404,77 @@ static int index_move(cairn__txn *t, const cairn__task_rec *old, const cairn__ta
     return 0;
 }
 
+/* cairn check: whether the index entries task r implies are all there (0), else
+ * CAIRN_ECORRUPT with why[] saying which is missing; a lookup's own error as it is. */
+int cairn__task_check_indexes(cairn__txn *t, const cairn__task_rec *r, char *why, size_t cap)
+{
+    static const struct {
+        size_t dbi;
+        void (*make)(key *, const cairn__task_rec *);
+        int (*has)(const cairn__task_rec *);
+        const char *name;
+    } ix[] = {{offsetof(cairn_store, due), due_key, always, "status (due)"},
+              {offsetof(cairn_store, tenants), tenant_key, is_tenant_running, "tenant"},
+              {offsetof(cairn_store, finished), finished_key, is_finished, "finished"}};
+    for (size_t i = 0; i < sizeof ix / sizeof *ix; i++) {
+        if (!ix[i].has(r))
+            continue;
+        MDB_dbi dbi = *(const MDB_dbi *)((const char *)t->s + ix[i].dbi);
+        key k;
+        ix[i].make(&k, r);
+        MDB_val kk = kv(&k), v;
+        int rc = cairn__get(t, dbi, &kk, &v);
+        if (rc == MDB_NOTFOUND) {
+            snprintf(why, cap, "task '%s' (state %u) has no entry in the %s index", r->id, r->state,
+                     ix[i].name);
+            return CAIRN_ECORRUPT;
+        }
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+/* cairn check: whether an entry of the due, tenants or finished index is one its task implies
+ * (0), else CAIRN_ECORRUPT with why[]. */
+int cairn__index_entry_check(cairn__txn *t, MDB_dbi dbi, const MDB_val *k, char *why, size_t cap)
+{
+    size_t skip = dbi == t->s->due ? 9 : dbi == t->s->finished ? 8 : 0;
+    const char *p = k->mv_data;
+    if (dbi == t->s->tenants) {
+        const char *z = memchr(p, 0, k->mv_size);
+        skip = z ? (size_t)(z - p) + 1 : k->mv_size;
+    }
+    char id[CAIRN__ID_MAX + 1];
+    size_t n = k->mv_size > skip ? k->mv_size - skip : 0;
+    if (k->mv_size < skip || n == 0 || n > CAIRN__ID_MAX) {
+        snprintf(why, cap, "an entry of the %s index has a malformed key (%zu bytes)",
+                 cairn__db_name(t->s, dbi), (size_t)k->mv_size);
+        return CAIRN_ECORRUPT;
+    }
+    memcpy(id, p + skip, n);
+    id[n] = 0;
+    cairn__task_rec r;
+    int rc = cairn__task_get(t, id, &r);
+    if (rc == CAIRN_ENOTFOUND) {
+        snprintf(why, cap, "the %s index lists task '%s', which has no record",
+                 cairn__db_name(t->s, dbi), id);
+        return CAIRN_ECORRUPT;
+    }
+    if (rc)
+        return rc;
+    key want;
+    int has = dbi == t->s->due        ? (due_key(&want, &r), 1)
+              : dbi == t->s->finished ? (is_finished(&r) ? (finished_key(&want, &r), 1) : 0)
+                                      : (is_tenant_running(&r) ? (tenant_key(&want, &r), 1) : 0);
+    if (!has || want.len != k->mv_size || memcmp(want.b, k->mv_data, want.len) != 0) {
+        snprintf(why, cap, "the %s index entry of task '%s' does not match its record (state %u)",
+                 cairn__db_name(t->s, dbi), id, r.state);
+        return CAIRN_ECORRUPT;
+    }
+    return 0;
+}
+
 int cairn__task_put(cairn__txn *t, const cairn__task_rec *r)
 {
     cairn__task_rec old;

@@ -311,7 +311,7 @@ static int open_dbs(cairn_store *s)
 static int open_failed(cairn_store *s, int rc)
 {
     cairn__synced_close(s);
-    if (s->env)
+    if (s->env && s->broken != 2) /* not after a fault (guard.c): LMDB is not to be trusted */
         mdb_env_close(s->env);
     s->env = NULL;
     if (s->map_lock_fd >= 0)
@@ -351,10 +351,17 @@ int cairn_store_open(cairn_store *s, const char *dir)
         return open_failed(s, rc);
     int dead = 0;
     mdb_reader_check(s->env, &dead); /* clear reader slots of killed processes */
-    if ((rc = open_dbs(s)))
-        return open_failed(s, rc);
+    cairn__guard g;
+    if (sigsetjmp(g.jb, 1))
+        return open_failed(s, cairn__guard_fault(s, &g));
+    cairn__guard_push(&g);
+    int orc = open_dbs(s);
+    if (!orc)
+        cairn__map_note(s); /* now the main database has a key to find the map by */
+    cairn__guard_pop(&g);
+    if (orc)
+        return open_failed(s, orc);
     cairn__file_mark_created(s, dir); /* from now on an empty data.mdb is a lost store */
-    cairn__map_note(s);               /* now the main database has a key to find the map by */
     return 0;
 }
 
@@ -363,8 +370,8 @@ void cairn_store_free(cairn_store *s)
     if (!s)
         return;
     cairn__synced_close(s); /* ends the pin before the environment goes */
-    if (s->env)
-        mdb_env_close(s->env);
+    if (s->env && s->broken != 2)
+        mdb_env_close(s->env); /* not after a fault: LMDB's state is not to be trusted */
     if (s->map_lock_fd >= 0)
         close(s->map_lock_fd);
     free(s->tc_bytes);
@@ -484,7 +491,14 @@ int cairn__store_write(cairn_store *s, int durable, cairn__txn_fn fn, void *arg)
     if (s->broken)
         return broken(s);
     cairn__synced_lock(s); /* the pin cannot be dropped under a commit that relies on it */
+    cairn__guard g;
+    if (sigsetjmp(g.jb, 1)) {
+        cairn__synced_unlock(s);
+        return cairn__guard_fault(s, &g);
+    }
+    cairn__guard_push(&g);
     int rc = write_locked(s, durable, fn, arg);
+    cairn__guard_pop(&g);
     cairn__synced_unlock(s);
     return rc;
 }
@@ -504,13 +518,18 @@ int cairn__store_read(cairn_store *s, cairn__txn_fn fn, void *arg)
         return CAIRN_EINVAL;
     if (s->broken)
         return broken(s);
+    cairn__guard g;
+    if (sigsetjmp(g.jb, 1))
+        return cairn__guard_fault(s, &g);
+    cairn__guard_push(&g);
     cairn__txn t = {.s = s};
     int rc = cairn__store_begin(s, MDB_RDONLY, &t.txn);
-    if (rc)
-        return rc;
-    msgpack_sbuffer_init(&t.buf);
-    rc = fn(&t, arg);
-    txn_buffers_free(&t);
-    mdb_txn_abort(t.txn);
+    if (!rc) {
+        msgpack_sbuffer_init(&t.buf);
+        rc = fn(&t, arg);
+        txn_buffers_free(&t);
+        mdb_txn_abort(t.txn);
+    }
+    cairn__guard_pop(&g);
     return rc;
 }

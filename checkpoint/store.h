@@ -181,4 +181,14 @@ typedef struct cairn__store_stats {
 } cairn__store_stats;
 int cairn__store_stats_get(cairn__txn *t, cairn__store_stats *out);
 
+/* cairn check (checkpoint/check.c): reads every record of every database, and calls cb once per
+ * problem found - a record that fails its checksum, keys out of order, a record that does not
+ * decode, an index entry without its task or a task without its entries, a step, progress,
+ * input or audit record of no task. `database` and `task` ("" if none) say where. *records
+ * counts what was read. 0 (problems or not: *problems says), or an error that stopped it. */
+typedef int (*cairn__check_cb)(const char *database, const char *task, const char *message,
+                               void *arg);
+int cairn__store_check(cairn__txn *t, cairn__check_cb cb, void *arg, uint64_t *records,
+                       uint64_t *problems);
+
 #endif

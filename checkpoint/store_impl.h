@@ -7,6 +7,7 @@
 
 #include <lmdb.h>
 #include <msgpack.h>
+#include <setjmp.h>
 #include <string.h>
 
 #include "checkpoint/store.h"
@@ -178,8 +179,27 @@ void cairn__synced_unlock(cairn_store *s);
 void cairn__synced_close(cairn_store *s);
 uint64_t cairn__synced_durable_txn(cairn_store *s); /* the marker's commit; 0: none */
 
+/* guard.c: a fault inside a transaction (LMDB following a damaged page) returns to the
+ * sigsetjmp of the store function that pushed the guard, instead of killing the process:
+ *     cairn__guard g;
+ *     if (sigsetjmp(g.jb, 1)) return cairn__guard_fault(s, &g);  (the handle is then broken)
+ *     cairn__guard_push(&g); ... cairn__guard_pop(&g);
+ * Guards nest (a store function called inside another's transaction pushes its own). */
+typedef struct cairn__guard {
+    sigjmp_buf jb;
+    struct cairn__guard *prev;
+    volatile int sig;
+} cairn__guard;
+void cairn__guard_push(cairn__guard *g);
+void cairn__guard_pop(cairn__guard *g);
+int cairn__guard_fault(cairn_store *s, cairn__guard *g);
+
 /* store.c: begins an LMDB transaction, adopting a map another process grew. */
 int cairn__store_begin(cairn_store *s, unsigned flags, MDB_txn **txn);
+
+/* records.c, for cairn check: a task's index entries are there; an index entry is its task's. */
+int cairn__task_check_indexes(cairn__txn *t, const cairn__task_rec *r, char *why, size_t cap);
+int cairn__index_entry_check(cairn__txn *t, MDB_dbi dbi, const MDB_val *k, char *why, size_t cap);
 
 /* Writes an empty value under k (an index entry). */
 int cairn__put_empty(cairn__txn *t, MDB_dbi dbi, key *k);

@@ -518,6 +518,25 @@ typedef int (*cairn_stats_fn)(const cairn_stats *stats, void *user);
  * `fn` may use the store). */
 CAIRN_API int cairn_store_stats(cairn_store *s, cairn_stats_fn fn, void *user);
 
+/* One problem cairn_store_check found. */
+typedef struct cairn_check_row {
+    const char *database; /* "tasks", "steps", "due", ... (the store's LMDB databases) */
+    const char *task_id;  /* the task it concerns, as far as the key can be read; "" if none */
+    const char *message;  /* what is wrong, naming the record */
+} cairn_check_row;
+typedef int (*cairn_check_row_fn)(const cairn_check_row *row, void *user);
+
+/* Reads and verifies every record of the store, as `PRAGMA integrity_check` does for SQLite:
+ * each record's checksum, the order of each database's keys, that every task record decodes
+ * and has its index entries, that every index entry is its task's, and that every step,
+ * progress, input and audit record belongs to a task. (That data.mdb matches its witnesses -
+ * its size, its meta pages, a sync store's marker - is checked by every open: a store that
+ * fails it does not open.) Calls `fn` once per problem, within the snapshot. *records (may be
+ * NULL) counts the records read. 0: the store is sound; CAIRN_ECORRUPT: problems were found
+ * (cairn_store_errmsg says how many); else the error that stopped the check. */
+CAIRN_API int cairn_store_check(cairn_store *s, cairn_check_row_fn fn, void *user,
+                                uint64_t *records);
+
 /* ------------------------------------------------------------------ CLI */
 
 /* The whole `cairn` command line for these graphs: run, show, list, retry, resolve, invalidate,

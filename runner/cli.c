@@ -45,7 +45,7 @@ static const char no_config_msg[] = "no pipeline config: pass --config FILE or s
 static const cairn__cli_task *const tasks[] = {
     &cairn__task_run,   &cairn__task_init,    &cairn__task_show,       &cairn__task_list,
     &cairn__task_retry, &cairn__task_resolve, &cairn__task_invalidate, &cairn__task_gc,
-    &cairn__task_audit, &cairn__task_stats,
+    &cairn__task_audit, &cairn__task_stats,   &cairn__task_check,
 };
 
 static const cairn__cli_task *find_task(const char *cmd)
@@ -427,6 +427,7 @@ static void usage(FILE *f, const char *prog)
             "  gc         drop old outputs, keep tombstones\n"
             "  audit ID   a task's transitions\n"
             "  stats      counts by status, store size\n"
+            "  check      verify every record of the store\n"
             "%s",
             prog,
             g_config_graph ? "run, retry and invalidate of graph 'default' need --config FILE or "

@@ -212,6 +212,6 @@ extern const cairn__cli_task cairn__task_run, cairn__task_retry, cairn__task_res
     cairn__task_invalidate, cairn__task_gc, cairn__task_init;
 /* cli_inspect.c (read-only): */
 extern const cairn__cli_task cairn__task_show, cairn__task_list, cairn__task_audit,
-    cairn__task_stats;
+    cairn__task_stats, cairn__task_check;
 
 #endif

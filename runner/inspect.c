@@ -172,3 +172,41 @@ int cairn_store_stats(cairn_store *s, cairn_stats_fn fn, void *user)
     rc = verdict(fn(&row, user));
     return rc == 1 ? 0 : rc;
 }
+
+/* ------------------------------------------------------------------ check */
+
+typedef struct check_arg {
+    cairn_check_row_fn fn;
+    void *user;
+    uint64_t records, problems;
+} check_arg;
+
+static int check_cb(const char *database, const char *task, const char *message, void *arg)
+{
+    check_arg *a = arg;
+    cairn_check_row row = {.database = database, .task_id = task, .message = message};
+    return verdict(a->fn(&row, a->user));
+}
+
+static int check_txn(cairn__txn *t, void *arg)
+{
+    check_arg *a = arg;
+    return cairn__store_check(t, check_cb, a, &a->records, &a->problems);
+}
+
+int cairn_store_check(cairn_store *s, cairn_check_row_fn fn, void *user, uint64_t *records)
+{
+    if (!s || !fn)
+        return CAIRN_EINVAL;
+    check_arg a = {.fn = fn, .user = user};
+    int rc = cairn__store_read(s, check_txn, &a);
+    if (records)
+        *records = a.records;
+    if (rc)
+        return rc == 1 ? 0 : rc;
+    if (a.problems)
+        return cairn__store_fail(s, CAIRN_ECORRUPT, "%llu problem%s in %llu records",
+                                 (unsigned long long)a.problems, a.problems == 1 ? "" : "s",
+                                 (unsigned long long)a.records);
+    return 0;
+}

@@ -27,7 +27,7 @@ files=""
 for f in $srcs; do files="$files $root/$f"; done
 
 # shellcheck disable=SC2046,SC2086 # pkg-config output and the file list split into words
-common="-std=c11 -D_GNU_SOURCE -g -O1 -I$root/include -I$root $files $root/tests/fuzz_store/fuzz_store.c
+common="-std=c11 -D_GNU_SOURCE -DCAIRN__VERSION=\"fuzz\" -g -O1 -I$root/include -I$root $files $root/tests/fuzz_store/fuzz_store.c
         $(pkg-config --cflags --libs jansson "$mp" libcrypto libxxhash) $lmdb -lm -lpthread"
 
 # the seed corpus: valid records from a real run, via the standalone driver

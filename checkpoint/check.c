@@ -1,0 +1,141 @@
+/* checkpoint/check.c - `cairn check`: every record of the store read and verified, as
+ * `PRAGMA integrity_check` is for SQLite.
+ *
+ * Reads go through the checksum layer like any other (checksum.c), so a record that fails is
+ * reported and the scan moves on past it. On top of each record's own checksum, each database's
+ * keys must be in strictly increasing order (a search relies on it); every task record must
+ * decode and have the index entries it implies (records.c); every index entry must be one its
+ * task implies; every step, progress, input and audit record must belong to a task. That the
+ * file matches its witnesses (size, meta pages, the sync marker) was checked when the store was
+ * opened (filecheck.c, synced.c): a store that fails those does not open, and check says so.
+ * One read transaction: a consistent snapshot, whatever other processes commit meanwhile.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "checkpoint/store_impl.h"
+
+typedef struct checker {
+    cairn__txn *t;
+    cairn__check_cb cb;
+    void *arg;
+    uint64_t records, problems;
+} checker;
+
+static int report(checker *c, MDB_dbi dbi, const char *task, const char *msg)
+{
+    c->problems++;
+    return c->cb(cairn__db_name(c->t->s, dbi), task, msg, c->arg);
+}
+
+/* The task a key of dbi belongs to: the bytes before the first NUL (steps, progress, audit) or
+ * the whole key (tasks, inputs, idem); "" for the other databases. */
+static void task_of(cairn_store *s, MDB_dbi dbi, const MDB_val *k, char out[CAIRN__ID_MAX + 1])
+{
+    out[0] = 0;
+    if (dbi != s->tasks && dbi != s->inputs && dbi != s->idem && dbi != s->steps &&
+        dbi != s->progress && dbi != s->audit)
+        return;
+    const char *z = memchr(k->mv_data, 0, k->mv_size);
+    size_t n = z ? (size_t)(z - (const char *)k->mv_data) : k->mv_size;
+    if (n > CAIRN__ID_MAX)
+        n = CAIRN__ID_MAX;
+    memcpy(out, k->mv_data, n);
+    out[n] = 0;
+}
+
+/* What one record of dbi implies beyond its checksum. */
+static int check_record(checker *c, MDB_dbi dbi, const MDB_val *k, const char *task)
+{
+    cairn_store *s = c->t->s;
+    char why[600];
+    cairn__task_rec r;
+    int rc = 0;
+    if (dbi == s->tasks) {
+        rc = cairn__task_get(c->t, task, &r);
+        if (rc == 0 &&
+            (rc = cairn__task_check_indexes(c->t, &r, why, sizeof why)) == CAIRN_ECORRUPT)
+            return report(c, s->due, task, why);
+        if (rc == CAIRN_ECORRUPT || rc == CAIRN_ESCHEMA)
+            return report(c, dbi, task, cairn_store_errmsg(s));
+        return rc;
+    }
+    if (dbi == s->due || dbi == s->tenants || dbi == s->finished) {
+        rc = cairn__index_entry_check(c->t, dbi, k, why, sizeof why);
+        return rc == CAIRN_ECORRUPT ? report(c, dbi, "", why) : rc;
+    }
+    if (dbi == s->steps || dbi == s->progress || dbi == s->inputs || dbi == s->audit) {
+        rc = cairn__task_get(c->t, task, &r);
+        if (rc == CAIRN_ENOTFOUND) {
+            snprintf(why, sizeof why, "a %s record of task '%s', which has no record",
+                     cairn__db_name(s, dbi), task);
+            return report(c, dbi, task, why);
+        }
+        return rc == CAIRN_ECORRUPT || rc == CAIRN_ESCHEMA ? 0 : rc; /* reported with tasks */
+    }
+    return 0;
+}
+
+static int check_db(checker *c, MDB_dbi dbi)
+{
+    cairn__txn *t = c->t;
+    MDB_cursor *cur;
+    int rc = mdb_cursor_open(t->txn, dbi, &cur);
+    if (rc)
+        return cairn__mdb_fail(t, t->s, rc, "open cursor");
+    unsigned char prev[CAIRN__ID_MAX * 2 + CAIRN__NAME_MAX + 64];
+    size_t prev_n = 0;
+    int have_prev = 0;
+    MDB_val k, v;
+    for (rc = cairn__cursor_get(t, cur, &k, &v, MDB_FIRST);;
+         rc = cairn__cursor_get(t, cur, &k, &v, MDB_NEXT)) {
+        if (rc == MDB_NOTFOUND) {
+            rc = 0;
+            break;
+        }
+        if (rc && rc != CAIRN_ECORRUPT) { /* LMDB could not go on: a damaged page */
+            char why[300];
+            snprintf(why, sizeof why, "the scan stopped after %llu records: %s (LMDB %d)",
+                     (unsigned long long)c->records, mdb_strerror(rc), rc);
+            rc = report(c, dbi, "", why);
+            break;
+        }
+        c->records++;
+        char task[CAIRN__ID_MAX + 1];
+        int bad = rc == CAIRN_ECORRUPT; /* k is the record's key all the same */
+        task_of(t->s, dbi, &k, task);
+        if (bad && (rc = report(c, dbi, task, cairn_store_errmsg(t->s))))
+            break;
+        MDB_val p = {prev_n, prev};
+        if (have_prev && mdb_cmp(t->txn, dbi, &p, &k) >= 0) {
+            char what[400], why[600];
+            cairn__describe_key(t->s, dbi, &k, what, sizeof what);
+            snprintf(why, sizeof why, "the %s is out of order: a search can miss it", what);
+            if ((rc = report(c, dbi, task, why)))
+                break;
+        }
+        prev_n = k.mv_size < sizeof prev ? k.mv_size : sizeof prev;
+        memcpy(prev, k.mv_data, prev_n);
+        have_prev = 1;
+        if (!bad && (rc = check_record(c, dbi, &k, task)))
+            break;
+    }
+    mdb_cursor_close(cur);
+    return rc;
+}
+
+int cairn__store_check(cairn__txn *t, cairn__check_cb cb, void *arg, uint64_t *records,
+                       uint64_t *problems)
+{
+    cairn_store *s = t->s;
+    checker c = {.t = t, .cb = cb, .arg = arg};
+    const MDB_dbi dbis[] = {s->meta, s->tasks,   s->inputs,   s->steps, s->progress, s->idem,
+                            s->due,  s->tenants, s->finished, s->audit, s->msgs,     s->msgtime};
+    int rc = 0;
+    for (size_t i = 0; i < sizeof dbis / sizeof *dbis && !rc; i++)
+        rc = check_db(&c, dbis[i]);
+    *records = c.records;
+    *problems = c.problems;
+    return rc == 1 ? 0 : rc;
+}
