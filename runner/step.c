@@ -50,10 +50,23 @@ static int fenced(cairn__txn *t, cairn_ctx *c, cairn__task_rec *task, int *renew
     int rc = cairn__task_get(t, c->task_id, task);
     if (rc)
         return rc;
-    if (task->state != CAIRN_RUNNING || task->lease_token != c->lease_token)
+    /* Lost: another run holds the lease now, or the task left `running` (released, so its
+     * owner fields are empty) - finished by the run that took it over, or reset by an
+     * operator (only resolve and invalidate move a task to pending). */
+    if (task->state == CAIRN_RUNNING && task->lease_token != c->lease_token)
         return cairn__store_fail(cairn__txn_store(t), CAIRN_EBUSY,
-                                 "task '%s': lease lost to pid %d on %s; not committing step '%s'",
+                                 "task '%s': lease lost, taken over by pid %d on %s; not "
+                                 "committing step '%s'",
                                  c->task_id, task->owner.pid, task->owner.host, c->step->name);
+    if (task->state != CAIRN_RUNNING)
+        return cairn__store_fail(cairn__txn_store(t), CAIRN_EBUSY,
+                                 "task '%s': lease lost: the task is %s now (%s); not "
+                                 "committing step '%s'",
+                                 c->task_id, cairn_state_name((cairn_state)task->state),
+                                 task->state == CAIRN_PENDING
+                                     ? "reset by an operator"
+                                     : "left so by the run that took its lease over",
+                                 c->step->name);
     int64_t now = cairn__now_ms();
     *renewed = task->lease_expires_ms - now < (int64_t)c->r->lease_ms / 2;
     if (*renewed)
