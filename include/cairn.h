@@ -436,7 +436,9 @@ CAIRN_API const char *cairn_task_error(const cairn_task *t); /* last error text 
 CAIRN_API const char *cairn_task_error_step(const cairn_task *t);
 CAIRN_API int cairn_task_is_tombstone(const cairn_task *t);
 /* The whole snapshot as a JSON document (task, status, attempt, payload_hash, steps with name,
- * status, invocations, output as JSON, ...). The caller's: free it with cairn_free(). NULL on
+ * status, invocations, output as JSON, ...). `steps` holds every step of the task's graph in
+ * the graph's order, one that has not run yet as "pending" with no output (a tombstone lists
+ * none: gc dropped its step records). The caller's: free it with cairn_free(). NULL on
  * ENOMEM. */
 CAIRN_API char *cairn_task_json(const cairn_task *t);
 

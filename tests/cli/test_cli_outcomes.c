@@ -141,6 +141,44 @@ static void test_overlapping_retries(void)
     free(st), free(trace);
 }
 
+/* ------------------------------------------------------------------ show: every step */
+
+/* A pipe task that fails at `work` (prep -> work -> emit): show lists all three in the graph's
+ * order, emit as pending, in --json and in the table. */
+static void test_show_pending_steps(void)
+{
+    char *st = tu_fmt("%s/store-show", D);
+    char *f = write_input(D, "show.json", "{\"fail_v1\": true}");
+    int rc = cli_code(GRAPHS, st, "run", "--graph", "pipe", "--task", "s1", "--input", f, NULL);
+    json_t *j = show_json(GRAPHS, st, "s1", NULL);
+    json_t *steps = j ? json_object_get(j, "steps") : NULL;
+    const char *want[][2] = {{"prep", "done"}, {"work", "failed"}, {"emit", "pending"}};
+    int in_order = json_array_size(steps) == 3;
+    for (size_t i = 0; in_order && i < 3; i++) {
+        json_t *e = json_array_get(steps, i);
+        in_order =
+            strcmp(jstr(e, "name"), want[i][0]) == 0 && strcmp(jstr(e, "status"), want[i][1]) == 0;
+    }
+    json_t *emit = json_array_get(steps, 2);
+    ok(rc == 75 && in_order && json_is_null(json_object_get(emit, "output")) &&
+           jint(emit, "invocations") == 0,
+       "show --json: prep done, work failed, emit pending (no output, 0 invocations), in order "
+       "(rc %d, %zu steps)",
+       rc, json_array_size(steps));
+    json_decref(j);
+    tu_result r;
+    rc = cli(&r, GRAPHS, st, "show", "s1", NULL);
+    const char *p = strstr(r.out, "\nprep "), *w = p ? strstr(p, "\nwork ") : NULL,
+               *e = w ? strstr(w, "\nemit ") : NULL;
+    char name[64] = "", status[64] = "";
+    if (e)
+        sscanf(e + 1, "%63s %63s", name, status);
+    ok(rc == 0 && strcmp(status, "pending") == 0,
+       "show: the table lists prep, work and emit in order, emit as pending (%s)", oneline(r.out));
+    tu_result_free(&r);
+    free(st), free(f);
+}
+
 int main(void)
 {
     cli_init();
@@ -150,6 +188,7 @@ int main(void)
     diag("temp dir %s", D);
     test_full_map();
     test_overlapping_retries();
+    test_show_pending_steps();
     int rc = tap_done();
     if (rc == 0 && !getenv("CAIRN_TEST_KEEP"))
         tu_rm_rf(D);
