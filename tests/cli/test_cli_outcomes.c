@@ -179,6 +179,149 @@ static void test_show_pending_steps(void)
     free(st), free(f);
 }
 
+/* ------------------------------------------------------------------ the README's crontab */
+
+/* s with every `from` replaced by `to` (malloc'd). */
+static char *replace_all(const char *s, const char *from, const char *to)
+{
+    size_t nf = strlen(from), nt = strlen(to), n = 0;
+    for (const char *p = strstr(s, from); p; p = strstr(p + nf, from))
+        n++;
+    char *out = malloc(strlen(s) + n * nt + 1), *o = out;
+    for (const char *p; (p = strstr(s, from)) != NULL; s = p + nf) {
+        memcpy(o, s, (size_t)(p - s)), o += p - s;
+        memcpy(o, to, nt), o += nt;
+    }
+    strcpy(o, s);
+    return out;
+}
+
+/* The README's line that starts with `prefix` (malloc'd, without its newline), or NULL. */
+static char *readme_line(const char *readme, const char *prefix)
+{
+    size_t n = strlen(prefix);
+    for (const char *p = readme; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
+        if (strncmp(p, prefix, n) == 0)
+            return strndup(p, strcspn(p, "\n"));
+    return NULL;
+}
+
+/* A documented command with the README's paths moved into the test's directory. */
+static char *localize(const char *cmd, const char *cairn)
+{
+    char *etc = tu_fmt("%s/etc", D), *var = tu_fmt("%s/var", D);
+    char *a = replace_all(cmd, "/usr/local/bin/cairn", cairn);
+    char *b = replace_all(a, "/etc/cairn", etc);
+    char *c = replace_all(b, "/var/lib/cairn", var);
+    free(a), free(b), free(etc), free(var);
+    return c;
+}
+
+/* Runs a shell command in the environment cron gives a job (env -i, PATH=/usr/bin:/bin). */
+static int as_cron(tu_result *r, const char *cmd)
+{
+    char *home = tu_fmt("HOME=%s", D);
+    const char *argv[] = {"/usr/bin/env",
+                          "-i",
+                          "PATH=/usr/bin:/bin",
+                          home,
+                          "SHELL=/bin/sh",
+                          "LOGNAME=cron",
+                          "/bin/sh",
+                          "-c",
+                          cmd,
+                          NULL};
+    int rc = tu_run(r, argv, NULL, NULL, 0, CMD_TIMEOUT_MS);
+    free(home);
+    return rc;
+}
+
+/* The README's secret command and crontab lines, run as cron runs them on a configuration that
+ * names the secret file: the secret is accepted, both jobs exit 0. */
+static void test_readme_crontab(void)
+{
+    const char *cairn = getenv("CAIRN_BIN"), *mkmodel = getenv("CAIRN_MKMODEL");
+    char *readme_path = tu_fmt("%s/README.md", tu_env("CAIRN_SOURCE_ROOT", "."));
+    char *readme = tu_read_file(readme_path, NULL);
+    struct stat sb;
+    if (!cairn || !*cairn || !mkmodel || !readme || stat("/usr/bin/openssl", &sb) != 0) {
+        skip("README crontab: needs CAIRN_BIN, CAIRN_MKMODEL, README.md and /usr/bin/openssl");
+        free(readme), free(readme_path);
+        return;
+    }
+    /* the secret: the backquoted command on the line that names `openssl rand` */
+    char *secret_cmd = NULL;
+    const char *o = strstr(readme, "openssl rand -base64");
+    if (o) {
+        const char *b = o, *e = strchr(o, '`');
+        while (b > readme && b[-1] != '`' && b[-1] != '\n')
+            b--;
+        if (b > readme && b[-1] == '`' && e)
+            secret_cmd = strndup(b, (size_t)(e - b));
+    }
+    char *retry_line = readme_line(readme, "*/5 * * * *"), *gc_line = readme_line(readme, "17 3 ");
+    ok(secret_cmd && retry_line && gc_line,
+       "README documents a secret-generation command and the two crontab lines");
+    if (!secret_cmd || !retry_line || !gc_line) {
+        free(secret_cmd), free(retry_line), free(gc_line), free(readme), free(readme_path);
+        return;
+    }
+    /* the command of a crontab line: what follows its five time fields */
+    const char *jobs[2] = {retry_line, gc_line};
+    for (int k = 0; k < 2; k++)
+        for (int f = 0; f < 5; f++)
+            jobs[k] += strcspn(jobs[k], " "), jobs[k] += strspn(jobs[k], " ");
+    ok(strstr(jobs[0], " /usr/local/bin/cairn retry") &&
+           strstr(jobs[1], " /usr/local/bin/cairn gc"),
+       "the crontab lines name cairn by its full path (cron's PATH has no /usr/local/bin)");
+
+    char *etc = tu_fmt("%s/etc", D), *store = tu_fmt("%s/var", D);
+    mkdir(etc, 0700);
+    char *cmd = localize(secret_cmd, cairn);
+    tu_result r;
+    int rc = as_cron(&r, cmd);
+    char *secret_path = tu_fmt("%s/webhook.secret", etc);
+    char *secret = tu_read_file(secret_path, NULL);
+    int have = stat(secret_path, &sb) == 0;
+    ok(rc == 0 && secret && strncmp(secret, "whsec_", 6) == 0 && have &&
+           (sb.st_mode & 0777) == 0600,
+       "the secret command writes a whsec_ secret, mode 0600 (rc %d, mode %o)", rc,
+       (unsigned)(sb.st_mode & 0777));
+    tu_result_free(&r);
+    free(cmd);
+
+    /* a configuration as the README describes it for cron: the secret by file */
+    char *model = tu_fmt("%s/demo.gguf", D);
+    const char *mk[] = {mkmodel, model, NULL};
+    tu_run(&r, mk, NULL, NULL, 0, CMD_TIMEOUT_MS);
+    tu_result_free(&r);
+    json_t *cfg = json_pack("{s:{s:s, s:s}, s:[{s:s, s:s, s:s, s:s}]}", "generate", "model", model,
+                            "prompt", "Describe {{title}}.", "notify", "type", "webhook", "name",
+                            "shop", "url", "http://127.0.0.1:9/hook", "secret_file", secret_path);
+    char *cfg_path = tu_fmt("%s/pipeline.json", etc);
+    json_dump_file(cfg, cfg_path, 0);
+    json_decref(cfg);
+    ok(cli_code(cairn, store, "init", NULL) == 0, "a store at the crontab's path");
+
+    for (int k = 0; k < 2; k++) {
+        cmd = localize(jobs[k], cairn);
+        rc = as_cron(&r, cmd);
+        ok(rc == 0, "as cron runs it: '%s' exits 0 (rc %d: %s)", jobs[k], rc, oneline(r.err));
+        tu_result_free(&r);
+        free(cmd);
+    }
+    /* the same job with a secret the webhook refuses: the check above could have failed */
+    tu_write_file(secret_path, "whsec_abc\n", 10);
+    cmd = localize(jobs[0], cairn);
+    rc = as_cron(&r, cmd);
+    ok(rc == 64 && tu_contains(r.err, "secret_file"),
+       "with a secret too short to be one, the retry job exits 64 naming secret_file (rc %d: %s)",
+       rc, oneline(r.err));
+    tu_result_free(&r);
+    free(cmd), free(cfg_path), free(model), free(secret), free(secret_path), free(etc), free(store);
+    free(secret_cmd), free(retry_line), free(gc_line), free(readme), free(readme_path);
+}
+
 int main(void)
 {
     cli_init();
@@ -189,6 +332,7 @@ int main(void)
     test_full_map();
     test_overlapping_retries();
     test_show_pending_steps();
+    test_readme_crontab();
     int rc = tap_done();
     if (rc == 0 && !getenv("CAIRN_TEST_KEEP"))
         tu_rm_rf(D);
