@@ -6,8 +6,9 @@
  * `cairn run`; a task another process holds is simply skipped, so overlapping retries never run
  * one task twice. A task whose record was rewritten after the listing (its txn differs) was
  * taken up by another process meanwhile - finished, even: it is left to that process and not
- * counted, so each task is counted by the one retry that claimed it. gc keeps tombstones (ID, payload hash, final state) past the outputs so a late
- * duplicate still does not run, and forgets consumed messages with them.
+ * counted, so each task is counted by the one retry that claimed it. gc keeps tombstones (ID,
+ * payload hash, final state) past the outputs so a late duplicate still does not run, and
+ * forgets consumed messages with them.
  */
 #include <stdio.h>
 #include <stdlib.h>
