@@ -8,7 +8,8 @@
  *           (default 1); version 2 bumps the `work` step's version, which is how a changed graph
  *           is tested (pinning, --allow-graph-change). work fails transiently with a one-hour
  *           backoff in version V while input "fail_vV" is true, so a task can be left `failed`
- *           by version 1 and then resumed by version 2.
+ *           by version 1 and then resumed by version 2. Its output carries input "work_bytes"
+ *           bytes more (a store whose map cannot hold it).
  *   flaky   work: fails its first `fail` invocations with a one-hour backoff, so the run ends
  *           `failed` with a retry time in the future (`retry` skips it, `retry --now` runs it);
  *           a successful invocation sleeps input "sleep_ms" first (overlapping retries).
