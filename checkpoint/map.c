@@ -380,9 +380,8 @@ int cairn__map_grow(cairn_store *s)
     } else if (old >= s->map_max) {
         map_unlock(s);
         return cairn__store_fail(s, CAIRN_EFULL,
-                                 "store %s is full: map limit of %llu bytes reached (nothing was "
-                                 "written)",
-                                 s->dir, (unsigned long long)s->map_max);
+                                 "store %s is full: map limit of %llu bytes reached", s->dir,
+                                 (unsigned long long)s->map_max);
     } else {
         /* double while small; past 1 GiB grow by 1 GiB (a nosync store reserves all of it) */
         next = old < (1ull << 30) ? old * 2 : old + (1ull << 30);

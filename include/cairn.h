@@ -384,7 +384,10 @@ CAIRN_API int cairn_runner_run(cairn_runner *r, const char *graph, const char *t
 CAIRN_API int cairn_runner_resume(cairn_runner *r, const char *task_id);
 /* Runs due tasks: failed ones whose next_retry_at has passed (all failed ones if `now` is set),
  * pending ones, and running ones whose owner is gone. `graph` may be NULL (all graphs); at most
- * `limit` tasks (0 = no limit). Counts are written if not NULL. Returns 0 or a store error. */
+ * `limit` tasks (0 = no limit). Counts are written if not NULL. A task that another process
+ * took up after this call listed it (an overlapping retry, a run) is left to that process and
+ * neither counted nor reported here, so overlapping retries count each task once, in the one
+ * that claimed it. Returns 0 or a store error. */
 CAIRN_API int cairn_runner_retry(cairn_runner *r, const char *graph, uint32_t limit, int now,
                                  uint32_t *n_run, uint32_t *n_succeeded, uint32_t *n_failed);
 /* Called by cairn_runner_retry for each due task it took up, once that task's run ended: the
@@ -433,7 +436,9 @@ CAIRN_API const char *cairn_task_error(const cairn_task *t); /* last error text 
 CAIRN_API const char *cairn_task_error_step(const cairn_task *t);
 CAIRN_API int cairn_task_is_tombstone(const cairn_task *t);
 /* The whole snapshot as a JSON document (task, status, attempt, payload_hash, steps with name,
- * status, invocations, output as JSON, ...). The caller's: free it with cairn_free(). NULL on
+ * status, invocations, output as JSON, ...). `steps` holds every step of the task's graph in
+ * the graph's order, one that has not run yet as "pending" with no output (a tombstone lists
+ * none: gc dropped its step records). The caller's: free it with cairn_free(). NULL on
  * ENOMEM. */
 CAIRN_API char *cairn_task_json(const cairn_task *t);
 

@@ -95,6 +95,8 @@ typedef struct acquire_arg {
     int finished;       /* 0 running now; else the final code to return (0 succeeded) */
     uint64_t state_txn; /* finished: the transaction that wrote the state found (0: unknown) */
     uint32_t tenant_running;
+    const uint64_t *listed; /* retry: the record's txn when it was listed as due (or NULL) */
+    int taken;              /* the record changed since: another process took the task up */
 } acquire_arg;
 
 /* step.c: runs the steps of a task whose lease `a` holds, committing each. */
@@ -124,8 +126,12 @@ int cairn__runner_fail(cairn_runner *r, int err, const char *fmt, ...) CAIRN_PRI
 cairn_graph *cairn__find_graph(cairn_runner *r, const char *name);
 /* The registered graph a stored task belongs to (CAIRN_ENOTFOUND, CAIRN_ENOGRAPH). */
 int cairn__task_graph(cairn_runner *r, const char *id, const cairn_graph **g);
-/* Takes the task's lease and runs its remaining steps (what resume and retry do). */
-int cairn__execute(cairn_runner *r, const cairn_graph *g, const char *id);
+/* Takes the task's lease and runs its remaining steps (what resume and retry do). With
+ * `listed` (retry: the txn of the task record it listed as due), a task whose record was
+ * rewritten since - another process took it up - is left alone: *taken = 1, and 0 is returned
+ * with nothing written, so that only the process that claimed a task counts it. */
+int cairn__execute(cairn_runner *r, const cairn_graph *g, const char *id, const uint64_t *listed,
+                   int *taken);
 int cairn__audit(cairn__txn *t, cairn__task_rec *task, cairn_state from, cairn_state to,
                  const char *step, const char *fmt, ...) CAIRN_PRINTF(6, 7);
 /* Moves a task to `to` if the state machine allows it (operator actions may reopen a finished

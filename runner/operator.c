@@ -4,8 +4,11 @@
  * (only resolve and invalidate may move a finished task back to pending) and audited. retry
  * reads the status index for what is due, then runs each task through the same path as
  * `cairn run`; a task another process holds is simply skipped, so overlapping retries never run
- * one task twice. gc keeps tombstones (ID, payload hash, final state) past the outputs so a late
- * duplicate still does not run, and forgets consumed messages with them.
+ * one task twice. A task whose record was rewritten after the listing (its txn differs) was
+ * taken up by another process meanwhile - finished, even: it is left to that process and not
+ * counted, so each task is counted by the one retry that claimed it. gc keeps tombstones (ID,
+ * payload hash, final state) past the outputs so a late duplicate still does not run, and
+ * forgets consumed messages with them.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +26,7 @@ typedef struct due_arg {
     int running; /* scanning running tasks: keep only those whose lease is dead */
     size_t n, cap;
     char (*ids)[CAIRN__ID_MAX + 1];
+    uint64_t *txns;        /* the txn of each listed task's record: who claims it since counts it */
     size_t n_bad, cap_bad; /* due tasks whose record cannot be read: reported, not skipped */
     struct unreadable {
         char id[CAIRN__ID_MAX + 1];
@@ -58,11 +62,17 @@ static int due_cb(const char *id, void *arg)
         return 0;
     if (a->n == a->cap) {
         size_t cap = a->cap ? a->cap * 2 : 64;
-        void *p = realloc(a->ids, cap * sizeof *a->ids);
-        if (!p)
+        void *p = realloc(a->ids, cap * sizeof *a->ids),
+             *q = realloc(a->txns, cap * sizeof *a->txns);
+        if (p)
+            a->ids = p;
+        if (q)
+            a->txns = q;
+        if (!p || !q)
             return CAIRN_ENOMEM;
-        a->ids = p, a->cap = cap;
+        a->cap = cap;
     }
+    a->txns[a->n] = task.txn;
     snprintf(a->ids[a->n++], CAIRN__ID_MAX + 1, "%s", id);
     return 0;
 }
@@ -91,6 +101,7 @@ int cairn_runner_retry(cairn_runner *r, const char *graph, uint32_t limit, int n
     int rc = cairn__store_read(r->store, due_txn, &a);
     if (rc) {
         free(a.ids);
+        free(a.txns);
         free(a.bad);
         return cairn__runner_store_fail(r, rc);
     }
@@ -104,13 +115,15 @@ int cairn_runner_retry(cairn_runner *r, const char *graph, uint32_t limit, int n
     free(a.bad);
     for (size_t i = 0; i < a.n && (!limit || ran < limit) && !r->stop; i++) {
         const cairn_graph *g = cairn__find_graph(r, graph ? graph : "");
-        int x = 0;
+        int x = 0, taken = 0;
         if (!g)
             x = cairn__task_graph(r, a.ids[i], &g);
         if (!x) {
             r->err[0] = r->note[0] = 0;
-            x = cairn__execute(r, g, a.ids[i]);
+            x = cairn__execute(r, g, a.ids[i], &a.txns[i], &taken);
         }
+        if (taken)
+            continue; /* another process took it up since the listing: its count, not ours */
         if (r->report)
             r->report(a.ids[i], x, x ? r->err : "", r->report_user);
         if (x == CAIRN_EBUSY || x == CAIRN_ETENANT)
@@ -128,6 +141,7 @@ int cairn_runner_retry(cairn_runner *r, const char *graph, uint32_t limit, int n
         }
     }
     free(a.ids);
+    free(a.txns);
     if (!rc && r->stop)
         rc = cairn__runner_fail(r, CAIRN_EINTR, "stopped after %u task(s)", ran);
     if (n_run)

@@ -456,6 +456,10 @@ static int acquire_txn(cairn__txn *t, void *arg)
         return rc;
     a->finished = 0;
     a->state_txn = task.txn;
+    if (a->listed && task.txn != *a->listed) {
+        a->taken = 1; /* not ours: whoever rewrote it since the listing counts it */
+        return 0;
+    }
     switch (task.state) {
     case CAIRN_SUCCEEDED:
         a->finished = 1;
@@ -552,15 +556,22 @@ static int acquire_txn(cairn__txn *t, void *arg)
     return cairn__task_put(t, &task);
 }
 
-int cairn__execute(cairn_runner *r, const cairn_graph *g, const char *id)
+int cairn__execute(cairn_runner *r, const cairn_graph *g, const char *id, const uint64_t *listed,
+                   int *taken)
 {
     r->err[0] = r->note[0] = 0;
+    if (taken)
+        *taken = 0;
     if (r->stop)
         return cairn__runner_fail(r, CAIRN_EINTR, "stopped: task '%s' not started", id);
-    acquire_arg a = {.r = r, .g = g, .id = id, .token = cairn__random_u64()};
+    acquire_arg a = {.r = r, .g = g, .id = id, .token = cairn__random_u64(), .listed = listed};
     int rc = cairn__store_write(r->store, CAIRN__RELAXED, acquire_txn, &a);
     if (rc)
         return reported(r, rc, a.finished ? a.state_txn : 0);
+    if (a.taken) {
+        *taken = 1;
+        return 0;
+    }
     return cairn__run_acquired(r, g, id, &a);
 }
 
@@ -698,5 +709,5 @@ int cairn_runner_resume(cairn_runner *r, const char *task_id)
     r->err[0] = r->note[0] = 0;
     const cairn_graph *g;
     int rc = cairn__task_graph(r, task_id, &g);
-    return rc ? rc : cairn__execute(r, g, task_id);
+    return rc ? rc : cairn__execute(r, g, task_id, NULL, NULL);
 }

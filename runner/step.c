@@ -50,10 +50,23 @@ static int fenced(cairn__txn *t, cairn_ctx *c, cairn__task_rec *task, int *renew
     int rc = cairn__task_get(t, c->task_id, task);
     if (rc)
         return rc;
-    if (task->state != CAIRN_RUNNING || task->lease_token != c->lease_token)
+    /* Lost: another run holds the lease now, or the task left `running` (released, so its
+     * owner fields are empty) - finished by the run that took it over, or reset by an
+     * operator (only resolve and invalidate move a task to pending). */
+    if (task->state == CAIRN_RUNNING && task->lease_token != c->lease_token)
         return cairn__store_fail(cairn__txn_store(t), CAIRN_EBUSY,
-                                 "task '%s': lease lost to pid %d on %s; not committing step '%s'",
+                                 "task '%s': lease lost, taken over by pid %d on %s; not "
+                                 "committing step '%s'",
                                  c->task_id, task->owner.pid, task->owner.host, c->step->name);
+    if (task->state != CAIRN_RUNNING)
+        return cairn__store_fail(cairn__txn_store(t), CAIRN_EBUSY,
+                                 "task '%s': lease lost: the task is %s now (%s); not "
+                                 "committing step '%s'",
+                                 c->task_id, cairn_state_name((cairn_state)task->state),
+                                 task->state == CAIRN_PENDING
+                                     ? "reset by an operator"
+                                     : "left so by the run that took its lease over",
+                                 c->step->name);
     int64_t now = cairn__now_ms();
     *renewed = task->lease_expires_ms - now < (int64_t)c->r->lease_ms / 2;
     if (*renewed)
@@ -535,11 +548,24 @@ int cairn__run_acquired(cairn_runner *r, const cairn_graph *g, const char *id, c
     else if (rc != 0 && rc != CAIRN_ETRANSIENT && rc != CAIRN_EDEAD && rc != CAIRN_EINDOUBT &&
              rc != CAIRN_EINTR && rc != CAIRN_EBUSY) {
         /* an unexpected error (memory, store): give the lease back so the task is not stuck
-         * behind a process that lives on; it is due again at once */
+         * behind a process that lives on; it is due again at once. The store's message is
+         * about the one write that failed ("nothing was written" of a full map is true of
+         * that commit only): the run's admission and earlier steps are committed, so the
+         * message says what the task is left as, whether the release fitted or not. */
         char keep[sizeof r->err];
         snprintf(keep, sizeof keep, "%s", r->err);
-        commit(&c, C_STOPPED, CAIRN__DURABLE, NULL, 0, keep, 0, 0);
-        snprintf(r->err, sizeof r->err, "%s", keep);
+        if (commit(&c, C_STOPPED, CAIRN__DURABLE, NULL, 0, keep, 0, 0) == 0)
+            cairn__runner_fail(r, rc,
+                               "task '%s': step '%s' not committed: %s; the task is failed and "
+                               "due again, attempt %u of %u used, the steps before it kept",
+                               id, c.step->name, keep, c.attempt, r->max_attempts);
+        else
+            cairn__runner_fail(r, rc,
+                               "task '%s': step '%s' not committed: %s; nor could the task be "
+                               "released: it stays running, attempt %u of %u used, the steps "
+                               "before it kept, until `retry` takes it over (on this host once "
+                               "this process has exited, elsewhere when its lease expires)",
+                               id, c.step->name, keep, c.attempt, r->max_attempts);
     }
     if (c.input_bytes) {
         msgpack_unpacked_destroy(&c.input);

@@ -2,7 +2,9 @@
  *
  * A snapshot copies what it needs out of one read transaction (the task record, the step records
  * that apply in the current generation in the pinned step order, and older generations' records
- * as history), so it stays valid after the transaction and the store are gone.
+ * as history), so it stays valid after the transaction and the store are gone. Its JSON lists
+ * every step the task's pin names, a step without a record yet as `pending`: the pin is the
+ * graph the task runs under, so `show` needs no graph to say what is still to come.
  */
 #include <jansson.h>
 #include <stdlib.h>
@@ -157,19 +159,17 @@ static json_t *step_json(const snap_step *s)
     return o;
 }
 
-/* Position of `name` in the pinned order "a@1,b@2"; unknown names sort last. */
-static size_t pin_pos(const char *pin, const char *name)
+/* A step of the graph with no record yet: it has not run in this task. */
+static json_t *pending_json(const char *name, size_t len, uint32_t generation)
 {
-    size_t pos = 0, n = strlen(name);
-    for (const char *p = pin; *p; pos++) {
-        if (strncmp(p, name, n) == 0 && p[n] == '@')
-            return pos;
-        const char *c = strchr(p, ',');
-        if (!c)
-            break;
-        p = c + 1;
-    }
-    return (size_t)-1;
+    json_t *o = json_object();
+    json_object_set_new(o, "name", json_stringn(name, len));
+    json_object_set_new(o, "status", json_string(cairn_step_state_name(CAIRN_STEP_PENDING)));
+    json_object_set_new(o, "generation", json_integer(generation));
+    json_object_set_new(o, "invocations", json_integer(0));
+    json_object_set_new(o, "updated_ms", json_null());
+    json_object_set_new(o, "output", json_null());
+    return o;
 }
 
 json_t *cairn__task_to_json(const cairn_task *t)
@@ -204,21 +204,29 @@ json_t *cairn__task_to_json(const cairn_task *t)
     }
     json_object_set_new(o, "input", t->input ? bytes_json(t->input, t->input_len) : json_null());
     json_t *steps = json_array(), *hist = json_array();
-    /* current records in pinned order (a simple selection: graphs are small) */
+    /* Every step of the graph the task is pinned to ("a@1,b@2", in the graph's order): its
+     * current record, or `pending` while it has none. A tombstone's records were dropped by
+     * gc, so none is made up for it. Current records of steps the pin does not name follow. */
     size_t n = t->n_steps;
     unsigned char *used = calloc(n ? n : 1, 1);
-    for (size_t k = 0; used && k < n; k++) {
-        size_t best = n;
-        for (size_t i = 0; i < n; i++)
-            if (!used[i] && t->steps[i].current &&
-                (best == n || pin_pos(r->steps_pin, t->steps[i].name) <
-                                  pin_pos(r->steps_pin, t->steps[best].name)))
-                best = i;
-        if (best == n)
-            break;
-        used[best] = 1;
-        json_array_append_new(steps, step_json(&t->steps[best]));
+    for (const char *p = r->steps_pin; used && *p;) {
+        size_t len = strcspn(p, "@,");
+        size_t i = 0;
+        while (i < n && !(t->steps[i].current && strlen(t->steps[i].name) == len &&
+                          memcmp(t->steps[i].name, p, len) == 0))
+            i++;
+        if (i < n) {
+            used[i] = 1;
+            json_array_append_new(steps, step_json(&t->steps[i]));
+        } else if (!r->tombstone) {
+            json_array_append_new(steps, pending_json(p, len, r->generation));
+        }
+        p += strcspn(p, ",");
+        p += *p == ',';
     }
+    for (size_t i = 0; used && i < n; i++)
+        if (!used[i] && t->steps[i].current)
+            json_array_append_new(steps, step_json(&t->steps[i]));
     for (size_t i = 0; i < n; i++)
         if (!t->steps[i].current)
             json_array_append_new(hist, step_json(&t->steps[i]));

@@ -8,7 +8,8 @@
  *           (default 1); version 2 bumps the `work` step's version, which is how a changed graph
  *           is tested (pinning, --allow-graph-change). work fails transiently with a one-hour
  *           backoff in version V while input "fail_vV" is true, so a task can be left `failed`
- *           by version 1 and then resumed by version 2.
+ *           by version 1 and then resumed by version 2. Its output carries input "work_bytes"
+ *           bytes more (a store whose map cannot hold it).
  *   flaky   work: fails its first `fail` invocations with a one-hour backoff, so the run ends
  *           `failed` with a retry time in the future (`retry` skips it, `retry --now` runs it);
  *           a successful invocation sleeps input "sleep_ms" first (overlapping retries).
@@ -120,10 +121,17 @@ static cairn_step_result pipe_work(cairn_ctx *ctx, void *user)
                             cairn_ctx_invocation(ctx));
         return CAIRN_STEP_TRANSIENT;
     }
+    uint64_t pad = uint_field(cairn_ctx_input(ctx), "work_bytes");
     msgpack_packer *pk = cairn_ctx_packer(ctx);
-    msgpack_pack_map(pk, 1);
+    msgpack_pack_map(pk, pad ? 2 : 1);
     msgpack_pack_str_with_body(pk, "version", 7);
     msgpack_pack_str_with_body(pk, version, strlen(version));
+    if (pad) { /* an output as large as asked: a store that cannot hold it */
+        msgpack_pack_str_with_body(pk, "pad", 3);
+        msgpack_pack_str(pk, (size_t)pad);
+        for (uint64_t i = 0; i < pad; i++)
+            msgpack_pack_str_body(pk, "x", 1);
+    }
     return CAIRN_STEP_OK;
 }
 

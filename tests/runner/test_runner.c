@@ -955,8 +955,12 @@ static void test_fencing(void)
     int rc = run(r, "fe", "f1", "{}");
     ok(g_fence_rc == 0, "runner B took over the expired lease and finished the task (%s)",
        cairn_errname(g_fence_rc));
-    ok(rc == CAIRN_EBUSY && strstr(cairn_runner_errmsg(r), "lease lost"),
-       "runner A's late commit is fenced off: CAIRN_EBUSY (\"%s\")", cairn_runner_errmsg(r));
+    ok(rc == CAIRN_EBUSY && strstr(cairn_runner_errmsg(r), "lease lost") &&
+           strstr(cairn_runner_errmsg(r), "succeeded now") &&
+           !strstr(cairn_runner_errmsg(r), "pid 0"),
+       "runner A's late commit is fenced off: CAIRN_EBUSY, saying the task succeeded meanwhile "
+       "(\"%s\")",
+       cairn_runner_errmsg(r));
     stepq q = step_of(g_store, "f1", "b", 0);
     ok(q.rc == 0 && q.rec.output_len == 2 && q.rec.invocations == 1, "b's committed record is B's");
     cairn_task *snap = NULL;
@@ -969,6 +973,61 @@ static void test_fencing(void)
        "task succeeded; z ran once, a once");
     cairn_free(json);
     cairn_task_free(snap);
+    cairn_runner_free(g_r2);
+    cairn_runner_free(r);
+    cairn_store_free(g_store);
+    cairn_graph_free(g);
+}
+
+/* What a fenced-off commit says: who holds the task now, or what state it was left in. A runs
+ * step b while the lease is taken over by a run elsewhere (pid 4242 on another host), or while
+ * an operator invalidates the task after A's lease expired. */
+static int g_lost_how;
+
+static void taken_elsewhere(cairn__task_rec *r, void *arg)
+{
+    (void)arg;
+    r->lease_token ^= 1;
+    r->owner.pid = 4242;
+    snprintf(r->owner.host, sizeof r->owner.host, "other-host.example");
+}
+
+static cairn_step_result st_lose(cairn_ctx *c, void *user)
+{
+    (void)user;
+    if (g_lost_how == 0) {
+        edit_task(g_store, cairn_ctx_task_id(c), taken_elsewhere, NULL);
+    } else {
+        edit_task(g_store, cairn_ctx_task_id(c), expire_lease, NULL);
+        g_fence_rc = cairn_runner_invalidate(g_r2, cairn_ctx_task_id(c), NULL);
+    }
+    msgpack_pack_nil(cairn_ctx_packer(c));
+    return CAIRN_STEP_OK;
+}
+
+static void test_fencing_messages(void)
+{
+    newdir("lost");
+    cairn_graph *g = cairn_graph_new("lo", 1);
+    cairn_graph_add_step(g, "b", st_lose, NULL);
+    g_store = store_open();
+    cairn_runner *r = runner_open(g_store, g);
+    g_r2 = runner_open(g_store, g);
+    g_lost_how = 0;
+    int rc = run(r, "lo", "l1", "{}");
+    const char *m = cairn_runner_errmsg(r);
+    ok(rc == CAIRN_EBUSY && strstr(m, "taken over by pid 4242 on other-host.example") &&
+           strstr(m, "'b'"),
+       "a lease taken over elsewhere: the message names the new owner (\"%s\")", m);
+    g_lost_how = 1;
+    rc = run(r, "lo", "l2", "{}");
+    m = cairn_runner_errmsg(r);
+    ok(g_fence_rc == 0 && rc == CAIRN_EBUSY && strstr(m, "pending now") && strstr(m, "operator") &&
+           !strstr(m, "pid 0"),
+       "a task invalidated under its expired lease: the message says it is pending, reset by an "
+       "operator (\"%s\")",
+       m);
+    ok(task_of(g_store, "l2").state == CAIRN_PENDING, "and it is pending");
     cairn_runner_free(g_r2);
     cairn_runner_free(r);
     cairn_store_free(g_store);
@@ -1733,6 +1792,7 @@ int main(void)
     test_deps();
     test_leases();
     test_fencing();
+    test_fencing_messages();
     test_stop();
     test_timeout();
     test_lease_lost_in_child();
