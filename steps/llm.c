@@ -20,11 +20,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/config.h"
 #include "common/hash.h"
 #include "common/json.h"
+#include "common/str.h"
 #include "gpu/chat.h"
 #include "gpu/engine.h"
 #include "steps/template.h"
@@ -115,6 +117,30 @@ void cairn__llm_cfg_free(cairn__llm_cfg *c)
         return;
     cairn__cfg_release(fields, c);
     free(c);
+}
+
+int cairn__llm_cfg_check(const cairn__llm_cfg *c, char *err, size_t errlen)
+{
+    struct stat st;
+    int fd = open(c->model, O_RDONLY | O_CLOEXEC), e = errno;
+    if (fd < 0) {
+        cairn__seterr(err, errlen, "generate.model: %s: %s", c->model, strerror(e));
+        return CAIRN_ENOENT;
+    }
+    int dir = fstat(fd, &st) == 0 && S_ISDIR(st.st_mode);
+    close(fd);
+    if (dir) {
+        cairn__seterr(err, errlen, "generate.model: %s: is a directory, not a GGUF file", c->model);
+        return CAIRN_ENOENT;
+    }
+    if (strcmp(backends[c->backend], "cuda") == 0) {
+        char why[1024];
+        if (cairn__cuda_device_check(why, sizeof why) != 0) {
+            cairn__seterr(err, errlen, "generate.backend: \"cuda\" needs a CUDA device: %s", why);
+            return CAIRN_ENODEVICE;
+        }
+    }
+    return 0;
 }
 
 const char *cairn__llm_cfg_digest(const cairn__llm_cfg *c) { return c->digest; }

@@ -28,6 +28,7 @@
 #define MAX_TARGETS 16
 
 struct cairn__pipeline {
+    char *path; /* of the configuration file, for messages */
     cairn_graph *g;
     cairn__retrieve_cfg *retrieve;
     cairn__llm_cfg *llm;
@@ -56,6 +57,7 @@ void cairn__pipeline_free(cairn__pipeline *p)
 {
     if (!p)
         return;
+    free(p->path);
     cairn_graph_free(p->g);
     cairn__retrieve_cfg_free(p->retrieve);
     cairn__llm_cfg_free(p->llm);
@@ -66,6 +68,17 @@ void cairn__pipeline_free(cairn__pipeline *p)
 }
 
 cairn_graph *cairn__pipeline_graph(cairn__pipeline *p) { return p ? p->g : NULL; }
+
+int cairn__pipeline_check(cairn__pipeline *p, char *err, size_t errlen)
+{
+    char e[1536];
+    int rc = p->retrieve ? cairn__retrieve_cfg_check(p->retrieve, e, sizeof e) : 0;
+    if (!rc)
+        rc = cairn__llm_cfg_check(p->llm, e, sizeof e);
+    if (rc)
+        cairn__seterr(err, errlen, "%s: %s", p->path, e);
+    return rc;
+}
 
 static int build(cairn__pipeline *p, const json_t *cfg, const char *store_dir, const char *base,
                  char *err, size_t errlen)
@@ -212,7 +225,8 @@ int cairn__pipeline_load(const char *path, const char *store_dir, cairn__pipelin
         return CAIRN_ENOMEM;
     }
     char *dir = strdup(path);
-    rc = dir ? build(p, cfg, store_dir, dirname(dir), e, sizeof e) : CAIRN_ENOMEM;
+    p->path = strdup(path);
+    rc = dir && p->path ? build(p, cfg, store_dir, dirname(dir), e, sizeof e) : CAIRN_ENOMEM;
     free(dir);
     json_decref(cfg);
     if (rc) {

@@ -84,6 +84,11 @@ int cairn__retrieve_cfg_parse(const json_t *cfg, const char *store_dir, cairn__r
     return rc;
 }
 
+int cairn__retrieve_cfg_check(cairn__retrieve_cfg *c, char *err, size_t errlen)
+{
+    return c->kind->check ? c->kind->check(c, err, errlen) : 0;
+}
+
 void cairn__retrieve_cfg_free(cairn__retrieve_cfg *c)
 {
     if (!c)

@@ -319,4 +319,4 @@ static int search(cairn__retrieve_cfg *c, const char *query, cairn__bm25_hit **h
     return rc;
 }
 
-const cairn__retriever cairn__retriever_http = {"http", fields, setup, search, release};
+const cairn__retriever cairn__retriever_http = {"http", fields, setup, search, NULL, release};

@@ -238,6 +238,86 @@ static void t_config_errors(void)
     free(missing), free(dir), free(store), free(config), free(outbox);
 }
 
+/* ------------------------------------------------------------------ refused at the start */
+
+/* What a task will need that the configuration names (the model file, the retrieval index, a
+ * CUDA device for "backend": "cuda") is checked when `run` and `retry` start: a missing one is
+ * refused there, naming the file or the backend (66; 69 for the device), before any task is
+ * admitted, instead of tasks admitted only to die at attempt 1. */
+static void t_refused_at_start(void)
+{
+    char *outbox = pl_dir("start-outbox");
+    char *no_model = tu_fmt("%s/no-such-model.gguf", pl.tmp);
+    char *no_index = tu_fmt("%s/no-such-index", pl.tmp);
+    json_t *c;
+
+    /* run: no store is created, so no task */
+    c = pl_config(no_model, outbox, "/start/hook");
+    expect_config_error("model file missing", c, 66, "generate.model", no_model);
+    c = pl_config(g_model_f32, outbox, "/start/hook");
+    json_object_set_new(pl_section(c, "retrieve"), "index", json_string(no_index));
+    expect_config_error("retrieval index absent", c, 66, "retrieve.index", no_index);
+    /* a device is there when a real generation on it works */
+    tu_result r;
+    int gpu = pl_cairn(&r, "generate", "--model", g_model_f32, "--backend", "cuda", "--prompt", "x",
+                       "--max-tokens", "1", (const char *)NULL) == 0;
+    tu_result_free(&r);
+    json_t *cuda = pl_config(g_model_f32, outbox, "/start/503");
+    json_object_set_new(pl_section(cuda, "generate"), "backend", json_string("cuda"));
+    if (gpu)
+        skip("backend cuda without a device: this machine has a CUDA device");
+    else
+        expect_config_error("backend cuda without a device", json_incref(cuda), 69,
+                            "generate.backend", "cuda");
+
+    /* retry and run of a task the store has: refused before it is touched (with
+     * --allow-graph-change, which these configurations need, it would be run, and die) */
+    char *dir = pl_dir("start"), *store = tu_fmt("%s/store", dir);
+    char *good = pl_write_config(pl_config(g_model_f32, outbox, "/start/503"), dir, "good.json");
+    c = pl_config(no_model, outbox, "/start/503");
+    char *bad_model = pl_write_config(c, dir, "bad-model.json");
+    c = pl_config(g_model_f32, outbox, "/start/503");
+    json_object_set_new(pl_section(c, "retrieve"), "index", json_string(no_index));
+    char *bad_index = pl_write_config(c, dir, "bad-index.json");
+    char *bad_cuda = pl_write_config(cuda, dir, "bad-cuda.json");
+    int rc = pl_run(&r, store, good, "--inline-wait-ms", "0");
+    ok(rc == 75, "refused at start: setup, a task failed at its notification (%d: %s)", rc,
+       pl_oneline(r.err));
+    tu_result_free(&r);
+    json_t *t0 = pl_show(store, PL_TASK);
+    struct {
+        const char *what, *config, *needle;
+        int want;
+    } cases[] = {
+        {"model file missing", bad_model, no_model, 66},
+        {"retrieval index absent", bad_index, no_index, 66},
+        {"backend cuda without a device", bad_cuda, "cuda", 69},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases - (size_t)gpu; i++) {
+        rc = pl_cairn(&r, "retry", "--store", store, "--config", cases[i].config, "--now",
+                      "--allow-graph-change", (const char *)NULL);
+        ok(rc == cases[i].want && tu_contains(r.err, cases[i].needle),
+           "refused at start (%s): retry exits %d, names %s (%d: %s)", cases[i].what, cases[i].want,
+           cases[i].needle, rc, pl_oneline(r.err));
+        tu_result_free(&r);
+        rc = pl_run(&r, store, cases[i].config, "--allow-graph-change", NULL);
+        ok(rc == cases[i].want && tu_contains(r.err, cases[i].needle),
+           "refused at start (%s): run of the existing task exits %d (%d: %s)", cases[i].what,
+           cases[i].want, rc, pl_oneline(r.err));
+        tu_result_free(&r);
+    }
+    json_t *t1 = pl_show(store, PL_TASK);
+    ok(t0 && t1 && !strcmp(pl_str(t1, "status"), "failed") &&
+           json_equal(json_object_get(t0, "attempt"), json_object_get(t1, "attempt")) &&
+           json_equal(json_object_get(t0, "steps"), json_object_get(t1, "steps")) &&
+           pl_hook_count("/start/503") == 1,
+       "refused at start: the task is as it was (failed, attempt %lld, same steps, 1 request)",
+       (long long)json_integer_value(json_object_get(t1, "attempt")));
+    json_decref(t0), json_decref(t1);
+    free(outbox), free(no_model), free(no_index), free(dir), free(store), free(good);
+    free(bad_model), free(bad_index), free(bad_cuda);
+}
+
 /* ------------------------------------------------------------------ dead tasks */
 
 static void expect_dead(const char *what, json_t *cfg, const char *hook_path, const char *outbox,
@@ -439,6 +519,7 @@ int main(int argc, char **argv)
     t_full("q8_0", g_model_q8, NULL);
     t_full("q8_0-cache-f16", g_model_q8, "f16");
     t_config_errors();
+    t_refused_at_start();
     t_template_missing_field();
     t_banned_reject();
     t_graph_change();
