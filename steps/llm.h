@@ -28,6 +28,9 @@ void cairn__llm_cfg_free(cairn__llm_cfg *c);
 int cairn__llm_cfg_check(const cairn__llm_cfg *c, char *err, size_t errlen);
 /* A short text that changes whenever the output could (model path, prompt, options). */
 const char *cairn__llm_cfg_digest(const cairn__llm_cfg *c);
+/* The step version: the section without its tuning settings ("threads", "progress_every"), so a
+ * change of those is no graph change (common/config.h, cairn__cfg_version). */
+uint32_t cairn__llm_cfg_version(const cairn__llm_cfg *c);
 
 /* The step (user = the cairn__llm_cfg). Renders the prompt from the task input and the
  * retrieval output, loads the model once per process, generates, and saves progress (tokens so

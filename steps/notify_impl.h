@@ -27,6 +27,7 @@ struct cairn__notify_target {
     char *name, *url, *url_safe, *source;
     int at_least_once; /* "delivery": 0 at_most_once (CAIRN_EFFECT), 1 at_least_once */
     long connect_timeout_ms, timeout_ms;
+    uint32_t version; /* cairn__notify_target_version */
     /* webhook */
     unsigned char *key;
     size_t key_len;

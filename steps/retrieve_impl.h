@@ -28,6 +28,7 @@ struct cairn__retrieve_cfg {
     char *url, *url_safe, *text_field, *auth_env;
     char *auth; /* Authorization header value, from auth_env; never in messages */
     long timeout_ms;
+    uint32_t version; /* cairn__retrieve_cfg_version */
 };
 
 /* One retriever: the value of "type" that picks it, the settings only it has (a table over

@@ -392,15 +392,66 @@ static void t_banned_reject(void)
 
 /* ------------------------------------------------------------------ graph change */
 
+/* Settings of how a step runs, not of what it produces (generate.threads and progress_every, a
+ * target's timeouts) are no graph change: an unfinished task run again after they changed is
+ * not refused, and nothing it committed runs again (the LLM is not paid twice, the delivered
+ * notification is not sent twice). */
+static void t_tuning_knobs(void)
+{
+    char *dir = pl_dir("knobs"), *store = tu_fmt("%s/store", dir), *outbox = pl_dir("knobs/out");
+    const char *shop = "/knobs/shop", *audit = "/knobs/audit/503,ok";
+    json_t *c = pl_config(g_model_f32, outbox, shop);
+    pl_add_hook(c, "audit", audit, "at_most_once", 5000);
+    json_t *c2 = json_deep_copy(c);
+    json_object_set_new(pl_section(c, "generate"), "threads", json_integer(1));
+    json_t *g2 = pl_section(c2, "generate");
+    json_object_set_new(g2, "threads", json_integer(2));
+    json_object_set_new(g2, "progress_every", json_integer(3));
+    json_object_set_new(json_array_get(pl_section(c2, "notify"), 0), "timeout_ms",
+                        json_integer(4000));
+    json_object_set_new(json_array_get(pl_section(c2, "notify"), 1), "connect_timeout_ms",
+                        json_integer(3000));
+    char *config = pl_write_config(c, dir, "config.json");
+    char *config2 = pl_write_config(c2, dir, "config2.json");
+
+    tu_result r;
+    int rc = pl_run(&r, store, config, "--inline-wait-ms", "0");
+    ok(rc == 75, "tuning: first run fails at notify.audit (503), shop delivered (%d: %s)", rc,
+       pl_oneline(r.err));
+    tu_result_free(&r);
+    json_t *t1 = pl_show(store, PL_TASK);
+    rc = pl_run(&r, store, config2, NULL, NULL);
+    ok(rc == 0 && !tu_contains(r.err, "graph"),
+       "tuning: threads, progress_every and timeouts changed: no graph change, the task "
+       "finishes (%d: %s)",
+       rc, pl_oneline(r.err));
+    tu_result_free(&r);
+    json_t *t2 = pl_show(store, PL_TASK);
+    ok(t1 && t2 && !strcmp(pl_str(t2, "status"), "succeeded") &&
+           json_integer_value(json_object_get(t2, "generation")) == 1 &&
+           json_equal(pl_step(t1, "retrieve"), pl_step(t2, "retrieve")) &&
+           json_equal(pl_step(t1, "generate"), pl_step(t2, "generate")) &&
+           json_equal(pl_step(t1, "postprocess"), pl_step(t2, "postprocess")) &&
+           json_equal(pl_step(t1, "notify.shop"), pl_step(t2, "notify.shop")),
+       "tuning: nothing committed ran again (generation 1, the same generate record)");
+    ok(pl_hook_count(shop) == 1 && pl_hook_count(audit) == 2,
+       "tuning: shop got 1 delivery, audit its retry (%zu, %zu)", pl_hook_count(shop),
+       pl_hook_count(audit));
+    json_decref(t1), json_decref(t2);
+    free(dir), free(store), free(outbox), free(config), free(config2);
+}
+
 /* The intended semantics of --allow-graph-change, pinned down here: a task started under one
  * configuration is never silently finished under another. An unfinished task whose prompt
  * changed is refused (exit 65, CAIRN_EGRAPHCHANGED) until the operator passes
  * --allow-graph-change; then a new generation starts at the first changed step (generate), and
- * everything after it runs again. The new text is a new business result, so its notification is
- * a new delivery with a NEW delivery ID (derived from task, step and generation): a receiver
- * deduplicating by webhook-id must see it, not drop it as a retry of the old one. Notifications
- * already sent for the old generation are not recalled. (A task that already succeeded is
- * final: running it again under a changed configuration returns its result, exit 0.)
+ * everything after it runs again, except the effects already done: a notification that was
+ * delivered is not delivered again (at most once per task, whatever the configuration became),
+ * while one not yet delivered carries the new text. To send the new text where the old one went,
+ * the operator says so: `invalidate --from notify.shop`, a new delivery with a NEW delivery ID
+ * (derived from the generation), which a receiver deduplicating by webhook-id must see, not drop
+ * as a retry of the old one. (A task that already succeeded is final: running it again under a
+ * changed configuration returns its result, exit 0.)
  *
  * To have an unfinished task that has already notified, the second target ("audit") times out
  * after the receiver got its request (at most once: the task is in doubt) and is settled as
@@ -471,29 +522,55 @@ static void t_graph_change(void)
             old_kept = 1;
     }
     ok(old_kept, "graph change: the old generation's output stays in the history");
-    const char *dlv2 = pl_out(t3, "notify.shop", "delivery_id");
     json_t *hooks = pl_log(pl.rlog, "path", shop);
-    const char *id0 = pl_str(json_object_get(json_array_get(hooks, 0), "headers"), "webhook-id");
-    const char *id1 = pl_str(json_object_get(json_array_get(hooks, 1), "headers"), "webhook-id");
-    json_t *body = json_loads(pl_str(json_array_get(hooks, 1), "body"), 0, NULL);
-    ok(json_array_size(hooks) == 2 && !strcmp(id0, dlv1) && !strcmp(id1, dlv2) &&
-           strcmp(dlv1, dlv2) != 0 &&
-           json_is_true(json_object_get(json_array_get(hooks, 1), "sig_valid")),
-       "graph change: notify.shop sent again with a NEW delivery ID (%s -> %s)", id0, id1);
-    ok(body && !strcmp(pl_str(json_object_get(body, "result"), "text"),
-                       pl_out(t3, "postprocess", "text")),
-       "graph change: the new delivery carries the new text");
-    json_decref(body);
+    ok(json_array_size(hooks) == 1 && !strcmp(pl_out(t3, "notify.shop", "delivery_id"), dlv1) &&
+           json_integer_value(json_object_get(pl_step(t3, "notify.shop"), "generation")) == 1,
+       "graph change: the delivered notify.shop is not sent again (%zu deliveries; its record of "
+       "generation 1 stays)",
+       json_array_size(hooks));
     json_decref(hooks);
     hooks = pl_log(pl.rlog, "path", audit);
+    json_t *body = json_loads(pl_str(json_array_get(hooks, 1), "body"), 0, NULL);
     ok(json_array_size(hooks) == 2 &&
            !strcmp(pl_str(json_object_get(json_array_get(hooks, 1), "headers"), "webhook-id"),
                    pl_out(t3, "notify.audit", "delivery_id")),
-       "graph change: notify.audit delivered in the new generation (%zu requests)",
+       "graph change: notify.audit (settled as not done) delivered in the new generation (%zu "
+       "requests)",
        json_array_size(hooks));
+    ok(body && !strcmp(pl_str(json_object_get(body, "result"), "text"),
+                       pl_out(t3, "postprocess", "text")),
+       "graph change: that delivery carries the new text");
+    json_decref(body);
     json_decref(hooks);
     ok(pl_check_outbox(outbox, PL_TASK, pl_out(t3, "postprocess", "text"), 0, "graph change") == 0,
        "graph change: the outbox holds the new text");
+
+    /* sending the new text to shop too is the operator's explicit act */
+    rc = pl_cairn(&r, "invalidate", "--store", store, "--config", config2, PL_TASK, "--from",
+                  "notify.shop", (const char *)NULL);
+    ok(rc == 0, "graph change: invalidate --from notify.shop (%d: %s)", rc, pl_oneline(r.err));
+    tu_result_free(&r);
+    rc = pl_run(&r, store, config2, NULL, NULL);
+    tu_result_free(&r);
+    json_t *t4 = pl_show(store, PL_TASK);
+    const char *dlv2 = pl_out(t4, "notify.shop", "delivery_id");
+    hooks = pl_log(pl.rlog, "path", shop);
+    const char *id0 = pl_str(json_object_get(json_array_get(hooks, 0), "headers"), "webhook-id");
+    const char *id1 = pl_str(json_object_get(json_array_get(hooks, 1), "headers"), "webhook-id");
+    body = json_loads(pl_str(json_array_get(hooks, 1), "body"), 0, NULL);
+    ok(rc == 0 && json_array_size(hooks) == 2 && !strcmp(id0, dlv1) && !strcmp(id1, dlv2) &&
+           strcmp(dlv1, dlv2) != 0 &&
+           json_is_true(json_object_get(json_array_get(hooks, 1), "sig_valid")) &&
+           pl_hook_count(audit) == 2,
+       "graph change: after invalidate, notify.shop sent again with a NEW delivery ID (%s -> %s), "
+       "notify.audit not",
+       id0, id1);
+    ok(body && !strcmp(pl_str(json_object_get(body, "result"), "text"),
+                       pl_out(t4, "postprocess", "text")),
+       "graph change: the new delivery carries the new text");
+    json_decref(body);
+    json_decref(hooks);
+    json_decref(t4);
 
     /* finished: a run under either configuration returns the result, sends nothing */
     rc = pl_run(&r, store, config, NULL, NULL);
@@ -523,6 +600,7 @@ int main(int argc, char **argv)
     t_template_missing_field();
     t_banned_reject();
     t_graph_change();
+    t_tuning_knobs();
     free(g_model_f32), free(g_model_q8), free(g_f32_text);
     pl_teardown();
     return tap_done();
