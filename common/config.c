@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/hash.h"
+#include "common/json.h"
 #include "common/str.h"
 
 int cairn__cfg_open(cairn__cfg *r, const json_t *obj, const char *path, const char *base_dir,
@@ -46,6 +48,39 @@ const cairn__cfg_field *cairn__cfg_declared(const cairn__cfg_field *const *table
             if (strcmp(f->key, key) == 0)
                 return f;
     return NULL;
+}
+
+int cairn__cfg_version(const cairn__cfg *r, const cairn__cfg_field *const *tables,
+                       uint32_t *version)
+{
+    *version = 1;
+    if (!r->obj)
+        return 0;
+    json_t *what = json_copy((json_t *)r->obj); /* shallow: only keys are dropped */
+    const char *key;
+    json_t *v;
+    void *tmp;
+    char *canon = NULL, hex[65] = "";
+    size_t n = 0;
+    json_object_foreach_safe(what, tmp, key, v)
+    {
+        const cairn__cfg_field *f = cairn__cfg_declared(tables, key);
+        if (f && f->tuning)
+            json_object_del(what, key);
+    }
+    if (what && cairn__canon_json(what, &canon, &n) == 0)
+        cairn__sha256_hex(canon, n, hex);
+    free(canon);
+    json_decref(what);
+    if (!hex[0]) /* the section was checked: only memory can fail (OpenSSL's too) */
+        return cairn__cfg_fail(r, CAIRN_ENOMEM, NULL, "out of memory");
+    /* the first 32 bits of the hash, as a positive int32, from 1 (0 is no version) */
+    *version = (uint32_t)(strtoul((char[9]){hex[0], hex[1], hex[2], hex[3], hex[4], hex[5], hex[6],
+                                            hex[7], 0},
+                                  NULL, 16) %
+                          0x7fffffffu) +
+               1;
+    return 0;
 }
 
 int cairn__cfg_check_keys(const cairn__cfg *r, const cairn__cfg_field *const *tables,

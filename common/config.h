@@ -55,6 +55,9 @@ typedef struct cairn__cfg_field {
     const char *const *choices; /* ENUM: NULL-terminated */
     const char *required;       /* NULL: optional; else the text when absent ("is required") */
     const char *unit;           /* INT, NUM: said after the range ("(milliseconds)") */
+    int tuning; /* a setting of how the step runs, not of what it produces (threads, timeouts,
+                 * how often progress is saved): left out of the step's version
+                 * (cairn__cfg_version), so changing it is no graph change */
 } cairn__cfg_field;
 
 #define CAIRN__CFG_AT(T, member) .off = offsetof(T, member), .size = sizeof(((T *)0)->member)
@@ -124,6 +127,14 @@ typedef struct cairn__cfg_section {
  * on failure NULL, with nothing left allocated. Returns what those return. */
 int cairn__cfg_parse(const cairn__cfg_section *s, const json_t *obj, const char *base_dir,
                      void *out, char *err, size_t errlen);
+
+/* A step's version from the section being read: a number >= 1 from the SHA-256 of the RFC 8785
+ * canonical form of its object without the keys whose rows (in the NULL-terminated list of
+ * tables) are `tuning`, so it changes with what the step produces and not with how it runs. A
+ * section without such keys keeps the version it had before tuning rows existed; an absent one
+ * (NULL object) is 1. Returns 0 and *version, or CAIRN_ENOMEM ("<path>: out of memory"). */
+int cairn__cfg_version(const cairn__cfg *r, const cairn__cfg_field *const *tables,
+                       uint32_t *version);
 
 /* Frees the members the table's STR, PATH and STRS rows own and sets them to NULL (and the
  * counts to 0); the struct itself stays. Safe on a struct a read filled only in part. */

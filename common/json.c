@@ -4,6 +4,12 @@
  * UTF-8, lone surrogates and non-finite numbers), plus a depth limit, because inputs travel
  * on as msgpack and msgpack-c cannot unpack more than 32 nested containers. jansson quotes raw
  * input in its messages, so they are sanitized to one visible line before they reach a user.
+ *
+ * Integers beyond +-(2^53-1) are refused (I-JSON, RFC 7493 2.2), not rounded: the payload hash
+ * reads every number as a double (RFC 8785), where 9007199254740993 is 9007199254740992, so two
+ * different inputs would be one task, and a reader in JavaScript would see another number. The
+ * message names the field's path; an integer too big for jansson itself (beyond int64) fails
+ * inside jansson, whose tree is then gone, so that one is named by line:column instead.
  */
 #include "common/json.h"
 
@@ -43,6 +49,69 @@ static void sanitize(char *s)
 }
 
 /* ------------------------------------------------------------------ parsing */
+
+/* The largest integer magnitude JSON numbers hold exactly (I-JSON, RFC 7493 2.2). */
+#define EXACT_INT_MAX 9007199254740991LL
+#define INEXACT_INT_TEXT                                                                           \
+    "is outside [-(2^53-1), 2^53-1], where JSON numbers stay exact (I-JSON, RFC 7493); send it "   \
+    "as a string"
+
+/* Appends an object member's name to a path: ".name" (no dot first) when it is a plain word,
+ * else ["name"], the name made one visible line. Cut to fit `cap`. */
+static void path_key(char *path, size_t cap, const char *key)
+{
+    size_t n = strlen(path);
+    if (key[0] && strspn(key, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_") ==
+                      strlen(key)) {
+        snprintf(path + n, cap - n, "%s%s", n ? "." : "", key);
+        return;
+    }
+    snprintf(path + n, cap - n, "[\"%s\"]", key);
+    sanitize(path + n + 2);
+}
+
+/* The first integer, in document order, beyond +-(2^53-1), with its path written into `path`
+ * ("order.ids[2]"; "" for the document itself); NULL if there is none. */
+static const json_t *inexact_int(const json_t *v, char *path, size_t cap)
+{
+    size_t n = strlen(path), i;
+    const char *key;
+    const json_t *found = NULL, *e;
+    if (json_is_integer(v)) {
+        json_int_t x = json_integer_value(v);
+        return x > EXACT_INT_MAX || x < -EXACT_INT_MAX ? v : NULL;
+    }
+    if (json_is_array(v)) {
+        json_array_foreach(v, i, e)
+        {
+            snprintf(path + n, cap - n, "[%zu]", i);
+            if ((found = inexact_int(e, path, cap)))
+                return found;
+        }
+    } else if (json_is_object(v)) {
+        json_object_foreach((json_t *)v, key, e) /* jansson keeps the document's order */
+        {
+            path[n] = '\0';
+            path_key(path, cap, key);
+            if ((found = inexact_int(e, path, cap)))
+                return found;
+        }
+    }
+    path[n] = '\0';
+    return NULL;
+}
+
+/* jansson's overflow error ends at the end of the integer: the literal, for the message. */
+static void overflow_literal(const char *buf, size_t len, const json_error_t *je, char *out,
+                             size_t cap)
+{
+    size_t end = je->position > 0 && (size_t)je->position <= len ? (size_t)je->position : 0,
+           start = end;
+    while (start > 0 && ((buf[start - 1] >= '0' && buf[start - 1] <= '9') || buf[start - 1] == '-'))
+        start--;
+    snprintf(out, cap, "%.*s%s", (int)(end - start < 40 ? end - start : 40), buf + start,
+             end - start > 40 ? "..." : "");
+}
 
 /* Finds where a (valid) JSON text first opens more than CAIRN__MAX_DEPTH containers.
  * Columns count characters, as jansson's do. Returns 1 and the place if it does. */
@@ -87,6 +156,8 @@ int cairn__json_parse(const char *buf, size_t len, const char *source, json_t **
     json_error_t je;
     json_t *v;
     size_t line, col;
+    char path[256] = "", lit[48];
+    const json_t *big;
 
     if (!out || (!buf && len))
         return CAIRN_EINVAL;
@@ -107,11 +178,13 @@ int cairn__json_parse(const char *buf, size_t len, const char *source, json_t **
         return CAIRN_EJSON;
     }
     v = json_loadb(buf, len, flags, &je);
-    /* An integer beyond int64 is still a JSON number; JCS reads every number as a double,
-     * so read the document that way rather than refuse it. */
     if (!v && json_error_code(&je) == json_error_numeric_overflow &&
-        strncmp(je.text, "too big", 7) == 0)
-        v = json_loadb(buf, len, flags | JSON_DECODE_INT_AS_REAL, &je);
+        strncmp(je.text, "too big", 7) == 0) { /* an integer beyond int64 ("too big integer") */
+        overflow_literal(buf, len, &je, lit, sizeof lit);
+        cairn__seterr(err, errlen, "%s:%d:%d: integer %s " INEXACT_INT_TEXT, src,
+                      je.line < 1 ? 1 : je.line, je.column < 1 ? 1 : je.column, lit);
+        return CAIRN_EJSON;
+    }
     if (!v) {
         if (json_error_code(&je) == json_error_out_of_memory) {
             cairn__seterr(err, errlen, "%s: out of memory", src);
@@ -126,6 +199,12 @@ int cairn__json_parse(const char *buf, size_t len, const char *source, json_t **
         json_decref(v);
         cairn__seterr(err, errlen, "%s:%zu:%zu: arrays/objects nested more than %d deep", src, line,
                       col, CAIRN__MAX_DEPTH);
+        return CAIRN_EJSON;
+    }
+    if ((big = inexact_int(v, path, sizeof path))) {
+        cairn__seterr(err, errlen, "%s: %s%sinteger %lld " INEXACT_INT_TEXT, src, path,
+                      path[0] ? ": " : "", (long long)json_integer_value(big));
+        json_decref(v);
         return CAIRN_EJSON;
     }
     *out = v;

@@ -29,13 +29,19 @@
  * bytes only inside strings as \u0000). Strict, per I-JSON (RFC 7493):
  * rejects duplicate object keys, invalid UTF-8, lone surrogates (\ud800), NaN/Infinity,
  * numbers that overflow a double, a byte-order mark, trailing garbage, nesting deeper than
- * CAIRN__MAX_DEPTH, and \u0000 inside an object key (jansson cannot hold one). Any JSON value is
- * accepted at the top; task inputs must also pass cairn__json_check_object(). Integers outside the
- * int64 range do not fail: the document is then read with every number as a double (RFC 8785 treats
- * all numbers as doubles anyway). `source` names the input in messages ("input.json", "<stdin>");
+ * CAIRN__MAX_DEPTH, \u0000 inside an object key (jansson cannot hold one), and an integer
+ * outside [-(2^53-1), 2^53-1] (I-JSON 2.2: the payload hash, like any JavaScript reader, reads
+ * numbers as doubles, which do not hold it exactly; a real such as 1e30 is a double already and
+ * is accepted). Any JSON value is accepted at the top; task inputs must also pass
+ * cairn__json_check_object(). `source` names the input in messages ("input.json", "<stdin>");
  * NULL means "<input>". On success *out is a new reference the caller json_decref()s. Returns:
  *   CAIRN_EJSON    err = "<source>:<line>:<column>: <what>" (1-based; the column is where
- *                  jansson stopped reading, i.e. the end of the offending token)
+ *                  jansson stopped reading, i.e. the end of the offending token); for an
+ *                  integer beyond 2^53-1 that int64 holds, "<source>: <path>: integer N is
+ *                  outside [-(2^53-1), 2^53-1], ..." with the path of the first one in document
+ *                  order ("order.ids[2]", ["odd key"] for a name that is not a plain word, none
+ *                  for the document itself); beyond int64, "<source>:<line>:<column>: integer N
+ *                  is outside ..."
  *   CAIRN_ETOOBIG  len > CAIRN__MAX_INPUT; err = "<source>: input is N bytes, limit is 16777216"
  *   CAIRN_EINVAL   buf or out is NULL
  *   CAIRN_ENOMEM */
@@ -64,7 +70,8 @@ const char *cairn__json_type_name(const json_t *v);
  * \r \t, other controls as \u00xx, everything else literal UTF-8), numbers as ECMAScript's
  * Number.prototype.toString() of the IEEE double: shortest round-trip digits, plain notation
  * for 1e-7 < |x| < 1e21, otherwise exponent form (1e+21, 1.5e-7); -0 is "0". Integers are
- * first converted to the nearest double, as JCS requires (2^53 + 1 -> 9007199254740992).
+ * first converted to the nearest double, as JCS requires (2^53 + 1 -> 9007199254740992; a parsed
+ * document holds none beyond 2^53 - 1, a tree built in code may).
  * On success *out is a malloc'd buffer of *len bytes (plus a NUL not counted in *len) that
  * the caller free()s. Returns CAIRN_EINVAL (NULL argument, nesting deeper than 2048, a
  * non-finite real), CAIRN_EJSON (a string or key that is not valid UTF-8: possible only in

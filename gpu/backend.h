@@ -100,6 +100,13 @@ extern size_t cairn__cpu_att_bytes;
  * interface (see cairn__cuda_plugin_load in gpu/backend_plugin.h). */
 int cairn__backend_new(const char *kind, const cairn__model *m, const cairn__backend_opts *o,
                        cairn__backend **out, char *err, size_t errlen);
+/* Whether "cuda" could run here: the CUDA module loads and the driver reports a device. Asked
+ * in a child process, so this one stays as it was (no module mapped, CUDA not initialized: CUDA
+ * initialized before a fork() cannot be used after it, in the child, and callers such as the
+ * task runner fork). Returns 0, or with a message in err: CAIRN_EUNSUPPORTED (the build has no
+ * CUDA backend, or the module is for another interface) or CAIRN_ENODEVICE (no module, no
+ * driver, no device). */
+int cairn__cuda_device_check(char *err, size_t errlen);
 void cairn__backend_free(cairn__backend *b); /* NULL is a no-op */
 const char *cairn__backend_name(const cairn__backend *b);
 

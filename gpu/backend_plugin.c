@@ -11,10 +11,13 @@
  * refused with CAIRN_EUNSUPPORTED instead of misreading the model.
  */
 #include <dlfcn.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "gpu/backend.h"
 #include "gpu/backend_plugin.h"
@@ -134,11 +137,81 @@ int cairn__cuda_plugin_load(const cairn__cuda_plugin **out, char *err, size_t er
     return 0;
 }
 
+/* In the child of cairn__cuda_device_check: the module as a task would load it, then the
+ * driver's own count (its API is stable by soname; the module's has no cheap device query). */
+static int probe_device(char *err, size_t errlen)
+{
+    const cairn__cuda_plugin *p;
+    int rc = cairn__cuda_plugin_load(&p, err, errlen);
+    if (rc)
+        return rc;
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        const char *why = dlerror();
+        return cairn__errf(err, errlen, CAIRN_ENODEVICE, "no CUDA driver: %s",
+                           why ? why : "libcuda.so.1");
+    }
+    int (*init)(unsigned), (*count)(int *);
+    void *si = dlsym(h, "cuInit"), *sc = dlsym(h, "cuDeviceGetCount");
+    memcpy(&init, &si, sizeof init); /* object to function pointer: POSIX guarantees it works */
+    memcpy(&count, &sc, sizeof count);
+    int n = 0, e = si && sc ? init(0) : -1;
+    if (e == 0)
+        e = count(&n);
+    if (e == 0 && n > 0)
+        return 0;
+    if (e == 0 || e == 100) /* 100: CUDA_ERROR_NO_DEVICE */
+        return cairn__errf(err, errlen, CAIRN_ENODEVICE, "no CUDA device: none found");
+    return cairn__errf(err, errlen, CAIRN_ENODEVICE,
+                       "no CUDA device: the driver does not start (CUresult %d)", e);
+}
+
+int cairn__cuda_device_check(char *err, size_t errlen)
+{
+    int fd[2];
+    if (pipe(fd) != 0)
+        return cairn__errf(err, errlen, CAIRN_ENODEVICE, "cannot ask for a CUDA device: %s",
+                           strerror(errno));
+    pid_t pid = fork();
+    if (pid == 0) { /* the answer: the code, then the message */
+        char msg[1024] = "";
+        int rc = probe_device(msg, sizeof msg);
+        close(fd[0]);
+        if (write(fd[1], &rc, sizeof rc) == (ssize_t)sizeof rc)
+            (void)!write(fd[1], msg, strlen(msg));
+        _exit(0);
+    }
+    close(fd[1]);
+    int rc = 0, status;
+    char msg[1024];
+    size_t n = 0;
+    ssize_t r;
+    const int got = pid > 0 && read(fd[0], &rc, sizeof rc) == (ssize_t)sizeof rc;
+    while (got && n < sizeof msg - 1 &&
+           ((r = read(fd[0], msg + n, sizeof msg - 1 - n)) > 0 || (r < 0 && errno == EINTR)))
+        n += r > 0 ? (size_t)r : 0;
+    msg[n] = 0;
+    close(fd[0]);
+    while (pid > 0 && waitpid(pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    if (!got)
+        return cairn__errf(err, errlen, CAIRN_ENODEVICE,
+                           "cannot ask for a CUDA device: the probe %s",
+                           pid < 0 ? "could not start" : "died");
+    return rc ? cairn__errf(err, errlen, rc, "%s", msg) : 0;
+}
+
 #else
 
 int cairn__cuda_plugin_load(const cairn__cuda_plugin **out, char *err, size_t errlen)
 {
     *out = NULL;
+    return cairn__errf(err, errlen, CAIRN_EUNSUPPORTED,
+                       "this build has no CUDA backend (rebuild with -Dcuda=enabled)");
+}
+
+int cairn__cuda_device_check(char *err, size_t errlen)
+{
     return cairn__errf(err, errlen, CAIRN_EUNSUPPORTED,
                        "this build has no CUDA backend (rebuild with -Dcuda=enabled)");
 }

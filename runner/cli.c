@@ -40,6 +40,22 @@ void cairn__cli_set_config_graph(const char *graph, int configured)
     g_configured = configured;
 }
 
+static int (*g_preflight)(void *arg, char *err, size_t errlen);
+static void *g_preflight_arg;
+
+void cairn__cli_set_preflight(int (*check)(void *arg, char *err, size_t errlen), void *arg)
+{
+    g_preflight = check;
+    g_preflight_arg = arg;
+}
+
+int cairn__cli_preflight(const char *graph, char *err, size_t errlen)
+{
+    if (!g_preflight || !g_configured || (graph && strcmp(graph, g_config_graph) != 0))
+        return 0;
+    return g_preflight(g_preflight_arg, err, errlen);
+}
+
 static const char no_config_msg[] = "no pipeline config: pass --config FILE or set CAIRN_CONFIG";
 
 static const cairn__cli_task *const tasks[] = {

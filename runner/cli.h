@@ -113,6 +113,14 @@ void cairn__cli_set_extra(const cairn__cli_cmd *cmds, size_t n);
  * help of the commands that run tasks then names the option, and asking for that graph without
  * a configuration says so instead of "no graph named ...". `graph` is borrowed (static). */
 void cairn__cli_set_config_graph(const char *graph, int configured);
+/* What the executable checks before `run` or `retry` lets a task of that built-in graph start:
+ * the files and the device its configuration names (check returns 0, or a CAIRN_E* code with a
+ * message in err). NULL: nothing. `arg` is borrowed. */
+void cairn__cli_set_preflight(int (*check)(void *arg, char *err, size_t errlen), void *arg);
+/* Runs that check when `graph` is the built-in one or NULL (every graph: retry without
+ * --graph), after the command's options are checked and before the store is opened, so a
+ * refusal leaves the store as it was. 0, or the check's code. */
+int cairn__cli_preflight(const char *graph, char *err, size_t errlen);
 
 /* ------------------------------------------------------------------ the task commands' files */
 

@@ -209,6 +209,11 @@ static int run_main(const cairn__cli_opts *o, cairn_graph *const *graphs, size_t
     char *buf = NULL;
     size_t len = 0;
     char err[1024];
+    if ((rc = cairn__cli_preflight(o->graph, err, sizeof err))) { /* before any task is admitted */
+        if (o->json)
+            run_json(NULL, o->task ? o->task : "", rc, err);
+        return cairn__cli_fail("run", rc, err);
+    }
     if (!o->input && o->task && cairn__cli_store_exists(o->store, err, sizeof err) == 0) {
         /* `run --task ID` without --input, for a task the store already has: resume it with the
          * input stored at its creation (a cron line need not keep the input file around). */
@@ -354,7 +359,8 @@ static int retry_main(const cairn__cli_opts *o, cairn_graph *const *graphs, size
     if ((rc = tenant_usage("retry", retry_help, o)) || (rc = cairn__cli_need_config("retry", n)))
         return rc;
     char err[1024];
-    if (o->graph && (rc = cairn__cli_check_graph(graphs, n, o->graph, err, sizeof err)))
+    if ((o->graph && (rc = cairn__cli_check_graph(graphs, n, o->graph, err, sizeof err))) ||
+        (rc = cairn__cli_preflight(o->graph, err, sizeof err)))
         return cairn__cli_fail("retry", rc, err);
     cairn__cli_session s;
     retry_seen seen = {.tasks = json_array()};

@@ -141,10 +141,13 @@ int cairn__transition(cairn__txn *t, cairn__task_rec *task, cairn_state to, int 
 void cairn__release_lease(cairn__task_rec *task);
 /* Generations: `redo` marks steps by position in g->order. mark_downstream extends the marks
  * to every step that reads a marked one; mark_changed marks steps whose name@version is not in
- * the task's pin (and their downstream) and returns the count; new_generation bumps the task's
- * generation and gives the marked steps fresh pending records. */
-void cairn__mark_downstream(const cairn_graph *g, unsigned char *redo);
-size_t cairn__mark_changed(const cairn_graph *g, const char *pin, unsigned char *redo);
+ * the task's pin (and their downstream) and returns the count; `keep` (by position too; NULL:
+ * none) holds steps that are never marked there and pass no mark on (a graph change never
+ * repeats an effect: effects_begun in runner.c); new_generation bumps the task's generation and
+ * gives the marked steps fresh pending records. */
+void cairn__mark_downstream(const cairn_graph *g, const unsigned char *keep, unsigned char *redo);
+size_t cairn__mark_changed(const cairn_graph *g, const char *pin, const unsigned char *keep,
+                           unsigned char *redo);
 /* The first step (in g's order) whose name@version differs from the pinned list, or NULL. */
 const cairn_step *cairn__first_changed(const cairn_graph *g, const char *pin);
 int cairn__new_generation(cairn__txn *t, const cairn_graph *g, cairn__task_rec *task,

@@ -268,8 +268,8 @@ static int invalidate_txn(cairn__txn *t, void *arg)
         return CAIRN_ENOMEM;
     for (size_t i = 0; i < a->g->n_steps; i++)
         redo[i] = !a->step || i == from;
-    cairn__mark_downstream(a->g, redo);
-    cairn__mark_changed(a->g, task.steps_pin, redo);
+    cairn__mark_downstream(a->g, NULL, redo);
+    cairn__mark_changed(a->g, task.steps_pin, NULL, redo);
     rc = cairn__new_generation(t, a->g, &task, redo);
     free(redo);
     if (rc)

@@ -10,7 +10,9 @@
  * whether the effect happened (the crash may have come just after the email left), so it does
  * not call the step again: the step's probe is asked if it has one, and otherwise the task
  * becomes in_doubt until an operator resolves it. Effects opted into at-least-once are called
- * again instead, with the same delivery ID for the receiver to deduplicate.
+ * again instead, with the same delivery ID for the receiver to deduplicate. A graph change
+ * (--allow-graph-change) redoes changed steps and what reads them, but never an effect already
+ * done or begun: the promise is at most once per task, whatever the configuration became.
  *
  * Every write is a callback run by cairn__store_write() (see checkpoint/store.h): it may run
  * twice when the map grows, so the callbacks only compute from their argument and the txn.
@@ -313,13 +315,13 @@ static int pinned(const char *pin, const cairn_step *s)
 }
 
 /* Extends `redo` (by position in g->order) to everything downstream of the steps already in
- * it: a step runs again if any step it reads runs again. One pass suffices in topological
- * order. */
-void cairn__mark_downstream(const cairn_graph *g, unsigned char *redo)
+ * it: a step runs again if any step it reads runs again, unless `keep` holds it. One pass
+ * suffices in topological order. */
+void cairn__mark_downstream(const cairn_graph *g, const unsigned char *keep, unsigned char *redo)
 {
     for (size_t i = 0; i < g->n_steps; i++) {
         const cairn_step *s = g->steps[g->order[i]];
-        for (size_t d = 0; d < s->n_deps && !redo[i]; d++)
+        for (size_t d = 0; d < s->n_deps && !redo[i] && !(keep && keep[i]); d++)
             for (size_t j = 0; j < i; j++)
                 if (g->order[j] == s->deps[d] && redo[j])
                     redo[i] = 1;
@@ -346,17 +348,46 @@ int cairn__new_generation(cairn__txn *t, const cairn_graph *g, cairn__task_rec *
 }
 
 /* Marks the steps whose name@version is not in the task's pin (changed or new), and all that
- * is downstream of them. Returns how many were marked. */
-size_t cairn__mark_changed(const cairn_graph *g, const char *pin, unsigned char *redo)
+ * is downstream of them, except what `keep` holds. Returns how many were marked. */
+size_t cairn__mark_changed(const cairn_graph *g, const char *pin, const unsigned char *keep,
+                           unsigned char *redo)
 {
     size_t n = 0;
     for (size_t i = 0; i < g->n_steps; i++)
-        if (!pinned(pin, g->steps[g->order[i]]))
+        if (!pinned(pin, g->steps[g->order[i]]) && !(keep && keep[i]))
             redo[i] = 1;
-    cairn__mark_downstream(g, redo);
+    cairn__mark_downstream(g, keep, redo);
     for (size_t i = 0; i < g->n_steps; i++)
         n += redo[i];
     return n;
+}
+
+/* The effects of a task that a graph change must not repeat (by position in g->order, into
+ * keep): each one done, or begun (its intent committed, the outcome unknown), in the task's
+ * current generation. A new generation would give it a fresh record and a new delivery ID and
+ * call it again: a second email about the same task, which no receiver can tell from a new one.
+ * The promise is at most once per task, not per configuration; `invalidate` is the explicit way
+ * to send again. Returns 0 and the count in *n, or a store error. */
+static int effects_begun(cairn__txn *t, const cairn_graph *g, const cairn__task_rec *task,
+                         unsigned char *keep, size_t *n)
+{
+    *n = 0;
+    for (size_t i = 0; i < g->n_steps; i++) {
+        const cairn_step *s = g->steps[g->order[i]];
+        cairn__step_rec rec;
+        if (s->delivery == CAIRN_COMPUTE)
+            continue;
+        int rc = cairn__step_get(t, task->id, s->name, task->generation, &rec);
+        if (rc == CAIRN_ENOTFOUND)
+            continue;
+        if (rc)
+            return rc;
+        if (rec.state != CAIRN_STEP_PENDING) {
+            keep[i] = 1;
+            ++*n;
+        }
+    }
+    return 0;
 }
 
 /* ------------------------------------------------------------------ admission */
@@ -507,20 +538,24 @@ static int acquire_txn(cairn__txn *t, void *arg)
                 "task '%s' was started by another version of graph '%s' (pinned %s, now %s; "
                 "first changed step: '%s')",
                 a->id, a->g->name, task.steps_pin, a->g->pin, ch ? ch->name : "(graph header)");
-        /* changed and new steps run again, with everything downstream of them; a change of
-         * dependencies or delivery class alone re-runs nothing */
-        unsigned char *redo = calloc(a->g->n_steps, 1);
+        /* changed and new steps run again, with everything downstream of them, except the
+         * effects already done or begun; a change of dependencies or delivery class alone
+         * re-runs nothing */
+        unsigned char *redo = calloc(2 * a->g->n_steps, 1), *keep = redo + a->g->n_steps;
+        size_t n_redo = 0, n_kept = 0;
         if (!redo)
             return CAIRN_ENOMEM;
-        size_t n_redo = cairn__mark_changed(a->g, task.steps_pin, redo);
-        rc = n_redo ? cairn__new_generation(t, a->g, &task, redo) : 0;
+        if (!(rc = effects_begun(t, a->g, &task, keep, &n_kept)) &&
+            (n_redo = cairn__mark_changed(a->g, task.steps_pin, keep, redo)))
+            rc = cairn__new_generation(t, a->g, &task, redo);
         free(redo);
         if (rc)
             return rc;
         if ((rc = cairn__audit(t, &task, (cairn_state)task.state, (cairn_state)task.state,
                                ch ? ch->name : NULL,
-                               "graph changed (%s -> %s): %zu step(s) to redo, generation %u",
-                               task.steps_pin, a->g->pin, n_redo, task.generation)))
+                               "graph changed (%s -> %s): %zu step(s) to redo, %zu effect(s) "
+                               "done or begun kept, generation %u",
+                               task.steps_pin, a->g->pin, n_redo, n_kept, task.generation)))
             return rc;
         snprintf(task.fingerprint, sizeof task.fingerprint, "%s", a->g->fingerprint);
         snprintf(task.steps_pin, sizeof task.steps_pin, "%s", a->g->pin);

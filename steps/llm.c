@@ -20,11 +20,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/config.h"
 #include "common/hash.h"
 #include "common/json.h"
+#include "common/str.h"
 #include "gpu/chat.h"
 #include "gpu/engine.h"
 #include "steps/template.h"
@@ -37,6 +39,7 @@ struct cairn__llm_cfg {
     char **stop;
     size_t n_stop;
     char digest[65];
+    uint32_t version;
 };
 
 /* ------------------------------------------------------------------ config */
@@ -60,10 +63,13 @@ static const cairn__cfg_field fields[] = {
     {"system", CAIRN__CFG_STR, AT(system)},
     {"context_source", CAIRN__CFG_STR, AT(context_source), .sdef = "retrieve"},
     {"chat", CAIRN__CFG_ENUM, AT(chat), .choices = chats, .sdef = "raw"},
-    {"threads", CAIRN__CFG_INT, AT(threads), .lo = 0, .hi = 1024},
+    /* tuning: a thread count and how often progress is saved change how fast, not what; the
+     * backend is not tuning (the GPU's f16 weights give other bits than the CPU) */
+    {"threads", CAIRN__CFG_INT, AT(threads), .lo = 0, .hi = 1024, .tuning = 1},
     {"ctx", CAIRN__CFG_INT, AT(ctx), .lo = 0, .hi = 1 << 20},
     {"max_tokens", CAIRN__CFG_INT, AT(max_tokens), .lo = 1, .hi = 1 << 20, .def = 256},
-    {"progress_every", CAIRN__CFG_INT, AT(progress_every), .lo = 0, .hi = 1 << 20, .def = 16},
+    {"progress_every", CAIRN__CFG_INT, AT(progress_every), .lo = 0, .hi = 1 << 20, .def = 16,
+     .tuning = 1},
     {"temperature", CAIRN__CFG_NUM, AT(sp.temperature), .lo = 0, .hi = 100, .def = 0.7},
     {"top_p", CAIRN__CFG_NUM, AT(sp.top_p), .lo = 1e-9, .hi = 1, .def = 0.95},
     {"top_k", CAIRN__CFG_INT, AT(sp.top_k), .lo = 0, .hi = 1 << 20, .def = 40},
@@ -98,7 +104,8 @@ static int finish(const cairn__cfg *r, void *base)
     cairn__sampler_params_default(&d);
     c->sp.repeat_last_n = d.repeat_last_n;
     c->has_seed = json_object_get(r->obj, "seed") != NULL;
-    return digest_of(r, c->digest);
+    int rc = cairn__cfg_version(r, (const cairn__cfg_field *const[]){fields, NULL}, &c->version);
+    return rc ? rc : digest_of(r, c->digest);
 }
 
 static const cairn__cfg_section section = {"generate", fields, sizeof(cairn__llm_cfg), finish};
@@ -117,7 +124,33 @@ void cairn__llm_cfg_free(cairn__llm_cfg *c)
     free(c);
 }
 
+int cairn__llm_cfg_check(const cairn__llm_cfg *c, char *err, size_t errlen)
+{
+    struct stat st;
+    int fd = open(c->model, O_RDONLY | O_CLOEXEC), e = errno;
+    if (fd < 0) {
+        cairn__seterr(err, errlen, "generate.model: %s: %s", c->model, strerror(e));
+        return CAIRN_ENOENT;
+    }
+    int dir = fstat(fd, &st) == 0 && S_ISDIR(st.st_mode);
+    close(fd);
+    if (dir) {
+        cairn__seterr(err, errlen, "generate.model: %s: is a directory, not a GGUF file", c->model);
+        return CAIRN_ENOENT;
+    }
+    if (strcmp(backends[c->backend], "cuda") == 0) {
+        char why[1024];
+        if (cairn__cuda_device_check(why, sizeof why) != 0) {
+            cairn__seterr(err, errlen, "generate.backend: \"cuda\" needs a CUDA device: %s", why);
+            return CAIRN_ENODEVICE;
+        }
+    }
+    return 0;
+}
+
 const char *cairn__llm_cfg_digest(const cairn__llm_cfg *c) { return c->digest; }
+
+uint32_t cairn__llm_cfg_version(const cairn__llm_cfg *c) { return c->version; }
 
 const char *cairn__llm_cfg_context_source(const cairn__llm_cfg *c) { return c->context_source; }
 

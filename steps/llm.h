@@ -19,8 +19,18 @@ typedef struct cairn__llm_cfg cairn__llm_cfg;
 int cairn__llm_cfg_parse(const json_t *cfg, const char *base_dir, cairn__llm_cfg **out, char *err,
                          size_t errlen);
 void cairn__llm_cfg_free(cairn__llm_cfg *c);
+/* What must be there before a task may reach this step, checked when `run` or `retry` starts
+ * (cairn__pipeline_check), so that a task is not admitted only to die at its first attempt: the
+ * model file, readable and not a directory (CAIRN_ENOENT), and for "backend": "cuda" a CUDA
+ * device (CAIRN_ENODEVICE; asked in a child process, gpu/backend.h). The model's contents are
+ * the step's to judge. err names the setting ("generate.model: /m/x.gguf: No such file or
+ * directory", "generate.backend: \"cuda\" needs a CUDA device: ..."). */
+int cairn__llm_cfg_check(const cairn__llm_cfg *c, char *err, size_t errlen);
 /* A short text that changes whenever the output could (model path, prompt, options). */
 const char *cairn__llm_cfg_digest(const cairn__llm_cfg *c);
+/* The step version: the section without its tuning settings ("threads", "progress_every"), so a
+ * change of those is no graph change (common/config.h, cairn__cfg_version). */
+uint32_t cairn__llm_cfg_version(const cairn__llm_cfg *c);
 
 /* The step (user = the cairn__llm_cfg). Renders the prompt from the task input and the
  * retrieval output, loads the model once per process, generates, and saves progress (tokens so

@@ -339,7 +339,8 @@ static const char *const kinds[] = {"webhook", "email", NULL};
 static const char *const deliveries[] = {"at_most_once", "at_least_once", NULL};
 
 #define AT(m) CAIRN__CFG_AT(cairn__notify_target, m)
-#define MS(dflt, max) .lo = 1, .hi = (max), .def = (dflt), .unit = "(milliseconds)"
+/* timeouts are tuning: how long to wait for the receiver, not what it is sent */
+#define MS(dflt, max) .lo = 1, .hi = (max), .def = (dflt), .unit = "(milliseconds)", .tuning = 1
 static const cairn__cfg_field type_field = {"type", CAIRN__CFG_ENUM, AT(kind), .choices = kinds,
                                             .required = "is required (\"webhook\" or \"email\")"};
 /* The settings both kinds have; what each means is in notify.h. */
@@ -520,6 +521,8 @@ int cairn__notify_target_parse(const json_t *cfg, const char *where, cairn__noti
         rc = cairn__cfg_read(&p, tables[1], t);
     if (!rc)
         rc = hook ? parse_webhook(&p, cfg, t) : parse_email(&p, cfg, t);
+    if (!rc)
+        rc = cairn__cfg_version(&p, tables, &t->version);
     if (rc) {
         if (rc == CAIRN_ENOMEM && err && errlen && !err[0])
             cairn__cfg_fail(&p, rc, NULL, "out of memory");
@@ -555,6 +558,8 @@ const char *cairn__notify_target_source(const cairn__notify_target *t)
 {
     return t ? t->source : NULL;
 }
+uint32_t cairn__notify_target_version(const cairn__notify_target *t) { return t->version; }
+
 cairn_delivery cairn__notify_target_delivery(const cairn__notify_target *t)
 {
     return t && t->at_least_once ? CAIRN_EFFECT_AT_LEAST_ONCE : CAIRN_EFFECT;

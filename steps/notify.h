@@ -92,6 +92,9 @@ const char *cairn__notify_target_source(const cairn__notify_target *t);
  * "at_least_once". */
 cairn_delivery cairn__notify_target_delivery(const cairn__notify_target *t);
 
+/* The step version: the target's settings without the timeouts (tuning: common/config.h). */
+uint32_t cairn__notify_target_version(const cairn__notify_target *t);
+
 /* The step function; `target` is a cairn__notify_target (borrowed). Thread-compatible: one
  * target may serve concurrent calls (nothing in it is written after parsing). */
 cairn_step_result cairn__notify_step(cairn_ctx *ctx, void *target);

@@ -144,7 +144,10 @@ const char *cairn__notify_curl_text(cairn__notify_call *c, CURLcode rc)
     return c->errbuf;
 }
 
-/* curl errors that no retry can cure: the configuration or the build is wrong. */
+/* curl errors that no retry can cure: the configuration or the build is wrong. They are final
+ * only before the request has left: once it has, the same codes also report an answer curl
+ * cannot read (CURLE_UNSUPPORTED_PROTOCOL is "Received HTTP/0.9" too), and the receiver may
+ * have acted on the request. */
 static int curl_permanent(CURLcode rc)
 {
     return rc == CURLE_UNSUPPORTED_PROTOCOL || rc == CURLE_URL_MALFORMAT ||
@@ -159,7 +162,7 @@ cairn_step_result cairn__notify_no_answer(cairn__notify_call *c, CURLcode rc, in
         cairn__notify_call_error(c, "stopped before the %s was sent; nothing was delivered", what);
         return CAIRN_STEP_TRANSIENT;
     }
-    if (curl_permanent(rc)) {
+    if (!sent && curl_permanent(rc)) {
         cairn__notify_call_error(c, "%s", cairn__notify_curl_text(c, rc));
         return CAIRN_STEP_PERMANENT;
     }

@@ -27,6 +27,7 @@ struct cairn__notify_target {
     char *name, *url, *url_safe, *source;
     int at_least_once; /* "delivery": 0 at_most_once (CAIRN_EFFECT), 1 at_least_once */
     long connect_timeout_ms, timeout_ms;
+    uint32_t version; /* cairn__notify_target_version */
     /* webhook */
     unsigned char *key;
     size_t key_len;
@@ -98,9 +99,10 @@ void cairn__notify_call_error(cairn__notify_call *c, const char *fmt, ...) CAIRN
 /* curl's text for a failed transfer: its error buffer if it wrote one, else the code's text. */
 const char *cairn__notify_curl_text(cairn__notify_call *c, CURLcode rc);
 
-/* The outcome of a transfer that got no answer: TRANSIENT if it was stopped or failed before the
- * whole request had left (`sent` 0), PERMANENT if curl's error is one no retry cures (bad URL,
- * protocol not built in), else UNKNOWN: the receiver may have acted on it. Sets the error,
+/* The outcome of a transfer that got no answer: before the whole request had left (`sent` 0),
+ * PERMANENT if curl's error is one no retry cures (bad URL, protocol not built in), else
+ * TRANSIENT (also when it was stopped); after, UNKNOWN whatever curl says (no answer, a reset,
+ * an answer that is not HTTP): the receiver may have acted on it. Sets the error,
  * naming the `what` ("request", "message") and the `who` ("receiver", "server"). */
 cairn_step_result cairn__notify_no_answer(cairn__notify_call *c, CURLcode rc, int sent,
                                           const char *what, const char *who);

@@ -3,10 +3,12 @@
  *   retrieve (compute) -> generate (compute, expensive) -> postprocess (compute)
  *                      -> notify.<name> (effect) for each target
  *
- * Each step's version is derived from the canonical JSON of its own configuration section, so
- * a task started under one prompt template or model is never silently finished under another:
- * the runner's graph pinning sees the change and refuses (or, with --allow-graph-change,
- * regenerates from the first changed step). Secrets are never in the file: targets name the
+ * Each step's version is derived from the canonical JSON of its own configuration section, less
+ * its tuning settings (threads, timeouts: how the step runs, not what it produces;
+ * common/config.h), so a task started under one prompt template or model is never silently
+ * finished under another: the runner's graph pinning sees the change and refuses (or, with
+ * --allow-graph-change, regenerates from the first changed step), while a retuned step is no
+ * change at all. Secrets are never in the file: targets name the
  * environment variables or files that hold them.
  */
 #include "steps/pipeline.h"
@@ -17,7 +19,6 @@
 #include <string.h>
 
 #include "common/config.h"
-#include "common/hash.h"
 #include "common/json.h"
 #include "common/str.h"
 #include "steps/llm.h"
@@ -28,6 +29,7 @@
 #define MAX_TARGETS 16
 
 struct cairn__pipeline {
+    char *path; /* of the configuration file, for messages */
     cairn_graph *g;
     cairn__retrieve_cfg *retrieve;
     cairn__llm_cfg *llm;
@@ -36,26 +38,11 @@ struct cairn__pipeline {
     size_t n_targets;
 };
 
-/* A step version from the canonical form of its configuration section (>= 1). */
-static uint32_t version_of(const json_t *section)
-{
-    char *c = NULL, hex[65];
-    size_t n = 0;
-    if (!section || cairn__canon_json(section, &c, &n) != 0)
-        return 1;
-    cairn__sha256_hex(c, n, hex);
-    free(c);
-    return (uint32_t)(strtoul((char[9]){hex[0], hex[1], hex[2], hex[3], hex[4], hex[5], hex[6],
-                                        hex[7], 0},
-                              NULL, 16) %
-                      0x7fffffffu) +
-           1;
-}
-
 void cairn__pipeline_free(cairn__pipeline *p)
 {
     if (!p)
         return;
+    free(p->path);
     cairn_graph_free(p->g);
     cairn__retrieve_cfg_free(p->retrieve);
     cairn__llm_cfg_free(p->llm);
@@ -66,6 +53,17 @@ void cairn__pipeline_free(cairn__pipeline *p)
 }
 
 cairn_graph *cairn__pipeline_graph(cairn__pipeline *p) { return p ? p->g : NULL; }
+
+int cairn__pipeline_check(cairn__pipeline *p, char *err, size_t errlen)
+{
+    char e[1536];
+    int rc = p->retrieve ? cairn__retrieve_cfg_check(p->retrieve, e, sizeof e) : 0;
+    if (!rc)
+        rc = cairn__llm_cfg_check(p->llm, e, sizeof e);
+    if (rc)
+        cairn__seterr(err, errlen, "%s: %s", p->path, e);
+    return rc;
+}
 
 static int build(cairn__pipeline *p, const json_t *cfg, const char *store_dir, const char *base,
                  char *err, size_t errlen)
@@ -155,17 +153,18 @@ static int build(cairn__pipeline *p, const json_t *cfg, const char *store_dir, c
     if (p->retrieve) {
         s = cairn_graph_add_step(p->g, "retrieve", cairn__retrieve_step, NULL);
         cairn_step_set_user(s, p->retrieve);
-        cairn_step_set_version(s, version_of(r));
+        cairn_step_set_version(s, cairn__retrieve_cfg_version(p->retrieve));
         cairn_step_set_retry(s, 5, 500, 30000);
     }
     s = cairn_graph_add_step(p->g, "generate", cairn__llm_step, p->retrieve ? "retrieve" : NULL);
     cairn_step_set_user(s, p->llm);
-    cairn_step_set_version(s, version_of(g));
+    cairn_step_set_version(s, cairn__llm_cfg_version(p->llm));
     cairn_step_set_expensive(s, 1);
     cairn_step_set_retry(s, 3, 1000, 60000);
     s = cairn_graph_add_step(p->g, "postprocess", cairn__postprocess_step, "generate");
     cairn_step_set_user(s, p->post);
-    cairn_step_set_version(s, version_of(pp));
+    /* an absent section is version 1, as it always was */
+    cairn_step_set_version(s, pp ? cairn__post_cfg_version(p->post) : 1);
     for (i = 0; i < p->n_targets; i++) {
         char name[80];
         snprintf(name, sizeof name, "notify.%s", cairn__notify_target_name(p->targets[i]));
@@ -181,7 +180,7 @@ static int build(cairn__pipeline *p, const json_t *cfg, const char *store_dir, c
         }
         cairn_step_set_user(s, p->targets[i]);
         cairn_step_set_delivery(s, cairn__notify_target_delivery(p->targets[i]));
-        cairn_step_set_version(s, version_of(json_array_get(nt, i)));
+        cairn_step_set_version(s, cairn__notify_target_version(p->targets[i]));
         cairn_step_set_retry(s, 5, 1000, 300000);
     }
     rc = cairn_graph_validate(p->g);
@@ -212,7 +211,8 @@ int cairn__pipeline_load(const char *path, const char *store_dir, cairn__pipelin
         return CAIRN_ENOMEM;
     }
     char *dir = strdup(path);
-    rc = dir ? build(p, cfg, store_dir, dirname(dir), e, sizeof e) : CAIRN_ENOMEM;
+    p->path = strdup(path);
+    rc = dir && p->path ? build(p, cfg, store_dir, dirname(dir), e, sizeof e) : CAIRN_ENOMEM;
     free(dir);
     json_decref(cfg);
     if (rc) {

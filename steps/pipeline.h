@@ -16,6 +16,12 @@ typedef struct cairn__pipeline cairn__pipeline;
 int cairn__pipeline_load(const char *config_path, const char *store_dir, cairn__pipeline **out,
                          char *err, size_t errlen);
 void cairn__pipeline_free(cairn__pipeline *p);
+/* Checks what the configuration names that must be there before a task may run, so that `run`
+ * and `retry` refuse at their start instead of admitting tasks that die at attempt 1: the
+ * retrieval index (CAIRN_ENOENT), the model file (CAIRN_ENOENT), a CUDA device for "backend":
+ * "cuda" (CAIRN_ENODEVICE). The message names the file and the setting ("pipeline.json:
+ * generate.model: /m/x.gguf: No such file or directory"). */
+int cairn__pipeline_check(cairn__pipeline *p, char *err, size_t errlen);
 cairn_graph *cairn__pipeline_graph(cairn__pipeline *p);
 
 /* For the `cairn` executable: takes "--config FILE" (or CAIRN_CONFIG) out of argv, and if one is

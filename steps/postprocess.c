@@ -35,6 +35,7 @@ struct cairn__post_cfg {
     size_t n_required;
     char *outbox;
     char *source, *field;
+    uint32_t version;
 };
 
 /* ------------------------------------------------------------------ config */
@@ -61,7 +62,10 @@ static const cairn__cfg_field fields[] = {
 
 static int finish(const cairn__cfg *r, void *base)
 {
-    const cairn__post_cfg *c = base;
+    cairn__post_cfg *c = base;
+    int rc = cairn__cfg_version(r, (const cairn__cfg_field *const[]){fields, NULL}, &c->version);
+    if (rc)
+        return rc;
     if (c->outbox && mkdir(c->outbox, 0755) != 0 && errno != EEXIST)
         return cairn__cfg_fail(r, CAIRN_EIO, "outbox", "cannot create %s: %s", c->outbox,
                                strerror(errno));
@@ -79,6 +83,8 @@ int cairn__post_cfg_parse(const json_t *cfg, const char *base_dir, cairn__post_c
 }
 
 const char *cairn__post_cfg_source(const cairn__post_cfg *c) { return c->source; }
+
+uint32_t cairn__post_cfg_version(const cairn__post_cfg *c) { return c->version; }
 
 void cairn__post_cfg_free(cairn__post_cfg *c)
 {

@@ -27,6 +27,8 @@ int cairn__post_cfg_parse(const json_t *cfg, const char *base_dir, cairn__post_c
 void cairn__post_cfg_free(cairn__post_cfg *c);
 /* The step whose output field is cleaned ("generate" by default). */
 const char *cairn__post_cfg_source(const cairn__post_cfg *c);
+/* The step version: the section without its tuning settings (common/config.h). */
+uint32_t cairn__post_cfg_version(const cairn__post_cfg *c);
 
 /* The text rules alone (no I/O): *out is malloc'd; *json_out (if extraction is on) is the
  * extracted object (new reference). Returns 0, or CAIRN_EPERMANENT with err saying what is

@@ -78,10 +78,20 @@ int cairn__retrieve_cfg_parse(const json_t *cfg, const char *store_dir, cairn__r
         rc = cairn__cfg_read(&r, c->kind->fields, c);
     if (!rc)
         rc = c->kind->setup(&r, c, store_dir);
+    if (!rc)
+        rc = cairn__cfg_version(
+            &r, (const cairn__cfg_field *const[]){common, c->kind->fields, NULL}, &c->version);
     if (rc)
         cairn__retrieve_cfg_free(c);
     *out = rc ? NULL : c;
     return rc;
+}
+
+uint32_t cairn__retrieve_cfg_version(const cairn__retrieve_cfg *c) { return c->version; }
+
+int cairn__retrieve_cfg_check(cairn__retrieve_cfg *c, char *err, size_t errlen)
+{
+    return c->kind->check ? c->kind->check(c, err, errlen) : 0;
 }
 
 void cairn__retrieve_cfg_free(cairn__retrieve_cfg *c)

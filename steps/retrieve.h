@@ -30,6 +30,14 @@ typedef struct cairn__retrieve_cfg cairn__retrieve_cfg;
  * CAIRN_ENOMEM. *out is NULL on failure. */
 int cairn__retrieve_cfg_parse(const json_t *cfg, const char *store_dir, cairn__retrieve_cfg **out,
                               char *err, size_t errlen);
+/* What must be there before a task may reach the step, checked when `run` or `retry` starts
+ * (cairn__pipeline_check): for "bm25", the index, opened once (CAIRN_ENOENT "retrieve.index: no
+ * retrieval index at DIR: build it with `cairn index ...`", or the index's own error); an
+ * "http" service is the step's to reach (it may be down for a while: transient). */
+int cairn__retrieve_cfg_check(cairn__retrieve_cfg *c, char *err, size_t errlen);
+/* The step version: the section without its tuning settings (http's "timeout_ms"; see
+ * common/config.h). */
+uint32_t cairn__retrieve_cfg_version(const cairn__retrieve_cfg *c);
 /* Frees the configuration and closes its index. NULL is a no-op. */
 void cairn__retrieve_cfg_free(cairn__retrieve_cfg *c);
 

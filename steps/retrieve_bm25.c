@@ -51,6 +51,18 @@ static int search(cairn__retrieve_cfg *c, const char *query, cairn__bm25_hit **h
     return 0;
 }
 
+/* Opens the index and closes it again: the step opens its own in the process that runs it. */
+static int check(cairn__retrieve_cfg *c, char *err, size_t errlen)
+{
+    cairn__bm25 *ix = NULL;
+    char why[1024];
+    int rc = cairn__bm25_open(c->index, 0, &ix, why, sizeof why);
+    if (rc)
+        snprintf(err, errlen, "retrieve.index: %s", why);
+    cairn__bm25_close(ix);
+    return rc;
+}
+
 static void release(cairn__retrieve_cfg *c)
 {
     if (c->ix && c->ix_pid == getpid())
@@ -58,4 +70,4 @@ static void release(cairn__retrieve_cfg *c)
     c->ix = NULL;
 }
 
-const cairn__retriever cairn__retriever_bm25 = {"bm25", fields, setup, search, release};
+const cairn__retriever cairn__retriever_bm25 = {"bm25", fields, setup, search, check, release};

@@ -21,7 +21,7 @@ static const cairn__cfg_field fields[] = {
     {"url", CAIRN__CFG_STR, AT(url), .nonempty = 1, .required = "required for \"type\": \"http\""},
     {"text_field", CAIRN__CFG_STR, AT(text_field), .nonempty = 1, .sdef = "text"},
     {"timeout_ms", CAIRN__CFG_INT, AT(timeout_ms), .lo = 1, .hi = 600000, .def = 5000,
-     .unit = "(milliseconds)"},
+     .unit = "(milliseconds)", .tuning = 1},
     {"auth_env", CAIRN__CFG_STR, AT(auth_env), .nonempty = 1},
     {NULL},
 };
@@ -319,4 +319,4 @@ static int search(cairn__retrieve_cfg *c, const char *query, cairn__bm25_hit **h
     return rc;
 }
 
-const cairn__retriever cairn__retriever_http = {"http", fields, setup, search, release};
+const cairn__retriever cairn__retriever_http = {"http", fields, setup, search, NULL, release};

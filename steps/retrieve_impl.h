@@ -28,6 +28,7 @@ struct cairn__retrieve_cfg {
     char *url, *url_safe, *text_field, *auth_env;
     char *auth; /* Authorization header value, from auth_env; never in messages */
     long timeout_ms;
+    uint32_t version; /* cairn__retrieve_cfg_version */
 };
 
 /* One retriever: the value of "type" that picks it, the settings only it has (a table over
@@ -41,6 +42,9 @@ struct cairn__retriever {
     /* At most top_k hits for a query with tokens; as cairn__retrieve_search() returns. */
     int (*search)(cairn__retrieve_cfg *c, const char *query, cairn__bm25_hit **hits, size_t *n,
                   char *err, size_t errlen);
+    /* Whether what the retriever reads is there (cairn__retrieve_cfg_check); NULL: nothing to
+     * check before a run. */
+    int (*check)(cairn__retrieve_cfg *c, char *err, size_t errlen);
     /* Frees what setup and search made beyond the table's members. */
     void (*release)(cairn__retrieve_cfg *c);
 };

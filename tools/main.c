@@ -12,6 +12,11 @@
 #include "steps/pipeline.h"
 #include "tools/tools.h"
 
+static int preflight(void *p, char *err, size_t errlen)
+{
+    return cairn__pipeline_check(p, err, errlen);
+}
+
 int main(int argc, char **argv)
 {
     cairn__pipeline *p = NULL;
@@ -37,6 +42,7 @@ int main(int argc, char **argv)
     cairn_graph *g = cairn__pipeline_graph(p);
     /* help names --config, and `default` without one says what is missing */
     cairn__cli_set_config_graph("default", g != NULL);
+    cairn__cli_set_preflight(preflight, p); /* the model, the index, the device: before a task */
     int x = cairn_cli_main(argc, argv, g ? &g : NULL, g ? 1 : 0);
     cairn__pipeline_free(p);
     return x;

@@ -166,6 +166,28 @@ int main(void)
         free(f), free(what);
     }
 
+    /* integers JSON numbers do not hold exactly (I-JSON): refused naming the field, never
+     * rounded (2^53 + 1 was taken for 2^53: another input, the same task) and never turning the
+     * other integers of the input into doubles (one beyond int64 did) */
+    {
+        char *t1 = tu_fmt("{\"ledger\":\"%s\",\"text\":\"x\",\"order\":{\"ids\":[7,"
+                          "9007199254740993]}}",
+                          LEDGERF);
+        char *t2 = tu_fmt("{\"ledger\":\"%s\",\"text\":\"x\",\"n\":1,\n\"big\":"
+                          "123456789012345678901234567890}",
+                          LEDGERF);
+        char *f1 = write_input(D, "bigint1.json", t1), *f2 = write_input(D, "bigint2.json", t2);
+        const char *a1[] = {"--input", f1, NULL}, *a2[] = {"--input", f2, NULL};
+        expect_rejected("integer 2^53 + 1", 65,
+                        "bigint1\\.json: order\\.ids\\[1\\]: integer 9007199254740993 is "
+                        "outside .*I-JSON",
+                        ST, a1);
+        expect_rejected("integer beyond int64 among small ones", 65,
+                        "bigint2\\.json:2:36: integer 123456789012345678901234567890 is outside",
+                        ST, a2);
+        free(t1), free(t2), free(f1), free(f2);
+    }
+
     /* oversize: 16 MiB + 1 byte of otherwise valid JSON, from a file and from stdin */
     char *huge = big_json((16u << 20) + 1);
     char *fh = tu_fmt("%s/huge.json", D);

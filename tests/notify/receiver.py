@@ -16,6 +16,8 @@ request (from 0) to that exact path gets plan[min(n, len - 1)]:
     429:S         429 with "Retry-After: S"
     delay:MS      sleep MS milliseconds, then 200
     reset         read the whole request, then reset the connection (RST, no answer)
+    garbage       read the whole request, then answer bytes that are not HTTP and close
+                  (curl: "Received HTTP/0.9 when not allowed")
     echo:K        500 whose body is K dots, then the signing secret, then " (echoed)": a
                   receiver that quotes the secret back (the notify step must scrub it)
     echob:K       the same with only the secret's base64 part (without "whsec_")
@@ -64,7 +66,7 @@ def verify(secret, headers, body):
 def action_for(path):
     plan = path.rstrip("/").rsplit("/", 1)[-1].split("?")[0]
     steps = plan.split(",")
-    known = all(s == "ok" or s == "reset" or s.isdigit() or s.startswith("429:")
+    known = all(s in ("ok", "reset", "garbage") or s.isdigit() or s.startswith("429:")
                 or s.startswith("delay:") or s.startswith("echo:") or s.startswith("echob:")
                 for s in steps)
     with LOCK:
@@ -101,6 +103,14 @@ class Handler(BaseHTTPRequestHandler):
             # the descriptor closes (with RST, because of the zero linger) when finish()
             # drops the last file object of the socket
             self.connection.close()
+            return
+        if action == "garbage":
+            self.close_connection = True
+            try:
+                self.wfile.write(b"garbage, not an HTTP status line\r\n\r\n")
+                self.wfile.flush()
+            except OSError:
+                pass
             return
         status, extra = 200, {}
         if action.startswith("delay:"):

@@ -700,6 +700,33 @@ static void t_reset_at_least_once(void)
     scen_close(&s);
 }
 
+/* A reply that is not HTTP, after the whole request was sent: the receiver read it and may have
+ * acted on it, so the outcome is unknown (in doubt), not a permanent failure (dead). */
+static void t_not_http_reply(void)
+{
+    scen s;
+    char cfg[1024], st[32];
+    webhook_cfg(cfg, sizeof cfg, "shop", "/w6b/garbage,ok", NULL);
+    if (scen_open(&s, "w_garbage", &INLINE, cfg, NULL) != 0) {
+        ok(0, "w_garbage: setup");
+        scen_close(&s);
+        return;
+    }
+    int rc = scen_run(&s, "x");
+    char *err = step_error(&s, "notify.shop");
+    ok(rc == CAIRN_EINDOUBT && strcmp(task_status(&s, st, sizeof st), "in_doubt") == 0,
+       "a reply that is not HTTP after the request was read: unknown -> in_doubt (%s, %s)",
+       cairn_errname(rc), st);
+    ok(strstr(err, "after the request was sent") != NULL, "message: %s", err);
+    free(err);
+    rc = scen_resume(&s);
+    json_t *recs = settled_records(g_wlog, "path", "/w6b/garbage,ok");
+    ok(rc == CAIRN_EINDOUBT && json_array_size(recs) == 1,
+       "at most once: not sent again (%zu request)", json_array_size(recs));
+    json_decref(recs);
+    scen_close(&s);
+}
+
 static void t_timeout(void)
 {
     scen s;
@@ -1192,6 +1219,7 @@ int main(int argc, char **argv)
         t_408_inline();
         t_reset_at_most_once();
         t_reset_at_least_once();
+        t_not_http_reply();
         t_timeout();
         t_refused();
         t_connect_timeout();

@@ -238,6 +238,86 @@ static void t_config_errors(void)
     free(missing), free(dir), free(store), free(config), free(outbox);
 }
 
+/* ------------------------------------------------------------------ refused at the start */
+
+/* What a task will need that the configuration names (the model file, the retrieval index, a
+ * CUDA device for "backend": "cuda") is checked when `run` and `retry` start: a missing one is
+ * refused there, naming the file or the backend (66; 69 for the device), before any task is
+ * admitted, instead of tasks admitted only to die at attempt 1. */
+static void t_refused_at_start(void)
+{
+    char *outbox = pl_dir("start-outbox");
+    char *no_model = tu_fmt("%s/no-such-model.gguf", pl.tmp);
+    char *no_index = tu_fmt("%s/no-such-index", pl.tmp);
+    json_t *c;
+
+    /* run: no store is created, so no task */
+    c = pl_config(no_model, outbox, "/start/hook");
+    expect_config_error("model file missing", c, 66, "generate.model", no_model);
+    c = pl_config(g_model_f32, outbox, "/start/hook");
+    json_object_set_new(pl_section(c, "retrieve"), "index", json_string(no_index));
+    expect_config_error("retrieval index absent", c, 66, "retrieve.index", no_index);
+    /* a device is there when a real generation on it works */
+    tu_result r;
+    int gpu = pl_cairn(&r, "generate", "--model", g_model_f32, "--backend", "cuda", "--prompt", "x",
+                       "--max-tokens", "1", (const char *)NULL) == 0;
+    tu_result_free(&r);
+    json_t *cuda = pl_config(g_model_f32, outbox, "/start/503");
+    json_object_set_new(pl_section(cuda, "generate"), "backend", json_string("cuda"));
+    if (gpu)
+        skip("backend cuda without a device: this machine has a CUDA device");
+    else
+        expect_config_error("backend cuda without a device", json_incref(cuda), 69,
+                            "generate.backend", "cuda");
+
+    /* retry and run of a task the store has: refused before it is touched (with
+     * --allow-graph-change, which these configurations need, it would be run, and die) */
+    char *dir = pl_dir("start"), *store = tu_fmt("%s/store", dir);
+    char *good = pl_write_config(pl_config(g_model_f32, outbox, "/start/503"), dir, "good.json");
+    c = pl_config(no_model, outbox, "/start/503");
+    char *bad_model = pl_write_config(c, dir, "bad-model.json");
+    c = pl_config(g_model_f32, outbox, "/start/503");
+    json_object_set_new(pl_section(c, "retrieve"), "index", json_string(no_index));
+    char *bad_index = pl_write_config(c, dir, "bad-index.json");
+    char *bad_cuda = pl_write_config(cuda, dir, "bad-cuda.json");
+    int rc = pl_run(&r, store, good, "--inline-wait-ms", "0");
+    ok(rc == 75, "refused at start: setup, a task failed at its notification (%d: %s)", rc,
+       pl_oneline(r.err));
+    tu_result_free(&r);
+    json_t *t0 = pl_show(store, PL_TASK);
+    struct {
+        const char *what, *config, *needle;
+        int want;
+    } cases[] = {
+        {"model file missing", bad_model, no_model, 66},
+        {"retrieval index absent", bad_index, no_index, 66},
+        {"backend cuda without a device", bad_cuda, "cuda", 69},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases - (size_t)gpu; i++) {
+        rc = pl_cairn(&r, "retry", "--store", store, "--config", cases[i].config, "--now",
+                      "--allow-graph-change", (const char *)NULL);
+        ok(rc == cases[i].want && tu_contains(r.err, cases[i].needle),
+           "refused at start (%s): retry exits %d, names %s (%d: %s)", cases[i].what, cases[i].want,
+           cases[i].needle, rc, pl_oneline(r.err));
+        tu_result_free(&r);
+        rc = pl_run(&r, store, cases[i].config, "--allow-graph-change", NULL);
+        ok(rc == cases[i].want && tu_contains(r.err, cases[i].needle),
+           "refused at start (%s): run of the existing task exits %d (%d: %s)", cases[i].what,
+           cases[i].want, rc, pl_oneline(r.err));
+        tu_result_free(&r);
+    }
+    json_t *t1 = pl_show(store, PL_TASK);
+    ok(t0 && t1 && !strcmp(pl_str(t1, "status"), "failed") &&
+           json_equal(json_object_get(t0, "attempt"), json_object_get(t1, "attempt")) &&
+           json_equal(json_object_get(t0, "steps"), json_object_get(t1, "steps")) &&
+           pl_hook_count("/start/503") == 1,
+       "refused at start: the task is as it was (failed, attempt %lld, same steps, 1 request)",
+       (long long)json_integer_value(json_object_get(t1, "attempt")));
+    json_decref(t0), json_decref(t1);
+    free(outbox), free(no_model), free(no_index), free(dir), free(store), free(good);
+    free(bad_model), free(bad_index), free(bad_cuda);
+}
+
 /* ------------------------------------------------------------------ dead tasks */
 
 static void expect_dead(const char *what, json_t *cfg, const char *hook_path, const char *outbox,
@@ -312,15 +392,66 @@ static void t_banned_reject(void)
 
 /* ------------------------------------------------------------------ graph change */
 
+/* Settings of how a step runs, not of what it produces (generate.threads and progress_every, a
+ * target's timeouts) are no graph change: an unfinished task run again after they changed is
+ * not refused, and nothing it committed runs again (the LLM is not paid twice, the delivered
+ * notification is not sent twice). */
+static void t_tuning_knobs(void)
+{
+    char *dir = pl_dir("knobs"), *store = tu_fmt("%s/store", dir), *outbox = pl_dir("knobs/out");
+    const char *shop = "/knobs/shop", *audit = "/knobs/audit/503,ok";
+    json_t *c = pl_config(g_model_f32, outbox, shop);
+    pl_add_hook(c, "audit", audit, "at_most_once", 5000);
+    json_t *c2 = json_deep_copy(c);
+    json_object_set_new(pl_section(c, "generate"), "threads", json_integer(1));
+    json_t *g2 = pl_section(c2, "generate");
+    json_object_set_new(g2, "threads", json_integer(2));
+    json_object_set_new(g2, "progress_every", json_integer(3));
+    json_object_set_new(json_array_get(pl_section(c2, "notify"), 0), "timeout_ms",
+                        json_integer(4000));
+    json_object_set_new(json_array_get(pl_section(c2, "notify"), 1), "connect_timeout_ms",
+                        json_integer(3000));
+    char *config = pl_write_config(c, dir, "config.json");
+    char *config2 = pl_write_config(c2, dir, "config2.json");
+
+    tu_result r;
+    int rc = pl_run(&r, store, config, "--inline-wait-ms", "0");
+    ok(rc == 75, "tuning: first run fails at notify.audit (503), shop delivered (%d: %s)", rc,
+       pl_oneline(r.err));
+    tu_result_free(&r);
+    json_t *t1 = pl_show(store, PL_TASK);
+    rc = pl_run(&r, store, config2, NULL, NULL);
+    ok(rc == 0 && !tu_contains(r.err, "graph"),
+       "tuning: threads, progress_every and timeouts changed: no graph change, the task "
+       "finishes (%d: %s)",
+       rc, pl_oneline(r.err));
+    tu_result_free(&r);
+    json_t *t2 = pl_show(store, PL_TASK);
+    ok(t1 && t2 && !strcmp(pl_str(t2, "status"), "succeeded") &&
+           json_integer_value(json_object_get(t2, "generation")) == 1 &&
+           json_equal(pl_step(t1, "retrieve"), pl_step(t2, "retrieve")) &&
+           json_equal(pl_step(t1, "generate"), pl_step(t2, "generate")) &&
+           json_equal(pl_step(t1, "postprocess"), pl_step(t2, "postprocess")) &&
+           json_equal(pl_step(t1, "notify.shop"), pl_step(t2, "notify.shop")),
+       "tuning: nothing committed ran again (generation 1, the same generate record)");
+    ok(pl_hook_count(shop) == 1 && pl_hook_count(audit) == 2,
+       "tuning: shop got 1 delivery, audit its retry (%zu, %zu)", pl_hook_count(shop),
+       pl_hook_count(audit));
+    json_decref(t1), json_decref(t2);
+    free(dir), free(store), free(outbox), free(config), free(config2);
+}
+
 /* The intended semantics of --allow-graph-change, pinned down here: a task started under one
  * configuration is never silently finished under another. An unfinished task whose prompt
  * changed is refused (exit 65, CAIRN_EGRAPHCHANGED) until the operator passes
  * --allow-graph-change; then a new generation starts at the first changed step (generate), and
- * everything after it runs again. The new text is a new business result, so its notification is
- * a new delivery with a NEW delivery ID (derived from task, step and generation): a receiver
- * deduplicating by webhook-id must see it, not drop it as a retry of the old one. Notifications
- * already sent for the old generation are not recalled. (A task that already succeeded is
- * final: running it again under a changed configuration returns its result, exit 0.)
+ * everything after it runs again, except the effects already done: a notification that was
+ * delivered is not delivered again (at most once per task, whatever the configuration became),
+ * while one not yet delivered carries the new text. To send the new text where the old one went,
+ * the operator says so: `invalidate --from notify.shop`, a new delivery with a NEW delivery ID
+ * (derived from the generation), which a receiver deduplicating by webhook-id must see, not drop
+ * as a retry of the old one. (A task that already succeeded is final: running it again under a
+ * changed configuration returns its result, exit 0.)
  *
  * To have an unfinished task that has already notified, the second target ("audit") times out
  * after the receiver got its request (at most once: the task is in doubt) and is settled as
@@ -391,29 +522,55 @@ static void t_graph_change(void)
             old_kept = 1;
     }
     ok(old_kept, "graph change: the old generation's output stays in the history");
-    const char *dlv2 = pl_out(t3, "notify.shop", "delivery_id");
     json_t *hooks = pl_log(pl.rlog, "path", shop);
-    const char *id0 = pl_str(json_object_get(json_array_get(hooks, 0), "headers"), "webhook-id");
-    const char *id1 = pl_str(json_object_get(json_array_get(hooks, 1), "headers"), "webhook-id");
-    json_t *body = json_loads(pl_str(json_array_get(hooks, 1), "body"), 0, NULL);
-    ok(json_array_size(hooks) == 2 && !strcmp(id0, dlv1) && !strcmp(id1, dlv2) &&
-           strcmp(dlv1, dlv2) != 0 &&
-           json_is_true(json_object_get(json_array_get(hooks, 1), "sig_valid")),
-       "graph change: notify.shop sent again with a NEW delivery ID (%s -> %s)", id0, id1);
-    ok(body && !strcmp(pl_str(json_object_get(body, "result"), "text"),
-                       pl_out(t3, "postprocess", "text")),
-       "graph change: the new delivery carries the new text");
-    json_decref(body);
+    ok(json_array_size(hooks) == 1 && !strcmp(pl_out(t3, "notify.shop", "delivery_id"), dlv1) &&
+           json_integer_value(json_object_get(pl_step(t3, "notify.shop"), "generation")) == 1,
+       "graph change: the delivered notify.shop is not sent again (%zu deliveries; its record of "
+       "generation 1 stays)",
+       json_array_size(hooks));
     json_decref(hooks);
     hooks = pl_log(pl.rlog, "path", audit);
+    json_t *body = json_loads(pl_str(json_array_get(hooks, 1), "body"), 0, NULL);
     ok(json_array_size(hooks) == 2 &&
            !strcmp(pl_str(json_object_get(json_array_get(hooks, 1), "headers"), "webhook-id"),
                    pl_out(t3, "notify.audit", "delivery_id")),
-       "graph change: notify.audit delivered in the new generation (%zu requests)",
+       "graph change: notify.audit (settled as not done) delivered in the new generation (%zu "
+       "requests)",
        json_array_size(hooks));
+    ok(body && !strcmp(pl_str(json_object_get(body, "result"), "text"),
+                       pl_out(t3, "postprocess", "text")),
+       "graph change: that delivery carries the new text");
+    json_decref(body);
     json_decref(hooks);
     ok(pl_check_outbox(outbox, PL_TASK, pl_out(t3, "postprocess", "text"), 0, "graph change") == 0,
        "graph change: the outbox holds the new text");
+
+    /* sending the new text to shop too is the operator's explicit act */
+    rc = pl_cairn(&r, "invalidate", "--store", store, "--config", config2, PL_TASK, "--from",
+                  "notify.shop", (const char *)NULL);
+    ok(rc == 0, "graph change: invalidate --from notify.shop (%d: %s)", rc, pl_oneline(r.err));
+    tu_result_free(&r);
+    rc = pl_run(&r, store, config2, NULL, NULL);
+    tu_result_free(&r);
+    json_t *t4 = pl_show(store, PL_TASK);
+    const char *dlv2 = pl_out(t4, "notify.shop", "delivery_id");
+    hooks = pl_log(pl.rlog, "path", shop);
+    const char *id0 = pl_str(json_object_get(json_array_get(hooks, 0), "headers"), "webhook-id");
+    const char *id1 = pl_str(json_object_get(json_array_get(hooks, 1), "headers"), "webhook-id");
+    body = json_loads(pl_str(json_array_get(hooks, 1), "body"), 0, NULL);
+    ok(rc == 0 && json_array_size(hooks) == 2 && !strcmp(id0, dlv1) && !strcmp(id1, dlv2) &&
+           strcmp(dlv1, dlv2) != 0 &&
+           json_is_true(json_object_get(json_array_get(hooks, 1), "sig_valid")) &&
+           pl_hook_count(audit) == 2,
+       "graph change: after invalidate, notify.shop sent again with a NEW delivery ID (%s -> %s), "
+       "notify.audit not",
+       id0, id1);
+    ok(body && !strcmp(pl_str(json_object_get(body, "result"), "text"),
+                       pl_out(t4, "postprocess", "text")),
+       "graph change: the new delivery carries the new text");
+    json_decref(body);
+    json_decref(hooks);
+    json_decref(t4);
 
     /* finished: a run under either configuration returns the result, sends nothing */
     rc = pl_run(&r, store, config, NULL, NULL);
@@ -439,9 +596,11 @@ int main(int argc, char **argv)
     t_full("q8_0", g_model_q8, NULL);
     t_full("q8_0-cache-f16", g_model_q8, "f16");
     t_config_errors();
+    t_refused_at_start();
     t_template_missing_field();
     t_banned_reject();
     t_graph_change();
+    t_tuning_knobs();
     free(g_model_f32), free(g_model_q8), free(g_f32_text);
     pl_teardown();
     return tap_done();

@@ -14,6 +14,7 @@
 
 #include "cairn.h"
 #include "common/config.h"
+#include "common/hash.h"
 #include "tests/tap.h"
 
 typedef struct demo {
@@ -47,6 +48,12 @@ static const cairn__cfg_field fields[] = {
 };
 #undef AT
 static const cairn__cfg_field *const tables[] = {fields, NULL};
+/* a second table with a tuning row, for cairn__cfg_version */
+static const cairn__cfg_field tuned[] = {
+    {"threads", CAIRN__CFG_INT, .size = sizeof(int), .lo = 0, .hi = 64, .tuning = 1},
+    {NULL},
+};
+static const cairn__cfg_field *const both[] = {fields, tuned, NULL};
 
 /* Reads `js` as section `path` (keys checked first, as the steps do); the code, and the message
  * in err. */
@@ -220,10 +227,46 @@ static void api(void)
        "... refusing a key its table does not declare (%s)", err);
 }
 
+static uint32_t version_of(const json_t *o, const cairn__cfg_field *const *t)
+{
+    cairn__cfg r;
+    uint32_t v = 0;
+    char err[128];
+    if (cairn__cfg_open(&r, o, "sec", NULL, err, sizeof err) || cairn__cfg_version(&r, t, &v))
+        return 0;
+    return v;
+}
+
+/* The step version: what the section says the step produces, not how it runs. */
+static void version(void)
+{
+    json_t *a = json_pack("{s:s, s:i}", "name", "x", "small", 2);
+    json_t *a1 = json_pack("{s:s, s:i, s:i}", "name", "x", "small", 2, "threads", 1);
+    json_t *a8 = json_pack("{s:i, s:s, s:i}", "threads", 8, "name", "x", "small", 2);
+    json_t *b = json_pack("{s:s, s:i}", "name", "x", "small", 3);
+    json_t *c = json_pack("{s:s, s:i, s:i}", "name", "x", "small", 2, "custom", 1);
+    uint32_t va = version_of(a, both);
+    ok(va >= 1 && version_of(a1, both) == va && version_of(a8, both) == va,
+       "a tuning setting, set or not, changes no version (%u)", va);
+    ok(version_of(b, both) != va && version_of(c, both) != va && version_of(a1, tables) != va,
+       "any other setting does, and so does a key whose row is not tuning");
+    /* the formula the pipeline always used, so a section without tuning keys keeps its version:
+     * the first 32 bits of SHA-256 of {"name":"x","small":2}, mod 2^31-1, plus 1 */
+    char hex[65], first[9];
+    const char *canon = "{\"name\":\"x\",\"small\":2}";
+    cairn__sha256_hex(canon, strlen(canon), hex);
+    snprintf(first, sizeof first, "%.8s", hex);
+    ok(va == (uint32_t)(strtoul(first, NULL, 16) % 0x7fffffffu) + 1,
+       "a section without tuning keys keeps the version it had (%u)", va);
+    ok(version_of(NULL, both) == 1, "an absent section is version 1");
+    json_decref(a), json_decref(a1), json_decref(a8), json_decref(b), json_decref(c);
+}
+
 int main(void)
 {
     defaults();
     errors();
     api();
+    version();
     return tap_done();
 }
