@@ -134,22 +134,20 @@ static int build(cairn__pipeline *p, const json_t *cfg, const char *store_dir, c
         snprintf(err, errlen, "generate: required section (the model and the prompt template)");
         return CAIRN_EJSON;
     }
+    /* each step's reader gets its section without the policy (rest) */
     json_t *rest = NULL;
     if (r && !(rc = split(r, "retrieve", P_RETRIEVE, &p->cfg_retrieve, &rest, err, errlen)))
         rc = cairn__retrieve_cfg_parse(rest, store_dir, &p->retrieve, err, errlen);
-    json_decref(rest);
-    if (rc || (rc = split(g, "generate", P_GENERATE, &p->cfg_generate, &rest, err, errlen)) ||
-        (rc = cairn__llm_cfg_parse(rest, base, &p->llm, err, errlen))) {
-        json_decref(rest);
-        return rc;
-    }
-    json_decref(rest);
-    if (!(rc = split(pp, "postprocess", P_POST, &p->cfg_post, &rest, err, errlen))) {
+    json_decref(rest), rest = NULL;
+    if (!rc && !(rc = split(g, "generate", P_GENERATE, &p->cfg_generate, &rest, err, errlen)))
+        rc = cairn__llm_cfg_parse(rest, base, &p->llm, err, errlen);
+    json_decref(rest), rest = NULL;
+    if (!rc && !(rc = split(pp, "postprocess", P_POST, &p->cfg_post, &rest, err, errlen))) {
         json_t *empty = rest ? NULL : json_object();
         rc = cairn__post_cfg_parse(rest ? rest : empty, base, &p->post, err, errlen);
         json_decref(empty);
     }
-    json_decref(rest);
+    json_decref(rest), rest = NULL;
     if (rc)
         return rc;
     if (nt && !json_is_array(nt)) {
@@ -168,7 +166,7 @@ static int build(cairn__pipeline *p, const json_t *cfg, const char *store_dir, c
         }
         if (!(rc = split(t, where, P_NOTIFY, &p->cfg_targets[i], &rest, err, errlen)))
             rc = cairn__notify_target_parse(rest, where, &p->targets[i], err, errlen);
-        json_decref(rest);
+        json_decref(rest), rest = NULL;
         if (rc)
             return rc;
         p->n_targets++;
