@@ -180,7 +180,8 @@ CAIRN_API const char *cairn_graph_name(const cairn_graph *g);
  * Returns the step (owned by the graph) or NULL; then cairn_graph_errmsg(g) says why (a
  * duplicate or bad name, no function, out of memory, or a frozen graph: one registered with a
  * runner). Defaults: version 1, compute, no probe, retry max 3 invocations, base 200 ms, cap
- * 30 s, no timeout. Adding a step undoes a validation (cairn_graph_fingerprint is NULL again). */
+ * 30 s, no time budget, no timeout. Adding a step undoes a validation (cairn_graph_fingerprint
+ * is NULL again). */
 CAIRN_API cairn_step *cairn_graph_add_step(cairn_graph *g, const char *name, cairn_step_fn fn,
                                            const char *deps);
 /* Step setters. Each returns 0, CAIRN_EINVAL (no step, or a bad value: version 0, an unknown
@@ -196,6 +197,19 @@ CAIRN_API int cairn_step_set_user(cairn_step *s, void *user); /* borrowed; calle
  * jitter), so the first retry waits at most base_ms. */
 CAIRN_API int cairn_step_set_retry(cairn_step *s, uint32_t max_invocations, uint32_t base_ms,
                                    uint32_t cap_ms);
+/* Time-based retry budget: with max_elapsed_ms > 0, a step that fails transiently is retried
+ * (with the backoff above) only until max_elapsed_ms have passed since it was first tried
+ * without success in this generation, as the task's audit trail records it: an effect's first
+ * intent, a compute step's first failure (an operator's resolve of the step starts the budget
+ * again; a new generation has its own). It measures time across processes, so a task retried
+ * by `cairn retry` has the same budget as one retried inside a run. No wait reaches past the
+ * budget's end (the last try comes at the end at the latest), and a Retry-After
+ * (cairn_ctx_set_retry_after) longer than what is left ends it at once; a spent budget makes
+ * the task dead, with a message naming the budget and how long the step was tried. The
+ * invocation limit of cairn_step_set_retry still applies (UINT32_MAX: none), and so does the
+ * runner's attempt limit (cairn_runner_set_max_attempts), which counts runs. 0 (default): no
+ * time limit. */
+CAIRN_API int cairn_step_set_retry_budget(cairn_step *s, uint32_t max_elapsed_ms);
 /* Hard timeout: with timeout_ms > 0 the step runs in a child process that is killed with
  * SIGKILL at the deadline (the step is then a transient failure; an effect becomes in doubt).
  * 0 (default): runs in-process, no timeout. */

@@ -1,4 +1,4 @@
-/* runner/graph.c - graph definition, validation, fingerprint and backoff.
+/* runner/graph.c - graph definition, validation, fingerprint, backoff and retry budgets.
  *
  * A graph is checked once, when it is registered: every dependency must name a step, there must
  * be no cycle, and names must be unique. Validation also fixes the execution order (a
@@ -183,6 +183,15 @@ int cairn_step_set_retry(cairn_step *s, uint32_t max_inv, uint32_t base_ms, uint
     if (rc || max_inv == 0 || cap_ms < base_ms)
         return rc ? rc : CAIRN_EINVAL;
     s->max_invocations = max_inv, s->base_ms = base_ms, s->cap_ms = cap_ms;
+    step_changed(s);
+    return 0;
+}
+int cairn_step_set_retry_budget(cairn_step *s, uint32_t max_elapsed_ms)
+{
+    int rc = step_mutable(s);
+    if (rc)
+        return rc;
+    s->budget_ms = max_elapsed_ms;
     step_changed(s);
     return 0;
 }
@@ -374,4 +383,20 @@ uint32_t cairn__backoff_ms(const cairn_step *s, uint32_t invocations, uint64_t *
     if (ceiling > s->cap_ms)
         ceiling = s->cap_ms;
     return (uint32_t)(next_rand(rng) % (ceiling + 1));
+}
+
+int cairn__budget_wait(const cairn_step *s, int64_t start_ms, int64_t now_ms, uint32_t backoff_ms,
+                       uint32_t retry_after_ms, uint32_t *wait_ms)
+{
+    int64_t left = start_ms + (int64_t)s->budget_ms - now_ms;
+    *wait_ms = 0;
+    if (left <= 0)
+        return 1;
+    *wait_ms = (uint32_t)(left < UINT32_MAX ? left : UINT32_MAX);
+    if (retry_after_ms > left) /* the receiver would refuse a try before then */
+        return 2;
+    uint32_t wait = backoff_ms > retry_after_ms ? backoff_ms : retry_after_ms;
+    if (wait < *wait_ms) /* else the last try comes at the budget's end */
+        *wait_ms = wait;
+    return 0;
 }

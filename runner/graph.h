@@ -12,6 +12,7 @@ struct cairn_step {
     void *user;
     cairn_delivery delivery;
     uint32_t max_invocations, base_ms, cap_ms, timeout_ms;
+    uint32_t budget_ms; /* cairn_step_set_retry_budget; 0: none */
     int expensive;
     char *deps_text;
     size_t n_deps;
@@ -38,5 +39,12 @@ int cairn__name_ok(const char *name);
 cairn_step *cairn__graph_step(const cairn_graph *g, const char *name);
 /* Delay before the next invocation after `invocations` failed ones (full jitter). */
 uint32_t cairn__backoff_ms(const cairn_step *s, uint32_t invocations, uint64_t *rng);
+/* A time budget's arithmetic, for a step that has been tried since start_ms (its budget ends at
+ * start_ms + s->budget_ms) and failed transiently at now_ms: the wait before its next try is the
+ * backoff, at least the step's Retry-After, and never past the budget's end. Returns 0 with the
+ * wait in *wait_ms; 1 when the budget is spent (now at or past its end); 2 when the Retry-After
+ * asked for reaches past its end (*wait_ms then holds the time left). */
+int cairn__budget_wait(const cairn_step *s, int64_t start_ms, int64_t now_ms, uint32_t backoff_ms,
+                       uint32_t retry_after_ms, uint32_t *wait_ms);
 
 #endif

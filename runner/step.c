@@ -326,6 +326,79 @@ static void ctx_clear(cairn_ctx *c)
     c->progress_bytes = NULL;
 }
 
+/* ------------------------------------------------------------------ retry budgets */
+
+/* When a step's time budget began: the first record of its audit trail in this generation that
+ * a run wrote (an effect's first intent, a compute step's first failure), after the last time
+ * an operator sent it back to pending (resolve). The trail is the store's own record of the
+ * step, so the budget holds across processes with no field of its own. */
+typedef struct budget_arg {
+    cairn_ctx *ctx;
+    int64_t start_ms; /* 0: none yet */
+} budget_arg;
+
+static int budget_rec(const cairn__audit_rec *rec, void *arg)
+{
+    budget_arg *a = arg;
+    if (rec->generation != a->ctx->generation || strcmp(rec->step, a->ctx->step->name) != 0)
+        return 0;
+    if (rec->to == CAIRN_PENDING)
+        a->start_ms = 0;
+    else if (rec->from == CAIRN_RUNNING && !a->start_ms)
+        a->start_ms = rec->t_ms;
+    return 0;
+}
+
+static int budget_txn(cairn__txn *t, void *arg)
+{
+    budget_arg *a = arg;
+    a->start_ms = 0;
+    return cairn__audit_each(t, a->ctx->task_id, budget_rec, a);
+}
+
+/* "45 s", "12 min", "24 h": a duration as a message states it (rounded down). */
+static const char *span(char buf[24], int64_t ms)
+{
+    int64_t s = ms / 1000;
+    if (s < 600)
+        snprintf(buf, 24, "%lld s", (long long)s);
+    else if (s < 7200)
+        snprintf(buf, 24, "%lld min", (long long)(s / 60));
+    else
+        snprintf(buf, 24, "%lld h %lld min", (long long)(s / 3600), (long long)(s / 60 % 60));
+    return buf;
+}
+
+/* For a step with a time budget that failed transiently: 0 with the wait before its next try
+ * in *delay (the backoff and Retry-After already in it, cut to the budget's end), or, when the
+ * budget is spent, 1 with the reason in why. */
+static int budget_check(cairn_ctx *c, uint32_t inv, const cairn__outcome *o, uint32_t *delay,
+                        char *why, size_t whylen)
+{
+    budget_arg a = {.ctx = c};
+    int rc = cairn__store_read(c->r->store, budget_txn, &a);
+    if (rc)
+        return cairn__runner_store_fail(c->r, rc);
+    int64_t now = cairn__now_ms(), start = a.start_ms && a.start_ms < now ? a.start_ms : now;
+    uint32_t wait;
+    int spent = cairn__budget_wait(c->step, start, now, *delay, o->retry_after_ms, &wait);
+    char tried[24], budget[24], left[24], asked[24];
+    span(tried, now - start), span(budget, c->step->budget_ms);
+    if (spent == 1)
+        snprintf(why, whylen,
+                 "step '%s' failed for %s, the whole of its retry budget of %s (%u "
+                 "invocations); last error: %s",
+                 c->step->name, tried, budget, inv, o->err);
+    else if (spent == 2)
+        snprintf(why, whylen,
+                 "step '%s' was asked to wait %s (Retry-After), more than the %s left of its "
+                 "retry budget of %s (tried for %s, %u invocations); last error: %s",
+                 c->step->name, span(asked, o->retry_after_ms), span(left, wait), budget, tried,
+                 inv, o->err);
+    *delay = wait;
+    return spent ? 1 : 0;
+}
+
 /* ------------------------------------------------------------------ one step */
 
 static void sleep_ms(cairn_runner *r, uint32_t ms)
@@ -464,10 +537,18 @@ static int run_step(cairn_ctx *c, const cairn_graph *g)
         uint32_t delay = cairn__backoff_ms(s, inv, &r->rng);
         if (o.retry_after_ms > delay) /* the receiver asked for more time (Retry-After) */
             delay = o.retry_after_ms;
+        char why[CAIRN__ERR_MAX];
+        int spent = 0;
         if (inv >= s->max_invocations) {
-            char why[CAIRN__ERR_MAX];
             snprintf(why, sizeof why, "step '%s' failed on all %u invocations; last: %s", s->name,
                      inv, o.err);
+            spent = 1;
+        } else if (s->budget_ms &&
+                   (spent = budget_check(c, inv, &o, &delay, why, sizeof why)) < 0) {
+            cairn__outcome_free(&o);
+            return spent;
+        }
+        if (spent) {
             rc = commit(c, C_DEAD, CAIRN__DURABLE, NULL, 0, why, inv, 0);
             cairn__outcome_free(&o);
             return rc ? rc
@@ -484,7 +565,6 @@ static int run_step(cairn_ctx *c, const cairn_graph *g)
         }
         int64_t next = cairn__now_ms() + delay;
         if (c->attempt >= r->max_attempts) {
-            char why[CAIRN__ERR_MAX];
             snprintf(why, sizeof why, "step '%s' failed and the task used all %u attempts: %s",
                      s->name, r->max_attempts, o.err);
             rc = commit(c, C_DEAD, CAIRN__DURABLE, NULL, 0, why, inv, 0);

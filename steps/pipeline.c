@@ -23,10 +23,31 @@
 #include "common/str.h"
 #include "steps/llm.h"
 #include "steps/notify.h"
+#include "steps/policy.h"
 #include "steps/postprocess.h"
 #include "steps/retrieve.h"
 
 #define MAX_TARGETS 16
+
+/* Each step's retry budget and timeout unless its section says otherwise ("retry",
+ * "timeout_s": steps/policy.h). A receiver or a search service may be down for hours, and a
+ * webhook sender people trust keeps trying for a day or more, so notify's budget is a day; the
+ * compute steps fail transiently on a lack of memory, a busy GPU, a full outbox disk or an
+ * index being rebuilt, which an hour outlasts. Caps keep a retry within reach of the recovery
+ * (a generation, which may redo a whole timeout's work, waits longer between tries). */
+static const cairn__policy default_policy[] = {
+    {.max_elapsed_s = 3600, .base_ms = 500, .max_ms = 60000},     /* retrieve */
+    {.max_elapsed_s = 3600, .base_ms = 1000, .max_ms = 300000},   /* generate */
+    {.max_elapsed_s = 3600, .base_ms = 500, .max_ms = 60000},     /* postprocess */
+    {.max_elapsed_s = 86400, .base_ms = 1000, .max_ms = 3600000}, /* notify.<target> */
+};
+enum { P_RETRIEVE, P_GENERATE, P_POST, P_NOTIFY };
+
+/* A step's configuration as the pipeline holds it beside the step's own: its policy
+ * (steps/policy.h). */
+typedef struct step_cfg {
+    cairn__policy policy;
+} step_cfg;
 
 struct cairn__pipeline {
     char *path; /* of the configuration file, for messages */
@@ -36,6 +57,7 @@ struct cairn__pipeline {
     cairn__post_cfg *post;
     cairn__notify_target *targets[MAX_TARGETS];
     size_t n_targets;
+    step_cfg cfg_retrieve, cfg_generate, cfg_post, cfg_targets[MAX_TARGETS];
 };
 
 void cairn__pipeline_free(cairn__pipeline *p)
@@ -65,6 +87,26 @@ int cairn__pipeline_check(cairn__pipeline *p, char *err, size_t errlen)
     return rc;
 }
 
+/* Takes a section's policy (over the step's defaults); *rest is what the step's own reader gets
+ * (a new reference; NULL for an absent section), so the step's version leaves the policy out. */
+static int split(const json_t *section, const char *path, int kind, step_cfg *c, json_t **rest,
+                 char *err, size_t errlen)
+{
+    c->policy = default_policy[kind];
+    return cairn__policy_read(section, path, &c->policy, rest, err, errlen);
+}
+
+/* A step of the graph with its configuration and version. */
+static cairn_step *add_step(cairn__pipeline *p, const char *name, cairn_step_fn fn,
+                            const char *deps, void *user, const step_cfg *c, uint32_t version)
+{
+    cairn_step *s = cairn_graph_add_step(p->g, name, fn, deps);
+    if (s && (cairn_step_set_user(s, user) || cairn_step_set_version(s, version) ||
+              cairn__policy_apply(&c->policy, s)))
+        return NULL;
+    return s;
+}
+
 static int build(cairn__pipeline *p, const json_t *cfg, const char *store_dir, const char *base,
                  char *err, size_t errlen)
 {
@@ -87,13 +129,20 @@ static int build(cairn__pipeline *p, const json_t *cfg, const char *store_dir, c
         snprintf(err, errlen, "generate: required section (the model and the prompt template)");
         return CAIRN_EJSON;
     }
-    if (r && (rc = cairn__retrieve_cfg_parse(r, store_dir, &p->retrieve, err, errlen)))
-        return rc;
-    if ((rc = cairn__llm_cfg_parse(g, base, &p->llm, err, errlen)))
-        return rc;
-    json_t *empty = json_object();
-    rc = cairn__post_cfg_parse(pp ? pp : empty, base, &p->post, err, errlen);
-    json_decref(empty);
+    /* each step's reader gets its section without the policy (rest) */
+    json_t *rest = NULL;
+    if (r && !(rc = split(r, "retrieve", P_RETRIEVE, &p->cfg_retrieve, &rest, err, errlen)))
+        rc = cairn__retrieve_cfg_parse(rest, store_dir, &p->retrieve, err, errlen);
+    json_decref(rest), rest = NULL;
+    if (!rc && !(rc = split(g, "generate", P_GENERATE, &p->cfg_generate, &rest, err, errlen)))
+        rc = cairn__llm_cfg_parse(rest, base, &p->llm, err, errlen);
+    json_decref(rest), rest = NULL;
+    if (!rc && !(rc = split(pp, "postprocess", P_POST, &p->cfg_post, &rest, err, errlen))) {
+        json_t *empty = rest ? NULL : json_object();
+        rc = cairn__post_cfg_parse(rest ? rest : empty, base, &p->post, err, errlen);
+        json_decref(empty);
+    }
+    json_decref(rest), rest = NULL;
     if (rc)
         return rc;
     if (nt && !json_is_array(nt)) {
@@ -110,7 +159,10 @@ static int build(cairn__pipeline *p, const json_t *cfg, const char *store_dir, c
             snprintf(err, errlen, "%s: at most %d targets", where, MAX_TARGETS);
             return CAIRN_EJSON;
         }
-        if ((rc = cairn__notify_target_parse(t, where, &p->targets[i], err, errlen)))
+        if (!(rc = split(t, where, P_NOTIFY, &p->cfg_targets[i], &rest, err, errlen)))
+            rc = cairn__notify_target_parse(rest, where, &p->targets[i], err, errlen);
+        json_decref(rest), rest = NULL;
+        if (rc)
             return rc;
         p->n_targets++;
         for (size_t j = 0; j < i; j++)
@@ -150,21 +202,16 @@ static int build(cairn__pipeline *p, const json_t *cfg, const char *store_dir, c
     if (!p->g)
         return CAIRN_ENOMEM;
     cairn_step *s;
-    if (p->retrieve) {
-        s = cairn_graph_add_step(p->g, "retrieve", cairn__retrieve_step, NULL);
-        cairn_step_set_user(s, p->retrieve);
-        cairn_step_set_version(s, cairn__retrieve_cfg_version(p->retrieve));
-        cairn_step_set_retry(s, 5, 500, 30000);
-    }
-    s = cairn_graph_add_step(p->g, "generate", cairn__llm_step, p->retrieve ? "retrieve" : NULL);
-    cairn_step_set_user(s, p->llm);
-    cairn_step_set_version(s, cairn__llm_cfg_version(p->llm));
-    cairn_step_set_expensive(s, 1);
-    cairn_step_set_retry(s, 3, 1000, 60000);
-    s = cairn_graph_add_step(p->g, "postprocess", cairn__postprocess_step, "generate");
-    cairn_step_set_user(s, p->post);
-    /* an absent section is version 1, as it always was */
-    cairn_step_set_version(s, pp ? cairn__post_cfg_version(p->post) : 1);
+    if (p->retrieve && !add_step(p, "retrieve", cairn__retrieve_step, NULL, p->retrieve,
+                                 &p->cfg_retrieve, cairn__retrieve_cfg_version(p->retrieve)))
+        return CAIRN_ENOMEM;
+    s = add_step(p, "generate", cairn__llm_step, p->retrieve ? "retrieve" : NULL, p->llm,
+                 &p->cfg_generate, cairn__llm_cfg_version(p->llm));
+    /* an absent postprocess section is version 1, as it always was */
+    if (!s || cairn_step_set_expensive(s, 1) ||
+        !add_step(p, "postprocess", cairn__postprocess_step, "generate", p->post, &p->cfg_post,
+                  pp ? cairn__post_cfg_version(p->post) : 1))
+        return CAIRN_ENOMEM;
     for (i = 0; i < p->n_targets; i++) {
         char name[80];
         snprintf(name, sizeof name, "notify.%s", cairn__notify_target_name(p->targets[i]));
@@ -173,15 +220,13 @@ static int build(cairn__pipeline *p, const json_t *cfg, const char *store_dir, c
         char deps[80];
         snprintf(deps, sizeof deps, "postprocess%s%s", strcmp(src, "postprocess") ? "," : "",
                  strcmp(src, "postprocess") ? src : "");
-        s = cairn_graph_add_step(p->g, name, cairn__notify_step, deps);
+        s = add_step(p, name, cairn__notify_step, deps, p->targets[i], &p->cfg_targets[i],
+                     cairn__notify_target_version(p->targets[i]));
         if (!s) {
             snprintf(err, errlen, "notify[%zu].name: %s", i, cairn_graph_errmsg(p->g));
             return CAIRN_EJSON;
         }
-        cairn_step_set_user(s, p->targets[i]);
         cairn_step_set_delivery(s, cairn__notify_target_delivery(p->targets[i]));
-        cairn_step_set_version(s, cairn__notify_target_version(p->targets[i]));
-        cairn_step_set_retry(s, 5, 1000, 300000);
     }
     rc = cairn_graph_validate(p->g);
     if (rc)

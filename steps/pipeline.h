@@ -10,9 +10,10 @@
 typedef struct cairn__pipeline cairn__pipeline;
 
 /* Reads and validates the configuration file and builds the graph. `store_dir` locates the
- * default retrieval index (<store>/index). Errors name the file and field
- * ("pipeline.json: generate.temperature: must be a number from 0 to 100") or, for malformed JSON,
- * file:line:column. Returns 0, CAIRN_ENOENT, CAIRN_EJSON, CAIRN_ENOMEM. */
+ * default retrieval index (<store>/index). Every section may also hold "retry" and "timeout_s"
+ * (steps/policy.h), which set its step's retry budget and hard timeout. Errors name the file
+ * and field ("pipeline.json: generate.temperature: must be a number from 0 to 100") or, for
+ * malformed JSON, file:line:column. Returns 0, CAIRN_ENOENT, CAIRN_EJSON, CAIRN_ENOMEM. */
 int cairn__pipeline_load(const char *config_path, const char *store_dir, cairn__pipeline **out,
                          char *err, size_t errlen);
 void cairn__pipeline_free(cairn__pipeline *p);

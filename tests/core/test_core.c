@@ -541,15 +541,15 @@ static void test_graph_frozen(void)
     snprintf(fp, sizeof fp, "%s", cairn_graph_fingerprint(g));
     snprintf(pin, sizeof pin, "%s", g->pin);
     cairn_step saved = *b;
-    int rcs[7] = {
+    int rcs[8] = {
         cairn_step_set_version(b, 3),       cairn_step_set_delivery(b, CAIRN_EFFECT),
         cairn_step_set_probe(b, probe_nop), cairn_step_set_user(b, &dummy),
         cairn_step_set_retry(b, 9, 1, 2),   cairn_step_set_timeout(b, 1000),
-        cairn_step_set_expensive(b, 1),
+        cairn_step_set_expensive(b, 1),     cairn_step_set_retry_budget(b, 60000),
     };
-    static const char *const names[7] = {"version", "delivery", "probe",    "user",
-                                         "retry",   "timeout",  "expensive"};
-    for (int i = 0; i < 7; i++)
+    static const char *const names[8] = {"version", "delivery", "probe",     "user",
+                                         "retry",   "timeout",  "expensive", "retry_budget"};
+    for (int i = 0; i < 8; i++)
         ok(rcs[i] == CAIRN_EBUSY, "after add_graph, cairn_step_set_%s is CAIRN_EBUSY (%s)",
            names[i], cairn_errname(rcs[i]));
     ok(memcmp(&saved, b, sizeof saved) == 0, "and the step is unchanged");
@@ -651,6 +651,50 @@ static void test_backoff(void)
     cairn_graph_free(g);
 }
 
+/* ------------------------------------------------------------------ retry budget */
+
+/* The budget's arithmetic (cairn__budget_wait): a step tried since `start` with a 60 s budget,
+ * at several moments, backoffs and Retry-Afters. Times are plain numbers: nothing waits. */
+static void test_budget(void)
+{
+    cairn_graph *g = cairn_graph_new("bu", 1);
+    cairn_step *s = cairn_graph_add_step(g, "s", nop, NULL);
+    ok(cairn_step_set_retry_budget(s, 60000) == 0 && s->budget_ms == 60000 &&
+           cairn_step_set_retry_budget(NULL, 1) == CAIRN_EINVAL,
+       "cairn_step_set_retry_budget sets the budget; NULL step is CAIRN_EINVAL");
+    const int64_t t0 = 1700000000000;
+    static const struct {
+        int64_t now; /* since t0 */
+        uint32_t backoff, retry_after;
+        int want;
+        uint32_t wait;
+        const char *what;
+    } cases[] = {
+        {0, 800, 0, 0, 800, "the first failure: the backoff"},
+        {10000, 4000, 0, 0, 4000, "well inside the budget: the backoff"},
+        {10000, 1000, 5000, 0, 5000, "a Retry-After longer than the backoff is waited"},
+        {57000, 8000, 0, 0, 3000, "a backoff past the end is cut: the last try at the end"},
+        {59999, 8000, 0, 0, 1, "1 ms left: the last try in 1 ms"},
+        {60000, 100, 0, 1, 0, "at the end: spent"},
+        {3600000, 100, 0, 1, 0, "long after the end (a late cron run): spent"},
+        {50000, 100, 10001, 2, 10000, "a Retry-After beyond the end ends it, with the time left"},
+        {50000, 100, 10000, 0, 10000, "a Retry-After reaching exactly the end is waited"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        uint32_t wait = 12345;
+        int rc = cairn__budget_wait(s, t0, t0 + cases[i].now, cases[i].backoff,
+                                    cases[i].retry_after, &wait);
+        ok(rc == cases[i].want && wait == cases[i].wait, "budget: %s (rc %d, wait %u ms)",
+           cases[i].what, rc, wait);
+    }
+    uint32_t wait = 0;
+    cairn_step_set_retry_budget(s, UINT32_MAX);
+    int rc = cairn__budget_wait(s, t0, t0 + 1000, UINT32_MAX, 0, &wait);
+    ok(rc == 0 && wait == UINT32_MAX - 1000,
+       "a 49-day budget and a huge backoff: no overflow (wait %u)", wait);
+    cairn_graph_free(g);
+}
+
 int main(void)
 {
     test_errors();
@@ -661,5 +705,6 @@ int main(void)
     test_runner_lifecycle();
     test_graph_frozen();
     test_backoff();
+    test_budget();
     return tap_done();
 }

@@ -1,9 +1,13 @@
 #!/usr/bin/env python3
 """A real HTTP webhook receiver for the notify tests (stdlib only).
 
-Usage: receiver.py LOG.jsonl   (the signing secret comes from $CAIRN_WEBHOOK_SECRET)
+Usage: receiver.py LOG.jsonl [PORT [ACTION]]   (the signing secret comes from
+$CAIRN_WEBHOOK_SECRET)
 
-Binds 127.0.0.1 on a free port and prints that port on stdout. Every request is appended to
+Binds 127.0.0.1 on PORT (default 0: a free port) and prints the port on stdout; a test that
+restarts a receiver on the same port sees a receiver that went away and came back. ACTION, when
+given, answers every request (as a plan's step, below): "503" is a receiver that is up but
+failing. Every request is appended to
 LOG as one JSON line *before* it is answered: {"path", "n", "action", "headers" (lower-case
 names), "body", "sig_valid", "sig_reason"}. The signature is checked independently of cairn,
 per Standard Webhooks: key = base64-decode(secret without "whsec_"), expected =
@@ -64,6 +68,8 @@ def verify(secret, headers, body):
 
 
 def action_for(path):
+    if Handler.action:
+        return 0, Handler.action
     plan = path.rstrip("/").rsplit("/", 1)[-1].split("?")[0]
     steps = plan.split(",")
     known = all(s in ("ok", "reset", "garbage") or s.isdigit() or s.startswith("429:")
@@ -81,6 +87,7 @@ class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     log_path = None
     secret = None
+    action = None
 
     def log_message(self, fmt, *args):  # quiet: the JSONL log is the record
         pass
@@ -143,12 +150,14 @@ class Handler(BaseHTTPRequestHandler):
 
 
 def main():
-    if len(sys.argv) != 2:
-        sys.stderr.write("usage: receiver.py LOG.jsonl\n")
+    if not 2 <= len(sys.argv) <= 4:
+        sys.stderr.write("usage: receiver.py LOG.jsonl [PORT [ACTION]]\n")
         return 64
     Handler.log_path = sys.argv[1]
     Handler.secret = os.environ.get("CAIRN_WEBHOOK_SECRET", "")
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    Handler.action = sys.argv[3] if len(sys.argv) > 3 else None
+    port = int(sys.argv[2]) if len(sys.argv) > 2 else 0
+    srv = ThreadingHTTPServer(("127.0.0.1", port), Handler)
     srv.daemon_threads = True
     print(srv.server_address[1], flush=True)
     try:
