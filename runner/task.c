@@ -76,6 +76,20 @@ static int load_txn(cairn__txn *txn, void *arg)
     return cairn__step_each(txn, t->rec.id, step_cb, t);
 }
 
+/* 1 if the pin ("a@1,b@2") names step `name` */
+static int pin_names(const char *pin, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *p = pin; *p;) {
+        size_t len = strcspn(p, "@,");
+        if (len == n && memcmp(p, name, n) == 0)
+            return 1;
+        p += strcspn(p, ",");
+        p += *p == ',';
+    }
+    return 0;
+}
+
 int cairn_task_load(cairn_store *s, const char *task_id, cairn_task **out)
 {
     if (!s || !task_id || !out || strlen(task_id) > CAIRN__ID_MAX)
@@ -100,6 +114,20 @@ int cairn_task_load(cairn_store *s, const char *task_id, cairn_task **out)
                 latest = 0;
         t->steps[i].current = latest;
     }
+    /* A record written in the task's generation is of a step of the graph the task is pinned to
+     * (a graph change starts a new generation): one of another step is a damaged record that
+     * its checksum did not catch, and is refused like one. */
+    for (size_t i = 0; i < t->n_steps; i++)
+        if (t->steps[i].rec.generation == t->rec.generation && t->rec.steps_pin[0] &&
+            !pin_names(t->rec.steps_pin, t->steps[i].name)) {
+            rc = cairn__store_fail(s, CAIRN_ECORRUPT,
+                                   "task '%s' has a record of step '%s' in generation %u, which "
+                                   "its graph does not define: the store is damaged (run `cairn "
+                                   "check`)",
+                                   task_id, t->steps[i].name, t->rec.generation);
+            cairn_task_free(t);
+            return rc;
+        }
     *out = t;
     return 0;
 }

@@ -41,6 +41,7 @@ static void fill_task(cairn__task_rec *r, const char *id)
     memset(r, 0, sizeof *r);
     snprintf(r->id, sizeof r->id, "%s", id);
     snprintf(r->graph, sizeof r->graph, "g");
+    snprintf(r->steps_pin, sizeof r->steps_pin, "a@1,work@1");
     r->state = CAIRN_SUCCEEDED;
     r->generation = 1;
     r->created_ms = r->updated_ms = r->finished_ms = 1000;
@@ -258,6 +259,34 @@ static void test_key_flip(void)
        "task t4 is CAIRN_ECORRUPT, not absent (a run would create it again) (\"%s\")", m);
 }
 
+/* A record of a step the task's graph does not define, in the task's generation, with a valid
+ * checksum (damage its checksum cannot see, as a record written under a wrong key would be). */
+static void test_undefined_step(void)
+{
+    char dir[300];
+    fresh(dir, "undefined");
+    char k[64];
+    size_t kn;
+    step_key(k, &kn, "t2", "zzz");
+    unsigned char v[64];
+    char wk[64];
+    size_t wkn;
+    step_key(wk, &wkn, "t2", "work");
+    long n = tu_raw_get(dir, "steps", wk, wkn, v, sizeof v);
+    ok(n > 0 && tu_raw_put(dir, "steps", k, kn, v, (size_t)n) == 0,
+       "plant: t2 gains a sealed record of step 'zzz' in its generation");
+    cairn_store *s = open_store(dir);
+    cairn_task *t = NULL;
+    int rc = s ? cairn_task_load(s, "t2", &t) : -1;
+    const char *m = s ? cairn_store_errmsg(s) : "";
+    ok(rc == CAIRN_ECORRUPT && t == NULL && strstr(m, "'zzz'") && strstr(m, "does not define"),
+       "loading t2 is CAIRN_ECORRUPT naming the step (\"%s\")", m);
+    rc = s ? cairn_task_load(s, "t3", &t) : -1;
+    ok(rc == 0 && t, "t3 loads as before");
+    cairn_task_free(t);
+    cairn_store_free(s);
+}
+
 static void test_upgrade(void)
 {
     char dir[300], m[1024];
@@ -285,6 +314,7 @@ int main(void)
     test_clean();
     test_value_flip();
     test_key_flip();
+    test_undefined_step();
     test_upgrade();
     if (!getenv("CAIRN_KEEP_TMP"))
         tu_rmtree(root);
