@@ -133,7 +133,9 @@ int cairn__map_settle_durability(cairn_store *s, const char *dir)
  * (stopped, say) makes the others give up with CAIRN_EBUSY rather than wait for ever. */
 static int map_lock(cairn_store *s)
 {
-    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
+    /* a read-only handle changes no map: it only keeps the size from changing while it opens */
+    struct flock fl = {
+        .l_type = s->readonly ? F_RDLCK : F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
     if (s->map_lock_fd < 0)
         return 0;
     for (int waited_ms = 0;; waited_ms += 5) {
@@ -312,8 +314,9 @@ int cairn__map_open(cairn_store *s, const char *dir, unsigned flags)
     if (s->durability == CAIRN_SYNC && (rc = cairn__synced_open(s, dir)))
         return rc;
     snprintf(path, sizeof path, "%s/map.lock", dir);
-    s->map_lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-    if (s->map_lock_fd < 0)
+    s->map_lock_fd = s->readonly ? open(path, O_RDONLY | O_CLOEXEC)
+                                 : open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (s->map_lock_fd < 0 && !(s->readonly && errno == ENOENT))
         return cairn__store_fail(s, errno == ENOSPC ? CAIRN_EFULL : CAIRN_EIO, "cannot open %s: %s",
                                  path, strerror(errno));
     if ((rc = map_lock(s)))
@@ -350,7 +353,7 @@ int cairn__map_open(cairn_store *s, const char *dir, unsigned flags)
     }
     MDB_envinfo info;
     MDB_stat est;
-    if (s->durability == CAIRN_NOSYNC && mdb_env_info(s->env, &info) == 0 &&
+    if (s->durability == CAIRN_NOSYNC && !s->readonly && mdb_env_info(s->env, &info) == 0 &&
         mdb_env_stat(s->env, &est) == 0) {
         /* Every open makes sure the whole map has space (fallocate over allocated blocks costs
          * next to nothing): a new store's file is a hole after its two meta pages, and a store

@@ -304,6 +304,13 @@ static int open_dbs(cairn_store *s)
         return rc ? cairn__mdb_fail(NULL, s, rc, "open database") : 0;
     }
     mdb_txn_abort(txn);
+    if (s->readonly)
+        return cairn__store_fail(s, CAIRN_EIO,
+                                 "store %s %s, which takes write access to it: run any command on "
+                                 "it once as a user who may write it",
+                                 s->dir,
+                                 missing ? "lacks some of its databases"
+                                         : "was written by an older cairn and must be upgraded");
     return cairn__store_write(s, CAIRN__DURABLE, create_dbs_txn, NULL);
 }
 
@@ -336,6 +343,12 @@ int cairn_store_open(cairn_store *s, const char *dir)
     struct stat st;
     if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
         return cairn__store_fail(s, CAIRN_EIO, "store path %s is not a directory", dir);
+    /* a user who may read the store but not write it (a read-only mount, a group that reads)
+     * opens it read-only: show, list, audit, stats and check work; writes are refused */
+    char data[4200];
+    snprintf(data, sizeof data, "%s/data.mdb", dir);
+    s->readonly = access(data, F_OK) == 0 && (access(data, W_OK) != 0 || access(dir, W_OK) != 0) &&
+                  (errno == EACCES || errno == EROFS || errno == EPERM);
     int rc = mdb_env_create(&s->env);
     if (rc)
         return open_failed(s, cairn__mdb_fail(NULL, s, rc, "create environment"));
@@ -347,10 +360,20 @@ int cairn_store_open(cairn_store *s, const char *dir)
     /* both commit without a flush: a nosync store never flushes, a sync store at its durable
      * points (synced.c) */
     flags |= s->durability == CAIRN_NOSYNC ? MDB_NOSYNC | MDB_WRITEMAP : MDB_NOSYNC;
+    if (s->readonly) {
+        char lock[4200];
+        snprintf(lock, sizeof lock, "%s/lock.mdb", dir);
+        /* without write access to lock.mdb either, LMDB reads without its reader table: a
+         * writer may then reuse pages a read is using, which a record's checksum or the fault
+         * guard turns into exit 74 (run the command again), never into a wrong answer */
+        flags = (flags & ~(unsigned)MDB_WRITEMAP) | MDB_RDONLY |
+                (access(lock, W_OK) != 0 ? MDB_NOLOCK : 0);
+    }
     if ((rc = cairn__map_open(s, dir, flags)))
         return open_failed(s, rc);
     int dead = 0;
-    mdb_reader_check(s->env, &dead); /* clear reader slots of killed processes */
+    if (!s->readonly)
+        mdb_reader_check(s->env, &dead); /* clear reader slots of killed processes */
     cairn__guard g;
     if (sigsetjmp(g.jb, 1))
         return open_failed(s, cairn__guard_fault(s, &g));
@@ -361,7 +384,8 @@ int cairn_store_open(cairn_store *s, const char *dir)
     cairn__guard_pop(&g);
     if (orc)
         return open_failed(s, orc);
-    cairn__file_mark_created(s, dir); /* from now on an empty data.mdb is a lost store */
+    if (!s->readonly)
+        cairn__file_mark_created(s, dir); /* from now on an empty data.mdb is a lost store */
     return 0;
 }
 
@@ -490,6 +514,11 @@ int cairn__store_write(cairn_store *s, int durable, cairn__txn_fn fn, void *arg)
         return CAIRN_EINVAL;
     if (s->broken)
         return broken(s);
+    if (s->readonly)
+        return cairn__store_fail(s, CAIRN_EIO,
+                                 "store %s is open read-only (no write access to it): this command "
+                                 "writes to it",
+                                 s->dir);
     cairn__synced_lock(s); /* the pin cannot be dropped under a commit that relies on it */
     cairn__guard g;
     if (sigsetjmp(g.jb, 1)) {
@@ -509,7 +538,7 @@ int cairn__store_settle(cairn_store *s, uint64_t upto)
         return CAIRN_EINVAL;
     if (s->broken)
         return broken(s);
-    return s->synced ? cairn__synced_settle(s, upto) : 0;
+    return s->synced && !s->readonly ? cairn__synced_settle(s, upto) : 0;
 }
 
 int cairn__store_read(cairn_store *s, cairn__txn_fn fn, void *arg)

@@ -27,6 +27,10 @@ struct cairn_store {
     void *map_addr;
     uint64_t map_len, ready;
     int broken;
+    /* opened by a user who may only read it (no write access to the directory or data.mdb): no
+     * write, no marker or lock file written, LMDB read-only (without its lock file if that is
+     * not writable either) */
+    int readonly;
     uint64_t map_max, map_size;
     cairn__synced *synced; /* synced.c: sync stores only (the marker, the pin, their mutex) */
     uint32_t inject_nth;

@@ -400,7 +400,8 @@ int cairn__synced_open(cairn_store *s, const char *dir)
     char path[4200];
     snprintf(path, sizeof path, "%s/synced", dir);
     y->owner = getpid();
-    y->fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    y->fd = s->readonly ? open(path, O_RDONLY | O_CLOEXEC)
+                        : open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     if (y->fd < 0)
         return fail_errno(s, "open", path);
     return 0;
@@ -444,6 +445,15 @@ int cairn__synced_recover(cairn_store *s, const char *dir)
          * process has the store open (a program other than cairn, since every cairn open comes
          * here first): it could be reading a torn tree, and going on over it would make the
          * damage permanent. */
+        if (s->readonly) {
+            free(a);
+            free(b);
+            return cairn__store_fail(s, CAIRN_EIO,
+                                     "store %s must return to its last durable state after a "
+                                     "restart, which takes write access to it: run any command "
+                                     "on it once as a user who may write it",
+                                     dir);
+        }
         if (open_elsewhere(dir)) {
             free(a);
             free(b);
