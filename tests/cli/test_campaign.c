@@ -12,7 +12,8 @@
  * Short form (suite integration): CAIRN_CAMPAIGN_FLIPS (default 120) flips and
  * CAIRN_CAMPAIGN_TRUNCS (default 16) truncations. With the argument `long` (suite
  * corruption-long) it runs 2000 flips and 200 truncations, and skips unless
- * CAIRN_CAMPAIGN_LONG is set. CAIRN_CAMPAIGN_SEED picks the damage (default: fixed).
+ * CAIRN_CAMPAIGN_LONG is set. CAIRN_CAMPAIGN_SEED picks the damage (default: fixed);
+ * CAIRN_CAMPAIGN_NOSYNC=1 makes the store a nosync one (the default is sync).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -104,6 +105,10 @@ static void populate(void)
 {
     tu_result r;
     int bad = 0;
+    if (getenv("CAIRN_CAMPAIGN_NOSYNC")) {
+        cli(&r, LEDGER, ST, "init", "--nosync", NULL);
+        tu_result_free(&r);
+    }
     for (int i = 1; i <= N_TASKS; i++) {
         int dead = i > N_TASKS - N_DEAD;
         char *in = input_path(i);

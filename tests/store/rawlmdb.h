@@ -41,6 +41,32 @@ static inline void tu_tmpdir(char out[256], const char *tag)
     }
 }
 
+/* A new directory path (not created) under root: root/tagN, N counting up in this program. */
+static inline void tu_subdir(char out[300], const char *root, const char *tag)
+{
+    static int n;
+    snprintf(out, 300, "%s/%s%d", root, tag, ++n);
+}
+
+/* Opens (creating if need be) the store at dir with durability d (asked only for a nosync
+ * store: a sync one takes the store's own) and map_max (0: the default); NULL with the reason
+ * on stderr. */
+static inline cairn_store *tu_store_open(const char *dir, cairn_durability d, uint64_t map_max)
+{
+    cairn_store *s = cairn_store_new();
+    if (d == CAIRN_NOSYNC)
+        cairn_store_set_durability(s, CAIRN_NOSYNC);
+    if (map_max)
+        cairn_store_set_map_max(s, map_max);
+    int rc = cairn_store_open(s, dir);
+    if (rc) {
+        fprintf(stderr, "# open %s: %s: %s\n", dir, cairn_errname(rc), cairn_store_errmsg(s));
+        cairn_store_free(s);
+        return NULL;
+    }
+    return s;
+}
+
 static const char *const tu_dbs[] = {"meta", "tasks",   "steps",    "progress", "idem",
                                      "due",  "tenants", "finished", "audit",    "msgs"};
 #define TU_NDBS (sizeof tu_dbs / sizeof *tu_dbs)

@@ -16,25 +16,8 @@
 #include "tests/tap.h"
 
 static char root[256];
-static int dirn;
-
-static void newdir(char out[300], const char *tag)
-{
-    snprintf(out, 300, "%s/%s%d", root, tag, ++dirn);
-}
-
-static cairn_store *open_store(const char *dir)
-{
-    cairn_store *s = cairn_store_new();
-    cairn_store_set_durability(s, CAIRN_NOSYNC);
-    int rc = cairn_store_open(s, dir);
-    if (rc) {
-        diag("open %s: %s: %s", dir, cairn_errname(rc), cairn_store_errmsg(s));
-        cairn_store_free(s);
-        return NULL;
-    }
-    return s;
-}
+static void newdir(char out[300], const char *tag) { tu_subdir(out, root, tag); }
+static cairn_store *open_store(const char *dir) { return tu_store_open(dir, CAIRN_NOSYNC, 0); }
 
 static void fill_task(cairn__task_rec *r, const char *id)
 {

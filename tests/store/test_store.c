@@ -23,27 +23,12 @@
 #include "tests/tap.h"
 
 static char root[256];
-static int dirn;
-
 /* A new empty directory path (not created) under the scratch root. */
-static void newdir(char out[300], const char *tag)
-{
-    snprintf(out, 300, "%s/%s%d", root, tag, ++dirn);
-}
+static void newdir(char out[300], const char *tag) { tu_subdir(out, root, tag); }
 
 static cairn_store *open_store(const char *dir, uint64_t map_max)
 {
-    cairn_store *s = cairn_store_new();
-    cairn_store_set_durability(s, CAIRN_NOSYNC);
-    if (map_max)
-        cairn_store_set_map_max(s, map_max);
-    int rc = cairn_store_open(s, dir);
-    if (rc) {
-        diag("open %s: %s: %s", dir, cairn_errname(rc), cairn_store_errmsg(s));
-        cairn_store_free(s);
-        return NULL;
-    }
-    return s;
+    return tu_store_open(dir, CAIRN_NOSYNC, map_max);
 }
 
 static void fill_task(cairn__task_rec *r, const char *id, cairn_state st, int64_t due)

@@ -29,24 +29,9 @@
 #include "tests/tap.h"
 
 static char root[256];
-static int dirn;
+static void newdir(char out[300], const char *tag) { tu_subdir(out, root, tag); }
 
-static void newdir(char out[300], const char *tag)
-{
-    snprintf(out, 300, "%s/%s%d", root, tag, ++dirn);
-}
-
-static cairn_store *open_sync(const char *dir)
-{
-    cairn_store *s = cairn_store_new();
-    int rc = cairn_store_open(s, dir);
-    if (rc) {
-        diag("open %s: %s: %s", dir, cairn_errname(rc), cairn_store_errmsg(s));
-        cairn_store_free(s);
-        return NULL;
-    }
-    return s;
-}
+static cairn_store *open_sync(const char *dir) { return tu_store_open(dir, CAIRN_SYNC, 0); }
 
 static int put_txn(cairn__txn *t, void *arg)
 {
