@@ -135,6 +135,25 @@ int cairn__store_check(cairn__txn *t, cairn__check_cb cb, void *arg, uint64_t *r
     int rc = 0;
     for (size_t i = 0; i < sizeof dbis / sizeof *dbis && !rc; i++)
         rc = check_db(&c, dbis[i]);
+    /* the counts record against the task records */
+    uint64_t kept[CAIRN__COUNTS], seen[CAIRN__COUNTS];
+    if (!rc && (rc = cairn__counts_get(t, kept)) == CAIRN_ECORRUPT)
+        rc = report(&c, s->meta, "", cairn_store_errmsg(s));
+    else if (!rc && (rc = cairn__counts_scan(t, seen)) == CAIRN_ECORRUPT)
+        rc = 0; /* the damaged task records are reported above */
+    else if (!rc && memcmp(kept, seen, sizeof kept) != 0) {
+        char why[200];
+        int i = 0;
+        while (i < CAIRN__COUNTS - 1 && kept[i] == seen[i])
+            i++;
+        char what[40];
+        snprintf(what, sizeof what, i == CAIRN__COUNTS - 1 ? "tombstones" : "tasks in state %d", i);
+        snprintf(why, sizeof why,
+                 "the task counts record says %llu %s, the task records %llu: the store is "
+                 "damaged",
+                 (unsigned long long)kept[i], what, (unsigned long long)seen[i]);
+        rc = report(&c, s->meta, "", why);
+    }
     *records = c.records;
     *problems = c.problems;
     return rc == 1 ? 0 : rc;

@@ -151,22 +151,6 @@ int cairn__finished_each(cairn__txn *t, int64_t upto_ms, cairn__id_cb cb, void *
     return scan(t, t->s->finished, &k, 0, 8, upto_ms, 1, cb, arg);
 }
 
-static int count_cb(const char *id, void *arg)
-{
-    (void)id;
-    ++*(uint64_t *)arg;
-    return 0;
-}
-
-static int tomb_cb(const char *id, void *arg)
-{
-    cairn__txn *t = ((void **)arg)[0];
-    cairn__task_rec r;
-    if (cairn__task_get(t, id, &r) == 0 && r.tombstone)
-        ++*(uint64_t *)((void **)arg)[1];
-    return 0;
-}
-
 /* mdb_reader_list's lines ("pid thread txnid", txnid "-" when idle): the other processes'
  * readers holding a snapshot, and the oldest. */
 static int reader_line(const char *msg, void *arg)
@@ -188,12 +172,12 @@ static int reader_line(const char *msg, void *arg)
 int cairn__store_stats_get(cairn__txn *t, cairn__store_stats *out)
 {
     memset(out, 0, sizeof *out);
-    int rc = 0;
+    /* one record, at any size (records.c: the counts) */
+    uint64_t c[CAIRN__COUNTS];
+    int rc = cairn__counts_get(t, c);
     for (int s = 0; s < CAIRN_STATE_COUNT && !rc; s++)
-        rc = cairn__due_each(t, (cairn_state)s, INT64_MAX, count_cb, &out->by_state[s]);
-    void *targ[2] = {t, &out->tombstones};
-    if (!rc)
-        rc = cairn__finished_each(t, INT64_MAX, tomb_cb, targ);
+        out->by_state[s] = c[s];
+    out->tombstones = rc ? 0 : c[CAIRN__COUNTS - 1];
     MDB_stat st;
     if (!rc && mdb_stat(t->txn, t->s->msgs, &st) == 0)
         out->messages = st.ms_entries;

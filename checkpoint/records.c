@@ -374,6 +374,92 @@ static int is_tenant_running(const cairn__task_rec *r)
 }
 static int always(const cairn__task_rec *r) { return r != NULL; }
 
+/* ------------------------------------------------------------------ counts */
+
+/* The store keeps its tasks' counts by state, and its tombstones, in one meta record ("counts":
+ * CAIRN__COUNTS little-endian u64, by_state first, tombstones last), changed in the transaction
+ * that changes a task's state: `stats` (and a metrics scrape) reads one record at any size. A
+ * store of schema 3 has it from its creation (cairn__counts_init); a miss is damage. */
+#define COUNTS_KEY "counts"
+
+int cairn__counts_get(cairn__txn *t, uint64_t c[CAIRN__COUNTS])
+{
+    MDB_val k = {sizeof COUNTS_KEY - 1, COUNTS_KEY}, v;
+    int rc = cairn__get(t, t->s->meta, &k, &v);
+    if (rc == MDB_NOTFOUND || (rc == 0 && v.mv_size != CAIRN__COUNTS * 8))
+        return cairn__store_fail(t->s, CAIRN_ECORRUPT,
+                                 "store %s: its task counts record is %s: the store is damaged "
+                                 "(run `cairn check`)",
+                                 t->s->dir, rc ? "missing" : "malformed");
+    if (rc)
+        return cairn__mdb_fail(t, t->s, rc, "read the task counts");
+    const unsigned char *p = v.mv_data;
+    for (int i = 0; i < CAIRN__COUNTS; i++) {
+        uint64_t x = 0;
+        for (int b = 7; b >= 0; b--)
+            x = x << 8 | p[i * 8 + b];
+        c[i] = x;
+    }
+    return 0;
+}
+
+int cairn__counts_put(cairn__txn *t, const uint64_t c[CAIRN__COUNTS])
+{
+    unsigned char p[CAIRN__COUNTS * 8];
+    for (int i = 0; i < CAIRN__COUNTS; i++)
+        for (int b = 0; b < 8; b++)
+            p[i * 8 + b] = (unsigned char)(c[i] >> (8 * b));
+    MDB_val k = {sizeof COUNTS_KEY - 1, COUNTS_KEY}, v = {sizeof p, p};
+    int rc = cairn__put(t, t->s->meta, &k, &v, 0);
+    return rc ? cairn__mdb_fail(t, t->s, rc, "write the task counts") : 0;
+}
+
+/* The counts from a scan of every task record: for a new store (none), an upgraded one, and
+ * cairn check's comparison. */
+int cairn__counts_scan(cairn__txn *t, uint64_t c[CAIRN__COUNTS])
+{
+    memset(c, 0, CAIRN__COUNTS * sizeof *c);
+    MDB_cursor *cur;
+    int rc = mdb_cursor_open(t->txn, t->s->tasks, &cur);
+    if (rc)
+        return cairn__mdb_fail(t, t->s, rc, "open cursor");
+    MDB_val k, v;
+    for (rc = cairn__cursor_get(t, cur, &k, &v, MDB_FIRST); rc == 0;
+         rc = cairn__cursor_get(t, cur, &k, &v, MDB_NEXT)) {
+        char id[CAIRN__ID_MAX + 1];
+        size_t n = k.mv_size < CAIRN__ID_MAX ? k.mv_size : CAIRN__ID_MAX;
+        memcpy(id, k.mv_data, n);
+        id[n] = 0;
+        cairn__task_rec r;
+        if ((rc = task_decode(t, &v, id, &r)))
+            break;
+        c[r.state]++;
+        c[CAIRN__COUNTS - 1] += r.tombstone != 0;
+    }
+    mdb_cursor_close(cur);
+    return cairn__scan_end(t, rc, "count tasks");
+}
+
+/* The counts as task `old` (NULL: a new one) becomes `r` (NULL: it goes). */
+static int counts_move(cairn__txn *t, const cairn__task_rec *old, const cairn__task_rec *r)
+{
+    if (old && r && old->state == r->state && !old->tombstone == !r->tombstone)
+        return 0; /* a lease renewal, a step's progress: no count changes */
+    uint64_t c[CAIRN__COUNTS];
+    int rc = cairn__counts_get(t, c);
+    if (rc)
+        return rc;
+    if (old) {
+        c[old->state] -= c[old->state] > 0;
+        c[CAIRN__COUNTS - 1] -= old->tombstone && c[CAIRN__COUNTS - 1] > 0;
+    }
+    if (r) {
+        c[r->state]++;
+        c[CAIRN__COUNTS - 1] += r->tombstone != 0;
+    }
+    return cairn__counts_put(t, c);
+}
+
 /* Moves a task's index entries from `old` (NULL: none yet) to `r` (NULL: the task goes). An
  * entry whose key does not change is left alone, so a lease renewal rewrites the task record
  * and nothing else (fewer pages for the commit to flush). */
@@ -401,7 +487,7 @@ static int index_move(cairn__txn *t, const cairn__task_rec *old, const cairn__ta
         if (hb && (rc = cairn__put_empty(t, dbi, &b)))
             return rc;
     }
-    return 0;
+    return counts_move(t, old, r);
 }
 
 /* cairn check: whether the index entries task r implies are all there (0), else

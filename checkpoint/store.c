@@ -261,6 +261,10 @@ static int create_dbs_txn(cairn__txn *t, void *arg)
             return cairn__mdb_fail(t, s, rc, "upgrade the store to schema 3 (checksums)");
     if ((rc = store_id_make(t)) || schema == CAIRN__SCHEMA)
         return rc;
+    /* a new store's task counts are zeros; an upgraded one's are counted once, here */
+    uint64_t counts[CAIRN__COUNTS];
+    if ((rc = cairn__counts_scan(t, counts)) || (rc = cairn__counts_put(t, counts)))
+        return rc;
     uint32_t now = CAIRN__SCHEMA;
     MDB_val k = {6, "schema"}, v = {sizeof now, &now};
     rc = cairn__put(t, s->meta, &k, &v, 0);

@@ -201,6 +201,13 @@ int cairn__guard_fault(cairn_store *s, cairn__guard *g);
 /* store.c: begins an LMDB transaction, adopting a map another process grew. */
 int cairn__store_begin(cairn_store *s, unsigned flags, MDB_txn **txn);
 
+/* records.c: the task counts record (by state, then tombstones) the store keeps in meta, kept in
+ * step by cairn__task_put/_del; scan counts them from the task records. */
+#define CAIRN__COUNTS (CAIRN_STATE_COUNT + 1)
+int cairn__counts_get(cairn__txn *t, uint64_t c[CAIRN__COUNTS]);
+int cairn__counts_put(cairn__txn *t, const uint64_t c[CAIRN__COUNTS]);
+int cairn__counts_scan(cairn__txn *t, uint64_t c[CAIRN__COUNTS]);
+
 /* records.c, for cairn check: a task's index entries are there; an index entry is its task's. */
 int cairn__task_check_indexes(cairn__txn *t, const cairn__task_rec *r, char *why, size_t cap);
 int cairn__index_entry_check(cairn__txn *t, MDB_dbi dbi, const MDB_val *k, char *why, size_t cap);

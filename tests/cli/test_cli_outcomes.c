@@ -31,8 +31,10 @@ static char *full_map_run(const char *tag, const char *map_max, long work_bytes)
     json_t *prep = j ? step_of(j, "prep") : NULL;
     diag("map %s, output %ld bytes: rc %d, %s: %s", map_max, work_bytes, rc, status,
          oneline(r.err));
-    ok(rc == 74 && !tu_contains(r.err, "nothing was written") && tu_contains(r.err, "'work'"),
-       "map %s: 74, the message names step 'work' and does not claim that nothing was written",
+    /* which step the map ran out at depends on the pages the store's own records take */
+    ok(rc == 74 && !tu_contains(r.err, "nothing was written") &&
+           (tu_contains(r.err, "step 'work'") || tu_contains(r.err, "step 'prep'")),
+       "map %s: 74, the message names the step and does not claim that nothing was written",
        map_max);
     if (strcmp(status, "failed") == 0)
         ok(tu_contains(r.err, "failed and due again") &&
