@@ -127,6 +127,7 @@ status=0
 
 if [ -z "$only" ] || [ "$only" = asan ]; then
   d=build-asan
+  rm -f $d/meson-logs/testlog.json $d/meson-logs/noleaks.json # no old results if the build fails
   if setup $d -Db_sanitize=address,undefined && nice ninja -C $d >$d/sanitize-build.log 2>&1 \
     && main=$(SKIP="$(names "${asan_skip[@]}" "${asan_noleaks[@]}")" tests $d -s unit integration crash) \
     && noleaks=$(tests $d -n $(names "${asan_noleaks[@]}")); then
@@ -156,6 +157,7 @@ fi
 
 if [ -z "$only" ] || [ "$only" = tsan ]; then
   d=build-tsan
+  rm -f $d/meson-logs/testlog.json
   # OpenBLAS off: its threads are not instrumented, so TSan would report its own work as races
   # (the prompt's products then run on cairn's thread pool, which is what is to be checked).
   # Only what the tests need is built.
