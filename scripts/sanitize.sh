@@ -34,7 +34,7 @@ asan_noleaks=(
 
 # Under TSan: the tests with threads. Not synced: it forks children that open stores while the
 # pin keeper thread runs, and TSan cannot track a thread made in such a child ("dup thread with
-# used id"); the keeper runs under TSan in store, runner and pipeline.
+# used id"); the keeper runs under TSan in store, sigterm and pipeline.
 tsan_tests=(runner semantics store model-engine sigterm pipeline)
 
 # The sanitizers' settings: stop at the first report (halt_on_error), abort so the process dies of
