@@ -457,26 +457,42 @@ static void test_codes_and_messages(void)
     tu_result_free(&r);
     const char *src = getenv("CAIRN_SOURCE_ROOT");
     if (src) {
-        char *log = tu_fmt("%s/testlog.json", D);
+        /* CI counts the logs of several builds (build, build-asan, build-tsan) together */
+        char *log = tu_fmt("%s/testlog.json", D), *log2 = tu_fmt("%s/testlog2.json", D);
         const char *lines = "{\"name\": \"a\", \"result\": \"OK\"}\n"
                             "{\"name\": \"b\", \"result\": \"SKIP\"}\n"
                             "{\"name\": \"c\", \"result\": \"FAIL\"}\n"
                             "{\"name\": \"d\", \"result\": \"OK\"}\n";
+        const char *lines2 = "{\"name\": \"a\", \"result\": \"OK\"}\n"
+                             "{\"name\": \"e\", \"result\": \"TIMEOUT\"}\n";
         tu_write_file(log, lines, strlen(lines));
+        tu_write_file(log2, lines2, strlen(lines2));
         char *ci = tu_fmt("%s/.ci/run", src);
-        const char *argv[] = {"/bin/bash", ci, "--count", log, NULL};
+        const char *argv[] = {"/bin/bash", ci, "--count", log, log2, NULL};
         rc = tu_run(&r, argv, NULL, NULL, 0, CMD_TIMEOUT_MS);
         size_t n = strlen(r.out);
         while (n && r.out[n - 1] == '\n')
             r.out[--n] = 0;
         const char *last = strrchr(r.out, '\n');
         last = last ? last + 1 : r.out;
-        ok(strcmp(last, "2 passed, 1 failed") == 0 && tu_contains(r.out, "1 skipped") && rc == 1,
-           ".ci/run: the last line is exactly 'N passed, N failed', skipped counted before "
-           "(rc %d, last '%s')",
+        ok(strcmp(last, "3 passed, 2 failed") == 0 && tu_contains(r.out, "1 skipped") && rc == 1,
+           ".ci/run --count over two logs: the last line is exactly 'N passed, N failed' over "
+           "both, skipped counted before (rc %d, last '%s')",
            rc, last);
         tu_result_free(&r);
-        free(ci), free(log);
+        const char *one[] = {"/bin/bash", ci, "--count", log2, NULL};
+        rc = tu_run(&r, one, NULL, NULL, 0, CMD_TIMEOUT_MS);
+        ok(rc == 1 && tu_contains(r.out, "1 passed, 1 failed"),
+           ".ci/run --count over one log counts that log alone (rc %d: %s)", rc, oneline(r.out));
+        tu_result_free(&r);
+        char *gone = tu_fmt("%s/no-testlog.json", D);
+        const char *missing[] = {"/bin/bash", ci, "--count", log, gone, NULL};
+        rc = tu_run(&r, missing, NULL, NULL, 0, CMD_TIMEOUT_MS);
+        ok(rc == 64 && tu_contains(r.err, "no-testlog.json"),
+           ".ci/run --count with a log that does not exist: 64 naming it (rc %d: %s)", rc,
+           oneline(r.err));
+        tu_result_free(&r);
+        free(ci), free(log), free(log2), free(gone);
     } else {
         skip(".ci/run: CAIRN_SOURCE_ROOT not set");
     }

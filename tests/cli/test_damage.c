@@ -137,14 +137,14 @@ static void truncations(const char *name, int nosync)
     /* put back whole, the store is what it was */
     copy(saved, data);
     tu_result r;
-    int rc = cli(&r, LEDGER, st, "run", "--graph", "ledger", "--task", "t1", "--input",
-                 input_path(1), NULL);
+    char *in1 = input_path(1);
+    int rc = cli(&r, LEDGER, st, "run", "--graph", "ledger", "--task", "t1", "--input", in1, NULL);
     char *ledger = tu_fmt("%s.ledger", st);
     ok(rc == 0 && tu_count_lines(ledger, NULL) == N_TASKS,
        "%s: the file put back whole: t1 is done, not run again (%d, %d lines)", name, rc,
        tu_count_lines(ledger, NULL));
     tu_result_free(&r);
-    free(ledger), free(saved), free(data), free(st);
+    free(ledger), free(saved), free(data), free(st), free(in1);
 }
 
 /* A sync store's marker records its last durable commit: an older copy of data.mdb put back (a

@@ -9,7 +9,9 @@
 // temperatures, top-k, top-p, penalties and two draws (one at the very tail), each pick must be the
 // host sampler's, or within rounding of the draw's boundary (mk_pick_agrees, as the gpu test holds
 // the device to). Also: no shared-memory race, out-of-bounds or uninitialised read, barrier or
-// shuffle divergence.
+// shuffle divergence. `test_sample_emu` runs the short form (suite 'unit': a vocabulary of 5003
+// tokens); `test_sample_emu long` also real vocabularies' sizes, Llama 2's 32000 and Qwen2.5's
+// 151936 (suite 'slow' runs it as `slow`, which skips unless CAIRN_SLOW is set).
 #include "sample_emu.cuh"
 
 #include <algorithm>
@@ -53,10 +55,9 @@ static int32_t device_pick(const cairn__sample_req *q, const float *lg, int n)
     return next;
 }
 
-int main()
+/* every setting over nv tokens */
+static void vocabulary(int nv)
 {
-    setvbuf(stdout, nullptr, _IOLBF, 0);
-    const int nv = 5003; /* odd, and more than SAMPLE_THREADS * CAIRN__SAMPLE_AHEAD */
     const float temps[] = {0.0f, 0.7f, 4.0f};
     const int topks[] = {0, 1, 40, nv};
     const float topps[] = {1.0f, 0.9f, 1e-4f};
@@ -110,12 +111,27 @@ int main()
                         cairn__sampler_free(hs);
                     }
         ok(fails == fails0,
-           "logits of kind %d: every pick of the device sampler is the host's, or within "
-           "rounding of the draw (%d failing)",
-           kind, fails - fails0);
+           "%d tokens, logits of kind %d: every pick of the device sampler is the host's, or "
+           "within rounding of the draw (%d failing)",
+           nv, kind, fails - fails0);
     }
     diag("%d cases over %d tokens, %d within rounding, %d errors", cases, nv, near, errors);
-    ok(errors == 0, "every host sampler was made (%d errors)", errors);
+    ok(errors == 0, "%d tokens: every host sampler was made (%d errors)", nv, errors);
+}
+
+int main(int argc, char **argv)
+{
+    setvbuf(stdout, nullptr, _IOLBF, 0);
+    // no argument: the short form; `long`: the long form; `slow`: the long form if CAIRN_SLOW is
+    // set, else a skip (how the suite 'slow' runs it, so a plain `meson test` does not)
+    const char *a = argc > 1 ? argv[1] : nullptr;
+    if (a && strcmp(a, "slow") == 0 && !getenv("CAIRN_SLOW"))
+        tap_skip_all("the long form runs with CAIRN_SLOW=1 (meson test --suite slow)");
+    vocabulary(5003); /* odd, and more than SAMPLE_THREADS * CAIRN__SAMPLE_AHEAD */
+    if (a) {
+        vocabulary(32000);
+        vocabulary(151936);
+    }
     ok(emu_report_count() == 0,
        "the emulator saw no shared-memory race, out-of-bounds or uninitialised read, barrier or "
        "shuffle divergence (%ld findings, on stderr)",
