@@ -19,6 +19,7 @@
 
 #include "cairn.h"
 #include "gpu/chat.h"
+#include "gpu/cpu/blas.h"
 #include "gpu/engine.h"
 #include "runner/cli.h"
 #include "tools/tools.h"
@@ -58,9 +59,13 @@ static const char usage[] =
     "  -h, --help              show this help\n"
     "\n"
     "Each option but --stop may be given once. With --threads N the\n"
-    "prompt's matrix products (OpenBLAS) use N threads too. Control and unknown tokens (such as\n"
-    "<s>, <unk>, <|im_start|>) are left out of the text; an end-of-turn token ends the\n"
-    "generation, and --stop strings are matched on the text with those tokens' text in it.\n"
+    "prompt's matrix products (OpenBLAS) use N threads too. On the CPU the stats name them:\n"
+    "blas=openblas:CORE, the OpenBLAS core cairn picked for this CPU or OPENBLAS_CORETYPE's\n"
+    "(then named), or blas=cairn (no OpenBLAS, or CAIRN_BLAS=cairn).\n"
+    "\n"
+    "Control and unknown tokens (such as <s>, <unk>, <|im_start|>) are left out of the text;\n"
+    "an end-of-turn token ends the generation, and --stop strings are matched on the text with\n"
+    "those tokens' text in it.\n"
     "\n"
     "The finish reason is length (--max-tokens reached), context (the context filled up\n"
     "first: raise --ctx), stop, eos or cancel (the reader of the output pipe went away).\n"
@@ -385,11 +390,14 @@ int cairn__cmd_generate(int argc, char **argv)
         goto out;
     }
     end_text_line(st.last);
+    /* the CPU's float products: OpenBLAS and its core, or cairn's own loops (gpu/cpu/blas.h) */
+    const char *be = cairn__backend_name(cairn__engine_backend(e));
+    const int cpu = strcmp(be, "cpu") == 0;
     fprintf(stderr,
-            "[%s, %zu tokens; prompt %zu tokens at %.1f tok/s; decode %.1f tok/s; %s backend, %s "
-            "%s]\n",
-            cairn__finish_name(r.finish), r.n_tokens, r.n_prompt, r.prompt_tps, r.gen_tps,
-            cairn__backend_name(cairn__engine_backend(e)), m->arch_name,
+            "[%s, %zu tokens; prompt %zu tokens at %.1f tok/s; decode %.1f tok/s; %s backend%s%s, "
+            "%s %s]\n",
+            cairn__finish_name(r.finish), r.n_tokens, r.n_prompt, r.prompt_tps, r.gen_tps, be,
+            cpu ? ", blas=" : "", cpu ? cairn__blas_desc() : "", m->arch_name,
             cairn__ggml_type_name(m->wtype));
 out:
     cairn__gen_result_free(&r);

@@ -21,7 +21,7 @@
  * Attention is computed per (token, head) pair, those pairs split over the thread pool; each
  * pair scores its query against keys 0..pos (causal) with a softmax in float and a running
  * weighted sum of values. A prompt chunk of 16 tokens or more over a float cache that sees at
- * most 2048 positions instead takes two sgemm per head (attention_gemm, OpenBLAS builds), up to
+ * most 2048 positions instead takes two sgemm per head (attention_gemm, with OpenBLAS), up to
  * 20 % faster there; at longer contexts the per-token kernel, which streams a head's keys from
  * cache, is the faster (ATT_GEMM_MAX_CTX).
  */
@@ -35,12 +35,10 @@
 #include "gpu/model.h"
 #include "gpu/quant.h"
 
-#ifdef CAIRN_HAVE_OPENBLAS
-#include <cblas.h> /* openblas_set_num_threads */
-#endif
+#include "gpu/cpu/blas.h"
 
 /* prompt chunks of at least this many tokens, over a float cache, that see at most
- * ATT_GEMM_MAX_CTX positions take attention_gemm (OpenBLAS builds). Beyond that the per-token
+ * ATT_GEMM_MAX_CTX positions take attention_gemm (with OpenBLAS). Beyond that the per-token
  * kernel (cairn__attn_head, streaming each head's keys from cache) is the faster: at 4064
  * positions of the 110M bench model, 2 threads, 559-563 tok/s against 490-534 (at 1024: 842
  * against 1014; at 2048 they tie). Over a half cache the per-token kernel reads half the bytes
@@ -126,13 +124,13 @@ static int cpu_create(const cairn__model *m, const cairn__backend_opts *o, cairn
         return cairn__errf(err, errlen, rc, "cannot start %d threads", o->n_threads);
     }
     const size_t nb = (size_t)b->n_batch, nth = (size_t)cairn__pool_size(b->pool);
-#ifdef CAIRN_HAVE_OPENBLAS
-    /* The prompt's sgemm runs on OpenBLAS's threads, by default one per core whatever the pool
-     * has; bound them by the pool's count. sgemm and the pool never run at once, so the process
-     * then computes on nth threads at any moment. (OpenBLAS's count is process-wide: the
-     * backend created last sets it.) */
-    openblas_set_num_threads((int)nth);
-#endif
+    /* The prompt's sgemm runs on OpenBLAS's threads (loaded here, the first time, with the core
+     * chosen for this CPU: gpu/cpu/blas.c), by default one per core whatever the pool has;
+     * bound them by the pool's count. sgemm and the pool never run at once, so the process then
+     * computes on nth threads at any moment. (OpenBLAS's count is process-wide: the backend
+     * created last sets it.) */
+    const int blas = cairn__blas_on();
+    cairn__blas_set_threads((int)nth);
     const size_t kv = (size_t)m->n_layers * (size_t)n_ctx * (size_t)b->kv_dim;
     b->f16 = o->cache_type == CAIRN__CACHE_F16;
     b->kcache = calloc(kv, b->f16 ? sizeof(uint16_t) : sizeof(float));
@@ -147,17 +145,15 @@ static int cpu_create(const cairn__model *m, const cairn__backend_opts *o, cairn
     b->hb2 = malloc(nb * (size_t)m->ff_dim * sizeof(float));
     b->rope = malloc(nb * (size_t)m->rope_dim * sizeof(float));
     b->scores = malloc(nth * ((size_t)n_ctx + (size_t)m->head_dim) * sizeof(float));
-#ifdef CAIRN_HAVE_OPENBLAS
-    /* a prompt chunk's attention over a float cache as matrix products (attention_gemm), its
-     * query rows in blocks whose scores fit in cairn__cpu_att_bytes; a context too long for a
-     * block of ATT_GEMM_MIN rows (over a million positions at 64 MiB), a half cache (see
-     * ATT_GEMM_MAX_CTX), or a failed allocation take the per-token kernel */
+    /* with OpenBLAS, a prompt chunk's attention over a float cache as matrix products
+     * (attention_gemm), its query rows in blocks whose scores fit in cairn__cpu_att_bytes; a
+     * context too long for a block of ATT_GEMM_MIN rows (over a million positions at 64 MiB), a
+     * half cache (see ATT_GEMM_MAX_CTX), or a failed allocation take the per-token kernel */
     const size_t s_ctx = n_ctx < ATT_GEMM_MAX_CTX ? (size_t)n_ctx : (size_t)ATT_GEMM_MAX_CTX;
     const size_t fit = cairn__cpu_att_bytes / sizeof(float) / s_ctx;
     b->att_rows = (int)(fit < nb ? fit : nb);
-    if (!b->f16 && nb >= ATT_GEMM_MIN && b->att_rows >= ATT_GEMM_MIN)
+    if (blas && !b->f16 && nb >= ATT_GEMM_MIN && b->att_rows >= ATT_GEMM_MIN)
         b->chunk_s = malloc((size_t)b->att_rows * s_ctx * sizeof(float));
-#endif
     b->inv_freq = malloc((size_t)m->rope_dim / 2 * sizeof(float) + sizeof(float));
     /* scratch sized for the widest input and the largest weight tile of any product */
     size_t mv = cairn__matvec_scratch_bytes(
@@ -246,7 +242,6 @@ static void attention_range(void *arg, int64_t i0, int64_t i1, int ith)
     }
 }
 
-#ifdef CAIRN_HAVE_OPENBLAS
 typedef struct {
     float *S;
     int L, pos; /* row i of S is the query at position pos + i, against keys 0..L-1 */
@@ -291,30 +286,25 @@ static void attention_gemm(cpu_backend *b, int layer, int n, int pos)
                 float *O = b->att + (size_t)r0 * qd + (size_t)h * hd;
                 softmax_job sj = {b->chunk_s, L, pos + r0};
                 /* S (rows, L) = Q_h (rows, hd; q_dim apart) @ K (L, hd)^T * scale */
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, L, hd, scale, Q, (int)qd,
-                            K, hd, 0.0f, b->chunk_s, L);
+                cairn__sgemm(1, rows, L, hd, scale, Q, (int)qd, K, hd, 0.0f, b->chunk_s, L);
                 if ((int64_t)rows * L < 65536)
                     chunk_softmax_range(&sj, 0, rows, 0);
                 else
                     cairn__pool_for(b->pool, rows, 0, chunk_softmax_range, &sj);
                 /* att_h (rows, hd; q_dim apart) = S (rows, L) @ V (L, hd) */
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, L, 1.0f,
-                            b->chunk_s, L, V, hd, 0.0f, O, (int)qd);
+                cairn__sgemm(0, rows, hd, L, 1.0f, b->chunk_s, L, V, hd, 0.0f, O, (int)qd);
             }
     }
 }
-#endif
 
 /* the layer's attention for the chunk into att: a prompt chunk as matrix products where
- * OpenBLAS is there, else per (token, head) */
+ * OpenBLAS is there (chunk_s), else per (token, head) */
 static void attend(cpu_backend *b, int layer, int n, int pos)
 {
-#ifdef CAIRN_HAVE_OPENBLAS
     if (b->chunk_s && n >= ATT_GEMM_MIN && pos + n <= ATT_GEMM_MAX_CTX) {
         attention_gemm(b, layer, n, pos);
         return;
     }
-#endif
     const cairn__model *m = b->base.model;
     att_job aj = {b, layer, n, pos};
     /* a few thousand multiply-adds are cheaper than waking the workers (~0.5 us); beyond that

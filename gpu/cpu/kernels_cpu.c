@@ -44,9 +44,7 @@
 #define CAIRN__X86 1
 #endif
 
-#ifdef CAIRN_HAVE_OPENBLAS
-#include <cblas.h>
-#endif
+#include "gpu/cpu/blas.h"
 
 typedef cairn__xq8_block xq8_block;
 /* A dot product: one row . x (cairn__dot_fn, kernels_cpu.h). */
@@ -535,8 +533,7 @@ static void mm_dequant_range(void *arg, int64_t a, int64_t b, int ith)
         cairn__mat_row(j->W, j->r0 + r, j->tile + (size_t)r * (size_t)j->W->cols);
 }
 
-#ifndef CAIRN_HAVE_OPENBLAS
-/* T (nr, cols) @ X^T: X (n, cols) -> OUT[:, r0:r0+nr] (ld rows) */
+/* T (nr, cols) @ X^T: X (n, cols) -> OUT[:, r0:r0+nr] (ld rows): without OpenBLAS */
 static void mm_gemm_range(void *arg, int64_t a, int64_t b, int ith)
 {
     const mm_job *j = arg;
@@ -549,7 +546,6 @@ static void mm_gemm_range(void *arg, int64_t a, int64_t b, int ith)
                 dot((const uint8_t *)(j->T + (size_t)r * (size_t)cols), j->X + i * cols, NULL, NULL,
                     cols);
 }
-#endif
 
 /* A chunk of few tokens (n <= MM_ROWWISE): each thread dequantizes one row at a time into its
  * own cols floats of the scratch (in L1/L2) and takes that row's dot product with every token.
@@ -686,15 +682,13 @@ void cairn__matmul(cairn__pool *p, const cairn__mat *W, const float *X, int64_t 
         cairn__pool_for(p, rows, 0, mm_rowwise_range, &j);
         return;
     }
-#ifdef CAIRN_HAVE_OPENBLAS
     const int64_t cols = W->cols;
-    if (W->type == CAIRN__GGML_F32) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)rows, (int)cols, 1.0f, X,
-                    (int)cols, (const float *)(const void *)W->data, (int)cols, 0.0f, OUT,
-                    (int)rows);
+    const int blas = cairn__blas_on();
+    if (blas && W->type == CAIRN__GGML_F32) {
+        cairn__sgemm(1, (int)n, (int)rows, (int)cols, 1.0f, X, (int)cols,
+                     (const float *)(const void *)W->data, (int)cols, 0.0f, OUT, (int)rows);
         return;
     }
-#endif
     const int64_t tr = tile_rows(W);
     for (int64_t r0 = 0; r0 < rows; r0 += tr) {
         mm_job j = {W, r0, rows - r0 < tr ? rows - r0 : tr, scratch, X, scratch, n, OUT};
@@ -702,12 +696,11 @@ void cairn__matmul(cairn__pool *p, const cairn__mat *W, const float *X, int64_t 
             j.T = (const float *)(const void *)(W->data + (size_t)r0 * W->row_bytes);
         else
             cairn__pool_for(p, j.nr, 0, mm_dequant_range, &j);
-#ifdef CAIRN_HAVE_OPENBLAS
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)j.nr, (int)cols, 1.0f, X,
-                    (int)cols, j.T, (int)cols, 0.0f, OUT + r0, (int)rows);
-#else
-        cairn__pool_for(p, j.nr, 0, mm_gemm_range, &j);
-#endif
+        if (blas)
+            cairn__sgemm(1, (int)n, (int)j.nr, (int)cols, 1.0f, X, (int)cols, j.T, (int)cols, 0.0f,
+                         OUT + r0, (int)rows);
+        else
+            cairn__pool_for(p, j.nr, 0, mm_gemm_range, &j);
     }
 }
 

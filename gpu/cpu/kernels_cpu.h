@@ -55,8 +55,8 @@ size_t cairn__matmul_scratch_bytes(const cairn__mat *W);
  * Q8_0, Q4_0, Q4_K and Q6_K weights: the decode kernels on each token, over groups of rows kept
  * in cache, each token's output bit for bit cairn__matvec's (cairn__cpu_prompt_int8, below).
  * Otherwise in float: dequantizes W a tile at a time (F32 weights are used in place) and
- * multiplies with sgemm (OpenBLAS when built with it, a threaded plain loop otherwise); up to 16
- * tokens, each thread dequantizes a row at a time and dots it with every token (no tiles, no
+ * multiplies with sgemm (OpenBLAS where cairn__blas_on(), a threaded plain loop otherwise); up to
+ * 16 tokens, each thread dequantizes a row at a time and dots it with every token (no tiles, no
  * hand-offs); results match cairn__matvec to float rounding. */
 void cairn__matmul(cairn__pool *p, const cairn__mat *W, const float *X, int64_t n, float *OUT,
                    float *scratch);

@@ -1,24 +1,22 @@
-/* tests/model/test_cli.c - `cairn generate` as a user runs it: output, exit codes; and the
- * engine behaviours the command shows (hidden control tokens, OpenBLAS's thread count) checked
- * in-process, where they can be seen exactly. */
+/* tests/model/test_cli.c - `cairn generate` as a user runs it: output, exit codes, the BLAS its
+ * stats name; and the engine behaviours the command shows (hidden control tokens, OpenBLAS's
+ * thread count and core) checked in-process, where they can be seen exactly. */
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h> /* strncasecmp */
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "gpu/cpu/blas.h"
 #include "gpu/engine.h"
 #include "gpu/gguf.h"
 #include "gpu/tokenizer.h"
 #include "tests/gguf_writer.h"
 #include "tests/model/mkmodel.h"
 #include "tests/tap.h"
-
-#ifdef CAIRN_HAVE_OPENBLAS
-#include <cblas.h>
-#endif
 
 static char out[65536];
 
@@ -171,18 +169,64 @@ static void check_blas_threads(const char *path)
         cairn__engine *e = NULL;
         char err[512] = "";
         int rc = cairn__engine_open(path, &eo, &e, err, sizeof err);
-        int got = rc == 0 ? openblas_get_num_threads() : -1;
+        int got = rc == 0 ? cairn__blas_threads() : -1;
         ok(rc == 0 && got == n, "--threads %d: OpenBLAS uses %d threads (%s)", n, got, err);
         cairn__engine_free(e);
     }
+    /* OpenBLAS was loaded with the core for this CPU (main unset the variable), which then
+     * left the environment as it was */
+    const char *core = cairn__blas_core_for_cpu(), *d = cairn__blas_desc();
+    ok(strncmp(d, "openblas:", 9) == 0 && (!core || strncasecmp(d + 9, core, strlen(core)) == 0),
+       "in-process: %s for a CPU whose core is %s", d, core ? core : "OpenBLAS's own");
+    ok(getenv("OPENBLAS_CORETYPE") == NULL, "OPENBLAS_CORETYPE is not left set in the process");
 #else
     (void)path;
     skip("built without OpenBLAS: no OpenBLAS threads to bound");
+    skip("built without OpenBLAS: no core to choose");
+    skip("built without OpenBLAS: no environment to restore");
 #endif
+}
+
+/* The stats line names the path the float products take (OpenBLAS, whose core cairn picks for
+ * this CPU's features: Debian's 0.3.21 runs its SSE3 kernels on a CPU it does not know), and a
+ * user's own OPENBLAS_CORETYPE is taken as given, and named so. The prompt is long enough for
+ * the prompt's attention to take sgemm (16 tokens and more). */
+static void check_blas_stats(const char *bin, const char *path)
+{
+    char cmd[1024];
+    const char *run = "generate -m %s -p 'one two three four five six seven eight nine ten "
+                      "eleven twelve' -n 2 --temperature 0 --backend cpu 2>&1 >/dev/null";
+    char tail[256];
+    snprintf(tail, sizeof tail, run, path);
+#ifdef CAIRN_HAVE_OPENBLAS
+    const char *core = cairn__blas_core_for_cpu();
+    snprintf(cmd, sizeof cmd, "env -u OPENBLAS_CORETYPE -u CAIRN_BLAS %s %s", bin, tail);
+    int rc = sh(cmd);
+    const char *at = strstr(out, "blas=openblas:");
+    /* OpenBLAS names its cores in mixed case (SkylakeX, Haswell) */
+    ok(rc == 0 && at && (!core || strncasecmp(at + 14, core, strlen(core)) == 0) &&
+           !strstr(out, "(OPENBLAS_CORETYPE)"),
+       "stats: blas=openblas with the core for this CPU's features (%s): %.200s",
+       core ? core : "OpenBLAS's own", out);
+    snprintf(cmd, sizeof cmd, "env -u CAIRN_BLAS OPENBLAS_CORETYPE=PRESCOTT %s %s", bin, tail);
+    rc = sh(cmd);
+    ok(rc == 0 && strstr(out, "blas=openblas:Prescott(OPENBLAS_CORETYPE)"),
+       "stats: OPENBLAS_CORETYPE=PRESCOTT is not overridden, and named: %.200s", out);
+#else
+    skip("built without OpenBLAS: no core to choose");
+    skip("built without OpenBLAS: no OPENBLAS_CORETYPE to respect");
+#endif
+    snprintf(cmd, sizeof cmd, "CAIRN_BLAS=cairn %s %s", bin, tail);
+    int rc2 = sh(cmd);
+    ok(rc2 == 0 && strstr(out, "cpu backend, blas=cairn, llama"),
+       "stats: CAIRN_BLAS=cairn runs cairn's own loops: %.200s", out);
 }
 
 int main(void)
 {
+    /* the in-process checks see cairn's own choice of OpenBLAS core, whatever the caller's
+     * environment holds (set before the first backend loads OpenBLAS) */
+    unsetenv("OPENBLAS_CORETYPE");
     const char *bin = getenv("CAIRN_BIN");
     if (!bin || access(bin, X_OK) != 0)
         tap_skip_all("CAIRN_BIN not set");
@@ -398,6 +442,7 @@ int main(void)
     ok(seed && rc == 0 && !strstr(out, "<s>") && !strstr(out, "</s>") && !strstr(out, "<unk>"),
        "the same run on stdout: no <s>, </s>, <unk> (seed %llu, exit %d)", seed, rc);
     check_blas_threads(path);
+    check_blas_stats(bin, path);
 
     /* --help: the repeat penalty's window is --repeat-last-n's, not a number in the text */
     snprintf(cmd, sizeof cmd, "%s generate --help", bin);

@@ -16,8 +16,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h> /* strncasecmp */
 
 #include "gpu/backend.h"
+#include "gpu/cpu/blas.h"
 #include "gpu/gguf.h"
 #include "gpu/cpu/kernels_cpu.h"
 #include "gpu/model.h"
@@ -331,14 +333,43 @@ static void check_long_prompt(const char *arch, uint32_t type, int cache_f16)
     const double e32 = rel_err_d(big, ref, N * V), e8 = rel_err_d(small, ref, N * V),
                  ex = rel_err_f(big, small, N * V);
     ok(rc == 0 && e32 <= 1e-4 && e8 <= 1e-4 && ex <= 1e-4,
-       "%s %s%s: %d-token prompt in chunks of 64 and of 8 vs float64: rel err %.3g, %.3g (each "
-       "other %.3g) <= 1e-4",
-       arch, tn, cn, N, e32, e8, ex);
+       "%s %s%s: %d-token prompt in chunks of 64 and of 8 vs float64 (blas=%s): rel err %.3g, "
+       "%.3g (each other %.3g) <= 1e-4",
+       arch, tn, cn, N, cairn__blas_desc(), e32, e8, ex);
 out:
     cairn__backend_free(b32);
     cairn__backend_free(b8);
     free(ref), free(big), free(small);
     mk_unload(&L);
+}
+
+/* The path of the float products (F32/F16/BF16 weights, and the quantized ones' prompt in float;
+ * the prompt's attention) that every check here holds to the float64 reference: OpenBLAS with
+ * the core cairn picks for this CPU's features (tests/model/meson.build empties the caller's
+ * OPENBLAS_CORETYPE for that), the core OPENBLAS_CORETYPE names where a test sets it, or
+ * cairn's own loops under CAIRN_BLAS=cairn. Older OpenBLAS builds compute wrong results with
+ * some cores forced on some CPUs; this is where that would show, on the machine at hand. */
+static void check_blas_path(void)
+{
+    const char *d = cairn__blas_desc(), *mode = getenv("CAIRN_BLAS"),
+               *user = getenv("OPENBLAS_CORETYPE"), *core = cairn__blas_core_for_cpu();
+    if (mode && strcmp(mode, "cairn") == 0) {
+        ok(strcmp(d, "cairn") == 0, "float products: CAIRN_BLAS=cairn runs cairn's loops (%s)", d);
+        return;
+    }
+#ifdef CAIRN_HAVE_OPENBLAS
+    if (user && *user)
+        ok(strncmp(d, "openblas:", 9) == 0 && strstr(d, "(OPENBLAS_CORETYPE)"),
+           "float products: %s, OPENBLAS_CORETYPE=%s as given", d, user);
+    else
+        ok(strncmp(d, "openblas:", 9) == 0 &&
+               (!core || strncasecmp(d + 9, core, strlen(core)) == 0),
+           "float products: %s, the core for this CPU (%s)", d, core ? core : "OpenBLAS's own");
+#else
+    (void)user, (void)core;
+    ok(strcmp(d, "cairn") == 0, "float products: cairn's loops in a build without OpenBLAS (%s)",
+       d);
+#endif
 }
 
 static void check_greedy(void)
@@ -770,6 +801,7 @@ static void check_pool(void)
 int main(void)
 {
     check_pool();
+    check_blas_path();
     const uint32_t flat[] = {CAIRN__GGML_F32, CAIRN__GGML_F16, CAIRN__GGML_BF16, CAIRN__GGML_Q8_0,
                              CAIRN__GGML_Q4_0};
     for (size_t i = 0; i < sizeof flat / sizeof *flat; i++) {
