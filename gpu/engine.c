@@ -427,11 +427,10 @@ static int run(cairn__engine *e, const int32_t *prompt, size_t n_prompt, const i
 
     g.live = 1;
     t0 = now_s();
-    size_t n_new = 0;
+    size_t n_steps = 0; /* decode steps: the first token came from the prefill's logits */
     if (!fin && o->max_tokens > 0 && n_prev >= (size_t)o->max_tokens)
         fin = CAIRN__FINISH_LENGTH;
     while (!fin) {
-        n_new++;
         fin = accept(&g, tok);
         if (fin < 0) {
             rc = efail(e, fin, "out of memory");
@@ -453,10 +452,11 @@ static int run(cairn__engine *e, const int32_t *prompt, size_t n_prompt, const i
         else if ((rc = step(e, smp, &g, tok, (int)(g.n_hist - 1), logits, pen, &tok)) != 0) {
             efail(e, rc, "%s", cairn__backend_errmsg(e->backend));
             goto done;
-        }
+        } else
+            n_steps++;
     }
     r->gen_seconds = now_s() - t0;
-    r->gen_tps = r->gen_seconds > 0 ? (double)n_new / r->gen_seconds : 0;
+    r->gen_tps = r->gen_seconds > 0 ? (double)n_steps / r->gen_seconds : 0;
     if (fin != CAIRN__FINISH_STOP && g.pend.len) {
         /* end of generation: held-back bytes were not a stop string */
         g.live = fin != CAIRN__FINISH_CANCEL;

@@ -99,7 +99,10 @@ typedef struct {
     size_t text_len;
     size_t n_prompt;
     double prompt_seconds, gen_seconds;
-    double prompt_tps, gen_tps; /* tokens per second of this call's prefill and decode */
+    /* tokens per second of this call's prefill and decode; decode counts the steps that ran,
+     * one token each: the first generated token comes from the prefill, so n tokens are n - 1
+     * decode steps (gen_tps 0 for one token) */
+    double prompt_tps, gen_tps;
     uint8_t state[CAIRN__SAMPLER_STATE_BYTES]; /* sampler state at the end */
 } cairn__gen_result;
 

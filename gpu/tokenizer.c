@@ -330,8 +330,9 @@ static int build(cairn__tok *t, const cairn__tok_spec *sp, char *err, size_t err
     t->add_eos = sp->add_eos >= 0 ? sp->add_eos != 0 : 0;
     t->add_space_prefix =
         sp->add_space_prefix >= 0 ? sp->add_space_prefix != 0 : t->kind == CAIRN__TOK_SPM;
+    cairn__tok_fix_types(t);
     cairn__tok_mark_eog(t);
-    if ((rc = cairn__tok_build_pieces(t)) || (rc = cairn__tok_build_specials(t)))
+    if ((rc = cairn__tok_build_pieces(t)) || (rc = cairn__tok_build_specials(t, sp->name)))
         return rc;
     return 0;
 }

@@ -55,6 +55,10 @@ typedef struct {
     int32_t bos, eos, unk, pad, eot, eom;
     /* -1 for the model's default: llama adds BOS, not EOS, and a space prefix; gpt2 adds none */
     int add_bos, add_eos, add_space_prefix;
+    /* general.name (NULL: none); read only for the per-model rules the reference keys on it:
+     * a name containing "phi-3" or "phi3" (any case) makes added tokens but <unk>, <s> and
+     * <|endoftext|> take the whitespace right of them */
+    const char *name;
 } cairn__tok_spec;
 
 /* Fills spec with "none"/"default" values (ids -1, flags -1, NULL arrays). */
@@ -70,7 +74,7 @@ int cairn__tok_new(const cairn__tok_spec *spec, cairn__tok **out, char *err, siz
 /* Builds a tokenizer from the tokenizer.ggml.* keys of an open GGUF file:
  *   model, pre, tokens, scores, token_type, merges, bos_token_id, eos_token_id,
  *   unknown_token_id, padding_token_id, eot_token_id, eom_token_id, add_bos_token,
- *   add_eos_token, add_space_prefix.
+ *   add_eos_token, add_space_prefix; and general.name (see cairn__tok_spec.name).
  * The result does not reference g (g may be closed right after). Errors as cairn__tok_new,
  * plus CAIRN_EFORMAT when a key is missing or has the wrong type or length (the message names
  * the key). */
@@ -80,11 +84,14 @@ void cairn__tok_free(cairn__tok *t); /* NULL is a no-op */
 
 /* Encodes len bytes of text (any bytes; invalid UTF-8 is tokenized byte by byte, never
  * rejected). add_special: add BOS/EOS as the vocabulary asks (add_bos_token/add_eos_token).
- * parse_special: text of CONTROL, USER_DEFINED and UNKNOWN tokens (e.g. "<|im_end|>") becomes
- * that token (the longest one where several start at the same byte); otherwise such text is
- * tokenized as ordinary text. A byte the vocabulary cannot spell at all (no piece, no byte token)
- * becomes the unknown token, or is dropped if there is none. Returns 0 with *ids (malloc'd,
- * caller frees; non-NULL even when *n is 0) and *n, or CAIRN_EINVAL / CAIRN_ENOMEM. */
+ * Added tokens are cut out of the text first, longest first (equal lengths: lower id first),
+ * as the reference (llama.cpp) does: the text of a USER_DEFINED token always becomes that token;
+ * that of a CONTROL or UNKNOWN token (e.g. "<|im_end|>") only with parse_special, and is
+ * otherwise tokenized as ordinary text. Tokens spelled like a turn end or a fill-in-the-middle
+ * marker count as CONTROL whatever the file says (see cairn__tok_type). A byte the vocabulary
+ * cannot spell at all (no piece, no byte token) becomes the unknown token, or is dropped if there
+ * is none. Returns 0 with *ids (malloc'd, caller frees; non-NULL even when *n is 0) and *n, or
+ * CAIRN_EINVAL / CAIRN_ENOMEM. */
 int cairn__tok_encode(const cairn__tok *t, const char *text, size_t len, int add_special,
                       int parse_special, int32_t **ids, size_t *n);
 
@@ -133,8 +140,10 @@ int cairn__tok_add_eos(const cairn__tok *t);
 /* End of generation: EOS, EOT, EOM, and CONTROL tokens spelled like a turn end
  * (<|eot_id|>, <|im_end|>, <|end|>, <end_of_turn>, <|endoftext|>, <|eom_id|>, <EOT>). */
 int cairn__tok_is_eog(const cairn__tok *t, int32_t id);
-int cairn__tok_type(const cairn__tok *t,
-                    int32_t id); /* enum cairn__tok_type, or -1 if out of range */
+/* enum cairn__tok_type as the tokenizer treats it, or -1 if out of range: the file's type, except
+ * that tokens spelled like a turn end or a fill-in-the-middle marker (<|im_end|>, <|fim_prefix|>,
+ * <PRE>, ...) are CONTROL, as in the reference */
+int cairn__tok_type(const cairn__tok *t, int32_t id);
 /* Id of a token whose vocabulary text is exactly s[0..len), or -1. */
 int32_t cairn__tok_find(const cairn__tok *t, const char *s, size_t len);
 const char *cairn__tok_kind(const cairn__tok *t); /* "llama" or "gpt2" */

@@ -13,7 +13,8 @@
  * away or changed), instead of being removed eagerly. Stale-entry checks compare string ids
  * (interned by tokenizer.c, see tokenizer_impl.h).
  *
- * Special tokens cut the text first (when asked); the stretches between them are encoded alone.
+ * Added tokens cut the text first (by the reference's rules, see cut_specials and
+ * tokenizer_special.c); the stretches between them are encoded alone.
  */
 #include "gpu/tokenizer.h"
 #include "gpu/tokenizer_impl.h"
@@ -505,18 +506,81 @@ done:
 
 /* ---- encode ---------------------------------------------------------------------------- */
 
-/* Longest special token starting at text[i..len), or -1. */
-static int32_t special_at(const cairn__tok *t, const char *text, size_t i, size_t len)
+/* The text cut at added tokens: raw text [off, off + len) where id < 0, else token id; linked
+ * in text order from segment 0. */
+struct seg {
+    size_t off, len, next;
+    int32_t id;
+};
+
+struct segs {
+    struct seg *v;
+    size_t n, cap;
+};
+
+/* Links a new segment after segment `after` (NONE: the first one); its index, or NONE when out
+ * of memory. */
+static size_t seg_insert(struct segs *s, size_t after, size_t off, size_t len, int32_t id)
 {
-    unsigned char b = (unsigned char)text[i];
-    size_t k;
-    for (k = t->special_at[b]; k < t->special_at[b + 1]; k++) {
-        size_t l;
-        const char *s = cairn__tok_str(t, t->special[k], &l);
-        if (l <= len - i && memcmp(text + i, s, l) == 0)
-            return t->special[k];
+    if (s->n == s->cap) {
+        size_t cap = s->cap ? s->cap * 2 : 16;
+        struct seg *v = realloc(s->v, cap * sizeof *v);
+        if (!v)
+            return NONE;
+        s->v = v;
+        s->cap = cap;
     }
-    return -1;
+    s->v[s->n] = (struct seg){off, len, after == NONE ? NONE : s->v[after].next, id};
+    if (after != NONE)
+        s->v[after].next = s->n;
+    return s->n++;
+}
+
+/* isspace() of the C locale, whatever the process's locale */
+static int c_space(char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
+
+/* Cuts every added token that applies out of text, one token at a time in the table's order
+ * (longest first), each at every place it occurs in what is still raw text: the reference's
+ * rule, which differs from a left-to-right longest match where added tokens overlap. */
+static int cut_specials(const cairn__tok *t, const char *text, size_t len, int parse_special,
+                        struct segs *s)
+{
+    size_t k, i;
+    s->n = 0;
+    if (len == 0)
+        return 0;
+    if (seg_insert(s, NONE, 0, len, -1) == NONE)
+        return CAIRN_ENOMEM;
+    for (k = 0; k < t->n_special; k++) {
+        const struct cairn__tok_special *sp = &t->special[k];
+        const char *tx = t->str + t->str_off[sp->id];
+        if (!parse_special && !(sp->flags & CAIRN__SPECIAL_PLAIN))
+            continue;
+        for (i = 0; i != NONE; i = s->v[i].next) {
+            while (s->v[i].id < 0) {
+                size_t off = s->v[i].off, end = off + s->v[i].len, at;
+                const char *m = memmem(text + off, end - off, tx, sp->len);
+                if (!m)
+                    break;
+                at = (size_t)(m - text);
+                if (at > off) { /* i keeps the text left of the match */
+                    s->v[i].len = at - off;
+                    if ((i = seg_insert(s, i, at, sp->len, sp->id)) == NONE)
+                        return CAIRN_ENOMEM;
+                } else {
+                    s->v[i].len = sp->len;
+                    s->v[i].id = sp->id;
+                }
+                at += sp->len;
+                if (sp->flags & CAIRN__SPECIAL_RSTRIP)
+                    while (at < end && c_space(text[at]))
+                        at++;
+                if (at < end && (i = seg_insert(s, i, at, end - at, -1)) == NONE)
+                    return CAIRN_ENOMEM;
+            }
+        }
+    }
+    return 0;
 }
 
 int cairn__tok_encode(const cairn__tok *t, const char *text, size_t len, int add_special,
@@ -524,8 +588,9 @@ int cairn__tok_encode(const cairn__tok *t, const char *text, size_t len, int add
 {
     struct ids o = {NULL, 0, 0, 0};
     struct work w = {NULL, 0, {NULL, 0, 0}, NULL, 0};
+    struct segs sg = {NULL, 0, 0};
     char *buf = NULL;
-    size_t bufcap = 0, pos = 0, frag = 0;
+    size_t bufcap = 0, i;
     int rc = 0, prev_special = 1;
 
     if (ids)
@@ -536,28 +601,22 @@ int cairn__tok_encode(const cairn__tok *t, const char *text, size_t len, int add
         return CAIRN_EINVAL;
     if (add_special && t->add_bos && t->bos >= 0)
         push(&o, t->bos);
-    /* Cut the text at special tokens (when asked); every stretch between them is ordinary text.
-     * SentencePiece prefixes a space to the first stretch and to any stretch after a special. */
-    while (!rc && frag <= len) {
-        int32_t sp = -1;
-        if (parse_special)
-            for (pos = frag; pos < len && (sp = special_at(t, text, pos, len)) < 0; pos++)
-                ;
-        else
-            pos = len;
-        if (pos > frag) {
-            if (t->kind == CAIRN__TOK_SPM)
-                rc = spm_encode(t, &w, text + frag, pos - frag, t->add_space_prefix && prev_special,
-                                &o, &buf, &bufcap);
-            else
-                rc = bpe_encode(t, &w, text + frag, pos - frag, &o);
-            prev_special = 0;
+    /* Every stretch of text between added tokens is encoded alone. SentencePiece prefixes a
+     * space to the first stretch and to any stretch right after an added token. */
+    rc = cut_specials(t, text, len, parse_special, &sg);
+    for (i = sg.n ? 0 : NONE; !rc && i != NONE; i = sg.v[i].next) {
+        const struct seg *g = &sg.v[i];
+        if (g->id >= 0) {
+            push(&o, g->id);
+            prev_special = 1;
+            continue;
         }
-        if (sp < 0)
-            break;
-        push(&o, sp);
-        prev_special = 1;
-        frag = pos + (t->str_off[sp + 1] - t->str_off[sp]);
+        if (t->kind == CAIRN__TOK_SPM)
+            rc = spm_encode(t, &w, text + g->off, g->len, t->add_space_prefix && prev_special, &o,
+                            &buf, &bufcap);
+        else
+            rc = bpe_encode(t, &w, text + g->off, g->len, &o);
+        prev_special = 0;
     }
     if (!rc && add_special && t->add_eos && t->eos >= 0)
         push(&o, t->eos);
@@ -568,6 +627,7 @@ int cairn__tok_encode(const cairn__tok *t, const char *text, size_t len, int add
         if (!o.v)
             rc = CAIRN_ENOMEM;
     }
+    free(sg.v);
     free(buf);
     free(w.s);
     free(w.h.v);

@@ -32,6 +32,17 @@ struct cairn__tok_pair {
     int32_t rank, merged;
 };
 
+/* An added token the encoder cuts out of the text before any merge (tokenizer_special.c). */
+enum {
+    CAIRN__SPECIAL_PLAIN = 1,  /* matched in plain text too (USER_DEFINED), not only when parsed */
+    CAIRN__SPECIAL_RSTRIP = 2, /* the whitespace right of it goes with it */
+};
+struct cairn__tok_special {
+    int32_t id;
+    unsigned flags; /* CAIRN__SPECIAL_* */
+    size_t len;     /* of its text */
+};
+
 /* A built tokenizer; immutable once cairn__tok_new returns it. */
 struct cairn__tok {
     int kind, pre, ignore_merges;
@@ -52,8 +63,8 @@ struct cairn__tok {
     unsigned char bmap[256][2], bmap_len[256]; /* BPE: UTF-8 of each byte's mapped code point */
     int32_t bos, eos, unk, pad, eot, eom;
     int add_bos, add_eos, add_space_prefix;
-    int32_t *special;       /* parse_special candidates, by first byte then longest first */
-    size_t special_at[257]; /* special[special_at[b] .. special_at[b+1]) start with byte b */
+    struct cairn__tok_special *special; /* CONTROL, USER_DEFINED, UNKNOWN: longest first */
+    size_t n_special;
 };
 
 /* FNV-1a with a final mix; the string hash. */
@@ -125,9 +136,12 @@ void cairn__tok_set_err(char *err, size_t errlen, const char *fmt, ...)
 /* GPT-2's bytes_to_unicode: the code point that stands for byte b in a byte-level BPE
  * vocabulary. */
 uint32_t cairn__tok_gpt2_byte_cp(unsigned b);
-/* Builders run by tokenizer.c once the vocabulary is interned; each returns 0 or CAIRN_ENOMEM. */
-int cairn__tok_build_pieces(cairn__tok *t);   /* tokenizer_decode.c: piece, piece_off */
-int cairn__tok_build_specials(cairn__tok *t); /* tokenizer_special.c: special, special_at */
-void cairn__tok_mark_eog(cairn__tok *t);      /* tokenizer_special.c: eog (needs ids and types) */
+/* Builders run by tokenizer.c once the vocabulary is interned, in this order; each returns 0 or
+ * CAIRN_ENOMEM. */
+void cairn__tok_fix_types(cairn__tok *t);   /* tokenizer_special.c: control-looking -> CONTROL */
+void cairn__tok_mark_eog(cairn__tok *t);    /* tokenizer_special.c: eog (needs ids and types) */
+int cairn__tok_build_pieces(cairn__tok *t); /* tokenizer_decode.c: piece, piece_off */
+/* tokenizer_special.c: special, n_special; name is general.name (NULL: none) */
+int cairn__tok_build_specials(cairn__tok *t, const char *name);
 
 #endif

@@ -2,9 +2,10 @@
  *
  * Loading only translates: it reads the keys into a cairn__tok_spec, borrowing strings from the
  * mapping for the moment it takes cairn__tok_new to copy them, and leaves every decision about
- * the vocabulary to the builder (tokenizer.c). What it does check is the shape of each key (its
- * type, that per-token arrays have one entry per token), so that a bad file is reported by key
- * name rather than as a confusing failure later. Missing optional keys become the spec's
+ * the vocabulary to the builder (tokenizer.c), general.name included (tokenizer_special.c keys a
+ * model's whitespace rule on it, as the reference does). What it does check is the shape of each
+ * key (its type, that per-token arrays have one entry per token), so that a bad file is reported by
+ * key name rather than as a confusing failure later. Missing optional keys become the spec's
  * "default" values, except that SentencePiece vocabularies without special-id keys get the
  * classic SentencePiece ids (BOS 1, EOS 2, UNK 0).
  */
@@ -101,7 +102,7 @@ int cairn__tok_load(const cairn__gguf *g, cairn__tok **out, char *err, size_t er
     size_t *tok_lens = NULL, *merge_lens = NULL, n_tok = 0, n_merges = 0, slen;
     float *scores = NULL;
     int32_t *types = NULL;
-    char model[64], pre[64];
+    char model[64], pre[64], *name = NULL;
     const char *s;
     uint64_t cnt, i;
     int rc, et;
@@ -136,6 +137,20 @@ int cairn__tok_load(const cairn__gguf *g, cairn__tok **out, char *err, size_t er
         sp.pre = pre;
     } else if (rc != CAIRN_ENOTFOUND) {
         cairn__tok_set_err(err, errlen, "tokenizer.ggml.pre: not a string");
+        return CAIRN_EFORMAT;
+    }
+
+    rc = cairn__gguf_get_str(g, "general.name", &s, &slen);
+    if (rc == 0) {
+        if (!(name = malloc(slen + 1))) {
+            rc = CAIRN_ENOMEM;
+            goto done;
+        }
+        memcpy(name, s, slen);
+        name[slen] = 0; /* a NUL inside only shortens it: the name is matched, never printed */
+        sp.name = name;
+    } else if (rc != CAIRN_ENOTFOUND) {
+        cairn__tok_set_err(err, errlen, "general.name: not a string");
         return CAIRN_EFORMAT;
     }
 
@@ -243,5 +258,6 @@ done:
     free(merge_lens);
     free(scores);
     free(types);
+    free(name);
     return rc;
 }

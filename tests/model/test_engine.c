@@ -2,6 +2,7 @@
  * context, cancel, and exact resume from every checkpoint; the device-sampling path through a
  * stand-in device sampler (the CPU backend plus cairn__sampler_pick_runs, the CUDA sampler's
  * algorithm in C). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -411,6 +412,10 @@ int main(void)
     ok(sk.n_ck == 13, "a checkpoint every 3 tokens (%d)", sk.n_ck);
     diag("prompt %zu tokens, %.0f tok/s prompt, %.0f tok/s decode", r1.n_prompt, r1.prompt_tps,
          r1.gen_tps);
+    /* the first token comes from the prompt's logits: 40 tokens took 39 decode steps */
+    ok(r1.gen_seconds > 0 && fabs(r1.gen_tps * r1.gen_seconds - 39.0) < 1e-6,
+       "decode tok/s counts the 39 decode steps, not the 40 tokens (%.6f)",
+       r1.gen_tps * r1.gen_seconds);
 
     memset(&sk, 0, sizeof sk);
     rc = cairn__engine_generate(e, prompt, strlen(prompt), &o, &r2);
@@ -562,6 +567,8 @@ int main(void)
         oc.max_tokens = 1;
         cairn__gen_result r0;
         rc = cairn__engine_generate_tokens(e, p1, 1, &oc, &r0);
+        ok(rc == 0 && r0.n_tokens == 1 && r0.gen_tps == 0,
+           "one token is no decode step: decode tok/s 0 (%.1f)", r0.gen_tps);
         const struct {
             const char *stop, *text;
             int finish;
