@@ -746,7 +746,8 @@ static void test_spm(void)
         t0 = now_s() - t0;
         diag("SPM: %zu bytes without spaces -> %zu tokens in %.1f ms", n, nids, t0 * 1e3);
         ok(good && nids > n / 8 && nids < n / 4, "long SPM input tokenizes into 8-byte pieces");
-        ok(t0 < 2.0, "long SPM input in %.3f s (quadratic would take minutes)", t0);
+        /* the time is reported, not asserted (no timed tests): a quadratic merge would show
+         * here as minutes */
         free(ids);
         free(big);
     }
@@ -1264,8 +1265,8 @@ static void test_reference(const char *dir, const char *name)
             free(ids);
         }
         t0 = (now_s() - t0) / 10;
-        diag("%s: %zu bytes -> %zu tokens in %.2f ms", name, n, nids, t0 * 1e3);
-        ok(t0 < 0.5, "%s: a %zu-byte text encodes in %.2f ms", name, n, t0 * 1e3);
+        diag("%s: %zu bytes -> %zu tokens in %.2f ms (reported, not asserted)", name, n, nids,
+             t0 * 1e3);
         free(big);
     }
     free(inp);
