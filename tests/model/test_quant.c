@@ -203,12 +203,73 @@ static void kquant_layouts(void)
     check_kquant_block(CAIRN__GGML_Q6_K, &b6, q6k_want, 0.02);
 }
 
+/* ---- Q4_1, Q5_0, Q5_1 against ggml ----------------------------------------------------------
+ * One block of each, its 16 quant bytes and 4 high-bit bytes from the LCG below (seeds 4 and 5),
+ * d = 0.5 and m = -3.5; the expected values, twice the element's value, were computed outside
+ * this project by restating ggml's dequantize_row_q4_1 / _q5_0 / _q5_1 in Python on those
+ * bytes: element j < 16 is the low nibble of qs[j], element j + 16 its high nibble, with bit j
+ * (bit j + 16) of the little-endian qh on top for Q5; value q * d + m (Q4_1, Q5_1) or
+ * (q - 16) * d (Q5_0). Element 0: qs[0] = 25 = 0x19, low nibble 9; qh = 0x857809df, bit 0 set:
+ * Q4_1 9 * 0.5 - 3.5 = 1, Q5_0 (25 - 16) * 0.5 = 4.5, Q5_1 25 * 0.5 - 3.5 = 9. */
+/* clang-format off */
+static const int8_t q4_1_want2[32] = {2, -1, 4, 8, 8, -7, -5, -2, -5, 4, -2, 2, 6, 0, 0, -2,
+                                      -6, -1, 8, 0, -5, 2, 1, 2, -3, -3, -3, 0, 2, -6, -1, 7};
+static const int8_t q5_0_want2[32] = {9, 6, 11, 15, 15, -16, 2, 5, 2, -5, -11, 9, -3, -9, -9, -11,
+                                      -15, -10, -1, 7, 2, 9, 8, -7, 4, -12, 4, -9, -7, -15, -10, 14};
+static const int8_t q5_1_want2[32] = {18, 15, 20, 24, 24, -7, 11, 14, 11, 4, -2, 18, 6, 0, 0, -2,
+                                      -6, -1, 8, 16, 11, 18, 17, 2, 13, -3, 13, 0, 2, -6, -1, 23};
+/* clang-format on */
+
+/* a block of 32 against twice its ggml values, then the quantizer through it (as
+ * check_kquant_block) */
+static void check_q32_block(uint32_t type, const void *block, const int8_t *want2, double qtol)
+{
+    const char *tn = cairn__ggml_type_name(type);
+    float y[32], z[32];
+    unsigned char q[32];
+    cairn__dequant_row(type, block, y, 32);
+    int bad = 0;
+    for (int i = 0; i < 32; i++)
+        bad += y[i] != 0.5f * (float)want2[i];
+    ok(bad == 0, "%s distinct quants: all 32 elements as ggml dequantizes them (%d differ)", tn,
+       bad);
+    for (int i = 0; i < 32; i++)
+        z[i] = 0.5f * (float)want2[i];
+    int rc = cairn__quant_row(type, z, q, 32);
+    cairn__dequant_row(type, q, y, 32);
+    double e = rel_rms(y, z, 32);
+    ok(rc == 0 && e <= qtol, "%s quantizer puts each element where ggml reads it (rel rms %.3g)",
+       tn, e);
+}
+
+static void q32_layouts(void)
+{
+    uint8_t qs[16], qh[4];
+    uint32_t x = 4;
+    for (int b = 0; b < 16; b++)
+        qs[b] = lcg_byte(&x);
+    x = 5;
+    for (int b = 0; b < 4; b++)
+        qh[b] = lcg_byte(&x);
+    cairn__block_q4_1 b41 = {.d = 0x3800, .m = 0xc300}; /* 0.5, -3.5 */
+    memcpy(b41.qs, qs, 16);
+    check_q32_block(CAIRN__GGML_Q4_1, &b41, q4_1_want2, 0.05);
+    cairn__block_q5_0 b50 = {.d = 0x3800};
+    memcpy(b50.qs, qs, 16);
+    memcpy(b50.qh, qh, 4);
+    check_q32_block(CAIRN__GGML_Q5_0, &b50, q5_0_want2, 0.03);
+    cairn__block_q5_1 b51 = {.d = 0x3800, .m = 0xc300};
+    memcpy(b51.qs, qs, 16);
+    memcpy(b51.qh, qh, 4);
+    check_q32_block(CAIRN__GGML_Q5_1, &b51, q5_1_want2, 0.03);
+}
+
 static void round_trips(void)
 {
-    const uint32_t types[] = {CAIRN__GGML_F32,  CAIRN__GGML_F16,  CAIRN__GGML_BF16,
-                              CAIRN__GGML_Q8_0, CAIRN__GGML_Q4_0, CAIRN__GGML_Q4_K,
-                              CAIRN__GGML_Q6_K};
-    const double tol[] = {0, 1e-3, 5e-3, 1e-2, 0.12, 0.12, 3e-2};
+    const uint32_t types[] = {
+        CAIRN__GGML_F32,  CAIRN__GGML_F16,  CAIRN__GGML_BF16, CAIRN__GGML_Q8_0, CAIRN__GGML_Q4_0,
+        CAIRN__GGML_Q4_1, CAIRN__GGML_Q5_0, CAIRN__GGML_Q5_1, CAIRN__GGML_Q4_K, CAIRN__GGML_Q6_K};
+    const double tol[] = {0, 1e-3, 5e-3, 1e-2, 0.12, 0.1, 0.05, 0.05, 0.12, 3e-2};
     enum { N = 4096 };
     static float x[N], y[N], z[N];
     static unsigned char q[N * 4], q2[N * 4];
@@ -240,12 +301,15 @@ static void round_trips(void)
         double e2 = rel_rms(z, y, N);
         ok(e2 <= tol[t] / 2 + 1e-7, "%s: re-quantizing is stable (rel rms %.3g)", tn, e2);
     }
-    ok(cairn__quant_row(3 /* Q4_1 */, x, q, 32) == CAIRN_EUNSUPPORTED,
+    ok(cairn__quant_row(13 /* Q5_K */, x, q, 256) == CAIRN_EUNSUPPORTED,
        "unsupported type -> EUNSUPPORTED");
     ok(cairn__quant_row(CAIRN__GGML_Q8_0, x, q, 33) == CAIRN_EINVAL, "partial block -> EINVAL");
     ok(cairn__quant_row(CAIRN__GGML_Q4_K, x, q, 128) == CAIRN_EINVAL,
        "half a K super-block -> EINVAL");
-    ok(!cairn__quant_supported(3) && cairn__quant_supported(CAIRN__GGML_Q6_K), "supported types");
+    ok(!cairn__quant_supported(13) && cairn__quant_supported(CAIRN__GGML_Q6_K) &&
+           cairn__quant_supported(CAIRN__GGML_Q4_1) && cairn__quant_supported(CAIRN__GGML_Q5_0) &&
+           cairn__quant_supported(CAIRN__GGML_Q5_1),
+       "supported types");
 }
 
 static void halves(void)
@@ -278,6 +342,7 @@ int main(void)
 {
     known_blocks();
     kquant_layouts();
+    q32_layouts();
     round_trips();
     halves();
     return tap_done();
