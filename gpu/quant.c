@@ -191,33 +191,22 @@ static uint32_t q5_high_bits(const uint8_t *p)
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
-static void dequant_q5_0(const uint8_t *x, float *y, uint64_t nb)
+/* Q5_0 (min 0: value (q - 16) * d) or Q5_1 (min 1: q * d + m), in ggml's float operations */
+static void dequant_q5(const uint8_t *x, float *y, uint64_t nb, const int min)
 {
-    for (uint64_t i = 0; i < nb; i++, x += sizeof(cairn__block_q5_0)) {
-        const float d = cairn__f16_at(x + offsetof(cairn__block_q5_0, d));
-        const uint32_t qh = q5_high_bits(x + offsetof(cairn__block_q5_0, qh));
-        const uint8_t *qs = x + offsetof(cairn__block_q5_0, qs);
+    const size_t bb = min ? sizeof(cairn__block_q5_1) : sizeof(cairn__block_q5_0);
+    const size_t qh_at = min ? offsetof(cairn__block_q5_1, qh) : offsetof(cairn__block_q5_0, qh);
+    const size_t qs_at = min ? offsetof(cairn__block_q5_1, qs) : offsetof(cairn__block_q5_0, qs);
+    for (uint64_t i = 0; i < nb; i++, x += bb) {
+        const float d = cairn__f16_at(x); /* d leads both blocks, m follows it in Q5_1 */
+        const float m = min ? cairn__f16_at(x + offsetof(cairn__block_q5_1, m)) : 0.0f;
+        const uint32_t qh = q5_high_bits(x + qh_at);
+        const uint8_t *qs = x + qs_at;
         for (int j = 0; j < 16; j++) {
-            const int x0 = (int)((qs[j] & 0x0F) | (((qh >> j) & 1) << 4)) - 16;
-            const int x1 = (int)((qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4)) - 16;
-            y[i * 32 + j] = x0 * d;
-            y[i * 32 + j + 16] = x1 * d;
-        }
-    }
-}
-
-static void dequant_q5_1(const uint8_t *x, float *y, uint64_t nb)
-{
-    for (uint64_t i = 0; i < nb; i++, x += sizeof(cairn__block_q5_1)) {
-        const float d = cairn__f16_at(x + offsetof(cairn__block_q5_1, d));
-        const float m = cairn__f16_at(x + offsetof(cairn__block_q5_1, m));
-        const uint32_t qh = q5_high_bits(x + offsetof(cairn__block_q5_1, qh));
-        const uint8_t *qs = x + offsetof(cairn__block_q5_1, qs);
-        for (int j = 0; j < 16; j++) {
-            const int x0 = (int)((qs[j] & 0x0F) | (((qh >> j) & 1) << 4));
-            const int x1 = (int)((qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4));
-            y[i * 32 + j] = x0 * d + m;
-            y[i * 32 + j + 16] = x1 * d + m;
+            const int x0 = (int)((qs[j] & 0x0F) | (((qh >> j) & 1) << 4)) - (min ? 0 : 16);
+            const int x1 = (int)((qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4)) - (min ? 0 : 16);
+            y[i * 32 + j] = min ? x0 * d + m : x0 * d;
+            y[i * 32 + j + 16] = min ? x1 * d + m : x1 * d;
         }
     }
 }
@@ -314,10 +303,10 @@ void cairn__dequant_row(uint32_t type, const void *src, float *dst, uint64_t n)
         dequant_q4_1(src, dst, nb);
         break;
     case CAIRN__GGML_Q5_0:
-        dequant_q5_0(src, dst, nb);
+        dequant_q5(src, dst, nb, 0);
         break;
     case CAIRN__GGML_Q5_1:
-        dequant_q5_1(src, dst, nb);
+        dequant_q5(src, dst, nb, 1);
         break;
     case CAIRN__GGML_Q4_K:
         dequant_q4_K(src, dst, nb);
