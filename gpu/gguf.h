@@ -22,6 +22,9 @@ enum cairn__ggml_type { /* numbering as in GGUF files */
                         CAIRN__GGML_F32 = 0,
                         CAIRN__GGML_F16 = 1,
                         CAIRN__GGML_Q4_0 = 2,
+                        CAIRN__GGML_Q4_1 = 3,
+                        CAIRN__GGML_Q5_0 = 6,
+                        CAIRN__GGML_Q5_1 = 7,
                         CAIRN__GGML_Q8_0 = 8,
                         CAIRN__GGML_Q4_K = 12,
                         CAIRN__GGML_Q6_K = 14,
@@ -96,7 +99,8 @@ const cairn__gguf_tensor *cairn__gguf_tensor_find(const cairn__gguf *g,
 const char *cairn__ggml_type_name(uint32_t type);                    /* "Q4_K", or "?" */
 /* bytes for n elements of type (n must be a multiple of the block size), 0 if unsupported */
 uint64_t cairn__ggml_row_size(uint32_t type, uint64_t n);
-/* elements per block (1 for F32/F16/BF16, 32 for Q8_0/Q4_0, 256 for Q4_K/Q6_K), 0 if unsupported */
+/* elements per block (1 for F32/F16/BF16, 32 for Q8_0/Q4_0/Q4_1/Q5_0/Q5_1, 256 for Q4_K/Q6_K),
+ * 0 if unsupported */
 uint64_t cairn__ggml_block_size(uint32_t type);
 const char *cairn__gguf_vtype_name(int vtype); /* "u32", "string", ... or "?" */
 

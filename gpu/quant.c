@@ -5,10 +5,12 @@
  * operation order (d * sc computed first, then times q, minus dmin * m) so even rounding matches.
  *
  * The quantizers are simple reference ones (round to nearest, per-block min/max) used by the
- * test writer and the benchmarks; quality only has to be good enough that dequant(quant(x))
- * stays close to x. The K-quant ones pick each sub-block's scale (and min) from its range and
- * then quantize those scales to 6 bits (Q4_K) or int8 (Q6_K) against a super-block scale, and
- * re-derive the 4/6-bit values from the *quantized* scales, so error does not compound.
+ * test writer and the benchmarks (Q4_1 and Q5_1 keep a block's least value as its offset,
+ * Q5_0 maps its signed extreme to -16 as Q4_0 maps it to -8); quality only has to be good
+ * enough that dequant(quant(x)) stays close to x. The K-quant ones pick each sub-block's scale (and
+ * min) from its range and then quantize those scales to 6 bits (Q4_K) or int8 (Q6_K) against a
+ * super-block scale, and re-derive the 4/6-bit values from the *quantized* scales, so error does
+ * not compound.
  */
 #include "gpu/quant.h"
 
@@ -21,6 +23,9 @@
 #include "cairn_errors.h"
 _Static_assert(sizeof(cairn__block_q8_0) == 34, "Q8_0 block layout");
 _Static_assert(sizeof(cairn__block_q4_0) == 18, "Q4_0 block layout");
+_Static_assert(sizeof(cairn__block_q4_1) == 20, "Q4_1 block layout");
+_Static_assert(sizeof(cairn__block_q5_0) == 22, "Q5_0 block layout");
+_Static_assert(sizeof(cairn__block_q5_1) == 24, "Q5_1 block layout");
 _Static_assert(sizeof(cairn__block_q4_K) == 144, "Q4_K block layout");
 _Static_assert(sizeof(cairn__block_q6_K) == 210, "Q6_K block layout");
 
@@ -83,6 +88,9 @@ uint64_t cairn__quant_block_elems(uint32_t type)
         return 1;
     case CAIRN__GGML_Q8_0:
     case CAIRN__GGML_Q4_0:
+    case CAIRN__GGML_Q4_1:
+    case CAIRN__GGML_Q5_0:
+    case CAIRN__GGML_Q5_1:
         return 32;
     case CAIRN__GGML_Q4_K:
     case CAIRN__GGML_Q6_K:
@@ -104,6 +112,12 @@ uint64_t cairn__quant_block_bytes(uint32_t type)
         return sizeof(cairn__block_q8_0);
     case CAIRN__GGML_Q4_0:
         return sizeof(cairn__block_q4_0);
+    case CAIRN__GGML_Q4_1:
+        return sizeof(cairn__block_q4_1);
+    case CAIRN__GGML_Q5_0:
+        return sizeof(cairn__block_q5_0);
+    case CAIRN__GGML_Q5_1:
+        return sizeof(cairn__block_q5_1);
     case CAIRN__GGML_Q4_K:
         return sizeof(cairn__block_q4_K);
     case CAIRN__GGML_Q6_K:
@@ -154,6 +168,45 @@ static void dequant_q4_0(const uint8_t *x, float *y, uint64_t nb)
             const int x1 = (qs[j] >> 4) - 8;
             y[i * 32 + j] = x0 * d;
             y[i * 32 + j + 16] = x1 * d;
+        }
+    }
+}
+
+static void dequant_q4_1(const uint8_t *x, float *y, uint64_t nb)
+{
+    for (uint64_t i = 0; i < nb; i++, x += sizeof(cairn__block_q4_1)) {
+        const float d = cairn__f16_at(x + offsetof(cairn__block_q4_1, d));
+        const float m = cairn__f16_at(x + offsetof(cairn__block_q4_1, m));
+        const uint8_t *qs = x + offsetof(cairn__block_q4_1, qs);
+        for (int j = 0; j < 16; j++) {
+            y[i * 32 + j] = (qs[j] & 0x0F) * d + m;
+            y[i * 32 + j + 16] = (qs[j] >> 4) * d + m;
+        }
+    }
+}
+
+/* the 32 high bits of a Q5_0 / Q5_1 block at p, bit i for element i (little-endian) */
+static uint32_t q5_high_bits(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* Q5_0 (min 0: value (q - 16) * d) or Q5_1 (min 1: q * d + m), in ggml's float operations */
+static void dequant_q5(const uint8_t *x, float *y, uint64_t nb, const int min)
+{
+    const size_t bb = min ? sizeof(cairn__block_q5_1) : sizeof(cairn__block_q5_0);
+    const size_t qh_at = min ? offsetof(cairn__block_q5_1, qh) : offsetof(cairn__block_q5_0, qh);
+    const size_t qs_at = min ? offsetof(cairn__block_q5_1, qs) : offsetof(cairn__block_q5_0, qs);
+    for (uint64_t i = 0; i < nb; i++, x += bb) {
+        const float d = cairn__f16_at(x); /* d leads both blocks, m follows it in Q5_1 */
+        const float m = min ? cairn__f16_at(x + offsetof(cairn__block_q5_1, m)) : 0.0f;
+        const uint32_t qh = q5_high_bits(x + qh_at);
+        const uint8_t *qs = x + qs_at;
+        for (int j = 0; j < 16; j++) {
+            const int x0 = (int)((qs[j] & 0x0F) | (((qh >> j) & 1) << 4)) - (min ? 0 : 16);
+            const int x1 = (int)((qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4)) - (min ? 0 : 16);
+            y[i * 32 + j] = min ? x0 * d + m : x0 * d;
+            y[i * 32 + j + 16] = min ? x1 * d + m : x1 * d;
         }
     }
 }
@@ -246,6 +299,15 @@ void cairn__dequant_row(uint32_t type, const void *src, float *dst, uint64_t n)
     case CAIRN__GGML_Q4_0:
         dequant_q4_0(src, dst, nb);
         break;
+    case CAIRN__GGML_Q4_1:
+        dequant_q4_1(src, dst, nb);
+        break;
+    case CAIRN__GGML_Q5_0:
+        dequant_q5(src, dst, nb, 0);
+        break;
+    case CAIRN__GGML_Q5_1:
+        dequant_q5(src, dst, nb, 1);
+        break;
     case CAIRN__GGML_Q4_K:
         dequant_q4_K(src, dst, nb);
         break;
@@ -300,6 +362,73 @@ static void quant_q4_0(const float *x, cairn__block_q4_0 *y, uint64_t nb)
 }
 
 static int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
+
+/* One block of 32 with a minimum (Q4_1, Q5_1): value ~= q * d + m, q in 0..qmax, m the block's
+ * least value; q rounded against the f16-rounded d and m the dequantizer will use. */
+static void quant_min_block(const float *x, int qmax, uint16_t *d, uint16_t *m, uint8_t q[32])
+{
+    float lo = x[0], hi = x[0];
+    for (int j = 1; j < 32; j++) {
+        lo = fminf(lo, x[j]);
+        hi = fmaxf(hi, x[j]);
+    }
+    *d = cairn__f32_to_f16((hi - lo) / (float)qmax);
+    *m = cairn__f32_to_f16(lo);
+    const float dq = cairn__f16_to_f32(*d), mq = cairn__f16_to_f32(*m);
+    for (int j = 0; j < 32; j++)
+        q[j] = (uint8_t)(dq > 0.0f ? clampi((int)nearbyintf((x[j] - mq) / dq), 0, qmax) : 0);
+}
+
+/* 32 values of 5 bits -> the low nibbles (element j and j+16 in byte j) and the high bits */
+static void pack_q5(const uint8_t q[32], uint8_t qs[16], uint8_t qh[4])
+{
+    uint32_t h = 0;
+    for (int j = 0; j < 16; j++) {
+        qs[j] = (uint8_t)((q[j] & 0xF) | ((q[j + 16] & 0xF) << 4));
+        h |= (uint32_t)(q[j] >> 4) << j | (uint32_t)(q[j + 16] >> 4) << (j + 16);
+    }
+    for (int k = 0; k < 4; k++)
+        qh[k] = (uint8_t)(h >> (8 * k));
+}
+
+static void quant_q4_1(const float *x, cairn__block_q4_1 *y, uint64_t nb)
+{
+    for (uint64_t i = 0; i < nb; i++) {
+        uint8_t q[32];
+        quant_min_block(x + i * 32, 15, &y[i].d, &y[i].m, q);
+        for (int j = 0; j < 16; j++)
+            y[i].qs[j] = (uint8_t)(q[j] | (q[j + 16] << 4));
+    }
+}
+
+static void quant_q5_0(const float *x, cairn__block_q5_0 *y, uint64_t nb)
+{
+    for (uint64_t i = 0; i < nb; i++) {
+        /* as Q4_0: the signed value of largest magnitude maps to -16 */
+        const float *xb = x + i * 32;
+        float amax = 0.0f, max = 0.0f;
+        for (int j = 0; j < 32; j++)
+            if (fabsf(xb[j]) > amax) {
+                amax = fabsf(xb[j]);
+                max = xb[j];
+            }
+        y[i].d = cairn__f32_to_f16(max / -16.0f);
+        const float dq = cairn__f16_to_f32(y[i].d);
+        uint8_t q[32];
+        for (int j = 0; j < 32; j++)
+            q[j] = (uint8_t)(dq != 0.0f ? clampi((int)nearbyintf(xb[j] / dq) + 16, 0, 31) : 16);
+        pack_q5(q, y[i].qs, y[i].qh);
+    }
+}
+
+static void quant_q5_1(const float *x, cairn__block_q5_1 *y, uint64_t nb)
+{
+    for (uint64_t i = 0; i < nb; i++) {
+        uint8_t q[32];
+        quant_min_block(x + i * 32, 31, &y[i].d, &y[i].m, q);
+        pack_q5(q, y[i].qs, y[i].qh);
+    }
+}
 
 static void quant_q4_K(const float *x, cairn__block_q4_K *y, uint64_t nb)
 {
@@ -435,6 +564,15 @@ int cairn__quant_row(uint32_t type, const float *src, void *dst, uint64_t n)
         break;
     case CAIRN__GGML_Q4_0:
         quant_q4_0(src, dst, nb);
+        break;
+    case CAIRN__GGML_Q4_1:
+        quant_q4_1(src, dst, nb);
+        break;
+    case CAIRN__GGML_Q5_0:
+        quant_q5_0(src, dst, nb);
+        break;
+    case CAIRN__GGML_Q5_1:
+        quant_q5_1(src, dst, nb);
         break;
     case CAIRN__GGML_Q4_K:
         quant_q4_K(src, dst, nb);

@@ -1,8 +1,8 @@
 /* gpu/quant.h - ggml-compatible weight formats: block layouts, (de)quantizers, f16/bf16.
  *
  * Types are the GGUF numbers of enum cairn__ggml_type (gpu/gguf.h): F32, F16, BF16, Q8_0,
- * Q4_0, Q4_K, Q6_K. Block layouts are bit-for-bit those of ggml, so tensors read from any
- * GGUF file dequantize to exactly what llama.cpp would compute, and files written by the
+ * Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K. Block layouts are bit-for-bit those of ggml, so tensors read
+ * from any GGUF file dequantize to exactly what llama.cpp would compute, and files written by the
  * test writer with cairn__quant_row load in llama.cpp.
  */
 #ifndef CAIRN_GPU_QUANT_H
@@ -31,6 +31,27 @@ typedef struct {
     uint16_t d;                   /* scale */
     uint8_t qs[CAIRN__QK4_0 / 2]; /* element i in the low nibble of qs[i], i+16 in the high */
 } cairn__block_q4_0;              /* 18 bytes; value = (q - 8) * d */
+
+typedef struct {
+    uint16_t d;                   /* scale */
+    uint16_t m;                   /* the block's minimum */
+    uint8_t qs[CAIRN__QK4_0 / 2]; /* as in Q4_0 */
+} cairn__block_q4_1;              /* 20 bytes; value = q * d + m */
+
+/* Q5_0 / Q5_1: Q4_0 / Q4_1 with a fifth bit per weight, bit i of the little-endian 32-bit qh
+ * being the high bit of element i (so bits 0..15 go with the low nibbles, 16..31 the high). */
+typedef struct {
+    uint16_t d;                   /* scale */
+    uint8_t qh[4];                /* the high bits */
+    uint8_t qs[CAIRN__QK4_0 / 2]; /* the low 4 bits, as in Q4_0 */
+} cairn__block_q5_0;              /* 22 bytes; value = (q - 16) * d */
+
+typedef struct {
+    uint16_t d;                   /* scale */
+    uint16_t m;                   /* the block's minimum */
+    uint8_t qh[4];                /* the high bits */
+    uint8_t qs[CAIRN__QK4_0 / 2]; /* the low 4 bits */
+} cairn__block_q5_1;              /* 24 bytes; value = q * d + m */
 
 typedef struct {
     uint16_t d;                  /* super-block scale for the 6-bit sub-block scales */

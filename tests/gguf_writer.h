@@ -43,7 +43,8 @@ void gw_kv_arr_i32(cairn__gguf_writer *w, const char *key, const int32_t *v, siz
 void gw_kv_arr_raw(cairn__gguf_writer *w, const char *key, int elem_type, const void *v, size_t n);
 
 /* Adds a tensor; data given as float values (n = product of ne), quantized by the writer to
- * `type` (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K) using the reference quantizers.
+ * `type` (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K) using the reference
+ * quantizers.
  * values may be NULL: the data is then zero bytes. */
 void gw_tensor_f32(cairn__gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims,
                    const uint64_t *ne, const float *values);

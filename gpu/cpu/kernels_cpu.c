@@ -8,10 +8,10 @@
  * once, so the kernels work directly on the quantized blocks, one output row per dot product
  * (every row is summed by one thread in one order, so no result depends on timing or on which
  * thread ran it). Each thread gets one contiguous share of the rows and then helps with the
- * others' (mv_shares). For the quantized types (Q8_0, Q4_0, Q4_K, Q6_K) the activation vector
- * is first rounded to int8 blocks of 32 and the inner loops are integer dot products, as in
- * llama.cpp; the float types multiply in float. The int8 kernels are bound by their arithmetic
- * unless it is cheap, so they take up to 4 rows at once (sharing the activation loads, 4
+ * others' (mv_shares). For the quantized types (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K) the
+ * activation vector is first rounded to int8 blocks of 32 and the inner loops are integer dot
+ * products, as in llama.cpp; the float types multiply in float. The int8 kernels are bound by their
+ * arithmetic unless it is cheap, so they take up to 4 rows at once (sharing the activation loads, 4
  * independent accumulator chains) and prefetch ahead; each row still gets the same arithmetic, so
  * results do not depend on the grouping.
  *
@@ -58,7 +58,7 @@ typedef void (*rows_fn)(const uint8_t *w, size_t row_bytes, int nr, const void *
 /* ==== dispatch ================================================================================ */
 
 typedef struct {
-    dot_fn f32, f16, bf16, q8_0, q4_0, q4_K, q6_K;
+    dot_fn f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_K, q6_K;
     rows_fn q4_0_rows, q8_0_rows; /* NULL: row by row with q4_0 / q8_0 */
     /* NULL, or what q4_0_rows / q8_0_rows want instead of the xq8 blocks: x rearranged into
      * dst, the start of what they wrote returned */
@@ -85,6 +85,9 @@ static const dot_table dots_scalar = {.f32 = cairn__dot_f32_ref,
                                       .bf16 = cairn__dot_bf16_ref,
                                       .q8_0 = cairn__dot_q8_0_ref,
                                       .q4_0 = cairn__dot_q4_0_ref,
+                                      .q4_1 = cairn__dot_q4_1_ref,
+                                      .q5_0 = cairn__dot_q5_0_ref,
+                                      .q5_1 = cairn__dot_q5_1_ref,
                                       .q4_K = cairn__dot_q4_K_ref,
                                       .q6_K = cairn__dot_q6_K_ref,
                                       .axpy = cairn__axpy_ref,
@@ -97,6 +100,9 @@ static const dot_table dots_avx2 = {.f32 = cairn__dot_f32_avx2,
                                     .bf16 = cairn__dot_bf16_avx2,
                                     .q8_0 = cairn__dot_q8_0_avx2,
                                     .q4_0 = cairn__dot_q4_0_avx2,
+                                    .q4_1 = cairn__dot_q4_1_avx2,
+                                    .q5_0 = cairn__dot_q5_0_avx2,
+                                    .q5_1 = cairn__dot_q5_1_avx2,
                                     .q4_K = cairn__dot_q4_K_avx2,
                                     .q6_K = cairn__dot_q6_K_avx2,
                                     .axpy = cairn__axpy_avx2,
@@ -113,6 +119,9 @@ static const dot_table dots_avx512 = {.f32 = cairn__dot_f32_avx512,
                                       .bf16 = cairn__dot_bf16_avx512,
                                       .q8_0 = cairn__dot_q8_0_avx2,
                                       .q4_0 = cairn__dot_q4_0_avx2,
+                                      .q4_1 = cairn__dot_q4_1_avx512,
+                                      .q5_0 = cairn__dot_q5_0_avx512,
+                                      .q5_1 = cairn__dot_q5_1_avx512,
                                       .q4_K = cairn__dot_q4_K_avx512,
                                       .q6_K = cairn__dot_q6_K_avx512,
                                       .axpy = cairn__axpy_avx512,
@@ -252,12 +261,36 @@ static dot_fn dot_for(const dot_table *t, uint32_t type)
         return t->q8_0;
     case CAIRN__GGML_Q4_0:
         return t->q4_0;
+    case CAIRN__GGML_Q4_1:
+        return t->q4_1;
+    case CAIRN__GGML_Q5_0:
+        return t->q5_0;
+    case CAIRN__GGML_Q5_1:
+        return t->q5_1;
     case CAIRN__GGML_Q4_K:
         return t->q4_K;
     case CAIRN__GGML_Q6_K:
         return t->q6_K;
     default:
         return NULL;
+    }
+}
+
+/* The quantized types and the activation their dot products take: the K-quants cairn__xk
+ * blocks, the others the int8 blocks themselves. */
+static int is_kquant(uint32_t type) { return type == CAIRN__GGML_Q4_K || type == CAIRN__GGML_Q6_K; }
+
+static int takes_xq8(uint32_t type)
+{
+    switch (type) {
+    case CAIRN__GGML_Q8_0:
+    case CAIRN__GGML_Q4_0:
+    case CAIRN__GGML_Q4_1:
+    case CAIRN__GGML_Q5_0:
+    case CAIRN__GGML_Q5_1:
+        return 1;
+    default:
+        return 0;
     }
 }
 
@@ -358,7 +391,7 @@ static void rows_of(const cairn__mat *W, dot_fn dot, rows_fn rows, const float *
              W->type == CAIRN__GGML_Q4_0 ? p->xq4 : p->xq8, W->cols, out + r0);
         return;
     }
-    const int kq = W->type == CAIRN__GGML_Q4_K || W->type == CAIRN__GGML_Q6_K;
+    const int kq = is_kquant(W->type);
     for (int64_t r = r0; r < r1; r++)
         out[r] = dot(W->data + (size_t)r * W->row_bytes, x, kq ? (const void *)p->xk : p->xq, NULL,
                      W->cols);
@@ -438,8 +471,8 @@ void cairn__matvec_n(cairn__pool *p, const cairn__mat *const *W, int n, const fl
             memset(out[k], 0, (size_t)W[k]->rows * sizeof(float));
             continue;
         }
-        need_k |= W[k]->type == CAIRN__GGML_Q4_K || W[k]->type == CAIRN__GGML_Q6_K;
-        need_q8 |= W[k]->type == CAIRN__GGML_Q8_0 || W[k]->type == CAIRN__GGML_Q4_0 || need_k;
+        need_k |= is_kquant(W[k]->type);
+        need_q8 |= takes_xq8(W[k]->type) || need_k;
         need_q4 |= W[k]->type == CAIRN__GGML_Q4_0;
         need_q8r |= W[k]->type == CAIRN__GGML_Q8_0;
         j.total += W[k]->rows;
@@ -571,7 +604,7 @@ static void mm_rowwise_range(void *arg, int64_t a, int64_t b, int ith)
     }
 }
 
-/* A prompt chunk's products on Q8_0, Q4_0, Q4_K and Q6_K weights in int8 (when
+/* A prompt chunk's products on quantized weights in int8 (when
  * cairn__cpu_prompt_int8, the default): each token's activation is prepared as a decode step
  * prepares it (rounded to int8 per 32, prep_x8), and the decode kernels run over groups of
  * MM8_ROWS rows, every token against a group while its weights sit in L1/L2. Each output is
@@ -600,9 +633,9 @@ static void mm8_prep_range(void *arg, int64_t a, int64_t b, int ith)
     const uint32_t ty = j->W->type;
     (void)ith;
     for (int64_t i = a; i < b; i++)
-        j->xp[i] = prep_x8(j->t, j->X + i * j->W->cols, j->W->cols,
-                           ty == CAIRN__GGML_Q4_K || ty == CAIRN__GGML_Q6_K, ty == CAIRN__GGML_Q4_0,
-                           ty == CAIRN__GGML_Q8_0, j->area + (size_t)i * j->stride);
+        j->xp[i] =
+            prep_x8(j->t, j->X + i * j->W->cols, j->W->cols, is_kquant(ty), ty == CAIRN__GGML_Q4_0,
+                    ty == CAIRN__GGML_Q8_0, j->area + (size_t)i * j->stride);
 }
 
 /* row groups [a, b), one at a time: every token against it while it is in cache */
@@ -670,9 +703,7 @@ void cairn__matmul(cairn__pool *p, const cairn__mat *W, const float *X, int64_t 
 {
     const int64_t rows = W->rows;
     const uint32_t ty = W->type;
-    if (cairn__cpu_prompt_int8 &&
-        (ty == CAIRN__GGML_Q8_0 || ty == CAIRN__GGML_Q4_0 || ty == CAIRN__GGML_Q4_K ||
-         ty == CAIRN__GGML_Q6_K) &&
+    if (cairn__cpu_prompt_int8 && (takes_xq8(ty) || is_kquant(ty)) &&
         matmul_int8(p, W, X, n, OUT, scratch))
         return;
     /* few tokens on quantized or half weights: row by row (the scratch holds tile_rows rows, one

@@ -8,7 +8,9 @@
  * (Q8_0), or the nibbles stay unsigned and the -8 is applied once per activation block (Q4_0).
  * The K-quants multiply in int8 too, against the activation laid out per super-block
  * (cairn__xk_block): their quants are unsigned (Q4_K 0..15, Q6_K 0..63, whose -32 comes off
- * through the activation's prepared sums), scaled per sub-block in float.
+ * through the activation's prepared sums), scaled per sub-block in float. Q4_1, Q5_0 and Q5_1
+ * keep their quants unsigned as Q4_0 does (the fifth bits expanded from their 32-bit word by a
+ * shuffle and a compare), their minimum multiplying the activation block's sum.
  *
  * The dequantization of a row for the prompt's products (cairn__dequant_avx2: every type but
  * F32) does what cairn__dequant_row (quant.c) does, eight values an instruction: the same
@@ -399,6 +401,108 @@ AVX2 void cairn__q4_0_rows_avx2(const uint8_t *w, size_t rb, int nr, const void 
 AVX2 static inline __m256i dot_u8_i8(__m256i u, __m256i a)
 {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(u, a), _mm256_set1_epi16(1));
+}
+
+/* Q4_1, Q5_0 and Q5_1: the quants stay unsigned (0..15, 0..31), so q . a is one maddubs
+ * (no saturation: 2 * 31 * 127 fits in int16); Q5_0's -16 comes off as 16 a in the same int16
+ * pairs, as Q4_0's -8 in q4_0_step, and the minimum of Q4_1 / Q5_1 multiplies sum(a), the pairs
+ * of a maddubs by ones. Integer sums are exact, so each block's terms are the reference's. */
+
+/* the f16 at p (any alignment) as a float */
+AVX2 static inline float half_at(const uint8_t *p)
+{
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
+}
+
+/* the 16 nibble bytes at qs in element order: low nibbles (elements 0..15) in the low lane,
+ * high nibbles (16..31) in the high one */
+AVX2 static inline __m256i nibbles32(const uint8_t *qs)
+{
+    const __m128i q = _mm_loadu_si128((const __m128i *)(const void *)qs), m4 = _mm_set1_epi8(0x0F);
+    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m4), _mm_and_si128(q, m4));
+}
+
+/* the fifth bits of a Q5 block (32 bits at qh, any alignment): byte e = 0x10 if bit e is set.
+ * Byte e takes qh's byte e / 8 (a shuffle of the broadcast word) and tests its bit e % 8. */
+AVX2 static inline __m256i q5_high_avx2(const uint8_t *qh)
+{
+    uint32_t h;
+    memcpy(&h, qh, 4);
+    const __m256i pick =
+        _mm256_setr_epi64x(0, 0x0101010101010101LL, 0x0202020202020202LL, 0x0303030303030303LL);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    const __m256i v = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)h), pick), bit);
+    return _mm256_and_si256(_mm256_cmpeq_epi8(v, bit), _mm256_set1_epi8(0x10));
+}
+
+/* the int8 activation's pair sums as 8 int32 sums of 4 */
+AVX2 static inline __m256i sum_i8(__m256i a)
+{
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), a), _mm256_set1_epi16(1));
+}
+
+/* w (n) . x (n) -> float; Q4_1 (Q5 0) or Q5_1 (Q5 1): acc + (d xd) (q . a), macc + (m xd) sum(a) */
+AVX2 static inline __attribute__((always_inline)) float
+dot_min_avx2(const uint8_t *w, const void *xq, int64_t n, const int Q5)
+{
+    const cairn__xq8_block *a = xq;
+    const size_t bb = Q5 ? sizeof(cairn__block_q5_1) : sizeof(cairn__block_q4_1);
+    const size_t qs = Q5 ? offsetof(cairn__block_q5_1, qs) : offsetof(cairn__block_q4_1, qs);
+    __m256 acc = _mm256_setzero_ps(), macc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / 32; i++, w += bb) {
+        __m256i q = nibbles32(w + qs);
+        if (Q5)
+            q = _mm256_or_si256(q, q5_high_avx2(w + offsetof(cairn__block_q5_1, qh)));
+        const __m256i av = _mm256_loadu_si256((const __m256i *)(const void *)a[i].qs);
+        const float xd = a[i].d;
+        /* d and m lead both blocks */
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(half_at(w + offsetof(cairn__block_q4_1, d)) * xd),
+                              _mm256_cvtepi32_ps(dot_u8_i8(q, av)), acc);
+        macc = _mm256_fmadd_ps(_mm256_set1_ps(half_at(w + offsetof(cairn__block_q4_1, m)) * xd),
+                               _mm256_cvtepi32_ps(sum_i8(av)), macc);
+    }
+    return hsum256(acc) + hsum256(macc);
+}
+
+/* w (n) . x (n) -> float */
+AVX2 float cairn__dot_q4_1_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs,
+                                int64_t n)
+{
+    (void)x, (void)xs;
+    return dot_min_avx2(w, xq, n, 0);
+}
+
+/* w (n) . x (n) -> float */
+AVX2 float cairn__dot_q5_1_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs,
+                                int64_t n)
+{
+    (void)x, (void)xs;
+    return dot_min_avx2(w, xq, n, 1);
+}
+
+/* w (n) . x (n) -> float */
+AVX2 float cairn__dot_q5_0_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs,
+                                int64_t n)
+{
+    (void)x, (void)xs;
+    const cairn__xq8_block *a = xq;
+    const __m256i sixteen = _mm256_set1_epi8(16), ones = _mm256_set1_epi16(1);
+    __m256 acc = _mm256_setzero_ps(), acc2 = _mm256_setzero_ps(); /* even, odd blocks */
+    for (int64_t i = 0; i < n / 32; i++, w += sizeof(cairn__block_q5_0)) {
+        const __m256i q = _mm256_or_si256(nibbles32(w + offsetof(cairn__block_q5_0, qs)),
+                                          q5_high_avx2(w + offsetof(cairn__block_q5_0, qh)));
+        const __m256i av = _mm256_loadu_si256((const __m256i *)(const void *)a[i].qs);
+        const __m256i p = _mm256_madd_epi16(
+            _mm256_sub_epi16(_mm256_maddubs_epi16(q, av), _mm256_maddubs_epi16(sixteen, av)), ones);
+        const __m256 d = _mm256_set1_ps(half_at(w + offsetof(cairn__block_q5_0, d)) * a[i].d);
+        if (i & 1)
+            acc2 = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc2);
+        else
+            acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc);
+    }
+    return hsum256(_mm256_add_ps(acc, acc2));
 }
 
 /* Q4_K against the int8 activation (cairn__xk_block): per sub-block of 32, the 4-bit quants

@@ -1,7 +1,8 @@
 /* gpu/cpu/kernels_cpu_avx512.c - the decode kernels for CPUs with AVX-512 (F, BW, VL, VNNI, VBMI):
  * the Q4_0 and Q8_0 matrix-vector products, which on AVX2 are bound by their arithmetic rather
  * than by reading the weights, the Q4_K and Q6_K dot products (see their section below), the
- * F32, F16 and BF16 dot products, axpy, and one head's attention over a float or half cache.
+ * Q4_1, Q5_0 and Q5_1 dot products (the last section), the F32, F16 and BF16 dot products,
+ * axpy, and one head's attention over a float or half cache.
  * gpu/cpu/kernels_cpu.c picks these at run time, like its AVX2 kernels.
  *
  * Two ideas make the quantized products cheap. First, several blocks are handled in one pass
@@ -741,5 +742,99 @@ AVX512 void cairn__dot2_q6_K_avx512(const uint8_t *w, const void *xa, const void
 {
     const cairn__xk_block *xk[2] = {xa, xb};
     q6_K_dot_t(w, xk, 2, n, out);
+}
+
+/* ---- Q4_1, Q5_0 and Q5_1 against the int8 blocks -----------------------------------------
+ *
+ * A block (32 weights) a step in a 256-bit register, with the AVX-512 VL forms: the fifth bits
+ * come straight from the block's 32-bit word as a mask register (one masked byte add of 16,
+ * where AVX2 needs a shuffle and a compare), and vpdpbusd multiplies the unsigned quants (0..15,
+ * 0..31) with the int8 activation, 4 products a lane, where AVX2 needs maddubs + madd. Q5_0's
+ * -16 comes off as 16 sum(a), and the minimum of Q4_1 / Q5_1 multiplies sum(a), both from a
+ * vpdpbusd of constant bytes with the activation. The integer sums are exact, so each block's
+ * terms are the reference's; blocks alternate between two accumulator chains. */
+enum { Q45_Q4_1, Q45_Q5_0, Q45_Q5_1 };
+
+/* a * b + c in 8 floats, fused: the VL form (the file's target leaves out FMA3's own) */
+AVX512 static inline __m256 fma8(__m256 a, __m256 b, __m256 c)
+{
+    return _mm256_mask_fmadd_ps(a, 0xFF, b, c);
+}
+
+/* one block at w against activation block a into acc (its d terms) and macc (its m terms) */
+AVX512 static inline __attribute__((always_inline)) void
+q45_step(const uint8_t *w, const cairn__xq8_block *a, __m256 *acc, __m256 *macc, const int KIND)
+{
+    /* Q5_1 shares Q4_1's head (d, m) and Q5_0's tail (qh, qs) at a 2-byte offset */
+    const size_t qs = KIND == Q45_Q4_1   ? offsetof(cairn__block_q4_1, qs)
+                      : KIND == Q45_Q5_0 ? offsetof(cairn__block_q5_0, qs)
+                                         : offsetof(cairn__block_q5_1, qs);
+    const __m256i zero = _mm256_setzero_si256();
+    /* the low nibbles (elements 0..15) in the low lane, the high ones (16..31) in the high */
+    __m256i q = _mm256_and_si256(_mm256_srlv_epi64(_mm256_broadcastsi128_si256(_mm_loadu_si128(
+                                                       (const __m128i *)(const void *)(w + qs))),
+                                                   _mm256_set_epi64x(4, 4, 0, 0)),
+                                 _mm256_set1_epi8(0x0F));
+    if (KIND != Q45_Q4_1) {
+        uint32_t h;
+        memcpy(&h, w + qs - 4, 4); /* qh sits just before qs */
+        q = _mm256_mask_add_epi8(q, (__mmask32)h, q, _mm256_set1_epi8(16));
+    }
+    const __m256i av = _mm256_loadu_si256((const __m256i *)(const void *)a->qs);
+    __m256i p = _mm256_dpbusd_epi32(zero, q, av);
+    uint16_t dh;
+    memcpy(&dh, w, 2); /* d leads every block */
+    if (KIND == Q45_Q5_0)
+        p = _mm256_sub_epi32(p, _mm256_dpbusd_epi32(zero, _mm256_set1_epi8(16), av));
+    *acc = fma8(_mm256_set1_ps(_cvtsh_ss(dh) * a->d), _mm256_cvtepi32_ps(p), *acc);
+    if (KIND != Q45_Q5_0) {
+        uint16_t mh;
+        memcpy(&mh, w + offsetof(cairn__block_q4_1, m), 2);
+        const __m256i s = _mm256_dpbusd_epi32(zero, _mm256_set1_epi8(1), av);
+        *macc = fma8(_mm256_set1_ps(_cvtsh_ss(mh) * a->d), _mm256_cvtepi32_ps(s), *macc);
+    }
+}
+
+/* w (n) . x (n) -> float for the type KIND (a constant after inlining); xq: n / 32 int8 blocks */
+AVX512 static inline __attribute__((always_inline)) float q45_dot(const uint8_t *w, const void *xq,
+                                                                  int64_t n, const int KIND)
+{
+    const cairn__xq8_block *a = xq;
+    const size_t bb = KIND == Q45_Q4_1   ? sizeof(cairn__block_q4_1)
+                      : KIND == Q45_Q5_0 ? sizeof(cairn__block_q5_0)
+                                         : sizeof(cairn__block_q5_1);
+    __m256 c0 = _mm256_setzero_ps(), c1 = c0, m0 = c0, m1 = c0;
+    int64_t i = 0;
+    for (; i + 2 <= n / 32; i += 2) {
+        q45_step(w + (size_t)i * bb, a + i, &c0, &m0, KIND);
+        q45_step(w + (size_t)(i + 1) * bb, a + i + 1, &c1, &m1, KIND);
+    }
+    if (i < n / 32)
+        q45_step(w + (size_t)i * bb, a + i, &c0, &m0, KIND);
+    return hsum8(_mm256_add_ps(c0, c1)) + hsum8(_mm256_add_ps(m0, m1));
+}
+
+/* w (n) . x (n) -> float; xq: n / 32 int8 blocks */
+AVX512 float cairn__dot_q4_1_avx512(const uint8_t *w, const float *x, const void *xq,
+                                    const float *xs, int64_t n)
+{
+    (void)x, (void)xs;
+    return q45_dot(w, xq, n, Q45_Q4_1);
+}
+
+/* w (n) . x (n) -> float; xq: n / 32 int8 blocks */
+AVX512 float cairn__dot_q5_0_avx512(const uint8_t *w, const float *x, const void *xq,
+                                    const float *xs, int64_t n)
+{
+    (void)x, (void)xs;
+    return q45_dot(w, xq, n, Q45_Q5_0);
+}
+
+/* w (n) . x (n) -> float; xq: n / 32 int8 blocks */
+AVX512 float cairn__dot_q5_1_avx512(const uint8_t *w, const float *x, const void *xq,
+                                    const float *xs, int64_t n)
+{
+    (void)x, (void)xs;
+    return q45_dot(w, xq, n, Q45_Q5_1);
 }
 #endif /* __x86_64__ */

@@ -114,6 +114,80 @@ float cairn__dot_q4_0_ref(const uint8_t *w, const float *x, const void *xq, cons
     return s;
 }
 
+/* Q4_1, Q5_0 and Q5_1 against the int8 blocks: the quants unsigned (0..15, 0..31), so per
+ * block q . a and, for the types with a minimum, sum(a); Q5_0's -16 comes off as 16 sum(a):
+ *   Q4_1 / Q5_1: (d * xd) * (q . a) + (m * xd) * sum(a);   Q5_0: (d * xd) * (q . a - 16 sum(a)).
+ * Block fields are read by byte offset (cairn__f16_at): a row may sit at any address. */
+
+/* the 5-bit quants of a Q5_0 / Q5_1 block, in element order: the low nibbles at qs, bit e of
+ * the little-endian 32 bits at qh on top of element e */
+static void q5_quants(const uint8_t *qs, const uint8_t *qh, int q[32])
+{
+    const uint32_t h =
+        (uint32_t)qh[0] | (uint32_t)qh[1] << 8 | (uint32_t)qh[2] << 16 | (uint32_t)qh[3] << 24;
+    for (int j = 0; j < 16; j++) {
+        q[j] = (qs[j] & 0xF) | (int)((h >> j) & 1) << 4;
+        q[j + 16] = (qs[j] >> 4) | (int)((h >> (j + 16)) & 1) << 4;
+    }
+}
+
+/* w (n) . x (n) -> float */
+float cairn__dot_q4_1_ref(const uint8_t *w, const float *x, const void *xq, const float *xs,
+                          int64_t n)
+{
+    (void)x, (void)xs;
+    const cairn__xq8_block *a = xq;
+    float s = 0.0f;
+    for (int64_t i = 0; i < n / 32; i++, w += sizeof(cairn__block_q4_1)) {
+        const uint8_t *qs = w + offsetof(cairn__block_q4_1, qs);
+        int dot = 0, sum = 0;
+        for (int j = 0; j < 16; j++) {
+            dot += (qs[j] & 0xF) * a[i].qs[j] + (qs[j] >> 4) * a[i].qs[j + 16];
+            sum += a[i].qs[j] + a[i].qs[j + 16];
+        }
+        s += (float)dot * (cairn__f16_at(w + offsetof(cairn__block_q4_1, d)) * a[i].d) +
+             (float)sum * (cairn__f16_at(w + offsetof(cairn__block_q4_1, m)) * a[i].d);
+    }
+    return s;
+}
+
+/* w (n) . x (n) -> float */
+float cairn__dot_q5_0_ref(const uint8_t *w, const float *x, const void *xq, const float *xs,
+                          int64_t n)
+{
+    (void)x, (void)xs;
+    const cairn__xq8_block *a = xq;
+    float s = 0.0f;
+    for (int64_t i = 0; i < n / 32; i++, w += sizeof(cairn__block_q5_0)) {
+        int q[32], dot = 0;
+        q5_quants(w + offsetof(cairn__block_q5_0, qs), w + offsetof(cairn__block_q5_0, qh), q);
+        for (int j = 0; j < 32; j++)
+            dot += (q[j] - 16) * a[i].qs[j];
+        s += (float)dot * (cairn__f16_at(w + offsetof(cairn__block_q5_0, d)) * a[i].d);
+    }
+    return s;
+}
+
+/* w (n) . x (n) -> float */
+float cairn__dot_q5_1_ref(const uint8_t *w, const float *x, const void *xq, const float *xs,
+                          int64_t n)
+{
+    (void)x, (void)xs;
+    const cairn__xq8_block *a = xq;
+    float s = 0.0f;
+    for (int64_t i = 0; i < n / 32; i++, w += sizeof(cairn__block_q5_1)) {
+        int q[32], dot = 0, sum = 0;
+        q5_quants(w + offsetof(cairn__block_q5_1, qs), w + offsetof(cairn__block_q5_1, qh), q);
+        for (int j = 0; j < 32; j++) {
+            dot += q[j] * a[i].qs[j];
+            sum += a[i].qs[j];
+        }
+        s += (float)dot * (cairn__f16_at(w + offsetof(cairn__block_q5_1, d)) * a[i].d) +
+             (float)sum * (cairn__f16_at(w + offsetof(cairn__block_q5_1, m)) * a[i].d);
+    }
+    return s;
+}
+
 /* K-quants against the int8 activation (cairn__xk_block, kernels_cpu.h); block fields read
  * through cairn__f16_at / cairn__q4_K_head_of, since a block may sit at an odd address. */
 

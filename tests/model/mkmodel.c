@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "gpu/gguf.h"
+#include "gpu/quant.h"
 #include "tests/gguf_writer.h"
 
 void mk_spec_default(mk_spec *s)
@@ -159,6 +160,13 @@ out:
     free(types);
 }
 
+/* the storage type of a matrix with rows of n0 elements */
+static uint32_t mat_type(const mk_spec *s, uint64_t n0)
+{
+    const uint64_t be = cairn__quant_block_elems(s->wtype);
+    return s->wtype_fallback && be && n0 % be ? s->wtype_fallback : s->wtype;
+}
+
 int mk_model(const mk_spec *s, unsigned char **buf, size_t *len)
 {
     cairn__gguf_writer *w = gw_new(3, 32);
@@ -190,8 +198,8 @@ int mk_model(const mk_spec *s, unsigned char **buf, size_t *len)
             gw_kv_bool(w, "tokenizer.ggml.add_bos_token", 0);
     }
     const float e_in = 1.0f / sqrtf((float)s->dim), e_ff = 1.0f / sqrtf((float)s->ff);
-    tensor(w, s, &rng, "token_embd.weight", s->wtype, (uint64_t)s->dim, (uint64_t)s->vocab,
-           s->embd_scale != 0 ? s->embd_scale : 1.0f, 0.0f);
+    tensor(w, s, &rng, "token_embd.weight", mat_type(s, (uint64_t)s->dim), (uint64_t)s->dim,
+           (uint64_t)s->vocab, s->embd_scale != 0 ? s->embd_scale : 1.0f, 0.0f);
     if (s->rope_freqs) {
         const int nf = rope_freqs_len(s);
         float *f = malloc((size_t)(nf > 0 ? nf : 1) * sizeof *f);
@@ -210,28 +218,32 @@ int mk_model(const mk_spec *s, unsigned char **buf, size_t *len)
         char n[96];
 #define N(x) (snprintf(n, sizeof n, "blk.%d." x, l), n)
         tensor(w, s, &rng, N("attn_norm.weight"), CAIRN__GGML_F32, (uint64_t)s->dim, 1, 0.2f, 1.0f);
-        tensor(w, s, &rng, N("attn_q.weight"), s->wtype, (uint64_t)s->dim, qd, e_in * 2.0f, 0.0f);
-        tensor(w, s, &rng, N("attn_k.weight"), s->wtype, (uint64_t)s->dim, kvd, e_in * 2.0f, 0.0f);
-        tensor(w, s, &rng, N("attn_v.weight"), s->wtype, (uint64_t)s->dim, kvd, e_in, 0.0f);
+        tensor(w, s, &rng, N("attn_q.weight"), mat_type(s, (uint64_t)s->dim), (uint64_t)s->dim, qd,
+               e_in * 2.0f, 0.0f);
+        tensor(w, s, &rng, N("attn_k.weight"), mat_type(s, (uint64_t)s->dim), (uint64_t)s->dim, kvd,
+               e_in * 2.0f, 0.0f);
+        tensor(w, s, &rng, N("attn_v.weight"), mat_type(s, (uint64_t)s->dim), (uint64_t)s->dim, kvd,
+               e_in, 0.0f);
         if (strcmp(s->arch, "qwen2") == 0) {
             tensor(w, s, &rng, N("attn_q.bias"), CAIRN__GGML_F32, qd, 1, 0.1f, 0.0f);
             tensor(w, s, &rng, N("attn_k.bias"), CAIRN__GGML_F32, kvd, 1, 0.1f, 0.0f);
             tensor(w, s, &rng, N("attn_v.bias"), CAIRN__GGML_F32, kvd, 1, 0.1f, 0.0f);
         }
-        tensor(w, s, &rng, N("attn_output.weight"), s->wtype, qd, (uint64_t)s->dim, e_in, 0.0f);
+        tensor(w, s, &rng, N("attn_output.weight"), mat_type(s, qd), qd, (uint64_t)s->dim, e_in,
+               0.0f);
         tensor(w, s, &rng, N("ffn_norm.weight"), CAIRN__GGML_F32, (uint64_t)s->dim, 1, 0.2f, 1.0f);
-        tensor(w, s, &rng, N("ffn_gate.weight"), s->wtype, (uint64_t)s->dim, (uint64_t)s->ff, e_in,
-               0.0f);
-        tensor(w, s, &rng, N("ffn_up.weight"), s->wtype, (uint64_t)s->dim, (uint64_t)s->ff, e_in,
-               0.0f);
-        tensor(w, s, &rng, N("ffn_down.weight"), s->wtype, (uint64_t)s->ff, (uint64_t)s->dim, e_ff,
-               0.0f);
+        tensor(w, s, &rng, N("ffn_gate.weight"), mat_type(s, (uint64_t)s->dim), (uint64_t)s->dim,
+               (uint64_t)s->ff, e_in, 0.0f);
+        tensor(w, s, &rng, N("ffn_up.weight"), mat_type(s, (uint64_t)s->dim), (uint64_t)s->dim,
+               (uint64_t)s->ff, e_in, 0.0f);
+        tensor(w, s, &rng, N("ffn_down.weight"), mat_type(s, (uint64_t)s->ff), (uint64_t)s->ff,
+               (uint64_t)s->dim, e_ff, 0.0f);
 #undef N
     }
     tensor(w, s, &rng, "output_norm.weight", CAIRN__GGML_F32, (uint64_t)s->dim, 1, 0.2f, 1.0f);
     if (!s->tied)
-        tensor(w, s, &rng, "output.weight", s->wtype, (uint64_t)s->dim, (uint64_t)s->vocab,
-               e_in * 4.0f, 0.0f);
+        tensor(w, s, &rng, "output.weight", mat_type(s, (uint64_t)s->dim), (uint64_t)s->dim,
+               (uint64_t)s->vocab, e_in * 4.0f, 0.0f);
     if (s->extra)
         tensor(w, s, &rng, s->extra, CAIRN__GGML_F32, (uint64_t)s->dim, 1, 1.0f, 0.0f);
     int rc = gw_write_mem(w, buf, len);

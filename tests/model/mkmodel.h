@@ -10,7 +10,11 @@ typedef struct {
     const char *arch; /* "llama" or "qwen2" (anything else is written as given) */
     int dim, n_layers, n_heads, n_kv_heads, ff, vocab, ctx;
     uint32_t wtype; /* storage type of every matrix (norms and biases stay F32) */
-    int tied;       /* no output.weight */
+    /* storage type of a matrix whose rows wtype's blocks do not divide, as llama-quantize
+     * falls back (its Q4_K_M writes such rows as Q5_0); 0: wtype all the same (the write
+     * then fails) */
+    uint32_t wtype_fallback;
+    int tied; /* no output.weight */
     uint64_t seed;
     /* Hyperparameters written to the metadata; 0 picks the default shown. Any other value,
      * invalid ones included, is written as given (error tests). The float64 reference takes

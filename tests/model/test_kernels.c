@@ -5,7 +5,8 @@
  * of the vector kernels (an AVX-512 Q4_0 pass takes four 32-column blocks per register, so 1-3
  * leftover blocks take another path) nor odd row counts (4 rows per pass). Here each level the
  * CPU has (scalar, avx2, avx512) runs:
- *   - cairn__matvec on Q4_0 and Q8_0 weights of 1-13 blocks (Q4_K and Q6_K: 1-4 super-blocks)
+ *   - cairn__matvec on Q4_0, Q8_0, Q4_1, Q5_0 and Q5_1 weights of 1-13 blocks (Q4_K and Q6_K:
+ *     1-4 super-blocks)
  *     by 1-11 rows, against a float64
  *     dot product of the same dequantized weights and int8-rounded input (what the integer
  *     kernels compute), and against the scalar level;
@@ -15,7 +16,7 @@
  *     of 4 rows gathered into one register) on every grouping of 1-9 rows: each row's result
  *     must be bit for bit the one it gets alone, which is what keeps a fused product equal to
  *     separate ones and results independent of how the rows are split among threads;
- *   - cairn__matmul on Q8_0, Q4_0, Q4_K and Q6_K (the prompt's products in int8): every token's
+ *   - cairn__matmul on every quantized type (the prompt's products in int8): every token's
  *     outputs bit for bit cairn__matvec's on that token, for 1-130 tokens (passes of up to 64)
  *     and row counts that leave partial groups of 4 and of 16;
  *   - cairn__mat_row (the prompt's dequantization, vector code for every type but F32)
@@ -417,12 +418,13 @@ static int64_t dequant_diff(const char *level, uint32_t type, const uint8_t *fro
 
 static void check_matmul_int8(cairn__pool *pool, const char *level)
 {
-    static const uint32_t types[4] = {CAIRN__GGML_Q8_0, CAIRN__GGML_Q4_0, CAIRN__GGML_Q4_K,
-                                      CAIRN__GGML_Q6_K};
+    static const uint32_t types[] = {CAIRN__GGML_Q8_0, CAIRN__GGML_Q4_0, CAIRN__GGML_Q4_1,
+                                     CAIRN__GGML_Q5_0, CAIRN__GGML_Q5_1, CAIRN__GGML_Q4_K,
+                                     CAIRN__GGML_Q6_K};
     /* 300 rows: a scratch with room for passes of 64 tokens (130 = 64 + 64 + 2) */
     static const int ns[4] = {1, 5, 64, 130}, rows_of[4] = {1, 7, 37, 300};
     uint64_t seed = 0x2545f4914f6cdd1dull;
-    for (int t = 0; t < 4; t++) {
+    for (size_t t = 0; t < sizeof types / sizeof *types; t++) {
         const uint64_t be = cairn__quant_block_elems(types[t]),
                        bb = cairn__quant_block_bytes(types[t]);
         const int64_t cols = be == 256 ? 512 : 96;
@@ -444,7 +446,9 @@ static void check_matmul_int8(cairn__pool *pool, const char *level)
                         memcpy(blk + bb - 2, &h, 2);
                     else {
                         memcpy(blk, &h, 2);
-                        if (types[t] == CAIRN__GGML_Q4_K)
+                        /* the second scale: Q4_K's dmin, Q4_1's and Q5_1's m */
+                        if (types[t] == CAIRN__GGML_Q4_K || types[t] == CAIRN__GGML_Q4_1 ||
+                            types[t] == CAIRN__GGML_Q5_1)
                             memcpy(blk + 2, &h, 2);
                     }
                 }
@@ -499,10 +503,11 @@ static void check_dequant(const char *level)
     }
     free(all);
     /* random blocks: any byte anywhere, so any half as a scale */
-    static const uint32_t blocks[4] = {CAIRN__GGML_Q8_0, CAIRN__GGML_Q4_0, CAIRN__GGML_Q4_K,
-                                       CAIRN__GGML_Q6_K};
+    static const uint32_t blocks[] = {CAIRN__GGML_Q8_0, CAIRN__GGML_Q4_0, CAIRN__GGML_Q4_1,
+                                      CAIRN__GGML_Q5_0, CAIRN__GGML_Q5_1, CAIRN__GGML_Q4_K,
+                                      CAIRN__GGML_Q6_K};
     uint64_t seed = 0x9e3779b97f4a7c15ull;
-    for (int t = 0; t < 4; t++) {
+    for (size_t t = 0; t < sizeof blocks / sizeof *blocks; t++) {
         const uint64_t be = cairn__quant_block_elems(blocks[t]),
                        bb = cairn__quant_block_bytes(blocks[t]);
         int64_t bad = -1;
@@ -540,16 +545,25 @@ int main(void)
         check_float_matvec(pool, levels[l]);
         check_matvec(pool, levels[l], CAIRN__GGML_Q4_K, 144);
         check_matvec(pool, levels[l], CAIRN__GGML_Q6_K, 210);
+        check_matvec(pool, levels[l], CAIRN__GGML_Q4_1, 20);
+        check_matvec(pool, levels[l], CAIRN__GGML_Q5_0, 22);
+        check_matvec(pool, levels[l], CAIRN__GGML_Q5_1, 24);
         {
             static const uint32_t q4[3] = {CAIRN__GGML_Q4_0, CAIRN__GGML_Q4_0, CAIRN__GGML_Q4_0};
             /* a Q4_K_M layer (V in Q6_K), and types needing both activation layouts; on the
              * pool (over 32 KB of weights) */
             static const uint32_t km[3] = {CAIRN__GGML_Q4_K, CAIRN__GGML_Q4_K, CAIRN__GGML_Q6_K};
             static const uint32_t mix[3] = {CAIRN__GGML_Q8_0, CAIRN__GGML_Q6_K, CAIRN__GGML_Q4_K};
+            /* the types of 32 with a fifth bit or a minimum, and llama-quantize's Q4_K_M where
+             * a matrix's rows are not a multiple of 256 (Q5_0 for Q4_K, Q8_0 for Q6_K) */
+            static const uint32_t q5[3] = {CAIRN__GGML_Q5_0, CAIRN__GGML_Q4_1, CAIRN__GGML_Q5_1};
+            static const uint32_t kmf[3] = {CAIRN__GGML_Q5_0, CAIRN__GGML_Q5_0, CAIRN__GGML_Q8_0};
             static const int small[3] = {9, 3, 3}, big[3] = {150, 40, 40};
             check_matvec_n(pool, levels[l], q4, small, 32 * 7);
             check_matvec_n(pool, levels[l], km, big, 512);
             check_matvec_n(pool, levels[l], mix, big, 512);
+            check_matvec_n(pool, levels[l], q5, small, 32 * 7);
+            check_matvec_n(pool, levels[l], kmf, big, 288);
         }
         if (l >= 1) /* the levels with multi-row kernels: avx2 (Q4_0), avx512 (Q4_0, Q8_0) */
             check_grouping(levels[l], CAIRN__GGML_Q4_0, 18);

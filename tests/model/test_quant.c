@@ -154,27 +154,30 @@ static uint8_t lcg_byte(uint32_t *x)
     return (uint8_t)(*x >> 16);
 }
 
-/* One K-quant block against its 256 ggml values; then the quantizer, through the dequantizer
- * just checked: a layout of the quantizer's own would scatter the values far past qtol. */
-static void check_kquant_block(uint32_t type, const void *block, const int16_t *want, double qtol)
+/* One block of n elements against its ggml values, unit * want[i] (the K-quants' 256 integers,
+ * unit 1); then the quantizer, through the dequantizer just checked: a layout of the quantizer's
+ * own would scatter the values far past qtol. */
+static void check_known_block(uint32_t type, const void *block, int n, const int16_t *want,
+                              float unit, double qtol)
 {
     const char *tn = cairn__ggml_type_name(type);
     float y[256], z[256];
     unsigned char q[256];
-    cairn__dequant_row(type, block, y, 256);
+    cairn__dequant_row(type, block, y, (uint64_t)n);
     int bad = 0, first = -1;
-    for (int i = 0; i < 256; i++)
-        if (y[i] != (float)want[i] && (bad++, first < 0))
+    for (int i = 0; i < n; i++)
+        if (y[i] != unit * (float)want[i] && (bad++, first < 0))
             first = i;
-    ok(bad == 0, "%s distinct quants: all 256 elements as ggml dequantizes them (%d differ)", tn,
+    ok(bad == 0, "%s distinct quants: all %d elements as ggml dequantizes them (%d differ)", tn, n,
        bad);
     if (bad)
-        diag("first: element %d, got %g, ggml %d", first, (double)y[first], want[first]);
-    for (int i = 0; i < 256; i++)
-        z[i] = (float)want[i];
-    int rc = cairn__quant_row(type, z, q, 256);
-    cairn__dequant_row(type, q, y, 256);
-    double e = rel_rms(y, z, 256);
+        diag("first: element %d, got %g, ggml %g", first, (double)y[first],
+             (double)(unit * (float)want[first]));
+    for (int i = 0; i < n; i++)
+        z[i] = unit * (float)want[i];
+    int rc = cairn__quant_row(type, z, q, (uint64_t)n);
+    cairn__dequant_row(type, q, y, (uint64_t)n);
+    double e = rel_rms(y, z, n);
     ok(rc == 0 && e <= qtol, "%s quantizer puts each element where ggml reads it (rel rms %.3g)",
        tn, e);
 }
@@ -187,7 +190,7 @@ static void kquant_layouts(void)
     uint32_t x = 1;
     for (int b = 0; b < 128; b++)
         bk.qs[b] = lcg_byte(&x);
-    check_kquant_block(CAIRN__GGML_Q4_K, &bk, q4k_want, 0.05);
+    check_known_block(CAIRN__GGML_Q4_K, &bk, 256, q4k_want, 1.0f, 0.05);
 
     cairn__block_q6_K b6;
     memset(&b6, 0, sizeof b6);
@@ -200,15 +203,54 @@ static void kquant_layouts(void)
     x = 3;
     for (int b = 0; b < 64; b++)
         b6.qh[b] = lcg_byte(&x);
-    check_kquant_block(CAIRN__GGML_Q6_K, &b6, q6k_want, 0.02);
+    check_known_block(CAIRN__GGML_Q6_K, &b6, 256, q6k_want, 1.0f, 0.02);
+}
+
+/* ---- Q4_1, Q5_0, Q5_1 against ggml ----------------------------------------------------------
+ * One block of each, its 16 quant bytes and 4 high-bit bytes from the LCG below (seeds 4 and 5),
+ * d = 0.5 and m = -3.5; the expected values, twice the element's value, were computed outside
+ * this project by restating ggml's dequantize_row_q4_1 / _q5_0 / _q5_1 in Python on those
+ * bytes: element j < 16 is the low nibble of qs[j], element j + 16 its high nibble, with bit j
+ * (bit j + 16) of the little-endian qh on top for Q5; value q * d + m (Q4_1, Q5_1) or
+ * (q - 16) * d (Q5_0). Element 0: qs[0] = 25 = 0x19, low nibble 9; qh = 0x857809df, bit 0 set:
+ * Q4_1 9 * 0.5 - 3.5 = 1, Q5_0 (25 - 16) * 0.5 = 4.5, Q5_1 25 * 0.5 - 3.5 = 9. */
+/* clang-format off */
+static const int16_t q4_1_want2[32] = {2, -1, 4, 8, 8, -7, -5, -2, -5, 4, -2, 2, 6, 0, 0, -2,
+                                      -6, -1, 8, 0, -5, 2, 1, 2, -3, -3, -3, 0, 2, -6, -1, 7};
+static const int16_t q5_0_want2[32] = {9, 6, 11, 15, 15, -16, 2, 5, 2, -5, -11, 9, -3, -9, -9, -11,
+                                      -15, -10, -1, 7, 2, 9, 8, -7, 4, -12, 4, -9, -7, -15, -10, 14};
+static const int16_t q5_1_want2[32] = {18, 15, 20, 24, 24, -7, 11, 14, 11, 4, -2, 18, 6, 0, 0, -2,
+                                      -6, -1, 8, 16, 11, 18, 17, 2, 13, -3, 13, 0, 2, -6, -1, 23};
+/* clang-format on */
+
+static void q32_layouts(void)
+{
+    uint8_t qs[16], qh[4];
+    uint32_t x = 4;
+    for (int b = 0; b < 16; b++)
+        qs[b] = lcg_byte(&x);
+    x = 5;
+    for (int b = 0; b < 4; b++)
+        qh[b] = lcg_byte(&x);
+    cairn__block_q4_1 b41 = {.d = 0x3800, .m = 0xc300}; /* 0.5, -3.5 */
+    memcpy(b41.qs, qs, 16);
+    check_known_block(CAIRN__GGML_Q4_1, &b41, 32, q4_1_want2, 0.5f, 0.05);
+    cairn__block_q5_0 b50 = {.d = 0x3800};
+    memcpy(b50.qs, qs, 16);
+    memcpy(b50.qh, qh, 4);
+    check_known_block(CAIRN__GGML_Q5_0, &b50, 32, q5_0_want2, 0.5f, 0.03);
+    cairn__block_q5_1 b51 = {.d = 0x3800, .m = 0xc300};
+    memcpy(b51.qs, qs, 16);
+    memcpy(b51.qh, qh, 4);
+    check_known_block(CAIRN__GGML_Q5_1, &b51, 32, q5_1_want2, 0.5f, 0.03);
 }
 
 static void round_trips(void)
 {
-    const uint32_t types[] = {CAIRN__GGML_F32,  CAIRN__GGML_F16,  CAIRN__GGML_BF16,
-                              CAIRN__GGML_Q8_0, CAIRN__GGML_Q4_0, CAIRN__GGML_Q4_K,
-                              CAIRN__GGML_Q6_K};
-    const double tol[] = {0, 1e-3, 5e-3, 1e-2, 0.12, 0.12, 3e-2};
+    const uint32_t types[] = {
+        CAIRN__GGML_F32,  CAIRN__GGML_F16,  CAIRN__GGML_BF16, CAIRN__GGML_Q8_0, CAIRN__GGML_Q4_0,
+        CAIRN__GGML_Q4_1, CAIRN__GGML_Q5_0, CAIRN__GGML_Q5_1, CAIRN__GGML_Q4_K, CAIRN__GGML_Q6_K};
+    const double tol[] = {0, 1e-3, 5e-3, 1e-2, 0.12, 0.1, 0.05, 0.05, 0.12, 3e-2};
     enum { N = 4096 };
     static float x[N], y[N], z[N];
     static unsigned char q[N * 4], q2[N * 4];
@@ -240,12 +282,15 @@ static void round_trips(void)
         double e2 = rel_rms(z, y, N);
         ok(e2 <= tol[t] / 2 + 1e-7, "%s: re-quantizing is stable (rel rms %.3g)", tn, e2);
     }
-    ok(cairn__quant_row(3 /* Q4_1 */, x, q, 32) == CAIRN_EUNSUPPORTED,
+    ok(cairn__quant_row(13 /* Q5_K */, x, q, 256) == CAIRN_EUNSUPPORTED,
        "unsupported type -> EUNSUPPORTED");
     ok(cairn__quant_row(CAIRN__GGML_Q8_0, x, q, 33) == CAIRN_EINVAL, "partial block -> EINVAL");
     ok(cairn__quant_row(CAIRN__GGML_Q4_K, x, q, 128) == CAIRN_EINVAL,
        "half a K super-block -> EINVAL");
-    ok(!cairn__quant_supported(3) && cairn__quant_supported(CAIRN__GGML_Q6_K), "supported types");
+    ok(!cairn__quant_supported(13) && cairn__quant_supported(CAIRN__GGML_Q6_K) &&
+           cairn__quant_supported(CAIRN__GGML_Q4_1) && cairn__quant_supported(CAIRN__GGML_Q5_0) &&
+           cairn__quant_supported(CAIRN__GGML_Q5_1),
+       "supported types");
 }
 
 static void halves(void)
@@ -278,6 +323,7 @@ int main(void)
 {
     known_blocks();
     kquant_layouts();
+    q32_layouts();
     round_trips();
     halves();
     return tap_done();
