@@ -153,7 +153,7 @@ int cairn__put(cairn__txn *t, MDB_dbi dbi, MDB_val *k, MDB_val *v, unsigned flag
 
 /* rc of a cursor positioned (or not: MDB_NOTFOUND) at the first key >= want: the record there,
  * and the one before it, must verify, and that one must sort before want. The cursor is left
- * where the search put it. */
+ * where the search put it (at the last record when there was none >= want). */
 static int check_around(cairn__txn *t, MDB_cursor *c, const MDB_val *want, int rc)
 {
     MDB_dbi dbi = mdb_cursor_dbi(c);
@@ -164,22 +164,26 @@ static int check_around(cairn__txn *t, MDB_cursor *c, const MDB_val *want, int r
         rc = mdb_cursor_get(c, &k, &v, MDB_PREV);
     } else if (rc == MDB_NOTFOUND) {
         rc = mdb_cursor_get(c, &k, &v, MDB_LAST);
+        if (rc == MDB_NOTFOUND)
+            return 0; /* an empty database */
+        if (rc == 0 && (rc = unseal(t, dbi, &k, &v)) == 0 && mdb_cmp(t->txn, dbi, &k, want) >= 0)
+            return damaged(t, dbi, &k, "is out of order (a search missed it)");
+        return rc;
     } else {
         return rc;
     }
-    int found = rc == 0;
-    if (rc && rc != MDB_NOTFOUND)
-        return rc;
-    if (found) {
-        if ((rc = unseal(t, dbi, &k, &v)))
-            return rc;
-        if (mdb_cmp(t->txn, dbi, &k, want) >= 0)
-            return damaged(t, dbi, &k, "is out of order (a search missed it)");
+    if (rc == MDB_NOTFOUND) { /* the first record: a PREV there leaves no position */
+        MDB_val w = *want;
+        rc = mdb_cursor_get(c, &w, &v, MDB_SET_RANGE);
+        return rc == MDB_NOTFOUND ? 0 : rc;
     }
-    /* back to where the search landed (a PREV at the first record leaves no position) */
-    MDB_val w = *want;
-    rc = mdb_cursor_get(c, &w, &v, MDB_SET_RANGE);
-    return rc == MDB_NOTFOUND ? 0 : rc;
+    if (rc)
+        return rc;
+    if ((rc = unseal(t, dbi, &k, &v)))
+        return rc;
+    if (mdb_cmp(t->txn, dbi, &k, want) >= 0)
+        return damaged(t, dbi, &k, "is out of order (a search missed it)");
+    return mdb_cursor_get(c, &k, &v, MDB_NEXT); /* back to where the search landed */
 }
 
 int cairn__cursor_get(cairn__txn *t, MDB_cursor *c, MDB_val *k, MDB_val *v, MDB_cursor_op op)
