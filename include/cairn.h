@@ -458,12 +458,12 @@ CAIRN_API char *cairn_task_json(const cairn_task *t);
 
 /* ------------------------------------------------------------------ store views
  *
- * cairn_store_list, cairn_store_audit and cairn_store_stats share one style (LMDB's callbacks,
- * not cursors). A call reads one snapshot of the store (one read transaction: a consistent view,
- * whatever other processes commit meanwhile) and calls `fn` once per row, on the caller's
- * thread, before it returns. A row is a struct the library fills and lends to `fn` for that call
- * only: copy what you keep, strings included. Because rows are always the library's, fields are
- * only ever appended to them, so a program built against an older cairn.h reads a newer
+ * cairn_store_list, cairn_store_audit, cairn_store_stats and cairn_store_check share one style
+ * (LMDB's callbacks, not cursors). A call reads one snapshot of the store (one read transaction: a
+ * consistent view, whatever other processes commit meanwhile) and calls `fn` once per row, on the
+ * caller's thread, before it returns. A row is a struct the library fills and lends to `fn` for
+ * that call only: copy what you keep, strings included. Because rows are always the library's,
+ * fields are only ever appended to them, so a program built against an older cairn.h reads a newer
  * library's rows correctly; never copy a row by value (its size may grow).
  * `fn` returns 0 to go on, a positive value to stop early (the call then returns 0), or a
  * negative CAIRN_E* code to stop with it (the call returns that code). While `fn` runs for
