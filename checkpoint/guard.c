@@ -69,6 +69,15 @@ void cairn__guard_push(cairn__guard *g)
 
 void cairn__guard_pop(cairn__guard *g) { current = g->prev; }
 
+void *cairn__guard_suspend(void)
+{
+    cairn__guard *g = current;
+    current = NULL;
+    return g;
+}
+
+void cairn__guard_resume(void *saved) { current = saved; }
+
 int cairn__guard_fault(cairn_store *s, cairn__guard *g)
 {
     s->broken = 2; /* cairn_store_free then leaves LMDB alone */

@@ -58,6 +58,11 @@ int cairn__store_was_created(const char *dir);
  * gets one on the first call, in a write of its own), so that what names a delivery differs
  * between stores that hold the same task ID. Read once per handle. */
 int cairn__store_id(cairn_store *s, unsigned char out[16]);
+/* A callback of the library's user (a public view's row function) runs inside a store
+ * transaction but outside its fault guard (checkpoint/guard.c): a fault there is the user's
+ * bug, to crash as it would anywhere, not a damaged page to report. */
+void *cairn__guard_suspend(void);
+void cairn__guard_resume(void *saved);
 /* Fault injection for tests: fail the Nth write transaction from now with `err` (0 = off). */
 void cairn__store_inject_write_failure(cairn_store *s, uint32_t nth, int err);
 /* Fault injection for tests: the next flush of a sync store's data fails with errno `err`. */

@@ -23,6 +23,9 @@ _Static_assert(CAIRN_STATE_COUNT <=
 /* What the caller's callback said: 0 go on, 1 stop (the call returns 0), < 0 stop with that. */
 static int verdict(int rc) { return rc > 0 ? 1 : rc; }
 
+/* The user's row functions run outside the store's fault guard (store.h): a fault in them is
+ * theirs. */
+
 /* ------------------------------------------------------------------ list */
 
 typedef struct list_arg {
@@ -71,7 +74,10 @@ static int list_cb(const char *id, void *arg)
         row.tenant = r.tenant;
         a->n++;
     }
-    if ((rc = verdict(a->fn(&row, a->user))) == 1)
+    void *g = cairn__guard_suspend();
+    rc = verdict(a->fn(&row, a->user));
+    cairn__guard_resume(g);
+    if (rc == 1)
         a->stopped = 1;
     return rc;
 }
@@ -117,7 +123,10 @@ static int audit_cb(const cairn__audit_rec *rec, void *arg)
                            .generation = rec->generation,
                            .step = rec->step,
                            .reason = rec->reason};
-    return verdict(a->fn(&row, a->user));
+    void *g = cairn__guard_suspend();
+    int rc = verdict(a->fn(&row, a->user));
+    cairn__guard_resume(g);
+    return rc;
 }
 
 static int audit_txn(cairn__txn *t, void *arg)
@@ -185,7 +194,10 @@ static int check_cb(const char *database, const char *task, const char *message,
 {
     check_arg *a = arg;
     cairn_check_row row = {.database = database, .task_id = task, .message = message};
-    return verdict(a->fn(&row, a->user));
+    void *g = cairn__guard_suspend();
+    int rc = verdict(a->fn(&row, a->user));
+    cairn__guard_resume(g);
+    return rc;
 }
 
 static int check_txn(cairn__txn *t, void *arg)

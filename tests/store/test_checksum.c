@@ -283,6 +283,18 @@ static int check_count(const cairn_check_row *row, void *arg)
     return 0;
 }
 
+/* Counts the rows whose callback ran under the store's fault guard (none should: a fault in a
+ * user's callback is the user's to crash with, not a damaged page). */
+static int guarded_row(const cairn_task_row *row, void *arg)
+{
+    (void)row;
+    void *g = cairn__guard_suspend();
+    cairn__guard_resume(g);
+    ((int *)arg)[0]++;
+    ((int *)arg)[1] += g != NULL;
+    return 0;
+}
+
 /* The task counts the store keeps (stats reads them, never scans): right after writes, after an
  * upgrade that counts them once, and checked by cairn check. */
 static void test_counts(void)
@@ -295,6 +307,11 @@ static void test_counts(void)
     ok(src == 0 && st.by_state[CAIRN_SUCCEEDED] == 5 && st.by_state[CAIRN_PENDING] == 0,
        "stats reads the kept counts: 5 succeeded (%llu)",
        (unsigned long long)st.by_state[CAIRN_SUCCEEDED]);
+    int seen[2] = {0, 0};
+    int lrc = s ? cairn_store_list(s, NULL, NULL, 0, guarded_row, seen) : -1;
+    ok(lrc == 0 && seen[0] == 5 && seen[1] == 0,
+       "a user's row function runs outside the fault guard (%d rows, %d guarded)", seen[0],
+       seen[1]);
     cairn_store_free(s);
 
     uint64_t wrong[CAIRN_STATE_COUNT + 1] = {0};
