@@ -172,6 +172,67 @@ static void older_copy(void)
     free(st), free(ledger), free(data), free(old), free(in), free(text);
 }
 
+/* Flips bit `bit` of the first byte of `pat` found in the file at `at` bytes from its start;
+ * 1 if found. */
+static int flip_in_file(const char *path, const char *pat, size_t at, unsigned bit)
+{
+    size_t n = 0, pn = strlen(pat);
+    char *b = tu_read_file(path, &n);
+    int found = 0;
+    for (size_t i = 0; b && i + pn <= n && !found; i++)
+        if (memcmp(b + i, pat, pn) == 0) {
+            b[i + at] ^= (char)bit;
+            found = 1;
+        }
+    if (found)
+        tu_write_file(path, b, n);
+    free(b);
+    return found;
+}
+
+/* `check` on a sound store, then on one whose task input lost a bit: the problem is listed
+ * (text and --json) with exit 74, and every command that reads the record refuses it. */
+static void check_command(void)
+{
+    char *st = populated("check", 0), *data = tu_fmt("%s/data.mdb", st);
+    tu_result r;
+    int code = cli(&r, LEDGER, st, "check", "--json", NULL);
+    json_t *j = parse_out(&r);
+    ok(code == 0 && j && json_is_true(json_object_get(j, "ok")) && jint(j, "records") > 0 &&
+           json_array_size(json_object_get(j, "problems")) == 0,
+       "check --json on a sound store: ok, %lld records, no problems (exit %d)", jint(j, "records"),
+       code);
+    json_decref(j);
+    tu_result_free(&r);
+    ok(flip_in_file(data, "item 7", 5, 0x01),
+       "plant: one bit of the first record holding t7's text flipped");
+    code = cli(&r, LEDGER, st, "check", "--json", NULL);
+    j = parse_out(&r);
+    json_t *p = j ? json_array_get(json_object_get(j, "problems"), 0) : NULL;
+    ok(code == 74 && j && json_is_false(json_object_get(j, "ok")) &&
+           json_array_size(json_object_get(j, "problems")) == 1 && p &&
+           (strcmp(jstr(p, "database"), "inputs") == 0 ||
+            strcmp(jstr(p, "database"), "steps") == 0) &&
+           strcmp(jstr(p, "task"), "t7") == 0 && strstr(jstr(p, "message"), "checksum"),
+       "check --json lists the damaged record: its database, task t7, its checksum (exit %d: "
+       "%s)",
+       code, p ? jstr(p, "message") : oneline(r.out));
+    json_decref(j);
+    tu_result_free(&r);
+    code = cli(&r, LEDGER, st, "check", NULL);
+    ok(code == 74 && tu_contains(r.out, "'t7'") && tu_contains(r.out, "1 problem"),
+       "check prints the problem and the count (exit %d: %s)", code, oneline(r.out));
+    tu_result_free(&r);
+    code = cli(&r, LEDGER, st, "show", "t7", NULL);
+    ok(code == 74 && tu_contains(r.err, "'t7'") && tu_contains(r.err, "checksum"),
+       "show t7 refuses the damaged record with 74 naming the task (%s)", first_line(r.err));
+    tu_result_free(&r);
+    code = cli(&r, LEDGER, st, "show", "t8", NULL);
+    ok(code == 0, "show t8 reads as before (exit %d)", code);
+    tu_result_free(&r);
+    free(st), free(data);
+}
+
 int main(void)
 {
     cli_init();
@@ -179,6 +240,7 @@ int main(void)
     truncations("sync", 0);
     truncations("nosync", 1);
     older_copy();
+    check_command();
     tu_rm_rf(D);
     free(D);
     return tap_done();
