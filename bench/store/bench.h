@@ -22,6 +22,7 @@ enum {
 #define BENCH_TARGET_CRASH 5.0      /* cairn nosync steps/s / SQLite NORMAL steps/s */
 #define BENCH_TARGET_RESUME_US 2.0  /* p50 of one step's resume read */
 #define BENCH_TARGET_HIT_MS 5.0     /* p50 of `cairn run` on a succeeded task */
+#define BENCH_TARGET_SIZE 1.0       /* SQLite bytes / cairn bytes for the same tasks */
 
 /* ------------------------------------------------------------------ timing and samples */
 
@@ -60,6 +61,8 @@ typedef struct bench_cairn bench_cairn;
 bench_cairn *bench_cairn_open(const char *dir, cairn_durability d, int every_durable,
                               uint32_t n_steps, size_t out_size, char *err, size_t cap);
 void bench_cairn_close(bench_cairn *c);
+/* The bytes the store's pages in use take (cairn_store_stats' map_used). */
+uint64_t bench_cairn_bytes(bench_cairn *c);
 const char *bench_cairn_errmsg(const bench_cairn *c);
 /* Runs task `id` (input n) through cairn_runner_run: a fresh task runs all its steps, a
  * succeeded one is an idempotent hit. 0 or a CAIRN_E* code. */
@@ -91,6 +94,9 @@ typedef enum { PEER_NORMAL = 0, PEER_FULL = 1, PEER_SPLIT = 2 } bench_peer_sync;
 bench_peer *bench_peer_open(const char *dir, bench_peer_sync sync, size_t out_size, char *err,
                             size_t cap);
 void bench_peer_close(bench_peer *p);
+/* The bytes the database takes once its WAL is folded in (a TRUNCATE checkpoint): page_count *
+ * page_size. 0 on failure. */
+uint64_t bench_peer_bytes(bench_peer *p);
 const char *bench_peer_errmsg(const bench_peer *p);
 /* Runs one fresh task the way cairn's runner does, as separate transactions: admission
  * (idempotency reservation + task row + audit), acquire (lease + attempt + audit), then for each
@@ -142,6 +148,14 @@ typedef struct bench_lat {
     uint64_t n;
 } bench_lat;
 
+/* Bytes per task of the same tasks in both stores. */
+typedef struct bench_size {
+    int done;
+    uint32_t tasks, steps;
+    size_t out;
+    uint64_t cairn_bytes, sqlite_bytes;
+} bench_size;
+
 typedef struct bench_results {
     int quick;
     uint32_t tasks_sync, tasks_nosync, rounds;
@@ -149,6 +163,7 @@ typedef struct bench_results {
     bench_lat cairn_read_step, cairn_read_task, sqlite_read_step, sqlite_read_task; /* us */
     bench_lat spawn_true, spawn_help, spawn_hit;                                    /* ms */
     bench_lat inproc_hit;                                                           /* us */
+    bench_size size;
     char ledger_note[4352];
     uint64_t ledger_effects;
     /* the machine */

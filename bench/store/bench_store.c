@@ -425,6 +425,48 @@ static int resume_reads(bench_cairn *c, bench_peer *p, uint32_t *x, uint32_t cou
     return 0;
 }
 
+/* The same tasks (3 steps, 64-byte outputs, as small `ledger` tasks) in both stores: the
+ * bytes their pages take, a task each. */
+static int measure_size(const opts *o, bench_results *res)
+{
+    char cdir[PATH_MAX] = "", sdir[PATH_MAX] = "", err[1024];
+    bench_size *z = &res->size;
+    z->tasks = o->quick ? 2000 : 10000;
+    z->steps = 3;
+    z->out = 64;
+    bench_cairn *c = NULL;
+    bench_peer *p = NULL;
+    int rc = -1;
+    progress("size: %u tasks of %u steps per store", z->tasks, z->steps);
+    if (scratch("cairn-size", cdir, sizeof cdir) || scratch("sqlite-size", sdir, sizeof sdir))
+        goto out;
+    if (!(c = bench_cairn_open(cdir, CAIRN_NOSYNC, 0, z->steps, z->out, err, sizeof err)) ||
+        !(p = bench_peer_open(sdir, PEER_NORMAL, z->out, err, sizeof err))) {
+        fprintf(stderr, "bench-store: %s\n", err);
+        goto out;
+    }
+    for (uint32_t i = 0; i < z->tasks; i++) {
+        char id[32];
+        snprintf(id, sizeof id, "z%07u", i);
+        if (bench_cairn_run_task(c, id, i) || bench_peer_run_task(p, id, i, z->steps)) {
+            fprintf(stderr, "bench-store: %s%s\n", bench_cairn_errmsg(c), bench_peer_errmsg(p));
+            goto out;
+        }
+    }
+    z->cairn_bytes = bench_cairn_bytes(c);
+    z->sqlite_bytes = bench_peer_bytes(p);
+    z->done = z->cairn_bytes && z->sqlite_bytes;
+    rc = z->done ? 0 : -1;
+out:
+    bench_cairn_close(c);
+    bench_peer_close(p);
+    if (*cdir)
+        rm_tree(cdir);
+    if (*sdir)
+        rm_tree(sdir);
+    return rc;
+}
+
 static int measure_resume(const opts *o, bench_results *res)
 {
     char cdir[PATH_MAX] = "", sdir[PATH_MAX] = "", err[1024];
@@ -707,7 +749,7 @@ static const char usage[] =
     "  --ledger PATH    the cairn-ledger binary (default: $CAIRN_LEDGER, else\n"
     "                   ../../examples/ledger/cairn-ledger next to this binary)\n"
     "  --dir DIR        where the scratch stores go (default: $TMPDIR, else /tmp)\n"
-    "  --only SECTIONS  comma-separated: power-loss, process-crash, resume, hit\n"
+    "  --only SECTIONS  comma-separated: power-loss, process-crash, resume, hit, size\n"
     "Exit status: 0 (a missed target is reported, never an error), 1 if a measurement\n"
     "failed, 64 on bad usage.\n";
 
@@ -733,12 +775,12 @@ int main(int argc, char **argv)
             return 64;
         }
     }
-    static const char *const sections[] = {"power-loss", "process-crash", "resume", "hit"};
+    static const char *const sections[] = {"power-loss", "process-crash", "resume", "hit", "size"};
     for (const char *p = o.only; p && *p;) {
         size_t m = strcspn(p, ","), k = 0;
-        while (k < 4 && !(strlen(sections[k]) == m && strncmp(p, sections[k], m) == 0))
+        while (k < 5 && !(strlen(sections[k]) == m && strncmp(p, sections[k], m) == 0))
             k++;
-        if (k == 4) {
+        if (k == 5) {
             fprintf(stderr, "bench-store: --only: unknown section '%.*s'\n%s", (int)m, p, usage);
             return 64;
         }
@@ -785,6 +827,8 @@ int main(int argc, char **argv)
     }
     if (!rc && wanted(&o, "resume"))
         rc = measure_resume(&o, &r);
+    if (!rc && wanted(&o, "size"))
+        rc = measure_size(&o, &r);
     /* a failing example binary still leaves sections 1 and 2 worth printing */
     int hit_rc = !rc && wanted(&o, "hit") ? measure_hit(&o, &r) : 0;
     r.load_end = load_average();

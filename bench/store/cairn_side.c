@@ -30,6 +30,18 @@ struct bench_cairn {
 
 static const uint64_t TOKEN = 0x5eed5eedull; /* the commit loop's lease token */
 
+static int used_copy(const cairn_stats *st, void *arg)
+{
+    *(uint64_t *)arg = st->map_used;
+    return 0;
+}
+
+uint64_t bench_cairn_bytes(bench_cairn *c)
+{
+    uint64_t used = 0;
+    return cairn_store_stats(c->store, used_copy, &used) == 0 ? used : 0;
+}
+
 /* A trivial compute step: it outputs the prepared blob. */
 static cairn_step_result emit(cairn_ctx *ctx, void *user)
 {

@@ -178,6 +178,19 @@ void bench_report_text(const bench_results *r)
         printf("  binary: %s\n\n", r->ledger_note);
     }
 
+    if (r->size.done) {
+        const bench_size *z = &r->size;
+        double c = (double)z->cairn_bytes / z->tasks, s = (double)z->sqlite_bytes / z->tasks;
+        printf("4. Size: %u tasks of %u steps (%zu-byte outputs), their records and indexes\n",
+               z->tasks, z->steps, z->out);
+        printf("  %-50s %12.0f bytes a task (%llu in all)\n", "cairn (the pages in use)", c,
+               (unsigned long long)z->cairn_bytes);
+        printf("  %-50s %12.0f bytes a task (%llu in all)\n", "SQLite (page_count * page_size)", s,
+               (unsigned long long)z->sqlite_bytes);
+        printf("  target: SQLite bytes / cairn bytes >= %.1f: %s (%.2fx)\n\n", BENCH_TARGET_SIZE,
+               verdict(s / c, BENCH_TARGET_SIZE), s / c);
+    }
+
     printf("Notes:\n");
     for (size_t i = 0; i < sizeof notes / sizeof *notes; i++)
         printf("  - %s\n", notes[i]);
@@ -294,6 +307,17 @@ void bench_report_json(const bench_results *r)
                   lat_json(&r->inproc_hit, "us"), "target_p50_ms", BENCH_TARGET_HIT_MS, "result",
                   r->spawn_hit.done ? verdict(BENCH_TARGET_HIT_MS, r->spawn_hit.p50) : "n/a",
                   "binary", r->ledger_note, "effects", (json_int_t)r->ledger_effects));
+    if (r->size.done) {
+        const bench_size *z = &r->size;
+        double ratio = (double)z->sqlite_bytes / (double)z->cairn_bytes;
+        json_object_set_new(
+            doc, "size",
+            json_pack("{s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:s}", "tasks", (json_int_t)z->tasks,
+                      "steps", (json_int_t)z->steps, "output_bytes", (json_int_t)z->out,
+                      "cairn_bytes", (json_int_t)z->cairn_bytes, "sqlite_bytes",
+                      (json_int_t)z->sqlite_bytes, "sqlite_over_cairn", ratio, "target",
+                      BENCH_TARGET_SIZE, "result", verdict(ratio, BENCH_TARGET_SIZE)));
+    }
     json_t *jn = json_array();
     for (size_t i = 0; i < sizeof notes / sizeof *notes; i++)
         json_array_append_new(jn, json_string(notes[i]));

@@ -214,6 +214,23 @@ bench_peer *bench_peer_open(const char *dir, bench_peer_sync sync, size_t out_si
     return p;
 }
 
+uint64_t bench_peer_bytes(bench_peer *p)
+{
+    sqlite3_stmt *q = NULL;
+    int64_t pages = 0, size = 0;
+    if (sqlite3_exec(p->db, "PRAGMA wal_checkpoint(TRUNCATE)", 0, 0, 0) != SQLITE_OK)
+        return 0;
+    if (sqlite3_prepare_v2(p->db, "PRAGMA page_count", -1, &q, NULL) == SQLITE_OK &&
+        sqlite3_step(q) == SQLITE_ROW)
+        pages = sqlite3_column_int64(q, 0);
+    sqlite3_finalize(q);
+    if (sqlite3_prepare_v2(p->db, "PRAGMA page_size", -1, &q, NULL) == SQLITE_OK &&
+        sqlite3_step(q) == SQLITE_ROW)
+        size = sqlite3_column_int64(q, 0);
+    sqlite3_finalize(q);
+    return (uint64_t)(pages * size);
+}
+
 void bench_peer_close(bench_peer *p)
 {
     if (!p)
