@@ -57,6 +57,8 @@ static int check_record(checker *c, MDB_dbi dbi, const MDB_val *k, const char *t
         if (rc == 0 &&
             (rc = cairn__task_check_indexes(c->t, &r, why, sizeof why)) == CAIRN_ECORRUPT)
             return report(c, s->due, task, why);
+        if (rc == 0 && (rc = cairn__task_check_steps(c->t, &r, why, sizeof why)) == CAIRN_ECORRUPT)
+            return report(c, s->steps, task, why);
         if (rc == CAIRN_ECORRUPT || rc == CAIRN_ESCHEMA)
             return report(c, dbi, task, cairn_store_errmsg(s));
         return rc;

@@ -521,6 +521,37 @@ int cairn__task_check_indexes(cairn__txn *t, const cairn__task_rec *r, char *why
     return 0;
 }
 
+/* cairn check: a task that succeeded (and kept its outputs) has a done record of every step of
+ * the graph it is pinned to ("a@1,b@2"). A database whose root was sent back to an older page
+ * by damage to LMDB's own directory (which no record's checksum covers) reads as a consistent
+ * older tree; what it lacks shows here. */
+int cairn__task_check_steps(cairn__txn *t, const cairn__task_rec *r, char *why, size_t cap)
+{
+    if (r->state != CAIRN_SUCCEEDED || r->tombstone)
+        return 0;
+    for (const char *p = r->steps_pin; *p;) {
+        size_t len = strcspn(p, "@,");
+        char name[CAIRN__NAME_MAX + 1];
+        snprintf(name, sizeof name, "%.*s", (int)(len < CAIRN__NAME_MAX ? len : CAIRN__NAME_MAX),
+                 p);
+        cairn__step_rec s;
+        int rc = cairn__step_get(t, r->id, name, r->generation, &s);
+        if (rc == CAIRN_ENOTFOUND || (rc == 0 && s.state != CAIRN_STEP_DONE)) {
+            snprintf(why, cap,
+                     "task '%s' succeeded, but its step '%s' has %s: the store is damaged", r->id,
+                     name, rc ? "no record" : "no done record");
+            return CAIRN_ECORRUPT;
+        }
+        if (rc == CAIRN_ECORRUPT || rc == CAIRN_ESCHEMA)
+            return 0; /* a damaged record: reported where the scan meets it */
+        if (rc)
+            return rc;
+        p += strcspn(p, ",");
+        p += *p == ',';
+    }
+    return 0;
+}
+
 /* cairn check: whether an entry of the due, tenants or finished index is one its task implies
  * (0), else CAIRN_ECORRUPT with why[]. */
 int cairn__index_entry_check(cairn__txn *t, MDB_dbi dbi, const MDB_val *k, char *why, size_t cap)

@@ -211,6 +211,7 @@ int cairn__counts_scan(cairn__txn *t, uint64_t c[CAIRN__COUNTS]);
 /* records.c, for cairn check: a task's index entries are there; an index entry is its task's. */
 int cairn__task_check_indexes(cairn__txn *t, const cairn__task_rec *r, char *why, size_t cap);
 int cairn__index_entry_check(cairn__txn *t, MDB_dbi dbi, const MDB_val *k, char *why, size_t cap);
+int cairn__task_check_steps(cairn__txn *t, const cairn__task_rec *r, char *why, size_t cap);
 
 /* Writes an empty value under k (an index entry). */
 int cairn__put_empty(cairn__txn *t, MDB_dbi dbi, key *k);

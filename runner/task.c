@@ -114,6 +114,27 @@ int cairn_task_load(cairn_store *s, const char *task_id, cairn_task **out)
                 latest = 0;
         t->steps[i].current = latest;
     }
+    /* A task that succeeded (outputs kept) has a current done record of every pinned step: a
+     * steps database read from an older root (damage to LMDB's directory, which no checksum
+     * covers) lacks some, and is refused rather than shown as pending steps. */
+    for (const char *p = t->rec.steps_pin;
+         t->rec.state == CAIRN_SUCCEEDED && !t->rec.tombstone && *p;) {
+        size_t len = strcspn(p, "@,"), i = 0;
+        while (i < t->n_steps &&
+               !(t->steps[i].current && strlen(t->steps[i].name) == len &&
+                 memcmp(t->steps[i].name, p, len) == 0 && t->steps[i].rec.state == CAIRN_STEP_DONE))
+            i++;
+        if (i == t->n_steps) {
+            rc = cairn__store_fail(s, CAIRN_ECORRUPT,
+                                   "task '%s' succeeded, but its step '%.*s' has no done record: "
+                                   "the store is damaged (run `cairn check`)",
+                                   task_id, (int)len, p);
+            cairn_task_free(t);
+            return rc;
+        }
+        p += strcspn(p, ",");
+        p += *p == ',';
+    }
     /* A record written in the task's generation is of a step of the graph the task is pinned to
      * (a graph change starts a new generation): one of another step is a damaged record that
      * its checksum did not catch, and is refused like one. */

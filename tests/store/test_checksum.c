@@ -342,6 +342,32 @@ static void test_counts(void)
     cairn_store_free(s);
 }
 
+/* A steps database read from an older root (damage to LMDB's own directory, which no record's
+ * checksum covers) is a consistent tree that lacks records: a succeeded task without the done
+ * record of a pinned step is refused by show's load and reported by cairn check. Planted as the
+ * record gone. */
+static void test_succeeded_lacks_step(void)
+{
+    char dir[300];
+    fresh(dir, "lacks");
+    char k[64];
+    size_t kn;
+    step_key(k, &kn, "t4", "work");
+    ok(tu_raw_put_bare(dir, "steps", k, kn, NULL, 0) == 0,
+       "plant: succeeded task t4's record of step 'work' is gone");
+    cairn_store *s = open_store(dir);
+    cairn_task *t = NULL;
+    int rc = s ? cairn_task_load(s, "t4", &t) : -1;
+    const char *m = s ? cairn_store_errmsg(s) : "";
+    ok(rc == CAIRN_ECORRUPT && !t && strstr(m, "'work'") && strstr(m, "succeeded"),
+       "loading t4 is CAIRN_ECORRUPT, not a succeeded task with a pending step (\"%s\")", m);
+    int problems = 0;
+    uint64_t records = 0;
+    rc = s ? cairn_store_check(s, check_count, &problems, &records) : -1;
+    ok(rc == CAIRN_ECORRUPT && problems == 1, "cairn check reports it (%d problem)", problems);
+    cairn_store_free(s);
+}
+
 static void test_upgrade(void)
 {
     char dir[300], m[1024];
@@ -371,6 +397,7 @@ int main(void)
     test_key_flip();
     test_undefined_step();
     test_counts();
+    test_succeeded_lacks_step();
     test_upgrade();
     if (!getenv("CAIRN_KEEP_TMP"))
         tu_rmtree(root);
