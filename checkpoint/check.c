@@ -8,6 +8,8 @@
  * task implies; every step, progress, input and audit record must belong to a task. That the
  * file matches its witnesses (size, meta pages, the sync marker) was checked when the store was
  * opened (filecheck.c, synced.c): a store that fails those does not open, and check says so.
+ * Each database's record count in LMDB's own directory (which no checksum covers; `stats` shows
+ * it) must match what the scan read.
  * One read transaction: a consistent snapshot, whatever other processes commit meanwhile.
  */
 #include <stdio.h>
@@ -86,6 +88,7 @@ static int check_db(checker *c, MDB_dbi dbi)
     int rc = mdb_cursor_open(t->txn, dbi, &cur);
     if (rc)
         return cairn__mdb_fail(t, t->s, rc, "open cursor");
+    uint64_t first = c->records;
     unsigned char prev[CAIRN__ID_MAX * 2 + CAIRN__NAME_MAX + 64];
     size_t prev_n = 0;
     int have_prev = 0;
@@ -124,6 +127,17 @@ static int check_db(checker *c, MDB_dbi dbi)
             break;
     }
     mdb_cursor_close(cur);
+    /* LMDB's directory keeps each database's entry count (what `stats` shows), unchecksummed */
+    MDB_stat st;
+    if (!rc && mdb_stat(t->txn, dbi, &st) == 0 && st.ms_entries != c->records - first) {
+        char why[200];
+        snprintf(why, sizeof why,
+                 "LMDB's directory says the %s database has %llu records, the scan read %llu: "
+                 "the store is damaged",
+                 cairn__db_name(t->s, dbi), (unsigned long long)st.ms_entries,
+                 (unsigned long long)(c->records - first));
+        rc = report(c, dbi, "", why);
+    }
     return rc;
 }
 

@@ -2,9 +2,9 @@
  *
  * LMDB checks no page: a flipped byte in data.mdb is served as it is (a changed payload hash,
  * "input": null, a step key `work` read as `vork`, so that the step looks never run). So every
- * value the store writes ends in 8 bytes, XXH3-64 over the key and the value (the key's hash
- * seeds the value's), little-endian; index entries, whose values are empty, carry it too. The
- * three functions below are the only way the store's files read and write records (records.c,
+ * value the store writes ends in 8 bytes, XXH3-64 over the database's name, the key and the value
+ * (each hash seeds the next), little-endian; index entries, whose values are empty, carry it too.
+ * The three functions below are the only way the store's files read and write records (records.c,
  * index.c, store.c, map.c); mdb_get, mdb_put and mdb_cursor_get appear nowhere else.
  *
  * A record that fails is CAIRN_ECORRUPT, naming the database, the task and the record; it is
@@ -28,9 +28,13 @@
 
 #define SUM 8 /* bytes of checksum after each value */
 
-static uint64_t sum_of(const MDB_val *k, const void *v, size_t n)
+/* Seeded with the database's name, then the key: a record read through another database's
+ * root (damage to LMDB's directory sends a database to another's pages) fails like any other. */
+static uint64_t sum_of(cairn_store *s, MDB_dbi dbi, const MDB_val *k, const void *v, size_t n)
 {
-    return XXH3_64bits_withSeed(v, n, XXH3_64bits(k->mv_data, k->mv_size));
+    const char *db = cairn__db_name(s, dbi);
+    uint64_t seed = XXH3_64bits_withSeed(k->mv_data, k->mv_size, XXH3_64bits(db, strlen(db)));
+    return XXH3_64bits_withSeed(v, n, seed);
 }
 
 static void sum_put(unsigned char *p, uint64_t h)
@@ -47,10 +51,10 @@ static uint64_t sum_read(const unsigned char *p)
     return h;
 }
 
-int cairn__sum_ok(const MDB_val *k, const MDB_val *v)
+int cairn__sum_ok(cairn_store *s, MDB_dbi dbi, const MDB_val *k, const MDB_val *v)
 {
     return v->mv_size >= SUM && sum_read((const unsigned char *)v->mv_data + v->mv_size - SUM) ==
-                                    sum_of(k, v->mv_data, v->mv_size - SUM);
+                                    sum_of(s, dbi, k, v->mv_data, v->mv_size - SUM);
 }
 
 /* Copies at most n bytes of p into out as printable text ('?' for the rest). */
@@ -117,7 +121,7 @@ static int damaged_s(cairn_store *s, MDB_dbi dbi, const MDB_val *k, const char *
 
 int cairn__sum_check(cairn_store *s, MDB_dbi dbi, const MDB_val *k, MDB_val *v)
 {
-    if (!cairn__sum_ok(k, v))
+    if (!cairn__sum_ok(s, dbi, k, v))
         return damaged_s(s, dbi, k, "fails its checksum");
     v->mv_size -= SUM;
     return 0;
@@ -147,7 +151,7 @@ int cairn__put(cairn__txn *t, MDB_dbi dbi, MDB_val *k, MDB_val *v, unsigned flag
         return rc;
     if (v->mv_size)
         memcpy(r.mv_data, v->mv_data, v->mv_size);
-    sum_put((unsigned char *)r.mv_data + v->mv_size, sum_of(k, v->mv_data, v->mv_size));
+    sum_put((unsigned char *)r.mv_data + v->mv_size, sum_of(t->s, dbi, k, v->mv_data, v->mv_size));
     return 0;
 }
 

@@ -359,6 +359,7 @@ int cairn_store_open(cairn_store *s, const char *dir)
     if ((rc = cairn__map_settle_durability(s, dir)))
         return open_failed(s, rc);
     mdb_env_set_maxdbs(s->env, 16);
+    mdb_env_set_assert(s->env, cairn__guard_lmdb_assert);
     mdb_env_set_maxreaders(s->env, 256);
     unsigned flags = MDB_NOTLS | MDB_NORDAHEAD;
     /* both commit without a flush: a nosync store never flushes, a sync store at its durable

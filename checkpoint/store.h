@@ -15,7 +15,7 @@
 
 #include "cairn.h"
 
-/* The store's schema version. 3: every record ends in a checksum over its key and value
+/* The store's schema version. 3: every record ends in a checksum over its database, key and value
  * (checkpoint/checksum.c); opening an older store adds them, in one transaction. 2: a sync store
  * follows checkpoint/synced.c's protocol (relaxed commits unflushed under a pin), which a cairn of
  * schema 1 would break by reusing the pages of the last durable snapshot; opening a schema-1 store

@@ -63,7 +63,7 @@ struct cairn__txn {
  * again. */
 int cairn__mdb_fail(cairn__txn *t, cairn_store *s, int rc, const char *what);
 
-/* checksum.c: every record ends in a checksum over its key and value (see its design
+/* checksum.c: every record ends in a checksum over its database, key and value (see its design
  * comment); these are the only way the store reads and writes records. put seals v (which must
  * not point into the map) and notes that the transaction wrote pages; with MDB_NOOVERWRITE and
  * an existing key it returns MDB_KEYEXIST with v the record there, verified. get and cursor_get
@@ -75,7 +75,7 @@ int cairn__cursor_get(cairn__txn *t, MDB_cursor *c, MDB_val *k, MDB_val *v, MDB_
 /* For reads outside a cairn__txn (store.c's meta records at open): verifies and strips. */
 int cairn__sum_check(cairn_store *s, MDB_dbi dbi, const MDB_val *k, MDB_val *v);
 /* 1 if the record's checksum matches (v still carries it); the bytes a value takes on disk. */
-int cairn__sum_ok(const MDB_val *k, const MDB_val *v);
+int cairn__sum_ok(cairn_store *s, MDB_dbi dbi, const MDB_val *k, const MDB_val *v);
 size_t cairn__sum_len(size_t value_len);
 void cairn__describe_key(cairn_store *s, MDB_dbi dbi, const MDB_val *k, char *out, size_t cap);
 /* Writes every record of dbi again with a checksum (the upgrade from schema 2): 0 or an LMDB
@@ -193,7 +193,10 @@ typedef struct cairn__guard {
     sigjmp_buf jb;
     struct cairn__guard *prev;
     volatile int sig;
+    char what[160]; /* an LMDB assertion's text */
 } cairn__guard;
+/* mdb_env_set_assert's callback: an LMDB assertion under a guard returns like a fault. */
+void cairn__guard_lmdb_assert(MDB_env *env, const char *msg);
 void cairn__guard_push(cairn__guard *g);
 void cairn__guard_pop(cairn__guard *g);
 int cairn__guard_fault(cairn_store *s, cairn__guard *g);

@@ -135,7 +135,8 @@ static int plant(const uint8_t *data, size_t size)
             break;
         }
         memcpy(sealed, puts[i].v, puts[i].vlen);
-        tu_sum(puts[i].k, puts[i].klen, puts[i].v, puts[i].vlen, sealed + puts[i].vlen);
+        tu_sum(tu_dbs[puts[i].db], puts[i].k, puts[i].klen, puts[i].v, puts[i].vlen,
+               sealed + puts[i].vlen);
         MDB_val k = {puts[i].klen, (void *)puts[i].k}, v = {puts[i].vlen + 8, sealed};
         rc = mdb_put(txn, dbi[puts[i].db], &k, &v, 0);
         free(sealed);

@@ -4,8 +4,9 @@
  * corrupt record, take a dump to prove a failed write changed nothing. LMDB forbids opening one
  * environment twice in a process, so the store must be closed while a raw env is open.
  * Every record of a schema-3 store ends in its checksum (checkpoint/checksum.c: XXH3-64 of the
- * value seeded with XXH3-64 of the key, 8 bytes little-endian): tu_raw_put writes one, so that a
- * planted record reaches the decoder behind it; tu_raw_put_bare writes the bytes as given.
+ * value seeded with that of the key, seeded with that of the database name; 8 bytes LE): tu_raw_put
+ * writes one, so that a planted record reaches the decoder behind it; tu_raw_put_bare writes the
+ * bytes as given.
  */
 #ifndef CAIRN_TESTS_RAWLMDB_H
 #define CAIRN_TESTS_RAWLMDB_H
@@ -86,11 +87,12 @@ static inline MDB_env *tu_raw_open(const char *dir)
     return env;
 }
 
-/* The checksum a record of key k and value v carries (checkpoint/checksum.c). */
-static inline void tu_sum(const void *k, size_t klen, const void *v, size_t vlen,
+/* The checksum a record of database db, key k and value v carries (checkpoint/checksum.c). */
+static inline void tu_sum(const char *db, const void *k, size_t klen, const void *v, size_t vlen,
                           unsigned char out[8])
 {
-    uint64_t h = XXH3_64bits_withSeed(v, vlen, XXH3_64bits(k, klen));
+    uint64_t h =
+        XXH3_64bits_withSeed(v, vlen, XXH3_64bits_withSeed(k, klen, XXH3_64bits(db, strlen(db))));
     for (int i = 0; i < 8; i++, h >>= 8)
         out[i] = (unsigned char)h;
 }
@@ -124,7 +126,7 @@ static inline int tu_raw_put(const char *dir, const char *db, const void *k, siz
     if (!b)
         return -1;
     memcpy(b, v, vlen);
-    tu_sum(k, klen, v, vlen, b + vlen);
+    tu_sum(db, k, klen, v, vlen, b + vlen);
     int rc = tu_raw_put_bare(dir, db, k, klen, b, vlen + 8);
     free(b);
     return rc;
@@ -182,7 +184,7 @@ static inline long tu_raw_get(const char *dir, const char *db, const void *k, si
         if (mdb_dbi_open(txn, db, 0, &dbi) == 0 && mdb_get(txn, dbi, &kk, &vv) == 0) {
             unsigned char sum[8];
             if (vv.mv_size >= 8) {
-                tu_sum(k, klen, vv.mv_data, vv.mv_size - 8, sum);
+                tu_sum(db, k, klen, vv.mv_data, vv.mv_size - 8, sum);
                 if (memcmp(sum, (unsigned char *)vv.mv_data + vv.mv_size - 8, 8) == 0)
                     vv.mv_size -= 8; /* its checksum is not the record's */
             }

@@ -122,6 +122,29 @@ static int flip_raw(const char *dir, const char *db, const void *key, size_t kn,
     return rc;
 }
 
+static char *read_all(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    rewind(f);
+    char *b = malloc(size > 0 ? (size_t)size : 1);
+    *n = b && size > 0 ? fread(b, 1, (size_t)size, f) : 0;
+    fclose(f);
+    return b;
+}
+
+static void write_over(const char *path, const void *b, size_t n)
+{
+    FILE *f = fopen(path, "r+b");
+    if (f) {
+        fwrite(b, 1, n, f);
+        fclose(f);
+    }
+}
+
 static void fresh(char dir[300], const char *tag)
 {
     newdir(dir, tag);
@@ -160,7 +183,7 @@ static void test_clean(void)
     }
     mdb_env_close(env);
     unsigned char sum[8];
-    tu_sum("t3", 2, raw, rawn >= 8 ? rawn - 8 : 0, sum);
+    tu_sum("tasks", "t3", 2, raw, rawn >= 8 ? rawn - 8 : 0, sum);
     ok(n > 0 && rawn == (size_t)n + 8 && memcmp(sum, raw + rawn - 8, 8) == 0,
        "a task record on disk is its value and 8 bytes of XXH3-64 over key and value");
 }
@@ -368,6 +391,69 @@ static void test_succeeded_lacks_step(void)
     cairn_store_free(s);
 }
 
+/* The page number of the main database's root, from the newer of data.mdb's two meta pages
+ * (LMDB's layout: at 16 + 24 the free and main databases' records, 48 bytes each, md_root
+ * their last 8; the transaction id at 16 + 128). 0 if unreadable. */
+static long main_root(const unsigned char *b, size_t n)
+{
+    uint64_t best = 0, root = 0;
+    for (int m = 0; m < 2 && (size_t)(m + 1) * 4096 <= n; m++) {
+        const unsigned char *p = b + m * 4096;
+        uint64_t r, txn;
+        memcpy(&r, p + 16 + 24 + 48 + 40, 8);
+        memcpy(&txn, p + 16 + 128, 8);
+        if (txn >= best)
+            best = txn, root = r;
+    }
+    return (long)root;
+}
+
+/* LMDB's directory (the main database's records: each database's root and entry count) has no
+ * checksum of cairn's: a flipped entry count is what `stats` shows, and cairn check catches it
+ * against its scan; a record read through another database's pages fails its checksum, which
+ * covers the database's name. */
+static void test_directory(void)
+{
+    char dir[300], path[400];
+    fresh(dir, "directory");
+    snprintf(path, sizeof path, "%s/data.mdb", dir);
+    size_t n = 0;
+    unsigned char *b = (unsigned char *)read_all(path, &n);
+    long root = b ? main_root(b, n) : 0;
+    unsigned char *page = root > 1 && (size_t)(root + 1) * 4096 <= n ? b + root * 4096 : NULL;
+    unsigned char *at = page ? memmem(page, 4096, "steps", 5) : NULL;
+    ok(at != NULL, "found the steps database's record in LMDB's directory (page %ld)", root);
+    if (at) {
+        at[5 + 32] ^= 0x01; /* md_entries */
+        write_over(path, b, n);
+    }
+    free(b);
+    cairn_store *s = open_store(dir);
+    int problems = 0;
+    uint64_t records = 0;
+    int rc = s ? cairn_store_check(s, check_count, &problems, &records) : -1;
+    ok(rc == CAIRN_ECORRUPT && problems == 1,
+       "a flipped entry count in the directory: cairn check reports it (%d problem)", problems);
+    cairn_store_free(s);
+
+    fresh(dir, "crossdb");
+    unsigned char v[512];
+    long vn = tu_raw_get(dir, "tasks", "t2", 2, v, sizeof v);
+    unsigned char sealed[520];
+    if (vn > 0) {
+        memcpy(sealed, v, (size_t)vn);
+        tu_sum("tasks", "t2", 2, v, (size_t)vn, sealed + vn);
+    }
+    ok(vn > 0 && tu_raw_put_bare(dir, "inputs", "t2", 2, sealed, (size_t)vn + 8) == 0,
+       "plant: t2's task record, sealed as a tasks record, in the inputs database");
+    s = open_store(dir);
+    problems = 0;
+    rc = s ? cairn_store_check(s, check_count, &problems, &records) : -1;
+    ok(rc == CAIRN_ECORRUPT && problems >= 1 && s && strstr(cairn_store_errmsg(s), "problem"),
+       "a record of another database fails its checksum (%d problem)", problems);
+    cairn_store_free(s);
+}
+
 static void test_upgrade(void)
 {
     char dir[300], m[1024];
@@ -398,6 +484,7 @@ int main(void)
     test_undefined_step();
     test_counts();
     test_succeeded_lacks_step();
+    test_directory();
     test_upgrade();
     if (!getenv("CAIRN_KEEP_TMP"))
         tu_rmtree(root);
