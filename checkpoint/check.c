@@ -172,5 +172,7 @@ int cairn__store_check(cairn__txn *t, cairn__check_cb cb, void *arg, uint64_t *r
     }
     *records = c.records;
     *problems = c.problems;
+    if (rc > 0 || rc < -1000) /* an LMDB code a lookup left as it was (a damaged page) */
+        rc = cairn__mdb_fail(t, s, rc, "check the store");
     return rc == 1 ? 0 : rc;
 }

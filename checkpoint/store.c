@@ -281,15 +281,26 @@ static int open_dbs(cairn_store *s)
     if (rc)
         return rc;
     int missing = 0;
+    const char *lost = NULL;
     for (size_t i = 0; i < N_DBS && !missing && !rc; i++) {
         rc = mdb_dbi_open(txn, db_names[i], 0, db_handle(s, i));
         if (rc == MDB_NOTFOUND)
-            missing = 1, rc = 0;
+            missing = 1, rc = 0, lost = db_names[i];
     }
     int64_t schema = 0;
-    if (!rc && !missing && (schema = schema_of(s, txn)) < 0) {
+    if (!rc && (!missing || strcmp(lost, "meta") != 0) && (schema = schema_of(s, txn)) < 0) {
         mdb_txn_abort(txn);
         return (int)schema;
+    }
+    /* A schema-3 store has every database from its creation: one missing from LMDB's directory
+     * is a damaged directory record (its name), never a database to create empty. */
+    if (!rc && missing &&
+        (schema >= 3 || (strcmp(lost, "meta") == 0 && cairn__store_was_created(s->dir)))) {
+        mdb_txn_abort(txn);
+        return cairn__store_fail(s, CAIRN_ECORRUPT,
+                                 "store %s: its database '%s' is missing from LMDB's directory: "
+                                 "the store is damaged (run `cairn check`)",
+                                 s->dir, lost);
     }
     if (!rc && !missing && schema == CAIRN__SCHEMA && (rc = store_id_read(s, txn))) {
         mdb_txn_abort(txn);

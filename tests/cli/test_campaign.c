@@ -190,12 +190,33 @@ static void trial(counts *c, const char *what)
         c->same++;
 }
 
-static void damage_flip(size_t size, char *what, size_t cap)
+/* CAIRN_CAMPAIGN_ONLY=OFFSET[,OFFSET...]: only the flips at these offsets run their commands
+ * (the same seed draws the same damage: a reported trial is reproduced alone, and with
+ * CAIRN_KEEP_TMP its damaged store is kept as <dir>/flip-OFFSET). */
+static int only_at(size_t at)
+{
+    const char *o = getenv("CAIRN_CAMPAIGN_ONLY");
+    if (!o || !*o)
+        return 1;
+    for (const char *p = o; *p;) {
+        if ((size_t)strtoull(p, NULL, 10) == at)
+            return 1;
+        p += strcspn(p, ",");
+        p += *p == ',';
+    }
+    return 0;
+}
+
+static int damage_flip(size_t size, char *what, size_t cap)
 {
     char *data = tu_fmt("%s/data.mdb", ST);
-    FILE *f = fopen(data, "r+b");
     size_t at = (size_t)(rnd() % size);
     unsigned char x = (unsigned char)(1 + rnd() % 255), b = 0;
+    if (!only_at(at)) {
+        free(data);
+        return 0;
+    }
+    FILE *f = fopen(data, "r+b");
     if (f && fseek(f, (long)at, SEEK_SET) == 0 && fread(&b, 1, 1, f) == 1) {
         fseek(f, (long)at, SEEK_SET);
         fputc(b ^ x, f);
@@ -203,7 +224,14 @@ static void damage_flip(size_t size, char *what, size_t cap)
     if (f)
         fclose(f);
     snprintf(what, cap, "flip of byte %zu (page %zu) ^0x%02x", at, at / 4096, x);
+    if (getenv("CAIRN_CAMPAIGN_ONLY") && getenv("CAIRN_KEEP_TMP")) {
+        char *keep = tu_fmt("%s/flip-%zu", D, at), *to = tu_fmt("%s/data.mdb", keep);
+        mkdir(keep, 0700);
+        copy_file(data, to);
+        free(keep), free(to);
+    }
     free(data);
+    return 1;
 }
 
 static void damage_truncate(size_t size, char *what, size_t cap)
@@ -267,8 +295,8 @@ int main(int argc, char **argv)
     char what[128];
     for (int i = 0; i < flips && size; i++) {
         restore();
-        damage_flip(size, what, sizeof what);
-        trial(&fc, what);
+        if (damage_flip(size, what, sizeof what))
+            trial(&fc, what);
     }
     for (int i = 0; i < truncs && size; i++) {
         restore();
