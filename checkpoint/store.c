@@ -294,8 +294,7 @@ static int open_dbs(cairn_store *s)
     }
     /* A schema-3 store has every database from its creation: one missing from LMDB's directory
      * is a damaged directory record (its name), never a database to create empty. */
-    if (!rc && missing &&
-        (schema >= 3 || (strcmp(lost, "meta") == 0 && cairn__store_was_created(s->dir)))) {
+    if (!rc && missing && schema >= 3) {
         mdb_txn_abort(txn);
         return cairn__store_fail(s, CAIRN_ECORRUPT,
                                  "store %s: its database '%s' is missing from LMDB's directory: "
