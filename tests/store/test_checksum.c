@@ -14,6 +14,7 @@
 #include "checkpoint/store.h"
 #include "tests/store/rawlmdb.h"
 #include "tests/tap.h"
+#include "tests/testutil.h"
 
 static char root[256];
 static void newdir(char out[300], const char *tag) { tu_subdir(out, root, tag); }
@@ -120,29 +121,6 @@ static int flip_raw(const char *dir, const char *db, const void *key, size_t kn,
     rc = rc ? (mdb_txn_abort(txn), rc) : mdb_txn_commit(txn);
     mdb_env_close(env);
     return rc;
-}
-
-static char *read_all(const char *path, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long size = ftell(f);
-    rewind(f);
-    char *b = malloc(size > 0 ? (size_t)size : 1);
-    *n = b && size > 0 ? fread(b, 1, (size_t)size, f) : 0;
-    fclose(f);
-    return b;
-}
-
-static void write_over(const char *path, const void *b, size_t n)
-{
-    FILE *f = fopen(path, "r+b");
-    if (f) {
-        fwrite(b, 1, n, f);
-        fclose(f);
-    }
 }
 
 static void fresh(char dir[300], const char *tag)
@@ -418,14 +396,14 @@ static void test_directory(void)
     fresh(dir, "directory");
     snprintf(path, sizeof path, "%s/data.mdb", dir);
     size_t n = 0;
-    unsigned char *b = (unsigned char *)read_all(path, &n);
+    unsigned char *b = (unsigned char *)tu_read_file(path, &n);
     long root = b ? main_root(b, n) : 0;
     unsigned char *page = root > 1 && (size_t)(root + 1) * 4096 <= n ? b + root * 4096 : NULL;
     unsigned char *at = page ? memmem(page, 4096, "steps", 5) : NULL;
     ok(at != NULL, "found the steps database's record in LMDB's directory (page %ld)", root);
     if (at) {
         at[5 + 32] ^= 0x01; /* md_entries */
-        write_over(path, b, n);
+        tu_write_file(path, b, n);
     }
     free(b);
     cairn_store *s = open_store(dir);
