@@ -152,6 +152,7 @@ int cairn__put(cairn__txn *t, MDB_dbi dbi, MDB_val *k, MDB_val *v, unsigned flag
     if (v->mv_size)
         memcpy(r.mv_data, v->mv_data, v->mv_size);
     sum_put((unsigned char *)r.mv_data + v->mv_size, sum_of(t->s, dbi, k, v->mv_data, v->mv_size));
+    cairn__journal_note_put(t, dbi, k, &r);
     return 0;
 }
 

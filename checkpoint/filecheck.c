@@ -46,7 +46,7 @@ static int exists(const char *dir, const char *name)
  * or 0 for a store that may be new. */
 static int must_have_commits(cairn_store *s, const char *dir, char *why, size_t cap)
 {
-    uint64_t marker = s->synced ? cairn__synced_durable_txn(s) : 0;
+    uint64_t marker = s->synced ? cairn__synced_durable_commit(s) : 0;
     if (marker) {
         snprintf(why, cap, "its marker %s/synced records a durable commit (transaction %llu)", dir,
                  (unsigned long long)marker);
@@ -116,11 +116,12 @@ static int look(cairn_store *s, const char *dir, char *msg, size_t cap)
                  (unsigned long long)m->last_pg + 1, psize, (unsigned long long)need);
         return CAIRN_ECORRUPT;
     }
-    uint64_t marker = s->synced ? cairn__synced_durable_txn(s) : 0;
+    uint64_t marker = s->synced ? cairn__synced_durable_commit(s) : 0;
     if (marker > m->txnid) {
         snprintf(msg, cap,
                  "%s ends at transaction %llu, older than the last durable commit its marker "
-                 "%s/synced records (transaction %llu): an older copy of the file was put back",
+                 "%s/synced or its journal records (transaction %llu): an older copy of the "
+                 "file was put back",
                  path, (unsigned long long)m->txnid, dir, (unsigned long long)marker);
         return CAIRN_ECORRUPT;
     }

@@ -196,8 +196,8 @@ int cairn__store_stats_get(cairn__txn *t, cairn__store_stats *out)
     out->durability = t->s->durability;
     if (!rc) {
         mdb_reader_list(t->s->env, reader_line, out);
-        if (t->s->synced)
-            out->durable_txn = cairn__synced_durable_txn(t->s);
+        if (t->s->synced) /* the marker's commit, or a later one a journal flush covered */
+            out->durable_txn = cairn__synced_durable_commit(t->s);
     }
     return rc;
 }

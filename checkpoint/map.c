@@ -351,6 +351,11 @@ int cairn__map_open(cairn_store *s, const char *dir, unsigned flags)
         map_unlock(s);
         return cairn__mdb_fail(NULL, s, rc, "open store");
     }
+    /* a recovered sync store's journal is applied before any other process may open it */
+    if (s->synced && (rc = cairn__synced_replay(s))) {
+        map_unlock(s);
+        return rc;
+    }
     MDB_envinfo info;
     MDB_stat est;
     if (s->durability == CAIRN_NOSYNC && !s->readonly && mdb_env_info(s->env, &info) == 0 &&

@@ -23,12 +23,15 @@
  * MDB_NOSYNC and flushes only at durable points: the intent record before an effect is called
  * (else a power loss could forget that an email went out), the output of a step marked
  * expensive (the LLM result), the final state of a task, operator commands, and a process's
- * first write. A durable point costs two flushes (data.mdb, then the small file `synced`); a
- * RELAXED commit - a compute step's output, admission, a lease - costs none. A power cut can
- * therefore undo relaxed commits back to the last durable point (those steps run again), never
- * a durable one, and never corrupts the store: the pages of the last durable snapshot are kept
- * from reuse by a read transaction every writer holds, and after a reboot its meta pages are
- * written back from `synced`. The argument, and what it costs in file growth, is in synced.c.
+ * first write. Every commit also appends its changes to the redo journal (journal.c), unflushed;
+ * a durable point is one flush of that journal, appended in order, and now and then a fold
+ * flushes data.mdb and writes the small file `synced` (the marker), after which the journal
+ * starts over. A RELAXED commit - a compute step's output, admission, a lease - costs no flush.
+ * A power cut can therefore undo relaxed commits back to the last durable point (those steps
+ * run again), never a durable one, and never corrupts the store: the pages of the marker's
+ * snapshot are kept from reuse by a read transaction every writer holds, and after a reboot its
+ * meta pages are written back from `synced` and the journal's whole entries after it applied.
+ * The argument, and what it costs in file growth, is in synced.c and journal.c.
  * The earlier design (MDB_NOMETASYNC: one flush per commit, of 5-6 scattered pages) ran at
  * 0.6-0.7x SQLite's WAL FULL; a flush of scattered pages costs ~1.6x an appended one.
  *
@@ -147,6 +150,18 @@ const char *cairn__db_name(cairn_store *s, MDB_dbi dbi)
             return db_names[i];
     return "?";
 }
+
+int cairn__db_index(cairn_store *s, MDB_dbi dbi)
+{
+    for (size_t i = 0; i < N_DBS; i++)
+        if (*db_handle(s, i) == dbi)
+            return (int)i;
+    return -1;
+}
+
+size_t cairn__db_count(void) { return N_DBS; }
+
+const char *cairn__db_name_at(size_t i) { return i < N_DBS ? db_names[i] : NULL; }
 
 static int newer_schema(cairn_store *s, uint32_t schema)
 {
@@ -466,60 +481,76 @@ static int broken(cairn_store *s)
                              s->dir);
 }
 
+/* One attempt of a write: 0 done, 1 run it again (the map grew, or a fold came first), else
+ * an error. */
+static int write_once(cairn_store *s, int durable, cairn__txn_fn fn, void *arg, cairn__txn *tp)
+{
+    /* A sync store writes pages only under a pin (synced.c). Without one (a process's first
+     * write, or the pin was dropped for a remap or its age) the transaction runs anyway: if it
+     * wrote nothing (a run of a finished task, a refusal) its commit writes no page and needs
+     * none; else it is dropped, a fold takes the pin, and it runs again. Whether there is a pin
+     * is read once the transaction has begun: beginning may adopt a map another process grew,
+     * which drops the pin. */
+    cairn__txn *t = tp;
+    int rc = cairn__store_begin(s, 0, &t->txn);
+    if (rc)
+        return rc;
+    int pinned = cairn__synced_pinned(s);
+    cairn__map_prepare_ahead(s);
+    msgpack_sbuffer_init(&t->buf);
+    if (s->inject_nth && --s->inject_nth == 0) {
+        rc = cairn__store_fail(s, s->inject_err, "injected write failure");
+        mdb_txn_abort(t->txn);
+        msgpack_sbuffer_destroy(&t->buf);
+        return rc;
+    }
+    rc = fn(t, arg);
+    txn_buffers_free(t);
+    if (rc < 0 || rc > 0) {
+        mdb_txn_abort(t->txn);
+        if (t->map_full) {
+            int g = grow_map(s);
+            return g ? g : 1;
+        }
+        return rc;
+    }
+    if (!t->wrote) {
+        /* Nothing written: nothing to commit (an abort is the same, and surely writes no page
+         * or journal entry); a durable write still makes what it read durable. */
+        mdb_txn_abort(t->txn);
+        return durable && s->synced ? cairn__synced_flush(s, 0) : 0;
+    }
+    if (!pinned) { /* dropped; it runs again after a fold */
+        mdb_txn_abort(t->txn);
+        return (rc = cairn__synced_point(s)) ? rc : 1;
+    }
+    uint64_t txnid = (uint64_t)mdb_txn_id(t->txn);
+    if (s->journal && (rc = cairn__journal_append(t)) != 0) {
+        mdb_txn_abort(t->txn);
+        if (rc == 1) /* the journal does not chain, or is full: a fold starts it over */
+            return (rc = cairn__synced_point(s)) ? rc : 1;
+        return rc;
+    }
+    int mrc = mdb_txn_commit(t->txn);
+    if (mrc && s->journal)
+        cairn__journal_undo(t);
+    if (mrc == MDB_MAP_FULL) {
+        int g = grow_map(s);
+        return g ? g : 1;
+    }
+    if (mrc)
+        return cairn__mdb_fail(NULL, s, mrc, "commit");
+    return durable && s->synced ? cairn__synced_flush(s, txnid) : 0;
+}
+
 static int write_locked(cairn_store *s, int durable, cairn__txn_fn fn, void *arg)
 {
     for (;;) {
-        /* A sync store writes pages only under a pin (synced.c). Without one (a process's first
-         * write, or the pin was dropped for a remap or its age) the transaction runs anyway: if
-         * it wrote nothing (a run of a finished task, a refusal) its commit writes no page and
-         * needs none; else it is dropped, a durable point takes the pin, and it runs again.
-         * Whether there is a pin is read once the transaction has begun: beginning may adopt a
-         * map another process grew, which drops the pin. */
         cairn__txn t = {.s = s};
-        int rc = cairn__store_begin(s, 0, &t.txn);
-        if (rc)
+        int rc = write_once(s, durable, fn, arg, &t);
+        free(t.jb);
+        if (rc != 1)
             return rc;
-        int pinned = cairn__synced_pinned(s);
-        cairn__map_prepare_ahead(s);
-        msgpack_sbuffer_init(&t.buf);
-        if (s->inject_nth && --s->inject_nth == 0) {
-            rc = cairn__store_fail(s, s->inject_err, "injected write failure");
-            mdb_txn_abort(t.txn);
-            msgpack_sbuffer_destroy(&t.buf);
-            return rc;
-        }
-        rc = fn(&t, arg);
-        txn_buffers_free(&t);
-        if (rc < 0 || rc > 0) {
-            mdb_txn_abort(t.txn);
-            if (t.map_full) {
-                int g = grow_map(s);
-                if (g)
-                    return g;
-                continue;
-            }
-            return rc;
-        }
-        if (!pinned) {
-            /* Nothing written: nothing to commit (an abort is the same, and surely writes no
-             * page). Else the transaction is dropped and runs again after a durable point. */
-            mdb_txn_abort(t.txn);
-            if (!t.wrote)
-                return durable ? cairn__synced_point(s) : 0;
-            if ((rc = cairn__synced_point(s)))
-                return rc;
-            continue;
-        }
-        int mrc = mdb_txn_commit(t.txn);
-        if (mrc == MDB_MAP_FULL) {
-            int g = grow_map(s);
-            if (g)
-                return g;
-            continue;
-        }
-        if (mrc)
-            return cairn__mdb_fail(NULL, s, mrc, "commit");
-        return durable && s->synced ? cairn__synced_point(s) : 0;
     }
 }
 

@@ -13,6 +13,7 @@
 #include "checkpoint/store.h"
 
 typedef struct cairn__synced cairn__synced;
+typedef struct cairn__journal cairn__journal;
 
 struct cairn_store {
     MDB_env *env;
@@ -32,7 +33,8 @@ struct cairn_store {
      * not writable either) */
     int readonly;
     uint64_t map_max, map_size;
-    cairn__synced *synced; /* synced.c: sync stores only (the marker, the pin, their mutex) */
+    cairn__synced *synced;   /* synced.c: sync stores only (the marker, the pin, their mutex) */
+    cairn__journal *journal; /* journal.c: a sync store open for writing */
     uint32_t inject_nth;
     int inject_err;
     int inject_flush_err; /* the next durable point's data flush fails with this errno */
@@ -56,6 +58,11 @@ struct cairn__txn {
     msgpack_sbuffer buf;
     msgpack_zone zone; /* decoded records' objects (records.c); zone_ready once initialised */
     int zone_ready;
+    /* journal.c: this transaction's entry as it is built (a sync store), and whether a change
+     * could not be recorded in it (the commit is then refused) */
+    unsigned char *jb;
+    size_t jlen, jcap;
+    int jfail;
 };
 
 /* Translates an LMDB (or errno) code into a cairn code, keeping the original in the message; a
@@ -81,21 +88,57 @@ void cairn__describe_key(cairn_store *s, MDB_dbi dbi, const MDB_val *k, char *ou
 /* Writes every record of dbi again with a checksum (the upgrade from schema 2): 0 or an LMDB
  * code. */
 int cairn__sum_seal_all(cairn__txn *t, MDB_dbi dbi);
-/* store.c: the database's name ("tasks", "steps", ...). */
+/* store.c: the database's name ("tasks", "steps", ...); its index in the store's list of
+ * databases (-1: not one of them), and that list, for the journal's replay. */
 const char *cairn__db_name(cairn_store *s, MDB_dbi dbi);
+int cairn__db_index(cairn_store *s, MDB_dbi dbi);
+size_t cairn__db_count(void);
+const char *cairn__db_name_at(size_t i);
+
+/* journal.c: the redo journal of a sync store (its design comment). open/close with the
+ * handle; append writes the transaction's entry before its commit (0; 1: the journal does not
+ * chain or is full, so a fold must come first; <0 an error), undo takes it back after a failed
+ * commit; flush makes every entry up to `upto` durable; bounds reads the epoch's first commit
+ * and the last entry's; reset starts an epoch after a fold's marker is flushed; truncate empties
+ * the file (a recovery's fold); replay applies, in one transaction, the entries of epoch
+ * `nonce` (or `prev`) that follow commit `base`, counting them. */
+int cairn__journal_open(cairn_store *s, const char *dir);
+void cairn__journal_close(cairn_store *s);
+int cairn__journal_usable(cairn_store *s);
+int cairn__journal_append(cairn__txn *t);
+void cairn__journal_undo(cairn__txn *t);
+int cairn__journal_flush(cairn_store *s, uint64_t upto);
+void cairn__journal_bounds(cairn_store *s, uint64_t *base, uint64_t *last);
+uint64_t cairn__journal_nonce(cairn_store *s);
+uint64_t cairn__journal_new_nonce(void);
+uint64_t cairn__journal_flushes(cairn_store *s);
+uint64_t cairn__journal_flushed(cairn_store *s);
+void cairn__journal_reset(cairn_store *s, uint64_t nonce, uint64_t base);
+int cairn__journal_truncate(cairn_store *s);
+int cairn__journal_replay(cairn_store *s, uint64_t nonce, uint64_t prev, uint64_t base,
+                          uint64_t *applied);
 
 /* Deletes go through these two, never mdb_del/mdb_cursor_del directly: they note that the
  * transaction wrote pages, which a sync store commits only under a pin (synced.c). A delete of
  * a missing key writes none. */
+void cairn__journal_note_put(cairn__txn *t, MDB_dbi dbi, const MDB_val *k, const MDB_val *sealed);
+void cairn__journal_note_del(cairn__txn *t, MDB_dbi dbi, const MDB_val *k);
 static inline int cairn__del(cairn__txn *t, MDB_dbi dbi, MDB_val *k)
 {
     int rc = mdb_del(t->txn, dbi, k, NULL);
     t->wrote |= rc != MDB_NOTFOUND;
+    if (rc == 0)
+        cairn__journal_note_del(t, dbi, k);
     return rc;
 }
 static inline int cairn__cursor_del(cairn__txn *t, MDB_cursor *c)
 {
+    MDB_val k, v;
+    int rc = mdb_cursor_get(c, &k, &v, MDB_GET_CURRENT);
+    if (rc)
+        return rc;
     t->wrote = 1;
+    cairn__journal_note_del(t, mdb_cursor_dbi(c), &k); /* before the delete: k is in the map */
     return mdb_cursor_del(c, 0);
 }
 
@@ -168,13 +211,18 @@ int cairn__file_check(cairn_store *s, const char *dir);
 void cairn__file_mark_created(cairn_store *s, const char *dir);
 
 /* synced.c: power-loss safety of sync stores (see its design comment). open and recover run
- * before LMDB opens the file (recover under the map lock); point is a durable point (flush, the
- * marker, a new pin); a write holds lock/unlock around its transaction and its durable point;
- * unpin before LMDB remaps. */
+ * before LMDB opens the file (recover under the map lock), replay right after it (the journal
+ * of a recovered store, still under the map lock); point is a fold (data.mdb flushed, the
+ * marker, a new journal epoch, a new pin); flush is a durable point (the journal flushed, or a
+ * fold where the journal cannot cover the commits); a write holds lock/unlock around its
+ * transaction and its durable point; unpin before LMDB remaps. */
 int cairn__synced_open(cairn_store *s, const char *dir);
 int cairn__synced_recover(cairn_store *s, const char *dir);
+int cairn__synced_replay(cairn_store *s);
 int cairn__synced_point(cairn_store *s);
-/* a durable point unless the marker covers commit `upto` (0: the last commit) */
+int cairn__synced_flush(cairn_store *s, uint64_t upto);
+int cairn__synced_flush_failed(cairn_store *s, const char *what, int err);
+/* a durable point unless a marker or a journal flush covers commit `upto` (0: the last) */
 int cairn__synced_settle(cairn_store *s, uint64_t upto);
 int cairn__synced_pinned(cairn_store *s);
 void cairn__synced_unpin(cairn_store *s);
@@ -182,6 +230,8 @@ void cairn__synced_lock(cairn_store *s);
 void cairn__synced_unlock(cairn_store *s);
 void cairn__synced_close(cairn_store *s);
 uint64_t cairn__synced_durable_txn(cairn_store *s); /* the marker's commit; 0: none */
+/* the newest commit known durable: the marker's, or a later one a journal flush covered */
+uint64_t cairn__synced_durable_commit(cairn_store *s);
 
 /* guard.c: a fault inside a transaction (LMDB following a damaged page) returns to the
  * sigsetjmp of the store function that pushed the guard, instead of killing the process:

@@ -1,5 +1,10 @@
 /* checkpoint/synced.c - how a sync store survives a power loss at no flush per relaxed commit.
  *
+ * (Since the journal, checkpoint/journal.c, what is described here as a durable point is a
+ * fold: the common durable point flushes only the journal, and a fold comes at a process's
+ * first write, when its pin is a second old, or when the journal is full; recovery then also
+ * replays the journal after the marker's snapshot.)
+ *
  * The promise of a `sync` store: after a power cut the store opens whole, and everything a
  * DURABLE write covered is there; RELAXED writes (work that can be done again) may be lost back
  * to the last durable point, and cost no flush (LMDB commits them with MDB_NOSYNC).
@@ -43,13 +48,14 @@
 #define KEEPER_TICK_MS 250
 #define READER_CHECK_TICKS 20 /* every 5 s */
 #define MARKER_MAGIC "CAIRNSYN"
-#define MARKER_VERSION 2u /* 2: with the root record; 1 is still read */
+#define MARKER_VERSION 3u /* 3: with the journal record; 2: the root record; 1, 2 still read */
 #define HDR 72 /* magic 8, version 4, page size 4, sequence 8, transaction id 8, boot id 40 */
 #define BOOT_AT 32
 #define BOOT_LEN 40
 #define ROOT_LEN (8 + SHA256_DIGEST_LENGTH) /* root page number, SHA-256 of that page */
 #define NO_ROOT UINT64_MAX                  /* the root record of an empty main database */
-#define SLOT_MAX (HDR + 2 * 65536 + ROOT_LEN + SHA256_DIGEST_LENGTH) /* the largest slot body */
+#define JREC_LEN 16 /* the journal record: the epoch's nonce, the one it replaced (journal.c) */
+#define SLOT_MAX (HDR + 2 * 65536 + ROOT_LEN + JREC_LEN + SHA256_DIGEST_LENGTH) /* largest body */
 
 struct cairn__synced {
     pthread_mutex_t mu; /* recursive: a write holds it while a remap inside drops the pin */
@@ -67,6 +73,10 @@ struct cairn__synced {
     int pinned;
     int64_t pin_ms;                   /* monotonic time the pin was taken */
     unsigned char *slot, *pages, *rd; /* buffers: a marker slot, the two meta pages, two slots */
+    /* recovery restored a version-3 marker's snapshot: its journal is replayed once LMDB has
+     * the file open (cairn__synced_replay), and only then is the marker rewritten */
+    int replay;
+    uint64_t replay_nonce, replay_prev, replay_txnid;
 };
 
 static int64_t mono_ms(void)
@@ -81,7 +91,7 @@ static int64_t mono_ms(void)
  * rounding adds): slot 1 is where either version puts it. */
 static size_t slot_size(unsigned psize)
 {
-    size_t n = HDR + 2 * (size_t)psize + ROOT_LEN + SHA256_DIGEST_LENGTH;
+    size_t n = HDR + 2 * (size_t)psize + ROOT_LEN + JREC_LEN + SHA256_DIGEST_LENGTH;
     return (n + 4095) & ~(size_t)4095;
 }
 
@@ -122,19 +132,19 @@ static uint32_t rd_be32(const unsigned char *p)
     return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
 }
 
-/* A whole slot read at `off` into buf: its version (1 or 2; *seq, *psize set), 0 if not whole. */
+/* A whole slot read at `off` into buf: its version (1 to 3; *seq, *psize set), 0 if not whole. */
 static int slot_read(int fd, off_t off, unsigned char *buf, size_t cap, uint64_t *seq,
                      unsigned *psize)
 {
     unsigned char hdr[HDR];
     unsigned v = 0;
     if (pread(fd, hdr, HDR, off) != HDR || memcmp(hdr, MARKER_MAGIC, 8) != 0 ||
-        ((v = rd_be32(hdr + 8)) != 1 && v != MARKER_VERSION))
+        ((v = rd_be32(hdr + 8)) < 1 || v > MARKER_VERSION))
         return 0;
     unsigned p = rd_be32(hdr + 12);
     if (p < 512 || p > 65536 || (p & (p - 1)))
         return 0;
-    size_t body = HDR + 2 * (size_t)p + (v >= 2 ? ROOT_LEN : 0);
+    size_t body = HDR + 2 * (size_t)p + (v >= 2 ? ROOT_LEN : 0) + (v >= 3 ? JREC_LEN : 0);
     if (body + SHA256_DIGEST_LENGTH > cap ||
         pread(fd, buf, body + SHA256_DIGEST_LENGTH, off) != (ssize_t)(body + SHA256_DIGEST_LENGTH))
         return 0;
@@ -178,6 +188,11 @@ static int flush_failed(cairn_store *s, const char *what, int err)
                              s->dir, what, strerror(err));
 }
 
+int cairn__synced_flush_failed(cairn_store *s, const char *what, int err)
+{
+    return flush_failed(s, what, err);
+}
+
 /* Refuses the store in the boot where a flush of it failed (flush_failed); after a reboot the
  * record goes (the caller then recovers). */
 static int check_flush_failed(cairn_store *s, const char *dir, int *after_reboot)
@@ -200,16 +215,21 @@ static int check_flush_failed(cairn_store *s, const char *dir, int *after_reboot
     return 0;
 }
 
-/* Writes the marker `seq` into slot `slot` with the meta pages in `pages` and the root record
- * `root` (ROOT_LEN bytes; NULL: a version-1 slot, which has none), and flushes it. */
+/* Writes the marker `seq` into slot `slot` with the meta pages in `pages`, the root record
+ * `root` (ROOT_LEN bytes; NULL: a version-1 slot, which has none) and the journal record `jrec`
+ * (JREC_LEN bytes; NULL: none, a version-2 slot), and flushes it. */
 static int slot_write(cairn_store *s, cairn__synced *y, int slot, uint64_t seq, uint64_t txnid,
-                      const unsigned char *pages, const unsigned char *root)
+                      const unsigned char *pages, const unsigned char *root,
+                      const unsigned char *jrec)
 {
-    size_t body = HDR + 2 * (size_t)y->psize + (root ? ROOT_LEN : 0), size = slot_size(y->psize);
+    if (!root)
+        jrec = NULL;
+    size_t body = HDR + 2 * (size_t)y->psize + (root ? ROOT_LEN : 0) + (jrec ? JREC_LEN : 0),
+           size = slot_size(y->psize);
     unsigned char *b = y->slot;
     memset(b, 0, size);
     memcpy(b, MARKER_MAGIC, 8);
-    be32w(b + 8, root ? MARKER_VERSION : 1u);
+    be32w(b + 8, jrec ? 3u : root ? 2u : 1u);
     be32w(b + 12, y->psize);
     be64w(b + 16, seq);
     be64w(b + 24, txnid);
@@ -217,6 +237,8 @@ static int slot_write(cairn_store *s, cairn__synced *y, int slot, uint64_t seq, 
     memcpy(b + HDR, pages, 2 * (size_t)y->psize);
     if (root)
         memcpy(b + HDR + 2 * (size_t)y->psize, root, ROOT_LEN);
+    if (jrec)
+        memcpy(b + HDR + 2 * (size_t)y->psize + ROOT_LEN, jrec, JREC_LEN);
     SHA256(b, body, b + body);
     ssize_t w = pwrite(y->fd, b, size, (off_t)slot * (off_t)size);
     int err = w == (ssize_t)size ? 0 : w < 0 ? errno : EIO;
@@ -247,9 +269,9 @@ static int slot_write(cairn_store *s, cairn__synced *y, int slot, uint64_t seq, 
  * hold cap bytes; *seq, *psize, *pages and *root (if root is not NULL; set to NULL for a
  * version-1 slot) describe the newest. Slot 1 sits after slot 0, whose size depends on the page
  * size: slot 0 says it, else each possible one is tried. */
-static int newest(int fd, unsigned char *a, unsigned char *b, size_t cap, uint64_t *seq,
-                  uint64_t *txnid, unsigned *psize, const unsigned char **pages,
-                  const unsigned char **root)
+static int newest_j(int fd, unsigned char *a, unsigned char *b, size_t cap, uint64_t *seq,
+                    uint64_t *txnid, unsigned *psize, const unsigned char **pages,
+                    const unsigned char **root, const unsigned char **jrec)
 {
     uint64_t sa = 0, sb = 0;
     unsigned pa = 0, pb = 0;
@@ -270,7 +292,16 @@ static int newest(int fd, unsigned char *a, unsigned char *b, size_t cap, uint64
     *txnid = rd_be64(*pages - HDR + 24);
     if (root)
         *root = (one ? hb : ha) >= 2 ? *pages + 2 * (size_t)*psize : NULL;
+    if (jrec)
+        *jrec = (one ? hb : ha) >= 3 ? *pages + 2 * (size_t)*psize + ROOT_LEN : NULL;
     return one;
+}
+
+static int newest(int fd, unsigned char *a, unsigned char *b, size_t cap, uint64_t *seq,
+                  uint64_t *txnid, unsigned *psize, const unsigned char **pages,
+                  const unsigned char **root)
+{
+    return newest_j(fd, a, b, cap, seq, txnid, psize, pages, root, NULL);
 }
 
 /* ------------------------------------------------------------------ open and recovery */
@@ -404,7 +435,10 @@ int cairn__synced_open(cairn_store *s, const char *dir)
                         : open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     if (y->fd < 0)
         return fail_errno(s, "open", path);
-    return 0;
+    /* CAIRN_TEST_NO_JOURNAL: every durable point a fold, as before the journal (the marker's
+     * own tests); a store written so is read by either mode */
+    const char *nj = getenv("CAIRN_TEST_NO_JOURNAL");
+    return s->readonly || (nj && *nj == '1') ? 0 : cairn__journal_open(s, dir);
 }
 
 /* Whether some process has the store's LMDB environment open: each holds a shared lock on the
@@ -435,9 +469,10 @@ int cairn__synced_recover(cairn_store *s, const char *dir)
         return CAIRN_ENOMEM;
     }
     uint64_t seq = 0, txnid = 0;
-    const unsigned char *pages = NULL, *root = NULL;
+    const unsigned char *pages = NULL, *root = NULL, *jrec = NULL;
     int after_failure = 0, rc = check_flush_failed(s, dir, &after_failure);
-    int slot = rc ? -1 : newest(y->fd, a, b, SLOT_MAX, &seq, &txnid, &y->psize, &pages, &root);
+    int slot =
+        rc ? -1 : newest_j(y->fd, a, b, SLOT_MAX, &seq, &txnid, &y->psize, &pages, &root, &jrec);
     if (slot >= 0)
         y->known_txnid = txnid;
     if (slot >= 0 && memcmp(pages - HDR + BOOT_AT, y->boot, BOOT_LEN) != 0) {
@@ -509,8 +544,18 @@ int cairn__synced_recover(cairn_store *s, const char *dir)
             close(fd);
         if (!rc && !(y->slot = malloc(slot_size(y->psize))))
             rc = CAIRN_ENOMEM;
-        if (!rc) /* the same state, under this boot's id: later openers restore nothing */
-            rc = slot_write(s, y, 1 - slot, seq + 1, txnid, pages, root);
+        if (!rc && jrec && s->journal) {
+            /* the journal's entries after the snapshot come back once LMDB has the file open
+             * (cairn__synced_replay, still under the map lock); the marker is rewritten under
+             * this boot's id only then, so an open killed before that replays them again */
+            y->replay = 1;
+            y->replay_nonce = rd_be64(jrec), y->replay_prev = rd_be64(jrec + 8);
+            y->replay_txnid = txnid;
+        } else if (!rc) { /* the same state, under this boot's id: later openers restore nothing */
+            rc = slot_write(s, y, 1 - slot, seq + 1, txnid, pages, root, NULL);
+            if (!rc && s->journal) /* its header speaks of the boot that ended */
+                rc = cairn__journal_truncate(s);
+        }
     }
     if (!rc && after_failure) { /* a flush failed in an earlier boot: recovered, it is history */
         char path[4200];
@@ -611,7 +656,11 @@ static int pin_latest(cairn_store *s, cairn__synced *y)
     return 0;
 }
 
-int cairn__synced_point(cairn_store *s)
+/* A fold: the durable point that flushes data.mdb and writes the marker (see the design
+ * comment), then starts the journal over in a new epoch and moves the pin to the snapshot it
+ * recorded. After a recovery's replay (`recovery`) the marker names no earlier epoch, and the
+ * journal is emptied once it has: entries of the timeline the reboot ended are never read. */
+static int fold(cairn_store *s, int recovery)
 {
     cairn__synced *y = s->synced;
     MDB_txn *w;
@@ -644,6 +693,7 @@ int cairn__synced_point(cairn_store *s)
     }
     if (!rc && (rc = mdb_env_get_fd(s->env, &fd)) != 0)
         rc = cairn__mdb_fail(NULL, s, rc, "flush to disk");
+    uint64_t txnid = (uint64_t)mdb_txn_id(w) - 1, nonce = cairn__journal_new_nonce();
     if (!rc) { /* pages 0 and 1 as they are on disk now */
         size_t n = 2 * (size_t)y->psize;
         ssize_t r = pread(fd, y->pages, n, 0);
@@ -652,20 +702,28 @@ int cairn__synced_point(cairn_store *s)
                 errno = EIO;
             rc = fail_errno(s, "read the meta pages of", "data.mdb");
         }
-        uint64_t seq = 0, prev_txnid, txnid = (uint64_t)mdb_txn_id(w) - 1;
+        uint64_t seq = 0, prev_txnid;
         unsigned psize = 0;
         const unsigned char *prev;
-        unsigned char rec[ROOT_LEN];
+        unsigned char rec[ROOT_LEN], jrec[JREC_LEN];
         /* the state it records is the last commit, since we hold the writer lock */
         if (!rc)
             rc =
                 root_record(s, fd, y->pages, y->psize, txnid, y->pages + 2 * (size_t)y->psize, rec);
+        /* the new epoch, and the one writers may still be using until the header says so */
+        be64w(jrec, nonce);
+        be64w(jrec + 8, recovery ? 0 : cairn__journal_nonce(s));
         int slot = newest(y->fd, y->rd, y->rd + slot_size(y->psize), slot_size(y->psize), &seq,
                           &prev_txnid, &psize, &prev, NULL);
         /* into the slot that does not hold the newest whole marker */
         if (!rc)
-            rc = slot_write(s, y, slot == 0 ? 1 : 0, seq + 1, txnid, y->pages, rec);
+            rc = slot_write(s, y, slot == 0 ? 1 : 0, seq + 1, txnid, y->pages, rec,
+                            s->journal ? jrec : NULL);
     }
+    if (!rc && s->journal && recovery)
+        rc = cairn__journal_truncate(s);
+    if (!rc && s->journal)
+        cairn__journal_reset(s, nonce, txnid);
     if (!rc)
         rc = pin_latest(s, y);
     else if (y->pinned) { /* the next write starts with a durable point again */
@@ -677,12 +735,69 @@ int cairn__synced_point(cairn_store *s)
     return rc;
 }
 
+int cairn__synced_point(cairn_store *s) { return fold(s, 0); }
+
+int cairn__synced_replay(cairn_store *s)
+{
+    cairn__synced *y = s->synced;
+    if (!y || !y->replay)
+        return 0;
+    uint64_t applied = 0;
+    int rc = cairn__journal_replay(s, y->replay_nonce, y->replay_prev, y->replay_txnid, &applied);
+    if (!rc)
+        rc = fold(s, 1); /* the replayed state, under this boot's id: later openers do nothing */
+    if (!rc)
+        y->replay = 0;
+    return rc;
+}
+
+/* Whether every commit up to `upto` is covered: by a marker (0), by the journal once it is
+ * flushed (1), or neither (-1: a fold makes it durable). */
+static int covered_by(cairn_store *s, uint64_t upto)
+{
+    cairn__synced *y = s->synced;
+    if (upto <= y->known_txnid)
+        return 0;
+    if (!s->journal || !cairn__journal_usable(s))
+        return -1;
+    uint64_t base = 0, last = 0;
+    cairn__journal_bounds(s, &base, &last);
+    if (upto <= base)
+        return 0; /* a fold's marker (it is reset only after its marker is flushed) */
+    return upto <= last ? 1 : -1;
+}
+
+int cairn__synced_flush(cairn_store *s, uint64_t upto)
+{
+    MDB_envinfo info;
+    if (mdb_env_info(s->env, &info) != 0)
+        return cairn__synced_point(s);
+    if (!upto || upto > info.me_last_txnid)
+        upto = info.me_last_txnid;
+    int c = covered_by(s, upto);
+    if (c < 0)
+        return cairn__synced_point(s);
+    if (c == 0)
+        return 0;
+    if (s->inject_flush_err) { /* tests */
+        int err = s->inject_flush_err;
+        s->inject_flush_err = 0;
+        return flush_failed(s, "journal", err);
+    }
+    return cairn__journal_flush(s, upto);
+}
+
 int cairn__synced_settle(cairn_store *s, uint64_t upto)
 {
     cairn__synced *y = s->synced;
     MDB_envinfo info;
     int rc = 0;
     pthread_mutex_lock(&y->mu);
+    if (s->journal) {
+        rc = cairn__synced_flush(s, upto);
+        pthread_mutex_unlock(&y->mu);
+        return rc;
+    }
     int have = mdb_env_info(s->env, &info) == 0;
     if (have && upto && upto < info.me_last_txnid)
         info.me_last_txnid = upto; /* only what the caller read must be on disk */
@@ -702,6 +817,14 @@ int cairn__synced_settle(cairn_store *s, uint64_t upto)
     return rc;
 }
 
+uint64_t cairn__synced_durable_commit(cairn_store *s)
+{
+    uint64_t m = cairn__synced_durable_txn(s), j = 0;
+    if (s->journal && !s->synced->replay) /* (a header awaiting its replay is the last boot's) */
+        j = cairn__journal_flushed(s);
+    return j > m ? j : m;
+}
+
 uint64_t cairn__synced_durable_txn(cairn_store *s)
 {
     cairn__synced *y = s->synced;
@@ -719,6 +842,7 @@ uint64_t cairn__synced_durable_txn(cairn_store *s)
 void cairn__synced_close(cairn_store *s)
 {
     cairn__synced *y = s->synced;
+    cairn__journal_close(s);
     if (!y)
         return;
     if (y->owner != getpid()) { /* a forked child: the pin's slot and the thread are the parent's */

@@ -24,12 +24,14 @@
  * magic "CAIRNSYN", version u32 BE, page size u32 BE, sequence u64 BE at 16, transaction id u64
  * BE at 24, boot id (40 bytes) at 32, the two meta pages at 72, in version 2 a root record (40
  * bytes: the main database's root page number and that page's SHA-256), then the SHA-256 of
- * all that; slots are 12288 bytes apart for 4096-byte pages in both versions. */
+ * all that (version 3 puts the journal record, 16 bytes, before the hash); slots are 12288
+ * bytes apart for 4096-byte pages in both versions. */
 #define META_MAGIC 0xBEEFC0DEu
 #define META_MAGIC_AT (16 + 0)
 #define META_TXNID_AT (16 + 128)
 #define SLOT_BODY (72 + 2 * PAGE) /* version 1; version 2 adds SLOT_ROOT */
 #define SLOT_ROOT 40
+#define SLOT_JOURNAL 16 /* version 3: the journal's epoch nonce and the one before */
 #define SLOT_SIZE 12288
 
 static uint64_t le_bytes(const unsigned char *p, int n)
@@ -79,8 +81,8 @@ static int marker_txnid(const char *dir, uint64_t *txnid)
         const unsigned char *s = d + k * SLOT_SIZE;
         unsigned char md[SHA256_DIGEST_LENGTH];
         uint64_t v = be_bytes(s + 8, 4);
-        size_t body = SLOT_BODY + (v == 2 ? SLOT_ROOT : 0);
-        if (memcmp(s, "CAIRNSYN", 8) != 0 || (v != 1 && v != 2) || be_bytes(s + 12, 4) != PAGE ||
+        size_t body = SLOT_BODY + (v >= 2 ? SLOT_ROOT : 0) + (v >= 3 ? SLOT_JOURNAL : 0);
+        if (memcmp(s, "CAIRNSYN", 8) != 0 || v < 1 || v > 3 || be_bytes(s + 12, 4) != PAGE ||
             k * SLOT_SIZE + body + SHA256_DIGEST_LENGTH > n)
             continue;
         SHA256(s, body, md);

@@ -10,7 +10,8 @@
  *   write, writev, pwrite, pwrite64  only on a descriptor opened O_DSYNC/O_SYNC, where the
  *                     write itself is durable when it returns (LMDB's meta descriptor),
  * by copying the whole file to $CAIRN_POWERCUT_DIR/<basename>.disk. "A file of the store" is
- * data.mdb or synced (cairn's flush marker) in the directory $CAIRN_POWERCUT_STORE, found by the
+ * data.mdb, synced (cairn's flush marker) or journal (its redo journal) in the directory
+ * $CAIRN_POWERCUT_STORE, found by the
  * descriptor's /proc/self/fd link. The copy is written to a temporary name and renamed, so a
  * SIGKILL in the middle leaves the previous copy: the flush then counts as not returned, which is
  * true from the program's side, since it never saw the call return. Several processes flush at
@@ -158,8 +159,8 @@ static void report(const char *what, const char *path, int err)
     }
 }
 
-/* If `path` is data.mdb or synced in $CAIRN_POWERCUT_STORE, returns its basename (pointing into
- * path), else NULL. */
+/* If `path` is data.mdb, synced or journal in $CAIRN_POWERCUT_STORE, returns its basename (pointing
+ * into path), else NULL. */
 static const char *store_file(const char *path)
 {
     const char *store = getenv("CAIRN_POWERCUT_STORE");
@@ -169,7 +170,8 @@ static const char *store_file(const char *path)
     if (!slash)
         return NULL;
     const char *base = slash + 1;
-    if (strcmp(base, "data.mdb") != 0 && strcmp(base, "synced") != 0)
+    if (strcmp(base, "data.mdb") != 0 && strcmp(base, "synced") != 0 &&
+        strcmp(base, "journal") != 0)
         return NULL;
     size_t dl = (size_t)(slash - path), sl = strlen(store);
     while (sl > 1 && store[sl - 1] == '/')
