@@ -27,9 +27,11 @@ static const char *const notes[] = {
     "cairn nosync stores map their file writable (MDB_WRITEMAP, the map reserved on disk "
     "first): a commit is memory writes, no system call",
     "cairn sync mode flushes only at durable points: an effect's intent, an expensive step's "
-    "output, a task's end (two flushes: data.mdb and the marker `synced`); other commits are "
+    "output, a task's end (one flush of the journal, to which every commit appends; data.mdb and "
+    "the marker `synced` are flushed at folds, about once a second); other commits are "
     "RELAXED, not flushed, so a power cut can undo them back to the last durable point (those "
-    "steps run again) but never corrupts the store (checkpoint/synced.c); the `every commit "
+    "steps run again) but never corrupts the store (checkpoint/synced.c, journal.c); the `every "
+    "commit "
     "DURABLE` rows (every step marked expensive) show what flushing every commit costs, and "
     "`SQLite NORMAL, FULL at task end` is the peer making the same promise",
     "SQLite WAL synchronous=FULL fsyncs the WAL at every commit (power-loss safe); NORMAL fsyncs "
