@@ -33,13 +33,16 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/futex.h>
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -66,7 +69,10 @@ typedef struct jhdr {
     uint64_t last_txnid; /* the transaction of the last entry written (base: none yet) */
     uint64_t last_off;   /* where that entry begins */
     uint64_t flushed;    /* every entry up to this transaction is on disk */
-    uint64_t flushes;    /* durable points made by a journal flush (statistics, tests) */
+    uint64_t flushes;    /* flushes of the journal made (statistics, tests) */
+    uint64_t flushing;   /* the commit the flush in progress covers (0: none known) */
+    uint32_t fseq;       /* bumped at the end of each flush: the futex a waiter sleeps on */
+    int32_t flusher;     /* the process making the flush in progress */
 } jhdr;
 
 struct cairn__journal {
@@ -232,8 +238,14 @@ int cairn__journal_append(cairn__txn *t)
     le64(e + 8, h->nonce);
     le64(e + 16, txnid);
     le64(e + t->jlen, XXH3_64bits(e, t->jlen));
-    if (len > UINT32_MAX || pos + len >= J_FOLD)
-        return 1; /* time for a fold, which starts the journal over */
+    if (len > UINT32_MAX)
+        return cairn__store_fail(s, CAIRN_EFULL,
+                                 "store %s: one transaction changes over 4 GiB, more than a "
+                                 "journal entry holds",
+                                 s->dir);
+    if (pos + len >= J_FOLD && pos > J_HDR)
+        return 1; /* time for a fold, which starts the journal over (an entry bigger than a
+                   * whole journal goes first in one, and the next write folds) */
     if (pos + len > j->size) {
         struct stat st;
         uint64_t want = (pos + len + J_GROW - 1) / J_GROW * J_GROW;
@@ -279,27 +291,60 @@ void cairn__journal_bounds(cairn_store *s, uint64_t *base, uint64_t *last)
     *last = __atomic_load_n(&h->last_txnid, __ATOMIC_ACQUIRE);
 }
 
+/* Sleeps until the flush counter moves from `seen`, at most `ms` (a futex on the shared page:
+ * it wakes across processes). */
+static void wait_flush(uint32_t *fseq, uint32_t seen, long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    syscall(SYS_futex, fseq, FUTEX_WAIT, seen, &ts, NULL, 0);
+}
+
 int cairn__journal_flush(cairn_store *s, uint64_t upto)
 {
     cairn__journal *j = s->journal;
     jhdr *h = j->h;
-    /* what the flush will cover: the entries of commits made by now (the last entry may be a
-     * phantom, whose commit never happened: it must not count as a durable commit) */
-    MDB_envinfo info;
-    uint64_t committed = mdb_env_info(s->env, &info) == 0 ? info.me_last_txnid : 0;
-    uint64_t last = __atomic_load_n(&h->last_txnid, __ATOMIC_ACQUIRE);
-    if (last > committed)
-        last = committed;
-    if (upto && upto <= __atomic_load_n(&h->flushed, __ATOMIC_ACQUIRE))
-        return 0; /* another process's flush covered it (a group commit) */
-    if (fdatasync(j->fd) != 0)
-        return cairn__synced_flush_failed(s, "journal", errno);
-    uint64_t f = __atomic_load_n(&h->flushed, __ATOMIC_RELAXED);
-    while (f < last && !__atomic_compare_exchange_n(&h->flushed, &f, last, 1, __ATOMIC_RELEASE,
-                                                    __ATOMIC_RELAXED))
-        ;
-    __atomic_add_fetch(&h->flushes, 1, __ATOMIC_RELAXED);
-    return 0;
+    /* Group commit: one flush at a time per journal. A process that finds one in progress
+     * waits for it to end (it covers this commit, or the next one will), and of those that
+     * waited one leads the next flush for all of them. A flusher that died (its pid gone) or
+     * hangs is waited for a few times at most, then overtaken: any flush is correct. */
+    for (int waits = 0;; waits++) {
+        if (upto && upto <= __atomic_load_n(&h->flushed, __ATOMIC_ACQUIRE))
+            return 0; /* a flush covered it */
+        uint32_t seen = __atomic_load_n(&h->fseq, __ATOMIC_ACQUIRE);
+        uint64_t going = __atomic_load_n(&h->flushing, __ATOMIC_ACQUIRE);
+        if (going && waits < 8) {
+            int32_t who = __atomic_load_n(&h->flusher, __ATOMIC_RELAXED);
+            if (who > 0 && who != getpid() && (kill(who, 0) == 0 || errno == EPERM)) {
+                wait_flush(&h->fseq, seen, 50);
+                continue;
+            }
+        }
+        /* what this flush covers: the entries of commits made by now (the last entry may be a
+         * phantom, whose commit never happened: it must not count as a durable commit) */
+        MDB_envinfo info;
+        uint64_t committed = mdb_env_info(s->env, &info) == 0 ? info.me_last_txnid : 0;
+        uint64_t last = __atomic_load_n(&h->last_txnid, __ATOMIC_ACQUIRE);
+        if (last > committed)
+            last = committed;
+        if (last == 0)
+            last = 1; /* (flushing 0 means none) */
+        if (!__atomic_compare_exchange_n(&h->flushing, &going, last, 0, __ATOMIC_ACQ_REL,
+                                         __ATOMIC_RELAXED))
+            continue; /* another process began one just now */
+        __atomic_store_n(&h->flusher, (int32_t)getpid(), __ATOMIC_RELAXED);
+        if (fdatasync(j->fd) != 0)
+            return cairn__synced_flush_failed(s, "journal", errno);
+        uint64_t f = __atomic_load_n(&h->flushed, __ATOMIC_RELAXED);
+        while (f < last && !__atomic_compare_exchange_n(&h->flushed, &f, last, 1, __ATOMIC_RELEASE,
+                                                        __ATOMIC_RELAXED))
+            ;
+        __atomic_add_fetch(&h->flushes, 1, __ATOMIC_RELAXED);
+        uint64_t mine = last;
+        __atomic_compare_exchange_n(&h->flushing, &mine, 0, 0, __ATOMIC_RELEASE, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&h->fseq, 1, __ATOMIC_RELEASE);
+        syscall(SYS_futex, &h->fseq, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
+        return 0;
+    }
 }
 
 uint64_t cairn__journal_nonce(cairn_store *s)
@@ -330,8 +375,11 @@ uint64_t cairn__journal_flushed(cairn_store *s)
 void cairn__journal_reset(cairn_store *s, uint64_t nonce, uint64_t base)
 {
     jhdr *h = s->journal->h;
-    uint64_t flushes = memcmp(h->magic, J_MAGIC, 8) == 0 ? h->flushes : 0;
+    int whole = memcmp(h->magic, J_MAGIC, 8) == 0;
+    uint64_t flushes = whole ? h->flushes : 0;
+    uint32_t fseq = whole ? h->fseq : 0;
     memset(h, 0, sizeof *h);
+    h->fseq = fseq;
     h->version = J_VERSION;
     h->nonce = nonce, h->base = base;
     h->end = J_HDR, h->last_txnid = base, h->last_off = J_HDR, h->flushed = base;

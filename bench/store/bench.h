@@ -116,6 +116,11 @@ int bench_peer_commit_step(bench_peer *p, const char *task, const char *step);
 int bench_peer_load_step(bench_peer *p, const char *task, const char *step, const char *dep,
                          int copy_input);
 
+/* ------------------------------------------------------------------ concurrent.c */
+/* K = 1, 4, 16 processes finishing tasks on one sync store and on the SQLite peer (SPLIT), in
+ * `rounds` alternating rounds; prints its table on stdout. 0, or -1 (the reason on stderr). */
+int bench_concurrent(const char *tmp, int quick, int rounds);
+
 /* ------------------------------------------------------------------ results (report.c) */
 
 #define BENCH_MAX_ROUNDS 32

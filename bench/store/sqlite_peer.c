@@ -189,6 +189,7 @@ bench_peer *bench_peer_open(const char *dir, bench_peer_sync sync, size_t out_si
         bench_peer_close(p);
         return NULL;
     }
+    sqlite3_busy_timeout(p->db, 10000); /* several processes share a store (concurrent) */
     char pragmas[256];
     snprintf(pragmas, sizeof pragmas, "PRAGMA journal_mode=WAL; PRAGMA synchronous=%s;",
              sync == PEER_FULL ? "FULL" : "NORMAL");
