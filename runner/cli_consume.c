@@ -578,13 +578,13 @@ static void worker_read(stream *st, worker *w)
         size_t l = (size_t)(nl - w->res.p);
         json_t *j = json_loadb(w->res.p, l, 0, NULL);
         int x = j ? (int)json_integer_value(json_object_get(j, "exit")) : CAIRN__EX_SOFTWARE;
-        if (x && j)
-            fprintf(stderr, "%s consume: line %ld: %s: %s (%s)\n", cairn__cli_prog, w->line,
-                    json_is_string(json_object_get(j, "task"))
-                        ? json_string_value(json_object_get(j, "task"))
-                        : "-",
+        if (x && j) {
+            const char *task = json_string_value(json_object_get(j, "task"));
+            fprintf(stderr, "%s consume: line %ld: %s%s%s (%s)\n", cairn__cli_prog, w->line,
+                    task ? task : "", task ? ": " : "",
                     json_string_value(json_object_get(j, "message")),
                     json_string_value(json_object_get(j, "error")));
+        }
         json_decref(j);
         count(&st->t, x);
         st->out_gone |= put_result(w->res.p, l) != 0;
