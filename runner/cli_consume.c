@@ -245,6 +245,20 @@ static void on_stop_signal(int sig)
     errno = e;
 }
 
+/* What the stops (SIGTERM, SIGINT, SIGHUP) and SIGPIPE do in this process. */
+static void set_signals(void (*stop)(int), void (*broken_pipe)(int))
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sigemptyset(&sa.sa_mask);
+    sa.sa_handler = stop;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+    sa.sa_handler = broken_pipe;
+    sigaction(SIGPIPE, &sa, NULL);
+}
+
 /* Forks worker ws[i]; the other workers' ends and the parent's own descriptors are closed in
  * it, so a job pipe's end is seen (EOF) when the parent closes it. 0 or -1 (errno). */
 static int spawn(worker *ws, size_t i, int in_fd, const cairn__cli_opts *o,
@@ -265,14 +279,7 @@ static int spawn(worker *ws, size_t i, int in_fd, const cairn__cli_opts *o,
         return -1;
     }
     if (pid == 0) {
-        struct sigaction sa;
-        memset(&sa, 0, sizeof sa);
-        sa.sa_handler = SIG_DFL;
-        sigemptyset(&sa.sa_mask);
-        sigaction(SIGPIPE, &sa, NULL);
-        sigaction(SIGTERM, &sa, NULL);
-        sigaction(SIGINT, &sa, NULL);
-        sigaction(SIGHUP, &sa, NULL);
+        set_signals(SIG_DFL, SIG_DFL); /* as `run`'s, until its session sets the stops */
         close(jp[1]);
         close(rp[0]);
         close(g_sig_pipe[0]);
@@ -706,15 +713,7 @@ static int consume_main(const cairn__cli_opts *o, cairn_graph *const *graphs, si
     fcntl(g_sig_pipe[0], F_SETFD, FD_CLOEXEC);
     fcntl(g_sig_pipe[1], F_SETFD, FD_CLOEXEC);
     fcntl(g_sig_pipe[1], F_SETFL, O_NONBLOCK);
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_stop_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGHUP, &sa, NULL);
-    sa.sa_handler = SIG_IGN; /* a worker gone is seen on its pipe, stdout gone on fflush */
-    sigaction(SIGPIPE, &sa, NULL);
+    set_signals(on_stop_signal, SIG_IGN); /* a worker gone is seen on its pipe, stdout on fflush */
     for (size_t i = 0; i < st.n_ws; i++)
         st.ws[i].job_fd = st.ws[i].res_fd = -1;
     for (size_t i = 0; i < st.n_ws; i++, st.alive++)
@@ -738,11 +737,7 @@ static int consume_main(const cairn__cli_opts *o, cairn_graph *const *graphs, si
         : t->operator_            ? CAIRN__EX_UNAVAILABLE
         : t->later || interrupted ? CAIRN__EX_TEMPFAIL
                                   : CAIRN__EX_OK;
-    sa.sa_handler = SIG_DFL;
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGHUP, &sa, NULL);
-    sigaction(SIGPIPE, &sa, NULL);
+    set_signals(SIG_DFL, SIG_DFL);
 out:
     for (int i = 0; i < 2; i++)
         if (g_sig_pipe[i] >= 0) {

@@ -375,10 +375,9 @@ static void test_exit_codes(void)
 
 /* ------------------------------------------------------------------ a pipe we hold */
 
-/* Starts consume (cairn-ledger, --graph ledger, args up to NULL) reading the pipe this test
- * writes; *wfd is the write end. stdout and stderr go to files. */
-static pid_t spawn_piped(const scene *s, int *wfd, const char *out, const char *err, const char *a1,
-                         const char *a2)
+/* Starts argv reading the pipe this test writes; *wfd is the write end. stdout and stderr go to
+ * files. */
+static pid_t spawn_argv(const char *const *argv, int *wfd, const char *out, const char *err)
 {
     int p[2];
     if (pipe(p))
@@ -393,13 +392,21 @@ static pid_t spawn_piped(const scene *s, int *wfd, const char *out, const char *
         int e = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
         dup2(o, STDOUT_FILENO);
         dup2(e, STDERR_FILENO);
-        execl(LEDGER, LEDGER, "consume", "--graph", "ledger", "--store", s->store, a1, a2,
-              (char *)NULL);
+        execv(argv[0], (char *const *)argv);
         _exit(127);
     }
     close(p[0]);
     *wfd = p[1];
     return pid;
+}
+
+/* spawn_argv of `cairn-ledger consume --graph ledger --store S a1 a2`. */
+static pid_t spawn_piped(const scene *s, int *wfd, const char *out, const char *err, const char *a1,
+                         const char *a2)
+{
+    const char *argv[] = {LEDGER,   "consume", "--graph", "ledger", "--store",
+                          s->store, a1,        a2,        NULL};
+    return spawn_argv(argv, wfd, out, err);
 }
 
 static int wait_lines(const char *path, const char *prefix, int n, pid_t pid)
@@ -501,6 +508,134 @@ static void test_sigterm(void)
     scene_free(&s);
 }
 
+/* A worker killed in the middle of its task: that line is reported (75, `retry` takes the task
+ * up), the stream goes on with the other worker, and `retry` finishes the task, its effect once. */
+static void test_worker_killed(void)
+{
+    scene s = scene_new("killed");
+    char *out = tu_fmt("%s/out", s.dir), *err = tu_fmt("%s/err", s.dir);
+    char *stream = NULL;
+    for (int i = 0; i < 5; i++) {
+        char text[16];
+        snprintf(text, sizeof text, "killed %d", i);
+        char *l = task_line(&s, text, i < 2 ? 3000 : 0, NULL);
+        add_line(&stream, l);
+        free(l);
+    }
+    int wfd;
+    pid_t pid = spawn_piped(&s, &wfd, out, err, "--jobs", "2");
+    write_str(wfd, stream);
+    close(wfd);
+    int started = wait_lines(s.trace, "work ", 2, pid);
+    char *kids_path = tu_fmt("/proc/%ld/task/%ld/children", (long)pid, (long)pid);
+    char *kids = tu_read_file(kids_path, NULL);
+    long victim = kids ? strtol(kids, NULL, 10) : 0;
+    if (victim > 0)
+        kill((pid_t)victim, SIGKILL);
+    int rc = tu_wait(pid, CMD_TIMEOUT_MS);
+    tu_result r = {.out = tu_read_file(out, NULL)};
+    json_t *res = results(&r);
+    size_t lost = 0, i;
+    json_t *e;
+    json_array_foreach(res, i, e) lost +=
+        jint(e, "exit") == 75 && tu_contains(jstr(e, "message"), "ended");
+    ok(started && victim > 0 && lost == 1 && n_exit(res, 0) == 4 && json_array_size(res) == 5,
+       "a worker killed mid-task: its line 75, the four others succeeded (%zu lines, %s)",
+       json_array_size(res), oneline(r.out));
+    ok(rc == 75, "exit 75: that task is for `retry` (%d)", rc);
+    json_decref(res);
+    free(r.out);
+    ok(cli_code(LEDGER, s.store, "retry", NULL) == 0 && n_tasks(&s) == 5 &&
+           tu_count_lines(s.ledger, NULL) == 5 && ledger_unique(&s),
+       "retry finishes it: five tasks, five effects, none twice");
+    free(kids);
+    free(kids_path);
+    free(stream);
+    free(out);
+    free(err);
+    scene_free(&s);
+}
+
+/* --task-from: the task ID from the input's fields, as `run` derives it. */
+static void test_task_from(void)
+{
+    scene s = scene_new("from");
+    char *stream = NULL;
+    for (int i = 0; i < 3; i++) {
+        char *l = task_line(&s, "same text", 0, NULL);
+        l[strlen(l) - 1] = 0; /* the closing brace: add the order field */
+        char *with = tu_fmt("%s,\"order\":%d}", l, 101 + i);
+        add_line(&stream, with);
+        free(with);
+        free(l);
+    }
+    tu_result r;
+    int rc = consume(&r, &s, stream, "--task-from", "order", "--jobs", "2");
+    json_t *res = results(&r);
+    json_t *a = for_line(res, 1), *c = for_line(res, 3);
+    ok(rc == 0 && a && c && !strcmp(jstr(a, "task"), "101") && !strcmp(jstr(c, "task"), "103"),
+       "--task-from order: tasks 101..103 (%d: %s)", rc, oneline(r.out));
+    json_decref(res);
+    tu_result_free(&r);
+    free(stream);
+    scene_free(&s);
+}
+
+/* The built-in pipeline through `cairn consume --config`: one worker loads the model for its
+ * first task and keeps it; once the model file is gone, the next tasks still generate (a reload
+ * per task would fail for want of the file). */
+static void test_model_kept(void)
+{
+    const char *cairn = getenv("CAIRN_BIN"), *mkmodel = getenv("CAIRN_MKMODEL");
+    if (!cairn || !*cairn || !mkmodel || !*mkmodel) {
+        skip("the built-in pipeline: CAIRN_BIN or CAIRN_MKMODEL is not set");
+        return;
+    }
+    scene s = scene_new("model");
+    char *model = tu_fmt("%s/demo.gguf", s.dir), *cfg_path = tu_fmt("%s/pipeline.json", s.dir);
+    char *out = tu_fmt("%s/out", s.dir), *err = tu_fmt("%s/err", s.dir);
+    tu_result r;
+    const char *mk[] = {mkmodel, model, NULL};
+    tu_run(&r, mk, NULL, NULL, 0, CMD_TIMEOUT_MS);
+    tu_result_free(&r);
+    json_t *cfg = json_pack("{s:{s:s, s:s, s:i}}", "generate", "model", model, "prompt",
+                            "Describe {{title}}.", "max_tokens", 8);
+    json_dump_file(cfg, cfg_path, 0);
+    json_decref(cfg);
+    const char *argv[] = {cairn,     "consume", "--config", cfg_path, "--graph",
+                          "default", "--store", s.store,    NULL};
+    int wfd;
+    pid_t pid = spawn_argv(argv, &wfd, out, err);
+    write_str(wfd, "{\"title\": \"a lamp\"}\n");
+    int first = wait_lines(out, "{", 1, pid);
+    char *gone = tu_fmt("%s.gone", model);
+    rename(model, gone);
+    write_str(wfd, "{\"title\": \"a chair\"}\n{\"title\": \"a desk\"}\n");
+    close(wfd);
+    int rc = tu_wait(pid, CMD_TIMEOUT_MS);
+    r = (tu_result){.out = tu_read_file(out, NULL)};
+    json_t *res = results(&r);
+    char *e = tu_read_file(err, NULL);
+    ok(first && rc == 0 && json_array_size(res) == 3 && n_exit(res, 0) == 3,
+       "cairn consume --config: three tasks of the built-in graph, the last two after the model "
+       "file was gone: the worker kept its model (%d: %s)",
+       rc, oneline(e));
+    json_decref(res);
+    free(r.out);
+    /* the peer: a process of its own loads the model afresh, and fails without the file */
+    const char *run[] = {cairn,     "run",     "--config", cfg_path, "--graph",
+                         "default", "--store", s.store,    NULL};
+    const char in[] = "{\"title\": \"a shelf\"}";
+    int run_rc = tu_run(&r, run, NULL, in, strlen(in), CMD_TIMEOUT_MS);
+    ok(run_rc != 0, "while `cairn run` of another task, loading the model anew, fails (%d: %s)",
+       run_rc, oneline(r.err));
+    tu_result_free(&r);
+    free(e);
+    free(gone);
+    free(model), free(cfg_path), free(out), free(err);
+    scene_free(&s);
+}
+
 /* ------------------------------------------------------------------ usage */
 
 static void test_usage(void)
@@ -515,6 +650,12 @@ static void test_usage(void)
        "--format avro: 64 naming the option");
     tu_result_free(&r);
     ok(consume(&r, &s, "", "--jobs", "0", NULL, NULL) == 64, "--jobs 0: 64");
+    tu_result_free(&r);
+    ok(consume(&r, &s, "", "--jobs", "1", "-j", "2") == 64 &&
+           tu_contains(r.err, "--jobs given twice"),
+       "--jobs twice: 64 naming it (%s)", first_line(r.err));
+    tu_result_free(&r);
+    ok(consume(&r, &s, "", "--jobs", "257", NULL, NULL) == 64, "--jobs 257: 64");
     tu_result_free(&r);
     char *missing = tu_fmt("%s/missing.jsonl", s.dir);
     ok(consume(&r, &s, NULL, missing, NULL, NULL, NULL) == 66 && tu_contains(r.err, missing),
@@ -552,6 +693,9 @@ int main(void)
     test_exit_codes();
     test_read_ahead();
     test_sigterm();
+    test_worker_killed();
+    test_task_from();
+    test_model_kept();
     tu_rm_rf(D);
     free(D);
     return tap_done();
