@@ -56,7 +56,8 @@ static const char consume_help[] =
     "restart with the same stream finishes the rest (what ran is not run again).\n"
     "Exit: 0 every task succeeded; 75 some will succeed later (transient, busy, over the\n"
     "tenant limit, or the stream was interrupted); 69 some need an operator or a change\n"
-    "(dead, in doubt, bad line, conflict 76); 74 store error; 64 usage; 66 FILE missing.\n";
+    "(dead, in doubt, bad line, conflict 76); 74 store error; 64 usage; 66 FILE missing or\n"
+    "unreadable.\n";
 
 /* The longest line: a whole task input, with room for kcat's key or the envelope around it. */
 #define LINE_MAX_BYTES (CAIRN__MAX_INPUT + 4096)
@@ -481,7 +482,7 @@ typedef struct stream {
     size_t n_ws, alive, busy;
     reader in;
     long line_no;
-    int stopping, out_gone;
+    int stopping, out_gone, read_err;
     tally t;
 } stream;
 
@@ -658,7 +659,7 @@ static void stream_loop(stream *st)
             fprintf(stderr, "%s consume: reading the stream: %s\n", cairn__cli_prog,
                     strerror(errno));
             st->in.eof = 1;
-            st->t.store++;
+            st->read_err = 1; /* the user's stream, not the store: 66 */
         }
         for (size_t k = first_w; k < np; k++)
             if (pf[k].revents)
@@ -727,13 +728,16 @@ static int consume_main(const cairn__cli_opts *o, cairn_graph *const *graphs, si
     stream_loop(&st);
 
     const tally *t = &st.t;
-    int interrupted = st.stopping || st.out_gone || (!st.in.eof && !st.alive);
+    int interrupted = st.stopping || st.out_gone || st.read_err || (!st.in.eof && !st.alive);
+    if (st.out_gone)
+        fprintf(stderr, "%s consume: standard output is gone: stopped\n", cairn__cli_prog);
     fprintf(stderr,
             "%s consume: %lu line(s): %lu succeeded, %lu to retry later, %lu need an operator "
             "or a change (%lu bad line(s)), %lu store error(s)%s\n",
             cairn__cli_prog, t->lines, t->ok, t->later, t->operator_, t->bad, t->store,
             interrupted ? "; stopped before the end of the stream" : "");
     x = t->store                  ? CAIRN__EX_IOERR
+        : st.read_err             ? CAIRN__EX_NOINPUT
         : t->operator_            ? CAIRN__EX_UNAVAILABLE
         : t->later || interrupted ? CAIRN__EX_TEMPFAIL
                                   : CAIRN__EX_OK;
