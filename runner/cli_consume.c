@@ -260,9 +260,9 @@ static void set_signals(void (*stop)(int), void (*broken_pipe)(int))
     sigaction(SIGPIPE, &sa, NULL);
 }
 
-/* Forks worker ws[i]; the other workers' ends and the parent's own descriptors are closed in
- * it, so a job pipe's end is seen (EOF) when the parent closes it. 0 or -1 (errno). */
-static int spawn(worker *ws, size_t i, int in_fd, const cairn__cli_opts *o,
+/* Forks worker ws[i] (of n_ws); the other workers' ends and the parent's own descriptors are
+ * closed in it, so a job pipe's end is seen (EOF) when the parent closes it. 0 or -1 (errno). */
+static int spawn(worker *ws, size_t n_ws, size_t i, int in_fd, const cairn__cli_opts *o,
                  cairn_graph *const *graphs, size_t n)
 {
     int jp[2], rp[2];
@@ -285,7 +285,9 @@ static int spawn(worker *ws, size_t i, int in_fd, const cairn__cli_opts *o,
         close(rp[0]);
         close(g_sig_pipe[0]);
         close(g_sig_pipe[1]);
-        for (size_t k = 0; k < i; k++) {
+        for (size_t k = 0; k < n_ws; k++) {
+            if (k == i)
+                continue;
             if (ws[k].job_fd >= 0)
                 close(ws[k].job_fd);
             if (ws[k].res_fd >= 0)
@@ -477,6 +479,8 @@ static int send_job(worker *w, long line, const line_job *job)
 /* Everything the stream loop keeps. */
 typedef struct stream {
     const cairn__cli_opts *o;
+    cairn_graph *const *graphs;
+    size_t n_graphs;
     int kcat;
     worker *ws;
     size_t n_ws, alive, busy;
@@ -538,7 +542,9 @@ static int take_line(stream *st, worker *w)
 
 /* A worker whose result pipe ended: reaped, and the line it ran (if any) reported as ended
  * without a result: its task, if it started, is left to `retry` (a dead owner's lease is taken
- * over at once). */
+ * over at once). One that died in a task (a step that crashed it, the OOM killer) is replaced,
+ * so a long-lived consumer keeps its K; one that ended with no task could not start, and would
+ * not start again. */
 static void worker_ended(stream *st, worker *w)
 {
     int status = 0;
@@ -559,6 +565,17 @@ static void worker_ended(stream *st, worker *w)
         st->out_gone |= put_bad(&st->t, w->line, w->mid, CAIRN_EINTR, err) != 0;
         w->line = 0;
         st->busy--;
+        free(w->res.p);
+        w->res = (struct cairn__sbuf){0};
+        if (!st->stopping && !st->out_gone && !st->in.eof) {
+            if (spawn(st->ws, st->n_ws, (size_t)(w - st->ws), st->in.fd, st->o, st->graphs,
+                      st->n_graphs) == 0)
+                st->alive++;
+            else
+                fprintf(stderr, "%s consume: cannot start a worker: %s\n", cairn__cli_prog,
+                        strerror(errno));
+        }
+        return;
     } else if (code && !st->stopping && !st->in.eof) {
         /* it could not start (its reason is on stderr): the stream is not consumed */
         fprintf(stderr, "%s consume: worker %ld ended with %d before the stream did\n",
@@ -702,7 +719,7 @@ static int consume_main(const cairn__cli_opts *o, cairn_graph *const *graphs, si
         return cairn__exit_code(rc);
     }
 
-    stream st = {.o = o, .kcat = !strcmp(fmt, "kcat")};
+    stream st = {.o = o, .graphs = graphs, .n_graphs = n, .kcat = !strcmp(fmt, "kcat")};
     st.in = (reader){.fd = fd, .chunk = S_ISREG(sb.st_mode) ? 65536 : 1};
     st.n_ws = o->jobs ? o->jobs : 1;
     st.ws = calloc(st.n_ws, sizeof *st.ws);
@@ -718,7 +735,7 @@ static int consume_main(const cairn__cli_opts *o, cairn_graph *const *graphs, si
     for (size_t i = 0; i < st.n_ws; i++)
         st.ws[i].job_fd = st.ws[i].res_fd = -1;
     for (size_t i = 0; i < st.n_ws; i++, st.alive++)
-        if (spawn(st.ws, i, fd, o, graphs, n)) {
+        if (spawn(st.ws, st.n_ws, i, fd, o, graphs, n)) {
             fprintf(stderr, "%s consume: cannot start a worker: %s\n", cairn__cli_prog,
                     strerror(errno));
             st.stopping = 1;

@@ -509,7 +509,8 @@ static void test_sigterm(void)
 }
 
 /* A worker killed in the middle of its task: that line is reported (75, `retry` takes the task
- * up), the stream goes on with the other worker, and `retry` finishes the task, its effect once. */
+ * up), a new worker takes its place, the stream goes on, and `retry` finishes the task, its
+ * effect once. */
 static void test_worker_killed(void)
 {
     scene s = scene_new("killed");
@@ -518,7 +519,7 @@ static void test_worker_killed(void)
     for (int i = 0; i < 5; i++) {
         char text[16];
         snprintf(text, sizeof text, "killed %d", i);
-        char *l = task_line(&s, text, i < 2 ? 3000 : 0, NULL);
+        char *l = task_line(&s, text, i < 2 ? 3000 : 500, NULL);
         add_line(&stream, l);
         free(l);
     }
@@ -532,6 +533,22 @@ static void test_worker_killed(void)
     long victim = kids ? strtol(kids, NULL, 10) : 0;
     if (victim > 0)
         kill((pid_t)victim, SIGKILL);
+    /* the pool is whole again: two workers, the victim not among them */
+    int replaced = 0;
+    for (int64_t until = tu_now_ms() + 20000; !replaced && tu_now_ms() < until;) {
+        char *now = tu_read_file(kids_path, NULL);
+        long a = 0, b = 0;
+        char *end = NULL;
+        if (now) {
+            a = strtol(now, &end, 10);
+            b = strtol(end, NULL, 10);
+        }
+        replaced = a > 0 && b > 0 && a != victim && b != victim;
+        free(now);
+        if (!replaced)
+            tu_sleep_ms(20);
+    }
+    ok(replaced, "a new worker took the killed one's place");
     int rc = tu_wait(pid, CMD_TIMEOUT_MS);
     tu_result r = {.out = tu_read_file(out, NULL)};
     json_t *res = results(&r);
