@@ -61,7 +61,7 @@ static const char no_config_msg[] = "no pipeline config: pass --config FILE or s
 static const cairn__cli_task *const tasks[] = {
     &cairn__task_run,   &cairn__task_init,    &cairn__task_show,       &cairn__task_list,
     &cairn__task_retry, &cairn__task_resolve, &cairn__task_invalidate, &cairn__task_gc,
-    &cairn__task_audit, &cairn__task_stats,   &cairn__task_check,
+    &cairn__task_audit, &cairn__task_stats,   &cairn__task_check,      &cairn__task_consume,
 };
 
 static const cairn__cli_task *find_task(const char *cmd)
@@ -107,6 +107,8 @@ static const cairn__opt all_options[] = {
     {"not-done", 0, 0, 0, CAIRN__O_NOT_DONE, AT(not_done)},
     {"allow-graph-change", 0, 0, 0, CAIRN__O_ALLOW_GRAPH_CHANGE, AT(allow_graph_change)},
     {"nosync", 0, 0, 0, CAIRN__O_NOSYNC, AT(nosync)},
+    {"format", 0, 1, 0, CAIRN__O_FORMAT, AT(format)},
+    {"jobs", 'j', 1, 0, CAIRN__O_JOBS, 0},
     {NULL, 0, 0, 0, 0, 0}};
 #undef AT
 
@@ -225,6 +227,10 @@ static int parse_opt(void *user, const cairn__opt *opt, const char *val)
             bad = "milliseconds; 0 = never wait inside the run";
         o->has_inline_wait = 1;
         break;
+    case CAIRN__O_JOBS:
+        if (parse_u32(val, &o->jobs) || o->jobs < 1 || o->jobs > CAIRN__JOBS_MAX)
+            bad = "a whole number from 1 to 256";
+        break;
     case CAIRN__O_MAP_MAX:
         if (parse_u64(val, &u))
             bad = "a whole number of bytes";
@@ -252,7 +258,12 @@ static int parse_task_args(int argc, char **argv, const cairn__cli_task *t, cair
     o->store = getenv("CAIRN_STORE");
     o->retention_days = 7;
     o->tombstone_days = 30;
-    const cairn__opt_cmd cmd = {t->name, t->help, t->config, t->takes_id ? -1 : 0, all_options};
+    const int file = t->takes_id == CAIRN__TAKES_FILE;
+    const cairn__opt_cmd cmd = {t->name, t->help, t->config,
+                                file          ? 1
+                                : t->takes_id ? -1
+                                              : 0,
+                                all_options};
     parse_state ps = {o, t};
     int oi, rc = cairn__opt_parse(argc, argv, &cmd, parse_opt, &ps, &oi);
     if (rc >= 0)
@@ -262,10 +273,12 @@ static int parse_task_args(int argc, char **argv, const cairn__cli_task *t, cair
                 t->name);
         return CAIRN__EX_USAGE;
     }
-    if (t->takes_id && oi != argc - 1)
+    if (t->takes_id == 1 && oi != argc - 1)
         return cairn__cli_usage_error(
             t->name, t->help, oi == argc ? "the task ID is missing" : "one task ID, please");
-    o->id = t->takes_id ? argv[oi] : NULL;
+    o->id = t->takes_id == 1 ? argv[oi] : NULL;
+    if (file && oi < argc)
+        o->input = argv[oi];
     return -1;
 }
 
@@ -444,11 +457,13 @@ static void usage(FILE *f, const char *prog)
             "  audit ID   a task's transitions\n"
             "  stats      counts by status, store size\n"
             "  check      verify every record of the store\n"
+            "  consume    run a stream of tasks (JSON lines, kcat's), K at once\n"
             "%s",
             prog,
-            g_config_graph ? "run, retry and invalidate of graph 'default' need --config FILE or "
-                             "CAIRN_CONFIG.\n"
-                           : "");
+            g_config_graph
+                ? "run, retry, invalidate and consume of graph 'default' need --config FILE or "
+                  "CAIRN_CONFIG.\n"
+                : "");
     if (n_extra_cmds)
         fprintf(f, "Other commands:\n");
     for (size_t i = 0; i < n_extra_cmds; i++)

@@ -4,7 +4,7 @@
  * parser, help and usage errors (runner/cli_opt.c), input files, the one exit-code table
  * (runner/cli_util.c). The task commands' own files use the second: their option table, the store
  * session (runner/cli.c), and the commands themselves (runner/cli_run.c changes tasks,
- * runner/cli_inspect.c only reads).
+ * runner/cli_inspect.c only reads, runner/cli_consume.c runs a stream of tasks).
  */
 #ifndef CAIRN_RUNNER_CLI_H
 #define CAIRN_RUNNER_CLI_H
@@ -143,6 +143,7 @@ enum {
     CAIRN__O_NOT_DONE,
     CAIRN__O_ALLOW_GRAPH_CHANGE,
     CAIRN__O_NOSYNC,
+    CAIRN__O_FORMAT,
     /* checked: numbers */
     CAIRN__O_MAX_PER_TENANT,
     CAIRN__O_LIMIT,
@@ -151,19 +152,25 @@ enum {
     CAIRN__O_INLINE_WAIT,
     CAIRN__O_MAP_MAX,
     CAIRN__O_RETENTION,
-    CAIRN__O_TOMBSTONE
+    CAIRN__O_TOMBSTONE,
+    CAIRN__O_JOBS
 };
+
+/* consume --jobs: at most this many worker processes (its help and its check say 256) */
+#define CAIRN__JOBS_MAX 256
 
 /* The options' values after parsing: unset ones are 0/NULL, except the defaults noted. */
 typedef struct cairn__cli_opts {
     const char *store, *graph, *task, *task_from, *input, *message_id, *status, *step, *from;
-    const char *tenant_field;
+    const char *tenant_field, *format;
     const char *id; /* the operand of the commands that take a task ID */
-    uint32_t max_per_tenant, limit, max_attempts, lease_ms, inline_wait_ms;
+    uint32_t max_per_tenant, limit, max_attempts, lease_ms, inline_wait_ms, jobs;
     uint64_t map_max;
     double retention_days, tombstone_days;
     int json, now, done, not_done, allow_graph_change, nosync, has_inline_wait;
 } cairn__cli_opts;
+
+#define CAIRN__TAKES_FILE 2
 
 /* A task command, for the dispatcher (cairn_cli_main), which parses its options and operand into
  * a cairn__cli_opts (the store defaulting to CAIRN_STORE, retention to 7 days, tombstones to 30)
@@ -171,7 +178,8 @@ typedef struct cairn__cli_opts {
 typedef struct cairn__cli_task {
     const char *name, *help;
     const int *allowed; /* the CAIRN__O_* it takes, 0-ended; --store always */
-    int takes_id;       /* exactly one operand, the task ID (o->id); else none */
+    int takes_id;       /* 1: exactly one operand, the task ID (o->id); CAIRN__TAKES_FILE: at
+                           most one, an input file (o->input; "-" = standard input); 0: none */
     int config;         /* runs the built-in graph: help names --config (cairn__cli_takes_config) */
     int (*fn)(const cairn__cli_opts *o, cairn_graph *const *graphs, size_t n);
 } cairn__cli_task;
@@ -209,6 +217,20 @@ int cairn__cli_session_open_reporting(cairn__cli_session *s, const char *cmd,
                                       const cairn__cli_opts *o, cairn_graph *const *graphs,
                                       size_t n_graphs, cairn_retry_report_fn report, void *user);
 void cairn__cli_session_close(cairn__cli_session *s);
+/* The tenant limit takes both options or neither (run, retry, consume): 0, or 64 said on stderr. */
+int cairn__cli_tenant_usage(const char *cmd, const char *help, const cairn__cli_opts *o);
+/* Runs one task of `graph` as `run` does, on the session's runner: `task` (NULL: derived, from
+ * the fields `task_from` or the input's hash), the input text buf/len (copied), `message_id`
+ * (may be NULL). The task ID goes to `id` ("" when it is not known; idlen >= CAIRN_TASK_ID_MAX +
+ * 1) and `run`'s message, with the command that settles the error and, for a consumed message,
+ * what became of its task, to `msg`. Returns what cairn_runner_run returned. */
+int cairn__cli_run_input(cairn__cli_session *s, const char *graph, const char *task,
+                         const char *task_from, const char *buf, size_t len, const char *message_id,
+                         char *id, size_t idlen, char *msg, size_t msglen);
+/* Adds to the object j (returned, the caller's reference) what `run --json` prints for task `id`
+ * ("" = unknown) after rc/msg: task, status and attempt when the store (may be NULL) has it,
+ * exit, error, message. */
+json_t *cairn__cli_run_doc(json_t *j, cairn_store *store, const char *id, int rc, const char *msg);
 /* Prints "PROG CMD: msg (CAIRN_EXXX)" (cairn_strerror when msg is empty) and returns the exit
  * code for rc. */
 int cairn__cli_fail(const char *cmd, int rc, const char *msg);
@@ -218,6 +240,8 @@ void cairn__cli_print_json(json_t *j);
 /* The task commands. cli_run.c: */
 extern const cairn__cli_task cairn__task_run, cairn__task_retry, cairn__task_resolve,
     cairn__task_invalidate, cairn__task_gc, cairn__task_init;
+/* cli_consume.c: */
+extern const cairn__cli_task cairn__task_consume;
 /* cli_inspect.c (read-only): */
 extern const cairn__cli_task cairn__task_show, cairn__task_list, cairn__task_audit,
     cairn__task_stats, cairn__task_check;

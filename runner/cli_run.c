@@ -23,8 +23,7 @@
 #include "runner/cli.h"
 #include "runner/internal.h"
 
-/* The tenant limit takes both options or neither (run, retry). */
-static int tenant_usage(const char *cmd, const char *help, const cairn__cli_opts *o)
+int cairn__cli_tenant_usage(const char *cmd, const char *help, const cairn__cli_opts *o)
 {
     if (o->tenant_field && !o->max_per_tenant)
         return cairn__cli_usage_error(cmd, help, "--tenant-field needs --max-running-per-tenant N");
@@ -82,11 +81,8 @@ static const char run_help[] =
     "unreadable (a directory too), 69 dead or in doubt, 74 store error, 75 try later,\n"
     "76 same ID with another payload.\n";
 
-/* The one JSON document `run --json` prints, whatever happened: task, status and attempt (when
- * the task exists), exit code, error name and message. */
-static void run_json(cairn_store *store, const char *id, int rc, const char *msg)
+json_t *cairn__cli_run_doc(json_t *j, cairn_store *store, const char *id, int rc, const char *msg)
 {
-    json_t *j = json_object();
     json_object_set_new(j, "task", id[0] ? json_string(id) : json_null());
     cairn_task *t = NULL;
     if (store && id[0] && cairn_task_load(store, id, &t) == 0) {
@@ -97,7 +93,34 @@ static void run_json(cairn_store *store, const char *id, int rc, const char *msg
     json_object_set_new(j, "exit", json_integer(cairn__exit_code(rc)));
     json_object_set_new(j, "error", rc ? json_string(cairn_errname(rc)) : json_null());
     json_object_set_new(j, "message", json_string(msg ? msg : ""));
-    cairn__cli_print_json(j);
+    return j;
+}
+
+/* The one JSON document `run --json` prints, whatever happened. */
+static void run_json(cairn_store *store, const char *id, int rc, const char *msg)
+{
+    cairn__cli_print_json(cairn__cli_run_doc(json_object(), store, id, rc, msg));
+}
+
+int cairn__cli_run_input(cairn__cli_session *s, const char *graph, const char *task,
+                         const char *task_from, const char *buf, size_t len, const char *message_id,
+                         char *id, size_t idlen, char *msg, size_t msglen)
+{
+    id[0] = 0;
+    int rc = cairn_runner_run(s->runner, graph, task, task_from, buf, len, message_id, id, idlen);
+    snprintf(msg, msglen, "%s", cairn_runner_errmsg(s->runner));
+    with_hint(msg, msglen, "run", rc, s->store, id);
+    cairn_task *t = NULL;
+    if (rc == 0 && id[0] && cairn_task_load(s->store, id, &t) == 0 &&
+        cairn_task_state(t) != CAIRN_SUCCEEDED) {
+        /* only a consumed message returns 0 for a task that did not succeed: exit 0 means "this
+         * message needs nothing more", so say what became of its task */
+        size_t l = strlen(msg);
+        snprintf(msg + l, msglen - l, "; that task is %s (see `%s show %s`)",
+                 cairn_state_name(cairn_task_state(t)), cairn__cli_prog, id);
+    }
+    cairn_task_free(t);
+    return rc;
 }
 
 /* Everything `run` can refuse without the store: the graph, the message ID, the input and the
@@ -204,7 +227,7 @@ static int run_main(const cairn__cli_opts *o, cairn_graph *const *graphs, size_t
         return cairn__cli_usage_error("run", run_help, "--graph G is required");
     if (o->task && o->task_from)
         return cairn__cli_usage_error("run", run_help, "--task and --task-from exclude each other");
-    if ((rc = tenant_usage("run", run_help, o)))
+    if ((rc = cairn__cli_tenant_usage("run", run_help, o)))
         return rc;
     char *buf = NULL;
     size_t len = 0;
@@ -248,23 +271,10 @@ static int run_main(const cairn__cli_opts *o, cairn_graph *const *graphs, size_t
         cairn__cli_session_close(&s);
         return cairn__exit_code(rc);
     }
-    char id[CAIRN_TASK_ID_MAX + 1] = "";
-    rc = cairn_runner_run(s.runner, o->graph, o->task, o->task_from, buf, len, o->message_id, id,
-                          sizeof id);
+    char id[CAIRN_TASK_ID_MAX + 1], msg[1200];
+    rc = cairn__cli_run_input(&s, o->graph, o->task, o->task_from, buf, len, o->message_id, id,
+                              sizeof id, msg, sizeof msg);
     free(buf);
-    char msg[1200];
-    snprintf(msg, sizeof msg, "%s", cairn_runner_errmsg(s.runner));
-    with_hint(msg, sizeof msg, "run", rc, s.store, id);
-    cairn_task *t = NULL;
-    if (rc == 0 && id[0] && cairn_task_load(s.store, id, &t) == 0 &&
-        cairn_task_state(t) != CAIRN_SUCCEEDED) {
-        /* only a consumed message returns 0 for a task that did not succeed: exit 0 means "this
-         * message needs nothing more", so say what became of its task */
-        size_t l = strlen(msg);
-        snprintf(msg + l, sizeof msg - l, "; that task is %s (see `%s show %s`)",
-                 cairn_state_name(cairn_task_state(t)), cairn__cli_prog, id);
-    }
-    cairn_task_free(t);
     if (o->json)
         run_json(s.store, id, rc, msg);
     if (rc) {
@@ -356,7 +366,8 @@ static void retry_report(const char *task_id, int rc, const char *message, void 
 static int retry_main(const cairn__cli_opts *o, cairn_graph *const *graphs, size_t n)
 {
     int rc;
-    if ((rc = tenant_usage("retry", retry_help, o)) || (rc = cairn__cli_need_config("retry", n)))
+    if ((rc = cairn__cli_tenant_usage("retry", retry_help, o)) ||
+        (rc = cairn__cli_need_config("retry", n)))
         return rc;
     char err[1024];
     if ((o->graph && (rc = cairn__cli_check_graph(graphs, n, o->graph, err, sizeof err))) ||

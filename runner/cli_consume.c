@@ -1,0 +1,791 @@
+/* runner/cli_consume.c - `consume`: a stream of tasks (JSON lines, or the lines kcat prints for a
+ * Kafka topic), up to K at once, each with exactly `run`'s semantics.
+ *
+ * The design: a pool of K worker processes, each with its own store handle and runner, fed task
+ * lines by this process over pipes. Threads cannot do it: LMDB must not be opened twice in one
+ * process and a store handle (with its runners) is used by one thread at a time, so K threads
+ * would take turns, not run at once. Processes are what several `cairn run`s are, and every
+ * promise of `run` (idempotency, conflicts, message dedupe, leases, tenant limits, retries) holds
+ * between processes already; each task goes through cairn__cli_run_input, the very code of `run`.
+ * The parent opens the store once before forking (to create it, and to refuse a broken one before
+ * anything is read), closes it, and never opens it again: a child forked while a store is open
+ * must not use it. A worker lives for the whole stream, so what a step keeps per process (the llm
+ * step's loaded model) is loaded once per worker, not once per task.
+ *
+ * Backpressure: the parent reads a line only when a worker is idle, so at most K lines are read
+ * and unfinished. From a pipe it reads one byte at a time (a buffered read would take whatever
+ * the producer has written, beyond K lines); from a regular file, where no producer waits, in
+ * large chunks. Results are printed in completion order, one JSON line each, as each worker
+ * sends it. A stop (SIGTERM, SIGINT, SIGHUP) ends the reading, is passed on to the workers
+ * (their runners stop as `run`'s does: the running step ends, the lease is released, EINTR),
+ * and the parent waits for every worker's last result. The lines not read yet are left to the
+ * next start; those read again are deduped by the store (task IDs, message IDs).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/json.h"
+#include "common/str.h"
+#include "runner/cli.h"
+
+static const char consume_help[] =
+    "usage: %P consume --graph G [--jobs K] [--format jsonl|kcat] [--task-from F1,F2]\n"
+    "         [--store DIR] [--tenant-field F --max-running-per-tenant N]\n"
+    "         [--allow-graph-change] [--max-attempts N] [--lease-ms MS] [--inline-wait-ms MS]\n"
+    "         [--nosync] [--map-max BYTES] [FILE|-]\n"
+    "Reads a stream of tasks (FILE, or standard input) and runs up to K (default 1) at once,\n"
+    "each exactly as `%P run` would, in K worker processes that live for the whole stream.\n"
+    "--format jsonl (default): each line is a task input, or {\"id\": ID, \"message_id\": M,\n"
+    "\"input\": {...}} (an object with an object \"input\" and no keys but these three).\n"
+    "--format kcat: the lines `kcat -C -f '%%t:%%p:%%o\\t%%s\\n'` prints: topic:partition:offset\n"
+    "is the message ID, the payload the input; a redelivered message does not run again.\n"
+    "The task ID is the line's \"id\", else derived as `%P run` derives it (--task-from, or\n"
+    "the graph and the input's hash). Blank lines are skipped. At most K lines are read ahead.\n"
+    "Prints one JSON line per line on stdout as its task ends: {line, message_id, task,\n"
+    "status, attempt, exit, error, message}, exit as `%P run` would give it; a bad line\n"
+    "(malformed JSON, bad ID) gets its own line with 65 and the stream goes on. A summary\n"
+    "goes to stderr. SIGTERM/SIGINT stop the reading; running tasks stop as `run`'s do; a\n"
+    "restart with the same stream finishes the rest (what ran is not run again).\n"
+    "Exit: 0 every task succeeded; 75 some will succeed later (transient, busy, over the\n"
+    "tenant limit, or the stream was interrupted); 69 some need an operator or a change\n"
+    "(dead, in doubt, bad line, conflict 76); 74 store error; 64 usage; 66 FILE missing or\n"
+    "unreadable.\n";
+
+/* The longest line: a whole task input, with room for kcat's key or the envelope around it. */
+#define LINE_MAX_BYTES (CAIRN__MAX_INPUT + 4096)
+
+/* ------------------------------------------------------------------ reading lines */
+
+/* Lines from a file descriptor; `chunk` bytes a read (1 for a pipe: see the top). */
+typedef struct reader {
+    int fd;
+    size_t chunk;
+    char *buf;
+    size_t start, len, cap; /* the unread bytes are buf[start, len) */
+    int eof;
+    int skipping; /* inside a line that was too long: drop up to its newline */
+} reader;
+
+/* One read(2). 1: bytes came (or EINTR: try again), 0: end of input, -1: error (errno). */
+static int reader_fill(reader *r)
+{
+    if (r->start > 0 && r->start == r->len)
+        r->start = r->len = 0;
+    if (r->cap - r->len < r->chunk) {
+        if (r->start > 0) {
+            memmove(r->buf, r->buf + r->start, r->len - r->start);
+            r->len -= r->start;
+            r->start = 0;
+        }
+        if (r->cap - r->len < r->chunk) {
+            size_t cap = r->cap ? r->cap * 2 : 65536;
+            while (cap - r->len < r->chunk)
+                cap *= 2;
+            char *b = realloc(r->buf, cap);
+            if (!b) {
+                errno = ENOMEM;
+                return -1;
+            }
+            r->buf = b;
+            r->cap = cap;
+        }
+    }
+    ssize_t n = read(r->fd, r->buf + r->len, r->chunk);
+    if (n < 0)
+        return errno == EINTR ? 1 : -1;
+    if (n == 0) {
+        r->eof = 1;
+        return 0;
+    }
+    r->len += (size_t)n;
+    return 1;
+}
+
+/* The next whole line (without its newline; the last one may lack it) into *line and *n, valid
+ * until the next reader call: 1, or 2 for a line longer than LINE_MAX_BYTES (dropped), or 0
+ * when the buffer holds no whole line yet. */
+static int reader_line(reader *r, char **line, size_t *n)
+{
+    for (;;) {
+        char *p = r->buf + r->start;
+        size_t avail = r->len - r->start;
+        char *nl = avail ? memchr(p, '\n', avail) : NULL;
+        if (r->skipping) {
+            r->start = nl ? (size_t)(nl + 1 - r->buf) : r->len;
+            if (!nl)
+                return 0;
+            r->skipping = 0;
+            continue;
+        }
+        if (!nl && avail > LINE_MAX_BYTES) {
+            r->skipping = 1;
+            return 2;
+        }
+        if (!nl && !(r->eof && avail))
+            return 0;
+        size_t l = nl ? (size_t)(nl - p) : avail;
+        r->start += l + (nl ? 1 : 0);
+        *line = p;
+        *n = l;
+        if (l > LINE_MAX_BYTES)
+            return 2;
+        return 1;
+    }
+}
+
+static int write_all(int fd, const void *p, size_t n)
+{
+    const char *c = p;
+    while (n) {
+        ssize_t w = write(fd, c, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return -1;
+        c += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* 1 read whole, 0 end of input before any byte, -1 error or an end inside. */
+static int read_all(int fd, void *p, size_t n)
+{
+    char *c = p;
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = read(fd, c + got, n - got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return r == 0 && got == 0 ? 0 : -1;
+        got += (size_t)r;
+    }
+    return 1;
+}
+
+/* ------------------------------------------------------------------ the workers */
+
+/* A job on the pipe to a worker: this header, then the task ID, the message ID and the input
+ * (the lengths say; 0 = none for the IDs). */
+typedef struct job_head {
+    long line;
+    uint32_t task_len, mid_len, input_len;
+} job_head;
+
+/* A worker's life: runs each job it is sent through `run`'s code and sends back one JSON line,
+ * until its pipe closes. Never returns. */
+static void worker_main(int job_fd, int res_fd, const cairn__cli_opts *o,
+                        cairn_graph *const *graphs, size_t n)
+{
+    cairn__cli_session s;
+    int rc = cairn__cli_session_open(&s, "consume", o, graphs, n, 1, 1);
+    if (rc) {
+        cairn__cli_session_close(&s);
+        _exit(cairn__exit_code(rc));
+    }
+    job_head h;
+    char task[CAIRN_TASK_ID_MAX + 1], mid[CAIRN_TASK_ID_MAX + 1];
+    while ((rc = read_all(job_fd, &h, sizeof h)) == 1) {
+        char *input = malloc((size_t)h.input_len + 1);
+        if (!input || h.task_len >= sizeof task || h.mid_len >= sizeof mid ||
+            read_all(job_fd, task, h.task_len) < 0 || read_all(job_fd, mid, h.mid_len) < 0 ||
+            read_all(job_fd, input, h.input_len) < 0) {
+            free(input);
+            rc = -1;
+            break;
+        }
+        task[h.task_len] = mid[h.mid_len] = input[h.input_len] = 0;
+        char id[CAIRN_TASK_ID_MAX + 1], msg[1200];
+        rc = cairn__cli_run_input(&s, o->graph, h.task_len ? task : NULL, o->task_from, input,
+                                  h.input_len, h.mid_len ? mid : NULL, id, sizeof id, msg,
+                                  sizeof msg);
+        free(input);
+        json_t *j = json_object();
+        json_object_set_new(j, "line", json_integer(h.line));
+        json_object_set_new(j, "message_id", h.mid_len ? json_string(mid) : json_null());
+        char *out = json_dumps(cairn__cli_run_doc(j, s.store, id, rc, msg),
+                               JSON_COMPACT | JSON_PRESERVE_ORDER);
+        json_decref(j);
+        if (!out || write_all(res_fd, out, strlen(out)) || write_all(res_fd, "\n", 1)) {
+            free(out);
+            rc = -1;
+            break;
+        }
+        free(out);
+    }
+    cairn__cli_session_close(&s);
+    _exit(rc < 0 ? CAIRN__EX_SOFTWARE : 0);
+}
+
+typedef struct worker {
+    pid_t pid;
+    int job_fd, res_fd; /* this side's ends; -1 once closed */
+    long line;          /* the line it runs, 0 when idle */
+    char mid[CAIRN_TASK_ID_MAX + 1];
+    struct cairn__sbuf res; /* a result line not yet whole */
+} worker;
+
+/* The self-pipe a stop signal writes to, so poll() wakes whatever it waits for. */
+static int g_sig_pipe[2] = {-1, -1};
+
+static void on_stop_signal(int sig)
+{
+    (void)sig;
+    int e = errno;
+    ssize_t w = write(g_sig_pipe[1], "s", 1);
+    (void)w;
+    errno = e;
+}
+
+/* What the stops (SIGTERM, SIGINT, SIGHUP) and SIGPIPE do in this process. */
+static void set_signals(void (*stop)(int), void (*broken_pipe)(int))
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sigemptyset(&sa.sa_mask);
+    sa.sa_handler = stop;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+    sa.sa_handler = broken_pipe;
+    sigaction(SIGPIPE, &sa, NULL);
+}
+
+/* Forks worker ws[i] (of n_ws); the other workers' ends and the parent's own descriptors are
+ * closed in it, so a job pipe's end is seen (EOF) when the parent closes it. 0 or -1 (errno). */
+static int spawn(worker *ws, size_t n_ws, size_t i, int in_fd, const cairn__cli_opts *o,
+                 cairn_graph *const *graphs, size_t n)
+{
+    int jp[2], rp[2];
+    if (pipe(jp))
+        return -1;
+    if (pipe(rp)) {
+        close(jp[0]);
+        close(jp[1]);
+        return -1;
+    }
+    fflush(NULL); /* nothing buffered is written twice */
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(jp[0]), close(jp[1]), close(rp[0]), close(rp[1]);
+        return -1;
+    }
+    if (pid == 0) {
+        set_signals(SIG_DFL, SIG_DFL); /* as `run`'s, until its session sets the stops */
+        close(jp[1]);
+        close(rp[0]);
+        close(g_sig_pipe[0]);
+        close(g_sig_pipe[1]);
+        for (size_t k = 0; k < n_ws; k++) {
+            if (k == i)
+                continue;
+            if (ws[k].job_fd >= 0)
+                close(ws[k].job_fd);
+            if (ws[k].res_fd >= 0)
+                close(ws[k].res_fd);
+        }
+        int devnull = open("/dev/null", O_RDONLY);
+        if (devnull >= 0) {
+            dup2(devnull, STDIN_FILENO); /* the stream is the parent's */
+            close(devnull);
+        }
+        if (in_fd != STDIN_FILENO)
+            close(in_fd);
+        worker_main(jp[0], rp[1], o, graphs, n);
+    }
+    close(jp[0]);
+    close(rp[1]);
+    fcntl(jp[1], F_SETFD, FD_CLOEXEC);
+    fcntl(rp[0], F_SETFD, FD_CLOEXEC);
+    ws[i] = (worker){.pid = pid, .job_fd = jp[1], .res_fd = rp[0]};
+    return 0;
+}
+
+/* ------------------------------------------------------------------ the stream */
+
+/* What became of the lines, by the exit code each got. */
+typedef struct tally {
+    unsigned long lines, ok, later, operator_, bad, store;
+} tally;
+
+static void count(tally *t, int x)
+{
+    switch (x) {
+    case CAIRN__EX_OK:
+        t->ok++;
+        break;
+    case CAIRN__EX_TEMPFAIL:
+        t->later++;
+        break;
+    case CAIRN__EX_IOERR:
+        t->store++;
+        break;
+    case CAIRN__EX_DATAERR:
+        t->bad++;
+        t->operator_++;
+        break;
+    default:
+        t->operator_++; /* dead, in doubt, a conflict: waiting will not help */
+        break;
+    }
+}
+
+/* Prints a result line (jansson's compact form has no newline in it) and flushes it, so a
+ * reader of the stream sees each task as it ends. -1 when stdout is gone. */
+static int put_result(const char *line, size_t n)
+{
+    fwrite(line, 1, n, stdout);
+    fputc('\n', stdout);
+    return fflush(stdout) ? -1 : 0;
+}
+
+/* A line that is not a task: its own result line, 65 (or what `code` maps to), and a word on
+ * stderr. */
+static int put_bad(tally *t, long line, const char *mid, int code, const char *msg)
+{
+    json_t *j = json_object();
+    json_object_set_new(j, "line", json_integer(line));
+    json_object_set_new(j, "message_id", mid && *mid ? json_string(mid) : json_null());
+    char *s =
+        json_dumps(cairn__cli_run_doc(j, NULL, "", code, msg), JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(j);
+    fprintf(stderr, "%s consume: %s (%s)\n", cairn__cli_prog, msg, cairn_errname(code));
+    count(t, cairn__exit_code(code));
+    int rc = s ? put_result(s, strlen(s)) : -1;
+    free(s);
+    return rc;
+}
+
+/* A job made from one line: the task ID ("" = derive), the message ID ("" = none) and the input
+ * text, which is either the line's own bytes (`input` borrows them) or `owned`. */
+typedef struct line_job {
+    char task[CAIRN_TASK_ID_MAX + 1], mid[CAIRN_TASK_ID_MAX + 1];
+    const char *input;
+    size_t input_len;
+    char *owned;
+} line_job;
+
+/* A string member of the envelope into buf (1..max bytes); -1 with err set otherwise. */
+static int envelope_str(const json_t *env, const char *key, char *buf, size_t size, long line,
+                        char *err, size_t errlen)
+{
+    const json_t *v = json_object_get(env, key);
+    if (!v)
+        return 0;
+    if (!json_is_string(v) || !json_string_length(v) || json_string_length(v) >= size ||
+        strlen(json_string_value(v)) != json_string_length(v)) {
+        snprintf(err, errlen, "line %ld: \"%s\" must be a string of 1-%zu bytes", line, key,
+                 size - 1);
+        return -1;
+    }
+    memcpy(buf, json_string_value(v), json_string_length(v) + 1);
+    return 0;
+}
+
+/* Makes a job of a jsonl line: the input itself, or the envelope {id, message_id, input}.
+ * 0, or a CAIRN_E* code with err naming the line. */
+static int parse_jsonl(const char *p, size_t n, long line, line_job *job, char *err, size_t errlen)
+{
+    char src[48];
+    snprintf(src, sizeof src, "line %ld", line);
+    json_t *j = NULL;
+    int rc = cairn__json_parse(p, n, src, &j, err, errlen);
+    if (!rc)
+        rc = cairn__json_check_object(j, src, err, errlen);
+    if (rc) {
+        json_decref(j);
+        return rc;
+    }
+    const json_t *in = json_object_get(j, "input");
+    size_t known = !!in + !!json_object_get(j, "id") + !!json_object_get(j, "message_id");
+    if (!json_is_object(in) || known != json_object_size(j)) { /* not an envelope: the input */
+        json_decref(j);
+        job->input = p;
+        job->input_len = n;
+        return 0;
+    }
+    if (envelope_str(j, "id", job->task, sizeof job->task, line, err, errlen) ||
+        envelope_str(j, "message_id", job->mid, sizeof job->mid, line, err, errlen)) {
+        json_decref(j);
+        return CAIRN_EJSON;
+    }
+    /* jansson writes a real with the 17 digits that give back the same double, so the task's
+     * payload hash (RFC 8785, over the parsed values) is the one the line's own text gives */
+    job->owned = json_dumps(in, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY);
+    json_decref(j);
+    if (!job->owned) {
+        snprintf(err, errlen, "line %ld: out of memory", line);
+        return CAIRN_ENOMEM;
+    }
+    job->input = job->owned;
+    job->input_len = strlen(job->owned);
+    return 0;
+}
+
+/* Makes a job of a kcat line, "topic:partition:offset<TAB>payload". */
+static int parse_kcat(const char *p, size_t n, long line, line_job *job, char *err, size_t errlen)
+{
+    const char *tab = memchr(p, '\t', n);
+    size_t klen = tab ? (size_t)(tab - p) : 0;
+    /* the key: a topic (Kafka's names have no ':'), then two decimal numbers */
+    size_t colons = 0, digits = 0;
+    int shape = tab && klen < sizeof job->mid;
+    for (size_t i = 0; shape && i < klen; i++) {
+        if (p[i] == ':') {
+            shape = colons == 0 ? i > 0 : digits > 0;
+            colons++, digits = 0;
+        } else if (colons > 0) {
+            shape = p[i] >= '0' && p[i] <= '9';
+            digits++;
+        }
+    }
+    if (!shape || colons != 2 || !digits) {
+        snprintf(err, errlen,
+                 "line %ld: not kcat's 'topic:partition:offset<TAB>payload' "
+                 "(-f '%%t:%%p:%%o\\t%%s\\n')",
+                 line);
+        return CAIRN_EJSON;
+    }
+    memcpy(job->mid, p, klen);
+    job->mid[klen] = 0;
+    job->input = tab + 1;
+    job->input_len = n - klen - 1;
+    return 0;
+}
+
+/* Sends a job to an idle worker. -1 when that worker cannot take it (it died). */
+static int send_job(worker *w, long line, const line_job *job)
+{
+    job_head h = {line, (uint32_t)strlen(job->task), (uint32_t)strlen(job->mid),
+                  (uint32_t)job->input_len};
+    if (write_all(w->job_fd, &h, sizeof h) || write_all(w->job_fd, job->task, h.task_len) ||
+        write_all(w->job_fd, job->mid, h.mid_len) ||
+        write_all(w->job_fd, job->input, job->input_len))
+        return -1;
+    w->line = line;
+    snprintf(w->mid, sizeof w->mid, "%s", job->mid);
+    return 0;
+}
+
+/* Everything the stream loop keeps. */
+typedef struct stream {
+    const cairn__cli_opts *o;
+    cairn_graph *const *graphs;
+    size_t n_graphs;
+    int kcat;
+    worker *ws;
+    size_t n_ws, alive, busy;
+    reader in;
+    long line_no;
+    int stopping, out_gone, read_err;
+    tally t;
+} stream;
+
+static worker *idle_worker(stream *st)
+{
+    for (size_t i = 0; i < st->n_ws; i++)
+        if (st->ws[i].job_fd >= 0 && st->ws[i].line == 0)
+            return &st->ws[i];
+    return NULL;
+}
+
+/* Takes one line from the reader and hands it to a worker, or reports it: 1 a line was taken,
+ * 0 none is whole yet. */
+static int take_line(stream *st, worker *w)
+{
+    char *p;
+    size_t n;
+    int got = reader_line(&st->in, &p, &n);
+    if (!got)
+        return 0;
+    st->line_no++;
+    char err[1400];
+    if (got == 2) {
+        snprintf(err, sizeof err, "line %ld: longer than %u bytes", st->line_no,
+                 (unsigned)LINE_MAX_BYTES);
+        st->t.lines++;
+        st->out_gone |= put_bad(&st->t, st->line_no, NULL, CAIRN_ETOOBIG, err) != 0;
+        return 1;
+    }
+    if (n && p[n - 1] == '\r') /* a CRLF file */
+        n--;
+    size_t blank = 0;
+    while (blank < n && strchr(" \t", p[blank]))
+        blank++;
+    if (blank == n)
+        return 1;
+    st->t.lines++;
+    line_job job = {.input = NULL};
+    int rc = st->kcat ? parse_kcat(p, n, st->line_no, &job, err, sizeof err)
+                      : parse_jsonl(p, n, st->line_no, &job, err, sizeof err);
+    if (!rc && send_job(w, st->line_no, &job)) {
+        snprintf(err, sizeof err, "line %ld: the worker (pid %ld) is gone; not run", st->line_no,
+                 (long)w->pid);
+        rc = CAIRN_EINTR;
+    }
+    if (rc)
+        st->out_gone |= put_bad(&st->t, st->line_no, job.mid, rc, err) != 0;
+    else
+        st->busy++;
+    free(job.owned);
+    return 1;
+}
+
+/* A worker whose result pipe ended: reaped, and the line it ran (if any) reported as ended
+ * without a result: its task, if it started, is left to `retry` (a dead owner's lease is taken
+ * over at once). One that died in a task (a step that crashed it, the OOM killer) is replaced,
+ * so a long-lived consumer keeps its K; one that ended with no task could not start, and would
+ * not start again. */
+static void worker_ended(stream *st, worker *w)
+{
+    int status = 0;
+    if (w->job_fd >= 0)
+        close(w->job_fd);
+    close(w->res_fd);
+    w->job_fd = w->res_fd = -1;
+    while (waitpid(w->pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    st->alive--;
+    int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (w->line) {
+        char err[300];
+        snprintf(err, sizeof err,
+                 "line %ld: the worker (pid %ld) ended (%d) before its task did; `%s retry` "
+                 "takes the task up",
+                 w->line, (long)w->pid, code, cairn__cli_prog);
+        st->out_gone |= put_bad(&st->t, w->line, w->mid, CAIRN_EINTR, err) != 0;
+        w->line = 0;
+        st->busy--;
+        free(w->res.p);
+        w->res = (struct cairn__sbuf){0};
+        if (!st->stopping && !st->out_gone && !st->in.eof) {
+            if (spawn(st->ws, st->n_ws, (size_t)(w - st->ws), st->in.fd, st->o, st->graphs,
+                      st->n_graphs) == 0)
+                st->alive++;
+            else
+                fprintf(stderr, "%s consume: cannot start a worker: %s\n", cairn__cli_prog,
+                        strerror(errno));
+        }
+        return;
+    } else if (code && !st->stopping && !st->in.eof) {
+        /* it could not start (its reason is on stderr): the stream is not consumed */
+        fprintf(stderr, "%s consume: worker %ld ended with %d before the stream did\n",
+                cairn__cli_prog, (long)w->pid, code);
+        count(&st->t, code == CAIRN__EX_IOERR ? code : CAIRN__EX_TEMPFAIL);
+    }
+    free(w->res.p);
+    w->res = (struct cairn__sbuf){0};
+}
+
+/* Reads what worker w sent: each whole line is a result, printed as it is. */
+static void worker_read(stream *st, worker *w)
+{
+    char buf[65536];
+    ssize_t n = read(w->res_fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR)
+        return;
+    if (n <= 0) {
+        worker_ended(st, w);
+        return;
+    }
+    cairn__sb_put(&w->res, buf, (size_t)n);
+    char *nl;
+    while (w->res.p && (nl = memchr(w->res.p, '\n', w->res.len))) {
+        size_t l = (size_t)(nl - w->res.p);
+        json_t *j = json_loadb(w->res.p, l, 0, NULL);
+        int x = j ? (int)json_integer_value(json_object_get(j, "exit")) : CAIRN__EX_SOFTWARE;
+        if (x && j) {
+            const char *task = json_string_value(json_object_get(j, "task"));
+            fprintf(stderr, "%s consume: line %ld: %s%s%s (%s)\n", cairn__cli_prog, w->line,
+                    task ? task : "", task ? ": " : "",
+                    json_string_value(json_object_get(j, "message")),
+                    json_string_value(json_object_get(j, "error")));
+        }
+        json_decref(j);
+        count(&st->t, x);
+        st->out_gone |= put_result(w->res.p, l) != 0;
+        memmove(w->res.p, nl + 1, w->res.len - l - 1);
+        w->res.len -= l + 1;
+        w->line = 0;
+        st->busy--;
+    }
+}
+
+/* Ends the reading: no worker gets another job; those running finish theirs and exit. */
+static void close_jobs(stream *st)
+{
+    for (size_t i = 0; i < st->n_ws; i++)
+        if (st->ws[i].job_fd >= 0) {
+            close(st->ws[i].job_fd);
+            st->ws[i].job_fd = -1;
+        }
+}
+
+static void stream_loop(stream *st)
+{
+    for (;;) {
+        worker *w;
+        while (!st->stopping && !st->out_gone && (w = idle_worker(st)) && take_line(st, w))
+            ;
+        /* the reading is over at a stop, or once every byte read is a line taken */
+        int over = st->stopping || st->out_gone || !st->alive ||
+                   (st->in.eof && st->in.start == st->in.len);
+        int reading = !over && !st->in.eof && idle_worker(st) != NULL;
+        if (over)
+            close_jobs(st);
+        if (over && st->alive == 0)
+            return;
+        struct pollfd pf[2 + CAIRN__JOBS_MAX];
+        size_t np = 0, widx[CAIRN__JOBS_MAX];
+        pf[np++] = (struct pollfd){.fd = g_sig_pipe[0], .events = POLLIN};
+        if (reading)
+            pf[np++] = (struct pollfd){.fd = st->in.fd, .events = POLLIN};
+        size_t first_w = np;
+        for (size_t i = 0; i < st->n_ws; i++)
+            if (st->ws[i].res_fd >= 0) {
+                widx[np - first_w] = i;
+                pf[np++] = (struct pollfd){.fd = st->ws[i].res_fd, .events = POLLIN};
+            }
+        if (poll(pf, np, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            fprintf(stderr, "%s consume: poll: %s\n", cairn__cli_prog, strerror(errno));
+            st->stopping = 1;
+            continue;
+        }
+        if (pf[0].revents) {
+            char b[64];
+            ssize_t r = read(g_sig_pipe[0], b, sizeof b);
+            (void)r;
+            if (!st->stopping)
+                for (size_t i = 0; i < st->n_ws; i++)
+                    if (st->ws[i].res_fd >= 0)
+                        kill(st->ws[i].pid, SIGTERM); /* their runners stop as `run`'s does */
+            st->stopping = 1;
+        }
+        if (reading && pf[1].revents && reader_fill(&st->in) < 0) {
+            fprintf(stderr, "%s consume: reading the stream: %s\n", cairn__cli_prog,
+                    strerror(errno));
+            st->in.eof = 1;
+            st->read_err = 1; /* the user's stream, not the store: 66 */
+        }
+        for (size_t k = first_w; k < np; k++)
+            if (pf[k].revents)
+                worker_read(st, &st->ws[widx[k - first_w]]);
+    }
+}
+
+static int consume_main(const cairn__cli_opts *o, cairn_graph *const *graphs, size_t n)
+{
+    int rc;
+    if (!o->graph)
+        return cairn__cli_usage_error("consume", consume_help, "--graph G is required");
+    if ((rc = cairn__cli_tenant_usage("consume", consume_help, o)))
+        return rc;
+    const char *fmt = o->format ? o->format : "jsonl";
+    if (strcmp(fmt, "jsonl") && strcmp(fmt, "kcat"))
+        return cairn__cli_usage_error("consume", consume_help,
+                                      "invalid value '%s' for --format (jsonl or kcat)", fmt);
+    char err[4200];
+    if ((rc = cairn__cli_check_graph(graphs, n, o->graph, err, sizeof err)) ||
+        (rc = cairn__cli_preflight(o->graph, err, sizeof err)))
+        return cairn__cli_fail("consume", rc, err);
+    const char *path = o->input && strcmp(o->input, "-") ? o->input : NULL;
+    int fd = path ? open(path, O_RDONLY | O_CLOEXEC) : STDIN_FILENO;
+    struct stat sb;
+    if (fd < 0 || fstat(fd, &sb) || S_ISDIR(sb.st_mode)) {
+        snprintf(err, sizeof err, "%s: %s", path ? path : "<stdin>",
+                 fd < 0 ? strerror(errno) : "is a directory");
+        if (fd >= 0 && fd != STDIN_FILENO)
+            close(fd);
+        return cairn__cli_fail("consume", CAIRN_ENOENT, err);
+    }
+    /* the store is opened (created) and closed here, before any fork: see the top */
+    cairn__cli_session s;
+    rc = cairn__cli_session_open(&s, "consume", o, graphs, n, 0, 0);
+    cairn__cli_session_close(&s);
+    if (rc) {
+        if (fd != STDIN_FILENO)
+            close(fd);
+        return cairn__exit_code(rc);
+    }
+
+    stream st = {.o = o, .graphs = graphs, .n_graphs = n, .kcat = !strcmp(fmt, "kcat")};
+    st.in = (reader){.fd = fd, .chunk = S_ISREG(sb.st_mode) ? 65536 : 1};
+    st.n_ws = o->jobs ? o->jobs : 1;
+    st.ws = calloc(st.n_ws, sizeof *st.ws);
+    int x = CAIRN__EX_SOFTWARE;
+    if (!st.ws || pipe(g_sig_pipe)) {
+        fprintf(stderr, "%s consume: %s\n", cairn__cli_prog, strerror(errno));
+        goto out;
+    }
+    fcntl(g_sig_pipe[0], F_SETFD, FD_CLOEXEC);
+    fcntl(g_sig_pipe[1], F_SETFD, FD_CLOEXEC);
+    fcntl(g_sig_pipe[1], F_SETFL, O_NONBLOCK);
+    set_signals(on_stop_signal, SIG_IGN); /* a worker gone is seen on its pipe, stdout on fflush */
+    for (size_t i = 0; i < st.n_ws; i++)
+        st.ws[i].job_fd = st.ws[i].res_fd = -1;
+    for (size_t i = 0; i < st.n_ws; i++, st.alive++)
+        if (spawn(st.ws, st.n_ws, i, fd, o, graphs, n)) {
+            fprintf(stderr, "%s consume: cannot start a worker: %s\n", cairn__cli_prog,
+                    strerror(errno));
+            st.stopping = 1;
+            break;
+        }
+
+    stream_loop(&st);
+
+    const tally *t = &st.t;
+    int interrupted = st.stopping || st.out_gone || st.read_err || (!st.in.eof && !st.alive);
+    if (st.out_gone)
+        fprintf(stderr, "%s consume: standard output is gone: stopped\n", cairn__cli_prog);
+    fprintf(stderr,
+            "%s consume: %lu line(s): %lu succeeded, %lu to retry later, %lu need an operator "
+            "or a change (%lu bad line(s)), %lu store error(s)%s\n",
+            cairn__cli_prog, t->lines, t->ok, t->later, t->operator_, t->bad, t->store,
+            interrupted ? "; stopped before the end of the stream" : "");
+    x = t->store                  ? CAIRN__EX_IOERR
+        : st.read_err             ? CAIRN__EX_NOINPUT
+        : t->operator_            ? CAIRN__EX_UNAVAILABLE
+        : t->later || interrupted ? CAIRN__EX_TEMPFAIL
+                                  : CAIRN__EX_OK;
+    set_signals(SIG_DFL, SIG_DFL);
+out:
+    for (int i = 0; i < 2; i++)
+        if (g_sig_pipe[i] >= 0) {
+            close(g_sig_pipe[i]);
+            g_sig_pipe[i] = -1;
+        }
+    for (size_t i = 0; st.ws && i < st.n_ws; i++)
+        free(st.ws[i].res.p);
+    free(st.ws);
+    free(st.in.buf);
+    if (fd != STDIN_FILENO)
+        close(fd);
+    return x;
+}
+
+static const int consume_allowed[] = {CAIRN__O_GRAPH,
+                                      CAIRN__O_TASK_FROM,
+                                      CAIRN__O_JOBS,
+                                      CAIRN__O_FORMAT,
+                                      CAIRN__O_TENANT_FIELD,
+                                      CAIRN__O_MAX_PER_TENANT,
+                                      CAIRN__O_MAX_ATTEMPTS,
+                                      CAIRN__O_LEASE_MS,
+                                      CAIRN__O_INLINE_WAIT,
+                                      CAIRN__O_NOSYNC,
+                                      CAIRN__O_MAP_MAX,
+                                      CAIRN__O_ALLOW_GRAPH_CHANGE,
+                                      0};
+const cairn__cli_task cairn__task_consume = {
+    "consume", consume_help, consume_allowed, CAIRN__TAKES_FILE, 1, consume_main};
