@@ -31,8 +31,8 @@ static void test_help(void)
            tu_contains(r.out, "Exit codes"),
        "--help: exit 0 with usage and exit codes");
     tu_result_free(&r);
-    static const char *cmds[] = {"run",     "init", "show",  "list",  "retry",
-                                 "resolve", "gc",   "audit", "stats", "invalidate"};
+    static const char *cmds[] = {"run", "init",  "show",  "list",       "retry",  "resolve",
+                                 "gc",  "audit", "stats", "invalidate", "consume"};
     for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++) {
         /* a program built on cairn_cli_main speaks under its own name */
         char *want = tu_fmt("usage: cairn-ledger %s", cmds[i]);
@@ -84,6 +84,7 @@ static void test_every_command_options(void)
     } c[] = {
         {"run", {"--graph", "a", "--graph", "b"}, "--graph"},
         {"retry", {"--limit", "1", "--limit", "2"}, "--limit"},
+        {"consume", {"--graph", "a", "--jobs", "1", "--jobs", "2"}, "--jobs"},
         {"resolve", {"x", "--step", "a", "--step", "a"}, "--step"},
         {"invalidate", {"x", "--from", "a", "--from", "b"}, "--from"},
         {"gc", {"--retention-days", "1", "--retention-days", "1"}, "--retention-days"},
@@ -123,8 +124,8 @@ static void test_every_command_options(void)
         free(want);
     }
     /* --config is taken out of argv before the CLI parses it (tools/main.c): refused twice too */
-    static const char *const config_cmds[] = {"run", "retry", "invalidate"};
-    for (size_t i = 0; i < 3; i++) {
+    static const char *const config_cmds[] = {"run", "retry", "invalidate", "consume"};
+    for (size_t i = 0; i < 4; i++) {
         tu_result r;
         int rc = cli(&r, cairn, st, config_cmds[i], "--config", "a.json", "--config=b.json", NULL);
         ok(rc == 64 && tu_contains(first_line(r.err), "--config given twice"),
