@@ -32,8 +32,7 @@
  * root (damage to LMDB's directory sends a database to another's pages) fails like any other. */
 static uint64_t sum_of(cairn_store *s, MDB_dbi dbi, const MDB_val *k, const void *v, size_t n)
 {
-    const char *db = cairn__db_name(s, dbi);
-    uint64_t seed = XXH3_64bits_withSeed(k->mv_data, k->mv_size, XXH3_64bits(db, strlen(db)));
+    uint64_t seed = XXH3_64bits_withSeed(k->mv_data, k->mv_size, cairn__db_seed(s, dbi));
     return XXH3_64bits_withSeed(v, n, seed);
 }
 

@@ -44,6 +44,8 @@
  * stores; records.c the record coding and the task/step/progress/audit records, index.c the
  * index scans, messages and statistics.
  */
+#include <xxhash.h>
+
 #include "checkpoint/store_impl.h"
 
 #include "common/mdb.h"
@@ -142,21 +144,44 @@ static MDB_dbi *db_handle(cairn_store *s, size_t i)
 }
 
 #define N_DBS (sizeof db_names / sizeof *db_names)
-
-const char *cairn__db_name(cairn_store *s, MDB_dbi dbi)
-{
-    for (size_t i = 0; i < N_DBS; i++)
-        if (*db_handle(s, i) == dbi)
-            return db_names[i];
-    return "?";
-}
+_Static_assert(sizeof db_names / sizeof *db_names == CAIRN__N_DBS, "store_impl.h counts them");
 
 int cairn__db_index(cairn_store *s, MDB_dbi dbi)
 {
+    if (dbi < CAIRN__DBI_MAX && s->dbi_ix[dbi])
+        return s->dbi_ix[dbi] - 1; /* (every record's checksum asks: a table, once open) */
     for (size_t i = 0; i < N_DBS; i++)
         if (*db_handle(s, i) == dbi)
             return (int)i;
     return -1;
+}
+
+const char *cairn__db_name(cairn_store *s, MDB_dbi dbi)
+{
+    int i = cairn__db_index(s, dbi);
+    return i < 0 ? "?" : db_names[i];
+}
+
+uint64_t cairn__db_seed(cairn_store *s, MDB_dbi dbi)
+{
+    int i = cairn__db_index(s, dbi);
+    if (i >= 0 && s->db_seeded[i])
+        return s->db_seed[i];
+    const char *db = i < 0 ? "?" : db_names[i];
+    return XXH3_64bits(db, strlen(db));
+}
+
+/* The handles are final once the databases are open: index them, with each name's hash. */
+static void index_dbs(cairn_store *s)
+{
+    memset(s->dbi_ix, 0, sizeof s->dbi_ix);
+    for (size_t i = 0; i < N_DBS; i++) {
+        MDB_dbi d = *db_handle(s, i);
+        if (d < CAIRN__DBI_MAX)
+            s->dbi_ix[d] = (signed char)(i + 1);
+        s->db_seed[i] = XXH3_64bits(db_names[i], strlen(db_names[i]));
+        s->db_seeded[i] = 1;
+    }
 }
 
 size_t cairn__db_count(void) { return N_DBS; }
@@ -409,8 +434,10 @@ int cairn_store_open(cairn_store *s, const char *dir)
         return open_failed(s, cairn__guard_fault(s, &g));
     cairn__guard_push(&g);
     int orc = open_dbs(s);
-    if (!orc)
+    if (!orc) {
+        index_dbs(s);
         cairn__map_note(s); /* now the main database has a key to find the map by */
+    }
     cairn__guard_pop(&g);
     if (orc)
         return open_failed(s, orc);

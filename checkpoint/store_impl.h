@@ -14,6 +14,8 @@
 
 typedef struct cairn__synced cairn__synced;
 typedef struct cairn__journal cairn__journal;
+#define CAIRN__DBI_MAX 64 /* handles below this are indexed (LMDB numbers them from 2) */
+#define CAIRN__N_DBS 12   /* store.c's databases */
 
 struct cairn_store {
     MDB_env *env;
@@ -35,6 +37,10 @@ struct cairn_store {
     uint64_t map_max, map_size;
     cairn__synced *synced;   /* synced.c: sync stores only (the marker, the pin, their mutex) */
     cairn__journal *journal; /* journal.c: a sync store open for writing */
+    /* store.c: each open database's index by handle (+1; 0: unknown), and its name's hash */
+    signed char dbi_ix[CAIRN__DBI_MAX];
+    uint64_t db_seed[CAIRN__N_DBS];
+    unsigned char db_seeded[CAIRN__N_DBS];
     uint32_t inject_nth;
     int inject_err;
     int inject_flush_err; /* the next durable point's data flush fails with this errno */
@@ -92,6 +98,7 @@ int cairn__sum_seal_all(cairn__txn *t, MDB_dbi dbi);
  * databases (-1: not one of them), and that list, for the journal's replay. */
 const char *cairn__db_name(cairn_store *s, MDB_dbi dbi);
 int cairn__db_index(cairn_store *s, MDB_dbi dbi);
+uint64_t cairn__db_seed(cairn_store *s, MDB_dbi dbi); /* XXH3-64 of its name */
 size_t cairn__db_count(void);
 const char *cairn__db_name_at(size_t i);
 
