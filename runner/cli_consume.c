@@ -13,9 +13,11 @@
  * step's loaded model) is loaded once per worker, not once per task.
  *
  * Backpressure: the parent reads a line only when a worker is idle, so at most K lines are read
- * and unfinished. From a pipe it reads one byte at a time (a buffered read would take whatever
- * the producer has written, beyond K lines); from a regular file, where no producer waits, in
- * large chunks. Results are printed in completion order, one JSON line each, as each worker
+ * and unfinished. From a pipe it never reads past the line it wants (a buffered read would take
+ * whatever the producer has written, beyond K lines): it peeks with tee(2) into a pipe of its
+ * own, finds the newline there, and reads exactly that far; from another kind of stream (a
+ * terminal, a socket) one byte at a time; from a regular file, where no producer waits, in large
+ * chunks. Results are printed in completion order, one JSON line each, as each worker
  * sends it. A stop (SIGTERM, SIGINT, SIGHUP) ends the reading, is passed on to the workers
  * (their runners stop as `run`'s does: the running step ends, the lease is released, EINTR),
  * and the parent waits for every worker's last result. The lines not read yet are left to the
@@ -64,30 +66,35 @@ static const char consume_help[] =
 
 /* ------------------------------------------------------------------ reading lines */
 
-/* Lines from a file descriptor; `chunk` bytes a read (1 for a pipe: see the top). */
+/* Lines from a file descriptor; `chunk` bytes a read (1 for a stream: see the top), peek a pipe
+ * of our own that tee(2) copies a pipe's unread bytes into (-1: none). */
 typedef struct reader {
     int fd;
     size_t chunk;
+    int peek[2];
     char *buf;
     size_t start, len, cap; /* the unread bytes are buf[start, len) */
     int eof;
     int skipping; /* inside a line that was too long: drop up to its newline */
 } reader;
 
+#define PEEK_MAX 65536 /* a pipe's default capacity: what one tee(2) copies at most */
+
 /* One read(2). 1: bytes came (or EINTR: try again), 0: end of input, -1: error (errno). */
 static int reader_fill(reader *r)
 {
+    size_t need = r->peek[0] >= 0 ? PEEK_MAX : r->chunk;
     if (r->start > 0 && r->start == r->len)
         r->start = r->len = 0;
-    if (r->cap - r->len < r->chunk) {
+    if (r->cap - r->len < need) {
         if (r->start > 0) {
             memmove(r->buf, r->buf + r->start, r->len - r->start);
             r->len -= r->start;
             r->start = 0;
         }
-        if (r->cap - r->len < r->chunk) {
+        if (r->cap - r->len < need) {
             size_t cap = r->cap ? r->cap * 2 : 65536;
-            while (cap - r->len < r->chunk)
+            while (cap - r->len < need)
                 cap *= 2;
             char *b = realloc(r->buf, cap);
             if (!b) {
@@ -98,7 +105,26 @@ static int reader_fill(reader *r)
             r->cap = cap;
         }
     }
-    ssize_t n = read(r->fd, r->buf + r->len, r->chunk);
+    size_t want = r->chunk;
+    if (r->peek[0] >= 0 && r->cap - r->len >= PEEK_MAX) {
+        /* the unread bytes, copied but not taken: take them up to the first newline */
+        ssize_t t = tee(r->fd, r->peek[1], PEEK_MAX, 0);
+        if (t > 0) {
+            ssize_t got = read(r->peek[0], r->buf + r->len, (size_t)t);
+            if (got != t) { /* cannot happen (the pipe was empty and holds t bytes) */
+                errno = EIO;
+                return -1;
+            }
+            char *nl = memchr(r->buf + r->len, '\n', (size_t)t);
+            want = nl ? (size_t)(nl - (r->buf + r->len)) + 1 : (size_t)t;
+        } else if (t < 0 && errno != EINTR) {
+            close(r->peek[0]), close(r->peek[1]); /* (not a pipe after all): byte by byte */
+            r->peek[0] = r->peek[1] = -1;
+        } else if (t < 0) {
+            return 1;
+        }
+    }
+    ssize_t n = read(r->fd, r->buf + r->len, want);
     if (n < 0)
         return errno == EINTR ? 1 : -1;
     if (n == 0) {
@@ -720,7 +746,9 @@ static int consume_main(const cairn__cli_opts *o, cairn_graph *const *graphs, si
     }
 
     stream st = {.o = o, .graphs = graphs, .n_graphs = n, .kcat = !strcmp(fmt, "kcat")};
-    st.in = (reader){.fd = fd, .chunk = S_ISREG(sb.st_mode) ? 65536 : 1};
+    st.in = (reader){.fd = fd, .chunk = S_ISREG(sb.st_mode) ? 65536 : 1, .peek = {-1, -1}};
+    if (S_ISFIFO(sb.st_mode) && pipe2(st.in.peek, O_CLOEXEC) != 0)
+        st.in.peek[0] = st.in.peek[1] = -1; /* byte by byte, then */
     st.n_ws = o->jobs ? o->jobs : 1;
     st.ws = calloc(st.n_ws, sizeof *st.ws);
     int x = CAIRN__EX_SOFTWARE;
@@ -769,6 +797,8 @@ out:
         free(st.ws[i].res.p);
     free(st.ws);
     free(st.in.buf);
+    if (st.in.peek[0] >= 0)
+        close(st.in.peek[0]), close(st.in.peek[1]);
     if (fd != STDIN_FILENO)
         close(fd);
     return x;
