@@ -259,6 +259,9 @@ static int create_dbs_txn(cairn__txn *t, void *arg)
     for (size_t i = 0; i < N_DBS && schema > 0 && schema < 3 && !rc; i++)
         if ((rc = cairn__sum_seal_all(t, *db_handle(s, i))))
             return cairn__mdb_fail(t, s, rc, "upgrade the store to schema 3 (checksums)");
+    /* before schema 4 records were maps keyed by field name: each is written in its array form */
+    if (schema > 0 && schema < 4 && (rc = cairn__records_upgrade(t)))
+        return rc;
     if ((rc = store_id_make(t)) || schema == CAIRN__SCHEMA)
         return rc;
     /* a new store's task counts are zeros; an upgraded one's are counted once, here */

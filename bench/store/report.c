@@ -187,8 +187,15 @@ void bench_report_text(const bench_results *r)
                (unsigned long long)z->cairn_bytes);
         printf("  %-50s %12.0f bytes a task (%llu in all)\n", "SQLite (page_count * page_size)", s,
                (unsigned long long)z->sqlite_bytes);
-        printf("  target: SQLite bytes / cairn bytes >= %.1f: %s (%.2fx)\n\n", BENCH_TARGET_SIZE,
+        printf("  target: SQLite bytes / cairn bytes >= %.1f: %s (%.2fx)\n", BENCH_TARGET_SIZE,
                verdict(s / c, BENCH_TARGET_SIZE), s / c);
+        printf("  cairn's databases:");
+        for (int i = 0; i < z->n_db; i++)
+            if (z->db[i].pages)
+                printf("\n    %-10s %8llu pages %8llu records, leaf pages %3.0f%% full",
+                       z->db[i].name, (unsigned long long)z->db[i].pages,
+                       (unsigned long long)z->db[i].records, 100 * z->db[i].fill);
+        printf("\n\n");
     }
 
     printf("Notes:\n");
