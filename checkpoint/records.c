@@ -7,9 +7,10 @@
  * took, and a read takes each field in place, without building an object tree. Every declared
  * length is checked against the bytes there, so a corrupt record is CAIRN_ECORRUPT naming it,
  * never a huge allocation or a crash; a store of an older schema is converted when a writer
- * first opens it (store.c), a newer one refused there. Every index entry of a task (status/due, tenant, finished) is
- * derived from the task record: cairn__task_put deletes the old record's entries and adds the
- * new one's in the same transaction, so the indexes cannot drift from the records.
+ * first opens it (store.c), a newer one refused there. Every index entry of a task (status/due,
+ * tenant, finished) is derived from the task record: cairn__task_put deletes the old record's
+ * entries and adds the new one's in the same transaction, so the indexes cannot drift from the
+ * records.
  */
 #include <errno.h>
 #include <stddef.h>
@@ -87,14 +88,22 @@ static int64_t rd_int(rd *r)
     if (b >= 0xe0)
         return (int64_t)b - 0x100;
     switch (b) {
-    case 0xcc: return (int64_t)rd_be(r, 1);
-    case 0xcd: return (int64_t)rd_be(r, 2);
-    case 0xce: return (int64_t)rd_be(r, 4);
-    case 0xcf: return (int64_t)rd_be(r, 8);
-    case 0xd0: return (int8_t)rd_be(r, 1);
-    case 0xd1: return (int16_t)rd_be(r, 2);
-    case 0xd2: return (int32_t)rd_be(r, 4);
-    case 0xd3: return (int64_t)rd_be(r, 8);
+    case 0xcc:
+        return (int64_t)rd_be(r, 1);
+    case 0xcd:
+        return (int64_t)rd_be(r, 2);
+    case 0xce:
+        return (int64_t)rd_be(r, 4);
+    case 0xcf:
+        return (int64_t)rd_be(r, 8);
+    case 0xd0:
+        return (int8_t)rd_be(r, 1);
+    case 0xd1:
+        return (int16_t)rd_be(r, 2);
+    case 0xd2:
+        return (int32_t)rd_be(r, 4);
+    case 0xd3:
+        return (int64_t)rd_be(r, 8);
     }
     r->bad = 1;
     return 0;
@@ -107,7 +116,7 @@ static int64_t rd_time(rd *r, int64_t base)
         r->p++;
         return 0;
     }
-    return base + rd_int(r);
+    return (int64_t)((uint64_t)base + (uint64_t)rd_int(r)); /* wraps as pk_time's difference */
 }
 
 /* The length of a str (bin: 0) or bin (bin: 1) whose type byte is b; the bytes must be there. */
@@ -229,7 +238,7 @@ static void pk_time(msgpack_packer *pk, int64_t v, int64_t base)
     if (v == 0)
         msgpack_pack_nil(pk);
     else
-        msgpack_pack_int64(pk, v - base);
+        msgpack_pack_int64(pk, (int64_t)((uint64_t)v - (uint64_t)base)); /* no overflow */
 }
 
 static void pk_begin(cairn__txn *t, msgpack_packer *pk, uint32_t fields)
@@ -362,8 +371,8 @@ static int task_decode(cairn__txn *t, const MDB_val *v, const char *id, cairn__t
         if ((rc = cairn__task_decode3(t, v, id, o)))
             return rc;
     } else {
-        memset(o, 0, sizeof *o);
-        snprintf(o->id, sizeof o->id, "%s", id);
+        /* every field is set below: no memset of the 2 KB record on the resume path */
+        memcpy(o->id, id, strlen(id) + 1);
         rd_str(&r, o->graph, sizeof o->graph);
         rd_hex(&r, o->fingerprint);
         rd_hex(&r, o->payload_hash);
@@ -898,26 +907,31 @@ int cairn__step_get(cairn__txn *t, const char *task, const char *step, uint32_t 
     step_key(&want, task, step, gen);
     prefix.len = want.len - 4;
     memcpy(prefix.b, want.b, prefix.len);
-    MDB_cursor *c;
-    int rc = mdb_cursor_open(t->txn, t->s->steps, &c);
+    int rc = t->steps_cur ? 0 : mdb_cursor_open(t->txn, t->s->steps, &t->steps_cur);
     if (rc)
         return cairn__mdb_fail(t, t->s, rc, "open cursor");
-    /* the record applying in `gen` is the last key <= prefix|gen */
+    MDB_cursor *c = t->steps_cur;
+    /* The record applying in `gen` is the last key <= prefix|gen: usually gen's own, found by
+     * an exact lookup, which needs no look at its neighbours. A miss there proves nothing (the
+     * key may be damaged), so it goes on to the range search, whose misses are checked. */
     MDB_val k = kv(&want), v;
-    rc = cairn__cursor_get(t, c, &k, &v, MDB_SET_RANGE);
-    if (rc == 0 && !(k.mv_size == want.len && memcmp(k.mv_data, want.b, want.len) == 0))
-        rc = cairn__cursor_get(t, c, &k, &v, MDB_PREV);
-    else if (rc == MDB_NOTFOUND)
-        rc = cairn__cursor_get(t, c, &k, &v, MDB_LAST);
-    if (rc == 0 && (k.mv_size != want.len || memcmp(k.mv_data, prefix.b, prefix.len) != 0))
-        rc = MDB_NOTFOUND;
+    rc = cairn__cursor_get(t, c, &k, &v, MDB_SET_KEY);
+    if (rc == MDB_NOTFOUND) {
+        k = kv(&want);
+        rc = cairn__cursor_get(t, c, &k, &v, MDB_SET_RANGE);
+        if (rc == 0 && !(k.mv_size == want.len && memcmp(k.mv_data, want.b, want.len) == 0))
+            rc = cairn__cursor_get(t, c, &k, &v, MDB_PREV);
+        else if (rc == MDB_NOTFOUND)
+            rc = cairn__cursor_get(t, c, &k, &v, MDB_LAST);
+        if (rc == 0 && (k.mv_size != want.len || memcmp(k.mv_data, prefix.b, prefix.len) != 0))
+            rc = MDB_NOTFOUND;
+    }
     if (rc == 0)
         rc = step_decode(t, &k, &v, step, out);
     else if (rc == MDB_NOTFOUND)
         rc = CAIRN_ENOTFOUND;
     else
         rc = cairn__mdb_fail(t, t->s, rc, "read step");
-    mdb_cursor_close(c);
     return rc;
 }
 

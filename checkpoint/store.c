@@ -454,6 +454,8 @@ int cairn__store_begin(cairn_store *s, unsigned flags, MDB_txn **txn)
 
 static void txn_buffers_free(cairn__txn *t)
 {
+    if (t->steps_cur)
+        mdb_cursor_close(t->steps_cur);
     msgpack_sbuffer_destroy(&t->buf);
     if (t->zone_ready)
         msgpack_zone_destroy(&t->zone);

@@ -1,7 +1,7 @@
 /* checkpoint/store_impl.h - what the store's own files share (store.c: environment and
  * transactions; records.c: record coding, tasks, steps, progress, audit; index.c: scans of the
- * secondary indexes, messages, statistics; records3.c: schema 3's record form). runner/ never includes it: LMDB stays behind
- * checkpoint/store.h. */
+ * secondary indexes, messages, statistics; records3.c: schema 3's record form). runner/ never
+ * includes it: LMDB stays behind checkpoint/store.h. */
 #ifndef CAIRN_CHECKPOINT_STORE_IMPL_H
 #define CAIRN_CHECKPOINT_STORE_IMPL_H
 
@@ -56,6 +56,10 @@ struct cairn__txn {
     msgpack_sbuffer buf;
     msgpack_zone zone; /* decoded records' objects (records.c); zone_ready once initialised */
     int zone_ready;
+    /* records.c: the steps cursor step lookups share, closed with the transaction: a resume
+     * reads its step's record and its dependency's, keys side by side, and LMDB finds a key
+     * on the page its cursor is on without searching from the root */
+    MDB_cursor *steps_cur;
 };
 
 /* Translates an LMDB (or errno) code into a cairn code, keeping the original in the message; a
