@@ -210,21 +210,24 @@ static void pk_s(msgpack_packer *pk, const char *v)
 }
 
 /* 64 lowercase hex digits (every hash cairn makes) as their 32 bytes, anything else as given. */
-static int unhex64(const char *v, unsigned char out[32])
+/* The 32 bytes of n characters that are 64 lowercase hex digits: 1, else 0. */
+static int unhex64(const char *v, size_t n, unsigned char out[32])
 {
+    if (n != 64)
+        return 0;
     for (size_t i = 0; i < 64; i++) {
         int c = v[i], d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
         if (d < 0)
             return 0;
         out[i / 2] = (unsigned char)(i % 2 ? out[i / 2] << 4 | d : d);
     }
-    return v[64] == 0;
+    return 1;
 }
 
 static void pk_hex(msgpack_packer *pk, const char *v)
 {
     unsigned char b[32];
-    if (!unhex64(v, b)) {
+    if (!unhex64(v, strnlen(v, 65), b)) {
         pk_s(pk, v);
         return;
     }
@@ -810,7 +813,7 @@ int cairn__task_drop_outputs(cairn__txn *t, const char *id)
  * that is not lowercase hex, and every schema-3 record). */
 static size_t idem_encode(const char *hash, unsigned char out[64])
 {
-    if (unhex64(hash, out))
+    if (unhex64(hash, 64, out))
         return 32;
     memcpy(out, hash, 64);
     return 64;

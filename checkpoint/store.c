@@ -264,9 +264,11 @@ static int create_dbs_txn(cairn__txn *t, void *arg)
         return rc;
     if ((rc = store_id_make(t)) || schema == CAIRN__SCHEMA)
         return rc;
-    /* a new store's task counts are zeros; an upgraded one's are counted once, here */
+    /* a new store's task counts are zeros; one of schema 1 or 2 has none and is counted once,
+     * here; schema 3 kept them (a damaged task record then stays for cairn check to name) */
     uint64_t counts[CAIRN__COUNTS];
-    if ((rc = cairn__counts_scan(t, counts)) || (rc = cairn__counts_put(t, counts)))
+    if (schema != 3 &&
+        ((rc = cairn__counts_scan(t, counts)) || (rc = cairn__counts_put(t, counts))))
         return rc;
     uint32_t now = CAIRN__SCHEMA;
     MDB_val k = {6, "schema"}, v = {sizeof now, &now};
