@@ -2,7 +2,7 @@
  *
  * One LMDB environment per store directory, with named databases:
  *   meta      schema version; store_id (16 random bytes made at creation)
- *   tasks     id -> task record (msgpack map: state, lease, attempts, hashes, times)
+ *   tasks     id -> task record (msgpack array: state, lease, attempts, hashes, times)
  *   inputs    id -> the task input as msgpack (apart, so step commits never rewrite it)
  *   steps     id\0step\0gen(be32) -> step record (state, invocations, output bytes)
  *   progress  id\0step\0gen(be32) -> progress bytes of a long step

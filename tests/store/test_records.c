@@ -438,12 +438,17 @@ static void mu(msgpack_packer *pk, const char *k, uint64_t v)
     mk(pk, k), msgpack_pack_uint64(pk, v);
 }
 
+static void map_begin(msgpack_sbuffer *sb, msgpack_packer *pk, uint32_t pairs)
+{
+    msgpack_sbuffer_clear(sb);
+    msgpack_packer_init(pk, sb, msgpack_sbuffer_write);
+    msgpack_pack_map(pk, pairs);
+}
+
 static void task3(msgpack_sbuffer *sb, const cairn__task_rec *r)
 {
     msgpack_packer pk;
-    msgpack_sbuffer_clear(sb);
-    msgpack_packer_init(&pk, sb, msgpack_sbuffer_write);
-    msgpack_pack_map(&pk, 24);
+    map_begin(sb, &pk, 24);
     mu(&pk, "v", 3), ms(&pk, "id", r->id), ms(&pk, "graph", r->graph);
     ms(&pk, "fp", r->fingerprint), ms(&pk, "hash", r->payload_hash);
     ms(&pk, "pin", r->steps_pin), ms(&pk, "tenant", r->tenant), ms(&pk, "err", r->error);
@@ -459,9 +464,7 @@ static void task3(msgpack_sbuffer *sb, const cairn__task_rec *r)
 static void step3(msgpack_sbuffer *sb, const cairn__step_rec *r)
 {
     msgpack_packer pk;
-    msgpack_sbuffer_clear(sb);
-    msgpack_packer_init(&pk, sb, msgpack_sbuffer_write);
-    msgpack_pack_map(&pk, 9);
+    map_begin(sb, &pk, 9);
     mu(&pk, "v", 3), mu(&pk, "state", r->state), mu(&pk, "resolved", r->resolved);
     mu(&pk, "gen", r->generation), mu(&pk, "inv", r->invocations);
     mi(&pk, "updated", r->updated_ms), mi(&pk, "intent", r->intent_ms), ms(&pk, "err", r->error);
@@ -475,9 +478,7 @@ static void step3(msgpack_sbuffer *sb, const cairn__step_rec *r)
 static void audit3(msgpack_sbuffer *sb, const cairn__audit_rec *a)
 {
     msgpack_packer pk;
-    msgpack_sbuffer_clear(sb);
-    msgpack_packer_init(&pk, sb, msgpack_sbuffer_write);
-    msgpack_pack_map(&pk, 8);
+    map_begin(sb, &pk, 8);
     mu(&pk, "v", 3), mi(&pk, "t", a->t_ms), mu(&pk, "from", a->from), mu(&pk, "to", a->to);
     mu(&pk, "attempt", a->attempt), mu(&pk, "gen", a->generation), ms(&pk, "step", a->step);
     ms(&pk, "reason", a->reason);
