@@ -324,6 +324,13 @@ void bench_report_json(const bench_results *r)
                       "cairn_bytes", (json_int_t)z->cairn_bytes, "sqlite_bytes",
                       (json_int_t)z->sqlite_bytes, "sqlite_over_cairn", ratio, "target",
                       BENCH_TARGET_SIZE, "result", verdict(ratio, BENCH_TARGET_SIZE)));
+        json_t *dbs = json_array();
+        for (int i = 0; i < z->n_db; i++)
+            json_array_append_new(dbs, json_pack("{s:s, s:I, s:I, s:f}", "name", z->db[i].name,
+                                                 "pages", (json_int_t)z->db[i].pages, "records",
+                                                 (json_int_t)z->db[i].records, "leaf_fill",
+                                                 z->db[i].fill));
+        json_object_set_new(json_object_get(doc, "size"), "cairn_databases", dbs);
     }
     json_t *jn = json_array();
     for (size_t i = 0; i < sizeof notes / sizeof *notes; i++)
