@@ -1,13 +1,16 @@
 /* checkpoint/records.c - the store's records: how tasks, steps, progress and audit entries are
  * encoded, and how writing a task keeps its secondary indexes in step.
  *
- * Records are msgpack maps with short keys and a schema version; decoding looks fields up by
- * name, so a newer writer's extra fields are ignored and a record from a newer schema is
- * refused. Bytes from the file are checked for plausibility (declared lengths against what is
- * there) before msgpack-c sees them, so a corrupt record is an error naming the task, never a
- * huge allocation or a crash. Every index entry of a task (status/due, tenant, finished) is
- * derived from the task record: cairn__task_put deletes the old record's entries and adds the
- * new one's in the same transaction, so the indexes cannot drift from the records.
+ * Records (schema 4) are msgpack arrays with every field at a fixed position, nothing repeated
+ * that the key already says, hashes as their 32 bytes and a task's times as distances from its
+ * creation: a small task's records take about half what schema 3's maps keyed by field name
+ * took, and a read takes each field in place, without building an object tree. Every declared
+ * length is checked against the bytes there, so a corrupt record is CAIRN_ECORRUPT naming it,
+ * never a huge allocation or a crash; a store of an older schema is converted when a writer
+ * first opens it (store.c), a newer one refused there. Every index entry of a task (status/due,
+ * tenant, finished) is derived from the task record: cairn__task_put deletes the old record's
+ * entries and adds the new one's in the same transaction, so the indexes cannot drift from the
+ * records.
  */
 #include <errno.h>
 #include <stddef.h>
@@ -16,6 +19,7 @@
 #include <string.h>
 
 #include "checkpoint/store_impl.h"
+#include "common/hash.h"
 
 static void step_key(key *k, const char *task, const char *step, uint32_t gen)
 {
@@ -41,50 +45,217 @@ static void due_key(key *k, const cairn__task_rec *r)
 
 /* ------------------------------------------------------------------ record coding */
 
-static void pk_str(msgpack_packer *pk, const char *k, const char *v)
+/* Schema 4 records are msgpack arrays whose fields sit at fixed positions (the layouts are at
+ * each encoder), written with msgpack-c's packer. They are read in place by the small reader
+ * below rather than by msgpack-c's unpacker, which builds an object tree in a zone for every
+ * record: a resume read wants a handful of integers and strings at known positions, and the
+ * reader takes each straight from the LMDB value, checking every declared length against the
+ * bytes left. A record whose first byte is a map was written by schema 3 or before
+ * (records3.c reads it). What a field that repeats what the key says (the task ID, a step's
+ * generation) would add, the checksum already binds: it covers the key (checksum.c). */
+
+typedef struct rd {
+    const unsigned char *p, *e;
+    int bad; /* a field was not of its type, or ran past the end */
+} rd;
+
+static uint64_t rd_be(rd *r, unsigned n)
 {
-    size_t n = strlen(k), m = strlen(v);
-    msgpack_pack_str(pk, n), msgpack_pack_str_body(pk, k, n);
-    msgpack_pack_str(pk, m), msgpack_pack_str_body(pk, v, m);
-}
-static void pk_int(msgpack_packer *pk, const char *k, int64_t v)
-{
-    size_t n = strlen(k);
-    msgpack_pack_str(pk, n), msgpack_pack_str_body(pk, k, n);
-    msgpack_pack_int64(pk, v);
-}
-static void pk_uint(msgpack_packer *pk, const char *k, uint64_t v)
-{
-    size_t n = strlen(k);
-    msgpack_pack_str(pk, n), msgpack_pack_str_body(pk, k, n);
-    msgpack_pack_uint64(pk, v);
-}
-static void pk_bin(msgpack_packer *pk, const char *k, const void *v, size_t len)
-{
-    size_t n = strlen(k);
-    msgpack_pack_str(pk, n), msgpack_pack_str_body(pk, k, n);
-    if (!v) {
-        msgpack_pack_nil(pk);
-        return;
+    if ((size_t)(r->e - r->p) < n) {
+        r->bad = 1;
+        return 0;
     }
-    msgpack_pack_bin(pk, len), msgpack_pack_bin_body(pk, v, len);
+    uint64_t v = 0;
+    for (unsigned i = 0; i < n; i++)
+        v = v << 8 | *r->p++;
+    return v;
 }
 
-/* A decoded record: the fields are looked up by name. The objects live in the transaction's
- * zone (reused from record to record, cleared by rec_close); strings and bins point into the
- * LMDB value. Decoders read fields in the order the encoders write them, so a lookup that
- * starts where the previous one matched finds its field at once. */
-typedef struct rec {
-    msgpack_zone *zone;
-    msgpack_object_map map;
-    uint32_t hint;
-} rec;
+static unsigned rd_byte(rd *r)
+{
+    if (r->p >= r->e) {
+        r->bad = 1;
+        return 0xc1; /* never a valid msgpack type byte: every reader refuses it */
+    }
+    return *r->p++;
+}
+
+static int64_t rd_int(rd *r)
+{
+    unsigned b = rd_byte(r);
+    if (b <= 0x7f)
+        return b;
+    if (b >= 0xe0)
+        return (int64_t)b - 0x100;
+    switch (b) {
+    case 0xcc:
+        return (int64_t)rd_be(r, 1);
+    case 0xcd:
+        return (int64_t)rd_be(r, 2);
+    case 0xce:
+        return (int64_t)rd_be(r, 4);
+    case 0xcf:
+        return (int64_t)rd_be(r, 8);
+    case 0xd0:
+        return (int8_t)rd_be(r, 1);
+    case 0xd1:
+        return (int16_t)rd_be(r, 2);
+    case 0xd2:
+        return (int32_t)rd_be(r, 4);
+    case 0xd3:
+        return (int64_t)rd_be(r, 8);
+    }
+    r->bad = 1;
+    return 0;
+}
+
+/* A time stored relative to `base` (nil: none, 0). */
+static int64_t rd_time(rd *r, int64_t base)
+{
+    if (r->p < r->e && *r->p == 0xc0) {
+        r->p++;
+        return 0;
+    }
+    return (int64_t)((uint64_t)base + (uint64_t)rd_int(r)); /* wraps as pk_time's difference */
+}
+
+/* The length of a str (bin: 0) or bin (bin: 1) whose type byte is b; the bytes must be there. */
+static size_t rd_len(rd *r, unsigned b, int bin)
+{
+    uint64_t n;
+    if (!bin && b >= 0xa0 && b <= 0xbf)
+        n = b & 0x1f;
+    else if (b == (bin ? 0xc4u : 0xd9u))
+        n = rd_be(r, 1);
+    else if (b == (bin ? 0xc5u : 0xdau))
+        n = rd_be(r, 2);
+    else if (b == (bin ? 0xc6u : 0xdbu))
+        n = rd_be(r, 4);
+    else
+        r->bad = 1, n = 0;
+    if (n > (uint64_t)(r->e - r->p))
+        r->bad = 1, n = 0;
+    return (size_t)n;
+}
+
+/* A string into out (cap bytes, NUL-terminated; a longer one is cut, as schema 3 did). */
+static void rd_str(rd *r, char *out, size_t cap)
+{
+    size_t n = rd_len(r, rd_byte(r), 0), m = n < cap - 1 ? n : cap - 1;
+    memcpy(out, r->p, m);
+    out[m] = 0;
+    r->p += n;
+}
+
+static void rd_bin(rd *r, const void **p, size_t *len)
+{
+    *p = NULL, *len = 0;
+    if (r->p < r->e && *r->p == 0xc0) {
+        r->p++;
+        return;
+    }
+    size_t n = rd_len(r, rd_byte(r), 1);
+    if (!r->bad)
+        *p = r->p, *len = n;
+    r->p += n;
+}
+
+/* A SHA-256 in hex: 32 bytes (pk_hex), or a string as it was given. */
+static void rd_hex(rd *r, char out[65])
+{
+    if (r->p < r->e && *r->p == 0xc4) {
+        const void *b;
+        size_t n;
+        rd_bin(r, &b, &n);
+        if (n != 32)
+            r->bad = 1, n = 0;
+        cairn__hex(b, n, out);
+        return;
+    }
+    rd_str(r, out, 65);
+}
+
+/* Opens a schema-4 record of `fields` fields: 1 if v is one, 0 if it is a map (schema 3),
+ * CAIRN_ECORRUPT (naming the record) if it is neither. */
+static int rd_open(cairn__txn *t, rd *r, const MDB_val *v, uint32_t fields, const char *what,
+                   const char *id)
+{
+    r->p = v->mv_data, r->e = r->p + v->mv_size, r->bad = 0;
+    unsigned b = v->mv_size ? *r->p : 0xc1;
+    if ((b >= 0x80 && b <= 0x8f) || b == 0xde || b == 0xdf)
+        return 0;
+    r->p++;
+    uint64_t n = b >= 0x90 && b <= 0x9f ? b & 0x0f : b == 0xdc ? rd_be(r, 2) : UINT64_MAX;
+    if (n != fields)
+        return cairn__store_fail(t->s, CAIRN_ECORRUPT,
+                                 "corrupt %s record for '%s' in store %s (%zu bytes)", what, id,
+                                 t->s->dir, (size_t)v->mv_size);
+    return 1;
+}
+
+/* 0 if the whole record was read as its fields, else CAIRN_ECORRUPT naming it. */
+static int rd_close(cairn__txn *t, const rd *r, const MDB_val *v, const char *what, const char *id)
+{
+    if (!r->bad && r->p == r->e)
+        return 0;
+    return cairn__store_fail(t->s, CAIRN_ECORRUPT,
+                             "corrupt %s record for '%s' in store %s (%zu bytes)", what, id,
+                             t->s->dir, (size_t)v->mv_size);
+}
+
+static void pk_s(msgpack_packer *pk, const char *v)
+{
+    size_t n = strlen(v);
+    msgpack_pack_str(pk, n), msgpack_pack_str_body(pk, v, n);
+}
+
+/* 64 lowercase hex digits (every hash cairn makes) as their 32 bytes, anything else as given. */
+/* The 32 bytes of n characters that are 64 lowercase hex digits: 1, else 0. */
+static int unhex64(const char *v, size_t n, unsigned char out[32])
+{
+    if (n != 64)
+        return 0;
+    for (size_t i = 0; i < 64; i++) {
+        int c = v[i], d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        if (d < 0)
+            return 0;
+        out[i / 2] = (unsigned char)(i % 2 ? out[i / 2] << 4 | d : d);
+    }
+    return 1;
+}
+
+static void pk_hex(msgpack_packer *pk, const char *v)
+{
+    unsigned char b[32];
+    if (!unhex64(v, strnlen(v, 65), b)) {
+        pk_s(pk, v);
+        return;
+    }
+    msgpack_pack_bin(pk, 32), msgpack_pack_bin_body(pk, b, 32);
+}
+
+/* A time as its distance from `base` (a task's times are near its creation): a few bytes, not
+ * nine; 0 (none) is nil. */
+static void pk_time(msgpack_packer *pk, int64_t v, int64_t base)
+{
+    if (v == 0)
+        msgpack_pack_nil(pk);
+    else
+        msgpack_pack_int64(pk, (int64_t)((uint64_t)v - (uint64_t)base)); /* no overflow */
+}
+
+static void pk_begin(cairn__txn *t, msgpack_packer *pk, uint32_t fields)
+{
+    msgpack_sbuffer_clear(&t->buf);
+    msgpack_packer_init(pk, &t->buf, msgpack_sbuffer_write);
+    msgpack_pack_array(pk, fields);
+}
 
 /* 1 if p[0..n) starts with one msgpack object whose declared lengths fit in n bytes.
  * msgpack-c allocates a container's elements from its declared count before it reads them, so
  * a corrupt 5-byte value (0xdf ffffffff: a map of 4 billion pairs) would ask for 200 GB; every
  * object takes at least one byte, so a count beyond the bytes left is refused here first. */
-static int mp_plausible(const void *data, size_t n)
+int cairn__mp_plausible(const void *data, size_t n)
 {
     const unsigned char *p = data;
     size_t pos = 0;
@@ -157,141 +328,82 @@ static int mp_plausible(const void *data, size_t n)
     return 1;
 }
 
-static int rec_open(cairn__txn *t, rec *r, const MDB_val *v, const char *what, const char *id)
-{
-    if (!t->zone_ready) {
-        if (!msgpack_zone_init(&t->zone, 2048))
-            return cairn__store_fail(t->s, CAIRN_ENOMEM, "out of memory decoding a record");
-        t->zone_ready = 1;
-    }
-    size_t off = 0;
-    msgpack_object o;
-    msgpack_unpack_return ur = mp_plausible(v->mv_data, v->mv_size)
-                                   ? msgpack_unpack(v->mv_data, v->mv_size, &off, &t->zone, &o)
-                                   : MSGPACK_UNPACK_PARSE_ERROR;
-    if (ur < 0 || o.type != MSGPACK_OBJECT_MAP || off != v->mv_size) {
-        msgpack_zone_clear(&t->zone);
-        return cairn__store_fail(t->s,
-                                 ur == MSGPACK_UNPACK_NOMEM_ERROR ? CAIRN_ENOMEM : CAIRN_ECORRUPT,
-                                 "corrupt %s record for '%s' in store %s (%zu bytes)", what, id,
-                                 t->s->dir, (size_t)v->mv_size);
-    }
-    r->zone = &t->zone;
-    r->map = o.via.map;
-    r->hint = 0;
-    return 0;
-}
-
-static void rec_close(rec *r) { msgpack_zone_clear(r->zone); }
-
-static const msgpack_object *rec_getn(rec *r, const char *k, size_t n)
-{
-    uint32_t size = r->map.size;
-    for (uint32_t j = 0; j < size; j++) {
-        uint32_t i = r->hint + j < size ? r->hint + j : r->hint + j - size;
-        const msgpack_object *key = &r->map.ptr[i].key;
-        if (key->type == MSGPACK_OBJECT_STR && key->via.str.size == n &&
-            memcmp(key->via.str.ptr, k, n) == 0) {
-            r->hint = i + 1 < size ? i + 1 : 0;
-            return &r->map.ptr[i].val;
-        }
-    }
-    return NULL;
-}
-
-static int64_t rec_intn(rec *r, const char *k, size_t kn)
-{
-    const msgpack_object *o = rec_getn(r, k, kn);
-    if (!o)
-        return 0;
-    if (o->type == MSGPACK_OBJECT_POSITIVE_INTEGER)
-        return (int64_t)o->via.u64;
-    if (o->type == MSGPACK_OBJECT_NEGATIVE_INTEGER)
-        return o->via.i64;
-    return 0;
-}
-
-static void rec_strn(rec *r, const char *k, size_t kn, char *out, size_t cap)
-{
-    const msgpack_object *o = rec_getn(r, k, kn);
-    size_t n = 0;
-    if (o && o->type == MSGPACK_OBJECT_STR) {
-        n = o->via.str.size < cap - 1 ? o->via.str.size : cap - 1;
-        memcpy(out, o->via.str.ptr, n);
-    }
-    out[n] = 0;
-}
-
-static void rec_binn(rec *r, const char *k, size_t kn, const void **p, size_t *len)
-{
-    const msgpack_object *o = rec_getn(r, k, kn);
-    *p = NULL;
-    *len = 0;
-    if (o && o->type == MSGPACK_OBJECT_BIN) {
-        *p = o->via.bin.ptr;
-        *len = o->via.bin.size;
-    }
-}
-
-/* k is always a string literal: its length is known at compile time */
-#define rec_int(r, k) rec_intn((r), (k), sizeof(k) - 1)
-#define rec_str(r, k, out, cap) rec_strn((r), (k), sizeof(k) - 1, (out), (cap))
-#define rec_bin(r, k, p, len) rec_binn((r), (k), sizeof(k) - 1, (p), (len))
-
-static int rec_version(cairn__txn *t, rec *r, const char *what, const char *id)
-{
-    int64_t v = rec_int(r, "v");
-    if (v > CAIRN__SCHEMA) {
-        rec_close(r);
-        return cairn__store_fail(t->s, CAIRN_ESCHEMA,
-                                 "%s record for '%s' has schema version %lld; this cairn reads up "
-                                 "to %d",
-                                 what, id, (long long)v, CAIRN__SCHEMA);
-    }
-    return 0;
-}
-
 /* ------------------------------------------------------------------ tasks */
+
+/* A task record (schema 4), 22 fields: graph, fingerprint, payload hash (pk_hex), pin, tenant,
+ * error, error step, state, tombstone, attempt, generation, audit seq, created, then updated,
+ * finished, next retry relative to created (pk_time), lease host, pid, start, token, expiry
+ * (relative to created), and the transaction that wrote it. The ID is the key. */
+#define TASK_FIELDS 22
+
+static void task_encode(cairn__txn *t, const cairn__task_rec *r, uint64_t txn)
+{
+    msgpack_packer pk;
+    pk_begin(t, &pk, TASK_FIELDS);
+    pk_s(&pk, r->graph);
+    pk_hex(&pk, r->fingerprint);
+    pk_hex(&pk, r->payload_hash);
+    pk_s(&pk, r->steps_pin);
+    pk_s(&pk, r->tenant);
+    pk_s(&pk, r->error);
+    pk_s(&pk, r->error_step);
+    msgpack_pack_uint8(&pk, r->state);
+    msgpack_pack_uint8(&pk, r->tombstone);
+    msgpack_pack_uint32(&pk, r->attempt);
+    msgpack_pack_uint32(&pk, r->generation);
+    msgpack_pack_uint64(&pk, r->audit_seq);
+    msgpack_pack_int64(&pk, r->created_ms);
+    pk_time(&pk, r->updated_ms, r->created_ms);
+    pk_time(&pk, r->finished_ms, r->created_ms);
+    pk_time(&pk, r->next_retry_ms, r->created_ms);
+    pk_s(&pk, r->owner.host);
+    msgpack_pack_int32(&pk, r->owner.pid);
+    msgpack_pack_uint64(&pk, r->owner.start);
+    msgpack_pack_uint64(&pk, r->lease_token);
+    pk_time(&pk, r->lease_expires_ms, r->created_ms);
+    msgpack_pack_uint64(&pk, txn);
+}
 
 static int task_decode(cairn__txn *t, const MDB_val *v, const char *id, cairn__task_rec *o)
 {
-    rec r;
-    int rc = rec_open(t, &r, v, "task", id);
-    if (rc || (rc = rec_version(t, &r, "task", id)))
+    rd r;
+    int rc = rd_open(t, &r, v, TASK_FIELDS, "task", id);
+    if (rc < 0)
         return rc;
-    memset(o, 0, sizeof *o);
-    rec_str(&r, "id", o->id, sizeof o->id);
-    rec_str(&r, "graph", o->graph, sizeof o->graph);
-    rec_str(&r, "fp", o->fingerprint, sizeof o->fingerprint);
-    rec_str(&r, "hash", o->payload_hash, sizeof o->payload_hash);
-    rec_str(&r, "pin", o->steps_pin, sizeof o->steps_pin);
-    rec_str(&r, "tenant", o->tenant, sizeof o->tenant);
-    rec_str(&r, "err", o->error, sizeof o->error);
-    rec_str(&r, "err_step", o->error_step, sizeof o->error_step);
-    o->state = (uint8_t)rec_int(&r, "state");
-    o->tombstone = (uint8_t)rec_int(&r, "tomb");
-    o->attempt = (uint32_t)rec_int(&r, "attempt");
-    o->generation = (uint32_t)rec_int(&r, "gen");
-    o->audit_seq = (uint64_t)rec_int(&r, "aseq");
-    o->created_ms = rec_int(&r, "created");
-    o->updated_ms = rec_int(&r, "updated");
-    o->finished_ms = rec_int(&r, "finished");
-    o->next_retry_ms = rec_int(&r, "next_retry");
-    rec_str(&r, "lhost", o->owner.host, sizeof o->owner.host);
-    o->owner.pid = (int32_t)rec_int(&r, "lpid");
-    o->owner.start = (uint64_t)rec_int(&r, "lstart");
-    o->lease_token = (uint64_t)rec_int(&r, "ltoken");
-    o->lease_expires_ms = rec_int(&r, "lexp");
-    o->txn = (uint64_t)rec_int(&r, "txn");
-    rec_close(&r); /* bin pointers point into the LMDB value, not the zone */
+    if (rc == 0) {
+        if ((rc = cairn__task_decode3(t, v, id, o)))
+            return rc;
+    } else {
+        /* every field is set below: no memset of the 2 KB record on the resume path */
+        memcpy(o->id, id, strlen(id) + 1);
+        rd_str(&r, o->graph, sizeof o->graph);
+        rd_hex(&r, o->fingerprint);
+        rd_hex(&r, o->payload_hash);
+        rd_str(&r, o->steps_pin, sizeof o->steps_pin);
+        rd_str(&r, o->tenant, sizeof o->tenant);
+        rd_str(&r, o->error, sizeof o->error);
+        rd_str(&r, o->error_step, sizeof o->error_step);
+        o->state = (uint8_t)rd_int(&r);
+        o->tombstone = (uint8_t)rd_int(&r);
+        o->attempt = (uint32_t)rd_int(&r);
+        o->generation = (uint32_t)rd_int(&r);
+        o->audit_seq = (uint64_t)rd_int(&r);
+        o->created_ms = rd_int(&r);
+        o->updated_ms = rd_time(&r, o->created_ms);
+        o->finished_ms = rd_time(&r, o->created_ms);
+        o->next_retry_ms = rd_time(&r, o->created_ms);
+        rd_str(&r, o->owner.host, sizeof o->owner.host);
+        o->owner.pid = (int32_t)rd_int(&r);
+        o->owner.start = (uint64_t)rd_int(&r);
+        o->lease_token = (uint64_t)rd_int(&r);
+        o->lease_expires_ms = rd_time(&r, o->created_ms);
+        o->txn = (uint64_t)rd_int(&r);
+        if ((rc = rd_close(t, &r, v, "task", id)))
+            return rc;
+    }
     if (o->state >= CAIRN_STATE_COUNT)
         return cairn__store_fail(t->s, CAIRN_ECORRUPT, "task '%s' has invalid state %u", id,
                                  o->state);
-    /* writes key a record by its id field: a mismatch would write a different task */
-    if (strcmp(o->id, id) != 0)
-        return cairn__store_fail(t->s, CAIRN_ECORRUPT,
-                                 "task record under key '%s' names task '%s' in store %s", id,
-                                 o->id, t->s->dir);
     return 0;
 }
 
@@ -600,35 +712,8 @@ int cairn__task_put(cairn__txn *t, const cairn__task_rec *r)
         return rc;
     int had = rc == 0;
     /* `old` borrowed the LMDB value; the new record is encoded before it can be invalidated */
-    msgpack_sbuffer_clear(&t->buf);
-    msgpack_packer pk;
-    msgpack_packer_init(&pk, &t->buf, msgpack_sbuffer_write);
-    msgpack_pack_map(&pk, 24);
-    pk_uint(&pk, "v", CAIRN__SCHEMA);
-    pk_str(&pk, "id", r->id);
-    pk_str(&pk, "graph", r->graph);
-    pk_str(&pk, "fp", r->fingerprint);
-    pk_str(&pk, "hash", r->payload_hash);
-    pk_str(&pk, "pin", r->steps_pin);
-    pk_str(&pk, "tenant", r->tenant);
-    pk_str(&pk, "err", r->error);
-    pk_str(&pk, "err_step", r->error_step);
-    pk_uint(&pk, "state", r->state);
-    pk_uint(&pk, "tomb", r->tombstone);
-    pk_uint(&pk, "attempt", r->attempt);
-    pk_uint(&pk, "gen", r->generation);
-    pk_uint(&pk, "aseq", r->audit_seq);
-    pk_int(&pk, "created", r->created_ms);
-    pk_int(&pk, "updated", r->updated_ms);
-    pk_int(&pk, "finished", r->finished_ms);
-    pk_int(&pk, "next_retry", r->next_retry_ms);
-    pk_str(&pk, "lhost", r->owner.host);
-    pk_int(&pk, "lpid", r->owner.pid);
-    pk_uint(&pk, "lstart", r->owner.start);
-    pk_uint(&pk, "ltoken", r->lease_token);
-    pk_int(&pk, "lexp", r->lease_expires_ms);
     uint64_t txn = mdb_txn_id(t->txn);
-    pk_uint(&pk, "txn", txn);
+    task_encode(t, r, txn);
     MDB_val k = {strlen(r->id), (void *)r->id}, v = {t->buf.size, t->buf.data};
     rc = cairn__put(t, t->s->tasks, &k, &v, 0);
     if (rc)
@@ -698,7 +783,7 @@ int cairn__input_get(cairn__txn *t, const char *id, const void **data, size_t *l
         return CAIRN_ENOTFOUND;
     if (rc)
         return cairn__mdb_fail(t, t->s, rc, "read task input");
-    if (!mp_plausible(v.mv_data, v.mv_size))
+    if (!cairn__mp_plausible(v.mv_data, v.mv_size))
         return cairn__store_fail(t->s, CAIRN_ECORRUPT, "corrupt input of task '%s' (%zu bytes)", id,
                                  (size_t)v.mv_size);
     *data = v.mv_data;
@@ -724,17 +809,37 @@ int cairn__task_drop_outputs(cairn__txn *t, const char *id)
     return rc ? rc : input_del(t, id);
 }
 
+/* An idem record holds the payload hash: its 32 bytes (schema 4), or 64 characters (a hash
+ * that is not lowercase hex, and every schema-3 record). */
+static size_t idem_encode(const char *hash, unsigned char out[64])
+{
+    if (unhex64(hash, 64, out))
+        return 32;
+    memcpy(out, hash, 64);
+    return 64;
+}
+
+static void idem_decode(const MDB_val *v, char out[65])
+{
+    if (v->mv_size == 32) {
+        cairn__hex(v->mv_data, 32, out);
+        return;
+    }
+    size_t n = v->mv_size < 64 ? v->mv_size : 64;
+    memcpy(out, v->mv_data, n);
+    out[n] = 0;
+}
+
 int cairn__idem_reserve(cairn__txn *t, const char *id, const char *hash, char existing[65])
 {
-    MDB_val k = {strlen(id), (void *)id}, v = {64, (void *)hash};
+    unsigned char b[64];
+    MDB_val k = {strlen(id), (void *)id}, v = {idem_encode(hash, b), b};
     int rc = cairn__put(t, t->s->idem, &k, &v, MDB_NOOVERWRITE);
     if (rc == 0)
         return 0;
     if (rc != MDB_KEYEXIST)
         return cairn__mdb_fail(t, t->s, rc, "reserve task ID");
-    size_t n = v.mv_size < 64 ? v.mv_size : 64;
-    memcpy(existing, v.mv_data, n);
-    existing[n] = 0;
+    idem_decode(&v, existing);
     return strcmp(existing, hash) == 0 ? 0 : CAIRN_ECONFLICT;
 }
 
@@ -747,23 +852,51 @@ int cairn__idem_del(cairn__txn *t, const char *id)
 
 /* ------------------------------------------------------------------ steps */
 
-static int step_decode(cairn__txn *t, const MDB_val *v, const char *what, cairn__step_rec *o)
+/* A step record (schema 4), 7 fields: state, resolved, invocations, updated, intent, error,
+ * output (bin, nil: none). The generation is the key's last four bytes. */
+#define STEP_FIELDS 7
+
+static void step_encode(cairn__txn *t, const cairn__step_rec *r)
 {
-    rec r;
-    int rc = rec_open(t, &r, v, "step", what);
-    if (rc || (rc = rec_version(t, &r, "step", what)))
+    msgpack_packer pk;
+    pk_begin(t, &pk, STEP_FIELDS);
+    msgpack_pack_uint8(&pk, r->state);
+    msgpack_pack_uint8(&pk, r->resolved);
+    msgpack_pack_uint32(&pk, r->invocations);
+    msgpack_pack_int64(&pk, r->updated_ms);
+    msgpack_pack_int64(&pk, r->intent_ms);
+    pk_s(&pk, r->error);
+    if (r->output)
+        msgpack_pack_bin(&pk, r->output_len), msgpack_pack_bin_body(&pk, r->output, r->output_len);
+    else
+        msgpack_pack_nil(&pk);
+}
+
+/* k: the record's key (id\0step\0gen), whose generation the record does not repeat. */
+static int step_decode(cairn__txn *t, const MDB_val *k, const MDB_val *v, const char *what,
+                       cairn__step_rec *o)
+{
+    rd r;
+    int rc = rd_open(t, &r, v, STEP_FIELDS, "step", what);
+    if (rc < 0)
         return rc;
-    memset(o, 0, sizeof *o);
-    o->state = (uint8_t)rec_int(&r, "state");
-    o->resolved = (uint8_t)rec_int(&r, "resolved");
-    o->generation = (uint32_t)rec_int(&r, "gen");
-    o->invocations = (uint32_t)rec_int(&r, "inv");
-    o->updated_ms = rec_int(&r, "updated");
-    o->intent_ms = rec_int(&r, "intent");
-    rec_str(&r, "err", o->error, sizeof o->error);
-    rec_bin(&r, "out", &o->output, &o->output_len);
-    rec_close(&r);
-    if (o->output && !mp_plausible(o->output, o->output_len))
+    if (rc == 0) {
+        if ((rc = cairn__step_decode3(t, v, what, o)))
+            return rc;
+    } else {
+        const unsigned char *g = (const unsigned char *)k->mv_data + k->mv_size - 4;
+        o->generation = (uint32_t)g[0] << 24 | (uint32_t)g[1] << 16 | (uint32_t)g[2] << 8 | g[3];
+        o->state = (uint8_t)rd_int(&r);
+        o->resolved = (uint8_t)rd_int(&r);
+        o->invocations = (uint32_t)rd_int(&r);
+        o->updated_ms = rd_int(&r);
+        o->intent_ms = rd_int(&r);
+        rd_str(&r, o->error, sizeof o->error);
+        rd_bin(&r, &o->output, &o->output_len);
+        if ((rc = rd_close(t, &r, v, "step", what)))
+            return rc;
+    }
+    if (o->output && !cairn__mp_plausible(o->output, o->output_len))
         return cairn__store_fail(t->s, CAIRN_ECORRUPT,
                                  "step '%s' has a corrupt output (%zu bytes) in store %s", what,
                                  o->output_len, t->s->dir);
@@ -777,44 +910,37 @@ int cairn__step_get(cairn__txn *t, const char *task, const char *step, uint32_t 
     step_key(&want, task, step, gen);
     prefix.len = want.len - 4;
     memcpy(prefix.b, want.b, prefix.len);
-    MDB_cursor *c;
-    int rc = mdb_cursor_open(t->txn, t->s->steps, &c);
+    int rc = t->steps_cur ? 0 : mdb_cursor_open(t->txn, t->s->steps, &t->steps_cur);
     if (rc)
         return cairn__mdb_fail(t, t->s, rc, "open cursor");
-    /* the record applying in `gen` is the last key <= prefix|gen */
+    MDB_cursor *c = t->steps_cur;
+    /* The record applying in `gen` is the last key <= prefix|gen: usually gen's own, found by
+     * an exact lookup, which needs no look at its neighbours. A miss there proves nothing (the
+     * key may be damaged), so it goes on to the range search, whose misses are checked. */
     MDB_val k = kv(&want), v;
-    rc = cairn__cursor_get(t, c, &k, &v, MDB_SET_RANGE);
-    if (rc == 0 && !(k.mv_size == want.len && memcmp(k.mv_data, want.b, want.len) == 0))
-        rc = cairn__cursor_get(t, c, &k, &v, MDB_PREV);
-    else if (rc == MDB_NOTFOUND)
-        rc = cairn__cursor_get(t, c, &k, &v, MDB_LAST);
-    if (rc == 0 && (k.mv_size != want.len || memcmp(k.mv_data, prefix.b, prefix.len) != 0))
-        rc = MDB_NOTFOUND;
+    rc = cairn__cursor_get(t, c, &k, &v, MDB_SET_KEY);
+    if (rc == MDB_NOTFOUND) {
+        k = kv(&want);
+        rc = cairn__cursor_get(t, c, &k, &v, MDB_SET_RANGE);
+        if (rc == 0 && !(k.mv_size == want.len && memcmp(k.mv_data, want.b, want.len) == 0))
+            rc = cairn__cursor_get(t, c, &k, &v, MDB_PREV);
+        else if (rc == MDB_NOTFOUND)
+            rc = cairn__cursor_get(t, c, &k, &v, MDB_LAST);
+        if (rc == 0 && (k.mv_size != want.len || memcmp(k.mv_data, prefix.b, prefix.len) != 0))
+            rc = MDB_NOTFOUND;
+    }
     if (rc == 0)
-        rc = step_decode(t, &v, step, out);
+        rc = step_decode(t, &k, &v, step, out);
     else if (rc == MDB_NOTFOUND)
         rc = CAIRN_ENOTFOUND;
     else
         rc = cairn__mdb_fail(t, t->s, rc, "read step");
-    mdb_cursor_close(c);
     return rc;
 }
 
 int cairn__step_put(cairn__txn *t, const char *task, const char *step, const cairn__step_rec *r)
 {
-    msgpack_sbuffer_clear(&t->buf);
-    msgpack_packer pk;
-    msgpack_packer_init(&pk, &t->buf, msgpack_sbuffer_write);
-    msgpack_pack_map(&pk, 9);
-    pk_uint(&pk, "v", CAIRN__SCHEMA);
-    pk_uint(&pk, "state", r->state);
-    pk_uint(&pk, "resolved", r->resolved);
-    pk_uint(&pk, "gen", r->generation);
-    pk_uint(&pk, "inv", r->invocations);
-    pk_int(&pk, "updated", r->updated_ms);
-    pk_int(&pk, "intent", r->intent_ms);
-    pk_str(&pk, "err", r->error);
-    pk_bin(&pk, "out", r->output, r->output_len);
+    step_encode(t, r);
     key k;
     step_key(&k, task, step, r->generation);
     MDB_val kk = kv(&k), v = {t->buf.size, t->buf.data};
@@ -843,7 +969,7 @@ int cairn__step_each(cairn__txn *t, const char *task, cairn__step_cb cb, void *a
         memcpy(name, (char *)k.mv_data + p.len, n);
         name[n] = 0;
         cairn__step_rec r;
-        if ((rc = step_decode(t, &v, name, &r)))
+        if ((rc = step_decode(t, &k, &v, name, &r)))
             break;
         if ((rc = cb(name, &r, arg)))
             break;
@@ -863,7 +989,7 @@ int cairn__progress_get(cairn__txn *t, const char *task, const char *step, uint3
         return CAIRN_ENOTFOUND;
     if (rc)
         return cairn__mdb_fail(t, t->s, rc, "read progress");
-    if (!mp_plausible(v.mv_data, v.mv_size))
+    if (!cairn__mp_plausible(v.mv_data, v.mv_size))
         return cairn__store_fail(t->s, CAIRN_ECORRUPT,
                                  "corrupt progress record of task '%s' step '%s' in store %s", task,
                                  step, t->s->dir);
@@ -884,20 +1010,41 @@ int cairn__progress_put(cairn__txn *t, const char *task, const char *step, uint3
 
 /* ------------------------------------------------------------------ audit, messages */
 
+/* An audit record (schema 4), 7 fields: time, from, to, attempt, generation, step, reason. */
+#define AUDIT_FIELDS 7
+
+static void audit_encode(cairn__txn *t, const cairn__audit_rec *a)
+{
+    msgpack_packer pk;
+    pk_begin(t, &pk, AUDIT_FIELDS);
+    msgpack_pack_int64(&pk, a->t_ms);
+    msgpack_pack_uint8(&pk, a->from);
+    msgpack_pack_uint8(&pk, a->to);
+    msgpack_pack_uint32(&pk, a->attempt);
+    msgpack_pack_uint32(&pk, a->generation);
+    pk_s(&pk, a->step);
+    pk_s(&pk, a->reason);
+}
+
+static int audit_decode(cairn__txn *t, const MDB_val *v, const char *task, cairn__audit_rec *a)
+{
+    rd r;
+    int rc = rd_open(t, &r, v, AUDIT_FIELDS, "audit", task);
+    if (rc <= 0)
+        return rc < 0 ? rc : cairn__audit_decode3(t, v, task, a);
+    a->t_ms = rd_int(&r);
+    a->from = (uint8_t)rd_int(&r);
+    a->to = (uint8_t)rd_int(&r);
+    a->attempt = (uint32_t)rd_int(&r);
+    a->generation = (uint32_t)rd_int(&r);
+    rd_str(&r, a->step, sizeof a->step);
+    rd_str(&r, a->reason, sizeof a->reason);
+    return rd_close(t, &r, v, "audit", task);
+}
+
 int cairn__audit_append(cairn__txn *t, cairn__task_rec *task, const cairn__audit_rec *a)
 {
-    msgpack_sbuffer_clear(&t->buf);
-    msgpack_packer pk;
-    msgpack_packer_init(&pk, &t->buf, msgpack_sbuffer_write);
-    msgpack_pack_map(&pk, 8);
-    pk_uint(&pk, "v", CAIRN__SCHEMA);
-    pk_int(&pk, "t", a->t_ms);
-    pk_uint(&pk, "from", a->from);
-    pk_uint(&pk, "to", a->to);
-    pk_uint(&pk, "attempt", a->attempt);
-    pk_uint(&pk, "gen", a->generation);
-    pk_str(&pk, "step", a->step);
-    pk_str(&pk, "reason", a->reason);
+    audit_encode(t, a);
     /* The sequence number comes from the task's last audit key, not from the task record, so
      * appending an audit record does not force the task record to be rewritten (a step commit
      * then touches only the step and audit databases). */
@@ -943,22 +1090,87 @@ int cairn__audit_each(cairn__txn *t, const char *task, cairn__audit_cb cb, void 
          rc = cairn__cursor_get(t, c, &k, &v, MDB_NEXT)) {
         if (k.mv_size != p.len + 8 || memcmp(k.mv_data, p.b, p.len) != 0)
             break;
-        rec r;
-        if ((rc = rec_open(t, &r, &v, "audit", task)))
-            break;
         cairn__audit_rec a;
-        memset(&a, 0, sizeof a);
-        a.t_ms = rec_int(&r, "t");
-        a.from = (uint8_t)rec_int(&r, "from");
-        a.to = (uint8_t)rec_int(&r, "to");
-        a.attempt = (uint32_t)rec_int(&r, "attempt");
-        a.generation = (uint32_t)rec_int(&r, "gen");
-        rec_str(&r, "step", a.step, sizeof a.step);
-        rec_str(&r, "reason", a.reason, sizeof a.reason);
-        rec_close(&r);
+        if ((rc = audit_decode(t, &v, task, &a)))
+            break;
         if ((rc = cb(&a, arg)))
             break;
     }
     mdb_cursor_close(c);
     return cairn__scan_end(t, rc, "read audit records");
+}
+/* ------------------------------------------------------------------ the upgrade to schema 4 */
+
+/* Record r of dbi in the schema-4 form, in t->buf (out): 1 if it has one that differs from v, 0
+ * if it is already in it or is left as it is - a record that does not decode stays, to be
+ * reported where it is read, as it would have been (cairn check names it). */
+static int recode(cairn__txn *t, MDB_dbi dbi, const MDB_val *k, const MDB_val *v, MDB_val *out)
+{
+    cairn_store *s = t->s;
+    char id[CAIRN__ID_MAX + 1];
+    size_t n = k->mv_size < CAIRN__ID_MAX ? k->mv_size : CAIRN__ID_MAX;
+    memcpy(id, k->mv_data, n);
+    id[n] = 0; /* the task ID, up to its NUL in a step or audit key */
+    if (dbi == s->tasks) {
+        cairn__task_rec r;
+        if (task_decode(t, v, id, &r))
+            return 0;
+        task_encode(t, &r, r.txn);
+    } else if (dbi == s->steps) {
+        cairn__step_rec r;
+        if (k->mv_size < 6 || step_decode(t, k, v, "", &r))
+            return 0;
+        step_encode(t, &r);
+    } else if (dbi == s->audit) {
+        cairn__audit_rec a;
+        if (audit_decode(t, v, id, &a))
+            return 0;
+        audit_encode(t, &a);
+    } else {
+        unsigned char b[64];
+        if (v->mv_size != 64 || idem_encode(v->mv_data, b) != 32)
+            return 0;
+        msgpack_sbuffer_clear(&t->buf);
+        msgpack_sbuffer_write(&t->buf, (const char *)b, 32);
+    }
+    *out = (MDB_val){t->buf.size, t->buf.data};
+    return out->mv_size != v->mv_size || memcmp(out->mv_data, v->mv_data, v->mv_size) != 0;
+}
+
+/* Rewrites every record of dbi that has a schema-4 form it is not in. The cursor is placed
+ * again after each put, which may move records between pages (as cairn__sum_seal_all does). */
+static int upgrade_db(cairn__txn *t, MDB_dbi dbi)
+{
+    MDB_cursor *c;
+    int rc = mdb_cursor_open(t->txn, dbi, &c);
+    if (rc)
+        return cairn__mdb_fail(t, t->s, rc, "open cursor");
+    MDB_val k, v;
+    for (rc = mdb_cursor_get(c, &k, &v, MDB_FIRST); rc == 0;
+         rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
+        if (!cairn__sum_ok(t->s, dbi, &k, &v))
+            continue; /* damaged: left for cairn check to name */
+        key kb;
+        if (k.mv_size > sizeof kb.b)
+            continue;
+        memcpy(kb.b, k.mv_data, k.mv_size);
+        kb.len = k.mv_size;
+        MDB_val kk = kv(&kb), body = {v.mv_size - cairn__sum_len(0), v.mv_data}, out;
+        if (!recode(t, dbi, &kk, &body, &out))
+            continue;
+        if ((rc = cairn__put(t, dbi, &kk, &out, 0)) ||
+            (rc = mdb_cursor_get(c, &kk, &v, MDB_SET_KEY)))
+            break;
+    }
+    mdb_cursor_close(c);
+    return rc == MDB_NOTFOUND ? 0 : cairn__mdb_fail(t, t->s, rc, "upgrade the store to schema 4");
+}
+
+int cairn__records_upgrade(cairn__txn *t)
+{
+    const MDB_dbi dbis[] = {t->s->tasks, t->s->steps, t->s->audit, t->s->idem};
+    int rc = 0;
+    for (size_t i = 0; i < sizeof dbis / sizeof *dbis && !rc; i++)
+        rc = upgrade_db(t, dbis[i]);
+    return rc;
 }

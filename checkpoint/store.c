@@ -2,7 +2,7 @@
  *
  * One LMDB environment per store directory, with named databases:
  *   meta      schema version; store_id (16 random bytes made at creation)
- *   tasks     id -> task record (msgpack map: state, lease, attempts, hashes, times)
+ *   tasks     id -> task record (msgpack array: state, lease, attempts, hashes, times)
  *   inputs    id -> the task input as msgpack (apart, so step commits never rewrite it)
  *   steps     id\0step\0gen(be32) -> step record (state, invocations, output bytes)
  *   progress  id\0step\0gen(be32) -> progress bytes of a long step
@@ -299,11 +299,16 @@ static int create_dbs_txn(cairn__txn *t, void *arg)
     for (size_t i = 0; i < N_DBS && schema > 0 && schema < 3 && !rc; i++)
         if ((rc = cairn__sum_seal_all(t, *db_handle(s, i))))
             return cairn__mdb_fail(t, s, rc, "upgrade the store to schema 3 (checksums)");
+    /* before schema 4 records were maps keyed by field name: each is written in its array form */
+    if (schema > 0 && schema < 4 && (rc = cairn__records_upgrade(t)))
+        return rc;
     if ((rc = store_id_make(t)) || schema == CAIRN__SCHEMA)
         return rc;
-    /* a new store's task counts are zeros; an upgraded one's are counted once, here */
+    /* a new store's task counts are zeros; one of schema 1 or 2 has none and is counted once,
+     * here; schema 3 kept them (a damaged task record then stays for cairn check to name) */
     uint64_t counts[CAIRN__COUNTS];
-    if ((rc = cairn__counts_scan(t, counts)) || (rc = cairn__counts_put(t, counts)))
+    if (schema != 3 &&
+        ((rc = cairn__counts_scan(t, counts)) || (rc = cairn__counts_put(t, counts))))
         return rc;
     uint32_t now = CAIRN__SCHEMA;
     MDB_val k = {6, "schema"}, v = {sizeof now, &now};
@@ -493,6 +498,8 @@ int cairn__store_begin(cairn_store *s, unsigned flags, MDB_txn **txn)
 
 static void txn_buffers_free(cairn__txn *t)
 {
+    if (t->steps_cur)
+        mdb_cursor_close(t->steps_cur);
     msgpack_sbuffer_destroy(&t->buf);
     if (t->zone_ready)
         msgpack_zone_destroy(&t->zone);

@@ -3,9 +3,10 @@
  * Work happens in transactions run as callbacks: cairn__store_write(s, fn, arg) runs fn inside
  * one LMDB write transaction and commits it. If the map is full the transaction is aborted, the
  * map grown and fn run again from scratch, so fn must only read and write through the txn (and
- * its own arg) and must tolerate being called twice. Records are msgpack maps carrying a schema
- * version; the typed get/put functions below encode and decode them and keep the secondary
- * indexes (status/due, tenant, finished) consistent with the task records.
+ * its own arg) and must tolerate being called twice. Records are msgpack arrays of fixed
+ * layout (the store's schema version says which); the typed get/put functions below encode and
+ * decode them and keep the secondary indexes (status/due, tenant, finished) consistent with the
+ * task records.
  */
 #ifndef CAIRN_CHECKPOINT_STORE_H
 #define CAIRN_CHECKPOINT_STORE_H
@@ -15,12 +16,14 @@
 
 #include "cairn.h"
 
-/* The store's schema version. 3: every record ends in a checksum over its database, key and value
- * (checkpoint/checksum.c); opening an older store adds them, in one transaction. 2: a sync store
- * follows checkpoint/synced.c's protocol (relaxed commits unflushed under a pin), which a cairn of
- * schema 1 would break by reusing the pages of the last durable snapshot; opening a schema-1 store
- * upgrades it, after which such a cairn refuses it. */
-#define CAIRN__SCHEMA 3
+/* The store's schema version. 4: records are msgpack arrays with fixed positions, hashes as their
+ * bytes, a task's times relative to its creation (records.c); opening an older store converts
+ * every record, in one transaction. 3: every record ends in a checksum over its database, key and
+ * value (checkpoint/checksum.c); opening an older store adds them, in one transaction. 2: a sync
+ * store follows checkpoint/synced.c's protocol (relaxed commits unflushed under a pin), which a
+ * cairn of schema 1 would break by reusing the pages of the last durable snapshot; opening a
+ * schema-1 store upgrades it, after which such a cairn refuses it. */
+#define CAIRN__SCHEMA 4
 #define CAIRN__ID_MAX 128
 #define CAIRN__NAME_MAX 64
 #define CAIRN__ERR_MAX 512

@@ -1,7 +1,7 @@
 /* checkpoint/store_impl.h - what the store's own files share (store.c: environment and
  * transactions; records.c: record coding, tasks, steps, progress, audit; index.c: scans of the
- * secondary indexes, messages, statistics). runner/ never includes it: LMDB stays behind
- * checkpoint/store.h. */
+ * secondary indexes, messages, statistics; records3.c: schema 3's record form). runner/ never
+ * includes it: LMDB stays behind checkpoint/store.h. */
 #ifndef CAIRN_CHECKPOINT_STORE_IMPL_H
 #define CAIRN_CHECKPOINT_STORE_IMPL_H
 
@@ -69,6 +69,10 @@ struct cairn__txn {
     unsigned char *jb;
     size_t jlen, jcap;
     int jfail;
+    /* records.c: the steps cursor step lookups share, closed with the transaction: a resume
+     * reads its step's record and its dependency's, keys side by side, and LMDB finds a key
+     * on the page its cursor is on without searching from the root */
+    MDB_cursor *steps_cur;
 };
 
 /* Translates an LMDB (or errno) code into a cairn code, keeping the original in the message; a
@@ -272,6 +276,16 @@ int cairn__counts_scan(cairn__txn *t, uint64_t c[CAIRN__COUNTS]);
 int cairn__task_check_indexes(cairn__txn *t, const cairn__task_rec *r, char *why, size_t cap);
 int cairn__index_entry_check(cairn__txn *t, MDB_dbi dbi, const MDB_val *k, char *why, size_t cap);
 int cairn__task_check_steps(cairn__txn *t, const cairn__task_rec *r, char *why, size_t cap);
+
+/* records.c: 1 if p[0..n) is one msgpack object whose declared lengths fit in n bytes. */
+int cairn__mp_plausible(const void *data, size_t n);
+/* records.c: converts every task, step, audit and idem record to schema 4's form, in the
+ * caller's transaction (the upgrade from schema 3 or before): 0 or a cairn code. */
+int cairn__records_upgrade(cairn__txn *t);
+/* records3.c: the map records of schema 3 and before (records.c sends any it meets here). */
+int cairn__task_decode3(cairn__txn *t, const MDB_val *v, const char *id, cairn__task_rec *o);
+int cairn__step_decode3(cairn__txn *t, const MDB_val *v, const char *what, cairn__step_rec *o);
+int cairn__audit_decode3(cairn__txn *t, const MDB_val *v, const char *task, cairn__audit_rec *a);
 
 /* Writes an empty value under k (an index entry). */
 int cairn__put_empty(cairn__txn *t, MDB_dbi dbi, key *k);

@@ -63,6 +63,9 @@ bench_cairn *bench_cairn_open(const char *dir, cairn_durability d, int every_dur
 void bench_cairn_close(bench_cairn *c);
 /* The bytes the store's pages in use take (cairn_store_stats' map_used). */
 uint64_t bench_cairn_bytes(bench_cairn *c);
+/* Each database's pages and records, into out[0..cap): how many were filled (0 on failure). */
+struct bench_db_pages;
+int bench_cairn_db_pages(bench_cairn *c, struct bench_db_pages *out, int cap);
 const char *bench_cairn_errmsg(const bench_cairn *c);
 /* Runs task `id` (input n) through cairn_runner_run: a fresh task runs all its steps, a
  * succeeded one is an idempotent hit. 0 or a CAIRN_E* code. */
@@ -153,12 +156,22 @@ typedef struct bench_lat {
     uint64_t n;
 } bench_lat;
 
-/* Bytes per task of the same tasks in both stores. */
+/* Bytes per task of the same tasks in both stores, and where cairn's go: each database's pages
+ * (leaf, branch and overflow) and records. */
+typedef struct bench_db_pages {
+    char name[16];
+    uint64_t pages, records;
+    double fill; /* of the leaf pages: the bytes their records take (LMDB's node headers and
+                    pointers included) over the room the pages have */
+} bench_db_pages;
+
 typedef struct bench_size {
     int done;
     uint32_t tasks, steps;
     size_t out;
     uint64_t cairn_bytes, sqlite_bytes;
+    bench_db_pages db[16];
+    int n_db;
 } bench_size;
 
 typedef struct bench_results {

@@ -455,6 +455,7 @@ static int measure_size(const opts *o, bench_results *res)
     }
     z->cairn_bytes = bench_cairn_bytes(c);
     z->sqlite_bytes = bench_peer_bytes(p);
+    z->n_db = bench_cairn_db_pages(c, z->db, (int)(sizeof z->db / sizeof *z->db));
     z->done = z->cairn_bytes && z->sqlite_bytes;
     rc = z->done ? 0 : -1;
 out:

@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "bench/store/bench.h"
-#include "checkpoint/store.h"
+#include "checkpoint/store_impl.h"
 
 struct bench_cairn {
     cairn_store *store;
@@ -40,6 +40,45 @@ uint64_t bench_cairn_bytes(bench_cairn *c)
 {
     uint64_t used = 0;
     return cairn_store_stats(c->store, used_copy, &used) == 0 ? used : 0;
+}
+
+typedef struct pages_arg {
+    bench_db_pages *out;
+    int cap, n;
+} pages_arg;
+
+static int pages_txn(cairn__txn *t, void *arg)
+{
+    pages_arg *a = arg;
+    cairn_store *s = cairn__txn_store(t);
+    const MDB_dbi dbis[] = {s->meta, s->tasks,   s->inputs,   s->steps, s->progress, s->idem,
+                            s->due,  s->tenants, s->finished, s->audit, s->msgs,     s->msgtime};
+    for (size_t i = 0; i < sizeof dbis / sizeof *dbis && a->n < a->cap; i++) {
+        MDB_stat st;
+        if (mdb_stat(t->txn, dbis[i], &st))
+            return CAIRN_EIO;
+        bench_db_pages *d = &a->out[a->n++];
+        snprintf(d->name, sizeof d->name, "%s", cairn__db_name(s, dbis[i]));
+        d->pages = st.ms_leaf_pages + st.ms_branch_pages + st.ms_overflow_pages;
+        d->records = st.ms_entries;
+        MDB_cursor *cur;
+        if (mdb_cursor_open(t->txn, dbis[i], &cur))
+            return CAIRN_EIO;
+        MDB_val k, v;
+        double used = 0;
+        for (int rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
+             rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT))
+            used += 8 + 2 + k.mv_size + v.mv_size; /* node header, pointer, key, value */
+        mdb_cursor_close(cur);
+        d->fill = st.ms_leaf_pages ? used / ((double)st.ms_leaf_pages * (st.ms_psize - 16)) : 0;
+    }
+    return 0;
+}
+
+int bench_cairn_db_pages(bench_cairn *c, bench_db_pages *out, int cap)
+{
+    pages_arg a = {.out = out, .cap = cap};
+    return cairn__store_read(c->store, pages_txn, &a) ? 0 : a.n;
 }
 
 /* A trivial compute step: it outputs the prepared blob. */

@@ -189,8 +189,15 @@ void bench_report_text(const bench_results *r)
                (unsigned long long)z->cairn_bytes);
         printf("  %-50s %12.0f bytes a task (%llu in all)\n", "SQLite (page_count * page_size)", s,
                (unsigned long long)z->sqlite_bytes);
-        printf("  target: SQLite bytes / cairn bytes >= %.1f: %s (%.2fx)\n\n", BENCH_TARGET_SIZE,
+        printf("  target: SQLite bytes / cairn bytes >= %.1f: %s (%.2fx)\n", BENCH_TARGET_SIZE,
                verdict(s / c, BENCH_TARGET_SIZE), s / c);
+        printf("  cairn's databases:");
+        for (int i = 0; i < z->n_db; i++)
+            if (z->db[i].pages)
+                printf("\n    %-10s %8llu pages %8llu records, leaf pages %3.0f%% full",
+                       z->db[i].name, (unsigned long long)z->db[i].pages,
+                       (unsigned long long)z->db[i].records, 100 * z->db[i].fill);
+        printf("\n\n");
     }
 
     printf("Notes:\n");
@@ -319,6 +326,13 @@ void bench_report_json(const bench_results *r)
                       "cairn_bytes", (json_int_t)z->cairn_bytes, "sqlite_bytes",
                       (json_int_t)z->sqlite_bytes, "sqlite_over_cairn", ratio, "target",
                       BENCH_TARGET_SIZE, "result", verdict(ratio, BENCH_TARGET_SIZE)));
+        json_t *dbs = json_array();
+        for (int i = 0; i < z->n_db; i++)
+            json_array_append_new(dbs, json_pack("{s:s, s:I, s:I, s:f}", "name", z->db[i].name,
+                                                 "pages", (json_int_t)z->db[i].pages, "records",
+                                                 (json_int_t)z->db[i].records, "leaf_fill",
+                                                 z->db[i].fill));
+        json_object_set_new(json_object_get(doc, "size"), "cairn_databases", dbs);
     }
     json_t *jn = json_array();
     for (size_t i = 0; i < sizeof notes / sizeof *notes; i++)

@@ -236,7 +236,8 @@ static void test_key_flip(void)
     ok(p.step_rc == CAIRN_ECORRUPT, "t3's step 'work' is CAIRN_ECORRUPT, not absent (\"%s\")", m);
 
     fresh(dir, "taskkey");
-    ok(flip_file(dir, "\x02\0t4\xde", 5, 3, 0x08) > 0,
+    /* LMDB's node: the key's size (2 bytes), the key, then the task record (an array16) */
+    ok(flip_file(dir, "\x02\0t4\xdc", 5, 3, 0x08) > 0,
        "plant: in data.mdb, task key 't4' now reads 't<'");
     p = look(dir, "t4", NULL, m, sizeof m);
     ok(p.task_rc == CAIRN_ECORRUPT && strstr(m, "task"),
