@@ -435,7 +435,7 @@ int cairn_store_open(cairn_store *s, const char *dir)
     if (!s->readonly)
         mdb_reader_check(s->env, &dead); /* clear reader slots of killed processes */
     cairn__guard g;
-    if (sigsetjmp(g.jb, 1))
+    if (sigsetjmp(g.jb, 0))
         return open_failed(s, cairn__guard_fault(s, &g));
     cairn__guard_push(&g);
     int orc = open_dbs(s);
@@ -601,7 +601,7 @@ int cairn__store_write(cairn_store *s, int durable, cairn__txn_fn fn, void *arg)
                                  s->dir);
     cairn__synced_lock(s); /* the pin cannot be dropped under a commit that relies on it */
     cairn__guard g;
-    if (sigsetjmp(g.jb, 1)) {
+    if (sigsetjmp(g.jb, 0)) {
         cairn__synced_unlock(s);
         return cairn__guard_fault(s, &g);
     }
@@ -628,7 +628,7 @@ int cairn__store_read(cairn_store *s, cairn__txn_fn fn, void *arg)
     if (s->broken)
         return broken(s);
     cairn__guard g;
-    if (sigsetjmp(g.jb, 1))
+    if (sigsetjmp(g.jb, 0))
         return cairn__guard_fault(s, &g);
     cairn__guard_push(&g);
     cairn__txn t = {.s = s};

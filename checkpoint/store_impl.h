@@ -247,9 +247,11 @@ uint64_t cairn__synced_durable_commit(cairn_store *s);
 /* guard.c: a fault inside a transaction (LMDB following a damaged page) returns to the
  * sigsetjmp of the store function that pushed the guard, instead of killing the process:
  *     cairn__guard g;
- *     if (sigsetjmp(g.jb, 1)) return cairn__guard_fault(s, &g);  (the handle is then broken)
+ *     if (sigsetjmp(g.jb, 0)) return cairn__guard_fault(s, &g);  (the handle is then broken)
  *     cairn__guard_push(&g); ... cairn__guard_pop(&g);
- * Guards nest (a store function called inside another's transaction pushes its own). */
+ * Guards nest (a store function called inside another's transaction pushes its own). The
+ * signal mask need not be saved (savemask 0: no system call per store call): the handler runs
+ * with SA_NODEFER and an empty sa_mask, so jumping out of it leaves the mask as it was. */
 typedef struct cairn__guard {
     sigjmp_buf jb;
     struct cairn__guard *prev;

@@ -83,6 +83,28 @@ static void restore(void)
     free(l), free(tr);
 }
 
+/* `stats` prints two counts that come from LMDB's own directory record of each database
+ * (step_records, audit_records: its entry counts), which no checksum covers and only `cairn
+ * check` verifies, against a scan (the residual the design comment of checkpoint/check.c
+ * names). They are left out of the comparison; every other field must be exact. */
+static void unverified_out(tu_result *r)
+{
+    json_t *j = r->out ? json_loadb(r->out, r->out_len, 0, NULL) : NULL;
+    if (!json_is_object(j)) {
+        json_decref(j);
+        return; /* compared as it is */
+    }
+    json_object_del(j, "step_records");
+    json_object_del(j, "audit_records");
+    char *t = json_dumps(j, JSON_SORT_KEYS | JSON_COMPACT);
+    json_decref(j);
+    if (!t)
+        return;
+    free(r->out);
+    r->out = t;
+    r->out_len = strlen(t);
+}
+
 static int run_cmd(size_t i, tu_result *r)
 {
     const char *argv[16];
@@ -98,6 +120,8 @@ static int run_cmd(size_t i, tu_result *r)
     argv[n] = NULL;
     int rc = tu_run(r, argv, NULL, NULL, 0, CMD_TIMEOUT_MS);
     free(in[0]), free(in[1]);
+    if (rc == 0 && strcmp(cmds[i][0], "stats") == 0)
+        unverified_out(r);
     return rc;
 }
 
