@@ -83,9 +83,9 @@ int bench_store_load_step(cairn_store *s, const char *task, const char *step, co
 
 /* ------------------------------------------------------------------ scale (scale.c) */
 
-/* Fills one nosync store under `dir` to `max` (>= 10000) tasks in process and prints, at 10k,
- * 100k and 1M tasks (those below max) and at max, what each operation costs and how it grew. 0, or
- * -1 with the reason on stderr. */
+/* Fills one nosync store under `dir` to `max` (>= 10000: main checks) tasks in process and prints,
+ * at 10k, 100k and 1M tasks (those below max) and at max, what each operation costs and how it
+ * grew. 0, or -1 with the reason on stderr. */
 int bench_scale(const char *dir, uint32_t max, int verbose);
 
 /* ------------------------------------------------------------------ SQLite (sqlite_peer.c) */
