@@ -8,7 +8,9 @@
  * with a ledger-like graph, parse -> work -> append (an effect, counted on the receiving side),
  * and at 10k, 100k and 1M tasks (those below the fill's size, then the size itself) stops to
  * measure each operation against the same store.
- * The printed growth (last/first) is the result: a ratio in one run, not an absolute time.
+ * The printed growth (last/first) is the result: a ratio in one run, not an absolute time. The
+ * commit rate also moves with the machine's load over the minutes of the fill, so at each
+ * checkpoint it is measured against a nearly empty store too, in alternating rounds.
  *
  * The mix makes the indexes realistic: of every 100 tasks 97 succeed, 2 fail with a retry due
  * in a day (so `failed` grows with the store, as it does in production) and 1 dies; before each
@@ -33,9 +35,11 @@
 enum {
     MAX_POINTS = 4, /* 10k, 100k, 1M, and the fill's size above them */
     FIRST_POINT = 10000,
-    DUE = 1000,           /* tasks due for retry at each checkpoint */
-    SLICE = 1000,         /* tasks gc prunes at each checkpoint */
-    SLICE_GAP_MS = 1500,  /* between slices: more than gc's one-second retention unit */
+    DUE = 1000,          /* tasks due for retry at each checkpoint */
+    SLICE = 1000,        /* tasks gc prunes at each checkpoint */
+    SLICE_GAP_MS = 1500, /* between slices: more than gc's one-second retention unit */
+    ROUNDS = 5,          /* commit rounds against a fresh store at each checkpoint */
+    ROUND_TASKS = 400,
     READS = 3000,         /* resume reads (of one step each) per checkpoint */
     REPEAT = 15,          /* runs of each quick read-only operation; the median is printed */
     BYTES_PER_TASK = 4096 /* a generous bound for the disk check (measured: see README) */
@@ -59,8 +63,8 @@ typedef struct scale {
 /* One checkpoint's measurements. */
 typedef struct row {
     uint32_t tasks;
-    double commit_tps, resume_us, retry_ms, retry_none_ms, list_failed_ms, list_all_ms, stats_ms,
-        gc_ms;
+    double commit_tps, commit_vs_fresh, resume_us, retry_ms, retry_none_ms, list_failed_ms,
+        list_all_ms, stats_ms, gc_ms;
     uint64_t list_all_rows, map_used, file_bytes;
     double bytes_per_task, file_mb; /* pages in use over tasks; the files on disk */
 } row;
@@ -348,6 +352,31 @@ static int measure_gc(scale *s, int k, row *out)
     return rc || pruned != SLICE || removed ? -1 : 0;
 }
 
+/* The commit rate at this size against a store that is nearly empty, in alternating rounds:
+ * load from elsewhere on the machine falls on both alike, so the ratio shows what the size
+ * costs, where the fill's own rate also moves with the machine. */
+static int measure_commit(scale *s, scale *fresh, row *out)
+{
+    double ratio[ROUNDS];
+    for (int i = 0; i < ROUNDS; i++) {
+        double rate[2];
+        for (int w = 0; w < 2; w++) {
+            scale *x = w ? fresh : s;
+            int64_t t0 = bench_now_ns();
+            for (uint32_t k = 0; k < ROUND_TASKS; k++)
+                if (run_task(x, mix(x->next))) {
+                    if (x != s)
+                        snprintf(s->err, sizeof s->err, "fresh store: %s", x->err);
+                    return -1;
+                }
+            rate[w] = ROUND_TASKS / ((double)(bench_now_ns() - t0) / 1e9);
+        }
+        ratio[i] = rate[0] / rate[1];
+    }
+    out->commit_vs_fresh = median(ratio, ROUNDS);
+    return 0;
+}
+
 static uint64_t g_dir_bytes;
 static int add_size(const char *path, const struct stat *st, int flag, struct FTW *ftw)
 {
@@ -384,6 +413,7 @@ static void print_table(const row *rows, int n, uint32_t max, const scale *s)
                rows[0].field > 0 ? (double)rows[n - 1].field / (double)rows[0].field : 0.0);       \
     } while (0)
     LINE("commit rate (tasks/s, interval)", commit_tps, ".0f");
+    LINE("commit rate / a fresh store's", commit_vs_fresh, ".2f");
     LINE("resume read (us/step, p50)", resume_us, ".2f");
     LINE("retry, 1000 due (ms)", retry_ms, ".1f");
     LINE("retry, nothing due (ms)", retry_none_ms, ".3f");
@@ -398,6 +428,28 @@ static void print_table(const row *rows, int n, uint32_t max, const scale *s)
            "grow: the full list (it reads every task). Times are medians of %d runs (full "
            "list: 3; retry and gc: 1).\n",
            rows[n - 1].tasks / rows[0].tasks, REPEAT);
+}
+
+static int scale_open(scale *s, const char *path)
+{
+    s->store = cairn_store_new();
+    s->graph = ledger_graph(s);
+    if (!s->store || !s->graph) {
+        snprintf(s->err, sizeof s->err, "out of memory");
+        return -1;
+    }
+    if (cairn_store_set_durability(s->store, CAIRN_NOSYNC) || cairn_store_open(s->store, path)) {
+        snprintf(s->err, sizeof s->err, "store %s: %s", path, cairn_store_errmsg(s->store));
+        return -1;
+    }
+    return (s->runner = open_runner(s, 0)) ? 0 : -1;
+}
+
+static void scale_close(scale *s)
+{
+    cairn_runner_free(s->runner);
+    cairn_store_free(s->store);
+    cairn_graph_free(s->graph);
 }
 
 int bench_scale(const char *dir, uint32_t max, int verbose)
@@ -422,17 +474,15 @@ int bench_scale(const char *dir, uint32_t max, int verbose)
                 path, (double)vf.f_bavail * vf.f_frsize / 1e9, max, (double)need / 1e9);
         return -1;
     }
-    scale s = {.n_points = n_points};
-    int rc = -1;
-    s.store = cairn_store_new();
-    s.graph = ledger_graph(&s);
-    if (!s.store || !s.graph || cairn_store_set_durability(s.store, CAIRN_NOSYNC) ||
-        cairn_store_open(s.store, path)) {
-        fprintf(stderr, "bench-store: scale store %s: %s\n", path,
-                s.store ? cairn_store_errmsg(s.store) : "out of memory");
-        goto out;
+    char fresh_path[4200];
+    snprintf(fresh_path, sizeof fresh_path, "%s-fresh", path);
+    if (mkdir(fresh_path, 0700) != 0) {
+        fprintf(stderr, "bench-store: cannot create %s: %s\n", fresh_path, strerror(errno));
+        return -1;
     }
-    if (!(s.runner = open_runner(&s, 0)))
+    scale s = {.n_points = n_points}, fresh = {0};
+    int rc = -1;
+    if (scale_open(&s, path) || scale_open(&fresh, fresh_path))
         goto fail;
     /* the gc slices first: they must be the oldest finished tasks */
     for (int k = 0; k < n_points; k++) {
@@ -447,7 +497,7 @@ int bench_scale(const char *dir, uint32_t max, int verbose)
     row rows[MAX_POINTS] = {{0}};
     for (int k = 0; k < n_points; k++) {
         uint32_t at = points[k];
-        uint32_t fill_to = at - DUE, from = s.next;
+        uint32_t fill_to = at - DUE - ROUNDS * ROUND_TASKS, from = s.next;
         if (verbose)
             fprintf(stderr, "bench-store: scale: filling to %u tasks\n", at);
         int64_t t0 = bench_now_ns();
@@ -456,7 +506,7 @@ int bench_scale(const char *dir, uint32_t max, int verbose)
                 goto fail;
         row *r = &rows[k];
         r->commit_tps = (double)(s.next - from) / ((double)(bench_now_ns() - t0) / 1e9);
-        if (measure_retry(&s, r))
+        if (measure_commit(&s, &fresh, r) || measure_retry(&s, r))
             goto fail;
         r->tasks = s.next;
         if (verbose)
@@ -468,7 +518,7 @@ int bench_scale(const char *dir, uint32_t max, int verbose)
         r->file_bytes = g_dir_bytes;
         r->file_mb = (double)g_dir_bytes / 1e6;
     }
-    if (s.effects != s.by_kind[K_OK] + s.by_kind[K_DUE]) {
+    if (s.effects != s.by_kind[K_OK] + s.by_kind[K_DUE] || fresh.effects != fresh.by_kind[K_OK]) {
         snprintf(s.err, sizeof s.err, "%" PRIu64 " effects for %" PRIu64 " succeeded tasks",
                  s.effects, s.by_kind[K_OK] + s.by_kind[K_DUE]);
         goto fail;
@@ -477,10 +527,9 @@ int bench_scale(const char *dir, uint32_t max, int verbose)
     rc = 0;
     goto out;
 fail:
-    fprintf(stderr, "bench-store: scale: %s\n", s.err);
+    fprintf(stderr, "bench-store: scale: %s\n", s.err[0] ? s.err : fresh.err);
 out:
-    cairn_runner_free(s.runner);
-    cairn_store_free(s.store);
-    cairn_graph_free(s.graph);
+    scale_close(&s);
+    scale_close(&fresh);
     return rc;
 }
