@@ -19,15 +19,15 @@ for row in "== scale: one store filled to 20000 tasks in process" \
     "commit rate / a fresh store's" \
     "resume read (us/step, p50)" "retry, 1000 due (ms)" "retry, nothing due (ms)" \
     "list --status failed --limit 100" "list, all tasks (ms)" "stats (ms)" \
-    "gc of a 1000-task slice (ms)" "file size (MB, allocated)" "bytes/task (pages in use)" \
+    "gc of a 1000-task slice (ms)" "gc again, nothing new (ms)" "file size (MB, allocated)" "bytes/task (pages in use)" \
     "growth: the last column over the first"; do
     grep -qF -- "$row" "$out"
     check "prints '$row'" $?
 done
 # each measured row has a value at 10k and at 20k tasks and a growth ratio
 rows=$(grep -cE '^[a-z].*  +[0-9.]+ +[0-9.]+ +[0-9.]+x$' "$out")
-[ "$rows" -eq 11 ]
-check "11 rows of two values and a growth ratio (got $rows)" $?
+[ "$rows" -eq 12 ]
+check "12 rows of two values and a growth ratio (got $rows)" $?
 # --scale-max below the first checkpoint is bad usage, refused before anything is filled
 "$bench" --only scale --scale-max 9999 >/dev/null 2>&1
 rc=$?
