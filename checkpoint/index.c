@@ -1,9 +1,9 @@
 /* checkpoint/index.c - reading the store's secondary indexes, consumed messages, statistics.
  *
  * The status index (state|due|id), the tenant index and the finished index are scanned by key
- * range, collecting ids first and calling back afterwards: a callback may write to the same
- * databases, which would invalidate a live cursor. Consumed-message records are kept with a
- * time index so gc can forget them once the dedupe window has passed.
+ * range, a batch of ids at a time, calling back after each batch's cursor is closed: a callback
+ * may write to the same databases, which would invalidate a live cursor. Consumed-message records
+ * are kept with a time index so gc can forget them once the dedupe window has passed.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -73,59 +73,75 @@ int cairn__msg_expire(cairn__txn *t, int64_t upto_ms, uint32_t limit, uint32_t *
 
 /* ------------------------------------------------------------------ index scans */
 
-/* Collects matching ids first, then calls back: callbacks may write to the same databases,
- * which would invalidate a live cursor. */
+/* Ids are collected a batch at a time and then called back, never under a live cursor:
+ * callbacks may write to the same databases, which would invalidate it. The next batch starts
+ * after the last key of the one before (looked up again, since a callback may have deleted it),
+ * so a scan that a callback stops early (a `list --limit`, a gc transaction's quota) reads a
+ * batch past what it uses, not the whole range: its cost follows the rows it returns, not the
+ * size of the store. A key a callback writes ahead of the scan's position is met later. */
+enum { SCAN_BATCH = 256 };
+
 typedef struct idlist {
-    size_t n, cap;
-    char (*ids)[CAIRN__ID_MAX + 1];
+    size_t n;
+    char ids[SCAN_BATCH][CAIRN__ID_MAX + 1];
+    key last; /* the batch's last key: where the next batch starts */
 } idlist;
 
-static int idlist_add(idlist *l, const void *p, size_t n)
+static void idlist_add(idlist *l, const MDB_val *k, size_t skip)
 {
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? l->cap * 2 : 64;
-        void *ids = realloc(l->ids, cap * sizeof *l->ids);
-        if (!ids)
-            return CAIRN_ENOMEM;
-        l->ids = ids, l->cap = cap;
-    }
-    if (n > CAIRN__ID_MAX)
-        n = CAIRN__ID_MAX;
-    memcpy(l->ids[l->n], p, n);
+    size_t n = k->mv_size - skip > CAIRN__ID_MAX ? CAIRN__ID_MAX : k->mv_size - skip;
+    memcpy(l->ids[l->n], (char *)k->mv_data + skip, n);
     l->ids[l->n++][n] = 0;
-    return 0;
+    l->last.len = k->mv_size > sizeof l->last.b ? sizeof l->last.b : k->mv_size;
+    memcpy(l->last.b, k->mv_data, l->last.len);
 }
 
-static int idlist_run(idlist *l, int rc, cairn__id_cb cb, void *arg)
-{
-    for (size_t i = 0; rc == 0 && i < l->n; i++)
-        rc = cb(l->ids[i], arg);
-    free(l->ids);
-    return rc == 1 ? 0 : rc;
-}
-
-/* Scans dbi from `start` while keys begin with prefix[0..plen); `stop(k)` ends early. The id is
- * the key's bytes after `skip`. */
+/* Scans dbi from `start` while keys begin with start->b[0..plen) (and, with has_upto, while the
+ * 8 bytes before `skip` are <= upto). The id is the key's bytes after `skip`. */
 static int scan(cairn__txn *t, MDB_dbi dbi, const key *start, size_t plen, size_t skip,
                 int64_t upto, int has_upto, cairn__id_cb cb, void *arg)
 {
-    idlist l = {0};
-    MDB_cursor *c;
-    int rc = mdb_cursor_open(t->txn, dbi, &c);
-    if (rc)
-        return cairn__mdb_fail(t, t->s, rc, "open cursor");
-    MDB_val k = {start->len, (void *)start->b}, v;
-    for (rc = cairn__cursor_get(t, c, &k, &v, start->len ? MDB_SET_RANGE : MDB_FIRST); rc == 0;
-         rc = cairn__cursor_get(t, c, &k, &v, MDB_NEXT)) {
-        if (k.mv_size < skip || memcmp(k.mv_data, start->b, plen) != 0)
+    idlist *l = malloc(sizeof *l);
+    if (!l)
+        return CAIRN_ENOMEM;
+    int rc = 0, first = 1, more = 1;
+    while (rc == 0 && more) {
+        MDB_cursor *c;
+        if ((rc = mdb_cursor_open(t->txn, dbi, &c))) {
+            rc = cairn__mdb_fail(t, t->s, rc, "open cursor");
             break;
-        if (has_upto && (int64_t)rd_be64((unsigned char *)k.mv_data + skip - 8) > upto)
-            break;
-        if ((rc = idlist_add(&l, (char *)k.mv_data + skip, k.mv_size - skip)))
-            break;
+        }
+        MDB_val k, v;
+        l->n = 0;
+        if (first) {
+            k = (MDB_val){start->len, (void *)start->b};
+            rc = cairn__cursor_get(t, c, &k, &v, start->len ? MDB_SET_RANGE : MDB_FIRST);
+        } else {
+            k = (MDB_val){l->last.len, l->last.b};
+            rc = cairn__cursor_get(t, c, &k, &v, MDB_SET_RANGE);
+            if (rc == 0 && k.mv_size == l->last.len && memcmp(k.mv_data, l->last.b, k.mv_size) == 0)
+                rc = cairn__cursor_get(t, c, &k, &v, MDB_NEXT); /* met in the batch before */
+        }
+        first = 0;
+        for (; rc == 0; rc = cairn__cursor_get(t, c, &k, &v, MDB_NEXT)) {
+            if (k.mv_size < skip || memcmp(k.mv_data, start->b, plen) != 0 ||
+                (has_upto && (int64_t)rd_be64((unsigned char *)k.mv_data + skip - 8) > upto)) {
+                more = 0;
+                break;
+            }
+            idlist_add(l, &k, skip);
+            if (l->n == SCAN_BATCH)
+                break;
+        }
+        mdb_cursor_close(c); /* before the callbacks: their writes would invalidate it */
+        if (rc == MDB_NOTFOUND)
+            more = 0;
+        rc = cairn__scan_end(t, rc, "scan index");
+        for (size_t i = 0; rc == 0 && i < l->n; i++)
+            rc = cb(l->ids[i], arg);
     }
-    mdb_cursor_close(c);
-    return idlist_run(&l, cairn__scan_end(t, rc, "scan index"), cb, arg);
+    free(l);
+    return rc == 1 ? 0 : rc;
 }
 
 int cairn__due_each(cairn__txn *t, cairn_state state, int64_t upto_ms, cairn__id_cb cb, void *arg)

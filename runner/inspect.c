@@ -41,8 +41,10 @@ static int list_cb(const char *id, void *arg)
 {
     list_arg *a = arg;
     cairn__task_rec r;
-    if (a->limit && a->n >= a->limit)
+    if (a->limit && a->n >= a->limit) {
+        a->stopped = 1; /* the later states need not be scanned either */
         return 1;
+    }
     int rc = cairn__task_get(a->t, id, &r);
     if (rc == CAIRN_ENOMEM || rc == CAIRN_EIO)
         return rc; /* the store failed, not this record */

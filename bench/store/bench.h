@@ -79,6 +79,17 @@ int bench_cairn_commit_step(bench_cairn *c, const char *task, const char *step, 
  * does. `copy_input` also copies the task input (the runner does it before the first step). */
 int bench_cairn_load_step(bench_cairn *c, const char *task, const char *step, const char *dep,
                           int copy_input);
+/* The same read on any store whose tasks ran through a runner; the reason for a failure goes to
+ * err. */
+int bench_store_load_step(cairn_store *s, const char *task, const char *step, const char *dep,
+                          int copy_input, char *err, size_t cap);
+
+/* ------------------------------------------------------------------ scale (scale.c) */
+
+/* Fills one nosync store under `dir` to `max` (>= 10000: main checks) tasks in process and prints,
+ * at 10k, 100k and 1M tasks (those below max) and at max, what each operation costs and how it
+ * grew. 0, or -1 with the reason on stderr. */
+int bench_scale(const char *dir, uint32_t max, int verbose);
 
 /* ------------------------------------------------------------------ SQLite (sqlite_peer.c) */
 

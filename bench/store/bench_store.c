@@ -47,6 +47,7 @@ enum { RESUME_TASKS = 200 };
 typedef struct opts {
     int quick, json;
     const char *ledger, *dir, *only;
+    uint32_t scale_max; /* --only scale: the tasks the store is filled to */
     uint32_t tasks_sync, tasks_nosync, rounds, reads, spawns, inproc_hits;
 } opts;
 
@@ -742,6 +743,7 @@ static void describe_machine(bench_results *r)
 
 static const char usage[] =
     "usage: bench-store [--quick] [--json] [--ledger PATH] [--dir DIR] [--only SECTIONS]\n"
+    "                   [--scale-max N]\n"
     "Measures cairn's checkpoint store against SQLite on the same filesystem, in one run:\n"
     "step checkpoints/s and commit latency at power-loss and process-crash durability,\n"
     "the resume read, and `cairn run` on an already-succeeded task.\n"
@@ -751,7 +753,11 @@ static const char usage[] =
     "                   ../../examples/ledger/cairn-ledger next to this binary)\n"
     "  --dir DIR        where the scratch stores go (default: $TMPDIR, else /tmp)\n"
     "  --only SECTIONS  comma-separated: power-loss, process-crash, resume, hit, size,\n"
-    "                   concurrent (K processes on one store; only with --only, not in --json)\n"
+    "                   scale, concurrent (these two run only when named; scale: one\n"
+    "                   store filled to --scale-max tasks, each operation's cost at 10k,\n"
+    "                   100k, 1M and the end; concurrent: K = 1, 4, 16 processes on one\n"
+    "                   store, text only)\n"
+    "  --scale-max N    the scale section's tasks (default 1000000; --quick: 20000)\n"
     "Exit status: 0 (a missed target is reported, never an error), 1 if a measurement\n"
     "failed, 64 on bad usage.\n";
 
@@ -769,7 +775,17 @@ int main(int argc, char **argv)
             o.dir = argv[++i];
         else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc)
             o.only = argv[++i];
-        else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+        else if (strcmp(argv[i], "--scale-max") == 0 && i + 1 < argc) {
+            char *end;
+            errno = 0;
+            unsigned long n = strtoul(argv[++i], &end, 10);
+            if (errno || *end || end == argv[i] || n > UINT32_MAX || n < 10000) {
+                fprintf(stderr, "bench-store: --scale-max '%s': a task count from 10000 to %u\n%s",
+                        argv[i], UINT32_MAX, usage);
+                return 64;
+            }
+            o.scale_max = (uint32_t)n;
+        } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             fputs(usage, stdout);
             return 0;
         } else {
@@ -777,14 +793,17 @@ int main(int argc, char **argv)
             return 64;
         }
     }
-    static const char *const sections[] = {"power-loss", "process-crash", "resume",
-                                           "hit",        "size",          "concurrent"};
-    const size_t n_sections = sizeof sections / sizeof *sections;
+    static const char *const sections[] = {"power-loss", "process-crash", "resume",    "hit",
+                                           "size",       "scale",         "concurrent"};
+    enum { N_SECTIONS = sizeof sections / sizeof *sections };
+    /* only sections that print their own tables (scale, concurrent): no peer report */
+    int only_own = o.only != NULL;
     for (const char *p = o.only; p && *p;) {
         size_t m = strcspn(p, ","), k = 0;
-        while (k < n_sections && !(strlen(sections[k]) == m && strncmp(p, sections[k], m) == 0))
+        while (k < N_SECTIONS && !(strlen(sections[k]) == m && strncmp(p, sections[k], m) == 0))
             k++;
-        if (k == n_sections) {
+        only_own &= k >= N_SECTIONS - 2;
+        if (k == N_SECTIONS) {
             fprintf(stderr, "bench-store: --only: unknown section '%.*s'\n%s", (int)m, p, usage);
             return 64;
         }
@@ -799,6 +818,8 @@ int main(int argc, char **argv)
     o.reads = o.quick ? 50000 : 200000;
     o.spawns = o.quick ? 30 : 50;
     o.inproc_hits = o.quick ? 2000 : 10000;
+    if (!o.scale_max)
+        o.scale_max = o.quick ? 20000 : 1000000;
     g_verbose = isatty(2);
 
     if (!o.dir)
@@ -835,18 +856,23 @@ int main(int argc, char **argv)
         rc = measure_size(&o, &r);
     /* a failing example binary still leaves sections 1 and 2 worth printing */
     int hit_rc = !rc && wanted(&o, "hit") ? measure_hit(&o, &r) : 0;
+    /* minutes, not seconds: only when asked for by name */
+    if (!rc && o.only && wanted(&o, "scale"))
+        rc = bench_scale(g_tmp, o.scale_max, g_verbose);
     r.load_end = load_average();
     if (rc) {
         rm_tree(g_tmp);
         fprintf(stderr, "bench-store: a measurement failed (see above); no report\n");
         return 1;
     }
-    if (o.json)
+    if (only_own)
+        ; /* scale and concurrent print their own tables; the peer report would be empty */
+    else if (o.json)
         bench_report_json(&r);
     else
         bench_report_text(&r);
     /* K processes: only when asked for by name (it takes minutes), after the report */
-    int conc_rc = o.only && !o.json && strstr(o.only, "concurrent")
+    int conc_rc = o.only && !o.json && wanted(&o, "concurrent")
                       ? bench_concurrent(g_tmp, o.quick, o.quick ? 3 : 5)
                       : 0;
     rm_tree(g_tmp);

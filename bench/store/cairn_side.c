@@ -294,11 +294,11 @@ static int load_step_txn(cairn__txn *t, void *arg)
     return rc == CAIRN_ENOTFOUND ? 0 : rc;
 }
 
-int bench_cairn_load_step(bench_cairn *c, const char *task, const char *step, const char *dep,
-                          int copy_input)
+int bench_store_load_step(cairn_store *s, const char *task, const char *step, const char *dep,
+                          int copy_input, char *err, size_t cap)
 {
     read_arg a = {.task = task, .step = step, .dep = dep, .copy_input = copy_input};
-    int rc = cairn__store_read(c->store, load_step_txn, &a);
+    int rc = cairn__store_read(s, load_step_txn, &a);
     /* the runner frees these after the step; outside the read, as here */
     if (a.input_bytes)
         msgpack_unpacked_destroy(&a.input), free(a.input_bytes);
@@ -309,7 +309,13 @@ int bench_cairn_load_step(bench_cairn *c, const char *task, const char *step, co
     if (!rc && (!a.has_rec || a.rec.state != CAIRN_STEP_DONE || (dep && !a.dep_bytes)))
         rc = CAIRN_ECORRUPT; /* a read that found nothing would measure nothing */
     if (rc)
-        snprintf(c->err, sizeof c->err, "cairn resume read of %s/%s: %s (%s)", task, step,
-                 cairn_store_errmsg(c->store), cairn_errname(rc));
+        snprintf(err, cap, "cairn resume read of %s/%s: %s (%s)", task, step, cairn_store_errmsg(s),
+                 cairn_errname(rc));
     return rc;
+}
+
+int bench_cairn_load_step(bench_cairn *c, const char *task, const char *step, const char *dep,
+                          int copy_input)
+{
+    return bench_store_load_step(c->store, task, step, dep, copy_input, c->err, sizeof c->err);
 }

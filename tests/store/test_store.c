@@ -632,6 +632,85 @@ static void test_indexes(const char *dir)
     cairn_store_free(s);
 }
 
+/* Index scans read a batch of ids at a time (index.c), so a scan stopped early costs what it
+ * returns. These tasks span several batches, which must join without a gap or a repeat, even
+ * when the callbacks delete what the scan has met or is about to meet. */
+enum { MANY = 1000 };
+
+typedef struct many_arg {
+    int n, in_order, deletes; /* deletes: 1 each task met, 2 task m0700 at the first call */
+    char last[32];
+    cairn__txn *t;
+} many_arg;
+
+static int many_write(cairn__txn *t, void *arg)
+{
+    (void)arg;
+    cairn__task_rec r;
+    int rc = 0;
+    for (int i = 0; i < MANY && !rc; i++) {
+        int k = (i * 7919) % MANY; /* written out of due order */
+        char id[32];
+        snprintf(id, sizeof id, "m%04d", k);
+        fill_task(&r, id, CAIRN_FAILED, 1000 + k);
+        rc = cairn__task_put(t, &r);
+    }
+    return rc;
+}
+
+static int many_cb(const char *id, void *arg)
+{
+    many_arg *a = arg;
+    if (a->n && strcmp(id, a->last) <= 0)
+        a->in_order = 0;
+    snprintf(a->last, sizeof a->last, "%s", id);
+    a->n++;
+    if (a->deletes == 1)
+        return cairn__task_del(a->t, id);
+    if (a->deletes == 2 && a->n == 1)
+        return cairn__task_del(a->t, "m0700");
+    return strcmp(id, "m0700") == 0 ? CAIRN_ECORRUPT : 0; /* deleted: must not be met */
+}
+
+static int many_scan(cairn__txn *t, void *arg)
+{
+    many_arg *a = arg;
+    a->t = t;
+    a->in_order = 1;
+    return cairn__due_each(t, CAIRN_FAILED, INT64_MAX, many_cb, a);
+}
+
+static int many_bounded(cairn__txn *t, void *arg)
+{
+    many_arg *a = arg;
+    a->in_order = 1;
+    return cairn__due_each(t, CAIRN_FAILED, 1000 + 599, many_cb, a);
+}
+
+static void test_index_batches(const char *dir)
+{
+    cairn_store *s = open_store(dir, 0);
+    ok(cairn__store_write(s, 0, many_write, NULL) == 0, "write %d failed tasks", MANY);
+    many_arg a = {.deletes = 3}; /* none: m0700 is still there */
+    int rc = cairn__store_read(s, many_bounded, &a);
+    ok(rc == 0 && a.n == 600 && a.in_order,
+       "a bounded scan across batches: the 600 due by the bound, in due order (%d)", a.n);
+    a = (many_arg){.deletes = 2};
+    rc = cairn__store_write(s, 0, many_scan, &a);
+    ok(rc == 0 && a.n == MANY - 1 && a.in_order,
+       "a task a callback deletes ahead of the scan is not met: %d of %d, in order", a.n, MANY - 1);
+    a = (many_arg){.deletes = 1};
+    rc = cairn__store_write(s, 0, many_scan, &a);
+    ok(rc == 0 && a.n == MANY - 1 && a.in_order,
+       "callbacks deleting each task met: the scan goes on after each batch's deleted last key "
+       "(%d)",
+       a.n);
+    a = (many_arg){0};
+    rc = cairn__store_read(s, many_scan, &a);
+    ok(rc == 0 && a.n == 0, "and the index is empty (%d)", a.n);
+    cairn_store_free(s);
+}
+
 /* ------------------------------------------------------------------ map growth and limit */
 
 typedef struct big_arg {
@@ -1375,6 +1454,8 @@ int main(void)
     test_idem(dir);
     newdir(dir, "index");
     test_indexes(dir);
+    newdir(dir, "batches");
+    test_index_batches(dir);
     test_map_growth();
     test_map_limit();
     test_durability();
