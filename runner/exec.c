@@ -9,8 +9,9 @@
  * The parent commits progress as it arrives and renews the lease while it waits, so a long
  * isolated step keeps its lease however long it runs.
  *
- * An in-process step that may run long (one marked expensive, or an effect) gets a heartbeat: a
- * thread that renews the lease every lease_ms/3 while the step runs, so a healthy owner keeps
+ * An in-process step that may run long (one marked expensive, or an effect) gets a heartbeat: the
+ * runner's one heartbeat thread (made at the first such step, idle between steps) renews the
+ * lease every lease_ms/3 while the step runs, so a healthy owner keeps
  * its task and a stopped or hung process (whose threads all stop) loses it at expiry. The step's
  * own progress saves and the heartbeat share the store handle under the heartbeat's mutex. Other
  * in-process steps get none (a thread per step would cost more than a fast step): one of those
@@ -186,10 +187,15 @@ int cairn_ctx_save_progress(cairn_ctx *c, const void *bytes, size_t len)
 static void *heartbeat_main(void *arg)
 {
     cairn__heartbeat *hb = arg;
-    cairn_ctx *c = hb->ctx;
-    uint32_t period = c->r->lease_ms / 3 ? c->r->lease_ms / 3 : 1;
     pthread_mutex_lock(&hb->mu);
-    while (!hb->stop) {
+    while (!hb->quit) {
+        if (!hb->ctx) { /* idle between steps */
+            pthread_cond_wait(&hb->cv, &hb->mu);
+            continue;
+        }
+        cairn_ctx *c = hb->ctx;
+        uint64_t turn = hb->turn;
+        uint32_t period = c->r->lease_ms / 3 ? c->r->lease_ms / 3 : 1;
         struct timespec until;
         clock_gettime(CLOCK_MONOTONIC, &until);
         until.tv_sec += period / 1000;
@@ -197,10 +203,10 @@ static void *heartbeat_main(void *arg)
         if (until.tv_nsec >= 1000000000L)
             until.tv_sec++, until.tv_nsec -= 1000000000L;
         int w = 0;
-        while (!hb->stop && w != ETIMEDOUT)
+        while (!hb->quit && hb->ctx == c && hb->turn == turn && w != ETIMEDOUT)
             w = pthread_cond_timedwait(&hb->cv, &hb->mu, &until);
-        if (hb->stop)
-            break;
+        if (hb->quit || hb->ctx != c || hb->turn != turn)
+            continue; /* the step ended (or another began) before its beat was due */
         if (cairn__renew_lease(c) == CAIRN_EBUSY) /* someone else owns the task now */
             atomic_store(&hb->lost, 1);
     }
@@ -209,48 +215,82 @@ static void *heartbeat_main(void *arg)
 }
 
 /* Starts the heartbeat for an in-process step; 0 if it could not (the step then runs without,
- * as any in-process step would). Signals stay with the runner's thread. */
-static int heartbeat_start(cairn_ctx *c, cairn__heartbeat *hb)
+ * as any in-process step would). The runner's one heartbeat thread is made the first time
+ * (a thread per step cost two clone(2)s a task); signals stay with the runner's thread. */
+static int heartbeat_start(cairn_ctx *c)
 {
-    memset(hb, 0, sizeof *hb);
+    cairn_runner *r = c->r;
+    if (!r->hb) {
+        cairn__heartbeat *hb = calloc(1, sizeof *hb);
+        pthread_condattr_t ca;
+        if (!hb || pthread_condattr_init(&ca) != 0) {
+            free(hb);
+            return 0;
+        }
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        int ok = pthread_mutex_init(&hb->mu, NULL) == 0;
+        if (ok && pthread_cond_init(&hb->cv, &ca) != 0) {
+            pthread_mutex_destroy(&hb->mu);
+            ok = 0;
+        }
+        pthread_condattr_destroy(&ca);
+        if (!ok) {
+            free(hb);
+            return 0;
+        }
+        r->hb = hb;
+    }
+    cairn__heartbeat *hb = r->hb;
+    if (hb->started && hb->pid != getpid())
+        return 0; /* a forked child: the thread is its parent's */
+    if (!hb->started) {
+        sigset_t all, old;
+        sigfillset(&all);
+        pthread_sigmask(SIG_BLOCK, &all, &old);
+        hb->started = pthread_create(&hb->th, NULL, heartbeat_main, hb) == 0;
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        hb->pid = getpid();
+        if (!hb->started)
+            return 0;
+    }
+    pthread_mutex_lock(&hb->mu);
     hb->ctx = c;
-    pthread_condattr_t ca;
-    if (pthread_condattr_init(&ca) != 0)
-        return 0;
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    int ok = pthread_mutex_init(&hb->mu, NULL) == 0;
-    if (ok && pthread_cond_init(&hb->cv, &ca) != 0) {
-        pthread_mutex_destroy(&hb->mu);
-        ok = 0;
-    }
-    pthread_condattr_destroy(&ca);
-    if (!ok)
-        return 0;
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, &old);
-    ok = pthread_create(&hb->th, NULL, heartbeat_main, hb) == 0;
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (!ok) {
-        pthread_cond_destroy(&hb->cv);
-        pthread_mutex_destroy(&hb->mu);
-        return 0;
-    }
+    hb->turn++;
+    atomic_store(&hb->lost, 0);
+    pthread_cond_signal(&hb->cv);
+    pthread_mutex_unlock(&hb->mu);
     c->hb = hb;
     return 1;
 }
 
+/* Ends the step's heartbeat: once the mutex is ours no renewal is under way, and the thread
+ * goes idle. */
 static void heartbeat_stop(cairn_ctx *c)
 {
     cairn__heartbeat *hb = c->hb;
     pthread_mutex_lock(&hb->mu);
-    hb->stop = 1;
+    hb->ctx = NULL;
     pthread_cond_signal(&hb->cv);
     pthread_mutex_unlock(&hb->mu);
-    pthread_join(hb->th, NULL);
+    c->hb = NULL;
+}
+
+void cairn__heartbeat_free(cairn_runner *r)
+{
+    cairn__heartbeat *hb = r->hb;
+    if (!hb)
+        return;
+    if (hb->started && hb->pid == getpid()) {
+        pthread_mutex_lock(&hb->mu);
+        hb->quit = 1;
+        pthread_cond_signal(&hb->cv);
+        pthread_mutex_unlock(&hb->mu);
+        pthread_join(hb->th, NULL);
+    }
     pthread_cond_destroy(&hb->cv);
     pthread_mutex_destroy(&hb->mu);
-    c->hb = NULL;
+    free(hb);
+    r->hb = NULL;
 }
 
 /* ------------------------------------------------------------------ execution */
@@ -486,11 +526,9 @@ int cairn__exec_step(cairn_ctx *c, int probe, cairn__outcome *o)
     c->child_fd = -1;
     if (c->step->timeout_ms > 0)
         return exec_isolated(c, probe, o);
-    cairn__heartbeat hb;
-    int beat =
-        (c->step->expensive || c->step->delivery != CAIRN_COMPUTE) && heartbeat_start(c, &hb);
+    int beat = (c->step->expensive || c->step->delivery != CAIRN_COMPUTE) && heartbeat_start(c);
     o->result = call(c, probe);
-    int lost = beat && atomic_load(&hb.lost);
+    int lost = beat && atomic_load(&c->hb->lost);
     if (beat)
         heartbeat_stop(c);
     if (lost && c->step->delivery == CAIRN_COMPUTE) { /* its output could never be committed */

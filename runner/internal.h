@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <sys/types.h>
 
 #include "cairn.h"
 #include "checkpoint/store.h"
@@ -23,10 +24,13 @@ struct cairn_runner {
     cairn__owner me;
     uint64_t rng;
     volatile sig_atomic_t stop;
+    struct cairn__heartbeat *hb; /* exec.c, made at the first step that needs one */
     char note[512]; /* informational message of the last successful call (e.g. "already succeeded")
                      */
     char err[1024];
 };
+
+void cairn__heartbeat_free(cairn_runner *r); /* exec.c: at cairn_runner_free */
 
 /* One dependency output handed to a step. */
 typedef struct cairn__dep {
@@ -36,13 +40,16 @@ typedef struct cairn__dep {
     int present;
 } cairn__dep;
 
-/* exec.c: the lease heartbeat of an in-process step that may run long */
+/* exec.c: the lease heartbeat of in-process steps that may run long: one thread per runner,
+ * started at the first such step and kept, idle between steps, until the runner is freed */
 typedef struct cairn__heartbeat {
-    struct cairn_ctx *ctx;
+    struct cairn_ctx *ctx; /* the step it beats for; NULL while idle */
     pthread_t th;
     pthread_mutex_t mu; /* the store handle, between the step's progress saves and the beat */
     pthread_cond_t cv;
-    int stop;
+    int started, quit;
+    pid_t pid;       /* the process the thread runs in */
+    uint64_t turn;   /* bumped at each start: a beat's wait belongs to one step */
     atomic_int lost; /* a renewal found another owner */
 } cairn__heartbeat;
 

@@ -91,6 +91,7 @@ void cairn_runner_free(cairn_runner *r)
 {
     if (!r)
         return;
+    cairn__heartbeat_free(r);
     free(r->graphs);
     free(r);
 }
