@@ -34,6 +34,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "common/fdio.h"
 #include "common/json.h"
 #include "common/str.h"
 #include "runner/cli.h"
@@ -167,37 +168,6 @@ static int reader_line(reader *r, char **line, size_t *n)
     }
 }
 
-static int write_all(int fd, const void *p, size_t n)
-{
-    const char *c = p;
-    while (n) {
-        ssize_t w = write(fd, c, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return -1;
-        c += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
-/* 1 read whole, 0 end of input before any byte, -1 error or an end inside. */
-static int read_all(int fd, void *p, size_t n)
-{
-    char *c = p;
-    size_t got = 0;
-    while (got < n) {
-        ssize_t r = read(fd, c + got, n - got);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            return r == 0 && got == 0 ? 0 : -1;
-        got += (size_t)r;
-    }
-    return 1;
-}
-
 /* ------------------------------------------------------------------ the workers */
 
 /* A job on the pipe to a worker: this header, then the task ID, the message ID and the input
@@ -220,11 +190,12 @@ static void worker_main(int job_fd, int res_fd, const cairn__cli_opts *o,
     }
     job_head h;
     char task[CAIRN_TASK_ID_MAX + 1], mid[CAIRN_TASK_ID_MAX + 1];
-    while ((rc = read_all(job_fd, &h, sizeof h)) == 1) {
+    while ((rc = cairn__read_all(job_fd, &h, sizeof h)) == 1) {
         char *input = malloc((size_t)h.input_len + 1);
         if (!input || h.task_len >= sizeof task || h.mid_len >= sizeof mid ||
-            read_all(job_fd, task, h.task_len) < 0 || read_all(job_fd, mid, h.mid_len) < 0 ||
-            read_all(job_fd, input, h.input_len) < 0) {
+            cairn__read_all(job_fd, task, h.task_len) < 0 ||
+            cairn__read_all(job_fd, mid, h.mid_len) < 0 ||
+            cairn__read_all(job_fd, input, h.input_len) < 0) {
             free(input);
             rc = -1;
             break;
@@ -241,7 +212,8 @@ static void worker_main(int job_fd, int res_fd, const cairn__cli_opts *o,
         char *out = json_dumps(cairn__cli_run_doc(j, s.store, id, rc, msg),
                                JSON_COMPACT | JSON_PRESERVE_ORDER);
         json_decref(j);
-        if (!out || write_all(res_fd, out, strlen(out)) || write_all(res_fd, "\n", 1)) {
+        if (!out || cairn__write_all(res_fd, out, strlen(out)) ||
+            cairn__write_all(res_fd, "\n", 1)) {
             free(out);
             rc = -1;
             break;
@@ -493,9 +465,10 @@ static int send_job(worker *w, long line, const line_job *job)
 {
     job_head h = {line, (uint32_t)strlen(job->task), (uint32_t)strlen(job->mid),
                   (uint32_t)job->input_len};
-    if (write_all(w->job_fd, &h, sizeof h) || write_all(w->job_fd, job->task, h.task_len) ||
-        write_all(w->job_fd, job->mid, h.mid_len) ||
-        write_all(w->job_fd, job->input, job->input_len))
+    if (cairn__write_all(w->job_fd, &h, sizeof h) ||
+        cairn__write_all(w->job_fd, job->task, h.task_len) ||
+        cairn__write_all(w->job_fd, job->mid, h.mid_len) ||
+        cairn__write_all(w->job_fd, job->input, job->input_len))
         return -1;
     w->line = line;
     snprintf(w->mid, sizeof w->mid, "%s", job->mid);

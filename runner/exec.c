@@ -30,6 +30,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/fdio.h"
 #include "common/hash.h"
 #include "runner/internal.h"
 
@@ -131,34 +132,6 @@ void cairn_ctx_set_error(cairn_ctx *c, const char *fmt, ...)
     va_end(ap);
 }
 
-static int write_all(int fd, const void *p, size_t n)
-{
-    const char *b = p;
-    while (n) {
-        ssize_t w = write(fd, b, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return -1;
-        b += w, n -= (size_t)w;
-    }
-    return 0;
-}
-
-static int read_all(int fd, void *p, size_t n)
-{
-    char *b = p;
-    while (n) {
-        ssize_t r = read(fd, b, n);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            return -1;
-        b += r, n -= (size_t)r;
-    }
-    return 0;
-}
-
 int cairn_ctx_save_progress(cairn_ctx *c, const void *bytes, size_t len)
 {
     if (!c || !bytes || len == 0 || !one_object(bytes, len))
@@ -169,8 +142,8 @@ int cairn_ctx_save_progress(cairn_ctx *c, const void *bytes, size_t len)
         return CAIRN_EINTR;
     if (c->child_fd >= 0) {
         uint32_t n = (uint32_t)len;
-        if (write_all(c->child_fd, "P", 1) || write_all(c->child_fd, &n, 4) ||
-            write_all(c->child_fd, bytes, len))
+        if (cairn__write_all(c->child_fd, "P", 1) || cairn__write_all(c->child_fd, &n, 4) ||
+            cairn__write_all(c->child_fd, bytes, len))
             return CAIRN_EIO;
         return 0;
     }
@@ -368,9 +341,10 @@ static void run_child(cairn_ctx *c, int probe, int fd, pid_t parent)
     cairn_step_result res = call(c, probe);
     uint32_t r = (uint32_t)res, el = (uint32_t)strlen(c->err),
              ol = c->out_set ? (uint32_t)c->out.size : 0;
-    if (write_all(fd, "R", 1) || write_all(fd, &r, 4) || write_all(fd, &c->retry_after_ms, 4) ||
-        write_all(fd, &el, 4) || write_all(fd, c->err, el) || write_all(fd, &ol, 4) ||
-        (ol && write_all(fd, c->out.data, ol)))
+    if (cairn__write_all(fd, "R", 1) || cairn__write_all(fd, &r, 4) ||
+        cairn__write_all(fd, &c->retry_after_ms, 4) || cairn__write_all(fd, &el, 4) ||
+        cairn__write_all(fd, c->err, el) || cairn__write_all(fd, &ol, 4) ||
+        (ol && cairn__write_all(fd, c->out.data, ol)))
         _exit(3);
     _exit(0);
 }
@@ -380,11 +354,11 @@ static int read_frame(cairn_ctx *c, int fd, cairn__outcome *o, int *commit_err)
 {
     char type;
     uint32_t n;
-    if (read_all(fd, &type, 1) || read_all(fd, &n, 4))
+    if (cairn__read_all(fd, &type, 1) != 1 || cairn__read_all(fd, &n, 4) != 1)
         return -1;
     if (type == 'P') {
         char *buf = malloc(n ? n : 1);
-        if (!buf || read_all(fd, buf, n)) {
+        if (!buf || cairn__read_all(fd, buf, n) != 1) {
             free(buf);
             return -1;
         }
@@ -398,15 +372,15 @@ static int read_frame(cairn_ctx *c, int fd, cairn__outcome *o, int *commit_err)
         return -1;
     o->result = (cairn_step_result)n;
     uint32_t el, ol;
-    if (read_all(fd, &o->retry_after_ms, 4) || read_all(fd, &el, 4) || el >= sizeof o->err ||
-        read_all(fd, o->err, el))
+    if (cairn__read_all(fd, &o->retry_after_ms, 4) != 1 || cairn__read_all(fd, &el, 4) != 1 ||
+        el >= sizeof o->err || cairn__read_all(fd, o->err, el) != 1)
         return -1;
     o->err[el] = 0;
-    if (read_all(fd, &ol, 4))
+    if (cairn__read_all(fd, &ol, 4) != 1)
         return -1;
     if (ol) {
         o->out = malloc(ol);
-        if (!o->out || read_all(fd, o->out, ol))
+        if (!o->out || cairn__read_all(fd, o->out, ol) != 1)
             return -1;
         o->out_len = ol;
     }
