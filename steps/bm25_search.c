@@ -2,14 +2,19 @@
  * layout), and its counts.
  *
  * Terms never contain a NUL byte, so the postings of one term are exactly the keys starting
- * with "term\0": a query walks them with one cursor, in docno order, and accumulates scores into
- * a dense array indexed by docno (touched entries are tracked by a stamp, so nothing is cleared
- * between queries); a k-sized heap then picks the top k. Each query reads one snapshot (a read
- * transaction renewed per query), so an index rebuilt meanwhile is seen whole or not at all.
+ * with "term\0", in docno order. Two paths give the same top k, bit for bit:
+ *   - the exhaustive one (the reference) walks every posting of every query term with one
+ *     cursor and accumulates scores into a dense array indexed by docno (touched entries are
+ *     tracked by a stamp, so nothing is cleared between queries); a k-sized heap picks the top k;
+ *   - the pruned one (the default) walks the terms' lists side by side in docno order with
+ *     block-max MaxScore (pruned_topk): documents and whole blocks that the per-block bounds
+ *     show cannot reach the k-th best score are skipped unscored. Each query reads one snapshot (a
+ * read transaction renewed per query), so an index rebuilt meanwhile is seen whole or not at all.
  */
 #include "steps/bm25.h"
 #include "steps/bm25_impl.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -181,12 +186,40 @@ static char *dup_n(const char *s, size_t n)
     return p;
 }
 
+/* One term's contribution. Both paths call this one function, so a document's score is the
+ * same double whichever path computed it. tf*(k1+1) / (tf + k1*(1-b) + k1*b*dl/avgdl): c0 and
+ * c1 are the two hoisted constants. */
+static inline double term_score(double idf, double c0, double c1, uint32_t tf, uint32_t dl)
+{
+    const double k1 = CAIRN__BM25_K1;
+    double t = tf;
+    return idf * t * (k1 + 1.0) / (t + c0 + c1 * (double)dl);
+}
+
+/* A query term's idf from its df record; MDB_NOTFOUND when the index does not hold it. */
+static int term_idf(cairn__bm25 *ix, MDB_txn *txn, const char *term, size_t tl, uint64_t n_docs,
+                    double *idf)
+{
+    MDB_val k = {tl, (void *)term}, d;
+    int m = mdb_get(txn, ix->df, &k, &d);
+    if (m == MDB_NOTFOUND)
+        return m;
+    if (m || d.mv_size != 4)
+        return m ? cairn__bm25_mdb_fail(ix, m, "reading a document frequency")
+                 : cairn__bm25_fail(ix, CAIRN_ECORRUPT, "index %s: bad document frequency record",
+                                    ix->dir);
+    double nt = get32(d.mv_data);
+    *idf = log(1.0 + ((double)n_docs - nt + 0.5) / (nt + 0.5));
+    return 0;
+}
+
 /* Scores every posting of every unique query term into ix->score; fills ix->touched. */
 static int accumulate(cairn__bm25 *ix, MDB_txn *txn, const qterms *q, uint64_t n_docs,
                       uint64_t total_len)
 {
     const double k1 = CAIRN__BM25_K1, b = CAIRN__BM25_B;
     const double avgdl = n_docs ? (double)total_len / (double)n_docs : 0.0;
+    const double c0 = k1 * (1.0 - b), c1 = avgdl > 0 ? k1 * b / avgdl : 0.0;
     MDB_cursor *cur;
     int rc = mdb_cursor_open(txn, ix->post, &cur);
     if (rc)
@@ -195,22 +228,16 @@ static int accumulate(cairn__bm25 *ix, MDB_txn *txn, const qterms *q, uint64_t n
     for (size_t t = 0; t < q->nt && !rc; t++) {
         size_t tl = q->t[t].len;
         memcpy(key, q->buf + q->t[t].off, tl);
-        MDB_val k = {tl, key}, d;
-        int m = mdb_get(txn, ix->df, &k, &d);
+        double idf;
+        int m = term_idf(ix, txn, (const char *)key, tl, n_docs, &idf);
         if (m == MDB_NOTFOUND)
             continue;
-        if (m || d.mv_size != 4) {
-            rc = m ? cairn__bm25_mdb_fail(ix, m, "reading a document frequency")
-                   : cairn__bm25_fail(ix, CAIRN_ECORRUPT, "index %s: bad document frequency record",
-                                      ix->dir);
+        if (m) {
+            rc = m;
             break;
         }
-        double nt = get32(d.mv_data);
-        double idf = log(1.0 + ((double)n_docs - nt + 0.5) / (nt + 0.5));
-        /* tf*(k1+1) / (tf + k1*(1-b) + k1*b*dl/avgdl): the two constants hoisted */
-        const double c0 = k1 * (1.0 - b), c1 = avgdl > 0 ? k1 * b / avgdl : 0.0;
         key[tl] = 0;
-        k = (MDB_val){tl + 1, key};
+        MDB_val k = {tl + 1, key}, d;
         m = mdb_cursor_get(cur, &k, &d, MDB_SET_RANGE);
         while (m == 0) {
             if (k.mv_size != tl + 5 || memcmp(k.mv_data, key, tl + 1))
@@ -228,8 +255,8 @@ static int accumulate(cairn__bm25 *ix, MDB_txn *txn, const qterms *q, uint64_t n
                 m = MDB_CORRUPTED;
                 break;
             }
-            double tf = v[0];
-            double s = idf * tf * (k1 + 1.0) / (tf + c0 + c1 * (double)v[1]);
+            double s = term_score(idf, c0, c1, v[0], v[1]);
+            ix->postings_read++;
             if (ix->stamp[docno] != ix->cur_stamp) {
                 ix->stamp[docno] = ix->cur_stamp;
                 ix->score[docno] = s;
@@ -246,8 +273,316 @@ static int accumulate(cairn__bm25 *ix, MDB_txn *txn, const qterms *q, uint64_t n
     return rc;
 }
 
-int cairn__bm25_search(cairn__bm25 *ix, const char *query, size_t k, cairn__bm25_hit **hits,
-                       size_t *n)
+static void heap_offer(heap_ent *heap, size_t *nh, size_t cap, heap_ent e)
+{
+    if (*nh < cap) {
+        heap[*nh] = e;
+        sift_up(heap, (*nh)++);
+    } else if (worse(heap[0], e)) {
+        heap[0] = e;
+        sift_down(heap, *nh, 0);
+    }
+}
+
+/* The reference: every posting of every query term scored into the dense array, then the top
+ * k by a min-heap whose root is the worst of the best k so far. *heap is malloc'd. */
+static int exhaustive_topk(cairn__bm25 *ix, MDB_txn *txn, const qterms *q, uint64_t n_docs,
+                           uint64_t total_len, uint64_t next, size_t k, heap_ent **heap_out,
+                           size_t *nh_out)
+{
+    int rc;
+    size_t nh = 0;
+    if (next > ix->score_cap) {
+        size_t cap = (size_t)next + next / 4 + 64;
+        double *s = realloc(ix->score, cap * sizeof *s);
+        if (s)
+            ix->score = s;
+        uint32_t *st = realloc(ix->stamp, cap * sizeof *st);
+        if (st)
+            ix->stamp = st;
+        uint32_t *tc = realloc(ix->touched, cap * sizeof *tc);
+        if (tc)
+            ix->touched = tc;
+        if (!s || !st || !tc)
+            return cairn__bm25_fail(ix, CAIRN_ENOMEM, "out of memory");
+        memset(ix->stamp + ix->score_cap, 0, (cap - ix->score_cap) * sizeof *st);
+        ix->score_cap = cap;
+    }
+    if (++ix->cur_stamp == 0) {
+        memset(ix->stamp, 0, ix->score_cap * sizeof *ix->stamp);
+        ix->cur_stamp = 1;
+    }
+    ix->n_touched = 0;
+    if ((rc = accumulate(ix, txn, q, n_docs, total_len)) != 0)
+        return rc;
+
+    size_t cap = k < ix->n_touched ? k : ix->n_touched;
+    heap_ent *heap = malloc((cap + 1) * sizeof *heap);
+    if (!heap)
+        return cairn__bm25_fail(ix, CAIRN_ENOMEM, "out of memory");
+    for (size_t i = 0; i < ix->n_touched; i++)
+        heap_offer(heap, &nh, cap, (heap_ent){ix->score[ix->touched[i]], ix->touched[i]});
+    *heap_out = heap;
+    *nh_out = nh;
+    return 0;
+}
+
+/* ------------------------------------------------------------------ pruned top k */
+
+/* One query term's walk through its postings, for the pruned search. */
+typedef struct pterm {
+    MDB_cursor *cur;
+    size_t qi; /* position in the query: a score sums its terms in this order */
+    size_t tl; /* key = term \0 be32(docno) */
+    unsigned char key[CAIRN__BM25_MAX_TOKEN + 5];
+    double idf, ub;           /* ub: bound on any posting's contribution (the whole list) */
+    const unsigned char *blk; /* the block records, 12 bytes each, in the map */
+    uint32_t nblk, bi;        /* block count; the block holding the docno asked last */
+    double bub;               /* bound of block bi */
+    uint32_t docno, tf, dl;   /* the current posting */
+    int done;                 /* no postings left */
+} pterm;
+
+static uint32_t blk_get(const pterm *t, uint32_t i, int field)
+{
+    return get32(t->blk + 12 * i + 4 * field);
+}
+
+/* Takes in what a cursor move returned: the posting, or the end of the term's list. */
+static int pt_load(cairn__bm25 *ix, pterm *t, int m, const MDB_val *k, const MDB_val *d)
+{
+    if (m == MDB_NOTFOUND ||
+        (m == 0 && (k->mv_size != t->tl + 5 || memcmp(k->mv_data, t->key, t->tl + 1)))) {
+        t->done = 1;
+        return 0;
+    }
+    if (m)
+        return cairn__bm25_mdb_fail(ix, m, "reading postings");
+    if (d->mv_size != 8)
+        return cairn__bm25_mdb_fail(ix, MDB_CORRUPTED, "reading postings");
+    const unsigned char *kp = (const unsigned char *)k->mv_data + t->tl + 1;
+    t->docno = (uint32_t)kp[0] << 24 | (uint32_t)kp[1] << 16 | (uint32_t)kp[2] << 8 | kp[3];
+    t->tf = get32(d->mv_data);
+    t->dl = get32((const char *)d->mv_data + 4);
+    ix->postings_read++;
+    return 0;
+}
+
+/* Moves to the first posting at or after docno `to` (one B-tree descent). */
+static int pt_seek(cairn__bm25 *ix, pterm *t, uint32_t to)
+{
+    be32(to, t->key + t->tl + 1);
+    MDB_val k = {t->tl + 5, t->key}, d;
+    return pt_load(ix, t, mdb_cursor_get(t->cur, &k, &d, MDB_SET_RANGE), &k, &d);
+}
+
+static int pt_next(cairn__bm25 *ix, pterm *t)
+{
+    MDB_val k, d;
+    return pt_load(ix, t, mdb_cursor_get(t->cur, &k, &d, MDB_NEXT), &k, &d);
+}
+
+/* Makes bi the first block whose last docno is >= d (blocks only move forward: so do the
+ * documents asked); 0 when the term has no posting at or after d. */
+static int pt_block(pterm *t, uint32_t d, double c0, double c1)
+{
+    uint32_t bi = t->bi;
+    while (bi < t->nblk && blk_get(t, bi, 0) < d)
+        bi++;
+    if (bi != t->bi && bi < t->nblk)
+        t->bub = term_score(t->idf, c0, c1, blk_get(t, bi, 1), blk_get(t, bi, 2));
+    t->bi = bi;
+    return bi < t->nblk;
+}
+
+/* Block-max MaxScore, document at a time in docno order. Terms sorted by their list bound:
+ * the longest prefix whose bounds sum to at most the k-th best score so far (theta) is
+ * "non-essential" - a document holding only those cannot enter - so only the other lists are
+ * walked, and the non-essential ones are looked up (a seek) for the candidates they yield.
+ * Before a candidate is scored, the blocks covering it bound it: when the blocks of all terms
+ * cannot beat theta, every document up to the first of those blocks' ends is skipped at once.
+ *
+ * Exactness. Documents come in docno order, so one tying with theta ranks after it (later
+ * document) and cannot enter: a document is dropped only when a bound B of its score S has
+ * B <= theta. The bounds are floating-point sums of doubles each >= the term's contribution
+ * within 12 ulps (term_score rounds 6 times, is monotone in tf and dl, and is evaluated at the
+ * block's largest tf and smallest dl), added in another order than the score's own sum. With
+ * n terms, B*(1 + (2n+16)eps) >= S covers both (each of the n-1 additions of either sum moves
+ * it by at most half an ulp), so every comparison uses that slack. A scored document's score
+ * is summed in query order from term_score, as the exhaustive path sums it: bit for bit the
+ * same. */
+static int pruned_topk(cairn__bm25 *ix, MDB_txn *txn, const qterms *q, uint64_t n_docs,
+                       uint64_t total_len, uint64_t next, size_t k, heap_ent **heap_out,
+                       size_t *nh_out)
+{
+    const double k1 = CAIRN__BM25_K1, b = CAIRN__BM25_B;
+    const double avgdl = n_docs ? (double)total_len / (double)n_docs : 0.0;
+    const double c0 = k1 * (1.0 - b), c1 = avgdl > 0 ? k1 * b / avgdl : 0.0;
+    size_t cap = k < next ? k : (size_t)next, nt = q->nt, n = 0, nh = 0;
+    pterm *pt = calloc(nt, sizeof *pt);
+    size_t *ord = calloc(nt, sizeof *ord);
+    double *pre = calloc(nt + 1, sizeof *pre), *rp = calloc(nt + 1, sizeof *rp),
+           *contrib = calloc(nt, sizeof *contrib);
+    unsigned char *has = calloc(nt, 1);
+    heap_ent *heap = malloc((cap + 1) * sizeof *heap);
+    int rc = 0;
+    if (!pt || !ord || !pre || !rp || !contrib || !has || !heap) {
+        rc = cairn__bm25_fail(ix, CAIRN_ENOMEM, "out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < nt; i++) {
+        pterm *t = &pt[n];
+        t->tl = q->t[i].len;
+        t->qi = i;
+        memcpy(t->key, q->buf + q->t[i].off, t->tl);
+        int m = term_idf(ix, txn, (const char *)t->key, t->tl, n_docs, &t->idf);
+        if (m == MDB_NOTFOUND)
+            continue;
+        if (m) {
+            rc = m;
+            goto out;
+        }
+        MDB_val bk = {t->tl, t->key}, bv;
+        if ((m = mdb_get(txn, ix->blocks, &bk, &bv)) != 0) {
+            rc = m == MDB_NOTFOUND ? cairn__bm25_fail(ix, CAIRN_ECORRUPT,
+                                                      "index %s: term '%.*s' has a document "
+                                                      "frequency but no bounds table",
+                                                      ix->dir, (int)t->tl, (const char *)t->key)
+                                   : cairn__bm25_mdb_fail(ix, m, "reading a bounds table");
+            goto out;
+        }
+        const unsigned char *v = bv.mv_data;
+        if (bv.mv_size < 24 || bv.mv_size != 12 + 12 * (size_t)get32(v + 8)) {
+            rc = cairn__bm25_fail(ix, CAIRN_ECORRUPT, "index %s: malformed bounds table of '%.*s'",
+                                  ix->dir, (int)t->tl, (const char *)t->key);
+            goto out;
+        }
+        t->ub = term_score(t->idf, c0, c1, get32(v), get32(v + 4));
+        t->blk = v + 12;
+        t->nblk = get32(v + 8);
+        t->bub = term_score(t->idf, c0, c1, blk_get(t, 0, 1), blk_get(t, 0, 2));
+        t->key[t->tl] = 0;
+        if ((m = mdb_cursor_open(txn, ix->post, &t->cur)) != 0) {
+            rc = cairn__bm25_mdb_fail(ix, m, "mdb_cursor_open");
+            goto out;
+        }
+        n++;
+        if ((rc = pt_seek(ix, t, 0)) != 0)
+            goto out;
+    }
+    const double slack = 1.0 + (2.0 * (double)n + 16.0) * DBL_EPSILON;
+    for (size_t i = 0; i < n; i++) { /* by list bound, ascending; n is a query's length */
+        size_t j = i;
+        for (; j > 0 && pt[ord[j - 1]].ub > pt[i].ub; j--)
+            ord[j] = ord[j - 1];
+        ord[j] = i;
+    }
+    for (size_t i = 0; i < n; i++)
+        pre[i + 1] = pre[i] + pt[ord[i]].ub;
+    size_t ne = 0; /* ord[0..ne) are the non-essential terms */
+    double theta = -INFINITY;
+    while (cap > 0) {
+        uint32_t d = 0;
+        int any = 0;
+        for (size_t i = ne; i < n; i++) {
+            const pterm *t = &pt[ord[i]];
+            if (!t->done && (!any || t->docno < d))
+                d = t->docno, any = 1;
+        }
+        if (!any)
+            break;
+        if (nh == cap) {
+            double ub = 0;
+            uint32_t lim = UINT32_MAX;
+            for (size_t i = 0; i < n; i++) {
+                pterm *t = &pt[i];
+                if (!pt_block(t, d, c0, c1))
+                    continue;
+                ub += t->bub;
+                uint32_t last = blk_get(t, t->bi, 0);
+                lim = last < lim ? last : lim;
+            }
+            if (ub * slack <= theta) { /* nothing in [d, lim] can enter */
+                for (size_t i = ne; i < n && !rc; i++) {
+                    pterm *t = &pt[ord[i]];
+                    if (t->done || t->docno > lim)
+                        continue;
+                    if (lim == UINT32_MAX)
+                        t->done = 1;
+                    else
+                        rc = pt_seek(ix, t, lim + 1);
+                }
+                if (rc)
+                    goto out;
+                continue;
+            }
+        }
+        double part = 0;
+        for (size_t i = ne; i < n; i++) {
+            pterm *t = &pt[ord[i]];
+            if (!t->done && t->docno == d) {
+                contrib[t->qi] = term_score(t->idf, c0, c1, t->tf, t->dl);
+                has[t->qi] = 1;
+                part += contrib[t->qi];
+            }
+        }
+        /* the non-essential terms, largest bound first, while d can still enter */
+        for (size_t i = 0; i < ne; i++) {
+            pterm *t = &pt[ord[i]];
+            rp[i + 1] = rp[i] + (pt_block(t, d, c0, c1) ? t->bub : 0.0);
+        }
+        int dropped = 0;
+        for (size_t i = ne; i-- > 0;) {
+            if ((part + rp[i + 1]) * slack <= theta) {
+                dropped = 1;
+                break;
+            }
+            pterm *t = &pt[ord[i]];
+            if (!t->done && t->docno < d && (rc = pt_seek(ix, t, d)) != 0)
+                goto out;
+            if (!t->done && t->docno == d) {
+                contrib[t->qi] = term_score(t->idf, c0, c1, t->tf, t->dl);
+                has[t->qi] = 1;
+                part += contrib[t->qi];
+            }
+        }
+        if (!dropped) {
+            double score = 0;
+            int first = 1;
+            for (size_t i = 0; i < nt; i++)
+                if (has[i]) {
+                    score = first ? contrib[i] : score + contrib[i];
+                    first = 0;
+                }
+            heap_offer(heap, &nh, cap, (heap_ent){score, d});
+            if (nh == cap && heap[0].score > theta) {
+                theta = heap[0].score;
+                while (ne < n && pre[ne + 1] * slack <= theta)
+                    ne++;
+            }
+        }
+        for (size_t i = 0; i < n; i++) {
+            pterm *t = &pt[i];
+            has[t->qi] = 0;
+            if (!t->done && t->docno == d && (rc = pt_next(ix, t)) != 0)
+                goto out;
+        }
+    }
+out:
+    for (size_t i = 0; i < n; i++)
+        mdb_cursor_close(pt[i].cur);
+    free(pt), free(ord), free(pre), free(rp), free(contrib), free(has);
+    if (rc) {
+        free(heap);
+        return rc;
+    }
+    *heap_out = heap;
+    *nh_out = nh;
+    return 0;
+}
+
+static int search(cairn__bm25 *ix, const char *query, size_t k, cairn__bm25_hit **hits, size_t *n,
+                  int exhaustive)
 {
     *hits = NULL;
     *n = 0;
@@ -273,49 +608,11 @@ int cairn__bm25_search(cairn__bm25 *ix, const char *query, size_t k, cairn__bm25
     size_t nh = 0;
     if ((rc = read_counts(ix, txn, &n_docs, &total_len, &next)) != 0)
         goto done;
-    if (next > ix->score_cap) {
-        size_t cap = (size_t)next + next / 4 + 64;
-        double *s = realloc(ix->score, cap * sizeof *s);
-        if (s)
-            ix->score = s;
-        uint32_t *st = realloc(ix->stamp, cap * sizeof *st);
-        if (st)
-            ix->stamp = st;
-        uint32_t *tc = realloc(ix->touched, cap * sizeof *tc);
-        if (tc)
-            ix->touched = tc;
-        if (!s || !st || !tc) {
-            rc = cairn__bm25_fail(ix, CAIRN_ENOMEM, "out of memory");
-            goto done;
-        }
-        memset(ix->stamp + ix->score_cap, 0, (cap - ix->score_cap) * sizeof *st);
-        ix->score_cap = cap;
-    }
-    if (++ix->cur_stamp == 0) {
-        memset(ix->stamp, 0, ix->score_cap * sizeof *ix->stamp);
-        ix->cur_stamp = 1;
-    }
-    ix->n_touched = 0;
-    if ((rc = accumulate(ix, txn, &q, n_docs, total_len)) != 0)
+    ix->postings_read = 0;
+    rc = exhaustive ? exhaustive_topk(ix, txn, &q, n_docs, total_len, next, k, &heap, &nh)
+                    : pruned_topk(ix, txn, &q, n_docs, total_len, next, k, &heap, &nh);
+    if (rc)
         goto done;
-
-    /* top k: a min-heap whose root is the worst of the best k so far */
-    size_t cap = k < ix->n_touched ? k : ix->n_touched;
-    heap = malloc((cap + 1) * sizeof *heap);
-    if (!heap) {
-        rc = cairn__bm25_fail(ix, CAIRN_ENOMEM, "out of memory");
-        goto done;
-    }
-    for (size_t i = 0; i < ix->n_touched; i++) {
-        heap_ent e = {ix->score[ix->touched[i]], ix->touched[i]};
-        if (nh < cap) {
-            heap[nh] = e;
-            sift_up(heap, nh++);
-        } else if (worse(heap[0], e)) {
-            heap[0] = e;
-            sift_down(heap, nh, 0);
-        }
-    }
     out = calloc(nh + 1, sizeof *out);
     if (!out) {
         rc = cairn__bm25_fail(ix, CAIRN_ENOMEM, "out of memory");
@@ -371,6 +668,20 @@ done:
     *n = nh;
     return 0;
 }
+
+int cairn__bm25_search(cairn__bm25 *ix, const char *query, size_t k, cairn__bm25_hit **hits,
+                       size_t *n)
+{
+    return search(ix, query, k, hits, n, ix->exhaustive);
+}
+
+int cairn__bm25_search_exhaustive(cairn__bm25 *ix, const char *query, size_t k,
+                                  cairn__bm25_hit **hits, size_t *n)
+{
+    return search(ix, query, k, hits, n, 1);
+}
+
+uint64_t cairn__bm25_postings_read(const cairn__bm25 *ix) { return ix->postings_read; }
 
 void cairn__bm25_hits_free(cairn__bm25_hit *hits, size_t n)
 {

@@ -7,6 +7,8 @@
  * sorted by key, so consecutive puts land on the same, hot pages. A replaced document's old
  * postings are found by re-tokenizing its stored text (the tokenizer version is recorded in
  * meta, so this stays exact); if they are still in the buffer, the buffer is flushed first.
+ * Every term a flush touches gets its bounds table (bm25_impl.h) rebuilt from its postings
+ * then, so the bounds the pruned search trusts always describe the committed postings.
  */
 #include "steps/bm25.h"
 #include "steps/bm25_impl.h"
@@ -143,7 +145,54 @@ static int cmp_docno(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* Writes the buffered postings and df deltas in key order, then empties the buffer. */
+/* Rewrites the bounds table of the term key[0..tl) from its postings as the transaction holds
+ * them now (scan: another cursor than the one appending). Rebuilt whole rather than patched:
+ * a replaced document's postings leave, and blocks must stay BLOCK_POSTINGS long and exact. */
+static int write_blocks(cairn__bm25 *ix, MDB_cursor *scan, unsigned char *key, size_t tl)
+{
+    key[tl] = 0;
+    MDB_val k = {tl + 1, key}, d;
+    uint32_t max_tf = 0, min_dl = UINT32_MAX, in_block = 0;
+    size_t nb = 0;
+    uint32_t *b = NULL;
+    int m = mdb_cursor_get(scan, &k, &d, MDB_SET_RANGE);
+    for (; m == 0; m = mdb_cursor_get(scan, &k, &d, MDB_NEXT)) {
+        if (k.mv_size != tl + 5 || memcmp(k.mv_data, key, tl + 1))
+            break;
+        if (d.mv_size != 8)
+            return cairn__bm25_fail(ix, CAIRN_ECORRUPT, "index %s: malformed posting of '%.*s'",
+                                    ix->dir, (int)tl, (const char *)key);
+        if (in_block == 0) {
+            if (cairn__bm25_grow((void **)&ix->blk, &ix->blk_cap, 3 + 3 * (nb + 1), 4))
+                return cairn__bm25_fail(ix, CAIRN_ENOMEM, "index %s: out of memory", ix->dir);
+            b = ix->blk + 3 + 3 * nb++;
+            b[1] = 0, b[2] = UINT32_MAX;
+        }
+        const unsigned char *kp = (const unsigned char *)k.mv_data + tl + 1;
+        uint32_t tf = get32(d.mv_data), dl = get32((const char *)d.mv_data + 4);
+        b[0] = (uint32_t)kp[0] << 24 | (uint32_t)kp[1] << 16 | (uint32_t)kp[2] << 8 | kp[3];
+        b[1] = tf > b[1] ? tf : b[1];
+        b[2] = dl < b[2] ? dl : b[2];
+        max_tf = tf > max_tf ? tf : max_tf;
+        min_dl = dl < min_dl ? dl : min_dl;
+        in_block = (in_block + 1) % BLOCK_POSTINGS;
+    }
+    if (m && m != MDB_NOTFOUND)
+        return cairn__bm25_mdb_fail(ix, m, "reading postings");
+    MDB_val bk = {tl, key};
+    if (nb == 0) {
+        m = mdb_del(ix->wtxn, ix->blocks, &bk, NULL);
+        m = m == MDB_NOTFOUND ? 0 : m;
+    } else {
+        ix->blk[0] = max_tf, ix->blk[1] = min_dl, ix->blk[2] = (uint32_t)nb;
+        MDB_val bv = {(3 + 3 * nb) * 4, ix->blk};
+        m = mdb_put(ix->wtxn, ix->blocks, &bk, &bv, 0);
+    }
+    return m ? cairn__bm25_mdb_fail(ix, m, "writing a bounds table") : 0;
+}
+
+/* Writes the buffered postings, df deltas and the touched terms' bounds in key order, then
+ * empties the buffer. */
 static int flush(cairn__bm25 *ix)
 {
     int rc = 0;
@@ -188,8 +237,11 @@ static int flush(cairn__bm25 *ix)
     }
     free(rank);
 
-    MDB_cursor *cur = NULL;
-    if ((rc = mdb_cursor_open(ix->wtxn, ix->post, &cur)) != 0) {
+    MDB_cursor *cur = NULL, *scan = NULL;
+    if ((rc = mdb_cursor_open(ix->wtxn, ix->post, &cur)) != 0 ||
+        (rc = mdb_cursor_open(ix->wtxn, ix->post, &scan)) != 0) {
+        if (cur)
+            mdb_cursor_close(cur);
         rc = cairn__bm25_mdb_fail(ix, rc, "mdb_cursor_open");
         goto out;
     }
@@ -211,7 +263,7 @@ static int flush(cairn__bm25 *ix)
             rc = m ? cairn__bm25_mdb_fail(ix, m, "reading the last posting")
                    : cairn__bm25_fail(ix, CAIRN_ECORRUPT, "index %s: oversized posting key",
                                       ix->dir);
-            mdb_cursor_close(cur);
+            mdb_cursor_close(cur), mdb_cursor_close(scan);
             goto out;
         }
     }
@@ -242,6 +294,8 @@ static int flush(cairn__bm25 *ix)
                 break;
             }
         }
+        if (!rc) /* every term of the batch: its postings were added, removed, or both */
+            rc = write_blocks(ix, scan, key, e->len);
         if (rc || !e->delta)
             continue;
         MDB_val k = {e->len, key}, d;
@@ -274,7 +328,7 @@ static int flush(cairn__bm25 *ix)
         if (m)
             rc = cairn__bm25_mdb_fail(ix, m, "writing a document frequency");
     }
-    mdb_cursor_close(cur);
+    mdb_cursor_close(cur), mdb_cursor_close(scan);
 out:
     free(order), free(start), free(sorted);
     if (!rc)
