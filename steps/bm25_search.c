@@ -338,6 +338,7 @@ typedef struct pterm {
     double idf, ub;           /* ub: bound on any posting's contribution (the whole list) */
     const unsigned char *blk; /* the block records, 12 bytes each, in the map */
     uint32_t nblk, bi;        /* block count; the block holding the docno asked last */
+    uint32_t cbi;             /* a block at or before the one holding the cursor */
     double bub;               /* bound of block bi */
     uint32_t docno, tf, dl;   /* the current posting */
     int done;                 /* no postings left */
@@ -380,6 +381,21 @@ static int pt_next(cairn__bm25 *ix, pterm *t)
 {
     MDB_val k, d;
     return pt_load(ix, t, mdb_cursor_get(t->cur, &k, &d, MDB_NEXT), &k, &d);
+}
+
+/* Moves to the first posting at or after docno `to` (> the current one). Within the block
+ * the cursor is in, stepping is cheaper than a seek: a B-tree descent costs as much as
+ * stepping over dozens of postings, most of them on the page the cursor already holds. */
+static int pt_advance(cairn__bm25 *ix, pterm *t, uint32_t to)
+{
+    while (t->cbi < t->nblk && blk_get(t, t->cbi, 0) < t->docno)
+        t->cbi++;
+    if (t->cbi >= t->nblk || blk_get(t, t->cbi, 0) < to)
+        return pt_seek(ix, t, to);
+    int rc = 0;
+    while (!rc && !t->done && t->docno < to)
+        rc = pt_next(ix, t);
+    return rc;
 }
 
 /* Makes bi the first block whose last docno is >= d (blocks only move forward: so do the
@@ -510,7 +526,7 @@ static int pruned_topk(cairn__bm25 *ix, MDB_txn *txn, const qterms *q, uint64_t 
                     if (lim == UINT32_MAX)
                         t->done = 1;
                     else
-                        rc = pt_seek(ix, t, lim + 1);
+                        rc = pt_advance(ix, t, lim + 1);
                 }
                 if (rc)
                     goto out;
@@ -538,7 +554,7 @@ static int pruned_topk(cairn__bm25 *ix, MDB_txn *txn, const qterms *q, uint64_t 
                 break;
             }
             pterm *t = &pt[ord[i]];
-            if (!t->done && t->docno < d && (rc = pt_seek(ix, t, d)) != 0)
+            if (!t->done && t->docno < d && (rc = pt_advance(ix, t, d)) != 0)
                 goto out;
             if (!t->done && t->docno == d) {
                 contrib[t->qi] = term_score(t->idf, c0, c1, t->tf, t->dl);
