@@ -270,7 +270,7 @@ void cairn__bm25_close(cairn__bm25 *ix)
     mdb_env_close(ix->env);
     free(ix->score), free(ix->stamp), free(ix->touched);
     free(ix->pool), free(ix->terms), free(ix->slots), free(ix->posts), free(ix->pending);
-    free(ix->doc_terms), free(ix->blk);
+    free(ix->doc_terms), free(ix->blk), free(ix->merge), free(ix->dels);
     free(ix);
 }
 

@@ -3,8 +3,11 @@
  * fills it in batches, bm25_search.c answers queries; nothing else includes this.
  *
  * Layout (one LMDB environment, six named databases):
- *   post  term \0 be32(docno) -> {u32 tf, u32 dl}   one posting; dl rides along so scoring a
- *                                                    posting needs no second lookup
+ *   post  term \0 be32(last docno) -> {u32 n, n * {u32 docno, u32 tf, u32 dl}}
+ *         a block of the term's postings in docno order, BLOCK_POSTINGS of them but where the
+ *         list ends or deletions thinned it; the key is the block's last docno, so seeking
+ *         term \0 be32(d) lands on the block holding d. dl rides along so scoring a posting
+ *         needs no second lookup, and a whole block is one LMDB read
  *   df    term -> u32 number of documents holding it
  *   blocks term -> {u32 max_tf, u32 min_dl, u32 n, n * {u32 last_docno, u32 max_tf, u32 min_dl}}
  *         the term's postings cut in docno order into blocks of BLOCK_POSTINGS: each block's
@@ -24,13 +27,14 @@
 
 #include "steps/bm25.h"
 
-/* 2: the blocks table. A format-1 index is refused at open (rebuild it): its terms have no
- * bounds, and the pruned search cannot skip what it cannot bound. */
+/* 2: postings in blocks, and the blocks table. A format-1 index (a key per posting, no
+ * bounds) is refused at open: rebuild it. */
 #define FORMAT_VERSION 2u
 /* Postings per block of the bounds table: small enough that a block's bound stays close to
  * its documents' scores, large enough that the table is ~0.1 byte a posting. */
 #define BLOCK_POSTINGS 128u
-/* Postings buffered before a batch writes them out (16 bytes each). */
+/* Postings buffered before a batch writes them out (16 bytes each; a replaced document's old
+ * postings are buffered too, as deletes: tf 0). */
 #define FLUSH_POSTINGS (4u << 20)
 
 typedef struct term_ent {
@@ -81,6 +85,10 @@ struct cairn__bm25 {
     size_t flush_at; /* postings buffered before a flush */
     uint32_t *blk;   /* a term's bounds table being built */
     size_t blk_cap;
+    uint32_t *merge; /* a term's postings being merged, {docno, tf, dl} each */
+    size_t merge_cap;
+    uint32_t *dels; /* the last docnos of the blocks a merge replaces */
+    size_t dels_cap;
 };
 
 /* Big-endian docnos in keys, so LMDB's byte order is docno order. */

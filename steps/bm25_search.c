@@ -242,28 +242,31 @@ static int accumulate(cairn__bm25 *ix, MDB_txn *txn, const qterms *q, uint64_t n
         while (m == 0) {
             if (k.mv_size != tl + 5 || memcmp(k.mv_data, key, tl + 1))
                 break;
-            if (d.mv_size != 8) {
+            const unsigned char *v = d.mv_data;
+            uint32_t nb = d.mv_size >= 4 ? get32(v) : 0;
+            if (nb == 0 || d.mv_size != 4 + 12 * (size_t)nb) {
                 m = MDB_CORRUPTED;
                 break;
             }
-            const unsigned char *kp = (const unsigned char *)k.mv_data + tl + 1;
-            uint32_t docno =
-                (uint32_t)kp[0] << 24 | (uint32_t)kp[1] << 16 | (uint32_t)kp[2] << 8 | kp[3];
-            uint32_t v[2];
-            memcpy(v, d.mv_data, 8);
-            if (docno >= ix->score_cap) {
-                m = MDB_CORRUPTED;
+            for (uint32_t j = 0; j < nb; j++) {
+                const unsigned char *e = v + 4 + 12 * (size_t)j;
+                uint32_t docno = get32(e);
+                if (docno >= ix->score_cap) {
+                    m = MDB_CORRUPTED;
+                    break;
+                }
+                double s = term_score(idf, c0, c1, get32(e + 4), get32(e + 8));
+                if (ix->stamp[docno] != ix->cur_stamp) {
+                    ix->stamp[docno] = ix->cur_stamp;
+                    ix->score[docno] = s;
+                    ix->touched[ix->n_touched++] = docno;
+                } else {
+                    ix->score[docno] += s;
+                }
+            }
+            if (m)
                 break;
-            }
-            double s = term_score(idf, c0, c1, v[0], v[1]);
-            ix->postings_read++;
-            if (ix->stamp[docno] != ix->cur_stamp) {
-                ix->stamp[docno] = ix->cur_stamp;
-                ix->score[docno] = s;
-                ix->touched[ix->n_touched++] = docno;
-            } else {
-                ix->score[docno] += s;
-            }
+            ix->postings_read += nb;
             m = mdb_cursor_get(cur, &k, &d, MDB_NEXT);
         }
         if (m && m != MDB_NOTFOUND)
@@ -338,7 +341,8 @@ typedef struct pterm {
     double idf, ub;           /* ub: bound on any posting's contribution (the whole list) */
     const unsigned char *blk; /* the block records, 12 bytes each, in the map */
     uint32_t nblk, bi;        /* block count; the block holding the docno asked last */
-    uint32_t cbi;             /* a block at or before the one holding the cursor */
+    const unsigned char *pb;  /* the posting block the cursor is on: pn {docno, tf, dl} */
+    uint32_t pn, pi;          /* its length; the current posting in it */
     double bub;               /* bound of block bi */
     uint32_t docno, tf, dl;   /* the current posting */
     int done;                 /* no postings left */
@@ -349,7 +353,13 @@ static uint32_t blk_get(const pterm *t, uint32_t i, int field)
     return get32(t->blk + 12 * i + 4 * field);
 }
 
-/* Takes in what a cursor move returned: the posting, or the end of the term's list. */
+static void pt_entry(pterm *t)
+{
+    const unsigned char *e = t->pb + 12 * (size_t)t->pi;
+    t->docno = get32(e), t->tf = get32(e + 4), t->dl = get32(e + 8);
+}
+
+/* Takes in what a cursor move returned: the first posting of a block, or the list's end. */
 static int pt_load(cairn__bm25 *ix, pterm *t, int m, const MDB_val *k, const MDB_val *d)
 {
     if (m == MDB_NOTFOUND ||
@@ -359,43 +369,45 @@ static int pt_load(cairn__bm25 *ix, pterm *t, int m, const MDB_val *k, const MDB
     }
     if (m)
         return cairn__bm25_mdb_fail(ix, m, "reading postings");
-    if (d->mv_size != 8)
+    uint32_t n = d->mv_size >= 4 ? get32(d->mv_data) : 0;
+    if (n == 0 || d->mv_size != 4 + 12 * (size_t)n)
         return cairn__bm25_mdb_fail(ix, MDB_CORRUPTED, "reading postings");
-    const unsigned char *kp = (const unsigned char *)k->mv_data + t->tl + 1;
-    t->docno = (uint32_t)kp[0] << 24 | (uint32_t)kp[1] << 16 | (uint32_t)kp[2] << 8 | kp[3];
-    t->tf = get32(d->mv_data);
-    t->dl = get32((const char *)d->mv_data + 4);
+    t->pb = (const unsigned char *)d->mv_data + 4;
+    t->pn = n, t->pi = 0;
+    pt_entry(t);
     ix->postings_read++;
     return 0;
 }
 
-/* Moves to the first posting at or after docno `to` (one B-tree descent). */
-static int pt_seek(cairn__bm25 *ix, pterm *t, uint32_t to)
-{
-    be32(to, t->key + t->tl + 1);
-    MDB_val k = {t->tl + 5, t->key}, d;
-    return pt_load(ix, t, mdb_cursor_get(t->cur, &k, &d, MDB_SET_RANGE), &k, &d);
-}
-
 static int pt_next(cairn__bm25 *ix, pterm *t)
 {
+    if (++t->pi < t->pn) {
+        pt_entry(t);
+        ix->postings_read++;
+        return 0;
+    }
     MDB_val k, d;
     return pt_load(ix, t, mdb_cursor_get(t->cur, &k, &d, MDB_NEXT), &k, &d);
 }
 
-/* Moves to the first posting at or after docno `to` (> the current one). Within the block
- * the cursor is in, stepping is cheaper than a seek: a B-tree descent costs as much as
- * stepping over dozens of postings, most of them on the page the cursor already holds. */
+/* Moves to the first posting at or after docno `to` (> the current one): within the block
+ * the cursor is on by stepping, else by one seek, which lands on the block holding `to` (a
+ * block's key is its last docno), and then stepping in it. */
 static int pt_advance(cairn__bm25 *ix, pterm *t, uint32_t to)
 {
-    while (t->cbi < t->nblk && blk_get(t, t->cbi, 0) < t->docno)
-        t->cbi++;
-    if (t->cbi >= t->nblk || blk_get(t, t->cbi, 0) < to)
-        return pt_seek(ix, t, to);
-    int rc = 0;
-    while (!rc && !t->done && t->docno < to)
-        rc = pt_next(ix, t);
-    return rc;
+    if (get32(t->pb + 12 * (size_t)(t->pn - 1)) < to) {
+        be32(to, t->key + t->tl + 1);
+        MDB_val k = {t->tl + 5, t->key}, d;
+        int rc = pt_load(ix, t, mdb_cursor_get(t->cur, &k, &d, MDB_SET_RANGE), &k, &d);
+        if (rc || t->done)
+            return rc;
+    }
+    while (t->docno < to) {
+        t->pi++;
+        pt_entry(t);
+        ix->postings_read++;
+    }
+    return 0;
 }
 
 /* Makes bi the first block whose last docno is >= d (blocks only move forward: so do the
@@ -483,7 +495,8 @@ static int pruned_topk(cairn__bm25 *ix, MDB_txn *txn, const qterms *q, uint64_t 
             goto out;
         }
         n++;
-        if ((rc = pt_seek(ix, t, 0)) != 0)
+        MDB_val k = {t->tl + 1, t->key}, d;
+        if ((rc = pt_load(ix, t, mdb_cursor_get(t->cur, &k, &d, MDB_SET_RANGE), &k, &d)) != 0)
             goto out;
     }
     const double slack = 1.0 + (2.0 * (double)n + 16.0) * DBL_EPSILON;
