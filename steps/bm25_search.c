@@ -287,14 +287,9 @@ static void heap_offer(heap_ent *heap, size_t *nh, size_t cap, heap_ent e)
     }
 }
 
-/* The reference: every posting of every query term scored into the dense array, then the top
- * k by a min-heap whose root is the worst of the best k so far. *heap is malloc'd. */
-static int exhaustive_topk(cairn__bm25 *ix, MDB_txn *txn, const qterms *q, uint64_t n_docs,
-                           uint64_t total_len, uint64_t next, size_t k, heap_ent **heap_out,
-                           size_t *nh_out)
+/* The dense score array, its stamps and the touched list, for docnos below next. */
+static int ensure_dense(cairn__bm25 *ix, uint64_t next)
 {
-    int rc;
-    size_t nh = 0;
     if (next > ix->score_cap) {
         size_t cap = (size_t)next + next / 4 + 64;
         double *s = realloc(ix->score, cap * sizeof *s);
@@ -311,6 +306,19 @@ static int exhaustive_topk(cairn__bm25 *ix, MDB_txn *txn, const qterms *q, uint6
         memset(ix->stamp + ix->score_cap, 0, (cap - ix->score_cap) * sizeof *st);
         ix->score_cap = cap;
     }
+    return 0;
+}
+
+/* The reference: every posting of every query term scored into the dense array, then the top
+ * k by a min-heap whose root is the worst of the best k so far. *heap is malloc'd. */
+static int exhaustive_topk(cairn__bm25 *ix, MDB_txn *txn, const qterms *q, uint64_t n_docs,
+                           uint64_t total_len, uint64_t next, size_t k, heap_ent **heap_out,
+                           size_t *nh_out)
+{
+    int rc;
+    size_t nh = 0;
+    if ((rc = ensure_dense(ix, next)) != 0)
+        return rc;
     if (++ix->cur_stamp == 0) {
         memset(ix->stamp, 0, ix->score_cap * sizeof *ix->stamp);
         ix->cur_stamp = 1;
@@ -332,13 +340,13 @@ static int exhaustive_topk(cairn__bm25 *ix, MDB_txn *txn, const qterms *q, uint6
 
 /* ------------------------------------------------------------------ pruned top k */
 
-/* One query term's walk through its postings, for the pruned search. */
+/* One query term's walk through its postings, for the pruned search (pt[] keeps the query's
+ * order). */
 typedef struct pterm {
     MDB_cursor *cur;
-    size_t qi; /* position in the query: a score sums its terms in this order */
     size_t tl; /* key = term \0 be32(docno) */
     unsigned char key[CAIRN__BM25_MAX_TOKEN + 5];
-    double idf, ub;           /* ub: bound on any posting's contribution (the whole list) */
+    double idf;
     const unsigned char *blk; /* the block records, 12 bytes each, in the map */
     uint32_t nblk, bi;        /* block count; the block holding the docno asked last */
     const unsigned char *pb;  /* the posting block the cursor is on: pn {docno, tf, dl} */
@@ -391,22 +399,28 @@ static int pt_next(cairn__bm25 *ix, pterm *t)
 }
 
 /* Moves to the first posting at or after docno `to` (> the current one): within the block
- * the cursor is on by stepping, else by one seek, which lands on the block holding `to` (a
- * block's key is its last docno), and then stepping in it. */
+ * the cursor is on, or else by one seek, which lands on the block holding `to` (a block's key
+ * is its last docno); then a binary search in the block. */
 static int pt_advance(cairn__bm25 *ix, pterm *t, uint32_t to)
 {
     if (get32(t->pb + 12 * (size_t)(t->pn - 1)) < to) {
         be32(to, t->key + t->tl + 1);
         MDB_val k = {t->tl + 5, t->key}, d;
         int rc = pt_load(ix, t, mdb_cursor_get(t->cur, &k, &d, MDB_SET_RANGE), &k, &d);
-        if (rc || t->done)
+        if (rc || t->done || t->docno >= to)
             return rc;
     }
-    while (t->docno < to) {
-        t->pi++;
-        pt_entry(t);
-        ix->postings_read++;
+    uint32_t lo = t->pi + 1, hi = t->pn - 1; /* the block's last docno is >= to */
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (get32(t->pb + 12 * (size_t)mid) < to)
+            lo = mid + 1;
+        else
+            hi = mid;
     }
+    t->pi = lo;
+    pt_entry(t);
+    ix->postings_read++;
     return 0;
 }
 
@@ -423,22 +437,23 @@ static int pt_block(pterm *t, uint32_t d, double c0, double c1)
     return bi < t->nblk;
 }
 
-/* Block-max MaxScore, document at a time in docno order. Terms sorted by their list bound:
- * the longest prefix whose bounds sum to at most the k-th best score so far (theta) is
- * "non-essential" - a document holding only those cannot enter - so only the other lists are
- * walked, and the non-essential ones are looked up (a seek) for the candidates they yield.
- * Before a candidate is scored, the blocks covering it bound it: when the blocks of all terms
- * cannot beat theta, every document up to the first of those blocks' ends is skipped at once.
+/* Block-max MaxScore over windows of documents. A window runs from the next docno not yet
+ * decided to the first end of a block among the terms' current blocks, so within it each term
+ * has one block and one bound. The terms' window bounds sorted ascending, the longest prefix
+ * summing to at most the k-th best score so far (theta) is "non-essential": a document only
+ * they hold cannot enter. A window whose terms are all non-essential is skipped unread;
+ * otherwise the essential terms' postings in it mark the candidates, and every term then adds,
+ * in query order, its contribution to the marked documents in a dense array, as the exhaustive
+ * path does (both use the same term_score and 0 + s == s): scores are the same bits.
  *
- * Exactness. Documents come in docno order, so one tying with theta ranks after it (later
- * document) and cannot enter: a document is dropped only when a bound B of its score S has
- * B <= theta. The bounds are floating-point sums of doubles each >= the term's contribution
- * within 12 ulps (term_score rounds 6 times, is monotone in tf and dl, and is evaluated at the
- * block's largest tf and smallest dl), added in another order than the score's own sum. With
- * n terms, B*(1 + (2n+16)eps) >= S covers both (each of the n-1 additions of either sum moves
- * it by at most half an ulp), so every comparison uses that slack. A scored document's score
- * is summed in query order from term_score, as the exhaustive path sums it: bit for bit the
- * same. */
+ * Exactness. Windows come in docno order and the heap holds only earlier documents, so one
+ * tying with theta ranks after it (a later document) and cannot enter: a document is dropped
+ * only when a bound B of its score S has B <= theta. B is a floating-point sum of block bounds,
+ * each term_score at the block's largest tf and smallest dl - within 12 ulps of a bound on
+ * every score in the block, since term_score is monotone in tf and dl and rounds 6 times -
+ * added in another order than S. With n terms, B * (1 + (2n+16) eps) >= S covers both (each of
+ * the n-1 additions of either sum moves it by at most half an ulp), so every comparison with
+ * theta carries that slack. */
 static int pruned_topk(cairn__bm25 *ix, MDB_txn *txn, const qterms *q, uint64_t n_docs,
                        uint64_t total_len, uint64_t next, size_t k, heap_ent **heap_out,
                        size_t *nh_out)
@@ -449,19 +464,19 @@ static int pruned_topk(cairn__bm25 *ix, MDB_txn *txn, const qterms *q, uint64_t 
     size_t cap = k < next ? k : (size_t)next, nt = q->nt, n = 0, nh = 0;
     pterm *pt = calloc(nt, sizeof *pt);
     size_t *ord = calloc(nt, sizeof *ord);
-    double *pre = calloc(nt + 1, sizeof *pre), *rp = calloc(nt + 1, sizeof *rp),
-           *contrib = calloc(nt, sizeof *contrib);
-    unsigned char *has = calloc(nt, 1);
+    double *wb = calloc(nt, sizeof *wb);
+    unsigned char *ess = calloc(nt, 1);
     heap_ent *heap = malloc((cap + 1) * sizeof *heap);
     int rc = 0;
-    if (!pt || !ord || !pre || !rp || !contrib || !has || !heap) {
+    if (!pt || !ord || !wb || !ess || !heap) {
         rc = cairn__bm25_fail(ix, CAIRN_ENOMEM, "out of memory");
         goto out;
     }
+    if ((rc = ensure_dense(ix, next)) != 0)
+        goto out;
     for (size_t i = 0; i < nt; i++) {
         pterm *t = &pt[n];
         t->tl = q->t[i].len;
-        t->qi = i;
         memcpy(t->key, q->buf + q->t[i].off, t->tl);
         int m = term_idf(ix, txn, (const char *)t->key, t->tl, n_docs, &t->idf);
         if (m == MDB_NOTFOUND)
@@ -485,7 +500,6 @@ static int pruned_topk(cairn__bm25 *ix, MDB_txn *txn, const qterms *q, uint64_t 
                                   ix->dir, (int)t->tl, (const char *)t->key);
             goto out;
         }
-        t->ub = term_score(t->idf, c0, c1, get32(v), get32(v + 4));
         t->blk = v + 12;
         t->nblk = get32(v + 8);
         t->bub = term_score(t->idf, c0, c1, blk_get(t, 0, 1), blk_get(t, 0, 2));
@@ -500,107 +514,112 @@ static int pruned_topk(cairn__bm25 *ix, MDB_txn *txn, const qterms *q, uint64_t 
             goto out;
     }
     const double slack = 1.0 + (2.0 * (double)n + 16.0) * DBL_EPSILON;
-    for (size_t i = 0; i < n; i++) { /* by list bound, ascending; n is a query's length */
-        size_t j = i;
-        for (; j > 0 && pt[ord[j - 1]].ub > pt[i].ub; j--)
-            ord[j] = ord[j - 1];
-        ord[j] = i;
-    }
-    for (size_t i = 0; i < n; i++)
-        pre[i + 1] = pre[i] + pt[ord[i]].ub;
-    size_t ne = 0; /* ord[0..ne) are the non-essential terms */
     double theta = -INFINITY;
+    uint32_t pos = 0;
     while (cap > 0) {
-        uint32_t d = 0;
+        uint32_t end = UINT32_MAX;
         int any = 0;
-        for (size_t i = ne; i < n; i++) {
-            const pterm *t = &pt[ord[i]];
-            if (!t->done && (!any || t->docno < d))
-                d = t->docno, any = 1;
+        for (size_t i = 0; i < n; i++) {
+            pterm *t = &pt[i];
+            if (!pt_block(t, pos, c0, c1))
+                continue;
+            uint32_t last = blk_get(t, t->bi, 0);
+            end = last < end ? last : end;
+            any = 1;
         }
         if (!any)
             break;
-        if (nh == cap) {
-            double ub = 0;
-            uint32_t lim = UINT32_MAX;
-            for (size_t i = 0; i < n; i++) {
-                pterm *t = &pt[i];
-                if (!pt_block(t, d, c0, c1))
-                    continue;
-                ub += t->bub;
-                uint32_t last = blk_get(t, t->bi, 0);
-                lim = last < lim ? last : lim;
-            }
-            if (ub * slack <= theta) { /* nothing in [d, lim] can enter */
-                for (size_t i = ne; i < n && !rc; i++) {
-                    pterm *t = &pt[ord[i]];
-                    if (t->done || t->docno > lim)
-                        continue;
-                    if (lim == UINT32_MAX)
-                        t->done = 1;
-                    else
-                        rc = pt_advance(ix, t, lim + 1);
-                }
-                if (rc)
-                    goto out;
-                continue;
-            }
-        }
-        double part = 0;
-        for (size_t i = ne; i < n; i++) {
-            pterm *t = &pt[ord[i]];
-            if (!t->done && t->docno == d) {
-                contrib[t->qi] = term_score(t->idf, c0, c1, t->tf, t->dl);
-                has[t->qi] = 1;
-                part += contrib[t->qi];
-            }
-        }
-        /* the non-essential terms, largest bound first, while d can still enter */
-        for (size_t i = 0; i < ne; i++) {
-            pterm *t = &pt[ord[i]];
-            rp[i + 1] = rp[i] + (pt_block(t, d, c0, c1) ? t->bub : 0.0);
-        }
-        int dropped = 0;
-        for (size_t i = ne; i-- > 0;) {
-            if ((part + rp[i + 1]) * slack <= theta) {
-                dropped = 1;
-                break;
-            }
-            pterm *t = &pt[ord[i]];
-            if (!t->done && t->docno < d && (rc = pt_advance(ix, t, d)) != 0)
-                goto out;
-            if (!t->done && t->docno == d) {
-                contrib[t->qi] = term_score(t->idf, c0, c1, t->tf, t->dl);
-                has[t->qi] = 1;
-                part += contrib[t->qi];
-            }
-        }
-        if (!dropped) {
-            double score = 0;
-            int first = 1;
-            for (size_t i = 0; i < nt; i++)
-                if (has[i]) {
-                    score = first ? contrib[i] : score + contrib[i];
-                    first = 0;
-                }
-            heap_offer(heap, &nh, cap, (heap_ent){score, d});
-            if (nh == cap && heap[0].score > theta) {
-                theta = heap[0].score;
-                while (ne < n && pre[ne + 1] * slack <= theta)
-                    ne++;
-            }
-        }
+        /* a term's block counts if it starts within the window */
         for (size_t i = 0; i < n; i++) {
-            pterm *t = &pt[i];
-            has[t->qi] = 0;
-            if (!t->done && t->docno == d && (rc = pt_next(ix, t)) != 0)
-                goto out;
+            const pterm *t = &pt[i];
+            wb[i] = t->bi < t->nblk && (t->bi == 0 || blk_get(t, t->bi - 1, 0) < end) ? t->bub : 0;
         }
+        for (size_t i = 0; i < n; i++) { /* by window bound, ascending; n is a query's length */
+            size_t j = i;
+            for (; j > 0 && wb[ord[j - 1]] > wb[i]; j--)
+                ord[j] = ord[j - 1];
+            ord[j] = i;
+        }
+        size_t ne = 0;
+        for (double acc = 0; ne < n && (acc + wb[ord[ne]]) * slack <= theta; ne++)
+            acc += wb[ord[ne]];
+        for (size_t j = 0; j < n; j++)
+            ess[ord[j]] = j >= ne;
+        if (ne < n) {
+            if (++ix->cur_stamp == 0) {
+                memset(ix->stamp, 0, ix->score_cap * sizeof *ix->stamp);
+                ix->cur_stamp = 1;
+            }
+            ix->n_touched = 0;
+            /* the candidates: what the essential terms hold in the window (one block each) */
+            for (size_t j = ne; j < n; j++) {
+                pterm *t = &pt[ord[j]];
+                if (wb[ord[j]] == 0)
+                    continue;
+                if (!t->done && t->docno < pos && (rc = pt_advance(ix, t, pos)) != 0)
+                    goto out;
+                for (uint32_t p = t->pi; !t->done && p < t->pn; p++) {
+                    uint32_t d = get32(t->pb + 12 * (size_t)p);
+                    if (d > end)
+                        break;
+                    if (d >= ix->score_cap) {
+                        rc = cairn__bm25_mdb_fail(ix, MDB_CORRUPTED, "reading postings");
+                        goto out;
+                    }
+                    if (ix->stamp[d] != ix->cur_stamp) {
+                        ix->stamp[d] = ix->cur_stamp;
+                        ix->score[d] = 0;
+                        ix->touched[ix->n_touched++] = d;
+                    }
+                }
+            }
+            /* their scores, summed in query order; a non-essential term looks the few
+             * candidates up in its block rather than reading all of it */
+            for (size_t i = 0; i < n && ix->n_touched; i++) {
+                pterm *t = &pt[i];
+                if (wb[i] == 0)
+                    continue;
+                if (!t->done && t->docno < pos && (rc = pt_advance(ix, t, pos)) != 0)
+                    goto out;
+                if (t->done || t->docno > end)
+                    continue;
+                if (!ess[i] && ix->n_touched * 8 < t->pn - t->pi) {
+                    for (size_t c = 0; c < ix->n_touched; c++) {
+                        uint32_t d = ix->touched[c], lo = t->pi, hi = t->pn;
+                        while (lo < hi) {
+                            uint32_t mid = lo + (hi - lo) / 2;
+                            if (get32(t->pb + 12 * (size_t)mid) < d)
+                                lo = mid + 1;
+                            else
+                                hi = mid;
+                        }
+                        const unsigned char *e = t->pb + 12 * (size_t)lo;
+                        if (lo < t->pn && get32(e) == d)
+                            ix->score[d] += term_score(t->idf, c0, c1, get32(e + 4), get32(e + 8));
+                    }
+                    ix->postings_read += ix->n_touched;
+                    continue;
+                }
+                while (!t->done && t->docno <= end) {
+                    if (t->docno < ix->score_cap && ix->stamp[t->docno] == ix->cur_stamp)
+                        ix->score[t->docno] += term_score(t->idf, c0, c1, t->tf, t->dl);
+                    if ((rc = pt_next(ix, t)) != 0)
+                        goto out;
+                }
+            }
+            for (size_t i = 0; i < ix->n_touched; i++)
+                heap_offer(heap, &nh, cap, (heap_ent){ix->score[ix->touched[i]], ix->touched[i]});
+            if (nh == cap)
+                theta = heap[0].score;
+        }
+        if (end == UINT32_MAX)
+            break;
+        pos = end + 1;
     }
 out:
     for (size_t i = 0; i < n; i++)
         mdb_cursor_close(pt[i].cur);
-    free(pt), free(ord), free(pre), free(rp), free(contrib), free(has);
+    free(pt), free(ord), free(wb), free(ess);
     if (rc) {
         free(heap);
         return rc;
