@@ -118,6 +118,7 @@ int cairn__bm25_open(const char *dir, int writable, cairn__bm25 **out, char *err
     snprintf(ix->dir, sizeof ix->dir, "%s", dir);
     ix->writable = writable;
     ix->flush_at = FLUSH_POSTINGS;
+    ix->prune_min = PRUNE_MIN_POSTINGS;
     const char *ex = getenv("CAIRN_BM25_EXHAUSTIVE");
     ix->exhaustive = ex && !strcmp(ex, "1");
     int rc;
@@ -275,6 +276,8 @@ void cairn__bm25_close(cairn__bm25 *ix)
 }
 
 const char *cairn__bm25_errmsg(const cairn__bm25 *ix) { return ix ? ix->err : ""; }
+
+void cairn__bm25_set_prune_min(cairn__bm25 *ix, uint64_t n) { ix->prune_min = n; }
 
 void cairn__bm25_set_flush_postings(cairn__bm25 *ix, size_t n)
 {

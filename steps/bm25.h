@@ -104,6 +104,10 @@ int cairn__bm25_search(cairn__bm25 *ix, const char *query, size_t k, cairn__bm25
  * when CAIRN_BM25_EXHAUSTIVE=1 was set at open (benchmarks, and a way to rule pruning out). */
 int cairn__bm25_search_exhaustive(cairn__bm25 *ix, const char *query, size_t k,
                                   cairn__bm25_hit **hits, size_t *n);
+/* Test hook: queries whose terms hold fewer postings than n are scored exhaustively, where
+ * pruning cannot pay (default 1024; 0 = always prune, so tests reach the pruned path with
+ * small queries too). */
+void cairn__bm25_set_prune_min(cairn__bm25 *ix, uint64_t n);
 /* Postings the last search read from the index (the exhaustive path: all of its terms'). */
 uint64_t cairn__bm25_postings_read(const cairn__bm25 *ix);
 void cairn__bm25_hits_free(cairn__bm25_hit *hits, size_t n);

@@ -33,6 +33,9 @@
 /* Postings per block of the bounds table: small enough that a block's bound stays close to
  * its documents' scores, large enough that the table is ~0.1 byte a posting. */
 #define BLOCK_POSTINGS 128u
+/* Below this many postings in a query's terms the exhaustive path is as fast (measured with
+ * bench-retrieve: the pruned one lost on queries under ~1k postings). */
+#define PRUNE_MIN_POSTINGS (8u * BLOCK_POSTINGS)
 /* Postings buffered before a batch writes them out (16 bytes each; a replaced document's old
  * postings are buffered too, as deletes: tf 0). */
 #define FLUSH_POSTINGS (4u << 20)
@@ -63,6 +66,7 @@ struct cairn__bm25 {
     size_t score_cap, n_touched;
     uint64_t postings_read; /* by the last search: what pruning saved */
     int exhaustive;         /* CAIRN_BM25_EXHAUSTIVE=1 at open: search scores everything */
+    uint64_t prune_min;     /* queries holding fewer postings are scored exhaustively */
 
     /* writing */
     MDB_txn *wtxn;

@@ -629,6 +629,21 @@ out:
     return 0;
 }
 
+/* The postings the query's terms hold (their document frequencies), to pick the path: below
+ * ix->prune_min there is too little to skip for pruning's bookkeeping (a cursor and a bounds
+ * table per term, window by window) to pay. A record it cannot read counts 0: the path that
+ * runs reports it. */
+static uint64_t query_postings(cairn__bm25 *ix, MDB_txn *txn, const qterms *q)
+{
+    uint64_t sum = 0;
+    for (size_t i = 0; i < q->nt; i++) {
+        MDB_val k = {q->t[i].len, q->buf + q->t[i].off}, d;
+        if (mdb_get(txn, ix->df, &k, &d) == 0 && d.mv_size == 4)
+            sum += get32(d.mv_data);
+    }
+    return sum;
+}
+
 static int search(cairn__bm25 *ix, const char *query, size_t k, cairn__bm25_hit **hits, size_t *n,
                   int exhaustive)
 {
@@ -657,6 +672,7 @@ static int search(cairn__bm25 *ix, const char *query, size_t k, cairn__bm25_hit 
     if ((rc = read_counts(ix, txn, &n_docs, &total_len, &next)) != 0)
         goto done;
     ix->postings_read = 0;
+    exhaustive = exhaustive || query_postings(ix, txn, &q) < ix->prune_min;
     rc = exhaustive ? exhaustive_topk(ix, txn, &q, n_docs, total_len, next, k, &heap, &nh)
                     : pruned_topk(ix, txn, &q, n_docs, total_len, next, k, &heap, &nh);
     if (rc)

@@ -548,7 +548,12 @@ static void pruned(const char *root)
     ok(rc == 0, "20k documents of the benchmark corpus indexed, 2%% replaced (%s)",
        rc ? cairn__bm25_errmsg(ix) : "");
 
-    cmp_stats bench = {0};
+    cmp_stats bench = {0}, dflt = {0};
+    for (int q = 0; q < BENCH_Q; q++) /* small queries take the exhaustive path by default */
+        compare_paths(ix, bench_q[q], 10, &dflt);
+    ok(dflt.bad == 0, "the %ld benchmark queries, default path choice: == exhaustive (%ld differ)",
+       dflt.queries, dflt.bad);
+    cairn__bm25_set_prune_min(ix, 0); /* from here on every query is pruned */
     for (int q = 0; q < BENCH_Q; q++)
         compare_paths(ix, bench_q[q], 10, &bench);
     ok(bench.bad == 0,
