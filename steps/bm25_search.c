@@ -361,6 +361,19 @@ static uint32_t blk_get(const pterm *t, uint32_t i, int field)
     return get32(t->blk + 12 * i + 4 * field);
 }
 
+/* The first of a block's postings lo..hi-1 whose docno is >= d (hi if none). */
+static uint32_t blk_find(const unsigned char *pb, uint32_t lo, uint32_t hi, uint32_t d)
+{
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (get32(pb + 12 * (size_t)mid) < d)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
 static void pt_entry(pterm *t)
 {
     const unsigned char *e = t->pb + 12 * (size_t)t->pi;
@@ -410,15 +423,7 @@ static int pt_advance(cairn__bm25 *ix, pterm *t, uint32_t to)
         if (rc || t->done || t->docno >= to)
             return rc;
     }
-    uint32_t lo = t->pi + 1, hi = t->pn - 1; /* the block's last docno is >= to */
-    while (lo < hi) {
-        uint32_t mid = lo + (hi - lo) / 2;
-        if (get32(t->pb + 12 * (size_t)mid) < to)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    t->pi = lo;
+    t->pi = blk_find(t->pb, t->pi + 1, t->pn - 1, to); /* the block's last docno is >= to */
     pt_entry(t);
     ix->postings_read++;
     return 0;
@@ -585,14 +590,7 @@ static int pruned_topk(cairn__bm25 *ix, MDB_txn *txn, const qterms *q, uint64_t 
                     continue;
                 if (!ess[i] && ix->n_touched * 8 < t->pn - t->pi) {
                     for (size_t c = 0; c < ix->n_touched; c++) {
-                        uint32_t d = ix->touched[c], lo = t->pi, hi = t->pn;
-                        while (lo < hi) {
-                            uint32_t mid = lo + (hi - lo) / 2;
-                            if (get32(t->pb + 12 * (size_t)mid) < d)
-                                lo = mid + 1;
-                            else
-                                hi = mid;
-                        }
+                        uint32_t d = ix->touched[c], lo = blk_find(t->pb, t->pi, t->pn, d);
                         const unsigned char *e = t->pb + 12 * (size_t)lo;
                         if (lo < t->pn && get32(e) == d)
                             ix->score[d] += term_score(t->idf, c0, c1, get32(e + 4), get32(e + 8));

@@ -148,6 +148,19 @@ static int cmp_docno(const void *a, const void *b)
     return (x->tf > y->tf) - (x->tf < y->tf);
 }
 
+/* The postings in a stored block, 0 if it is malformed. */
+static uint32_t block_len(const MDB_val *d)
+{
+    uint32_t n = d->mv_size >= 4 ? get32(d->mv_data) : 0;
+    return n && d->mv_size == 4 + 12 * (size_t)n ? n : 0;
+}
+
+static int bad_block(cairn__bm25 *ix, const unsigned char *key, size_t tl)
+{
+    return cairn__bm25_fail(ix, CAIRN_ECORRUPT, "index %s: malformed block of '%.*s'", ix->dir,
+                            (int)tl, (const char *)key);
+}
+
 /* Rewrites the bounds table of the term key[0..tl) from its blocks as the transaction holds
  * them now (scan: another cursor than the one writing). Rebuilt whole rather than patched:
  * cheap next to the merge (no B-tree writes), and exact whatever the merge did. */
@@ -162,10 +175,9 @@ static int write_bounds(cairn__bm25 *ix, MDB_cursor *scan, unsigned char *key, s
         if (k.mv_size != tl + 5 || memcmp(k.mv_data, key, tl + 1))
             break;
         const unsigned char *v = d.mv_data;
-        uint32_t n = d.mv_size >= 4 ? get32(v) : 0;
-        if (n == 0 || d.mv_size != 4 + 12 * (size_t)n)
-            return cairn__bm25_fail(ix, CAIRN_ECORRUPT, "index %s: malformed block of '%.*s'",
-                                    ix->dir, (int)tl, (const char *)key);
+        uint32_t n = block_len(&d);
+        if (n == 0)
+            return bad_block(ix, key, tl);
         if (cairn__bm25_grow((void **)&ix->blk, &ix->blk_cap, 3 + 3 * (nb + 1), 4))
             return cairn__bm25_fail(ix, CAIRN_ENOMEM, "index %s: out of memory", ix->dir);
         uint32_t *b = ix->blk + 3 + 3 * nb++;
@@ -234,10 +246,9 @@ static int merge_term(cairn__bm25 *ix, MDB_cursor *cur, unsigned char *key, size
         if (k.mv_size != tl + 5 || memcmp(k.mv_data, key, tl + 1))
             break;
         const unsigned char *v = d.mv_data;
-        uint32_t n = d.mv_size >= 4 ? get32(v) : 0;
-        if (n == 0 || d.mv_size != 4 + 12 * (size_t)n)
-            return cairn__bm25_fail(ix, CAIRN_ECORRUPT, "index %s: malformed block of '%.*s'",
-                                    ix->dir, (int)tl, (const char *)key);
+        uint32_t n = block_len(&d);
+        if (n == 0)
+            return bad_block(ix, key, tl);
         if (cairn__bm25_grow((void **)&ix->merge, &ix->merge_cap, 3 * (nold + n), 4) ||
             cairn__bm25_grow((void **)&ix->dels, &ix->dels_cap, ndel + 1, 4))
             return cairn__bm25_fail(ix, CAIRN_ENOMEM, "index %s: out of memory", ix->dir);
