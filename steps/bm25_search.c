@@ -351,6 +351,7 @@ typedef struct pterm {
     uint32_t nblk, bi;        /* block count; the block holding the docno asked last */
     const unsigned char *pb;  /* the posting block the cursor is on: pn {docno, tf, dl} */
     uint32_t pn, pi;          /* its length; the current posting in it */
+    uint32_t cb;              /* its index in the bounds table (one entry per block) */
     double bub;               /* bound of block bi */
     uint32_t docno, tf, dl;   /* the current posting */
     int done;                 /* no postings left */
@@ -408,18 +409,38 @@ static int pt_next(cairn__bm25 *ix, pterm *t)
         return 0;
     }
     MDB_val k, d;
+    t->cb++;
     return pt_load(ix, t, mdb_cursor_get(t->cur, &k, &d, MDB_NEXT), &k, &d);
 }
 
-/* Moves to the first posting at or after docno `to` (> the current one): within the block
- * the cursor is on, or else by one seek, which lands on the block holding `to` (a block's key
- * is its last docno); then a binary search in the block. */
+/* Moves to the first posting at or after docno `to` (> the current one). The bounds table
+ * says which block holds it: a block a few ahead is reached by stepping the cursor (the next
+ * blocks mostly sit on the page it holds), a farther one by a seek (a B-tree descent, as
+ * costly as stepping over several blocks), as the block's key is its last docno. Then a
+ * binary search in the block. */
 static int pt_advance(cairn__bm25 *ix, pterm *t, uint32_t to)
 {
     if (get32(t->pb + 12 * (size_t)(t->pn - 1)) < to) {
-        be32(to, t->key + t->tl + 1);
-        MDB_val k = {t->tl + 5, t->key}, d;
-        int rc = pt_load(ix, t, mdb_cursor_get(t->cur, &k, &d, MDB_SET_RANGE), &k, &d);
+        uint32_t tb = t->cb;
+        while (tb < t->nblk && blk_get(t, tb, 0) < to)
+            tb++;
+        if (tb == t->nblk) {
+            t->done = 1;
+            return 0;
+        }
+        int rc = 0;
+        while (!rc && !t->done && t->cb < tb && tb - t->cb <= 8) {
+            MDB_val k, d;
+            t->cb++;
+            rc = pt_load(ix, t, mdb_cursor_get(t->cur, &k, &d, MDB_NEXT), &k, &d);
+        }
+        if (!rc && (t->done || t->cb != tb || get32(t->pb + 12 * (size_t)(t->pn - 1)) < to)) {
+            be32(to, t->key + t->tl + 1);
+            MDB_val k = {t->tl + 5, t->key}, d;
+            t->done = 0;
+            t->cb = tb;
+            rc = pt_load(ix, t, mdb_cursor_get(t->cur, &k, &d, MDB_SET_RANGE), &k, &d);
+        }
         if (rc || t->done || t->docno >= to)
             return rc;
     }
