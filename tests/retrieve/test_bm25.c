@@ -652,14 +652,14 @@ static void pruned(const char *root)
  * a writable open leaves it as it was. */
 static void old_format(const char *root)
 {
-    char *dir = tu_fmt("%s/format1", root);
+    char *store = tu_fmt("%s/format1", root), *dir = tu_fmt("%s/index", store);
     cairn__bm25 *ix = NULL;
     char err[512];
     static const char *const docs[] = {"a", "red mug", "b", "blue cup"};
     if (cairn__bm25_open(dir, 1, &ix, err, sizeof err) || add_docs(ix, docs, 4)) {
         ok(0, "build: %s", ix ? cairn__bm25_errmsg(ix) : err);
         cairn__bm25_close(ix);
-        free(dir);
+        free(dir), free(store);
         return;
     }
     cairn__bm25_close(ix);
@@ -688,7 +688,13 @@ static void old_format(const char *root)
            "%s open of a format-1 index: CAIRN_ESCHEMA, rebuild with `cairn index` (%s)",
            writable ? "writable" : "read-only", err);
     }
-    free(dir);
+    char *out = NULL, *cerr = NULL;
+    rc = run_cmd(cairn__cmd_search, &out, &cerr, root, "search", "--store", store, "--query", "red",
+                 (char *)NULL);
+    ok(rc == 74 && tu_contains(cerr, "format 1") && tu_contains(cerr, "cairn index"),
+       "cairn search on it exits 74 and says to rebuild (%s)", one_line(cerr));
+    free(out), free(cerr);
+    free(dir), free(store);
 }
 
 static void open_errors(const char *root)
