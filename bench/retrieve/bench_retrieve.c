@@ -77,12 +77,14 @@ static double file_mb(const char *path)
 static int usage(const char *prog)
 {
     fprintf(stderr,
-            "usage: %s [--docs N] [--queries Q] [--min-rank R] [--dir DIR] [--keep] [--json]\n"
+            "usage: %s [--docs N] [--queries Q] [--min-rank R] [--dir DIR] [--keep] [--no-fts] "
+            "[--json]\n"
             "  --docs N      corpus size (default 100000)\n"
             "  --queries Q   number of queries (default 1000)\n"
             "  --min-rank R  query words skip the R most frequent words (default 10)\n"
             "  --dir DIR     work directory (default: a fresh one under $TMPDIR or /tmp)\n"
             "  --keep        keep the indexes\n"
+            "  --no-fts      skip FTS5 (large corpora: cairn's two paths only)\n"
             "  --json        one JSON object instead of text\n",
             prog);
     return 64;
@@ -91,11 +93,13 @@ static int usage(const char *prog)
 int main(int argc, char **argv)
 {
     long n_docs = 100000, n_queries = 1000, min_rank = 10;
-    int json = 0, keep = 0;
+    int json = 0, keep = 0, no_fts = 0;
     const char *dir_arg = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json"))
             json = 1;
+        else if (!strcmp(argv[i], "--no-fts"))
+            no_fts = 1;
         else if (!strcmp(argv[i], "--keep"))
             keep = 1;
         else if (!strcmp(argv[i], "--docs") && i + 1 < argc)
@@ -134,6 +138,8 @@ int main(int argc, char **argv)
     for (long d = 0; d < n_docs; d++) {
         char *t = malloc(200 * 16 + 1);
         int len = corpus_doc(t);
+        char *small = realloc(t, strlen(t) + 1); /* 1M documents must fit in memory */
+        t = small ? small : t;
         texts[d] = t;
         total_words += (uint64_t)len;
     }
@@ -173,37 +179,42 @@ int main(int argc, char **argv)
     double cairn_mb = file_mb(path);
 
     /* ---- FTS5: index */
-    snprintf(path, sizeof path, "%s/fts.db", dir);
-    unlink(path);
     sqlite3 *db = NULL;
-    t0 = now_s();
-    if (sqlite3_open(path, &db) != SQLITE_OK ||
-        sqlite3_exec(db,
-                     "PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF; PRAGMA cache_size=-262144;"
-                     "PRAGMA mmap_size=4294967296;"
-                     "CREATE VIRTUAL TABLE t USING fts5(id UNINDEXED, text);"
-                     "BEGIN;",
-                     NULL, NULL, NULL) != SQLITE_OK) {
-        fprintf(stderr, "bench-retrieve: sqlite: %s (is FTS5 compiled in?)\n", sqlite3_errmsg(db));
-        return 74;
-    }
-    sqlite3_stmt *ins;
-    sqlite3_prepare_v2(db, "INSERT INTO t(id, text) VALUES (?1, ?2)", -1, &ins, NULL);
-    for (long d = 0; d < n_docs; d++) {
-        char id[24];
-        snprintf(id, sizeof id, "doc%ld", d);
-        sqlite3_bind_text(ins, 1, id, -1, SQLITE_TRANSIENT);
-        sqlite3_bind_text(ins, 2, texts[d], -1, SQLITE_STATIC);
-        if (sqlite3_step(ins) != SQLITE_DONE) {
-            fprintf(stderr, "bench-retrieve: sqlite insert: %s\n", sqlite3_errmsg(db));
+    double fts_index_s = 0, fts_mb = 0;
+    if (!no_fts) {
+        snprintf(path, sizeof path, "%s/fts.db", dir);
+        unlink(path);
+        t0 = now_s();
+        if (sqlite3_open(path, &db) != SQLITE_OK ||
+            sqlite3_exec(
+                db,
+                "PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF; PRAGMA cache_size=-262144;"
+                "PRAGMA mmap_size=4294967296;"
+                "CREATE VIRTUAL TABLE t USING fts5(id UNINDEXED, text);"
+                "BEGIN;",
+                NULL, NULL, NULL) != SQLITE_OK) {
+            fprintf(stderr, "bench-retrieve: sqlite: %s (is FTS5 compiled in?)\n",
+                    sqlite3_errmsg(db));
             return 74;
         }
-        sqlite3_reset(ins);
+        sqlite3_stmt *ins;
+        sqlite3_prepare_v2(db, "INSERT INTO t(id, text) VALUES (?1, ?2)", -1, &ins, NULL);
+        for (long d = 0; d < n_docs; d++) {
+            char id[24];
+            snprintf(id, sizeof id, "doc%ld", d);
+            sqlite3_bind_text(ins, 1, id, -1, SQLITE_TRANSIENT);
+            sqlite3_bind_text(ins, 2, texts[d], -1, SQLITE_STATIC);
+            if (sqlite3_step(ins) != SQLITE_DONE) {
+                fprintf(stderr, "bench-retrieve: sqlite insert: %s\n", sqlite3_errmsg(db));
+                return 74;
+            }
+            sqlite3_reset(ins);
+        }
+        sqlite3_finalize(ins);
+        sqlite3_exec(db, "COMMIT; INSERT INTO t(t) VALUES('optimize');", NULL, NULL, NULL);
+        fts_index_s = now_s() - t0;
+        fts_mb = file_mb(path);
     }
-    sqlite3_finalize(ins);
-    sqlite3_exec(db, "COMMIT; INSERT INTO t(t) VALUES('optimize');", NULL, NULL, NULL);
-    double fts_index_s = now_s() - t0;
-    double fts_mb = file_mb(path);
 
     /* ---- queries: results kept for the overlap, times per query for the buckets */
     char *(*res_c)[TOPK] = calloc((size_t)n_queries, sizeof *res_c);
@@ -271,48 +282,52 @@ int main(int argc, char **argv)
         }
     cairn__bm25_close(ix);
 
-    sqlite3_stmt *sel;
-    if (sqlite3_prepare_v2(db, "SELECT id, text FROM t WHERE t MATCH ?1 ORDER BY bm25(t) LIMIT 10",
-                           -1, &sel, NULL) != SQLITE_OK) {
-        fprintf(stderr, "bench-retrieve: sqlite: %s\n", sqlite3_errmsg(db));
-        return 74;
-    }
     double fts_s = 0;
-    for (int pass = 0; pass < 2; pass++) {
-        t0 = cpu_s();
-        for (long q = 0; q < n_queries; q++) {
-            double tq = cpu_s();
-            char m[120] = "";
-            char copy[80];
-            snprintf(copy, sizeof copy, "%s", queries[q]);
-            char *save = NULL;
-            for (char *w = strtok_r(copy, " ", &save); w; w = strtok_r(NULL, " ", &save)) {
-                strcat(m, m[0] ? " OR " : "");
-                strcat(m, w);
-            }
-            sqlite3_bind_text(sel, 1, m, -1, SQLITE_TRANSIENT);
-            int n = 0, s;
-            while ((s = sqlite3_step(sel)) == SQLITE_ROW) {
-                const char *id = (const char *)sqlite3_column_text(sel, 0);
-                text_bytes += (size_t)sqlite3_column_bytes(sel, 1);
-                if (pass && n < TOPK)
-                    res_f[q][n] = strdup(id);
-                n++;
-            }
-            if (s != SQLITE_DONE) {
-                fprintf(stderr, "bench-retrieve: sqlite query '%s': %s\n", m, sqlite3_errmsg(db));
-                return 74;
-            }
-            sqlite3_reset(sel);
-            if (pass) {
-                cnt_f[q] = n;
-                t_fts[q] = cpu_s() - tq;
-            }
+    if (!no_fts) {
+        sqlite3_stmt *sel;
+        if (sqlite3_prepare_v2(db,
+                               "SELECT id, text FROM t WHERE t MATCH ?1 ORDER BY bm25(t) LIMIT 10",
+                               -1, &sel, NULL) != SQLITE_OK) {
+            fprintf(stderr, "bench-retrieve: sqlite: %s\n", sqlite3_errmsg(db));
+            return 74;
         }
-        fts_s = cpu_s() - t0;
+        for (int pass = 0; pass < 2; pass++) {
+            t0 = cpu_s();
+            for (long q = 0; q < n_queries; q++) {
+                double tq = cpu_s();
+                char m[120] = "";
+                char copy[80];
+                snprintf(copy, sizeof copy, "%s", queries[q]);
+                char *save = NULL;
+                for (char *w = strtok_r(copy, " ", &save); w; w = strtok_r(NULL, " ", &save)) {
+                    strcat(m, m[0] ? " OR " : "");
+                    strcat(m, w);
+                }
+                sqlite3_bind_text(sel, 1, m, -1, SQLITE_TRANSIENT);
+                int n = 0, s;
+                while ((s = sqlite3_step(sel)) == SQLITE_ROW) {
+                    const char *id = (const char *)sqlite3_column_text(sel, 0);
+                    text_bytes += (size_t)sqlite3_column_bytes(sel, 1);
+                    if (pass && n < TOPK)
+                        res_f[q][n] = strdup(id);
+                    n++;
+                }
+                if (s != SQLITE_DONE) {
+                    fprintf(stderr, "bench-retrieve: sqlite query '%s': %s\n", m,
+                            sqlite3_errmsg(db));
+                    return 74;
+                }
+                sqlite3_reset(sel);
+                if (pass) {
+                    cnt_f[q] = n;
+                    t_fts[q] = cpu_s() - tq;
+                }
+            }
+            fts_s = cpu_s() - t0;
+        }
+        sqlite3_finalize(sel);
+        sqlite3_close(db);
     }
-    sqlite3_finalize(sel);
-    sqlite3_close(db);
 
     /* ---- overlap of the top-10 sets */
     double overlap_sum = 0;
@@ -338,8 +353,8 @@ int main(int argc, char **argv)
     }
     double overlap = compared ? overlap_sum / (double)compared : 0;
     double qps_c = (double)n_queries / cairn_s, qps_e = (double)n_queries / exh_s,
-           qps_f = (double)n_queries / fts_s;
-    double ratio = qps_c / qps_f;
+           qps_f = fts_s > 0 ? (double)n_queries / fts_s : 0;
+    double ratio = qps_f > 0 ? qps_c / qps_f : 0;
 
     /* buckets: by the postings the query's terms hold (what exhaustive scoring reads), then by
      * its number of words; q/s of a bucket = its queries / the time they took */
@@ -395,8 +410,8 @@ int main(int argc, char **argv)
             printf("%s{\"bucket\":\"%s\",\"queries\":%ld,\"pruned_qps\":%.1f,"
                    "\"exhaustive_qps\":%.1f,\"fts5_qps\":%.1f,\"postings\":%.1f,"
                    "\"postings_read\":%.1f}",
-                   first ? "" : ",", bname[i], bn[i], bn[i] / bp[i], bn[i] / be[i], bn[i] / bf[i],
-                   ball[i] / bn[i], bread[i] / bn[i]);
+                   first ? "" : ",", bname[i], bn[i], bn[i] / bp[i], bn[i] / be[i],
+                   bf[i] > 0 ? bn[i] / bf[i] : 0, ball[i] / bn[i], bread[i] / bn[i]);
             first = 0;
         }
         printf("]}\n");
@@ -418,8 +433,8 @@ int main(int argc, char **argv)
         for (int i = 0; i < NB; i++)
             if (bn[i])
                 printf("%-18s %7ld %10.1f %10.1f %10.1f %7.2fx %7.2fx %10.0f %10.0f\n", bname[i],
-                       bn[i], bn[i] / bp[i], bn[i] / be[i], bn[i] / bf[i], be[i] / bp[i],
-                       bf[i] / bp[i], ball[i] / bn[i], bread[i] / bn[i]);
+                       bn[i], bn[i] / bp[i], bn[i] / be[i], bf[i] > 0 ? bn[i] / bf[i] : 0,
+                       be[i] / bp[i], bf[i] / bp[i], ball[i] / bn[i], bread[i] / bn[i]);
         printf("top-10:        mean overlap %.3f, identical sets %.1f%%, identical order %.1f%% "
                "(%ld queries with results)\n",
                overlap, compared ? 100.0 * identical / compared : 0,
