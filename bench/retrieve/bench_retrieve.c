@@ -443,13 +443,18 @@ int main(int argc, char **argv)
                 printf("%-18s %7ld %10.1f %10.1f %10.1f %7.2fx %7.2fx %10.0f %10.0f\n", bname[i],
                        bn[i], bn[i] / bp[i], bn[i] / be[i], bf[i] > 0 ? bn[i] / bf[i] : 0,
                        be[i] / bp[i], bf[i] / bp[i], ball[i] / bn[i], bread[i] / bn[i]);
-        printf("top-10:        mean overlap %.3f, identical sets %.1f%%, identical order %.1f%% "
-               "(%ld queries with results)\n",
-               overlap, compared ? 100.0 * identical / compared : 0,
-               compared ? 100.0 * same_order / compared : 0, compared);
-        printf("note: FTS5's bm25() uses idf = ln((N-n+0.5)/(n+0.5)), clamped to 1e-6 when <= 0;\n"
-               "      cairn uses Lucene's ln(1 + (N-n+0.5)/(n+0.5)). The two agree for rare terms\n"
-               "      and diverge for common ones, so the top 10 overlap highly but not fully.\n");
+        if (!no_fts) {
+            printf(
+                "top-10:        mean overlap %.3f, identical sets %.1f%%, identical order %.1f%% "
+                "(%ld queries with results)\n",
+                overlap, compared ? 100.0 * identical / compared : 0,
+                compared ? 100.0 * same_order / compared : 0, compared);
+            printf(
+                "note: FTS5's bm25() uses idf = ln((N-n+0.5)/(n+0.5)), clamped to 1e-6 when <= 0;\n"
+                "      cairn uses Lucene's ln(1 + (N-n+0.5)/(n+0.5)). The two agree for rare "
+                "terms\n"
+                "      and diverge for common ones, so the top 10 overlap highly but not fully.\n");
+        }
     }
     (void)text_bytes;
     for (long q = 0; q < n_queries; q++)
