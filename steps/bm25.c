@@ -5,8 +5,9 @@
  * Opening is where an index written by another cairn is caught: meta records the format and
  * the tokenizer version, and a mismatch is CAIRN_ESCHEMA with a message to rebuild, because
  * replacing a document re-tokenizes its stored text to find its old postings and would remove
- * the wrong ones under another tokenizer. The map is reserved address space only, tried from
- * large to small so a limited address space still opens.
+ * the wrong ones under another tokenizer, and because format 2's block bounds (which the pruned
+ * search needs) cannot be derived from a format-1 index without rewriting it. The map is reserved
+ * address space only, tried from large to small so a limited address space still opens.
  */
 #include "steps/bm25.h"
 #include "steps/bm25_impl.h"
@@ -117,6 +118,9 @@ int cairn__bm25_open(const char *dir, int writable, cairn__bm25 **out, char *err
     snprintf(ix->dir, sizeof ix->dir, "%s", dir);
     ix->writable = writable;
     ix->flush_at = FLUSH_POSTINGS;
+    ix->prune_min = PRUNE_MIN_POSTINGS;
+    const char *ex = getenv("CAIRN_BM25_EXHAUSTIVE");
+    ix->exhaustive = ex && !strcmp(ex, "1");
     int rc;
     char data[4200];
     snprintf(data, sizeof data, "%s/data.mdb", dir);
@@ -223,6 +227,20 @@ int cairn__bm25_open(const char *dir, int writable, cairn__bm25 **out, char *err
         free(ix);
         return CAIRN_ESCHEMA;
     }
+    /* opened only now, so that an index of format 1 hears "format", not "no table" */
+    what = "mdb_dbi_open";
+    if ((rc = mdb_dbi_open(txn, "blocks", writable ? MDB_CREATE : 0, &ix->blocks)) != 0) {
+        if (rc != MDB_NOTFOUND)
+            goto lmdb_fail;
+        mdb_txn_abort(txn);
+        mdb_env_close(ix->env);
+        snprintf(err, errlen,
+                 "index %s: not a retrieval index (no 'blocks' table); rebuild it with `cairn "
+                 "index`",
+                 dir);
+        free(ix);
+        return CAIRN_ESCHEMA;
+    }
     what = "mdb_txn_commit";
     rc = mdb_txn_commit(txn); /* also read-only: an aborted txn would close the dbi handles */
     txn = NULL;
@@ -253,11 +271,13 @@ void cairn__bm25_close(cairn__bm25 *ix)
     mdb_env_close(ix->env);
     free(ix->score), free(ix->stamp), free(ix->touched);
     free(ix->pool), free(ix->terms), free(ix->slots), free(ix->posts), free(ix->pending);
-    free(ix->doc_terms);
+    free(ix->doc_terms), free(ix->blk), free(ix->merge), free(ix->dels);
     free(ix);
 }
 
 const char *cairn__bm25_errmsg(const cairn__bm25 *ix) { return ix ? ix->err : ""; }
+
+void cairn__bm25_set_prune_min(cairn__bm25 *ix, uint64_t n) { ix->prune_min = n; }
 
 void cairn__bm25_set_flush_postings(cairn__bm25 *ix, size_t n)
 {

@@ -89,15 +89,27 @@ typedef struct cairn__bm25_hit {
 } cairn__bm25_hit;
 
 /* Top-k documents for a free-text query, best first (ties: lower internal number, i.e. the
- * earlier indexed document, first). Over the unique query tokens t (the same tokenizer):
- *   score = sum_t idf(t) * tf*(k1+1) / (tf + k1*(1 - b + b*dl/avgdl)),
- *   idf(t) = ln(1 + (N - n_t + 0.5)/(n_t + 0.5))   (Lucene/Elasticsearch; never negative)
- * with k1 = 1.2, b = 0.75, tf the token's count in the document, dl the document's token
- * count, avgdl = total tokens / N, n_t the number of documents containing t.
- * Documents that match no query token are not returned. *hits is malloc'd (NULL when *n is 0);
- * free with cairn__bm25_hits_free. Returns 0, CAIRN_EIO, CAIRN_ECORRUPT, CAIRN_ENOMEM. */
+ * earlier indexed document, first). Exact: documents are skipped only where stored per-block
+ * bounds prove they cannot enter the top k (block-max MaxScore). Over the unique query tokens t
+ * (the same tokenizer): score = sum_t idf(t) * tf*(k1+1) / (tf + k1*(1 - b + b*dl/avgdl)), idf(t) =
+ * ln(1 + (N - n_t + 0.5)/(n_t + 0.5))   (Lucene/Elasticsearch; never negative) with k1 = 1.2, b =
+ * 0.75, tf the token's count in the document, dl the document's token count, avgdl = total tokens /
+ * N, n_t the number of documents containing t. Documents that match no query token are not
+ * returned. *hits is malloc'd (NULL when *n is 0); free with cairn__bm25_hits_free. Returns 0,
+ * CAIRN_EIO, CAIRN_ECORRUPT, CAIRN_ENOMEM. */
 int cairn__bm25_search(cairn__bm25 *ix, const char *query, size_t k, cairn__bm25_hit **hits,
                        size_t *n);
+/* The same results, bit for bit (ids, order, scores), by scoring every posting of every query
+ * term: the reference the pruned search is tested against. cairn__bm25_search takes this path
+ * when CAIRN_BM25_EXHAUSTIVE=1 was set at open (benchmarks, and a way to rule pruning out). */
+int cairn__bm25_search_exhaustive(cairn__bm25 *ix, const char *query, size_t k,
+                                  cairn__bm25_hit **hits, size_t *n);
+/* Test hook: queries whose terms hold fewer postings than n are scored exhaustively, where
+ * pruning cannot pay (default 1024; 0 = always prune, so tests reach the pruned path with
+ * small queries too). */
+void cairn__bm25_set_prune_min(cairn__bm25 *ix, uint64_t n);
+/* Postings the last search read from the index (the exhaustive path: all of its terms'). */
+uint64_t cairn__bm25_postings_read(const cairn__bm25 *ix);
 void cairn__bm25_hits_free(cairn__bm25_hit *hits, size_t n);
 
 typedef struct cairn__bm25_info {

@@ -2,10 +2,17 @@
  * write batch's buffers, and the LMDB helpers. bm25.c opens and closes an index, bm25_write.c
  * fills it in batches, bm25_search.c answers queries; nothing else includes this.
  *
- * Layout (one LMDB environment, five named databases):
- *   post  term \0 be32(docno) -> {u32 tf, u32 dl}   one posting; dl rides along so scoring a
- *                                                    posting needs no second lookup
+ * Layout (one LMDB environment, six named databases):
+ *   post  term \0 be32(last docno) -> {u32 n, n * {u32 docno, u32 tf, u32 dl}}
+ *         a block of the term's postings in docno order, BLOCK_POSTINGS of them but where the
+ *         list ends or deletions thinned it; the key is the block's last docno, so seeking
+ *         term \0 be32(d) lands on the block holding d. dl rides along so scoring a posting
+ *         needs no second lookup, and a whole block is one LMDB read
  *   df    term -> u32 number of documents holding it
+ *   blocks term -> {u32 max_tf, u32 min_dl, u32 n, n * {u32 last_docno, u32 max_tf, u32 min_dl}}
+ *         the term's postings cut in docno order into blocks of BLOCK_POSTINGS: each block's
+ *         last docno and the largest tf and smallest dl in it (the whole list's first), from
+ *         which the pruned search bounds any score the block can give (format 2)
  *   docs  be32(docno) -> {u32 dl, u32 id_len, u32 text_len, u32 extra_len, id, text, extra}
  *   ids   doc id -> u32 docno
  *   meta  "format", "tokenizer", "n_docs", "total_len", "next_docno"
@@ -20,8 +27,17 @@
 
 #include "steps/bm25.h"
 
-#define FORMAT_VERSION 1u
-/* Postings buffered before a batch writes them out (16 bytes each). */
+/* 2: postings in blocks, and the blocks table. A format-1 index (a key per posting, no
+ * bounds) is refused at open: rebuild it. */
+#define FORMAT_VERSION 2u
+/* Postings per block of the bounds table: small enough that a block's bound stays close to
+ * its documents' scores, large enough that the table is ~0.1 byte a posting. */
+#define BLOCK_POSTINGS 128u
+/* Below this many postings in a query's terms the exhaustive path is as fast (measured with
+ * bench-retrieve: the pruned one lost on queries under ~1k postings). */
+#define PRUNE_MIN_POSTINGS (8u * BLOCK_POSTINGS)
+/* Postings buffered before a batch writes them out (16 bytes each; a replaced document's old
+ * postings are buffered too, as deletes: tf 0). */
 #define FLUSH_POSTINGS (4u << 20)
 
 typedef struct term_ent {
@@ -38,7 +54,7 @@ typedef struct posting {
 
 struct cairn__bm25 {
     MDB_env *env;
-    MDB_dbi meta, post, df, docs, ids;
+    MDB_dbi meta, post, df, docs, ids, blocks;
     int writable;
     char dir[4096];
     char err[1024];
@@ -48,6 +64,9 @@ struct cairn__bm25 {
     double *score;
     uint32_t *stamp, cur_stamp, *touched;
     size_t score_cap, n_touched;
+    uint64_t postings_read; /* by the last search: what pruning saved */
+    int exhaustive;         /* CAIRN_BM25_EXHAUSTIVE=1 at open: search scores everything */
+    uint64_t prune_min;     /* queries holding fewer postings are scored exhaustively */
 
     /* writing */
     MDB_txn *wtxn;
@@ -68,6 +87,12 @@ struct cairn__bm25 {
     size_t n_doc_terms, doc_terms_cap;
     uint32_t doc_mark;
     size_t flush_at; /* postings buffered before a flush */
+    uint32_t *blk;   /* a term's bounds table being built */
+    size_t blk_cap;
+    uint32_t *merge; /* a term's postings being merged, {docno, tf, dl} each */
+    size_t merge_cap;
+    uint32_t *dels; /* the last docnos of the blocks a merge replaces */
+    size_t dels_cap;
 };
 
 /* Big-endian docnos in keys, so LMDB's byte order is docno order. */

@@ -2,14 +2,19 @@
  * layout), and its counts.
  *
  * Terms never contain a NUL byte, so the postings of one term are exactly the keys starting
- * with "term\0": a query walks them with one cursor, in docno order, and accumulates scores into
- * a dense array indexed by docno (touched entries are tracked by a stamp, so nothing is cleared
- * between queries); a k-sized heap then picks the top k. Each query reads one snapshot (a read
- * transaction renewed per query), so an index rebuilt meanwhile is seen whole or not at all.
+ * with "term\0", in docno order. Two paths give the same top k, bit for bit:
+ *   - the exhaustive one (the reference) walks every posting of every query term with one
+ *     cursor and accumulates scores into a dense array indexed by docno (touched entries are
+ *     tracked by a stamp, so nothing is cleared between queries); a k-sized heap picks the top k;
+ *   - the pruned one (the default) walks the terms' lists side by side in docno order with
+ *     block-max MaxScore (pruned_topk): documents and whole blocks that the per-block bounds
+ *     show cannot reach the k-th best score are skipped unscored. Each query reads one snapshot (a
+ * read transaction renewed per query), so an index rebuilt meanwhile is seen whole or not at all.
  */
 #include "steps/bm25.h"
 #include "steps/bm25_impl.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -181,12 +186,40 @@ static char *dup_n(const char *s, size_t n)
     return p;
 }
 
+/* One term's contribution. Both paths call this one function, so a document's score is the
+ * same double whichever path computed it. tf*(k1+1) / (tf + k1*(1-b) + k1*b*dl/avgdl): c0 and
+ * c1 are the two hoisted constants. */
+static inline double term_score(double idf, double c0, double c1, uint32_t tf, uint32_t dl)
+{
+    const double k1 = CAIRN__BM25_K1;
+    double t = tf;
+    return idf * t * (k1 + 1.0) / (t + c0 + c1 * (double)dl);
+}
+
+/* A query term's idf from its df record; MDB_NOTFOUND when the index does not hold it. */
+static int term_idf(cairn__bm25 *ix, MDB_txn *txn, const char *term, size_t tl, uint64_t n_docs,
+                    double *idf)
+{
+    MDB_val k = {tl, (void *)term}, d;
+    int m = mdb_get(txn, ix->df, &k, &d);
+    if (m == MDB_NOTFOUND)
+        return m;
+    if (m || d.mv_size != 4)
+        return m ? cairn__bm25_mdb_fail(ix, m, "reading a document frequency")
+                 : cairn__bm25_fail(ix, CAIRN_ECORRUPT, "index %s: bad document frequency record",
+                                    ix->dir);
+    double nt = get32(d.mv_data);
+    *idf = log(1.0 + ((double)n_docs - nt + 0.5) / (nt + 0.5));
+    return 0;
+}
+
 /* Scores every posting of every unique query term into ix->score; fills ix->touched. */
 static int accumulate(cairn__bm25 *ix, MDB_txn *txn, const qterms *q, uint64_t n_docs,
                       uint64_t total_len)
 {
     const double k1 = CAIRN__BM25_K1, b = CAIRN__BM25_B;
     const double avgdl = n_docs ? (double)total_len / (double)n_docs : 0.0;
+    const double c0 = k1 * (1.0 - b), c1 = avgdl > 0 ? k1 * b / avgdl : 0.0;
     MDB_cursor *cur;
     int rc = mdb_cursor_open(txn, ix->post, &cur);
     if (rc)
@@ -195,48 +228,45 @@ static int accumulate(cairn__bm25 *ix, MDB_txn *txn, const qterms *q, uint64_t n
     for (size_t t = 0; t < q->nt && !rc; t++) {
         size_t tl = q->t[t].len;
         memcpy(key, q->buf + q->t[t].off, tl);
-        MDB_val k = {tl, key}, d;
-        int m = mdb_get(txn, ix->df, &k, &d);
+        double idf;
+        int m = term_idf(ix, txn, (const char *)key, tl, n_docs, &idf);
         if (m == MDB_NOTFOUND)
             continue;
-        if (m || d.mv_size != 4) {
-            rc = m ? cairn__bm25_mdb_fail(ix, m, "reading a document frequency")
-                   : cairn__bm25_fail(ix, CAIRN_ECORRUPT, "index %s: bad document frequency record",
-                                      ix->dir);
+        if (m) {
+            rc = m;
             break;
         }
-        double nt = get32(d.mv_data);
-        double idf = log(1.0 + ((double)n_docs - nt + 0.5) / (nt + 0.5));
-        /* tf*(k1+1) / (tf + k1*(1-b) + k1*b*dl/avgdl): the two constants hoisted */
-        const double c0 = k1 * (1.0 - b), c1 = avgdl > 0 ? k1 * b / avgdl : 0.0;
         key[tl] = 0;
-        k = (MDB_val){tl + 1, key};
+        MDB_val k = {tl + 1, key}, d;
         m = mdb_cursor_get(cur, &k, &d, MDB_SET_RANGE);
         while (m == 0) {
             if (k.mv_size != tl + 5 || memcmp(k.mv_data, key, tl + 1))
                 break;
-            if (d.mv_size != 8) {
+            const unsigned char *v = d.mv_data;
+            uint32_t nb = d.mv_size >= 4 ? get32(v) : 0;
+            if (nb == 0 || d.mv_size != 4 + 12 * (size_t)nb) {
                 m = MDB_CORRUPTED;
                 break;
             }
-            const unsigned char *kp = (const unsigned char *)k.mv_data + tl + 1;
-            uint32_t docno =
-                (uint32_t)kp[0] << 24 | (uint32_t)kp[1] << 16 | (uint32_t)kp[2] << 8 | kp[3];
-            uint32_t v[2];
-            memcpy(v, d.mv_data, 8);
-            if (docno >= ix->score_cap) {
-                m = MDB_CORRUPTED;
+            for (uint32_t j = 0; j < nb; j++) {
+                const unsigned char *e = v + 4 + 12 * (size_t)j;
+                uint32_t docno = get32(e);
+                if (docno >= ix->score_cap) {
+                    m = MDB_CORRUPTED;
+                    break;
+                }
+                double s = term_score(idf, c0, c1, get32(e + 4), get32(e + 8));
+                if (ix->stamp[docno] != ix->cur_stamp) {
+                    ix->stamp[docno] = ix->cur_stamp;
+                    ix->score[docno] = s;
+                    ix->touched[ix->n_touched++] = docno;
+                } else {
+                    ix->score[docno] += s;
+                }
+            }
+            if (m)
                 break;
-            }
-            double tf = v[0];
-            double s = idf * tf * (k1 + 1.0) / (tf + c0 + c1 * (double)v[1]);
-            if (ix->stamp[docno] != ix->cur_stamp) {
-                ix->stamp[docno] = ix->cur_stamp;
-                ix->score[docno] = s;
-                ix->touched[ix->n_touched++] = docno;
-            } else {
-                ix->score[docno] += s;
-            }
+            ix->postings_read += nb;
             m = mdb_cursor_get(cur, &k, &d, MDB_NEXT);
         }
         if (m && m != MDB_NOTFOUND)
@@ -246,8 +276,395 @@ static int accumulate(cairn__bm25 *ix, MDB_txn *txn, const qterms *q, uint64_t n
     return rc;
 }
 
-int cairn__bm25_search(cairn__bm25 *ix, const char *query, size_t k, cairn__bm25_hit **hits,
-                       size_t *n)
+static void heap_offer(heap_ent *heap, size_t *nh, size_t cap, heap_ent e)
+{
+    if (*nh < cap) {
+        heap[*nh] = e;
+        sift_up(heap, (*nh)++);
+    } else if (worse(heap[0], e)) {
+        heap[0] = e;
+        sift_down(heap, *nh, 0);
+    }
+}
+
+/* The dense score array, its stamps and the touched list, for docnos below next. */
+static int ensure_dense(cairn__bm25 *ix, uint64_t next)
+{
+    if (next > ix->score_cap) {
+        size_t cap = (size_t)next + next / 4 + 64;
+        double *s = realloc(ix->score, cap * sizeof *s);
+        if (s)
+            ix->score = s;
+        uint32_t *st = realloc(ix->stamp, cap * sizeof *st);
+        if (st)
+            ix->stamp = st;
+        uint32_t *tc = realloc(ix->touched, cap * sizeof *tc);
+        if (tc)
+            ix->touched = tc;
+        if (!s || !st || !tc)
+            return cairn__bm25_fail(ix, CAIRN_ENOMEM, "out of memory");
+        memset(ix->stamp + ix->score_cap, 0, (cap - ix->score_cap) * sizeof *st);
+        ix->score_cap = cap;
+    }
+    return 0;
+}
+
+/* The reference: every posting of every query term scored into the dense array, then the top
+ * k by a min-heap whose root is the worst of the best k so far. *heap is malloc'd. */
+static int exhaustive_topk(cairn__bm25 *ix, MDB_txn *txn, const qterms *q, uint64_t n_docs,
+                           uint64_t total_len, uint64_t next, size_t k, heap_ent **heap_out,
+                           size_t *nh_out)
+{
+    int rc;
+    size_t nh = 0;
+    if ((rc = ensure_dense(ix, next)) != 0)
+        return rc;
+    if (++ix->cur_stamp == 0) {
+        memset(ix->stamp, 0, ix->score_cap * sizeof *ix->stamp);
+        ix->cur_stamp = 1;
+    }
+    ix->n_touched = 0;
+    if ((rc = accumulate(ix, txn, q, n_docs, total_len)) != 0)
+        return rc;
+
+    size_t cap = k < ix->n_touched ? k : ix->n_touched;
+    heap_ent *heap = malloc((cap + 1) * sizeof *heap);
+    if (!heap)
+        return cairn__bm25_fail(ix, CAIRN_ENOMEM, "out of memory");
+    for (size_t i = 0; i < ix->n_touched; i++)
+        heap_offer(heap, &nh, cap, (heap_ent){ix->score[ix->touched[i]], ix->touched[i]});
+    *heap_out = heap;
+    *nh_out = nh;
+    return 0;
+}
+
+/* ------------------------------------------------------------------ pruned top k */
+
+/* One query term's walk through its postings, for the pruned search (pt[] keeps the query's
+ * order). */
+typedef struct pterm {
+    MDB_cursor *cur;
+    size_t tl; /* key = term \0 be32(docno) */
+    unsigned char key[CAIRN__BM25_MAX_TOKEN + 5];
+    double idf;
+    const unsigned char *blk; /* the block records, 12 bytes each, in the map */
+    uint32_t nblk, bi;        /* block count; the block holding the docno asked last */
+    const unsigned char *pb;  /* the posting block the cursor is on: pn {docno, tf, dl} */
+    uint32_t pn, pi;          /* its length; the current posting in it */
+    uint32_t cb;              /* its index in the bounds table (one entry per block) */
+    double bub;               /* bound of block bi */
+    uint32_t docno, tf, dl;   /* the current posting */
+    int done;                 /* no postings left */
+} pterm;
+
+static uint32_t blk_get(const pterm *t, uint32_t i, int field)
+{
+    return get32(t->blk + 12 * i + 4 * field);
+}
+
+/* The first of a block's postings lo..hi-1 whose docno is >= d (hi if none). */
+static uint32_t blk_find(const unsigned char *pb, uint32_t lo, uint32_t hi, uint32_t d)
+{
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (get32(pb + 12 * (size_t)mid) < d)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static void pt_entry(pterm *t)
+{
+    const unsigned char *e = t->pb + 12 * (size_t)t->pi;
+    t->docno = get32(e), t->tf = get32(e + 4), t->dl = get32(e + 8);
+}
+
+/* Takes in what a cursor move returned: the first posting of a block, or the list's end. */
+static int pt_load(cairn__bm25 *ix, pterm *t, int m, const MDB_val *k, const MDB_val *d)
+{
+    if (m == MDB_NOTFOUND ||
+        (m == 0 && (k->mv_size != t->tl + 5 || memcmp(k->mv_data, t->key, t->tl + 1)))) {
+        t->done = 1;
+        return 0;
+    }
+    if (m)
+        return cairn__bm25_mdb_fail(ix, m, "reading postings");
+    uint32_t n = d->mv_size >= 4 ? get32(d->mv_data) : 0;
+    if (n == 0 || d->mv_size != 4 + 12 * (size_t)n)
+        return cairn__bm25_mdb_fail(ix, MDB_CORRUPTED, "reading postings");
+    t->pb = (const unsigned char *)d->mv_data + 4;
+    t->pn = n, t->pi = 0;
+    pt_entry(t);
+    ix->postings_read++;
+    return 0;
+}
+
+static int pt_next(cairn__bm25 *ix, pterm *t)
+{
+    if (++t->pi < t->pn) {
+        pt_entry(t);
+        ix->postings_read++;
+        return 0;
+    }
+    MDB_val k, d;
+    t->cb++;
+    return pt_load(ix, t, mdb_cursor_get(t->cur, &k, &d, MDB_NEXT), &k, &d);
+}
+
+/* Moves to the first posting at or after docno `to` (> the current one). The bounds table
+ * says which block holds it: a block a few ahead is reached by stepping the cursor (the next
+ * blocks mostly sit on the page it holds), a farther one by a seek (a B-tree descent, as
+ * costly as stepping over several blocks), as the block's key is its last docno. Then a
+ * binary search in the block. */
+static int pt_advance(cairn__bm25 *ix, pterm *t, uint32_t to)
+{
+    if (get32(t->pb + 12 * (size_t)(t->pn - 1)) < to) {
+        uint32_t tb = t->cb;
+        while (tb < t->nblk && blk_get(t, tb, 0) < to)
+            tb++;
+        if (tb == t->nblk) {
+            t->done = 1;
+            return 0;
+        }
+        int rc = 0;
+        while (!rc && !t->done && t->cb < tb && tb - t->cb <= 8) {
+            MDB_val k, d;
+            t->cb++;
+            rc = pt_load(ix, t, mdb_cursor_get(t->cur, &k, &d, MDB_NEXT), &k, &d);
+        }
+        if (!rc && (t->done || t->cb != tb || get32(t->pb + 12 * (size_t)(t->pn - 1)) < to)) {
+            be32(to, t->key + t->tl + 1);
+            MDB_val k = {t->tl + 5, t->key}, d;
+            t->done = 0;
+            t->cb = tb;
+            rc = pt_load(ix, t, mdb_cursor_get(t->cur, &k, &d, MDB_SET_RANGE), &k, &d);
+        }
+        if (rc || t->done || t->docno >= to)
+            return rc;
+    }
+    t->pi = blk_find(t->pb, t->pi + 1, t->pn - 1, to); /* the block's last docno is >= to */
+    pt_entry(t);
+    ix->postings_read++;
+    return 0;
+}
+
+/* Makes bi the first block whose last docno is >= d (blocks only move forward: so do the
+ * documents asked); 0 when the term has no posting at or after d. */
+static int pt_block(pterm *t, uint32_t d, double c0, double c1)
+{
+    uint32_t bi = t->bi;
+    while (bi < t->nblk && blk_get(t, bi, 0) < d)
+        bi++;
+    if (bi != t->bi && bi < t->nblk)
+        t->bub = term_score(t->idf, c0, c1, blk_get(t, bi, 1), blk_get(t, bi, 2));
+    t->bi = bi;
+    return bi < t->nblk;
+}
+
+/* Block-max MaxScore over windows of documents. A window runs from the next docno not yet
+ * decided to the first end of a block among the terms' current blocks, so within it each term
+ * has one block and one bound. The terms' window bounds sorted ascending, the longest prefix
+ * summing to at most the k-th best score so far (theta) is "non-essential": a document only
+ * they hold cannot enter. A window whose terms are all non-essential is skipped unread;
+ * otherwise the essential terms' postings in it mark the candidates, and every term then adds,
+ * in query order, its contribution to the marked documents in a dense array, as the exhaustive
+ * path does (both use the same term_score and 0 + s == s): scores are the same bits.
+ *
+ * Exactness. Windows come in docno order and the heap holds only earlier documents, so one
+ * tying with theta ranks after it (a later document) and cannot enter: a document is dropped
+ * only when a bound B of its score S has B <= theta. B is a floating-point sum of block bounds,
+ * each term_score at the block's largest tf and smallest dl - within 12 ulps of a bound on
+ * every score in the block, since term_score is monotone in tf and dl and rounds 6 times -
+ * added in another order than S. With n terms, B * (1 + (2n+16) eps) >= S covers both (each of
+ * the n-1 additions of either sum moves it by at most half an ulp), so every comparison with
+ * theta carries that slack. */
+static int pruned_topk(cairn__bm25 *ix, MDB_txn *txn, const qterms *q, uint64_t n_docs,
+                       uint64_t total_len, uint64_t next, size_t k, heap_ent **heap_out,
+                       size_t *nh_out)
+{
+    const double k1 = CAIRN__BM25_K1, b = CAIRN__BM25_B;
+    const double avgdl = n_docs ? (double)total_len / (double)n_docs : 0.0;
+    const double c0 = k1 * (1.0 - b), c1 = avgdl > 0 ? k1 * b / avgdl : 0.0;
+    size_t cap = k < next ? k : (size_t)next, nt = q->nt, n = 0, nh = 0;
+    pterm *pt = calloc(nt, sizeof *pt);
+    size_t *ord = calloc(nt, sizeof *ord);
+    double *wb = calloc(nt, sizeof *wb);
+    unsigned char *ess = calloc(nt, 1);
+    heap_ent *heap = malloc((cap + 1) * sizeof *heap);
+    int rc = 0;
+    if (!pt || !ord || !wb || !ess || !heap) {
+        rc = cairn__bm25_fail(ix, CAIRN_ENOMEM, "out of memory");
+        goto out;
+    }
+    if ((rc = ensure_dense(ix, next)) != 0)
+        goto out;
+    for (size_t i = 0; i < nt; i++) {
+        pterm *t = &pt[n];
+        t->tl = q->t[i].len;
+        memcpy(t->key, q->buf + q->t[i].off, t->tl);
+        int m = term_idf(ix, txn, (const char *)t->key, t->tl, n_docs, &t->idf);
+        if (m == MDB_NOTFOUND)
+            continue;
+        if (m) {
+            rc = m;
+            goto out;
+        }
+        MDB_val bk = {t->tl, t->key}, bv;
+        if ((m = mdb_get(txn, ix->blocks, &bk, &bv)) != 0) {
+            rc = m == MDB_NOTFOUND ? cairn__bm25_fail(ix, CAIRN_ECORRUPT,
+                                                      "index %s: term '%.*s' has a document "
+                                                      "frequency but no bounds table",
+                                                      ix->dir, (int)t->tl, (const char *)t->key)
+                                   : cairn__bm25_mdb_fail(ix, m, "reading a bounds table");
+            goto out;
+        }
+        const unsigned char *v = bv.mv_data;
+        if (bv.mv_size < 24 || bv.mv_size != 12 + 12 * (size_t)get32(v + 8)) {
+            rc = cairn__bm25_fail(ix, CAIRN_ECORRUPT, "index %s: malformed bounds table of '%.*s'",
+                                  ix->dir, (int)t->tl, (const char *)t->key);
+            goto out;
+        }
+        t->blk = v + 12;
+        t->nblk = get32(v + 8);
+        t->bub = term_score(t->idf, c0, c1, blk_get(t, 0, 1), blk_get(t, 0, 2));
+        t->key[t->tl] = 0;
+        if ((m = mdb_cursor_open(txn, ix->post, &t->cur)) != 0) {
+            rc = cairn__bm25_mdb_fail(ix, m, "mdb_cursor_open");
+            goto out;
+        }
+        n++;
+        MDB_val k = {t->tl + 1, t->key}, d;
+        if ((rc = pt_load(ix, t, mdb_cursor_get(t->cur, &k, &d, MDB_SET_RANGE), &k, &d)) != 0)
+            goto out;
+    }
+    const double slack = 1.0 + (2.0 * (double)n + 16.0) * DBL_EPSILON;
+    double theta = -INFINITY;
+    uint32_t pos = 0;
+    while (cap > 0) {
+        uint32_t end = UINT32_MAX;
+        int any = 0;
+        for (size_t i = 0; i < n; i++) {
+            pterm *t = &pt[i];
+            if (!pt_block(t, pos, c0, c1))
+                continue;
+            uint32_t last = blk_get(t, t->bi, 0);
+            end = last < end ? last : end;
+            any = 1;
+        }
+        if (!any)
+            break;
+        /* a term's block counts if it starts within the window */
+        for (size_t i = 0; i < n; i++) {
+            const pterm *t = &pt[i];
+            wb[i] = t->bi < t->nblk && (t->bi == 0 || blk_get(t, t->bi - 1, 0) < end) ? t->bub : 0;
+        }
+        for (size_t i = 0; i < n; i++) { /* by window bound, ascending; n is a query's length */
+            size_t j = i;
+            for (; j > 0 && wb[ord[j - 1]] > wb[i]; j--)
+                ord[j] = ord[j - 1];
+            ord[j] = i;
+        }
+        size_t ne = 0;
+        for (double acc = 0; ne < n && (acc + wb[ord[ne]]) * slack <= theta; ne++)
+            acc += wb[ord[ne]];
+        for (size_t j = 0; j < n; j++)
+            ess[ord[j]] = j >= ne;
+        if (ne < n) {
+            if (++ix->cur_stamp == 0) {
+                memset(ix->stamp, 0, ix->score_cap * sizeof *ix->stamp);
+                ix->cur_stamp = 1;
+            }
+            ix->n_touched = 0;
+            /* the candidates: what the essential terms hold in the window (one block each) */
+            for (size_t j = ne; j < n; j++) {
+                pterm *t = &pt[ord[j]];
+                if (wb[ord[j]] == 0)
+                    continue;
+                if (!t->done && t->docno < pos && (rc = pt_advance(ix, t, pos)) != 0)
+                    goto out;
+                for (uint32_t p = t->pi; !t->done && p < t->pn; p++) {
+                    uint32_t d = get32(t->pb + 12 * (size_t)p);
+                    if (d > end)
+                        break;
+                    if (d >= ix->score_cap) {
+                        rc = cairn__bm25_mdb_fail(ix, MDB_CORRUPTED, "reading postings");
+                        goto out;
+                    }
+                    if (ix->stamp[d] != ix->cur_stamp) {
+                        ix->stamp[d] = ix->cur_stamp;
+                        ix->score[d] = 0;
+                        ix->touched[ix->n_touched++] = d;
+                    }
+                }
+            }
+            /* their scores, summed in query order; a non-essential term looks the few
+             * candidates up in its block rather than reading all of it */
+            for (size_t i = 0; i < n && ix->n_touched; i++) {
+                pterm *t = &pt[i];
+                if (wb[i] == 0)
+                    continue;
+                if (!t->done && t->docno < pos && (rc = pt_advance(ix, t, pos)) != 0)
+                    goto out;
+                if (t->done || t->docno > end)
+                    continue;
+                if (!ess[i] && ix->n_touched * 8 < t->pn - t->pi) {
+                    for (size_t c = 0; c < ix->n_touched; c++) {
+                        uint32_t d = ix->touched[c], lo = blk_find(t->pb, t->pi, t->pn, d);
+                        const unsigned char *e = t->pb + 12 * (size_t)lo;
+                        if (lo < t->pn && get32(e) == d)
+                            ix->score[d] += term_score(t->idf, c0, c1, get32(e + 4), get32(e + 8));
+                    }
+                    ix->postings_read += ix->n_touched;
+                    continue;
+                }
+                while (!t->done && t->docno <= end) {
+                    if (t->docno < ix->score_cap && ix->stamp[t->docno] == ix->cur_stamp)
+                        ix->score[t->docno] += term_score(t->idf, c0, c1, t->tf, t->dl);
+                    if ((rc = pt_next(ix, t)) != 0)
+                        goto out;
+                }
+            }
+            for (size_t i = 0; i < ix->n_touched; i++)
+                heap_offer(heap, &nh, cap, (heap_ent){ix->score[ix->touched[i]], ix->touched[i]});
+            if (nh == cap)
+                theta = heap[0].score;
+        }
+        if (end == UINT32_MAX)
+            break;
+        pos = end + 1;
+    }
+out:
+    for (size_t i = 0; i < n; i++)
+        mdb_cursor_close(pt[i].cur);
+    free(pt), free(ord), free(wb), free(ess);
+    if (rc) {
+        free(heap);
+        return rc;
+    }
+    *heap_out = heap;
+    *nh_out = nh;
+    return 0;
+}
+
+/* The postings the query's terms hold (their document frequencies), to pick the path: below
+ * ix->prune_min there is too little to skip for pruning's bookkeeping (a cursor and a bounds
+ * table per term, window by window) to pay. A record it cannot read counts 0: the path that
+ * runs reports it. */
+static uint64_t query_postings(cairn__bm25 *ix, MDB_txn *txn, const qterms *q)
+{
+    uint64_t sum = 0;
+    for (size_t i = 0; i < q->nt; i++) {
+        MDB_val k = {q->t[i].len, q->buf + q->t[i].off}, d;
+        if (mdb_get(txn, ix->df, &k, &d) == 0 && d.mv_size == 4)
+            sum += get32(d.mv_data);
+    }
+    return sum;
+}
+
+static int search(cairn__bm25 *ix, const char *query, size_t k, cairn__bm25_hit **hits, size_t *n,
+                  int exhaustive)
 {
     *hits = NULL;
     *n = 0;
@@ -273,49 +690,12 @@ int cairn__bm25_search(cairn__bm25 *ix, const char *query, size_t k, cairn__bm25
     size_t nh = 0;
     if ((rc = read_counts(ix, txn, &n_docs, &total_len, &next)) != 0)
         goto done;
-    if (next > ix->score_cap) {
-        size_t cap = (size_t)next + next / 4 + 64;
-        double *s = realloc(ix->score, cap * sizeof *s);
-        if (s)
-            ix->score = s;
-        uint32_t *st = realloc(ix->stamp, cap * sizeof *st);
-        if (st)
-            ix->stamp = st;
-        uint32_t *tc = realloc(ix->touched, cap * sizeof *tc);
-        if (tc)
-            ix->touched = tc;
-        if (!s || !st || !tc) {
-            rc = cairn__bm25_fail(ix, CAIRN_ENOMEM, "out of memory");
-            goto done;
-        }
-        memset(ix->stamp + ix->score_cap, 0, (cap - ix->score_cap) * sizeof *st);
-        ix->score_cap = cap;
-    }
-    if (++ix->cur_stamp == 0) {
-        memset(ix->stamp, 0, ix->score_cap * sizeof *ix->stamp);
-        ix->cur_stamp = 1;
-    }
-    ix->n_touched = 0;
-    if ((rc = accumulate(ix, txn, &q, n_docs, total_len)) != 0)
+    ix->postings_read = 0;
+    exhaustive = exhaustive || query_postings(ix, txn, &q) < ix->prune_min;
+    rc = exhaustive ? exhaustive_topk(ix, txn, &q, n_docs, total_len, next, k, &heap, &nh)
+                    : pruned_topk(ix, txn, &q, n_docs, total_len, next, k, &heap, &nh);
+    if (rc)
         goto done;
-
-    /* top k: a min-heap whose root is the worst of the best k so far */
-    size_t cap = k < ix->n_touched ? k : ix->n_touched;
-    heap = malloc((cap + 1) * sizeof *heap);
-    if (!heap) {
-        rc = cairn__bm25_fail(ix, CAIRN_ENOMEM, "out of memory");
-        goto done;
-    }
-    for (size_t i = 0; i < ix->n_touched; i++) {
-        heap_ent e = {ix->score[ix->touched[i]], ix->touched[i]};
-        if (nh < cap) {
-            heap[nh] = e;
-            sift_up(heap, nh++);
-        } else if (worse(heap[0], e)) {
-            heap[0] = e;
-            sift_down(heap, nh, 0);
-        }
-    }
     out = calloc(nh + 1, sizeof *out);
     if (!out) {
         rc = cairn__bm25_fail(ix, CAIRN_ENOMEM, "out of memory");
@@ -371,6 +751,20 @@ done:
     *n = nh;
     return 0;
 }
+
+int cairn__bm25_search(cairn__bm25 *ix, const char *query, size_t k, cairn__bm25_hit **hits,
+                       size_t *n)
+{
+    return search(ix, query, k, hits, n, ix->exhaustive);
+}
+
+int cairn__bm25_search_exhaustive(cairn__bm25 *ix, const char *query, size_t k,
+                                  cairn__bm25_hit **hits, size_t *n)
+{
+    return search(ix, query, k, hits, n, 1);
+}
+
+uint64_t cairn__bm25_postings_read(const cairn__bm25 *ix) { return ix->postings_read; }
 
 void cairn__bm25_hits_free(cairn__bm25_hit *hits, size_t n)
 {

@@ -7,6 +7,8 @@
  * sorted by key, so consecutive puts land on the same, hot pages. A replaced document's old
  * postings are found by re-tokenizing its stored text (the tokenizer version is recorded in
  * meta, so this stays exact); if they are still in the buffer, the buffer is flushed first.
+ * Every term a flush touches gets its bounds table (bm25_impl.h) rebuilt from its postings
+ * then, so the bounds the pruned search trusts always describe the committed postings.
  */
 #include "steps/bm25.h"
 #include "steps/bm25_impl.h"
@@ -137,13 +139,179 @@ static int cmp_term(const void *a, const void *b, void *arg)
     return c ? c : (x->len > y->len) - (x->len < y->len);
 }
 
+/* docno order; of the same docno, the delete (tf 0) before the add */
 static int cmp_docno(const void *a, const void *b)
 {
-    uint32_t x = ((const posting *)a)->docno, y = ((const posting *)b)->docno;
-    return (x > y) - (x < y);
+    const posting *x = a, *y = b;
+    if (x->docno != y->docno)
+        return (x->docno > y->docno) - (x->docno < y->docno);
+    return (x->tf > y->tf) - (x->tf < y->tf);
 }
 
-/* Writes the buffered postings and df deltas in key order, then empties the buffer. */
+/* The postings in a stored block, 0 if it is malformed. */
+static uint32_t block_len(const MDB_val *d)
+{
+    uint32_t n = d->mv_size >= 4 ? get32(d->mv_data) : 0;
+    return n && d->mv_size == 4 + 12 * (size_t)n ? n : 0;
+}
+
+static int bad_block(cairn__bm25 *ix, const unsigned char *key, size_t tl)
+{
+    return cairn__bm25_fail(ix, CAIRN_ECORRUPT, "index %s: malformed block of '%.*s'", ix->dir,
+                            (int)tl, (const char *)key);
+}
+
+/* Rewrites the bounds table of the term key[0..tl) from its blocks as the transaction holds
+ * them now (scan: another cursor than the one writing). Rebuilt whole rather than patched:
+ * cheap next to the merge (no B-tree writes), and exact whatever the merge did. */
+static int write_bounds(cairn__bm25 *ix, MDB_cursor *scan, unsigned char *key, size_t tl)
+{
+    key[tl] = 0;
+    MDB_val k = {tl + 1, key}, d;
+    uint32_t max_tf = 0, min_dl = UINT32_MAX;
+    size_t nb = 0;
+    int m = mdb_cursor_get(scan, &k, &d, MDB_SET_RANGE);
+    for (; m == 0; m = mdb_cursor_get(scan, &k, &d, MDB_NEXT)) {
+        if (k.mv_size != tl + 5 || memcmp(k.mv_data, key, tl + 1))
+            break;
+        const unsigned char *v = d.mv_data;
+        uint32_t n = block_len(&d);
+        if (n == 0)
+            return bad_block(ix, key, tl);
+        if (cairn__bm25_grow((void **)&ix->blk, &ix->blk_cap, 3 + 3 * (nb + 1), 4))
+            return cairn__bm25_fail(ix, CAIRN_ENOMEM, "index %s: out of memory", ix->dir);
+        uint32_t *b = ix->blk + 3 + 3 * nb++;
+        b[0] = get32(v + 4 + 12 * (size_t)(n - 1)), b[1] = 0, b[2] = UINT32_MAX;
+        for (uint32_t i = 0; i < n; i++) {
+            uint32_t tf = get32(v + 8 + 12 * (size_t)i), dl = get32(v + 12 + 12 * (size_t)i);
+            b[1] = tf > b[1] ? tf : b[1];
+            b[2] = dl < b[2] ? dl : b[2];
+        }
+        max_tf = b[1] > max_tf ? b[1] : max_tf;
+        min_dl = b[2] < min_dl ? b[2] : min_dl;
+    }
+    if (m && m != MDB_NOTFOUND)
+        return cairn__bm25_mdb_fail(ix, m, "reading postings");
+    MDB_val bk = {tl, key};
+    if (nb == 0) {
+        m = mdb_del(ix->wtxn, ix->blocks, &bk, NULL);
+        m = m == MDB_NOTFOUND ? 0 : m;
+    } else {
+        ix->blk[0] = max_tf, ix->blk[1] = min_dl, ix->blk[2] = (uint32_t)nb;
+        MDB_val bv = {(3 + 3 * nb) * 4, ix->blk};
+        m = mdb_put(ix->wtxn, ix->blocks, &bk, &bv, 0);
+    }
+    return m ? cairn__bm25_mdb_fail(ix, m, "writing a bounds table") : 0;
+}
+
+/* Where a flush's puts may append: a key beyond the largest one stored when it began is put
+ * with MDB_APPEND (LMDB then fills pages instead of splitting them in half, which makes a
+ * first build about half the size); the sorted flush crosses that point at most once. */
+typedef struct append_state {
+    unsigned char last[CAIRN__BM25_MAX_TOKEN + 5];
+    size_t last_len;
+    int appending;
+} append_state;
+
+/* Merges one term's buffered changes p[0..np) (docno order; tf 0 deletes the stored posting
+ * of that docno, and comes before an add of the same docno) into its stored blocks. Blocks
+ * before the first changed docno stay as they are; from the block holding it (or the term's
+ * last block, when that one is not full) to the end of the list, blocks are read, deleted
+ * and written anew, full: appending new documents rewrites only the last block. */
+static int merge_term(cairn__bm25 *ix, MDB_cursor *cur, unsigned char *key, size_t tl,
+                      const posting *p, size_t np, append_state *ap)
+{
+    key[tl] = 0;
+    be32(p[0].docno, key + tl + 1);
+    MDB_val k = {tl + 5, key}, d;
+    int m = mdb_cursor_get(cur, &k, &d, MDB_SET_RANGE);
+    if (m != 0 && m != MDB_NOTFOUND)
+        return cairn__bm25_mdb_fail(ix, m, "reading postings");
+    int at_term = m == 0 && k.mv_size == tl + 5 && !memcmp(k.mv_data, key, tl + 1);
+    /* the block before, if it is this term's and not full, is refilled too */
+    int p2 = mdb_cursor_get(cur, &k, &d, m == MDB_NOTFOUND ? MDB_LAST : MDB_PREV);
+    if (p2 == 0 && k.mv_size == tl + 5 && !memcmp(k.mv_data, key, tl + 1) && d.mv_size >= 4 &&
+        get32(d.mv_data) < BLOCK_POSTINGS) {
+        at_term = 1;
+    } else if (p2 != 0 && p2 != MDB_NOTFOUND) {
+        return cairn__bm25_mdb_fail(ix, p2, "reading postings");
+    } else if (at_term) {
+        k = (MDB_val){tl + 5, key};
+        if ((m = mdb_cursor_get(cur, &k, &d, MDB_SET_RANGE)) != 0)
+            return cairn__bm25_mdb_fail(ix, m, "reading postings");
+    }
+    /* the old postings from there on; their blocks' last docnos, to delete them after */
+    size_t nold = 0, ndel = 0;
+    for (m = 0; at_term && m == 0; m = mdb_cursor_get(cur, &k, &d, MDB_NEXT)) {
+        if (k.mv_size != tl + 5 || memcmp(k.mv_data, key, tl + 1))
+            break;
+        const unsigned char *v = d.mv_data;
+        uint32_t n = block_len(&d);
+        if (n == 0)
+            return bad_block(ix, key, tl);
+        if (cairn__bm25_grow((void **)&ix->merge, &ix->merge_cap, 3 * (nold + n), 4) ||
+            cairn__bm25_grow((void **)&ix->dels, &ix->dels_cap, ndel + 1, 4))
+            return cairn__bm25_fail(ix, CAIRN_ENOMEM, "index %s: out of memory", ix->dir);
+        memcpy(ix->merge + 3 * nold, v + 4, 12 * (size_t)n);
+        nold += n;
+        ix->dels[ndel++] = get32(v + 4 + 12 * (size_t)(n - 1));
+    }
+    if (m != 0 && m != MDB_NOTFOUND)
+        return cairn__bm25_mdb_fail(ix, m, "reading postings");
+    for (size_t i = 0; i < ndel; i++) {
+        be32(ix->dels[i], key + tl + 1);
+        MDB_val dk = {tl + 5, key};
+        if ((m = mdb_del(ix->wtxn, ix->post, &dk, NULL)) != 0)
+            return cairn__bm25_mdb_fail(ix, m, "deleting a block");
+    }
+    /* merged into the space after the old ones, then written out in full blocks */
+    if (cairn__bm25_grow((void **)&ix->merge, &ix->merge_cap, 3 * (2 * nold + np) + 1, 4))
+        return cairn__bm25_fail(ix, CAIRN_ENOMEM, "index %s: out of memory", ix->dir);
+    uint32_t *old = ix->merge, *out = ix->merge + 3 * nold;
+    size_t i = 0, j = 0, n = 0;
+    while (i < nold || j < np) {
+        uint32_t od = i < nold ? get32(old + 3 * i) : 0;
+        if (j == np || (i < nold && od < p[j].docno)) {
+            memcpy(out + 3 * n++, old + 3 * i++, 12);
+            continue;
+        }
+        if (p[j].tf == 0) { /* a delete: the stored posting must be there */
+            if (i == nold || od != p[j].docno)
+                return cairn__bm25_fail(ix, CAIRN_ECORRUPT,
+                                        "index %s: posting of '%.*s' for document %u is missing "
+                                        "(was the index written by another tokenizer?)",
+                                        ix->dir, (int)tl, (const char *)key, p[j].docno);
+            i++, j++;
+            continue;
+        }
+        if (i < nold && od == p[j].docno)
+            return cairn__bm25_fail(ix, CAIRN_ECORRUPT,
+                                    "index %s: document %u already has a posting of '%.*s'",
+                                    ix->dir, p[j].docno, (int)tl, (const char *)key);
+        uint32_t *o = out + 3 * n++;
+        o[0] = p[j].docno, o[1] = p[j].tf, o[2] = p[j].dl;
+        j++;
+    }
+    for (size_t b = 0; b < n; b += BLOCK_POSTINGS) {
+        size_t c = n - b < BLOCK_POSTINGS ? n - b : BLOCK_POSTINGS;
+        be32(out[3 * (b + c - 1)], key + tl + 1);
+        MDB_val bk = {tl + 5, key}, bv = {4 + 12 * c, NULL};
+        if (!ap->appending) {
+            size_t kl = tl + 5, l = kl < ap->last_len ? kl : ap->last_len;
+            int cmp = memcmp(key, ap->last, l);
+            ap->appending = cmp > 0 || (cmp == 0 && kl > ap->last_len);
+        }
+        if ((m = mdb_cursor_put(cur, &bk, &bv, MDB_RESERVE | (ap->appending ? MDB_APPEND : 0))))
+            return cairn__bm25_mdb_fail(ix, m, "writing a block");
+        uint32_t cc = (uint32_t)c;
+        memcpy(bv.mv_data, &cc, 4);
+        memcpy((char *)bv.mv_data + 4, out + 3 * b, 12 * c);
+    }
+    return 0;
+}
+
+/* Writes the buffered postings, df deltas and the touched terms' bounds in key order, then
+ * empties the buffer. */
 static int flush(cairn__bm25 *ix)
 {
     int rc = 0;
@@ -188,30 +356,28 @@ static int flush(cairn__bm25 *ix)
     }
     free(rank);
 
-    MDB_cursor *cur = NULL;
-    if ((rc = mdb_cursor_open(ix->wtxn, ix->post, &cur)) != 0) {
+    MDB_cursor *cur = NULL, *scan = NULL;
+    if ((rc = mdb_cursor_open(ix->wtxn, ix->post, &cur)) != 0 ||
+        (rc = mdb_cursor_open(ix->wtxn, ix->post, &scan)) != 0) {
+        if (cur)
+            mdb_cursor_close(cur);
         rc = cairn__bm25_mdb_fail(ix, rc, "mdb_cursor_open");
         goto out;
     }
-    /* Keys beyond the largest one already stored are appended (MDB_APPEND): LMDB then fills
-     * pages completely instead of splitting them in half, which makes a first build about
-     * half the size and faster to query. The sorted batch crosses that point at most once. */
-    unsigned char last[CAIRN__BM25_MAX_TOKEN + 5];
-    size_t last_len = 0;
-    int appending = 0;
+    append_state ap = {.last_len = 0};
     {
         MDB_val lk, ld;
         int m = mdb_cursor_get(cur, &lk, &ld, MDB_LAST);
         if (m == MDB_NOTFOUND)
-            appending = 1;
-        else if (m == 0 && lk.mv_size <= sizeof last) {
-            memcpy(last, lk.mv_data, lk.mv_size);
-            last_len = lk.mv_size;
+            ap.appending = 1;
+        else if (m == 0 && lk.mv_size <= sizeof ap.last) {
+            memcpy(ap.last, lk.mv_data, lk.mv_size);
+            ap.last_len = lk.mv_size;
         } else {
             rc = m ? cairn__bm25_mdb_fail(ix, m, "reading the last posting")
                    : cairn__bm25_fail(ix, CAIRN_ECORRUPT, "index %s: oversized posting key",
                                       ix->dir);
-            mdb_cursor_close(cur);
+            mdb_cursor_close(cur), mdb_cursor_close(scan);
             goto out;
         }
     }
@@ -221,27 +387,17 @@ static int flush(cairn__bm25 *ix)
         posting *p = sorted + start[r];
         size_t np = start[r + 1] - start[r];
         for (size_t i = 1; i < np; i++)
-            if (p[i].docno < p[i - 1].docno) {
+            if (p[i].docno < p[i - 1].docno ||
+                (p[i].docno == p[i - 1].docno && p[i].tf < p[i - 1].tf)) {
                 qsort(p, np, sizeof *p, cmp_docno);
                 break;
             }
         memcpy(key, ix->pool + e->off, e->len);
-        key[e->len] = 0;
-        for (size_t i = 0; i < np; i++) {
-            be32(p[i].docno, key + e->len + 1);
-            uint32_t v[2] = {p[i].tf, p[i].dl};
-            MDB_val k = {e->len + 5, key}, d = {sizeof v, v};
-            if (!appending) {
-                size_t kl = e->len + 5, n = kl < last_len ? kl : last_len;
-                int c = memcmp(key, last, n);
-                appending = c > 0 || (c == 0 && kl > last_len);
-            }
-            int m = mdb_cursor_put(cur, &k, &d, appending ? MDB_APPEND : 0);
-            if (m) {
-                rc = cairn__bm25_mdb_fail(ix, m, "writing a posting");
-                break;
-            }
-        }
+        if (np == 0)
+            continue;
+        rc = merge_term(ix, cur, key, e->len, p, np, &ap);
+        if (!rc)
+            rc = write_bounds(ix, scan, key, e->len);
         if (rc || !e->delta)
             continue;
         MDB_val k = {e->len, key}, d;
@@ -274,7 +430,7 @@ static int flush(cairn__bm25 *ix)
         if (m)
             rc = cairn__bm25_mdb_fail(ix, m, "writing a document frequency");
     }
-    mdb_cursor_close(cur);
+    mdb_cursor_close(cur), mdb_cursor_close(scan);
 out:
     free(order), free(start), free(sorted);
     if (!rc)
@@ -348,23 +504,13 @@ static int unindex_old(cairn__bm25 *ix, uint32_t docno, const MDB_val *rec)
     free(text);
     if (n < 0)
         return cairn__bm25_fail(ix, CAIRN_ENOMEM, "index %s: out of memory", ix->dir);
-    unsigned char key[CAIRN__BM25_MAX_TOKEN + 5];
+    /* deletes go into the buffer (tf 0), to be merged into the blocks with the adds */
+    if (cairn__bm25_grow((void **)&ix->posts, &ix->posts_cap, ix->n_posts + ix->n_doc_terms,
+                         sizeof *ix->posts))
+        return cairn__bm25_fail(ix, CAIRN_ENOMEM, "index %s: out of memory", ix->dir);
     for (size_t i = 0; i < ix->n_doc_terms; i++) {
-        term_ent *e = &ix->terms[ix->doc_terms[i]];
-        memcpy(key, ix->pool + e->off, e->len);
-        key[e->len] = 0;
-        be32(docno, key + e->len + 1);
-        MDB_val k = {e->len + 5, key};
-        int m = mdb_del(ix->wtxn, ix->post, &k, NULL);
-        if (m == MDB_NOTFOUND)
-            return cairn__bm25_fail(
-                ix, CAIRN_ECORRUPT,
-                "index %s: posting of '%.*s' for document %u is missing (was the index "
-                "written by another tokenizer?)",
-                ix->dir, (int)e->len, (const char *)key, docno);
-        if (m)
-            return cairn__bm25_mdb_fail(ix, m, "deleting a posting");
-        e->delta--;
+        ix->posts[ix->n_posts++] = (posting){ix->doc_terms[i], docno, 0, 0};
+        ix->terms[ix->doc_terms[i]].delta--;
     }
     ix->total_len -= dl;
     return 0;

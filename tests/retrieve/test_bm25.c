@@ -1,5 +1,6 @@
 /* test_bm25.c - the BM25 index: tokenizer, scores against the formula, replacement, batches,
- * and the `cairn index` / `cairn search` command functions. */
+ * the pruned search against the exhaustive one (bit for bit), the format check, and the
+ * `cairn index` / `cairn search` command functions. */
 #include <fcntl.h>
 #include <jansson.h>
 #include <math.h>
@@ -9,6 +10,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <lmdb.h>
+
+#include "bench/retrieve/corpus.h"
 #include "runner/cli.h"
 #include "tools/tools.h"
 #include "steps/bm25.h"
@@ -467,6 +471,236 @@ static void brute_force(const char *root, size_t flush_postings)
     free(dir);
 }
 
+/* ------------------------------------------------------------------ pruned == exhaustive */
+
+typedef struct cmp_stats {
+    long queries, bad;
+    uint64_t read_pruned, read_all;
+} cmp_stats;
+
+/* Runs a query down both paths: same code, same hits, same ids in the same order, and the
+ * same score bits (memcmp, not a tolerance). */
+static void compare_paths(cairn__bm25 *ix, const char *query, size_t k, cmp_stats *st)
+{
+    cairn__bm25_hit *hp = NULL, *he = NULL;
+    size_t np = 0, ne = 0;
+    int rp = cairn__bm25_search(ix, query, k, &hp, &np);
+    uint64_t read_p = cairn__bm25_postings_read(ix);
+    int re = cairn__bm25_search_exhaustive(ix, query, k, &he, &ne);
+    st->queries++;
+    st->read_pruned += read_p;
+    st->read_all += cairn__bm25_postings_read(ix);
+    int same = rp == 0 && re == 0 && np == ne;
+    size_t at = 0;
+    for (; same && at < np; at++)
+        same = !strcmp(hp[at].id, he[at].id) && !memcmp(&hp[at].score, &he[at].score, 8);
+    if (!same && st->bad++ < 3)
+        diag("query '%s' k %zu: pruned rc %d, %zu hits; exhaustive rc %d, %zu hits; first "
+             "difference at %zu%s%s",
+             one_line(query), k, rp, np, re, ne, at ? at - 1 : 0, rp ? ": " : "",
+             rp ? cairn__bm25_errmsg(ix) : "");
+    cairn__bm25_hits_free(hp, np);
+    cairn__bm25_hits_free(he, ne);
+}
+
+/* The benchmark's corpus (bench/retrieve/corpus.h) at 20k documents, plus a word in every
+ * document and one in a single document; built with small flushes and then 2% of it replaced,
+ * so the bounds tables have been rebuilt over postings that came and went. */
+static void pruned(const char *root)
+{
+    enum { NDOC = 20000, BENCH_Q = 1000, RANDOM_Q = 1200 };
+    char *dir = tu_fmt("%s/pruned", root);
+    cairn__bm25 *ix = NULL;
+    char err[512];
+    if (cairn__bm25_open(dir, 1, &ix, err, sizeof err)) {
+        ok(0, "open: %s", err);
+        free(dir);
+        return;
+    }
+    cairn__bm25_set_flush_postings(ix, 300000);
+    corpus_vocab();
+    static char text[200 * 16 + 32];
+    int rc = cairn__bm25_begin(ix);
+    for (int d = 0; d < NDOC && !rc; d++) {
+        corpus_doc(text);
+        strcat(text, d == 777 ? " alltok unotok" : " alltok");
+        char id[16];
+        snprintf(id, sizeof id, "doc%d", d);
+        rc = cairn__bm25_add(ix, id, text, strlen(text), NULL, NULL);
+    }
+    rc = rc ? rc : cairn__bm25_commit(ix);
+    /* the benchmark's queries come next in its stream, as they do in bench-retrieve */
+    static char bench_q[BENCH_Q][80];
+    for (int q = 0; q < BENCH_Q; q++)
+        corpus_query(bench_q[q], 10);
+    rc = rc ? rc : cairn__bm25_begin(ix);
+    for (int i = 0; i < NDOC / 50 && !rc; i++) {
+        int d = (int)(corpus_rnd() % NDOC);
+        if (d == 777)
+            continue;
+        corpus_doc(text);
+        strcat(text, " alltok");
+        char id[16];
+        snprintf(id, sizeof id, "doc%d", d);
+        rc = cairn__bm25_add(ix, id, text, strlen(text), NULL, NULL);
+    }
+    rc = rc ? rc : cairn__bm25_commit(ix);
+    ok(rc == 0, "20k documents of the benchmark corpus indexed, 2%% replaced (%s)",
+       rc ? cairn__bm25_errmsg(ix) : "");
+
+    cmp_stats bench = {0}, dflt = {0};
+    for (int q = 0; q < BENCH_Q; q++) /* small queries take the exhaustive path by default */
+        compare_paths(ix, bench_q[q], 10, &dflt);
+    ok(dflt.bad == 0, "the %ld benchmark queries, default path choice: == exhaustive (%ld differ)",
+       dflt.queries, dflt.bad);
+    cairn__bm25_set_prune_min(ix, 0); /* from here on every query is pruned */
+    for (int q = 0; q < BENCH_Q; q++)
+        compare_paths(ix, bench_q[q], 10, &bench);
+    ok(bench.bad == 0,
+       "the %ld benchmark queries: pruned top 10 == exhaustive, bit for bit (%ld "
+       "differ)",
+       bench.queries, bench.bad);
+    ok(bench.read_pruned < bench.read_all * 3 / 4,
+       "  and pruning skipped postings: %llu read of %llu", (unsigned long long)bench.read_pruned,
+       (unsigned long long)bench.read_all);
+
+    /* random queries: 1..6 words, common (Zipf from rank 0), rare (uniform over the
+     * vocabulary, many absent), the everywhere and single-document words, repeats */
+    static const size_t ks[] = {1, 3, 10, 100};
+    cmp_stats rnd_st = {0};
+    for (int q = 0; q < RANDOM_Q; q++) {
+        char query[256] = "";
+        int nw = 1 + (int)(corpus_rnd() % 6);
+        for (int w = 0; w < nw; w++) {
+            unsigned kind = (unsigned)(corpus_rnd() % 10);
+            const char *word = kind < 5   ? corpus_words[corpus_zipf(0)]
+                               : kind < 8 ? corpus_words[corpus_rnd() % CORPUS_VOCAB]
+                               : kind < 9 ? (corpus_rnd() % 2 ? "alltok" : "unotok")
+                                          : NULL;
+            if (!word) { /* a repeat of an earlier word, or a word no document has */
+                char *sp = strrchr(query, ' ');
+                word = w ? (sp ? sp + 1 : query) : "nosuchword";
+            }
+            char copy[64];
+            snprintf(copy, sizeof copy, "%s", word);
+            strcat(query, w ? " " : "");
+            strcat(query, copy);
+        }
+        compare_paths(ix, query, ks[q % 4], &rnd_st);
+    }
+    ok(rnd_st.bad == 0,
+       "%ld random queries of 1-6 words, k 1/3/10/100: pruned == exhaustive, bit for bit (%ld "
+       "differ; %llu of %llu postings read)",
+       rnd_st.queries, rnd_st.bad, (unsigned long long)rnd_st.read_pruned,
+       (unsigned long long)rnd_st.read_all);
+
+    static const struct {
+        const char *q;
+        size_t k;
+        const char *what;
+    } edge[] = {{"alltok", 10, "a word in every document"},
+                {"alltok", 100, "a word in every document, k 100"},
+                {"unotok", 10, "a word in one document"},
+                {"unotok", 100, "k larger than the matches"},
+                {"unotok unotok alltok unotok", 3, "duplicate query words"},
+                {"alltok unotok", 1, "every document and one document, k 1"},
+                {"alltok", NDOC + 50, "k larger than the corpus"},
+                {"nosuchword", 10, "no document holds the word"},
+                {"", 10, "an empty query"},
+                {" ,; ", 10, "a query without tokens"},
+                {"alltok", 0, "k 0"}};
+    for (size_t i = 0; i < sizeof edge / sizeof *edge; i++) {
+        cmp_stats e = {0};
+        compare_paths(ix, edge[i].q, edge[i].k, &e);
+        ok(e.bad == 0, "edge: %s ('%s', k %zu): pruned == exhaustive", edge[i].what, edge[i].q,
+           edge[i].k);
+    }
+    cairn__bm25_hit *h;
+    size_t n;
+    rc = cairn__bm25_search(ix, "alltok", NDOC + 50, &h, &n);
+    int sorted = rc == 0 && n == NDOC;
+    for (size_t i = 1; sorted && i < n; i++)
+        sorted = h[i].score < h[i - 1].score ||
+                 (h[i].score == h[i - 1].score && strcmp(h[i].id, h[i - 1].id) != 0);
+    ok(sorted, "k beyond N returns every document once, best first (%zu)", n);
+    cairn__bm25_hits_free(h, n);
+    rc = cairn__bm25_search(ix, "unotok", 100, &h, &n);
+    ok(rc == 0 && n == 1 && !strcmp(h[0].id, "doc777"), "the single-document word finds it");
+    cairn__bm25_hits_free(h, n);
+    cairn__bm25_close(ix);
+
+    /* CAIRN_BM25_EXHAUSTIVE=1 at open sends the default search down the reference path */
+    setenv("CAIRN_BM25_EXHAUSTIVE", "1", 1);
+    rc = cairn__bm25_open(dir, 0, &ix, err, sizeof err);
+    unsetenv("CAIRN_BM25_EXHAUSTIVE");
+    if (rc == 0) {
+        cairn__bm25_search(ix, bench_q[0], 10, &h, &n);
+        uint64_t a = cairn__bm25_postings_read(ix);
+        cairn__bm25_hits_free(h, n);
+        cairn__bm25_search_exhaustive(ix, bench_q[0], 10, &h, &n);
+        ok(a == cairn__bm25_postings_read(ix) && a > 0,
+           "CAIRN_BM25_EXHAUSTIVE=1: search reads every posting (%llu)", (unsigned long long)a);
+        cairn__bm25_hits_free(h, n);
+        cairn__bm25_close(ix);
+    } else {
+        ok(0, "reopen: %s", err);
+    }
+    free(dir);
+}
+
+/* An index of format 1 (no bounds tables) is refused at open with a message to rebuild, and
+ * a writable open leaves it as it was. */
+static void old_format(const char *root)
+{
+    char *store = tu_fmt("%s/format1", root), *dir = tu_fmt("%s/index", store);
+    cairn__bm25 *ix = NULL;
+    char err[512];
+    static const char *const docs[] = {"a", "red mug", "b", "blue cup"};
+    if (cairn__bm25_open(dir, 1, &ix, err, sizeof err) || add_docs(ix, docs, 4)) {
+        ok(0, "build: %s", ix ? cairn__bm25_errmsg(ix) : err);
+        cairn__bm25_close(ix);
+        free(dir), free(store);
+        return;
+    }
+    cairn__bm25_close(ix);
+    /* what a cairn of format 1 wrote: its meta says 1, and it has no blocks table */
+    MDB_env *env;
+    MDB_txn *txn;
+    MDB_dbi meta, blocks;
+    uint64_t one = 1;
+    MDB_val k = {6, "format"}, v = {8, &one};
+    int rc = mdb_env_create(&env);
+    mdb_env_set_maxdbs(env, 8);
+    mdb_env_set_mapsize(env, (size_t)1 << 30); /* as small as steps/bm25.c's last resort */
+    const char *what = "mdb_env_open";
+    rc = rc ? rc : mdb_env_open(env, dir, MDB_NOTLS | MDB_NORDAHEAD, 0600);
+    what = rc ? what : "the edit";
+    rc = rc ? rc : mdb_txn_begin(env, NULL, 0, &txn);
+    rc = rc ? rc : mdb_dbi_open(txn, "meta", 0, &meta);
+    rc = rc ? rc : mdb_put(txn, meta, &k, &v, 0);
+    rc = rc ? rc : mdb_dbi_open(txn, "blocks", 0, &blocks);
+    rc = rc ? rc : mdb_drop(txn, blocks, 1);
+    rc = rc ? rc : mdb_txn_commit(txn);
+    mdb_env_close(env);
+    ok(rc == 0, "index turned into format 1 (%s%s%s)", rc ? what : "", rc ? ": " : "",
+       rc ? mdb_strerror(rc) : "");
+    for (int writable = 0; writable < 2; writable++) {
+        err[0] = 0;
+        rc = cairn__bm25_open(dir, writable, &ix, err, sizeof err);
+        ok(rc == CAIRN_ESCHEMA && ix == NULL && strstr(err, "format 1") &&
+               strstr(err, "cairn index") && strstr(err, dir),
+           "%s open of a format-1 index: CAIRN_ESCHEMA, rebuild with `cairn index` (%s)",
+           writable ? "writable" : "read-only", err);
+    }
+    char *out = NULL, *cerr = NULL;
+    rc = run_cmd(cairn__cmd_search, &out, &cerr, root, "search", "--store", store, "--query", "red",
+                 (char *)NULL);
+    ok(rc == 74 && tu_contains(cerr, "format 1") && tu_contains(cerr, "cairn index"),
+       "cairn search on it exits 74 and says to rebuild (%s)", one_line(cerr));
+    free(out), free(cerr);
+    free(dir), free(store);
+}
+
 static void open_errors(const char *root)
 {
     char *dir = tu_fmt("%s/absent/index", root);
@@ -672,6 +906,8 @@ int main(void)
     brute_force(root, 0);
     rng = 88172645463325252ull;
     brute_force(root, 37); /* many flushes inside each batch, replacing buffered documents */
+    pruned(root);
+    old_format(root);
     open_errors(root);
     cli(root);
     tu_rm_rf(root);
