@@ -144,6 +144,9 @@ enum {
     CAIRN__O_ALLOW_GRAPH_CHANGE,
     CAIRN__O_NOSYNC,
     CAIRN__O_FORMAT,
+    CAIRN__O_TASKS,
+    CAIRN__O_LISTEN,
+    CAIRN__O_TOKEN_FILE,
     /* checked: numbers */
     CAIRN__O_MAX_PER_TENANT,
     CAIRN__O_LIMIT,
@@ -162,12 +165,12 @@ enum {
 /* The options' values after parsing: unset ones are 0/NULL, except the defaults noted. */
 typedef struct cairn__cli_opts {
     const char *store, *graph, *task, *task_from, *input, *message_id, *status, *step, *from;
-    const char *tenant_field, *format;
+    const char *tenant_field, *format, *listen, *token_file;
     const char *id; /* the operand of the commands that take a task ID */
     uint32_t max_per_tenant, limit, max_attempts, lease_ms, inline_wait_ms, jobs;
     uint64_t map_max;
     double retention_days, tombstone_days;
-    int json, now, done, not_done, allow_graph_change, nosync, has_inline_wait;
+    int json, now, done, not_done, allow_graph_change, nosync, has_inline_wait, tasks;
 } cairn__cli_opts;
 
 #define CAIRN__TAKES_FILE 2
@@ -242,6 +245,8 @@ extern const cairn__cli_task cairn__task_run, cairn__task_retry, cairn__task_res
     cairn__task_invalidate, cairn__task_gc, cairn__task_init;
 /* cli_consume.c: */
 extern const cairn__cli_task cairn__task_consume;
+/* cli_serve.c (the HTTP task API): */
+extern const cairn__cli_task cairn__task_serve;
 /* cli_inspect.c (read-only): */
 extern const cairn__cli_task cairn__task_show, cairn__task_list, cairn__task_audit,
     cairn__task_stats, cairn__task_check;
