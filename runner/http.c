@@ -7,12 +7,19 @@
  * length (chunked) is gathered up to the limit and the rest dropped, then refused the same way.
  * The token is compared in constant time (CRYPTO_memcmp), so its bytes cannot be guessed one at
  * a time from response times.
+ *
+ * libmicrohttpd is loaded (dlopen) when a server starts, not linked: Debian builds it with
+ * GnuTLS, whose loading and initialisation (p11-kit and its modules) doubled the start-up time
+ * of every command of every program on libcairn - `run` in a cron job, `show` - for a library
+ * only `serve` uses. The headers still give every call its type (MHD_FN below).
  */
 #include <arpa/inet.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <openssl/crypto.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +32,57 @@
 #include "common/str.h"
 #include "runner/cli.h"
 #include "runner/http.h"
+
+/* The library's entry points this file calls, typed by its own declarations. */
+#define MHD_FN(name) __typeof__(name) *name
+static struct {
+    MHD_FN(MHD_start_daemon);
+    MHD_FN(MHD_stop_daemon);
+    MHD_FN(MHD_lookup_connection_value);
+    MHD_FN(MHD_create_response_from_buffer);
+    MHD_FN(MHD_add_response_header);
+    MHD_FN(MHD_queue_response);
+    MHD_FN(MHD_destroy_response);
+} mhd;
+#undef MHD_FN
+static pthread_once_t mhd_once = PTHREAD_ONCE_INIT;
+static char mhd_err[512]; /* why it could not be loaded; "" when loaded */
+
+#define MHD_SONAME "libmicrohttpd.so.12" /* the ABI of 0.9.x and 1.x */
+
+static void mhd_load(void)
+{
+    void *h = dlopen(MHD_SONAME, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        const char *why = dlerror();
+        snprintf(mhd_err, sizeof mhd_err, "cannot load %s (install libmicrohttpd12): %s",
+                 MHD_SONAME, why ? why : "not found");
+        return;
+    }
+    static const char *const names[] = {"MHD_start_daemon",
+                                        "MHD_stop_daemon",
+                                        "MHD_lookup_connection_value",
+                                        "MHD_create_response_from_buffer",
+                                        "MHD_add_response_header",
+                                        "MHD_queue_response",
+                                        "MHD_destroy_response"};
+    void *syms[sizeof names / sizeof *names];
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+        if (!(syms[i] = dlsym(h, names[i]))) {
+            snprintf(mhd_err, sizeof mhd_err, "%s has no %s", MHD_SONAME, names[i]);
+            dlclose(h);
+            return;
+        }
+    /* object to function pointer: POSIX guarantees it works (as gpu/backend_plugin.c) */
+    memcpy(&mhd.MHD_start_daemon, &syms[0], sizeof mhd.MHD_start_daemon);
+    memcpy(&mhd.MHD_stop_daemon, &syms[1], sizeof mhd.MHD_stop_daemon);
+    memcpy(&mhd.MHD_lookup_connection_value, &syms[2], sizeof mhd.MHD_lookup_connection_value);
+    memcpy(&mhd.MHD_create_response_from_buffer, &syms[3],
+           sizeof mhd.MHD_create_response_from_buffer);
+    memcpy(&mhd.MHD_add_response_header, &syms[4], sizeof mhd.MHD_add_response_header);
+    memcpy(&mhd.MHD_queue_response, &syms[5], sizeof mhd.MHD_queue_response);
+    memcpy(&mhd.MHD_destroy_response, &syms[6], sizeof mhd.MHD_destroy_response);
+}
 
 struct cairn__http {
     struct MHD_Daemon *d;
@@ -44,12 +102,12 @@ typedef struct req_state {
 
 const char *cairn__http_header(const cairn__http_req *q, const char *name)
 {
-    return MHD_lookup_connection_value(q->conn, MHD_HEADER_KIND, name);
+    return mhd.MHD_lookup_connection_value(q->conn, MHD_HEADER_KIND, name);
 }
 
 const char *cairn__http_query(const cairn__http_req *q, const char *name)
 {
-    return MHD_lookup_connection_value(q->conn, MHD_GET_ARGUMENT_KIND, name);
+    return mhd.MHD_lookup_connection_value(q->conn, MHD_GET_ARGUMENT_KIND, name);
 }
 
 json_t *cairn__http_error(const char *type, const char *field, const char *fmt, ...)
@@ -82,21 +140,21 @@ static enum MHD_Result answer(struct MHD_Connection *conn, cairn__http_resp *r, 
         cairn__sb_put(&sb, "\n", 1);
         free(text);
     }
-    struct MHD_Response *resp =
-        MHD_create_response_from_buffer(sb.len, sb.p ? sb.p : (void *)"", MHD_RESPMEM_MUST_COPY);
+    struct MHD_Response *resp = mhd.MHD_create_response_from_buffer(
+        sb.len, sb.p ? sb.p : (void *)"", MHD_RESPMEM_MUST_COPY);
     free(sb.p);
     if (!resp)
         return MHD_NO;
     if (sb.len)
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+        mhd.MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
     if (r->location[0])
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_LOCATION, r->location);
+        mhd.MHD_add_response_header(resp, MHD_HTTP_HEADER_LOCATION, r->location);
     if (allow)
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
+        mhd.MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
     if (auth)
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
-    enum MHD_Result ok = MHD_queue_response(conn, r->status, resp);
-    MHD_destroy_response(resp);
+        mhd.MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+    enum MHD_Result ok = mhd.MHD_queue_response(conn, r->status, resp);
+    mhd.MHD_destroy_response(resp);
     return ok;
 }
 
@@ -117,7 +175,7 @@ static int token_ok(const cairn__http *h, struct MHD_Connection *conn)
 {
     if (!h->token_len)
         return 1;
-    const char *a = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
+    const char *a = mhd.MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
     if (!a || strncmp(a, "Bearer ", 7) != 0)
         return 0;
     a += 7;
@@ -157,7 +215,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             snprintf(msg, sizeof msg, "no such resource: %s", url);
             return refuse(conn, MHD_HTTP_NOT_FOUND, "not_found", msg, NULL);
         }
-        const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
+        const char *cl = mhd.MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
         if (cl && strtoull(cl, NULL, 10) > h->c.body_max) {
             char msg[200];
             snprintf(msg, sizeof msg, "the body is %s bytes; the limit is %zu", cl, h->c.body_max);
@@ -293,6 +351,11 @@ static int listen_on(cairn__http *h, const char *spec, char *err, size_t errlen)
 
 int cairn__http_start(const cairn__http_conf *c, cairn__http **out, char *err, size_t errlen)
 {
+    pthread_once(&mhd_once, mhd_load);
+    if (mhd_err[0]) {
+        snprintf(err, errlen, "%s", mhd_err);
+        return CAIRN_EIO;
+    }
     cairn__http *h = calloc(1, sizeof *h);
     if (!h)
         return CAIRN_ENOMEM;
@@ -309,11 +372,11 @@ int cairn__http_start(const cairn__http_conf *c, cairn__http **out, char *err, s
         return errno == 0 ? CAIRN_EINVAL : CAIRN_EIO;
     }
     /* the socket is ours, so a Unix socket and the port chosen for 0 are one code path */
-    h->d =
-        MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, 0, NULL, NULL,
-                         on_request, h, MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_THREAD_POOL_SIZE,
-                         (unsigned)(c->threads ? c->threads : 1), MHD_OPTION_NOTIFY_COMPLETED,
-                         on_done, h, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60, MHD_OPTION_END);
+    h->d = mhd.MHD_start_daemon(
+        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, 0, NULL, NULL, on_request, h,
+        MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_THREAD_POOL_SIZE,
+        (unsigned)(c->threads ? c->threads : 1), MHD_OPTION_NOTIFY_COMPLETED, on_done, h,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60, MHD_OPTION_END);
     if (!h->d) {
         snprintf(err, errlen, "cannot start the HTTP server on %s", h->address);
         close(fd);
@@ -332,7 +395,7 @@ void cairn__http_stop(cairn__http *h)
 {
     if (!h)
         return;
-    MHD_stop_daemon(h->d); /* closes the listening socket too */
+    mhd.MHD_stop_daemon(h->d); /* closes the listening socket too */
     if (h->unix_path[0])
         unlink(h->unix_path);
     free(h);
