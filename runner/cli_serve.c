@@ -202,6 +202,7 @@ static void post_task(void *user, const cairn__http_req *q, cairn__http_resp *r)
     int claim = key_claim(sv, key);
     if (claim <= 0) {
         r->status = claim ? 503 : 409;
+        r->retry_after_s = 1; /* an admission takes milliseconds */
         r->body = claim ? cairn__http_error("busy", NULL, "too many admissions at once; retry")
                         : cairn__http_error("idempotency_key_in_use", "Idempotency-Key",
                                             "a request with Idempotency-Key '%s' is still being "

@@ -151,6 +151,11 @@ static enum MHD_Result answer(struct MHD_Connection *conn, cairn__http_resp *r, 
         mhd.MHD_add_response_header(resp, MHD_HTTP_HEADER_LOCATION, r->location);
     if (allow)
         mhd.MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
+    if (r->retry_after_s) {
+        char secs[16];
+        snprintf(secs, sizeof secs, "%u", r->retry_after_s);
+        mhd.MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, secs);
+    }
     if (auth)
         mhd.MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
     enum MHD_Result ok = mhd.MHD_queue_response(conn, r->status, resp);

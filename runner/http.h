@@ -29,11 +29,12 @@ const char *cairn__http_header(const cairn__http_req *q, const char *name);
 const char *cairn__http_query(const cairn__http_req *q, const char *name);
 
 /* What a handler answers: a status, a JSON body (the response takes the reference; NULL: no
- * body) and, when not empty, a Location header. */
+ * body), when not empty a Location header, when not 0 a Retry-After header (seconds). */
 typedef struct cairn__http_resp {
     unsigned status;
     json_t *body;
     char location[320];
+    unsigned retry_after_s;
 } cairn__http_resp;
 
 typedef void (*cairn__http_fn)(void *user, const cairn__http_req *q, cairn__http_resp *r);
