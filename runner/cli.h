@@ -240,6 +240,17 @@ int cairn__cli_fail(const char *cmd, int rc, const char *msg);
 /* Prints j as one compact line on stdout and releases it (steals the reference). */
 void cairn__cli_print_json(json_t *j);
 
+/* The stops of the commands that wait in poll() for several things (consume, serve): a stop
+ * (SIGTERM, SIGINT, SIGHUP) writes a byte to a self-pipe, so the loop wakes whatever it waits
+ * for, and SIGPIPE is ignored (a peer gone is seen where it is written to). catch makes the
+ * pipe (once; close-on-exec, the write end non-blocking) and sets the handlers, again after a
+ * session set its own; it returns the end to poll and read, or -1 (errno). default gives the
+ * four signals their default actions back; close closes the pipe (in a forked child too, which
+ * then calls default as well). */
+int cairn__cli_stops_catch(void);
+void cairn__cli_stops_default(void);
+void cairn__cli_stops_close(void);
+
 /* The task commands. cli_run.c: */
 extern const cairn__cli_task cairn__task_run, cairn__task_retry, cairn__task_resolve,
     cairn__task_invalidate, cairn__task_gc, cairn__task_init;

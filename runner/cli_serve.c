@@ -60,8 +60,8 @@ static const char serve_help[] =
     "  GET /v1/tasks/ID        state, steps, result, audit link; GET /v1/tasks/ID/audit\n"
     "  GET /v1/tasks?status=S  the tasks in status S (pending, running, succeeded, failed,\n"
     "                          dead, in_doubt); &limit=N\n"
-    "Errors are {\"error\": {\"type\", \"message\", \"field\"}}. SIGTERM/SIGINT stop it: running\n"
-    "tasks stop as `run`'s do and the next start (or `%P retry`) resumes them.\n"
+    "Errors are {\"error\": {\"type\", \"message\", \"field\"}}. SIGTERM, SIGINT and SIGHUP\n"
+    "stop it: running tasks stop as `run`'s do; the next start (or `%P retry`) resumes them.\n"
     "Exit: 0 stopped; 64 usage; 66 token file unreadable; 74 store error; 69 cannot listen.\n";
 
 #define KEYS_MAX 1024 /* keys in admission at once: more is 503, try again */
@@ -375,27 +375,6 @@ static void worker_main(int wake_fd, const cairn__cli_opts *o, cairn_graph *cons
     _exit(0);
 }
 
-static int g_sig_pipe[2] = {-1, -1};
-
-static void on_stop_signal(int sig)
-{
-    (void)sig;
-    int e = errno;
-    ssize_t w = write(g_sig_pipe[1], "s", 1);
-    (void)w;
-    errno = e;
-}
-
-static void set_stop(void (*fn)(int))
-{
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sigemptyset(&sa.sa_mask);
-    sa.sa_handler = fn;
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGINT, &sa, NULL);
-}
-
 /* Forks the workers; pids[i] and the write end of each one's wake-up pipe. 0 or -1. */
 static int spawn_workers(server *sv, pid_t *pids, const cairn__cli_opts *o,
                          cairn_graph *const *graphs, size_t n)
@@ -415,11 +394,11 @@ static int spawn_workers(server *sv, pid_t *pids, const cairn__cli_opts *o,
             prctl(PR_SET_PDEATHSIG, SIGKILL); /* a killed server takes its workers along */
             if (getppid() != parent)
                 _exit(0);
-            set_stop(SIG_DFL);
+            cairn__cli_stops_default(); /* as `run`'s, until its session sets the stops */
+            cairn__cli_stops_close();
             close(p[1]);
             for (size_t k = 0; k < i; k++)
                 close(sv->nudge[k]);
-            close(g_sig_pipe[0]), close(g_sig_pipe[1]);
             worker_main(p[0], o, graphs, n);
         }
         close(p[0]);
@@ -463,17 +442,14 @@ static int serve_main(const cairn__cli_opts *o, cairn_graph *const *graphs, size
     cairn__http *http = NULL;
     pthread_mutex_init(&sv.store_mu, NULL);
     pthread_mutex_init(&sv.keys_mu, NULL);
-    if (!pids || !sv.nudge || !sv.keys || pipe(g_sig_pipe)) {
+    /* SIGPIPE ignored too: a client gone mid-response is libmicrohttpd's to see */
+    int stop_fd = -1;
+    if (!pids || !sv.nudge || !sv.keys || (stop_fd = cairn__cli_stops_catch()) < 0) {
         fprintf(stderr, "%s serve: %s\n", cairn__cli_prog, strerror(errno));
         goto out;
     }
     for (size_t i = 0; i < sv.n_workers; i++)
         sv.nudge[i] = -1;
-    fcntl(g_sig_pipe[0], F_SETFD, FD_CLOEXEC);
-    fcntl(g_sig_pipe[1], F_SETFD, FD_CLOEXEC);
-    fcntl(g_sig_pipe[1], F_SETFL, O_NONBLOCK);
-    set_stop(on_stop_signal);
-    signal(SIGPIPE, SIG_IGN); /* a client gone mid-response is libmicrohttpd's to see */
     if (spawn_workers(&sv, pids, o, graphs, n)) {
         fprintf(stderr, "%s serve: cannot start a worker: %s\n", cairn__cli_prog, strerror(errno));
         goto stop;
@@ -482,7 +458,7 @@ static int serve_main(const cairn__cli_opts *o, cairn_graph *const *graphs, size
         x = cairn__exit_code(rc);
         goto stop;
     }
-    set_stop(on_stop_signal); /* the session's handlers stop its runner; ours stop the server */
+    cairn__cli_stops_catch(); /* the session's handlers stop its runner; ours stop the server */
     cairn__http_conf hc = {.listen = listen,
                            .token_file = o->token_file,
                            .body_max = CAIRN__MAX_INPUT,
@@ -502,7 +478,7 @@ static int serve_main(const cairn__cli_opts *o, cairn_graph *const *graphs, size
     fprintf(stderr, "%s serve: graph %s, %zu worker(s), listening on %s\n", cairn__cli_prog,
             o->graph, sv.n_workers, cairn__http_address(http));
     for (;;) {
-        struct pollfd pf = {.fd = g_sig_pipe[0], .events = POLLIN};
+        struct pollfd pf = {.fd = stop_fd, .events = POLLIN};
         int p = poll(&pf, 1, 1000);
         if (p > 0)
             break;
@@ -533,14 +509,10 @@ stop:
         while (pids[i] > 0 && waitpid(pids[i], NULL, 0) < 0 && errno == EINTR)
             ;
     cairn__cli_session_close(&sv.s);
-    set_stop(SIG_DFL);
+    cairn__cli_stops_default();
     fprintf(stderr, "%s serve: stopped\n", cairn__cli_prog);
 out:
-    for (int i = 0; i < 2; i++)
-        if (g_sig_pipe[i] >= 0) {
-            close(g_sig_pipe[i]);
-            g_sig_pipe[i] = -1;
-        }
+    cairn__cli_stops_close();
     pthread_mutex_destroy(&sv.store_mu);
     pthread_mutex_destroy(&sv.keys_mu);
     free(pids);
