@@ -62,6 +62,7 @@ static const cairn__cli_task *const tasks[] = {
     &cairn__task_run,   &cairn__task_init,    &cairn__task_show,       &cairn__task_list,
     &cairn__task_retry, &cairn__task_resolve, &cairn__task_invalidate, &cairn__task_gc,
     &cairn__task_audit, &cairn__task_stats,   &cairn__task_check,      &cairn__task_consume,
+    &cairn__task_serve,
 };
 
 static const cairn__cli_task *find_task(const char *cmd)
@@ -109,6 +110,9 @@ static const cairn__opt all_options[] = {
     {"nosync", 0, 0, 0, CAIRN__O_NOSYNC, AT(nosync)},
     {"format", 0, 1, 0, CAIRN__O_FORMAT, AT(format)},
     {"jobs", 'j', 1, 0, CAIRN__O_JOBS, 0},
+    {"tasks", 0, 0, 0, CAIRN__O_TASKS, AT(tasks)},
+    {"listen", 0, 1, 0, CAIRN__O_LISTEN, AT(listen)},
+    {"token-file", 0, 1, 0, CAIRN__O_TOKEN_FILE, AT(token_file)},
     {NULL, 0, 0, 0, 0, 0}};
 #undef AT
 
@@ -443,27 +447,29 @@ void cairn__cli_set_extra(const cairn__cli_cmd *cmds, size_t n)
 
 static void usage(FILE *f, const char *prog)
 {
-    fprintf(f,
-            "usage: %s <command> [options]   (--help after a command for its options)\n"
-            "Task commands (--store DIR or CAIRN_STORE):\n"
-            "  run        run one task, resuming after its last committed step\n"
-            "  init       create an empty store (run does that on first use)\n"
-            "  show ID    a task, its steps and outputs\n"
-            "  list       tasks by status\n"
-            "  retry      run due failed/pending/orphaned tasks (for cron)\n"
-            "  resolve    settle an effect in doubt\n"
-            "  invalidate start a new generation of a task\n"
-            "  gc         drop old outputs, keep tombstones\n"
-            "  audit ID   a task's transitions\n"
-            "  stats      counts by status, store size\n"
-            "  check      verify every record of the store\n"
-            "  consume    run a stream of tasks (JSON lines, kcat's), K at once\n"
-            "%s",
-            prog,
-            g_config_graph
-                ? "run, retry, invalidate and consume of graph 'default' need --config FILE or "
-                  "CAIRN_CONFIG.\n"
-                : "");
+    fprintf(
+        f,
+        "usage: %s <command> [options]   (--help after a command for its options)\n"
+        "Task commands (--store DIR or CAIRN_STORE):\n"
+        "  run        run one task, resuming after its last committed step\n"
+        "  init       create an empty store (run does that on first use)\n"
+        "  show ID    a task, its steps and outputs\n"
+        "  list       tasks by status\n"
+        "  retry      run due failed/pending/orphaned tasks (for cron)\n"
+        "  resolve    settle an effect in doubt\n"
+        "  invalidate start a new generation of a task\n"
+        "  gc         drop old outputs, keep tombstones\n"
+        "  audit ID   a task's transitions\n"
+        "  stats      counts by status, store size\n"
+        "  check      verify every record of the store\n"
+        "  consume    run a stream of tasks (JSON lines, kcat's), K at once\n"
+        "  serve      the HTTP task API (--tasks), with Idempotency-Key\n"
+        "%s",
+        prog,
+        g_config_graph
+            ? "run, retry, invalidate, consume and serve of graph 'default' need --config FILE or "
+              "CAIRN_CONFIG.\n"
+            : "");
     if (n_extra_cmds)
         fprintf(f, "Other commands:\n");
     for (size_t i = 0; i < n_extra_cmds; i++)

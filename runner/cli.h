@@ -144,6 +144,9 @@ enum {
     CAIRN__O_ALLOW_GRAPH_CHANGE,
     CAIRN__O_NOSYNC,
     CAIRN__O_FORMAT,
+    CAIRN__O_TASKS,
+    CAIRN__O_LISTEN,
+    CAIRN__O_TOKEN_FILE,
     /* checked: numbers */
     CAIRN__O_MAX_PER_TENANT,
     CAIRN__O_LIMIT,
@@ -162,12 +165,12 @@ enum {
 /* The options' values after parsing: unset ones are 0/NULL, except the defaults noted. */
 typedef struct cairn__cli_opts {
     const char *store, *graph, *task, *task_from, *input, *message_id, *status, *step, *from;
-    const char *tenant_field, *format;
+    const char *tenant_field, *format, *listen, *token_file;
     const char *id; /* the operand of the commands that take a task ID */
     uint32_t max_per_tenant, limit, max_attempts, lease_ms, inline_wait_ms, jobs;
     uint64_t map_max;
     double retention_days, tombstone_days;
-    int json, now, done, not_done, allow_graph_change, nosync, has_inline_wait;
+    int json, now, done, not_done, allow_graph_change, nosync, has_inline_wait, tasks;
 } cairn__cli_opts;
 
 #define CAIRN__TAKES_FILE 2
@@ -237,11 +240,24 @@ int cairn__cli_fail(const char *cmd, int rc, const char *msg);
 /* Prints j as one compact line on stdout and releases it (steals the reference). */
 void cairn__cli_print_json(json_t *j);
 
+/* The stops of the commands that wait in poll() for several things (consume, serve): a stop
+ * (SIGTERM, SIGINT, SIGHUP) writes a byte to a self-pipe, so the loop wakes whatever it waits
+ * for, and SIGPIPE is ignored (a peer gone is seen where it is written to). catch makes the
+ * pipe (once; close-on-exec, the write end non-blocking) and sets the handlers, again after a
+ * session set its own; it returns the end to poll and read, or -1 (errno). default gives the
+ * four signals their default actions back; close closes the pipe (in a forked child too, which
+ * then calls default as well). */
+int cairn__cli_stops_catch(void);
+void cairn__cli_stops_default(void);
+void cairn__cli_stops_close(void);
+
 /* The task commands. cli_run.c: */
 extern const cairn__cli_task cairn__task_run, cairn__task_retry, cairn__task_resolve,
     cairn__task_invalidate, cairn__task_gc, cairn__task_init;
 /* cli_consume.c: */
 extern const cairn__cli_task cairn__task_consume;
+/* cli_serve.c (the HTTP task API): */
+extern const cairn__cli_task cairn__task_serve;
 /* cli_inspect.c (read-only): */
 extern const cairn__cli_task cairn__task_show, cairn__task_list, cairn__task_audit,
     cairn__task_stats, cairn__task_check;

@@ -232,32 +232,6 @@ typedef struct worker {
     struct cairn__sbuf res; /* a result line not yet whole */
 } worker;
 
-/* The self-pipe a stop signal writes to, so poll() wakes whatever it waits for. */
-static int g_sig_pipe[2] = {-1, -1};
-
-static void on_stop_signal(int sig)
-{
-    (void)sig;
-    int e = errno;
-    ssize_t w = write(g_sig_pipe[1], "s", 1);
-    (void)w;
-    errno = e;
-}
-
-/* What the stops (SIGTERM, SIGINT, SIGHUP) and SIGPIPE do in this process. */
-static void set_signals(void (*stop)(int), void (*broken_pipe)(int))
-{
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sigemptyset(&sa.sa_mask);
-    sa.sa_handler = stop;
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGHUP, &sa, NULL);
-    sa.sa_handler = broken_pipe;
-    sigaction(SIGPIPE, &sa, NULL);
-}
-
 /* Forks worker ws[i] (of n_ws); the other workers' ends and the parent's own descriptors are
  * closed in it, so a job pipe's end is seen (EOF) when the parent closes it. 0 or -1 (errno). */
 static int spawn(worker *ws, size_t n_ws, size_t i, int in_fd, const cairn__cli_opts *o,
@@ -278,11 +252,10 @@ static int spawn(worker *ws, size_t n_ws, size_t i, int in_fd, const cairn__cli_
         return -1;
     }
     if (pid == 0) {
-        set_signals(SIG_DFL, SIG_DFL); /* as `run`'s, until its session sets the stops */
+        cairn__cli_stops_default(); /* as `run`'s, until its session sets the stops */
+        cairn__cli_stops_close();
         close(jp[1]);
         close(rp[0]);
-        close(g_sig_pipe[0]);
-        close(g_sig_pipe[1]);
         for (size_t k = 0; k < n_ws; k++) {
             if (k == i)
                 continue;
@@ -486,6 +459,7 @@ typedef struct stream {
     reader in;
     long line_no;
     int stopping, out_gone, read_err;
+    int stop_fd; /* cairn__cli_stops_catch's */
     tally t;
 } stream;
 
@@ -645,7 +619,7 @@ static void stream_loop(stream *st)
             return;
         struct pollfd pf[2 + CAIRN__JOBS_MAX];
         size_t np = 0, widx[CAIRN__JOBS_MAX];
-        pf[np++] = (struct pollfd){.fd = g_sig_pipe[0], .events = POLLIN};
+        pf[np++] = (struct pollfd){.fd = st->stop_fd, .events = POLLIN};
         if (reading)
             pf[np++] = (struct pollfd){.fd = st->in.fd, .events = POLLIN};
         size_t first_w = np;
@@ -663,7 +637,7 @@ static void stream_loop(stream *st)
         }
         if (pf[0].revents) {
             char b[64];
-            ssize_t r = read(g_sig_pipe[0], b, sizeof b);
+            ssize_t r = read(st->stop_fd, b, sizeof b);
             (void)r;
             if (!st->stopping)
                 for (size_t i = 0; i < st->n_ws; i++)
@@ -725,14 +699,11 @@ static int consume_main(const cairn__cli_opts *o, cairn_graph *const *graphs, si
     st.n_ws = o->jobs ? o->jobs : 1;
     st.ws = calloc(st.n_ws, sizeof *st.ws);
     int x = CAIRN__EX_SOFTWARE;
-    if (!st.ws || pipe(g_sig_pipe)) {
+    /* a worker gone is seen on its pipe, stdout on fflush */
+    if (!st.ws || (st.stop_fd = cairn__cli_stops_catch()) < 0) {
         fprintf(stderr, "%s consume: %s\n", cairn__cli_prog, strerror(errno));
         goto out;
     }
-    fcntl(g_sig_pipe[0], F_SETFD, FD_CLOEXEC);
-    fcntl(g_sig_pipe[1], F_SETFD, FD_CLOEXEC);
-    fcntl(g_sig_pipe[1], F_SETFL, O_NONBLOCK);
-    set_signals(on_stop_signal, SIG_IGN); /* a worker gone is seen on its pipe, stdout on fflush */
     for (size_t i = 0; i < st.n_ws; i++)
         st.ws[i].job_fd = st.ws[i].res_fd = -1;
     for (size_t i = 0; i < st.n_ws; i++, st.alive++)
@@ -759,13 +730,9 @@ static int consume_main(const cairn__cli_opts *o, cairn_graph *const *graphs, si
         : t->operator_            ? CAIRN__EX_UNAVAILABLE
         : t->later || interrupted ? CAIRN__EX_TEMPFAIL
                                   : CAIRN__EX_OK;
-    set_signals(SIG_DFL, SIG_DFL);
+    cairn__cli_stops_default();
 out:
-    for (int i = 0; i < 2; i++)
-        if (g_sig_pipe[i] >= 0) {
-            close(g_sig_pipe[i]);
-            g_sig_pipe[i] = -1;
-        }
+    cairn__cli_stops_close();
     for (size_t i = 0; st.ws && i < st.n_ws; i++)
         free(st.ws[i].res.p);
     free(st.ws);

@@ -8,10 +8,13 @@
  * error code means one exit code everywhere.
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "cairn.h"
 #include "checkpoint/store.h"
@@ -170,4 +173,54 @@ int cairn__cli_store_exists(const char *dir, char *err, size_t errlen)
         return CAIRN_ENOENT;
     }
     return 0;
+}
+
+/* ------------------------------------------------------------------ stops into a self-pipe */
+
+static int g_stop_pipe[2] = {-1, -1};
+
+static void on_stop(int sig)
+{
+    (void)sig;
+    int e = errno;
+    ssize_t w = write(g_stop_pipe[1], "s", 1);
+    (void)w;
+    errno = e;
+}
+
+static void set_stops(void (*stop)(int), void (*broken_pipe)(int))
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sigemptyset(&sa.sa_mask);
+    sa.sa_handler = stop;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+    sa.sa_handler = broken_pipe;
+    sigaction(SIGPIPE, &sa, NULL);
+}
+
+int cairn__cli_stops_catch(void)
+{
+    if (g_stop_pipe[0] < 0) {
+        if (pipe(g_stop_pipe))
+            return -1;
+        fcntl(g_stop_pipe[0], F_SETFD, FD_CLOEXEC);
+        fcntl(g_stop_pipe[1], F_SETFD, FD_CLOEXEC);
+        fcntl(g_stop_pipe[1], F_SETFL, O_NONBLOCK);
+    }
+    set_stops(on_stop, SIG_IGN);
+    return g_stop_pipe[0];
+}
+
+void cairn__cli_stops_default(void) { set_stops(SIG_DFL, SIG_DFL); }
+
+void cairn__cli_stops_close(void)
+{
+    for (int i = 0; i < 2; i++)
+        if (g_stop_pipe[i] >= 0) {
+            close(g_stop_pipe[i]);
+            g_stop_pipe[i] = -1;
+        }
 }

@@ -160,5 +160,12 @@ const cairn_step *cairn__first_changed(const cairn_graph *g, const char *pin);
 int cairn__new_generation(cairn__txn *t, const cairn_graph *g, cairn__task_rec *task,
                           const unsigned char *redo);
 int cairn__runner_store_fail(cairn_runner *r, int err);
+/* Admits a task as cairn_runner_run does (the same checks, idempotency and conflicts, one
+ * transaction, made durable before it returns) without running it: the task is left pending for
+ * cairn_runner_retry. *created: 1 when this call made it, 0 when it existed with this payload.
+ * The returns of cairn_runner_run's admission: CAIRN_EJSON, CAIRN_ETOOBIG, CAIRN_ETASKID,
+ * CAIRN_ECONFLICT (the message names both payload hashes), CAIRN_EINTR, store errors. */
+int cairn__runner_admit(cairn_runner *r, const char *graph, const char *task_id,
+                        const char *input_json, size_t input_len, int *created);
 
 #endif

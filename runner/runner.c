@@ -403,6 +403,7 @@ typedef struct admit_arg {
     char msg_task[CAIRN__ID_MAX + 1];
     acquire_arg *acq; /* acquired in the same transaction: one commit */
     int deferred;     /* admitted, but may not start now: CAIRN_ETENANT or CAIRN_EBUSY */
+    int created;      /* this transaction made the task (it did not exist) */
     char deferred_msg[512];
 } admit_arg;
 
@@ -411,7 +412,7 @@ static int acquire_txn(cairn__txn *t, void *arg);
 static int admit_txn(cairn__txn *t, void *arg)
 {
     admit_arg *a = arg;
-    a->deferred = 0; /* the callback may run twice (map growth): start clean */
+    a->deferred = a->created = 0; /* the callback may run twice (map growth): start clean */
     if (a->message_id && cairn__msg_get(t, a->message_id, a->msg_task) == 0)
         return CAIRN_EMSGSEEN;
     int rc = cairn__idem_reserve(t, a->id, a->hash, a->existing);
@@ -437,12 +438,13 @@ static int admit_txn(cairn__txn *t, void *arg)
                               a->message_id ? a->message_id : "");
         if (!rc)
             rc = cairn__task_put(t, &task);
+        a->created = 1;
     } else if (rc == 0 && strcmp(task.graph, a->g->name) != 0) {
         rc = cairn__store_fail(cairn__txn_store(t), CAIRN_ECONFLICT,
                                "task '%s' belongs to graph '%s', not '%s'", a->id, task.graph,
                                a->g->name);
     }
-    if (rc)
+    if (rc || !a->acq) /* admission only (cairn__runner_admit): a worker runs it later */
         return rc;
     /* A task that may not start now (tenant limit, running elsewhere) is still admitted: it is
      * recorded as pending for `retry`, and the run reports the refusal after the commit. The
@@ -611,23 +613,18 @@ int cairn__execute(cairn_runner *r, const cairn_graph *g, const char *id, const 
     return cairn__run_acquired(r, g, id, &a);
 }
 
-int cairn_runner_run(cairn_runner *r, const char *graph, const char *task_id, const char *id_fields,
-                     const char *input_json, size_t input_len, const char *message_id,
-                     char *task_id_out, size_t task_id_size)
+/* Checks and admits one task input, as cairn_runner_run does: parses it, resolves the task ID
+ * (into task_id_out when not NULL) and, in one transaction, creates the task or finds it, with
+ * `acq` (non-NULL) taking its lease in that same transaction. *created says whether it was made
+ * now. 0: admitted (and, with acq, acquired); 1: nothing to run, 0 is the caller's answer (the
+ * message was consumed already); else the error, with the runner's message. */
+static int admit_input(cairn_runner *r, cairn_graph *g, const char *task_id, const char *id_fields,
+                       const char *input_json, size_t input_len, const char *message_id,
+                       char *task_id_out, size_t task_id_size, acquire_arg *acq, int *created)
 {
-    if (!r || !r->opened || !graph || !input_json ||
-        (task_id_out && task_id_size < CAIRN_TASK_ID_MAX + 1))
-        return CAIRN_EINVAL;
-    r->err[0] = r->note[0] = 0;
-    if (r->stop)
-        return cairn__runner_fail(r, CAIRN_EINTR, "stopped: no new task is admitted");
-    if (message_id && (!*message_id || strlen(message_id) > CAIRN__ID_MAX))
-        return cairn__runner_fail(r, CAIRN_EINVAL, "message ID must be 1-%d bytes", CAIRN__ID_MAX);
-    cairn_graph *g = cairn__find_graph(r, graph);
-    if (!g)
-        return cairn__runner_fail(r, CAIRN_ENOGRAPH, "no graph named '%s'", graph);
     char err[512];
     json_t *input = NULL;
+    *created = 0;
     int rc = cairn__json_parse(input_json, input_len, "input", &input, err, sizeof err);
     if (rc)
         return cairn__runner_fail(r, rc, "%s", err);
@@ -640,7 +637,7 @@ int cairn_runner_run(cairn_runner *r, const char *graph, const char *task_id, co
         rc = cairn__task_id_check(task_id, err, sizeof err);
         snprintf(id, sizeof id, "%s", task_id);
     } else {
-        rc = cairn__task_id_derive(graph, input, id_fields, id, sizeof id, err, sizeof err);
+        rc = cairn__task_id_derive(g->name, input, id_fields, id, sizeof id, err, sizeof err);
     }
     const char *tenant = NULL;
     if (!rc && r->tenant_field[0]) {
@@ -667,7 +664,8 @@ int cairn_runner_run(cairn_runner *r, const char *graph, const char *task_id, co
     rc = cairn__json_to_msgpack(input, &pk);
     if (task_id_out)
         snprintf(task_id_out, task_id_size, "%s", id);
-    acquire_arg acq = {.r = r, .g = g, .id = id, .token = cairn__random_u64()};
+    if (acq)
+        acq->id = task_id_out; /* the caller's buffer outlives the run */
     if (!rc) {
         admit_arg aa = {.r = r,
                         .g = g,
@@ -677,8 +675,9 @@ int cairn_runner_run(cairn_runner *r, const char *graph, const char *task_id, co
                         .tenant = tenant,
                         .input = buf.data,
                         .input_len = buf.size,
-                        .acq = &acq};
+                        .acq = acq};
         rc = cairn__store_write(r->store, CAIRN__RELAXED, admit_txn, &aa);
+        *created = aa.created;
         if (rc == CAIRN_ECONFLICT && aa.existing[0] && strcmp(aa.existing, hash) != 0) {
             if ((rc = reported(r, rc, 0)) == CAIRN_ECONFLICT) /* else: it could not be flushed */
                 rc = cairn__runner_fail(r, rc,
@@ -691,22 +690,60 @@ int cairn_runner_run(cairn_runner *r, const char *graph, const char *task_id, co
                          message_id, aa.msg_task);
                 if (task_id_out)
                     snprintf(task_id_out, task_id_size, "%s", aa.msg_task);
-                json_decref(input);
-                msgpack_sbuffer_destroy(&buf);
-                return 0;
+                rc = 1;
             }
         } else if (rc)
-            rc = reported(r, rc, acq.finished ? acq.state_txn : 0);
-        else if (aa.deferred && (rc = cairn__store_settle(r->store, 0)) != 0)
+            rc = reported(r, rc, acq && acq->finished ? acq->state_txn : 0);
+        else if ((aa.deferred || !acq) && (rc = cairn__store_settle(r->store, 0)) != 0)
             rc = cairn__runner_store_fail(r, rc); /* the task is kept for `retry`: durably */
         else if (aa.deferred)
             rc = cairn__runner_fail(r, aa.deferred, "%s", aa.deferred_msg);
     }
     json_decref(input);
     msgpack_sbuffer_destroy(&buf);
+    return rc;
+}
+
+int cairn_runner_run(cairn_runner *r, const char *graph, const char *task_id, const char *id_fields,
+                     const char *input_json, size_t input_len, const char *message_id,
+                     char *task_id_out, size_t task_id_size)
+{
+    if (!r || !r->opened || !graph || !input_json ||
+        (task_id_out && task_id_size < CAIRN_TASK_ID_MAX + 1))
+        return CAIRN_EINVAL;
+    r->err[0] = r->note[0] = 0;
+    if (r->stop)
+        return cairn__runner_fail(r, CAIRN_EINTR, "stopped: no new task is admitted");
+    if (message_id && (!*message_id || strlen(message_id) > CAIRN__ID_MAX))
+        return cairn__runner_fail(r, CAIRN_EINVAL, "message ID must be 1-%d bytes", CAIRN__ID_MAX);
+    cairn_graph *g = cairn__find_graph(r, graph);
+    if (!g)
+        return cairn__runner_fail(r, CAIRN_ENOGRAPH, "no graph named '%s'", graph);
+    char id[CAIRN__ID_MAX + 1] = "";
+    acquire_arg acq = {.r = r, .g = g, .token = cairn__random_u64()};
+    int created, rc = admit_input(r, g, task_id, id_fields, input_json, input_len, message_id, id,
+                                  sizeof id, &acq, &created);
+    if (task_id_out && id[0])
+        snprintf(task_id_out, task_id_size, "%s", id);
     if (rc)
-        return rc;
+        return rc == 1 ? 0 : rc;
     return cairn__run_acquired(r, g, id, &acq);
+}
+
+int cairn__runner_admit(cairn_runner *r, const char *graph, const char *task_id,
+                        const char *input_json, size_t input_len, int *created)
+{
+    if (!r || !r->opened || !graph || !task_id || !input_json || !created)
+        return CAIRN_EINVAL;
+    r->err[0] = r->note[0] = 0;
+    if (r->stop)
+        return cairn__runner_fail(r, CAIRN_EINTR, "stopped: no new task is admitted");
+    cairn_graph *g = cairn__find_graph(r, graph);
+    if (!g)
+        return cairn__runner_fail(r, CAIRN_ENOGRAPH, "no graph named '%s'", graph);
+    char id[CAIRN__ID_MAX + 1];
+    return admit_input(r, g, task_id, NULL, input_json, input_len, NULL, id, sizeof id, NULL,
+                       created);
 }
 
 static int graph_of_txn(cairn__txn *t, void *arg)

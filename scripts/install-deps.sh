@@ -11,6 +11,6 @@ $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends \
   build-essential meson ninja-build pkg-config python3 \
   liblmdb-dev lmdb-utils libmsgpack-dev libssl-dev libjansson-dev libcurl4-openssl-dev \
-  libopenblas-dev libsqlite3-dev libxxhash-dev \
+  libopenblas-dev libsqlite3-dev libxxhash-dev libmicrohttpd-dev \
   python3-aiosmtpd clang libclang-rt-14-dev clang-format >/dev/null
 echo "install-deps: done"

@@ -1,0 +1,407 @@
+/* runner/http.c - the JSON-over-HTTP layer of `serve`, on libmicrohttpd (see http.h).
+ *
+ * libmicrohttpd does the HTTP: parsing, keep-alive, chunked bodies, the thread pool. This file
+ * adds the three decisions every route shares, taken from the headers alone so that a request
+ * refused there is answered before its body is read: the bearer token (401), the route and
+ * method (404, 405), and a declared Content-Length over the limit (413). A body sent without a
+ * length (chunked) is gathered up to the limit and the rest dropped, then refused the same way.
+ * The token is compared in constant time (CRYPTO_memcmp), so its bytes cannot be guessed one at
+ * a time from response times.
+ *
+ * libmicrohttpd is loaded (dlopen) when a server starts, not linked: Debian builds it with
+ * GnuTLS, whose loading and initialisation (p11-kit and its modules) doubled the start-up time
+ * of every command of every program on libcairn - `run` in a cron job, `show` - for a library
+ * only `serve` uses. The headers still give every call its type (MHD_FN below).
+ */
+#include <arpa/inet.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <openssl/crypto.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "common/str.h"
+#include "runner/cli.h"
+#include "runner/http.h"
+
+/* The library's entry points this file calls, typed by its own declarations. */
+#define MHD_FN(name) __typeof__(name) *name
+static struct {
+    MHD_FN(MHD_start_daemon);
+    MHD_FN(MHD_stop_daemon);
+    MHD_FN(MHD_lookup_connection_value);
+    MHD_FN(MHD_create_response_from_buffer);
+    MHD_FN(MHD_add_response_header);
+    MHD_FN(MHD_queue_response);
+    MHD_FN(MHD_destroy_response);
+} mhd;
+#undef MHD_FN
+static pthread_once_t mhd_once = PTHREAD_ONCE_INIT;
+static char mhd_err[512]; /* why it could not be loaded; "" when loaded */
+
+#define MHD_SONAME "libmicrohttpd.so.12" /* the ABI of 0.9.x and 1.x */
+
+static void mhd_load(void)
+{
+    void *h = dlopen(MHD_SONAME, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        const char *why = dlerror();
+        snprintf(mhd_err, sizeof mhd_err, "cannot load %s (install libmicrohttpd12): %s",
+                 MHD_SONAME, why ? why : "not found");
+        return;
+    }
+    static const char *const names[] = {"MHD_start_daemon",
+                                        "MHD_stop_daemon",
+                                        "MHD_lookup_connection_value",
+                                        "MHD_create_response_from_buffer",
+                                        "MHD_add_response_header",
+                                        "MHD_queue_response",
+                                        "MHD_destroy_response"};
+    void *syms[sizeof names / sizeof *names];
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+        if (!(syms[i] = dlsym(h, names[i]))) {
+            snprintf(mhd_err, sizeof mhd_err, "%s has no %s", MHD_SONAME, names[i]);
+            dlclose(h);
+            return;
+        }
+    /* object to function pointer: POSIX guarantees it works (as gpu/backend_plugin.c) */
+    memcpy(&mhd.MHD_start_daemon, &syms[0], sizeof mhd.MHD_start_daemon);
+    memcpy(&mhd.MHD_stop_daemon, &syms[1], sizeof mhd.MHD_stop_daemon);
+    memcpy(&mhd.MHD_lookup_connection_value, &syms[2], sizeof mhd.MHD_lookup_connection_value);
+    memcpy(&mhd.MHD_create_response_from_buffer, &syms[3],
+           sizeof mhd.MHD_create_response_from_buffer);
+    memcpy(&mhd.MHD_add_response_header, &syms[4], sizeof mhd.MHD_add_response_header);
+    memcpy(&mhd.MHD_queue_response, &syms[5], sizeof mhd.MHD_queue_response);
+    memcpy(&mhd.MHD_destroy_response, &syms[6], sizeof mhd.MHD_destroy_response);
+}
+
+struct cairn__http {
+    struct MHD_Daemon *d;
+    cairn__http_conf c;
+    char token[512];
+    size_t token_len;
+    char address[sizeof(((struct sockaddr_un *)0)->sun_path) + 8];
+    char unix_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+};
+
+/* One request's state across the handler's calls. */
+typedef struct req_state {
+    const cairn__http_route *route;
+    struct cairn__sbuf body;
+    int too_big;
+} req_state;
+
+const char *cairn__http_header(const cairn__http_req *q, const char *name)
+{
+    return mhd.MHD_lookup_connection_value(q->conn, MHD_HEADER_KIND, name);
+}
+
+const char *cairn__http_query(const cairn__http_req *q, const char *name)
+{
+    return mhd.MHD_lookup_connection_value(q->conn, MHD_GET_ARGUMENT_KIND, name);
+}
+
+json_t *cairn__http_error(const char *type, const char *field, const char *fmt, ...)
+{
+    char msg[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    json_t *e = json_object();
+    json_object_set_new(e, "type", json_string(type));
+    json_object_set_new(e, "message", json_string(msg));
+    if (field)
+        json_object_set_new(e, "field", json_string(field));
+    json_t *j = json_object();
+    json_object_set_new(j, "error", e);
+    return j;
+}
+
+/* Queues r on the connection (the body as one compact JSON line) and releases it. */
+static enum MHD_Result answer(struct MHD_Connection *conn, cairn__http_resp *r, const char *allow,
+                              int auth)
+{
+    char *text = r->body ? json_dumps(r->body, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(r->body);
+    r->body = NULL;
+    struct cairn__sbuf sb = {0};
+    if (text) {
+        cairn__sb_put(&sb, text, strlen(text));
+        cairn__sb_put(&sb, "\n", 1);
+        free(text);
+    }
+    struct MHD_Response *resp = mhd.MHD_create_response_from_buffer(
+        sb.len, sb.p ? sb.p : (void *)"", MHD_RESPMEM_MUST_COPY);
+    free(sb.p);
+    if (!resp)
+        return MHD_NO;
+    if (sb.len)
+        mhd.MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    if (r->location[0])
+        mhd.MHD_add_response_header(resp, MHD_HTTP_HEADER_LOCATION, r->location);
+    if (allow)
+        mhd.MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
+    if (r->retry_after_s) {
+        char secs[16];
+        snprintf(secs, sizeof secs, "%u", r->retry_after_s);
+        mhd.MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, secs);
+    }
+    if (auth)
+        mhd.MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+    enum MHD_Result ok = mhd.MHD_queue_response(conn, r->status, resp);
+    mhd.MHD_destroy_response(resp);
+    return ok;
+}
+
+static enum MHD_Result refuse(struct MHD_Connection *conn, unsigned status, const char *type,
+                              const char *msg, const char *allow)
+{
+    cairn__http_resp r = {.status = status, .body = cairn__http_error(type, NULL, "%s", msg)};
+    return answer(conn, &r, allow, status == MHD_HTTP_UNAUTHORIZED);
+}
+
+static int path_matches(const cairn__http_route *rt, const char *path)
+{
+    size_t n = strlen(rt->path);
+    return rt->prefix ? strncmp(path, rt->path, n) == 0 && path[n] : strcmp(path, rt->path) == 0;
+}
+
+static int token_ok(const cairn__http *h, struct MHD_Connection *conn)
+{
+    if (!h->token_len)
+        return 1;
+    const char *a = mhd.MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
+    if (!a || strncmp(a, "Bearer ", 7) != 0)
+        return 0;
+    a += 7;
+    return strlen(a) == h->token_len && CRYPTO_memcmp(a, h->token, h->token_len) == 0;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_data_size, void **con_cls)
+{
+    (void)version;
+    cairn__http *h = cls;
+    req_state *st = *con_cls;
+    if (!st) { /* the headers are in: what can be decided without the body is decided now */
+        if (!token_ok(h, conn))
+            return refuse(conn, MHD_HTTP_UNAUTHORIZED, "unauthorized",
+                          "a valid 'Authorization: Bearer <token>' header is required", NULL);
+        const cairn__http_route *route = NULL;
+        char allow[128] = "";
+        for (size_t i = 0; i < h->c.n_routes; i++) {
+            const cairn__http_route *rt = &h->c.routes[i];
+            if (!path_matches(rt, url))
+                continue;
+            if (!strcmp(rt->method, method))
+                route = rt;
+            else if (!strstr(allow, rt->method))
+                snprintf(allow + strlen(allow), sizeof allow - strlen(allow), "%s%s",
+                         allow[0] ? ", " : "", rt->method);
+        }
+        if (!route && allow[0]) {
+            char msg[256];
+            snprintf(msg, sizeof msg, "%s is not allowed on %s (allowed: %s)", method, url, allow);
+            return refuse(conn, MHD_HTTP_METHOD_NOT_ALLOWED, "method_not_allowed", msg, allow);
+        }
+        if (!route) {
+            char msg[300];
+            snprintf(msg, sizeof msg, "no such resource: %s", url);
+            return refuse(conn, MHD_HTTP_NOT_FOUND, "not_found", msg, NULL);
+        }
+        const char *cl = mhd.MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
+        if (cl && strtoull(cl, NULL, 10) > h->c.body_max) {
+            char msg[200];
+            snprintf(msg, sizeof msg, "the body is %s bytes; the limit is %zu", cl, h->c.body_max);
+            return refuse(conn, MHD_HTTP_CONTENT_TOO_LARGE, "too_large", msg, NULL);
+        }
+        if (!(st = calloc(1, sizeof *st)))
+            return MHD_NO;
+        st->route = route;
+        *con_cls = st;
+        return MHD_YES;
+    }
+    if (*upload_data_size) {
+        if (!st->route->body || st->body.len + *upload_data_size > h->c.body_max)
+            st->too_big = st->route->body != 0; /* a body where none is read is ignored */
+        else
+            cairn__sb_put(&st->body, upload_data, *upload_data_size);
+        *upload_data_size = 0;
+        return MHD_YES;
+    }
+    if (st->too_big) {
+        char msg[100];
+        snprintf(msg, sizeof msg, "the body is longer than the limit of %zu bytes", h->c.body_max);
+        return refuse(conn, MHD_HTTP_CONTENT_TOO_LARGE, "too_large", msg, NULL);
+    }
+    cairn__sb_put(&st->body, "", 1); /* the NUL: body text is a C string for the handler */
+    cairn__http_req q = {.method = method,
+                         .path = url,
+                         .body = st->body.p ? st->body.p : "",
+                         .body_len = st->body.len ? st->body.len - 1 : 0,
+                         .conn = conn};
+    cairn__http_resp r = {.status = 500};
+    st->route->fn(h->c.user, &q, &r);
+    return answer(conn, &r, NULL, 0);
+}
+
+static void on_done(void *cls, struct MHD_Connection *conn, void **con_cls,
+                    enum MHD_RequestTerminationCode toe)
+{
+    (void)cls, (void)conn, (void)toe;
+    req_state *st = *con_cls;
+    if (st) {
+        free(st->body.p);
+        free(st);
+        *con_cls = NULL;
+    }
+}
+
+int cairn__http_is_local(const char *listen)
+{
+    return !strncmp(listen, "unix:", 5) || !strncmp(listen, "127.", 4);
+}
+
+static int read_token(cairn__http *h, const char *path, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "re");
+    if (!f) {
+        snprintf(err, errlen, "token file %s: %s", path, strerror(errno));
+        return CAIRN_ENOENT;
+    }
+    size_t n = fread(h->token, 1, sizeof h->token - 1, f);
+    int big = n == sizeof h->token - 1 && fgetc(f) != EOF;
+    fclose(f);
+    while (n && strchr(" \t\r\n", h->token[n - 1]))
+        n--; /* `echo secret > file` leaves a newline that is no part of the token */
+    h->token[n] = 0;
+    if (!n || big || strlen(h->token) != n || strpbrk(h->token, " \t\r\n")) {
+        snprintf(err, errlen, "token file %s: must hold one token of 1-%zu bytes, no spaces", path,
+                 sizeof h->token - 2);
+        return CAIRN_EINVAL;
+    }
+    h->token_len = n;
+    return 0;
+}
+
+/* A listening socket for "ADDR:PORT" or "unix:PATH" (port 0: the kernel picks); -1 with err. */
+static int listen_on(cairn__http *h, const char *spec, char *err, size_t errlen)
+{
+    int fd;
+    if (!strncmp(spec, "unix:", 5)) {
+        struct sockaddr_un un = {.sun_family = AF_UNIX};
+        const char *path = spec + 5;
+        struct stat sb;
+        if (!*path || strlen(path) >= sizeof un.sun_path) {
+            snprintf(err, errlen, "--listen %s: a Unix socket path of 1-%zu bytes", spec,
+                     sizeof un.sun_path - 1);
+            return -1;
+        }
+        if (lstat(path, &sb) == 0 && S_ISSOCK(sb.st_mode))
+            unlink(path); /* a previous server's: a live one would be refused by nothing else */
+        memcpy(un.sun_path, path, strlen(path) + 1);
+        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0 || bind(fd, (struct sockaddr *)&un, sizeof un) || listen(fd, 128)) {
+            snprintf(err, errlen, "--listen %s: %s", spec, strerror(errno));
+            if (fd >= 0)
+                close(fd);
+            return -1;
+        }
+        snprintf(h->unix_path, sizeof h->unix_path, "%s", path);
+        snprintf(h->address, sizeof h->address, "unix:%s", path);
+        return fd;
+    }
+    const char *colon = strrchr(spec, ':');
+    char host[64];
+    long port = -1;
+    struct sockaddr_in in = {.sin_family = AF_INET};
+    if (!colon || (size_t)(colon - spec) >= sizeof host ||
+        cairn__cli_parse_long(colon + 1, 0, 65535, &port)) {
+        snprintf(err, errlen, "--listen %s: want ADDR:PORT (IPv4, port 0-65535) or unix:PATH",
+                 spec);
+        return -1;
+    }
+    memcpy(host, spec, (size_t)(colon - spec));
+    host[colon - spec] = 0;
+    if (inet_pton(AF_INET, host, &in.sin_addr) != 1) {
+        snprintf(err, errlen, "--listen %s: '%s' is not an IPv4 address", spec, host);
+        return -1;
+    }
+    in.sin_port = htons((uint16_t)port);
+    int one = 1;
+    socklen_t len = sizeof in;
+    fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) ||
+        bind(fd, (struct sockaddr *)&in, sizeof in) || listen(fd, 128) ||
+        getsockname(fd, (struct sockaddr *)&in, &len)) {
+        snprintf(err, errlen, "--listen %s: %s", spec, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    snprintf(h->address, sizeof h->address, "%s:%u", host, (unsigned)ntohs(in.sin_port));
+    return fd;
+}
+
+int cairn__http_start(const cairn__http_conf *c, cairn__http **out, char *err, size_t errlen)
+{
+    pthread_once(&mhd_once, mhd_load);
+    if (mhd_err[0]) {
+        snprintf(err, errlen, "%s", mhd_err);
+        return CAIRN_EIO;
+    }
+    cairn__http *h = calloc(1, sizeof *h);
+    if (!h)
+        return CAIRN_ENOMEM;
+    h->c = *c;
+    int rc = c->token_file ? read_token(h, c->token_file, err, errlen) : 0;
+    if (rc) {
+        free(h);
+        return rc;
+    }
+    errno = 0; /* stays 0 for an address that cannot be read: EINVAL, not EIO */
+    int fd = listen_on(h, c->listen, err, errlen);
+    if (fd < 0) {
+        free(h);
+        return errno == 0 ? CAIRN_EINVAL : CAIRN_EIO;
+    }
+    /* the socket is ours, so a Unix socket and the port chosen for 0 are one code path */
+    h->d = mhd.MHD_start_daemon(
+        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, 0, NULL, NULL, on_request, h,
+        MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_THREAD_POOL_SIZE,
+        (unsigned)(c->threads ? c->threads : 1), MHD_OPTION_NOTIFY_COMPLETED, on_done, h,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60, MHD_OPTION_END);
+    if (!h->d) {
+        snprintf(err, errlen, "cannot start the HTTP server on %s", h->address);
+        close(fd);
+        if (h->unix_path[0])
+            unlink(h->unix_path);
+        free(h);
+        return CAIRN_EIO;
+    }
+    *out = h;
+    return 0;
+}
+
+const char *cairn__http_address(const cairn__http *h) { return h->address; }
+
+void cairn__http_stop(cairn__http *h)
+{
+    if (!h)
+        return;
+    mhd.MHD_stop_daemon(h->d); /* closes the listening socket too */
+    if (h->unix_path[0])
+        unlink(h->unix_path);
+    free(h);
+}

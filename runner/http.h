@@ -1,0 +1,76 @@
+/* runner/http.h - a small JSON-over-HTTP server on libmicrohttpd (not public).
+ *
+ * What `serve --tasks` (and, later, `serve --model`) needs and nothing more: a listener on a
+ * TCP address (loopback unless told otherwise) or a Unix socket, a route table, request bodies
+ * gathered up to a size limit, JSON responses, an optional bearer token read from a file, and a
+ * stop that waits for the requests in flight. Handlers run on libmicrohttpd's thread pool, so
+ * they must be thread-safe.
+ */
+#ifndef CAIRN_RUNNER_HTTP_H
+#define CAIRN_RUNNER_HTTP_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+#include "cairn.h"
+
+typedef struct cairn__http cairn__http;
+
+/* A request as a handler sees it; everything borrowed for the handler's call only. */
+typedef struct cairn__http_req {
+    const char *method, *path; /* path: the URL without its query */
+    const char *body;          /* NUL-terminated ("" when none) */
+    size_t body_len;
+    void *conn; /* libmicrohttpd's connection, for the two lookups below */
+} cairn__http_req;
+
+/* A request header (case-insensitive name) or query argument; NULL when absent. */
+const char *cairn__http_header(const cairn__http_req *q, const char *name);
+const char *cairn__http_query(const cairn__http_req *q, const char *name);
+
+/* What a handler answers: a status, a JSON body (the response takes the reference; NULL: no
+ * body), when not empty a Location header, when not 0 a Retry-After header (seconds). */
+typedef struct cairn__http_resp {
+    unsigned status;
+    json_t *body;
+    char location[320];
+    unsigned retry_after_s;
+} cairn__http_resp;
+
+typedef void (*cairn__http_fn)(void *user, const cairn__http_req *q, cairn__http_resp *r);
+
+/* A route: `path` is matched whole, or as a prefix when `prefix` is set ("/v1/tasks/" + an ID).
+ * A path that some route matches under another method is 405 with an Allow header; one no route
+ * matches is 404. `body`: the handler wants the request body (others are answered at once). */
+typedef struct cairn__http_route {
+    const char *method, *path;
+    int prefix, body;
+    cairn__http_fn fn;
+} cairn__http_route;
+
+typedef struct cairn__http_conf {
+    const char *listen;     /* "ADDR:PORT" (IPv4, port 0: any free one) or "unix:PATH" */
+    const char *token_file; /* NULL: no token; else every request needs "Bearer <token>" */
+    size_t body_max;        /* a longer body is 413 */
+    unsigned threads;       /* libmicrohttpd's thread pool */
+    const cairn__http_route *routes;
+    size_t n_routes;
+    void *user; /* handed to every handler */
+} cairn__http_conf;
+
+/* Starts listening (the table and user are borrowed until cairn__http_stop). 0, or
+ * CAIRN_EINVAL (a listen address that cannot be read, an empty token file), CAIRN_ENOENT (the
+ * token file cannot be read), CAIRN_EIO (cannot listen), with err saying why. */
+int cairn__http_start(const cairn__http_conf *c, cairn__http **out, char *err, size_t errlen);
+/* Where it listens, "127.0.0.1:PORT" (the port chosen for 0) or "unix:PATH". */
+const char *cairn__http_address(const cairn__http *h);
+/* Whether `listen` names a loopback address or a Unix socket. */
+int cairn__http_is_local(const char *listen);
+/* Stops accepting, waits for the handlers running, frees; NULL is a no-op. */
+void cairn__http_stop(cairn__http *h);
+
+/* The error body {"error": {"type", "message", "field"?}} (field NULL: none). */
+json_t *cairn__http_error(const char *type, const char *field, const char *fmt, ...)
+    CAIRN_PRINTF(3, 4);
+
+#endif

@@ -1,0 +1,216 @@
+/* test_serve.c - `serve --tasks` end to end: a real server process on 127.0.0.1 (and on a Unix
+ * socket), a real store, libcurl as the client, the ledger's effects counted in its file.
+ * Every status the API promises: 202 + Location, 200 with the result, 422 naming both hashes,
+ * 400 (no key, bad key, bad JSON with line and column), 413, 404, 405, 401, the list filter.
+ */
+#include "serve_common.h"
+
+static char *D;
+
+/* A POST whose body goes chunked (no Content-Length): the limit is then met while reading. */
+static long post_chunked(const srv *s, const char *key, const char *body, size_t len)
+{
+    CURL *c = curl_easy_init();
+    char url[256], h[200];
+    snprintf(url, sizeof url, "http://%s/v1/tasks", s->addr);
+    snprintf(h, sizeof h, "Idempotency-Key: %s", key);
+    struct curl_slist *hs = curl_slist_append(NULL, h);
+    hs = curl_slist_append(hs, "Transfer-Encoding: chunked");
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, hs);
+    curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+    curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 60000L);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    resp r = {0};
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &r);
+    long status = 0;
+    curl_easy_perform(c);
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+    curl_slist_free_all(hs);
+    curl_easy_cleanup(c);
+    resp_free(&r);
+    return status;
+}
+
+static void api(void)
+{
+    char *dir = tu_fmt("%s/api", D), *store = tu_fmt("%s/store", dir);
+    mkdir(dir, 0755);
+    srv s;
+    if (srv_start(&s, dir, store, 2, NULL)) {
+        ok(0, "the server starts");
+        return;
+    }
+    char *body = ledger_body(dir, "hello", 0, NULL);
+    resp r;
+    post(&r, &s, "order-1", body);
+    ok(r.status == 202, "a new key is 202 (got %ld: %s)", r.status, r.body);
+    ok(!strcmp(r.location, "/v1/tasks/order-1"), "with Location /v1/tasks/order-1 (got '%s')",
+       r.location);
+    ok(!strcmp(jstr_at(r.json, "task"), "order-1"), "the task ID is the key");
+    char hash[80];
+    snprintf(hash, sizeof hash, "%s", jstr_at(r.json, "payload_hash"));
+    resp_free(&r);
+
+    char got[32];
+    ok(wait_status(&s, "order-1", "succeeded", got, sizeof got),
+       "GET /v1/tasks/order-1 reaches succeeded (last: %s)", got);
+    http(&r, &s, "GET", "/v1/tasks/order-1", NULL, NULL, NULL, 0, 10000);
+    ok(json_array_size(json_object_get(r.json, "steps")) == 3 &&
+           !strcmp(jstr_at(r.json, "audit"), "/v1/tasks/order-1/audit"),
+       "the task's document has its steps and audit link");
+    char line[200];
+    snprintf(line, sizeof line, "%s",
+             jstr_at(json_object_get(r.json, "result"), "line")); /* the append's output */
+    ok(tu_contains(line, "order-1 "), "and its result (the ledger line '%.40s')", line);
+    resp_free(&r);
+
+    post(&r, &s, "order-1", body);
+    ok(r.status == 200 && !strcmp(jstr_at(r.json, "status"), "succeeded"),
+       "the same key and payload again is 200, succeeded (got %ld)", r.status);
+    ok(!strcmp(jstr_at(json_object_get(r.json, "result"), "line"), line),
+       "with the same result, not a new one");
+    resp_free(&r);
+
+    char *other = ledger_body(dir, "changed", 0, NULL);
+    post(&r, &s, "order-1", other);
+    ok(r.status == 422 && !strcmp(err_of(&r, "type"), "idempotency_key_reused"),
+       "the same key with another payload is 422 (got %ld)", r.status);
+    ok(tu_contains(err_of(&r, "message"), hash) && strlen(err_of(&r, "message")) > 2 * 64,
+       "naming both payload hashes: %s", err_of(&r, "message"));
+    resp_free(&r);
+    ok(tu_count_lines(tu_fmt("%s/ledger", dir), NULL) == 1, "one effect at the receiver");
+
+    post(&r, &s, NULL, body);
+    ok(r.status == 400 && !strcmp(err_of(&r, "field"), "Idempotency-Key"),
+       "no Idempotency-Key is 400 naming the header (got %ld)", r.status);
+    resp_free(&r);
+    post(&r, &s, "bad key!", body);
+    ok(r.status == 400 && tu_contains(err_of(&r, "message"), "allowed are"),
+       "a key that is no task ID is 400 naming the rule: %s", err_of(&r, "message"));
+    resp_free(&r);
+    post(&r, &s, "order-2", "{\"text\": \"x\",\n  \"work_ms\": }");
+    ok(r.status == 400 && !strcmp(err_of(&r, "type"), "invalid_json") &&
+           tu_contains(err_of(&r, "message"), "body:2:"),
+       "bad JSON is 400 naming line and column: %s", err_of(&r, "message"));
+    resp_free(&r);
+    post(&r, &s, "order-2", "[1, 2]");
+    ok(r.status == 400, "a body that is not an object is 400 (got %ld)", r.status);
+    resp_free(&r);
+
+    size_t big_len = (16u << 20) + 100;
+    char *big = malloc(big_len);
+    memset(big, ' ', big_len);
+    big[0] = '{', big[big_len - 1] = '}';
+    http(&r, &s, "POST", "/v1/tasks", "order-3", NULL, big, big_len, 30000);
+    ok(r.status == 413, "a body over 16 MiB is 413 (got %ld)", r.status);
+    resp_free(&r);
+    long st = post_chunked(&s, "order-3", big, big_len);
+    ok(st == 413, "and sent chunked, without a length, 413 too (got %ld)", st);
+    st = post_chunked(&s, "order-4", body, strlen(body));
+    ok(st == 202, "a chunked body within the limit is admitted (got %ld)", st);
+    char got4[32];
+    ok(wait_status(&s, "order-4", "succeeded", got4, sizeof got4), "and succeeds (%s)", got4);
+    free(big);
+
+    http(&r, &s, "GET", "/v2/nothing", NULL, NULL, NULL, 0, 10000);
+    ok(r.status == 404 && !strcmp(err_of(&r, "type"), "not_found"), "an unknown route is 404");
+    resp_free(&r);
+    http(&r, &s, "GET", "/v1/tasks/no-such-task", NULL, NULL, NULL, 0, 10000);
+    ok(r.status == 404, "an unknown task is 404 (got %ld)", r.status);
+    resp_free(&r);
+    http(&r, &s, "DELETE", "/v1/tasks", NULL, NULL, NULL, 0, 10000);
+    ok(r.status == 405, "a wrong method is 405 (got %ld)", r.status);
+    resp_free(&r);
+
+    char *bad = ledger_body(dir, "doomed", 0, "permanent");
+    post(&r, &s, "order-dead", bad);
+    ok(r.status == 202, "a task that will fail is accepted (got %ld)", r.status);
+    resp_free(&r);
+    ok(wait_status(&s, "order-dead", "dead", got, sizeof got), "and ends dead (last: %s)", got);
+    http(&r, &s, "GET", "/v1/tasks?status=dead", NULL, NULL, NULL, 0, 10000);
+    json_t *ts = json_object_get(r.json, "tasks");
+    ok(json_array_size(ts) == 1 && !strcmp(jstr_at(json_array_get(ts, 0), "task"), "order-dead"),
+       "GET /v1/tasks?status=dead lists it alone (%s)", r.body);
+    resp_free(&r);
+    http(&r, &s, "GET", "/v1/tasks?status=succeeded", NULL, NULL, NULL, 0, 10000);
+    ts = json_object_get(r.json, "tasks");
+    ok(json_array_size(ts) == 2 && !tu_contains(r.body, "order-dead") &&
+           tu_contains(r.body, "\"order-1\"") && tu_contains(r.body, "\"order-4\""),
+       "?status=succeeded lists order-1 and order-4 alone (%s)", r.body);
+    resp_free(&r);
+    http(&r, &s, "GET", "/v1/tasks?status=finished", NULL, NULL, NULL, 0, 10000);
+    ok(r.status == 400 && !strcmp(err_of(&r, "field"), "status"), "an unknown status is 400");
+    resp_free(&r);
+    http(&r, &s, "GET", "/v1/tasks/order-1/audit", NULL, NULL, NULL, 0, 10000);
+    ok(r.status == 200 && json_array_size(json_object_get(r.json, "audit")) >= 3,
+       "the audit link gives the trail");
+    resp_free(&r);
+
+    ok(srv_stop(&s, 0) == 0, "SIGTERM stops the server with 0");
+    free(body), free(other), free(bad), free(dir), free(store);
+}
+
+static void token_and_unix(void)
+{
+    char *dir = tu_fmt("%s/token", D), *store = tu_fmt("%s/store", dir);
+    char *tok = tu_fmt("%s/token", dir), *sock = tu_fmt("%s/sock", dir);
+    mkdir(dir, 0755);
+    tu_write_file(tok, "s3cret-token\n", 13);
+    char *listen = tu_fmt("unix:%s", sock);
+    const char *extra[] = {"--token-file", tok, "--listen", listen, NULL};
+    srv s;
+    if (srv_start(&s, dir, store, 1, extra)) {
+        ok(0, "the server starts on a Unix socket");
+        return;
+    }
+    ok(tu_contains(s.addr, "unix:"), "it listens on the Unix socket (%s)", s.addr);
+    char *body = ledger_body(dir, "t", 0, NULL);
+    resp r;
+    http(&r, &s, "POST", "/v1/tasks", "tok-1", NULL, body, strlen(body), 10000);
+    ok(r.status == 401 && !strcmp(err_of(&r, "type"), "unauthorized"),
+       "no bearer token is 401 (got %ld)", r.status);
+    resp_free(&r);
+    http(&r, &s, "GET", "/v1/tasks", NULL, "wrong-token", NULL, 0, 10000);
+    ok(r.status == 401, "a wrong token is 401 (got %ld)", r.status);
+    resp_free(&r);
+    http(&r, &s, "POST", "/v1/tasks", "tok-1", "s3cret-token", body, strlen(body), 10000);
+    ok(r.status == 202, "the file's token is let in (got %ld)", r.status);
+    resp_free(&r);
+    ok(tu_count_lines(tu_fmt("%s/ledger", dir), NULL) <= 1, "the refused ones admitted nothing");
+    ok(srv_stop(&s, 0) == 0, "it stops");
+    struct stat sb;
+    ok(stat(sock, &sb) != 0, "and removes its socket");
+
+    tu_result tr;
+    tu_runl(&tr, 30000, tu_env("CAIRN_LEDGER", "cairn-ledger"), "serve", "--tasks", "--graph",
+            "ledger", "--store", store, "--listen", "0.0.0.0:0", NULL);
+    ok(tr.code == 64 && tu_contains(tr.err, "--token-file"),
+       "a non-loopback address without a token is 64 (%d)", tr.code);
+    tu_result_free(&tr);
+    tu_runl(&tr, 30000, tu_env("CAIRN_LEDGER", "cairn-ledger"), "serve", "--graph", "ledger",
+            "--store", store, NULL);
+    ok(tr.code == 64 && tu_contains(tr.err, "--tasks"), "serve without --tasks is 64 (%d)",
+       tr.code);
+    tu_result_free(&tr);
+    tu_runl(&tr, 30000, tu_env("CAIRN_LEDGER", "cairn-ledger"), "serve", "--tasks", "--graph",
+            "ledger", "--store", store, "--token-file", tu_fmt("%s/none", dir), "--listen",
+            "127.0.0.1:0", NULL);
+    ok(tr.code == 66 && tu_contains(tr.err, "none"), "a missing token file is 66 (%d)", tr.code);
+    tu_result_free(&tr);
+    free(body), free(listen), free(tok), free(sock), free(dir), free(store);
+}
+
+int main(void)
+{
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    D = tu_mkdtemp("serve");
+    api();
+    token_and_unix();
+    tu_rm_rf(D);
+    free(D);
+    curl_global_cleanup();
+    return tap_done();
+}
