@@ -8,8 +8,8 @@
  * test writer and the benchmarks (Q4_1 and Q5_1 keep a block's least value as its offset,
  * Q5_0 maps its signed extreme to -16 as Q4_0 maps it to -8); quality only has to be good
  * enough that dequant(quant(x)) stays close to x. The K-quant ones pick each sub-block's scale (and
- * min) from its range and then quantize those scales to 6 bits (Q4_K) or int8 (Q6_K) against a
- * super-block scale, and re-derive the 4/6-bit values from the *quantized* scales, so error does
+ * min) from its range and then quantize those scales to 6 bits (Q4_K, Q5_K) or int8 (Q6_K) against
+ * a super-block scale, and re-derive the 4/6-bit values from the *quantized* scales, so error does
  * not compound.
  */
 #include "gpu/quant.h"
@@ -27,6 +27,7 @@ _Static_assert(sizeof(cairn__block_q4_1) == 20, "Q4_1 block layout");
 _Static_assert(sizeof(cairn__block_q5_0) == 22, "Q5_0 block layout");
 _Static_assert(sizeof(cairn__block_q5_1) == 24, "Q5_1 block layout");
 _Static_assert(sizeof(cairn__block_q4_K) == 144, "Q4_K block layout");
+_Static_assert(sizeof(cairn__block_q5_K) == 176, "Q5_K block layout");
 _Static_assert(sizeof(cairn__block_q6_K) == 210, "Q6_K block layout");
 
 /* ---- half / bfloat16 ---------------------------------------------------------------------- */
@@ -93,6 +94,7 @@ uint64_t cairn__quant_block_elems(uint32_t type)
     case CAIRN__GGML_Q5_1:
         return 32;
     case CAIRN__GGML_Q4_K:
+    case CAIRN__GGML_Q5_K:
     case CAIRN__GGML_Q6_K:
         return CAIRN__QK_K;
     default:
@@ -120,6 +122,8 @@ uint64_t cairn__quant_block_bytes(uint32_t type)
         return sizeof(cairn__block_q5_1);
     case CAIRN__GGML_Q4_K:
         return sizeof(cairn__block_q4_K);
+    case CAIRN__GGML_Q5_K:
+        return sizeof(cairn__block_q5_K);
     case CAIRN__GGML_Q6_K:
         return sizeof(cairn__block_q6_K);
     default:
@@ -211,10 +215,15 @@ static void dequant_q5(const uint8_t *x, float *y, uint64_t nb, const int min)
     }
 }
 
-static void dequant_q4_K(const uint8_t *x, float *y, uint64_t nb)
+/* Q4_K (q5 0) or Q5_K (q5 1: bit j of qh[l] on top of sub-block j's nibble l), whose heads
+ * (d, dmin, scales) are the same bytes */
+static void dequant_q45_K(const uint8_t *x, float *y, uint64_t nb, const int q5)
 {
-    for (uint64_t i = 0; i < nb; i++, x += sizeof(cairn__block_q4_K)) {
-        const uint8_t *q = x + offsetof(cairn__block_q4_K, qs);
+    const size_t bb = q5 ? sizeof(cairn__block_q5_K) : sizeof(cairn__block_q4_K);
+    for (uint64_t i = 0; i < nb; i++, x += bb) {
+        const uint8_t *q =
+            x + (q5 ? offsetof(cairn__block_q5_K, qs) : offsetof(cairn__block_q4_K, qs));
+        const uint8_t *qh = x + offsetof(cairn__block_q5_K, qh);
         const uint8_t *scales = x + offsetof(cairn__block_q4_K, scales);
         const float d = cairn__f16_at(x + offsetof(cairn__block_q4_K, d));
         const float min = cairn__f16_at(x + offsetof(cairn__block_q4_K, dmin));
@@ -225,10 +234,11 @@ static void dequant_q4_K(const uint8_t *x, float *y, uint64_t nb)
             const float d1 = d * sc, m1 = min * m;
             q4k_scale_min(is + 1, scales, &sc, &m);
             const float d2 = d * sc, m2 = min * m;
+            const int h1 = q5 << is, h2 = q5 << (is + 1); /* 0 for Q4_K: no fifth bit */
             for (int l = 0; l < 32; l++)
-                *y++ = d1 * (q[l] & 0xF) - m1;
+                *y++ = d1 * ((q[l] & 0xF) + (qh[l] & h1 ? 16 : 0)) - m1;
             for (int l = 0; l < 32; l++)
-                *y++ = d2 * (q[l] >> 4) - m2;
+                *y++ = d2 * ((q[l] >> 4) + (qh[l] & h2 ? 16 : 0)) - m2;
             q += 32;
             is += 2;
         }
@@ -309,7 +319,10 @@ void cairn__dequant_row(uint32_t type, const void *src, float *dst, uint64_t n)
         dequant_q5(src, dst, nb, 1);
         break;
     case CAIRN__GGML_Q4_K:
-        dequant_q4_K(src, dst, nb);
+        dequant_q45_K(src, dst, nb, 0);
+        break;
+    case CAIRN__GGML_Q5_K:
+        dequant_q45_K(src, dst, nb, 1);
         break;
     case CAIRN__GGML_Q6_K:
         dequant_q6_K(src, dst, nb);
@@ -430,9 +443,14 @@ static void quant_q5_1(const float *x, cairn__block_q5_1 *y, uint64_t nb)
     }
 }
 
-static void quant_q4_K(const float *x, cairn__block_q4_K *y, uint64_t nb)
+/* Q4_K (q5 0: quants 0..15) or Q5_K (q5 1: 0..31, the fifth bits into qh); y: nb blocks */
+static void quant_q45_K(const float *x, uint8_t *y, uint64_t nb, const int q5)
 {
-    for (uint64_t i = 0; i < nb; i++) {
+    const int qmax = q5 ? 31 : 15;
+    const size_t bb = q5 ? sizeof(cairn__block_q5_K) : sizeof(cairn__block_q4_K);
+    for (uint64_t i = 0; i < nb; i++, y += bb) {
+        /* the head is Q4_K's in both types */
+        cairn__block_q4_K *hd = (cairn__block_q4_K *)(void *)y;
         const float *xb = x + i * CAIRN__QK_K;
         float scales[8], mins[8]; /* value ~= scale * q - min, min >= 0 */
         float max_scale = 0.0f, max_min = 0.0f;
@@ -444,30 +462,30 @@ static void quant_q4_K(const float *x, cairn__block_q4_K *y, uint64_t nb)
             }
             if (lo > 0.0f) /* the min is stored as a non-negative offset */
                 lo = 0.0f;
-            scales[j] = (hi - lo) / 15.0f;
+            scales[j] = (hi - lo) / (float)qmax;
             mins[j] = -lo;
             max_scale = fmaxf(max_scale, scales[j]);
             max_min = fmaxf(max_min, mins[j]);
         }
         const float d = max_scale / 63.0f, dmin = max_min / 63.0f;
-        y[i].d = cairn__f32_to_f16(d);
-        y[i].dmin = cairn__f32_to_f16(dmin);
+        hd->d = cairn__f32_to_f16(d);
+        hd->dmin = cairn__f32_to_f16(dmin);
         /* quantize against the f16-rounded super scales, the ones the dequantizer will use */
-        const float dq = cairn__f16_to_f32(y[i].d), dminq = cairn__f16_to_f32(y[i].dmin);
+        const float dq = cairn__f16_to_f32(hd->d), dminq = cairn__f16_to_f32(hd->dmin);
         uint8_t ls[8], lm[8];
         for (int j = 0; j < 8; j++) {
             ls[j] = (uint8_t)(dq > 0.0f ? clampi((int)nearbyintf(scales[j] / dq), 0, 63) : 0);
             lm[j] = (uint8_t)(dminq > 0.0f ? clampi((int)nearbyintf(mins[j] / dminq), 0, 63) : 0);
         }
-        memset(y[i].scales, 0, sizeof y[i].scales);
+        memset(hd->scales, 0, sizeof hd->scales);
         for (int j = 0; j < 8; j++) {
             if (j < 4) {
-                y[i].scales[j] = ls[j];
-                y[i].scales[j + 4] = lm[j];
+                hd->scales[j] = ls[j];
+                hd->scales[j + 4] = lm[j];
             } else {
-                y[i].scales[j + 4] = (uint8_t)((ls[j] & 0xF) | ((lm[j] & 0xF) << 4));
-                y[i].scales[j - 4] |= (uint8_t)((ls[j] >> 4) << 6);
-                y[i].scales[j] |= (uint8_t)((lm[j] >> 4) << 6);
+                hd->scales[j + 4] = (uint8_t)((ls[j] & 0xF) | ((lm[j] & 0xF) << 4));
+                hd->scales[j - 4] |= (uint8_t)((ls[j] >> 4) << 6);
+                hd->scales[j] |= (uint8_t)((lm[j] >> 4) << 6);
             }
         }
         uint8_t L[CAIRN__QK_K];
@@ -476,14 +494,21 @@ static void quant_q4_K(const float *x, cairn__block_q4_K *y, uint64_t nb)
             for (int l = 0; l < 32; l++) {
                 const float v = xb[32 * j + l];
                 L[32 * j + l] =
-                    (uint8_t)(sd > 0.0f ? clampi((int)nearbyintf((v + sm) / sd), 0, 15) : 0);
+                    (uint8_t)(sd > 0.0f ? clampi((int)nearbyintf((v + sm) / sd), 0, qmax) : 0);
             }
         }
-        uint8_t *q = y[i].qs;
+        uint8_t *q = y + (q5 ? offsetof(cairn__block_q5_K, qs) : offsetof(cairn__block_q4_K, qs));
         for (int j = 0; j < CAIRN__QK_K; j += 64) {
             for (int l = 0; l < 32; l++)
-                q[l] = (uint8_t)(L[j + l] | (L[j + l + 32] << 4));
+                q[l] = (uint8_t)((L[j + l] & 0xF) | ((L[j + l + 32] & 0xF) << 4));
             q += 32;
+        }
+        if (q5) {
+            uint8_t *qh = y + offsetof(cairn__block_q5_K, qh);
+            memset(qh, 0, CAIRN__QK_K / 8);
+            for (int j = 0; j < 8; j++)
+                for (int l = 0; l < 32; l++)
+                    qh[l] |= (uint8_t)((L[32 * j + l] >> 4) << j);
         }
     }
 }
@@ -575,7 +600,10 @@ int cairn__quant_row(uint32_t type, const float *src, void *dst, uint64_t n)
         quant_q5_1(src, dst, nb);
         break;
     case CAIRN__GGML_Q4_K:
-        quant_q4_K(src, dst, nb);
+        quant_q45_K(src, dst, nb, 0);
+        break;
+    case CAIRN__GGML_Q5_K:
+        quant_q45_K(src, dst, nb, 1);
         break;
     case CAIRN__GGML_Q6_K:
         quant_q6_K(src, dst, nb);

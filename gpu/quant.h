@@ -1,9 +1,9 @@
 /* gpu/quant.h - ggml-compatible weight formats: block layouts, (de)quantizers, f16/bf16.
  *
  * Types are the GGUF numbers of enum cairn__ggml_type (gpu/gguf.h): F32, F16, BF16, Q8_0,
- * Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K. Block layouts are bit-for-bit those of ggml, so tensors read
- * from any GGUF file dequantize to exactly what llama.cpp would compute, and files written by the
- * test writer with cairn__quant_row load in llama.cpp.
+ * Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K. Block layouts are bit-for-bit those of ggml, so tensors
+ * read from any GGUF file dequantize to exactly what llama.cpp would compute, and files written by
+ * the test writer with cairn__quant_row load in llama.cpp.
  */
 #ifndef CAIRN_GPU_QUANT_H
 #define CAIRN_GPU_QUANT_H
@@ -60,6 +60,16 @@ typedef struct {
     uint8_t qs[CAIRN__QK_K / 2]; /* 4-bit quants: 64-element chunk c uses qs[32c..32c+31],
                                     low nibbles first 32, high nibbles next 32 */
 } cairn__block_q4_K;             /* 144 bytes; value = d*sc[j]*q - dmin*m[j], j = i/32 */
+
+/* Q4_K with a fifth bit per weight: element 32j + l (sub-block j) has bit j of qh[l] on top of
+ * its nibble (the nibbles laid out as in Q4_K) */
+typedef struct {
+    uint16_t d;    /* as in Q4_K: the super-block scales and the packed 6-bit */
+    uint16_t dmin; /* sub-block scales and mins */
+    uint8_t scales[12];
+    uint8_t qh[CAIRN__QK_K / 8]; /* the fifth bits */
+    uint8_t qs[CAIRN__QK_K / 2]; /* the low 4 bits, as Q4_K's qs */
+} cairn__block_q5_K;             /* 176 bytes; value = d*sc[j]*q - dmin*m[j], j = i/32 */
 
 typedef struct {
     uint8_t ql[CAIRN__QK_K / 2];     /* low 4 bits of the 6-bit quants */

@@ -508,20 +508,27 @@ AVX2 float cairn__dot_q5_0_avx2(const uint8_t *w, const float *x, const void *xq
 /* Q4_K against the int8 activation (cairn__xk_block): per sub-block of 32, the 4-bit quants
  * (unsigned) . the activation in int8, scaled by d * sc * xd; the mins once per super-block,
  * dmin * (m . ds) over the 8 sub-blocks. */
-/* w (n) . x (n) -> float; xq: n / 256 cairn__xk blocks */
-AVX2 float cairn__dot_q4_K_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs,
-                                int64_t n)
+/* Q5_K is Q4_K with a fifth bit: sub-block j's bit j of the 32 qh bytes, isolated by a shift
+ * and an AND and put on top of the nibbles before the same product. */
+/* w (n) . x (n) -> float; xq: n / 256 cairn__xk blocks; Q4_K (Q5 0) or Q5_K (Q5 1) */
+AVX2 static inline __attribute__((always_inline)) float
+dot_q45_K_avx2(const uint8_t *w, const void *xq, int64_t n, const int Q5)
 {
-    (void)x, (void)xs;
     const cairn__xk_block *xk = xq;
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const __m256i m4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
+    const size_t bb = Q5 ? sizeof(cairn__block_q5_K) : sizeof(cairn__block_q4_K);
+    const size_t qs_at = Q5 ? offsetof(cairn__block_q5_K, qs) : offsetof(cairn__block_q4_K, qs);
     /* two chains (low and high nibbles): one chain of 8 multiply-adds a super-block was the
      * bound in cache */
     __m256 acc = _mm256_setzero_ps(), acc2 = _mm256_setzero_ps(), macc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / CAIRN__QK_K; i++, w += sizeof(cairn__block_q4_K)) {
+    for (int64_t i = 0; i < n / CAIRN__QK_K; i++, w += bb) {
         const cairn__q4_K_head hd = cairn__q4_K_head_of(w);
         const float d = F16(hd.d), dmin = F16(hd.dmin);
-        const uint8_t *qs = w + offsetof(cairn__block_q4_K, qs);
+        const uint8_t *qs = w + qs_at;
+        const __m256i qh =
+            Q5 ? _mm256_loadu_si256(
+                     (const __m256i *)(const void *)(w + offsetof(cairn__block_q5_K, qh)))
+               : _mm256_setzero_si256();
         const uint64_t sc = hd.sc, m = hd.m;
         /* d * sc[j] * xd[j] for the 8 sub-blocks, and the mins' dmin * m[j] * ds[j] */
         float f[8];
@@ -537,8 +544,15 @@ AVX2 float cairn__dot_q4_K_avx2(const uint8_t *w, const float *x, const void *xq
                             _mm256_loadu_ps(xk[i].ds), macc);
         for (int c = 0; c < 4; c++) { /* bytes 32c..: sub-block 2c low nibbles, 2c+1 high */
             const __m256i q = _mm256_loadu_si256((const __m256i *)(const void *)(qs + 32 * c));
-            const __m256i lo = _mm256_and_si256(q, m4),
-                          hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+            __m256i lo = _mm256_and_si256(q, m4),
+                    hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+            if (Q5) { /* bits 2c and 2c + 1 of each qh byte, as 16 */
+                lo = _mm256_or_si256(
+                    lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), one), 4));
+                hi = _mm256_or_si256(
+                    hi,
+                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), one), 4));
+            }
             const __m256i p0 =
                 dot_u8_i8(lo, _mm256_load_si256((const __m256i *)(const void *)(xk[i].a + 64 * c)));
             const __m256i p1 = dot_u8_i8(
@@ -548,6 +562,22 @@ AVX2 float cairn__dot_q4_K_avx2(const uint8_t *w, const float *x, const void *xq
         }
     }
     return hsum256(_mm256_add_ps(acc, acc2)) - hsum256(macc);
+}
+
+/* w (n) . x (n) -> float; xq: n / 256 cairn__xk blocks */
+AVX2 float cairn__dot_q4_K_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs,
+                                int64_t n)
+{
+    (void)x, (void)xs;
+    return dot_q45_K_avx2(w, xq, n, 0);
+}
+
+/* w (n) . x (n) -> float; xq: n / 256 cairn__xk blocks */
+AVX2 float cairn__dot_q5_K_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs,
+                                int64_t n)
+{
+    (void)x, (void)xs;
+    return dot_q45_K_avx2(w, xq, n, 1);
 }
 
 /* Q6_K against the int8 activation: per sub-block of 16, the 6-bit quants (unsigned, 0..63) .

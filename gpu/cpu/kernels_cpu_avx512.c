@@ -577,14 +577,22 @@ AVX512 static inline float sum4(const __m512 acc[4])
         _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])));
 }
 
-/* T rows' worth of one Q4_K row: w (n) . x_t (n) -> out[t] for T tokens (1 or 2, a constant at
- * each call), xk[t] each token's cairn__xk blocks. The weights are unpacked once for all T
- * tokens; each token's arithmetic is the same instructions in the same order whatever T is, so
- * a token's result does not depend on the token beside it. */
+/* T rows' worth of one Q4_K (Q5 0) or Q5_K (Q5 1) row: w (n) . x_t (n) -> out[t] for T tokens (1 or
+ * 2, a constant at each call), xk[t] each token's cairn__xk blocks. The weights are unpacked once
+ * for all T tokens; each token's arithmetic is the same instructions in the same order whatever T
+ * is, so a token's result does not depend on the token beside it. Q5_K's fifth bits (bit j of its
+ * 32 qh bytes for sub-block j) are added as 16 under a mask. */
 AVX512 static inline __attribute__((always_inline)) void
-q4_K_dot_t(const uint8_t *w, const cairn__xk_block *const *xk, int T, int64_t n, float *out)
+q45_K_dot_t(const uint8_t *w, const cairn__xk_block *const *xk, int T, int64_t n, float *out,
+            const int Q5)
 {
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const __m512i m4 = _mm512_set1_epi8(0x0F), sixteen = _mm512_set1_epi8(16);
+    const size_t bb = Q5 ? sizeof(cairn__block_q5_K) : sizeof(cairn__block_q4_K);
+    const size_t qs_at = Q5 ? offsetof(cairn__block_q5_K, qs) : offsetof(cairn__block_q4_K, qs);
+    __m512i hbit[4]; /* Q5_K: the qh bit of sub-block 2c in the low half, 2c + 1 in the high */
+    for (int c = 0; c < 4; c++)
+        hbit[c] = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << (2 * c))),
+                                     _mm256_set1_epi8((char)(2 << (2 * c))), 1);
     /* 16-bit lanes: the register's low half by 0, its high half by 4 */
     const __m512i nib = _mm512_set_epi64(0x0004000400040004LL, 0x0004000400040004LL,
                                          0x0004000400040004LL, 0x0004000400040004LL, 0, 0, 0, 0);
@@ -602,10 +610,14 @@ q4_K_dot_t(const uint8_t *w, const cairn__xk_block *const *xk, int T, int64_t n,
             acc[t][c] = _mm512_setzero_ps();
         macc[t] = _mm256_setzero_ps();
     }
-    for (int64_t i = 0; i < n / CAIRN__QK_K; i++, w += sizeof(cairn__block_q4_K)) {
+    for (int64_t i = 0; i < n / CAIRN__QK_K; i++, w += bb) {
         const cairn__q4_K_head hd = cairn__q4_K_head_of(w);
         const uint16_t dh = hd.d, mh = hd.dmin;
-        const uint8_t *qs = w + offsetof(cairn__block_q4_K, qs);
+        const uint8_t *qs = w + qs_at;
+        const __m512i qh =
+            Q5 ? _mm512_broadcast_i64x4(_mm256_loadu_si256(
+                     (const __m256i *)(const void *)(w + offsetof(cairn__block_q5_K, qh))))
+               : _mm512_setzero_si512();
         const uint64_t sc = hd.sc, m = hd.m;
         const __m256 dsc = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(dh)),
                                          _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
@@ -620,11 +632,13 @@ q4_K_dot_t(const uint8_t *w, const cairn__xk_block *const *xk, int T, int64_t n,
         }
 #pragma GCC unroll 4
         for (int c = 0; c < 4; c++) {
-            const __m512i q = _mm512_and_si512(
+            __m512i q = _mm512_and_si512(
                 _mm512_srlv_epi16(_mm512_broadcast_i64x4(_mm256_loadu_si256(
                                       (const __m256i *)(const void *)(qs + 32 * c))),
                                   nib),
                 m4);
+            if (Q5) /* the fifth bits as a mask register: one masked add of 16 */
+                q = _mm512_mask_add_epi8(q, _mm512_test_epi8_mask(qh, hbit[c]), q, sixteen);
             for (int t = 0; t < T; t++) {
                 const __m512i p =
                     _mm512_dpbusd_epi32(_mm512_setzero_si512(), q,
@@ -645,7 +659,7 @@ AVX512 float cairn__dot_q4_K_avx512(const uint8_t *w, const float *x, const void
     (void)x, (void)xs;
     const cairn__xk_block *xk[1] = {xq};
     float out;
-    q4_K_dot_t(w, xk, 1, n, &out);
+    q45_K_dot_t(w, xk, 1, n, &out, 0);
     return out;
 }
 
@@ -655,7 +669,26 @@ AVX512 void cairn__dot2_q4_K_avx512(const uint8_t *w, const void *xa, const void
                                     float *out)
 {
     const cairn__xk_block *xk[2] = {xa, xb};
-    q4_K_dot_t(w, xk, 2, n, out);
+    q45_K_dot_t(w, xk, 2, n, out, 0);
+}
+
+/* w (n) . x (n) -> float; xq: n / 256 cairn__xk blocks */
+AVX512 float cairn__dot_q5_K_avx512(const uint8_t *w, const float *x, const void *xq,
+                                    const float *xs, int64_t n)
+{
+    (void)x, (void)xs;
+    const cairn__xk_block *xk[1] = {xq};
+    float out;
+    q45_K_dot_t(w, xk, 1, n, &out, 1);
+    return out;
+}
+
+/* the same row against two tokens' cairn__xk blocks, as cairn__dot2_q4_K_avx512 */
+AVX512 void cairn__dot2_q5_K_avx512(const uint8_t *w, const void *xa, const void *xb, int64_t n,
+                                    float *out)
+{
+    const cairn__xk_block *xk[2] = {xa, xb};
+    q45_K_dot_t(w, xk, 2, n, out, 1);
 }
 
 /* w (n) . x_t (n) -> out[t] for T tokens (1 or 2, a constant at each call), xk[t] each

@@ -191,28 +191,48 @@ float cairn__dot_q5_1_ref(const uint8_t *w, const float *x, const void *xq, cons
 /* K-quants against the int8 activation (cairn__xk_block, kernels_cpu.h); block fields read
  * through cairn__f16_at / cairn__q4_K_head_of, since a block may sit at an odd address. */
 
-/* w (n) . x (n) -> float; xq: n / 256 cairn__xk blocks */
-float cairn__dot_q4_K_ref(const uint8_t *w, const float *x, const void *xq, const float *xs,
-                          int64_t n)
+/* Q4_K (q5 0) or Q5_K (q5 1: bit j of qh[k] on top of sub-block j's quant k); the heads are
+ * the same bytes. w (n) . x (n) -> float; xq: n / 256 cairn__xk blocks */
+static float dot_q45_K(const uint8_t *w, const void *xq, int64_t n, const int q5)
 {
-    (void)x, (void)xs;
     const cairn__xk_block *xk = xq;
+    const size_t bb = q5 ? sizeof(cairn__block_q5_K) : sizeof(cairn__block_q4_K);
     float s = 0.0f;
-    for (int64_t i = 0; i < n / CAIRN__QK_K; i++, w += sizeof(cairn__block_q4_K)) {
+    for (int64_t i = 0; i < n / CAIRN__QK_K; i++, w += bb) {
         const cairn__q4_K_head hd = cairn__q4_K_head_of(w);
         const float d = cairn__f16_to_f32_inline(hd.d), dmin = cairn__f16_to_f32_inline(hd.dmin);
-        const uint8_t *qs = w + offsetof(cairn__block_q4_K, qs);
+        const uint8_t *qs =
+            w + (q5 ? offsetof(cairn__block_q5_K, qs) : offsetof(cairn__block_q4_K, qs));
+        const uint8_t *qh = w + offsetof(cairn__block_q5_K, qh);
         const uint64_t sc = hd.sc, m = hd.m;
         for (int j = 0; j < 8; j++) { /* sub-block j: nibbles (j & 1) of bytes 32 (j / 2).. */
             const int8_t *a = xk[i].a + 32 * j;
             int dot = 0;
-            for (int k = 0; k < 32; k++)
-                dot += ((qs[32 * (j / 2) + k] >> (4 * (j & 1))) & 0xF) * a[k];
+            for (int k = 0; k < 32; k++) {
+                const int hi = q5 ? ((qh[k] >> j) & 1) << 4 : 0;
+                dot += (((qs[32 * (j / 2) + k] >> (4 * (j & 1))) & 0xF) | hi) * a[k];
+            }
             const int scj = (int)((sc >> (8 * j)) & 0xFF), mj = (int)((m >> (8 * j)) & 0xFF);
             s += d * (float)scj * xk[i].d[j] * (float)dot - dmin * (float)mj * xk[i].ds[j];
         }
     }
     return s;
+}
+
+/* w (n) . x (n) -> float; xq: n / 256 cairn__xk blocks */
+float cairn__dot_q4_K_ref(const uint8_t *w, const float *x, const void *xq, const float *xs,
+                          int64_t n)
+{
+    (void)x, (void)xs;
+    return dot_q45_K(w, xq, n, 0);
+}
+
+/* w (n) . x (n) -> float; xq: n / 256 cairn__xk blocks */
+float cairn__dot_q5_K_ref(const uint8_t *w, const float *x, const void *xq, const float *xs,
+                          int64_t n)
+{
+    (void)x, (void)xs;
+    return dot_q45_K(w, xq, n, 1);
 }
 
 /* w (n) . x (n) -> float; xq: n / 256 cairn__xk blocks */
