@@ -26,6 +26,7 @@ _Static_assert(sizeof(cairn__block_q4_0) == 18, "Q4_0 block layout");
 _Static_assert(sizeof(cairn__block_q4_1) == 20, "Q4_1 block layout");
 _Static_assert(sizeof(cairn__block_q5_0) == 22, "Q5_0 block layout");
 _Static_assert(sizeof(cairn__block_q5_1) == 24, "Q5_1 block layout");
+_Static_assert(sizeof(cairn__block_q3_K) == 110, "Q3_K block layout");
 _Static_assert(sizeof(cairn__block_q4_K) == 144, "Q4_K block layout");
 _Static_assert(sizeof(cairn__block_q5_K) == 176, "Q5_K block layout");
 _Static_assert(sizeof(cairn__block_q6_K) == 210, "Q6_K block layout");
@@ -93,6 +94,7 @@ uint64_t cairn__quant_block_elems(uint32_t type)
     case CAIRN__GGML_Q5_0:
     case CAIRN__GGML_Q5_1:
         return 32;
+    case CAIRN__GGML_Q3_K:
     case CAIRN__GGML_Q4_K:
     case CAIRN__GGML_Q5_K:
     case CAIRN__GGML_Q6_K:
@@ -120,6 +122,8 @@ uint64_t cairn__quant_block_bytes(uint32_t type)
         return sizeof(cairn__block_q5_0);
     case CAIRN__GGML_Q5_1:
         return sizeof(cairn__block_q5_1);
+    case CAIRN__GGML_Q3_K:
+        return sizeof(cairn__block_q3_K);
     case CAIRN__GGML_Q4_K:
         return sizeof(cairn__block_q4_K);
     case CAIRN__GGML_Q5_K:
@@ -211,6 +215,33 @@ static void dequant_q5(const uint8_t *x, float *y, uint64_t nb, const int min)
             const int x1 = (int)((qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4)) - (min ? 0 : 16);
             y[i * 32 + j] = min ? x0 * d + m : x0 * d;
             y[i * 32 + j + 16] = min ? x1 * d + m : x1 * d;
+        }
+    }
+}
+
+/* in ggml's order: per half (128 values), 4 shifts of the 2-bit fields, each 2 sub-blocks of 16
+ * with the scale times the signed quant */
+static void dequant_q3_K(const uint8_t *x, float *y, uint64_t nb)
+{
+    for (uint64_t i = 0; i < nb; i++, x += sizeof(cairn__block_q3_K)) {
+        const float d_all = cairn__f16_at(x + offsetof(cairn__block_q3_K, d));
+        const uint8_t *q = x + offsetof(cairn__block_q3_K, qs);
+        const uint8_t *hm = x + offsetof(cairn__block_q3_K, hmask);
+        int sc[16];
+        cairn__q3_K_scales(x + offsetof(cairn__block_q3_K, scales), sc);
+        int is = 0;
+        uint8_t m = 1;
+        for (int n = 0; n < CAIRN__QK_K; n += 128) {
+            for (int j = 0; j < 4; j++, m = (uint8_t)(m << 1)) {
+                const int shift = 2 * j;
+                float dl = d_all * (float)sc[is++];
+                for (int l = 0; l < 16; l++)
+                    *y++ = dl * (float)(((q[l] >> shift) & 3) - ((hm[l] & m) ? 0 : 4));
+                dl = d_all * (float)sc[is++];
+                for (int l = 0; l < 16; l++)
+                    *y++ = dl * (float)(((q[l + 16] >> shift) & 3) - ((hm[l + 16] & m) ? 0 : 4));
+            }
+            q += 32;
         }
     }
 }
@@ -317,6 +348,9 @@ void cairn__dequant_row(uint32_t type, const void *src, float *dst, uint64_t n)
         break;
     case CAIRN__GGML_Q5_1:
         dequant_q5(src, dst, nb, 1);
+        break;
+    case CAIRN__GGML_Q3_K:
+        dequant_q3_K(src, dst, nb);
         break;
     case CAIRN__GGML_Q4_K:
         dequant_q45_K(src, dst, nb, 0);
@@ -440,6 +474,49 @@ static void quant_q5_1(const float *x, cairn__block_q5_1 *y, uint64_t nb)
         uint8_t q[32];
         quant_min_block(x + i * 32, 31, &y[i].d, &y[i].m, q);
         pack_q5(q, y[i].qs, y[i].qh);
+    }
+}
+
+/* the value of largest magnitude among x (n), with its sign */
+static float signed_extreme(const float *x, int n)
+{
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < n; j++)
+        if (fabsf(x[j]) > amax) {
+            amax = fabsf(x[j]);
+            max = x[j];
+        }
+    return max;
+}
+
+/* Q3_K, symmetric as Q6_K: each sub-block's signed extreme maps to quant -4, and the sub-block
+ * scale of largest magnitude to -32 */
+static void quant_q3_K(const float *x, cairn__block_q3_K *y, uint64_t nb)
+{
+    for (uint64_t i = 0; i < nb; i++) {
+        const float *xb = x + i * CAIRN__QK_K;
+        float scales[16];
+        for (int j = 0; j < 16; j++)
+            scales[j] = signed_extreme(xb + 16 * j, 16) / -4.0f;
+        y[i].d = cairn__f32_to_f16(signed_extreme(scales, 16) / -32.0f);
+        const float dq = cairn__f16_to_f32(y[i].d);
+        memset(y[i].scales, 0, sizeof y[i].scales);
+        memset(y[i].hmask, 0, sizeof y[i].hmask);
+        memset(y[i].qs, 0, sizeof y[i].qs);
+        for (int j = 0; j < 16; j++) {
+            const int ls = dq != 0.0f ? clampi((int)nearbyintf(scales[j] / dq), -32, 31) : 0;
+            const int u = ls + 32; /* the stored 6 bits */
+            y[i].scales[j % 8] |= (uint8_t)((u & 0xF) << (4 * (j / 8)));
+            y[i].scales[8 + j % 4] |= (uint8_t)((u >> 4) << (2 * (j / 4)));
+            const float s = dq * (float)ls;
+            for (int l = 0; l < 16; l++) {
+                const int e = 16 * j + l, g = e / 32, k = e % 32;
+                const int q =
+                    (s != 0.0f ? clampi((int)nearbyintf(xb[e] / s), -4, 3) : 0) + 4; /* 0..7 */
+                y[i].qs[32 * (g / 4) + k] |= (uint8_t)((q & 3) << (2 * (g % 4)));
+                y[i].hmask[k] |= (uint8_t)((q >> 2) << g);
+            }
+        }
     }
 }
 
@@ -598,6 +675,9 @@ int cairn__quant_row(uint32_t type, const float *src, void *dst, uint64_t n)
         break;
     case CAIRN__GGML_Q5_1:
         quant_q5_1(src, dst, nb);
+        break;
+    case CAIRN__GGML_Q3_K:
+        quant_q3_K(src, dst, nb);
         break;
     case CAIRN__GGML_Q4_K:
         quant_q45_K(src, dst, nb, 0);

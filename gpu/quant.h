@@ -1,9 +1,9 @@
 /* gpu/quant.h - ggml-compatible weight formats: block layouts, (de)quantizers, f16/bf16.
  *
  * Types are the GGUF numbers of enum cairn__ggml_type (gpu/gguf.h): F32, F16, BF16, Q8_0,
- * Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K. Block layouts are bit-for-bit those of ggml, so tensors
- * read from any GGUF file dequantize to exactly what llama.cpp would compute, and files written by
- * the test writer with cairn__quant_row load in llama.cpp.
+ * Q4_0, Q4_1, Q5_0, Q5_1, Q3_K, Q4_K, Q5_K, Q6_K. Block layouts are bit-for-bit those of ggml, so
+ * tensors read from any GGUF file dequantize to exactly what llama.cpp would compute, and files
+ * written by the test writer with cairn__quant_row load in llama.cpp.
  */
 #ifndef CAIRN_GPU_QUANT_H
 #define CAIRN_GPU_QUANT_H
@@ -52,6 +52,27 @@ typedef struct {
     uint8_t qh[4];                /* the high bits */
     uint8_t qs[CAIRN__QK4_0 / 2]; /* the low 4 bits */
 } cairn__block_q5_1;              /* 24 bytes; value = q * d + m */
+
+/* Q3_K: 16 sub-blocks of 16 with a 6-bit scale each (minus 32), 3-bit quants (minus 4). Element
+ * 32g + l (group g of 32, l < 32) takes bits 2(g % 4).. of qs[32(g / 4) + l] and bit g of
+ * hmask[l] as its third bit; its scale is that of sub-block (32g + l) / 16. */
+typedef struct {
+    uint8_t hmask[CAIRN__QK_K / 8]; /* the third bits */
+    uint8_t qs[CAIRN__QK_K / 4];    /* the low 2 bits */
+    uint8_t scales[12];             /* 16 scales of 6 bits, packed (cairn__q3_K_scales) */
+    uint16_t d;                     /* super-block scale */
+} cairn__block_q3_K;                /* 110 bytes; value = d * (sc - 32) * (q - 4) */
+
+/* The 16 scales of a Q3_K block, minus 32, from its 12 packed bytes s: scale k has its low 4 bits
+ * in the low (k < 8) or high (k >= 8) nibble of s[k % 8] and its high 2 bits at bit 2 (k / 4) of
+ * s[8 + k % 4]. */
+static inline void cairn__q3_K_scales(const uint8_t *s, int sc[16])
+{
+    for (int k = 0; k < 16; k++)
+        sc[k] =
+            (((s[k % 8] >> (4 * (k / 8))) & 0xF) | (((s[8 + k % 4] >> (2 * (k / 4))) & 3) << 4)) -
+            32;
+}
 
 typedef struct {
     uint16_t d;                  /* super-block scale for the 6-bit sub-block scales */

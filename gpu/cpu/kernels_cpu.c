@@ -8,12 +8,12 @@
  * once, so the kernels work directly on the quantized blocks, one output row per dot product
  * (every row is summed by one thread in one order, so no result depends on timing or on which
  * thread ran it). Each thread gets one contiguous share of the rows and then helps with the
- * others' (mv_shares). For the quantized types (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) the
- * activation vector is first rounded to int8 blocks of 32 and the inner loops are integer dot
- * products, as in llama.cpp; the float types multiply in float. The int8 kernels are bound by their
- * arithmetic unless it is cheap, so they take up to 4 rows at once (sharing the activation loads, 4
- * independent accumulator chains) and prefetch ahead; each row still gets the same arithmetic, so
- * results do not depend on the grouping.
+ * others' (mv_shares). For the quantized types (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q3_K, Q4_K, Q5_K,
+ * Q6_K) the activation vector is first rounded to int8 blocks of 32 and the inner loops are integer
+ * dot products, as in llama.cpp; the float types multiply in float. The int8 kernels are bound by
+ * their arithmetic unless it is cheap, so they take up to 4 rows at once (sharing the activation
+ * loads, 4 independent accumulator chains) and prefetch ahead; each row still gets the same
+ * arithmetic, so results do not depend on the grouping.
  *
  * Each kernel exists as portable C (kernels_ref.c) and as an AVX2+FMA(+F16C) version, some also as
  * AVX-512 (with VNNI and VBMI), compiled with __attribute__((target)) and picked at run time from
@@ -58,7 +58,7 @@ typedef void (*rows_fn)(const uint8_t *w, size_t row_bytes, int nr, const void *
 /* ==== dispatch ================================================================================ */
 
 typedef struct {
-    dot_fn f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_K, q5_K, q6_K;
+    dot_fn f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q3_K, q4_K, q5_K, q6_K;
     rows_fn q4_0_rows, q8_0_rows; /* NULL: row by row with q4_0 / q8_0 */
     /* NULL, or what q4_0_rows / q8_0_rows want instead of the xq8 blocks: x rearranged into
      * dst, the start of what they wrote returned */
@@ -89,6 +89,7 @@ static const dot_table dots_scalar = {.f32 = cairn__dot_f32_ref,
                                       .q4_1 = cairn__dot_q4_1_ref,
                                       .q5_0 = cairn__dot_q5_0_ref,
                                       .q5_1 = cairn__dot_q5_1_ref,
+                                      .q3_K = cairn__dot_q3_K_ref,
                                       .q4_K = cairn__dot_q4_K_ref,
                                       .q5_K = cairn__dot_q5_K_ref,
                                       .q6_K = cairn__dot_q6_K_ref,
@@ -105,6 +106,7 @@ static const dot_table dots_avx2 = {.f32 = cairn__dot_f32_avx2,
                                     .q4_1 = cairn__dot_q4_1_avx2,
                                     .q5_0 = cairn__dot_q5_0_avx2,
                                     .q5_1 = cairn__dot_q5_1_avx2,
+                                    .q3_K = cairn__dot_q3_K_avx2,
                                     .q4_K = cairn__dot_q4_K_avx2,
                                     .q5_K = cairn__dot_q5_K_avx2,
                                     .q6_K = cairn__dot_q6_K_avx2,
@@ -125,6 +127,7 @@ static const dot_table dots_avx512 = {.f32 = cairn__dot_f32_avx512,
                                       .q4_1 = cairn__dot_q4_1_avx512,
                                       .q5_0 = cairn__dot_q5_0_avx512,
                                       .q5_1 = cairn__dot_q5_1_avx512,
+                                      .q3_K = cairn__dot_q3_K_avx512,
                                       .q4_K = cairn__dot_q4_K_avx512,
                                       .q5_K = cairn__dot_q5_K_avx512,
                                       .q6_K = cairn__dot_q6_K_avx512,
@@ -274,6 +277,8 @@ static dot_fn dot_for(const dot_table *t, uint32_t type)
         return t->q5_1;
     case CAIRN__GGML_Q4_K:
         return t->q4_K;
+    case CAIRN__GGML_Q3_K:
+        return t->q3_K;
     case CAIRN__GGML_Q5_K:
         return t->q5_K;
     case CAIRN__GGML_Q6_K:
@@ -287,7 +292,8 @@ static dot_fn dot_for(const dot_table *t, uint32_t type)
  * blocks, the others the int8 blocks themselves. */
 static int is_kquant(uint32_t type)
 {
-    return type == CAIRN__GGML_Q4_K || type == CAIRN__GGML_Q5_K || type == CAIRN__GGML_Q6_K;
+    return type == CAIRN__GGML_Q3_K || type == CAIRN__GGML_Q4_K || type == CAIRN__GGML_Q5_K ||
+           type == CAIRN__GGML_Q6_K;
 }
 
 static int takes_xq8(uint32_t type)

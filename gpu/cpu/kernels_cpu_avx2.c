@@ -508,6 +508,48 @@ AVX2 float cairn__dot_q5_0_avx2(const uint8_t *w, const float *x, const void *xq
 /* Q4_K against the int8 activation (cairn__xk_block): per sub-block of 32, the 4-bit quants
  * (unsigned) . the activation in int8, scaled by d * sc * xd; the mins once per super-block,
  * dmin * (m . ds) over the 8 sub-blocks. */
+/* Q3_K against the int8 activation: per group g of 32, the quants unsigned (0..7: the 2-bit field
+ * and the hmask bit as 4), q . a - 4 sum(a) in maddubs's int16 pairs (as Q5_0's -16); lanes 0-3
+ * of the product are sub-block 2g, lanes 4-7 sub-block 2g + 1, scaled by d * (sc - 32) * xd. */
+/* w (n) . x (n) -> float; xq: n / 256 cairn__xk blocks */
+AVX2 float cairn__dot_q3_K_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs,
+                                int64_t n)
+{
+    (void)x, (void)xs;
+    const cairn__xk_block *xk = xq;
+    const __m256i m3 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1), four = _mm256_set1_epi8(4);
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                     _mm256_setzero_ps()}; /* one chain per shift */
+    for (int64_t i = 0; i < n / CAIRN__QK_K; i++, w += sizeof(cairn__block_q3_K)) {
+        const float d = half_at(w + offsetof(cairn__block_q3_K, d));
+        int sc[16];
+        cairn__q3_K_scales(w + offsetof(cairn__block_q3_K, scales), sc);
+        const __m256i hb = _mm256_loadu_si256(
+            (const __m256i *)(const void *)(w + offsetof(cairn__block_q3_K, hmask)));
+        for (int h = 0; h < 2; h++) {
+            const __m256i q2 = _mm256_loadu_si256(
+                (const __m256i *)(const void *)(w + offsetof(cairn__block_q3_K, qs) + 32 * h));
+            for (int j = 0; j < 4; j++) {
+                const int g = 4 * h + j;
+                const __m256i q = _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16(q2, 2 * j), m3),
+                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, g), one), 2));
+                const __m256i a =
+                    _mm256_load_si256((const __m256i *)(const void *)(xk[i].a + 32 * g));
+                const __m256i p = _mm256_madd_epi16(
+                    _mm256_sub_epi16(_mm256_maddubs_epi16(q, a), _mm256_maddubs_epi16(four, a)),
+                    ones);
+                const float xd = xk[i].d[g];
+                const __m256 f = _mm256_set_m128(_mm_set1_ps(d * (float)sc[2 * g + 1] * xd),
+                                                 _mm_set1_ps(d * (float)sc[2 * g] * xd));
+                acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), f, acc[j]);
+            }
+        }
+    }
+    return hsum256(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+}
+
 /* Q5_K is Q4_K with a fifth bit: sub-block j's bit j of the 32 qh bytes, isolated by a shift
  * and an AND and put on top of the nibbles before the same product. */
 /* w (n) . x (n) -> float; xq: n / 256 cairn__xk blocks; Q4_K (Q5 0) or Q5_K (Q5 1) */

@@ -191,6 +191,33 @@ float cairn__dot_q5_1_ref(const uint8_t *w, const float *x, const void *xq, cons
 /* K-quants against the int8 activation (cairn__xk_block, kernels_cpu.h); block fields read
  * through cairn__f16_at / cairn__q4_K_head_of, since a block may sit at an odd address. */
 
+/* w (n) . x (n) -> float; xq: n / 256 cairn__xk blocks */
+float cairn__dot_q3_K_ref(const uint8_t *w, const float *x, const void *xq, const float *xs,
+                          int64_t n)
+{
+    (void)x, (void)xs;
+    const cairn__xk_block *xk = xq;
+    float s = 0.0f;
+    for (int64_t i = 0; i < n / CAIRN__QK_K; i++, w += sizeof(cairn__block_q3_K)) {
+        const float d = cairn__f16_at(w + offsetof(cairn__block_q3_K, d));
+        const uint8_t *qs = w + offsetof(cairn__block_q3_K, qs),
+                      *hm = w + offsetof(cairn__block_q3_K, hmask);
+        int sc[16];
+        cairn__q3_K_scales(w + offsetof(cairn__block_q3_K, scales), sc);
+        for (int sb = 0; sb < 16; sb++) { /* elements e = 16 sb.. of group g = sb / 2 */
+            int dot = 0;
+            for (int k = 0; k < 16; k++) {
+                const int e = 16 * sb + k, g = e / 32, l = e % 32;
+                const int q = ((qs[32 * (g / 4) + l] >> (2 * (g % 4))) & 3) | ((hm[l] >> g) & 1)
+                                                                                  << 2;
+                dot += (q - 4) * xk[i].a[e];
+            }
+            s += d * (float)sc[sb] * xk[i].d[sb / 2] * (float)dot;
+        }
+    }
+    return s;
+}
+
 /* Q4_K (q5 0) or Q5_K (q5 1: bit j of qh[k] on top of sub-block j's quant k); the heads are
  * the same bytes. w (n) . x (n) -> float; xq: n / 256 cairn__xk blocks */
 static float dot_q45_K(const uint8_t *w, const void *xq, int64_t n, const int q5)
