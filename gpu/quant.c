@@ -26,6 +26,7 @@ _Static_assert(sizeof(cairn__block_q4_0) == 18, "Q4_0 block layout");
 _Static_assert(sizeof(cairn__block_q4_1) == 20, "Q4_1 block layout");
 _Static_assert(sizeof(cairn__block_q5_0) == 22, "Q5_0 block layout");
 _Static_assert(sizeof(cairn__block_q5_1) == 24, "Q5_1 block layout");
+_Static_assert(sizeof(cairn__block_q2_K) == 84, "Q2_K block layout");
 _Static_assert(sizeof(cairn__block_q3_K) == 110, "Q3_K block layout");
 _Static_assert(sizeof(cairn__block_q4_K) == 144, "Q4_K block layout");
 _Static_assert(sizeof(cairn__block_q5_K) == 176, "Q5_K block layout");
@@ -94,6 +95,7 @@ uint64_t cairn__quant_block_elems(uint32_t type)
     case CAIRN__GGML_Q5_0:
     case CAIRN__GGML_Q5_1:
         return 32;
+    case CAIRN__GGML_Q2_K:
     case CAIRN__GGML_Q3_K:
     case CAIRN__GGML_Q4_K:
     case CAIRN__GGML_Q5_K:
@@ -122,6 +124,8 @@ uint64_t cairn__quant_block_bytes(uint32_t type)
         return sizeof(cairn__block_q5_0);
     case CAIRN__GGML_Q5_1:
         return sizeof(cairn__block_q5_1);
+    case CAIRN__GGML_Q2_K:
+        return sizeof(cairn__block_q2_K);
     case CAIRN__GGML_Q3_K:
         return sizeof(cairn__block_q3_K);
     case CAIRN__GGML_Q4_K:
@@ -215,6 +219,29 @@ static void dequant_q5(const uint8_t *x, float *y, uint64_t nb, const int min)
             const int x1 = (int)((qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4)) - (min ? 0 : 16);
             y[i * 32 + j] = min ? x0 * d + m : x0 * d;
             y[i * 32 + j + 16] = min ? x1 * d + m : x1 * d;
+        }
+    }
+}
+
+/* in ggml's order: per half (128 values), 4 shifts of the 2-bit fields, each 2 sub-blocks of 16
+ * with d * sc times the quant less dmin * m */
+static void dequant_q2_K(const uint8_t *x, float *y, uint64_t nb)
+{
+    for (uint64_t i = 0; i < nb; i++, x += sizeof(cairn__block_q2_K)) {
+        const float d = cairn__f16_at(x + offsetof(cairn__block_q2_K, d));
+        const float min = cairn__f16_at(x + offsetof(cairn__block_q2_K, dmin));
+        const uint8_t *q = x + offsetof(cairn__block_q2_K, qs);
+        const uint8_t *sc = x + offsetof(cairn__block_q2_K, scales);
+        int is = 0;
+        for (int n = 0; n < CAIRN__QK_K; n += 128) {
+            for (int shift = 0; shift < 8; shift += 2)
+                for (int k = 0; k < 32; k += 16) { /* the two sub-blocks of this shift */
+                    const float dl = d * (float)(sc[is] & 0xF), ml = min * (float)(sc[is] >> 4);
+                    is++;
+                    for (int l = 0; l < 16; l++)
+                        *y++ = dl * (float)((q[k + l] >> shift) & 3) - ml;
+                }
+            q += 32;
         }
     }
 }
@@ -348,6 +375,9 @@ void cairn__dequant_row(uint32_t type, const void *src, float *dst, uint64_t n)
         break;
     case CAIRN__GGML_Q5_1:
         dequant_q5(src, dst, nb, 1);
+        break;
+    case CAIRN__GGML_Q2_K:
+        dequant_q2_K(src, dst, nb);
         break;
     case CAIRN__GGML_Q3_K:
         dequant_q3_K(src, dst, nb);
@@ -487,6 +517,43 @@ static float signed_extreme(const float *x, int n)
             max = x[j];
         }
     return max;
+}
+
+/* Q2_K as Q4_K with 16 sub-blocks: each sub-block's range [min(x, 0), max] in 4 steps, its
+ * scale and min (>= 0) quantized to 4 bits against super-block scales, the quants re-derived
+ * from the quantized ones */
+static void quant_q2_K(const float *x, cairn__block_q2_K *y, uint64_t nb)
+{
+    for (uint64_t i = 0; i < nb; i++) {
+        const float *xb = x + i * CAIRN__QK_K;
+        float scales[16], mins[16], max_scale = 0.0f, max_min = 0.0f;
+        for (int j = 0; j < 16; j++) {
+            float lo = 0.0f, hi = xb[16 * j];
+            for (int l = 0; l < 16; l++) {
+                lo = fminf(lo, xb[16 * j + l]);
+                hi = fmaxf(hi, xb[16 * j + l]);
+            }
+            scales[j] = (hi - lo) / 3.0f;
+            mins[j] = -lo;
+            max_scale = fmaxf(max_scale, scales[j]);
+            max_min = fmaxf(max_min, mins[j]);
+        }
+        y[i].d = cairn__f32_to_f16(max_scale / 15.0f);
+        y[i].dmin = cairn__f32_to_f16(max_min / 15.0f);
+        const float dq = cairn__f16_to_f32(y[i].d), dminq = cairn__f16_to_f32(y[i].dmin);
+        memset(y[i].qs, 0, sizeof y[i].qs);
+        for (int j = 0; j < 16; j++) {
+            const int ls = dq > 0.0f ? clampi((int)nearbyintf(scales[j] / dq), 0, 15) : 0;
+            const int lm = dminq > 0.0f ? clampi((int)nearbyintf(mins[j] / dminq), 0, 15) : 0;
+            y[i].scales[j] = (uint8_t)(ls | (lm << 4));
+            const float sd = dq * (float)ls, sm = dminq * (float)lm;
+            for (int l = 0; l < 16; l++) {
+                const int e = 16 * j + l, g = e / 32;
+                const int q = sd > 0.0f ? clampi((int)nearbyintf((xb[e] + sm) / sd), 0, 3) : 0;
+                y[i].qs[32 * (g / 4) + e % 32] |= (uint8_t)(q << (2 * (g % 4)));
+            }
+        }
+    }
 }
 
 /* Q3_K, symmetric as Q6_K: each sub-block's signed extreme maps to quant -4, and the sub-block
@@ -675,6 +742,9 @@ int cairn__quant_row(uint32_t type, const float *src, void *dst, uint64_t n)
         break;
     case CAIRN__GGML_Q5_1:
         quant_q5_1(src, dst, nb);
+        break;
+    case CAIRN__GGML_Q2_K:
+        quant_q2_K(src, dst, nb);
         break;
     case CAIRN__GGML_Q3_K:
         quant_q3_K(src, dst, nb);

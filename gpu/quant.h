@@ -1,9 +1,9 @@
 /* gpu/quant.h - ggml-compatible weight formats: block layouts, (de)quantizers, f16/bf16.
  *
  * Types are the GGUF numbers of enum cairn__ggml_type (gpu/gguf.h): F32, F16, BF16, Q8_0,
- * Q4_0, Q4_1, Q5_0, Q5_1, Q3_K, Q4_K, Q5_K, Q6_K. Block layouts are bit-for-bit those of ggml, so
- * tensors read from any GGUF file dequantize to exactly what llama.cpp would compute, and files
- * written by the test writer with cairn__quant_row load in llama.cpp.
+ * Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K. Block layouts are bit-for-bit those of
+ * ggml, so tensors read from any GGUF file dequantize to exactly what llama.cpp would compute, and
+ * files written by the test writer with cairn__quant_row load in llama.cpp.
  */
 #ifndef CAIRN_GPU_QUANT_H
 #define CAIRN_GPU_QUANT_H
@@ -52,6 +52,16 @@ typedef struct {
     uint8_t qh[4];                /* the high bits */
     uint8_t qs[CAIRN__QK4_0 / 2]; /* the low 4 bits */
 } cairn__block_q5_1;              /* 24 bytes; value = q * d + m */
+
+/* Q2_K: 16 sub-blocks of 16, each with a 4-bit scale (low nibble of scales[s]) and a 4-bit min
+ * (high nibble), 2-bit quants laid out as Q3_K's low 2 bits: element 32g + l takes bits
+ * 2(g % 4).. of qs[32(g / 4) + l]. */
+typedef struct {
+    uint8_t scales[CAIRN__QK_K / 16]; /* scale | min << 4 per sub-block */
+    uint8_t qs[CAIRN__QK_K / 4];      /* the 2-bit quants */
+    uint16_t d;                       /* super-block scale for the scales */
+    uint16_t dmin;                    /* super-block scale for the mins */
+} cairn__block_q2_K;                  /* 84 bytes; value = d * sc * q - dmin * m */
 
 /* Q3_K: 16 sub-blocks of 16 with a 6-bit scale each (minus 32), 3-bit quants (minus 4). Element
  * 32g + l (group g of 32, l < 32) takes bits 2(g % 4).. of qs[32(g / 4) + l] and bit g of

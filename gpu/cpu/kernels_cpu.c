@@ -58,7 +58,7 @@ typedef void (*rows_fn)(const uint8_t *w, size_t row_bytes, int nr, const void *
 /* ==== dispatch ================================================================================ */
 
 typedef struct {
-    dot_fn f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q3_K, q4_K, q5_K, q6_K;
+    dot_fn f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_K, q3_K, q4_K, q5_K, q6_K;
     rows_fn q4_0_rows, q8_0_rows; /* NULL: row by row with q4_0 / q8_0 */
     /* NULL, or what q4_0_rows / q8_0_rows want instead of the xq8 blocks: x rearranged into
      * dst, the start of what they wrote returned */
@@ -89,6 +89,7 @@ static const dot_table dots_scalar = {.f32 = cairn__dot_f32_ref,
                                       .q4_1 = cairn__dot_q4_1_ref,
                                       .q5_0 = cairn__dot_q5_0_ref,
                                       .q5_1 = cairn__dot_q5_1_ref,
+                                      .q2_K = cairn__dot_q2_K_ref,
                                       .q3_K = cairn__dot_q3_K_ref,
                                       .q4_K = cairn__dot_q4_K_ref,
                                       .q5_K = cairn__dot_q5_K_ref,
@@ -106,6 +107,7 @@ static const dot_table dots_avx2 = {.f32 = cairn__dot_f32_avx2,
                                     .q4_1 = cairn__dot_q4_1_avx2,
                                     .q5_0 = cairn__dot_q5_0_avx2,
                                     .q5_1 = cairn__dot_q5_1_avx2,
+                                    .q2_K = cairn__dot_q2_K_avx2,
                                     .q3_K = cairn__dot_q3_K_avx2,
                                     .q4_K = cairn__dot_q4_K_avx2,
                                     .q5_K = cairn__dot_q5_K_avx2,
@@ -127,6 +129,7 @@ static const dot_table dots_avx512 = {.f32 = cairn__dot_f32_avx512,
                                       .q4_1 = cairn__dot_q4_1_avx512,
                                       .q5_0 = cairn__dot_q5_0_avx512,
                                       .q5_1 = cairn__dot_q5_1_avx512,
+                                      .q2_K = cairn__dot_q2_K_avx512,
                                       .q3_K = cairn__dot_q3_K_avx512,
                                       .q4_K = cairn__dot_q4_K_avx512,
                                       .q5_K = cairn__dot_q5_K_avx512,
@@ -277,6 +280,8 @@ static dot_fn dot_for(const dot_table *t, uint32_t type)
         return t->q5_1;
     case CAIRN__GGML_Q4_K:
         return t->q4_K;
+    case CAIRN__GGML_Q2_K:
+        return t->q2_K;
     case CAIRN__GGML_Q3_K:
         return t->q3_K;
     case CAIRN__GGML_Q5_K:
@@ -292,8 +297,8 @@ static dot_fn dot_for(const dot_table *t, uint32_t type)
  * blocks, the others the int8 blocks themselves. */
 static int is_kquant(uint32_t type)
 {
-    return type == CAIRN__GGML_Q3_K || type == CAIRN__GGML_Q4_K || type == CAIRN__GGML_Q5_K ||
-           type == CAIRN__GGML_Q6_K;
+    return type == CAIRN__GGML_Q2_K || type == CAIRN__GGML_Q3_K || type == CAIRN__GGML_Q4_K ||
+           type == CAIRN__GGML_Q5_K || type == CAIRN__GGML_Q6_K;
 }
 
 static int takes_xq8(uint32_t type)

@@ -508,46 +508,106 @@ AVX2 float cairn__dot_q5_0_avx2(const uint8_t *w, const float *x, const void *xq
 /* Q4_K against the int8 activation (cairn__xk_block): per sub-block of 32, the 4-bit quants
  * (unsigned) . the activation in int8, scaled by d * sc * xd; the mins once per super-block,
  * dmin * (m . ds) over the 8 sub-blocks. */
-/* Q3_K against the int8 activation: per group g of 32, the quants unsigned (0..7: the 2-bit field
- * and the hmask bit as 4), q . a - 4 sum(a) in maddubs's int16 pairs (as Q5_0's -16); lanes 0-3
- * of the product are sub-block 2g, lanes 4-7 sub-block 2g + 1, scaled by d * (sc - 32) * xd. */
+/* Q2_K and Q3_K against the int8 activation: per group g of 32, the quants unsigned (Q2_K 0..3;
+ * Q3_K 0..7, the hmask bit as 4, its -4 taken off as 4 sum(a) in maddubs's int16 pairs as Q5_0's
+ * -16); lanes 0-3 of the product are sub-block 2g, lanes 4-7 sub-block 2g + 1, scaled by
+ * d * sc * xd (a permute of the 8 factors of the group's half). Q2_K's mins come off once per
+ * super-block as (dmin * m * xd) . the sums per 16 (o16 / 32, exact). */
+/* w (n) . x (n) -> float; xq: n / 256 cairn__xk blocks; Q2_K (Q3 0) or Q3_K (Q3 1) */
+AVX2 static inline __attribute__((always_inline)) float
+dot_q23_K_avx2(const uint8_t *w, const void *xq, int64_t n, const int Q3)
+{
+    const cairn__xk_block *xk = xq;
+    const __m256i m3 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1), four = _mm256_set1_epi8(4);
+    const __m256i ones = _mm256_set1_epi16(1);
+    const size_t bb = Q3 ? sizeof(cairn__block_q3_K) : sizeof(cairn__block_q2_K);
+    const size_t qs_at = Q3 ? offsetof(cairn__block_q3_K, qs) : offsetof(cairn__block_q2_K, qs);
+    const size_t d_at = Q3 ? offsetof(cairn__block_q3_K, d) : offsetof(cairn__block_q2_K, d);
+    /* group k of a half: lanes 0-3 its sub-block 2k, 4-7 its sub-block 2k + 1 */
+    const __m256i idx[4] = {
+        _mm256_set_epi32(1, 1, 1, 1, 0, 0, 0, 0), _mm256_set_epi32(3, 3, 3, 3, 2, 2, 2, 2),
+        _mm256_set_epi32(5, 5, 5, 5, 4, 4, 4, 4), _mm256_set_epi32(7, 7, 7, 7, 6, 6, 6, 6)};
+    /* the activation scale of sub-blocks 8h..8h+7: block 4h + s / 2 */
+    const __m256i dup[2] = {_mm256_set_epi32(3, 3, 2, 2, 1, 1, 0, 0),
+                            _mm256_set_epi32(7, 7, 6, 6, 5, 5, 4, 4)};
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                     _mm256_setzero_ps()}; /* one chain per shift */
+    __m256 macc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / CAIRN__QK_K; i++, w += bb) {
+        const __m256 d = _mm256_set1_ps(half_at(w + d_at));
+        const __m256 xd = _mm256_load_ps(xk[i].d);
+        __m256 f[2]; /* d * sc * xd of sub-blocks 8h.. */
+        __m256i hb = _mm256_setzero_si256();
+        if (Q3) {
+            int sc[16];
+            cairn__q3_K_scales(w + offsetof(cairn__block_q3_K, scales), sc);
+            for (int h = 0; h < 2; h++)
+                f[h] = _mm256_mul_ps(
+                    _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_loadu_si256(
+                                         (const __m256i *)(const void *)(sc + 8 * h)))),
+                    _mm256_permutevar8x32_ps(xd, dup[h]));
+            hb = _mm256_loadu_si256(
+                (const __m256i *)(const void *)(w + offsetof(cairn__block_q3_K, hmask)));
+        } else {
+            const __m128i sb = _mm_loadu_si128(
+                (const __m128i *)(const void *)(w + offsetof(cairn__block_q2_K, scales)));
+            const __m128i m4 = _mm_set1_epi8(0x0F);
+            const __m128i sc = _mm_and_si128(sb, m4), mn = _mm_and_si128(_mm_srli_epi16(sb, 4), m4);
+            const __m256 dmin = _mm256_set1_ps(half_at(w + offsetof(cairn__block_q2_K, dmin)));
+            for (int h = 0; h < 2; h++) {
+                const __m256 xdh = _mm256_permutevar8x32_ps(xd, dup[h]);
+                const __m128i sch = h ? _mm_srli_si128(sc, 8) : sc,
+                              mnh = h ? _mm_srli_si128(mn, 8) : mn;
+                f[h] = _mm256_mul_ps(
+                    _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sch))), xdh);
+                macc = _mm256_fmadd_ps(
+                    _mm256_mul_ps(
+                        _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(mnh))), xdh),
+                    _mm256_mul_ps(_mm256_load_ps(xk[i].o16 + 8 * h), _mm256_set1_ps(1.0f / 32.0f)),
+                    macc);
+            }
+        }
+        for (int h = 0; h < 2; h++) {
+            const __m256i q2 =
+                _mm256_loadu_si256((const __m256i *)(const void *)(w + qs_at + 32 * h));
+            for (int j = 0; j < 4; j++) {
+                const int g = 4 * h + j;
+                __m256i q = _mm256_and_si256(_mm256_srli_epi16(q2, 2 * j), m3);
+                const __m256i a =
+                    _mm256_load_si256((const __m256i *)(const void *)(xk[i].a + 32 * g));
+                __m256i p;
+                if (Q3) {
+                    q = _mm256_or_si256(
+                        q, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, g), one), 2));
+                    p = _mm256_madd_epi16(
+                        _mm256_sub_epi16(_mm256_maddubs_epi16(q, a), _mm256_maddubs_epi16(four, a)),
+                        ones);
+                } else {
+                    p = dot_u8_i8(q, a);
+                }
+                acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p),
+                                         _mm256_permutevar8x32_ps(f[h], idx[j]), acc[j]);
+            }
+        }
+    }
+    return hsum256(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]))) -
+           hsum256(macc);
+}
+
+/* w (n) . x (n) -> float; xq: n / 256 cairn__xk blocks */
+AVX2 float cairn__dot_q2_K_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs,
+                                int64_t n)
+{
+    (void)x, (void)xs;
+    return dot_q23_K_avx2(w, xq, n, 0);
+}
+
 /* w (n) . x (n) -> float; xq: n / 256 cairn__xk blocks */
 AVX2 float cairn__dot_q3_K_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs,
                                 int64_t n)
 {
     (void)x, (void)xs;
-    const cairn__xk_block *xk = xq;
-    const __m256i m3 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1), four = _mm256_set1_epi8(4);
-    const __m256i ones = _mm256_set1_epi16(1);
-    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
-                     _mm256_setzero_ps()}; /* one chain per shift */
-    for (int64_t i = 0; i < n / CAIRN__QK_K; i++, w += sizeof(cairn__block_q3_K)) {
-        const float d = half_at(w + offsetof(cairn__block_q3_K, d));
-        int sc[16];
-        cairn__q3_K_scales(w + offsetof(cairn__block_q3_K, scales), sc);
-        const __m256i hb = _mm256_loadu_si256(
-            (const __m256i *)(const void *)(w + offsetof(cairn__block_q3_K, hmask)));
-        for (int h = 0; h < 2; h++) {
-            const __m256i q2 = _mm256_loadu_si256(
-                (const __m256i *)(const void *)(w + offsetof(cairn__block_q3_K, qs) + 32 * h));
-            for (int j = 0; j < 4; j++) {
-                const int g = 4 * h + j;
-                const __m256i q = _mm256_or_si256(
-                    _mm256_and_si256(_mm256_srli_epi16(q2, 2 * j), m3),
-                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, g), one), 2));
-                const __m256i a =
-                    _mm256_load_si256((const __m256i *)(const void *)(xk[i].a + 32 * g));
-                const __m256i p = _mm256_madd_epi16(
-                    _mm256_sub_epi16(_mm256_maddubs_epi16(q, a), _mm256_maddubs_epi16(four, a)),
-                    ones);
-                const float xd = xk[i].d[g];
-                const __m256 f = _mm256_set_m128(_mm_set1_ps(d * (float)sc[2 * g + 1] * xd),
-                                                 _mm_set1_ps(d * (float)sc[2 * g] * xd));
-                acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), f, acc[j]);
-            }
-        }
-    }
-    return hsum256(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+    return dot_q23_K_avx2(w, xq, n, 1);
 }
 
 /* Q5_K is Q4_K with a fifth bit: sub-block j's bit j of the 32 qh bytes, isolated by a shift

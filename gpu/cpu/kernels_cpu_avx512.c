@@ -777,17 +777,20 @@ AVX512 void cairn__dot2_q6_K_avx512(const uint8_t *w, const void *xa, const void
     q6_K_dot_t(w, xk, 2, n, out);
 }
 
-/* Q3_K, laid out as Q6_K's halves: register k holds elements 64k.. (groups 2k and 2k + 1), the
- * 2-bit fields of the half's 32 qs bytes broadcast and shifted per register half, the hmask
- * bit added as 4 under a mask; vpdpbusd of the unsigned quants (0..7) less one of 4s gives
- * (q - 4) . a exactly, 4 lanes a sub-block of 16, each scaled by d * (sc - 32) * xd. */
-/* w (n) . x (n) -> float; xq: n / 256 cairn__xk blocks */
-AVX512 float cairn__dot_q3_K_avx512(const uint8_t *w, const float *x, const void *xq,
-                                    const float *xs, int64_t n)
+/* Q2_K and Q3_K, laid out as Q6_K's halves: register k holds elements 64k.. (groups 2k and
+ * 2k + 1), the 2-bit fields of the half's 32 qs bytes broadcast and shifted per register half;
+ * Q3_K's hmask bit is added as 4 under a mask, and vpdpbusd of the unsigned quants (0..7) less one
+ * of 4s gives (q - 4) . a exactly. 4 lanes make a sub-block of 16, each scaled by d * sc * xd;
+ * Q2_K's mins come off once per super-block as (dmin * m * xd) . the sums per 16 (o16 / 32). */
+/* w (n) . x (n) -> float; xq: n / 256 cairn__xk blocks; Q2_K (Q3 0) or Q3_K (Q3 1) */
+AVX512 static inline __attribute__((always_inline)) float
+q23_K_dot(const uint8_t *w, const void *xq, int64_t n, const int Q3)
 {
-    (void)x, (void)xs;
     const cairn__xk_block *xk = xq;
     const __m512i m3 = _mm512_set1_epi8(3), four = _mm512_set1_epi8(4);
+    const size_t bb = Q3 ? sizeof(cairn__block_q3_K) : sizeof(cairn__block_q2_K);
+    const size_t qs_at = Q3 ? offsetof(cairn__block_q3_K, qs) : offsetof(cairn__block_q2_K, qs);
+    const size_t d_at = Q3 ? offsetof(cairn__block_q3_K, d) : offsetof(cairn__block_q2_K, d);
     /* 16-bit lane shifts of the broadcast 2-bit fields: register 2h | 2h + 1 by 0 | 2, 4 | 6 */
     const __m512i sh[2] = {_mm512_set_epi64(0x0002000200020002LL, 0x0002000200020002LL,
                                             0x0002000200020002LL, 0x0002000200020002LL, 0, 0, 0, 0),
@@ -806,33 +809,67 @@ AVX512 float cairn__dot_q3_K_avx512(const uint8_t *w, const float *x, const void
     }
     __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
                      _mm512_setzero_ps()};
-    for (int64_t i = 0; i < n / CAIRN__QK_K; i++, w += sizeof(cairn__block_q3_K)) {
+    __m512 macc = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n / CAIRN__QK_K; i++, w += bb) {
         uint16_t dh;
-        memcpy(&dh, w + offsetof(cairn__block_q3_K, d), 2);
-        int sc[16];
-        cairn__q3_K_scales(w + offsetof(cairn__block_q3_K, scales), sc);
-        const __m512 f = _mm512_mul_ps(
-            _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(dh)),
-                          _mm512_cvtepi32_ps(_mm512_loadu_si512(sc))),
-            _mm512_permutexvar_ps(dup, _mm512_castps256_ps512(_mm256_load_ps(xk[i].d))));
-        const __m512i hm = _mm512_broadcast_i64x4(_mm256_loadu_si256(
-            (const __m256i *)(const void *)(w + offsetof(cairn__block_q3_K, hmask))));
+        memcpy(&dh, w + d_at, 2);
+        const __m512 xd =
+            _mm512_permutexvar_ps(dup, _mm512_castps256_ps512(_mm256_load_ps(xk[i].d)));
+        __m512 scf;
+        __m512i hm = _mm512_setzero_si512();
+        if (Q3) {
+            int sc[16];
+            cairn__q3_K_scales(w + offsetof(cairn__block_q3_K, scales), sc);
+            scf = _mm512_cvtepi32_ps(_mm512_loadu_si512(sc));
+            hm = _mm512_broadcast_i64x4(_mm256_loadu_si256(
+                (const __m256i *)(const void *)(w + offsetof(cairn__block_q3_K, hmask))));
+        } else {
+            uint16_t mh;
+            memcpy(&mh, w + offsetof(cairn__block_q2_K, dmin), 2);
+            const __m512i sb = _mm512_cvtepu8_epi32(_mm_loadu_si128(
+                (const __m128i *)(const void *)(w + offsetof(cairn__block_q2_K, scales))));
+            scf = _mm512_cvtepi32_ps(_mm512_and_si512(sb, _mm512_set1_epi32(0xF)));
+            const __m512 mf =
+                _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(mh)),
+                                            _mm512_cvtepi32_ps(_mm512_srli_epi32(sb, 4))),
+                              xd);
+            macc = _mm512_fmadd_ps(
+                mf, _mm512_mul_ps(_mm512_load_ps(xk[i].o16), _mm512_set1_ps(1.0f / 32.0f)), macc);
+        }
+        const __m512 f = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(dh)), scf), xd);
 #pragma GCC unroll 4
         for (int k = 0; k < 4; k++) {
-            const __m512i q2 = _mm512_broadcast_i64x4(_mm256_loadu_si256(
-                (const __m256i *)(const void *)(w + offsetof(cairn__block_q3_K, qs) +
-                                                32 * (k / 2))));
+            const __m512i q2 = _mm512_broadcast_i64x4(
+                _mm256_loadu_si256((const __m256i *)(const void *)(w + qs_at + 32 * (k / 2))));
             __m512i q = _mm512_and_si512(_mm512_srlv_epi16(q2, sh[k % 2]), m3);
-            q = _mm512_mask_add_epi8(q, _mm512_test_epi8_mask(hm, hbit[k]), q, four);
             const __m512i a = _mm512_load_si512((const void *)(xk[i].a + 64 * k));
-            const __m512i p =
-                _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), q, a),
-                                 _mm512_dpbusd_epi32(_mm512_setzero_si512(), four, a));
+            __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, a);
+            if (Q3) {
+                q = _mm512_mask_add_epi8(q, _mm512_test_epi8_mask(hm, hbit[k]), q, four);
+                p = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), q, a),
+                                     _mm512_dpbusd_epi32(_mm512_setzero_si512(), four, a));
+            }
             acc[k] =
                 _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_permutexvar_ps(idx[k], f), acc[k]);
         }
     }
-    return sum4(acc);
+    return sum4(acc) - _mm512_reduce_add_ps(macc);
+}
+
+/* w (n) . x (n) -> float; xq: n / 256 cairn__xk blocks */
+AVX512 float cairn__dot_q2_K_avx512(const uint8_t *w, const float *x, const void *xq,
+                                    const float *xs, int64_t n)
+{
+    (void)x, (void)xs;
+    return q23_K_dot(w, xq, n, 0);
+}
+
+/* w (n) . x (n) -> float; xq: n / 256 cairn__xk blocks */
+AVX512 float cairn__dot_q3_K_avx512(const uint8_t *w, const float *x, const void *xq,
+                                    const float *xs, int64_t n)
+{
+    (void)x, (void)xs;
+    return q23_K_dot(w, xq, n, 1);
 }
 
 /* ---- Q4_1, Q5_0 and Q5_1 against the int8 blocks -----------------------------------------

@@ -192,6 +192,33 @@ float cairn__dot_q5_1_ref(const uint8_t *w, const float *x, const void *xq, cons
  * through cairn__f16_at / cairn__q4_K_head_of, since a block may sit at an odd address. */
 
 /* w (n) . x (n) -> float; xq: n / 256 cairn__xk blocks */
+float cairn__dot_q2_K_ref(const uint8_t *w, const float *x, const void *xq, const float *xs,
+                          int64_t n)
+{
+    (void)x, (void)xs;
+    const cairn__xk_block *xk = xq;
+    float s = 0.0f;
+    for (int64_t i = 0; i < n / CAIRN__QK_K; i++, w += sizeof(cairn__block_q2_K)) {
+        const float d = cairn__f16_at(w + offsetof(cairn__block_q2_K, d));
+        const float dmin = cairn__f16_at(w + offsetof(cairn__block_q2_K, dmin));
+        const uint8_t *qs = w + offsetof(cairn__block_q2_K, qs),
+                      *sc = w + offsetof(cairn__block_q2_K, scales);
+        for (int sb = 0; sb < 16; sb++) { /* elements e = 16 sb.. of group g = sb / 2 */
+            int dot = 0, sum = 0;
+            for (int k = 0; k < 16; k++) {
+                const int e = 16 * sb + k, g = e / 32;
+                dot += ((qs[32 * (g / 4) + e % 32] >> (2 * (g % 4))) & 3) * xk[i].a[e];
+                sum += xk[i].a[e];
+            }
+            const float xd = xk[i].d[sb / 2];
+            s += d * (float)(sc[sb] & 0xF) * xd * (float)dot -
+                 dmin * (float)(sc[sb] >> 4) * xd * (float)sum;
+        }
+    }
+    return s;
+}
+
+/* w (n) . x (n) -> float; xq: n / 256 cairn__xk blocks */
 float cairn__dot_q3_K_ref(const uint8_t *w, const float *x, const void *xq, const float *xs,
                           int64_t n)
 {

@@ -88,9 +88,9 @@ static void expect_built(cairn__gguf_writer *w, size_t cut, int code, const char
 
 /* ---- round trips --------------------------------------------------------------------------- */
 
-static const uint32_t all_types[] = {CAIRN__GGML_F32,  CAIRN__GGML_F16,  CAIRN__GGML_BF16,
-                                     CAIRN__GGML_Q8_0, CAIRN__GGML_Q4_0, CAIRN__GGML_Q4_K,
-                                     CAIRN__GGML_Q5_K, CAIRN__GGML_Q6_K, CAIRN__GGML_Q3_K};
+static const uint32_t all_types[] = {
+    CAIRN__GGML_F32,  CAIRN__GGML_F16,  CAIRN__GGML_BF16, CAIRN__GGML_Q8_0, CAIRN__GGML_Q4_0,
+    CAIRN__GGML_Q4_K, CAIRN__GGML_Q5_K, CAIRN__GGML_Q6_K, CAIRN__GGML_Q3_K, CAIRN__GGML_Q2_K};
 
 static int type_writable(uint32_t t)
 {
@@ -116,6 +116,10 @@ static float tolerance(uint32_t t)
         return 1.0f / 100;
     case CAIRN__GGML_Q6_K:
         return 1.0f / 20;
+    case CAIRN__GGML_Q3_K: /* half a step of 8 over a sub-block's extreme, and the 6-bit scale */
+        return 0.3f;
+    case CAIRN__GGML_Q2_K: /* half a step of 4 over the range, and the 4-bit scale and min */
+        return 0.45f;
     default:
         return 1.0f / 6; /* 4-bit */
     }
