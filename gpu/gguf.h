@@ -31,6 +31,7 @@ enum cairn__ggml_type { /* numbering as in GGUF files */
                         CAIRN__GGML_Q4_K = 12,
                         CAIRN__GGML_Q5_K = 13,
                         CAIRN__GGML_Q6_K = 14,
+                        CAIRN__GGML_IQ4_NL = 20,
                         CAIRN__GGML_BF16 = 30,
 };
 

@@ -31,6 +31,10 @@ _Static_assert(sizeof(cairn__block_q3_K) == 110, "Q3_K block layout");
 _Static_assert(sizeof(cairn__block_q4_K) == 144, "Q4_K block layout");
 _Static_assert(sizeof(cairn__block_q5_K) == 176, "Q5_K block layout");
 _Static_assert(sizeof(cairn__block_q6_K) == 210, "Q6_K block layout");
+_Static_assert(sizeof(cairn__block_iq4_nl) == 18, "IQ4_NL block layout");
+
+const int8_t cairn__iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                        1,    13,   25,  38,  53,  69,  89,  113};
 
 /* ---- half / bfloat16 ---------------------------------------------------------------------- */
 
@@ -94,6 +98,7 @@ uint64_t cairn__quant_block_elems(uint32_t type)
     case CAIRN__GGML_Q4_1:
     case CAIRN__GGML_Q5_0:
     case CAIRN__GGML_Q5_1:
+    case CAIRN__GGML_IQ4_NL:
         return 32;
     case CAIRN__GGML_Q2_K:
     case CAIRN__GGML_Q3_K:
@@ -134,6 +139,8 @@ uint64_t cairn__quant_block_bytes(uint32_t type)
         return sizeof(cairn__block_q5_K);
     case CAIRN__GGML_Q6_K:
         return sizeof(cairn__block_q6_K);
+    case CAIRN__GGML_IQ4_NL:
+        return sizeof(cairn__block_iq4_nl);
     default:
         return 0;
     }
@@ -330,6 +337,18 @@ static void dequant_q6_K(const uint8_t *x, float *y, uint64_t nb)
     }
 }
 
+static void dequant_iq4_nl(const uint8_t *x, float *y, uint64_t nb)
+{
+    for (uint64_t i = 0; i < nb; i++, x += sizeof(cairn__block_iq4_nl), y += 32) {
+        const float d = cairn__f16_at(x + offsetof(cairn__block_iq4_nl, d));
+        const uint8_t *qs = x + offsetof(cairn__block_iq4_nl, qs);
+        for (int j = 0; j < 16; j++) {
+            y[j] = d * (float)cairn__iq4nl_values[qs[j] & 0xF];
+            y[j + 16] = d * (float)cairn__iq4nl_values[qs[j] >> 4];
+        }
+    }
+}
+
 void cairn__dequant_row(uint32_t type, const void *src, float *dst, uint64_t n)
 {
     const uint64_t be = cairn__quant_block_elems(type);
@@ -390,6 +409,9 @@ void cairn__dequant_row(uint32_t type, const void *src, float *dst, uint64_t n)
         break;
     case CAIRN__GGML_Q6_K:
         dequant_q6_K(src, dst, nb);
+        break;
+    case CAIRN__GGML_IQ4_NL:
+        dequant_iq4_nl(src, dst, nb);
         break;
     default:
         break;
@@ -704,6 +726,37 @@ static void quant_q6_K(const float *x, cairn__block_q6_K *y, uint64_t nb)
     }
 }
 
+/* the index of the IQ4_NL level nearest v */
+static int iq4_nearest(float v)
+{
+    int best = 0;
+    for (int k = 1; k < 16; k++)
+        if (fabsf(v - (float)cairn__iq4nl_values[k]) < fabsf(v - (float)cairn__iq4nl_values[best]))
+            best = k;
+    return best;
+}
+
+/* 32 values at x against the scale d (the dequantizer's, f16-rounded) -> 16 bytes of indices,
+ * each the nearest level; d 0 picks level 1 (index 8), which times 0 is 0 */
+static void iq4_pack(const float *x, float d, uint8_t qs[16])
+{
+    uint8_t q[32];
+    for (int j = 0; j < 32; j++)
+        q[j] = (uint8_t)(d != 0.0f ? iq4_nearest(x[j] / d) : 8);
+    for (int j = 0; j < 16; j++)
+        qs[j] = (uint8_t)(q[j] | (q[j + 16] << 4));
+}
+
+/* IQ4_NL: the block's signed extreme maps to the lowest level, -127 (as ggml's reference does
+ * before its search for a better scale, which this leaves out) */
+static void quant_iq4_nl(const float *x, cairn__block_iq4_nl *y, uint64_t nb)
+{
+    for (uint64_t i = 0; i < nb; i++) {
+        y[i].d = cairn__f32_to_f16(signed_extreme(x + 32 * i, 32) / (float)cairn__iq4nl_values[0]);
+        iq4_pack(x + 32 * i, cairn__f16_to_f32(y[i].d), y[i].qs);
+    }
+}
+
 int cairn__quant_row(uint32_t type, const float *src, void *dst, uint64_t n)
 {
     const uint64_t be = cairn__quant_block_elems(type);
@@ -757,6 +810,9 @@ int cairn__quant_row(uint32_t type, const float *src, void *dst, uint64_t n)
         break;
     case CAIRN__GGML_Q6_K:
         quant_q6_K(src, dst, nb);
+        break;
+    case CAIRN__GGML_IQ4_NL:
+        quant_iq4_nl(src, dst, nb);
         break;
     default:
         return CAIRN_EUNSUPPORTED;

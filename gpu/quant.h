@@ -1,9 +1,9 @@
 /* gpu/quant.h - ggml-compatible weight formats: block layouts, (de)quantizers, f16/bf16.
  *
  * Types are the GGUF numbers of enum cairn__ggml_type (gpu/gguf.h): F32, F16, BF16, Q8_0,
- * Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K. Block layouts are bit-for-bit those of
- * ggml, so tensors read from any GGUF file dequantize to exactly what llama.cpp would compute, and
- * files written by the test writer with cairn__quant_row load in llama.cpp.
+ * Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL. Block layouts are bit-for-bit those
+ * of ggml, so tensors read from any GGUF file dequantize to exactly what llama.cpp would compute,
+ * and files written by the test writer with cairn__quant_row load in llama.cpp.
  */
 #ifndef CAIRN_GPU_QUANT_H
 #define CAIRN_GPU_QUANT_H
@@ -108,6 +108,16 @@ typedef struct {
     int8_t scales[CAIRN__QK_K / 16]; /* one int8 scale per 16 weights */
     uint16_t d;                      /* super-block scale */
 } cairn__block_q6_K;                 /* 210 bytes; value = d * scales[i/16] * (q - 32) */
+
+/* IQ4_NL: Q4_0's layout with a non-linear code book: the 4-bit index picks one of 16 int8 levels
+ * (cairn__iq4nl_values, ggml's kvalues_iq4nl), denser near zero where weights cluster. */
+typedef struct {
+    uint16_t d;                   /* scale */
+    uint8_t qs[CAIRN__QK4_0 / 2]; /* element i in the low nibble of qs[i], i+16 in the high */
+} cairn__block_iq4_nl;            /* 18 bytes; value = d * cairn__iq4nl_values[q] */
+
+/* The 16 levels of IQ4_NL, ascending (ggml's kvalues_iq4nl). */
+extern const int8_t cairn__iq4nl_values[16];
 
 /* A weight matrix W (rows, cols), row-major in its ggml storage type: `rows` rows of `cols`
  * elements each, row r starting at data + r * row_bytes (a ggml tensor with ne = [cols, rows]).

@@ -188,6 +188,24 @@ float cairn__dot_q5_1_ref(const uint8_t *w, const float *x, const void *xq, cons
     return s;
 }
 
+/* w (n) . x (n) -> float: the levels are int8, so per block sum(level[q] * a) is exact */
+float cairn__dot_iq4_nl_ref(const uint8_t *w, const float *x, const void *xq, const float *xs,
+                            int64_t n)
+{
+    (void)x, (void)xs;
+    const cairn__xq8_block *a = xq;
+    float s = 0.0f;
+    for (int64_t i = 0; i < n / 32; i++, w += sizeof(cairn__block_iq4_nl)) {
+        const uint8_t *qs = w + offsetof(cairn__block_iq4_nl, qs);
+        int dot = 0;
+        for (int j = 0; j < 16; j++)
+            dot += cairn__iq4nl_values[qs[j] & 0xF] * a[i].qs[j] +
+                   cairn__iq4nl_values[qs[j] >> 4] * a[i].qs[j + 16];
+        s += (float)dot * (cairn__f16_at(w + offsetof(cairn__block_iq4_nl, d)) * a[i].d);
+    }
+    return s;
+}
+
 /* K-quants against the int8 activation (cairn__xk_block, kernels_cpu.h); block fields read
  * through cairn__f16_at / cairn__q4_K_head_of, since a block may sit at an odd address. */
 

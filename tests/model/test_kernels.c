@@ -5,7 +5,7 @@
  * of the vector kernels (an AVX-512 Q4_0 pass takes four 32-column blocks per register, so 1-3
  * leftover blocks take another path) nor odd row counts (4 rows per pass). Here each level the
  * CPU has (scalar, avx2, avx512) runs:
- *   - cairn__matvec on Q4_0, Q8_0, Q4_1, Q5_0 and Q5_1 weights of 1-13 blocks (Q2_K-Q6_K:
+ *   - cairn__matvec on Q4_0, Q8_0, Q4_1, Q5_0, Q5_1 and IQ4_NL weights of 1-13 blocks (Q2_K-Q6_K:
  *     1-4 super-blocks) by 1-11 rows, against a float64 dot product of the same dequantized
  * weights and int8-rounded input (what the integer kernels compute), and against the scalar level;
  *   - cairn__matvec on F32, F16 and BF16 rows of every length 1-100 against float64;
@@ -416,9 +416,10 @@ static int64_t dequant_diff(const char *level, uint32_t type, const uint8_t *fro
 
 static void check_matmul_int8(cairn__pool *pool, const char *level)
 {
-    static const uint32_t types[] = {
-        CAIRN__GGML_Q8_0, CAIRN__GGML_Q4_0, CAIRN__GGML_Q4_1, CAIRN__GGML_Q5_0, CAIRN__GGML_Q5_1,
-        CAIRN__GGML_Q4_K, CAIRN__GGML_Q5_K, CAIRN__GGML_Q6_K, CAIRN__GGML_Q3_K, CAIRN__GGML_Q2_K};
+    static const uint32_t types[] = {CAIRN__GGML_Q8_0, CAIRN__GGML_Q4_0,  CAIRN__GGML_Q4_1,
+                                     CAIRN__GGML_Q5_0, CAIRN__GGML_Q5_1,  CAIRN__GGML_Q4_K,
+                                     CAIRN__GGML_Q5_K, CAIRN__GGML_Q6_K,  CAIRN__GGML_Q3_K,
+                                     CAIRN__GGML_Q2_K, CAIRN__GGML_IQ4_NL};
     /* 300 rows: a scratch with room for passes of 64 tokens (130 = 64 + 64 + 2) */
     static const int ns[4] = {1, 5, 64, 130}, rows_of[4] = {1, 7, 37, 300};
     uint64_t seed = 0x2545f4914f6cdd1dull;
@@ -502,9 +503,10 @@ static void check_dequant(const char *level)
     }
     free(all);
     /* random blocks: any byte anywhere, so any half as a scale */
-    static const uint32_t blocks[] = {
-        CAIRN__GGML_Q8_0, CAIRN__GGML_Q4_0, CAIRN__GGML_Q4_1, CAIRN__GGML_Q5_0, CAIRN__GGML_Q5_1,
-        CAIRN__GGML_Q4_K, CAIRN__GGML_Q5_K, CAIRN__GGML_Q6_K, CAIRN__GGML_Q3_K, CAIRN__GGML_Q2_K};
+    static const uint32_t blocks[] = {CAIRN__GGML_Q8_0, CAIRN__GGML_Q4_0,  CAIRN__GGML_Q4_1,
+                                      CAIRN__GGML_Q5_0, CAIRN__GGML_Q5_1,  CAIRN__GGML_Q4_K,
+                                      CAIRN__GGML_Q5_K, CAIRN__GGML_Q6_K,  CAIRN__GGML_Q3_K,
+                                      CAIRN__GGML_Q2_K, CAIRN__GGML_IQ4_NL};
     uint64_t seed = 0x9e3779b97f4a7c15ull;
     for (size_t t = 0; t < sizeof blocks / sizeof *blocks; t++) {
         const uint64_t be = cairn__quant_block_elems(blocks[t]),
@@ -546,6 +548,7 @@ int main(void)
         check_matvec(pool, levels[l], CAIRN__GGML_Q5_K, 176);
         check_matvec(pool, levels[l], CAIRN__GGML_Q3_K, 110);
         check_matvec(pool, levels[l], CAIRN__GGML_Q2_K, 84);
+        check_matvec(pool, levels[l], CAIRN__GGML_IQ4_NL, 18);
         check_matvec(pool, levels[l], CAIRN__GGML_Q6_K, 210);
         check_matvec(pool, levels[l], CAIRN__GGML_Q4_1, 20);
         check_matvec(pool, levels[l], CAIRN__GGML_Q5_0, 22);
@@ -566,6 +569,9 @@ int main(void)
             static const uint32_t k3[3] = {CAIRN__GGML_Q3_K, CAIRN__GGML_Q3_K, CAIRN__GGML_Q4_K};
             /* llama-quantize's Q2_K: Q2_K, attention V in Q3_K / Q4_K */
             static const uint32_t k2[3] = {CAIRN__GGML_Q2_K, CAIRN__GGML_Q2_K, CAIRN__GGML_Q3_K};
+            /* llama-quantize's IQ4_NL beside the Q6_K it keeps for some matrices */
+            static const uint32_t nl[3] = {CAIRN__GGML_IQ4_NL, CAIRN__GGML_IQ4_NL,
+                                           CAIRN__GGML_Q6_K};
             static const int small[3] = {9, 3, 3}, big[3] = {150, 40, 40};
             check_matvec_n(pool, levels[l], q4, small, 32 * 7);
             check_matvec_n(pool, levels[l], km, big, 512);
@@ -575,6 +581,7 @@ int main(void)
             check_matvec_n(pool, levels[l], k5, big, 512);
             check_matvec_n(pool, levels[l], k3, big, 512);
             check_matvec_n(pool, levels[l], k2, big, 512);
+            check_matvec_n(pool, levels[l], nl, big, 512);
         }
         if (l >= 1) /* the levels with multi-row kernels: avx2 (Q4_0), avx512 (Q4_0, Q8_0) */
             check_grouping(levels[l], CAIRN__GGML_Q4_0, 18);
