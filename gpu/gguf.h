@@ -32,6 +32,7 @@ enum cairn__ggml_type { /* numbering as in GGUF files */
                         CAIRN__GGML_Q5_K = 13,
                         CAIRN__GGML_Q6_K = 14,
                         CAIRN__GGML_IQ4_NL = 20,
+                        CAIRN__GGML_IQ4_XS = 23,
                         CAIRN__GGML_BF16 = 30,
 };
 

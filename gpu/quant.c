@@ -32,6 +32,7 @@ _Static_assert(sizeof(cairn__block_q4_K) == 144, "Q4_K block layout");
 _Static_assert(sizeof(cairn__block_q5_K) == 176, "Q5_K block layout");
 _Static_assert(sizeof(cairn__block_q6_K) == 210, "Q6_K block layout");
 _Static_assert(sizeof(cairn__block_iq4_nl) == 18, "IQ4_NL block layout");
+_Static_assert(sizeof(cairn__block_iq4_xs) == 136, "IQ4_XS block layout");
 
 const int8_t cairn__iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                         1,    13,   25,  38,  53,  69,  89,  113};
@@ -105,6 +106,7 @@ uint64_t cairn__quant_block_elems(uint32_t type)
     case CAIRN__GGML_Q4_K:
     case CAIRN__GGML_Q5_K:
     case CAIRN__GGML_Q6_K:
+    case CAIRN__GGML_IQ4_XS:
         return CAIRN__QK_K;
     default:
         return 0;
@@ -141,6 +143,8 @@ uint64_t cairn__quant_block_bytes(uint32_t type)
         return sizeof(cairn__block_q6_K);
     case CAIRN__GGML_IQ4_NL:
         return sizeof(cairn__block_iq4_nl);
+    case CAIRN__GGML_IQ4_XS:
+        return sizeof(cairn__block_iq4_xs);
     default:
         return 0;
     }
@@ -349,6 +353,21 @@ static void dequant_iq4_nl(const uint8_t *x, float *y, uint64_t nb)
     }
 }
 
+static void dequant_iq4_xs(const uint8_t *x, float *y, uint64_t nb)
+{
+    for (uint64_t i = 0; i < nb; i++, x += sizeof(cairn__block_iq4_xs)) {
+        const float d = cairn__f16_at(x + offsetof(cairn__block_iq4_xs, d));
+        const uint8_t *qs = x + offsetof(cairn__block_iq4_xs, qs);
+        for (int ib = 0; ib < 8; ib++, qs += 16, y += 32) {
+            const float dl = d * (float)cairn__iq4_xs_scale(x, ib);
+            for (int j = 0; j < 16; j++) {
+                y[j] = dl * (float)cairn__iq4nl_values[qs[j] & 0xF];
+                y[j + 16] = dl * (float)cairn__iq4nl_values[qs[j] >> 4];
+            }
+        }
+    }
+}
+
 void cairn__dequant_row(uint32_t type, const void *src, float *dst, uint64_t n)
 {
     const uint64_t be = cairn__quant_block_elems(type);
@@ -412,6 +431,9 @@ void cairn__dequant_row(uint32_t type, const void *src, float *dst, uint64_t n)
         break;
     case CAIRN__GGML_IQ4_NL:
         dequant_iq4_nl(src, dst, nb);
+        break;
+    case CAIRN__GGML_IQ4_XS:
+        dequant_iq4_xs(src, dst, nb);
         break;
     default:
         break;
@@ -757,6 +779,29 @@ static void quant_iq4_nl(const float *x, cairn__block_iq4_nl *y, uint64_t nb)
     }
 }
 
+/* IQ4_XS: each sub-block's signed extreme would map to level -127 (IQ4_NL's scale), and those 8
+ * scales are quantized to 6 bits against a super-block scale, the largest to -32 */
+static void quant_iq4_xs(const float *x, cairn__block_iq4_xs *y, uint64_t nb)
+{
+    for (uint64_t i = 0; i < nb; i++) {
+        const float *xb = x + i * CAIRN__QK_K;
+        float scales[8];
+        for (int ib = 0; ib < 8; ib++)
+            scales[ib] = signed_extreme(xb + 32 * ib, 32) / (float)cairn__iq4nl_values[0];
+        y[i].d = cairn__f32_to_f16(signed_extreme(scales, 8) / -32.0f);
+        const float dq = cairn__f16_to_f32(y[i].d);
+        y[i].scales_h = 0;
+        memset(y[i].scales_l, 0, sizeof y[i].scales_l);
+        for (int ib = 0; ib < 8; ib++) {
+            const int ls = dq != 0.0f ? clampi((int)nearbyintf(scales[ib] / dq), -32, 31) : 0;
+            const int u = ls + 32;
+            y[i].scales_l[ib / 2] |= (uint8_t)((u & 0xF) << (4 * (ib % 2)));
+            y[i].scales_h |= (uint16_t)((u >> 4) << (2 * ib));
+            iq4_pack(xb + 32 * ib, dq * (float)ls, y[i].qs + 16 * ib);
+        }
+    }
+}
+
 int cairn__quant_row(uint32_t type, const float *src, void *dst, uint64_t n)
 {
     const uint64_t be = cairn__quant_block_elems(type);
@@ -813,6 +858,9 @@ int cairn__quant_row(uint32_t type, const float *src, void *dst, uint64_t n)
         break;
     case CAIRN__GGML_IQ4_NL:
         quant_iq4_nl(src, dst, nb);
+        break;
+    case CAIRN__GGML_IQ4_XS:
+        quant_iq4_xs(src, dst, nb);
         break;
     default:
         return CAIRN_EUNSUPPORTED;

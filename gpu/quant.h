@@ -1,16 +1,17 @@
 /* gpu/quant.h - ggml-compatible weight formats: block layouts, (de)quantizers, f16/bf16.
  *
  * Types are the GGUF numbers of enum cairn__ggml_type (gpu/gguf.h): F32, F16, BF16, Q8_0,
- * Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL. Block layouts are bit-for-bit those
- * of ggml, so tensors read from any GGUF file dequantize to exactly what llama.cpp would compute,
- * and files written by the test writer with cairn__quant_row load in llama.cpp.
+ * Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS. Block layouts are
+ * bit-for-bit those of ggml, so tensors read from any GGUF file dequantize to exactly what
+ * llama.cpp would compute, and files written by the test writer with cairn__quant_row load in
+ * llama.cpp.
  */
 #ifndef CAIRN_GPU_QUANT_H
 #define CAIRN_GPU_QUANT_H
 
 #include <stddef.h>
 #include <stdint.h>
-#include <string.h> /* memcpy in cairn__f16_at */
+#include <string.h> /* memcpy in cairn__f16_at, cairn__iq4_xs_scale */
 
 #ifdef __cplusplus
 extern "C" {
@@ -118,6 +119,25 @@ typedef struct {
 
 /* The 16 levels of IQ4_NL, ascending (ggml's kvalues_iq4nl). */
 extern const int8_t cairn__iq4nl_values[16];
+
+/* IQ4_XS: IQ4_NL's levels in super-blocks of 256: 8 sub-blocks of 32, each laid out as an IQ4_NL
+ * block's quants, with a 6-bit scale (minus 32): low 4 bits in nibble ib % 2 of scales_l[ib / 2],
+ * high 2 bits at bit 2 ib of scales_h. */
+typedef struct {
+    uint16_t d;                         /* super-block scale */
+    uint16_t scales_h;                  /* the scales' high bits */
+    uint8_t scales_l[CAIRN__QK_K / 64]; /* the scales' low bits */
+    uint8_t qs[CAIRN__QK_K / 2];        /* sub-block ib: qs[16 ib..], as an IQ4_NL block's */
+} cairn__block_iq4_xs; /* 136 bytes; value = d * (sc - 32) * cairn__iq4nl_values[q] */
+
+/* The scale of sub-block ib (0..7) of the IQ4_XS block at w (any alignment), minus 32. */
+static inline int cairn__iq4_xs_scale(const uint8_t *w, int ib)
+{
+    uint16_t h;
+    memcpy(&h, w + offsetof(cairn__block_iq4_xs, scales_h), 2);
+    const uint8_t l = w[offsetof(cairn__block_iq4_xs, scales_l) + ib / 2];
+    return (((l >> (4 * (ib % 2))) & 0xF) | (((h >> (2 * ib)) & 3) << 4)) - 32;
+}
 
 /* A weight matrix W (rows, cols), row-major in its ggml storage type: `rows` rows of `cols`
  * elements each, row r starting at data + r * row_bytes (a ggml tensor with ne = [cols, rows]).

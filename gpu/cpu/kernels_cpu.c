@@ -58,7 +58,8 @@ typedef void (*rows_fn)(const uint8_t *w, size_t row_bytes, int nr, const void *
 /* ==== dispatch ================================================================================ */
 
 typedef struct {
-    dot_fn f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_nl;
+    dot_fn f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_nl,
+        iq4_xs;
     rows_fn q4_0_rows, q8_0_rows; /* NULL: row by row with q4_0 / q8_0 */
     /* NULL, or what q4_0_rows / q8_0_rows want instead of the xq8 blocks: x rearranged into
      * dst, the start of what they wrote returned */
@@ -95,6 +96,7 @@ static const dot_table dots_scalar = {.f32 = cairn__dot_f32_ref,
                                       .q5_K = cairn__dot_q5_K_ref,
                                       .q6_K = cairn__dot_q6_K_ref,
                                       .iq4_nl = cairn__dot_iq4_nl_ref,
+                                      .iq4_xs = cairn__dot_iq4_xs_ref,
                                       .axpy = cairn__axpy_ref,
                                       .quant_x = cairn__quant_x_ref,
                                       .isa = "scalar",
@@ -114,6 +116,7 @@ static const dot_table dots_avx2 = {.f32 = cairn__dot_f32_avx2,
                                     .q5_K = cairn__dot_q5_K_avx2,
                                     .q6_K = cairn__dot_q6_K_avx2,
                                     .iq4_nl = cairn__dot_iq4_nl_avx2,
+                                    .iq4_xs = cairn__dot_iq4_xs_avx2,
                                     .axpy = cairn__axpy_avx2,
                                     .q4_0_rows = cairn__q4_0_rows_avx2,
                                     .quant_x = cairn__quant_x_avx2,
@@ -137,6 +140,7 @@ static const dot_table dots_avx512 = {.f32 = cairn__dot_f32_avx512,
                                       .q5_K = cairn__dot_q5_K_avx512,
                                       .q6_K = cairn__dot_q6_K_avx512,
                                       .iq4_nl = cairn__dot_iq4_nl_avx512,
+                                      .iq4_xs = cairn__dot_iq4_xs_avx512,
                                       .axpy = cairn__axpy_avx512,
                                       .q4_0_rows = cairn__q4_0_rows_avx512,
                                       .q4_0_prep = cairn__q4_0_prep_avx512,
@@ -293,6 +297,8 @@ static dot_fn dot_for(const dot_table *t, uint32_t type)
         return t->q6_K;
     case CAIRN__GGML_IQ4_NL:
         return t->iq4_nl;
+    case CAIRN__GGML_IQ4_XS:
+        return t->iq4_xs;
     default:
         return NULL;
     }
@@ -315,6 +321,7 @@ static int takes_xq8(uint32_t type)
     case CAIRN__GGML_Q5_0:
     case CAIRN__GGML_Q5_1:
     case CAIRN__GGML_IQ4_NL:
+    case CAIRN__GGML_IQ4_XS:
         return 1;
     default:
         return 0;

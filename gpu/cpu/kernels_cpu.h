@@ -155,8 +155,9 @@ static inline cairn__q4_K_head cairn__q4_K_head_of(const uint8_t *w)
     } while (0)
 
 /* A dot product: one row w (n elements of its type) . x (n) -> float, with xq = x as int8
- * blocks (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL) or as cairn__xk blocks (Q2_K, Q3_K, Q4_K, Q5_K,
- * Q6_K); the float types read x; xs is unused. Every level's dot products have this signature. */
+ * blocks (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS) or as cairn__xk blocks (Q2_K, Q3_K, Q4_K,
+ * Q5_K, Q6_K); the float types read x; xs is unused. Every level's dot products have this
+ * signature. */
 typedef float cairn__dot_fn(const uint8_t *w, const float *x, const void *xq, const float *xs,
                             int64_t n);
 
@@ -166,7 +167,7 @@ typedef float cairn__dot_fn(const uint8_t *w, const float *x, const void *xq, co
 cairn__dot_fn cairn__dot_f32_ref, cairn__dot_f16_ref, cairn__dot_bf16_ref, cairn__dot_q8_0_ref,
     cairn__dot_q4_0_ref, cairn__dot_q4_1_ref, cairn__dot_q5_0_ref, cairn__dot_q5_1_ref,
     cairn__dot_q2_K_ref, cairn__dot_q3_K_ref, cairn__dot_q4_K_ref, cairn__dot_q5_K_ref,
-    cairn__dot_q6_K_ref, cairn__dot_iq4_nl_ref;
+    cairn__dot_q6_K_ref, cairn__dot_iq4_nl_ref, cairn__dot_iq4_xs_ref;
 void cairn__quant_x_ref(const float *x, cairn__xq8_block *y, int64_t nb);
 void cairn__axpy_ref(float *y, float a, const float *x, int64_t n);
 
@@ -175,7 +176,7 @@ void cairn__axpy_ref(float *y, float a, const float *x, int64_t n);
 cairn__dot_fn cairn__dot_f32_avx2, cairn__dot_f16_avx2, cairn__dot_bf16_avx2, cairn__dot_q8_0_avx2,
     cairn__dot_q4_0_avx2, cairn__dot_q4_1_avx2, cairn__dot_q5_0_avx2, cairn__dot_q5_1_avx2,
     cairn__dot_q2_K_avx2, cairn__dot_q3_K_avx2, cairn__dot_q4_K_avx2, cairn__dot_q5_K_avx2,
-    cairn__dot_q6_K_avx2, cairn__dot_iq4_nl_avx2;
+    cairn__dot_q6_K_avx2, cairn__dot_iq4_nl_avx2, cairn__dot_iq4_xs_avx2;
 /* Q4_0 rows (nr, n) of stride rb bytes . x (n) -> out (nr), xq: x as int8 blocks */
 void cairn__q4_0_rows_avx2(const uint8_t *w, size_t rb, int nr, const void *xq, int64_t n,
                            float *out);
@@ -207,7 +208,7 @@ void cairn__axpy_avx512(float *y, float a, const float *x, int64_t n);
 cairn__dot_fn cairn__dot_f32_avx512, cairn__dot_f16_avx512, cairn__dot_bf16_avx512,
     cairn__dot_q2_K_avx512, cairn__dot_q3_K_avx512, cairn__dot_q4_K_avx512, cairn__dot_q5_K_avx512,
     cairn__dot_q6_K_avx512, cairn__dot_q4_1_avx512, cairn__dot_q5_0_avx512, cairn__dot_q5_1_avx512,
-    cairn__dot_iq4_nl_avx512;
+    cairn__dot_iq4_nl_avx512, cairn__dot_iq4_xs_avx512;
 /* One Q4_K row against two tokens' cairn__xk blocks (a prompt's products): out[0], out[1], each
  * bit for bit cairn__dot_q4_K_avx512's, the weights unpacked once */
 void cairn__dot2_q4_K_avx512(const uint8_t *w, const void *xa, const void *xb, int64_t n,

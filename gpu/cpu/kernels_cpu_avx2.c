@@ -505,28 +505,52 @@ AVX2 float cairn__dot_q5_0_avx2(const uint8_t *w, const float *x, const void *xq
     return hsum256(_mm256_add_ps(acc, acc2));
 }
 
-/* IQ4_NL: the nibbles look their int8 levels up with one byte shuffle of the 16-entry table,
- * then a signed int8 product as Q8_0's (|level| <= 127, so maddubs's pairs stay in int16). */
+/* IQ4_NL and IQ4_XS: the nibbles look their int8 levels up with one byte shuffle of the 16-entry
+ * table, then a signed int8 product as Q8_0's (|level| <= 127, so maddubs's pairs stay in
+ * int16). */
+
+/* the 32 levels of the quants at qs (an IQ4_NL block's 16 bytes), in element order */
+AVX2 static inline __m256i iq4_levels(const uint8_t *qs)
+{
+    const __m256i tbl = _mm256_broadcastsi128_si256(
+        _mm_loadu_si128((const __m128i *)(const void *)cairn__iq4nl_values));
+    return _mm256_shuffle_epi8(tbl, nibbles32(qs));
+}
+
 /* w (n) . x (n) -> float; xq: n / 32 int8 blocks */
 AVX2 float cairn__dot_iq4_nl_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs,
                                   int64_t n)
 {
     (void)x, (void)xs;
     const cairn__xq8_block *a = xq;
-    const __m256i tbl = _mm256_broadcastsi128_si256(
-        _mm_loadu_si128((const __m128i *)(const void *)cairn__iq4nl_values));
-    __m256 acc = _mm256_setzero_ps(), acc2 = _mm256_setzero_ps(); /* even, odd blocks */
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()}; /* even, odd blocks */
     for (int64_t i = 0; i < n / 32; i++, w += sizeof(cairn__block_iq4_nl)) {
-        const __m256i v =
-            _mm256_shuffle_epi8(tbl, nibbles32(w + offsetof(cairn__block_iq4_nl, qs)));
+        const __m256i v = iq4_levels(w + offsetof(cairn__block_iq4_nl, qs));
         const __m256i av = _mm256_loadu_si256((const __m256i *)(const void *)a[i].qs);
         const __m256 d = _mm256_set1_ps(half_at(w + offsetof(cairn__block_iq4_nl, d)) * a[i].d);
-        if (i & 1)
-            acc2 = _mm256_fmadd_ps(d, dot_i8x32(v, av), acc2);
-        else
-            acc = _mm256_fmadd_ps(d, dot_i8x32(v, av), acc);
+        acc[i & 1] = _mm256_fmadd_ps(d, dot_i8x32(v, av), acc[i & 1]);
     }
-    return hsum256(_mm256_add_ps(acc, acc2));
+    return hsum256(_mm256_add_ps(acc[0], acc[1]));
+}
+
+/* w (n) . x (n) -> float; xq: n / 32 int8 blocks, one per sub-block */
+AVX2 float cairn__dot_iq4_xs_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs,
+                                  int64_t n)
+{
+    (void)x, (void)xs;
+    const cairn__xq8_block *a = xq;
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()}; /* even, odd sub-blocks */
+    for (int64_t i = 0; i < n / CAIRN__QK_K; i++, w += sizeof(cairn__block_iq4_xs)) {
+        const float d = half_at(w + offsetof(cairn__block_iq4_xs, d));
+        for (int ib = 0; ib < 8; ib++) {
+            const cairn__xq8_block *b = &a[8 * i + ib];
+            const __m256i v = iq4_levels(w + offsetof(cairn__block_iq4_xs, qs) + 16 * ib);
+            const __m256i av = _mm256_loadu_si256((const __m256i *)(const void *)b->qs);
+            const __m256 f = _mm256_set1_ps(d * (float)cairn__iq4_xs_scale(w, ib) * b->d);
+            acc[ib & 1] = _mm256_fmadd_ps(f, dot_i8x32(v, av), acc[ib & 1]);
+        }
+    }
+    return hsum256(_mm256_add_ps(acc[0], acc[1]));
 }
 
 /* Q4_K against the int8 activation (cairn__xk_block): per sub-block of 32, the 4-bit quants

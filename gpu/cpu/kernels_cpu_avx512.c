@@ -966,36 +966,63 @@ AVX512 float cairn__dot_q5_1_avx512(const uint8_t *w, const float *x, const void
     return q45_dot(w, xq, n, Q45_Q5_1);
 }
 
-/* ---- IQ4_NL against the int8 blocks ------------------------------------------------------
+/* ---- IQ4_NL and IQ4_XS against the int8 blocks ------------------------------------------
  *
- * A block a step in a 256-bit register as Q4_1's: the nibbles index a 16-byte table of the levels
- * plus 128 (unsigned, 1..241) in one byte shuffle, and vpdpbusd of those with the activation less
- * one of 128s gives sum(level * a) exactly. Blocks alternate between two chains. */
+ * 32 weights a step in a 256-bit register as Q4_1's: the nibbles index a 16-byte table of the
+ * levels plus 128 (unsigned, 1..241) in one byte shuffle, and vpdpbusd of those with the activation
+ * less one of 128s gives sum(level * a) exactly. Blocks (IQ4_XS: sub-blocks) alternate between
+ * two chains. */
+
+/* sum(level[q] * a) of the 32 quants at qs (an IQ4_NL block's 16 bytes) and the int8 block a, as
+ * 8 int32 partial sums */
+AVX512 static inline __m256i iq4_dot32(const uint8_t *qs, const cairn__xq8_block *a)
+{
+    const __m256i tbl = _mm256_broadcastsi128_si256(_mm_add_epi8(
+        _mm_loadu_si128((const __m128i *)(const void *)cairn__iq4nl_values), _mm_set1_epi8(-128)));
+    const __m256i o128 = _mm256_set1_epi8(-128), zero = _mm256_setzero_si256();
+    const __m256i q =
+        _mm256_and_si256(_mm256_srlv_epi64(_mm256_broadcastsi128_si256(
+                                               _mm_loadu_si128((const __m128i *)(const void *)qs)),
+                                           _mm256_set_epi64x(4, 4, 0, 0)),
+                         _mm256_set1_epi8(0x0F));
+    const __m256i av = _mm256_loadu_si256((const __m256i *)(const void *)a->qs);
+    return _mm256_sub_epi32(_mm256_dpbusd_epi32(zero, _mm256_shuffle_epi8(tbl, q), av),
+                            _mm256_dpbusd_epi32(zero, o128, av));
+}
+
 /* w (n) . x (n) -> float; xq: n / 32 int8 blocks */
 AVX512 float cairn__dot_iq4_nl_avx512(const uint8_t *w, const float *x, const void *xq,
                                       const float *xs, int64_t n)
 {
     (void)x, (void)xs;
     const cairn__xq8_block *a = xq;
-    const __m256i tbl = _mm256_broadcastsi128_si256(_mm_add_epi8(
-        _mm_loadu_si128((const __m128i *)(const void *)cairn__iq4nl_values), _mm_set1_epi8(-128)));
-    const __m256i m4 = _mm256_set1_epi8(0x0F), o128 = _mm256_set1_epi8(-128),
-                  zero = _mm256_setzero_si256();
     __m256 c[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     for (int64_t i = 0; i < n / 32; i++, w += sizeof(cairn__block_iq4_nl)) {
-        const __m256i q = _mm256_and_si256(
-            _mm256_srlv_epi64(
-                _mm256_broadcastsi128_si256(_mm_loadu_si128(
-                    (const __m128i *)(const void *)(w + offsetof(cairn__block_iq4_nl, qs)))),
-                _mm256_set_epi64x(4, 4, 0, 0)),
-            m4);
-        const __m256i av = _mm256_loadu_si256((const __m256i *)(const void *)a[i].qs);
-        const __m256i p =
-            _mm256_sub_epi32(_mm256_dpbusd_epi32(zero, _mm256_shuffle_epi8(tbl, q), av),
-                             _mm256_dpbusd_epi32(zero, o128, av));
+        const __m256i p = iq4_dot32(w + offsetof(cairn__block_iq4_nl, qs), &a[i]);
         uint16_t dh;
         memcpy(&dh, w + offsetof(cairn__block_iq4_nl, d), 2);
         c[i & 1] = fma8(_mm256_set1_ps(_cvtsh_ss(dh) * a[i].d), _mm256_cvtepi32_ps(p), c[i & 1]);
+    }
+    return hsum8(_mm256_add_ps(c[0], c[1]));
+}
+
+/* w (n) . x (n) -> float; xq: n / 32 int8 blocks, one per sub-block */
+AVX512 float cairn__dot_iq4_xs_avx512(const uint8_t *w, const float *x, const void *xq,
+                                      const float *xs, int64_t n)
+{
+    (void)x, (void)xs;
+    const cairn__xq8_block *a = xq;
+    __m256 c[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int64_t i = 0; i < n / CAIRN__QK_K; i++, w += sizeof(cairn__block_iq4_xs)) {
+        uint16_t dh;
+        memcpy(&dh, w + offsetof(cairn__block_iq4_xs, d), 2);
+        const float d = _cvtsh_ss(dh);
+        for (int ib = 0; ib < 8; ib++) {
+            const cairn__xq8_block *b = &a[8 * i + ib];
+            const __m256i p = iq4_dot32(w + offsetof(cairn__block_iq4_xs, qs) + 16 * ib, b);
+            c[ib & 1] = fma8(_mm256_set1_ps(d * (float)cairn__iq4_xs_scale(w, ib) * b->d),
+                             _mm256_cvtepi32_ps(p), c[ib & 1]);
+        }
     }
     return hsum8(_mm256_add_ps(c[0], c[1]));
 }

@@ -206,6 +206,28 @@ float cairn__dot_iq4_nl_ref(const uint8_t *w, const float *x, const void *xq, co
     return s;
 }
 
+/* w (n) . x (n) -> float; xq: n / 32 int8 blocks, one per sub-block */
+float cairn__dot_iq4_xs_ref(const uint8_t *w, const float *x, const void *xq, const float *xs,
+                            int64_t n)
+{
+    (void)x, (void)xs;
+    const cairn__xq8_block *a = xq;
+    float s = 0.0f;
+    for (int64_t i = 0; i < n / CAIRN__QK_K; i++, w += sizeof(cairn__block_iq4_xs)) {
+        const float d = cairn__f16_at(w + offsetof(cairn__block_iq4_xs, d));
+        for (int ib = 0; ib < 8; ib++) {
+            const uint8_t *qs = w + offsetof(cairn__block_iq4_xs, qs) + 16 * ib;
+            const cairn__xq8_block *b = &a[8 * i + ib];
+            int dot = 0;
+            for (int j = 0; j < 16; j++)
+                dot += cairn__iq4nl_values[qs[j] & 0xF] * b->qs[j] +
+                       cairn__iq4nl_values[qs[j] >> 4] * b->qs[j + 16];
+            s += d * (float)cairn__iq4_xs_scale(w, ib) * b->d * (float)dot;
+        }
+    }
+    return s;
+}
+
 /* K-quants against the int8 activation (cairn__xk_block, kernels_cpu.h); block fields read
  * through cairn__f16_at / cairn__q4_K_head_of, since a block may sit at an odd address. */
 

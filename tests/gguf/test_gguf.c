@@ -88,10 +88,10 @@ static void expect_built(cairn__gguf_writer *w, size_t cut, int code, const char
 
 /* ---- round trips --------------------------------------------------------------------------- */
 
-static const uint32_t all_types[] = {CAIRN__GGML_F32,  CAIRN__GGML_F16,   CAIRN__GGML_BF16,
-                                     CAIRN__GGML_Q8_0, CAIRN__GGML_Q4_0,  CAIRN__GGML_Q4_K,
-                                     CAIRN__GGML_Q5_K, CAIRN__GGML_Q6_K,  CAIRN__GGML_Q3_K,
-                                     CAIRN__GGML_Q2_K, CAIRN__GGML_IQ4_NL};
+static const uint32_t all_types[] = {CAIRN__GGML_F32,  CAIRN__GGML_F16,    CAIRN__GGML_BF16,
+                                     CAIRN__GGML_Q8_0, CAIRN__GGML_Q4_0,   CAIRN__GGML_Q4_K,
+                                     CAIRN__GGML_Q5_K, CAIRN__GGML_Q6_K,   CAIRN__GGML_Q3_K,
+                                     CAIRN__GGML_Q2_K, CAIRN__GGML_IQ4_NL, CAIRN__GGML_IQ4_XS};
 
 static int type_writable(uint32_t t)
 {

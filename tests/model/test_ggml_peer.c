@@ -35,9 +35,10 @@ static const struct {
     const char *name;
     double worse;
 } types[] = {
-    {CAIRN__GGML_Q2_K, "q2_K", 1.5}, {CAIRN__GGML_Q3_K, "q3_K", 1.5},
-    {CAIRN__GGML_Q4_K, "q4_K", 1.5}, {CAIRN__GGML_Q5_K, "q5_K", 1.5},
-    {CAIRN__GGML_Q6_K, "q6_K", 1.5}, {CAIRN__GGML_IQ4_NL, "iq4_nl", 1.5},
+    {CAIRN__GGML_Q2_K, "q2_K", 1.5},     {CAIRN__GGML_Q3_K, "q3_K", 1.5},
+    {CAIRN__GGML_Q4_K, "q4_K", 1.5},     {CAIRN__GGML_Q5_K, "q5_K", 1.5},
+    {CAIRN__GGML_Q6_K, "q6_K", 1.5},     {CAIRN__GGML_IQ4_NL, "iq4_nl", 1.5},
+    {CAIRN__GGML_IQ4_XS, "iq4_xs", 1.5},
 };
 
 static uint64_t seed = 0x853c49e6748fea9bull;

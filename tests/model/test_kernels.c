@@ -416,10 +416,10 @@ static int64_t dequant_diff(const char *level, uint32_t type, const uint8_t *fro
 
 static void check_matmul_int8(cairn__pool *pool, const char *level)
 {
-    static const uint32_t types[] = {CAIRN__GGML_Q8_0, CAIRN__GGML_Q4_0,  CAIRN__GGML_Q4_1,
-                                     CAIRN__GGML_Q5_0, CAIRN__GGML_Q5_1,  CAIRN__GGML_Q4_K,
-                                     CAIRN__GGML_Q5_K, CAIRN__GGML_Q6_K,  CAIRN__GGML_Q3_K,
-                                     CAIRN__GGML_Q2_K, CAIRN__GGML_IQ4_NL};
+    static const uint32_t types[] = {CAIRN__GGML_Q8_0, CAIRN__GGML_Q4_0,   CAIRN__GGML_Q4_1,
+                                     CAIRN__GGML_Q5_0, CAIRN__GGML_Q5_1,   CAIRN__GGML_Q4_K,
+                                     CAIRN__GGML_Q5_K, CAIRN__GGML_Q6_K,   CAIRN__GGML_Q3_K,
+                                     CAIRN__GGML_Q2_K, CAIRN__GGML_IQ4_NL, CAIRN__GGML_IQ4_XS};
     /* 300 rows: a scratch with room for passes of 64 tokens (130 = 64 + 64 + 2) */
     static const int ns[4] = {1, 5, 64, 130}, rows_of[4] = {1, 7, 37, 300};
     uint64_t seed = 0x2545f4914f6cdd1dull;
@@ -503,10 +503,10 @@ static void check_dequant(const char *level)
     }
     free(all);
     /* random blocks: any byte anywhere, so any half as a scale */
-    static const uint32_t blocks[] = {CAIRN__GGML_Q8_0, CAIRN__GGML_Q4_0,  CAIRN__GGML_Q4_1,
-                                      CAIRN__GGML_Q5_0, CAIRN__GGML_Q5_1,  CAIRN__GGML_Q4_K,
-                                      CAIRN__GGML_Q5_K, CAIRN__GGML_Q6_K,  CAIRN__GGML_Q3_K,
-                                      CAIRN__GGML_Q2_K, CAIRN__GGML_IQ4_NL};
+    static const uint32_t blocks[] = {CAIRN__GGML_Q8_0, CAIRN__GGML_Q4_0,   CAIRN__GGML_Q4_1,
+                                      CAIRN__GGML_Q5_0, CAIRN__GGML_Q5_1,   CAIRN__GGML_Q4_K,
+                                      CAIRN__GGML_Q5_K, CAIRN__GGML_Q6_K,   CAIRN__GGML_Q3_K,
+                                      CAIRN__GGML_Q2_K, CAIRN__GGML_IQ4_NL, CAIRN__GGML_IQ4_XS};
     uint64_t seed = 0x9e3779b97f4a7c15ull;
     for (size_t t = 0; t < sizeof blocks / sizeof *blocks; t++) {
         const uint64_t be = cairn__quant_block_elems(blocks[t]),
@@ -549,6 +549,7 @@ int main(void)
         check_matvec(pool, levels[l], CAIRN__GGML_Q3_K, 110);
         check_matvec(pool, levels[l], CAIRN__GGML_Q2_K, 84);
         check_matvec(pool, levels[l], CAIRN__GGML_IQ4_NL, 18);
+        check_matvec(pool, levels[l], CAIRN__GGML_IQ4_XS, 136);
         check_matvec(pool, levels[l], CAIRN__GGML_Q6_K, 210);
         check_matvec(pool, levels[l], CAIRN__GGML_Q4_1, 20);
         check_matvec(pool, levels[l], CAIRN__GGML_Q5_0, 22);
@@ -582,6 +583,11 @@ int main(void)
             check_matvec_n(pool, levels[l], k3, big, 512);
             check_matvec_n(pool, levels[l], k2, big, 512);
             check_matvec_n(pool, levels[l], nl, big, 512);
+            /* llama-quantize's IQ4_XS: IQ4_XS, with IQ4_NL where rows are not a multiple of 256
+             * (both take the int8 blocks), and a K-quant beside them */
+            static const uint32_t xs[3] = {CAIRN__GGML_IQ4_XS, CAIRN__GGML_IQ4_NL,
+                                           CAIRN__GGML_Q4_K};
+            check_matvec_n(pool, levels[l], xs, big, 512);
         }
         if (l >= 1) /* the levels with multi-row kernels: avx2 (Q4_0), avx512 (Q4_0, Q8_0) */
             check_grouping(levels[l], CAIRN__GGML_Q4_0, 18);
