@@ -287,10 +287,11 @@ int main(int argc, char **argv)
                 fprintf(stderr, "bench-llm: unknown type '%s'\n", tn);
                 return 64;
             }
-            if ((ty == CAIRN__GGML_Q4_K || ty == CAIRN__GGML_Q6_K) &&
-                (sh->dim % 256 || sh->ff % 256)) {
-                fprintf(stderr, "bench-llm: %s needs dims that are multiples of 256; skipping %s\n",
-                        tn, sh->name);
+            const int64_t be = (int64_t)cairn__quant_block_elems(ty);
+            if (be > 1 && (sh->dim % be || sh->ff % be)) {
+                fprintf(stderr,
+                        "bench-llm: %s needs dims that are multiples of %lld; skipping %s\n", tn,
+                        (long long)be, sh->name);
                 continue;
             }
             mk_spec s;
