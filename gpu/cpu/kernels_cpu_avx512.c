@@ -843,12 +843,11 @@ q23_K_dot(const uint8_t *w, const void *xq, int64_t n, const int Q3)
                 _mm256_loadu_si256((const __m256i *)(const void *)(w + qs_at + 32 * (k / 2))));
             __m512i q = _mm512_and_si512(_mm512_srlv_epi16(q2, sh[k % 2]), m3);
             const __m512i a = _mm512_load_si512((const void *)(xk[i].a + 64 * k));
-            __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, a);
-            if (Q3) {
+            if (Q3)
                 q = _mm512_mask_add_epi8(q, _mm512_test_epi8_mask(hm, hbit[k]), q, four);
-                p = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), q, a),
-                                     _mm512_dpbusd_epi32(_mm512_setzero_si512(), four, a));
-            }
+            __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, a);
+            if (Q3)
+                p = _mm512_sub_epi32(p, _mm512_dpbusd_epi32(_mm512_setzero_si512(), four, a));
             acc[k] =
                 _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_permutexvar_ps(idx[k], f), acc[k]);
         }

@@ -56,6 +56,17 @@ static int same_float(float a, float b)
     return x == y || (a != a && b != b);
 }
 
+/* q (n values of ty) dequantized by ggml into a and by cairn into b: the values that differ */
+static long both_dequant(dequant_fn *gdq, uint32_t ty, const uint8_t *q, float *a, float *b, int n)
+{
+    gdq(q, a, n);
+    cairn__dequant_row(ty, q, b, (uint64_t)n);
+    long bad = 0;
+    for (int i = 0; i < n; i++)
+        bad += !same_float(a[i], b[i]);
+    return bad;
+}
+
 static double rel_rms(const float *y, const float *x, int n)
 {
     double e = 0, s = 0;
@@ -117,10 +128,7 @@ static void check_type(void *lib, size_t t, cairn__pool *pool)
     for (int rep = 0; rep < 20; rep++) {
         for (size_t i = 0; i < bytes; i++)
             q[i] = (uint8_t)(next() >> 24);
-        gdq(q, a, N);
-        cairn__dequant_row(ty, q, b, N);
-        for (int i = 0; i < N; i++)
-            bad += !same_float(a[i], b[i]);
+        bad += both_dequant(gdq, ty, q, a, b, N);
     }
     ok(bad == 0, "%s: 20 rows of random blocks dequantize to ggml's floats bit for bit (%ld off)",
        tn, bad);
@@ -129,11 +137,7 @@ static void check_type(void *lib, size_t t, cairn__pool *pool)
     for (int i = 0; i < N; i++)
         x[i] = (float)((double)(next() >> 11) * 0x1.0p-53 - 0.5) * (float)(1 + i / 512);
     gq(x, q, N);
-    gdq(q, a, N);
-    cairn__dequant_row(ty, q, b, N);
-    bad = 0;
-    for (int i = 0; i < N; i++)
-        bad += !same_float(a[i], b[i]);
+    bad = both_dequant(gdq, ty, q, a, b, N);
     const double e_ggml = rel_rms(a, x, N);
     /* rows of 512 of those blocks against an activation */
     const int cols = N / ROWS;
@@ -159,11 +163,7 @@ static void check_type(void *lib, size_t t, cairn__pool *pool)
 
     /* cairn's quantizer, read back by ggml */
     int rc = cairn__quant_row(ty, x, q, N);
-    gdq(q, a, N);
-    cairn__dequant_row(ty, q, b, N);
-    bad = 0;
-    for (int i = 0; i < N; i++)
-        bad += !same_float(a[i], b[i]);
+    bad = both_dequant(gdq, ty, q, a, b, N);
     const double e_cairn = rel_rms(b, x, N);
     ok(rc == 0 && bad == 0 && e_cairn <= types[t].worse * e_ggml,
        "%s: cairn__quant_row's blocks read the same in ggml (%ld off); rel rms error %.3g, "
