@@ -28,7 +28,7 @@
  * speed over the float row's: what halving the bytes attention reads gains at that position
  * (--prompt 1024 puts the decode where the cache outweighs small models' weights).
  *
- *   bench-llm [--sizes 15M,110M,500M,1B,2B,Q0.5B,8B] [--types F32,Q8_0,Q4_0,Q4_K,Q6_K,F16,BF16]
+ *   bench-llm [--sizes 15M,110M,500M,1B,2B,Q0.5B,8B] [--types F32,Q8_0,Q4_0,Q4_K,Q6_K,...]
  *             [--threads N] [--prompt N] [--gen N] [--backend cpu|cuda|both]
  *             [--cache f32|f16|f32,f16] [--json]
  *
