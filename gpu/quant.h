@@ -11,7 +11,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include <string.h> /* memcpy in cairn__f16_at, cairn__iq4_xs_scale */
+#include <string.h> /* memcpy in the inline readers below */
 
 #ifdef __cplusplus
 extern "C" {
@@ -74,15 +74,31 @@ typedef struct {
     uint16_t d;                     /* super-block scale */
 } cairn__block_q3_K;                /* 110 bytes; value = d * (sc - 32) * (q - 4) */
 
-/* The 16 scales of a Q3_K block, minus 32, from its 12 packed bytes s: scale k has its low 4 bits
- * in the low (k < 8) or high (k >= 8) nibble of s[k % 8] and its high 2 bits at bit 2 (k / 4) of
- * s[8 + k % 4]. */
+/* The 16 stored scales (6 bits, 0..63: the scale plus 32) of a Q3_K block from its 12 packed bytes
+ * s: scale k has its low 4 bits in the low (k < 8) or high (k >= 8) nibble of s[k % 8] and its
+ * high 2 bits at bit 2 (k / 4) of s[8 + k % 4]. Four scales a 32-bit word (byte j of word i is
+ * scale 4i + j, the files' little-endian order), as ggml unpacks them: the kernels call this once
+ * per 256 weights. */
+static inline void cairn__q3_K_scales_u6(const uint8_t *s, uint8_t u[16])
+{
+    uint32_t a0, a1, t;
+    memcpy(&a0, s, 4);
+    memcpy(&a1, s + 4, 4);
+    memcpy(&t, s + 8, 4);
+    const uint32_t m4 = 0x0F0F0F0Fu, m2 = 0x03030303u;
+    const uint32_t w[4] = {(a0 & m4) | ((t & m2) << 4), (a1 & m4) | (((t >> 2) & m2) << 4),
+                           ((a0 >> 4) & m4) | (((t >> 4) & m2) << 4),
+                           ((a1 >> 4) & m4) | (((t >> 6) & m2) << 4)};
+    memcpy(u, w, 16);
+}
+
+/* The 16 scales of a Q3_K block as signed values (the stored 6 bits minus 32). */
 static inline void cairn__q3_K_scales(const uint8_t *s, int sc[16])
 {
+    uint8_t u[16];
+    cairn__q3_K_scales_u6(s, u);
     for (int k = 0; k < 16; k++)
-        sc[k] =
-            (((s[k % 8] >> (4 * (k / 8))) & 0xF) | (((s[8 + k % 4] >> (2 * (k / 4))) & 3) << 4)) -
-            32;
+        sc[k] = u[k] - 32;
 }
 
 typedef struct {

@@ -587,13 +587,15 @@ dot_q23_K_avx2(const uint8_t *w, const void *xq, int64_t n, const int Q3)
         __m256 f[2]; /* d * sc * xd of sub-blocks 8h.. */
         __m256i hb = _mm256_setzero_si256();
         if (Q3) {
-            int sc[16];
-            cairn__q3_K_scales(w + offsetof(cairn__block_q3_K, scales), sc);
-            for (int h = 0; h < 2; h++)
-                f[h] = _mm256_mul_ps(
-                    _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_loadu_si256(
-                                         (const __m256i *)(const void *)(sc + 8 * h)))),
-                    _mm256_permutevar8x32_ps(xd, dup[h]));
+            uint8_t u[16];
+            cairn__q3_K_scales_u6(w + offsetof(cairn__block_q3_K, scales), u);
+            const __m128i uv = _mm_loadu_si128((const __m128i *)(const void *)u);
+            for (int h = 0; h < 2; h++) {
+                const __m256i sc = _mm256_sub_epi32(
+                    _mm256_cvtepu8_epi32(h ? _mm_srli_si128(uv, 8) : uv), _mm256_set1_epi32(32));
+                f[h] = _mm256_mul_ps(_mm256_mul_ps(d, _mm256_cvtepi32_ps(sc)),
+                                     _mm256_permutevar8x32_ps(xd, dup[h]));
+            }
             hb = _mm256_loadu_si256(
                 (const __m256i *)(const void *)(w + offsetof(cairn__block_q3_K, hmask)));
         } else {

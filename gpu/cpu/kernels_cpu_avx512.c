@@ -818,9 +818,11 @@ q23_K_dot(const uint8_t *w, const void *xq, int64_t n, const int Q3)
         __m512 scf;
         __m512i hm = _mm512_setzero_si512();
         if (Q3) {
-            int sc[16];
-            cairn__q3_K_scales(w + offsetof(cairn__block_q3_K, scales), sc);
-            scf = _mm512_cvtepi32_ps(_mm512_loadu_si512(sc));
+            uint8_t u[16];
+            cairn__q3_K_scales_u6(w + offsetof(cairn__block_q3_K, scales), u);
+            scf = _mm512_cvtepi32_ps(_mm512_sub_epi32(
+                _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)u)),
+                _mm512_set1_epi32(32)));
             hm = _mm512_broadcast_i64x4(_mm256_loadu_si256(
                 (const __m256i *)(const void *)(w + offsetof(cairn__block_q3_K, hmask))));
         } else {
