@@ -557,17 +557,17 @@ AVX2 float cairn__dot_iq4_xs_avx2(const uint8_t *w, const float *x, const void *
  * (unsigned) . the activation in int8, scaled by d * sc * xd; the mins once per super-block,
  * dmin * (m . ds) over the 8 sub-blocks. */
 /* Q2_K and Q3_K against the int8 activation: per group g of 32, the quants unsigned (Q2_K 0..3;
- * Q3_K 0..7, the hmask bit as 4, its -4 taken off as 4 sum(a) in maddubs's int16 pairs as Q5_0's
- * -16); lanes 0-3 of the product are sub-block 2g, lanes 4-7 sub-block 2g + 1, scaled by
- * d * sc * xd (a permute of the 8 factors of the group's half). Q2_K's mins come off once per
- * super-block as (dmin * m * xd) . the sums per 16 (o16 / 32, exact). */
+ * Q3_K 0..7, the hmask bit as 4); lanes 0-3 of the product are sub-block 2g, lanes 4-7 sub-block
+ * 2g + 1, scaled by d * sc * xd (a permute of the 8 factors of the group's half). What the
+ * unsigned quants leave out comes off once per super-block from the activation's sums per 16
+ * (o16 = 32 * sum, exact): Q2_K's mins as (dmin * m * xd) . o16 / 32, Q3_K's -4 as
+ * (d * sc * xd) . o16 / 8. */
 /* w (n) . x (n) -> float; xq: n / 256 cairn__xk blocks; Q2_K (Q3 0) or Q3_K (Q3 1) */
 AVX2 static inline __attribute__((always_inline)) float
 dot_q23_K_avx2(const uint8_t *w, const void *xq, int64_t n, const int Q3)
 {
     const cairn__xk_block *xk = xq;
-    const __m256i m3 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1), four = _mm256_set1_epi8(4);
-    const __m256i ones = _mm256_set1_epi16(1);
+    const __m256i m3 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
     const size_t bb = Q3 ? sizeof(cairn__block_q3_K) : sizeof(cairn__block_q2_K);
     const size_t qs_at = Q3 ? offsetof(cairn__block_q3_K, qs) : offsetof(cairn__block_q2_K, qs);
     const size_t d_at = Q3 ? offsetof(cairn__block_q3_K, d) : offsetof(cairn__block_q2_K, d);
@@ -598,6 +598,11 @@ dot_q23_K_avx2(const uint8_t *w, const void *xq, int64_t n, const int Q3)
             }
             hb = _mm256_loadu_si256(
                 (const __m256i *)(const void *)(w + offsetof(cairn__block_q3_K, hmask)));
+            for (int h = 0; h < 2; h++) /* the quants' -4: 4 * the sums per 16, o16 / 8 */
+                macc = _mm256_fmadd_ps(
+                    f[h],
+                    _mm256_mul_ps(_mm256_load_ps(xk[i].o16 + 8 * h), _mm256_set1_ps(1.0f / 8.0f)),
+                    macc);
         } else {
             const __m128i sb = _mm_loadu_si128(
                 (const __m128i *)(const void *)(w + offsetof(cairn__block_q2_K, scales)));
@@ -625,16 +630,10 @@ dot_q23_K_avx2(const uint8_t *w, const void *xq, int64_t n, const int Q3)
                 __m256i q = _mm256_and_si256(_mm256_srli_epi16(q2, 2 * j), m3);
                 const __m256i a =
                     _mm256_load_si256((const __m256i *)(const void *)(xk[i].a + 32 * g));
-                __m256i p;
-                if (Q3) {
+                if (Q3)
                     q = _mm256_or_si256(
                         q, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, g), one), 2));
-                    p = _mm256_madd_epi16(
-                        _mm256_sub_epi16(_mm256_maddubs_epi16(q, a), _mm256_maddubs_epi16(four, a)),
-                        ones);
-                } else {
-                    p = dot_u8_i8(q, a);
-                }
+                const __m256i p = dot_u8_i8(q, a);
                 acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p),
                                          _mm256_permutevar8x32_ps(f[h], idx[j]), acc[j]);
             }

@@ -779,9 +779,10 @@ AVX512 void cairn__dot2_q6_K_avx512(const uint8_t *w, const void *xa, const void
 
 /* Q2_K and Q3_K, laid out as Q6_K's halves: register k holds elements 64k.. (groups 2k and
  * 2k + 1), the 2-bit fields of the half's 32 qs bytes broadcast and shifted per register half;
- * Q3_K's hmask bit is added as 4 under a mask, and vpdpbusd of the unsigned quants (0..7) less one
- * of 4s gives (q - 4) . a exactly. 4 lanes make a sub-block of 16, each scaled by d * sc * xd;
- * Q2_K's mins come off once per super-block as (dmin * m * xd) . the sums per 16 (o16 / 32). */
+ * Q3_K's hmask bit is added as 4 under a mask, and vpdpbusd multiplies the unsigned quants (0..7).
+ * 4 lanes make a sub-block of 16, each scaled by d * sc * xd. What the unsigned quants leave out
+ * comes off once per super-block from the activation's prepared sums per 16 (o16 = 32 * sum):
+ * Q2_K's mins as (dmin * m * xd) . o16 / 32, Q3_K's -4 as (d * sc * xd) . o16 / 8. */
 /* w (n) . x (n) -> float; xq: n / 256 cairn__xk blocks; Q2_K (Q3 0) or Q3_K (Q3 1) */
 AVX512 static inline __attribute__((always_inline)) float
 q23_K_dot(const uint8_t *w, const void *xq, int64_t n, const int Q3)
@@ -839,6 +840,9 @@ q23_K_dot(const uint8_t *w, const void *xq, int64_t n, const int Q3)
                 mf, _mm512_mul_ps(_mm512_load_ps(xk[i].o16), _mm512_set1_ps(1.0f / 32.0f)), macc);
         }
         const __m512 f = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(dh)), scf), xd);
+        if (Q3) /* the quants' -4: 4 * the sums per 16, o16 / 8 (exact) */
+            macc = _mm512_fmadd_ps(
+                f, _mm512_mul_ps(_mm512_load_ps(xk[i].o16), _mm512_set1_ps(1.0f / 8.0f)), macc);
 #pragma GCC unroll 4
         for (int k = 0; k < 4; k++) {
             const __m512i q2 = _mm512_broadcast_i64x4(
@@ -848,8 +852,6 @@ q23_K_dot(const uint8_t *w, const void *xq, int64_t n, const int Q3)
             if (Q3)
                 q = _mm512_mask_add_epi8(q, _mm512_test_epi8_mask(hm, hbit[k]), q, four);
             __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, a);
-            if (Q3)
-                p = _mm512_sub_epi32(p, _mm512_dpbusd_epi32(_mm512_setzero_si512(), four, a));
             acc[k] =
                 _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_permutexvar_ps(idx[k], f), acc[k]);
         }
