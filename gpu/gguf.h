@@ -26,8 +26,13 @@ enum cairn__ggml_type { /* numbering as in GGUF files */
                         CAIRN__GGML_Q5_0 = 6,
                         CAIRN__GGML_Q5_1 = 7,
                         CAIRN__GGML_Q8_0 = 8,
+                        CAIRN__GGML_Q2_K = 10,
+                        CAIRN__GGML_Q3_K = 11,
                         CAIRN__GGML_Q4_K = 12,
+                        CAIRN__GGML_Q5_K = 13,
                         CAIRN__GGML_Q6_K = 14,
+                        CAIRN__GGML_IQ4_NL = 20,
+                        CAIRN__GGML_IQ4_XS = 23,
                         CAIRN__GGML_BF16 = 30,
 };
 

@@ -36,10 +36,11 @@ static const struct {
     uint32_t type;
     uint32_t elems, bytes;
 } type_blocks[] = {
-    {CAIRN__GGML_F32, 1, 4},      {CAIRN__GGML_F16, 1, 2},    {CAIRN__GGML_BF16, 1, 2},
-    {CAIRN__GGML_Q8_0, 32, 34},   {CAIRN__GGML_Q4_0, 32, 18}, {CAIRN__GGML_Q4_1, 32, 20},
-    {CAIRN__GGML_Q5_0, 32, 22},   {CAIRN__GGML_Q5_1, 32, 24}, {CAIRN__GGML_Q4_K, 256, 144},
-    {CAIRN__GGML_Q6_K, 256, 210},
+    {CAIRN__GGML_F32, 1, 4},      {CAIRN__GGML_F16, 1, 2},      {CAIRN__GGML_BF16, 1, 2},
+    {CAIRN__GGML_Q8_0, 32, 34},   {CAIRN__GGML_Q4_0, 32, 18},   {CAIRN__GGML_Q4_1, 32, 20},
+    {CAIRN__GGML_Q5_0, 32, 22},   {CAIRN__GGML_Q5_1, 32, 24},   {CAIRN__GGML_Q2_K, 256, 84},
+    {CAIRN__GGML_Q3_K, 256, 110}, {CAIRN__GGML_Q4_K, 256, 144}, {CAIRN__GGML_Q5_K, 256, 176},
+    {CAIRN__GGML_Q6_K, 256, 210}, {CAIRN__GGML_IQ4_NL, 32, 18}, {CAIRN__GGML_IQ4_XS, 256, 136},
 };
 
 int cairn__ggml_type_block(uint32_t type, uint64_t *elems, uint64_t *bytes)

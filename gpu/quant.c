@@ -8,8 +8,8 @@
  * test writer and the benchmarks (Q4_1 and Q5_1 keep a block's least value as its offset,
  * Q5_0 maps its signed extreme to -16 as Q4_0 maps it to -8); quality only has to be good
  * enough that dequant(quant(x)) stays close to x. The K-quant ones pick each sub-block's scale (and
- * min) from its range and then quantize those scales to 6 bits (Q4_K) or int8 (Q6_K) against a
- * super-block scale, and re-derive the 4/6-bit values from the *quantized* scales, so error does
+ * min) from its range and then quantize those scales to 6 bits (Q4_K, Q5_K) or int8 (Q6_K) against
+ * a super-block scale, and re-derive the 4/6-bit values from the *quantized* scales, so error does
  * not compound.
  */
 #include "gpu/quant.h"
@@ -26,8 +26,16 @@ _Static_assert(sizeof(cairn__block_q4_0) == 18, "Q4_0 block layout");
 _Static_assert(sizeof(cairn__block_q4_1) == 20, "Q4_1 block layout");
 _Static_assert(sizeof(cairn__block_q5_0) == 22, "Q5_0 block layout");
 _Static_assert(sizeof(cairn__block_q5_1) == 24, "Q5_1 block layout");
+_Static_assert(sizeof(cairn__block_q2_K) == 84, "Q2_K block layout");
+_Static_assert(sizeof(cairn__block_q3_K) == 110, "Q3_K block layout");
 _Static_assert(sizeof(cairn__block_q4_K) == 144, "Q4_K block layout");
+_Static_assert(sizeof(cairn__block_q5_K) == 176, "Q5_K block layout");
 _Static_assert(sizeof(cairn__block_q6_K) == 210, "Q6_K block layout");
+_Static_assert(sizeof(cairn__block_iq4_nl) == 18, "IQ4_NL block layout");
+_Static_assert(sizeof(cairn__block_iq4_xs) == 136, "IQ4_XS block layout");
+
+const int8_t cairn__iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                        1,    13,   25,  38,  53,  69,  89,  113};
 
 /* ---- half / bfloat16 ---------------------------------------------------------------------- */
 
@@ -91,9 +99,14 @@ uint64_t cairn__quant_block_elems(uint32_t type)
     case CAIRN__GGML_Q4_1:
     case CAIRN__GGML_Q5_0:
     case CAIRN__GGML_Q5_1:
+    case CAIRN__GGML_IQ4_NL:
         return 32;
+    case CAIRN__GGML_Q2_K:
+    case CAIRN__GGML_Q3_K:
     case CAIRN__GGML_Q4_K:
+    case CAIRN__GGML_Q5_K:
     case CAIRN__GGML_Q6_K:
+    case CAIRN__GGML_IQ4_XS:
         return CAIRN__QK_K;
     default:
         return 0;
@@ -118,10 +131,20 @@ uint64_t cairn__quant_block_bytes(uint32_t type)
         return sizeof(cairn__block_q5_0);
     case CAIRN__GGML_Q5_1:
         return sizeof(cairn__block_q5_1);
+    case CAIRN__GGML_Q2_K:
+        return sizeof(cairn__block_q2_K);
+    case CAIRN__GGML_Q3_K:
+        return sizeof(cairn__block_q3_K);
     case CAIRN__GGML_Q4_K:
         return sizeof(cairn__block_q4_K);
+    case CAIRN__GGML_Q5_K:
+        return sizeof(cairn__block_q5_K);
     case CAIRN__GGML_Q6_K:
         return sizeof(cairn__block_q6_K);
+    case CAIRN__GGML_IQ4_NL:
+        return sizeof(cairn__block_iq4_nl);
+    case CAIRN__GGML_IQ4_XS:
+        return sizeof(cairn__block_iq4_xs);
     default:
         return 0;
     }
@@ -211,10 +234,65 @@ static void dequant_q5(const uint8_t *x, float *y, uint64_t nb, const int min)
     }
 }
 
-static void dequant_q4_K(const uint8_t *x, float *y, uint64_t nb)
+/* in ggml's order: per half (128 values), 4 shifts of the 2-bit fields, each 2 sub-blocks of 16
+ * with d * sc times the quant less dmin * m */
+static void dequant_q2_K(const uint8_t *x, float *y, uint64_t nb)
 {
-    for (uint64_t i = 0; i < nb; i++, x += sizeof(cairn__block_q4_K)) {
-        const uint8_t *q = x + offsetof(cairn__block_q4_K, qs);
+    for (uint64_t i = 0; i < nb; i++, x += sizeof(cairn__block_q2_K)) {
+        const float d = cairn__f16_at(x + offsetof(cairn__block_q2_K, d));
+        const float min = cairn__f16_at(x + offsetof(cairn__block_q2_K, dmin));
+        const uint8_t *q = x + offsetof(cairn__block_q2_K, qs);
+        const uint8_t *sc = x + offsetof(cairn__block_q2_K, scales);
+        int is = 0;
+        for (int n = 0; n < CAIRN__QK_K; n += 128) {
+            for (int shift = 0; shift < 8; shift += 2)
+                for (int k = 0; k < 32; k += 16) { /* the two sub-blocks of this shift */
+                    const float dl = d * (float)(sc[is] & 0xF), ml = min * (float)(sc[is] >> 4);
+                    is++;
+                    for (int l = 0; l < 16; l++)
+                        *y++ = dl * (float)((q[k + l] >> shift) & 3) - ml;
+                }
+            q += 32;
+        }
+    }
+}
+
+/* in ggml's order: per half (128 values), 4 shifts of the 2-bit fields, each 2 sub-blocks of 16
+ * with the scale times the signed quant */
+static void dequant_q3_K(const uint8_t *x, float *y, uint64_t nb)
+{
+    for (uint64_t i = 0; i < nb; i++, x += sizeof(cairn__block_q3_K)) {
+        const float d_all = cairn__f16_at(x + offsetof(cairn__block_q3_K, d));
+        const uint8_t *q = x + offsetof(cairn__block_q3_K, qs);
+        const uint8_t *hm = x + offsetof(cairn__block_q3_K, hmask);
+        int sc[16];
+        cairn__q3_K_scales(x + offsetof(cairn__block_q3_K, scales), sc);
+        int is = 0;
+        uint8_t m = 1;
+        for (int n = 0; n < CAIRN__QK_K; n += 128) {
+            for (int j = 0; j < 4; j++, m = (uint8_t)(m << 1)) {
+                const int shift = 2 * j;
+                float dl = d_all * (float)sc[is++];
+                for (int l = 0; l < 16; l++)
+                    *y++ = dl * (float)(((q[l] >> shift) & 3) - ((hm[l] & m) ? 0 : 4));
+                dl = d_all * (float)sc[is++];
+                for (int l = 0; l < 16; l++)
+                    *y++ = dl * (float)(((q[l + 16] >> shift) & 3) - ((hm[l + 16] & m) ? 0 : 4));
+            }
+            q += 32;
+        }
+    }
+}
+
+/* Q4_K (q5 0) or Q5_K (q5 1: bit j of qh[l] on top of sub-block j's nibble l), whose heads
+ * (d, dmin, scales) are the same bytes */
+static void dequant_q45_K(const uint8_t *x, float *y, uint64_t nb, const int q5)
+{
+    const size_t bb = q5 ? sizeof(cairn__block_q5_K) : sizeof(cairn__block_q4_K);
+    for (uint64_t i = 0; i < nb; i++, x += bb) {
+        const uint8_t *q =
+            x + (q5 ? offsetof(cairn__block_q5_K, qs) : offsetof(cairn__block_q4_K, qs));
+        const uint8_t *qh = x + offsetof(cairn__block_q5_K, qh);
         const uint8_t *scales = x + offsetof(cairn__block_q4_K, scales);
         const float d = cairn__f16_at(x + offsetof(cairn__block_q4_K, d));
         const float min = cairn__f16_at(x + offsetof(cairn__block_q4_K, dmin));
@@ -225,10 +303,11 @@ static void dequant_q4_K(const uint8_t *x, float *y, uint64_t nb)
             const float d1 = d * sc, m1 = min * m;
             q4k_scale_min(is + 1, scales, &sc, &m);
             const float d2 = d * sc, m2 = min * m;
+            const int h1 = q5 << is, h2 = q5 << (is + 1); /* 0 for Q4_K: no fifth bit */
             for (int l = 0; l < 32; l++)
-                *y++ = d1 * (q[l] & 0xF) - m1;
+                *y++ = d1 * ((q[l] & 0xF) + (qh[l] & h1 ? 16 : 0)) - m1;
             for (int l = 0; l < 32; l++)
-                *y++ = d2 * (q[l] >> 4) - m2;
+                *y++ = d2 * ((q[l] >> 4) + (qh[l] & h2 ? 16 : 0)) - m2;
             q += 32;
             is += 2;
         }
@@ -258,6 +337,33 @@ static void dequant_q6_K(const uint8_t *x, float *y, uint64_t nb)
             ql += 64;
             qh += 32;
             sc += 8;
+        }
+    }
+}
+
+static void dequant_iq4_nl(const uint8_t *x, float *y, uint64_t nb)
+{
+    for (uint64_t i = 0; i < nb; i++, x += sizeof(cairn__block_iq4_nl), y += 32) {
+        const float d = cairn__f16_at(x + offsetof(cairn__block_iq4_nl, d));
+        const uint8_t *qs = x + offsetof(cairn__block_iq4_nl, qs);
+        for (int j = 0; j < 16; j++) {
+            y[j] = d * (float)cairn__iq4nl_values[qs[j] & 0xF];
+            y[j + 16] = d * (float)cairn__iq4nl_values[qs[j] >> 4];
+        }
+    }
+}
+
+static void dequant_iq4_xs(const uint8_t *x, float *y, uint64_t nb)
+{
+    for (uint64_t i = 0; i < nb; i++, x += sizeof(cairn__block_iq4_xs)) {
+        const float d = cairn__f16_at(x + offsetof(cairn__block_iq4_xs, d));
+        const uint8_t *qs = x + offsetof(cairn__block_iq4_xs, qs);
+        for (int ib = 0; ib < 8; ib++, qs += 16, y += 32) {
+            const float dl = d * (float)cairn__iq4_xs_scale(x, ib);
+            for (int j = 0; j < 16; j++) {
+                y[j] = dl * (float)cairn__iq4nl_values[qs[j] & 0xF];
+                y[j + 16] = dl * (float)cairn__iq4nl_values[qs[j] >> 4];
+            }
         }
     }
 }
@@ -308,11 +414,26 @@ void cairn__dequant_row(uint32_t type, const void *src, float *dst, uint64_t n)
     case CAIRN__GGML_Q5_1:
         dequant_q5(src, dst, nb, 1);
         break;
+    case CAIRN__GGML_Q2_K:
+        dequant_q2_K(src, dst, nb);
+        break;
+    case CAIRN__GGML_Q3_K:
+        dequant_q3_K(src, dst, nb);
+        break;
     case CAIRN__GGML_Q4_K:
-        dequant_q4_K(src, dst, nb);
+        dequant_q45_K(src, dst, nb, 0);
+        break;
+    case CAIRN__GGML_Q5_K:
+        dequant_q45_K(src, dst, nb, 1);
         break;
     case CAIRN__GGML_Q6_K:
         dequant_q6_K(src, dst, nb);
+        break;
+    case CAIRN__GGML_IQ4_NL:
+        dequant_iq4_nl(src, dst, nb);
+        break;
+    case CAIRN__GGML_IQ4_XS:
+        dequant_iq4_xs(src, dst, nb);
         break;
     default:
         break;
@@ -430,9 +551,94 @@ static void quant_q5_1(const float *x, cairn__block_q5_1 *y, uint64_t nb)
     }
 }
 
-static void quant_q4_K(const float *x, cairn__block_q4_K *y, uint64_t nb)
+/* the value of largest magnitude among x (n), with its sign */
+static float signed_extreme(const float *x, int n)
+{
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < n; j++)
+        if (fabsf(x[j]) > amax) {
+            amax = fabsf(x[j]);
+            max = x[j];
+        }
+    return max;
+}
+
+/* Q2_K as Q4_K with 16 sub-blocks: each sub-block's range [min(x, 0), max] in 4 steps, its
+ * scale and min (>= 0) quantized to 4 bits against super-block scales, the quants re-derived
+ * from the quantized ones */
+static void quant_q2_K(const float *x, cairn__block_q2_K *y, uint64_t nb)
 {
     for (uint64_t i = 0; i < nb; i++) {
+        const float *xb = x + i * CAIRN__QK_K;
+        float scales[16], mins[16], max_scale = 0.0f, max_min = 0.0f;
+        for (int j = 0; j < 16; j++) {
+            float lo = 0.0f, hi = xb[16 * j];
+            for (int l = 0; l < 16; l++) {
+                lo = fminf(lo, xb[16 * j + l]);
+                hi = fmaxf(hi, xb[16 * j + l]);
+            }
+            scales[j] = (hi - lo) / 3.0f;
+            mins[j] = -lo;
+            max_scale = fmaxf(max_scale, scales[j]);
+            max_min = fmaxf(max_min, mins[j]);
+        }
+        y[i].d = cairn__f32_to_f16(max_scale / 15.0f);
+        y[i].dmin = cairn__f32_to_f16(max_min / 15.0f);
+        const float dq = cairn__f16_to_f32(y[i].d), dminq = cairn__f16_to_f32(y[i].dmin);
+        memset(y[i].qs, 0, sizeof y[i].qs);
+        for (int j = 0; j < 16; j++) {
+            const int ls = dq > 0.0f ? clampi((int)nearbyintf(scales[j] / dq), 0, 15) : 0;
+            const int lm = dminq > 0.0f ? clampi((int)nearbyintf(mins[j] / dminq), 0, 15) : 0;
+            y[i].scales[j] = (uint8_t)(ls | (lm << 4));
+            const float sd = dq * (float)ls, sm = dminq * (float)lm;
+            for (int l = 0; l < 16; l++) {
+                const int e = 16 * j + l, g = e / 32;
+                const int q = sd > 0.0f ? clampi((int)nearbyintf((xb[e] + sm) / sd), 0, 3) : 0;
+                y[i].qs[32 * (g / 4) + e % 32] |= (uint8_t)(q << (2 * (g % 4)));
+            }
+        }
+    }
+}
+
+/* Q3_K, symmetric as Q6_K: each sub-block's signed extreme maps to quant -4, and the sub-block
+ * scale of largest magnitude to -32 */
+static void quant_q3_K(const float *x, cairn__block_q3_K *y, uint64_t nb)
+{
+    for (uint64_t i = 0; i < nb; i++) {
+        const float *xb = x + i * CAIRN__QK_K;
+        float scales[16];
+        for (int j = 0; j < 16; j++)
+            scales[j] = signed_extreme(xb + 16 * j, 16) / -4.0f;
+        y[i].d = cairn__f32_to_f16(signed_extreme(scales, 16) / -32.0f);
+        const float dq = cairn__f16_to_f32(y[i].d);
+        memset(y[i].scales, 0, sizeof y[i].scales);
+        memset(y[i].hmask, 0, sizeof y[i].hmask);
+        memset(y[i].qs, 0, sizeof y[i].qs);
+        for (int j = 0; j < 16; j++) {
+            const int ls = dq != 0.0f ? clampi((int)nearbyintf(scales[j] / dq), -32, 31) : 0;
+            const int u = ls + 32; /* the stored 6 bits */
+            y[i].scales[j % 8] |= (uint8_t)((u & 0xF) << (4 * (j / 8)));
+            y[i].scales[8 + j % 4] |= (uint8_t)((u >> 4) << (2 * (j / 4)));
+            const float s = dq * (float)ls;
+            for (int l = 0; l < 16; l++) {
+                const int e = 16 * j + l, g = e / 32, k = e % 32;
+                const int q =
+                    (s != 0.0f ? clampi((int)nearbyintf(xb[e] / s), -4, 3) : 0) + 4; /* 0..7 */
+                y[i].qs[32 * (g / 4) + k] |= (uint8_t)((q & 3) << (2 * (g % 4)));
+                y[i].hmask[k] |= (uint8_t)((q >> 2) << g);
+            }
+        }
+    }
+}
+
+/* Q4_K (q5 0: quants 0..15) or Q5_K (q5 1: 0..31, the fifth bits into qh); y: nb blocks */
+static void quant_q45_K(const float *x, uint8_t *y, uint64_t nb, const int q5)
+{
+    const int qmax = q5 ? 31 : 15;
+    const size_t bb = q5 ? sizeof(cairn__block_q5_K) : sizeof(cairn__block_q4_K);
+    for (uint64_t i = 0; i < nb; i++, y += bb) {
+        /* the head is Q4_K's in both types */
+        cairn__block_q4_K *hd = (cairn__block_q4_K *)(void *)y;
         const float *xb = x + i * CAIRN__QK_K;
         float scales[8], mins[8]; /* value ~= scale * q - min, min >= 0 */
         float max_scale = 0.0f, max_min = 0.0f;
@@ -444,30 +650,30 @@ static void quant_q4_K(const float *x, cairn__block_q4_K *y, uint64_t nb)
             }
             if (lo > 0.0f) /* the min is stored as a non-negative offset */
                 lo = 0.0f;
-            scales[j] = (hi - lo) / 15.0f;
+            scales[j] = (hi - lo) / (float)qmax;
             mins[j] = -lo;
             max_scale = fmaxf(max_scale, scales[j]);
             max_min = fmaxf(max_min, mins[j]);
         }
         const float d = max_scale / 63.0f, dmin = max_min / 63.0f;
-        y[i].d = cairn__f32_to_f16(d);
-        y[i].dmin = cairn__f32_to_f16(dmin);
+        hd->d = cairn__f32_to_f16(d);
+        hd->dmin = cairn__f32_to_f16(dmin);
         /* quantize against the f16-rounded super scales, the ones the dequantizer will use */
-        const float dq = cairn__f16_to_f32(y[i].d), dminq = cairn__f16_to_f32(y[i].dmin);
+        const float dq = cairn__f16_to_f32(hd->d), dminq = cairn__f16_to_f32(hd->dmin);
         uint8_t ls[8], lm[8];
         for (int j = 0; j < 8; j++) {
             ls[j] = (uint8_t)(dq > 0.0f ? clampi((int)nearbyintf(scales[j] / dq), 0, 63) : 0);
             lm[j] = (uint8_t)(dminq > 0.0f ? clampi((int)nearbyintf(mins[j] / dminq), 0, 63) : 0);
         }
-        memset(y[i].scales, 0, sizeof y[i].scales);
+        memset(hd->scales, 0, sizeof hd->scales);
         for (int j = 0; j < 8; j++) {
             if (j < 4) {
-                y[i].scales[j] = ls[j];
-                y[i].scales[j + 4] = lm[j];
+                hd->scales[j] = ls[j];
+                hd->scales[j + 4] = lm[j];
             } else {
-                y[i].scales[j + 4] = (uint8_t)((ls[j] & 0xF) | ((lm[j] & 0xF) << 4));
-                y[i].scales[j - 4] |= (uint8_t)((ls[j] >> 4) << 6);
-                y[i].scales[j] |= (uint8_t)((lm[j] >> 4) << 6);
+                hd->scales[j + 4] = (uint8_t)((ls[j] & 0xF) | ((lm[j] & 0xF) << 4));
+                hd->scales[j - 4] |= (uint8_t)((ls[j] >> 4) << 6);
+                hd->scales[j] |= (uint8_t)((lm[j] >> 4) << 6);
             }
         }
         uint8_t L[CAIRN__QK_K];
@@ -476,14 +682,21 @@ static void quant_q4_K(const float *x, cairn__block_q4_K *y, uint64_t nb)
             for (int l = 0; l < 32; l++) {
                 const float v = xb[32 * j + l];
                 L[32 * j + l] =
-                    (uint8_t)(sd > 0.0f ? clampi((int)nearbyintf((v + sm) / sd), 0, 15) : 0);
+                    (uint8_t)(sd > 0.0f ? clampi((int)nearbyintf((v + sm) / sd), 0, qmax) : 0);
             }
         }
-        uint8_t *q = y[i].qs;
+        uint8_t *q = y + (q5 ? offsetof(cairn__block_q5_K, qs) : offsetof(cairn__block_q4_K, qs));
         for (int j = 0; j < CAIRN__QK_K; j += 64) {
             for (int l = 0; l < 32; l++)
-                q[l] = (uint8_t)(L[j + l] | (L[j + l + 32] << 4));
+                q[l] = (uint8_t)((L[j + l] & 0xF) | ((L[j + l + 32] & 0xF) << 4));
             q += 32;
+        }
+        if (q5) {
+            uint8_t *qh = y + offsetof(cairn__block_q5_K, qh);
+            memset(qh, 0, CAIRN__QK_K / 8);
+            for (int j = 0; j < 8; j++)
+                for (int l = 0; l < 32; l++)
+                    qh[l] |= (uint8_t)((L[32 * j + l] >> 4) << j);
         }
     }
 }
@@ -535,6 +748,60 @@ static void quant_q6_K(const float *x, cairn__block_q6_K *y, uint64_t nb)
     }
 }
 
+/* the index of the IQ4_NL level nearest v */
+static int iq4_nearest(float v)
+{
+    int best = 0;
+    for (int k = 1; k < 16; k++)
+        if (fabsf(v - (float)cairn__iq4nl_values[k]) < fabsf(v - (float)cairn__iq4nl_values[best]))
+            best = k;
+    return best;
+}
+
+/* 32 values at x against the scale d (the dequantizer's, f16-rounded) -> 16 bytes of indices,
+ * each the nearest level; d 0 picks level 1 (index 8), which times 0 is 0 */
+static void iq4_pack(const float *x, float d, uint8_t qs[16])
+{
+    uint8_t q[32];
+    for (int j = 0; j < 32; j++)
+        q[j] = (uint8_t)(d != 0.0f ? iq4_nearest(x[j] / d) : 8);
+    for (int j = 0; j < 16; j++)
+        qs[j] = (uint8_t)(q[j] | (q[j + 16] << 4));
+}
+
+/* IQ4_NL: the block's signed extreme maps to the lowest level, -127 (as ggml's reference does
+ * before its search for a better scale, which this leaves out) */
+static void quant_iq4_nl(const float *x, cairn__block_iq4_nl *y, uint64_t nb)
+{
+    for (uint64_t i = 0; i < nb; i++) {
+        y[i].d = cairn__f32_to_f16(signed_extreme(x + 32 * i, 32) / (float)cairn__iq4nl_values[0]);
+        iq4_pack(x + 32 * i, cairn__f16_to_f32(y[i].d), y[i].qs);
+    }
+}
+
+/* IQ4_XS: each sub-block's signed extreme would map to level -127 (IQ4_NL's scale), and those 8
+ * scales are quantized to 6 bits against a super-block scale, the largest to -32 */
+static void quant_iq4_xs(const float *x, cairn__block_iq4_xs *y, uint64_t nb)
+{
+    for (uint64_t i = 0; i < nb; i++) {
+        const float *xb = x + i * CAIRN__QK_K;
+        float scales[8];
+        for (int ib = 0; ib < 8; ib++)
+            scales[ib] = signed_extreme(xb + 32 * ib, 32) / (float)cairn__iq4nl_values[0];
+        y[i].d = cairn__f32_to_f16(signed_extreme(scales, 8) / -32.0f);
+        const float dq = cairn__f16_to_f32(y[i].d);
+        y[i].scales_h = 0;
+        memset(y[i].scales_l, 0, sizeof y[i].scales_l);
+        for (int ib = 0; ib < 8; ib++) {
+            const int ls = dq != 0.0f ? clampi((int)nearbyintf(scales[ib] / dq), -32, 31) : 0;
+            const int u = ls + 32;
+            y[i].scales_l[ib / 2] |= (uint8_t)((u & 0xF) << (4 * (ib % 2)));
+            y[i].scales_h |= (uint16_t)((u >> 4) << (2 * ib));
+            iq4_pack(xb + 32 * ib, dq * (float)ls, y[i].qs + 16 * ib);
+        }
+    }
+}
+
 int cairn__quant_row(uint32_t type, const float *src, void *dst, uint64_t n)
 {
     const uint64_t be = cairn__quant_block_elems(type);
@@ -574,11 +841,26 @@ int cairn__quant_row(uint32_t type, const float *src, void *dst, uint64_t n)
     case CAIRN__GGML_Q5_1:
         quant_q5_1(src, dst, nb);
         break;
+    case CAIRN__GGML_Q2_K:
+        quant_q2_K(src, dst, nb);
+        break;
+    case CAIRN__GGML_Q3_K:
+        quant_q3_K(src, dst, nb);
+        break;
     case CAIRN__GGML_Q4_K:
-        quant_q4_K(src, dst, nb);
+        quant_q45_K(src, dst, nb, 0);
+        break;
+    case CAIRN__GGML_Q5_K:
+        quant_q45_K(src, dst, nb, 1);
         break;
     case CAIRN__GGML_Q6_K:
         quant_q6_K(src, dst, nb);
+        break;
+    case CAIRN__GGML_IQ4_NL:
+        quant_iq4_nl(src, dst, nb);
+        break;
+    case CAIRN__GGML_IQ4_XS:
+        quant_iq4_xs(src, dst, nb);
         break;
     default:
         return CAIRN_EUNSUPPORTED;

@@ -1,16 +1,17 @@
 /* gpu/quant.h - ggml-compatible weight formats: block layouts, (de)quantizers, f16/bf16.
  *
  * Types are the GGUF numbers of enum cairn__ggml_type (gpu/gguf.h): F32, F16, BF16, Q8_0,
- * Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K. Block layouts are bit-for-bit those of ggml, so tensors read
- * from any GGUF file dequantize to exactly what llama.cpp would compute, and files written by the
- * test writer with cairn__quant_row load in llama.cpp.
+ * Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS. Block layouts are
+ * bit-for-bit those of ggml, so tensors read from any GGUF file dequantize to exactly what
+ * llama.cpp would compute, and files written by the test writer with cairn__quant_row load in
+ * llama.cpp.
  */
 #ifndef CAIRN_GPU_QUANT_H
 #define CAIRN_GPU_QUANT_H
 
 #include <stddef.h>
 #include <stdint.h>
-#include <string.h> /* memcpy in cairn__f16_at */
+#include <string.h> /* memcpy in the inline readers below */
 
 #ifdef __cplusplus
 extern "C" {
@@ -53,6 +54,53 @@ typedef struct {
     uint8_t qs[CAIRN__QK4_0 / 2]; /* the low 4 bits */
 } cairn__block_q5_1;              /* 24 bytes; value = q * d + m */
 
+/* Q2_K: 16 sub-blocks of 16, each with a 4-bit scale (low nibble of scales[s]) and a 4-bit min
+ * (high nibble), 2-bit quants laid out as Q3_K's low 2 bits: element 32g + l takes bits
+ * 2(g % 4).. of qs[32(g / 4) + l]. */
+typedef struct {
+    uint8_t scales[CAIRN__QK_K / 16]; /* scale | min << 4 per sub-block */
+    uint8_t qs[CAIRN__QK_K / 4];      /* the 2-bit quants */
+    uint16_t d;                       /* super-block scale for the scales */
+    uint16_t dmin;                    /* super-block scale for the mins */
+} cairn__block_q2_K;                  /* 84 bytes; value = d * sc * q - dmin * m */
+
+/* Q3_K: 16 sub-blocks of 16 with a 6-bit scale each (minus 32), 3-bit quants (minus 4). Element
+ * 32g + l (group g of 32, l < 32) takes bits 2(g % 4).. of qs[32(g / 4) + l] and bit g of
+ * hmask[l] as its third bit; its scale is that of sub-block (32g + l) / 16. */
+typedef struct {
+    uint8_t hmask[CAIRN__QK_K / 8]; /* the third bits */
+    uint8_t qs[CAIRN__QK_K / 4];    /* the low 2 bits */
+    uint8_t scales[12];             /* 16 scales of 6 bits, packed (cairn__q3_K_scales) */
+    uint16_t d;                     /* super-block scale */
+} cairn__block_q3_K;                /* 110 bytes; value = d * (sc - 32) * (q - 4) */
+
+/* The 16 stored scales (6 bits, 0..63: the scale plus 32) of a Q3_K block from its 12 packed bytes
+ * s: scale k has its low 4 bits in the low (k < 8) or high (k >= 8) nibble of s[k % 8] and its
+ * high 2 bits at bit 2 (k / 4) of s[8 + k % 4]. Four scales a 32-bit word (byte j of word i is
+ * scale 4i + j, the files' little-endian order), as ggml unpacks them: the kernels call this once
+ * per 256 weights. */
+static inline void cairn__q3_K_scales_u6(const uint8_t *s, uint8_t u[16])
+{
+    uint32_t a0, a1, t;
+    memcpy(&a0, s, 4);
+    memcpy(&a1, s + 4, 4);
+    memcpy(&t, s + 8, 4);
+    const uint32_t m4 = 0x0F0F0F0Fu, m2 = 0x03030303u;
+    const uint32_t w[4] = {(a0 & m4) | ((t & m2) << 4), (a1 & m4) | (((t >> 2) & m2) << 4),
+                           ((a0 >> 4) & m4) | (((t >> 4) & m2) << 4),
+                           ((a1 >> 4) & m4) | (((t >> 6) & m2) << 4)};
+    memcpy(u, w, 16);
+}
+
+/* The 16 scales of a Q3_K block as signed values (the stored 6 bits minus 32). */
+static inline void cairn__q3_K_scales(const uint8_t *s, int sc[16])
+{
+    uint8_t u[16];
+    cairn__q3_K_scales_u6(s, u);
+    for (int k = 0; k < 16; k++)
+        sc[k] = u[k] - 32;
+}
+
 typedef struct {
     uint16_t d;                  /* super-block scale for the 6-bit sub-block scales */
     uint16_t dmin;               /* super-block scale for the 6-bit sub-block mins */
@@ -61,12 +109,51 @@ typedef struct {
                                     low nibbles first 32, high nibbles next 32 */
 } cairn__block_q4_K;             /* 144 bytes; value = d*sc[j]*q - dmin*m[j], j = i/32 */
 
+/* Q4_K with a fifth bit per weight: element 32j + l (sub-block j) has bit j of qh[l] on top of
+ * its nibble (the nibbles laid out as in Q4_K) */
+typedef struct {
+    uint16_t d;    /* as in Q4_K: the super-block scales and the packed 6-bit */
+    uint16_t dmin; /* sub-block scales and mins */
+    uint8_t scales[12];
+    uint8_t qh[CAIRN__QK_K / 8]; /* the fifth bits */
+    uint8_t qs[CAIRN__QK_K / 2]; /* the low 4 bits, as Q4_K's qs */
+} cairn__block_q5_K;             /* 176 bytes; value = d*sc[j]*q - dmin*m[j], j = i/32 */
+
 typedef struct {
     uint8_t ql[CAIRN__QK_K / 2];     /* low 4 bits of the 6-bit quants */
     uint8_t qh[CAIRN__QK_K / 4];     /* high 2 bits */
     int8_t scales[CAIRN__QK_K / 16]; /* one int8 scale per 16 weights */
     uint16_t d;                      /* super-block scale */
 } cairn__block_q6_K;                 /* 210 bytes; value = d * scales[i/16] * (q - 32) */
+
+/* IQ4_NL: Q4_0's layout with a non-linear code book: the 4-bit index picks one of 16 int8 levels
+ * (cairn__iq4nl_values, ggml's kvalues_iq4nl), denser near zero where weights cluster. */
+typedef struct {
+    uint16_t d;                   /* scale */
+    uint8_t qs[CAIRN__QK4_0 / 2]; /* element i in the low nibble of qs[i], i+16 in the high */
+} cairn__block_iq4_nl;            /* 18 bytes; value = d * cairn__iq4nl_values[q] */
+
+/* The 16 levels of IQ4_NL, ascending (ggml's kvalues_iq4nl). */
+extern const int8_t cairn__iq4nl_values[16];
+
+/* IQ4_XS: IQ4_NL's levels in super-blocks of 256: 8 sub-blocks of 32, each laid out as an IQ4_NL
+ * block's quants, with a 6-bit scale (minus 32): low 4 bits in nibble ib % 2 of scales_l[ib / 2],
+ * high 2 bits at bit 2 ib of scales_h. */
+typedef struct {
+    uint16_t d;                         /* super-block scale */
+    uint16_t scales_h;                  /* the scales' high bits */
+    uint8_t scales_l[CAIRN__QK_K / 64]; /* the scales' low bits */
+    uint8_t qs[CAIRN__QK_K / 2];        /* sub-block ib: qs[16 ib..], as an IQ4_NL block's */
+} cairn__block_iq4_xs; /* 136 bytes; value = d * (sc - 32) * cairn__iq4nl_values[q] */
+
+/* The scale of sub-block ib (0..7) of the IQ4_XS block at w (any alignment), minus 32. */
+static inline int cairn__iq4_xs_scale(const uint8_t *w, int ib)
+{
+    uint16_t h;
+    memcpy(&h, w + offsetof(cairn__block_iq4_xs, scales_h), 2);
+    const uint8_t l = w[offsetof(cairn__block_iq4_xs, scales_l) + ib / 2];
+    return (((l >> (4 * (ib % 2))) & 0xF) | (((h >> (2 * ib)) & 3) << 4)) - 32;
+}
 
 /* A weight matrix W (rows, cols), row-major in its ggml storage type: `rows` rows of `cols`
  * elements each, row r starting at data + r * row_bytes (a ggml tensor with ne = [cols, rows]).

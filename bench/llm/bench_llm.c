@@ -28,7 +28,7 @@
  * speed over the float row's: what halving the bytes attention reads gains at that position
  * (--prompt 1024 puts the decode where the cache outweighs small models' weights).
  *
- *   bench-llm [--sizes 15M,110M,500M,1B,2B,Q0.5B,8B] [--types F32,Q8_0,Q4_0,Q4_K,Q6_K,F16,BF16]
+ *   bench-llm [--sizes 15M,110M,500M,1B,2B,Q0.5B,8B] [--types F32,Q8_0,Q4_0,Q4_K,Q6_K,...]
  *             [--threads N] [--prompt N] [--gen N] [--backend cpu|cuda|both]
  *             [--cache f32|f16|f32,f16] [--json]
  *
@@ -287,10 +287,11 @@ int main(int argc, char **argv)
                 fprintf(stderr, "bench-llm: unknown type '%s'\n", tn);
                 return 64;
             }
-            if ((ty == CAIRN__GGML_Q4_K || ty == CAIRN__GGML_Q6_K) &&
-                (sh->dim % 256 || sh->ff % 256)) {
-                fprintf(stderr, "bench-llm: %s needs dims that are multiples of 256; skipping %s\n",
-                        tn, sh->name);
+            const int64_t be = (int64_t)cairn__quant_block_elems(ty);
+            if (be > 1 && (sh->dim % be || sh->ff % be)) {
+                fprintf(stderr,
+                        "bench-llm: %s needs dims that are multiples of %lld; skipping %s\n", tn,
+                        (long long)be, sh->name);
                 continue;
             }
             mk_spec s;

@@ -8,12 +8,12 @@
  * once, so the kernels work directly on the quantized blocks, one output row per dot product
  * (every row is summed by one thread in one order, so no result depends on timing or on which
  * thread ran it). Each thread gets one contiguous share of the rows and then helps with the
- * others' (mv_shares). For the quantized types (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K) the
- * activation vector is first rounded to int8 blocks of 32 and the inner loops are integer dot
- * products, as in llama.cpp; the float types multiply in float. The int8 kernels are bound by their
- * arithmetic unless it is cheap, so they take up to 4 rows at once (sharing the activation loads, 4
- * independent accumulator chains) and prefetch ahead; each row still gets the same arithmetic, so
- * results do not depend on the grouping.
+ * others' (mv_shares). For the quantized types (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q3_K, Q4_K, Q5_K,
+ * Q6_K) the activation vector is first rounded to int8 blocks of 32 and the inner loops are integer
+ * dot products, as in llama.cpp; the float types multiply in float. The int8 kernels are bound by
+ * their arithmetic unless it is cheap, so they take up to 4 rows at once (sharing the activation
+ * loads, 4 independent accumulator chains) and prefetch ahead; each row still gets the same
+ * arithmetic, so results do not depend on the grouping.
  *
  * Each kernel exists as portable C (kernels_ref.c) and as an AVX2+FMA(+F16C) version, some also as
  * AVX-512 (with VNNI and VBMI), compiled with __attribute__((target)) and picked at run time from
@@ -58,7 +58,8 @@ typedef void (*rows_fn)(const uint8_t *w, size_t row_bytes, int nr, const void *
 /* ==== dispatch ================================================================================ */
 
 typedef struct {
-    dot_fn f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_K, q6_K;
+    dot_fn f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_nl,
+        iq4_xs;
     rows_fn q4_0_rows, q8_0_rows; /* NULL: row by row with q4_0 / q8_0 */
     /* NULL, or what q4_0_rows / q8_0_rows want instead of the xq8 blocks: x rearranged into
      * dst, the start of what they wrote returned */
@@ -69,6 +70,7 @@ typedef struct {
     /* NULL, or one Q4_K / Q6_K row against two tokens (the prompt's products): each result bit
      * for bit q4_K's / q6_K's */
     void (*q4_K_2)(const uint8_t *w, const void *xa, const void *xb, int64_t n, float *out);
+    void (*q5_K_2)(const uint8_t *w, const void *xa, const void *xb, int64_t n, float *out);
     void (*q6_K_2)(const uint8_t *w, const void *xa, const void *xb, int64_t n, float *out);
     /* NULL, or a row's dequantization for some types (0 for the others: cairn__dequant_row) */
     int (*dequant)(uint32_t type, const uint8_t *src, float *dst, int64_t n);
@@ -88,8 +90,13 @@ static const dot_table dots_scalar = {.f32 = cairn__dot_f32_ref,
                                       .q4_1 = cairn__dot_q4_1_ref,
                                       .q5_0 = cairn__dot_q5_0_ref,
                                       .q5_1 = cairn__dot_q5_1_ref,
+                                      .q2_K = cairn__dot_q2_K_ref,
+                                      .q3_K = cairn__dot_q3_K_ref,
                                       .q4_K = cairn__dot_q4_K_ref,
+                                      .q5_K = cairn__dot_q5_K_ref,
                                       .q6_K = cairn__dot_q6_K_ref,
+                                      .iq4_nl = cairn__dot_iq4_nl_ref,
+                                      .iq4_xs = cairn__dot_iq4_xs_ref,
                                       .axpy = cairn__axpy_ref,
                                       .quant_x = cairn__quant_x_ref,
                                       .isa = "scalar",
@@ -103,8 +110,13 @@ static const dot_table dots_avx2 = {.f32 = cairn__dot_f32_avx2,
                                     .q4_1 = cairn__dot_q4_1_avx2,
                                     .q5_0 = cairn__dot_q5_0_avx2,
                                     .q5_1 = cairn__dot_q5_1_avx2,
+                                    .q2_K = cairn__dot_q2_K_avx2,
+                                    .q3_K = cairn__dot_q3_K_avx2,
                                     .q4_K = cairn__dot_q4_K_avx2,
+                                    .q5_K = cairn__dot_q5_K_avx2,
                                     .q6_K = cairn__dot_q6_K_avx2,
+                                    .iq4_nl = cairn__dot_iq4_nl_avx2,
+                                    .iq4_xs = cairn__dot_iq4_xs_avx2,
                                     .axpy = cairn__axpy_avx2,
                                     .q4_0_rows = cairn__q4_0_rows_avx2,
                                     .quant_x = cairn__quant_x_avx2,
@@ -122,8 +134,13 @@ static const dot_table dots_avx512 = {.f32 = cairn__dot_f32_avx512,
                                       .q4_1 = cairn__dot_q4_1_avx512,
                                       .q5_0 = cairn__dot_q5_0_avx512,
                                       .q5_1 = cairn__dot_q5_1_avx512,
+                                      .q2_K = cairn__dot_q2_K_avx512,
+                                      .q3_K = cairn__dot_q3_K_avx512,
                                       .q4_K = cairn__dot_q4_K_avx512,
+                                      .q5_K = cairn__dot_q5_K_avx512,
                                       .q6_K = cairn__dot_q6_K_avx512,
+                                      .iq4_nl = cairn__dot_iq4_nl_avx512,
+                                      .iq4_xs = cairn__dot_iq4_xs_avx512,
                                       .axpy = cairn__axpy_avx512,
                                       .q4_0_rows = cairn__q4_0_rows_avx512,
                                       .q4_0_prep = cairn__q4_0_prep_avx512,
@@ -131,6 +148,7 @@ static const dot_table dots_avx512 = {.f32 = cairn__dot_f32_avx512,
                                       .q8_0_prep = cairn__q8_0_prep_avx512,
                                       .quant_x = cairn__quant_x_avx2,
                                       .q4_K_2 = cairn__dot2_q4_K_avx512,
+                                      .q5_K_2 = cairn__dot2_q5_K_avx512,
                                       .q6_K_2 = cairn__dot2_q6_K_avx512,
                                       .dequant = cairn__dequant_avx2,
                                       .isa = "avx512",
@@ -269,8 +287,18 @@ static dot_fn dot_for(const dot_table *t, uint32_t type)
         return t->q5_1;
     case CAIRN__GGML_Q4_K:
         return t->q4_K;
+    case CAIRN__GGML_Q2_K:
+        return t->q2_K;
+    case CAIRN__GGML_Q3_K:
+        return t->q3_K;
+    case CAIRN__GGML_Q5_K:
+        return t->q5_K;
     case CAIRN__GGML_Q6_K:
         return t->q6_K;
+    case CAIRN__GGML_IQ4_NL:
+        return t->iq4_nl;
+    case CAIRN__GGML_IQ4_XS:
+        return t->iq4_xs;
     default:
         return NULL;
     }
@@ -278,7 +306,11 @@ static dot_fn dot_for(const dot_table *t, uint32_t type)
 
 /* The quantized types and the activation their dot products take: the K-quants cairn__xk
  * blocks, the others the int8 blocks themselves. */
-static int is_kquant(uint32_t type) { return type == CAIRN__GGML_Q4_K || type == CAIRN__GGML_Q6_K; }
+static int is_kquant(uint32_t type)
+{
+    return type == CAIRN__GGML_Q2_K || type == CAIRN__GGML_Q3_K || type == CAIRN__GGML_Q4_K ||
+           type == CAIRN__GGML_Q5_K || type == CAIRN__GGML_Q6_K;
+}
 
 static int takes_xq8(uint32_t type)
 {
@@ -288,6 +320,8 @@ static int takes_xq8(uint32_t type)
     case CAIRN__GGML_Q4_1:
     case CAIRN__GGML_Q5_0:
     case CAIRN__GGML_Q5_1:
+    case CAIRN__GGML_IQ4_NL:
+    case CAIRN__GGML_IQ4_XS:
         return 1;
     default:
         return 0;
@@ -647,6 +681,7 @@ static void mm8_rows_range(void *arg, int64_t a, int64_t b, int ith)
     /* two tokens a row where the ISA has a kernel for that (the weights unpacked once) */
     void (*const two)(const uint8_t *, const void *, const void *, int64_t, float *) =
         j->W->type == CAIRN__GGML_Q4_K   ? j->t->q4_K_2
+        : j->W->type == CAIRN__GGML_Q5_K ? j->t->q5_K_2
         : j->W->type == CAIRN__GGML_Q6_K ? j->t->q6_K_2
                                          : NULL;
     for (int64_t g = a; g < b; g++) {

@@ -37,9 +37,9 @@ void cairn__kernels_force_scalar(int on);
 size_t cairn__matvec_scratch_bytes(int64_t cols);
 
 /* W (rows, cols) @ x (cols) -> out (rows), rows split over the pool's threads.
- * For quantized weights (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K) x is first rounded to int8 per
- * 32 elements (into scratch) and the products are int8 dot products, as llama.cpp does; the float
- * types (F32, F16, BF16) use x in float. */
+ * For quantized weights (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) x is first
+ * rounded to int8 per 32 elements (into scratch) and the products are int8 dot products, as
+ * llama.cpp does; the float types (F32, F16, BF16) use x in float. */
 void cairn__matvec(cairn__pool *p, const cairn__mat *W, const float *x, float *out, void *scratch);
 
 /* Several products of one input in one pass of the pool (at most 4 matrices, all with the
@@ -52,12 +52,13 @@ void cairn__matvec_n(cairn__pool *p, const cairn__mat *const *W, int n, const fl
  * path's prepared activations, whichever is larger). */
 size_t cairn__matmul_scratch_bytes(const cairn__mat *W);
 /* W (rows, cols) @ X^T: X (n, cols) -> OUT (n, rows), row-major with leading dimension rows.
- * Quantized weights (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K): the decode kernels on each token,
- * over groups of rows kept in cache, each token's output bit for bit cairn__matvec's
- * (cairn__cpu_prompt_int8, below). Otherwise in float: dequantizes W a tile at a time (F32 weights
- * are used in place) and multiplies with sgemm (OpenBLAS where cairn__blas_on(), a threaded plain
- * loop otherwise); up to 16 tokens, each thread dequantizes a row at a time and dots it with every
- * token (no tiles, no hand-offs); results match cairn__matvec to float rounding. */
+ * Quantized weights (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K): the decode
+ * kernels on each token, over groups of rows kept in cache, each token's output bit for bit
+ * cairn__matvec's (cairn__cpu_prompt_int8, below). Otherwise in float: dequantizes W a tile at a
+ * time (F32 weights are used in place) and multiplies with sgemm (OpenBLAS where cairn__blas_on(),
+ * a threaded plain loop otherwise); up to 16 tokens, each thread dequantizes a row at a time and
+ * dots it with every token (no tiles, no hand-offs); results match cairn__matvec to float rounding.
+ */
 void cairn__matmul(cairn__pool *p, const cairn__mat *W, const float *X, int64_t n, float *OUT,
                    float *scratch);
 /* 1 (the default): cairn__matmul multiplies the quantized weights with the decode
@@ -154,8 +155,9 @@ static inline cairn__q4_K_head cairn__q4_K_head_of(const uint8_t *w)
     } while (0)
 
 /* A dot product: one row w (n elements of its type) . x (n) -> float, with xq = x as int8
- * blocks (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1) or as cairn__xk blocks (Q4_K, Q6_K); the float types read
- * x; xs is unused. Every level's dot products have this signature. */
+ * blocks (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS) or as cairn__xk blocks (Q2_K, Q3_K, Q4_K,
+ * Q5_K, Q6_K); the float types read x; xs is unused. Every level's dot products have this
+ * signature. */
 typedef float cairn__dot_fn(const uint8_t *w, const float *x, const void *xq, const float *xs,
                             int64_t n);
 
@@ -164,7 +166,8 @@ typedef float cairn__dot_fn(const uint8_t *w, const float *x, const void *xq, co
  * ISA quantizes x identically); y (n) += a * x (n). */
 cairn__dot_fn cairn__dot_f32_ref, cairn__dot_f16_ref, cairn__dot_bf16_ref, cairn__dot_q8_0_ref,
     cairn__dot_q4_0_ref, cairn__dot_q4_1_ref, cairn__dot_q5_0_ref, cairn__dot_q5_1_ref,
-    cairn__dot_q4_K_ref, cairn__dot_q6_K_ref;
+    cairn__dot_q2_K_ref, cairn__dot_q3_K_ref, cairn__dot_q4_K_ref, cairn__dot_q5_K_ref,
+    cairn__dot_q6_K_ref, cairn__dot_iq4_nl_ref, cairn__dot_iq4_xs_ref;
 void cairn__quant_x_ref(const float *x, cairn__xq8_block *y, int64_t nb);
 void cairn__axpy_ref(float *y, float a, const float *x, int64_t n);
 
@@ -172,7 +175,8 @@ void cairn__axpy_ref(float *y, float a, const float *x, int64_t n);
  * cairn__kernels_level() >= 1). */
 cairn__dot_fn cairn__dot_f32_avx2, cairn__dot_f16_avx2, cairn__dot_bf16_avx2, cairn__dot_q8_0_avx2,
     cairn__dot_q4_0_avx2, cairn__dot_q4_1_avx2, cairn__dot_q5_0_avx2, cairn__dot_q5_1_avx2,
-    cairn__dot_q4_K_avx2, cairn__dot_q6_K_avx2;
+    cairn__dot_q2_K_avx2, cairn__dot_q3_K_avx2, cairn__dot_q4_K_avx2, cairn__dot_q5_K_avx2,
+    cairn__dot_q6_K_avx2, cairn__dot_iq4_nl_avx2, cairn__dot_iq4_xs_avx2;
 /* Q4_0 rows (nr, n) of stride rb bytes . x (n) -> out (nr), xq: x as int8 blocks */
 void cairn__q4_0_rows_avx2(const uint8_t *w, size_t rb, int nr, const void *xq, int64_t n,
                            float *out);
@@ -202,11 +206,14 @@ void cairn__axpy_avx512(float *y, float a, const float *x, int64_t n);
 /* The dot products of F32, F16 and BF16 weights (64 a pass), of the K-quants (VNNI) and of
  * Q4_1, Q5_0 and Q5_1 (VNNI, the fifth bits from a mask register) */
 cairn__dot_fn cairn__dot_f32_avx512, cairn__dot_f16_avx512, cairn__dot_bf16_avx512,
-    cairn__dot_q4_K_avx512, cairn__dot_q6_K_avx512, cairn__dot_q4_1_avx512, cairn__dot_q5_0_avx512,
-    cairn__dot_q5_1_avx512;
+    cairn__dot_q2_K_avx512, cairn__dot_q3_K_avx512, cairn__dot_q4_K_avx512, cairn__dot_q5_K_avx512,
+    cairn__dot_q6_K_avx512, cairn__dot_q4_1_avx512, cairn__dot_q5_0_avx512, cairn__dot_q5_1_avx512,
+    cairn__dot_iq4_nl_avx512, cairn__dot_iq4_xs_avx512;
 /* One Q4_K row against two tokens' cairn__xk blocks (a prompt's products): out[0], out[1], each
  * bit for bit cairn__dot_q4_K_avx512's, the weights unpacked once */
 void cairn__dot2_q4_K_avx512(const uint8_t *w, const void *xa, const void *xb, int64_t n,
+                             float *out);
+void cairn__dot2_q5_K_avx512(const uint8_t *w, const void *xa, const void *xb, int64_t n,
                              float *out);
 void cairn__dot2_q6_K_avx512(const uint8_t *w, const void *xa, const void *xb, int64_t n,
                              float *out);

@@ -505,23 +505,181 @@ AVX2 float cairn__dot_q5_0_avx2(const uint8_t *w, const float *x, const void *xq
     return hsum256(_mm256_add_ps(acc, acc2));
 }
 
+/* IQ4_NL and IQ4_XS: the nibbles look their int8 levels up with one byte shuffle of the 16-entry
+ * table, then a signed int8 product as Q8_0's (|level| <= 127, so maddubs's pairs stay in
+ * int16). */
+
+/* the 32 levels of the quants at qs (an IQ4_NL block's 16 bytes), in element order */
+AVX2 static inline __m256i iq4_levels(const uint8_t *qs)
+{
+    const __m256i tbl = _mm256_broadcastsi128_si256(
+        _mm_loadu_si128((const __m128i *)(const void *)cairn__iq4nl_values));
+    return _mm256_shuffle_epi8(tbl, nibbles32(qs));
+}
+
+/* w (n) . x (n) -> float; xq: n / 32 int8 blocks */
+AVX2 float cairn__dot_iq4_nl_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs,
+                                  int64_t n)
+{
+    (void)x, (void)xs;
+    const cairn__xq8_block *a = xq;
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()}; /* even, odd blocks */
+    for (int64_t i = 0; i < n / 32; i++, w += sizeof(cairn__block_iq4_nl)) {
+        const __m256i v = iq4_levels(w + offsetof(cairn__block_iq4_nl, qs));
+        const __m256i av = _mm256_loadu_si256((const __m256i *)(const void *)a[i].qs);
+        const __m256 d = _mm256_set1_ps(half_at(w + offsetof(cairn__block_iq4_nl, d)) * a[i].d);
+        acc[i & 1] = _mm256_fmadd_ps(d, dot_i8x32(v, av), acc[i & 1]);
+    }
+    return hsum256(_mm256_add_ps(acc[0], acc[1]));
+}
+
+/* w (n) . x (n) -> float; xq: n / 32 int8 blocks, one per sub-block */
+AVX2 float cairn__dot_iq4_xs_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs,
+                                  int64_t n)
+{
+    (void)x, (void)xs;
+    const cairn__xq8_block *a = xq;
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()}; /* even, odd sub-blocks */
+    for (int64_t i = 0; i < n / CAIRN__QK_K; i++, w += sizeof(cairn__block_iq4_xs)) {
+        const float d = half_at(w + offsetof(cairn__block_iq4_xs, d));
+        for (int ib = 0; ib < 8; ib++) {
+            const cairn__xq8_block *b = &a[8 * i + ib];
+            const __m256i v = iq4_levels(w + offsetof(cairn__block_iq4_xs, qs) + 16 * ib);
+            const __m256i av = _mm256_loadu_si256((const __m256i *)(const void *)b->qs);
+            const __m256 f = _mm256_set1_ps(d * (float)cairn__iq4_xs_scale(w, ib) * b->d);
+            acc[ib & 1] = _mm256_fmadd_ps(f, dot_i8x32(v, av), acc[ib & 1]);
+        }
+    }
+    return hsum256(_mm256_add_ps(acc[0], acc[1]));
+}
+
 /* Q4_K against the int8 activation (cairn__xk_block): per sub-block of 32, the 4-bit quants
  * (unsigned) . the activation in int8, scaled by d * sc * xd; the mins once per super-block,
  * dmin * (m . ds) over the 8 sub-blocks. */
+/* Q2_K and Q3_K against the int8 activation: per group g of 32, the quants unsigned (Q2_K 0..3;
+ * Q3_K 0..7, the hmask bit as 4); lanes 0-3 of the product are sub-block 2g, lanes 4-7 sub-block
+ * 2g + 1, scaled by d * sc * xd (a permute of the 8 factors of the group's half). What the
+ * unsigned quants leave out comes off once per super-block from the activation's sums per 16
+ * (o16 = 32 * sum, exact): Q2_K's mins as (dmin * m * xd) . o16 / 32, Q3_K's -4 as
+ * (d * sc * xd) . o16 / 8. */
+/* w (n) . x (n) -> float; xq: n / 256 cairn__xk blocks; Q2_K (Q3 0) or Q3_K (Q3 1) */
+AVX2 static inline __attribute__((always_inline)) float
+dot_q23_K_avx2(const uint8_t *w, const void *xq, int64_t n, const int Q3)
+{
+    const cairn__xk_block *xk = xq;
+    const __m256i m3 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+    const size_t bb = Q3 ? sizeof(cairn__block_q3_K) : sizeof(cairn__block_q2_K);
+    const size_t qs_at = Q3 ? offsetof(cairn__block_q3_K, qs) : offsetof(cairn__block_q2_K, qs);
+    const size_t d_at = Q3 ? offsetof(cairn__block_q3_K, d) : offsetof(cairn__block_q2_K, d);
+    /* group k of a half: lanes 0-3 its sub-block 2k, 4-7 its sub-block 2k + 1 */
+    const __m256i idx[4] = {
+        _mm256_set_epi32(1, 1, 1, 1, 0, 0, 0, 0), _mm256_set_epi32(3, 3, 3, 3, 2, 2, 2, 2),
+        _mm256_set_epi32(5, 5, 5, 5, 4, 4, 4, 4), _mm256_set_epi32(7, 7, 7, 7, 6, 6, 6, 6)};
+    /* the activation scale of sub-blocks 8h..8h+7: block 4h + s / 2 */
+    const __m256i dup[2] = {_mm256_set_epi32(3, 3, 2, 2, 1, 1, 0, 0),
+                            _mm256_set_epi32(7, 7, 6, 6, 5, 5, 4, 4)};
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                     _mm256_setzero_ps()}; /* one chain per shift */
+    __m256 macc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / CAIRN__QK_K; i++, w += bb) {
+        const __m256 d = _mm256_set1_ps(half_at(w + d_at));
+        const __m256 xd = _mm256_load_ps(xk[i].d);
+        __m256 f[2]; /* d * sc * xd of sub-blocks 8h.. */
+        __m256i hb = _mm256_setzero_si256();
+        if (Q3) {
+            uint8_t u[16];
+            cairn__q3_K_scales_u6(w + offsetof(cairn__block_q3_K, scales), u);
+            const __m128i uv = _mm_loadu_si128((const __m128i *)(const void *)u);
+            for (int h = 0; h < 2; h++) {
+                const __m256i sc = _mm256_sub_epi32(
+                    _mm256_cvtepu8_epi32(h ? _mm_srli_si128(uv, 8) : uv), _mm256_set1_epi32(32));
+                f[h] = _mm256_mul_ps(_mm256_mul_ps(d, _mm256_cvtepi32_ps(sc)),
+                                     _mm256_permutevar8x32_ps(xd, dup[h]));
+            }
+            hb = _mm256_loadu_si256(
+                (const __m256i *)(const void *)(w + offsetof(cairn__block_q3_K, hmask)));
+            for (int h = 0; h < 2; h++) /* the quants' -4: 4 * the sums per 16, o16 / 8 */
+                macc = _mm256_fmadd_ps(
+                    f[h],
+                    _mm256_mul_ps(_mm256_load_ps(xk[i].o16 + 8 * h), _mm256_set1_ps(1.0f / 8.0f)),
+                    macc);
+        } else {
+            const __m128i sb = _mm_loadu_si128(
+                (const __m128i *)(const void *)(w + offsetof(cairn__block_q2_K, scales)));
+            const __m128i m4 = _mm_set1_epi8(0x0F);
+            const __m128i sc = _mm_and_si128(sb, m4), mn = _mm_and_si128(_mm_srli_epi16(sb, 4), m4);
+            const __m256 dmin = _mm256_set1_ps(half_at(w + offsetof(cairn__block_q2_K, dmin)));
+            for (int h = 0; h < 2; h++) {
+                const __m256 xdh = _mm256_permutevar8x32_ps(xd, dup[h]);
+                const __m128i sch = h ? _mm_srli_si128(sc, 8) : sc,
+                              mnh = h ? _mm_srli_si128(mn, 8) : mn;
+                f[h] = _mm256_mul_ps(
+                    _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sch))), xdh);
+                macc = _mm256_fmadd_ps(
+                    _mm256_mul_ps(
+                        _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(mnh))), xdh),
+                    _mm256_mul_ps(_mm256_load_ps(xk[i].o16 + 8 * h), _mm256_set1_ps(1.0f / 32.0f)),
+                    macc);
+            }
+        }
+        for (int h = 0; h < 2; h++) {
+            const __m256i q2 =
+                _mm256_loadu_si256((const __m256i *)(const void *)(w + qs_at + 32 * h));
+            for (int j = 0; j < 4; j++) {
+                const int g = 4 * h + j;
+                __m256i q = _mm256_and_si256(_mm256_srli_epi16(q2, 2 * j), m3);
+                const __m256i a =
+                    _mm256_load_si256((const __m256i *)(const void *)(xk[i].a + 32 * g));
+                if (Q3)
+                    q = _mm256_or_si256(
+                        q, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, g), one), 2));
+                const __m256i p = dot_u8_i8(q, a);
+                acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p),
+                                         _mm256_permutevar8x32_ps(f[h], idx[j]), acc[j]);
+            }
+        }
+    }
+    return hsum256(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]))) -
+           hsum256(macc);
+}
+
 /* w (n) . x (n) -> float; xq: n / 256 cairn__xk blocks */
-AVX2 float cairn__dot_q4_K_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs,
+AVX2 float cairn__dot_q2_K_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs,
                                 int64_t n)
 {
     (void)x, (void)xs;
+    return dot_q23_K_avx2(w, xq, n, 0);
+}
+
+/* w (n) . x (n) -> float; xq: n / 256 cairn__xk blocks */
+AVX2 float cairn__dot_q3_K_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs,
+                                int64_t n)
+{
+    (void)x, (void)xs;
+    return dot_q23_K_avx2(w, xq, n, 1);
+}
+
+/* Q5_K is Q4_K with a fifth bit: sub-block j's bit j of the 32 qh bytes, isolated by a shift
+ * and an AND and put on top of the nibbles before the same product. */
+/* w (n) . x (n) -> float; xq: n / 256 cairn__xk blocks; Q4_K (Q5 0) or Q5_K (Q5 1) */
+AVX2 static inline __attribute__((always_inline)) float
+dot_q45_K_avx2(const uint8_t *w, const void *xq, int64_t n, const int Q5)
+{
     const cairn__xk_block *xk = xq;
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const __m256i m4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
+    const size_t bb = Q5 ? sizeof(cairn__block_q5_K) : sizeof(cairn__block_q4_K);
+    const size_t qs_at = Q5 ? offsetof(cairn__block_q5_K, qs) : offsetof(cairn__block_q4_K, qs);
     /* two chains (low and high nibbles): one chain of 8 multiply-adds a super-block was the
      * bound in cache */
     __m256 acc = _mm256_setzero_ps(), acc2 = _mm256_setzero_ps(), macc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / CAIRN__QK_K; i++, w += sizeof(cairn__block_q4_K)) {
+    for (int64_t i = 0; i < n / CAIRN__QK_K; i++, w += bb) {
         const cairn__q4_K_head hd = cairn__q4_K_head_of(w);
         const float d = F16(hd.d), dmin = F16(hd.dmin);
-        const uint8_t *qs = w + offsetof(cairn__block_q4_K, qs);
+        const uint8_t *qs = w + qs_at;
+        const __m256i qh =
+            Q5 ? _mm256_loadu_si256(
+                     (const __m256i *)(const void *)(w + offsetof(cairn__block_q5_K, qh)))
+               : _mm256_setzero_si256();
         const uint64_t sc = hd.sc, m = hd.m;
         /* d * sc[j] * xd[j] for the 8 sub-blocks, and the mins' dmin * m[j] * ds[j] */
         float f[8];
@@ -537,8 +695,15 @@ AVX2 float cairn__dot_q4_K_avx2(const uint8_t *w, const float *x, const void *xq
                             _mm256_loadu_ps(xk[i].ds), macc);
         for (int c = 0; c < 4; c++) { /* bytes 32c..: sub-block 2c low nibbles, 2c+1 high */
             const __m256i q = _mm256_loadu_si256((const __m256i *)(const void *)(qs + 32 * c));
-            const __m256i lo = _mm256_and_si256(q, m4),
-                          hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+            __m256i lo = _mm256_and_si256(q, m4),
+                    hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+            if (Q5) { /* bits 2c and 2c + 1 of each qh byte, as 16 */
+                lo = _mm256_or_si256(
+                    lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), one), 4));
+                hi = _mm256_or_si256(
+                    hi,
+                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), one), 4));
+            }
             const __m256i p0 =
                 dot_u8_i8(lo, _mm256_load_si256((const __m256i *)(const void *)(xk[i].a + 64 * c)));
             const __m256i p1 = dot_u8_i8(
@@ -548,6 +713,22 @@ AVX2 float cairn__dot_q4_K_avx2(const uint8_t *w, const float *x, const void *xq
         }
     }
     return hsum256(_mm256_add_ps(acc, acc2)) - hsum256(macc);
+}
+
+/* w (n) . x (n) -> float; xq: n / 256 cairn__xk blocks */
+AVX2 float cairn__dot_q4_K_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs,
+                                int64_t n)
+{
+    (void)x, (void)xs;
+    return dot_q45_K_avx2(w, xq, n, 0);
+}
+
+/* w (n) . x (n) -> float; xq: n / 256 cairn__xk blocks */
+AVX2 float cairn__dot_q5_K_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs,
+                                int64_t n)
+{
+    (void)x, (void)xs;
+    return dot_q45_K_avx2(w, xq, n, 1);
 }
 
 /* Q6_K against the int8 activation: per sub-block of 16, the 6-bit quants (unsigned, 0..63) .

@@ -577,14 +577,22 @@ AVX512 static inline float sum4(const __m512 acc[4])
         _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])));
 }
 
-/* T rows' worth of one Q4_K row: w (n) . x_t (n) -> out[t] for T tokens (1 or 2, a constant at
- * each call), xk[t] each token's cairn__xk blocks. The weights are unpacked once for all T
- * tokens; each token's arithmetic is the same instructions in the same order whatever T is, so
- * a token's result does not depend on the token beside it. */
+/* T rows' worth of one Q4_K (Q5 0) or Q5_K (Q5 1) row: w (n) . x_t (n) -> out[t] for T tokens (1 or
+ * 2, a constant at each call), xk[t] each token's cairn__xk blocks. The weights are unpacked once
+ * for all T tokens; each token's arithmetic is the same instructions in the same order whatever T
+ * is, so a token's result does not depend on the token beside it. Q5_K's fifth bits (bit j of its
+ * 32 qh bytes for sub-block j) are added as 16 under a mask. */
 AVX512 static inline __attribute__((always_inline)) void
-q4_K_dot_t(const uint8_t *w, const cairn__xk_block *const *xk, int T, int64_t n, float *out)
+q45_K_dot_t(const uint8_t *w, const cairn__xk_block *const *xk, int T, int64_t n, float *out,
+            const int Q5)
 {
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const __m512i m4 = _mm512_set1_epi8(0x0F), sixteen = _mm512_set1_epi8(16);
+    const size_t bb = Q5 ? sizeof(cairn__block_q5_K) : sizeof(cairn__block_q4_K);
+    const size_t qs_at = Q5 ? offsetof(cairn__block_q5_K, qs) : offsetof(cairn__block_q4_K, qs);
+    __m512i hbit[4]; /* Q5_K: the qh bit of sub-block 2c in the low half, 2c + 1 in the high */
+    for (int c = 0; c < 4; c++)
+        hbit[c] = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << (2 * c))),
+                                     _mm256_set1_epi8((char)(2 << (2 * c))), 1);
     /* 16-bit lanes: the register's low half by 0, its high half by 4 */
     const __m512i nib = _mm512_set_epi64(0x0004000400040004LL, 0x0004000400040004LL,
                                          0x0004000400040004LL, 0x0004000400040004LL, 0, 0, 0, 0);
@@ -602,10 +610,14 @@ q4_K_dot_t(const uint8_t *w, const cairn__xk_block *const *xk, int T, int64_t n,
             acc[t][c] = _mm512_setzero_ps();
         macc[t] = _mm256_setzero_ps();
     }
-    for (int64_t i = 0; i < n / CAIRN__QK_K; i++, w += sizeof(cairn__block_q4_K)) {
+    for (int64_t i = 0; i < n / CAIRN__QK_K; i++, w += bb) {
         const cairn__q4_K_head hd = cairn__q4_K_head_of(w);
         const uint16_t dh = hd.d, mh = hd.dmin;
-        const uint8_t *qs = w + offsetof(cairn__block_q4_K, qs);
+        const uint8_t *qs = w + qs_at;
+        const __m512i qh =
+            Q5 ? _mm512_broadcast_i64x4(_mm256_loadu_si256(
+                     (const __m256i *)(const void *)(w + offsetof(cairn__block_q5_K, qh))))
+               : _mm512_setzero_si512();
         const uint64_t sc = hd.sc, m = hd.m;
         const __m256 dsc = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(dh)),
                                          _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
@@ -620,11 +632,13 @@ q4_K_dot_t(const uint8_t *w, const cairn__xk_block *const *xk, int T, int64_t n,
         }
 #pragma GCC unroll 4
         for (int c = 0; c < 4; c++) {
-            const __m512i q = _mm512_and_si512(
+            __m512i q = _mm512_and_si512(
                 _mm512_srlv_epi16(_mm512_broadcast_i64x4(_mm256_loadu_si256(
                                       (const __m256i *)(const void *)(qs + 32 * c))),
                                   nib),
                 m4);
+            if (Q5) /* the fifth bits as a mask register: one masked add of 16 */
+                q = _mm512_mask_add_epi8(q, _mm512_test_epi8_mask(qh, hbit[c]), q, sixteen);
             for (int t = 0; t < T; t++) {
                 const __m512i p =
                     _mm512_dpbusd_epi32(_mm512_setzero_si512(), q,
@@ -645,7 +659,7 @@ AVX512 float cairn__dot_q4_K_avx512(const uint8_t *w, const float *x, const void
     (void)x, (void)xs;
     const cairn__xk_block *xk[1] = {xq};
     float out;
-    q4_K_dot_t(w, xk, 1, n, &out);
+    q45_K_dot_t(w, xk, 1, n, &out, 0);
     return out;
 }
 
@@ -655,7 +669,26 @@ AVX512 void cairn__dot2_q4_K_avx512(const uint8_t *w, const void *xa, const void
                                     float *out)
 {
     const cairn__xk_block *xk[2] = {xa, xb};
-    q4_K_dot_t(w, xk, 2, n, out);
+    q45_K_dot_t(w, xk, 2, n, out, 0);
+}
+
+/* w (n) . x (n) -> float; xq: n / 256 cairn__xk blocks */
+AVX512 float cairn__dot_q5_K_avx512(const uint8_t *w, const float *x, const void *xq,
+                                    const float *xs, int64_t n)
+{
+    (void)x, (void)xs;
+    const cairn__xk_block *xk[1] = {xq};
+    float out;
+    q45_K_dot_t(w, xk, 1, n, &out, 1);
+    return out;
+}
+
+/* the same row against two tokens' cairn__xk blocks, as cairn__dot2_q4_K_avx512 */
+AVX512 void cairn__dot2_q5_K_avx512(const uint8_t *w, const void *xa, const void *xb, int64_t n,
+                                    float *out)
+{
+    const cairn__xk_block *xk[2] = {xa, xb};
+    q45_K_dot_t(w, xk, 2, n, out, 1);
 }
 
 /* w (n) . x_t (n) -> out[t] for T tokens (1 or 2, a constant at each call), xk[t] each
@@ -742,6 +775,104 @@ AVX512 void cairn__dot2_q6_K_avx512(const uint8_t *w, const void *xa, const void
 {
     const cairn__xk_block *xk[2] = {xa, xb};
     q6_K_dot_t(w, xk, 2, n, out);
+}
+
+/* Q2_K and Q3_K, laid out as Q6_K's halves: register k holds elements 64k.. (groups 2k and
+ * 2k + 1), the 2-bit fields of the half's 32 qs bytes broadcast and shifted per register half;
+ * Q3_K's hmask bit is added as 4 under a mask, and vpdpbusd multiplies the unsigned quants (0..7).
+ * 4 lanes make a sub-block of 16, each scaled by d * sc * xd. What the unsigned quants leave out
+ * comes off once per super-block from the activation's prepared sums per 16 (o16 = 32 * sum):
+ * Q2_K's mins as (dmin * m * xd) . o16 / 32, Q3_K's -4 as (d * sc * xd) . o16 / 8. */
+/* w (n) . x (n) -> float; xq: n / 256 cairn__xk blocks; Q2_K (Q3 0) or Q3_K (Q3 1) */
+AVX512 static inline __attribute__((always_inline)) float
+q23_K_dot(const uint8_t *w, const void *xq, int64_t n, const int Q3)
+{
+    const cairn__xk_block *xk = xq;
+    const __m512i m3 = _mm512_set1_epi8(3), four = _mm512_set1_epi8(4);
+    const size_t bb = Q3 ? sizeof(cairn__block_q3_K) : sizeof(cairn__block_q2_K);
+    const size_t qs_at = Q3 ? offsetof(cairn__block_q3_K, qs) : offsetof(cairn__block_q2_K, qs);
+    const size_t d_at = Q3 ? offsetof(cairn__block_q3_K, d) : offsetof(cairn__block_q2_K, d);
+    /* 16-bit lane shifts of the broadcast 2-bit fields: register 2h | 2h + 1 by 0 | 2, 4 | 6 */
+    const __m512i sh[2] = {_mm512_set_epi64(0x0002000200020002LL, 0x0002000200020002LL,
+                                            0x0002000200020002LL, 0x0002000200020002LL, 0, 0, 0, 0),
+                           _mm512_set_epi64(0x0006000600060006LL, 0x0006000600060006LL,
+                                            0x0006000600060006LL, 0x0006000600060006LL,
+                                            0x0004000400040004LL, 0x0004000400040004LL,
+                                            0x0004000400040004LL, 0x0004000400040004LL)};
+    const __m512i dup = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
+    __m512i idx[4], hbit[4]; /* register k: lane l is sub-block 4k + l / 4, groups 2k | 2k + 1 */
+    for (int k = 0; k < 4; k++) {
+        idx[k] = _mm512_set_epi32(4 * k + 3, 4 * k + 3, 4 * k + 3, 4 * k + 3, 4 * k + 2, 4 * k + 2,
+                                  4 * k + 2, 4 * k + 2, 4 * k + 1, 4 * k + 1, 4 * k + 1, 4 * k + 1,
+                                  4 * k, 4 * k, 4 * k, 4 * k);
+        hbit[k] = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << (2 * k))),
+                                     _mm256_set1_epi8((char)(2 << (2 * k))), 1);
+    }
+    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+                     _mm512_setzero_ps()};
+    __m512 macc = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n / CAIRN__QK_K; i++, w += bb) {
+        uint16_t dh;
+        memcpy(&dh, w + d_at, 2);
+        const __m512 xd =
+            _mm512_permutexvar_ps(dup, _mm512_castps256_ps512(_mm256_load_ps(xk[i].d)));
+        __m512 scf;
+        __m512i hm = _mm512_setzero_si512();
+        if (Q3) {
+            uint8_t u[16];
+            cairn__q3_K_scales_u6(w + offsetof(cairn__block_q3_K, scales), u);
+            scf = _mm512_cvtepi32_ps(_mm512_sub_epi32(
+                _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)u)),
+                _mm512_set1_epi32(32)));
+            hm = _mm512_broadcast_i64x4(_mm256_loadu_si256(
+                (const __m256i *)(const void *)(w + offsetof(cairn__block_q3_K, hmask))));
+        } else {
+            uint16_t mh;
+            memcpy(&mh, w + offsetof(cairn__block_q2_K, dmin), 2);
+            const __m512i sb = _mm512_cvtepu8_epi32(_mm_loadu_si128(
+                (const __m128i *)(const void *)(w + offsetof(cairn__block_q2_K, scales))));
+            scf = _mm512_cvtepi32_ps(_mm512_and_si512(sb, _mm512_set1_epi32(0xF)));
+            const __m512 mf =
+                _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(mh)),
+                                            _mm512_cvtepi32_ps(_mm512_srli_epi32(sb, 4))),
+                              xd);
+            macc = _mm512_fmadd_ps(
+                mf, _mm512_mul_ps(_mm512_load_ps(xk[i].o16), _mm512_set1_ps(1.0f / 32.0f)), macc);
+        }
+        const __m512 f = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(dh)), scf), xd);
+        if (Q3) /* the quants' -4: 4 * the sums per 16, o16 / 8 (exact) */
+            macc = _mm512_fmadd_ps(
+                f, _mm512_mul_ps(_mm512_load_ps(xk[i].o16), _mm512_set1_ps(1.0f / 8.0f)), macc);
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) {
+            const __m512i q2 = _mm512_broadcast_i64x4(
+                _mm256_loadu_si256((const __m256i *)(const void *)(w + qs_at + 32 * (k / 2))));
+            __m512i q = _mm512_and_si512(_mm512_srlv_epi16(q2, sh[k % 2]), m3);
+            const __m512i a = _mm512_load_si512((const void *)(xk[i].a + 64 * k));
+            if (Q3)
+                q = _mm512_mask_add_epi8(q, _mm512_test_epi8_mask(hm, hbit[k]), q, four);
+            __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, a);
+            acc[k] =
+                _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_permutexvar_ps(idx[k], f), acc[k]);
+        }
+    }
+    return sum4(acc) - _mm512_reduce_add_ps(macc);
+}
+
+/* w (n) . x (n) -> float; xq: n / 256 cairn__xk blocks */
+AVX512 float cairn__dot_q2_K_avx512(const uint8_t *w, const float *x, const void *xq,
+                                    const float *xs, int64_t n)
+{
+    (void)x, (void)xs;
+    return q23_K_dot(w, xq, n, 0);
+}
+
+/* w (n) . x (n) -> float; xq: n / 256 cairn__xk blocks */
+AVX512 float cairn__dot_q3_K_avx512(const uint8_t *w, const float *x, const void *xq,
+                                    const float *xs, int64_t n)
+{
+    (void)x, (void)xs;
+    return q23_K_dot(w, xq, n, 1);
 }
 
 /* ---- Q4_1, Q5_0 and Q5_1 against the int8 blocks -----------------------------------------
@@ -836,5 +967,66 @@ AVX512 float cairn__dot_q5_1_avx512(const uint8_t *w, const float *x, const void
 {
     (void)x, (void)xs;
     return q45_dot(w, xq, n, Q45_Q5_1);
+}
+
+/* ---- IQ4_NL and IQ4_XS against the int8 blocks ------------------------------------------
+ *
+ * 32 weights a step in a 256-bit register as Q4_1's: the nibbles index a 16-byte table of the
+ * levels plus 128 (unsigned, 1..241) in one byte shuffle, and vpdpbusd of those with the activation
+ * less one of 128s gives sum(level * a) exactly. Blocks (IQ4_XS: sub-blocks) alternate between
+ * two chains. */
+
+/* sum(level[q] * a) of the 32 quants at qs (an IQ4_NL block's 16 bytes) and the int8 block a, as
+ * 8 int32 partial sums */
+AVX512 static inline __m256i iq4_dot32(const uint8_t *qs, const cairn__xq8_block *a)
+{
+    const __m256i tbl = _mm256_broadcastsi128_si256(_mm_add_epi8(
+        _mm_loadu_si128((const __m128i *)(const void *)cairn__iq4nl_values), _mm_set1_epi8(-128)));
+    const __m256i o128 = _mm256_set1_epi8(-128), zero = _mm256_setzero_si256();
+    const __m256i q =
+        _mm256_and_si256(_mm256_srlv_epi64(_mm256_broadcastsi128_si256(
+                                               _mm_loadu_si128((const __m128i *)(const void *)qs)),
+                                           _mm256_set_epi64x(4, 4, 0, 0)),
+                         _mm256_set1_epi8(0x0F));
+    const __m256i av = _mm256_loadu_si256((const __m256i *)(const void *)a->qs);
+    return _mm256_sub_epi32(_mm256_dpbusd_epi32(zero, _mm256_shuffle_epi8(tbl, q), av),
+                            _mm256_dpbusd_epi32(zero, o128, av));
+}
+
+/* w (n) . x (n) -> float; xq: n / 32 int8 blocks */
+AVX512 float cairn__dot_iq4_nl_avx512(const uint8_t *w, const float *x, const void *xq,
+                                      const float *xs, int64_t n)
+{
+    (void)x, (void)xs;
+    const cairn__xq8_block *a = xq;
+    __m256 c[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int64_t i = 0; i < n / 32; i++, w += sizeof(cairn__block_iq4_nl)) {
+        const __m256i p = iq4_dot32(w + offsetof(cairn__block_iq4_nl, qs), &a[i]);
+        uint16_t dh;
+        memcpy(&dh, w + offsetof(cairn__block_iq4_nl, d), 2);
+        c[i & 1] = fma8(_mm256_set1_ps(_cvtsh_ss(dh) * a[i].d), _mm256_cvtepi32_ps(p), c[i & 1]);
+    }
+    return hsum8(_mm256_add_ps(c[0], c[1]));
+}
+
+/* w (n) . x (n) -> float; xq: n / 32 int8 blocks, one per sub-block */
+AVX512 float cairn__dot_iq4_xs_avx512(const uint8_t *w, const float *x, const void *xq,
+                                      const float *xs, int64_t n)
+{
+    (void)x, (void)xs;
+    const cairn__xq8_block *a = xq;
+    __m256 c[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int64_t i = 0; i < n / CAIRN__QK_K; i++, w += sizeof(cairn__block_iq4_xs)) {
+        uint16_t dh;
+        memcpy(&dh, w + offsetof(cairn__block_iq4_xs, d), 2);
+        const float d = _cvtsh_ss(dh);
+        for (int ib = 0; ib < 8; ib++) {
+            const cairn__xq8_block *b = &a[8 * i + ib];
+            const __m256i p = iq4_dot32(w + offsetof(cairn__block_iq4_xs, qs) + 16 * ib, b);
+            c[ib & 1] = fma8(_mm256_set1_ps(d * (float)cairn__iq4_xs_scale(w, ib) * b->d),
+                             _mm256_cvtepi32_ps(p), c[ib & 1]);
+        }
+    }
+    return hsum8(_mm256_add_ps(c[0], c[1]));
 }
 #endif /* __x86_64__ */

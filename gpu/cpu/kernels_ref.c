@@ -188,31 +188,145 @@ float cairn__dot_q5_1_ref(const uint8_t *w, const float *x, const void *xq, cons
     return s;
 }
 
+/* w (n) . x (n) -> float: the levels are int8, so per block sum(level[q] * a) is exact */
+float cairn__dot_iq4_nl_ref(const uint8_t *w, const float *x, const void *xq, const float *xs,
+                            int64_t n)
+{
+    (void)x, (void)xs;
+    const cairn__xq8_block *a = xq;
+    float s = 0.0f;
+    for (int64_t i = 0; i < n / 32; i++, w += sizeof(cairn__block_iq4_nl)) {
+        const uint8_t *qs = w + offsetof(cairn__block_iq4_nl, qs);
+        int dot = 0;
+        for (int j = 0; j < 16; j++)
+            dot += cairn__iq4nl_values[qs[j] & 0xF] * a[i].qs[j] +
+                   cairn__iq4nl_values[qs[j] >> 4] * a[i].qs[j + 16];
+        s += (float)dot * (cairn__f16_at(w + offsetof(cairn__block_iq4_nl, d)) * a[i].d);
+    }
+    return s;
+}
+
+/* w (n) . x (n) -> float; xq: n / 32 int8 blocks, one per sub-block */
+float cairn__dot_iq4_xs_ref(const uint8_t *w, const float *x, const void *xq, const float *xs,
+                            int64_t n)
+{
+    (void)x, (void)xs;
+    const cairn__xq8_block *a = xq;
+    float s = 0.0f;
+    for (int64_t i = 0; i < n / CAIRN__QK_K; i++, w += sizeof(cairn__block_iq4_xs)) {
+        const float d = cairn__f16_at(w + offsetof(cairn__block_iq4_xs, d));
+        for (int ib = 0; ib < 8; ib++) {
+            const uint8_t *qs = w + offsetof(cairn__block_iq4_xs, qs) + 16 * ib;
+            const cairn__xq8_block *b = &a[8 * i + ib];
+            int dot = 0;
+            for (int j = 0; j < 16; j++)
+                dot += cairn__iq4nl_values[qs[j] & 0xF] * b->qs[j] +
+                       cairn__iq4nl_values[qs[j] >> 4] * b->qs[j + 16];
+            s += d * (float)cairn__iq4_xs_scale(w, ib) * b->d * (float)dot;
+        }
+    }
+    return s;
+}
+
 /* K-quants against the int8 activation (cairn__xk_block, kernels_cpu.h); block fields read
  * through cairn__f16_at / cairn__q4_K_head_of, since a block may sit at an odd address. */
+
+/* w (n) . x (n) -> float; xq: n / 256 cairn__xk blocks */
+float cairn__dot_q2_K_ref(const uint8_t *w, const float *x, const void *xq, const float *xs,
+                          int64_t n)
+{
+    (void)x, (void)xs;
+    const cairn__xk_block *xk = xq;
+    float s = 0.0f;
+    for (int64_t i = 0; i < n / CAIRN__QK_K; i++, w += sizeof(cairn__block_q2_K)) {
+        const float d = cairn__f16_at(w + offsetof(cairn__block_q2_K, d));
+        const float dmin = cairn__f16_at(w + offsetof(cairn__block_q2_K, dmin));
+        const uint8_t *qs = w + offsetof(cairn__block_q2_K, qs),
+                      *sc = w + offsetof(cairn__block_q2_K, scales);
+        for (int sb = 0; sb < 16; sb++) { /* elements e = 16 sb.. of group g = sb / 2 */
+            int dot = 0, sum = 0;
+            for (int k = 0; k < 16; k++) {
+                const int e = 16 * sb + k, g = e / 32;
+                dot += ((qs[32 * (g / 4) + e % 32] >> (2 * (g % 4))) & 3) * xk[i].a[e];
+                sum += xk[i].a[e];
+            }
+            const float xd = xk[i].d[sb / 2];
+            s += d * (float)(sc[sb] & 0xF) * xd * (float)dot -
+                 dmin * (float)(sc[sb] >> 4) * xd * (float)sum;
+        }
+    }
+    return s;
+}
+
+/* w (n) . x (n) -> float; xq: n / 256 cairn__xk blocks */
+float cairn__dot_q3_K_ref(const uint8_t *w, const float *x, const void *xq, const float *xs,
+                          int64_t n)
+{
+    (void)x, (void)xs;
+    const cairn__xk_block *xk = xq;
+    float s = 0.0f;
+    for (int64_t i = 0; i < n / CAIRN__QK_K; i++, w += sizeof(cairn__block_q3_K)) {
+        const float d = cairn__f16_at(w + offsetof(cairn__block_q3_K, d));
+        const uint8_t *qs = w + offsetof(cairn__block_q3_K, qs),
+                      *hm = w + offsetof(cairn__block_q3_K, hmask);
+        int sc[16];
+        cairn__q3_K_scales(w + offsetof(cairn__block_q3_K, scales), sc);
+        for (int sb = 0; sb < 16; sb++) { /* elements e = 16 sb.. of group g = sb / 2 */
+            int dot = 0;
+            for (int k = 0; k < 16; k++) {
+                const int e = 16 * sb + k, g = e / 32, l = e % 32;
+                const int q = ((qs[32 * (g / 4) + l] >> (2 * (g % 4))) & 3) | ((hm[l] >> g) & 1)
+                                                                                  << 2;
+                dot += (q - 4) * xk[i].a[e];
+            }
+            s += d * (float)sc[sb] * xk[i].d[sb / 2] * (float)dot;
+        }
+    }
+    return s;
+}
+
+/* Q4_K (q5 0) or Q5_K (q5 1: bit j of qh[k] on top of sub-block j's quant k); the heads are
+ * the same bytes. w (n) . x (n) -> float; xq: n / 256 cairn__xk blocks */
+static float dot_q45_K(const uint8_t *w, const void *xq, int64_t n, const int q5)
+{
+    const cairn__xk_block *xk = xq;
+    const size_t bb = q5 ? sizeof(cairn__block_q5_K) : sizeof(cairn__block_q4_K);
+    float s = 0.0f;
+    for (int64_t i = 0; i < n / CAIRN__QK_K; i++, w += bb) {
+        const cairn__q4_K_head hd = cairn__q4_K_head_of(w);
+        const float d = cairn__f16_to_f32_inline(hd.d), dmin = cairn__f16_to_f32_inline(hd.dmin);
+        const uint8_t *qs =
+            w + (q5 ? offsetof(cairn__block_q5_K, qs) : offsetof(cairn__block_q4_K, qs));
+        const uint8_t *qh = w + offsetof(cairn__block_q5_K, qh);
+        const uint64_t sc = hd.sc, m = hd.m;
+        for (int j = 0; j < 8; j++) { /* sub-block j: nibbles (j & 1) of bytes 32 (j / 2).. */
+            const int8_t *a = xk[i].a + 32 * j;
+            int dot = 0;
+            for (int k = 0; k < 32; k++) {
+                const int hi = q5 ? ((qh[k] >> j) & 1) << 4 : 0;
+                dot += (((qs[32 * (j / 2) + k] >> (4 * (j & 1))) & 0xF) | hi) * a[k];
+            }
+            const int scj = (int)((sc >> (8 * j)) & 0xFF), mj = (int)((m >> (8 * j)) & 0xFF);
+            s += d * (float)scj * xk[i].d[j] * (float)dot - dmin * (float)mj * xk[i].ds[j];
+        }
+    }
+    return s;
+}
 
 /* w (n) . x (n) -> float; xq: n / 256 cairn__xk blocks */
 float cairn__dot_q4_K_ref(const uint8_t *w, const float *x, const void *xq, const float *xs,
                           int64_t n)
 {
     (void)x, (void)xs;
-    const cairn__xk_block *xk = xq;
-    float s = 0.0f;
-    for (int64_t i = 0; i < n / CAIRN__QK_K; i++, w += sizeof(cairn__block_q4_K)) {
-        const cairn__q4_K_head hd = cairn__q4_K_head_of(w);
-        const float d = cairn__f16_to_f32_inline(hd.d), dmin = cairn__f16_to_f32_inline(hd.dmin);
-        const uint8_t *qs = w + offsetof(cairn__block_q4_K, qs);
-        const uint64_t sc = hd.sc, m = hd.m;
-        for (int j = 0; j < 8; j++) { /* sub-block j: nibbles (j & 1) of bytes 32 (j / 2).. */
-            const int8_t *a = xk[i].a + 32 * j;
-            int dot = 0;
-            for (int k = 0; k < 32; k++)
-                dot += ((qs[32 * (j / 2) + k] >> (4 * (j & 1))) & 0xF) * a[k];
-            const int scj = (int)((sc >> (8 * j)) & 0xFF), mj = (int)((m >> (8 * j)) & 0xFF);
-            s += d * (float)scj * xk[i].d[j] * (float)dot - dmin * (float)mj * xk[i].ds[j];
-        }
-    }
-    return s;
+    return dot_q45_K(w, xq, n, 0);
+}
+
+/* w (n) . x (n) -> float; xq: n / 256 cairn__xk blocks */
+float cairn__dot_q5_K_ref(const uint8_t *w, const float *x, const void *xq, const float *xs,
+                          int64_t n)
+{
+    (void)x, (void)xs;
+    return dot_q45_K(w, xq, n, 1);
 }
 
 /* w (n) . x (n) -> float; xq: n / 256 cairn__xk blocks */

@@ -88,9 +88,10 @@ static void expect_built(cairn__gguf_writer *w, size_t cut, int code, const char
 
 /* ---- round trips --------------------------------------------------------------------------- */
 
-static const uint32_t all_types[] = {CAIRN__GGML_F32,  CAIRN__GGML_F16,  CAIRN__GGML_BF16,
-                                     CAIRN__GGML_Q8_0, CAIRN__GGML_Q4_0, CAIRN__GGML_Q4_K,
-                                     CAIRN__GGML_Q6_K};
+static const uint32_t all_types[] = {CAIRN__GGML_F32,  CAIRN__GGML_F16,    CAIRN__GGML_BF16,
+                                     CAIRN__GGML_Q8_0, CAIRN__GGML_Q4_0,   CAIRN__GGML_Q4_K,
+                                     CAIRN__GGML_Q5_K, CAIRN__GGML_Q6_K,   CAIRN__GGML_Q3_K,
+                                     CAIRN__GGML_Q2_K, CAIRN__GGML_IQ4_NL, CAIRN__GGML_IQ4_XS};
 
 static int type_writable(uint32_t t)
 {
@@ -116,6 +117,10 @@ static float tolerance(uint32_t t)
         return 1.0f / 100;
     case CAIRN__GGML_Q6_K:
         return 1.0f / 20;
+    case CAIRN__GGML_Q3_K: /* half a step of 8 over a sub-block's extreme, and the 6-bit scale */
+        return 0.3f;
+    case CAIRN__GGML_Q2_K: /* half a step of 4 over the range, and the 4-bit scale and min */
+        return 0.45f;
     default:
         return 1.0f / 6; /* 4-bit */
     }
@@ -579,8 +584,9 @@ static void test_bad_files(void)
         {"b.bias", 16, 8, 33, 0, CAIRN_EFORMAT,
          "tensor 1 'b.bias': data offset 33 is not a multiple of the alignment 32",
          "misaligned tensor offset"},
-        {"b.bias", 12, 4, 13, 0, CAIRN_EUNSUPPORTED,
-         "offset %zu: tensor 1 'b.bias': tensor type Q5_K (13)", "unsupported tensor type Q5_K"},
+        {"b.bias", 12, 4, 16, 0, CAIRN_EUNSUPPORTED,
+         "offset %zu: tensor 1 'b.bias': tensor type IQ2_XXS (16)",
+         "unsupported tensor type IQ2_XXS"},
         {"b.bias", 12, 4, 1000, 0, CAIRN_EUNSUPPORTED, "tensor type ? (1000) is not supported",
          "unknown tensor type number"},
         {"b.bias", 0, 4, 0, 0, CAIRN_EFORMAT,
@@ -819,12 +825,12 @@ static void test_any_type(void)
     if (!ok(p != NULL, "four-tensor file"))
         goto out;
     memcpy(p, f, len);
-    put32(p + tensor_field(f, len, "t1", 1), 13);  /* Q5_K */
+    put32(p + tensor_field(f, len, "t1", 1), 16);  /* IQ2_XXS */
     put32(p + tensor_field(f, len, "t3", 1), 999); /* no such type */
     cairn__gguf *g = NULL;
     int rc = cairn__gguf_open_mem(p, len, &g, errbuf, sizeof errbuf);
-    ok(rc == CAIRN_EUNSUPPORTED && !g && strstr(errbuf, "'t1'") && strstr(errbuf, "Q5_K"),
-       "plain open of a Q5_K tensor -> EUNSUPPORTED naming it: %s", errbuf);
+    ok(rc == CAIRN_EUNSUPPORTED && !g && strstr(errbuf, "'t1'") && strstr(errbuf, "IQ2_XXS"),
+       "plain open of an IQ2_XXS tensor -> EUNSUPPORTED naming it: %s", errbuf);
     rc = cairn__gguf_open_mem_ex(p, len, CAIRN__GGUF_ANY_TYPE, &g, errbuf, sizeof errbuf);
     ok(rc == 0 && g, "ANY_TYPE open describes it: %s", errbuf);
     if (g) {
@@ -834,9 +840,9 @@ static void test_any_type(void)
         const uint64_t d = cairn__gguf_data_offset(g);
         ok(t0 && t0->type == CAIRN__GGML_F32 && t0->nbytes == 64 && t0->offset == d,
            "ANY_TYPE: supported tensors are as before");
-        ok(t1 && t1->type == 13 && cairn__ggml_block_size(t1->type) == 0 && t1->nbytes == 64 &&
+        ok(t1 && t1->type == 16 && cairn__ggml_block_size(t1->type) == 0 && t1->nbytes == 64 &&
                t1->offset == d + 64 && t1->data == (const void *)(p + d + 64) && t1->ne[0] == 16,
-           "ANY_TYPE: a Q5_K tensor spans up to the next tensor's data (%llu bytes)",
+           "ANY_TYPE: an IQ2_XXS tensor spans up to the next tensor's data (%llu bytes)",
            t1 ? (unsigned long long)t1->nbytes : 0ull);
         ok(t3 && t3->type == 999 && t3->nbytes == len - (d + 192),
            "ANY_TYPE: the last unknown tensor spans to the end of the file (%llu bytes)",
@@ -871,12 +877,12 @@ static void test_any_type(void)
     char path[] = "/tmp/cairn-gguf-any-XXXXXX";
     int fd = mkstemp(path);
     memcpy(p, f, len);
-    put32(p + tensor_field(f, len, "t2", 1), 10); /* Q2_K */
-    ok(fd >= 0 && write(fd, p, len) == (ssize_t)len, "Q2_K file written");
+    put32(p + tensor_field(f, len, "t2", 1), 18); /* IQ3_XXS */
+    ok(fd >= 0 && write(fd, p, len) == (ssize_t)len, "IQ3_XXS file written");
     if (fd >= 0)
         close(fd);
     rc = cairn__gguf_open(path, &g, errbuf, sizeof errbuf);
-    ok(rc == CAIRN_EUNSUPPORTED && !g && strstr(errbuf, "Q2_K"), "plain open: %s", errbuf);
+    ok(rc == CAIRN_EUNSUPPORTED && !g && strstr(errbuf, "IQ3_XXS"), "plain open: %s", errbuf);
     rc = cairn__gguf_open_ex(path, CAIRN__GGUF_ANY_TYPE, &g, errbuf, sizeof errbuf);
     ok(rc == 0 && g && cairn__gguf_tensor_find(g, "t2")->nbytes == 64,
        "ANY_TYPE open of the file: %s", errbuf);
@@ -901,7 +907,7 @@ static void test_type_helpers(void)
            cairn__ggml_row_size(CAIRN__GGML_Q4_K, 512) == 288 &&
            cairn__ggml_row_size(CAIRN__GGML_Q6_K, 256) == 210,
        "row sizes");
-    ok(cairn__ggml_row_size(CAIRN__GGML_Q8_0, 33) == 0 && cairn__ggml_row_size(13, 256) == 0 &&
+    ok(cairn__ggml_row_size(CAIRN__GGML_Q8_0, 33) == 0 && cairn__ggml_row_size(16, 256) == 0 &&
            cairn__ggml_row_size(CAIRN__GGML_F32, UINT64_MAX) == 0,
        "row size 0 for partial blocks, unsupported types, overflow");
 #ifdef GW_HAVE_QUANT

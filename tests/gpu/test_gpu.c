@@ -927,7 +927,7 @@ int main(void)
     }
     const uint32_t flat[] = {CAIRN__GGML_F32,  CAIRN__GGML_F16,  CAIRN__GGML_BF16,
                              CAIRN__GGML_Q8_0, CAIRN__GGML_Q4_0, CAIRN__GGML_Q4_1,
-                             CAIRN__GGML_Q5_0, CAIRN__GGML_Q5_1};
+                             CAIRN__GGML_Q5_0, CAIRN__GGML_Q5_1, CAIRN__GGML_IQ4_NL};
     for (size_t i = 0; i < sizeof flat / sizeof *flat; i++) {
         const char *want = flat[i] == CAIRN__GGML_F32 ? "f32" : "f16";
         /* n_batch 4: chunks 4,4,4,1 (the last through the decode graph); 64: one chunk */
@@ -942,6 +942,25 @@ int main(void)
     const gcase k2 = {"qwen2", CAIRN__GGML_Q6_K, 1, 256, 2, 2, 512, NULL, "f16", 1e-3, 64, 0, NULL};
     check_case(&k1);
     check_case(&k2);
+    /* the other 256-weight types (dequantized on the host as the rest) */
+    static const uint32_t k256[] = {CAIRN__GGML_Q2_K, CAIRN__GGML_Q3_K, CAIRN__GGML_Q5_K,
+                                    CAIRN__GGML_IQ4_XS};
+    for (size_t i = 0; i < sizeof k256 / sizeof *k256; i++) {
+        const gcase k = {i % 2 ? "qwen2" : "llama",
+                         k256[i],
+                         (int)(i % 2),
+                         256,
+                         4,
+                         1,
+                         512,
+                         NULL,
+                         "f16",
+                         1e-3,
+                         5,
+                         0,
+                         NULL};
+        check_case(&k);
+    }
     /* llama-quantize's Q4_K_M where rows are not a multiple of 256: ffn_down (ff 288) in Q5_0 */
     const gcase km = {"llama", CAIRN__GGML_Q4_K, 0, 256, 4, 2, 288, NULL, "f16", 1e-3, 4, 0, NULL};
     g_fallback = CAIRN__GGML_Q5_0;

@@ -16,10 +16,12 @@ static int type_of(const char *s, uint32_t *t)
     static const struct {
         const char *name;
         uint32_t type;
-    } types[] = {{"f32", CAIRN__GGML_F32},   {"f16", CAIRN__GGML_F16},   {"bf16", CAIRN__GGML_BF16},
-                 {"q8_0", CAIRN__GGML_Q8_0}, {"q4_0", CAIRN__GGML_Q4_0}, {"q4_1", CAIRN__GGML_Q4_1},
-                 {"q5_0", CAIRN__GGML_Q5_0}, {"q5_1", CAIRN__GGML_Q5_1}, {"q4_k", CAIRN__GGML_Q4_K},
-                 {"q6_k", CAIRN__GGML_Q6_K}};
+    } types[] = {
+        {"f32", CAIRN__GGML_F32},   {"f16", CAIRN__GGML_F16},       {"bf16", CAIRN__GGML_BF16},
+        {"q8_0", CAIRN__GGML_Q8_0}, {"q4_0", CAIRN__GGML_Q4_0},     {"q4_1", CAIRN__GGML_Q4_1},
+        {"q5_0", CAIRN__GGML_Q5_0}, {"q5_1", CAIRN__GGML_Q5_1},     {"q2_k", CAIRN__GGML_Q2_K},
+        {"q3_k", CAIRN__GGML_Q3_K}, {"q4_k", CAIRN__GGML_Q4_K},     {"q5_k", CAIRN__GGML_Q5_K},
+        {"q6_k", CAIRN__GGML_Q6_K}, {"iq4_nl", CAIRN__GGML_IQ4_NL}, {"iq4_xs", CAIRN__GGML_IQ4_XS}};
     for (size_t i = 0; i < sizeof types / sizeof *types; i++)
         if (!strcmp(s, types[i].name)) {
             *t = types[i].type;
@@ -83,7 +85,10 @@ int main(int argc, char **argv)
                         "[--arch llama|qwen2] [--type T] [--fallback T] "
                         "[--rope-base F] [--rope-dim N] [--rms-eps F] [--rope-freqs]\n"
                         "Writes a random-weight model (for tests and demos: its text is noise).\n"
-                        "T: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q6_k. --fallback: the type "
+                        "T: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k q6_k iq4_nl "
+                        "iq4_xs. "
+                        "--fallback: "
+                        "the type "
                         "of matrices whose rows --type's blocks do not divide (llama-quantize's "
                         "Q4_K_M: --type q4_k --fallback q5_0).\n"
                         "--rope-freqs adds a Llama 3 style rope_freqs.weight (llama only): "

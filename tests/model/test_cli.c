@@ -504,17 +504,17 @@ int main(void)
         rc = sh(cmd);
         ok(rc == 0 && strstr(out, "[length, 8 tokens"),
            "generate on it: 8 greedy tokens, exit 0 (%d: %.200s)", rc, out);
-        snprintf(cmd, sizeof cmd, "%s %s --type q5_k 2>&1", mk, km);
+        snprintf(cmd, sizeof cmd, "%s %s --type iq2_xxs 2>&1", mk, km);
         rc = sh(cmd);
-        ok(rc == 64 && strstr(out, "unknown type 'q5_k'"),
+        ok(rc == 64 && strstr(out, "unknown type 'iq2_xxs'"),
            "cairn-mkmodel refuses a type it cannot write: exit 64 naming it (%d)", rc);
         unlink(km);
     }
 
-    /* a tensor type the engine cannot run (Q5_K): described, flagged, then exit 69 */
+    /* a tensor type the engine cannot run (IQ2_XXS): described, flagged, then exit 69 */
     {
         char q5[600];
-        snprintf(q5, sizeof q5, "%s/q5k.gguf", dir);
+        snprintf(q5, sizeof q5, "%s/iq2xxs.gguf", dir);
         cairn__gguf_writer *w = gw_new(3, 32);
         gw_kv_str(w, "general.architecture", "llama");
         const char *vocab[] = {"<unk>", "<s>", "</s>",
@@ -529,27 +529,28 @@ int main(void)
         gw_kv_arr_i32(w, "tokenizer.ggml.token_type", types, 5);
         const uint64_t ne_f[2] = {8, 4}, ne_q[2] = {256, 2};
         gw_tensor_f32(w, "token_embd.weight", CAIRN__GGML_F32, 2, ne_f, NULL);
-        static unsigned char blocks[2 * 176]; /* two Q5_K blocks of 176 bytes */
-        gw_tensor_raw(w, "blk.0.ffn_down.weight", 13, 2, ne_q, blocks, sizeof blocks);
+        static unsigned char blocks[2 * 66]; /* two IQ2_XXS blocks of 66 bytes */
+        gw_tensor_raw(w, "blk.0.ffn_down.weight", 16, 2, ne_q, blocks, sizeof blocks);
         const int wrc = gw_write(w, q5);
         gw_free(w);
         snprintf(cmd, sizeof cmd, "%s model-info %s 2>&1", bin, q5);
         rc = sh(cmd);
-        ok(wrc == 0 && rc == 69 && strstr(out, "F32 x1, Q5_K x1 (not supported)") &&
+        ok(wrc == 0 && rc == 69 && strstr(out, "F32 x1, IQ2_XXS x1 (not supported)") &&
                strstr(out, "architecture:   llama") && strstr(out, "'blk.0.ffn_down.weight'") &&
                strstr(out, "does not support"),
-           "model-info on a Q5_K tensor: described, the type flagged, the tensor named, exit 69 "
+           "model-info on an IQ2_XXS tensor: described, the type flagged, the tensor named, exit "
+           "69 "
            "(%d)",
            rc);
         snprintf(cmd, sizeof cmd, "%s model-info --json %s 2>/dev/null", bin, q5);
         rc = sh(cmd);
-        const char *qk = strstr(out, "\"Q5_K\"");
+        const char *qk = strstr(out, "\"IQ2_XXS\"");
         ok(rc == 69 && qk && strstr(qk, "\"supported\": false") &&
                strstr(out, "\"supported\": true"),
-           "model-info --json: \"supported\": false for Q5_K, true for F32 (%d)", rc);
+           "model-info --json: \"supported\": false for IQ2_XXS, true for F32 (%d)", rc);
         snprintf(cmd, sizeof cmd, "%s generate -m %s -p hi 2>&1", bin, q5);
         rc = sh(cmd);
-        ok(rc == 69 && strstr(out, "Q5_K"), "generate on it still exits 69 naming the type (%d)",
+        ok(rc == 69 && strstr(out, "IQ2_XXS"), "generate on it still exits 69 naming the type (%d)",
            rc);
         snprintf(cmd, sizeof cmd, "%s tokenize --model %s --text ab 2>&1", bin, q5);
         rc = sh(cmd);

@@ -5,11 +5,9 @@
  * of the vector kernels (an AVX-512 Q4_0 pass takes four 32-column blocks per register, so 1-3
  * leftover blocks take another path) nor odd row counts (4 rows per pass). Here each level the
  * CPU has (scalar, avx2, avx512) runs:
- *   - cairn__matvec on Q4_0, Q8_0, Q4_1, Q5_0 and Q5_1 weights of 1-13 blocks (Q4_K and Q6_K:
- *     1-4 super-blocks)
- *     by 1-11 rows, against a float64
- *     dot product of the same dequantized weights and int8-rounded input (what the integer
- *     kernels compute), and against the scalar level;
+ *   - cairn__matvec on Q4_0, Q8_0, Q4_1, Q5_0, Q5_1 and IQ4_NL weights of 1-13 blocks (Q2_K-Q6_K:
+ *     1-4 super-blocks) by 1-11 rows, against a float64 dot product of the same dequantized
+ * weights and int8-rounded input (what the integer kernels compute), and against the scalar level;
  *   - cairn__matvec on F32, F16 and BF16 rows of every length 1-100 against float64;
  *   - cairn__matvec_n (Q, K, V in one pass) against three cairn__matvec calls;
  *   - the multi-row kernels of the level (Q4_0 and Q8_0, 4 rows a pass, the leftover blocks
@@ -70,7 +68,7 @@ static void check_matvec(cairn__pool *pool, const char *level, uint32_t type, si
     int bad_ref = 0, bad_scalar = 0, shapes = 0;
     double worst = 0;
     /* K-quants: rows of 1-4 super-blocks of 256 */
-    const int kq = type == CAIRN__GGML_Q4_K || type == CAIRN__GGML_Q6_K;
+    const int kq = cairn__quant_block_elems(type) == CAIRN__QK_K;
     for (int nbk = kq ? 8 : 1; nbk <= (kq ? 32 : 13); nbk += kq ? 8 : 1) {
         for (int rows = 1; rows <= 11; rows++) {
             int cols = 32 * nbk;
@@ -418,9 +416,10 @@ static int64_t dequant_diff(const char *level, uint32_t type, const uint8_t *fro
 
 static void check_matmul_int8(cairn__pool *pool, const char *level)
 {
-    static const uint32_t types[] = {CAIRN__GGML_Q8_0, CAIRN__GGML_Q4_0, CAIRN__GGML_Q4_1,
-                                     CAIRN__GGML_Q5_0, CAIRN__GGML_Q5_1, CAIRN__GGML_Q4_K,
-                                     CAIRN__GGML_Q6_K};
+    static const uint32_t types[] = {CAIRN__GGML_Q8_0, CAIRN__GGML_Q4_0,   CAIRN__GGML_Q4_1,
+                                     CAIRN__GGML_Q5_0, CAIRN__GGML_Q5_1,   CAIRN__GGML_Q4_K,
+                                     CAIRN__GGML_Q5_K, CAIRN__GGML_Q6_K,   CAIRN__GGML_Q3_K,
+                                     CAIRN__GGML_Q2_K, CAIRN__GGML_IQ4_NL, CAIRN__GGML_IQ4_XS};
     /* 300 rows: a scratch with room for passes of 64 tokens (130 = 64 + 64 + 2) */
     static const int ns[4] = {1, 5, 64, 130}, rows_of[4] = {1, 7, 37, 300};
     uint64_t seed = 0x2545f4914f6cdd1dull;
@@ -442,13 +441,14 @@ static void check_matmul_int8(cairn__pool *pool, const char *level)
                 for (uint64_t b = 0; b < (uint64_t)cols / be; b++) {
                     uint8_t *blk = w + (size_t)r * rb + b * bb;
                     const uint16_t h = 0x2000 | (uint16_t)(b & 0xff); /* ~0.008 */
-                    if (types[t] == CAIRN__GGML_Q6_K) /* d at the end of the block */
+                    /* d at the end of the block */
+                    if (types[t] == CAIRN__GGML_Q6_K || types[t] == CAIRN__GGML_Q3_K)
                         memcpy(blk + bb - 2, &h, 2);
                     else {
                         memcpy(blk, &h, 2);
                         /* the second scale: Q4_K's dmin, Q4_1's and Q5_1's m */
-                        if (types[t] == CAIRN__GGML_Q4_K || types[t] == CAIRN__GGML_Q4_1 ||
-                            types[t] == CAIRN__GGML_Q5_1)
+                        if (types[t] == CAIRN__GGML_Q4_K || types[t] == CAIRN__GGML_Q5_K ||
+                            types[t] == CAIRN__GGML_Q4_1 || types[t] == CAIRN__GGML_Q5_1)
                             memcpy(blk + 2, &h, 2);
                     }
                 }
@@ -503,9 +503,10 @@ static void check_dequant(const char *level)
     }
     free(all);
     /* random blocks: any byte anywhere, so any half as a scale */
-    static const uint32_t blocks[] = {CAIRN__GGML_Q8_0, CAIRN__GGML_Q4_0, CAIRN__GGML_Q4_1,
-                                      CAIRN__GGML_Q5_0, CAIRN__GGML_Q5_1, CAIRN__GGML_Q4_K,
-                                      CAIRN__GGML_Q6_K};
+    static const uint32_t blocks[] = {CAIRN__GGML_Q8_0, CAIRN__GGML_Q4_0,   CAIRN__GGML_Q4_1,
+                                      CAIRN__GGML_Q5_0, CAIRN__GGML_Q5_1,   CAIRN__GGML_Q4_K,
+                                      CAIRN__GGML_Q5_K, CAIRN__GGML_Q6_K,   CAIRN__GGML_Q3_K,
+                                      CAIRN__GGML_Q2_K, CAIRN__GGML_IQ4_NL, CAIRN__GGML_IQ4_XS};
     uint64_t seed = 0x9e3779b97f4a7c15ull;
     for (size_t t = 0; t < sizeof blocks / sizeof *blocks; t++) {
         const uint64_t be = cairn__quant_block_elems(blocks[t]),
@@ -544,6 +545,11 @@ int main(void)
         check_matvec(pool, levels[l], CAIRN__GGML_Q8_0, 34);
         check_float_matvec(pool, levels[l]);
         check_matvec(pool, levels[l], CAIRN__GGML_Q4_K, 144);
+        check_matvec(pool, levels[l], CAIRN__GGML_Q5_K, 176);
+        check_matvec(pool, levels[l], CAIRN__GGML_Q3_K, 110);
+        check_matvec(pool, levels[l], CAIRN__GGML_Q2_K, 84);
+        check_matvec(pool, levels[l], CAIRN__GGML_IQ4_NL, 18);
+        check_matvec(pool, levels[l], CAIRN__GGML_IQ4_XS, 136);
         check_matvec(pool, levels[l], CAIRN__GGML_Q6_K, 210);
         check_matvec(pool, levels[l], CAIRN__GGML_Q4_1, 20);
         check_matvec(pool, levels[l], CAIRN__GGML_Q5_0, 22);
@@ -558,12 +564,30 @@ int main(void)
              * a matrix's rows are not a multiple of 256 (Q5_0 for Q4_K, Q8_0 for Q6_K) */
             static const uint32_t q5[3] = {CAIRN__GGML_Q5_0, CAIRN__GGML_Q4_1, CAIRN__GGML_Q5_1};
             static const uint32_t kmf[3] = {CAIRN__GGML_Q5_0, CAIRN__GGML_Q5_0, CAIRN__GGML_Q8_0};
+            /* llama-quantize's Q5_K_M, and Q4_K_M's attention V and FFN down in Q5_K */
+            static const uint32_t k5[3] = {CAIRN__GGML_Q5_K, CAIRN__GGML_Q5_K, CAIRN__GGML_Q6_K};
+            /* llama-quantize's Q3_K_M: Q3_K, with attention V and FFN down in Q5_K / Q4_K */
+            static const uint32_t k3[3] = {CAIRN__GGML_Q3_K, CAIRN__GGML_Q3_K, CAIRN__GGML_Q4_K};
+            /* llama-quantize's Q2_K: Q2_K, attention V in Q3_K / Q4_K */
+            static const uint32_t k2[3] = {CAIRN__GGML_Q2_K, CAIRN__GGML_Q2_K, CAIRN__GGML_Q3_K};
+            /* llama-quantize's IQ4_NL beside the Q6_K it keeps for some matrices */
+            static const uint32_t nl[3] = {CAIRN__GGML_IQ4_NL, CAIRN__GGML_IQ4_NL,
+                                           CAIRN__GGML_Q6_K};
             static const int small[3] = {9, 3, 3}, big[3] = {150, 40, 40};
             check_matvec_n(pool, levels[l], q4, small, 32 * 7);
             check_matvec_n(pool, levels[l], km, big, 512);
             check_matvec_n(pool, levels[l], mix, big, 512);
             check_matvec_n(pool, levels[l], q5, small, 32 * 7);
             check_matvec_n(pool, levels[l], kmf, big, 288);
+            check_matvec_n(pool, levels[l], k5, big, 512);
+            check_matvec_n(pool, levels[l], k3, big, 512);
+            check_matvec_n(pool, levels[l], k2, big, 512);
+            check_matvec_n(pool, levels[l], nl, big, 512);
+            /* llama-quantize's IQ4_XS: IQ4_XS, with IQ4_NL where rows are not a multiple of 256
+             * (both take the int8 blocks), and a K-quant beside them */
+            static const uint32_t xs[3] = {CAIRN__GGML_IQ4_XS, CAIRN__GGML_IQ4_NL,
+                                           CAIRN__GGML_Q4_K};
+            check_matvec_n(pool, levels[l], xs, big, 512);
         }
         if (l >= 1) /* the levels with multi-row kernels: avx2 (Q4_0), avx512 (Q4_0, Q8_0) */
             check_grouping(levels[l], CAIRN__GGML_Q4_0, 18);

@@ -190,7 +190,7 @@ static void check_model(const char *arch, uint32_t type, int tied, int kquant, i
         ok(0, "setup");
         goto out;
     }
-    const int kq = type == CAIRN__GGML_Q4_K || type == CAIRN__GGML_Q6_K;
+    const int kq = cairn__quant_block_elems(type) == CAIRN__QK_K;
     const int int8 = !is_float_type(type);
     const double tol = kq ? 3e-2 : int8 ? 2e-2 : 1e-4;
     /* the prompt path as it runs (int8 products for the quantized types), then in float */
@@ -495,9 +495,11 @@ static void check_threads_deterministic(void)
 
 static void check_kernels_scalar_vs_simd(void)
 {
-    const uint32_t types[] = {
-        CAIRN__GGML_F32,  CAIRN__GGML_F16,  CAIRN__GGML_BF16, CAIRN__GGML_Q8_0, CAIRN__GGML_Q4_0,
-        CAIRN__GGML_Q4_1, CAIRN__GGML_Q5_0, CAIRN__GGML_Q5_1, CAIRN__GGML_Q4_K, CAIRN__GGML_Q6_K};
+    const uint32_t types[] = {CAIRN__GGML_F32,  CAIRN__GGML_F16,    CAIRN__GGML_BF16,
+                              CAIRN__GGML_Q8_0, CAIRN__GGML_Q4_0,   CAIRN__GGML_Q4_1,
+                              CAIRN__GGML_Q5_0, CAIRN__GGML_Q5_1,   CAIRN__GGML_Q4_K,
+                              CAIRN__GGML_Q6_K, CAIRN__GGML_Q2_K,   CAIRN__GGML_Q3_K,
+                              CAIRN__GGML_Q5_K, CAIRN__GGML_IQ4_NL, CAIRN__GGML_IQ4_XS};
     const int rows = 37, cols = 512;
     float *w = malloc((size_t)rows * cols * sizeof *w), x[512], y1[37], y2[37], yr[37];
     unsigned char *q = malloc((size_t)rows * cols * 4);
@@ -776,13 +778,13 @@ static void check_errors(void)
     cairn__gguf *g = NULL;
     cairn__model *m = NULL;
     if (at) {
-        buf[at] = 13; /* Q5_K */
+        buf[at] = 16; /* IQ2_XXS */
         rc = cairn__gguf_open_mem_ex(buf, len, CAIRN__GGUF_ANY_TYPE, &g, err, sizeof err);
         if (rc == 0)
             rc = cairn__model_load(g, &m, err, sizeof err);
     }
-    ok(at && rc == CAIRN_EUNSUPPORTED && !m && strstr(err, victim) && strstr(err, "Q5_K"),
-       "model from an ANY_TYPE reader with a Q5_K weight -> EUNSUPPORTED naming it (%s)", err);
+    ok(at && rc == CAIRN_EUNSUPPORTED && !m && strstr(err, victim) && strstr(err, "IQ2_XXS"),
+       "model from an ANY_TYPE reader with an IQ2_XXS weight -> EUNSUPPORTED naming it (%s)", err);
     cairn__model_free(m);
     cairn__gguf_close(g);
     free(buf);
@@ -845,13 +847,17 @@ int main(void)
     check_blas_path();
     const uint32_t flat[] = {CAIRN__GGML_F32,  CAIRN__GGML_F16,  CAIRN__GGML_BF16,
                              CAIRN__GGML_Q8_0, CAIRN__GGML_Q4_0, CAIRN__GGML_Q4_1,
-                             CAIRN__GGML_Q5_0, CAIRN__GGML_Q5_1};
+                             CAIRN__GGML_Q5_0, CAIRN__GGML_Q5_1, CAIRN__GGML_IQ4_NL};
     for (size_t i = 0; i < sizeof flat / sizeof *flat; i++) {
         check_model("llama", flat[i], (int)(i % 2), 0, 0, 0);
         check_model("qwen2", flat[i], (int)((i + 1) % 2), 0, 0, 0);
     }
     check_model("llama", CAIRN__GGML_Q4_K, 0, 1, 0, 0);
     check_model("qwen2", CAIRN__GGML_Q6_K, 1, 1, 0, 0);
+    check_model("llama", CAIRN__GGML_Q5_K, 1, 1, 0, 0);
+    check_model("qwen2", CAIRN__GGML_Q3_K, 0, 1, 0, 0);
+    check_model("llama", CAIRN__GGML_Q2_K, 0, 1, 0, 0);
+    check_model("qwen2", CAIRN__GGML_IQ4_XS, 1, 1, 0, 0);
     /* a Q4_K_M file as llama-quantize writes one for an ff of 288 */
     check_model("llama", CAIRN__GGML_Q4_K, 0, SHAPE_K_M, 0, 0);
     check_model("qwen2", CAIRN__GGML_Q4_K, 1, SHAPE_K_M, 1, 0);

@@ -247,10 +247,13 @@ static void q32_layouts(void)
 
 static void round_trips(void)
 {
-    const uint32_t types[] = {
-        CAIRN__GGML_F32,  CAIRN__GGML_F16,  CAIRN__GGML_BF16, CAIRN__GGML_Q8_0, CAIRN__GGML_Q4_0,
-        CAIRN__GGML_Q4_1, CAIRN__GGML_Q5_0, CAIRN__GGML_Q5_1, CAIRN__GGML_Q4_K, CAIRN__GGML_Q6_K};
-    const double tol[] = {0, 1e-3, 5e-3, 1e-2, 0.12, 0.1, 0.05, 0.05, 0.12, 3e-2};
+    const uint32_t types[] = {CAIRN__GGML_F32,  CAIRN__GGML_F16,    CAIRN__GGML_BF16,
+                              CAIRN__GGML_Q8_0, CAIRN__GGML_Q4_0,   CAIRN__GGML_Q4_1,
+                              CAIRN__GGML_Q5_0, CAIRN__GGML_Q5_1,   CAIRN__GGML_Q4_K,
+                              CAIRN__GGML_Q6_K, CAIRN__GGML_Q5_K,   CAIRN__GGML_Q3_K,
+                              CAIRN__GGML_Q2_K, CAIRN__GGML_IQ4_NL, CAIRN__GGML_IQ4_XS};
+    const double tol[] = {0,    1e-3, 5e-3, 1e-2, 0.12, 0.1,  0.05, 0.05,
+                          0.12, 3e-2, 0.06, 0.25, 0.5,  0.12, 0.12};
     enum { N = 4096 };
     static float x[N], y[N], z[N];
     static unsigned char q[N * 4], q2[N * 4];
@@ -282,14 +285,16 @@ static void round_trips(void)
         double e2 = rel_rms(z, y, N);
         ok(e2 <= tol[t] / 2 + 1e-7, "%s: re-quantizing is stable (rel rms %.3g)", tn, e2);
     }
-    ok(cairn__quant_row(13 /* Q5_K */, x, q, 256) == CAIRN_EUNSUPPORTED,
+    ok(cairn__quant_row(16 /* IQ2_XXS */, x, q, 256) == CAIRN_EUNSUPPORTED,
        "unsupported type -> EUNSUPPORTED");
     ok(cairn__quant_row(CAIRN__GGML_Q8_0, x, q, 33) == CAIRN_EINVAL, "partial block -> EINVAL");
     ok(cairn__quant_row(CAIRN__GGML_Q4_K, x, q, 128) == CAIRN_EINVAL,
        "half a K super-block -> EINVAL");
-    ok(!cairn__quant_supported(13) && cairn__quant_supported(CAIRN__GGML_Q6_K) &&
-           cairn__quant_supported(CAIRN__GGML_Q4_1) && cairn__quant_supported(CAIRN__GGML_Q5_0) &&
-           cairn__quant_supported(CAIRN__GGML_Q5_1),
+    ok(!cairn__quant_supported(16) && cairn__quant_supported(CAIRN__GGML_Q6_K) &&
+           cairn__quant_supported(CAIRN__GGML_Q5_K) && cairn__quant_supported(CAIRN__GGML_Q3_K) &&
+           cairn__quant_supported(CAIRN__GGML_Q2_K) && cairn__quant_supported(CAIRN__GGML_IQ4_NL) &&
+           cairn__quant_supported(CAIRN__GGML_IQ4_XS) && cairn__quant_supported(CAIRN__GGML_Q4_1) &&
+           cairn__quant_supported(CAIRN__GGML_Q5_0) && cairn__quant_supported(CAIRN__GGML_Q5_1),
        "supported types");
 }
 
