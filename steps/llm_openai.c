@@ -219,7 +219,7 @@ static int on_event(call *k, const char *d, size_t n)
         return 0;
     }
     json_error_t je;
-    json_t *j = json_loadb(d, n, 0, &je);
+    json_t *j = json_loadb(d, n, JSON_ALLOW_NUL, &je); /* llama.cpp streams "\u0000" */
     if (!j || !json_is_object(j)) {
         char what[200];
         snprintf(what, sizeof what, "%s", j ? "a chunk is not a JSON object" : je.text);
@@ -401,7 +401,7 @@ static double as_written(float x)
 }
 
 static json_t *request_body(const cairn__llm_cfg *c, const json_t *prompt, const char *so_far,
-                            size_t max_tokens, uint64_t seed)
+                            size_t sl, size_t max_tokens, uint64_t seed)
 {
     json_t *b = json_pack("{s:s, s:b, s:{s:b}, s:I, s:f, s:f, s:I}", "model", c->model, "stream", 1,
                           "stream_options", "include_usage", 1, "max_tokens",
@@ -412,11 +412,11 @@ static json_t *request_body(const cairn__llm_cfg *c, const json_t *prompt, const
     if (c->endpoint == CAIRN__LLM_CHAT)
         json_object_set(b, "messages", (json_t *)prompt);
     else { /* a continuation is the prompt followed by the text so far */
-        size_t pl = json_string_length(prompt), sl = strlen(so_far);
+        size_t pl = json_string_length(prompt);
         char *p = malloc(pl + sl + 1);
         if (p) {
             memcpy(p, json_string_value(prompt), pl);
-            memcpy(p + pl, so_far, sl + 1);
+            memcpy(p + pl, so_far, sl);
         }
         json_t *s = p ? json_stringn(p, pl + sl) : NULL;
         free(p);
@@ -615,7 +615,8 @@ cairn_step_result cairn__llm_openai_step(cairn_ctx *ctx, const cairn__llm_cfg *c
         free(k.text.p), free(k.line.p);
         return r;
     }
-    json_t *req = request_body(c, prompt, k.text.p, (size_t)c->max_tokens - k.resumed, seed);
+    json_t *req =
+        request_body(c, prompt, k.text.p, k.text.len, (size_t)c->max_tokens - k.resumed, seed);
     json_decref(prompt);
     char *body = req ? json_dumps(req, JSON_COMPACT) : NULL;
     json_decref(req);
