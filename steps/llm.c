@@ -14,6 +14,7 @@
  * those characters, not a forged end of turn.
  */
 #include "steps/llm.h"
+#include "steps/llm_impl.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -31,20 +32,11 @@
 #include "gpu/engine.h"
 #include "steps/template.h"
 
-struct cairn__llm_cfg {
-    char *model, *prompt, *system, *context_source;
-    int backend, cache_type; /* indexes into backends[] and cache_types[] */
-    int chat, threads, ctx, max_tokens, progress_every, has_seed;
-    cairn__sampler_params sp;
-    char **stop;
-    size_t n_stop;
-    char digest[65];
-    uint32_t version;
-};
-
 /* ------------------------------------------------------------------ config */
 
-static const char *const backends[] = {"auto", "cpu", "cuda", NULL};
+/* "openai" last, at CAIRN__LLM_OPENAI: the others are the in-process engine's */
+static const char *const backends[] = {"auto", "cpu", "cuda", "openai", NULL};
+_Static_assert(CAIRN__LLM_OPENAI == 3, "backends[] puts \"openai\" at CAIRN__LLM_OPENAI");
 static const char *const cache_types[] = {"f32", "f16", NULL};
 /* in the order of enum cairn__chat_format, so a choice's index is the format */
 static const char *const chats[] = {"raw", "chatml", "llama3", NULL};
@@ -52,31 +44,37 @@ _Static_assert(CAIRN__CHAT_RAW == 0 && CAIRN__CHAT_CHATML == 1 && CAIRN__CHAT_LL
                "chats[] follows enum cairn__chat_format");
 
 #define AT(m) CAIRN__CFG_AT(cairn__llm_cfg, m)
-/* Every setting of the "generate" section; what each means is in llm.h. The sampler's defaults
- * are the step's own (temperature 0.7), not the engine's. */
-static const cairn__cfg_field fields[] = {
-    {"model", CAIRN__CFG_PATH, AT(model), .required = "required (path to a GGUF file)"},
+/* The settings of the "generate" section that every backend has; what each means is in llm.h.
+ * The backend comes first: it picks the table of the rest (local_fields or the openai
+ * backend's). The sampler's defaults are the step's own (temperature 0.7), not the engine's. */
+static const cairn__cfg_field common_fields[] = {
     {"backend", CAIRN__CFG_ENUM, AT(backend), .choices = backends, .sdef = "auto"},
-    {"cache_type", CAIRN__CFG_ENUM, AT(cache_type), .choices = cache_types, .sdef = "f32"},
     {"prompt", CAIRN__CFG_STR, AT(prompt),
      .required = "required (a template such as \"Describe {{title}}. Facts: {{context}}\")"},
     {"system", CAIRN__CFG_STR, AT(system)},
     {"context_source", CAIRN__CFG_STR, AT(context_source), .sdef = "retrieve"},
     {"chat", CAIRN__CFG_ENUM, AT(chat), .choices = chats, .sdef = "raw"},
-    /* tuning: a thread count and how often progress is saved change how fast, not what; the
-     * backend is not tuning (the GPU's f16 weights give other bits than the CPU) */
-    {"threads", CAIRN__CFG_INT, AT(threads), .lo = 0, .hi = 1024, .tuning = 1},
-    {"ctx", CAIRN__CFG_INT, AT(ctx), .lo = 0, .hi = 1 << 20},
     {"max_tokens", CAIRN__CFG_INT, AT(max_tokens), .lo = 1, .hi = 1 << 20, .def = 256},
+    /* tuning: how often progress is saved changes how fast, not what */
     {"progress_every", CAIRN__CFG_INT, AT(progress_every), .lo = 0, .hi = 1 << 20, .def = 16,
      .tuning = 1},
     {"temperature", CAIRN__CFG_NUM, AT(sp.temperature), .lo = 0, .hi = 100, .def = 0.7},
     {"top_p", CAIRN__CFG_NUM, AT(sp.top_p), .lo = 1e-9, .hi = 1, .def = 0.95},
-    {"top_k", CAIRN__CFG_INT, AT(sp.top_k), .lo = 0, .hi = 1 << 20, .def = 40},
     {"repeat_penalty", CAIRN__CFG_NUM, AT(sp.repeat_penalty), .lo = 1e-9, .hi = 100, .def = 1},
     /* absent: derived from the task ID, so each task draws differently (has_seed) */
     {"seed", CAIRN__CFG_INT, AT(sp.seed), .lo = 0, .hi = CAIRN__CFG_NO_MAX},
     {"stop", CAIRN__CFG_STRS, AT(stop), CAIRN__CFG_COUNT(cairn__llm_cfg, n_stop)},
+    {NULL},
+};
+/* ... and those of the in-process engine */
+static const cairn__cfg_field local_fields[] = {
+    {"model", CAIRN__CFG_PATH, AT(model), .required = "required (path to a GGUF file)"},
+    {"cache_type", CAIRN__CFG_ENUM, AT(cache_type), .choices = cache_types, .sdef = "f32"},
+    /* tuning: a thread count changes how fast, not what; the backend is not tuning (the GPU's
+     * f16 weights give other bits than the CPU) */
+    {"threads", CAIRN__CFG_INT, AT(threads), .lo = 0, .hi = 1024, .tuning = 1},
+    {"ctx", CAIRN__CFG_INT, AT(ctx), .lo = 0, .hi = 1 << 20},
+    {"top_k", CAIRN__CFG_INT, AT(sp.top_k), .lo = 0, .hi = 1 << 20, .def = 40},
     {NULL},
 };
 #undef AT
@@ -97,35 +95,68 @@ static int digest_of(const cairn__cfg *r, char digest[65])
     return digest[0] ? 0 : cairn__cfg_fail(r, CAIRN_ENOMEM, NULL, "out of memory"); /* OpenSSL */
 }
 
-static int finish(const cairn__cfg *r, void *base)
+static void release(cairn__llm_cfg *c)
 {
-    cairn__llm_cfg *c = base;
+    cairn__cfg_release(common_fields, c);
+    cairn__cfg_release(c->backend == CAIRN__LLM_OPENAI ? cairn__llm_openai_fields : local_fields,
+                       c);
+    cairn__llm_openai_release(c);
+}
+
+/* common/config.h's cairn__cfg_parse, over two tables: the common one, then the backend's. */
+static int parse(const cairn__cfg *r, cairn__llm_cfg *c)
+{
+    int rc = cairn__cfg_read_field(r, &common_fields[0], c);
+    if (rc)
+        return rc;
+    const int remote = c->backend == CAIRN__LLM_OPENAI;
+    const cairn__cfg_field *const tables[] = {
+        common_fields, remote ? cairn__llm_openai_fields : local_fields, NULL};
+    if ((rc = cairn__cfg_check_keys(r, tables, NULL)) || (rc = cairn__cfg_read(r, tables[0], c)) ||
+        (rc = cairn__cfg_read(r, tables[1], c)))
+        return rc;
+    if (remote && (rc = cairn__llm_openai_setup(r, c)))
+        return rc;
     cairn__sampler_params d; /* the engine's value of what the table does not read */
     cairn__sampler_params_default(&d);
     c->sp.repeat_last_n = d.repeat_last_n;
     c->has_seed = json_object_get(r->obj, "seed") != NULL;
-    int rc = cairn__cfg_version(r, (const cairn__cfg_field *const[]){fields, NULL}, &c->version);
+    rc = cairn__cfg_version(r, tables, &c->version);
     return rc ? rc : digest_of(r, c->digest);
 }
-
-static const cairn__cfg_section section = {"generate", fields, sizeof(cairn__llm_cfg), finish};
 
 int cairn__llm_cfg_parse(const json_t *cfg, const char *base_dir, cairn__llm_cfg **out, char *err,
                          size_t errlen)
 {
-    return cairn__cfg_parse(&section, cfg, base_dir, out, err, errlen);
+    *out = NULL;
+    cairn__cfg r;
+    int rc = cairn__cfg_open(&r, cfg, "generate", base_dir, err, errlen);
+    if (rc)
+        return rc;
+    cairn__llm_cfg *c = calloc(1, sizeof *c);
+    if (!c)
+        return cairn__cfg_fail(&r, CAIRN_ENOMEM, NULL, "out of memory");
+    if ((rc = parse(&r, c))) {
+        release(c);
+        free(c);
+        return rc;
+    }
+    *out = c;
+    return 0;
 }
 
 void cairn__llm_cfg_free(cairn__llm_cfg *c)
 {
     if (!c)
         return;
-    cairn__cfg_release(fields, c);
+    release(c);
     free(c);
 }
 
 int cairn__llm_cfg_check(const cairn__llm_cfg *c, char *err, size_t errlen)
 {
+    if (c->backend == CAIRN__LLM_OPENAI)
+        return 0; /* a server that is down now is a transient failure of the step, not a refusal */
     struct stat st;
     int fd = open(c->model, O_RDONLY | O_CLOEXEC), e = errno;
     if (fd < 0) {
@@ -395,6 +426,12 @@ cairn_step_result cairn__llm_step(cairn_ctx *ctx, void *user)
     int rc = render_user(ctx, c, &text, err, sizeof err);
     if (rc)
         return fail(ctx, rc, err);
+    if (c->backend == CAIRN__LLM_OPENAI) {
+        cairn_step_result res = cairn__llm_openai_step(
+            ctx, c, text, c->has_seed ? c->sp.seed : seed_of(cairn_ctx_task_id(ctx)));
+        free(text);
+        return res;
+    }
     if ((rc = engine_for(c, err, sizeof err))) {
         free(text);
         return fail(ctx, rc, err);

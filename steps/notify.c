@@ -136,9 +136,7 @@ static int b64_decode(const char *s, unsigned char **out, size_t *out_len)
     return 0;
 }
 
-/* Reads a secret from the environment variable or file named by `env_key` / `file_key`
- * (exactly one must be present if `required`). *out is malloc'd, or NULL when absent. */
-static int read_secret(const cairn__cfg *p, const json_t *cfg, const char *env_key,
+int cairn__read_secret(const cairn__cfg *p, const json_t *cfg, const char *env_key,
                        const char *file_key, int required, char **out)
 {
     json_t *e = json_object_get(cfg, env_key), *f = json_object_get(cfg, file_key);
@@ -399,7 +397,7 @@ static int parse_webhook(const cairn__cfg *p, const json_t *cfg, cairn__notify_t
     int rc = check_url(p, t, "http", "https", "an http:// or https:// URL");
     if (rc)
         return rc;
-    if ((rc = read_secret(p, cfg, "secret_env", "secret_file", 1, &t->secret_text)))
+    if ((rc = cairn__read_secret(p, cfg, "secret_env", "secret_file", 1, &t->secret_text)))
         return rc;
     const char *field = json_object_get(cfg, "secret_env") ? "secret_env" : "secret_file";
     const char *b64 = t->secret_text;
@@ -461,7 +459,7 @@ static int parse_email(const cairn__cfg *p, const json_t *cfg, cairn__notify_tar
     }
     if ((rc = tpl_check(p, "subject", t->subject)) || (rc = tpl_check(p, "body", t->body)))
         return rc;
-    if ((rc = read_secret(p, cfg, "password_env", "password_file", 0, &t->secret_text)))
+    if ((rc = cairn__read_secret(p, cfg, "password_env", "password_file", 0, &t->secret_text)))
         return rc;
     if (!t->username != !t->secret_text)
         return cairn__cfg_fail(p, CAIRN_EJSON, t->username ? "password_env" : "username",

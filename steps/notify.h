@@ -38,6 +38,16 @@
 #include <stdint.h>
 
 #include "cairn.h"
+#include "common/config.h"
+
+/* Reads a secret from the environment variable or file (its first line) named by the keys
+ * `env_key` / `file_key` of section `cfg`, read through `p` (exactly one of the two must be
+ * present if `required`; both is an error). *out is malloc'd, or NULL when absent; the caller
+ * wipes it before freeing. 0, CAIRN_EJSON, CAIRN_EINVAL (unset or empty), CAIRN_ENOENT,
+ * CAIRN_EIO or CAIRN_ENOMEM, with the message naming the key. The notify targets and the
+ * generate step's "openai" backend (api_key_env / api_key_file) share it. */
+int cairn__read_secret(const cairn__cfg *p, const json_t *cfg, const char *env_key,
+                       const char *file_key, int required, char **out);
 
 typedef struct cairn__notify_target cairn__notify_target;
 
