@@ -67,11 +67,13 @@ static inline int srv_start(srv *s, const char *dir, const char *store, int jobs
             diag("serve exited with %d: %s", code, e ? e : "");
             free(e);
             s->pid = 0;
+            free(s->out), free(s->err), s->out = s->err = NULL;
             return -1;
         }
         tu_sleep_ms(20);
     }
     diag("serve did not print its address in 30 s");
+    free(s->out), free(s->err), s->out = s->err = NULL;
     return -1;
 }
 

@@ -81,7 +81,9 @@ static void api(void)
     ok(tu_contains(err_of(&r, "message"), hash) && strlen(err_of(&r, "message")) > 2 * 64,
        "naming both payload hashes: %s", err_of(&r, "message"));
     resp_free(&r);
-    ok(tu_count_lines(tu_fmt("%s/ledger", dir), NULL) == 1, "one effect at the receiver");
+    char *ledger = tu_fmt("%s/ledger", dir);
+    ok(tu_count_lines(ledger, NULL) == 1, "one effect at the receiver");
+    free(ledger);
 
     post(&r, &s, NULL, body);
     ok(r.status == 400 && !strcmp(err_of(&r, "field"), "Idempotency-Key"),
@@ -179,7 +181,8 @@ static void token_and_unix(void)
     http(&r, &s, "POST", "/v1/tasks", "tok-1", "s3cret-token", body, strlen(body), 10000);
     ok(r.status == 202, "the file's token is let in (got %ld)", r.status);
     resp_free(&r);
-    ok(tu_count_lines(tu_fmt("%s/ledger", dir), NULL) <= 1, "the refused ones admitted nothing");
+    char *ledger = tu_fmt("%s/ledger", dir), *none = tu_fmt("%s/none", dir);
+    ok(tu_count_lines(ledger, NULL) <= 1, "the refused ones admitted nothing");
     ok(srv_stop(&s, 0) == 0, "it stops");
     struct stat sb;
     ok(stat(sock, &sb) != 0, "and removes its socket");
@@ -196,11 +199,11 @@ static void token_and_unix(void)
        tr.code);
     tu_result_free(&tr);
     tu_runl(&tr, 30000, tu_env("CAIRN_LEDGER", "cairn-ledger"), "serve", "--tasks", "--graph",
-            "ledger", "--store", store, "--token-file", tu_fmt("%s/none", dir), "--listen",
-            "127.0.0.1:0", NULL);
+            "ledger", "--store", store, "--token-file", none, "--listen", "127.0.0.1:0", NULL);
     ok(tr.code == 66 && tu_contains(tr.err, "none"), "a missing token file is 66 (%d)", tr.code);
     tu_result_free(&tr);
-    free(body), free(listen), free(tok), free(sock), free(dir), free(store);
+    free(body), free(listen), free(tok), free(sock), free(dir), free(store), free(ledger),
+        free(none);
 }
 
 int main(void)
