@@ -555,7 +555,6 @@ static void t_llama_server(void)
        "llama-server: two tasks, same prompt and seed at temperature 0: the same text");
     tu_kill_wait(pid);
     free(texts[0]), free(texts[1]);
-    json_decref(cfg);
     env_free(&e);
     free(url), free(bin), free(model), free(lg), free(ob);
 }
