@@ -152,6 +152,33 @@ int cairn__due_each(cairn__txn *t, cairn_state state, int64_t upto_ms, cairn__id
     return scan(t, t->s->due, &k, 1, 9, upto_ms, 1, cb, arg);
 }
 
+int cairn__due_count(cairn__txn *t, cairn_state state, int64_t upto_ms, uint64_t cap, uint64_t *n,
+                     int64_t *first_ms)
+{
+    *n = 0;
+    *first_ms = 0;
+    MDB_cursor *c;
+    int rc = mdb_cursor_open(t->txn, t->s->due, &c);
+    if (rc)
+        return cairn__mdb_fail(t, t->s, rc, "open cursor");
+    char start = (char)state;
+    MDB_val k = {1, &start}, v;
+    for (rc = cairn__cursor_get(t, c, &k, &v, MDB_SET_RANGE); rc == 0;
+         rc = cairn__cursor_get(t, c, &k, &v, MDB_NEXT)) {
+        const unsigned char *p = k.mv_data;
+        if (k.mv_size < 9 || p[0] != (unsigned char)state)
+            break;
+        int64_t due = (int64_t)rd_be64(p + 1);
+        if (!*first_ms)
+            *first_ms = due ? due : 1;
+        if (due > upto_ms || *n >= cap)
+            break;
+        ++*n;
+    }
+    mdb_cursor_close(c);
+    return cairn__scan_end(t, rc == MDB_NOTFOUND ? 0 : rc, "count the due index");
+}
+
 int cairn__tenant_each(cairn__txn *t, const char *tenant, cairn__id_cb cb, void *arg)
 {
     key k;
@@ -210,6 +237,15 @@ int cairn__store_stats_get(cairn__txn *t, cairn__store_stats *out)
         out->last_txn = info.me_last_txnid;
     }
     out->durability = t->s->durability;
+    uint64_t n;
+    int64_t first;
+    if (!rc && !(rc = cairn__due_count(t, CAIRN_IN_DOUBT, 0, 0, &n, &first)))
+        out->oldest_in_doubt_ms = first;
+    if (!rc && !(rc = cairn__due_count(t, CAIRN_FAILED, cairn__now_ms(), CAIRN_STATS_DUE_MAX, &n,
+                                       &first))) {
+        out->next_retry_ms = first;
+        out->retry_due = n;
+    }
     if (!rc) {
         mdb_reader_list(t->s->env, reader_line, out);
         if (t->s->synced) /* the marker's commit, or a later one a journal flush covered */

@@ -168,6 +168,11 @@ int cairn__msg_expire(cairn__txn *t, int64_t upto_ms, uint32_t limit, uint32_t *
  * otherwise. The callback returns 0 to go on, 1 to stop, <0 for an error. */
 typedef int (*cairn__id_cb)(const char *id, void *arg);
 int cairn__due_each(cairn__txn *t, cairn_state state, int64_t upto_ms, cairn__id_cb cb, void *arg);
+/* Counts the tasks in `state` due at or before upto_ms, stopping at cap (no ids are read: the
+ * cost is the count's, at most cap keys), and *first_ms the earliest due time in that state
+ * (0: none), read from the first key. */
+int cairn__due_count(cairn__txn *t, cairn_state state, int64_t upto_ms, uint64_t cap, uint64_t *n,
+                     int64_t *first_ms);
 /* Running tasks of a tenant. */
 int cairn__tenant_each(cairn__txn *t, const char *tenant, cairn__id_cb cb, void *arg);
 /* Finished tasks (succeeded or dead) with finished_ms <= upto_ms, oldest first. */
@@ -186,6 +191,9 @@ typedef struct cairn__store_stats {
     uint32_t readers;
     uint64_t oldest_reader_txn;
     int oldest_reader_pid;
+    /* from the status index's first keys, and a count bounded by CAIRN_STATS_DUE_MAX */
+    int64_t oldest_in_doubt_ms, next_retry_ms;
+    uint64_t retry_due;
 } cairn__store_stats;
 int cairn__store_stats_get(cairn__txn *t, cairn__store_stats *out);
 

@@ -412,6 +412,28 @@ CAIRN_API int cairn_runner_retry(cairn_runner *r, const char *graph, uint32_t li
  * others: before cairn_runner_open (CAIRN_EBUSY after). */
 typedef void (*cairn_retry_report_fn)(const char *task_id, int rc, const char *message, void *user);
 CAIRN_API int cairn_runner_set_retry_report(cairn_runner *r, cairn_retry_report_fn fn, void *user);
+/* What a runner tells as it works, for logs and progress: one event per change of a task it
+ * committed, delivered after the transaction committed (an event never describes a change that
+ * did not happen), in the thread that ran the task, before the call that ran it returns. The
+ * event and its strings are valid during the call only. */
+typedef struct cairn_event {
+    const char *task_id;
+    const char *step; /* the step it concerns; "" for "task_started" and "task_succeeded" */
+    /* "task_started" (a run took the lease), "step_done", "step_intent" (an effect's intent is
+     * durable: the effect is called next), "step_failed" (to be retried in this run),
+     * "step_reset" (a probe said the effect did not happen), and the run's end: "task_succeeded",
+     * "task_failed" (due for `retry`), "task_dead", "task_in_doubt", "task_stopped" */
+    const char *event;
+    cairn_state state; /* the task's state after the event */
+    uint32_t attempt;
+    uint32_t invocation;  /* the step's invocation (step events), else 0 */
+    uint64_t duration_ms; /* the step's call (step_done, step_failed, the end it caused) */
+    const char *message;  /* the error for failures, else "" */
+} cairn_event;
+typedef void (*cairn_event_fn)(const cairn_event *ev, void *user);
+/* Sets (NULL: clears) the event callback. A setting: before cairn_runner_open (CAIRN_EBUSY
+ * after). The callback must not call into this runner. */
+CAIRN_API int cairn_runner_set_events(cairn_runner *r, cairn_event_fn fn, void *user);
 /* Settles an in-doubt effect: done (the effect happened: record it, continue after it) or not
  * done (run it again). The task becomes pending. CAIRN_ENOTFOUND, CAIRN_ESTATE if the step is
  * not in doubt. */
@@ -530,7 +552,15 @@ typedef struct cairn_stats {
     uint32_t readers;
     uint64_t oldest_reader_commit;
     int oldest_reader_pid;
+    /* What an operator alerts on, read from the status index's first keys (no scan):
+     * when the task longest in doubt became so (0: none in doubt), and the earliest retry time
+     * of a failed task (0: none failed); and the failed tasks due for `retry` now, counted up
+     * to CAIRN_STATS_DUE_MAX (that value means "at least"), so the cost stays bounded at any
+     * store size. Times are milliseconds since the Unix epoch. */
+    int64_t oldest_in_doubt_ms, next_retry_ms;
+    uint64_t retry_due;
 } cairn_stats;
+#define CAIRN_STATS_DUE_MAX 10000
 typedef int (*cairn_stats_fn)(const cairn_stats *stats, void *user);
 
 /* Reads the store's counts and size and calls `fn` once with them (after the snapshot closed:

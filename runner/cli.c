@@ -113,6 +113,7 @@ static const cairn__opt all_options[] = {
     {"tasks", 0, 0, 0, CAIRN__O_TASKS, AT(tasks)},
     {"listen", 0, 1, 0, CAIRN__O_LISTEN, AT(listen)},
     {"token-file", 0, 1, 0, CAIRN__O_TOKEN_FILE, AT(token_file)},
+    {"prometheus", 0, 0, 0, CAIRN__O_PROMETHEUS, AT(prometheus)},
     {NULL, 0, 0, 0, 0, 0}};
 #undef AT
 
@@ -174,17 +175,17 @@ void cairn__cli_print_help(FILE *f, const char *help, int needs_graphs)
     cairn__cli_put_help(f, help);
     if (needs_graphs)
         put_config_help(f);
+    fputs(CAIRN__LOG_OPTIONS_HELP, f);
 }
 
 int cairn__cli_usage_error(const char *cmd, const char *help, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "%s %s: ", cairn__cli_prog, cmd);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    cairn__logv(CAIRN__LOG_ERROR, cmd, "usage", NULL, NULL, fmt, ap);
     va_end(ap);
-    cairn__cli_put_help(stderr, help);
+    if (!cairn__log_json()) /* the usage is for a person; a JSON log gets the one line */
+        cairn__cli_put_help(stderr, help);
     return CAIRN__EX_USAGE;
 }
 
@@ -273,8 +274,8 @@ static int parse_task_args(int argc, char **argv, const cairn__cli_task *t, cair
     if (rc >= 0)
         return rc;
     if (!o->store || !*o->store) {
-        fprintf(stderr, "%s %s: no store: pass --store DIR or set CAIRN_STORE\n", cairn__cli_prog,
-                t->name);
+        cairn__log(CAIRN__LOG_ERROR, t->name, "usage", NULL, NULL,
+                   "no store: pass --store DIR or set CAIRN_STORE");
         return CAIRN__EX_USAGE;
     }
     if (t->takes_id == 1 && oi != argc - 1)
@@ -315,13 +316,41 @@ int cairn__cli_need_config(const char *cmd, size_t n_graphs)
 {
     if (n_graphs || !g_config_graph || g_configured)
         return 0;
-    fprintf(stderr, "%s %s: %s\n", cairn__cli_prog, cmd, no_config_msg);
+    cairn__log(CAIRN__LOG_ERROR, cmd, "usage", NULL, NULL, "%s", no_config_msg);
     return CAIRN__EX_USAGE;
 }
 
 /* ------------------------------------------------------------------ store & runner */
 
 static cairn_runner *g_runner; /* for the signal handler */
+
+/* -v: the runner's events, one line each (cmd is the command's name, static) */
+static void log_event(const cairn_event *ev, void *user)
+{
+    const char *cmd = user, *e = ev->event, *t = ev->task_id, *st = ev->step;
+    unsigned long long ms = (unsigned long long)ev->duration_ms;
+    const char *m = ev->message;
+    int lv = CAIRN__LOG_INFO;
+    if (!strcmp(e, "task_started"))
+        cairn__log(lv, cmd, e, t, st, "task %s: started (attempt %u)", t, ev->attempt);
+    else if (!strcmp(e, "step_done"))
+        cairn__log(lv, cmd, e, t, st, "task %s: step %s done in %llu ms (invocation %u)", t, st, ms,
+                   ev->invocation);
+    else if (!strcmp(e, "step_intent"))
+        cairn__log(lv, cmd, e, t, st, "task %s: step %s: intent recorded, calling the effect", t,
+                   st);
+    else if (!strcmp(e, "step_failed"))
+        cairn__log(CAIRN__LOG_WARN, cmd, e, t, st, "task %s: step %s failed after %llu ms: %s", t,
+                   st, ms, m);
+    else if (!strcmp(e, "step_reset"))
+        cairn__log(lv, cmd, e, t, st, "task %s: step %s: the probe says the effect did not happen",
+                   t, st);
+    else if (!strcmp(e, "task_succeeded"))
+        cairn__log(lv, cmd, e, t, st, "task %s succeeded", t);
+    else
+        cairn__log(CAIRN__LOG_WARN, cmd, e, t, st, "task %s: %s at step %s (%s): %s", t, e + 5, st,
+                   cairn_state_name(ev->state), *m ? m : "no message");
+}
 
 static void on_signal(int sig)
 {
@@ -346,7 +375,8 @@ static int session_open(cairn__cli_session *s, const char *cmd, const cairn__cli
     char err[4200];
     int rc;
     if (must_exist && (rc = cairn__cli_store_exists(o->store, err, sizeof err))) {
-        fprintf(stderr, "%s %s: %s (%s)\n", cairn__cli_prog, cmd, err, cairn_errname(rc));
+        cairn__log(CAIRN__LOG_ERROR, cmd, "store_open", NULL, NULL, "%s (%s)", err,
+                   cairn_errname(rc));
         return rc;
     }
     s->store = cairn_store_new();
@@ -358,8 +388,8 @@ static int session_open(cairn__cli_session *s, const char *cmd, const cairn__cli
         cairn_store_set_map_max(s->store, o->map_max);
     rc = cairn_store_open(s->store, o->store);
     if (rc) {
-        fprintf(stderr, "%s %s: %s (%s)\n", cairn__cli_prog, cmd, cairn_store_errmsg(s->store),
-                cairn_errname(rc));
+        cairn__log(CAIRN__LOG_ERROR, cmd, "store_open", NULL, NULL, "%s (%s)",
+                   cairn_store_errmsg(s->store), cairn_errname(rc));
         return rc;
     }
     if (!need_runner)
@@ -370,8 +400,8 @@ static int session_open(cairn__cli_session *s, const char *cmd, const cairn__cli
     cairn_runner_set_store(s->runner, s->store);
     for (size_t i = 0; i < n_graphs; i++) {
         if ((rc = cairn_runner_add_graph(s->runner, graphs[i]))) {
-            fprintf(stderr, "%s %s: %s (%s)\n", cairn__cli_prog, cmd,
-                    cairn_runner_errmsg(s->runner), cairn_errname(rc));
+            cairn__log(CAIRN__LOG_ERROR, cmd, "runner_open", NULL, NULL, "%s (%s)",
+                       cairn_runner_errmsg(s->runner), cairn_errname(rc));
             return rc;
         }
     }
@@ -388,9 +418,11 @@ static int session_open(cairn__cli_session *s, const char *cmd, const cairn__cli
                                (uint64_t)(o->tombstone_days * 86400));
     if (report)
         cairn_runner_set_retry_report(s->runner, report, report_user);
+    if (cairn__log_enabled(CAIRN__LOG_INFO))
+        cairn_runner_set_events(s->runner, log_event, (void *)cmd);
     if ((rc = cairn_runner_open(s->runner))) {
-        fprintf(stderr, "%s %s: %s (%s)\n", cairn__cli_prog, cmd, cairn_runner_errmsg(s->runner),
-                cairn_errname(rc));
+        cairn__log(CAIRN__LOG_ERROR, cmd, "runner_open", NULL, NULL, "%s (%s)",
+                   cairn_runner_errmsg(s->runner), cairn_errname(rc));
         return rc;
     }
     g_runner = s->runner;
@@ -420,8 +452,8 @@ int cairn__cli_session_open_reporting(cairn__cli_session *s, const char *cmd,
 
 int cairn__cli_fail(const char *cmd, int rc, const char *msg)
 {
-    fprintf(stderr, "%s %s: %s (%s)\n", cairn__cli_prog, cmd,
-            msg && *msg ? msg : cairn_strerror(rc), cairn_errname(rc));
+    cairn__log(CAIRN__LOG_ERROR, cmd, "error", NULL, NULL, "%s (%s)",
+               msg && *msg ? msg : cairn_strerror(rc), cairn_errname(rc));
     return cairn__exit_code(rc);
 }
 
@@ -488,6 +520,7 @@ int cairn_cli_main(int argc, char **argv, cairn_graph *const *graphs, size_t n_g
     const char *slash = strrchr(prog, '/');
     prog = slash ? slash + 1 : prog;
     cairn__cli_prog = *prog ? prog : "cairn";
+    cairn__log_reset();
     if (argc < 2) {
         usage(stderr, prog);
         return CAIRN__EX_USAGE;
@@ -515,7 +548,7 @@ int cairn_cli_main(int argc, char **argv, cairn_graph *const *graphs, size_t n_g
     for (size_t i = 0; i < n_extra_cmds; i++)
         if (!strcmp(cmd, extra_cmds[i].name))
             return extra_cmds[i].fn(sub_argc, sub_argv);
-    fprintf(stderr, "%s: unknown command '%s'\n", prog, cmd);
+    cairn__log(CAIRN__LOG_ERROR, NULL, "usage", NULL, NULL, "unknown command '%s'", cmd);
     usage(stderr, prog);
     return CAIRN__EX_USAGE;
 }

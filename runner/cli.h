@@ -10,6 +10,7 @@
 #define CAIRN_RUNNER_CLI_H
 
 #include <jansson.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -79,6 +80,54 @@ void cairn__cli_print_help(FILE *f, const char *help, int needs_graphs);
 int cairn__cli_usage_error(const char *cmd, const char *help, const char *fmt, ...)
     CAIRN_PRINTF(3, 4);
 
+/* Messages on stderr (runner/cli_log.c). Levels, from the most to the least important: -q shows
+ * errors only, the default adds warnings and notes (what a command says it did), -v the info
+ * events (steps committed, tasks finished), -vv debug. */
+enum {
+    CAIRN__LOG_ERROR = 0,
+    CAIRN__LOG_WARN = 1,
+    CAIRN__LOG_NOTE = 2,
+    CAIRN__LOG_INFO = 3,
+    CAIRN__LOG_DEBUG = 4
+};
+/* Every command's logging options, taken by cairn__opt_parse for every command without being
+ * listed in its table: --log-format text|json, -q/--quiet, -v/--verbose (twice: debug),
+ * --no-progress. (A command whose table has -q or -v of its own keeps it; the long forms stay.) */
+#define CAIRN__LOG_OPTIONS_HELP                                                                    \
+    "Every command: --log-format text|json (or CAIRN_LOG_FORMAT), -q errors only, -v more\n"       \
+    "(-vv debug), --no-progress (no progress line on a terminal).\n"
+/* Back to the defaults: text (json when CAIRN_LOG_FORMAT=json), notes shown, progress on. */
+void cairn__log_reset(void);
+/* Applies the logging option `name` (without "--"): 0, -1 with err for a bad value, 1 when
+ * name is not one of them. */
+int cairn__log_option(const char *name, const char *val, char *err, size_t errlen);
+int cairn__log_enabled(int level);
+int cairn__log_json(void);
+/* Logs one message: text "PROG CMD: message", or one JSON line with time, level, prog, cmd,
+ * event, task and step (NULL or "": absent) and message. cmd may be NULL ("PROG: message"). */
+void cairn__log(int level, const char *cmd, const char *event, const char *task, const char *step,
+                const char *fmt, ...) CAIRN_PRINTF(6, 7);
+void cairn__logv(int level, const char *cmd, const char *event, const char *task, const char *step,
+                 const char *fmt, va_list ap) CAIRN_PRINTF(6, 0);
+
+/* A progress line on stderr for a person at a terminal: on only when stderr is a TTY and the
+ * log is text without -q or --no-progress. The caller counts; tick redraws (at most 5 times a
+ * second unless forced); end erases it. unit NULL: tasks (done, failed, in doubt); else the
+ * unit of `done` ("documents", "tokens"). total 0: unknown; bytes_done/bytes_total (0: unknown)
+ * give the ETA when the total is not known. */
+typedef struct cairn__progress {
+    const char *what, *unit;
+    uint64_t done, failed, in_doubt, total;
+    uint64_t bytes_done, bytes_total;
+    double t0, last;
+    int on;
+} cairn__progress;
+void cairn__progress_start(cairn__progress *p, const char *what, const char *unit);
+void cairn__progress_tick(cairn__progress *p, int force);
+void cairn__progress_end(cairn__progress *p);
+/* The line's text at time now (monotonic seconds), for tests and tick. */
+void cairn__progress_line(const cairn__progress *p, double now, char *buf, size_t n);
+
 /* A whole decimal number from lo to hi into *out; -1 (and *out untouched) for anything else. */
 int cairn__cli_parse_long(const char *s, long lo, long hi, long *out);
 /* Maps a CAIRN_E* code to the documented sysexits exit code. */
@@ -147,6 +196,7 @@ enum {
     CAIRN__O_TASKS,
     CAIRN__O_LISTEN,
     CAIRN__O_TOKEN_FILE,
+    CAIRN__O_PROMETHEUS,
     /* checked: numbers */
     CAIRN__O_MAX_PER_TENANT,
     CAIRN__O_LIMIT,
@@ -170,7 +220,7 @@ typedef struct cairn__cli_opts {
     uint32_t max_per_tenant, limit, max_attempts, lease_ms, inline_wait_ms, jobs;
     uint64_t map_max;
     double retention_days, tombstone_days;
-    int json, now, done, not_done, allow_graph_change, nosync, has_inline_wait, tasks;
+    int json, now, done, not_done, allow_graph_change, nosync, has_inline_wait, tasks, prometheus;
 } cairn__cli_opts;
 
 #define CAIRN__TAKES_FILE 2
@@ -237,6 +287,10 @@ json_t *cairn__cli_run_doc(json_t *j, cairn_store *store, const char *id, int rc
 /* Prints "PROG CMD: msg (CAIRN_EXXX)" (cairn_strerror when msg is empty) and returns the exit
  * code for rc. */
 int cairn__cli_fail(const char *cmd, int rc, const char *msg);
+/* The store's metrics as OpenMetrics text (`stats --prometheus`, serve's /metrics), extra (NULL:
+ * none) added before the closing "# EOF": malloc'd, or NULL with *rc set (the store's message
+ * in cairn_store_errmsg). map_max: the map limit to report. */
+char *cairn__cli_metrics(cairn_store *s, uint64_t map_max, const char *extra, int *rc);
 /* Prints j as one compact line on stdout and releases it (steals the reference). */
 void cairn__cli_print_json(json_t *j);
 

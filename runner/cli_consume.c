@@ -329,7 +329,8 @@ static int put_bad(tally *t, long line, const char *mid, int code, const char *m
     char *s =
         json_dumps(cairn__cli_run_doc(j, NULL, "", code, msg), JSON_COMPACT | JSON_PRESERVE_ORDER);
     json_decref(j);
-    fprintf(stderr, "%s consume: %s (%s)\n", cairn__cli_prog, msg, cairn_errname(code));
+    cairn__log(CAIRN__LOG_ERROR, "consume", "bad_line", NULL, NULL, "%s (%s)", msg,
+               cairn_errname(code));
     count(t, cairn__exit_code(code));
     int rc = s ? put_result(s, strlen(s)) : -1;
     free(s);
@@ -461,7 +462,24 @@ typedef struct stream {
     int stopping, out_gone, read_err;
     int stop_fd; /* cairn__cli_stops_catch's */
     tally t;
+    cairn__progress progress; /* on a terminal: the tally as it grows */
 } stream;
+
+/* The progress line from the tally; the bytes of a regular file read so far give the ETA. */
+static void progress_tick(stream *st, int in_doubt)
+{
+    cairn__progress *p = &st->progress;
+    if (!p->on)
+        return;
+    p->in_doubt += (uint64_t)in_doubt;
+    p->done = st->t.ok;
+    uint64_t failed = st->t.later + st->t.operator_ + st->t.store;
+    p->failed = failed > p->in_doubt ? failed - p->in_doubt : 0;
+    off_t at = p->bytes_total ? lseek(st->in.fd, 0, SEEK_CUR) : -1;
+    if (at >= 0)
+        p->bytes_done = (uint64_t)at;
+    cairn__progress_tick(p, 0);
+}
 
 static worker *idle_worker(stream *st)
 {
@@ -545,14 +563,14 @@ static void worker_ended(stream *st, worker *w)
                       st->n_graphs) == 0)
                 st->alive++;
             else
-                fprintf(stderr, "%s consume: cannot start a worker: %s\n", cairn__cli_prog,
-                        strerror(errno));
+                cairn__log(CAIRN__LOG_ERROR, "consume", "worker_start", NULL, NULL,
+                           "cannot start a worker: %s", strerror(errno));
         }
         return;
     } else if (code && !st->stopping && !st->in.eof) {
         /* it could not start (its reason is on stderr): the stream is not consumed */
-        fprintf(stderr, "%s consume: worker %ld ended with %d before the stream did\n",
-                cairn__cli_prog, (long)w->pid, code);
+        cairn__log(CAIRN__LOG_ERROR, "consume", "worker_exit", NULL, NULL,
+                   "worker %ld ended with %d before the stream did", (long)w->pid, code);
         count(&st->t, code == CAIRN__EX_IOERR ? code : CAIRN__EX_TEMPFAIL);
     }
     free(w->res.p);
@@ -576,15 +594,17 @@ static void worker_read(stream *st, worker *w)
         size_t l = (size_t)(nl - w->res.p);
         json_t *j = json_loadb(w->res.p, l, 0, NULL);
         int x = j ? (int)json_integer_value(json_object_get(j, "exit")) : CAIRN__EX_SOFTWARE;
+        const char *error = json_string_value(json_object_get(j, "error"));
         if (x && j) {
             const char *task = json_string_value(json_object_get(j, "task"));
-            fprintf(stderr, "%s consume: line %ld: %s%s%s (%s)\n", cairn__cli_prog, w->line,
-                    task ? task : "", task ? ": " : "",
-                    json_string_value(json_object_get(j, "message")),
-                    json_string_value(json_object_get(j, "error")));
+            cairn__log(CAIRN__LOG_ERROR, "consume", "task_error", task, NULL,
+                       "line %ld: %s%s%s (%s)", w->line, task ? task : "", task ? ": " : "",
+                       json_string_value(json_object_get(j, "message")), error);
         }
+        int in_doubt = error && !strcmp(error, "CAIRN_EINDOUBT");
         json_decref(j);
         count(&st->t, x);
+        progress_tick(st, in_doubt);
         st->out_gone |= put_result(w->res.p, l) != 0;
         memmove(w->res.p, nl + 1, w->res.len - l - 1);
         w->res.len -= l + 1;
@@ -631,7 +651,8 @@ static void stream_loop(stream *st)
         if (poll(pf, np, -1) < 0) {
             if (errno == EINTR)
                 continue;
-            fprintf(stderr, "%s consume: poll: %s\n", cairn__cli_prog, strerror(errno));
+            cairn__log(CAIRN__LOG_ERROR, "consume", "error", NULL, NULL, "poll: %s",
+                       strerror(errno));
             st->stopping = 1;
             continue;
         }
@@ -646,8 +667,8 @@ static void stream_loop(stream *st)
             st->stopping = 1;
         }
         if (reading && pf[1].revents && reader_fill(&st->in) < 0) {
-            fprintf(stderr, "%s consume: reading the stream: %s\n", cairn__cli_prog,
-                    strerror(errno));
+            cairn__log(CAIRN__LOG_ERROR, "consume", "read_error", NULL, NULL,
+                       "reading the stream: %s", strerror(errno));
             st->in.eof = 1;
             st->read_err = 1; /* the user's stream, not the store: 66 */
         }
@@ -701,30 +722,35 @@ static int consume_main(const cairn__cli_opts *o, cairn_graph *const *graphs, si
     int x = CAIRN__EX_SOFTWARE;
     /* a worker gone is seen on its pipe, stdout on fflush */
     if (!st.ws || (st.stop_fd = cairn__cli_stops_catch()) < 0) {
-        fprintf(stderr, "%s consume: %s\n", cairn__cli_prog, strerror(errno));
+        cairn__log(CAIRN__LOG_ERROR, "consume", "error", NULL, NULL, "%s", strerror(errno));
         goto out;
     }
     for (size_t i = 0; i < st.n_ws; i++)
         st.ws[i].job_fd = st.ws[i].res_fd = -1;
     for (size_t i = 0; i < st.n_ws; i++, st.alive++)
         if (spawn(st.ws, st.n_ws, i, fd, o, graphs, n)) {
-            fprintf(stderr, "%s consume: cannot start a worker: %s\n", cairn__cli_prog,
-                    strerror(errno));
+            cairn__log(CAIRN__LOG_ERROR, "consume", "worker_start", NULL, NULL,
+                       "cannot start a worker: %s", strerror(errno));
             st.stopping = 1;
             break;
         }
 
+    cairn__progress_start(&st.progress, "consume", NULL);
+    if (S_ISREG(sb.st_mode))
+        st.progress.bytes_total = (uint64_t)sb.st_size;
     stream_loop(&st);
+    cairn__progress_end(&st.progress);
 
     const tally *t = &st.t;
     int interrupted = st.stopping || st.out_gone || st.read_err || (!st.in.eof && !st.alive);
     if (st.out_gone)
-        fprintf(stderr, "%s consume: standard output is gone: stopped\n", cairn__cli_prog);
-    fprintf(stderr,
-            "%s consume: %lu line(s): %lu succeeded, %lu to retry later, %lu need an operator "
-            "or a change (%lu bad line(s)), %lu store error(s)%s\n",
-            cairn__cli_prog, t->lines, t->ok, t->later, t->operator_, t->bad, t->store,
-            interrupted ? "; stopped before the end of the stream" : "");
+        cairn__log(CAIRN__LOG_ERROR, "consume", "stdout_gone", NULL, NULL,
+                   "standard output is gone: stopped");
+    cairn__log(CAIRN__LOG_NOTE, "consume", "summary", NULL, NULL,
+               "%lu line(s): %lu succeeded, %lu to retry later, %lu need an operator or a change "
+               "(%lu bad line(s)), %lu store error(s)%s",
+               t->lines, t->ok, t->later, t->operator_, t->bad, t->store,
+               interrupted ? "; stopped before the end of the stream" : "");
     x = t->store                  ? CAIRN__EX_IOERR
         : st.read_err             ? CAIRN__EX_NOINPUT
         : t->operator_            ? CAIRN__EX_UNAVAILABLE

@@ -243,10 +243,11 @@ static int list_main(const cairn__cli_opts *o, cairn_graph *const *graphs, size_
     json_t *u;
     json_array_foreach(a.unreadable, i, u)
     {
-        fprintf(stderr, "%s list: task '%s' cannot be read: %s (%s)\n", cairn__cli_prog,
-                json_string_value(json_object_get(u, "task")),
-                json_string_value(json_object_get(u, "message")),
-                json_string_value(json_object_get(u, "error")));
+        cairn__log(CAIRN__LOG_ERROR, "list", "record_error", NULL, NULL,
+                   "task '%s' cannot be read: %s (%s)",
+                   json_string_value(json_object_get(u, "task")),
+                   json_string_value(json_object_get(u, "message")),
+                   json_string_value(json_object_get(u, "error")));
     }
     if (o->json && n_bad)
         cairn__cli_print_json(json_pack("{s:o, s:o}", "tasks", a.rows, "unreadable", a.unreadable));
@@ -259,8 +260,9 @@ static int list_main(const cairn__cli_opts *o, cairn_graph *const *graphs, size_
         json_decref(a.unreadable);
     }
     if (n_bad)
-        fprintf(stderr, "%s list: %zu task record(s) could not be read; `%s show ID` says more\n",
-                cairn__cli_prog, n_bad, cairn__cli_prog);
+        cairn__log(CAIRN__LOG_ERROR, "list", "record_errors", NULL, NULL,
+                   "%zu task record(s) could not be read; `%s show ID` says more", n_bad,
+                   cairn__cli_prog);
     cairn__cli_session_close(&s);
     return n_bad ? CAIRN__EX_IOERR : 0;
 }
@@ -326,24 +328,122 @@ static int stats_copy(const cairn_stats *st, void *arg)
     return 0;
 }
 
+/* The metrics, as OpenMetrics text (which Prometheus and node_exporter's textfile collector
+ * read): every figure is read from a record or an index's first keys (cairn_store_stats), so a
+ * scrape costs the same at any store size. */
+char *cairn__cli_metrics(cairn_store *s, uint64_t map_max, const char *extra, int *rc_out)
+{
+    cairn_stats st;
+    int rc = cairn_store_stats(s, stats_copy, &st);
+    *rc_out = rc;
+    if (rc)
+        return NULL;
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) {
+        *rc_out = CAIRN_ENOMEM;
+        return NULL;
+    }
+    double now = (double)time(NULL);
+    if (!map_max)
+        map_max = DEFAULT_MAP_MAX;
+#define GAUGE(name, help) fprintf(f, "# TYPE " name " gauge\n# HELP " name " " help "\n")
+    GAUGE("cairn_tasks", "Tasks in the store by state.");
+    for (int i = 0; i < CAIRN_STATE_COUNT; i++)
+        fprintf(f, "cairn_tasks{state=\"%s\"} %llu\n", cairn_state_name((cairn_state)i),
+                (unsigned long long)st.by_state[i]);
+    GAUGE("cairn_tombstones", "Garbage-collected tasks whose tombstone is kept.");
+    fprintf(f, "cairn_tombstones %llu\n", (unsigned long long)st.tombstones);
+    GAUGE("cairn_messages", "Consumed queue messages remembered for deduplication.");
+    fprintf(f, "cairn_messages %llu\n", (unsigned long long)st.messages);
+    GAUGE("cairn_retry_due", "Failed tasks due for retry now (counted up to 10000: that value "
+                             "means at least).");
+    fprintf(f, "cairn_retry_due %llu\n", (unsigned long long)st.retry_due);
+    GAUGE("cairn_retry_overdue_seconds",
+          "How long the earliest due retry has waited for `retry` to run it (0: none due).");
+    double overdue =
+        st.next_retry_ms && st.next_retry_ms / 1e3 < now ? now - st.next_retry_ms / 1e3 : 0;
+    fprintf(f, "cairn_retry_overdue_seconds %.3f\n", overdue);
+    GAUGE("cairn_in_doubt_oldest_age_seconds",
+          "How long the task longest in doubt has waited for an operator (0: none in doubt).");
+    double doubt = st.oldest_in_doubt_ms && st.oldest_in_doubt_ms / 1e3 < now
+                       ? now - st.oldest_in_doubt_ms / 1e3
+                       : 0;
+    fprintf(f, "cairn_in_doubt_oldest_age_seconds %.3f\n", doubt);
+    GAUGE("cairn_store_used_bytes", "Bytes of the store file in use.");
+    fprintf(f, "cairn_store_used_bytes %llu\n", (unsigned long long)st.map_used);
+    GAUGE("cairn_store_map_bytes", "The store's current memory map.");
+    fprintf(f, "cairn_store_map_bytes %llu\n", (unsigned long long)st.map_size);
+    GAUGE("cairn_store_map_max_bytes", "The most the map may grow to in this process.");
+    fprintf(f, "cairn_store_map_max_bytes %llu\n", (unsigned long long)map_max);
+    GAUGE("cairn_store_last_commit", "The store's last committed write transaction (its id "
+                                     "grows by one a commit).");
+    fprintf(f, "cairn_store_last_commit %llu\n", (unsigned long long)st.last_commit);
+    if (st.durability == CAIRN_SYNC) {
+        GAUGE("cairn_store_durable_lag_commits",
+              "Commits after the last durable point: what a power loss would undo.");
+        fprintf(f, "cairn_store_durable_lag_commits %llu\n",
+                (unsigned long long)(st.durable_commit && st.last_commit > st.durable_commit
+                                         ? st.last_commit - st.durable_commit
+                                         : 0));
+    }
+    GAUGE("cairn_store_readers", "Other processes holding a read snapshot of the store.");
+    fprintf(f, "cairn_store_readers %u\n", st.readers);
+    GAUGE("cairn_store_oldest_reader_lag_commits",
+          "Commits since the oldest snapshot another process holds (pages freed after it are "
+          "not reused).");
+    fprintf(f, "cairn_store_oldest_reader_lag_commits %llu\n",
+            (unsigned long long)(st.readers && st.last_commit > st.oldest_reader_commit
+                                     ? st.last_commit - st.oldest_reader_commit
+                                     : 0));
+#undef GAUGE
+    if (extra)
+        fputs(extra, f);
+    fputs("# EOF\n", f);
+    if (fclose(f) != 0) {
+        free(buf);
+        *rc_out = CAIRN_ENOMEM;
+        return NULL;
+    }
+    return buf;
+}
+
 static const char stats_help[] =
-    "usage: %P stats [--json] [--map-max BYTES] [--store DIR]\n"
+    "usage: %P stats [--json | --prometheus] [--map-max BYTES] [--store DIR]\n"
     "Counts tasks by status and shows the store's size: the space used, the current map and the\n"
     "limit the map may grow to in a process (default 64 GiB; each process sets its own with\n"
     "--map-max, so pass the one your runs use to see their headroom). For a sync store, how far\n"
     "the last durable point lags the last commit (what a restart of the machine undoes); and the\n"
     "other processes reading the store, with the oldest snapshot one holds: pages freed after it\n"
-    "are not reused while it does, so a process stopped for long makes the file grow.\n";
+    "are not reused while it does, so a process stopped for long makes the file grow.\n"
+    "--prometheus prints the same as OpenMetrics text (cairn_tasks{state=...}, cairn_retry_due,\n"
+    "cairn_retry_overdue_seconds, cairn_in_doubt_oldest_age_seconds, store bytes, the durable\n"
+    "lag), for node_exporter's textfile collector: write it to a temporary file and rename it\n"
+    "into the collector's directory. Its cost does not grow with the store.\n";
 
 static int stats_main(const cairn__cli_opts *o, cairn_graph *const *graphs, size_t n)
 {
     (void)graphs;
     (void)n;
     int rc;
+    if (o->json && o->prometheus)
+        return cairn__cli_usage_error("stats", stats_help,
+                                      "--json and --prometheus exclude each other");
     cairn__cli_session s;
     if ((rc = cairn__cli_session_open(&s, "stats", o, NULL, 0, 1, 0))) {
         cairn__cli_session_close(&s);
         return cairn__exit_code(rc);
+    }
+    if (o->prometheus) {
+        char *text =
+            cairn__cli_metrics(s.store, o->map_max ? o->map_max : DEFAULT_MAP_MAX, NULL, &rc);
+        int x = text ? 0 : cairn__cli_fail("stats", rc, cairn_store_errmsg(s.store));
+        if (text)
+            fputs(text, stdout);
+        free(text);
+        cairn__cli_session_close(&s);
+        return x;
     }
     cairn_stats st;
     rc = cairn_store_stats(s.store, stats_copy, &st);
@@ -381,6 +481,11 @@ static int stats_main(const cairn__cli_opts *o, cairn_graph *const *graphs, size
         json_object_set_new(j, "oldest_reader",
                             json_pack("{s:I, s:I}", "pid", (json_int_t)st.oldest_reader_pid,
                                       "commit", (json_int_t)st.oldest_reader_commit));
+    json_object_set_new(j, "retry_due", json_integer((json_int_t)st.retry_due));
+    json_object_set_new(j, "next_retry_ms",
+                        st.next_retry_ms ? json_integer(st.next_retry_ms) : json_null());
+    json_object_set_new(j, "oldest_in_doubt_ms",
+                        st.oldest_in_doubt_ms ? json_integer(st.oldest_in_doubt_ms) : json_null());
     if (o->json)
         cairn__cli_print_json(j);
     else {
@@ -416,13 +521,22 @@ static int stats_main(const cairn__cli_opts *o, cairn_graph *const *graphs, size
                    (unsigned long long)(st.last_commit - st.oldest_reader_commit));
         else
             printf("readers      none\n");
+        int64_t now_ms = (int64_t)time(NULL) * 1000;
+        if (st.retry_due)
+            printf("retry due    %llu%s failed task(s), the earliest waiting %.0f s\n",
+                   (unsigned long long)st.retry_due,
+                   st.retry_due >= CAIRN_STATS_DUE_MAX ? " or more" : "",
+                   (double)(now_ms - st.next_retry_ms) / 1e3);
+        if (st.oldest_in_doubt_ms)
+            printf("in doubt     the oldest since %.0f s ago (`%s resolve` settles it)\n",
+                   (double)(now_ms - st.oldest_in_doubt_ms) / 1e3, cairn__cli_prog);
         json_decref(j);
     }
     cairn__cli_session_close(&s);
     return 0;
 }
 
-static const int stats_allowed[] = {CAIRN__O_JSON, CAIRN__O_MAP_MAX, 0};
+static const int stats_allowed[] = {CAIRN__O_JSON, CAIRN__O_PROMETHEUS, CAIRN__O_MAP_MAX, 0};
 const cairn__cli_task cairn__task_stats = {"stats", stats_help, stats_allowed, 0, 0, stats_main};
 
 /* ------------------------------------------------------------------ check */

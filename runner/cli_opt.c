@@ -24,14 +24,35 @@
 #define FIRST 256
 #define MAX_OPTS 64
 
+/* Every table gets --help and the logging options (runner/cli_log.c) after its own: their
+ * indexes are n (help) and n + 1 + i (log_opts[i]). */
+static const struct {
+    const char *name;
+    int shrt, has_arg;
+} log_opts[] = {
+    {"log-format", 0, 1}, {"quiet", 'q', 0}, {"verbose", 'v', 0}, {"no-progress", 0, 0}};
+#define N_LOG_OPTS (sizeof log_opts / sizeof *log_opts)
+
+/* Whether the command's own table uses the short option c (then a logging option's is left out). */
+static int own_short(const cairn__opt *opts, size_t n, int c)
+{
+    for (size_t i = 0; i < n; i++)
+        if (opts[i].shrt == c)
+            return 1;
+    return 0;
+}
+
 /* The index of the option getopt_long reported as c (a return value or optopt), or -1. */
 static int find(const cairn__opt *opts, size_t n, int c)
 {
-    if (c >= FIRST && c < FIRST + (int)n + 1)
+    if (c >= FIRST && c < FIRST + (int)(n + 1 + N_LOG_OPTS))
         return c - FIRST;
     for (size_t i = 0; i < n; i++)
         if (opts[i].shrt && opts[i].shrt == c)
             return (int)i;
+    for (size_t i = 0; i < N_LOG_OPTS; i++)
+        if (log_opts[i].shrt && log_opts[i].shrt == c)
+            return (int)(n + 1 + i);
     return c == 'h' ? (int)n : -1; /* n: --help, added to every table */
 }
 
@@ -39,14 +60,15 @@ int cairn__opt_parse(int argc, char **argv, const cairn__opt_cmd *cmd, cairn__op
                      int *optind_out)
 {
     const cairn__opt *opts = cmd->opts;
-    struct option lo[MAX_OPTS + 2];
-    char shorts[3 * MAX_OPTS + 4];
+    struct option lo[MAX_OPTS + 2 + N_LOG_OPTS];
+    char shorts[3 * MAX_OPTS + 4 + 2 * N_LOG_OPTS];
     unsigned seen[MAX_OPTS] = {0};
     size_t n = 0, k = 0;
     shorts[k++] = ':';
     for (; opts[n].name; n++) {
         if (n == MAX_OPTS) {
-            fprintf(stderr, "%s %s: more than %d options\n", cairn__cli_prog, cmd->name, MAX_OPTS);
+            cairn__log(CAIRN__LOG_ERROR, cmd->name, "internal", NULL, NULL, "more than %d options",
+                       MAX_OPTS);
             return CAIRN__EX_SOFTWARE;
         }
         lo[n] = (struct option){opts[n].name, opts[n].has_arg ? required_argument : no_argument,
@@ -58,8 +80,15 @@ int cairn__opt_parse(int argc, char **argv, const cairn__opt_cmd *cmd, cairn__op
         }
     }
     lo[n] = (struct option){"help", no_argument, NULL, FIRST + (int)n};
-    lo[n + 1] = (struct option){0, 0, 0, 0};
     shorts[k++] = 'h';
+    for (size_t i = 0; i < N_LOG_OPTS; i++) {
+        lo[n + 1 + i] =
+            (struct option){log_opts[i].name, log_opts[i].has_arg ? required_argument : no_argument,
+                            NULL, FIRST + (int)(n + 1 + i)};
+        if (log_opts[i].shrt && !own_short(opts, n, log_opts[i].shrt))
+            shorts[k++] = (char)log_opts[i].shrt;
+    }
+    lo[n + 1 + N_LOG_OPTS] = (struct option){0, 0, 0, 0};
     shorts[k] = 0;
     optind = 0;
     opterr = 0;
@@ -80,6 +109,12 @@ int cairn__opt_parse(int argc, char **argv, const cairn__opt_cmd *cmd, cairn__op
         if ((size_t)i == n) {
             cairn__cli_print_help(stdout, cmd->help, cmd->config_help);
             return 0;
+        }
+        if ((size_t)i > n) { /* a logging option: the same for every command */
+            char err[160];
+            if (cairn__log_option(lo[i].name, optarg, err, sizeof err) < 0)
+                return cairn__cli_usage_error(cmd->name, cmd->help, "%s", err);
+            continue;
         }
         /* one value per option: a second would silently replace the first */
         if (seen[i]++ && !opts[i].repeatable)

@@ -213,7 +213,8 @@ static int run_stored(const cairn__cli_opts *o, cairn_graph *const *graphs, size
     if (o->json)
         run_json(s.store, o->task, rc, msg);
     if (rc)
-        fprintf(stderr, "%s run: %s (%s)\n", cairn__cli_prog, msg, cairn_errname(rc));
+        cairn__log(CAIRN__LOG_ERROR, "run", "task_error", o->task, NULL, "%s (%s)", msg,
+                   cairn_errname(rc));
     else if (!o->json)
         printf("%s: %s\n", o->task, *msg ? msg : "succeeded");
     cairn__cli_session_close(&s);
@@ -278,7 +279,8 @@ static int run_main(const cairn__cli_opts *o, cairn_graph *const *graphs, size_t
     if (o->json)
         run_json(s.store, id, rc, msg);
     if (rc) {
-        fprintf(stderr, "%s run: %s (%s)\n", cairn__cli_prog, msg, cairn_errname(rc));
+        cairn__log(CAIRN__LOG_ERROR, "run", "task_error", id, NULL, "%s (%s)", msg,
+                   cairn_errname(rc));
     } else if (!o->json) {
         if (*msg)
             printf("%s: %s\n", id, msg);
@@ -323,6 +325,7 @@ typedef struct retry_seen {
     json_t *tasks;
     uint32_t deferred, later, operator_, store;
     cairn_store *st; /* the session's, for with_hint */
+    cairn__progress progress;
 } retry_seen;
 
 static void retry_report(const char *task_id, int rc, const char *message, void *user)
@@ -336,6 +339,13 @@ static void retry_report(const char *task_id, int rc, const char *message, void 
                                               cairn__exit_code(rc), "error",
                                               rc ? json_string(cairn_errname(rc)) : json_null(),
                                               "message", message));
+    if (rc == 0)
+        r->progress.done++;
+    else if (rc == CAIRN_EINDOUBT)
+        r->progress.in_doubt++;
+    else if (rc != CAIRN_EBUSY && rc != CAIRN_ETENANT)
+        r->progress.failed++;
+    cairn__progress_tick(&r->progress, 0);
     switch (rc) {
     case 0:
         return;
@@ -359,8 +369,14 @@ static void retry_report(const char *task_id, int rc, const char *message, void 
         r->operator_++; /* dead, in doubt, graph changed, graph unknown: waiting will not help */
         break;
     }
-    fprintf(stderr, "%s: retry: %s: %s (%s)\n", cairn__cli_prog, task_id,
-            *message ? message : cairn_strerror(rc), cairn_errname(rc));
+    cairn__log(CAIRN__LOG_ERROR, "retry", "task_error", task_id, NULL, "%s: %s (%s)", task_id,
+               *message ? message : cairn_strerror(rc), cairn_errname(rc));
+}
+
+static int copy_stats(const cairn_stats *st, void *user)
+{
+    *(cairn_stats *)user = *st;
+    return 0;
 }
 
 static int retry_main(const cairn__cli_opts *o, cairn_graph *const *graphs, size_t n)
@@ -381,8 +397,19 @@ static int retry_main(const cairn__cli_opts *o, cairn_graph *const *graphs, size
         return cairn__exit_code(rc);
     }
     seen.st = s.store;
+    cairn__progress_start(&seen.progress, "retry", NULL);
+    if (seen.progress.on) { /* the total, for the ETA: what is due now, about */
+        cairn_stats st;
+        if (cairn_store_stats(s.store, copy_stats, &st) == 0) {
+            uint64_t due =
+                st.by_state[CAIRN_PENDING] + (o->now ? st.by_state[CAIRN_FAILED] : st.retry_due);
+            seen.progress.total = o->limit && o->limit < due ? o->limit : due;
+        }
+        cairn__progress_tick(&seen.progress, 1);
+    }
     uint32_t ran = 0, ok = 0, bad = 0;
     rc = cairn_runner_retry(s.runner, o->graph, o->limit, o->now, &ran, &ok, &bad);
+    cairn__progress_end(&seen.progress);
     if (o->json) {
         cairn__cli_print_json(json_pack("{s:i, s:i, s:i, s:i, s:o}", "ran", (int)ran, "succeeded",
                                         (int)ok, "failed", (int)bad, "deferred", (int)seen.deferred,
@@ -401,10 +428,10 @@ static int retry_main(const cairn__cli_opts *o, cairn_graph *const *graphs, size
     if (!rc && seen.store)
         x = CAIRN__EX_IOERR; /* a due task's record cannot be read: a store problem */
     if ((!rc || rc == CAIRN_EINTR) && !seen.store && seen.operator_) {
-        fprintf(stderr,
-                "%s: retry: %u task(s) need an operator or a change (dead, in doubt, graph "
-                "changed or not defined; see above): waiting will not help\n",
-                cairn__cli_prog, seen.operator_);
+        cairn__log(CAIRN__LOG_ERROR, "retry", "needs_operator", NULL, NULL,
+                   "%u task(s) need an operator or a change (dead, in doubt, graph changed or "
+                   "not defined; see above): waiting will not help",
+                   seen.operator_);
         x = CAIRN__EX_UNAVAILABLE;
     }
     cairn__cli_session_close(&s);

@@ -28,6 +28,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,6 +75,7 @@ typedef struct server {
     char (*keys)[CAIRN_TASK_ID_MAX + 1]; /* in admission now; "" = a free slot */
     int *nudge;                          /* the workers' wake-up pipes (write ends) */
     size_t n_workers;
+    atomic_ullong n_created, n_existing, n_refused; /* POST /v1/tasks answers, for /metrics */
 } server;
 
 /* ------------------------------------------------------------------ run's codes as HTTP */
@@ -173,9 +175,21 @@ static void nudge_workers(server *sv)
         }
 }
 
+static void admit(server *sv, const cairn__http_req *q, cairn__http_resp *r);
+
 static void post_task(void *user, const cairn__http_req *q, cairn__http_resp *r)
 {
     server *sv = user;
+    admit(sv, q, r);
+    atomic_fetch_add(r->status == 202   ? &sv->n_created
+                     : r->status == 200 ? &sv->n_existing
+                                        : &sv->n_refused,
+                     1);
+}
+
+/* POST /v1/tasks: the Idempotency-Key is the task ID; the body its input */
+static void admit(server *sv, const cairn__http_req *q, cairn__http_resp *r)
+{
     const char *key = cairn__http_header(q, "Idempotency-Key");
     char err[1024];
     if (!key) {
@@ -335,9 +349,49 @@ static void list_tasks(void *user, const cairn__http_req *q, cairn__http_resp *r
     r->body = json_pack("{s:o}", "tasks", rows);
 }
 
+/* GET /metrics: the store's metrics (`stats --prometheus`'s) and the server's own counters */
+static void get_metrics(void *user, const cairn__http_req *q, cairn__http_resp *r)
+{
+    (void)q;
+    server *sv = user;
+    char extra[1024];
+    snprintf(extra, sizeof extra,
+             "# TYPE cairn_serve_admitted gauge\n# HELP cairn_serve_admitted Tasks this server "
+             "created (202) and requests that found their task (200), since it started.\n"
+             "cairn_serve_admitted{result=\"created\"} %llu\n"
+             "cairn_serve_admitted{result=\"existing\"} %llu\n"
+             "# TYPE cairn_serve_refused gauge\n# HELP cairn_serve_refused Task requests "
+             "answered with an error status, since the server started.\n"
+             "cairn_serve_refused %llu\n"
+             "# TYPE cairn_serve_workers gauge\n# HELP cairn_serve_workers The server's "
+             "worker processes.\ncairn_serve_workers %zu\n",
+             (unsigned long long)atomic_load(&sv->n_created),
+             (unsigned long long)atomic_load(&sv->n_existing),
+             (unsigned long long)atomic_load(&sv->n_refused), sv->n_workers);
+    int rc;
+    pthread_mutex_lock(&sv->store_mu);
+    r->text = cairn__cli_metrics(sv->s.store, sv->o->map_max, extra, &rc);
+    char err[512];
+    snprintf(err, sizeof err, "%s", rc ? cairn_store_errmsg(sv->s.store) : "");
+    pthread_mutex_unlock(&sv->store_mu);
+    if (!r->text) {
+        fail_with(r, rc, err);
+        return;
+    }
+    r->status = 200;
+    r->content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+}
+
+static void get_health(void *user, const cairn__http_req *q, cairn__http_resp *r)
+{
+    (void)user, (void)q;
+    r->status = 200;
+    r->body = json_pack("{s:s}", "status", "ok");
+}
+
 static const cairn__http_route routes[] = {
-    {"POST", "/v1/tasks", 0, 1, post_task},
-    {"GET", "/v1/tasks", 0, 0, list_tasks},
+    {"GET", "/metrics", 0, 0, get_metrics}, {"GET", "/health", 0, 0, get_health},
+    {"POST", "/v1/tasks", 0, 1, post_task}, {"GET", "/v1/tasks", 0, 0, list_tasks},
     {"GET", "/v1/tasks/", 1, 0, get_task},
 };
 
@@ -361,8 +415,8 @@ static void worker_main(int wake_fd, const cairn__cli_opts *o, cairn_graph *cons
         if (rc == CAIRN_EINTR)
             break;
         if (rc)
-            fprintf(stderr, "%s serve: worker %ld: %s (%s)\n", cairn__cli_prog, (long)getpid(),
-                    cairn_runner_errmsg(s.runner), cairn_errname(rc));
+            cairn__log(CAIRN__LOG_ERROR, "serve", "worker_error", NULL, NULL, "worker %ld: %s (%s)",
+                       (long)getpid(), cairn_runner_errmsg(s.runner), cairn_errname(rc));
         struct pollfd pf = {.fd = wake_fd, .events = POLLIN};
         if (poll(&pf, 1, 500) > 0) {
             char b[256];
@@ -445,13 +499,14 @@ static int serve_main(const cairn__cli_opts *o, cairn_graph *const *graphs, size
     /* SIGPIPE ignored too: a client gone mid-response is libmicrohttpd's to see */
     int stop_fd = -1;
     if (!pids || !sv.nudge || !sv.keys || (stop_fd = cairn__cli_stops_catch()) < 0) {
-        fprintf(stderr, "%s serve: %s\n", cairn__cli_prog, strerror(errno));
+        cairn__log(CAIRN__LOG_ERROR, "serve", "error", NULL, NULL, "%s", strerror(errno));
         goto out;
     }
     for (size_t i = 0; i < sv.n_workers; i++)
         sv.nudge[i] = -1;
     if (spawn_workers(&sv, pids, o, graphs, n)) {
-        fprintf(stderr, "%s serve: cannot start a worker: %s\n", cairn__cli_prog, strerror(errno));
+        cairn__log(CAIRN__LOG_ERROR, "serve", "worker_start", NULL, NULL,
+                   "cannot start a worker: %s", strerror(errno));
         goto stop;
     }
     if ((rc = cairn__cli_session_open(&sv.s, "serve", o, graphs, n, 1, 1))) {
@@ -467,7 +522,7 @@ static int serve_main(const cairn__cli_opts *o, cairn_graph *const *graphs, size
                            .n_routes = sizeof routes / sizeof *routes,
                            .user = &sv};
     if ((rc = cairn__http_start(&hc, &http, err, sizeof err))) {
-        fprintf(stderr, "%s serve: %s\n", cairn__cli_prog, err);
+        cairn__log(CAIRN__LOG_ERROR, "serve", "listen", NULL, NULL, "%s", err);
         x = rc == CAIRN_ENOENT ? CAIRN__EX_NOINPUT
             : rc == CAIRN_EIO  ? CAIRN__EX_UNAVAILABLE
                                : CAIRN__EX_USAGE;
@@ -475,8 +530,9 @@ static int serve_main(const cairn__cli_opts *o, cairn_graph *const *graphs, size
     }
     printf("listening %s\n", cairn__http_address(http));
     fflush(stdout);
-    fprintf(stderr, "%s serve: graph %s, %zu worker(s), listening on %s\n", cairn__cli_prog,
-            o->graph, sv.n_workers, cairn__http_address(http));
+    cairn__log(CAIRN__LOG_NOTE, "serve", "listening", NULL, NULL,
+               "graph %s, %zu worker(s), listening on %s", o->graph, sv.n_workers,
+               cairn__http_address(http));
     for (;;) {
         struct pollfd pf = {.fd = stop_fd, .events = POLLIN};
         int p = poll(&pf, 1, 1000);
@@ -487,10 +543,10 @@ static int serve_main(const cairn__cli_opts *o, cairn_graph *const *graphs, size
         while ((dead = waitpid(-1, &status, WNOHANG)) > 0)
             for (size_t i = 0; i < sv.n_workers; i++)
                 if (pids[i] == dead) {
-                    fprintf(stderr, "%s serve: worker %ld ended (%d); %s retry takes up its task\n",
-                            cairn__cli_prog, (long)dead,
-                            WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status),
-                            cairn__cli_prog);
+                    cairn__log(CAIRN__LOG_WARN, "serve", "worker_exit", NULL, NULL,
+                               "worker %ld ended (%d); %s retry takes up its task", (long)dead,
+                               WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status),
+                               cairn__cli_prog);
                     pids[i] = 0;
                     close(sv.nudge[i]);
                     sv.nudge[i] = -1;
@@ -510,7 +566,7 @@ stop:
             ;
     cairn__cli_session_close(&sv.s);
     cairn__cli_stops_default();
-    fprintf(stderr, "%s serve: stopped\n", cairn__cli_prog);
+    cairn__log(CAIRN__LOG_NOTE, "serve", "stopped", NULL, NULL, "stopped");
 out:
     cairn__cli_stops_close();
     pthread_mutex_destroy(&sv.store_mu);

@@ -139,14 +139,19 @@ static enum MHD_Result answer(struct MHD_Connection *conn, cairn__http_resp *r, 
         cairn__sb_put(&sb, text, strlen(text));
         cairn__sb_put(&sb, "\n", 1);
         free(text);
+    } else if (r->text) {
+        cairn__sb_put(&sb, r->text, strlen(r->text));
     }
+    free(r->text);
+    r->text = NULL;
     struct MHD_Response *resp = mhd.MHD_create_response_from_buffer(
         sb.len, sb.p ? sb.p : (void *)"", MHD_RESPMEM_MUST_COPY);
     free(sb.p);
     if (!resp)
         return MHD_NO;
     if (sb.len)
-        mhd.MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+        mhd.MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
+                                    r->content_type ? r->content_type : "application/json");
     if (r->location[0])
         mhd.MHD_add_response_header(resp, MHD_HTTP_HEADER_LOCATION, r->location);
     if (allow)

@@ -35,6 +35,10 @@ typedef struct cairn__http_resp {
     json_t *body;
     char location[320];
     unsigned retry_after_s;
+    /* instead of body: a malloc'd text the response takes (freed after sending), with its
+     * Content-Type (e.g. /metrics' OpenMetrics text) */
+    char *text;
+    const char *content_type;
 } cairn__http_resp;
 
 typedef void (*cairn__http_fn)(void *user, const cairn__http_req *q, cairn__http_resp *r);

@@ -177,7 +177,10 @@ int cairn_store_stats(cairn_store *s, cairn_stats_fn fn, void *user)
                        .durable_commit = st.durable_txn,
                        .readers = st.readers,
                        .oldest_reader_commit = st.oldest_reader_txn,
-                       .oldest_reader_pid = st.oldest_reader_pid};
+                       .oldest_reader_pid = st.oldest_reader_pid,
+                       .oldest_in_doubt_ms = st.oldest_in_doubt_ms,
+                       .next_retry_ms = st.next_retry_ms,
+                       .retry_due = st.retry_due};
     for (int i = 0; i < CAIRN_STATE_COUNT; i++)
         row.by_state[i] = st.by_state[i];
     rc = verdict(fn(&row, user));

@@ -18,6 +18,8 @@ struct cairn_runner {
     uint32_t max_attempts, lease_ms, inline_wait_ms, tenant_max;
     cairn_retry_report_fn report; /* cairn_runner_set_retry_report */
     void *report_user;
+    cairn_event_fn events; /* cairn_runner_set_events */
+    void *events_user;
     char tenant_field[CAIRN__NAME_MAX + 1];
     int allow_graph_change, opened;
     uint64_t retention_s, tombstone_s;
@@ -78,6 +80,7 @@ struct cairn_ctx {
     int last_step; /* the graph's last step: its commit also marks the task succeeded */
     int finished;  /* that commit happened */
     uint32_t retry_after_ms;
+    int64_t call_ms;      /* when the step's current call began (its events' durations) */
     cairn__heartbeat *hb; /* non-NULL while an in-process step has a heartbeat */
     char err[CAIRN__ERR_MAX];
 };

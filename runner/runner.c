@@ -180,6 +180,16 @@ int cairn_runner_set_retry_report(cairn_runner *r, cairn_retry_report_fn fn, voi
     return 0;
 }
 
+int cairn_runner_set_events(cairn_runner *r, cairn_event_fn fn, void *user)
+{
+    int rc = configurable(r, "cairn_runner_set_events");
+    if (rc)
+        return rc;
+    r->events = fn;
+    r->events_user = user;
+    return 0;
+}
+
 int cairn_runner_set_tenant_limit(cairn_runner *r, const char *field, uint32_t max_running)
 {
     int rc = configurable(r, "cairn_runner_set_tenant_limit");

@@ -34,6 +34,8 @@ typedef enum {
 typedef struct commit_arg {
     cairn_ctx *ctx;
     commit_kind kind;
+    cairn_state state; /* the task's after the commit (for its event) */
+    uint32_t attempt;
     const void *out;
     size_t out_len;
     const char *err;
@@ -160,6 +162,8 @@ static int commit_txn(cairn__txn *t, void *arg)
         rc = cairn__transition(t, &task, CAIRN_FAILED, 0, step, task.error);
         if (!rc)
             rc = cairn__task_put(t, &task);
+        a->state = (cairn_state)task.state;
+        a->attempt = task.attempt;
         return rc; /* the step record is left as it was */
     case C_SUCCEEDED:
         task.error[0] = task.error_step[0] = 0;
@@ -167,13 +171,53 @@ static int commit_txn(cairn__txn *t, void *arg)
         rc = cairn__transition(t, &task, CAIRN_SUCCEEDED, 0, NULL, "all steps done");
         if (!rc)
             rc = cairn__task_put(t, &task);
+        a->state = (cairn_state)task.state;
+        a->attempt = task.attempt;
         return rc;
     }
     if (!rc)
         rc = cairn__step_put(t, c->task_id, step, &s);
     if (!rc && (renewed || task.state != CAIRN_RUNNING))
         rc = cairn__task_put(t, &task);
+    a->state = (cairn_state)task.state;
+    a->attempt = task.attempt;
     return rc;
+}
+
+/* The runner's events (cairn_runner_set_events) for a commit that happened: what it did to the
+ * step, then what it did to the task. */
+static void emit(cairn_ctx *c, const char *event, const char *step, const commit_arg *a,
+                 int64_t duration_ms)
+{
+    cairn_event ev = {.task_id = c->task_id,
+                      .step = step,
+                      .event = event,
+                      .state = a->state,
+                      .attempt = a->attempt,
+                      .invocation = *step ? a->invocations : 0,
+                      .duration_ms = duration_ms > 0 ? (uint64_t)duration_ms : 0,
+                      .message = a->err ? a->err : ""};
+    c->r->events(&ev, c->r->events_user);
+}
+
+static void commit_events(cairn_ctx *c, const commit_arg *a)
+{
+    static const char *const step_event[] = {
+        [C_DONE] = "step_done",     [C_DONE_LAST] = "step_done", [C_INTENT] = "step_intent",
+        [C_FAILED] = "step_failed", [C_RESET] = "step_reset",
+    };
+    static const char *const task_event[] = {
+        [C_DONE_LAST] = "task_succeeded", [C_SUCCEEDED] = "task_succeeded",
+        [C_RETRY_LATER] = "task_failed",  [C_DEAD] = "task_dead",
+        [C_IN_DOUBT] = "task_in_doubt",   [C_STOPPED] = "task_stopped",
+    };
+    int64_t took = a->kind != C_INTENT && c->call_ms ? cairn__now_ms() - c->call_ms : 0;
+    const char *step = c->step ? c->step->name : "";
+    if (step_event[a->kind])
+        emit(c, step_event[a->kind], step, a, took);
+    if (task_event[a->kind])
+        emit(c, task_event[a->kind], a->kind == C_DONE_LAST || a->kind == C_SUCCEEDED ? "" : step,
+             a, took);
 }
 
 static int commit(cairn_ctx *c, commit_kind kind, int durable, const void *out, size_t out_len,
@@ -187,7 +231,11 @@ static int commit(cairn_ctx *c, commit_kind kind, int durable, const void *out, 
                     .invocations = invocations,
                     .next_retry_ms = next_retry_ms};
     int rc = cairn__store_write(c->r->store, durable, commit_txn, &a);
-    return rc ? cairn__runner_store_fail(c->r, rc) : 0;
+    if (rc)
+        return cairn__runner_store_fail(c->r, rc);
+    if (c->r->events)
+        commit_events(c, &a);
+    return 0;
 }
 
 typedef struct progress_arg {
@@ -475,6 +523,7 @@ static int run_step(cairn_ctx *c, const cairn_graph *g)
                 return rc;
         }
         cairn__outcome o;
+        c->call_ms = cairn__now_ms();
         rc = cairn__exec_step(c, probe, &o);
         if (rc == CAIRN_EINTR || (r->stop && s->delivery == CAIRN_COMPUTE)) {
             cairn__outcome_free(&o);
@@ -611,6 +660,10 @@ int cairn__run_acquired(cairn_runner *r, const cairn_graph *g, const char *id, c
         return cairn__runner_store_fail(r, rc);
     msgpack_sbuffer_init(&c.out);
     msgpack_packer_init(&c.pk, &c.out, msgpack_sbuffer_write);
+    if (r->events) { /* the acquire that took the lease has committed */
+        commit_arg started = {.state = CAIRN_RUNNING, .attempt = c.attempt};
+        emit(&c, "task_started", "", &started, 0);
+    }
     for (size_t i = 0; i < g->n_steps && rc == 0; i++) {
         c.step = g->steps[g->order[i]];
         c.last_step = i + 1 == g->n_steps;

@@ -228,6 +228,9 @@ static int parse(int argc, char **argv, options *o)
 typedef struct {
     char last;     /* the last byte written, to end the text's line before a stderr line */
     int write_err; /* errno of the first failed write of the text, 0 if none */
+    /* tokens of max_tokens on stderr's terminal, when the text goes elsewhere (a file, a
+     * pipe): on the same terminal the line would cut through the text */
+    cairn__progress progress;
 } stream_state;
 
 /* A failed write stops the generation (there is no point in computing text nobody gets); the
@@ -237,6 +240,10 @@ static int on_token(void *user, int32_t tok, const char *bytes, size_t len)
 {
     stream_state *st = user;
     (void)tok;
+    if (st->progress.on) {
+        st->progress.done++;
+        cairn__progress_tick(&st->progress, 0);
+    }
     if (!len)
         return 0;
     errno = 0;
@@ -297,7 +304,7 @@ int cairn__cmd_generate(int argc, char **argv)
     if (o.file) {
         rc = cairn__read_input(o.file, &text, &text_len, err, sizeof err);
         if (rc) {
-            fprintf(stderr, "cairn generate: %s\n", err);
+            cairn__log(CAIRN__LOG_ERROR, "generate", "input", NULL, NULL, "%s", err);
             return cairn__exit_code_engine(rc);
         }
     } else {
@@ -312,17 +319,18 @@ int cairn__cmd_generate(int argc, char **argv)
     int code = 0;
     rc = cairn__engine_open(o.model, &o.eo, &e, err, sizeof err);
     if (rc) {
-        fprintf(stderr, "cairn generate: %s\n", err[0] ? err : cairn_strerror(rc));
+        cairn__log(CAIRN__LOG_ERROR, "generate", "model_open", NULL, NULL, "%s",
+                   err[0] ? err : cairn_strerror(rc));
         code = cairn__exit_code_engine(rc);
         goto out;
     }
     const cairn__model *m = cairn__engine_model(e);
     const int n_ctx = cairn__backend_n_ctx(cairn__engine_backend(e));
     if (n_ctx > m->n_ctx_train)
-        fprintf(stderr,
-                "cairn generate: warning: --ctx %d is larger than the model's trained context of "
-                "%d (%s.context_length); output past %d tokens may degrade\n",
-                n_ctx, m->n_ctx_train, m->arch_name, m->n_ctx_train);
+        cairn__log(CAIRN__LOG_WARN, "generate", "warning", NULL, NULL,
+                   "warning: --ctx %d is larger than the model's trained context of %d "
+                   "(%s.context_length); output past %d tokens may degrade",
+                   n_ctx, m->n_ctx_train, m->arch_name, m->n_ctx_train);
     int fmt = CAIRN__CHAT_RAW;
     if (o.chat) {
         if (strcmp(o.chat, "auto") == 0) {
@@ -332,19 +340,19 @@ int cairn__cmd_generate(int argc, char **argv)
             fmt = cairn__chat_format_detect(g);
             if (fmt == CAIRN__CHAT_RAW &&
                 cairn__gguf_get_str(g, "tokenizer.chat_template", &tmpl, &tlen) == 0)
-                fprintf(stderr,
-                        "cairn generate: warning: --chat auto: the model's chat template "
-                        "(tokenizer.chat_template) is not one of chatml, llama3; using raw\n");
+                cairn__log(CAIRN__LOG_WARN, "generate", "warning", NULL, NULL,
+                           "warning: --chat auto: the model's chat template "
+                           "(tokenizer.chat_template) is not one of chatml, llama3; using raw");
         } else if (cairn__chat_format_parse(o.chat, &fmt) != 0) {
             code = bad_usage("unknown --chat format '%s' (chatml, llama3, raw, auto)", o.chat);
             goto out;
         }
         const char *missing = NULL;
         if (!chat_markers_present(cairn__engine_tok(e), fmt, &missing))
-            fprintf(stderr,
-                    "cairn generate: warning: --chat %s: the vocabulary has no special token "
-                    "%s; the format's markers are tokenized as plain text\n",
-                    cairn__chat_format_name(fmt), missing);
+            cairn__log(CAIRN__LOG_WARN, "generate", "warning", NULL, NULL,
+                       "warning: --chat %s: the vocabulary has no special token %s; the format's "
+                       "markers are tokenized as plain text",
+                       cairn__chat_format_name(fmt), missing);
     }
     /* The prompt may come from a file or a pipe that carries someone else's text, so by default
      * it is plain text: only the chat format's own markers become special tokens. */
@@ -361,24 +369,32 @@ int cairn__cmd_generate(int argc, char **argv)
                                &n_ids);
     }
     if (rc) {
-        fprintf(stderr, "cairn generate: cannot tokenize the prompt: %s\n", cairn_strerror(rc));
+        cairn__log(CAIRN__LOG_ERROR, "generate", "tokenize", NULL, NULL,
+                   "cannot tokenize the prompt: %s", cairn_strerror(rc));
         code = CAIRN__EX_SOFTWARE;
         goto out;
     }
     if (n_ids ==
         0) { /* an empty prompt on a vocabulary that adds no BOS: nothing to condition on */
-        fprintf(stderr, "cairn generate: the prompt is empty: it produced no tokens (this model's "
-                        "vocabulary adds no BOS token)\n");
+        cairn__log(CAIRN__LOG_ERROR, "generate", "empty_prompt", NULL, NULL,
+                   "the prompt is empty: it produced no tokens (this model's vocabulary adds no "
+                   "BOS token)");
         code = CAIRN__EX_DATAERR;
         goto out;
     }
-    stream_state st = {0, 0};
+    stream_state st = {0, 0, {0}};
+    cairn__progress_start(&st.progress, "generate", "tokens");
+    if (isatty(STDOUT_FILENO))
+        st.progress.on = 0;
+    st.progress.total = o.go.max_tokens > 0 ? (uint64_t)o.go.max_tokens : 0;
     o.go.on_token = on_token;
     o.go.user = &st;
     rc = cairn__engine_generate_tokens(e, ids, n_ids, &o.go, &r);
+    cairn__progress_end(&st.progress);
     if (rc) {
         end_text_line(st.last);
-        fprintf(stderr, "cairn generate: %s\n", cairn__engine_errmsg(e));
+        cairn__log(CAIRN__LOG_ERROR, "generate", "generate", NULL, NULL, "%s",
+                   cairn__engine_errmsg(e));
         code = cairn__exit_code_engine(rc);
         goto out;
     }
@@ -387,7 +403,8 @@ int cairn__cmd_generate(int argc, char **argv)
     if (!st.write_err && (fflush(stdout) != 0 || ferror(stdout)))
         st.write_err = errno ? errno : EIO;
     if (st.write_err && st.write_err != EPIPE) {
-        fprintf(stderr, "cairn generate: cannot write the output: %s\n", strerror(st.write_err));
+        cairn__log(CAIRN__LOG_ERROR, "generate", "write", NULL, NULL, "cannot write the output: %s",
+                   strerror(st.write_err));
         code = CAIRN__EX_IOERR;
         goto out;
     }
@@ -395,12 +412,17 @@ int cairn__cmd_generate(int argc, char **argv)
     /* the CPU's float products: OpenBLAS and its core, or cairn's own loops (gpu/cpu/blas.h) */
     const char *be = cairn__backend_name(cairn__engine_backend(e));
     const int cpu = strcmp(be, "cpu") == 0;
-    fprintf(stderr,
-            "[%s, %zu tokens; prompt %zu tokens at %.1f tok/s; decode %.1f tok/s; %s backend%s%s, "
-            "%s %s]\n",
-            cairn__finish_name(r.finish), r.n_tokens, r.n_prompt, r.prompt_tps, r.gen_tps, be,
-            cpu ? ", blas=" : "", cpu ? cairn__blas_desc() : "", m->arch_name,
-            cairn__ggml_type_name(m->wtype));
+    char summary[512];
+    snprintf(summary, sizeof summary,
+             "[%s, %zu tokens; prompt %zu tokens at %.1f tok/s; decode %.1f tok/s; %s backend%s%s, "
+             "%s %s]",
+             cairn__finish_name(r.finish), r.n_tokens, r.n_prompt, r.prompt_tps, r.gen_tps, be,
+             cpu ? ", blas=" : "", cpu ? cairn__blas_desc() : "", m->arch_name,
+             cairn__ggml_type_name(m->wtype));
+    if (cairn__log_json()) /* the text format keeps the bracketed line as it always was */
+        cairn__log(CAIRN__LOG_NOTE, "generate", "summary", NULL, NULL, "%s", summary);
+    else if (cairn__log_enabled(CAIRN__LOG_NOTE))
+        fprintf(stderr, "%s\n", summary);
 out:
     cairn__gen_result_free(&r);
     free(ids);

@@ -67,7 +67,7 @@ int cairn__index_args_parse(int argc, char **argv, const cairn__opt_cmd *cmd, co
         sprintf(a->dir, "%s%sindex", store, store[n - 1] == '/' ? "" : "/");
     }
     if (!a->dir) {
-        fprintf(stderr, "%s %s: out of memory\n", cairn__cli_prog, cmd->name);
+        cairn__log(CAIRN__LOG_ERROR, cmd->name, "error", NULL, NULL, "out of memory");
         return CAIRN__EX_SOFTWARE;
     }
     return -1;
@@ -260,7 +260,8 @@ int cairn__cmd_index(int argc, char **argv)
     int json = a.json;
     long batch = 0;
     if (a.number && cairn__cli_parse_long(a.number, 0, 100000000, &batch)) {
-        fprintf(stderr, "cairn index: --batch must be a number of documents (0 = whole file)\n");
+        cairn__log(CAIRN__LOG_ERROR, "index", "usage", NULL, NULL,
+                   "--batch must be a number of documents (0 = whole file)");
         free(a.dir);
         return CAIRN__EX_USAGE;
     }
@@ -269,7 +270,7 @@ int cairn__cmd_index(int argc, char **argv)
     corpus c;
     rc = corpus_open(file, &c, err, sizeof err);
     if (rc) {
-        fprintf(stderr, "cairn index: %s\n", err);
+        cairn__log(CAIRN__LOG_ERROR, "index", "error", NULL, NULL, "%s", err);
         free(a.dir);
         return cairn__exit_code(rc);
     }
@@ -284,7 +285,8 @@ int cairn__cmd_index(int argc, char **argv)
                 doc_free(&d);
         }
         if (rc) {
-            fprintf(stderr, "cairn index: %s (nothing was written)\n", err);
+            cairn__log(CAIRN__LOG_ERROR, "index", "corpus", NULL, NULL, "%s (nothing was written)",
+                       err);
             corpus_close(&c);
             free(a.dir);
             return cairn__exit_code(rc);
@@ -294,12 +296,15 @@ int cairn__cmd_index(int argc, char **argv)
     cairn__bm25 *ix = NULL;
     rc = cairn__bm25_open(dir, 1, &ix, err, sizeof err);
     if (rc) {
-        fprintf(stderr, "cairn index: %s\n", err);
+        cairn__log(CAIRN__LOG_ERROR, "index", "error", NULL, NULL, "%s", err);
         corpus_close(&c);
         free(a.dir);
         return cairn__exit_code(rc);
     }
     uint64_t added = 0, replaced = 0, in_batch = 0, committed = 0;
+    cairn__progress prog;
+    cairn__progress_start(&prog, "index", "documents");
+    prog.bytes_total = c.len;
     pos = lineno = 0;
     rc = cairn__bm25_begin(ix);
     if (rc)
@@ -316,6 +321,9 @@ int cairn__cmd_index(int argc, char **argv)
         if (rc)
             break;
         rep ? replaced++ : added++;
+        prog.done = added + replaced;
+        prog.bytes_done = pos;
+        cairn__progress_tick(&prog, 0);
         if (batch > 0 && ++in_batch == (uint64_t)batch) {
             if ((rc = cairn__bm25_commit(ix)) != 0 || (rc = cairn__bm25_begin(ix)) != 0) {
                 snprintf(err, sizeof err, "%s", cairn__bm25_errmsg(ix));
@@ -334,15 +342,17 @@ int cairn__cmd_index(int argc, char **argv)
     } else {
         cairn__bm25_abort(ix);
     }
+    cairn__progress_end(&prog);
     corpus_close(&c);
     if (rc) {
         if (committed)
-            fprintf(stderr,
-                    "cairn index: %s (the first %llu documents were committed in batches "
-                    "of %ld; the rest was not written)\n",
-                    err, (unsigned long long)committed, batch);
+            cairn__log(CAIRN__LOG_ERROR, "index", "partial", NULL, NULL,
+                       "%s (the first %llu documents were committed in batches of %ld; the rest "
+                       "was not written)",
+                       err, (unsigned long long)committed, batch);
         else
-            fprintf(stderr, "cairn index: %s (nothing was written)\n", err);
+            cairn__log(CAIRN__LOG_ERROR, "index", "error", NULL, NULL, "%s (nothing was written)",
+                       err);
         cairn__bm25_close(ix);
         free(a.dir);
         return cairn__exit_code(rc);
@@ -350,7 +360,7 @@ int cairn__cmd_index(int argc, char **argv)
     cairn__bm25_info info;
     rc = cairn__bm25_info_get(ix, &info);
     if (rc)
-        fprintf(stderr, "cairn index: %s\n", cairn__bm25_errmsg(ix));
+        cairn__log(CAIRN__LOG_ERROR, "index", "error", NULL, NULL, "%s", cairn__bm25_errmsg(ix));
     cairn__bm25_close(ix);
     double secs = now_s() - t0;
     if (!rc && json) {

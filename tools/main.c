@@ -28,7 +28,8 @@ int main(int argc, char **argv)
                  ? cairn__pipeline_from_args(&argc, argv, 1, &p, err, sizeof err)
                  : 0;
     if (rc) {
-        fprintf(stderr, "cairn: %s\n", err);
+        cairn__log_reset(); /* CAIRN_LOG_FORMAT; the command line is not parsed yet */
+        cairn__log(CAIRN__LOG_ERROR, NULL, "config", NULL, NULL, "%s", err);
         return cairn__exit_code(rc);
     }
     static const cairn__cli_cmd engine_cmds[] = {

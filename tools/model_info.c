@@ -92,9 +92,10 @@ int cairn__model_open_failed(const char *cmd, const char *path, int rc, const ch
 {
     /* the reader's message usually names the file already */
     if (err[0] && strstr(err, path))
-        fprintf(stderr, "cairn %s: %s\n", cmd, err);
+        cairn__log(CAIRN__LOG_ERROR, cmd, "model_open", NULL, NULL, "%s", err);
     else
-        fprintf(stderr, "cairn %s: %s: %s\n", cmd, path, err[0] ? err : "cannot open");
+        cairn__log(CAIRN__LOG_ERROR, cmd, "model_open", NULL, NULL, "%s: %s", path,
+                   err[0] ? err : "cannot open");
     return cairn__exit_code_engine(rc);
 }
 
@@ -224,7 +225,7 @@ int cairn__cmd_model_info(int argc, char **argv)
         json_decref(o);
         if (!s) {
             cairn__gguf_close(g);
-            fprintf(stderr, "cairn model-info: out of memory\n");
+            cairn__log(CAIRN__LOG_ERROR, "model-info", "error", NULL, NULL, "out of memory");
             return CAIRN__EX_SOFTWARE;
         }
         puts(s);
@@ -304,12 +305,12 @@ int cairn__cmd_model_info(int argc, char **argv)
     cairn__gguf_close(g);
     errno = 0;
     if (fflush(stdout) != 0 || ferror(stdout)) {
-        fprintf(stderr, "cairn model-info: cannot write the output: %s\n",
-                strerror(errno ? errno : EIO));
+        cairn__log(CAIRN__LOG_ERROR, "model-info", "write", NULL, NULL,
+                   "cannot write the output: %s", strerror(errno ? errno : EIO));
         return CAIRN__EX_IOERR;
     }
     if (bad) {
-        fprintf(stderr, "cairn model-info: %s: %s\n", path, err);
+        cairn__log(CAIRN__LOG_ERROR, "model-info", "error", NULL, NULL, "%s: %s", path, err);
         return CAIRN__EX_UNAVAILABLE;
     }
     return CAIRN__EX_OK;

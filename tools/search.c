@@ -59,7 +59,8 @@ int cairn__cmd_search(int argc, char **argv)
     const char *query = a.need, *dir = a.dir;
     long k = 10;
     if (a.number && cairn__cli_parse_long(a.number, 1, 1000, &k)) {
-        fprintf(stderr, "cairn search: --top-k must be a number from 1 to 1000\n");
+        cairn__log(CAIRN__LOG_ERROR, "search", "usage", NULL, NULL,
+                   "--top-k must be a number from 1 to 1000");
         free(a.dir);
         return CAIRN__EX_USAGE;
     }
@@ -67,7 +68,7 @@ int cairn__cmd_search(int argc, char **argv)
     cairn__bm25 *ix = NULL;
     rc = cairn__bm25_open(dir, 0, &ix, err, sizeof err);
     if (rc) {
-        fprintf(stderr, "cairn search: %s\n", err);
+        cairn__log(CAIRN__LOG_ERROR, "search", "error", NULL, NULL, "%s", err);
         free(a.dir);
         return cairn__exit_code(rc);
     }
@@ -75,7 +76,7 @@ int cairn__cmd_search(int argc, char **argv)
     size_t n = 0;
     rc = cairn__bm25_search(ix, query, (size_t)k, &hits, &n);
     if (rc) {
-        fprintf(stderr, "cairn search: %s\n", cairn__bm25_errmsg(ix));
+        cairn__log(CAIRN__LOG_ERROR, "search", "error", NULL, NULL, "%s", cairn__bm25_errmsg(ix));
         cairn__bm25_close(ix);
         free(a.dir);
         return cairn__exit_code(rc);

@@ -100,7 +100,7 @@ int cairn__cmd_tokenize(int argc, char **argv)
     size_t len = 0, n_texts, k;
 
     if (!a.texts) {
-        fprintf(stderr, "cairn tokenize: out of memory\n");
+        cairn__log(CAIRN__LOG_ERROR, "tokenize", "error", NULL, NULL, "out of memory");
         return CAIRN__EX_SOFTWARE;
     }
     if ((rc = cairn__opt_parse(argc, argv, &tokenize_cmd, tok_opt, &a, &oi)) >= 0) {
@@ -127,8 +127,8 @@ int cairn__cmd_tokenize(int argc, char **argv)
     rc = cairn__tok_load(g, &t, err, sizeof err);
     cairn__gguf_close(g);
     if (rc) {
-        fprintf(stderr, "cairn tokenize: %s: %s\n", model,
-                err[0] ? err : "cannot load the tokenizer");
+        cairn__log(CAIRN__LOG_ERROR, "tokenize", "tokenizer", NULL, NULL, "%s: %s", model,
+                   err[0] ? err : "cannot load the tokenizer");
         code = cairn__exit_code_engine(rc);
         goto done;
     }
@@ -136,7 +136,7 @@ int cairn__cmd_tokenize(int argc, char **argv)
     if (file) {
         rc = cairn__read_input(file, &data, &len, err, sizeof err);
         if (rc) {
-            fprintf(stderr, "cairn tokenize: %s\n", err);
+            cairn__log(CAIRN__LOG_ERROR, "tokenize", "error", NULL, NULL, "%s", err);
             code = cairn__exit_code_engine(rc);
             goto done;
         }
@@ -164,12 +164,12 @@ int cairn__cmd_tokenize(int argc, char **argv)
     }
     errno = 0;
     if (fflush(stdout) != 0 || ferror(stdout)) {
-        fprintf(stderr, "cairn tokenize: cannot write the output: %s\n",
-                strerror(errno ? errno : EIO));
+        cairn__log(CAIRN__LOG_ERROR, "tokenize", "write", NULL, NULL, "cannot write the output: %s",
+                   strerror(errno ? errno : EIO));
         code = CAIRN__EX_IOERR;
     } else if (rc) {
-        fprintf(stderr, "cairn tokenize: tokenizing failed (%s)\n",
-                rc == CAIRN_ENOMEM ? "out of memory" : "internal error");
+        cairn__log(CAIRN__LOG_ERROR, "tokenize", "error", NULL, NULL, "tokenizing failed (%s)",
+                   rc == CAIRN_ENOMEM ? "out of memory" : "internal error");
         code = CAIRN__EX_SOFTWARE;
     }
 done:
