@@ -345,7 +345,9 @@ char *cairn__cli_metrics(cairn_store *s, uint64_t map_max, const char *extra, in
         *rc_out = CAIRN_ENOMEM;
         return NULL;
     }
-    double now = (double)time(NULL);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    double now = (double)ts.tv_sec + ts.tv_nsec / 1e9;
     if (!map_max)
         map_max = DEFAULT_MAP_MAX;
 #define GAUGE(name, help) fprintf(f, "# TYPE " name " gauge\n# HELP " name " " help "\n")

@@ -90,6 +90,16 @@ int cairn__opt_parse(int argc, char **argv, const cairn__opt_cmd *cmd, cairn__op
     }
     lo[n + 1 + N_LOG_OPTS] = (struct option){0, 0, 0, 0};
     shorts[k] = 0;
+    /* --log-format first, wherever it stands: an error about an earlier option is to be said
+     * in the format asked for (a bad value is reported by the parse below) */
+    for (int i = 1; i < argc && strcmp(argv[i], "--"); i++) {
+        const char *v = !strncmp(argv[i], "--log-format=", 13)             ? argv[i] + 13
+                        : !strcmp(argv[i], "--log-format") && i + 1 < argc ? argv[i + 1]
+                                                                           : NULL;
+        char ignored[160];
+        if (v)
+            cairn__log_option("log-format", v, ignored, sizeof ignored);
+    }
     optind = 0;
     opterr = 0;
     int c;

@@ -151,6 +151,32 @@ static void api(void)
        "the audit link gives the trail");
     resp_free(&r);
 
+    /* the metrics: the store's figures (stats --prometheus) and the server's counters */
+    http(&r, &s, "GET", "/metrics", NULL, NULL, NULL, 0, 10000);
+    size_t bl = r.body ? strlen(r.body) : 0;
+    ok(r.status == 200 && bl > 6 && !strcmp(r.body + bl - 6, "# EOF\n"),
+       "GET /metrics is 200, OpenMetrics text ending '# EOF' (got %ld)", r.status);
+    ok(r.body && tu_contains(r.body, "cairn_tasks{state=\"succeeded\"} 2\n") &&
+           tu_contains(r.body, "cairn_tasks{state=\"dead\"} 1\n") &&
+           tu_contains(r.body, "cairn_retry_due 0\n"),
+       "with the tasks by state: 2 succeeded, 1 dead; nothing due");
+    long created = -1, existing = -1;
+    const char *c = r.body ? strstr(r.body, "cairn_serve_admitted{result=\"created\"} ") : NULL;
+    const char *e = r.body ? strstr(r.body, "cairn_serve_admitted{result=\"existing\"} ") : NULL;
+    if (c)
+        created = strtol(strchr(c, ' ') + 1, NULL, 10);
+    if (e)
+        existing = strtol(strchr(e, ' ') + 1, NULL, 10);
+    ok(created >= 3 && existing >= 1 && r.body && tu_contains(r.body, "cairn_serve_workers 2\n"),
+       "and the server's own: %ld created, %ld existing, 2 workers", created, existing);
+    resp_free(&r);
+    http(&r, &s, "POST", "/metrics", NULL, NULL, "{}", 2, 10000);
+    ok(r.status == 405, "POST /metrics is 405 (got %ld)", r.status);
+    resp_free(&r);
+    http(&r, &s, "GET", "/health", NULL, NULL, NULL, 0, 10000);
+    ok(r.status == 200 && !strcmp(jstr_at(r.json, "status"), "ok"), "GET /health is 200 ok");
+    resp_free(&r);
+
     ok(srv_stop(&s, 0) == 0, "SIGTERM stops the server with 0");
     free(body), free(other), free(bad), free(dir), free(store);
 }

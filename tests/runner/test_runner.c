@@ -459,6 +459,78 @@ static void test_dead(void)
     cairn_graph_free(g2);
 }
 
+/* ------------------------------------------------------------------ events */
+
+/* What the event callback saw: "event step state" lines, and whether the store already held
+ * the state each event reports (the event comes after the commit). */
+typedef struct ev_log {
+    char lines[32][96];
+    int n, store_agrees;
+    cairn_store *s;
+} ev_log;
+
+static void on_event(const cairn_event *ev, void *user)
+{
+    ev_log *l = user;
+    if (l->n < 32)
+        snprintf(l->lines[l->n++], sizeof l->lines[0], "%s %s %s", ev->event, ev->step,
+                 cairn_state_name(ev->state));
+    cairn_task *t = NULL;
+    if (cairn_task_load(l->s, ev->task_id, &t) != 0 || cairn_task_state(t) != ev->state)
+        l->store_agrees = 0;
+    cairn_task_free(t);
+}
+
+static int ev_is(const ev_log *l, const char *const *want)
+{
+    int i = 0;
+    for (; want[i]; i++)
+        if (i >= l->n || strcmp(l->lines[i], want[i]) != 0)
+            return 0;
+    return i == l->n;
+}
+
+static void test_events(void)
+{
+    newdir("events");
+    spec a = {0}, b = {0}, perm = {.permanent = 1};
+    cairn_graph *g = cairn_graph_new("ev", 1);
+    cairn_step_set_user(cairn_graph_add_step(g, "a", st_gen, NULL), &a);
+    cairn_step *e = cairn_graph_add_step(g, "b", st_gen, "a");
+    cairn_step_set_user(e, &b);
+    cairn_step_set_delivery(e, CAIRN_EFFECT);
+    cairn_graph *g2 = cairn_graph_new("evdead", 1);
+    cairn_step_set_user(cairn_graph_add_step(g2, "p", st_gen, NULL), &perm);
+    cairn_store *s = store_open();
+    ev_log l = {.store_agrees = 1, .s = s};
+    cairn_runner *r = runner_config(s, g);
+    cairn_runner_add_graph(r, g2);
+    ok(cairn_runner_set_events(r, on_event, &l) == 0, "cairn_runner_set_events before open: 0");
+    r = opened(r);
+    ok(cairn_runner_set_events(r, NULL, NULL) == CAIRN_EBUSY, "after open: CAIRN_EBUSY");
+    int rc = run(r, "ev", "e1", "{}");
+    static const char *const ok_seq[] = {"task_started  running",     "step_done a running",
+                                         "step_intent b running",     "step_done b succeeded",
+                                         "task_succeeded  succeeded", NULL};
+    ok(rc == 0 && ev_is(&l, ok_seq),
+       "a run's events: started, a done, b's intent, b done, succeeded (%d events: %s, ...)", l.n,
+       l.lines[0]);
+    ok(l.store_agrees, "each event's state is already the store's when it is told");
+    l.n = 0;
+    rc = run(r, "ev", "e1", "{}");
+    ok(rc == 0 && l.n == 0, "a task already succeeded: nothing ran, no event");
+    rc = run(r, "evdead", "e2", "{}");
+    static const char *const dead_seq[] = {"task_started  running", "task_dead p dead", NULL};
+    ok(rc == CAIRN_EDEAD && ev_is(&l, dead_seq),
+       "a permanent failure: started, then task_dead "
+       "at step p (%d events)",
+       l.n);
+    cairn_runner_free(r);
+    cairn_store_free(s);
+    cairn_graph_free(g);
+    cairn_graph_free(g2);
+}
+
 /* ------------------------------------------------------------------ effects and crashes */
 
 static cairn_probe_result g_probe_answer;
@@ -1792,6 +1864,7 @@ int main(void)
     tu_tmpdir(root, "runner");
     test_resume_and_audit();
     test_dead();
+    test_events();
     test_effect_crash();
     test_probe();
     test_at_least_once();
