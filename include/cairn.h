@@ -450,6 +450,15 @@ CAIRN_API int cairn_runner_invalidate(cairn_runner *r, const char *task_id, cons
  * (a redelivery after that window is a new message). */
 CAIRN_API int cairn_runner_gc(cairn_runner *r, uint32_t *n_pruned, uint32_t *n_removed);
 
+/* ------------------------------------------------------------------ sharding */
+
+/* The shard, 0..n_shards-1, that owns `task_id` when tasks are spread over n_shards machines
+ * that each own a store (what `cairn shard` prints): a jump consistent hash (Lamping and Veach)
+ * of the XXH3-64 hash of the ID's bytes. Stable: the same answer on every machine and in every
+ * version of cairn. Growing n_shards to n_shards + 1 moves only the tasks the new shard takes
+ * (about 1 in n_shards + 1). 0 when task_id is NULL or n_shards is 0. */
+CAIRN_API uint32_t cairn_shard_of(const char *task_id, uint32_t n_shards);
+
 /* ------------------------------------------------------------------ inspection */
 
 /* A task snapshot is immutable and independent of the store: any number of threads may read

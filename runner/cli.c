@@ -496,6 +496,7 @@ static void usage(FILE *f, const char *prog)
         "  check      verify every record of the store\n"
         "  consume    run a stream of tasks (JSON lines, kcat's), K at once\n"
         "  serve      the HTTP task API (--tasks), with Idempotency-Key\n"
+        "  shard      which of N machines owns a task; filter a stream to one\n"
         "%s",
         prog,
         g_config_graph
@@ -539,6 +540,8 @@ int cairn_cli_main(int argc, char **argv, cairn_graph *const *graphs, size_t n_g
             printf("%s (cairn %s)\n", prog, CAIRN__VERSION);
         return 0;
     }
+    if (!strcmp(cmd, "shard")) /* no store: a function of the ID */
+        return cairn__cmd_shard(sub_argc, sub_argv);
     const cairn__cli_task *t = find_task(cmd);
     if (t) {
         cairn__cli_opts o;

@@ -305,6 +305,9 @@ int cairn__cli_stops_catch(void);
 void cairn__cli_stops_default(void);
 void cairn__cli_stops_close(void);
 
+/* `shard` (cli_shard.c): needs no store, so it is not a task command */
+int cairn__cmd_shard(int argc, char **argv);
+
 /* The task commands. cli_run.c: */
 extern const cairn__cli_task cairn__task_run, cairn__task_retry, cairn__task_resolve,
     cairn__task_invalidate, cairn__task_gc, cairn__task_init;
