@@ -16,7 +16,9 @@
  * Processes, not threads, for consume's reason (cli_consume.c): one process may not open a
  * store twice, and a handle serves one thread at a time. The workers are forked before this
  * process opens the store (a child forked while a store is open must not use it); they die with
- * it (PR_SET_PDEATHSIG), so a killed server is a killed server, workers included. The HTTP
+ * it (PR_SET_PDEATHSIG), so a killed server is a killed server, workers included. A worker that
+ * ends (a crashed step, an OOM kill) is replaced: the server closes its store under the store
+ * mutex, forks, and opens it again, so the rule holds for the new one too. The HTTP
  * threads share this process's handle under one mutex; admissions are short.
  *
  * Two requests with one key in this server: the second, while the first is still being
@@ -34,6 +36,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/json.h"
@@ -76,7 +79,22 @@ typedef struct server {
     int *nudge;                          /* the workers' wake-up pipes (write ends) */
     size_t n_workers;
     atomic_ullong n_created, n_existing, n_refused; /* POST /v1/tasks answers, for /metrics */
+    int closed; /* under store_mu: the session could not be reopened after a respawn */
 } server;
+
+/* Takes store_mu for a handler: 0, or (the store is closed: the server is stopping) the mutex
+ * released and r answered 503. */
+static int store_lock(server *sv, cairn__http_resp *r)
+{
+    pthread_mutex_lock(&sv->store_mu);
+    if (!sv->closed)
+        return 0;
+    pthread_mutex_unlock(&sv->store_mu);
+    r->status = 503;
+    r->retry_after_s = 1;
+    r->body = cairn__http_error("shutting_down", NULL, "the server is stopping");
+    return 1;
+}
 
 /* ------------------------------------------------------------------ run's codes as HTTP */
 
@@ -225,7 +243,10 @@ static void admit(server *sv, const cairn__http_req *q, cairn__http_resp *r)
         return;
     }
     int created = 0;
-    pthread_mutex_lock(&sv->store_mu);
+    if (store_lock(sv, r)) {
+        key_release(sv, key);
+        return;
+    }
     rc = cairn__runner_admit(sv->s.runner, sv->o->graph, key, q->body, q->body_len, &created);
     if (rc)
         snprintf(err, sizeof err, "%s", cairn_runner_errmsg(sv->s.runner));
@@ -275,7 +296,8 @@ static void get_task(void *user, const cairn__http_req *q, cairn__http_resp *r)
     }
     int rc;
     json_t *doc;
-    pthread_mutex_lock(&sv->store_mu);
+    if (store_lock(sv, r))
+        return;
     if (audit) {
         doc = json_array();
         rc = cairn_store_audit(sv->s.store, id, audit_row, doc);
@@ -334,7 +356,10 @@ static void list_tasks(void *user, const cairn__http_req *q, cairn__http_resp *r
     }
     json_t *rows = json_array();
     char err[512] = "";
-    pthread_mutex_lock(&sv->store_mu);
+    if (store_lock(sv, r)) {
+        json_decref(rows);
+        return;
+    }
     int rc = cairn_store_list(sv->s.store, status ? &st : NULL, sv->o->graph, (uint32_t)limit,
                               list_row, rows);
     if (rc)
@@ -369,7 +394,8 @@ static void get_metrics(void *user, const cairn__http_req *q, cairn__http_resp *
              (unsigned long long)atomic_load(&sv->n_existing),
              (unsigned long long)atomic_load(&sv->n_refused), sv->n_workers);
     int rc;
-    pthread_mutex_lock(&sv->store_mu);
+    if (store_lock(sv, r))
+        return;
     r->text = cairn__cli_metrics(sv->s.store, sv->o->map_max, extra, &rc);
     char err[512];
     snprintf(err, sizeof err, "%s", rc ? cairn_store_errmsg(sv->s.store) : "");
@@ -429,39 +455,75 @@ static void worker_main(int wake_fd, const cairn__cli_opts *o, cairn_graph *cons
     _exit(0);
 }
 
-/* Forks the workers; pids[i] and the write end of each one's wake-up pipe. 0 or -1. */
-static int spawn_workers(server *sv, pid_t *pids, const cairn__cli_opts *o,
-                         cairn_graph *const *graphs, size_t n)
+/* Forks worker i: pids[i] and the write end of its wake-up pipe. 0 or -1. The store must not be
+ * open in this process (see the top): at start-up it is not yet, and a respawn closes it first. */
+static int spawn_worker(server *sv, pid_t *pids, size_t i, const cairn__cli_opts *o,
+                        cairn_graph *const *graphs, size_t n)
 {
     pid_t parent = getpid();
-    for (size_t i = 0; i < sv->n_workers; i++) {
-        int p[2];
-        if (pipe(p))
-            return -1;
-        fflush(NULL);
-        pid_t pid = fork();
-        if (pid < 0) {
-            close(p[0]), close(p[1]);
-            return -1;
-        }
-        if (pid == 0) {
-            prctl(PR_SET_PDEATHSIG, SIGKILL); /* a killed server takes its workers along */
-            if (getppid() != parent)
-                _exit(0);
-            cairn__cli_stops_default(); /* as `run`'s, until its session sets the stops */
-            cairn__cli_stops_close();
-            close(p[1]);
-            for (size_t k = 0; k < i; k++)
-                close(sv->nudge[k]);
-            worker_main(p[0], o, graphs, n);
-        }
-        close(p[0]);
-        fcntl(p[1], F_SETFD, FD_CLOEXEC);
-        fcntl(p[1], F_SETFL, O_NONBLOCK);
-        sv->nudge[i] = p[1];
-        pids[i] = pid;
+    int p[2];
+    if (pipe(p))
+        return -1;
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(p[0]), close(p[1]);
+        return -1;
     }
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* a killed server takes its workers along */
+        if (getppid() != parent)
+            _exit(0);
+        cairn__cli_stops_default(); /* as `run`'s, until its session sets the stops */
+        cairn__cli_stops_close();
+        close(p[1]);
+        for (size_t k = 0; k < sv->n_workers; k++)
+            if (k != i && sv->nudge[k] >= 0)
+                close(sv->nudge[k]);
+        worker_main(p[0], o, graphs, n);
+    }
+    close(p[0]);
+    fcntl(p[1], F_SETFD, FD_CLOEXEC);
+    fcntl(p[1], F_SETFL, O_NONBLOCK);
+    sv->nudge[i] = p[1];
+    pids[i] = pid;
     return 0;
+}
+
+/* A worker that ended is replaced (a crashed step, an OOM kill): with the store closed for the
+ * fork and opened again, under store_mu so no request sees it closed. A slot is refilled at
+ * most once a second, so a worker that cannot start does not spin. 0, or the store's error
+ * on reopening (the server must stop: the handlers answer 503 meanwhile). */
+static int respawn(server *sv, pid_t *pids, double *last, const cairn__cli_opts *o,
+                   cairn_graph *const *graphs, size_t n)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    double now = (double)ts.tv_sec + ts.tv_nsec / 1e9;
+    int rc = 0, locked = 0;
+    for (size_t i = 0; i < sv->n_workers && !rc; i++) {
+        if (pids[i] > 0 || now - last[i] < 1.0)
+            continue;
+        if (!locked) {
+            pthread_mutex_lock(&sv->store_mu);
+            cairn__cli_session_close(&sv->s);
+            locked = 1;
+        }
+        last[i] = now;
+        if (spawn_worker(sv, pids, i, o, graphs, n))
+            cairn__log(CAIRN__LOG_ERROR, "serve", "worker_start", NULL, NULL,
+                       "cannot start a worker: %s", strerror(errno));
+        else
+            cairn__log(CAIRN__LOG_NOTE, "serve", "worker_start", NULL, NULL,
+                       "worker %ld started in place of the one that ended", (long)pids[i]);
+    }
+    if (locked) {
+        rc = cairn__cli_session_open(&sv->s, "serve", o, graphs, n, 1, 1);
+        cairn__cli_stops_catch(); /* the session's handlers stop its runner; ours the server */
+        sv->closed = rc != 0;
+        pthread_mutex_unlock(&sv->store_mu);
+    }
+    return rc;
 }
 
 static int serve_main(const cairn__cli_opts *o, cairn_graph *const *graphs, size_t n)
@@ -491,6 +553,7 @@ static int serve_main(const cairn__cli_opts *o, cairn_graph *const *graphs, size
 
     int x = CAIRN__EX_SOFTWARE;
     pid_t *pids = calloc(sv.n_workers, sizeof *pids);
+    double *last = calloc(sv.n_workers, sizeof *last); /* each slot's last respawn */
     sv.nudge = malloc(sv.n_workers * sizeof *sv.nudge);
     sv.keys = calloc(KEYS_MAX, sizeof *sv.keys);
     cairn__http *http = NULL;
@@ -498,17 +561,18 @@ static int serve_main(const cairn__cli_opts *o, cairn_graph *const *graphs, size
     pthread_mutex_init(&sv.keys_mu, NULL);
     /* SIGPIPE ignored too: a client gone mid-response is libmicrohttpd's to see */
     int stop_fd = -1;
-    if (!pids || !sv.nudge || !sv.keys || (stop_fd = cairn__cli_stops_catch()) < 0) {
+    if (!pids || !last || !sv.nudge || !sv.keys || (stop_fd = cairn__cli_stops_catch()) < 0) {
         cairn__log(CAIRN__LOG_ERROR, "serve", "error", NULL, NULL, "%s", strerror(errno));
         goto out;
     }
     for (size_t i = 0; i < sv.n_workers; i++)
         sv.nudge[i] = -1;
-    if (spawn_workers(&sv, pids, o, graphs, n)) {
-        cairn__log(CAIRN__LOG_ERROR, "serve", "worker_start", NULL, NULL,
-                   "cannot start a worker: %s", strerror(errno));
-        goto stop;
-    }
+    for (size_t i = 0; i < sv.n_workers; i++)
+        if (spawn_worker(&sv, pids, i, o, graphs, n)) {
+            cairn__log(CAIRN__LOG_ERROR, "serve", "worker_start", NULL, NULL,
+                       "cannot start a worker: %s", strerror(errno));
+            goto stop;
+        }
     if ((rc = cairn__cli_session_open(&sv.s, "serve", o, graphs, n, 1, 1))) {
         x = cairn__exit_code(rc);
         goto stop;
@@ -544,13 +608,17 @@ static int serve_main(const cairn__cli_opts *o, cairn_graph *const *graphs, size
             for (size_t i = 0; i < sv.n_workers; i++)
                 if (pids[i] == dead) {
                     cairn__log(CAIRN__LOG_WARN, "serve", "worker_exit", NULL, NULL,
-                               "worker %ld ended (%d); %s retry takes up its task", (long)dead,
-                               WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status),
-                               cairn__cli_prog);
+                               "worker %ld ended (%d); its replacement takes up its task",
+                               (long)dead,
+                               WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
                     pids[i] = 0;
                     close(sv.nudge[i]);
                     sv.nudge[i] = -1;
                 }
+        if ((rc = respawn(&sv, pids, last, o, graphs, n))) {
+            x = cairn__exit_code(rc);
+            goto stop;
+        }
     }
     x = CAIRN__EX_OK;
 stop:
@@ -572,6 +640,7 @@ out:
     pthread_mutex_destroy(&sv.store_mu);
     pthread_mutex_destroy(&sv.keys_mu);
     free(pids);
+    free(last);
     free(sv.nudge);
     free(sv.keys);
     return x;

@@ -181,6 +181,67 @@ static void api(void)
     free(body), free(other), free(bad), free(dir), free(store);
 }
 
+/* The children of pid (its workers), from /proc; n found. */
+static int children(pid_t pid, pid_t *out, int max)
+{
+    char *path = tu_fmt("/proc/%ld/task/%ld/children", (long)pid, (long)pid);
+    char *text = tu_read_file(path, NULL);
+    free(path);
+    int n = 0;
+    for (char *p = text; p && *p && n < max;) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p)
+            break;
+        out[n++] = (pid_t)v;
+        p = end;
+    }
+    free(text);
+    return n;
+}
+
+/* A worker killed mid-task (an OOM kill, a crashed step) is replaced; the new one finishes the
+ * task, and its effect happens once. */
+static void worker_replaced(void)
+{
+    char *dir = tu_fmt("%s/respawn", D), *store = tu_fmt("%s/store", dir);
+    char *trace = tu_fmt("%s/trace", dir), *ledger = tu_fmt("%s/ledger", dir);
+    mkdir(dir, 0755);
+    srv s;
+    if (srv_start(&s, dir, store, 1, NULL)) {
+        ok(0, "the server starts");
+        return;
+    }
+    char *body = ledger_body(dir, "slow", 1500, NULL);
+    resp r;
+    post(&r, &s, "slow-1", body);
+    ok(r.status == 202, "a slow task is admitted (got %ld)", r.status);
+    resp_free(&r);
+    int working = 0;
+    for (int64_t end = tu_now_ms() + 60000; !working && tu_now_ms() < end; tu_sleep_ms(10))
+        working = tu_count_lines(trace, "work slow-1") > 0;
+    pid_t w[4];
+    int nw = children(s.pid, w, 4);
+    ok(working && nw == 1, "its work step started in the one worker (pid %ld)",
+       nw ? (long)w[0] : -1L);
+    if (nw == 1)
+        kill(w[0], SIGKILL);
+    char got[32];
+    ok(wait_status(&s, "slow-1", "succeeded", got, sizeof got),
+       "after SIGKILL of the worker mid-step, the task still succeeds (last: %s)", got);
+    pid_t w2[4];
+    int nw2 = children(s.pid, w2, 4);
+    ok(nw2 == 1 && nw == 1 && w2[0] != w[0], "a new worker took the dead one's place (pid %ld)",
+       nw2 ? (long)w2[0] : -1L);
+    ok(tu_count_lines(ledger, "slow-1 ") == 1, "the task's effect happened once");
+    char *err = tu_read_file(s.err, NULL);
+    ok(err && tu_contains(err, "started in place of the one that ended"),
+       "the server said so on stderr");
+    free(err);
+    ok(srv_stop(&s, 0) == 0, "SIGTERM stops the server with 0");
+    free(body), free(dir), free(store), free(trace), free(ledger);
+}
+
 static void token_and_unix(void)
 {
     char *dir = tu_fmt("%s/token", D), *store = tu_fmt("%s/store", dir);
@@ -238,6 +299,7 @@ int main(void)
     D = tu_mkdtemp("serve");
     api();
     token_and_unix();
+    worker_replaced();
     tu_rm_rf(D);
     free(D);
     curl_global_cleanup();
