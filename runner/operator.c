@@ -14,16 +14,62 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <xxhash.h>
+
 #include "runner/internal.h"
 
 /* ------------------------------------------------------------------ retry */
+
+/* The tasks one retry call has listed, as XXH3-64 hashes of their IDs, so that a call that lists
+ * in pages (--limit) takes each task up at most once: sorted up to n_sorted, the current page's
+ * after. A collision (2^-64 a pair) only leaves a task for the next call. */
+typedef struct seen_set {
+    uint64_t *h;
+    size_t n, n_sorted, cap;
+} seen_set;
+
+static int u64_cmp(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int seen_has(const seen_set *s, uint64_t h)
+{
+    return s->n_sorted && bsearch(&h, s->h, s->n_sorted, sizeof h, u64_cmp) != NULL;
+}
+
+static int seen_add(seen_set *s, uint64_t h)
+{
+    if (s->n == s->cap) {
+        size_t cap = s->cap ? s->cap * 2 : 256;
+        uint64_t *p = realloc(s->h, cap * sizeof *p);
+        if (!p)
+            return CAIRN_ENOMEM;
+        s->h = p, s->cap = cap;
+    }
+    s->h[s->n++] = h;
+    return 0;
+}
+
+static void seen_sort(seen_set *s)
+{
+    qsort(s->h, s->n, sizeof *s->h, u64_cmp);
+    s->n_sorted = s->n;
+}
+
+/* A page of a limited retry lists this many tasks beyond what is left of the limit: tasks that
+ * another process takes up meanwhile, or that are deferred, are not counted. */
+#define RETRY_SLACK 64
 
 typedef struct due_arg {
     cairn_runner *r;
     cairn__txn *t;
     const char *graph;
     int64_t now;
-    int running; /* scanning running tasks: keep only those whose lease is dead */
+    int running;    /* scanning running tasks: keep only those whose lease is dead */
+    size_t want;    /* stop listing at this many (0: list every due task) */
+    seen_set *seen; /* with want: the tasks earlier pages listed (skipped) and this one's */
     size_t n, cap;
     char (*ids)[CAIRN__ID_MAX + 1];
     uint64_t *txns;        /* the txn of each listed task's record: who claims it since counts it */
@@ -38,6 +84,13 @@ typedef struct due_arg {
 static int due_cb(const char *id, void *arg)
 {
     due_arg *a = arg;
+    if (a->want && a->n + a->n_bad >= a->want)
+        return 1;
+    uint64_t h = XXH3_64bits(id, strlen(id));
+    if (a->want && seen_has(a->seen, h))
+        return 0;
+    if (a->want && seen_add(a->seen, h))
+        return CAIRN_ENOMEM;
     cairn__task_rec task;
     int grc = cairn__task_get(a->t, id, &task);
     if (grc == CAIRN_ENOTFOUND)
@@ -82,6 +135,10 @@ static int due_txn(cairn__txn *t, void *arg)
     due_arg *a = arg;
     a->t = t;
     int64_t upto = a->now;
+    a->n = a->n_bad = 0; /* the read may run again (a retried transaction) */
+    a->running = 0;
+    if (a->seen)
+        a->seen->n = a->seen->n_sorted;
     int rc = cairn__due_each(t, CAIRN_FAILED, upto, due_cb, a);
     if (!rc)
         rc = cairn__due_each(t, CAIRN_PENDING, INT64_MAX, due_cb, a);
@@ -92,12 +149,15 @@ static int due_txn(cairn__txn *t, void *arg)
     return rc;
 }
 
-int cairn_runner_retry(cairn_runner *r, const char *graph, uint32_t limit, int now, uint32_t *n_run,
-                       uint32_t *n_succeeded, uint32_t *n_failed)
+/* Lists one page of due tasks and runs them; *more: the page was full, so more may be due. */
+static int retry_page(cairn_runner *r, const char *graph, uint32_t limit, int now, seen_set *seen,
+                      uint32_t *ran, uint32_t *ok, uint32_t *bad, int *more)
 {
-    if (!r || !r->opened)
-        return CAIRN_EINVAL;
-    due_arg a = {.r = r, .graph = graph, .now = now ? INT64_MAX : cairn__now_ms()};
+    due_arg a = {.r = r,
+                 .graph = graph,
+                 .now = now ? INT64_MAX : cairn__now_ms(),
+                 .want = limit ? (size_t)(limit - *ran) + RETRY_SLACK : 0,
+                 .seen = limit ? seen : NULL};
     int rc = cairn__store_read(r->store, due_txn, &a);
     if (rc) {
         free(a.ids);
@@ -105,15 +165,16 @@ int cairn_runner_retry(cairn_runner *r, const char *graph, uint32_t limit, int n
         free(a.bad);
         return cairn__runner_store_fail(r, rc);
     }
-    a.now = cairn__now_ms();
-    uint32_t ran = 0, ok = 0, bad = 0;
+    if (limit)
+        seen_sort(seen);
+    *more = a.want && a.n + a.n_bad >= a.want;
     for (size_t i = 0; i < a.n_bad; i++) {
-        bad++;
+        ++*bad;
         if (r->report)
             r->report(a.bad[i].id, a.bad[i].rc, a.bad[i].msg, r->report_user);
     }
     free(a.bad);
-    for (size_t i = 0; i < a.n && (!limit || ran < limit) && !r->stop; i++) {
+    for (size_t i = 0; i < a.n && (!limit || *ran < limit) && !r->stop; i++) {
         const cairn_graph *g = cairn__find_graph(r, graph ? graph : "");
         int x = 0, taken = 0;
         if (!g)
@@ -128,11 +189,11 @@ int cairn_runner_retry(cairn_runner *r, const char *graph, uint32_t limit, int n
             r->report(a.ids[i], x, x ? r->err : "", r->report_user);
         if (x == CAIRN_EBUSY || x == CAIRN_ETENANT)
             continue; /* someone else has it (an overlapping retry): not ours to count */
-        ran++;
+        ++*ran;
         if (x == 0)
-            ok++;
+            ++*ok;
         else
-            bad++;
+            ++*bad;
         /* a store that cannot be written ends the retry; a record of one task that cannot be
          * read (ECORRUPT, ESCHEMA) is that task's failure, reported, and the others still run */
         if (x == CAIRN_EIO || x == CAIRN_EFULL || x == CAIRN_ENOMEM) {
@@ -142,6 +203,24 @@ int cairn_runner_retry(cairn_runner *r, const char *graph, uint32_t limit, int n
     }
     free(a.ids);
     free(a.txns);
+    return rc;
+}
+
+int cairn_runner_retry(cairn_runner *r, const char *graph, uint32_t limit, int now, uint32_t *n_run,
+                       uint32_t *n_succeeded, uint32_t *n_failed)
+{
+    if (!r || !r->opened)
+        return CAIRN_EINVAL;
+    /* Without a limit, one listing of every due task. With one, pages of what is left of the
+     * limit (plus a slack), so a cron job's `retry --limit 100` on a store with a million due
+     * tasks reads about a hundred of them, not the million. */
+    seen_set seen = {0};
+    uint32_t ran = 0, ok = 0, bad = 0;
+    int rc, more;
+    do
+        rc = retry_page(r, graph, limit, now, &seen, &ran, &ok, &bad, &more);
+    while (!rc && more && !r->stop && ran < limit);
+    free(seen.h);
     if (!rc && r->stop)
         rc = cairn__runner_fail(r, CAIRN_EINTR, "stopped after %u task(s)", ran);
     if (n_run)

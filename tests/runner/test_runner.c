@@ -531,6 +531,70 @@ static void test_events(void)
     cairn_graph_free(g2);
 }
 
+/* ------------------------------------------------------------------ retry in pages */
+
+static cairn_runner *g_pg_r2;
+static uint32_t g_pg_r2_ran;
+static int g_pg_reports;
+
+/* The first task r1 reports: another runner (another process, as far as r1 can tell) takes up
+ * 150 of the due tasks r1 has listed, before r1 gets to them. */
+static void pg_report(const char *task_id, int rc, const char *message, void *user)
+{
+    (void)task_id, (void)rc, (void)message, (void)user;
+    if (g_pg_reports++ == 0)
+        cairn_runner_retry(g_pg_r2, "pg", 150, 0, &g_pg_r2_ran, NULL, NULL);
+}
+
+static int pg_stats(const cairn_stats *st, void *user)
+{
+    memcpy(user, st->by_state, sizeof st->by_state);
+    return 0;
+}
+
+static void test_retry_pages(void)
+{
+    newdir("pages");
+    spec sp = {.fail_calls = 300};
+    cairn_graph *g = cairn_graph_new("pg", 1);
+    cairn_step *st = cairn_graph_add_step(g, "w", st_gen, NULL);
+    cairn_step_set_user(st, &sp);
+    cairn_step_set_retry(st, 5, 1, 1);
+    cairn_store *s = store_open();
+    cairn_runner *r = runner_open(s, g);
+    int failed = 0;
+    for (int i = 0; i < 300; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "pg%03d", i);
+        failed += run(r, "pg", id, "{}") == CAIRN_ETRANSIENT;
+    }
+    cairn_runner_free(r);
+    usleep(20000); /* their 1 ms backoffs are over: all 300 are due */
+    cairn_runner *r1 = runner_config(s, g);
+    cairn_runner_set_retry_report(r1, pg_report, NULL);
+    r1 = opened(r1);
+    g_pg_r2 = runner_open(s, g);
+    uint32_t ran = 0, ok_n = 0, bad = 0;
+    int rc = cairn_runner_retry(r1, "pg", 100, 0, &ran, &ok_n, &bad);
+    uint64_t by[16] = {0};
+    cairn_store_stats(s, pg_stats, by);
+    ok(failed == 300 && rc == 0 && ran == 100 && ok_n == 100 && g_pg_r2_ran == 150,
+       "retry --limit 100 over 300 due tasks, 150 of its first page taken by another runner: it "
+       "lists a second page and still runs 100 (ran %u, the other %u)",
+       ran, g_pg_r2_ran);
+    ok(by[CAIRN_SUCCEEDED] == 250 && by[CAIRN_FAILED] == 50 && sp.calls == 300 + 250,
+       "250 succeeded, 50 still due, and no task's step ran twice (%d calls)", sp.calls);
+    cairn_runner_free(g_pg_r2);
+    ran = 0;
+    rc = cairn_runner_retry(r1, "pg", 0, 0, &ran, &ok_n, &bad);
+    cairn_store_stats(s, pg_stats, by);
+    ok(rc == 0 && ran == 50 && by[CAIRN_SUCCEEDED] == 300 && sp.calls == 600,
+       "retry without a limit runs the other 50 once each");
+    cairn_runner_free(r1);
+    cairn_store_free(s);
+    cairn_graph_free(g);
+}
+
 /* ------------------------------------------------------------------ effects and crashes */
 
 static cairn_probe_result g_probe_answer;
@@ -1865,6 +1929,7 @@ int main(void)
     test_resume_and_audit();
     test_dead();
     test_events();
+    test_retry_pages();
     test_effect_crash();
     test_probe();
     test_at_least_once();
