@@ -187,10 +187,13 @@ int cairn__tenant_each(cairn__txn *t, const char *tenant, cairn__id_cb cb, void 
     return scan(t, t->s->tenants, &k, k.len, k.len, 0, 0, cb, arg);
 }
 
-int cairn__finished_each(cairn__txn *t, int64_t upto_ms, cairn__id_cb cb, void *arg)
+int cairn__finished_each(cairn__txn *t, int64_t from_ms, int64_t upto_ms, cairn__id_cb cb,
+                         void *arg)
 {
     key k;
     k.len = 0;
+    if (from_ms > 0)
+        key_u64(&k, (uint64_t)from_ms);
     return scan(t, t->s->finished, &k, 0, 8, upto_ms, 1, cb, arg);
 }
 

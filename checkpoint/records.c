@@ -526,6 +526,45 @@ int cairn__counts_put(cairn__txn *t, const uint64_t c[CAIRN__COUNTS])
     return rc ? cairn__mdb_fail(t, t->s, rc, "write the task counts") : 0;
 }
 
+/* gc's mark ("gc_mark", little-endian u64 ms): every finished task that finished before it is a
+ * tombstone already, so a gc run's pruning starts there instead of walking every tombstone
+ * again (a month of them, read once a day). A task whose finish time lands before the mark
+ * after it was set (a clock behind the others) keeps its outputs until its tombstone's age
+ * removes it: kept longer, never dropped early. Absent: 0. */
+#define GC_MARK_KEY "gc_mark"
+
+int cairn__gc_mark_get(cairn__txn *t, int64_t *ms)
+{
+    MDB_val k = {sizeof GC_MARK_KEY - 1, GC_MARK_KEY}, v;
+    *ms = 0;
+    int rc = cairn__get(t, t->s->meta, &k, &v);
+    if (rc == MDB_NOTFOUND)
+        return 0;
+    if (rc)
+        return cairn__mdb_fail(t, t->s, rc, "read gc's mark");
+    if (v.mv_size != 8)
+        return cairn__store_fail(t->s, CAIRN_ECORRUPT,
+                                 "store %s: gc's mark record is malformed: the store is damaged "
+                                 "(run `cairn check`)",
+                                 t->s->dir);
+    const unsigned char *p = v.mv_data;
+    uint64_t x = 0;
+    for (int b = 7; b >= 0; b--)
+        x = x << 8 | p[b];
+    *ms = (int64_t)x;
+    return 0;
+}
+
+int cairn__gc_mark_put(cairn__txn *t, int64_t ms)
+{
+    unsigned char p[8];
+    for (int b = 0; b < 8; b++)
+        p[b] = (unsigned char)((uint64_t)ms >> (8 * b));
+    MDB_val k = {sizeof GC_MARK_KEY - 1, GC_MARK_KEY}, v = {sizeof p, p};
+    int rc = cairn__put(t, t->s->meta, &k, &v, 0);
+    return rc ? cairn__mdb_fail(t, t->s, rc, "write gc's mark") : 0;
+}
+
 /* The counts from a scan of every task record: for a new store (none), an upgraded one, and
  * cairn check's comparison. */
 int cairn__counts_scan(cairn__txn *t, uint64_t c[CAIRN__COUNTS])

@@ -1,7 +1,8 @@
 /* checkpoint/store.c - the LMDB checkpoint store.
  *
  * One LMDB environment per store directory, with named databases:
- *   meta      schema version; store_id (16 random bytes made at creation)
+ *   meta      schema version; store_id (16 random bytes made at creation); counts (tasks by
+ *             state, tombstones: records.c); gc_mark (where gc's pruning resumes: records.c)
  *   tasks     id -> task record (msgpack array: state, lease, attempts, hashes, times)
  *   inputs    id -> the task input as msgpack (apart, so step commits never rewrite it)
  *   steps     id\0step\0gen(be32) -> step record (state, invocations, output bytes)

@@ -175,8 +175,12 @@ int cairn__due_count(cairn__txn *t, cairn_state state, int64_t upto_ms, uint64_t
                      int64_t *first_ms);
 /* Running tasks of a tenant. */
 int cairn__tenant_each(cairn__txn *t, const char *tenant, cairn__id_cb cb, void *arg);
-/* Finished tasks (succeeded or dead) with finished_ms <= upto_ms, oldest first. */
-int cairn__finished_each(cairn__txn *t, int64_t upto_ms, cairn__id_cb cb, void *arg);
+/* Finished tasks (succeeded or dead) with from_ms <= finished_ms <= upto_ms, oldest first. */
+int cairn__finished_each(cairn__txn *t, int64_t from_ms, int64_t upto_ms, cairn__id_cb cb,
+                         void *arg);
+/* gc's mark: finished tasks that finished before it are tombstones (records.c). 0: none. */
+int cairn__gc_mark_get(cairn__txn *t, int64_t *ms);
+int cairn__gc_mark_put(cairn__txn *t, int64_t ms);
 /* Counts of tasks per state, plus store size figures. */
 typedef struct cairn__store_stats {
     uint64_t by_state[CAIRN_STATE_COUNT];

@@ -394,6 +394,7 @@ typedef struct gc_arg {
     cairn_runner *r;
     int64_t prune_before, remove_before;
     uint32_t pruned, removed, batch; /* of this transaction only (it may run twice) */
+    int64_t last_ms;                 /* the finish time of the last task looked at */
 } gc_arg;
 
 static int gc_cb(const char *id, void *arg)
@@ -407,6 +408,7 @@ static int gc_cb(const char *id, void *arg)
     int rc = cairn__task_get(t, id, &task);
     if (rc)
         return rc == CAIRN_ENOTFOUND ? 0 : rc;
+    a->last_ms = task.finished_ms;
     if (task.finished_ms <= a->remove_before) {
         if ((rc = cairn__task_del(t, id)) || (rc = cairn__idem_del(t, id)))
             return rc;
@@ -424,12 +426,27 @@ static int gc_cb(const char *id, void *arg)
     return 0;
 }
 
+/* Removes what is older than the tombstone retention, then prunes what is older than the
+ * output retention, from gc's mark on: the tombstones before it are not walked again. The mark
+ * moves up to where this transaction's pruning got (all of it, when the batch did not fill). */
 static int gc_txn(cairn__txn *t, void *arg)
 {
     gc_arg *a = arg;
     a->batch = a->pruned = a->removed = 0;
     void *p[2] = {t, a};
-    return cairn__finished_each(t, a->prune_before, gc_cb, p);
+    int rc = cairn__finished_each(t, 0, a->remove_before, gc_cb, p);
+    if (rc || a->batch >= 512 || a->prune_before <= a->remove_before)
+        return rc;
+    int64_t mark;
+    if ((rc = cairn__gc_mark_get(t, &mark)))
+        return rc;
+    int64_t from = mark > a->remove_before ? mark : a->remove_before + 1;
+    a->last_ms = from;
+    rc = cairn__finished_each(t, from, a->prune_before, gc_cb, p);
+    int64_t reached = a->batch >= 512 ? a->last_ms : a->prune_before + 1;
+    if (!rc && reached > mark)
+        rc = cairn__gc_mark_put(t, reached);
+    return rc;
 }
 
 typedef struct msg_expire_arg {

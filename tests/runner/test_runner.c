@@ -1429,6 +1429,12 @@ static void test_heartbeat(void)
 
 /* ------------------------------------------------------------------ gc, invalidate */
 
+static int gc_mark_read(cairn__txn *t, void *arg) { return cairn__gc_mark_get(t, arg); }
+static int gc_mark_write(cairn__txn *t, void *arg)
+{
+    return cairn__gc_mark_put(t, *(int64_t *)arg);
+}
+
 static void test_gc(void)
 {
     newdir("gc");
@@ -1469,17 +1475,33 @@ static void test_gc(void)
        "a tombstone cannot be invalidated (its input is gone)");
     ok(cairn_runner_gc(r, &pruned, &removed) == 0 && pruned == 0 && removed == 0,
        "a second gc does nothing");
+    int64_t mark = 0;
+    cairn__store_read(s, gc_mark_read, &mark);
+    ok(mark > 0 && mark <= cairn__now_ms() + 1, "gc left its mark: tombstones before it are not "
+                                                "walked again");
+    usleep(2000);
+    run(r, "gc", "c2", in), run(r, "gc", "c3", in);
+    ok(cairn_runner_gc(r, &pruned, &removed) == 0 && pruned == 2 && removed == 0,
+       "tasks finished after the mark are pruned by the next gc (%u)", pruned);
+    /* a task whose finish time lies before the mark (a clock behind): kept, not lost */
+    int64_t ahead = cairn__now_ms() + 3600 * 1000;
+    cairn__store_write(s, CAIRN__RELAXED, gc_mark_write, &ahead);
+    run(r, "gc", "c4", in);
+    ok(cairn_runner_gc(r, &pruned, &removed) == 0 && pruned == 0 &&
+           step_of(s, "c4", "a", 0).rc == 0,
+       "a task that finished before the mark keeps its outputs (kept longer, never dropped early)");
     cairn_runner_free(r);
     r = runner_config(s, g);
     cairn_runner_set_retention(r, 0, 0);
     r = opened(r);
     rc = cairn_runner_gc(r, &pruned, &removed);
-    ok(rc == 0 && removed == 1 && cairn_task_load(s, "c1", &snap) == CAIRN_ENOTFOUND,
-       "tombstone window 0: the task is removed");
+    ok(rc == 0 && removed == 4 && cairn_task_load(s, "c1", &snap) == CAIRN_ENOTFOUND &&
+           cairn_task_load(s, "c4", &snap) == CAIRN_ENOTFOUND,
+       "tombstone window 0: the tasks are removed, the one before the mark too (%u)", removed);
     auditq *aq = audit_of(s, "c1");
     ok(aq->compact[0] == 0, "with its audit trail");
     rc = run(r, "gc", "c1", in);
-    ok(rc == 0 && a.calls == 2 && b.calls == 2, "re-running it now runs it again");
+    ok(rc == 0 && a.calls == 5 && b.calls == 5, "re-running it now runs it again");
     cairn_runner_free(r);
     cairn_store_free(s);
     cairn_graph_free(g);

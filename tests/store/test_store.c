@@ -546,7 +546,7 @@ static int idx_read(cairn__txn *t, void *arg)
         ok(strcmp(l.s, "run-acme-1 run-acme-2 ") == 0,
            "tenant index: running tasks of 'acme' only (%s)", l.s);
         l = (ids){"", 0};
-        cairn__finished_each(t, 2500, collect, &l);
+        cairn__finished_each(t, 0, 2500, collect, &l);
         ok(strcmp(l.s, "done-1 done-2 ") == 0,
            "finished index: finished <= bound, oldest first (%s)", l.s);
         cairn__store_stats_get(t, &st);
@@ -565,7 +565,7 @@ static int idx_read(cairn__txn *t, void *arg)
         cairn__tenant_each(t, "acme", collect, &l);
         ok(strcmp(l.s, "run-acme-2 ") == 0, "tenant index drops a finished task (%s)", l.s);
         l = (ids){"", 0};
-        cairn__finished_each(t, INT64_MAX, collect, &l);
+        cairn__finished_each(t, 0, INT64_MAX, collect, &l);
         ok(strcmp(l.s, "run-acme-1 done-1 done-2 done-3 ") == 0,
            "finished index gains it in time order (%s)", l.s);
         cairn__store_stats_get(t, &st);
@@ -599,7 +599,7 @@ static int del_read(cairn__txn *t, void *arg)
     (void)arg;
     cairn__task_rec r;
     ids l = {"", 0};
-    cairn__finished_each(t, INT64_MAX, collect, &l);
+    cairn__finished_each(t, 0, INT64_MAX, collect, &l);
     int fin = strstr(l.s, "done-2") == NULL;
     l = (ids){"", 0};
     cairn__tenant_each(t, "acme", collect, &l);
