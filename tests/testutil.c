@@ -393,3 +393,20 @@ void tu_rm_rf(const char *path)
     nftw(path, chmod_cb, 16, FTW_PHYS);
     nftw(path, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
 }
+
+tu_scene tu_scene_new(const char *root, const char *name)
+{
+    tu_scene s;
+    s.dir = tu_fmt("%s/%s", root, name);
+    mkdir(s.dir, 0755);
+    s.store = tu_fmt("%s/store", s.dir);
+    s.trace = tu_fmt("%s/trace", s.dir);
+    s.ledger = tu_fmt("%s/ledger", s.dir);
+    return s;
+}
+
+void tu_scene_free(tu_scene *s)
+{
+    free(s->dir), free(s->store), free(s->trace), free(s->ledger);
+    memset(s, 0, sizeof *s);
+}

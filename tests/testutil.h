@@ -54,6 +54,15 @@ void tu_kill_group(pid_t pid, int sig);
 void tu_kill_wait(pid_t pid);
 
 /* Whole file, NUL-terminated, malloc'd; NULL if it cannot be read (errno set). */
+/* A test scenario's files under root/name (the directory is made): a store, and the ledger
+ * example's trace and ledger files (examples/ledger: "work <task>" a run of its expensive step,
+ * "<task> <digest>" an effect that happened). Free with tu_scene_free. */
+typedef struct tu_scene {
+    char *dir, *store, *trace, *ledger;
+} tu_scene;
+tu_scene tu_scene_new(const char *root, const char *name);
+void tu_scene_free(tu_scene *s);
+
 char *tu_read_file(const char *path, size_t *len);
 /* Writes (creates/truncates) a file; 0 or -1. */
 int tu_write_file(const char *path, const void *data, size_t len);

@@ -20,23 +20,6 @@
 
 static char *D;
 
-typedef struct scene {
-    char *dir, *store, *ledger, *trace;
-} scene;
-
-static scene scene_new(const char *name)
-{
-    scene s;
-    s.dir = tu_fmt("%s/%s", D, name);
-    mkdir(s.dir, 0755);
-    s.store = tu_fmt("%s/store", s.dir);
-    s.ledger = tu_fmt("%s/ledger", s.dir);
-    s.trace = tu_fmt("%s/trace", s.dir);
-    return s;
-}
-
-static void scene_free(scene *s) { free(s->dir), free(s->store), free(s->ledger), free(s->trace); }
-
 /* Sends raw bytes to the server over a fresh TCP connection and closes it without reading: a
  * client that went away. */
 static void send_and_vanish(const srv *s, const char *bytes, size_t n)
@@ -66,7 +49,7 @@ static char *raw_post(const char *key, const char *body, size_t declared)
  * then the retry that waits for the answer. */
 static void fault_disconnect(void)
 {
-    scene sc = scene_new("disconnect");
+    tu_scene sc = tu_scene_new(D, "disconnect");
     srv s;
     if (srv_start(&s, sc.dir, sc.store, 1, NULL)) {
         ok(0, "1: the server starts");
@@ -107,7 +90,7 @@ static void fault_disconnect(void)
        tu_count_lines(sc.trace, "work "));
     ok(srv_stop(&s, 0) == 0, "1: the server stops");
     free(body), free(half), free(whole);
-    scene_free(&sc);
+    tu_scene_free(&sc);
 }
 
 typedef struct racer {
@@ -134,7 +117,7 @@ static void *race(void *arg)
 /* 2: 16 clients, one key, two servers on one store: one task, one 202, one effect. */
 static void fault_race(void)
 {
-    scene sc = scene_new("race");
+    tu_scene sc = tu_scene_new(D, "race");
     srv a, b;
     if (srv_start(&a, sc.dir, sc.store, 2, NULL) || srv_start(&b, sc.dir, sc.store, 1, NULL)) {
         ok(0, "2: two servers start on one store");
@@ -177,13 +160,13 @@ static void fault_race(void)
        tu_count_lines(sc.trace, "work "));
     ok(srv_stop(&a, 0) == 0 && srv_stop(&b, 0) == 0, "2: both servers stop");
     free(body);
-    scene_free(&sc);
+    tu_scene_free(&sc);
 }
 
 /* 3: the same key with changed parameters is refused and has no effect. */
 static void fault_changed(void)
 {
-    scene sc = scene_new("changed");
+    tu_scene sc = tu_scene_new(D, "changed");
     srv s;
     if (srv_start(&s, sc.dir, sc.store, 1, NULL)) {
         ok(0, "3: the server starts");
@@ -217,14 +200,14 @@ static void fault_changed(void)
     free(ledger);
     ok(srv_stop(&s, 0) == 0, "3: the server stops");
     free(body), free(changed);
-    scene_free(&sc);
+    tu_scene_free(&sc);
 }
 
 /* 4: the server (its workers too) SIGKILLed while the task's work runs; a new server finishes
  * it, with one effect. */
 static void fault_kill(void)
 {
-    scene sc = scene_new("kill");
+    tu_scene sc = tu_scene_new(D, "kill");
     srv s;
     if (srv_start(&s, sc.dir, sc.store, 1, NULL)) {
         ok(0, "4: the server starts");
@@ -258,13 +241,13 @@ static void fault_kill(void)
     resp_free(&r);
     ok(srv_stop(&s, 0) == 0, "4: the server stops");
     free(body);
-    scene_free(&sc);
+    tu_scene_free(&sc);
 }
 
 /* 5: the upstream's notification (the POST that creates the task) delivered again and again. */
 static void fault_redelivery(void)
 {
-    scene sc = scene_new("redelivery");
+    tu_scene sc = tu_scene_new(D, "redelivery");
     srv s;
     if (srv_start(&s, sc.dir, sc.store, 2, NULL)) {
         ok(0, "5: the server starts");
@@ -301,7 +284,7 @@ static void fault_redelivery(void)
        tu_count_lines(sc.trace, "work "));
     ok(srv_stop(&s, 0) == 0, "5: the server stops");
     free(body);
-    scene_free(&sc);
+    tu_scene_free(&sc);
 }
 
 int main(void)

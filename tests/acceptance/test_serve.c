@@ -204,11 +204,10 @@ static int children(pid_t pid, pid_t *out, int max)
  * task, and its effect happens once. */
 static void worker_replaced(void)
 {
-    char *dir = tu_fmt("%s/respawn", D), *store = tu_fmt("%s/store", dir);
-    char *trace = tu_fmt("%s/trace", dir), *ledger = tu_fmt("%s/ledger", dir);
-    mkdir(dir, 0755);
+    tu_scene sc = tu_scene_new(D, "respawn");
+    char *dir = sc.dir, *trace = sc.trace, *ledger = sc.ledger;
     srv s;
-    if (srv_start(&s, dir, store, 1, NULL)) {
+    if (srv_start(&s, dir, sc.store, 1, NULL)) {
         ok(0, "the server starts");
         return;
     }
@@ -239,7 +238,8 @@ static void worker_replaced(void)
        "the server said so on stderr");
     free(err);
     ok(srv_stop(&s, 0) == 0, "SIGTERM stops the server with 0");
-    free(body), free(dir), free(store), free(trace), free(ledger);
+    free(body);
+    tu_scene_free(&sc);
 }
 
 static void token_and_unix(void)

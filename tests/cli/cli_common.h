@@ -254,4 +254,23 @@ static inline char *ledger_input(const char *text, int work_ms, const char *trac
     return s;
 }
 
+/* Writes to `path` a consume stream of n ledger tasks {"id": "<prefix>NN", "input": ...}, the
+ * one at index fail_at (-1: none) asked to fail permanently. 0, or -1. */
+static inline int ledger_stream(const char *path, const char *prefix, int n, const char *trace,
+                                const char *ledger, int work_ms, int fail_at)
+{
+    char *stream = NULL;
+    for (int i = 0; i < n; i++) {
+        char *in = ledger_input(prefix, work_ms, trace, ledger, i == fail_at ? "permanent" : NULL);
+        char *line =
+            tu_fmt("%s{\"id\": \"%s%02d\", \"input\": %s}\n", stream ? stream : "", prefix, i, in);
+        free(stream);
+        stream = line;
+        free(in);
+    }
+    int rc = tu_write_file(path, stream ? stream : "", stream ? strlen(stream) : 0);
+    free(stream);
+    return rc;
+}
+
 #endif

@@ -18,26 +18,8 @@
 
 static char *D; /* the temp dir of this program */
 
-/* One scenario's files: a store, a trace and a ledger under D/name. */
-typedef struct scene {
-    char *dir, *store, *trace, *ledger;
-} scene;
-
-static scene scene_new(const char *name)
-{
-    scene s;
-    s.dir = tu_fmt("%s/%s", D, name);
-    mkdir(s.dir, 0755);
-    s.store = tu_fmt("%s/store", s.dir);
-    s.trace = tu_fmt("%s/trace", s.dir);
-    s.ledger = tu_fmt("%s/ledger", s.dir);
-    return s;
-}
-
-static void scene_free(scene *s) { free(s->dir), free(s->store), free(s->trace), free(s->ledger); }
-
 /* A ledger task input on one line (jansson's compact form). */
-static char *task_line(const scene *s, const char *text, int work_ms, const char *fail)
+static char *task_line(const tu_scene *s, const char *text, int work_ms, const char *fail)
 {
     return ledger_input(text, work_ms, s->trace, s->ledger, fail);
 }
@@ -88,7 +70,7 @@ static size_t n_exit(const json_t *res, int x)
 }
 
 /* Runs `cairn-ledger consume --graph ledger ARGS... --store S` with `in` on stdin. */
-static int consume(tu_result *r, const scene *s, const char *in, const char *a1, const char *a2,
+static int consume(tu_result *r, const tu_scene *s, const char *in, const char *a1, const char *a2,
                    const char *a3, const char *a4)
 {
     const char *argv[16];
@@ -107,7 +89,7 @@ static int consume(tu_result *r, const scene *s, const char *in, const char *a1,
 }
 
 /* The number of tasks the store holds (stats --json), -1 if it cannot say. */
-static long long n_tasks(const scene *s)
+static long long n_tasks(const tu_scene *s)
 {
     tu_result r;
     long long n = -1;
@@ -121,7 +103,7 @@ static long long n_tasks(const scene *s)
 }
 
 /* 1 if every line of the ledger names a different task (no effect happened twice). */
-static int ledger_unique(const scene *s)
+static int ledger_unique(const tu_scene *s)
 {
     char *t = tu_read_file(s->ledger, NULL);
     if (!t)
@@ -145,7 +127,7 @@ static int ledger_unique(const scene *s)
 
 static void test_stream_and_again(void)
 {
-    scene s = scene_new("stream");
+    tu_scene s = tu_scene_new(D, "stream");
     char *stream = NULL;
     for (int i = 0; i < N_TASKS; i++) {
         char text[32];
@@ -198,7 +180,7 @@ static void test_stream_and_again(void)
     tu_result_free(&r);
     free(file);
     free(stream);
-    scene_free(&s);
+    tu_scene_free(&s);
 }
 
 /* ------------------------------------------------------------------ kcat's lines */
@@ -210,7 +192,7 @@ static char *kcat_line(const char *topic, int part, int off, const char *payload
 
 static void test_kcat(void)
 {
-    scene s = scene_new("kcat");
+    tu_scene s = tu_scene_new(D, "kcat");
     char *stream = NULL, *again = NULL;
     for (int off = 0; off < 5; off++) {
         char text[32];
@@ -268,14 +250,14 @@ static void test_kcat(void)
     tu_result_free(&r);
     free(stream);
     free(again);
-    scene_free(&s);
+    tu_scene_free(&s);
 }
 
 /* ------------------------------------------------------------------ bad lines, conflicts */
 
 static void test_bad_lines(void)
 {
-    scene s = scene_new("bad");
+    tu_scene s = tu_scene_new(D, "bad");
     char *stream = NULL, *l;
     l = task_line(&s, "first", 0, NULL);
     add_line(&stream, l); /* 1 */
@@ -329,14 +311,14 @@ static void test_bad_lines(void)
     json_decref(res);
     tu_result_free(&r);
     free(stream);
-    scene_free(&s);
+    tu_scene_free(&s);
 }
 
 /* ------------------------------------------------------------------ exit codes */
 
 static void test_exit_codes(void)
 {
-    scene s = scene_new("exits");
+    tu_scene s = tu_scene_new(D, "exits");
     tu_result r;
     char *l = task_line(&s, "later", 0, "transient:5");
     char *stream = tu_fmt("%s\n", l);
@@ -370,7 +352,7 @@ static void test_exit_codes(void)
     tu_result_free(&r);
     free(stream);
     free(ok_l);
-    scene_free(&s);
+    tu_scene_free(&s);
 }
 
 /* ------------------------------------------------------------------ a pipe we hold */
@@ -401,8 +383,8 @@ static pid_t spawn_argv(const char *const *argv, int *wfd, const char *out, cons
 }
 
 /* spawn_argv of `cairn-ledger consume --graph ledger --store S a1 a2`. */
-static pid_t spawn_piped(const scene *s, int *wfd, const char *out, const char *err, const char *a1,
-                         const char *a2)
+static pid_t spawn_piped(const tu_scene *s, int *wfd, const char *out, const char *err,
+                         const char *a1, const char *a2)
 {
     const char *argv[] = {LEDGER,   "consume", "--graph", "ledger", "--store",
                           s->store, a1,        a2,        NULL};
@@ -427,7 +409,7 @@ static int write_str(int fd, const char *s)
  * are still in the pipe, byte for byte (FIONREAD on our end). */
 static void test_read_ahead(void)
 {
-    scene s = scene_new("ahead");
+    tu_scene s = tu_scene_new(D, "ahead");
     char *out = tu_fmt("%s/out", s.dir), *err = tu_fmt("%s/err", s.dir);
     char *lines[6];
     size_t rest = 0;
@@ -459,14 +441,14 @@ static void test_read_ahead(void)
         free(lines[i]);
     free(out);
     free(err);
-    scene_free(&s);
+    tu_scene_free(&s);
 }
 
 /* SIGTERM while two tasks run: the reading stops, the summary is printed, exit 75; a restart
  * with the same stream finishes the rest, and no effect happens twice. */
 static void test_sigterm(void)
 {
-    scene s = scene_new("term");
+    tu_scene s = tu_scene_new(D, "term");
     char *out = tu_fmt("%s/out", s.dir), *err = tu_fmt("%s/err", s.dir);
     char *stream = NULL;
     for (int i = 0; i < 8; i++) {
@@ -505,7 +487,7 @@ static void test_sigterm(void)
     free(stream);
     free(out);
     free(err);
-    scene_free(&s);
+    tu_scene_free(&s);
 }
 
 /* A worker killed in the middle of its task: that line is reported (75, `retry` takes the task
@@ -513,7 +495,7 @@ static void test_sigterm(void)
  * effect once. */
 static void test_worker_killed(void)
 {
-    scene s = scene_new("killed");
+    tu_scene s = tu_scene_new(D, "killed");
     char *out = tu_fmt("%s/out", s.dir), *err = tu_fmt("%s/err", s.dir);
     char *stream = NULL;
     for (int i = 0; i < 5; i++) {
@@ -570,13 +552,13 @@ static void test_worker_killed(void)
     free(stream);
     free(out);
     free(err);
-    scene_free(&s);
+    tu_scene_free(&s);
 }
 
 /* --task-from: the task ID from the input's fields, as `run` derives it. */
 static void test_task_from(void)
 {
-    scene s = scene_new("from");
+    tu_scene s = tu_scene_new(D, "from");
     char *stream = NULL;
     for (int i = 0; i < 3; i++) {
         char *l = task_line(&s, "same text", 0, NULL);
@@ -595,7 +577,7 @@ static void test_task_from(void)
     json_decref(res);
     tu_result_free(&r);
     free(stream);
-    scene_free(&s);
+    tu_scene_free(&s);
 }
 
 /* The built-in pipeline through `cairn consume --config`: one worker loads the model for its
@@ -608,7 +590,7 @@ static void test_model_kept(void)
         skip("the built-in pipeline: CAIRN_BIN or CAIRN_MKMODEL is not set");
         return;
     }
-    scene s = scene_new("model");
+    tu_scene s = tu_scene_new(D, "model");
     char *model = tu_fmt("%s/demo.gguf", s.dir), *cfg_path = tu_fmt("%s/pipeline.json", s.dir);
     char *out = tu_fmt("%s/out", s.dir), *err = tu_fmt("%s/err", s.dir);
     tu_result r;
@@ -650,14 +632,14 @@ static void test_model_kept(void)
     free(e);
     free(gone);
     free(model), free(cfg_path), free(out), free(err);
-    scene_free(&s);
+    tu_scene_free(&s);
 }
 
 /* ------------------------------------------------------------------ usage */
 
 static void test_usage(void)
 {
-    scene s = scene_new("usage");
+    tu_scene s = tu_scene_new(D, "usage");
     tu_result r;
     ok(cli(&r, LEDGER, NULL, "consume", "--help", NULL) == 0 &&
            tu_contains(r.out, "usage: cairn-ledger consume"),
@@ -696,7 +678,7 @@ static void test_usage(void)
     } else
         skip("cairn consume --help: CAIRN_BIN is not set");
     free(missing);
-    scene_free(&s);
+    tu_scene_free(&s);
 }
 
 int main(void)

@@ -21,23 +21,6 @@
 
 static char *D;
 
-typedef struct scene {
-    char *dir, *store, *trace, *ledger;
-} scene;
-
-static scene scene_new(const char *name)
-{
-    scene s;
-    s.dir = tu_fmt("%s/%s", D, name);
-    mkdir(s.dir, 0755);
-    s.store = tu_fmt("%s/store", s.dir);
-    s.trace = tu_fmt("%s/trace", s.dir);
-    s.ledger = tu_fmt("%s/ledger", s.dir);
-    return s;
-}
-
-static void scene_free(scene *s) { free(s->dir), free(s->store), free(s->trace), free(s->ledger); }
-
 /* Every line of text parsed as a JSON object into an array; NULL (with a diagnostic) when one
  * does not parse or is not an object. */
 static json_t *json_lines(const char *text)
@@ -83,7 +66,7 @@ static int log_shape_ok(const json_t *j)
            jstr(j, "message");
 }
 
-static char *write_line_file(const scene *s, const char *name, const char *text, int work_ms,
+static char *write_line_file(const tu_scene *s, const char *name, const char *text, int work_ms,
                              const char *fail)
 {
     char *in = ledger_input(text, work_ms, s->trace, s->ledger, fail);
@@ -96,7 +79,7 @@ static char *write_line_file(const scene *s, const char *name, const char *text,
 
 static void t_json_errors(void)
 {
-    scene s = scene_new("json-errors");
+    tu_scene s = tu_scene_new(D, "json-errors");
     tu_result r;
     char *missing = tu_fmt("%s/no-such-input.json", s.dir);
     int rc = cli(&r, LEDGER, s.store, "run", "--graph", "ledger", "--task", "t1", "--input",
@@ -153,13 +136,13 @@ static void t_json_errors(void)
        "an unknown command still says so (64)");
     tu_result_free(&r);
     free(missing);
-    scene_free(&s);
+    tu_scene_free(&s);
 }
 
 /* -v: the runner's events, in order, each with its task and step; -q: errors only. */
 static void t_verbose_events(void)
 {
-    scene s = scene_new("verbose");
+    tu_scene s = tu_scene_new(D, "verbose");
     char *in = write_line_file(&s, "in.json", "a mug", 0, NULL);
     tu_result r;
     int rc = cli(&r, LEDGER, s.store, "run", "--graph", "ledger", "--task", "v1", "--input", in,
@@ -228,23 +211,15 @@ static void t_verbose_events(void)
        "consume -q: no summary, the bad line's error stays (%s)", oneline(r.err));
     tu_result_free(&r);
     free(stream), free(good), free(text), free(flaky), free(in);
-    scene_free(&s);
+    tu_scene_free(&s);
 }
 
 /* Four workers, each logging every step of its tasks in JSON: every line must parse. */
 static void t_json_workers(void)
 {
-    scene s = scene_new("workers");
-    char *stream = NULL;
-    for (int i = 0; i < 24; i++) {
-        char *in = ledger_input("w", 0, s.trace, s.ledger, NULL);
-        char *line = tu_fmt("%s{\"id\": \"w%02d\", \"input\": %s}\n", stream ? stream : "", i, in);
-        free(stream);
-        stream = line;
-        free(in);
-    }
+    tu_scene s = tu_scene_new(D, "workers");
     char *path = tu_fmt("%s/stream.jsonl", s.dir);
-    tu_write_file(path, stream, strlen(stream));
+    ledger_stream(path, "w", 24, s.trace, s.ledger, 0, -1);
     tu_result r;
     int rc = cli(&r, LEDGER, s.store, "consume", "--graph", "ledger", "--jobs", "4", path, "-v",
                  "--log-format", "json", NULL);
@@ -262,8 +237,8 @@ static void t_json_workers(void)
        json_array_size(lines));
     json_decref(lines);
     tu_result_free(&r);
-    free(stream), free(path);
-    scene_free(&s);
+    free(path);
+    tu_scene_free(&s);
 }
 
 /* ------------------------------------------------------------------ the progress line */
@@ -315,17 +290,9 @@ static char *run_on_pty(const char *const *argv, int *code)
 
 static void t_progress(void)
 {
-    scene s = scene_new("progress");
-    char *stream = NULL;
-    for (int i = 0; i < 12; i++) {
-        char *in = ledger_input("p", 60, s.trace, s.ledger, i == 5 ? "permanent" : NULL);
-        char *line = tu_fmt("%s{\"id\": \"p%02d\", \"input\": %s}\n", stream ? stream : "", i, in);
-        free(stream);
-        stream = line;
-        free(in);
-    }
+    tu_scene s = tu_scene_new(D, "progress");
     char *path = tu_fmt("%s/stream.jsonl", s.dir);
-    tu_write_file(path, stream, strlen(stream));
+    ledger_stream(path, "p", 12, s.trace, s.ledger, 60, 5);
     const char *argv[] = {LEDGER, "consume", "--graph", "ledger", "--store", s.store, path, NULL};
     int code;
     char *tty = run_on_pty(argv, &code);
@@ -370,8 +337,8 @@ static void t_progress(void)
        "retry --now on a terminal: 'retry: ... of 1' (the due count) (exit %d: %s)", code,
        oneline(tty));
     free(tty), free(flaky);
-    free(stream), free(path);
-    scene_free(&s);
+    free(path);
+    tu_scene_free(&s);
 }
 
 /* ------------------------------------------------------------------ stats --prometheus */
@@ -416,7 +383,7 @@ static int openmetrics_ok(const char *text)
 
 static void t_prometheus(void)
 {
-    scene s = scene_new("metrics");
+    tu_scene s = tu_scene_new(D, "metrics");
     char *in = write_line_file(&s, "in.json", "m", 0, NULL);
     char *bad = write_line_file(&s, "bad.json", "m", 0, "permanent");
     char *flaky = write_line_file(&s, "flaky.json", "m", 0, "transient:1");
@@ -489,7 +456,7 @@ static void t_prometheus(void)
     ok(before && after && !strcmp(before, after), "reading metrics performed no effect");
     free(before), free(after), free(missing);
     free(in), free(bad), free(flaky);
-    scene_free(&s);
+    tu_scene_free(&s);
 }
 
 int main(void)

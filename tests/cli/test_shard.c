@@ -181,16 +181,8 @@ static void t_three_stores(void)
     char *dir = tu_fmt("%s/fleet", D);
     mkdir(dir, 0755);
     char *trace = tu_fmt("%s/trace", dir), *ledger = tu_fmt("%s/ledger", dir);
-    char *stream = NULL;
-    for (int i = 0; i < 30; i++) {
-        char *in = ledger_input("fleet", 0, trace, ledger, NULL);
-        char *n = tu_fmt("%s{\"id\": \"job-%02d\", \"input\": %s}\n", stream ? stream : "", i, in);
-        free(stream);
-        stream = n;
-        free(in);
-    }
     char *path = tu_fmt("%s/stream.jsonl", dir);
-    tu_write_file(path, stream, strlen(stream));
+    ledger_stream(path, "job-", 30, trace, ledger, 0, -1);
     long total = 0;
     int all_ok = 1;
     for (int i = 0; i < 3; i++) {
@@ -239,7 +231,7 @@ static void t_three_stores(void)
        "in all (got %d)",
        tu_count_lines(ledger, NULL));
     free(script), free(root);
-    free(dir), free(trace), free(ledger), free(stream), free(path);
+    free(dir), free(trace), free(ledger), free(path);
 }
 
 int main(void)
