@@ -209,6 +209,12 @@ enum {
     CAIRN__O_JOBS
 };
 
+/* The options of the commands that run tasks in workers of their own (consume, serve): how
+ * their runners run them, as `run`'s do. */
+#define CAIRN__O_WORKER_RUNNER                                                                     \
+    CAIRN__O_TENANT_FIELD, CAIRN__O_MAX_PER_TENANT, CAIRN__O_MAX_ATTEMPTS, CAIRN__O_LEASE_MS,      \
+        CAIRN__O_INLINE_WAIT, CAIRN__O_NOSYNC, CAIRN__O_MAP_MAX, CAIRN__O_ALLOW_GRAPH_CHANGE
+
 /* consume --jobs: at most this many worker processes (its help and its check say 256) */
 #define CAIRN__JOBS_MAX 256
 

@@ -770,18 +770,7 @@ out:
     return x;
 }
 
-static const int consume_allowed[] = {CAIRN__O_GRAPH,
-                                      CAIRN__O_TASK_FROM,
-                                      CAIRN__O_JOBS,
-                                      CAIRN__O_FORMAT,
-                                      CAIRN__O_TENANT_FIELD,
-                                      CAIRN__O_MAX_PER_TENANT,
-                                      CAIRN__O_MAX_ATTEMPTS,
-                                      CAIRN__O_LEASE_MS,
-                                      CAIRN__O_INLINE_WAIT,
-                                      CAIRN__O_NOSYNC,
-                                      CAIRN__O_MAP_MAX,
-                                      CAIRN__O_ALLOW_GRAPH_CHANGE,
-                                      0};
+static const int consume_allowed[] = {CAIRN__O_GRAPH,  CAIRN__O_TASK_FROM,     CAIRN__O_JOBS,
+                                      CAIRN__O_FORMAT, CAIRN__O_WORKER_RUNNER, 0};
 const cairn__cli_task cairn__task_consume = {
     "consume", consume_help, consume_allowed, CAIRN__TAKES_FILE, 1, consume_main};
