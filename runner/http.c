@@ -275,7 +275,8 @@ static void on_done(void *cls, struct MHD_Connection *conn, void **con_cls,
 
 int cairn__http_is_local(const char *listen)
 {
-    return !strncmp(listen, "unix:", 5) || !strncmp(listen, "127.", 4);
+    return !strncmp(listen, "unix:", 5) || !strncmp(listen, "127.", 4) ||
+           !strncmp(listen, "[::1]:", 6) || !strncmp(listen, "localhost:", 10);
 }
 
 static int read_token(cairn__http *h, const char *path, char *err, size_t errlen)
@@ -327,35 +328,59 @@ static int listen_on(cairn__http *h, const char *spec, char *err, size_t errlen)
         snprintf(h->address, sizeof h->address, "unix:%s", path);
         return fd;
     }
+    /* ADDR:PORT with a numeric IPv4 address, [ADDR]:PORT with an IPv6 one, or localhost:PORT */
     const char *colon = strrchr(spec, ':');
     char host[64];
     long port = -1;
-    struct sockaddr_in in = {.sin_family = AF_INET};
-    if (!colon || (size_t)(colon - spec) >= sizeof host ||
-        cairn__cli_parse_long(colon + 1, 0, 65535, &port)) {
-        snprintf(err, errlen, "--listen %s: want ADDR:PORT (IPv4, port 0-65535) or unix:PATH",
+    int v6 = spec[0] == '[';
+    size_t hl = colon ? (size_t)(colon - spec) : 0;
+    if (!colon || hl >= sizeof host || cairn__cli_parse_long(colon + 1, 0, 65535, &port) ||
+        (v6 && (hl < 3 || spec[hl - 1] != ']'))) {
+        snprintf(err, errlen,
+                 "--listen %s: want ADDR:PORT (IPv4), [ADDR]:PORT (IPv6), localhost:PORT (port "
+                 "0-65535) or unix:PATH",
                  spec);
         return -1;
     }
-    memcpy(host, spec, (size_t)(colon - spec));
-    host[colon - spec] = 0;
-    if (inet_pton(AF_INET, host, &in.sin_addr) != 1) {
-        snprintf(err, errlen, "--listen %s: '%s' is not an IPv4 address", spec, host);
-        return -1;
+    memcpy(host, spec + v6, hl - 2 * (size_t)v6);
+    host[hl - 2 * (size_t)v6] = 0;
+    struct sockaddr_storage ss;
+    memset(&ss, 0, sizeof ss);
+    struct sockaddr_in *in = (struct sockaddr_in *)&ss;
+    struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&ss;
+    socklen_t len;
+    if (v6) {
+        in6->sin6_family = AF_INET6;
+        in6->sin6_port = htons((uint16_t)port);
+        len = sizeof *in6;
+        if (inet_pton(AF_INET6, host, &in6->sin6_addr) != 1) {
+            snprintf(err, errlen, "--listen %s: '%s' is not an IPv6 address", spec, host);
+            return -1;
+        }
+    } else {
+        in->sin_family = AF_INET;
+        in->sin_port = htons((uint16_t)port);
+        len = sizeof *in;
+        if (inet_pton(AF_INET, strcmp(host, "localhost") ? host : "127.0.0.1", &in->sin_addr) !=
+            1) {
+            snprintf(err, errlen, "--listen %s: '%s' is not an IPv4 address", spec, host);
+            return -1;
+        }
     }
-    in.sin_port = htons((uint16_t)port);
     int one = 1;
-    socklen_t len = sizeof in;
-    fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd >= 0 && v6) /* this address only, not IPv4 too */
+        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
     if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) ||
-        bind(fd, (struct sockaddr *)&in, sizeof in) || listen(fd, 128) ||
-        getsockname(fd, (struct sockaddr *)&in, &len)) {
+        bind(fd, (struct sockaddr *)&ss, len) || listen(fd, 128) ||
+        getsockname(fd, (struct sockaddr *)&ss, &len)) {
         snprintf(err, errlen, "--listen %s: %s", spec, strerror(errno));
         if (fd >= 0)
             close(fd);
         return -1;
     }
-    snprintf(h->address, sizeof h->address, "%s:%u", host, (unsigned)ntohs(in.sin_port));
+    unsigned bound = ntohs(v6 ? in6->sin6_port : in->sin_port);
+    snprintf(h->address, sizeof h->address, v6 ? "[%s]:%u" : "%s:%u", host, bound);
     return fd;
 }
 

@@ -3,6 +3,10 @@
  * Every status the API promises: 202 + Location, 200 with the result, 422 naming both hashes,
  * 400 (no key, bad key, bad JSON with line and column), 413, 404, 405, 401, the list filter.
  */
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include "serve_common.h"
 
 static char *D;
@@ -289,6 +293,30 @@ static void token_and_unix(void)
             "ledger", "--store", store, "--token-file", none, "--listen", "127.0.0.1:0", NULL);
     ok(tr.code == 66 && tu_contains(tr.err, "none"), "a missing token file is 66 (%d)", tr.code);
     tu_result_free(&tr);
+    tu_runl(&tr, 30000, tu_env("CAIRN_LEDGER", "cairn-ledger"), "serve", "--tasks", "--graph",
+            "ledger", "--store", store, "--token-file", tok, "--listen", "[::1:0", NULL);
+    ok(tr.code == 64 && tu_contains(tr.err, "[ADDR]:PORT (IPv6)"),
+       "a malformed IPv6 address is 64, with the forms named (%d)", tr.code);
+    tu_result_free(&tr);
+
+    /* IPv6 loopback, without a token (loopback), where the machine has ::1 */
+    int fd6 = socket(AF_INET6, SOCK_STREAM, 0);
+    struct sockaddr_in6 a6 = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_LOOPBACK_INIT};
+    int have6 = fd6 >= 0 && bind(fd6, (struct sockaddr *)&a6, sizeof a6) == 0;
+    if (fd6 >= 0)
+        close(fd6);
+    const char *extra6[] = {"--listen", "[::1]:0", NULL};
+    if (!have6) {
+        skip("no IPv6 loopback here");
+    } else if (srv_start(&s, dir, store, 1, extra6)) {
+        ok(0, "the server starts on [::1]");
+    } else {
+        http(&r, &s, "POST", "/v1/tasks", "six-1", NULL, body, strlen(body), 10000);
+        ok(!strncmp(s.addr, "[::1]:", 6) && r.status == 202,
+           "--listen [::1]:0 serves on IPv6 loopback (%s, got %ld)", s.addr, r.status);
+        resp_free(&r);
+        ok(srv_stop(&s, 0) == 0, "and stops");
+    }
     free(body), free(listen), free(tok), free(sock), free(dir), free(store), free(ledger),
         free(none);
 }
