@@ -21,9 +21,8 @@ struct buf {
     int err;
 };
 
-static void put(struct buf *b, const char *s)
+static void put_n(struct buf *b, const char *s, size_t l)
 {
-    size_t l = s ? strlen(s) : 0;
     if (b->err || !l)
         return;
     if (b->n + l + 1 > b->cap) {
@@ -40,24 +39,65 @@ static void put(struct buf *b, const char *s)
     b->n += l;
 }
 
+/* The formats: a name, the markers that must be special tokens of a vocabulary for the format
+ * to mean anything to its model (cairn__chat_markers), every special-token text a content could
+ * spell (cairn__chat_has_special), and what in a model's tokenizer.chat_template gives it away
+ * (cairn__chat_format_detect, tried in this order). */
+static const struct format {
+    const char *name;
+    const char *const *markers, *const *specials;
+    const char *sniff, *sniff2;
+} formats[] = {
+    [CAIRN__CHAT_RAW] = {"raw", NULL, NULL, NULL, NULL},
+    [CAIRN__CHAT_CHATML] = {"chatml", (const char *const[]){"<|im_start|>", "<|im_end|>", NULL},
+                            (const char *const[]){"<|im_start|>", "<|im_end|>", "<|endoftext|>",
+                                                  NULL},
+                            "<|im_start|>", NULL},
+    [CAIRN__CHAT_LLAMA3] = {"llama3",
+                            (const char *const[]){"<|begin_of_text|>", "<|start_header_id|>",
+                                                  "<|end_header_id|>", "<|eot_id|>", NULL},
+                            (const char *const[]){"<|begin_of_text|>", "<|start_header_id|>",
+                                                  "<|end_header_id|>", "<|eot_id|>",
+                                                  "<|end_of_text|>", "<|eom_id|>", NULL},
+                            "<|start_header_id|>", NULL},
+    [CAIRN__CHAT_GEMMA] = {"gemma", (const char *const[]){"<start_of_turn>", "<end_of_turn>", NULL},
+                           (const char *const[]){"<start_of_turn>", "<end_of_turn>", "<bos>",
+                                                 "<eos>", NULL},
+                           "<start_of_turn>", NULL},
+    [CAIRN__CHAT_PHI3] = {"phi3",
+                          (const char *const[]){"<|user|>", "<|assistant|>", "<|end|>", NULL},
+                          (const char *const[]){"<|system|>", "<|user|>", "<|assistant|>",
+                                                "<|end|>", "<|endoftext|>", NULL},
+                          "<|assistant|>", "<|end|>"},
+    /* [INST] is plain text in Mistral's first vocabularies and a control token in later ones:
+     * both work, so the format requires no marker */
+    [CAIRN__CHAT_MISTRAL] = {"mistral", NULL,
+                             (const char *const[]){"[INST]", "[/INST]", "</s>", NULL}, "[INST]",
+                             NULL},
+};
+#define N_FORMATS (sizeof formats / sizeof *formats)
+
 int cairn__chat_format_parse(const char *name, int *fmt)
 {
     if (!name || !fmt)
         return CAIRN_EINVAL;
-    if (strcmp(name, "raw") == 0)
-        *fmt = CAIRN__CHAT_RAW;
-    else if (strcmp(name, "chatml") == 0)
-        *fmt = CAIRN__CHAT_CHATML;
-    else if (strcmp(name, "llama3") == 0)
-        *fmt = CAIRN__CHAT_LLAMA3;
-    else
-        return CAIRN_EINVAL;
-    return 0;
+    for (size_t i = 0; i < N_FORMATS; i++)
+        if (strcmp(name, formats[i].name) == 0) {
+            *fmt = (int)i;
+            return 0;
+        }
+    return CAIRN_EINVAL;
 }
 
 const char *cairn__chat_format_name(int fmt)
 {
-    return fmt == CAIRN__CHAT_CHATML ? "chatml" : fmt == CAIRN__CHAT_LLAMA3 ? "llama3" : "raw";
+    return fmt > 0 && (size_t)fmt < N_FORMATS ? formats[fmt].name : "raw";
+}
+
+const char *const *cairn__chat_markers(int fmt)
+{
+    static const char *const none[] = {NULL};
+    return fmt > 0 && (size_t)fmt < N_FORMATS && formats[fmt].markers ? formats[fmt].markers : none;
 }
 
 static int contains(const char *s, size_t n, const char *needle)
@@ -75,10 +115,10 @@ int cairn__chat_format_detect(const cairn__gguf *g)
     size_t n;
     if (!g || cairn__gguf_get_str(g, "tokenizer.chat_template", &s, &n) != 0)
         return CAIRN__CHAT_RAW;
-    if (contains(s, n, "<|im_start|>"))
-        return CAIRN__CHAT_CHATML;
-    if (contains(s, n, "<|start_header_id|>"))
-        return CAIRN__CHAT_LLAMA3;
+    for (size_t i = 1; i < N_FORMATS; i++)
+        if (contains(s, n, formats[i].sniff) &&
+            (!formats[i].sniff2 || contains(s, n, formats[i].sniff2)))
+            return (int)i;
     return CAIRN__CHAT_RAW;
 }
 
@@ -87,66 +127,170 @@ int cairn__chat_add_special(int fmt) { return fmt != CAIRN__CHAT_LLAMA3; }
 /* One walk over a format, shared by rendering and encoding: it hands out the prompt as pieces,
  * each either a marker of the format (may become a special token) or ordinary text (roles,
  * separators, contents). The receivers keep a sticky error, so the walk itself cannot fail. */
-typedef void (*emit_fn)(void *arg, const char *s, int marker);
+typedef void (*emit_fn)(void *arg, const char *s, size_t n, int marker);
+
+static void emit_s(emit_fn emit, void *arg, const char *s, int marker)
+{
+    emit(arg, s ? s : "", s ? strlen(s) : 0, marker);
+}
+
+/* s without its leading and trailing white space, as gemma's template trims each message */
+static void emit_trim(emit_fn emit, void *arg, const char *s)
+{
+    const char *e;
+    if (!s)
+        return;
+    while (*s == ' ' || *s == '\t' || *s == '\n' || *s == '\r')
+        s++;
+    e = s + strlen(s);
+    while (e > s && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\n' || e[-1] == '\r'))
+        e--;
+    emit(arg, s, (size_t)(e - s), 0);
+}
+
+/* gemma: no system turn; its text opens the next user turn, then a blank line (llama.cpp's and
+ * the models' templates); "assistant" is "model" */
+static void walk_gemma(const cairn__chat_msg *msgs, size_t n, int add_assistant, emit_fn emit,
+                       void *arg)
+{
+    const char *sys = NULL;
+    for (size_t i = 0; i < n; i++) {
+        const char *role = msgs[i].role;
+        if (strcmp(role, "system") == 0) {
+            sys = msgs[i].content;
+            continue;
+        }
+        int model = strcmp(role, "assistant") == 0 || strcmp(role, "model") == 0;
+        emit_s(emit, arg, "<start_of_turn>", 1);
+        emit_s(emit, arg, model ? "model" : role, 0);
+        emit_s(emit, arg, "\n", 0);
+        if (sys && !model) {
+            emit_trim(emit, arg, sys);
+            emit_s(emit, arg, "\n\n", 0);
+            sys = NULL;
+        }
+        emit_trim(emit, arg, msgs[i].content);
+        emit_s(emit, arg, "<end_of_turn>", 1);
+        emit_s(emit, arg, "\n", 0);
+    }
+    if (add_assistant) {
+        emit_s(emit, arg, "<start_of_turn>", 1);
+        emit_s(emit, arg, "model\n", 0);
+    }
+}
+
+/* Mistral's v1 format (llama.cpp's mistral-v1): " [INST] system\n\nuser [/INST] answer</s>" */
+static void walk_mistral(const cairn__chat_msg *msgs, size_t n, emit_fn emit, void *arg)
+{
+    int in_turn = 0;
+    for (size_t i = 0; i < n; i++) {
+        const char *role = msgs[i].role;
+        if (!in_turn) {
+            emit_s(emit, arg, " ", 0);
+            emit_s(emit, arg, "[INST]", 1);
+            emit_s(emit, arg, " ", 0);
+            in_turn = 1;
+        }
+        if (strcmp(role, "system") == 0) {
+            emit_s(emit, arg, msgs[i].content, 0);
+            emit_s(emit, arg, "\n\n", 0);
+        } else if (strcmp(role, "assistant") == 0) {
+            emit_s(emit, arg, " ", 0);
+            emit_s(emit, arg, msgs[i].content, 0);
+            emit_s(emit, arg, "</s>", 1);
+            in_turn = 0;
+        } else {
+            emit_s(emit, arg, msgs[i].content, 0);
+            emit_s(emit, arg, " ", 0);
+            emit_s(emit, arg, "[/INST]", 1);
+        }
+    }
+}
 
 static void walk(int fmt, const cairn__chat_msg *msgs, size_t n, int add_assistant, emit_fn emit,
                  void *arg)
 {
     size_t i;
+    if (fmt == CAIRN__CHAT_GEMMA) {
+        walk_gemma(msgs, n, add_assistant, emit, arg);
+        return;
+    }
+    if (fmt == CAIRN__CHAT_MISTRAL) { /* the user turn's [/INST] is what asks for the answer */
+        walk_mistral(msgs, n, emit, arg);
+        return;
+    }
     if (fmt == CAIRN__CHAT_LLAMA3)
-        emit(arg, "<|begin_of_text|>", 1);
+        emit_s(emit, arg, "<|begin_of_text|>", 1);
     for (i = 0; i < n; i++) {
         switch (fmt) {
         case CAIRN__CHAT_CHATML:
-            emit(arg, "<|im_start|>", 1);
-            emit(arg, msgs[i].role, 0);
-            emit(arg, "\n", 0);
-            emit(arg, msgs[i].content, 0);
-            emit(arg, "<|im_end|>", 1);
-            emit(arg, "\n", 0);
+            emit_s(emit, arg, "<|im_start|>", 1);
+            emit_s(emit, arg, msgs[i].role, 0);
+            emit_s(emit, arg, "\n", 0);
+            emit_s(emit, arg, msgs[i].content, 0);
+            emit_s(emit, arg, "<|im_end|>", 1);
+            emit_s(emit, arg, "\n", 0);
             break;
         case CAIRN__CHAT_LLAMA3:
-            emit(arg, "<|start_header_id|>", 1);
-            emit(arg, msgs[i].role, 0);
-            emit(arg, "<|end_header_id|>", 1);
-            emit(arg, "\n\n", 0);
-            emit(arg, msgs[i].content, 0);
-            emit(arg, "<|eot_id|>", 1);
+            emit_s(emit, arg, "<|start_header_id|>", 1);
+            emit_s(emit, arg, msgs[i].role, 0);
+            emit_s(emit, arg, "<|end_header_id|>", 1);
+            emit_s(emit, arg, "\n\n", 0);
+            emit_s(emit, arg, msgs[i].content, 0);
+            emit_s(emit, arg, "<|eot_id|>", 1);
+            break;
+        case CAIRN__CHAT_PHI3: /* the role is the marker: check_args allows phi-3's three */
+            emit_s(emit, arg,
+                   !strcmp(msgs[i].role, "system") ? "<|system|>"
+                   : !strcmp(msgs[i].role, "user") ? "<|user|>"
+                                                   : "<|assistant|>",
+                   1);
+            emit_s(emit, arg, "\n", 0);
+            emit_s(emit, arg, msgs[i].content, 0);
+            emit_s(emit, arg, "<|end|>", 1);
+            emit_s(emit, arg, "\n", 0);
             break;
         default:
             if (i)
-                emit(arg, "\n", 0);
-            emit(arg, msgs[i].content, 0);
+                emit_s(emit, arg, "\n", 0);
+            emit_s(emit, arg, msgs[i].content, 0);
             break;
         }
     }
     if (add_assistant && fmt == CAIRN__CHAT_CHATML) {
-        emit(arg, "<|im_start|>", 1);
-        emit(arg, "assistant\n", 0);
+        emit_s(emit, arg, "<|im_start|>", 1);
+        emit_s(emit, arg, "assistant\n", 0);
     }
     if (add_assistant && fmt == CAIRN__CHAT_LLAMA3) {
-        emit(arg, "<|start_header_id|>", 1);
-        emit(arg, "assistant", 0);
-        emit(arg, "<|end_header_id|>", 1);
-        emit(arg, "\n\n", 0);
+        emit_s(emit, arg, "<|start_header_id|>", 1);
+        emit_s(emit, arg, "assistant", 0);
+        emit_s(emit, arg, "<|end_header_id|>", 1);
+        emit_s(emit, arg, "\n\n", 0);
+    }
+    if (add_assistant && fmt == CAIRN__CHAT_PHI3) {
+        emit_s(emit, arg, "<|assistant|>", 1);
+        emit_s(emit, arg, "\n", 0);
     }
 }
 
 static int check_args(int fmt, const cairn__chat_msg *msgs, size_t n)
 {
     size_t i;
-    if ((n && !msgs) || fmt < CAIRN__CHAT_RAW || fmt > CAIRN__CHAT_LLAMA3)
+    if ((n && !msgs) || fmt < CAIRN__CHAT_RAW || (size_t)fmt >= N_FORMATS)
         return CAIRN_EINVAL;
-    for (i = 0; i < n; i++)
-        if (!msgs[i].role)
+    for (i = 0; i < n; i++) {
+        const char *r = msgs[i].role;
+        if (!r || (fmt == CAIRN__CHAT_PHI3 && strcmp(r, "system") && strcmp(r, "user") &&
+                   strcmp(r, "assistant")))
             return CAIRN_EINVAL;
+    }
     return 0;
 }
 
-static void render_piece(void *arg, const char *s, int marker)
+static void render_piece(void *arg, const char *s, size_t n, int marker)
 {
     (void)marker;
-    put(arg, s);
+    put_n(arg, s, n);
 }
 
 int cairn__chat_render(int fmt, const cairn__chat_msg *msgs, size_t n, int add_assistant,
@@ -220,12 +364,12 @@ static void flush_text(struct enc *e)
     e->text.n = 0;
 }
 
-static void encode_piece(void *arg, const char *s, int marker)
+static void encode_piece(void *arg, const char *s, size_t n, int marker)
 {
     struct enc *e = arg;
     if (e->err)
         return;
-    if (marker) {
+    if (marker) { /* markers are the format's own literals: NUL-terminated */
         /* the marker alone, parsed as the tokenizer would: one special token, or (a vocabulary
          * without it) ordinary text that joins the stretch around it */
         int32_t *ids;
@@ -242,7 +386,7 @@ static void encode_piece(void *arg, const char *s, int marker)
         }
         free(ids);
     }
-    put(&e->text, s);
+    put_n(&e->text, s, n);
 }
 
 int cairn__chat_encode(const cairn__tok *t, int fmt, const cairn__chat_msg *msgs, size_t n,
@@ -279,16 +423,10 @@ int cairn__chat_encode(const cairn__tok *t, int fmt, const cairn__chat_msg *msgs
 
 int cairn__chat_has_special(int fmt, const char *s)
 {
-    static const char *const chatml[] = {"<|im_start|>", "<|im_end|>", "<|endoftext|>"};
-    static const char *const llama3[] = {"<|begin_of_text|>", "<|start_header_id|>",
-                                         "<|end_header_id|>", "<|eot_id|>",
-                                         "<|end_of_text|>",   "<|eom_id|>"};
-    const char *const *list = fmt == CAIRN__CHAT_CHATML ? chatml : llama3;
-    size_t k, cnt = fmt == CAIRN__CHAT_CHATML ? 3 : 6;
-    if (!s || fmt == CAIRN__CHAT_RAW)
+    if (!s || fmt <= CAIRN__CHAT_RAW || (size_t)fmt >= N_FORMATS)
         return 0;
-    for (k = 0; k < cnt; k++)
-        if (strstr(s, list[k]))
+    for (const char *const *k = formats[fmt].specials; *k; k++)
+        if (strstr(s, *k))
             return 1;
     return 0;
 }

@@ -32,6 +32,16 @@ enum cairn__chat_format {
     CAIRN__CHAT_LLAMA3 =
         2, /* <|begin_of_text|><|start_header_id|>role<|end_header_id|>\n\n
               content<|eot_id|> ... <|start_header_id|>assistant<|end_header_id|>\n\n */
+    /* gemma, gemma2, gemma3: <start_of_turn>user\ncontent<end_of_turn>\n ... <start_of_turn>model\n
+     * (contents trimmed; "assistant" is "model"; a system message opens the next user turn,
+     * then a blank line: gemma has no system turn) */
+    CAIRN__CHAT_GEMMA = 3,
+    /* phi-3: <|system|>\ncontent<|end|>\n<|user|>\ncontent<|end|>\n ... <|assistant|>\n (roles:
+     * system, user, assistant only) */
+    CAIRN__CHAT_PHI3 = 4,
+    /* Mistral v1 (llama.cpp's mistral-v1): " [INST] system\n\nuser [/INST] answer</s> [INST] ...";
+     * the user turn's [/INST] asks for the answer */
+    CAIRN__CHAT_MISTRAL = 5,
 };
 
 /* Flags for cairn__chat_encode. */
@@ -42,13 +52,18 @@ enum {
     CAIRN__CHAT_CONTENT_SPECIAL = 1,
 };
 
-/* "raw", "chatml" or "llama3" -> *fmt. 0 or CAIRN_EINVAL (unknown name; *fmt untouched). */
+/* "raw", "chatml", "llama3", "gemma", "phi3" or "mistral" -> *fmt. 0 or CAIRN_EINVAL (unknown
+ * name; *fmt untouched). */
 int cairn__chat_format_parse(const char *name, int *fmt);
 /* The name of a format ("raw" for anything unknown). */
 const char *cairn__chat_format_name(int fmt);
 /* The format a model's tokenizer.chat_template (a Jinja template) looks like: CHATML if it uses
- * <|im_start|>, LLAMA3 if it uses <|start_header_id|>, else RAW (also when the key is absent). */
+ * <|im_start|>, LLAMA3 <|start_header_id|>, GEMMA <start_of_turn>, PHI3 <|assistant|> and
+ * <|end|>, MISTRAL [INST]; else RAW (also when the key is absent). */
 int cairn__chat_format_detect(const cairn__gguf *g);
+/* The markers a vocabulary must hold as special tokens for fmt to mean anything to its model
+ * (NULL-ended; empty for RAW and MISTRAL, whose [INST] works as plain text too). Static. */
+const char *const *cairn__chat_markers(int fmt);
 /* Whether the tokenizer should add BOS/EOS (add_special) to a prompt of this format: 0 for
  * LLAMA3, whose text already starts with <|begin_of_text|>. cairn__chat_encode applies it. */
 int cairn__chat_add_special(int fmt);

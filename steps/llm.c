@@ -39,8 +39,9 @@ static const char *const backends[] = {"auto", "cpu", "cuda", "openai", NULL};
 _Static_assert(CAIRN__LLM_OPENAI == 3, "backends[] puts \"openai\" at CAIRN__LLM_OPENAI");
 static const char *const cache_types[] = {"f32", "f16", NULL};
 /* in the order of enum cairn__chat_format, so a choice's index is the format */
-static const char *const chats[] = {"raw", "chatml", "llama3", NULL};
-_Static_assert(CAIRN__CHAT_RAW == 0 && CAIRN__CHAT_CHATML == 1 && CAIRN__CHAT_LLAMA3 == 2,
+static const char *const chats[] = {"raw", "chatml", "llama3", "gemma", "phi3", "mistral", NULL};
+_Static_assert(CAIRN__CHAT_RAW == 0 && CAIRN__CHAT_CHATML == 1 && CAIRN__CHAT_LLAMA3 == 2 &&
+                   CAIRN__CHAT_GEMMA == 3 && CAIRN__CHAT_PHI3 == 4 && CAIRN__CHAT_MISTRAL == 5,
                "chats[] follows enum cairn__chat_format");
 
 #define AT(m) CAIRN__CFG_AT(cairn__llm_cfg, m)

@@ -33,8 +33,8 @@ static const char usage[] =
     "  -m, --model FILE        GGUF model\n"
     "  -p, --prompt TEXT       the prompt\n"
     "  -f, --file PATH         read the prompt from PATH ('-' for standard input)\n"
-    "      --chat FORMAT       wrap the prompt as a user message: chatml, llama3, raw (default),\n"
-    "                          or auto (from the model's chat template)\n"
+    "      --chat FORMAT       wrap the prompt as a user message: chatml, llama3, gemma, phi3,\n"
+    "                          mistral, raw (default), or auto (from the model's chat template)\n"
     "      --system TEXT       system message (needs --chat)\n"
     "      --parse-special     let the prompt and system text spell control tokens (e.g.\n"
     "                          \"<|im_end|>\" becomes that control token); by default such text\n"
@@ -215,7 +215,7 @@ static int parse(int argc, char **argv, options *o)
     if (!!o->prompt == !!o->file)
         return bad_usage("give exactly one of --prompt and --file");
     if (o->system && !o->chat)
-        return bad_usage("--system needs --chat (chatml, llama3 or auto)");
+        return bad_usage("--system needs --chat (chatml, llama3, gemma, phi3, mistral or auto)");
     if (strcmp(o->backend, "cpu") && strcmp(o->backend, "cuda") && strcmp(o->backend, "auto"))
         return bad_usage("unknown --backend '%s' (cpu, cuda, auto)", o->backend);
     o->eo.backend = o->backend;
@@ -268,13 +268,8 @@ static void end_text_line(char last)
  * as ordinary text, which a model trained on them does not understand. */
 static int chat_markers_present(const cairn__tok *t, int fmt, const char **missing)
 {
-    static const char *const chatml[] = {"<|im_start|>", "<|im_end|>", NULL};
-    static const char *const llama3[] = {"<|begin_of_text|>", "<|start_header_id|>",
-                                         "<|end_header_id|>", "<|eot_id|>", NULL};
-    const char *const *list = fmt == CAIRN__CHAT_CHATML   ? chatml
-                              : fmt == CAIRN__CHAT_LLAMA3 ? llama3
-                                                          : NULL;
-    for (size_t i = 0; list && list[i]; i++) {
+    const char *const *list = cairn__chat_markers(fmt);
+    for (size_t i = 0; list[i]; i++) {
         int32_t *ids = NULL;
         size_t n = 0;
         int ty = -1;
@@ -342,9 +337,13 @@ int cairn__cmd_generate(int argc, char **argv)
                 cairn__gguf_get_str(g, "tokenizer.chat_template", &tmpl, &tlen) == 0)
                 cairn__log(CAIRN__LOG_WARN, "generate", "warning", NULL, NULL,
                            "warning: --chat auto: the model's chat template "
-                           "(tokenizer.chat_template) is not one of chatml, llama3; using raw");
+                           "(tokenizer.chat_template) is not one of chatml, llama3, gemma, phi3, "
+                           "mistral; using raw");
         } else if (cairn__chat_format_parse(o.chat, &fmt) != 0) {
-            code = bad_usage("unknown --chat format '%s' (chatml, llama3, raw, auto)", o.chat);
+            code =
+                bad_usage("unknown --chat format '%s' (chatml, llama3, gemma, phi3, mistral, raw, "
+                          "auto)",
+                          o.chat);
             goto out;
         }
         const char *missing = NULL;

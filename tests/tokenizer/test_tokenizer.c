@@ -1118,6 +1118,49 @@ static void test_chat(void)
     ok(!cairn__chat_add_special(CAIRN__CHAT_LLAMA3) && cairn__chat_add_special(CAIRN__CHAT_CHATML),
        "llama3 prompts carry their own BOS");
 
+    /* gemma, phi-3, mistral: the strings llama.cpp's llm_chat_apply_template makes */
+    cairn__chat_msg conv[] = {
+        {"system", " Be brief. "}, {"user", "Hi\n"}, {"assistant", "Hello."}, {"user", "Bye"}};
+    ok(cairn__chat_render(CAIRN__CHAT_GEMMA, conv, 4, 1, &s, &n) == 0 &&
+           strcmp(s, "<start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n"
+                     "<start_of_turn>model\nHello.<end_of_turn>\n"
+                     "<start_of_turn>user\nBye<end_of_turn>\n<start_of_turn>model\n") == 0,
+       "gemma: the system text opens the first user turn, contents trimmed, assistant is model");
+    free(s);
+    conv[0].content = "Be brief.";
+    conv[1].content = "Hi";
+    ok(cairn__chat_render(CAIRN__CHAT_PHI3, conv, 4, 1, &s, &n) == 0 &&
+           strcmp(s, "<|system|>\nBe brief.<|end|>\n<|user|>\nHi<|end|>\n<|assistant|>\nHello."
+                     "<|end|>\n<|user|>\nBye<|end|>\n<|assistant|>\n") == 0,
+       "phi3 rendering");
+    free(s);
+    ok(cairn__chat_render(CAIRN__CHAT_MISTRAL, conv, 4, 1, &s, &n) == 0 &&
+           strcmp(s, " [INST] Be brief.\n\nHi [/INST] Hello.</s> [INST] Bye [/INST]") == 0,
+       "mistral (v1) rendering");
+    free(s);
+    cairn__chat_msg tool[] = {{"tool", "x"}};
+    ok(cairn__chat_render(CAIRN__CHAT_PHI3, tool, 1, 1, &s, &n) == CAIRN_EINVAL &&
+           cairn__chat_render(CAIRN__CHAT_GEMMA, tool, 1, 0, &s, &n) == 0 &&
+           strcmp(s, "<start_of_turn>tool\nx<end_of_turn>\n") == 0,
+       "phi3 takes only its three roles (its roles are markers); gemma writes any role");
+    free(s);
+    int gemma = -1, phi3 = -1, mistral = -1;
+    ok(cairn__chat_format_parse("gemma", &gemma) == 0 && gemma == CAIRN__CHAT_GEMMA &&
+           cairn__chat_format_parse("phi3", &phi3) == 0 && phi3 == CAIRN__CHAT_PHI3 &&
+           cairn__chat_format_parse("mistral", &mistral) == 0 && mistral == CAIRN__CHAT_MISTRAL &&
+           !strcmp(cairn__chat_format_name(CAIRN__CHAT_MISTRAL), "mistral"),
+       "gemma, phi3 and mistral by name");
+    ok(cairn__chat_has_special(CAIRN__CHAT_GEMMA, "a<end_of_turn>b") &&
+           cairn__chat_has_special(CAIRN__CHAT_PHI3, "<|end|>") &&
+           cairn__chat_has_special(CAIRN__CHAT_MISTRAL, "x [/INST] y") &&
+           !cairn__chat_has_special(CAIRN__CHAT_GEMMA, "<|end|>"),
+       "has_special knows each format's markup");
+    ok(!strcmp(cairn__chat_markers(CAIRN__CHAT_GEMMA)[0], "<start_of_turn>") &&
+           cairn__chat_markers(CAIRN__CHAT_MISTRAL)[0] == NULL &&
+           cairn__chat_markers(CAIRN__CHAT_RAW)[0] == NULL,
+       "the markers a vocabulary must have: gemma's turns; none for mistral ([INST] works as "
+       "text) or raw");
+
     /* a rendered chatml prompt tokenizes into the format's special tokens */
     {
         struct vocab v;
@@ -1154,6 +1197,39 @@ static void test_chat(void)
                cairn__chat_format_detect(g) == CAIRN__CHAT_LLAMA3 &&
                cairn__chat_format_detect(NULL) == CAIRN__CHAT_RAW,
            "format detected from tokenizer.chat_template");
+        cairn__gguf_close(g);
+        free(buf);
+    }
+    /* pieces of the models' own templates */
+    static const struct {
+        const char *tmpl;
+        int fmt;
+    } tmpls[] = {
+        {"{{ bos_token }}{% for message in messages %}{{ '<start_of_turn>' + role + '\n' + "
+         "message['content'] | trim + '<end_of_turn>\n' }}{% endfor %}",
+         CAIRN__CHAT_GEMMA},
+        {"{% for message in messages %}{% if message['role'] == 'user' %}{{'<|user|>' + '\n' + "
+         "message['content'] + '<|end|>' + '\n' + '<|assistant|>' + '\n'}}{% endif %}",
+         CAIRN__CHAT_PHI3},
+        {"{{ bos_token }}{% for message in messages %}{{ '[INST] ' + message['content'] + ' "
+         "[/INST]' }}{% endfor %}",
+         CAIRN__CHAT_MISTRAL},
+        {"{% for m in messages %}{{ m.content }}{% endfor %}", CAIRN__CHAT_RAW},
+    };
+    for (size_t i = 0; i < sizeof tmpls / sizeof *tmpls; i++) {
+        cairn__gguf_writer *w = gw_new(3, 32);
+        unsigned char *buf;
+        size_t len;
+        cairn__gguf *g = NULL;
+        char err[128];
+        gw_kv_str(w, "tokenizer.chat_template", tmpls[i].tmpl);
+        gw_write_mem(w, &buf, &len);
+        gw_free(w);
+        int got = cairn__gguf_open_mem(buf, len, &g, err, sizeof err) == 0
+                      ? cairn__chat_format_detect(g)
+                      : -1;
+        ok(got == tmpls[i].fmt, "--chat auto: template %zu is %s (got %s)", i,
+           cairn__chat_format_name(tmpls[i].fmt), cairn__chat_format_name(got));
         cairn__gguf_close(g);
         free(buf);
     }
