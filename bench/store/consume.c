@@ -124,7 +124,10 @@ static int check_results(const char *dir, const char *side, uint32_t n)
         json_t *j = json_loadb(line, nl ? (size_t)(nl - line) : strlen(line), 0, NULL);
         const char *st = json_string_value(json_object_get(j, "status"));
         const char *id = json_string_value(json_object_get(j, "task"));
-        if (!st || strcmp(st, "succeeded") != 0 || !id || !*id || got == n) {
+        if (got == n) {
+            fprintf(stderr, "bench-store: consume: %s: more result lines than %u tasks\n", side, n);
+            bad = 1;
+        } else if (!st || strcmp(st, "succeeded") != 0 || !id || !*id) {
             fprintf(stderr, "bench-store: consume: %s: result %u is not a success: %.*s\n", side,
                     got + 1, nl ? (int)(nl - line) : (int)strlen(line), line);
             bad = 1;
