@@ -18,6 +18,7 @@
  * that runs past the lease without saving progress can be taken over.
  */
 #include <errno.h>
+#include <openssl/rand.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -387,12 +388,29 @@ static int read_frame(cairn_ctx *c, int fd, cairn__outcome *o, int *commit_err)
     return 1;
 }
 
+/* A step child is a fork of the runner, so whatever a library sets up on first use a child sets
+ * up again, at every step, and throws away. OpenSSL's random generator is the costly one: its
+ * first draw instantiates the DRBG chain (fetching the DRBG and cipher implementations from the
+ * provider), about a millisecond of CPU, which a step drawing a nonce (examples/ledger's work)
+ * paid in every child: most of a consumed ledger task's CPU. Drawn once in the runner's process,
+ * before its first fork, the generator is inherited instead; OpenSSL 3 reseeds an inherited
+ * generator before its first output in a new process (it compares the fork id), so children
+ * never draw the same bytes. */
+static void warm_before_fork(void)
+{
+    static pid_t warmed;
+    unsigned char b;
+    if (warmed != getpid() && RAND_bytes(&b, 1) == 1)
+        warmed = getpid();
+}
+
 static int exec_isolated(cairn_ctx *c, int probe, cairn__outcome *o)
 {
     int p[2];
     if (pipe(p) != 0)
         return cairn__runner_fail(c->r, CAIRN_EIO, "pipe: %s", strerror(errno));
     fflush(NULL);
+    warm_before_fork();
     pid_t parent = getpid();
     pid_t pid = fork();
     if (pid < 0) {

@@ -27,6 +27,12 @@ enum {
 /* ------------------------------------------------------------------ timing and samples */
 
 int64_t bench_now_ns(void); /* CLOCK_MONOTONIC */
+/* Removes a scratch tree. */
+void bench_rm_tree(const char *path);
+/* Flushes what earlier work left dirty on the filesystem of `path` (and its deletes), untimed:
+ * otherwise that writeback competes with the next measurement's fsyncs and the order of runs
+ * decides the numbers. */
+void bench_sync_fs(const char *path);
 
 /* A growing list of latencies in nanoseconds. */
 typedef struct bench_samples {
@@ -130,10 +136,40 @@ int bench_peer_commit_step(bench_peer *p, const char *task, const char *step);
 int bench_peer_load_step(bench_peer *p, const char *task, const char *step, const char *dep,
                          int copy_input);
 
+/* The ledger graph's transactions, for consume.c's peer (a task of steps with their own
+ * outputs, some of them effects, some commits flushed): */
+/* Admission and lease in one transaction, as cairn_runner_run does them. 0 or -1. */
+int bench_peer_begin(bench_peer *p, const char *id, const void *input, size_t input_len,
+                     uint64_t token);
+/* The resume read before `step`, with its n_deps dependencies' outputs (bench_peer_load_step's
+ * read). 0, 1 when a record is missing, -1 on error. */
+int bench_peer_load(bench_peer *p, const char *task, const char *step, const char *const *deps,
+                    int n_deps, int copy_input);
+typedef enum { PEER_DONE, PEER_INTENT, PEER_DONE_LAST } bench_peer_commit;
+/* One step commit of `kind`, in one transaction (bench_peer_commit_step's, with the output
+ * given): PEER_DONE stores out/len as the step's output, PEER_DONE_LAST also finishes the task;
+ * PEER_INTENT stores the step in state intent with no output and audits the intent of delivery
+ * out/len (the delivery ID). `effect` audits a completion ("effect done"). `full` makes this
+ * commit synchronous=FULL on a PEER_SPLIT peer (a durable point: it flushes the WAL, so every
+ * commit before it too). 0 or -1. */
+int bench_peer_commit_ex(bench_peer *p, const char *task, const char *step, uint64_t token,
+                         bench_peer_commit kind, int effect, const void *out, size_t len, int full);
+/* How many tasks are in `state` (cairn_state's numbering); -1 on error. */
+int64_t bench_peer_count_state(bench_peer *p, int state);
+
 /* ------------------------------------------------------------------ concurrent.c */
 /* K = 1, 4, 16 processes finishing tasks on one sync store and on the SQLite peer (SPLIT), in
  * `rounds` alternating rounds; prints its table on stdout. 0, or -1 (the reason on stderr). */
 int bench_concurrent(const char *tmp, int quick, int rounds);
+/* The journal's count of flushes made (its header) of the sync store in `dir`; 0 without one. */
+uint64_t bench_journal_flushes(const char *dir);
+
+/* ------------------------------------------------------------------ consume.c */
+/* `ledger consume --jobs K` (K = 1, 4, 16) over `tasks` ledger tasks on a fresh sync store, and
+ * the SQLite peer running the same graph with K processes, in `rounds` alternating rounds;
+ * prints its table on stdout. `ledger` is the cairn-ledger binary. 0, or -1 (the reason on
+ * stderr: a measurement failed, or a task did not succeed). */
+int bench_consume(const char *tmp, const char *ledger, uint32_t tasks, int rounds);
 
 /* ------------------------------------------------------------------ results (report.c) */
 

@@ -47,7 +47,8 @@ enum { RESUME_TASKS = 200 };
 typedef struct opts {
     int quick, json;
     const char *ledger, *dir, *only;
-    uint32_t scale_max; /* --only scale: the tasks the store is filled to */
+    uint32_t scale_max;     /* --only scale: the tasks the store is filled to */
+    uint32_t consume_tasks; /* --only consume: tasks a run */
     uint32_t tasks_sync, tasks_nosync, rounds, reads, spawns, inproc_hits;
 } opts;
 
@@ -199,24 +200,24 @@ static int rm_entry(const char *path, const struct stat *st, int flag, struct FT
     return remove(path) == 0 || errno == ENOENT ? 0 : -1;
 }
 
-static void rm_tree(const char *path) { nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS); }
+void bench_rm_tree(const char *path) { nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS); }
 
-/* Flushes what earlier work left dirty (and its deletes), untimed: otherwise that writeback
- * competes with the next measurement's fsyncs and the order of runs decides the numbers. */
-static void flush_fs(void)
+void bench_sync_fs(const char *path)
 {
-    int fd = open(g_tmp, O_RDONLY | O_DIRECTORY);
+    int fd = open(path, O_RDONLY | O_DIRECTORY);
     if (fd >= 0) {
         syncfs(fd);
         close(fd);
     }
 }
 
+static void flush_fs(void) { bench_sync_fs(g_tmp); }
+
 /* A fresh directory under the run's scratch directory. */
 static int scratch(const char *name, char *out, size_t cap)
 {
     snprintf(out, cap, "%s/%s", g_tmp, name);
-    rm_tree(out);
+    bench_rm_tree(out);
     if (mkdir(out, 0700) != 0) {
         fprintf(stderr, "bench-store: cannot create %s: %s\n", out, strerror(errno));
         return -1;
@@ -342,7 +343,7 @@ static void meter_close(meter *m, int ok)
     bench_peer_close(m->peer);
     bench_cairn_close(m->cairn);
     if (m->dir[0])
-        rm_tree(m->dir);
+        bench_rm_tree(m->dir);
     m->peer = NULL, m->cairn = NULL;
 }
 
@@ -463,9 +464,9 @@ out:
     bench_cairn_close(c);
     bench_peer_close(p);
     if (*cdir)
-        rm_tree(cdir);
+        bench_rm_tree(cdir);
     if (*sdir)
-        rm_tree(sdir);
+        bench_rm_tree(sdir);
     return rc;
 }
 
@@ -525,9 +526,9 @@ out:
     bench_cairn_close(c);
     bench_peer_close(p);
     if (cdir[0])
-        rm_tree(cdir);
+        bench_rm_tree(cdir);
     if (sdir[0])
-        rm_tree(sdir);
+        bench_rm_tree(sdir);
     return rc ? -1 : 0;
 }
 
@@ -665,7 +666,7 @@ static int measure_hit(const opts *o, bench_results *res)
                  (unsigned long long)res->ledger_effects, res->ledger_effects == 1 ? "" : "s",
                  o->spawns);
     }
-    rm_tree(dir);
+    bench_rm_tree(dir);
     return rc;
 }
 
@@ -753,11 +754,13 @@ static const char usage[] =
     "                   ../../examples/ledger/cairn-ledger next to this binary)\n"
     "  --dir DIR        where the scratch stores go (default: $TMPDIR, else /tmp)\n"
     "  --only SECTIONS  comma-separated: power-loss, process-crash, resume, hit, size,\n"
-    "                   scale, concurrent (these two run only when named; scale: one\n"
-    "                   store filled to --scale-max tasks, each operation's cost at 10k,\n"
+    "                   scale, concurrent, consume (these three run only when named; scale:\n"
+    "                   one store filled to --scale-max tasks, each operation's cost at 10k,\n"
     "                   100k, 1M and the end; concurrent: K = 1, 4, 16 processes on one\n"
-    "                   store, text only)\n"
+    "                   store; consume: `cairn-ledger consume --jobs K` against SQLite\n"
+    "                   running the ledger graph with K processes; text only)\n"
     "  --scale-max N    the scale section's tasks (default 1000000; --quick: 20000)\n"
+    "  --consume-tasks N  the consume section's tasks a run (default 800; --quick: 200)\n"
     "Exit status: 0 (a missed target is reported, never an error), 1 if a measurement\n"
     "failed, 64 on bad usage.\n";
 
@@ -785,6 +788,18 @@ int main(int argc, char **argv)
                 return 64;
             }
             o.scale_max = (uint32_t)n;
+        } else if (strcmp(argv[i], "--consume-tasks") == 0 && i + 1 < argc) {
+            char *end;
+            errno = 0;
+            unsigned long n = strtoul(argv[++i], &end, 10);
+            if (errno || *end || end == argv[i] || n < 1 || n > 1000000) {
+                fprintf(stderr,
+                        "bench-store: --consume-tasks '%s': a task count from 1 to "
+                        "1000000\n%s",
+                        argv[i], usage);
+                return 64;
+            }
+            o.consume_tasks = (uint32_t)n;
         } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             fputs(usage, stdout);
             return 0;
@@ -793,16 +808,16 @@ int main(int argc, char **argv)
             return 64;
         }
     }
-    static const char *const sections[] = {"power-loss", "process-crash", "resume",    "hit",
-                                           "size",       "scale",         "concurrent"};
+    static const char *const sections[] = {"power-loss", "process-crash", "resume",     "hit",
+                                           "size",       "scale",         "concurrent", "consume"};
     enum { N_SECTIONS = sizeof sections / sizeof *sections };
-    /* only sections that print their own tables (scale, concurrent): no peer report */
+    /* only sections that print their own tables (scale, concurrent, consume): no peer report */
     int only_own = o.only != NULL;
     for (const char *p = o.only; p && *p;) {
         size_t m = strcspn(p, ","), k = 0;
         while (k < N_SECTIONS && !(strlen(sections[k]) == m && strncmp(p, sections[k], m) == 0))
             k++;
-        only_own &= k >= N_SECTIONS - 2;
+        only_own &= k >= N_SECTIONS - 3;
         if (k == N_SECTIONS) {
             fprintf(stderr, "bench-store: --only: unknown section '%.*s'\n%s", (int)m, p, usage);
             return 64;
@@ -861,12 +876,12 @@ int main(int argc, char **argv)
         rc = bench_scale(g_tmp, o.scale_max, g_verbose);
     r.load_end = load_average();
     if (rc) {
-        rm_tree(g_tmp);
+        bench_rm_tree(g_tmp);
         fprintf(stderr, "bench-store: a measurement failed (see above); no report\n");
         return 1;
     }
     if (only_own)
-        ; /* scale and concurrent print their own tables; the peer report would be empty */
+        ; /* scale, concurrent, consume print their own tables; the peer report would be empty */
     else if (o.json)
         bench_report_json(&r);
     else
@@ -875,6 +890,22 @@ int main(int argc, char **argv)
     int conc_rc = o.only && !o.json && wanted(&o, "concurrent")
                       ? bench_concurrent(g_tmp, o.quick, o.quick ? 3 : 5)
                       : 0;
-    rm_tree(g_tmp);
-    return hit_rc || conc_rc ? 1 : 0;
+    /* the real consume against the peer running the ledger graph: only when asked for */
+    int consume_rc = 0;
+    if (o.only && !o.json && wanted(&o, "consume")) {
+        char buf[PATH_MAX];
+        const char *ledger = find_ledger(o.ledger, buf, sizeof buf);
+        if (!ledger || access(ledger, X_OK) != 0) {
+            fprintf(stderr,
+                    "bench-store: consume: no cairn-ledger binary at %s (pass --ledger "
+                    "PATH or set CAIRN_LEDGER)\n",
+                    ledger ? ledger : "?");
+            consume_rc = 1;
+        } else {
+            uint32_t n = o.consume_tasks ? o.consume_tasks : o.quick ? 200 : 800;
+            consume_rc = bench_consume(g_tmp, ledger, n, o.quick ? 3 : 5) != 0;
+        }
+    }
+    bench_rm_tree(g_tmp);
+    return hit_rc || conc_rc || consume_rc ? 1 : 0;
 }

@@ -22,8 +22,8 @@
 
 #define MAX_K 16
 
-/* The journal's flush counter (its header, byte 64, little-endian), 0 without one. */
-static uint64_t journal_flushes(const char *dir)
+/* The journal's flush counter: its header, byte 64, little-endian (docs/ARCHITECTURE.md). */
+uint64_t bench_journal_flushes(const char *dir)
 {
     char path[4200];
     unsigned char h[72];
@@ -136,7 +136,7 @@ int bench_concurrent(const char *tmp, int quick, int rounds)
             return -1;
         }
         double cr[BENCH_MAX_ROUNDS], pr[BENCH_MAX_ROUNDS], ratio[BENCH_MAX_ROUNDS];
-        uint64_t f0 = journal_flushes(cdir);
+        uint64_t f0 = bench_journal_flushes(cdir);
         int n = 0;
         for (int r = 0; r < rounds && r < BENCH_MAX_ROUNDS && !failed; r++, n++) {
             /* alternate which store goes first, so a trend in the machine's load is shared */
@@ -152,7 +152,7 @@ int bench_concurrent(const char *tmp, int quick, int rounds)
         }
         if (failed)
             break;
-        double flushes = (double)(journal_flushes(cdir) - f0) / ((double)n * k * tasks);
+        double flushes = (double)(bench_journal_flushes(cdir) - f0) / ((double)n * k * tasks);
         printf("  %-4d %16.0f %16.0f %7.2fx %20.2f\n", k, bench_median(cr, n), bench_median(pr, n),
                bench_median(ratio, n), flushes);
     }

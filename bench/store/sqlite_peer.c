@@ -78,6 +78,7 @@ enum stmt_id {
     Q_LOAD_TASK,
     Q_LOAD_STEP,
     Q_LOAD_PROGRESS,
+    Q_AUDIT_LAST,
     Q_COUNT
 };
 
@@ -116,6 +117,9 @@ static const char *const sql[Q_COUNT] = {
                     " ORDER BY generation DESC LIMIT 1",
     [Q_LOAD_PROGRESS] =
         "SELECT data FROM progress WHERE task = ?1 AND step = ?2 AND generation = ?3",
+    /* an audit row that does not rewrite the task row takes the next number after the task's
+     * last one, as cairn's cairn__audit_append does */
+    [Q_AUDIT_LAST] = "SELECT coalesce(max(seq), 0) FROM audit WHERE task = ?1",
 };
 
 struct bench_peer {
@@ -126,7 +130,8 @@ struct bench_peer {
     msgpack_sbuffer input;
     char host[64];
     int pid;
-    int split; /* PEER_SPLIT: FULL only for a task's last commit */
+    int split;         /* PEER_SPLIT: FULL only for a task's last commit */
+    char delivery[40]; /* the effect's delivery ID, for its intent's audit row */
     char err[512];
 };
 
@@ -313,18 +318,28 @@ static int task_new(bench_peer *p, const char *id, const void *input, size_t inp
     return exec(p, Q_TASK_NEW);
 }
 
-static int step_put(bench_peer *p, const char *task, const char *step, int generation,
-                    const void *out, size_t len)
+/* state: cairn_step_state's numbering (1 intent, 2 done) */
+static int step_put_state(bench_peer *p, const char *task, const char *step, int generation,
+                          int state, const void *out, size_t len)
 {
     sqlite3_stmt *s = p->q[Q_STEP_PUT];
     text(s, 1, task);
     text(s, 2, step);
     sqlite3_bind_int(s, 3, generation);
-    sqlite3_bind_int(s, 4, 2); /* CAIRN_STEP_DONE */
+    sqlite3_bind_int(s, 4, state);
     sqlite3_bind_int(s, 5, 1);
     sqlite3_bind_int64(s, 6, now_ms());
-    sqlite3_bind_blob(s, 7, out, (int)len, SQLITE_STATIC);
+    if (out)
+        sqlite3_bind_blob(s, 7, out, (int)len, SQLITE_STATIC);
+    else
+        sqlite3_bind_null(s, 7);
     return exec(p, Q_STEP_PUT);
+}
+
+static int step_put(bench_peer *p, const char *task, const char *step, int generation,
+                    const void *out, size_t len)
+{
+    return step_put_state(p, task, step, generation, 2, out, len);
 }
 
 /* ------------------------------------------------------------------ transactions */
@@ -410,19 +425,37 @@ static int fenced(bench_peer *p, const char *task, uint64_t token, task_row *t)
 
 /* A step commit, as cairn's commit_txn: (a) read the task row and check the lease, (b) upsert
  * the step row with its output. The lease is renewed only once less than half of it is left
- * (never within these millisecond tasks), and a compute step's completion is no audit row. The
- * last step's commit also finishes the task: audit "all steps done", state succeeded, lease
- * released, in the same transaction. */
-static int commit_step(bench_peer *p, const char *task, const char *step, uint64_t token, int last)
+ * (never within these millisecond tasks), and a compute step's completion is no audit row; an
+ * effect's completion is one ("effect done"), and so is its intent (PEER_INTENT: the step row
+ * in state intent, no output). The last step's commit also finishes the task: audit "all steps
+ * done", state succeeded, lease released, in the same transaction. */
+static int commit_ex(bench_peer *p, const char *task, const char *step, uint64_t token,
+                     bench_peer_commit kind, int effect, const void *out, size_t len)
 {
     if (exec(p, Q_BEGIN_W))
         return -1;
     task_row t;
     if (fenced(p, task, token, &t)) /* (a) */
         return rollback(p);
-    if (step_put(p, task, step, t.generation, p->out, p->out_len)) /* (b) */
+    int rc = kind == PEER_INTENT ? step_put_state(p, task, step, t.generation, 1, NULL, 0)
+                                 : step_put(p, task, step, t.generation, out, len); /* (b) */
+    if (!rc && (kind == PEER_INTENT || effect)) {
+        sqlite3_stmt *s = p->q[Q_AUDIT_LAST];
+        text(s, 1, task);
+        rc = sqlite3_step(s) == SQLITE_ROW ? 0 : fail(p, "last audit row");
+        if (!rc && sqlite3_column_int64(s, 0) > t.audit_seq)
+            t.audit_seq = sqlite3_column_int64(s, 0);
+        sqlite3_reset(s);
+    }
+    if (!rc && kind == PEER_INTENT)
+        rc = audit(p, task, ++t.audit_seq, ST_RUNNING, ST_RUNNING, &t, step, "effect intent %s",
+                   p->delivery);
+    else if (!rc && effect)
+        rc = audit(p, task, ++t.audit_seq, ST_RUNNING, ST_RUNNING, &t, step,
+                   "effect done (invocation 1)");
+    if (rc)
         return rollback(p);
-    if (last) {
+    if (kind == PEER_DONE_LAST) {
         if (audit(p, task, ++t.audit_seq, ST_RUNNING, ST_SUCCEEDED, &t, NULL, "all steps done"))
             return rollback(p);
         sqlite3_stmt *s = p->q[Q_FINISH];
@@ -433,6 +466,12 @@ static int commit_step(bench_peer *p, const char *task, const char *step, uint64
             return rollback(p);
     }
     return exec(p, Q_COMMIT) ? rollback(p) : 0;
+}
+
+static int commit_step(bench_peer *p, const char *task, const char *step, uint64_t token, int last)
+{
+    return commit_ex(p, task, step, token, last ? PEER_DONE_LAST : PEER_DONE, 0, p->out,
+                     p->out_len);
 }
 
 /* Copies a blob and unpacks it, as cairn's runner hands dependency outputs to a step. */
@@ -454,6 +493,12 @@ static int hand_over(const void *blob, size_t n)
 int bench_peer_load_step(bench_peer *p, const char *task, const char *step, const char *dep,
                          int copy_input)
 {
+    return bench_peer_load(p, task, step, &dep, dep ? 1 : 0, copy_input);
+}
+
+int bench_peer_load(bench_peer *p, const char *task, const char *step, const char *const *deps,
+                    int n_deps, int copy_input)
+{
     if (exec(p, Q_BEGIN_R))
         return -1;
     sqlite3_stmt *s = p->q[Q_LOAD_TASK];
@@ -465,14 +510,13 @@ int bench_peer_load_step(bench_peer *p, const char *task, const char *step, cons
             ok = 0;
     }
     sqlite3_reset(s);
-    const char *names[2] = {step, dep};
-    for (int i = 0; ok && i < 2 && names[i]; i++) {
+    for (int i = 0; ok && i <= n_deps; i++) {
         s = p->q[Q_LOAD_STEP];
         text(s, 1, task);
-        text(s, 2, names[i]);
+        text(s, 2, i ? deps[i - 1] : step);
         sqlite3_bind_int(s, 3, gen);
         rc = sqlite3_step(s);
-        if (rc == SQLITE_ROW && i == 1 && sqlite3_column_int(s, 0) == 2 /* done */ &&
+        if (rc == SQLITE_ROW && i > 0 && sqlite3_column_int(s, 0) == 2 /* done */ &&
             hand_over(sqlite3_column_blob(s, 3), (size_t)sqlite3_column_bytes(s, 3)))
             ok = 0;
         else if (rc == SQLITE_DONE)
@@ -500,8 +544,8 @@ int bench_peer_load_step(bench_peer *p, const char *task, const char *step, cons
     if (exec(p, Q_COMMIT))
         return rollback(p);
     if (missing)
-        snprintf(p->err, sizeof p->err, "task '%s': no record of step '%s' or '%s'", task, step,
-                 dep ? dep : "-");
+        snprintf(p->err, sizeof p->err, "task '%s': no record of step '%s' or a dependency", task,
+                 step);
     return missing;
 }
 
@@ -548,4 +592,41 @@ int bench_peer_run_task(bench_peer *p, const char *id, uint32_t n, uint32_t n_st
             return -1;
     }
     return 0;
+}
+
+/* ------------------------------------------------------------------ the ledger graph's */
+
+int bench_peer_begin(bench_peer *p, const char *id, const void *input, size_t input_len,
+                     uint64_t token)
+{
+    return admit_acquire(p, id, input, input_len, token);
+}
+
+int bench_peer_commit_ex(bench_peer *p, const char *task, const char *step, uint64_t token,
+                         bench_peer_commit kind, int effect, const void *out, size_t len, int full)
+{
+    if (kind == PEER_INTENT)
+        snprintf(p->delivery, sizeof p->delivery, "%.*s", (int)len, (const char *)out);
+    if (full && p->split && sqlite3_exec(p->db, "PRAGMA synchronous=FULL", 0, 0, 0))
+        return fail(p, "synchronous=FULL");
+    int rc = commit_ex(p, task, step, token, kind, effect, out, len);
+    if (full && p->split && sqlite3_exec(p->db, "PRAGMA synchronous=NORMAL", 0, 0, 0))
+        return fail(p, "synchronous=NORMAL");
+    return rc;
+}
+
+int64_t bench_peer_count_state(bench_peer *p, int state)
+{
+    sqlite3_stmt *q = NULL;
+    int64_t n = -1;
+    if (sqlite3_prepare_v2(p->db, "SELECT count(*) FROM tasks WHERE state = ?1", -1, &q, NULL) ==
+        SQLITE_OK) {
+        sqlite3_bind_int(q, 1, state);
+        if (sqlite3_step(q) == SQLITE_ROW)
+            n = sqlite3_column_int64(q, 0);
+    }
+    if (n < 0)
+        fail(p, "count tasks");
+    sqlite3_finalize(q);
+    return n;
 }
