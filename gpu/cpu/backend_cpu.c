@@ -242,6 +242,22 @@ static void rope(const cairn__model *m, float *x, int n_heads, const float *cs)
     }
 }
 
+/* bytes of a cached key or value element */
+static size_t elt(const cpu_backend *b) { return b->f16 ? sizeof(uint16_t) : sizeof(float); }
+
+/* one head's query q against the L rows of K and V (head_dim apart, floats or halves as the
+ * cache) -> out (head_dim); sc: the thread's scores (n_ctx + head_dim floats) */
+static void attn_one(const cpu_backend *b, const float *q, const void *K, const void *V, int L,
+                     float *sc, float *out)
+{
+    const int hd = b->base.model->head_dim;
+    const float scale = 1.0f / sqrtf((float)hd);
+    if (b->f16)
+        cairn__attn_head_f16(q, K, V, (size_t)hd, L, hd, scale, sc, sc + b->base.n_ctx, out);
+    else
+        cairn__attn_head(q, K, V, (size_t)hd, L, hd, scale, sc, out);
+}
+
 typedef struct {
     cpu_backend *b;
     const void *K, *V; /* the layer's keys and values, [n_kv_heads][n_ctx][head_dim] */
@@ -256,19 +272,13 @@ static void attention_range(void *arg, int64_t i0, int64_t i1, int ith)
     const cairn__model *m = b->base.model;
     const int hd = m->head_dim, group = m->n_heads / m->n_kv_heads;
     float *sc = b->scores + (size_t)ith * ((size_t)b->base.n_ctx + (size_t)hd);
-    const float scale = 1.0f / sqrtf((float)hd);
     for (int64_t it = i0; it < i1; it++) {
         const int i = (int)(it / m->n_heads), h = (int)(it % m->n_heads);
         const int kvh = h / group, last = j->pos + i;
         const float *q = b->q + (size_t)i * (size_t)b->q_dim + (size_t)h * hd;
         float *o = b->att + (size_t)i * (size_t)b->q_dim + (size_t)h * hd;
-        const size_t at = (size_t)kvh * (size_t)b->base.n_ctx * (size_t)hd;
-        if (b->f16)
-            cairn__attn_head_f16(q, (const uint16_t *)j->K + at, (const uint16_t *)j->V + at,
-                                 (size_t)hd, last + 1, hd, scale, sc, sc + b->base.n_ctx, o);
-        else
-            cairn__attn_head(q, (const float *)j->K + at, (const float *)j->V + at, (size_t)hd,
-                             last + 1, hd, scale, sc, o);
+        const size_t at = (size_t)kvh * (size_t)b->base.n_ctx * (size_t)hd * elt(b);
+        attn_one(b, q, (const char *)j->K + at, (const char *)j->V + at, last + 1, sc, o);
     }
 }
 
@@ -347,8 +357,6 @@ static void attend(cpu_backend *b, const void *K, const void *V, int n, int pos)
 }
 
 /* ---- the paged pool -------------------------------------------------------------------------- */
-
-static size_t elt(const cpu_backend *b) { return b->f16 ? sizeof(uint16_t) : sizeof(float); }
 
 /* elements from one block's start to the next */
 static size_t block_elts(const cpu_backend *b)
@@ -539,7 +547,6 @@ static void dec_attention_range(void *arg, int64_t i0, int64_t i1, int ith)
     const size_t n_ctx = (size_t)b->base.n_ctx, run = n_ctx * (size_t)hd * elt(b);
     float *sc = b->scores + (size_t)ith * (n_ctx + (size_t)hd);
     char *K = (char *)b->gth + (size_t)ith * 2 * run, *V = K + run;
-    const float scale = 1.0f / sqrtf((float)hd);
     for (int64_t it = i0; it < i1; it++) {
         const int i = (int)(it / m->n_kv_heads), g = (int)(it % m->n_kv_heads);
         const int L = j->d[i]->pos + 1;
@@ -547,13 +554,7 @@ static void dec_attention_range(void *arg, int64_t i0, int64_t i1, int ith)
         for (int h = g * group; h < (g + 1) * group; h++) {
             const float *q = b->q + (size_t)i * (size_t)b->q_dim + (size_t)h * hd;
             float *o = b->att + (size_t)i * (size_t)b->q_dim + (size_t)h * hd;
-            if (b->f16)
-                cairn__attn_head_f16(q, (const uint16_t *)(const void *)K,
-                                     (const uint16_t *)(const void *)V, (size_t)hd, L, hd, scale,
-                                     sc, sc + n_ctx, o);
-            else
-                cairn__attn_head(q, (const float *)(const void *)K, (const float *)(const void *)V,
-                                 (size_t)hd, L, hd, scale, sc, o);
+            attn_one(b, q, K, V, L, sc, o);
         }
     }
 }
@@ -579,9 +580,15 @@ static void forward_decode(cpu_backend *b, const cairn__kv_seq *const *d, int nd
         for (int i = 0; i < nd; i++)
             cairn__rmsnorm(b->xb + (size_t)i * dim, b->x + (size_t)i * dim, ly->attn_norm, dim,
                            m->rms_eps);
-        cairn__matmul_rows(b->pool, &ly->wq, b->xb, nd, b->q, sc);
-        cairn__matmul_rows(b->pool, &ly->wk, b->xb, nd, b->k, sc);
-        cairn__matmul_rows(b->pool, &ly->wv, b->xb, nd, b->v, sc);
+        if (nd == 1) { /* one row: the solo step's fused pass (the same dot products) */
+            const cairn__mat *W[3] = {&ly->wq, &ly->wk, &ly->wv};
+            float *const O[3] = {b->q, b->k, b->v};
+            cairn__matvec_n(b->pool, W, 3, b->xb, O, sc);
+        } else {
+            cairn__matmul_rows(b->pool, &ly->wq, b->xb, nd, b->q, sc);
+            cairn__matmul_rows(b->pool, &ly->wk, b->xb, nd, b->k, sc);
+            cairn__matmul_rows(b->pool, &ly->wv, b->xb, nd, b->v, sc);
+        }
         add_bias(b->q, ly->bq, nd, b->q_dim);
         add_bias(b->k, ly->bk, nd, b->kv_dim);
         add_bias(b->v, ly->bv, nd, b->kv_dim);
@@ -601,8 +608,14 @@ static void forward_decode(cpu_backend *b, const cairn__kv_seq *const *d, int nd
         for (int i = 0; i < nd; i++)
             cairn__rmsnorm(b->xb + (size_t)i * dim, b->x + (size_t)i * dim, ly->ffn_norm, dim,
                            m->rms_eps);
-        cairn__matmul_rows(b->pool, &ly->w_gate, b->xb, nd, b->hb, sc);
-        cairn__matmul_rows(b->pool, &ly->w_up, b->xb, nd, b->hb2, sc);
+        if (nd == 1) {
+            const cairn__mat *W[2] = {&ly->w_gate, &ly->w_up};
+            float *const O[2] = {b->hb, b->hb2};
+            cairn__matvec_n(b->pool, W, 2, b->xb, O, sc);
+        } else {
+            cairn__matmul_rows(b->pool, &ly->w_gate, b->xb, nd, b->hb, sc);
+            cairn__matmul_rows(b->pool, &ly->w_up, b->xb, nd, b->hb2, sc);
+        }
         for (int i = 0; i < nd; i++)
             cairn__swiglu(b->hb + (size_t)i * ff, b->hb2 + (size_t)i * ff, ff);
         cairn__matmul_rows(b->pool, &ly->w_down, b->hb, nd, b->xb, sc);
