@@ -37,6 +37,39 @@ static const seq_spec specs[N_SEQ] = {
     {40, 6, 5, 0.7f, 4, NULL}, {1, 18, 9, 1.0f, 5, NULL},
 };
 
+/* what one sequence's callbacks saw: the streamed text and the newest checkpoint */
+typedef struct {
+    char text[4096];
+    size_t len;
+    int32_t ck[64];
+    size_t n_ck;
+    uint8_t state[CAIRN__SAMPLER_STATE_BYTES];
+    int n_calls;
+} sink;
+
+static int on_token(void *u, int32_t tok, const char *bytes, size_t n)
+{
+    sink *k = u;
+    (void)tok;
+    if (k->len + n < sizeof k->text) {
+        memcpy(k->text + k->len, bytes, n);
+        k->len += n;
+    }
+    return 0;
+}
+
+static int on_progress(void *u, const int32_t *gen, size_t n, const uint8_t *st, size_t sl)
+{
+    sink *k = u;
+    if (n <= 64 && sl == sizeof k->state) {
+        memcpy(k->ck, gen, n * sizeof *gen);
+        k->n_ck = n;
+        memcpy(k->state, st, sl);
+        k->n_calls++;
+    }
+    return 0;
+}
+
 typedef struct {
     const cairn__model *m;
     const cairn__tok *tok;
@@ -90,9 +123,17 @@ static int check_batch(rig *R, const cairn__batch_opts *bo, const char *what)
     const char *stops[N_SEQ][1];
     int ids[N_SEQ], added = 0, steps = 0, good = 1;
     float *lg[N_SEQ];
+    static sink sk; /* sequence 2's callbacks, in the batch */
+    memset(&sk, 0, sizeof sk);
     for (int k = 0; k < N_SEQ; k++) {
         make_prompt(k, prompts[k], specs[k].n_prompt, nv);
         make_opts(k, &opts[k], stops[k]);
+        if (k == 2) {
+            opts[k].on_token = on_token;
+            opts[k].on_progress = on_progress;
+            opts[k].progress_every = 4;
+            opts[k].user = &sk;
+        }
         lg[k] = malloc((size_t)nv * sizeof(float));
         ids[k] = -1;
     }
@@ -119,15 +160,30 @@ static int check_batch(rig *R, const cairn__batch_opts *bo, const char *what)
             if (ids[k] >= 0 && cairn__batch_logits(B, ids[k]))
                 memcpy(lg[k], cairn__batch_logits(B, ids[k]), (size_t)nv * sizeof(float));
     }
-    int same_tok = 1, same_logits = 1, n_tok = 0;
+    int same_tok = 1, same_logits = 1, n_tok = 0, same_ck = 0;
     float *sl = malloc((size_t)nv * sizeof(float));
     for (int k = 0; k < N_SEQ && good; k++) {
         cairn__gen_result rb, rs;
         memset(&rb, 0, sizeof rb);
         memset(&rs, 0, sizeof rs);
         rc = cairn__batch_result(B, ids[k], &rb);
-        int rc2 = cairn__engine_generate_tokens(R->e, prompts[k], (size_t)specs[k].n_prompt,
-                                                &opts[k], &rs);
+        cairn__gen_opts so = opts[k]; /* alone without the callbacks: the batch's sink stays */
+        so.on_token = NULL;
+        so.on_progress = NULL;
+        int rc2 =
+            cairn__engine_generate_tokens(R->e, prompts[k], (size_t)specs[k].n_prompt, &so, &rs);
+        if (k == 2 && rc == 0 && rc2 == 0) {
+            /* the batch's stream and newest checkpoint: the text, and an exact resume alone */
+            cairn__gen_result rr;
+            const int rc3 = cairn__engine_resume(R->e, prompts[k], (size_t)specs[k].n_prompt, sk.ck,
+                                                 sk.n_ck, sk.state, sizeof sk.state, &so, &rr);
+            same_ck = sk.len == rb.text_len && memcmp(sk.text, rb.text, rb.text_len) == 0 &&
+                      sk.n_calls > 0 && rc3 == 0 && rr.n_tokens == rs.n_tokens &&
+                      memcmp(rr.tokens, rs.tokens, rs.n_tokens * sizeof *rs.tokens) == 0 &&
+                      memcmp(rr.state, rs.state, sizeof rs.state) == 0;
+            if (rc3 == 0)
+                cairn__gen_result_free(&rr);
+        }
         if (rc || rc2) {
             same_tok = 0;
             continue;
@@ -156,6 +212,10 @@ static int check_batch(rig *R, const cairn__batch_opts *bo, const char *what)
                what, N_SEQ, n_tok, steps);
     good &= ok(good && same_logits, "%s: every sequence's last logits bit for bit the solo path's",
                what);
+    good &= ok(good && same_ck,
+               "%s: a batched sequence's stream is its text, and its checkpoint (%zu tokens) "
+               "resumes exactly through the engine alone",
+               what, sk.n_ck);
     for (int k = 0; k < N_SEQ; k++)
         cairn__batch_remove(B, ids[k]);
     good &= ok(cairn__batch_free_blocks(B) == full && cairn__batch_n_active(B) == 0,
