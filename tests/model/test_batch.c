@@ -6,10 +6,11 @@
  * through cairn__engine_generate_tokens on the same engine. Tokens, text, finish reason and
  * sampler state must be identical, and the batch's last logits of each sequence must equal (memcmp)
  * those of the same forward calls on the solo backend (the prompt, then each generated token but
- * the last, one at a time: what the engine ran). Also: an f16 cache; the pool's policy (a prompt
- * that does not fit is refused, decoding sequences wait, a step where all wait returns ENOMEM,
- * removal gives the blocks back and the rest finish unchanged); and the fallback for a backend
- * without paged ops (solo backends per sequence).
+ * the last, one at a time: what the engine ran), and one sequence's stream and newest checkpoint
+ * must be its text and resume exactly through the engine alone. Also: an f16 cache; the pool's
+ * policy (a prompt that does not fit is refused, decoding sequences wait, a step where all wait
+ * returns ENOMEM, removal gives the blocks back and the rest finish unchanged); and the fallback
+ * for a backend without paged ops (solo backends per sequence).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -123,12 +124,12 @@ static int check_batch(rig *R, const cairn__batch_opts *bo, const char *what)
     const char *stops[N_SEQ][1];
     int ids[N_SEQ], added = 0, steps = 0, good = 1;
     float *lg[N_SEQ];
-    static sink sk; /* sequence 2's callbacks, in the batch */
+    static sink sk; /* sequence 1's callbacks (it has no stop string: 9 tokens) */
     memset(&sk, 0, sizeof sk);
     for (int k = 0; k < N_SEQ; k++) {
         make_prompt(k, prompts[k], specs[k].n_prompt, nv);
         make_opts(k, &opts[k], stops[k]);
-        if (k == 2) {
+        if (k == 1) {
             opts[k].on_token = on_token;
             opts[k].on_progress = on_progress;
             opts[k].progress_every = 4;
@@ -172,7 +173,7 @@ static int check_batch(rig *R, const cairn__batch_opts *bo, const char *what)
         so.on_progress = NULL;
         int rc2 =
             cairn__engine_generate_tokens(R->e, prompts[k], (size_t)specs[k].n_prompt, &so, &rs);
-        if (k == 2 && rc == 0 && rc2 == 0) {
+        if (k == 1 && rc == 0 && rc2 == 0) {
             /* the batch's stream and newest checkpoint: the text, and an exact resume alone */
             cairn__gen_result rr;
             const int rc3 = cairn__engine_resume(R->e, prompts[k], (size_t)specs[k].n_prompt, sk.ck,
