@@ -62,6 +62,25 @@ typedef struct {
     int n_pen;          /* 0..CAIRN__SAMPLE_MAX_PEN (gpu/sample_core.h) */
 } cairn__sample_req;
 
+/* The paged KV cache (gpu/batch.c, the PagedAttention idea): keys and values for many
+ * sequences in blocks of CAIRN__KV_BLOCK positions from one pool the backend allocates
+ * (kv_pool), so memory follows the sequences' actual lengths. A sequence's block table names
+ * the block of each run of CAIRN__KV_BLOCK positions; which blocks are free is the caller's
+ * bookkeeping, the backend only stores and reads. 16 positions: a block of the 1B shape's
+ * 16 layers x 8 kv heads x 64 is 1 MiB in f32 (both K and V), small enough that a sequence
+ * wastes under one block, large enough that a head's run of a block (16 rows) is one stream. */
+#define CAIRN__KV_BLOCK 16
+
+/* One sequence's part of a paged forward step (cairn__backend_forward_paged). */
+typedef struct {
+    const int32_t *tokens; /* tokens[0..n) at positions pos..pos+n-1 */
+    int n;                 /* 1 (a decode step) .. the backend's n_batch (a prompt chunk) */
+    int pos;               /* the sequence's positions 0..pos-1 are in its blocks already */
+    const int32_t *blocks; /* block table: position p lives in block blocks[p / CAIRN__KV_BLOCK];
+                              entries up to (pos + n - 1) / CAIRN__KV_BLOCK, each < n_blocks */
+    float *logits;         /* NULL (no output head), or n_vocab floats for the last token */
+} cairn__kv_seq;
+
 typedef struct cairn__backend_ops {
     const char *name; /* "cpu", "cuda" */
     /* Creates a backend for m (which must outlive it). Returns 0 or CAIRN_ENOMEM, CAIRN_EINVAL,
@@ -76,6 +95,11 @@ typedef struct cairn__backend_ops {
      * arguments validated. */
     int (*forward_sample)(cairn__backend *b, int32_t token, int pos, const cairn__sample_req *q,
                           int32_t *next);
+    /* Optional, both or neither (NULL: no paged cache; gpu/batch.c then runs each sequence on a
+     * solo backend of its own). See cairn__backend_kv_pool and cairn__backend_forward_paged;
+     * arguments validated. */
+    int (*kv_pool)(cairn__backend *b, int n_blocks);
+    int (*forward_paged)(cairn__backend *b, const cairn__kv_seq *s, int n_seqs);
 } cairn__backend_ops;
 
 /* Every implementation's handle starts with this header. */
@@ -85,6 +109,7 @@ struct cairn__backend {
     int n_ctx;  /* KV positions */
     int n_past; /* positions 0..n_past-1 of the cache hold valid keys/values */
     char err[256];
+    int n_batch; /* most tokens forward() runs in one internal chunk (0: not known) */
 };
 
 extern const cairn__backend_ops cairn__backend_cpu_ops;
@@ -126,6 +151,26 @@ int cairn__backend_forward(cairn__backend *b, const int32_t *tokens, int n, int 
  * CAIRN__SAMPLE_MAX_PEN penalized ids) with nothing run. */
 int cairn__backend_forward_sample(cairn__backend *b, int32_t token, int pos,
                                   const cairn__sample_req *q, int32_t *next);
+/* Whether b has the paged cache's ops (kv_pool, forward_paged). */
+int cairn__backend_can_page(const cairn__backend *b);
+/* (Re)allocates b's paged KV pool for n_blocks blocks of CAIRN__KV_BLOCK positions (0: frees
+ * it), beside the positional cache, in the cache type b was created with; what the blocks held
+ * before is lost. Returns 0, CAIRN_ENOMEM (then b has no pool), CAIRN_EINVAL (n_blocks < 0) or
+ * CAIRN_EUNSUPPORTED (no paged ops). */
+int cairn__backend_kv_pool(cairn__backend *b, int n_blocks);
+/* One step over the paged pool for the sequences s[0..n_seqs): every entry with n == 1 joins one
+ * batch of decode steps (each weight matrix read once for all of them), every longer entry runs
+ * on its own as a prompt chunk. Writes each sequence's keys and values for its new positions
+ * into its blocks and its last token's logits where asked. Batch invariance: each sequence's
+ * keys, values and logits are bit for bit what forward() on a solo backend of the same
+ * configuration gives it for the same tokens at the same positions in the same chunks,
+ * whichever other sequences share the step (no reduction of one row depends on another).
+ * Entries must name distinct blocks for the positions they write. Returns 0, CAIRN_EINVAL (a
+ * token outside the vocabulary, bad n or pos, a block out of range, more decode entries than
+ * n_batch), CAIRN_ECONTEXT (pos + n > n_ctx), CAIRN_EUNSUPPORTED (no paged ops or no pool). */
+int cairn__backend_forward_paged(cairn__backend *b, const cairn__kv_seq *s, int n_seqs);
+/* The backend's n_batch (0 when it does not say). */
+int cairn__backend_n_batch(const cairn__backend *b);
 /* Whether b has a device sampler (forward_sample). */
 int cairn__backend_can_sample(const cairn__backend *b);
 /* Forgets every position >= n_keep (n_keep <= n_past). */

@@ -49,6 +49,7 @@ const cairn__model *cairn__engine_model(const cairn__engine *e);
 const cairn__tok *cairn__engine_tok(const cairn__engine *e);
 cairn__backend *cairn__engine_backend(const cairn__engine *e);
 void cairn__engine_set_eos(cairn__engine *e, int32_t eos); /* extra end id when tok is NULL */
+int32_t cairn__engine_eos(const cairn__engine *e);         /* that id, -1 when unset */
 const char *cairn__engine_errmsg(const cairn__engine *e);
 
 enum cairn__finish {

@@ -596,6 +596,57 @@ int cairn__backend_forward_sample(cairn__backend *b, int32_t token, int pos,
     return rc;
 }
 
+int cairn__backend_can_page(const cairn__backend *b)
+{
+    return b && b->ops->kv_pool && b->ops->forward_paged;
+}
+
+int cairn__backend_n_batch(const cairn__backend *b) { return b ? b->n_batch : 0; }
+
+int cairn__backend_kv_pool(cairn__backend *b, int n_blocks)
+{
+    if (!b || n_blocks < 0)
+        return cairn__errf(b ? b->err : NULL, b ? sizeof b->err : 0, CAIRN_EINVAL,
+                           "bad KV pool size %d", n_blocks);
+    if (!cairn__backend_can_page(b))
+        return cairn__errf(b->err, sizeof b->err, CAIRN_EUNSUPPORTED,
+                           "the %s backend has no paged KV cache", b->ops->name);
+    return b->ops->kv_pool(b, n_blocks);
+}
+
+int cairn__backend_forward_paged(cairn__backend *b, const cairn__kv_seq *s, int n_seqs)
+{
+    if (!b || (n_seqs && !s) || n_seqs < 0)
+        return cairn__errf(b ? b->err : NULL, b ? sizeof b->err : 0, CAIRN_EINVAL,
+                           "bad paged forward arguments");
+    if (!cairn__backend_can_page(b))
+        return cairn__errf(b->err, sizeof b->err, CAIRN_EUNSUPPORTED,
+                           "the %s backend has no paged KV cache", b->ops->name);
+    int n_dec = 0;
+    for (int k = 0; k < n_seqs; k++) {
+        const cairn__kv_seq *q = &s[k];
+        if (!q->tokens || !q->blocks || q->n < 1 || q->pos < 0 ||
+            (b->n_batch > 0 && q->n > b->n_batch))
+            return cairn__errf(b->err, sizeof b->err, CAIRN_EINVAL,
+                               "bad paged entry %d (n %d, pos %d)", k, q->n, q->pos);
+        if ((int64_t)q->pos + q->n > b->n_ctx)
+            return cairn__errf(b->err, sizeof b->err, CAIRN_ECONTEXT,
+                               "%d tokens at position %d exceed the context of %d", q->n, q->pos,
+                               b->n_ctx);
+        for (int i = 0; i < q->n; i++)
+            if (q->tokens[i] < 0 || q->tokens[i] >= b->model->n_vocab)
+                return cairn__errf(b->err, sizeof b->err, CAIRN_EINVAL,
+                                   "entry %d: token %d is outside the vocabulary (%d)", k,
+                                   q->tokens[i], b->model->n_vocab);
+        n_dec += q->n == 1;
+    }
+    if (b->n_batch > 0 && n_dec > b->n_batch)
+        return cairn__errf(b->err, sizeof b->err, CAIRN_EINVAL,
+                           "%d decode entries in one step (at most n_batch, %d)", n_dec,
+                           b->n_batch);
+    return b->ops->forward_paged(b, s, n_seqs);
+}
+
 int cairn__backend_can_sample(const cairn__backend *b)
 {
     return b && b->ops->forward_sample != NULL;

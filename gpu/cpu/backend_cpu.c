@@ -18,6 +18,19 @@
  * positions are first written, so a large context costs address space, not memory, until it is
  * used.
  *
+ * The paged pool (cairn__backend_kv_pool, for gpu/batch.c) holds many sequences' keys and values
+ * in blocks of CAIRN__KV_BLOCK positions, each laid out [layer][kv_head][16][head_dim]: a head's
+ * run of a block is one contiguous stream. Batch invariance is the design constraint there: a
+ * sequence's bits must not depend on which others share its step. So a paged step runs each
+ * sequence through exactly the arithmetic of the solo path: its decode entries go through the
+ * weights together with cairn__matmul_rows (each row cairn__matvec's, bit for bit), and attention
+ * gathers the sequence's blocks of one head into a contiguous run (per thread) and calls the
+ * same head kernel over it as the solo path calls over the positional cache; a prompt chunk
+ * gathers its sequence's blocks of a layer into a positional layout and runs the solo chunk code
+ * on it. The gather costs a copy of what attention then reads (the keys and values once more):
+ * small beside the weights at the lengths a batch runs, and what buys kernels shared with the
+ * solo path instead of paged variants at every ISA level.
+ *
  * Attention is computed per (token, head) pair, those pairs split over the thread pool; each
  * pair scores its query against keys 0..pos (causal) with a softmax in float and a running
  * weighted sum of values. A prompt chunk of 16 tokens or more over a float cache that sees at
@@ -53,6 +66,10 @@
  * backend creation; tests lower it to reach the blocks. */
 size_t cairn__cpu_att_bytes = (size_t)64 << 20;
 
+/* output rows the batched decode step's head computes at a time (its scratch: DEC_LOGIT_ROWS
+ * logits rows, 16 MiB at a 128k vocabulary) */
+#define DEC_LOGIT_ROWS 32
+
 #include "cairn_errors.h"
 typedef struct {
     cairn__backend base;
@@ -76,6 +93,13 @@ typedef struct {
     void *mv_scratch;
     float *mm_scratch;
     float *inv_freq; /* rope_dim/2 */
+    /* the paged pool (kv_pool): n_blocks blocks of [n_layers][n_kv_heads][KV_BLOCK][head_dim]
+     * floats or halves, and its gather buffers */
+    void *kpool, *vpool;
+    int n_blocks;
+    void *gk, *gv; /* one layer of one sequence, [n_kv_heads][n_ctx][head_dim] (a prompt chunk) */
+    void *gth;     /* (n_threads, 2, n_ctx, head_dim): a thread's gathered head, K then V */
+    float *dec_logits; /* (DEC_LOGIT_ROWS, n_vocab): the batched decode step's output rows */
 } cpu_backend;
 
 static void cpu_destroy(cairn__backend *bb)
@@ -98,6 +122,12 @@ static void cpu_destroy(cairn__backend *bb)
     free(b->mv_scratch);
     free(b->mm_scratch);
     free(b->inv_freq);
+    free(b->kpool);
+    free(b->vpool);
+    free(b->gk);
+    free(b->gv);
+    free(b->gth);
+    free(b->dec_logits);
     free(b);
 }
 
@@ -116,6 +146,7 @@ static int cpu_create(const cairn__model *m, const cairn__backend_opts *o, cairn
     b->n_batch = o->n_batch > 0 ? o->n_batch : 256;
     if (b->n_batch > n_ctx)
         b->n_batch = n_ctx;
+    b->base.n_batch = b->n_batch;
     b->q_dim = (int64_t)m->n_heads * m->head_dim;
     b->kv_dim = (int64_t)m->n_kv_heads * m->head_dim;
     int rc = cairn__pool_new(o->n_threads, &b->pool);
@@ -211,9 +242,26 @@ static void rope(const cairn__model *m, float *x, int n_heads, const float *cs)
     }
 }
 
+/* bytes of a cached key or value element */
+static size_t elt(const cpu_backend *b) { return b->f16 ? sizeof(uint16_t) : sizeof(float); }
+
+/* one head's query q against the L rows of K and V (head_dim apart, floats or halves as the
+ * cache) -> out (head_dim); sc: the thread's scores (n_ctx + head_dim floats) */
+static void attn_one(const cpu_backend *b, const float *q, const void *K, const void *V, int L,
+                     float *sc, float *out)
+{
+    const int hd = b->base.model->head_dim;
+    const float scale = 1.0f / sqrtf((float)hd);
+    if (b->f16)
+        cairn__attn_head_f16(q, K, V, (size_t)hd, L, hd, scale, sc, sc + b->base.n_ctx, out);
+    else
+        cairn__attn_head(q, K, V, (size_t)hd, L, hd, scale, sc, out);
+}
+
 typedef struct {
     cpu_backend *b;
-    int layer, n, pos;
+    const void *K, *V; /* the layer's keys and values, [n_kv_heads][n_ctx][head_dim] */
+    int n, pos;
 } att_job;
 
 /* for each (token i, head h): softmax(q_ih . K[0..pos+i] / sqrt(hd)) @ V -> att (i, h*hd) */
@@ -223,22 +271,14 @@ static void attention_range(void *arg, int64_t i0, int64_t i1, int ith)
     cpu_backend *b = j->b;
     const cairn__model *m = b->base.model;
     const int hd = m->head_dim, group = m->n_heads / m->n_kv_heads;
-    const size_t layer_off = (size_t)j->layer * (size_t)b->base.n_ctx * (size_t)b->kv_dim;
     float *sc = b->scores + (size_t)ith * ((size_t)b->base.n_ctx + (size_t)hd);
-    const float scale = 1.0f / sqrtf((float)hd);
     for (int64_t it = i0; it < i1; it++) {
         const int i = (int)(it / m->n_heads), h = (int)(it % m->n_heads);
         const int kvh = h / group, last = j->pos + i;
         const float *q = b->q + (size_t)i * (size_t)b->q_dim + (size_t)h * hd;
         float *o = b->att + (size_t)i * (size_t)b->q_dim + (size_t)h * hd;
-        const size_t at = layer_off + (size_t)kvh * (size_t)b->base.n_ctx * (size_t)hd;
-        if (b->f16)
-            cairn__attn_head_f16(q, (const uint16_t *)b->kcache + at,
-                                 (const uint16_t *)b->vcache + at, (size_t)hd, last + 1, hd, scale,
-                                 sc, sc + b->base.n_ctx, o);
-        else
-            cairn__attn_head(q, (const float *)b->kcache + at, (const float *)b->vcache + at,
-                             (size_t)hd, last + 1, hd, scale, sc, o);
+        const size_t at = (size_t)kvh * (size_t)b->base.n_ctx * (size_t)hd * elt(b);
+        attn_one(b, q, (const char *)j->K + at, (const char *)j->V + at, last + 1, sc, o);
     }
 }
 
@@ -269,16 +309,15 @@ static void chunk_softmax_range(void *arg, int64_t i0, int64_t i1, int ith)
  * that way); here each is read once per chunk, and sgemm does the arithmetic. The same function
  * of the cache as attention_range to float rounding (tests/model checks both against
  * float64). */
-static void attention_gemm(cpu_backend *b, int layer, int n, int pos)
+static void attention_gemm(cpu_backend *b, const float *Kl, const float *Vl, int n, int pos)
 {
     const cairn__model *m = b->base.model;
     const int hd = m->head_dim, group = m->n_heads / m->n_kv_heads;
     const size_t n_ctx = (size_t)b->base.n_ctx, qd = (size_t)b->q_dim;
-    const size_t layer_off = (size_t)layer * n_ctx * (size_t)b->kv_dim;
     const float scale = 1.0f / sqrtf((float)hd);
     for (int g = 0; g < m->n_kv_heads; g++) {
-        const size_t at = layer_off + (size_t)g * n_ctx * (size_t)hd;
-        const float *K = (const float *)b->kcache + at, *V = (const float *)b->vcache + at;
+        const size_t at = (size_t)g * n_ctx * (size_t)hd;
+        const float *K = Kl + at, *V = Vl + at;
         for (int h = g * group; h < (g + 1) * group; h++)
             for (int r0 = 0; r0 < n; r0 += b->att_rows) {
                 const int rows = n - r0 < b->att_rows ? n - r0 : b->att_rows, L = pos + r0 + rows;
@@ -297,16 +336,17 @@ static void attention_gemm(cpu_backend *b, int layer, int n, int pos)
     }
 }
 
-/* the layer's attention for the chunk into att: a prompt chunk as matrix products where
- * OpenBLAS is there (chunk_s), else per (token, head) */
-static void attend(cpu_backend *b, int layer, int n, int pos)
+/* the layer's attention for the chunk into att, over its keys and values K, V
+ * ([n_kv_heads][n_ctx][head_dim]): a prompt chunk as matrix products where OpenBLAS is there
+ * (chunk_s), else per (token, head) */
+static void attend(cpu_backend *b, const void *K, const void *V, int n, int pos)
 {
     if (b->chunk_s && n >= ATT_GEMM_MIN && pos + n <= ATT_GEMM_MAX_CTX) {
-        attention_gemm(b, layer, n, pos);
+        attention_gemm(b, K, V, n, pos);
         return;
     }
     const cairn__model *m = b->base.model;
-    att_job aj = {b, layer, n, pos};
+    att_job aj = {b, K, V, n, pos};
     /* a few thousand multiply-adds are cheaper than waking the workers (~0.5 us); beyond that
      * the heads go to the pool (15M shape, 6 heads of 48 at 160 positions: 5.8 us a layer on
      * the caller alone while the workers spin, ~3.5 us on 2 threads) */
@@ -314,6 +354,91 @@ static void attend(cpu_backend *b, int layer, int n, int pos)
         attention_range(&aj, 0, (int64_t)n * m->n_heads, 0);
     else
         cairn__pool_for(b->pool, (int64_t)n * m->n_heads, 1, attention_range, &aj);
+}
+
+/* ---- the paged pool -------------------------------------------------------------------------- */
+
+/* elements from one block's start to the next */
+static size_t block_elts(const cpu_backend *b)
+{
+    return (size_t)b->base.model->n_layers * (size_t)b->kv_dim * CAIRN__KV_BLOCK;
+}
+
+/* the element offset in the pool of layer l, kv head g, position p of the table's sequence */
+static size_t pool_at(const cpu_backend *b, const int32_t *blocks, int l, int g, int p)
+{
+    const cairn__model *m = b->base.model;
+    return (size_t)blocks[p / CAIRN__KV_BLOCK] * block_elts(b) +
+           (((size_t)l * (size_t)m->n_kv_heads + (size_t)g) * CAIRN__KV_BLOCK +
+            (size_t)(p % CAIRN__KV_BLOCK)) *
+               (size_t)m->head_dim;
+}
+
+/* positions [0, L) of layer l, kv head g of the table's sequence -> K, V (L rows of head_dim,
+ * contiguous): a block's run of a head is one copy */
+static void gather_head(const cpu_backend *b, const int32_t *blocks, int l, int g, int L, void *K,
+                        void *V)
+{
+    const size_t hd = (size_t)b->base.model->head_dim, e = elt(b);
+    for (int p = 0; p < L; p += CAIRN__KV_BLOCK) {
+        const size_t rows = (size_t)(L - p < CAIRN__KV_BLOCK ? L - p : CAIRN__KV_BLOCK);
+        const size_t at = pool_at(b, blocks, l, g, p);
+        memcpy((char *)K + (size_t)p * hd * e, (const char *)b->kpool + at * e, rows * hd * e);
+        memcpy((char *)V + (size_t)p * hd * e, (const char *)b->vpool + at * e, rows * hd * e);
+    }
+}
+
+static int cpu_kv_pool(cairn__backend *bb, int n_blocks)
+{
+    cpu_backend *b = (cpu_backend *)bb;
+    const cairn__model *m = b->base.model;
+    free(b->kpool);
+    free(b->vpool);
+    free(b->gk);
+    free(b->gv);
+    free(b->gth);
+    free(b->dec_logits);
+    b->kpool = b->vpool = b->gk = b->gv = b->gth = NULL;
+    b->dec_logits = NULL;
+    b->n_blocks = 0;
+    if (n_blocks == 0)
+        return 0;
+    const size_t e = elt(b), n_ctx = (size_t)b->base.n_ctx, hd = (size_t)m->head_dim;
+    const size_t nth = (size_t)cairn__pool_size(b->pool);
+    b->kpool = malloc((size_t)n_blocks * block_elts(b) * e);
+    b->vpool = malloc((size_t)n_blocks * block_elts(b) * e);
+    b->gk = malloc(n_ctx * (size_t)b->kv_dim * e);
+    b->gv = malloc(n_ctx * (size_t)b->kv_dim * e);
+    b->gth = malloc(nth * 2 * n_ctx * hd * e);
+    b->dec_logits = malloc((size_t)DEC_LOGIT_ROWS * (size_t)m->n_vocab * sizeof(float));
+    if (!b->kpool || !b->vpool || !b->gk || !b->gv || !b->gth || !b->dec_logits) {
+        cpu_kv_pool(bb, 0);
+        return cairn__errf(b->base.err, sizeof b->base.err, CAIRN_ENOMEM,
+                           "out of memory for a KV pool of %d blocks", n_blocks);
+    }
+    b->n_blocks = n_blocks;
+    return 0;
+}
+
+/* kv head g's key and value rows of position p (in k, v: a token's kv_dim projections) into
+ * layer l of the positional cache, or of pg's blocks */
+static void store_kv(cpu_backend *b, const cairn__kv_seq *pg, int l, int g, int p, const float *k,
+                     const float *v)
+{
+    const size_t hd = (size_t)b->base.model->head_dim;
+    const size_t at =
+        pg ? pool_at(b, pg->blocks, l, g, p)
+           : (((size_t)l * (size_t)b->base.model->n_kv_heads + (size_t)g) * (size_t)b->base.n_ctx +
+              (size_t)p) *
+                 hd;
+    void *kd = pg ? b->kpool : b->kcache, *vd = pg ? b->vpool : b->vcache;
+    if (b->f16) {
+        cairn__f32_to_f16_row((uint16_t *)kd + at, k + (size_t)g * hd, (int64_t)hd);
+        cairn__f32_to_f16_row((uint16_t *)vd + at, v + (size_t)g * hd, (int64_t)hd);
+    } else {
+        memcpy((float *)kd + at, k + (size_t)g * hd, hd * sizeof(float));
+        memcpy((float *)vd + at, v + (size_t)g * hd, hd * sizeof(float));
+    }
 }
 
 static void add_bias(float *x, const float *bias, int n, int64_t d)
@@ -325,9 +450,10 @@ static void add_bias(float *x, const float *bias, int n, int64_t d)
             x[(size_t)i * (size_t)d + (size_t)k] += bias[k];
 }
 
-/* tokens[0..n) (n <= n_batch) at positions pos.. through the whole model */
-static void forward_chunk(cpu_backend *b, const int32_t *tokens, int n, int pos, float *logits,
-                          int all_logits)
+/* tokens[0..n) (n <= n_batch) at positions pos.. through the whole model; keys and values in
+ * the positional cache, or, with pg, in pg's blocks of the pool */
+static void forward_chunk(cpu_backend *b, const cairn__kv_seq *pg, const int32_t *tokens, int n,
+                          int pos, float *logits, int all_logits)
 {
     const cairn__model *m = b->base.model;
     const int64_t dim = m->dim, ff = m->ff_dim, half = m->rope_dim / 2;
@@ -361,22 +487,19 @@ static void forward_chunk(cpu_backend *b, const int32_t *tokens, int n, int pos,
             const float *cs = b->rope + (size_t)i * (size_t)m->rope_dim;
             rope(m, b->q + (size_t)i * b->q_dim, m->n_heads, cs);
             rope(m, b->k + (size_t)i * b->kv_dim, m->n_kv_heads, cs);
-            for (int g = 0; g < m->n_kv_heads; g++) { /* head g's row of position pos + i */
-                const size_t hd = (size_t)m->head_dim,
-                             at = layer_off +
-                                  ((size_t)g * (size_t)b->base.n_ctx + (size_t)(pos + i)) * hd;
-                const float *kr = b->k + (size_t)i * b->kv_dim + g * hd,
-                            *vr = b->v + (size_t)i * b->kv_dim + g * hd;
-                if (b->f16) {
-                    cairn__f32_to_f16_row((uint16_t *)b->kcache + at, kr, (int64_t)hd);
-                    cairn__f32_to_f16_row((uint16_t *)b->vcache + at, vr, (int64_t)hd);
-                } else {
-                    memcpy((float *)b->kcache + at, kr, hd * sizeof(float));
-                    memcpy((float *)b->vcache + at, vr, hd * sizeof(float));
-                }
-            }
+            for (int g = 0; g < m->n_kv_heads; g++) /* head g's row of position pos + i */
+                store_kv(b, pg, l, g, pos + i, b->k + (size_t)i * b->kv_dim,
+                         b->v + (size_t)i * b->kv_dim);
         }
-        attend(b, l, n, pos);
+        if (pg) { /* the sequence's keys and values of this layer, laid out as the cache's */
+            for (int g = 0; g < m->n_kv_heads; g++) {
+                const size_t at = (size_t)g * (size_t)b->base.n_ctx * (size_t)m->head_dim * elt(b);
+                gather_head(b, pg->blocks, l, g, pos + n, (char *)b->gk + at, (char *)b->gv + at);
+            }
+            attend(b, b->gk, b->gv, n, pos);
+        } else
+            attend(b, (const char *)b->kcache + layer_off * elt(b),
+                   (const char *)b->vcache + layer_off * elt(b), n, pos);
         linear(b, &ly->wo, b->att, n, b->xb);
         for (size_t k = 0; k < (size_t)n * (size_t)dim; k++)
             b->x[k] += b->xb[k];
@@ -406,6 +529,147 @@ static void forward_chunk(cpu_backend *b, const int32_t *tokens, int n, int pos,
     linear(b, &m->output, b->xb, cnt, logits);
 }
 
+typedef struct {
+    cpu_backend *b;
+    const cairn__kv_seq *const *d;
+    int layer;
+} dec_att_job;
+
+/* for each (entry i, kv head g): the entry's keys and values of head g gathered into the
+ * thread's run, then each query head of the group against them with the solo path's kernel and
+ * arguments (attention_range with n 1) */
+static void dec_attention_range(void *arg, int64_t i0, int64_t i1, int ith)
+{
+    const dec_att_job *j = arg;
+    cpu_backend *b = j->b;
+    const cairn__model *m = b->base.model;
+    const int hd = m->head_dim, group = m->n_heads / m->n_kv_heads;
+    const size_t n_ctx = (size_t)b->base.n_ctx, run = n_ctx * (size_t)hd * elt(b);
+    float *sc = b->scores + (size_t)ith * (n_ctx + (size_t)hd);
+    char *K = (char *)b->gth + (size_t)ith * 2 * run, *V = K + run;
+    for (int64_t it = i0; it < i1; it++) {
+        const int i = (int)(it / m->n_kv_heads), g = (int)(it % m->n_kv_heads);
+        const int L = j->d[i]->pos + 1;
+        gather_head(b, j->d[i]->blocks, j->layer, g, L, K, V);
+        for (int h = g * group; h < (g + 1) * group; h++) {
+            const float *q = b->q + (size_t)i * (size_t)b->q_dim + (size_t)h * hd;
+            float *o = b->att + (size_t)i * (size_t)b->q_dim + (size_t)h * hd;
+            attn_one(b, q, K, V, L, sc, o);
+        }
+    }
+}
+
+/* d[0..nd) (nd <= n_batch) one decode step each, over their blocks: forward_chunk's n == 1 path
+ * on nd rows at once, every product cairn__matmul_rows (each row cairn__matvec's), every
+ * element-wise operation the same call on each row, each row's attention over its own blocks */
+static void forward_decode(cpu_backend *b, const cairn__kv_seq *const *d, int nd)
+{
+    const cairn__model *m = b->base.model;
+    const int64_t dim = m->dim, ff = m->ff_dim, half = m->rope_dim / 2;
+    float *sc = b->mm_scratch;
+    for (int i = 0; i < nd; i++) {
+        cairn__mat_row(&m->tok_embd, d[i]->tokens[0], b->x + (size_t)i * (size_t)dim);
+        for (int64_t k = 0; k < half; k++) {
+            const double th = (double)d[i]->pos * (double)b->inv_freq[k];
+            b->rope[(size_t)i * (size_t)m->rope_dim + 2 * (size_t)k] = (float)cos(th);
+            b->rope[(size_t)i * (size_t)m->rope_dim + 2 * (size_t)k + 1] = (float)sin(th);
+        }
+    }
+    for (int l = 0; l < m->n_layers; l++) {
+        const cairn__layer *ly = &m->layers[l];
+        for (int i = 0; i < nd; i++)
+            cairn__rmsnorm(b->xb + (size_t)i * dim, b->x + (size_t)i * dim, ly->attn_norm, dim,
+                           m->rms_eps);
+        if (nd == 1) { /* one row: the solo step's fused pass (the same dot products) */
+            const cairn__mat *W[3] = {&ly->wq, &ly->wk, &ly->wv};
+            float *const O[3] = {b->q, b->k, b->v};
+            cairn__matvec_n(b->pool, W, 3, b->xb, O, sc);
+        } else {
+            cairn__matmul_rows(b->pool, &ly->wq, b->xb, nd, b->q, sc);
+            cairn__matmul_rows(b->pool, &ly->wk, b->xb, nd, b->k, sc);
+            cairn__matmul_rows(b->pool, &ly->wv, b->xb, nd, b->v, sc);
+        }
+        add_bias(b->q, ly->bq, nd, b->q_dim);
+        add_bias(b->k, ly->bk, nd, b->kv_dim);
+        add_bias(b->v, ly->bv, nd, b->kv_dim);
+        for (int i = 0; i < nd; i++) {
+            const float *cs = b->rope + (size_t)i * (size_t)m->rope_dim;
+            rope(m, b->q + (size_t)i * b->q_dim, m->n_heads, cs);
+            rope(m, b->k + (size_t)i * b->kv_dim, m->n_kv_heads, cs);
+            for (int g = 0; g < m->n_kv_heads; g++)
+                store_kv(b, d[i], l, g, d[i]->pos, b->k + (size_t)i * b->kv_dim,
+                         b->v + (size_t)i * b->kv_dim);
+        }
+        dec_att_job aj = {b, d, l};
+        cairn__pool_for(b->pool, (int64_t)nd * m->n_kv_heads, 1, dec_attention_range, &aj);
+        cairn__matmul_rows(b->pool, &ly->wo, b->att, nd, b->xb, sc);
+        for (size_t k = 0; k < (size_t)nd * (size_t)dim; k++)
+            b->x[k] += b->xb[k];
+        for (int i = 0; i < nd; i++)
+            cairn__rmsnorm(b->xb + (size_t)i * dim, b->x + (size_t)i * dim, ly->ffn_norm, dim,
+                           m->rms_eps);
+        if (nd == 1) {
+            const cairn__mat *W[2] = {&ly->w_gate, &ly->w_up};
+            float *const O[2] = {b->hb, b->hb2};
+            cairn__matvec_n(b->pool, W, 2, b->xb, O, sc);
+        } else {
+            cairn__matmul_rows(b->pool, &ly->w_gate, b->xb, nd, b->hb, sc);
+            cairn__matmul_rows(b->pool, &ly->w_up, b->xb, nd, b->hb2, sc);
+        }
+        for (int i = 0; i < nd; i++)
+            cairn__swiglu(b->hb + (size_t)i * ff, b->hb2 + (size_t)i * ff, ff);
+        cairn__matmul_rows(b->pool, &ly->w_down, b->hb, nd, b->xb, sc);
+        for (size_t k = 0; k < (size_t)nd * (size_t)dim; k++)
+            b->x[k] += b->xb[k];
+    }
+    /* the output head for the rows that want logits, DEC_LOGIT_ROWS at a time */
+    const size_t nv = (size_t)m->n_vocab;
+    int i = 0;
+    while (i < nd) {
+        int rows = 0, idx[DEC_LOGIT_ROWS];
+        for (; i < nd && rows < DEC_LOGIT_ROWS; i++)
+            if (d[i]->logits) {
+                cairn__rmsnorm(b->xb + (size_t)rows * dim, b->x + (size_t)i * dim, m->output_norm,
+                               dim, m->rms_eps);
+                idx[rows++] = i;
+            }
+        if (rows == 0)
+            break;
+        cairn__matmul_rows(b->pool, &m->output, b->xb, rows, b->dec_logits, sc);
+        for (int r = 0; r < rows; r++)
+            memcpy(d[idx[r]]->logits, b->dec_logits + (size_t)r * nv, nv * sizeof(float));
+    }
+}
+
+static int cpu_forward_paged(cairn__backend *bb, const cairn__kv_seq *s, int n_seqs)
+{
+    cpu_backend *b = (cpu_backend *)bb;
+    if (!b->kpool)
+        return cairn__errf(b->base.err, sizeof b->base.err, CAIRN_EUNSUPPORTED,
+                           "no KV pool (cairn__backend_kv_pool)");
+    for (int k = 0; k < n_seqs; k++)
+        for (int p = s[k].pos; p < s[k].pos + s[k].n; p += CAIRN__KV_BLOCK - p % CAIRN__KV_BLOCK)
+            if (s[k].blocks[p / CAIRN__KV_BLOCK] < 0 ||
+                s[k].blocks[p / CAIRN__KV_BLOCK] >= b->n_blocks)
+                return cairn__errf(b->base.err, sizeof b->base.err, CAIRN_EINVAL,
+                                   "entry %d: block %d of position %d outside the pool (%d)", k,
+                                   s[k].blocks[p / CAIRN__KV_BLOCK], p, b->n_blocks);
+    const cairn__kv_seq *dec[256];
+    int nd = 0;
+    for (int k = 0; k < n_seqs; k++)
+        if (s[k].n == 1) {
+            dec[nd++] = &s[k];
+            if (nd == (int)(sizeof dec / sizeof *dec)) {
+                forward_decode(b, dec, nd);
+                nd = 0;
+            }
+        } else
+            forward_chunk(b, &s[k], s[k].tokens, s[k].n, s[k].pos, s[k].logits, 0);
+    if (nd)
+        forward_decode(b, dec, nd);
+    return 0;
+}
+
 static int cpu_forward(cairn__backend *bb, const int32_t *tokens, int n, int pos, float *logits,
                        int all_logits)
 {
@@ -419,10 +683,14 @@ static int cpu_forward(cairn__backend *bb, const int32_t *tokens, int n, int pos
             lg = logits + (size_t)c0 * (size_t)nv;
         else if (logits && last)
             lg = logits;
-        forward_chunk(b, tokens + c0, nc, pos + c0, lg, all_logits);
+        forward_chunk(b, NULL, tokens + c0, nc, pos + c0, lg, all_logits);
     }
     return 0;
 }
 
-const cairn__backend_ops cairn__backend_cpu_ops = {
-    .name = "cpu", .create = cpu_create, .forward = cpu_forward, .destroy = cpu_destroy};
+const cairn__backend_ops cairn__backend_cpu_ops = {.name = "cpu",
+                                                   .create = cpu_create,
+                                                   .forward = cpu_forward,
+                                                   .destroy = cpu_destroy,
+                                                   .kv_pool = cpu_kv_pool,
+                                                   .forward_paged = cpu_forward_paged};

@@ -666,10 +666,15 @@ static void mm8_prep_range(void *arg, int64_t a, int64_t b, int ith)
     const mm8_job *j = arg;
     const uint32_t ty = j->W->type;
     (void)ith;
+    const int fl = !takes_xq8(ty) && !is_kquant(ty); /* the float types (cairn__matmul_rows)
+                                                        read the activation as it is */
     for (int64_t i = a; i < b; i++)
-        j->xp[i] =
-            prep_x8(j->t, j->X + i * j->W->cols, j->W->cols, is_kquant(ty), ty == CAIRN__GGML_Q4_0,
-                    ty == CAIRN__GGML_Q8_0, j->area + (size_t)i * j->stride);
+        if (fl)
+            memset(&j->xp[i], 0, sizeof j->xp[i]);
+        else
+            j->xp[i] = prep_x8(j->t, j->X + i * j->W->cols, j->W->cols, is_kquant(ty),
+                               ty == CAIRN__GGML_Q4_0, ty == CAIRN__GGML_Q8_0,
+                               j->area + (size_t)i * j->stride);
 }
 
 /* row groups [a, b), one at a time: every token against it while it is in cache */
@@ -730,6 +735,24 @@ static int matmul_int8(cairn__pool *p, const cairn__mat *W, const float *X, int6
         cairn__pool_for(p, (W->rows + MM8_ROWS - 1) / MM8_ROWS, 0, mm8_rows_range, &j);
     }
     return 1;
+}
+
+/* W (rows, cols) @ X^T: X (n, cols) -> OUT (n, rows), each row of OUT cairn__matvec's for its
+ * token: the int8 path above, which for the float types is the same loop without the
+ * preparation (rows_of's dot product reads the float activation, as cairn__matvec's does). A
+ * batch of decode steps (gpu/batch.c) is this product, so a sequence's bits do not depend on
+ * which others share its step: every row is still one dot product in the decode kernel's order,
+ * and the threads split the weight rows, never a row's sum. */
+void cairn__matmul_rows(cairn__pool *p, const cairn__mat *W, const float *X, int64_t n, float *OUT,
+                        float *scratch)
+{
+    if (!dot_for(dots(), W->type)) {
+        memset(OUT, 0, (size_t)n * (size_t)W->rows * sizeof(float)); /* as cairn__matvec */
+        return;
+    }
+    if (n == 1 || !matmul_int8(p, W, X, n, OUT, scratch))
+        for (int64_t i = 0; i < n; i++)
+            cairn__matvec(p, W, X + i * W->cols, OUT + i * W->rows, scratch);
 }
 
 /* W (rows, cols) @ X^T: X (n, cols) -> OUT (n, rows) */

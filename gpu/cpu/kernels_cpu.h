@@ -61,6 +61,13 @@ size_t cairn__matmul_scratch_bytes(const cairn__mat *W);
  */
 void cairn__matmul(cairn__pool *p, const cairn__mat *W, const float *X, int64_t n, float *OUT,
                    float *scratch);
+/* W (rows, cols) @ X^T: X (n, cols) -> OUT (n, rows) with every row of OUT bit for bit what
+ * cairn__matvec gives its token, for every type (the float types too, unlike cairn__matmul):
+ * the weights streamed once a pass for all the tokens, each token's dot products in the decode
+ * kernels' order. The batched decode step's product. scratch: cairn__matmul_scratch_bytes(W);
+ * n == 1 uses it as cairn__matvec's (which needs less). */
+void cairn__matmul_rows(cairn__pool *p, const cairn__mat *W, const float *X, int64_t n, float *OUT,
+                        float *scratch);
 /* 1 (the default): cairn__matmul multiplies the quantized weights with the decode
  * kernels, the activations rounded to int8 per 32 values as a decode step rounds them, each
  * token's output bit for bit cairn__matvec's; 0: dequantize + sgemm on float activations (the

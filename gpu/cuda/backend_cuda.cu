@@ -123,7 +123,11 @@ const cairn__backend_ops cairn__backend_cuda_ops = {.name = "cuda",
                                                     .create = cuda_create,
                                                     .forward = cuda_forward,
                                                     .destroy = cuda_destroy,
-                                                    .forward_sample = cuda_forward_sample};
+                                                    .forward_sample = cuda_forward_sample,
+                                                    /* no paged KV cache yet: gpu/batch.c runs
+                                                     * each sequence on a solo backend */
+                                                    .kv_pool = NULL,
+                                                    .forward_paged = NULL};
 
 /* ==== the entry point
  * ============================================================================== */
