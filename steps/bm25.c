@@ -118,6 +118,7 @@ int cairn__bm25_open(const char *dir, int writable, cairn__bm25 **out, char *err
     snprintf(ix->dir, sizeof ix->dir, "%s", dir);
     ix->writable = writable;
     ix->flush_at = FLUSH_POSTINGS;
+    ix->mem_cap = CAIRN__BM25_DEFAULT_MEMORY;
     ix->prune_min = PRUNE_MIN_POSTINGS;
     const char *ex = getenv("CAIRN_BM25_EXHAUSTIVE");
     ix->exhaustive = ex && !strcmp(ex, "1");
@@ -283,3 +284,10 @@ void cairn__bm25_set_flush_postings(cairn__bm25 *ix, size_t n)
 {
     ix->flush_at = n ? n : FLUSH_POSTINGS;
 }
+
+void cairn__bm25_set_memory(cairn__bm25 *ix, size_t bytes)
+{
+    ix->mem_cap = bytes ? bytes : CAIRN__BM25_DEFAULT_MEMORY;
+}
+
+size_t cairn__bm25_batch_peak(const cairn__bm25 *ix) { return ix->mem_peak; }

@@ -76,6 +76,17 @@ int cairn__bm25_commit(cairn__bm25 *ix);
 /* Test hook: how many postings a batch buffers in memory before writing them out inside its
  * transaction (default 4M, 0 = default). Small values exercise the mid-batch flush paths. */
 void cairn__bm25_set_flush_postings(cairn__bm25 *ix, size_t n);
+/* Default cap on a write batch's buffers (cairn__bm25_set_memory). */
+#define CAIRN__BM25_DEFAULT_MEMORY ((size_t)256 << 20)
+/* Caps the memory a write batch buffers (postings and deletes, the batch's terms, and the
+ * sorted copy a flush makes) at `bytes` whatever the corpus size: a batch writes its buffer
+ * out inside its transaction before it would grow past the cap, which produces the same index
+ * as one flush would. 0 = the default, CAIRN__BM25_DEFAULT_MEMORY (256 MB). LMDB's own dirty
+ * pages of the open transaction are not counted (LMDB spills them past its own limit); commit
+ * more often (`cairn index --batch N`) to bound those. */
+void cairn__bm25_set_memory(cairn__bm25 *ix, size_t bytes);
+/* The peak of the batch buffers' estimate (bytes) since the handle opened. */
+size_t cairn__bm25_batch_peak(const cairn__bm25 *ix);
 /* Drops the open batch, if any: nothing of it is written. */
 void cairn__bm25_abort(cairn__bm25 *ix);
 /* The message of the last error on this handle ("" if none). */

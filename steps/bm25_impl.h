@@ -87,6 +87,8 @@ struct cairn__bm25 {
     size_t n_doc_terms, doc_terms_cap;
     uint32_t doc_mark;
     size_t flush_at; /* postings buffered before a flush */
+    size_t mem_cap;  /* bytes the buffers may hold before a flush (cairn__bm25_set_memory) */
+    size_t mem_peak; /* the largest estimate seen, for tests and `cairn index` */
     uint32_t *blk;   /* a term's bounds table being built */
     size_t blk_cap;
     uint32_t *merge; /* a term's postings being merged, {docno, tf, dl} each */

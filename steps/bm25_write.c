@@ -477,6 +477,44 @@ void cairn__bm25_abort(cairn__bm25 *ix)
     cairn__bm25_batch_reset(ix);
 }
 
+/* The postings buffer may take this many postings under the memory cap: 16 bytes each and as
+ * many again for the flush's sorted copy, 40% of the cap in all, the rest left to the terms. */
+static size_t posts_limit(const cairn__bm25 *ix)
+{
+    size_t n = ix->mem_cap / 5 / sizeof(posting);
+    return n > 1024 ? n : 1024;
+}
+
+/* Grows the postings buffer to hold need, doubling but not past posts_limit (unless one
+ * document needs more): doubling alone would jump past the cap by half of it. */
+static int grow_posts(cairn__bm25 *ix, size_t need)
+{
+    if (need <= ix->posts_cap)
+        return 0;
+    size_t lim = posts_limit(ix), c = ix->posts_cap ? ix->posts_cap : 64;
+    while (c < need)
+        c *= 2;
+    c = c > lim && need <= lim ? lim : c < need ? need : c;
+    posting *p = realloc(ix->posts, c * sizeof *p);
+    if (!p)
+        return -1;
+    ix->posts = p, ix->posts_cap = c;
+    return 0;
+}
+
+/* What the batch's buffers hold, in bytes, and what its next flush will add: the postings
+ * buffer at its allocated size (it grows by doubling), the flush's sorted copy of it, the terms
+ * (entry, pool bytes, hash slots, and the flush's order/start/rank/fill arrays), the document
+ * bitset. Checked after each document: a cap a document's worth above the estimate at the last
+ * check is never exceeded by more than one document's postings. */
+static size_t batch_bytes(const cairn__bm25 *ix)
+{
+    return ix->posts_cap * sizeof(posting) + ix->n_posts * sizeof(posting) +
+           ix->terms_cap * sizeof(term_ent) + ix->pool_cap + ix->slot_cap * sizeof(uint32_t) +
+           ix->n_terms * 4 * sizeof(uint32_t) + ix->pending_cap + ix->doc_terms_cap * 4 +
+           ix->merge_cap * 4 + ix->blk_cap * 4;
+}
+
 /* Removes a stored document's postings (re-tokenizing its text) and its length. */
 static int unindex_old(cairn__bm25 *ix, uint32_t docno, const MDB_val *rec)
 {
@@ -505,8 +543,7 @@ static int unindex_old(cairn__bm25 *ix, uint32_t docno, const MDB_val *rec)
     if (n < 0)
         return cairn__bm25_fail(ix, CAIRN_ENOMEM, "index %s: out of memory", ix->dir);
     /* deletes go into the buffer (tf 0), to be merged into the blocks with the adds */
-    if (cairn__bm25_grow((void **)&ix->posts, &ix->posts_cap, ix->n_posts + ix->n_doc_terms,
-                         sizeof *ix->posts))
+    if (grow_posts(ix, ix->n_posts + ix->n_doc_terms))
         return cairn__bm25_fail(ix, CAIRN_ENOMEM, "index %s: out of memory", ix->dir);
     for (size_t i = 0; i < ix->n_doc_terms; i++) {
         ix->posts[ix->n_posts++] = (posting){ix->doc_terms[i], docno, 0, 0};
@@ -586,9 +623,7 @@ int cairn__bm25_add(cairn__bm25 *ix, const char *id, const char *text, size_t te
                     : cairn__bm25_fail(ix, CAIRN_ETOOBIG, "document '%s' has too many tokens", id);
         goto poison;
     }
-    if (cairn__bm25_grow((void **)&ix->posts, &ix->posts_cap, ix->n_posts + ix->n_doc_terms,
-                         sizeof *ix->posts) ||
-        grow_pending(ix, docno)) {
+    if (grow_posts(ix, ix->n_posts + ix->n_doc_terms) || grow_pending(ix, docno)) {
         rc = cairn__bm25_fail(ix, CAIRN_ENOMEM, "index %s: out of memory", ix->dir);
         goto poison;
     }
@@ -618,7 +653,11 @@ int cairn__bm25_add(cairn__bm25 *ix, const char *id, const char *text, size_t te
     if (el)
         memcpy(w + 16 + il + text_len, extra_json, el);
 
-    if (ix->n_posts >= ix->flush_at && (rc = flush(ix)) != 0)
+    size_t mem = batch_bytes(ix);
+    ix->mem_peak = mem > ix->mem_peak ? mem : ix->mem_peak;
+    if ((ix->n_posts >= ix->flush_at || ix->n_posts >= posts_limit(ix) * 15 / 16 ||
+         mem >= ix->mem_cap) &&
+        (rc = flush(ix)) != 0)
         goto poison;
     return 0;
 poison:

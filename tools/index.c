@@ -43,6 +43,8 @@ static const char index_usage[] =
     "  -c, --corpus FILE   the JSONL corpus\n"
     "      --batch N       commit every N documents instead of once for the whole file (the file\n"
     "                      is validated first; an I/O error can leave earlier batches written)\n"
+    "      --memory MB     cap on the build's buffers (default 256): past it a batch writes its\n"
+    "                      postings out and goes on, the index the same whatever the cap\n"
     "      --json          print one JSON object with the counts\n"
     "  -h, --help          show this help\n"
     "Exit codes: 0 ok, 64 usage, 65 bad corpus line, 66 corpus not found, 74 index I/O error.\n";
@@ -246,6 +248,7 @@ static int next_line(const corpus *c, size_t *pos, size_t *lineno, const char **
 static const cairn__opt index_opts[] = {
     {"corpus", 'c', 1, 0, 0, offsetof(cairn__index_args, need)},
     {"batch", 0, 1, 0, 0, offsetof(cairn__index_args, number)},
+    {"memory", 0, 1, 0, 0, offsetof(cairn__index_args, memory)},
     CAIRN__INDEX_OPTS,
 };
 static const cairn__opt_cmd index_cmd = {"index", index_usage, 0, 0, index_opts};
@@ -262,6 +265,14 @@ int cairn__cmd_index(int argc, char **argv)
     if (a.number && cairn__cli_parse_long(a.number, 0, 100000000, &batch)) {
         cairn__log(CAIRN__LOG_ERROR, "index", "usage", NULL, NULL,
                    "--batch must be a number of documents (0 = whole file)");
+        free(a.dir);
+        return CAIRN__EX_USAGE;
+    }
+
+    long memory_mb = 256;
+    if (a.memory && cairn__cli_parse_long(a.memory, 1, 1L << 20, &memory_mb)) {
+        cairn__log(CAIRN__LOG_ERROR, "index", "usage", NULL, NULL,
+                   "--memory must be a number of megabytes (1 or more)");
         free(a.dir);
         return CAIRN__EX_USAGE;
     }
@@ -301,6 +312,7 @@ int cairn__cmd_index(int argc, char **argv)
         free(a.dir);
         return cairn__exit_code(rc);
     }
+    cairn__bm25_set_memory(ix, (size_t)memory_mb << 20);
     uint64_t added = 0, replaced = 0, in_batch = 0, committed = 0;
     cairn__progress prog;
     cairn__progress_start(&prog, "index", "documents");
@@ -361,14 +373,16 @@ int cairn__cmd_index(int argc, char **argv)
     rc = cairn__bm25_info_get(ix, &info);
     if (rc)
         cairn__log(CAIRN__LOG_ERROR, "index", "error", NULL, NULL, "%s", cairn__bm25_errmsg(ix));
+    size_t peak = cairn__bm25_batch_peak(ix);
     cairn__bm25_close(ix);
     double secs = now_s() - t0;
     if (!rc && json) {
-        json_t *o = json_pack("{s:s, s:s, s:I, s:I, s:I, s:f, s:I, s:I, s:f}", "corpus", file,
-                              "index", dir, "added", (json_int_t)added, "replaced",
-                              (json_int_t)replaced, "docs", (json_int_t)info.n_docs, "avgdl",
-                              info.avgdl, "terms", (json_int_t)info.n_terms, "tokens",
-                              (json_int_t)info.total_len, "seconds", secs);
+        json_t *o =
+            json_pack("{s:s, s:s, s:I, s:I, s:I, s:f, s:I, s:I, s:f, s:I}", "corpus", file, "index",
+                      dir, "added", (json_int_t)added, "replaced", (json_int_t)replaced, "docs",
+                      (json_int_t)info.n_docs, "avgdl", info.avgdl, "terms",
+                      (json_int_t)info.n_terms, "tokens", (json_int_t)info.total_len, "seconds",
+                      secs, "buffer_peak_bytes", (json_int_t)peak);
         char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
         if (s)
             printf("%s\n", s);
@@ -379,6 +393,7 @@ int cairn__cmd_index(int argc, char **argv)
                (unsigned long long)replaced, secs);
         printf("index %s: %llu documents, avgdl %.2f tokens, %llu terms\n", dir,
                (unsigned long long)info.n_docs, info.avgdl, (unsigned long long)info.n_terms);
+        printf("build buffers: peak %.1f MB (cap %ld MB)\n", (double)peak / 1048576.0, memory_mb);
     }
     fflush(stdout);
     free(a.dir);

@@ -23,7 +23,7 @@ int cairn__cmd_search(int argc, char **argv);     /* tools/search.c */
  * command's table lists those two and ends with CAIRN__INDEX_OPTS, the options they share; the
  * values are kept here (cairn__opt_slot). */
 typedef struct cairn__index_args {
-    const char *store, *index, *need, *number;
+    const char *store, *index, *need, *number, *memory;
     int json;
     char *dir; /* the index directory: --index, else <store>/index (store: --store, $CAIRN_STORE) */
 } cairn__index_args;

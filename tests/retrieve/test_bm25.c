@@ -754,6 +754,16 @@ static void cli(const char *root)
     free(out), free(err);
 
     rc = run_cmd(cairn__cmd_index, &out, &err, root, "index", "--store", store, "--corpus", corpus,
+                 "--memory", "0", (char *)NULL);
+    ok(rc == 64, "--memory 0 is a usage error (exit %d)", rc);
+    free(out), free(err);
+    rc = run_cmd(cairn__cmd_index, &out, &err, root, "index", "--store", store, "--corpus", corpus,
+                 "--memory", "1", (char *)NULL);
+    ok(rc == 0 && tu_contains(out, "cap 1 MB"), "--memory 1 builds and reports its cap: %s",
+       one_line(out));
+    free(out), free(err);
+
+    rc = run_cmd(cairn__cmd_index, &out, &err, root, "index", "--store", store, "--corpus", corpus,
                  (char *)NULL);
     ok(rc == 0 && tu_contains(out, "0 added, 4 replaced") && tu_contains(out, "3 documents") &&
            tu_contains(out, "avgdl 4.33"),
@@ -897,6 +907,82 @@ static void cli(const char *root)
     free(missing), free(nostore), free(dir), free(store), free(corpus);
 }
 
+/* The same 5000 documents built under the default memory cap and under 1 MB (a flush every
+ * ~12k postings): the batch buffers' peak stays near the small cap, and every benchmark query
+ * returns the same ids and score bits from both indexes (exhaustive and pruned). */
+static void memory_cap(const char *root)
+{
+    enum { NDOC = 5000, NQ = 200 };
+    const size_t cap = (size_t)1 << 20;
+    cairn__bm25 *ix[2] = {NULL, NULL};
+    char err[512];
+    int rc = 0;
+    static char text[200 * 16 + 32];
+    for (int v = 0; v < 2 && !rc; v++) {
+        char *dir = tu_fmt("%s/memcap%d", root, v);
+        rc = cairn__bm25_open(dir, 1, &ix[v], err, sizeof err);
+        free(dir);
+        if (rc) {
+            ok(0, "open: %s", err);
+            break;
+        }
+        if (v)
+            cairn__bm25_set_memory(ix[v], cap);
+        corpus_rng = 0x9e3779b97f4a7c15ull;
+        rc = cairn__bm25_begin(ix[v]);
+        for (int d = 0; d < NDOC && !rc; d++) {
+            corpus_doc(text);
+            char id[16];
+            snprintf(id, sizeof id, "doc%d", d);
+            rc = cairn__bm25_add(ix[v], id, text, strlen(text), NULL, NULL);
+        }
+        /* replacements too: their deletes are buffered under the cap as well */
+        for (int d = 0; d < NDOC / 10 && !rc; d++) {
+            corpus_doc(text);
+            char id[16];
+            snprintf(id, sizeof id, "doc%d", d * 7 % NDOC);
+            rc = cairn__bm25_add(ix[v], id, text, strlen(text), NULL, NULL);
+        }
+        rc = rc ? rc : cairn__bm25_commit(ix[v]);
+        if (rc)
+            diag("build %d: %s", v, cairn__bm25_errmsg(ix[v]));
+    }
+    ok(rc == 0, "5000 documents and 500 replacements built under the default cap and under 1 MB");
+    if (rc) {
+        cairn__bm25_close(ix[0]), cairn__bm25_close(ix[1]);
+        return;
+    }
+    size_t p0 = cairn__bm25_batch_peak(ix[0]), p1 = cairn__bm25_batch_peak(ix[1]);
+    diag("batch buffers' peak: %zu bytes by default, %zu under a %zu-byte cap", p0, p1, cap);
+    ok(p1 <= cap + cap / 4 && p1 < p0, "the 1 MB build's buffers peak at %zu bytes (<= 1.25 MB)",
+       p1);
+    long bad = 0;
+    for (int q = 0; q < NQ; q++) {
+        char query[80];
+        corpus_query(query, q % 2 ? 0 : 10);
+        for (int path = 0; path < 2; path++) {
+            cairn__bm25_hit *h[2];
+            size_t n[2];
+            int r0 = path ? cairn__bm25_search(ix[0], query, 10, &h[0], &n[0])
+                          : cairn__bm25_search_exhaustive(ix[0], query, 10, &h[0], &n[0]);
+            int r1 = path ? cairn__bm25_search(ix[1], query, 10, &h[1], &n[1])
+                          : cairn__bm25_search_exhaustive(ix[1], query, 10, &h[1], &n[1]);
+            int same = r0 == 0 && r1 == 0 && n[0] == n[1];
+            for (size_t i = 0; same && i < n[0]; i++)
+                same =
+                    !strcmp(h[0][i].id, h[1][i].id) && !memcmp(&h[0][i].score, &h[1][i].score, 8);
+            bad += !same;
+            if (!r0)
+                cairn__bm25_hits_free(h[0], n[0]);
+            if (!r1)
+                cairn__bm25_hits_free(h[1], n[1]);
+        }
+    }
+    ok(bad == 0, "%d queries, both paths: the capped build answers the same bits (%ld differ)", NQ,
+       bad);
+    cairn__bm25_close(ix[0]), cairn__bm25_close(ix[1]);
+}
+
 int main(void)
 {
     char *root = tu_mkdtemp("bm25");
@@ -907,6 +993,7 @@ int main(void)
     rng = 88172645463325252ull;
     brute_force(root, 37); /* many flushes inside each batch, replacing buffered documents */
     pruned(root);
+    memory_cap(root);
     old_format(root);
     open_errors(root);
     cli(root);
