@@ -91,6 +91,7 @@ static inline uint32_t cairn__cuda_plugin_layout(void)
         offsetof(cairn__layer, w_up), offsetof(cairn__layer, w_down),
         offsetof(cairn__layer, attn_norm), offsetof(cairn__layer, ffn_norm),
         offsetof(cairn__layer, bq), offsetof(cairn__layer, bk), offsetof(cairn__layer, bv),
+        offsetof(cairn__layer, q_norm), offsetof(cairn__layer, k_norm),
         sizeof(cairn__model), offsetof(cairn__model, n_vocab), offsetof(cairn__model, dim),
         offsetof(cairn__model, n_layers), offsetof(cairn__model, n_heads),
         offsetof(cairn__model, n_kv_heads), offsetof(cairn__model, head_dim),

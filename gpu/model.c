@@ -283,10 +283,14 @@ static int load(loader *L)
         m->arch = CAIRN__ARCH_QWEN2;
         m->arch_name = "qwen2";
         m->rope_mode = CAIRN__ROPE_NEOX;
+    } else if (alen == 5 && memcmp(arch, "qwen3", 5) == 0) {
+        m->arch = CAIRN__ARCH_QWEN3; /* qwen2 without biases, with q/k norms per head */
+        m->arch_name = "qwen3";
+        m->rope_mode = CAIRN__ROPE_NEOX;
     } else {
         return cairn__errf(L->err, L->errlen, CAIRN_EUNSUPPORTED,
                            "general.architecture: unsupported architecture '%.*s' (supported: "
-                           "llama, qwen2)",
+                           "llama, qwen2, qwen3)",
                            (int)(alen > 64 ? 64 : alen), arch);
     }
 
@@ -375,7 +379,7 @@ static int load(loader *L)
     m->layers = calloc((size_t)m->n_layers, sizeof *m->layers);
     if (!m->layers)
         return cairn__errf(L->err, L->errlen, CAIRN_ENOMEM, "out of memory");
-    const int need_bias = m->arch == CAIRN__ARCH_QWEN2;
+    const int need_bias = m->arch == CAIRN__ARCH_QWEN2, qk_norm = m->arch == CAIRN__ARCH_QWEN3;
     for (int l = 0; l < m->n_layers; l++) {
         cairn__layer *ly = &m->layers[l];
         char n[96];
@@ -388,6 +392,9 @@ static int load(loader *L)
             (rc = bind_vec(L, NAME("attn_q.bias"), qd, &ly->bq, need_bias)) ||
             (rc = bind_vec(L, NAME("attn_k.bias"), kvd, &ly->bk, need_bias)) ||
             (rc = bind_vec(L, NAME("attn_v.bias"), kvd, &ly->bv, need_bias)) ||
+            (qk_norm &&
+             ((rc = bind_vec(L, NAME("attn_q_norm.weight"), m->head_dim, &ly->q_norm, 1)) ||
+              (rc = bind_vec(L, NAME("attn_k_norm.weight"), m->head_dim, &ly->k_norm, 1)))) ||
             (rc = bind_vec(L, NAME("ffn_norm.weight"), dim, &ly->ffn_norm, 1)) ||
             (rc = bind_mat(L, NAME("ffn_gate.weight"), dim, m->ff_dim, &ly->w_gate, 1)) ||
             (rc = bind_mat(L, NAME("ffn_up.weight"), dim, m->ff_dim, &ly->w_up, 1)) ||

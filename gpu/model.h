@@ -24,7 +24,7 @@
 extern "C" {
 #endif
 
-enum cairn__arch { CAIRN__ARCH_LLAMA = 0, CAIRN__ARCH_QWEN2 = 1 };
+enum cairn__arch { CAIRN__ARCH_LLAMA = 0, CAIRN__ARCH_QWEN2 = 1, CAIRN__ARCH_QWEN3 = 2 };
 enum cairn__rope_mode { CAIRN__ROPE_NORMAL = 0, CAIRN__ROPE_NEOX = 2 }; /* ggml's numbering */
 
 typedef struct {
@@ -35,6 +35,9 @@ typedef struct {
     const float *attn_norm;    /* dim */
     const float *ffn_norm;     /* dim */
     const float *bq, *bk, *bv; /* qwen2 only (NULL for llama unless present) */
+    /* qwen3: (head_dim) RMSNorm weights applied to each head of q and of k after the
+     * projections, before rope; NULL elsewhere */
+    const float *q_norm, *k_norm;
 } cairn__layer;
 
 typedef struct cairn__model {
@@ -65,7 +68,8 @@ typedef struct cairn__model {
 
 /* Reads the hyperparameters and binds every tensor of a model from an open GGUF reader, which
  * the model borrows (keep it open until cairn__model_free). Returns 0 and *out, or:
- *   CAIRN_EUNSUPPORTED  general.architecture is not llama/qwen2, or a weight type is unsupported
+ *   CAIRN_EUNSUPPORTED  general.architecture is not llama/qwen2/qwen3, or a weight type is
+ *                       unsupported
  *                       (the message names it)
  *   CAIRN_EFORMAT       a missing or misshapen tensor or hyperparameter (the message names it)
  *   CAIRN_ENOMEM / CAIRN_EINVAL

@@ -27,7 +27,8 @@
 static const char usage[] =
     "usage: cairn generate --model FILE.gguf (--prompt TEXT | --file PATH) [options]\n"
     "\n"
-    "Generates text with a GGUF model (llama or qwen2 architecture), streaming it to stdout.\n"
+    "Generates text with a GGUF model (llama, qwen2 or qwen3 architecture), streaming it to\n"
+    "stdout. "
     "Speeds and the finish reason go to stderr.\n"
     "\n"
     "  -m, --model FILE        GGUF model\n"

@@ -450,6 +450,26 @@ static void add_bias(float *x, const float *bias, int n, int64_t d)
             x[(size_t)i * (size_t)d + (size_t)k] += bias[k];
 }
 
+/* qwen3: each head of q (n, q_dim) and of k (n, kv_dim) RMS-normalized with the layer's
+ * weights, in place, after the projections and before rope (as llama.cpp's qwen3 graph) */
+static void qk_norm(const cairn__model *m, const cairn__layer *ly, float *q, float *k, int n,
+                    int64_t q_dim, int64_t kv_dim)
+{
+    if (!ly->q_norm)
+        return;
+    const int64_t hd = m->head_dim;
+    for (int i = 0; i < n; i++) {
+        for (int h = 0; h < m->n_heads; h++) {
+            float *x = q + (size_t)i * (size_t)q_dim + (size_t)h * (size_t)hd;
+            cairn__rmsnorm(x, x, ly->q_norm, hd, m->rms_eps);
+        }
+        for (int h = 0; h < m->n_kv_heads; h++) {
+            float *x = k + (size_t)i * (size_t)kv_dim + (size_t)h * (size_t)hd;
+            cairn__rmsnorm(x, x, ly->k_norm, hd, m->rms_eps);
+        }
+    }
+}
+
 /* tokens[0..n) (n <= n_batch) at positions pos.. through the whole model; keys and values in
  * the positional cache, or, with pg, in pg's blocks of the pool */
 static void forward_chunk(cpu_backend *b, const cairn__kv_seq *pg, const int32_t *tokens, int n,
@@ -482,6 +502,7 @@ static void forward_chunk(cpu_backend *b, const cairn__kv_seq *pg, const int32_t
         add_bias(b->q, ly->bq, n, b->q_dim);
         add_bias(b->k, ly->bk, n, b->kv_dim);
         add_bias(b->v, ly->bv, n, b->kv_dim);
+        qk_norm(m, ly, b->q, b->k, n, b->q_dim, b->kv_dim);
         const size_t layer_off = (size_t)l * (size_t)b->base.n_ctx * (size_t)b->kv_dim;
         for (int i = 0; i < n; i++) {
             const float *cs = b->rope + (size_t)i * (size_t)m->rope_dim;
@@ -592,6 +613,7 @@ static void forward_decode(cpu_backend *b, const cairn__kv_seq *const *d, int nd
         add_bias(b->q, ly->bq, nd, b->q_dim);
         add_bias(b->k, ly->bk, nd, b->kv_dim);
         add_bias(b->v, ly->bv, nd, b->kv_dim);
+        qk_norm(m, ly, b->q, b->k, nd, b->q_dim, b->kv_dim);
         for (int i = 0; i < nd; i++) {
             const float *cs = b->rope + (size_t)i * (size_t)m->rope_dim;
             rope(m, b->q + (size_t)i * b->q_dim, m->n_heads, cs);

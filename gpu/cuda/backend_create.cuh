@@ -285,6 +285,11 @@ static int cuda_create(const cairn__model *m, const cairn__backend_opts *o, cair
             err, errlen, CAIRN_ENODEVICE,
             "no CUDA device: %s has compute capability %d.%d, this build needs 8.0 or newer",
             prop.name, prop.major, prop.minor);
+    if (m->n_layers && m->layers[0].q_norm)
+        return host.errf(err, errlen, CAIRN_EUNSUPPORTED,
+                         "%s's per-head q/k norms are not in the CUDA backend yet (the CPU "
+                         "backend runs it)",
+                         m->arch_name);
     if (m->head_dim > ATT_MAX_HD)
         return host.errf(err, errlen, CAIRN_EUNSUPPORTED,
                          "head dimension %d exceeds the CUDA backend's %d", m->head_dim,

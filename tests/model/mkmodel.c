@@ -229,6 +229,12 @@ int mk_model(const mk_spec *s, unsigned char **buf, size_t *len)
             tensor(w, s, &rng, N("attn_k.bias"), CAIRN__GGML_F32, kvd, 1, 0.1f, 0.0f);
             tensor(w, s, &rng, N("attn_v.bias"), CAIRN__GGML_F32, kvd, 1, 0.1f, 0.0f);
         }
+        if (strcmp(s->arch, "qwen3") == 0) { /* per-head q/k norms, as attn_norm's scale */
+            tensor(w, s, &rng, N("attn_q_norm.weight"), CAIRN__GGML_F32, (uint64_t)hd, 1, 0.2f,
+                   1.0f);
+            tensor(w, s, &rng, N("attn_k_norm.weight"), CAIRN__GGML_F32, (uint64_t)hd, 1, 0.2f,
+                   1.0f);
+        }
         tensor(w, s, &rng, N("attn_output.weight"), mat_type(s, qd), qd, (uint64_t)s->dim, e_in,
                0.0f);
         tensor(w, s, &rng, N("ffn_norm.weight"), CAIRN__GGML_F32, (uint64_t)s->dim, 1, 0.2f, 1.0f);

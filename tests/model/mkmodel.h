@@ -7,7 +7,7 @@
 #include <stdint.h>
 
 typedef struct {
-    const char *arch; /* "llama" or "qwen2" (anything else is written as given) */
+    const char *arch; /* "llama", "qwen2" or "qwen3" (anything else is written as given) */
     int dim, n_layers, n_heads, n_kv_heads, ff, vocab, ctx;
     uint32_t wtype; /* storage type of every matrix (norms and biases stay F32) */
     /* storage type of a matrix whose rows wtype's blocks do not divide, as llama-quantize

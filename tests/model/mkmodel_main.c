@@ -82,7 +82,7 @@ int main(int argc, char **argv)
                 fprintf(help ? stdout : stderr,
                         "usage: cairn-mkmodel OUT.gguf [--dim N] [--layers N] [--heads N] "
                         "[--kv-heads N] [--ff N] [--vocab N] [--ctx N] [--seed S] "
-                        "[--arch llama|qwen2] [--type T] [--fallback T] "
+                        "[--arch llama|qwen2|qwen3] [--type T] [--fallback T] "
                         "[--rope-base F] [--rope-dim N] [--rms-eps F] [--rope-freqs]\n"
                         "Writes a random-weight model (for tests and demos: its text is noise).\n"
                         "T: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k q6_k iq4_nl "

@@ -82,7 +82,8 @@ int ref_forward_cache(const cairn__model *m, const mk_spec *s, const int32_t *to
     const int D = m->dim, H = m->n_heads, KV = m->n_kv_heads, hd = m->head_dim, F = m->ff_dim,
               V = m->n_vocab;
     const int qd = H * hd, kvd = KV * hd;
-    const int neox = strcmp(s->arch, "qwen2") == 0, rope_dim = mk_rope_dim(s);
+    const int neox = strcmp(s->arch, "qwen2") == 0 || strcmp(s->arch, "qwen3") == 0,
+              rope_dim = mk_rope_dim(s);
     const double rope_base = mk_rope_base(s), eps = mk_rms_eps(s);
     double *x = calloc((size_t)n * D, sizeof *x),
            *xb = calloc((size_t)D > (size_t)qd ? (size_t)D : (size_t)qd, sizeof *xb);
@@ -120,6 +121,14 @@ int ref_forward_cache(const cairn__model *m, const mk_spec *s, const int32_t *to
             for (int c = 0; c < kvd; c++) {
                 k[(size_t)i * kvd + c] += ly->bk ? ly->bk[c] : 0.0;
                 v[(size_t)i * kvd + c] += ly->bv ? ly->bv[c] : 0.0;
+            }
+            for (int h = 0; ly->q_norm && h < H; h++) { /* qwen3: each head normalized */
+                double *qh = q + (size_t)i * qd + (size_t)h * hd;
+                rmsnorm(qh, qh, ly->q_norm, hd, eps);
+            }
+            for (int h = 0; ly->k_norm && h < KV; h++) {
+                double *kh = k + (size_t)i * kvd + (size_t)h * hd;
+                rmsnorm(kh, kh, ly->k_norm, hd, eps);
             }
             for (int h = 0; h < H; h++)
                 rope(q + (size_t)i * qd + (size_t)h * hd, hd, rope_dim, neox, i, rope_base, ff);

@@ -163,8 +163,9 @@ static void check_model(const char *arch, uint32_t type, int tied, int kquant, i
     }
     const cairn__model *m = L.m;
     ok(m->tied_output == tied && m->n_kv_heads == 2 &&
-           m->rope_mode == (strcmp(arch, "qwen2") == 0 ? 2 : 0) && m->rope_dim == mk_rope_dim(&s) &&
-           m->rope_base == (float)mk_rope_base(&s) && m->rms_eps == (float)mk_rms_eps(&s),
+           m->rope_mode == (strncmp(arch, "qwen", 4) == 0 ? 2 : 0) &&
+           m->rope_dim == mk_rope_dim(&s) && m->rope_base == (float)mk_rope_base(&s) &&
+           m->rms_eps == (float)mk_rms_eps(&s),
        "%s %s: hyperparameters (tied %d, kv %d, rope mode %d, rope dims %d, base %g, eps %g)", arch,
        tn, m->tied_output, m->n_kv_heads, m->rope_mode, m->rope_dim, (double)m->rope_base,
        (double)m->rms_eps);
@@ -861,6 +862,10 @@ int main(void)
     /* a Q4_K_M file as llama-quantize writes one for an ff of 288 */
     check_model("llama", CAIRN__GGML_Q4_K, 0, SHAPE_K_M, 0, 0);
     check_model("qwen2", CAIRN__GGML_Q4_K, 1, SHAPE_K_M, 1, 0);
+    /* qwen3: per-head q/k norms, no biases */
+    check_model("qwen3", CAIRN__GGML_F32, 0, 0, 0, 0);
+    check_model("qwen3", CAIRN__GGML_Q8_0, 1, 0, 0, 0);
+    check_model("qwen3", CAIRN__GGML_Q4_K, 0, 1, 1, 0);
     /* real files differ from mk_model's defaults: Qwen2 uses freq_base 1e6, many use eps 1e-6,
      * some rotate only part of each head */
     check_model("llama", CAIRN__GGML_F32, 0, 0, 1, 0);
