@@ -30,6 +30,26 @@ static size_t common_start(const char *a, const char *b)
     return n;
 }
 
+/* Writes a model with cairn-mkmodel (--arch arch --type type, the same seed and shape always),
+ * and generates 24 greedy tokens from it with `cairn generate` (c) and `llama-cli` (l); the
+ * trailing newlines llama-cli adds are cut. w: mkmodel's result. */
+static void run_both(const char *mk, const char *bin, const char *cli, const char *const *env,
+                     const char *model, const char *arch, const char *type, tu_result *w,
+                     tu_result *c, tu_result *l)
+{
+    tu_runl(w, 60000, mk, model, "--arch", arch, "--type", type, "--seed", "7", "--dim", "256",
+            "--ff", "512", "--layers", "2", (char *)NULL);
+    tu_runl(c, 60000, bin, "generate", "-m", model, "-p", "a b a b", "--temperature", "0", "-n",
+            "24", "-t", "2", (char *)NULL);
+    const char *argv[] = {
+        cli,      "-m", model,     "-p", "a b a b", "-n",          "24",
+        "--temp", "0",  "-no-cnv", "-t", "2",       "--no-warmup", "--no-display-prompt",
+        NULL};
+    tu_run(l, argv, env, NULL, 0, 120000);
+    while (l->out_len && l->out[l->out_len - 1] == '\n')
+        l->out[--l->out_len] = '\0';
+}
+
 int main(void)
 {
     const char *peer = getenv("CAIRN_PEER_LLAMA_CPP"), *bin = getenv("CAIRN_BIN"),
@@ -49,18 +69,7 @@ int main(void)
     for (size_t t = 0; t < sizeof types / sizeof *types; t++) {
         char *model = tu_fmt("%s/%s.gguf", dir, types[t]);
         tu_result w, c, l;
-        tu_runl(&w, 60000, mk, model, "--type", types[t], "--seed", "7", "--dim", "256", "--ff",
-                "512", "--layers", "2", (char *)NULL);
-        tu_runl(&c, 60000, bin, "generate", "-m", model, "-p", "a b a b", "--temperature", "0",
-                "-n", "24", "-t", "2", (char *)NULL);
-        const char *argv[] = {
-            cli,      "-m", model,     "-p", "a b a b", "-n",          "24",
-            "--temp", "0",  "-no-cnv", "-t", "2",       "--no-warmup", "--no-display-prompt",
-            NULL};
-        tu_run(&l, argv, env, NULL, 0, 120000);
-        /* llama-cli ends its text with a newline or two of its own */
-        while (l.out_len && l.out[l.out_len - 1] == '\n')
-            l.out[--l.out_len] = '\0';
+        run_both(mk, bin, cli, env, model, "llama", types[t], &w, &c, &l);
         const size_t n = common_start(c.out, l.out);
         if (t == 0)
             f32_text = strdup(c.out);
@@ -82,17 +91,7 @@ int main(void)
     for (size_t a = 0; a < sizeof archs / sizeof *archs; a++) {
         char *model = tu_fmt("%s/%s-%s.gguf", dir, archs[a][0], archs[a][1]);
         tu_result w, c, l;
-        tu_runl(&w, 60000, mk, model, "--arch", archs[a][0], "--type", archs[a][1], "--seed", "7",
-                "--dim", "256", "--ff", "512", "--layers", "2", (char *)NULL);
-        tu_runl(&c, 60000, bin, "generate", "-m", model, "-p", "a b a b", "--temperature", "0",
-                "-n", "24", "-t", "2", (char *)NULL);
-        const char *argv[] = {
-            cli,      "-m", model,     "-p", "a b a b", "-n",          "24",
-            "--temp", "0",  "-no-cnv", "-t", "2",       "--no-warmup", "--no-display-prompt",
-            NULL};
-        tu_run(&l, argv, env, NULL, 0, 120000);
-        while (l.out_len && l.out[l.out_len - 1] == '\n')
-            l.out[--l.out_len] = '\0';
+        run_both(mk, bin, cli, env, model, archs[a][0], archs[a][1], &w, &c, &l);
         const size_t n = common_start(c.out, l.out);
         if (l.code != 0 && tu_contains(l.err, "unknown model architecture")) {
             /* qwen3 came to llama.cpp after this peer's build (b4748): the float64 reference
