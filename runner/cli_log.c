@@ -214,14 +214,16 @@ void cairn__progress_line(const cairn__progress *p, double now, char *buf, size_
     double el = now - p->t0;
     uint64_t fin = p->done + p->failed + p->in_doubt;
     double rate = el > 0 ? (double)fin / el : 0;
-    int k = snprintf(buf, n, "%s: %llu done", p->what, (unsigned long long)p->done);
+    /* "retry: 12 of 40 done, 1 failed, 0 in doubt, 3.1/s, ETA 0:09" or, with a unit,
+     * "generate: 120 of 256 tokens, 30.2/s, ETA 0:04" */
+    int k = snprintf(buf, n, "%s: %llu", p->what, (unsigned long long)p->done);
+    if (p->total)
+        k += snprintf(buf + k, n - (size_t)k, " of %llu", (unsigned long long)p->total);
     if (p->unit == NULL) /* tasks: the three outcomes */
-        k += snprintf(buf + k, n - (size_t)k, ", %llu failed, %llu in doubt",
+        k += snprintf(buf + k, n - (size_t)k, " done, %llu failed, %llu in doubt",
                       (unsigned long long)p->failed, (unsigned long long)p->in_doubt);
     else
         k += snprintf(buf + k, n - (size_t)k, " %s", p->unit);
-    if (p->total)
-        k += snprintf(buf + k, n - (size_t)k, " of %llu", (unsigned long long)p->total);
     k += snprintf(buf + k, n - (size_t)k, ", %.1f/s", rate);
     /* the ETA from the finished share: of the count when the total is known, else of the
      * bytes read when the input's size is (a file of tasks) */

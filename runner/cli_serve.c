@@ -456,6 +456,18 @@ static void worker_main(int wake_fd, const cairn__cli_opts *o, cairn_graph *cons
     _exit(0);
 }
 
+/* Closes every descriptor above stderr but keep (in a forked worker). */
+static void close_others(int keep)
+{
+    if ((keep == 3 || close_range(3, (unsigned)keep - 1, 0) == 0) &&
+        close_range((unsigned)keep + 1, ~0u, 0) == 0)
+        return;
+    long max = sysconf(_SC_OPEN_MAX); /* a kernel before 5.9: one by one */
+    for (long fd = 3; fd < (max > 0 ? max : 1024); fd++)
+        if (fd != keep)
+            close((int)fd);
+}
+
 /* Forks worker i: pids[i] and the write end of its wake-up pipe. 0 or -1. The store must not be
  * open in this process (see the top): at start-up it is not yet, and a respawn closes it first. */
 static int spawn_worker(server *sv, pid_t *pids, size_t i, const cairn__cli_opts *o,
@@ -477,10 +489,10 @@ static int spawn_worker(server *sv, pid_t *pids, size_t i, const cairn__cli_opts
             _exit(0);
         cairn__cli_stops_default(); /* as `run`'s, until its session sets the stops */
         cairn__cli_stops_close();
-        close(p[1]);
-        for (size_t k = 0; k < sv->n_workers; k++)
-            if (k != i && sv->nudge[k] >= 0)
-                close(sv->nudge[k]);
+        /* nothing of the server but the wake-up pipe: a worker forked in place of one that ended
+         * would otherwise hold the listening socket and the clients' connections open (their
+         * close would not reach the client until this worker exited) */
+        close_others(p[0]);
         worker_main(p[0], o, graphs, n);
     }
     close(p[0]);

@@ -3,6 +3,7 @@
  * Every status the API promises: 202 + Location, 200 with the result, 422 naming both hashes,
  * 400 (no key, bad key, bad JSON with line and column), 413, 404, 405, 401, the list filter.
  */
+#include <dirent.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -204,6 +205,28 @@ static int children(pid_t pid, pid_t *out, int max)
     return n;
 }
 
+/* How many of process pid's descriptors are sockets, from /proc; -1 if it cannot be read. */
+static int socket_fds(pid_t pid)
+{
+    char *dir = tu_fmt("/proc/%ld/fd", (long)pid);
+    DIR *d = opendir(dir);
+    int n = d ? 0 : -1;
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        char *link = tu_fmt("%s/%s", dir, e->d_name), target[256];
+        ssize_t k = readlink(link, target, sizeof target - 1);
+        if (k > 0) {
+            target[k] = 0;
+            n += !strncmp(target, "socket:", 7);
+        }
+        free(link);
+    }
+    if (d)
+        closedir(d);
+    free(dir);
+    return n;
+}
+
 /* A worker killed mid-task (an OOM kill, a crashed step) is replaced; the new one finishes the
  * task, and its effect happens once. */
 static void worker_replaced(void)
@@ -236,6 +259,9 @@ static void worker_replaced(void)
     int nw2 = children(s.pid, w2, 4);
     ok(nw2 == 1 && nw == 1 && w2[0] != w[0], "a new worker took the dead one's place (pid %ld)",
        nw2 ? (long)w2[0] : -1L);
+    int sockets = nw2 == 1 ? socket_fds(w2[0]) : -1;
+    ok(sockets == 0,
+       "it holds none of the server's sockets (the listener, clients' connections): %d", sockets);
     ok(tu_count_lines(ledger, "slow-1 ") == 1, "the task's effect happened once");
     char *err = tu_read_file(s.err, NULL);
     ok(err && tu_contains(err, "started in place of the one that ended"),
