@@ -216,6 +216,17 @@ static inline int wait_status(const srv *s, const char *id, const char *want, ch
     return 0;
 }
 
+/* Waits (up to timeout_ms) until the file at path has `n` lines starting with prefix, e.g. the
+ * ledger's trace saying "work <task>": the task's expensive step has begun. 1, or 0 at the
+ * timeout. */
+static inline int wait_lines(const char *path, const char *prefix, int n, int timeout_ms)
+{
+    for (int64_t end = tu_now_ms() + timeout_ms; tu_now_ms() < end; tu_sleep_ms(10))
+        if (tu_count_lines(path, prefix) == n)
+            return 1;
+    return 0;
+}
+
 /* A ledger input: text, work_ms, the trace and ledger files. */
 static inline char *ledger_body(const char *dir, const char *text, int work_ms, const char *fail)
 {

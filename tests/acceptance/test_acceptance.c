@@ -218,10 +218,7 @@ static void fault_kill(void)
     post(&r, &s, "kill-1", body);
     ok(r.status == 202, "4: accepted (%ld)", r.status);
     resp_free(&r);
-    int started = 0;
-    for (int64_t end = tu_now_ms() + 30000; !started && tu_now_ms() < end; tu_sleep_ms(10))
-        started = tu_count_lines(sc.trace, "work ") == 1;
-    ok(started, "4: the work started");
+    ok(wait_lines(sc.trace, "work ", 1, 30000), "4: the work started");
     ok(srv_stop(&s, 1) == 128 + SIGKILL, "4: the server is SIGKILLed mid-task");
     ok(tu_count_lines(sc.ledger, NULL) == 0, "4: no effect yet");
     if (srv_start(&s, sc.dir, sc.store, 1, NULL)) {

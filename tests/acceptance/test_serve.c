@@ -243,9 +243,7 @@ static void worker_replaced(void)
     post(&r, &s, "slow-1", body);
     ok(r.status == 202, "a slow task is admitted (got %ld)", r.status);
     resp_free(&r);
-    int working = 0;
-    for (int64_t end = tu_now_ms() + 60000; !working && tu_now_ms() < end; tu_sleep_ms(10))
-        working = tu_count_lines(trace, "work slow-1") > 0;
+    int working = wait_lines(trace, "work slow-1", 1, 60000);
     pid_t w[4];
     int nw = children(s.pid, w, 4);
     ok(working && nw == 1, "its work step started in the one worker (pid %ld)",
