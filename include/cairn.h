@@ -212,7 +212,8 @@ CAIRN_API int cairn_step_set_retry(cairn_step *s, uint32_t max_invocations, uint
 CAIRN_API int cairn_step_set_retry_budget(cairn_step *s, uint32_t max_elapsed_ms);
 /* Hard timeout: with timeout_ms > 0 the step runs in a child process that is killed with
  * SIGKILL at the deadline (the step is then a transient failure; an effect becomes in doubt).
- * 0 (default): runs in-process, no timeout. */
+ * The child is the runner's step host, kept for its steps with a timeout (see
+ * cairn_runner_set_child_reuse). 0 (default): runs in-process, no timeout. */
 CAIRN_API int cairn_step_set_timeout(cairn_step *s, uint32_t timeout_ms);
 /* Marks the step expensive (an LLM call): its output is committed at a durable point (flushed
  * to disk before the run goes on), so a power loss never loses it. A compute step that is not
@@ -347,6 +348,15 @@ CAIRN_API int cairn_runner_set_inline_wait_ms(cairn_runner *r, uint32_t ms);
  * tasks of one tenant run at once across processes. NULL/0 = no limit. */
 CAIRN_API int cairn_runner_set_tenant_limit(cairn_runner *r, const char *field,
                                             uint32_t max_running);
+/* How many invocations of steps with a timeout one child process runs. The runner forks its
+ * step host at the first such invocation and sends it every later one; a host that is killed
+ * (a timeout, a lost lease, a stop) or dies is replaced at the next, and one that has run
+ * `n` is replaced too, which bounds what a leaking step can pile up. A host holds the
+ * runner's process as it was when it was forked, changed since only by the steps it ran: a
+ * step that reads state its program changes between tasks (a global set after the first
+ * task) needs 1, a fresh child for every invocation, as before this setting existed.
+ * Default 1000; 0 is CAIRN_EINVAL. */
+CAIRN_API int cairn_runner_set_child_reuse(cairn_runner *r, uint32_t n);
 /* Resume with a changed graph by starting a new generation from the first changed step. */
 CAIRN_API int cairn_runner_set_allow_graph_change(cairn_runner *r, int allow);
 /* Retention of outputs of finished tasks (default 7 days) and of tombstones (30 days). */

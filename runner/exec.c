@@ -1,9 +1,10 @@
 /* runner/exec.c - what a step sees (cairn_ctx) and how it is run.
  *
- * A step runs either in-process or, when it has a hard timeout, in a forked child that the
+ * A step runs either in-process or, when it has a hard timeout, in a child process that the
  * runner kills with SIGKILL at the deadline: a step that hangs in a system call or a GPU kernel
- * cannot be asked to stop, only stopped. The child never touches the store (LMDB forbids using
- * an environment across fork); it sends frames to the parent over a pipe:
+ * cannot be asked to stop, only stopped. The child is the runner's step host, forked once and
+ * sent one invocation after another (below, "the step host"). It never touches the store (LMDB
+ * forbids using an environment across fork); it sends frames to the parent over a socket:
  *     'P' len bytes     save this progress record (the parent commits it)
  *     'R' result retry_after errlen err outlen out   the step's result
  * The parent commits progress as it arrives and renews the lease while it waits, so a long
@@ -27,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -326,28 +328,208 @@ static int64_t mono_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static void run_child(cairn_ctx *c, int probe, int fd, pid_t parent)
+/* ------------------------------------------------------------------ the step host
+ *
+ * Forking a child for every invocation cost more than the steps it isolated: fork(2) copies the
+ * page tables of a process that maps the whole store, and the child then set up again whatever
+ * a library builds on first use. So the runner forks one child, its step host, at its first
+ * step with a timeout, and sends it every later invocation over a socket pair:
+ *     'S' len   probe graph step generation invocation attempt created_ms store_id
+ *               payload_hash task input has_progress progress {present dep}*
+ * (u32 fields, byte strings as u32 length + bytes; the deps in the step's order). The host
+ * answers with the frames above ('P' progress, 'R' the result) and waits for the next. It finds
+ * the step by the graph's index in the runner and the step's index in the graph: graphs are
+ * registered before the runner opens and frozen, so the host's copy of them is the runner's.
+ * Whatever stops a step (its deadline, a stop, a lost lease) stops its host: SIGKILL, reaped,
+ * and the next invocation forks another; so does a host that crashed or exited, and one that
+ * has run child_reuse invocations. An idle host ignores SIGTERM, SIGHUP and SIGINT (the runner
+ * decides); during a step it takes them as the step's delivery says, as a child per step did.
+ * It dies with the thread that forked it (PR_SET_PDEATHSIG), so a runner used from another
+ * thread forks its own first. */
+typedef struct cairn__host {
+    pid_t pid;     /* 0: none */
+    pid_t owner;   /* the process that forked it */
+    pid_t tid;     /* the thread that forked it */
+    int fd;        /* the runner's end of the socket pair */
+    uint32_t uses; /* invocations sent to it */
+} cairn__host;
+
+typedef struct {
+    const char *p;
+    size_t n;
+} host_rd;
+
+static int rd_take(host_rd *r, void *dst, size_t n)
 {
-    /* the step dies with its runner: a SIGKILLed runner leaves no step running behind it */
+    if (r->n < n)
+        return -1;
+    memcpy(dst, r->p, n);
+    r->p += n, r->n -= n;
+    return 0;
+}
+
+static int rd_bytes(host_rd *r, const char **p, uint32_t *n)
+{
+    if (rd_take(r, n, 4) || r->n < *n)
+        return -1;
+    *p = r->p;
+    r->p += *n, r->n -= *n;
+    return 0;
+}
+
+static int rd_object(host_rd *r, msgpack_unpacked *u)
+{
+    const char *p;
+    uint32_t n;
+    size_t off = 0;
+    msgpack_unpacked_init(u);
+    return rd_bytes(r, &p, &n) || msgpack_unpack_next(u, p, n, &off) != MSGPACK_UNPACK_SUCCESS ? -1
+                                                                                               : 0;
+}
+
+static int put_u32(msgpack_sbuffer *b, uint32_t v)
+{
+    return msgpack_sbuffer_write(b, (const char *)&v, 4);
+}
+
+static int put_bytes(msgpack_sbuffer *b, const void *p, size_t n)
+{
+    return put_u32(b, (uint32_t)n) || (n && msgpack_sbuffer_write(b, p, n));
+}
+
+/* The request for c's invocation, after its 'S' and length. */
+static int host_request(const cairn_ctx *c, int probe, msgpack_sbuffer *b)
+{
+    cairn_runner *r = c->r;
+    uint32_t gi = 0;
+    while (gi < r->n_graphs && r->graphs[gi] != c->step->graph)
+        gi++;
+    if (gi == r->n_graphs)
+        return CAIRN_EINVAL; /* a step of no registered graph: cannot be */
+    int rc = msgpack_sbuffer_write(b, "S", 1) || put_u32(b, 0) || put_u32(b, (uint32_t)probe) ||
+             put_u32(b, gi) || put_u32(b, (uint32_t)c->step->index) || put_u32(b, c->generation) ||
+             put_u32(b, c->invocation) || put_u32(b, c->attempt) ||
+             msgpack_sbuffer_write(b, (const char *)&c->created_ms, 8) ||
+             msgpack_sbuffer_write(b, (const char *)c->store_id, sizeof c->store_id) ||
+             msgpack_sbuffer_write(b, c->payload_hash, sizeof c->payload_hash) ||
+             put_bytes(b, c->task_id, strlen(c->task_id) + 1) ||
+             put_bytes(b, c->input_bytes, c->input_len) || put_u32(b, (uint32_t)c->has_progress) ||
+             put_bytes(b, c->has_progress ? c->progress_bytes : NULL,
+                       c->has_progress ? c->progress_len : 0);
+    for (size_t i = 0; !rc && i < c->n_deps; i++)
+        rc = put_u32(b, (uint32_t)c->deps[i].present) ||
+             put_bytes(b, c->deps[i].present ? c->deps[i].bytes : NULL,
+                       c->deps[i].present ? c->deps[i].len : 0);
+    if (rc)
+        return CAIRN_ENOMEM;
+    uint32_t len = (uint32_t)(b->size - 5);
+    memcpy(b->data + 1, &len, 4);
+    return 0;
+}
+
+/* In the host: runs the invocation `req` asks for and sends its result; -1 if the request is
+ * malformed or the result cannot be sent (the host then exits: the runner sees a crash). */
+static int host_step(cairn_runner *r, int fd, const char *req, size_t len)
+{
+    host_rd rd = {req, len};
+    uint32_t probe, gi, si, has_progress;
+    cairn_ctx c = {.r = r, .child_fd = fd};
+    const char *task;
+    uint32_t tl;
+    if (rd_take(&rd, &probe, 4) || rd_take(&rd, &gi, 4) || rd_take(&rd, &si, 4) ||
+        gi >= r->n_graphs || si >= r->graphs[gi]->n_steps)
+        return -1;
+    const cairn_graph *g = r->graphs[gi];
+    c.step = g->steps[si];
+    if (rd_take(&rd, &c.generation, 4) || rd_take(&rd, &c.invocation, 4) ||
+        rd_take(&rd, &c.attempt, 4) || rd_take(&rd, &c.created_ms, 8) ||
+        rd_take(&rd, c.store_id, sizeof c.store_id) ||
+        rd_take(&rd, c.payload_hash, sizeof c.payload_hash) || rd_bytes(&rd, &task, &tl) ||
+        tl == 0 || task[tl - 1] != 0)
+        return -1;
+    c.task_id = task;
+    int bad = rd_object(&rd, &c.input) != 0;
+    bad = bad || rd_take(&rd, &has_progress, 4);
+    if (!bad) {
+        if (has_progress) {
+            bad = rd_object(&rd, &c.progress) != 0;
+            c.has_progress = 1;
+        } else {
+            const char *p;
+            uint32_t n;
+            bad = rd_bytes(&rd, &p, &n);
+        }
+    }
+    cairn__dep deps[c.step->n_deps ? c.step->n_deps : 1];
+    memset(deps, 0, sizeof deps);
+    c.deps = deps;
+    for (size_t i = 0; !bad && i < c.step->n_deps; i++) {
+        uint32_t present;
+        deps[i].name = g->steps[c.step->deps[i]]->name;
+        bad = rd_take(&rd, &present, 4);
+        if (!bad && present) {
+            bad = rd_object(&rd, &deps[i].u) != 0;
+            deps[i].present = 1;
+        } else if (!bad) {
+            const char *p;
+            uint32_t n;
+            bad = rd_bytes(&rd, &p, &n);
+        }
+        c.n_deps = i + 1;
+    }
+    msgpack_sbuffer_init(&c.out);
+    msgpack_packer_init(&c.pk, &c.out, msgpack_sbuffer_write);
+    int rc = -1;
+    if (!bad) {
+        /* a compute step dies with a SIGTERM to the process group (the runner decides anyway);
+         * an effect runs to its end, so that its outcome is known rather than in doubt */
+        void (*term)(int) = c.step->delivery == CAIRN_COMPUTE ? SIG_DFL : SIG_IGN;
+        signal(SIGTERM, term);
+        signal(SIGHUP, term);
+        cairn_step_result res = call(&c, (int)probe);
+        signal(SIGTERM, SIG_IGN);
+        signal(SIGHUP, SIG_IGN);
+        fflush(NULL); /* what the step printed, before its result (a child per step lost it) */
+        uint32_t code = (uint32_t)res, el = (uint32_t)strlen(c.err),
+                 ol = c.out_set ? (uint32_t)c.out.size : 0;
+        rc = cairn__write_all(fd, "R", 1) || cairn__write_all(fd, &code, 4) ||
+                     cairn__write_all(fd, &c.retry_after_ms, 4) || cairn__write_all(fd, &el, 4) ||
+                     cairn__write_all(fd, c.err, el) || cairn__write_all(fd, &ol, 4) ||
+                     (ol && cairn__write_all(fd, c.out.data, ol))
+                 ? -1
+                 : 0;
+    }
+    msgpack_sbuffer_destroy(&c.out);
+    msgpack_unpacked_destroy(&c.input);
+    if (c.has_progress)
+        msgpack_unpacked_destroy(&c.progress);
+    for (size_t i = 0; i < c.n_deps; i++)
+        if (deps[i].present)
+            msgpack_unpacked_destroy(&deps[i].u);
+    return rc;
+}
+
+static void host_main(cairn_runner *r, int fd, pid_t parent)
+{
+    /* the host dies with its runner: a SIGKILLed runner leaves no step running behind it */
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent)
         _exit(4);
-    cairn__store_seal(c->r->store); /* the child never writes the store; now it cannot */
-    /* a compute step dies with a SIGTERM to the process group (the runner decides anyway); an
-     * effect runs to its end, so that its outcome is known rather than in doubt */
-    signal(SIGTERM, c->step->delivery == CAIRN_COMPUTE ? SIG_DFL : SIG_IGN);
-    signal(SIGHUP, c->step->delivery == CAIRN_COMPUTE ? SIG_DFL : SIG_IGN); /* as SIGTERM */
+    cairn__store_seal(r->store); /* the host never writes the store; now it cannot */
+    signal(SIGTERM, SIG_IGN);
+    signal(SIGHUP, SIG_IGN);
     signal(SIGINT, SIG_IGN); /* the parent decides; a terminal ^C reaches the whole group */
-    c->child_fd = fd;
-    cairn_step_result res = call(c, probe);
-    uint32_t r = (uint32_t)res, el = (uint32_t)strlen(c->err),
-             ol = c->out_set ? (uint32_t)c->out.size : 0;
-    if (cairn__write_all(fd, "R", 1) || cairn__write_all(fd, &r, 4) ||
-        cairn__write_all(fd, &c->retry_after_ms, 4) || cairn__write_all(fd, &el, 4) ||
-        cairn__write_all(fd, c->err, el) || cairn__write_all(fd, &ol, 4) ||
-        (ol && cairn__write_all(fd, c->out.data, ol)))
-        _exit(3);
-    _exit(0);
+    for (;;) {
+        char type;
+        uint32_t n;
+        if (cairn__read_all(fd, &type, 1) != 1)
+            _exit(0); /* the runner closed its end */
+        char *req = NULL;
+        if (type != 'S' || cairn__read_all(fd, &n, 4) != 1 || !(req = malloc(n ? n : 1)) ||
+            cairn__read_all(fd, req, n) != 1 || host_step(r, fd, req, n))
+            _exit(3);
+        free(req);
+    }
 }
 
 /* Reads one frame from the child; 1 when the result arrived, 0 for progress, -1 on EOF. */
@@ -388,14 +570,12 @@ static int read_frame(cairn_ctx *c, int fd, cairn__outcome *o, int *commit_err)
     return 1;
 }
 
-/* A step child is a fork of the runner, so whatever a library sets up on first use a child sets
- * up again, at every step, and throws away. OpenSSL's random generator is the costly one: its
- * first draw instantiates the DRBG chain (fetching the DRBG and cipher implementations from the
- * provider), about a millisecond of CPU, which a step drawing a nonce (examples/ledger's work)
- * paid in every child: most of a consumed ledger task's CPU. Drawn once in the runner's process,
- * before its first fork, the generator is inherited instead; OpenSSL 3 reseeds an inherited
- * generator before its first output in a new process (it compares the fork id), so children
- * never draw the same bytes. */
+/* A host is a fork of the runner, so whatever a library sets up on first use a host sets up
+ * again. OpenSSL's random generator is the costly one: its first draw instantiates the DRBG
+ * chain (fetching the DRBG and cipher implementations from the provider), about a millisecond
+ * of CPU. Drawn once in the runner's process, before its first fork, the generator is inherited
+ * instead; OpenSSL 3 reseeds an inherited generator before its first output in a new process
+ * (it compares the fork id), so hosts never draw the same bytes. */
 static void warm_before_fork(void)
 {
     static pid_t warmed;
@@ -404,32 +584,132 @@ static void warm_before_fork(void)
         warmed = getpid();
 }
 
-static int exec_isolated(cairn_ctx *c, int probe, cairn__outcome *o)
+/* Stops the host (SIGKILL unless it is known to have exited) and reaps it; its wait status in
+ * *status when asked. */
+static void host_stop(cairn__host *h, int reaped, int *status)
 {
-    int p[2];
-    if (pipe(p) != 0)
-        return cairn__runner_fail(c->r, CAIRN_EIO, "pipe: %s", strerror(errno));
+    int st = 0;
+    if (h->pid > 0 && !reaped) {
+        kill(h->pid, SIGKILL);
+        while (waitpid(h->pid, &st, 0) < 0 && errno == EINTR)
+            ;
+    }
+    if (status && !reaped)
+        *status = st;
+    if (h->fd >= 0)
+        close(h->fd);
+    h->pid = 0, h->fd = -1;
+}
+
+void cairn__host_free(cairn_runner *r)
+{
+    cairn__host *h = r->host;
+    if (!h)
+        return;
+    if (h->pid > 0 && h->owner == getpid())
+        host_stop(h, 0, NULL);
+    else if (h->fd >= 0)
+        close(h->fd); /* a copy of a runner in a forked process: the host is not its child */
+    free(h);
+    r->host = NULL;
+}
+
+/* Forks while no other runner of this process is between its socketpair and closing the host's
+ * end there, so no host inherits another's end and keeps it from seeing its runner go. */
+static pthread_mutex_t spawn_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static int host_spawn(cairn_runner *r)
+{
+    cairn__host *h = r->host;
+    if (!h) {
+        if (!(h = calloc(1, sizeof *h)))
+            return cairn__runner_fail(r, CAIRN_ENOMEM, "no memory for the step host");
+        h->fd = -1;
+        r->host = h;
+    }
+    int sv[2];
+    pthread_mutex_lock(&spawn_mu);
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+        pthread_mutex_unlock(&spawn_mu);
+        return cairn__runner_fail(r, CAIRN_EIO, "socketpair: %s", strerror(errno));
+    }
     fflush(NULL);
     warm_before_fork();
     pid_t parent = getpid();
     pid_t pid = fork();
-    if (pid < 0) {
-        close(p[0]), close(p[1]);
-        return cairn__runner_fail(c->r, CAIRN_ENOMEM, "fork: %s", strerror(errno));
-    }
     if (pid == 0) {
-        close(p[0]);
-        run_child(c, probe, p[1], parent);
+        close(sv[0]);
+        host_main(r, sv[1], parent);
     }
-    close(p[1]);
+    close(sv[1]);
+    pthread_mutex_unlock(&spawn_mu);
+    if (pid < 0) {
+        close(sv[0]);
+        return cairn__runner_fail(r, CAIRN_ENOMEM, "fork: %s", strerror(errno));
+    }
+    h->pid = pid, h->owner = parent, h->tid = gettid(), h->fd = sv[0], h->uses = 0;
+    return 0;
+}
+
+/* Sends the request to a live host of this thread's, forking one first where there is none. */
+static int host_send(cairn_runner *r, const msgpack_sbuffer *req)
+{
+    cairn__host *h = r->host;
+    if (h && h->pid > 0) {
+        int st;
+        if (h->owner != getpid()) /* a copy of a runner in a forked process: not its child */
+            host_stop(h, 1, NULL);
+        else if (waitpid(h->pid, &st, WNOHANG) == h->pid) /* it exited while idle */
+            host_stop(h, 1, NULL);
+        else if (h->tid != gettid()) /* it would die with a thread that may end */
+            host_stop(h, 0, NULL);
+    }
+    for (int tries = 0;; tries++) {
+        if (!r->host || r->host->pid <= 0) {
+            int rc = host_spawn(r);
+            if (rc)
+                return rc;
+        }
+        h = r->host;
+        size_t off = 0;
+        ssize_t n = 0;
+        while (off < req->size &&
+               ((n = send(h->fd, req->data + off, req->size - off, MSG_NOSIGNAL)) > 0 ||
+                (n < 0 && errno == EINTR)))
+            off += n > 0 ? (size_t)n : 0;
+        if (off == req->size) {
+            h->uses++;
+            return 0;
+        }
+        int err = errno;
+        host_stop(h, 0, NULL); /* it died while idle: a fresh one */
+        if (tries)
+            return cairn__runner_fail(r, CAIRN_EIO, "step host: send: %s", strerror(err));
+    }
+}
+
+static int exec_isolated(cairn_ctx *c, int probe, cairn__outcome *o)
+{
+    msgpack_sbuffer req;
+    msgpack_sbuffer_init(&req);
+    int rc = host_request(c, probe, &req);
+    if (rc == 0)
+        rc = host_send(c->r, &req);
+    else
+        rc = cairn__runner_fail(c->r, rc, "step '%s': no memory for its request", c->step->name);
+    msgpack_sbuffer_destroy(&req);
+    if (rc)
+        return rc;
+    cairn__host *h = c->r->host;
+    pid_t pid = h->pid;
+    int fd = h->fd;
     int64_t deadline = mono_ms() + c->step->timeout_ms;
     int64_t renew_every = c->r->lease_ms / 3 ? c->r->lease_ms / 3 : 1;
     int64_t next_renew = mono_ms() + renew_every;
-    int got = 0, commit_err = 0, killed = 0, stop_seen = 0;
+    int got = 0, commit_err = 0, killed = 0, stop_seen = 0, reaped = 0, status = 0;
     while (!got) {
         int64_t now = mono_ms();
         if (now >= deadline) {
-            kill(pid, SIGKILL);
             o->timed_out = killed = 1;
             break;
         }
@@ -438,20 +718,18 @@ static int exec_isolated(cairn_ctx *c, int probe, cairn__outcome *o)
             /* a compute step is simply abandoned; an effect is let finish (up to its deadline)
              * so that its outcome is known rather than in doubt */
             if (c->step->delivery == CAIRN_COMPUTE) {
-                kill(pid, SIGKILL);
                 killed = 1;
                 break;
             }
         }
         if (now >= next_renew) {
-            int rc = cairn__renew_lease(c);
-            if (rc && (!commit_err || rc == CAIRN_EBUSY)) /* a lost lease outranks the rest */
-                commit_err = rc;
+            int lrc = cairn__renew_lease(c);
+            if (lrc && (!commit_err || lrc == CAIRN_EBUSY)) /* a lost lease outranks the rest */
+                commit_err = lrc;
             next_renew = now + renew_every;
-            if (rc == CAIRN_EBUSY && c->step->delivery == CAIRN_COMPUTE) {
+            if (lrc == CAIRN_EBUSY && c->step->delivery == CAIRN_COMPUTE) {
                 /* another process owns the task now (this one stalled past the lease): its
                  * result could never be committed, so stop paying for it */
-                kill(pid, SIGKILL);
                 killed = 1;
                 break;
             }
@@ -461,26 +739,26 @@ static int exec_isolated(cairn_ctx *c, int probe, cairn__outcome *o)
             wait = next_renew - now;
         if (wait > 100)
             wait = 100; /* notice a stop request promptly */
-        struct pollfd pf = {.fd = p[0], .events = POLLIN};
+        struct pollfd pf = {.fd = fd, .events = POLLIN};
         int pr = poll(&pf, 1, (int)wait);
         if (pr > 0) {
-            int fr = read_frame(c, p[0], o, &commit_err);
+            int fr = read_frame(c, fd, o, &commit_err);
             if (fr < 0)
                 break;
             got = fr;
             if (!got && commit_err == CAIRN_EBUSY && c->step->delivery == CAIRN_COMPUTE) {
-                kill(pid, SIGKILL); /* a progress save found the lease lost */
-                killed = 1;
+                killed = 1; /* a progress save found the lease lost */
                 break;
             }
+        } else if (pr == 0 && waitpid(pid, &status, WNOHANG) == pid) {
+            reaped = 1; /* gone, while another process holds a copy of its socket */
+            break;
         }
     }
-    close(p[0]);
-    if (!got)
-        kill(pid, SIGKILL); /* no result (EOF or a broken frame): it must not live on */
-    int status = 0;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-        ;
+    /* a host without a result (EOF, a broken frame, killed) must not live on; one that has run
+     * its share is replaced */
+    if (!got || h->uses >= c->r->child_reuse)
+        host_stop(h, reaped, &status);
     if (!got) {
         if (o->timed_out)
             snprintf(o->err, sizeof o->err, "step '%s' timed out after %u ms (killed)",

@@ -27,17 +27,21 @@ struct cairn_runner {
     uint64_t rng;
     volatile sig_atomic_t stop;
     struct cairn__heartbeat *hb; /* exec.c, made at the first step that needs one */
+    struct cairn__host *host;    /* exec.c, forked at the first step with a timeout */
+    uint32_t child_reuse;        /* cairn_runner_set_child_reuse */
     char note[512]; /* informational message of the last successful call (e.g. "already succeeded")
                      */
     char err[1024];
 };
 
 void cairn__heartbeat_free(cairn_runner *r); /* exec.c: at cairn_runner_free */
+void cairn__host_free(cairn_runner *r);      /* exec.c: at cairn_runner_free */
 
 /* One dependency output handed to a step. */
 typedef struct cairn__dep {
     const char *name;
     void *bytes;
+    size_t len;
     msgpack_unpacked u;
     int present;
 } cairn__dep;
@@ -67,10 +71,12 @@ struct cairn_ctx {
     char payload_hash[65];
     int64_t created_ms;
     void *input_bytes;
+    size_t input_len;
     msgpack_unpacked input;
     cairn__dep *deps;
     size_t n_deps;
     void *progress_bytes;
+    size_t progress_len;
     msgpack_unpacked progress;
     int has_progress;
     msgpack_sbuffer out;

@@ -82,6 +82,7 @@ cairn_runner *cairn_runner_new(void)
     r->max_attempts = 3;
     r->lease_ms = 60000;
     r->inline_wait_ms = 2000;
+    r->child_reuse = 1000;
     r->retention_s = 7 * DAY_S;
     r->tombstone_s = 30 * DAY_S;
     return r;
@@ -92,6 +93,7 @@ void cairn_runner_free(cairn_runner *r)
     if (!r)
         return;
     cairn__heartbeat_free(r);
+    cairn__host_free(r);
     free(r->graphs);
     free(r);
 }
@@ -167,6 +169,15 @@ int cairn_runner_set_inline_wait_ms(cairn_runner *r, uint32_t ms)
     if (rc)
         return rc;
     r->inline_wait_ms = ms;
+    return 0;
+}
+
+int cairn_runner_set_child_reuse(cairn_runner *r, uint32_t n)
+{
+    int rc = configurable(r, "cairn_runner_set_child_reuse");
+    if (rc || n == 0)
+        return rc ? rc : CAIRN_EINVAL;
+    r->child_reuse = n;
     return 0;
 }
 

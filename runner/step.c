@@ -284,10 +284,11 @@ static void *dup_bytes(const void *p, size_t n)
     return d;
 }
 
-static int unpack_copy(const void *p, size_t n, void **bytes, msgpack_unpacked *u)
+static int unpack_copy(const void *p, size_t n, void **bytes, size_t *len, msgpack_unpacked *u)
 {
     size_t off = 0;
     *bytes = dup_bytes(p, n);
+    *len = n;
     if (!*bytes)
         return CAIRN_ENOMEM;
     msgpack_unpacked_init(u);
@@ -313,7 +314,7 @@ static int load_txn(cairn__txn *t, void *arg)
         if (rc == CAIRN_ENOTFOUND)
             return cairn__store_fail(cairn__txn_store(t), CAIRN_ECORRUPT,
                                      "task '%s' has no stored input", c->task_id);
-        if (rc || (rc = unpack_copy(in, in_len, &c->input_bytes, &c->input)))
+        if (rc || (rc = unpack_copy(in, in_len, &c->input_bytes, &c->input_len, &c->input)))
             return rc;
     }
     cairn__step_rec s;
@@ -331,7 +332,7 @@ static int load_txn(cairn__txn *t, void *arg)
             continue;
         rc = cairn__step_get(t, c->task_id, d->name, c->generation, &s);
         if (rc == 0 && s.state == CAIRN_STEP_DONE && s.output) {
-            if ((rc = unpack_copy(s.output, s.output_len, &d->bytes, &d->u)))
+            if ((rc = unpack_copy(s.output, s.output_len, &d->bytes, &d->len, &d->u)))
                 return rc;
             d->present = 1;
         } else if (rc && rc != CAIRN_ENOTFOUND)
@@ -347,7 +348,7 @@ static int load_txn(cairn__txn *t, void *arg)
     }
     rc = cairn__progress_get(t, c->task_id, c->step->name, c->generation, &p, &n);
     if (rc == 0) {
-        if ((rc = unpack_copy(p, n, &c->progress_bytes, &c->progress)))
+        if ((rc = unpack_copy(p, n, &c->progress_bytes, &c->progress_len, &c->progress)))
             return rc;
         c->has_progress = 1;
     } else if (rc != CAIRN_ENOTFOUND)

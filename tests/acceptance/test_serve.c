@@ -205,8 +205,29 @@ static int children(pid_t pid, pid_t *out, int max)
     return n;
 }
 
-/* How many of process pid's descriptors are sockets, from /proc; -1 if it cannot be read. */
-static int socket_fds(pid_t pid)
+/* Whether process pid has a descriptor open on `target` (a /proc fd link, "socket:[INODE]"). */
+static int has_fd_on(pid_t pid, const char *target)
+{
+    char *dir = tu_fmt("/proc/%ld/fd", (long)pid);
+    DIR *d = opendir(dir);
+    int found = 0;
+    struct dirent *e;
+    while (d && !found && (e = readdir(d))) {
+        char *link = tu_fmt("%s/%s", dir, e->d_name), t[256];
+        ssize_t k = readlink(link, t, sizeof t - 1);
+        found = k > 0 && (t[k] = 0, strcmp(t, target) == 0);
+        free(link);
+    }
+    if (d)
+        closedir(d);
+    free(dir);
+    return found;
+}
+
+/* How many of process pid's descriptors are sockets that process `of` has open too (the
+ * server's listener and its clients' connections; not the worker's own, such as its step
+ * host's socket pair), from /proc; -1 if it cannot be read. */
+static int shared_socket_fds(pid_t pid, pid_t of)
 {
     char *dir = tu_fmt("/proc/%ld/fd", (long)pid);
     DIR *d = opendir(dir);
@@ -217,7 +238,7 @@ static int socket_fds(pid_t pid)
         ssize_t k = readlink(link, target, sizeof target - 1);
         if (k > 0) {
             target[k] = 0;
-            n += !strncmp(target, "socket:", 7);
+            n += !strncmp(target, "socket:", 7) && has_fd_on(of, target);
         }
         free(link);
     }
@@ -257,7 +278,7 @@ static void worker_replaced(void)
     int nw2 = children(s.pid, w2, 4);
     ok(nw2 == 1 && nw == 1 && w2[0] != w[0], "a new worker took the dead one's place (pid %ld)",
        nw2 ? (long)w2[0] : -1L);
-    int sockets = nw2 == 1 ? socket_fds(w2[0]) : -1;
+    int sockets = nw2 == 1 ? shared_socket_fds(w2[0], s.pid) : -1;
     ok(sockets == 0,
        "it holds none of the server's sockets (the listener, clients' connections): %d", sockets);
     ok(tu_count_lines(ledger, "slow-1 ") == 1, "the task's effect happened once");

@@ -1318,6 +1318,119 @@ static void test_timeout(void)
     cairn_graph_free(g);
 }
 
+/* ---- the step host: steps with a timeout share one child, replaced when it ends */
+
+static int g_host_mark; /* set by the test after a host was forked */
+
+/* Input {"n": N, "crash": 0|1}: outputs pid * 1000 + (N + g_host_mark) % 1000, or aborts. */
+static cairn_step_result st_host_a(cairn_ctx *c, void *user)
+{
+    (void)user;
+    const msgpack_object *in = cairn_ctx_input(c);
+    int64_t n = 0, crash = 0;
+    for (uint32_t i = 0; in->type == MSGPACK_OBJECT_MAP && i < in->via.map.size; i++) {
+        const msgpack_object_kv *kv = &in->via.map.ptr[i];
+        if (kv->key.type == MSGPACK_OBJECT_STR && kv->key.via.str.size == 1 &&
+            kv->key.via.str.ptr[0] == 'n')
+            n = obj_int(&kv->val);
+        else if (kv->key.type == MSGPACK_OBJECT_STR && kv->key.via.str.size == 5)
+            crash = obj_int(&kv->val);
+    }
+    if (crash)
+        abort();
+    msgpack_pack_int64(cairn_ctx_packer(c), (int64_t)getpid() * 1000 + (n + g_host_mark) % 1000);
+    return CAIRN_STEP_OK;
+}
+
+/* Outputs pid * 1000 + (a's output % 1000) + 1: what it was handed, from the same kind of
+ * child. */
+static cairn_step_result st_host_b(cairn_ctx *c, void *user)
+{
+    (void)user;
+    const msgpack_object *a = cairn_ctx_dep(c, "a");
+    if (!a || a->type == MSGPACK_OBJECT_NIL)
+        return CAIRN_STEP_PERMANENT;
+    msgpack_pack_int64(cairn_ctx_packer(c), (int64_t)getpid() * 1000 + obj_int(a) % 1000 + 1);
+    return CAIRN_STEP_OK;
+}
+
+static cairn_graph *host_graph(void)
+{
+    cairn_graph *g = cairn_graph_new("host", 1);
+    cairn_step *a = cairn_graph_add_step(g, "a", st_host_a, NULL);
+    cairn_step *b = cairn_graph_add_step(g, "b", st_host_b, "a");
+    cairn_step_set_timeout(a, 60000);
+    cairn_step_set_timeout(b, 60000);
+    slow_retry(a);
+    return g;
+}
+
+static void test_step_host(void)
+{
+    newdir("host");
+    cairn_graph *g = host_graph();
+    cairn_store *s = store_open();
+    cairn_runner *r = runner_config(s, g);
+    ok(cairn_runner_set_child_reuse(r, 0) == CAIRN_EINVAL, "child reuse 0 is EINVAL");
+    r = opened(r);
+    ok(cairn_runner_set_child_reuse(r, 5) == CAIRN_EBUSY, "and fixed once the runner is open");
+    g_host_mark = 0;
+    int rcs = 0;
+    for (int i = 1; i <= 3; i++) {
+        char id[16], json[64];
+        snprintf(id, sizeof id, "h%d", i);
+        snprintf(json, sizeof json, "{\"n\": %d, \"crash\": 0}", i * 10);
+        rcs |= run(r, "host", id, json);
+        if (i == 1)
+            g_host_mark = 5; /* the host forked before this: it keeps seeing 0 */
+    }
+    int64_t pid = step_of(s, "h1", "a", 0).out / 1000;
+    int same = 1, values = 1;
+    for (int i = 1; i <= 3; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "h%d", i);
+        stepq a = step_of(s, id, "a", 0), b = step_of(s, id, "b", 0);
+        same &= a.out / 1000 == pid && b.out / 1000 == pid;
+        values &= a.out % 1000 == i * 10 && b.out % 1000 == i * 10 + 1;
+    }
+    ok(rcs == 0 && pid > 0 && pid != getpid() && same,
+       "3 tasks x 2 steps with a timeout ran in one child, pid %lld", (long long)pid);
+    ok(values, "each got its own input and dependency, and the memory of when its host was "
+               "forked (a global set later is not seen)");
+
+    /* a step that crashes takes its host with it; the next invocation gets a new one */
+    int rc = run(r, "host", "hc", "{\"n\": 1, \"crash\": 1}");
+    cairn__task_rec t = task_of(s, "hc");
+    ok(rc == CAIRN_ETRANSIENT && strstr(t.error, "crashed with signal 6"),
+       "a step that aborts: transient, \"crashed with signal 6\" (\"%s\")", t.error);
+    errno = 0;
+    ok(kill((pid_t)pid, 0) == -1 && errno == ESRCH, "its host is gone, and reaped");
+    rc = run(r, "host", "h4", "{\"n\": 40, \"crash\": 0}");
+    int64_t pid4 = step_of(s, "h4", "a", 0).out / 1000;
+    ok(rc == 0 && pid4 > 0 && pid4 != pid && step_of(s, "h4", "b", 0).out / 1000 == pid4 &&
+           step_of(s, "h4", "a", 0).out % 1000 == 45,
+       "the next task runs in a new host (pid %lld), forked after the global was set",
+       (long long)pid4);
+    cairn_runner_free(r);
+    errno = 0;
+    ok(kill((pid_t)pid4, 0) == -1 && errno == ESRCH, "cairn_runner_free ends the host");
+
+    /* child reuse 2: a host runs two invocations, then a fresh one is forked */
+    r = runner_config(s, g);
+    cairn_runner_set_child_reuse(r, 2);
+    r = opened(r);
+    rcs = run(r, "host", "r1", "{\"n\": 1, \"crash\": 0}") |
+          run(r, "host", "r2", "{\"n\": 2, \"crash\": 0}");
+    int64_t p1a = step_of(s, "r1", "a", 0).out / 1000, p1b = step_of(s, "r1", "b", 0).out / 1000,
+            p2a = step_of(s, "r2", "a", 0).out / 1000, p2b = step_of(s, "r2", "b", 0).out / 1000;
+    ok(rcs == 0 && p1a == p1b && p2a == p2b && p1a != p2a && p1b != p2a,
+       "with child reuse 2 each host runs two invocations (%lld %lld | %lld %lld)", (long long)p1a,
+       (long long)p1b, (long long)p2a, (long long)p2b);
+    cairn_runner_free(r);
+    cairn_store_free(s);
+    cairn_graph_free(g);
+}
+
 static void steal_lease(cairn__task_rec *r, void *arg)
 {
     (void)arg;
@@ -1963,6 +2076,7 @@ int main(void)
     test_fencing_messages();
     test_stop();
     test_timeout();
+    test_step_host();
     test_lease_lost_in_child();
     test_heartbeat();
     test_gc();
