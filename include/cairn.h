@@ -215,8 +215,10 @@ CAIRN_API int cairn_step_set_retry_budget(cairn_step *s, uint32_t max_elapsed_ms
  * The child is the runner's step host, kept for its steps with a timeout (see
  * cairn_runner_set_child_reuse). 0 (default): runs in-process, no timeout. */
 CAIRN_API int cairn_step_set_timeout(cairn_step *s, uint32_t timeout_ms);
-/* Marks the step expensive (an LLM call): its output is committed at a durable point (flushed
- * to disk before the run goes on), so a power loss never loses it. A compute step that is not
+/* Marks the step expensive (an LLM call): its output is committed at a durable point, flushed
+ * to disk before any later step runs, so a power loss after that never loses it. When the next
+ * step is an effect, the flush of that effect's intent is the one (it covers the output too,
+ * and comes before the effect runs): one flush where there were two. A compute step that is not
  * expensive commits without a flush: a power loss can undo it back to the last durable point,
  * and it then runs again. */
 CAIRN_API int cairn_step_set_expensive(cairn_step *s, int expensive);

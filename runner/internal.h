@@ -85,6 +85,7 @@ struct cairn_ctx {
     int child_fd;  /* >= 0 when the step runs in an isolated child: progress goes to the parent */
     int last_step; /* the graph's last step: its commit also marks the task succeeded */
     int finished;  /* that commit happened */
+    int owed;      /* an expensive output was committed relaxed: the next durable point covers it */
     uint32_t retry_after_ms;
     int64_t call_ms;      /* when the step's current call began (its events' durations) */
     cairn__heartbeat *hb; /* non-NULL while an in-process step has a heartbeat */

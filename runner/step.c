@@ -233,6 +233,8 @@ static int commit(cairn_ctx *c, commit_kind kind, int durable, const void *out, 
     int rc = cairn__store_write(c->r->store, durable, commit_txn, &a);
     if (rc)
         return cairn__runner_store_fail(c->r, rc);
+    if (durable) /* a durable point flushes every commit before it */
+        c->owed = 0;
     if (c->r->events)
         commit_events(c, &a);
     return 0;
@@ -460,6 +462,15 @@ static void sleep_ms(cairn_runner *r, uint32_t ms)
     }
 }
 
+/* Whether the step after s in g's order is an effect. */
+static int effect_next(const cairn_graph *g, const cairn_step *s)
+{
+    for (size_t i = 0; i + 1 < g->n_steps; i++)
+        if (g->order[i] == s->index)
+            return g->steps[g->order[i + 1]]->delivery != CAIRN_COMPUTE;
+    return 0;
+}
+
 /* Runs step `s` until it is done or the task leaves `running`. Returns 0 when the step is done
  * (or was already), else the code the run ends with. */
 static int run_step(cairn_ctx *c, const cairn_graph *g)
@@ -481,8 +492,14 @@ static int run_step(cairn_ctx *c, const cairn_graph *g)
             return cairn__runner_store_fail(r, rc);
         uint32_t inv = la.has_rec ? la.rec.invocations : 0;
         cairn_step_state st = la.has_rec ? (cairn_step_state)la.rec.state : CAIRN_STEP_PENDING;
-        if (st == CAIRN_STEP_DONE)
+        if (st == CAIRN_STEP_DONE) {
+            if (c->owed) { /* no intent of this step's will flush the output owed */
+                if ((rc = cairn__store_settle(r->store, 0)))
+                    return cairn__runner_store_fail(r, rc);
+                c->owed = 0;
+            }
             return 0;
+        }
         if (r->stop) { /* asked to stop (also during a backoff wait): start nothing new */
             int crc = commit(c, C_STOPPED, CAIRN__DURABLE, NULL, 0, NULL, inv, 0);
             return crc ? crc
@@ -560,8 +577,16 @@ static int run_step(cairn_ctx *c, const cairn_graph *g)
             if (c->last_step) {
                 rc = commit(c, C_DONE_LAST, CAIRN__DURABLE, o.out, o.out_len, NULL, inv, 0);
                 c->finished = rc == 0;
-            } else
-                rc = commit(c, C_DONE, durable, o.out, o.out_len, NULL, inv, 0);
+            } else {
+                /* An expensive step's output followed by an effect is flushed by that effect's
+                 * intent, the durable point that comes next (nothing but its resume read runs
+                 * between), rather than by a flush of its own: one flush, not two, before the
+                 * effect, and the same promise (the output is on disk before the world can
+                 * change; a power cut in between may lose it, as it may during the step). */
+                int defer = durable && s->delivery == CAIRN_COMPUTE && effect_next(g, s);
+                rc = commit(c, C_DONE, durable && !defer, o.out, o.out_len, NULL, inv, 0);
+                c->owed |= rc == 0 && defer;
+            }
             cairn__outcome_free(&o);
             return rc;
         case CAIRN_STEP_PERMANENT:
