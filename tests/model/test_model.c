@@ -700,6 +700,50 @@ static void check_errors(void)
        "unknown architecture -> EUNSUPPORTED naming it (%s)", err);
     mk_unload(&L);
 
+    /* the newer architectures' own tensors */
+    mk_spec_default(&s);
+    s.arch = "phi3";
+    s.misshape = "blk.1.attn_qkv.weight";
+    rc = mk_load(&s, &L, err, sizeof err);
+    ok(rc == CAIRN_EFORMAT && strstr(err, "blk.1.attn_qkv.weight") && strstr(err, "[64, 128]"),
+       "phi3 with a misshapen fused attn_qkv -> EFORMAT naming it and its shape (%s)", err);
+    mk_unload(&L);
+    mk_spec_default(&s);
+    s.arch = "phi3";
+    s.omit = "blk.0.attn_qkv.weight";
+    rc = mk_load(&s, &L, err, sizeof err);
+    ok(rc == CAIRN_EFORMAT && strstr(err, "blk.0.attn_q.weight"),
+       "phi3 without attn_qkv looks for separate attn_q/k/v -> EFORMAT naming one (%s)", err);
+    mk_unload(&L);
+    mk_spec_default(&s);
+    s.arch = "phi3";
+    s.misshape = "blk.0.ffn_up.weight";
+    rc = mk_load(&s, &L, err, sizeof err);
+    ok(rc == CAIRN_EFORMAT && strstr(err, "blk.0.ffn_up.weight") && strstr(err, "[64, 256]"),
+       "phi3's ffn_up must hold gate and up (2 * ff rows) -> EFORMAT (%s)", err);
+    mk_unload(&L);
+    mk_spec_default(&s);
+    s.arch = "gemma2";
+    s.omit = "blk.1.post_ffw_norm.weight";
+    rc = mk_load(&s, &L, err, sizeof err);
+    ok(rc == CAIRN_EFORMAT && strstr(err, "blk.1.post_ffw_norm.weight"),
+       "gemma2 without a post-ffw norm -> EFORMAT naming it (%s)", err);
+    mk_unload(&L);
+    mk_spec_default(&s);
+    s.arch = "gemma2";
+    s.extra = "output.weight"; /* llama.cpp never reads one for gemma */
+    rc = mk_load(&s, &L, err, sizeof err);
+    ok(rc == CAIRN_EUNSUPPORTED && strstr(err, "'output.weight'") && strstr(err, "gemma2"),
+       "gemma2 with an output.weight -> EUNSUPPORTED naming it (%s)", err);
+    mk_unload(&L);
+    mk_spec_default(&s);
+    s.arch = "gemma3";
+    s.omit = "blk.0.attn_k_norm.weight";
+    rc = mk_load(&s, &L, err, sizeof err);
+    ok(rc == CAIRN_EFORMAT && strstr(err, "blk.0.attn_k_norm.weight"),
+       "gemma3 without a k norm -> EFORMAT naming it (%s)", err);
+    mk_unload(&L);
+
     /* tensors the model would not use: blocks past block_count, or a feature not implemented */
     mk_spec_default(&s);
     s.meta_layers = 1;
