@@ -224,6 +224,11 @@ int mk_model(const mk_spec *s, unsigned char **buf, size_t *len)
         KF("attention.layer_norm_rms_epsilon", (float)mk_rms_eps(s));
     if (mk_swa(s))
         KU("attention.sliding_window", mk_swa(s));
+    if (s->rope_scaling != 0) {
+        snprintf(k, sizeof k, "%s.rope.scaling.type", s->arch);
+        gw_kv_str(w, k, s->rope_scaling_type ? s->rope_scaling_type : "linear");
+        KF("rope.scaling.factor", s->rope_scaling);
+    }
     if (mk_attn_softcap(s) != 0) {
         KF("attn_logit_softcapping", (float)mk_attn_softcap(s));
         KF("final_logit_softcapping", (float)mk_final_softcap(s));

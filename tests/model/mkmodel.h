@@ -51,7 +51,11 @@ typedef struct {
      * written) for the others (a llama file with one is Mistral's) */
     int swa;
     float attn_softcap, final_softcap; /* gemma2's caps; 0: 50 and 30 (llama.cpp's defaults) */
-    int bad_bos;                       /* write a bos_token_id past the vocabulary (error tests) */
+    /* <arch>.rope.scaling.factor with rope.scaling.type "linear" (Gemma 3 4B and up: 8; the
+     * global layers' positions divided by it); 0: not written */
+    float rope_scaling;
+    const char *rope_scaling_type; /* the type written with it; NULL: "linear" */
+    int bad_bos;                   /* write a bos_token_id past the vocabulary (error tests) */
 } mk_spec;
 
 /* Fills defaults: llama, dim 64, 2 layers, 4 heads, 2 kv heads, ff 128, vocab 300, ctx 256, F32. */

@@ -65,7 +65,8 @@ static void rmsnorm(double *o, const double *x, const float *w, int n, double ep
 }
 
 /* ff: rope_dim/2 divisors of the frequencies (rope_freqs.weight; all 1 without it) */
-static void rope(double *v, int hd, int rope_dim, int neox, int pos, double base, const double *ff)
+static void rope(double *v, int hd, int rope_dim, int neox, double pos, double base,
+                 const double *ff)
 {
     for (int i = 0; i < rope_dim / 2; i++) {
         const double th = pos * pow(base, -2.0 * i / rope_dim) / ff[i];
@@ -169,7 +170,10 @@ int ref_forward_cache(const cairn__model *m, const mk_spec *s, const int32_t *to
                     *post_f = file_vec(m, NAME("post_ffw_norm.weight"));
 #undef NAME
         const int win = sliding(s, l) ? mk_swa(s) : 0;
-        const double lbase = strcmp(s->arch, "gemma3") == 0 && win ? 10000.0 : rope_base;
+        /* gemma3's sliding layers: base 10000 and no scaling; the others the file's */
+        const int local = strcmp(s->arch, "gemma3") == 0 && win;
+        const double lbase = local ? 10000.0 : rope_base,
+                     pscale = local || s->rope_scaling == 0 ? 1.0 : 1.0 / (double)s->rope_scaling;
         if (!Wq || !Wk || !Wv || !Wo || !Wg || !Wu || !Wd || (gemma && (!post_a || !post_f))) {
             if (phi3)
                 free(Wq), free(Wg);
@@ -198,9 +202,11 @@ int ref_forward_cache(const cairn__model *m, const mk_spec *s, const int32_t *to
                 rmsnorm(kh, kh, ly->k_norm, hd, eps);
             }
             for (int h = 0; h < H; h++)
-                rope(q + (size_t)i * qd + (size_t)h * hd, hd, rope_dim, neox, i, lbase, ff);
+                rope(q + (size_t)i * qd + (size_t)h * hd, hd, rope_dim, neox, i * pscale, lbase,
+                     ff);
             for (int h = 0; h < KV; h++)
-                rope(k + (size_t)i * kvd + (size_t)h * hd, hd, rope_dim, neox, i, lbase, ff);
+                rope(k + (size_t)i * kvd + (size_t)h * hd, hd, rope_dim, neox, i * pscale, lbase,
+                     ff);
             for (int c = 0; cache_f16 && c < kvd; c++) { /* what a half cache keeps */
                 double *kc = k + (size_t)i * kvd + c, *vc = v + (size_t)i * kvd + c;
                 *kc = cairn__f16_to_f32(cairn__f32_to_f16((float)*kc));

@@ -172,6 +172,8 @@ static void check_arch_matters(cairn__model *m, const char *arch, const char *tn
     TRY(es != 1.0f, "no embedding scale", m->embd_scale = 1.0f, m->embd_scale = es)
     TRY(lb > 0, "local rope base = global", m->rope_base_local = m->rope_base,
         m->rope_base_local = lb)
+    const float rs = m->rope_scale;
+    TRY(rs != 1.0f, "no rope scaling", m->rope_scale = 1.0f, m->rope_scale = rs)
     TRY(pa[0], "no post-norms", layers_set(m, swa, NULL, NULL), layers_set(m, swa, pa, pf))
     TRY(act == CAIRN__FFN_GELU, "SiLU for GELU", m->ffn_act = CAIRN__FFN_SILU, m->ffn_act = act)
 #undef TRY
@@ -227,6 +229,10 @@ static void check_model(const char *arch, uint32_t type, int tied, int kquant, i
         s.n_layers = 6;
     if (alt_hp && strncmp(arch, "gemma", 5) == 0) /* gemma's sqrt(dim) would hide eps again */
         s.embd_scale /= sqrtf((float)s.dim);
+    /* Gemma 3 4B's global layers (on the Q8_0 model: with alt_hp's base of 1e6 as well the
+     * scaled angles of 10 positions are too small to tell the base) */
+    if (strcmp(arch, "gemma3") == 0 && type == CAIRN__GGML_Q8_0)
+        s.rope_scaling = 8.0f;
     char tn[96];
     snprintf(tn, sizeof tn, "%s%s%s%s", cairn__ggml_type_name(type),
              kquant == SHAPE_K_M ? " + Q5_0 ffn_down (288 columns)" : "",
@@ -242,6 +248,7 @@ static void check_model(const char *arch, uint32_t type, int tied, int kquant, i
     const cairn__model *m = L.m;
     ok(m->tied_output == tied && m->n_kv_heads == 2 &&
            m->rope_mode == (strcmp(s.arch, "llama") == 0 ? 0 : 2) && m->n_swa == mk_swa(&s) &&
+           m->rope_scale == (s.rope_scaling ? 1.0f / s.rope_scaling : 1.0f) &&
            m->rope_dim == mk_rope_dim(&s) && m->rope_base == (float)mk_rope_base(&s) &&
            m->rms_eps == (float)mk_rms_eps(&s),
        "%s %s: hyperparameters (tied %d, kv %d, rope mode %d, rope dims %d, base %g, eps %g)", arch,
@@ -742,6 +749,15 @@ static void check_errors(void)
     rc = mk_load(&s, &L, err, sizeof err);
     ok(rc == CAIRN_EFORMAT && strstr(err, "blk.0.attn_k_norm.weight"),
        "gemma3 without a k norm -> EFORMAT naming it (%s)", err);
+    mk_unload(&L);
+
+    mk_spec_default(&s);
+    s.arch = "gemma3";
+    s.rope_scaling = 4.0f;
+    s.rope_scaling_type = "yarn";
+    rc = mk_load(&s, &L, err, sizeof err);
+    ok(rc == CAIRN_EUNSUPPORTED && strstr(err, "gemma3.rope.scaling.type") && strstr(err, "yarn"),
+       "gemma3 with yarn rope scaling -> EUNSUPPORTED naming key and kind (%s)", err);
     mk_unload(&L);
 
     /* tensors the model would not use: blocks past block_count, or a feature not implemented */
