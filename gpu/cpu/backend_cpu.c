@@ -37,6 +37,14 @@
  * most 2048 positions instead takes two sgemm per head (attention_gemm, with OpenBLAS), up to
  * 20 % faster there; at longer contexts the per-token kernel, which streams a head's keys from
  * cache, is the faster (ATT_GEMM_MAX_CTX).
+ *
+ * What the newer architectures add stays out of the kernels: a layer's sliding window (ly->swa:
+ * Mistral, phi3, gemma) starts a query's keys at last - swa + 1, soft-capped scores (gemma2) take
+ * attn_softcap, the head kernel's steps with c * tanh(s / c) between the scores and the softmax,
+ * and either keeps a chunk off the sgemm path. Both are decided in attn_one, which the solo path
+ * and the batched decode step both call, so a sequence's bits stay those of the solo path. The
+ * rest is element-wise on the rows: the embedding scale, gemma's post-norms and GELU, the final
+ * cap, and gemma3's second rotary table for its sliding layers.
  */
 #include <math.h>
 #include <stdio.h>
