@@ -188,6 +188,16 @@ static int bind_rope_freqs(loader *L)
     return 0;
 }
 
+/* A matrix view of rows [r0, r0 + rows) of W: phi3's fused tensors split into the matrices
+ * the forward pass multiplies by (a block row is whole, so each view starts on a row) */
+static cairn__mat row_view(const cairn__mat *W, int64_t r0, int64_t rows)
+{
+    cairn__mat v = *W;
+    v.rows = rows;
+    v.data = W->data + (size_t)r0 * W->row_bytes;
+    return v;
+}
+
 /* <arch>.<key> as a positive int; required or default */
 static int get_hp(loader *L, const char *key, int *out, int dflt, int required)
 {
@@ -264,6 +274,70 @@ static int check_unused(loader *L)
     return 0;
 }
 
+/* What the architectures differ in besides their tensors, as llama.cpp's hyperparameter loader
+ * and graphs have it: the window and which layers have it, the scales and the caps. */
+static int arch_hparams(loader *L)
+{
+    cairn__model *m = L->m;
+    const int a = m->arch, gemma = a == CAIRN__ARCH_GEMMA2 || a == CAIRN__ARCH_GEMMA3;
+    int rc;
+    m->embd_scale = gemma ? sqrtf((float)m->dim) : 1.0f;
+    m->rope_scale = 1.0f;
+    /* gemma's 27B models scale queries by (dim / heads)^-0.5, not head_dim^-0.5 (gemma_pytorch's
+     * query_pre_attn_scalar); llama.cpp tells them by their layer count, and so does this */
+    const int g27 = (a == CAIRN__ARCH_GEMMA2 && m->n_layers == 46) ||
+                    (a == CAIRN__ARCH_GEMMA3 && m->n_layers == 62);
+    m->attn_scale = 1.0f / sqrtf((float)(g27 ? m->dim / m->n_heads : m->head_dim));
+    m->ffn_act = gemma ? CAIRN__FFN_GELU : CAIRN__FFN_SILU;
+    if (a == CAIRN__ARCH_QWEN2 || a == CAIRN__ARCH_QWEN3)
+        return 0; /* their files' window is off in every released model; llama.cpp ignores it */
+    int dflt = 0;
+    if (a == CAIRN__ARCH_PHI3) { /* llama.cpp's values for files written before the key */
+        if ((m->n_layers == 32 || m->n_layers == 40) && m->n_ctx_train == 4096)
+            dflt = 2047; /* Phi-3-mini/medium-4k */
+        else if (m->n_layers == 32 && m->n_kv_heads == 32 && m->n_ctx_train == 131072)
+            dflt = 262144;
+        else if (m->n_layers == 40 && m->n_ctx_train == 131072)
+            dflt = 131072;
+    } else if (a == CAIRN__ARCH_GEMMA2)
+        dflt = 4096;
+    if ((rc = get_hp(L, "attention.sliding_window", &m->n_swa, dflt, a == CAIRN__ARCH_GEMMA3)))
+        return rc;
+    if (a == CAIRN__ARCH_GEMMA2 &&
+        ((rc = get_hpf(L, "attn_logit_softcapping", &m->attn_softcap, 50.0f, 0)) ||
+         (rc = get_hpf(L, "final_logit_softcapping", &m->final_softcap, 30.0f, 0))))
+        return rc;
+    if (a == CAIRN__ARCH_GEMMA3) {
+        m->rope_base_local = 10000.0f;
+        /* the global layers' linear scaling (Gemma 3 4B and up: 8); other kinds refused */
+        char key[128];
+        const char *t;
+        size_t tl;
+        snprintf(key, sizeof key, "%s.rope.scaling.type", m->arch_name);
+        if (cairn__gguf_get_str(m->gguf, key, &t, &tl) == 0 &&
+            !(tl == 6 && memcmp(t, "linear", 6) == 0) && !(tl == 4 && memcmp(t, "none", 4) == 0))
+            return cairn__errf(L->err, L->errlen, CAIRN_EUNSUPPORTED,
+                               "%s: rope scaling '%.*s' is not supported (linear, none)", key,
+                               (int)(tl > 32 ? 32 : tl), t);
+        float f;
+        if ((rc = get_hpf(L, "rope.scaling.factor", &f, 1.0f, 0)))
+            return rc;
+        m->rope_scale = 1.0f / f;
+    }
+    return 0;
+}
+
+/* layer l's window and rope: every layer for llama and phi3, even ones for gemma2 (llama.cpp's
+ * swa pattern 2), l % 6 < 5 for gemma3 (pattern 6, with the local rope base) */
+static void layer_window(const cairn__model *m, int l, cairn__layer *ly)
+{
+    const int slide = m->arch == CAIRN__ARCH_GEMMA2   ? l % 2 == 0
+                      : m->arch == CAIRN__ARCH_GEMMA3 ? l % 6 < 5
+                                                      : 1;
+    ly->swa = slide ? m->n_swa : 0;
+    ly->rope_local = m->arch == CAIRN__ARCH_GEMMA3 && slide;
+}
+
 static int load(loader *L)
 {
     cairn__model *m = L->m;
@@ -275,24 +349,30 @@ static int load(loader *L)
     if (rc != 0)
         return cairn__errf(L->err, L->errlen, CAIRN_EFORMAT,
                            "key 'general.architecture' is not a string");
-    if (alen == 5 && memcmp(arch, "llama", 5) == 0) {
-        m->arch = CAIRN__ARCH_LLAMA;
-        m->arch_name = "llama";
-        m->rope_mode = CAIRN__ROPE_NORMAL;
-    } else if (alen == 5 && memcmp(arch, "qwen2", 5) == 0) {
-        m->arch = CAIRN__ARCH_QWEN2;
-        m->arch_name = "qwen2";
-        m->rope_mode = CAIRN__ROPE_NEOX;
-    } else if (alen == 5 && memcmp(arch, "qwen3", 5) == 0) {
-        m->arch = CAIRN__ARCH_QWEN3; /* qwen2 without biases, with q/k norms per head */
-        m->arch_name = "qwen3";
-        m->rope_mode = CAIRN__ROPE_NEOX;
-    } else {
+    /* rotation pairing as llama.cpp's llama_model_rope_type gives it for each */
+    static const struct {
+        const char *name;
+        int arch, rope_mode;
+    } archs[] = {
+        {"llama", CAIRN__ARCH_LLAMA, CAIRN__ROPE_NORMAL},
+        {"qwen2", CAIRN__ARCH_QWEN2, CAIRN__ROPE_NEOX},
+        {"qwen3", CAIRN__ARCH_QWEN3, CAIRN__ROPE_NEOX}, /* qwen2 without biases, q/k norms */
+        {"phi3", CAIRN__ARCH_PHI3, CAIRN__ROPE_NEOX},
+        {"gemma2", CAIRN__ARCH_GEMMA2, CAIRN__ROPE_NEOX},
+        {"gemma3", CAIRN__ARCH_GEMMA3, CAIRN__ROPE_NEOX},
+    };
+    m->arch_name = NULL;
+    for (size_t i = 0; i < sizeof archs / sizeof *archs; i++)
+        if (alen == strlen(archs[i].name) && memcmp(arch, archs[i].name, alen) == 0) {
+            m->arch = archs[i].arch;
+            m->arch_name = archs[i].name;
+            m->rope_mode = archs[i].rope_mode;
+        }
+    if (!m->arch_name)
         return cairn__errf(L->err, L->errlen, CAIRN_EUNSUPPORTED,
                            "general.architecture: unsupported architecture '%.*s' (supported: "
-                           "llama, qwen2, qwen3)",
+                           "llama, qwen2, qwen3, phi3, gemma2, gemma3)",
                            (int)(alen > 64 ? 64 : alen), arch);
-    }
 
     if ((rc = get_hp(L, "embedding_length", &m->dim, 0, 1)) ||
         (rc = get_hp(L, "block_count", &m->n_layers, 0, 1)) ||
@@ -363,11 +443,17 @@ static int load(loader *L)
         (rc = get_hpf(L, "attention.layer_norm_rms_epsilon", &m->rms_eps, 0.0f, 1)))
         return rc;
 
+    if ((rc = arch_hparams(L)))
+        return rc;
+
+    const int gemma = m->arch == CAIRN__ARCH_GEMMA2 || m->arch == CAIRN__ARCH_GEMMA3;
     const int64_t dim = m->dim, qd = (int64_t)m->n_heads * m->head_dim,
                   kvd = (int64_t)m->n_kv_heads * m->head_dim;
     if ((rc = bind_mat(L, "token_embd.weight", dim, m->n_vocab, &m->tok_embd, 1)) ||
         (rc = bind_vec(L, "output_norm.weight", dim, &m->output_norm, 1)) ||
-        (rc = bind_mat(L, "output.weight", dim, m->n_vocab, &m->output, 0)))
+        /* gemma's output is the embeddings (llama.cpp does not look for output.weight there:
+         * one in the file is left over, refused below) */
+        (!gemma && (rc = bind_mat(L, "output.weight", dim, m->n_vocab, &m->output, 0))))
         return rc;
     if (!m->output.data) {
         m->output = m->tok_embd;
@@ -379,15 +465,28 @@ static int load(loader *L)
     m->layers = calloc((size_t)m->n_layers, sizeof *m->layers);
     if (!m->layers)
         return cairn__errf(L->err, L->errlen, CAIRN_ENOMEM, "out of memory");
-    const int need_bias = m->arch == CAIRN__ARCH_QWEN2, qk_norm = m->arch == CAIRN__ARCH_QWEN3;
+    const int need_bias = m->arch == CAIRN__ARCH_QWEN2,
+              qk_norm = m->arch == CAIRN__ARCH_QWEN3 || m->arch == CAIRN__ARCH_GEMMA3,
+              phi3 = m->arch == CAIRN__ARCH_PHI3;
     for (int l = 0; l < m->n_layers; l++) {
         cairn__layer *ly = &m->layers[l];
         char n[96];
 #define NAME(s) (snprintf(n, sizeof n, "blk.%d." s, l), n)
+        layer_window(m, l, ly);
+        cairn__mat fused;
+        /* phi3: q, k, v as rows of attn_qkv when the file fuses them (llama.cpp's converter
+         * does; separate attn_q/k/v are read otherwise) */
+        if (phi3 && (rc = bind_mat(L, NAME("attn_qkv.weight"), dim, qd + 2 * kvd, &fused, 0)))
+            return rc;
+        if (phi3 && fused.data) {
+            ly->wq = row_view(&fused, 0, qd);
+            ly->wk = row_view(&fused, qd, kvd);
+            ly->wv = row_view(&fused, qd + kvd, kvd);
+        } else if ((rc = bind_mat(L, NAME("attn_q.weight"), dim, qd, &ly->wq, 1)) ||
+                   (rc = bind_mat(L, NAME("attn_k.weight"), dim, kvd, &ly->wk, 1)) ||
+                   (rc = bind_mat(L, NAME("attn_v.weight"), dim, kvd, &ly->wv, 1)))
+            return rc;
         if ((rc = bind_vec(L, NAME("attn_norm.weight"), dim, &ly->attn_norm, 1)) ||
-            (rc = bind_mat(L, NAME("attn_q.weight"), dim, qd, &ly->wq, 1)) ||
-            (rc = bind_mat(L, NAME("attn_k.weight"), dim, kvd, &ly->wk, 1)) ||
-            (rc = bind_mat(L, NAME("attn_v.weight"), dim, kvd, &ly->wv, 1)) ||
             (rc = bind_mat(L, NAME("attn_output.weight"), qd, dim, &ly->wo, 1)) ||
             (rc = bind_vec(L, NAME("attn_q.bias"), qd, &ly->bq, need_bias)) ||
             (rc = bind_vec(L, NAME("attn_k.bias"), kvd, &ly->bk, need_bias)) ||
@@ -395,10 +494,20 @@ static int load(loader *L)
             (qk_norm &&
              ((rc = bind_vec(L, NAME("attn_q_norm.weight"), m->head_dim, &ly->q_norm, 1)) ||
               (rc = bind_vec(L, NAME("attn_k_norm.weight"), m->head_dim, &ly->k_norm, 1)))) ||
+            (gemma &&
+             ((rc = bind_vec(L, NAME("post_attention_norm.weight"), dim, &ly->attn_post_norm, 1)) ||
+              (rc = bind_vec(L, NAME("post_ffw_norm.weight"), dim, &ly->ffn_post_norm, 1)))) ||
             (rc = bind_vec(L, NAME("ffn_norm.weight"), dim, &ly->ffn_norm, 1)) ||
-            (rc = bind_mat(L, NAME("ffn_gate.weight"), dim, m->ff_dim, &ly->w_gate, 1)) ||
-            (rc = bind_mat(L, NAME("ffn_up.weight"), dim, m->ff_dim, &ly->w_up, 1)) ||
             (rc = bind_mat(L, NAME("ffn_down.weight"), m->ff_dim, dim, &ly->w_down, 1)))
+            return rc;
+        /* phi3: one ffn_up of 2*ff rows, the gate's first (llama.cpp's LLM_FFN_SWIGLU halves) */
+        if (phi3) {
+            if ((rc = bind_mat(L, NAME("ffn_up.weight"), dim, 2 * (int64_t)m->ff_dim, &fused, 1)))
+                return rc;
+            ly->w_gate = row_view(&fused, 0, m->ff_dim);
+            ly->w_up = row_view(&fused, m->ff_dim, m->ff_dim);
+        } else if ((rc = bind_mat(L, NAME("ffn_gate.weight"), dim, m->ff_dim, &ly->w_gate, 1)) ||
+                   (rc = bind_mat(L, NAME("ffn_up.weight"), dim, m->ff_dim, &ly->w_up, 1)))
             return rc;
 #undef NAME
     }

@@ -4,8 +4,23 @@
  *   llama  RMSNorm, rotary embedding on adjacent pairs (ggml's "normal" mode), grouped-query
  *          attention, SwiGLU feed-forward; output.weight optional (tied to token_embd.weight);
  *          rope_freqs.weight optional (Llama 3.x: divides each rotary frequency by a factor).
+ *          A llama file that sets llama.attention.sliding_window (Mistral's) attends over the
+ *          last that many positions on every layer.
  *   qwen2  the same (but no rope_freqs) plus biases on Q, K and V, and rotary embedding on
- * half-split pairs (NEOX).
+ *          half-split pairs (NEOX).
+ *   qwen3  qwen2 without the biases, with an RMSNorm over each head of q and of k.
+ *   phi3   llama with NEOX rope, q, k and v fused in one attn_qkv matrix (rows: q, then k, then
+ *          v) and gate and up in one ffn_up of 2*ff rows (gate first), both bound as row views
+ *          of the fused tensor; phi3.attention.sliding_window on every layer.
+ *   gemma2 NEOX rope, embeddings scaled by sqrt(dim), an RMSNorm after attention and after the
+ *          feed-forward (before each residual add), GELU(tanh)-gated feed-forward, attention
+ *          scores soft-capped (c * tanh(s / c)) and so are the logits, sliding-window attention
+ *          on the even layers, output tied to the embeddings. The norm weights are used as
+ *          stored: llama.cpp's converter has already added gemma's 1 to them.
+ *   gemma3 gemma2 without the soft-capping, with qwen3's per-head q/k norms, the window on five
+ *          layers of every six (layer l with l % 6 < 5) and, on those, a rope base of 10000
+ *          (the file's rope.freq_base, and its linear rope.scaling.factor, are the global
+ *          layers').
  *
  * The model borrows its weights from the GGUF mapping (no copies; 1-D norm/bias vectors stored
  * in a non-F32 type are the only thing converted, to f32, at load). The reader must stay open
@@ -24,7 +39,15 @@
 extern "C" {
 #endif
 
-enum cairn__arch { CAIRN__ARCH_LLAMA = 0, CAIRN__ARCH_QWEN2 = 1, CAIRN__ARCH_QWEN3 = 2 };
+enum cairn__arch {
+    CAIRN__ARCH_LLAMA = 0,
+    CAIRN__ARCH_QWEN2 = 1,
+    CAIRN__ARCH_QWEN3 = 2,
+    CAIRN__ARCH_PHI3 = 3,
+    CAIRN__ARCH_GEMMA2 = 4,
+    CAIRN__ARCH_GEMMA3 = 5
+};
+enum cairn__ffn_act { CAIRN__FFN_SILU = 0, CAIRN__FFN_GELU = 1 };       /* the gate's activation */
 enum cairn__rope_mode { CAIRN__ROPE_NORMAL = 0, CAIRN__ROPE_NEOX = 2 }; /* ggml's numbering */
 
 typedef struct {
@@ -38,6 +61,12 @@ typedef struct {
     /* qwen3: (head_dim) RMSNorm weights applied to each head of q and of k after the
      * projections, before rope; NULL elsewhere */
     const float *q_norm, *k_norm;
+    /* gemma2/3: (dim) RMSNorm weights applied to the attention's and the feed-forward's output
+     * before each is added to the residual stream; NULL elsewhere */
+    const float *attn_post_norm, *ffn_post_norm;
+    int swa;        /* sliding window: a position attends to the last swa positions (itself
+                       included) only; 0: to every earlier one */
+    int rope_local; /* gemma3's sliding layers: rotary angles from rope_base_local */
 } cairn__layer;
 
 typedef struct cairn__model {
@@ -51,9 +80,18 @@ typedef struct cairn__model {
     const float *rope_freqs; /* (rope_dim/2) divisors of the rope frequencies (rope_freqs.weight,
                                 Llama 3), or NULL */
     float rms_eps;
-    int tied_output;     /* output.weight absent: logits use token_embd.weight */
-    cairn__mat tok_embd; /* (n_vocab, dim) */
-    cairn__mat output;   /* (n_vocab, dim) */
+    float rope_base_local; /* gemma3: the sliding layers' rope base (rope_local); else 0 */
+    float rope_scale;      /* linear rope scaling: positions multiplied by it (1: none); not
+                              applied on rope_local layers */
+    float embd_scale;      /* token embeddings multiplied by it (gemma: sqrt(dim); else 1) */
+    float attn_scale;      /* query . key multiplied by it (1/sqrt(head_dim), but see model.c) */
+    float attn_softcap;    /* gemma2: scores capped to c * tanh(s / c) before softmax; 0: none */
+    float final_softcap;   /* gemma2: logits capped the same way; 0: none */
+    int ffn_act;           /* enum cairn__ffn_act */
+    int n_swa;             /* the file's sliding window (0: none); which layers: swa */
+    int tied_output;       /* output.weight absent: logits use token_embd.weight */
+    cairn__mat tok_embd;   /* (n_vocab, dim) */
+    cairn__mat output;     /* (n_vocab, dim) */
     const float *output_norm;
     cairn__layer *layers;
     uint32_t wtype; /* most common storage type of the matrices (for display) */
@@ -68,8 +106,8 @@ typedef struct cairn__model {
 
 /* Reads the hyperparameters and binds every tensor of a model from an open GGUF reader, which
  * the model borrows (keep it open until cairn__model_free). Returns 0 and *out, or:
- *   CAIRN_EUNSUPPORTED  general.architecture is not llama/qwen2/qwen3, or a weight type is
- *                       unsupported
+ *   CAIRN_EUNSUPPORTED  general.architecture is not llama/qwen2/qwen3/phi3/gemma2/gemma3, or a
+ *                       weight type is unsupported
  *                       (the message names it)
  *   CAIRN_EFORMAT       a missing or misshapen tensor or hyperparameter (the message names it)
  *   CAIRN_ENOMEM / CAIRN_EINVAL

@@ -27,9 +27,8 @@
 static const char usage[] =
     "usage: cairn generate --model FILE.gguf (--prompt TEXT | --file PATH) [options]\n"
     "\n"
-    "Generates text with a GGUF model (llama, qwen2 or qwen3 architecture), streaming it to\n"
-    "stdout. "
-    "Speeds and the finish reason go to stderr.\n"
+    "Generates text with a GGUF model (llama, qwen2, qwen3, phi3, gemma2 or gemma3\n"
+    "architecture), streaming it to stdout. Speeds and the finish reason go to stderr.\n"
     "\n"
     "  -m, --model FILE        GGUF model\n"
     "  -p, --prompt TEXT       the prompt\n"

@@ -37,6 +37,14 @@
  * most 2048 positions instead takes two sgemm per head (attention_gemm, with OpenBLAS), up to
  * 20 % faster there; at longer contexts the per-token kernel, which streams a head's keys from
  * cache, is the faster (ATT_GEMM_MAX_CTX).
+ *
+ * What the newer architectures add stays out of the kernels: a layer's sliding window (ly->swa:
+ * Mistral, phi3, gemma) starts a query's keys at last - swa + 1, soft-capped scores (gemma2) take
+ * attn_softcap, the head kernel's steps with c * tanh(s / c) between the scores and the softmax,
+ * and either keeps a chunk off the sgemm path. Both are decided in attn_one, which the solo path
+ * and the batched decode step both call, so a sequence's bits stay those of the solo path. The
+ * rest is element-wise on the rows: the embedding scale, gemma's post-norms and GELU, the final
+ * cap, and gemma3's second rotary table for its sliding layers.
  */
 #include <math.h>
 #include <stdio.h>
@@ -86,13 +94,15 @@ typedef struct {
     float *att;      /* (nb, q_dim) attention output */
     float *hb, *hb2; /* (nb, ff) */
     float *rope;     /* (nb, rope_dim/2, 2) cos, sin */
+    float *rope_l;   /* the same from rope_base_local (gemma3's sliding layers), or NULL */
     float *scores;   /* (n_threads, n_ctx + head_dim): a thread's scores, then a widened row */
     float *chunk_s;  /* (att_rows, min(n_ctx, ATT_GEMM_MAX_CTX)): a block of a prompt chunk's
                       * scores, or NULL */
     int att_rows;    /* query rows attention_gemm takes at a time */
     void *mv_scratch;
     float *mm_scratch;
-    float *inv_freq; /* rope_dim/2 */
+    float *inv_freq;   /* rope_dim/2 */
+    float *inv_freq_l; /* rope_dim/2 from rope_base_local, or NULL */
     /* the paged pool (kv_pool): n_blocks blocks of [n_layers][n_kv_heads][KV_BLOCK][head_dim]
      * floats or halves, and its gather buffers */
     void *kpool, *vpool;
@@ -117,11 +127,13 @@ static void cpu_destroy(cairn__backend *bb)
     free(b->hb);
     free(b->hb2);
     free(b->rope);
+    free(b->rope_l);
     free(b->scores);
     free(b->chunk_s);
     free(b->mv_scratch);
     free(b->mm_scratch);
     free(b->inv_freq);
+    free(b->inv_freq_l);
     free(b->kpool);
     free(b->vpool);
     free(b->gk);
@@ -186,6 +198,11 @@ static int cpu_create(const cairn__model *m, const cairn__backend_opts *o, cairn
     if (blas && !b->f16 && nb >= ATT_GEMM_MIN && b->att_rows >= ATT_GEMM_MIN)
         b->chunk_s = malloc((size_t)b->att_rows * s_ctx * sizeof(float));
     b->inv_freq = malloc((size_t)m->rope_dim / 2 * sizeof(float) + sizeof(float));
+    const int local = m->rope_base_local > 0;
+    if (local) {
+        b->rope_l = malloc(nb * (size_t)m->rope_dim * sizeof(float));
+        b->inv_freq_l = malloc((size_t)m->rope_dim / 2 * sizeof(float) + sizeof(float));
+    }
     /* scratch sized for the widest input and the largest weight tile of any product */
     size_t mv = cairn__matvec_scratch_bytes(
         max_sz((size_t)m->dim, max_sz((size_t)b->q_dim, (size_t)m->ff_dim)));
@@ -201,16 +218,21 @@ static int cpu_create(const cairn__model *m, const cairn__backend_opts *o, cairn
     b->mm_scratch = malloc(mm);
     if (!b->kcache || !b->vcache || !b->x || !b->xb || !b->q || !b->k || !b->v || !b->att ||
         !b->hb || !b->hb2 || !b->rope || !b->scores || !b->inv_freq || !b->mv_scratch ||
-        !b->mm_scratch) {
+        !b->mm_scratch || (local && (!b->rope_l || !b->inv_freq_l))) {
         cpu_destroy(&b->base);
         return cairn__errf(err, errlen, CAIRN_ENOMEM, "out of memory for a context of %d tokens",
                            n_ctx);
     }
     /* theta_i = pos * base^(-2i/rope_dim) / rope_freqs[i], as ggml (Llama 3's factors divide
      * the frequency); computed in double then rounded, exactly as the CUDA backend does */
-    for (int i = 0; i < m->rope_dim / 2; i++)
-        b->inv_freq[i] = (float)(pow((double)m->rope_base, -2.0 * i / (double)m->rope_dim) /
-                                 (m->rope_freqs ? (double)m->rope_freqs[i] : 1.0));
+    for (int i = 0; i < m->rope_dim / 2; i++) {
+        b->inv_freq[i] =
+            (float)(pow((double)m->rope_base, -2.0 * i / (double)m->rope_dim) /
+                    (m->rope_freqs ? (double)m->rope_freqs[i] : 1.0) * (double)m->rope_scale);
+        if (local) /* unscaled: llama.cpp's rope_freq_scale_train_swa is 1 */
+            b->inv_freq_l[i] =
+                (float)pow((double)m->rope_base_local, -2.0 * i / (double)m->rope_dim);
+    }
     *out = &b->base;
     return 0;
 }
@@ -245,26 +267,68 @@ static void rope(const cairn__model *m, float *x, int n_heads, const float *cs)
 /* bytes of a cached key or value element */
 static size_t elt(const cpu_backend *b) { return b->f16 ? sizeof(uint16_t) : sizeof(float); }
 
-/* one head's query q against the L rows of K and V (head_dim apart, floats or halves as the
- * cache) -> out (head_dim); sc: the thread's scores (n_ctx + head_dim floats) */
-static void attn_one(const cpu_backend *b, const float *q, const void *K, const void *V, int L,
-                     float *sc, float *out)
+/* one head's query q against the keys and values of softcapped attention (gemma2): the kernel's
+ * steps (scores, softmax, weighted sum of values) with c * tanh(s / c) on each score between
+ * the first and the second; halves widened a row at a time into w (head_dim floats) */
+static void attn_softcap(const cpu_backend *b, const float *q, const void *K, const void *V, int L,
+                         float *sc, float *w, float *out)
 {
-    const int hd = b->base.model->head_dim;
-    const float scale = 1.0f / sqrtf((float)hd);
-    if (b->f16)
-        cairn__attn_head_f16(q, K, V, (size_t)hd, L, hd, scale, sc, sc + b->base.n_ctx, out);
+    const cairn__model *m = b->base.model;
+    const int hd = m->head_dim;
+    const float c = m->attn_softcap;
+    for (int t = 0; t < L; t++) {
+        const float *k = (const float *)K + (size_t)t * (size_t)hd;
+        if (b->f16) {
+            for (int e = 0; e < hd; e++)
+                w[e] = cairn__f16_to_f32(((const uint16_t *)K)[(size_t)t * (size_t)hd + (size_t)e]);
+            k = w;
+        }
+        sc[t] = c * tanhf(cairn__dot_f32(q, k, hd) * m->attn_scale / c);
+    }
+    cairn__softmax(sc, L);
+    memset(out, 0, (size_t)hd * sizeof *out);
+    for (int t = 0; t < L; t++) {
+        const float *v = (const float *)V + (size_t)t * (size_t)hd;
+        if (b->f16) {
+            for (int e = 0; e < hd; e++)
+                w[e] = cairn__f16_to_f32(((const uint16_t *)V)[(size_t)t * (size_t)hd + (size_t)e]);
+            v = w;
+        }
+        cairn__axpy(out, sc[t], v, hd);
+    }
+}
+
+/* one head's query q, at position last, of layer ly against its keys and values K, V (rows
+ * 0..last, head_dim apart, floats or halves as the cache) -> out (head_dim); sc: the thread's
+ * scores (n_ctx + head_dim floats). A sliding window (ly->swa) starts the rows at last - swa + 1:
+ * the solo and the batched paths both come here, so they cut the same rows. */
+static void attn_one(const cpu_backend *b, const cairn__layer *ly, const float *q, const void *K,
+                     const void *V, int last, float *sc, float *out)
+{
+    const cairn__model *m = b->base.model;
+    const int hd = m->head_dim;
+    const int lo = ly->swa && last >= ly->swa ? last - ly->swa + 1 : 0, L = last + 1 - lo;
+    const size_t skip = (size_t)lo * (size_t)hd * elt(b);
+    K = (const char *)K + skip;
+    V = (const char *)V + skip;
+    if (m->attn_softcap > 0)
+        attn_softcap(b, q, K, V, L, sc, sc + b->base.n_ctx, out);
+    else if (b->f16)
+        cairn__attn_head_f16(q, K, V, (size_t)hd, L, hd, m->attn_scale, sc, sc + b->base.n_ctx,
+                             out);
     else
-        cairn__attn_head(q, K, V, (size_t)hd, L, hd, scale, sc, out);
+        cairn__attn_head(q, K, V, (size_t)hd, L, hd, m->attn_scale, sc, out);
 }
 
 typedef struct {
     cpu_backend *b;
+    const cairn__layer *ly;
     const void *K, *V; /* the layer's keys and values, [n_kv_heads][n_ctx][head_dim] */
     int n, pos;
 } att_job;
 
-/* for each (token i, head h): softmax(q_ih . K[0..pos+i] / sqrt(hd)) @ V -> att (i, h*hd) */
+/* for each (token i, head h): softmax(q_ih . K[lo..pos+i] * attn_scale) @ V -> att (i, h*hd),
+ * lo the window's first position (0 without one) */
 static void attention_range(void *arg, int64_t i0, int64_t i1, int ith)
 {
     const att_job *j = arg;
@@ -278,7 +342,7 @@ static void attention_range(void *arg, int64_t i0, int64_t i1, int ith)
         const float *q = b->q + (size_t)i * (size_t)b->q_dim + (size_t)h * hd;
         float *o = b->att + (size_t)i * (size_t)b->q_dim + (size_t)h * hd;
         const size_t at = (size_t)kvh * (size_t)b->base.n_ctx * (size_t)hd * elt(b);
-        attn_one(b, q, (const char *)j->K + at, (const char *)j->V + at, last + 1, sc, o);
+        attn_one(b, j->ly, q, (const char *)j->K + at, (const char *)j->V + at, last, sc, o);
     }
 }
 
@@ -314,7 +378,7 @@ static void attention_gemm(cpu_backend *b, const float *Kl, const float *Vl, int
     const cairn__model *m = b->base.model;
     const int hd = m->head_dim, group = m->n_heads / m->n_kv_heads;
     const size_t n_ctx = (size_t)b->base.n_ctx, qd = (size_t)b->q_dim;
-    const float scale = 1.0f / sqrtf((float)hd);
+    const float scale = m->attn_scale;
     for (int g = 0; g < m->n_kv_heads; g++) {
         const size_t at = (size_t)g * n_ctx * (size_t)hd;
         const float *K = Kl + at, *V = Vl + at;
@@ -336,17 +400,20 @@ static void attention_gemm(cpu_backend *b, const float *Kl, const float *Vl, int
     }
 }
 
-/* the layer's attention for the chunk into att, over its keys and values K, V
+/* layer ly's attention for the chunk into att, over its keys and values K, V
  * ([n_kv_heads][n_ctx][head_dim]): a prompt chunk as matrix products where OpenBLAS is there
- * (chunk_s), else per (token, head) */
-static void attend(cpu_backend *b, const void *K, const void *V, int n, int pos)
+ * (chunk_s), else per (token, head). Soft-capped scores, and a window that cuts keys off the
+ * chunk's first query already, take the per-token kernel. */
+static void attend(cpu_backend *b, const cairn__layer *ly, const void *K, const void *V, int n,
+                   int pos)
 {
-    if (b->chunk_s && n >= ATT_GEMM_MIN && pos + n <= ATT_GEMM_MAX_CTX) {
+    if (b->chunk_s && n >= ATT_GEMM_MIN && pos + n <= ATT_GEMM_MAX_CTX &&
+        !(b->base.model->attn_softcap > 0) && !(ly->swa && pos + n > ly->swa)) {
         attention_gemm(b, K, V, n, pos);
         return;
     }
     const cairn__model *m = b->base.model;
-    att_job aj = {b, K, V, n, pos};
+    att_job aj = {b, ly, K, V, n, pos};
     /* a few thousand multiply-adds are cheaper than waking the workers (~0.5 us); beyond that
      * the heads go to the pool (15M shape, 6 heads of 48 at 160 positions: 5.8 us a layer on
      * the caller alone while the workers spin, ~3.5 us on 2 threads) */
@@ -470,20 +537,71 @@ static void qk_norm(const cairn__model *m, const cairn__layer *ly, float *q, flo
     }
 }
 
+/* token t's embedding -> x (dim), times embd_scale (gemma's sqrt(dim)) */
+static void embed(const cairn__model *m, int32_t t, float *x)
+{
+    cairn__mat_row(&m->tok_embd, t, x);
+    if (m->embd_scale != 1.0f)
+        for (int64_t k = 0; k < m->dim; k++)
+            x[k] *= m->embd_scale;
+}
+
+/* row i of the rotary tables: the angles of position p (and those of the local base) */
+static void rope_row(cpu_backend *b, int i, int p)
+{
+    const cairn__model *m = b->base.model;
+    for (int64_t k = 0; k < m->rope_dim / 2; k++) {
+        const size_t at = (size_t)i * (size_t)m->rope_dim + 2 * (size_t)k;
+        const double th = (double)p * (double)b->inv_freq[k];
+        b->rope[at] = (float)cos(th);
+        b->rope[at + 1] = (float)sin(th);
+        if (b->rope_l) {
+            const double tl = (double)p * (double)b->inv_freq_l[k];
+            b->rope_l[at] = (float)cos(tl);
+            b->rope_l[at + 1] = (float)sin(tl);
+        }
+    }
+}
+
+/* x (n, dim) RMS-normalized in place with w (gemma's post-norms), if the layer has it */
+static void post_norm(const cairn__model *m, const float *w, float *x, int n)
+{
+    for (int i = 0; w && i < n; i++)
+        cairn__rmsnorm(x + (size_t)i * (size_t)m->dim, x + (size_t)i * (size_t)m->dim, w, m->dim,
+                       m->rms_eps);
+}
+
+/* g (n) = act(g) * u: SiLU, or gemma's GELU in its tanh form (what ggml_gelu computes) */
+static void gated(const cairn__model *m, float *g, const float *u, int64_t n)
+{
+    if (m->ffn_act != CAIRN__FFN_GELU) {
+        cairn__swiglu(g, u, n);
+        return;
+    }
+    for (int64_t k = 0; k < n; k++) {
+        const float x = g[k];
+        g[k] = 0.5f * x * (1.0f + tanhf(0.7978845608f * (x + 0.044715f * x * x * x))) * u[k];
+    }
+}
+
+/* logits (n) capped in place to c * tanh(l / c) (gemma2's final soft-capping), if set */
+static void cap_logits(const cairn__model *m, float *lg, size_t n)
+{
+    const float c = m->final_softcap;
+    for (size_t k = 0; c > 0 && k < n; k++)
+        lg[k] = c * tanhf(lg[k] / c);
+}
+
 /* tokens[0..n) (n <= n_batch) at positions pos.. through the whole model; keys and values in
  * the positional cache, or, with pg, in pg's blocks of the pool */
 static void forward_chunk(cpu_backend *b, const cairn__kv_seq *pg, const int32_t *tokens, int n,
                           int pos, float *logits, int all_logits)
 {
     const cairn__model *m = b->base.model;
-    const int64_t dim = m->dim, ff = m->ff_dim, half = m->rope_dim / 2;
+    const int64_t dim = m->dim, ff = m->ff_dim;
     for (int i = 0; i < n; i++) {
-        cairn__mat_row(&m->tok_embd, tokens[i], b->x + (size_t)i * (size_t)dim);
-        for (int64_t k = 0; k < half; k++) {
-            const double th = (double)(pos + i) * (double)b->inv_freq[k];
-            b->rope[(size_t)i * (size_t)m->rope_dim + 2 * (size_t)k] = (float)cos(th);
-            b->rope[(size_t)i * (size_t)m->rope_dim + 2 * (size_t)k + 1] = (float)sin(th);
-        }
+        embed(m, tokens[i], b->x + (size_t)i * (size_t)dim);
+        rope_row(b, i, pos + i);
     }
     for (int l = 0; l < m->n_layers; l++) {
         const cairn__layer *ly = &m->layers[l];
@@ -505,7 +623,8 @@ static void forward_chunk(cpu_backend *b, const cairn__kv_seq *pg, const int32_t
         qk_norm(m, ly, b->q, b->k, n, b->q_dim, b->kv_dim);
         const size_t layer_off = (size_t)l * (size_t)b->base.n_ctx * (size_t)b->kv_dim;
         for (int i = 0; i < n; i++) {
-            const float *cs = b->rope + (size_t)i * (size_t)m->rope_dim;
+            const float *cs =
+                (ly->rope_local ? b->rope_l : b->rope) + (size_t)i * (size_t)m->rope_dim;
             rope(m, b->q + (size_t)i * b->q_dim, m->n_heads, cs);
             rope(m, b->k + (size_t)i * b->kv_dim, m->n_kv_heads, cs);
             for (int g = 0; g < m->n_kv_heads; g++) /* head g's row of position pos + i */
@@ -517,11 +636,12 @@ static void forward_chunk(cpu_backend *b, const cairn__kv_seq *pg, const int32_t
                 const size_t at = (size_t)g * (size_t)b->base.n_ctx * (size_t)m->head_dim * elt(b);
                 gather_head(b, pg->blocks, l, g, pos + n, (char *)b->gk + at, (char *)b->gv + at);
             }
-            attend(b, b->gk, b->gv, n, pos);
+            attend(b, ly, b->gk, b->gv, n, pos);
         } else
-            attend(b, (const char *)b->kcache + layer_off * elt(b),
+            attend(b, ly, (const char *)b->kcache + layer_off * elt(b),
                    (const char *)b->vcache + layer_off * elt(b), n, pos);
         linear(b, &ly->wo, b->att, n, b->xb);
+        post_norm(m, ly->attn_post_norm, b->xb, n);
         for (size_t k = 0; k < (size_t)n * (size_t)dim; k++)
             b->x[k] += b->xb[k];
         for (int i = 0; i < n; i++)
@@ -536,8 +656,9 @@ static void forward_chunk(cpu_backend *b, const cairn__kv_seq *pg, const int32_t
             linear(b, &ly->w_up, b->xb, n, b->hb2);
         }
         for (int i = 0; i < n; i++)
-            cairn__swiglu(b->hb + (size_t)i * ff, b->hb2 + (size_t)i * ff, ff);
+            gated(m, b->hb + (size_t)i * ff, b->hb2 + (size_t)i * ff, ff);
         linear(b, &ly->w_down, b->hb, n, b->xb);
+        post_norm(m, ly->ffn_post_norm, b->xb, n);
         for (size_t k = 0; k < (size_t)n * (size_t)dim; k++)
             b->x[k] += b->xb[k];
     }
@@ -548,12 +669,14 @@ static void forward_chunk(cpu_backend *b, const cairn__kv_seq *pg, const int32_t
         cairn__rmsnorm(b->xb + (size_t)(i - first) * dim, b->x + (size_t)i * dim, m->output_norm,
                        dim, m->rms_eps);
     linear(b, &m->output, b->xb, cnt, logits);
+    cap_logits(m, logits, (size_t)cnt * (size_t)m->n_vocab);
 }
 
 typedef struct {
     cpu_backend *b;
     const cairn__kv_seq *const *d;
     int layer;
+    const cairn__layer *ly;
 } dec_att_job;
 
 /* for each (entry i, kv head g): the entry's keys and values of head g gathered into the
@@ -575,7 +698,7 @@ static void dec_attention_range(void *arg, int64_t i0, int64_t i1, int ith)
         for (int h = g * group; h < (g + 1) * group; h++) {
             const float *q = b->q + (size_t)i * (size_t)b->q_dim + (size_t)h * hd;
             float *o = b->att + (size_t)i * (size_t)b->q_dim + (size_t)h * hd;
-            attn_one(b, q, K, V, L, sc, o);
+            attn_one(b, j->ly, q, K, V, L - 1, sc, o);
         }
     }
 }
@@ -586,15 +709,11 @@ static void dec_attention_range(void *arg, int64_t i0, int64_t i1, int ith)
 static void forward_decode(cpu_backend *b, const cairn__kv_seq *const *d, int nd)
 {
     const cairn__model *m = b->base.model;
-    const int64_t dim = m->dim, ff = m->ff_dim, half = m->rope_dim / 2;
+    const int64_t dim = m->dim, ff = m->ff_dim;
     float *sc = b->mm_scratch;
     for (int i = 0; i < nd; i++) {
-        cairn__mat_row(&m->tok_embd, d[i]->tokens[0], b->x + (size_t)i * (size_t)dim);
-        for (int64_t k = 0; k < half; k++) {
-            const double th = (double)d[i]->pos * (double)b->inv_freq[k];
-            b->rope[(size_t)i * (size_t)m->rope_dim + 2 * (size_t)k] = (float)cos(th);
-            b->rope[(size_t)i * (size_t)m->rope_dim + 2 * (size_t)k + 1] = (float)sin(th);
-        }
+        embed(m, d[i]->tokens[0], b->x + (size_t)i * (size_t)dim);
+        rope_row(b, i, d[i]->pos);
     }
     for (int l = 0; l < m->n_layers; l++) {
         const cairn__layer *ly = &m->layers[l];
@@ -615,16 +734,18 @@ static void forward_decode(cpu_backend *b, const cairn__kv_seq *const *d, int nd
         add_bias(b->v, ly->bv, nd, b->kv_dim);
         qk_norm(m, ly, b->q, b->k, nd, b->q_dim, b->kv_dim);
         for (int i = 0; i < nd; i++) {
-            const float *cs = b->rope + (size_t)i * (size_t)m->rope_dim;
+            const float *cs =
+                (ly->rope_local ? b->rope_l : b->rope) + (size_t)i * (size_t)m->rope_dim;
             rope(m, b->q + (size_t)i * b->q_dim, m->n_heads, cs);
             rope(m, b->k + (size_t)i * b->kv_dim, m->n_kv_heads, cs);
             for (int g = 0; g < m->n_kv_heads; g++)
                 store_kv(b, d[i], l, g, d[i]->pos, b->k + (size_t)i * b->kv_dim,
                          b->v + (size_t)i * b->kv_dim);
         }
-        dec_att_job aj = {b, d, l};
+        dec_att_job aj = {b, d, l, ly};
         cairn__pool_for(b->pool, (int64_t)nd * m->n_kv_heads, 1, dec_attention_range, &aj);
         cairn__matmul_rows(b->pool, &ly->wo, b->att, nd, b->xb, sc);
+        post_norm(m, ly->attn_post_norm, b->xb, nd);
         for (size_t k = 0; k < (size_t)nd * (size_t)dim; k++)
             b->x[k] += b->xb[k];
         for (int i = 0; i < nd; i++)
@@ -639,8 +760,9 @@ static void forward_decode(cpu_backend *b, const cairn__kv_seq *const *d, int nd
             cairn__matmul_rows(b->pool, &ly->w_up, b->xb, nd, b->hb2, sc);
         }
         for (int i = 0; i < nd; i++)
-            cairn__swiglu(b->hb + (size_t)i * ff, b->hb2 + (size_t)i * ff, ff);
+            gated(m, b->hb + (size_t)i * ff, b->hb2 + (size_t)i * ff, ff);
         cairn__matmul_rows(b->pool, &ly->w_down, b->hb, nd, b->xb, sc);
+        post_norm(m, ly->ffn_post_norm, b->xb, nd);
         for (size_t k = 0; k < (size_t)nd * (size_t)dim; k++)
             b->x[k] += b->xb[k];
     }
@@ -658,6 +780,7 @@ static void forward_decode(cpu_backend *b, const cairn__kv_seq *const *d, int nd
         if (rows == 0)
             break;
         cairn__matmul_rows(b->pool, &m->output, b->xb, rows, b->dec_logits, sc);
+        cap_logits(m, b->dec_logits, (size_t)rows * nv);
         for (int r = 0; r < rows; r++)
             memcpy(d[idx[r]]->logits, b->dec_logits + (size_t)r * nv, nv * sizeof(float));
     }

@@ -33,7 +33,39 @@ void mk_spec_default(mk_spec *s)
     s->seed = 1;
 }
 
-double mk_rope_base(const mk_spec *s) { return s->rope_base != 0 ? (double)s->rope_base : 10000.0; }
+double mk_rope_base(const mk_spec *s)
+{
+    return s->rope_base != 0                ? (double)s->rope_base
+           : strcmp(s->arch, "gemma3") == 0 ? 1e6
+                                            : 10000.0;
+}
+
+static int is_gemma(const mk_spec *s)
+{
+    return strcmp(s->arch, "gemma2") == 0 || strcmp(s->arch, "gemma3") == 0;
+}
+
+int mk_swa(const mk_spec *s)
+{
+    if (s->swa)
+        return s->swa;
+    return strcmp(s->arch, "phi3") == 0 || is_gemma(s) ? 4096 : 0;
+}
+
+/* as the f32 the file holds */
+double mk_attn_softcap(const mk_spec *s)
+{
+    if (strcmp(s->arch, "gemma2") != 0)
+        return 0;
+    return s->attn_softcap != 0 ? (double)s->attn_softcap : 50.0;
+}
+
+double mk_final_softcap(const mk_spec *s)
+{
+    if (strcmp(s->arch, "gemma2") != 0)
+        return 0;
+    return s->final_softcap != 0 ? (double)s->final_softcap : 30.0;
+}
 
 int mk_rope_dim(const mk_spec *s) { return s->rope_dim ? s->rope_dim : s->dim / s->n_heads; }
 
@@ -190,6 +222,17 @@ int mk_model(const mk_spec *s, unsigned char **buf, size_t *len)
     KF("rope.freq_base", (float)mk_rope_base(s));
     if (!s->no_rms_eps)
         KF("attention.layer_norm_rms_epsilon", (float)mk_rms_eps(s));
+    if (mk_swa(s))
+        KU("attention.sliding_window", mk_swa(s));
+    if (s->rope_scaling != 0) {
+        snprintf(k, sizeof k, "%s.rope.scaling.type", s->arch);
+        gw_kv_str(w, k, s->rope_scaling_type ? s->rope_scaling_type : "linear");
+        KF("rope.scaling.factor", s->rope_scaling);
+    }
+    if (mk_attn_softcap(s) != 0) {
+        KF("attn_logit_softcapping", (float)mk_attn_softcap(s));
+        KF("final_logit_softcapping", (float)mk_final_softcap(s));
+    }
 #undef KU
 #undef KF
     if (s->tokenizer) {
@@ -218,18 +261,25 @@ int mk_model(const mk_spec *s, unsigned char **buf, size_t *len)
         char n[96];
 #define N(x) (snprintf(n, sizeof n, "blk.%d." x, l), n)
         tensor(w, s, &rng, N("attn_norm.weight"), CAIRN__GGML_F32, (uint64_t)s->dim, 1, 0.2f, 1.0f);
-        tensor(w, s, &rng, N("attn_q.weight"), mat_type(s, (uint64_t)s->dim), (uint64_t)s->dim, qd,
-               e_in * 2.0f, 0.0f);
-        tensor(w, s, &rng, N("attn_k.weight"), mat_type(s, (uint64_t)s->dim), (uint64_t)s->dim, kvd,
-               e_in * 2.0f, 0.0f);
-        tensor(w, s, &rng, N("attn_v.weight"), mat_type(s, (uint64_t)s->dim), (uint64_t)s->dim, kvd,
-               e_in, 0.0f);
+        const int phi3 = strcmp(s->arch, "phi3") == 0;
+        if (phi3) /* rows of q, then k, then v, as llama.cpp's converter fuses them */
+            tensor(w, s, &rng, N("attn_qkv.weight"), mat_type(s, (uint64_t)s->dim),
+                   (uint64_t)s->dim, qd + 2 * kvd, e_in * 2.0f, 0.0f);
+        else {
+            tensor(w, s, &rng, N("attn_q.weight"), mat_type(s, (uint64_t)s->dim), (uint64_t)s->dim,
+                   qd, e_in * 2.0f, 0.0f);
+            tensor(w, s, &rng, N("attn_k.weight"), mat_type(s, (uint64_t)s->dim), (uint64_t)s->dim,
+                   kvd, e_in * 2.0f, 0.0f);
+            tensor(w, s, &rng, N("attn_v.weight"), mat_type(s, (uint64_t)s->dim), (uint64_t)s->dim,
+                   kvd, e_in, 0.0f);
+        }
         if (strcmp(s->arch, "qwen2") == 0) {
             tensor(w, s, &rng, N("attn_q.bias"), CAIRN__GGML_F32, qd, 1, 0.1f, 0.0f);
             tensor(w, s, &rng, N("attn_k.bias"), CAIRN__GGML_F32, kvd, 1, 0.1f, 0.0f);
             tensor(w, s, &rng, N("attn_v.bias"), CAIRN__GGML_F32, kvd, 1, 0.1f, 0.0f);
         }
-        if (strcmp(s->arch, "qwen3") == 0) { /* per-head q/k norms, as attn_norm's scale */
+        if (strcmp(s->arch, "qwen3") == 0 || strcmp(s->arch, "gemma3") == 0) {
+            /* per-head q/k norms, as attn_norm's scale */
             tensor(w, s, &rng, N("attn_q_norm.weight"), CAIRN__GGML_F32, (uint64_t)hd, 1, 0.2f,
                    1.0f);
             tensor(w, s, &rng, N("attn_k_norm.weight"), CAIRN__GGML_F32, (uint64_t)hd, 1, 0.2f,
@@ -237,17 +287,28 @@ int mk_model(const mk_spec *s, unsigned char **buf, size_t *len)
         }
         tensor(w, s, &rng, N("attn_output.weight"), mat_type(s, qd), qd, (uint64_t)s->dim, e_in,
                0.0f);
+        if (is_gemma(s)) /* the norms as the converter writes them: gemma's 1 already added */
+            tensor(w, s, &rng, N("post_attention_norm.weight"), CAIRN__GGML_F32, (uint64_t)s->dim,
+                   1, 0.2f, 1.0f);
         tensor(w, s, &rng, N("ffn_norm.weight"), CAIRN__GGML_F32, (uint64_t)s->dim, 1, 0.2f, 1.0f);
-        tensor(w, s, &rng, N("ffn_gate.weight"), mat_type(s, (uint64_t)s->dim), (uint64_t)s->dim,
-               (uint64_t)s->ff, e_in, 0.0f);
-        tensor(w, s, &rng, N("ffn_up.weight"), mat_type(s, (uint64_t)s->dim), (uint64_t)s->dim,
-               (uint64_t)s->ff, e_in, 0.0f);
+        if (phi3) /* gate rows, then up rows */
+            tensor(w, s, &rng, N("ffn_up.weight"), mat_type(s, (uint64_t)s->dim), (uint64_t)s->dim,
+                   2 * (uint64_t)s->ff, e_in, 0.0f);
+        else {
+            tensor(w, s, &rng, N("ffn_gate.weight"), mat_type(s, (uint64_t)s->dim),
+                   (uint64_t)s->dim, (uint64_t)s->ff, e_in, 0.0f);
+            tensor(w, s, &rng, N("ffn_up.weight"), mat_type(s, (uint64_t)s->dim), (uint64_t)s->dim,
+                   (uint64_t)s->ff, e_in, 0.0f);
+        }
         tensor(w, s, &rng, N("ffn_down.weight"), mat_type(s, (uint64_t)s->ff), (uint64_t)s->ff,
                (uint64_t)s->dim, e_ff, 0.0f);
+        if (is_gemma(s))
+            tensor(w, s, &rng, N("post_ffw_norm.weight"), CAIRN__GGML_F32, (uint64_t)s->dim, 1,
+                   0.2f, 1.0f);
 #undef N
     }
     tensor(w, s, &rng, "output_norm.weight", CAIRN__GGML_F32, (uint64_t)s->dim, 1, 0.2f, 1.0f);
-    if (!s->tied)
+    if (!s->tied && !is_gemma(s)) /* gemma's output is always its embeddings */
         tensor(w, s, &rng, "output.weight", mat_type(s, (uint64_t)s->dim), (uint64_t)s->dim,
                (uint64_t)s->vocab, e_in * 4.0f, 0.0f);
     if (s->extra)

@@ -1,5 +1,6 @@
-/* tests/model/mkmodel.h - random-weight llama/qwen2 GGUF models of any shape, for the model
- * tests and the LLM benchmark. */
+/* tests/model/mkmodel.h - random-weight GGUF models of any shape (llama, qwen2, qwen3, phi3,
+ * gemma2, gemma3, in the tensor layout llama.cpp's converter writes), for the model tests and
+ * the LLM benchmark. */
 #ifndef CAIRN_TESTS_MKMODEL_H
 #define CAIRN_TESTS_MKMODEL_H
 
@@ -7,7 +8,10 @@
 #include <stdint.h>
 
 typedef struct {
-    const char *arch; /* "llama", "qwen2" or "qwen3" (anything else is written as given) */
+    /* "llama", "qwen2", "qwen3", "phi3" (fused attn_qkv and gate+up ffn_up), "gemma2" (post
+     * norms, caps, no output.weight) or "gemma3" (also q/k norms); anything else is written
+     * as given, with llama's tensors */
+    const char *arch;
     int dim, n_layers, n_heads, n_kv_heads, ff, vocab, ctx;
     uint32_t wtype; /* storage type of every matrix (norms and biases stay F32) */
     /* storage type of a matrix whose rows wtype's blocks do not divide, as llama-quantize
@@ -20,7 +24,7 @@ typedef struct {
      * invalid ones included, is written as given (error tests). The float64 reference takes
      * these from the spec (mk_rope_base & co.), never from the loaded model, so a loader that
      * misreads a key disagrees with it. */
-    float rope_base;  /* 0: 10000 */
+    float rope_base;  /* 0: 10000 (gemma3: 1e6, its global layers'; the local ones use 10000) */
     int rope_dim;     /* rope.dimension_count; 0: head_dim */
     float rms_eps;    /* attention.layer_norm_rms_epsilon; 0: 1e-5 */
     float embd_scale; /* token embeddings uniform in +-embd_scale; 0: 1. A small scale makes the
@@ -43,7 +47,15 @@ typedef struct {
     uint32_t rope_freqs_type;  /* storage type; 0: F32 (any other: error tests) */
     int no_rms_eps;            /* leave out <arch>.attention.layer_norm_rms_epsilon (error tests) */
     int no_bos;                /* write tokenizer.ggml.add_bos_token = false */
-    int bad_bos;               /* write a bos_token_id past the vocabulary (error tests) */
+    /* <arch>.attention.sliding_window; 0: 4096 for phi3, gemma2 and gemma3, none (not
+     * written) for the others (a llama file with one is Mistral's) */
+    int swa;
+    float attn_softcap, final_softcap; /* gemma2's caps; 0: 50 and 30 (llama.cpp's defaults) */
+    /* <arch>.rope.scaling.factor with rope.scaling.type "linear" (Gemma 3 4B and up: 8; the
+     * global layers' positions divided by it); 0: not written */
+    float rope_scaling;
+    const char *rope_scaling_type; /* the type written with it; NULL: "linear" */
+    int bad_bos;                   /* write a bos_token_id past the vocabulary (error tests) */
 } mk_spec;
 
 /* Fills defaults: llama, dim 64, 2 layers, 4 heads, 2 kv heads, ff 128, vocab 300, ctx 256, F32. */
@@ -52,6 +64,9 @@ void mk_spec_default(mk_spec *s);
 double mk_rope_base(const mk_spec *s);
 int mk_rope_dim(const mk_spec *s);
 double mk_rms_eps(const mk_spec *s);
+int mk_swa(const mk_spec *s);             /* the window, 0 for none */
+double mk_attn_softcap(const mk_spec *s); /* gemma2's caps as written; 0 for the others */
+double mk_final_softcap(const mk_spec *s);
 /* Factor i of rope_freqs.weight as the file holds it (an f32), 1 without the tensor. */
 double mk_rope_factor(const mk_spec *s, int i);
 /* Writes the model as a GGUF file image into *buf (malloc'd, *len bytes). 0 or -1. */

@@ -65,6 +65,10 @@ int main(int argc, char **argv)
             s.rope_dim = atoi(v);
         else if (!strcmp(a, "--rms-eps") && v)
             s.rms_eps = strtof(v, NULL);
+        else if (!strcmp(a, "--embd-scale") && v)
+            s.embd_scale = strtof(v, NULL);
+        else if (!strcmp(a, "--swa") && v)
+            s.swa = atoi(v);
         else if (!strcmp(a, "--rope-freqs")) {
             s.rope_freqs = 1; /* a flag: takes no value */
             used = 0;
@@ -82,8 +86,9 @@ int main(int argc, char **argv)
                 fprintf(help ? stdout : stderr,
                         "usage: cairn-mkmodel OUT.gguf [--dim N] [--layers N] [--heads N] "
                         "[--kv-heads N] [--ff N] [--vocab N] [--ctx N] [--seed S] "
-                        "[--arch llama|qwen2|qwen3] [--type T] [--fallback T] "
-                        "[--rope-base F] [--rope-dim N] [--rms-eps F] [--rope-freqs]\n"
+                        "[--arch llama|qwen2|qwen3|phi3|gemma2|gemma3] [--type T] [--fallback T] "
+                        "[--rope-base F] [--rope-dim N] [--rms-eps F] [--rope-freqs] [--swa N] "
+                        "[--embd-scale F]\n"
                         "Writes a random-weight model (for tests and demos: its text is noise).\n"
                         "T: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k q6_k iq4_nl "
                         "iq4_xs. "
@@ -92,7 +97,11 @@ int main(int argc, char **argv)
                         "of matrices whose rows --type's blocks do not divide (llama-quantize's "
                         "Q4_K_M: --type q4_k --fallback q5_0).\n"
                         "--rope-freqs adds a Llama 3 style rope_freqs.weight (llama only): "
-                        "random frequency divisors in [1, 8].\n");
+                        "random frequency divisors in [1, 8].\n"
+                        "--swa N: the sliding window (default 4096 for phi3 and gemma, none "
+                        "otherwise; a llama file with one is Mistral's). --embd-scale F: token "
+                        "embeddings uniform in +-F (default 1; gemma multiplies them by "
+                        "sqrt(dim), so they drown its layers' outputs unless F is small).\n");
                 return help ? 0 : 64;
             }
             out = a;

@@ -10,8 +10,11 @@
  * between two tokens can fall either way and the texts part there. What must hold is that they
  * start the same (a wrong layout or scale changes the first token already), so each type is
  * checked for a common start of MIN_COMMON bytes (at least two of this vocabulary's tokens), and
- * the length of the common start is reported, with the F32 model's text beside it. The qwen2
- * and qwen3 architectures are checked the same way, in F32 and Q8_0.
+ * the length of the common start is reported, with the F32 model's text beside it. The qwen2,
+ * qwen3, phi3, gemma2 and gemma3 architectures are checked the same way, in F32 and Q8_0 (with
+ * mkmodel's default window of 4096, past these contexts: the window itself is judged by the
+ * float64 reference of tests/model, as Mistral's is, which llama.cpp does not apply to llama
+ * files).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,15 +33,20 @@ static size_t common_start(const char *a, const char *b)
     return n;
 }
 
-/* Writes a model with cairn-mkmodel (--arch arch --type type, the same seed and shape always),
+/* Writes a model with cairn-mkmodel (--arch arch --type type, the same seed and shape always:
+ * 2 layers 256 wide, but 26 of 128 for gemma2, whose query scale llama.cpp picks by the layer
+ * count of a released model and aborts on any other; gemma's embeddings small, or, scaled by
+ * sqrt(dim), they drown the layers and both sides repeat the last prompt token),
  * and generates 24 greedy tokens from it with `cairn generate` (c) and `llama-cli` (l); the
  * trailing newlines llama-cli adds are cut. w: mkmodel's result. */
 static void run_both(const char *mk, const char *bin, const char *cli, const char *const *env,
                      const char *model, const char *arch, const char *type, tu_result *w,
                      tu_result *c, tu_result *l)
 {
-    tu_runl(w, 60000, mk, model, "--arch", arch, "--type", type, "--seed", "7", "--dim", "256",
-            "--ff", "512", "--layers", "2", (char *)NULL);
+    const int g2 = strcmp(arch, "gemma2") == 0, gemma = strncmp(arch, "gemma", 5) == 0;
+    tu_runl(w, 60000, mk, model, "--arch", arch, "--type", type, "--seed", "7", "--dim",
+            g2 ? "128" : "256", "--ff", g2 ? "256" : "512", "--layers", g2 ? "26" : "2",
+            "--embd-scale", gemma ? "0.1" : "1", (char *)NULL);
     tu_runl(c, 60000, bin, "generate", "-m", model, "-p", "a b a b", "--temperature", "0", "-n",
             "24", "-t", "2", (char *)NULL);
     const char *argv[] = {
@@ -86,16 +94,18 @@ int main(void)
     }
     /* the other architectures, in F32 and Q8_0: a wrong rope layout, bias or head norm changes
      * the first token already */
-    static const char *const archs[][2] = {
-        {"qwen2", "f32"}, {"qwen2", "q8_0"}, {"qwen3", "f32"}, {"qwen3", "q8_0"}};
+    static const char *const archs[][2] = {{"qwen2", "f32"},  {"qwen2", "q8_0"},  {"qwen3", "f32"},
+                                           {"qwen3", "q8_0"}, {"phi3", "f32"},    {"phi3", "q8_0"},
+                                           {"gemma2", "f32"}, {"gemma2", "q8_0"}, {"gemma3", "f32"},
+                                           {"gemma3", "q8_0"}};
     for (size_t a = 0; a < sizeof archs / sizeof *archs; a++) {
         char *model = tu_fmt("%s/%s-%s.gguf", dir, archs[a][0], archs[a][1]);
         tu_result w, c, l;
         run_both(mk, bin, cli, env, model, archs[a][0], archs[a][1], &w, &c, &l);
         const size_t n = common_start(c.out, l.out);
         if (l.code != 0 && tu_contains(l.err, "unknown model architecture")) {
-            /* qwen3 came to llama.cpp after this peer's build (b4748): the float64 reference
-             * of tests/model is then the only judge */
+            /* qwen3 and gemma3 came to llama.cpp after this peer's build (b4748): the float64
+             * reference of tests/model is then the only judge */
             skip("%s: this llama.cpp build does not know the architecture", archs[a][0]);
             tu_result_free(&w), tu_result_free(&c), tu_result_free(&l);
             free(model);

@@ -118,6 +118,72 @@ static void check_rope_freqs_matter(cairn__model *m, const char *arch, const cha
        arch, tn, e);
 }
 
+/* every layer's window (0 with swa NULL) and post-norms (NULL with pa NULL) from the arrays */
+static void layers_set(cairn__model *m, const int *swa, const float **pa, const float **pf)
+{
+    for (int l = 0; l < m->n_layers; l++) {
+        m->layers[l].swa = swa ? swa[l] : 0;
+        m->layers[l].attn_post_norm = pa ? pa[l] : NULL;
+        m->layers[l].ffn_post_norm = pf ? pf[l] : NULL;
+    }
+}
+
+/* What the architectures add shows in the comparison with the reference: each feature in turn
+ * turned off in the loaded model (the window, the caps, the embedding scale, gemma3's local rope
+ * base, the post-norms, GELU for SiLU) must take the engine's logits far out of the tolerance.
+ * (phi3's fused matrices need no such check: the reference splits them itself.) */
+static void check_arch_matters(cairn__model *m, const char *arch, const char *tn, const double *ref,
+                               float *out)
+{
+    char what[256] = "";
+    size_t w = 0;
+    int good = 1, any = 0;
+#define TRY(cond, name, undo, redo)                                                                \
+    if (cond) {                                                                                    \
+        undo;                                                                                      \
+        const double e = prompt_err(m, ref, out);                                                  \
+        redo;                                                                                      \
+        good &= e > 1e-2;                                                                          \
+        any = 1;                                                                                   \
+        w += (size_t)snprintf(what + w, w < sizeof what ? sizeof what - w : 0, " %s %.3g", name,   \
+                              e);                                                                  \
+    }
+    int *swa = calloc((size_t)m->n_layers, sizeof *swa);
+    const float **pa = calloc((size_t)m->n_layers, sizeof *pa),
+                **pf = calloc((size_t)m->n_layers, sizeof *pf);
+    if (!swa || !pa || !pf) {
+        free(swa), free(pa), free(pf);
+        ok(0, "%s %s: out of memory", arch, tn);
+        return;
+    }
+    for (int l = 0; l < m->n_layers; l++)
+        swa[l] = m->layers[l].swa, pa[l] = m->layers[l].attn_post_norm,
+        pf[l] = m->layers[l].ffn_post_norm;
+    const float acap = m->attn_softcap, fcap = m->final_softcap, es = m->embd_scale,
+                lb = m->rope_base_local;
+    const int act = m->ffn_act;
+    TRY(m->n_swa, "no window", layers_set(m, NULL, pa, pf), layers_set(m, swa, pa, pf))
+    TRY(acap > 0, "no attention cap", m->attn_softcap = 0, m->attn_softcap = acap)
+    /* the final cap bends only logits near it: not those of alt_hp's tiny tied embeddings */
+    double mr = 0;
+    for (size_t i = 0; i < NP * (size_t)m->n_vocab; i++)
+        mr = fmax(mr, fabs(ref[i]));
+    TRY(fcap > 0 && mr > fcap / 10, "no final cap", m->final_softcap = 0, m->final_softcap = fcap)
+    TRY(es != 1.0f, "no embedding scale", m->embd_scale = 1.0f, m->embd_scale = es)
+    TRY(lb > 0, "local rope base = global", m->rope_base_local = m->rope_base,
+        m->rope_base_local = lb)
+    const float rs = m->rope_scale;
+    TRY(rs != 1.0f, "no rope scaling", m->rope_scale = 1.0f, m->rope_scale = rs)
+    TRY(pa[0], "no post-norms", layers_set(m, swa, NULL, NULL), layers_set(m, swa, pa, pf))
+    TRY(act == CAIRN__FFN_GELU, "SiLU for GELU", m->ffn_act = CAIRN__FFN_SILU, m->ffn_act = act)
+#undef TRY
+    ok(any && good,
+       "%s %s: the reference check would catch each feature missing: rel err%s "
+       "(all > 1e-2)",
+       arch, tn, what);
+    free(swa), free(pa), free(pf);
+}
+
 /* The shapes check_model builds: mk_model's default (64 wide), rows of 256 for the K-quants,
  * and llama-quantize's Q4_K_M over an ff of 288: ffn_down's rows, 288 long, cannot be Q4_K and
  * fall back to Q5_0 as that tool writes them. */
@@ -149,6 +215,24 @@ static void check_model(const char *arch, uint32_t type, int tied, int kquant, i
         s.rope_dim = s.dim / s.n_heads / 2;
         s.embd_scale = 2e-3f;
     }
+    /* the newer architectures' hyperparameters where they show in a prompt of 10: a window of
+     * 4 ("mistral": a llama file with one), gemma2's caps low enough to bend scores and logits,
+     * and gemma3's pattern whole (five sliding layers, then a global one) */
+    const int plain = strcmp(arch, "llama") == 0 || strncmp(arch, "qwen", 4) == 0;
+    if (strcmp(arch, "mistral") == 0)
+        s.arch = "llama";
+    if (!plain)
+        s.swa = 4;
+    if (strcmp(arch, "gemma2") == 0)
+        s.attn_softcap = 2.0f, s.final_softcap = 10.0f;
+    if (strcmp(arch, "gemma3") == 0)
+        s.n_layers = 6;
+    if (alt_hp && strncmp(arch, "gemma", 5) == 0) /* gemma's sqrt(dim) would hide eps again */
+        s.embd_scale /= sqrtf((float)s.dim);
+    /* Gemma 3 4B's global layers (on the Q8_0 model: with alt_hp's base of 1e6 as well the
+     * scaled angles of 10 positions are too small to tell the base) */
+    if (strcmp(arch, "gemma3") == 0 && type == CAIRN__GGML_Q8_0)
+        s.rope_scaling = 8.0f;
     char tn[96];
     snprintf(tn, sizeof tn, "%s%s%s%s", cairn__ggml_type_name(type),
              kquant == SHAPE_K_M ? " + Q5_0 ffn_down (288 columns)" : "",
@@ -163,7 +247,8 @@ static void check_model(const char *arch, uint32_t type, int tied, int kquant, i
     }
     const cairn__model *m = L.m;
     ok(m->tied_output == tied && m->n_kv_heads == 2 &&
-           m->rope_mode == (strncmp(arch, "qwen", 4) == 0 ? 2 : 0) &&
+           m->rope_mode == (strcmp(s.arch, "llama") == 0 ? 0 : 2) && m->n_swa == mk_swa(&s) &&
+           m->rope_scale == (s.rope_scaling ? 1.0f / s.rope_scaling : 1.0f) &&
            m->rope_dim == mk_rope_dim(&s) && m->rope_base == (float)mk_rope_base(&s) &&
            m->rms_eps == (float)mk_rms_eps(&s),
        "%s %s: hyperparameters (tied %d, kv %d, rope mode %d, rope dims %d, base %g, eps %g)", arch,
@@ -226,6 +311,8 @@ static void check_model(const char *arch, uint32_t type, int tied, int kquant, i
         check_hparams_matter(L.m, arch, tn, ref, bat);
     if (rfreqs)
         check_rope_freqs_matter(L.m, arch, tn, ref, bat);
+    if (!plain)
+        check_arch_matters(L.m, arch, tn, ref, bat);
 out:
     cairn__backend_free(b);
     free(ref);
@@ -620,6 +707,59 @@ static void check_errors(void)
        "unknown architecture -> EUNSUPPORTED naming it (%s)", err);
     mk_unload(&L);
 
+    /* the newer architectures' own tensors */
+    mk_spec_default(&s);
+    s.arch = "phi3";
+    s.misshape = "blk.1.attn_qkv.weight";
+    rc = mk_load(&s, &L, err, sizeof err);
+    ok(rc == CAIRN_EFORMAT && strstr(err, "blk.1.attn_qkv.weight") && strstr(err, "[64, 128]"),
+       "phi3 with a misshapen fused attn_qkv -> EFORMAT naming it and its shape (%s)", err);
+    mk_unload(&L);
+    mk_spec_default(&s);
+    s.arch = "phi3";
+    s.omit = "blk.0.attn_qkv.weight";
+    rc = mk_load(&s, &L, err, sizeof err);
+    ok(rc == CAIRN_EFORMAT && strstr(err, "blk.0.attn_q.weight"),
+       "phi3 without attn_qkv looks for separate attn_q/k/v -> EFORMAT naming one (%s)", err);
+    mk_unload(&L);
+    mk_spec_default(&s);
+    s.arch = "phi3";
+    s.misshape = "blk.0.ffn_up.weight";
+    rc = mk_load(&s, &L, err, sizeof err);
+    ok(rc == CAIRN_EFORMAT && strstr(err, "blk.0.ffn_up.weight") && strstr(err, "[64, 256]"),
+       "phi3's ffn_up must hold gate and up (2 * ff rows) -> EFORMAT (%s)", err);
+    mk_unload(&L);
+    mk_spec_default(&s);
+    s.arch = "gemma2";
+    s.omit = "blk.1.post_ffw_norm.weight";
+    rc = mk_load(&s, &L, err, sizeof err);
+    ok(rc == CAIRN_EFORMAT && strstr(err, "blk.1.post_ffw_norm.weight"),
+       "gemma2 without a post-ffw norm -> EFORMAT naming it (%s)", err);
+    mk_unload(&L);
+    mk_spec_default(&s);
+    s.arch = "gemma2";
+    s.extra = "output.weight"; /* llama.cpp never reads one for gemma */
+    rc = mk_load(&s, &L, err, sizeof err);
+    ok(rc == CAIRN_EUNSUPPORTED && strstr(err, "'output.weight'") && strstr(err, "gemma2"),
+       "gemma2 with an output.weight -> EUNSUPPORTED naming it (%s)", err);
+    mk_unload(&L);
+    mk_spec_default(&s);
+    s.arch = "gemma3";
+    s.omit = "blk.0.attn_k_norm.weight";
+    rc = mk_load(&s, &L, err, sizeof err);
+    ok(rc == CAIRN_EFORMAT && strstr(err, "blk.0.attn_k_norm.weight"),
+       "gemma3 without a k norm -> EFORMAT naming it (%s)", err);
+    mk_unload(&L);
+
+    mk_spec_default(&s);
+    s.arch = "gemma3";
+    s.rope_scaling = 4.0f;
+    s.rope_scaling_type = "yarn";
+    rc = mk_load(&s, &L, err, sizeof err);
+    ok(rc == CAIRN_EUNSUPPORTED && strstr(err, "gemma3.rope.scaling.type") && strstr(err, "yarn"),
+       "gemma3 with yarn rope scaling -> EUNSUPPORTED naming key and kind (%s)", err);
+    mk_unload(&L);
+
     /* tensors the model would not use: blocks past block_count, or a feature not implemented */
     mk_spec_default(&s);
     s.meta_layers = 1;
@@ -866,6 +1006,16 @@ int main(void)
     check_model("qwen3", CAIRN__GGML_F32, 0, 0, 0, 0);
     check_model("qwen3", CAIRN__GGML_Q8_0, 1, 0, 0, 0);
     check_model("qwen3", CAIRN__GGML_Q4_K, 0, 1, 1, 0);
+    /* phi3: fused attn_qkv and gate+up ffn_up; gemma2: scaled embeddings, post-norms, GELU,
+     * caps, a window on even layers (gemma's output is always tied); gemma3: q/k norms, five
+     * sliding layers of six with their own rope base; Mistral: llama with a window */
+    static const char *const newer[] = {"phi3", "gemma2", "gemma3", "mistral"};
+    for (size_t a = 0; a < sizeof newer / sizeof *newer; a++) {
+        const int g = strncmp(newer[a], "gemma", 5) == 0;
+        check_model(newer[a], CAIRN__GGML_F32, g, 0, 0, 0);
+        check_model(newer[a], CAIRN__GGML_Q8_0, 1 - (a == 0), 0, 0, 0);
+        check_model(newer[a], CAIRN__GGML_Q4_K, g, 1, 1, 0);
+    }
     /* real files differ from mk_model's defaults: Qwen2 uses freq_base 1e6, many use eps 1e-6,
      * some rotate only part of each head */
     check_model("llama", CAIRN__GGML_F32, 0, 0, 1, 0);
@@ -882,6 +1032,7 @@ int main(void)
     check_long_prompt("qwen2", CAIRN__GGML_F32, 1);
     check_cache_f16("llama", CAIRN__GGML_F32);
     check_cache_f16("qwen2", CAIRN__GGML_F16);
+    check_cache_f16("gemma2", CAIRN__GGML_F32); /* the soft-capped kernel widens halves itself */
     check_greedy();
     check_threads_deterministic();
     check_kernels_scalar_vs_simd();
