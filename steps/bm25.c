@@ -116,13 +116,6 @@ static unsigned bits_of(uint32_t v)
     return b;
 }
 
-static inline uint64_t le64(const unsigned char *p)
-{
-    return (uint64_t)p[0] | (uint64_t)p[1] << 8 | (uint64_t)p[2] << 16 | (uint64_t)p[3] << 24 |
-           (uint64_t)p[4] << 32 | (uint64_t)p[5] << 40 | (uint64_t)p[6] << 48 |
-           (uint64_t)p[7] << 56;
-}
-
 /* ORs v (b <= 32 bits) in at bit pos of a zeroed buffer with 8 bytes of slack. */
 static inline void put_bits(unsigned char *p, uint64_t pos, unsigned b, uint32_t v)
 {
@@ -167,7 +160,7 @@ static void unpack(const unsigned char *p, uint64_t pos, unsigned b, uint32_t n,
         out[i] = (uint32_t)((le64(p + (pos >> 3)) >> (pos & 7)) & mask) + add;
 }
 
-uint32_t cairn__bm25_block_decode(const void *v, size_t len, uint32_t *docno, uint32_t *tf)
+uint32_t cairn__bm25_block_docnos(const void *v, size_t len, uint32_t *docno, block_view *bv)
 {
     const unsigned char *p = v;
     if (len < 7 || len > BLOCK_MAX_BYTES || p[1] > 32 || p[2] > 32)
@@ -176,23 +169,31 @@ uint32_t cairn__bm25_block_decode(const void *v, size_t len, uint32_t *docno, ui
     unsigned bd = p[1], bt = p[2];
     if (n > BLOCK_POSTINGS || 7 + ((uint64_t)(n - 1) * bd + (uint64_t)n * bt + 7) / 8 != len)
         return 0;
-    unsigned char buf[BLOCK_MAX_BYTES + 8]; /* the value, padded for 8-byte loads */
-    memcpy(buf, p + 7, len - 7);
-    memset(buf + len - 7, 0, 8);
-    uint32_t first =
-        (uint32_t)p[3] | (uint32_t)p[4] << 8 | (uint32_t)p[5] << 16 | (uint32_t)p[6] << 24;
-    unpack(buf, 0, bd, n - 1, docno + 1, 1);
-    unpack(buf, (uint64_t)(n - 1) * bd, bt, n, tf, 1);
-    uint64_t d = first;
-    docno[0] = first;
-    for (uint32_t i = 1; i < n; i++) { /* gaps to docnos; a sum past 2^32 is not a block */
-        d += docno[i];
+    memcpy(bv->buf, p + 7, len - 7); /* padded for 8-byte loads */
+    memset(bv->buf + len - 7, 0, 8);
+    bv->tf_pos = (uint64_t)(n - 1) * bd, bv->bt = bt;
+    bv->tf_mask = bt == 32 ? 0xffffffffu : ((uint64_t)1 << bt) - 1;
+    uint64_t d = (uint32_t)p[3] | (uint32_t)p[4] << 8 | (uint32_t)p[5] << 16 | (uint32_t)p[6] << 24;
+    const uint64_t mask = bd == 32 ? 0xffffffffu : ((uint64_t)1 << bd) - 1;
+    docno[0] = (uint32_t)d;
+    uint64_t pos = 0;
+    for (uint32_t i = 1; i < n; i++, pos += bd) { /* a sum past 2^32 is not a block */
+        d += ((le64(bv->buf + (pos >> 3)) >> (pos & 7)) & mask) + 1;
         docno[i] = (uint32_t)d;
     }
+    return d > UINT32_MAX ? 0 : n;
+}
+
+uint32_t cairn__bm25_block_decode(const void *v, size_t len, uint32_t *docno, uint32_t *tf)
+{
+    block_view bv;
+    uint32_t n = cairn__bm25_block_docnos(v, len, docno, &bv);
+    if (n)
+        unpack(bv.buf, bv.tf_pos, bv.bt, n, tf, 1);
     for (uint32_t i = 0; i < n; i++)
         if (tf[i] == 0) /* tf-1 of 2^32-1 wrapped */
             return 0;
-    return d > UINT32_MAX ? 0 : n;
+    return n;
 }
 
 /* ------------------------------------------------------------------ document lengths */

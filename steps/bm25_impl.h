@@ -1,6 +1,7 @@
 /* steps/bm25_impl.h - what the BM25 index's files share (internal to steps/): the handle, the
  * write batch's buffers, the block codec and the LMDB helpers. bm25.c opens and closes an index,
- * bm25_write.c fills it in batches, bm25_search.c answers queries; nothing else includes this.
+ * bm25_write.c fills it in batches, bm25_search.c answers queries; nothing else includes this
+ * but tests/retrieve/test_bm25_build.c (the codec's edges, the tables' blocks).
  *
  * Layout (one LMDB environment, seven named databases; format 3):
  *   post  term \0 be32(last docno) -> a compact block of the term's postings in docno order,
@@ -146,6 +147,31 @@ static inline uint32_t get32(const void *p)
  * returns the bytes used. */
 size_t cairn__bm25_block_encode(const uint32_t *docno, const uint32_t *tf, uint32_t n,
                                 unsigned char *out);
+static inline uint64_t le64(const unsigned char *p)
+{
+    return (uint64_t)p[0] | (uint64_t)p[1] << 8 | (uint64_t)p[2] << 16 | (uint64_t)p[3] << 24 |
+           (uint64_t)p[4] << 32 | (uint64_t)p[5] << 40 | (uint64_t)p[6] << 48 |
+           (uint64_t)p[7] << 56;
+}
+
+/* A block's packed bits, copied with padding, so tfs can be read one at a time: the pruned
+ * search needs only the few its candidates hold. */
+typedef struct block_view {
+    unsigned char buf[BLOCK_MAX_BYTES + 8];
+    uint64_t tf_pos, tf_mask; /* the first tf's bit; its width's mask */
+    unsigned bt;
+} block_view;
+
+/* The tf of posting i of a block decoded by cairn__bm25_block_docnos. */
+static inline uint32_t block_tf(const block_view *bv, uint32_t i)
+{
+    uint64_t pos = bv->tf_pos + (uint64_t)i * bv->bt;
+    return (uint32_t)((le64(bv->buf + (pos >> 3)) >> (pos & 7)) & bv->tf_mask) + 1;
+}
+
+/* Decodes a block's docnos into docno[] (BLOCK_POSTINGS) and keeps its tfs packed in *bv;
+ * returns n, or 0 when the bytes are not a well-formed block. */
+uint32_t cairn__bm25_block_docnos(const void *v, size_t len, uint32_t *docno, block_view *bv);
 /* Decodes a block into docno[] and tf[] (BLOCK_POSTINGS each); returns n, or 0 when the bytes
  * are not a well-formed block. */
 uint32_t cairn__bm25_block_decode(const void *v, size_t len, uint32_t *docno, uint32_t *tf);

@@ -341,21 +341,23 @@ static int exhaustive_topk(cairn__bm25 *ix, MDB_txn *txn, const qterms *q, uint6
 /* ------------------------------------------------------------------ pruned top k */
 
 /* One query term's walk through its postings, for the pruned search (pt[] keeps the query's
- * order). The block the cursor is on is decoded once, when entered, into dn[] and tf[]. */
+ * order). The docnos of the block the cursor is on are decoded once, when it is entered; its
+ * tfs are read from the packed bits as postings are scored. */
 typedef struct pterm {
     MDB_cursor *cur;
     size_t tl; /* key = term \0 be32(docno) */
     unsigned char key[CAIRN__BM25_MAX_TOKEN + 5];
     double idf;
-    const unsigned char *blk; /* the bounds records, 12 bytes each, in the map */
-    uint32_t nblk, bi;        /* block count; the block holding the docno asked last */
-    uint32_t dn[BLOCK_POSTINGS], tf[BLOCK_POSTINGS]; /* the block the cursor is on */
-    uint32_t pn, pi;                                 /* its length; the current posting in it */
-    uint32_t plast;                                  /* its last docno (from its key) */
-    uint32_t cb;            /* its index in the bounds table (one entry per block) */
-    double bub;             /* bound of block bi */
-    uint32_t docno, tf_cur; /* the current posting */
-    int done;               /* no postings left */
+    const unsigned char *blk;    /* the bounds records, 12 bytes each, in the map */
+    uint32_t nblk, bi;           /* block count; the block holding the docno asked last */
+    uint32_t dn[BLOCK_POSTINGS]; /* the block the cursor is on: docnos decoded, tfs packed */
+    block_view bv;
+    uint32_t pn, pi; /* its length; the current posting in it */
+    uint32_t plast;  /* its last docno (from its key) */
+    uint32_t cb;     /* its index in the bounds table (one entry per block) */
+    double bub;      /* bound of block bi */
+    uint32_t docno;  /* the current posting */
+    int done;        /* no postings left */
 } pterm;
 
 static uint32_t blk_get(const pterm *t, uint32_t i, int field)
@@ -376,7 +378,7 @@ static uint32_t blk_find(const uint32_t *dn, uint32_t lo, uint32_t hi, uint32_t 
     return lo;
 }
 
-static void pt_entry(pterm *t) { t->docno = t->dn[t->pi], t->tf_cur = t->tf[t->pi]; }
+static void pt_entry(pterm *t) { t->docno = t->dn[t->pi]; }
 
 /* Takes in what a cursor move returned: a block of the term (its key read, *d kept for
  * decoding), or the list's end (t->done). 1 = a block. */
@@ -403,7 +405,7 @@ static int pt_load(cairn__bm25 *ix, pterm *t, int m, const MDB_val *k, const MDB
     int rc;
     if (!pt_key(ix, t, m, k, &rc))
         return rc;
-    uint32_t n = cairn__bm25_block_decode(d->mv_data, d->mv_size, t->dn, t->tf);
+    uint32_t n = cairn__bm25_block_docnos(d->mv_data, d->mv_size, t->dn, &t->bv);
     if (n == 0 || t->dn[n - 1] != t->plast || t->plast >= ix->n_dl)
         return cairn__bm25_mdb_fail(ix, MDB_CORRUPTED, "reading postings");
     t->pn = n, t->pi = 0;
@@ -630,7 +632,8 @@ static int pruned_topk(cairn__bm25 *ix, MDB_txn *txn, const qterms *q, uint64_t 
                     for (size_t c = 0; c < ix->n_touched; c++) {
                         uint32_t d = ix->touched[c], lo = blk_find(t->dn, t->pi, t->pn, d);
                         if (lo < t->pn && t->dn[lo] == d)
-                            ix->score[d] += term_score(t->idf, c0, c1, t->tf[lo], ix->dl[d]);
+                            ix->score[d] +=
+                                term_score(t->idf, c0, c1, block_tf(&t->bv, lo), ix->dl[d]);
                     }
                     ix->postings_read += ix->n_touched;
                     continue;
@@ -638,7 +641,7 @@ static int pruned_topk(cairn__bm25 *ix, MDB_txn *txn, const qterms *q, uint64_t 
                 while (!t->done && t->docno <= end) {
                     if (t->docno < ix->score_cap && ix->stamp[t->docno] == ix->cur_stamp)
                         ix->score[t->docno] +=
-                            term_score(t->idf, c0, c1, t->tf_cur, ix->dl[t->docno]);
+                            term_score(t->idf, c0, c1, block_tf(&t->bv, t->pi), ix->dl[t->docno]);
                     if ((rc = pt_next(ix, t)) != 0)
                         goto out;
                 }
