@@ -200,8 +200,6 @@ uint32_t cairn__bm25_block_decode(const void *v, size_t len, uint32_t *docno, ui
 
 int cairn__bm25_load_dl(cairn__bm25 *ix, MDB_txn *txn)
 {
-    if (ix->wtxn && txn == ix->wtxn && ix->dl_gen != UINT64_MAX)
-        return 0;
     uint64_t gen = 0;
     int m = cairn__bm25_meta_get(txn, ix->meta, "generation", &gen);
     if (m)

@@ -180,8 +180,9 @@ static inline uint32_t block_count(const void *v, size_t len)
 {
     return len >= 7 ? (uint32_t)((const unsigned char *)v)[0] + 1 : 0;
 }
-/* Reads the lens table into ix->dl if the generation txn holds is not the one read (a handle
- * with an open batch keeps its own). */
+/* Reads the lens table into ix->dl if the generation txn holds is not the one read. Not while
+ * the handle's batch is open (its lengths are ahead of the table's): a search then uses them
+ * as they are, and begin reads them at the batch's start. */
 int cairn__bm25_load_dl(cairn__bm25 *ix, MDB_txn *txn);
 
 /* The message and code (CAIRN_ETRANSIENT) for an index marked unfinished. */
