@@ -85,8 +85,8 @@ int cairn__bm25_add(cairn__bm25 *ix, const char *id, const char *text, size_t te
 /* Writes the batch's remaining postings, the document frequencies and N/total length, and
  * commits (durably: fsync). CAIRN_EFULL / CAIRN_EIO (the batch is then aborted). */
 int cairn__bm25_commit(cairn__bm25 *ix);
-/* Test hook: how many postings a batch buffers in memory before writing them out inside its
- * transaction (default 4M, 0 = default). Small values exercise the mid-batch flush paths. */
+/* Test hook: how many postings a batch buffers in memory before writing them to a run file
+ * (default 4M, 0 = default). Small values exercise the runs and their merge. */
 void cairn__bm25_set_flush_postings(cairn__bm25 *ix, size_t n);
 /* Default cap on a write batch's memory (cairn__bm25_set_memory). */
 #define CAIRN__BM25_DEFAULT_MEMORY ((size_t)256 << 20)
