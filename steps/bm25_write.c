@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* ------------------------------------------------------------------ the write batch */
@@ -271,7 +272,7 @@ static int write_run(cairn__bm25 *ix)
     if (!rc && cairn__bm25_grow(&ix->runs_v, &ix->runs_cap, ix->n_runs + 1, sizeof(FILE *)))
         rc = oom(ix);
     if (!rc)
-        setvbuf(f, NULL, _IOFBF, 1 << 18);
+        setvbuf(f, NULL, _IOFBF, 1 << 16); /* a buffer per run while they merge */
     for (size_t r = 0; !rc && r < ix->n_terms; r++) {
         const term_ent *e = &ix->terms[sb.order[r]];
         uint32_t hdr[2] = {e->len, sb.start[r + 1] - sb.start[r]};
@@ -596,12 +597,23 @@ static int write_tail(cairn__bm25 *ix)
 }
 
 /* Clean pages of the map this process has touched count in its RSS though the kernel could
- * drop them: let it, after a commit (nothing of this handle points into the map then). */
+ * drop them: let it, after a commit (nothing of this handle points into the map then). LMDB
+ * does not say where its map is (mdb_env_info's address is only that of a fixed map), so the
+ * mapping of data.mdb is found in /proc/self/maps by its inode; elsewhere nothing is dropped. */
 static void drop_map(cairn__bm25 *ix)
 {
-    MDB_envinfo info;
-    if (mdb_env_info(ix->env, &info) == 0 && info.me_mapaddr)
-        madvise(info.me_mapaddr, info.me_mapsize, MADV_DONTNEED);
+    char path[4200], line[4400];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/data.mdb", ix->dir);
+    FILE *f = stat(path, &st) == 0 ? fopen("/proc/self/maps", "r") : NULL;
+    while (f && fgets(line, sizeof line, f)) {
+        unsigned long lo, hi, ino;
+        if (sscanf(line, "%lx-%lx %*s %*s %*s %lu", &lo, &hi, &ino) == 3 &&
+            ino == (unsigned long)st.st_ino && ino != 0)
+            madvise((void *)lo, hi - lo, MADV_DONTNEED);
+    }
+    if (f)
+        fclose(f);
 }
 
 /* Commits the transaction and opens the next one of the same batch once it holds about a
