@@ -1,6 +1,7 @@
 /* steps/bm25_impl.h - what the BM25 index's files share (internal to steps/): the handle, the
  * write batch's buffers, the block codec and the LMDB helpers. bm25.c opens and closes an index,
- * bm25_write.c fills it in batches, bm25_search.c answers queries; nothing else includes this
+ * bm25_write.c fills it in batches, bm25_merge.c writes them in, bm25_search.c answers queries;
+ * nothing else includes this
  * but tests/retrieve/test_bm25_build.c (the codec's edges, the tables' blocks).
  *
  * Layout (one LMDB environment, seven named databases; format 3):
@@ -110,8 +111,8 @@ struct cairn__bm25 {
     uint32_t *doc_terms; /* terms of the document being added */
     size_t n_doc_terms, doc_terms_cap;
     uint32_t doc_mark;
-    size_t flush_at; /* postings buffered before a flush */
-    size_t mem_cap;  /* bytes the buffers may hold before a flush (cairn__bm25_set_memory) */
+    size_t flush_at; /* postings buffered before a run file */
+    size_t mem_cap;  /* the batch's memory cap (cairn__bm25_set_memory) */
     size_t mem_peak; /* the largest estimate seen, for tests and `cairn index` */
     uint32_t *blk;   /* a term's bounds table being built */
     size_t blk_cap;
@@ -197,7 +198,16 @@ int cairn__bm25_meta_get(MDB_txn *txn, MDB_dbi dbi, const char *key, uint64_t *v
 int cairn__bm25_meta_put(MDB_txn *txn, MDB_dbi dbi, const char *key, uint64_t v);
 /* Grows *p (of *cap elements of elem bytes) to hold need, doubling; 0 or -1 (out of memory). */
 int cairn__bm25_grow(void **p, size_t *cap, size_t need, size_t elem);
-/* Closes the open batch's run files (bm25_write.c). */
+/* bm25_merge.c, for bm25_write.c: the buffer sorted into a new run file (and emptied); the
+ * runs and the buffer merged into the index; a transaction's lens chunks, counts and new
+ * generation; the index map's pages given back; the batch's transaction committed and a new one
+ * begun once it holds a quarter of the memory cap (*cur, if not NULL: a cursor on post,
+ * reopened); the run files closed. 0 or a CAIRN_E* code with the handle's message set. */
+int cairn__bm25_write_run(cairn__bm25 *ix);
+int cairn__bm25_final_merge(cairn__bm25 *ix);
+int cairn__bm25_write_tail(cairn__bm25 *ix);
+void cairn__bm25_drop_map(cairn__bm25 *ix);
+int cairn__bm25_maybe_split(cairn__bm25 *ix, MDB_cursor **cur);
 void cairn__bm25_runs_close(cairn__bm25 *ix);
 /* Empties the write batch's buffers, keeping their memory (bm25_write.c). */
 void cairn__bm25_batch_reset(cairn__bm25 *ix);
