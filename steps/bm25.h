@@ -37,6 +37,17 @@ typedef struct cairn__bm25 cairn__bm25;
  *   CAIRN_EIO      cannot create or open (err has the path and the OS/LMDB text)
  *   CAIRN_ENOMEM */
 int cairn__bm25_open(const char *dir, int writable, cairn__bm25 **out, char *err, size_t errlen);
+/* Whether the index was marked unfinished when the (writable) handle opened: a batch too large
+ * for one transaction was cut short (a crash, a full disk) and left part of itself committed.
+ * A read-only open of such an index fails with CAIRN_ETRANSIENT; `cairn index` rebuilds it
+ * (cairn__bm25_clear, then the corpus). */
+int cairn__bm25_is_unfinished(const cairn__bm25 *ix);
+/* Empties the index (every document, posting and count) in one transaction, and clears the
+ * unfinished mark. A writable handle without an open batch; CAIRN_EINVAL otherwise. */
+int cairn__bm25_clear(cairn__bm25 *ix);
+/* Test hook: called after each transaction a batch commits before its last one (n counts
+ * them from 1), in whatever process writes; NULL removes it. For crash tests (SIGKILL there). */
+void cairn__bm25_set_commit_hook(void (*fn)(unsigned n));
 /* Closes the handle (aborting an open write batch). NULL is a no-op. */
 void cairn__bm25_close(cairn__bm25 *ix);
 
@@ -57,8 +68,9 @@ void cairn__bm25_close(cairn__bm25 *ix);
 typedef void (*cairn__bm25_token_cb)(const char *tok, size_t len, void *arg);
 size_t cairn__bm25_tokenize(const char *text, size_t len, cairn__bm25_token_cb cb, void *arg);
 
-/* Adds or replaces documents in one write transaction: begin, add..., commit (or abort).
- * Readers see all of a batch or none of it. A writable handle only; CAIRN_EINVAL otherwise or
+/* Adds or replaces documents in a batch: begin, add..., commit (or abort). Readers see all of
+ * a batch or none of it, when it fits in one transaction (cairn__bm25_set_memory); a larger one
+ * is marked unfinished until it commits. A writable handle only; CAIRN_EINVAL otherwise or
  * when a batch is already open (begin) / not open (add, commit). */
 int cairn__bm25_begin(cairn__bm25 *ix);
 /* Indexes one document. `id`: 1..CAIRN__BM25_MAX_ID bytes; `extra_json`: the document's other
@@ -73,17 +85,18 @@ int cairn__bm25_add(cairn__bm25 *ix, const char *id, const char *text, size_t te
 /* Writes the batch's remaining postings, the document frequencies and N/total length, and
  * commits (durably: fsync). CAIRN_EFULL / CAIRN_EIO (the batch is then aborted). */
 int cairn__bm25_commit(cairn__bm25 *ix);
-/* Test hook: how many postings a batch buffers in memory before writing them out inside its
- * transaction (default 4M, 0 = default). Small values exercise the mid-batch flush paths. */
+/* Test hook: how many postings a batch buffers in memory before writing them to a run file
+ * (default 4M, 0 = default). Small values exercise the runs and their merge. */
 void cairn__bm25_set_flush_postings(cairn__bm25 *ix, size_t n);
-/* Default cap on a write batch's buffers (cairn__bm25_set_memory). */
+/* Default cap on a write batch's memory (cairn__bm25_set_memory). */
 #define CAIRN__BM25_DEFAULT_MEMORY ((size_t)256 << 20)
-/* Caps the memory a write batch buffers (postings and deletes, the batch's terms, and the
- * sorted copy a flush makes) at `bytes` whatever the corpus size: a batch writes its buffer
- * out inside its transaction before it would grow past the cap, which produces the same index
- * as one flush would. 0 = the default, CAIRN__BM25_DEFAULT_MEMORY (256 MB). LMDB's own dirty
- * pages of the open transaction are not counted (LMDB spills them past its own limit); commit
- * more often (`cairn index --batch N`) to bound those. */
+/* Caps the memory a write batch holds at about `bytes` whatever the corpus size. Its buffers
+ * (postings and deletes, the batch's terms, the sorted copy a flush makes) take up to 5/8 of
+ * it: past that the buffer is sorted and written to a temporary run file, and commit merges
+ * the runs in key order, so the index is the same whatever the cap. LMDB's dirty pages take up
+ * to 1/4: past that the batch commits its transaction and goes on in a new one, having marked
+ * the index unfinished until its last commit (readers then see CAIRN_ETRANSIENT rather than a
+ * part of the batch). 0 = the default, CAIRN__BM25_DEFAULT_MEMORY (256 MB). */
 void cairn__bm25_set_memory(cairn__bm25 *ix, size_t bytes);
 /* The peak of the batch buffers' estimate (bytes) since the handle opened. */
 size_t cairn__bm25_batch_peak(const cairn__bm25 *ix);

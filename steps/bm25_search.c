@@ -63,6 +63,11 @@ static int read_counts(cairn__bm25 *ix, MDB_txn *txn, uint64_t *n, uint64_t *tot
         return 0;
     }
     int rc;
+    uint64_t unfinished = 0;
+    rc = cairn__bm25_meta_get(txn, ix->meta, "unfinished", &unfinished);
+    if (rc != MDB_NOTFOUND)
+        return rc ? cairn__bm25_mdb_fail(ix, rc, "reading the counts")
+                  : cairn__bm25_unfinished_msg(ix->dir, ix->err, sizeof ix->err);
     if ((rc = cairn__bm25_meta_get(txn, ix->meta, "n_docs", n)) ||
         (rc = cairn__bm25_meta_get(txn, ix->meta, "total_len", total)) ||
         (rc = cairn__bm25_meta_get(txn, ix->meta, "next_docno", next)))
@@ -225,6 +230,7 @@ static int accumulate(cairn__bm25 *ix, MDB_txn *txn, const qterms *q, uint64_t n
     if (rc)
         return cairn__bm25_mdb_fail(ix, rc, "mdb_cursor_open");
     unsigned char key[CAIRN__BM25_MAX_TOKEN + 5];
+    uint32_t dn[BLOCK_POSTINGS], tfs[BLOCK_POSTINGS];
     for (size_t t = 0; t < q->nt && !rc; t++) {
         size_t tl = q->t[t].len;
         memcpy(key, q->buf + q->t[t].off, tl);
@@ -242,20 +248,14 @@ static int accumulate(cairn__bm25 *ix, MDB_txn *txn, const qterms *q, uint64_t n
         while (m == 0) {
             if (k.mv_size != tl + 5 || memcmp(k.mv_data, key, tl + 1))
                 break;
-            const unsigned char *v = d.mv_data;
-            uint32_t nb = d.mv_size >= 4 ? get32(v) : 0;
-            if (nb == 0 || d.mv_size != 4 + 12 * (size_t)nb) {
+            uint32_t nb = cairn__bm25_block_decode(d.mv_data, d.mv_size, dn, tfs);
+            if (nb == 0 || dn[nb - 1] >= ix->score_cap || dn[nb - 1] >= ix->n_dl) {
                 m = MDB_CORRUPTED;
                 break;
             }
             for (uint32_t j = 0; j < nb; j++) {
-                const unsigned char *e = v + 4 + 12 * (size_t)j;
-                uint32_t docno = get32(e);
-                if (docno >= ix->score_cap) {
-                    m = MDB_CORRUPTED;
-                    break;
-                }
-                double s = term_score(idf, c0, c1, get32(e + 4), get32(e + 8));
+                uint32_t docno = dn[j];
+                double s = term_score(idf, c0, c1, tfs[j], ix->dl[docno]);
                 if (ix->stamp[docno] != ix->cur_stamp) {
                     ix->stamp[docno] = ix->cur_stamp;
                     ix->score[docno] = s;
@@ -341,20 +341,23 @@ static int exhaustive_topk(cairn__bm25 *ix, MDB_txn *txn, const qterms *q, uint6
 /* ------------------------------------------------------------------ pruned top k */
 
 /* One query term's walk through its postings, for the pruned search (pt[] keeps the query's
- * order). */
+ * order). The docnos of the block the cursor is on are decoded once, when it is entered; its
+ * tfs are read from the packed bits as postings are scored. */
 typedef struct pterm {
     MDB_cursor *cur;
     size_t tl; /* key = term \0 be32(docno) */
     unsigned char key[CAIRN__BM25_MAX_TOKEN + 5];
     double idf;
-    const unsigned char *blk; /* the block records, 12 bytes each, in the map */
-    uint32_t nblk, bi;        /* block count; the block holding the docno asked last */
-    const unsigned char *pb;  /* the posting block the cursor is on: pn {docno, tf, dl} */
-    uint32_t pn, pi;          /* its length; the current posting in it */
-    uint32_t cb;              /* its index in the bounds table (one entry per block) */
-    double bub;               /* bound of block bi */
-    uint32_t docno, tf, dl;   /* the current posting */
-    int done;                 /* no postings left */
+    const unsigned char *blk;    /* the bounds records, 12 bytes each, in the map */
+    uint32_t nblk, bi;           /* block count; the block holding the docno asked last */
+    uint32_t dn[BLOCK_POSTINGS]; /* the block the cursor is on: docnos decoded, tfs packed */
+    block_view bv;
+    uint32_t pn, pi; /* its length; the current posting in it */
+    uint32_t plast;  /* its last docno (from its key) */
+    uint32_t cb;     /* its index in the bounds table (one entry per block) */
+    double bub;      /* bound of block bi */
+    uint32_t docno;  /* the current posting */
+    int done;        /* no postings left */
 } pterm;
 
 static uint32_t blk_get(const pterm *t, uint32_t i, int field)
@@ -362,12 +365,12 @@ static uint32_t blk_get(const pterm *t, uint32_t i, int field)
     return get32(t->blk + 12 * i + 4 * field);
 }
 
-/* The first of a block's postings lo..hi-1 whose docno is >= d (hi if none). */
-static uint32_t blk_find(const unsigned char *pb, uint32_t lo, uint32_t hi, uint32_t d)
+/* The first of dn[lo..hi) that is >= d (hi if none). */
+static uint32_t blk_find(const uint32_t *dn, uint32_t lo, uint32_t hi, uint32_t d)
 {
     while (lo < hi) {
         uint32_t mid = lo + (hi - lo) / 2;
-        if (get32(pb + 12 * (size_t)mid) < d)
+        if (dn[mid] < d)
             lo = mid + 1;
         else
             hi = mid;
@@ -375,26 +378,36 @@ static uint32_t blk_find(const unsigned char *pb, uint32_t lo, uint32_t hi, uint
     return lo;
 }
 
-static void pt_entry(pterm *t)
-{
-    const unsigned char *e = t->pb + 12 * (size_t)t->pi;
-    t->docno = get32(e), t->tf = get32(e + 4), t->dl = get32(e + 8);
-}
+static void pt_entry(pterm *t) { t->docno = t->dn[t->pi]; }
 
-/* Takes in what a cursor move returned: the first posting of a block, or the list's end. */
-static int pt_load(cairn__bm25 *ix, pterm *t, int m, const MDB_val *k, const MDB_val *d)
+/* Takes in what a cursor move returned: a block of the term (its key read, *d kept for
+ * decoding), or the list's end (t->done). 1 = a block. */
+static int pt_key(cairn__bm25 *ix, pterm *t, int m, const MDB_val *k, int *rc)
 {
+    *rc = 0;
     if (m == MDB_NOTFOUND ||
         (m == 0 && (k->mv_size != t->tl + 5 || memcmp(k->mv_data, t->key, t->tl + 1)))) {
         t->done = 1;
         return 0;
     }
-    if (m)
-        return cairn__bm25_mdb_fail(ix, m, "reading postings");
-    uint32_t n = d->mv_size >= 4 ? get32(d->mv_data) : 0;
-    if (n == 0 || d->mv_size != 4 + 12 * (size_t)n)
+    if (m) {
+        *rc = cairn__bm25_mdb_fail(ix, m, "reading postings");
+        return 0;
+    }
+    const unsigned char *kb = (const unsigned char *)k->mv_data + t->tl + 1;
+    t->plast = (uint32_t)kb[0] << 24 | (uint32_t)kb[1] << 16 | (uint32_t)kb[2] << 8 | kb[3];
+    return 1;
+}
+
+/* Takes in what a cursor move returned and decodes the block: its first posting current. */
+static int pt_load(cairn__bm25 *ix, pterm *t, int m, const MDB_val *k, const MDB_val *d)
+{
+    int rc;
+    if (!pt_key(ix, t, m, k, &rc))
+        return rc;
+    uint32_t n = cairn__bm25_block_docnos(d->mv_data, d->mv_size, t->dn, &t->bv);
+    if (n == 0 || t->dn[n - 1] != t->plast || t->plast >= ix->n_dl)
         return cairn__bm25_mdb_fail(ix, MDB_CORRUPTED, "reading postings");
-    t->pb = (const unsigned char *)d->mv_data + 4;
     t->pn = n, t->pi = 0;
     pt_entry(t);
     ix->postings_read++;
@@ -415,12 +428,12 @@ static int pt_next(cairn__bm25 *ix, pterm *t)
 
 /* Moves to the first posting at or after docno `to` (> the current one). The bounds table
  * says which block holds it: a block a few ahead is reached by stepping the cursor (the next
- * blocks mostly sit on the page it holds), a farther one by a seek (a B-tree descent, as
- * costly as stepping over several blocks), as the block's key is its last docno. Then a
- * binary search in the block. */
+ * blocks mostly sit on the page it holds; the blocks stepped over are not decoded), a farther
+ * one by a seek (a B-tree descent, as costly as stepping over several blocks), as the block's
+ * key is its last docno. Then a binary search in the decoded block. */
 static int pt_advance(cairn__bm25 *ix, pterm *t, uint32_t to)
 {
-    if (get32(t->pb + 12 * (size_t)(t->pn - 1)) < to) {
+    if (t->plast < to) {
         uint32_t tb = t->cb;
         while (tb < t->nblk && blk_get(t, tb, 0) < to)
             tb++;
@@ -428,23 +441,29 @@ static int pt_advance(cairn__bm25 *ix, pterm *t, uint32_t to)
             t->done = 1;
             return 0;
         }
-        int rc = 0;
-        while (!rc && !t->done && t->cb < tb && tb - t->cb <= 8) {
-            MDB_val k, d;
+        int rc = 0, on = 1;
+        MDB_val k, d;
+        while (on && t->cb < tb && tb - t->cb <= 8) {
             t->cb++;
-            rc = pt_load(ix, t, mdb_cursor_get(t->cur, &k, &d, MDB_NEXT), &k, &d);
+            on = pt_key(ix, t, mdb_cursor_get(t->cur, &k, &d, MDB_NEXT), &k, &rc);
         }
-        if (!rc && (t->done || t->cb != tb || get32(t->pb + 12 * (size_t)(t->pn - 1)) < to)) {
+        if (rc)
+            return rc;
+        if (on && t->cb == tb && t->plast >= to) {
+            if ((rc = pt_load(ix, t, 0, &k, &d)) != 0)
+                return rc;
+        } else {
             be32(to, t->key + t->tl + 1);
-            MDB_val k = {t->tl + 5, t->key}, d;
+            k = (MDB_val){t->tl + 5, t->key};
             t->done = 0;
             t->cb = tb;
-            rc = pt_load(ix, t, mdb_cursor_get(t->cur, &k, &d, MDB_SET_RANGE), &k, &d);
+            if ((rc = pt_load(ix, t, mdb_cursor_get(t->cur, &k, &d, MDB_SET_RANGE), &k, &d)) != 0)
+                return rc;
         }
-        if (rc || t->done || t->docno >= to)
-            return rc;
+        if (t->done || t->docno >= to)
+            return 0;
     }
-    t->pi = blk_find(t->pb, t->pi + 1, t->pn - 1, to); /* the block's last docno is >= to */
+    t->pi = blk_find(t->dn, t->pi + 1, t->pn - 1, to); /* the block's last docno is >= to */
     pt_entry(t);
     ix->postings_read++;
     return 0;
@@ -585,7 +604,7 @@ static int pruned_topk(cairn__bm25 *ix, MDB_txn *txn, const qterms *q, uint64_t 
                 if (!t->done && t->docno < pos && (rc = pt_advance(ix, t, pos)) != 0)
                     goto out;
                 for (uint32_t p = t->pi; !t->done && p < t->pn; p++) {
-                    uint32_t d = get32(t->pb + 12 * (size_t)p);
+                    uint32_t d = t->dn[p];
                     if (d > end)
                         break;
                     if (d >= ix->score_cap) {
@@ -611,17 +630,18 @@ static int pruned_topk(cairn__bm25 *ix, MDB_txn *txn, const qterms *q, uint64_t 
                     continue;
                 if (!ess[i] && ix->n_touched * 8 < t->pn - t->pi) {
                     for (size_t c = 0; c < ix->n_touched; c++) {
-                        uint32_t d = ix->touched[c], lo = blk_find(t->pb, t->pi, t->pn, d);
-                        const unsigned char *e = t->pb + 12 * (size_t)lo;
-                        if (lo < t->pn && get32(e) == d)
-                            ix->score[d] += term_score(t->idf, c0, c1, get32(e + 4), get32(e + 8));
+                        uint32_t d = ix->touched[c], lo = blk_find(t->dn, t->pi, t->pn, d);
+                        if (lo < t->pn && t->dn[lo] == d)
+                            ix->score[d] +=
+                                term_score(t->idf, c0, c1, block_tf(&t->bv, lo), ix->dl[d]);
                     }
                     ix->postings_read += ix->n_touched;
                     continue;
                 }
                 while (!t->done && t->docno <= end) {
                     if (t->docno < ix->score_cap && ix->stamp[t->docno] == ix->cur_stamp)
-                        ix->score[t->docno] += term_score(t->idf, c0, c1, t->tf, t->dl);
+                        ix->score[t->docno] +=
+                            term_score(t->idf, c0, c1, block_tf(&t->bv, t->pi), ix->dl[t->docno]);
                     if ((rc = pt_next(ix, t)) != 0)
                         goto out;
                 }
@@ -688,7 +708,8 @@ static int search(cairn__bm25 *ix, const char *query, size_t k, cairn__bm25_hit 
     heap_ent *heap = NULL;
     cairn__bm25_hit *out = NULL;
     size_t nh = 0;
-    if ((rc = read_counts(ix, txn, &n_docs, &total_len, &next)) != 0)
+    if ((rc = read_counts(ix, txn, &n_docs, &total_len, &next)) != 0 ||
+        (!ix->wtxn && (rc = cairn__bm25_load_dl(ix, txn)) != 0))
         goto done;
     ix->postings_read = 0;
     exhaustive = exhaustive || query_postings(ix, txn, &q) < ix->prune_min;
@@ -718,18 +739,17 @@ static int search(cairn__bm25 *ix, const char *query, size_t k, cairn__bm25_hit 
             goto done;
         }
         const char *r = rec.mv_data;
-        uint32_t il = rec.mv_size >= 16 ? get32(r + 4) : 0,
-                 tl = rec.mv_size >= 16 ? get32(r + 8) : 0,
-                 el = rec.mv_size >= 16 ? get32(r + 12) : 0;
-        if (rec.mv_size < 16 || (uint64_t)16 + il + tl + el != rec.mv_size) {
+        uint32_t il = rec.mv_size >= 12 ? get32(r) : 0, tl = rec.mv_size >= 12 ? get32(r + 4) : 0,
+                 el = rec.mv_size >= 12 ? get32(r + 8) : 0;
+        if (rec.mv_size < 12 || (uint64_t)12 + il + tl + el != rec.mv_size) {
             rc = cairn__bm25_fail(ix, CAIRN_ECORRUPT, "index %s: document record %u is malformed",
                                   ix->dir, e.docno);
             goto done;
         }
         out[i].score = e.score;
-        out[i].id = dup_n(r + 16, il);
-        out[i].text = dup_n(r + 16 + il, tl);
-        out[i].extra = el ? dup_n(r + 16 + il + tl, el) : NULL;
+        out[i].id = dup_n(r + 12, il);
+        out[i].text = dup_n(r + 12 + il, tl);
+        out[i].extra = el ? dup_n(r + 12 + il + tl, el) : NULL;
         if (!out[i].id || !out[i].text || (el && !out[i].extra)) {
             rc = cairn__bm25_fail(ix, CAIRN_ENOMEM, "out of memory");
             goto done;

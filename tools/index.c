@@ -2,12 +2,20 @@
  *
  * `index` reads a JSONL corpus ({"id", "text", ...} per line) into the BM25 index at
  * <store>/index (steps/bm25.h; the index is its own LMDB environment, never the checkpoint
- * store). The whole file is one write transaction by default, so a bad line (the error names
- * the file, the line and the field) aborts the run with nothing written, and readers see the
- * old corpus or the new one, never a mix. With --batch N the run commits every N documents
- * (for corpora too large for one transaction): the file is then validated completely first, so
- * a bad line still writes nothing; only an I/O error (disk full) can stop the run part way,
- * leaving the batches before it committed, each complete, and the output says how many.
+ * store). The file is validated completely first, so a bad line (the error names the file, the
+ * line and the field) aborts the run with nothing written. The whole file is then one batch by
+ * default: readers see the old corpus or the new one, never a mix, as long as the batch fits in
+ * one transaction under --memory; a larger one commits as it goes with the index marked
+ * unfinished until it is done (readers are refused meanwhile), which bounds the build's memory
+ * whatever the corpus size. A run cut short there (SIGKILL, a full disk) leaves the index
+ * marked unfinished, and the next `cairn index` rebuilds it: it empties the index, says so, and
+ * indexes its corpus. With --batch N the run commits every N documents, each batch complete;
+ * an I/O error can then stop the run part way, and the output says how many were committed.
+ *
+ * What the build's peak RSS is made of: the batch buffers and LMDB's dirty pages (both under
+ * --memory), the document lengths (4 bytes a document), and pages of mapped files. The corpus
+ * is mapped; pages already parsed are given back as the run goes (MADV_DONTNEED: they are
+ * clean, a private read-only map), as the index's map pages are after each commit.
  *
  * tools/ does not see LMDB: everything goes through steps/bm25.h. Exit codes come from the
  * CLI's one table (cairn__exit_code): 64 usage, 65 bad corpus, 66 missing corpus or index,
@@ -21,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -36,15 +45,16 @@ static const char index_usage[] =
     "Adds the documents of a JSONL file, one {\"id\": ..., \"text\": ..., ...} object per line,\n"
     "to the BM25 index in DIR/index. A document whose id is already indexed is replaced. Other\n"
     "fields are kept and shown by `cairn search --json`. A bad line aborts the run with\n"
-    "nothing written.\n"
+    "nothing written. An index left unfinished by an interrupted run is rebuilt.\n"
     "\n"
     "  -s, --store DIR     the store directory (default: $CAIRN_STORE); the index is DIR/index\n"
     "      --index DIR     use this index directory instead of DIR/index\n"
     "  -c, --corpus FILE   the JSONL corpus\n"
     "      --batch N       commit every N documents instead of once for the whole file (the file\n"
     "                      is validated first; an I/O error can leave earlier batches written)\n"
-    "      --memory MB     cap on the build's buffers (default 256): past it a batch writes its\n"
-    "                      postings out and goes on, the index the same whatever the cap\n"
+    "      --memory MB     cap on the build's memory (default 256): past it a batch writes its\n"
+    "                      postings to run files and commits as it goes (the index marked\n"
+    "                      unfinished until done); the index is the same whatever the cap\n"
     "      --json          print one JSON object with the counts\n"
     "  -h, --help          show this help\n"
     "Exit codes: 0 ok, 64 usage, 65 bad corpus line, 66 corpus not found, 74 index I/O error.\n";
@@ -213,6 +223,19 @@ static int corpus_open(const char *path, corpus *c, char *err, size_t errlen)
     return 0;
 }
 
+/* Gives back the pages of the corpus before pos (*done: how far that was done already), every
+ * 16 MB: the map is private and read-only, so they are clean and read again if touched. */
+static void corpus_drop(corpus *c, size_t pos, size_t *done)
+{
+    long pg = sysconf(_SC_PAGESIZE);
+    size_t to = pos / (size_t)pg * (size_t)pg;
+    if (!c->mapped || (to < *done + ((size_t)16 << 20) && pos < c->len))
+        return;
+    if (to > *done)
+        madvise(c->data + *done, to - *done, MADV_DONTNEED);
+    *done = to;
+}
+
 static void corpus_close(corpus *c)
 {
     if (c->mapped)
@@ -289,12 +312,15 @@ int cairn__cmd_index(int argc, char **argv)
     size_t pos = 0, lineno = 0, n;
     const char *p;
     doc d;
-    if (batch > 0) { /* batches commit as they go: find a bad line before writing anything */
+    { /* a batch may commit as it goes: find a bad line before writing anything */
+        size_t dropped = 0;
         while (!rc && next_line(&c, &pos, &lineno, &p, &n)) {
             rc = parse_line(file, lineno, p, n, 0, &d, err, sizeof err);
             if (!rc)
                 doc_free(&d);
+            corpus_drop(&c, pos, &dropped);
         }
+        corpus_drop(&c, c.len, &dropped);
         if (rc) {
             cairn__log(CAIRN__LOG_ERROR, "index", "corpus", NULL, NULL, "%s (nothing was written)",
                        err);
@@ -313,6 +339,20 @@ int cairn__cmd_index(int argc, char **argv)
         return cairn__exit_code(rc);
     }
     cairn__bm25_set_memory(ix, (size_t)memory_mb << 20);
+    if (cairn__bm25_is_unfinished(ix)) {
+        cairn__log(CAIRN__LOG_WARN, "index", "unfinished", NULL, NULL,
+                   "index %s was left unfinished by an interrupted build: rebuilding it from %s",
+                   dir, file);
+        if ((rc = cairn__bm25_clear(ix)) != 0) {
+            cairn__log(CAIRN__LOG_ERROR, "index", "error", NULL, NULL, "%s",
+                       cairn__bm25_errmsg(ix));
+            cairn__bm25_close(ix);
+            corpus_close(&c);
+            free(a.dir);
+            return cairn__exit_code(rc);
+        }
+    }
+    size_t dropped = 0;
     uint64_t added = 0, replaced = 0, in_batch = 0, committed = 0;
     cairn__progress prog;
     cairn__progress_start(&prog, "index", "documents");
@@ -333,6 +373,7 @@ int cairn__cmd_index(int argc, char **argv)
         if (rc)
             break;
         rep ? replaced++ : added++;
+        corpus_drop(&c, pos, &dropped);
         prog.done = added + replaced;
         prog.bytes_done = pos;
         cairn__progress_tick(&prog, 0);
@@ -376,13 +417,16 @@ int cairn__cmd_index(int argc, char **argv)
     size_t peak = cairn__bm25_batch_peak(ix);
     cairn__bm25_close(ix);
     double secs = now_s() - t0;
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    double rss_mb = (double)ru.ru_maxrss / 1024.0; /* kB on Linux */
     if (!rc && json) {
         json_t *o =
-            json_pack("{s:s, s:s, s:I, s:I, s:I, s:f, s:I, s:I, s:f, s:I}", "corpus", file, "index",
-                      dir, "added", (json_int_t)added, "replaced", (json_int_t)replaced, "docs",
-                      (json_int_t)info.n_docs, "avgdl", info.avgdl, "terms",
+            json_pack("{s:s, s:s, s:I, s:I, s:I, s:f, s:I, s:I, s:f, s:I, s:f}", "corpus", file,
+                      "index", dir, "added", (json_int_t)added, "replaced", (json_int_t)replaced,
+                      "docs", (json_int_t)info.n_docs, "avgdl", info.avgdl, "terms",
                       (json_int_t)info.n_terms, "tokens", (json_int_t)info.total_len, "seconds",
-                      secs, "buffer_peak_bytes", (json_int_t)peak);
+                      secs, "buffer_peak_bytes", (json_int_t)peak, "peak_rss_mb", rss_mb);
         char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
         if (s)
             printf("%s\n", s);
@@ -393,7 +437,8 @@ int cairn__cmd_index(int argc, char **argv)
                (unsigned long long)replaced, secs);
         printf("index %s: %llu documents, avgdl %.2f tokens, %llu terms\n", dir,
                (unsigned long long)info.n_docs, info.avgdl, (unsigned long long)info.n_terms);
-        printf("build buffers: peak %.1f MB (cap %ld MB)\n", (double)peak / 1048576.0, memory_mb);
+        printf("build buffers: peak %.1f MB (cap %ld MB); process peak RSS %.0f MB\n",
+               (double)peak / 1048576.0, memory_mb, rss_mb);
     }
     fflush(stdout);
     free(a.dir);

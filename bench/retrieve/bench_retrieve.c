@@ -108,6 +108,8 @@ static int usage(const char *prog)
             "  --passes P        timed passes after the warm-up (default 2)\n"
             "  --dir DIR         work directory (default: a fresh one under $TMPDIR or /tmp)\n"
             "  --keep            keep the indexes\n"
+            "  --dump FILE       write the generated corpus as JSONL (for `cairn index`) and "
+            "exit\n"
             "  --no-fts          skip FTS5;  --no-xapian  skip Xapian\n"
             "  --json            one JSON object instead of text\n",
             prog);
@@ -265,7 +267,7 @@ int main(int argc, char **argv)
 {
     long n_docs = 100000, n_queries = 1000, min_rank = 0, passes = 2;
     int json = 0, keep = 0, no_fts = 0, no_xapian = 0;
-    const char *dir_arg = NULL, *corpus_file = NULL, *queries_file = NULL;
+    const char *dir_arg = NULL, *corpus_file = NULL, *queries_file = NULL, *dump = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json"))
             json = 1;
@@ -291,6 +293,8 @@ int main(int argc, char **argv)
             passes = atol(argv[++i]);
         else if (!strcmp(argv[i], "--dir") && i + 1 < argc)
             dir_arg = argv[++i];
+        else if (!strcmp(argv[i], "--dump") && i + 1 < argc)
+            dump = argv[++i];
         else
             return usage(argv[0]);
     }
@@ -339,6 +343,20 @@ int main(int argc, char **argv)
             ids[d] = strdup(id);
             total_words += (uint64_t)len;
         }
+    }
+    if (dump) { /* the generated words are [a-z] and spaces: no JSON escaping needed */
+        FILE *f = fopen(dump, "w");
+        for (long d = 0; f && d < n_docs; d++)
+            fprintf(f, "{\"id\": \"%s\", \"text\": \"%s\"}\n", ids[d], texts[d]);
+        if (!f || fclose(f) != 0) {
+            fprintf(stderr, "bench-retrieve: %s: %s\n", dump, strerror(errno));
+            return 74;
+        }
+        for (long d = 0; d < n_docs; d++)
+            free(texts[d]), free(ids[d]);
+        free(texts), free(ids);
+        rmdir(dir);
+        return 0;
     }
     if (queries_file) {
         static const char *const f[] = {"query", "text"};

@@ -648,11 +648,13 @@ static void pruned(const char *root)
     free(dir);
 }
 
-/* An index of format 1 (no bounds tables) is refused at open with a message to rebuild, and
- * a writable open leaves it as it was. */
-static void old_format(const char *root)
+/* An index of an older format is refused at open with a message to rebuild, and a writable
+ * open leaves it as it was: format 1 (no bounds tables), format 2 (raw blocks; its meta says
+ * 2, the tables are there). */
+static void old_format(const char *root, uint64_t fmt)
 {
-    char *store = tu_fmt("%s/format1", root), *dir = tu_fmt("%s/index", store);
+    char *store = tu_fmt("%s/format%llu", root, (unsigned long long)fmt),
+         *dir = tu_fmt("%s/index", store);
     cairn__bm25 *ix = NULL;
     char err[512];
     static const char *const docs[] = {"a", "red mug", "b", "blue cup"};
@@ -663,12 +665,11 @@ static void old_format(const char *root)
         return;
     }
     cairn__bm25_close(ix);
-    /* what a cairn of format 1 wrote: its meta says 1, and it has no blocks table */
+    /* what a cairn of that format wrote: its meta says so (format 1: and no blocks table) */
     MDB_env *env;
     MDB_txn *txn;
     MDB_dbi meta, blocks;
-    uint64_t one = 1;
-    MDB_val k = {6, "format"}, v = {8, &one};
+    MDB_val k = {6, "format"}, v = {8, &fmt};
     int rc = mdb_env_create(&env);
     mdb_env_set_maxdbs(env, 8);
     mdb_env_set_mapsize(env, (size_t)1 << 30); /* as small as steps/bm25.c's last resort */
@@ -678,24 +679,26 @@ static void old_format(const char *root)
     rc = rc ? rc : mdb_txn_begin(env, NULL, 0, &txn);
     rc = rc ? rc : mdb_dbi_open(txn, "meta", 0, &meta);
     rc = rc ? rc : mdb_put(txn, meta, &k, &v, 0);
-    rc = rc ? rc : mdb_dbi_open(txn, "blocks", 0, &blocks);
-    rc = rc ? rc : mdb_drop(txn, blocks, 1);
+    rc = rc || fmt != 1 ? rc : mdb_dbi_open(txn, "blocks", 0, &blocks);
+    rc = rc || fmt != 1 ? rc : mdb_drop(txn, blocks, 1);
     rc = rc ? rc : mdb_txn_commit(txn);
     mdb_env_close(env);
-    ok(rc == 0, "index turned into format 1 (%s%s%s)", rc ? what : "", rc ? ": " : "",
+    char want[16];
+    snprintf(want, sizeof want, "format %llu", (unsigned long long)fmt);
+    ok(rc == 0, "index turned into %s (%s%s%s)", want, rc ? what : "", rc ? ": " : "",
        rc ? mdb_strerror(rc) : "");
     for (int writable = 0; writable < 2; writable++) {
         err[0] = 0;
         rc = cairn__bm25_open(dir, writable, &ix, err, sizeof err);
-        ok(rc == CAIRN_ESCHEMA && ix == NULL && strstr(err, "format 1") &&
+        ok(rc == CAIRN_ESCHEMA && ix == NULL && strstr(err, want) && strstr(err, "format 3") &&
                strstr(err, "cairn index") && strstr(err, dir),
-           "%s open of a format-1 index: CAIRN_ESCHEMA, rebuild with `cairn index` (%s)",
-           writable ? "writable" : "read-only", err);
+           "%s open of a %s index: CAIRN_ESCHEMA, rebuild with `cairn index` (%s)",
+           writable ? "writable" : "read-only", want, err);
     }
     char *out = NULL, *cerr = NULL;
     rc = run_cmd(cairn__cmd_search, &out, &cerr, root, "search", "--store", store, "--query", "red",
                  (char *)NULL);
-    ok(rc == 74 && tu_contains(cerr, "format 1") && tu_contains(cerr, "cairn index"),
+    ok(rc == 74 && tu_contains(cerr, want) && tu_contains(cerr, "cairn index"),
        "cairn search on it exits 74 and says to rebuild (%s)", one_line(cerr));
     free(out), free(cerr);
     free(dir), free(store);
@@ -994,7 +997,8 @@ int main(void)
     brute_force(root, 37); /* many flushes inside each batch, replacing buffered documents */
     pruned(root);
     memory_cap(root);
-    old_format(root);
+    old_format(root, 1);
+    old_format(root, 2);
     open_errors(root);
     cli(root);
     tu_rm_rf(root);
