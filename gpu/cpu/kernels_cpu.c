@@ -21,11 +21,13 @@
  * they exist. CAIRN_KERNELS_ISA or cairn__kernels_set_isa caps the level, so the tests can run
  * every level on one machine.
  *
- * The prompt is a matrix-matrix product. On the quantized types it runs the decode kernels on
- * each token (the activation rounded to int8 the same way), over groups of rows kept in cache
- * (matmul_int8); otherwise weights are dequantized a tile of rows at a time into f32 (F32
- * weights are used in place) and multiplied with sgemm, or, for a few tokens, a row at a time
- * against every token.
+ * The prompt is a matrix-matrix product. On the quantized types it runs the decode kernels'
+ * arithmetic on each token (the activation rounded to int8 the same way), over groups of rows
+ * kept in cache (matmul_int8): Q4_0 and Q8_0 on AVX-512 through tile kernels that decode each
+ * weight block once for several tokens, the K-quants two tokens a row, the others a token at a
+ * time; the batched decode step is the same product (cairn__matmul_rows); otherwise weights are
+ * dequantized a tile of rows at a time into f32 (F32 weights are used in place) and multiplied with
+ * sgemm, or, for a few tokens, a row at a time against every token.
  */
 #include "gpu/cpu/kernels_cpu.h"
 

@@ -1,6 +1,7 @@
 /* gpu/cpu/kernels_cpu_avx512.c - the decode kernels for CPUs with AVX-512 (F, BW, VL, VNNI, VBMI):
  * the Q4_0 and Q8_0 matrix-vector products, which on AVX2 are bound by their arithmetic rather
- * than by reading the weights, the Q4_K and Q6_K dot products (see their section below), the
+ * than by reading the weights, and their products with tiles of tokens (the prompt's and the
+ * batched decode's), the Q4_K and Q6_K dot products (see their section below), the
  * Q4_1, Q5_0 and Q5_1 dot products (the last section), the F32, F16 and BF16 dot products,
  * axpy, and one head's attention over a float or half cache.
  * gpu/cpu/kernels_cpu.c picks these at run time, like its AVX2 kernels.
@@ -238,7 +239,8 @@ AVX512 void cairn__q4_0_rows_avx512(const uint8_t *w, size_t rb, int nr, const v
  * store_rows, so each output is bit for bit what cairn__matvec gives that token. */
 
 /* rows (R, n) of stride rb bytes @ tokens a[0..T) (each prepared by cairn__q4_0_prep_avx512) ->
- * out[t * ld + r]; R, T constants after inlining (R * T accumulators, at most 16, in registers) */
+ * out[t * ld + r]; R <= 4, T <= 8 constants after inlining (R * T accumulators, at most 16, in
+ * registers) */
 AVX512 static inline __attribute__((always_inline)) void
 q4_0_tile_avx512(const uint8_t *w, size_t rb, const xq_quad *const *a, int64_t n, float *out,
                  size_t ld, const int R, const int T)
@@ -253,8 +255,8 @@ q4_0_tile_avx512(const uint8_t *w, size_t rb, const xq_quad *const *a, int64_t n
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     const int64_t nb = n / 32, full = nb / 4;
     const size_t pf = pf_ahead(rb, R);
-    __m512 c[4][4], ct[4];
-    for (int t = 0; t < 4; t++) {
+    __m512 c[4][8], ct[8];
+    for (int t = 0; t < 8; t++) {
         ct[t] = _mm512_setzero_ps();
         for (int r = 0; r < 4; r++)
             c[r][t] = _mm512_setzero_ps();
@@ -283,7 +285,7 @@ q4_0_tile_avx512(const uint8_t *w, size_t rb, const xq_quad *const *a, int64_t n
         for (int r = 0; r < R; r++) {
             const uint8_t *wr = w + (size_t)r * rb + off;
             Q4_DECODE(_mm512_loadu_si512(wr), _mm512_maskz_loadu_epi8(0xFF, wr + 64));
-#pragma GCC unroll 4
+#pragma GCC unroll 8
             for (int t = 0; t < T; t++)
                 Q4_APPLY(c[r][t], &a[t][g]);
         }
@@ -304,25 +306,38 @@ q4_0_tile_avx512(const uint8_t *w, size_t rb, const xq_quad *const *a, int64_t n
             z1 = _mm512_maskz_loadu_epi8(0xFF, w3 + off + 10);
         }
         Q4_DECODE(z0, z1);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int t = 0; t < T; t++)
             Q4_APPLY(ct[t], &a[t][full + j]);
     }
 #undef Q4_APPLY
 #undef Q4_DECODE
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int t = 0; t < T; t++)
         store_rows(out + (size_t)t * ld, c[0][t], c[1][t], c[2][t], c[3][t], ct[t], R);
 }
 
-/* Runs tile(w, rb, a, n, out, ld, R, T) over nr rows (4 at a time, then the 1-3 left) and nt
- * tokens (4 at a time, then the 1-3 left), R and T constants in each call; for each group of
- * rows every token, so the group's weights stay in L1 while the tokens pass. */
-#define CAIRN__TILE_T(tile, w, rb, a, n, out, ld, R, nt)                                           \
+/* Runs tile(w, rb, a, n, out, ld, R, T) over nr rows (RR at a time, then the 1-3 left) and nt
+ * tokens (TT at a time, then 4 if TT is 8, then the 1-3 left), R and T constants in each call; for
+ * each group of rows every token, so the group's weights stay in L1 while the tokens pass. */
+/* The tiles: rows x tokens of accumulators, at most 16 of the 32 registers. Q4_0 takes 2 rows x 8
+ * tokens (its decoding, 7 operations a row and quad, then costs under 1 a token), Q8_0 4 x 4 (2 x
+ * 8 was slower: it reloads each token's activation for every 2 rows); 1 thread, a 2048 x 2048
+ * matrix, 64 tokens, us per token on a busy machine: Q4_0 single-token kernel 38-46, 4 x 4 30-35,
+ * 2 x 8 29-31; Q8_0 49-62, 4 x 4 36-48, 2 x 8 46-50. */
+#define Q4_RR 2
+#define Q4_TT 8
+#define Q8_RR 4
+#define Q8_TT 4
+#define CAIRN__TILE_T(tile, w, rb, a, n, out, ld, R, nt, TT)                                       \
     do {                                                                                           \
         int t_ = 0;                                                                                \
-        for (; t_ + 4 <= (nt); t_ += 4)                                                            \
+        for (; t_ + (TT) <= (nt); t_ += (TT))                                                      \
+            tile(w, rb, (a) + t_, n, (out) + (size_t)t_ * (ld), ld, R, TT);                        \
+        if ((TT) > 4 && (nt)-t_ >= 4) {                                                            \
             tile(w, rb, (a) + t_, n, (out) + (size_t)t_ * (ld), ld, R, 4);                         \
+            t_ += 4;                                                                               \
+        }                                                                                          \
         switch ((nt)-t_) {                                                                         \
         case 3:                                                                                    \
             tile(w, rb, (a) + t_, n, (out) + (size_t)t_ * (ld), ld, R, 3);                         \
@@ -337,22 +352,22 @@ q4_0_tile_avx512(const uint8_t *w, size_t rb, const xq_quad *const *a, int64_t n
             break;                                                                                 \
         }                                                                                          \
     } while (0)
-#define CAIRN__TILE(tile, w, rb, nr, a, nt, n, out, ld)                                            \
+#define CAIRN__TILE(tile, w, rb, nr, a, nt, n, out, ld, RR, TT)                                    \
     do {                                                                                           \
         const uint8_t *w_ = (w);                                                                   \
         float *o_ = (out);                                                                         \
         int nr_ = (nr);                                                                            \
-        for (; nr_ >= 4; nr_ -= 4, w_ += 4 * (rb), o_ += 4)                                        \
-            CAIRN__TILE_T(tile, w_, rb, a, n, o_, ld, 4, nt);                                      \
+        for (; nr_ >= (RR); nr_ -= (RR), w_ += (RR) * (rb), o_ += (RR))                            \
+            CAIRN__TILE_T(tile, w_, rb, a, n, o_, ld, RR, nt, TT);                                 \
         switch (nr_) {                                                                             \
         case 3:                                                                                    \
-            CAIRN__TILE_T(tile, w_, rb, a, n, o_, ld, 3, nt);                                      \
+            CAIRN__TILE_T(tile, w_, rb, a, n, o_, ld, 3, nt, TT);                                  \
             break;                                                                                 \
         case 2:                                                                                    \
-            CAIRN__TILE_T(tile, w_, rb, a, n, o_, ld, 2, nt);                                      \
+            CAIRN__TILE_T(tile, w_, rb, a, n, o_, ld, 2, nt, TT);                                  \
             break;                                                                                 \
         case 1:                                                                                    \
-            CAIRN__TILE_T(tile, w_, rb, a, n, o_, ld, 1, nt);                                      \
+            CAIRN__TILE_T(tile, w_, rb, a, n, o_, ld, 1, nt, TT);                                  \
             break;                                                                                 \
         default:                                                                                   \
             break;                                                                                 \
@@ -365,7 +380,7 @@ AVX512 void cairn__q4_0_tile_avx512(const uint8_t *w, size_t rb, int nr, const v
                                     int nt, int64_t n, float *out, size_t ld)
 {
     const xq_quad *const *a = (const xq_quad *const *)xp;
-    CAIRN__TILE(q4_0_tile_avx512, w, rb, nr, a, nt, n, out, ld);
+    CAIRN__TILE(q4_0_tile_avx512, w, rb, nr, a, nt, n, out, ld, Q4_RR, Q4_TT);
 }
 
 /* ---- Q8_0 ---------------------------------------------------------------------------------------
@@ -499,8 +514,8 @@ q8_0_tile_avx512(const uint8_t *w, size_t rb, const xq_pair *const *a, int64_t n
     const __m512i flip = _mm512_set1_epi8((char)0x80);
     const int64_t nb = n / 32, full = nb / 2;
     const size_t pf = pf_ahead(rb, R);
-    __m512 c[4][4];
-    for (int t = 0; t < 4; t++)
+    __m512 c[4][8];
+    for (int t = 0; t < 8; t++)
         for (int r = 0; r < 4; r++)
             c[r][t] = _mm512_setzero_ps();
 
@@ -509,7 +524,7 @@ q8_0_tile_avx512(const uint8_t *w, size_t rb, const xq_pair *const *a, int64_t n
         const __m512i q_ = _mm512_xor_si512(_mm512_permutex2var_epi8(z0, gi, z1), flip);           \
         const __m512 s_ =                                                                          \
             _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(si, z0)));             \
-        _Pragma("GCC unroll 4") for (int t = 0; t < T; t++)                                        \
+        _Pragma("GCC unroll 8") for (int t = 0; t < T; t++)                                        \
         {                                                                                          \
             const xq_pair *aq_ = &a[t][g_];                                                        \
             const __m512i p_ =                                                                     \
@@ -539,7 +554,7 @@ q8_0_tile_avx512(const uint8_t *w, size_t rb, const xq_pair *const *a, int64_t n
                          _mm512_setzero_si512(), g);
     }
 #undef Q8_TILE_PAIR
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int t = 0; t < T; t++)
         store_rows(out + (size_t)t * ld, c[0][t], c[1][t], c[2][t], c[3][t], _mm512_setzero_ps(),
                    R);
@@ -551,7 +566,7 @@ AVX512 void cairn__q8_0_tile_avx512(const uint8_t *w, size_t rb, int nr, const v
                                     int nt, int64_t n, float *out, size_t ld)
 {
     const xq_pair *const *a = (const xq_pair *const *)xp;
-    CAIRN__TILE(q8_0_tile_avx512, w, rb, nr, a, nt, n, out, ld);
+    CAIRN__TILE(q8_0_tile_avx512, w, rb, nr, a, nt, n, out, ld, Q8_RR, Q8_TT);
 }
 
 /* w (n) . x (n) -> float, F32 (the dot_fn signature of kernels_cpu.c; xq, xs unused). Attention

@@ -420,8 +420,9 @@ static void check_matmul_int8(cairn__pool *pool, const char *level)
                                      CAIRN__GGML_Q5_0, CAIRN__GGML_Q5_1,   CAIRN__GGML_Q4_K,
                                      CAIRN__GGML_Q5_K, CAIRN__GGML_Q6_K,   CAIRN__GGML_Q3_K,
                                      CAIRN__GGML_Q2_K, CAIRN__GGML_IQ4_NL, CAIRN__GGML_IQ4_XS};
-    /* 300 rows: a scratch with room for passes of 64 tokens (130 = 64 + 64 + 2) */
-    static const int ns[4] = {1, 5, 64, 130}, rows_of[4] = {1, 7, 37, 300};
+    /* 300 rows: a scratch with room for passes of 64 tokens (130 = 64 + 64 + 2); 6 and 7 tokens:
+     * tiles of 8 / 4 tokens and every remainder of 1-3 */
+    static const int ns[5] = {1, 6, 7, 64, 130}, rows_of[4] = {1, 7, 37, 300};
     uint64_t seed = 0x2545f4914f6cdd1dull;
     for (size_t t = 0; t < sizeof types / sizeof *types; t++) {
         const uint64_t be = cairn__quant_block_elems(types[t]),
@@ -456,7 +457,7 @@ static void check_matmul_int8(cairn__pool *pool, const char *level)
                         }
                     }
                 const cairn__mat W = {types[t], rows, cols, rb, w};
-                for (int ni = 0; ni < 4; ni++) {
+                for (int ni = 0; ni < 5; ni++) {
                     const int64_t n = ns[ni];
                     float *X = malloc(sizeof(float) * (size_t)(n * cols));
                     float *got = malloc(sizeof(float) * (size_t)(n * rows));
