@@ -320,13 +320,15 @@ q4_0_tile_avx512(const uint8_t *w, size_t rb, const xq_quad *const *a, int64_t n
 /* Runs tile(w, rb, a, n, out, ld, R, T) over nr rows (RR at a time, then the 1-3 left) and nt
  * tokens (TT at a time, then 4 if TT is 8, then the 1-3 left), R and T constants in each call; for
  * each group of rows every token, so the group's weights stay in L1 while the tokens pass. */
-/* The tiles: rows x tokens of accumulators, at most 16 of the 32 registers. Q4_0 takes 2 rows x 8
- * tokens (its decoding, 7 operations a row and quad, then costs under 1 a token), Q8_0 4 x 4 (2 x
- * 8 was slower: it reloads each token's activation for every 2 rows); 1 thread, a 2048 x 2048
- * matrix, 64 tokens, us per token on a busy machine: Q4_0 single-token kernel 38-46, 4 x 4 30-35,
- * 2 x 8 29-31; Q8_0 49-62, 4 x 4 36-48, 2 x 8 46-50. */
-#define Q4_RR 2
-#define Q4_TT 8
+/* The tiles: rows x tokens of accumulators, at most 16 of the 32 registers. 4 x 4 for both: per
+ * (row, token) and 4 blocks the Q4_0 tile still issues ~7 vector operations (2 vpdpbusd, the
+ * conversion, the scale product and the multiply-add, and a quarter of the decoding), so wider
+ * tiles save little, and 2 x 8 reloads each token's activation for every 2 rows, which at 64
+ * tokens no longer fits in L1. Thread CPU time, 1 thread, a 2048 x 2048 matrix, us per token at
+ * 8 / 64 tokens: Q4_0 single-token kernel 39 / 40, 4 x 4 33.5 / 34-35, 2 x 8 32 / 43, 4 x 2
+ * 39 / 38; Q8_0 68-70 / 71-73, 4 x 4 50-51 / 50-51, 2 x 8 52-54 / 66-67, 4 x 2 57-58 / 61-62. */
+#define Q4_RR 4
+#define Q4_TT 4
 #define Q8_RR 4
 #define Q8_TT 4
 #define CAIRN__TILE_T(tile, w, rb, a, n, out, ld, R, nt, TT)                                       \
