@@ -421,7 +421,7 @@ static void check_matmul_int8(cairn__pool *pool, const char *level)
                                      CAIRN__GGML_Q5_K, CAIRN__GGML_Q6_K,   CAIRN__GGML_Q3_K,
                                      CAIRN__GGML_Q2_K, CAIRN__GGML_IQ4_NL, CAIRN__GGML_IQ4_XS};
     /* 300 rows: a scratch with room for passes of 64 tokens (130 = 64 + 64 + 2); 6 and 7 tokens:
-     * tiles of 8 / 4 tokens and every remainder of 1-3 */
+     * tiles of 4 tokens and every remainder of 1-3 */
     static const int ns[5] = {1, 6, 7, 64, 130}, rows_of[4] = {1, 7, 37, 300};
     uint64_t seed = 0x2545f4914f6cdd1dull;
     for (size_t t = 0; t < sizeof types / sizeof *types; t++) {
