@@ -21,11 +21,13 @@
  * they exist. CAIRN_KERNELS_ISA or cairn__kernels_set_isa caps the level, so the tests can run
  * every level on one machine.
  *
- * The prompt is a matrix-matrix product. On the quantized types it runs the decode kernels on
- * each token (the activation rounded to int8 the same way), over groups of rows kept in cache
- * (matmul_int8); otherwise weights are dequantized a tile of rows at a time into f32 (F32
- * weights are used in place) and multiplied with sgemm, or, for a few tokens, a row at a time
- * against every token.
+ * The prompt is a matrix-matrix product. On the quantized types it runs the decode kernels'
+ * arithmetic on each token (the activation rounded to int8 the same way), over groups of rows
+ * kept in cache (matmul_int8): Q4_0 and Q8_0 on AVX-512 through tile kernels that decode each
+ * weight block once for several tokens, the K-quants two tokens a row, the others a token at a
+ * time; the batched decode step is the same product (cairn__matmul_rows); otherwise weights are
+ * dequantized a tile of rows at a time into f32 (F32 weights are used in place) and multiplied with
+ * sgemm, or, for a few tokens, a row at a time against every token.
  */
 #include "gpu/cpu/kernels_cpu.h"
 
@@ -65,6 +67,9 @@ typedef struct {
      * dst, the start of what they wrote returned */
     void *(*q4_0_prep)(const xq8_block *xq, int64_t cols, void *dst);
     void *(*q8_0_prep)(const xq8_block *xq, int64_t cols, void *dst);
+    /* NULL, or the product of Q4_0 / Q8_0 rows with several tokens (their preparations as
+     * q4_0_prep / q8_0_prep made them): each output bit for bit q4_0_rows' / q8_0_rows' */
+    cairn__tile_fn *q4_0_tile, *q8_0_tile;
     void (*axpy)(float *y, float a, const float *x, int64_t n);
     void (*quant_x)(const float *x, xq8_block *y, int64_t nb); /* x -> int8 blocks */
     /* NULL, or one Q4_K / Q6_K row against two tokens (the prompt's products): each result bit
@@ -146,6 +151,8 @@ static const dot_table dots_avx512 = {.f32 = cairn__dot_f32_avx512,
                                       .q4_0_prep = cairn__q4_0_prep_avx512,
                                       .q8_0_rows = cairn__q8_0_rows_avx512,
                                       .q8_0_prep = cairn__q8_0_prep_avx512,
+                                      .q4_0_tile = cairn__q4_0_tile_avx512,
+                                      .q8_0_tile = cairn__q8_0_tile_avx512,
                                       .quant_x = cairn__quant_x_avx2,
                                       .q4_K_2 = cairn__dot2_q4_K_avx512,
                                       .q5_K_2 = cairn__dot2_q5_K_avx512,
@@ -659,6 +666,8 @@ typedef struct {
     x8_prep *xp; /* (n) */
     char *area;  /* n preparations, stride bytes apart */
     size_t stride;
+    cairn__tile_fn *tile;       /* NULL, or the type's kernel over tiles of tokens */
+    const void *xa[MM8_TOKENS]; /* for tile: each token's xq4 or xq8 */
 } mm8_job;
 
 static void mm8_prep_range(void *arg, int64_t a, int64_t b, int ith)
@@ -677,6 +686,13 @@ static void mm8_prep_range(void *arg, int64_t a, int64_t b, int ith)
                                j->area + (size_t)i * j->stride);
 }
 
+/* the tile kernel's view of the preparations: token i's xq4 (Q4_0) or xq8 (Q8_0) */
+static void mm8_tile_args(mm8_job *j)
+{
+    for (int64_t i = 0; i < j->n; i++)
+        j->xa[i] = j->W->type == CAIRN__GGML_Q4_0 ? j->xp[i].xq4 : j->xp[i].xq8;
+}
+
 /* row groups [a, b), one at a time: every token against it while it is in cache */
 static void mm8_rows_range(void *arg, int64_t a, int64_t b, int ith)
 {
@@ -691,6 +707,11 @@ static void mm8_rows_range(void *arg, int64_t a, int64_t b, int ith)
                                          : NULL;
     for (int64_t g = a; g < b; g++) {
         const int64_t r0 = g * MM8_ROWS, r1 = r0 + MM8_ROWS < rows ? r0 + MM8_ROWS : rows;
+        if (j->tile) {
+            j->tile(j->W->data + (size_t)r0 * j->W->row_bytes, j->W->row_bytes, (int)(r1 - r0),
+                    j->xa, (int)j->n, j->W->cols, j->OUT + r0, (size_t)rows);
+            continue;
+        }
         int64_t i = 0;
         for (; two && i + 1 < j->n; i += 2)
             for (int64_t r = r0; r < r1; r++) {
@@ -722,9 +743,12 @@ static int matmul_int8(cairn__pool *p, const cairn__mat *W, const float *X, int6
     if (per > MM8_TOKENS)
         per = MM8_TOKENS;
     x8_prep *xp = (x8_prep *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
-    mm8_job j = {W, t, dot_for(t, W->type), NULL, X, OUT, 0, xp, NULL, stride};
+    mm8_job j = {W, t, dot_for(t, W->type), NULL, X, OUT, 0, xp, NULL, stride, NULL, {NULL}};
     j.rows = W->type == CAIRN__GGML_Q4_0   ? t->q4_0_rows
              : W->type == CAIRN__GGML_Q8_0 ? t->q8_0_rows
+                                           : NULL;
+    j.tile = W->type == CAIRN__GGML_Q4_0   ? t->q4_0_tile
+             : W->type == CAIRN__GGML_Q8_0 ? t->q8_0_tile
                                            : NULL;
     j.area = (char *)(((uintptr_t)xp + head + 63) & ~(uintptr_t)63);
     for (int64_t i0 = 0; i0 < n; i0 += per) {
@@ -732,6 +756,8 @@ static int matmul_int8(cairn__pool *p, const cairn__mat *W, const float *X, int6
         j.X = X + i0 * W->cols;
         j.OUT = OUT + i0 * W->rows;
         cairn__pool_for(p, j.n, 1, mm8_prep_range, &j);
+        if (j.tile)
+            mm8_tile_args(&j);
         cairn__pool_for(p, (W->rows + MM8_ROWS - 1) / MM8_ROWS, 0, mm8_rows_range, &j);
     }
     return 1;

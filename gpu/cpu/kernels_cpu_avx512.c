@@ -1,6 +1,7 @@
 /* gpu/cpu/kernels_cpu_avx512.c - the decode kernels for CPUs with AVX-512 (F, BW, VL, VNNI, VBMI):
  * the Q4_0 and Q8_0 matrix-vector products, which on AVX2 are bound by their arithmetic rather
- * than by reading the weights, the Q4_K and Q6_K dot products (see their section below), the
+ * than by reading the weights, and their products with tiles of tokens (the prompt's and the
+ * batched decode's), the Q4_K and Q6_K dot products (see their section below), the
  * Q4_1, Q5_0 and Q5_1 dot products (the last section), the F32, F16 and BF16 dot products,
  * axpy, and one head's attention over a float or half cache.
  * gpu/cpu/kernels_cpu.c picks these at run time, like its AVX2 kernels.
@@ -229,6 +230,161 @@ AVX512 void cairn__q4_0_rows_avx512(const uint8_t *w, size_t rb, int nr, const v
     CAIRN__ROWS_DISPATCH(q4_0_rows_avx512, w, rb, nr, xp, n, out);
 }
 
+/* ---- Q4_0 against a tile of tokens (the prompt's and the batched decode's product) -----------
+ * The same arithmetic as q4_0_rows_avx512, lane for lane, but each row's 4 blocks are gathered,
+ * split into nibbles and given their scales ONCE for T tokens: the weights' decoding (7 of the
+ * 12 vector operations a row and quad took) is shared, and what is left per token is its two
+ * vpdpbusd, the conversion and the two float operations. Every (row, token) accumulator sees the
+ * same operations in the same order as the single-token kernel's, and is reduced by the same
+ * store_rows, so each output is bit for bit what cairn__matvec gives that token. */
+
+/* rows (R, n) of stride rb bytes @ tokens a[0..T) (each prepared by cairn__q4_0_prep_avx512) ->
+ * out[t * ld + r]; R <= 4, T <= 8 constants after inlining (R * T accumulators, at most 16, in
+ * registers) */
+AVX512 static inline __attribute__((always_inline)) void
+q4_0_tile_avx512(const uint8_t *w, size_t rb, const xq_quad *const *a, int64_t n, float *out,
+                 size_t ld, const int R, const int T)
+{
+    static const uint8_t gidx[64] = {
+        2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15, 16, 17, 20, 21, 22, 23, 24, 25,
+        26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49,
+        50, 51, 52, 53, 56, 57, 58, 59, 60, 61, 62, 63, 64, 65, 66, 67, 68, 69, 70, 71};
+    const __m512i gi = _mm512_loadu_si512(gidx);
+    const __m512i si = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 27, 27, 27,
+                                        27, 18, 18, 18, 18, 9, 9, 9, 9, 0, 0, 0, 0);
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const int64_t nb = n / 32, full = nb / 4;
+    const size_t pf = pf_ahead(rb, R);
+    __m512 c[4][8], ct[8];
+    for (int t = 0; t < 8; t++) {
+        ct[t] = _mm512_setzero_ps();
+        for (int r = 0; r < 4; r++)
+            c[r][t] = _mm512_setzero_ps();
+    }
+
+/* one row's 4 decoded blocks (q_: the gathered bytes, z0: their first 64 source bytes) against
+ * token t's quad aq_ into acc, as Q4_QUAD of q4_0_rows_avx512 */
+#define Q4_DECODE(z0, z1)                                                                          \
+    const __m512i q_ = _mm512_permutex2var_epi8(z0, gi, z1);                                       \
+    const __m512i lo_ = _mm512_and_si512(q_, m4);                                                  \
+    const __m512i hi_ = _mm512_and_si512(_mm512_srli_epi16(q_, 4), m4);                            \
+    const __m512 s_ = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(si, z0)))
+#define Q4_APPLY(acc, aq_)                                                                         \
+    do {                                                                                           \
+        const __m512i p_ = _mm512_dpbusd_epi32(                                                    \
+            _mm512_dpbusd_epi32(_mm512_load_si512((aq_)->c), lo_, _mm512_load_si512((aq_)->lo)),   \
+            hi_, _mm512_load_si512((aq_)->hi));                                                    \
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p_), _mm512_mul_ps(s_, _mm512_load_ps((aq_)->d)), \
+                              acc);                                                                \
+    } while (0)
+
+    for (int64_t g = 0; g < full; g++) {
+        const size_t off = (size_t)g * 72;
+        PF_RUN(w, pf, g, 72, R);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            const uint8_t *wr = w + (size_t)r * rb + off;
+            Q4_DECODE(_mm512_loadu_si512(wr), _mm512_maskz_loadu_epi8(0xFF, wr + 64));
+#pragma GCC unroll 8
+            for (int t = 0; t < T; t++)
+                Q4_APPLY(c[r][t], &a[t][g]);
+        }
+    }
+    /* the leftover blocks, gathered as q4_0_rows_avx512 gathers them */
+    for (int64_t j = 0; j < nb - 4 * full; j++) {
+        const size_t off = (size_t)full * 72 + (size_t)j * 18;
+        const uint8_t *w0 = w, *w1 = w + rb, *w2 = w + 2 * rb, *w3 = w + 3 * rb;
+        if (j == 0)
+            PF_TAIL(w, pf, off * R, R, rb);
+        __m512i z0 = _mm512_maskz_loadu_epi8(0x3FFFF, w0 + off), z1 = _mm512_setzero_si512();
+        if (R > 1)
+            z0 = _mm512_mask_loadu_epi8(z0, (__mmask64)0x3FFFF << 18, w1 + off - 18);
+        if (R > 2)
+            z0 = _mm512_mask_loadu_epi8(z0, (__mmask64)0x3FFFF << 36, w2 + off - 36);
+        if (R > 3) {
+            z0 = _mm512_mask_loadu_epi8(z0, (__mmask64)0x3FF << 54, w3 + off - 54);
+            z1 = _mm512_maskz_loadu_epi8(0xFF, w3 + off + 10);
+        }
+        Q4_DECODE(z0, z1);
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++)
+            Q4_APPLY(ct[t], &a[t][full + j]);
+    }
+#undef Q4_APPLY
+#undef Q4_DECODE
+#pragma GCC unroll 8
+    for (int t = 0; t < T; t++)
+        store_rows(out + (size_t)t * ld, c[0][t], c[1][t], c[2][t], c[3][t], ct[t], R);
+}
+
+/* Runs tile(w, rb, a, n, out, ld, R, T) over nr rows (RR at a time, then the 1-3 left) and nt
+ * tokens (TT at a time, then 4 if TT is 8, then the 1-3 left), R and T constants in each call; for
+ * each group of rows every token, so the group's weights stay in L1 while the tokens pass. */
+/* The tiles: rows x tokens of accumulators, at most 16 of the 32 registers. 4 x 4 for both: per
+ * (row, token) and 4 blocks the Q4_0 tile still issues ~7 vector operations (2 vpdpbusd, the
+ * conversion, the scale product and the multiply-add, and a quarter of the decoding), so wider
+ * tiles save little, and 2 x 8 reloads each token's activation for every 2 rows, which at 64
+ * tokens no longer fits in L1. Thread CPU time, 1 thread, a 2048 x 2048 matrix, us per token at
+ * 8 / 64 tokens: Q4_0 single-token kernel 39 / 40, 4 x 4 33.5 / 34-35, 2 x 8 32 / 43, 4 x 2
+ * 39 / 38; Q8_0 68-70 / 71-73, 4 x 4 50-51 / 50-51, 2 x 8 52-54 / 66-67, 4 x 2 57-58 / 61-62. */
+#define Q4_RR 4
+#define Q4_TT 4
+#define Q8_RR 4
+#define Q8_TT 4
+#define CAIRN__TILE_T(tile, w, rb, a, n, out, ld, R, nt, TT)                                       \
+    do {                                                                                           \
+        int t_ = 0;                                                                                \
+        for (; t_ + (TT) <= (nt); t_ += (TT))                                                      \
+            tile(w, rb, (a) + t_, n, (out) + (size_t)t_ * (ld), ld, R, TT);                        \
+        if ((TT) > 4 && (nt)-t_ >= 4) {                                                            \
+            tile(w, rb, (a) + t_, n, (out) + (size_t)t_ * (ld), ld, R, 4);                         \
+            t_ += 4;                                                                               \
+        }                                                                                          \
+        switch ((nt)-t_) {                                                                         \
+        case 3:                                                                                    \
+            tile(w, rb, (a) + t_, n, (out) + (size_t)t_ * (ld), ld, R, 3);                         \
+            break;                                                                                 \
+        case 2:                                                                                    \
+            tile(w, rb, (a) + t_, n, (out) + (size_t)t_ * (ld), ld, R, 2);                         \
+            break;                                                                                 \
+        case 1:                                                                                    \
+            tile(w, rb, (a) + t_, n, (out) + (size_t)t_ * (ld), ld, R, 1);                         \
+            break;                                                                                 \
+        default:                                                                                   \
+            break;                                                                                 \
+        }                                                                                          \
+    } while (0)
+#define CAIRN__TILE(tile, w, rb, nr, a, nt, n, out, ld, RR, TT)                                    \
+    do {                                                                                           \
+        const uint8_t *w_ = (w);                                                                   \
+        float *o_ = (out);                                                                         \
+        int nr_ = (nr);                                                                            \
+        for (; nr_ >= (RR); nr_ -= (RR), w_ += (RR) * (rb), o_ += (RR))                            \
+            CAIRN__TILE_T(tile, w_, rb, a, n, o_, ld, RR, nt, TT);                                 \
+        switch (nr_) {                                                                             \
+        case 3:                                                                                    \
+            CAIRN__TILE_T(tile, w_, rb, a, n, o_, ld, 3, nt, TT);                                  \
+            break;                                                                                 \
+        case 2:                                                                                    \
+            CAIRN__TILE_T(tile, w_, rb, a, n, o_, ld, 2, nt, TT);                                  \
+            break;                                                                                 \
+        case 1:                                                                                    \
+            CAIRN__TILE_T(tile, w_, rb, a, n, o_, ld, 1, nt, TT);                                  \
+            break;                                                                                 \
+        default:                                                                                   \
+            break;                                                                                 \
+        }                                                                                          \
+    } while (0)
+
+/* W rows (nr, n) of stride rb bytes @ nt tokens -> out[t * ld + r]; xp[t]: token t's activation
+ * from cairn__q4_0_prep_avx512 */
+AVX512 void cairn__q4_0_tile_avx512(const uint8_t *w, size_t rb, int nr, const void *const *xp,
+                                    int nt, int64_t n, float *out, size_t ld)
+{
+    const xq_quad *const *a = (const xq_quad *const *)xp;
+    CAIRN__TILE(q4_0_tile_avx512, w, rb, nr, a, nt, n, out, ld, Q4_RR, Q4_TT);
+}
+
 /* ---- Q8_0 ---------------------------------------------------------------------------------------
  * The same scheme for two blocks (64 weights, 68 bytes) per register: a byte permute gathers the
  * two blocks' int8 values, an XOR with 0x80 makes them unsigned (w + 128) for vpdpbusd, and the
@@ -341,6 +497,78 @@ AVX512 void cairn__q8_0_rows_avx512(const uint8_t *w, size_t rb, int nr, const v
                                     float *out)
 {
     CAIRN__ROWS_DISPATCH(q8_0_rows_avx512, w, rb, nr, xp, n, out);
+}
+
+/* rows (R, n) of stride rb bytes @ tokens a[0..T) (each prepared by cairn__q8_0_prep_avx512) ->
+ * out[t * ld + r]: q8_0_rows_avx512's arithmetic per (row, token), each pair of blocks gathered,
+ * flipped to unsigned and given its scales once for the T tokens (as q4_0_tile_avx512) */
+AVX512 static inline __attribute__((always_inline)) void
+q8_0_tile_avx512(const uint8_t *w, size_t rb, const xq_pair *const *a, int64_t n, float *out,
+                 size_t ld, const int R, const int T)
+{
+    static const uint8_t gidx[64] = {
+        2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23,
+        24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47,
+        48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63, 64, 65, 66, 67};
+    const __m512i gi = _mm512_loadu_si512(gidx);
+    const __m512i si = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 17, 17, 17,
+                                        17, 17, 17, 17, 17, 0, 0, 0, 0, 0, 0, 0, 0);
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    const int64_t nb = n / 32, full = nb / 2;
+    const size_t pf = pf_ahead(rb, R);
+    __m512 c[4][8];
+    for (int t = 0; t < 8; t++)
+        for (int r = 0; r < 4; r++)
+            c[r][t] = _mm512_setzero_ps();
+
+#define Q8_TILE_PAIR(z0, z1, g_)                                                                   \
+    do {                                                                                           \
+        const __m512i q_ = _mm512_xor_si512(_mm512_permutex2var_epi8(z0, gi, z1), flip);           \
+        const __m512 s_ =                                                                          \
+            _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(si, z0)));             \
+        _Pragma("GCC unroll 8") for (int t = 0; t < T; t++)                                        \
+        {                                                                                          \
+            const xq_pair *aq_ = &a[t][g_];                                                        \
+            const __m512i p_ =                                                                     \
+                _mm512_dpbusd_epi32(_mm512_load_si512(aq_->c), q_, _mm512_load_si512(aq_->a));     \
+            c[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p_),                                      \
+                                      _mm512_mul_ps(s_, _mm512_load_ps(aq_->d)), c[r][t]);         \
+        }                                                                                          \
+    } while (0)
+
+    int64_t g = 0;
+    for (; g < full; g++) {
+        const size_t off = (size_t)g * 68;
+        PF_RUN(w, pf, g, 68, R);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            const uint8_t *wr = w + (size_t)r * rb + off;
+            Q8_TILE_PAIR(_mm512_loadu_si512(wr), _mm512_maskz_loadu_epi8(0xF, wr + 64), g);
+        }
+    }
+    if (g * 2 < nb) { /* one block left: masked loads read only its 34 bytes */
+        const __mmask64 k = ((__mmask64)1 << 34) - 1;
+        const size_t off = (size_t)g * 68;
+        PF_TAIL(w, pf, off * R, R, rb);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++)
+            Q8_TILE_PAIR(_mm512_maskz_loadu_epi8(k, w + (size_t)r * rb + off),
+                         _mm512_setzero_si512(), g);
+    }
+#undef Q8_TILE_PAIR
+#pragma GCC unroll 8
+    for (int t = 0; t < T; t++)
+        store_rows(out + (size_t)t * ld, c[0][t], c[1][t], c[2][t], c[3][t], _mm512_setzero_ps(),
+                   R);
+}
+
+/* W rows (nr, n) of stride rb bytes @ nt tokens -> out[t * ld + r]; xp[t]: token t's activation
+ * from cairn__q8_0_prep_avx512 */
+AVX512 void cairn__q8_0_tile_avx512(const uint8_t *w, size_t rb, int nr, const void *const *xp,
+                                    int nt, int64_t n, float *out, size_t ld)
+{
+    const xq_pair *const *a = (const xq_pair *const *)xp;
+    CAIRN__TILE(q8_0_tile_avx512, w, rb, nr, a, nt, n, out, ld, Q8_RR, Q8_TT);
 }
 
 /* w (n) . x (n) -> float, F32 (the dot_fn signature of kernels_cpu.c; xq, xs unused). Attention

@@ -420,65 +420,70 @@ static void check_matmul_int8(cairn__pool *pool, const char *level)
                                      CAIRN__GGML_Q5_0, CAIRN__GGML_Q5_1,   CAIRN__GGML_Q4_K,
                                      CAIRN__GGML_Q5_K, CAIRN__GGML_Q6_K,   CAIRN__GGML_Q3_K,
                                      CAIRN__GGML_Q2_K, CAIRN__GGML_IQ4_NL, CAIRN__GGML_IQ4_XS};
-    /* 300 rows: a scratch with room for passes of 64 tokens (130 = 64 + 64 + 2) */
-    static const int ns[4] = {1, 5, 64, 130}, rows_of[4] = {1, 7, 37, 300};
+    /* 300 rows: a scratch with room for passes of 64 tokens (130 = 64 + 64 + 2); 6 and 7 tokens:
+     * tiles of 4 tokens and every remainder of 1-3 */
+    static const int ns[5] = {1, 6, 7, 64, 130}, rows_of[4] = {1, 7, 37, 300};
     uint64_t seed = 0x2545f4914f6cdd1dull;
     for (size_t t = 0; t < sizeof types / sizeof *types; t++) {
         const uint64_t be = cairn__quant_block_elems(types[t]),
                        bb = cairn__quant_block_bytes(types[t]);
-        const int64_t cols = be == 256 ? 512 : 96;
         long bad = 0, cases = 0;
-        for (int ri = 0; ri < 4; ri++) {
-            const int64_t rows = rows_of[ri];
-            const size_t rb = (size_t)((uint64_t)cols / be * bb);
-            uint8_t *w = malloc(rb * (size_t)rows);
-            /* random blocks with sane scales: every f16 scale set to a small normal value */
-            for (size_t i = 0; i < rb * (size_t)rows; i++) {
-                seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
-                w[i] = (uint8_t)(seed >> 24);
-            }
-            for (int64_t r = 0; r < rows; r++)
-                for (uint64_t b = 0; b < (uint64_t)cols / be; b++) {
-                    uint8_t *blk = w + (size_t)r * rb + b * bb;
-                    const uint16_t h = 0x2000 | (uint16_t)(b & 0xff); /* ~0.008 */
-                    /* d at the end of the block */
-                    if (types[t] == CAIRN__GGML_Q6_K || types[t] == CAIRN__GGML_Q3_K)
-                        memcpy(blk + bb - 2, &h, 2);
-                    else {
-                        memcpy(blk, &h, 2);
-                        /* the second scale: Q4_K's dmin, Q4_1's and Q5_1's m */
-                        if (types[t] == CAIRN__GGML_Q4_K || types[t] == CAIRN__GGML_Q5_K ||
-                            types[t] == CAIRN__GGML_Q4_1 || types[t] == CAIRN__GGML_Q5_1)
-                            memcpy(blk + 2, &h, 2);
-                    }
-                }
-            const cairn__mat W = {types[t], rows, cols, rb, w};
-            for (int ni = 0; ni < 4; ni++) {
-                const int64_t n = ns[ni];
-                float *X = malloc(sizeof(float) * (size_t)(n * cols));
-                float *got = malloc(sizeof(float) * (size_t)(n * rows));
-                float *one = malloc(sizeof(float) * (size_t)rows);
-                for (int64_t i = 0; i < n * cols; i++) {
+        /* 3 blocks (only the Q4_0 kernel's leftovers, one Q8_0 pair and a single block) and 13
+         * (3 whole Q4_0 quads and 1 left, 6 Q8_0 pairs and 1 left); 2 and 3 super-blocks */
+        for (int ci = 0; ci < 2; ci++)
+            for (int ri = 0; ri < 4; ri++) {
+                const int64_t cols = be == 256 ? 512 + 256 * ci : 96 + 320 * ci;
+                const int64_t rows = rows_of[ri];
+                const size_t rb = (size_t)((uint64_t)cols / be * bb);
+                uint8_t *w = malloc(rb * (size_t)rows);
+                /* random blocks with sane scales: every f16 scale set to a small normal value */
+                for (size_t i = 0; i < rb * (size_t)rows; i++) {
                     seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
-                    X[i] = (float)((double)(seed >> 11) * 0x1.0p-52 - 1.0);
+                    w[i] = (uint8_t)(seed >> 24);
                 }
-                void *mm = malloc(cairn__matmul_scratch_bytes(&W));
-                void *mv = malloc(cairn__matvec_scratch_bytes(cols));
-                cairn__kernels_set_isa(level);
-                cairn__matmul(pool, &W, X, n, got, mm);
-                for (int64_t i = 0; i < n; i++) {
-                    cairn__matvec(pool, &W, X + i * cols, one, mv);
-                    if (memcmp(one, got + i * rows, sizeof(float) * (size_t)rows) != 0)
-                        bad++;
-                    cases++;
+                for (int64_t r = 0; r < rows; r++)
+                    for (uint64_t b = 0; b < (uint64_t)cols / be; b++) {
+                        uint8_t *blk = w + (size_t)r * rb + b * bb;
+                        const uint16_t h = 0x2000 | (uint16_t)(b & 0xff); /* ~0.008 */
+                        /* d at the end of the block */
+                        if (types[t] == CAIRN__GGML_Q6_K || types[t] == CAIRN__GGML_Q3_K)
+                            memcpy(blk + bb - 2, &h, 2);
+                        else {
+                            memcpy(blk, &h, 2);
+                            /* the second scale: Q4_K's dmin, Q4_1's and Q5_1's m */
+                            if (types[t] == CAIRN__GGML_Q4_K || types[t] == CAIRN__GGML_Q5_K ||
+                                types[t] == CAIRN__GGML_Q4_1 || types[t] == CAIRN__GGML_Q5_1)
+                                memcpy(blk + 2, &h, 2);
+                        }
+                    }
+                const cairn__mat W = {types[t], rows, cols, rb, w};
+                for (int ni = 0; ni < 5; ni++) {
+                    const int64_t n = ns[ni];
+                    float *X = malloc(sizeof(float) * (size_t)(n * cols));
+                    float *got = malloc(sizeof(float) * (size_t)(n * rows));
+                    float *one = malloc(sizeof(float) * (size_t)rows);
+                    for (int64_t i = 0; i < n * cols; i++) {
+                        seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
+                        X[i] = (float)((double)(seed >> 11) * 0x1.0p-52 - 1.0);
+                    }
+                    void *mm = malloc(cairn__matmul_scratch_bytes(&W));
+                    void *mv = malloc(cairn__matvec_scratch_bytes(cols));
+                    cairn__kernels_set_isa(level);
+                    cairn__matmul(pool, &W, X, n, got, mm);
+                    for (int64_t i = 0; i < n; i++) {
+                        cairn__matvec(pool, &W, X + i * cols, one, mv);
+                        if (memcmp(one, got + i * rows, sizeof(float) * (size_t)rows) != 0)
+                            bad++;
+                        cases++;
+                    }
+                    cairn__kernels_set_isa(NULL);
+                    free(mm), free(mv), free(X), free(got), free(one);
                 }
-                cairn__kernels_set_isa(NULL);
-                free(mm), free(mv), free(X), free(got), free(one);
+                free(w);
             }
-            free(w);
-        }
         ok(bad == 0,
-           "%s: %s matmul (int8) of 1-130 tokens by 1-300 rows = matvec on each, bit for bit "
+           "%s: %s matmul (int8) of 1-130 tokens by 1-300 rows, 2 widths = matvec on each, bit for "
+           "bit "
            "(%ld of %ld tokens differ)",
            level, cairn__ggml_type_name(types[t]), bad, cases);
     }
