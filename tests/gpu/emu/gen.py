@@ -96,6 +96,8 @@ RULES = [
      "__device__ __forceinline__ void gv_segment_done("),
     ("float tot[GV_ROWS], float *part,", "float tot[GV_ROWS], PART part, // EMU"),
     ('asm volatile("prefetch.global.L2 [%0];" ::"l"(', "emu_prefetch(( // EMU"),
+    # the batched product's segment sums (gemv_batch_kernel)
+    ("extern __shared__ float gvb_part[];", "auto gvb_part = emu_dyn.as<float>(); // EMU"),
     # the attention kernels' shared memory
     ("template <int WARPS> struct att_smem {",
      "template <int WARPS> struct att_smem_emu { // EMU\n"
