@@ -897,7 +897,10 @@ static void check_paged(uint32_t wtype, const char *dtype, const char *gemv, int
     }
     if (!ok(rc == 0, "%s: solo runs (%s)", what, rc ? cairn__backend_errmsg(solo) : "ok"))
         goto out;
-    ok(worst < 1e-2, "%s: solo cuda within 1e-2 of cpu (max rel diff %.3g)", what, worst);
+    /* check_case's tolerances (1e-3, bf16 1e-2) with a margin: this is the sanity check, the
+     * bits below are the point */
+    const double tol = dtype && strcmp(dtype, "bf16") == 0 ? 2e-2 : 2e-3;
+    ok(worst < tol, "%s: solo cuda within %g of cpu (max rel diff %.3g)", what, tol, worst);
     /* together: sequence k joins at step k % 5; blocks handed out as the sequences grow, so
      * every table interleaves with the others */
     rc = cairn__backend_kv_pool(pg, n_blocks);
