@@ -340,7 +340,7 @@ static int cuda_forward_paged(cairn__backend *bb, const cairn__kv_seq *s, int n_
                                  s[k].blocks[p / CAIRN__KV_BLOCK], p, b->n_blocks);
     CU(b, cudaSetDevice(b->device), "cudaSetDevice");
     const cairn__kv_seq **dec =
-        (const cairn__kv_seq **)malloc((size_t)(n_seqs ? n_seqs : 1) * sizeof *dec);
+        (const cairn__kv_seq **)malloc((n_seqs > 0 ? (size_t)n_seqs : 1) * sizeof *dec);
     if (!dec)
         return host.errf(b->e, b->elen, CAIRN_ENOMEM, "out of memory");
     int nd = 0, rc = 0;

@@ -1,6 +1,7 @@
 /* gpu/cuda/kernels_attention.cuh - attention over the KV cache: a single token's split over
- * the keys (attention_split_kernel, flash-decoding, merged by the last block of each head) and
- * a prompt chunk's tiles of tokens (attention_tile_kernel). The design is in the comment of
+ * the keys (attention_split_kernel, flash-decoding, merged by the last block of each head; and
+ * attention_paged_kernel, the same for many sequences over a paged pool's block tables) and a
+ * prompt chunk's tiles of tokens (attention_tile_kernel). The design is in the comment of
  * att_block below.
  */
 #ifndef CAIRN_GPU_CUDA_KERNELS_ATTENTION_CUH
