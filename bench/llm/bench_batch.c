@@ -12,7 +12,10 @@
  * Random-weight llama shapes generated in memory, as bench-llm's.
  *
  *   bench-batch [--sizes 15M,110M,1B] [--types Q4_0,Q8_0,Q4_K] [--threads N] [--prompt N]
- *               [--gen N] [--max-seqs 32]
+ *               [--gen N] [--max-seqs 32] [--backend cpu|cuda]
+ *
+ * --backend cuda (tests/gpu/device-check.sh's sweep) runs the same rows on the GPU: the batch
+ * then goes through the CUDA backend's paged step (gpu/cuda/backend_paged.cuh).
  *
  * Not a test: it never fails on a time; the issue's target (8 sequences >= 3x one, 1B shape) is
  * printed as MET or MISS.
@@ -136,6 +139,7 @@ static double run_solo(cairn__engine *e, int n_prompt, int gen)
 int main(int argc, char **argv)
 {
     char sizes[128] = "1B", types[128] = "Q4_0,Q8_0,Q4_K";
+    const char *backend = "cpu";
     int threads = 2, n_prompt = 16, gen = 8, max_seqs = 32;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--sizes") == 0 && i + 1 < argc)
@@ -150,9 +154,12 @@ int main(int argc, char **argv)
             gen = atoi(argv[++i]);
         else if (strcmp(argv[i], "--max-seqs") == 0 && i + 1 < argc)
             max_seqs = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--backend") == 0 && i + 1 < argc)
+            backend = argv[++i];
         else {
             fprintf(stderr, "usage: bench-batch [--sizes 15M,110M,1B] [--types Q4_0,Q8_0,Q4_K] "
-                            "[--threads N] [--prompt N] [--gen N] [--max-seqs 32]\n");
+                            "[--threads N] [--prompt N] [--gen N] [--max-seqs 32] "
+                            "[--backend cpu|cuda]\n");
             return 64;
         }
     }
@@ -160,8 +167,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench-batch: --prompt, --gen and --max-seqs must be >= 1\n");
         return 64;
     }
-    printf("bench-batch: %d threads, %s kernels, prompts of %d tokens, %d timed steps\n\n", threads,
-           cairn__kernels_isa(), n_prompt, gen);
+    printf("bench-batch: %s backend, %d threads, %s kernels, prompts of %d tokens, %d timed "
+           "steps\n\n",
+           backend, threads, cairn__kernels_isa(), n_prompt, gen);
     printf("%-5s %-5s %11s %11s %11s", "size", "type", "solo tok/s", "batch1/solo", "prompt t/s");
     for (int B = 1; B <= max_seqs; B *= 2)
         printf(" %9s%-2d", "B=", B);
@@ -197,16 +205,17 @@ int main(int argc, char **argv)
             s.wtype = ty;
             mk_loaded L;
             memset(&L, 0, sizeof L);
-            char err[256];
+            char err[256] = "";
             cairn__backend *be = NULL;
             cairn__engine *e = NULL;
             /* room for the prompt and the steps; n_batch (capped at n_ctx) bounds a step's rows */
             const int need = n_prompt + ROUNDS * gen + 8, n_ctx = need > max_seqs ? need : max_seqs;
             cairn__backend_opts bo = {.n_ctx = n_ctx, .n_threads = threads};
             if (mk_load(&s, &L, err, sizeof err) != 0 ||
-                cairn__backend_new("cpu", L.m, &bo, &be, err, sizeof err) != 0 ||
+                cairn__backend_new(backend, L.m, &bo, &be, err, sizeof err) != 0 ||
                 cairn__engine_new(L.m, NULL, be, &e) != 0) {
-                fprintf(stderr, "bench-batch: cannot build the %s %s model\n", sz, tn);
+                fprintf(stderr, "bench-batch: cannot build the %s %s model on %s (%s)\n", sz, tn,
+                        backend, err);
                 return 70;
             }
             const double solo = run_solo(e, n_prompt, gen);

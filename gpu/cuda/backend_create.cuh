@@ -30,6 +30,7 @@ static void cuda_destroy(cairn__backend *bb)
         free(b->prof_ev);
         free(b->prof_at);
     }
+    pool_free(b);
     if (b->layers) {
         for (int l = 0; l < b->base.model->n_layers; l++) {
             dlayer *d = &b->layers[l];

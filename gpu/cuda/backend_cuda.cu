@@ -63,6 +63,7 @@
  *   backend_profile.cuh  CAIRN_CUDA_PROFILE's events and table; LAUNCHED
  *   backend_ops.cuh      the launches: GEMMs, decode products, small kernels, a chunk's pass
  *   backend_forward.cuh  decode steps through their graphs, the device sampler, prompt chunks
+ *   backend_paged.cuh    the paged KV pool and the batched decode step over it (gpu/batch.c)
  *   backend_upload.cuh   the weights into the device type, once
  *   backend_tune.cuh     the decode product's launch limits and the timed splits
  *   backend_create.cuh   creation (device, environment, order of set-up) and destruction
@@ -114,6 +115,7 @@ static cairn__cuda_host
 #include "gpu/cuda/backend_profile.cuh"
 #include "gpu/cuda/backend_ops.cuh"
 #include "gpu/cuda/backend_forward.cuh"
+#include "gpu/cuda/backend_paged.cuh"
 #include "gpu/cuda/backend_upload.cuh"
 #include "gpu/cuda/backend_tune.cuh"
 #include "gpu/cuda/backend_create.cuh"
@@ -124,10 +126,8 @@ const cairn__backend_ops cairn__backend_cuda_ops = {.name = "cuda",
                                                     .forward = cuda_forward,
                                                     .destroy = cuda_destroy,
                                                     .forward_sample = cuda_forward_sample,
-                                                    /* no paged KV cache yet: gpu/batch.c runs
-                                                     * each sequence on a solo backend */
-                                                    .kv_pool = NULL,
-                                                    .forward_paged = NULL};
+                                                    .kv_pool = cuda_kv_pool,
+                                                    .forward_paged = cuda_forward_paged};
 
 /* ==== the entry point
  * ============================================================================== */

@@ -107,6 +107,14 @@ typedef struct {
     float *att_part;     /* (n_heads, att_splits, 2 + head_dim): a single token's attention */
     int *att_count;      /* (n_heads) splits done, zero between steps */
     unsigned qkv_blocks; /* qkv_post_kernel's blocks per token */
+    /* the paged KV pool and its batched step (backend_paged.cuh) */
+    void *kpool, *vpool; /* (n_layers, n_blocks * CAIRN__KV_BLOCK, kv_dim) in the cache type */
+    int n_blocks;        /* 0: no pool */
+    int bt_ld;           /* block-table entries a sequence: ceil(n_ctx / CAIRN__KV_BLOCK) */
+    int *d_bin, *h_bin;  /* a batch of n: positions (n), pool rows (n), tables (n, bt_ld) */
+    float *bpart;        /* (n_batch, n_heads, att_splits, 2 + head_dim): paged attention */
+    int *bcount;         /* (n_batch, n_heads) splits done, zero between steps */
+    int batch_gemm;      /* CAIRN_CUDA_BATCH_GEMM: batches this large use one GEMM (0: never) */
     int no_graph;        /* a capture failed: decode steps are launched directly */
     char graph_err[256]; /* why */
     char pdl_err[320];   /* a capture with programmatic dependent launches failed: why */

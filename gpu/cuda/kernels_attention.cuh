@@ -1,6 +1,7 @@
 /* gpu/cuda/kernels_attention.cuh - attention over the KV cache: a single token's split over
- * the keys (attention_split_kernel, flash-decoding, merged by the last block of each head) and
- * a prompt chunk's tiles of tokens (attention_tile_kernel). The design is in the comment of
+ * the keys (attention_split_kernel, flash-decoding, merged by the last block of each head; and
+ * attention_paged_kernel, the same for many sequences over a paged pool's block tables) and a
+ * prompt chunk's tiles of tokens (attention_tile_kernel). The design is in the comment of
  * att_block below.
  */
 #ifndef CAIRN_GPU_CUDA_KERNELS_ATTENTION_CUH
@@ -48,6 +49,22 @@ __host__ __device__ __forceinline__ int att_splits(int n_heads)
     return s < 1 ? 1 : s > ATT_MAX_SPLITS ? ATT_MAX_SPLITS : s;
 }
 
+/* Where key t's row is among a layer's cache rows: the positional cache holds position t in
+ * row t; the paged pool (gpu/batch.c) in row blocks[t / ATT_KV_BLOCK] * ATT_KV_BLOCK + t %
+ * ATT_KV_BLOCK of its n_blocks * ATT_KV_BLOCK rows. Only addresses differ: the arithmetic on
+ * the keys is the same either way. */
+#define ATT_KV_BLOCK 16 /* CAIRN__KV_BLOCK (gpu/backend.h; the backend asserts they agree) */
+struct att_rows_flat {
+    __device__ __forceinline__ size_t operator()(int t) const { return (size_t)t; }
+};
+struct att_rows_paged {
+    const int *__restrict__ blocks; /* the sequence's block table */
+    __device__ __forceinline__ size_t operator()(int t) const
+    {
+        return (size_t)blocks[t / ATT_KV_BLOCK] * ATT_KV_BLOCK + (size_t)(t % ATT_KV_BLOCK);
+    }
+};
+
 /* the block's shared memory for att_block */
 template <int WARPS> struct att_smem {
     float m[WARPS], l[WARPS];
@@ -55,11 +72,13 @@ template <int WARPS> struct att_smem {
 };
 
 /* Keys [lo, hi) of head h against q: every thread gets the block's M and L; sm.acc[v] holds
- * warp v's output and sm.m[v] its largest score (merged by att_block_out). lo < hi. */
-template <int WARPS, int U, typename C>
-__device__ __forceinline__ void
-att_block(const float *__restrict__ q, const C *__restrict__ K, const C *__restrict__ V, int kv_dim,
-          int hd, float scale, int lo, int hi, att_smem<WARPS> &sm, float *M_out, float *L_out)
+ * warp v's output and sm.m[v] its largest score (merged by att_block_out). lo < hi. Key t is
+ * row rows(t) of K and V (att_rows_flat, att_rows_paged). */
+template <int WARPS, int U, typename C, typename ROWS>
+__device__ __forceinline__ void att_block(const float *__restrict__ q, const C *__restrict__ K,
+                                          const C *__restrict__ V, int kv_dim, int hd, float scale,
+                                          int lo, int hi, att_smem<WARPS> &sm, float *M_out,
+                                          float *L_out, ROWS rows)
 {
     constexpr int NK = ATT_MAX_HD / 32;
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
@@ -77,7 +96,8 @@ att_block(const float *__restrict__ q, const C *__restrict__ K, const C *__restr
         for (int u = 0; u < U; u++) {
             /* a key past the range is read from its last row (in bounds) and weighs 0 */
             const int t = t0 + u < hi ? t0 + u : hi - 1;
-            const C *kr = K + (size_t)t * (size_t)kv_dim, *vr = V + (size_t)t * (size_t)kv_dim;
+            const size_t rt = rows(t);
+            const C *kr = K + rt * (size_t)kv_dim, *vr = V + rt * (size_t)kv_dim;
             float d = 0.0f;
 #pragma unroll
             for (int k = 0; k < NK; k++) {
@@ -240,29 +260,26 @@ __global__ void __launch_bounds__(ATT_TILE_WARPS * 32)
     }
 }
 
-/* One token (row 0 of qkv). part (n_heads, splits, 2 + hd): a split's M, L and unnormalized
- * output; count (n_heads): zero between launches. grid (n_heads, splits), splits <=
- * ATT_MAX_SPLITS (as att_splits gives), block WARPS * 32 */
-template <typename T, int WARPS, int U, typename C>
-__global__ void __launch_bounds__(WARPS * 32)
-    attention_split_kernel(const float *__restrict__ qkv, const C *__restrict__ kc,
-                           const C *__restrict__ vc, const int *__restrict__ pos, int n_heads,
-                           int n_kv, int hd, float scale, float *__restrict__ part,
-                           int *__restrict__ count, T *__restrict__ out, int *__restrict__ ovf)
+/* Split sp of splits of one head's single-token attention (the block's part of
+ * attention_split_kernel and attention_paged_kernel, which differ only in where the rows are):
+ * q the head's query (hd), K, V its kv head's column of the cache (rows kv_dim apart, key t in
+ * row rows(t)), keys the positions attended to (0..keys-1), ph (splits, 2 + hd) the head's
+ * partial results, *count its counter (zero between launches), o its output (hd). */
+template <typename T, int WARPS, int U, typename C, typename ROWS>
+__device__ __forceinline__ void att_split_head(const float *__restrict__ q, const C *__restrict__ K,
+                                               const C *__restrict__ V, ROWS rows, int keys,
+                                               int kv_dim, int hd, float scale, int sp, int splits,
+                                               float *__restrict__ ph, int *__restrict__ count,
+                                               T *__restrict__ o, int *__restrict__ ovf)
 {
     __shared__ att_smem<WARPS> sm;
     __shared__ int is_last;
-    pdl_launch_dependents();
-    pdl_wait(); /* q and the cache come from the kernel before */
-    const int h = blockIdx.x, sp = blockIdx.y, splits = gridDim.y, keys = *pos + 1;
-    const int kv_dim = n_kv * hd, kvh = h / (n_heads / n_kv);
     const int len = (keys + splits - 1) / splits, lo = sp * len;
     const int hi = lo + len < keys ? lo + len : keys;
-    float *mine = part + ((size_t)h * splits + sp) * (size_t)(2 + hd);
+    float *mine = ph + (size_t)sp * (size_t)(2 + hd);
     if (lo < hi) {
         float M, L;
-        att_block<WARPS, U>(qkv + (size_t)h * hd, kc + (size_t)kvh * hd, vc + (size_t)kvh * hd,
-                            kv_dim, hd, scale, lo, hi, sm, &M, &L);
+        att_block<WARPS, U>(q, K, V, kv_dim, hd, scale, lo, hi, sm, &M, &L, rows);
         for (int e = threadIdx.x; e < hd; e += blockDim.x)
             mine[2 + e] = att_block_out(sm, M, e);
         if (threadIdx.x == 0) {
@@ -281,7 +298,7 @@ __global__ void __launch_bounds__(WARPS * 32)
     __threadfence();
     __syncthreads();
     if (threadIdx.x == 0)
-        is_last = atomicAdd(&count[h], 1) == splits - 1;
+        is_last = atomicAdd(count, 1) == splits - 1;
     __syncthreads();
     if (!is_last)
         return; /* the whole block */
@@ -289,7 +306,6 @@ __global__ void __launch_bounds__(WARPS * 32)
     /* each split's weight exp(M_v - M) (0 for an empty one) and share of L, read at once by
      * the first warp; then every thread adds them in split order */
     __shared__ float sw[ATT_MAX_SPLITS], sl[ATT_MAX_SPLITS];
-    const float *ph = part + (size_t)h * splits * (size_t)(2 + hd);
     if (threadIdx.x < 32) {
         const int v = threadIdx.x;
         const float mv = v < splits ? __ldcg(ph + (size_t)v * (2 + hd)) : -INFINITY;
@@ -307,7 +323,6 @@ __global__ void __launch_bounds__(WARPS * 32)
     float L = 0.0f;
     for (int v = 0; v < splits; v++)
         L += sl[v];
-    T *o = out + (size_t)h * hd;
     for (int e = threadIdx.x; e < hd; e += blockDim.x) {
         float s = 0.0f;
 #pragma unroll
@@ -317,7 +332,55 @@ __global__ void __launch_bounds__(WARPS * 32)
         o[e] = to_t_checked<T>(s / L, ovf);
     }
     if (threadIdx.x == 0)
-        count[h] = 0; /* for the next step */
+        *count = 0; /* for the next step */
+}
+
+/* One token (row 0 of qkv). part (n_heads, splits, 2 + hd): a split's M, L and unnormalized
+ * output; count (n_heads): zero between launches. grid (n_heads, splits), splits <=
+ * ATT_MAX_SPLITS (as att_splits gives), block WARPS * 32 */
+template <typename T, int WARPS, int U, typename C>
+__global__ void __launch_bounds__(WARPS * 32)
+    attention_split_kernel(const float *__restrict__ qkv, const C *__restrict__ kc,
+                           const C *__restrict__ vc, const int *__restrict__ pos, int n_heads,
+                           int n_kv, int hd, float scale, float *__restrict__ part,
+                           int *__restrict__ count, T *__restrict__ out, int *__restrict__ ovf)
+{
+    pdl_launch_dependents();
+    pdl_wait(); /* q and the cache come from the kernel before */
+    const int h = blockIdx.x, splits = gridDim.y, kvh = h / (n_heads / n_kv);
+    att_split_head<T, WARPS, U>(qkv + (size_t)h * hd, kc + (size_t)kvh * hd, vc + (size_t)kvh * hd,
+                                att_rows_flat(), *pos + 1, n_kv * hd, hd, scale, (int)blockIdx.y,
+                                splits, part + (size_t)h * splits * (size_t)(2 + hd), count + h,
+                                out + (size_t)h * hd, ovf);
+}
+
+/* CPU reference: attention_range (gpu/cpu/backend_cpu.c) over a sequence's paged keys.
+ * The decode steps of n_seqs sequences over the paged pool (gpu/batch.c): sequence s's token
+ * (row s of qkv, ld floats apart) at position pos[s] attends to its positions 0..pos[s], key t
+ * in row blocks[s * bt_ld + t / ATT_KV_BLOCK] * ATT_KV_BLOCK + t % ATT_KV_BLOCK of this layer's
+ * pool kc, vc (n_blocks * ATT_KV_BLOCK, n_kv * hd). Each (sequence, head) is exactly
+ * attention_split_kernel's head: the same splits (att_splits(n_heads)), the same keys in each,
+ * the same merge order, so its output is bit for bit what the contiguous kernel gives the same
+ * keys in a positional cache, whichever other sequences share the launch. part (n_seqs,
+ * n_heads, splits, 2 + hd), count (n_seqs, n_heads): zero between launches; out (n_seqs,
+ * n_heads * hd). grid (n_seqs * n_heads, splits), block WARPS * 32 */
+template <typename T, int WARPS, int U, typename C>
+__global__ void __launch_bounds__(WARPS * 32)
+    attention_paged_kernel(const float *__restrict__ qkv, int ld, const C *__restrict__ kc,
+                           const C *__restrict__ vc, const int *__restrict__ pos,
+                           const int *__restrict__ blocks, int bt_ld, int n_heads, int n_kv, int hd,
+                           float scale, float *__restrict__ part, int *__restrict__ count,
+                           T *__restrict__ out, int *__restrict__ ovf)
+{
+    pdl_launch_dependents();
+    pdl_wait(); /* q and the pool come from the kernel before */
+    const int s = (int)blockIdx.x / n_heads, h = (int)blockIdx.x % n_heads, splits = gridDim.y;
+    const int kvh = h / (n_heads / n_kv), sh = s * n_heads + h;
+    att_split_head<T, WARPS, U>(
+        qkv + (size_t)s * (size_t)ld + (size_t)h * hd, kc + (size_t)kvh * hd, vc + (size_t)kvh * hd,
+        att_rows_paged{blocks + (size_t)s * (size_t)bt_ld}, pos[s] + 1, n_kv * hd, hd, scale,
+        (int)blockIdx.y, splits, part + (size_t)sh * splits * (size_t)(2 + hd), count + sh,
+        out + (size_t)sh * hd, ovf);
 }
 
 #endif /* CAIRN_GPU_CUDA_KERNELS_ATTENTION_CUH */

@@ -4,8 +4,10 @@
  * the matrix products, which are cuBLAS's or gemv_kernel's):
  *   kernels_elt.cuh        embedding, RMSNorm, SwiGLU, the weights' conversion at upload
  *   kernels_rope.cuh       the rope angle table; bias, rope and the KV cache after Q/K/V
- *   kernels_attention.cuh  attention: a single token's split over the keys, a prompt's tiles
- *   kernels_gemv.cuh       the decode matrix-vector product and its fused prologue/epilogues
+ *   kernels_attention.cuh  attention: a single token's split over the keys (over the positional
+ *                          cache or a paged pool's block tables), a prompt's tiles
+ *   kernels_gemv.cuh       the decode matrix-vector product and its fused prologue/epilogues;
+ *                          the batched product of several sequences' decode steps
  * and by backend_cuda.cu, the one translation unit of the CUDA module. tests/gpu/emu/gen.py
  * copies parts of these files verbatim to run them on a CPU emulator (its rules name the text
  * they rewrite: a change here may need one there).

@@ -312,4 +312,148 @@ __global__ void __launch_bounds__(GV_WARPS * 32)
     }
 }
 
+/* ---- the batched decode product -------------------------------------------------------------
+ *
+ * gemv_batch_kernel: Y (nb, rows) = W (rows, cols) @ X (nb, cols)^T, or + Y (beta 1), for the
+ * decode steps of nb <= GVB_MAX sequences at once (gpu/batch.c's continuous batching): every
+ * piece of W a lane loads is applied to all nb input rows, so the weights, which bound a decode
+ * step, are read once for the batch instead of once a sequence.
+ *
+ * Batch invariance: row r of input b is computed in exactly gemv_kernel's summation order (the
+ * same pieces and segments, each lane's chain of GV_U pieces from 0 in element order with fmaf,
+ * warp_sum of each segment, the segment sums added from 0 in segment order, through shared
+ * memory in the same order when SK > 1), and no sum ever mixes two inputs. So Y[b] is bit for bit
+ * gemv_kernel's GV_Y output for X[b] alone, whatever nb, the split or the grid
+ * (tests/gpu/emu/test_batch_emu.cpp checks it for every element type, nb 1..16 and odd shapes).
+ * The prologue and the fused epilogues are not here: the batched step runs rmsnorm_kernel
+ * before, and qkv_post_paged_kernel / swiglu_kernel after, which store what gemv_kernel's fused
+ * GV_NORM / GV_QKV / GV_GLU store (test_gemv_emu.cpp checks those equalities).
+ *
+ * The input is read from global memory (every warp of a block reads the same pieces: L1 hits),
+ * not staged in shared memory as gemv_kernel stages its one row: GVB_MAX rows of a 14336-wide
+ * SwiGLU input would not fit. Past the row's end a piece is zero-padded, as the staged input is.
+ * xvec: X's rows are read 16 bytes at a time (cols and ldx multiples of V, X 16-byte aligned);
+ * vec as gemv_kernel's. A batch of more than GVB_MAX runs as several launches (the host's loop).
+ * CPU reference: cairn__matvec (gpu/cpu/kernels_cpu.c) for each row of X.
+ * grid (any), block GV_WARPS * 32, dynamic shared memory gvb_smem_bytes(cols, sizeof(T)) */
+#define GVB_MAX 8 /* inputs a launch: 2 x 8 lane sums and 2 x 8 row sums stay in registers */
+__host__ __device__ constexpr size_t gvb_smem_bytes(int cols, int elem)
+{
+    return (size_t)GV_WARPS * GVB_MAX * gv_segs(cols, elem) * 4;
+}
+
+/* piece c of input row xr (cols elements): one 16-byte load (xvec), or element by element with
+ * zeros past the row's end (the staged input's zero padding) */
+template <typename T>
+__device__ __forceinline__ uint4 gvb_in(const T *__restrict__ xr, int c, int cols, int xvec)
+{
+    if (xvec)
+        return ((const uint4 *)xr)[c];
+    constexpr int V = 16 / sizeof(T);
+    uint4 u;
+    T *t = (T *)&u;
+#pragma unroll
+    for (int k = 0; k < V; k++)
+        t[k] = c * V + k < cols ? xr[c * V + k] : from_f32<T>(0.0f);
+    return u;
+}
+
+template <typename T, int SK>
+__global__ void __launch_bounds__(GV_WARPS * 32)
+    gemv_batch_kernel(const T *__restrict__ W, int rows, int cols, int vec, const T *__restrict__ X,
+                      int ldx, int xvec, int nb, float beta, float *__restrict__ Y, int ldy)
+{
+    extern __shared__ float gvb_part[]; /* [slot][row][input][segment], SK > 1 */
+    static_assert(GV_WARPS % SK == 0, "a block holds whole groups");
+    const int pieces = gv_pieces(cols, (int)sizeof(T)), segs = gv_segs(cols, (int)sizeof(T));
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    const int groups = (rows + 1) / 2;
+    const int gpb = GV_WARPS / SK, slot = w / SK, slice = w % SK;
+    const int per = (segs + SK - 1) / SK, s_lo = slice * per;
+    const int s_hi = s_lo + per < segs ? s_lo + per : segs;
+    pdl_launch_dependents();
+    pdl_wait(); /* X and Y come from the kernels before */
+    /* g0 is the same in every warp of the block, so the barriers below are the whole block's */
+    for (int g0 = blockIdx.x * gpb; g0 < groups; g0 += gridDim.x * gpb) {
+        const int g = g0 + slot;
+        int rr[GV_ROWS] = {2 * g, 2 * g + 1 < rows ? 2 * g + 1 : 2 * g};
+        float tot[GV_ROWS][GVB_MAX];
+#pragma unroll
+        for (int r = 0; r < GV_ROWS; r++)
+#pragma unroll
+            for (int b = 0; b < GVB_MAX; b++)
+                tot[r][b] = 0.0f;
+        if (g < groups && s_lo < s_hi) {
+            const T *wr[GV_ROWS];
+#pragma unroll
+            for (int r = 0; r < GV_ROWS; r++)
+                wr[r] = W + (size_t)rr[r] * (size_t)cols;
+            for (int s = s_lo; s < s_hi; s++) {
+                const int c0 = s * GV_SEG + lane;
+                uint4 wv[GV_ROWS][GV_U];
+#pragma unroll
+                for (int u = 0; u < GV_U; u++)
+#pragma unroll
+                    for (int r = 0; r < GV_ROWS; r++)
+                        wv[r][u] = c0 + 32 * u < pieces ? gv_piece(wr[r], c0 + 32 * u, cols, vec)
+                                                        : make_uint4(0, 0, 0, 0);
+                float ls[GV_ROWS][GVB_MAX]; /* the lane's sums of this segment, each from 0 */
+#pragma unroll
+                for (int r = 0; r < GV_ROWS; r++)
+#pragma unroll
+                    for (int b = 0; b < GVB_MAX; b++)
+                        ls[r][b] = 0.0f;
+#pragma unroll
+                for (int u = 0; u < GV_U; u++)
+                    if (c0 + 32 * u < pieces)
+#pragma unroll
+                        for (int b = 0; b < GVB_MAX; b++)
+                            if (b < nb) {
+                                const uint4 x =
+                                    gvb_in(X + (size_t)b * (size_t)ldx, c0 + 32 * u, cols, xvec);
+#pragma unroll
+                                for (int r = 0; r < GV_ROWS; r++)
+                                    ls[r][b] = dot16(wv[r][u], x, ls[r][b], T());
+                            }
+#pragma unroll
+                for (int r = 0; r < GV_ROWS; r++)
+#pragma unroll
+                    for (int b = 0; b < GVB_MAX; b++)
+                        if (b < nb) { /* nb is the same in every lane: whole-warp sums */
+                            const float v = warp_sum(ls[r][b]);
+                            if (SK == 1)
+                                tot[r][b] += v;
+                            else if (lane == 0)
+                                gvb_part[((slot * GV_ROWS + r) * GVB_MAX + b) * segs + s] = v;
+                        }
+            }
+        }
+        if (SK > 1) { /* the group's segment sums, added in order by its first warp */
+            __syncthreads();
+            if (slice == 0 && lane == 0 && g < groups)
+#pragma unroll
+                for (int r = 0; r < GV_ROWS; r++)
+#pragma unroll
+                    for (int b = 0; b < GVB_MAX; b++)
+                        if (b < nb) {
+                            float t = 0.0f;
+                            for (int s = 0; s < segs; s++)
+                                t += gvb_part[((slot * GV_ROWS + r) * GVB_MAX + b) * segs + s];
+                            tot[r][b] = t;
+                        }
+            __syncthreads(); /* gvb_part is written again in the next round */
+        }
+        if (lane == 0 && slice == 0 && g < groups)
+#pragma unroll
+            for (int b = 0; b < GVB_MAX; b++)
+                if (b < nb) {
+                    float *y = Y + (size_t)b * (size_t)ldy;
+#pragma unroll
+                    for (int r = 0; r < GV_ROWS; r++)
+                        if (r == 0 || 2 * g + 1 < rows) /* the last group of odd rows has one */
+                            y[rr[r]] = beta != 0.0f ? tot[r][b] + beta * y[rr[r]] : tot[r][b];
+                }
+    }
+}
+
 #endif /* CAIRN_GPU_CUDA_KERNELS_GEMV_CUH */

@@ -10,6 +10,17 @@
 
 #include "gpu/cuda/kernels_common.cuh"
 
+/* position p's row of the angle table, csr (half, 2), by the block */
+__device__ __forceinline__ void rope_row(int p, const float *__restrict__ inv_freq, int half,
+                                         float *__restrict__ csr)
+{
+    for (int j = threadIdx.x; j < half; j += blockDim.x) {
+        const double th = (double)p * (double)inv_freq[j];
+        csr[(size_t)j * 2] = (float)cos(th);
+        csr[(size_t)j * 2 + 1] = (float)sin(th);
+    }
+}
+
 /* CPU reference: the rope angle table of forward_chunk (gpu/cpu/backend_cpu.c), once per step for
  * all layers and heads: cs (n, half, 2) = cos, sin of (*pos + i) * inv_freq[j], computed in
  * double and rounded to float as the CPU does. grid (n), block 128 */
@@ -17,12 +28,18 @@ __global__ void rope_table_kernel(const int *__restrict__ pos, const float *__re
                                   int half, float *__restrict__ cs)
 {
     pdl_launch_dependents(); /* the first Q/K/V product may start (and wait for this one) */
-    const int i = blockIdx.x, p = *pos + i;
-    for (int j = threadIdx.x; j < half; j += blockDim.x) {
-        const double th = (double)p * (double)inv_freq[j];
-        cs[((size_t)i * half + j) * 2] = (float)cos(th);
-        cs[((size_t)i * half + j) * 2 + 1] = (float)sin(th);
-    }
+    const int i = blockIdx.x;
+    rope_row(*pos + i, inv_freq, half, cs + (size_t)i * half * 2);
+}
+
+/* the same for the decode steps of a batch of sequences: row i for position pos[i] (the same
+ * bits as rope_table_kernel's row for that position). grid (n), block 128 */
+__global__ void rope_table_seqs_kernel(const int *__restrict__ pos,
+                                       const float *__restrict__ inv_freq, int half,
+                                       float *__restrict__ cs)
+{
+    const int i = blockIdx.x;
+    rope_row(pos[i], inv_freq, half, cs + (size_t)i * half * 2);
 }
 
 /* ---- bias, rope and the KV cache ----------------------------------------------------------
@@ -119,6 +136,28 @@ __device__ __forceinline__ void qkv_item_store(const qkv_args &a, int it, int ea
     } else {
         kv_store(a, a.kc, p, ea - q_dim, x0);
         kv_store(a, a.kc, p, ez - q_dim, x1);
+    }
+}
+
+/* The decode steps of a batch over the paged pool (gpu/batch.c): row i of qkv is one
+ * sequence's token, its rope angles row i of a.cs (rope_table_seqs_kernel), and its k and v
+ * go to row rows[i] of this layer's pool a.kc, a.vc (n_blocks * 16 rows: the row of its
+ * position in its block). Each row is exactly qkv_post_kernel's one-token row (i 0): a.pos is
+ * pointed at rows[i], which qkv_item_store uses only to place the k and v, so the stored
+ * values are the same bits. grid (n, any) */
+__global__ void qkv_post_paged_kernel(float *__restrict__ qkv, int ld, qkv_args a,
+                                      const int *__restrict__ rows)
+{
+    const int i = blockIdx.x, items = qkv_items(a);
+    float *row = qkv + (size_t)i * (size_t)ld;
+    qkv_args ai = a;
+    ai.pos = rows + i;
+    ai.cs = a.cs + (size_t)i * (size_t)(a.rope_dim / 2) * 2;
+    const int stride = (int)(gridDim.y * blockDim.x);
+    for (int it = (int)(blockIdx.y * blockDim.x + threadIdx.x); it < items; it += stride) {
+        int ea, ez;
+        qkv_item_elems(ai, it, &ea, &ez);
+        qkv_item_store(ai, it, ea, ez, row[ea], row[ez], row, 0);
     }
 }
 

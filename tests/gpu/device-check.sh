@@ -36,7 +36,16 @@
 #      the profile begins with the decode products' splits as the backend timed them at load
 #      (each product's time at each split, the chosen one and its GB/s), and the 1.7B one is
 #      profiled the same way (sweep.txt);
-#   4. prints a short table last. With $OUT set, every log is written there as it grows, so a
+#   4. (after the first 1.1B row, in --short too) runs bench-batch on the GPU: batched decoding's
+#      aggregate tok/s at 1, 2, 4, 8, 16 and 32 sequences over the CUDA backend's paged pool
+#      (gpu/cuda/backend_paged.cuh), the 1.1B shape in F16 and the 110M one, each B as a ratio to
+#      B = 1, and the batch of one against the solo decode; then the 110M one again with
+#      CAIRN_CUDA_BATCH_GEMM=2 (the opt-in that runs each product of a batch as one cuBLAS GEMM,
+#      not batch invariant): what it gains over the invariant kernel (in bench.log and the
+#      summary). Batched
+#      correctness against the CPU and batch invariance bit for bit are in the gpu tests (the
+#      "paged:" lines: 20 sequences batched against each alone, and each alone against the CPU);
+#   5. prints a short table last. With $OUT set, every log is written there as it grows, so a
 #      run cut short still returns what it did. Each step has a time limit (together they
 #      could pass 10 minutes, so the run's own limit can cut the last ones). The first lease
 #      (2026-11-30, prebuilt binaries) took 100 s before the split sweep and racecheck were
@@ -62,11 +71,12 @@ if [ "${1:-}" = "--prepare" ]; then
     dir=/tmp/cairn-gpu-prepare
     rm -rf "$dir"
     meson setup "$dir" -Dcuda=enabled -Dopenblas=disabled >/dev/null || exit 1
-    ninja -C "$dir" tests/gpu/test_gpu bench/llm/bench-llm gpu/libcairn-cuda.so cairn \
-        tests/model/cairn-mkmodel || exit 1
+    ninja -C "$dir" tests/gpu/test_gpu bench/llm/bench-llm bench/llm/bench-batch \
+        gpu/libcairn-cuda.so cairn tests/model/cairn-mkmodel || exit 1
     rm -rf "$PREBUILT"
     mkdir -p "$PREBUILT/lib"
-    cp "$dir/tests/gpu/test_gpu" "$dir/bench/llm/bench-llm" "$dir/gpu/libcairn-cuda.so" \
+    cp "$dir/tests/gpu/test_gpu" "$dir/bench/llm/bench-llm" "$dir/bench/llm/bench-batch" \
+        "$dir/gpu/libcairn-cuda.so" \
         "$dir/cairn" "$dir/tests/model/cairn-mkmodel" "$PREBUILT/" || exit 1
     # the command line's own libraries (lmdb, msgpack, jansson, curl and theirs), which the GPU
     # machine does not have: beside it, found through LD_LIBRARY_PATH there (glibc stays the
@@ -99,12 +109,14 @@ nproc | sed 's/^/cpus: /' | tee -a "$TMP/machine.txt"
 log "build (meson setup build-gpu -Dcuda=enabled)"
 BIN_TEST=""
 BIN_BENCH=""
+BIN_BATCH=""
 MODE=""
 if meson setup build-gpu -Dcuda=enabled --reconfigure >"$TMP/build.log" 2>&1 ||
     meson setup build-gpu -Dcuda=enabled >>"$TMP/build.log" 2>&1; then
     if ninja -C build-gpu >>"$TMP/build.log" 2>&1; then
         BIN_TEST=build-gpu/tests/gpu/test_gpu
         BIN_BENCH=build-gpu/bench/llm/bench-llm
+        BIN_BATCH=build-gpu/bench/llm/bench-batch
         MODE="built here"
     fi
 fi
@@ -114,6 +126,7 @@ if [ -z "$MODE" ]; then
     if [ -x "$PREBUILT/test_gpu" ]; then
         BIN_TEST=$PREBUILT/test_gpu
         BIN_BENCH=$PREBUILT/bench-llm
+        BIN_BATCH=$PREBUILT/bench-batch
         MODE="prebuilt (no build dependencies here; $(head -1 "$PREBUILT/STAMP" 2>/dev/null || echo 'no stamp'))"
         # the module beside them (the path compiled into them is the preparing machine's)
         export CAIRN_CUDA_PLUGIN="$ROOT/$PREBUILT/libcairn-cuda.so"
@@ -300,6 +313,23 @@ if [ -n "$MODE" ]; then
     : >"$TMP/bench.hdr"
     # the GPU rows first (the ones the lease is for), the CPU peer row last
     run_bench 80 --sizes 1B --types F16 --backend cuda --prompt 128 --gen 128
+    # batched decoding on the GPU: the sweep at 1..32 sequences, then the 110M shape with the
+    # non-invariant cuBLAS opt-in against the same rows without it (whole output in bench.log,
+    # the rows in the summary: the lease returns at most 8 files, and there are 8 already)
+    : >"$TMP/batch.txt"
+    if [ -x "$BIN_BATCH" ]; then
+        echo "\$ bench-batch --backend cuda --sizes 1B,110M --types F16" | tee -a "$TMP/batch.txt"
+        timeout 150 "$BIN_BATCH" --backend cuda --sizes 1B,110M --types F16 --prompt 16 --gen 16 \
+            --max-seqs 32 2>&1 | tee -a "$TMP/batch.txt"
+        echo "\$ CAIRN_CUDA_BATCH_GEMM=2 bench-batch --backend cuda --sizes 110M --types F16" |
+            tee -a "$TMP/batch.txt"
+        CAIRN_CUDA_BATCH_GEMM=2 timeout 60 "$BIN_BATCH" --backend cuda --sizes 110M --types F16 \
+            --prompt 16 --gen 16 --max-seqs 32 2>&1 | sed -E 's/^110M /110M+gemm /' |
+            tee -a "$TMP/batch.txt"
+    else
+        echo "no bench-batch binary (prepared before it was bundled?)" | tee "$TMP/batch.txt"
+    fi
+    cat "$TMP/batch.txt" >>"$LOGS/bench.log"
     # Llama-3-8B's shape (16 GB of f16; most of its time is the host writing the model): the
     # full-size model, second, so that the call's limit cannot cut it
     run_bench 240 --sizes 8B --types F16 --backend cuda --prompt 128 --gen 64
@@ -340,6 +370,9 @@ log "summary ($(($(date +%s) - START)) s)"
         sed -E 's/^(ok|not ok) [0-9]+ - /\1: /' # the device sampler, alone and through the engine
     grep -E '(ok|not ok) [0-9]+ - launch modes' "$LOGS/test-gpu.log" 2>/dev/null |
         sed -E 's/^(ok|not ok) [0-9]+ - /\1: /' # programmatic dependent launch: same bits, graphs
+    grep -E '(ok|not ok) [0-9]+ - paged' "$LOGS/test-gpu.log" 2>/dev/null |
+        sed -E 's/^(ok|not ok) [0-9]+ - /\1: /' # batch invariance, and the pool's exhaustion
+    grep -E '^(bench-batch:|size|1B|110M|no bench-batch)' "$TMP/batch.txt" 2>/dev/null # the sweep
     sort -u "$TMP/bench.hdr" 2>/dev/null
     cat "$TMP/bench.cols" 2>/dev/null # bench-llm's own column header
     cat "$LOGS/bench.txt"

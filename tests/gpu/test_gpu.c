@@ -815,6 +815,171 @@ out:
     gen_env_close(&v);
 }
 
+/* Batch invariance on the device (gpu/backend.h, cairn__backend_forward_paged): PG_SEQS
+ * sequences of different prompt lengths, joining at different steps, run together over one
+ * paged pool (the prompts in the solo backend's chunks, the decode steps batched: more than
+ * GVB_MAX of them, so several launches a product), against each run alone on a solo backend of
+ * the same configuration: every logit bit for bit; and the solo runs against the CPU. Then the
+ * pool's exhaustion: a pool too large for the device is CAIRN_ENOMEM, and a smaller one after it
+ * works. gemv: CAIRN_CUDA_GEMV (NULL: the decode kernel; "cublas": one GEMM a sequence). */
+#define PG_SEQS 20
+#define PG_GEN 12
+static void check_paged(uint32_t wtype, const char *dtype, const char *gemv, int cache_type)
+{
+    if (!is_cuda)
+        return;
+    mk_spec s;
+    mk_spec_default(&s);
+    s.dim = 128;
+    s.n_heads = 4;
+    s.n_kv_heads = 2;
+    s.ff = 256;
+    s.wtype = wtype;
+    s.seed = 4242 + wtype;
+    char err[256];
+    mk_loaded L;
+    int rc = mk_load(&s, &L, err, sizeof err);
+    const size_t V = (size_t)s.vocab;
+    const int nb = 24, n_ctx = 96;
+    cairn__backend_opts o = {
+        .n_ctx = n_ctx, .n_threads = 2, .n_batch = nb, .cache_type = cache_type};
+    cairn__backend *solo = NULL, *pg = NULL, *cpu = NULL;
+    int32_t *prompt[PG_SEQS] = {0}, *blocks[PG_SEQS] = {0};
+    int len[PG_SEQS], fed[PG_SEQS], done[PG_SEQS], n_blk[PG_SEQS];
+    float *want = malloc((size_t)PG_SEQS * (PG_GEN + 1) * V * sizeof(float));
+    float *got = malloc((size_t)PG_SEQS * (PG_GEN + 1) * V * sizeof(float));
+    float *ref = malloc(V * sizeof(float));
+    char what[96];
+    snprintf(what, sizeof what, "paged: %s%s%s%s", cairn__ggml_type_name(wtype),
+             dtype ? " as " : "", dtype ? dtype : "", gemv ? ", gemv cublas" : "");
+    set_dtype(dtype);
+    if (gemv)
+        setenv("CAIRN_CUDA_GEMV", gemv, 1);
+    if (rc == 0)
+        rc = cairn__backend_new("cuda", L.m, &o, &solo, err, sizeof err);
+    if (rc == 0)
+        rc = cairn__backend_new("cuda", L.m, &o, &pg, err, sizeof err);
+    if (rc == 0)
+        rc = cairn__backend_new("cpu", L.m, &o, &cpu, err, sizeof err);
+    unsetenv("CAIRN_CUDA_GEMV");
+    set_dtype(NULL);
+    if (!ok(rc == 0 && want && got && ref && cairn__backend_can_page(pg),
+            "%s, %s cache: setup (%s)", what, cairn__cache_type_name(cache_type), rc ? err : "ok"))
+        goto out;
+    int n_blocks = 0;
+    for (int k = 0; k < PG_SEQS; k++) {
+        len[k] = 1 + (k * 7) % 40; /* 1 .. 40: one token, a chunk and one, several chunks */
+        prompt[k] = malloc((size_t)len[k] * sizeof(int32_t));
+        blocks[k] = malloc((size_t)(n_ctx / CAIRN__KV_BLOCK) * sizeof(int32_t));
+        for (int i = 0; i < len[k]; i++)
+            prompt[k][i] = (int32_t)((k * 31 + i * 977 + 3) % (int)V);
+        n_blocks += (len[k] + PG_GEN) / CAIRN__KV_BLOCK + 1;
+        fed[k] = done[k] = n_blk[k] = 0;
+    }
+    /* alone: the prompt through forward() (its chunks), then PG_GEN decode steps */
+    double worst = 0;
+    for (int k = 0; k < PG_SEQS && rc == 0; k++) {
+        float *w = want + (size_t)k * (PG_GEN + 1) * V;
+        cairn__backend_truncate(solo, 0);
+        cairn__backend_truncate(cpu, 0);
+        rc = cairn__backend_forward(solo, prompt[k], len[k], 0, w, 0);
+        if (rc == 0)
+            rc = cairn__backend_forward(cpu, prompt[k], len[k], 0, ref, 0);
+        if (rc == 0)
+            worst = fmax(worst, rel_err(w, ref, V));
+        for (int j = 0; j < PG_GEN && rc == 0; j++) {
+            const int32_t t = (int32_t)((k * 131 + j * 7919 + 5) % (int)V);
+            rc = cairn__backend_forward(solo, &t, 1, len[k] + j, w + (size_t)(j + 1) * V, 0);
+            if (rc == 0 && j == PG_GEN - 1 &&
+                (rc = cairn__backend_forward(cpu, &t, 1, len[k] + j, ref, 0)) == 0)
+                worst = fmax(worst, rel_err(w + (size_t)(j + 1) * V, ref, V));
+        }
+    }
+    if (!ok(rc == 0, "%s: solo runs (%s)", what, rc ? cairn__backend_errmsg(solo) : "ok"))
+        goto out;
+    /* check_case's tolerances (1e-3, bf16 1e-2) with a margin: this is the sanity check, the
+     * bits below are the point */
+    const double tol = dtype && strcmp(dtype, "bf16") == 0 ? 2e-2 : 2e-3;
+    ok(worst < tol, "%s: solo cuda within %g of cpu (max rel diff %.3g)", what, tol, worst);
+    /* together: sequence k joins at step k % 5; blocks handed out as the sequences grow, so
+     * every table interleaves with the others */
+    rc = cairn__backend_kv_pool(pg, n_blocks);
+    int next_block = 0, steps = 0, max_dec = 0;
+    for (int step = 0; rc == 0; step++) {
+        cairn__kv_seq e[PG_SEQS];
+        int32_t tok[PG_SEQS];
+        int n = 0, n_dec = 0;
+        for (int k = 0; k < PG_SEQS; k++) {
+            if (step < k % 5 || done[k] == PG_GEN + 1)
+                continue;
+            float *g = got + (size_t)k * (PG_GEN + 1) * V;
+            cairn__kv_seq *q = &e[n++];
+            if (fed[k] < len[k]) { /* the next chunk of the prompt */
+                q->n = len[k] - fed[k] < nb ? len[k] - fed[k] : nb;
+                q->tokens = prompt[k] + fed[k];
+                q->pos = fed[k];
+                q->logits = fed[k] + q->n == len[k] ? g : NULL;
+            } else {
+                const int j = done[k] - 1;
+                tok[k] = (int32_t)((k * 131 + j * 7919 + 5) % (int)V);
+                q->n = 1;
+                q->tokens = &tok[k];
+                q->pos = len[k] + j;
+                q->logits = g + (size_t)(j + 1) * V;
+            }
+            n_dec += q->n == 1;
+            while (n_blk[k] * CAIRN__KV_BLOCK < q->pos + q->n)
+                blocks[k][n_blk[k]++] = next_block++;
+            q->blocks = blocks[k];
+        }
+        if (n == 0)
+            break;
+        max_dec = n_dec > max_dec ? n_dec : max_dec;
+        rc = cairn__backend_forward_paged(pg, e, n);
+        for (int k = 0; k < PG_SEQS && rc == 0; k++) {
+            if (step < k % 5 || done[k] == PG_GEN + 1)
+                continue;
+            if (fed[k] < len[k]) {
+                fed[k] += len[k] - fed[k] < nb ? len[k] - fed[k] : nb;
+                if (fed[k] == len[k])
+                    done[k] = 1;
+            } else
+                done[k]++;
+        }
+        steps++;
+    }
+    size_t diff = 0;
+    for (size_t i = 0; rc == 0 && i < (size_t)PG_SEQS * (PG_GEN + 1) * V; i++)
+        diff += memcmp(&got[i], &want[i], sizeof(float)) != 0;
+    ok(rc == 0 && diff == 0,
+       "%s, %s cache: %d sequences batched (up to %d decode entries a step, %d steps) give their "
+       "solo logits bit for bit (%zu of %zu differ; %s)",
+       what, cairn__cache_type_name(cache_type), PG_SEQS, max_dec, steps, diff,
+       (size_t)PG_SEQS * (PG_GEN + 1) * V, rc ? cairn__backend_errmsg(pg) : "ok");
+    /* the pool's exhaustion: clear, recoverable */
+    if (!gemv && cache_type == CAIRN__CACHE_F32 && wtype == CAIRN__GGML_F16) {
+        const int r1 = cairn__backend_kv_pool(pg, 1 << 30);
+        diag("a pool of 2^30 blocks: %s", cairn__backend_errmsg(pg));
+        const int r2 = cairn__backend_kv_pool(pg, 8);
+        ok(r1 == CAIRN_ENOMEM && r2 == 0,
+           "paged: a pool larger than the device is CAIRN_ENOMEM (%d), a smaller one then works "
+           "(%d)",
+           r1, r2);
+    }
+out:
+    for (int k = 0; k < PG_SEQS; k++) {
+        free(prompt[k]);
+        free(blocks[k]);
+    }
+    free(want);
+    free(got);
+    free(ref);
+    cairn__backend_free(solo);
+    cairn__backend_free(pg);
+    cairn__backend_free(cpu);
+    mk_unload(&L);
+}
+
 static void check_errors(void)
 {
     mk_spec s;
@@ -922,6 +1087,7 @@ int main(void)
         check_long(512, 2, 1, "llama", 0);
         check_long(512, 4, 2, "qwen2", 1);
         check_launch_modes();
+        check_paged(CAIRN__GGML_F16, NULL, NULL, CAIRN__CACHE_F32);
         check_sampler();
         return tap_done();
     }
@@ -1031,6 +1197,13 @@ int main(void)
     check_long(512, 4, 2, "qwen2", 1);
     check_long(512, 2, 1, "llama", 1);
     check_launch_modes();
+    /* batch invariance over the paged pool: f16 and f32 devices, quantized weights, an f16
+     * cache, bf16, and products through cuBLAS */
+    check_paged(CAIRN__GGML_F16, NULL, NULL, CAIRN__CACHE_F32);
+    check_paged(CAIRN__GGML_F32, NULL, NULL, CAIRN__CACHE_F32);
+    check_paged(CAIRN__GGML_Q8_0, NULL, NULL, CAIRN__CACHE_F16);
+    check_paged(CAIRN__GGML_BF16, "bf16", NULL, CAIRN__CACHE_F32);
+    check_paged(CAIRN__GGML_F16, NULL, "cublas", CAIRN__CACHE_F32);
     check_two_backends();
     check_greedy(CAIRN__GGML_F16);
     check_greedy(CAIRN__GGML_Q8_0);

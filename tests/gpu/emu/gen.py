@@ -7,8 +7,9 @@ usage: gen.py OUT gpu/cuda/kernels_common.cuh gpu/cuda/kernels_elt.cuh gpu/cuda/
 
 From the kernel headers (gpu/cuda/kernels_*.cuh, one per op family; given in any order, each
 named by its file name) it copies, verbatim, the parts that the single-token product
-(gemv_kernel) and its references (rmsnorm_kernel, swiglu_kernel, qkv_post_kernel) and the
-attention kernels (attention_split_kernel, attention_tile_kernel) are made of, in the order of
+(gemv_kernel), the batched one (gemv_batch_kernel) and their references (rmsnorm_kernel,
+swiglu_kernel, qkv_post_kernel) and the attention kernels (attention_split_kernel,
+attention_paged_kernel, attention_tile_kernel) are made of, in the order of
 their dependencies; from sample_cuda.cuh (the device sampler) the whole file. Then it rewrites
 the few lines the host compiler cannot take as they are: shared memory becomes the emulator's
 checked objects (emu.hpp), the L2 prefetch a no-op. Each rewrite must match exactly once: when
@@ -96,6 +97,8 @@ RULES = [
      "__device__ __forceinline__ void gv_segment_done("),
     ("float tot[GV_ROWS], float *part,", "float tot[GV_ROWS], PART part, // EMU"),
     ('asm volatile("prefetch.global.L2 [%0];" ::"l"(', "emu_prefetch(( // EMU"),
+    # the batched product's segment sums (gemv_batch_kernel)
+    ("extern __shared__ float gvb_part[];", "auto gvb_part = emu_dyn.as<float>(); // EMU"),
     # the attention kernels' shared memory
     ("template <int WARPS> struct att_smem {",
      "template <int WARPS> struct att_smem_emu { // EMU\n"
