@@ -324,8 +324,10 @@ static int replay(cairn__batch *b, seq *s)
         fin = CAIRN__FINISH_LENGTH;
     if (!fin && s->g.n_hist > (size_t)b->n_ctx)
         fin = CAIRN__FINISH_CONTEXT;
-    if (fin)
+    if (fin) {
+        s->g.live = 1; /* as the engine's: the end releases held-back bytes through on_token */
         return finish(b, s, fin);
+    }
     s->tok = t;
     s->state = CAIRN__SEQ_DECODE;
     return 0;
