@@ -63,8 +63,9 @@ static const char usage[] =
     "  GET /v1/models, GET /health, GET /metrics (Prometheus text)\n"
     "Request fields: max_tokens (default 256), temperature (0.8), top_p (0.95), top_k (40; 0:\n"
     "off), seed (default: random), stop (a string or up to 16), repetition_penalty or\n"
-    "repeat_penalty (1: off), repeat_last_n (64), stream (server-sent events ending in\n"
-    "`data: [DONE]`); other fields are ignored. A bad value is 400 with an OpenAI error naming\n"
+    "repeat_penalty (1: off), repeat_last_n (64), ignore_eos, stream (server-sent events\n"
+    "ending in `data: [DONE]`); other fields are ignored. A bad value is 400 with an OpenAI error "
+    "naming\n"
     "the field. The \"cairn\" field (progress_every, resume) makes a generation resumable\n"
     "exactly: see README, Scaling generation.\n"
     "\n"
@@ -675,6 +676,10 @@ static int parse_request(server *sv, json_t *b, job *j, cairn__http_resp *r)
     if (st && !json_is_null(st) && !json_is_boolean(st))
         return bad_field(r, "stream", "'stream' must be true or false");
     j->stream = json_is_true(st);
+    json_t *ie = json_object_get(b, "ignore_eos"); /* llama.cpp's: for benchmarks */
+    if (ie && !json_is_null(ie) && !json_is_boolean(ie))
+        return bad_field(r, "ignore_eos", "'ignore_eos' must be true or false");
+    j->o.ignore_eos = json_is_true(ie);
     if (n && !json_is_null(n) && (!json_is_integer(n) || json_integer_value(n) != 1))
         return bad_field(r, "n", "only 'n': 1 is supported");
     if (int_field(b, "max_tokens", 1, 1 << 24, &max_tokens, r) ||
