@@ -10,7 +10,8 @@
  * mid-generation makes the step fail transiently and, after a restart on its port, finish with
  * the same text; 16 concurrent `cairn run` processes on one server each get the text of the same
  * task run alone (batch invariance end to end); a client that disconnects frees its sequence, a
- * full queue is 429 with Retry-After; SIGTERM lets the request in flight finish and exits 0.
+ * full queue is 429 with Retry-After; SIGTERM lets the request in flight finish and exits 0, or
+ * past --grace cancels it with an error event; a Unix socket with a bearer token.
  * Slowness where a test needs a stream in flight comes from the server's --step-delay-ms, and
  * every wait is for an event (a metric, a line), never a pass/fail on a time.
  *
@@ -29,6 +30,7 @@ typedef struct server_proc {
     pid_t pid;
     int port;
     char addr[64], *out, *err;
+    const char *sock, *key; /* a Unix socket to reach it by; a bearer token to send */
 } server_proc;
 
 /* Starts `cairn serve --model` with extra arguments (NULL-ended) on port (0: any); waits for its
@@ -40,7 +42,9 @@ static int srv_start(server_proc *s, const char *tag, int port, ...)
     char listen[32];
     snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
     argv[n++] = pl.cairn, argv[n++] = "serve", argv[n++] = "--model", argv[n++] = sm.model;
-    argv[n++] = "--listen", argv[n++] = listen, argv[n++] = "--threads", argv[n++] = "1";
+    argv[n++] = "--threads", argv[n++] = "1";
+    if (!s->sock)
+        argv[n++] = "--listen", argv[n++] = listen;
     va_list ap;
     va_start(ap, port);
     const char *a;
@@ -60,7 +64,9 @@ static int srv_start(server_proc *s, const char *tag, int port, ...)
         if (l && strchr(l, '\n')) {
             sscanf(l, "listening %63s", s->addr);
             const char *c = strrchr(s->addr, ':');
-            s->port = c ? atoi(c + 1) : 0;
+            s->port = s->sock ? 1 : c ? atoi(c + 1) : 0;
+            if (s->sock)
+                snprintf(s->addr, sizeof s->addr, "localhost");
         }
         free(o);
         if (s->port > 0 || tu_poll_exit(s->pid, NULL))
@@ -130,6 +136,11 @@ static long http(const server_proc *s, const char *path, const char *body, http_
     CURL *h = curl_easy_init();
     char *url = tu_fmt("http://%s%s", s->addr, path);
     struct curl_slist *hl = curl_slist_append(NULL, "Content-Type: application/json");
+    char *auth = s->key ? tu_fmt("Authorization: Bearer %s", s->key) : NULL;
+    if (auth)
+        hl = curl_slist_append(hl, auth);
+    if (s->sock)
+        curl_easy_setopt(h, CURLOPT_UNIX_SOCKET_PATH, s->sock);
     r->status = 0;
     curl_easy_setopt(h, CURLOPT_URL, url);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
@@ -145,7 +156,7 @@ static long http(const server_proc *s, const char *path, const char *body, http_
         curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &r->status);
     curl_slist_free_all(hl);
     curl_easy_cleanup(h);
-    free(url);
+    free(url), free(auth);
     return r->status;
 }
 
@@ -672,6 +683,48 @@ static void t_admission(void)
     srv_free(&s);
 }
 
+/* A Unix socket, a bearer token, and a stop whose grace is over: the stream in flight ends
+ * with an error event (503, which the openai backend takes as transient), the server exits 0. */
+static void t_socket_stop(void)
+{
+    server_proc s = {0};
+    char *sock = tu_fmt("%s/serve.sock", pl.tmp), *kf = tu_fmt("%s/api-key", pl.tmp);
+    tu_write_file(kf, "sk-test-123\n", 12);
+    s.sock = sock;
+    if (!ok(srv_start(&s, "serve-sock", 0, "--socket", sock, "--api-key-file", kf, "--grace", "0",
+                      "--step-delay-ms", "30", (const char *)NULL) == 0,
+            "socket: a server on a Unix socket with --api-key-file")) {
+        free(sock), free(kf);
+        return;
+    }
+    http_res r = {0};
+    long st = http(&s, "/health", NULL, &r);
+    res_free(&r);
+    s.key = "sk-test-123";
+    long st2 = http(&s, "/health", NULL, &r);
+    res_free(&r);
+    ok(st == 401 && st2 == 200, "socket: without the key 401 (%ld), with it 200 (%ld)", st, st2);
+    streamer a = {.s = &s,
+                  .body = "{\"prompt\": \"" PROMPT "\", \"max_tokens\": 2000, \"seed\": 4, "
+                          "\"stream\": true}"};
+    pthread_t th;
+    pthread_create(&th, NULL, stream_thread, &a);
+    while (metric(&s, "cairn_serve_tokens_out_total") < 2 && !a.got)
+        tu_sleep_ms(10);
+    kill(s.pid, SIGTERM);
+    int code = tu_wait(s.pid, 120000);
+    s.pid = 0;
+    pthread_join(th, NULL);
+    const char *b = a.r.body.p ? a.r.body.p : "";
+    ok(code == 0 && tu_contains(b, "\"code\":503") && !tu_contains(b, "[DONE]"),
+       "sigterm, --grace 0: the stream in flight ends with a 503 error event, the server exits 0 "
+       "(%d)",
+       code);
+    res_free(&a.r);
+    srv_free(&s);
+    free(sock), free(kf);
+}
+
 int main(int argc, char **argv)
 {
     pl_setup(argc, argv, "pipeline-serve");
@@ -692,6 +745,7 @@ int main(int argc, char **argv)
     t_concurrent(url, &s);
     srv_free(&s);
     t_admission();
+    t_socket_stop();
     free(url);
     free(sm.model);
     curl_global_cleanup();
