@@ -600,9 +600,7 @@ static int serve_main(const cairn__cli_opts *o, cairn_graph *const *graphs, size
                            .user = &sv};
     if ((rc = cairn__http_start(&hc, &http, err, sizeof err))) {
         cairn__log(CAIRN__LOG_ERROR, "serve", "listen", NULL, NULL, "%s", err);
-        x = rc == CAIRN_ENOENT ? CAIRN__EX_NOINPUT
-            : rc == CAIRN_EIO  ? CAIRN__EX_UNAVAILABLE
-                               : CAIRN__EX_USAGE;
+        x = cairn__http_start_exit(rc);
         goto stop;
     }
     printf("listening %s\n", cairn__http_address(http));

@@ -528,6 +528,13 @@ int cairn__http_start(const cairn__http_conf *c, cairn__http **out, char *err, s
     return 0;
 }
 
+int cairn__http_start_exit(int rc)
+{
+    return rc == CAIRN_ENOENT ? CAIRN__EX_NOINPUT
+           : rc == CAIRN_EIO  ? CAIRN__EX_UNAVAILABLE
+                              : CAIRN__EX_USAGE;
+}
+
 const char *cairn__http_address(const cairn__http *h) { return h->address; }
 
 void cairn__http_stop(cairn__http *h)

@@ -81,6 +81,8 @@ typedef struct cairn__http_conf {
  * CAIRN_EINVAL (a listen address that cannot be read, an empty token file), CAIRN_ENOENT (the
  * token file cannot be read), CAIRN_EIO (cannot listen), with err saying why. */
 int cairn__http_start(const cairn__http_conf *c, cairn__http **out, char *err, size_t errlen);
+/* The exit code for cairn__http_start's error: 66 (the token file), 69 (cannot listen), 64. */
+int cairn__http_start_exit(int rc);
 /* Where it listens, "127.0.0.1:PORT" (the port chosen for 0) or "unix:PATH". */
 const char *cairn__http_address(const cairn__http *h);
 /* Whether the client of a request has closed its connection (a blocking handler's check). */

@@ -184,55 +184,36 @@ typedef struct call {
     json_int_t usage_prompt, usage_completion; /* -1: the server gave none */
 } call;
 
-static void save(call *k)
+/* Saves the text so far as progress: v1, the text alone (its token count: the chunks); v2 with
+ * a checkpoint of `cairn serve` (ids: its tokens, state: the sampler state in base64 as the
+ * server sent it), which a resume hands back. */
+static void save(call *k, json_t *ids, const char *state)
 {
-    msgpack_sbuffer sb;
-    msgpack_sbuffer_init(&sb);
-    msgpack_packer pk;
-    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-    const cairn__mp_kv kv[] = {
-        CAIRN__MP_U("v", 1),
-        CAIRN__MP_S("prompt_sha", k->prompt_sha, 64),
-        CAIRN__MP_S("text", k->text.p ? k->text.p : "", k->text.len),
-        CAIRN__MP_U("tokens", k->resumed + k->chunks),
-    };
-    CAIRN__MP_PACK(&pk, kv);
-    int rc = cairn_ctx_save_progress(k->ctx, sb.data, sb.size);
-    msgpack_sbuffer_destroy(&sb);
-    if (rc == CAIRN_EINTR)
-        k->stopped = 1; /* the run is stopping: the write callback ends the transfer */
-    k->unsaved = 0;     /* a failed save is an optimisation lost, not a failed generation */
-}
-
-/* A checkpoint of `cairn serve`: the text so far with its tokens and sampler state (base64, as
- * the server sent it), which a resume hands back. */
-static void save_checkpoint(call *k, json_t *ids, const char *state)
-{
-    size_t n = json_array_size(ids);
-    int32_t *t = malloc((n ? n : 1) * sizeof *t);
-    if (!t)
+    size_t n = ids ? json_array_size(ids) : k->resumed + k->chunks;
+    int32_t *t = ids ? malloc((n ? n : 1) * sizeof *t) : NULL;
+    if (ids && !t)
         return; /* progress is an optimisation */
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; ids && i < n; i++)
         t[i] = (int32_t)json_integer_value(json_array_get(ids, i));
     msgpack_sbuffer sb;
     msgpack_sbuffer_init(&sb);
     msgpack_packer pk;
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
     const cairn__mp_kv kv[] = {
-        CAIRN__MP_U("v", 2),
+        CAIRN__MP_U("v", ids ? 2 : 1),
         CAIRN__MP_S("prompt_sha", k->prompt_sha, 64),
         CAIRN__MP_S("text", k->text.p ? k->text.p : "", k->text.len),
         CAIRN__MP_U("tokens", n),
         {"ids", CAIRN__MP_I32S, .p = t, .n = n},
-        CAIRN__MP_S("state", state, strlen(state)),
+        CAIRN__MP_S("state", state, state ? strlen(state) : 0),
     };
-    CAIRN__MP_PACK(&pk, kv);
+    cairn__mp_pack_map(&pk, kv, ids ? 6 : 4);
     int rc = cairn_ctx_save_progress(k->ctx, sb.data, sb.size);
     msgpack_sbuffer_destroy(&sb);
     free(t);
     if (rc == CAIRN_EINTR)
-        k->stopped = 1;
-    k->unsaved = 0;
+        k->stopped = 1; /* the run is stopping: the write callback ends the transfer */
+    k->unsaved = 0;     /* a failed save is an optimisation lost, not a failed generation */
 }
 
 /* The cairn object of an event (NULL: none): the acknowledgement, a checkpoint. */
@@ -250,7 +231,7 @@ static void on_cairn(call *k, json_t *x)
     json_t *ids = json_object_get(x, "tokens");
     const char *st = json_string_value(json_object_get(x, "state"));
     if (k->cairn_srv && json_is_array(ids) && st)
-        save_checkpoint(k, ids, st);
+        save(k, ids, st);
 }
 
 /* A printable excerpt of s (n bytes) into out. */
@@ -337,7 +318,7 @@ static int on_event(call *k, const char *d, size_t n)
          * serve's checkpoints are saved as they come */
         if (k->c->endpoint == CAIRN__LLM_COMPLETIONS && k->c->progress_every && !k->cairn_srv &&
             ++k->unsaved >= (size_t)k->c->progress_every)
-            save(k);
+            save(k, NULL, NULL);
     }
     json_decref(j);
     return k->stopped ? -1 : 0;
@@ -774,7 +755,7 @@ cairn_step_result cairn__llm_openai_step(cairn_ctx *ctx, const cairn__llm_cfg *c
                 (k.got_done || (cc == CURLE_OK && k.finish[0]));
     /* a cut stream keeps what it brought: the retry continues from there */
     if (!whole && k.unsaved && !k.stopped && k.fault != CAIRN_STEP_PERMANENT && !k.cairn_srv)
-        save(&k);
+        save(&k, NULL, NULL);
     cairn_step_result r = whole ? pack_output(&k, now_s() - t0, seed) : outcome(&k, cc, errbuf);
     curl_easy_cleanup(k.h);
     curl_slist_free_all(hl);

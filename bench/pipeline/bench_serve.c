@@ -36,56 +36,13 @@
 #include "tests/model/mkmodel.h"
 #include "testutil.h"
 
+#include "ok_server.h"
+
 static double now_s(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-/* ------------------------------------------------------------------ the webhook's receiver */
-
-static int hook_fd;
-
-/* Answers every request 200 once its headers and body are in. */
-static void *hook_main(void *arg)
-{
-    (void)arg;
-    for (;;) {
-        int c = accept(hook_fd, NULL, NULL);
-        if (c < 0)
-            return NULL;
-        char buf[65536];
-        size_t got = 0;
-        for (;;) {
-            ssize_t r = read(c, buf + got, sizeof buf - 1 - got);
-            if (r <= 0)
-                break;
-            got += (size_t)r;
-            buf[got] = 0;
-            char *end = strstr(buf, "\r\n\r\n"), *cl = strcasestr(buf, "content-length:");
-            if (end && (!cl || got >= (size_t)(end + 4 - buf) + strtoul(cl + 15, NULL, 10)))
-                break;
-        }
-        static const char ok[] =
-            "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok";
-        if (write(c, ok, sizeof ok - 1) < 0)
-            perror("write");
-        close(c);
-    }
-}
-
-static int hook_start(void)
-{
-    hook_fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t l = sizeof a;
-    if (bind(hook_fd, (struct sockaddr *)&a, sizeof a) || listen(hook_fd, 64) ||
-        getsockname(hook_fd, (struct sockaddr *)&a, &l))
-        return -1;
-    pthread_t t;
-    pthread_create(&t, NULL, hook_main, NULL);
-    return ntohs(a.sin_port);
 }
 
 /* ------------------------------------------------------------------ the runs */
@@ -347,7 +304,7 @@ int main(int argc, char **argv)
         tu_write_file(p, in, strlen(in));
         free(p), free(in);
     }
-    B.hook_port = hook_start();
+    B.hook_port = ok_server_start();
     printf("bench-serve: model dim %d, %d layers, ff %d, vocab %d (f32, %.0f MB); %d tasks of %d "
            "tokens by %d workers; server threads %d\n",
            s.dim, s.n_layers, s.ff, s.vocab, (double)len / 1e6, B.tasks, B.tokens, B.procs,
