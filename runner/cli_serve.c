@@ -67,7 +67,9 @@ static const char serve_help[] =
     "                          dead, in_doubt); &limit=N\n"
     "Errors are {\"error\": {\"type\", \"message\", \"field\"}}. SIGTERM, SIGINT and SIGHUP\n"
     "stop it: running tasks stop as `run`'s do; the next start (or `%P retry`) resumes them.\n"
-    "Exit: 0 stopped; 64 usage; 66 token file unreadable; 74 store error; 69 cannot listen.\n";
+    "Exit: 0 stopped; 64 usage; 66 token file unreadable; 74 store error; 69 cannot listen.\n"
+    "(In the cairn executable, `serve --model M.gguf` serves a model instead, as an\n"
+    "OpenAI-compatible API: `cairn serve --model M --help`.)\n";
 
 #define KEYS_MAX 1024 /* keys in admission at once: more is 503, try again */
 
