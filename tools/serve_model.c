@@ -83,6 +83,9 @@ static const char usage[] =
     "      --backend NAME      cpu, cuda or auto (default auto)\n"
     "  -t, --threads N         CPU threads (default: all online CPUs)\n"
     "  -c, --ctx N             context length per sequence (default: min(model's, 4096))\n"
+    "      --prompt-chunks N   prompt chunks run per batch step beside the decodes (default 4:\n"
+    "                          a burst of requests reaches its first tokens sooner; fewer keep\n"
+    "                          the running streams smoother)\n"
     "      --kv-blocks N       KV cache blocks of 16 positions shared by all sequences\n"
     "                          (default: --max-seqs full contexts)\n"
     "      --grace S           on SIGTERM: seconds the running requests get to finish before\n"
@@ -981,7 +984,7 @@ static const cairn__http_route routes[] = {
 
 typedef struct {
     const char *model, *listen, *socket, *key_file, *name, *chat, *backend;
-    const char *max_seqs, *queue, *threads, *ctx, *kv_blocks, *grace, *delay;
+    const char *max_seqs, *queue, *threads, *ctx, *kv_blocks, *grace, *delay, *chunks;
 } options;
 
 #define AT(f) offsetof(options, f)
@@ -998,6 +1001,7 @@ static const cairn__opt opts[] = {
     {"threads", 't', 1, 0, 0, AT(threads)},
     {"ctx", 'c', 1, 0, 0, AT(ctx)},
     {"kv-blocks", 0, 1, 0, 0, AT(kv_blocks)},
+    {"prompt-chunks", 0, 1, 0, 0, AT(chunks)},
     {"grace", 0, 1, 0, 0, AT(grace)},
     {"step-delay-ms", 0, 1, 0, 0, AT(delay)},
     {NULL, 0, 0, 0, 0, 0},
@@ -1030,7 +1034,7 @@ int cairn__cmd_serve_model(int argc, char **argv)
     int oi, rc = cairn__opt_parse(argc, argv, &cmd, cairn__opt_slot, &o, &oi);
     if (rc >= 0)
         return rc;
-    long max_seqs, queue, threads, ctx, kv_blocks, grace, delay;
+    long max_seqs, queue, threads, ctx, kv_blocks, grace, delay, chunks;
     if (!o.model)
         return bad_usage("--model is required");
     if (o.listen && o.socket)
@@ -1040,6 +1044,7 @@ int cairn__cmd_serve_model(int argc, char **argv)
         (rc = num_opt("threads", o.threads, 0, 1024, 0, &threads)) ||
         (rc = num_opt("ctx", o.ctx, 0, 1 << 24, 0, &ctx)) ||
         (rc = num_opt("kv-blocks", o.kv_blocks, 0, 1 << 24, 0, &kv_blocks)) ||
+        (rc = num_opt("prompt-chunks", o.chunks, 1, 256, 4, &chunks)) ||
         (rc = num_opt("grace", o.grace, 0, 86400, 30, &grace)) ||
         (rc = num_opt("step-delay-ms", o.delay, 0, 60000, 0, &delay)))
         return rc;
@@ -1075,7 +1080,8 @@ int cairn__cmd_serve_model(int argc, char **argv)
     sv.name = name;
     const int per_seq = (sv.n_ctx + CAIRN__KV_BLOCK - 1) / CAIRN__KV_BLOCK;
     cairn__batch_opts bo = {.max_seqs = sv.max_seqs,
-                            .n_blocks = kv_blocks ? (int)kv_blocks : per_seq * sv.max_seqs};
+                            .n_blocks = kv_blocks ? (int)kv_blocks : per_seq * sv.max_seqs,
+                            .prompt_chunks = (int)chunks};
     int x = CAIRN__EX_SOFTWARE, stop_fd = -1, sched = 0;
     pthread_t th;
     cairn__http *http = NULL;
