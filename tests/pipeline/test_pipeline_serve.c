@@ -5,8 +5,9 @@
  * What is checked: the API (health, models, metrics, completions and chat, streamed and not; a
  * completion's text is `cairn generate`'s with the same settings); bad requests (400 naming the
  * field, OpenAI's error shape); the pipeline through the server gives the in-process pipeline's
- * text; `cairn run` SIGKILLed mid-stream resumes exactly through the cairn extension (the text is
- * an uninterrupted run's, and tokens were resumed, not drawn again); the server SIGKILLed
+ * text; `cairn run` SIGKILLed mid-stream resumes exactly through the cairn extension, on the
+ * completions and the chat endpoint (the text is an uninterrupted run's, and tokens were
+ * resumed, not drawn again); the server SIGKILLed
  * mid-generation makes the step fail transiently and, after a restart on its port, finish with
  * the same text; 16 concurrent `cairn run` processes on one server each get the text of the same
  * task run alone (batch invariance end to end); a client that disconnects frees its sequence, a
@@ -24,6 +25,7 @@
 
 static struct {
     char *model;
+    const char *endpoint; /* the openai backend's "endpoint" (NULL: its default, completions) */
 } sm;
 
 typedef struct server_proc {
@@ -402,6 +404,8 @@ static char *config_for(const char *dir, const char *url, const char *tag)
         json_object_set_new(g, "backend", json_string("openai"));
         json_object_set_new(g, "url", json_string(url));
         json_object_set_new(g, "model", json_string("m"));
+        if (sm.endpoint)
+            json_object_set_new(g, "endpoint", json_string(sm.endpoint));
         json_object_set_new(
             g, "retry",
             json_pack("{s:i, s:i, s:i}", "base_ms", 100, "max_ms", 300, "max_elapsed_s", 300));
@@ -512,26 +516,30 @@ static char *reference(const char *url, int k, const char *tag)
     return s;
 }
 
-static void t_kill_run(const char *url, server_proc *s)
+/* on the chat endpoint too: another server could not continue a turn, cairn serve resumes it */
+static void t_kill_run(const char *url, server_proc *s, const char *endpoint, int k)
 {
-    task_run t = task_for("kill-run", url, 2);
+    sm.endpoint = endpoint;
+    char *tag = tu_fmt("kill-run-%s", endpoint), *rtag = tu_fmt("kill-run-%s-ref", endpoint);
+    task_run t = task_for(tag, url, k);
     double before = metric(s, "cairn_serve_tokens_out_total");
     pid_t pid = spawn_task(&t);
     int got = wait_metric(s, "cairn_serve_tokens_out_total", before + 14, pid) == 0;
     tu_kill_group(pid, SIGKILL);
     tu_wait(pid, 20000);
-    ok(got, "kill run: `cairn run` SIGKILLed mid-stream (after 14 tokens)");
+    ok(got, "kill run (%s): `cairn run` SIGKILLed mid-stream (after 14 tokens)", endpoint);
     tu_result r;
     int rc = run_task(&t, &r);
     tu_result_free(&r);
     long long resumed = 0;
-    char *text = gen_text(&t, 2, &resumed), *ref = reference(url, 2, "kill-run-ref");
+    char *text = gen_text(&t, k, &resumed), *ref = reference(url, k, rtag);
     ok(rc == 0 && text[0] && !strcmp(text, ref) && resumed >= 4,
-       "kill run: resumed through the extension (%lld tokens kept), the text is an "
+       "kill run (%s): resumed through the extension (%lld tokens kept), the text is an "
        "uninterrupted run's",
-       resumed);
-    free(text), free(ref);
+       endpoint, resumed);
+    free(text), free(ref), free(tag), free(rtag);
     task_free(&t);
+    sm.endpoint = NULL;
 }
 
 static void t_kill_server(const char *url, server_proc *s)
@@ -740,7 +748,8 @@ int main(int argc, char **argv)
     t_api(&s);
     t_bad(&s);
     t_pipeline(&s, url);
-    t_kill_run(url, &s);
+    t_kill_run(url, &s, "completions", 2);
+    t_kill_run(url, &s, "chat", 4);
     t_kill_server(url, &s);
     t_concurrent(url, &s);
     srv_free(&s);
