@@ -100,6 +100,7 @@ typedef struct http_res {
         size_t n;
     } body;
     long retry_after;
+    long timeout_ms; /* 0: 120 s */
     /* a stream's abort: after the first text event, wait for *release then cut */
     volatile int *got, *release;
 } http_res;
@@ -146,7 +147,7 @@ static long http(const server_proc *s, const char *path, const char *body, http_
     r->status = 0;
     curl_easy_setopt(h, CURLOPT_URL, url);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 120000L);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, r->timeout_ms ? r->timeout_ms : 120000L);
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, hl);
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, r);
@@ -665,6 +666,20 @@ static void t_admission(void)
     res_free(&a.r);
     st = http(&s, "/v1/completions", "{\"prompt\": \"x\", \"max_tokens\": 2}", &r);
     ok(st == 200, "admission: the next request gets the slot (%ld)", st);
+    res_free(&r);
+    /* a plain (not streamed) request whose client gives up: seen on its socket, cancelled */
+    r.timeout_ms = 1500;
+    st = http(&s, "/v1/completions", "{\"prompt\": \"" PROMPT "\", \"max_tokens\": 2000}", &r);
+    res_free(&r);
+    freed = 0;
+    for (int64_t end = tu_now_ms() + 60000; !freed && tu_now_ms() < end; tu_sleep_ms(20))
+        freed = metric(&s, "cairn_serve_cancelled_total") >= 2 &&
+                metric(&s, "cairn_serve_sequences_active") == 0;
+    st = http(&s, "/v1/completions", "{\"prompt\": \"x\", \"max_tokens\": 2}", &r);
+    ok(freed && st == 200,
+       "admission: a plain request's client that gave up is cancelled too; the slot is free "
+       "(%ld)",
+       st);
     res_free(&r);
 
     /* SIGTERM: the request in flight finishes, then the server exits 0 */
