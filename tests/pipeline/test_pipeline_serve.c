@@ -100,7 +100,7 @@ typedef struct http_res {
         size_t n;
     } body;
     long retry_after;
-    long timeout_ms; /* 0: 120 s */
+    volatile int *give_up; /* set: the client closes the connection (a plain request) */
     /* a stream's abort: after the first text event, wait for *release then cut */
     volatile int *got, *release;
 } http_res;
@@ -133,6 +133,12 @@ static size_t on_header(char *p, size_t sz, size_t nm, void *u)
     return sz * nm;
 }
 
+static int on_progress(void *u, curl_off_t a, curl_off_t b, curl_off_t c, curl_off_t d)
+{
+    (void)a, (void)b, (void)c, (void)d;
+    return *((http_res *)u)->give_up; /* nonzero: curl aborts and closes */
+}
+
 /* method GET when body is NULL; returns the status (0: no answer) */
 static long http(const server_proc *s, const char *path, const char *body, http_res *r)
 {
@@ -147,7 +153,12 @@ static long http(const server_proc *s, const char *path, const char *body, http_
     r->status = 0;
     curl_easy_setopt(h, CURLOPT_URL, url);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, r->timeout_ms ? r->timeout_ms : 120000L);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 120000L);
+    if (r->give_up) {
+        curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+        curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_progress);
+        curl_easy_setopt(h, CURLOPT_XFERINFODATA, r);
+    }
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, hl);
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, r);
@@ -667,10 +678,16 @@ static void t_admission(void)
     st = http(&s, "/v1/completions", "{\"prompt\": \"x\", \"max_tokens\": 2}", &r);
     ok(st == 200, "admission: the next request gets the slot (%ld)", st);
     res_free(&r);
-    /* a plain (not streamed) request whose client gives up: seen on its socket, cancelled */
-    r.timeout_ms = 1500;
-    st = http(&s, "/v1/completions", "{\"prompt\": \"" PROMPT "\", \"max_tokens\": 2000}", &r);
-    res_free(&r);
+    /* a plain (not streamed) request whose client gives up once it runs: seen on its socket */
+    volatile int give_up = 0;
+    streamer c = {.s = &s, .body = "{\"prompt\": \"" PROMPT "\", \"max_tokens\": 2000}"};
+    c.r.give_up = &give_up;
+    pthread_create(&th, NULL, stream_thread, &c);
+    while (metric(&s, "cairn_serve_sequences_active") < 1 && !c.got)
+        tu_sleep_ms(10);
+    give_up = 1;
+    pthread_join(th, NULL);
+    res_free(&c.r);
     freed = 0;
     for (int64_t end = tu_now_ms() + 60000; !freed && tu_now_ms() < end; tu_sleep_ms(20))
         freed = metric(&s, "cairn_serve_cancelled_total") >= 2 &&
