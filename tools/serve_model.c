@@ -83,9 +83,8 @@ static const char usage[] =
     "      --backend NAME      cpu, cuda or auto (default auto)\n"
     "  -t, --threads N         CPU threads (default: all online CPUs)\n"
     "  -c, --ctx N             context length per sequence (default: min(model's, 4096))\n"
-    "      --prompt-chunks N   prompt chunks run per batch step beside the decodes (default 4:\n"
-    "                          a burst of requests reaches its first tokens sooner; fewer keep\n"
-    "                          the running streams smoother)\n"
+    "      --prompt-chunks N   prompt chunks run per batch step beside the decodes (default 1:\n"
+    "                          long steps delay every stream; more may suit a GPU)\n"
     "      --kv-blocks N       KV cache blocks of 16 positions shared by all sequences\n"
     "                          (default: --max-seqs full contexts)\n"
     "      --grace S           on SIGTERM: seconds the running requests get to finish before\n"
@@ -1044,7 +1043,7 @@ int cairn__cmd_serve_model(int argc, char **argv)
         (rc = num_opt("threads", o.threads, 0, 1024, 0, &threads)) ||
         (rc = num_opt("ctx", o.ctx, 0, 1 << 24, 0, &ctx)) ||
         (rc = num_opt("kv-blocks", o.kv_blocks, 0, 1 << 24, 0, &kv_blocks)) ||
-        (rc = num_opt("prompt-chunks", o.chunks, 1, 256, 4, &chunks)) ||
+        (rc = num_opt("prompt-chunks", o.chunks, 1, 256, 1, &chunks)) ||
         (rc = num_opt("grace", o.grace, 0, 86400, 30, &grace)) ||
         (rc = num_opt("step-delay-ms", o.delay, 0, 60000, 0, &delay)))
         return rc;

@@ -17,6 +17,7 @@
  * bound by reading the weights (as a real model is): --dim, --layers, --tokens to change it.
  *
  * Usage: bench-serve [--tasks N] [--procs P] [--tokens T] [--dim D] [--layers L] [--threads K]
+ *                    [--prompt-chunks C] (the server's)
  */
 #include <arpa/inet.h>
 #include <curl/curl.h>
@@ -50,7 +51,7 @@ static double now_s(void)
 static struct {
     const char *cairn;
     char *tmp, *model, *index;
-    int tasks, procs, tokens, threads, hook_port;
+    int tasks, procs, tokens, threads, hook_port, chunks;
 } B;
 
 static char *config(const char *tag, const char *url)
@@ -186,9 +187,10 @@ static double metric(const char *addr, const char *name)
 static pid_t serve_start(char *addr, size_t addrlen)
 {
     char *out = tu_fmt("%s/serve.out", B.tmp), *seqs = tu_fmt("%d", B.procs),
-         *th = tu_fmt("%d", B.threads);
-    const char *argv[] = {B.cairn,      "serve", "--model",   B.model, "--listen", "127.0.0.1:0",
-                          "--max-seqs", seqs,    "--threads", th,      NULL};
+         *th = tu_fmt("%d", B.threads), *ch = tu_fmt("%d", B.chunks);
+    const char *argv[] = {B.cairn,           "serve",      "--model", B.model,     "--listen",
+                          "127.0.0.1:0",     "--max-seqs", seqs,      "--threads", th,
+                          "--prompt-chunks", ch,           NULL};
     pid_t pid = tu_spawn(argv, NULL, out, NULL);
     addr[0] = 0;
     for (int i = 0; i < 3000 && !addr[0]; i++) {
@@ -199,7 +201,7 @@ static pid_t serve_start(char *addr, size_t addrlen)
         free(o);
         (void)addrlen;
     }
-    free(out), free(seqs), free(th);
+    free(out), free(seqs), free(th), free(ch);
     return addr[0] ? pid : -1;
 }
 
@@ -266,6 +268,7 @@ int main(int argc, char **argv)
     B.procs = arg_int(argc, argv, "--procs", 8);
     B.tokens = arg_int(argc, argv, "--tokens", 32);
     B.threads = arg_int(argc, argv, "--threads", (int)sysconf(_SC_NPROCESSORS_ONLN));
+    B.chunks = arg_int(argc, argv, "--prompt-chunks", 1);
     curl_global_init(CURL_GLOBAL_DEFAULT);
     B.tmp = tu_mkdtemp("bench-serve");
     /* the model: weights read per token dominate, as with a real one */
