@@ -38,6 +38,8 @@ typedef struct {
     float *logits; /* n_vocab, raw */
     float *work;   /* n_vocab, penalized for the pick */
     int fin, taken;
+    int32_t *prev; /* a resumed sequence's generated tokens, replayed one decode step each */
+    size_t n_prev, n_rep;
     cairn__gen_result res;
     cairn__backend *solo; /* without paged ops */
 } seq;
@@ -131,6 +133,7 @@ static void seq_free(cairn__batch *b, seq *s)
         b->free_blk[b->n_free++] = s->blocks[i];
     free(s->blocks);
     free(s->prompt);
+    free(s->prev);
     for (size_t i = 0; s->stop && i < s->o.n_stop; i++)
         free(s->stop[i]);
     free(s->stop);
@@ -190,20 +193,35 @@ static seq *find(const cairn__batch *b, int id)
 int cairn__batch_add(cairn__batch *b, const int32_t *prompt, size_t n_prompt,
                      const cairn__gen_opts *o, int *id)
 {
+    return cairn__batch_add_resume(b, prompt, n_prompt, NULL, 0, NULL, 0, o, id);
+}
+
+int cairn__batch_add_resume(cairn__batch *b, const int32_t *prompt, size_t n_prompt,
+                            const int32_t *prev, size_t n_prev, const uint8_t *state,
+                            size_t state_len, const cairn__gen_opts *o, int *id)
+{
     if (!b || !id)
         return CAIRN_EINVAL;
     *id = -1;
     b->err[0] = '\0';
     if (!prompt || n_prompt == 0)
         return bfail(b, CAIRN_EINVAL, "empty prompt");
+    if (n_prev && (!prev || !state))
+        return bfail(b, CAIRN_EINVAL, "a resume needs the generated tokens and the sampler state");
     const int nv = b->m->n_vocab;
-    for (size_t i = 0; i < n_prompt; i++)
-        if (prompt[i] < 0 || prompt[i] >= nv)
-            return bfail(b, CAIRN_EINVAL, "prompt token %d at %zu is outside the vocabulary (%d)",
-                         prompt[i], i, nv);
+    for (size_t i = 0; i < n_prompt + n_prev; i++) {
+        const int32_t t = i < n_prompt ? prompt[i] : prev[i - n_prompt];
+        if (t < 0 || t >= nv)
+            return bfail(b, CAIRN_EINVAL, "token %d at %zu is outside the vocabulary (%d)", t, i,
+                         nv);
+    }
     if (n_prompt > (size_t)b->n_ctx)
         return bfail(b, CAIRN_ECONTEXT, "prompt of %zu tokens is longer than the context of %d",
                      n_prompt, b->n_ctx);
+    if (n_prompt + n_prev > (size_t)b->n_ctx + 1)
+        return bfail(b, CAIRN_ECONTEXT,
+                     "prompt and generated tokens (%zu) exceed the context of %d",
+                     n_prompt + n_prev, b->n_ctx);
     int slot = -1;
     for (int i = 0; i < b->o.max_seqs && slot < 0; i++)
         if (!b->seqs[i])
@@ -233,9 +251,11 @@ int cairn__batch_add(cairn__batch *b, const int32_t *prompt, size_t n_prompt,
     s->work = malloc((size_t)nv * sizeof(float));
     if (!s->prompt || !s->logits || !s->work)
         rc = CAIRN_ENOMEM;
+    if (rc == 0 && n_prev && !(s->prev = malloc(n_prev * sizeof *prev)))
+        rc = CAIRN_ENOMEM;
     if (rc == 0)
         rc = cairn__genseq_init(&s->g, cairn__engine_tok(b->e), cairn__engine_eos(b->e), &s->o,
-                                prompt, n_prompt, 0);
+                                prompt, n_prompt, n_prev);
     if (rc) {
         seq_free(b, s);
         return bfail(b, rc, "out of memory");
@@ -244,6 +264,13 @@ int cairn__batch_add(cairn__batch *b, const int32_t *prompt, size_t n_prompt,
         seq_free(b, s);
         return bfail(b, rc, "bad sampling parameters");
     }
+    if (n_prev && (rc = cairn__sampler_state_restore(s->smp, state, state_len)) != 0) {
+        seq_free(b, s);
+        return bfail(b, rc, "bad sampler state (%zu bytes)", state_len);
+    }
+    if (n_prev)
+        memcpy(s->prev, prev, n_prev * sizeof *prev);
+    s->n_prev = n_prev;
     memcpy(s->prompt, prompt, n_prompt * sizeof *prompt);
     s->n_prompt = n_prompt;
     if ((rc = take_blocks(b, s, (int)n_prompt)) != 0) {
@@ -284,13 +311,38 @@ static int finish(cairn__batch *b, seq *s, int fin)
     return rc ? bfail(b, rc, "out of memory") : 0;
 }
 
+/* A resumed sequence's next replayed token, as the engine's resume takes it (run() in
+ * gpu/engine.c): into the history and the text without callbacks, the length and context rules,
+ * then one decode step for it (its logits only for the newest, which picks the next token). */
+static int replay(cairn__batch *b, seq *s)
+{
+    const int32_t t = s->prev[s->n_rep++];
+    int fin = cairn__genseq_accept(&s->g, t);
+    if (fin < 0)
+        return bfail(b, fin, "out of memory");
+    if (!fin && s->o.max_tokens > 0 && s->g.n_hist - s->n_prompt >= (size_t)s->o.max_tokens)
+        fin = CAIRN__FINISH_LENGTH;
+    if (!fin && s->g.n_hist > (size_t)b->n_ctx)
+        fin = CAIRN__FINISH_CONTEXT;
+    if (fin) {
+        s->g.live = 1; /* as the engine's: the end releases held-back bytes through on_token */
+        return finish(b, s, fin);
+    }
+    s->tok = t;
+    s->state = CAIRN__SEQ_DECODE;
+    return 0;
+}
+
 /* after s's entry ran: the engine's loop for one token (run() and step() in gpu/engine.c) */
 static int after(cairn__batch *b, seq *s, int was_prompt)
 {
     const size_t nv = (size_t)b->m->n_vocab;
     int32_t tok;
+    if (s->n_rep < s->n_prev && (was_prompt || s->n_rep > 0)) /* still replaying */
+        return s->n_fed < s->n_prompt ? 0 : replay(b, s);
     memcpy(s->work, s->logits, nv * sizeof(float));
     s->has_logits = 1;
+    s->g.live = 1;
     if (was_prompt) {
         if (s->n_fed < s->n_prompt)
             return 0;
@@ -346,7 +398,8 @@ int cairn__batch_step(cairn__batch *b)
             q->tokens = &s->tok;
             q->n = 1;
             q->pos = pos;
-            q->logits = s->logits;
+            /* a replayed token but the newest computes nothing to sample from (the engine's) */
+            q->logits = s->n_rep < s->n_prev ? NULL : s->logits;
         }
         q->blocks = s->blocks;
         b->ent_seq[n++] = s;
@@ -371,7 +424,8 @@ int cairn__batch_step(cairn__batch *b)
         const int was_prompt = s->state == CAIRN__SEQ_PROMPT;
         if (was_prompt)
             s->n_fed += (size_t)q->n;
-        if ((was_prompt && s->n_fed < s->n_prompt) || !q->logits)
+        const int replaying = s->n_rep < s->n_prev;
+        if ((was_prompt && s->n_fed < s->n_prompt) || (!q->logits && !replaying))
             continue;
         if ((rc = after(b, s, was_prompt)) != 0)
             return rc;

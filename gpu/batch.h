@@ -77,6 +77,15 @@ void cairn__batch_free(cairn__batch *b);
  * prompt now, or memory; nothing kept: add it again later). */
 int cairn__batch_add(cairn__batch *b, const int32_t *prompt, size_t n_prompt,
                      const cairn__gen_opts *o, int *id);
+/* Adds a sequence that continues a generation from its checkpoint (cairn__engine_resume's
+ * arguments: the generated tokens so far and the sampler state after the newest, from
+ * on_progress or a result; o the original options). Its prompt runs in chunks, then each
+ * generated token is replayed as one decode step without callbacks, and it goes on from there:
+ * the rest is what the interrupted generation, batched or solo, would have produced. Returns as
+ * cairn__batch_add, plus CAIRN_EFORMAT (a bad state). n_prev 0: cairn__batch_add. */
+int cairn__batch_add_resume(cairn__batch *b, const int32_t *prompt, size_t n_prompt,
+                            const int32_t *prev, size_t n_prev, const uint8_t *state,
+                            size_t state_len, const cairn__gen_opts *o, int *id);
 /* Runs one step: every active sequence advances by one decode step or one prompt chunk (at
  * most prompt_chunks of those), sampling, streaming and checkpointing as the engine would; those
  * that end become finished. Returns the number of sequences still active (0: nothing left to

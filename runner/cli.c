@@ -495,7 +495,8 @@ static void usage(FILE *f, const char *prog)
         "  stats      counts by status, store size\n"
         "  check      verify every record of the store\n"
         "  consume    run a stream of tasks (JSON lines, kcat's), K at once\n"
-        "  serve      the HTTP task API (--tasks), with Idempotency-Key\n"
+        "  serve      the HTTP task API (--tasks), with Idempotency-Key; in cairn, a model\n"
+        "             as an OpenAI-compatible service (--model: serve --model M --help)\n"
         "  shard      which of N machines owns a task; filter a stream to one\n"
         "%s",
         prog,

@@ -67,7 +67,9 @@ static const char serve_help[] =
     "                          dead, in_doubt); &limit=N\n"
     "Errors are {\"error\": {\"type\", \"message\", \"field\"}}. SIGTERM, SIGINT and SIGHUP\n"
     "stop it: running tasks stop as `run`'s do; the next start (or `%P retry`) resumes them.\n"
-    "Exit: 0 stopped; 64 usage; 66 token file unreadable; 74 store error; 69 cannot listen.\n";
+    "Exit: 0 stopped; 64 usage; 66 token file unreadable; 74 store error; 69 cannot listen.\n"
+    "(In the cairn executable, `serve --model M.gguf` serves a model instead, as an\n"
+    "OpenAI-compatible API: `cairn serve --model M --help`.)\n";
 
 #define KEYS_MAX 1024 /* keys in admission at once: more is 503, try again */
 
@@ -600,9 +602,7 @@ static int serve_main(const cairn__cli_opts *o, cairn_graph *const *graphs, size
                            .user = &sv};
     if ((rc = cairn__http_start(&hc, &http, err, sizeof err))) {
         cairn__log(CAIRN__LOG_ERROR, "serve", "listen", NULL, NULL, "%s", err);
-        x = rc == CAIRN_ENOENT ? CAIRN__EX_NOINPUT
-            : rc == CAIRN_EIO  ? CAIRN__EX_UNAVAILABLE
-                               : CAIRN__EX_USAGE;
+        x = cairn__http_start_exit(rc);
         goto stop;
     }
     printf("listening %s\n", cairn__http_address(http));

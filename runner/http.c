@@ -8,6 +8,12 @@
  * The token is compared in constant time (CRYPTO_memcmp), so its bytes cannot be guessed one at
  * a time from response times.
  *
+ * Streams (Server-Sent Events for `serve --model`) are libmicrohttpd's callback responses sent
+ * chunked: the handler hands over a read function, and the server (per_connection: a thread per
+ * connection, so a read may wait) asks it for each next chunk. Whether the client is still there
+ * is seen without writing to it, by peeking at its socket (cairn__http_client_gone), so a request
+ * whose client left is given up at once, streamed or not.
+ *
  * libmicrohttpd is loaded (dlopen) when a server starts, not linked: Debian builds it with
  * GnuTLS, whose loading and initialisation (p11-kit and its modules) doubled the start-up time
  * of every command of every program on libcairn - `run` in a cron job, `show` - for a library
@@ -43,6 +49,8 @@ static struct {
     MHD_FN(MHD_add_response_header);
     MHD_FN(MHD_queue_response);
     MHD_FN(MHD_destroy_response);
+    MHD_FN(MHD_create_response_from_callback);
+    MHD_FN(MHD_get_connection_info);
 } mhd;
 #undef MHD_FN
 static pthread_once_t mhd_once = PTHREAD_ONCE_INIT;
@@ -65,7 +73,9 @@ static void mhd_load(void)
                                         "MHD_create_response_from_buffer",
                                         "MHD_add_response_header",
                                         "MHD_queue_response",
-                                        "MHD_destroy_response"};
+                                        "MHD_destroy_response",
+                                        "MHD_create_response_from_callback",
+                                        "MHD_get_connection_info"};
     void *syms[sizeof names / sizeof *names];
     for (size_t i = 0; i < sizeof names / sizeof *names; i++)
         if (!(syms[i] = dlsym(h, names[i]))) {
@@ -82,6 +92,9 @@ static void mhd_load(void)
     memcpy(&mhd.MHD_add_response_header, &syms[4], sizeof mhd.MHD_add_response_header);
     memcpy(&mhd.MHD_queue_response, &syms[5], sizeof mhd.MHD_queue_response);
     memcpy(&mhd.MHD_destroy_response, &syms[6], sizeof mhd.MHD_destroy_response);
+    memcpy(&mhd.MHD_create_response_from_callback, &syms[7],
+           sizeof mhd.MHD_create_response_from_callback);
+    memcpy(&mhd.MHD_get_connection_info, &syms[8], sizeof mhd.MHD_get_connection_info);
 }
 
 struct cairn__http {
@@ -127,10 +140,94 @@ json_t *cairn__http_error(const char *type, const char *field, const char *fmt, 
     return j;
 }
 
+/* The client's socket of a connection, -1 when libmicrohttpd cannot say. */
+static int conn_fd(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *ci =
+        mhd.MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    return ci ? ci->connect_fd : -1;
+}
+
+/* Whether the peer has closed its end: a read that would block is a client still there, an
+ * end of file (or a reset) one that went away. Peeked, so nothing is taken from the stream. */
+static int fd_gone(int fd)
+{
+    if (fd < 0)
+        return 0;
+    char c;
+    ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+int cairn__http_client_gone(const cairn__http_req *q) { return fd_gone(conn_fd(q->conn)); }
+
+/* A streamed body (cairn__http_resp.stream): libmicrohttpd calls sse_read on the connection's
+ * thread for the next bytes and sends each answer as one chunk. The producer's read waits a
+ * little itself when it has nothing; between two empty reads the socket is looked at, so a
+ * client that went away ends the response even while nothing is being written to it. */
+typedef struct stream_state {
+    cairn__http_stream_fn read;
+    cairn__http_stream_done_fn done;
+    void *user;
+    int fd, ended;
+} stream_state;
+
+static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)pos;
+    stream_state *ss = cls;
+    for (;;) {
+        ssize_t n = ss->read(ss->user, buf, max);
+        if (n > 0)
+            return n;
+        if (n < 0) {
+            ss->ended = 1;
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        }
+        if (fd_gone(ss->fd))
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+    }
+}
+
+/* The response is over: sent whole, or cut (a write failed, the client left, the server stops). */
+static void sse_free(void *cls)
+{
+    stream_state *ss = cls;
+    ss->done(ss->user, ss->ended);
+    free(ss);
+}
+
+static enum MHD_Result answer_stream(struct MHD_Connection *conn, cairn__http_resp *r)
+{
+    stream_state *ss = calloc(1, sizeof *ss);
+    if (!ss) {
+        r->stream_done(r->stream_user, 0);
+        return MHD_NO;
+    }
+    *ss = (stream_state){r->stream, r->stream_done, r->stream_user, conn_fd(conn), 0};
+    struct MHD_Response *resp =
+        mhd.MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, sse_read, ss, sse_free);
+    if (!resp) {
+        sse_free(ss);
+        return MHD_NO;
+    }
+    mhd.MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
+                                r->content_type ? r->content_type : "text/event-stream");
+    mhd.MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    enum MHD_Result ok = mhd.MHD_queue_response(conn, r->status, resp);
+    mhd.MHD_destroy_response(resp); /* a response never queued frees ss here (sse_free) */
+    return ok;
+}
+
 /* Queues r on the connection (the body as one compact JSON line) and releases it. */
 static enum MHD_Result answer(struct MHD_Connection *conn, cairn__http_resp *r, const char *allow,
                               int auth)
 {
+    if (r->stream) {
+        json_decref(r->body);
+        free(r->text);
+        return answer_stream(conn, r);
+    }
     char *text = r->body ? json_dumps(r->body, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
     json_decref(r->body);
     r->body = NULL;
@@ -407,11 +504,18 @@ int cairn__http_start(const cairn__http_conf *c, cairn__http **out, char *err, s
         return errno == 0 ? CAIRN_EINVAL : CAIRN_EIO;
     }
     /* the socket is ours, so a Unix socket and the port chosen for 0 are one code path */
-    h->d = mhd.MHD_start_daemon(
-        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, 0, NULL, NULL, on_request, h,
-        MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_THREAD_POOL_SIZE,
-        (unsigned)(c->threads ? c->threads : 1), MHD_OPTION_NOTIFY_COMPLETED, on_done, h,
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60, MHD_OPTION_END);
+    if (c->per_connection) /* handlers and streams may block: a thread each */
+        h->d = mhd.MHD_start_daemon(
+            MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL |
+                MHD_USE_ERROR_LOG,
+            0, NULL, NULL, on_request, h, MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_NOTIFY_COMPLETED,
+            on_done, h, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60, MHD_OPTION_END);
+    else
+        h->d = mhd.MHD_start_daemon(
+            MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, 0, NULL, NULL, on_request, h,
+            MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_THREAD_POOL_SIZE,
+            (unsigned)(c->threads ? c->threads : 1), MHD_OPTION_NOTIFY_COMPLETED, on_done, h,
+            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60, MHD_OPTION_END);
     if (!h->d) {
         snprintf(err, errlen, "cannot start the HTTP server on %s", h->address);
         close(fd);
@@ -422,6 +526,13 @@ int cairn__http_start(const cairn__http_conf *c, cairn__http **out, char *err, s
     }
     *out = h;
     return 0;
+}
+
+int cairn__http_start_exit(int rc)
+{
+    return rc == CAIRN_ENOENT ? CAIRN__EX_NOINPUT
+           : rc == CAIRN_EIO  ? CAIRN__EX_UNAVAILABLE
+                              : CAIRN__EX_USAGE;
 }
 
 const char *cairn__http_address(const cairn__http *h) { return h->address; }

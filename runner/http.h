@@ -11,6 +11,7 @@
 
 #include <jansson.h>
 #include <stddef.h>
+#include <sys/types.h>
 
 #include "cairn.h"
 
@@ -28,6 +29,14 @@ typedef struct cairn__http_req {
 const char *cairn__http_header(const cairn__http_req *q, const char *name);
 const char *cairn__http_query(const cairn__http_req *q, const char *name);
 
+/* A streamed body's producer: up to max next bytes into buf, their count; 0 when it has none
+ * yet (it should wait a little first, tens of milliseconds: between two empty reads the server
+ * checks that the client is still there); -1 at the end. Runs on the connection's thread. */
+typedef ssize_t (*cairn__http_stream_fn)(void *user, char *buf, size_t max);
+/* Called once when a stream is over: complete 1 when the producer's end was reached, 0 when it
+ * was cut (the client went away, a write failed, the server stopped). */
+typedef void (*cairn__http_stream_done_fn)(void *user, int complete);
+
 /* What a handler answers: a status, a JSON body (the response takes the reference; NULL: no
  * body), when not empty a Location header, when not 0 a Retry-After header (seconds). */
 typedef struct cairn__http_resp {
@@ -39,6 +48,11 @@ typedef struct cairn__http_resp {
      * Content-Type (e.g. /metrics' OpenMetrics text) */
     char *text;
     const char *content_type;
+    /* instead of both: a body streamed chunked (Content-Type text/event-stream unless
+     * content_type says otherwise), with no length; done is always called, once */
+    cairn__http_stream_fn stream;
+    cairn__http_stream_done_fn stream_done;
+    void *stream_user;
 } cairn__http_resp;
 
 typedef void (*cairn__http_fn)(void *user, const cairn__http_req *q, cairn__http_resp *r);
@@ -57,6 +71,7 @@ typedef struct cairn__http_conf {
     const char *token_file; /* NULL: no token; else every request needs "Bearer <token>" */
     size_t body_max;        /* a longer body is 413 */
     unsigned threads;       /* libmicrohttpd's thread pool */
+    int per_connection;     /* instead: a thread per connection (handlers may block, streams) */
     const cairn__http_route *routes;
     size_t n_routes;
     void *user; /* handed to every handler */
@@ -66,8 +81,12 @@ typedef struct cairn__http_conf {
  * CAIRN_EINVAL (a listen address that cannot be read, an empty token file), CAIRN_ENOENT (the
  * token file cannot be read), CAIRN_EIO (cannot listen), with err saying why. */
 int cairn__http_start(const cairn__http_conf *c, cairn__http **out, char *err, size_t errlen);
+/* The exit code for cairn__http_start's error: 66 (the token file), 69 (cannot listen), 64. */
+int cairn__http_start_exit(int rc);
 /* Where it listens, "127.0.0.1:PORT" (the port chosen for 0) or "unix:PATH". */
 const char *cairn__http_address(const cairn__http *h);
+/* Whether the client of a request has closed its connection (a blocking handler's check). */
+int cairn__http_client_gone(const cairn__http_req *q);
 /* Whether `listen` names a loopback address or a Unix socket. */
 int cairn__http_is_local(const char *listen);
 /* Stops accepting, waits for the handlers running, frees; NULL is a no-op. */

@@ -13,6 +13,16 @@
  * (a trailing assistant message opens a new turn on most servers), so it saves no progress and
  * a retry asks again from the start.
  *
+ * Against `cairn serve` (tools/serve_model.c) the resume is exact instead, on both endpoints:
+ * every request carries {"cairn": {"progress_every": N}}, and that server answers with a first
+ * event saying so and, every N tokens, a checkpoint event (the tokens so far and the sampler
+ * state). The step saves each checkpoint with the text received up to it (progress v2, in place
+ * of the text-only saves), and the next invocation sends the original prompt with {"cairn":
+ * {"resume": the checkpoint}}: the server replays the tokens and streams the rest, which is what
+ * the interrupted stream would have sent. A server that does not acknowledge the resume in its
+ * first event (another server behind the same URL after a restart) has started afresh: the saved
+ * text is dropped and its whole answer taken.
+ *
  * Failures are classed by what a retry can change: no connection, a timeout, 408/429/5xx, a
  * stream cut before its end or an error event of the server's own (5xx) are TRANSIENT (429's
  * Retry-After is honoured through cairn_ctx_set_retry_after); any other 4xx is PERMANENT with
@@ -164,29 +174,64 @@ typedef struct call {
     char prompt_sha[65];
     char finish[32];
     int got_done, stopped;
+    /* the cairn extension: the saved checkpoint sent (resume: its tokens and state), whether the
+     * server acknowledged it (first event), and the first event seen */
+    json_t *resume_ids;
+    char *resume_state;
+    int cairn_srv, first_seen;
     cairn_step_result fault; /* OK, or what the stream's own fault makes of the call */
     char why[400];
     json_int_t usage_prompt, usage_completion; /* -1: the server gave none */
 } call;
 
-static void save(call *k)
+/* Saves the text so far as progress: v1, the text alone (its token count: the chunks); v2 with
+ * a checkpoint of `cairn serve` (ids: its tokens, state: the sampler state in base64 as the
+ * server sent it), which a resume hands back. */
+static void save(call *k, json_t *ids, const char *state)
 {
+    size_t n = ids ? json_array_size(ids) : k->resumed + k->chunks;
+    int32_t *t = ids ? malloc((n ? n : 1) * sizeof *t) : NULL;
+    if (ids && !t)
+        return; /* progress is an optimisation */
+    for (size_t i = 0; ids && i < n; i++)
+        t[i] = (int32_t)json_integer_value(json_array_get(ids, i));
     msgpack_sbuffer sb;
     msgpack_sbuffer_init(&sb);
     msgpack_packer pk;
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
     const cairn__mp_kv kv[] = {
-        CAIRN__MP_U("v", 1),
+        CAIRN__MP_U("v", ids ? 2 : 1),
         CAIRN__MP_S("prompt_sha", k->prompt_sha, 64),
         CAIRN__MP_S("text", k->text.p ? k->text.p : "", k->text.len),
-        CAIRN__MP_U("tokens", k->resumed + k->chunks),
+        CAIRN__MP_U("tokens", n),
+        {"ids", CAIRN__MP_I32S, .p = t, .n = n},
+        CAIRN__MP_S("state", state, state ? strlen(state) : 0),
     };
-    CAIRN__MP_PACK(&pk, kv);
+    cairn__mp_pack_map(&pk, kv, ids ? 6 : 4);
     int rc = cairn_ctx_save_progress(k->ctx, sb.data, sb.size);
     msgpack_sbuffer_destroy(&sb);
+    free(t);
     if (rc == CAIRN_EINTR)
         k->stopped = 1; /* the run is stopping: the write callback ends the transfer */
     k->unsaved = 0;     /* a failed save is an optimisation lost, not a failed generation */
+}
+
+/* The cairn object of an event (NULL: none): the acknowledgement, a checkpoint. */
+static void on_cairn(call *k, json_t *x)
+{
+    int first = !k->first_seen;
+    k->first_seen = 1;
+    if (first && json_is_object(x) && json_is_integer(json_object_get(x, "resumed")))
+        k->cairn_srv = 1;
+    else if (first && k->resume_ids) { /* not understood: the server started from the prompt */
+        k->text.len = 0;
+        k->text.p[0] = 0;
+        k->resumed = 0;
+    }
+    json_t *ids = json_object_get(x, "tokens");
+    const char *st = json_string_value(json_object_get(x, "state"));
+    if (k->cairn_srv && json_is_array(ids) && st)
+        save(k, ids, st);
 }
 
 /* A printable excerpt of s (n bytes) into out. */
@@ -244,6 +289,7 @@ static int on_event(call *k, const char *d, size_t n)
         if (json_is_integer(json_object_get(u, "completion_tokens")))
             k->usage_completion = json_integer_value(json_object_get(u, "completion_tokens"));
     }
+    on_cairn(k, json_object_get(j, "cairn"));
     json_t *choices = json_object_get(j, "choices");
     if (!json_is_array(choices)) {
         json_decref(j);
@@ -268,10 +314,11 @@ static int on_event(call *k, const char *d, size_t n)
             return -1;
         }
         k->chunks++;
-        /* the chat endpoint cannot continue a turn (file comment): nothing worth saving */
-        if (k->c->endpoint == CAIRN__LLM_COMPLETIONS && k->c->progress_every &&
+        /* the chat endpoint cannot continue a turn (file comment): nothing worth saving; cairn
+         * serve's checkpoints are saved as they come */
+        if (k->c->endpoint == CAIRN__LLM_COMPLETIONS && k->c->progress_every && !k->cairn_srv &&
             ++k->unsaved >= (size_t)k->c->progress_every)
-            save(k);
+            save(k, NULL, NULL);
     }
     json_decref(j);
     return k->stopped ? -1 : 0;
@@ -378,6 +425,31 @@ static int prompt_sha(const cairn__llm_cfg *c, const json_t *prompt, char out[65
     return rc;
 }
 
+/* A v2 checkpoint's tokens (a JSON array) and state, for the resume extension. */
+static void saved_checkpoint(const msgpack_object *p, call *k)
+{
+    const msgpack_object *ids = cairn__mp_path(p, "ids"), *st = cairn__mp_path(p, "state");
+    if (!ids || ids->type != MSGPACK_OBJECT_ARRAY || !st || st->type != MSGPACK_OBJECT_STR)
+        return;
+    json_t *a = json_array();
+    for (uint32_t i = 0; a && i < ids->via.array.size; i++) {
+        const msgpack_object *t = &ids->via.array.ptr[i];
+        if (t->type != MSGPACK_OBJECT_POSITIVE_INTEGER) {
+            json_decref(a);
+            return;
+        }
+        json_array_append_new(a, json_integer((json_int_t)t->via.u64));
+    }
+    k->resume_state = strndup(st->via.str.ptr, st->via.str.size);
+    if (!a || !k->resume_state) {
+        json_decref(a);
+        free(k->resume_state);
+        k->resume_state = NULL;
+        return;
+    }
+    k->resume_ids = a;
+}
+
 /* Saved text and token count, if the progress belongs to this prompt. */
 static int saved_text(const msgpack_object *p, const char *sha, struct cairn__sbuf *text,
                       size_t *tokens)
@@ -400,8 +472,8 @@ static double as_written(float x)
     return strtod(s, NULL);
 }
 
-static json_t *request_body(const cairn__llm_cfg *c, const json_t *prompt, const char *so_far,
-                            size_t sl, size_t max_tokens, uint64_t seed)
+static json_t *request_body(const cairn__llm_cfg *c, const call *k, const json_t *prompt,
+                            const char *so_far, size_t sl, size_t max_tokens, uint64_t seed)
 {
     json_t *b = json_pack("{s:s, s:b, s:{s:b}, s:I, s:f, s:f, s:I}", "model", c->model, "stream", 1,
                           "stream_options", "include_usage", 1, "max_tokens",
@@ -409,6 +481,14 @@ static json_t *request_body(const cairn__llm_cfg *c, const json_t *prompt, const
                           "top_p", as_written(c->sp.top_p), "seed", (json_int_t)seed);
     if (!b)
         return NULL;
+    if (c->progress_every) { /* other servers ignore it; cairn serve checkpoints */
+        json_t *x = json_pack("{s:i}", "progress_every", c->progress_every);
+        if (k->resume_ids)
+            json_object_set_new(
+                x, "resume",
+                json_pack("{s:O, s:s}", "tokens", k->resume_ids, "state", k->resume_state));
+        json_object_set_new(b, "cairn", x);
+    }
     if (c->endpoint == CAIRN__LLM_CHAT)
         json_object_set(b, "messages", (json_t *)prompt);
     else { /* a continuation is the prompt followed by the text so far */
@@ -595,8 +675,11 @@ cairn_step_result cairn__llm_openai_step(cairn_ctx *ctx, const cairn__llm_cfg *c
         return failed(ctx, CAIRN_STEP_TRANSIENT, "out of memory");
     }
     const msgpack_object *p = cairn_ctx_progress(ctx);
-    if (p && c->endpoint == CAIRN__LLM_COMPLETIONS &&
-        !saved_text(p, k.prompt_sha, &k.text, &k.resumed)) {
+    const int have = p && saved_text(p, k.prompt_sha, &k.text, &k.resumed);
+    if (have)
+        saved_checkpoint(p, &k);
+    /* text alone continues only a completion; a checkpoint resumes either endpoint exactly */
+    if (!have || (c->endpoint == CAIRN__LLM_CHAT && !k.resume_ids)) {
         free(k.text.p);
         k.text = (struct cairn__sbuf){0};
         k.resumed = 0;
@@ -605,18 +688,23 @@ cairn_step_result cairn__llm_openai_step(cairn_ctx *ctx, const cairn__llm_cfg *c
     cairn__sb_put(&k.line, "", 0);
     if (k.text.oom || k.line.oom) {
         json_decref(prompt);
-        free(k.text.p), free(k.line.p);
+        free(k.text.p), free(k.line.p), free(k.resume_state), json_decref(k.resume_ids);
         return failed(ctx, CAIRN_STEP_TRANSIENT, "out of memory");
     }
-    if (k.resumed >= (size_t)c->max_tokens) { /* killed after the last chunk was saved */
+    /* killed after the last chunk was saved (a checkpoint goes back: the server releases the
+     * bytes it held back at the end) */
+    if (k.resumed >= (size_t)c->max_tokens && !k.resume_ids) {
         snprintf(k.finish, sizeof k.finish, "length");
         cairn_step_result r = pack_output(&k, 0, seed);
         json_decref(prompt);
-        free(k.text.p), free(k.line.p);
+        free(k.text.p), free(k.line.p), free(k.resume_state), json_decref(k.resume_ids);
         return r;
     }
-    json_t *req =
-        request_body(c, prompt, k.text.p, k.text.len, (size_t)c->max_tokens - k.resumed, seed);
+    /* a resume sends the prompt as it was and the whole max_tokens: the server counts the
+     * replayed tokens in it, as the engine does */
+    json_t *req = k.resume_ids ? request_body(c, &k, prompt, "", 0, (size_t)c->max_tokens, seed)
+                               : request_body(c, &k, prompt, k.text.p, k.text.len,
+                                              (size_t)c->max_tokens - k.resumed, seed);
     json_decref(prompt);
     char *body = req ? json_dumps(req, JSON_COMPACT) : NULL;
     json_decref(req);
@@ -634,7 +722,7 @@ cairn_step_result cairn__llm_openai_step(cairn_ctx *ctx, const cairn__llm_cfg *c
     k.h = t ? curl_easy_init() : NULL;
     if (!k.h) {
         curl_slist_free_all(hl);
-        free(body), free(k.text.p), free(k.line.p);
+        free(body), free(k.text.p), free(k.line.p), free(k.resume_state), json_decref(k.resume_ids);
         return failed(ctx, CAIRN_STEP_TRANSIENT, "out of memory building the request");
     }
     /* the URL as configured, less a query (none allowed) - and with any credentials refused */
@@ -666,11 +754,11 @@ cairn_step_result cairn__llm_openai_step(cairn_ctx *ctx, const cairn__llm_cfg *c
     int whole = k.fault == CAIRN_STEP_OK && !k.stopped && k.status >= 200 && k.status < 300 &&
                 (k.got_done || (cc == CURLE_OK && k.finish[0]));
     /* a cut stream keeps what it brought: the retry continues from there */
-    if (!whole && k.unsaved && !k.stopped && k.fault != CAIRN_STEP_PERMANENT)
-        save(&k);
+    if (!whole && k.unsaved && !k.stopped && k.fault != CAIRN_STEP_PERMANENT && !k.cairn_srv)
+        save(&k, NULL, NULL);
     cairn_step_result r = whole ? pack_output(&k, now_s() - t0, seed) : outcome(&k, cc, errbuf);
     curl_easy_cleanup(k.h);
     curl_slist_free_all(hl);
-    free(body), free(k.text.p), free(k.line.p);
+    free(body), free(k.text.p), free(k.line.p), free(k.resume_state), json_decref(k.resume_ids);
     return r;
 }

@@ -6,6 +6,7 @@
  * does the same with its own graphs (see examples/ledger).
  */
 #include <stdio.h>
+#include <string.h>
 
 #include "cairn.h"
 #include "runner/cli.h"
@@ -24,6 +25,13 @@ int main(int argc, char **argv)
     /* only the commands that run tasks take --config and need the graph (and the secrets its
      * config names); the others get argv as it is, so they refuse --config as unknown */
     const char *cmd = argc > 1 ? argv[1] : "";
+    /* `serve --model` is the model service (tools/serve_model.c), `serve --tasks` the CLI
+     * library's task API: the model's is wired here, where the engine may be */
+    if (!strcmp(cmd, "serve"))
+        for (int i = 2; i < argc && strcmp(argv[i], "--"); i++)
+            if (!strcmp(argv[i], "--model") || !strncmp(argv[i], "--model=", 8) ||
+                !strcmp(argv[i], "-m"))
+                return cairn__cmd_serve_model(argc - 1, argv + 1);
     int rc = cairn__cli_takes_config(cmd)
                  ? cairn__pipeline_from_args(&argc, argv, 1, &p, err, sizeof err)
                  : 0;

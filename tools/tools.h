@@ -17,6 +17,8 @@ int cairn__cmd_tokenize(int argc, char **argv);   /* tools/tokenize.c */
 int cairn__cmd_model_info(int argc, char **argv); /* tools/model_info.c */
 int cairn__cmd_index(int argc, char **argv);      /* tools/index.c */
 int cairn__cmd_search(int argc, char **argv);     /* tools/search.c */
+/* `serve --model` (tools/serve_model.c); main.c routes `serve` here when --model is given */
+int cairn__cmd_serve_model(int argc, char **argv);
 
 /* The command lines of `index` and `search` (tools/index.c), which differ only in two options:
  * the one each requires (`need`: --corpus, --query) and a number (--batch, --top-k). Each

@@ -28,58 +28,13 @@
 #include "steps/retrieve.h"
 #include "tests/model/mkmodel.h"
 
+#include "ok_server.h"
+
 static double now_s(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-/* ------------------------------------------------------------------ a 200-OK HTTP server */
-
-static int serve_fd;
-
-static void *serve(void *arg)
-{
-    (void)arg;
-    for (;;) {
-        int c = accept(serve_fd, NULL, NULL);
-        if (c < 0)
-            return NULL;
-        char buf[65536];
-        size_t got = 0;
-        /* read headers and the body (Content-Length) */
-        for (;;) {
-            ssize_t r = read(c, buf + got, sizeof buf - 1 - got);
-            if (r <= 0)
-                break;
-            got += (size_t)r;
-            buf[got] = 0;
-            char *end = strstr(buf, "\r\n\r\n");
-            char *cl = strcasestr(buf, "content-length:");
-            if (end && (!cl || got >= (size_t)(end + 4 - buf) + strtoul(cl + 15, NULL, 10)))
-                break;
-        }
-        static const char ok[] =
-            "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok";
-        if (write(c, ok, sizeof ok - 1) < 0)
-            perror("write");
-        close(c);
-    }
-}
-
-static int start_server(void)
-{
-    serve_fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t l = sizeof a;
-    if (bind(serve_fd, (struct sockaddr *)&a, sizeof a) || listen(serve_fd, 64) ||
-        getsockname(serve_fd, (struct sockaddr *)&a, &l))
-        return -1;
-    pthread_t t;
-    pthread_create(&t, NULL, serve, NULL);
-    pthread_detach(t);
-    return ntohs(a.sin_port);
 }
 
 /* ------------------------------------------------------------------ timed steps */
@@ -206,7 +161,7 @@ int main(int argc, char **argv)
     if (cairn__bm25_commit(ix))
         die("index commit", cairn__bm25_errmsg(ix));
     cairn__bm25_close(ix);
-    int port = start_server();
+    int port = ok_server_start();
     if (port < 0)
         die("server", "cannot listen on 127.0.0.1");
     setenv("CAIRN_BENCH_SECRET", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", 1);

@@ -7,7 +7,8 @@
  * sampler state must be identical, and the batch's last logits of each sequence must equal (memcmp)
  * those of the same forward calls on the solo backend (the prompt, then each generated token but
  * the last, one at a time: what the engine ran), and one sequence's stream and newest checkpoint
- * must be its text and resume exactly through the engine alone. Also: an f16 cache; the pool's
+ * must be its text and resume exactly through the engine alone, and in the batch
+ * (cairn__batch_add_resume) beside another sequence. Also: an f16 cache; the pool's
  * policy (a prompt that does not fit is refused, decoding sequences wait, a step where all wait
  * returns ENOMEM, removal gives the blocks back and the rest finish unchanged); and the fallback
  * for a backend without paged ops (solo backends per sequence).
@@ -161,7 +162,7 @@ static int check_batch(rig *R, const cairn__batch_opts *bo, const char *what)
             if (ids[k] >= 0 && cairn__batch_logits(B, ids[k]))
                 memcpy(lg[k], cairn__batch_logits(B, ids[k]), (size_t)nv * sizeof(float));
     }
-    int same_tok = 1, same_logits = 1, n_tok = 0, same_ck = 0;
+    int same_tok = 1, same_logits = 1, n_tok = 0, same_ck = 0, same_resume = 0;
     float *sl = malloc((size_t)nv * sizeof(float));
     for (int k = 0; k < N_SEQ && good; k++) {
         cairn__gen_result rb, rs;
@@ -184,6 +185,26 @@ static int check_batch(rig *R, const cairn__batch_opts *bo, const char *what)
                       memcmp(rr.state, rs.state, sizeof rs.state) == 0;
             if (rc3 == 0)
                 cairn__gen_result_free(&rr);
+            /* the same checkpoint resumed in the batch, beside a fresh sequence: as alone */
+            int rid = -1, fid = -1, n = 0;
+            cairn__gen_opts fo = opts[0];
+            int rc4 = cairn__batch_add_resume(B, prompts[k], (size_t)specs[k].n_prompt, sk.ck,
+                                              sk.n_ck, sk.state, sizeof sk.state, &so, &rid);
+            if (rc4 == 0)
+                rc4 = cairn__batch_add(B, prompts[0], (size_t)specs[0].n_prompt, &fo, &fid);
+            while (rc4 == 0 && cairn__batch_n_active(B) > 0 && n++ < 500)
+                rc4 = cairn__batch_step(B) < 0;
+            cairn__gen_result rq;
+            memset(&rq, 0, sizeof rq);
+            same_resume = rc4 == 0 && cairn__batch_result(B, rid, &rq) == 0 &&
+                          rq.n_tokens == rs.n_tokens && rq.finish == rs.finish &&
+                          memcmp(rq.tokens, rs.tokens, rs.n_tokens * sizeof *rs.tokens) == 0 &&
+                          rq.text_len == rs.text_len &&
+                          memcmp(rq.text, rs.text, rs.text_len) == 0 &&
+                          memcmp(rq.state, rs.state, sizeof rs.state) == 0;
+            cairn__gen_result_free(&rq);
+            cairn__batch_remove(B, rid);
+            cairn__batch_remove(B, fid);
         }
         if (rc || rc2) {
             same_tok = 0;
@@ -217,6 +238,10 @@ static int check_batch(rig *R, const cairn__batch_opts *bo, const char *what)
                "%s: a batched sequence's stream is its text, and its checkpoint (%zu tokens) "
                "resumes exactly through the engine alone",
                what, sk.n_ck);
+    good &= ok(good && same_resume,
+               "%s: that checkpoint resumed in the batch (cairn__batch_add_resume, beside a fresh "
+               "sequence) gives the tokens, text, finish and state of the uninterrupted run",
+               what);
     for (int k = 0; k < N_SEQ; k++)
         cairn__batch_remove(B, ids[k]);
     good &= ok(cairn__batch_free_blocks(B) == full && cairn__batch_n_active(B) == 0,
