@@ -635,7 +635,7 @@ static int serve_main(const cairn__cli_opts *o, cairn_graph *const *graphs, size
     }
     x = CAIRN__EX_OK;
 stop:
-    cairn__http_stop(http); /* no request runs after this */
+    cairn__http_stop(http, 5.0); /* the answers being sent go out whole; none runs after */
     for (size_t i = 0; i < sv.n_workers; i++) {
         if (sv.nudge && sv.nudge[i] >= 0)
             close(sv.nudge[i]);

@@ -33,6 +33,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/str.h"
@@ -104,6 +105,9 @@ struct cairn__http {
     size_t token_len;
     char address[sizeof(((struct sockaddr_un *)0)->sun_path) + 8];
     char unix_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+    pthread_mutex_t mu; /* in_flight: routed requests not yet answered whole (on_done) */
+    pthread_cond_t idle;
+    int in_flight;
 };
 
 /* One request's state across the handler's calls. */
@@ -332,6 +336,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             return MHD_NO;
         st->route = route;
         *con_cls = st;
+        pthread_mutex_lock(&h->mu);
+        h->in_flight++;
+        pthread_mutex_unlock(&h->mu);
         return MHD_YES;
     }
     if (*upload_data_size) {
@@ -361,12 +368,17 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 static void on_done(void *cls, struct MHD_Connection *conn, void **con_cls,
                     enum MHD_RequestTerminationCode toe)
 {
-    (void)cls, (void)conn, (void)toe;
+    (void)conn, (void)toe;
+    cairn__http *h = cls;
     req_state *st = *con_cls;
     if (st) {
         free(st->body.p);
         free(st);
         *con_cls = NULL;
+        pthread_mutex_lock(&h->mu);
+        if (--h->in_flight == 0)
+            pthread_cond_broadcast(&h->idle);
+        pthread_mutex_unlock(&h->mu);
     }
 }
 
@@ -492,6 +504,8 @@ int cairn__http_start(const cairn__http_conf *c, cairn__http **out, char *err, s
     if (!h)
         return CAIRN_ENOMEM;
     h->c = *c;
+    pthread_mutex_init(&h->mu, NULL);
+    pthread_cond_init(&h->idle, NULL);
     int rc = c->token_file ? read_token(h, c->token_file, err, errlen) : 0;
     if (rc) {
         free(h);
@@ -537,12 +551,27 @@ int cairn__http_start_exit(int rc)
 
 const char *cairn__http_address(const cairn__http *h) { return h->address; }
 
-void cairn__http_stop(cairn__http *h)
+void cairn__http_stop(cairn__http *h, double drain_s)
 {
     if (!h)
         return;
+    /* libmicrohttpd's stop shuts every connection's socket down at once, cutting what a
+     * response has not yet written (a stream's last event, a plain answer just queued): the
+     * requests being answered get drain_s to be sent whole first */
+    struct timespec end;
+    clock_gettime(CLOCK_REALTIME, &end);
+    end.tv_sec += (time_t)drain_s;
+    end.tv_nsec += (long)((drain_s - (double)(time_t)drain_s) * 1e9);
+    end.tv_sec += end.tv_nsec / 1000000000L;
+    end.tv_nsec %= 1000000000L;
+    pthread_mutex_lock(&h->mu);
+    while (h->in_flight > 0 && pthread_cond_timedwait(&h->idle, &h->mu, &end) == 0)
+        ;
+    pthread_mutex_unlock(&h->mu);
     mhd.MHD_stop_daemon(h->d); /* closes the listening socket too */
     if (h->unix_path[0])
         unlink(h->unix_path);
+    pthread_mutex_destroy(&h->mu);
+    pthread_cond_destroy(&h->idle);
     free(h);
 }

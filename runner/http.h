@@ -89,8 +89,9 @@ const char *cairn__http_address(const cairn__http *h);
 int cairn__http_client_gone(const cairn__http_req *q);
 /* Whether `listen` names a loopback address or a Unix socket. */
 int cairn__http_is_local(const char *listen);
-/* Stops accepting, waits for the handlers running, frees; NULL is a no-op. */
-void cairn__http_stop(cairn__http *h);
+/* Stops: the requests being answered get up to drain_s seconds to be sent whole, then the
+ * server stops accepting, waits for the handlers running, frees; NULL is a no-op. */
+void cairn__http_stop(cairn__http *h, double drain_s);
 
 /* The error body {"error": {"type", "message", "field"?}} (field NULL: none). */
 json_t *cairn__http_error(const char *type, const char *field, const char *fmt, ...)

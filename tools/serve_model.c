@@ -1148,7 +1148,7 @@ out:
         pthread_mutex_unlock(&sv.mu);
         pthread_join(th, NULL);
     }
-    cairn__http_stop(http); /* waits for the connections: every stream has its end now */
+    cairn__http_stop(http, 10.0); /* every stream has its end now: it goes out whole */
     if (stop_fd >= 0) {
         cairn__cli_stops_default();
         cairn__cli_stops_close();
