@@ -22,9 +22,9 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <xxhash.h>
 
 #include "checkpoint/store_impl.h"
+#include "common/xxh.h"
 
 #define SUM 8 /* bytes of checksum after each value */
 

@@ -45,9 +45,9 @@
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include "checkpoint/store_impl.h"
+#include "common/xxh.h"
 
 #define J_MAGIC "CAIRNJNL"
 #define J_VERSION 1u

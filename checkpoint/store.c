@@ -45,11 +45,11 @@
  * stores; records.c the record coding and the task/step/progress/audit records, index.c the
  * index scans, messages and statistics.
  */
-#include <xxhash.h>
 
 #include "checkpoint/store_impl.h"
 
 #include "common/mdb.h"
+#include "common/xxh.h"
 
 #include <errno.h>
 #include <lmdb.h>

@@ -18,9 +18,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <xxhash.h>
 
 #include "common/taskid.h"
+#include "common/xxh.h"
 #include "runner/cli.h"
 
 uint32_t cairn_shard_of(const char *task_id, uint32_t n_shards)

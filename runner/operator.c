@@ -14,8 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <xxhash.h>
-
+#include "common/xxh.h"
 #include "runner/internal.h"
 
 /* ------------------------------------------------------------------ retry */

@@ -18,9 +18,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include "checkpoint/store.h"
+#include "common/xxh.h"
 
 static int tu__rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
 {
