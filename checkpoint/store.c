@@ -622,6 +622,8 @@ int cairn__store_settle(cairn_store *s, uint64_t upto)
     return s->synced && !s->readonly ? cairn__synced_settle(s, upto) : 0;
 }
 
+uint64_t cairn__store_reads(const cairn_store *s) { return s ? s->reads : 0; }
+
 int cairn__store_read(cairn_store *s, cairn__txn_fn fn, void *arg)
 {
     if (!s || !s->env)
@@ -635,6 +637,7 @@ int cairn__store_read(cairn_store *s, cairn__txn_fn fn, void *arg)
     cairn__txn t = {.s = s};
     int rc = cairn__store_begin(s, MDB_RDONLY, &t.txn);
     if (!rc) {
+        s->reads++;
         msgpack_sbuffer_init(&t.buf);
         rc = fn(&t, arg);
         txn_buffers_free(&t);

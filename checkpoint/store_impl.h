@@ -23,6 +23,7 @@ struct cairn_store {
         msgtime;
     cairn_durability durability; /* the store's own once open (store.c settle_durability) */
     int durability_asked;        /* cairn_store_set_durability was called */
+    uint64_t reads;              /* cairn__store_read's transactions begun */
     /* map.c: the lock every change of a map size is made under; this process's map (nosync:
      * found after every remap, for the seal and for prepare_ahead) and how far past the used
      * pages it is ready (written and populated); broken after a remap that left no map */

@@ -86,6 +86,16 @@ struct cairn_ctx {
     int last_step; /* the graph's last step: its commit also marks the task succeeded */
     int finished;  /* that commit happened */
     int owed;      /* an expensive output was committed relaxed: the next durable point covers it */
+    /* known: the run created the task, and every record of it since is this run's own commit
+     * (done steps only), so a step's resume read is known without reading (step.c, known_load);
+     * kept: those done steps' outputs, by index in the graph */
+    int known;
+    size_t step_ix, kept_bytes;
+    struct cairn__kept {
+        char *bytes; /* NULL: the step committed no output */
+        size_t len;
+        int done;
+    } * kept;
     uint32_t retry_after_ms;
     int64_t call_ms;      /* when the step's current call began (its events' durations) */
     cairn__heartbeat *hb; /* non-NULL while an in-process step has a heartbeat */
@@ -114,6 +124,7 @@ typedef struct acquire_arg {
     uint32_t tenant_running;
     const uint64_t *listed; /* retry: the record's txn when it was listed as due (or NULL) */
     int taken;              /* the record changed since: another process took the task up */
+    int fresh;              /* the admission that took the lease created the task */
 } acquire_arg;
 
 /* step.c: runs the steps of a task whose lease `a` holds, committing each. */

@@ -748,6 +748,7 @@ int cairn_runner_run(cairn_runner *r, const char *graph, const char *task_id, co
         snprintf(task_id_out, task_id_size, "%s", id);
     if (rc)
         return rc == 1 ? 0 : rc;
+    acq.fresh = created;
     return cairn__run_acquired(r, g, id, &acq);
 }
 

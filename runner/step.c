@@ -4,9 +4,11 @@
  * dependencies' committed outputs and its saved progress in one read transaction (load_txn),
  * calls the step (runner/exec.c), and commits the outcome in one write transaction
  * (commit_txn) that first checks the lease token (fencing: a process that lost the task never
- * commits). An effect's intent is committed and flushed before the step is called. The kinds
- * of commit (done, intent, failed, dead, in doubt, stopped...) are one switch, so every path a
- * step can end on is visible in one place. Admission and the lease are runner/runner.c's.
+ * commits). A run that created its task knows that read without making it, as long as each of
+ * its commits is a done step whose output it keeps (known_load): the first run of a task reads
+ * once, at its first step. An effect's intent is committed and flushed before the step is called.
+ * The kinds of commit (done, intent, failed, dead, in doubt, stopped...) are one switch, so every
+ * path a step can end on is visible in one place. Admission and the lease are runner/runner.c's.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -230,6 +232,9 @@ static int commit(cairn_ctx *c, commit_kind kind, int durable, const void *out, 
                     .err = err,
                     .invocations = invocations,
                     .next_retry_ms = next_retry_ms};
+    /* a record other than a done step's (or the intent before it) ends what the run knows */
+    if (kind != C_DONE && kind != C_DONE_LAST && kind != C_INTENT)
+        c->known = 0;
     int rc = cairn__store_write(c->r->store, durable, commit_txn, &a);
     if (rc)
         return cairn__runner_store_fail(c->r, rc);
@@ -356,6 +361,56 @@ static int load_txn(cairn__txn *t, void *arg)
     } else if (rc != CAIRN_ENOTFOUND)
         return rc;
     return 0;
+}
+
+/* The resume read of a step, known without reading: the run created the task (admission), and
+ * every record of it since is this run's commit of a done step, each with its output kept here.
+ * So the step has no record and no progress, and its dependencies' outputs are the ones kept;
+ * the task's fields load_txn reads (payload hash, creation time, input) were read by the first
+ * step's load. A lost lease changes nothing here: the commit's fence refuses it, as it refuses
+ * a read one. 1 if `a` is filled, 0 if the step must be read (nothing known, or no memory). */
+static int known_load(cairn_ctx *c, load_arg *a)
+{
+    if (!c->known || !c->input_bytes)
+        return 0;
+    const cairn_step *s = c->step;
+    for (size_t i = 0; i < c->n_deps; i++)
+        if (!c->kept[s->deps[i]].done)
+            return 0;
+    for (size_t i = 0; i < c->n_deps; i++) {
+        const struct cairn__kept *k = &c->kept[s->deps[i]];
+        cairn__dep *d = &c->deps[i];
+        if (!k->bytes || d->bytes)
+            continue;
+        if (unpack_copy(k->bytes, k->len, &d->bytes, &d->len, &d->u))
+            return 0; /* load_txn reads what is not present yet */
+        d->present = 1;
+    }
+    a->has_rec = 0;
+    if (c->has_progress) {
+        msgpack_unpacked_destroy(&c->progress);
+        free(c->progress_bytes);
+        c->progress_bytes = NULL;
+        c->has_progress = 0;
+    }
+    return 1;
+}
+
+/* A done step's output, kept for the steps after it that depend on it (known_load); past
+ * KEEP_MAX bytes in all, the run stops keeping and the later steps read theirs. Takes o->out. */
+#define KEEP_MAX (4u << 20)
+static void keep_output(cairn_ctx *c, cairn__outcome *o)
+{
+    if (!c->known)
+        return;
+    if (c->kept_bytes + o->out_len > KEEP_MAX) {
+        c->known = 0;
+        return;
+    }
+    struct cairn__kept *k = &c->kept[c->step_ix];
+    k->bytes = o->out, k->len = o->out_len, k->done = 1;
+    c->kept_bytes += o->out_len;
+    o->out = NULL, o->out_len = 0;
 }
 
 static void ctx_clear(cairn_ctx *c)
@@ -485,10 +540,9 @@ static int run_step(cairn_ctx *c, const cairn_graph *g)
         c->deps[i].name = g->steps[s->deps[i]]->name;
     c->delivery_id[0] = 0; /* derived on first use (effects, or a step that asks) */
     int rc;
-    for (;;) {
+    for (int first = 1;; first = 0) {
         load_arg la = {.ctx = c, .g = g};
-        rc = cairn__store_read(r->store, load_txn, &la);
-        if (rc)
+        if (!(first && known_load(c, &la)) && (rc = cairn__store_read(r->store, load_txn, &la)))
             return cairn__runner_store_fail(r, rc);
         uint32_t inv = la.has_rec ? la.rec.invocations : 0;
         cairn_step_state st = la.has_rec ? (cairn_step_state)la.rec.state : CAIRN_STEP_PENDING;
@@ -577,6 +631,7 @@ static int run_step(cairn_ctx *c, const cairn_graph *g)
             if (c->last_step) {
                 rc = commit(c, C_DONE_LAST, CAIRN__DURABLE, o.out, o.out_len, NULL, inv, 0);
                 c->finished = rc == 0;
+                c->known = 0; /* nothing runs after it */
             } else {
                 /* An expensive step's output followed by an effect is flushed by that effect's
                  * intent, the durable point that comes next (nothing but its resume read runs
@@ -586,6 +641,8 @@ static int run_step(cairn_ctx *c, const cairn_graph *g)
                 int defer = durable && s->delivery == CAIRN_COMPUTE && effect_next(g, s);
                 rc = commit(c, C_DONE, durable && !defer, o.out, o.out_len, NULL, inv, 0);
                 c->owed |= rc == 0 && defer;
+                if (rc == 0)
+                    keep_output(c, &o);
             }
             cairn__outcome_free(&o);
             return rc;
@@ -686,12 +743,15 @@ int cairn__run_acquired(cairn_runner *r, const cairn_graph *g, const char *id, c
         return cairn__runner_store_fail(r, rc);
     msgpack_sbuffer_init(&c.out);
     msgpack_packer_init(&c.pk, &c.out, msgpack_sbuffer_write);
+    if (a->fresh && (c.kept = calloc(g->n_steps, sizeof *c.kept)))
+        c.known = 1;
     if (r->events) { /* the acquire that took the lease has committed */
         commit_arg started = {.state = CAIRN_RUNNING, .attempt = c.attempt};
         emit(&c, "task_started", "", &started, 0);
     }
     for (size_t i = 0; i < g->n_steps && rc == 0; i++) {
         c.step = g->steps[g->order[i]];
+        c.step_ix = g->order[i];
         c.last_step = i + 1 == g->n_steps;
         rc = run_step(&c, g);
         ctx_clear(&c);
@@ -730,6 +790,9 @@ int cairn__run_acquired(cairn_runner *r, const cairn_graph *g, const char *id, c
         msgpack_unpacked_destroy(&c.input);
         free(c.input_bytes);
     }
+    for (size_t i = 0; c.kept && i < g->n_steps; i++)
+        free(c.kept[i].bytes);
+    free(c.kept);
     msgpack_sbuffer_destroy(&c.out);
     return rc;
 }

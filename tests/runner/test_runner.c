@@ -921,6 +921,60 @@ static void test_deps(void)
     cairn_graph_free(g);
 }
 
+/* A run that created its task reads the store once, at its first step: each later step's
+ * record, progress and dependencies' outputs are what the run itself committed (step.c,
+ * known_load). Anything else - an inline retry, a resumed task - reads as before. */
+static void test_known_reads(void)
+{
+    newdir("known");
+    spec a = {.base = 1}, b = {.base = 1, .deps = {"a"}}, c = {.base = 1, .deps = {"b"}},
+         d = {.base = 1, .deps = {"c"}};
+    cairn_graph *g = cairn_graph_new("kn", 1);
+    cairn_step_set_user(cairn_graph_add_step(g, "a", st_gen, NULL), &a);
+    cairn_step_set_user(cairn_graph_add_step(g, "b", st_gen, "a"), &b);
+    cairn_step *sc = cairn_graph_add_step(g, "c", st_gen, "b");
+    cairn_step_set_user(sc, &c);
+    cairn_step_set_retry(sc, 5, 1, 1);
+    cairn_step_set_user(cairn_graph_add_step(g, "d", st_gen, "c"), &d);
+    cairn_store *s = store_open();
+    cairn_runner *r = runner_config(s, g);
+    if (r)
+        cairn_runner_set_inline_wait_ms(r, 1000);
+    r = opened(r);
+    uint64_t r0 = cairn__store_reads(s);
+    int rc = run(r, "kn", "k1", "{}");
+    uint64_t reads = cairn__store_reads(s) - r0;
+    stepq q = step_of(s, "k1", "d", 0);
+    ok(rc == 0 && q.out == 4 && reads == 1,
+       "a new task of 4 steps: 1 read transaction (%llu), the outputs passed on in memory "
+       "(d = %lld)",
+       (unsigned long long)reads, (long long)q.out);
+    c.fail_calls = 1; /* c fails once and is retried inline: c's retry and d read the store */
+    r0 = cairn__store_reads(s);
+    rc = run(r, "kn", "k2", "{}");
+    reads = cairn__store_reads(s) - r0;
+    q = step_of(s, "k2", "d", 0);
+    stepq qc = step_of(s, "k2", "c", 0);
+    ok(rc == 0 && q.out == 4 && qc.rec.invocations == 2 && reads == 3,
+       "after an inline retry the steps read again: %llu read transactions, d = %lld, c "
+       "invoked %u times",
+       (unsigned long long)reads, (long long)q.out, qc.rec.invocations);
+    c.fail_calls = 1;
+    cairn_runner *later = runner_open(s, g); /* no inline wait: c's retry is left for later */
+    rc = run(later, "kn", "k3", "{}");
+    r0 = cairn__store_reads(s);
+    int rc2 = cairn_runner_resume(later, "k3");
+    reads = cairn__store_reads(s) - r0;
+    q = step_of(s, "k3", "d", 0);
+    ok(rc == CAIRN_ETRANSIENT && rc2 == 0 && q.out == 4 && reads >= 2,
+       "a resumed task reads its steps from the store: %s then %s, %llu reads, d = %lld",
+       cairn_errname(rc), cairn_errname(rc2), (unsigned long long)reads, (long long)q.out);
+    cairn_runner_free(later);
+    cairn_runner_free(r);
+    cairn_store_free(s);
+    cairn_graph_free(g);
+}
+
 /* ------------------------------------------------------------------ leases */
 
 static cairn_runner *g_r2;
@@ -2130,6 +2184,7 @@ int main(void)
     test_delivery_ids();
     test_progress();
     test_deps();
+    test_known_reads();
     test_leases();
     test_fencing();
     test_fencing_messages();
