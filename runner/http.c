@@ -542,13 +542,6 @@ int cairn__http_start(const cairn__http_conf *c, cairn__http **out, char *err, s
     return 0;
 }
 
-int cairn__http_start_exit(int rc)
-{
-    return rc == CAIRN_ENOENT ? CAIRN__EX_NOINPUT
-           : rc == CAIRN_EIO  ? CAIRN__EX_UNAVAILABLE
-                              : CAIRN__EX_USAGE;
-}
-
 const char *cairn__http_address(const cairn__http *h) { return h->address; }
 
 void cairn__http_stop(cairn__http *h, double drain_s)
@@ -574,4 +567,31 @@ void cairn__http_stop(cairn__http *h, double drain_s)
     pthread_mutex_destroy(&h->mu);
     pthread_cond_destroy(&h->idle);
     free(h);
+}
+
+int cairn__http_cmd_check(const char *cmd, const char *help, const char *listen,
+                          const char *key_file, const char *key_opt)
+{
+    if (!cairn__http_is_local(listen) && !key_file)
+        return cairn__cli_usage_error(cmd, help, "--listen %s is not loopback: %s F is required",
+                                      listen, key_opt);
+    return 0;
+}
+
+int cairn__http_cmd_start(const cairn__http_conf *c, const char *cmd, const char *what,
+                          cairn__http **out)
+{
+    char err[1024];
+    int rc = cairn__http_start(c, out, err, sizeof err);
+    if (rc) {
+        cairn__log(CAIRN__LOG_ERROR, cmd, "listen", NULL, NULL, "%s", err);
+        return rc == CAIRN_ENOENT ? CAIRN__EX_NOINPUT
+               : rc == CAIRN_EIO  ? CAIRN__EX_UNAVAILABLE
+                                  : CAIRN__EX_USAGE;
+    }
+    printf("listening %s\n", (*out)->address);
+    fflush(stdout);
+    cairn__log(CAIRN__LOG_NOTE, cmd, "listening", NULL, NULL, "%s, listening on %s", what,
+               (*out)->address);
+    return 0;
 }

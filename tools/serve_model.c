@@ -12,7 +12,6 @@
  * those last events time to go out before it stops.
  */
 #include <errno.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -147,9 +146,9 @@ int cairn__cmd_serve_model(int argc, char **argv)
     if (o.socket)
         snprintf(listen, sizeof listen, "unix:%s", o.socket);
     else
-        snprintf(listen, sizeof listen, "%s", o.listen ? o.listen : "127.0.0.1:8080");
-    if (!cairn__http_is_local(listen) && !o.key_file)
-        return bad_usage("--listen %s is not loopback: --api-key-file F is required", listen);
+        snprintf(listen, sizeof listen, "%s", o.listen ? o.listen : CAIRN__HTTP_LISTEN_DEFAULT);
+    if ((rc = cairn__http_cmd_check("serve", usage, listen, o.key_file, "--api-key-file")))
+        return rc;
 
     server sv = {
         .max_seqs = (int)max_seqs, .queue_max = (int)queue, .step_delay_ms = (unsigned)delay};
@@ -191,24 +190,14 @@ int cairn__cmd_serve_model(int argc, char **argv)
                            .routes = cairn__serve_routes,
                            .n_routes = cairn__serve_n_routes,
                            .user = &sv};
-    if ((rc = cairn__http_start(&hc, &http, err, sizeof err))) {
-        cairn__log(CAIRN__LOG_ERROR, "serve", "listen", NULL, NULL, "%s", err);
-        x = cairn__http_start_exit(rc);
+    char what[1024];
+    snprintf(what, sizeof what, "model %s (%s backend, context %d, %d sequences at once, %s batch)",
+             sv.name, cairn__backend_name(be), sv.n_ctx, sv.max_seqs,
+             cairn__batch_paged(sv.b) ? "paged" : "solo");
+    if ((x = cairn__http_cmd_start(&hc, "serve", what, &http)))
         goto out;
-    }
-    printf("listening %s\n", cairn__http_address(http));
-    fflush(stdout);
-    cairn__log(CAIRN__LOG_NOTE, "serve", "listening", NULL, NULL,
-               "model %s (%s backend, context %d, %d sequences at once, %s batch), listening on %s",
-               sv.name, cairn__backend_name(be), sv.n_ctx, sv.max_seqs,
-               cairn__batch_paged(sv.b) ? "paged" : "solo", cairn__http_address(http));
-    for (;;) {
-        struct pollfd pf = {.fd = stop_fd, .events = POLLIN};
-        if (poll(&pf, 1, -1) > 0)
-            break;
-    }
+    x = cairn__cli_stops_wait(stop_fd, 0, NULL, NULL); /* no tick: 0, at a stop */
     cairn__serve_drain(&sv, grace);
-    x = CAIRN__EX_OK;
 out:
     cairn__serve_cancel(&sv);
     cairn__http_stop(http, 10.0); /* every stream has its end now: it goes out whole */
