@@ -66,6 +66,14 @@ typedef struct cairn__http_route {
     cairn__http_fn fn;
 } cairn__http_route;
 
+/* The body of a request the server refuses itself, before any route runs: 401 (no valid bearer
+ * token), 404 (no route has the path), 405 (the path's routes take other methods: the Allow
+ * header says which), 413 (the body is over body_max). type is the task API's name for the
+ * refusal (unauthorized, not_found, method_not_allowed, too_large), message says why, for a
+ * person. Returns a new JSON body (the response takes it); runs on a connection's thread. */
+typedef json_t *(*cairn__http_refusal_fn)(void *user, unsigned status, const char *type,
+                                          const char *message);
+
 typedef struct cairn__http_conf {
     const char *listen;     /* "ADDR:PORT" (IPv4, port 0: any free one) or "unix:PATH" */
     const char *token_file; /* NULL: no token; else every request needs "Bearer <token>" */
@@ -75,6 +83,9 @@ typedef struct cairn__http_conf {
     const cairn__http_route *routes;
     size_t n_routes;
     void *user; /* handed to every handler */
+    /* the refusals' bodies (an API with an error shape of its own, as OpenAI's); NULL:
+     * cairn__http_error(type, NULL, message), the task API's */
+    cairn__http_refusal_fn refusal;
 } cairn__http_conf;
 
 /* Starts listening (the table and user are borrowed until cairn__http_stop). 0, or

@@ -21,6 +21,10 @@
  * the in-process engine's resume gives. The first event of such a stream says {"cairn":
  * {"resumed": N}}, so the client knows the server understood (another server would ignore the
  * field and start over).
+ *
+ * Every error is OpenAI's {"error": {"message", "type", "param", "code"}}, the refusals
+ * runner/http.c makes before any route runs (401, 404, 405, 413) included, so that an OpenAI
+ * client can read each one.
  */
 #include <pthread.h>
 #include <stdarg.h>
@@ -75,6 +79,26 @@ json_t *cairn__serve_error(const char *type, const char *param, const char *code
     va_end(ap);
     return json_pack("{s:{s:s, s:s, s:s?, s:s?}}", "error", "message", msg, "type", type, "param",
                      param, "code", code);
+}
+
+json_t *cairn__serve_refusal_body(void *user, unsigned status, const char *type,
+                                  const char *message)
+{
+    (void)user;
+    /* OpenAI's codes where it has one (a wrong key, an unknown URL), so a client that looks at
+     * the code, not only at the status, reads them as OpenAI's own */
+    static const struct {
+        unsigned status;
+        const char *code;
+    } codes[] = {{401, "invalid_api_key"},
+                 {404, "unknown_url"},
+                 {405, "method_not_allowed"},
+                 {413, "request_too_large"}};
+    const char *code = type;
+    for (size_t i = 0; i < sizeof codes / sizeof *codes; i++)
+        if (codes[i].status == status)
+            code = codes[i].code;
+    return cairn__serve_error("invalid_request_error", NULL, code, "%s", message);
 }
 
 /* Appends `data: <o>` (o released) to the job's stream and wakes its connection. Under mu. */

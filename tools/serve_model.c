@@ -189,7 +189,8 @@ int cairn__cmd_serve_model(int argc, char **argv)
                            .per_connection = 1,
                            .routes = cairn__serve_routes,
                            .n_routes = cairn__serve_n_routes,
-                           .user = &sv};
+                           .user = &sv,
+                           .refusal = cairn__serve_refusal_body};
     char what[1024];
     snprintf(what, sizeof what, "model %s (%s backend, context %d, %d sequences at once, %s batch)",
              sv.name, cairn__backend_name(be), sv.n_ctx, sv.max_seqs,

@@ -123,6 +123,10 @@ int cairn__serve_parse(server *sv, const char *body, size_t len, job *j, cairn__
 /* OpenAI's error body {"error": {"message", "type", "param", "code"}} (param, code NULL: null). */
 json_t *cairn__serve_error(const char *type, const char *param, const char *code, const char *fmt,
                            ...) CAIRN_PRINTF(4, 5);
+/* The body of runner/http.c's own refusals (401, 404, 405, 413) in that shape, with OpenAI's
+ * codes (cairn__http_refusal_fn). */
+json_t *cairn__serve_refusal_body(void *user, unsigned status, const char *type,
+                                  const char *message);
 /* Under mu, on the scheduler thread: the job ends with its result (its last events), or with an
  * error (status: what a plain request is answered; a stream gets an error event with it as its
  * code). Either wakes the job's connection. */
