@@ -310,6 +310,10 @@ void cairn__cli_print_json(json_t *j);
 int cairn__cli_stops_catch(void);
 void cairn__cli_stops_default(void);
 void cairn__cli_stops_close(void);
+/* Waits on fd (cairn__cli_stops_catch's) for a stop: 0 then. tick (NULL: none) is called
+ * every tick_ms meanwhile, for what a server looks after while it waits; its nonzero return
+ * ends the wait and is returned. */
+int cairn__cli_stops_wait(int fd, int tick_ms, int (*tick)(void *arg), void *arg);
 
 /* `shard` (cli_shard.c): needs no store, so it is not a task command */
 int cairn__cmd_shard(int argc, char **argv);

@@ -541,6 +541,38 @@ static int respawn(server *sv, pid_t *pids, double *last, const cairn__cli_opts 
     return rc;
 }
 
+/* What the server looks after while it waits for a stop (cairn__cli_stops_wait's tick). */
+typedef struct workers {
+    server *sv;
+    pid_t *pids;
+    double *last;
+    const cairn__cli_opts *o;
+    cairn_graph *const *graphs;
+    size_t n;
+} workers;
+
+/* Each second: the workers that ended are replaced. 0, or the exit code when the store cannot
+ * be opened again (the server stops). */
+static int look_after(void *arg)
+{
+    workers *w = arg;
+    server *sv = w->sv;
+    int status;
+    pid_t dead;
+    while ((dead = waitpid(-1, &status, WNOHANG)) > 0)
+        for (size_t i = 0; i < sv->n_workers; i++)
+            if (w->pids[i] == dead) {
+                cairn__log(CAIRN__LOG_WARN, "serve", "worker_exit", NULL, NULL,
+                           "worker %ld ended (%d); its replacement takes up its task", (long)dead,
+                           WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+                w->pids[i] = 0;
+                close(sv->nudge[i]);
+                sv->nudge[i] = -1;
+            }
+    int rc = respawn(sv, w->pids, w->last, w->o, w->graphs, w->n);
+    return rc ? cairn__exit_code(rc) : 0;
+}
+
 static int serve_main(const cairn__cli_opts *o, cairn_graph *const *graphs, size_t n)
 {
     int rc;
@@ -551,10 +583,9 @@ static int serve_main(const cairn__cli_opts *o, cairn_graph *const *graphs, size
         return cairn__cli_usage_error("serve", serve_help, "--graph G is required");
     if ((rc = cairn__cli_tenant_usage("serve", serve_help, o)))
         return rc;
-    const char *listen = o->listen ? o->listen : "127.0.0.1:8080";
-    if (!cairn__http_is_local(listen) && !o->token_file)
-        return cairn__cli_usage_error(
-            "serve", serve_help, "--listen %s is not loopback: --token-file F is required", listen);
+    const char *listen = o->listen ? o->listen : CAIRN__HTTP_LISTEN_DEFAULT;
+    if ((rc = cairn__http_cmd_check("serve", serve_help, listen, o->token_file, "--token-file")))
+        return rc;
     char err[4200];
     if ((rc = cairn__cli_check_graph(graphs, n, o->graph, err, sizeof err)) ||
         (rc = cairn__cli_preflight(o->graph, err, sizeof err)))
@@ -600,40 +631,12 @@ static int serve_main(const cairn__cli_opts *o, cairn_graph *const *graphs, size
                            .routes = routes,
                            .n_routes = sizeof routes / sizeof *routes,
                            .user = &sv};
-    if ((rc = cairn__http_start(&hc, &http, err, sizeof err))) {
-        cairn__log(CAIRN__LOG_ERROR, "serve", "listen", NULL, NULL, "%s", err);
-        x = cairn__http_start_exit(rc);
+    char what[CAIRN_TASK_ID_MAX + 64];
+    snprintf(what, sizeof what, "graph %s, %zu worker(s)", o->graph, sv.n_workers);
+    if ((x = cairn__http_cmd_start(&hc, "serve", what, &http)))
         goto stop;
-    }
-    printf("listening %s\n", cairn__http_address(http));
-    fflush(stdout);
-    cairn__log(CAIRN__LOG_NOTE, "serve", "listening", NULL, NULL,
-               "graph %s, %zu worker(s), listening on %s", o->graph, sv.n_workers,
-               cairn__http_address(http));
-    for (;;) {
-        struct pollfd pf = {.fd = stop_fd, .events = POLLIN};
-        int p = poll(&pf, 1, 1000);
-        if (p > 0)
-            break;
-        int status;
-        pid_t dead;
-        while ((dead = waitpid(-1, &status, WNOHANG)) > 0)
-            for (size_t i = 0; i < sv.n_workers; i++)
-                if (pids[i] == dead) {
-                    cairn__log(CAIRN__LOG_WARN, "serve", "worker_exit", NULL, NULL,
-                               "worker %ld ended (%d); its replacement takes up its task",
-                               (long)dead,
-                               WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
-                    pids[i] = 0;
-                    close(sv.nudge[i]);
-                    sv.nudge[i] = -1;
-                }
-        if ((rc = respawn(&sv, pids, last, o, graphs, n))) {
-            x = cairn__exit_code(rc);
-            goto stop;
-        }
-    }
-    x = CAIRN__EX_OK;
+    workers w = {&sv, pids, last, o, graphs, n};
+    x = cairn__cli_stops_wait(stop_fd, 1000, look_after, &w); /* 0 at a stop */
 stop:
     cairn__http_stop(http, 5.0); /* the answers being sent go out whole; none runs after */
     for (size_t i = 0; i < sv.n_workers; i++) {

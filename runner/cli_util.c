@@ -9,6 +9,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -212,6 +213,18 @@ int cairn__cli_stops_catch(void)
     }
     set_stops(on_stop, SIG_IGN);
     return g_stop_pipe[0];
+}
+
+int cairn__cli_stops_wait(int fd, int tick_ms, int (*tick)(void *arg), void *arg)
+{
+    for (;;) {
+        struct pollfd pf = {.fd = fd, .events = POLLIN};
+        if (poll(&pf, 1, tick ? tick_ms : -1) > 0)
+            return 0;
+        int rc = tick ? tick(arg) : 0;
+        if (rc)
+            return rc;
+    }
 }
 
 void cairn__cli_stops_default(void) { set_stops(SIG_DFL, SIG_DFL); }

@@ -5,6 +5,8 @@
  * refused there is answered before its body is read: the bearer token (401), the route and
  * method (404, 405), and a declared Content-Length over the limit (413). A body sent without a
  * length (chunked) is gathered up to the limit and the rest dropped, then refused the same way.
+ * These refusals are the task API's error shape unless the server shapes them itself
+ * (cairn__http_conf.refusal: `serve --model` answers OpenAI's, which its clients parse).
  * The token is compared in constant time (CRYPTO_memcmp), so its bytes cannot be guessed one at
  * a time from response times.
  *
@@ -269,10 +271,12 @@ static enum MHD_Result answer(struct MHD_Connection *conn, cairn__http_resp *r, 
     return ok;
 }
 
-static enum MHD_Result refuse(struct MHD_Connection *conn, unsigned status, const char *type,
-                              const char *msg, const char *allow)
+static enum MHD_Result refuse(const cairn__http *h, struct MHD_Connection *conn, unsigned status,
+                              const char *type, const char *msg, const char *allow)
 {
-    cairn__http_resp r = {.status = status, .body = cairn__http_error(type, NULL, "%s", msg)};
+    cairn__http_resp r = {.status = status,
+                          .body = h->c.refusal ? h->c.refusal(h->c.user, status, type, msg)
+                                               : cairn__http_error(type, NULL, "%s", msg)};
     return answer(conn, &r, allow, status == MHD_HTTP_UNAUTHORIZED);
 }
 
@@ -302,7 +306,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     req_state *st = *con_cls;
     if (!st) { /* the headers are in: what can be decided without the body is decided now */
         if (!token_ok(h, conn))
-            return refuse(conn, MHD_HTTP_UNAUTHORIZED, "unauthorized",
+            return refuse(h, conn, MHD_HTTP_UNAUTHORIZED, "unauthorized",
                           "a valid 'Authorization: Bearer <token>' header is required", NULL);
         const cairn__http_route *route = NULL;
         char allow[128] = "";
@@ -319,18 +323,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         if (!route && allow[0]) {
             char msg[256];
             snprintf(msg, sizeof msg, "%s is not allowed on %s (allowed: %s)", method, url, allow);
-            return refuse(conn, MHD_HTTP_METHOD_NOT_ALLOWED, "method_not_allowed", msg, allow);
+            return refuse(h, conn, MHD_HTTP_METHOD_NOT_ALLOWED, "method_not_allowed", msg, allow);
         }
         if (!route) {
             char msg[300];
             snprintf(msg, sizeof msg, "no such resource: %s", url);
-            return refuse(conn, MHD_HTTP_NOT_FOUND, "not_found", msg, NULL);
+            return refuse(h, conn, MHD_HTTP_NOT_FOUND, "not_found", msg, NULL);
         }
         const char *cl = mhd.MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
         if (cl && strtoull(cl, NULL, 10) > h->c.body_max) {
             char msg[200];
             snprintf(msg, sizeof msg, "the body is %s bytes; the limit is %zu", cl, h->c.body_max);
-            return refuse(conn, MHD_HTTP_CONTENT_TOO_LARGE, "too_large", msg, NULL);
+            return refuse(h, conn, MHD_HTTP_CONTENT_TOO_LARGE, "too_large", msg, NULL);
         }
         if (!(st = calloc(1, sizeof *st)))
             return MHD_NO;
@@ -352,7 +356,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (st->too_big) {
         char msg[100];
         snprintf(msg, sizeof msg, "the body is longer than the limit of %zu bytes", h->c.body_max);
-        return refuse(conn, MHD_HTTP_CONTENT_TOO_LARGE, "too_large", msg, NULL);
+        return refuse(h, conn, MHD_HTTP_CONTENT_TOO_LARGE, "too_large", msg, NULL);
     }
     cairn__sb_put(&st->body, "", 1); /* the NUL: body text is a C string for the handler */
     cairn__http_req q = {.method = method,
@@ -542,13 +546,6 @@ int cairn__http_start(const cairn__http_conf *c, cairn__http **out, char *err, s
     return 0;
 }
 
-int cairn__http_start_exit(int rc)
-{
-    return rc == CAIRN_ENOENT ? CAIRN__EX_NOINPUT
-           : rc == CAIRN_EIO  ? CAIRN__EX_UNAVAILABLE
-                              : CAIRN__EX_USAGE;
-}
-
 const char *cairn__http_address(const cairn__http *h) { return h->address; }
 
 void cairn__http_stop(cairn__http *h, double drain_s)
@@ -574,4 +571,31 @@ void cairn__http_stop(cairn__http *h, double drain_s)
     pthread_mutex_destroy(&h->mu);
     pthread_cond_destroy(&h->idle);
     free(h);
+}
+
+int cairn__http_cmd_check(const char *cmd, const char *help, const char *listen,
+                          const char *key_file, const char *key_opt)
+{
+    if (!cairn__http_is_local(listen) && !key_file)
+        return cairn__cli_usage_error(cmd, help, "--listen %s is not loopback: %s F is required",
+                                      listen, key_opt);
+    return 0;
+}
+
+int cairn__http_cmd_start(const cairn__http_conf *c, const char *cmd, const char *what,
+                          cairn__http **out)
+{
+    char err[1024];
+    int rc = cairn__http_start(c, out, err, sizeof err);
+    if (rc) {
+        cairn__log(CAIRN__LOG_ERROR, cmd, "listen", NULL, NULL, "%s", err);
+        return rc == CAIRN_ENOENT ? CAIRN__EX_NOINPUT
+               : rc == CAIRN_EIO  ? CAIRN__EX_UNAVAILABLE
+                                  : CAIRN__EX_USAGE;
+    }
+    printf("listening %s\n", (*out)->address);
+    fflush(stdout);
+    cairn__log(CAIRN__LOG_NOTE, cmd, "listening", NULL, NULL, "%s, listening on %s", what,
+               (*out)->address);
+    return 0;
 }

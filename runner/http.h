@@ -66,6 +66,14 @@ typedef struct cairn__http_route {
     cairn__http_fn fn;
 } cairn__http_route;
 
+/* The body of a request the server refuses itself, before any route runs: 401 (no valid bearer
+ * token), 404 (no route has the path), 405 (the path's routes take other methods: the Allow
+ * header says which), 413 (the body is over body_max). type is the task API's name for the
+ * refusal (unauthorized, not_found, method_not_allowed, too_large), message says why, for a
+ * person. Returns a new JSON body (the response takes it); runs on a connection's thread. */
+typedef json_t *(*cairn__http_refusal_fn)(void *user, unsigned status, const char *type,
+                                          const char *message);
+
 typedef struct cairn__http_conf {
     const char *listen;     /* "ADDR:PORT" (IPv4, port 0: any free one) or "unix:PATH" */
     const char *token_file; /* NULL: no token; else every request needs "Bearer <token>" */
@@ -75,14 +83,15 @@ typedef struct cairn__http_conf {
     const cairn__http_route *routes;
     size_t n_routes;
     void *user; /* handed to every handler */
+    /* the refusals' bodies (an API with an error shape of its own, as OpenAI's); NULL:
+     * cairn__http_error(type, NULL, message), the task API's */
+    cairn__http_refusal_fn refusal;
 } cairn__http_conf;
 
 /* Starts listening (the table and user are borrowed until cairn__http_stop). 0, or
  * CAIRN_EINVAL (a listen address that cannot be read, an empty token file), CAIRN_ENOENT (the
  * token file cannot be read), CAIRN_EIO (cannot listen), with err saying why. */
 int cairn__http_start(const cairn__http_conf *c, cairn__http **out, char *err, size_t errlen);
-/* The exit code for cairn__http_start's error: 66 (the token file), 69 (cannot listen), 64. */
-int cairn__http_start_exit(int rc);
 /* Where it listens, "127.0.0.1:PORT" (the port chosen for 0) or "unix:PATH". */
 const char *cairn__http_address(const cairn__http *h);
 /* Whether the client of a request has closed its connection (a blocking handler's check). */
@@ -96,5 +105,25 @@ void cairn__http_stop(cairn__http *h, double drain_s);
 /* The error body {"error": {"type", "message", "field"?}} (field NULL: none). */
 json_t *cairn__http_error(const char *type, const char *field, const char *fmt, ...)
     CAIRN_PRINTF(3, 4);
+
+/* ------------------------------------------------------------------ a command's server
+ *
+ * What `serve --tasks` (runner/cli_serve.c) and `serve --model` (tools/) do alike around the
+ * server: the listen address and its key, the start with its `listening` line, the exit codes.
+ * The wait for a stop is cairn__cli_stops_wait (runner/cli.h). */
+
+#define CAIRN__HTTP_LISTEN_DEFAULT "127.0.0.1:8080"
+
+/* Whether a command may listen on `listen`: an address other than loopback or a Unix socket
+ * needs a key file (key_file, given by the option key_opt, e.g. "--token-file"). 0, or 64 after
+ * the usage error (cmd's, with its help). */
+int cairn__http_cmd_check(const char *cmd, const char *help, const char *listen,
+                          const char *key_file, const char *key_opt);
+/* Starts c's server for the command cmd: 0, having printed `listening ADDRESS` on stdout
+ * (flushed: whoever started the command waits for that line) and logged cmd's note "WHAT,
+ * listening on ADDRESS"; else the exit code after logging why not: 66 (the token file cannot
+ * be read), 69 (cannot listen), 64 (an address or token file that is wrong). */
+int cairn__http_cmd_start(const cairn__http_conf *c, const char *cmd, const char *what,
+                          cairn__http **out);
 
 #endif

@@ -4,7 +4,8 @@
  *
  * What is checked: the API (health, models, metrics, completions and chat, streamed and not; a
  * completion's text is `cairn generate`'s with the same settings); bad requests (400 naming the
- * field, OpenAI's error shape); the pipeline through the server gives the in-process pipeline's
+ * field, OpenAI's error shape, which the server's own refusals - 401, 404, 405, 413 - have
+ * too); the pipeline through the server gives the in-process pipeline's
  * text; `cairn run` SIGKILLed mid-stream resumes exactly through the cairn extension, on the
  * completions and the chat endpoint (the text is an uninterrupted run's, and tokens were
  * resumed, not drawn again); the server SIGKILLed
@@ -100,6 +101,7 @@ typedef struct http_res {
         size_t n;
     } body;
     long retry_after;
+    const char *header;    /* an extra request header ("Transfer-Encoding: chunked") */
     volatile int *give_up; /* set: the client closes the connection (a plain request) */
     /* a stream's abort: after the first text event, wait for *release then cut */
     volatile int *got, *release;
@@ -148,6 +150,8 @@ static long http(const server_proc *s, const char *path, const char *body, http_
     char *auth = s->key ? tu_fmt("Authorization: Bearer %s", s->key) : NULL;
     if (auth)
         hl = curl_slist_append(hl, auth);
+    if (r->header)
+        hl = curl_slist_append(hl, r->header);
     if (s->sock)
         curl_easy_setopt(h, CURLOPT_UNIX_SOCKET_PATH, s->sock);
     r->status = 0;
@@ -187,6 +191,21 @@ static json_t *http_json(const server_proc *s, const char *path, const char *bod
     json_t *j = r.body.p ? json_loads(r.body.p, 0, NULL) : NULL;
     res_free(&r);
     return j;
+}
+
+/* Whether a body is OpenAI's error {"error": {"message", "type", "param", "code"}} with this
+ * type and code, and not the task API's shape (which has "field" and no "param"). */
+static int openai_error(const char *body, const char *type, const char *code)
+{
+    json_t *j = body ? json_loads(body, 0, NULL) : NULL;
+    json_t *e = json_object_get(j, "error");
+    int good = json_is_string(json_object_get(e, "message")) && !strcmp(pl_str(e, "type"), type) &&
+               json_object_get(e, "param") && !strcmp(pl_str(e, "code"), code) &&
+               !json_object_get(e, "field");
+    if (!good)
+        diag("not an OpenAI error (%s, %s): %s", type, code, body ? body : "(none)");
+    json_decref(j);
+    return good;
 }
 
 /* The text of an SSE stream (completions or chat), and whether it ended with [DONE]. */
@@ -394,9 +413,30 @@ static void t_bad(server_proc *s)
     ok(st == 400 && !strcmp(pl_str(json_object_get(j, "error"), "code"), "invalid_json"),
        "bad requests: a body that is not JSON is 400 invalid_json");
     json_decref(j);
-    j = http_json(s, "/v1/completions", NULL, &st);
-    ok(st == 405, "bad requests: GET on /v1/completions is 405");
-    json_decref(j);
+    /* what runner/http.c refuses before any route runs is in OpenAI's shape too */
+    http_res r = {0};
+    st = http(s, "/v1/completions", NULL, &r);
+    ok(st == 405 && openai_error(r.body.p, "invalid_request_error", "method_not_allowed"),
+       "bad requests: GET on /v1/completions is 405, an OpenAI error (%ld)", st);
+    res_free(&r);
+    st = http(s, "/v1/nothing", NULL, &r);
+    ok(st == 404 && openai_error(r.body.p, "invalid_request_error", "unknown_url"),
+       "bad requests: an unknown path is 404, an OpenAI error (%ld)", st);
+    res_free(&r);
+    size_t big_len = (16u << 20) + 100; /* the server's limit is 16 MiB */
+    char *big = malloc(big_len + 1);
+    memset(big, ' ', big_len);
+    big[big_len] = 0;
+    st = http(s, "/v1/completions", big, &r);
+    ok(st == 413 && openai_error(r.body.p, "invalid_request_error", "request_too_large"),
+       "bad requests: a body over 16 MiB is 413, an OpenAI error (%ld)", st);
+    res_free(&r);
+    r.header = "Transfer-Encoding: chunked"; /* no length: refused once the limit is read */
+    st = http(s, "/v1/completions", big, &r);
+    ok(st == 413 && openai_error(r.body.p, "invalid_request_error", "request_too_large"),
+       "bad requests: and sent chunked, 413 too, an OpenAI error (%ld)", st);
+    res_free(&r);
+    free(big);
     ok(metric(s, "cairn_serve_rejected_total{reason=\"invalid\"}") >= 15,
        "bad requests: counted as rejected, invalid");
 }
@@ -739,11 +779,15 @@ static void t_socket_stop(void)
     }
     http_res r = {0};
     long st = http(&s, "/health", NULL, &r);
+    char *body401 = r.body.p ? strdup(r.body.p) : NULL;
     res_free(&r);
     s.key = "sk-test-123";
     long st2 = http(&s, "/health", NULL, &r);
     res_free(&r);
-    ok(st == 401 && st2 == 200, "socket: without the key 401 (%ld), with it 200 (%ld)", st, st2);
+    int shaped = openai_error(body401, "invalid_request_error", "invalid_api_key");
+    free(body401);
+    ok(st == 401 && shaped && st2 == 200,
+       "socket: without the key 401 (%ld), an OpenAI error; with it 200 (%ld)", st, st2);
     streamer a = {.s = &s,
                   .body = "{\"prompt\": \"" PROMPT "\", \"max_tokens\": 2000, \"seed\": 4, "
                           "\"stream\": true}"};
