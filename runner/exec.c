@@ -283,13 +283,9 @@ static int take_output(cairn_ctx *c, cairn__outcome *o)
     o->out_len = 0;
     o->retry_after_ms = c->retry_after_ms;
     snprintf(o->err, sizeof o->err, "%s", c->err);
-    if (c->out_set && c->out.size) {
-        o->out = malloc(c->out.size);
-        if (!o->out) /* never commit a step as done without its output */
-            return cairn__runner_fail(c->r, CAIRN_ENOMEM, "step '%s': no memory for its output",
-                                      c->step->name);
-        memcpy(o->out, c->out.data, c->out.size);
+    if (c->out_set && c->out.size) { /* the buffer moves to the outcome, uncopied */
         o->out_len = c->out.size;
+        o->out = msgpack_sbuffer_release(&c->out);
     }
     return 0;
 }

@@ -44,6 +44,7 @@ typedef struct cairn__dep {
     size_t len;
     msgpack_unpacked u;
     int present;
+    int borrowed; /* bytes are the run's kept output (step.c), not the dep's own copy */
 } cairn__dep;
 
 /* exec.c: the lease heartbeat of in-process steps that may run long: one thread per runner,

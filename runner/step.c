@@ -382,9 +382,13 @@ static int known_load(cairn_ctx *c, load_arg *a)
         cairn__dep *d = &c->deps[i];
         if (!k->bytes || d->bytes)
             continue;
-        if (unpack_copy(k->bytes, k->len, &d->bytes, &d->len, &d->u))
+        size_t off = 0; /* unpacked in place: the kept bytes outlive the step */
+        msgpack_unpacked_init(&d->u);
+        if (msgpack_unpack_next(&d->u, k->bytes, k->len, &off) != MSGPACK_UNPACK_SUCCESS) {
+            msgpack_unpacked_destroy(&d->u);
             return 0; /* load_txn reads what is not present yet */
-        d->present = 1;
+        }
+        d->bytes = k->bytes, d->len = k->len, d->borrowed = 1, d->present = 1;
     }
     a->has_rec = 0;
     if (c->has_progress) {
@@ -418,7 +422,8 @@ static void ctx_clear(cairn_ctx *c)
     for (size_t i = 0; i < c->n_deps; i++) {
         if (c->deps[i].bytes) {
             msgpack_unpacked_destroy(&c->deps[i].u);
-            free(c->deps[i].bytes);
+            if (!c->deps[i].borrowed)
+                free(c->deps[i].bytes);
         }
     }
     free(c->deps);
