@@ -372,7 +372,9 @@ int main(int argc, char **argv)
     const double t_serve = run_all("served", base);
     const double ttft_sum = metric(addr, "cairn_serve_time_to_first_token_seconds_sum"),
                  ttft_n = metric(addr, "cairn_serve_time_to_first_token_seconds_count"),
-                 batch_tps = metric(addr, "cairn_serve_tokens_per_second");
+                 batch_tps = metric(addr, "cairn_serve_tokens_per_second"),
+                 tok_in = metric(addr, "cairn_serve_tokens_in_total"),
+                 tok_out = metric(addr, "cairn_serve_tokens_out_total");
     tu_kill_wait(srv);
     const double t_local = run_all("local", NULL);
     if (t_serve < 0 || t_local < 0) {
@@ -384,8 +386,9 @@ int main(int argc, char **argv)
            "%.2fx (target >= 3x: %s)\n",
            B.tasks, B.procs, t_local, t_serve, ratio, ratio >= 3 ? "ok" : "MISS");
     printf("cairn serve: time to first token %.1f ms (mean of %.0f), %.1f tok/s over its batch "
-           "steps\n",
-           ttft_n > 0 ? 1000 * ttft_sum / ttft_n : 0, ttft_n, batch_tps);
+           "steps; per request %.0f prompt tokens in, %.0f out\n",
+           ttft_n > 0 ? 1000 * ttft_sum / ttft_n : 0, ttft_n, batch_tps,
+           ttft_n > 0 ? tok_in / ttft_n : 0, ttft_n > 0 ? tok_out / ttft_n : 0);
     if (!getenv("CAIRN_KEEP_TMP"))
         tu_rm_rf(B.tmp);
     free(url), free(req), free(base), free(corpus), free(idx);
