@@ -210,8 +210,8 @@ void cairn__q8_0_rows_avx512(const uint8_t *w, size_t rb, int nr, const void *xp
                              float *out);
 /* The prompt's and the batched decode's products on Q4_0 / Q8_0: W rows (nr, n) of stride rb
  * bytes @ nt tokens -> out[t * ld + r], xp[t] token t's activation as the ISA's prep made it.
- * Each weight block is decoded once for a tile of 4 tokens, and every (row, token) output is bit
- * for bit what the rows kernel gives that token alone. */
+ * Each weight block is decoded once for a tile of up to 8 tokens, and every (row, token) output
+ * is bit for bit what the rows kernel gives that token alone (one kernel does both). */
 typedef void cairn__tile_fn(const uint8_t *w, size_t rb, int nr, const void *const *xp, int nt,
                             int64_t n, float *out, size_t ld);
 cairn__tile_fn cairn__q4_0_tile_avx512, cairn__q8_0_tile_avx512;
