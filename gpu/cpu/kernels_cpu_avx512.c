@@ -710,24 +710,126 @@ q45_K_dot_t(const uint8_t *w, const cairn__xk_block *const *xk, int T, int64_t n
         out[t] = sum4(acc[t]) - hsum8(macc[t]);
 }
 
+/* ---- Q4_K: (row, sub-block) lanes, one kernel for 1-8 tokens -------------------------------
+ * As the Q4_0 kernel: lane 8r + s of a register holds row r's sub-block s (of 32 weights), so
+ * vpdpbusd sums each sub-block's 32 products exactly in 8 steps (group k: elements 4k..4k+3),
+ * and one conversion, one scale product and two multiply-adds (the scale's and the min's) per
+ * token serve 16 (row, sub-block) pairs, where q45_K_dot_t's lanes of 4 products pay them 8
+ * times over. The weights of 2 rows are gathered once per super-block for all the tile's tokens:
+ * for group k, dword 8c + k of a row's 128 nibble bytes (chunk c: sub-block 2c in the low
+ * nibbles, 2c + 1 in the high) goes to lanes 2c and 2c + 1, shifted by 0 and 4. The activation's
+ * bytes in that order are cairn__xk_block.g.
+ *
+ * The float order of a row, whatever shares its pass: sub-block s's lane takes, super-block after
+ * super-block, acc = fma(isum, (d * sc) * xd, acc), then acc = fma(-(dmin * m), ds, acc); the row
+ * is
+ * ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7)). Q4_K's dot product (one row, one token) is
+ * this kernel too, so the decode, the prompt and the batched decode agree bit for bit. */
+
+/* rows (R <= 2, n) of stride rb bytes @ tokens a[0..T) (T <= 8), cairn__xk blocks ->
+ * out[t * ld + r] */
+AVX512 static inline __attribute__((always_inline)) void
+q4_K_tile_avx512(const uint8_t *w, size_t rb, const cairn__xk_block *const *a, int64_t n,
+                 float *out, size_t ld, const int R, const int T)
+{
+    const size_t bb = sizeof(cairn__block_q4_K), qs_at = offsetof(cairn__block_q4_K, qs);
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const __m512i nib = _mm512_set_epi32(4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0);
+    __m512i gidx[8]; /* group k: lanes 8r + 2c + h take dword 8c + k of the row */
+    for (int k = 0; k < 8; k++)
+        gidx[k] = _mm512_set_epi32(24 + k, 24 + k, 16 + k, 16 + k, 8 + k, 8 + k, k, k, 24 + k,
+                                   24 + k, 16 + k, 16 + k, 8 + k, 8 + k, k, k);
+    const int64_t nsb = n / CAIRN__QK_K;
+    const size_t pf = pf_ahead(rb, R);
+    __m512 acc[8];
+    for (int t = 0; t < 8; t++)
+        acc[t] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nsb; i++) {
+        const size_t off = (size_t)i * bb;
+        PF_RUN(w, pf, i, (int)bb, R);
+        const uint8_t *w0 = w + off, *w1 = w + (R > 1 ? rb : 0) + off;
+        const cairn__q4_K_head h0 = cairn__q4_K_head_of(w0), h1 = cairn__q4_K_head_of(w1);
+        const __m512i r00 = _mm512_loadu_si512(w0 + qs_at),
+                      r01 = _mm512_loadu_si512(w0 + qs_at + 64);
+        const __m512i r10 = _mm512_loadu_si512(w1 + qs_at),
+                      r11 = _mm512_loadu_si512(w1 + qs_at + 64);
+        __m512i K[8];
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) {
+            const __m512i x =
+                _mm512_mask_blend_epi32(0xFF00, _mm512_permutex2var_epi32(r00, gidx[k], r01),
+                                        _mm512_permutex2var_epi32(r10, gidx[k], r11));
+            K[k] = _mm512_and_si512(_mm512_srlv_epi32(x, nib), m4);
+        }
+        /* lane 8r + s: d * sc[s] and dmin * m[s] of row r (a missing second row: zeros) */
+        const __m512 dv = _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(_cvtsh_ss(h0.d)),
+                                               _mm512_set1_ps(R > 1 ? _cvtsh_ss(h1.d) : 0.0f));
+        const __m512 mv = _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(_cvtsh_ss(h0.dmin)),
+                                               _mm512_set1_ps(R > 1 ? _cvtsh_ss(h1.dmin) : 0.0f));
+        const __m512 dsc = _mm512_mul_ps(dv, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_set_epi64x(
+                                                 (long long)h1.sc, (long long)h0.sc))));
+        const __m512 mf = _mm512_mul_ps(mv, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
+                                                _mm_set_epi64x((long long)h1.m, (long long)h0.m))));
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) {
+            const cairn__xk_block *x = &a[t][i];
+#define BC8(p) _mm512_broadcast_i64x4(_mm256_load_si256((const __m256i *)(const void *)(p)))
+            __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), K[0], BC8(x->g));
+            __m512i q = _mm512_dpbusd_epi32(_mm512_setzero_si512(), K[4], BC8(x->g + 128));
+#pragma GCC unroll 3
+            for (int k = 1; k < 4; k++) {
+                p = _mm512_dpbusd_epi32(p, K[k], BC8(x->g + 32 * k));
+                q = _mm512_dpbusd_epi32(q, K[4 + k], BC8(x->g + 32 * (4 + k)));
+            }
+            const __m512 xd = _mm512_castsi512_ps(BC8(x->d)), ds = _mm512_castsi512_ps(BC8(x->ds));
+#undef BC8
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(p, q)),
+                                     _mm512_mul_ps(dsc, xd), acc[t]);
+            acc[t] = _mm512_fnmadd_ps(mf, ds, acc[t]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < T; t++) {
+        __m512 u = _mm512_add_ps(acc[t], _mm512_permute_ps(acc[t], 0xB1));
+        u = _mm512_add_ps(u, _mm512_permute_ps(u, 0x4E));
+        u = _mm512_add_ps(u, _mm512_shuffle_f32x4(u, u, 0xB1));
+        out[(size_t)t * ld] = _mm512_cvtss_f32(u);
+        if (R > 1)
+            out[(size_t)t * ld + 1] = _mm512_cvtss_f32(_mm512_shuffle_f32x4(u, u, 0x02));
+    }
+}
+
+/* W rows (nr, n) of stride rb bytes . x (n) -> out (nr); xk: n / 256 cairn__xk blocks */
+AVX512 void cairn__q4_K_rows_avx512(const uint8_t *w, size_t rb, int nr, const void *xk, int64_t n,
+                                    float *out)
+{
+    const cairn__xk_block *a = xk;
+    for (; nr >= 2; nr -= 2, w += 2 * rb, out += 2)
+        q4_K_tile_avx512(w, rb, &a, n, out, 0, 2, 1);
+    if (nr)
+        q4_K_tile_avx512(w, rb, &a, n, out, 0, 1, 1);
+}
+
+/* W rows (nr, n) of stride rb bytes @ nt tokens -> out[t * ld + r]; xp[t]: token t's cairn__xk
+ * blocks */
+AVX512 void cairn__q4_K_tile_avx512(const uint8_t *w, size_t rb, int nr, const void *const *xp,
+                                    int nt, int64_t n, float *out, size_t ld)
+{
+    const cairn__xk_block *const *a = (const cairn__xk_block *const *)xp;
+    for (; nr >= 2; nr -= 2, w += 2 * rb, out += 2)
+        CAIRN__TILE_T(q4_K_tile_avx512, w, rb, a, n, out, ld, 2, nt, 8);
+    if (nr)
+        CAIRN__TILE_T(q4_K_tile_avx512, w, rb, a, n, out, ld, 1, nt, 8);
+}
+
 /* w (n) . x (n) -> float; xq: n / 256 cairn__xk blocks */
 AVX512 float cairn__dot_q4_K_avx512(const uint8_t *w, const float *x, const void *xq,
                                     const float *xs, int64_t n)
 {
     (void)x, (void)xs;
-    const cairn__xk_block *xk[1] = {xq};
     float out;
-    q45_K_dot_t(w, xk, 1, n, &out, 0);
+    cairn__q4_K_rows_avx512(w, 0, 1, xq, n, &out);
     return out;
-}
-
-/* the same row against two tokens' cairn__xk blocks: out[0], out[1], each bit for bit what
- * cairn__dot_q4_K_avx512 gives it */
-AVX512 void cairn__dot2_q4_K_avx512(const uint8_t *w, const void *xa, const void *xb, int64_t n,
-                                    float *out)
-{
-    const cairn__xk_block *xk[2] = {xa, xb};
-    q45_K_dot_t(w, xk, 2, n, out, 0);
 }
 
 /* w (n) . x (n) -> float; xq: n / 256 cairn__xk blocks */
