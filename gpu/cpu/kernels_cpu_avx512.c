@@ -275,8 +275,10 @@ quad_tile_avx512(const uint8_t *w, size_t rb, const xq_quad *const *a, int64_t n
             } else
                 S[r] = z0;
         }
-        /* K[k], k < 4 (and k >= 4 for Q8_0): 128-bit lane r = lane k of P[r] (of Q[r]) */
+        /* K[k], k < 4 (and k >= 4 for Q8_0): 128-bit lane r = lane k of P[r] (of Q[r]); one
+         * token alone skips this (below) */
         __m512i K[8];
+        if (T > 1) {
 #define QUAD_T(K0, X)                                                                              \
     do {                                                                                           \
         const __m512i t0 = _mm512_shuffle_i32x4(X[0], X[1], 0x44),                                 \
@@ -286,19 +288,20 @@ quad_tile_avx512(const uint8_t *w, size_t rb, const xq_quad *const *a, int64_t n
         K0[0] = _mm512_shuffle_i32x4(t0, t2, 0x88), K0[1] = _mm512_shuffle_i32x4(t0, t2, 0xDD);    \
         K0[2] = _mm512_shuffle_i32x4(t1, t3, 0x88), K0[3] = _mm512_shuffle_i32x4(t1, t3, 0xDD);    \
     } while (0)
-        QUAD_T(K, P);
-        if (Q8) {
-            QUAD_T((K + 4), Q);
+            QUAD_T(K, P);
+            if (Q8) {
+                QUAD_T((K + 4), Q);
 #pragma GCC unroll 8
-            for (int k = 0; k < 8; k++)
-                K[k] = _mm512_xor_si512(K[k], flip);
-        } else
+                for (int k = 0; k < 8; k++)
+                    K[k] = _mm512_xor_si512(K[k], flip);
+            } else
 #pragma GCC unroll 4
-            for (int k = 0; k < 4; k++) { /* elements 4k.. low nibbles, 16 + 4k.. high */
-                K[4 + k] = _mm512_and_si512(_mm512_srli_epi16(K[k], 4), m4);
-                K[k] = _mm512_and_si512(K[k], m4);
-            }
+                for (int k = 0; k < 4; k++) { /* elements 4k.. low nibbles, 16 + 4k.. high */
+                    K[4 + k] = _mm512_and_si512(_mm512_srli_epi16(K[k], 4), m4);
+                    K[k] = _mm512_and_si512(K[k], m4);
+                }
 #undef QUAD_T
+        }
         /* lane 4r + b: row r's block b's scale */
         __m256i sh;
         if (Q8) {
@@ -313,6 +316,32 @@ quad_tile_avx512(const uint8_t *w, size_t rb, const xq_quad *const *a, int64_t n
                                          _mm512_castsi512_si128(s23), 1);
         }
         const __m512 sw = _mm512_cvtph_ps(sh);
+        if (T == 1) {
+            /* one token: each row's gathered groups against the activation as it lies (lane k,
+             * dword b: groups k and 4 + k of block b, the offset in lane 0), then the four
+             * 128-bit lanes of each row summed into lane 4r + b: the same exact integers as
+             * the transposed tile's, for 6 shuffles instead of 8 and 2 loads instead of 8 */
+            const xq_quad *x = &a[0][g];
+            const __m512i alo = _mm512_loadu_si512(x->a[0]), ahi = _mm512_loadu_si512(x->a[4]);
+            const __m512i c0 = _mm512_zextsi128_si512(_mm_load_si128((const __m128i *)x->c));
+            __m512i pr[4];
+#pragma GCC unroll 4
+            for (int r = 0; r < 4; r++) {
+                const __m512i lo = Q8 ? _mm512_xor_si512(P[r], flip) : _mm512_and_si512(P[r], m4);
+                const __m512i hi = Q8 ? _mm512_xor_si512(Q[r], flip)
+                                      : _mm512_and_si512(_mm512_srli_epi16(P[r], 4), m4);
+                pr[r] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(c0, lo, alo), hi, ahi);
+            }
+            const __m512i t01 = _mm512_add_epi32(_mm512_shuffle_i32x4(pr[0], pr[1], 0x44),
+                                                 _mm512_shuffle_i32x4(pr[0], pr[1], 0xEE));
+            const __m512i t23 = _mm512_add_epi32(_mm512_shuffle_i32x4(pr[2], pr[3], 0x44),
+                                                 _mm512_shuffle_i32x4(pr[2], pr[3], 0xEE));
+            const __m512i X = _mm512_add_epi32(_mm512_shuffle_i32x4(t01, t23, 0x88),
+                                               _mm512_shuffle_i32x4(t01, t23, 0xDD));
+            const __m512 sx = _mm512_broadcast_f32x4(_mm_load_ps(x->d));
+            acc[0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(X), _mm512_mul_ps(sw, sx), acc[0]);
+            continue;
+        }
 #pragma GCC unroll 8
         for (int t = 0; t < T; t++) {
             const xq_quad *x = &a[t][g];
