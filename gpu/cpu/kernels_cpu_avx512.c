@@ -238,7 +238,8 @@ quad_tile_avx512(const uint8_t *w, size_t rb, const xq_quad *const *a, int64_t n
     const int64_t nb = n / 32, nq = (nb + 3) / 4, qb = Q8 ? 136 : 72; /* bytes of a quad */
     const size_t pf = pf_ahead(rb, R);
     __m512 acc[8];
-    for (int t = 0; t < 8; t++)
+    /* only the T used: zeroing all 8 kept the array in memory (a rep stos a call) */
+    for (int t = 0; t < T; t++)
         acc[t] = _mm512_setzero_ps();
     for (int64_t g = 0; g < nq; g++) {
         /* bytes of this quad in each row: all, or the 1-3 blocks of the last one */
@@ -771,7 +772,8 @@ q4_K_tile_avx512(const uint8_t *w, size_t rb, const cairn__xk_block *const *a, i
     const int64_t nsb = n / CAIRN__QK_K;
     const size_t pf = pf_ahead(rb, R);
     __m512 acc[8];
-    for (int t = 0; t < 8; t++)
+    /* only the T used: zeroing all 8 kept the array in memory (a rep stos a call) */
+    for (int t = 0; t < T; t++)
         acc[t] = _mm512_setzero_ps();
     for (int64_t i = 0; i < nsb; i++) {
         const size_t off = (size_t)i * bb;
