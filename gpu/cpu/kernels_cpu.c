@@ -23,11 +23,12 @@
  *
  * The prompt is a matrix-matrix product. On the quantized types it runs the decode kernels'
  * arithmetic on each token (the activation rounded to int8 the same way), over groups of rows
- * kept in cache (matmul_int8): Q4_0 and Q8_0 on AVX-512 through tile kernels that decode each
- * weight block once for several tokens, the K-quants two tokens a row, the others a token at a
- * time; the batched decode step is the same product (cairn__matmul_rows); otherwise weights are
- * dequantized a tile of rows at a time into f32 (F32 weights are used in place) and multiplied with
- * sgemm, or, for a few tokens, a row at a time against every token.
+ * kept in cache (matmul_int8): Q4_0, Q8_0 and Q4_K on AVX-512 through tile kernels that decode
+ * each weight block once for up to 8 tokens (the same kernels as their decode, so the same bits),
+ * Q5_K and Q6_K two tokens a row, the others a token at a time; the batched decode step is the same
+ * product (cairn__matmul_rows); otherwise weights are dequantized a tile of rows at a time into f32
+ * (F32 weights are used in place) and multiplied with sgemm, or, for a few tokens, a row at a time
+ * against every token.
  */
 #include "gpu/cpu/kernels_cpu.h"
 
