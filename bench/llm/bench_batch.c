@@ -33,18 +33,6 @@
 #include "gpu/quant.h"
 #include "tests/model/mkmodel.h"
 
-typedef struct {
-    const char *name;
-    int dim, layers, heads, kv, ff, vocab;
-} shape;
-
-/* bench-llm's shapes of the same names */
-static const shape SHAPES[] = {
-    {"15M", 288, 6, 6, 6, 768, 32000},
-    {"110M", 768, 12, 12, 12, 2048, 32000},
-    {"1B", 2048, 16, 32, 8, 8192, 32000},
-};
-
 static int32_t tok_of(int s, int i, int nv)
 {
     return 3 + (int32_t)((s * 7919 + i * 104729) % (nv - 3));
@@ -176,12 +164,13 @@ int main(int argc, char **argv)
     printf("  target\n");
     char *ss = NULL;
     for (char *sz = strtok_r(sizes, ",", &ss); sz; sz = strtok_r(NULL, ",", &ss)) {
-        const shape *sh = NULL;
+        const llm_shape *sh = NULL;
         for (size_t i = 0; i < sizeof SHAPES / sizeof *SHAPES; i++)
             if (strcmp(SHAPES[i].name, sz) == 0)
                 sh = &SHAPES[i];
         if (!sh) {
-            fprintf(stderr, "bench-batch: unknown size '%s' (15M, 110M, 1B)\n", sz);
+            fprintf(stderr, "bench-batch: unknown size '%s' (15M, 110M, 500M, 1B, 2B, Q0.5B, 8B)\n",
+                    sz);
             return 64;
         }
         char tc[128];

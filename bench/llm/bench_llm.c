@@ -49,25 +49,6 @@
 #include "tests/model/mkmodel.h"
 
 typedef struct {
-    const char *name;
-    int dim, layers, heads, kv, ff, vocab;
-} shape;
-
-static const shape SHAPES[] = {
-    {"15M", 288, 6, 6, 6, 768, 32000},
-    {"110M", 768, 12, 12, 12, 2048, 32000},
-    {"500M", 1280, 20, 20, 20, 3456, 32000},
-    {"1B", 2048, 16, 32, 8, 8192, 32000}, /* 1.1B parameters: 2.2 GB in F16 */
-    {"2B", 4096, 8, 32, 8, 11008, 32000}, /* 1.7B, few wide layers: 3.4 GB in F16 */
-    /* Qwen2.5-0.5B's shape (as an untied llama): 0.63B parameters, 1.3 GB in F16, a vocabulary of
-     * 151936, where the sampler's work per token shows */
-    {"Q0.5B", 896, 24, 14, 2, 4864, 151936},
-    /* Llama-3-8B's shape: 8.0B parameters, 16 GB in F16, what an H200 is bought to serve (the
-     * per-kernel costs that small models pay weigh least here) */
-    {"8B", 4096, 32, 32, 8, 14336, 128256},
-};
-
-typedef struct {
     char *dst;
     const char *src;
     size_t n;
@@ -122,20 +103,6 @@ static double copy_bandwidth(copy_peer *c)
             best = 2.0 * (double)c->n / t;
     }
     return best;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    const double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(const double *v, int n)
-{
-    double s[16];
-    memcpy(s, v, (size_t)n * sizeof *s);
-    qsort(s, (size_t)n, sizeof *s, cmp_double);
-    return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
 }
 
 static double min_of(const double *v, int n)
@@ -269,7 +236,7 @@ int main(int argc, char **argv)
     int first = 1;
     char *ssave = NULL;
     for (char *sz = strtok_r(sizes, ",", &ssave); sz; sz = strtok_r(NULL, ",", &ssave)) {
-        const shape *sh = NULL;
+        const llm_shape *sh = NULL;
         for (size_t i = 0; i < sizeof SHAPES / sizeof *SHAPES; i++)
             if (strcmp(SHAPES[i].name, sz) == 0)
                 sh = &SHAPES[i];

@@ -1,9 +1,11 @@
-/* bench/llm/bench_util.h - what bench-llm and bench-matvec share: the clock and weight-type names.
- * Header-only (static inline), for these two programs. */
+/* bench/llm/bench_util.h - what the LLM benchmarks share: the clock, weight-type names, the model
+ * shapes and medians.
+ * Header-only (static inline). */
 #ifndef CAIRN_BENCH_LLM_UTIL_H
 #define CAIRN_BENCH_LLM_UTIL_H
 
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -35,6 +37,41 @@ static inline int parse_type(const char *s, uint32_t *t)
             return 0;
         }
     return -1;
+}
+
+/* The llama shapes the LLM benchmarks build (random weights; see bench/README.md) */
+typedef struct {
+    const char *name;
+    int dim, layers, heads, kv, ff, vocab;
+} llm_shape;
+
+static const llm_shape SHAPES[] = {
+    {"15M", 288, 6, 6, 6, 768, 32000},
+    {"110M", 768, 12, 12, 12, 2048, 32000},
+    {"500M", 1280, 20, 20, 20, 3456, 32000},
+    {"1B", 2048, 16, 32, 8, 8192, 32000}, /* 1.1B parameters: 2.2 GB in F16 */
+    {"2B", 4096, 8, 32, 8, 11008, 32000}, /* 1.7B, few wide layers: 3.4 GB in F16 */
+    /* Qwen2.5-0.5B's shape (as an untied llama): 0.63B parameters, 1.3 GB in F16, a vocabulary of
+     * 151936, where the sampler's work per token shows */
+    {"Q0.5B", 896, 24, 14, 2, 4864, 151936},
+    /* Llama-3-8B's shape: 8.0B parameters, 16 GB in F16, what an H200 is bought to serve (the
+     * per-kernel costs that small models pay weigh least here) */
+    {"8B", 4096, 32, 32, 8, 14336, 128256},
+};
+
+/* qsort's order of doubles, and the median of v[0..n) (n <= 16) */
+static inline int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static inline double median(const double *v, int n)
+{
+    double s[16];
+    memcpy(s, v, (size_t)n * sizeof *s);
+    qsort(s, (size_t)n, sizeof *s, cmp_double);
+    return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
 }
 
 #endif

@@ -23,11 +23,12 @@
  *
  * The prompt is a matrix-matrix product. On the quantized types it runs the decode kernels'
  * arithmetic on each token (the activation rounded to int8 the same way), over groups of rows
- * kept in cache (matmul_int8): Q4_0 and Q8_0 on AVX-512 through tile kernels that decode each
- * weight block once for several tokens, the K-quants two tokens a row, the others a token at a
- * time; the batched decode step is the same product (cairn__matmul_rows); otherwise weights are
- * dequantized a tile of rows at a time into f32 (F32 weights are used in place) and multiplied with
- * sgemm, or, for a few tokens, a row at a time against every token.
+ * kept in cache (matmul_int8): Q4_0, Q8_0 and Q4_K on AVX-512 through tile kernels that decode
+ * each weight block once for up to 8 tokens (the same kernels as their decode, so the same bits),
+ * Q5_K and Q6_K two tokens a row, the others a token at a time; the batched decode step is the same
+ * product (cairn__matmul_rows); otherwise weights are dequantized a tile of rows at a time into f32
+ * (F32 weights are used in place) and multiplied with sgemm, or, for a few tokens, a row at a time
+ * against every token.
  */
 #include "gpu/cpu/kernels_cpu.h"
 
@@ -62,7 +63,7 @@ typedef void (*rows_fn)(const uint8_t *w, size_t row_bytes, int nr, const void *
 typedef struct {
     dot_fn f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_nl,
         iq4_xs;
-    rows_fn q4_0_rows, q8_0_rows; /* NULL: row by row with q4_0 / q8_0 */
+    rows_fn q4_0_rows, q8_0_rows, q4_K_rows; /* NULL: row by row with the dot product */
     /* NULL, or what q4_0_rows / q8_0_rows want instead of the xq8 blocks: x rearranged into
      * dst, the start of what they wrote returned */
     void *(*q4_0_prep)(const xq8_block *xq, int64_t cols, void *dst);
@@ -70,11 +71,12 @@ typedef struct {
     /* NULL, or the product of Q4_0 / Q8_0 rows with several tokens (their preparations as
      * q4_0_prep / q8_0_prep made them): each output bit for bit q4_0_rows' / q8_0_rows' */
     cairn__tile_fn *q4_0_tile, *q8_0_tile;
+    /* NULL, or Q4_K's rows kernel's product with several tokens' cairn__xk blocks */
+    cairn__tile_fn *q4_K_tile;
     void (*axpy)(float *y, float a, const float *x, int64_t n);
     void (*quant_x)(const float *x, xq8_block *y, int64_t nb); /* x -> int8 blocks */
-    /* NULL, or one Q4_K / Q6_K row against two tokens (the prompt's products): each result bit
-     * for bit q4_K's / q6_K's */
-    void (*q4_K_2)(const uint8_t *w, const void *xa, const void *xb, int64_t n, float *out);
+    /* NULL, or one Q5_K / Q6_K row against two tokens (the prompt's products): each result bit
+     * for bit q5_K's / q6_K's */
     void (*q5_K_2)(const uint8_t *w, const void *xa, const void *xb, int64_t n, float *out);
     void (*q6_K_2)(const uint8_t *w, const void *xa, const void *xb, int64_t n, float *out);
     /* NULL, or a row's dequantization for some types (0 for the others: cairn__dequant_row) */
@@ -154,7 +156,8 @@ static const dot_table dots_avx512 = {.f32 = cairn__dot_f32_avx512,
                                       .q4_0_tile = cairn__q4_0_tile_avx512,
                                       .q8_0_tile = cairn__q8_0_tile_avx512,
                                       .quant_x = cairn__quant_x_avx2,
-                                      .q4_K_2 = cairn__dot2_q4_K_avx512,
+                                      .q4_K_rows = cairn__q4_K_rows_avx512,
+                                      .q4_K_tile = cairn__q4_K_tile_avx512,
                                       .q5_K_2 = cairn__dot2_q5_K_avx512,
                                       .q6_K_2 = cairn__dot2_q6_K_avx512,
                                       .dequant = cairn__dequant_avx2,
@@ -348,6 +351,8 @@ cairn__xk_block *cairn__xk_prep(const cairn__xq8_block *xq, int64_t cols, void *
             for (int e = 0; e < 32; e++)
                 sum += b->qs[e];
             memcpy(k[i].a + 32 * j, b->qs, 32);
+            for (int g = 0; g < 8; g++)
+                memcpy(k[i].g + 32 * g + 4 * j, b->qs + 4 * g, 4);
             k[i].d[j] = b->d;
             k[i].ds[j] = b->d * (float)sum;
             for (int h = 0; h < 2; h++) {
@@ -420,6 +425,23 @@ static x8_prep prep_x8(const dot_table *t, const float *x, int64_t cols, int nee
     return p;
 }
 
+/* what the type's rows and tile kernels take of x's preparations */
+static const void *rows_x(const cairn__mat *W, const x8_prep *p)
+{
+    return W->type == CAIRN__GGML_Q4_0   ? p->xq4
+           : W->type == CAIRN__GGML_Q4_K ? (const void *)p->xk
+                                         : p->xq8;
+}
+
+/* the type's rows kernel at this level, or NULL */
+static rows_fn rows_for(const dot_table *t, uint32_t type)
+{
+    return type == CAIRN__GGML_Q4_0   ? t->q4_0_rows
+           : type == CAIRN__GGML_Q8_0 ? t->q8_0_rows
+           : type == CAIRN__GGML_Q4_K ? t->q4_K_rows
+                                      : NULL;
+}
+
 /* rows [r0, r1) of W . x -> out[r0..r1), with the type's kernel: the rows kernel where it has
  * one, else a dot product a row */
 static void rows_of(const cairn__mat *W, dot_fn dot, rows_fn rows, const float *x, const x8_prep *p,
@@ -428,8 +450,8 @@ static void rows_of(const cairn__mat *W, dot_fn dot, rows_fn rows, const float *
     if (r0 >= r1)
         return;
     if (rows) {
-        rows(W->data + (size_t)r0 * W->row_bytes, W->row_bytes, (int)(r1 - r0),
-             W->type == CAIRN__GGML_Q4_0 ? p->xq4 : p->xq8, W->cols, out + r0);
+        rows(W->data + (size_t)r0 * W->row_bytes, W->row_bytes, (int)(r1 - r0), rows_x(W, p),
+             W->cols, out + r0);
         return;
     }
     const int kq = is_kquant(W->type);
@@ -505,9 +527,7 @@ void cairn__matvec_n(cairn__pool *p, const cairn__mat *const *W, int n, const fl
         j.W[j.n] = W[k];
         j.out[j.n] = out[k];
         j.dot[j.n] = dot_for(t, W[k]->type);
-        j.rows[j.n] = W[k]->type == CAIRN__GGML_Q4_0   ? t->q4_0_rows
-                      : W[k]->type == CAIRN__GGML_Q8_0 ? t->q8_0_rows
-                                                       : NULL;
+        j.rows[j.n] = rows_for(t, W[k]->type);
         if (!j.dot[j.n]) {
             memset(out[k], 0, (size_t)W[k]->rows * sizeof(float));
             continue;
@@ -686,11 +706,11 @@ static void mm8_prep_range(void *arg, int64_t a, int64_t b, int ith)
                                j->area + (size_t)i * j->stride);
 }
 
-/* the tile kernel's view of the preparations: token i's xq4 (Q4_0) or xq8 (Q8_0) */
+/* the tile kernel's view of the preparations: token i's xq4 (Q4_0), xq8 (Q8_0) or xk (Q4_K) */
 static void mm8_tile_args(mm8_job *j)
 {
     for (int64_t i = 0; i < j->n; i++)
-        j->xa[i] = j->W->type == CAIRN__GGML_Q4_0 ? j->xp[i].xq4 : j->xp[i].xq8;
+        j->xa[i] = rows_x(j->W, &j->xp[i]);
 }
 
 /* row groups [a, b), one at a time: every token against it while it is in cache */
@@ -701,8 +721,7 @@ static void mm8_rows_range(void *arg, int64_t a, int64_t b, int ith)
     (void)ith;
     /* two tokens a row where the ISA has a kernel for that (the weights unpacked once) */
     void (*const two)(const uint8_t *, const void *, const void *, int64_t, float *) =
-        j->W->type == CAIRN__GGML_Q4_K   ? j->t->q4_K_2
-        : j->W->type == CAIRN__GGML_Q5_K ? j->t->q5_K_2
+        j->W->type == CAIRN__GGML_Q5_K   ? j->t->q5_K_2
         : j->W->type == CAIRN__GGML_Q6_K ? j->t->q6_K_2
                                          : NULL;
     for (int64_t g = a; g < b; g++) {
@@ -744,11 +763,10 @@ static int matmul_int8(cairn__pool *p, const cairn__mat *W, const float *X, int6
         per = MM8_TOKENS;
     x8_prep *xp = (x8_prep *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
     mm8_job j = {W, t, dot_for(t, W->type), NULL, X, OUT, 0, xp, NULL, stride, NULL, {NULL}};
-    j.rows = W->type == CAIRN__GGML_Q4_0   ? t->q4_0_rows
-             : W->type == CAIRN__GGML_Q8_0 ? t->q8_0_rows
-                                           : NULL;
+    j.rows = rows_for(t, W->type);
     j.tile = W->type == CAIRN__GGML_Q4_0   ? t->q4_0_tile
              : W->type == CAIRN__GGML_Q8_0 ? t->q8_0_tile
+             : W->type == CAIRN__GGML_Q4_K ? t->q4_K_tile
                                            : NULL;
     j.area = (char *)(((uintptr_t)xp + head + 63) & ~(uintptr_t)63);
     for (int64_t i0 = 0; i0 < n; i0 += per) {

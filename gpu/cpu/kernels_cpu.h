@@ -103,6 +103,9 @@ typedef struct {
     float d[8];
     float ds[8];
     float o16[16];
+    /* the values again for the AVX-512 Q4_K kernel: g[32k + 4s + e] = a[32s + 4k + e], group k
+     * (elements 4k..4k+3) of the 8 blocks side by side */
+    int8_t g[256];
 } cairn__xk_block;
 /* xq (cols / 32 blocks, cols a multiple of 256) -> cols / 256 blocks at the first 64-byte
  * boundary of dst (cairn__matvec_scratch_bytes leaves room), which it returns */
@@ -210,8 +213,8 @@ void cairn__q8_0_rows_avx512(const uint8_t *w, size_t rb, int nr, const void *xp
                              float *out);
 /* The prompt's and the batched decode's products on Q4_0 / Q8_0: W rows (nr, n) of stride rb
  * bytes @ nt tokens -> out[t * ld + r], xp[t] token t's activation as the ISA's prep made it.
- * Each weight block is decoded once for a tile of 4 tokens, and every (row, token) output is bit
- * for bit what the rows kernel gives that token alone. */
+ * Each weight block is decoded once for a tile of up to 8 tokens, and every (row, token) output
+ * is bit for bit what the rows kernel gives that token alone (one kernel does both). */
 typedef void cairn__tile_fn(const uint8_t *w, size_t rb, int nr, const void *const *xp, int nt,
                             int64_t n, float *out, size_t ld);
 cairn__tile_fn cairn__q4_0_tile_avx512, cairn__q8_0_tile_avx512;
@@ -223,10 +226,14 @@ cairn__dot_fn cairn__dot_f32_avx512, cairn__dot_f16_avx512, cairn__dot_bf16_avx5
     cairn__dot_q2_K_avx512, cairn__dot_q3_K_avx512, cairn__dot_q4_K_avx512, cairn__dot_q5_K_avx512,
     cairn__dot_q6_K_avx512, cairn__dot_q4_1_avx512, cairn__dot_q5_0_avx512, cairn__dot_q5_1_avx512,
     cairn__dot_iq4_nl_avx512, cairn__dot_iq4_xs_avx512;
-/* One Q4_K row against two tokens' cairn__xk blocks (a prompt's products): out[0], out[1], each
- * bit for bit cairn__dot_q4_K_avx512's, the weights unpacked once */
-void cairn__dot2_q4_K_avx512(const uint8_t *w, const void *xa, const void *xb, int64_t n,
+/* Q4_K rows (nr, n) of stride rb bytes . x (n) -> out (nr), xk: x as cairn__xk blocks; and the
+ * same rows @ nt tokens (xp[t]: token t's cairn__xk blocks) -> out[t * ld + r], each output bit
+ * for bit the rows kernel's (and cairn__dot_q4_K_avx512's) for that token alone */
+void cairn__q4_K_rows_avx512(const uint8_t *w, size_t rb, int nr, const void *xk, int64_t n,
                              float *out);
+cairn__tile_fn cairn__q4_K_tile_avx512;
+/* One Q5_K or Q6_K row against two tokens' cairn__xk blocks (a prompt's products): out[0],
+ * out[1], each bit for bit the type's dot product's, the weights unpacked once */
 void cairn__dot2_q5_K_avx512(const uint8_t *w, const void *xa, const void *xb, int64_t n,
                              float *out);
 void cairn__dot2_q6_K_avx512(const uint8_t *w, const void *xa, const void *xb, int64_t n,

@@ -7,22 +7,14 @@
  * gpu/cpu/kernels_cpu.c picks these at run time, like its AVX2 kernels.
  *
  * Two ideas make the quantized products cheap. First, several blocks are handled in one pass
- * of 512-bit registers (Q4_0: four blocks, 128 weights in 72 bytes): one byte permute
- * (vpermt2b) gathers their values out of the interleaved scale/value layout, a shift and two
- * ANDs split low and high nibbles, and vpdpbusd (unsigned weight x signed int8 activation, 4
- * products per 32-bit lane) leaves lane l holding a partial sum of one block; one word permute
- * + vcvtph2ps gives the per-lane weight scales. Second, the activation is rearranged once per
- * product into that same lane order (cairn__q4_0_prep_avx512), with its per-lane scales and
- * the offset that makes the weights unsigned (Q4_0: (q - 8) . a = q . a - 8 sum(a)) folded into
- * the starting value of the dot product, so per row nothing but the weights' own decoding
- * remains; the activation is shared by the R rows of a pass.
- *
- * Rows whose block count is not a multiple of 4 (the 288 columns of a 15M model: 9 blocks) end
- * with 1-3 blocks each; rather than a quarter-filled register per row, block j of the four
- * rows' leftovers share one register, row r in lane group r, against a prepared quad that holds
- * activation block j in all four groups. The four rows' sums are then reduced together, each row
- * by the same tree of additions wherever it sits, so a row's result never depends on which rows
- * share its pass (tests/model/test_kernels.c checks every split bit for bit).
+ * of 512-bit registers (Q4_0 and Q8_0: four blocks of four rows, their section below): byte
+ * permutes (vpermt2b) gather the values out of the interleaved scale/value layout, and vpdpbusd
+ * (unsigned weight x signed int8 activation, 4 products per 32-bit lane) sums them in int32
+ * lanes, exactly. Second, the activation is rearranged once per product into the kernel's lane
+ * order (cairn__q4_0_prep_avx512), with its scales and the offset that makes the weights
+ * unsigned (Q4_0: (q - 8) . a = q . a - 8 sum(a)) folded into the starting value of the dot
+ * product, so per row nothing but the weights' own decoding remains; the activation is shared by
+ * the rows of a pass, and the decoded weights by the tokens of a tile.
  */
 #include "gpu/cpu/kernels_cpu.h"
 
@@ -31,53 +23,6 @@
 #include <string.h>
 
 #include "gpu/quant.h"
-
-/* The activation of 4 blocks (128 elements) in the lane order of the kernel: lane l (4 bytes of
- * lo and of hi) belongs to block l / 4. 256 bytes, 64-byte aligned. */
-typedef struct {
-    int8_t lo[64]; /* block k elements 0..15 at bytes 16k.. */
-    int8_t hi[64]; /* block k elements 16..31 at bytes 16k.. */
-    int32_t c[16]; /* -8 * the sum of the 8 activations lane l multiplies */
-    float d[16];   /* the activation scale of lane l's block */
-} xq_quad;
-
-size_t cairn__q4_0_prep_bytes(int64_t cols)
-{
-    /* the whole quads, up to 3 replicated ones for the leftover blocks, + 64: alignment */
-    return (size_t)(cols / 32 / 4 + 3) * sizeof(xq_quad) + 64;
-}
-
-static xq_quad *quads(void *p) { return (xq_quad *)(((uintptr_t)p + 63) & ~(uintptr_t)63); }
-
-/* block b of the activation into lane group k (lanes 4k..4k+3) of quad o */
-static void quad_put(xq_quad *o, int k, const cairn__xq8_block *b)
-{
-    memcpy(o->lo + 16 * k, b->qs, 16);
-    memcpy(o->hi + 16 * k, b->qs + 16, 16);
-    for (int m = 0; m < 4; m++) {
-        int s = 0;
-        for (int e = 0; e < 4; e++)
-            s += b->qs[4 * m + e] + b->qs[16 + 4 * m + e];
-        o->c[4 * k + m] = -8 * s;
-        o->d[4 * k + m] = b->d;
-    }
-}
-
-/* nb / 4 quads of 4 consecutive blocks, then for each of the nb % 4 leftover blocks a quad
- * holding that block in all four lane groups: the kernel multiplies it with the leftover
- * blocks of four rows at once, one row per lane group */
-void *cairn__q4_0_prep_avx512(const cairn__xq8_block *xq, int64_t cols, void *dst)
-{
-    const int64_t nb = cols / 32, full = nb / 4;
-    xq_quad *q = quads(dst);
-    for (int64_t g = 0; g < full; g++)
-        for (int k = 0; k < 4; k++)
-            quad_put(&q[g], k, &xq[4 * g + k]);
-    for (int64_t j = 0; j < nb - 4 * full; j++)
-        for (int k = 0; k < 4; k++)
-            quad_put(&q[full + j], k, &xq[4 * full + j]);
-    return q;
-}
 
 #define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,f16c")))
 
@@ -120,217 +65,18 @@ static inline size_t pf_ahead(size_t rb, int R)
             _mm_prefetch((const char *)(w) + (pf) + o_, _MM_HINT_T0);                              \
     } while (0)
 
-/* out[r] = the sum of the 16 lanes of row r's accumulator cr, plus the 4 lanes of group r of t
- * (the leftover blocks of the Q4_0 kernel; zero elsewhere), r < R. The four rows are summed
- * together: each 128-bit step takes one row's partial sums into its own quarter, so every row
- * gets the same tree of additions (((c[i] + c[i+8]) + (c[i+4] + c[i+12])) + t[i] over i < 4,
- * then pairs), whatever its place in the group and whatever R is; ~10 instructions for 4 rows
- * where 4 separate reductions took ~32. */
-AVX512 static inline void store_rows(float *out, __m512 c0, __m512 c1, __m512 c2, __m512 c3,
-                                     __m512 t, const int R)
-{
-    /* lanes 0-7: c0[i] + c0[i+8], lanes 8-15: c1[i] + c1[i+8]; likewise c2, c3 */
-    const __m512 h01 =
-        _mm512_add_ps(_mm512_shuffle_f32x4(c0, c1, 0x44), _mm512_shuffle_f32x4(c0, c1, 0xEE));
-    const __m512 h23 =
-        _mm512_add_ps(_mm512_shuffle_f32x4(c2, c3, 0x44), _mm512_shuffle_f32x4(c2, c3, 0xEE));
-    /* quarter r: row r's four partial sums */
-    __m512 u =
-        _mm512_add_ps(_mm512_shuffle_f32x4(h01, h23, 0x88), _mm512_shuffle_f32x4(h01, h23, 0xDD));
-    u = _mm512_add_ps(u, t);
-    u = _mm512_add_ps(u, _mm512_permute_ps(u, 0x4E)); /* lanes (2,3,0,1) of each quarter */
-    u = _mm512_add_ps(u, _mm512_permute_ps(u, 0xB1)); /* lanes (1,0,3,2) */
-    /* lane 4r -> lane r */
-    const __m512 s =
-        _mm512_permutexvar_ps(_mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0), u);
-    _mm_mask_storeu_ps(out, (__mmask8)((1u << R) - 1), _mm512_castps512_ps128(s));
-}
-
-/* rows (R, n) of stride rb bytes . x (n), x prepared by cairn__q4_0_prep_avx512 -> out (R). R is
- * a constant after inlining; the accumulators are named so that they stay in registers. Each
- * row's arithmetic is the same whatever R is, so grouping never changes a result. */
-AVX512 static inline __attribute__((always_inline)) void
-q4_0_rows_avx512(const uint8_t *w, size_t rb, const xq_quad *a, int64_t n, float *out, const int R)
-{
-    /* byte j of the gathered nibbles: block j/16, nibble byte j%16 -> source byte 18*(j/16)+2+j%16
-     * of the 72 bytes of 4 blocks (indices >= 64 select from the second register) */
-    static const uint8_t gidx[64] = {
-        2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15, 16, 17, 20, 21, 22, 23, 24, 25,
-        26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49,
-        50, 51, 52, 53, 56, 57, 58, 59, 60, 61, 62, 63, 64, 65, 66, 67, 68, 69, 70, 71};
-    const __m512i gi = _mm512_loadu_si512(gidx);
-    /* word l of the scale permute: the f16 scale of block l/4, at word 9 * (l/4) */
-    const __m512i si = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 27, 27, 27,
-                                        27, 18, 18, 18, 18, 9, 9, 9, 9, 0, 0, 0, 0);
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
-    const int64_t nb = n / 32, full = nb / 4;
-    const size_t pf = pf_ahead(rb, R);
-    const uint8_t *w0 = w, *w1 = w + rb, *w2 = w + 2 * rb, *w3 = w + 3 * rb;
-    __m512 c0 = _mm512_setzero_ps(), c1 = c0, c2 = c0, c3 = c0;
-
-/* one row's 4 blocks from z0 (bytes 0..63) and z1 (64..71) into its accumulator acc */
-#define Q4_QUAD(acc, z0, z1)                                                                       \
-    do {                                                                                           \
-        const __m512i q_ = _mm512_permutex2var_epi8(z0, gi, z1);                                   \
-        const __m512i lo_ = _mm512_and_si512(q_, m4);                                              \
-        const __m512i hi_ = _mm512_and_si512(_mm512_srli_epi16(q_, 4), m4);                        \
-        const __m512i p_ = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(ac, lo_, alo), hi_, ahi);       \
-        const __m512 s_ =                                                                          \
-            _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(si, z0)));             \
-        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p_), _mm512_mul_ps(s_, ad), acc);                 \
-    } while (0)
-
-    int64_t g = 0;
-    for (; g < full; g++) {
-        const __m512i alo = _mm512_load_si512(a[g].lo), ahi = _mm512_load_si512(a[g].hi);
-        const __m512i ac = _mm512_load_si512(a[g].c);
-        const __m512 ad = _mm512_load_ps(a[g].d);
-        const size_t off = (size_t)g * 72;
-        PF_RUN(w, pf, g, 72, R);
-        Q4_QUAD(c0, _mm512_loadu_si512(w0 + off), _mm512_maskz_loadu_epi8(0xFF, w0 + off + 64));
-        if (R > 1)
-            Q4_QUAD(c1, _mm512_loadu_si512(w1 + off), _mm512_maskz_loadu_epi8(0xFF, w1 + off + 64));
-        if (R > 2)
-            Q4_QUAD(c2, _mm512_loadu_si512(w2 + off), _mm512_maskz_loadu_epi8(0xFF, w2 + off + 64));
-        if (R > 3)
-            Q4_QUAD(c3, _mm512_loadu_si512(w3 + off), _mm512_maskz_loadu_epi8(0xFF, w3 + off + 64));
-    }
-    /* 1..3 blocks left in each row: block j of the four rows' leftovers gathered into one
-     * register, row r's in lane group r (masked loads read only their 18 bytes; row 3's
-     * straddles the two registers), times the activation quad holding block 4 full + j in
-     * every group. Each row's share lands in its own group of t, whatever R is. */
-    __m512 ct = _mm512_setzero_ps();
-    for (int64_t j = 0; j < nb - 4 * full; j++) {
-        const xq_quad *aq = &a[full + j];
-        const __m512i alo = _mm512_load_si512(aq->lo), ahi = _mm512_load_si512(aq->hi);
-        const __m512i ac = _mm512_load_si512(aq->c);
-        const __m512 ad = _mm512_load_ps(aq->d);
-        const size_t off = (size_t)full * 72 + (size_t)j * 18;
-        if (j == 0)
-            PF_TAIL(w, pf, off * R, R, rb);
-        __m512i z0 = _mm512_maskz_loadu_epi8(0x3FFFF, w0 + off), z1 = _mm512_setzero_si512();
-        if (R > 1)
-            z0 = _mm512_mask_loadu_epi8(z0, (__mmask64)0x3FFFF << 18, w1 + off - 18);
-        if (R > 2)
-            z0 = _mm512_mask_loadu_epi8(z0, (__mmask64)0x3FFFF << 36, w2 + off - 36);
-        if (R > 3) {
-            z0 = _mm512_mask_loadu_epi8(z0, (__mmask64)0x3FF << 54, w3 + off - 54);
-            z1 = _mm512_maskz_loadu_epi8(0xFF, w3 + off + 10);
-        }
-        Q4_QUAD(ct, z0, z1);
-    }
-#undef Q4_QUAD
-    store_rows(out, c0, c1, c2, c3, ct, R);
-}
-
-/* W rows (nr, n) of stride rb bytes . x (n) -> out (nr); xp from cairn__q4_0_prep_avx512 */
-AVX512 void cairn__q4_0_rows_avx512(const uint8_t *w, size_t rb, int nr, const void *xp, int64_t n,
-                                    float *out)
-{
-    CAIRN__ROWS_DISPATCH(q4_0_rows_avx512, w, rb, nr, xp, n, out);
-}
-
-/* ---- Q4_0 against a tile of tokens (the prompt's and the batched decode's product) -----------
- * The same arithmetic as q4_0_rows_avx512, lane for lane, but each row's 4 blocks are gathered,
- * split into nibbles and given their scales ONCE for T tokens: the weights' decoding (7 of the
- * 12 vector operations a row and quad took) is shared, and what is left per token is its two
- * vpdpbusd, the conversion and the two float operations. Every (row, token) accumulator sees the
- * same operations in the same order as the single-token kernel's, and is reduced by the same
- * store_rows, so each output is bit for bit what cairn__matvec gives that token. */
-
-/* rows (R, n) of stride rb bytes @ tokens a[0..T) (each prepared by cairn__q4_0_prep_avx512) ->
- * out[t * ld + r]; R <= 4, T <= 8 constants after inlining (R * T accumulators, at most 16, in
- * registers) */
-AVX512 static inline __attribute__((always_inline)) void
-q4_0_tile_avx512(const uint8_t *w, size_t rb, const xq_quad *const *a, int64_t n, float *out,
-                 size_t ld, const int R, const int T)
-{
-    static const uint8_t gidx[64] = {
-        2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15, 16, 17, 20, 21, 22, 23, 24, 25,
-        26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49,
-        50, 51, 52, 53, 56, 57, 58, 59, 60, 61, 62, 63, 64, 65, 66, 67, 68, 69, 70, 71};
-    const __m512i gi = _mm512_loadu_si512(gidx);
-    const __m512i si = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 27, 27, 27,
-                                        27, 18, 18, 18, 18, 9, 9, 9, 9, 0, 0, 0, 0);
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
-    const int64_t nb = n / 32, full = nb / 4;
-    const size_t pf = pf_ahead(rb, R);
-    __m512 c[4][8], ct[8];
-    for (int t = 0; t < 8; t++) {
-        ct[t] = _mm512_setzero_ps();
-        for (int r = 0; r < 4; r++)
-            c[r][t] = _mm512_setzero_ps();
-    }
-
-/* one row's 4 decoded blocks (q_: the gathered bytes, z0: their first 64 source bytes) against
- * token t's quad aq_ into acc, as Q4_QUAD of q4_0_rows_avx512 */
-#define Q4_DECODE(z0, z1)                                                                          \
-    const __m512i q_ = _mm512_permutex2var_epi8(z0, gi, z1);                                       \
-    const __m512i lo_ = _mm512_and_si512(q_, m4);                                                  \
-    const __m512i hi_ = _mm512_and_si512(_mm512_srli_epi16(q_, 4), m4);                            \
-    const __m512 s_ = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(si, z0)))
-#define Q4_APPLY(acc, aq_)                                                                         \
-    do {                                                                                           \
-        const __m512i p_ = _mm512_dpbusd_epi32(                                                    \
-            _mm512_dpbusd_epi32(_mm512_load_si512((aq_)->c), lo_, _mm512_load_si512((aq_)->lo)),   \
-            hi_, _mm512_load_si512((aq_)->hi));                                                    \
-        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p_), _mm512_mul_ps(s_, _mm512_load_ps((aq_)->d)), \
-                              acc);                                                                \
-    } while (0)
-
-    for (int64_t g = 0; g < full; g++) {
-        const size_t off = (size_t)g * 72;
-        PF_RUN(w, pf, g, 72, R);
-#pragma GCC unroll 4
-        for (int r = 0; r < R; r++) {
-            const uint8_t *wr = w + (size_t)r * rb + off;
-            Q4_DECODE(_mm512_loadu_si512(wr), _mm512_maskz_loadu_epi8(0xFF, wr + 64));
-#pragma GCC unroll 8
-            for (int t = 0; t < T; t++)
-                Q4_APPLY(c[r][t], &a[t][g]);
-        }
-    }
-    /* the leftover blocks, gathered as q4_0_rows_avx512 gathers them */
-    for (int64_t j = 0; j < nb - 4 * full; j++) {
-        const size_t off = (size_t)full * 72 + (size_t)j * 18;
-        const uint8_t *w0 = w, *w1 = w + rb, *w2 = w + 2 * rb, *w3 = w + 3 * rb;
-        if (j == 0)
-            PF_TAIL(w, pf, off * R, R, rb);
-        __m512i z0 = _mm512_maskz_loadu_epi8(0x3FFFF, w0 + off), z1 = _mm512_setzero_si512();
-        if (R > 1)
-            z0 = _mm512_mask_loadu_epi8(z0, (__mmask64)0x3FFFF << 18, w1 + off - 18);
-        if (R > 2)
-            z0 = _mm512_mask_loadu_epi8(z0, (__mmask64)0x3FFFF << 36, w2 + off - 36);
-        if (R > 3) {
-            z0 = _mm512_mask_loadu_epi8(z0, (__mmask64)0x3FF << 54, w3 + off - 54);
-            z1 = _mm512_maskz_loadu_epi8(0xFF, w3 + off + 10);
-        }
-        Q4_DECODE(z0, z1);
-#pragma GCC unroll 8
-        for (int t = 0; t < T; t++)
-            Q4_APPLY(ct[t], &a[t][full + j]);
-    }
-#undef Q4_APPLY
-#undef Q4_DECODE
-#pragma GCC unroll 8
-    for (int t = 0; t < T; t++)
-        store_rows(out + (size_t)t * ld, c[0][t], c[1][t], c[2][t], c[3][t], ct[t], R);
-}
-
 /* Runs tile(w, rb, a, n, out, ld, R, T) over nr rows (RR at a time, then the 1-3 left) and nt
  * tokens (TT at a time, then 4 if TT is 8, then the 1-3 left), R and T constants in each call; for
  * each group of rows every token, so the group's weights stay in L1 while the tokens pass. */
-/* The tiles: rows x tokens of accumulators, at most 16 of the 32 registers. 4 x 4 for both: per
- * (row, token) and 4 blocks the Q4_0 tile still issues ~7 vector operations (2 vpdpbusd, the
- * conversion, the scale product and the multiply-add, and a quarter of the decoding), so wider
- * tiles save little, and 2 x 8 reloads each token's activation for every 2 rows, which at 64
- * tokens no longer fits in L1. Thread CPU time, 1 thread, a 2048 x 2048 matrix, us per token at
- * 8 / 64 tokens: Q4_0 single-token kernel 39 / 40, 4 x 4 33.5 / 34-35, 2 x 8 32 / 43, 4 x 2
- * 39 / 38; Q8_0 68-70 / 71-73, 4 x 4 50-51 / 50-51, 2 x 8 52-54 / 66-67, 4 x 2 57-58 / 61-62. */
+/* The tiles: 4 rows (one register of (row, block) lanes) x 8 tokens, an accumulator each. Thread
+ * CPU time, 1 thread, a 2048 x 2048 matrix in cache, us per token at 64 tokens, on this Zen 5 VM
+ * with the load of 4 of others on its 2 cores: Q4_0 35 -> 23, Q8_0 50.6 -> 34 over the kernel
+ * before (a lane per 4 or 8 products of one row, 4 x 4 tiles); one token (the decode) 49 -> 56 and
+ * 82 -> 95 in cache, where the decode's weights come from memory at every size that matters. */
 #define Q4_RR 4
-#define Q4_TT 4
+#define Q4_TT 8
 #define Q8_RR 4
-#define Q8_TT 4
+#define Q8_TT 8
 #define CAIRN__TILE_T(tile, w, rb, a, n, out, ld, R, nt, TT)                                       \
     do {                                                                                           \
         int t_ = 0;                                                                                \
@@ -376,6 +122,298 @@ q4_0_tile_avx512(const uint8_t *w, size_t rb, const xq_quad *const *a, int64_t n
         }                                                                                          \
     } while (0)
 
+/* ---- Q4_0 and Q8_0: the decode's and the prompt's product, one kernel -----------------------
+ * One kernel serves one token (the decode, the rows kernels) and tiles of tokens (the prompt and
+ * the batched decode, the tile kernels), so every output is bit for bit the same in both. It
+ * takes 4 rows and 4 blocks (a quad) at a time, lane 4r + b of a register holding row r's block
+ * b: a byte permute gathers each row's quad into four 128-bit lanes of 4-byte groups (lane k:
+ * bytes 4k..4k+3 of the 4 blocks' values; Q8_0 takes two permutes, for groups 0-3 and 4-7), and
+ * 128-bit shuffles of the 4 rows turn those into registers with lane 4r + b = row r, block b,
+ * group k. Q4_0's nibbles are then split by a shift and two ANDs (unsigned 0..15; the offset
+ * of 8 comes back as -8 * sum(a), prepared with the activation), Q8_0's int8 values made
+ * unsigned by an XOR with 0x80 (w + 128; -128 * sum(a) likewise). A token then costs 8 vpdpbusd
+ * (each lane summing its block's 32 products exactly, the activation's 16 bytes of group k
+ * broadcast to the 4 rows), one conversion, one scale product and one multiply-add per 16
+ * (row, block) pairs, where the layout before this one (a lane per 4 or 8 products of one row)
+ * spent those float operations 4 (Q4_0) or 8 (Q8_0) times over; the weights' decoding is shared
+ * by the tile's tokens.
+ *
+ * The float order, the same for every row wherever it sits and however many tokens share the
+ * pass: block b of the row (quad b / 4, phase b % 4) is added as d_w * d_x * (its exact integer
+ * sum) into accumulator b % 4, one multiply-add after the other in block order, and the row's
+ * result is (acc0 + acc1) + (acc2 + acc3). Rows whose block count is not a multiple of 4 end on a
+ * quad filled with zeros (weights, scales and activation), which adds exact zeros. */
+
+/* The activation of a quad in the kernel's order: 160 bytes */
+typedef struct {
+    int8_t a[8][16]; /* group k: elements 4k..4k+3 of blocks 0..3 (4 bytes each) */
+    int32_t c[4];    /* -8 (Q4_0) or -128 (Q8_0) times the sum of block b's 32 values: the
+                        offset of the unsigned weights */
+    float d[4];      /* block b's scale */
+} xq_quad;
+
+static xq_quad *quads(void *p) { return (xq_quad *)(((uintptr_t)p + 63) & ~(uintptr_t)63); }
+
+static size_t quad_bytes(int64_t cols)
+{
+    return (size_t)((cols / 32 + 3) / 4) * sizeof(xq_quad) + 64; /* + 64: alignment */
+}
+
+size_t cairn__q4_0_prep_bytes(int64_t cols) { return quad_bytes(cols); }
+size_t cairn__q8_0_prep_bytes(int64_t cols) { return quad_bytes(cols); }
+
+/* (nb + 3) / 4 quads of 4 consecutive blocks, the last one's missing blocks zero; off: the
+ * weights' offset (8 or 128) */
+static void *quad_prep(const cairn__xq8_block *xq, int64_t cols, void *dst, int off)
+{
+    const int64_t nb = cols / 32, nq = (nb + 3) / 4;
+    xq_quad *q = quads(dst);
+    memset(q, 0, (size_t)nq * sizeof *q);
+    for (int64_t b = 0; b < nb; b++) {
+        xq_quad *o = &q[b / 4];
+        const int k = (int)(b % 4);
+        int s = 0;
+        for (int g = 0; g < 8; g++)
+            memcpy(o->a[g] + 4 * k, xq[b].qs + 4 * g, 4);
+        for (int e = 0; e < 32; e++)
+            s += xq[b].qs[e];
+        o->c[k] = -off * s;
+        o->d[k] = xq[b].d;
+    }
+    return q;
+}
+
+void *cairn__q4_0_prep_avx512(const cairn__xq8_block *xq, int64_t cols, void *dst)
+{
+    return quad_prep(xq, cols, dst, 8);
+}
+
+void *cairn__q8_0_prep_avx512(const cairn__xq8_block *xq, int64_t cols, void *dst)
+{
+    return quad_prep(xq, cols, dst, 128);
+}
+
+/* the first v of the 64 bytes at p (all of them for v >= 64, none for v <= 0), zeros after */
+AVX512 static inline __m512i load_upto(const uint8_t *p, int64_t v)
+{
+    if (v >= 64)
+        return _mm512_loadu_si512(p);
+    return v <= 0 ? _mm512_setzero_si512() : _mm512_maskz_loadu_epi8(((__mmask64)1 << v) - 1, p);
+}
+
+/* rows (R, n) of stride rb bytes @ tokens a[0..T) (each prepared by the type's prep) ->
+ * out[t * ld + r]; Q4_0 (Q8 0) or Q8_0 (Q8 1); R <= 4 and T <= 8 constants after inlining, T
+ * accumulators in registers */
+AVX512 static inline __attribute__((always_inline)) void
+quad_tile_avx512(const uint8_t *w, size_t rb, const xq_quad *const *a, int64_t n, float *out,
+                 size_t ld, const int R, const int T, const int Q8)
+{
+    /* byte 16k + 4b + e of a row's gathered quad: byte 4k + e of block b's values, which is
+     * source byte 18b + 2 + 4k + e of the Q4_0 quad's 72 (>= 64: the second register) */
+    static const uint8_t g4[64] = {2,  3,  4,  5,  20, 21, 22, 23, 38, 39, 40, 41, 56, 57, 58, 59,
+                                   6,  7,  8,  9,  24, 25, 26, 27, 42, 43, 44, 45, 60, 61, 62, 63,
+                                   10, 11, 12, 13, 28, 29, 30, 31, 46, 47, 48, 49, 64, 65, 66, 67,
+                                   14, 15, 16, 17, 32, 33, 34, 35, 50, 51, 52, 53, 68, 69, 70, 71};
+    /* the same for Q8_0's 136: groups 0-3 from bytes 34b + 2 + 4k + e of the registers at 0 and
+     * 64, groups 4-7 from 34b + 2 + 4k + e - 8 of those at 8 and 72 */
+    static const uint8_t g8a[64] = {2,   3,   4,   5,   36,  37,  38,  39,  70,  71,  72,  73, 104,
+                                    105, 106, 107, 6,   7,   8,   9,   40,  41,  42,  43,  74, 75,
+                                    76,  77,  108, 109, 110, 111, 10,  11,  12,  13,  44,  45, 46,
+                                    47,  78,  79,  80,  81,  112, 113, 114, 115, 14,  15,  16, 17,
+                                    48,  49,  50,  51,  82,  83,  84,  85,  116, 117, 118, 119};
+    static const uint8_t g8b[64] = {10,  11,  12,  13,  44,  45,  46,  47,  78,  79,  80,  81, 112,
+                                    113, 114, 115, 14,  15,  16,  17,  48,  49,  50,  51,  82, 83,
+                                    84,  85,  116, 117, 118, 119, 18,  19,  20,  21,  52,  53, 54,
+                                    55,  86,  87,  88,  89,  120, 121, 122, 123, 22,  23,  24, 25,
+                                    56,  57,  58,  59,  90,  91,  92,  93,  124, 125, 126, 127};
+    const __m512i ga = _mm512_loadu_si512(Q8 ? g8a : g4), gb = _mm512_loadu_si512(g8b);
+    /* Q4_0: words 4s + b of the scale permute of two rows' quads, block b's f16 scale (word 9b)
+     * of the first (s = 0) or the second row (s = 1, indices from 32); Q8_0: words b of one
+     * row's, at word 17b of its first two registers */
+    const __m512i s4 = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                        0, 0, 0, 0, 59, 50, 41, 32, 27, 18, 9, 0);
+    const __m512i s8 = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                        0, 0, 0, 0, 0, 0, 0, 0, 51, 34, 17, 0);
+    const __m512i m4 = _mm512_set1_epi8(0x0F), flip = _mm512_set1_epi8((char)0x80);
+    const int64_t nb = n / 32, nq = (nb + 3) / 4, qb = Q8 ? 136 : 72; /* bytes of a quad */
+    const size_t pf = pf_ahead(rb, R);
+    __m512 acc[8];
+    /* only the T used: zeroing all 8 kept the array in memory (a rep stos a call) */
+    for (int t = 0; t < T; t++)
+        acc[t] = _mm512_setzero_ps();
+    for (int64_t g = 0; g < nq; g++) {
+        /* bytes of this quad in each row: all, or the 1-3 blocks of the last one */
+        const int64_t left = nb - 4 * g, v = left >= 4 ? qb : left * (qb / 4);
+        const size_t off = (size_t)g * (size_t)qb;
+        if (left >= 4)
+            PF_RUN(w, pf, g, qb, R);
+        else
+            PF_TAIL(w, pf, off * R, R, rb);
+        __m512i P[4], Q[4], S[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) {
+            if (r >= R) {
+                P[r] = Q[r] = S[r] = _mm512_setzero_si512();
+                continue;
+            }
+            const uint8_t *wr = w + (size_t)r * rb + off;
+            __m512i z0, z1;
+            if (left >= 4) {
+                z0 = _mm512_loadu_si512(wr);
+                z1 = Q8 ? _mm512_loadu_si512(wr + 64) : _mm512_maskz_loadu_epi8(0xFF, wr + 64);
+            } else { /* masked: only the blocks there are */
+                z0 = load_upto(wr, v);
+                z1 = load_upto(wr + 64, v - 64);
+            }
+            P[r] = _mm512_permutex2var_epi8(z0, ga, z1);
+            if (Q8) {
+                const __m512i y0 =
+                    left >= 4 ? _mm512_loadu_si512(wr + 8) : load_upto(wr + 8, v - 8);
+                const __m512i y1 =
+                    left >= 4 ? _mm512_loadu_si512(wr + 72) : load_upto(wr + 72, v - 72);
+                Q[r] = _mm512_permutex2var_epi8(y0, gb, y1);
+                S[r] = _mm512_permutex2var_epi16(z0, s8, z1);
+            } else
+                S[r] = z0;
+        }
+        /* K[k], k < 4 (and k >= 4 for Q8_0): 128-bit lane r = lane k of P[r] (of Q[r]); one
+         * token alone skips this (below) */
+        __m512i K[8];
+        if (T > 1) {
+#define QUAD_T(K0, X)                                                                              \
+    do {                                                                                           \
+        const __m512i t0 = _mm512_shuffle_i32x4(X[0], X[1], 0x44),                                 \
+                      t1 = _mm512_shuffle_i32x4(X[0], X[1], 0xEE),                                 \
+                      t2 = _mm512_shuffle_i32x4(X[2], X[3], 0x44),                                 \
+                      t3 = _mm512_shuffle_i32x4(X[2], X[3], 0xEE);                                 \
+        K0[0] = _mm512_shuffle_i32x4(t0, t2, 0x88), K0[1] = _mm512_shuffle_i32x4(t0, t2, 0xDD);    \
+        K0[2] = _mm512_shuffle_i32x4(t1, t3, 0x88), K0[3] = _mm512_shuffle_i32x4(t1, t3, 0xDD);    \
+    } while (0)
+            QUAD_T(K, P);
+            if (Q8) {
+                QUAD_T((K + 4), Q);
+#pragma GCC unroll 8
+                for (int k = 0; k < 8; k++)
+                    K[k] = _mm512_xor_si512(K[k], flip);
+            } else
+#pragma GCC unroll 4
+                for (int k = 0; k < 4; k++) { /* elements 4k.. low nibbles, 16 + 4k.. high */
+                    K[4 + k] = _mm512_and_si512(_mm512_srli_epi16(K[k], 4), m4);
+                    K[k] = _mm512_and_si512(K[k], m4);
+                }
+#undef QUAD_T
+        }
+        /* lane 4r + b: row r's block b's scale */
+        __m256i sh;
+        if (Q8) {
+            const __m512i s01 = _mm512_unpacklo_epi64(S[0], S[1]),
+                          s23 = _mm512_unpacklo_epi64(S[2], S[3]);
+            sh = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm512_castsi512_si128(s01)),
+                                         _mm512_castsi512_si128(s23), 1);
+        } else {
+            const __m512i s01 = _mm512_permutex2var_epi16(S[0], s4, S[1]),
+                          s23 = _mm512_permutex2var_epi16(S[2], s4, S[3]);
+            sh = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm512_castsi512_si128(s01)),
+                                         _mm512_castsi512_si128(s23), 1);
+        }
+        const __m512 sw = _mm512_cvtph_ps(sh);
+        if (T == 1) {
+            /* one token: each row's gathered groups against the activation as it lies (lane k,
+             * dword b: groups k and 4 + k of block b, the offset in lane 0), then the four
+             * 128-bit lanes of each row summed into lane 4r + b: the same exact integers as
+             * the transposed tile's, for 6 shuffles instead of 8 and 2 loads instead of 8 */
+            const xq_quad *x = &a[0][g];
+            const __m512i alo = _mm512_loadu_si512(x->a[0]), ahi = _mm512_loadu_si512(x->a[4]);
+            const __m512i c0 = _mm512_zextsi128_si512(_mm_load_si128((const __m128i *)x->c));
+            __m512i pr[4];
+#pragma GCC unroll 4
+            for (int r = 0; r < 4; r++) {
+                const __m512i lo = Q8 ? _mm512_xor_si512(P[r], flip) : _mm512_and_si512(P[r], m4);
+                const __m512i hi = Q8 ? _mm512_xor_si512(Q[r], flip)
+                                      : _mm512_and_si512(_mm512_srli_epi16(P[r], 4), m4);
+                pr[r] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(c0, lo, alo), hi, ahi);
+            }
+            const __m512i t01 = _mm512_add_epi32(_mm512_shuffle_i32x4(pr[0], pr[1], 0x44),
+                                                 _mm512_shuffle_i32x4(pr[0], pr[1], 0xEE));
+            const __m512i t23 = _mm512_add_epi32(_mm512_shuffle_i32x4(pr[2], pr[3], 0x44),
+                                                 _mm512_shuffle_i32x4(pr[2], pr[3], 0xEE));
+            const __m512i X = _mm512_add_epi32(_mm512_shuffle_i32x4(t01, t23, 0x88),
+                                               _mm512_shuffle_i32x4(t01, t23, 0xDD));
+            const __m512 sx = _mm512_broadcast_f32x4(_mm_load_ps(x->d));
+            acc[0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(X), _mm512_mul_ps(sw, sx), acc[0]);
+            continue;
+        }
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) {
+            const xq_quad *x = &a[t][g];
+#define BC(p) _mm512_broadcast_i32x4(_mm_load_si128((const __m128i *)(const void *)(p)))
+            /* two chains of 4 (the sum is exact in any order): one token alone is bound by the
+             * latency of its chain */
+            __m512i p = _mm512_dpbusd_epi32(BC(x->c), K[0], BC(x->a[0]));
+            __m512i q = _mm512_dpbusd_epi32(_mm512_setzero_si512(), K[4], BC(x->a[4]));
+#pragma GCC unroll 3
+            for (int k = 1; k < 4; k++) {
+                p = _mm512_dpbusd_epi32(p, K[k], BC(x->a[k]));
+                q = _mm512_dpbusd_epi32(q, K[4 + k], BC(x->a[4 + k]));
+            }
+#undef BC
+            const __m512 sx = _mm512_broadcast_f32x4(_mm_load_ps(x->d));
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(p, q)),
+                                     _mm512_mul_ps(sw, sx), acc[t]);
+        }
+    }
+    /* row r: (acc0 + acc1) + (acc2 + acc3) of lanes 4r.., to out[r] */
+    const __m512i pick = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0);
+#pragma GCC unroll 8
+    for (int t = 0; t < T; t++) {
+        __m512 u = _mm512_add_ps(acc[t], _mm512_permute_ps(acc[t], 0xB1));
+        u = _mm512_add_ps(u, _mm512_permute_ps(u, 0x4E));
+        _mm_mask_storeu_ps(out + (size_t)t * ld, (__mmask8)((1u << R) - 1),
+                           _mm512_castps512_ps128(_mm512_permutexvar_ps(pick, u)));
+    }
+}
+
+AVX512 static inline __attribute__((always_inline)) void
+q4_0_tile_avx512(const uint8_t *w, size_t rb, const xq_quad *const *a, int64_t n, float *out,
+                 size_t ld, const int R, const int T)
+{
+    quad_tile_avx512(w, rb, a, n, out, ld, R, T, 0);
+}
+
+AVX512 static inline __attribute__((always_inline)) void
+q8_0_tile_avx512(const uint8_t *w, size_t rb, const xq_quad *const *a, int64_t n, float *out,
+                 size_t ld, const int R, const int T)
+{
+    quad_tile_avx512(w, rb, a, n, out, ld, R, T, 1);
+}
+
+/* rows (R, n) . one token's x (n), prepared by the type's prep -> out (R) */
+AVX512 static inline __attribute__((always_inline)) void
+q4_0_rows_avx512(const uint8_t *w, size_t rb, const xq_quad *a, int64_t n, float *out, const int R)
+{
+    quad_tile_avx512(w, rb, &a, n, out, 0, R, 1, 0);
+}
+
+AVX512 static inline __attribute__((always_inline)) void
+q8_0_rows_avx512(const uint8_t *w, size_t rb, const xq_quad *a, int64_t n, float *out, const int R)
+{
+    quad_tile_avx512(w, rb, &a, n, out, 0, R, 1, 1);
+}
+
+/* W rows (nr, n) of stride rb bytes . x (n) -> out (nr); xp from cairn__q4_0_prep_avx512 */
+AVX512 void cairn__q4_0_rows_avx512(const uint8_t *w, size_t rb, int nr, const void *xp, int64_t n,
+                                    float *out)
+{
+    CAIRN__ROWS_DISPATCH(q4_0_rows_avx512, w, rb, nr, (const xq_quad *)xp, n, out);
+}
+
+/* W rows (nr, n) of stride rb bytes . x (n) -> out (nr); xp from cairn__q8_0_prep_avx512 */
+AVX512 void cairn__q8_0_rows_avx512(const uint8_t *w, size_t rb, int nr, const void *xp, int64_t n,
+                                    float *out)
+{
+    CAIRN__ROWS_DISPATCH(q8_0_rows_avx512, w, rb, nr, (const xq_quad *)xp, n, out);
+}
+
 /* W rows (nr, n) of stride rb bytes @ nt tokens -> out[t * ld + r]; xp[t]: token t's activation
  * from cairn__q4_0_prep_avx512 */
 AVX512 void cairn__q4_0_tile_avx512(const uint8_t *w, size_t rb, int nr, const void *const *xp,
@@ -385,189 +423,11 @@ AVX512 void cairn__q4_0_tile_avx512(const uint8_t *w, size_t rb, int nr, const v
     CAIRN__TILE(q4_0_tile_avx512, w, rb, nr, a, nt, n, out, ld, Q4_RR, Q4_TT);
 }
 
-/* ---- Q8_0 ---------------------------------------------------------------------------------------
- * The same scheme for two blocks (64 weights, 68 bytes) per register: a byte permute gathers the
- * two blocks' int8 values, an XOR with 0x80 makes them unsigned (w + 128) for vpdpbusd, and the
- * 128 * sum(a) that adds is taken off by the dot product's starting value, prepared with the
- * activation. Lane l belongs to block l / 8 of the pair. */
-
-/* the activation of 2 blocks (64 elements) in the kernel's lane order; 192 bytes */
-typedef struct {
-    int8_t a[64];  /* block k at bytes 32k.. */
-    int32_t c[16]; /* -128 * the sum of the 4 activations lane l multiplies */
-    float d[16];   /* the activation scale of lane l's block */
-} xq_pair;
-
-size_t cairn__q8_0_prep_bytes(int64_t cols)
-{
-    return (size_t)((cols / 32 + 1) / 2) * sizeof(xq_pair) + 64;
-}
-
-void *cairn__q8_0_prep_avx512(const cairn__xq8_block *xq, int64_t cols, void *dst)
-{
-    const int64_t nb = cols / 32;
-    xq_pair *q = (xq_pair *)(((uintptr_t)dst + 63) & ~(uintptr_t)63);
-    for (int64_t g = 0; g < (nb + 1) / 2; g++) {
-        xq_pair *o = &q[g];
-        memset(o, 0, sizeof *o);
-        for (int k = 0; k < 2 && 2 * g + k < nb; k++) {
-            const cairn__xq8_block *b = &xq[2 * g + k];
-            memcpy(o->a + 32 * k, b->qs, 32);
-            for (int m = 0; m < 8; m++) {
-                int s = 0;
-                for (int e = 0; e < 4; e++)
-                    s += b->qs[4 * m + e];
-                o->c[8 * k + m] = -128 * s;
-                o->d[8 * k + m] = b->d;
-            }
-        }
-    }
-    return q;
-}
-
-/* rows (R, n) of stride rb bytes . x (n), x prepared by cairn__q8_0_prep_avx512 -> out (R) */
-AVX512 static inline __attribute__((always_inline)) void
-q8_0_rows_avx512(const uint8_t *w, size_t rb, const xq_pair *a, int64_t n, float *out, const int R)
-{
-    /* byte j: block j/32, value j%32 -> source byte 34*(j/32)+2+j%32 of the pair's 68 bytes */
-    static const uint8_t gidx[64] = {
-        2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23,
-        24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47,
-        48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63, 64, 65, 66, 67};
-    const __m512i gi = _mm512_loadu_si512(gidx);
-    /* word l of the scale permute: the f16 scale of block l/8, at word 17 * (l/8) */
-    const __m512i si = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 17, 17, 17,
-                                        17, 17, 17, 17, 17, 0, 0, 0, 0, 0, 0, 0, 0);
-    const __m512i flip = _mm512_set1_epi8((char)0x80);
-    const int64_t nb = n / 32, full = nb / 2;
-    const size_t pf = pf_ahead(rb, R);
-    const uint8_t *w0 = w, *w1 = w + rb, *w2 = w + 2 * rb, *w3 = w + 3 * rb;
-    __m512 c0 = _mm512_setzero_ps(), c1 = c0, c2 = c0, c3 = c0;
-
-#define Q8_PAIR(acc, z0, z1)                                                                       \
-    do {                                                                                           \
-        const __m512i q_ = _mm512_xor_si512(_mm512_permutex2var_epi8(z0, gi, z1), flip);           \
-        const __m512i p_ = _mm512_dpbusd_epi32(ac, q_, av);                                        \
-        const __m512 s_ =                                                                          \
-            _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(si, z0)));             \
-        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p_), _mm512_mul_ps(s_, ad), acc);                 \
-    } while (0)
-#define Q8_ROW(acc, wr)                                                                            \
-    do {                                                                                           \
-        Q8_PAIR(acc, _mm512_loadu_si512((wr) + off),                                               \
-                _mm512_maskz_loadu_epi8(0xF, (wr) + off + 64));                                    \
-    } while (0)
-
-    int64_t g = 0;
-    for (; g < full; g++) {
-        const __m512i av = _mm512_load_si512(a[g].a), ac = _mm512_load_si512(a[g].c);
-        const __m512 ad = _mm512_load_ps(a[g].d);
-        const size_t off = (size_t)g * 68;
-        PF_RUN(w, pf, g, 68, R);
-        Q8_ROW(c0, w0);
-        if (R > 1)
-            Q8_ROW(c1, w1);
-        if (R > 2)
-            Q8_ROW(c2, w2);
-        if (R > 3)
-            Q8_ROW(c3, w3);
-    }
-    if (g * 2 < nb) { /* one block left: masked loads read only its 34 bytes */
-        const __mmask64 k = ((__mmask64)1 << 34) - 1;
-        const __m512i z = _mm512_setzero_si512();
-        const __m512i av = _mm512_load_si512(a[g].a), ac = _mm512_load_si512(a[g].c);
-        const __m512 ad = _mm512_load_ps(a[g].d);
-        const size_t off = (size_t)g * 68;
-        PF_TAIL(w, pf, off * R, R, rb);
-        Q8_PAIR(c0, _mm512_maskz_loadu_epi8(k, w0 + off), z);
-        if (R > 1)
-            Q8_PAIR(c1, _mm512_maskz_loadu_epi8(k, w1 + off), z);
-        if (R > 2)
-            Q8_PAIR(c2, _mm512_maskz_loadu_epi8(k, w2 + off), z);
-        if (R > 3)
-            Q8_PAIR(c3, _mm512_maskz_loadu_epi8(k, w3 + off), z);
-    }
-#undef Q8_ROW
-#undef Q8_PAIR
-    store_rows(out, c0, c1, c2, c3, _mm512_setzero_ps(), R);
-}
-
-/* W rows (nr, n) of stride rb bytes . x (n) -> out (nr); xp from cairn__q8_0_prep_avx512 */
-AVX512 void cairn__q8_0_rows_avx512(const uint8_t *w, size_t rb, int nr, const void *xp, int64_t n,
-                                    float *out)
-{
-    CAIRN__ROWS_DISPATCH(q8_0_rows_avx512, w, rb, nr, xp, n, out);
-}
-
-/* rows (R, n) of stride rb bytes @ tokens a[0..T) (each prepared by cairn__q8_0_prep_avx512) ->
- * out[t * ld + r]: q8_0_rows_avx512's arithmetic per (row, token), each pair of blocks gathered,
- * flipped to unsigned and given its scales once for the T tokens (as q4_0_tile_avx512) */
-AVX512 static inline __attribute__((always_inline)) void
-q8_0_tile_avx512(const uint8_t *w, size_t rb, const xq_pair *const *a, int64_t n, float *out,
-                 size_t ld, const int R, const int T)
-{
-    static const uint8_t gidx[64] = {
-        2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23,
-        24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47,
-        48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63, 64, 65, 66, 67};
-    const __m512i gi = _mm512_loadu_si512(gidx);
-    const __m512i si = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 17, 17, 17,
-                                        17, 17, 17, 17, 17, 0, 0, 0, 0, 0, 0, 0, 0);
-    const __m512i flip = _mm512_set1_epi8((char)0x80);
-    const int64_t nb = n / 32, full = nb / 2;
-    const size_t pf = pf_ahead(rb, R);
-    __m512 c[4][8];
-    for (int t = 0; t < 8; t++)
-        for (int r = 0; r < 4; r++)
-            c[r][t] = _mm512_setzero_ps();
-
-#define Q8_TILE_PAIR(z0, z1, g_)                                                                   \
-    do {                                                                                           \
-        const __m512i q_ = _mm512_xor_si512(_mm512_permutex2var_epi8(z0, gi, z1), flip);           \
-        const __m512 s_ =                                                                          \
-            _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(si, z0)));             \
-        _Pragma("GCC unroll 8") for (int t = 0; t < T; t++)                                        \
-        {                                                                                          \
-            const xq_pair *aq_ = &a[t][g_];                                                        \
-            const __m512i p_ =                                                                     \
-                _mm512_dpbusd_epi32(_mm512_load_si512(aq_->c), q_, _mm512_load_si512(aq_->a));     \
-            c[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p_),                                      \
-                                      _mm512_mul_ps(s_, _mm512_load_ps(aq_->d)), c[r][t]);         \
-        }                                                                                          \
-    } while (0)
-
-    int64_t g = 0;
-    for (; g < full; g++) {
-        const size_t off = (size_t)g * 68;
-        PF_RUN(w, pf, g, 68, R);
-#pragma GCC unroll 4
-        for (int r = 0; r < R; r++) {
-            const uint8_t *wr = w + (size_t)r * rb + off;
-            Q8_TILE_PAIR(_mm512_loadu_si512(wr), _mm512_maskz_loadu_epi8(0xF, wr + 64), g);
-        }
-    }
-    if (g * 2 < nb) { /* one block left: masked loads read only its 34 bytes */
-        const __mmask64 k = ((__mmask64)1 << 34) - 1;
-        const size_t off = (size_t)g * 68;
-        PF_TAIL(w, pf, off * R, R, rb);
-#pragma GCC unroll 4
-        for (int r = 0; r < R; r++)
-            Q8_TILE_PAIR(_mm512_maskz_loadu_epi8(k, w + (size_t)r * rb + off),
-                         _mm512_setzero_si512(), g);
-    }
-#undef Q8_TILE_PAIR
-#pragma GCC unroll 8
-    for (int t = 0; t < T; t++)
-        store_rows(out + (size_t)t * ld, c[0][t], c[1][t], c[2][t], c[3][t], _mm512_setzero_ps(),
-                   R);
-}
-
-/* W rows (nr, n) of stride rb bytes @ nt tokens -> out[t * ld + r]; xp[t]: token t's activation
- * from cairn__q8_0_prep_avx512 */
+/* The same for Q8_0, xp[t] from cairn__q8_0_prep_avx512 */
 AVX512 void cairn__q8_0_tile_avx512(const uint8_t *w, size_t rb, int nr, const void *const *xp,
                                     int nt, int64_t n, float *out, size_t ld)
 {
-    const xq_pair *const *a = (const xq_pair *const *)xp;
+    const xq_quad *const *a = (const xq_quad *const *)xp;
     CAIRN__TILE(q8_0_tile_avx512, w, rb, nr, a, nt, n, out, ld, Q8_RR, Q8_TT);
 }
 
@@ -880,24 +740,127 @@ q45_K_dot_t(const uint8_t *w, const cairn__xk_block *const *xk, int T, int64_t n
         out[t] = sum4(acc[t]) - hsum8(macc[t]);
 }
 
+/* ---- Q4_K: (row, sub-block) lanes, one kernel for 1-8 tokens -------------------------------
+ * As the Q4_0 kernel: lane 8r + s of a register holds row r's sub-block s (of 32 weights), so
+ * vpdpbusd sums each sub-block's 32 products exactly in 8 steps (group k: elements 4k..4k+3),
+ * and one conversion, one scale product and two multiply-adds (the scale's and the min's) per
+ * token serve 16 (row, sub-block) pairs, where q45_K_dot_t's lanes of 4 products pay them 8
+ * times over. The weights of 2 rows are gathered once per super-block for all the tile's tokens:
+ * for group k, dword 8c + k of a row's 128 nibble bytes (chunk c: sub-block 2c in the low
+ * nibbles, 2c + 1 in the high) goes to lanes 2c and 2c + 1, shifted by 0 and 4. The activation's
+ * bytes in that order are cairn__xk_block.g.
+ *
+ * The float order of a row, whatever shares its pass: sub-block s's lane takes, super-block after
+ * super-block, acc = fma(isum, (d * sc) * xd, acc), then acc = fma(-(dmin * m), ds, acc); the row
+ * is
+ * ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7)). Q4_K's dot product (one row, one token) is
+ * this kernel too, so the decode, the prompt and the batched decode agree bit for bit. */
+
+/* rows (R <= 2, n) of stride rb bytes @ tokens a[0..T) (T <= 8), cairn__xk blocks ->
+ * out[t * ld + r] */
+AVX512 static inline __attribute__((always_inline)) void
+q4_K_tile_avx512(const uint8_t *w, size_t rb, const cairn__xk_block *const *a, int64_t n,
+                 float *out, size_t ld, const int R, const int T)
+{
+    const size_t bb = sizeof(cairn__block_q4_K), qs_at = offsetof(cairn__block_q4_K, qs);
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const __m512i nib = _mm512_set_epi32(4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0);
+    __m512i gidx[8]; /* group k: lanes 8r + 2c + h take dword 8c + k of the row */
+    for (int k = 0; k < 8; k++)
+        gidx[k] = _mm512_set_epi32(24 + k, 24 + k, 16 + k, 16 + k, 8 + k, 8 + k, k, k, 24 + k,
+                                   24 + k, 16 + k, 16 + k, 8 + k, 8 + k, k, k);
+    const int64_t nsb = n / CAIRN__QK_K;
+    const size_t pf = pf_ahead(rb, R);
+    __m512 acc[8];
+    /* only the T used: zeroing all 8 kept the array in memory (a rep stos a call) */
+    for (int t = 0; t < T; t++)
+        acc[t] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nsb; i++) {
+        const size_t off = (size_t)i * bb;
+        PF_RUN(w, pf, i, (int)bb, R);
+        const uint8_t *w0 = w + off, *w1 = w + (R > 1 ? rb : 0) + off;
+        const cairn__q4_K_head h0 = cairn__q4_K_head_of(w0), h1 = cairn__q4_K_head_of(w1);
+        const __m512i r00 = _mm512_loadu_si512(w0 + qs_at),
+                      r01 = _mm512_loadu_si512(w0 + qs_at + 64);
+        const __m512i r10 = _mm512_loadu_si512(w1 + qs_at),
+                      r11 = _mm512_loadu_si512(w1 + qs_at + 64);
+        __m512i K[8];
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) {
+            const __m512i x =
+                _mm512_mask_blend_epi32(0xFF00, _mm512_permutex2var_epi32(r00, gidx[k], r01),
+                                        _mm512_permutex2var_epi32(r10, gidx[k], r11));
+            K[k] = _mm512_and_si512(_mm512_srlv_epi32(x, nib), m4);
+        }
+        /* lane 8r + s: d * sc[s] and dmin * m[s] of row r (a missing second row: zeros) */
+        const __m512 dv = _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(_cvtsh_ss(h0.d)),
+                                               _mm512_set1_ps(R > 1 ? _cvtsh_ss(h1.d) : 0.0f));
+        const __m512 mv = _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(_cvtsh_ss(h0.dmin)),
+                                               _mm512_set1_ps(R > 1 ? _cvtsh_ss(h1.dmin) : 0.0f));
+        const __m512 dsc = _mm512_mul_ps(dv, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_set_epi64x(
+                                                 (long long)h1.sc, (long long)h0.sc))));
+        const __m512 mf = _mm512_mul_ps(mv, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
+                                                _mm_set_epi64x((long long)h1.m, (long long)h0.m))));
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) {
+            const cairn__xk_block *x = &a[t][i];
+#define BC8(p) _mm512_broadcast_i64x4(_mm256_load_si256((const __m256i *)(const void *)(p)))
+            __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), K[0], BC8(x->g));
+            __m512i q = _mm512_dpbusd_epi32(_mm512_setzero_si512(), K[4], BC8(x->g + 128));
+#pragma GCC unroll 3
+            for (int k = 1; k < 4; k++) {
+                p = _mm512_dpbusd_epi32(p, K[k], BC8(x->g + 32 * k));
+                q = _mm512_dpbusd_epi32(q, K[4 + k], BC8(x->g + 32 * (4 + k)));
+            }
+            const __m512 xd = _mm512_castsi512_ps(BC8(x->d)), ds = _mm512_castsi512_ps(BC8(x->ds));
+#undef BC8
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(p, q)),
+                                     _mm512_mul_ps(dsc, xd), acc[t]);
+            acc[t] = _mm512_fnmadd_ps(mf, ds, acc[t]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < T; t++) {
+        __m512 u = _mm512_add_ps(acc[t], _mm512_permute_ps(acc[t], 0xB1));
+        u = _mm512_add_ps(u, _mm512_permute_ps(u, 0x4E));
+        u = _mm512_add_ps(u, _mm512_shuffle_f32x4(u, u, 0xB1));
+        out[(size_t)t * ld] = _mm512_cvtss_f32(u);
+        if (R > 1)
+            out[(size_t)t * ld + 1] = _mm512_cvtss_f32(_mm512_shuffle_f32x4(u, u, 0x02));
+    }
+}
+
+/* W rows (nr, n) of stride rb bytes . x (n) -> out (nr); xk: n / 256 cairn__xk blocks */
+AVX512 void cairn__q4_K_rows_avx512(const uint8_t *w, size_t rb, int nr, const void *xk, int64_t n,
+                                    float *out)
+{
+    const cairn__xk_block *a = xk;
+    for (; nr >= 2; nr -= 2, w += 2 * rb, out += 2)
+        q4_K_tile_avx512(w, rb, &a, n, out, 0, 2, 1);
+    if (nr)
+        q4_K_tile_avx512(w, rb, &a, n, out, 0, 1, 1);
+}
+
+/* W rows (nr, n) of stride rb bytes @ nt tokens -> out[t * ld + r]; xp[t]: token t's cairn__xk
+ * blocks */
+AVX512 void cairn__q4_K_tile_avx512(const uint8_t *w, size_t rb, int nr, const void *const *xp,
+                                    int nt, int64_t n, float *out, size_t ld)
+{
+    const cairn__xk_block *const *a = (const cairn__xk_block *const *)xp;
+    for (; nr >= 2; nr -= 2, w += 2 * rb, out += 2)
+        CAIRN__TILE_T(q4_K_tile_avx512, w, rb, a, n, out, ld, 2, nt, 8);
+    if (nr)
+        CAIRN__TILE_T(q4_K_tile_avx512, w, rb, a, n, out, ld, 1, nt, 8);
+}
+
 /* w (n) . x (n) -> float; xq: n / 256 cairn__xk blocks */
 AVX512 float cairn__dot_q4_K_avx512(const uint8_t *w, const float *x, const void *xq,
                                     const float *xs, int64_t n)
 {
     (void)x, (void)xs;
-    const cairn__xk_block *xk[1] = {xq};
     float out;
-    q45_K_dot_t(w, xk, 1, n, &out, 0);
+    cairn__q4_K_rows_avx512(w, 0, 1, xq, n, &out);
     return out;
-}
-
-/* the same row against two tokens' cairn__xk blocks: out[0], out[1], each bit for bit what
- * cairn__dot_q4_K_avx512 gives it */
-AVX512 void cairn__dot2_q4_K_avx512(const uint8_t *w, const void *xa, const void *xb, int64_t n,
-                                    float *out)
-{
-    const cairn__xk_block *xk[2] = {xa, xb};
-    q45_K_dot_t(w, xk, 2, n, out, 0);
 }
 
 /* w (n) . x (n) -> float; xq: n / 256 cairn__xk blocks */

@@ -10,10 +10,10 @@
  * weights and int8-rounded input (what the integer kernels compute), and against the scalar level;
  *   - cairn__matvec on F32, F16 and BF16 rows of every length 1-100 against float64;
  *   - cairn__matvec_n (Q, K, V in one pass) against three cairn__matvec calls;
- *   - the multi-row kernels of the level (Q4_0 and Q8_0, 4 rows a pass, the leftover blocks
- *     of 4 rows gathered into one register) on every grouping of 1-9 rows: each row's result
- *     must be bit for bit the one it gets alone, which is what keeps a fused product equal to
- *     separate ones and results independent of how the rows are split among threads;
+ *   - the multi-row kernels of the level (AVX2 Q4_0, AVX-512 Q4_0 and Q8_0 4 rows a pass and
+ *     Q4_K 2, the last blocks of a row's quad zero-filled) on every grouping of 1-9 rows: each
+ * row's result must be bit for bit the one it gets alone, which is what keeps a fused product equal
+ * to separate ones and results independent of how the rows are split among threads;
  *   - cairn__matmul on every quantized type (the prompt's products in int8): every token's
  *     outputs bit for bit cairn__matvec's on that token, for 1-130 tokens (passes of up to 64)
  *     and row counts that leave partial groups of 4 and of 16;
@@ -208,6 +208,8 @@ static void rows_call(const char *level, uint32_t type, const unsigned char *q, 
     if (strcmp(level, "avx512") == 0) {
         if (type == CAIRN__GGML_Q4_0)
             cairn__q4_0_rows_avx512(q + (size_t)r0 * rb, rb, nr, xp, cols, out + r0);
+        else if (type == CAIRN__GGML_Q4_K)
+            cairn__q4_K_rows_avx512(q + (size_t)r0 * rb, rb, nr, xp, cols, out + r0);
         else
             cairn__q8_0_rows_avx512(q + (size_t)r0 * rb, rb, nr, xp, cols, out + r0);
         return;
@@ -220,13 +222,15 @@ static void rows_call(const char *level, uint32_t type, const unsigned char *q, 
 #endif
 }
 
-/* every split of 1-9 rows into calls of 1-9 rows gives each row the same bits */
+/* every split of 1-9 rows into calls of 1-9 rows gives each row the same bits (rows of 1-13
+ * blocks of 32, or for Q4_K 1-3 super-blocks) */
 static void check_grouping(const char *level, uint32_t type, size_t block_bytes)
 {
     int bad = 0, cases = 0;
-    for (int nbk = 1; nbk <= 13; nbk++) {
-        const int cols = 32 * nbk, rows = 9;
-        const size_t rb = (size_t)nbk * block_bytes;
+    const int kq = type == CAIRN__GGML_Q4_K;
+    for (int nsb = 1; nsb <= (kq ? 3 : 13); nsb++) {
+        const int nbk = kq ? 8 * nsb : nsb, cols = 32 * nbk, rows = 9;
+        const size_t rb = (size_t)(kq ? nsb : nbk) * block_bytes;
         float *w = malloc(sizeof(float) * (size_t)(cols * rows)), *x = malloc(sizeof(float) * cols);
         unsigned char *q = malloc(rb * (size_t)rows);
         cairn__xq8_block *xq = malloc(sizeof *xq * (size_t)nbk);
@@ -241,8 +245,9 @@ static void check_grouping(const char *level, uint32_t type, size_t block_bytes)
         const void *xp = xq;
 #ifdef __x86_64__
         if (strcmp(level, "avx512") == 0)
-            xp = type == CAIRN__GGML_Q4_0 ? cairn__q4_0_prep_avx512(xq, cols, prep)
-                                          : cairn__q8_0_prep_avx512(xq, cols, prep);
+            xp = type == CAIRN__GGML_Q4_0   ? cairn__q4_0_prep_avx512(xq, cols, prep)
+                 : type == CAIRN__GGML_Q4_K ? (const void *)cairn__xk_prep(xq, cols, prep)
+                                            : cairn__q8_0_prep_avx512(xq, cols, prep);
 #endif
         float alone[9], y[9];
         for (int r = 0; r < rows; r++)
@@ -263,9 +268,9 @@ static void check_grouping(const char *level, uint32_t type, size_t block_bytes)
         free(w), free(x), free(q), free(xq), free(prep);
     }
     ok(bad == 0,
-       "%s %s rows kernel: %d splits of 9 rows of 1-13 blocks give every row its bits alone (%d "
+       "%s %s rows kernel: %d splits of 9 rows of 1-%d blocks give every row its bits alone (%d "
        "off)",
-       level, type == CAIRN__GGML_Q4_0 ? "Q4_0" : "Q8_0", cases, bad);
+       level, cairn__ggml_type_name(type), cases, kq ? 3 : 13, bad);
 }
 
 static void check_attention(const char *level)
@@ -594,10 +599,12 @@ int main(void)
                                            CAIRN__GGML_Q4_K};
             check_matvec_n(pool, levels[l], xs, big, 512);
         }
-        if (l >= 1) /* the levels with multi-row kernels: avx2 (Q4_0), avx512 (Q4_0, Q8_0) */
+        if (l >= 1) /* the levels with multi-row kernels: avx2 (Q4_0), avx512 (Q4_0, Q8_0, Q4_K) */
             check_grouping(levels[l], CAIRN__GGML_Q4_0, 18);
-        if (l >= 2)
+        if (l >= 2) {
             check_grouping(levels[l], CAIRN__GGML_Q8_0, 34);
+            check_grouping(levels[l], CAIRN__GGML_Q4_K, sizeof(cairn__block_q4_K));
+        }
         check_dequant(levels[l]);
         check_matmul_int8(pool, levels[l]);
         check_attention(levels[l]);
