@@ -164,10 +164,7 @@ int main(int argc, char **argv)
     printf("  target\n");
     char *ss = NULL;
     for (char *sz = strtok_r(sizes, ",", &ss); sz; sz = strtok_r(NULL, ",", &ss)) {
-        const llm_shape *sh = NULL;
-        for (size_t i = 0; i < sizeof SHAPES / sizeof *SHAPES; i++)
-            if (strcmp(SHAPES[i].name, sz) == 0)
-                sh = &SHAPES[i];
+        const llm_shape *sh = find_shape(sz);
         if (!sh) {
             fprintf(stderr, "bench-batch: unknown size '%s' (15M, 110M, 500M, 1B, 2B, Q0.5B, 8B)\n",
                     sz);
@@ -183,15 +180,7 @@ int main(int argc, char **argv)
                 return 64;
             }
             mk_spec s;
-            mk_spec_default(&s);
-            s.dim = sh->dim;
-            s.n_layers = sh->layers;
-            s.n_heads = sh->heads;
-            s.n_kv_heads = sh->kv;
-            s.ff = sh->ff;
-            s.vocab = sh->vocab;
-            s.ctx = 2048;
-            s.wtype = ty;
+            shape_spec(sh, ty, &s);
             mk_loaded L;
             memset(&L, 0, sizeof L);
             char err[256] = "";

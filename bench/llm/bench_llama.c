@@ -79,15 +79,7 @@ static int file_exists(const char *p)
 static int write_model(const llm_shape *sh, uint32_t ty, const char *path)
 {
     mk_spec s;
-    mk_spec_default(&s);
-    s.dim = sh->dim;
-    s.n_layers = sh->layers;
-    s.n_heads = sh->heads;
-    s.n_kv_heads = sh->kv;
-    s.ff = sh->ff;
-    s.vocab = sh->vocab;
-    s.ctx = 2048;
-    s.wtype = ty;
+    shape_spec(sh, ty, &s);
     s.tokenizer = 1; /* llama.cpp refuses a file without a vocabulary */
     s.seed = 1;
     unsigned char *buf = NULL;
@@ -254,10 +246,7 @@ int main(int argc, char **argv)
     int status = 0;
     char *ssave = NULL;
     for (char *sz = strtok_r(sizes, ",", &ssave); sz; sz = strtok_r(NULL, ",", &ssave)) {
-        const llm_shape *sh = NULL;
-        for (size_t i = 0; i < sizeof SHAPES / sizeof *SHAPES; i++)
-            if (strcmp(SHAPES[i].name, sz) == 0)
-                sh = &SHAPES[i];
+        const llm_shape *sh = find_shape(sz);
         if (!sh) {
             fprintf(stderr, "bench-llama: unknown size '%s'\n", sz);
             return 64;
@@ -267,17 +256,11 @@ int main(int argc, char **argv)
         char *tsave = NULL;
         for (char *tn = strtok_r(tcopy, ",", &tsave); tn; tn = strtok_r(NULL, ",", &tsave)) {
             uint32_t ty;
-            if (parse_type(tn, &ty) != 0) {
-                fprintf(stderr, "bench-llama: unknown type '%s'\n", tn);
+            const int ok = shape_type("bench-llama", sh, tn, &ty);
+            if (ok < 0)
                 return 64;
-            }
-            const int64_t be = (int64_t)cairn__quant_block_elems(ty);
-            if (be > 1 && (sh->dim % be || sh->ff % be)) {
-                fprintf(stderr,
-                        "bench-llama: %s needs dims that are multiples of %lld; skipping %s\n", tn,
-                        (long long)be, sh->name);
+            if (ok == 0)
                 continue;
-            }
             char path[4200];
             snprintf(path, sizeof path, "%s/%s-%s-seed1.gguf", dir, sh->name, tn);
             if (!file_exists(path) && write_model(sh, ty, path) != 0)

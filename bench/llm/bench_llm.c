@@ -236,10 +236,7 @@ int main(int argc, char **argv)
     int first = 1;
     char *ssave = NULL;
     for (char *sz = strtok_r(sizes, ",", &ssave); sz; sz = strtok_r(NULL, ",", &ssave)) {
-        const llm_shape *sh = NULL;
-        for (size_t i = 0; i < sizeof SHAPES / sizeof *SHAPES; i++)
-            if (strcmp(SHAPES[i].name, sz) == 0)
-                sh = &SHAPES[i];
+        const llm_shape *sh = find_shape(sz);
         if (!sh) {
             fprintf(stderr, "bench-llm: unknown size '%s' (15M, 110M, 500M, 1B, 2B, Q0.5B, 8B)\n",
                     sz);
@@ -250,27 +247,13 @@ int main(int argc, char **argv)
         char *tsave = NULL;
         for (char *tn = strtok_r(tcopy, ",", &tsave); tn; tn = strtok_r(NULL, ",", &tsave)) {
             uint32_t ty;
-            if (parse_type(tn, &ty) != 0) {
-                fprintf(stderr, "bench-llm: unknown type '%s'\n", tn);
+            const int ok = shape_type("bench-llm", sh, tn, &ty);
+            if (ok < 0)
                 return 64;
-            }
-            const int64_t be = (int64_t)cairn__quant_block_elems(ty);
-            if (be > 1 && (sh->dim % be || sh->ff % be)) {
-                fprintf(stderr,
-                        "bench-llm: %s needs dims that are multiples of %lld; skipping %s\n", tn,
-                        (long long)be, sh->name);
+            if (ok == 0)
                 continue;
-            }
             mk_spec s;
-            mk_spec_default(&s);
-            s.dim = sh->dim;
-            s.n_layers = sh->layers;
-            s.n_heads = sh->heads;
-            s.n_kv_heads = sh->kv;
-            s.ff = sh->ff;
-            s.vocab = sh->vocab;
-            s.ctx = 2048;
-            s.wtype = ty;
+            shape_spec(sh, ty, &s);
             unsigned char *buf = NULL;
             size_t len = 0;
             char err[256];

@@ -5,11 +5,14 @@
 #define CAIRN_BENCH_LLM_UTIL_H
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "gpu/gguf.h"
+#include "gpu/quant.h"
+#include "tests/model/mkmodel.h"
 
 /* seconds on the monotonic clock */
 static inline double now_s(void)
@@ -58,6 +61,48 @@ static const llm_shape SHAPES[] = {
      * per-kernel costs that small models pay weigh least here) */
     {"8B", 4096, 32, 32, 8, 14336, 128256},
 };
+
+/* The shape called `name`, or NULL. */
+static inline const llm_shape *find_shape(const char *name)
+{
+    for (size_t i = 0; i < sizeof SHAPES / sizeof *SHAPES; i++)
+        if (strcmp(SHAPES[i].name, name) == 0)
+            return &SHAPES[i];
+    return NULL;
+}
+
+/* The weight type named tn for shape sh, as a size x type loop of a bench takes it: 1 and *ty
+ * set; 0 when the shape's dimensions are not whole blocks of the type (said on stderr: the pair
+ * is skipped); -1 for a name that is no type (said: bad usage). */
+static inline int shape_type(const char *prog, const llm_shape *sh, const char *tn, uint32_t *ty)
+{
+    if (parse_type(tn, ty) != 0) {
+        fprintf(stderr, "%s: unknown type '%s'\n", prog, tn);
+        return -1;
+    }
+    const int64_t be = (int64_t)cairn__quant_block_elems(*ty);
+    if (be > 1 && (sh->dim % be || sh->ff % be)) {
+        fprintf(stderr, "%s: %s needs dims that are multiples of %lld; skipping %s\n", prog, tn,
+                (long long)be, sh->name);
+        return 0;
+    }
+    return 1;
+}
+
+/* The model writer's spec of shape sh with every matrix of type ty (a 2048-position context,
+ * the writer's defaults otherwise). */
+static inline void shape_spec(const llm_shape *sh, uint32_t ty, mk_spec *s)
+{
+    mk_spec_default(s);
+    s->dim = sh->dim;
+    s->n_layers = sh->layers;
+    s->n_heads = sh->heads;
+    s->n_kv_heads = sh->kv;
+    s->ff = sh->ff;
+    s->vocab = sh->vocab;
+    s->ctx = 2048;
+    s->wtype = ty;
+}
 
 /* qsort's order of doubles, and the median of v[0..n) (n <= 16) */
 static inline int cmp_double(const void *a, const void *b)

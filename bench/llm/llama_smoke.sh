@@ -4,14 +4,7 @@
 # with cairn's figures alone and a line saying so where it is not. It asserts no time.
 # TAP on stdout; $1 is the bench-llama binary.
 bench=$1
-out=$(mktemp) || exit 1
-trap 'rm -f "$out"' EXIT
-n=0
-fail=0
-check() { # check "description" status
-    n=$((n + 1))
-    if [ "$2" -eq 0 ]; then echo "ok $n - $1"; else echo "not ok $n - $1"; fail=1; fi
-}
+. "$(dirname "$0")/../smoke_tap.sh"
 "$bench" --smoke >"$out" 2>&1
 rc=$?
 check "bench-llama --smoke exits 0 (got $rc)" $rc
@@ -34,6 +27,5 @@ check "--peer /nonexistent says the peer is missing" $?
 rc=$?
 [ "$rc" -eq 64 ]
 check "--rounds 0 is bad usage: exit 64 (got $rc)" $?
-[ "$fail" -eq 0 ] || sed 's/^/# /' "$out" "$out.2"
+smoke_end "$out.2"
 rm -f "$out.2"
-echo "1..$n"

@@ -5,14 +5,7 @@
 # benchmark's to report. TAP on stdout; $1 is the bench-store binary, $2 cairn-ledger.
 bench=$1
 ledger=$2
-out=$(mktemp) || exit 1
-trap 'rm -f "$out"' EXIT
-n=0
-fail=0
-check() { # check "description" status
-    n=$((n + 1))
-    if [ "$2" -eq 0 ]; then echo "ok $n - $1"; else echo "not ok $n - $1"; fail=1; fi
-}
+. "$(dirname "$0")/../smoke_tap.sh"
 "$bench" --only consume --quick --consume-tasks 16 --ledger "$ledger" >"$out" 2>&1
 rc=$?
 check "bench-store --only consume --quick --consume-tasks 16 exits 0 (got $rc)" $rc
@@ -33,5 +26,4 @@ check "the target line says PASS or MISS" $?
 rc=$?
 [ "$rc" -eq 64 ]
 check "--consume-tasks 0 is bad usage: exit 64 (got $rc)" $?
-[ "$fail" -eq 0 ] || sed 's/^/# /' "$out"
-echo "1..$n"
+smoke_end

@@ -3,14 +3,7 @@
 # print every row of its table. It asserts no time: the numbers are the benchmark's to report.
 # TAP on stdout; $1 is the bench-store binary.
 bench=$1
-out=$(mktemp) || exit 1
-trap 'rm -f "$out"' EXIT
-n=0
-fail=0
-check() { # check "description" status
-    n=$((n + 1))
-    if [ "$2" -eq 0 ]; then echo "ok $n - $1"; else echo "not ok $n - $1"; fail=1; fi
-}
+. "$(dirname "$0")/../smoke_tap.sh"
 "$bench" --only scale --quick >"$out" 2>&1
 rc=$?
 check "bench-store --only scale --quick exits 0 (got $rc)" $rc
@@ -33,5 +26,4 @@ check "12 rows of two values and a growth ratio (got $rows)" $?
 rc=$?
 [ "$rc" -eq 64 ]
 check "--scale-max 9999 is bad usage: exit 64 (got $rc)" $?
-[ "$fail" -eq 0 ] || sed 's/^/# /' "$out"
-echo "1..$n"
+smoke_end
