@@ -23,9 +23,10 @@
  *
  * The prompt is a matrix-matrix product. On the quantized types it runs the decode kernels'
  * arithmetic on each token (the activation rounded to int8 the same way), over groups of rows
- * kept in cache (matmul_int8): Q4_0, Q8_0 and Q4_K on AVX-512 through tile kernels that decode
- * each weight block once for up to 8 tokens (the same kernels as their decode, so the same bits),
- * Q5_K and Q6_K two tokens a row, the others a token at a time; the batched decode step is the same
+ * kept in cache (matmul_int8): on AVX-512 Q4_0, Q8_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS and Q4_K
+ * through tile kernels that decode each weight block once for up to 8 tokens (the same kernels
+ * as their decode, so the same bits), Q5_K and Q6_K two tokens a row, the others a token at a
+ * time; the batched decode step is the same
  * product (cairn__matmul_rows); otherwise weights are dequantized a tile of rows at a time into f32
  * (F32 weights are used in place) and multiplied with sgemm, or, for a few tokens, a row at a time
  * against every token.
@@ -52,27 +53,22 @@
 typedef cairn__xq8_block xq8_block;
 /* A dot product: one row . x (cairn__dot_fn, kernels_cpu.h). */
 typedef cairn__dot_fn *dot_fn;
-/* nr consecutive rows, stride row_bytes, . x -> out (nr), for types whose kernel gains from
- * sharing the activation between rows (it takes them 4 at a time); each row's result must equal
- * what the kernel gives it in any other grouping. xq: x as xq8 blocks. */
-typedef void (*rows_fn)(const uint8_t *w, size_t row_bytes, int nr, const void *xq, int64_t cols,
-                        float *out);
+/* nr consecutive rows . x -> out (nr), for types whose kernel gains from sharing the activation
+ * between rows (cairn__rows_fn, kernels_cpu.h) */
+typedef cairn__rows_fn *rows_fn;
 
 /* ==== dispatch ================================================================================ */
 
 typedef struct {
     dot_fn f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_nl,
         iq4_xs;
-    rows_fn q4_0_rows, q8_0_rows, q4_K_rows; /* NULL: row by row with the dot product */
-    /* NULL, or what q4_0_rows / q8_0_rows want instead of the xq8 blocks: x rearranged into
-     * dst, the start of what they wrote returned */
-    void *(*q4_0_prep)(const xq8_block *xq, int64_t cols, void *dst);
-    void *(*q8_0_prep)(const xq8_block *xq, int64_t cols, void *dst);
-    /* NULL, or the product of Q4_0 / Q8_0 rows with several tokens (their preparations as
-     * q4_0_prep / q8_0_prep made them): each output bit for bit q4_0_rows' / q8_0_rows' */
-    cairn__tile_fn *q4_0_tile, *q8_0_tile;
-    /* NULL, or Q4_K's rows kernel's product with several tokens' cairn__xk blocks */
-    cairn__tile_fn *q4_K_tile;
+    /* NULL, or a type's rows kernel and its tile kernel (either may be NULL; NULL rows: row by
+     * row with the dot product, NULL tile: the rows kernel a token at a time), returning the
+     * form they take x in, or -1 where the type has none */
+    int (*kernels)(uint32_t type, cairn__rows_fn **rows, cairn__tile_fn **tile);
+    /* NULL, or x rearranged into dst in a quad form (CAIRN__XF_Q4.._MIN), the start of what it
+     * wrote returned */
+    void *(*quad_prep)(const xq8_block *xq, int64_t cols, int form, void *dst);
     void (*axpy)(float *y, float a, const float *x, int64_t n);
     void (*quant_x)(const float *x, xq8_block *y, int64_t nb); /* x -> int8 blocks */
     /* NULL, or one Q5_K / Q6_K row against two tokens (the prompt's products): each result bit
@@ -109,6 +105,15 @@ static const dot_table dots_scalar = {.f32 = cairn__dot_f32_ref,
                                       .isa = "scalar",
                                       .level = ISA_SCALAR};
 #ifdef CAIRN__X86
+/* the AVX2 level's rows kernel: Q4_0's, on the int8 blocks */
+static int kernels_avx2(uint32_t type, cairn__rows_fn **rows, cairn__tile_fn **tile)
+{
+    if (type != CAIRN__GGML_Q4_0)
+        return -1;
+    *rows = cairn__q4_0_rows_avx2, *tile = NULL;
+    return CAIRN__XF_XQ;
+}
+
 static const dot_table dots_avx2 = {.f32 = cairn__dot_f32_avx2,
                                     .f16 = cairn__dot_f16_avx2,
                                     .bf16 = cairn__dot_bf16_avx2,
@@ -125,39 +130,34 @@ static const dot_table dots_avx2 = {.f32 = cairn__dot_f32_avx2,
                                     .iq4_nl = cairn__dot_iq4_nl_avx2,
                                     .iq4_xs = cairn__dot_iq4_xs_avx2,
                                     .axpy = cairn__axpy_avx2,
-                                    .q4_0_rows = cairn__q4_0_rows_avx2,
+                                    .kernels = kernels_avx2,
                                     .quant_x = cairn__quant_x_avx2,
                                     .dequant = cairn__dequant_avx2,
                                     .isa = "avx2",
                                     .level = ISA_AVX2};
 #ifdef __x86_64__
-/* the AVX2 kernels, but all the dot products but Q8_0's and Q4_0's single rows, and axpy, from
- * kernels_cpu_avx512.c */
+/* the AVX2 kernels, but the float and K-quant dot products, axpy and every type's rows and tile
+ * kernels from kernels_cpu_avx512.c (the AVX2 dot products of the types with rows kernels are
+ * never called here: they stand in the table for completeness) */
 static const dot_table dots_avx512 = {.f32 = cairn__dot_f32_avx512,
                                       .f16 = cairn__dot_f16_avx512,
                                       .bf16 = cairn__dot_bf16_avx512,
                                       .q8_0 = cairn__dot_q8_0_avx2,
                                       .q4_0 = cairn__dot_q4_0_avx2,
-                                      .q4_1 = cairn__dot_q4_1_avx512,
-                                      .q5_0 = cairn__dot_q5_0_avx512,
-                                      .q5_1 = cairn__dot_q5_1_avx512,
+                                      .q4_1 = cairn__dot_q4_1_avx2,
+                                      .q5_0 = cairn__dot_q5_0_avx2,
+                                      .q5_1 = cairn__dot_q5_1_avx2,
                                       .q2_K = cairn__dot_q2_K_avx512,
                                       .q3_K = cairn__dot_q3_K_avx512,
                                       .q4_K = cairn__dot_q4_K_avx512,
                                       .q5_K = cairn__dot_q5_K_avx512,
                                       .q6_K = cairn__dot_q6_K_avx512,
-                                      .iq4_nl = cairn__dot_iq4_nl_avx512,
-                                      .iq4_xs = cairn__dot_iq4_xs_avx512,
+                                      .iq4_nl = cairn__dot_iq4_nl_avx2,
+                                      .iq4_xs = cairn__dot_iq4_xs_avx2,
                                       .axpy = cairn__axpy_avx512,
-                                      .q4_0_rows = cairn__q4_0_rows_avx512,
-                                      .q4_0_prep = cairn__q4_0_prep_avx512,
-                                      .q8_0_rows = cairn__q8_0_rows_avx512,
-                                      .q8_0_prep = cairn__q8_0_prep_avx512,
-                                      .q4_0_tile = cairn__q4_0_tile_avx512,
-                                      .q8_0_tile = cairn__q8_0_tile_avx512,
+                                      .kernels = cairn__quad_kernels_avx512,
+                                      .quad_prep = cairn__quad_prep_avx512,
                                       .quant_x = cairn__quant_x_avx2,
-                                      .q4_K_rows = cairn__q4_K_rows_avx512,
-                                      .q4_K_tile = cairn__q4_K_tile_avx512,
                                       .q5_K_2 = cairn__dot2_q5_K_avx512,
                                       .q6_K_2 = cairn__dot2_q6_K_avx512,
                                       .dequant = cairn__dequant_avx2,
@@ -374,7 +374,7 @@ size_t cairn__matvec_scratch_bytes(int64_t cols)
         nb * sizeof(xq8_block) + (size_t)(cols / CAIRN__QK_K) * sizeof(cairn__xk_block) + 128;
 #ifdef __x86_64__
     /* whatever the ISA now: it can change later */
-    n += cairn__q4_0_prep_bytes(cols) + cairn__q8_0_prep_bytes(cols);
+    n += (CAIRN__XF_N - CAIRN__XF_Q4) * cairn__quad_prep_bytes(cols);
 #endif
     return n;
 }
@@ -391,80 +391,72 @@ typedef struct {
     int64_t end;
 } mv_share;
 
-/* x prepared for the integer kernels (prep_x8) */
+/* x prepared for the integer kernels (prep_x8): x[f] in form f (CAIRN__XF_*), where asked for */
 typedef struct {
-    const void *xq;
-    const void *xq4, *xq8;     /* for the rows kernels: xq, or xq as the ISA's q4_0_prep /
-                                  q8_0_prep rearranged it */
-    const cairn__xk_block *xk; /* for the K-quants' dot products */
+    const void *x[CAIRN__XF_N];
 } x8_prep;
 
-/* x (cols) as the integer kernels of the types flagged want it, in dst
- * (cairn__matvec_scratch_bytes(cols)): int8 blocks, laid out per super-block for the K-quants,
- * rearranged for the ISA's Q4_0 / Q8_0 rows kernels */
-static x8_prep prep_x8(const dot_table *t, const float *x, int64_t cols, int need_k, int need_q4,
-                       int need_q8r, void *dst)
+/* The type's kernels at this level: its rows and tile kernels (NULL where it has none) and the
+ * form they, or else its dot product, take x in (the int8 blocks, or the K-quants' blocks). */
+typedef struct {
+    rows_fn rows;
+    cairn__tile_fn *tile;
+    int form;
+} kern;
+
+static kern kern_for(const dot_table *t, uint32_t type)
 {
-    x8_prep p;
+    kern k = {NULL, NULL, -1};
+    if (t->kernels)
+        k.form = t->kernels(type, &k.rows, &k.tile);
+    if (k.form < 0)
+        k = (kern){NULL, NULL, is_kquant(type) ? CAIRN__XF_XK : CAIRN__XF_XQ};
+    return k;
+}
+
+/* x (cols) in the forms flagged in `need` (bit f: form f), in dst
+ * (cairn__matvec_scratch_bytes(cols)): int8 blocks (always), laid out per super-block for the
+ * K-quants, rearranged into quads for the ISA's rows kernels */
+static x8_prep prep_x8(const dot_table *t, const float *x, int64_t cols, unsigned need, void *dst)
+{
+    x8_prep p = {{NULL}};
     const int64_t nb = cols / 32;
     t->quant_x(x, dst, nb);
-    p.xq = p.xq4 = p.xq8 = dst;
-    p.xk = NULL;
+    p.x[CAIRN__XF_XQ] = dst;
     char *kprep = (char *)dst + (size_t)nb * sizeof(xq8_block);
-    if (need_k)
-        p.xk = cairn__xk_prep(dst, cols, kprep);
-    char *prep = kprep + (size_t)(cols / CAIRN__QK_K) * sizeof(cairn__xk_block) + 64;
-    if (need_q4 && t->q4_0_prep)
-        p.xq4 = t->q4_0_prep(dst, cols, prep);
+    if (need & (1u << CAIRN__XF_XK))
+        p.x[CAIRN__XF_XK] = cairn__xk_prep(dst, cols, kprep);
 #ifdef __x86_64__
-    if (need_q8r && t->q8_0_prep)
-        p.xq8 = t->q8_0_prep(dst, cols, prep + cairn__q4_0_prep_bytes(cols));
-#else
-    (void)need_q8r;
+    char *prep = kprep + (size_t)(cols / CAIRN__QK_K) * sizeof(cairn__xk_block) + 64;
+    for (int f = CAIRN__XF_Q4; f < CAIRN__XF_N && t->quad_prep; f++)
+        if (need & (1u << f))
+            p.x[f] = t->quad_prep(dst, cols, f,
+                                  prep + (size_t)(f - CAIRN__XF_Q4) * cairn__quad_prep_bytes(cols));
 #endif
     return p;
 }
 
-/* what the type's rows and tile kernels take of x's preparations */
-static const void *rows_x(const cairn__mat *W, const x8_prep *p)
-{
-    return W->type == CAIRN__GGML_Q4_0   ? p->xq4
-           : W->type == CAIRN__GGML_Q4_K ? (const void *)p->xk
-                                         : p->xq8;
-}
-
-/* the type's rows kernel at this level, or NULL */
-static rows_fn rows_for(const dot_table *t, uint32_t type)
-{
-    return type == CAIRN__GGML_Q4_0   ? t->q4_0_rows
-           : type == CAIRN__GGML_Q8_0 ? t->q8_0_rows
-           : type == CAIRN__GGML_Q4_K ? t->q4_K_rows
-                                      : NULL;
-}
-
-/* rows [r0, r1) of W . x -> out[r0..r1), with the type's kernel: the rows kernel where it has
+/* rows [r0, r1) of W . x -> out[r0..r1), with the type's kernel (k): the rows kernel where it has
  * one, else a dot product a row */
-static void rows_of(const cairn__mat *W, dot_fn dot, rows_fn rows, const float *x, const x8_prep *p,
-                    int64_t r0, int64_t r1, float *out)
+static void rows_of(const cairn__mat *W, dot_fn dot, const kern *k, const float *x,
+                    const x8_prep *p, int64_t r0, int64_t r1, float *out)
 {
     if (r0 >= r1)
         return;
-    if (rows) {
-        rows(W->data + (size_t)r0 * W->row_bytes, W->row_bytes, (int)(r1 - r0), rows_x(W, p),
-             W->cols, out + r0);
+    if (k->rows) {
+        k->rows(W->data + (size_t)r0 * W->row_bytes, W->row_bytes, (int)(r1 - r0), p->x[k->form],
+                W->cols, out + r0);
         return;
     }
-    const int kq = is_kquant(W->type);
     for (int64_t r = r0; r < r1; r++)
-        out[r] = dot(W->data + (size_t)r * W->row_bytes, x, kq ? (const void *)p->xk : p->xq, NULL,
-                     W->cols);
+        out[r] = dot(W->data + (size_t)r * W->row_bytes, x, p->x[k->form], NULL, W->cols);
 }
 
 typedef struct {
     const cairn__mat *W[MV_MAX];
     float *out[MV_MAX];
     dot_fn dot[MV_MAX];
-    rows_fn rows[MV_MAX]; /* NULL where the matrix goes row by row */
+    kern k[MV_MAX];
     int n;
     int64_t total; /* rows of all matrices together */
     const float *x;
@@ -484,8 +476,7 @@ static void mv_range(void *arg, int64_t r0, int64_t r1, int ith)
         const int64_t end = base + j->W[k]->rows;
         const int64_t stop = r1 < end ? r1 : end;
         if (r0 < stop) {
-            rows_of(j->W[k], j->dot[k], j->rows[k], j->x, &j->xp, r0 - base, stop - base,
-                    j->out[k]);
+            rows_of(j->W[k], j->dot[k], &j->k[k], j->x, &j->xp, r0 - base, stop - base, j->out[k]);
             r0 = stop;
         }
         base = end;
@@ -521,28 +512,27 @@ void cairn__matvec_n(cairn__pool *p, const cairn__mat *const *W, int n, const fl
     mv_job j;
     memset(&j, 0, sizeof j);
     const int64_t cols = W[0]->cols;
-    int need_q8 = 0, need_k = 0, need_q4 = 0, need_q8r = 0;
+    int need_q8 = 0;
+    unsigned need = 0;
     size_t bytes = 0;
     for (int k = 0; k < n && k < MV_MAX; k++) {
         j.W[j.n] = W[k];
         j.out[j.n] = out[k];
         j.dot[j.n] = dot_for(t, W[k]->type);
-        j.rows[j.n] = rows_for(t, W[k]->type);
+        j.k[j.n] = kern_for(t, W[k]->type);
         if (!j.dot[j.n]) {
             memset(out[k], 0, (size_t)W[k]->rows * sizeof(float));
             continue;
         }
-        need_k |= is_kquant(W[k]->type);
-        need_q8 |= takes_xq8(W[k]->type) || need_k;
-        need_q4 |= W[k]->type == CAIRN__GGML_Q4_0;
-        need_q8r |= W[k]->type == CAIRN__GGML_Q8_0;
+        need_q8 |= takes_xq8(W[k]->type) || is_kquant(W[k]->type);
+        need |= 1u << j.k[j.n].form;
         j.total += W[k]->rows;
         bytes += (size_t)W[k]->rows * W[k]->row_bytes;
         j.n++;
     }
     j.x = x;
     if (need_q8)
-        j.xp = prep_x8(t, x, cols, need_k, need_q4, need_q8r, scratch);
+        j.xp = prep_x8(t, x, cols, need, scratch);
     /* tiny products are not worth waking the workers for */
     if (bytes < 32768)
         mv_range(&j, 0, j.total, 0);
@@ -604,8 +594,8 @@ size_t cairn__matmul_scratch_bytes(const cairn__mat *W)
 {
     const size_t tile = (size_t)tile_rows(W) * (size_t)W->cols * sizeof(float);
     /* room for 16 tokens a pass at least */
-    _Static_assert(sizeof(x8_prep) <= 32, "the head holds MM8_TOKENS records of 32 bytes");
-    const size_t mm8 = 64 + MM8_TOKENS * 32 + 64 + 16 * mm8_stride(W->cols);
+    _Static_assert(sizeof(x8_prep) <= 64, "the head holds MM8_TOKENS records of 64 bytes");
+    const size_t mm8 = 64 + MM8_TOKENS * 64 + 64 + 16 * mm8_stride(W->cols);
     return tile > mm8 ? tile : mm8;
 }
 
@@ -679,15 +669,14 @@ typedef struct {
     const cairn__mat *W;
     const dot_table *t;
     dot_fn dot;
-    rows_fn rows;
+    kern k; /* the type's kernels: k.tile NULL, or its kernel over tiles of tokens */
     const float *X;
     float *OUT;
     int64_t n;
     x8_prep *xp; /* (n) */
     char *area;  /* n preparations, stride bytes apart */
     size_t stride;
-    cairn__tile_fn *tile;       /* NULL, or the type's kernel over tiles of tokens */
-    const void *xa[MM8_TOKENS]; /* for tile: each token's xq4 or xq8 */
+    const void *xa[MM8_TOKENS]; /* for k.tile: each token's activation in its form */
 } mm8_job;
 
 static void mm8_prep_range(void *arg, int64_t a, int64_t b, int ith)
@@ -701,16 +690,15 @@ static void mm8_prep_range(void *arg, int64_t a, int64_t b, int ith)
         if (fl)
             memset(&j->xp[i], 0, sizeof j->xp[i]);
         else
-            j->xp[i] = prep_x8(j->t, j->X + i * j->W->cols, j->W->cols, is_kquant(ty),
-                               ty == CAIRN__GGML_Q4_0, ty == CAIRN__GGML_Q8_0,
+            j->xp[i] = prep_x8(j->t, j->X + i * j->W->cols, j->W->cols, 1u << j->k.form,
                                j->area + (size_t)i * j->stride);
 }
 
-/* the tile kernel's view of the preparations: token i's xq4 (Q4_0), xq8 (Q8_0) or xk (Q4_K) */
+/* the tile kernel's view of the preparations: token i's activation in the kernel's form */
 static void mm8_tile_args(mm8_job *j)
 {
     for (int64_t i = 0; i < j->n; i++)
-        j->xa[i] = rows_x(j->W, &j->xp[i]);
+        j->xa[i] = j->xp[i].x[j->k.form];
 }
 
 /* row groups [a, b), one at a time: every token against it while it is in cache */
@@ -726,22 +714,22 @@ static void mm8_rows_range(void *arg, int64_t a, int64_t b, int ith)
                                          : NULL;
     for (int64_t g = a; g < b; g++) {
         const int64_t r0 = g * MM8_ROWS, r1 = r0 + MM8_ROWS < rows ? r0 + MM8_ROWS : rows;
-        if (j->tile) {
-            j->tile(j->W->data + (size_t)r0 * j->W->row_bytes, j->W->row_bytes, (int)(r1 - r0),
-                    j->xa, (int)j->n, j->W->cols, j->OUT + r0, (size_t)rows);
+        if (j->k.tile) {
+            j->k.tile(j->W->data + (size_t)r0 * j->W->row_bytes, j->W->row_bytes, (int)(r1 - r0),
+                      j->xa, (int)j->n, j->W->cols, j->OUT + r0, (size_t)rows);
             continue;
         }
         int64_t i = 0;
         for (; two && i + 1 < j->n; i += 2)
             for (int64_t r = r0; r < r1; r++) {
                 float o[2];
-                two(j->W->data + (size_t)r * j->W->row_bytes, j->xp[i].xk, j->xp[i + 1].xk,
-                    j->W->cols, o);
+                two(j->W->data + (size_t)r * j->W->row_bytes, j->xp[i].x[CAIRN__XF_XK],
+                    j->xp[i + 1].x[CAIRN__XF_XK], j->W->cols, o);
                 j->OUT[i * rows + r] = o[0];
                 j->OUT[(i + 1) * rows + r] = o[1];
             }
         for (; i < j->n; i++)
-            rows_of(j->W, j->dot, j->rows, j->X + i * j->W->cols, &j->xp[i], r0, r1,
+            rows_of(j->W, j->dot, &j->k, j->X + i * j->W->cols, &j->xp[i], r0, r1,
                     j->OUT + i * rows);
     }
 }
@@ -762,19 +750,15 @@ static int matmul_int8(cairn__pool *p, const cairn__mat *W, const float *X, int6
     if (per > MM8_TOKENS)
         per = MM8_TOKENS;
     x8_prep *xp = (x8_prep *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
-    mm8_job j = {W, t, dot_for(t, W->type), NULL, X, OUT, 0, xp, NULL, stride, NULL, {NULL}};
-    j.rows = rows_for(t, W->type);
-    j.tile = W->type == CAIRN__GGML_Q4_0   ? t->q4_0_tile
-             : W->type == CAIRN__GGML_Q8_0 ? t->q8_0_tile
-             : W->type == CAIRN__GGML_Q4_K ? t->q4_K_tile
-                                           : NULL;
+    mm8_job j = {W,      t,     dot_for(t, W->type), kern_for(t, W->type), X, OUT, 0, xp, NULL,
+                 stride, {NULL}};
     j.area = (char *)(((uintptr_t)xp + head + 63) & ~(uintptr_t)63);
     for (int64_t i0 = 0; i0 < n; i0 += per) {
         j.n = n - i0 < per ? n - i0 : per;
         j.X = X + i0 * W->cols;
         j.OUT = OUT + i0 * W->rows;
         cairn__pool_for(p, j.n, 1, mm8_prep_range, &j);
-        if (j.tile)
+        if (j.k.tile)
             mm8_tile_args(&j);
         cairn__pool_for(p, (W->rows + MM8_ROWS - 1) / MM8_ROWS, 0, mm8_rows_range, &j);
     }

@@ -198,39 +198,45 @@ void cairn__axpy_avx2(float *y, float a, const float *x, int64_t n);
  * returns 0 (and writes nothing) for the other types. */
 int cairn__dequant_avx2(uint32_t type, const uint8_t *src, float *dst, int64_t n);
 
-/* AVX-512 Q4_0 (kernels_cpu_avx512.c, x86-64 only; call only where cairn__kernels_isa() is
- * "avx512"): bytes of scratch the prepared activation of `cols` elements takes; the preparation
- * (xq: cols/32 blocks -> dst, returns the aligned start of what it wrote); and the product of nr
- * rows of stride rb bytes, W (nr, n) @ x (n) -> out (nr), with x as prepared. */
-size_t cairn__q4_0_prep_bytes(int64_t cols);
-void *cairn__q4_0_prep_avx512(const cairn__xq8_block *xq, int64_t cols, void *dst);
-void cairn__q4_0_rows_avx512(const uint8_t *w, size_t rb, int nr, const void *xp, int64_t n,
-                             float *out);
-/* The same for Q8_0. */
-size_t cairn__q8_0_prep_bytes(int64_t cols);
-void *cairn__q8_0_prep_avx512(const cairn__xq8_block *xq, int64_t cols, void *dst);
-void cairn__q8_0_rows_avx512(const uint8_t *w, size_t rb, int nr, const void *xp, int64_t n,
-                             float *out);
-/* The prompt's and the batched decode's products on Q4_0 / Q8_0: W rows (nr, n) of stride rb
- * bytes @ nt tokens -> out[t * ld + r], xp[t] token t's activation as the ISA's prep made it.
- * Each weight block is decoded once for a tile of up to 8 tokens, and every (row, token) output
- * is bit for bit what the rows kernel gives that token alone (one kernel does both). */
+/* The forms the rows and tile kernels take the activation in (their xp): */
+enum {
+    CAIRN__XF_XQ,  /* the int8 blocks themselves (cairn__xq8_block) */
+    CAIRN__XF_XK,  /* the K-quants' cairn__xk blocks */
+    CAIRN__XF_Q4,  /* AVX-512 quads of 4 blocks (cairn__quad_prep_avx512), offset 8: Q4_0 */
+    CAIRN__XF_Q5,  /* quads, offset 16: Q5_0 */
+    CAIRN__XF_Q8,  /* quads, offset 128: Q8_0, IQ4_NL, IQ4_XS */
+    CAIRN__XF_MIN, /* quads with d_x sum(a) for a minimum: Q4_1, Q5_1 */
+    CAIRN__XF_N
+};
+/* A rows kernel: W rows (nr, n) of stride rb bytes . x (n) -> out (nr), xp: x in the kernel's
+ * form. Each row's result is the same in any grouping of the rows. */
+typedef void cairn__rows_fn(const uint8_t *w, size_t rb, int nr, const void *xp, int64_t n,
+                            float *out);
+/* A tile kernel: the prompt's and the batched decode's products, W rows (nr, n) of stride rb
+ * bytes @ nt tokens -> out[t * ld + r], xp[t] token t's activation in the kernel's form. Each
+ * weight block is decoded once for a tile of up to 8 tokens, and every (row, token) output is
+ * bit for bit what the type's rows kernel gives that token alone (one kernel does both). */
 typedef void cairn__tile_fn(const uint8_t *w, size_t rb, int nr, const void *const *xp, int nt,
                             int64_t n, float *out, size_t ld);
-cairn__tile_fn cairn__q4_0_tile_avx512, cairn__q8_0_tile_avx512;
+
+/* The AVX-512 rows and tile kernels (kernels_cpu_avx512.c, x86-64 only; call only where
+ * cairn__kernels_isa() is "avx512") of Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS (4 rows and
+ * 4 blocks a step, the activation in quads) and Q4_K: sets *rows and *tile and returns the form
+ * they take, or returns -1 for the other types. */
+int cairn__quad_kernels_avx512(uint32_t type, cairn__rows_fn **rows, cairn__tile_fn **tile);
+/* Bytes of scratch a quad form of `cols` elements takes, and the preparation (xq: cols/32 blocks
+ * -> dst in form CAIRN__XF_Q4, _Q5, _Q8 or _MIN; returns the aligned start of what it wrote). */
+size_t cairn__quad_prep_bytes(int64_t cols);
+void *cairn__quad_prep_avx512(const cairn__xq8_block *xq, int64_t cols, int form, void *dst);
 /* y (n) += a * x (n) */
 void cairn__axpy_avx512(float *y, float a, const float *x, int64_t n);
-/* The dot products of F32, F16 and BF16 weights (64 a pass), of the K-quants (VNNI) and of
- * Q4_1, Q5_0 and Q5_1 (VNNI, the fifth bits from a mask register) */
+/* The dot products of F32, F16 and BF16 weights (64 a pass) and of the K-quants (VNNI) */
 cairn__dot_fn cairn__dot_f32_avx512, cairn__dot_f16_avx512, cairn__dot_bf16_avx512,
     cairn__dot_q2_K_avx512, cairn__dot_q3_K_avx512, cairn__dot_q4_K_avx512, cairn__dot_q5_K_avx512,
-    cairn__dot_q6_K_avx512, cairn__dot_q4_1_avx512, cairn__dot_q5_0_avx512, cairn__dot_q5_1_avx512,
-    cairn__dot_iq4_nl_avx512, cairn__dot_iq4_xs_avx512;
-/* Q4_K rows (nr, n) of stride rb bytes . x (n) -> out (nr), xk: x as cairn__xk blocks; and the
- * same rows @ nt tokens (xp[t]: token t's cairn__xk blocks) -> out[t * ld + r], each output bit
- * for bit the rows kernel's (and cairn__dot_q4_K_avx512's) for that token alone */
-void cairn__q4_K_rows_avx512(const uint8_t *w, size_t rb, int nr, const void *xk, int64_t n,
-                             float *out);
+    cairn__dot_q6_K_avx512;
+/* Q4_K's rows and tile kernels (form CAIRN__XF_XK), each output bit for bit
+ * cairn__dot_q4_K_avx512's for that token alone */
+cairn__rows_fn cairn__q4_K_rows_avx512;
 cairn__tile_fn cairn__q4_K_tile_avx512;
 /* One Q5_K or Q6_K row against two tokens' cairn__xk blocks (a prompt's products): out[0],
  * out[1], each bit for bit the type's dot product's, the weights unpacked once */

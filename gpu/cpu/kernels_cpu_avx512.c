@@ -1,17 +1,16 @@
 /* gpu/cpu/kernels_cpu_avx512.c - the decode kernels for CPUs with AVX-512 (F, BW, VL, VNNI, VBMI):
- * the Q4_0 and Q8_0 matrix-vector products, which on AVX2 are bound by their arithmetic rather
- * than by reading the weights, and their products with tiles of tokens (the prompt's and the
- * batched decode's), the Q4_K and Q6_K dot products (see their section below), the
- * Q4_1, Q5_0 and Q5_1 dot products (the last section), the F32, F16 and BF16 dot products,
- * axpy, and one head's attention over a float or half cache.
- * gpu/cpu/kernels_cpu.c picks these at run time, like its AVX2 kernels.
+ * the products of the types of 32-value blocks (Q4_0, Q8_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS)
+ * with one token (the decode's rows kernels) and with tiles of tokens (the prompt's and the
+ * batched decode's), one kernel for both; Q4_K's likewise, the other K-quants' dot products (see
+ * their sections below), the F32, F16 and BF16 dot products, axpy, and one head's attention over
+ * a float or half cache. gpu/cpu/kernels_cpu.c picks these at run time, like its AVX2 kernels.
  *
  * Two ideas make the quantized products cheap. First, several blocks are handled in one pass
- * of 512-bit registers (Q4_0 and Q8_0: four blocks of four rows, their section below): byte
+ * of 512-bit registers (four blocks of four rows, the next section): byte
  * permutes (vpermt2b) gather the values out of the interleaved scale/value layout, and vpdpbusd
  * (unsigned weight x signed int8 activation, 4 products per 32-bit lane) sums them in int32
  * lanes, exactly. Second, the activation is rearranged once per product into the kernel's lane
- * order (cairn__q4_0_prep_avx512), with its scales and the offset that makes the weights
+ * order (cairn__quad_prep_avx512), with its scales and the offset that makes the weights
  * unsigned (Q4_0: (q - 8) . a = q . a - 8 sum(a)) folded into the starting value of the dot
  * product, so per row nothing but the weights' own decoding remains; the activation is shared by
  * the rows of a pass, and the decoded weights by the tokens of a tile.
@@ -22,6 +21,7 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "gpu/gguf.h" /* the type ids */
 #include "gpu/quant.h"
 
 #define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,f16c")))
@@ -73,10 +73,8 @@ static inline size_t pf_ahead(size_t rb, int R)
  * with the load of 4 of others on its 2 cores: Q4_0 35 -> 23, Q8_0 50.6 -> 34 over the kernel
  * before (a lane per 4 or 8 products of one row, 4 x 4 tiles); one token (the decode) 49 -> 56 and
  * 82 -> 95 in cache, where the decode's weights come from memory at every size that matters. */
-#define Q4_RR 4
-#define Q4_TT 8
-#define Q8_RR 4
-#define Q8_TT 8
+#define QUAD_RR 4
+#define QUAD_TT 8
 #define CAIRN__TILE_T(tile, w, rb, a, n, out, ld, R, nt, TT)                                       \
     do {                                                                                           \
         int t_ = 0;                                                                                \
@@ -122,50 +120,60 @@ static inline size_t pf_ahead(size_t rb, int R)
         }                                                                                          \
     } while (0)
 
-/* ---- Q4_0 and Q8_0: the decode's and the prompt's product, one kernel -----------------------
- * One kernel serves one token (the decode, the rows kernels) and tiles of tokens (the prompt and
- * the batched decode, the tile kernels), so every output is bit for bit the same in both. It
- * takes 4 rows and 4 blocks (a quad) at a time, lane 4r + b of a register holding row r's block
- * b: a byte permute gathers each row's quad into four 128-bit lanes of 4-byte groups (lane k:
- * bytes 4k..4k+3 of the 4 blocks' values; Q8_0 takes two permutes, for groups 0-3 and 4-7), and
- * 128-bit shuffles of the 4 rows turn those into registers with lane 4r + b = row r, block b,
- * group k. Q4_0's nibbles are then split by a shift and two ANDs (unsigned 0..15; the offset
- * of 8 comes back as -8 * sum(a), prepared with the activation), Q8_0's int8 values made
- * unsigned by an XOR with 0x80 (w + 128; -128 * sum(a) likewise). A token then costs 8 vpdpbusd
+/* ---- the types of 32-value blocks: the decode's and the prompt's product, one kernel -------
+ * Q4_0, Q8_0, Q4_1, Q5_0, Q5_1, IQ4_NL and IQ4_XS (whose 256-value super-block is 8 blocks of
+ * IQ4_NL's values under one header). One kernel serves one token (the decode, the rows kernels)
+ * and tiles of tokens (the prompt and the batched decode, the tile kernels), so every output is
+ * bit for bit the same in both. It takes 4 rows and 4 blocks (a quad) at a time, lane 4r + b of
+ * a register holding row r's block b: a byte permute gathers each row's quad into four 128-bit
+ * lanes of 4-byte groups (lane k: bytes 4k..4k+3 of the 4 blocks' values; Q8_0 takes two
+ * permutes, for groups 0-3 and 4-7), and 128-bit shuffles of the 4 rows turn those into
+ * registers with lane 4r + b = row r, block b, group k. Then every type's values are made
+ * unsigned bytes:
+ *   - Q4_0, Q4_1: the nibbles split by a shift and two ANDs (0..15);
+ *   - IQ4_NL, IQ4_XS: the nibbles, then a byte shuffle of the 16 levels plus 128 (1..241);
+ *   - Q5_0, Q5_1: each row's nibbles before the shuffles, with the fifth bit of every value taken
+ *     from the block's 32-bit qh word by one vpmultishiftqb (each byte picks its own bit to
+ *     bit 4) and one ternary OR (0..31), so they are two registers a row, as Q8_0's;
+ *   - Q8_0: an XOR with 0x80 (w + 128).
+ * The offset that made them unsigned comes back as -off * sum(a) (off 8, 16 or 128), prepared
+ * with the activation as the dot product's starting value; Q4_1's and Q5_1's minimum m, whose
+ * values need no offset, multiplies d_x * sum(a), prepared instead. A token then costs 8 vpdpbusd
  * (each lane summing its block's 32 products exactly, the activation's 16 bytes of group k
  * broadcast to the 4 rows), one conversion, one scale product and one multiply-add per 16
- * (row, block) pairs, where the layout before this one (a lane per 4 or 8 products of one row)
- * spent those float operations 4 (Q4_0) or 8 (Q8_0) times over; the weights' decoding is shared
- * by the tile's tokens.
+ * (row, block) pairs (a second multiply-add for the minimum), where the layout before this one
+ * (a lane per 4 or 8 products of one row) spent those float operations 4 or 8 times over; the
+ * weights' decoding is shared by the tile's tokens.
  *
  * The float order, the same for every row wherever it sits and however many tokens share the
  * pass: block b of the row (quad b / 4, phase b % 4) is added as d_w * d_x * (its exact integer
- * sum) into accumulator b % 4, one multiply-add after the other in block order, and the row's
- * result is (acc0 + acc1) + (acc2 + acc3). Rows whose block count is not a multiple of 4 end on a
- * quad filled with zeros (weights, scales and activation), which adds exact zeros. */
+ * sum) into accumulator b % 4 (then m_w * (d_x sum(a)) where there is a minimum), one
+ * multiply-add after the other in block order, and the row's result is (acc0 + acc1) +
+ * (acc2 + acc3). Rows whose block count is not a multiple of 4 end on a quad filled with zeros
+ * (weights, scales and activation), which adds exact zeros. */
 
 /* The activation of a quad in the kernel's order: 160 bytes */
 typedef struct {
     int8_t a[8][16]; /* group k: elements 4k..4k+3 of blocks 0..3 (4 bytes each) */
-    int32_t c[4];    /* -8 (Q4_0) or -128 (Q8_0) times the sum of block b's 32 values: the
-                        offset of the unsigned weights */
-    float d[4];      /* block b's scale */
+    union {
+        int32_t c[4]; /* -off times the sum of block b's 32 values: the unsigned weights' offset */
+        float s[4];   /* CAIRN__XF_MIN: d_x times that sum, which the minimum multiplies */
+    };
+    float d[4]; /* block b's scale */
 } xq_quad;
 
 static xq_quad *quads(void *p) { return (xq_quad *)(((uintptr_t)p + 63) & ~(uintptr_t)63); }
 
-static size_t quad_bytes(int64_t cols)
+size_t cairn__quad_prep_bytes(int64_t cols)
 {
     return (size_t)((cols / 32 + 3) / 4) * sizeof(xq_quad) + 64; /* + 64: alignment */
 }
 
-size_t cairn__q4_0_prep_bytes(int64_t cols) { return quad_bytes(cols); }
-size_t cairn__q8_0_prep_bytes(int64_t cols) { return quad_bytes(cols); }
-
-/* (nb + 3) / 4 quads of 4 consecutive blocks, the last one's missing blocks zero; off: the
- * weights' offset (8 or 128) */
-static void *quad_prep(const cairn__xq8_block *xq, int64_t cols, void *dst, int off)
+/* (nb + 3) / 4 quads of 4 consecutive blocks, the last one's missing blocks zero, in the form
+ * (CAIRN__XF_Q4, _Q5, _Q8, _MIN) that the type's kernel takes */
+void *cairn__quad_prep_avx512(const cairn__xq8_block *xq, int64_t cols, int form, void *dst)
 {
+    const int off = form == CAIRN__XF_Q4 ? 8 : form == CAIRN__XF_Q5 ? 16 : 128;
     const int64_t nb = cols / 32, nq = (nb + 3) / 4;
     xq_quad *q = quads(dst);
     memset(q, 0, (size_t)nq * sizeof *q);
@@ -177,20 +185,13 @@ static void *quad_prep(const cairn__xq8_block *xq, int64_t cols, void *dst, int 
             memcpy(o->a[g] + 4 * k, xq[b].qs + 4 * g, 4);
         for (int e = 0; e < 32; e++)
             s += xq[b].qs[e];
-        o->c[k] = -off * s;
+        if (form == CAIRN__XF_MIN)
+            o->s[k] = xq[b].d * (float)s;
+        else
+            o->c[k] = -off * s;
         o->d[k] = xq[b].d;
     }
     return q;
-}
-
-void *cairn__q4_0_prep_avx512(const cairn__xq8_block *xq, int64_t cols, void *dst)
-{
-    return quad_prep(xq, cols, dst, 8);
-}
-
-void *cairn__q8_0_prep_avx512(const cairn__xq8_block *xq, int64_t cols, void *dst)
-{
-    return quad_prep(xq, cols, dst, 128);
 }
 
 /* the first v of the 64 bytes at p (all of them for v >= 64, none for v <= 0), zeros after */
@@ -201,41 +202,122 @@ AVX512 static inline __m512i load_upto(const uint8_t *p, int64_t v)
     return v <= 0 ? _mm512_setzero_si512() : _mm512_maskz_loadu_epi8(((__mmask64)1 << v) - 1, p);
 }
 
-/* rows (R, n) of stride rb bytes @ tokens a[0..T) (each prepared by the type's prep) ->
- * out[t * ld + r]; Q4_0 (Q8 0) or Q8_0 (Q8 1); R <= 4 and T <= 8 constants after inlining, T
- * accumulators in registers */
+enum { QK_Q4_0, QK_Q8_0, QK_Q4_1, QK_Q5_0, QK_Q5_1, QK_IQ4_NL, QK_IQ4_XS };
+/* bytes of a block (IQ4_XS: 16 bytes of a super-block's values), where its values start */
+#define QK_BYTES(K)                                                                                \
+    ((K) == QK_Q8_0 ? 34 : (K) == QK_Q4_1 ? 20 : (K) == QK_Q5_0 ? 22 : (K) == QK_Q5_1 ? 24 : 18)
+#define QK_QS(K) ((K) == QK_Q4_1 ? 4 : (K) == QK_Q5_0 ? 6 : (K) == QK_Q5_1 ? 8 : 2)
+/* two registers a row (values split before the transposition), a minimum, a table of levels */
+#define QK_TWO(K) ((K) == QK_Q8_0 || (K) == QK_Q5_0 || (K) == QK_Q5_1)
+#define QK_FIVE(K) ((K) == QK_Q5_0 || (K) == QK_Q5_1)
+#define QK_MIN(K) ((K) == QK_Q4_1 || (K) == QK_Q5_1)
+#define QK_LUT(K) ((K) == QK_IQ4_NL || (K) == QK_IQ4_XS)
+
+/* Byte 16k + 4b + e of a row's gathered quad: byte B b + O + 4k + e of the quad (blocks of B
+ * bytes, their values at O; >= 64: the second register). */
+#define GQ_(B, O, k, b)                                                                            \
+    (B) * (b) + (O) + 4 * (k), (B) * (b) + (O) + 4 * (k) + 1, (B) * (b) + (O) + 4 * (k) + 2,       \
+        (B) * (b) + (O) + 4 * (k) + 3
+#define GQK_(B, O, k) GQ_(B, O, k, 0), GQ_(B, O, k, 1), GQ_(B, O, k, 2), GQ_(B, O, k, 3)
+#define GQ(B, O)                                                                                   \
+    {                                                                                              \
+        GQK_(B, O, 0), GQK_(B, O, 1), GQK_(B, O, 2), GQK_(B, O, 3)                                 \
+    }
+/* byte 16k + 4b + e: byte e of block b's 32-bit qh word at H (every 128-bit lane alike) */
+#define GH_(B, H, b) (B) * (b) + (H), (B) * (b) + (H) + 1, (B) * (b) + (H) + 2, (B) * (b) + (H) + 3
+#define GHK_(B, H) GH_(B, H, 0), GH_(B, H, 1), GH_(B, H, 2), GH_(B, H, 3)
+#define GH(B, H)                                                                                   \
+    {                                                                                              \
+        GHK_(B, H), GHK_(B, H), GHK_(B, H), GHK_(B, H)                                             \
+    }
+/* vpmultishiftqb's control for byte 16k + 4b + e of a gathered row: the bit of element
+ * base + 4 + 4k + e of block b's qh word (dword b % 2 of the byte's qword) to bit 4 */
+#define MS_(k, b, base)                                                                            \
+    (32 * ((b) % 2) + (base) + 4 * (k)) & 63, (32 * ((b) % 2) + (base) + 4 * (k) + 1) & 63,        \
+        (32 * ((b) % 2) + (base) + 4 * (k) + 2) & 63, (32 * ((b) % 2) + (base) + 4 * (k) + 3) & 63
+#define MSK_(k, base) MS_(k, 0, base), MS_(k, 1, base), MS_(k, 2, base), MS_(k, 3, base)
+#define MS(base)                                                                                   \
+    {                                                                                              \
+        MSK_(0, base), MSK_(1, base), MSK_(2, base), MSK_(3, base)                                 \
+    }
+
+static const uint8_t g_q4_0[64] = GQ(18, 2), g_q8_0a[64] = GQ(34, 2), g_q8_0b[64] = GQ(34, 10),
+                     g_q4_1[64] = GQ(20, 4), g_q5_0[64] = GQ(22, 6), g_q5_1[64] = GQ(24, 8),
+                     g_xs[64] = GQ(16, 0), h_q5_0[64] = GH(22, 2), h_q5_1[64] = GH(24, 4),
+                     ms_lo[64] = MS(-4), ms_hi[64] = MS(12);
+/* words b and 4 + b of a row's scale permute: block b's d and (Q4_1, Q5_1) m, B / 2 words apart */
+#define GS(B)                                                                                      \
+    {                                                                                              \
+        0, (B) / 2, (B), 3 * (B) / 2, 1, (B) / 2 + 1, (B) + 1, 3 * (B) / 2 + 1                     \
+    }
+static const uint16_t s_q4_1[32] = GS(20), s_q5_0[32] = GS(22), s_q5_1[32] = GS(24);
+
+/* byte 4b + e of lane r of the IQ4_XS scale permute (row r's header at byte 8r): scales_l byte
+ * 2h + b / 2, scales_h byte h, the two bytes of d */
+#define XSB_(r, b, h) 8 * (r) + 4 + 2 * (h) + (b) / 2, 8 * (r) + 2 + (h), 8 * (r), 8 * (r) + 1
+#define XSR_(r, h) XSB_(r, 0, h), XSB_(r, 1, h), XSB_(r, 2, h), XSB_(r, 3, h)
+#define XS(h)                                                                                      \
+    {                                                                                              \
+        XSR_(0, h), XSR_(1, h), XSR_(2, h), XSR_(3, h)                                             \
+    }
+static const uint8_t xs_idx[2][64] = {XS(0), XS(1)};
+
+/* IQ4_XS quad h (sub-blocks 4h..4h+3) of 4 rows' super-blocks at w, rb bytes apart: lane 4r + b
+ * the scale of row r's sub-block 4h + b, d (ls - 32), as floats */
+AVX512 static inline __attribute__((always_inline)) __m512
+iq4_xs_scales(const uint8_t *w, size_t rb, const int R, int h)
+{
+    /* each row's 8 header bytes (d, scales_h, scales_l) as qword r */
+    uint64_t hd[4] = {0, 0, 0, 0};
+    for (int r = 0; r < R; r++)
+        memcpy(&hd[r], w + (size_t)r * rb, 8);
+    const __m512i H = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(void *)hd));
+    /* lane 4r + b: scales_l byte 2h + b / 2, scales_h byte h, d */
+    const __m512i v = _mm512_permutexvar_epi8(_mm512_loadu_si512(xs_idx[h]), H);
+    /* ls = (low nibble b % 2 of byte 0) | (bits 2b..2b+1 of byte 1) << 4 */
+    const __m512i sl = _mm512_set_epi32(4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0);
+    const __m512i sh = _mm512_set_epi32(14, 12, 10, 8, 14, 12, 10, 8, 14, 12, 10, 8, 14, 12, 10, 8);
+    const __m512i lo = _mm512_and_si512(_mm512_srlv_epi32(v, sl), _mm512_set1_epi32(0xF));
+    const __m512i hi = _mm512_and_si512(_mm512_srlv_epi32(v, sh), _mm512_set1_epi32(3));
+    const __m512i ls =
+        _mm512_sub_epi32(_mm512_or_si512(lo, _mm512_slli_epi32(hi, 4)), _mm512_set1_epi32(32));
+    const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(v, 16)));
+    return _mm512_mul_ps(d, _mm512_cvtepi32_ps(ls));
+}
+
+/* rows (R, n) of stride rb bytes @ tokens a[0..T) (each prepared in the type's form) ->
+ * out[t * ld + r]; KIND one of QK_*; R <= 4 and T <= 8 constants after inlining, T accumulators
+ * in registers */
 AVX512 static inline __attribute__((always_inline)) void
 quad_tile_avx512(const uint8_t *w, size_t rb, const xq_quad *const *a, int64_t n, float *out,
-                 size_t ld, const int R, const int T, const int Q8)
+                 size_t ld, const int R, const int T, const int KIND)
 {
-    /* byte 16k + 4b + e of a row's gathered quad: byte 4k + e of block b's values, which is
-     * source byte 18b + 2 + 4k + e of the Q4_0 quad's 72 (>= 64: the second register) */
-    static const uint8_t g4[64] = {2,  3,  4,  5,  20, 21, 22, 23, 38, 39, 40, 41, 56, 57, 58, 59,
-                                   6,  7,  8,  9,  24, 25, 26, 27, 42, 43, 44, 45, 60, 61, 62, 63,
-                                   10, 11, 12, 13, 28, 29, 30, 31, 46, 47, 48, 49, 64, 65, 66, 67,
-                                   14, 15, 16, 17, 32, 33, 34, 35, 50, 51, 52, 53, 68, 69, 70, 71};
-    /* the same for Q8_0's 136: groups 0-3 from bytes 34b + 2 + 4k + e of the registers at 0 and
-     * 64, groups 4-7 from 34b + 2 + 4k + e - 8 of those at 8 and 72 */
-    static const uint8_t g8a[64] = {2,   3,   4,   5,   36,  37,  38,  39,  70,  71,  72,  73, 104,
-                                    105, 106, 107, 6,   7,   8,   9,   40,  41,  42,  43,  74, 75,
-                                    76,  77,  108, 109, 110, 111, 10,  11,  12,  13,  44,  45, 46,
-                                    47,  78,  79,  80,  81,  112, 113, 114, 115, 14,  15,  16, 17,
-                                    48,  49,  50,  51,  82,  83,  84,  85,  116, 117, 118, 119};
-    static const uint8_t g8b[64] = {10,  11,  12,  13,  44,  45,  46,  47,  78,  79,  80,  81, 112,
-                                    113, 114, 115, 14,  15,  16,  17,  48,  49,  50,  51,  82, 83,
-                                    84,  85,  116, 117, 118, 119, 18,  19,  20,  21,  52,  53, 54,
-                                    55,  86,  87,  88,  89,  120, 121, 122, 123, 22,  23,  24, 25,
-                                    56,  57,  58,  59,  90,  91,  92,  93,  124, 125, 126, 127};
-    const __m512i ga = _mm512_loadu_si512(Q8 ? g8a : g4), gb = _mm512_loadu_si512(g8b);
-    /* Q4_0: words 4s + b of the scale permute of two rows' quads, block b's f16 scale (word 9b)
-     * of the first (s = 0) or the second row (s = 1, indices from 32); Q8_0: words b of one
-     * row's, at word 17b of its first two registers */
+    const uint8_t *gt = KIND == QK_Q8_0     ? g_q8_0a
+                        : KIND == QK_Q4_1   ? g_q4_1
+                        : KIND == QK_Q5_0   ? g_q5_0
+                        : KIND == QK_Q5_1   ? g_q5_1
+                        : KIND == QK_IQ4_XS ? g_xs
+                                            : g_q4_0;
+    const __m512i ga = _mm512_loadu_si512(gt), gb = _mm512_loadu_si512(g_q8_0b);
+    const __m512i gh = _mm512_loadu_si512(KIND == QK_Q5_0 ? h_q5_0 : h_q5_1);
+    const __m512i mlo = _mm512_loadu_si512(ms_lo), mhi = _mm512_loadu_si512(ms_hi);
+    const __m512i gs = _mm512_loadu_si512(KIND == QK_Q4_1   ? s_q4_1
+                                          : KIND == QK_Q5_0 ? s_q5_0
+                                                            : s_q5_1);
+    /* Q4_0, IQ4_NL: words 4s + b of the scale permute of two rows' quads, block b's f16 scale
+     * (word 9b) of the first (s = 0) or the second row (s = 1, indices from 32); Q8_0: words b of
+     * one row's, at word 17b of its first two registers */
     const __m512i s4 = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
                                         0, 0, 0, 0, 59, 50, 41, 32, 27, 18, 9, 0);
     const __m512i s8 = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
                                         0, 0, 0, 0, 0, 0, 0, 0, 51, 34, 17, 0);
-    const __m512i m4 = _mm512_set1_epi8(0x0F), flip = _mm512_set1_epi8((char)0x80);
-    const int64_t nb = n / 32, nq = (nb + 3) / 4, qb = Q8 ? 136 : 72; /* bytes of a quad */
+    const __m512i m4 = _mm512_set1_epi8(0x0F), flip = _mm512_set1_epi8((char)0x80),
+                  b4 = _mm512_set1_epi8(0x10);
+    const __m512i lut = _mm512_broadcast_i32x4(_mm_add_epi8(
+        _mm_loadu_si128((const __m128i *)(const void *)cairn__iq4nl_values), _mm_set1_epi8(-128)));
+    const int64_t nb = n / 32, nq = (nb + 3) / 4;
+    /* bytes of a quad in a row (IQ4_XS: half a super-block's, on average) */
+    const int qb = KIND == QK_IQ4_XS ? (int)sizeof(cairn__block_iq4_xs) / 2 : 4 * QK_BYTES(KIND);
     const size_t pf = pf_ahead(rb, R);
     __m512 acc[8];
     /* only the T used: zeroing all 8 kept the array in memory (a rep stos a call) */
@@ -244,7 +326,8 @@ quad_tile_avx512(const uint8_t *w, size_t rb, const xq_quad *const *a, int64_t n
     for (int64_t g = 0; g < nq; g++) {
         /* bytes of this quad in each row: all, or the 1-3 blocks of the last one */
         const int64_t left = nb - 4 * g, v = left >= 4 ? qb : left * (qb / 4);
-        const size_t off = (size_t)g * (size_t)qb;
+        const size_t off = KIND == QK_IQ4_XS ? (size_t)(g / 2) * sizeof(cairn__block_iq4_xs)
+                                             : (size_t)g * (size_t)qb;
         if (left >= 4)
             PF_RUN(w, pf, g, qb, R);
         else
@@ -257,27 +340,44 @@ quad_tile_avx512(const uint8_t *w, size_t rb, const xq_quad *const *a, int64_t n
                 continue;
             }
             const uint8_t *wr = w + (size_t)r * rb + off;
+            if (KIND == QK_IQ4_XS) { /* the 64 value bytes of sub-blocks 4h.. */
+                P[r] = _mm512_permutexvar_epi8(
+                    ga, _mm512_loadu_si512(wr + offsetof(cairn__block_iq4_xs, qs) + 64 * (g & 1)));
+                continue;
+            }
             __m512i z0, z1;
             if (left >= 4) {
                 z0 = _mm512_loadu_si512(wr);
-                z1 = Q8 ? _mm512_loadu_si512(wr + 64) : _mm512_maskz_loadu_epi8(0xFF, wr + 64);
+                z1 = KIND == QK_Q8_0
+                         ? _mm512_loadu_si512(wr + 64)
+                         : _mm512_maskz_loadu_epi8(((__mmask64)1 << (qb - 64)) - 1, wr + 64);
             } else { /* masked: only the blocks there are */
                 z0 = load_upto(wr, v);
                 z1 = load_upto(wr + 64, v - 64);
             }
             P[r] = _mm512_permutex2var_epi8(z0, ga, z1);
-            if (Q8) {
+            if (KIND == QK_Q8_0) {
                 const __m512i y0 =
                     left >= 4 ? _mm512_loadu_si512(wr + 8) : load_upto(wr + 8, v - 8);
                 const __m512i y1 =
                     left >= 4 ? _mm512_loadu_si512(wr + 72) : load_upto(wr + 72, v - 72);
                 Q[r] = _mm512_permutex2var_epi8(y0, gb, y1);
                 S[r] = _mm512_permutex2var_epi16(z0, s8, z1);
-            } else
+            } else if (KIND == QK_Q4_0 || KIND == QK_IQ4_NL)
                 S[r] = z0;
+            else
+                S[r] = _mm512_permutex2var_epi16(z0, gs, z1);
+            if (QK_FIVE(KIND)) { /* the values of 0..31, split: P elements 4k.., Q 16 + 4k.. */
+                const __m512i H = _mm512_permutex2var_epi8(z0, gh, z1);
+                Q[r] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(P[r], 4), m4),
+                                                 _mm512_multishift_epi64_epi8(mhi, H), b4,
+                                                 0xF8); /* a | (b & c) */
+                P[r] = _mm512_ternarylogic_epi32(_mm512_and_si512(P[r], m4),
+                                                 _mm512_multishift_epi64_epi8(mlo, H), b4, 0xF8);
+            }
         }
-        /* K[k], k < 4 (and k >= 4 for Q8_0): 128-bit lane r = lane k of P[r] (of Q[r]); one
-         * token alone skips this (below) */
+        /* K[k], k < 4 (and k >= 4 for the types of two registers): 128-bit lane r = lane k of
+         * P[r] (of Q[r]); one token alone skips this (below) */
         __m512i K[8];
         if (T > 1) {
 #define QUAD_T(K0, X)                                                                              \
@@ -290,33 +390,52 @@ quad_tile_avx512(const uint8_t *w, size_t rb, const xq_quad *const *a, int64_t n
         K0[2] = _mm512_shuffle_i32x4(t1, t3, 0x88), K0[3] = _mm512_shuffle_i32x4(t1, t3, 0xDD);    \
     } while (0)
             QUAD_T(K, P);
-            if (Q8) {
+            if (QK_TWO(KIND)) {
                 QUAD_T((K + 4), Q);
+                if (KIND == QK_Q8_0)
 #pragma GCC unroll 8
-                for (int k = 0; k < 8; k++)
-                    K[k] = _mm512_xor_si512(K[k], flip);
+                    for (int k = 0; k < 8; k++)
+                        K[k] = _mm512_xor_si512(K[k], flip);
             } else
 #pragma GCC unroll 4
                 for (int k = 0; k < 4; k++) { /* elements 4k.. low nibbles, 16 + 4k.. high */
                     K[4 + k] = _mm512_and_si512(_mm512_srli_epi16(K[k], 4), m4);
                     K[k] = _mm512_and_si512(K[k], m4);
+                    if (QK_LUT(KIND)) {
+                        K[k] = _mm512_shuffle_epi8(lut, K[k]);
+                        K[4 + k] = _mm512_shuffle_epi8(lut, K[4 + k]);
+                    }
                 }
 #undef QUAD_T
         }
-        /* lane 4r + b: row r's block b's scale */
-        __m256i sh;
-        if (Q8) {
-            const __m512i s01 = _mm512_unpacklo_epi64(S[0], S[1]),
-                          s23 = _mm512_unpacklo_epi64(S[2], S[3]);
-            sh = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm512_castsi512_si128(s01)),
-                                         _mm512_castsi512_si128(s23), 1);
-        } else {
-            const __m512i s01 = _mm512_permutex2var_epi16(S[0], s4, S[1]),
-                          s23 = _mm512_permutex2var_epi16(S[2], s4, S[3]);
-            sh = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm512_castsi512_si128(s01)),
-                                         _mm512_castsi512_si128(s23), 1);
+        /* lane 4r + b: row r's block b's scale (and minimum) */
+        __m512 sw, mw = _mm512_setzero_ps();
+        if (KIND == QK_IQ4_XS)
+            sw = iq4_xs_scales(w + off, rb, R, (int)(g & 1));
+        else {
+            __m256i sh, mh = _mm256_setzero_si256();
+            if (KIND == QK_Q4_0 || KIND == QK_IQ4_NL) {
+                const __m512i s01 = _mm512_permutex2var_epi16(S[0], s4, S[1]),
+                              s23 = _mm512_permutex2var_epi16(S[2], s4, S[3]);
+                sh = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm512_castsi512_si128(s01)),
+                                             _mm512_castsi512_si128(s23), 1);
+            } else {
+                const __m512i s01 = _mm512_unpacklo_epi64(S[0], S[1]),
+                              s23 = _mm512_unpacklo_epi64(S[2], S[3]);
+                sh = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm512_castsi512_si128(s01)),
+                                             _mm512_castsi512_si128(s23), 1);
+                if (QK_MIN(KIND)) {
+                    const __m512i m01 = _mm512_unpackhi_epi64(S[0], S[1]),
+                                  m23 = _mm512_unpackhi_epi64(S[2], S[3]);
+                    mh =
+                        _mm256_inserti128_si256(_mm256_castsi128_si256(_mm512_castsi512_si128(m01)),
+                                                _mm512_castsi512_si128(m23), 1);
+                }
+            }
+            sw = _mm512_cvtph_ps(sh);
+            if (QK_MIN(KIND))
+                mw = _mm512_cvtph_ps(mh);
         }
-        const __m512 sw = _mm512_cvtph_ps(sh);
         if (T == 1) {
             /* one token: each row's gathered groups against the activation as it lies (lane k,
              * dword b: groups k and 4 + k of block b, the offset in lane 0), then the four
@@ -324,13 +443,23 @@ quad_tile_avx512(const uint8_t *w, size_t rb, const xq_quad *const *a, int64_t n
              * the transposed tile's, for 6 shuffles instead of 8 and 2 loads instead of 8 */
             const xq_quad *x = &a[0][g];
             const __m512i alo = _mm512_loadu_si512(x->a[0]), ahi = _mm512_loadu_si512(x->a[4]);
-            const __m512i c0 = _mm512_zextsi128_si512(_mm_load_si128((const __m128i *)x->c));
+            const __m512i c0 = QK_MIN(KIND)
+                                   ? _mm512_setzero_si512()
+                                   : _mm512_zextsi128_si512(_mm_load_si128((const __m128i *)x->c));
             __m512i pr[4];
 #pragma GCC unroll 4
             for (int r = 0; r < 4; r++) {
-                const __m512i lo = Q8 ? _mm512_xor_si512(P[r], flip) : _mm512_and_si512(P[r], m4);
-                const __m512i hi = Q8 ? _mm512_xor_si512(Q[r], flip)
-                                      : _mm512_and_si512(_mm512_srli_epi16(P[r], 4), m4);
+                __m512i lo, hi;
+                if (KIND == QK_Q8_0)
+                    lo = _mm512_xor_si512(P[r], flip), hi = _mm512_xor_si512(Q[r], flip);
+                else if (QK_FIVE(KIND))
+                    lo = P[r], hi = Q[r];
+                else {
+                    lo = _mm512_and_si512(P[r], m4);
+                    hi = _mm512_and_si512(_mm512_srli_epi16(P[r], 4), m4);
+                    if (QK_LUT(KIND))
+                        lo = _mm512_shuffle_epi8(lut, lo), hi = _mm512_shuffle_epi8(lut, hi);
+                }
                 pr[r] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(c0, lo, alo), hi, ahi);
             }
             const __m512i t01 = _mm512_add_epi32(_mm512_shuffle_i32x4(pr[0], pr[1], 0x44),
@@ -341,6 +470,8 @@ quad_tile_avx512(const uint8_t *w, size_t rb, const xq_quad *const *a, int64_t n
                                                _mm512_shuffle_i32x4(t01, t23, 0xDD));
             const __m512 sx = _mm512_broadcast_f32x4(_mm_load_ps(x->d));
             acc[0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(X), _mm512_mul_ps(sw, sx), acc[0]);
+            if (QK_MIN(KIND))
+                acc[0] = _mm512_fmadd_ps(mw, _mm512_broadcast_f32x4(_mm_load_ps(x->s)), acc[0]);
             continue;
         }
 #pragma GCC unroll 8
@@ -349,7 +480,8 @@ quad_tile_avx512(const uint8_t *w, size_t rb, const xq_quad *const *a, int64_t n
 #define BC(p) _mm512_broadcast_i32x4(_mm_load_si128((const __m128i *)(const void *)(p)))
             /* two chains of 4 (the sum is exact in any order): one token alone is bound by the
              * latency of its chain */
-            __m512i p = _mm512_dpbusd_epi32(BC(x->c), K[0], BC(x->a[0]));
+            __m512i p = _mm512_dpbusd_epi32(QK_MIN(KIND) ? _mm512_setzero_si512() : BC(x->c), K[0],
+                                            BC(x->a[0]));
             __m512i q = _mm512_dpbusd_epi32(_mm512_setzero_si512(), K[4], BC(x->a[4]));
 #pragma GCC unroll 3
             for (int k = 1; k < 4; k++) {
@@ -360,6 +492,8 @@ quad_tile_avx512(const uint8_t *w, size_t rb, const xq_quad *const *a, int64_t n
             const __m512 sx = _mm512_broadcast_f32x4(_mm_load_ps(x->d));
             acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(p, q)),
                                      _mm512_mul_ps(sw, sx), acc[t]);
+            if (QK_MIN(KIND))
+                acc[t] = _mm512_fmadd_ps(mw, _mm512_broadcast_f32x4(_mm_load_ps(x->s)), acc[t]);
         }
     }
     /* row r: (acc0 + acc1) + (acc2 + acc3) of lanes 4r.., to out[r] */
@@ -373,62 +507,72 @@ quad_tile_avx512(const uint8_t *w, size_t rb, const xq_quad *const *a, int64_t n
     }
 }
 
-AVX512 static inline __attribute__((always_inline)) void
-q4_0_tile_avx512(const uint8_t *w, size_t rb, const xq_quad *const *a, int64_t n, float *out,
-                 size_t ld, const int R, const int T)
-{
-    quad_tile_avx512(w, rb, a, n, out, ld, R, T, 0);
-}
+/* Each type's kernels: quad_tile_avx512 for rows R <= 4 and tiles T <= 8 (TILE_), one token
+ * (ROWS_), and their entry points over any number of rows and tokens. */
+#define QUAD_KERNELS(name, KIND)                                                                   \
+    AVX512 static inline __attribute__((always_inline)) void name##_tile_(                         \
+        const uint8_t *w, size_t rb, const xq_quad *const *a, int64_t n, float *out, size_t ld,    \
+        const int R, const int T)                                                                  \
+    {                                                                                              \
+        quad_tile_avx512(w, rb, a, n, out, ld, R, T, KIND);                                        \
+    }                                                                                              \
+    AVX512 static inline __attribute__((always_inline)) void name##_rows_(                         \
+        const uint8_t *w, size_t rb, const xq_quad *a, int64_t n, float *out, const int R)         \
+    {                                                                                              \
+        quad_tile_avx512(w, rb, &a, n, out, 0, R, 1, KIND);                                        \
+    }                                                                                              \
+    AVX512 static void name##_rows(const uint8_t *w, size_t rb, int nr, const void *xp, int64_t n, \
+                                   float *out)                                                     \
+    {                                                                                              \
+        CAIRN__ROWS_DISPATCH(name##_rows_, w, rb, nr, (const xq_quad *)xp, n, out);                \
+    }                                                                                              \
+    AVX512 static void name##_tile(const uint8_t *w, size_t rb, int nr, const void *const *xp,     \
+                                   int nt, int64_t n, float *out, size_t ld)                       \
+    {                                                                                              \
+        const xq_quad *const *a = (const xq_quad *const *)xp;                                      \
+        CAIRN__TILE(name##_tile_, w, rb, nr, a, nt, n, out, ld, QUAD_RR, QUAD_TT);                 \
+    }
 
-AVX512 static inline __attribute__((always_inline)) void
-q8_0_tile_avx512(const uint8_t *w, size_t rb, const xq_quad *const *a, int64_t n, float *out,
-                 size_t ld, const int R, const int T)
-{
-    quad_tile_avx512(w, rb, a, n, out, ld, R, T, 1);
-}
+QUAD_KERNELS(q4_0, QK_Q4_0)
+QUAD_KERNELS(q8_0, QK_Q8_0)
+QUAD_KERNELS(q4_1, QK_Q4_1)
+QUAD_KERNELS(q5_0, QK_Q5_0)
+QUAD_KERNELS(q5_1, QK_Q5_1)
+QUAD_KERNELS(iq4_nl, QK_IQ4_NL)
+QUAD_KERNELS(iq4_xs, QK_IQ4_XS)
+#undef QUAD_KERNELS
 
-/* rows (R, n) . one token's x (n), prepared by the type's prep -> out (R) */
-AVX512 static inline __attribute__((always_inline)) void
-q4_0_rows_avx512(const uint8_t *w, size_t rb, const xq_quad *a, int64_t n, float *out, const int R)
+/* The rows and tile kernels of a type, and the form of the activation they take (-1: none here) */
+int cairn__quad_kernels_avx512(uint32_t type, cairn__rows_fn **rows, cairn__tile_fn **tile)
 {
-    quad_tile_avx512(w, rb, &a, n, out, 0, R, 1, 0);
-}
-
-AVX512 static inline __attribute__((always_inline)) void
-q8_0_rows_avx512(const uint8_t *w, size_t rb, const xq_quad *a, int64_t n, float *out, const int R)
-{
-    quad_tile_avx512(w, rb, &a, n, out, 0, R, 1, 1);
-}
-
-/* W rows (nr, n) of stride rb bytes . x (n) -> out (nr); xp from cairn__q4_0_prep_avx512 */
-AVX512 void cairn__q4_0_rows_avx512(const uint8_t *w, size_t rb, int nr, const void *xp, int64_t n,
-                                    float *out)
-{
-    CAIRN__ROWS_DISPATCH(q4_0_rows_avx512, w, rb, nr, (const xq_quad *)xp, n, out);
-}
-
-/* W rows (nr, n) of stride rb bytes . x (n) -> out (nr); xp from cairn__q8_0_prep_avx512 */
-AVX512 void cairn__q8_0_rows_avx512(const uint8_t *w, size_t rb, int nr, const void *xp, int64_t n,
-                                    float *out)
-{
-    CAIRN__ROWS_DISPATCH(q8_0_rows_avx512, w, rb, nr, (const xq_quad *)xp, n, out);
-}
-
-/* W rows (nr, n) of stride rb bytes @ nt tokens -> out[t * ld + r]; xp[t]: token t's activation
- * from cairn__q4_0_prep_avx512 */
-AVX512 void cairn__q4_0_tile_avx512(const uint8_t *w, size_t rb, int nr, const void *const *xp,
-                                    int nt, int64_t n, float *out, size_t ld)
-{
-    const xq_quad *const *a = (const xq_quad *const *)xp;
-    CAIRN__TILE(q4_0_tile_avx512, w, rb, nr, a, nt, n, out, ld, Q4_RR, Q4_TT);
-}
-
-/* The same for Q8_0, xp[t] from cairn__q8_0_prep_avx512 */
-AVX512 void cairn__q8_0_tile_avx512(const uint8_t *w, size_t rb, int nr, const void *const *xp,
-                                    int nt, int64_t n, float *out, size_t ld)
-{
-    const xq_quad *const *a = (const xq_quad *const *)xp;
-    CAIRN__TILE(q8_0_tile_avx512, w, rb, nr, a, nt, n, out, ld, Q8_RR, Q8_TT);
+    switch (type) {
+    case CAIRN__GGML_Q4_0:
+        *rows = q4_0_rows, *tile = q4_0_tile;
+        return CAIRN__XF_Q4;
+    case CAIRN__GGML_Q8_0:
+        *rows = q8_0_rows, *tile = q8_0_tile;
+        return CAIRN__XF_Q8;
+    case CAIRN__GGML_Q4_1:
+        *rows = q4_1_rows, *tile = q4_1_tile;
+        return CAIRN__XF_MIN;
+    case CAIRN__GGML_Q5_0:
+        *rows = q5_0_rows, *tile = q5_0_tile;
+        return CAIRN__XF_Q5;
+    case CAIRN__GGML_Q5_1:
+        *rows = q5_1_rows, *tile = q5_1_tile;
+        return CAIRN__XF_MIN;
+    case CAIRN__GGML_IQ4_NL:
+        *rows = iq4_nl_rows, *tile = iq4_nl_tile;
+        return CAIRN__XF_Q8;
+    case CAIRN__GGML_IQ4_XS:
+        *rows = iq4_xs_rows, *tile = iq4_xs_tile;
+        return CAIRN__XF_Q8;
+    case CAIRN__GGML_Q4_K:
+        *rows = cairn__q4_K_rows_avx512, *tile = cairn__q4_K_tile_avx512;
+        return CAIRN__XF_XK;
+    default:
+        return -1;
+    }
 }
 
 /* w (n) . x (n) -> float, F32 (the dot_fn signature of kernels_cpu.c; xq, xs unused). Attention
@@ -1066,158 +1210,4 @@ AVX512 float cairn__dot_q3_K_avx512(const uint8_t *w, const float *x, const void
     return q23_K_dot(w, xq, n, 1);
 }
 
-/* ---- Q4_1, Q5_0 and Q5_1 against the int8 blocks -----------------------------------------
- *
- * A block (32 weights) a step in a 256-bit register, with the AVX-512 VL forms: the fifth bits
- * come straight from the block's 32-bit word as a mask register (one masked byte add of 16,
- * where AVX2 needs a shuffle and a compare), and vpdpbusd multiplies the unsigned quants (0..15,
- * 0..31) with the int8 activation, 4 products a lane, where AVX2 needs maddubs + madd. Q5_0's
- * -16 comes off as 16 sum(a), and the minimum of Q4_1 / Q5_1 multiplies sum(a), both from a
- * vpdpbusd of constant bytes with the activation. The integer sums are exact, so each block's
- * terms are the reference's; blocks alternate between two accumulator chains. */
-enum { Q45_Q4_1, Q45_Q5_0, Q45_Q5_1 };
-
-/* a * b + c in 8 floats, fused: the VL form (the file's target leaves out FMA3's own) */
-AVX512 static inline __m256 fma8(__m256 a, __m256 b, __m256 c)
-{
-    return _mm256_mask_fmadd_ps(a, 0xFF, b, c);
-}
-
-/* one block at w against activation block a into acc (its d terms) and macc (its m terms) */
-AVX512 static inline __attribute__((always_inline)) void
-q45_step(const uint8_t *w, const cairn__xq8_block *a, __m256 *acc, __m256 *macc, const int KIND)
-{
-    /* Q5_1 shares Q4_1's head (d, m) and Q5_0's tail (qh, qs) at a 2-byte offset */
-    const size_t qs = KIND == Q45_Q4_1   ? offsetof(cairn__block_q4_1, qs)
-                      : KIND == Q45_Q5_0 ? offsetof(cairn__block_q5_0, qs)
-                                         : offsetof(cairn__block_q5_1, qs);
-    const __m256i zero = _mm256_setzero_si256();
-    /* the low nibbles (elements 0..15) in the low lane, the high ones (16..31) in the high */
-    __m256i q = _mm256_and_si256(_mm256_srlv_epi64(_mm256_broadcastsi128_si256(_mm_loadu_si128(
-                                                       (const __m128i *)(const void *)(w + qs))),
-                                                   _mm256_set_epi64x(4, 4, 0, 0)),
-                                 _mm256_set1_epi8(0x0F));
-    if (KIND != Q45_Q4_1) {
-        uint32_t h;
-        memcpy(&h, w + qs - 4, 4); /* qh sits just before qs */
-        q = _mm256_mask_add_epi8(q, (__mmask32)h, q, _mm256_set1_epi8(16));
-    }
-    const __m256i av = _mm256_loadu_si256((const __m256i *)(const void *)a->qs);
-    __m256i p = _mm256_dpbusd_epi32(zero, q, av);
-    uint16_t dh;
-    memcpy(&dh, w, 2); /* d leads every block */
-    if (KIND == Q45_Q5_0)
-        p = _mm256_sub_epi32(p, _mm256_dpbusd_epi32(zero, _mm256_set1_epi8(16), av));
-    *acc = fma8(_mm256_set1_ps(_cvtsh_ss(dh) * a->d), _mm256_cvtepi32_ps(p), *acc);
-    if (KIND != Q45_Q5_0) {
-        uint16_t mh;
-        memcpy(&mh, w + offsetof(cairn__block_q4_1, m), 2);
-        const __m256i s = _mm256_dpbusd_epi32(zero, _mm256_set1_epi8(1), av);
-        *macc = fma8(_mm256_set1_ps(_cvtsh_ss(mh) * a->d), _mm256_cvtepi32_ps(s), *macc);
-    }
-}
-
-/* w (n) . x (n) -> float for the type KIND (a constant after inlining); xq: n / 32 int8 blocks */
-AVX512 static inline __attribute__((always_inline)) float q45_dot(const uint8_t *w, const void *xq,
-                                                                  int64_t n, const int KIND)
-{
-    const cairn__xq8_block *a = xq;
-    const size_t bb = KIND == Q45_Q4_1   ? sizeof(cairn__block_q4_1)
-                      : KIND == Q45_Q5_0 ? sizeof(cairn__block_q5_0)
-                                         : sizeof(cairn__block_q5_1);
-    __m256 c0 = _mm256_setzero_ps(), c1 = c0, m0 = c0, m1 = c0;
-    int64_t i = 0;
-    for (; i + 2 <= n / 32; i += 2) {
-        q45_step(w + (size_t)i * bb, a + i, &c0, &m0, KIND);
-        q45_step(w + (size_t)(i + 1) * bb, a + i + 1, &c1, &m1, KIND);
-    }
-    if (i < n / 32)
-        q45_step(w + (size_t)i * bb, a + i, &c0, &m0, KIND);
-    return hsum8(_mm256_add_ps(c0, c1)) + hsum8(_mm256_add_ps(m0, m1));
-}
-
-/* w (n) . x (n) -> float; xq: n / 32 int8 blocks */
-AVX512 float cairn__dot_q4_1_avx512(const uint8_t *w, const float *x, const void *xq,
-                                    const float *xs, int64_t n)
-{
-    (void)x, (void)xs;
-    return q45_dot(w, xq, n, Q45_Q4_1);
-}
-
-/* w (n) . x (n) -> float; xq: n / 32 int8 blocks */
-AVX512 float cairn__dot_q5_0_avx512(const uint8_t *w, const float *x, const void *xq,
-                                    const float *xs, int64_t n)
-{
-    (void)x, (void)xs;
-    return q45_dot(w, xq, n, Q45_Q5_0);
-}
-
-/* w (n) . x (n) -> float; xq: n / 32 int8 blocks */
-AVX512 float cairn__dot_q5_1_avx512(const uint8_t *w, const float *x, const void *xq,
-                                    const float *xs, int64_t n)
-{
-    (void)x, (void)xs;
-    return q45_dot(w, xq, n, Q45_Q5_1);
-}
-
-/* ---- IQ4_NL and IQ4_XS against the int8 blocks ------------------------------------------
- *
- * 32 weights a step in a 256-bit register as Q4_1's: the nibbles index a 16-byte table of the
- * levels plus 128 (unsigned, 1..241) in one byte shuffle, and vpdpbusd of those with the activation
- * less one of 128s gives sum(level * a) exactly. Blocks (IQ4_XS: sub-blocks) alternate between
- * two chains. */
-
-/* sum(level[q] * a) of the 32 quants at qs (an IQ4_NL block's 16 bytes) and the int8 block a, as
- * 8 int32 partial sums */
-AVX512 static inline __m256i iq4_dot32(const uint8_t *qs, const cairn__xq8_block *a)
-{
-    const __m256i tbl = _mm256_broadcastsi128_si256(_mm_add_epi8(
-        _mm_loadu_si128((const __m128i *)(const void *)cairn__iq4nl_values), _mm_set1_epi8(-128)));
-    const __m256i o128 = _mm256_set1_epi8(-128), zero = _mm256_setzero_si256();
-    const __m256i q =
-        _mm256_and_si256(_mm256_srlv_epi64(_mm256_broadcastsi128_si256(
-                                               _mm_loadu_si128((const __m128i *)(const void *)qs)),
-                                           _mm256_set_epi64x(4, 4, 0, 0)),
-                         _mm256_set1_epi8(0x0F));
-    const __m256i av = _mm256_loadu_si256((const __m256i *)(const void *)a->qs);
-    return _mm256_sub_epi32(_mm256_dpbusd_epi32(zero, _mm256_shuffle_epi8(tbl, q), av),
-                            _mm256_dpbusd_epi32(zero, o128, av));
-}
-
-/* w (n) . x (n) -> float; xq: n / 32 int8 blocks */
-AVX512 float cairn__dot_iq4_nl_avx512(const uint8_t *w, const float *x, const void *xq,
-                                      const float *xs, int64_t n)
-{
-    (void)x, (void)xs;
-    const cairn__xq8_block *a = xq;
-    __m256 c[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-    for (int64_t i = 0; i < n / 32; i++, w += sizeof(cairn__block_iq4_nl)) {
-        const __m256i p = iq4_dot32(w + offsetof(cairn__block_iq4_nl, qs), &a[i]);
-        uint16_t dh;
-        memcpy(&dh, w + offsetof(cairn__block_iq4_nl, d), 2);
-        c[i & 1] = fma8(_mm256_set1_ps(_cvtsh_ss(dh) * a[i].d), _mm256_cvtepi32_ps(p), c[i & 1]);
-    }
-    return hsum8(_mm256_add_ps(c[0], c[1]));
-}
-
-/* w (n) . x (n) -> float; xq: n / 32 int8 blocks, one per sub-block */
-AVX512 float cairn__dot_iq4_xs_avx512(const uint8_t *w, const float *x, const void *xq,
-                                      const float *xs, int64_t n)
-{
-    (void)x, (void)xs;
-    const cairn__xq8_block *a = xq;
-    __m256 c[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-    for (int64_t i = 0; i < n / CAIRN__QK_K; i++, w += sizeof(cairn__block_iq4_xs)) {
-        uint16_t dh;
-        memcpy(&dh, w + offsetof(cairn__block_iq4_xs, d), 2);
-        const float d = _cvtsh_ss(dh);
-        for (int ib = 0; ib < 8; ib++) {
-            const cairn__xq8_block *b = &a[8 * i + ib];
-            const __m256i p = iq4_dot32(w + offsetof(cairn__block_iq4_xs, qs) + 16 * ib, b);
-            c[ib & 1] = fma8(_mm256_set1_ps(d * (float)cairn__iq4_xs_scale(w, ib) * b->d),
-                             _mm256_cvtepi32_ps(p), c[ib & 1]);
-        }
-    }
-    return hsum8(_mm256_add_ps(c[0], c[1]));
-}
 #endif /* __x86_64__ */

@@ -206,12 +206,10 @@ static void rows_call(const char *level, uint32_t type, const unsigned char *q, 
 {
 #ifdef __x86_64__
     if (strcmp(level, "avx512") == 0) {
-        if (type == CAIRN__GGML_Q4_0)
-            cairn__q4_0_rows_avx512(q + (size_t)r0 * rb, rb, nr, xp, cols, out + r0);
-        else if (type == CAIRN__GGML_Q4_K)
-            cairn__q4_K_rows_avx512(q + (size_t)r0 * rb, rb, nr, xp, cols, out + r0);
-        else
-            cairn__q8_0_rows_avx512(q + (size_t)r0 * rb, rb, nr, xp, cols, out + r0);
+        cairn__rows_fn *rows = NULL;
+        cairn__tile_fn *tile = NULL;
+        cairn__quad_kernels_avx512(type, &rows, &tile);
+        rows(q + (size_t)r0 * rb, rb, nr, xp, cols, out + r0);
         return;
     }
 #endif
@@ -227,7 +225,7 @@ static void rows_call(const char *level, uint32_t type, const unsigned char *q, 
 static void check_grouping(const char *level, uint32_t type, size_t block_bytes)
 {
     int bad = 0, cases = 0;
-    const int kq = type == CAIRN__GGML_Q4_K;
+    const int kq = type == CAIRN__GGML_Q4_K || type == CAIRN__GGML_IQ4_XS;
     for (int nsb = 1; nsb <= (kq ? 3 : 13); nsb++) {
         const int nbk = kq ? 8 * nsb : nsb, cols = 32 * nbk, rows = 9;
         const size_t rb = (size_t)(kq ? nsb : nbk) * block_bytes;
@@ -244,10 +242,13 @@ static void check_grouping(const char *level, uint32_t type, size_t block_bytes)
         cairn__quant_x_avx2(x, xq, nbk);
         const void *xp = xq;
 #ifdef __x86_64__
-        if (strcmp(level, "avx512") == 0)
-            xp = type == CAIRN__GGML_Q4_0   ? cairn__q4_0_prep_avx512(xq, cols, prep)
-                 : type == CAIRN__GGML_Q4_K ? (const void *)cairn__xk_prep(xq, cols, prep)
-                                            : cairn__q8_0_prep_avx512(xq, cols, prep);
+        if (strcmp(level, "avx512") == 0) {
+            cairn__rows_fn *rows = NULL;
+            cairn__tile_fn *tile = NULL;
+            const int form = cairn__quad_kernels_avx512(type, &rows, &tile);
+            xp = form == CAIRN__XF_XK ? (const void *)cairn__xk_prep(xq, cols, prep)
+                                      : cairn__quad_prep_avx512(xq, cols, form, prep);
+        }
 #endif
         float alone[9], y[9];
         for (int r = 0; r < rows; r++)
@@ -604,6 +605,11 @@ int main(void)
         if (l >= 2) {
             check_grouping(levels[l], CAIRN__GGML_Q8_0, 34);
             check_grouping(levels[l], CAIRN__GGML_Q4_K, sizeof(cairn__block_q4_K));
+            check_grouping(levels[l], CAIRN__GGML_Q4_1, sizeof(cairn__block_q4_1));
+            check_grouping(levels[l], CAIRN__GGML_Q5_0, sizeof(cairn__block_q5_0));
+            check_grouping(levels[l], CAIRN__GGML_Q5_1, sizeof(cairn__block_q5_1));
+            check_grouping(levels[l], CAIRN__GGML_IQ4_NL, sizeof(cairn__block_iq4_nl));
+            check_grouping(levels[l], CAIRN__GGML_IQ4_XS, sizeof(cairn__block_iq4_xs));
         }
         check_dequant(levels[l]);
         check_matmul_int8(pool, levels[l]);
