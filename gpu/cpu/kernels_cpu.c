@@ -66,9 +66,9 @@ typedef struct {
      * row with the dot product, NULL tile: the rows kernel a token at a time), returning the
      * form they take x in, or -1 where the type has none */
     int (*kernels)(uint32_t type, cairn__rows_fn **rows, cairn__tile_fn **tile);
-    /* NULL, or x rearranged into dst in a quad form (CAIRN__XF_Q4.._MIN), the start of what it
-     * wrote returned */
-    void *(*quad_prep)(const xq8_block *xq, int64_t cols, int form, void *dst);
+    /* NULL, or x rearranged into dst in a form of the ISA's own (CAIRN__XF_Q4 and after), the start
+     * of what it wrote returned */
+    void *(*xf_prep)(const xq8_block *xq, int64_t cols, int form, void *dst);
     void (*axpy)(float *y, float a, const float *x, int64_t n);
     void (*quant_x)(const float *x, xq8_block *y, int64_t nb); /* x -> int8 blocks */
     /* NULL, or one Q5_K / Q6_K row against two tokens (the prompt's products): each result bit
@@ -155,8 +155,8 @@ static const dot_table dots_avx512 = {.f32 = cairn__dot_f32_avx512,
                                       .iq4_nl = cairn__dot_iq4_nl_avx2,
                                       .iq4_xs = cairn__dot_iq4_xs_avx2,
                                       .axpy = cairn__axpy_avx512,
-                                      .kernels = cairn__quad_kernels_avx512,
-                                      .quad_prep = cairn__quad_prep_avx512,
+                                      .kernels = cairn__kernels_avx512,
+                                      .xf_prep = cairn__xf_prep_avx512,
                                       .quant_x = cairn__quant_x_avx2,
                                       .q5_K_2 = cairn__dot2_q5_K_avx512,
                                       .q6_K_2 = cairn__dot2_q6_K_avx512,
@@ -374,7 +374,7 @@ size_t cairn__matvec_scratch_bytes(int64_t cols)
         nb * sizeof(xq8_block) + (size_t)(cols / CAIRN__QK_K) * sizeof(cairn__xk_block) + 128;
 #ifdef __x86_64__
     /* whatever the ISA now: it can change later */
-    n += (CAIRN__XF_N - CAIRN__XF_Q4) * cairn__quad_prep_bytes(cols);
+    n += (CAIRN__XF_N - CAIRN__XF_Q4) * cairn__xf_prep_bytes(cols);
 #endif
     return n;
 }
@@ -428,10 +428,10 @@ static x8_prep prep_x8(const dot_table *t, const float *x, int64_t cols, unsigne
         p.x[CAIRN__XF_XK] = cairn__xk_prep(dst, cols, kprep);
 #ifdef __x86_64__
     char *prep = kprep + (size_t)(cols / CAIRN__QK_K) * sizeof(cairn__xk_block) + 64;
-    for (int f = CAIRN__XF_Q4; f < CAIRN__XF_N && t->quad_prep; f++)
+    for (int f = CAIRN__XF_Q4; f < CAIRN__XF_N && t->xf_prep; f++)
         if (need & (1u << f))
-            p.x[f] = t->quad_prep(dst, cols, f,
-                                  prep + (size_t)(f - CAIRN__XF_Q4) * cairn__quad_prep_bytes(cols));
+            p.x[f] = t->xf_prep(dst, cols, f,
+                                prep + (size_t)(f - CAIRN__XF_Q4) * cairn__xf_prep_bytes(cols));
 #endif
     return p;
 }

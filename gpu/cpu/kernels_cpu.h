@@ -206,6 +206,7 @@ enum {
     CAIRN__XF_Q5,  /* quads, offset 16: Q5_0 */
     CAIRN__XF_Q8,  /* quads, offset 128: Q8_0, IQ4_NL, IQ4_XS */
     CAIRN__XF_MIN, /* quads with d_x sum(a) for a minimum: Q4_1, Q5_1 */
+    CAIRN__XF_K16, /* AVX-512 steps of 4 sub-blocks of 16: Q2_K, Q3_K */
     CAIRN__XF_N
 };
 /* A rows kernel: W rows (nr, n) of stride rb bytes . x (n) -> out (nr), xp: x in the kernel's
@@ -221,13 +222,15 @@ typedef void cairn__tile_fn(const uint8_t *w, size_t rb, int nr, const void *con
 
 /* The AVX-512 rows and tile kernels (kernels_cpu_avx512.c, x86-64 only; call only where
  * cairn__kernels_isa() is "avx512") of Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS (4 rows and
- * 4 blocks a step, the activation in quads) and Q4_K: sets *rows and *tile and returns the form
- * they take, or returns -1 for the other types. */
-int cairn__quad_kernels_avx512(uint32_t type, cairn__rows_fn **rows, cairn__tile_fn **tile);
-/* Bytes of scratch a quad form of `cols` elements takes, and the preparation (xq: cols/32 blocks
- * -> dst in form CAIRN__XF_Q4, _Q5, _Q8 or _MIN; returns the aligned start of what it wrote). */
-size_t cairn__quad_prep_bytes(int64_t cols);
-void *cairn__quad_prep_avx512(const cairn__xq8_block *xq, int64_t cols, int form, void *dst);
+ * 4 blocks a step, the activation in quads), Q2_K, Q3_K (4 rows and 4 sub-blocks of 16 a step)
+ * and Q4_K: sets *rows and *tile and returns the form they take, or returns -1 for the other
+ * types. */
+int cairn__kernels_avx512(uint32_t type, cairn__rows_fn **rows, cairn__tile_fn **tile);
+/* Bytes of scratch any of the AVX-512 forms (CAIRN__XF_Q4 and after) of `cols` elements takes,
+ * and the preparation (xq: cols/32 blocks -> dst in that form; returns the aligned start of what
+ * it wrote). */
+size_t cairn__xf_prep_bytes(int64_t cols);
+void *cairn__xf_prep_avx512(const cairn__xq8_block *xq, int64_t cols, int form, void *dst);
 /* y (n) += a * x (n) */
 void cairn__axpy_avx512(float *y, float a, const float *x, int64_t n);
 /* The dot products of F32, F16 and BF16 weights (64 a pass) and of the K-quants (VNNI) */

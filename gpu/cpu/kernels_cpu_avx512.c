@@ -10,7 +10,7 @@
  * permutes (vpermt2b) gather the values out of the interleaved scale/value layout, and vpdpbusd
  * (unsigned weight x signed int8 activation, 4 products per 32-bit lane) sums them in int32
  * lanes, exactly. Second, the activation is rearranged once per product into the kernel's lane
- * order (cairn__quad_prep_avx512), with its scales and the offset that makes the weights
+ * order (quad_prep), with its scales and the offset that makes the weights
  * unsigned (Q4_0: (q - 8) . a = q . a - 8 sum(a)) folded into the starting value of the dot
  * product, so per row nothing but the weights' own decoding remains; the activation is shared by
  * the rows of a pass, and the decoded weights by the tokens of a tile.
@@ -164,14 +164,14 @@ typedef struct {
 
 static xq_quad *quads(void *p) { return (xq_quad *)(((uintptr_t)p + 63) & ~(uintptr_t)63); }
 
-size_t cairn__quad_prep_bytes(int64_t cols)
+static size_t quad_bytes(int64_t cols)
 {
     return (size_t)((cols / 32 + 3) / 4) * sizeof(xq_quad) + 64; /* + 64: alignment */
 }
 
 /* (nb + 3) / 4 quads of 4 consecutive blocks, the last one's missing blocks zero, in the form
  * (CAIRN__XF_Q4, _Q5, _Q8, _MIN) that the type's kernel takes */
-void *cairn__quad_prep_avx512(const cairn__xq8_block *xq, int64_t cols, int form, void *dst)
+static void *quad_prep(const cairn__xq8_block *xq, int64_t cols, int form, void *dst)
 {
     const int off = form == CAIRN__XF_Q4 ? 8 : form == CAIRN__XF_Q5 ? 16 : 128;
     const int64_t nb = cols / 32, nq = (nb + 3) / 4;
@@ -541,39 +541,6 @@ QUAD_KERNELS(q5_1, QK_Q5_1)
 QUAD_KERNELS(iq4_nl, QK_IQ4_NL)
 QUAD_KERNELS(iq4_xs, QK_IQ4_XS)
 #undef QUAD_KERNELS
-
-/* The rows and tile kernels of a type, and the form of the activation they take (-1: none here) */
-int cairn__quad_kernels_avx512(uint32_t type, cairn__rows_fn **rows, cairn__tile_fn **tile)
-{
-    switch (type) {
-    case CAIRN__GGML_Q4_0:
-        *rows = q4_0_rows, *tile = q4_0_tile;
-        return CAIRN__XF_Q4;
-    case CAIRN__GGML_Q8_0:
-        *rows = q8_0_rows, *tile = q8_0_tile;
-        return CAIRN__XF_Q8;
-    case CAIRN__GGML_Q4_1:
-        *rows = q4_1_rows, *tile = q4_1_tile;
-        return CAIRN__XF_MIN;
-    case CAIRN__GGML_Q5_0:
-        *rows = q5_0_rows, *tile = q5_0_tile;
-        return CAIRN__XF_Q5;
-    case CAIRN__GGML_Q5_1:
-        *rows = q5_1_rows, *tile = q5_1_tile;
-        return CAIRN__XF_MIN;
-    case CAIRN__GGML_IQ4_NL:
-        *rows = iq4_nl_rows, *tile = iq4_nl_tile;
-        return CAIRN__XF_Q8;
-    case CAIRN__GGML_IQ4_XS:
-        *rows = iq4_xs_rows, *tile = iq4_xs_tile;
-        return CAIRN__XF_Q8;
-    case CAIRN__GGML_Q4_K:
-        *rows = cairn__q4_K_rows_avx512, *tile = cairn__q4_K_tile_avx512;
-        return CAIRN__XF_XK;
-    default:
-        return -1;
-    }
-}
 
 /* w (n) . x (n) -> float, F32 (the dot_fn signature of kernels_cpu.c; xq, xs unused). Attention
  * calls it once per head and position with n = head_dim (64 for most models), which is one pass
@@ -1208,6 +1175,277 @@ AVX512 float cairn__dot_q3_K_avx512(const uint8_t *w, const float *x, const void
 {
     (void)x, (void)xs;
     return q23_K_dot(w, xq, n, 1);
+}
+
+/* ---- Q2_K and Q3_K: (row, sub-block) lanes, one kernel for 1-8 tokens ---------------------
+ * As the quad kernel, with sub-blocks of 16 for blocks: a step takes 4 rows and 64 elements of
+ * their super-block (4 sub-blocks of 16), lane 4r + s of a register holding row r's sub-block
+ * s, so vpdpbusd sums each sub-block's 16 products exactly in 4 steps (group g: elements
+ * 4g..4g+3). The elements of step m are those of activation blocks 2m and 2m + 1, whose 2-bit
+ * fields share 32 bytes of qs (bits 2j.. of qs[32n + l] for element 128n + 32j + l) and Q3_K's
+ * third bits the 32 bytes of hmask (bit 4n + j of hmask[l]): a byte permute gathers a row's
+ * bytes into lane g, dword s, a variable shift per dword (vpsrlvd) brings each sub-block's
+ * field down, and (Q3_K) a byte test of hmask against that sub-block's bit adds 4 under a mask;
+ * 128-bit shuffles of the 4 rows then give lane 4r + s, as the quad kernel's. The values are
+ * unsigned, 0..3 or 0..7: Q3_K's -4 comes back as -4 * sum(a) over the sub-block, prepared as the
+ * dot product's start, and Q2_K's minimum (dmin * m) multiplies d_x * sum(a), prepared beside
+ * it. Each token then costs 4 vpdpbusd, a conversion, a scale product and one multiply-add (two
+ * for Q2_K) per 16 (row, sub-block) pairs; the gathering and the scales are shared by the tile's
+ * tokens. The float order of a row: sub-block lane s, step after step, acc = fma(isum, sw * d_x,
+ * acc) (then acc = fma(-dmin * m, d_x sum, acc)); the row is (acc lanes s 0 + 1) + (2 + 3). */
+
+/* The activation of one step (64 elements) in the kernel's order: 112 bytes */
+typedef struct {
+    int8_t a[4][16]; /* group g: elements 16s + 4g..+3 of the step, s = 0..3 */
+    int32_t c[4];    /* -4 times the sum of sub-block s's 16 values (Q3_K's offset) */
+    float s[4];      /* d_x times that sum (what Q2_K's minimum multiplies) */
+    float d[4];      /* d_x of sub-block s's activation block */
+} xq_k16;
+
+static size_t k16_bytes(int64_t cols)
+{
+    return (size_t)(cols / 64) * sizeof(xq_k16) + 64; /* + 64: alignment */
+}
+
+/* cols / 64 steps (cols a multiple of 256) */
+static void *k16_prep(const cairn__xq8_block *xq, int64_t cols, void *dst)
+{
+    xq_k16 *q = (xq_k16 *)(((uintptr_t)dst + 63) & ~(uintptr_t)63);
+    for (int64_t m = 0; m < cols / 64; m++)
+        for (int s = 0; s < 4; s++) {
+            const cairn__xq8_block *b = &xq[2 * m + s / 2];
+            const int8_t *v = b->qs + 16 * (s % 2);
+            int sum = 0;
+            for (int g = 0; g < 4; g++)
+                memcpy(q[m].a[g] + 4 * s, v + 4 * g, 4);
+            for (int e = 0; e < 16; e++)
+                sum += v[e];
+            q[m].c[s] = -4 * sum;
+            q[m].s[s] = b->d * (float)sum;
+            q[m].d[s] = b->d;
+        }
+    return q;
+}
+
+/* byte 16g + 4s + e of a row's gathered step: byte O + 16 (s % 2) + 4g + e of its super-block
+ * (the 32 bytes of qs or hmask that the step's two blocks share start at O) */
+#define GK16_(O, g, s)                                                                             \
+    (O) + 16 * ((s) % 2) + 4 * (g), (O) + 16 * ((s) % 2) + 4 * (g) + 1,                            \
+        (O) + 16 * ((s) % 2) + 4 * (g) + 2, (O) + 16 * ((s) % 2) + 4 * (g) + 3
+#define GK16G_(O, g) GK16_(O, g, 0), GK16_(O, g, 1), GK16_(O, g, 2), GK16_(O, g, 3)
+#define GK16(O)                                                                                    \
+    {                                                                                              \
+        GK16G_(O, 0), GK16G_(O, 1), GK16G_(O, 2), GK16G_(O, 3)                                     \
+    }
+/* qs of half n: Q2_K's at 16 + 32n, Q3_K's at 32 + 32n; Q3_K's hmask at 0 */
+static const uint8_t g_q2k[2][64] = {GK16(16), GK16(48)}, g_q3k[2][64] = {GK16(32), GK16(64)},
+                     g_hm[64] = GK16(0);
+/* byte 16r + 4m + s: row r's scale of sub-block 4m + s (of 16 bytes a row) into lane 4r + s */
+#define SK16R_(m, r)                                                                               \
+    16 * (r) + 4 * (m), 16 * (r) + 4 * (m) + 1, 16 * (r) + 4 * (m) + 2, 16 * (r) + 4 * (m) + 3
+#define SK16(m)                                                                                    \
+    {                                                                                              \
+        SK16R_(m, 0), SK16R_(m, 1), SK16R_(m, 2), SK16R_(m, 3)                                     \
+    }
+static const uint8_t s_k16[4][16] = {SK16(0), SK16(1), SK16(2), SK16(3)};
+
+/* rows (R, n) of stride rb bytes @ tokens a[0..T) (k16_prep) -> out[t * ld + r];
+ * Q2_K (Q3 0) or Q3_K (Q3 1); R <= 4 and T <= 8 constants after inlining */
+AVX512 static inline __attribute__((always_inline)) void
+k16_tile_avx512(const uint8_t *w, size_t rb, const xq_k16 *const *a, int64_t n, float *out,
+                size_t ld, const int R, const int T, const int Q3)
+{
+    const size_t bb = Q3 ? sizeof(cairn__block_q3_K) : sizeof(cairn__block_q2_K);
+    const __m512i m3 = _mm512_set1_epi8(3), four = _mm512_set1_epi8(4);
+    const __m512i ghm = _mm512_loadu_si512(g_hm);
+    const __m512i rsel = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+    const size_t pf = pf_ahead(rb, R);
+    __m512 acc[8];
+    for (int t = 0; t < T; t++)
+        acc[t] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n / CAIRN__QK_K; i++) {
+        const size_t off = (size_t)i * bb;
+        PF_RUN(w, pf, i, (int)bb, R);
+        /* the 4 rows' 16 scales (Q3_K: 6 bits, unsigned; Q2_K: scale | min << 4) at bytes 16r..,
+         * their d (and dmin) at lanes 4r.. */
+        _Alignas(64) uint8_t sc[64] = {0};
+        float dr[4] = {0, 0, 0, 0}, mr[4] = {0, 0, 0, 0};
+        for (int r = 0; r < R; r++) {
+            const uint8_t *b = w + (size_t)r * rb + off;
+            if (Q3) {
+                cairn__q3_K_scales_u6(b + offsetof(cairn__block_q3_K, scales), sc + 16 * r);
+                dr[r] = cairn__f16_at(b + offsetof(cairn__block_q3_K, d));
+            } else {
+                memcpy(sc + 16 * r, b + offsetof(cairn__block_q2_K, scales), 16);
+                dr[r] = cairn__f16_at(b + offsetof(cairn__block_q2_K, d));
+                mr[r] = -cairn__f16_at(b + offsetof(cairn__block_q2_K, dmin));
+            }
+        }
+        const __m512i SC = _mm512_load_si512(sc);
+        const __m512 D = _mm512_permutexvar_ps(rsel, _mm512_castps128_ps512(_mm_loadu_ps(dr)));
+        const __m512 M = _mm512_permutexvar_ps(rsel, _mm512_castps128_ps512(_mm_loadu_ps(mr)));
+        /* each row's super-block in two registers (Q3_K: 110 bytes, Q2_K: 84) */
+        __m512i Z0[4], Z1[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) {
+            if (r >= R) {
+                Z0[r] = Z1[r] = _mm512_setzero_si512();
+                continue;
+            }
+            const uint8_t *b = w + (size_t)r * rb + off;
+            Z0[r] = _mm512_loadu_si512(b);
+            Z1[r] = _mm512_maskz_loadu_epi8(((__mmask64)1 << (bb - 64)) - 1, b + 64);
+        }
+#pragma GCC unroll 4
+        for (int m = 0; m < 4; m++) {
+            const int nh = m / 2, j0 = 2 * (m % 2); /* blocks j0, j0 + 1 of half nh */
+            const __m512i gq = _mm512_loadu_si512(Q3 ? g_q3k[nh] : g_q2k[nh]);
+            /* dword s: the field of block j0 + s / 2, bits 2j.. (and bit 4nh + j of hmask) */
+            const __m512i shv = _mm512_set_epi32(
+                2 * j0 + 2, 2 * j0 + 2, 2 * j0, 2 * j0, 2 * j0 + 2, 2 * j0 + 2, 2 * j0, 2 * j0,
+                2 * j0 + 2, 2 * j0 + 2, 2 * j0, 2 * j0, 2 * j0 + 2, 2 * j0 + 2, 2 * j0, 2 * j0);
+            /* each byte of dword s: bit 4nh + j of hmask */
+            const int hb = 4 * nh + j0, h0 = (int)(0x01010101u << hb),
+                      h1 = (int)(0x01010101u << (hb + 1));
+            const __m512i hsel =
+                _mm512_set_epi32(h1, h1, h0, h0, h1, h1, h0, h0, h1, h1, h0, h0, h1, h1, h0, h0);
+            __m512i P[4];
+#pragma GCC unroll 4
+            for (int r = 0; r < 4; r++) {
+                P[r] = _mm512_and_si512(
+                    _mm512_srlv_epi32(_mm512_permutex2var_epi8(Z0[r], gq, Z1[r]), shv), m3);
+                if (Q3)
+                    P[r] = _mm512_mask_add_epi8(
+                        P[r], _mm512_test_epi8_mask(_mm512_permutexvar_epi8(ghm, Z0[r]), hsel),
+                        P[r], four);
+            }
+            __m512i K[4];
+            {
+                const __m512i t0 = _mm512_shuffle_i32x4(P[0], P[1], 0x44),
+                              t1 = _mm512_shuffle_i32x4(P[0], P[1], 0xEE),
+                              t2 = _mm512_shuffle_i32x4(P[2], P[3], 0x44),
+                              t3 = _mm512_shuffle_i32x4(P[2], P[3], 0xEE);
+                K[0] = _mm512_shuffle_i32x4(t0, t2, 0x88),
+                K[1] = _mm512_shuffle_i32x4(t0, t2, 0xDD);
+                K[2] = _mm512_shuffle_i32x4(t1, t3, 0x88),
+                K[3] = _mm512_shuffle_i32x4(t1, t3, 0xDD);
+            }
+            /* lane 4r + s: row r's scale of sub-block 4m + s (and Q2_K's minimum) */
+            const __m512i us = _mm512_cvtepu8_epi32(_mm512_castsi512_si128(_mm512_permutexvar_epi8(
+                _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(const void *)s_k16[m])),
+                SC)));
+            __m512 sw, mw = _mm512_setzero_ps();
+            if (Q3)
+                sw = _mm512_mul_ps(D,
+                                   _mm512_cvtepi32_ps(_mm512_sub_epi32(us, _mm512_set1_epi32(32))));
+            else {
+                sw = _mm512_mul_ps(
+                    D, _mm512_cvtepi32_ps(_mm512_and_si512(us, _mm512_set1_epi32(0xF))));
+                mw = _mm512_mul_ps(M, _mm512_cvtepi32_ps(_mm512_srli_epi32(us, 4)));
+            }
+#pragma GCC unroll 8
+            for (int t = 0; t < T; t++) {
+                const xq_k16 *x = &a[t][4 * i + m];
+#define BC(p) _mm512_broadcast_i32x4(_mm_load_si128((const __m128i *)(const void *)(p)))
+                __m512i p = Q3 ? BC(x->c) : _mm512_setzero_si512();
+#pragma GCC unroll 4
+                for (int g = 0; g < 4; g++)
+                    p = _mm512_dpbusd_epi32(p, K[g], BC(x->a[g]));
+#undef BC
+                const __m512 sx = _mm512_broadcast_f32x4(_mm_load_ps(x->d));
+                acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(sw, sx), acc[t]);
+                if (!Q3)
+                    acc[t] = _mm512_fmadd_ps(mw, _mm512_broadcast_f32x4(_mm_load_ps(x->s)), acc[t]);
+            }
+        }
+    }
+    /* row r: (acc0 + acc1) + (acc2 + acc3) of lanes 4r.., to out[r] */
+    const __m512i pick = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0);
+#pragma GCC unroll 8
+    for (int t = 0; t < T; t++) {
+        __m512 u = _mm512_add_ps(acc[t], _mm512_permute_ps(acc[t], 0xB1));
+        u = _mm512_add_ps(u, _mm512_permute_ps(u, 0x4E));
+        _mm_mask_storeu_ps(out + (size_t)t * ld, (__mmask8)((1u << R) - 1),
+                           _mm512_castps512_ps128(_mm512_permutexvar_ps(pick, u)));
+    }
+}
+
+#define K16_KERNELS(name, Q3)                                                                      \
+    AVX512 static inline __attribute__((always_inline)) void name##_tile_(                         \
+        const uint8_t *w, size_t rb, const xq_k16 *const *a, int64_t n, float *out, size_t ld,     \
+        const int R, const int T)                                                                  \
+    {                                                                                              \
+        k16_tile_avx512(w, rb, a, n, out, ld, R, T, Q3);                                           \
+    }                                                                                              \
+    AVX512 static inline __attribute__((always_inline)) void name##_rows_(                         \
+        const uint8_t *w, size_t rb, const xq_k16 *a, int64_t n, float *out, const int R)          \
+    {                                                                                              \
+        k16_tile_avx512(w, rb, &a, n, out, 0, R, 1, Q3);                                           \
+    }                                                                                              \
+    AVX512 static void name##_rows(const uint8_t *w, size_t rb, int nr, const void *xp, int64_t n, \
+                                   float *out)                                                     \
+    {                                                                                              \
+        CAIRN__ROWS_DISPATCH(name##_rows_, w, rb, nr, (const xq_k16 *)xp, n, out);                 \
+    }                                                                                              \
+    AVX512 static void name##_tile(const uint8_t *w, size_t rb, int nr, const void *const *xp,     \
+                                   int nt, int64_t n, float *out, size_t ld)                       \
+    {                                                                                              \
+        const xq_k16 *const *a = (const xq_k16 *const *)xp;                                        \
+        CAIRN__TILE(name##_tile_, w, rb, nr, a, nt, n, out, ld, QUAD_RR, QUAD_TT);                 \
+    }
+
+K16_KERNELS(q2_K, 0)
+K16_KERNELS(q3_K, 1)
+#undef K16_KERNELS
+
+size_t cairn__xf_prep_bytes(int64_t cols)
+{
+    const size_t q = quad_bytes(cols), k = k16_bytes(cols);
+    return q > k ? q : k;
+}
+
+void *cairn__xf_prep_avx512(const cairn__xq8_block *xq, int64_t cols, int form, void *dst)
+{
+    return form == CAIRN__XF_K16 ? k16_prep(xq, cols, dst) : quad_prep(xq, cols, form, dst);
+}
+
+/* The rows and tile kernels of a type, and the form of the activation they take (-1: none here) */
+int cairn__kernels_avx512(uint32_t type, cairn__rows_fn **rows, cairn__tile_fn **tile)
+{
+    switch (type) {
+    case CAIRN__GGML_Q4_0:
+        *rows = q4_0_rows, *tile = q4_0_tile;
+        return CAIRN__XF_Q4;
+    case CAIRN__GGML_Q8_0:
+        *rows = q8_0_rows, *tile = q8_0_tile;
+        return CAIRN__XF_Q8;
+    case CAIRN__GGML_Q4_1:
+        *rows = q4_1_rows, *tile = q4_1_tile;
+        return CAIRN__XF_MIN;
+    case CAIRN__GGML_Q5_0:
+        *rows = q5_0_rows, *tile = q5_0_tile;
+        return CAIRN__XF_Q5;
+    case CAIRN__GGML_Q5_1:
+        *rows = q5_1_rows, *tile = q5_1_tile;
+        return CAIRN__XF_MIN;
+    case CAIRN__GGML_IQ4_NL:
+        *rows = iq4_nl_rows, *tile = iq4_nl_tile;
+        return CAIRN__XF_Q8;
+    case CAIRN__GGML_IQ4_XS:
+        *rows = iq4_xs_rows, *tile = iq4_xs_tile;
+        return CAIRN__XF_Q8;
+    case CAIRN__GGML_Q2_K:
+        *rows = q2_K_rows, *tile = q2_K_tile;
+        return CAIRN__XF_K16;
+    case CAIRN__GGML_Q3_K:
+        *rows = q3_K_rows, *tile = q3_K_tile;
+        return CAIRN__XF_K16;
+    case CAIRN__GGML_Q4_K:
+        *rows = cairn__q4_K_rows_avx512, *tile = cairn__q4_K_tile_avx512;
+        return CAIRN__XF_XK;
+    default:
+        return -1;
+    }
 }
 
 #endif /* __x86_64__ */

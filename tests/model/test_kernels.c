@@ -208,7 +208,7 @@ static void rows_call(const char *level, uint32_t type, const unsigned char *q, 
     if (strcmp(level, "avx512") == 0) {
         cairn__rows_fn *rows = NULL;
         cairn__tile_fn *tile = NULL;
-        cairn__quad_kernels_avx512(type, &rows, &tile);
+        cairn__kernels_avx512(type, &rows, &tile);
         rows(q + (size_t)r0 * rb, rb, nr, xp, cols, out + r0);
         return;
     }
@@ -225,7 +225,8 @@ static void rows_call(const char *level, uint32_t type, const unsigned char *q, 
 static void check_grouping(const char *level, uint32_t type, size_t block_bytes)
 {
     int bad = 0, cases = 0;
-    const int kq = type == CAIRN__GGML_Q4_K || type == CAIRN__GGML_IQ4_XS;
+    const int kq = type == CAIRN__GGML_Q4_K || type == CAIRN__GGML_IQ4_XS ||
+                   type == CAIRN__GGML_Q2_K || type == CAIRN__GGML_Q3_K;
     for (int nsb = 1; nsb <= (kq ? 3 : 13); nsb++) {
         const int nbk = kq ? 8 * nsb : nsb, cols = 32 * nbk, rows = 9;
         const size_t rb = (size_t)(kq ? nsb : nbk) * block_bytes;
@@ -245,9 +246,9 @@ static void check_grouping(const char *level, uint32_t type, size_t block_bytes)
         if (strcmp(level, "avx512") == 0) {
             cairn__rows_fn *rows = NULL;
             cairn__tile_fn *tile = NULL;
-            const int form = cairn__quad_kernels_avx512(type, &rows, &tile);
+            const int form = cairn__kernels_avx512(type, &rows, &tile);
             xp = form == CAIRN__XF_XK ? (const void *)cairn__xk_prep(xq, cols, prep)
-                                      : cairn__quad_prep_avx512(xq, cols, form, prep);
+                                      : cairn__xf_prep_avx512(xq, cols, form, prep);
         }
 #endif
         float alone[9], y[9];
@@ -610,6 +611,8 @@ int main(void)
             check_grouping(levels[l], CAIRN__GGML_Q5_1, sizeof(cairn__block_q5_1));
             check_grouping(levels[l], CAIRN__GGML_IQ4_NL, sizeof(cairn__block_iq4_nl));
             check_grouping(levels[l], CAIRN__GGML_IQ4_XS, sizeof(cairn__block_iq4_xs));
+            check_grouping(levels[l], CAIRN__GGML_Q2_K, sizeof(cairn__block_q2_K));
+            check_grouping(levels[l], CAIRN__GGML_Q3_K, sizeof(cairn__block_q3_K));
         }
         check_dequant(levels[l]);
         check_matmul_int8(pool, levels[l]);
