@@ -1240,14 +1240,6 @@ static void *k16_prep(const cairn__xq8_block *xq, int64_t cols, void *dst)
 /* qs of half n: Q2_K's at 16 + 32n, Q3_K's at 32 + 32n; Q3_K's hmask at 0 */
 static const uint8_t g_q2k[2][64] = {GK16(16), GK16(48)}, g_q3k[2][64] = {GK16(32), GK16(64)},
                      g_hm[64] = GK16(0);
-/* byte 16r + 4m + s: row r's scale of sub-block 4m + s (of 16 bytes a row) into lane 4r + s */
-#define SK16R_(m, r)                                                                               \
-    16 * (r) + 4 * (m), 16 * (r) + 4 * (m) + 1, 16 * (r) + 4 * (m) + 2, 16 * (r) + 4 * (m) + 3
-#define SK16(m)                                                                                    \
-    {                                                                                              \
-        SK16R_(m, 0), SK16R_(m, 1), SK16R_(m, 2), SK16R_(m, 3)                                     \
-    }
-static const uint8_t s_k16[4][16] = {SK16(0), SK16(1), SK16(2), SK16(3)};
 
 /* rows (R, n) of stride rb bytes @ tokens a[0..T) (k16_prep) -> out[t * ld + r];
  * Q2_K (Q3 0) or Q3_K (Q3 1); R <= 4 and T <= 8 constants after inlining */
@@ -1266,24 +1258,51 @@ k16_tile_avx512(const uint8_t *w, size_t rb, const xq_k16 *const *a, int64_t n, 
     for (int64_t i = 0; i < n / CAIRN__QK_K; i++) {
         const size_t off = (size_t)i * bb;
         PF_RUN(w, pf, i, (int)bb, R);
-        /* the 4 rows' 16 scales (Q3_K: 6 bits, unsigned; Q2_K: scale | min << 4) at bytes 16r..,
-         * their d (and dmin) at lanes 4r.. */
-        _Alignas(64) uint8_t sc[64] = {0};
-        float dr[4] = {0, 0, 0, 0}, mr[4] = {0, 0, 0, 0};
-        for (int r = 0; r < R; r++) {
+        /* W[m], dword r: row r's scales of sub-blocks 4m..4m+3 (a byte each: Q3_K's 6 bits,
+         * unsigned, or Q2_K's scale | min << 4); D (M): lane 4r + s row r's d (-dmin) */
+        __m128i W[4], S[4];
+        uint16_t dh[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) {
             const uint8_t *b = w + (size_t)r * rb + off;
-            if (Q3) {
-                cairn__q3_K_scales_u6(b + offsetof(cairn__block_q3_K, scales), sc + 16 * r);
-                dr[r] = cairn__f16_at(b + offsetof(cairn__block_q3_K, d));
+            if (r >= R)
+                S[r] = _mm_setzero_si128();
+            else if (Q3) { /* the 12 packed bytes */
+                S[r] = _mm_maskz_loadu_epi8(0x0FFF, b + offsetof(cairn__block_q3_K, scales));
+                memcpy(&dh[r], b + offsetof(cairn__block_q3_K, d), 2);
             } else {
-                memcpy(sc + 16 * r, b + offsetof(cairn__block_q2_K, scales), 16);
-                dr[r] = cairn__f16_at(b + offsetof(cairn__block_q2_K, d));
-                mr[r] = -cairn__f16_at(b + offsetof(cairn__block_q2_K, dmin));
+                S[r] = _mm_loadu_si128((const __m128i *)(const void *)b);
+                memcpy(&dh[r], b + offsetof(cairn__block_q2_K, d), 2);
+                memcpy(&dh[4 + r], b + offsetof(cairn__block_q2_K, dmin), 2);
             }
         }
-        const __m512i SC = _mm512_load_si512(sc);
-        const __m512 D = _mm512_permutexvar_ps(rsel, _mm512_castps128_ps512(_mm_loadu_ps(dr)));
-        const __m512 M = _mm512_permutexvar_ps(rsel, _mm512_castps128_ps512(_mm_loadu_ps(mr)));
+        { /* the 4 x 4 dword transposition: T[k], dword r = dword k of row r's S */
+            const __m128i u0 = _mm_unpacklo_epi32(S[0], S[1]), u1 = _mm_unpackhi_epi32(S[0], S[1]),
+                          u2 = _mm_unpacklo_epi32(S[2], S[3]), u3 = _mm_unpackhi_epi32(S[2], S[3]);
+            const __m128i T0 = _mm_unpacklo_epi64(u0, u2), T1 = _mm_unpackhi_epi64(u0, u2),
+                          T2 = _mm_unpacklo_epi64(u1, u3), T3 = _mm_unpackhi_epi64(u1, u3);
+            if (Q3) { /* cairn__q3_K_scales_u6 on the 4 rows at once */
+                const __m128i m4 = _mm_set1_epi8(0x0F), m2 = _mm_set1_epi8(3);
+                W[0] =
+                    _mm_or_si128(_mm_and_si128(T0, m4), _mm_slli_epi32(_mm_and_si128(T2, m2), 4));
+                W[1] = _mm_or_si128(_mm_and_si128(T1, m4),
+                                    _mm_slli_epi32(_mm_and_si128(_mm_srli_epi32(T2, 2), m2), 4));
+                W[2] = _mm_or_si128(_mm_and_si128(_mm_srli_epi32(T0, 4), m4),
+                                    _mm_slli_epi32(_mm_and_si128(_mm_srli_epi32(T2, 4), m2), 4));
+                W[3] = _mm_or_si128(_mm_and_si128(_mm_srli_epi32(T1, 4), m4),
+                                    _mm_slli_epi32(_mm_and_si128(_mm_srli_epi32(T2, 6), m2), 4));
+            } else
+                W[0] = T0, W[1] = T1, W[2] = T2, W[3] = T3;
+        }
+        /* (the halves as a vector by inserts: a load from their stores would not forward) */
+        const __m512 DM = _mm512_castps256_ps512(_mm256_cvtph_ps(
+            _mm_setr_epi16((short)dh[0], (short)dh[1], (short)dh[2], (short)dh[3], (short)dh[4],
+                           (short)dh[5], (short)dh[6], (short)dh[7])));
+        const __m512 D = _mm512_permutexvar_ps(rsel, DM);
+        const __m512 M = Q3 ? D
+                            : _mm512_sub_ps(_mm512_setzero_ps(),
+                                            _mm512_permutexvar_ps(
+                                                _mm512_add_epi32(rsel, _mm512_set1_epi32(4)), DM));
         /* each row's super-block in two registers (Q3_K: 110 bytes, Q2_K: 84) */
         __m512i Z0[4], Z1[4];
 #pragma GCC unroll 4
@@ -1319,8 +1338,19 @@ k16_tile_avx512(const uint8_t *w, size_t rb, const xq_k16 *const *a, int64_t n, 
                         P[r], _mm512_test_epi8_mask(_mm512_permutexvar_epi8(ghm, Z0[r]), hsel),
                         P[r], four);
             }
+            /* lane 4r + s: row r's scale of sub-block 4m + s (and Q2_K's minimum) */
+            const __m512i us = _mm512_cvtepu8_epi32(W[m]);
+            __m512 sw, mw = _mm512_setzero_ps();
+            if (Q3)
+                sw = _mm512_mul_ps(D,
+                                   _mm512_cvtepi32_ps(_mm512_sub_epi32(us, _mm512_set1_epi32(32))));
+            else {
+                sw = _mm512_mul_ps(
+                    D, _mm512_cvtepi32_ps(_mm512_and_si512(us, _mm512_set1_epi32(0xF))));
+                mw = _mm512_mul_ps(M, _mm512_cvtepi32_ps(_mm512_srli_epi32(us, 4)));
+            }
             __m512i K[4];
-            {
+            if (T > 1) {
                 const __m512i t0 = _mm512_shuffle_i32x4(P[0], P[1], 0x44),
                               t1 = _mm512_shuffle_i32x4(P[0], P[1], 0xEE),
                               t2 = _mm512_shuffle_i32x4(P[2], P[3], 0x44),
@@ -1330,18 +1360,30 @@ k16_tile_avx512(const uint8_t *w, size_t rb, const xq_k16 *const *a, int64_t n, 
                 K[2] = _mm512_shuffle_i32x4(t1, t3, 0x88),
                 K[3] = _mm512_shuffle_i32x4(t1, t3, 0xDD);
             }
-            /* lane 4r + s: row r's scale of sub-block 4m + s (and Q2_K's minimum) */
-            const __m512i us = _mm512_cvtepu8_epi32(_mm512_castsi512_si128(_mm512_permutexvar_epi8(
-                _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(const void *)s_k16[m])),
-                SC)));
-            __m512 sw, mw = _mm512_setzero_ps();
-            if (Q3)
-                sw = _mm512_mul_ps(D,
-                                   _mm512_cvtepi32_ps(_mm512_sub_epi32(us, _mm512_set1_epi32(32))));
-            else {
-                sw = _mm512_mul_ps(
-                    D, _mm512_cvtepi32_ps(_mm512_and_si512(us, _mm512_set1_epi32(0xF))));
-                mw = _mm512_mul_ps(M, _mm512_cvtepi32_ps(_mm512_srli_epi32(us, 4)));
+            if (T == 1) {
+                /* one token: each row's gathered groups against the activation as it lies
+                 * (lane g, dword s: group g of sub-block s, the offset in lane 0), the four
+                 * 128-bit lanes of each row then summed into lane 4r + s: the tile's integers */
+                const xq_k16 *x = &a[0][4 * i + m];
+                const __m512i av = _mm512_loadu_si512((const void *)x->a);
+                const __m512i c0 =
+                    Q3 ? _mm512_zextsi128_si512(_mm_load_si128((const __m128i *)(const void *)x->c))
+                       : _mm512_setzero_si512();
+                __m512i pr[4];
+#pragma GCC unroll 4
+                for (int r = 0; r < 4; r++)
+                    pr[r] = _mm512_dpbusd_epi32(c0, P[r], av);
+                const __m512i t01 = _mm512_add_epi32(_mm512_shuffle_i32x4(pr[0], pr[1], 0x44),
+                                                     _mm512_shuffle_i32x4(pr[0], pr[1], 0xEE));
+                const __m512i t23 = _mm512_add_epi32(_mm512_shuffle_i32x4(pr[2], pr[3], 0x44),
+                                                     _mm512_shuffle_i32x4(pr[2], pr[3], 0xEE));
+                const __m512i X = _mm512_add_epi32(_mm512_shuffle_i32x4(t01, t23, 0x88),
+                                                   _mm512_shuffle_i32x4(t01, t23, 0xDD));
+                const __m512 sx = _mm512_broadcast_f32x4(_mm_load_ps(x->d));
+                acc[0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(X), _mm512_mul_ps(sw, sx), acc[0]);
+                if (!Q3)
+                    acc[0] = _mm512_fmadd_ps(mw, _mm512_broadcast_f32x4(_mm_load_ps(x->s)), acc[0]);
+                continue;
             }
 #pragma GCC unroll 8
             for (int t = 0; t < T; t++) {
