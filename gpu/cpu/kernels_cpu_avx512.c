@@ -194,6 +194,44 @@ static void *quad_prep(const cairn__xq8_block *xq, int64_t cols, int form, void 
     return q;
 }
 
+/* The shuffles the (row, block) lane kernels share. transpose4: K[k], 128-bit lane r = lane k of
+ * X[r] (4 rows' gathered registers into lanes 4r + b). lanes4: X lane 4r + b = the sum of the
+ * four 128-bit lanes of pr[r] at dword b (one token's products, each row summed into its lanes).
+ * store_rows: out[t * ld + r] = (acc0 + acc1) + (acc2 + acc3) of acc[t]'s lanes 4r.., r < R. */
+AVX512 static inline __attribute__((always_inline)) void transpose4(const __m512i X[4],
+                                                                    __m512i K[4])
+{
+    const __m512i t0 = _mm512_shuffle_i32x4(X[0], X[1], 0x44),
+                  t1 = _mm512_shuffle_i32x4(X[0], X[1], 0xEE),
+                  t2 = _mm512_shuffle_i32x4(X[2], X[3], 0x44),
+                  t3 = _mm512_shuffle_i32x4(X[2], X[3], 0xEE);
+    K[0] = _mm512_shuffle_i32x4(t0, t2, 0x88), K[1] = _mm512_shuffle_i32x4(t0, t2, 0xDD);
+    K[2] = _mm512_shuffle_i32x4(t1, t3, 0x88), K[3] = _mm512_shuffle_i32x4(t1, t3, 0xDD);
+}
+
+AVX512 static inline __attribute__((always_inline)) __m512i lanes4(const __m512i pr[4])
+{
+    const __m512i t01 = _mm512_add_epi32(_mm512_shuffle_i32x4(pr[0], pr[1], 0x44),
+                                         _mm512_shuffle_i32x4(pr[0], pr[1], 0xEE));
+    const __m512i t23 = _mm512_add_epi32(_mm512_shuffle_i32x4(pr[2], pr[3], 0x44),
+                                         _mm512_shuffle_i32x4(pr[2], pr[3], 0xEE));
+    return _mm512_add_epi32(_mm512_shuffle_i32x4(t01, t23, 0x88),
+                            _mm512_shuffle_i32x4(t01, t23, 0xDD));
+}
+
+AVX512 static inline __attribute__((always_inline)) void
+store_rows(const __m512 *acc, const int T, const int R, float *out, size_t ld)
+{
+    const __m512i pick = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0);
+#pragma GCC unroll 8
+    for (int t = 0; t < T; t++) {
+        __m512 u = _mm512_add_ps(acc[t], _mm512_permute_ps(acc[t], 0xB1));
+        u = _mm512_add_ps(u, _mm512_permute_ps(u, 0x4E));
+        _mm_mask_storeu_ps(out + (size_t)t * ld, (__mmask8)((1u << R) - 1),
+                           _mm512_castps512_ps128(_mm512_permutexvar_ps(pick, u)));
+    }
+}
+
 /* the first v of the 64 bytes at p (all of them for v >= 64, none for v <= 0), zeros after */
 AVX512 static inline __m512i load_upto(const uint8_t *p, int64_t v)
 {
@@ -380,18 +418,9 @@ quad_tile_avx512(const uint8_t *w, size_t rb, const xq_quad *const *a, int64_t n
          * P[r] (of Q[r]); one token alone skips this (below) */
         __m512i K[8];
         if (T > 1) {
-#define QUAD_T(K0, X)                                                                              \
-    do {                                                                                           \
-        const __m512i t0 = _mm512_shuffle_i32x4(X[0], X[1], 0x44),                                 \
-                      t1 = _mm512_shuffle_i32x4(X[0], X[1], 0xEE),                                 \
-                      t2 = _mm512_shuffle_i32x4(X[2], X[3], 0x44),                                 \
-                      t3 = _mm512_shuffle_i32x4(X[2], X[3], 0xEE);                                 \
-        K0[0] = _mm512_shuffle_i32x4(t0, t2, 0x88), K0[1] = _mm512_shuffle_i32x4(t0, t2, 0xDD);    \
-        K0[2] = _mm512_shuffle_i32x4(t1, t3, 0x88), K0[3] = _mm512_shuffle_i32x4(t1, t3, 0xDD);    \
-    } while (0)
-            QUAD_T(K, P);
+            transpose4(P, K);
             if (QK_TWO(KIND)) {
-                QUAD_T((K + 4), Q);
+                transpose4(Q, K + 4);
                 if (KIND == QK_Q8_0)
 #pragma GCC unroll 8
                     for (int k = 0; k < 8; k++)
@@ -406,7 +435,6 @@ quad_tile_avx512(const uint8_t *w, size_t rb, const xq_quad *const *a, int64_t n
                         K[4 + k] = _mm512_shuffle_epi8(lut, K[4 + k]);
                     }
                 }
-#undef QUAD_T
         }
         /* lane 4r + b: row r's block b's scale (and minimum) */
         __m512 sw, mw = _mm512_setzero_ps();
@@ -462,12 +490,7 @@ quad_tile_avx512(const uint8_t *w, size_t rb, const xq_quad *const *a, int64_t n
                 }
                 pr[r] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(c0, lo, alo), hi, ahi);
             }
-            const __m512i t01 = _mm512_add_epi32(_mm512_shuffle_i32x4(pr[0], pr[1], 0x44),
-                                                 _mm512_shuffle_i32x4(pr[0], pr[1], 0xEE));
-            const __m512i t23 = _mm512_add_epi32(_mm512_shuffle_i32x4(pr[2], pr[3], 0x44),
-                                                 _mm512_shuffle_i32x4(pr[2], pr[3], 0xEE));
-            const __m512i X = _mm512_add_epi32(_mm512_shuffle_i32x4(t01, t23, 0x88),
-                                               _mm512_shuffle_i32x4(t01, t23, 0xDD));
+            const __m512i X = lanes4(pr);
             const __m512 sx = _mm512_broadcast_f32x4(_mm_load_ps(x->d));
             acc[0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(X), _mm512_mul_ps(sw, sx), acc[0]);
             if (QK_MIN(KIND))
@@ -496,42 +519,36 @@ quad_tile_avx512(const uint8_t *w, size_t rb, const xq_quad *const *a, int64_t n
                 acc[t] = _mm512_fmadd_ps(mw, _mm512_broadcast_f32x4(_mm_load_ps(x->s)), acc[t]);
         }
     }
-    /* row r: (acc0 + acc1) + (acc2 + acc3) of lanes 4r.., to out[r] */
-    const __m512i pick = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0);
-#pragma GCC unroll 8
-    for (int t = 0; t < T; t++) {
-        __m512 u = _mm512_add_ps(acc[t], _mm512_permute_ps(acc[t], 0xB1));
-        u = _mm512_add_ps(u, _mm512_permute_ps(u, 0x4E));
-        _mm_mask_storeu_ps(out + (size_t)t * ld, (__mmask8)((1u << R) - 1),
-                           _mm512_castps512_ps128(_mm512_permutexvar_ps(pick, u)));
-    }
+    store_rows(acc, T, R, out, ld);
 }
 
-/* Each type's kernels: quad_tile_avx512 for rows R <= 4 and tiles T <= 8 (TILE_), one token
+/* Each type's kernels from a lane kernel (quad_tile_avx512, k16_tile_avx512) over activations of
+ * type X in the type's KIND: the kernel for rows R <= 4 and tiles T <= 8 (TILE_), one token
  * (ROWS_), and their entry points over any number of rows and tokens. */
-#define QUAD_KERNELS(name, KIND)                                                                   \
+#define LANE_KERNELS(name, kernel, X, KIND)                                                        \
     AVX512 static inline __attribute__((always_inline)) void name##_tile_(                         \
-        const uint8_t *w, size_t rb, const xq_quad *const *a, int64_t n, float *out, size_t ld,    \
+        const uint8_t *w, size_t rb, const X *const *a, int64_t n, float *out, size_t ld,          \
         const int R, const int T)                                                                  \
     {                                                                                              \
-        quad_tile_avx512(w, rb, a, n, out, ld, R, T, KIND);                                        \
+        kernel(w, rb, a, n, out, ld, R, T, KIND);                                                  \
     }                                                                                              \
     AVX512 static inline __attribute__((always_inline)) void name##_rows_(                         \
-        const uint8_t *w, size_t rb, const xq_quad *a, int64_t n, float *out, const int R)         \
+        const uint8_t *w, size_t rb, const X *a, int64_t n, float *out, const int R)               \
     {                                                                                              \
-        quad_tile_avx512(w, rb, &a, n, out, 0, R, 1, KIND);                                        \
+        kernel(w, rb, &a, n, out, 0, R, 1, KIND);                                                  \
     }                                                                                              \
     AVX512 static void name##_rows(const uint8_t *w, size_t rb, int nr, const void *xp, int64_t n, \
                                    float *out)                                                     \
     {                                                                                              \
-        CAIRN__ROWS_DISPATCH(name##_rows_, w, rb, nr, (const xq_quad *)xp, n, out);                \
+        CAIRN__ROWS_DISPATCH(name##_rows_, w, rb, nr, (const X *)xp, n, out);                      \
     }                                                                                              \
     AVX512 static void name##_tile(const uint8_t *w, size_t rb, int nr, const void *const *xp,     \
                                    int nt, int64_t n, float *out, size_t ld)                       \
     {                                                                                              \
-        const xq_quad *const *a = (const xq_quad *const *)xp;                                      \
+        const X *const *a = (const X *const *)xp;                                                  \
         CAIRN__TILE(name##_tile_, w, rb, nr, a, nt, n, out, ld, QUAD_RR, QUAD_TT);                 \
     }
+#define QUAD_KERNELS(name, KIND) LANE_KERNELS(name, quad_tile_avx512, xq_quad, KIND)
 
 QUAD_KERNELS(q4_0, QK_Q4_0)
 QUAD_KERNELS(q8_0, QK_Q8_0)
@@ -1350,16 +1367,8 @@ k16_tile_avx512(const uint8_t *w, size_t rb, const xq_k16 *const *a, int64_t n, 
                 mw = _mm512_mul_ps(M, _mm512_cvtepi32_ps(_mm512_srli_epi32(us, 4)));
             }
             __m512i K[4];
-            if (T > 1) {
-                const __m512i t0 = _mm512_shuffle_i32x4(P[0], P[1], 0x44),
-                              t1 = _mm512_shuffle_i32x4(P[0], P[1], 0xEE),
-                              t2 = _mm512_shuffle_i32x4(P[2], P[3], 0x44),
-                              t3 = _mm512_shuffle_i32x4(P[2], P[3], 0xEE);
-                K[0] = _mm512_shuffle_i32x4(t0, t2, 0x88),
-                K[1] = _mm512_shuffle_i32x4(t0, t2, 0xDD);
-                K[2] = _mm512_shuffle_i32x4(t1, t3, 0x88),
-                K[3] = _mm512_shuffle_i32x4(t1, t3, 0xDD);
-            }
+            if (T > 1)
+                transpose4(P, K);
             if (T == 1) {
                 /* one token: each row's gathered groups against the activation as it lies
                  * (lane g, dword s: group g of sub-block s, the offset in lane 0), the four
@@ -1373,12 +1382,7 @@ k16_tile_avx512(const uint8_t *w, size_t rb, const xq_k16 *const *a, int64_t n, 
 #pragma GCC unroll 4
                 for (int r = 0; r < 4; r++)
                     pr[r] = _mm512_dpbusd_epi32(c0, P[r], av);
-                const __m512i t01 = _mm512_add_epi32(_mm512_shuffle_i32x4(pr[0], pr[1], 0x44),
-                                                     _mm512_shuffle_i32x4(pr[0], pr[1], 0xEE));
-                const __m512i t23 = _mm512_add_epi32(_mm512_shuffle_i32x4(pr[2], pr[3], 0x44),
-                                                     _mm512_shuffle_i32x4(pr[2], pr[3], 0xEE));
-                const __m512i X = _mm512_add_epi32(_mm512_shuffle_i32x4(t01, t23, 0x88),
-                                                   _mm512_shuffle_i32x4(t01, t23, 0xDD));
+                const __m512i X = lanes4(pr);
                 const __m512 sx = _mm512_broadcast_f32x4(_mm_load_ps(x->d));
                 acc[0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(X), _mm512_mul_ps(sw, sx), acc[0]);
                 if (!Q3)
@@ -1401,44 +1405,15 @@ k16_tile_avx512(const uint8_t *w, size_t rb, const xq_k16 *const *a, int64_t n, 
             }
         }
     }
-    /* row r: (acc0 + acc1) + (acc2 + acc3) of lanes 4r.., to out[r] */
-    const __m512i pick = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0);
-#pragma GCC unroll 8
-    for (int t = 0; t < T; t++) {
-        __m512 u = _mm512_add_ps(acc[t], _mm512_permute_ps(acc[t], 0xB1));
-        u = _mm512_add_ps(u, _mm512_permute_ps(u, 0x4E));
-        _mm_mask_storeu_ps(out + (size_t)t * ld, (__mmask8)((1u << R) - 1),
-                           _mm512_castps512_ps128(_mm512_permutexvar_ps(pick, u)));
-    }
+    store_rows(acc, T, R, out, ld);
 }
 
-#define K16_KERNELS(name, Q3)                                                                      \
-    AVX512 static inline __attribute__((always_inline)) void name##_tile_(                         \
-        const uint8_t *w, size_t rb, const xq_k16 *const *a, int64_t n, float *out, size_t ld,     \
-        const int R, const int T)                                                                  \
-    {                                                                                              \
-        k16_tile_avx512(w, rb, a, n, out, ld, R, T, Q3);                                           \
-    }                                                                                              \
-    AVX512 static inline __attribute__((always_inline)) void name##_rows_(                         \
-        const uint8_t *w, size_t rb, const xq_k16 *a, int64_t n, float *out, const int R)          \
-    {                                                                                              \
-        k16_tile_avx512(w, rb, &a, n, out, 0, R, 1, Q3);                                           \
-    }                                                                                              \
-    AVX512 static void name##_rows(const uint8_t *w, size_t rb, int nr, const void *xp, int64_t n, \
-                                   float *out)                                                     \
-    {                                                                                              \
-        CAIRN__ROWS_DISPATCH(name##_rows_, w, rb, nr, (const xq_k16 *)xp, n, out);                 \
-    }                                                                                              \
-    AVX512 static void name##_tile(const uint8_t *w, size_t rb, int nr, const void *const *xp,     \
-                                   int nt, int64_t n, float *out, size_t ld)                       \
-    {                                                                                              \
-        const xq_k16 *const *a = (const xq_k16 *const *)xp;                                        \
-        CAIRN__TILE(name##_tile_, w, rb, nr, a, nt, n, out, ld, QUAD_RR, QUAD_TT);                 \
-    }
+#define K16_KERNELS(name, Q3) LANE_KERNELS(name, k16_tile_avx512, xq_k16, Q3)
 
 K16_KERNELS(q2_K, 0)
 K16_KERNELS(q3_K, 1)
 #undef K16_KERNELS
+#undef LANE_KERNELS
 
 size_t cairn__xf_prep_bytes(int64_t cols)
 {
