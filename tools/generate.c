@@ -20,6 +20,7 @@
 #include "cairn.h"
 #include "gpu/chat.h"
 #include "gpu/cpu/blas.h"
+#include "gpu/cpu/kernels_cpu.h" /* cairn__matmul_path */
 #include "gpu/engine.h"
 #include "runner/cli.h"
 #include "tools/tools.h"
@@ -61,9 +62,11 @@ static const char usage[] =
     "  -h, --help              show this help\n"
     "\n"
     "Each option but --stop may be given once. With --threads N the\n"
-    "prompt's matrix products (OpenBLAS) use N threads too. On the CPU the stats name them:\n"
+    "prompt's OpenBLAS products use N threads too. On the CPU the stats name the paths:\n"
     "blas=openblas:CORE, the OpenBLAS core cairn picked for this CPU or OPENBLAS_CORETYPE's\n"
-    "(then named), or blas=cairn (no OpenBLAS, or CAIRN_BLAS=cairn).\n"
+    "(then named), or blas=cairn (no OpenBLAS, or CAIRN_BLAS=cairn); matmul=, how the prompt\n"
+    "multiplies the model's weights: int8-tiles or float-tiles (cairn's AVX-512 tile kernels),\n"
+    "int8 (the decode kernels a token at a time), openblas (dequantized, then sgemm) or cairn.\n"
     "\n"
     "Control and unknown tokens (such as <s>, <unk>, <|im_start|>) are left out of the text;\n"
     "an end-of-turn token ends the generation, and --stop strings are matched on the text with\n"
@@ -412,12 +415,13 @@ int cairn__cmd_generate(int argc, char **argv)
     const char *be = cairn__backend_name(cairn__engine_backend(e));
     const int cpu = strcmp(be, "cpu") == 0;
     char summary[512];
-    snprintf(summary, sizeof summary,
-             "[%s, %zu tokens; prompt %zu tokens at %.1f tok/s; decode %.1f tok/s; %s backend%s%s, "
-             "%s %s]",
-             cairn__finish_name(r.finish), r.n_tokens, r.n_prompt, r.prompt_tps, r.gen_tps, be,
-             cpu ? ", blas=" : "", cpu ? cairn__blas_desc() : "", m->arch_name,
-             cairn__ggml_type_name(m->wtype));
+    snprintf(
+        summary, sizeof summary,
+        "[%s, %zu tokens; prompt %zu tokens at %.1f tok/s; decode %.1f tok/s; %s backend%s%s%s%s, "
+        "%s %s]",
+        cairn__finish_name(r.finish), r.n_tokens, r.n_prompt, r.prompt_tps, r.gen_tps, be,
+        cpu ? ", blas=" : "", cpu ? cairn__blas_desc() : "", cpu ? ", matmul=" : "",
+        cpu ? cairn__matmul_path(m->wtype) : "", m->arch_name, cairn__ggml_type_name(m->wtype));
     if (cairn__log_json()) /* the text format keeps the bracketed line as it always was */
         cairn__log(CAIRN__LOG_NOTE, "generate", "summary", NULL, NULL, "%s", summary);
     else if (cairn__log_enabled(CAIRN__LOG_NOTE))

@@ -69,6 +69,9 @@ typedef struct {
     /* NULL, or x rearranged into dst in a form of the ISA's own (CAIRN__XF_Q4 and after), the start
      * of what it wrote returned */
     void *(*xf_prep)(const xq8_block *xq, int64_t cols, int form, void *dst);
+    /* NULL, or the prompt's tile kernel on a float type's weights (xp[t]: token t's floats), NULL
+     * for the other types */
+    cairn__tile_fn *(*float_tile)(uint32_t type);
     void (*axpy)(float *y, float a, const float *x, int64_t n);
     void (*quant_x)(const float *x, xq8_block *y, int64_t nb); /* x -> int8 blocks */
     /* NULL, or one Q5_K / Q6_K row against two tokens (the prompt's products): each result bit
@@ -157,6 +160,7 @@ static const dot_table dots_avx512 = {.f32 = cairn__dot_f32_avx512,
                                       .axpy = cairn__axpy_avx512,
                                       .kernels = cairn__kernels_avx512,
                                       .xf_prep = cairn__xf_prep_avx512,
+                                      .float_tile = cairn__float_tile_avx512,
                                       .quant_x = cairn__quant_x_avx2,
                                       .q5_K_2 = cairn__dot2_q5_K_avx512,
                                       .q6_K_2 = cairn__dot2_q6_K_avx512,
@@ -663,6 +667,7 @@ static void mm_rowwise_range(void *arg, int64_t a, int64_t b, int ith)
  * activations) it costs the decode path's accuracy (the model tests' 2e-2 / 3e-2 of float64
  * instead of 1e-4) and saves the dequantization and the float arithmetic. */
 int cairn__cpu_prompt_int8 = 1;
+int cairn__cpu_float_tile = 1;
 #define MM8_ROWS 16 /* a multiple of 4: the rows kernels' groups stay whole */
 
 typedef struct {
@@ -784,6 +789,53 @@ void cairn__matmul_rows(cairn__pool *p, const cairn__mat *W, const float *X, int
 }
 
 /* W (rows, cols) @ X^T: X (n, cols) -> OUT (n, rows) */
+/* Float weights on the ISA's float tile kernel: groups of MMF_ROWS rows, each against the
+ * pass's tokens (up to MMF_TOKENS) while its weights are in L2. */
+#define MMF_ROWS 32
+#define MMF_TOKENS 64
+typedef struct {
+    const cairn__mat *W;
+    cairn__tile_fn *tile;
+    float *OUT;
+    int nt;
+    const void *xa[MMF_TOKENS];
+} mmf_job;
+
+static void mmf_range(void *arg, int64_t a, int64_t b, int ith)
+{
+    const mmf_job *j = arg;
+    const int64_t rows = j->W->rows;
+    (void)ith;
+    for (int64_t g = a; g < b; g++) {
+        const int64_t r0 = g * MMF_ROWS, r1 = r0 + MMF_ROWS < rows ? r0 + MMF_ROWS : rows;
+        j->tile(j->W->data + (size_t)r0 * j->W->row_bytes, j->W->row_bytes, (int)(r1 - r0), j->xa,
+                j->nt, j->W->cols, j->OUT + r0, (size_t)rows);
+    }
+}
+
+static void matmul_float_tile(cairn__pool *p, cairn__tile_fn *tile, const cairn__mat *W,
+                              const float *X, int64_t n, float *OUT)
+{
+    mmf_job j = {W, tile, NULL, 0, {NULL}};
+    for (int64_t i0 = 0; i0 < n; i0 += MMF_TOKENS) {
+        j.nt = (int)(n - i0 < MMF_TOKENS ? n - i0 : MMF_TOKENS);
+        for (int i = 0; i < j.nt; i++)
+            j.xa[i] = X + (i0 + i) * W->cols;
+        j.OUT = OUT + i0 * W->rows;
+        cairn__pool_for(p, (W->rows + MMF_ROWS - 1) / MMF_ROWS, 0, mmf_range, &j);
+    }
+}
+
+const char *cairn__matmul_path(uint32_t type)
+{
+    const dot_table *t = dots();
+    if (cairn__cpu_prompt_int8 && (takes_xq8(type) || is_kquant(type)))
+        return t->level == ISA_AVX512 ? "int8-tiles" : "int8";
+    if (cairn__cpu_float_tile && t->float_tile && t->float_tile(type))
+        return "float-tiles";
+    return cairn__blas_on() ? "openblas" : "cairn";
+}
+
 void cairn__matmul(cairn__pool *p, const cairn__mat *W, const float *X, int64_t n, float *OUT,
                    float *scratch)
 {
@@ -792,6 +844,12 @@ void cairn__matmul(cairn__pool *p, const cairn__mat *W, const float *X, int64_t 
     if (cairn__cpu_prompt_int8 && (takes_xq8(ty) || is_kquant(ty)) &&
         matmul_int8(p, W, X, n, OUT, scratch))
         return;
+    /* float weights where the ISA has a tile kernel for them: no dequantized tiles, no sgemm */
+    cairn__tile_fn *const ft = dots()->float_tile ? dots()->float_tile(ty) : NULL;
+    if (ft && n > 1 && cairn__cpu_float_tile) {
+        matmul_float_tile(p, ft, W, X, n, OUT);
+        return;
+    }
     /* few tokens on quantized or half weights: row by row (the scratch holds tile_rows rows, one
      * a thread) */
     if (W->type != CAIRN__GGML_F32 && n <= MM_ROWWISE && cairn__pool_size(p) <= tile_rows(W)) {

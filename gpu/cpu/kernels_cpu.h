@@ -74,6 +74,16 @@ void cairn__matmul_rows(cairn__pool *p, const cairn__mat *W, const float *X, int
  * exact float product of the dequantized weights, which the tests' references need). Read at
  * every call. */
 extern int cairn__cpu_prompt_int8;
+/* 1 (the default): cairn__matmul multiplies F32, F16 and BF16 weights with the ISA's float tile
+ * kernel where it has one (AVX-512); 0: dequantize + sgemm (OpenBLAS where it is loaded), as on
+ * the other levels. For benchmarks and tests. Read at every call. */
+extern int cairn__cpu_float_tile;
+
+/* Which path cairn__matmul takes at this level for weights of `type`, for a stats line:
+ * "int8-tiles" (the AVX-512 tile kernels on the int8 activation), "int8" (the decode kernels a
+ * token at a time), "float-tiles" (the AVX-512 float tile kernel), "openblas" (dequantized tiles
+ * and OpenBLAS's sgemm) or "cairn" (cairn's own loops). Static storage. */
+const char *cairn__matmul_path(uint32_t type);
 
 /* Dequantizes row r of W into dst (cols floats). */
 void cairn__mat_row(const cairn__mat *W, int64_t r, float *dst);
@@ -231,6 +241,10 @@ int cairn__kernels_avx512(uint32_t type, cairn__rows_fn **rows, cairn__tile_fn *
  * it wrote). */
 size_t cairn__xf_prep_bytes(int64_t cols);
 void *cairn__xf_prep_avx512(const cairn__xq8_block *xq, int64_t cols, int form, void *dst);
+/* The prompt's products on float weights: for F32, F16 and BF16, a tile kernel whose xp[t] is
+ * token t's n floats themselves, in tiles of 4 rows x 6 tokens (halves widened in registers), to
+ * float rounding what the dot products give (not bit for bit); NULL for the other types. */
+cairn__tile_fn *cairn__float_tile_avx512(uint32_t type);
 /* y (n) += a * x (n) */
 void cairn__axpy_avx512(float *y, float a, const float *x, int64_t n);
 /* The dot products of F32, F16 and BF16 weights (64 a pass) and of the K-quants (VNNI) */

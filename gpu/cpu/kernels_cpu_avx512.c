@@ -772,6 +772,126 @@ AVX512 static inline float hsum8(__m256 v)
     return _mm_cvtss_f32(s);
 }
 
+/* ---- F32, F16 and BF16 weights against tiles of float tokens (the prompt's products) ------
+ * A tile of 4 rows x 6 tokens keeps 24 accumulators of 16 products each: per 16 columns, 4
+ * weight loads (F16 widened by vcvtph2ps, BF16 by a shift), 6 token loads and 24 multiply-adds,
+ * so the arithmetic, not the loads, is the bound, and F16 is widened in registers rather than
+ * dequantized into memory for sgemm. Each (row, token) result is then its accumulator's 16 lanes
+ * summed, 4 rows at a time (sum4x). Not bit for bit the decode's dot product (that is
+ * cairn__matmul_rows' promise, not cairn__matmul's): float sums in another order. */
+#define FT_RR 4
+#define FT_TT 6
+
+/* the horizontal sums of a, b, c and d, as one vector [sum a, sum b, sum c, sum d] */
+AVX512 static inline __attribute__((always_inline)) __m128 sum4x(__m512 a, __m512 b, __m512 c,
+                                                                 __m512 d)
+{
+    const __m512 t0 = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
+    const __m512 t1 = _mm512_add_ps(_mm512_unpacklo_ps(c, d), _mm512_unpackhi_ps(c, d));
+    /* per 128-bit lane: a, b, c, d's partial sums */
+    const __m512 u =
+        _mm512_add_ps(_mm512_shuffle_ps(t0, t1, 0x44), _mm512_shuffle_ps(t0, t1, 0xEE));
+    const __m256 v =
+        _mm256_add_ps(_mm512_castps512_ps256(u),
+                      _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(u), 1)));
+    return _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+}
+
+/* 16 weights of type WT (0 F32, 1 F16, 2 BF16) at element k of row p, as floats; the first m
+ * only (the rest 0) where m < 16 */
+AVX512 static inline __attribute__((always_inline)) __m512 fw16(const uint8_t *p, int64_t k, int m,
+                                                                const int WT)
+{
+    if (WT == 0) {
+        const float *f = (const float *)(const void *)p + k;
+        return m >= 16 ? _mm512_loadu_ps(f) : _mm512_maskz_loadu_ps((__mmask16)((1u << m) - 1), f);
+    }
+    const uint16_t *h = (const uint16_t *)(const void *)p + k;
+    const __m256i v = m >= 16 ? _mm256_loadu_si256((const __m256i *)(const void *)h)
+                              : _mm256_maskz_loadu_epi16((__mmask16)((1u << m) - 1), h);
+    return WT == 1 ? _mm512_cvtph_ps(v)
+                   : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16));
+}
+
+/* rows (R, n) of stride rb bytes @ T tokens (x[t], n floats each) -> out[t * ld + r] */
+AVX512 static inline __attribute__((always_inline)) void
+ftile_avx512(const uint8_t *w, size_t rb, const float *const *x, int64_t n, float *out, size_t ld,
+             const int R, const int T, const int WT)
+{
+    __m512 acc[FT_RR][FT_TT];
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < T; t++)
+            acc[r][t] = _mm512_setzero_ps();
+    /* whole steps of 16, then one masked step: one loop whose loads were masked or not by a
+     * test in each kept the accumulators in memory */
+    int64_t k = 0;
+    for (; k + 16 <= n; k += 16) {
+        __m512 wv[FT_RR];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++)
+            wv[r] = fw16(w + (size_t)r * rb, k, 16, WT);
+#pragma GCC unroll 6
+        for (int t = 0; t < T; t++) {
+            const __m512 xv = _mm512_loadu_ps(x[t] + k);
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++)
+                acc[r][t] = _mm512_fmadd_ps(wv[r], xv, acc[r][t]);
+        }
+    }
+    if (k < n) {
+        const int m = (int)(n - k);
+        const __mmask16 mk = (__mmask16)((1u << m) - 1);
+        __m512 wv[FT_RR];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++)
+            wv[r] = fw16(w + (size_t)r * rb, k, m, WT);
+#pragma GCC unroll 6
+        for (int t = 0; t < T; t++) {
+            const __m512 xv = _mm512_maskz_loadu_ps(mk, x[t] + k);
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++)
+                acc[r][t] = _mm512_fmadd_ps(wv[r], xv, acc[r][t]);
+        }
+    }
+    const __m512 z = _mm512_setzero_ps();
+#pragma GCC unroll 6
+    for (int t = 0; t < T; t++)
+        _mm_mask_storeu_ps(
+            out + (size_t)t * ld, (__mmask8)((1u << R) - 1),
+            sum4x(acc[0][t], R > 1 ? acc[1][t] : z, R > 2 ? acc[2][t] : z, R > 3 ? acc[3][t] : z));
+}
+
+#define FLOAT_TILE(name, WT)                                                                       \
+    AVX512 static inline __attribute__((always_inline)) void name##_ftile_(                        \
+        const uint8_t *w, size_t rb, const float *const *x, int64_t n, float *out, size_t ld,      \
+        const int R, const int T)                                                                  \
+    {                                                                                              \
+        ftile_avx512(w, rb, x, n, out, ld, R, T, WT);                                              \
+    }                                                                                              \
+    AVX512 static void name##_ftile(const uint8_t *w, size_t rb, int nr, const void *const *xp,    \
+                                    int nt, int64_t n, float *out, size_t ld)                      \
+    {                                                                                              \
+        const float *const *x = (const float *const *)xp;                                          \
+        /* tokens outer: a tile's 6 token rows stay in L1 while the rows pass */                   \
+        for (int t0 = 0; t0 < nt; t0 += FT_TT) {                                                   \
+            const int tn = nt - t0 < FT_TT ? nt - t0 : FT_TT;                                      \
+            CAIRN__TILE(name##_ftile_, w, rb, nr, x + t0, tn, n, out + (size_t)t0 * ld, ld, FT_RR, \
+                        FT_TT);                                                                    \
+        }                                                                                          \
+    }
+FLOAT_TILE(f32, 0)
+FLOAT_TILE(f16, 1)
+FLOAT_TILE(bf16, 2)
+#undef FLOAT_TILE
+
+cairn__tile_fn *cairn__float_tile_avx512(uint32_t type)
+{
+    return type == CAIRN__GGML_F32    ? f32_ftile
+           : type == CAIRN__GGML_F16  ? f16_ftile
+           : type == CAIRN__GGML_BF16 ? bf16_ftile
+                                      : NULL;
+}
+
 /* ---- K-quants: Q4_K and Q6_K against the int8 activation ----------------------------------
  *
  * The activation comes as cairn__xk blocks (kernels_cpu.h): a super-block's 256 int8 values in

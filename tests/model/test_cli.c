@@ -11,6 +11,8 @@
 #include <unistd.h>
 
 #include "gpu/cpu/blas.h"
+#include "gpu/cpu/kernels_cpu.h" /* cairn__matmul_path */
+#include "gpu/gguf.h"
 #include "gpu/engine.h"
 #include "gpu/gguf.h"
 #include "gpu/tokenizer.h"
@@ -218,8 +220,13 @@ static void check_blas_stats(const char *bin, const char *path)
 #endif
     snprintf(cmd, sizeof cmd, "CAIRN_BLAS=cairn %s %s", bin, tail);
     int rc2 = sh(cmd);
-    ok(rc2 == 0 && strstr(out, "cpu backend, blas=cairn, llama"),
+    ok(rc2 == 0 && strstr(out, "cpu backend, blas=cairn, matmul="),
        "stats: CAIRN_BLAS=cairn runs cairn's own loops: %.200s", out);
+    /* the weights' path for this file's type at this CPU's level, as the engine takes it */
+    char want[64];
+    snprintf(want, sizeof want, "matmul=%s, llama", cairn__matmul_path(CAIRN__GGML_Q8_0));
+    ok(rc2 == 0 && strstr(out, want), "stats: the prompt's weight products named (%s): %.200s",
+       want, out);
 }
 
 int main(void)
