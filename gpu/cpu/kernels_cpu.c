@@ -414,7 +414,10 @@ static kern kern_for(const dot_table *t, uint32_t type)
     if (t->kernels)
         k.form = t->kernels(type, &k.rows, &k.tile);
     if (k.form < 0)
-        k = (kern){NULL, NULL, is_kquant(type) ? CAIRN__XF_XK : CAIRN__XF_XQ};
+        k = (kern){NULL, NULL,
+                   is_kquant(type)   ? CAIRN__XF_XK
+                   : takes_xq8(type) ? CAIRN__XF_XQ
+                                     : CAIRN__XF_FLOAT};
     return k;
 }
 
@@ -427,6 +430,7 @@ static x8_prep prep_x8(const dot_table *t, const float *x, int64_t cols, unsigne
     const int64_t nb = cols / 32;
     t->quant_x(x, dst, nb);
     p.x[CAIRN__XF_XQ] = dst;
+    p.x[CAIRN__XF_FLOAT] = x;
     char *kprep = (char *)dst + (size_t)nb * sizeof(xq8_block);
     if (need & (1u << CAIRN__XF_XK))
         p.x[CAIRN__XF_XK] = cairn__xk_prep(dst, cols, kprep);
@@ -537,6 +541,8 @@ void cairn__matvec_n(cairn__pool *p, const cairn__mat *const *W, int n, const fl
     j.x = x;
     if (need_q8)
         j.xp = prep_x8(t, x, cols, need, scratch);
+    else
+        j.xp.x[CAIRN__XF_FLOAT] = x;
     /* tiny products are not worth waking the workers for */
     if (bytes < 32768)
         mv_range(&j, 0, j.total, 0);
@@ -692,9 +698,10 @@ static void mm8_prep_range(void *arg, int64_t a, int64_t b, int ith)
     const int fl = !takes_xq8(ty) && !is_kquant(ty); /* the float types (cairn__matmul_rows)
                                                         read the activation as it is */
     for (int64_t i = a; i < b; i++)
-        if (fl)
+        if (fl) {
             memset(&j->xp[i], 0, sizeof j->xp[i]);
-        else
+            j->xp[i].x[CAIRN__XF_FLOAT] = j->X + i * j->W->cols;
+        } else
             j->xp[i] = prep_x8(j->t, j->X + i * j->W->cols, j->W->cols, 1u << j->k.form,
                                j->area + (size_t)i * j->stride);
 }

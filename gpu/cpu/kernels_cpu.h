@@ -210,13 +210,14 @@ int cairn__dequant_avx2(uint32_t type, const uint8_t *src, float *dst, int64_t n
 
 /* The forms the rows and tile kernels take the activation in (their xp): */
 enum {
-    CAIRN__XF_XQ,  /* the int8 blocks themselves (cairn__xq8_block) */
-    CAIRN__XF_XK,  /* the K-quants' cairn__xk blocks */
-    CAIRN__XF_Q4,  /* AVX-512 quads of 4 blocks (cairn__quad_prep_avx512), offset 8: Q4_0 */
-    CAIRN__XF_Q5,  /* quads, offset 16: Q5_0 */
-    CAIRN__XF_Q8,  /* quads, offset 128: Q8_0, IQ4_NL, IQ4_XS */
-    CAIRN__XF_MIN, /* quads with d_x sum(a) for a minimum: Q4_1, Q5_1 */
-    CAIRN__XF_K16, /* AVX-512 steps of 4 sub-blocks of 16: Q2_K, Q3_K */
+    CAIRN__XF_XQ,    /* the int8 blocks themselves (cairn__xq8_block) */
+    CAIRN__XF_XK,    /* the K-quants' cairn__xk blocks */
+    CAIRN__XF_FLOAT, /* x itself, as floats (the float types' kernels) */
+    CAIRN__XF_Q4,    /* AVX-512 quads of 4 blocks (cairn__quad_prep_avx512), offset 8: Q4_0 */
+    CAIRN__XF_Q5,    /* quads, offset 16: Q5_0 */
+    CAIRN__XF_Q8,    /* quads, offset 128: Q8_0, IQ4_NL, IQ4_XS */
+    CAIRN__XF_MIN,   /* quads with d_x sum(a) for a minimum: Q4_1, Q5_1 */
+    CAIRN__XF_K16,   /* AVX-512 steps of 4 sub-blocks of 16: Q2_K, Q3_K */
     CAIRN__XF_N
 };
 /* A rows kernel: W rows (nr, n) of stride rb bytes . x (n) -> out (nr), xp: x in the kernel's
@@ -233,8 +234,9 @@ typedef void cairn__tile_fn(const uint8_t *w, size_t rb, int nr, const void *con
 /* The AVX-512 rows and tile kernels (kernels_cpu_avx512.c, x86-64 only; call only where
  * cairn__kernels_isa() is "avx512") of Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS (4 rows and
  * 4 blocks a step, the activation in quads), Q2_K, Q3_K (4 rows and 4 sub-blocks of 16 a step)
- * and Q4_K: sets *rows and *tile and returns the form they take, or returns -1 for the other
- * types. */
+ * and Q4_K, and the rows kernels of F32, F16 and BF16 (4 rows sharing the loads of x, each row
+ * bit for bit its dot product): sets *rows and *tile (NULL where there is none) and returns the
+ * form they take, or returns -1 for the other types. */
 int cairn__kernels_avx512(uint32_t type, cairn__rows_fn **rows, cairn__tile_fn **tile);
 /* Bytes of scratch any of the AVX-512 forms (CAIRN__XF_Q4 and after) of `cols` elements takes,
  * and the preparation (xq: cols/32 blocks -> dst in that form; returns the aligned start of what
