@@ -126,6 +126,9 @@ typedef struct acquire_arg {
     const uint64_t *listed; /* retry: the record's txn when it was listed as due (or NULL) */
     int taken;              /* the record changed since: another process took the task up */
     int fresh;              /* the admission that took the lease created the task */
+    /* admit_txn: the task it is creating in this transaction, not written yet: the acquire
+     * starts from it and writes it once, running, instead of reading it back */
+    const cairn__task_rec *created;
 } acquire_arg;
 
 /* step.c: runs the steps of a task whose lease `a` holds, committing each. */

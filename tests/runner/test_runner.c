@@ -975,6 +975,49 @@ static void test_known_reads(void)
     cairn_graph_free(g);
 }
 
+static int count_row(const cairn_check_row *row, void *user)
+{
+    (void)row;
+    ++*(int *)user;
+    return 0;
+}
+
+static int state_counts(cairn__txn *t, void *arg)
+{
+    cairn__store_stats *st = arg;
+    return cairn__store_stats_get(t, st);
+}
+
+/* A run that creates its task acquires it in the same transaction and writes the record once,
+ * running, instead of pending and then running: the trail, the counts and the indexes must be
+ * what the two writes made. */
+static void test_admit_once(void)
+{
+    newdir("once");
+    spec a = {.base = 1};
+    cairn_graph *g = cairn_graph_new("on", 1);
+    cairn_step_set_user(cairn_graph_add_step(g, "a", st_gen, NULL), &a);
+    cairn_store *s = store_open();
+    cairn_runner *r = runner_open(s, g);
+    int rc = run(r, "on", "o1", "{}");
+    auditq *q = audit_of(s, "o1");
+    ok(rc == 0 && strcmp(q->compact, "pp- pr- rs- ") == 0 &&
+           strncmp(q->reasons, "created\nrun\n", 12) == 0,
+       "a new task's trail: created, run, succeeded (%s)", q->compact);
+    cairn__store_stats st;
+    memset(&st, 0xff, sizeof st);
+    int src = cairn__store_read(s, state_counts, &st);
+    ok(src == 0 && st.by_state[CAIRN_SUCCEEDED] == 1 && st.by_state[CAIRN_PENDING] == 0 &&
+           st.by_state[CAIRN_RUNNING] == 0,
+       "its counts: 1 succeeded, 0 pending, 0 running");
+    int problems = 0;
+    ok(cairn_store_check(s, count_row, &problems, NULL) == 0 && problems == 0,
+       "cairn check finds the record and its index entries consistent (%d problems)", problems);
+    cairn_runner_free(r);
+    cairn_store_free(s);
+    cairn_graph_free(g);
+}
+
 /* ------------------------------------------------------------------ leases */
 
 static cairn_runner *g_r2;
@@ -2185,6 +2228,7 @@ int main(void)
     test_progress();
     test_deps();
     test_known_reads();
+    test_admit_once();
     test_leases();
     test_fencing();
     test_fencing_messages();
