@@ -89,7 +89,8 @@ static int commit_txn(cairn__txn *t, void *arg)
         return rc;
     cairn__step_rec s = {
         .generation = c->generation, .invocations = a->invocations, .updated_ms = cairn__now_ms()};
-    snprintf(s.error, sizeof s.error, "%s", a->err ? a->err : "");
+    if (a->err && a->err[0]) /* a done step has none: no snprintf (1.4 % of its instructions) */
+        snprintf(s.error, sizeof s.error, "%s", a->err);
     const char *step = c->step->name;
     switch (a->kind) {
     case C_DONE:
