@@ -459,9 +459,10 @@ static int admit_txn(cairn__txn *t, void *arg)
             rc = cairn__audit(t, &task, CAIRN_PENDING, CAIRN_PENDING, NULL, "created%s%s",
                               a->message_id ? " from message " : "",
                               a->message_id ? a->message_id : "");
-        if (!rc && a->acq) /* acquired below: written once, running (or pending if refused) */
+        if (!rc && a->acq) { /* acquired below: written once, running (or pending if refused) */
             a->acq->created = &task;
-        else if (!rc)
+            a->acq->created_ms = task.created_ms;
+        } else if (!rc)
             rc = cairn__task_put(t, &task);
         a->created = 1;
     } else if (rc == 0 && strcmp(task.graph, a->g->name) != 0) {
@@ -729,6 +730,11 @@ static int admit_input(cairn_runner *r, cairn_graph *g, const char *task_id, con
             rc = cairn__runner_store_fail(r, rc); /* the task is kept for `retry`: durably */
         else if (aa.deferred)
             rc = cairn__runner_fail(r, aa.deferred, "%s", aa.deferred_msg);
+        if (!rc && acq && aa.created) { /* the run need not read back what it just wrote */
+            acq->input_len = buf.size;
+            acq->input = msgpack_sbuffer_release(&buf);
+            memcpy(acq->payload_hash, hash, sizeof acq->payload_hash);
+        }
     }
     json_decref(input);
     msgpack_sbuffer_destroy(&buf);
