@@ -139,7 +139,16 @@ static int unseal(cairn__txn *t, MDB_dbi dbi, const MDB_val *k, MDB_val *v)
 
 int cairn__put(cairn__txn *t, MDB_dbi dbi, MDB_val *k, MDB_val *v, unsigned flags)
 {
-    MDB_val r = {v->mv_size + SUM, NULL};
+    return cairn__put2(t, dbi, k, v, NULL, 0, flags);
+}
+
+/* The value is v's bytes then tail's, each copied once, straight into the space LMDB reserves
+ * (a step's output goes there from the step's buffer, not through the record's encoding). */
+int cairn__put2(cairn__txn *t, MDB_dbi dbi, MDB_val *k, MDB_val *v, const void *tail,
+                size_t tail_len, unsigned flags)
+{
+    size_t n = v->mv_size + tail_len;
+    MDB_val r = {n + SUM, NULL};
     int rc = mdb_put(t->txn, dbi, k, &r, flags | MDB_RESERVE);
     t->wrote |= rc != MDB_KEYEXIST;
     if (rc == MDB_KEYEXIST) { /* MDB_NOOVERWRITE: r is the record there */
@@ -148,9 +157,12 @@ int cairn__put(cairn__txn *t, MDB_dbi dbi, MDB_val *k, MDB_val *v, unsigned flag
     }
     if (rc)
         return rc;
+    unsigned char *p = r.mv_data;
     if (v->mv_size)
-        memcpy(r.mv_data, v->mv_data, v->mv_size);
-    sum_put((unsigned char *)r.mv_data + v->mv_size, sum_of(t->s, dbi, k, v->mv_data, v->mv_size));
+        memcpy(p, v->mv_data, v->mv_size);
+    if (tail_len)
+        memcpy(p + v->mv_size, tail, tail_len);
+    sum_put(p + n, sum_of(t->s, dbi, k, p, n));
     cairn__journal_note_put(t, dbi, k, &r);
     return 0;
 }

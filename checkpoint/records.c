@@ -895,6 +895,7 @@ int cairn__idem_del(cairn__txn *t, const char *id)
  * output (bin, nil: none). The generation is the key's last four bytes. */
 #define STEP_FIELDS 7
 
+/* The record up to its output's bytes, which cairn__step_put copies in after it (once). */
 static void step_encode(cairn__txn *t, const cairn__step_rec *r)
 {
     msgpack_packer pk;
@@ -905,8 +906,8 @@ static void step_encode(cairn__txn *t, const cairn__step_rec *r)
     msgpack_pack_int64(&pk, r->updated_ms);
     msgpack_pack_int64(&pk, r->intent_ms);
     pk_s(&pk, r->error);
-    if (r->output)
-        msgpack_pack_bin(&pk, r->output_len), msgpack_pack_bin_body(&pk, r->output, r->output_len);
+    if (r->output) /* the header only: the output's bytes follow it in cairn__put2 */
+        msgpack_pack_bin(&pk, r->output_len);
     else
         msgpack_pack_nil(&pk);
 }
@@ -983,7 +984,7 @@ int cairn__step_put(cairn__txn *t, const char *task, const char *step, const cai
     key k;
     step_key(&k, task, step, r->generation);
     MDB_val kk = kv(&k), v = {t->buf.size, t->buf.data};
-    int rc = cairn__put(t, t->s->steps, &kk, &v, 0);
+    int rc = cairn__put2(t, t->s->steps, &kk, &v, r->output, r->output ? r->output_len : 0, 0);
     return rc ? cairn__mdb_fail(t, t->s, rc, "write step") : 0;
 }
 
@@ -1160,6 +1161,8 @@ static int recode(cairn__txn *t, MDB_dbi dbi, const MDB_val *k, const MDB_val *v
         if (k->mv_size < 6 || step_decode(t, k, v, "", &r))
             return 0;
         step_encode(t, &r);
+        if (r.output) /* the whole record here: its output is read from the map */
+            msgpack_sbuffer_write(&t->buf, r.output, r.output_len);
     } else if (dbi == s->audit) {
         cairn__audit_rec a;
         if (audit_decode(t, v, id, &a))

@@ -88,6 +88,9 @@ int cairn__mdb_fail(cairn__txn *t, cairn_store *s, int rc, const char *what);
  * return the value without its checksum: 0, MDB_NOTFOUND (a miss whose neighbours agree), an
  * LMDB code, or CAIRN_ECORRUPT with the message naming the record. */
 int cairn__put(cairn__txn *t, MDB_dbi dbi, MDB_val *k, MDB_val *v, unsigned flags);
+/* put2: the value is v's bytes followed by tail's (neither in the map), each copied once */
+int cairn__put2(cairn__txn *t, MDB_dbi dbi, MDB_val *k, MDB_val *v, const void *tail,
+                size_t tail_len, unsigned flags);
 int cairn__get(cairn__txn *t, MDB_dbi dbi, MDB_val *k, MDB_val *v);
 int cairn__cursor_get(cairn__txn *t, MDB_cursor *c, MDB_val *k, MDB_val *v, MDB_cursor_op op);
 /* For reads outside a cairn__txn (store.c's meta records at open): verifies and strips. */

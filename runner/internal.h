@@ -126,6 +126,15 @@ typedef struct acquire_arg {
     const uint64_t *listed; /* retry: the record's txn when it was listed as due (or NULL) */
     int taken;              /* the record changed since: another process took the task up */
     int fresh;              /* the admission that took the lease created the task */
+    /* admit_txn: the task it is creating in this transaction, not written yet: the acquire
+     * starts from it and writes it once, running, instead of reading it back */
+    const cairn__task_rec *created;
+    /* fresh: the input the admission wrote (msgpack, malloc'd; cairn__run_acquired takes it),
+     * and the payload hash and creation time it recorded: the first step's read is known too */
+    void *input;
+    size_t input_len;
+    char payload_hash[65];
+    int64_t created_ms;
 } acquire_arg;
 
 /* step.c: runs the steps of a task whose lease `a` holds, committing each. */

@@ -434,6 +434,8 @@ static int admit_txn(cairn__txn *t, void *arg)
 {
     admit_arg *a = arg;
     a->deferred = a->created = 0; /* the callback may run twice (map growth): start clean */
+    if (a->acq)
+        a->acq->created = NULL;
     if (a->message_id && cairn__msg_get(t, a->message_id, a->msg_task) == 0)
         return CAIRN_EMSGSEEN;
     int rc = cairn__idem_reserve(t, a->id, a->hash, a->existing);
@@ -457,7 +459,10 @@ static int admit_txn(cairn__txn *t, void *arg)
             rc = cairn__audit(t, &task, CAIRN_PENDING, CAIRN_PENDING, NULL, "created%s%s",
                               a->message_id ? " from message " : "",
                               a->message_id ? a->message_id : "");
-        if (!rc)
+        if (!rc && a->acq) { /* acquired below: written once, running (or pending if refused) */
+            a->acq->created = &task;
+            a->acq->created_ms = task.created_ms;
+        } else if (!rc)
             rc = cairn__task_put(t, &task);
         a->created = 1;
     } else if (rc == 0 && strcmp(task.graph, a->g->name) != 0) {
@@ -472,11 +477,13 @@ static int admit_txn(cairn__txn *t, void *arg)
      * acquire writes nothing before it refuses, and the message is not recorded as consumed,
      * so its redelivery runs the task. */
     rc = acquire_txn(t, a->acq);
+    int unwritten = a->acq->created != NULL;
+    a->acq->created = NULL;
     if (rc == CAIRN_ETENANT || rc == CAIRN_EBUSY) {
         a->deferred = rc;
         snprintf(a->deferred_msg, sizeof a->deferred_msg, "%s",
                  cairn_store_errmsg(cairn__txn_store(t)));
-        return 0;
+        return unwritten ? cairn__task_put(t, &task) : 0; /* refused before it wrote: pending */
     }
     if (!rc && a->message_id)
         rc = cairn__msg_put(t, a->message_id, a->id);
@@ -504,7 +511,11 @@ static int acquire_txn(cairn__txn *t, void *arg)
     cairn_store *s = cairn__txn_store(t);
     cairn__task_rec task;
     int64_t now = cairn__now_ms();
-    int rc = cairn__task_get(t, a->id, &task);
+    int rc = 0;
+    if (a->created)
+        task = *a->created;
+    else
+        rc = cairn__task_get(t, a->id, &task);
     if (rc == CAIRN_ENOTFOUND)
         return cairn__store_fail(s, rc, "no task '%s'", a->id);
     if (rc)
@@ -719,6 +730,11 @@ static int admit_input(cairn_runner *r, cairn_graph *g, const char *task_id, con
             rc = cairn__runner_store_fail(r, rc); /* the task is kept for `retry`: durably */
         else if (aa.deferred)
             rc = cairn__runner_fail(r, aa.deferred, "%s", aa.deferred_msg);
+        if (!rc && acq && aa.created) { /* the run need not read back what it just wrote */
+            acq->input_len = buf.size;
+            acq->input = msgpack_sbuffer_release(&buf);
+            memcpy(acq->payload_hash, hash, sizeof acq->payload_hash);
+        }
     }
     json_decref(input);
     msgpack_sbuffer_destroy(&buf);
