@@ -108,55 +108,50 @@ static const dot_table dots_scalar = {.f32 = cairn__dot_f32_ref,
                                       .isa = "scalar",
                                       .level = ISA_SCALAR};
 #ifdef CAIRN__X86
-/* the AVX2 level's rows kernel: Q4_0's, on the int8 blocks */
-static int kernels_avx2(uint32_t type, cairn__rows_fn **rows, cairn__tile_fn **tile)
-{
-    if (type != CAIRN__GGML_Q4_0)
-        return -1;
-    *rows = cairn__q4_0_rows_avx2, *tile = NULL;
-    return CAIRN__XF_XQ;
-}
-
 static const dot_table dots_avx2 = {.f32 = cairn__dot_f32_avx2,
                                     .f16 = cairn__dot_f16_avx2,
                                     .bf16 = cairn__dot_bf16_avx2,
-                                    .q8_0 = cairn__dot_q8_0_avx2,
-                                    .q4_0 = cairn__dot_q4_0_avx2,
-                                    .q4_1 = cairn__dot_q4_1_avx2,
-                                    .q5_0 = cairn__dot_q5_0_avx2,
-                                    .q5_1 = cairn__dot_q5_1_avx2,
+                                    .q8_0 = cairn__dot_q8_0_ref,
+                                    .q4_0 = cairn__dot_q4_0_ref,
+                                    .q4_1 = cairn__dot_q4_1_ref,
+                                    .q5_0 = cairn__dot_q5_0_ref,
+                                    .q5_1 = cairn__dot_q5_1_ref,
                                     .q2_K = cairn__dot_q2_K_avx2,
                                     .q3_K = cairn__dot_q3_K_avx2,
                                     .q4_K = cairn__dot_q4_K_avx2,
                                     .q5_K = cairn__dot_q5_K_avx2,
                                     .q6_K = cairn__dot_q6_K_avx2,
-                                    .iq4_nl = cairn__dot_iq4_nl_avx2,
-                                    .iq4_xs = cairn__dot_iq4_xs_avx2,
+                                    .iq4_nl = cairn__dot_iq4_nl_ref,
+                                    .iq4_xs = cairn__dot_iq4_xs_ref,
                                     .axpy = cairn__axpy_avx2,
-                                    .kernels = kernels_avx2,
+#ifdef __x86_64__
+                                    .kernels = cairn__kernels_avx2,
+                                    .xf_prep = cairn__quad_prep,
+#endif
                                     .quant_x = cairn__quant_x_avx2,
                                     .dequant = cairn__dequant_avx2,
                                     .isa = "avx2",
                                     .level = ISA_AVX2};
 #ifdef __x86_64__
 /* the AVX2 kernels, but the float and K-quant dot products, axpy and every type's rows and tile
- * kernels from kernels_cpu_avx512.c (the AVX2 dot products of the types with rows kernels are
- * never called here: they stand in the table for completeness) */
+ * kernels from kernels_cpu_avx512.c. The types with rows kernels at both levels (the types of 32)
+ * name the reference dot products, which are never called there: the table's entry says that
+ * the type is supported. */
 static const dot_table dots_avx512 = {.f32 = cairn__dot_f32_avx512,
                                       .f16 = cairn__dot_f16_avx512,
                                       .bf16 = cairn__dot_bf16_avx512,
-                                      .q8_0 = cairn__dot_q8_0_avx2,
-                                      .q4_0 = cairn__dot_q4_0_avx2,
-                                      .q4_1 = cairn__dot_q4_1_avx2,
-                                      .q5_0 = cairn__dot_q5_0_avx2,
-                                      .q5_1 = cairn__dot_q5_1_avx2,
+                                      .q8_0 = cairn__dot_q8_0_ref,
+                                      .q4_0 = cairn__dot_q4_0_ref,
+                                      .q4_1 = cairn__dot_q4_1_ref,
+                                      .q5_0 = cairn__dot_q5_0_ref,
+                                      .q5_1 = cairn__dot_q5_1_ref,
                                       .q2_K = cairn__dot_q2_K_avx512,
                                       .q3_K = cairn__dot_q3_K_avx512,
                                       .q4_K = cairn__dot_q4_K_avx512,
                                       .q5_K = cairn__dot_q5_K_avx512,
                                       .q6_K = cairn__dot_q6_K_avx512,
-                                      .iq4_nl = cairn__dot_iq4_nl_avx2,
-                                      .iq4_xs = cairn__dot_iq4_xs_avx2,
+                                      .iq4_nl = cairn__dot_iq4_nl_ref,
+                                      .iq4_xs = cairn__dot_iq4_xs_ref,
                                       .axpy = cairn__axpy_avx512,
                                       .kernels = cairn__kernels_avx512,
                                       .xf_prep = cairn__xf_prep_avx512,
@@ -367,6 +362,43 @@ cairn__xk_block *cairn__xk_prep(const cairn__xq8_block *xq, int64_t cols, void *
             }
         }
     return k;
+}
+
+/* ---- the lane kernels' quads (kernels_cpu.h) */
+
+static cairn__xq_quad *quads(void *p)
+{
+    return (cairn__xq_quad *)(((uintptr_t)p + 63) & ~(uintptr_t)63);
+}
+
+size_t cairn__quad_bytes(int64_t cols)
+{
+    return (size_t)((cols / 32 + 3) / 4) * sizeof(cairn__xq_quad) + 64; /* + 64: alignment */
+}
+
+/* (nb + 3) / 4 quads of 4 consecutive blocks, the last one's missing blocks zero, in the form
+ * (CAIRN__XF_Q4, _Q5, _Q8, _MIN) that the type's kernel takes */
+void *cairn__quad_prep(const cairn__xq8_block *xq, int64_t cols, int form, void *dst)
+{
+    const int off = form == CAIRN__XF_Q4 ? 8 : form == CAIRN__XF_Q5 ? 16 : 128;
+    const int64_t nb = cols / 32, nq = (nb + 3) / 4;
+    cairn__xq_quad *q = quads(dst);
+    memset(q, 0, (size_t)nq * sizeof *q);
+    for (int64_t b = 0; b < nb; b++) {
+        cairn__xq_quad *o = &q[b / 4];
+        const int k = (int)(b % 4);
+        int s = 0;
+        for (int g = 0; g < 8; g++)
+            memcpy(o->a[g] + 4 * k, xq[b].qs + 4 * g, 4);
+        for (int e = 0; e < 32; e++)
+            s += xq[b].qs[e];
+        if (form == CAIRN__XF_MIN)
+            o->s[k] = xq[b].d * (float)s;
+        else
+            o->c[k] = -off * s;
+        o->d[k] = xq[b].d;
+    }
+    return q;
 }
 
 size_t cairn__matvec_scratch_bytes(int64_t cols)

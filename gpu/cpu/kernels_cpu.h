@@ -174,6 +174,93 @@ static inline cairn__q4_K_head cairn__q4_K_head_of(const uint8_t *w)
         }                                                                                          \
     } while (0)
 
+/* Software prefetch, for the lane kernels of kernels_cpu_avx512.c and kernels_cpu_avx2.c. The R
+ * rows a pass reads side by side are R streams, which the hardware prefetchers follow poorly once
+ * the weights are out of cache; but the rows are adjacent, so a pass as a whole reads one
+ * contiguous run of R row_bytes, R * 72 (Q4_0) or R * 68 (Q8_0) bytes per step. So each step
+ * prefetches the next lines of that run (CAIRN__PF_RUN), CAIRN__PF_BYTES ahead, or one whole pass
+ * ahead when rows are long (R * rb > CAIRN__PF_BYTES), else the last rows of a pass would be read
+ * before their prefetch. Memory then sees one sequential stream per thread, as in a plain read.
+ * Measured on this Zen 5 VM, 2 threads, out of cache, against a plain threaded read of 39-41 GB/s:
+ * Q4_0 1280 x 1280 34 -> 38-41 GB/s, 32000 x 1280 35-37 -> 42, 768 x 768 33 -> 36, over the earlier
+ * prefetch of each row's own stream 16 KB ahead (itself 768 x 768: 11-29 -> 33). 4 to 16 KB ahead
+ * measured alike; prefetching into L2 only (T1) was slower. Past the end of a share it fetches what
+ * the next share or the next matrix needs; prefetches never fault. */
+#define CAIRN__PF_BYTES 8192
+
+/* bytes from a pass's start to the run it prefetches: CAIRN__PF_BYTES, or one whole pass if that is
+ * longer (then the last row's first lines, 3/4 of a pass in, are still fetched a quarter of a
+ * pass before they are read) */
+static inline size_t cairn__pf_ahead(size_t rb, int R)
+{
+    const size_t run = (size_t)R * rb;
+    return run > CAIRN__PF_BYTES ? run : CAIRN__PF_BYTES;
+}
+
+/* the lines PF bytes ahead of what step g (of `step` bytes per row) of an R-row pass at w
+ * reads: ceil(R * step / 64) of them, a line more than needed now and then */
+#define CAIRN__PF_RUN(w, pf, g, step, R)                                                           \
+    do {                                                                                           \
+        const char *pf_ = (const char *)(w) + (pf) + (size_t)(g) * (size_t)(step) * (R);           \
+        for (int e_ = 0; e_ < ((step) * (R) + 63) / 64; e_++)                                      \
+            _mm_prefetch(pf_ + 64 * e_, _MM_HINT_T0);                                              \
+    } while (0)
+/* the rest of the run, from byte `from` of the pass to its end at R * rb (the partial step at
+ * the end of each row, which PF_RUN's whole steps leave out) */
+#define CAIRN__PF_TAIL(w, pf, from, R, rb)                                                         \
+    do {                                                                                           \
+        for (size_t o_ = (from); o_ < (size_t)(R) * (rb); o_ += 64)                                \
+            _mm_prefetch((const char *)(w) + (pf) + o_, _MM_HINT_T0);                              \
+    } while (0)
+
+/* Runs tile(w, rb, a, n, out, ld, R, T) over nr rows (RR at a time, then the 1-3 left) and nt
+ * tokens (TT at a time, then 4 if TT is 8, then the 1-3 left), R and T constants in each call; for
+ * each group of rows every token, so the group's weights stay in L1 while the tokens pass. */
+#define CAIRN__TILE_T(tile, w, rb, a, n, out, ld, R, nt, TT)                                       \
+    do {                                                                                           \
+        int t_ = 0;                                                                                \
+        for (; t_ + (TT) <= (nt); t_ += (TT))                                                      \
+            tile(w, rb, (a) + t_, n, (out) + (size_t)t_ * (ld), ld, R, TT);                        \
+        if ((TT) > 4 && (nt)-t_ >= 4) {                                                            \
+            tile(w, rb, (a) + t_, n, (out) + (size_t)t_ * (ld), ld, R, 4);                         \
+            t_ += 4;                                                                               \
+        }                                                                                          \
+        switch ((nt)-t_) {                                                                         \
+        case 3:                                                                                    \
+            tile(w, rb, (a) + t_, n, (out) + (size_t)t_ * (ld), ld, R, 3);                         \
+            break;                                                                                 \
+        case 2:                                                                                    \
+            tile(w, rb, (a) + t_, n, (out) + (size_t)t_ * (ld), ld, R, 2);                         \
+            break;                                                                                 \
+        case 1:                                                                                    \
+            tile(w, rb, (a) + t_, n, (out) + (size_t)t_ * (ld), ld, R, 1);                         \
+            break;                                                                                 \
+        default:                                                                                   \
+            break;                                                                                 \
+        }                                                                                          \
+    } while (0)
+#define CAIRN__TILE(tile, w, rb, nr, a, nt, n, out, ld, RR, TT)                                    \
+    do {                                                                                           \
+        const uint8_t *w_ = (w);                                                                   \
+        float *o_ = (out);                                                                         \
+        int nr_ = (nr);                                                                            \
+        for (; nr_ >= (RR); nr_ -= (RR), w_ += (RR) * (rb), o_ += (RR))                            \
+            CAIRN__TILE_T(tile, w_, rb, a, n, o_, ld, RR, nt, TT);                                 \
+        switch (nr_) {                                                                             \
+        case 3:                                                                                    \
+            CAIRN__TILE_T(tile, w_, rb, a, n, o_, ld, 3, nt, TT);                                  \
+            break;                                                                                 \
+        case 2:                                                                                    \
+            CAIRN__TILE_T(tile, w_, rb, a, n, o_, ld, 2, nt, TT);                                  \
+            break;                                                                                 \
+        case 1:                                                                                    \
+            CAIRN__TILE_T(tile, w_, rb, a, n, o_, ld, 1, nt, TT);                                  \
+            break;                                                                                 \
+        default:                                                                                   \
+            break;                                                                                 \
+        }                                                                                          \
+    } while (0)
+
 /* A dot product: one row w (n elements of its type) . x (n) -> float, with xq = x as int8
  * blocks (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS) or as cairn__xk blocks (Q2_K, Q3_K, Q4_K,
  * Q5_K, Q6_K); the float types read x; xs is unused. Every level's dot products have this
@@ -193,13 +280,8 @@ void cairn__axpy_ref(float *y, float a, const float *x, int64_t n);
 
 /* The AVX2 + FMA + F16C kernels (kernels_cpu_avx2.c, x86 only; call only where
  * cairn__kernels_level() >= 1). */
-cairn__dot_fn cairn__dot_f32_avx2, cairn__dot_f16_avx2, cairn__dot_bf16_avx2, cairn__dot_q8_0_avx2,
-    cairn__dot_q4_0_avx2, cairn__dot_q4_1_avx2, cairn__dot_q5_0_avx2, cairn__dot_q5_1_avx2,
-    cairn__dot_q2_K_avx2, cairn__dot_q3_K_avx2, cairn__dot_q4_K_avx2, cairn__dot_q5_K_avx2,
-    cairn__dot_q6_K_avx2, cairn__dot_iq4_nl_avx2, cairn__dot_iq4_xs_avx2;
-/* Q4_0 rows (nr, n) of stride rb bytes . x (n) -> out (nr), xq: x as int8 blocks */
-void cairn__q4_0_rows_avx2(const uint8_t *w, size_t rb, int nr, const void *xq, int64_t n,
-                           float *out);
+cairn__dot_fn cairn__dot_f32_avx2, cairn__dot_f16_avx2, cairn__dot_bf16_avx2, cairn__dot_q2_K_avx2,
+    cairn__dot_q3_K_avx2, cairn__dot_q4_K_avx2, cairn__dot_q5_K_avx2, cairn__dot_q6_K_avx2;
 /* x (32 nb) -> nb int8 blocks, rounded to nearest even */
 void cairn__quant_x_avx2(const float *x, cairn__xq8_block *y, int64_t nb);
 /* y (n) += a * x (n) */
@@ -213,13 +295,55 @@ enum {
     CAIRN__XF_XQ,    /* the int8 blocks themselves (cairn__xq8_block) */
     CAIRN__XF_XK,    /* the K-quants' cairn__xk blocks */
     CAIRN__XF_FLOAT, /* x itself, as floats (the float types' kernels) */
-    CAIRN__XF_Q4,    /* AVX-512 quads of 4 blocks (cairn__quad_prep_avx512), offset 8: Q4_0 */
+    CAIRN__XF_Q4,    /* quads of 4 blocks (cairn__quad_prep), offset 8: Q4_0 */
     CAIRN__XF_Q5,    /* quads, offset 16: Q5_0 */
     CAIRN__XF_Q8,    /* quads, offset 128: Q8_0, IQ4_NL, IQ4_XS */
     CAIRN__XF_MIN,   /* quads with d_x sum(a) for a minimum: Q4_1, Q5_1 */
     CAIRN__XF_K16,   /* AVX-512 steps of 4 sub-blocks of 16: Q2_K, Q3_K */
     CAIRN__XF_N
 };
+/* The activation of a quad (4 consecutive blocks) in the order of the lane kernels (AVX-512 and
+ * AVX2, forms CAIRN__XF_Q4 to CAIRN__XF_MIN): 160 bytes */
+typedef struct {
+    int8_t a[8][16]; /* group k: elements 4k..4k+3 of blocks 0..3 (4 bytes each) */
+    union {
+        int32_t c[4]; /* -off times the sum of block b's 32 values: the unsigned weights' offset */
+        float s[4];   /* CAIRN__XF_MIN: d_x times that sum, which the minimum multiplies */
+    };
+    float d[4]; /* block b's scale */
+} cairn__xq_quad;
+
+/* Bytes of scratch the quads of `cols` elements take, and the preparation: xq (cols / 32 blocks)
+ * -> (nb + 3) / 4 quads at the first 64-byte boundary of dst, the last one's missing blocks zero,
+ * in `form` (CAIRN__XF_Q4, _Q5, _Q8 or _MIN); returns their start. */
+size_t cairn__quad_bytes(int64_t cols);
+void *cairn__quad_prep(const cairn__xq8_block *xq, int64_t cols, int form, void *dst);
+
+/* The types of 32-value blocks the lane kernels take (their KIND): */
+enum {
+    CAIRN__QK_Q4_0,
+    CAIRN__QK_Q8_0,
+    CAIRN__QK_Q4_1,
+    CAIRN__QK_Q5_0,
+    CAIRN__QK_Q5_1,
+    CAIRN__QK_IQ4_NL,
+    CAIRN__QK_IQ4_XS
+};
+/* bytes of a block (IQ4_XS: 16 bytes of a super-block's values), where its values start */
+#define CAIRN__QK_BYTES(K)                                                                         \
+    ((K) == CAIRN__QK_Q8_0   ? 34                                                                  \
+     : (K) == CAIRN__QK_Q4_1 ? 20                                                                  \
+     : (K) == CAIRN__QK_Q5_0 ? 22                                                                  \
+     : (K) == CAIRN__QK_Q5_1 ? 24                                                                  \
+                             : 18)
+#define CAIRN__QK_QS(K)                                                                            \
+    ((K) == CAIRN__QK_Q4_1 ? 4 : (K) == CAIRN__QK_Q5_0 ? 6 : (K) == CAIRN__QK_Q5_1 ? 8 : 2)
+/* two registers a row (values split before the transposition), a minimum, a table of levels */
+#define CAIRN__QK_TWO(K) ((K) == CAIRN__QK_Q8_0 || (K) == CAIRN__QK_Q5_0 || (K) == CAIRN__QK_Q5_1)
+#define CAIRN__QK_FIVE(K) ((K) == CAIRN__QK_Q5_0 || (K) == CAIRN__QK_Q5_1)
+#define CAIRN__QK_MIN(K) ((K) == CAIRN__QK_Q4_1 || (K) == CAIRN__QK_Q5_1)
+#define CAIRN__QK_LUT(K) ((K) == CAIRN__QK_IQ4_NL || (K) == CAIRN__QK_IQ4_XS)
+
 /* A rows kernel: W rows (nr, n) of stride rb bytes . x (n) -> out (nr), xp: x in the kernel's
  * form. Each row's result is the same in any grouping of the rows. */
 typedef void cairn__rows_fn(const uint8_t *w, size_t rb, int nr, const void *xp, int64_t n,
@@ -231,6 +355,12 @@ typedef void cairn__rows_fn(const uint8_t *w, size_t rb, int nr, const void *xp,
 typedef void cairn__tile_fn(const uint8_t *w, size_t rb, int nr, const void *const *xp, int nt,
                             int64_t n, float *out, size_t ld);
 
+/* The AVX2 rows and tile kernels (kernels_cpu_avx2.c, x86-64 only; call only where the CPU has
+ * AVX2, FMA and F16C) of Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL and IQ4_XS: 2 rows and 4 blocks a
+ * step, the activation in quads (cairn__quad_prep), each output bit for bit the AVX-512
+ * kernel's. Sets *rows and *tile and returns the form they take, or returns -1 for the other
+ * types. */
+int cairn__kernels_avx2(uint32_t type, cairn__rows_fn **rows, cairn__tile_fn **tile);
 /* The AVX-512 rows and tile kernels (kernels_cpu_avx512.c, x86-64 only; call only where
  * cairn__kernels_isa() is "avx512") of Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS (4 rows and
  * 4 blocks a step, the activation in quads), Q2_K, Q3_K (4 rows and 4 sub-blocks of 16 a step)

@@ -1,16 +1,13 @@
 /* gpu/cpu/kernels_cpu_avx2.c - the AVX2 + FMA + F16C kernels of gpu/cpu/kernels_cpu.c (which
- * picks them at run time): one dot product per weight type, the 4-row Q4_0 product, the
- * activation's int8 quantization and axpy. Compiled with __attribute__((target)), so the rest of
- * the build keeps the baseline x86-64 instruction set.
+ * picks them at run time): the rows and tile kernels of the types of 32-value blocks (Q4_0, Q8_0,
+ * Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS; the last section), the dot products of the float types and
+ * the K-quants, the activation's int8 quantization and axpy. Compiled with
+ * __attribute__((target)), so the rest of the build keeps the baseline x86-64 instruction set.
  *
- * Q4_0 and Q8_0 multiply in int8 (the activation rounded to int8 blocks, as llama.cpp does):
- * maddubs wants an unsigned left operand, so the weight's sign is moved onto the activation
- * (Q8_0), or the nibbles stay unsigned and the -8 is applied once per activation block (Q4_0).
- * The K-quants multiply in int8 too, against the activation laid out per super-block
- * (cairn__xk_block): their quants are unsigned (Q4_K 0..15, Q6_K 0..63, whose -32 comes off
- * through the activation's prepared sums), scaled per sub-block in float. Q4_1, Q5_0 and Q5_1
- * keep their quants unsigned as Q4_0 does (the fifth bits expanded from their 32-bit word by a
- * shuffle and a compare), their minimum multiplying the activation block's sum.
+ * The quantized products multiply in int8 (the activation rounded to int8 blocks, as llama.cpp
+ * does), with maddubs, which wants an unsigned left operand: the K-quants' quants are unsigned
+ * (Q4_K 0..15, Q6_K 0..63, whose -32 comes off through the activation's prepared sums), against
+ * the activation laid out per super-block (cairn__xk_block), scaled per sub-block in float.
  *
  * The dequantization of a row for the prompt's products (cairn__dequant_avx2: every type but
  * F32) does what cairn__dequant_row (quant.c) does, eight values an instruction: the same
@@ -267,135 +264,6 @@ AVX2 float cairn__dot_bf16_avx2(const uint8_t *w, const float *x, const void *xq
     return s;
 }
 
-/* signed int8 (32) . signed int8 (32) -> 8 int32 partial sums, via maddubs (which wants an
- * unsigned left operand: move w's sign onto a) */
-AVX2 static inline __m256 dot_i8x32(__m256i w, __m256i a)
-{
-    const __m256i aw = _mm256_sign_epi8(w, w);
-    const __m256i sa = _mm256_sign_epi8(a, w);
-    const __m256i p16 = _mm256_maddubs_epi16(aw, sa);
-    return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
-}
-
-/* w (n) . x (n) -> float */
-AVX2 float cairn__dot_q8_0_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs,
-                                int64_t n)
-{
-    (void)x, (void)xs;
-    const cairn__block_q8_0 *b = (const cairn__block_q8_0 *)w;
-    const cairn__xq8_block *a = xq;
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / 32; i++) {
-        const __m256i wv = _mm256_loadu_si256((const __m256i *)(const void *)b[i].qs);
-        const __m256i av = _mm256_loadu_si256((const __m256i *)(const void *)a[i].qs);
-        const __m256 d = _mm256_set1_ps(F16(b[i].d) * a[i].d);
-        acc = _mm256_fmadd_ps(d, dot_i8x32(wv, av), acc);
-    }
-    return hsum256(acc);
-}
-
-/* w (n) . x (n) -> float */
-AVX2 float cairn__dot_q4_0_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs,
-                                int64_t n)
-{
-    (void)x, (void)xs;
-    const cairn__block_q4_0 *b = (const cairn__block_q4_0 *)w;
-    const cairn__xq8_block *a = xq;
-    const __m128i m4 = _mm_set1_epi8(0x0F);
-    const __m256i off = _mm256_set1_epi8(8);
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / 32; i++) {
-        const __m128i q = _mm_loadu_si128((const __m128i *)(const void *)b[i].qs);
-        const __m128i lo = _mm_and_si128(q, m4);                    /* elements 0..15 */
-        const __m128i hi = _mm_and_si128(_mm_srli_epi16(q, 4), m4); /* elements 16..31 */
-        const __m256i wv = _mm256_sub_epi8(_mm256_set_m128i(hi, lo), off);
-        const __m256i av = _mm256_loadu_si256((const __m256i *)(const void *)a[i].qs);
-        const __m256 d = _mm256_set1_ps(F16(b[i].d) * a[i].d);
-        acc = _mm256_fmadd_ps(d, dot_i8x32(wv, av), acc);
-    }
-    return hsum256(acc);
-}
-
-/* Q4_0 for decode, R (1..4) consecutive rows per pass. Three things make it ~1.5x the one-row
- * kernel above in cache: the activation block (and its 8*a correction below) is loaded once for
- * R rows, each row has its own accumulator so R fmadd chains run side by side instead of one
- * 4-cycle chain, and the nibbles stay unsigned: (q-8).a = q.a - 8.a, where q.a is one maddubs
- * (q <= 15, so no saturation) and 8.a is shared by all rows, instead of two sign instructions
- * per row. The two nibble halves come from one 128-bit broadcast load shifted by 0 / 4 bits per
- * lane. Each row's arithmetic is the same whatever R is (and the same as cairn__dot_q4_0_avx2's:
- * the integer sums are exact), so grouping never changes a result. */
-/* one Q4_0 block (32) . one activation block (av, with a8 = 8 * its pairs and its scale da),
- * added into the row's 8 partial sums */
-AVX2 static inline __m256 q4_0_step(__m256 acc, const cairn__block_q4_0 *b, __m256i av, __m256i a8,
-                                    __m256 da)
-{
-    const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
-    const __m256i q = _mm256_and_si256(
-        _mm256_srlv_epi64(
-            _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)b->qs)),
-            _mm256_set_epi64x(4, 4, 0, 0)),
-        m4); /* elements 0..15 in the low lane, 16..31 in the high one */
-    const __m256i p = _mm256_madd_epi16(_mm256_sub_epi16(_mm256_maddubs_epi16(q, av), a8), ones);
-    const __m256 d = _mm256_mul_ps(_mm256_cvtph_ps(_mm_set1_epi16((short)b->d)), da);
-    return _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc);
-}
-
-/* Prefetch distance of the multi-row Q4_0 kernel, in rows: it reads 4 rows side by side, 18
- * bytes of each per step, which the hardware prefetchers do not follow well once the weights
- * are out of cache (without this the kernel ran at half the one-row speed on a 110M model);
- * 12 rows ahead measured best on a Zen 4 host, 4 and 8 clearly slower. The prefetches walk the
- * pass's rows as the one contiguous run they are (as in kernels_cpu_avx512.c), two lines a step
- * where one per row and step was four: out of cache on this Zen 5 VM, 2 threads, 1280-column
- * products went from 35-38 to 38-42 GB/s (in cache the kernel runs at ~47). */
-#define Q4_PF 12
-/* W rows (R, n) of stride rb bytes . x (n) -> out (R); R is a constant after inlining, and the
- * accumulators are named variables so that they stay in registers */
-AVX2 static inline __attribute__((always_inline)) void q4_0_rows_avx2(const uint8_t *w, size_t rb,
-                                                                      const cairn__xq8_block *a,
-                                                                      int64_t n, float *out,
-                                                                      const int R)
-{
-    const __m256i eight = _mm256_set1_epi8(8);
-    const cairn__block_q4_0 *b0 = (const cairn__block_q4_0 *)(const void *)w;
-    const cairn__block_q4_0 *b1 = (const cairn__block_q4_0 *)(const void *)(w + rb);
-    const cairn__block_q4_0 *b2 = (const cairn__block_q4_0 *)(const void *)(w + 2 * rb);
-    const cairn__block_q4_0 *b3 = (const cairn__block_q4_0 *)(const void *)(w + 3 * rb);
-    __m256 c0 = _mm256_setzero_ps(), c1 = c0, c2 = c0, c3 = c0;
-    for (int64_t i = 0; i < n / 32; i++) {
-        const __m256i av = _mm256_loadu_si256((const __m256i *)(const void *)a[i].qs);
-        const __m256i a8 = _mm256_maddubs_epi16(eight, av); /* |8 * (a + a')| <= 2032 */
-        const __m256 da = _mm256_set1_ps(a[i].d);
-        {
-            /* the pass's R rows are one contiguous run of R * rb bytes, read 18 R bytes a
-             * step: prefetch the lines of that run Q4_PF rows ahead, in order */
-            const char *pf = (const char *)w + Q4_PF * rb + (size_t)i * 18 * R;
-            for (int e = 0; e < (18 * R + 63) / 64; e++)
-                _mm_prefetch(pf + 64 * e, _MM_HINT_T0);
-        }
-        c0 = q4_0_step(c0, b0 + i, av, a8, da);
-        if (R > 1)
-            c1 = q4_0_step(c1, b1 + i, av, a8, da);
-        if (R > 2)
-            c2 = q4_0_step(c2, b2 + i, av, a8, da);
-        if (R > 3)
-            c3 = q4_0_step(c3, b3 + i, av, a8, da);
-    }
-    out[0] = hsum256(c0);
-    if (R > 1)
-        out[1] = hsum256(c1);
-    if (R > 2)
-        out[2] = hsum256(c2);
-    if (R > 3)
-        out[3] = hsum256(c3);
-}
-
-/* W rows (nr, n) of stride rb bytes . x (n) -> out (nr) */
-AVX2 void cairn__q4_0_rows_avx2(const uint8_t *w, size_t rb, int nr, const void *xq, int64_t n,
-                                float *out)
-{
-    CAIRN__ROWS_DISPATCH(q4_0_rows_avx2, w, rb, nr, xq, n, out);
-}
-
 /* unsigned bytes u (each <= 63) . signed bytes a -> 8 int32 sums of 4 products; maddubs's pair
  * sums stay within int16 (2 * 63 * 127) */
 AVX2 static inline __m256i dot_u8_i8(__m256i u, __m256i a)
@@ -403,154 +271,12 @@ AVX2 static inline __m256i dot_u8_i8(__m256i u, __m256i a)
     return _mm256_madd_epi16(_mm256_maddubs_epi16(u, a), _mm256_set1_epi16(1));
 }
 
-/* Q4_1, Q5_0 and Q5_1: the quants stay unsigned (0..15, 0..31), so q . a is one maddubs
- * (no saturation: 2 * 31 * 127 fits in int16); Q5_0's -16 comes off as 16 a in the same int16
- * pairs, as Q4_0's -8 in q4_0_step, and the minimum of Q4_1 / Q5_1 multiplies sum(a), the pairs
- * of a maddubs by ones. Integer sums are exact, so each block's terms are the reference's. */
-
 /* the f16 at p (any alignment) as a float */
 AVX2 static inline float half_at(const uint8_t *p)
 {
     uint16_t h;
     memcpy(&h, p, 2);
     return _cvtsh_ss(h);
-}
-
-/* the 16 nibble bytes at qs in element order: low nibbles (elements 0..15) in the low lane,
- * high nibbles (16..31) in the high one */
-AVX2 static inline __m256i nibbles32(const uint8_t *qs)
-{
-    const __m128i q = _mm_loadu_si128((const __m128i *)(const void *)qs), m4 = _mm_set1_epi8(0x0F);
-    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m4), _mm_and_si128(q, m4));
-}
-
-/* the fifth bits of a Q5 block (32 bits at qh, any alignment): byte e = 0x10 if bit e is set.
- * Byte e takes qh's byte e / 8 (a shuffle of the broadcast word) and tests its bit e % 8. */
-AVX2 static inline __m256i q5_high_avx2(const uint8_t *qh)
-{
-    uint32_t h;
-    memcpy(&h, qh, 4);
-    const __m256i pick =
-        _mm256_setr_epi64x(0, 0x0101010101010101LL, 0x0202020202020202LL, 0x0303030303030303LL);
-    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
-    const __m256i v = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)h), pick), bit);
-    return _mm256_and_si256(_mm256_cmpeq_epi8(v, bit), _mm256_set1_epi8(0x10));
-}
-
-/* the int8 activation's pair sums as 8 int32 sums of 4 */
-AVX2 static inline __m256i sum_i8(__m256i a)
-{
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), a), _mm256_set1_epi16(1));
-}
-
-/* w (n) . x (n) -> float; Q4_1 (Q5 0) or Q5_1 (Q5 1): acc + (d xd) (q . a), macc + (m xd) sum(a) */
-AVX2 static inline __attribute__((always_inline)) float
-dot_min_avx2(const uint8_t *w, const void *xq, int64_t n, const int Q5)
-{
-    const cairn__xq8_block *a = xq;
-    const size_t bb = Q5 ? sizeof(cairn__block_q5_1) : sizeof(cairn__block_q4_1);
-    const size_t qs = Q5 ? offsetof(cairn__block_q5_1, qs) : offsetof(cairn__block_q4_1, qs);
-    __m256 acc = _mm256_setzero_ps(), macc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / 32; i++, w += bb) {
-        __m256i q = nibbles32(w + qs);
-        if (Q5)
-            q = _mm256_or_si256(q, q5_high_avx2(w + offsetof(cairn__block_q5_1, qh)));
-        const __m256i av = _mm256_loadu_si256((const __m256i *)(const void *)a[i].qs);
-        const float xd = a[i].d;
-        /* d and m lead both blocks */
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(half_at(w + offsetof(cairn__block_q4_1, d)) * xd),
-                              _mm256_cvtepi32_ps(dot_u8_i8(q, av)), acc);
-        macc = _mm256_fmadd_ps(_mm256_set1_ps(half_at(w + offsetof(cairn__block_q4_1, m)) * xd),
-                               _mm256_cvtepi32_ps(sum_i8(av)), macc);
-    }
-    return hsum256(acc) + hsum256(macc);
-}
-
-/* w (n) . x (n) -> float */
-AVX2 float cairn__dot_q4_1_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs,
-                                int64_t n)
-{
-    (void)x, (void)xs;
-    return dot_min_avx2(w, xq, n, 0);
-}
-
-/* w (n) . x (n) -> float */
-AVX2 float cairn__dot_q5_1_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs,
-                                int64_t n)
-{
-    (void)x, (void)xs;
-    return dot_min_avx2(w, xq, n, 1);
-}
-
-/* w (n) . x (n) -> float */
-AVX2 float cairn__dot_q5_0_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs,
-                                int64_t n)
-{
-    (void)x, (void)xs;
-    const cairn__xq8_block *a = xq;
-    const __m256i sixteen = _mm256_set1_epi8(16), ones = _mm256_set1_epi16(1);
-    __m256 acc = _mm256_setzero_ps(), acc2 = _mm256_setzero_ps(); /* even, odd blocks */
-    for (int64_t i = 0; i < n / 32; i++, w += sizeof(cairn__block_q5_0)) {
-        const __m256i q = _mm256_or_si256(nibbles32(w + offsetof(cairn__block_q5_0, qs)),
-                                          q5_high_avx2(w + offsetof(cairn__block_q5_0, qh)));
-        const __m256i av = _mm256_loadu_si256((const __m256i *)(const void *)a[i].qs);
-        const __m256i p = _mm256_madd_epi16(
-            _mm256_sub_epi16(_mm256_maddubs_epi16(q, av), _mm256_maddubs_epi16(sixteen, av)), ones);
-        const __m256 d = _mm256_set1_ps(half_at(w + offsetof(cairn__block_q5_0, d)) * a[i].d);
-        if (i & 1)
-            acc2 = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc2);
-        else
-            acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc);
-    }
-    return hsum256(_mm256_add_ps(acc, acc2));
-}
-
-/* IQ4_NL and IQ4_XS: the nibbles look their int8 levels up with one byte shuffle of the 16-entry
- * table, then a signed int8 product as Q8_0's (|level| <= 127, so maddubs's pairs stay in
- * int16). */
-
-/* the 32 levels of the quants at qs (an IQ4_NL block's 16 bytes), in element order */
-AVX2 static inline __m256i iq4_levels(const uint8_t *qs)
-{
-    const __m256i tbl = _mm256_broadcastsi128_si256(
-        _mm_loadu_si128((const __m128i *)(const void *)cairn__iq4nl_values));
-    return _mm256_shuffle_epi8(tbl, nibbles32(qs));
-}
-
-/* w (n) . x (n) -> float; xq: n / 32 int8 blocks */
-AVX2 float cairn__dot_iq4_nl_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs,
-                                  int64_t n)
-{
-    (void)x, (void)xs;
-    const cairn__xq8_block *a = xq;
-    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()}; /* even, odd blocks */
-    for (int64_t i = 0; i < n / 32; i++, w += sizeof(cairn__block_iq4_nl)) {
-        const __m256i v = iq4_levels(w + offsetof(cairn__block_iq4_nl, qs));
-        const __m256i av = _mm256_loadu_si256((const __m256i *)(const void *)a[i].qs);
-        const __m256 d = _mm256_set1_ps(half_at(w + offsetof(cairn__block_iq4_nl, d)) * a[i].d);
-        acc[i & 1] = _mm256_fmadd_ps(d, dot_i8x32(v, av), acc[i & 1]);
-    }
-    return hsum256(_mm256_add_ps(acc[0], acc[1]));
-}
-
-/* w (n) . x (n) -> float; xq: n / 32 int8 blocks, one per sub-block */
-AVX2 float cairn__dot_iq4_xs_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs,
-                                  int64_t n)
-{
-    (void)x, (void)xs;
-    const cairn__xq8_block *a = xq;
-    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()}; /* even, odd sub-blocks */
-    for (int64_t i = 0; i < n / CAIRN__QK_K; i++, w += sizeof(cairn__block_iq4_xs)) {
-        const float d = half_at(w + offsetof(cairn__block_iq4_xs, d));
-        for (int ib = 0; ib < 8; ib++) {
-            const cairn__xq8_block *b = &a[8 * i + ib];
-            const __m256i v = iq4_levels(w + offsetof(cairn__block_iq4_xs, qs) + 16 * ib);
-            const __m256i av = _mm256_loadu_si256((const __m256i *)(const void *)b->qs);
-            const __m256 f = _mm256_set1_ps(d * (float)cairn__iq4_xs_scale(w, ib) * b->d);
-            acc[ib & 1] = _mm256_fmadd_ps(f, dot_i8x32(v, av), acc[ib & 1]);
-        }
-    }
-    return hsum256(_mm256_add_ps(acc[0], acc[1]));
 }
 
 /* Q4_K against the int8 activation (cairn__xk_block): per sub-block of 32, the 4-bit quants
@@ -794,6 +520,327 @@ AVX2 float cairn__dot_q6_K_avx2(const uint8_t *w, const float *x, const void *xq
     return hsum256(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]))) -
            hsum256(off);
 }
+
+#if defined(__x86_64__)
+/* ---- the types of 32-value blocks on (row, block) lanes ------------------------------------
+ * Q4_0, Q8_0, Q4_1, Q5_0, Q5_1, IQ4_NL and IQ4_XS: the decode's and the prompt's products in one
+ * kernel, kernels_cpu_avx512.c's quad kernel on 256-bit registers. A step takes 2 rows and 4
+ * blocks (a quad; the activation in the same cairn__xq_quad form), lane 4r + b of a register
+ * holding row r's block b: each row's 4 blocks are loaded into the two 128-bit halves of 4
+ * registers (row 0 low, row 1 high), and a 4 x 4 transposition of their dwords (8 unpacks)
+ * gives register k = group k (elements 4k..4k+3) of every (row, block) lane, as the activation's
+ * group k is laid out (broadcast to both halves). Then, per token, maddubs (unsigned weight x
+ * signed int8 activation, pairs summed in int16) and madd by ones sum each lane's block exactly:
+ *   - Q4_0, Q4_1: nibbles 0..15, all 8 groups summed in int16 (8 * 2 * 15 * 127 < 2^15), one
+ *     madd; Q4_0's -8 comes back as the quad's -8 sum(a);
+ *   - Q5_0, Q5_1: nibbles with the fifth bit (a shuffle of the qh words and a compare) 0..31,
+ *     4 groups in int16 at a time; Q5_0's -16 as -16 sum(a);
+ *   - Q8_0, IQ4_NL, IQ4_XS (levels by a byte shuffle): signed, so the weight's sign moves onto
+ *     the activation (|w| . sign(a, w)), a madd per group (|w| up to 128: one pair fills int16).
+ * The float part is the AVX-512 kernel's, lane for lane: acc_b += (d_w * d_x) * (exact integer
+ * sum), then m_w * (d_x sum(a)) for a minimum, one multiply-add after the other in block order,
+ * and a row's result is (acc0 + acc1) + (acc2 + acc3): every output is bit for bit the AVX-512
+ * level's, so a product's bits do not depend on which of the two levels the CPU has, and (one
+ * kernel for 1 token and for tiles) the decode's are the prompt's. Blocks past a row's end (the
+ * last quad of rows whose block count is not a multiple of 4) are zeros, which add exact zeros.
+ */
+#define QUAD2_RR 2 /* rows a pass (one register of (row, block) lanes) */
+#define QUAD2_TT 4 /* tokens a tile: 8 weight registers and 4 accumulators */
+
+/* 4 registers Y[b] (dword j of each half: group j of block b) -> G[j] (dword b: the same) */
+AVX2 static inline __attribute__((always_inline)) void tr4x4(const __m256i Y[4], __m256i G[4])
+{
+    const __m256i t0 = _mm256_unpacklo_epi32(Y[0], Y[1]), t1 = _mm256_unpackhi_epi32(Y[0], Y[1]);
+    const __m256i t2 = _mm256_unpacklo_epi32(Y[2], Y[3]), t3 = _mm256_unpackhi_epi32(Y[2], Y[3]);
+    G[0] = _mm256_unpacklo_epi64(t0, t2), G[1] = _mm256_unpackhi_epi64(t0, t2);
+    G[2] = _mm256_unpacklo_epi64(t1, t3), G[3] = _mm256_unpackhi_epi64(t1, t3);
+}
+
+/* the 16 bytes at p (row 0) and, for R > 1, at p + rb (row 1) as the two halves */
+AVX2 static inline __attribute__((always_inline)) __m256i load2(const uint8_t *p, size_t rb,
+                                                                const int R)
+{
+    const __m128i lo = _mm_loadu_si128((const __m128i *)(const void *)p);
+    return R > 1 ? _mm256_inserti128_si256(_mm256_castsi128_si256(lo),
+                                           _mm_loadu_si128((const __m128i *)(const void *)(p + rb)),
+                                           1)
+                 : _mm256_zextsi128_si256(lo);
+}
+
+/* the u16 (or u32) at p */
+static inline uint32_t u16at(const uint8_t *p)
+{
+    uint16_t v;
+    memcpy(&v, p, 2);
+    return v;
+}
+static inline uint32_t u32at(const uint8_t *p)
+{
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* byte e of lane L of the IQ4_XS scale shuffle (the two rows' 8-byte headers side by side in
+ * each half; row L / 4): scales_l byte 2h + b / 2, scales_h byte h (b = L % 4), then zeros */
+#define XS2_(r, b, h) 8 * (r) + 4 + 2 * (h) + (b) / 2, 8 * (r) + 2 + (h), -1, -1
+#define XS2R_(r, h) XS2_(r, 0, h), XS2_(r, 1, h), XS2_(r, 2, h), XS2_(r, 3, h)
+
+/* IQ4_XS quad h (sub-blocks 4h..4h+3) of 2 rows' super-blocks at w, rb bytes apart: lane 4r + b
+ * the scale of row r's sub-block 4h + b, d (ls - 32), as floats (the AVX-512 kernel's values) */
+AVX2 static inline __attribute__((always_inline)) __m256 iq4_xs_scales2(const uint8_t *w, size_t rb,
+                                                                        const int R, int h)
+{
+    uint64_t h0, h1 = 0;
+    memcpy(&h0, w, 8);
+    if (R > 1)
+        memcpy(&h1, w + rb, 8);
+    const __m128i H = _mm_set_epi64x((long long)h1, (long long)h0);
+    const __m256i idx =
+        h ? _mm256_setr_epi8(XS2R_(0, 1), XS2R_(1, 1)) : _mm256_setr_epi8(XS2R_(0, 0), XS2R_(1, 0));
+    const __m256i v = _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(H), idx);
+    const __m256i lo = _mm256_and_si256(
+        _mm256_srlv_epi32(v, _mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4)), _mm256_set1_epi32(0xF));
+    const __m256i hi =
+        _mm256_and_si256(_mm256_srlv_epi32(v, _mm256_setr_epi32(8, 10, 12, 14, 8, 10, 12, 14)),
+                         _mm256_set1_epi32(3));
+    const __m256i ls =
+        _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)), _mm256_set1_epi32(32));
+    const __m128i dd =
+        _mm_shuffle_epi8(H, _mm_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 8, 9, 8, 9, 8, 9, 8, 9));
+    return _mm256_mul_ps(_mm256_cvtph_ps(dd), _mm256_cvtepi32_ps(ls));
+}
+#undef XS2_
+#undef XS2R_
+
+/* quad g of rows (R <= 2) of stride rb bytes @ tokens a[0..T), its first nbk blocks (4, but for
+ * the last quad of a row whose block count is not a multiple of 4), added into acc[0..T) */
+AVX2 static inline __attribute__((always_inline)) void
+quad_step_avx2(const uint8_t *w, size_t rb, const cairn__xq_quad *const *a, int64_t g,
+               const int nbk, size_t pf, __m256 *acc, const int R, const int T, const int KIND)
+{
+    const int SIGNED = KIND == CAIRN__QK_Q8_0 || CAIRN__QK_LUT(KIND);
+    const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    const __m256i lut = _mm256_broadcastsi128_si256(
+        _mm_loadu_si128((const __m128i *)(const void *)cairn__iq4nl_values));
+    /* the fifth bits: group 2j and 2j + 1 of a lane test bits e and 4 + e of qh byte j */
+    const __m256i mlo = _mm256_set1_epi32(0x08040201), mhi = _mm256_set1_epi32((int)0x80402010u);
+    const int BB = KIND == CAIRN__QK_IQ4_XS ? 16 : CAIRN__QK_BYTES(KIND);
+    const int qb = KIND == CAIRN__QK_IQ4_XS ? (int)sizeof(cairn__block_iq4_xs) / 2 : 4 * BB;
+    /* the quad's first byte in row 0, where its values start */
+    const size_t off = KIND == CAIRN__QK_IQ4_XS ? (size_t)(g / 2) * sizeof(cairn__block_iq4_xs)
+                                                : (size_t)g * (size_t)qb;
+    const uint8_t *q0 = KIND == CAIRN__QK_IQ4_XS
+                            ? w + off + offsetof(cairn__block_iq4_xs, qs) + 64 * (size_t)(g & 1)
+                            : w + off + CAIRN__QK_QS(KIND);
+    if (nbk == 4)
+        CAIRN__PF_RUN(w, pf, g, qb, R);
+    else
+        CAIRN__PF_TAIL(w, pf, off * R, R, rb);
+    __m256i Y[4], Z[4], K[8];
+#pragma GCC unroll 4
+    for (int b = 0; b < 4; b++) {
+        if (b < nbk) {
+            Y[b] = load2(q0 + b * BB, rb, R);
+            if (KIND == CAIRN__QK_Q8_0)
+                Z[b] = load2(q0 + b * BB + 16, rb, R);
+        } else
+            Y[b] = Z[b] = _mm256_setzero_si256();
+    }
+    tr4x4(Y, K);
+    if (KIND == CAIRN__QK_Q8_0)
+        tr4x4(Z, K + 4);
+    else
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) { /* elements 4k.. low nibbles, 16 + 4k.. high */
+            K[4 + k] = _mm256_and_si256(_mm256_srli_epi16(K[k], 4), m4);
+            K[k] = _mm256_and_si256(K[k], m4);
+            if (CAIRN__QK_LUT(KIND)) {
+                K[k] = _mm256_shuffle_epi8(lut, K[k]);
+                K[4 + k] = _mm256_shuffle_epi8(lut, K[4 + k]);
+            }
+        }
+    if (CAIRN__QK_FIVE(KIND)) {
+        /* lane 4r + b: block b's qh word of row r */
+        const int QH = KIND == CAIRN__QK_Q5_0 ? 2 : 4;
+        const uint8_t *h0 = w + off + QH, *h1 = h0 + rb;
+        const __m256i H = _mm256_setr_epi32(
+            nbk > 0 ? (int)u32at(h0) : 0, nbk > 1 ? (int)u32at(h0 + BB) : 0,
+            nbk > 2 ? (int)u32at(h0 + 2 * BB) : 0, nbk > 3 ? (int)u32at(h0 + 3 * BB) : 0,
+            R > 1 && nbk > 0 ? (int)u32at(h1) : 0, R > 1 && nbk > 1 ? (int)u32at(h1 + BB) : 0,
+            R > 1 && nbk > 2 ? (int)u32at(h1 + 2 * BB) : 0,
+            R > 1 && nbk > 3 ? (int)u32at(h1 + 3 * BB) : 0);
+        const __m256i lanes = _mm256_setr_epi32(0, 0x04040404, 0x08080808, 0x0C0C0C0C, 0,
+                                                0x04040404, 0x08080808, 0x0C0C0C0C);
+        const __m256i b4 = _mm256_set1_epi8(0x10);
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) {
+            /* every byte of a lane: byte j of its qh word, whose bits e and 4 + e are
+             * elements 8j + e (group 2j) and 8j + 4 + e (group 2j + 1) */
+            const __m256i S =
+                _mm256_shuffle_epi8(H, _mm256_add_epi8(lanes, _mm256_set1_epi8((char)j)));
+            const __m256i lo =
+                _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(S, mlo), mlo), b4);
+            const __m256i hi =
+                _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(S, mhi), mhi), b4);
+            /* group k is K[k] for k < 4 (low nibbles), K[k] too for k >= 4 (high) */
+            K[2 * j] = _mm256_or_si256(K[2 * j], lo);
+            K[2 * j + 1] = _mm256_or_si256(K[2 * j + 1], hi);
+        }
+    }
+    /* lane 4r + b: row r's block b's scale (and minimum) */
+    __m256 sw, mw = _mm256_setzero_ps();
+    if (KIND == CAIRN__QK_IQ4_XS)
+        sw = iq4_xs_scales2(w + off, rb, R, (int)(g & 1));
+    else {
+        /* the f16 words at byte `at` of each (row, block), built in registers (an array
+         * read back whole would wait on its stores) */
+#define W16(r, b, at)                                                                              \
+    (short)((r) < R && (b) < nbk ? u16at(w + (size_t)(r)*rb + off + (size_t)(b)*BB + (at)) : 0)
+#define SC8(at)                                                                                    \
+    _mm256_cvtph_ps(_mm_setr_epi16(W16(0, 0, at), W16(0, 1, at), W16(0, 2, at), W16(0, 3, at),     \
+                                   W16(1, 0, at), W16(1, 1, at), W16(1, 2, at), W16(1, 3, at)))
+        sw = SC8(0);
+        if (CAIRN__QK_MIN(KIND))
+            mw = SC8(2);
+#undef SC8
+#undef W16
+    }
+    __m256i U[8];
+    if (SIGNED)
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++)
+            U[k] = _mm256_sign_epi8(K[k], K[k]); /* |w|: 0..128 as unsigned bytes */
+#pragma GCC unroll 4
+    for (int t = 0; t < T; t++) {
+        const cairn__xq_quad *x = &a[t][g];
+#define BC(p) _mm256_broadcastsi128_si256(_mm_load_si128((const __m128i *)(const void *)(p)))
+        __m256i p;
+        if (SIGNED) {
+            p = _mm256_setzero_si256();
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; k++)
+                p = _mm256_add_epi32(
+                    p, _mm256_madd_epi16(
+                           _mm256_maddubs_epi16(U[k], _mm256_sign_epi8(BC(x->a[k]), K[k])), ones));
+        } else if (CAIRN__QK_FIVE(KIND)) {
+            __m256i s0 = _mm256_maddubs_epi16(K[0], BC(x->a[0]));
+            __m256i s1 = _mm256_maddubs_epi16(K[4], BC(x->a[4]));
+#pragma GCC unroll 3
+            for (int k = 1; k < 4; k++) {
+                s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(K[k], BC(x->a[k])));
+                s1 = _mm256_add_epi16(s1, _mm256_maddubs_epi16(K[4 + k], BC(x->a[4 + k])));
+            }
+            p = _mm256_add_epi32(_mm256_madd_epi16(s0, ones), _mm256_madd_epi16(s1, ones));
+        } else {
+            __m256i s0 = _mm256_maddubs_epi16(K[0], BC(x->a[0]));
+            __m256i s1 = _mm256_maddubs_epi16(K[4], BC(x->a[4]));
+#pragma GCC unroll 3
+            for (int k = 1; k < 4; k++) {
+                s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(K[k], BC(x->a[k])));
+                s1 = _mm256_add_epi16(s1, _mm256_maddubs_epi16(K[4 + k], BC(x->a[4 + k])));
+            }
+            p = _mm256_madd_epi16(_mm256_add_epi16(s0, s1), ones);
+        }
+        if (!SIGNED && !CAIRN__QK_MIN(KIND))
+            p = _mm256_add_epi32(p, BC(x->c));
+#undef BC
+        const __m256 sx = _mm256_broadcast_ps((const __m128 *)(const void *)x->d);
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(sw, sx), acc[t]);
+        if (CAIRN__QK_MIN(KIND))
+            acc[t] = _mm256_fmadd_ps(mw, _mm256_broadcast_ps((const __m128 *)(const void *)x->s),
+                                     acc[t]);
+    }
+}
+
+/* rows (R <= 2, n) of stride rb bytes @ tokens a[0..T) (T <= 4, each in the type's quad form) ->
+ * out[t * ld + r]; KIND one of CAIRN__QK_*, R and T constants after inlining */
+AVX2 static inline __attribute__((always_inline)) void
+quad_tile_avx2(const uint8_t *w, size_t rb, const cairn__xq_quad *const *a, int64_t n, float *out,
+               size_t ld, const int R, const int T, const int KIND)
+{
+    const int64_t nb = n / 32;
+    const size_t pf = cairn__pf_ahead(rb, R);
+    __m256 acc[QUAD2_TT];
+    for (int t = 0; t < T; t++)
+        acc[t] = _mm256_setzero_ps();
+    /* whole quads with their block count a constant, then the 1-3 blocks left */
+    for (int64_t g = 0; g < nb / 4; g++)
+        quad_step_avx2(w, rb, a, g, 4, pf, acc, R, T, KIND);
+    if (nb % 4)
+        quad_step_avx2(w, rb, a, nb / 4, (int)(nb % 4), pf, acc, R, T, KIND);
+#pragma GCC unroll 4
+    for (int t = 0; t < T; t++) {
+        __m256 u = _mm256_add_ps(acc[t], _mm256_permute_ps(acc[t], 0xB1));
+        u = _mm256_add_ps(u, _mm256_permute_ps(u, 0x4E));
+        out[(size_t)t * ld] = _mm256_cvtss_f32(u);
+        if (R > 1)
+            out[(size_t)t * ld + 1] = _mm_cvtss_f32(_mm256_extractf128_ps(u, 1));
+    }
+}
+
+/* Each type's rows and tile kernels, over any number of rows and tokens */
+#define QUAD2_KERNELS(name, KIND)                                                                  \
+    AVX2 static inline __attribute__((always_inline)) void name##_tile_(                           \
+        const uint8_t *w, size_t rb, const cairn__xq_quad *const *a, int64_t n, float *out,        \
+        size_t ld, const int R, const int T)                                                       \
+    {                                                                                              \
+        quad_tile_avx2(w, rb, a, n, out, ld, R, T, KIND);                                          \
+    }                                                                                              \
+    AVX2 static void name##_rows(const uint8_t *w, size_t rb, int nr, const void *xp, int64_t n,   \
+                                 float *out)                                                       \
+    {                                                                                              \
+        const cairn__xq_quad *a = xp;                                                              \
+        for (; nr >= 2; nr -= 2, w += 2 * rb, out += 2)                                            \
+            quad_tile_avx2(w, rb, &a, n, out, 0, 2, 1, KIND);                                      \
+        if (nr)                                                                                    \
+            quad_tile_avx2(w, rb, &a, n, out, 0, 1, 1, KIND);                                      \
+    }                                                                                              \
+    AVX2 static void name##_tile(const uint8_t *w, size_t rb, int nr, const void *const *xp,       \
+                                 int nt, int64_t n, float *out, size_t ld)                         \
+    {                                                                                              \
+        const cairn__xq_quad *const *a = (const cairn__xq_quad *const *)xp;                        \
+        CAIRN__TILE(name##_tile_, w, rb, nr, a, nt, n, out, ld, QUAD2_RR, QUAD2_TT);               \
+    }
+
+QUAD2_KERNELS(q4_0, CAIRN__QK_Q4_0)
+QUAD2_KERNELS(q8_0, CAIRN__QK_Q8_0)
+QUAD2_KERNELS(q4_1, CAIRN__QK_Q4_1)
+QUAD2_KERNELS(q5_0, CAIRN__QK_Q5_0)
+QUAD2_KERNELS(q5_1, CAIRN__QK_Q5_1)
+QUAD2_KERNELS(iq4_nl, CAIRN__QK_IQ4_NL)
+QUAD2_KERNELS(iq4_xs, CAIRN__QK_IQ4_XS)
+#undef QUAD2_KERNELS
+
+int cairn__kernels_avx2(uint32_t type, cairn__rows_fn **rows, cairn__tile_fn **tile)
+{
+    switch (type) {
+    case CAIRN__GGML_Q4_0:
+        *rows = q4_0_rows, *tile = q4_0_tile;
+        return CAIRN__XF_Q4;
+    case CAIRN__GGML_Q8_0:
+        *rows = q8_0_rows, *tile = q8_0_tile;
+        return CAIRN__XF_Q8;
+    case CAIRN__GGML_Q4_1:
+        *rows = q4_1_rows, *tile = q4_1_tile;
+        return CAIRN__XF_MIN;
+    case CAIRN__GGML_Q5_0:
+        *rows = q5_0_rows, *tile = q5_0_tile;
+        return CAIRN__XF_Q5;
+    case CAIRN__GGML_Q5_1:
+        *rows = q5_1_rows, *tile = q5_1_tile;
+        return CAIRN__XF_MIN;
+    case CAIRN__GGML_IQ4_NL:
+        *rows = iq4_nl_rows, *tile = iq4_nl_tile;
+        return CAIRN__XF_Q8;
+    case CAIRN__GGML_IQ4_XS:
+        *rows = iq4_xs_rows, *tile = iq4_xs_tile;
+        return CAIRN__XF_Q8;
+    default:
+        return -1;
+    }
+}
+#endif /* __x86_64__ */
 
 /* y (n) += a * x (n) */
 AVX2 void cairn__axpy_avx2(float *y, float a, const float *x, int64_t n)

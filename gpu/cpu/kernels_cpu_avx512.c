@@ -26,48 +26,6 @@
 
 #define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,f16c")))
 
-/* Software prefetch. The R rows a pass reads side by side are R streams, which the hardware
- * prefetchers follow poorly once the weights are out of cache; but the rows are adjacent, so a
- * pass as a whole reads one contiguous run of R row_bytes, R * 72 (Q4_0) or R * 68 (Q8_0) bytes
- * per step. So each step prefetches the next lines of that run (PF_RUN), PF_BYTES ahead, or one
- * whole pass ahead when rows are long (R * rb > PF_BYTES), else the last rows of a pass would be
- * read before their prefetch. Memory then sees one sequential
- * stream per thread, as in a plain read. Measured on this Zen 5 VM, 2 threads, out of cache,
- * against a plain threaded read of 39-41 GB/s: Q4_0 1280 x 1280 34 -> 38-41 GB/s, 32000 x 1280
- * 35-37 -> 42, 768 x 768 33 -> 36, over the earlier prefetch of each row's own stream 16 KB
- * ahead (itself 768 x 768: 11-29 -> 33). 4 to 16 KB ahead measured alike; prefetching into L2
- * only (T1) was slower. Past the end of a share it fetches what the next share or the next
- * matrix needs; prefetches never fault. */
-#define PF_BYTES 8192
-
-/* bytes from a pass's start to the run it prefetches: PF_BYTES, or one whole pass if that is
- * longer (then the last row's first lines, 3/4 of a pass in, are still fetched a quarter of a
- * pass before they are read) */
-static inline size_t pf_ahead(size_t rb, int R)
-{
-    const size_t run = (size_t)R * rb;
-    return run > PF_BYTES ? run : PF_BYTES;
-}
-
-/* the lines PF bytes ahead of what step g (of `step` bytes per row) of an R-row pass at w
- * reads: ceil(R * step / 64) of them, a line more than needed now and then */
-#define PF_RUN(w, pf, g, step, R)                                                                  \
-    do {                                                                                           \
-        const char *pf_ = (const char *)(w) + (pf) + (size_t)(g) * (size_t)(step) * (R);           \
-        for (int e_ = 0; e_ < ((step) * (R) + 63) / 64; e_++)                                      \
-            _mm_prefetch(pf_ + 64 * e_, _MM_HINT_T0);                                              \
-    } while (0)
-/* the rest of the run, from byte `from` of the pass to its end at R * rb (the partial step at
- * the end of each row, which PF_RUN's whole steps leave out) */
-#define PF_TAIL(w, pf, from, R, rb)                                                                \
-    do {                                                                                           \
-        for (size_t o_ = (from); o_ < (size_t)(R) * (rb); o_ += 64)                                \
-            _mm_prefetch((const char *)(w) + (pf) + o_, _MM_HINT_T0);                              \
-    } while (0)
-
-/* Runs tile(w, rb, a, n, out, ld, R, T) over nr rows (RR at a time, then the 1-3 left) and nt
- * tokens (TT at a time, then 4 if TT is 8, then the 1-3 left), R and T constants in each call; for
- * each group of rows every token, so the group's weights stay in L1 while the tokens pass. */
 /* The tiles: 4 rows (one register of (row, block) lanes) x 8 tokens, an accumulator each. Thread
  * CPU time, 1 thread, a 2048 x 2048 matrix in cache, us per token at 64 tokens, on this Zen 5 VM
  * with the load of 4 of others on its 2 cores: Q4_0 35 -> 23, Q8_0 50.6 -> 34 over the kernel
@@ -75,50 +33,6 @@ static inline size_t pf_ahead(size_t rb, int R)
  * 82 -> 95 in cache, where the decode's weights come from memory at every size that matters. */
 #define QUAD_RR 4
 #define QUAD_TT 8
-#define CAIRN__TILE_T(tile, w, rb, a, n, out, ld, R, nt, TT)                                       \
-    do {                                                                                           \
-        int t_ = 0;                                                                                \
-        for (; t_ + (TT) <= (nt); t_ += (TT))                                                      \
-            tile(w, rb, (a) + t_, n, (out) + (size_t)t_ * (ld), ld, R, TT);                        \
-        if ((TT) > 4 && (nt)-t_ >= 4) {                                                            \
-            tile(w, rb, (a) + t_, n, (out) + (size_t)t_ * (ld), ld, R, 4);                         \
-            t_ += 4;                                                                               \
-        }                                                                                          \
-        switch ((nt)-t_) {                                                                         \
-        case 3:                                                                                    \
-            tile(w, rb, (a) + t_, n, (out) + (size_t)t_ * (ld), ld, R, 3);                         \
-            break;                                                                                 \
-        case 2:                                                                                    \
-            tile(w, rb, (a) + t_, n, (out) + (size_t)t_ * (ld), ld, R, 2);                         \
-            break;                                                                                 \
-        case 1:                                                                                    \
-            tile(w, rb, (a) + t_, n, (out) + (size_t)t_ * (ld), ld, R, 1);                         \
-            break;                                                                                 \
-        default:                                                                                   \
-            break;                                                                                 \
-        }                                                                                          \
-    } while (0)
-#define CAIRN__TILE(tile, w, rb, nr, a, nt, n, out, ld, RR, TT)                                    \
-    do {                                                                                           \
-        const uint8_t *w_ = (w);                                                                   \
-        float *o_ = (out);                                                                         \
-        int nr_ = (nr);                                                                            \
-        for (; nr_ >= (RR); nr_ -= (RR), w_ += (RR) * (rb), o_ += (RR))                            \
-            CAIRN__TILE_T(tile, w_, rb, a, n, o_, ld, RR, nt, TT);                                 \
-        switch (nr_) {                                                                             \
-        case 3:                                                                                    \
-            CAIRN__TILE_T(tile, w_, rb, a, n, o_, ld, 3, nt, TT);                                  \
-            break;                                                                                 \
-        case 2:                                                                                    \
-            CAIRN__TILE_T(tile, w_, rb, a, n, o_, ld, 2, nt, TT);                                  \
-            break;                                                                                 \
-        case 1:                                                                                    \
-            CAIRN__TILE_T(tile, w_, rb, a, n, o_, ld, 1, nt, TT);                                  \
-            break;                                                                                 \
-        default:                                                                                   \
-            break;                                                                                 \
-        }                                                                                          \
-    } while (0)
 
 /* ---- the types of 32-value blocks: the decode's and the prompt's product, one kernel -------
  * Q4_0, Q8_0, Q4_1, Q5_0, Q5_1, IQ4_NL and IQ4_XS (whose 256-value super-block is 8 blocks of
@@ -151,48 +65,6 @@ static inline size_t pf_ahead(size_t rb, int R)
  * multiply-add after the other in block order, and the row's result is (acc0 + acc1) +
  * (acc2 + acc3). Rows whose block count is not a multiple of 4 end on a quad filled with zeros
  * (weights, scales and activation), which adds exact zeros. */
-
-/* The activation of a quad in the kernel's order: 160 bytes */
-typedef struct {
-    int8_t a[8][16]; /* group k: elements 4k..4k+3 of blocks 0..3 (4 bytes each) */
-    union {
-        int32_t c[4]; /* -off times the sum of block b's 32 values: the unsigned weights' offset */
-        float s[4];   /* CAIRN__XF_MIN: d_x times that sum, which the minimum multiplies */
-    };
-    float d[4]; /* block b's scale */
-} xq_quad;
-
-static xq_quad *quads(void *p) { return (xq_quad *)(((uintptr_t)p + 63) & ~(uintptr_t)63); }
-
-static size_t quad_bytes(int64_t cols)
-{
-    return (size_t)((cols / 32 + 3) / 4) * sizeof(xq_quad) + 64; /* + 64: alignment */
-}
-
-/* (nb + 3) / 4 quads of 4 consecutive blocks, the last one's missing blocks zero, in the form
- * (CAIRN__XF_Q4, _Q5, _Q8, _MIN) that the type's kernel takes */
-static void *quad_prep(const cairn__xq8_block *xq, int64_t cols, int form, void *dst)
-{
-    const int off = form == CAIRN__XF_Q4 ? 8 : form == CAIRN__XF_Q5 ? 16 : 128;
-    const int64_t nb = cols / 32, nq = (nb + 3) / 4;
-    xq_quad *q = quads(dst);
-    memset(q, 0, (size_t)nq * sizeof *q);
-    for (int64_t b = 0; b < nb; b++) {
-        xq_quad *o = &q[b / 4];
-        const int k = (int)(b % 4);
-        int s = 0;
-        for (int g = 0; g < 8; g++)
-            memcpy(o->a[g] + 4 * k, xq[b].qs + 4 * g, 4);
-        for (int e = 0; e < 32; e++)
-            s += xq[b].qs[e];
-        if (form == CAIRN__XF_MIN)
-            o->s[k] = xq[b].d * (float)s;
-        else
-            o->c[k] = -off * s;
-        o->d[k] = xq[b].d;
-    }
-    return q;
-}
 
 /* The shuffles the (row, block) lane kernels share. transpose4: K[k], 128-bit lane r = lane k of
  * X[r] (4 rows' gathered registers into lanes 4r + b). lanes4: X lane 4r + b = the sum of the
@@ -239,17 +111,6 @@ AVX512 static inline __m512i load_upto(const uint8_t *p, int64_t v)
         return _mm512_loadu_si512(p);
     return v <= 0 ? _mm512_setzero_si512() : _mm512_maskz_loadu_epi8(((__mmask64)1 << v) - 1, p);
 }
-
-enum { QK_Q4_0, QK_Q8_0, QK_Q4_1, QK_Q5_0, QK_Q5_1, QK_IQ4_NL, QK_IQ4_XS };
-/* bytes of a block (IQ4_XS: 16 bytes of a super-block's values), where its values start */
-#define QK_BYTES(K)                                                                                \
-    ((K) == QK_Q8_0 ? 34 : (K) == QK_Q4_1 ? 20 : (K) == QK_Q5_0 ? 22 : (K) == QK_Q5_1 ? 24 : 18)
-#define QK_QS(K) ((K) == QK_Q4_1 ? 4 : (K) == QK_Q5_0 ? 6 : (K) == QK_Q5_1 ? 8 : 2)
-/* two registers a row (values split before the transposition), a minimum, a table of levels */
-#define QK_TWO(K) ((K) == QK_Q8_0 || (K) == QK_Q5_0 || (K) == QK_Q5_1)
-#define QK_FIVE(K) ((K) == QK_Q5_0 || (K) == QK_Q5_1)
-#define QK_MIN(K) ((K) == QK_Q4_1 || (K) == QK_Q5_1)
-#define QK_LUT(K) ((K) == QK_IQ4_NL || (K) == QK_IQ4_XS)
 
 /* Byte 16k + 4b + e of a row's gathered quad: byte B b + O + 4k + e of the quad (blocks of B
  * bytes, their values at O; >= 64: the second register). */
@@ -324,24 +185,24 @@ iq4_xs_scales(const uint8_t *w, size_t rb, const int R, int h)
 }
 
 /* rows (R, n) of stride rb bytes @ tokens a[0..T) (each prepared in the type's form) ->
- * out[t * ld + r]; KIND one of QK_*; R <= 4 and T <= 8 constants after inlining, T accumulators
- * in registers */
+ * out[t * ld + r]; KIND one of CAIRN__QK_*; R <= 4 and T <= 8 constants after inlining, T
+ * accumulators in registers */
 AVX512 static inline __attribute__((always_inline)) void
-quad_tile_avx512(const uint8_t *w, size_t rb, const xq_quad *const *a, int64_t n, float *out,
+quad_tile_avx512(const uint8_t *w, size_t rb, const cairn__xq_quad *const *a, int64_t n, float *out,
                  size_t ld, const int R, const int T, const int KIND)
 {
-    const uint8_t *gt = KIND == QK_Q8_0     ? g_q8_0a
-                        : KIND == QK_Q4_1   ? g_q4_1
-                        : KIND == QK_Q5_0   ? g_q5_0
-                        : KIND == QK_Q5_1   ? g_q5_1
-                        : KIND == QK_IQ4_XS ? g_xs
-                                            : g_q4_0;
+    const uint8_t *gt = KIND == CAIRN__QK_Q8_0     ? g_q8_0a
+                        : KIND == CAIRN__QK_Q4_1   ? g_q4_1
+                        : KIND == CAIRN__QK_Q5_0   ? g_q5_0
+                        : KIND == CAIRN__QK_Q5_1   ? g_q5_1
+                        : KIND == CAIRN__QK_IQ4_XS ? g_xs
+                                                   : g_q4_0;
     const __m512i ga = _mm512_loadu_si512(gt), gb = _mm512_loadu_si512(g_q8_0b);
-    const __m512i gh = _mm512_loadu_si512(KIND == QK_Q5_0 ? h_q5_0 : h_q5_1);
+    const __m512i gh = _mm512_loadu_si512(KIND == CAIRN__QK_Q5_0 ? h_q5_0 : h_q5_1);
     const __m512i mlo = _mm512_loadu_si512(ms_lo), mhi = _mm512_loadu_si512(ms_hi);
-    const __m512i gs = _mm512_loadu_si512(KIND == QK_Q4_1   ? s_q4_1
-                                          : KIND == QK_Q5_0 ? s_q5_0
-                                                            : s_q5_1);
+    const __m512i gs = _mm512_loadu_si512(KIND == CAIRN__QK_Q4_1   ? s_q4_1
+                                          : KIND == CAIRN__QK_Q5_0 ? s_q5_0
+                                                                   : s_q5_1);
     /* Q4_0, IQ4_NL: words 4s + b of the scale permute of two rows' quads, block b's f16 scale
      * (word 9b) of the first (s = 0) or the second row (s = 1, indices from 32); Q8_0: words b of
      * one row's, at word 17b of its first two registers */
@@ -355,8 +216,9 @@ quad_tile_avx512(const uint8_t *w, size_t rb, const xq_quad *const *a, int64_t n
         _mm_loadu_si128((const __m128i *)(const void *)cairn__iq4nl_values), _mm_set1_epi8(-128)));
     const int64_t nb = n / 32, nq = (nb + 3) / 4;
     /* bytes of a quad in a row (IQ4_XS: half a super-block's, on average) */
-    const int qb = KIND == QK_IQ4_XS ? (int)sizeof(cairn__block_iq4_xs) / 2 : 4 * QK_BYTES(KIND);
-    const size_t pf = pf_ahead(rb, R);
+    const int qb =
+        KIND == CAIRN__QK_IQ4_XS ? (int)sizeof(cairn__block_iq4_xs) / 2 : 4 * CAIRN__QK_BYTES(KIND);
+    const size_t pf = cairn__pf_ahead(rb, R);
     __m512 acc[8];
     /* only the T used: zeroing all 8 kept the array in memory (a rep stos a call) */
     for (int t = 0; t < T; t++)
@@ -364,12 +226,12 @@ quad_tile_avx512(const uint8_t *w, size_t rb, const xq_quad *const *a, int64_t n
     for (int64_t g = 0; g < nq; g++) {
         /* bytes of this quad in each row: all, or the 1-3 blocks of the last one */
         const int64_t left = nb - 4 * g, v = left >= 4 ? qb : left * (qb / 4);
-        const size_t off = KIND == QK_IQ4_XS ? (size_t)(g / 2) * sizeof(cairn__block_iq4_xs)
-                                             : (size_t)g * (size_t)qb;
+        const size_t off = KIND == CAIRN__QK_IQ4_XS ? (size_t)(g / 2) * sizeof(cairn__block_iq4_xs)
+                                                    : (size_t)g * (size_t)qb;
         if (left >= 4)
-            PF_RUN(w, pf, g, qb, R);
+            CAIRN__PF_RUN(w, pf, g, qb, R);
         else
-            PF_TAIL(w, pf, off * R, R, rb);
+            CAIRN__PF_TAIL(w, pf, off * R, R, rb);
         __m512i P[4], Q[4], S[4];
 #pragma GCC unroll 4
         for (int r = 0; r < 4; r++) {
@@ -378,7 +240,7 @@ quad_tile_avx512(const uint8_t *w, size_t rb, const xq_quad *const *a, int64_t n
                 continue;
             }
             const uint8_t *wr = w + (size_t)r * rb + off;
-            if (KIND == QK_IQ4_XS) { /* the 64 value bytes of sub-blocks 4h.. */
+            if (KIND == CAIRN__QK_IQ4_XS) { /* the 64 value bytes of sub-blocks 4h.. */
                 P[r] = _mm512_permutexvar_epi8(
                     ga, _mm512_loadu_si512(wr + offsetof(cairn__block_iq4_xs, qs) + 64 * (g & 1)));
                 continue;
@@ -386,7 +248,7 @@ quad_tile_avx512(const uint8_t *w, size_t rb, const xq_quad *const *a, int64_t n
             __m512i z0, z1;
             if (left >= 4) {
                 z0 = _mm512_loadu_si512(wr);
-                z1 = KIND == QK_Q8_0
+                z1 = KIND == CAIRN__QK_Q8_0
                          ? _mm512_loadu_si512(wr + 64)
                          : _mm512_maskz_loadu_epi8(((__mmask64)1 << (qb - 64)) - 1, wr + 64);
             } else { /* masked: only the blocks there are */
@@ -394,18 +256,19 @@ quad_tile_avx512(const uint8_t *w, size_t rb, const xq_quad *const *a, int64_t n
                 z1 = load_upto(wr + 64, v - 64);
             }
             P[r] = _mm512_permutex2var_epi8(z0, ga, z1);
-            if (KIND == QK_Q8_0) {
+            if (KIND == CAIRN__QK_Q8_0) {
                 const __m512i y0 =
                     left >= 4 ? _mm512_loadu_si512(wr + 8) : load_upto(wr + 8, v - 8);
                 const __m512i y1 =
                     left >= 4 ? _mm512_loadu_si512(wr + 72) : load_upto(wr + 72, v - 72);
                 Q[r] = _mm512_permutex2var_epi8(y0, gb, y1);
                 S[r] = _mm512_permutex2var_epi16(z0, s8, z1);
-            } else if (KIND == QK_Q4_0 || KIND == QK_IQ4_NL)
+            } else if (KIND == CAIRN__QK_Q4_0 || KIND == CAIRN__QK_IQ4_NL)
                 S[r] = z0;
             else
                 S[r] = _mm512_permutex2var_epi16(z0, gs, z1);
-            if (QK_FIVE(KIND)) { /* the values of 0..31, split: P elements 4k.., Q 16 + 4k.. */
+            if (CAIRN__QK_FIVE(
+                    KIND)) { /* the values of 0..31, split: P elements 4k.., Q 16 + 4k.. */
                 const __m512i H = _mm512_permutex2var_epi8(z0, gh, z1);
                 Q[r] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(P[r], 4), m4),
                                                  _mm512_multishift_epi64_epi8(mhi, H), b4,
@@ -419,9 +282,9 @@ quad_tile_avx512(const uint8_t *w, size_t rb, const xq_quad *const *a, int64_t n
         __m512i K[8];
         if (T > 1) {
             transpose4(P, K);
-            if (QK_TWO(KIND)) {
+            if (CAIRN__QK_TWO(KIND)) {
                 transpose4(Q, K + 4);
-                if (KIND == QK_Q8_0)
+                if (KIND == CAIRN__QK_Q8_0)
 #pragma GCC unroll 8
                     for (int k = 0; k < 8; k++)
                         K[k] = _mm512_xor_si512(K[k], flip);
@@ -430,7 +293,7 @@ quad_tile_avx512(const uint8_t *w, size_t rb, const xq_quad *const *a, int64_t n
                 for (int k = 0; k < 4; k++) { /* elements 4k.. low nibbles, 16 + 4k.. high */
                     K[4 + k] = _mm512_and_si512(_mm512_srli_epi16(K[k], 4), m4);
                     K[k] = _mm512_and_si512(K[k], m4);
-                    if (QK_LUT(KIND)) {
+                    if (CAIRN__QK_LUT(KIND)) {
                         K[k] = _mm512_shuffle_epi8(lut, K[k]);
                         K[4 + k] = _mm512_shuffle_epi8(lut, K[4 + k]);
                     }
@@ -438,11 +301,11 @@ quad_tile_avx512(const uint8_t *w, size_t rb, const xq_quad *const *a, int64_t n
         }
         /* lane 4r + b: row r's block b's scale (and minimum) */
         __m512 sw, mw = _mm512_setzero_ps();
-        if (KIND == QK_IQ4_XS)
+        if (KIND == CAIRN__QK_IQ4_XS)
             sw = iq4_xs_scales(w + off, rb, R, (int)(g & 1));
         else {
             __m256i sh, mh = _mm256_setzero_si256();
-            if (KIND == QK_Q4_0 || KIND == QK_IQ4_NL) {
+            if (KIND == CAIRN__QK_Q4_0 || KIND == CAIRN__QK_IQ4_NL) {
                 const __m512i s01 = _mm512_permutex2var_epi16(S[0], s4, S[1]),
                               s23 = _mm512_permutex2var_epi16(S[2], s4, S[3]);
                 sh = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm512_castsi512_si128(s01)),
@@ -452,7 +315,7 @@ quad_tile_avx512(const uint8_t *w, size_t rb, const xq_quad *const *a, int64_t n
                               s23 = _mm512_unpacklo_epi64(S[2], S[3]);
                 sh = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm512_castsi512_si128(s01)),
                                              _mm512_castsi512_si128(s23), 1);
-                if (QK_MIN(KIND)) {
+                if (CAIRN__QK_MIN(KIND)) {
                     const __m512i m01 = _mm512_unpackhi_epi64(S[0], S[1]),
                                   m23 = _mm512_unpackhi_epi64(S[2], S[3]);
                     mh =
@@ -461,7 +324,7 @@ quad_tile_avx512(const uint8_t *w, size_t rb, const xq_quad *const *a, int64_t n
                 }
             }
             sw = _mm512_cvtph_ps(sh);
-            if (QK_MIN(KIND))
+            if (CAIRN__QK_MIN(KIND))
                 mw = _mm512_cvtph_ps(mh);
         }
         if (T == 1) {
@@ -469,23 +332,23 @@ quad_tile_avx512(const uint8_t *w, size_t rb, const xq_quad *const *a, int64_t n
              * dword b: groups k and 4 + k of block b, the offset in lane 0), then the four
              * 128-bit lanes of each row summed into lane 4r + b: the same exact integers as
              * the transposed tile's, for 6 shuffles instead of 8 and 2 loads instead of 8 */
-            const xq_quad *x = &a[0][g];
+            const cairn__xq_quad *x = &a[0][g];
             const __m512i alo = _mm512_loadu_si512(x->a[0]), ahi = _mm512_loadu_si512(x->a[4]);
-            const __m512i c0 = QK_MIN(KIND)
+            const __m512i c0 = CAIRN__QK_MIN(KIND)
                                    ? _mm512_setzero_si512()
                                    : _mm512_zextsi128_si512(_mm_load_si128((const __m128i *)x->c));
             __m512i pr[4];
 #pragma GCC unroll 4
             for (int r = 0; r < 4; r++) {
                 __m512i lo, hi;
-                if (KIND == QK_Q8_0)
+                if (KIND == CAIRN__QK_Q8_0)
                     lo = _mm512_xor_si512(P[r], flip), hi = _mm512_xor_si512(Q[r], flip);
-                else if (QK_FIVE(KIND))
+                else if (CAIRN__QK_FIVE(KIND))
                     lo = P[r], hi = Q[r];
                 else {
                     lo = _mm512_and_si512(P[r], m4);
                     hi = _mm512_and_si512(_mm512_srli_epi16(P[r], 4), m4);
-                    if (QK_LUT(KIND))
+                    if (CAIRN__QK_LUT(KIND))
                         lo = _mm512_shuffle_epi8(lut, lo), hi = _mm512_shuffle_epi8(lut, hi);
                 }
                 pr[r] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(c0, lo, alo), hi, ahi);
@@ -493,18 +356,18 @@ quad_tile_avx512(const uint8_t *w, size_t rb, const xq_quad *const *a, int64_t n
             const __m512i X = lanes4(pr);
             const __m512 sx = _mm512_broadcast_f32x4(_mm_load_ps(x->d));
             acc[0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(X), _mm512_mul_ps(sw, sx), acc[0]);
-            if (QK_MIN(KIND))
+            if (CAIRN__QK_MIN(KIND))
                 acc[0] = _mm512_fmadd_ps(mw, _mm512_broadcast_f32x4(_mm_load_ps(x->s)), acc[0]);
             continue;
         }
 #pragma GCC unroll 8
         for (int t = 0; t < T; t++) {
-            const xq_quad *x = &a[t][g];
+            const cairn__xq_quad *x = &a[t][g];
 #define BC(p) _mm512_broadcast_i32x4(_mm_load_si128((const __m128i *)(const void *)(p)))
             /* two chains of 4 (the sum is exact in any order): one token alone is bound by the
              * latency of its chain */
-            __m512i p = _mm512_dpbusd_epi32(QK_MIN(KIND) ? _mm512_setzero_si512() : BC(x->c), K[0],
-                                            BC(x->a[0]));
+            __m512i p = _mm512_dpbusd_epi32(CAIRN__QK_MIN(KIND) ? _mm512_setzero_si512() : BC(x->c),
+                                            K[0], BC(x->a[0]));
             __m512i q = _mm512_dpbusd_epi32(_mm512_setzero_si512(), K[4], BC(x->a[4]));
 #pragma GCC unroll 3
             for (int k = 1; k < 4; k++) {
@@ -515,7 +378,7 @@ quad_tile_avx512(const uint8_t *w, size_t rb, const xq_quad *const *a, int64_t n
             const __m512 sx = _mm512_broadcast_f32x4(_mm_load_ps(x->d));
             acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(p, q)),
                                      _mm512_mul_ps(sw, sx), acc[t]);
-            if (QK_MIN(KIND))
+            if (CAIRN__QK_MIN(KIND))
                 acc[t] = _mm512_fmadd_ps(mw, _mm512_broadcast_f32x4(_mm_load_ps(x->s)), acc[t]);
         }
     }
@@ -548,15 +411,15 @@ quad_tile_avx512(const uint8_t *w, size_t rb, const xq_quad *const *a, int64_t n
         const X *const *a = (const X *const *)xp;                                                  \
         CAIRN__TILE(name##_tile_, w, rb, nr, a, nt, n, out, ld, QUAD_RR, QUAD_TT);                 \
     }
-#define QUAD_KERNELS(name, KIND) LANE_KERNELS(name, quad_tile_avx512, xq_quad, KIND)
+#define QUAD_KERNELS(name, KIND) LANE_KERNELS(name, quad_tile_avx512, cairn__xq_quad, KIND)
 
-QUAD_KERNELS(q4_0, QK_Q4_0)
-QUAD_KERNELS(q8_0, QK_Q8_0)
-QUAD_KERNELS(q4_1, QK_Q4_1)
-QUAD_KERNELS(q5_0, QK_Q5_0)
-QUAD_KERNELS(q5_1, QK_Q5_1)
-QUAD_KERNELS(iq4_nl, QK_IQ4_NL)
-QUAD_KERNELS(iq4_xs, QK_IQ4_XS)
+QUAD_KERNELS(q4_0, CAIRN__QK_Q4_0)
+QUAD_KERNELS(q8_0, CAIRN__QK_Q8_0)
+QUAD_KERNELS(q4_1, CAIRN__QK_Q4_1)
+QUAD_KERNELS(q5_0, CAIRN__QK_Q5_0)
+QUAD_KERNELS(q5_1, CAIRN__QK_Q5_1)
+QUAD_KERNELS(iq4_nl, CAIRN__QK_IQ4_NL)
+QUAD_KERNELS(iq4_xs, CAIRN__QK_IQ4_XS)
 #undef QUAD_KERNELS
 
 /* w (n) . x (n) -> float, F32 (the dot_fn signature of kernels_cpu.c; xq, xs unused). Attention
@@ -1084,14 +947,14 @@ q4_K_tile_avx512(const uint8_t *w, size_t rb, const cairn__xk_block *const *a, i
         gidx[k] = _mm512_set_epi32(24 + k, 24 + k, 16 + k, 16 + k, 8 + k, 8 + k, k, k, 24 + k,
                                    24 + k, 16 + k, 16 + k, 8 + k, 8 + k, k, k);
     const int64_t nsb = n / CAIRN__QK_K;
-    const size_t pf = pf_ahead(rb, R);
+    const size_t pf = cairn__pf_ahead(rb, R);
     __m512 acc[8];
     /* only the T used: zeroing all 8 kept the array in memory (a rep stos a call) */
     for (int t = 0; t < T; t++)
         acc[t] = _mm512_setzero_ps();
     for (int64_t i = 0; i < nsb; i++) {
         const size_t off = (size_t)i * bb;
-        PF_RUN(w, pf, i, (int)bb, R);
+        CAIRN__PF_RUN(w, pf, i, (int)bb, R);
         const uint8_t *w0 = w + off, *w1 = w + (R > 1 ? rb : 0) + off;
         const cairn__q4_K_head h0 = cairn__q4_K_head_of(w0), h1 = cairn__q4_K_head_of(w1);
         const __m512i r00 = _mm512_loadu_si512(w0 + qs_at),
@@ -1454,13 +1317,13 @@ k16_tile_avx512(const uint8_t *w, size_t rb, const xq_k16 *const *a, int64_t n, 
     const __m512i m3 = _mm512_set1_epi8(3), four = _mm512_set1_epi8(4);
     const __m512i ghm = _mm512_loadu_si512(g_hm);
     const __m512i rsel = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
-    const size_t pf = pf_ahead(rb, R);
+    const size_t pf = cairn__pf_ahead(rb, R);
     __m512 acc[8];
     for (int t = 0; t < T; t++)
         acc[t] = _mm512_setzero_ps();
     for (int64_t i = 0; i < n / CAIRN__QK_K; i++) {
         const size_t off = (size_t)i * bb;
-        PF_RUN(w, pf, i, (int)bb, R);
+        CAIRN__PF_RUN(w, pf, i, (int)bb, R);
         /* W[m], dword r: row r's scales of sub-blocks 4m..4m+3 (a byte each: Q3_K's 6 bits,
          * unsigned, or Q2_K's scale | min << 4); D (M): lane 4r + s row r's d (-dmin) */
         __m128i W[4], S[4];
@@ -1603,13 +1466,13 @@ K16_KERNELS(q3_K, 1)
 
 size_t cairn__xf_prep_bytes(int64_t cols)
 {
-    const size_t q = quad_bytes(cols), k = k16_bytes(cols);
+    const size_t q = cairn__quad_bytes(cols), k = k16_bytes(cols);
     return q > k ? q : k;
 }
 
 void *cairn__xf_prep_avx512(const cairn__xq8_block *xq, int64_t cols, int form, void *dst)
 {
-    return form == CAIRN__XF_K16 ? k16_prep(xq, cols, dst) : quad_prep(xq, cols, form, dst);
+    return form == CAIRN__XF_K16 ? k16_prep(xq, cols, dst) : cairn__quad_prep(xq, cols, form, dst);
 }
 
 /* The rows and tile kernels of a type, and the form of the activation they take (-1: none here) */

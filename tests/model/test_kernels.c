@@ -205,16 +205,13 @@ static void rows_call(const char *level, uint32_t type, const unsigned char *q, 
                       int nr, const void *xp, int cols, float *out)
 {
 #ifdef __x86_64__
-    if (strcmp(level, "avx512") == 0) {
-        cairn__rows_fn *rows = NULL;
-        cairn__tile_fn *tile = NULL;
+    cairn__rows_fn *rows = NULL;
+    cairn__tile_fn *tile = NULL;
+    if (strcmp(level, "avx512") == 0)
         cairn__kernels_avx512(type, &rows, &tile);
-        rows(q + (size_t)r0 * rb, rb, nr, xp, cols, out + r0);
-        return;
-    }
-#endif
-#if defined(__x86_64__) || defined(__i386__)
-    cairn__q4_0_rows_avx2(q + (size_t)r0 * rb, rb, nr, xp, cols, out + r0);
+    else
+        cairn__kernels_avx2(type, &rows, &tile);
+    rows(q + (size_t)r0 * rb, rb, nr, xp, cols, out + r0);
 #else
     (void)level, (void)type, (void)q, (void)rb, (void)r0, (void)nr, (void)xp, (void)cols, (void)out;
 #endif
@@ -243,13 +240,13 @@ static void check_grouping(const char *level, uint32_t type, size_t block_bytes)
         cairn__quant_x_avx2(x, xq, nbk);
         const void *xp = xq;
 #ifdef __x86_64__
-        if (strcmp(level, "avx512") == 0) {
-            cairn__rows_fn *rows = NULL;
-            cairn__tile_fn *tile = NULL;
-            const int form = cairn__kernels_avx512(type, &rows, &tile);
-            xp = form == CAIRN__XF_XK ? (const void *)cairn__xk_prep(xq, cols, prep)
-                                      : cairn__xf_prep_avx512(xq, cols, form, prep);
-        }
+        cairn__rows_fn *rk = NULL;
+        cairn__tile_fn *tk = NULL;
+        const int form = strcmp(level, "avx512") == 0 ? cairn__kernels_avx512(type, &rk, &tk)
+                                                      : cairn__kernels_avx2(type, &rk, &tk);
+        xp = form == CAIRN__XF_XK    ? (const void *)cairn__xk_prep(xq, cols, prep)
+             : form == CAIRN__XF_K16 ? cairn__xf_prep_avx512(xq, cols, form, prep)
+                                     : cairn__quad_prep(xq, cols, form, prep);
 #endif
         float alone[9], y[9];
         for (int r = 0; r < rows; r++)
@@ -421,6 +418,89 @@ static int64_t dequant_diff(const char *level, uint32_t type, const uint8_t *fro
     return bad;
 }
 
+/* rows x cols random weights of `type` (rows of cols / block elements blocks) with sane scales:
+ * every f16 scale set to a small normal value */
+static uint8_t *random_weights(uint32_t type, int64_t rows, int64_t cols, uint64_t *seed)
+{
+    const uint64_t be = cairn__quant_block_elems(type), bb = cairn__quant_block_bytes(type);
+    const size_t rb = (size_t)((uint64_t)cols / be * bb);
+    uint8_t *w = malloc(rb * (size_t)rows);
+    for (size_t i = 0; i < rb * (size_t)rows; i++) {
+        *seed ^= *seed << 13, *seed ^= *seed >> 7, *seed ^= *seed << 17;
+        w[i] = (uint8_t)(*seed >> 24);
+    }
+    for (int64_t r = 0; r < rows; r++)
+        for (uint64_t b = 0; b < (uint64_t)cols / be; b++) {
+            uint8_t *blk = w + (size_t)r * rb + b * bb;
+            const uint16_t h = 0x2000 | (uint16_t)(b & 0xff); /* ~0.008 */
+            /* d at the end of the block */
+            if (type == CAIRN__GGML_Q6_K || type == CAIRN__GGML_Q3_K)
+                memcpy(blk + bb - 2, &h, 2);
+            else {
+                memcpy(blk, &h, 2);
+                /* the second scale: Q4_K's dmin, Q4_1's and Q5_1's m */
+                if (type == CAIRN__GGML_Q4_K || type == CAIRN__GGML_Q5_K ||
+                    type == CAIRN__GGML_Q4_1 || type == CAIRN__GGML_Q5_1)
+                    memcpy(blk + 2, &h, 2);
+            }
+        }
+    return w;
+}
+
+/* The AVX2 and AVX-512 kernels of the types of 32 give the same bits (the same lanes, the same
+ * float operations): matvec and matmul of 1, 5 and 64 tokens by 1, 7 and 37 rows, 3, 13 and 24
+ * blocks a row (2 and 3 super-blocks for IQ4_XS), at each level. */
+static void check_same_bits(cairn__pool *pool)
+{
+    static const uint32_t types[] = {CAIRN__GGML_Q8_0,  CAIRN__GGML_Q4_0, CAIRN__GGML_Q4_1,
+                                     CAIRN__GGML_Q5_0,  CAIRN__GGML_Q5_1, CAIRN__GGML_IQ4_NL,
+                                     CAIRN__GGML_IQ4_XS};
+    static const int ns[3] = {1, 5, 64}, rows_of[3] = {1, 7, 37}, blocks[3] = {3, 13, 24};
+    uint64_t seed = 0x9e3779b97f4a7c15ull;
+    for (size_t t = 0; t < sizeof types / sizeof *types; t++) {
+        long bad = 0, cases = 0;
+        for (int ci = 0; ci < 3; ci++)
+            for (int ri = 0; ri < 3; ri++) {
+                const int64_t cols =
+                    types[t] == CAIRN__GGML_IQ4_XS ? 256 * (2 + ci % 2) : 32 * blocks[ci];
+                const int64_t rows = rows_of[ri];
+                uint8_t *w = random_weights(types[t], rows, cols, &seed);
+                const size_t rb = (size_t)((uint64_t)cols / cairn__quant_block_elems(types[t]) *
+                                           cairn__quant_block_bytes(types[t]));
+                const cairn__mat W = {types[t], rows, cols, rb, w};
+                for (int ni = 0; ni < 3; ni++) {
+                    const int64_t n = ns[ni];
+                    float *X = malloc(sizeof(float) * (size_t)(n * cols));
+                    float *got[2];
+                    for (int64_t i = 0; i < n * cols; i++) {
+                        seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
+                        X[i] = (float)((double)(seed >> 11) * 0x1.0p-52 - 1.0);
+                    }
+                    void *mm = malloc(cairn__matmul_scratch_bytes(&W));
+                    void *mv = malloc(cairn__matvec_scratch_bytes(cols));
+                    for (int l = 0; l < 2; l++) {
+                        got[l] = malloc(sizeof(float) * (size_t)(n * rows));
+                        cairn__kernels_set_isa(l ? "avx512" : "avx2");
+                        if (n == 1)
+                            cairn__matvec(pool, &W, X, got[l], mv);
+                        else
+                            cairn__matmul(pool, &W, X, n, got[l], mm);
+                    }
+                    cairn__kernels_set_isa(NULL);
+                    for (int64_t i = 0; i < n; i++, cases++)
+                        bad += memcmp(got[0] + i * rows, got[1] + i * rows,
+                                      sizeof(float) * (size_t)rows) != 0;
+                    free(mm), free(mv), free(X), free(got[0]), free(got[1]);
+                }
+                free(w);
+            }
+        ok(bad == 0,
+           "%s: avx2 and avx512 kernels give the same bits, matvec and matmul (%ld of %ld "
+           "tokens differ)",
+           cairn__ggml_type_name(types[t]), bad, cases);
+    }
+}
+
 static void check_matmul_int8(cairn__pool *pool, const char *level)
 {
     static const uint32_t types[] = {CAIRN__GGML_Q8_0, CAIRN__GGML_Q4_0,   CAIRN__GGML_Q4_1,
@@ -442,27 +522,7 @@ static void check_matmul_int8(cairn__pool *pool, const char *level)
                 const int64_t cols = be == 256 ? 512 + 256 * ci : 96 + 320 * ci;
                 const int64_t rows = rows_of[ri];
                 const size_t rb = (size_t)((uint64_t)cols / be * bb);
-                uint8_t *w = malloc(rb * (size_t)rows);
-                /* random blocks with sane scales: every f16 scale set to a small normal value */
-                for (size_t i = 0; i < rb * (size_t)rows; i++) {
-                    seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
-                    w[i] = (uint8_t)(seed >> 24);
-                }
-                for (int64_t r = 0; r < rows; r++)
-                    for (uint64_t b = 0; b < (uint64_t)cols / be; b++) {
-                        uint8_t *blk = w + (size_t)r * rb + b * bb;
-                        const uint16_t h = 0x2000 | (uint16_t)(b & 0xff); /* ~0.008 */
-                        /* d at the end of the block */
-                        if (types[t] == CAIRN__GGML_Q6_K || types[t] == CAIRN__GGML_Q3_K)
-                            memcpy(blk + bb - 2, &h, 2);
-                        else {
-                            memcpy(blk, &h, 2);
-                            /* the second scale: Q4_K's dmin, Q4_1's and Q5_1's m */
-                            if (types[t] == CAIRN__GGML_Q4_K || types[t] == CAIRN__GGML_Q5_K ||
-                                types[t] == CAIRN__GGML_Q4_1 || types[t] == CAIRN__GGML_Q5_1)
-                                memcpy(blk + 2, &h, 2);
-                        }
-                    }
+                uint8_t *w = random_weights(types[t], rows, cols, &seed);
                 const cairn__mat W = {types[t], rows, cols, rb, w};
                 for (int ni = 0; ni < 5; ni++) {
                     const int64_t n = ns[ni];
@@ -674,16 +734,18 @@ int main(void)
                                            CAIRN__GGML_Q4_K};
             check_matvec_n(pool, levels[l], xs, big, 512);
         }
-        if (l >= 1) /* the levels with multi-row kernels: avx2 (Q4_0), avx512 (Q4_0, Q8_0, Q4_K) */
+        if (l >= 1) { /* the levels with multi-row kernels: avx2 (the types of 32), avx512 */
             check_grouping(levels[l], CAIRN__GGML_Q4_0, 18);
-        if (l >= 2) {
             check_grouping(levels[l], CAIRN__GGML_Q8_0, 34);
-            check_grouping(levels[l], CAIRN__GGML_Q4_K, sizeof(cairn__block_q4_K));
             check_grouping(levels[l], CAIRN__GGML_Q4_1, sizeof(cairn__block_q4_1));
             check_grouping(levels[l], CAIRN__GGML_Q5_0, sizeof(cairn__block_q5_0));
             check_grouping(levels[l], CAIRN__GGML_Q5_1, sizeof(cairn__block_q5_1));
             check_grouping(levels[l], CAIRN__GGML_IQ4_NL, sizeof(cairn__block_iq4_nl));
             check_grouping(levels[l], CAIRN__GGML_IQ4_XS, sizeof(cairn__block_iq4_xs));
+        }
+        if (l >= 2) {
+            check_same_bits(pool);
+            check_grouping(levels[l], CAIRN__GGML_Q4_K, sizeof(cairn__block_q4_K));
             check_grouping(levels[l], CAIRN__GGML_Q2_K, sizeof(cairn__block_q2_K));
             check_grouping(levels[l], CAIRN__GGML_Q3_K, sizeof(cairn__block_q3_K));
         }
