@@ -116,8 +116,8 @@ static const dot_table dots_avx2 = {.f32 = cairn__dot_f32_avx2,
                                     .q4_1 = cairn__dot_q4_1_ref,
                                     .q5_0 = cairn__dot_q5_0_ref,
                                     .q5_1 = cairn__dot_q5_1_ref,
-                                    .q2_K = cairn__dot_q2_K_avx2,
-                                    .q3_K = cairn__dot_q3_K_avx2,
+                                    .q2_K = cairn__dot_q2_K_ref,
+                                    .q3_K = cairn__dot_q3_K_ref,
                                     .q4_K = cairn__dot_q4_K_avx2,
                                     .q5_K = cairn__dot_q5_K_avx2,
                                     .q6_K = cairn__dot_q6_K_avx2,
@@ -126,7 +126,7 @@ static const dot_table dots_avx2 = {.f32 = cairn__dot_f32_avx2,
                                     .axpy = cairn__axpy_avx2,
 #ifdef __x86_64__
                                     .kernels = cairn__kernels_avx2,
-                                    .xf_prep = cairn__quad_prep,
+                                    .xf_prep = cairn__xf_prep,
 #endif
                                     .quant_x = cairn__quant_x_avx2,
                                     .dequant = cairn__dequant_avx2,
@@ -134,9 +134,9 @@ static const dot_table dots_avx2 = {.f32 = cairn__dot_f32_avx2,
                                     .level = ISA_AVX2};
 #ifdef __x86_64__
 /* the AVX2 kernels, but the float and K-quant dot products, axpy and every type's rows and tile
- * kernels from kernels_cpu_avx512.c. The types with rows kernels at both levels (the types of 32)
- * name the reference dot products, which are never called there: the table's entry says that
- * the type is supported. */
+ * kernels from kernels_cpu_avx512.c. The types with rows kernels at both levels (the types of 32,
+ * Q2_K and Q3_K) name the reference dot products, which are never called there: the table's entry
+ * says that the type is supported. */
 static const dot_table dots_avx512 = {.f32 = cairn__dot_f32_avx512,
                                       .f16 = cairn__dot_f16_avx512,
                                       .bf16 = cairn__dot_bf16_avx512,
@@ -145,8 +145,8 @@ static const dot_table dots_avx512 = {.f32 = cairn__dot_f32_avx512,
                                       .q4_1 = cairn__dot_q4_1_ref,
                                       .q5_0 = cairn__dot_q5_0_ref,
                                       .q5_1 = cairn__dot_q5_1_ref,
-                                      .q2_K = cairn__dot_q2_K_avx512,
-                                      .q3_K = cairn__dot_q3_K_avx512,
+                                      .q2_K = cairn__dot_q2_K_ref,
+                                      .q3_K = cairn__dot_q3_K_ref,
                                       .q4_K = cairn__dot_q4_K_avx512,
                                       .q5_K = cairn__dot_q5_K_avx512,
                                       .q6_K = cairn__dot_q6_K_avx512,
@@ -154,7 +154,7 @@ static const dot_table dots_avx512 = {.f32 = cairn__dot_f32_avx512,
                                       .iq4_xs = cairn__dot_iq4_xs_ref,
                                       .axpy = cairn__axpy_avx512,
                                       .kernels = cairn__kernels_avx512,
-                                      .xf_prep = cairn__xf_prep_avx512,
+                                      .xf_prep = cairn__xf_prep,
                                       .float_tile = cairn__float_tile_avx512,
                                       .quant_x = cairn__quant_x_avx2,
                                       .q5_K_2 = cairn__dot2_q5_K_avx512,
@@ -364,7 +364,7 @@ cairn__xk_block *cairn__xk_prep(const cairn__xq8_block *xq, int64_t cols, void *
     return k;
 }
 
-/* ---- the lane kernels' quads (kernels_cpu.h) */
+/* ---- the lane kernels' forms of the activation (kernels_cpu.h) */
 
 static cairn__xq_quad *quads(void *p)
 {
@@ -399,6 +399,42 @@ void *cairn__quad_prep(const cairn__xq8_block *xq, int64_t cols, int form, void 
         o->d[k] = xq[b].d;
     }
     return q;
+}
+
+static size_t k16_bytes(int64_t cols)
+{
+    return (size_t)(cols / 64) * sizeof(cairn__xq_k16) + 64; /* + 64: alignment */
+}
+
+/* cols / 64 steps (cols a multiple of 256) */
+static void *k16_prep(const cairn__xq8_block *xq, int64_t cols, void *dst)
+{
+    cairn__xq_k16 *q = (cairn__xq_k16 *)(((uintptr_t)dst + 63) & ~(uintptr_t)63);
+    for (int64_t m = 0; m < cols / 64; m++)
+        for (int s = 0; s < 4; s++) {
+            const cairn__xq8_block *b = &xq[2 * m + s / 2];
+            const int8_t *v = b->qs + 16 * (s % 2);
+            int sum = 0;
+            for (int g = 0; g < 4; g++)
+                memcpy(q[m].a[g] + 4 * s, v + 4 * g, 4);
+            for (int e = 0; e < 16; e++)
+                sum += v[e];
+            q[m].c[s] = -4 * sum;
+            q[m].s[s] = b->d * (float)sum;
+            q[m].d[s] = b->d;
+        }
+    return q;
+}
+
+size_t cairn__xf_prep_bytes(int64_t cols)
+{
+    const size_t q = cairn__quad_bytes(cols), k = k16_bytes(cols);
+    return q > k ? q : k;
+}
+
+void *cairn__xf_prep(const cairn__xq8_block *xq, int64_t cols, int form, void *dst)
+{
+    return form == CAIRN__XF_K16 ? k16_prep(xq, cols, dst) : cairn__quad_prep(xq, cols, form, dst);
 }
 
 size_t cairn__matvec_scratch_bytes(int64_t cols)

@@ -280,8 +280,8 @@ void cairn__axpy_ref(float *y, float a, const float *x, int64_t n);
 
 /* The AVX2 + FMA + F16C kernels (kernels_cpu_avx2.c, x86 only; call only where
  * cairn__kernels_level() >= 1). */
-cairn__dot_fn cairn__dot_f32_avx2, cairn__dot_f16_avx2, cairn__dot_bf16_avx2, cairn__dot_q2_K_avx2,
-    cairn__dot_q3_K_avx2, cairn__dot_q4_K_avx2, cairn__dot_q5_K_avx2, cairn__dot_q6_K_avx2;
+cairn__dot_fn cairn__dot_f32_avx2, cairn__dot_f16_avx2, cairn__dot_bf16_avx2, cairn__dot_q4_K_avx2,
+    cairn__dot_q5_K_avx2, cairn__dot_q6_K_avx2;
 /* x (32 nb) -> nb int8 blocks, rounded to nearest even */
 void cairn__quant_x_avx2(const float *x, cairn__xq8_block *y, int64_t nb);
 /* y (n) += a * x (n) */
@@ -299,7 +299,7 @@ enum {
     CAIRN__XF_Q5,    /* quads, offset 16: Q5_0 */
     CAIRN__XF_Q8,    /* quads, offset 128: Q8_0, IQ4_NL, IQ4_XS */
     CAIRN__XF_MIN,   /* quads with d_x sum(a) for a minimum: Q4_1, Q5_1 */
-    CAIRN__XF_K16,   /* AVX-512 steps of 4 sub-blocks of 16: Q2_K, Q3_K */
+    CAIRN__XF_K16,   /* steps of 4 sub-blocks of 16 (cairn__xq_k16): Q2_K, Q3_K */
     CAIRN__XF_N
 };
 /* The activation of a quad (4 consecutive blocks) in the order of the lane kernels (AVX-512 and
@@ -344,6 +344,21 @@ enum {
 #define CAIRN__QK_MIN(K) ((K) == CAIRN__QK_Q4_1 || (K) == CAIRN__QK_Q5_1)
 #define CAIRN__QK_LUT(K) ((K) == CAIRN__QK_IQ4_NL || (K) == CAIRN__QK_IQ4_XS)
 
+/* The activation of one step of the K16 kernels (64 elements, 4 sub-blocks of 16; form
+ * CAIRN__XF_K16) in their order: 112 bytes */
+typedef struct {
+    int8_t a[4][16]; /* group g: elements 16s + 4g..+3 of the step, s = 0..3 */
+    int32_t c[4];    /* -4 times the sum of sub-block s's 16 values (Q3_K's offset) */
+    float s[4];      /* d_x times that sum (what Q2_K's minimum multiplies) */
+    float d[4];      /* d_x of sub-block s's activation block */
+} cairn__xq_k16;
+
+/* Bytes of scratch any of the lane kernels' forms (CAIRN__XF_Q4 and after) of `cols` elements
+ * takes, and the preparation (xq: cols / 32 blocks -> dst in that form; returns the aligned start
+ * of what it wrote) */
+size_t cairn__xf_prep_bytes(int64_t cols);
+void *cairn__xf_prep(const cairn__xq8_block *xq, int64_t cols, int form, void *dst);
+
 /* A rows kernel: W rows (nr, n) of stride rb bytes . x (n) -> out (nr), xp: x in the kernel's
  * form. Each row's result is the same in any grouping of the rows. */
 typedef void cairn__rows_fn(const uint8_t *w, size_t rb, int nr, const void *xp, int64_t n,
@@ -368,11 +383,6 @@ int cairn__kernels_avx2(uint32_t type, cairn__rows_fn **rows, cairn__tile_fn **t
  * bit for bit its dot product): sets *rows and *tile (NULL where there is none) and returns the
  * form they take, or returns -1 for the other types. */
 int cairn__kernels_avx512(uint32_t type, cairn__rows_fn **rows, cairn__tile_fn **tile);
-/* Bytes of scratch any of the AVX-512 forms (CAIRN__XF_Q4 and after) of `cols` elements takes,
- * and the preparation (xq: cols/32 blocks -> dst in that form; returns the aligned start of what
- * it wrote). */
-size_t cairn__xf_prep_bytes(int64_t cols);
-void *cairn__xf_prep_avx512(const cairn__xq8_block *xq, int64_t cols, int form, void *dst);
 /* The prompt's products on float weights: for F32, F16 and BF16, a tile kernel whose xp[t] is
  * token t's n floats themselves, in tiles of 4 rows x 6 tokens (halves widened in registers), to
  * float rounding what the dot products give (not bit for bit); NULL for the other types. */
@@ -381,8 +391,7 @@ cairn__tile_fn *cairn__float_tile_avx512(uint32_t type);
 void cairn__axpy_avx512(float *y, float a, const float *x, int64_t n);
 /* The dot products of F32, F16 and BF16 weights (64 a pass) and of the K-quants (VNNI) */
 cairn__dot_fn cairn__dot_f32_avx512, cairn__dot_f16_avx512, cairn__dot_bf16_avx512,
-    cairn__dot_q2_K_avx512, cairn__dot_q3_K_avx512, cairn__dot_q4_K_avx512, cairn__dot_q5_K_avx512,
-    cairn__dot_q6_K_avx512;
+    cairn__dot_q4_K_avx512, cairn__dot_q5_K_avx512, cairn__dot_q6_K_avx512;
 /* Q4_K's rows and tile kernels (form CAIRN__XF_XK), each output bit for bit
  * cairn__dot_q4_K_avx512's for that token alone */
 cairn__rows_fn cairn__q4_K_rows_avx512;

@@ -282,109 +282,6 @@ AVX2 static inline float half_at(const uint8_t *p)
 /* Q4_K against the int8 activation (cairn__xk_block): per sub-block of 32, the 4-bit quants
  * (unsigned) . the activation in int8, scaled by d * sc * xd; the mins once per super-block,
  * dmin * (m . ds) over the 8 sub-blocks. */
-/* Q2_K and Q3_K against the int8 activation: per group g of 32, the quants unsigned (Q2_K 0..3;
- * Q3_K 0..7, the hmask bit as 4); lanes 0-3 of the product are sub-block 2g, lanes 4-7 sub-block
- * 2g + 1, scaled by d * sc * xd (a permute of the 8 factors of the group's half). What the
- * unsigned quants leave out comes off once per super-block from the activation's sums per 16
- * (o16 = 32 * sum, exact): Q2_K's mins as (dmin * m * xd) . o16 / 32, Q3_K's -4 as
- * (d * sc * xd) . o16 / 8. */
-/* w (n) . x (n) -> float; xq: n / 256 cairn__xk blocks; Q2_K (Q3 0) or Q3_K (Q3 1) */
-AVX2 static inline __attribute__((always_inline)) float
-dot_q23_K_avx2(const uint8_t *w, const void *xq, int64_t n, const int Q3)
-{
-    const cairn__xk_block *xk = xq;
-    const __m256i m3 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
-    const size_t bb = Q3 ? sizeof(cairn__block_q3_K) : sizeof(cairn__block_q2_K);
-    const size_t qs_at = Q3 ? offsetof(cairn__block_q3_K, qs) : offsetof(cairn__block_q2_K, qs);
-    const size_t d_at = Q3 ? offsetof(cairn__block_q3_K, d) : offsetof(cairn__block_q2_K, d);
-    /* group k of a half: lanes 0-3 its sub-block 2k, 4-7 its sub-block 2k + 1 */
-    const __m256i idx[4] = {
-        _mm256_set_epi32(1, 1, 1, 1, 0, 0, 0, 0), _mm256_set_epi32(3, 3, 3, 3, 2, 2, 2, 2),
-        _mm256_set_epi32(5, 5, 5, 5, 4, 4, 4, 4), _mm256_set_epi32(7, 7, 7, 7, 6, 6, 6, 6)};
-    /* the activation scale of sub-blocks 8h..8h+7: block 4h + s / 2 */
-    const __m256i dup[2] = {_mm256_set_epi32(3, 3, 2, 2, 1, 1, 0, 0),
-                            _mm256_set_epi32(7, 7, 6, 6, 5, 5, 4, 4)};
-    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
-                     _mm256_setzero_ps()}; /* one chain per shift */
-    __m256 macc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / CAIRN__QK_K; i++, w += bb) {
-        const __m256 d = _mm256_set1_ps(half_at(w + d_at));
-        const __m256 xd = _mm256_load_ps(xk[i].d);
-        __m256 f[2]; /* d * sc * xd of sub-blocks 8h.. */
-        __m256i hb = _mm256_setzero_si256();
-        if (Q3) {
-            uint8_t u[16];
-            cairn__q3_K_scales_u6(w + offsetof(cairn__block_q3_K, scales), u);
-            const __m128i uv = _mm_loadu_si128((const __m128i *)(const void *)u);
-            for (int h = 0; h < 2; h++) {
-                const __m256i sc = _mm256_sub_epi32(
-                    _mm256_cvtepu8_epi32(h ? _mm_srli_si128(uv, 8) : uv), _mm256_set1_epi32(32));
-                f[h] = _mm256_mul_ps(_mm256_mul_ps(d, _mm256_cvtepi32_ps(sc)),
-                                     _mm256_permutevar8x32_ps(xd, dup[h]));
-            }
-            hb = _mm256_loadu_si256(
-                (const __m256i *)(const void *)(w + offsetof(cairn__block_q3_K, hmask)));
-            for (int h = 0; h < 2; h++) /* the quants' -4: 4 * the sums per 16, o16 / 8 */
-                macc = _mm256_fmadd_ps(
-                    f[h],
-                    _mm256_mul_ps(_mm256_load_ps(xk[i].o16 + 8 * h), _mm256_set1_ps(1.0f / 8.0f)),
-                    macc);
-        } else {
-            const __m128i sb = _mm_loadu_si128(
-                (const __m128i *)(const void *)(w + offsetof(cairn__block_q2_K, scales)));
-            const __m128i m4 = _mm_set1_epi8(0x0F);
-            const __m128i sc = _mm_and_si128(sb, m4), mn = _mm_and_si128(_mm_srli_epi16(sb, 4), m4);
-            const __m256 dmin = _mm256_set1_ps(half_at(w + offsetof(cairn__block_q2_K, dmin)));
-            for (int h = 0; h < 2; h++) {
-                const __m256 xdh = _mm256_permutevar8x32_ps(xd, dup[h]);
-                const __m128i sch = h ? _mm_srli_si128(sc, 8) : sc,
-                              mnh = h ? _mm_srli_si128(mn, 8) : mn;
-                f[h] = _mm256_mul_ps(
-                    _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sch))), xdh);
-                macc = _mm256_fmadd_ps(
-                    _mm256_mul_ps(
-                        _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(mnh))), xdh),
-                    _mm256_mul_ps(_mm256_load_ps(xk[i].o16 + 8 * h), _mm256_set1_ps(1.0f / 32.0f)),
-                    macc);
-            }
-        }
-        for (int h = 0; h < 2; h++) {
-            const __m256i q2 =
-                _mm256_loadu_si256((const __m256i *)(const void *)(w + qs_at + 32 * h));
-            for (int j = 0; j < 4; j++) {
-                const int g = 4 * h + j;
-                __m256i q = _mm256_and_si256(_mm256_srli_epi16(q2, 2 * j), m3);
-                const __m256i a =
-                    _mm256_load_si256((const __m256i *)(const void *)(xk[i].a + 32 * g));
-                if (Q3)
-                    q = _mm256_or_si256(
-                        q, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, g), one), 2));
-                const __m256i p = dot_u8_i8(q, a);
-                acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p),
-                                         _mm256_permutevar8x32_ps(f[h], idx[j]), acc[j]);
-            }
-        }
-    }
-    return hsum256(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]))) -
-           hsum256(macc);
-}
-
-/* w (n) . x (n) -> float; xq: n / 256 cairn__xk blocks */
-AVX2 float cairn__dot_q2_K_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs,
-                                int64_t n)
-{
-    (void)x, (void)xs;
-    return dot_q23_K_avx2(w, xq, n, 0);
-}
-
-/* w (n) . x (n) -> float; xq: n / 256 cairn__xk blocks */
-AVX2 float cairn__dot_q3_K_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs,
-                                int64_t n)
-{
-    (void)x, (void)xs;
-    return dot_q23_K_avx2(w, xq, n, 1);
-}
-
 /* Q5_K is Q4_K with a fifth bit: sub-block j's bit j of the 32 qh bytes, isolated by a shift
  * and an AND and put on top of the nibbles before the same product. */
 /* w (n) . x (n) -> float; xq: n / 256 cairn__xk blocks; Q4_K (Q5 0) or Q5_K (Q5 1) */
@@ -565,6 +462,20 @@ AVX2 static inline __attribute__((always_inline)) __m256i load2(const uint8_t *p
                                            _mm_loadu_si128((const __m128i *)(const void *)(p + rb)),
                                            1)
                  : _mm256_zextsi128_si256(lo);
+}
+
+/* out[t * ld + r] = (acc0 + acc1) + (acc2 + acc3) of acc[t]'s lanes 4r.., r < R <= 2 */
+AVX2 static inline __attribute__((always_inline)) void
+store2_rows(const __m256 *acc, const int T, const int R, float *out, size_t ld)
+{
+#pragma GCC unroll 4
+    for (int t = 0; t < T; t++) {
+        __m256 u = _mm256_add_ps(acc[t], _mm256_permute_ps(acc[t], 0xB1));
+        u = _mm256_add_ps(u, _mm256_permute_ps(u, 0x4E));
+        out[(size_t)t * ld] = _mm256_cvtss_f32(u);
+        if (R > 1)
+            out[(size_t)t * ld + 1] = _mm_cvtss_f32(_mm256_extractf128_ps(u, 1));
+    }
 }
 
 /* the u16 (or u32) at p */
@@ -769,39 +680,168 @@ quad_tile_avx2(const uint8_t *w, size_t rb, const cairn__xq_quad *const *a, int6
         quad_step_avx2(w, rb, a, g, 4, pf, acc, R, T, KIND);
     if (nb % 4)
         quad_step_avx2(w, rb, a, nb / 4, (int)(nb % 4), pf, acc, R, T, KIND);
+    store2_rows(acc, T, R, out, ld);
+}
+
+/* ---- Q2_K and Q3_K: (row, sub-block) lanes, one kernel for 1-4 tokens ---------------------
+ * kernels_cpu_avx512.c's K16 kernel on 256-bit registers, as the quad kernel above is its quad
+ * kernel's: a step takes 2 rows and 64 elements of their super-block (4 sub-blocks of 16), lane
+ * 4r + s holding row r's sub-block s. A sub-block's 16 two-bit fields are 16 consecutive bytes
+ * of qs (those of blocks 2m and 2m + 1 the same bytes, at shifts 2j and 2j + 2), so one 4 x 4
+ * dword transposition of a row's two 16-byte halves (each twice) per two steps gives group g
+ * (elements 4g..4g+3) of every lane, and a shift per dword (vpsrlvd) and a mask bring each
+ * sub-block's field down; Q3_K's third bits are hmask's bytes, transposed once per super-block,
+ * tested against the step's bit (a compare) and added as 4. The values are unsigned, 0..3 or
+ * 0..7, and 4 groups sum in int16 (4 * 2 * 7 * 127 < 2^15) before one madd; Q3_K's -4 comes back
+ * as -4 * sum(a), Q2_K's minimum (dmin * m) multiplies d_x * sum(a), both prepared with the
+ * activation (cairn__xq_k16). The float order is the AVX-512 kernel's lane for lane, so every
+ * output is bit for bit the AVX-512 level's, and the decode's are the prompt's. */
+
+/* rows (R <= 2, n) of stride rb bytes @ tokens a[0..T) (T <= 4, form CAIRN__XF_K16) ->
+ * out[t * ld + r]; Q2_K (Q3 0) or Q3_K (Q3 1) */
+AVX2 static inline __attribute__((always_inline)) void
+k16_tile_avx2(const uint8_t *w, size_t rb, const cairn__xq_k16 *const *a, int64_t n, float *out,
+              size_t ld, const int R, const int T, const int Q3)
+{
+    const size_t bb = Q3 ? sizeof(cairn__block_q3_K) : sizeof(cairn__block_q2_K);
+    const size_t QS = Q3 ? offsetof(cairn__block_q3_K, qs) : offsetof(cairn__block_q2_K, qs);
+    const __m256i m3 = _mm256_set1_epi8(3), four = _mm256_set1_epi8(4), ones = _mm256_set1_epi16(1);
+    const size_t pf = cairn__pf_ahead(rb, R);
+    __m256 acc[QUAD2_TT];
+    for (int t = 0; t < T; t++)
+        acc[t] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / CAIRN__QK_K; i++) {
+        const uint8_t *b0 = w + (size_t)i * bb;
+        CAIRN__PF_RUN(w, pf, i, (int)bb, R);
+        /* W[m], dword r: row r's scales of sub-blocks 4m..4m+3 (a byte each: Q3_K's 6 bits,
+         * unsigned, or Q2_K's scale | min << 4); D (M): lane 4r + s row r's d (-dmin) */
+        __m128i S[2] = {_mm_setzero_si128(), _mm_setzero_si128()}, W[4];
+        uint16_t dh[2] = {0, 0}, mh[2] = {0, 0};
+#pragma GCC unroll 2
+        for (int r = 0; r < R && r < 2; r++) {
+            const uint8_t *b = b0 + (size_t)r * rb;
+            if (Q3) { /* the 12 packed bytes, from the 16 that end with d (inside the block) */
+                S[r] = _mm_srli_si128(_mm_loadu_si128((const __m128i *)(const void *)(b + bb - 16)),
+                                      2);
+                dh[r] = (uint16_t)u16at(b + offsetof(cairn__block_q3_K, d));
+            } else {
+                S[r] = _mm_loadu_si128((const __m128i *)(const void *)b);
+                dh[r] = (uint16_t)u16at(b + offsetof(cairn__block_q2_K, d));
+                mh[r] = (uint16_t)u16at(b + offsetof(cairn__block_q2_K, dmin));
+            }
+        }
+        { /* the dword transposition: T[k], dword r = dword k of row r's S */
+            const __m128i u0 = _mm_unpacklo_epi32(S[0], S[1]), u1 = _mm_unpackhi_epi32(S[0], S[1]);
+            const __m128i T0 = u0, T1 = _mm_srli_si128(u0, 8), T2 = u1, T3 = _mm_srli_si128(u1, 8);
+            if (Q3) { /* cairn__q3_K_scales_u6 on the 2 rows at once */
+                const __m128i m4 = _mm_set1_epi8(0x0F), m2 = _mm_set1_epi8(3);
+                W[0] =
+                    _mm_or_si128(_mm_and_si128(T0, m4), _mm_slli_epi32(_mm_and_si128(T2, m2), 4));
+                W[1] = _mm_or_si128(_mm_and_si128(T1, m4),
+                                    _mm_slli_epi32(_mm_and_si128(_mm_srli_epi32(T2, 2), m2), 4));
+                W[2] = _mm_or_si128(_mm_and_si128(_mm_srli_epi32(T0, 4), m4),
+                                    _mm_slli_epi32(_mm_and_si128(_mm_srli_epi32(T2, 4), m2), 4));
+                W[3] = _mm_or_si128(_mm_and_si128(_mm_srli_epi32(T1, 4), m4),
+                                    _mm_slli_epi32(_mm_and_si128(_mm_srli_epi32(T2, 6), m2), 4));
+            } else
+                W[0] = T0, W[1] = T1, W[2] = T2, W[3] = T3;
+        }
+        const __m256 D =
+            _mm256_setr_m128(_mm_set1_ps(_cvtsh_ss(dh[0])), _mm_set1_ps(_cvtsh_ss(dh[1])));
+        /* -dmin as 0 - dmin, the AVX-512 kernel's */
+        const __m256 M =
+            _mm256_sub_ps(_mm256_setzero_ps(), _mm256_setr_m128(_mm_set1_ps(_cvtsh_ss(mh[0])),
+                                                                _mm_set1_ps(_cvtsh_ss(mh[1]))));
+        /* Q3_K: HG[g], dword s: hmask bytes 16 (s % 2) + 4g.. of each row */
+        __m256i HG[4];
+        if (Q3) {
+            const __m256i ha = load2(b0, rb, R), hb = load2(b0 + 16, rb, R);
+            const __m256i Y[4] = {ha, hb, ha, hb};
+            tr4x4(Y, HG);
+        }
+        __m256i G[4];
 #pragma GCC unroll 4
-    for (int t = 0; t < T; t++) {
-        __m256 u = _mm256_add_ps(acc[t], _mm256_permute_ps(acc[t], 0xB1));
-        u = _mm256_add_ps(u, _mm256_permute_ps(u, 0x4E));
-        out[(size_t)t * ld] = _mm256_cvtss_f32(u);
-        if (R > 1)
-            out[(size_t)t * ld + 1] = _mm_cvtss_f32(_mm256_extractf128_ps(u, 1));
+        for (int m = 0; m < 4; m++) {
+            if (m % 2 == 0) { /* the 32 qs bytes of half m / 2, dword s: bytes 16 (s % 2) + 4g.. */
+                const __m256i qa = load2(b0 + QS + 16 * m, rb, R),
+                              qb = load2(b0 + QS + 16 * m + 16, rb, R);
+                const __m256i Y[4] = {qa, qb, qa, qb};
+                tr4x4(Y, G);
+            }
+            /* dword s: the field of block 2m + s / 2 (bits 2j.., j = its index in the half) */
+            const int j0 = 2 * (m % 2);
+            const __m256i shv = _mm256_setr_epi32(2 * j0, 2 * j0, 2 * j0 + 2, 2 * j0 + 2, 2 * j0,
+                                                  2 * j0, 2 * j0 + 2, 2 * j0 + 2);
+            /* each byte of dword s: hmask bit 2m + s / 2 */
+            const int h0 = (int)(0x01010101u << (2 * m)), h1 = (int)(0x01010101u << (2 * m + 1));
+            const __m256i hsel = _mm256_setr_epi32(h0, h0, h1, h1, h0, h0, h1, h1);
+            __m256i P[4];
+#pragma GCC unroll 4
+            for (int g = 0; g < 4; g++) {
+                P[g] = _mm256_and_si256(_mm256_srlv_epi32(G[g], shv), m3);
+                if (Q3)
+                    P[g] = _mm256_add_epi8(
+                        P[g], _mm256_and_si256(
+                                  _mm256_cmpeq_epi8(_mm256_and_si256(HG[g], hsel), hsel), four));
+            }
+            /* lane 4r + s: row r's scale of sub-block 4m + s (and Q2_K's minimum) */
+            const __m256i us = _mm256_cvtepu8_epi32(W[m]);
+            __m256 sw, mw = _mm256_setzero_ps();
+            if (Q3)
+                sw = _mm256_mul_ps(D,
+                                   _mm256_cvtepi32_ps(_mm256_sub_epi32(us, _mm256_set1_epi32(32))));
+            else {
+                sw = _mm256_mul_ps(
+                    D, _mm256_cvtepi32_ps(_mm256_and_si256(us, _mm256_set1_epi32(0xF))));
+                mw = _mm256_mul_ps(M, _mm256_cvtepi32_ps(_mm256_srli_epi32(us, 4)));
+            }
+#pragma GCC unroll 4
+            for (int t = 0; t < T; t++) {
+                const cairn__xq_k16 *x = &a[t][4 * i + m];
+#define BC(p) _mm256_broadcastsi128_si256(_mm_load_si128((const __m128i *)(const void *)(p)))
+                __m256i s16 = _mm256_maddubs_epi16(P[0], BC(x->a[0]));
+#pragma GCC unroll 3
+                for (int g = 1; g < 4; g++)
+                    s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(P[g], BC(x->a[g])));
+                __m256i p = _mm256_madd_epi16(s16, ones);
+                if (Q3)
+                    p = _mm256_add_epi32(BC(x->c), p);
+#undef BC
+                const __m256 sx = _mm256_broadcast_ps((const __m128 *)(const void *)x->d);
+                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(sw, sx), acc[t]);
+                if (!Q3)
+                    acc[t] = _mm256_fmadd_ps(
+                        mw, _mm256_broadcast_ps((const __m128 *)(const void *)x->s), acc[t]);
+            }
+        }
     }
+    store2_rows(acc, T, R, out, ld);
 }
 
 /* Each type's rows and tile kernels, over any number of rows and tokens */
-#define QUAD2_KERNELS(name, KIND)                                                                  \
+#define LANE2_KERNELS(name, kernel, X, KIND)                                                       \
     AVX2 static inline __attribute__((always_inline)) void name##_tile_(                           \
-        const uint8_t *w, size_t rb, const cairn__xq_quad *const *a, int64_t n, float *out,        \
-        size_t ld, const int R, const int T)                                                       \
+        const uint8_t *w, size_t rb, const X *const *a, int64_t n, float *out, size_t ld,          \
+        const int R, const int T)                                                                  \
     {                                                                                              \
-        quad_tile_avx2(w, rb, a, n, out, ld, R, T, KIND);                                          \
+        kernel(w, rb, a, n, out, ld, R, T, KIND);                                                  \
     }                                                                                              \
     AVX2 static void name##_rows(const uint8_t *w, size_t rb, int nr, const void *xp, int64_t n,   \
                                  float *out)                                                       \
     {                                                                                              \
-        const cairn__xq_quad *a = xp;                                                              \
+        const X *a = xp;                                                                           \
         for (; nr >= 2; nr -= 2, w += 2 * rb, out += 2)                                            \
-            quad_tile_avx2(w, rb, &a, n, out, 0, 2, 1, KIND);                                      \
+            kernel(w, rb, &a, n, out, 0, 2, 1, KIND);                                              \
         if (nr)                                                                                    \
-            quad_tile_avx2(w, rb, &a, n, out, 0, 1, 1, KIND);                                      \
+            kernel(w, rb, &a, n, out, 0, 1, 1, KIND);                                              \
     }                                                                                              \
     AVX2 static void name##_tile(const uint8_t *w, size_t rb, int nr, const void *const *xp,       \
                                  int nt, int64_t n, float *out, size_t ld)                         \
     {                                                                                              \
-        const cairn__xq_quad *const *a = (const cairn__xq_quad *const *)xp;                        \
+        const X *const *a = (const X *const *)xp;                                                  \
         CAIRN__TILE(name##_tile_, w, rb, nr, a, nt, n, out, ld, QUAD2_RR, QUAD2_TT);               \
     }
+#define QUAD2_KERNELS(name, KIND) LANE2_KERNELS(name, quad_tile_avx2, cairn__xq_quad, KIND)
 
 QUAD2_KERNELS(q4_0, CAIRN__QK_Q4_0)
 QUAD2_KERNELS(q8_0, CAIRN__QK_Q8_0)
@@ -811,6 +851,9 @@ QUAD2_KERNELS(q5_1, CAIRN__QK_Q5_1)
 QUAD2_KERNELS(iq4_nl, CAIRN__QK_IQ4_NL)
 QUAD2_KERNELS(iq4_xs, CAIRN__QK_IQ4_XS)
 #undef QUAD2_KERNELS
+LANE2_KERNELS(q2_K, k16_tile_avx2, cairn__xq_k16, 0)
+LANE2_KERNELS(q3_K, k16_tile_avx2, cairn__xq_k16, 1)
+#undef LANE2_KERNELS
 
 int cairn__kernels_avx2(uint32_t type, cairn__rows_fn **rows, cairn__tile_fn **tile)
 {
@@ -836,6 +879,12 @@ int cairn__kernels_avx2(uint32_t type, cairn__rows_fn **rows, cairn__tile_fn **t
     case CAIRN__GGML_IQ4_XS:
         *rows = iq4_xs_rows, *tile = iq4_xs_tile;
         return CAIRN__XF_Q8;
+    case CAIRN__GGML_Q2_K:
+        *rows = q2_K_rows, *tile = q2_K_tile;
+        return CAIRN__XF_K16;
+    case CAIRN__GGML_Q3_K:
+        *rows = q3_K_rows, *tile = q3_K_tile;
+        return CAIRN__XF_K16;
     default:
         return -1;
     }

@@ -1145,104 +1145,6 @@ AVX512 void cairn__dot2_q6_K_avx512(const uint8_t *w, const void *xa, const void
     q6_K_dot_t(w, xk, 2, n, out);
 }
 
-/* Q2_K and Q3_K, laid out as Q6_K's halves: register k holds elements 64k.. (groups 2k and
- * 2k + 1), the 2-bit fields of the half's 32 qs bytes broadcast and shifted per register half;
- * Q3_K's hmask bit is added as 4 under a mask, and vpdpbusd multiplies the unsigned quants (0..7).
- * 4 lanes make a sub-block of 16, each scaled by d * sc * xd. What the unsigned quants leave out
- * comes off once per super-block from the activation's prepared sums per 16 (o16 = 32 * sum):
- * Q2_K's mins as (dmin * m * xd) . o16 / 32, Q3_K's -4 as (d * sc * xd) . o16 / 8. */
-/* w (n) . x (n) -> float; xq: n / 256 cairn__xk blocks; Q2_K (Q3 0) or Q3_K (Q3 1) */
-AVX512 static inline __attribute__((always_inline)) float
-q23_K_dot(const uint8_t *w, const void *xq, int64_t n, const int Q3)
-{
-    const cairn__xk_block *xk = xq;
-    const __m512i m3 = _mm512_set1_epi8(3), four = _mm512_set1_epi8(4);
-    const size_t bb = Q3 ? sizeof(cairn__block_q3_K) : sizeof(cairn__block_q2_K);
-    const size_t qs_at = Q3 ? offsetof(cairn__block_q3_K, qs) : offsetof(cairn__block_q2_K, qs);
-    const size_t d_at = Q3 ? offsetof(cairn__block_q3_K, d) : offsetof(cairn__block_q2_K, d);
-    /* 16-bit lane shifts of the broadcast 2-bit fields: register 2h | 2h + 1 by 0 | 2, 4 | 6 */
-    const __m512i sh[2] = {_mm512_set_epi64(0x0002000200020002LL, 0x0002000200020002LL,
-                                            0x0002000200020002LL, 0x0002000200020002LL, 0, 0, 0, 0),
-                           _mm512_set_epi64(0x0006000600060006LL, 0x0006000600060006LL,
-                                            0x0006000600060006LL, 0x0006000600060006LL,
-                                            0x0004000400040004LL, 0x0004000400040004LL,
-                                            0x0004000400040004LL, 0x0004000400040004LL)};
-    const __m512i dup = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
-    __m512i idx[4], hbit[4]; /* register k: lane l is sub-block 4k + l / 4, groups 2k | 2k + 1 */
-    for (int k = 0; k < 4; k++) {
-        idx[k] = _mm512_set_epi32(4 * k + 3, 4 * k + 3, 4 * k + 3, 4 * k + 3, 4 * k + 2, 4 * k + 2,
-                                  4 * k + 2, 4 * k + 2, 4 * k + 1, 4 * k + 1, 4 * k + 1, 4 * k + 1,
-                                  4 * k, 4 * k, 4 * k, 4 * k);
-        hbit[k] = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << (2 * k))),
-                                     _mm256_set1_epi8((char)(2 << (2 * k))), 1);
-    }
-    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
-                     _mm512_setzero_ps()};
-    __m512 macc = _mm512_setzero_ps();
-    for (int64_t i = 0; i < n / CAIRN__QK_K; i++, w += bb) {
-        uint16_t dh;
-        memcpy(&dh, w + d_at, 2);
-        const __m512 xd =
-            _mm512_permutexvar_ps(dup, _mm512_castps256_ps512(_mm256_load_ps(xk[i].d)));
-        __m512 scf;
-        __m512i hm = _mm512_setzero_si512();
-        if (Q3) {
-            uint8_t u[16];
-            cairn__q3_K_scales_u6(w + offsetof(cairn__block_q3_K, scales), u);
-            scf = _mm512_cvtepi32_ps(_mm512_sub_epi32(
-                _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)u)),
-                _mm512_set1_epi32(32)));
-            hm = _mm512_broadcast_i64x4(_mm256_loadu_si256(
-                (const __m256i *)(const void *)(w + offsetof(cairn__block_q3_K, hmask))));
-        } else {
-            uint16_t mh;
-            memcpy(&mh, w + offsetof(cairn__block_q2_K, dmin), 2);
-            const __m512i sb = _mm512_cvtepu8_epi32(_mm_loadu_si128(
-                (const __m128i *)(const void *)(w + offsetof(cairn__block_q2_K, scales))));
-            scf = _mm512_cvtepi32_ps(_mm512_and_si512(sb, _mm512_set1_epi32(0xF)));
-            const __m512 mf =
-                _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(mh)),
-                                            _mm512_cvtepi32_ps(_mm512_srli_epi32(sb, 4))),
-                              xd);
-            macc = _mm512_fmadd_ps(
-                mf, _mm512_mul_ps(_mm512_load_ps(xk[i].o16), _mm512_set1_ps(1.0f / 32.0f)), macc);
-        }
-        const __m512 f = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(dh)), scf), xd);
-        if (Q3) /* the quants' -4: 4 * the sums per 16, o16 / 8 (exact) */
-            macc = _mm512_fmadd_ps(
-                f, _mm512_mul_ps(_mm512_load_ps(xk[i].o16), _mm512_set1_ps(1.0f / 8.0f)), macc);
-#pragma GCC unroll 4
-        for (int k = 0; k < 4; k++) {
-            const __m512i q2 = _mm512_broadcast_i64x4(
-                _mm256_loadu_si256((const __m256i *)(const void *)(w + qs_at + 32 * (k / 2))));
-            __m512i q = _mm512_and_si512(_mm512_srlv_epi16(q2, sh[k % 2]), m3);
-            const __m512i a = _mm512_load_si512((const void *)(xk[i].a + 64 * k));
-            if (Q3)
-                q = _mm512_mask_add_epi8(q, _mm512_test_epi8_mask(hm, hbit[k]), q, four);
-            __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, a);
-            acc[k] =
-                _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_permutexvar_ps(idx[k], f), acc[k]);
-        }
-    }
-    return sum4(acc) - _mm512_reduce_add_ps(macc);
-}
-
-/* w (n) . x (n) -> float; xq: n / 256 cairn__xk blocks */
-AVX512 float cairn__dot_q2_K_avx512(const uint8_t *w, const float *x, const void *xq,
-                                    const float *xs, int64_t n)
-{
-    (void)x, (void)xs;
-    return q23_K_dot(w, xq, n, 0);
-}
-
-/* w (n) . x (n) -> float; xq: n / 256 cairn__xk blocks */
-AVX512 float cairn__dot_q3_K_avx512(const uint8_t *w, const float *x, const void *xq,
-                                    const float *xs, int64_t n)
-{
-    (void)x, (void)xs;
-    return q23_K_dot(w, xq, n, 1);
-}
-
 /* ---- Q2_K and Q3_K: (row, sub-block) lanes, one kernel for 1-8 tokens ---------------------
  * As the quad kernel, with sub-blocks of 16 for blocks: a step takes 4 rows and 64 elements of
  * their super-block (4 sub-blocks of 16), lane 4r + s of a register holding row r's sub-block
@@ -1259,39 +1161,6 @@ AVX512 float cairn__dot_q3_K_avx512(const uint8_t *w, const float *x, const void
  * for Q2_K) per 16 (row, sub-block) pairs; the gathering and the scales are shared by the tile's
  * tokens. The float order of a row: sub-block lane s, step after step, acc = fma(isum, sw * d_x,
  * acc) (then acc = fma(-dmin * m, d_x sum, acc)); the row is (acc lanes s 0 + 1) + (2 + 3). */
-
-/* The activation of one step (64 elements) in the kernel's order: 112 bytes */
-typedef struct {
-    int8_t a[4][16]; /* group g: elements 16s + 4g..+3 of the step, s = 0..3 */
-    int32_t c[4];    /* -4 times the sum of sub-block s's 16 values (Q3_K's offset) */
-    float s[4];      /* d_x times that sum (what Q2_K's minimum multiplies) */
-    float d[4];      /* d_x of sub-block s's activation block */
-} xq_k16;
-
-static size_t k16_bytes(int64_t cols)
-{
-    return (size_t)(cols / 64) * sizeof(xq_k16) + 64; /* + 64: alignment */
-}
-
-/* cols / 64 steps (cols a multiple of 256) */
-static void *k16_prep(const cairn__xq8_block *xq, int64_t cols, void *dst)
-{
-    xq_k16 *q = (xq_k16 *)(((uintptr_t)dst + 63) & ~(uintptr_t)63);
-    for (int64_t m = 0; m < cols / 64; m++)
-        for (int s = 0; s < 4; s++) {
-            const cairn__xq8_block *b = &xq[2 * m + s / 2];
-            const int8_t *v = b->qs + 16 * (s % 2);
-            int sum = 0;
-            for (int g = 0; g < 4; g++)
-                memcpy(q[m].a[g] + 4 * s, v + 4 * g, 4);
-            for (int e = 0; e < 16; e++)
-                sum += v[e];
-            q[m].c[s] = -4 * sum;
-            q[m].s[s] = b->d * (float)sum;
-            q[m].d[s] = b->d;
-        }
-    return q;
-}
 
 /* byte 16g + 4s + e of a row's gathered step: byte O + 16 (s % 2) + 4g + e of its super-block
  * (the 32 bytes of qs or hmask that the step's two blocks share start at O) */
@@ -1310,7 +1179,7 @@ static const uint8_t g_q2k[2][64] = {GK16(16), GK16(48)}, g_q3k[2][64] = {GK16(3
 /* rows (R, n) of stride rb bytes @ tokens a[0..T) (k16_prep) -> out[t * ld + r];
  * Q2_K (Q3 0) or Q3_K (Q3 1); R <= 4 and T <= 8 constants after inlining */
 AVX512 static inline __attribute__((always_inline)) void
-k16_tile_avx512(const uint8_t *w, size_t rb, const xq_k16 *const *a, int64_t n, float *out,
+k16_tile_avx512(const uint8_t *w, size_t rb, const cairn__xq_k16 *const *a, int64_t n, float *out,
                 size_t ld, const int R, const int T, const int Q3)
 {
     const size_t bb = Q3 ? sizeof(cairn__block_q3_K) : sizeof(cairn__block_q2_K);
@@ -1422,7 +1291,7 @@ k16_tile_avx512(const uint8_t *w, size_t rb, const xq_k16 *const *a, int64_t n, 
                 /* one token: each row's gathered groups against the activation as it lies
                  * (lane g, dword s: group g of sub-block s, the offset in lane 0), the four
                  * 128-bit lanes of each row then summed into lane 4r + s: the tile's integers */
-                const xq_k16 *x = &a[0][4 * i + m];
+                const cairn__xq_k16 *x = &a[0][4 * i + m];
                 const __m512i av = _mm512_loadu_si512((const void *)x->a);
                 const __m512i c0 =
                     Q3 ? _mm512_zextsi128_si512(_mm_load_si128((const __m128i *)(const void *)x->c))
@@ -1440,7 +1309,7 @@ k16_tile_avx512(const uint8_t *w, size_t rb, const xq_k16 *const *a, int64_t n, 
             }
 #pragma GCC unroll 8
             for (int t = 0; t < T; t++) {
-                const xq_k16 *x = &a[t][4 * i + m];
+                const cairn__xq_k16 *x = &a[t][4 * i + m];
 #define BC(p) _mm512_broadcast_i32x4(_mm_load_si128((const __m128i *)(const void *)(p)))
                 __m512i p = Q3 ? BC(x->c) : _mm512_setzero_si512();
 #pragma GCC unroll 4
@@ -1457,23 +1326,12 @@ k16_tile_avx512(const uint8_t *w, size_t rb, const xq_k16 *const *a, int64_t n, 
     store_rows(acc, T, R, out, ld);
 }
 
-#define K16_KERNELS(name, Q3) LANE_KERNELS(name, k16_tile_avx512, xq_k16, Q3)
+#define K16_KERNELS(name, Q3) LANE_KERNELS(name, k16_tile_avx512, cairn__xq_k16, Q3)
 
 K16_KERNELS(q2_K, 0)
 K16_KERNELS(q3_K, 1)
 #undef K16_KERNELS
 #undef LANE_KERNELS
-
-size_t cairn__xf_prep_bytes(int64_t cols)
-{
-    const size_t q = cairn__quad_bytes(cols), k = k16_bytes(cols);
-    return q > k ? q : k;
-}
-
-void *cairn__xf_prep_avx512(const cairn__xq8_block *xq, int64_t cols, int form, void *dst)
-{
-    return form == CAIRN__XF_K16 ? k16_prep(xq, cols, dst) : cairn__quad_prep(xq, cols, form, dst);
-}
 
 /* The rows and tile kernels of a type, and the form of the activation they take (-1: none here) */
 int cairn__kernels_avx512(uint32_t type, cairn__rows_fn **rows, cairn__tile_fn **tile)

@@ -244,9 +244,8 @@ static void check_grouping(const char *level, uint32_t type, size_t block_bytes)
         cairn__tile_fn *tk = NULL;
         const int form = strcmp(level, "avx512") == 0 ? cairn__kernels_avx512(type, &rk, &tk)
                                                       : cairn__kernels_avx2(type, &rk, &tk);
-        xp = form == CAIRN__XF_XK    ? (const void *)cairn__xk_prep(xq, cols, prep)
-             : form == CAIRN__XF_K16 ? cairn__xf_prep_avx512(xq, cols, form, prep)
-                                     : cairn__quad_prep(xq, cols, form, prep);
+        xp = form == CAIRN__XF_XK ? (const void *)cairn__xk_prep(xq, cols, prep)
+                                  : cairn__xf_prep(xq, cols, form, prep);
 #endif
         float alone[9], y[9];
         for (int r = 0; r < rows; r++)
@@ -447,22 +446,25 @@ static uint8_t *random_weights(uint32_t type, int64_t rows, int64_t cols, uint64
     return w;
 }
 
-/* The AVX2 and AVX-512 kernels of the types of 32 give the same bits (the same lanes, the same
- * float operations): matvec and matmul of 1, 5 and 64 tokens by 1, 7 and 37 rows, 3, 13 and 24
- * blocks a row (2 and 3 super-blocks for IQ4_XS), at each level. */
+/* The AVX2 and AVX-512 lane kernels (the types of 32, Q2_K and Q3_K) give the same bits (the same
+ * lanes, the same float operations): matvec and matmul of 1, 5 and 64 tokens by 1, 7 and 37 rows,
+ * 3, 13 and 24 blocks a row (2 and 3 super-blocks for the types of 256), at each level. */
 static void check_same_bits(cairn__pool *pool)
 {
-    static const uint32_t types[] = {CAIRN__GGML_Q8_0,  CAIRN__GGML_Q4_0, CAIRN__GGML_Q4_1,
-                                     CAIRN__GGML_Q5_0,  CAIRN__GGML_Q5_1, CAIRN__GGML_IQ4_NL,
-                                     CAIRN__GGML_IQ4_XS};
+    static const uint32_t types[] = {CAIRN__GGML_Q8_0,   CAIRN__GGML_Q4_0, CAIRN__GGML_Q4_1,
+                                     CAIRN__GGML_Q5_0,   CAIRN__GGML_Q5_1, CAIRN__GGML_IQ4_NL,
+                                     CAIRN__GGML_IQ4_XS, CAIRN__GGML_Q2_K, CAIRN__GGML_Q3_K};
     static const int ns[3] = {1, 5, 64}, rows_of[3] = {1, 7, 37}, blocks[3] = {3, 13, 24};
     uint64_t seed = 0x9e3779b97f4a7c15ull;
     for (size_t t = 0; t < sizeof types / sizeof *types; t++) {
         long bad = 0, cases = 0;
         for (int ci = 0; ci < 3; ci++)
             for (int ri = 0; ri < 3; ri++) {
+                /* IQ4_XS's blocks are 32 values, its rows super-blocks of 256 */
                 const int64_t cols =
-                    types[t] == CAIRN__GGML_IQ4_XS ? 256 * (2 + ci % 2) : 32 * blocks[ci];
+                    cairn__quant_block_elems(types[t]) == 256 || types[t] == CAIRN__GGML_IQ4_XS
+                        ? 256 * (2 + ci % 2)
+                        : 32 * blocks[ci];
                 const int64_t rows = rows_of[ri];
                 uint8_t *w = random_weights(types[t], rows, cols, &seed);
                 const size_t rb = (size_t)((uint64_t)cols / cairn__quant_block_elems(types[t]) *
@@ -742,12 +744,12 @@ int main(void)
             check_grouping(levels[l], CAIRN__GGML_Q5_1, sizeof(cairn__block_q5_1));
             check_grouping(levels[l], CAIRN__GGML_IQ4_NL, sizeof(cairn__block_iq4_nl));
             check_grouping(levels[l], CAIRN__GGML_IQ4_XS, sizeof(cairn__block_iq4_xs));
+            check_grouping(levels[l], CAIRN__GGML_Q2_K, sizeof(cairn__block_q2_K));
+            check_grouping(levels[l], CAIRN__GGML_Q3_K, sizeof(cairn__block_q3_K));
         }
         if (l >= 2) {
             check_same_bits(pool);
             check_grouping(levels[l], CAIRN__GGML_Q4_K, sizeof(cairn__block_q4_K));
-            check_grouping(levels[l], CAIRN__GGML_Q2_K, sizeof(cairn__block_q2_K));
-            check_grouping(levels[l], CAIRN__GGML_Q3_K, sizeof(cairn__block_q3_K));
         }
         check_dequant(levels[l]);
         check_matmul_int8(pool, levels[l]);
