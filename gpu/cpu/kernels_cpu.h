@@ -281,7 +281,7 @@ void cairn__axpy_ref(float *y, float a, const float *x, int64_t n);
 /* The AVX2 + FMA + F16C kernels (kernels_cpu_avx2.c, x86 only; call only where
  * cairn__kernels_level() >= 1). */
 cairn__dot_fn cairn__dot_f32_avx2, cairn__dot_f16_avx2, cairn__dot_bf16_avx2, cairn__dot_q4_K_avx2,
-    cairn__dot_q5_K_avx2, cairn__dot_q6_K_avx2;
+    cairn__dot_q5_K_avx2;
 /* x (32 nb) -> nb int8 blocks, rounded to nearest even */
 void cairn__quant_x_avx2(const float *x, cairn__xq8_block *y, int64_t nb);
 /* y (n) += a * x (n) */

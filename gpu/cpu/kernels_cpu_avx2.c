@@ -284,17 +284,22 @@ AVX2 static inline float half_at(const uint8_t *p)
  * dmin * (m . ds) over the 8 sub-blocks. */
 /* Q5_K is Q4_K with a fifth bit: sub-block j's bit j of the 32 qh bytes, isolated by a shift
  * and an AND and put on top of the nibbles before the same product. */
-/* w (n) . x (n) -> float; xq: n / 256 cairn__xk blocks; Q4_K (Q5 0) or Q5_K (Q5 1) */
-AVX2 static inline __attribute__((always_inline)) float
-dot_q45_K_avx2(const uint8_t *w, const void *xq, int64_t n, const int Q5)
+/* w (n) . x (n) for T <= 4 tokens xk[t] (n / 256 cairn__xk blocks each) -> out[t]; Q4_K (Q5 0) or
+ * Q5_K (Q5 1). The weights are unpacked once for the T tokens, and each token's float operations
+ * are the one-token product's, so out[t] is bit for bit the dot product of token t alone. */
+AVX2 static inline __attribute__((always_inline)) void
+dots_q45_K_avx2(const uint8_t *w, const cairn__xk_block *const *xk, int64_t n, float *out,
+                const int T, const int Q5)
 {
-    const cairn__xk_block *xk = xq;
     const __m256i m4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
     const size_t bb = Q5 ? sizeof(cairn__block_q5_K) : sizeof(cairn__block_q4_K);
     const size_t qs_at = Q5 ? offsetof(cairn__block_q5_K, qs) : offsetof(cairn__block_q4_K, qs);
     /* two chains (low and high nibbles): one chain of 8 multiply-adds a super-block was the
      * bound in cache */
-    __m256 acc = _mm256_setzero_ps(), acc2 = _mm256_setzero_ps(), macc = _mm256_setzero_ps();
+    __m256 acc[4], acc2[4], macc[4];
+#pragma GCC unroll 4
+    for (int t = 0; t < T; t++)
+        acc[t] = acc2[t] = macc[t] = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / CAIRN__QK_K; i++, w += bb) {
         const cairn__q4_K_head hd = cairn__q4_K_head_of(w);
         const float d = F16(hd.d), dmin = F16(hd.dmin);
@@ -304,18 +309,20 @@ dot_q45_K_avx2(const uint8_t *w, const void *xq, int64_t n, const int Q5)
                      (const __m256i *)(const void *)(w + offsetof(cairn__block_q5_K, qh)))
                : _mm256_setzero_si256();
         const uint64_t sc = hd.sc, m = hd.m;
+        const __m256 dsc = _mm256_mul_ps(_mm256_set1_ps(d),
+                                         _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
+                                             _mm_loadl_epi64((const __m128i *)(const void *)&sc))));
+        const __m256 dm = _mm256_mul_ps(_mm256_set1_ps(dmin),
+                                        _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
+                                            _mm_loadl_epi64((const __m128i *)(const void *)&m))));
         /* d * sc[j] * xd[j] for the 8 sub-blocks, and the mins' dmin * m[j] * ds[j] */
-        float f[8];
-        _mm256_storeu_ps(
-            f, _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(d),
-                                           _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(
-                                               (const __m128i *)(const void *)&sc)))),
-                             _mm256_loadu_ps(xk[i].d)));
-        macc =
-            _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(dmin),
-                                          _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
-                                              _mm_loadl_epi64((const __m128i *)(const void *)&m)))),
-                            _mm256_loadu_ps(xk[i].ds), macc);
+        float f[4][8];
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) {
+            _mm256_storeu_ps(f[t], _mm256_mul_ps(dsc, _mm256_loadu_ps(xk[t][i].d)));
+            macc[t] = _mm256_fmadd_ps(dm, _mm256_loadu_ps(xk[t][i].ds), macc[t]);
+        }
+#pragma GCC unroll 4
         for (int c = 0; c < 4; c++) { /* bytes 32c..: sub-block 2c low nibbles, 2c+1 high */
             const __m256i q = _mm256_loadu_si256((const __m256i *)(const void *)(qs + 32 * c));
             __m256i lo = _mm256_and_si256(q, m4),
@@ -327,15 +334,23 @@ dot_q45_K_avx2(const uint8_t *w, const void *xq, int64_t n, const int Q5)
                     hi,
                     _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), one), 4));
             }
-            const __m256i p0 =
-                dot_u8_i8(lo, _mm256_load_si256((const __m256i *)(const void *)(xk[i].a + 64 * c)));
-            const __m256i p1 = dot_u8_i8(
-                hi, _mm256_load_si256((const __m256i *)(const void *)(xk[i].a + 64 * c + 32)));
-            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), _mm256_set1_ps(f[2 * c]), acc);
-            acc2 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p1), _mm256_set1_ps(f[2 * c + 1]), acc2);
+#pragma GCC unroll 4
+            for (int t = 0; t < T; t++) {
+                const int8_t *a = xk[t][i].a + 64 * c;
+                const __m256i p0 =
+                    dot_u8_i8(lo, _mm256_load_si256((const __m256i *)(const void *)a));
+                const __m256i p1 =
+                    dot_u8_i8(hi, _mm256_load_si256((const __m256i *)(const void *)(a + 32)));
+                acc[t] =
+                    _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), _mm256_set1_ps(f[t][2 * c]), acc[t]);
+                acc2[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p1), _mm256_set1_ps(f[t][2 * c + 1]),
+                                          acc2[t]);
+            }
         }
     }
-    return hsum256(_mm256_add_ps(acc, acc2)) - hsum256(macc);
+#pragma GCC unroll 4
+    for (int t = 0; t < T; t++)
+        out[t] = hsum256(_mm256_add_ps(acc[t], acc2[t])) - hsum256(macc[t]);
 }
 
 /* w (n) . x (n) -> float; xq: n / 256 cairn__xk blocks */
@@ -343,7 +358,10 @@ AVX2 float cairn__dot_q4_K_avx2(const uint8_t *w, const float *x, const void *xq
                                 int64_t n)
 {
     (void)x, (void)xs;
-    return dot_q45_K_avx2(w, xq, n, 0);
+    const cairn__xk_block *xk[1] = {xq};
+    float out;
+    dots_q45_K_avx2(w, xk, n, &out, 1, 0);
+    return out;
 }
 
 /* w (n) . x (n) -> float; xq: n / 256 cairn__xk blocks */
@@ -351,71 +369,10 @@ AVX2 float cairn__dot_q5_K_avx2(const uint8_t *w, const float *x, const void *xq
                                 int64_t n)
 {
     (void)x, (void)xs;
-    return dot_q45_K_avx2(w, xq, n, 1);
-}
-
-/* Q6_K against the int8 activation: per sub-block of 16, the 6-bit quants (unsigned, 0..63) .
- * the activation, scaled by d * sc * xd; the offset, 32 * the activation's sum per 16
- * (prepared), comes off once per super-block as the factors . o16. */
-/* w (n) . x (n) -> float; xq: n / 256 cairn__xk blocks */
-AVX2 float cairn__dot_q6_K_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs,
-                                int64_t n)
-{
-    (void)x, (void)xs;
-    const cairn__xk_block *xk = xq;
-    const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3);
-    /* group k of 32 in a half: lanes 0-3 are its sub-block 2k, 4-7 its sub-block 2k+1 */
-    const __m256i idx[4] = {
-        _mm256_set_epi32(1, 1, 1, 1, 0, 0, 0, 0), _mm256_set_epi32(3, 3, 3, 3, 2, 2, 2, 2),
-        _mm256_set_epi32(5, 5, 5, 5, 4, 4, 4, 4), _mm256_set_epi32(7, 7, 7, 7, 6, 6, 6, 6)};
-    /* the activation scale of sub-blocks 8h..8h+7: block 4h + s / 2 */
-    const __m256i dup[2] = {_mm256_set_epi32(3, 3, 2, 2, 1, 1, 0, 0),
-                            _mm256_set_epi32(7, 7, 6, 6, 5, 5, 4, 4)};
-    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
-                     _mm256_setzero_ps()}; /* one chain per group of 32 */
-    __m256 off = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / CAIRN__QK_K; i++, w += sizeof(cairn__block_q6_K)) {
-        const __m256 d = _mm256_set1_ps(cairn__f16_at(w + offsetof(cairn__block_q6_K, d)));
-        const uint8_t *ql = w + offsetof(cairn__block_q6_K, ql),
-                      *qh = w + offsetof(cairn__block_q6_K, qh);
-        const __m128i sc = _mm_loadu_si128(
-            (const __m128i *)(const void *)(w + offsetof(cairn__block_q6_K, scales)));
-        const __m256 xd = _mm256_load_ps(xk[i].d);
-        const __m256 f[2] = {
-            _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc)),
-                          _mm256_mul_ps(d, _mm256_permutevar8x32_ps(xd, dup[0]))),
-            _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8))),
-                          _mm256_mul_ps(d, _mm256_permutevar8x32_ps(xd, dup[1])))};
-        off = _mm256_fmadd_ps(f[0], _mm256_load_ps(xk[i].o16), off);
-        off = _mm256_fmadd_ps(f[1], _mm256_load_ps(xk[i].o16 + 8), off);
-        for (int h = 0; h < 2; h++) {
-            const __m256i l0 = _mm256_loadu_si256((const __m256i *)(const void *)(ql + 64 * h));
-            const __m256i l1 =
-                _mm256_loadu_si256((const __m256i *)(const void *)(ql + 64 * h + 32));
-            const __m256i hb = _mm256_loadu_si256((const __m256i *)(const void *)(qh + 32 * h));
-            /* the 4 groups of 32 of this half, in element order */
-            const __m256i g[4] = {
-                _mm256_or_si256(_mm256_and_si256(l0, m4),
-                                _mm256_slli_epi16(_mm256_and_si256(hb, m2), 4)),
-                _mm256_or_si256(
-                    _mm256_and_si256(l1, m4),
-                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2), m2), 4)),
-                _mm256_or_si256(
-                    _mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
-                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 4), m2), 4)),
-                _mm256_or_si256(
-                    _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 6), m2), 4))};
-            for (int k = 0; k < 4; k++) { /* elements 128h + 32k.., activation block 4h + k */
-                const __m256i a =
-                    _mm256_load_si256((const __m256i *)(const void *)(xk[i].a + 128 * h + 32 * k));
-                acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_u8_i8(g[k], a)),
-                                         _mm256_permutevar8x32_ps(f[h], idx[k]), acc[k]);
-            }
-        }
-    }
-    return hsum256(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]))) -
-           hsum256(off);
+    const cairn__xk_block *xk[1] = {xq};
+    float out;
+    dots_q45_K_avx2(w, xk, n, &out, 1, 1);
+    return out;
 }
 
 #if defined(__x86_64__)
@@ -673,6 +630,7 @@ quad_tile_avx2(const uint8_t *w, size_t rb, const cairn__xq_quad *const *a, int6
     const int64_t nb = n / 32;
     const size_t pf = cairn__pf_ahead(rb, R);
     __m256 acc[QUAD2_TT];
+#pragma GCC unroll 4
     for (int t = 0; t < T; t++)
         acc[t] = _mm256_setzero_ps();
     /* whole quads with their block count a constant, then the 1-3 blocks left */
@@ -683,44 +641,61 @@ quad_tile_avx2(const uint8_t *w, size_t rb, const cairn__xq_quad *const *a, int6
     store2_rows(acc, T, R, out, ld);
 }
 
-/* ---- Q2_K and Q3_K: (row, sub-block) lanes, one kernel for 1-4 tokens ---------------------
+/* ---- Q2_K, Q3_K and Q6_K: (row, sub-block) lanes, one kernel for 1-4 tokens ---------------
  * kernels_cpu_avx512.c's K16 kernel on 256-bit registers, as the quad kernel above is its quad
  * kernel's: a step takes 2 rows and 64 elements of their super-block (4 sub-blocks of 16), lane
- * 4r + s holding row r's sub-block s. A sub-block's 16 two-bit fields are 16 consecutive bytes
- * of qs (those of blocks 2m and 2m + 1 the same bytes, at shifts 2j and 2j + 2), so one 4 x 4
- * dword transposition of a row's two 16-byte halves (each twice) per two steps gives group g
- * (elements 4g..4g+3) of every lane, and a shift per dword (vpsrlvd) and a mask bring each
- * sub-block's field down; Q3_K's third bits are hmask's bytes, transposed once per super-block,
- * tested against the step's bit (a compare) and added as 4. The values are unsigned, 0..3 or
- * 0..7, and 4 groups sum in int16 (4 * 2 * 7 * 127 < 2^15) before one madd; Q3_K's -4 comes back
- * as -4 * sum(a), Q2_K's minimum (dmin * m) multiplies d_x * sum(a), both prepared with the
- * activation (cairn__xq_k16). The float order is the AVX-512 kernel's lane for lane, so every
- * output is bit for bit the AVX-512 level's, and the decode's are the prompt's. */
+ * 4r + s holding row r's sub-block s. A sub-block's 16 fields lie in 16 consecutive bytes, so a
+ * 4 x 4 dword transposition of 4 such 16-byte runs of each row gives group g (elements
+ * 4g..4g+3) of every lane, and a shift per dword (vpsrlvd) and a mask bring each sub-block's
+ * field down:
+ *   - Q2_K, Q3_K: the two-bit fields of a half's 32 qs bytes (blocks 2m and 2m + 1 the same
+ *     bytes at shifts 2j and 2j + 2), transposed once per two steps; Q3_K's third bits are
+ *     hmask's bytes, transposed once per super-block, tested against the step's bit (a compare)
+ *     and added as 4. Values 0..3 or 0..7, 4 groups summed in int16 (4 * 2 * 7 * 127 < 2^15);
+ *   - Q6_K: the half's 64 ql bytes (sub-block s of step m: bytes 64h + 16s.., nibble m % 2) and
+ *     32 qh bytes (bits 4 (m % 2) + 2 (s / 2)), transposed once per two steps. Values 0..63, two
+ *     groups summed in int16 (2 * 2 * 63 * 127 < 2^15).
+ * Q3_K's -4 comes back as -4 * sum(a) over the sub-block, Q6_K's -32 as 8 times that, Q2_K's
+ * minimum (dmin * m) multiplies d_x * sum(a), all prepared with the activation (cairn__xq_k16).
+ * The float order is the AVX-512 kernel's lane for lane (acc = fma(isum, sw * d_x, acc), the
+ * row (acc lanes s 0 + 1) + (2 + 3)), so Q2_K's and Q3_K's outputs are bit for bit the AVX-512
+ * level's; the decode's are the prompt's for all three. */
+enum { K16_Q2, K16_Q3, K16_Q6 };
 
 /* rows (R <= 2, n) of stride rb bytes @ tokens a[0..T) (T <= 4, form CAIRN__XF_K16) ->
- * out[t * ld + r]; Q2_K (Q3 0) or Q3_K (Q3 1) */
+ * out[t * ld + r]; KQ one of K16_* */
 AVX2 static inline __attribute__((always_inline)) void
 k16_tile_avx2(const uint8_t *w, size_t rb, const cairn__xq_k16 *const *a, int64_t n, float *out,
-              size_t ld, const int R, const int T, const int Q3)
+              size_t ld, const int R, const int T, const int KQ)
 {
-    const size_t bb = Q3 ? sizeof(cairn__block_q3_K) : sizeof(cairn__block_q2_K);
+    const int Q3 = KQ == K16_Q3, Q6 = KQ == K16_Q6;
+    const size_t bb = Q6   ? sizeof(cairn__block_q6_K)
+                      : Q3 ? sizeof(cairn__block_q3_K)
+                           : sizeof(cairn__block_q2_K);
     const size_t QS = Q3 ? offsetof(cairn__block_q3_K, qs) : offsetof(cairn__block_q2_K, qs);
-    const __m256i m3 = _mm256_set1_epi8(3), four = _mm256_set1_epi8(4), ones = _mm256_set1_epi16(1);
+    const __m256i m3 = _mm256_set1_epi8(3), m4 = _mm256_set1_epi8(0x0F), four = _mm256_set1_epi8(4),
+                  ones = _mm256_set1_epi16(1);
     const size_t pf = cairn__pf_ahead(rb, R);
     __m256 acc[QUAD2_TT];
+#pragma GCC unroll 4
     for (int t = 0; t < T; t++)
         acc[t] = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / CAIRN__QK_K; i++) {
         const uint8_t *b0 = w + (size_t)i * bb;
         CAIRN__PF_RUN(w, pf, i, (int)bb, R);
         /* W[m], dword r: row r's scales of sub-blocks 4m..4m+3 (a byte each: Q3_K's 6 bits,
-         * unsigned, or Q2_K's scale | min << 4); D (M): lane 4r + s row r's d (-dmin) */
+         * unsigned, Q6_K's signed 8, or Q2_K's scale | min << 4); D (M): lane 4r + s row r's
+         * d (-dmin) */
         __m128i S[2] = {_mm_setzero_si128(), _mm_setzero_si128()}, W[4];
         uint16_t dh[2] = {0, 0}, mh[2] = {0, 0};
 #pragma GCC unroll 2
         for (int r = 0; r < R && r < 2; r++) {
             const uint8_t *b = b0 + (size_t)r * rb;
-            if (Q3) { /* the 12 packed bytes, from the 16 that end with d (inside the block) */
+            if (Q6) {
+                S[r] = _mm_loadu_si128(
+                    (const __m128i *)(const void *)(b + offsetof(cairn__block_q6_K, scales)));
+                dh[r] = (uint16_t)u16at(b + offsetof(cairn__block_q6_K, d));
+            } else if (Q3) { /* the 12 packed bytes, from the 16 that end with d (in the block) */
                 S[r] = _mm_srli_si128(_mm_loadu_si128((const __m128i *)(const void *)(b + bb - 16)),
                                       2);
                 dh[r] = (uint16_t)u16at(b + offsetof(cairn__block_q3_K, d));
@@ -734,15 +709,15 @@ k16_tile_avx2(const uint8_t *w, size_t rb, const cairn__xq_k16 *const *a, int64_
             const __m128i u0 = _mm_unpacklo_epi32(S[0], S[1]), u1 = _mm_unpackhi_epi32(S[0], S[1]);
             const __m128i T0 = u0, T1 = _mm_srli_si128(u0, 8), T2 = u1, T3 = _mm_srli_si128(u1, 8);
             if (Q3) { /* cairn__q3_K_scales_u6 on the 2 rows at once */
-                const __m128i m4 = _mm_set1_epi8(0x0F), m2 = _mm_set1_epi8(3);
+                const __m128i n4 = _mm_set1_epi8(0x0F), n2 = _mm_set1_epi8(3);
                 W[0] =
-                    _mm_or_si128(_mm_and_si128(T0, m4), _mm_slli_epi32(_mm_and_si128(T2, m2), 4));
-                W[1] = _mm_or_si128(_mm_and_si128(T1, m4),
-                                    _mm_slli_epi32(_mm_and_si128(_mm_srli_epi32(T2, 2), m2), 4));
-                W[2] = _mm_or_si128(_mm_and_si128(_mm_srli_epi32(T0, 4), m4),
-                                    _mm_slli_epi32(_mm_and_si128(_mm_srli_epi32(T2, 4), m2), 4));
-                W[3] = _mm_or_si128(_mm_and_si128(_mm_srli_epi32(T1, 4), m4),
-                                    _mm_slli_epi32(_mm_and_si128(_mm_srli_epi32(T2, 6), m2), 4));
+                    _mm_or_si128(_mm_and_si128(T0, n4), _mm_slli_epi32(_mm_and_si128(T2, n2), 4));
+                W[1] = _mm_or_si128(_mm_and_si128(T1, n4),
+                                    _mm_slli_epi32(_mm_and_si128(_mm_srli_epi32(T2, 2), n2), 4));
+                W[2] = _mm_or_si128(_mm_and_si128(_mm_srli_epi32(T0, 4), n4),
+                                    _mm_slli_epi32(_mm_and_si128(_mm_srli_epi32(T2, 4), n2), 4));
+                W[3] = _mm_or_si128(_mm_and_si128(_mm_srli_epi32(T1, 4), n4),
+                                    _mm_slli_epi32(_mm_and_si128(_mm_srli_epi32(T2, 6), n2), 4));
             } else
                 W[0] = T0, W[1] = T1, W[2] = T2, W[3] = T3;
         }
@@ -759,25 +734,44 @@ k16_tile_avx2(const uint8_t *w, size_t rb, const cairn__xq_k16 *const *a, int64_
             const __m256i Y[4] = {ha, hb, ha, hb};
             tr4x4(Y, HG);
         }
-        __m256i G[4];
+        __m256i G[4], QG[4];
 #pragma GCC unroll 4
         for (int m = 0; m < 4; m++) {
-            if (m % 2 == 0) { /* the 32 qs bytes of half m / 2, dword s: bytes 16 (s % 2) + 4g.. */
-                const __m256i qa = load2(b0 + QS + 16 * m, rb, R),
-                              qb = load2(b0 + QS + 16 * m + 16, rb, R);
-                const __m256i Y[4] = {qa, qb, qa, qb};
-                tr4x4(Y, G);
+            if (m % 2 == 0) {
+                if (Q6) { /* half m / 2: ql bytes 64h + 16s.., qh bytes 32h + 16 (s % 2).. */
+                    const uint8_t *ql = b0 + offsetof(cairn__block_q6_K, ql) + 32 * m,
+                                  *qh = b0 + offsetof(cairn__block_q6_K, qh) + 16 * m;
+                    const __m256i Y[4] = {load2(ql, rb, R), load2(ql + 16, rb, R),
+                                          load2(ql + 32, rb, R), load2(ql + 48, rb, R)};
+                    tr4x4(Y, G);
+                    const __m256i ha = load2(qh, rb, R), hb = load2(qh + 16, rb, R);
+                    const __m256i H[4] = {ha, hb, ha, hb};
+                    tr4x4(H, QG);
+                } else { /* the 32 qs bytes of half m / 2, dword s: bytes 16 (s % 2) + 4g.. */
+                    const __m256i qa = load2(b0 + QS + 16 * m, rb, R),
+                                  qb = load2(b0 + QS + 16 * m + 16, rb, R);
+                    const __m256i Y[4] = {qa, qb, qa, qb};
+                    tr4x4(Y, G);
+                }
             }
-            /* dword s: the field of block 2m + s / 2 (bits 2j.., j = its index in the half) */
-            const int j0 = 2 * (m % 2);
-            const __m256i shv = _mm256_setr_epi32(2 * j0, 2 * j0, 2 * j0 + 2, 2 * j0 + 2, 2 * j0,
-                                                  2 * j0, 2 * j0 + 2, 2 * j0 + 2);
+            /* dword s: the field of block 2m + s / 2 (Q2_K, Q3_K: bits 2j.., j its index in the
+             * half; Q6_K: qh bits 2k.., k = 2 (m % 2) + s / 2) */
+            const int j0 = 4 * (m % 2);
+            const __m256i shv = _mm256_setr_epi32(j0, j0, j0 + 2, j0 + 2, j0, j0, j0 + 2, j0 + 2);
             /* each byte of dword s: hmask bit 2m + s / 2 */
             const int h0 = (int)(0x01010101u << (2 * m)), h1 = (int)(0x01010101u << (2 * m + 1));
             const __m256i hsel = _mm256_setr_epi32(h0, h0, h1, h1, h0, h0, h1, h1);
             __m256i P[4];
 #pragma GCC unroll 4
             for (int g = 0; g < 4; g++) {
+                if (Q6) {
+                    const __m256i lo = m % 2 ? _mm256_and_si256(_mm256_srli_epi16(G[g], 4), m4)
+                                             : _mm256_and_si256(G[g], m4);
+                    P[g] = _mm256_or_si256(
+                        lo,
+                        _mm256_slli_epi16(_mm256_and_si256(_mm256_srlv_epi32(QG[g], shv), m3), 4));
+                    continue;
+                }
                 P[g] = _mm256_and_si256(_mm256_srlv_epi32(G[g], shv), m3);
                 if (Q3)
                     P[g] = _mm256_add_epi8(
@@ -785,12 +779,14 @@ k16_tile_avx2(const uint8_t *w, size_t rb, const cairn__xq_k16 *const *a, int64_
                                   _mm256_cmpeq_epi8(_mm256_and_si256(HG[g], hsel), hsel), four));
             }
             /* lane 4r + s: row r's scale of sub-block 4m + s (and Q2_K's minimum) */
-            const __m256i us = _mm256_cvtepu8_epi32(W[m]);
             __m256 sw, mw = _mm256_setzero_ps();
-            if (Q3)
-                sw = _mm256_mul_ps(D,
-                                   _mm256_cvtepi32_ps(_mm256_sub_epi32(us, _mm256_set1_epi32(32))));
+            if (Q6)
+                sw = _mm256_mul_ps(D, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(W[m])));
+            else if (Q3)
+                sw = _mm256_mul_ps(D, _mm256_cvtepi32_ps(_mm256_sub_epi32(
+                                          _mm256_cvtepu8_epi32(W[m]), _mm256_set1_epi32(32))));
             else {
+                const __m256i us = _mm256_cvtepu8_epi32(W[m]);
                 sw = _mm256_mul_ps(
                     D, _mm256_cvtepi32_ps(_mm256_and_si256(us, _mm256_set1_epi32(0xF))));
                 mw = _mm256_mul_ps(M, _mm256_cvtepi32_ps(_mm256_srli_epi32(us, 4)));
@@ -799,17 +795,28 @@ k16_tile_avx2(const uint8_t *w, size_t rb, const cairn__xq_k16 *const *a, int64_
             for (int t = 0; t < T; t++) {
                 const cairn__xq_k16 *x = &a[t][4 * i + m];
 #define BC(p) _mm256_broadcastsi128_si256(_mm_load_si128((const __m128i *)(const void *)(p)))
-                __m256i s16 = _mm256_maddubs_epi16(P[0], BC(x->a[0]));
+                __m256i p;
+                if (Q6) {
+                    const __m256i s01 = _mm256_add_epi16(_mm256_maddubs_epi16(P[0], BC(x->a[0])),
+                                                         _mm256_maddubs_epi16(P[1], BC(x->a[1])));
+                    const __m256i s23 = _mm256_add_epi16(_mm256_maddubs_epi16(P[2], BC(x->a[2])),
+                                                         _mm256_maddubs_epi16(P[3], BC(x->a[3])));
+                    p = _mm256_add_epi32(_mm256_slli_epi32(BC(x->c), 3),
+                                         _mm256_add_epi32(_mm256_madd_epi16(s01, ones),
+                                                          _mm256_madd_epi16(s23, ones)));
+                } else {
+                    __m256i s16 = _mm256_maddubs_epi16(P[0], BC(x->a[0]));
 #pragma GCC unroll 3
-                for (int g = 1; g < 4; g++)
-                    s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(P[g], BC(x->a[g])));
-                __m256i p = _mm256_madd_epi16(s16, ones);
-                if (Q3)
-                    p = _mm256_add_epi32(BC(x->c), p);
+                    for (int g = 1; g < 4; g++)
+                        s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(P[g], BC(x->a[g])));
+                    p = _mm256_madd_epi16(s16, ones);
+                    if (Q3)
+                        p = _mm256_add_epi32(BC(x->c), p);
+                }
 #undef BC
                 const __m256 sx = _mm256_broadcast_ps((const __m128 *)(const void *)x->d);
                 acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(sw, sx), acc[t]);
-                if (!Q3)
+                if (KQ == K16_Q2)
                     acc[t] = _mm256_fmadd_ps(
                         mw, _mm256_broadcast_ps((const __m128 *)(const void *)x->s), acc[t]);
             }
@@ -851,9 +858,46 @@ QUAD2_KERNELS(q5_1, CAIRN__QK_Q5_1)
 QUAD2_KERNELS(iq4_nl, CAIRN__QK_IQ4_NL)
 QUAD2_KERNELS(iq4_xs, CAIRN__QK_IQ4_XS)
 #undef QUAD2_KERNELS
-LANE2_KERNELS(q2_K, k16_tile_avx2, cairn__xq_k16, 0)
-LANE2_KERNELS(q3_K, k16_tile_avx2, cairn__xq_k16, 1)
+LANE2_KERNELS(q2_K, k16_tile_avx2, cairn__xq_k16, K16_Q2)
+LANE2_KERNELS(q3_K, k16_tile_avx2, cairn__xq_k16, K16_Q3)
+LANE2_KERNELS(q6_K, k16_tile_avx2, cairn__xq_k16, K16_Q6)
 #undef LANE2_KERNELS
+
+/* Q4_K's and Q5_K's tile kernels: each row against the tokens 4 at a time (its weights stay in
+ * L1 while they pass), with dots_q45_K_avx2, so each output is its dot product's bits */
+#define DOTS_TILE(name, Q5)                                                                        \
+    AVX2 static void name##_tile(const uint8_t *w, size_t rb, int nr, const void *const *xp,       \
+                                 int nt, int64_t n, float *out, size_t ld)                         \
+    {                                                                                              \
+        const cairn__xk_block *const *a = (const cairn__xk_block *const *)xp;                      \
+        for (int r = 0; r < nr; r++, w += rb, out++) {                                             \
+            int t = 0;                                                                             \
+            float o[4];                                                                            \
+            for (; t + 4 <= nt; t += 4) {                                                          \
+                dots_q45_K_avx2(w, a + t, n, o, 4, Q5);                                            \
+                for (int e = 0; e < 4; e++)                                                        \
+                    out[(size_t)(t + e) * ld] = o[e];                                              \
+            }                                                                                      \
+            switch (nt - t) {                                                                      \
+            case 3:                                                                                \
+                dots_q45_K_avx2(w, a + t, n, o, 3, Q5);                                            \
+                break;                                                                             \
+            case 2:                                                                                \
+                dots_q45_K_avx2(w, a + t, n, o, 2, Q5);                                            \
+                break;                                                                             \
+            case 1:                                                                                \
+                dots_q45_K_avx2(w, a + t, n, o, 1, Q5);                                            \
+                break;                                                                             \
+            default:                                                                               \
+                break;                                                                             \
+            }                                                                                      \
+            for (int e = 0; e < nt - t; e++)                                                       \
+                out[(size_t)(t + e) * ld] = o[e];                                                  \
+        }                                                                                          \
+    }
+DOTS_TILE(q4_K, 0)
+DOTS_TILE(q5_K, 1)
+#undef DOTS_TILE
 
 int cairn__kernels_avx2(uint32_t type, cairn__rows_fn **rows, cairn__tile_fn **tile)
 {
@@ -885,6 +929,15 @@ int cairn__kernels_avx2(uint32_t type, cairn__rows_fn **rows, cairn__tile_fn **t
     case CAIRN__GGML_Q3_K:
         *rows = q3_K_rows, *tile = q3_K_tile;
         return CAIRN__XF_K16;
+    case CAIRN__GGML_Q6_K:
+        *rows = q6_K_rows, *tile = q6_K_tile;
+        return CAIRN__XF_K16;
+    case CAIRN__GGML_Q4_K: /* rows: the dot product, a row at a time */
+        *rows = NULL, *tile = q4_K_tile;
+        return CAIRN__XF_XK;
+    case CAIRN__GGML_Q5_K:
+        *rows = NULL, *tile = q5_K_tile;
+        return CAIRN__XF_XK;
     default:
         return -1;
     }

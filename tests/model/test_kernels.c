@@ -223,7 +223,7 @@ static void check_grouping(const char *level, uint32_t type, size_t block_bytes)
 {
     int bad = 0, cases = 0;
     const int kq = type == CAIRN__GGML_Q4_K || type == CAIRN__GGML_IQ4_XS ||
-                   type == CAIRN__GGML_Q2_K || type == CAIRN__GGML_Q3_K;
+                   type == CAIRN__GGML_Q2_K || type == CAIRN__GGML_Q3_K || type == CAIRN__GGML_Q6_K;
     for (int nsb = 1; nsb <= (kq ? 3 : 13); nsb++) {
         const int nbk = kq ? 8 * nsb : nsb, cols = 32 * nbk, rows = 9;
         const size_t rb = (size_t)(kq ? nsb : nbk) * block_bytes;
@@ -747,6 +747,8 @@ int main(void)
             check_grouping(levels[l], CAIRN__GGML_Q2_K, sizeof(cairn__block_q2_K));
             check_grouping(levels[l], CAIRN__GGML_Q3_K, sizeof(cairn__block_q3_K));
         }
+        if (l == 1) /* AVX-512's Q6_K has no rows kernel */
+            check_grouping(levels[l], CAIRN__GGML_Q6_K, sizeof(cairn__block_q6_K));
         if (l >= 2) {
             check_same_bits(pool);
             check_grouping(levels[l], CAIRN__GGML_Q4_K, sizeof(cairn__block_q4_K));
