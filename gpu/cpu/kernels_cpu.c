@@ -127,6 +127,7 @@ static const dot_table dots_avx2 = {.f32 = cairn__dot_f32_avx2,
 #ifdef __x86_64__
                                     .kernels = cairn__kernels_avx2,
                                     .xf_prep = cairn__xf_prep,
+                                    .float_tile = cairn__float_tile_avx2,
 #endif
                                     .quant_x = cairn__quant_x_avx2,
                                     .dequant = cairn__dequant_avx2,
@@ -905,7 +906,7 @@ const char *cairn__matmul_path(uint32_t type)
 {
     const dot_table *t = dots();
     if (cairn__cpu_prompt_int8 && (takes_xq8(type) || is_kquant(type)))
-        return t->level == ISA_AVX512 ? "int8-tiles" : "int8";
+        return kern_for(t, type).tile ? "int8-tiles" : "int8";
     if (cairn__cpu_float_tile && t->float_tile && t->float_tile(type))
         return "float-tiles";
     return cairn__blas_on() ? "openblas" : "cairn";

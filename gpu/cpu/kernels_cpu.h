@@ -376,6 +376,9 @@ typedef void cairn__tile_fn(const uint8_t *w, size_t rb, int nr, const void *con
  * kernel's. Sets *rows and *tile and returns the form they take, or returns -1 for the other
  * types. */
 int cairn__kernels_avx2(uint32_t type, cairn__rows_fn **rows, cairn__tile_fn **tile);
+/* The prompt's products on F32, F16 and BF16 weights at the AVX2 level: as
+ * cairn__float_tile_avx512, in tiles of 3 rows x 4 tokens; NULL for the other types. */
+cairn__tile_fn *cairn__float_tile_avx2(uint32_t type);
 /* The AVX-512 rows and tile kernels (kernels_cpu_avx512.c, x86-64 only; call only where
  * cairn__kernels_isa() is "avx512") of Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS (4 rows and
  * 4 blocks a step, the activation in quads), Q2_K, Q3_K (4 rows and 4 sub-blocks of 16 a step)

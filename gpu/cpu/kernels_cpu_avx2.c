@@ -863,6 +863,179 @@ LANE2_KERNELS(q3_K, k16_tile_avx2, cairn__xq_k16, K16_Q3)
 LANE2_KERNELS(q6_K, k16_tile_avx2, cairn__xq_k16, K16_Q6)
 #undef LANE2_KERNELS
 
+/* ---- F32, F16 and BF16 weights: the prompt's tiles and the decode's rows --------------------
+ * kernels_cpu_avx512.c's float tile and rows kernels on 256-bit registers. A tile of 3 rows x 4
+ * tokens keeps 12 accumulators of 8 products each: per 8 columns 3 weight loads (F16 widened by
+ * vcvtph2ps, BF16 by a shift), 4 token loads and 12 multiply-adds, so F16 is widened in
+ * registers rather than dequantized into memory for sgemm (110M prompt, avx2, alternating: 2 x 6
+ * tiles F32 550-610 tok/s, F16 560-650; 3 x 4 F32 740-890, F16 850-1000; 4 x 3 spilled, 250). Each
+ * (row, token) result is its accumulator's lanes summed; to float rounding what the dot products
+ * give (not bit for bit: the prompt's float products never were, see cairn__matmul). The rows
+ * kernel (the decode) lets 4 rows share each load of x, 2 chains a row, prefetching each row 2 KB
+ * ahead; each row's result is the same in any grouping of the rows. */
+#define FT2_RR 3
+#define FT2_TT 4
+
+/* 8 weights of type WT (0 F32, 1 F16, 2 BF16) at element k of row p, as floats; the first m
+ * only (the rest 0) where m < 8 */
+AVX2 static inline __attribute__((always_inline)) __m256 fw8(const uint8_t *p, int64_t k, int m,
+                                                             const int WT)
+{
+    const size_t es = WT == 0 ? 4 : 2;
+    if (m < 8) { /* the tail: through a zeroed buffer, once a row */
+        uint8_t tmp[32] = {0};
+        memcpy(tmp, p + (size_t)k * es, (size_t)m * es);
+        return fw8(tmp, 0, 8, WT);
+    }
+    if (WT == 0)
+        return _mm256_loadu_ps((const float *)(const void *)p + k);
+    const __m128i h = _mm_loadu_si128((const __m128i *)(const void *)(p + 2 * (size_t)k));
+    return WT == 1 ? _mm256_cvtph_ps(h)
+                   : _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+/* 8 floats at x + k, the first m only (the rest 0) where m < 8 */
+AVX2 static inline __attribute__((always_inline)) __m256 fx8(const float *x, int64_t k, int m)
+{
+    if (m >= 8)
+        return _mm256_loadu_ps(x + k);
+    const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    return _mm256_maskload_ps(x + k, _mm256_cmpgt_epi32(_mm256_set1_epi32(m), idx));
+}
+
+/* rows (R <= 3, n) of stride rb bytes @ T <= 4 tokens (x[t], n floats each) -> out[t * ld + r] */
+AVX2 static inline __attribute__((always_inline)) void
+ftile_avx2(const uint8_t *w, size_t rb, const float *const *x, int64_t n, float *out, size_t ld,
+           const int R, const int T, const int WT)
+{
+    const int R2 = R < FT2_RR ? R : FT2_RR;
+    __m256 acc[FT2_RR][FT2_TT];
+#pragma GCC unroll 2
+    for (int r = 0; r < R2; r++)
+#pragma GCC unroll 6
+        for (int t = 0; t < T; t++)
+            acc[r][t] = _mm256_setzero_ps();
+    int64_t k = 0;
+    for (; k + 8 <= n; k += 8) {
+        __m256 wv[FT2_RR];
+#pragma GCC unroll 2
+        for (int r = 0; r < R2; r++)
+            wv[r] = fw8(w + (size_t)r * rb, k, 8, WT);
+#pragma GCC unroll 6
+        for (int t = 0; t < T; t++) {
+            const __m256 xv = _mm256_loadu_ps(x[t] + k);
+#pragma GCC unroll 2
+            for (int r = 0; r < R2; r++)
+                acc[r][t] = _mm256_fmadd_ps(wv[r], xv, acc[r][t]);
+        }
+    }
+    if (k < n) {
+        const int m = (int)(n - k);
+        __m256 wv[FT2_RR];
+#pragma GCC unroll 2
+        for (int r = 0; r < R2; r++)
+            wv[r] = fw8(w + (size_t)r * rb, k, m, WT);
+#pragma GCC unroll 6
+        for (int t = 0; t < T; t++) {
+            const __m256 xv = fx8(x[t], k, m);
+#pragma GCC unroll 2
+            for (int r = 0; r < R2; r++)
+                acc[r][t] = _mm256_fmadd_ps(wv[r], xv, acc[r][t]);
+        }
+    }
+#pragma GCC unroll 6
+    for (int t = 0; t < T; t++)
+#pragma GCC unroll 2
+        for (int r = 0; r < R2; r++)
+            out[(size_t)t * ld + r] = hsum256(acc[r][t]);
+}
+
+#define FLOAT_TILE(name, WT)                                                                       \
+    AVX2 static inline __attribute__((always_inline)) void name##_ftile_(                          \
+        const uint8_t *w, size_t rb, const float *const *x, int64_t n, float *out, size_t ld,      \
+        const int R, const int T)                                                                  \
+    {                                                                                              \
+        ftile_avx2(w, rb, x, n, out, ld, R, T, WT);                                                \
+    }                                                                                              \
+    AVX2 static void name##_ftile(const uint8_t *w, size_t rb, int nr, const void *const *xp,      \
+                                  int nt, int64_t n, float *out, size_t ld)                        \
+    {                                                                                              \
+        const float *const *x = (const float *const *)xp;                                          \
+        /* tokens outer: a tile's 4 token rows stay in L1 while the rows pass */                   \
+        for (int t0 = 0; t0 < nt; t0 += FT2_TT) {                                                  \
+            const int tn = nt - t0 < FT2_TT ? nt - t0 : FT2_TT;                                    \
+            CAIRN__TILE(name##_ftile_, w, rb, nr, x + t0, tn, n, out + (size_t)t0 * ld, ld,        \
+                        FT2_RR, FT2_TT);                                                           \
+        }                                                                                          \
+    }
+FLOAT_TILE(f32, 0)
+FLOAT_TILE(f16, 1)
+FLOAT_TILE(bf16, 2)
+#undef FLOAT_TILE
+
+cairn__tile_fn *cairn__float_tile_avx2(uint32_t type)
+{
+    return type == CAIRN__GGML_F32    ? f32_ftile
+           : type == CAIRN__GGML_F16  ? f16_ftile
+           : type == CAIRN__GGML_BF16 ? bf16_ftile
+                                      : NULL;
+}
+
+/* rows (R <= 4, n) of F32 (WT 0), F16 (1) or BF16 (2) weights, stride rb bytes, . x (n) ->
+ * out (R), the rows sharing each load of x */
+AVX2 static inline __attribute__((always_inline)) void frows_avx2(const uint8_t *w, size_t rb,
+                                                                  const float *x, int64_t n,
+                                                                  float *out, const int R,
+                                                                  const int WT)
+{
+    const size_t es = WT == 0 ? 4 : 2;
+    __m256 a[4][2];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+        a[r][0] = a[r][1] = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        /* each row's line(s) of this step, 2 KB ahead */
+        const char *pf = (const char *)w + (size_t)i * es + 2048;
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++)
+            for (size_t e = 0; e < es * 16; e += 64)
+                _mm_prefetch(pf + (size_t)r * rb + e, _MM_HINT_T0);
+        const __m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x + i + 8);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            a[r][0] = _mm256_fmadd_ps(fw8(w + (size_t)r * rb, i, 8, WT), x0, a[r][0]);
+            a[r][1] = _mm256_fmadd_ps(fw8(w + (size_t)r * rb, i + 8, 8, WT), x1, a[r][1]);
+        }
+    }
+    for (; i < n; i += 8) {
+        const int m = n - i < 8 ? (int)(n - i) : 8;
+        const __m256 xv = fx8(x, i, m);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++)
+            a[r][0] = _mm256_fmadd_ps(fw8(w + (size_t)r * rb, i, m, WT), xv, a[r][0]);
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+        out[r] = hsum256(_mm256_add_ps(a[r][0], a[r][1]));
+}
+
+#define FLOAT_ROWS(name, WT)                                                                       \
+    AVX2 static inline __attribute__((always_inline)) void name##_frows_(                          \
+        const uint8_t *w, size_t rb, const float *x, int64_t n, float *out, const int R)           \
+    {                                                                                              \
+        frows_avx2(w, rb, x, n, out, R, WT);                                                       \
+    }                                                                                              \
+    AVX2 static void name##_frows(const uint8_t *w, size_t rb, int nr, const void *xp, int64_t n,  \
+                                  float *out)                                                      \
+    {                                                                                              \
+        CAIRN__ROWS_DISPATCH(name##_frows_, w, rb, nr, (const float *)xp, n, out);                 \
+    }
+FLOAT_ROWS(f32, 0)
+FLOAT_ROWS(f16, 1)
+FLOAT_ROWS(bf16, 2)
+#undef FLOAT_ROWS
+
 /* Q4_K's and Q5_K's tile kernels: each row against the tokens 4 at a time (its weights stay in
  * L1 while they pass), with dots_q45_K_avx2, so each output is its dot product's bits */
 #define DOTS_TILE(name, Q5)                                                                        \
@@ -932,6 +1105,15 @@ int cairn__kernels_avx2(uint32_t type, cairn__rows_fn **rows, cairn__tile_fn **t
     case CAIRN__GGML_Q6_K:
         *rows = q6_K_rows, *tile = q6_K_tile;
         return CAIRN__XF_K16;
+    case CAIRN__GGML_F32:
+        *rows = f32_frows, *tile = NULL;
+        return CAIRN__XF_FLOAT;
+    case CAIRN__GGML_F16:
+        *rows = f16_frows, *tile = NULL;
+        return CAIRN__XF_FLOAT;
+    case CAIRN__GGML_BF16:
+        *rows = bf16_frows, *tile = NULL;
+        return CAIRN__XF_FLOAT;
     case CAIRN__GGML_Q4_K: /* rows: the dot product, a row at a time */
         *rows = NULL, *tile = q4_K_tile;
         return CAIRN__XF_XK;
