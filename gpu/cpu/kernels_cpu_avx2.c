@@ -871,8 +871,8 @@ LANE2_KERNELS(q6_K, k16_tile_avx2, cairn__xq_k16, K16_Q6)
  * tiles F32 550-610 tok/s, F16 560-650; 3 x 4 F32 740-890, F16 850-1000; 4 x 3 spilled, 250). Each
  * (row, token) result is its accumulator's lanes summed; to float rounding what the dot products
  * give (not bit for bit: the prompt's float products never were, see cairn__matmul). The rows
- * kernel (the decode) lets 4 rows share each load of x, 2 chains a row, prefetching each row 2 KB
- * ahead; each row's result is the same in any grouping of the rows. */
+ * kernel (the decode) lets 4 rows share each load of x, 2 chains a row, prefetching the pass's
+ * rows as one run; each row's result is the same in any grouping of the rows. */
 #define FT2_RR 3
 #define FT2_TT 4
 
@@ -993,14 +993,11 @@ AVX2 static inline __attribute__((always_inline)) void frows_avx2(const uint8_t 
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++)
         a[r][0] = a[r][1] = _mm256_setzero_ps();
+    /* prefetch as frows_avx512 does: the pass's rows as one run, walked R times as fast */
+    const size_t pf = cairn__pf_ahead(rb, R);
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
-        /* each row's line(s) of this step, 2 KB ahead */
-        const char *pf = (const char *)w + (size_t)i * es + 2048;
-#pragma GCC unroll 4
-        for (int r = 0; r < R; r++)
-            for (size_t e = 0; e < es * 16; e += 64)
-                _mm_prefetch(pf + (size_t)r * rb + e, _MM_HINT_T0);
+        CAIRN__PF_RUN(w, pf, i / 16, (int)(16 * es), R);
         const __m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x + i + 8);
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
