@@ -62,10 +62,8 @@ typedef cairn__rows_fn *rows_fn;
 typedef struct {
     dot_fn f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_nl,
         iq4_xs;
-    /* NULL, or a type's rows kernel and its tile kernel (either may be NULL; NULL rows: row by
-     * row with the dot product, NULL tile: the rows kernel a token at a time), returning the
-     * form they take x in, or -1 where the type has none */
-    int (*kernels)(uint32_t type, cairn__rows_fn **rows, cairn__tile_fn **tile);
+    /* NULL, or the ISA's rows and tile kernels, by type (cairn__kernel_set) */
+    const cairn__kernel_set *kernels;
     /* NULL, or x rearranged into dst in a form of the ISA's own (CAIRN__XF_Q4 and after), the start
      * of what it wrote returned */
     void *(*xf_prep)(const xq8_block *xq, int64_t cols, int form, void *dst);
@@ -111,18 +109,8 @@ static const dot_table dots_scalar = {.f32 = cairn__dot_f32_ref,
 static const dot_table dots_avx2 = {.f32 = cairn__dot_f32_avx2,
                                     .f16 = cairn__dot_f16_avx2,
                                     .bf16 = cairn__dot_bf16_avx2,
-                                    .q8_0 = cairn__dot_q8_0_ref,
-                                    .q4_0 = cairn__dot_q4_0_ref,
-                                    .q4_1 = cairn__dot_q4_1_ref,
-                                    .q5_0 = cairn__dot_q5_0_ref,
-                                    .q5_1 = cairn__dot_q5_1_ref,
-                                    .q2_K = cairn__dot_q2_K_ref,
-                                    .q3_K = cairn__dot_q3_K_ref,
                                     .q4_K = cairn__dot_q4_K_avx2,
                                     .q5_K = cairn__dot_q5_K_avx2,
-                                    .q6_K = cairn__dot_q6_K_ref,
-                                    .iq4_nl = cairn__dot_iq4_nl_ref,
-                                    .iq4_xs = cairn__dot_iq4_xs_ref,
                                     .axpy = cairn__axpy_avx2,
 #ifdef __x86_64__
                                     .kernels = cairn__kernels_avx2,
@@ -135,24 +123,13 @@ static const dot_table dots_avx2 = {.f32 = cairn__dot_f32_avx2,
                                     .level = ISA_AVX2};
 #ifdef __x86_64__
 /* the AVX2 kernels, but the float and K-quant dot products, axpy and every type's rows and tile
- * kernels from kernels_cpu_avx512.c. The types with rows kernels at both levels (the types of 32,
- * Q2_K and Q3_K) name the reference dot products, which are never called there: the table's entry
- * says that the type is supported. */
+ * kernels from kernels_cpu_avx512.c. */
 static const dot_table dots_avx512 = {.f32 = cairn__dot_f32_avx512,
                                       .f16 = cairn__dot_f16_avx512,
                                       .bf16 = cairn__dot_bf16_avx512,
-                                      .q8_0 = cairn__dot_q8_0_ref,
-                                      .q4_0 = cairn__dot_q4_0_ref,
-                                      .q4_1 = cairn__dot_q4_1_ref,
-                                      .q5_0 = cairn__dot_q5_0_ref,
-                                      .q5_1 = cairn__dot_q5_1_ref,
-                                      .q2_K = cairn__dot_q2_K_ref,
-                                      .q3_K = cairn__dot_q3_K_ref,
                                       .q4_K = cairn__dot_q4_K_avx512,
                                       .q5_K = cairn__dot_q5_K_avx512,
                                       .q6_K = cairn__dot_q6_K_avx512,
-                                      .iq4_nl = cairn__dot_iq4_nl_ref,
-                                      .iq4_xs = cairn__dot_iq4_xs_ref,
                                       .axpy = cairn__axpy_avx512,
                                       .kernels = cairn__kernels_avx512,
                                       .xf_prep = cairn__xf_prep,
@@ -276,7 +253,7 @@ int cairn__kernels_set_isa(const char *name)
 
 void cairn__kernels_force_scalar(int on) { (void)cairn__kernels_set_isa(on ? "scalar" : NULL); }
 
-static dot_fn dot_for(const dot_table *t, uint32_t type)
+static dot_fn dot_of(const dot_table *t, uint32_t type)
 {
     switch (type) {
     case CAIRN__GGML_F32:
@@ -312,6 +289,14 @@ static dot_fn dot_for(const dot_table *t, uint32_t type)
     default:
         return NULL;
     }
+}
+
+/* the ISA's dot product for a type, or the reference one where the ISA has none (its rows
+ * kernels do the products: the dot product then only says that the type is supported) */
+static dot_fn dot_for(const dot_table *t, uint32_t type)
+{
+    const dot_fn f = dot_of(t, type);
+    return f ? f : dot_of(&dots_scalar, type);
 }
 
 /* The quantized types and the activation their dot products take: the K-quants cairn__xk
@@ -477,11 +462,22 @@ typedef struct {
     int form;
 } kern;
 
+int cairn__kernels_find(const cairn__kernel_set *set, uint32_t type, cairn__rows_fn **rows,
+                        cairn__tile_fn **tile)
+{
+    for (; set->form >= 0; set++)
+        if (set->type == type) {
+            *rows = set->rows, *tile = set->tile;
+            return set->form;
+        }
+    return -1;
+}
+
 static kern kern_for(const dot_table *t, uint32_t type)
 {
     kern k = {NULL, NULL, -1};
     if (t->kernels)
-        k.form = t->kernels(type, &k.rows, &k.tile);
+        k.form = cairn__kernels_find(t->kernels, type, &k.rows, &k.tile);
     if (k.form < 0)
         k = (kern){NULL, NULL,
                    is_kquant(type)   ? CAIRN__XF_XK

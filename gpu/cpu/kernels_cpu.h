@@ -261,6 +261,81 @@ static inline size_t cairn__pf_ahead(size_t rb, int R)
         }                                                                                          \
     } while (0)
 
+/* The entry points of an ISA's kernels, compiled with the function attribute ATTR (the ISA's
+ * target), around an always_inline kernel whose row count R and token count T are constants in
+ * each call:
+ * - CAIRN__LANE_KERNELS: name##_rows (cairn__rows_fn) and name##_tile (cairn__tile_fn) around a
+ *   lane kernel kernel(w, rb, a, n, out, ld, R, T, KIND) over activations of type X, RR rows and
+ *   TT tokens at a time (then the rest);
+ * - CAIRN__FLOAT_TILE: name##_ftile (cairn__tile_fn) around a float tile kernel kernel(w, rb, x,
+ *   n, out, ld, R, T, WT), tokens outer (a tile's TT token rows stay in L1 while the rows pass);
+ * - CAIRN__FLOAT_ROWS: name##_frows (cairn__rows_fn) around a float rows kernel kernel(w, rb, x,
+ *   n, out, R, WT), 4 rows at a time. */
+#define CAIRN__LANE_KERNELS(ATTR, name, kernel, X, KIND, RR, TT)                                   \
+    ATTR static inline __attribute__((always_inline)) void name##_tile_(                           \
+        const uint8_t *w, size_t rb, const X *const *a, int64_t n, float *out, size_t ld,          \
+        const int R, const int T)                                                                  \
+    {                                                                                              \
+        kernel(w, rb, a, n, out, ld, R, T, KIND);                                                  \
+    }                                                                                              \
+    ATTR static void name##_rows(const uint8_t *w, size_t rb, int nr, const void *xp, int64_t n,   \
+                                 float *out)                                                       \
+    {                                                                                              \
+        const X *a = (const X *)xp;                                                                \
+        CAIRN__TILE(name##_tile_, w, rb, nr, &a, 1, n, out, 0, RR, 1);                             \
+    }                                                                                              \
+    ATTR static void name##_tile(const uint8_t *w, size_t rb, int nr, const void *const *xp,       \
+                                 int nt, int64_t n, float *out, size_t ld)                         \
+    {                                                                                              \
+        const X *const *a = (const X *const *)xp;                                                  \
+        CAIRN__TILE(name##_tile_, w, rb, nr, a, nt, n, out, ld, RR, TT);                           \
+    }
+#define CAIRN__FLOAT_TILE(ATTR, name, kernel, WT, RR, TT)                                          \
+    ATTR static inline __attribute__((always_inline)) void name##_ftile_(                          \
+        const uint8_t *w, size_t rb, const float *const *x, int64_t n, float *out, size_t ld,      \
+        const int R, const int T)                                                                  \
+    {                                                                                              \
+        kernel(w, rb, x, n, out, ld, R, T, WT);                                                    \
+    }                                                                                              \
+    ATTR static void name##_ftile(const uint8_t *w, size_t rb, int nr, const void *const *xp,      \
+                                  int nt, int64_t n, float *out, size_t ld)                        \
+    {                                                                                              \
+        const float *const *x = (const float *const *)xp;                                          \
+        for (int t0 = 0; t0 < nt; t0 += (TT)) {                                                    \
+            const int tn = nt - t0 < (TT) ? nt - t0 : (TT);                                        \
+            CAIRN__TILE(name##_ftile_, w, rb, nr, x + t0, tn, n, out + (size_t)t0 * ld, ld, RR,    \
+                        TT);                                                                       \
+        }                                                                                          \
+    }
+/* the three float types' tile kernels (f32_ftile, f16_ftile, bf16_ftile) and the function fname
+ * that returns the one for a type (NULL for the other types); their rows kernels likewise */
+#define CAIRN__FLOAT_TILES(ATTR, fname, kernel, RR, TT)                                            \
+    CAIRN__FLOAT_TILE(ATTR, f32, kernel, 0, RR, TT)                                                \
+    CAIRN__FLOAT_TILE(ATTR, f16, kernel, 1, RR, TT)                                                \
+    CAIRN__FLOAT_TILE(ATTR, bf16, kernel, 2, RR, TT)                                               \
+    cairn__tile_fn *fname(uint32_t type)                                                           \
+    {                                                                                              \
+        return type == CAIRN__GGML_F32    ? f32_ftile                                              \
+               : type == CAIRN__GGML_F16  ? f16_ftile                                              \
+               : type == CAIRN__GGML_BF16 ? bf16_ftile                                             \
+                                          : NULL;                                                  \
+    }
+#define CAIRN__FLOAT_ROWS3(ATTR, kernel)                                                           \
+    CAIRN__FLOAT_ROWS(ATTR, f32, kernel, 0)                                                        \
+    CAIRN__FLOAT_ROWS(ATTR, f16, kernel, 1)                                                        \
+    CAIRN__FLOAT_ROWS(ATTR, bf16, kernel, 2)
+#define CAIRN__FLOAT_ROWS(ATTR, name, kernel, WT)                                                  \
+    ATTR static inline __attribute__((always_inline)) void name##_frows_(                          \
+        const uint8_t *w, size_t rb, const float *x, int64_t n, float *out, const int R)           \
+    {                                                                                              \
+        kernel(w, rb, x, n, out, R, WT);                                                           \
+    }                                                                                              \
+    ATTR static void name##_frows(const uint8_t *w, size_t rb, int nr, const void *xp, int64_t n,  \
+                                  float *out)                                                      \
+    {                                                                                              \
+        CAIRN__ROWS_DISPATCH(name##_frows_, w, rb, nr, (const float *)xp, n, out);                 \
+    }
+
 /* A dot product: one row w (n elements of its type) . x (n) -> float, with xq = x as int8
  * blocks (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS) or as cairn__xk blocks (Q2_K, Q3_K, Q4_K,
  * Q5_K, Q6_K); the float types read x; xs is unused. Every level's dot products have this
@@ -370,22 +445,34 @@ typedef void cairn__rows_fn(const uint8_t *w, size_t rb, int nr, const void *xp,
 typedef void cairn__tile_fn(const uint8_t *w, size_t rb, int nr, const void *const *xp, int nt,
                             int64_t n, float *out, size_t ld);
 
-/* The AVX2 rows and tile kernels (kernels_cpu_avx2.c, x86-64 only; call only where the CPU has
- * AVX2, FMA and F16C) of Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL and IQ4_XS: 2 rows and 4 blocks a
- * step, the activation in quads (cairn__quad_prep), each output bit for bit the AVX-512
- * kernel's. Sets *rows and *tile and returns the form they take, or returns -1 for the other
- * types. */
-int cairn__kernels_avx2(uint32_t type, cairn__rows_fn **rows, cairn__tile_fn **tile);
+/* An ISA level's kernels for one weight type: its rows and tile kernels (either may be NULL:
+ * NULL rows, row by row with the dot product; NULL tile, the rows kernel a token at a time) and
+ * the form (CAIRN__XF_*) they take x in. A level's sets end with an entry of form -1. */
+typedef struct {
+    uint32_t type;
+    int form;
+    cairn__rows_fn *rows;
+    cairn__tile_fn *tile;
+} cairn__kernel_set;
+/* set's entry for `type`: sets *rows and *tile and returns the form, or returns -1 */
+int cairn__kernels_find(const cairn__kernel_set *set, uint32_t type, cairn__rows_fn **rows,
+                        cairn__tile_fn **tile);
+
+/* The AVX2 level's sets (kernels_cpu_avx2.c, x86-64 only; call only where the CPU has AVX2, FMA
+ * and F16C): Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL and IQ4_XS (2 rows and 4 blocks a step, the
+ * activation in quads, cairn__quad_prep), Q2_K, Q3_K and Q6_K (2 rows and 4 sub-blocks of 16 a
+ * step), every output of those but Q6_K's bit for bit the AVX-512 kernels'; Q4_K and Q5_K (tile
+ * kernels over their dot product), and the rows kernels of F32, F16 and BF16. */
+extern const cairn__kernel_set cairn__kernels_avx2[];
 /* The prompt's products on F32, F16 and BF16 weights at the AVX2 level: as
  * cairn__float_tile_avx512, in tiles of 3 rows x 4 tokens; NULL for the other types. */
 cairn__tile_fn *cairn__float_tile_avx2(uint32_t type);
-/* The AVX-512 rows and tile kernels (kernels_cpu_avx512.c, x86-64 only; call only where
- * cairn__kernels_isa() is "avx512") of Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS (4 rows and
- * 4 blocks a step, the activation in quads), Q2_K, Q3_K (4 rows and 4 sub-blocks of 16 a step)
- * and Q4_K, and the rows kernels of F32, F16 and BF16 (4 rows sharing the loads of x, each row
- * bit for bit its dot product): sets *rows and *tile (NULL where there is none) and returns the
- * form they take, or returns -1 for the other types. */
-int cairn__kernels_avx512(uint32_t type, cairn__rows_fn **rows, cairn__tile_fn **tile);
+/* The AVX-512 level's sets (kernels_cpu_avx512.c, x86-64 only; call only where
+ * cairn__kernels_isa() is "avx512"): Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS (4 rows and 4
+ * blocks a step, the activation in quads), Q2_K, Q3_K (4 rows and 4 sub-blocks of 16 a step) and
+ * Q4_K, and the rows kernels of F32, F16 and BF16 (4 rows sharing the loads of x, each row bit
+ * for bit its dot product). */
+extern const cairn__kernel_set cairn__kernels_avx512[];
 /* The prompt's products on float weights: for F32, F16 and BF16, a tile kernel whose xp[t] is
  * token t's n floats themselves, in tiles of 4 rows x 6 tokens (halves widened in registers), to
  * float rounding what the dot products give (not bit for bit); NULL for the other types. */

@@ -354,26 +354,18 @@ dots_q45_K_avx2(const uint8_t *w, const cairn__xk_block *const *xk, int64_t n, f
 }
 
 /* w (n) . x (n) -> float; xq: n / 256 cairn__xk blocks */
-AVX2 float cairn__dot_q4_K_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs,
-                                int64_t n)
-{
-    (void)x, (void)xs;
-    const cairn__xk_block *xk[1] = {xq};
-    float out;
-    dots_q45_K_avx2(w, xk, n, &out, 1, 0);
-    return out;
-}
-
-/* w (n) . x (n) -> float; xq: n / 256 cairn__xk blocks */
-AVX2 float cairn__dot_q5_K_avx2(const uint8_t *w, const float *x, const void *xq, const float *xs,
-                                int64_t n)
-{
-    (void)x, (void)xs;
-    const cairn__xk_block *xk[1] = {xq};
-    float out;
-    dots_q45_K_avx2(w, xk, n, &out, 1, 1);
-    return out;
-}
+#define DOT_Q45_K(name, Q5)                                                                        \
+    AVX2 float name(const uint8_t *w, const float *x, const void *xq, const float *xs, int64_t n)  \
+    {                                                                                              \
+        (void)x, (void)xs;                                                                         \
+        const cairn__xk_block *xk[1] = {xq};                                                       \
+        float out;                                                                                 \
+        dots_q45_K_avx2(w, xk, n, &out, 1, Q5);                                                    \
+        return out;                                                                                \
+    }
+DOT_Q45_K(cairn__dot_q4_K_avx2, 0)
+DOT_Q45_K(cairn__dot_q5_K_avx2, 1)
+#undef DOT_Q45_K
 
 #if defined(__x86_64__)
 /* ---- the types of 32-value blocks on (row, block) lanes ------------------------------------
@@ -591,7 +583,7 @@ quad_step_avx2(const uint8_t *w, size_t rb, const cairn__xq_quad *const *a, int6
                 p = _mm256_add_epi32(
                     p, _mm256_madd_epi16(
                            _mm256_maddubs_epi16(U[k], _mm256_sign_epi8(BC(x->a[k]), K[k])), ones));
-        } else if (CAIRN__QK_FIVE(KIND)) {
+        } else { /* groups 0-3 and 4-7 in int16; Q4's 8 together, Q5's 4 at a time */
             __m256i s0 = _mm256_maddubs_epi16(K[0], BC(x->a[0]));
             __m256i s1 = _mm256_maddubs_epi16(K[4], BC(x->a[4]));
 #pragma GCC unroll 3
@@ -599,16 +591,9 @@ quad_step_avx2(const uint8_t *w, size_t rb, const cairn__xq_quad *const *a, int6
                 s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(K[k], BC(x->a[k])));
                 s1 = _mm256_add_epi16(s1, _mm256_maddubs_epi16(K[4 + k], BC(x->a[4 + k])));
             }
-            p = _mm256_add_epi32(_mm256_madd_epi16(s0, ones), _mm256_madd_epi16(s1, ones));
-        } else {
-            __m256i s0 = _mm256_maddubs_epi16(K[0], BC(x->a[0]));
-            __m256i s1 = _mm256_maddubs_epi16(K[4], BC(x->a[4]));
-#pragma GCC unroll 3
-            for (int k = 1; k < 4; k++) {
-                s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(K[k], BC(x->a[k])));
-                s1 = _mm256_add_epi16(s1, _mm256_maddubs_epi16(K[4 + k], BC(x->a[4 + k])));
-            }
-            p = _mm256_madd_epi16(_mm256_add_epi16(s0, s1), ones);
+            p = CAIRN__QK_FIVE(KIND)
+                    ? _mm256_add_epi32(_mm256_madd_epi16(s0, ones), _mm256_madd_epi16(s1, ones))
+                    : _mm256_madd_epi16(_mm256_add_epi16(s0, s1), ones);
         }
         if (!SIGNED && !CAIRN__QK_MIN(KIND))
             p = _mm256_add_epi32(p, BC(x->c));
@@ -826,29 +811,8 @@ k16_tile_avx2(const uint8_t *w, size_t rb, const cairn__xq_k16 *const *a, int64_
 }
 
 /* Each type's rows and tile kernels, over any number of rows and tokens */
-#define LANE2_KERNELS(name, kernel, X, KIND)                                                       \
-    AVX2 static inline __attribute__((always_inline)) void name##_tile_(                           \
-        const uint8_t *w, size_t rb, const X *const *a, int64_t n, float *out, size_t ld,          \
-        const int R, const int T)                                                                  \
-    {                                                                                              \
-        kernel(w, rb, a, n, out, ld, R, T, KIND);                                                  \
-    }                                                                                              \
-    AVX2 static void name##_rows(const uint8_t *w, size_t rb, int nr, const void *xp, int64_t n,   \
-                                 float *out)                                                       \
-    {                                                                                              \
-        const X *a = xp;                                                                           \
-        for (; nr >= 2; nr -= 2, w += 2 * rb, out += 2)                                            \
-            kernel(w, rb, &a, n, out, 0, 2, 1, KIND);                                              \
-        if (nr)                                                                                    \
-            kernel(w, rb, &a, n, out, 0, 1, 1, KIND);                                              \
-    }                                                                                              \
-    AVX2 static void name##_tile(const uint8_t *w, size_t rb, int nr, const void *const *xp,       \
-                                 int nt, int64_t n, float *out, size_t ld)                         \
-    {                                                                                              \
-        const X *const *a = (const X *const *)xp;                                                  \
-        CAIRN__TILE(name##_tile_, w, rb, nr, a, nt, n, out, ld, QUAD2_RR, QUAD2_TT);               \
-    }
-#define QUAD2_KERNELS(name, KIND) LANE2_KERNELS(name, quad_tile_avx2, cairn__xq_quad, KIND)
+#define QUAD2_KERNELS(name, KIND)                                                                  \
+    CAIRN__LANE_KERNELS(AVX2, name, quad_tile_avx2, cairn__xq_quad, KIND, QUAD2_RR, QUAD2_TT)
 
 QUAD2_KERNELS(q4_0, CAIRN__QK_Q4_0)
 QUAD2_KERNELS(q8_0, CAIRN__QK_Q8_0)
@@ -858,10 +822,9 @@ QUAD2_KERNELS(q5_1, CAIRN__QK_Q5_1)
 QUAD2_KERNELS(iq4_nl, CAIRN__QK_IQ4_NL)
 QUAD2_KERNELS(iq4_xs, CAIRN__QK_IQ4_XS)
 #undef QUAD2_KERNELS
-LANE2_KERNELS(q2_K, k16_tile_avx2, cairn__xq_k16, K16_Q2)
-LANE2_KERNELS(q3_K, k16_tile_avx2, cairn__xq_k16, K16_Q3)
-LANE2_KERNELS(q6_K, k16_tile_avx2, cairn__xq_k16, K16_Q6)
-#undef LANE2_KERNELS
+CAIRN__LANE_KERNELS(AVX2, q2_K, k16_tile_avx2, cairn__xq_k16, K16_Q2, QUAD2_RR, QUAD2_TT)
+CAIRN__LANE_KERNELS(AVX2, q3_K, k16_tile_avx2, cairn__xq_k16, K16_Q3, QUAD2_RR, QUAD2_TT)
+CAIRN__LANE_KERNELS(AVX2, q6_K, k16_tile_avx2, cairn__xq_k16, K16_Q6, QUAD2_RR, QUAD2_TT)
 
 /* ---- F32, F16 and BF16 weights: the prompt's tiles and the decode's rows --------------------
  * kernels_cpu_avx512.c's float tile and rows kernels on 256-bit registers. A tile of 3 rows x 4
@@ -950,36 +913,7 @@ ftile_avx2(const uint8_t *w, size_t rb, const float *const *x, int64_t n, float 
             out[(size_t)t * ld + r] = hsum256(acc[r][t]);
 }
 
-#define FLOAT_TILE(name, WT)                                                                       \
-    AVX2 static inline __attribute__((always_inline)) void name##_ftile_(                          \
-        const uint8_t *w, size_t rb, const float *const *x, int64_t n, float *out, size_t ld,      \
-        const int R, const int T)                                                                  \
-    {                                                                                              \
-        ftile_avx2(w, rb, x, n, out, ld, R, T, WT);                                                \
-    }                                                                                              \
-    AVX2 static void name##_ftile(const uint8_t *w, size_t rb, int nr, const void *const *xp,      \
-                                  int nt, int64_t n, float *out, size_t ld)                        \
-    {                                                                                              \
-        const float *const *x = (const float *const *)xp;                                          \
-        /* tokens outer: a tile's 4 token rows stay in L1 while the rows pass */                   \
-        for (int t0 = 0; t0 < nt; t0 += FT2_TT) {                                                  \
-            const int tn = nt - t0 < FT2_TT ? nt - t0 : FT2_TT;                                    \
-            CAIRN__TILE(name##_ftile_, w, rb, nr, x + t0, tn, n, out + (size_t)t0 * ld, ld,        \
-                        FT2_RR, FT2_TT);                                                           \
-        }                                                                                          \
-    }
-FLOAT_TILE(f32, 0)
-FLOAT_TILE(f16, 1)
-FLOAT_TILE(bf16, 2)
-#undef FLOAT_TILE
-
-cairn__tile_fn *cairn__float_tile_avx2(uint32_t type)
-{
-    return type == CAIRN__GGML_F32    ? f32_ftile
-           : type == CAIRN__GGML_F16  ? f16_ftile
-           : type == CAIRN__GGML_BF16 ? bf16_ftile
-                                      : NULL;
-}
+CAIRN__FLOAT_TILES(AVX2, cairn__float_tile_avx2, ftile_avx2, FT2_RR, FT2_TT)
 
 /* rows (R <= 4, n) of F32 (WT 0), F16 (1) or BF16 (2) weights, stride rb bytes, . x (n) ->
  * out (R), the rows sharing each load of x */
@@ -1017,21 +951,7 @@ AVX2 static inline __attribute__((always_inline)) void frows_avx2(const uint8_t 
         out[r] = hsum256(_mm256_add_ps(a[r][0], a[r][1]));
 }
 
-#define FLOAT_ROWS(name, WT)                                                                       \
-    AVX2 static inline __attribute__((always_inline)) void name##_frows_(                          \
-        const uint8_t *w, size_t rb, const float *x, int64_t n, float *out, const int R)           \
-    {                                                                                              \
-        frows_avx2(w, rb, x, n, out, R, WT);                                                       \
-    }                                                                                              \
-    AVX2 static void name##_frows(const uint8_t *w, size_t rb, int nr, const void *xp, int64_t n,  \
-                                  float *out)                                                      \
-    {                                                                                              \
-        CAIRN__ROWS_DISPATCH(name##_frows_, w, rb, nr, (const float *)xp, n, out);                 \
-    }
-FLOAT_ROWS(f32, 0)
-FLOAT_ROWS(f16, 1)
-FLOAT_ROWS(bf16, 2)
-#undef FLOAT_ROWS
+CAIRN__FLOAT_ROWS3(AVX2, frows_avx2)
 
 /* Q4_K's and Q5_K's tile kernels: each row against the tokens 4 at a time (its weights stay in
  * L1 while they pass), with dots_q45_K_avx2, so each output is its dot product's bits */
@@ -1069,58 +989,23 @@ DOTS_TILE(q4_K, 0)
 DOTS_TILE(q5_K, 1)
 #undef DOTS_TILE
 
-int cairn__kernels_avx2(uint32_t type, cairn__rows_fn **rows, cairn__tile_fn **tile)
-{
-    switch (type) {
-    case CAIRN__GGML_Q4_0:
-        *rows = q4_0_rows, *tile = q4_0_tile;
-        return CAIRN__XF_Q4;
-    case CAIRN__GGML_Q8_0:
-        *rows = q8_0_rows, *tile = q8_0_tile;
-        return CAIRN__XF_Q8;
-    case CAIRN__GGML_Q4_1:
-        *rows = q4_1_rows, *tile = q4_1_tile;
-        return CAIRN__XF_MIN;
-    case CAIRN__GGML_Q5_0:
-        *rows = q5_0_rows, *tile = q5_0_tile;
-        return CAIRN__XF_Q5;
-    case CAIRN__GGML_Q5_1:
-        *rows = q5_1_rows, *tile = q5_1_tile;
-        return CAIRN__XF_MIN;
-    case CAIRN__GGML_IQ4_NL:
-        *rows = iq4_nl_rows, *tile = iq4_nl_tile;
-        return CAIRN__XF_Q8;
-    case CAIRN__GGML_IQ4_XS:
-        *rows = iq4_xs_rows, *tile = iq4_xs_tile;
-        return CAIRN__XF_Q8;
-    case CAIRN__GGML_Q2_K:
-        *rows = q2_K_rows, *tile = q2_K_tile;
-        return CAIRN__XF_K16;
-    case CAIRN__GGML_Q3_K:
-        *rows = q3_K_rows, *tile = q3_K_tile;
-        return CAIRN__XF_K16;
-    case CAIRN__GGML_Q6_K:
-        *rows = q6_K_rows, *tile = q6_K_tile;
-        return CAIRN__XF_K16;
-    case CAIRN__GGML_F32:
-        *rows = f32_frows, *tile = NULL;
-        return CAIRN__XF_FLOAT;
-    case CAIRN__GGML_F16:
-        *rows = f16_frows, *tile = NULL;
-        return CAIRN__XF_FLOAT;
-    case CAIRN__GGML_BF16:
-        *rows = bf16_frows, *tile = NULL;
-        return CAIRN__XF_FLOAT;
-    case CAIRN__GGML_Q4_K: /* rows: the dot product, a row at a time */
-        *rows = NULL, *tile = q4_K_tile;
-        return CAIRN__XF_XK;
-    case CAIRN__GGML_Q5_K:
-        *rows = NULL, *tile = q5_K_tile;
-        return CAIRN__XF_XK;
-    default:
-        return -1;
-    }
-}
+const cairn__kernel_set cairn__kernels_avx2[] = {
+    {CAIRN__GGML_Q4_0, CAIRN__XF_Q4, q4_0_rows, q4_0_tile},
+    {CAIRN__GGML_Q8_0, CAIRN__XF_Q8, q8_0_rows, q8_0_tile},
+    {CAIRN__GGML_Q4_1, CAIRN__XF_MIN, q4_1_rows, q4_1_tile},
+    {CAIRN__GGML_Q5_0, CAIRN__XF_Q5, q5_0_rows, q5_0_tile},
+    {CAIRN__GGML_Q5_1, CAIRN__XF_MIN, q5_1_rows, q5_1_tile},
+    {CAIRN__GGML_IQ4_NL, CAIRN__XF_Q8, iq4_nl_rows, iq4_nl_tile},
+    {CAIRN__GGML_IQ4_XS, CAIRN__XF_Q8, iq4_xs_rows, iq4_xs_tile},
+    {CAIRN__GGML_Q2_K, CAIRN__XF_K16, q2_K_rows, q2_K_tile},
+    {CAIRN__GGML_Q3_K, CAIRN__XF_K16, q3_K_rows, q3_K_tile},
+    {CAIRN__GGML_Q6_K, CAIRN__XF_K16, q6_K_rows, q6_K_tile},
+    {CAIRN__GGML_F32, CAIRN__XF_FLOAT, f32_frows, NULL},
+    {CAIRN__GGML_F16, CAIRN__XF_FLOAT, f16_frows, NULL},
+    {CAIRN__GGML_BF16, CAIRN__XF_FLOAT, bf16_frows, NULL},
+    {CAIRN__GGML_Q4_K, CAIRN__XF_XK, NULL, q4_K_tile}, /* rows: the dot product */
+    {CAIRN__GGML_Q5_K, CAIRN__XF_XK, NULL, q5_K_tile},
+    {0, -1, NULL, NULL}};
 #endif /* __x86_64__ */
 
 /* y (n) += a * x (n) */

@@ -385,33 +385,9 @@ quad_tile_avx512(const uint8_t *w, size_t rb, const cairn__xq_quad *const *a, in
     store_rows(acc, T, R, out, ld);
 }
 
-/* Each type's kernels from a lane kernel (quad_tile_avx512, k16_tile_avx512) over activations of
- * type X in the type's KIND: the kernel for rows R <= 4 and tiles T <= 8 (TILE_), one token
- * (ROWS_), and their entry points over any number of rows and tokens. */
-#define LANE_KERNELS(name, kernel, X, KIND)                                                        \
-    AVX512 static inline __attribute__((always_inline)) void name##_tile_(                         \
-        const uint8_t *w, size_t rb, const X *const *a, int64_t n, float *out, size_t ld,          \
-        const int R, const int T)                                                                  \
-    {                                                                                              \
-        kernel(w, rb, a, n, out, ld, R, T, KIND);                                                  \
-    }                                                                                              \
-    AVX512 static inline __attribute__((always_inline)) void name##_rows_(                         \
-        const uint8_t *w, size_t rb, const X *a, int64_t n, float *out, const int R)               \
-    {                                                                                              \
-        kernel(w, rb, &a, n, out, 0, R, 1, KIND);                                                  \
-    }                                                                                              \
-    AVX512 static void name##_rows(const uint8_t *w, size_t rb, int nr, const void *xp, int64_t n, \
-                                   float *out)                                                     \
-    {                                                                                              \
-        CAIRN__ROWS_DISPATCH(name##_rows_, w, rb, nr, (const X *)xp, n, out);                      \
-    }                                                                                              \
-    AVX512 static void name##_tile(const uint8_t *w, size_t rb, int nr, const void *const *xp,     \
-                                   int nt, int64_t n, float *out, size_t ld)                       \
-    {                                                                                              \
-        const X *const *a = (const X *const *)xp;                                                  \
-        CAIRN__TILE(name##_tile_, w, rb, nr, a, nt, n, out, ld, QUAD_RR, QUAD_TT);                 \
-    }
-#define QUAD_KERNELS(name, KIND) LANE_KERNELS(name, quad_tile_avx512, cairn__xq_quad, KIND)
+/* Each type's kernels from the lane kernels (quad_tile_avx512, k16_tile_avx512) */
+#define QUAD_KERNELS(name, KIND)                                                                   \
+    CAIRN__LANE_KERNELS(AVX512, name, quad_tile_avx512, cairn__xq_quad, KIND, QUAD_RR, QUAD_TT)
 
 QUAD_KERNELS(q4_0, CAIRN__QK_Q4_0)
 QUAD_KERNELS(q8_0, CAIRN__QK_Q8_0)
@@ -724,36 +700,7 @@ ftile_avx512(const uint8_t *w, size_t rb, const float *const *x, int64_t n, floa
             sum4x(acc[0][t], R > 1 ? acc[1][t] : z, R > 2 ? acc[2][t] : z, R > 3 ? acc[3][t] : z));
 }
 
-#define FLOAT_TILE(name, WT)                                                                       \
-    AVX512 static inline __attribute__((always_inline)) void name##_ftile_(                        \
-        const uint8_t *w, size_t rb, const float *const *x, int64_t n, float *out, size_t ld,      \
-        const int R, const int T)                                                                  \
-    {                                                                                              \
-        ftile_avx512(w, rb, x, n, out, ld, R, T, WT);                                              \
-    }                                                                                              \
-    AVX512 static void name##_ftile(const uint8_t *w, size_t rb, int nr, const void *const *xp,    \
-                                    int nt, int64_t n, float *out, size_t ld)                      \
-    {                                                                                              \
-        const float *const *x = (const float *const *)xp;                                          \
-        /* tokens outer: a tile's 6 token rows stay in L1 while the rows pass */                   \
-        for (int t0 = 0; t0 < nt; t0 += FT_TT) {                                                   \
-            const int tn = nt - t0 < FT_TT ? nt - t0 : FT_TT;                                      \
-            CAIRN__TILE(name##_ftile_, w, rb, nr, x + t0, tn, n, out + (size_t)t0 * ld, ld, FT_RR, \
-                        FT_TT);                                                                    \
-        }                                                                                          \
-    }
-FLOAT_TILE(f32, 0)
-FLOAT_TILE(f16, 1)
-FLOAT_TILE(bf16, 2)
-#undef FLOAT_TILE
-
-cairn__tile_fn *cairn__float_tile_avx512(uint32_t type)
-{
-    return type == CAIRN__GGML_F32    ? f32_ftile
-           : type == CAIRN__GGML_F16  ? f16_ftile
-           : type == CAIRN__GGML_BF16 ? bf16_ftile
-                                      : NULL;
-}
+CAIRN__FLOAT_TILES(AVX512, cairn__float_tile_avx512, ftile_avx512, FT_RR, FT_TT)
 
 /* Rows (R <= 4, n) of F32 (WT 0), F16 (1) or BF16 (2) weights, stride rb bytes, . x (n) ->
  * out (R): each row's arithmetic is its dot product's (cairn__dot_f32_avx512, dot_h16_avx512),
@@ -805,21 +752,7 @@ AVX512 static inline __attribute__((always_inline)) void frows_avx512(const uint
             _mm512_add_ps(_mm512_add_ps(a[r][0], a[r][1]), _mm512_add_ps(a[r][2], a[r][3])));
 }
 
-#define FLOAT_ROWS(name, WT)                                                                       \
-    AVX512 static inline __attribute__((always_inline)) void name##_frows_(                        \
-        const uint8_t *w, size_t rb, const float *x, int64_t n, float *out, const int R)           \
-    {                                                                                              \
-        frows_avx512(w, rb, x, n, out, R, WT);                                                     \
-    }                                                                                              \
-    AVX512 static void name##_frows(const uint8_t *w, size_t rb, int nr, const void *xp,           \
-                                    int64_t n, float *out)                                         \
-    {                                                                                              \
-        CAIRN__ROWS_DISPATCH(name##_frows_, w, rb, nr, (const float *)xp, n, out);                 \
-    }
-FLOAT_ROWS(f32, 0)
-FLOAT_ROWS(f16, 1)
-FLOAT_ROWS(bf16, 2)
-#undef FLOAT_ROWS
+CAIRN__FLOAT_ROWS3(AVX512, frows_avx512)
 
 /* ---- K-quants: Q4_K and Q6_K against the int8 activation ----------------------------------
  *
@@ -1326,59 +1259,28 @@ k16_tile_avx512(const uint8_t *w, size_t rb, const cairn__xq_k16 *const *a, int6
     store_rows(acc, T, R, out, ld);
 }
 
-#define K16_KERNELS(name, Q3) LANE_KERNELS(name, k16_tile_avx512, cairn__xq_k16, Q3)
+#define K16_KERNELS(name, Q3)                                                                      \
+    CAIRN__LANE_KERNELS(AVX512, name, k16_tile_avx512, cairn__xq_k16, Q3, QUAD_RR, QUAD_TT)
 
 K16_KERNELS(q2_K, 0)
 K16_KERNELS(q3_K, 1)
 #undef K16_KERNELS
-#undef LANE_KERNELS
 
 /* The rows and tile kernels of a type, and the form of the activation they take (-1: none here) */
-int cairn__kernels_avx512(uint32_t type, cairn__rows_fn **rows, cairn__tile_fn **tile)
-{
-    switch (type) {
-    case CAIRN__GGML_Q4_0:
-        *rows = q4_0_rows, *tile = q4_0_tile;
-        return CAIRN__XF_Q4;
-    case CAIRN__GGML_Q8_0:
-        *rows = q8_0_rows, *tile = q8_0_tile;
-        return CAIRN__XF_Q8;
-    case CAIRN__GGML_Q4_1:
-        *rows = q4_1_rows, *tile = q4_1_tile;
-        return CAIRN__XF_MIN;
-    case CAIRN__GGML_Q5_0:
-        *rows = q5_0_rows, *tile = q5_0_tile;
-        return CAIRN__XF_Q5;
-    case CAIRN__GGML_Q5_1:
-        *rows = q5_1_rows, *tile = q5_1_tile;
-        return CAIRN__XF_MIN;
-    case CAIRN__GGML_IQ4_NL:
-        *rows = iq4_nl_rows, *tile = iq4_nl_tile;
-        return CAIRN__XF_Q8;
-    case CAIRN__GGML_IQ4_XS:
-        *rows = iq4_xs_rows, *tile = iq4_xs_tile;
-        return CAIRN__XF_Q8;
-    case CAIRN__GGML_Q2_K:
-        *rows = q2_K_rows, *tile = q2_K_tile;
-        return CAIRN__XF_K16;
-    case CAIRN__GGML_Q3_K:
-        *rows = q3_K_rows, *tile = q3_K_tile;
-        return CAIRN__XF_K16;
-    case CAIRN__GGML_Q4_K:
-        *rows = cairn__q4_K_rows_avx512, *tile = cairn__q4_K_tile_avx512;
-        return CAIRN__XF_XK;
-    case CAIRN__GGML_F32:
-        *rows = f32_frows, *tile = NULL;
-        return CAIRN__XF_FLOAT;
-    case CAIRN__GGML_F16:
-        *rows = f16_frows, *tile = NULL;
-        return CAIRN__XF_FLOAT;
-    case CAIRN__GGML_BF16:
-        *rows = bf16_frows, *tile = NULL;
-        return CAIRN__XF_FLOAT;
-    default:
-        return -1;
-    }
-}
+const cairn__kernel_set cairn__kernels_avx512[] = {
+    {CAIRN__GGML_Q4_0, CAIRN__XF_Q4, q4_0_rows, q4_0_tile},
+    {CAIRN__GGML_Q8_0, CAIRN__XF_Q8, q8_0_rows, q8_0_tile},
+    {CAIRN__GGML_Q4_1, CAIRN__XF_MIN, q4_1_rows, q4_1_tile},
+    {CAIRN__GGML_Q5_0, CAIRN__XF_Q5, q5_0_rows, q5_0_tile},
+    {CAIRN__GGML_Q5_1, CAIRN__XF_MIN, q5_1_rows, q5_1_tile},
+    {CAIRN__GGML_IQ4_NL, CAIRN__XF_Q8, iq4_nl_rows, iq4_nl_tile},
+    {CAIRN__GGML_IQ4_XS, CAIRN__XF_Q8, iq4_xs_rows, iq4_xs_tile},
+    {CAIRN__GGML_Q2_K, CAIRN__XF_K16, q2_K_rows, q2_K_tile},
+    {CAIRN__GGML_Q3_K, CAIRN__XF_K16, q3_K_rows, q3_K_tile},
+    {CAIRN__GGML_Q4_K, CAIRN__XF_XK, cairn__q4_K_rows_avx512, cairn__q4_K_tile_avx512},
+    {CAIRN__GGML_F32, CAIRN__XF_FLOAT, f32_frows, NULL},
+    {CAIRN__GGML_F16, CAIRN__XF_FLOAT, f16_frows, NULL},
+    {CAIRN__GGML_BF16, CAIRN__XF_FLOAT, bf16_frows, NULL},
+    {0, -1, NULL, NULL}};
 
 #endif /* __x86_64__ */

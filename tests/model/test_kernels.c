@@ -207,10 +207,8 @@ static void rows_call(const char *level, uint32_t type, const unsigned char *q, 
 #ifdef __x86_64__
     cairn__rows_fn *rows = NULL;
     cairn__tile_fn *tile = NULL;
-    if (strcmp(level, "avx512") == 0)
-        cairn__kernels_avx512(type, &rows, &tile);
-    else
-        cairn__kernels_avx2(type, &rows, &tile);
+    cairn__kernels_find(strcmp(level, "avx512") == 0 ? cairn__kernels_avx512 : cairn__kernels_avx2,
+                        type, &rows, &tile);
     rows(q + (size_t)r0 * rb, rb, nr, xp, cols, out + r0);
 #else
     (void)level, (void)type, (void)q, (void)rb, (void)r0, (void)nr, (void)xp, (void)cols, (void)out;
@@ -242,8 +240,9 @@ static void check_grouping(const char *level, uint32_t type, size_t block_bytes)
 #ifdef __x86_64__
         cairn__rows_fn *rk = NULL;
         cairn__tile_fn *tk = NULL;
-        const int form = strcmp(level, "avx512") == 0 ? cairn__kernels_avx512(type, &rk, &tk)
-                                                      : cairn__kernels_avx2(type, &rk, &tk);
+        const int form = cairn__kernels_find(strcmp(level, "avx512") == 0 ? cairn__kernels_avx512
+                                                                          : cairn__kernels_avx2,
+                                             type, &rk, &tk);
         xp = form == CAIRN__XF_XK ? (const void *)cairn__xk_prep(xq, cols, prep)
                                   : cairn__xf_prep(xq, cols, form, prep);
 #endif
