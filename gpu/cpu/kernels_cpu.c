@@ -72,10 +72,9 @@ typedef struct {
     cairn__tile_fn *(*float_tile)(uint32_t type);
     void (*axpy)(float *y, float a, const float *x, int64_t n);
     void (*quant_x)(const float *x, xq8_block *y, int64_t nb); /* x -> int8 blocks */
-    /* NULL, or one Q5_K / Q6_K row against two tokens (the prompt's products): each result bit
-     * for bit q5_K's / q6_K's */
+    /* NULL, or one Q5_K row against two tokens (the prompt's products): each result bit
+     * for bit q5_K's */
     void (*q5_K_2)(const uint8_t *w, const void *xa, const void *xb, int64_t n, float *out);
-    void (*q6_K_2)(const uint8_t *w, const void *xa, const void *xb, int64_t n, float *out);
     /* NULL, or a row's dequantization for some types (0 for the others: cairn__dequant_row) */
     int (*dequant)(uint32_t type, const uint8_t *src, float *dst, int64_t n);
     const char *isa;
@@ -129,14 +128,12 @@ static const dot_table dots_avx512 = {.f32 = cairn__dot_f32_avx512,
                                       .bf16 = cairn__dot_bf16_avx512,
                                       .q4_K = cairn__dot_q4_K_avx512,
                                       .q5_K = cairn__dot_q5_K_avx512,
-                                      .q6_K = cairn__dot_q6_K_avx512,
                                       .axpy = cairn__axpy_avx512,
                                       .kernels = cairn__kernels_avx512,
                                       .xf_prep = cairn__xf_prep,
                                       .float_tile = cairn__float_tile_avx512,
                                       .quant_x = cairn__quant_x_avx2,
                                       .q5_K_2 = cairn__dot2_q5_K_avx512,
-                                      .q6_K_2 = cairn__dot2_q6_K_avx512,
                                       .dequant = cairn__dequant_avx2,
                                       .isa = "avx512",
                                       .level = ISA_AVX512};
@@ -786,9 +783,7 @@ static void mm8_rows_range(void *arg, int64_t a, int64_t b, int ith)
     (void)ith;
     /* two tokens a row where the ISA has a kernel for that (the weights unpacked once) */
     void (*const two)(const uint8_t *, const void *, const void *, int64_t, float *) =
-        j->W->type == CAIRN__GGML_Q5_K   ? j->t->q5_K_2
-        : j->W->type == CAIRN__GGML_Q6_K ? j->t->q6_K_2
-                                         : NULL;
+        j->W->type == CAIRN__GGML_Q5_K ? j->t->q5_K_2 : NULL;
     for (int64_t g = a; g < b; g++) {
         const int64_t r0 = g * MM8_ROWS, r1 = r0 + MM8_ROWS < rows ? r0 + MM8_ROWS : rows;
         if (j->k.tile) {

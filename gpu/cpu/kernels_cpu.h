@@ -428,6 +428,8 @@ typedef struct {
     float d[4];      /* d_x of sub-block s's activation block */
 } cairn__xq_k16;
 
+/* The types the K16 kernels take (their KIND) */
+enum { CAIRN__K16_Q2, CAIRN__K16_Q3, CAIRN__K16_Q6 };
 /* Bytes of scratch any of the lane kernels' forms (CAIRN__XF_Q4 and after) of `cols` elements
  * takes, and the preparation (xq: cols / 32 blocks -> dst in that form; returns the aligned start
  * of what it wrote) */
@@ -481,16 +483,14 @@ cairn__tile_fn *cairn__float_tile_avx512(uint32_t type);
 void cairn__axpy_avx512(float *y, float a, const float *x, int64_t n);
 /* The dot products of F32, F16 and BF16 weights (64 a pass) and of the K-quants (VNNI) */
 cairn__dot_fn cairn__dot_f32_avx512, cairn__dot_f16_avx512, cairn__dot_bf16_avx512,
-    cairn__dot_q4_K_avx512, cairn__dot_q5_K_avx512, cairn__dot_q6_K_avx512;
+    cairn__dot_q4_K_avx512, cairn__dot_q5_K_avx512;
 /* Q4_K's rows and tile kernels (form CAIRN__XF_XK), each output bit for bit
  * cairn__dot_q4_K_avx512's for that token alone */
 cairn__rows_fn cairn__q4_K_rows_avx512;
 cairn__tile_fn cairn__q4_K_tile_avx512;
-/* One Q5_K or Q6_K row against two tokens' cairn__xk blocks (a prompt's products): out[0],
- * out[1], each bit for bit the type's dot product's, the weights unpacked once */
+/* One Q5_K row against two tokens' cairn__xk blocks (a prompt's products): out[0], out[1], each
+ * bit for bit its dot product's, the weights unpacked once */
 void cairn__dot2_q5_K_avx512(const uint8_t *w, const void *xa, const void *xb, int64_t n,
-                             float *out);
-void cairn__dot2_q6_K_avx512(const uint8_t *w, const void *xa, const void *xb, int64_t n,
                              float *out);
 /* cairn__attn_head (f16 0) or cairn__attn_head_f16 (f16 1) for hd a multiple of 16, at most 128 */
 void cairn__attn_head_avx512(const float *q, const void *K, const void *V, size_t ld, int n, int hd,

@@ -645,7 +645,6 @@ quad_tile_avx2(const uint8_t *w, size_t rb, const cairn__xq_quad *const *a, int6
  * The float order is the AVX-512 kernel's lane for lane (acc = fma(isum, sw * d_x, acc), the
  * row (acc lanes s 0 + 1) + (2 + 3)), so Q2_K's and Q3_K's outputs are bit for bit the AVX-512
  * level's; the decode's are the prompt's for all three. */
-enum { K16_Q2, K16_Q3, K16_Q6 };
 
 /* rows (R <= 2, n) of stride rb bytes @ tokens a[0..T) (T <= 4, form CAIRN__XF_K16) ->
  * out[t * ld + r]; KQ one of K16_* */
@@ -653,7 +652,7 @@ AVX2 static inline __attribute__((always_inline)) void
 k16_tile_avx2(const uint8_t *w, size_t rb, const cairn__xq_k16 *const *a, int64_t n, float *out,
               size_t ld, const int R, const int T, const int KQ)
 {
-    const int Q3 = KQ == K16_Q3, Q6 = KQ == K16_Q6;
+    const int Q3 = KQ == CAIRN__K16_Q3, Q6 = KQ == CAIRN__K16_Q6;
     const size_t bb = Q6   ? sizeof(cairn__block_q6_K)
                       : Q3 ? sizeof(cairn__block_q3_K)
                            : sizeof(cairn__block_q2_K);
@@ -801,7 +800,7 @@ k16_tile_avx2(const uint8_t *w, size_t rb, const cairn__xq_k16 *const *a, int64_
 #undef BC
                 const __m256 sx = _mm256_broadcast_ps((const __m128 *)(const void *)x->d);
                 acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(sw, sx), acc[t]);
-                if (KQ == K16_Q2)
+                if (KQ == CAIRN__K16_Q2)
                     acc[t] = _mm256_fmadd_ps(
                         mw, _mm256_broadcast_ps((const __m128 *)(const void *)x->s), acc[t]);
             }
@@ -822,9 +821,9 @@ QUAD2_KERNELS(q5_1, CAIRN__QK_Q5_1)
 QUAD2_KERNELS(iq4_nl, CAIRN__QK_IQ4_NL)
 QUAD2_KERNELS(iq4_xs, CAIRN__QK_IQ4_XS)
 #undef QUAD2_KERNELS
-CAIRN__LANE_KERNELS(AVX2, q2_K, k16_tile_avx2, cairn__xq_k16, K16_Q2, QUAD2_RR, QUAD2_TT)
-CAIRN__LANE_KERNELS(AVX2, q3_K, k16_tile_avx2, cairn__xq_k16, K16_Q3, QUAD2_RR, QUAD2_TT)
-CAIRN__LANE_KERNELS(AVX2, q6_K, k16_tile_avx2, cairn__xq_k16, K16_Q6, QUAD2_RR, QUAD2_TT)
+CAIRN__LANE_KERNELS(AVX2, q2_K, k16_tile_avx2, cairn__xq_k16, CAIRN__K16_Q2, QUAD2_RR, QUAD2_TT)
+CAIRN__LANE_KERNELS(AVX2, q3_K, k16_tile_avx2, cairn__xq_k16, CAIRN__K16_Q3, QUAD2_RR, QUAD2_TT)
+CAIRN__LANE_KERNELS(AVX2, q6_K, k16_tile_avx2, cairn__xq_k16, CAIRN__K16_Q6, QUAD2_RR, QUAD2_TT)
 
 /* ---- F32, F16 and BF16 weights: the prompt's tiles and the decode's rows --------------------
  * kernels_cpu_avx512.c's float tile and rows kernels on 256-bit registers. A tile of 3 rows x 4

@@ -754,19 +754,15 @@ AVX512 static inline __attribute__((always_inline)) void frows_avx512(const uint
 
 CAIRN__FLOAT_ROWS3(AVX512, frows_avx512)
 
-/* ---- K-quants: Q4_K and Q6_K against the int8 activation ----------------------------------
+/* ---- K-quants: Q4_K and Q5_K against the int8 activation ----------------------------------
  *
  * The activation comes as cairn__xk blocks (kernels_cpu.h): a super-block's 256 int8 values in
  * order, 64-byte aligned, so each 64 of them is one aligned load. Q4_K: a chunk of 32 quant
  * bytes holds sub-block 2c in its low nibbles and 2c+1 in its high ones; broadcast to both
  * halves of a register and shifted by 0 and 4 (vpsrlvw), it lines up with activation bytes
- * 64c..64c+63, and vpdpbusd leaves sub-block 2c in lanes 0-7 and 2c+1 in lanes 8-15. Q6_K: a
- * half's 64 low-nibble bytes and 32 high-bit bytes give two registers of 64 quants each, in
- * element order (the 2-bit fields picked by shifts of 0/2 and 4/6 per register half); 4 lanes
- * of the product make one sub-block of 16, and the offset comes off once per super-block as
- * the 16 factors . the activation's prepared 32 * sums (o16). In both, each lane's int32 is scaled
- * by its sub-block's d * sc * xd (a permute of the 8 or 16 per-block factors) into one float
- * accumulator. */
+ * 64c..64c+63, and vpdpbusd leaves sub-block 2c in lanes 0-7 and 2c+1 in lanes 8-15. Each lane's
+ * int32 is scaled by its sub-block's d * sc * xd (a permute of the 8 per-block factors) into
+ * one float accumulator. (Q6_K is on the K16 lane kernel below, with Q2_K and Q3_K.) */
 
 /* the sum of a K-quant kernel's four accumulator chains, in the one order every caller uses */
 AVX512 static inline float sum4(const __m512 acc[4])
@@ -992,92 +988,6 @@ AVX512 void cairn__dot2_q5_K_avx512(const uint8_t *w, const void *xa, const void
     q45_K_dot_t(w, xk, 2, n, out, 1);
 }
 
-/* w (n) . x_t (n) -> out[t] for T tokens (1 or 2, a constant at each call), xk[t] each
- * token's cairn__xk blocks: the quants unpacked once for all T, each token's arithmetic the
- * same instructions in the same order whatever T is (as q4_K_dot_t) */
-AVX512 static inline __attribute__((always_inline)) void
-q6_K_dot_t(const uint8_t *w, const cairn__xk_block *const *xk, int T, int64_t n, float *out)
-{
-    const __m512i m4 = _mm512_set1_epi8(0x0F), m2 = _mm512_set1_epi8(3);
-    /* 16-bit lane shifts of the broadcast high bits: groups 0 | 1 by 0 | 2, groups 2 | 3 by
-     * 4 | 6 */
-    const __m512i sh01 = _mm512_set_epi64(0x0002000200020002LL, 0x0002000200020002LL,
-                                          0x0002000200020002LL, 0x0002000200020002LL, 0, 0, 0, 0);
-    const __m512i sh23 = _mm512_add_epi16(sh01, _mm512_set1_epi16(4));
-    /* the 16 sub-blocks' factors, xd of sub-block s being the activation block s / 2 */
-    const __m512i dup = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
-    __m512i idx[4]; /* register k of a super-block: lane l is sub-block 4k + l / 4 */
-    for (int k = 0; k < 4; k++)
-        idx[k] = _mm512_set_epi32(4 * k + 3, 4 * k + 3, 4 * k + 3, 4 * k + 3, 4 * k + 2, 4 * k + 2,
-                                  4 * k + 2, 4 * k + 2, 4 * k + 1, 4 * k + 1, 4 * k + 1, 4 * k + 1,
-                                  4 * k, 4 * k, 4 * k, 4 * k);
-    __m512 acc[2][4], off[2]; /* one chain per register of quants and token */
-    for (int t = 0; t < T; t++) {
-        for (int k = 0; k < 4; k++)
-            acc[t][k] = _mm512_setzero_ps();
-        off[t] = _mm512_setzero_ps();
-    }
-    for (int64_t i = 0; i < n / CAIRN__QK_K; i++, w += sizeof(cairn__block_q6_K)) {
-        uint16_t dh;
-        memcpy(&dh, w + offsetof(cairn__block_q6_K, d), 2);
-        const uint8_t *ql = w + offsetof(cairn__block_q6_K, ql),
-                      *qh = w + offsetof(cairn__block_q6_K, qh);
-        const __m512 scf = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(
-            (const __m128i *)(const void *)(w + offsetof(cairn__block_q6_K, scales)))));
-        const __m512 scd = _mm512_mul_ps(scf, _mm512_set1_ps(_cvtsh_ss(dh)));
-        __m512 f[2];
-        for (int t = 0; t < T; t++) {
-            f[t] = _mm512_mul_ps(scd, _mm512_permutexvar_ps(
-                                          dup, _mm512_castps256_ps512(_mm256_load_ps(xk[t][i].d))));
-            off[t] = _mm512_fmadd_ps(f[t], _mm512_load_ps(xk[t][i].o16), off[t]);
-        }
-#pragma GCC unroll 2
-        for (int h = 0; h < 2; h++) {
-            const __m512i lq = _mm512_loadu_si512((const void *)(ql + 64 * h));
-            const __m512i hq = _mm512_broadcast_i64x4(
-                _mm256_loadu_si256((const __m256i *)(const void *)(qh + 32 * h)));
-            const __m512i q[2] = {
-                _mm512_or_si512(
-                    _mm512_and_si512(lq, m4),
-                    _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(hq, sh01), m2), 4)),
-                _mm512_or_si512(
-                    _mm512_and_si512(_mm512_srli_epi16(lq, 4), m4),
-                    _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(hq, sh23), m2), 4))};
-#pragma GCC unroll 2
-            for (int r = 0; r < 2; r++) { /* elements 128h + 64r.. */
-                const int k = 2 * h + r;
-                for (int t = 0; t < T; t++) {
-                    const __m512i a = _mm512_load_si512((const void *)(xk[t][i].a + 64 * k));
-                    const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[r], a);
-                    acc[t][k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p),
-                                                _mm512_permutexvar_ps(idx[k], f[t]), acc[t][k]);
-                }
-            }
-        }
-    }
-    for (int t = 0; t < T; t++)
-        out[t] = sum4(acc[t]) - _mm512_reduce_add_ps(off[t]);
-}
-
-/* w (n) . x (n) -> float; xq: n / 256 cairn__xk blocks */
-AVX512 float cairn__dot_q6_K_avx512(const uint8_t *w, const float *x, const void *xq,
-                                    const float *xs, int64_t n)
-{
-    (void)x, (void)xs;
-    const cairn__xk_block *xk[1] = {xq};
-    float out;
-    q6_K_dot_t(w, xk, 1, n, &out);
-    return out;
-}
-
-/* the same row against two tokens' cairn__xk blocks, as cairn__dot2_q4_K_avx512 */
-AVX512 void cairn__dot2_q6_K_avx512(const uint8_t *w, const void *xa, const void *xb, int64_t n,
-                                    float *out)
-{
-    const cairn__xk_block *xk[2] = {xa, xb};
-    q6_K_dot_t(w, xk, 2, n, out);
-}
-
 /* ---- Q2_K and Q3_K: (row, sub-block) lanes, one kernel for 1-8 tokens ---------------------
  * As the quad kernel, with sub-blocks of 16 for blocks: a step takes 4 rows and 64 elements of
  * their super-block (4 sub-blocks of 16), lane 4r + s of a register holding row r's sub-block
@@ -1106,17 +1016,24 @@ AVX512 void cairn__dot2_q6_K_avx512(const uint8_t *w, const void *xa, const void
         GK16G_(O, 0), GK16G_(O, 1), GK16G_(O, 2), GK16G_(O, 3)                                     \
     }
 /* qs of half n: Q2_K's at 16 + 32n, Q3_K's at 32 + 32n; Q3_K's hmask at 0 */
+/* byte 16g + 4s + e: byte 16s + 4g + e of a Q6_K half's 64 ql bytes */
+#define GQ6_(g, s)                                                                                 \
+    16 * (s) + 4 * (g), 16 * (s) + 4 * (g) + 1, 16 * (s) + 4 * (g) + 2, 16 * (s) + 4 * (g) + 3
+#define GQ6G_(g) GQ6_(g, 0), GQ6_(g, 1), GQ6_(g, 2), GQ6_(g, 3)
 static const uint8_t g_q2k[2][64] = {GK16(16), GK16(48)}, g_q3k[2][64] = {GK16(32), GK16(64)},
-                     g_hm[64] = GK16(0);
+                     g_hm[64] = GK16(0), g_q6k[64] = {GQ6G_(0), GQ6G_(1), GQ6G_(2), GQ6G_(3)};
 
 /* rows (R, n) of stride rb bytes @ tokens a[0..T) (k16_prep) -> out[t * ld + r];
  * Q2_K (Q3 0) or Q3_K (Q3 1); R <= 4 and T <= 8 constants after inlining */
 AVX512 static inline __attribute__((always_inline)) void
 k16_tile_avx512(const uint8_t *w, size_t rb, const cairn__xq_k16 *const *a, int64_t n, float *out,
-                size_t ld, const int R, const int T, const int Q3)
+                size_t ld, const int R, const int T, const int KQ)
 {
-    const size_t bb = Q3 ? sizeof(cairn__block_q3_K) : sizeof(cairn__block_q2_K);
-    const __m512i m3 = _mm512_set1_epi8(3), four = _mm512_set1_epi8(4);
+    const int Q3 = KQ == CAIRN__K16_Q3, Q6 = KQ == CAIRN__K16_Q6;
+    const size_t bb = Q6   ? sizeof(cairn__block_q6_K)
+                      : Q3 ? sizeof(cairn__block_q3_K)
+                           : sizeof(cairn__block_q2_K);
+    const __m512i m3 = _mm512_set1_epi8(3), four = _mm512_set1_epi8(4), m4 = _mm512_set1_epi8(0x0F);
     const __m512i ghm = _mm512_loadu_si512(g_hm);
     const __m512i rsel = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
     const size_t pf = cairn__pf_ahead(rb, R);
@@ -1135,7 +1052,11 @@ k16_tile_avx512(const uint8_t *w, size_t rb, const cairn__xq_k16 *const *a, int6
             const uint8_t *b = w + (size_t)r * rb + off;
             if (r >= R)
                 S[r] = _mm_setzero_si128();
-            else if (Q3) { /* the 12 packed bytes */
+            else if (Q6) { /* 16 signed scales */
+                S[r] = _mm_loadu_si128(
+                    (const __m128i *)(const void *)(b + offsetof(cairn__block_q6_K, scales)));
+                memcpy(&dh[r], b + offsetof(cairn__block_q6_K, d), 2);
+            } else if (Q3) { /* the 12 packed bytes */
                 S[r] = _mm_maskz_loadu_epi8(0x0FFF, b + offsetof(cairn__block_q3_K, scales));
                 memcpy(&dh[r], b + offsetof(cairn__block_q3_K, d), 2);
             } else {
@@ -1171,11 +1092,12 @@ k16_tile_avx512(const uint8_t *w, size_t rb, const cairn__xq_k16 *const *a, int6
                             : _mm512_sub_ps(_mm512_setzero_ps(),
                                             _mm512_permutexvar_ps(
                                                 _mm512_add_epi32(rsel, _mm512_set1_epi32(4)), DM));
-        /* each row's super-block in two registers (Q3_K: 110 bytes, Q2_K: 84) */
+        /* each row's super-block in two registers (Q3_K: 110 bytes, Q2_K: 84; Q6_K's are read
+         * a step at a time) */
         __m512i Z0[4], Z1[4];
 #pragma GCC unroll 4
         for (int r = 0; r < 4; r++) {
-            if (r >= R) {
+            if (r >= R || Q6) {
                 Z0[r] = Z1[r] = _mm512_setzero_si512();
                 continue;
             }
@@ -1186,7 +1108,8 @@ k16_tile_avx512(const uint8_t *w, size_t rb, const cairn__xq_k16 *const *a, int6
 #pragma GCC unroll 4
         for (int m = 0; m < 4; m++) {
             const int nh = m / 2, j0 = 2 * (m % 2); /* blocks j0, j0 + 1 of half nh */
-            const __m512i gq = _mm512_loadu_si512(Q3 ? g_q3k[nh] : g_q2k[nh]);
+            const __m512i gq = _mm512_loadu_si512(Q3 ? g_q3k[nh] : g_q2k[nh]),
+                          gq6 = _mm512_loadu_si512(g_q6k);
             /* dword s: the field of block j0 + s / 2, bits 2j.. (and bit 4nh + j of hmask) */
             const __m512i shv = _mm512_set_epi32(
                 2 * j0 + 2, 2 * j0 + 2, 2 * j0, 2 * j0, 2 * j0 + 2, 2 * j0 + 2, 2 * j0, 2 * j0,
@@ -1199,6 +1122,25 @@ k16_tile_avx512(const uint8_t *w, size_t rb, const cairn__xq_k16 *const *a, int6
             __m512i P[4];
 #pragma GCC unroll 4
             for (int r = 0; r < 4; r++) {
+                if (Q6) { /* ql bytes 64nh + 16s + 4g.. (nibble m % 2), qh 128 + 32nh + .. */
+                    if (r >= R) {
+                        P[r] = _mm512_setzero_si512();
+                        continue;
+                    }
+                    const uint8_t *b = w + (size_t)r * rb + off;
+                    const __m512i ql = _mm512_permutexvar_epi8(
+                        gq6, _mm512_loadu_si512(b + offsetof(cairn__block_q6_K, ql) + 64 * nh));
+                    const __m512i qh = _mm512_permutexvar_epi8(
+                        ghm,
+                        _mm512_zextsi256_si512(_mm256_loadu_si256(
+                            (const __m256i *)(const void *)(b + offsetof(cairn__block_q6_K, qh) +
+                                                            32 * nh))));
+                    const __m512i lo = m % 2 ? _mm512_and_si512(_mm512_srli_epi16(ql, 4), m4)
+                                             : _mm512_and_si512(ql, m4);
+                    P[r] = _mm512_or_si512(
+                        lo, _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi32(qh, shv), m3), 4));
+                    continue;
+                }
                 P[r] = _mm512_and_si512(
                     _mm512_srlv_epi32(_mm512_permutex2var_epi8(Z0[r], gq, Z1[r]), shv), m3);
                 if (Q3)
@@ -1209,7 +1151,9 @@ k16_tile_avx512(const uint8_t *w, size_t rb, const cairn__xq_k16 *const *a, int6
             /* lane 4r + s: row r's scale of sub-block 4m + s (and Q2_K's minimum) */
             const __m512i us = _mm512_cvtepu8_epi32(W[m]);
             __m512 sw, mw = _mm512_setzero_ps();
-            if (Q3)
+            if (Q6)
+                sw = _mm512_mul_ps(D, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(W[m])));
+            else if (Q3)
                 sw = _mm512_mul_ps(D,
                                    _mm512_cvtepi32_ps(_mm512_sub_epi32(us, _mm512_set1_epi32(32))));
             else {
@@ -1226,9 +1170,9 @@ k16_tile_avx512(const uint8_t *w, size_t rb, const cairn__xq_k16 *const *a, int6
                  * 128-bit lanes of each row then summed into lane 4r + s: the tile's integers */
                 const cairn__xq_k16 *x = &a[0][4 * i + m];
                 const __m512i av = _mm512_loadu_si512((const void *)x->a);
-                const __m512i c0 =
-                    Q3 ? _mm512_zextsi128_si512(_mm_load_si128((const __m128i *)(const void *)x->c))
-                       : _mm512_setzero_si512();
+                const __m512i c =
+                    _mm512_zextsi128_si512(_mm_load_si128((const __m128i *)(const void *)x->c));
+                const __m512i c0 = Q3 ? c : Q6 ? _mm512_slli_epi32(c, 3) : _mm512_setzero_si512();
                 __m512i pr[4];
 #pragma GCC unroll 4
                 for (int r = 0; r < 4; r++)
@@ -1236,7 +1180,7 @@ k16_tile_avx512(const uint8_t *w, size_t rb, const cairn__xq_k16 *const *a, int6
                 const __m512i X = lanes4(pr);
                 const __m512 sx = _mm512_broadcast_f32x4(_mm_load_ps(x->d));
                 acc[0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(X), _mm512_mul_ps(sw, sx), acc[0]);
-                if (!Q3)
+                if (KQ == CAIRN__K16_Q2)
                     acc[0] = _mm512_fmadd_ps(mw, _mm512_broadcast_f32x4(_mm_load_ps(x->s)), acc[0]);
                 continue;
             }
@@ -1244,14 +1188,16 @@ k16_tile_avx512(const uint8_t *w, size_t rb, const cairn__xq_k16 *const *a, int6
             for (int t = 0; t < T; t++) {
                 const cairn__xq_k16 *x = &a[t][4 * i + m];
 #define BC(p) _mm512_broadcast_i32x4(_mm_load_si128((const __m128i *)(const void *)(p)))
-                __m512i p = Q3 ? BC(x->c) : _mm512_setzero_si512();
+                __m512i p = Q3   ? BC(x->c)
+                            : Q6 ? _mm512_slli_epi32(BC(x->c), 3)
+                                 : _mm512_setzero_si512();
 #pragma GCC unroll 4
                 for (int g = 0; g < 4; g++)
                     p = _mm512_dpbusd_epi32(p, K[g], BC(x->a[g]));
 #undef BC
                 const __m512 sx = _mm512_broadcast_f32x4(_mm_load_ps(x->d));
                 acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(sw, sx), acc[t]);
-                if (!Q3)
+                if (KQ == CAIRN__K16_Q2)
                     acc[t] = _mm512_fmadd_ps(mw, _mm512_broadcast_f32x4(_mm_load_ps(x->s)), acc[t]);
             }
         }
@@ -1259,11 +1205,12 @@ k16_tile_avx512(const uint8_t *w, size_t rb, const cairn__xq_k16 *const *a, int6
     store_rows(acc, T, R, out, ld);
 }
 
-#define K16_KERNELS(name, Q3)                                                                      \
-    CAIRN__LANE_KERNELS(AVX512, name, k16_tile_avx512, cairn__xq_k16, Q3, QUAD_RR, QUAD_TT)
+#define K16_KERNELS(name, KQ)                                                                      \
+    CAIRN__LANE_KERNELS(AVX512, name, k16_tile_avx512, cairn__xq_k16, KQ, QUAD_RR, QUAD_TT)
 
-K16_KERNELS(q2_K, 0)
-K16_KERNELS(q3_K, 1)
+K16_KERNELS(q2_K, CAIRN__K16_Q2)
+K16_KERNELS(q3_K, CAIRN__K16_Q3)
+K16_KERNELS(q6_K, CAIRN__K16_Q6)
 #undef K16_KERNELS
 
 /* The rows and tile kernels of a type, and the form of the activation they take (-1: none here) */
@@ -1277,6 +1224,7 @@ const cairn__kernel_set cairn__kernels_avx512[] = {
     {CAIRN__GGML_IQ4_XS, CAIRN__XF_Q8, iq4_xs_rows, iq4_xs_tile},
     {CAIRN__GGML_Q2_K, CAIRN__XF_K16, q2_K_rows, q2_K_tile},
     {CAIRN__GGML_Q3_K, CAIRN__XF_K16, q3_K_rows, q3_K_tile},
+    {CAIRN__GGML_Q6_K, CAIRN__XF_K16, q6_K_rows, q6_K_tile},
     {CAIRN__GGML_Q4_K, CAIRN__XF_XK, cairn__q4_K_rows_avx512, cairn__q4_K_tile_avx512},
     {CAIRN__GGML_F32, CAIRN__XF_FLOAT, f32_frows, NULL},
     {CAIRN__GGML_F16, CAIRN__XF_FLOAT, f16_frows, NULL},

@@ -445,14 +445,15 @@ static uint8_t *random_weights(uint32_t type, int64_t rows, int64_t cols, uint64
     return w;
 }
 
-/* The AVX2 and AVX-512 lane kernels (the types of 32, Q2_K and Q3_K) give the same bits (the same
- * lanes, the same float operations): matvec and matmul of 1, 5 and 64 tokens by 1, 7 and 37 rows,
- * 3, 13 and 24 blocks a row (2 and 3 super-blocks for the types of 256), at each level. */
+/* The AVX2 and AVX-512 lane kernels (the types of 32, Q2_K, Q3_K and Q6_K) give the same bits (the
+ * same lanes, the same float operations): matvec and matmul of 1, 5 and 64 tokens by 1, 7 and 37
+ * rows, 3, 13 and 24 blocks a row (2 and 3 super-blocks for the types of 256), at each level. */
 static void check_same_bits(cairn__pool *pool)
 {
     static const uint32_t types[] = {CAIRN__GGML_Q8_0,   CAIRN__GGML_Q4_0, CAIRN__GGML_Q4_1,
                                      CAIRN__GGML_Q5_0,   CAIRN__GGML_Q5_1, CAIRN__GGML_IQ4_NL,
-                                     CAIRN__GGML_IQ4_XS, CAIRN__GGML_Q2_K, CAIRN__GGML_Q3_K};
+                                     CAIRN__GGML_IQ4_XS, CAIRN__GGML_Q2_K, CAIRN__GGML_Q3_K,
+                                     CAIRN__GGML_Q6_K};
     static const int ns[3] = {1, 5, 64}, rows_of[3] = {1, 7, 37}, blocks[3] = {3, 13, 24};
     uint64_t seed = 0x9e3779b97f4a7c15ull;
     for (size_t t = 0; t < sizeof types / sizeof *types; t++) {
@@ -745,9 +746,8 @@ int main(void)
             check_grouping(levels[l], CAIRN__GGML_IQ4_XS, sizeof(cairn__block_iq4_xs));
             check_grouping(levels[l], CAIRN__GGML_Q2_K, sizeof(cairn__block_q2_K));
             check_grouping(levels[l], CAIRN__GGML_Q3_K, sizeof(cairn__block_q3_K));
-        }
-        if (l == 1) /* AVX-512's Q6_K has no rows kernel */
             check_grouping(levels[l], CAIRN__GGML_Q6_K, sizeof(cairn__block_q6_K));
+        }
         if (l >= 2) {
             check_same_bits(pool);
             check_grouping(levels[l], CAIRN__GGML_Q4_K, sizeof(cairn__block_q4_K));
