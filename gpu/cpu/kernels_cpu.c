@@ -23,13 +23,15 @@
  *
  * The prompt is a matrix-matrix product. On the quantized types it runs the decode kernels'
  * arithmetic on each token (the activation rounded to int8 the same way), over groups of rows
- * kept in cache (matmul_int8): on AVX-512 Q4_0, Q8_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS and Q4_K
- * through tile kernels that decode each weight block once for up to 8 tokens (the same kernels
- * as their decode, so the same bits), Q5_K and Q6_K two tokens a row, the others a token at a
- * time; the batched decode step is the same
- * product (cairn__matmul_rows); otherwise weights are dequantized a tile of rows at a time into f32
- * (F32 weights are used in place) and multiplied with sgemm, or, for a few tokens, a row at a time
- * against every token.
+ * kept in cache (matmul_int8), through each level's tile kernels (its cairn__kernel_set), which
+ * decode each weight block once for a tile of tokens and are the same kernels as the decode's,
+ * so the same bits: at both vector levels every quantized type but Q5_K (two tokens a row on
+ * AVX-512) and the types of 32, Q2_K, Q3_K and Q6_K on (row, block) lane kernels whose float
+ * operations are the same lane for lane at AVX2 and AVX-512, so those types give the same bits
+ * at either level. The batched decode step is the same product (cairn__matmul_rows). The float
+ * types' prompt runs the level's float tile kernel; without one, weights are dequantized a tile
+ * of rows at a time into f32 (F32 weights are used in place) and multiplied with sgemm, or, for
+ * a few tokens, a row at a time against every token.
  */
 #include "gpu/cpu/kernels_cpu.h"
 

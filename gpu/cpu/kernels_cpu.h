@@ -1,6 +1,7 @@
-/* gpu/cpu/kernels_cpu.h - CPU compute kernels: quantized matrix-vector products for decode,
- * dequantize+sgemm matrix-matrix products for the prompt, and the small element-wise operations
- * of a transformer layer. They run on the thread pool of gpu/cpu/threadpool.h. Internal to gpu/.
+/* gpu/cpu/kernels_cpu.h - CPU compute kernels: quantized matrix-vector products for decode, the
+ * prompt's and the batched decode's matrix-matrix products (tile kernels over the same blocks),
+ * and the small element-wise operations of a transformer layer. They run on the thread pool of
+ * gpu/cpu/threadpool.h. Internal to gpu/.
  *
  * The weight matrices they take are cairn__mat (gpu/quant.h).
  */
