@@ -8,6 +8,7 @@
  * task implies; every step, progress, input and audit record must belong to a task. That the
  * file matches its witnesses (size, meta pages, the sync marker) was checked when the store was
  * opened (filecheck.c, synced.c): a store that fails those does not open, and check says so.
+ * A split step record's tail (checksum.c) verifies with its head, and a tail without one fails.
  * Each database's record count in LMDB's own directory (which no checksum covers; `stats` shows
  * it) must match what the scan read.
  * One read transaction: a consistent snapshot, whatever other processes commit meanwhile.
@@ -37,7 +38,7 @@ static void task_of(cairn_store *s, MDB_dbi dbi, const MDB_val *k, char out[CAIR
 {
     out[0] = 0;
     if (dbi != s->tasks && dbi != s->inputs && dbi != s->idem && dbi != s->steps &&
-        dbi != s->progress && dbi != s->audit)
+        dbi != s->progress && dbi != s->audit && dbi != s->tails)
         return;
     const char *z = memchr(k->mv_data, 0, k->mv_size);
     size_t n = z ? (size_t)(z - (const char *)k->mv_data) : k->mv_size;
@@ -89,6 +90,7 @@ static int check_db(checker *c, MDB_dbi dbi)
     if (rc)
         return cairn__mdb_fail(t, t->s, rc, "open cursor");
     uint64_t first = c->records;
+    const cairn__join *mark = t->joins;
     unsigned char prev[CAIRN__ID_MAX * 2 + CAIRN__NAME_MAX + 64];
     size_t prev_n = 0;
     int have_prev = 0;
@@ -125,6 +127,7 @@ static int check_db(checker *c, MDB_dbi dbi)
         have_prev = 1;
         if (!bad && (rc = check_record(c, dbi, &k, task)))
             break;
+        cairn__txn_joins_free(t, mark); /* no record is kept past its turn */
     }
     mdb_cursor_close(cur);
     /* LMDB's directory keeps each database's entry count (what `stats` shows), unchecksummed */
@@ -146,8 +149,9 @@ int cairn__store_check(cairn__txn *t, cairn__check_cb cb, void *arg, uint64_t *r
 {
     cairn_store *s = t->s;
     checker c = {.t = t, .cb = cb, .arg = arg};
-    const MDB_dbi dbis[] = {s->meta, s->tasks,   s->inputs,   s->steps, s->progress, s->idem,
-                            s->due,  s->tenants, s->finished, s->audit, s->msgs,     s->msgtime};
+    const MDB_dbi dbis[] = {s->meta, s->tasks,   s->inputs,  s->steps,    s->progress,
+                            s->idem, s->due,     s->tenants, s->finished, s->audit,
+                            s->msgs, s->msgtime, s->tails};
     int rc = 0;
     for (size_t i = 0; i < sizeof dbis / sizeof *dbis && !rc; i++)
         rc = check_db(&c, dbis[i]);

@@ -18,15 +18,33 @@
  * scan (MDB_SET_RANGE). What no neighbour shows - a damaged page header that hides a page's last
  * records - the task record's step count catches for step records (records.c), and `cairn check`
  * for everything (index.c).
+ *
+ * Split records (schema 5). LMDB keeps a value of more than about half a page on overflow pages
+ * of its own, ceil((16 + n) / page) of them. An 8 KB output makes a step record of 8,232 bytes,
+ * 56 past two pages: the third page, a new one written for 56 bytes, was a fifth of a step's
+ * cost at process-crash durability (bench/README.md, "Where 8 KB stands"), and 4 KB of file.
+ * So a steps record whose last page would hold at most a quarter page is split where that page
+ * begins: the head, exactly whole pages less their header, stays in `steps`; the rest, which
+ * ends in the checksum, goes to `tails` under the same key, inline in a leaf page that other
+ * tails share. The one checksum covers the record as if whole, so the head carries none of its
+ * own: a steps record that fills its pages exactly and fails its checksum is joined with its
+ * tail (into memory the transaction owns) and verified again. A record that happens to fill its
+ * pages exactly verifies at once; a damaged one finds no tail, or a tail that does not verify
+ * with it, and is CAIRN_ECORRUPT like any other. Deleting a head deletes its tail, and writing
+ * a record whole over a split one deletes the old tail, so a tail exists exactly while its
+ * head does; a tail read on its own (`cairn check`'s scan) is verified through its head.
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
+#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
 #include "checkpoint/store_impl.h"
 #include "common/xxh.h"
 
 #define SUM 8 /* bytes of checksum after each value */
+/* LMDB's page header (MDB_page: a page number, two 16-bit fields, a 32-bit union) */
+#define PAGE_HEADER (sizeof(size_t) + 8)
 
 /* Seeded with the database's name, then the key: a record read through another database's
  * root (damage to LMDB's directory sends a database to another's pages) fails like any other. */
@@ -34,6 +52,18 @@ static uint64_t sum_of(cairn_store *s, MDB_dbi dbi, const MDB_val *k, const void
 {
     uint64_t seed = XXH3_64bits_withSeed(k->mv_data, k->mv_size, cairn__db_seed(s, dbi));
     return XXH3_64bits_withSeed(v, n, seed);
+}
+
+/* sum_of over a's bytes followed by b's (a value written from two buffers): the same hash */
+static uint64_t sum_of2(cairn_store *s, MDB_dbi dbi, const MDB_val *k, const void *a, size_t an,
+                        const void *b, size_t bn)
+{
+    XXH3_state_t st;
+    XXH3_64bits_reset_withSeed(
+        &st, XXH3_64bits_withSeed(k->mv_data, k->mv_size, cairn__db_seed(s, dbi)));
+    XXH3_64bits_update(&st, a, an);
+    XXH3_64bits_update(&st, b, bn);
+    return XXH3_64bits_digest(&st);
 }
 
 static void sum_put(unsigned char *p, uint64_t h)
@@ -91,7 +121,7 @@ void cairn__describe_key(cairn_store *s, MDB_dbi dbi, const MDB_val *k, char *ou
     size_t idn = z ? (size_t)(z - id) : n - skip;
     printable(a, sizeof a, id, idn);
     const char *whose = dbi == s->msgs || dbi == s->msgtime ? "message" : "task";
-    if (z && (dbi == s->steps || dbi == s->progress)) {
+    if (z && (dbi == s->steps || dbi == s->progress || dbi == s->tails)) {
         const unsigned char *name = z + 1, *e = p + n;
         size_t nn = e - name >= 5 ? (size_t)(e - name) - 5 : 0;
         printable(b, sizeof b, name, nn);
@@ -131,10 +161,23 @@ static int damaged(cairn__txn *t, MDB_dbi dbi, const MDB_val *k, const char *why
     return damaged_s(t->s, dbi, k, why);
 }
 
-/* Verifies a record read from dbi and takes its checksum off v. */
+static int join(cairn__txn *t, const MDB_val *k, MDB_val *v);
+static int tail_check(cairn__txn *t, const MDB_val *k, MDB_val *v);
+static int head_sized(cairn_store *s, size_t n);
+
+/* Verifies a record read from dbi and takes its checksum off v (a split one: joined). */
 static int unseal(cairn__txn *t, MDB_dbi dbi, const MDB_val *k, MDB_val *v)
 {
-    return cairn__sum_check(t->s, dbi, k, v);
+    cairn_store *s = t->s;
+    if (dbi == s->tails && s->tails)
+        return tail_check(t, k, v);
+    if (cairn__sum_ok(s, dbi, k, v)) {
+        v->mv_size -= SUM;
+        return 0;
+    }
+    if (dbi == s->steps && head_sized(s, v->mv_size))
+        return join(t, k, v);
+    return damaged(t, dbi, k, "fails its checksum");
 }
 
 int cairn__put(cairn__txn *t, MDB_dbi dbi, MDB_val *k, MDB_val *v, unsigned flags)
@@ -142,14 +185,172 @@ int cairn__put(cairn__txn *t, MDB_dbi dbi, MDB_val *k, MDB_val *v, unsigned flag
     return cairn__put2(t, dbi, k, v, NULL, 0, flags);
 }
 
+/* ------------------------------------------------------------------ split records */
+
+/* Where a record of `total` bytes (value and checksum) of dbi is split: the head's length, or 0
+ * to keep it whole. Only step records are split (outputs are the store's large values). */
+static size_t split_at(cairn_store *s, MDB_dbi dbi, size_t total)
+{
+    if (dbi != s->steps || !s->tails || !s->psize)
+        return 0;
+    size_t used = total + PAGE_HEADER, whole = used / s->psize * s->psize;
+    if (whole == 0 || used == whole || used - whole > s->psize / 4)
+        return 0;
+    return whole - PAGE_HEADER;
+}
+
+/* A steps value of this length may be the head of a split record. */
+static int head_sized(cairn_store *s, size_t n)
+{
+    return s->tails && s->psize && n + PAGE_HEADER >= s->psize && (n + PAGE_HEADER) % s->psize == 0;
+}
+
+/* Memory for a joined record, the transaction's until it ends (or a scan frees it). */
+static unsigned char *join_alloc(cairn__txn *t, size_t n)
+{
+    cairn__join *j = malloc(sizeof *j + n);
+    if (!j)
+        return NULL;
+    j->next = t->joins;
+    t->joins = j;
+    return j->b;
+}
+
+void cairn__txn_joins_free(cairn__txn *t, const cairn__join *mark)
+{
+    while (t->joins && t->joins != mark) {
+        cairn__join *j = t->joins;
+        t->joins = j->next;
+        free(j);
+    }
+}
+
+/* The head h of k's record (h: the head's bytes) joined with its tail t: the joined value,
+ * without its checksum, in *out; CAIRN_ECORRUPT when they do not verify together. */
+static int join_check(cairn__txn *t, const MDB_val *k, const MDB_val *h, const MDB_val *tl,
+                      MDB_val *out, MDB_dbi whose)
+{
+    cairn_store *s = t->s;
+    size_t total = h->mv_size + tl->mv_size;
+    unsigned char *p = join_alloc(t, total);
+    if (!p)
+        return cairn__store_fail(s, CAIRN_ENOMEM, "out of memory reading a step record");
+    memcpy(p, h->mv_data, h->mv_size);
+    memcpy(p + h->mv_size, tl->mv_data, tl->mv_size);
+    if (total < SUM || sum_read(p + total - SUM) != sum_of(s, s->steps, k, p, total - SUM))
+        return damaged(t, whose, k,
+                       whose == s->steps ? "fails its checksum (with its tail)"
+                                         : "fails its checksum with its head");
+    *out = (MDB_val){total - SUM, p};
+    return 0;
+}
+
+/* A steps value that failed its checksum and may be a head: joined with its tail. */
+static int join(cairn__txn *t, const MDB_val *k, MDB_val *v)
+{
+    MDB_val tk = *k, tl;
+    int rc = mdb_get(t->txn, t->s->tails, &tk, &tl);
+    if (rc == MDB_NOTFOUND)
+        return damaged(t, t->s->steps, k, "fails its checksum");
+    return rc ? rc : join_check(t, k, v, &tl, v, t->s->steps);
+}
+
+/* A tails record read on its own: it must complete its head. v is left the tail's bytes. */
+static int tail_check(cairn__txn *t, const MDB_val *k, MDB_val *v)
+{
+    MDB_val hk = *k, h, whole;
+    int rc = mdb_get(t->txn, t->s->steps, &hk, &h);
+    if (rc == MDB_NOTFOUND || (rc == 0 && !head_sized(t->s, h.mv_size)))
+        return damaged(t, t->s->tails, k, "is the tail of no split step record");
+    if (rc || (rc = join_check(t, k, &h, v, &whole, t->s->tails)))
+        return rc;
+    v->mv_size = v->mv_size > SUM ? v->mv_size - SUM : 0;
+    return 0;
+}
+
+/* Deletes the tail of k's record if it has one (its head, of head_sized length, is going). */
+static int tail_del(cairn__txn *t, const MDB_val *k)
+{
+    unsigned char kb[512];
+    MDB_val tk = {k->mv_size < sizeof kb ? k->mv_size : sizeof kb, kb};
+    memcpy(kb, k->mv_data, tk.mv_size); /* k may be in a page the delete moves */
+    int rc = mdb_del(t->txn, t->s->tails, &tk, NULL);
+    if (rc == 0) {
+        t->wrote = 1;
+        cairn__journal_note_del(t, t->s->tails, &tk);
+    }
+    return rc == MDB_NOTFOUND ? 0 : rc;
+}
+
+int cairn__del(cairn__txn *t, MDB_dbi dbi, MDB_val *k)
+{
+    if (dbi == t->s->steps && t->s->tails) {
+        int rc = tail_del(t, k);
+        if (rc)
+            return rc;
+    }
+    int rc = mdb_del(t->txn, dbi, k, NULL);
+    t->wrote |= rc != MDB_NOTFOUND;
+    if (rc == 0)
+        cairn__journal_note_del(t, dbi, k);
+    return rc;
+}
+
+int cairn__cursor_del(cairn__txn *t, MDB_cursor *c)
+{
+    MDB_val k, v;
+    int rc = mdb_cursor_get(c, &k, &v, MDB_GET_CURRENT);
+    if (rc)
+        return rc;
+    MDB_dbi dbi = mdb_cursor_dbi(c);
+    if (dbi == t->s->steps && head_sized(t->s, v.mv_size)) {
+        if ((rc = tail_del(t, &k)) || (rc = mdb_cursor_get(c, &k, &v, MDB_GET_CURRENT)))
+            return rc;
+    }
+    t->wrote = 1;
+    cairn__journal_note_del(t, dbi, &k); /* before the delete: k is in the map */
+    return mdb_cursor_del(c, 0);
+}
+
+/* Copies bytes [from, from + n) of the record made of a (an bytes), b (bn), c (cn) to out. */
+static void copy_range(unsigned char *out, size_t from, size_t n, const void *a, size_t an,
+                       const void *b, size_t bn, const void *c)
+{
+    const void *part[3] = {a, b, c};
+    size_t len[3] = {an, bn, SUM};
+    for (int i = 0; i < 3 && n; i++) {
+        if (from >= len[i]) {
+            from -= len[i];
+            continue;
+        }
+        size_t m = len[i] - from < n ? len[i] - from : n;
+        memcpy(out, (const unsigned char *)part[i] + from, m);
+        out += m, n -= m, from = 0;
+    }
+}
+
 /* The value is v's bytes then tail's, each copied once, straight into the space LMDB reserves
- * (a step's output goes there from the step's buffer, not through the record's encoding). */
+ * (a step's output goes there from the step's buffer, not through the record's encoding); a
+ * step record is split where checksum.c's design comment says. */
 int cairn__put2(cairn__txn *t, MDB_dbi dbi, MDB_val *k, MDB_val *v, const void *tail,
                 size_t tail_len, unsigned flags)
 {
-    size_t n = v->mv_size + tail_len;
-    MDB_val r = {n + SUM, NULL};
-    int rc = mdb_put(t->txn, dbi, k, &r, flags | MDB_RESERVE);
+    cairn_store *s = t->s;
+    size_t n = v->mv_size + tail_len, head = split_at(s, dbi, n + SUM);
+    MDB_val r = {head ? head : n + SUM, NULL};
+    int rc;
+    if (dbi == s->steps && s->tails && !head && !(flags & MDB_NOOVERWRITE)) {
+        /* written whole over a record that may be split: that one's tail goes with it */
+        rc = mdb_put(t->txn, dbi, k, &r, MDB_NOOVERWRITE | MDB_RESERVE);
+        if (rc == MDB_KEYEXIST) {
+            if (head_sized(s, r.mv_size) && (rc = tail_del(t, k)))
+                return rc;
+            r = (MDB_val){n + SUM, NULL};
+            rc = mdb_put(t->txn, dbi, k, &r, flags | MDB_RESERVE);
+        }
+    } else {
+        rc = mdb_put(t->txn, dbi, k, &r, flags | MDB_RESERVE);
+    }
     t->wrote |= rc != MDB_KEYEXIST;
     if (rc == MDB_KEYEXIST) { /* MDB_NOOVERWRITE: r is the record there */
         *v = r;
@@ -157,13 +358,26 @@ int cairn__put2(cairn__txn *t, MDB_dbi dbi, MDB_val *k, MDB_val *v, const void *
     }
     if (rc)
         return rc;
-    unsigned char *p = r.mv_data;
-    if (v->mv_size)
-        memcpy(p, v->mv_data, v->mv_size);
-    if (tail_len)
-        memcpy(p + v->mv_size, tail, tail_len);
-    sum_put(p + n, sum_of(t->s, dbi, k, p, n));
+    unsigned char sum[SUM];
+    if (!head) {
+        unsigned char *p = r.mv_data;
+        if (v->mv_size)
+            memcpy(p, v->mv_data, v->mv_size);
+        if (tail_len)
+            memcpy(p + v->mv_size, tail, tail_len);
+        sum_put(p + n, sum_of(s, dbi, k, p, n));
+        cairn__journal_note_put(t, dbi, k, &r);
+        return 0;
+    }
+    /* split: the head filled before the tail's put (which may move dirty pages) */
+    sum_put(sum, sum_of2(s, dbi, k, v->mv_data, v->mv_size, tail, tail_len));
+    copy_range(r.mv_data, 0, head, v->mv_data, v->mv_size, tail, tail_len, sum);
     cairn__journal_note_put(t, dbi, k, &r);
+    MDB_val tr = {n + SUM - head, NULL};
+    if ((rc = mdb_put(t->txn, s->tails, k, &tr, MDB_RESERVE)))
+        return rc;
+    copy_range(tr.mv_data, head, tr.mv_size, v->mv_data, v->mv_size, tail, tail_len, sum);
+    cairn__journal_note_put(t, s->tails, k, &tr);
     return 0;
 }
 

@@ -770,9 +770,11 @@ static int del_prefix(cairn__txn *t, MDB_dbi dbi, const void *prefix, size_t pre
     if (rc)
         return cairn__mdb_fail(t, t->s, rc, "open cursor");
     MDB_val k = {prefix_len, (void *)prefix}, v;
+    const cairn__join *mark = t->joins;
     rc = cairn__cursor_get(t, c, &k, &v, MDB_SET_RANGE);
     while (rc == 0 && k.mv_size >= prefix_len && memcmp(k.mv_data, prefix, prefix_len) == 0) {
         rc = cairn__cursor_del(t, c);
+        cairn__txn_joins_free(t, mark); /* the record just deleted was the only one read */
         if (rc)
             break;
         rc = cairn__cursor_get(t, c, &k, &v, MDB_GET_CURRENT);

@@ -14,6 +14,8 @@
  *   audit     id\0seq(be64) -> audit record
  *   msgs      message id -> task id
  *   msgtime   recorded(be64)|message id -> ""   what gc reads to forget old messages
+ *   tails     id\0step\0gen(be32) -> the last bytes of a step record that would take an LMDB
+ *             page of its own (schema 5; checksum.c splits and joins them)
  * Every write goes through cairn__store_write(), which runs a callback inside one write
  * transaction, so a step's output, the step state, the lease renewal and the audit record
  * commit together or not at all. A full map aborts the transaction, grows the map (up to
@@ -133,14 +135,15 @@ void cairn__store_inject_write_failure(cairn_store *s, uint32_t nth, int err)
     s->inject_err = err;
 }
 
-static const char *const db_names[] = {"meta",     "tasks", "inputs", "steps",
-                                       "progress", "idem",  "due",    "tenants",
-                                       "finished", "audit", "msgs",   "msgtime"};
+static const char *const db_names[] = {"meta", "tasks",   "inputs",  "steps",    "progress",
+                                       "idem", "due",     "tenants", "finished", "audit",
+                                       "msgs", "msgtime", "tails"};
 
 static MDB_dbi *db_handle(cairn_store *s, size_t i)
 {
-    MDB_dbi *dbis[] = {&s->meta, &s->tasks,   &s->inputs,   &s->steps, &s->progress, &s->idem,
-                       &s->due,  &s->tenants, &s->finished, &s->audit, &s->msgs,     &s->msgtime};
+    MDB_dbi *dbis[] = {&s->meta, &s->tasks,   &s->inputs,  &s->steps,    &s->progress,
+                       &s->idem, &s->due,     &s->tenants, &s->finished, &s->audit,
+                       &s->msgs, &s->msgtime, &s->tails};
     return dbis[i];
 }
 
@@ -296,9 +299,10 @@ static int create_dbs_txn(cairn__txn *t, void *arg)
     if (schema > CAIRN__SCHEMA)
         return newer_schema(s, (uint32_t)schema);
     int rc = 0;
-    /* schema 1 and 2: no record has a checksum yet; every one gets it, in this transaction */
+    /* schema 1 and 2: no record has a checksum yet; every one gets it, in this transaction
+     * (tails, new, holds only what those puts split off) */
     for (size_t i = 0; i < N_DBS && schema > 0 && schema < 3 && !rc; i++)
-        if ((rc = cairn__sum_seal_all(t, *db_handle(s, i))))
+        if (*db_handle(s, i) != s->tails && (rc = cairn__sum_seal_all(t, *db_handle(s, i))))
             return cairn__mdb_fail(t, s, rc, "upgrade the store to schema 3 (checksums)");
     /* before schema 4 records were maps keyed by field name: each is written in its array form */
     if (schema > 0 && schema < 4 && (rc = cairn__records_upgrade(t)))
@@ -306,10 +310,10 @@ static int create_dbs_txn(cairn__txn *t, void *arg)
     if ((rc = store_id_make(t)) || schema == CAIRN__SCHEMA)
         return rc;
     /* a new store's task counts are zeros; one of schema 1 or 2 has none and is counted once,
-     * here; schema 3 kept them (a damaged task record then stays for cairn check to name) */
+     * here; schema 3 on kept them (a damaged task record then stays for cairn check to name).
+     * From schema 4 to 5 nothing is rewritten: 5 only adds tails, which 4 never needed. */
     uint64_t counts[CAIRN__COUNTS];
-    if (schema != 3 &&
-        ((rc = cairn__counts_scan(t, counts)) || (rc = cairn__counts_put(t, counts))))
+    if (schema < 3 && ((rc = cairn__counts_scan(t, counts)) || (rc = cairn__counts_put(t, counts))))
         return rc;
     uint32_t now = CAIRN__SCHEMA;
     MDB_val k = {6, "schema"}, v = {sizeof now, &now};
@@ -339,8 +343,9 @@ static int open_dbs(cairn_store *s)
         return (int)schema;
     }
     /* A schema-3 store has every database from its creation: one missing from LMDB's directory
-     * is a damaged directory record (its name), never a database to create empty. */
-    if (!rc && missing && schema >= 3) {
+     * is a damaged directory record (its name), never a database to create empty; except the
+     * one that schema 5 added, in a store of an older schema (the upgrade creates it). */
+    if (!rc && missing && schema >= 3 && !(schema < 5 && strcmp(lost, "tails") == 0)) {
         mdb_txn_abort(txn);
         return cairn__store_fail(s, CAIRN_ECORRUPT,
                                  "store %s: its database '%s' is missing from LMDB's directory: "
@@ -432,6 +437,8 @@ int cairn_store_open(cairn_store *s, const char *dir)
     }
     if ((rc = cairn__map_open(s, dir, flags)))
         return open_failed(s, rc);
+    MDB_stat est;
+    s->psize = mdb_env_stat(s->env, &est) == 0 ? est.ms_psize : 4096;
     int dead = 0;
     if (!s->readonly)
         mdb_reader_check(s->env, &dead); /* clear reader slots of killed processes */
@@ -504,6 +511,7 @@ static void txn_buffers_free(cairn__txn *t)
     msgpack_sbuffer_destroy(&t->buf);
     if (t->zone_ready)
         msgpack_zone_destroy(&t->zone);
+    cairn__txn_joins_free(t, NULL);
 }
 
 /* A handle closed for use by an earlier failure (a remap that left no map, a failed flush):

@@ -16,14 +16,17 @@
 
 #include "cairn.h"
 
-/* The store's schema version. 4: records are msgpack arrays with fixed positions, hashes as their
- * bytes, a task's times relative to its creation (records.c); opening an older store converts
- * every record, in one transaction. 3: every record ends in a checksum over its database, key and
- * value (checkpoint/checksum.c); opening an older store adds them, in one transaction. 2: a sync
- * store follows checkpoint/synced.c's protocol (relaxed commits unflushed under a pin), which a
- * cairn of schema 1 would break by reusing the pages of the last durable snapshot; opening a
- * schema-1 store upgrades it, after which such a cairn refuses it. */
-#define CAIRN__SCHEMA 4
+/* The store's schema version. 5: a step record whose last LMDB page would hold only a few of its
+ * bytes keeps those in the database `tails`, under the same key and one checksum
+ * (checkpoint/checksum.c); opening a schema-4 store only creates that database. 4: records are
+ * msgpack arrays with fixed positions, hashes as their bytes, a task's times relative to its
+ * creation (records.c); opening an older store converts every record, in one transaction. 3: every
+ * record ends in a checksum over its database, key and value (checkpoint/checksum.c); opening an
+ * older store adds them, in one transaction. 2: a sync store follows checkpoint/synced.c's protocol
+ * (relaxed commits unflushed under a pin), which a cairn of schema 1 would break by reusing the
+ * pages of the last durable snapshot; opening a schema-1 store upgrades it, after which such a
+ * cairn refuses it. */
+#define CAIRN__SCHEMA 5
 #define CAIRN__ID_MAX 128
 #define CAIRN__NAME_MAX 64
 #define CAIRN__ERR_MAX 512

@@ -15,12 +15,13 @@
 typedef struct cairn__synced cairn__synced;
 typedef struct cairn__journal cairn__journal;
 #define CAIRN__DBI_MAX 64 /* handles below this are indexed (LMDB numbers them from 2) */
-#define CAIRN__N_DBS 12   /* store.c's databases */
+#define CAIRN__N_DBS 13   /* store.c's databases */
 
 struct cairn_store {
     MDB_env *env;
     MDB_dbi meta, tasks, inputs, steps, progress, idem, due, tenants, finished, audit, msgs,
-        msgtime;
+        msgtime, tails;
+    unsigned psize;              /* LMDB's page size: where checksum.c splits a step record */
     cairn_durability durability; /* the store's own once open (store.c settle_durability) */
     int durability_asked;        /* cairn_store_set_durability was called */
     uint64_t reads;              /* cairn__store_read's transactions begun */
@@ -74,7 +75,15 @@ struct cairn__txn {
      * reads its step's record and its dependency's, keys side by side, and LMDB finds a key
      * on the page its cursor is on without searching from the root */
     MDB_cursor *steps_cur;
+    /* checksum.c: split step records read in this transaction, joined, newest first (freed
+     * with it, or by a scan that keeps no record past its turn: those newer than its mark) */
+    struct cairn__join *joins;
 };
+typedef struct cairn__join {
+    struct cairn__join *next;
+    unsigned char b[];
+} cairn__join;
+void cairn__txn_joins_free(cairn__txn *t, const cairn__join *mark);
 
 /* Translates an LMDB (or errno) code into a cairn code, keeping the original in the message; a
  * full map is flagged on the txn so that cairn__store_write grows it and runs the callback
@@ -138,24 +147,9 @@ int cairn__journal_replay(cairn_store *s, uint64_t nonce, uint64_t prev, uint64_
  * a missing key writes none. */
 void cairn__journal_note_put(cairn__txn *t, MDB_dbi dbi, const MDB_val *k, const MDB_val *sealed);
 void cairn__journal_note_del(cairn__txn *t, MDB_dbi dbi, const MDB_val *k);
-static inline int cairn__del(cairn__txn *t, MDB_dbi dbi, MDB_val *k)
-{
-    int rc = mdb_del(t->txn, dbi, k, NULL);
-    t->wrote |= rc != MDB_NOTFOUND;
-    if (rc == 0)
-        cairn__journal_note_del(t, dbi, k);
-    return rc;
-}
-static inline int cairn__cursor_del(cairn__txn *t, MDB_cursor *c)
-{
-    MDB_val k, v;
-    int rc = mdb_cursor_get(c, &k, &v, MDB_GET_CURRENT);
-    if (rc)
-        return rc;
-    t->wrote = 1;
-    cairn__journal_note_del(t, mdb_cursor_dbi(c), &k); /* before the delete: k is in the map */
-    return mdb_cursor_del(c, 0);
-}
+/* checksum.c: a step record's delete takes its tail with it (a split record). */
+int cairn__del(cairn__txn *t, MDB_dbi dbi, MDB_val *k);
+int cairn__cursor_del(cairn__txn *t, MDB_cursor *c);
 
 /* How a cursor loop ended: 0 at the end (MDB_NOTFOUND) or when a callback stopped it (1); an
  * LMDB or errno code (a corrupt page: MDB_CORRUPTED, MDB_PAGE_NOTFOUND) translated by

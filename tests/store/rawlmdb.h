@@ -68,8 +68,9 @@ static inline cairn_store *tu_store_open(const char *dir, cairn_durability d, ui
     return s;
 }
 
-static const char *const tu_dbs[] = {"meta", "tasks",   "steps",    "progress", "idem",
-                                     "due",  "tenants", "finished", "audit",    "msgs"};
+static const char *const tu_dbs[] = {"meta",   "tasks",   "steps",    "progress", "idem",
+                                     "due",    "tenants", "finished", "audit",    "msgs",
+                                     "inputs", "msgtime", "tails"};
 #define TU_NDBS (sizeof tu_dbs / sizeof *tu_dbs)
 
 /* Opens the store directory as a plain LMDB environment. */
@@ -216,7 +217,11 @@ static inline int tu_raw_dump(const char *dir, tu_dump *d)
         MDB_dbi dbi;
         MDB_cursor *c;
         MDB_val k, v;
-        if ((rc = mdb_dbi_open(txn, tu_dbs[i], 0, &dbi)) || (rc = mdb_cursor_open(txn, dbi, &c)))
+        if ((rc = mdb_dbi_open(txn, tu_dbs[i], 0, &dbi)) == MDB_NOTFOUND) {
+            rc = 0; /* a database an older schema lacks: empty */
+            continue;
+        }
+        if (rc || (rc = mdb_cursor_open(txn, dbi, &c)))
             break;
         for (int r = mdb_cursor_get(c, &k, &v, MDB_FIRST); r == 0;
              r = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
