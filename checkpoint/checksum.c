@@ -437,6 +437,12 @@ int cairn__get(cairn__txn *t, MDB_dbi dbi, MDB_val *k, MDB_val *v)
         return unseal(t, dbi, k, v);
     if (rc != MDB_NOTFOUND)
         return rc;
+    /* a miss in an empty database has no neighbours to ask (the scan below would find none:
+     * the database has no root); a resume's progress lookup is usually this one */
+    MDB_stat st;
+    if (mdb_stat(t->txn, dbi, &st) == 0 && st.ms_entries == 0 && st.ms_depth == 0 &&
+        st.ms_leaf_pages == 0 && st.ms_branch_pages == 0)
+        return MDB_NOTFOUND;
     /* a miss: believed once the neighbours agree (see above) */
     MDB_cursor *c;
     if ((rc = mdb_cursor_open(t->txn, dbi, &c)))

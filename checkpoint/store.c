@@ -379,9 +379,19 @@ static int open_dbs(cairn_store *s)
     return cairn__store_write(s, CAIRN__DURABLE, create_dbs_txn, NULL);
 }
 
+/* The kept read transaction goes before the environment does. */
+static void rtxn_drop(cairn_store *s)
+{
+    MDB_txn *txn = __atomic_exchange_n(&s->rtxn, NULL, __ATOMIC_ACQ_REL);
+    if (txn)
+        mdb_txn_abort(txn);
+}
+
 /* Undoes a failed open, so that the handle can be opened again (or freed) cleanly. */
 static int open_failed(cairn_store *s, int rc)
 {
+    if (s->broken != 2)
+        rtxn_drop(s);
     cairn__synced_close(s);
     if (s->env && s->broken != 2) /* not after a fault (guard.c): LMDB is not to be trusted */
         mdb_env_close(s->env);
@@ -464,6 +474,8 @@ void cairn_store_free(cairn_store *s)
     if (!s)
         return;
     cairn__synced_close(s); /* ends the pin before the environment goes */
+    if (s->broken != 2)
+        rtxn_drop(s);
     if (s->env && s->broken != 2)
         mdb_env_close(s->env); /* not after a fault: LMDB's state is not to be trusted */
     if (s->map_lock_fd >= 0)
@@ -643,13 +655,27 @@ int cairn__store_read(cairn_store *s, cairn__txn_fn fn, void *arg)
         return cairn__guard_fault(s, &g);
     cairn__guard_push(&g);
     cairn__txn t = {.s = s};
-    int rc = cairn__store_begin(s, MDB_RDONLY, &t.txn);
+    /* A read transaction costs an allocation and a reader slot to begin; the one kept from the
+     * last read is renewed instead (it fails after another process grew the map: a new one
+     * then adopts the size). */
+    int rc = 0;
+    t.txn = __atomic_exchange_n(&s->rtxn, NULL, __ATOMIC_ACQ_REL);
+    if (t.txn && mdb_txn_renew(t.txn) != 0) {
+        mdb_txn_abort(t.txn);
+        t.txn = NULL;
+    }
+    if (!t.txn)
+        rc = cairn__store_begin(s, MDB_RDONLY, &t.txn);
     if (!rc) {
         s->reads++;
         msgpack_sbuffer_init(&t.buf);
         rc = fn(&t, arg);
         txn_buffers_free(&t);
-        mdb_txn_abort(t.txn);
+        mdb_txn_reset(t.txn);
+        MDB_txn *none = NULL;
+        if (!__atomic_compare_exchange_n(&s->rtxn, &none, t.txn, 0, __ATOMIC_ACQ_REL,
+                                         __ATOMIC_ACQUIRE))
+            mdb_txn_abort(t.txn);
     }
     cairn__guard_pop(&g);
     return rc;

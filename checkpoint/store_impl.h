@@ -21,7 +21,10 @@ struct cairn_store {
     MDB_env *env;
     MDB_dbi meta, tasks, inputs, steps, progress, idem, due, tenants, finished, audit, msgs,
         msgtime, tails;
-    unsigned psize;              /* LMDB's page size: where checksum.c splits a step record */
+    unsigned psize; /* LMDB's page size: where checksum.c splits a step record */
+    /* store.c: a read transaction kept reset between cairn__store_read calls and renewed by
+     * the next (taken and given back atomically: calls on several threads each get their own) */
+    MDB_txn *rtxn;
     cairn_durability durability; /* the store's own once open (store.c settle_durability) */
     int durability_asked;        /* cairn_store_set_durability was called */
     uint64_t reads;              /* cairn__store_read's transactions begun */
