@@ -19,6 +19,28 @@ int cairn__write_all(int fd, const void *p, size_t n)
     return 0;
 }
 
+int cairn__writev_all(int fd, struct iovec *iov, int n)
+{
+    while (n > 0 && iov->iov_len == 0)
+        iov++, n--;
+    while (n > 0) {
+        ssize_t w = writev(fd, iov, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return -1;
+        for (size_t left = (size_t)w; n > 0 && (left || iov->iov_len == 0);) {
+            size_t m = left < iov->iov_len ? left : iov->iov_len;
+            iov->iov_base = (char *)iov->iov_base + m;
+            iov->iov_len -= m;
+            left -= m;
+            if (iov->iov_len == 0)
+                iov++, n--;
+        }
+    }
+    return 0;
+}
+
 int cairn__read_all(int fd, void *p, size_t n)
 {
     char *b = p;

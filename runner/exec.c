@@ -6,7 +6,8 @@
  * sent one invocation after another (below, "the step host"). It never touches the store (LMDB
  * forbids using an environment across fork); it sends frames to the parent over a socket:
  *     'P' len bytes     save this progress record (the parent commits it)
- *     'R' result retry_after errlen err outlen out   the step's result
+ *     'R' result retry_after errlen outlen err out   the step's result
+ * (u32 fields; each frame is one writev, its fixed fields read at once)
  * The parent commits progress as it arrives and renews the lease while it waits, so a long
  * isolated step keeps its lease however long it runs.
  *
@@ -144,9 +145,11 @@ int cairn_ctx_save_progress(cairn_ctx *c, const void *bytes, size_t len)
     if (c->r->stop)
         return CAIRN_EINTR;
     if (c->child_fd >= 0) {
+        unsigned char hdr[5] = {'P'};
         uint32_t n = (uint32_t)len;
-        if (cairn__write_all(c->child_fd, "P", 1) || cairn__write_all(c->child_fd, &n, 4) ||
-            cairn__write_all(c->child_fd, bytes, len))
+        memcpy(hdr + 1, &n, 4);
+        struct iovec iov[2] = {{hdr, sizeof hdr}, {(void *)bytes, len}};
+        if (cairn__writev_all(c->child_fd, iov, 2))
             return CAIRN_EIO;
         return 0;
     }
@@ -488,12 +491,13 @@ static int host_step(cairn_runner *r, int fd, const char *req, size_t len)
         fflush(NULL); /* what the step printed, before its result (a child per step lost it) */
         uint32_t code = (uint32_t)res, el = (uint32_t)strlen(c.err),
                  ol = c.out_set ? (uint32_t)c.out.size : 0;
-        rc = cairn__write_all(fd, "R", 1) || cairn__write_all(fd, &code, 4) ||
-                     cairn__write_all(fd, &c.retry_after_ms, 4) || cairn__write_all(fd, &el, 4) ||
-                     cairn__write_all(fd, c.err, el) || cairn__write_all(fd, &ol, 4) ||
-                     (ol && cairn__write_all(fd, c.out.data, ol))
-                 ? -1
-                 : 0;
+        unsigned char hdr[17] = {'R'};
+        memcpy(hdr + 1, &code, 4);
+        memcpy(hdr + 5, &c.retry_after_ms, 4);
+        memcpy(hdr + 9, &el, 4);
+        memcpy(hdr + 13, &ol, 4);
+        struct iovec iov[3] = {{hdr, sizeof hdr}, {c.err, el}, {c.out.data, ol}};
+        rc = cairn__writev_all(fd, iov, 3) ? -1 : 0;
     }
     msgpack_sbuffer_destroy(&c.out);
     msgpack_unpacked_destroy(&c.input);
@@ -516,12 +520,14 @@ static void host_main(cairn_runner *r, int fd, pid_t parent)
     signal(SIGHUP, SIG_IGN);
     signal(SIGINT, SIG_IGN); /* the parent decides; a terminal ^C reaches the whole group */
     for (;;) {
-        char type;
+        unsigned char hdr[5];
         uint32_t n;
-        if (cairn__read_all(fd, &type, 1) != 1)
+        int got = cairn__read_all(fd, hdr, sizeof hdr);
+        if (got == 0)
             _exit(0); /* the runner closed its end */
+        memcpy(&n, hdr + 1, 4);
         char *req = NULL;
-        if (type != 'S' || cairn__read_all(fd, &n, 4) != 1 || !(req = malloc(n ? n : 1)) ||
+        if (got != 1 || hdr[0] != 'S' || !(req = malloc(n ? n : 1)) ||
             cairn__read_all(fd, req, n) != 1 || host_step(r, fd, req, n))
             _exit(3);
         free(req);
@@ -531,10 +537,12 @@ static void host_main(cairn_runner *r, int fd, pid_t parent)
 /* Reads one frame from the child; 1 when the result arrived, 0 for progress, -1 on EOF. */
 static int read_frame(cairn_ctx *c, int fd, cairn__outcome *o, int *commit_err)
 {
-    char type;
+    unsigned char hdr[5];
     uint32_t n;
-    if (cairn__read_all(fd, &type, 1) != 1 || cairn__read_all(fd, &n, 4) != 1)
+    if (cairn__read_all(fd, hdr, sizeof hdr) != 1)
         return -1;
+    char type = (char)hdr[0];
+    memcpy(&n, hdr + 1, 4);
     if (type == 'P') {
         char *buf = malloc(n ? n : 1);
         if (!buf || cairn__read_all(fd, buf, n) != 1) {
@@ -550,13 +558,16 @@ static int read_frame(cairn_ctx *c, int fd, cairn__outcome *o, int *commit_err)
     if (type != 'R')
         return -1;
     o->result = (cairn_step_result)n;
+    unsigned char rest[12];
     uint32_t el, ol;
-    if (cairn__read_all(fd, &o->retry_after_ms, 4) != 1 || cairn__read_all(fd, &el, 4) != 1 ||
-        el >= sizeof o->err || cairn__read_all(fd, o->err, el) != 1)
+    if (cairn__read_all(fd, rest, sizeof rest) != 1)
+        return -1;
+    memcpy(&o->retry_after_ms, rest, 4);
+    memcpy(&el, rest + 4, 4);
+    memcpy(&ol, rest + 8, 4);
+    if (el >= sizeof o->err || (el && cairn__read_all(fd, o->err, el) != 1))
         return -1;
     o->err[el] = 0;
-    if (cairn__read_all(fd, &ol, 4) != 1)
-        return -1;
     if (ol) {
         o->out = malloc(ol);
         if (!o->out || cairn__read_all(fd, o->out, ol) != 1)
