@@ -98,9 +98,9 @@ static inline void tu_sum(const char *db, const void *k, size_t klen, const void
         out[i] = (unsigned char)h;
 }
 
-/* Puts (val != NULL) or deletes one key of a named db, the value as given. 0 or an LMDB code. */
-static inline int tu_raw_put_bare(const char *dir, const char *db, const void *k, size_t klen,
-                                  const void *v, size_t vlen)
+/* Runs op on one named db in a raw write transaction, committed if op returns 0. */
+static inline int tu__raw_write(const char *dir, const char *db,
+                                int (*op)(MDB_txn *, MDB_dbi, void *), void *arg)
 {
     MDB_env *env = tu_raw_open(dir);
     MDB_txn *txn;
@@ -108,13 +108,42 @@ static inline int tu_raw_put_bare(const char *dir, const char *db, const void *k
     if (!env)
         return -1;
     int rc = mdb_txn_begin(env, NULL, 0, &txn);
-    if (!rc && !(rc = mdb_dbi_open(txn, db, 0, &dbi))) {
-        MDB_val kk = {klen, (void *)k}, vv = {vlen, (void *)v};
-        rc = v ? mdb_put(txn, dbi, &kk, &vv, 0) : mdb_del(txn, dbi, &kk, NULL);
-    }
+    if (!rc && !(rc = mdb_dbi_open(txn, db, 0, &dbi)))
+        rc = op(txn, dbi, arg);
     rc = rc ? (mdb_txn_abort(txn), rc) : mdb_txn_commit(txn);
     mdb_env_close(env);
     return rc;
+}
+
+typedef struct tu__kv {
+    MDB_val k, v;
+    int del;
+} tu__kv;
+
+static inline int tu__put_op(MDB_txn *txn, MDB_dbi dbi, void *arg)
+{
+    tu__kv *a = arg;
+    return a->del ? mdb_del(txn, dbi, &a->k, NULL) : mdb_put(txn, dbi, &a->k, &a->v, 0);
+}
+
+static inline int tu__drop_op(MDB_txn *txn, MDB_dbi dbi, void *arg)
+{
+    (void)arg;
+    return mdb_drop(txn, dbi, 1);
+}
+
+/* Puts (val != NULL) or deletes one key of a named db, the value as given. 0 or an LMDB code. */
+static inline int tu_raw_put_bare(const char *dir, const char *db, const void *k, size_t klen,
+                                  const void *v, size_t vlen)
+{
+    tu__kv a = {{klen, (void *)k}, {vlen, (void *)v}, v == NULL};
+    return tu__raw_write(dir, db, tu__put_op, &a);
+}
+
+/* Deletes database db from the store's file (as a store of an older schema lacks one). */
+static inline int tu_raw_drop(const char *dir, const char *db)
+{
+    return tu__raw_write(dir, db, tu__drop_op, NULL);
 }
 
 /* As tu_raw_put_bare, the value followed by its checksum. */

@@ -52,22 +52,6 @@ static long raw_bytes(const char *dir, const char *db, const void *k, size_t kle
     return n;
 }
 
-/* Deletes database db from the store's file (as a store of an older schema lacks it). */
-static int raw_drop(const char *dir, const char *db)
-{
-    MDB_env *env = tu_raw_open(dir);
-    MDB_txn *txn;
-    MDB_dbi dbi;
-    if (!env)
-        return -1;
-    int rc = mdb_txn_begin(env, NULL, 0, &txn);
-    if (!rc && !(rc = mdb_dbi_open(txn, db, 0, &dbi)))
-        rc = mdb_drop(txn, dbi, 1);
-    rc = rc ? (mdb_txn_abort(txn), rc) : mdb_txn_commit(txn);
-    mdb_env_close(env);
-    return rc;
-}
-
 static int stats_txn(cairn__txn *t, void *arg) { return cairn__store_stats_get(t, arg); }
 static int stats_of(cairn_store *s, cairn__store_stats *st)
 {
@@ -438,7 +422,7 @@ static void test_upgrade(void)
     int rc = put_step(s, "u1", mid, 3000);
     cairn_store_free(s);
     uint32_t four = 4, v = 0;
-    rc = rc ? rc : raw_drop(dir, "tails");
+    rc = rc ? rc : tu_raw_drop(dir, "tails");
     rc = rc ? rc : tu_raw_put(dir, "meta", "schema", 6, &four, sizeof four);
     ok(rc == 0, "made a schema-4 store (tails dropped)");
     s = tu_store_open(dir, CAIRN_NOSYNC, 0);
