@@ -91,6 +91,13 @@ static inline int srv_stop(srv *s, int kill9)
             if (code == -2)
                 tu_kill_wait(s->pid);
         }
+        if (code != (kill9 ? 137 : 0)) { /* what the server said, for the failure's report */
+            size_t n = 0;
+            char *e = s->err ? tu_read_file(s->err, &n) : NULL;
+            diag("serve ended with %d after %s; its stderr ends: %s", code,
+                 kill9 ? "SIGKILL" : "SIGTERM", e ? e + (n > 2000 ? n - 2000 : 0) : "(none)");
+            free(e);
+        }
     }
     s->pid = 0;
     free(s->out), free(s->err);
