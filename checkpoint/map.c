@@ -40,6 +40,23 @@
 #include "checkpoint/store_impl.h"
 
 #define INITIAL_MAP (8ull << 20)
+#define SYNC_INITIAL_MAP (1ull << 30)
+
+/* A map's first size. A nosync store reserves disk space for all of its map, so it starts
+ * small. A sync store maps the file read-only and reserves nothing: its map costs address
+ * space only, so it starts at SYNC_INITIAL_MAP. A growth remaps every process's view, and each
+ * process then faults in again every page it reads: K consume workers on a fresh store paid
+ * that at 8, 16, 32 and 64 MiB (64k page faults for 2,000 ledger tasks at K = 16, 50k with
+ * the large first map; bench/README.md). Test hook: CAIRN_TEST_SYNC_MAP (bytes) sets a sync
+ * store's, for the tests of a growth. */
+static uint64_t first_map(const cairn_store *s)
+{
+    if (s->durability != CAIRN_SYNC)
+        return INITIAL_MAP;
+    const char *env = getenv("CAIRN_TEST_SYNC_MAP");
+    unsigned long long v = env && *env ? strtoull(env, NULL, 10) : 0;
+    return v ? (uint64_t)v : SYNC_INITIAL_MAP;
+}
 
 static const char *durability_name(cairn_durability d)
 {
@@ -332,12 +349,12 @@ int cairn__map_open(cairn_store *s, const char *dir, unsigned flags)
         map_unlock(s);
         return rc;
     }
-    /* The file's size if it is bigger than INITIAL_MAP, at most map_max (LMDB never maps less
+    /* The file's size if it is bigger than the first map, at most map_max (LMDB never maps less
      * than the used pages); a nosync store never less than its file (the rule above: its map
      * limit stops growth, it does not shrink the store). */
     struct stat st;
     snprintf(path, sizeof path, "%s/data.mdb", dir);
-    uint64_t file = stat(path, &st) == 0 ? (uint64_t)st.st_size : 0, want = INITIAL_MAP;
+    uint64_t file = stat(path, &st) == 0 ? (uint64_t)st.st_size : 0, want = first_map(s);
     int fresh = file == 0;
     if (file > want)
         want = file;

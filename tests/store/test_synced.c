@@ -639,6 +639,7 @@ static int big_check_txn(cairn__txn *t, void *arg)
 static void test_map_grown_elsewhere(void)
 {
     char dir[300];
+    setenv("CAIRN_TEST_SYNC_MAP", "8388608", 1); /* 8 MiB first maps, in both processes */
     cairn_store *s = fresh_store(dir, "grown");
     int rc = put(s, "a", CAIRN__DURABLE); /* pinned now */
     pid_t pid = fork();
@@ -679,6 +680,7 @@ static void test_map_grown_elsewhere(void)
        c.bad);
     cairn_store_free(s);
     unsetenv("CAIRN_TEST_BOOT_ID");
+    unsetenv("CAIRN_TEST_SYNC_MAP");
 }
 
 static int copy_file(const char *from, const char *to)
