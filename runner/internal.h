@@ -97,6 +97,15 @@ struct cairn_ctx {
         size_t len;
         int done;
     } * kept;
+    /* carry: a done compute step whose commit rides with the next one (step.c, "Carried
+     * commits"): its output is kept[ix], nothing is written for it until then */
+    struct cairn__carry {
+        int pending;
+        const cairn_step *step;
+        size_t ix; /* its index in the graph (kept[ix]) */
+        uint32_t invocations;
+        int64_t updated_ms, took_ms;
+    } carry;
     uint32_t retry_after_ms;
     int64_t call_ms;      /* when the step's current call began (its events' durations) */
     cairn__heartbeat *hb; /* non-NULL while an in-process step has a heartbeat */

@@ -21,8 +21,10 @@
 
 /* ------------------------------------------------------------------ step commits */
 
-/* C_DONE_LAST commits the last step's output and the task's success in one transaction. */
+/* C_DONE_LAST commits the last step's output and the task's success in one transaction;
+ * C_CARRIED only a carried done step (see "Carried commits" below). */
 typedef enum {
+    C_CARRIED,
     C_DONE,
     C_DONE_LAST,
     C_INTENT,
@@ -89,12 +91,29 @@ static int commit_txn(cairn__txn *t, void *arg)
     int rc = fenced(t, c, &task, &renewed);
     if (rc)
         return rc;
+    if (c->carry.pending) { /* the done step before this commit's, carried to it */
+        const struct cairn__kept *k = &c->kept[c->carry.ix];
+        cairn__step_rec d = {.state = CAIRN_STEP_DONE,
+                             .generation = c->generation,
+                             .invocations = c->carry.invocations,
+                             .updated_ms = c->carry.updated_ms,
+                             .output = k->bytes,
+                             .output_len = k->len};
+        if ((rc = cairn__step_put(t, c->task_id, c->carry.step->name, &d)))
+            return rc;
+    }
     cairn__step_rec s = {
         .generation = c->generation, .invocations = a->invocations, .updated_ms = cairn__now_ms()};
     if (a->err && a->err[0]) /* a done step has none: no snprintf (1.4 % of its instructions) */
         snprintf(s.error, sizeof s.error, "%s", a->err);
     const char *step = c->step->name;
     switch (a->kind) {
+    case C_CARRIED: /* the carried step's record alone (above) */
+        if (renewed)
+            rc = cairn__task_put(t, &task);
+        a->state = (cairn_state)task.state;
+        a->attempt = task.attempt;
+        return rc;
     case C_DONE:
     case C_DONE_LAST:
         s.state = CAIRN_STEP_DONE;
@@ -217,6 +236,13 @@ static void commit_events(cairn_ctx *c, const commit_arg *a)
         [C_IN_DOUBT] = "task_in_doubt",   [C_STOPPED] = "task_stopped",
     };
     int64_t took = a->kind != C_INTENT && c->call_ms ? cairn__now_ms() - c->call_ms : 0;
+    if (c->carry.pending) { /* the carried step's completion came first */
+        commit_arg d = *a;
+        d.kind = C_DONE, d.invocations = c->carry.invocations, d.err = NULL;
+        emit(c, "step_done", c->carry.step->name, &d, c->carry.took_ms);
+    }
+    if (a->kind == C_CARRIED)
+        return;
     const char *step = c->step ? c->step->name : "";
     if (step_event[a->kind])
         emit(c, step_event[a->kind], step, a, took);
@@ -236,7 +262,7 @@ static int commit(cairn_ctx *c, commit_kind kind, int durable, const void *out, 
                     .invocations = invocations,
                     .next_retry_ms = next_retry_ms};
     /* a record other than a done step's (or the intent before it) ends what the run knows */
-    if (kind != C_DONE && kind != C_DONE_LAST && kind != C_INTENT)
+    if (kind != C_CARRIED && kind != C_DONE && kind != C_DONE_LAST && kind != C_INTENT)
         c->known = 0;
     int rc = cairn__store_write(c->r->store, durable, commit_txn, &a);
     if (rc)
@@ -245,7 +271,20 @@ static int commit(cairn_ctx *c, commit_kind kind, int durable, const void *out, 
         c->owed = 0;
     if (c->r->events)
         commit_events(c, &a);
+    c->carry.pending = 0;
     return 0;
+}
+
+/* Carried commits. An expensive compute step's output followed by an effect is not committed
+ * on its own: nothing runs between it and the effect's intent but the effect's resume read,
+ * which the run knows without reading (known_load), so the intent's transaction writes both.
+ * One write transaction a task fewer (a fifth of a ledger task's), and the same promise: the
+ * output is on disk before the world can change, and a crash before the intent loses it as a
+ * crash during the step would. Whatever commit comes next carries it (the intent, a stop, a
+ * release after an error); a resume read that has to read flushes it first (carry_flush). */
+static int carry_flush(cairn_ctx *c)
+{
+    return c->carry.pending ? commit(c, C_CARRIED, CAIRN__RELAXED, NULL, 0, NULL, 0, 0) : 0;
 }
 
 typedef struct progress_arg {
@@ -551,8 +590,12 @@ static int run_step(cairn_ctx *c, const cairn_graph *g)
     int rc;
     for (int first = 1;; first = 0) {
         load_arg la = {.ctx = c, .g = g};
-        if (!(first && known_load(c, &la)) && (rc = cairn__store_read(r->store, load_txn, &la)))
-            return cairn__runner_store_fail(r, rc);
+        if (!(first && known_load(c, &la))) {
+            if ((rc = carry_flush(c))) /* (commit reported it) */
+                return rc;
+            if ((rc = cairn__store_read(r->store, load_txn, &la)))
+                return cairn__runner_store_fail(r, rc);
+        }
         uint32_t inv = la.has_rec ? la.rec.invocations : 0;
         cairn_step_state st = la.has_rec ? (cairn_step_state)la.rec.state : CAIRN_STEP_PENDING;
         if (st == CAIRN_STEP_DONE) {
@@ -648,6 +691,21 @@ static int run_step(cairn_ctx *c, const cairn_graph *g)
                  * effect, and the same promise (the output is on disk before the world can
                  * change; a power cut in between may lose it, as it may during the step). */
                 int defer = durable && s->delivery == CAIRN_COMPUTE && effect_next(g, s);
+                if (defer && c->known) {
+                    keep_output(c, &o);
+                    if (c->known) { /* kept: carried to the intent (see "Carried commits") */
+                        int64_t now = cairn__now_ms();
+                        c->carry = (struct cairn__carry){.pending = 1,
+                                                         .step = s,
+                                                         .ix = c->step_ix,
+                                                         .invocations = inv,
+                                                         .updated_ms = now,
+                                                         .took_ms = now - c->call_ms};
+                        c->owed = 1;
+                        cairn__outcome_free(&o);
+                        return 0;
+                    }
+                }
                 rc = commit(c, C_DONE, durable && !defer, o.out, o.out_len, NULL, inv, 0);
                 c->owed |= rc == 0 && defer;
                 if (rc == 0)

@@ -156,6 +156,10 @@ typedef enum { PEER_DONE, PEER_INTENT, PEER_DONE_LAST } bench_peer_commit;
  * commit before it too). 0 or -1. */
 int bench_peer_commit_ex(bench_peer *p, const char *task, const char *step, uint64_t token,
                          bench_peer_commit kind, int effect, const void *out, size_t len, int full);
+/* A done step's output (kept by the caller until then) that the next bench_peer_commit_ex
+ * writes in its own transaction, before its own step: cairn's carried commit (runner/step.c,
+ * an expensive step's output written with the next effect's intent). */
+void bench_peer_carry(bench_peer *p, const char *step, const void *out, size_t len);
 /* How many tasks are in `state` (cairn_state's numbering); -1 on error. */
 int64_t bench_peer_count_state(bench_peer *p, int state);
 

@@ -6,8 +6,8 @@
  * result line must say succeeded, the store must hold N succeeded tasks and the ledgers N effect
  * lines. A ledger task is parse (compute) -> work (expensive) -> append (an effect), so at
  * power-loss durability each task makes two durable points: append's intent (flushed before the
- * effect runs), which also covers work's output committed just before it, and the task's end,
- * which also records append's output. The
+ * effect runs), whose transaction also writes work's output (a carried commit, runner/step.c:
+ * nothing runs between the two), and the task's end, which also records append's output. The
  * effect itself appends a line to a ledger file and fsyncs it (examples/ledger/ledger.c). With
  * the journal, K workers reaching durable points at once share flushes (group commit).
  *
@@ -15,8 +15,8 @@
  * each its own connection to one WAL database of cairn's schema (sqlite_peer.c), taking lines
  * from one shared counter as consume's workers take them from its queue, and running per task
  * the transactions cairn's runner runs, in its order: admission and lease in one transaction,
- * then per step the resume read and the step's commit. Its durable points are cairn's, made
- * with the same promise: synchronous=NORMAL everywhere except append's intent and the last
+ * then per step the resume read and the step's commit, work's carried into append's intent.
+ * Its durable points are cairn's, made with the same promise: synchronous=NORMAL everywhere except append's intent and the last
  * commit (append's output and the task's success), which are FULL. A FULL commit flushes
  * the WAL, and with it every commit before it, so a power cut loses at most the compute steps
  * and the admission since the last durable point: exactly what cairn's sync store may lose.
@@ -330,9 +330,9 @@ static int peer_task(bench_peer *p, const char *line, size_t len, char *id, size
     pack_str(&pk, "fail"), pack_str(&pk, "");
     if (!rc)
         rc = bench_peer_commit_ex(p, id, "parse", token, PEER_DONE, 0, sb.data, sb.size, 0);
-    /* work (expensive): the text's digest and a nonce; its durable point is append's intent,
-     * the next commit, as in cairn */
-    static const char *const work_deps[] = {"parse"}, *const append_deps[] = {"parse", "work"};
+    /* work (expensive): the text's digest and a nonce; its output is written and made durable
+     * by append's intent, the next commit, as cairn carries it (runner/step.c) */
+    static const char *const work_deps[] = {"parse"};
     if (!rc)
         rc = bench_peer_load(p, id, "work", work_deps, 1, 0) < 0;
     char digest[65], nonce[17];
@@ -345,12 +345,12 @@ static int peer_task(bench_peer *p, const char *line, size_t len, char *id, size
     msgpack_pack_map(&pk, 2);
     pack_str(&pk, "digest"), pack_str(&pk, digest);
     pack_str(&pk, "nonce"), pack_str(&pk, nonce);
+    /* append (an effect): its resume read (work's output is the one just made), the intent
+     * with work's output, flushed, the effect, then its output and the task's end, flushed */
     if (!rc)
-        rc = bench_peer_commit_ex(p, id, "work", token, PEER_DONE, 0, sb.data, sb.size, 0);
-    /* append (an effect): the intent flushed, the effect, then its output and the task's end,
-     * flushed */
-    if (!rc)
-        rc = bench_peer_load(p, id, "append", append_deps, 2, 0) < 0;
+        rc = bench_peer_load(p, id, "append", work_deps, 1, 0) < 0;
+    if (!rc) /* (sb holds it until the intent has committed) */
+        bench_peer_carry(p, "work", sb.data, sb.size);
     char dlv[40], row[1300];
     snprintf(row, sizeof row, "%s\1append", id);
     EVP_Digest(row, strlen(row), h, NULL, EVP_sha256(), NULL);

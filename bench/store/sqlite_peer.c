@@ -132,6 +132,10 @@ struct bench_peer {
     int pid;
     int split;         /* PEER_SPLIT: FULL only for a task's last commit */
     char delivery[40]; /* the effect's delivery ID, for its intent's audit row */
+    /* a done step's output that the next commit writes too (bench_peer_carry) */
+    const char *carry_step;
+    const void *carry_out;
+    size_t carry_len;
     char err[512];
 };
 
@@ -437,6 +441,12 @@ static int commit_ex(bench_peer *p, const char *task, const char *step, uint64_t
     task_row t;
     if (fenced(p, task, token, &t)) /* (a) */
         return rollback(p);
+    if (p->carry_step) { /* a carried done step (bench_peer_carry) */
+        const char *cs = p->carry_step;
+        p->carry_step = NULL;
+        if (step_put(p, task, cs, t.generation, p->carry_out, p->carry_len))
+            return rollback(p);
+    }
     int rc = kind == PEER_INTENT ? step_put_state(p, task, step, t.generation, 1, NULL, 0)
                                  : step_put(p, task, step, t.generation, out, len); /* (b) */
     if (!rc && (kind == PEER_INTENT || effect)) {
@@ -600,6 +610,11 @@ int bench_peer_begin(bench_peer *p, const char *id, const void *input, size_t in
                      uint64_t token)
 {
     return admit_acquire(p, id, input, input_len, token);
+}
+
+void bench_peer_carry(bench_peer *p, const char *step, const void *out, size_t len)
+{
+    p->carry_step = step, p->carry_out = out, p->carry_len = len;
 }
 
 int bench_peer_commit_ex(bench_peer *p, const char *task, const char *step, uint64_t token,

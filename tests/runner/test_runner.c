@@ -1587,6 +1587,70 @@ static void test_owed_flush(void)
     cairn_graph_free(y);
 }
 
+/* ---- a carried commit: the expensive output is written by the effect's intent */
+
+typedef struct carry_log {
+    ev_log ev;
+    const char *task;
+    int a_with_intent; /* at a's step_done, the store held a done (7) and b's intent */
+} carry_log;
+
+static void on_carry_event(const cairn_event *ev, void *user)
+{
+    carry_log *l = user;
+    on_event(ev, &l->ev);
+    if (strcmp(ev->event, "step_done") == 0 && strcmp(ev->step, "a") == 0) {
+        stepq a = step_of(l->ev.s, l->task, "a", 0), b = step_of(l->ev.s, l->task, "b", 0);
+        l->a_with_intent = a.rc == 0 && a.rec.state == CAIRN_STEP_DONE && a.has_out &&
+                           a.out == 7 && b.rc == 0 && b.rec.state == CAIRN_STEP_INTENT;
+    }
+}
+
+static uint64_t last_txnid(cairn_store *s)
+{
+    MDB_envinfo info;
+    return mdb_env_info(s->env, &info) == 0 ? (uint64_t)info.me_last_txnid : 0;
+}
+
+static void test_carried_commit(void)
+{
+    newdir("carry");
+    spec b = {.base = 100, .deps = {"a"}};
+    cairn_graph *g = cairn_graph_new("carry", 1);
+    cairn_step_set_expensive(cairn_graph_add_step(g, "a", st_owe, NULL), 1);
+    cairn_step *e = cairn_graph_add_step(g, "b", st_gen, "a");
+    cairn_step_set_user(e, &b);
+    cairn_step_set_delivery(e, CAIRN_EFFECT);
+    cairn_store *s = store_open();
+    carry_log l = {.ev = {.store_agrees = 1, .s = s}, .task = "k1"};
+    cairn_runner *r = runner_config(s, g);
+    cairn_runner_set_events(r, on_carry_event, &l);
+    r = opened(r);
+    int rc = run(r, "carry", "k0", "{}"); /* the store's first write transactions */
+    l.ev.n = 0;
+    uint64_t t0 = last_txnid(s);
+    rc |= run(r, "carry", "k1", "{}");
+    uint64_t txns = last_txnid(s) - t0;
+    stepq qa = step_of(s, "k1", "a", 0), qb = step_of(s, "k1", "b", 0);
+    static const char *const seq[] = {"task_started  running",     "step_done a running",
+                                      "step_intent b running",     "step_done b succeeded",
+                                      "task_succeeded  succeeded", NULL};
+    ok(rc == 0 && ev_is(&l.ev, seq) && l.a_with_intent,
+       "expensive a -> effect b: a's step_done is told after the commit that wrote b's intent, "
+       "and that commit wrote a's output too (%d events)",
+       l.ev.n);
+    ok(txns == 3, "one task in 3 write transactions: admission, b's intent with a, b's end "
+                  "with the task's success (%llu)",
+       (unsigned long long)txns);
+    ok(qa.rc == 0 && qa.rec.state == CAIRN_STEP_DONE && qa.out == 7 && qa.rec.invocations == 1 &&
+           qb.rc == 0 && qb.rec.state == CAIRN_STEP_DONE && qb.out == 107,
+       "a is done with 7 (1 invocation), and b read it: 107 (a %d/%lld, b %d/%lld)", qa.rc,
+       (long long)qa.out, qb.rc, (long long)qb.out);
+    cairn_runner_free(r);
+    cairn_store_free(s);
+    cairn_graph_free(g);
+}
+
 static void steal_lease(cairn__task_rec *r, void *arg)
 {
     (void)arg;
@@ -2236,6 +2300,7 @@ int main(void)
     test_timeout();
     test_step_host();
     test_owed_flush();
+    test_carried_commit();
     test_lease_lost_in_child();
     test_heartbeat();
     test_gc();
