@@ -41,6 +41,8 @@ static void cuda_destroy(cairn__backend *bb)
             cudaFree(d->attn_norm);
             cudaFree(d->ffn_norm);
             cudaFree(d->bqkv);
+            cudaFree(d->q_norm);
+            cudaFree(d->k_norm);
         }
         free(b->layers);
     }
@@ -286,11 +288,6 @@ static int cuda_create(const cairn__model *m, const cairn__backend_opts *o, cair
             err, errlen, CAIRN_ENODEVICE,
             "no CUDA device: %s has compute capability %d.%d, this build needs 8.0 or newer",
             prop.name, prop.major, prop.minor);
-    if (m->n_layers && m->layers[0].q_norm)
-        return host.errf(err, errlen, CAIRN_EUNSUPPORTED,
-                         "%s's per-head q/k norms are not in the CUDA backend yet (the CPU "
-                         "backend runs it)",
-                         m->arch_name);
     /* phi3 and gemma: fused-weight views, windows, post-norms, GELU, caps; a llama file's
      * window matters only where the context exceeds it */
     if (m->arch == CAIRN__ARCH_PHI3 || m->arch == CAIRN__ARCH_GEMMA2 ||

@@ -149,18 +149,36 @@ static int normed_product(cuda_backend *b, int prod, int n, const float *x, cons
     return gemm(b, W, rows, m->dim, b->xn, n, C, rows, 0.0f, blas);
 }
 
+/* A layer with per-head q/k norms (qwen3): the n rows of b->qkv get their bias and the norms
+ * (qk_norm_kernel); qa's bias is then cleared for the bias/rope/KV step after it. */
+static int qk_norm(cuda_backend *b, int n, const dlayer *ly, qkv_args *qa)
+{
+    const cairn__model *m = b->base.model;
+    const unsigned heads = (unsigned)(m->n_heads + m->n_kv_heads * (qa->bias ? 2 : 1));
+    qk_norm_kernel<<<dim3((unsigned)n, heads), 32, 0, b->stream>>>(
+        b->qkv, b->qkv_dim, qa->bias, ly->q_norm, ly->k_norm, m->n_heads, m->n_kv_heads,
+        m->head_dim, m->rms_eps);
+    LAUNCHED(b, "q/k norm kernel");
+    qa->bias = NULL;
+    return 0;
+}
+
 /* the Q/K/V projection of layer l and its bias/rope/KV step: qkv (n, qkv_dim) = Wqkv @
- * rmsnorm(x), then q rotated in place and k, v into the cache */
+ * rmsnorm(x), then (with q/k norms, after them) q rotated in place and k, v into the cache */
 template <typename T> static int qkv_product(cuda_backend *b, int n, int l)
 {
     const dlayer *ly = &b->layers[l];
-    const qkv_args qa = qkv_of(b, l);
-    if (n == 1 && b->gv)
+    qkv_args qa = qkv_of(b, l);
+    int rc;
+    if (n == 1 && b->gv && !ly->q_norm)
         return gemv<T, GV_NORM, GV_QKV>(b, GVP_QKV, ly->wqkv, b->qkv_dim, b->base.model->dim, b->x,
                                         ly->attn_norm, 0.0f, b->qkv, qa,
                                         "rmsnorm + QKV + bias/rope/KV (gemv)");
-    int rc = normed_product<T>(b, GVP_QKV, n, b->x, ly->attn_norm, ly->wqkv, b->qkv_dim, b->qkv,
-                               "rmsnorm + QKV (gemv)", "cublasGemmEx (QKV)");
+    /* (with q/k norms a single token's product stores its row too: the norms need whole heads) */
+    rc = normed_product<T>(b, GVP_QKV, n, b->x, ly->attn_norm, ly->wqkv, b->qkv_dim, b->qkv,
+                           "rmsnorm + QKV (gemv)", "cublasGemmEx (QKV)");
+    if (!rc && ly->q_norm)
+        rc = qk_norm(b, n, ly, &qa);
     if (rc)
         return rc;
     qkv_post_kernel<<<dim3((unsigned)n, b->qkv_blocks), CK_THREADS, 0, b->stream>>>(b->qkv,

@@ -194,6 +194,8 @@ template <typename T> static int enqueue_batch_t(cuda_backend *b, int n)
                               0.0f, "QKV (batched gemv)")))
             return rc;
         qkv_args qa = qkv_of(b, l);
+        if (ly->q_norm && (rc = qk_norm(b, n, ly, &qa)))
+            return rc;
         const size_t at = (size_t)l * pool_layer_bytes(b);
         qa.kc = (char *)b->kpool + at;
         qa.vc = (char *)b->vpool + at;

@@ -27,6 +27,7 @@ typedef struct {
         *wd; /* (q+2kv, dim), (dim, q), (2ff, dim), (dim, ff) in the device type */
     float *attn_norm, *ffn_norm; /* (dim) */
     float *bqkv;                 /* (q+2kv) or NULL */
+    float *q_norm, *k_norm;      /* (head_dim) each, or NULL: qwen3's per-head norms */
 } dlayer;
 
 /* The products of a decode step: a layer's four, then the output head (gv_sk) */

@@ -174,4 +174,39 @@ __global__ void qkv_post_kernel(float *__restrict__ qkv, int ld, qkv_args a)
     }
 }
 
+/* ---- per-head q/k RMSNorm (qwen3, gemma3) ----------------------------------------------------
+ *
+ * CPU reference: add_bias then qk_norm in forward_chunk (gpu/cpu/backend_cpu.c). Token i's row of
+ * the Q/K/V product gets its bias (if any); then each q head and each k head (hd elements) is
+ * RMS-normalized in place with the layer's weights qn, kn (hd each, shared by the heads), before
+ * rope: cairn__rmsnorm's arithmetic, squares of the floats summed in double, scale =
+ * (float)(1 / sqrt(ss / hd + eps)), then x * scale * w rounded at each product. The bias is
+ * added here, for v too, so qkv_post_kernel or qkv_post_paged_kernel runs after it with none:
+ * the fused decode epilogue (GV_QKV), which rotates each pair as its product ends, cannot run
+ * after a norm over the whole head, and such a layer's decode product stores its row (GV_Y).
+ * grid (n, n_heads + n_kv, plus n_kv when there is a bias), block 32: one warp a head. */
+__global__ void qk_norm_kernel(float *qkv, int ld, const float *bias, const float *qn,
+                               const float *kn, int n_heads, int n_kv, int hd, float eps)
+{
+    const int h = (int)blockIdx.y;
+    float *x = qkv + (size_t)blockIdx.x * (size_t)ld + (size_t)h * (size_t)hd;
+    const float *bh = bias ? bias + (size_t)h * (size_t)hd : NULL;
+    double ss = 0.0;
+    for (int k = (int)threadIdx.x; k < hd; k += 32) {
+        float v = x[k];
+        if (bh) {
+            v = __fadd_rn(v, bh[k]);
+            x[k] = v;
+        }
+        ss += (double)v * (double)v;
+    }
+    if (h >= n_heads + n_kv) /* a v head: its bias only (the whole block returns) */
+        return;
+    ss = warp_sum(ss);
+    const float scale = (float)(1.0 / sqrt(ss / (double)hd + (double)eps));
+    const float *w = h < n_heads ? qn : kn;
+    for (int k = (int)threadIdx.x; k < hd; k += 32)
+        x[k] = __fmul_rn(__fmul_rn(x[k], scale), w[k]);
+}
+
 #endif /* CAIRN_GPU_CUDA_KERNELS_ROPE_CUH */

@@ -2,7 +2,8 @@
  *
  * Skips (a SKIP plan, see skip_all) when the build has no CUDA backend, its module
  * (libcairn-cuda.so, mk_loaded at run time) cannot be mk_loaded, or no usable device is present.
- * With one, random llama/qwen2 models of every weight type (GQA, tied and untied output) are run
+ * With one, random llama/qwen2 models of every weight type (GQA, tied and untied output), and
+ * qwen3 ones (per-head q/k norms) of a few, are run
  * through both backends and compared: the reference is the CPU's batched prompt path (dequantize +
  * f32 GEMM: exact float arithmetic on the exact dequantized weights, for every type; the CPU's
  * decode path rounds activations to int8 for Q8_0/Q4_0 and is not a reference for that).
@@ -824,12 +825,17 @@ out:
  * works. gemv: CAIRN_CUDA_GEMV (NULL: the decode kernel; "cublas": one GEMM a sequence). */
 #define PG_SEQS 20
 #define PG_GEN 12
+/* the architecture of the next check_paged calls (NULL: mkmodel's default, llama) */
+static const char *g_paged_arch;
+
 static void check_paged(uint32_t wtype, const char *dtype, const char *gemv, int cache_type)
 {
     if (!is_cuda)
         return;
     mk_spec s;
     mk_spec_default(&s);
+    if (g_paged_arch)
+        s.arch = g_paged_arch;
     s.dim = 128;
     s.n_heads = 4;
     s.n_kv_heads = 2;
@@ -850,7 +856,8 @@ static void check_paged(uint32_t wtype, const char *dtype, const char *gemv, int
     float *got = malloc((size_t)PG_SEQS * (PG_GEN + 1) * V * sizeof(float));
     float *ref = malloc(V * sizeof(float));
     char what[96];
-    snprintf(what, sizeof what, "paged: %s%s%s%s", cairn__ggml_type_name(wtype),
+    snprintf(what, sizeof what, "paged: %s%s%s%s%s%s", g_paged_arch ? g_paged_arch : "",
+             g_paged_arch ? " " : "", cairn__ggml_type_name(wtype),
              dtype ? " as " : "", dtype ? dtype : "", gemv ? ", gemv cublas" : "");
     set_dtype(dtype);
     if (gemv)
@@ -1079,8 +1086,10 @@ int main(void)
                          "bf16",  "bf16",           1e-2, 64, 0, NULL};
         const gcase sq = {"qwen2", CAIRN__GGML_F16, 0,    256, 4, 2,   512,
                           NULL,    "f16",           1e-3, 4,   0, NULL};
+        const gcase w = {"qwen3", CAIRN__GGML_F16, 0, 0, 0, 0, 0, NULL, "f16", 1e-3, 4, 0, NULL};
         check_case(&a);
         check_case(&q);
+        check_case(&w);
         g_split = "8";
         check_case(&sq);
         g_split = NULL;
@@ -1108,6 +1117,16 @@ int main(void)
     const gcase k2 = {"qwen2", CAIRN__GGML_Q6_K, 1, 256, 2, 2, 512, NULL, "f16", 1e-3, 64, 0, NULL};
     check_case(&k1);
     check_case(&k2);
+    /* qwen3: per-head q/k norms between the Q/K/V product and rope (qk_norm_kernel), in prompt
+     * chunks, in the decode graph (whose Q/K/V product then stores its row), through cuBLAS */
+    const gcase w1 = {"qwen3", CAIRN__GGML_F16, 0, 0, 0, 0, 0, NULL, "f16", 1e-3, 4, 0, NULL};
+    const gcase w2 = {"qwen3", CAIRN__GGML_Q8_0, 1, 256, 4, 2, 512, NULL, "f16", 1e-3, 64, 0,
+                      NULL};
+    const gcase w3 = {"qwen3", CAIRN__GGML_F32, 1, 0, 0, 0, 0, NULL, "f32", 1e-3, 4, 0, "cublas"};
+    check_case(&w1);
+    check_case(&w2);
+    check_case(&w3);
+    check_case_cache(&w1, 1);
     /* the other 256-weight types (dequantized on the host as the rest) */
     static const uint32_t k256[] = {CAIRN__GGML_Q2_K, CAIRN__GGML_Q3_K, CAIRN__GGML_Q5_K,
                                     CAIRN__GGML_IQ4_XS};
@@ -1204,6 +1223,9 @@ int main(void)
     check_paged(CAIRN__GGML_Q8_0, NULL, NULL, CAIRN__CACHE_F16);
     check_paged(CAIRN__GGML_BF16, "bf16", NULL, CAIRN__CACHE_F32);
     check_paged(CAIRN__GGML_F16, NULL, "cublas", CAIRN__CACHE_F32);
+    g_paged_arch = "qwen3"; /* the q/k norms before the paged bias/rope/KV step */
+    check_paged(CAIRN__GGML_F16, NULL, NULL, CAIRN__CACHE_F32);
+    g_paged_arch = NULL;
     check_two_backends();
     check_greedy(CAIRN__GGML_F16);
     check_greedy(CAIRN__GGML_Q8_0);

@@ -15,7 +15,8 @@
 //     on the row length only, which is what lets the backend time the splits and keep any;
 //   - the fused Q/K/V epilogue (bias, rope, the KV cache) storing what the product followed by
 //     qkv_post_kernel stores, and the fused SwiGLU epilogue (GV_GLU) storing what the product
-//     followed by swiglu_kernel stores, with the same range flag, at every split.
+//     followed by swiglu_kernel stores, with the same range flag, at every split;
+//   - the per-head q/k norms (qk_norm_kernel) against the CPU's arithmetic, bit for bit.
 // What it cannot show is speed, or that nvcc compiles the same meaning (the gpu suite does, on a
 // device). `test_gemv_emu` runs the short form (suite 'unit'); `test_gemv_emu long` every length
 // at every row count (suite 'slow', a few minutes), `test_gemv_emu 1` or `2` larger matrices too.
@@ -567,6 +568,54 @@ template <class T> static void glu_all()
        tname<T>(), G_SK, glu_cases - c0, glu_bad - b0);
 }
 
+// qk_norm_kernel (qwen3's per-head q/k norms): the bias, then each q and k head normed as the
+// CPU's add_bias + qk_norm (sequential double sum of squares, x * scale * w), bit for bit; the v
+// heads get their bias only; the other tokens' rows and the elements past ld are untouched
+static long qkn_cases = 0, qkn_bad = 0;
+static void qk_norm_case(int n_heads, int n_kv, int hd, bool bias, int n)
+{
+    qkn_cases++;
+    const int q_dim = n_heads * hd, kv_dim = n_kv * hd, rows = q_dim + 2 * kv_dim, ld = rows + 3;
+    const float eps = 1e-6f;
+    buf<float> x((size_t)n * ld), ref((size_t)n * ld), bs(rows), qn(hd), kn(hd);
+    for (size_t i = 0; i < (size_t)n * ld; i++)
+        x[i] = ref[i] = (float)urand(-4, 4);
+    for (int i = 0; i < rows; i++)
+        bs[i] = (float)urand(-0.5, 0.5);
+    for (int i = 0; i < hd; i++)
+        qn[i] = (float)urand(0.5, 1.5), kn[i] = (float)urand(-1.5, 1.5);
+    for (int t = 0; t < n; t++) { // the CPU's order (gpu/cpu/backend_cpu.c, rmsnorm_c)
+        float *r = ref.p + (size_t)t * ld;
+        for (int e = 0; bias && e < rows; e++)
+            r[e] += bs[e];
+        for (int h = 0; h < n_heads + n_kv; h++) {
+            float *v = r + (size_t)h * hd;
+            const float *w = h < n_heads ? qn.p : kn.p;
+            double ss = 0.0;
+            for (int k = 0; k < hd; k++)
+                ss += (double)v[k] * v[k];
+            const float scale = (float)(1.0 / sqrt(ss / (double)hd + eps));
+            for (int k = 0; k < hd; k++)
+                v[k] = v[k] * scale * w[k];
+        }
+    }
+    const unsigned heads = (unsigned)(n_heads + n_kv * (bias ? 2 : 1));
+    const long rep0 = emu_report_count();
+    emu_launch2("qk_norm_kernel", (unsigned)n, heads, 32, [&] {
+        qk_norm_kernel(x.p, ld, bias ? bs.p : nullptr, qn.p, kn.p, n_heads, n_kv, hd, eps);
+    });
+    bool bad = emu_report_count() > rep0;
+    for (size_t i = 0; i < (size_t)n * ld && !bad; i++)
+        if (bits(x[i]) != bits(ref[i])) {
+            diag("q/k norm: element %zu of row %zu: %a vs %a", i % ld, i / ld, x[i], ref[i]);
+            bad = true;
+        }
+    if (bad) {
+        qkn_bad++;
+        diag("q/k norm FAIL heads %d kv %d hd %d bias %d n %d", n_heads, n_kv, hd, (int)bias, n);
+    }
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, nullptr, _IOLBF, 0);
@@ -592,6 +641,17 @@ int main(int argc, char **argv)
         qkv_all<float>(), qkv_all<__half>(), qkv_all<__nv_bfloat16>();
         glu_all<float>(), glu_all<__half>(), glu_all<__nv_bfloat16>();
     }
+    for (bool bias : {false, true}) {
+        qk_norm_case(4, 2, 64, bias, 3);   // qwen3's shape in small: GQA 2:1
+        qk_norm_case(2, 2, 128, bias, 2);  // a head of 128 (qwen3's)
+        qk_norm_case(8, 1, 16, bias, 1);   // a head shorter than the warp
+        qk_norm_case(3, 1, 256, bias, 2);  // the largest head
+        qk_norm_case(2, 1, 40, bias, 2);   // a head not a multiple of 32
+    }
+    ok(qkn_bad == 0,
+       "q/k norm: %ld cases (heads of 16 to 256, GQA, with and without a bias) give the CPU's "
+       "add_bias + qk_norm bit for bit, the v heads their bias only (%ld failing)",
+       qkn_cases, qkn_bad);
     ok(emu_report_count() == 0,
        "the emulator saw no shared-memory race, out-of-bounds or uninitialised read, misaligned "
        "load, "
