@@ -16,12 +16,12 @@
  * from one shared counter as consume's workers take them from its queue, and running per task
  * the transactions cairn's runner runs, in its order: admission and lease in one transaction,
  * then per step the resume read and the step's commit, work's carried into append's intent.
- * Its durable points are cairn's, made with the same promise: synchronous=NORMAL everywhere except append's intent and the last
- * commit (append's output and the task's success), which are FULL. A FULL commit flushes
- * the WAL, and with it every commit before it, so a power cut loses at most the compute steps
- * and the admission since the last durable point: exactly what cairn's sync store may lose.
- * The step work is the same too: the line parsed as JSON (jansson), the input's SHA-256 for the
- * task ID, parse's validated output packed as msgpack, work's SHA-256 of the text and random
+ * Its durable points are cairn's, made with the same promise: synchronous=NORMAL everywhere except
+ * append's intent and the last commit (append's output and the task's success), which are FULL. A
+ * FULL commit flushes the WAL, and with it every commit before it, so a power cut loses at most the
+ * compute steps and the admission since the last durable point: exactly what cairn's sync store may
+ * lose. The step work is the same too: the line parsed as JSON (jansson), the input's SHA-256 for
+ * the task ID, parse's validated output packed as msgpack, work's SHA-256 of the text and random
  * nonce, append's line appended to the same ledger file under flock and fsynced.
  *
  * What the peer does not do, in its favour: it runs work in the process (cairn runs a step with

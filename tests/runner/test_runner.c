@@ -1601,8 +1601,8 @@ static void on_carry_event(const cairn_event *ev, void *user)
     on_event(ev, &l->ev);
     if (strcmp(ev->event, "step_done") == 0 && strcmp(ev->step, "a") == 0) {
         stepq a = step_of(l->ev.s, l->task, "a", 0), b = step_of(l->ev.s, l->task, "b", 0);
-        l->a_with_intent = a.rc == 0 && a.rec.state == CAIRN_STEP_DONE && a.has_out &&
-                           a.out == 7 && b.rc == 0 && b.rec.state == CAIRN_STEP_INTENT;
+        l->a_with_intent = a.rc == 0 && a.rec.state == CAIRN_STEP_DONE && a.has_out && a.out == 7 &&
+                           b.rc == 0 && b.rec.state == CAIRN_STEP_INTENT;
     }
 }
 
@@ -1639,8 +1639,9 @@ static void test_carried_commit(void)
        "expensive a -> effect b: a's step_done is told after the commit that wrote b's intent, "
        "and that commit wrote a's output too (%d events)",
        l.ev.n);
-    ok(txns == 3, "one task in 3 write transactions: admission, b's intent with a, b's end "
-                  "with the task's success (%llu)",
+    ok(txns == 3,
+       "one task in 3 write transactions: admission, b's intent with a, b's end "
+       "with the task's success (%llu)",
        (unsigned long long)txns);
     ok(qa.rc == 0 && qa.rec.state == CAIRN_STEP_DONE && qa.out == 7 && qa.rec.invocations == 1 &&
            qb.rc == 0 && qb.rec.state == CAIRN_STEP_DONE && qb.out == 107,

@@ -642,11 +642,11 @@ int main(int argc, char **argv)
         glu_all<float>(), glu_all<__half>(), glu_all<__nv_bfloat16>();
     }
     for (bool bias : {false, true}) {
-        qk_norm_case(4, 2, 64, bias, 3);   // qwen3's shape in small: GQA 2:1
-        qk_norm_case(2, 2, 128, bias, 2);  // a head of 128 (qwen3's)
-        qk_norm_case(8, 1, 16, bias, 1);   // a head shorter than the warp
-        qk_norm_case(3, 1, 256, bias, 2);  // the largest head
-        qk_norm_case(2, 1, 40, bias, 2);   // a head not a multiple of 32
+        qk_norm_case(4, 2, 64, bias, 3);  // qwen3's shape in small: GQA 2:1
+        qk_norm_case(2, 2, 128, bias, 2); // a head of 128 (qwen3's)
+        qk_norm_case(8, 1, 16, bias, 1);  // a head shorter than the warp
+        qk_norm_case(3, 1, 256, bias, 2); // the largest head
+        qk_norm_case(2, 1, 40, bias, 2);  // a head not a multiple of 32
     }
     ok(qkn_bad == 0,
        "q/k norm: %ld cases (heads of 16 to 256, GQA, with and without a bias) give the CPU's "
