@@ -288,20 +288,14 @@ static int cuda_create(const cairn__model *m, const cairn__backend_opts *o, cair
             err, errlen, CAIRN_ENODEVICE,
             "no CUDA device: %s has compute capability %d.%d, this build needs 8.0 or newer",
             prop.name, prop.major, prop.minor);
-    /* phi3 and gemma: fused-weight views, windows, post-norms, GELU, caps; a llama file's
-     * window matters only where the context exceeds it */
+    /* phi3 and gemma: fused-weight views, post-norms, GELU, caps (a sliding window, Mistral's,
+     * is in the attention kernels) */
     if (m->arch == CAIRN__ARCH_PHI3 || m->arch == CAIRN__ARCH_GEMMA2 ||
         m->arch == CAIRN__ARCH_GEMMA3)
         return host.errf(err, errlen, CAIRN_EUNSUPPORTED,
                          "the %s architecture is not in the CUDA backend yet (the CPU backend "
                          "runs it)",
                          m->arch_name);
-    const int cuda_ctx = o->n_ctx > 0 ? o->n_ctx : (m->n_ctx_train < 4096 ? m->n_ctx_train : 4096);
-    if (m->n_swa && m->n_swa < cuda_ctx)
-        return host.errf(err, errlen, CAIRN_EUNSUPPORTED,
-                         "sliding-window attention (%d of a context of %d) is not in the CUDA "
-                         "backend yet (the CPU backend runs it)",
-                         m->n_swa, cuda_ctx);
     if (m->head_dim > ATT_MAX_HD)
         return host.errf(err, errlen, CAIRN_EUNSUPPORTED,
                          "head dimension %d exceeds the CUDA backend's %d", m->head_dim,

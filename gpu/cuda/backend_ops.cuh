@@ -218,12 +218,13 @@ template <typename T> static int gate_up_product(cuda_backend *b, int n, const d
     return 0;
 }
 
-/* softmax(q . K) @ V for n tokens into att, over this layer's cache kc, vc (C: its type) */
+/* softmax(q . K) @ V for n tokens into att, over layer l's cache kc, vc (C: its type), within
+ * the layer's sliding window if it has one */
 template <typename T, typename C>
-static int attend(cuda_backend *b, int n, const C *kc, const C *vc)
+static int attend(cuda_backend *b, int n, int l, const C *kc, const C *vc)
 {
     const cairn__model *m = b->base.model;
-    const int hd = m->head_dim;
+    const int hd = m->head_dim, swa = m->layers[l].swa;
     const float scale = 1.0f / sqrtf((float)hd);
     T *att = (T *)b->att;
     if (n == 1) /* one token: the keys split over blocks; between decode products */
@@ -231,7 +232,7 @@ static int attend(cuda_backend *b, int n, const C *kc, const C *vc)
            launch(b, 1, attention_split_kernel<T, ATT_DECODE_WARPS, ATT_DECODE_U, C>,
                   dim3((unsigned)m->n_heads, (unsigned)att_splits(m->n_heads)),
                   dim3(ATT_DECODE_WARPS * 32), 0, (const float *)b->qkv, kc, vc,
-                  (const int *)b->d_pos, m->n_heads, m->n_kv_heads, hd, scale, b->att_part,
+                  (const int *)b->d_pos, m->n_heads, m->n_kv_heads, hd, swa, scale, b->att_part,
                   b->att_count, att, (int *)b->d_overflow),
            "attention kernel");
     else { /* a prompt chunk: tiles of tokens, sized by the head (hd <= ATT_MAX_HD = 256) */
@@ -239,8 +240,8 @@ static int attend(cuda_backend *b, int n, const C *kc, const C *vc)
 #define ATT_TILE(TQ, KC, HDM)                                                                      \
     attention_tile_kernel<T, TQ, KC, HDM, C>                                                       \
         <<<dim3((unsigned)m->n_heads, (unsigned)((n + TQ - 1) / TQ)), blk, 0, b->stream>>>(        \
-            b->qkv, b->qkv_dim, kc, vc, b->d_pos, n, m->n_heads, m->n_kv_heads, hd, scale, att,    \
-            b->d_overflow)
+            b->qkv, b->qkv_dim, kc, vc, b->d_pos, n, m->n_heads, m->n_kv_heads, hd, swa, scale,    \
+            att, b->d_overflow)
         if (hd <= 64)
             ATT_TILE(16, 32, 64);
         else if (hd <= 128)
@@ -302,10 +303,10 @@ template <typename T> static int enqueue_t(cuda_backend *b, int n, int head_rows
             return rc;
         const size_t at = (size_t)l * layer_kv * kv_elem(b);
         if (b->cache_f16)
-            rc = attend<T, __half>(b, n, (const __half *)((const char *)b->kc + at),
+            rc = attend<T, __half>(b, n, l, (const __half *)((const char *)b->kc + at),
                                    (const __half *)((const char *)b->vc + at));
         else
-            rc = attend<T, float>(b, n, (const float *)((const char *)b->kc + at),
+            rc = attend<T, float>(b, n, l, (const float *)((const char *)b->kc + at),
                                   (const float *)((const char *)b->vc + at));
         if (rc)
             return rc;

@@ -208,14 +208,14 @@ template <typename T> static int enqueue_batch_t(cuda_backend *b, int n)
             e = launch(b, 0, attention_paged_kernel<T, ATT_DECODE_WARPS, ATT_DECODE_U, __half>,
                        grid, dim3(ATT_DECODE_WARPS * 32), 0, (const float *)b->qkv, b->qkv_dim,
                        (const __half *)qa.kc, (const __half *)qa.vc, pos, tables, b->bt_ld,
-                       m->n_heads, m->n_kv_heads, hd, scale, b->bpart, b->bcount, (T *)b->att,
-                       (int *)b->d_overflow);
+                       m->n_heads, m->n_kv_heads, hd, m->layers[l].swa, scale, b->bpart, b->bcount,
+                       (T *)b->att, (int *)b->d_overflow);
         else
             e = launch(b, 0, attention_paged_kernel<T, ATT_DECODE_WARPS, ATT_DECODE_U, float>, grid,
                        dim3(ATT_DECODE_WARPS * 32), 0, (const float *)b->qkv, b->qkv_dim,
                        (const float *)qa.kc, (const float *)qa.vc, pos, tables, b->bt_ld,
-                       m->n_heads, m->n_kv_heads, hd, scale, b->bpart, b->bcount, (T *)b->att,
-                       (int *)b->d_overflow);
+                       m->n_heads, m->n_kv_heads, hd, m->layers[l].swa, scale, b->bpart, b->bcount,
+                       (T *)b->att, (int *)b->d_overflow);
         CU(b, e, "attention kernel (paged)");
         LAUNCHED(b, "attention kernel (paged)");
         if ((rc = bproduct<T>(b, GVP_WO, ly->wo, dim, b->q_dim, b->att, n, b->x, dim, 1.0f,

@@ -17,9 +17,11 @@
 /* ---- attention ---------------------------------------------------------------------------
  *
  * CPU reference: attention_range (gpu/cpu/backend_cpu.c).
- * For token i (position *pos + i) and head h (kv head h / (n_heads / n_kv)):
- *   softmax(q_ih (hd) . K[0..*pos+i] (t, hd) * scale) @ V[0..*pos+i] (t, hd) -> out (n,
- * n_heads*hd)[i, h]; q is read from the rows of qkv (ld floats apart).
+ * For token i (position p = *pos + i) and head h (kv head h / (n_heads / n_kv)):
+ *   softmax(q_ih (hd) . K[lo..p] (t, hd) * scale) @ V[lo..p] (t, hd) -> out (n,
+ * n_heads*hd)[i, h]; q is read from the rows of qkv (ld floats apart). lo is 0, or with a
+ * sliding window of swa positions (a layer's, Mistral's, phi3's, gemma's: swa > 0) att_first:
+ * p - swa + 1 once p >= swa, the rule of the CPU's attention_range.
  *
  * att_block is the work of one block over keys [lo, hi): each warp runs an online softmax over
  * groups of U consecutive keys (warp w takes groups w, w + WARPS, ...), each lane holding hd/32
@@ -47,6 +49,12 @@ __host__ __device__ __forceinline__ int att_splits(int n_heads)
 {
     const int s = (ATT_SPLIT_BLOCKS + n_heads - 1) / n_heads;
     return s < 1 ? 1 : s > ATT_MAX_SPLITS ? ATT_MAX_SPLITS : s;
+}
+
+/* the first key position p attends to: its window's (swa > 0), else 0 */
+__host__ __device__ __forceinline__ int att_first(int p, int swa)
+{
+    return swa > 0 && p >= swa ? p - swa + 1 : 0;
 }
 
 /* Where key t's row is among a layer's cache rows: the positional cache holds position t in
@@ -175,7 +183,9 @@ __device__ __forceinline__ float att_block_out(const att_smem<WARPS> &sm, float 
  * token. Warp w takes the tile's queries w, w + ATT_TILE_WARPS, ...; for each, lane t scores
  * key c0 + t of the chunk (masked past the query's own position), the warp keeps the online
  * softmax's running max and sum, and lane l accumulates output elements l, l + 32, ... with each
- * key's weight taken from its lane by a shuffle. Rows of Qs and Ks are HDM + 1 floats apart so
+ * key's weight taken from its lane by a shuffle. With a window (swa > 0) the chunks before the
+ * tile's first window are not staged, and a query skips the chunks before its own window and
+ * masks the keys before it. Rows of Qs and Ks are HDM + 1 floats apart so
  * that the 32 lanes reading 32 different keys' element e hit 32 different banks.
  * qkv (n, ld) rows [q | k | v], token i at position *pos + i; the cache holds positions up to
  * the chunk's last; out (n, n_heads * hd). grid (n_heads, ceil(n / TQ)), block ATT_TILE_WARPS *
@@ -185,7 +195,8 @@ template <typename T, int TQ, int KC, int HDM, typename C>
 __global__ void __launch_bounds__(ATT_TILE_WARPS * 32)
     attention_tile_kernel(const float *__restrict__ qkv, int ld, const C *__restrict__ kc,
                           const C *__restrict__ vc, const int *__restrict__ pos, int n, int n_heads,
-                          int n_kv, int hd, float scale, T *__restrict__ out, int *__restrict__ ovf)
+                          int n_kv, int hd, int swa, float scale, T *__restrict__ out,
+                          int *__restrict__ ovf)
 {
     static_assert(KC <= 32 && TQ % ATT_TILE_WARPS == 0 && HDM % 32 == 0, "tile shape");
     constexpr int QPW = TQ / ATT_TILE_WARPS, NE = HDM / 32; /* queries a warp, elements a lane */
@@ -204,7 +215,7 @@ __global__ void __launch_bounds__(ATT_TILE_WARPS * 32)
         for (int k = 0; k < NE; k++)
             o[a][k] = 0.0f;
     }
-    for (int c0 = 0; c0 < keys; c0 += KC) {
+    for (int c0 = att_first(p0, swa) / KC * KC; c0 < keys; c0 += KC) {
         __syncthreads(); /* the chunk before is read by every warp (and Qs written, the first time)
                           */
         for (int j = threadIdx.x; j < KC * hd; j += blockDim.x) {
@@ -217,11 +228,14 @@ __global__ void __launch_bounds__(ATT_TILE_WARPS * 32)
 #pragma unroll
         for (int a = 0; a < QPW; a++) {
             const int q = w + a * ATT_TILE_WARPS, p = p0 + q; /* this query's position */
-            if (q >= nq || c0 > p) /* warp-uniform: past the tile, or a chunk it does not see */
+            const int lo = att_first(p, swa);
+            /* warp-uniform: past the tile, or a chunk it does not see (after it, before its
+             * window) */
+            if (q >= nq || c0 > p || c0 + KC <= lo)
                 continue;
             const int key = c0 + lane;
             float sc = -INFINITY;
-            if (lane < KC && key <= p) {
+            if (lane < KC && key <= p && key >= lo) {
                 float d = 0.0f;
                 for (int e = 0; e < hd; e++)
                     d += Qs[q][e] * Ks[lane][e];
@@ -231,7 +245,7 @@ __global__ void __launch_bounds__(ATT_TILE_WARPS * 32)
 #pragma unroll
             for (int off = 16; off > 0; off >>= 1)
                 mc = fmaxf(mc, __shfl_xor_sync(0xffffffffu, mc, off));
-            const float mn = fmaxf(m[a], mc);                       /* finite: key c0 <= p scored */
+            const float mn = fmaxf(m[a], mc); /* finite: a key of [lo, p] is in the chunk */
             const float corr = expf(m[a] - mn), pt = expf(sc - mn); /* 0 for masked keys */
             l[a] = l[a] * corr + warp_sum(pt);
 #pragma unroll
@@ -263,18 +277,18 @@ __global__ void __launch_bounds__(ATT_TILE_WARPS * 32)
 /* Split sp of splits of one head's single-token attention (the block's part of
  * attention_split_kernel and attention_paged_kernel, which differ only in where the rows are):
  * q the head's query (hd), K, V its kv head's column of the cache (rows kv_dim apart, key t in
- * row rows(t)), keys the positions attended to (0..keys-1), ph (splits, 2 + hd) the head's
- * partial results, *count its counter (zero between launches), o its output (hd). */
+ * row rows(t)), first..keys-1 the positions attended to, split evenly, ph (splits, 2 + hd) the
+ * head's partial results, *count its counter (zero between launches), o its output (hd). */
 template <typename T, int WARPS, int U, typename C, typename ROWS>
-__device__ __forceinline__ void att_split_head(const float *__restrict__ q, const C *__restrict__ K,
-                                               const C *__restrict__ V, ROWS rows, int keys,
-                                               int kv_dim, int hd, float scale, int sp, int splits,
-                                               float *__restrict__ ph, int *__restrict__ count,
-                                               T *__restrict__ o, int *__restrict__ ovf)
+__device__ __forceinline__ void
+att_split_head(const float *__restrict__ q, const C *__restrict__ K, const C *__restrict__ V,
+               ROWS rows, int first, int keys, int kv_dim, int hd, float scale, int sp, int splits,
+               float *__restrict__ ph, int *__restrict__ count, T *__restrict__ o,
+               int *__restrict__ ovf)
 {
     __shared__ att_smem<WARPS> sm;
     __shared__ int is_last;
-    const int len = (keys + splits - 1) / splits, lo = sp * len;
+    const int len = (keys - first + splits - 1) / splits, lo = first + sp * len;
     const int hi = lo + len < keys ? lo + len : keys;
     float *mine = ph + (size_t)sp * (size_t)(2 + hd);
     if (lo < hi) {
@@ -310,7 +324,7 @@ __device__ __forceinline__ void att_split_head(const float *__restrict__ q, cons
         const int v = threadIdx.x;
         const float mv = v < splits ? __ldcg(ph + (size_t)v * (2 + hd)) : -INFINITY;
         const float lv = v < splits ? __ldcg(ph + (size_t)v * (2 + hd) + 1) : 0.0f;
-        float M = mv; /* split 0 holds key 0: finite */
+        float M = mv; /* split 0 holds key first: finite */
 #pragma unroll
         for (int d = 16; d > 0; d >>= 1)
             M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, d));
@@ -335,28 +349,29 @@ __device__ __forceinline__ void att_split_head(const float *__restrict__ q, cons
         *count = 0; /* for the next step */
 }
 
-/* One token (row 0 of qkv). part (n_heads, splits, 2 + hd): a split's M, L and unnormalized
- * output; count (n_heads): zero between launches. grid (n_heads, splits), splits <=
- * ATT_MAX_SPLITS (as att_splits gives), block WARPS * 32 */
+/* One token (row 0 of qkv), its keys att_first(*pos, swa)..*pos. part (n_heads, splits, 2 + hd):
+ * a split's M, L and unnormalized output; count (n_heads): zero between launches. grid
+ * (n_heads, splits), splits <= ATT_MAX_SPLITS (as att_splits gives), block WARPS * 32 */
 template <typename T, int WARPS, int U, typename C>
 __global__ void __launch_bounds__(WARPS * 32)
     attention_split_kernel(const float *__restrict__ qkv, const C *__restrict__ kc,
                            const C *__restrict__ vc, const int *__restrict__ pos, int n_heads,
-                           int n_kv, int hd, float scale, float *__restrict__ part,
+                           int n_kv, int hd, int swa, float scale, float *__restrict__ part,
                            int *__restrict__ count, T *__restrict__ out, int *__restrict__ ovf)
 {
     pdl_launch_dependents();
     pdl_wait(); /* q and the cache come from the kernel before */
-    const int h = blockIdx.x, splits = gridDim.y, kvh = h / (n_heads / n_kv);
-    att_split_head<T, WARPS, U>(qkv + (size_t)h * hd, kc + (size_t)kvh * hd, vc + (size_t)kvh * hd,
-                                att_rows_flat(), *pos + 1, n_kv * hd, hd, scale, (int)blockIdx.y,
-                                splits, part + (size_t)h * splits * (size_t)(2 + hd), count + h,
-                                out + (size_t)h * hd, ovf);
+    const int h = blockIdx.x, splits = gridDim.y, kvh = h / (n_heads / n_kv), p = *pos;
+    att_split_head<T, WARPS, U>(
+        qkv + (size_t)h * hd, kc + (size_t)kvh * hd, vc + (size_t)kvh * hd, att_rows_flat(),
+        att_first(p, swa), p + 1, n_kv * hd, hd, scale, (int)blockIdx.y, splits,
+        part + (size_t)h * splits * (size_t)(2 + hd), count + h, out + (size_t)h * hd, ovf);
 }
 
 /* CPU reference: attention_range (gpu/cpu/backend_cpu.c) over a sequence's paged keys.
  * The decode steps of n_seqs sequences over the paged pool (gpu/batch.c): sequence s's token
- * (row s of qkv, ld floats apart) at position pos[s] attends to its positions 0..pos[s], key t
+ * (row s of qkv, ld floats apart) at position pos[s] attends to its positions
+ * att_first(pos[s], swa)..pos[s], key t
  * in row blocks[s * bt_ld + t / ATT_KV_BLOCK] * ATT_KV_BLOCK + t % ATT_KV_BLOCK of this layer's
  * pool kc, vc (n_blocks * ATT_KV_BLOCK, n_kv * hd). Each (sequence, head) is exactly
  * attention_split_kernel's head: the same splits (att_splits(n_heads)), the same keys in each,
@@ -369,7 +384,7 @@ __global__ void __launch_bounds__(WARPS * 32)
     attention_paged_kernel(const float *__restrict__ qkv, int ld, const C *__restrict__ kc,
                            const C *__restrict__ vc, const int *__restrict__ pos,
                            const int *__restrict__ blocks, int bt_ld, int n_heads, int n_kv, int hd,
-                           float scale, float *__restrict__ part, int *__restrict__ count,
+                           int swa, float scale, float *__restrict__ part, int *__restrict__ count,
                            T *__restrict__ out, int *__restrict__ ovf)
 {
     pdl_launch_dependents();
@@ -378,9 +393,9 @@ __global__ void __launch_bounds__(WARPS * 32)
     const int kvh = h / (n_heads / n_kv), sh = s * n_heads + h;
     att_split_head<T, WARPS, U>(
         qkv + (size_t)s * (size_t)ld + (size_t)h * hd, kc + (size_t)kvh * hd, vc + (size_t)kvh * hd,
-        att_rows_paged{blocks + (size_t)s * (size_t)bt_ld}, pos[s] + 1, n_kv * hd, hd, scale,
-        (int)blockIdx.y, splits, part + (size_t)sh * splits * (size_t)(2 + hd), count + sh,
-        out + (size_t)sh * hd, ovf);
+        att_rows_paged{blocks + (size_t)s * (size_t)bt_ld}, att_first(pos[s], swa), pos[s] + 1,
+        n_kv * hd, hd, scale, (int)blockIdx.y, splits,
+        part + (size_t)sh * splits * (size_t)(2 + hd), count + sh, out + (size_t)sh * hd, ovf);
 }
 
 #endif /* CAIRN_GPU_CUDA_KERNELS_ATTENTION_CUH */

@@ -109,6 +109,9 @@ typedef struct {
 static const char *g_split;
 /* mk_spec.wtype_fallback for the next cases: the type of the rows theirs cannot hold (0: none) */
 static uint32_t g_fallback;
+/* mk_spec.swa for the next cases, long runs and paged checks: a sliding window on every layer
+ * (a llama file with Mistral's attention.sliding_window), 0: none */
+static int g_swa;
 
 /* one model: CPU batched logits as reference; tested prompt and decode paths against it. With
  * cache_f16 both backends keep an f16 KV cache (they round the same keys and values to the same
@@ -122,6 +125,7 @@ static void check_case_cache(const gcase *c, int cache_f16)
     s.tied = c->tied;
     s.seed = 11 + c->type * 3 + (uint64_t)c->tied;
     s.wtype_fallback = g_fallback;
+    s.swa = g_swa;
     if (c->dim) {
         s.dim = c->dim;
         s.n_heads = c->heads;
@@ -134,13 +138,15 @@ static void check_case_cache(const gcase *c, int cache_f16)
         s.rope_dim = s.dim / s.n_heads / 2;
         s.rms_eps = 1e-6f;
     }
-    char name[160], err[256];
-    snprintf(name, sizeof name, "%s %s%s%s%s%s%s%s%s%s%s%s hd %d gqa %d:%d dim %d ff %d", c->arch,
+    char name[176], err[256], win[24] = "";
+    if (g_swa)
+        snprintf(win, sizeof win, " window %d", g_swa);
+    snprintf(name, sizeof name, "%s %s%s%s%s%s%s%s%s%s%s%s%s hd %d gqa %d:%d dim %d ff %d", c->arch,
              cairn__ggml_type_name(c->type), g_fallback ? "+" : "",
              g_fallback ? cairn__ggml_type_name(g_fallback) : "", c->tied ? " tied" : "",
              c->dtype ? " as " : "", c->dtype ? c->dtype : "", c->llama3 ? " rope_freqs" : "",
              c->gemv ? " gemv=cublas" : "", g_split ? " split " : "", g_split ? g_split : "",
-             cache_f16 ? " cache f16" : "", s.dim / s.n_heads, s.n_heads, s.n_kv_heads, s.dim,
+             cache_f16 ? " cache f16" : "", win, s.dim / s.n_heads, s.n_heads, s.n_kv_heads, s.dim,
              s.ff);
     mk_loaded L;
     int rc = mk_load(&s, &L, err, sizeof err);
@@ -301,6 +307,7 @@ static void check_long(int dim, int heads, int kv, const char *arch, int cache_f
     shape_spec(&s, arch, CAIRN__GGML_F16, dim, heads, kv, 2 * dim);
     s.ctx = 512;
     s.seed = 31 + (uint64_t)dim;
+    s.swa = g_swa;
     char err[256];
     mk_loaded L;
     int rc = mk_load(&s, &L, err, sizeof err);
@@ -313,7 +320,9 @@ static void check_long(int dim, int heads, int kv, const char *arch, int cache_f
     const int ct = cache_f16 ? CAIRN__CACHE_F16 : CAIRN__CACHE_F32;
     cairn__backend_opts oc = {.n_ctx = 320, .n_threads = 2, .n_batch = 320, .cache_type = ct};
     cairn__backend_opts ot = {.n_ctx = 320, .n_threads = 2, .n_batch = 128, .cache_type = ct};
-    const char *cn = cache_f16 ? " cache f16" : "";
+    const char *cn = cache_f16 ? (g_swa ? " cache f16, window" : " cache f16")
+                     : g_swa   ? " window"
+                               : "";
     uint64_t r = 12345;
     for (int i = 0; toks && i < n; i++) {
         r ^= r << 13, r ^= r >> 7, r ^= r << 17;
@@ -836,6 +845,7 @@ static void check_paged(uint32_t wtype, const char *dtype, const char *gemv, int
     mk_spec_default(&s);
     if (g_paged_arch)
         s.arch = g_paged_arch;
+    s.swa = g_swa;
     s.dim = 128;
     s.n_heads = 4;
     s.n_kv_heads = 2;
@@ -856,8 +866,8 @@ static void check_paged(uint32_t wtype, const char *dtype, const char *gemv, int
     float *got = malloc((size_t)PG_SEQS * (PG_GEN + 1) * V * sizeof(float));
     float *ref = malloc(V * sizeof(float));
     char what[96];
-    snprintf(what, sizeof what, "paged: %s%s%s%s%s%s", g_paged_arch ? g_paged_arch : "",
-             g_paged_arch ? " " : "", cairn__ggml_type_name(wtype),
+    snprintf(what, sizeof what, "paged: %s%s%s%s%s%s%s", g_paged_arch ? g_paged_arch : "",
+             g_paged_arch ? " " : "", g_swa ? "window " : "", cairn__ggml_type_name(wtype),
              dtype ? " as " : "", dtype ? dtype : "", gemv ? ", gemv cublas" : "");
     set_dtype(dtype);
     if (gemv)
@@ -1114,19 +1124,29 @@ int main(void)
     }
     /* K-quants need rows of 256; heads of 64 and 128, GQA 4:1 and none */
     const gcase k1 = {"llama", CAIRN__GGML_Q4_K, 0, 256, 4, 1, 512, NULL, "f16", 1e-3, 5, 0, NULL};
+    const gcase a_w = {"llama", CAIRN__GGML_F16, 0, 0, 0, 0, 0, NULL, "f16", 1e-3, 4, 0, NULL};
     const gcase k2 = {"qwen2", CAIRN__GGML_Q6_K, 1, 256, 2, 2, 512, NULL, "f16", 1e-3, 64, 0, NULL};
     check_case(&k1);
     check_case(&k2);
     /* qwen3: per-head q/k norms between the Q/K/V product and rope (qk_norm_kernel), in prompt
      * chunks, in the decode graph (whose Q/K/V product then stores its row), through cuBLAS */
     const gcase w1 = {"qwen3", CAIRN__GGML_F16, 0, 0, 0, 0, 0, NULL, "f16", 1e-3, 4, 0, NULL};
-    const gcase w2 = {"qwen3", CAIRN__GGML_Q8_0, 1, 256, 4, 2, 512, NULL, "f16", 1e-3, 64, 0,
-                      NULL};
+    const gcase w2 = {"qwen3", CAIRN__GGML_Q8_0, 1, 256, 4, 2, 512, NULL, "f16", 1e-3, 64, 0, NULL};
     const gcase w3 = {"qwen3", CAIRN__GGML_F32, 1, 0, 0, 0, 0, NULL, "f32", 1e-3, 4, 0, "cublas"};
     check_case(&w1);
     check_case(&w2);
     check_case(&w3);
     check_case_cache(&w1, 1);
+    /* a sliding window on every layer (Mistral's llama files): 5 positions of the 13-token
+     * prompt, in chunks of 4 and one of 64 and through the decode graph; 100 of a 300-token
+     * prompt in chunks of 128 (the tiles skip the chunks before their window) */
+    g_swa = 5;
+    check_case(&a_w);
+    check_case(&k1);
+    g_swa = 100;
+    check_long(512, 4, 2, "llama", 0);
+    check_long(512, 4, 2, "llama", 1);
+    g_swa = 0;
     /* the other 256-weight types (dequantized on the host as the rest) */
     static const uint32_t k256[] = {CAIRN__GGML_Q2_K, CAIRN__GGML_Q3_K, CAIRN__GGML_Q5_K,
                                     CAIRN__GGML_IQ4_XS};
@@ -1226,6 +1246,9 @@ int main(void)
     g_paged_arch = "qwen3"; /* the q/k norms before the paged bias/rope/KV step */
     check_paged(CAIRN__GGML_F16, NULL, NULL, CAIRN__CACHE_F32);
     g_paged_arch = NULL;
+    g_swa = 9; /* a window shorter than the sequences: the paged split of its keys */
+    check_paged(CAIRN__GGML_F16, NULL, NULL, CAIRN__CACHE_F32);
+    g_swa = 0;
     check_two_backends();
     check_greedy(CAIRN__GGML_F16);
     check_greedy(CAIRN__GGML_Q8_0);

@@ -7,7 +7,8 @@
 // float64 softmax(q . K * scale) @ V over the same keys and values (the cache read as the kernel
 // reads it: floats, or halves widened exactly), for element types f32, f16 and bf16, caches of
 // floats and of halves, grouped-query heads (1:1 to 7:1), heads of 32 to 256 and contexts from
-// one key to several hundred (a split with no keys, splits of one key, many groups a warp).
+// one key to several hundred (a split with no keys, splits of one key, many groups a warp), and
+// sliding windows (keys from the window's first only).
 // Also: the same bits whatever order the blocks run in (so whichever block comes last merges
 // the same way), each head's counter back at zero for the next step, the range flag set when an
 // output does not fit f16, and no shared-memory race, out-of-bounds or uninitialised read.
@@ -56,8 +57,9 @@ template <class C> struct setup {
 template <> float setup<float>::from(float v) { return v; }
 template <> __half setup<__half>::from(float v) { return __float2half_rn(v); }
 
-// softmax(q_ih . K[0..p] * scale) @ V[0..p] in float64: out (n, n_heads * hd)
-template <class C> static std::vector<double> reference(const setup<C> &s, int pos, int n)
+// softmax(q_ih . K[lo..p] * scale) @ V[lo..p] in float64, lo the window's first key (swa > 0:
+// the last swa positions, as the CPU's attention_range), else 0: out (n, n_heads * hd)
+template <class C> static std::vector<double> reference(const setup<C> &s, int pos, int n, int swa)
 {
     const int kv_dim = s.n_kv * s.hd, group = s.n_heads / s.n_kv;
     const double scale = 1.0 / std::sqrt((double)s.hd);
@@ -66,20 +68,21 @@ template <class C> static std::vector<double> reference(const setup<C> &s, int p
         for (int h = 0; h < s.n_heads; h++) {
             const float *q = &s.qkv[(size_t)i * s.ld + (size_t)h * s.hd];
             const int kvh = h / group, keys = pos + i + 1;
+            const int lo = swa > 0 && pos + i >= swa ? pos + i - swa + 1 : 0;
             std::vector<double> w(keys);
             double mx = -INFINITY, sum = 0;
-            for (int t = 0; t < keys; t++) {
+            for (int t = lo; t < keys; t++) {
                 double d = 0;
                 for (int e = 0; e < s.hd; e++)
                     d += (double)q[e] * widen(s.kc[(size_t)t * kv_dim + kvh * s.hd + e]);
                 w[t] = d * scale;
                 mx = std::max(mx, w[t]);
             }
-            for (int t = 0; t < keys; t++)
+            for (int t = lo; t < keys; t++)
                 sum += (w[t] = std::exp(w[t] - mx));
             for (int e = 0; e < s.hd; e++) {
                 double o = 0;
-                for (int t = 0; t < keys; t++)
+                for (int t = lo; t < keys; t++)
                     o += w[t] * widen(s.vc[(size_t)t * kv_dim + kvh * s.hd + e]);
                 out[((size_t)i * s.n_heads + h) * s.hd + e] = o / sum;
             }
@@ -126,10 +129,11 @@ static bool within(const std::vector<T> &out, const std::vector<double> &ref, in
 }
 
 // one token at position pos through attention_split_kernel, in two block orders
-template <class T, class C> static bool decode_case(int n_heads, int n_kv, int hd, int pos)
+template <class T, class C>
+static bool decode_case(int n_heads, int n_kv, int hd, int pos, int swa = 0)
 {
     setup<C> s(n_heads, n_kv, hd, pos + 3, 1, 1.0f);
-    const std::vector<double> ref = reference(s, pos, 1);
+    const std::vector<double> ref = reference(s, pos, 1, swa);
     const int splits = att_splits(n_heads);
     const float scale = 1.0f / sqrtf((float)hd);
     std::vector<T> first;
@@ -142,13 +146,13 @@ template <class T, class C> static bool decode_case(int n_heads, int n_kv, int h
         emu_order = order;
         emu_launch2("attention_split_kernel", n_heads, splits, ATT_DECODE_WARPS * 32, [&] {
             attention_split_kernel<T, ATT_DECODE_WARPS, ATT_DECODE_U, C>(
-                s.qkv.data(), s.kc.data(), s.vc.data(), &p, n_heads, n_kv, hd, scale, part.data(),
-                count.data(), out.data(), &ovf);
+                s.qkv.data(), s.kc.data(), s.vc.data(), &p, n_heads, n_kv, hd, swa, scale,
+                part.data(), count.data(), out.data(), &ovf);
         });
         emu_order = 0;
-        char what[96];
-        snprintf(what, sizeof what, "%s %s heads %d/%d hd %d pos %d order %d", tname<T>(),
-                 cname<C>(), n_heads, n_kv, hd, pos, order);
+        char what[112];
+        snprintf(what, sizeof what, "%s %s heads %d/%d hd %d pos %d window %d order %d", tname<T>(),
+                 cname<C>(), n_heads, n_kv, hd, pos, swa, order);
         good &= within(out, ref, ovf, what);
         for (int h = 0; h < n_heads; h++)
             if (count[h] != 0) {
@@ -172,10 +176,11 @@ template <class T, class C> static bool decode_case(int n_heads, int n_kv, int h
 }
 
 // n tokens at positions pos.. through attention_tile_kernel, in the tiles the backend uses
-template <class T, class C> static bool prompt_case(int n_heads, int n_kv, int hd, int pos, int n)
+template <class T, class C>
+static bool prompt_case(int n_heads, int n_kv, int hd, int pos, int n, int swa = 0)
 {
     setup<C> s(n_heads, n_kv, hd, pos + n, n, 1.0f);
-    const std::vector<double> ref = reference(s, pos, n);
+    const std::vector<double> ref = reference(s, pos, n, swa);
     const float scale = 1.0f / sqrtf((float)hd);
     std::vector<T> out((size_t)n * n_heads * hd, from_f32<T>(NAN));
     int p = pos, ovf = 0;
@@ -183,8 +188,8 @@ template <class T, class C> static bool prompt_case(int n_heads, int n_kv, int h
     /* the backend's tiles: 16 tokens by chunks of 32 keys up to a head of 128, 8 by 16 past it */
     const auto run = [&](auto kernel, int tq) {
         emu_launch2("attention_tile_kernel", n_heads, (n + tq - 1) / tq, ATT_TILE_WARPS * 32, [&] {
-            kernel(s.qkv.data(), s.ld, s.kc.data(), s.vc.data(), &p, n, n_heads, n_kv, hd, scale,
-                   out.data(), &ovf);
+            kernel(s.qkv.data(), s.ld, s.kc.data(), s.vc.data(), &p, n, n_heads, n_kv, hd, swa,
+                   scale, out.data(), &ovf);
         });
     };
     if (hd <= 64)
@@ -194,9 +199,9 @@ template <class T, class C> static bool prompt_case(int n_heads, int n_kv, int h
     else
         run(attention_tile_kernel<T, 8, 16, 256, C>, 8);
     emu_order = 0;
-    char what[96];
-    snprintf(what, sizeof what, "%s %s prompt heads %d/%d hd %d pos %d n %d", tname<T>(),
-             cname<C>(), n_heads, n_kv, hd, pos, n);
+    char what[112];
+    snprintf(what, sizeof what, "%s %s prompt heads %d/%d hd %d pos %d n %d window %d", tname<T>(),
+             cname<C>(), n_heads, n_kv, hd, pos, n, swa);
     return within(out, ref, ovf, what);
 }
 
@@ -255,6 +260,39 @@ template <class T, class C> static void all_for(bool every_shape)
     ok(bad == 0,
        "%s, %s: %d prompt-chunk cases (attention_tile_kernel, causal) within %g of float64",
        tname<T>(), cname<C>(), cases, tolerance<T>());
+    /* sliding windows (Mistral's; phi3's, gemma's layers): a window of one key, one shorter than
+     * a warp, one ending inside a chunk, one longer than the context; single tokens (the split
+     * of the window's keys) and prompt chunks (chunks before the tile's first window skipped,
+     * a query's keys before its own masked) */
+    cases = bad = 0;
+    for (const auto &sh : SHAPES) {
+        /* the window's logic is the same for every shape: two shapes (a third, of 128, for
+         * f32), every shape in the long form */
+        if (!G_LONG && sh[0] != 8 && sh[0] != 3 && !(every_shape && sh[2] == 128))
+            continue;
+        if (sh[2] > 128)
+            continue;
+        for (const int *c : {(const int[]){33, 20}, (const int[]){120, 64}, (const int[]){5, 1},
+                             (const int[]){6, 100}}) {
+            cases++;
+            bad += !decode_case<T, C>(sh[0], sh[1], sh[2], c[0], c[1]);
+        }
+        for (const int *c : {(const int[]){37, 33, 20}, (const int[]){0, 40, 7},
+                             (const int[]){100, 33, 64}, (const int[]){2, 5, 1}}) {
+            if (!every_shape && c[1] < 33)
+                continue;
+            cases++;
+            bad += !prompt_case<T, C>(sh[0], sh[1], sh[2], c[0], c[1], c[2]);
+        }
+    }
+    if (every_shape) {
+        bad += !decode_case<T, C>(2, 2, 256, 40, 9) + !prompt_case<T, C>(2, 2, 256, 20, 20, 9);
+        cases += 2;
+    }
+    ok(bad == 0,
+       "%s, %s: %d sliding-window cases (windows of 1 to 100 keys, single tokens and prompt "
+       "chunks) within %g of float64 over the window's keys, the same bits in any block order",
+       tname<T>(), cname<C>(), cases, tolerance<T>());
 }
 
 // values beyond f16's range set the flag: every value 1e5, so every output is 1e5
@@ -268,8 +306,8 @@ static void range_flag()
     int p = 5, ovf = 0;
     emu_launch2("attention_split_kernel", 4, att_splits(4), ATT_DECODE_WARPS * 32, [&] {
         attention_split_kernel<__half, ATT_DECODE_WARPS, ATT_DECODE_U, float>(
-            s.qkv.data(), s.kc.data(), s.vc.data(), &p, 4, 2, 64, 0.125f, part.data(), count.data(),
-            out.data(), &ovf);
+            s.qkv.data(), s.kc.data(), s.vc.data(), &p, 4, 2, 64, 0, 0.125f, part.data(),
+            count.data(), out.data(), &ovf);
     });
     ok(ovf == 1, "an attention output beyond f16's range sets the range flag (%d)", ovf);
 }

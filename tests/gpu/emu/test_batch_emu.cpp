@@ -194,120 +194,126 @@ template <class T, class C> static void paged_for()
     static const std::vector<std::vector<int>> SETS = {{0}, {15, 16, 17}, {37, 0, 100, 5}};
     long cases = 0, bad = 0, tol_bad = 0, count_bad = 0;
     double worst = 0;
-    for (const auto &sh : SHAPES) {
-        const int n_heads = sh[0], n_kv = sh[1], hd = sh[2], kv_dim = n_kv * hd;
-        const int ld = (n_heads + 2 * n_kv) * hd, splits = att_splits(n_heads);
-        const float scale = 1.0f / sqrtf((float)hd);
-        for (const auto &pos : SETS) {
-            const int n = (int)pos.size();
-            // the pool: every sequence's blocks, shuffled, and two spare blocks; rows NaN
-            int n_blocks = 2;
-            std::vector<int> nbk(n);
-            for (int s = 0; s < n; s++)
-                n_blocks += nbk[s] = pos[s] / ATT_KV_BLOCK + 1;
-            std::vector<int> perm(n_blocks);
-            std::iota(perm.begin(), perm.end(), 0);
-            std::shuffle(perm.begin(), perm.end(), R);
-            const int bt_ld = 8; // (100 + 1 + 15) / 16 blocks at most
-            std::vector<int> bt((size_t)n * bt_ld, -1);
-            std::vector<C> kp((size_t)n_blocks * ATT_KV_BLOCK * kv_dim, cfrom<C>(NAN));
-            std::vector<C> vp(kp);
-            std::vector<float> qkv((size_t)n * ld);
-            for (auto &x : qkv)
-                x = urand(-2, 2);
-            std::vector<std::vector<C>> kc(n), vc(n); // each sequence's contiguous cache
-            for (int s = 0, next = 0; s < n; s++) {
-                for (int j = 0; j < nbk[s]; j++)
-                    bt[(size_t)s * bt_ld + j] = perm[next++];
-                kc[s].resize((size_t)(pos[s] + 1) * kv_dim);
-                vc[s].resize(kc[s].size());
-                for (int t = 0; t <= pos[s]; t++) {
-                    const size_t row =
-                        (size_t)bt[(size_t)s * bt_ld + t / ATT_KV_BLOCK] * ATT_KV_BLOCK +
-                        t % ATT_KV_BLOCK;
-                    for (int e = 0; e < kv_dim; e++) {
-                        kc[s][(size_t)t * kv_dim + e] = kp[row * kv_dim + e] =
-                            cfrom<C>(urand(-1, 1));
-                        vc[s][(size_t)t * kv_dim + e] = vp[row * kv_dim + e] =
-                            cfrom<C>(urand(-1, 1));
+    for (int swa : {0, 20}) /* no window, and one that cuts the longer sequences' keys */
+        for (const auto &sh : SHAPES) {
+            const int n_heads = sh[0], n_kv = sh[1], hd = sh[2], kv_dim = n_kv * hd;
+            const int ld = (n_heads + 2 * n_kv) * hd, splits = att_splits(n_heads);
+            const float scale = 1.0f / sqrtf((float)hd);
+            for (const auto &pos : SETS) {
+                const int n = (int)pos.size();
+                // the pool: every sequence's blocks, shuffled, and two spare blocks; rows NaN
+                int n_blocks = 2;
+                std::vector<int> nbk(n);
+                for (int s = 0; s < n; s++)
+                    n_blocks += nbk[s] = pos[s] / ATT_KV_BLOCK + 1;
+                std::vector<int> perm(n_blocks);
+                std::iota(perm.begin(), perm.end(), 0);
+                std::shuffle(perm.begin(), perm.end(), R);
+                const int bt_ld = 8; // (100 + 1 + 15) / 16 blocks at most
+                std::vector<int> bt((size_t)n * bt_ld, -1);
+                std::vector<C> kp((size_t)n_blocks * ATT_KV_BLOCK * kv_dim, cfrom<C>(NAN));
+                std::vector<C> vp(kp);
+                std::vector<float> qkv((size_t)n * ld);
+                for (auto &x : qkv)
+                    x = urand(-2, 2);
+                std::vector<std::vector<C>> kc(n), vc(n); // each sequence's contiguous cache
+                for (int s = 0, next = 0; s < n; s++) {
+                    for (int j = 0; j < nbk[s]; j++)
+                        bt[(size_t)s * bt_ld + j] = perm[next++];
+                    kc[s].resize((size_t)(pos[s] + 1) * kv_dim);
+                    vc[s].resize(kc[s].size());
+                    for (int t = 0; t <= pos[s]; t++) {
+                        const size_t row =
+                            (size_t)bt[(size_t)s * bt_ld + t / ATT_KV_BLOCK] * ATT_KV_BLOCK +
+                            t % ATT_KV_BLOCK;
+                        for (int e = 0; e < kv_dim; e++) {
+                            kc[s][(size_t)t * kv_dim + e] = kp[row * kv_dim + e] =
+                                cfrom<C>(urand(-1, 1));
+                            vc[s][(size_t)t * kv_dim + e] = vp[row * kv_dim + e] =
+                                cfrom<C>(urand(-1, 1));
+                        }
                     }
                 }
-            }
-            // the solo kernel, one sequence at a time, over its contiguous cache
-            std::vector<std::vector<T>> want(n);
-            for (int s = 0; s < n; s++) {
-                std::vector<float> part((size_t)n_heads * splits * (2 + hd), NAN);
-                std::vector<int> count(n_heads, 0);
-                want[s].assign((size_t)n_heads * hd, from_f32<T>(NAN));
-                int p = pos[s], ovf = 0;
-                emu_launch2("attention_split_kernel", n_heads, splits, ATT_DECODE_WARPS * 32, [&] {
-                    attention_split_kernel<T, ATT_DECODE_WARPS, ATT_DECODE_U, C>(
-                        &qkv[(size_t)s * ld], kc[s].data(), vc[s].data(), &p, n_heads, n_kv, hd,
-                        scale, part.data(), count.data(), want[s].data(), &ovf);
-                });
-            }
-            // every sequence in one paged launch, blocks in shuffled order
-            std::vector<float> part((size_t)n * n_heads * splits * (2 + hd), NAN);
-            std::vector<int> count((size_t)n * n_heads, 0);
-            std::vector<T> out((size_t)n * n_heads * hd, from_f32<T>(NAN));
-            int ovf = 0;
-            emu_order = 2;
-            emu_launch2("attention_paged_kernel", n * n_heads, splits, ATT_DECODE_WARPS * 32, [&] {
-                attention_paged_kernel<T, ATT_DECODE_WARPS, ATT_DECODE_U, C>(
-                    qkv.data(), ld, kp.data(), vp.data(), pos.data(), bt.data(), bt_ld, n_heads,
-                    n_kv, hd, scale, part.data(), count.data(), out.data(), &ovf);
-            });
-            emu_order = 0;
-            for (int c : count)
-                count_bad += c != 0;
-            for (int s = 0; s < n; s++) {
-                cases++;
-                bool same = true;
-                for (int i = 0; i < n_heads * hd && same; i++)
-                    if (bits(out[(size_t)s * n_heads * hd + i]) != bits(want[s][i])) {
-                        diag("%s %s heads %d/%d hd %d: sequence %d (pos %d) element %d: %a, "
-                             "solo %a",
-                             tname<T>(), cname<C>(), n_heads, n_kv, hd, s, pos[s], i,
-                             (double)to_f32(out[(size_t)s * n_heads * hd + i]),
-                             (double)to_f32(want[s][i]));
-                        same = false;
-                    }
-                bad += !same;
-                // float64: softmax(q . K * scale) @ V over the sequence's keys
-                double md = 0, mr = 0;
-                for (int h = 0; h < n_heads; h++) {
-                    const float *q = &qkv[(size_t)s * ld + (size_t)h * hd];
-                    const int kvh = h / (n_heads / n_kv), keys = pos[s] + 1;
-                    std::vector<double> w(keys);
-                    double mx = -INFINITY, sum = 0;
-                    for (int t = 0; t < keys; t++) {
-                        double d = 0;
-                        for (int e = 0; e < hd; e++)
-                            d += (double)q[e] * widen(kc[s][(size_t)t * kv_dim + kvh * hd + e]);
-                        mx = std::max(mx, w[t] = d / std::sqrt((double)hd));
-                    }
-                    for (int t = 0; t < keys; t++)
-                        sum += (w[t] = std::exp(w[t] - mx));
-                    for (int e = 0; e < hd; e++) {
-                        double o = 0;
-                        for (int t = 0; t < keys; t++)
-                            o += w[t] * widen(vc[s][(size_t)t * kv_dim + kvh * hd + e]);
-                        o /= sum;
-                        const double d =
-                            std::fabs((double)to_f32(out[((size_t)s * n_heads + h) * hd + e]) - o);
-                        md = d == d ? std::max(md, d) : INFINITY;
-                        mr = std::max(mr, std::fabs(o));
-                    }
+                // the solo kernel, one sequence at a time, over its contiguous cache
+                std::vector<std::vector<T>> want(n);
+                for (int s = 0; s < n; s++) {
+                    std::vector<float> part((size_t)n_heads * splits * (2 + hd), NAN);
+                    std::vector<int> count(n_heads, 0);
+                    want[s].assign((size_t)n_heads * hd, from_f32<T>(NAN));
+                    int p = pos[s], ovf = 0;
+                    emu_launch2(
+                        "attention_split_kernel", n_heads, splits, ATT_DECODE_WARPS * 32, [&] {
+                            attention_split_kernel<T, ATT_DECODE_WARPS, ATT_DECODE_U, C>(
+                                &qkv[(size_t)s * ld], kc[s].data(), vc[s].data(), &p, n_heads, n_kv,
+                                hd, swa, scale, part.data(), count.data(), want[s].data(), &ovf);
+                        });
                 }
-                const double e = md / (mr > 0 ? mr : 1);
-                worst = std::max(worst, e);
-                tol_bad += !(e <= tolerance<T>()) || ovf;
+                // every sequence in one paged launch, blocks in shuffled order
+                std::vector<float> part((size_t)n * n_heads * splits * (2 + hd), NAN);
+                std::vector<int> count((size_t)n * n_heads, 0);
+                std::vector<T> out((size_t)n * n_heads * hd, from_f32<T>(NAN));
+                int ovf = 0;
+                emu_order = 2;
+                emu_launch2("attention_paged_kernel", n * n_heads, splits, ATT_DECODE_WARPS * 32,
+                            [&] {
+                                attention_paged_kernel<T, ATT_DECODE_WARPS, ATT_DECODE_U, C>(
+                                    qkv.data(), ld, kp.data(), vp.data(), pos.data(), bt.data(),
+                                    bt_ld, n_heads, n_kv, hd, swa, scale, part.data(), count.data(),
+                                    out.data(), &ovf);
+                            });
+                emu_order = 0;
+                for (int c : count)
+                    count_bad += c != 0;
+                for (int s = 0; s < n; s++) {
+                    cases++;
+                    bool same = true;
+                    for (int i = 0; i < n_heads * hd && same; i++)
+                        if (bits(out[(size_t)s * n_heads * hd + i]) != bits(want[s][i])) {
+                            diag("%s %s heads %d/%d hd %d: sequence %d (pos %d) element %d: %a, "
+                                 "solo %a",
+                                 tname<T>(), cname<C>(), n_heads, n_kv, hd, s, pos[s], i,
+                                 (double)to_f32(out[(size_t)s * n_heads * hd + i]),
+                                 (double)to_f32(want[s][i]));
+                            same = false;
+                        }
+                    bad += !same;
+                    // float64: softmax(q . K * scale) @ V over the sequence's keys
+                    double md = 0, mr = 0;
+                    for (int h = 0; h < n_heads; h++) {
+                        const float *q = &qkv[(size_t)s * ld + (size_t)h * hd];
+                        const int kvh = h / (n_heads / n_kv), keys = pos[s] + 1;
+                        const int lo = swa && pos[s] >= swa ? pos[s] - swa + 1 : 0;
+                        std::vector<double> w(keys);
+                        double mx = -INFINITY, sum = 0;
+                        for (int t = lo; t < keys; t++) {
+                            double d = 0;
+                            for (int e = 0; e < hd; e++)
+                                d += (double)q[e] * widen(kc[s][(size_t)t * kv_dim + kvh * hd + e]);
+                            mx = std::max(mx, w[t] = d / std::sqrt((double)hd));
+                        }
+                        for (int t = lo; t < keys; t++)
+                            sum += (w[t] = std::exp(w[t] - mx));
+                        for (int e = 0; e < hd; e++) {
+                            double o = 0;
+                            for (int t = lo; t < keys; t++)
+                                o += w[t] * widen(vc[s][(size_t)t * kv_dim + kvh * hd + e]);
+                            o /= sum;
+                            const double d = std::fabs(
+                                (double)to_f32(out[((size_t)s * n_heads + h) * hd + e]) - o);
+                            md = d == d ? std::max(md, d) : INFINITY;
+                            mr = std::max(mr, std::fabs(o));
+                        }
+                    }
+                    const double e = md / (mr > 0 ? mr : 1);
+                    worst = std::max(worst, e);
+                    tol_bad += !(e <= tolerance<T>()) || ovf;
+                }
             }
         }
-    }
     ok(bad == 0 && count_bad == 0,
        "%s, %s: attention_paged_kernel bit for bit attention_split_kernel over the same keys, %ld "
-       "sequences in shared launches (%ld differ, %ld counters left set)",
+       "sequences in shared launches, with and without a sliding window (%ld differ, %ld counters "
+       "left set)",
        tname<T>(), cname<C>(), cases, bad, count_bad);
     ok(tol_bad == 0, "%s, %s: paged attention within %g of float64 (worst %.3g)", tname<T>(),
        cname<C>(), tolerance<T>(), worst);
