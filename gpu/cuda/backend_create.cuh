@@ -288,10 +288,9 @@ static int cuda_create(const cairn__model *m, const cairn__backend_opts *o, cair
             err, errlen, CAIRN_ENODEVICE,
             "no CUDA device: %s has compute capability %d.%d, this build needs 8.0 or newer",
             prop.name, prop.major, prop.minor);
-    /* phi3 and gemma: fused-weight views, post-norms, GELU, caps (a sliding window, Mistral's,
-     * is in the attention kernels) */
-    if (m->arch == CAIRN__ARCH_PHI3 || m->arch == CAIRN__ARCH_GEMMA2 ||
-        m->arch == CAIRN__ARCH_GEMMA3)
+    /* gemma: post-norms, GELU, caps, the local layers' rope (phi3's fused tensors are row views
+     * that upload as separate matrices do; windows are in the attention kernels) */
+    if (m->arch == CAIRN__ARCH_GEMMA2 || m->arch == CAIRN__ARCH_GEMMA3)
         return host.errf(err, errlen, CAIRN_EUNSUPPORTED,
                          "the %s architecture is not in the CUDA backend yet (the CPU backend "
                          "runs it)",

@@ -225,7 +225,7 @@ static int attend(cuda_backend *b, int n, int l, const C *kc, const C *vc)
 {
     const cairn__model *m = b->base.model;
     const int hd = m->head_dim, swa = m->layers[l].swa;
-    const float scale = 1.0f / sqrtf((float)hd);
+    const float scale = m->attn_scale; /* 1 / sqrt(hd), but see gpu/model.c */
     T *att = (T *)b->att;
     if (n == 1) /* one token: the keys split over blocks; between decode products */
         CU(b,

@@ -174,7 +174,7 @@ template <typename T> static int enqueue_batch_t(cuda_backend *b, int n)
     const cairn__model *m = b->base.model;
     const int dim = m->dim, ff = m->ff_dim, hd = m->head_dim;
     const int *pos = b->d_bin, *rows = b->d_bin + n, *tables = b->d_bin + 2 * n;
-    const float scale = 1.0f / sqrtf((float)hd);
+    const float scale = m->attn_scale; /* 1 / sqrt(hd), but see gpu/model.c */
     T *xn = (T *)b->xn;
     int rc;
     embed_kernel<T>

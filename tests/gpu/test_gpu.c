@@ -3,7 +3,7 @@
  * Skips (a SKIP plan, see skip_all) when the build has no CUDA backend, its module
  * (libcairn-cuda.so, mk_loaded at run time) cannot be mk_loaded, or no usable device is present.
  * With one, random llama/qwen2 models of every weight type (GQA, tied and untied output), and
- * qwen3 ones (per-head q/k norms) of a few, are run
+ * qwen3 (per-head q/k norms), phi3 (fused tensors) and windowed llama ones of a few, are run
  * through both backends and compared: the reference is the CPU's batched prompt path (dequantize +
  * f32 GEMM: exact float arithmetic on the exact dequantized weights, for every type; the CPU's
  * decode path rounds activations to int8 for Q8_0/Q4_0 and is not a reference for that).
@@ -1143,6 +1143,11 @@ int main(void)
     g_swa = 5;
     check_case(&a_w);
     check_case(&k1);
+    /* phi3: q/k/v and gate/up as row views of fused tensors, NEOX rope, its window */
+    const gcase p3 = {"phi3", CAIRN__GGML_Q8_0, 0, 0, 0, 0, 0, NULL, "f16", 1e-3, 4, 0, NULL};
+    check_case(&p3);
+    g_swa = 0;
+    check_case(&p3);
     g_swa = 100;
     check_long(512, 4, 2, "llama", 0);
     check_long(512, 4, 2, "llama", 1);
