@@ -43,6 +43,8 @@ static void cuda_destroy(cairn__backend *bb)
             cudaFree(d->bqkv);
             cudaFree(d->q_norm);
             cudaFree(d->k_norm);
+            cudaFree(d->attn_post);
+            cudaFree(d->ffn_post);
         }
         free(b->layers);
     }
@@ -50,11 +52,12 @@ static void cuda_destroy(cairn__backend *bb)
         cudaFree(b->output);
     cudaFree(b->tok_embd);
     cudaFree(b->output_norm);
-    void *dev[] = {b->kc,       b->vc,       b->x,           b->xn,        b->qkv,
-                   b->att,      b->gu,       b->hb,          b->logits,    b->inv_freq,
-                   b->d_tokens, b->d_pos,    b->d_overflow,  b->workspace, b->d_sin,
-                   b->d_next,   b->keys,     b->keys_sorted, b->sort_temp, b->rope_cs,
-                   b->weights,  b->att_part, b->att_count};
+    void *dev[] = {b->kc,       b->vc,       b->x,           b->xn,         b->qkv,
+                   b->att,      b->gu,       b->hb,          b->logits,     b->inv_freq,
+                   b->d_tokens, b->d_pos,    b->d_overflow,  b->workspace,  b->d_sin,
+                   b->d_next,   b->keys,     b->keys_sorted, b->sort_temp,  b->rope_cs,
+                   b->weights,  b->att_part, b->att_count,   b->inv_freq_l, b->rope_cs_l,
+                   b->xt};
     for (size_t i = 0; i < sizeof dev / sizeof *dev; i++)
         cudaFree(dev[i]);
     cudaFreeHost(b->h_tokens);
@@ -122,6 +125,14 @@ static int setup(cuda_backend *b)
         (rc = dmalloc(b, (void **)&b->att_count, (size_t)m->n_heads * sizeof(int),
                       "attention splits")))
         return rc;
+    const size_t half1 = (size_t)(m->rope_dim / 2 + 1);
+    if (m->rope_base_local > 0 &&
+        ((rc = dmalloc(b, (void **)&b->inv_freq_l, half1 * sizeof(float), "rope")) ||
+         (rc = dmalloc(b, (void **)&b->rope_cs_l, nb * half1 * 2 * sizeof(float), "rope"))))
+        return rc;
+    if (m->n_layers && m->layers[0].attn_post_norm &&
+        (rc = dmalloc(b, (void **)&b->xt, nb * (size_t)m->dim * sizeof(float), "activations")))
+        return rc;
     if ((rc = host_alloc(b, (void **)&b->h_tokens, nb * sizeof(int), "tokens")) ||
         (rc = host_alloc(b, (void **)&b->h_pos, sizeof(int), "the position")) ||
         (rc = host_alloc(b, (void **)&b->h_logits, (size_t)m->n_vocab * sizeof(float), "logits")) ||
@@ -158,18 +169,25 @@ static int setup(cuda_backend *b)
     CU(b, cudaMemset(b->vc, 0, kv), "cudaMemset");
     CU(b, cudaMemset(b->d_overflow, 0, sizeof(int)), "cudaMemset");
     CU(b, cudaMemset(b->att_count, 0, (size_t)m->n_heads * sizeof(int)), "cudaMemset");
-    /* theta_i = pos * base^(-2i/rope_dim) / rope_freqs[i] (Llama 3's factors, when the file has
-     * them): the CPU backend's table, computed the same way */
-    float inv[ATT_MAX_HD / 2 + 1]; /* rope_dim <= head_dim <= ATT_MAX_HD (checked at create) */
+    /* theta_i = pos * base^(-2i/rope_dim) / rope_freqs[i] * rope_scale (Llama 3's factors, when
+     * the file has them; gemma3's linear scaling): the CPU backend's table, computed the same
+     * way; gemma3's sliding layers' from their own base, unscaled */
+    float inv[ATT_MAX_HD / 2 + 1], inv_l[ATT_MAX_HD / 2 + 1]; /* rope_dim <= head_dim <= 256 */
     const int half = m->rope_dim / 2;
     if (half > (int)(sizeof inv / sizeof *inv))
         return host.errf(b->e, b->elen, CAIRN_EUNSUPPORTED, "rope dimension %d is too large",
                          m->rope_dim);
-    for (int i = 0; i < half; i++)
+    for (int i = 0; i < half; i++) {
         inv[i] = (float)(pow((double)m->rope_base, -2.0 * i / (double)m->rope_dim) /
-                         (m->rope_freqs ? (double)m->rope_freqs[i] : 1.0));
+                         (m->rope_freqs ? (double)m->rope_freqs[i] : 1.0) * (double)m->rope_scale);
+        inv_l[i] = (float)pow((double)m->rope_base_local, -2.0 * i / (double)m->rope_dim);
+    }
     if (half > 0)
         CU(b, cudaMemcpy(b->inv_freq, inv, (size_t)half * sizeof(float), cudaMemcpyHostToDevice),
+           "cudaMemcpy (rope)");
+    if (half > 0 && b->inv_freq_l)
+        CU(b,
+           cudaMemcpy(b->inv_freq_l, inv_l, (size_t)half * sizeof(float), cudaMemcpyHostToDevice),
            "cudaMemcpy (rope)");
     b->layers = (dlayer *)calloc((size_t)m->n_layers, sizeof *b->layers);
     if (!b->layers)
@@ -288,13 +306,8 @@ static int cuda_create(const cairn__model *m, const cairn__backend_opts *o, cair
             err, errlen, CAIRN_ENODEVICE,
             "no CUDA device: %s has compute capability %d.%d, this build needs 8.0 or newer",
             prop.name, prop.major, prop.minor);
-    /* gemma: post-norms, GELU, caps, the local layers' rope (phi3's fused tensors are row views
-     * that upload as separate matrices do; windows are in the attention kernels) */
-    if (m->arch == CAIRN__ARCH_GEMMA2 || m->arch == CAIRN__ARCH_GEMMA3)
-        return host.errf(err, errlen, CAIRN_EUNSUPPORTED,
-                         "the %s architecture is not in the CUDA backend yet (the CPU backend "
-                         "runs it)",
-                         m->arch_name);
+    /* (phi3's fused tensors are row views, uploaded as separate matrices are; windows, gemma's
+     * post-norms, GELU, soft-caps and local rope are in the kernels) */
     if (m->head_dim > ATT_MAX_HD)
         return host.errf(err, errlen, CAIRN_EUNSUPPORTED,
                          "head dimension %d exceeds the CUDA backend's %d", m->head_dim,

@@ -119,7 +119,7 @@ static qkv_args qkv_of(const cuda_backend *b, int l)
     qkv_args a;
     a.bias = b->layers[l].bqkv;
     a.pos = b->d_pos;
-    a.cs = b->rope_cs;
+    a.cs = m->layers[l].rope_local ? b->rope_cs_l : b->rope_cs;
     a.kc = (char *)b->kc + (size_t)l * layer_kv * kv_elem(b);
     a.vc = (char *)b->vc + (size_t)l * layer_kv * kv_elem(b);
     a.cache_f16 = b->cache_f16;
@@ -187,24 +187,68 @@ template <typename T> static int qkv_product(cuda_backend *b, int n, int l)
     return 0;
 }
 
-/* C (n, rows) += W (rows, cols) @ in (n, cols), in already in T (product prod) */
-template <typename T>
-static int added_product(cuda_backend *b, int prod, int n, const void *W, int rows, int cols,
-                         const void *in, float *C, const char *fused, const char *blas)
+/* x (n, dim) += rmsnorm(xt (n, dim); w): gemma's norm after a sublayer, then the residual add */
+static int post_norm_add(cuda_backend *b, int n, const float *w)
 {
-    if (n == 1 && b->gv)
-        return gemv<T, GV_PLAIN, GV_Y>(b, prod, W, rows, cols, in, NULL, 1.0f, C, qkv_args(),
-                                       fused);
-    return gemm(b, W, rows, cols, in, n, C, rows, 1.0f, blas);
+    const cairn__model *m = b->base.model;
+    post_norm_add_kernel<<<n, CK_THREADS, 0, b->stream>>>(b->x, b->xt, w, m->dim, m->rms_eps);
+    LAUNCHED(b, "post-norm kernel");
+    return 0;
 }
 
-/* gu (n, 2 ff) = Wgu (2 ff, dim) @ rmsnorm(x), and hb (n, ff) = swiglu(gu) in T; a single token's
- * fused product stores hb alone (GV_GLU) */
+/* C (n, rows) += W (rows, cols) @ in (n, cols), in already in T (product prod); with post (the
+ * layer's norm after the sublayer; C is then the residual x), the product goes to xt and x +=
+ * rmsnorm(xt; post) */
+template <typename T>
+static int added_product(cuda_backend *b, int prod, int n, const void *W, int rows, int cols,
+                         const void *in, float *C, const float *post, const char *fused,
+                         const char *blas)
+{
+    float *y = post ? b->xt : C;
+    const float beta = post ? 0.0f : 1.0f;
+    const int rc = n == 1 && b->gv ? gemv<T, GV_PLAIN, GV_Y>(b, prod, W, rows, cols, in, NULL, beta,
+                                                             y, qkv_args(), fused)
+                                   : gemm(b, W, rows, cols, in, n, y, rows, beta, blas);
+    return rc || !post ? rc : post_norm_add(b, n, post);
+}
+
+/* hb (n, ff) = act(gate) * up of gu's n rows in T: SwiGLU, or gemma's GELU (tanh form) */
+template <typename T> static int gated(cuda_backend *b, int n)
+{
+    const cairn__model *m = b->base.model;
+    const int ff = m->ff_dim;
+    if (m->ffn_act == CAIRN__FFN_GELU) {
+        geglu_kernel<T><<<grid_for((size_t)n * ff), CK_THREADS, 0, b->stream>>>(
+            b->gu, ff, n, (T *)b->hb, b->d_overflow);
+        LAUNCHED(b, "geglu kernel");
+    } else {
+        swiglu_kernel<T><<<grid_for((size_t)n * ff), CK_THREADS, 0, b->stream>>>(
+            b->gu, ff, n, (T *)b->hb, b->d_overflow);
+        LAUNCHED(b, "swiglu kernel");
+    }
+    return 0;
+}
+
+/* logits (n, n_vocab) soft-capped in place (gemma2's final_softcap), if the model has it */
+static int cap_logits(cuda_backend *b, int n)
+{
+    const cairn__model *m = b->base.model;
+    if (!(m->final_softcap > 0))
+        return 0;
+    const size_t total = (size_t)n * (size_t)m->n_vocab;
+    softcap_kernel<<<grid_for(total), CK_THREADS, 0, b->stream>>>(b->logits, total,
+                                                                  m->final_softcap);
+    LAUNCHED(b, "soft-cap kernel");
+    return 0;
+}
+
+/* gu (n, 2 ff) = Wgu (2 ff, dim) @ rmsnorm(x), and hb (n, ff) = swiglu(gu) (gemma: geglu) in T;
+ * a single token's fused product stores hb alone (GV_GLU, SwiGLU only) */
 template <typename T> static int gate_up_product(cuda_backend *b, int n, const dlayer *ly)
 {
     const cairn__model *m = b->base.model;
     const int ff = m->ff_dim;
-    if (n == 1 && b->gv)
+    if (n == 1 && b->gv && m->ffn_act != CAIRN__FFN_GELU)
         return gemv<T, GV_NORM, GV_GLU>(b, GVP_GU, ly->wgu, 2 * ff, m->dim, b->x, ly->ffn_norm,
                                         0.0f, b->hb, qkv_args(),
                                         "rmsnorm + gate/up + swiglu (gemv)");
@@ -212,10 +256,7 @@ template <typename T> static int gate_up_product(cuda_backend *b, int n, const d
                                "rmsnorm + gate/up (gemv)", "cublasGemmEx (gate/up)");
     if (rc)
         return rc;
-    swiglu_kernel<T><<<grid_for((size_t)n * ff), CK_THREADS, 0, b->stream>>>(
-        b->gu, ff, n, (T *)b->hb, b->d_overflow);
-    LAUNCHED(b, "swiglu kernel");
-    return 0;
+    return gated<T>(b, n);
 }
 
 /* softmax(q . K) @ V for n tokens into att, over layer l's cache kc, vc (C: its type), within
@@ -225,15 +266,15 @@ static int attend(cuda_backend *b, int n, int l, const C *kc, const C *vc)
 {
     const cairn__model *m = b->base.model;
     const int hd = m->head_dim, swa = m->layers[l].swa;
-    const float scale = m->attn_scale; /* 1 / sqrt(hd), but see gpu/model.c */
+    const float scale = m->attn_scale, cap = m->attn_softcap; /* cap 0: none */
     T *att = (T *)b->att;
     if (n == 1) /* one token: the keys split over blocks; between decode products */
         CU(b,
            launch(b, 1, attention_split_kernel<T, ATT_DECODE_WARPS, ATT_DECODE_U, C>,
                   dim3((unsigned)m->n_heads, (unsigned)att_splits(m->n_heads)),
                   dim3(ATT_DECODE_WARPS * 32), 0, (const float *)b->qkv, kc, vc,
-                  (const int *)b->d_pos, m->n_heads, m->n_kv_heads, hd, swa, scale, b->att_part,
-                  b->att_count, att, (int *)b->d_overflow),
+                  (const int *)b->d_pos, m->n_heads, m->n_kv_heads, hd, swa, scale, cap,
+                  b->att_part, b->att_count, att, (int *)b->d_overflow),
            "attention kernel");
     else { /* a prompt chunk: tiles of tokens, sized by the head (hd <= ATT_MAX_HD = 256) */
         const dim3 blk(ATT_TILE_WARPS * 32);
@@ -241,7 +282,7 @@ static int attend(cuda_backend *b, int n, int l, const C *kc, const C *vc)
     attention_tile_kernel<T, TQ, KC, HDM, C>                                                       \
         <<<dim3((unsigned)m->n_heads, (unsigned)((n + TQ - 1) / TQ)), blk, 0, b->stream>>>(        \
             b->qkv, b->qkv_dim, kc, vc, b->d_pos, n, m->n_heads, m->n_kv_heads, hd, swa, scale,    \
-            att, b->d_overflow)
+            cap, att, b->d_overflow)
         if (hd <= 64)
             ATT_TILE(16, 32, 64);
         else if (hd <= 128)
@@ -266,17 +307,19 @@ static int layer_product(cuda_backend *b, int prod, int l, int n, int head_rows)
     case GVP_QKV:
         return qkv_product<T>(b, n, l);
     case GVP_WO: /* Wo (dim, q_dim) @ att (n, q_dim) + x -> x (n, dim) */
-        return added_product<T>(b, GVP_WO, n, ly->wo, dim, b->q_dim, b->att, b->x,
+        return added_product<T>(b, GVP_WO, n, ly->wo, dim, b->q_dim, b->att, b->x, ly->attn_post,
                                 "attention output (gemv)", "cublasGemmEx (attention output)");
     case GVP_GU: /* swiglu(Wgu (2 ff, dim) @ rmsnorm(x)) -> hb (n, ff) */
         return gate_up_product<T>(b, n, ly);
     case GVP_DOWN: /* Wd (dim, ff) @ hb + x -> x (n, dim) */
-        return added_product<T>(b, GVP_DOWN, n, ly->wd, dim, ff, b->hb, b->x, "down (gemv)",
-                                "cublasGemmEx (down)");
-    default: /* Wout (n_vocab, dim) @ rmsnorm(x) -> logits (head_rows, n_vocab) */
-        return normed_product<T>(b, GVP_OUT, head_rows, b->x + (size_t)(n - head_rows) * dim,
-                                 b->output_norm, b->output, m->n_vocab, b->logits,
-                                 "rmsnorm + output (gemv)", "cublasGemmEx (output)");
+        return added_product<T>(b, GVP_DOWN, n, ly->wd, dim, ff, b->hb, b->x, ly->ffn_post,
+                                "down (gemv)", "cublasGemmEx (down)");
+    default: { /* Wout (n_vocab, dim) @ rmsnorm(x) -> logits (head_rows, n_vocab), capped */
+        const int rc = normed_product<T>(
+            b, GVP_OUT, head_rows, b->x + (size_t)(n - head_rows) * dim, b->output_norm, b->output,
+            m->n_vocab, b->logits, "rmsnorm + output (gemv)", "cublasGemmEx (output)");
+        return rc ? rc : cap_logits(b, head_rows);
+    }
     }
 }
 
@@ -288,14 +331,20 @@ template <typename T> static int enqueue_t(cuda_backend *b, int n, int head_rows
     int rc;
 
     /* x (n, dim) = tok_embd[tokens] */
-    embed_kernel<T>
-        <<<n, CK_THREADS, 0, b->stream>>>((const T *)b->tok_embd, b->d_tokens, dim, b->x);
+    embed_kernel<T><<<n, CK_THREADS, 0, b->stream>>>((const T *)b->tok_embd, b->d_tokens, dim,
+                                                     m->embd_scale, b->x);
     LAUNCHED(b, "embedding kernel");
-    /* the rope angles of these positions, once for every layer and head */
+    /* the rope angles of these positions, once for every layer and head (and for gemma3's
+     * sliding layers, from their base) */
     if (m->rope_dim >= 2) {
         rope_table_kernel<<<n, 128, 0, b->stream>>>(b->d_pos, b->inv_freq, m->rope_dim / 2,
                                                     b->rope_cs);
         LAUNCHED(b, "rope table kernel");
+        if (b->rope_cs_l) {
+            rope_table_kernel<<<n, 128, 0, b->stream>>>(b->d_pos, b->inv_freq_l, m->rope_dim / 2,
+                                                        b->rope_cs_l);
+            LAUNCHED(b, "rope table kernel (local)");
+        }
     }
     for (int l = 0; l < m->n_layers; l++) {
         /* Wqkv (qkv_dim, dim) @ rmsnorm(x) -> qkv (n, qkv_dim); bias, rope, k/v into the cache */

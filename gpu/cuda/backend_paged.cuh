@@ -177,13 +177,18 @@ template <typename T> static int enqueue_batch_t(cuda_backend *b, int n)
     const float scale = m->attn_scale; /* 1 / sqrt(hd), but see gpu/model.c */
     T *xn = (T *)b->xn;
     int rc;
-    embed_kernel<T>
-        <<<n, CK_THREADS, 0, b->stream>>>((const T *)b->tok_embd, b->d_tokens, dim, b->x);
+    embed_kernel<T><<<n, CK_THREADS, 0, b->stream>>>((const T *)b->tok_embd, b->d_tokens, dim,
+                                                     m->embd_scale, b->x);
     LAUNCHED(b, "embedding kernel");
     if (m->rope_dim >= 2) {
         rope_table_seqs_kernel<<<n, 128, 0, b->stream>>>(pos, b->inv_freq, m->rope_dim / 2,
                                                          b->rope_cs);
         LAUNCHED(b, "rope table kernel");
+        if (b->rope_cs_l) {
+            rope_table_seqs_kernel<<<n, 128, 0, b->stream>>>(pos, b->inv_freq_l, m->rope_dim / 2,
+                                                             b->rope_cs_l);
+            LAUNCHED(b, "rope table kernel (local)");
+        }
     }
     for (int l = 0; l < m->n_layers; l++) {
         const dlayer *ly = &b->layers[l];
@@ -208,18 +213,21 @@ template <typename T> static int enqueue_batch_t(cuda_backend *b, int n)
             e = launch(b, 0, attention_paged_kernel<T, ATT_DECODE_WARPS, ATT_DECODE_U, __half>,
                        grid, dim3(ATT_DECODE_WARPS * 32), 0, (const float *)b->qkv, b->qkv_dim,
                        (const __half *)qa.kc, (const __half *)qa.vc, pos, tables, b->bt_ld,
-                       m->n_heads, m->n_kv_heads, hd, m->layers[l].swa, scale, b->bpart, b->bcount,
-                       (T *)b->att, (int *)b->d_overflow);
+                       m->n_heads, m->n_kv_heads, hd, m->layers[l].swa, scale, m->attn_softcap,
+                       b->bpart, b->bcount, (T *)b->att, (int *)b->d_overflow);
         else
             e = launch(b, 0, attention_paged_kernel<T, ATT_DECODE_WARPS, ATT_DECODE_U, float>, grid,
                        dim3(ATT_DECODE_WARPS * 32), 0, (const float *)b->qkv, b->qkv_dim,
                        (const float *)qa.kc, (const float *)qa.vc, pos, tables, b->bt_ld,
-                       m->n_heads, m->n_kv_heads, hd, m->layers[l].swa, scale, b->bpart, b->bcount,
-                       (T *)b->att, (int *)b->d_overflow);
+                       m->n_heads, m->n_kv_heads, hd, m->layers[l].swa, scale, m->attn_softcap,
+                       b->bpart, b->bcount, (T *)b->att, (int *)b->d_overflow);
         CU(b, e, "attention kernel (paged)");
         LAUNCHED(b, "attention kernel (paged)");
-        if ((rc = bproduct<T>(b, GVP_WO, ly->wo, dim, b->q_dim, b->att, n, b->x, dim, 1.0f,
-                              "attention output (batched gemv)")))
+        /* (gemma: the product to xt, then its post-norm added to x) */
+        if ((rc = bproduct<T>(b, GVP_WO, ly->wo, dim, b->q_dim, b->att, n,
+                              ly->attn_post ? b->xt : b->x, dim, ly->attn_post ? 0.0f : 1.0f,
+                              "attention output (batched gemv)")) ||
+            (ly->attn_post && (rc = post_norm_add(b, n, ly->attn_post))))
             return rc;
         rmsnorm_kernel<T><<<n, CK_THREADS, 0, b->stream>>>(b->x, ly->ffn_norm, dim, m->rms_eps, xn,
                                                            b->d_overflow);
@@ -227,18 +235,18 @@ template <typename T> static int enqueue_batch_t(cuda_backend *b, int n)
         if ((rc = bproduct<T>(b, GVP_GU, ly->wgu, 2 * ff, dim, xn, n, b->gu, 2 * ff, 0.0f,
                               "gate/up (batched gemv)")))
             return rc;
-        swiglu_kernel<T><<<grid_for((size_t)n * ff), CK_THREADS, 0, b->stream>>>(
-            b->gu, ff, n, (T *)b->hb, b->d_overflow);
-        LAUNCHED(b, "swiglu kernel");
-        if ((rc = bproduct<T>(b, GVP_DOWN, ly->wd, dim, ff, b->hb, n, b->x, dim, 1.0f,
-                              "down (batched gemv)")))
+        if ((rc = gated<T>(b, n)) ||
+            (rc = bproduct<T>(b, GVP_DOWN, ly->wd, dim, ff, b->hb, n, ly->ffn_post ? b->xt : b->x,
+                              dim, ly->ffn_post ? 0.0f : 1.0f, "down (batched gemv)")) ||
+            (ly->ffn_post && (rc = post_norm_add(b, n, ly->ffn_post))))
             return rc;
     }
     rmsnorm_kernel<T>
         <<<n, CK_THREADS, 0, b->stream>>>(b->x, b->output_norm, dim, m->rms_eps, xn, b->d_overflow);
     LAUNCHED(b, "rmsnorm kernel");
-    return bproduct<T>(b, GVP_OUT, b->output, m->n_vocab, dim, xn, n, b->logits, m->n_vocab, 0.0f,
-                       "output (batched gemv)");
+    rc = bproduct<T>(b, GVP_OUT, b->output, m->n_vocab, dim, xn, n, b->logits, m->n_vocab, 0.0f,
+                     "output (batched gemv)");
+    return rc ? rc : cap_logits(b, n);
 }
 
 /* one batch of n (1..n_batch) decode entries */

@@ -28,6 +28,7 @@ typedef struct {
     float *attn_norm, *ffn_norm; /* (dim) */
     float *bqkv;                 /* (q+2kv) or NULL */
     float *q_norm, *k_norm;      /* (head_dim) each, or NULL: qwen3's per-head norms */
+    float *attn_post, *ffn_post; /* (dim) each, or NULL: gemma's norms after each sublayer */
 } dlayer;
 
 /* The products of a decode step: a layer's four, then the output head (gv_sk) */
@@ -73,6 +74,9 @@ typedef struct {
     float *logits;   /* (nb, n_vocab) */
     float *inv_freq; /* (rope_dim / 2) */
     float *rope_cs;  /* (nb, rope_dim / 2, 2): cos, sin of the chunk's positions */
+    /* gemma3's sliding layers (rope_local): their own base's frequencies and table; else NULL */
+    float *inv_freq_l, *rope_cs_l;
+    float *xt; /* (nb, dim): a sublayer's output before its post-norm (gemma), else NULL */
     int *d_tokens, *d_pos;
     int *d_overflow;
     /* pinned host staging: the graph reads tokens/pos from here and writes logits here */

@@ -117,7 +117,9 @@ template <typename T> static int gv_tune_t(cuda_backend *b)
                 {b->att, (size_t)b->q_dim * sizeof(T)},
                 {b->hb, (size_t)m->ff_dim * sizeof(T)},
                 {b->d_pos, sizeof(int)},
-                {b->rope_cs, (size_t)(m->rope_dim / 2 + 1) * 2 * sizeof(float)}};
+                {b->rope_cs, (size_t)(m->rope_dim / 2 + 1) * 2 * sizeof(float)},
+                {b->rope_cs_l ? b->rope_cs_l : b->rope_cs,
+                 (size_t)(m->rope_dim / 2 + 1) * 2 * sizeof(float)}};
     for (size_t i = 0; i < sizeof zero / sizeof *zero && !rc; i++)
         if (cudaMemsetAsync(zero[i].p, 0, zero[i].bytes, b->stream) != cudaSuccess)
             rc = cuda_err(b->e, b->elen, cudaGetLastError(), "cudaMemsetAsync (gemv tuning)");

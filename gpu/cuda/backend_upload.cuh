@@ -180,6 +180,11 @@ static int upload_weights(cuda_backend *b)
             ((rc = upload_vec(b, ly->q_norm, (size_t)m->head_dim, &d->q_norm, "q norm")) ||
              (rc = upload_vec(b, ly->k_norm, (size_t)m->head_dim, &d->k_norm, "k norm"))))
             goto out;
+        if (ly->attn_post_norm && ((rc = upload_vec(b, ly->attn_post_norm, (size_t)m->dim,
+                                                    &d->attn_post, "post-attention norm")) ||
+                                   (rc = upload_vec(b, ly->ffn_post_norm, (size_t)m->dim,
+                                                    &d->ffn_post, "post-feed-forward norm"))))
+            goto out;
         if (ly->bq || ly->bk || ly->bv) { /* absent ones are zero */
             float *bias = (float *)calloc((size_t)b->qkv_dim, sizeof(float));
             if (!bias) {

@@ -21,7 +21,8 @@
  *   softmax(q_ih (hd) . K[lo..p] (t, hd) * scale) @ V[lo..p] (t, hd) -> out (n,
  * n_heads*hd)[i, h]; q is read from the rows of qkv (ld floats apart). lo is 0, or with a
  * sliding window of swa positions (a layer's, Mistral's, phi3's, gemma's: swa > 0) att_first:
- * p - swa + 1 once p >= swa, the rule of the CPU's attention_range.
+ * p - swa + 1 once p >= swa, the rule of the CPU's attention_range. A score q . k * scale is
+ * soft-capped (att_cap) before the softmax when cap > 0.
  *
  * att_block is the work of one block over keys [lo, hi): each warp runs an online softmax over
  * groups of U consecutive keys (warp w takes groups w, w + WARPS, ...), each lane holding hd/32
@@ -49,6 +50,12 @@ __host__ __device__ __forceinline__ int att_splits(int n_heads)
 {
     const int s = (ATT_SPLIT_BLOCKS + n_heads - 1) / n_heads;
     return s < 1 ? 1 : s > ATT_MAX_SPLITS ? ATT_MAX_SPLITS : s;
+}
+
+/* a score, soft-capped to cap * tanh(s / cap) when cap > 0 (gemma2; the CPU's attn_softcap) */
+__device__ __forceinline__ float att_cap(float s, float cap)
+{
+    return cap > 0.0f ? __fmul_rn(cap, tanhf(__fdiv_rn(s, cap))) : s;
 }
 
 /* the first key position p attends to: its window's (swa > 0), else 0 */
@@ -85,8 +92,8 @@ template <int WARPS> struct att_smem {
 template <int WARPS, int U, typename C, typename ROWS>
 __device__ __forceinline__ void att_block(const float *__restrict__ q, const C *__restrict__ K,
                                           const C *__restrict__ V, int kv_dim, int hd, float scale,
-                                          int lo, int hi, att_smem<WARPS> &sm, float *M_out,
-                                          float *L_out, ROWS rows)
+                                          float cap, int lo, int hi, att_smem<WARPS> &sm,
+                                          float *M_out, float *L_out, ROWS rows)
 {
     constexpr int NK = ATT_MAX_HD / 32;
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
@@ -121,7 +128,7 @@ __device__ __forceinline__ void att_block(const float *__restrict__ q, const C *
         float mn = m;
 #pragma unroll
         for (int u = 0; u < U; u++) {
-            s[u] = t0 + u < hi ? warp_sum(s[u]) * scale : -INFINITY;
+            s[u] = t0 + u < hi ? att_cap(warp_sum(s[u]) * scale, cap) : -INFINITY;
             mn = fmaxf(mn, s[u]);
         }
         const float corr = expf(m - mn); /* 0 for the first group (m = -inf; mn is finite) */
@@ -195,7 +202,7 @@ template <typename T, int TQ, int KC, int HDM, typename C>
 __global__ void __launch_bounds__(ATT_TILE_WARPS * 32)
     attention_tile_kernel(const float *__restrict__ qkv, int ld, const C *__restrict__ kc,
                           const C *__restrict__ vc, const int *__restrict__ pos, int n, int n_heads,
-                          int n_kv, int hd, int swa, float scale, T *__restrict__ out,
+                          int n_kv, int hd, int swa, float scale, float cap, T *__restrict__ out,
                           int *__restrict__ ovf)
 {
     static_assert(KC <= 32 && TQ % ATT_TILE_WARPS == 0 && HDM % 32 == 0, "tile shape");
@@ -239,7 +246,7 @@ __global__ void __launch_bounds__(ATT_TILE_WARPS * 32)
                 float d = 0.0f;
                 for (int e = 0; e < hd; e++)
                     d += Qs[q][e] * Ks[lane][e];
-                sc = d * scale;
+                sc = att_cap(d * scale, cap);
             }
             float mc = sc;
 #pragma unroll
@@ -282,8 +289,8 @@ __global__ void __launch_bounds__(ATT_TILE_WARPS * 32)
 template <typename T, int WARPS, int U, typename C, typename ROWS>
 __device__ __forceinline__ void
 att_split_head(const float *__restrict__ q, const C *__restrict__ K, const C *__restrict__ V,
-               ROWS rows, int first, int keys, int kv_dim, int hd, float scale, int sp, int splits,
-               float *__restrict__ ph, int *__restrict__ count, T *__restrict__ o,
+               ROWS rows, int first, int keys, int kv_dim, int hd, float scale, float cap, int sp,
+               int splits, float *__restrict__ ph, int *__restrict__ count, T *__restrict__ o,
                int *__restrict__ ovf)
 {
     __shared__ att_smem<WARPS> sm;
@@ -293,7 +300,7 @@ att_split_head(const float *__restrict__ q, const C *__restrict__ K, const C *__
     float *mine = ph + (size_t)sp * (size_t)(2 + hd);
     if (lo < hi) {
         float M, L;
-        att_block<WARPS, U>(q, K, V, kv_dim, hd, scale, lo, hi, sm, &M, &L, rows);
+        att_block<WARPS, U>(q, K, V, kv_dim, hd, scale, cap, lo, hi, sm, &M, &L, rows);
         for (int e = threadIdx.x; e < hd; e += blockDim.x)
             mine[2 + e] = att_block_out(sm, M, e);
         if (threadIdx.x == 0) {
@@ -356,15 +363,16 @@ template <typename T, int WARPS, int U, typename C>
 __global__ void __launch_bounds__(WARPS * 32)
     attention_split_kernel(const float *__restrict__ qkv, const C *__restrict__ kc,
                            const C *__restrict__ vc, const int *__restrict__ pos, int n_heads,
-                           int n_kv, int hd, int swa, float scale, float *__restrict__ part,
-                           int *__restrict__ count, T *__restrict__ out, int *__restrict__ ovf)
+                           int n_kv, int hd, int swa, float scale, float cap,
+                           float *__restrict__ part, int *__restrict__ count, T *__restrict__ out,
+                           int *__restrict__ ovf)
 {
     pdl_launch_dependents();
     pdl_wait(); /* q and the cache come from the kernel before */
     const int h = blockIdx.x, splits = gridDim.y, kvh = h / (n_heads / n_kv), p = *pos;
     att_split_head<T, WARPS, U>(
         qkv + (size_t)h * hd, kc + (size_t)kvh * hd, vc + (size_t)kvh * hd, att_rows_flat(),
-        att_first(p, swa), p + 1, n_kv * hd, hd, scale, (int)blockIdx.y, splits,
+        att_first(p, swa), p + 1, n_kv * hd, hd, scale, cap, (int)blockIdx.y, splits,
         part + (size_t)h * splits * (size_t)(2 + hd), count + h, out + (size_t)h * hd, ovf);
 }
 
@@ -384,8 +392,8 @@ __global__ void __launch_bounds__(WARPS * 32)
     attention_paged_kernel(const float *__restrict__ qkv, int ld, const C *__restrict__ kc,
                            const C *__restrict__ vc, const int *__restrict__ pos,
                            const int *__restrict__ blocks, int bt_ld, int n_heads, int n_kv, int hd,
-                           int swa, float scale, float *__restrict__ part, int *__restrict__ count,
-                           T *__restrict__ out, int *__restrict__ ovf)
+                           int swa, float scale, float cap, float *__restrict__ part,
+                           int *__restrict__ count, T *__restrict__ out, int *__restrict__ ovf)
 {
     pdl_launch_dependents();
     pdl_wait(); /* q and the pool come from the kernel before */
@@ -394,7 +402,7 @@ __global__ void __launch_bounds__(WARPS * 32)
     att_split_head<T, WARPS, U>(
         qkv + (size_t)s * (size_t)ld + (size_t)h * hd, kc + (size_t)kvh * hd, vc + (size_t)kvh * hd,
         att_rows_paged{blocks + (size_t)s * (size_t)bt_ld}, att_first(pos[s], swa), pos[s] + 1,
-        n_kv * hd, hd, scale, (int)blockIdx.y, splits,
+        n_kv * hd, hd, scale, cap, (int)blockIdx.y, splits,
         part + (size_t)sh * splits * (size_t)(2 + hd), count + sh, out + (size_t)sh * hd, ovf);
 }
 

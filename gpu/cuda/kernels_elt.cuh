@@ -10,11 +10,12 @@
 
 #include "gpu/cuda/kernels_common.cuh"
 
-/* CPU reference: cairn__mat_row (gpu/cpu/kernels_cpu.c), per token in forward_chunk.
- * emb (n_vocab, dim)[tokens[i]] -> x (n, dim); grid (n), block CK_THREADS */
+/* CPU reference: embed (gpu/cpu/backend_cpu.c: cairn__mat_row, then times embd_scale when it
+ * is not 1: gemma's sqrt(dim)), per token in forward_chunk.
+ * emb (n_vocab, dim)[tokens[i]] * scale -> x (n, dim); grid (n), block CK_THREADS */
 template <typename T>
 __global__ void embed_kernel(const T *__restrict__ emb, const int *__restrict__ tokens, int dim,
-                             float *__restrict__ x)
+                             float scale, float *__restrict__ x)
 {
     const T *r = emb + (size_t)tokens[blockIdx.x] * (size_t)dim;
     float *o = x + (size_t)blockIdx.x * (size_t)dim;
@@ -27,7 +28,7 @@ __global__ void embed_kernel(const T *__restrict__ emb, const int *__restrict__ 
 #pragma unroll
         for (int j = 0; j < ROW_U; j++)
             if (k0 + j * B < dim)
-                o[k0 + j * B] = v[j];
+                o[k0 + j * B] = scale != 1.0f ? __fmul_rn(v[j], scale) : v[j];
     }
 }
 
@@ -97,6 +98,56 @@ __global__ void swiglu_kernel(const float *__restrict__ gu, int ff, int n, T *__
         out[idx] =
             swiglu_elt<T>(gu[i * 2 * (size_t)ff + k], gu[i * 2 * (size_t)ff + (size_t)ff + k], ovf);
     }
+}
+
+/* CPU reference: post_norm, then the residual add, in forward_chunk (gpu/cpu/backend_cpu.c):
+ * gemma's norms after attention and after the feed-forward. Row i of y (n, dim), a product's
+ * output, RMS-normalized with w as rmsnorm_row does it (squares summed in double, y * scale *
+ * w), and added to row i of the residual x. grid (n), block CK_THREADS */
+__global__ void post_norm_add_kernel(float *__restrict__ x, const float *__restrict__ y,
+                                     const float *__restrict__ w, int dim, float eps)
+{
+    const float *yr = y + (size_t)blockIdx.x * (size_t)dim;
+    float *xr = x + (size_t)blockIdx.x * (size_t)dim;
+    double ss = 0.0;
+    for (int k = threadIdx.x; k < dim; k += blockDim.x)
+        ss += (double)yr[k] * (double)yr[k];
+    ss = block_sum(ss);
+    const float scale = (float)(1.0 / sqrt(ss / (double)dim + (double)eps));
+    for (int k = threadIdx.x; k < dim; k += blockDim.x)
+        xr[k] = __fadd_rn(xr[k], __fmul_rn(__fmul_rn(yr[k], scale), w[k]));
+}
+
+/* CPU reference: gated (gpu/cpu/backend_cpu.c) with gemma's GELU, in its tanh form as ggml_gelu:
+ * 0.5 g (1 + tanh(0.7978845608 (g + 0.044715 g^3))) u, each product rounded in the CPU's
+ * order (tanhf is the device's, within an ulp or two of the host's).
+ * gu (n, 2*ff) rows [gate (ff) | up (ff)] f32 -> out (n, ff) T; grid-stride */
+template <typename T> __device__ __forceinline__ T geglu_elt(float g, float u, int *ovf)
+{
+    const float g3 = __fmul_rn(__fmul_rn(__fmul_rn(0.044715f, g), g), g);
+    const float t = tanhf(__fmul_rn(0.7978845608f, __fadd_rn(g, g3)));
+    return to_t_checked<T>(__fmul_rn(__fmul_rn(__fmul_rn(0.5f, g), __fadd_rn(1.0f, t)), u), ovf);
+}
+template <typename T>
+__global__ void geglu_kernel(const float *__restrict__ gu, int ff, int n, T *__restrict__ out,
+                             int *__restrict__ ovf)
+{
+    const size_t total = (size_t)n * (size_t)ff;
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += stride) {
+        const size_t i = idx / (size_t)ff, k = idx % (size_t)ff;
+        out[idx] =
+            geglu_elt<T>(gu[i * 2 * (size_t)ff + k], gu[i * 2 * (size_t)ff + (size_t)ff + k], ovf);
+    }
+}
+
+/* CPU reference: cap_logits (gpu/cpu/backend_cpu.c): gemma2's final soft-capping, each of the
+ * n logits to c * tanh(l / c) in place. grid-stride */
+__global__ void softcap_kernel(float *__restrict__ lg, size_t n, float c)
+{
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t k = (size_t)blockIdx.x * blockDim.x + threadIdx.x; k < n; k += stride)
+        lg[k] = __fmul_rn(c, tanhf(__fdiv_rn(lg[k], c)));
 }
 
 /* CPU reference: cairn__f32_to_f16 / cairn__f32_to_bf16 (gpu/quant.c), used at upload.

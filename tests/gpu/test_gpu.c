@@ -3,7 +3,8 @@
  * Skips (a SKIP plan, see skip_all) when the build has no CUDA backend, its module
  * (libcairn-cuda.so, mk_loaded at run time) cannot be mk_loaded, or no usable device is present.
  * With one, random llama/qwen2 models of every weight type (GQA, tied and untied output), and
- * qwen3 (per-head q/k norms), phi3 (fused tensors) and windowed llama ones of a few, are run
+ * qwen3 (per-head q/k norms), phi3 (fused tensors), gemma2/gemma3 and windowed llama ones of a
+ * few, are run
  * through both backends and compared: the reference is the CPU's batched prompt path (dequantize +
  * f32 GEMM: exact float arithmetic on the exact dequantized weights, for every type; the CPU's
  * decode path rounds activations to int8 for Q8_0/Q4_0 and is not a reference for that).
@@ -112,6 +113,20 @@ static uint32_t g_fallback;
 /* mk_spec.swa for the next cases, long runs and paged checks: a sliding window on every layer
  * (a llama file with Mistral's attention.sliding_window), 0: none */
 static int g_swa;
+/* gemma's settings for the next cases and paged checks: layers (0: mkmodel's), soft-caps of the
+ * scores and the logits (0: the defaults, 50 and 30), the global layers' linear rope scaling (0:
+ * none) */
+static int g_layers;
+static float g_attn_cap, g_final_cap, g_rope_scaling;
+
+static void gemma_spec(mk_spec *s)
+{
+    if (g_layers)
+        s->n_layers = g_layers;
+    s->attn_softcap = g_attn_cap;
+    s->final_softcap = g_final_cap;
+    s->rope_scaling = g_rope_scaling;
+}
 
 /* one model: CPU batched logits as reference; tested prompt and decode paths against it. With
  * cache_f16 both backends keep an f16 KV cache (they round the same keys and values to the same
@@ -126,6 +141,7 @@ static void check_case_cache(const gcase *c, int cache_f16)
     s.seed = 11 + c->type * 3 + (uint64_t)c->tied;
     s.wtype_fallback = g_fallback;
     s.swa = g_swa;
+    gemma_spec(&s);
     if (c->dim) {
         s.dim = c->dim;
         s.n_heads = c->heads;
@@ -846,6 +862,7 @@ static void check_paged(uint32_t wtype, const char *dtype, const char *gemv, int
     if (g_paged_arch)
         s.arch = g_paged_arch;
     s.swa = g_swa;
+    gemma_spec(&s);
     s.dim = 128;
     s.n_heads = 4;
     s.n_kv_heads = 2;
@@ -1148,6 +1165,31 @@ int main(void)
     check_case(&p3);
     g_swa = 0;
     check_case(&p3);
+    /* gemma2: the embedding's scale, post-norms, the GELU gate, soft-capped scores and logits
+     * (caps of 1 and 3 that change them all, then the defaults), the window on even layers;
+     * gemma3: q/k norms,
+     * five sliding layers of six with their own rope base, linear scaling on the global ones */
+    const gcase g2 = {"gemma2", CAIRN__GGML_F16, 1, 0, 0, 0, 0, NULL, "f16", 1e-3, 4, 0, NULL};
+    const gcase g2q = {"gemma2", CAIRN__GGML_Q8_0, 1, 256, 4, 2, 512, NULL, "f16", 1e-3, 64, 0,
+                       NULL};
+    const gcase g3 = {"gemma3", CAIRN__GGML_F16, 1, 0, 0, 0, 0, NULL, "f16", 1e-3, 4, 0, NULL};
+    const gcase g3c = {"gemma3", CAIRN__GGML_F32, 1,    0,  0, 0,       0,
+                       NULL,     "f32",           1e-3, 64, 0, "cublas"};
+    g_attn_cap = 1.0f, g_final_cap = 3.0f;
+    g_swa = 5;
+    check_case(&g2);
+    g_swa = 0;
+    g_attn_cap = g_final_cap = 0; /* the files' caps, 50 and 30 */
+    check_case(&g2q);
+    g_layers = 7;
+    g_swa = 5;
+    check_case(&g3);
+    check_case_cache(&g3, 1);
+    g_swa = 0;
+    g_rope_scaling = 8.0f;
+    check_case(&g3c);
+    g_rope_scaling = 0;
+    g_layers = 0;
     g_swa = 100;
     check_long(512, 4, 2, "llama", 0);
     check_long(512, 4, 2, "llama", 1);
@@ -1253,6 +1295,15 @@ int main(void)
     g_paged_arch = NULL;
     g_swa = 9; /* a window shorter than the sequences: the paged split of its keys */
     check_paged(CAIRN__GGML_F16, NULL, NULL, CAIRN__CACHE_F32);
+    g_paged_arch = "gemma2"; /* post-norms, GELU, soft-caps, the window on alternate layers */
+    g_attn_cap = 1.0f, g_final_cap = 3.0f;
+    check_paged(CAIRN__GGML_F16, NULL, NULL, CAIRN__CACHE_F32);
+    g_attn_cap = g_final_cap = 0;
+    g_paged_arch = "gemma3"; /* and q/k norms, the local layers' rope */
+    g_layers = 7;
+    check_paged(CAIRN__GGML_F16, NULL, NULL, CAIRN__CACHE_F32);
+    g_layers = 0;
+    g_paged_arch = NULL;
     g_swa = 0;
     check_two_backends();
     check_greedy(CAIRN__GGML_F16);

@@ -102,6 +102,7 @@ static inline float __uint_as_float(unsigned u) { return u2f(u); }
 static inline float __fmul_rn(float a, float b) { return a * b; }
 static inline float __fadd_rn(float a, float b) { return a + b; }
 static inline float __fsub_rn(float a, float b) { return a - b; }
+static inline float __fdiv_rn(float a, float b) { return a / b; }
 template <class P> static inline P __ldcs(const P *p)
 {
     if ((uintptr_t)p % sizeof(P)) { // the GPU faults (misaligned address) on this

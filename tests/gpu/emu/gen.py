@@ -73,7 +73,7 @@ def section(name, start, end=None):
 # conversion at upload); the bias/rope/KV step (not the rope table); attention; the product
 code = "".join([
     section("kernels_common.cuh", "#define CK_THREADS"),
-    section("kernels_elt.cuh", "CPU reference: cairn__mat_row", "CPU reference: cairn__f32_to_f16"),
+    section("kernels_elt.cuh", "CPU reference: embed", "CPU reference: cairn__f32_to_f16"),
     section("kernels_rope.cuh", "---- bias, rope and the KV cache"),
     section("kernels_attention.cuh", "#define ATT_DECODE_WARPS"),
     section("kernels_gemv.cuh", "---- the decode matrix-vector product"),

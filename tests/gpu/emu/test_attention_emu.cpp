@@ -8,7 +8,7 @@
 // reads it: floats, or halves widened exactly), for element types f32, f16 and bf16, caches of
 // floats and of halves, grouped-query heads (1:1 to 7:1), heads of 32 to 256 and contexts from
 // one key to several hundred (a split with no keys, splits of one key, many groups a warp), and
-// sliding windows (keys from the window's first only).
+// sliding windows (keys from the window's first only) and soft-capped scores (gemma2's).
 // Also: the same bits whatever order the blocks run in (so whichever block comes last merges
 // the same way), each head's counter back at zero for the next step, the range flag set when an
 // output does not fit f16, and no shared-memory race, out-of-bounds or uninitialised read.
@@ -59,6 +59,8 @@ template <> __half setup<__half>::from(float v) { return __float2half_rn(v); }
 
 // softmax(q_ih . K[lo..p] * scale) @ V[lo..p] in float64, lo the window's first key (swa > 0:
 // the last swa positions, as the CPU's attention_range), else 0: out (n, n_heads * hd)
+static float g_cap; // the scores' soft-cap of the next cases (gemma2's), 0: none
+
 template <class C> static std::vector<double> reference(const setup<C> &s, int pos, int n, int swa)
 {
     const int kv_dim = s.n_kv * s.hd, group = s.n_heads / s.n_kv;
@@ -75,7 +77,7 @@ template <class C> static std::vector<double> reference(const setup<C> &s, int p
                 double d = 0;
                 for (int e = 0; e < s.hd; e++)
                     d += (double)q[e] * widen(s.kc[(size_t)t * kv_dim + kvh * s.hd + e]);
-                w[t] = d * scale;
+                w[t] = g_cap > 0 ? g_cap * std::tanh(d * scale / g_cap) : d * scale;
                 mx = std::max(mx, w[t]);
             }
             for (int t = lo; t < keys; t++)
@@ -146,7 +148,7 @@ static bool decode_case(int n_heads, int n_kv, int hd, int pos, int swa = 0)
         emu_order = order;
         emu_launch2("attention_split_kernel", n_heads, splits, ATT_DECODE_WARPS * 32, [&] {
             attention_split_kernel<T, ATT_DECODE_WARPS, ATT_DECODE_U, C>(
-                s.qkv.data(), s.kc.data(), s.vc.data(), &p, n_heads, n_kv, hd, swa, scale,
+                s.qkv.data(), s.kc.data(), s.vc.data(), &p, n_heads, n_kv, hd, swa, scale, g_cap,
                 part.data(), count.data(), out.data(), &ovf);
         });
         emu_order = 0;
@@ -189,7 +191,7 @@ static bool prompt_case(int n_heads, int n_kv, int hd, int pos, int n, int swa =
     const auto run = [&](auto kernel, int tq) {
         emu_launch2("attention_tile_kernel", n_heads, (n + tq - 1) / tq, ATT_TILE_WARPS * 32, [&] {
             kernel(s.qkv.data(), s.ld, s.kc.data(), s.vc.data(), &p, n, n_heads, n_kv, hd, swa,
-                   scale, out.data(), &ovf);
+                   scale, g_cap, out.data(), &ovf);
         });
     };
     if (hd <= 64)
@@ -293,6 +295,24 @@ template <class T, class C> static void all_for(bool every_shape)
        "%s, %s: %d sliding-window cases (windows of 1 to 100 keys, single tokens and prompt "
        "chunks) within %g of float64 over the window's keys, the same bits in any block order",
        tname<T>(), cname<C>(), cases, tolerance<T>());
+    /* soft-capped scores (gemma2: cap * tanh(s / cap) before the softmax), a cap of 0.5 that
+     * changes every score, alone and with a window */
+    cases = bad = 0;
+    g_cap = 0.5f;
+    for (const auto &sh : SHAPES) {
+        if (sh[0] != 8 && sh[0] != 3 && !(every_shape && sh[2] == 128))
+            continue;
+        bad += !decode_case<T, C>(sh[0], sh[1], sh[2], 33) +
+               !decode_case<T, C>(sh[0], sh[1], sh[2], 120, 64) +
+               !prompt_case<T, C>(sh[0], sh[1], sh[2], 37, 33) +
+               !prompt_case<T, C>(sh[0], sh[1], sh[2], 100, 33, 64);
+        cases += 4;
+    }
+    g_cap = 0;
+    ok(bad == 0,
+       "%s, %s: %d soft-capped cases (single tokens and prompt chunks, with and without a window) "
+       "within %g of float64",
+       tname<T>(), cname<C>(), cases, tolerance<T>());
 }
 
 // values beyond f16's range set the flag: every value 1e5, so every output is 1e5
@@ -306,7 +326,7 @@ static void range_flag()
     int p = 5, ovf = 0;
     emu_launch2("attention_split_kernel", 4, att_splits(4), ATT_DECODE_WARPS * 32, [&] {
         attention_split_kernel<__half, ATT_DECODE_WARPS, ATT_DECODE_U, float>(
-            s.qkv.data(), s.kc.data(), s.vc.data(), &p, 4, 2, 64, 0, 0.125f, part.data(),
+            s.qkv.data(), s.kc.data(), s.vc.data(), &p, 4, 2, 64, 0, 0.125f, 0.0f, part.data(),
             count.data(), out.data(), &ovf);
     });
     ok(ovf == 1, "an attention output beyond f16's range sets the range flag (%d)", ovf);

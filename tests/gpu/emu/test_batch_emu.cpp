@@ -194,7 +194,10 @@ template <class T, class C> static void paged_for()
     static const std::vector<std::vector<int>> SETS = {{0}, {15, 16, 17}, {37, 0, 100, 5}};
     long cases = 0, bad = 0, tol_bad = 0, count_bad = 0;
     double worst = 0;
-    for (int swa : {0, 20}) /* no window, and one that cuts the longer sequences' keys */
+    /* no window, one that cuts the longer sequences' keys, and soft-capped scores (gemma2) */
+    for (const auto &wc : {std::pair<int, float>{0, 0.0f}, {20, 0.0f}, {0, 0.5f}}) {
+        const int swa = wc.first;
+        const float cap = wc.second;
         for (const auto &sh : SHAPES) {
             const int n_heads = sh[0], n_kv = sh[1], hd = sh[2], kv_dim = n_kv * hd;
             const int ld = (n_heads + 2 * n_kv) * hd, splits = att_splits(n_heads);
@@ -241,12 +244,13 @@ template <class T, class C> static void paged_for()
                     std::vector<int> count(n_heads, 0);
                     want[s].assign((size_t)n_heads * hd, from_f32<T>(NAN));
                     int p = pos[s], ovf = 0;
-                    emu_launch2(
-                        "attention_split_kernel", n_heads, splits, ATT_DECODE_WARPS * 32, [&] {
-                            attention_split_kernel<T, ATT_DECODE_WARPS, ATT_DECODE_U, C>(
-                                &qkv[(size_t)s * ld], kc[s].data(), vc[s].data(), &p, n_heads, n_kv,
-                                hd, swa, scale, part.data(), count.data(), want[s].data(), &ovf);
-                        });
+                    emu_launch2("attention_split_kernel", n_heads, splits, ATT_DECODE_WARPS * 32,
+                                [&] {
+                                    attention_split_kernel<T, ATT_DECODE_WARPS, ATT_DECODE_U, C>(
+                                        &qkv[(size_t)s * ld], kc[s].data(), vc[s].data(), &p,
+                                        n_heads, n_kv, hd, swa, scale, cap, part.data(),
+                                        count.data(), want[s].data(), &ovf);
+                                });
                 }
                 // every sequence in one paged launch, blocks in shuffled order
                 std::vector<float> part((size_t)n * n_heads * splits * (2 + hd), NAN);
@@ -258,8 +262,8 @@ template <class T, class C> static void paged_for()
                             [&] {
                                 attention_paged_kernel<T, ATT_DECODE_WARPS, ATT_DECODE_U, C>(
                                     qkv.data(), ld, kp.data(), vp.data(), pos.data(), bt.data(),
-                                    bt_ld, n_heads, n_kv, hd, swa, scale, part.data(), count.data(),
-                                    out.data(), &ovf);
+                                    bt_ld, n_heads, n_kv, hd, swa, scale, cap, part.data(),
+                                    count.data(), out.data(), &ovf);
                             });
                 emu_order = 0;
                 for (int c : count)
@@ -289,7 +293,8 @@ template <class T, class C> static void paged_for()
                             double d = 0;
                             for (int e = 0; e < hd; e++)
                                 d += (double)q[e] * widen(kc[s][(size_t)t * kv_dim + kvh * hd + e]);
-                            mx = std::max(mx, w[t] = d / std::sqrt((double)hd));
+                            const double sc = d / std::sqrt((double)hd);
+                            mx = std::max(mx, w[t] = cap > 0 ? cap * std::tanh(sc / cap) : sc);
                         }
                         for (int t = lo; t < keys; t++)
                             sum += (w[t] = std::exp(w[t] - mx));
@@ -310,10 +315,11 @@ template <class T, class C> static void paged_for()
                 }
             }
         }
+    }
     ok(bad == 0 && count_bad == 0,
        "%s, %s: attention_paged_kernel bit for bit attention_split_kernel over the same keys, %ld "
-       "sequences in shared launches, with and without a sliding window (%ld differ, %ld counters "
-       "left set)",
+       "sequences in shared launches, with and without a sliding window and a soft-cap (%ld "
+       "differ, %ld counters left set)",
        tname<T>(), cname<C>(), cases, bad, count_bad);
     ok(tol_bad == 0, "%s, %s: paged attention within %g of float64 (worst %.3g)", tname<T>(),
        cname<C>(), tolerance<T>(), worst);

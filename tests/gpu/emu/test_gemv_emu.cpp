@@ -16,7 +16,9 @@
 //   - the fused Q/K/V epilogue (bias, rope, the KV cache) storing what the product followed by
 //     qkv_post_kernel stores, and the fused SwiGLU epilogue (GV_GLU) storing what the product
 //     followed by swiglu_kernel stores, with the same range flag, at every split;
-//   - the per-head q/k norms (qk_norm_kernel) against the CPU's arithmetic, bit for bit.
+//   - the per-head q/k norms (qk_norm_kernel) and gemma's element kernels (the embedding's
+//     scale, the post-norm, the GELU gate, the logits' soft-cap) against the CPU's arithmetic,
+//     bit for bit.
 // What it cannot show is speed, or that nvcc compiles the same meaning (the gpu suite does, on a
 // device). `test_gemv_emu` runs the short form (suite 'unit'); `test_gemv_emu long` every length
 // at every row count (suite 'slow', a few minutes), `test_gemv_emu 1` or `2` larger matrices too.
@@ -616,6 +618,69 @@ static void qk_norm_case(int n_heads, int n_kv, int hd, bool bias, int n)
     }
 }
 
+// gemma's element kernels against the CPU backend's arithmetic (gpu/cpu/backend_cpu.c), bit for
+// bit: the embedding times sqrt(dim) (embed), the norm after a sublayer added to the residual
+// (post_norm, then x += y), the GELU gate in its tanh form (gated) and the logits' soft-cap
+// (cap_logits); the emulator's tanhf is the host's, as the CPU's is
+static void gemma_elt_checks()
+{
+    const int dim = 300, n = 3, ff = 77, V = 50;
+    const float eps = 1e-6f, scale = sqrtf((float)dim), cap = 30.0f;
+    buf<float> emb((size_t)V * dim), x((size_t)n * dim), ref((size_t)n * dim), y((size_t)n * dim),
+        w(dim), gu((size_t)n * 2 * ff), hb((size_t)n * ff), lg((size_t)n * V), lref((size_t)n * V);
+    buf<int> tok(n), ovf(1);
+    for (size_t i = 0; i < (size_t)V * dim; i++)
+        emb[i] = (float)urand(-1, 1);
+    for (int i = 0; i < n; i++)
+        tok[i] = (i * 17 + 3) % V;
+    ovf[0] = 0;
+    const long rep0 = emu_report_count();
+    bool e_ok = true, p_ok = true, g_ok = true, c_ok = true;
+    emu_launch("embed_kernel", n, CK_THREADS,
+               [&] { embed_kernel<float>(emb.p, tok.p, dim, scale, x.p); });
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < dim; k++)
+            e_ok &= bits(x[(size_t)i * dim + k]) == bits(emb[(size_t)tok[i] * dim + k] * scale);
+    for (size_t i = 0; i < (size_t)n * dim; i++)
+        ref[i] = x[i], y[i] = (float)urand(-20, 20);
+    for (int k = 0; k < dim; k++)
+        w[k] = (float)urand(0.5, 1.5);
+    for (int i = 0; i < n; i++) { // rmsnorm_c, then the residual add
+        const float *yr = y.p + (size_t)i * dim;
+        double ss = 0.0;
+        for (int k = 0; k < dim; k++)
+            ss += (double)yr[k] * yr[k];
+        const float sc = (float)(1.0 / sqrt(ss / (double)dim + eps));
+        for (int k = 0; k < dim; k++)
+            ref[(size_t)i * dim + k] += yr[k] * sc * w[k];
+    }
+    emu_launch("post_norm_add_kernel", n, CK_THREADS,
+               [&] { post_norm_add_kernel(x.p, y.p, w.p, dim, eps); });
+    for (size_t i = 0; i < (size_t)n * dim; i++)
+        p_ok &= bits(x[i]) == bits(ref[i]);
+    for (size_t i = 0; i < (size_t)n * 2 * ff; i++)
+        gu[i] = (float)urand(-6, 6);
+    gu[5] = 40.0f, gu[6] = -40.0f; // tanh saturated both ways
+    emu_launch("geglu_kernel", 2, CK_THREADS,
+               [&] { geglu_kernel<float>(gu.p, ff, n, hb.p, ovf.p); });
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < ff; k++) {
+            const float g = gu[(size_t)i * 2 * ff + k], u = gu[(size_t)i * 2 * ff + ff + k];
+            const float want =
+                0.5f * g * (1.0f + tanhf(0.7978845608f * (g + 0.044715f * g * g * g))) * u;
+            g_ok &= bits(hb[(size_t)i * ff + k]) == bits(want);
+        }
+    for (size_t i = 0; i < (size_t)n * V; i++)
+        lg[i] = (float)urand(-200, 200), lref[i] = cap * tanhf(lg[i] / cap);
+    emu_launch("softcap_kernel", 1, CK_THREADS, [&] { softcap_kernel(lg.p, (size_t)n * V, cap); });
+    for (size_t i = 0; i < (size_t)n * V; i++)
+        c_ok &= bits(lg[i]) == bits(lref[i]);
+    ok(e_ok && p_ok && g_ok && c_ok && ovf[0] == 0 && emu_report_count() == rep0,
+       "gemma's element kernels give the CPU's bits: the embedding times sqrt(dim) %d, the "
+       "post-norm added to the residual %d, the GELU gate %d, the logits' soft-cap %d",
+       (int)e_ok, (int)p_ok, (int)g_ok, (int)c_ok);
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, nullptr, _IOLBF, 0);
@@ -648,6 +713,7 @@ int main(int argc, char **argv)
         qk_norm_case(3, 1, 256, bias, 2); // the largest head
         qk_norm_case(2, 1, 40, bias, 2);  // a head not a multiple of 32
     }
+    gemma_elt_checks();
     ok(qkn_bad == 0,
        "q/k norm: %ld cases (heads of 16 to 256, GQA, with and without a bias) give the CPU's "
        "add_bias + qk_norm bit for bit, the v heads their bias only (%ld failing)",
