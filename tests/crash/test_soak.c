@@ -11,6 +11,7 @@
  *   fork     work started         trace file grows    parse done, no new "work" trace line
  *   work     work committed       store records +1    a new trace line, work not done
  *   gap      intent committed     store records +2    work done, append has no record
+ *            (a run that creates its task has none: work's output commits with the intent)
  *   intent   effect performed     ledger file grows   append intent, no ledger line
  *   effect   outcome committed    store records +2    append intent and a ledger line
  *   exit     process exit         (pidfd)             task succeeded / in_doubt
@@ -200,11 +201,15 @@ static void plan_of(const snap *s, int work_ms, int retry, plan *p)
     } else {
         if (!s->parse_done)
             plan_add(p, PH_PARSE, PH_PARSE, 0, SEEN_STORE, 1); /* its step record */
+        /* a run that creates the task carries work's output into the intent's commit
+         * (runner/step.c, "Carried commits"): work ends with all three records, no gap */
+        const int carried = !s->exists && !retry;
         if (!s->work_done) {
             plan_add(p, PH_FORK, PH_FORK, 0, SEEN_TRACE, 0);
-            plan_add(p, PH_WORK, PH_WORK, work_ms * 1000.0, SEEN_STORE, 1);
+            plan_add(p, PH_WORK, PH_WORK, work_ms * 1000.0, SEEN_STORE, carried ? 3 : 1);
         }
-        plan_add(p, PH_GAP, PH_GAP, 0, SEEN_STORE, 2); /* intent: audit + step record */
+        if (!carried || s->work_done)
+            plan_add(p, PH_GAP, PH_GAP, 0, SEEN_STORE, 2); /* intent: audit + step record */
         plan_add(p, PH_INTENT, PH_INTENT, 0, SEEN_LEDGER, 0);
         plan_add(p, PH_EFFECT, PH_EFFECT, 0, SEEN_STORE, 2); /* effect done + succeeded */
     }
