@@ -217,8 +217,9 @@ CAIRN_API int cairn_step_set_retry_budget(cairn_step *s, uint32_t max_elapsed_ms
 CAIRN_API int cairn_step_set_timeout(cairn_step *s, uint32_t timeout_ms);
 /* Marks the step expensive (an LLM call): its output is committed at a durable point, flushed
  * to disk before any later step runs, so a power loss after that never loses it. When the next
- * step is an effect, the flush of that effect's intent is the one (it covers the output too,
- * and comes before the effect runs): one flush where there were two. A compute step that is not
+ * step is an effect, the commit of that effect's intent is the one (in a run that created the
+ * task, one transaction writes both; it is flushed before the effect runs): one flush where there
+ * were two. A compute step that is not
  * expensive commits without a flush: a power loss can undo it back to the last durable point,
  * and it then runs again. */
 CAIRN_API int cairn_step_set_expensive(cairn_step *s, int expensive);
