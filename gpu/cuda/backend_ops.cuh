@@ -217,15 +217,13 @@ template <typename T> static int gated(cuda_backend *b, int n)
 {
     const cairn__model *m = b->base.model;
     const int ff = m->ff_dim;
-    if (m->ffn_act == CAIRN__FFN_GELU) {
-        geglu_kernel<T><<<grid_for((size_t)n * ff), CK_THREADS, 0, b->stream>>>(
+    if (m->ffn_act == CAIRN__FFN_GELU)
+        gated_kernel<T, 1><<<grid_for((size_t)n * ff), CK_THREADS, 0, b->stream>>>(
             b->gu, ff, n, (T *)b->hb, b->d_overflow);
-        LAUNCHED(b, "geglu kernel");
-    } else {
-        swiglu_kernel<T><<<grid_for((size_t)n * ff), CK_THREADS, 0, b->stream>>>(
+    else
+        gated_kernel<T, 0><<<grid_for((size_t)n * ff), CK_THREADS, 0, b->stream>>>(
             b->gu, ff, n, (T *)b->hb, b->d_overflow);
-        LAUNCHED(b, "swiglu kernel");
-    }
+    LAUNCHED(b, "gated activation kernel");
     return 0;
 }
 

@@ -79,25 +79,10 @@ __global__ void rmsnorm_kernel(const float *__restrict__ x, const float *__restr
                    out + (size_t)blockIdx.x * (size_t)dim, ovf);
 }
 
-/* one element of swiglu_kernel, shared with the fused decode product (gemv_kernel) */
+/* one element of gated_kernel's SwiGLU, shared with the fused decode product (gemv_kernel) */
 template <typename T> __device__ __forceinline__ T swiglu_elt(float g, float u, int *ovf)
 {
     return to_t_checked<T>(g / (1.0f + expf(-g)) * u, ovf);
-}
-
-/* CPU reference: cairn__swiglu (gpu/cpu/kernels_cpu_elt.c): g / (1 + exp(-g)) * u.
- * gu (n, 2*ff) rows [gate (ff) | up (ff)] f32 -> out (n, ff) T; grid-stride */
-template <typename T>
-__global__ void swiglu_kernel(const float *__restrict__ gu, int ff, int n, T *__restrict__ out,
-                              int *__restrict__ ovf)
-{
-    const size_t total = (size_t)n * (size_t)ff;
-    const size_t stride = (size_t)gridDim.x * blockDim.x;
-    for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += stride) {
-        const size_t i = idx / (size_t)ff, k = idx % (size_t)ff;
-        out[idx] =
-            swiglu_elt<T>(gu[i * 2 * (size_t)ff + k], gu[i * 2 * (size_t)ff + (size_t)ff + k], ovf);
-    }
 }
 
 /* CPU reference: post_norm, then the residual add, in forward_chunk (gpu/cpu/backend_cpu.c):
@@ -118,26 +103,29 @@ __global__ void post_norm_add_kernel(float *__restrict__ x, const float *__restr
         xr[k] = __fadd_rn(xr[k], __fmul_rn(__fmul_rn(yr[k], scale), w[k]));
 }
 
-/* CPU reference: gated (gpu/cpu/backend_cpu.c) with gemma's GELU, in its tanh form as ggml_gelu:
- * 0.5 g (1 + tanh(0.7978845608 (g + 0.044715 g^3))) u, each product rounded in the CPU's
- * order (tanhf is the device's, within an ulp or two of the host's).
- * gu (n, 2*ff) rows [gate (ff) | up (ff)] f32 -> out (n, ff) T; grid-stride */
+/* one element of gated_kernel's GELU: gated (gpu/cpu/backend_cpu.c) with gemma's GELU, in its
+ * tanh form as ggml_gelu: 0.5 g (1 + tanh(0.7978845608 (g + 0.044715 g^3))) u, each product
+ * rounded in the CPU's order (tanhf is the device's, within an ulp or two of the host's) */
 template <typename T> __device__ __forceinline__ T geglu_elt(float g, float u, int *ovf)
 {
     const float g3 = __fmul_rn(__fmul_rn(__fmul_rn(0.044715f, g), g), g);
     const float t = tanhf(__fmul_rn(0.7978845608f, __fadd_rn(g, g3)));
     return to_t_checked<T>(__fmul_rn(__fmul_rn(__fmul_rn(0.5f, g), __fadd_rn(1.0f, t)), u), ovf);
 }
-template <typename T>
-__global__ void geglu_kernel(const float *__restrict__ gu, int ff, int n, T *__restrict__ out,
+
+/* CPU reference: gated (gpu/cpu/backend_cpu.c): act(g) * u, act SiLU (cairn__swiglu,
+ * gpu/cpu/kernels_cpu_elt.c: g / (1 + exp(-g)) * u) or, with GELU, gemma's (geglu_elt).
+ * gu (n, 2*ff) rows [gate (ff) | up (ff)] f32 -> out (n, ff) T; grid-stride */
+template <typename T, int GELU>
+__global__ void gated_kernel(const float *__restrict__ gu, int ff, int n, T *__restrict__ out,
                              int *__restrict__ ovf)
 {
     const size_t total = (size_t)n * (size_t)ff;
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += stride) {
         const size_t i = idx / (size_t)ff, k = idx % (size_t)ff;
-        out[idx] =
-            geglu_elt<T>(gu[i * 2 * (size_t)ff + k], gu[i * 2 * (size_t)ff + (size_t)ff + k], ovf);
+        const float g = gu[i * 2 * (size_t)ff + k], u = gu[i * 2 * (size_t)ff + (size_t)ff + k];
+        out[idx] = GELU ? geglu_elt<T>(g, u, ovf) : swiglu_elt<T>(g, u, ovf);
     }
 }
 

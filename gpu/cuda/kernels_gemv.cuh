@@ -47,7 +47,7 @@
  * item g (a rope pair, or two v elements; qkv_item_elems) through qkv_item_store, as
  * qkv_post_kernel stores them, out being the q row (float); GV_GLU rows g and rows / 2 + g (the
  * gate and up rows of the stacked gate/up matrix): out[g] = swiglu_elt(gate, up) in T, what
- * swiglu_kernel stores from GV_Y's output. The down product then reads its input as it is
+ * gated_kernel stores from GV_Y's output. The down product then reads its input as it is
  * (GV_PLAIN): the SwiGLU is computed once a token, not once in every block of the down product,
  * where it cost a third of the product's time on an H200.
  *
@@ -326,7 +326,7 @@ __global__ void __launch_bounds__(GV_WARPS * 32)
  * gemv_kernel's GV_Y output for X[b] alone, whatever nb, the split or the grid
  * (tests/gpu/emu/test_batch_emu.cpp checks it for every element type, nb 1..16 and odd shapes).
  * The prologue and the fused epilogues are not here: the batched step runs rmsnorm_kernel
- * before, and qkv_post_paged_kernel / swiglu_kernel after, which store what gemv_kernel's fused
+ * before, and qkv_post_paged_kernel / gated_kernel after, which store what gemv_kernel's fused
  * GV_NORM / GV_QKV / GV_GLU store (test_gemv_emu.cpp checks those equalities).
  *
  * The input is read from global memory (every warp of a block reads the same pieces: L1 hits),

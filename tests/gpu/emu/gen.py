@@ -8,7 +8,7 @@ usage: gen.py OUT gpu/cuda/kernels_common.cuh gpu/cuda/kernels_elt.cuh gpu/cuda/
 From the kernel headers (gpu/cuda/kernels_*.cuh, one per op family; given in any order, each
 named by its file name) it copies, verbatim, the parts that the single-token product
 (gemv_kernel), the batched one (gemv_batch_kernel) and their references (rmsnorm_kernel,
-swiglu_kernel, qkv_post_kernel) and the attention kernels (attention_split_kernel,
+gated_kernel, qkv_post_kernel) and the attention kernels (attention_split_kernel,
 attention_paged_kernel, attention_tile_kernel) are made of, in the order of
 their dependencies; from sample_cuda.cuh (the device sampler) the whole file. Then it rewrites
 the few lines the host compiler cannot take as they are: shared memory becomes the emulator's

@@ -15,7 +15,7 @@
 //     on the row length only, which is what lets the backend time the splits and keep any;
 //   - the fused Q/K/V epilogue (bias, rope, the KV cache) storing what the product followed by
 //     qkv_post_kernel stores, and the fused SwiGLU epilogue (GV_GLU) storing what the product
-//     followed by swiglu_kernel stores, with the same range flag, at every split;
+//     followed by gated_kernel stores, with the same range flag, at every split;
 //   - the per-head q/k norms (qk_norm_kernel) and gemma's element kernels (the embedding's
 //     scale, the post-norm, the GELU gate, the logits' soft-cap) against the CPU's arithmetic,
 //     bit for bit.
@@ -475,7 +475,7 @@ template <class T> static void qkv_all()
 }
 
 // GV_GLU at split G_SK: the gate/up product with its SwiGLU must store what the product at split 1
-// (GV_Y, into the stacked gate/up row) followed by swiglu_kernel stores, bit for bit, and set the
+// (GV_Y, into the stacked gate/up row) followed by gated_kernel stores, bit for bit, and set the
 // range flag exactly when they do
 static long glu_cases = 0, glu_bad = 0;
 enum { GLU_RANDOM, GLU_SPECIAL, GLU_OVF };
@@ -501,14 +501,14 @@ template <class T> static void glu_case(int ff, int dim, int fill)
             W[(size_t)(ff / 2) * dim + k] = W[(size_t)(ff + ff / 2) * dim + k] = big;
         }
     const int vec = dim % (int)(16 / sizeof(T)) == 0;
-    // reference: the product into the gate/up row, then swiglu_kernel
+    // reference: the product into the gate/up row, then gated_kernel
     buf<float> gu(rows);
     buf<T> h_ref(ff);
     buf<int> ovf_ref(1);
     ovf_ref[0] = 0;
     normed_rows(W, rows, dim, vec, x, nw, gu.p, ovf_ref.p);
-    emu_launch("swiglu_kernel", 1, CK_THREADS,
-               [&] { swiglu_kernel<T>(gu.p, ff, 1, h_ref.p, ovf_ref.p); });
+    emu_launch("gated_kernel", 1, CK_THREADS,
+               [&] { gated_kernel<T, 0>(gu.p, ff, 1, h_ref.p, ovf_ref.p); });
     const long rep0 = emu_report_count();
     bool bad = false;
     for (int run = 0; run < 3; run++) {
@@ -565,7 +565,7 @@ template <class T> static void glu_all()
         }
     ok(glu_bad == b0,
        "%s gate/up + SwiGLU at split %d: %ld cases (NaN and infinite rows, a SwiGLU past f16's "
-       "range) store what the product and swiglu_kernel store, bit for bit, with the same range "
+       "range) store what the product and gated_kernel store, bit for bit, with the same range "
        "flag (%ld failing)",
        tname<T>(), G_SK, glu_cases - c0, glu_bad - b0);
 }
@@ -661,8 +661,8 @@ static void gemma_elt_checks()
     for (size_t i = 0; i < (size_t)n * 2 * ff; i++)
         gu[i] = (float)urand(-6, 6);
     gu[5] = 40.0f, gu[6] = -40.0f; // tanh saturated both ways
-    emu_launch("geglu_kernel", 2, CK_THREADS,
-               [&] { geglu_kernel<float>(gu.p, ff, n, hb.p, ovf.p); });
+    emu_launch("gated_kernel<GELU>", 2, CK_THREADS,
+               [&] { gated_kernel<float, 1>(gu.p, ff, n, hb.p, ovf.p); });
     for (int i = 0; i < n; i++)
         for (int k = 0; k < ff; k++) {
             const float g = gu[(size_t)i * 2 * ff + k], u = gu[(size_t)i * 2 * ff + ff + k];
