@@ -180,7 +180,9 @@ static int setup(cuda_backend *b)
     for (int i = 0; i < half; i++) {
         inv[i] = (float)(pow((double)m->rope_base, -2.0 * i / (double)m->rope_dim) /
                          (m->rope_freqs ? (double)m->rope_freqs[i] : 1.0) * (double)m->rope_scale);
-        inv_l[i] = (float)pow((double)m->rope_base_local, -2.0 * i / (double)m->rope_dim);
+        inv_l[i] = m->rope_base_local > 0
+                       ? (float)pow((double)m->rope_base_local, -2.0 * i / (double)m->rope_dim)
+                       : 0.0f;
     }
     if (half > 0)
         CU(b, cudaMemcpy(b->inv_freq, inv, (size_t)half * sizeof(float), cudaMemcpyHostToDevice),
