@@ -5,7 +5,9 @@
  * reported and the scan moves on past it. On top of each record's own checksum, each database's
  * keys must be in strictly increasing order (a search relies on it); every task record must
  * decode and have the index entries it implies (records.c); every index entry must be one its
- * task implies; every step, progress, input and audit record must belong to a task. That the
+ * task implies; every step, progress, input and audit record (schema 6: the task's records of
+ * those kinds in the tasks tree, reported under the name of the database schema 5 kept them in)
+ * must belong to a task, and its kind must be one of them. That the
  * file matches its witnesses (size, meta pages, the sync marker) was checked when the store was
  * opened (filecheck.c, synced.c): a store that fails those does not open, and check says so.
  * A split step record's tail (checksum.c) verifies with its head, and a tail without one fails.
@@ -26,19 +28,30 @@ typedef struct checker {
     uint64_t records, problems;
 } checker;
 
-static int report(checker *c, MDB_dbi dbi, const char *task, const char *msg)
+static int report_as(checker *c, const char *db, const char *task, const char *msg)
 {
     c->problems++;
-    return c->cb(cairn__db_name(c->t->s, dbi), task, msg, c->arg);
+    return c->cb(db, task, msg, c->arg);
 }
 
-/* The task a key of dbi belongs to: the bytes before the first NUL (steps, progress, audit) or
- * the whole key (tasks, inputs, idem); "" for the other databases. */
+static int report(checker *c, MDB_dbi dbi, const char *task, const char *msg)
+{
+    return report_as(c, cairn__db_name(c->t->s, dbi), task, msg);
+}
+
+/* What a record of dbi is reported as: a task's record of the tasks tree by its kind. */
+static const char *name_of(cairn_store *s, MDB_dbi dbi, const MDB_val *k)
+{
+    int kind = dbi == s->tasks ? cairn__key_kind(k, NULL) : 0;
+    return kind ? cairn__kind_name(kind) : cairn__db_name(s, dbi);
+}
+
+/* The task a key of dbi belongs to: the bytes before the first NUL (the tasks tree) or the whole
+ * key (idem); "" for the other databases. */
 static void task_of(cairn_store *s, MDB_dbi dbi, const MDB_val *k, char out[CAIRN__ID_MAX + 1])
 {
     out[0] = 0;
-    if (dbi != s->tasks && dbi != s->inputs && dbi != s->idem && dbi != s->steps &&
-        dbi != s->progress && dbi != s->audit && dbi != s->tails)
+    if (dbi != s->tasks && dbi != s->idem)
         return;
     const char *z = memchr(k->mv_data, 0, k->mv_size);
     size_t n = z ? (size_t)(z - (const char *)k->mv_data) : k->mv_size;
@@ -55,13 +68,24 @@ static int check_record(checker *c, MDB_dbi dbi, const MDB_val *k, const char *t
     char why[600];
     cairn__task_rec r;
     int rc = 0;
-    if (dbi == s->tasks) {
+    int kind = dbi == s->tasks ? cairn__key_kind(k, NULL) : 0;
+    if (kind != 0 && kind != CAIRN__K_AUDIT && kind != CAIRN__K_INPUT &&
+        kind != CAIRN__K_PROGRESS && kind != CAIRN__K_STEP && kind != CAIRN__K_TAIL) {
+        char what[400];
+        cairn__describe_key(s, dbi, k, what, sizeof what);
+        snprintf(why, sizeof why,
+                 "the %s has a key of no kind of record (byte 0x%02x after the "
+                 "ID): the store is damaged",
+                 what, kind < 0 ? 0 : kind);
+        return report(c, dbi, task, why);
+    }
+    if (dbi == s->tasks && kind == 0) {
         rc = cairn__task_get(c->t, task, &r);
         if (rc == 0 &&
             (rc = cairn__task_check_indexes(c->t, &r, why, sizeof why)) == CAIRN_ECORRUPT)
             return report(c, s->due, task, why);
         if (rc == 0 && (rc = cairn__task_check_steps(c->t, &r, why, sizeof why)) == CAIRN_ECORRUPT)
-            return report(c, s->steps, task, why);
+            return report_as(c, "steps", task, why);
         if (rc == CAIRN_ECORRUPT || rc == CAIRN_ESCHEMA)
             return report(c, dbi, task, cairn_store_errmsg(s));
         return rc;
@@ -70,12 +94,12 @@ static int check_record(checker *c, MDB_dbi dbi, const MDB_val *k, const char *t
         rc = cairn__index_entry_check(c->t, dbi, k, why, sizeof why);
         return rc == CAIRN_ECORRUPT ? report(c, dbi, "", why) : rc;
     }
-    if (dbi == s->steps || dbi == s->progress || dbi == s->inputs || dbi == s->audit) {
+    if (kind != 0 && kind != CAIRN__K_TAIL) { /* a tail verified with its head */
         rc = cairn__task_get(c->t, task, &r);
         if (rc == CAIRN_ENOTFOUND) {
             snprintf(why, sizeof why, "a %s record of task '%s', which has no record",
-                     cairn__db_name(s, dbi), task);
-            return report(c, dbi, task, why);
+                     cairn__kind_name(kind), task);
+            return report_as(c, cairn__kind_name(kind), task, why);
         }
         return rc == CAIRN_ECORRUPT || rc == CAIRN_ESCHEMA ? 0 : rc; /* reported with tasks */
     }
@@ -112,14 +136,14 @@ static int check_db(checker *c, MDB_dbi dbi)
         char task[CAIRN__ID_MAX + 1];
         int bad = rc == CAIRN_ECORRUPT; /* k is the record's key all the same */
         task_of(t->s, dbi, &k, task);
-        if (bad && (rc = report(c, dbi, task, cairn_store_errmsg(t->s))))
+        if (bad && (rc = report_as(c, name_of(t->s, dbi, &k), task, cairn_store_errmsg(t->s))))
             break;
         MDB_val p = {prev_n, prev};
         if (have_prev && mdb_cmp(t->txn, dbi, &p, &k) >= 0) {
             char what[400], why[600];
             cairn__describe_key(t->s, dbi, &k, what, sizeof what);
             snprintf(why, sizeof why, "the %s is out of order: a search can miss it", what);
-            if ((rc = report(c, dbi, task, why)))
+            if ((rc = report_as(c, name_of(t->s, dbi, &k), task, why)))
                 break;
         }
         prev_n = k.mv_size < sizeof prev ? k.mv_size : sizeof prev;
@@ -149,9 +173,8 @@ int cairn__store_check(cairn__txn *t, cairn__check_cb cb, void *arg, uint64_t *r
 {
     cairn_store *s = t->s;
     checker c = {.t = t, .cb = cb, .arg = arg};
-    const MDB_dbi dbis[] = {s->meta, s->tasks,   s->inputs,  s->steps,    s->progress,
-                            s->idem, s->due,     s->tenants, s->finished, s->audit,
-                            s->msgs, s->msgtime, s->tails};
+    const MDB_dbi dbis[] = {s->meta,    s->tasks,    s->idem, s->due,
+                            s->tenants, s->finished, s->msgs, s->msgtime};
     int rc = 0;
     for (size_t i = 0; i < sizeof dbis / sizeof *dbis && !rc; i++)
         rc = check_db(&c, dbis[i]);
@@ -167,9 +190,14 @@ int cairn__store_check(cairn__txn *t, cairn__check_cb cb, void *arg, uint64_t *r
         while (i < CAIRN__COUNTS - 1 && kept[i] == seen[i])
             i++;
         char what[40];
-        snprintf(what, sizeof what, i == CAIRN__COUNTS - 1 ? "tombstones" : "tasks in state %d", i);
+        snprintf(what, sizeof what, "tasks in state %d", i);
+        if (i >= CAIRN__C_TOMBSTONES)
+            snprintf(what, sizeof what, "%s",
+                     i == CAIRN__C_TOMBSTONES ? "tombstones"
+                     : i == CAIRN__C_STEPS    ? "step records"
+                                              : "audit records");
         snprintf(why, sizeof why,
-                 "the task counts record says %llu %s, the task records %llu: the store is "
+                 "the task counts record says %llu %s, the store holds %llu: the store is "
                  "damaged",
                  (unsigned long long)kept[i], what, (unsigned long long)seen[i]);
         rc = report(&c, s->meta, "", why);

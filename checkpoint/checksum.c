@@ -23,16 +23,17 @@
  * of its own, ceil((16 + n) / page) of them. An 8 KB output makes a step record of 8,232 bytes,
  * 56 past two pages: the third page, a new one written for 56 bytes, was a fifth of a step's
  * cost at process-crash durability (bench/README.md, "Where 8 KB stands"), and 4 KB of file.
- * So a steps record whose last page would hold at most a quarter page is split where that page
- * begins: the head, exactly whole pages less their header, stays in `steps`; the rest, which
- * ends in the checksum, goes to `tails` under the same key, inline in a leaf page that other
- * tails share. The one checksum covers the record as if whole, so the head carries none of its
- * own: a steps record that fills its pages exactly and fails its checksum is joined with its
- * tail (into memory the transaction owns) and verified again. A record that happens to fill its
- * pages exactly verifies at once; a damaged one finds no tail, or a tail that does not verify
- * with it, and is CAIRN_ECORRUPT like any other. Deleting a head deletes its tail, and writing
- * a record whole over a split one deletes the old tail, so a tail exists exactly while its
- * head does; a tail read on its own (`cairn check`'s scan) is verified through its head.
+ * So a step record whose last page would hold at most a quarter page is split where that page
+ * begins: the head, exactly whole pages less their header, stays under the step's key; the
+ * rest, which ends in the checksum, is a tail record under the same key with the kind byte 't'
+ * for 's' (schema 6; schema 5 kept it in a database `tails` under the same key), inline in a
+ * leaf page beside the task's other records. The one checksum covers the record as if whole,
+ * so the head carries none of its own: a step record that fills its pages exactly and fails its
+ * checksum is joined with its tail (into memory the transaction owns) and verified again. A record
+ * that happens to fill its pages exactly verifies at once; a damaged one finds no tail, or a tail
+ * that does not verify with it, and is CAIRN_ECORRUPT like any other. Deleting a head deletes its
+ * tail, and writing a record whole over a split one deletes the old tail, so a tail exists exactly
+ * while its head does; a tail read on its own (`cairn check`'s scan) is verified through its head.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -121,7 +122,15 @@ void cairn__describe_key(cairn_store *s, MDB_dbi dbi, const MDB_val *k, char *ou
     size_t idn = z ? (size_t)(z - id) : n - skip;
     printable(a, sizeof a, id, idn);
     const char *whose = dbi == s->msgs || dbi == s->msgtime ? "message" : "task";
-    if (z && (dbi == s->steps || dbi == s->progress || dbi == s->tails)) {
+    /* a task's own records: described by their kind, after the kind byte as schema 5's were */
+    int kind = dbi == s->tasks && z ? cairn__key_kind(k, NULL) : 0;
+    int old = s->old_open && z;
+    if (kind > 0)
+        db = cairn__kind_name(kind);
+    if (kind > 0 && z + 1 < p + n)
+        z++; /* the kind byte */
+    if (kind == CAIRN__K_STEP || kind == CAIRN__K_PROGRESS || kind == CAIRN__K_TAIL ||
+        (old && (dbi == s->old_steps || dbi == s->old_progress || dbi == s->old_tails))) {
         const unsigned char *name = z + 1, *e = p + n;
         size_t nn = e - name >= 5 ? (size_t)(e - name) - 5 : 0;
         printable(b, sizeof b, name, nn);
@@ -129,7 +138,7 @@ void cairn__describe_key(cairn_store *s, MDB_dbi dbi, const MDB_val *k, char *ou
                                            (uint32_t)e[-2] << 8 | e[-1]
                                      : 0;
         snprintf(out, cap, "%s record of task '%s' (step '%s', generation %u)", db, a, b, gen);
-    } else if (z && dbi == s->audit && p + n - z == 9) {
+    } else if ((kind == CAIRN__K_AUDIT || (old && dbi == s->old_audit)) && p + n - z == 9) {
         snprintf(out, cap, "audit record #%llu of task '%s'", (unsigned long long)rd_be64(z + 1),
                  a);
     } else {
@@ -161,22 +170,67 @@ static int damaged(cairn__txn *t, MDB_dbi dbi, const MDB_val *k, const char *why
     return damaged_s(t->s, dbi, k, why);
 }
 
-static int join(cairn__txn *t, const MDB_val *k, MDB_val *v);
-static int tail_check(cairn__txn *t, const MDB_val *k, MDB_val *v);
+/* ------------------------------------------------------------------ split records */
+
+/* Where the tail of dbi's record k would be: 1, with the tail's database and key, if k names a
+ * record that may be split - a step record (kind CAIRN__K_STEP of tasks: its tail is the key with
+ * CAIRN__K_TAIL there; in an upgrade, a record of schema 5's steps: its tail under the same key
+ * in schema 5's tails) - else 0. */
+static int tail_ref(cairn_store *s, MDB_dbi dbi, const MDB_val *k, MDB_dbi *tdbi, key *tk)
+{
+    size_t n;
+    if (!s->psize || k->mv_size > sizeof tk->b)
+        return 0;
+    if (dbi == s->tasks && cairn__key_kind(k, &n) == CAIRN__K_STEP)
+        *tdbi = s->tasks;
+    else if (s->old_open && dbi == s->old_steps)
+        *tdbi = s->old_tails, n = (size_t)-1;
+    else
+        return 0;
+    memcpy(tk->b, k->mv_data, k->mv_size);
+    tk->len = k->mv_size;
+    if (n != (size_t)-1)
+        tk->b[n + 1] = CAIRN__K_TAIL;
+    return 1;
+}
+
+/* The other way: 1 with the head's database and key if dbi's record k is a tail. */
+static int head_ref(cairn_store *s, MDB_dbi dbi, const MDB_val *k, MDB_dbi *hdbi, key *hk)
+{
+    size_t n;
+    if (k->mv_size > sizeof hk->b)
+        return 0;
+    if (dbi == s->tasks && cairn__key_kind(k, &n) == CAIRN__K_TAIL)
+        *hdbi = s->tasks;
+    else if (s->old_open && dbi == s->old_tails)
+        *hdbi = s->old_steps, n = (size_t)-1;
+    else
+        return 0;
+    memcpy(hk->b, k->mv_data, k->mv_size);
+    hk->len = k->mv_size;
+    if (n != (size_t)-1)
+        hk->b[n + 1] = CAIRN__K_STEP;
+    return 1;
+}
+
+static int join(cairn__txn *t, MDB_dbi dbi, const MDB_val *k, MDB_val *v);
+static int tail_check(cairn__txn *t, MDB_dbi dbi, const MDB_val *k, MDB_val *v);
 static int head_sized(cairn_store *s, size_t n);
 
 /* Verifies a record read from dbi and takes its checksum off v (a split one: joined). */
 static int unseal(cairn__txn *t, MDB_dbi dbi, const MDB_val *k, MDB_val *v)
 {
     cairn_store *s = t->s;
-    if (dbi == s->tails && s->tails)
-        return tail_check(t, k, v);
     if (cairn__sum_ok(s, dbi, k, v)) {
         v->mv_size -= SUM;
         return 0;
     }
-    if (dbi == s->steps && head_sized(s, v->mv_size))
-        return join(t, k, v);
+    MDB_dbi other;
+    key ok;
+    if (head_ref(s, dbi, k, &other, &ok))
+        return tail_check(t, dbi, k, v);
+    if (head_sized(s, v->mv_size) && tail_ref(s, dbi, k, &other, &ok))
+        return join(t, dbi, k, v);
     return damaged(t, dbi, k, "fails its checksum");
 }
 
@@ -185,13 +239,11 @@ int cairn__put(cairn__txn *t, MDB_dbi dbi, MDB_val *k, MDB_val *v, unsigned flag
     return cairn__put2(t, dbi, k, v, NULL, 0, flags);
 }
 
-/* ------------------------------------------------------------------ split records */
-
-/* Where a record of `total` bytes (value and checksum) of dbi is split: the head's length, or 0
- * to keep it whole. Only step records are split (outputs are the store's large values). */
-static size_t split_at(cairn_store *s, MDB_dbi dbi, size_t total)
+/* Where a record of `total` bytes (value and checksum) is split: the head's length, or 0 to keep
+ * it whole (split: whether k's record may be split at all). */
+static size_t split_at(cairn_store *s, int split, size_t total)
 {
-    if (dbi != s->steps || !s->tails || !s->psize)
+    if (!split || !s->psize)
         return 0;
     size_t used = total + PAGE_HEADER, whole = used / s->psize * s->psize;
     if (whole == 0 || used == whole || used - whole > s->psize / 4)
@@ -199,10 +251,10 @@ static size_t split_at(cairn_store *s, MDB_dbi dbi, size_t total)
     return whole - PAGE_HEADER;
 }
 
-/* A steps value of this length may be the head of a split record. */
+/* A step record's value of this length may be the head of a split record. */
 static int head_sized(cairn_store *s, size_t n)
 {
-    return s->tails && s->psize && n + PAGE_HEADER >= s->psize && (n + PAGE_HEADER) % s->psize == 0;
+    return s->psize && n + PAGE_HEADER >= s->psize && (n + PAGE_HEADER) % s->psize == 0;
 }
 
 /* Memory for a joined record, the transaction's until it ends (or a scan frees it). */
@@ -225,10 +277,11 @@ void cairn__txn_joins_free(cairn__txn *t, const cairn__join *mark)
     }
 }
 
-/* The head h of k's record (h: the head's bytes) joined with its tail t: the joined value,
- * without its checksum, in *out; CAIRN_ECORRUPT when they do not verify together. */
-static int join_check(cairn__txn *t, const MDB_val *k, const MDB_val *h, const MDB_val *tl,
-                      MDB_val *out, MDB_dbi whose)
+/* The head h (of record hk in hdbi) joined with its tail tl: the joined value, without its
+ * checksum, in *out; CAIRN_ECORRUPT, naming the record read (k of `whose`), when they do not
+ * verify together. */
+static int join_check(cairn__txn *t, MDB_dbi hdbi, const MDB_val *hk, const MDB_val *h,
+                      const MDB_val *tl, MDB_val *out, MDB_dbi whose, const MDB_val *k)
 {
     cairn_store *s = t->s;
     size_t total = h->mv_size + tl->mv_size;
@@ -237,59 +290,67 @@ static int join_check(cairn__txn *t, const MDB_val *k, const MDB_val *h, const M
         return cairn__store_fail(s, CAIRN_ENOMEM, "out of memory reading a step record");
     memcpy(p, h->mv_data, h->mv_size);
     memcpy(p + h->mv_size, tl->mv_data, tl->mv_size);
-    if (total < SUM || sum_read(p + total - SUM) != sum_of(s, s->steps, k, p, total - SUM))
+    if (total < SUM || sum_read(p + total - SUM) != sum_of(s, hdbi, hk, p, total - SUM))
         return damaged(t, whose, k,
-                       whose == s->steps ? "fails its checksum (with its tail)"
-                                         : "fails its checksum with its head");
+                       k == hk ? "fails its checksum (with its tail)"
+                               : "fails its checksum with its head");
     *out = (MDB_val){total - SUM, p};
     return 0;
 }
 
-/* A steps value that failed its checksum and may be a head: joined with its tail. */
-static int join(cairn__txn *t, const MDB_val *k, MDB_val *v)
+/* A step record's value that failed its checksum and may be a head: joined with its tail. */
+static int join(cairn__txn *t, MDB_dbi dbi, const MDB_val *k, MDB_val *v)
 {
-    MDB_val tk = *k, tl;
-    int rc = mdb_get(t->txn, t->s->tails, &tk, &tl);
+    MDB_dbi tdbi;
+    key tk;
+    tail_ref(t->s, dbi, k, &tdbi, &tk);
+    MDB_val tkv = kv(&tk), tl;
+    int rc = mdb_get(t->txn, tdbi, &tkv, &tl);
     if (rc == MDB_NOTFOUND)
-        return damaged(t, t->s->steps, k, "fails its checksum");
-    return rc ? rc : join_check(t, k, v, &tl, v, t->s->steps);
+        return damaged(t, dbi, k, "fails its checksum");
+    return rc ? rc : join_check(t, dbi, k, v, &tl, v, dbi, k);
 }
 
-/* A tails record read on its own: it must complete its head. v is left the tail's bytes. */
-static int tail_check(cairn__txn *t, const MDB_val *k, MDB_val *v)
+/* A tail read on its own: it must complete its head. v is left the tail's bytes. */
+static int tail_check(cairn__txn *t, MDB_dbi dbi, const MDB_val *k, MDB_val *v)
 {
-    MDB_val hk = *k, h, whole;
-    int rc = mdb_get(t->txn, t->s->steps, &hk, &h);
+    MDB_dbi hdbi;
+    key hk;
+    head_ref(t->s, dbi, k, &hdbi, &hk);
+    MDB_val hkv = kv(&hk), h, whole;
+    int rc = mdb_get(t->txn, hdbi, &hkv, &h);
     if (rc == MDB_NOTFOUND || (rc == 0 && !head_sized(t->s, h.mv_size)))
-        return damaged(t, t->s->tails, k, "is the tail of no split step record");
-    if (rc || (rc = join_check(t, k, &h, v, &whole, t->s->tails)))
+        return damaged(t, dbi, k, "is the tail of no split step record");
+    hkv = kv(&hk);
+    if (rc || (rc = join_check(t, hdbi, &hkv, &h, v, &whole, dbi, k)))
         return rc;
     v->mv_size = v->mv_size > SUM ? v->mv_size - SUM : 0;
     return 0;
 }
 
-/* Deletes the tail of k's record if it has one (its head, of head_sized length, is going). */
-static int tail_del(cairn__txn *t, const MDB_val *k)
+/* Deletes the tail of dbi's record k if it has one (its head, of head_sized length, is
+ * going). */
+static int tail_del(cairn__txn *t, MDB_dbi dbi, const MDB_val *k)
 {
-    unsigned char kb[512];
-    MDB_val tk = {k->mv_size < sizeof kb ? k->mv_size : sizeof kb, kb};
-    memcpy(kb, k->mv_data, tk.mv_size); /* k may be in a page the delete moves */
-    int rc = mdb_del(t->txn, t->s->tails, &tk, NULL);
+    MDB_dbi tdbi;
+    key tk; /* a copy: k may be in a page the delete moves */
+    if (!tail_ref(t->s, dbi, k, &tdbi, &tk))
+        return 0;
+    MDB_val tkv = kv(&tk);
+    int rc = mdb_del(t->txn, tdbi, &tkv, NULL);
     if (rc == 0) {
         t->wrote = 1;
-        cairn__journal_note_del(t, t->s->tails, &tk);
+        cairn__journal_note_del(t, tdbi, &tkv);
     }
     return rc == MDB_NOTFOUND ? 0 : rc;
 }
 
 int cairn__del(cairn__txn *t, MDB_dbi dbi, MDB_val *k)
 {
-    if (dbi == t->s->steps && t->s->tails) {
-        int rc = tail_del(t, k);
-        if (rc)
-            return rc;
-    }
-    int rc = mdb_del(t->txn, dbi, k, NULL);
+    int rc = tail_del(t, dbi, k);
+    if (rc)
+        return rc;
+    rc = mdb_del(t->txn, dbi, k, NULL);
     t->wrote |= rc != MDB_NOTFOUND;
     if (rc == 0)
         cairn__journal_note_del(t, dbi, k);
@@ -303,13 +364,23 @@ int cairn__cursor_del(cairn__txn *t, MDB_cursor *c)
     if (rc)
         return rc;
     MDB_dbi dbi = mdb_cursor_dbi(c);
-    if (dbi == t->s->steps && head_sized(t->s, v.mv_size)) {
-        if ((rc = tail_del(t, &k)) || (rc = mdb_cursor_get(c, &k, &v, MDB_GET_CURRENT)))
+    if (head_sized(t->s, v.mv_size)) {
+        if ((rc = tail_del(t, dbi, &k)) || (rc = mdb_cursor_get(c, &k, &v, MDB_GET_CURRENT)))
             return rc;
     }
     t->wrote = 1;
     cairn__journal_note_del(t, dbi, &k); /* before the delete: k is in the map */
     return mdb_cursor_del(c, 0);
+}
+
+int cairn__put_bare(cairn__txn *t, MDB_dbi dbi, MDB_val *k, MDB_val *v)
+{
+    int rc = mdb_put(t->txn, dbi, k, v, 0);
+    if (rc == 0) {
+        t->wrote = 1;
+        cairn__journal_note_put(t, dbi, k, v);
+    }
+    return rc;
 }
 
 /* Copies bytes [from, from + n) of the record made of a (an bytes), b (bn), c (cn) to out. */
@@ -336,16 +407,22 @@ int cairn__put2(cairn__txn *t, MDB_dbi dbi, MDB_val *k, MDB_val *v, const void *
                 size_t tail_len, unsigned flags)
 {
     cairn_store *s = t->s;
-    size_t n = v->mv_size + tail_len, head = split_at(s, dbi, n + SUM);
+    MDB_dbi tdbi;
+    key tk;
+    int split = tail_ref(s, dbi, k, &tdbi, &tk);
+    size_t n = v->mv_size + tail_len, head = split_at(s, split, n + SUM);
     MDB_val r = {head ? head : n + SUM, NULL};
     int rc;
-    if (dbi == s->steps && s->tails && !head && !(flags & MDB_NOOVERWRITE)) {
-        /* written whole over a record that may be split: that one's tail goes with it */
+    t->created = 0;
+    if (split && !(flags & MDB_NOOVERWRITE)) {
+        /* a step record: whether it is new (the counts), and if it is written whole over one
+         * that may be split, that one's tail goes with it (a split one's is written over) */
         rc = mdb_put(t->txn, dbi, k, &r, MDB_NOOVERWRITE | MDB_RESERVE);
+        t->created = rc == 0;
         if (rc == MDB_KEYEXIST) {
-            if (head_sized(s, r.mv_size) && (rc = tail_del(t, k)))
+            if (!head && head_sized(s, r.mv_size) && (rc = tail_del(t, dbi, k)))
                 return rc;
-            r = (MDB_val){n + SUM, NULL};
+            r = (MDB_val){head ? head : n + SUM, NULL};
             rc = mdb_put(t->txn, dbi, k, &r, flags | MDB_RESERVE);
         }
     } else {
@@ -373,11 +450,11 @@ int cairn__put2(cairn__txn *t, MDB_dbi dbi, MDB_val *k, MDB_val *v, const void *
     sum_put(sum, sum_of2(s, dbi, k, v->mv_data, v->mv_size, tail, tail_len));
     copy_range(r.mv_data, 0, head, v->mv_data, v->mv_size, tail, tail_len, sum);
     cairn__journal_note_put(t, dbi, k, &r);
-    MDB_val tr = {n + SUM - head, NULL};
-    if ((rc = mdb_put(t->txn, s->tails, k, &tr, MDB_RESERVE)))
+    MDB_val tkv = kv(&tk), tr = {n + SUM - head, NULL};
+    if ((rc = mdb_put(t->txn, tdbi, &tkv, &tr, MDB_RESERVE)))
         return rc;
     copy_range(tr.mv_data, head, tr.mv_size, v->mv_data, v->mv_size, tail, tail_len, sum);
-    cairn__journal_note_put(t, s->tails, k, &tr);
+    cairn__journal_note_put(t, tdbi, &tkv, &tr);
     return 0;
 }
 

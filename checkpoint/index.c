@@ -223,14 +223,12 @@ int cairn__store_stats_get(cairn__txn *t, cairn__store_stats *out)
     int rc = cairn__counts_get(t, c);
     for (int s = 0; s < CAIRN_STATE_COUNT && !rc; s++)
         out->by_state[s] = c[s];
-    out->tombstones = rc ? 0 : c[CAIRN__COUNTS - 1];
+    out->tombstones = rc ? 0 : c[CAIRN__C_TOMBSTONES];
+    out->step_records = rc ? 0 : c[CAIRN__C_STEPS];
+    out->audit_records = rc ? 0 : c[CAIRN__C_AUDIT];
     MDB_stat st;
     if (!rc && mdb_stat(t->txn, t->s->msgs, &st) == 0)
         out->messages = st.ms_entries;
-    if (!rc && mdb_stat(t->txn, t->s->audit, &st) == 0)
-        out->audit_records = st.ms_entries;
-    if (!rc && mdb_stat(t->txn, t->s->steps, &st) == 0)
-        out->step_records = st.ms_entries;
     MDB_envinfo info;
     MDB_stat est;
     if (!rc && mdb_env_info(t->s->env, &info) == 0 && mdb_env_stat(t->s->env, &est) == 0) {

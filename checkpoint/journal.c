@@ -399,8 +399,12 @@ int cairn__journal_truncate(cairn_store *s)
 
 /* ------------------------------------------------------------------ replay after a reboot */
 
-/* Applies one entry's operations in txn, the databases opened by index in dbis. */
-static int apply(cairn_store *s, MDB_txn *txn, const MDB_dbi *dbis, size_t ndb,
+/* Applies one entry's operations in txn, the databases opened by index in dbis. Every database
+ * is created (a commit that created them may be among those replayed) but schema 5's, opened only
+ * when an entry names them: a journal of schema 6 never does, and they must not come back empty;
+ * one written before an upgrade does, and the upgrade's moves are replayed with it (the next
+ * writer then drops them: store.c). */
+static int apply(cairn_store *s, MDB_txn *txn, MDB_dbi *dbis, unsigned char *opened, size_t ndb,
                  const unsigned char *p, const unsigned char *end)
 {
     while (p < end) {
@@ -412,8 +416,11 @@ static int apply(cairn_store *s, MDB_txn *txn, const MDB_dbi *dbis, size_t ndb,
             (size_t)(end - p - 8) < klen + vlen)
             return CAIRN_ECORRUPT;
         MDB_val k = {klen, (void *)(p + 8)}, v = {vlen, (void *)(p + 8 + klen)};
-        int rc =
-            op == OP_PUT ? mdb_put(txn, dbis[db], &k, &v, 0) : mdb_del(txn, dbis[db], &k, NULL);
+        int rc = opened[db] ? 0 : mdb_dbi_open(txn, cairn__db_name_at(db), MDB_CREATE, &dbis[db]);
+        if (rc)
+            return cairn__mdb_fail(NULL, s, rc, "open a database to replay the journal");
+        opened[db] = 1;
+        rc = op == OP_PUT ? mdb_put(txn, dbis[db], &k, &v, 0) : mdb_del(txn, dbis[db], &k, NULL);
         if (rc && !(op == OP_DEL && rc == MDB_NOTFOUND))
             return cairn__mdb_fail(NULL, s, rc, "replay the journal");
         p += 8 + klen + vlen;
@@ -436,8 +443,12 @@ int cairn__journal_replay(cairn_store *s, uint64_t nonce, uint64_t prev, uint64_
         return rc;
     size_t ndb = cairn__db_count();
     MDB_dbi dbis[32];
+    unsigned char opened[32] = {0};
     for (size_t i = 0; i < ndb && !rc; i++)
-        if ((rc = mdb_dbi_open(txn, cairn__db_name_at(i), MDB_CREATE, &dbis[i])))
+        if (!cairn__db_retired(i) &&
+            (rc = mdb_dbi_open(txn, cairn__db_name_at(i), MDB_CREATE, &dbis[i])) == 0)
+            opened[i] = 1;
+        else if (rc)
             rc = cairn__mdb_fail(NULL, s, rc, "open a database to replay the journal");
     unsigned char hdr[E_HDR], *buf = NULL;
     uint64_t off = J_HDR, expect = 0; /* the transaction the next entry must hold (0: any) */
@@ -460,7 +471,8 @@ int cairn__journal_replay(cairn_store *s, uint64_t nonce, uint64_t prev, uint64_
         if (tx > base) {
             if (tx != base + 1 + *applied)
                 break; /* a gap after the snapshot: nothing past it follows from it */
-            if ((rc = apply(s, txn, dbis, ndb, buf + E_HDR, buf + len - E_SUM)) == CAIRN_ECORRUPT)
+            if ((rc = apply(s, txn, dbis, opened, ndb, buf + E_HDR, buf + len - E_SUM)) ==
+                CAIRN_ECORRUPT)
                 rc = cairn__store_fail(s, CAIRN_ECORRUPT,
                                        "store %s: the journal entry of transaction %llu passes "
                                        "its checksum but does not decode",

@@ -21,10 +21,12 @@
 #include "checkpoint/store_impl.h"
 #include "common/hash.h"
 
-static void step_key(key *k, const char *task, const char *step, uint32_t gen)
+/* A step record's key (kind CAIRN__K_STEP), its progress record's (CAIRN__K_PROGRESS): the
+ * task's ID, NUL, the kind, the step's name, NUL, the generation (be32). */
+static void step_key(key *k, int kind, const char *task, const char *step, uint32_t gen)
 {
-    k->len = 0;
-    key_str(k, task), key_nul(k), key_str(k, step), key_nul(k), key_u32(k, gen);
+    key_sub(k, task, kind);
+    key_str(k, step), key_nul(k), key_u32(k, gen);
 }
 
 /* The due time orders the status index: when a failed task is due again, else when the task
@@ -488,10 +490,10 @@ static int always(const cairn__task_rec *r) { return r != NULL; }
 
 /* ------------------------------------------------------------------ counts */
 
-/* The store keeps its tasks' counts by state, and its tombstones, in one meta record ("counts":
- * CAIRN__COUNTS little-endian u64, by_state first, tombstones last), changed in the transaction
- * that changes a task's state: `stats` (and a metrics scrape) reads one record at any size. A
- * store of schema 3 has it from its creation (cairn__counts_init); a miss is damage. */
+/* The store keeps its tasks' counts by state, its tombstones, and (schema 6) its step and audit
+ * records, in one meta record ("counts": CAIRN__COUNTS little-endian u64 in store_impl.h's
+ * order), changed in the transaction that changes them: `stats` (and a metrics scrape) reads one
+ * record at any size. A store of schema 3 has it from its creation; a miss is damage. */
 #define COUNTS_KEY "counts"
 
 int cairn__counts_get(cairn__txn *t, uint64_t c[CAIRN__COUNTS])
@@ -565,8 +567,9 @@ int cairn__gc_mark_put(cairn__txn *t, int64_t ms)
     return rc ? cairn__mdb_fail(t, t->s, rc, "write gc's mark") : 0;
 }
 
-/* The counts from a scan of every task record: for a new store (none), an upgraded one, and
- * cairn check's comparison. */
+/* The counts from a scan of the tasks tree: for an upgraded store of schema 1 or 2, and cairn
+ * check's comparison. Only the task records are read (and verified); the others are counted by
+ * their keys, so that a damaged step record (which check reports) leaves the comparison. */
 int cairn__counts_scan(cairn__txn *t, uint64_t c[CAIRN__COUNTS])
 {
     memset(c, 0, CAIRN__COUNTS * sizeof *c);
@@ -575,20 +578,66 @@ int cairn__counts_scan(cairn__txn *t, uint64_t c[CAIRN__COUNTS])
     if (rc)
         return cairn__mdb_fail(t, t->s, rc, "open cursor");
     MDB_val k, v;
-    for (rc = cairn__cursor_get(t, cur, &k, &v, MDB_FIRST); rc == 0;
-         rc = cairn__cursor_get(t, cur, &k, &v, MDB_NEXT)) {
+    for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
+         rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+        int kind = cairn__key_kind(&k, NULL);
+        c[CAIRN__C_STEPS] += kind == CAIRN__K_STEP;
+        c[CAIRN__C_AUDIT] += kind == CAIRN__K_AUDIT;
+        if (kind != 0)
+            continue;
         char id[CAIRN__ID_MAX + 1];
         size_t n = k.mv_size < CAIRN__ID_MAX ? k.mv_size : CAIRN__ID_MAX;
         memcpy(id, k.mv_data, n);
         id[n] = 0;
         cairn__task_rec r;
-        if ((rc = task_decode(t, &v, id, &r)))
+        if ((rc = cairn__sum_check(t->s, t->s->tasks, &k, &v)) || (rc = task_decode(t, &v, id, &r)))
             break;
         c[r.state]++;
-        c[CAIRN__COUNTS - 1] += r.tombstone != 0;
+        c[CAIRN__C_TOMBSTONES] += r.tombstone != 0;
     }
     mdb_cursor_close(cur);
     return cairn__scan_end(t, rc, "count tasks");
+}
+
+int cairn__counts_settle(cairn__txn *t)
+{
+    if (!t->d_steps && !t->d_audit)
+        return 0;
+    uint64_t c[CAIRN__COUNTS];
+    int rc = cairn__counts_get(t, c);
+    if (rc)
+        return rc;
+    c[CAIRN__C_STEPS] = t->d_steps < 0 && (uint64_t)-t->d_steps > c[CAIRN__C_STEPS]
+                            ? 0
+                            : c[CAIRN__C_STEPS] + (uint64_t)t->d_steps;
+    c[CAIRN__C_AUDIT] = t->d_audit < 0 && (uint64_t)-t->d_audit > c[CAIRN__C_AUDIT]
+                            ? 0
+                            : c[CAIRN__C_AUDIT] + (uint64_t)t->d_audit;
+    t->d_steps = t->d_audit = 0;
+    return cairn__counts_put(t, c);
+}
+
+int cairn__counts_widen(cairn__txn *t, uint64_t steps, uint64_t audit)
+{
+    MDB_val k = {sizeof COUNTS_KEY - 1, COUNTS_KEY}, v;
+    int rc = cairn__get(t, t->s->meta, &k, &v);
+    if (rc == MDB_NOTFOUND || (rc == 0 && v.mv_size != CAIRN__C_STEPS * 8))
+        return cairn__store_fail(t->s, CAIRN_ECORRUPT,
+                                 "store %s: its task counts record is %s: the store is damaged "
+                                 "(run `cairn check`)",
+                                 t->s->dir, rc ? "missing" : "malformed");
+    if (rc)
+        return cairn__mdb_fail(t, t->s, rc, "read the task counts");
+    uint64_t c[CAIRN__COUNTS];
+    const unsigned char *p = v.mv_data;
+    for (int i = 0; i < CAIRN__C_STEPS; i++) {
+        c[i] = 0;
+        for (int b = 7; b >= 0; b--)
+            c[i] = c[i] << 8 | p[i * 8 + b];
+    }
+    c[CAIRN__C_STEPS] = steps;
+    c[CAIRN__C_AUDIT] = audit;
+    return cairn__counts_put(t, c);
 }
 
 /* The counts as task `old` (NULL: a new one) becomes `r` (NULL: it goes). */
@@ -602,11 +651,11 @@ static int counts_move(cairn__txn *t, const cairn__task_rec *old, const cairn__t
         return rc;
     if (old) {
         c[old->state] -= c[old->state] > 0;
-        c[CAIRN__COUNTS - 1] -= old->tombstone && c[CAIRN__COUNTS - 1] > 0;
+        c[CAIRN__C_TOMBSTONES] -= old->tombstone && c[CAIRN__C_TOMBSTONES] > 0;
     }
     if (r) {
         c[r->state]++;
-        c[CAIRN__COUNTS - 1] += r->tombstone != 0;
+        c[CAIRN__C_TOMBSTONES] += r->tombstone != 0;
     }
     return cairn__counts_put(t, c);
 }
@@ -762,11 +811,16 @@ int cairn__task_put(cairn__txn *t, const cairn__task_rec *r)
     return index_move(t, had ? &old : NULL, r);
 }
 
-/* Deletes every key starting with `prefix` (prefix_len bytes) from dbi. */
-static int del_prefix(cairn__txn *t, MDB_dbi dbi, const void *prefix, size_t prefix_len)
+/* Deletes the task's records of one kind (a split step record's tail with its head), counting
+ * the step and audit records gone. */
+static int del_kind(cairn__txn *t, const char *id, int kind)
 {
+    key p;
+    key_sub(&p, id, kind);
+    const void *prefix = p.b;
+    size_t prefix_len = p.len;
     MDB_cursor *c;
-    int rc = mdb_cursor_open(t->txn, dbi, &c);
+    int rc = mdb_cursor_open(t->txn, t->s->tasks, &c);
     if (rc)
         return cairn__mdb_fail(t, t->s, rc, "open cursor");
     MDB_val k = {prefix_len, (void *)prefix}, v;
@@ -774,6 +828,8 @@ static int del_prefix(cairn__txn *t, MDB_dbi dbi, const void *prefix, size_t pre
     rc = cairn__cursor_get(t, c, &k, &v, MDB_SET_RANGE);
     while (rc == 0 && k.mv_size >= prefix_len && memcmp(k.mv_data, prefix, prefix_len) == 0) {
         rc = cairn__cursor_del(t, c);
+        t->d_steps -= rc == 0 && kind == CAIRN__K_STEP;
+        t->d_audit -= rc == 0 && kind == CAIRN__K_AUDIT;
         cairn__txn_joins_free(t, mark); /* the record just deleted was the only one read */
         if (rc)
             break;
@@ -789,8 +845,10 @@ static int del_prefix(cairn__txn *t, MDB_dbi dbi, const void *prefix, size_t pre
 
 static int input_del(cairn__txn *t, const char *id)
 {
-    MDB_val k = {strlen(id), (void *)id};
-    int rc = cairn__del(t, t->s->inputs, &k);
+    key p;
+    key_sub(&p, id, CAIRN__K_INPUT);
+    MDB_val k = kv(&p);
+    int rc = cairn__del(t, t->s->tasks, &k);
     return rc && rc != MDB_NOTFOUND ? cairn__mdb_fail(t, t->s, rc, "delete task input") : 0;
 }
 
@@ -802,12 +860,8 @@ int cairn__task_del(cairn__txn *t, const char *id)
         return rc;
     if ((rc = index_move(t, &old, NULL)))
         return rc;
-    key p;
-    p.len = 0;
-    key_str(&p, id), key_nul(&p);
-    if ((rc = del_prefix(t, t->s->steps, p.b, p.len)) ||
-        (rc = del_prefix(t, t->s->progress, p.b, p.len)) ||
-        (rc = del_prefix(t, t->s->audit, p.b, p.len)))
+    if ((rc = del_kind(t, id, CAIRN__K_STEP)) || (rc = del_kind(t, id, CAIRN__K_PROGRESS)) ||
+        (rc = del_kind(t, id, CAIRN__K_AUDIT)))
         return rc;
     if ((rc = input_del(t, id)))
         return rc;
@@ -818,8 +872,10 @@ int cairn__task_del(cairn__txn *t, const char *id)
 
 int cairn__input_get(cairn__txn *t, const char *id, const void **data, size_t *len)
 {
-    MDB_val k = {strlen(id), (void *)id}, v;
-    int rc = cairn__get(t, t->s->inputs, &k, &v);
+    key p;
+    key_sub(&p, id, CAIRN__K_INPUT);
+    MDB_val k = kv(&p), v;
+    int rc = cairn__get(t, t->s->tasks, &k, &v);
     if (rc == MDB_NOTFOUND)
         return CAIRN_ENOTFOUND;
     if (rc)
@@ -834,19 +890,18 @@ int cairn__input_get(cairn__txn *t, const char *id, const void **data, size_t *l
 
 int cairn__input_put(cairn__txn *t, const char *id, const void *data, size_t len)
 {
-    MDB_val k = {strlen(id), (void *)id}, v = {len, (void *)data};
-    int rc = cairn__put(t, t->s->inputs, &k, &v, 0);
+    key p;
+    key_sub(&p, id, CAIRN__K_INPUT);
+    MDB_val k = kv(&p), v = {len, (void *)data};
+    int rc = cairn__put(t, t->s->tasks, &k, &v, 0);
     return rc ? cairn__mdb_fail(t, t->s, rc, "write task input") : 0;
 }
 
 int cairn__task_drop_outputs(cairn__txn *t, const char *id)
 {
-    key p;
-    p.len = 0;
-    key_str(&p, id), key_nul(&p);
-    int rc = del_prefix(t, t->s->steps, p.b, p.len);
+    int rc = del_kind(t, id, CAIRN__K_STEP);
     if (!rc)
-        rc = del_prefix(t, t->s->progress, p.b, p.len);
+        rc = del_kind(t, id, CAIRN__K_PROGRESS);
     return rc ? rc : input_del(t, id);
 }
 
@@ -949,10 +1004,10 @@ int cairn__step_get(cairn__txn *t, const char *task, const char *step, uint32_t 
                     cairn__step_rec *out)
 {
     key want, prefix;
-    step_key(&want, task, step, gen);
+    step_key(&want, CAIRN__K_STEP, task, step, gen);
     prefix.len = want.len - 4;
     memcpy(prefix.b, want.b, prefix.len);
-    int rc = t->steps_cur ? 0 : mdb_cursor_open(t->txn, t->s->steps, &t->steps_cur);
+    int rc = t->steps_cur ? 0 : mdb_cursor_open(t->txn, t->s->tasks, &t->steps_cur);
     if (rc)
         return cairn__mdb_fail(t, t->s, rc, "open cursor");
     MDB_cursor *c = t->steps_cur;
@@ -984,19 +1039,19 @@ int cairn__step_put(cairn__txn *t, const char *task, const char *step, const cai
 {
     step_encode(t, r);
     key k;
-    step_key(&k, task, step, r->generation);
+    step_key(&k, CAIRN__K_STEP, task, step, r->generation);
     MDB_val kk = kv(&k), v = {t->buf.size, t->buf.data};
-    int rc = cairn__put2(t, t->s->steps, &kk, &v, r->output, r->output ? r->output_len : 0, 0);
+    int rc = cairn__put2(t, t->s->tasks, &kk, &v, r->output, r->output ? r->output_len : 0, 0);
+    t->d_steps += rc == 0 && t->created;
     return rc ? cairn__mdb_fail(t, t->s, rc, "write step") : 0;
 }
 
 int cairn__step_each(cairn__txn *t, const char *task, cairn__step_cb cb, void *arg)
 {
     key p;
-    p.len = 0;
-    key_str(&p, task), key_nul(&p);
+    key_sub(&p, task, CAIRN__K_STEP);
     MDB_cursor *c;
-    int rc = mdb_cursor_open(t->txn, t->s->steps, &c);
+    int rc = mdb_cursor_open(t->txn, t->s->tasks, &c);
     if (rc)
         return cairn__mdb_fail(t, t->s, rc, "open cursor");
     MDB_val k = kv(&p), v;
@@ -1024,9 +1079,9 @@ int cairn__progress_get(cairn__txn *t, const char *task, const char *step, uint3
                         const void **data, size_t *len)
 {
     key k;
-    step_key(&k, task, step, gen);
+    step_key(&k, CAIRN__K_PROGRESS, task, step, gen);
     MDB_val kk = kv(&k), v;
-    int rc = cairn__get(t, t->s->progress, &kk, &v);
+    int rc = cairn__get(t, t->s->tasks, &kk, &v);
     if (rc == MDB_NOTFOUND)
         return CAIRN_ENOTFOUND;
     if (rc)
@@ -1044,9 +1099,9 @@ int cairn__progress_put(cairn__txn *t, const char *task, const char *step, uint3
                         const void *data, size_t len)
 {
     key k;
-    step_key(&k, task, step, gen);
+    step_key(&k, CAIRN__K_PROGRESS, task, step, gen);
     MDB_val kk = kv(&k), v = {len, (void *)data};
-    int rc = data ? cairn__put(t, t->s->progress, &kk, &v, 0) : cairn__del(t, t->s->progress, &kk);
+    int rc = data ? cairn__put(t, t->s->tasks, &kk, &v, 0) : cairn__del(t, t->s->tasks, &kk);
     return rc && rc != MDB_NOTFOUND ? cairn__mdb_fail(t, t->s, rc, "write progress") : 0;
 }
 
@@ -1091,11 +1146,11 @@ int cairn__audit_append(cairn__txn *t, cairn__task_rec *task, const cairn__audit
      * appending an audit record does not force the task record to be rewritten (a step commit
      * then touches only the step and audit databases). */
     key k;
-    k.len = 0;
-    key_str(&k, task->id), key_nul(&k), key_u64(&k, UINT64_MAX);
+    key_sub(&k, task->id, CAIRN__K_AUDIT);
+    key_u64(&k, UINT64_MAX);
     size_t plen = k.len - 8;
     MDB_cursor *c;
-    int rc = mdb_cursor_open(t->txn, t->s->audit, &c);
+    int rc = mdb_cursor_open(t->txn, t->s->tasks, &c);
     if (rc)
         return cairn__mdb_fail(t, t->s, rc, "open cursor");
     MDB_val kk = kv(&k), v;
@@ -1114,17 +1169,17 @@ int cairn__audit_append(cairn__txn *t, cairn__task_rec *task, const cairn__audit
     key_u64(&k, task->audit_seq);
     kk = kv(&k);
     v = (MDB_val){t->buf.size, t->buf.data};
-    rc = cairn__put(t, t->s->audit, &kk, &v, 0);
+    rc = cairn__put(t, t->s->tasks, &kk, &v, 0);
+    t->d_audit += rc == 0;
     return rc ? cairn__mdb_fail(t, t->s, rc, "append audit record") : 0;
 }
 
 int cairn__audit_each(cairn__txn *t, const char *task, cairn__audit_cb cb, void *arg)
 {
     key p;
-    p.len = 0;
-    key_str(&p, task), key_nul(&p);
+    key_sub(&p, task, CAIRN__K_AUDIT);
     MDB_cursor *c;
-    int rc = mdb_cursor_open(t->txn, t->s->audit, &c);
+    int rc = mdb_cursor_open(t->txn, t->s->tasks, &c);
     if (rc)
         return cairn__mdb_fail(t, t->s, rc, "open cursor");
     MDB_val k = kv(&p), v;
@@ -1158,14 +1213,14 @@ static int recode(cairn__txn *t, MDB_dbi dbi, const MDB_val *k, const MDB_val *v
         if (task_decode(t, v, id, &r))
             return 0;
         task_encode(t, &r, r.txn);
-    } else if (dbi == s->steps) {
+    } else if (dbi == s->old_steps) {
         cairn__step_rec r;
         if (k->mv_size < 6 || step_decode(t, k, v, "", &r))
             return 0;
         step_encode(t, &r);
         if (r.output) /* the whole record here: its output is read from the map */
             msgpack_sbuffer_write(&t->buf, r.output, r.output_len);
-    } else if (dbi == s->audit) {
+    } else if (dbi == s->old_audit) {
         cairn__audit_rec a;
         if (audit_decode(t, v, id, &a))
             return 0;
@@ -1212,9 +1267,77 @@ static int upgrade_db(cairn__txn *t, MDB_dbi dbi)
 
 int cairn__records_upgrade(cairn__txn *t)
 {
-    const MDB_dbi dbis[] = {t->s->tasks, t->s->steps, t->s->audit, t->s->idem};
+    const MDB_dbi dbis[] = {t->s->tasks, t->s->old_steps, t->s->old_audit, t->s->idem};
     int rc = 0;
     for (size_t i = 0; i < sizeof dbis / sizeof *dbis && !rc; i++)
         rc = upgrade_db(t, dbis[i]);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ the upgrade to schema 6 */
+
+/* Moves every record of schema 5's database `from` into tasks, the kind byte put after its key's
+ * ID (an input's key is the ID alone: NUL and kind appended). A record that verifies (a split one
+ * joined with its tail) is written again, sealed under its new key and split there as its size
+ * asks; one that does not is moved as it is, to be reported where it is read (cairn check names
+ * it), as it would have been. A tail goes with its head: those left over name no record. */
+static int move_db(cairn__txn *t, MDB_dbi from, int kind, uint64_t *moved)
+{
+    MDB_cursor *c;
+    int rc = mdb_cursor_open(t->txn, from, &c);
+    if (rc)
+        return cairn__mdb_fail(t, t->s, rc, "open cursor");
+    const cairn__join *mark = t->joins;
+    unsigned char *buf = NULL;
+    size_t cap = 0;
+    MDB_val k, v;
+    for (rc = cairn__cursor_get(t, c, &k, &v, MDB_FIRST); rc == 0 || rc == CAIRN_ECORRUPT;
+         rc = cairn__cursor_get(t, c, &k, &v, MDB_NEXT)) {
+        int bad = rc == CAIRN_ECORRUPT;
+        if (bad && (rc = mdb_cursor_get(c, &k, &v, MDB_GET_CURRENT)))
+            break;
+        size_t idn;
+        cairn__key_kind(&k, &idn);
+        size_t rest = idn < k.mv_size ? k.mv_size - idn - 1 : 0, nk = idn + 2 + rest;
+        if (nk + v.mv_size > cap) {
+            unsigned char *b = realloc(buf, nk + v.mv_size);
+            if (!b) {
+                rc = cairn__store_fail(t->s, CAIRN_ENOMEM, "out of memory upgrading store %s",
+                                       t->s->dir);
+                break;
+            }
+            buf = b, cap = nk + v.mv_size;
+        }
+        memcpy(buf, k.mv_data, idn);
+        buf[idn] = 0, buf[idn + 1] = (unsigned char)kind;
+        memcpy(buf + idn + 2, (const unsigned char *)k.mv_data + idn + 1, rest);
+        memcpy(buf + nk, v.mv_data, v.mv_size);
+        MDB_val kk = {nk, buf}, vv = {v.mv_size, buf + nk};
+        rc = bad ? cairn__put_bare(t, t->s->tasks, &kk, &vv)
+                 : cairn__put(t, t->s->tasks, &kk, &vv, 0);
+        cairn__txn_joins_free(t, mark);
+        if (rc) {
+            rc = cairn__mdb_fail(t, t->s, rc, "upgrade the store to schema 6");
+            break;
+        }
+        ++*moved;
+    }
+    free(buf);
+    mdb_cursor_close(c);
+    return cairn__scan_end(t, rc, "upgrade the store to schema 6");
+}
+
+int cairn__records_move(cairn__txn *t, uint64_t *steps, uint64_t *audit)
+{
+    cairn_store *s = t->s;
+    uint64_t inputs = 0, progress = 0;
+    *steps = *audit = 0;
+    int rc = move_db(t, s->old_inputs, CAIRN__K_INPUT, &inputs);
+    if (!rc)
+        rc = move_db(t, s->old_steps, CAIRN__K_STEP, steps);
+    if (!rc)
+        rc = move_db(t, s->old_progress, CAIRN__K_PROGRESS, &progress);
+    if (!rc)
+        rc = move_db(t, s->old_audit, CAIRN__K_AUDIT, audit);
     return rc;
 }

@@ -2,20 +2,29 @@
  *
  * One LMDB environment per store directory, with named databases:
  *   meta      schema version; store_id (16 random bytes made at creation); counts (tasks by
- *             state, tombstones: records.c); gc_mark (where gc's pruning resumes: records.c)
- *   tasks     id -> task record (msgpack array: state, lease, attempts, hashes, times)
- *   inputs    id -> the task input as msgpack (apart, so step commits never rewrite it)
- *   steps     id\0step\0gen(be32) -> step record (state, invocations, output bytes)
- *   progress  id\0step\0gen(be32) -> progress bytes of a long step
+ *             state, tombstones, step and audit records: records.c); gc_mark (where gc's
+ *             pruning resumes: records.c)
+ *   tasks     a task's records, side by side under its ID (schema 6):
+ *               id                       -> task record (msgpack array: state, lease, attempts,
+ *                                           hashes, times)
+ *               id\0 'a' seq(be64)        -> audit record
+ *               id\0 'i'                  -> the task input as msgpack (apart from the task
+ *                                           record, so step commits never rewrite it)
+ *               id\0 'p' step\0gen(be32)  -> progress bytes of a long step
+ *               id\0 's' step\0gen(be32)  -> step record (state, invocations, output bytes)
+ *               id\0 't' step\0gen(be32)  -> the last bytes of a step record that would take an
+ *                                           LMDB page of its own (checksum.c splits and joins)
  *   idem      id -> payload hash, reserved with MDB_NOOVERWRITE: uniqueness in one atomic step
  *   due       state(1)|due(be64)|id -> ""   the status index `retry` and `list` read
  *   tenants   tenant\0id -> ""               running tasks per tenant
  *   finished  finished(be64)|id -> ""        what gc reads, oldest first
- *   audit     id\0seq(be64) -> audit record
  *   msgs      message id -> task id
  *   msgtime   recorded(be64)|message id -> ""   what gc reads to forget old messages
- *   tails     id\0step\0gen(be32) -> the last bytes of a step record that would take an LMDB
- *             page of its own (schema 5; checksum.c splits and joins them)
+ * Until schema 5 a task's own records had a database per kind (inputs, steps, progress, audit,
+ * tails, keyed as above without the kind byte). A write transaction copies the path from the
+ * root to the leaf of every tree it changes, so a step commit that touched steps, audit and
+ * tasks copied three paths where one now does (bench/README.md, "One tree"); an older store's
+ * records are moved when a writer first opens it (create_dbs).
  * Every write goes through cairn__store_write(), which runs a callback inside one write
  * transaction, so a step's output, the step state, the lease renewal and the audit record
  * commit together or not at all. A full map aborts the transaction, grows the map (up to
@@ -139,13 +148,18 @@ static const char *const db_names[] = {"meta", "tasks",   "inputs",  "steps",   
                                        "idem", "due",     "tenants", "finished", "audit",
                                        "msgs", "msgtime", "tails"};
 
+/* The list keeps schema 5's databases where they were: the journal names a database by its
+ * place in it, and a journal written before an upgrade is replayed after it. */
 static MDB_dbi *db_handle(cairn_store *s, size_t i)
 {
-    MDB_dbi *dbis[] = {&s->meta, &s->tasks,   &s->inputs,  &s->steps,    &s->progress,
-                       &s->idem, &s->due,     &s->tenants, &s->finished, &s->audit,
-                       &s->msgs, &s->msgtime, &s->tails};
+    MDB_dbi *dbis[] = {&s->meta, &s->tasks,   &s->old_inputs, &s->old_steps, &s->old_progress,
+                       &s->idem, &s->due,     &s->tenants,    &s->finished,  &s->old_audit,
+                       &s->msgs, &s->msgtime, &s->old_tails};
     return dbis[i];
 }
+
+/* One of schema 5's databases, which schema 6 retired */
+static int db_old(size_t i) { return i == 2 || i == 3 || i == 4 || i == 9 || i == 12; }
 
 #define N_DBS (sizeof db_names / sizeof *db_names)
 _Static_assert(sizeof db_names / sizeof *db_names == CAIRN__N_DBS, "store_impl.h counts them");
@@ -155,7 +169,7 @@ int cairn__db_index(cairn_store *s, MDB_dbi dbi)
     if (dbi < CAIRN__DBI_MAX && s->dbi_ix[dbi])
         return s->dbi_ix[dbi] - 1; /* (every record's checksum asks: a table, once open) */
     for (size_t i = 0; i < N_DBS; i++)
-        if (*db_handle(s, i) == dbi)
+        if (*db_handle(s, i) == dbi && (!db_old(i) || s->old_open))
             return (int)i;
     return -1;
 }
@@ -181,7 +195,7 @@ static void index_dbs(cairn_store *s)
     memset(s->dbi_ix, 0, sizeof s->dbi_ix);
     for (size_t i = 0; i < N_DBS; i++) {
         MDB_dbi d = *db_handle(s, i);
-        if (d < CAIRN__DBI_MAX)
+        if (d < CAIRN__DBI_MAX && !db_old(i))
             s->dbi_ix[d] = (signed char)(i + 1);
         s->db_seed[i] = XXH3_64bits(db_names[i], strlen(db_names[i]));
         s->db_seeded[i] = 1;
@@ -191,6 +205,8 @@ static void index_dbs(cairn_store *s)
 size_t cairn__db_count(void) { return N_DBS; }
 
 const char *cairn__db_name_at(size_t i) { return i < N_DBS ? db_names[i] : NULL; }
+
+int cairn__db_retired(size_t i) { return db_old(i); }
 
 static int newer_schema(cairn_store *s, uint32_t schema)
 {
@@ -281,14 +297,53 @@ int cairn__store_id(cairn_store *s, unsigned char out[16])
     return 0;
 }
 
-/* Creates the databases and records the schema version (a new store, or one an older cairn
- * wrote): a write like any other, so a sync store's protocol covers it (synced.c). */
-static int create_dbs_txn(cairn__txn *t, void *arg)
+/* Schema 5's databases, in a store of schema 5 or before: opened (created where missing: schema
+ * 4 had no tails) for the upgrade to move their records (*had: whether any was there). */
+static int old_dbs_open(cairn__txn *t, int *had)
 {
-    (void)arg;
+    cairn_store *s = t->s;
+    *had = 0;
+    for (size_t i = 0; i < N_DBS; i++) {
+        if (!db_old(i))
+            continue;
+        int rc = mdb_dbi_open(t->txn, db_names[i], 0, db_handle(s, i));
+        if (rc == MDB_NOTFOUND)
+            rc = mdb_dbi_open(t->txn, db_names[i], MDB_CREATE, db_handle(s, i));
+        else
+            *had |= rc == 0;
+        if (rc)
+            return cairn__mdb_fail(t, s, rc, "open a database to upgrade");
+    }
+    s->old_open = 1;
+    return 0;
+}
+
+/* Drops schema 5's databases from the file (their records moved, or a power cut during the
+ * upgrade left them beside its replayed moves: the journal does not record a drop). */
+static int old_dbs_drop(cairn__txn *t)
+{
+    cairn_store *s = t->s;
+    for (size_t i = 0; i < N_DBS; i++) {
+        if (!db_old(i))
+            continue;
+        int rc = mdb_drop(t->txn, *db_handle(s, i), 1);
+        if (rc)
+            return cairn__mdb_fail(t, s, rc, "drop a database of schema 5");
+    }
+    s->old_open = 0;
+    return 0;
+}
+
+/* Creates the databases and records the schema version (a new store, or one an older cairn
+ * wrote): a write like any other, so a sync store's protocol covers it (synced.c). An older
+ * store is upgraded in the same transaction: all or nothing. */
+static int create_dbs(cairn__txn *t)
+{
     cairn_store *s = t->s;
     t->wrote = 1; /* creating a database writes the main database: it needs the pin */
     for (size_t i = 0; i < N_DBS; i++) {
+        if (db_old(i))
+            continue;
         int rc = mdb_dbi_open(t->txn, db_names[i], MDB_CREATE, db_handle(s, i));
         if (rc)
             return cairn__mdb_fail(t, s, rc, "create database");
@@ -298,27 +353,46 @@ static int create_dbs_txn(cairn__txn *t, void *arg)
         return (int)schema;
     if (schema > CAIRN__SCHEMA)
         return newer_schema(s, (uint32_t)schema);
-    int rc = 0;
+    int rc = 0, had = 0;
+    if (schema == CAIRN__SCHEMA) /* schema 5's databases beside their moved records */
+        return (rc = old_dbs_open(t, &had)) ? rc : had ? old_dbs_drop(t) : 0;
+    if (schema > 0 && (rc = old_dbs_open(t, &had)))
+        return rc;
     /* schema 1 and 2: no record has a checksum yet; every one gets it, in this transaction
      * (tails, new, holds only what those puts split off) */
     for (size_t i = 0; i < N_DBS && schema > 0 && schema < 3 && !rc; i++)
-        if (*db_handle(s, i) != s->tails && (rc = cairn__sum_seal_all(t, *db_handle(s, i))))
+        if (*db_handle(s, i) != s->old_tails && (rc = cairn__sum_seal_all(t, *db_handle(s, i))))
             return cairn__mdb_fail(t, s, rc, "upgrade the store to schema 3 (checksums)");
     /* before schema 4 records were maps keyed by field name: each is written in its array form */
     if (schema > 0 && schema < 4 && (rc = cairn__records_upgrade(t)))
         return rc;
-    if ((rc = store_id_make(t)) || schema == CAIRN__SCHEMA)
+    /* before schema 6 a task's own records had databases of their own: they move into tasks.
+     * From schema 4 to 5 nothing was rewritten: 5 only added tails, which 4 never needed. */
+    uint64_t steps = 0, audit = 0;
+    if (schema > 0 && ((rc = cairn__records_move(t, &steps, &audit)) || (rc = old_dbs_drop(t))))
         return rc;
-    /* a new store's task counts are zeros; one of schema 1 or 2 has none and is counted once,
-     * here; schema 3 on kept them (a damaged task record then stays for cairn check to name).
-     * From schema 4 to 5 nothing is rewritten: 5 only adds tails, which 4 never needed. */
+    if ((rc = store_id_make(t)))
+        return rc;
+    /* a new store's counts are zeros; one of schema 1 or 2 has none and is counted once, here;
+     * schema 3 on kept them (a damaged task record then stays for cairn check to name), and
+     * schema 6 added the step and audit records moved */
     uint64_t counts[CAIRN__COUNTS];
     if (schema < 3 && ((rc = cairn__counts_scan(t, counts)) || (rc = cairn__counts_put(t, counts))))
+        return rc;
+    if (schema >= 3 && (rc = cairn__counts_widen(t, steps, audit)))
         return rc;
     uint32_t now = CAIRN__SCHEMA;
     MDB_val k = {6, "schema"}, v = {sizeof now, &now};
     rc = cairn__put(t, s->meta, &k, &v, 0);
     return rc ? cairn__mdb_fail(t, s, rc, "record the schema version") : 0;
+}
+
+static int create_dbs_txn(cairn__txn *t, void *arg)
+{
+    (void)arg;
+    int rc = create_dbs(t);
+    t->s->old_open = 0; /* their handles end with the transaction */
+    return rc;
 }
 
 /* Opens the databases in a read transaction, which writes nothing (a read-only command on an
@@ -330,12 +404,18 @@ static int open_dbs(cairn_store *s)
     int rc = cairn__store_begin(s, MDB_RDONLY, &txn); /* adopts a map another process grew */
     if (rc)
         return rc;
-    int missing = 0;
-    const char *lost = NULL;
-    for (size_t i = 0; i < N_DBS && !missing && !rc; i++) {
-        rc = mdb_dbi_open(txn, db_names[i], 0, db_handle(s, i));
-        if (rc == MDB_NOTFOUND)
-            missing = 1, rc = 0, lost = db_names[i];
+    int missing = 0, old = 0;
+    const char *lost = NULL, *old_lost = NULL;
+    for (size_t i = 0; i < N_DBS && !rc; i++) {
+        MDB_dbi scratch;
+        rc = mdb_dbi_open(txn, db_names[i], 0, db_old(i) ? &scratch : db_handle(s, i));
+        if (rc == MDB_NOTFOUND && !db_old(i) && !missing)
+            missing = 1, lost = db_names[i];
+        else if (rc == MDB_NOTFOUND && !old_lost)
+            old_lost = db_names[i];
+        else if (rc == 0 && db_old(i))
+            old = 1;
+        rc = rc == MDB_NOTFOUND ? 0 : rc;
     }
     int64_t schema = 0;
     if (!rc && (!missing || strcmp(lost, "meta") != 0) && (schema = schema_of(s, txn)) < 0) {
@@ -343,9 +423,12 @@ static int open_dbs(cairn_store *s)
         return (int)schema;
     }
     /* A schema-3 store has every database from its creation: one missing from LMDB's directory
-     * is a damaged directory record (its name), never a database to create empty; except the
-     * one that schema 5 added, in a store of an older schema (the upgrade creates it). */
-    if (!rc && missing && schema >= 3 && !(schema < 5 && strcmp(lost, "tails") == 0)) {
+     * is a damaged directory record (its name), never a database to create empty (schema 5's
+     * own are missing from a schema-6 store: their records moved into tasks). */
+    if (!rc && !missing && schema >= 3 && schema < CAIRN__SCHEMA && old_lost &&
+        !(schema < 5 && strcmp(old_lost, "tails") == 0))
+        missing = 1, lost = old_lost; /* schema 3 to 5 had them all (but 5's tails) */
+    if (!rc && missing && schema >= 3) {
         mdb_txn_abort(txn);
         return cairn__store_fail(s, CAIRN_ECORRUPT,
                                  "store %s: its database '%s' is missing from LMDB's directory: "
@@ -364,7 +447,9 @@ static int open_dbs(cairn_store *s)
         mdb_txn_abort(txn);
         return newer_schema(s, (uint32_t)schema);
     }
-    if (!missing && schema == CAIRN__SCHEMA) {
+    /* schema 5's databases left in a schema-6 store (a power cut in its upgrade): dropped by the
+     * next writer; a reader ignores them */
+    if (!missing && schema == CAIRN__SCHEMA && (!old || s->readonly)) {
         rc = mdb_txn_commit(txn); /* a read transaction's commit keeps its database handles */
         return rc ? cairn__mdb_fail(NULL, s, rc, "open database") : 0;
     }
@@ -408,6 +493,8 @@ int cairn_store_open(cairn_store *s, const char *dir)
         return CAIRN_EINVAL;
     s->broken = 0;
     s->has_store_id = 0;
+    s->old_open = 0;
+    memset(s->dbi_ix, 0, sizeof s->dbi_ix);
     free(s->dir);
     s->dir = strdup(dir);
     if (!s->dir)
@@ -560,6 +647,8 @@ static int write_once(cairn_store *s, int durable, cairn__txn_fn fn, void *arg, 
         return rc;
     }
     rc = fn(t, arg);
+    if (rc == 0) /* the step and audit records it added or removed, into the counts record */
+        rc = cairn__counts_settle(t);
     txn_buffers_free(t);
     if (rc < 0 || rc > 0) {
         mdb_txn_abort(t->txn);

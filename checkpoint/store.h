@@ -26,7 +26,7 @@
  * (relaxed commits unflushed under a pin), which a cairn of schema 1 would break by reusing the
  * pages of the last durable snapshot; opening a schema-1 store upgrades it, after which such a
  * cairn refuses it. */
-#define CAIRN__SCHEMA 5
+#define CAIRN__SCHEMA 6
 #define CAIRN__ID_MAX 128
 #define CAIRN__NAME_MAX 64
 #define CAIRN__ERR_MAX 512

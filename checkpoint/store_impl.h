@@ -19,8 +19,12 @@ typedef struct cairn__journal cairn__journal;
 
 struct cairn_store {
     MDB_env *env;
-    MDB_dbi meta, tasks, inputs, steps, progress, idem, due, tenants, finished, audit, msgs,
-        msgtime, tails;
+    /* the databases (store.c's design comment). old_*: schema 5's, which schema 6 retired (a
+     * task's own records moved into tasks); open only in the transaction that upgrades a store
+     * of schema 5 or before (old_open), their handles meaningless otherwise */
+    MDB_dbi meta, tasks, idem, due, tenants, finished, msgs, msgtime;
+    MDB_dbi old_inputs, old_steps, old_progress, old_audit, old_tails;
+    int old_open;
     unsigned psize; /* LMDB's page size: where checksum.c splits a step record */
     /* store.c: a read transaction kept reset between cairn__store_read calls and renewed by
      * the next (taken and given back atomically: calls on several threads each get their own) */
@@ -81,6 +85,11 @@ struct cairn__txn {
     /* checksum.c: split step records read in this transaction, joined, newest first (freed
      * with it, or by a scan that keeps no record past its turn: those newer than its mark) */
     struct cairn__join *joins;
+    /* records.c: step and audit records this transaction added (>0) or removed, for the counts
+     * record (cairn__counts_settle); checksum.c: whether cairn__put2's last put of a step record
+     * made a new key */
+    int64_t d_steps, d_audit;
+    int created;
 };
 typedef struct cairn__join {
     struct cairn__join *next;
@@ -103,6 +112,8 @@ int cairn__put(cairn__txn *t, MDB_dbi dbi, MDB_val *k, MDB_val *v, unsigned flag
 /* put2: the value is v's bytes followed by tail's (neither in the map), each copied once */
 int cairn__put2(cairn__txn *t, MDB_dbi dbi, MDB_val *k, MDB_val *v, const void *tail,
                 size_t tail_len, unsigned flags);
+/* put_bare: v's bytes as they are, no checksum added (the upgrade moves a damaged record so) */
+int cairn__put_bare(cairn__txn *t, MDB_dbi dbi, MDB_val *k, MDB_val *v);
 int cairn__get(cairn__txn *t, MDB_dbi dbi, MDB_val *k, MDB_val *v);
 int cairn__cursor_get(cairn__txn *t, MDB_cursor *c, MDB_val *k, MDB_val *v, MDB_cursor_op op);
 /* For reads outside a cairn__txn (store.c's meta records at open): verifies and strips. */
@@ -121,6 +132,7 @@ int cairn__db_index(cairn_store *s, MDB_dbi dbi);
 uint64_t cairn__db_seed(cairn_store *s, MDB_dbi dbi); /* XXH3-64 of its name */
 size_t cairn__db_count(void);
 const char *cairn__db_name_at(size_t i);
+int cairn__db_retired(size_t i); /* one of schema 5's, which schema 6 retired */
 
 /* journal.c: the redo journal of a sync store (its design comment). open/close with the
  * handle; append writes the transaction's entry before its commit (0; 1: the journal does not
@@ -208,6 +220,47 @@ static inline void key_u32(key *k, uint32_t v)
 }
 static inline MDB_val kv(key *k) { return (MDB_val){k->len, k->b}; }
 
+/* Schema 6: a task's own records share the tasks tree with its task record, each under the ID,
+ * a NUL and a kind byte, so that a transaction that changes a task copies one path of pages, not
+ * one per database (store.c's design comment has the keys). */
+#define CAIRN__K_AUDIT 'a'
+#define CAIRN__K_INPUT 'i'
+#define CAIRN__K_PROGRESS 'p'
+#define CAIRN__K_STEP 's'
+#define CAIRN__K_TAIL 't'
+
+/* k = id, NUL, kind: the start of every key of that kind of the task's records */
+static inline void key_sub(key *k, const char *id, int kind)
+{
+    k->len = 0;
+    key_str(k, id);
+    key_nul(k);
+    k->b[k->len++] = (char)kind;
+}
+
+/* What schema 5 called the database that held records of this kind: how `cairn check` and the
+ * messages name them ("steps record of task ...") */
+static inline const char *cairn__kind_name(int kind)
+{
+    return kind == CAIRN__K_AUDIT      ? "audit"
+           : kind == CAIRN__K_INPUT    ? "inputs"
+           : kind == CAIRN__K_PROGRESS ? "progress"
+           : kind == CAIRN__K_STEP     ? "steps"
+           : kind == CAIRN__K_TAIL     ? "tails"
+                                       : "tasks";
+}
+
+/* The kind of a key of the tasks database: 0 for a task record (no NUL), else the byte after the
+ * ID's NUL (-1: the key ends at the NUL); *id_len, if asked, the ID's length. */
+static inline int cairn__key_kind(const MDB_val *k, size_t *id_len)
+{
+    const unsigned char *p = k->mv_data, *z = memchr(p, 0, k->mv_size);
+    size_t n = z ? (size_t)(z - p) : k->mv_size;
+    if (id_len)
+        *id_len = n;
+    return !z ? 0 : n + 1 < k->mv_size ? p[n + 1] : -1;
+}
+
 /* map.c: durability, map size, disk space (see its design comment). */
 int cairn__map_settle_durability(cairn_store *s, const char *dir);
 int cairn__map_open(cairn_store *s, const char *dir, unsigned flags);
@@ -270,10 +323,23 @@ int cairn__store_begin(cairn_store *s, unsigned flags, MDB_txn **txn);
 
 /* records.c: the task counts record (by state, then tombstones) the store keeps in meta, kept in
  * step by cairn__task_put/_del; scan counts them from the task records. */
-#define CAIRN__COUNTS (CAIRN_STATE_COUNT + 1)
+#define CAIRN__C_TOMBSTONES CAIRN_STATE_COUNT
+#define CAIRN__C_STEPS (CAIRN_STATE_COUNT + 1) /* step records (schema 6) */
+#define CAIRN__C_AUDIT (CAIRN_STATE_COUNT + 2) /* audit records (schema 6) */
+#define CAIRN__COUNTS (CAIRN_STATE_COUNT + 3)
 int cairn__counts_get(cairn__txn *t, uint64_t c[CAIRN__COUNTS]);
 int cairn__counts_put(cairn__txn *t, const uint64_t c[CAIRN__COUNTS]);
 int cairn__counts_scan(cairn__txn *t, uint64_t c[CAIRN__COUNTS]);
+/* The step and audit records a transaction added or removed (cairn__txn's d_steps, d_audit)
+ * into the counts record: store.c calls it before a commit. */
+int cairn__counts_settle(cairn__txn *t);
+/* The upgrade to schema 6: schema 5's counts record (tasks by state, tombstones) widened with
+ * the step and audit records the upgrade moved. */
+int cairn__counts_widen(cairn__txn *t, uint64_t steps, uint64_t audit);
+/* The upgrade to schema 6 (records.c): every record of schema 5's inputs, steps, progress,
+ * audit and tails databases (open: s->old_open) moved into tasks under its schema-6 key; the
+ * counts of step and audit records moved. */
+int cairn__records_move(cairn__txn *t, uint64_t *steps, uint64_t *audit);
 
 /* records.c, for cairn check: a task's index entries are there; an index entry is its task's. */
 int cairn__task_check_indexes(cairn__txn *t, const cairn__task_rec *r, char *why, size_t cap);

@@ -64,7 +64,8 @@ static inline void crash_violation(task_obs *o, const char *fmt, ...)
 }
 
 /* A read-only view of the store's LMDB environment, to count audit and step records while the
- * runner writes (readers never wait for the writer); every commit adds at least one. */
+ * runner writes (readers never wait for the writer); every commit adds at least one. The
+ * records are counted where the store's schema keeps them (view_count). */
 typedef struct store_view {
     MDB_env *env;
 } store_view;
@@ -87,7 +88,29 @@ static inline int view_open(store_view *v, const char *store)
     return 0;
 }
 
-/* Number of audit plus step records now (every commit adds at least one); -1 on error. */
+/* The audit and step records of schema 6's tasks database (dbi), counted by key: a task's own
+ * records are keyed by its ID, a NUL and a kind byte, 'a' for audit, 's' for a step record (the
+ * head of a split one: its tail, 't', is not counted). -1 on error. */
+static inline long view_count_kinds(MDB_txn *txn, MDB_dbi dbi)
+{
+    MDB_cursor *c;
+    MDB_val k, v;
+    if (mdb_cursor_open(txn, dbi, &c))
+        return -1;
+    long n = 0;
+    int rc;
+    for (rc = mdb_cursor_get(c, &k, &v, MDB_FIRST); rc == 0;
+         rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
+        const unsigned char *p = k.mv_data, *z = memchr(p, 0, k.mv_size);
+        n += z && z + 1 < p + k.mv_size && (z[1] == 'a' || z[1] == 's');
+    }
+    mdb_cursor_close(c);
+    return rc == MDB_NOTFOUND ? n : -1;
+}
+
+/* Number of audit plus step records now (every commit adds at least one); -1 on error. A store
+ * of schema 5 or before keeps them in databases of their own (counted by mdb_stat), one of
+ * schema 6 in tasks (counted by key: view_count_kinds). */
 static inline long view_count(store_view *v)
 {
     MDB_txn *txn;
@@ -101,12 +124,14 @@ static inline long view_count(store_view *v)
     MDB_dbi dbi;
     MDB_stat s;
     long n = -1;
-    if (mdb_dbi_open(txn, "audit", 0, &dbi) == 0 && mdb_stat(txn, dbi, &s) == 0) {
+    if ((rc = mdb_dbi_open(txn, "audit", 0, &dbi)) == 0 && mdb_stat(txn, dbi, &s) == 0) {
         n = (long)s.ms_entries;
         if (mdb_dbi_open(txn, "steps", 0, &dbi) == 0 && mdb_stat(txn, dbi, &s) == 0)
             n += (long)s.ms_entries;
         else if (mdb_dbi_open(txn, "steps", 0, &dbi) != MDB_NOTFOUND)
             n = -1;
+    } else if (rc == MDB_NOTFOUND && mdb_dbi_open(txn, "tasks", 0, &dbi) == 0) {
+        n = view_count_kinds(txn, dbi); /* schema 6: no audit database */
     }
     mdb_txn_abort(txn);
     return n;

@@ -2,7 +2,9 @@
  *
  * One input is planted with raw LMDB as the value of a task record (tasks["fz"]), a step record
  * (steps["fz\0a\0" gen 1]), an audit record (audit["fz\0" seq 1]) and a progress record, with
- * index entries pointing at the task, into a store whose other records were wiped. Then every
+ * index entries pointing at the task, into a store whose other records were wiped. The records
+ * are named as schema 5 kept them; in a store of schema 6 they are planted in tasks under the
+ * keys with a kind byte after the task's NUL (tests/store/rawlmdb.h's tu_raw_where). Then every
  * reader is run over it: cairn__task_get, cairn__step_get/_each, cairn__audit_each,
  * cairn__progress_get, stats, cairn_task_load + cairn_task_json, and a runner resume/retry/gc
  * that goes on to decode the input and the dependency outputs the records carry. The property:
@@ -100,11 +102,14 @@ static int plant(const uint8_t *data, size_t size)
     if (!env)
         return -1;
     int rc = mdb_txn_begin(env, NULL, 0, &txn);
-    MDB_dbi dbi[TU_NDBS];
-    for (size_t i = 0; !rc && i < TU_NDBS; i++) {
-        rc = mdb_dbi_open(txn, tu_dbs[i], 0, &dbi[i]);
-        if (!rc && i > 0)
-            rc = mdb_drop(txn, dbi[i], 0);
+    const uint32_t schema = rc ? 0 : tu_raw_schema_txn(txn);
+    for (size_t i = 1; !rc && i < TU_NDBS; i++) {
+        MDB_dbi dbi;
+        rc = mdb_dbi_open(txn, tu_dbs[i], 0, &dbi);
+        if (rc == MDB_NOTFOUND)
+            rc = 0; /* a database schema 6 retired */
+        else if (!rc)
+            rc = mdb_drop(txn, dbi, 0);
     }
     unsigned char skey[16] = TASK "\0a\0", akey[16] = TASK "\0", due[16] = {0}, fin[16];
     be(skey + 5, 1, 4);
@@ -113,32 +118,37 @@ static int plant(const uint8_t *data, size_t size)
     be(fin, 0, 8), memcpy(fin + 8, TASK, 2);
     due[0] = (unsigned char)(size ? data[0] % CAIRN_STATE_COUNT : 0);
     struct {
-        size_t db;
+        const char *db; /* and the key, as schema 5 kept them */
         const void *k;
         size_t klen;
         const void *v;
         size_t vlen;
     } puts[] = {
-        {1, TASK, 2, data, size},
-        {2, skey, 9, data, size},
-        {8, akey, 11, data, size},
-        {3, skey, 9, data, size},
-        {5, due, 11, "", 0},
-        {7, fin, 10, "", 0},
-        {4, TASK, 2, "0000000000000000000000000000000000000000000000000000000000000000", 64},
+        {"tasks", TASK, 2, data, size},
+        {"steps", skey, 9, data, size},
+        {"audit", akey, 11, data, size},
+        {"progress", skey, 9, data, size},
+        {"due", due, 11, "", 0},
+        {"finished", fin, 10, "", 0},
+        {"idem", TASK, 2, "0000000000000000000000000000000000000000000000000000000000000000", 64},
     };
     for (size_t i = 0; !rc && i < sizeof puts / sizeof *puts; i++) {
-        /* sealed with a valid checksum, so that the bytes reach the decoders behind it */
+        /* where the store's schema keeps the record, sealed with a valid checksum for that
+         * database and key, so that the bytes reach the decoders behind it */
+        tu_rawkey rk;
+        MDB_dbi dbi;
+        if ((rc = tu_raw_where(schema, puts[i].db, puts[i].k, puts[i].klen, &rk)) ||
+            (rc = mdb_dbi_open(txn, rk.db, 0, &dbi)))
+            break;
         unsigned char *sealed = malloc(puts[i].vlen + 8);
         if (!sealed) {
             rc = ENOMEM;
             break;
         }
         memcpy(sealed, puts[i].v, puts[i].vlen);
-        tu_sum(tu_dbs[puts[i].db], puts[i].k, puts[i].klen, puts[i].v, puts[i].vlen,
-               sealed + puts[i].vlen);
-        MDB_val k = {puts[i].klen, (void *)puts[i].k}, v = {puts[i].vlen + 8, sealed};
-        rc = mdb_put(txn, dbi[puts[i].db], &k, &v, 0);
+        tu_sum(rk.db, rk.k, rk.n, puts[i].v, puts[i].vlen, sealed + puts[i].vlen);
+        MDB_val k = {rk.n, rk.k}, v = {puts[i].vlen + 8, sealed};
+        rc = mdb_put(txn, dbi, &k, &v, 0);
         free(sealed);
     }
     if (rc)
@@ -372,17 +382,25 @@ static void make_seeds(void)
     MDB_env *env = tu_raw_open(dir);
     MDB_txn *txn;
     if (env && mdb_txn_begin(env, NULL, MDB_RDONLY, &txn) == 0) {
+        /* up to 4 records of each (schema 6: tasks' records of that kind, tu_raw_home5) */
         static const char *const dbs[] = {"tasks", "steps", "audit", "progress"};
+        const int kinds = tu_raw_schema_txn(txn) >= 6;
         for (size_t i = 0; i < 4; i++) {
             MDB_dbi dbi;
             MDB_cursor *c;
             MDB_val k, v;
-            if (mdb_dbi_open(txn, dbs[i], 0, &dbi) || mdb_cursor_open(txn, dbi, &c))
+            if (mdb_dbi_open(txn, kinds ? "tasks" : dbs[i], 0, &dbi) ||
+                mdb_cursor_open(txn, dbi, &c))
                 continue;
             int per = 0;
             for (int rc = mdb_cursor_get(c, &k, &v, MDB_FIRST); rc == 0 && per < 4;
-                 rc = mdb_cursor_get(c, &k, &v, MDB_NEXT), per++)
+                 rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
+                const char *home = kinds ? tu_raw_home5(k.mv_data, k.mv_size, NULL, NULL) : NULL;
+                if (kinds && (!home || strcmp(home, dbs[i]) != 0))
+                    continue;
                 add_seed(v.mv_data, v.mv_size >= 8 ? v.mv_size - 8 : 0); /* no checksum */
+                per++;
+            }
             mdb_cursor_close(c);
         }
         mdb_txn_abort(txn);

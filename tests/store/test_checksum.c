@@ -102,16 +102,19 @@ static void step_key(char *k, size_t *n, const char *task, const char *step)
     *n = a + b + 6;
 }
 
-/* Flips one bit of the value of a record in place. */
+/* Flips one bit of the value of a record in place (named as schema 5 kept it: tu_raw_where). */
 static int flip_raw(const char *dir, const char *db, const void *key, size_t kn, size_t at)
 {
     unsigned char buf[4096];
     MDB_env *env = tu_raw_open(dir);
-    MDB_txn *txn;
+    MDB_txn *txn = NULL;
     MDB_dbi dbi;
-    MDB_val k = {kn, (void *)key}, v;
+    tu_rawkey rk;
+    MDB_val k = {0, rk.k}, v;
     int rc = mdb_txn_begin(env, NULL, 0, &txn);
-    if (!rc && !(rc = mdb_dbi_open(txn, db, 0, &dbi)) && !(rc = mdb_get(txn, dbi, &k, &v))) {
+    rc = rc ? rc : tu_raw_where(tu_raw_schema_txn(txn), db, key, kn, &rk);
+    k.mv_size = rc ? 0 : rk.n;
+    if (!rc && !(rc = mdb_dbi_open(txn, rk.db, 0, &dbi)) && !(rc = mdb_get(txn, dbi, &k, &v))) {
         size_t n = v.mv_size < sizeof buf ? v.mv_size : sizeof buf;
         memcpy(buf, v.mv_data, n);
         buf[at % n] ^= 0x10;
@@ -214,11 +217,22 @@ static int flip_file(const char *dir, const void *pat, size_t pn, size_t at, uns
     return n;
 }
 
+/* t3's step key 'work' as data.mdb holds it: "t3\0work" in schema 5's steps, "t3\0swork" (a kind
+ * byte after the ID's NUL) in schema 6's tasks; *name: where the step name starts. */
+static const char *t3_work(const char *dir, size_t *n, size_t *name)
+{
+    const int kind = tu_raw_schema(dir) >= 6;
+    *n = 7 + kind, *name = 3 + kind;
+    return kind ? "t3\0swork" : "t3\0work";
+}
+
 static void test_key_flip(void)
 {
     char dir[300], m[1024];
+    size_t pn, name;
     fresh(dir, "stepkey");
-    ok(flip_file(dir, "t3\0work", 7, 3, 0x01) > 0,
+    const char *pat = t3_work(dir, &pn, &name);
+    ok(flip_file(dir, pat, pn, name, 0x01) > 0,
        "plant: in data.mdb, t3's step key 'work' now reads 'vork' (its value unchanged)");
     probe p = look(dir, "t3", "work", m, sizeof m);
     ok(p.step_rc == CAIRN_ECORRUPT && strstr(m, "'t3'"),
@@ -230,7 +244,8 @@ static void test_key_flip(void)
     ok(p.step_rc == 0 && p.each_rc == 0 && p.nsteps == 2, "task t2's steps read as before");
 
     fresh(dir, "steptask");
-    ok(flip_file(dir, "t3\0work", 7, 1, 0x05) > 0,
+    pat = t3_work(dir, &pn, &name);
+    ok(flip_file(dir, pat, pn, 1, 0x05) > 0,
        "plant: in data.mdb, the task part of t3's step key now reads 't6'");
     p = look(dir, "t3", "work", m, sizeof m);
     ok(p.step_rc == CAIRN_ECORRUPT, "t3's step 'work' is CAIRN_ECORRUPT, not absent (\"%s\")", m);
@@ -316,9 +331,13 @@ static void test_counts(void)
        seen[1]);
     cairn_store_free(s);
 
-    uint64_t wrong[CAIRN_STATE_COUNT + 1] = {0};
+    /* the record as the store wrote it (schema 5: by state, tombstones; schema 6: then the step
+     * and audit records), but for the count of succeeded tasks */
+    uint64_t wrong[CAIRN_STATE_COUNT + 8] = {0};
+    long wn = tu_raw_get(dir, "meta", "counts", 6, wrong, sizeof wrong);
     wrong[CAIRN_SUCCEEDED] = 4;
-    ok(tu_raw_put(dir, "meta", "counts", 6, wrong, sizeof wrong) == 0,
+    ok(wn >= (long)((CAIRN_STATE_COUNT + 1) * sizeof *wrong) && wn < (long)sizeof wrong &&
+           tu_raw_put(dir, "meta", "counts", 6, wrong, (size_t)wn) == 0,
        "plant: a sealed counts record that says 4 succeeded");
     s = open_store(dir);
     int problems = 0;
@@ -355,7 +374,10 @@ static void test_succeeded_lacks_step(void)
     char k[64];
     size_t kn;
     step_key(k, &kn, "t4", "work");
-    ok(tu_raw_put_bare(dir, "steps", k, kn, NULL, 0) == 0,
+    /* in schema 6 the counts record counts step records: it says one fewer, as it would of a
+     * tree that never had the record */
+    ok(tu_raw_put_bare(dir, "steps", k, kn, NULL, 0) == 0 &&
+           (tu_raw_schema(dir) < 6 || tu_raw_counts_add(dir, CAIRN_STATE_COUNT + 1, -1) == 0),
        "plant: succeeded task t4's record of step 'work' is gone");
     cairn_store *s = open_store(dir);
     cairn_task *t = NULL;
@@ -395,13 +417,16 @@ static void test_directory(void)
 {
     char dir[300], path[400];
     fresh(dir, "directory");
+    /* schema 5's steps database, or schema 6's tasks, which holds the step records (both names
+     * 5 bytes long, so that the database's record follows at the same distance) */
+    const char *db = tu_raw_schema(dir) >= 6 ? "tasks" : "steps";
     snprintf(path, sizeof path, "%s/data.mdb", dir);
     size_t n = 0;
     unsigned char *b = (unsigned char *)tu_read_file(path, &n);
     long root = b ? main_root(b, n) : 0;
     unsigned char *page = root > 1 && (size_t)(root + 1) * 4096 <= n ? b + root * 4096 : NULL;
-    unsigned char *at = page ? memmem(page, 4096, "steps", 5) : NULL;
-    ok(at != NULL, "found the steps database's record in LMDB's directory (page %ld)", root);
+    unsigned char *at = page ? memmem(page, 4096, db, 5) : NULL;
+    ok(at != NULL, "found the %s database's record in LMDB's directory (page %ld)", db, root);
     if (at) {
         at[5 + 32] ^= 0x01; /* md_entries */
         tu_write_file(path, b, n);
@@ -416,6 +441,9 @@ static void test_directory(void)
     cairn_store_free(s);
 
     fresh(dir, "crossdb");
+    /* a database whose keys are task IDs, as tasks': schema 5's inputs; schema 6 keeps inputs in
+     * tasks, so idem there (the record then differs from the task record only in its database) */
+    const char *other = tu_raw_schema(dir) >= 6 ? "idem" : "inputs";
     unsigned char v[512];
     long vn = tu_raw_get(dir, "tasks", "t2", 2, v, sizeof v);
     unsigned char sealed[520];
@@ -423,8 +451,8 @@ static void test_directory(void)
         memcpy(sealed, v, (size_t)vn);
         tu_sum("tasks", "t2", 2, v, (size_t)vn, sealed + vn);
     }
-    ok(vn > 0 && tu_raw_put_bare(dir, "inputs", "t2", 2, sealed, (size_t)vn + 8) == 0,
-       "plant: t2's task record, sealed as a tasks record, in the inputs database");
+    ok(vn > 0 && tu_raw_put_bare(dir, other, "t2", 2, sealed, (size_t)vn + 8) == 0,
+       "plant: t2's task record, sealed as a tasks record, in the %s database", other);
     s = open_store(dir);
     problems = 0;
     rc = s ? cairn_store_check(s, check_count, &problems, &records) : -1;

@@ -488,9 +488,10 @@ static void audit3(msgpack_sbuffer *sb, const cairn__audit_rec *a)
  * tasks keep the transaction ids they were written in (txn[]). */
 static int downgrade_to_3(const char *dir, const uint64_t txn[N_TASKS])
 {
+    /* schema 3 kept a task's steps and audit in databases of their own, as schema 5 did */
+    int rc = tu_raw_to_schema5(dir);
     msgpack_sbuffer sb;
     msgpack_sbuffer_init(&sb);
-    int rc = 0;
     for (int i = 0; i < N_TASKS && !rc; i++) {
         cairn__task_rec r;
         fixture_task(&r, i);

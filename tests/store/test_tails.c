@@ -23,14 +23,15 @@
 #include "tests/tap.h"
 
 #define PAGE_HEADER 16
-#define TAILS_DB 12 /* tu_dbs[12] */
+#define TAILS_DB 12 /* tu_dbs[12]: tu_raw_dump counts the tails in either layout */
 
 static char root[256];
 static unsigned page; /* the store's page size */
 
 /* ------------------------------------------------------------------ raw LMDB and the store */
 
-/* The raw value of one key of db copied into buf (at most cap bytes): its size, or -1. */
+/* The raw value of the record schema 5 keeps in db under k (in a schema-6 store: tasks' record
+ * under its schema-6 key, tu_raw_where) copied into buf (at most cap bytes): its size, or -1. */
 static long raw_bytes(const char *dir, const char *db, const void *k, size_t klen, void *buf,
                       size_t cap)
 {
@@ -39,8 +40,11 @@ static long raw_bytes(const char *dir, const char *db, const void *k, size_t kle
     MDB_dbi dbi;
     long n = -1;
     if (env && mdb_txn_begin(env, NULL, MDB_RDONLY, &txn) == 0) {
-        MDB_val kk = {klen, (void *)k}, vv;
-        if (mdb_dbi_open(txn, db, 0, &dbi) == 0 && mdb_get(txn, dbi, &kk, &vv) == 0) {
+        tu_rawkey rk;
+        MDB_val kk, vv;
+        if (tu_raw_where(tu_raw_schema_txn(txn), db, k, klen, &rk) == 0 &&
+            mdb_dbi_open(txn, rk.db, 0, &dbi) == 0 &&
+            (kk = (MDB_val){rk.n, rk.k}, mdb_get(txn, dbi, &kk, &vv) == 0)) {
             n = (long)vv.mv_size;
             if (buf)
                 memcpy(buf, vv.mv_data, vv.mv_size < cap ? vv.mv_size : cap);
@@ -412,7 +416,7 @@ static void test_damage(void)
     free(buf), free(big);
 }
 
-/* A store of schema 4 has no `tails`: opening it creates the database and records schema 5. */
+/* A store of schema 4 has no `tails`: opening it upgrades it to the current schema. */
 static void test_upgrade(void)
 {
     char dir[300];
@@ -422,6 +426,7 @@ static void test_upgrade(void)
     int rc = put_step(s, "u1", mid, 3000);
     cairn_store_free(s);
     uint32_t four = 4, v = 0;
+    rc = rc ? rc : tu_raw_to_schema5(dir); /* a schema-6 store laid out as schema 5's first */
     rc = rc ? rc : tu_raw_drop(dir, "tails");
     rc = rc ? rc : tu_raw_put(dir, "meta", "schema", 6, &four, sizeof four);
     ok(rc == 0, "made a schema-4 store (tails dropped)");
