@@ -170,7 +170,7 @@ static int reserve(cairn__txn *t, size_t more)
 
 static void note(cairn__txn *t, int op, MDB_dbi dbi, const MDB_val *k, const MDB_val *v)
 {
-    if (!t->s->journal || t->jfail)
+    if (!t->s->journal || t->jfail || t->unjournaled)
         return;
     int db = cairn__db_index(t->s, dbi);
     size_t vlen = v ? v->mv_size : 0, need = (t->jlen ? 0 : E_HDR) + 8 + k->mv_size + vlen;

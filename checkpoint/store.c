@@ -356,6 +356,7 @@ static int create_dbs(cairn__txn *t)
     int rc = 0, had = 0;
     if (schema == CAIRN__SCHEMA) /* schema 5's databases beside their moved records */
         return (rc = old_dbs_open(t, &had)) ? rc : had ? old_dbs_drop(t) : 0;
+    t->unjournaled = schema > 0; /* every record is rewritten: see cairn__txn */
     if (schema > 0 && (rc = old_dbs_open(t, &had)))
         return rc;
     /* schema 1 and 2: no record has a checksum yet; every one gets it, in this transaction
@@ -669,7 +670,7 @@ static int write_once(cairn_store *s, int durable, cairn__txn_fn fn, void *arg, 
         return (rc = cairn__synced_point(s)) ? rc : 1;
     }
     uint64_t txnid = (uint64_t)mdb_txn_id(t->txn);
-    if (s->journal && (rc = cairn__journal_append(t)) != 0) {
+    if (s->journal && !t->unjournaled && (rc = cairn__journal_append(t)) != 0) {
         mdb_txn_abort(t->txn);
         if (rc == 1) /* the journal does not chain, or is full: a fold starts it over */
             return (rc = cairn__synced_point(s)) ? rc : 1;

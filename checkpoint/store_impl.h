@@ -78,6 +78,11 @@ struct cairn__txn {
     unsigned char *jb;
     size_t jlen, jcap;
     int jfail;
+    /* a commit the journal does not record (a store's upgrade, which rewrites every record: its
+     * entry would hold the whole store in memory). The journal then no longer chains, so the
+     * commit's durable point, and the next write, is a fold; a power cut before that fold
+     * returns the store to the marker's snapshot and the entries before the commit. */
+    int unjournaled;
     /* records.c: the steps cursor step lookups share, closed with the transaction: a resume
      * reads its step's record and its dependency's, keys side by side, and LMDB finds a key
      * on the page its cursor is on without searching from the root */
