@@ -1143,8 +1143,7 @@ int cairn__audit_append(cairn__txn *t, cairn__task_rec *task, const cairn__audit
 {
     audit_encode(t, a);
     /* The sequence number comes from the task's last audit key, not from the task record, so
-     * appending an audit record does not force the task record to be rewritten (a step commit
-     * then touches only the step and audit databases). */
+     * appending an audit record does not force the task record to be rewritten. */
     key k;
     key_sub(&k, task->id, CAIRN__K_AUDIT);
     key_u64(&k, UINT64_MAX);

@@ -16,7 +16,10 @@
 
 #include "cairn.h"
 
-/* The store's schema version. 5: a step record whose last LMDB page would hold only a few of its
+/* The store's schema version. 6: a task's input, step, progress and audit records (and split
+ * tails) are in the tasks database beside its task record, under its ID, a NUL and a kind byte
+ * (checkpoint/store.c); opening an older store moves them there, in one transaction. 5: a step
+ * record whose last LMDB page would hold only a few of its
  * bytes keeps those in the database `tails`, under the same key and one checksum
  * (checkpoint/checksum.c); opening a schema-4 store only creates that database. 4: records are
  * msgpack arrays with fixed positions, hashes as their bytes, a task's times relative to its

@@ -51,8 +51,8 @@ typedef struct commit_arg {
 
 /* Loads the task and checks we still hold its lease (fencing). Renews the lease once less than
  * half of it is left; *renewed says whether the task record must be written back (a step
- * commit that neither renews nor changes state leaves the task record alone, which keeps the
- * commit to the step and audit databases). */
+ * commit that neither renews nor changes state leaves the task record alone: fewer bytes
+ * copied into the commit's pages). */
 static int fenced(cairn__txn *t, cairn_ctx *c, cairn__task_rec *task, int *renewed)
 {
     int rc = cairn__task_get(t, c->task_id, task);

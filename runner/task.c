@@ -115,8 +115,8 @@ int cairn_task_load(cairn_store *s, const char *task_id, cairn_task **out)
         t->steps[i].current = latest;
     }
     /* A task that succeeded (outputs kept) has a current done record of every pinned step: a
-     * steps database read from an older root (damage to LMDB's directory, which no checksum
-     * covers) lacks some, and is refused rather than shown as pending steps. */
+     * tree read from an older root (damage to LMDB's directory, which no checksum covers) lacks
+     * some, and is refused rather than shown as pending steps. */
     for (const char *p = t->rec.steps_pin;
          t->rec.state == CAIRN_SUCCEEDED && !t->rec.tombstone && *p;) {
         size_t len = strcspn(p, "@,"), i = 0;
