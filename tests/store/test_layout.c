@@ -6,9 +6,10 @@
  *   - a populated store has no other database for them, and reads back what was written;
  *   - the step and audit record counts `stats` shows are kept exactly through writes, rewrites,
  *     deletes and dropped outputs, and `cairn check` compares them with the records;
- *   - a store of schema 5 (tu_raw_to_schema5: what schema 5 wrote) is upgraded when a writer
- *     opens it: every record reads as before, the counts are right, check finds nothing, the
- *     old databases are gone; a damaged record is moved as it is and still reported;
+ *   - a store of schema 5 (tu_raw_to_schema5: what schema 5 wrote; sync and nosync) is
+ *     upgraded when a writer opens it: every record reads as before, the counts are right,
+ *     check finds nothing, the old databases are gone; a damaged record is moved as it is and
+ *     still reported;
  *   - schema 5's databases left beside a schema-6 store (a power cut in the upgrade) are dropped
  *     by the next writer;
  *   - a record of the tasks tree whose kind byte is none of the kinds is reported by check.
@@ -294,11 +295,12 @@ static void test_one_tree_and_counts(void)
     cairn_store_free(s);
 }
 
-static void test_upgrade_from_5(void)
+static void test_upgrade_from_5(cairn_durability d)
 {
     char dir[300];
-    tu_subdir(dir, root, "up");
-    cairn_store *s = tu_store_open(dir, CAIRN_SYNC, 0);
+    tu_subdir(dir, root, d == CAIRN_SYNC ? "up-sync" : "up-nosync");
+    diag("a %s store", d == CAIRN_SYNC ? "sync" : "nosync");
+    cairn_store *s = tu_store_open(dir, d, 0);
     int rc = 0;
     for (int i = 0; i < N_TASKS && !rc; i++)
         rc = cairn__store_write(s, 0, populate_txn, &i);
@@ -317,13 +319,13 @@ static void test_upgrade_from_5(void)
     ok(vn > 12 && tu_raw_put_bare(dir, "steps", k, (size_t)n, v, (size_t)vn) == 0,
        "plant: task-05's step 'a' without its checksum (%ld bytes)", vn);
 
-    s = tu_store_open(dir, CAIRN_SYNC, 0);
+    s = tu_store_open(dir, d, 0);
     ok(s != NULL, "a writer opens the schema-5 store");
     cairn_store_free(s);
     ok(raw_schema(dir) == CAIRN__SCHEMA && any_old_db(dir) == 0,
        "it is schema %u now, without schema 5's databases (%d left)", raw_schema(dir),
        any_old_db(dir));
-    s = tu_store_open(dir, CAIRN_SYNC, 0);
+    s = tu_store_open(dir, d, 0);
     chk c;
     uint64_t p = problems_of(s, &c);
     ok(p == 1 && strstr(c.first, "steps/task-05") && strstr(c.first, "step 'a'"),
@@ -337,7 +339,7 @@ static void test_upgrade_from_5(void)
     cairn_store_free(s);
     /* put the damaged record back whole (sealed under its schema-6 key) and compare everything */
     tu_raw_put(dir, "steps", k, (size_t)n, v, (size_t)vn);
-    s = tu_store_open(dir, CAIRN_SYNC, 0);
+    s = tu_store_open(dir, d, 0);
     ok(digest(s, &after) == 0 && after.h == before.h && after.steps == before.steps &&
            after.audit == before.audit && after.inputs == before.inputs &&
            after.progress == before.progress,
@@ -378,7 +380,8 @@ int main(void)
 {
     tu_tmpdir(root, "layout");
     test_one_tree_and_counts();
-    test_upgrade_from_5();
+    test_upgrade_from_5(CAIRN_SYNC);
+    test_upgrade_from_5(CAIRN_NOSYNC);
     test_leftover();
     tu_rmtree(root);
     return tap_done();
