@@ -47,11 +47,11 @@ static const char *name_of(cairn_store *s, MDB_dbi dbi, const MDB_val *k)
 }
 
 /* The task a key of dbi belongs to: the bytes before the first NUL (the tasks tree) or the whole
- * key (idem); "" for the other databases. */
+ * key (a task record); "" for the other databases. */
 static void task_of(cairn_store *s, MDB_dbi dbi, const MDB_val *k, char out[CAIRN__ID_MAX + 1])
 {
     out[0] = 0;
-    if (dbi != s->tasks && dbi != s->idem)
+    if (dbi != s->tasks)
         return;
     const char *z = memchr(k->mv_data, 0, k->mv_size);
     size_t n = z ? (size_t)(z - (const char *)k->mv_data) : k->mv_size;
@@ -69,7 +69,7 @@ static int check_record(checker *c, MDB_dbi dbi, const MDB_val *k, const char *t
     cairn__task_rec r;
     int rc = 0;
     int kind = dbi == s->tasks ? cairn__key_kind(k, NULL) : 0;
-    if (kind != 0 && kind != CAIRN__K_AUDIT && kind != CAIRN__K_INPUT &&
+    if (kind != 0 && kind != CAIRN__K_AUDIT && kind != CAIRN__K_IDEM && kind != CAIRN__K_INPUT &&
         kind != CAIRN__K_PROGRESS && kind != CAIRN__K_STEP && kind != CAIRN__K_TAIL) {
         char what[400];
         cairn__describe_key(s, dbi, k, what, sizeof what);
@@ -94,7 +94,9 @@ static int check_record(checker *c, MDB_dbi dbi, const MDB_val *k, const char *t
         rc = cairn__index_entry_check(c->t, dbi, k, why, sizeof why);
         return rc == CAIRN_ECORRUPT ? report(c, dbi, "", why) : rc;
     }
-    if (kind != 0 && kind != CAIRN__K_TAIL) { /* a tail verified with its head */
+    /* a tail is verified with its head; a reservation may outlive its task record, as the idem
+     * database's entries did */
+    if (kind != 0 && kind != CAIRN__K_TAIL && kind != CAIRN__K_IDEM) {
         rc = cairn__task_get(c->t, task, &r);
         if (rc == CAIRN_ENOTFOUND) {
             snprintf(why, sizeof why, "a %s record of task '%s', which has no record",
@@ -173,8 +175,8 @@ int cairn__store_check(cairn__txn *t, cairn__check_cb cb, void *arg, uint64_t *r
 {
     cairn_store *s = t->s;
     checker c = {.t = t, .cb = cb, .arg = arg};
-    const MDB_dbi dbis[] = {s->meta,    s->tasks,    s->idem, s->due,
-                            s->tenants, s->finished, s->msgs, s->msgtime};
+    const MDB_dbi dbis[] = {s->meta,     s->tasks, s->due,    s->tenants,
+                            s->finished, s->msgs,  s->msgtime};
     int rc = 0;
     for (size_t i = 0; i < sizeof dbis / sizeof *dbis && !rc; i++)
         rc = check_db(&c, dbis[i]);

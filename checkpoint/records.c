@@ -929,8 +929,10 @@ static void idem_decode(const MDB_val *v, char out[65])
 int cairn__idem_reserve(cairn__txn *t, const char *id, const char *hash, char existing[65])
 {
     unsigned char b[64];
-    MDB_val k = {strlen(id), (void *)id}, v = {idem_encode(hash, b), b};
-    int rc = cairn__put(t, t->s->idem, &k, &v, MDB_NOOVERWRITE);
+    key kk;
+    key_sub(&kk, id, CAIRN__K_IDEM);
+    MDB_val k = kv(&kk), v = {idem_encode(hash, b), b};
+    int rc = cairn__put(t, t->s->tasks, &k, &v, MDB_NOOVERWRITE);
     if (rc == 0)
         return 0;
     if (rc != MDB_KEYEXIST)
@@ -941,8 +943,10 @@ int cairn__idem_reserve(cairn__txn *t, const char *id, const char *hash, char ex
 
 int cairn__idem_del(cairn__txn *t, const char *id)
 {
-    MDB_val k = {strlen(id), (void *)id};
-    int rc = cairn__del(t, t->s->idem, &k);
+    key kk;
+    key_sub(&kk, id, CAIRN__K_IDEM);
+    MDB_val k = kv(&kk);
+    int rc = cairn__del(t, t->s->tasks, &k);
     return rc && rc != MDB_NOTFOUND ? cairn__mdb_fail(t, t->s, rc, "delete task ID") : 0;
 }
 
@@ -1266,7 +1270,7 @@ static int upgrade_db(cairn__txn *t, MDB_dbi dbi)
 
 int cairn__records_upgrade(cairn__txn *t)
 {
-    const MDB_dbi dbis[] = {t->s->tasks, t->s->old_steps, t->s->old_audit, t->s->idem};
+    const MDB_dbi dbis[] = {t->s->tasks, t->s->old_steps, t->s->old_audit, t->s->old_idem};
     int rc = 0;
     for (size_t i = 0; i < sizeof dbis / sizeof *dbis && !rc; i++)
         rc = upgrade_db(t, dbis[i]);
@@ -1329,9 +1333,11 @@ static int move_db(cairn__txn *t, MDB_dbi from, int kind, uint64_t *moved)
 int cairn__records_move(cairn__txn *t, uint64_t *steps, uint64_t *audit)
 {
     cairn_store *s = t->s;
-    uint64_t inputs = 0, progress = 0;
+    uint64_t inputs = 0, progress = 0, idem = 0;
     *steps = *audit = 0;
     int rc = move_db(t, s->old_inputs, CAIRN__K_INPUT, &inputs);
+    if (!rc)
+        rc = move_db(t, s->old_idem, CAIRN__K_IDEM, &idem);
     if (!rc)
         rc = move_db(t, s->old_steps, CAIRN__K_STEP, steps);
     if (!rc)
