@@ -53,7 +53,8 @@ static int seen_add(seen_set *s, uint64_t h)
 
 static void seen_sort(seen_set *s)
 {
-    qsort(s->h, s->n, sizeof *s->h, u64_cmp);
+    if (s->n) /* (an empty set has no array: qsort's pointer must not be NULL) */
+        qsort(s->h, s->n, sizeof *s->h, u64_cmp);
     s->n_sorted = s->n;
 }
 

@@ -587,9 +587,10 @@ static size_t gen_structured(unsigned char *out, size_t cap)
             pack_value(&pk, 2);
         if (strcmp(f, "input") == 0 || strcmp(f, "out") == 0)
             below(3) ? pack_random_msgpack_bin(&pk) : pack_value(&pk, 0);
-        else if (strcmp(f, "pin") == 0 && below(2))
-            msgpack_pack_str_with_body(&pk, below(2) ? "a@1,b@1" : "a@1,b@2,c", below(2) ? 7 : 9);
-        else
+        else if (strcmp(f, "pin") == 0 && below(2)) {
+            const char *pin = below(2) ? "a@1,b@1" : "a@1,b@2,c";
+            msgpack_pack_str_with_body(&pk, pin, strlen(pin));
+        } else
             pack_value(&pk, 0);
     }
     size_t len = sb.size < cap ? sb.size : cap;
