@@ -2,7 +2,8 @@
 # scripts/sanitize.sh [asan|tsan] - builds cairn with sanitizers and runs tests under them (both
 # builds when no argument is given; CI runs this after the README's test command, see .ci/run):
 #   build-asan: AddressSanitizer + UndefinedBehaviorSanitizer (and LeakSanitizer where it
-#               works), running the unit, integration and crash suites in their short forms;
+#               works), running the unit, integration, crash and fuzz suites in their short
+#               forms (the fuzz tests' time-bounded loops);
 #   build-tsan: ThreadSanitizer, running the tests whose processes run threads of their own:
 #               the lease heartbeat, the sync store's pin keeper, the CPU backend's thread pool.
 # Any report fails: each sanitizer stops and aborts the process at its first report, and writes
@@ -44,7 +45,7 @@ report_opts() { echo "halt_on_error=1:abort_on_error=1:print_stacktrace=1:log_pa
 
 # setup DIR OPTION... : configures DIR once (reconfigures it after), without CUDA (no GPU code to
 # sanitize; the CUDA emulator is not built with a sanitizer) and without the libFuzzer targets
-# (suite fuzz is not run here). b_lundef=false: with clang the sanitizer runtime is linked into
+# (built with their own -fsanitize=fuzzer,address by scripts/fuzz-store.sh and -Dfuzz). b_lundef=false: with clang the sanitizer runtime is linked into
 # executables only, so shared libraries keep undefined references to it. No -Dwerror even in CI:
 # the plain build refuses warnings, and with sanitizers gcc warns of paths it cannot rule out
 # (test_bad_input.c: "'%s' directive argument is null").
@@ -130,7 +131,7 @@ if [ -z "$only" ] || [ "$only" = asan ]; then
   d=build-asan
   rm -f $d/meson-logs/testlog.json $d/meson-logs/noleaks.json # no old results if the build fails
   if setup $d -Db_sanitize=address,undefined && nice ninja -C $d >$d/sanitize-build.log 2>&1 \
-    && main=$(SKIP="$(names "${asan_skip[@]}" "${asan_noleaks[@]}")" tests $d -s unit integration crash) \
+    && main=$(SKIP="$(names "${asan_skip[@]}" "${asan_noleaks[@]}")" tests $d -s unit integration crash fuzz) \
     && noleaks=$(tests $d -n $(names "${asan_noleaks[@]}")); then
     rm -rf $d/sanitizer-reports && mkdir -p $d/sanitizer-reports
     # LeakSanitizer cannot work under ptrace (a debugger, some containers): then leaks go unchecked
