@@ -172,45 +172,38 @@ static int damaged(cairn__txn *t, MDB_dbi dbi, const MDB_val *k, const char *why
 
 /* ------------------------------------------------------------------ split records */
 
-/* Where the tail of dbi's record k would be: 1, with the tail's database and key, if k names a
- * record that may be split - a step record (kind CAIRN__K_STEP of tasks: its tail is the key with
- * CAIRN__K_TAIL there; in an upgrade, a record of schema 5's steps: its tail under the same key
- * in schema 5's tails) - else 0. */
-static int tail_ref(cairn_store *s, MDB_dbi dbi, const MDB_val *k, MDB_dbi *tdbi, key *tk)
+/* The other half of a split step record: from k's record in dbi, the key and database where its
+ * tail (to: CAIRN__K_TAIL) or its head (to: CAIRN__K_STEP) would be. 1 if k names a record of
+ * the other kind - a step record (kind CAIRN__K_STEP of tasks), whose tail is the key with
+ * CAIRN__K_TAIL there, or such a tail; in an upgrade, a record of schema 5's steps, whose tail
+ * is under the same key in schema 5's tails, or such a tail - else 0. */
+static int half_ref(cairn_store *s, MDB_dbi dbi, const MDB_val *k, int to, MDB_dbi *odbi, key *ok)
 {
+    const int tail = to == CAIRN__K_TAIL;
     size_t n;
-    if (!s->psize || k->mv_size > sizeof tk->b)
+    if (!s->psize || k->mv_size > sizeof ok->b)
         return 0;
-    if (dbi == s->tasks && cairn__key_kind(k, &n) == CAIRN__K_STEP)
-        *tdbi = s->tasks;
-    else if (s->old_open && dbi == s->old_steps)
-        *tdbi = s->old_tails, n = (size_t)-1;
+    if (dbi == s->tasks && cairn__key_kind(k, &n) == (tail ? CAIRN__K_STEP : CAIRN__K_TAIL))
+        *odbi = s->tasks;
+    else if (s->old_open && dbi == (tail ? s->old_steps : s->old_tails))
+        *odbi = tail ? s->old_tails : s->old_steps, n = (size_t)-1;
     else
         return 0;
-    memcpy(tk->b, k->mv_data, k->mv_size);
-    tk->len = k->mv_size;
+    memcpy(ok->b, k->mv_data, k->mv_size);
+    ok->len = k->mv_size;
     if (n != (size_t)-1)
-        tk->b[n + 1] = CAIRN__K_TAIL;
+        ok->b[n + 1] = (char)to;
     return 1;
 }
 
-/* The other way: 1 with the head's database and key if dbi's record k is a tail. */
+static int tail_ref(cairn_store *s, MDB_dbi dbi, const MDB_val *k, MDB_dbi *tdbi, key *tk)
+{
+    return half_ref(s, dbi, k, CAIRN__K_TAIL, tdbi, tk);
+}
+
 static int head_ref(cairn_store *s, MDB_dbi dbi, const MDB_val *k, MDB_dbi *hdbi, key *hk)
 {
-    size_t n;
-    if (k->mv_size > sizeof hk->b)
-        return 0;
-    if (dbi == s->tasks && cairn__key_kind(k, &n) == CAIRN__K_TAIL)
-        *hdbi = s->tasks;
-    else if (s->old_open && dbi == s->old_tails)
-        *hdbi = s->old_steps, n = (size_t)-1;
-    else
-        return 0;
-    memcpy(hk->b, k->mv_data, k->mv_size);
-    hk->len = k->mv_size;
-    if (n != (size_t)-1)
-        hk->b[n + 1] = CAIRN__K_STEP;
-    return 1;
+    return half_ref(s, dbi, k, CAIRN__K_STEP, hdbi, hk);
 }
 
 static int join(cairn__txn *t, MDB_dbi dbi, const MDB_val *k, MDB_val *v);

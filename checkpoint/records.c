@@ -496,11 +496,13 @@ static int always(const cairn__task_rec *r) { return r != NULL; }
  * record at any size. A store of schema 3 has it from its creation; a miss is damage. */
 #define COUNTS_KEY "counts"
 
-int cairn__counts_get(cairn__txn *t, uint64_t c[CAIRN__COUNTS])
+/* The counts record's first n counts (it must hold exactly n: CAIRN__COUNTS, or schema 5's
+ * CAIRN__C_STEPS in an upgrade). */
+static int counts_read(cairn__txn *t, uint64_t *c, int n)
 {
     MDB_val k = {sizeof COUNTS_KEY - 1, COUNTS_KEY}, v;
     int rc = cairn__get(t, t->s->meta, &k, &v);
-    if (rc == MDB_NOTFOUND || (rc == 0 && v.mv_size != CAIRN__COUNTS * 8))
+    if (rc == MDB_NOTFOUND || (rc == 0 && v.mv_size != (size_t)n * 8))
         return cairn__store_fail(t->s, CAIRN_ECORRUPT,
                                  "store %s: its task counts record is %s: the store is damaged "
                                  "(run `cairn check`)",
@@ -508,13 +510,18 @@ int cairn__counts_get(cairn__txn *t, uint64_t c[CAIRN__COUNTS])
     if (rc)
         return cairn__mdb_fail(t, t->s, rc, "read the task counts");
     const unsigned char *p = v.mv_data;
-    for (int i = 0; i < CAIRN__COUNTS; i++) {
+    for (int i = 0; i < n; i++) {
         uint64_t x = 0;
         for (int b = 7; b >= 0; b--)
             x = x << 8 | p[i * 8 + b];
         c[i] = x;
     }
     return 0;
+}
+
+int cairn__counts_get(cairn__txn *t, uint64_t c[CAIRN__COUNTS])
+{
+    return counts_read(t, c, CAIRN__COUNTS);
 }
 
 int cairn__counts_put(cairn__txn *t, const uint64_t c[CAIRN__COUNTS])
@@ -619,22 +626,10 @@ int cairn__counts_settle(cairn__txn *t)
 
 int cairn__counts_widen(cairn__txn *t, uint64_t steps, uint64_t audit)
 {
-    MDB_val k = {sizeof COUNTS_KEY - 1, COUNTS_KEY}, v;
-    int rc = cairn__get(t, t->s->meta, &k, &v);
-    if (rc == MDB_NOTFOUND || (rc == 0 && v.mv_size != CAIRN__C_STEPS * 8))
-        return cairn__store_fail(t->s, CAIRN_ECORRUPT,
-                                 "store %s: its task counts record is %s: the store is damaged "
-                                 "(run `cairn check`)",
-                                 t->s->dir, rc ? "missing" : "malformed");
-    if (rc)
-        return cairn__mdb_fail(t, t->s, rc, "read the task counts");
     uint64_t c[CAIRN__COUNTS];
-    const unsigned char *p = v.mv_data;
-    for (int i = 0; i < CAIRN__C_STEPS; i++) {
-        c[i] = 0;
-        for (int b = 7; b >= 0; b--)
-            c[i] = c[i] << 8 | p[i * 8 + b];
-    }
+    int rc = counts_read(t, c, CAIRN__C_STEPS);
+    if (rc)
+        return rc;
     c[CAIRN__C_STEPS] = steps;
     c[CAIRN__C_AUDIT] = audit;
     return cairn__counts_put(t, c);
