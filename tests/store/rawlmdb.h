@@ -691,6 +691,25 @@ typedef struct {
     cairn__task_rec rec;
 } tu__task_arg;
 
+/* A step output: a msgpack bin32 of n bytes in all (n >= 5), its payload a pattern of `seed`
+ * (malloc'ed: the caller frees it). */
+static inline unsigned char *tu_make_output(size_t n, unsigned seed)
+{
+    unsigned char *p = malloc(n);
+    if (!p)
+        return NULL;
+    size_t len = n - 5;
+    p[0] = 0xc6;
+    p[1] = (unsigned char)(len >> 24), p[2] = (unsigned char)(len >> 16);
+    p[3] = (unsigned char)(len >> 8), p[4] = (unsigned char)len;
+    uint32_t x = seed * 2654435761u + 1;
+    for (size_t i = 5; i < n; i++) {
+        x ^= x << 13, x ^= x >> 17, x ^= x << 5;
+        p[i] = (unsigned char)x;
+    }
+    return p;
+}
+
 static inline int tu__task_txn(cairn__txn *t, void *arg)
 {
     tu__task_arg *a = arg;

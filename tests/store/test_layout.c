@@ -41,19 +41,6 @@ static void task_of(cairn__task_rec *r, const char *id)
     r->created_ms = r->updated_ms = 1000;
 }
 
-/* A msgpack bin of n bytes in all (n >= 5), its payload a pattern of `seed`. */
-static unsigned char *make_output(size_t n, unsigned seed)
-{
-    unsigned char *p = malloc(n);
-    size_t len = n - 5;
-    p[0] = 0xc6;
-    p[1] = (unsigned char)(len >> 24), p[2] = (unsigned char)(len >> 16);
-    p[3] = (unsigned char)(len >> 8), p[4] = (unsigned char)len;
-    for (size_t i = 5; i < n; i++)
-        p[i] = (unsigned char)(seed * 131 + i * 7);
-    return p;
-}
-
 /* Task i: its input, steps a (small) and b (8 KiB for even i: split), a's progress, 3 audit
  * records. */
 static int populate_txn(cairn__txn *t, void *arg)
@@ -68,7 +55,8 @@ static int populate_txn(cairn__txn *t, void *arg)
     unsigned char in[16] = {0xa5, 'i', 'n', 'p', 'u', 't'};
     if ((rc = cairn__input_put(t, id, in, 6)))
         return rc;
-    unsigned char *a = make_output(40, (unsigned)i), *b = make_output(i % 2 ? 300 : BIG, 7u + i);
+    unsigned char *a = tu_make_output(40, (unsigned)i),
+                  *b = tu_make_output(i % 2 ? 300 : BIG, 7u + i);
     cairn__step_rec sa = {.state = CAIRN_STEP_DONE, .generation = 1, .output = a, .output_len = 40};
     cairn__step_rec sb = {
         .state = CAIRN_STEP_DONE, .generation = 1, .output = b, .output_len = i % 2 ? 300 : BIG};

@@ -65,22 +65,6 @@ static int stats_of(cairn_store *s, cairn__store_stats *st)
 static int del_txn(cairn__txn *t, void *arg) { return cairn__task_del(t, arg); }
 static int drop_txn(cairn__txn *t, void *arg) { return cairn__task_drop_outputs(t, arg); }
 
-/* A msgpack bin32 of n bytes in all (n >= 5), its payload a pattern of `seed`. */
-static unsigned char *make_output(size_t n, unsigned seed)
-{
-    unsigned char *p = malloc(n);
-    size_t len = n - 5;
-    p[0] = 0xc6;
-    p[1] = (unsigned char)(len >> 24), p[2] = (unsigned char)(len >> 16);
-    p[3] = (unsigned char)(len >> 8), p[4] = (unsigned char)len;
-    uint32_t x = seed * 2654435761u + 1;
-    for (size_t i = 5; i < n; i++) {
-        x ^= x << 13, x ^= x >> 17, x ^= x << 5;
-        p[i] = (unsigned char)x;
-    }
-    return p;
-}
-
 static void task_of(cairn__task_rec *r, const char *id)
 {
     memset(r, 0, sizeof *r);
@@ -233,7 +217,7 @@ static void test_sizes(void)
     for (int i = 0; i < n; i++) {
         char id[32];
         snprintf(id, sizeof id, "z%zu", sizes[i]);
-        unsigned char *o = make_output(sizes[i], (unsigned)i);
+        unsigned char *o = tu_make_output(sizes[i], (unsigned)i);
         if (put_step(s, id, o, sizes[i]) || !reads_back(s, id, o, sizes[i])) {
             if (bad < 0)
                 bad = i;
@@ -281,7 +265,7 @@ static void test_two_pages(void)
     for (int i = 0; i < N && !rc; i++) {
         char id[32];
         snprintf(id, sizeof id, "p%04d", i);
-        unsigned char *o = make_output(8192, (unsigned)i);
+        unsigned char *o = tu_make_output(8192, (unsigned)i);
         rc = put_step(s, id, o, 8192);
         free(o);
     }
@@ -298,8 +282,8 @@ static void test_rewrite_delete(void)
     char dir[300];
     tu_subdir(dir, root, "rewrite");
     cairn_store *s = tu_store_open(dir, CAIRN_NOSYNC, 0);
-    unsigned char *big = make_output(8192, 7), *small = make_output(100, 8),
-                  *big2 = make_output(2 * page + 100, 9);
+    unsigned char *big = tu_make_output(8192, 7), *small = tu_make_output(100, 8),
+                  *big2 = tu_make_output(2 * page + 100, 9);
     long h, t;
     int rc = put_step(s, "r1", big, 8192);
     cairn_store_free(s);
@@ -351,7 +335,7 @@ static void test_damage(void)
     char dir[300];
     tu_subdir(dir, root, "damage");
     cairn_store *s = tu_store_open(dir, CAIRN_NOSYNC, 0);
-    unsigned char *big = make_output(8192, 11);
+    unsigned char *big = tu_make_output(8192, 11);
     int rc = put_step(s, "d1", big, 8192);
     rc = rc ? rc : put_step(s, "d2", big, 8192);
     rc = rc ? rc : put_step(s, "d3", big, 8192);
@@ -422,7 +406,7 @@ static void test_upgrade(void)
     char dir[300];
     tu_subdir(dir, root, "upgrade");
     cairn_store *s = tu_store_open(dir, CAIRN_NOSYNC, 0);
-    unsigned char *mid = make_output(3000, 3);
+    unsigned char *mid = tu_make_output(3000, 3);
     int rc = put_step(s, "u1", mid, 3000);
     cairn_store_free(s);
     uint32_t four = 4, v = 0;
@@ -432,7 +416,7 @@ static void test_upgrade(void)
     ok(rc == 0, "made a schema-4 store (tails dropped)");
     s = tu_store_open(dir, CAIRN_NOSYNC, 0);
     ok(s && reads_back(s, "u1", mid, 3000), "it opens, and its records read as before");
-    unsigned char *big = make_output(8192, 4);
+    unsigned char *big = tu_make_output(8192, 4);
     rc = s ? put_step(s, "u2", big, 8192) : -1;
     ok(rc == 0 && reads_back(s, "u2", big, 8192), "a split record is written to it");
     chk c = s ? check(s) : (chk){.problems = 1};
