@@ -5,15 +5,14 @@
  * reported and the scan moves on past it. On top of each record's own checksum, each database's
  * keys must be in strictly increasing order (a search relies on it); every task record must
  * decode and have the index entries it implies (records.c); every index entry must be one its
- * task implies; every step, progress, input and audit record (schema 6: the task's records of
- * those kinds in the tasks tree, reported under the name of the database schema 5 kept them in)
- * must belong to a task, and its kind must be one of them. That the
- * file matches its witnesses (size, meta pages, the sync marker) was checked when the store was
- * opened (filecheck.c, synced.c): a store that fails those does not open, and check says so.
- * A split step record's tail (checksum.c) verifies with its head, and a tail without one fails.
- * Each database's record count in LMDB's own directory (which no checksum covers; `stats` shows
- * it) must match what the scan read.
- * One read transaction: a consistent snapshot, whatever other processes commit meanwhile.
+ * task implies; every step, progress, input and audit record (schema 6: but progress, the
+ * task's records of those kinds in the tasks tree, reported under the name of the database schema 5
+ * kept them in) must belong to a task, and its kind must be one of them. That the file matches its
+ * witnesses (size, meta pages, the sync marker) was checked when the store was opened (filecheck.c,
+ * synced.c): a store that fails those does not open, and check says so. A split step record's tail
+ * (checksum.c) verifies with its head, and a tail without one fails. Each database's record count
+ * in LMDB's own directory (which no checksum covers; `stats` shows it) must match what the scan
+ * read. One read transaction: a consistent snapshot, whatever other processes commit meanwhile.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,12 +45,12 @@ static const char *name_of(cairn_store *s, MDB_dbi dbi, const MDB_val *k)
     return kind ? cairn__kind_name(kind) : cairn__db_name(s, dbi);
 }
 
-/* The task a key of dbi belongs to: the bytes before the first NUL (the tasks tree) or the whole
- * key (a task record); "" for the other databases. */
+/* The task a key of dbi belongs to: the bytes before the first NUL (the tasks tree, progress)
+ * or the whole key (a task record); "" for the other databases. */
 static void task_of(cairn_store *s, MDB_dbi dbi, const MDB_val *k, char out[CAIRN__ID_MAX + 1])
 {
     out[0] = 0;
-    if (dbi != s->tasks)
+    if (dbi != s->tasks && dbi != s->progress)
         return;
     const char *z = memchr(k->mv_data, 0, k->mv_size);
     size_t n = z ? (size_t)(z - (const char *)k->mv_data) : k->mv_size;
@@ -70,7 +69,7 @@ static int check_record(checker *c, MDB_dbi dbi, const MDB_val *k, const char *t
     int rc = 0;
     int kind = dbi == s->tasks ? cairn__key_kind(k, NULL) : 0;
     if (kind != 0 && kind != CAIRN__K_AUDIT && kind != CAIRN__K_IDEM && kind != CAIRN__K_INPUT &&
-        kind != CAIRN__K_PROGRESS && kind != CAIRN__K_STEP && kind != CAIRN__K_TAIL) {
+        kind != CAIRN__K_STEP && kind != CAIRN__K_TAIL) {
         char what[400];
         cairn__describe_key(s, dbi, k, what, sizeof what);
         snprintf(why, sizeof why,
@@ -96,12 +95,12 @@ static int check_record(checker *c, MDB_dbi dbi, const MDB_val *k, const char *t
     }
     /* a tail is verified with its head; a reservation may outlive its task record, as the idem
      * database's entries did */
-    if (kind != 0 && kind != CAIRN__K_TAIL && kind != CAIRN__K_IDEM) {
+    if ((kind != 0 && kind != CAIRN__K_TAIL && kind != CAIRN__K_IDEM) || dbi == s->progress) {
+        const char *name = dbi == s->progress ? "progress" : cairn__kind_name(kind);
         rc = cairn__task_get(c->t, task, &r);
         if (rc == CAIRN_ENOTFOUND) {
-            snprintf(why, sizeof why, "a %s record of task '%s', which has no record",
-                     cairn__kind_name(kind), task);
-            return report_as(c, cairn__kind_name(kind), task, why);
+            snprintf(why, sizeof why, "a %s record of task '%s', which has no record", name, task);
+            return report_as(c, name, task, why);
         }
         return rc == CAIRN_ECORRUPT || rc == CAIRN_ESCHEMA ? 0 : rc; /* reported with tasks */
     }
@@ -175,8 +174,8 @@ int cairn__store_check(cairn__txn *t, cairn__check_cb cb, void *arg, uint64_t *r
 {
     cairn_store *s = t->s;
     checker c = {.t = t, .cb = cb, .arg = arg};
-    const MDB_dbi dbis[] = {s->meta,     s->tasks, s->due,    s->tenants,
-                            s->finished, s->msgs,  s->msgtime};
+    const MDB_dbi dbis[] = {s->meta,    s->tasks,    s->progress, s->due,
+                            s->tenants, s->finished, s->msgs,     s->msgtime};
     int rc = 0;
     for (size_t i = 0; i < sizeof dbis / sizeof *dbis && !rc; i++)
         rc = check_db(&c, dbis[i]);

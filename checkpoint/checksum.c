@@ -129,8 +129,8 @@ void cairn__describe_key(cairn_store *s, MDB_dbi dbi, const MDB_val *k, char *ou
         db = cairn__kind_name(kind);
     if (kind > 0 && z + 1 < p + n)
         z++; /* the kind byte */
-    if (kind == CAIRN__K_STEP || kind == CAIRN__K_PROGRESS || kind == CAIRN__K_TAIL ||
-        (old && (dbi == s->old_steps || dbi == s->old_progress || dbi == s->old_tails))) {
+    if (kind == CAIRN__K_STEP || kind == CAIRN__K_TAIL || (z && dbi == s->progress) ||
+        (old && (dbi == s->old_steps || dbi == s->old_tails))) {
         const unsigned char *name = z + 1, *e = p + n;
         size_t nn = e - name >= 5 ? (size_t)(e - name) - 5 : 0;
         printable(b, sizeof b, name, nn);

@@ -21,11 +21,14 @@
 #include "checkpoint/store_impl.h"
 #include "common/hash.h"
 
-/* A step record's key (kind CAIRN__K_STEP), its progress record's (CAIRN__K_PROGRESS): the
- * task's ID, NUL, the kind, the step's name, NUL, the generation (be32). */
+/* A step record's key: the task's ID, NUL, the kind CAIRN__K_STEP, the step's name, NUL, the
+ * generation (be32). A progress record's (in its own database) is the same without the kind. */
 static void step_key(key *k, int kind, const char *task, const char *step, uint32_t gen)
 {
-    key_sub(k, task, kind);
+    if (kind)
+        key_sub(k, task, kind);
+    else
+        k->len = 0, key_str(k, task), key_nul(k);
     key_str(k, step), key_nul(k), key_u32(k, gen);
 }
 
@@ -806,16 +809,20 @@ int cairn__task_put(cairn__txn *t, const cairn__task_rec *r)
     return index_move(t, had ? &old : NULL, r);
 }
 
-/* Deletes the task's records of one kind (a split step record's tail with its head), counting
- * the step and audit records gone. */
+/* Deletes the task's records of one kind from the tasks tree (a split step record's tail with
+ * its head), counting the step and audit records gone; kind 0: its progress records, in their
+ * own database. */
 static int del_kind(cairn__txn *t, const char *id, int kind)
 {
     key p;
-    key_sub(&p, id, kind);
+    if (kind)
+        key_sub(&p, id, kind);
+    else
+        p.len = 0, key_str(&p, id), key_nul(&p);
     const void *prefix = p.b;
     size_t prefix_len = p.len;
     MDB_cursor *c;
-    int rc = mdb_cursor_open(t->txn, t->s->tasks, &c);
+    int rc = mdb_cursor_open(t->txn, kind ? t->s->tasks : t->s->progress, &c);
     if (rc)
         return cairn__mdb_fail(t, t->s, rc, "open cursor");
     MDB_val k = {prefix_len, (void *)prefix}, v;
@@ -855,7 +862,7 @@ int cairn__task_del(cairn__txn *t, const char *id)
         return rc;
     if ((rc = index_move(t, &old, NULL)))
         return rc;
-    if ((rc = del_kind(t, id, CAIRN__K_STEP)) || (rc = del_kind(t, id, CAIRN__K_PROGRESS)) ||
+    if ((rc = del_kind(t, id, CAIRN__K_STEP)) || (rc = del_kind(t, id, 0)) ||
         (rc = del_kind(t, id, CAIRN__K_AUDIT)))
         return rc;
     if ((rc = input_del(t, id)))
@@ -896,7 +903,7 @@ int cairn__task_drop_outputs(cairn__txn *t, const char *id)
 {
     int rc = del_kind(t, id, CAIRN__K_STEP);
     if (!rc)
-        rc = del_kind(t, id, CAIRN__K_PROGRESS);
+        rc = del_kind(t, id, 0); /* progress */
     return rc ? rc : input_del(t, id);
 }
 
@@ -1078,9 +1085,9 @@ int cairn__progress_get(cairn__txn *t, const char *task, const char *step, uint3
                         const void **data, size_t *len)
 {
     key k;
-    step_key(&k, CAIRN__K_PROGRESS, task, step, gen);
+    step_key(&k, 0, task, step, gen);
     MDB_val kk = kv(&k), v;
-    int rc = cairn__get(t, t->s->tasks, &kk, &v);
+    int rc = cairn__get(t, t->s->progress, &kk, &v);
     if (rc == MDB_NOTFOUND)
         return CAIRN_ENOTFOUND;
     if (rc)
@@ -1098,9 +1105,9 @@ int cairn__progress_put(cairn__txn *t, const char *task, const char *step, uint3
                         const void *data, size_t len)
 {
     key k;
-    step_key(&k, CAIRN__K_PROGRESS, task, step, gen);
+    step_key(&k, 0, task, step, gen);
     MDB_val kk = kv(&k), v = {len, (void *)data};
-    int rc = data ? cairn__put(t, t->s->tasks, &kk, &v, 0) : cairn__del(t, t->s->tasks, &kk);
+    int rc = data ? cairn__put(t, t->s->progress, &kk, &v, 0) : cairn__del(t, t->s->progress, &kk);
     return rc && rc != MDB_NOTFOUND ? cairn__mdb_fail(t, t->s, rc, "write progress") : 0;
 }
 
@@ -1328,15 +1335,13 @@ static int move_db(cairn__txn *t, MDB_dbi from, int kind, uint64_t *moved)
 int cairn__records_move(cairn__txn *t, uint64_t *steps, uint64_t *audit)
 {
     cairn_store *s = t->s;
-    uint64_t inputs = 0, progress = 0, idem = 0;
+    uint64_t inputs = 0, idem = 0;
     *steps = *audit = 0;
     int rc = move_db(t, s->old_inputs, CAIRN__K_INPUT, &inputs);
     if (!rc)
         rc = move_db(t, s->old_idem, CAIRN__K_IDEM, &idem);
     if (!rc)
         rc = move_db(t, s->old_steps, CAIRN__K_STEP, steps);
-    if (!rc)
-        rc = move_db(t, s->old_progress, CAIRN__K_PROGRESS, &progress);
     if (!rc)
         rc = move_db(t, s->old_audit, CAIRN__K_AUDIT, audit);
     return rc;

@@ -12,17 +12,19 @@
  *                                           uniqueness in one atomic step
  *               id\0 'i'                  -> the task input as msgpack (apart from the task
  *                                           record, so step commits never rewrite it)
- *               id\0 'p' step\0gen(be32)  -> progress bytes of a long step
  *               id\0 's' step\0gen(be32)  -> step record (state, invocations, output bytes)
  *               id\0 't' step\0gen(be32)  -> the last bytes of a step record that would take an
  *                                           LMDB page of its own (checksum.c splits and joins)
+ *   progress  id\0step\0gen(be32) -> progress bytes of a long step (apart: a resume's lookup
+ *             of a step that keeps none is a miss in an empty database, which needs no look at
+ *             its neighbours: checksum.c)
  *   due       state(1)|due(be64)|id -> ""   the status index `retry` and `list` read
  *   tenants   tenant\0id -> ""               running tasks per tenant
  *   finished  finished(be64)|id -> ""        what gc reads, oldest first
  *   msgs      message id -> task id
  *   msgtime   recorded(be64)|message id -> ""   what gc reads to forget old messages
- * Until schema 5 a task's own records had a database per kind (inputs, steps, progress, idem,
- * audit, tails, keyed as above without the kind byte). A write transaction copies the path from the
+ * Until schema 5 a task's own records had a database per kind (inputs, steps, idem, audit,
+ * tails, keyed as above without the kind byte). A write transaction copies the path from the
  * root to the leaf of every tree it changes, so a step commit that touched steps, audit and
  * tasks copied three paths where one now does (bench/README.md, "One tree"); an older store's
  * records are moved when a writer first opens it (create_dbs).
@@ -153,14 +155,14 @@ static const char *const db_names[] = {"meta", "tasks",   "inputs",  "steps",   
  * place in it, and a journal written before an upgrade is replayed after it. */
 static MDB_dbi *db_handle(cairn_store *s, size_t i)
 {
-    MDB_dbi *dbis[] = {&s->meta,     &s->tasks,   &s->old_inputs, &s->old_steps, &s->old_progress,
+    MDB_dbi *dbis[] = {&s->meta,     &s->tasks,   &s->old_inputs, &s->old_steps, &s->progress,
                        &s->old_idem, &s->due,     &s->tenants,    &s->finished,  &s->old_audit,
                        &s->msgs,     &s->msgtime, &s->old_tails};
     return dbis[i];
 }
 
 /* One of schema 5's databases, which schema 6 retired */
-static int db_old(size_t i) { return i == 2 || i == 3 || i == 4 || i == 5 || i == 9 || i == 12; }
+static int db_old(size_t i) { return i == 2 || i == 3 || i == 5 || i == 9 || i == 12; }
 
 #define N_DBS (sizeof db_names / sizeof *db_names)
 _Static_assert(sizeof db_names / sizeof *db_names == CAIRN__N_DBS, "store_impl.h counts them");

@@ -22,8 +22,8 @@ struct cairn_store {
     /* the databases (store.c's design comment). old_*: schema 5's, which schema 6 retired (a
      * task's own records moved into tasks); open only in the transaction that upgrades a store
      * of schema 5 or before (old_open), their handles meaningless otherwise */
-    MDB_dbi meta, tasks, due, tenants, finished, msgs, msgtime;
-    MDB_dbi old_inputs, old_steps, old_progress, old_idem, old_audit, old_tails;
+    MDB_dbi meta, tasks, progress, due, tenants, finished, msgs, msgtime;
+    MDB_dbi old_inputs, old_steps, old_idem, old_audit, old_tails;
     int old_open;
     unsigned psize; /* LMDB's page size: where checksum.c splits a step record */
     /* store.c: a read transaction kept reset between cairn__store_read calls and renewed by
@@ -231,7 +231,6 @@ static inline MDB_val kv(key *k) { return (MDB_val){k->len, k->b}; }
 #define CAIRN__K_AUDIT 'a'
 #define CAIRN__K_IDEM 'h' /* the payload hash its ID is reserved for */
 #define CAIRN__K_INPUT 'i'
-#define CAIRN__K_PROGRESS 'p'
 #define CAIRN__K_STEP 's'
 #define CAIRN__K_TAIL 't'
 
@@ -248,13 +247,12 @@ static inline void key_sub(key *k, const char *id, int kind)
  * messages name them ("steps record of task ...") */
 static inline const char *cairn__kind_name(int kind)
 {
-    return kind == CAIRN__K_AUDIT      ? "audit"
-           : kind == CAIRN__K_IDEM     ? "idem"
-           : kind == CAIRN__K_INPUT    ? "inputs"
-           : kind == CAIRN__K_PROGRESS ? "progress"
-           : kind == CAIRN__K_STEP     ? "steps"
-           : kind == CAIRN__K_TAIL     ? "tails"
-                                       : "tasks";
+    return kind == CAIRN__K_AUDIT   ? "audit"
+           : kind == CAIRN__K_IDEM  ? "idem"
+           : kind == CAIRN__K_INPUT ? "inputs"
+           : kind == CAIRN__K_STEP  ? "steps"
+           : kind == CAIRN__K_TAIL  ? "tails"
+                                    : "tasks";
 }
 
 /* The kind of a key of the tasks database: 0 for a task record (no NUL), else the byte after the
@@ -343,8 +341,8 @@ int cairn__counts_settle(cairn__txn *t);
 /* The upgrade to schema 6: schema 5's counts record (tasks by state, tombstones) widened with
  * the step and audit records the upgrade moved. */
 int cairn__counts_widen(cairn__txn *t, uint64_t steps, uint64_t audit);
-/* The upgrade to schema 6 (records.c): every record of schema 5's inputs, steps, progress,
- * idem, audit and tails databases (open: s->old_open) moved into tasks under its schema-6 key; the
+/* The upgrade to schema 6 (records.c): every record of schema 5's inputs, steps, idem, audit
+ * and tails databases (open: s->old_open) moved into tasks under its schema-6 key; the
  * counts of step and audit records moved. */
 int cairn__records_move(cairn__txn *t, uint64_t *steps, uint64_t *audit);
 

@@ -51,8 +51,8 @@ static int pages_txn(cairn__txn *t, void *arg)
 {
     pages_arg *a = arg;
     cairn_store *s = cairn__txn_store(t);
-    const MDB_dbi dbis[] = {s->meta,     s->tasks, s->due,    s->tenants,
-                            s->finished, s->msgs,  s->msgtime};
+    const MDB_dbi dbis[] = {s->meta,    s->tasks,    s->progress, s->due,
+                            s->tenants, s->finished, s->msgs,     s->msgtime};
     for (size_t i = 0; i < sizeof dbis / sizeof *dbis && a->n < a->cap; i++) {
         MDB_stat st;
         if (mdb_stat(t->txn, dbis[i], &st))

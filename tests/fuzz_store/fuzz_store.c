@@ -384,19 +384,24 @@ static void make_seeds(void)
     if (env && mdb_txn_begin(env, NULL, MDB_RDONLY, &txn) == 0) {
         /* up to 4 records of each (schema 6: tasks' records of that kind, tu_raw_home5) */
         static const char *const dbs[] = {"tasks", "steps", "audit", "progress"};
-        const int kinds = tu_raw_schema_txn(txn) >= 6;
+        const int schema6 = tu_raw_schema_txn(txn) >= 6;
         for (size_t i = 0; i < 4; i++) {
             MDB_dbi dbi;
             MDB_cursor *c;
             MDB_val k, v;
+            tu_rawkey where; /* the database schema 6 keeps dbs[i]'s records in */
+            const int kinds = schema6 && tu_raw_where(6, dbs[i], "", 0, &where) == 0 &&
+                              strcmp(where.db, dbs[i]) != 0;
             if (mdb_dbi_open(txn, kinds ? "tasks" : dbs[i], 0, &dbi) ||
                 mdb_cursor_open(txn, dbi, &c))
                 continue;
             int per = 0;
             for (int rc = mdb_cursor_get(c, &k, &v, MDB_FIRST); rc == 0 && per < 4;
                  rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
-                const char *home = kinds ? tu_raw_home5(k.mv_data, k.mv_size, NULL, NULL) : NULL;
-                if (kinds && (!home || strcmp(home, dbs[i]) != 0))
+                const char *home = (schema6 && strcmp(dbs[i], "tasks") == 0) || kinds
+                                       ? tu_raw_home5(k.mv_data, k.mv_size, NULL, NULL)
+                                       : dbs[i];
+                if (!home || strcmp(home, dbs[i]) != 0)
                     continue;
                 add_seed(v.mv_data, v.mv_size >= 8 ? v.mv_size - 8 : 0); /* no checksum */
                 per++;

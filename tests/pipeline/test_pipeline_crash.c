@@ -10,8 +10,8 @@
  * that is only microseconds wide (between the postprocess commit and the notify intent) may
  * be stepped over, so such scenarios try again with a fresh store, and report a skip (not a
  * pass) if they never land. The key layout read here is the store's: "<task>\0<step>\0<gen:be32>"
- * in the `steps` and `progress` databases up to schema 5, "<task>\0s<step>\0<gen:be32>" and
- * "<task>\0p<step>\0<gen:be32>" in `tasks` from schema 6 (a kind byte after the task's NUL); if
+ * in the `steps` and `progress` databases up to schema 5; from schema 6 step records are
+ * "<task>\0s<step>\0<gen:be32>" in `tasks` (a kind byte after the task's NUL); if
  * it changes, the aiming breaks loudly (the wide windows are asserted), the invariants do not
  * depend on it.
  *
@@ -37,8 +37,8 @@
 typedef struct peek_env {
     MDB_env *env;
     MDB_txn *txn; /* a reset read transaction: renewed per look, so no lock is ever taken */
-    MDB_dbi tasks, steps, progress; /* schema 6: steps and progress are tasks */
-    int kinds; /* schema 6: a kind byte ('s', 'p') follows the task's NUL in a key */
+    MDB_dbi tasks, steps, progress; /* schema 6: steps is tasks */
+    int kinds; /* schema 6: a kind byte ('s') follows the task's NUL in a step record's key */
 } peek_env;
 
 typedef struct peek {
@@ -56,14 +56,15 @@ static int peek_open(peek_env *pe, const char *store)
     if (mdb_env_create(&pe->env) || mdb_env_set_maxdbs(pe->env, 16) ||
         mdb_env_open(pe->env, store, MDB_RDONLY | MDB_NOTLS, 0600) ||
         mdb_txn_begin(pe->env, NULL, MDB_RDONLY, &t) || mdb_dbi_open(t, "tasks", 0, &pe->tasks) ||
+        mdb_dbi_open(t, "progress", 0, &pe->progress) ||
         ((rc = mdb_dbi_open(t, "steps", 0, &pe->steps)) != 0 && rc != MDB_NOTFOUND) ||
-        (rc == 0 && mdb_dbi_open(t, "progress", 0, &pe->progress)) || mdb_txn_commit(t)) {
+        mdb_txn_commit(t)) {
         diag("cannot open %s read-only", store);
         return -1;
     }
-    if (rc == MDB_NOTFOUND) { /* schema 6: a task's step and progress records are in tasks */
+    if (rc == MDB_NOTFOUND) { /* schema 6: a task's step records are in tasks */
         pe->kinds = 1;
-        pe->steps = pe->progress = pe->tasks;
+        pe->steps = pe->tasks;
     }
     if (mdb_txn_begin(pe->env, NULL, MDB_RDONLY, &pe->txn))
         return -1;
@@ -107,8 +108,7 @@ static void peek_store(peek_env *pe, peek *p)
     }
     if (mdb_cursor_open(pe->txn, pe->progress, &c) == 0) {
         char gp[80];
-        size_t gl =
-            (size_t)snprintf(gp, sizeof gp, "%s%c%sgenerate", PL_TASK, 0, pe->kinds ? "p" : "") + 1;
+        size_t gl = (size_t)snprintf(gp, sizeof gp, "%s%cgenerate", PL_TASK, 0) + 1;
         k = (MDB_val){gl, gp};
         for (int rc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE); rc == 0;
              rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {

@@ -9,19 +9,19 @@
  * bytes as given.
  *
  * Two layouts, one way to name a record. Tests name a record as schema 5 kept it: a database
- * and a key there - inputs and idem `ID`, steps, progress and tails `ID \0 STEP \0 GEN(be32)`,
- * audit `ID \0 SEQ(be64)`. Schema 6 retired those six databases: a task's own records live in
- * tasks with its task record, under the ID, its NUL, a kind byte and the rest of schema 5's key
- * (`ID \0 i`, `ID \0 h`, `ID \0 s STEP \0 GEN`, `ID \0 t ...` for the tail of the `s` record,
- * `ID \0 p ...`, `ID \0 a SEQ`), each sealed as a record of tasks (seed "tasks" and that key; a
+ * and a key there - inputs and idem `ID`, steps and tails `ID \0 STEP \0 GEN(be32)`, audit
+ * `ID \0 SEQ(be64)`. Schema 6 retired those five databases (progress stays): a task's own
+ * records live in tasks with its task record, under the ID, its NUL, a kind byte and the rest of
+ * schema 5's key (`ID \0 i`, `ID \0 h`, `ID \0 s STEP \0 GEN`, `ID \0 t ...` for the tail of
+ * the `s` record, `ID \0 a SEQ`), each sealed as a record of tasks (seed "tasks" and that key; a
  * split step record's one checksum, at the end of its tail, over the whole record and the `s` key).
  * So the helpers below read the store's meta "schema" record (a u32, the first 4 bytes of its
  * value) in the transaction they work in, and on a store of schema 6 or later translate: a record
- * of one of those six databases is read, written, deleted and sealed in tasks under its schema-6
+ * of one of those five databases is read, written, deleted and sealed in tasks under its schema-6
  * key (tu_raw_where); on an older store, and for every other database, the name and key are
  * used as given. tu_raw_home5 is the other way: which schema-5 database a key of schema 6's
  * tasks belongs in, and its key there. Where the translation cannot follow:
- *   - tu_raw_drop of one of the six databases on a schema-6 store deletes every record of its
+ *   - tu_raw_drop of one of the five databases on a schema-6 store deletes every record of its
  *     kind from tasks (tails: every tail), and no other; the store keeps tasks;
  *   - tu_raw_dump digests the databases as they are (one that does not exist is skipped), but
  *     counts each record under the schema-5 database it belongs in: entries[i] is tu_dbs[i]'s
@@ -97,8 +97,8 @@ static const char *const tu_dbs[] = {"meta",   "tasks",   "steps",    "progress"
 #define TU_NDBS (sizeof tu_dbs / sizeof *tu_dbs)
 
 /* Schema 5's databases that schema 6 folded into tasks, and the kind byte of their records. */
-static const char *const tu__moved[] = {"inputs", "steps", "progress", "audit", "tails", "idem"};
-static const char tu__kinds[] = "ispath";
+static const char *const tu__moved[] = {"inputs", "steps", "audit", "tails", "idem"};
+static const char tu__kinds[] = "isath";
 #define TU__NMOVED (sizeof tu__moved / sizeof *tu__moved)
 
 /* The kind byte schema 6 gives the records of schema 5's database db (0: db is not one of
@@ -324,7 +324,7 @@ static inline int tu_raw_put_bare(const char *dir, const char *db, const void *k
 }
 
 /* Deletes database db from the store's file (as a store of an older schema lacks one); in a
- * schema-6 store, for inputs, steps, progress, audit or tails, every record of that kind from
+ * schema-6 store, for inputs, steps, idem, audit or tails, every record of that kind from
  * tasks instead (tails: every tail of a split step record). */
 static inline int tu_raw_drop(const char *dir, const char *db)
 {
