@@ -26,8 +26,9 @@
  * Until schema 5 a task's own records had a database per kind (inputs, steps, idem, audit,
  * tails, keyed as above without the kind byte). A write transaction copies the path from the
  * root to the leaf of every tree it changes, so a step commit that touched steps, audit and
- * tasks copied three paths where one now does (bench/README.md, "One tree"); an older store's
- * records are moved when a writer first opens it (create_dbs).
+ * tasks copied three paths where one now does (bench/README.md, consume section: "one tree for
+ * a task's records"); an older store's records are moved when a writer first opens it
+ * (create_dbs).
  * Every write goes through cairn__store_write(), which runs a callback inside one write
  * transaction, so a step's output, the step state, the lease renewal and the audit record
  * commit together or not at all. A full map aborts the transaction, grows the map (up to
