@@ -79,6 +79,7 @@ struct cairn__journal {
     int fd;
     jhdr *h;       /* the mapped header */
     uint64_t size; /* the file's size as this process last saw it */
+    int inflight;  /* this process's threads making a flush now (atomic) */
     /* the entry a failed commit must take back */
     uint64_t undo_txnid, undo_off, undo_end, undo_last_txnid, undo_last_off;
 };
@@ -303,10 +304,10 @@ int cairn__journal_flush(cairn_store *s, uint64_t upto)
 {
     cairn__journal *j = s->journal;
     jhdr *h = j->h;
-    /* Group commit: one flush at a time per journal. A process that finds one in progress
-     * waits for it to end (it covers this commit, or the next one will), and of those that
-     * waited one leads the next flush for all of them. A flusher that died (its pid gone) or
-     * hangs is waited for a few times at most, then overtaken: any flush is correct. */
+    /* Group commit: one flush at a time per journal. A thread or process that finds one in
+     * progress waits for it to end (it covers this commit, or the next one will), and of those
+     * that waited one leads the next flush for all of them. A flusher that died (its pid gone)
+     * or hangs is waited for a few times at most, then overtaken: any flush is correct. */
     for (int waits = 0;; waits++) {
         if (upto && upto <= __atomic_load_n(&h->flushed, __ATOMIC_ACQUIRE))
             return 0; /* a flush covered it */
@@ -314,7 +315,9 @@ int cairn__journal_flush(cairn_store *s, uint64_t upto)
         uint64_t going = __atomic_load_n(&h->flushing, __ATOMIC_ACQUIRE);
         if (going && waits < 8) {
             int32_t who = __atomic_load_n(&h->flusher, __ATOMIC_RELAXED);
-            if (who > 0 && who != getpid() && (kill(who, 0) == 0 || errno == EPERM)) {
+            int alive = who == getpid() ? __atomic_load_n(&j->inflight, __ATOMIC_ACQUIRE) > 0
+                                        : who > 0 && (kill(who, 0) == 0 || errno == EPERM);
+            if (alive) { /* another thread of this process, or another live process */
                 wait_flush(&h->fseq, seen, 50);
                 continue;
             }
@@ -332,8 +335,11 @@ int cairn__journal_flush(cairn_store *s, uint64_t upto)
                                          __ATOMIC_RELAXED))
             continue; /* another process began one just now */
         __atomic_store_n(&h->flusher, (int32_t)getpid(), __ATOMIC_RELAXED);
-        if (fdatasync(j->fd) != 0)
-            return cairn__synced_flush_failed(s, "journal", errno);
+        __atomic_add_fetch(&j->inflight, 1, __ATOMIC_ACQ_REL);
+        int fr = fdatasync(j->fd), ferr = errno;
+        __atomic_sub_fetch(&j->inflight, 1, __ATOMIC_ACQ_REL);
+        if (fr != 0)
+            return cairn__synced_flush_failed(s, "journal", ferr);
         uint64_t f = __atomic_load_n(&h->flushed, __ATOMIC_RELAXED);
         while (f < last && !__atomic_compare_exchange_n(&h->flushed, &f, last, 1, __ATOMIC_RELEASE,
                                                         __ATOMIC_RELAXED))

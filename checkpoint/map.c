@@ -232,11 +232,10 @@ static int remap_failed(cairn_store *s, int rc, const char *what)
     s->broken = 1;
     s->map_addr = NULL;
     int err = cairn__mdb_fail(NULL, s, rc, what);
-    size_t n = strlen(s->errmsg);
-    snprintf(s->errmsg + n, sizeof s->errmsg - n,
-             "; this store handle has no map left: reopen "
-             "the store");
-    return err;
+    char msg[sizeof s->errmsg];
+    snprintf(msg, sizeof msg, "%s", cairn_store_errmsg(s));
+    return cairn__store_fail(s, err, "%s; this store handle has no map left: reopen the store",
+                             msg);
 }
 
 /* Another process grew the map: take its size. Sync: the size the newest meta page records
@@ -391,7 +390,7 @@ int cairn__map_open(cairn_store *s, const char *dir, unsigned flags)
     return rc; /* the caller locates the map once its databases exist (cairn__map_note) */
 }
 
-int cairn__map_grow(cairn_store *s)
+static int map_grow(cairn_store *s)
 {
     cairn__synced_unpin(s); /* LMDB remaps only with no transaction open in this process */
     int rc = map_lock(s);
@@ -426,11 +425,22 @@ int cairn__map_grow(cairn_store *s)
     return rc;
 }
 
+/* Both remap: no other thread of the process may be inside a transaction meanwhile. */
+int cairn__map_grow(cairn_store *s)
+{
+    int held = cairn__use_alone(s);
+    int rc = map_grow(s);
+    cairn__use_back(s, held);
+    return rc;
+}
+
 int cairn__map_adopt(cairn_store *s)
 {
+    int held = cairn__use_alone(s);
     int rc = adopt_size(s);
     if (!rc)
         cairn__map_note(s);
+    cairn__use_back(s, held);
     return rc;
 }
 

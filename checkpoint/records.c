@@ -412,20 +412,25 @@ static int task_decode(cairn__txn *t, const MDB_val *v, const char *id, cairn__t
     return 0;
 }
 
-static void task_cache_set(cairn_store *s, const void *bytes, size_t len, const cairn__task_rec *r)
+/* The last task record this thread read or wrote and its exact bytes. A step reads its task at
+ * load and again at the fenced commit; bytes that match need no decoding. The same bytes decode
+ * to the same record in any store, so the cache is the thread's, not a handle's (a handle serves
+ * several threads at once: store.c). Records longer than its buffer are not kept. */
+static _Thread_local struct {
+    size_t len;
+    int valid;
+    unsigned char bytes[2048];
+    cairn__task_rec rec;
+} tc;
+
+static void task_cache_set(const void *bytes, size_t len, const cairn__task_rec *r)
 {
-    s->tc_valid = 0;
-    if (len > s->tc_cap) {
-        unsigned char *b = realloc(s->tc_bytes, len);
-        if (!b)
-            return; /* no cache, no harm */
-        s->tc_bytes = b;
-        s->tc_cap = len;
-    }
-    memcpy(s->tc_bytes, bytes, len);
-    s->tc_len = len;
-    s->tc_rec = *r;
-    s->tc_valid = 1;
+    tc.valid = len <= sizeof tc.bytes;
+    if (!tc.valid)
+        return;
+    memcpy(tc.bytes, bytes, len);
+    tc.len = len;
+    tc.rec = *r;
 }
 
 int cairn__task_get(cairn__txn *t, const char *id, cairn__task_rec *out)
@@ -441,15 +446,14 @@ int cairn__task_get(cairn__txn *t, const char *id, cairn__task_rec *out)
         return CAIRN_ENOTFOUND;
     if (rc)
         return cairn__mdb_fail(t, t->s, rc, "read task");
-    cairn_store *s = t->s;
-    if (s->tc_valid && v.mv_size == s->tc_len && memcmp(v.mv_data, s->tc_bytes, s->tc_len) == 0 &&
-        strcmp(s->tc_rec.id, key) == 0) {
-        *out = s->tc_rec; /* the same bytes decode to the same record */
+    if (tc.valid && v.mv_size == tc.len && memcmp(v.mv_data, tc.bytes, tc.len) == 0 &&
+        strcmp(tc.rec.id, key) == 0) {
+        *out = tc.rec; /* the same bytes decode to the same record */
         return 0;
     }
     if ((rc = task_decode(t, &v, key, out)))
         return rc;
-    task_cache_set(s, v.mv_data, v.mv_size, out);
+    task_cache_set(v.mv_data, v.mv_size, out);
     return 0;
 }
 
@@ -804,8 +808,8 @@ int cairn__task_put(cairn__txn *t, const cairn__task_rec *r)
     rc = cairn__put(t, t->s->tasks, &k, &v, 0);
     if (rc)
         return cairn__mdb_fail(t, t->s, rc, "write task");
-    task_cache_set(t->s, t->buf.data, t->buf.size, r);
-    t->s->tc_rec.txn = txn; /* as a read of these bytes decodes it */
+    task_cache_set(t->buf.data, t->buf.size, r);
+    tc.rec.txn = txn; /* as a read of these bytes decodes it */
     return index_move(t, had ? &old : NULL, r);
 }
 

@@ -87,12 +87,31 @@ int64_t cairn__now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* The message of this thread's last failure and the handle it was on: a handle serves several
+ * threads at once, and each reads its own failure's message. The handle keeps a copy for the
+ * other threads (the last failure on it, whichever thread it was). */
+static _Thread_local struct {
+    const cairn_store *s;
+    char msg[sizeof((cairn_store *)0)->errmsg];
+} tl_err;
+
+static void err_set(cairn_store *s, const char *msg)
+{
+    snprintf(tl_err.msg, sizeof tl_err.msg, "%s", msg);
+    tl_err.s = s;
+    pthread_mutex_lock(&s->err_mu);
+    memcpy(s->errmsg, tl_err.msg, sizeof s->errmsg);
+    pthread_mutex_unlock(&s->err_mu);
+}
+
 int cairn__store_fail(cairn_store *s, int err, const char *fmt, ...)
 {
+    char msg[sizeof s->errmsg];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(s->errmsg, sizeof s->errmsg, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    err_set(s, msg);
     return err;
 }
 
@@ -114,10 +133,23 @@ int cairn__mdb_fail(cairn__txn *t, cairn_store *s, int rc, const char *what)
 cairn_store *cairn_store_new(void)
 {
     cairn_store *s = calloc(1, sizeof *s);
-    if (s) {
-        s->map_max = DEFAULT_MAP_MAX;
-        s->map_lock_fd = -1;
+    if (!s)
+        return NULL;
+    s->map_max = DEFAULT_MAP_MAX;
+    s->map_lock_fd = -1;
+    /* a remap waits for the transactions in flight, not for every one that comes after it */
+    pthread_rwlockattr_t ra;
+    pthread_rwlockattr_init(&ra);
+    pthread_rwlockattr_setkind_np(&ra, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    int ok = pthread_rwlock_init(&s->use, &ra) == 0;
+    pthread_rwlockattr_destroy(&ra);
+    if (!ok) {
+        free(s);
+        return NULL;
     }
+    pthread_mutex_init(&s->err_mu, NULL);
+    pthread_mutex_init(&s->wq_mu, NULL);
+    pthread_cond_init(&s->wq_cv, NULL);
     return s;
 }
 
@@ -138,7 +170,10 @@ int cairn_store_set_map_max(cairn_store *s, uint64_t bytes)
     return 0;
 }
 
-const char *cairn_store_errmsg(const cairn_store *s) { return s ? s->errmsg : "no store"; }
+const char *cairn_store_errmsg(const cairn_store *s)
+{
+    return !s ? "no store" : tl_err.s == s ? tl_err.msg : s->errmsg;
+}
 
 void cairn__store_inject_flush_failure(cairn_store *s, int err) { s->inject_flush_err = err; }
 
@@ -572,7 +607,12 @@ void cairn_store_free(cairn_store *s)
         mdb_env_close(s->env); /* not after a fault: LMDB's state is not to be trusted */
     if (s->map_lock_fd >= 0)
         close(s->map_lock_fd);
-    free(s->tc_bytes);
+    pthread_rwlock_destroy(&s->use);
+    pthread_mutex_destroy(&s->err_mu);
+    pthread_mutex_destroy(&s->wq_mu);
+    pthread_cond_destroy(&s->wq_cv);
+    if (tl_err.s == s)
+        tl_err.s = NULL;
     free(s->dir);
     free(s);
 }
@@ -628,9 +668,73 @@ static int broken(cairn_store *s)
                              s->dir);
 }
 
-/* One attempt of a write: 0 done, 1 run it again (the map grew, or a fold came first), else
- * an error. */
-static int write_once(cairn_store *s, int durable, cairn__txn_fn fn, void *arg, cairn__txn *tp)
+/* ------------------------------------------------------------------ threads */
+
+/* The handle whose `use` lock this thread holds shared (one at a time is tracked: a thread
+ * inside a transaction of one handle does not start another of the same). */
+static _Thread_local const cairn_store *tl_use;
+
+void cairn__use_enter(cairn_store *s, cairn__use *u)
+{
+    u->prev = tl_use;
+    u->took = tl_use != s;
+    if (u->took) {
+        pthread_rwlock_rdlock(&s->use);
+        tl_use = s;
+    }
+}
+
+void cairn__use_leave(cairn_store *s, cairn__use *u)
+{
+    if (u->took) {
+        tl_use = u->prev;
+        pthread_rwlock_unlock(&s->use);
+    }
+}
+
+/* The locks are taken in one order, the synced mutex (a sync store's writes and its pin) before
+ * `use`, and nobody waits for the mutex while holding `use`: a reader holds nothing else, and a
+ * writer takes the mutex first. So the thread that remaps lets go of `use`, takes the mutex
+ * (again: it is recursive) and then `use` alone. */
+int cairn__use_alone(cairn_store *s)
+{
+    int held = tl_use == s;
+    if (held)
+        pthread_rwlock_unlock(&s->use);
+    cairn__synced_lock(s);
+    pthread_rwlock_wrlock(&s->use);
+    return held;
+}
+
+void cairn__use_back(cairn_store *s, int held)
+{
+    pthread_rwlock_unlock(&s->use);
+    cairn__synced_unlock(s);
+    if (held)
+        pthread_rwlock_rdlock(&s->use);
+}
+
+/* ------------------------------------------------------------------ writes */
+
+/* A write asked for (cairn__store_write), queued until a leader runs it. */
+struct cairn__wreq {
+    cairn__txn_fn fn;
+    void *arg;
+    int durable;
+    int rc;
+    int ran;   /* rc is its outcome (set by the leader) */
+    int done;  /* its asker may return (set under wq_mu) */
+    char *msg; /* the asker's buffer for the message of a failure */
+    cairn__wreq *next;
+};
+
+#define BATCH_MAX 64 /* writes in one combined transaction at most */
+#define ALONE 2      /* write_once: a callback of several failed; run each on its own */
+
+/* One attempt of the writes w[0..n) in one transaction: 0 done, 1 run them again (the map grew,
+ * or a fold came first), ALONE (n > 1: a callback failed, and what it left is not to be
+ * committed with the others'), else an error. Durable if any of them is. */
+static int write_once(cairn_store *s, cairn__wreq *const *w, size_t n, cairn__txn *tp)
 {
     /* A sync store writes pages only under a pin (synced.c). Without one (a process's first
      * write, or the pin was dropped for a remap or its age) the transaction runs anyway: if it
@@ -642,7 +746,7 @@ static int write_once(cairn_store *s, int durable, cairn__txn_fn fn, void *arg, 
     int rc = cairn__store_begin(s, 0, &t->txn);
     if (rc)
         return rc;
-    int pinned = cairn__synced_pinned(s);
+    int pinned = cairn__synced_pinned(s), durable = 0;
     cairn__map_prepare_ahead(s);
     msgpack_sbuffer_init(&t->buf);
     if (s->inject_nth && --s->inject_nth == 0) {
@@ -651,8 +755,11 @@ static int write_once(cairn_store *s, int durable, cairn__txn_fn fn, void *arg, 
         msgpack_sbuffer_destroy(&t->buf);
         return rc;
     }
-    rc = fn(t, arg);
-    if (rc == 0) /* the step and audit records it added or removed, into the counts record */
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        durable |= w[i]->durable;
+        rc = w[i]->fn(t, w[i]->arg);
+    }
+    if (rc == 0) /* the step and audit records they added or removed, into the counts record */
         rc = cairn__counts_settle(t);
     txn_buffers_free(t);
     if (rc < 0 || rc > 0) {
@@ -661,7 +768,7 @@ static int write_once(cairn_store *s, int durable, cairn__txn_fn fn, void *arg, 
             int g = grow_map(s);
             return g ? g : 1;
         }
-        return rc;
+        return n > 1 ? ALONE : rc;
     }
     if (!t->wrote) {
         /* Nothing written: nothing to commit (an abort is the same, and surely writes no page
@@ -698,17 +805,63 @@ static int write_once(cairn_store *s, int durable, cairn__txn_fn fn, void *arg, 
     return durable && s->synced ? cairn__synced_flush(s, txnid) : 0;
 }
 
-static int write_locked(cairn_store *s, int durable, cairn__txn_fn fn, void *arg)
+static int write_locked(cairn_store *s, cairn__wreq *const *w, size_t n)
 {
     for (;;) {
         cairn__txn t = {.s = s};
-        int rc = write_once(s, durable, fn, arg, &t);
+        int rc = write_once(s, w, n, &t);
         free(t.jb);
         if (rc != 1)
             return rc;
     }
 }
 
+static void ran(cairn_store *s, cairn__wreq *w, int rc)
+{
+    w->rc = rc;
+    w->ran = 1;
+    if (rc) /* this thread's message, for the asker's */
+        snprintf(w->msg, sizeof s->errmsg, "%s", cairn_store_errmsg(s));
+}
+
+/* The leader's part: the writes w[0..n) in one transaction, or each in its own when one of
+ * their callbacks failed (the others then commit as they would have alone, and the failure is
+ * the failing one's). */
+static void write_batch(cairn_store *s, cairn__wreq *const *w, size_t n)
+{
+    cairn__synced_lock(s); /* the pin cannot be dropped under a commit that relies on it */
+    cairn__use u;
+    cairn__use_enter(s, &u);
+    cairn__guard g;
+    if (sigsetjmp(g.jb, 0)) {
+        int rc = cairn__guard_fault(s, &g);
+        for (size_t i = 0; i < n; i++)
+            if (!w[i]->ran)
+                ran(s, w[i], rc);
+        cairn__use_leave(s, &u);
+        cairn__synced_unlock(s);
+        return;
+    }
+    cairn__guard_push(&g);
+    int rc =
+        s->broken ? broken(s) : write_locked(s, w, n); /* an earlier batch may have failed so */
+    if (rc == ALONE)
+        for (size_t i = 0; i < n; i++)
+            ran(s, w[i], write_locked(s, &w[i], 1));
+    else
+        for (size_t i = 0; i < n; i++)
+            ran(s, w[i], rc);
+    cairn__guard_pop(&g);
+    cairn__use_leave(s, &u);
+    cairn__synced_unlock(s);
+}
+
+/* Group commit: a writer that finds no write running leads. It takes the writes queued by then
+ * (its own among them) and runs them in one transaction; the ones that arrive meanwhile wait
+ * and form the next batch, led by one of their own. A batch writes the trees' upper pages, the
+ * free list, the meta page and the journal entry once for all its writes, and a durable one
+ * among them flushes once for all. Alone, a writer leads a batch of one: the transaction it
+ * would have had. */
 int cairn__store_write(cairn_store *s, int durable, cairn__txn_fn fn, void *arg)
 {
     if (!s || !s->env)
@@ -720,17 +873,50 @@ int cairn__store_write(cairn_store *s, int durable, cairn__txn_fn fn, void *arg)
                                  "store %s is open read-only (no write access to it): this command "
                                  "writes to it",
                                  s->dir);
-    cairn__synced_lock(s); /* the pin cannot be dropped under a commit that relies on it */
-    cairn__guard g;
-    if (sigsetjmp(g.jb, 0)) {
-        cairn__synced_unlock(s);
-        return cairn__guard_fault(s, &g);
+    char msg[sizeof s->errmsg];
+    cairn__wreq me = {.fn = fn, .arg = arg, .durable = durable, .msg = msg};
+    pthread_mutex_lock(&s->wq_mu);
+    if (s->wq_tail)
+        s->wq_tail->next = &me;
+    else
+        s->wq_head = &me;
+    s->wq_tail = &me;
+    for (;;) {
+        while (!me.done && s->wq_led)
+            pthread_cond_wait(&s->wq_cv, &s->wq_mu);
+        if (me.done)
+            break;
+        s->wq_led = 1;
+        cairn__wreq *batch[BATCH_MAX];
+        size_t n = 0;
+        while (s->wq_head && n < BATCH_MAX) {
+            batch[n++] = s->wq_head;
+            s->wq_head = s->wq_head->next;
+        }
+        if (!s->wq_head)
+            s->wq_tail = NULL;
+        s->batches++;
+        s->batched += n;
+        pthread_mutex_unlock(&s->wq_mu);
+        write_batch(s, batch, n);
+        pthread_mutex_lock(&s->wq_mu);
+        for (size_t i = 0; i < n; i++)
+            batch[i]->done = 1;
+        s->wq_led = 0;
+        pthread_cond_broadcast(&s->wq_cv);
     }
-    cairn__guard_push(&g);
-    int rc = write_locked(s, durable, fn, arg);
-    cairn__guard_pop(&g);
-    cairn__synced_unlock(s);
-    return rc;
+    pthread_mutex_unlock(&s->wq_mu);
+    if (me.rc)
+        err_set(s, msg);
+    return me.rc;
+}
+
+void cairn__store_batches(cairn_store *s, uint64_t *batches, uint64_t *writes)
+{
+    pthread_mutex_lock(&s->wq_mu);
+    *batches = s->batches;
+    *writes = s->batched;
+    pthread_mutex_unlock(&s->wq_mu);
 }
 
 int cairn__store_settle(cairn_store *s, uint64_t upto)
@@ -739,10 +925,21 @@ int cairn__store_settle(cairn_store *s, uint64_t upto)
         return CAIRN_EINVAL;
     if (s->broken)
         return broken(s);
-    return s->synced && !s->readonly ? cairn__synced_settle(s, upto) : 0;
+    if (!s->synced || s->readonly)
+        return 0;
+    cairn__synced_lock(s); /* before `use`: the order cairn__use_alone explains */
+    cairn__use u;
+    cairn__use_enter(s, &u);
+    int rc = cairn__synced_settle(s, upto);
+    cairn__use_leave(s, &u);
+    cairn__synced_unlock(s);
+    return rc;
 }
 
-uint64_t cairn__store_reads(const cairn_store *s) { return s ? s->reads : 0; }
+uint64_t cairn__store_reads(const cairn_store *s)
+{
+    return s ? __atomic_load_n(&s->reads, __ATOMIC_RELAXED) : 0;
+}
 
 int cairn__store_read(cairn_store *s, cairn__txn_fn fn, void *arg)
 {
@@ -750,9 +947,13 @@ int cairn__store_read(cairn_store *s, cairn__txn_fn fn, void *arg)
         return CAIRN_EINVAL;
     if (s->broken)
         return broken(s);
+    cairn__use u;
+    cairn__use_enter(s, &u);
     cairn__guard g;
-    if (sigsetjmp(g.jb, 0))
+    if (sigsetjmp(g.jb, 0)) {
+        cairn__use_leave(s, &u);
         return cairn__guard_fault(s, &g);
+    }
     cairn__guard_push(&g);
     cairn__txn t = {.s = s};
     /* A read transaction costs an allocation and a reader slot to begin; the one kept from the
@@ -767,7 +968,7 @@ int cairn__store_read(cairn_store *s, cairn__txn_fn fn, void *arg)
     if (!t.txn)
         rc = cairn__store_begin(s, MDB_RDONLY, &t.txn);
     if (!rc) {
-        s->reads++;
+        __atomic_add_fetch(&s->reads, 1, __ATOMIC_RELAXED);
         msgpack_sbuffer_init(&t.buf);
         rc = fn(&t, arg);
         txn_buffers_free(&t);
@@ -778,5 +979,6 @@ int cairn__store_read(cairn_store *s, cairn__txn_fn fn, void *arg)
             mdb_txn_abort(t.txn);
     }
     cairn__guard_pop(&g);
+    cairn__use_leave(s, &u);
     return rc;
 }

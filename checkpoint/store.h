@@ -48,6 +48,10 @@ int cairn__store_write(cairn_store *s, int durable, cairn__txn_fn fn, void *arg)
 int cairn__store_read(cairn_store *s, cairn__txn_fn fn, void *arg);
 /* How many read transactions this handle has begun (what a test counts a run's reads by). */
 uint64_t cairn__store_reads(const cairn_store *s);
+/* Group commit (store.c, cairn__store_write): the write transactions this handle committed or
+ * tried, and the writes they held (more writes than transactions: several threads' writes went
+ * into one). */
+void cairn__store_batches(cairn_store *s, uint64_t *batches, uint64_t *writes);
 /* Makes what was committed up to transaction `upto` (0: everything so far; a task record's
  * `txn` says when it was written) survive a power loss: in a sync store, a durable point unless
  * one covers it already. For a caller about to report a state it read rather than wrote - a

@@ -7,6 +7,7 @@
 
 #include <lmdb.h>
 #include <msgpack.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <string.h>
 
@@ -14,6 +15,7 @@
 
 typedef struct cairn__synced cairn__synced;
 typedef struct cairn__journal cairn__journal;
+typedef struct cairn__wreq cairn__wreq;
 #define CAIRN__DBI_MAX 64 /* handles below this are indexed (LMDB numbers them from 2) */
 #define CAIRN__N_DBS 13   /* store.c's databases */
 
@@ -54,15 +56,22 @@ struct cairn_store {
     int inject_err;
     int inject_flush_err; /* the next durable point's data flush fails with this errno */
     char *dir;
+    /* the message of the last failure; the thread that failed reads its own copy (store.c) */
     char errmsg[1024];
+    pthread_mutex_t err_mu;
+    /* store.c: a handle serves several threads at once. Writes that overlap are combined: the
+     * first writer leads, running the callbacks queued behind it in one transaction (wq);
+     * batches and batched count those transactions and the writes they held. Every transaction
+     * holds `use` shared; a remap (map.c) takes it alone, since LMDB may move the map only
+     * while no other thread of the process is inside a transaction. */
+    pthread_mutex_t wq_mu;
+    pthread_cond_t wq_cv;
+    cairn__wreq *wq_head, *wq_tail;
+    int wq_led;
+    uint64_t batches, batched;
+    pthread_rwlock_t use;
     unsigned char store_id[16]; /* meta "store_id", once read or made (has_store_id) */
     int has_store_id;
-    /* records.c: the last task record read or written and its exact bytes. A step reads its
-     * task at load and again at the fenced commit; bytes that match need no decoding. */
-    unsigned char *tc_bytes;
-    size_t tc_len, tc_cap;
-    int tc_valid;
-    cairn__task_rec tc_rec;
 };
 
 struct cairn__txn {
@@ -101,6 +110,18 @@ typedef struct cairn__join {
     unsigned char b[];
 } cairn__join;
 void cairn__txn_joins_free(cairn__txn *t, const cairn__join *mark);
+
+/* store.c: every transaction of a handle runs inside enter/leave (its `use` lock, shared; a
+ * thread already inside the handle's does not take it again). A remap (map.c) runs between
+ * alone, which waits until no other thread of the process is inside one, and back. */
+typedef struct cairn__use {
+    const cairn_store *prev;
+    int took;
+} cairn__use;
+void cairn__use_enter(cairn_store *s, cairn__use *u);
+void cairn__use_leave(cairn_store *s, cairn__use *u);
+int cairn__use_alone(cairn_store *s);
+void cairn__use_back(cairn_store *s, int held);
 
 /* Translates an LMDB (or errno) code into a cairn code, keeping the original in the message; a
  * full map is flagged on the txn so that cairn__store_write grows it and runs the callback
