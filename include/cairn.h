@@ -26,11 +26,11 @@
  *   - `_free(NULL)` is a no-op.
  *   - The library never calls exit() or abort() on bad input.
  *
- * Threads: no handle locks itself. Each one says what it allows; in short, a store and the
- * runners on it are used by one thread at a time, a frozen graph and a task snapshot are
- * read-only and may be shared, a step's context belongs to the call of the step, and the
- * functions that take no handle (cairn_strerror, cairn_version, ...) may be called from any
- * thread at any time.
+ * Threads: each handle says what it allows; in short, a runner is used by one thread at a time,
+ * runners on threads of their own may share one store handle (their writes commit together), a
+ * frozen graph and a task snapshot are read-only and may be shared, a step's context belongs to the
+ * call of the step, and the functions that take no handle (cairn_strerror, cairn_version, ...) may
+ * be called from any thread at any time.
  *
  * Lifecycle reads like LMDB: cairn_runner_new() -> typed setters -> cairn_runner_open()
  * -> cairn_runner_run() ... -> cairn_runner_free(). The lifecycle is enforced: a runner's
@@ -288,8 +288,10 @@ typedef enum cairn_durability {
 } cairn_durability;
 
 /* Open a store once per process (LMDB's rule: a second handle on the same store in one process
- * breaks its locks) and use the handle from one thread at a time (its error message lives in
- * it), counting the calls runners make on it: runners sharing a store share its thread.
+ * breaks its locks). Runners on several threads may share the handle and run at once: writes
+ * that overlap commit in one transaction, with one flush for the durable ones among them (group
+ * commit), and cairn_store_errmsg gives each thread the message of its own last failure. Other
+ * calls on the handle (cairn_store_* below) are made by one thread at a time.
  * Several processes may share a store. A child forked while a store is open must not use it
  * (exec or _exit).
  * A CAIRN_SYNC store survives power loss: an effect's intent, an expensive step's output, a
@@ -319,9 +321,11 @@ CAIRN_API const char *cairn_store_errmsg(const cairn_store *s);
 
 /* ------------------------------------------------------------------ runner */
 
-/* A runner is used by one thread at a time (with its store: see above), except
- * cairn_runner_stop, which any thread or a signal handler may call at any time. Several runners
- * may share one store handle and one graph. */
+/* A runner is used by one thread at a time, except cairn_runner_stop, which any thread or a
+ * signal handler may call at any time. Several runners, on threads of their own, may share one
+ * store handle and one graph; their in-process steps then run at once, so a step without a
+ * timeout shared by them must be thread-safe (one with a timeout runs in the runner's own step
+ * host process). */
 typedef struct cairn_runner cairn_runner;
 
 CAIRN_API cairn_runner *cairn_runner_new(void);

@@ -110,6 +110,7 @@ static const cairn__opt all_options[] = {
     {"nosync", 0, 0, 0, CAIRN__O_NOSYNC, AT(nosync)},
     {"format", 0, 1, 0, CAIRN__O_FORMAT, AT(format)},
     {"jobs", 'j', 1, 0, CAIRN__O_JOBS, 0},
+    {"processes", 0, 1, 0, CAIRN__O_PROCESSES, 0},
     {"tasks", 0, 0, 0, CAIRN__O_TASKS, AT(tasks)},
     {"listen", 0, 1, 0, CAIRN__O_LISTEN, AT(listen)},
     {"token-file", 0, 1, 0, CAIRN__O_TOKEN_FILE, AT(token_file)},
@@ -236,6 +237,10 @@ static int parse_opt(void *user, const cairn__opt *opt, const char *val)
         if (parse_u32(val, &o->jobs) || o->jobs < 1 || o->jobs > CAIRN__JOBS_MAX)
             bad = "a whole number from 1 to 256";
         break;
+    case CAIRN__O_PROCESSES:
+        if (parse_u32(val, &o->processes) || o->processes < 1 || o->processes > CAIRN__JOBS_MAX)
+            bad = "a whole number from 1 to 256";
+        break;
     case CAIRN__O_MAP_MAX:
         if (parse_u64(val, &u))
             bad = "a whole number of bytes";
@@ -322,7 +327,9 @@ int cairn__cli_need_config(const char *cmd, size_t n_graphs)
 
 /* ------------------------------------------------------------------ store & runner */
 
-static cairn_runner *g_runner; /* for the signal handler */
+/* the session's runners, for the signal handler (consume's worker threads have one each) */
+static cairn_runner *volatile g_runners[CAIRN__JOBS_MAX];
+static volatile size_t g_n_runners;
 
 /* -v: the runner's events, one line each (cmd is the command's name, static) */
 static void log_event(const cairn_event *ev, void *user)
@@ -355,14 +362,79 @@ static void log_event(const cairn_event *ev, void *user)
 static void on_signal(int sig)
 {
     (void)sig;
-    cairn_runner_stop(g_runner);
+    for (size_t i = 0; i < g_n_runners; i++)
+        cairn_runner_stop(g_runners[i]);
 }
 
 void cairn__cli_session_close(cairn__cli_session *s)
 {
-    g_runner = NULL;
+    g_n_runners = 0;
+    for (size_t i = 0; i < s->n_more; i++)
+        cairn_runner_free(s->more[i]);
+    free(s->more);
     cairn_runner_free(s->runner);
     cairn_store_free(s->store);
+}
+
+/* A runner on `store` for `graphs`, configured from the options; logged failures. */
+static int runner_make(const char *cmd, const cairn__cli_opts *o, cairn_graph *const *graphs,
+                       size_t n_graphs, cairn_store *store, cairn_retry_report_fn report,
+                       void *report_user, cairn_runner **out)
+{
+    cairn_runner *r = *out = cairn_runner_new();
+    if (!r)
+        return CAIRN_ENOMEM;
+    int rc;
+    cairn_runner_set_store(r, store);
+    for (size_t i = 0; i < n_graphs; i++) {
+        if ((rc = cairn_runner_add_graph(r, graphs[i]))) {
+            cairn__log(CAIRN__LOG_ERROR, cmd, "runner_open", NULL, NULL, "%s (%s)",
+                       cairn_runner_errmsg(r), cairn_errname(rc));
+            return rc;
+        }
+    }
+    if (o->max_attempts)
+        cairn_runner_set_max_attempts(r, o->max_attempts);
+    if (o->lease_ms)
+        cairn_runner_set_lease_ms(r, o->lease_ms);
+    if (o->has_inline_wait)
+        cairn_runner_set_inline_wait_ms(r, o->inline_wait_ms);
+    if (o->tenant_field)
+        cairn_runner_set_tenant_limit(r, o->tenant_field, o->max_per_tenant);
+    cairn_runner_set_allow_graph_change(r, o->allow_graph_change);
+    cairn_runner_set_retention(r, (uint64_t)(o->retention_days * 86400),
+                               (uint64_t)(o->tombstone_days * 86400));
+    if (report)
+        cairn_runner_set_retry_report(r, report, report_user);
+    if (cairn__log_enabled(CAIRN__LOG_INFO))
+        cairn_runner_set_events(r, log_event, (void *)cmd);
+    if ((rc = cairn_runner_open(r))) {
+        cairn__log(CAIRN__LOG_ERROR, cmd, "runner_open", NULL, NULL, "%s (%s)",
+                   cairn_runner_errmsg(r), cairn_errname(rc));
+        return rc;
+    }
+    return 0;
+}
+
+int cairn__cli_session_more(cairn__cli_session *s, const char *cmd, const cairn__cli_opts *o,
+                            cairn_graph *const *graphs, size_t n_graphs, size_t n)
+{
+    if (1 + s->n_more + n > CAIRN__JOBS_MAX)
+        return CAIRN_EINVAL;
+    cairn_runner **m = realloc(s->more, (s->n_more + n) * sizeof *m);
+    if (!m)
+        return CAIRN_ENOMEM;
+    s->more = m;
+    for (size_t i = 0; i < n; i++) {
+        int rc = runner_make(cmd, o, graphs, n_graphs, s->store, NULL, NULL, &m[s->n_more]);
+        if (m[s->n_more])
+            s->n_more++;
+        if (rc)
+            return rc;
+        g_runners[g_n_runners] = m[s->n_more - 1];
+        g_n_runners++;
+    }
+    return 0;
 }
 
 /* The session, with the retry report its runner is opened with (NULL: none): a runner takes its
@@ -394,38 +466,10 @@ static int session_open(cairn__cli_session *s, const char *cmd, const cairn__cli
     }
     if (!need_runner)
         return 0;
-    s->runner = cairn_runner_new();
-    if (!s->runner)
-        return CAIRN_ENOMEM;
-    cairn_runner_set_store(s->runner, s->store);
-    for (size_t i = 0; i < n_graphs; i++) {
-        if ((rc = cairn_runner_add_graph(s->runner, graphs[i]))) {
-            cairn__log(CAIRN__LOG_ERROR, cmd, "runner_open", NULL, NULL, "%s (%s)",
-                       cairn_runner_errmsg(s->runner), cairn_errname(rc));
-            return rc;
-        }
-    }
-    if (o->max_attempts)
-        cairn_runner_set_max_attempts(s->runner, o->max_attempts);
-    if (o->lease_ms)
-        cairn_runner_set_lease_ms(s->runner, o->lease_ms);
-    if (o->has_inline_wait)
-        cairn_runner_set_inline_wait_ms(s->runner, o->inline_wait_ms);
-    if (o->tenant_field)
-        cairn_runner_set_tenant_limit(s->runner, o->tenant_field, o->max_per_tenant);
-    cairn_runner_set_allow_graph_change(s->runner, o->allow_graph_change);
-    cairn_runner_set_retention(s->runner, (uint64_t)(o->retention_days * 86400),
-                               (uint64_t)(o->tombstone_days * 86400));
-    if (report)
-        cairn_runner_set_retry_report(s->runner, report, report_user);
-    if (cairn__log_enabled(CAIRN__LOG_INFO))
-        cairn_runner_set_events(s->runner, log_event, (void *)cmd);
-    if ((rc = cairn_runner_open(s->runner))) {
-        cairn__log(CAIRN__LOG_ERROR, cmd, "runner_open", NULL, NULL, "%s (%s)",
-                   cairn_runner_errmsg(s->runner), cairn_errname(rc));
+    if ((rc = runner_make(cmd, o, graphs, n_graphs, s->store, report, report_user, &s->runner)))
         return rc;
-    }
-    g_runner = s->runner;
+    g_runners[0] = s->runner;
+    g_n_runners = 1;
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;

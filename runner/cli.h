@@ -206,7 +206,8 @@ enum {
     CAIRN__O_MAP_MAX,
     CAIRN__O_RETENTION,
     CAIRN__O_TOMBSTONE,
-    CAIRN__O_JOBS
+    CAIRN__O_JOBS,
+    CAIRN__O_PROCESSES
 };
 
 /* The options of the commands that run tasks in workers of their own (consume, serve): how
@@ -215,7 +216,8 @@ enum {
     CAIRN__O_TENANT_FIELD, CAIRN__O_MAX_PER_TENANT, CAIRN__O_MAX_ATTEMPTS, CAIRN__O_LEASE_MS,      \
         CAIRN__O_INLINE_WAIT, CAIRN__O_NOSYNC, CAIRN__O_MAP_MAX, CAIRN__O_ALLOW_GRAPH_CHANGE
 
-/* consume --jobs: at most this many worker processes (its help and its check say 256) */
+/* consume --jobs: at most this many tasks at once (its help and its check say 256); also the
+ * most worker processes (--processes) and runners a process has */
 #define CAIRN__JOBS_MAX 256
 
 /* The options' values after parsing: unset ones are 0/NULL, except the defaults noted. */
@@ -223,7 +225,7 @@ typedef struct cairn__cli_opts {
     const char *store, *graph, *task, *task_from, *input, *message_id, *status, *step, *from;
     const char *tenant_field, *format, *listen, *token_file;
     const char *id; /* the operand of the commands that take a task ID */
-    uint32_t max_per_tenant, limit, max_attempts, lease_ms, inline_wait_ms, jobs;
+    uint32_t max_per_tenant, limit, max_attempts, lease_ms, inline_wait_ms, jobs, processes;
     uint64_t map_max;
     double retention_days, tombstone_days;
     int json, now, done, not_done, allow_graph_change, nosync, has_inline_wait, tasks, prometheus;
@@ -261,6 +263,8 @@ int cairn__cli_takes_config(const char *cmd);
 typedef struct cairn__cli_session {
     cairn_store *store;
     cairn_runner *runner;
+    cairn_runner **more; /* cairn__cli_session_more's */
+    size_t n_more;
 } cairn__cli_session;
 
 /* Opens the store (with `must_exist`, only one that is there: every command but `run` and `init`)
@@ -276,6 +280,11 @@ int cairn__cli_session_open_reporting(cairn__cli_session *s, const char *cmd,
                                       const cairn__cli_opts *o, cairn_graph *const *graphs,
                                       size_t n_graphs, cairn_retry_report_fn report, void *user);
 void cairn__cli_session_close(cairn__cli_session *s);
+/* n more runners on the session's store, configured as its first and stopped with it by the
+ * signals (consume's worker threads: one runner each): s->more[s->n_more - n ...]. 0 or a
+ * CAIRN_E* code, the reason printed. */
+int cairn__cli_session_more(cairn__cli_session *s, const char *cmd, const cairn__cli_opts *o,
+                            cairn_graph *const *graphs, size_t n_graphs, size_t n);
 /* The tenant limit takes both options or neither (run, retry, consume): 0, or 64 said on stderr. */
 int cairn__cli_tenant_usage(const char *cmd, const char *help, const cairn__cli_opts *o);
 /* Runs one task of `graph` as `run` does, on the session's runner: `task` (NULL: derived, from

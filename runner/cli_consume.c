@@ -1,12 +1,15 @@
 /* runner/cli_consume.c - `consume`: a stream of tasks (JSON lines, or the lines kcat prints for a
  * Kafka topic), up to K at once, each with exactly `run`'s semantics.
  *
- * The design: a pool of K worker processes, each with its own store handle and runner, fed task
- * lines by this process over pipes. Threads cannot do it: LMDB must not be opened twice in one
- * process and a store handle (with its runners) is used by one thread at a time, so K threads
- * would take turns, not run at once. Processes are what several `cairn run`s are, and every
- * promise of `run` (idempotency, conflicts, message dedupe, leases, tenant limits, retries) holds
- * between processes already; each task goes through cairn__cli_run_input, the very code of `run`.
+ * The design: K runners, on threads of P worker processes (--processes P, default 1), fed task
+ * lines by this process over pipes. The threads of a worker share its one store handle, whose
+ * writes that overlap commit in one transaction with one flush (group commit: store.c), which is
+ * what makes K at once cheaper than K one after another; a worker's threads take whole jobs from
+ * one pipe and answer on another. Every promise of `run` (idempotency, conflicts, message dedupe,
+ * leases, tenant limits, retries) holds between runners of one process as between processes;
+ * each task goes through cairn__cli_run_input, the very code of `run`. Steps run in-process on
+ * those threads at once unless they have a timeout (then in each runner's step host, a process):
+ * a custom graph whose untimed steps are not thread-safe takes --processes K, one runner each.
  * The parent opens the store once before forking (to create it, and to refuse a broken one before
  * anything is read), closes it, and never opens it again: a child forked while a store is open
  * must not use it. A worker lives for the whole stream, so what a step keeps per process (the llm
@@ -26,6 +29,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,12 +44,16 @@
 #include "runner/cli.h"
 
 static const char consume_help[] =
-    "usage: %P consume --graph G [--jobs K] [--format jsonl|kcat] [--task-from F1,F2]\n"
+    "usage: %P consume --graph G [--jobs K] [--processes P] [--format jsonl|kcat]\n"
+    "         [--task-from F1,F2]\n"
     "         [--store DIR] [--tenant-field F --max-running-per-tenant N]\n"
     "         [--allow-graph-change] [--max-attempts N] [--lease-ms MS] [--inline-wait-ms MS]\n"
     "         [--nosync] [--map-max BYTES] [FILE|-]\n"
     "Reads a stream of tasks (FILE, or standard input) and runs up to K (default 1) at once,\n"
-    "each exactly as `%P run` would, in K worker processes that live for the whole stream.\n"
+    "each exactly as `%P run` would, on K threads of P (default 1) worker processes that live\n"
+    "for the whole stream; the writes of a worker's threads commit together (group commit).\n"
+    "Steps without a timeout run on those threads at once: a graph whose untimed steps are not\n"
+    "thread-safe needs --processes K (one runner a process).\n"
     "--format jsonl (default): each line is a task input, or {\"id\": ID, \"message_id\": M,\n"
     "\"input\": {...}} (an object with an object \"input\" and no keys but these three).\n"
     "--format kcat: the lines `kcat -C -f '%%t:%%p:%%o\\t%%s\\n'` prints: topic:partition:offset\n"
@@ -177,34 +185,63 @@ typedef struct job_head {
     uint32_t task_len, mid_len, input_len;
 } job_head;
 
-/* A worker's life: runs each job it is sent through `run`'s code and sends back one JSON line,
- * until its pipe closes. Never returns. */
-static void worker_main(int job_fd, int res_fd, const cairn__cli_opts *o,
-                        cairn_graph *const *graphs, size_t n)
+/* A worker process: its threads share the store handle (whose writes then commit together:
+ * group commit), the job pipe they take jobs from and the result pipe they answer on, one
+ * whole job or line at a time. */
+typedef struct pool {
+    int job_fd, res_fd;
+    pthread_mutex_t job_mu, res_mu;
+    const cairn__cli_opts *o;
+    cairn_store *store;
+} pool;
+
+typedef struct slot {
+    pool *p;
+    cairn_runner *runner;
+    pthread_t th;
+    int started, failed;
+} slot;
+
+/* The next job, whole, into h and the buffers (input malloc'd): 1, 0 at the pipe's end, -1. */
+static int take_job(pool *p, job_head *h, char *task, size_t tcap, char *mid, size_t mcap,
+                    char **input)
 {
-    cairn__cli_session s;
-    int rc = cairn__cli_session_open(&s, "consume", o, graphs, n, 1, 1);
-    if (rc) {
-        cairn__cli_session_close(&s);
-        _exit(cairn__exit_code(rc));
-    }
-    job_head h;
-    char task[CAIRN_TASK_ID_MAX + 1], mid[CAIRN_TASK_ID_MAX + 1];
-    while ((rc = cairn__read_all(job_fd, &h, sizeof h)) == 1) {
-        char *input = malloc((size_t)h.input_len + 1);
-        if (!input || h.task_len >= sizeof task || h.mid_len >= sizeof mid ||
-            cairn__read_all(job_fd, task, h.task_len) < 0 ||
-            cairn__read_all(job_fd, mid, h.mid_len) < 0 ||
-            cairn__read_all(job_fd, input, h.input_len) < 0) {
-            free(input);
+    *input = NULL;
+    pthread_mutex_lock(&p->job_mu);
+    int rc = cairn__read_all(p->job_fd, h, sizeof *h);
+    if (rc == 1) {
+        *input = malloc((size_t)h->input_len + 1);
+        if (!*input || h->task_len >= tcap || h->mid_len >= mcap ||
+            cairn__read_all(p->job_fd, task, h->task_len) < 0 ||
+            cairn__read_all(p->job_fd, mid, h->mid_len) < 0 ||
+            cairn__read_all(p->job_fd, *input, h->input_len) < 0)
             rc = -1;
-            break;
-        }
-        task[h.task_len] = mid[h.mid_len] = input[h.input_len] = 0;
+    }
+    pthread_mutex_unlock(&p->job_mu);
+    if (rc != 1) {
+        free(*input);
+        *input = NULL;
+        return rc < 0 ? -1 : 0;
+    }
+    task[h->task_len] = mid[h->mid_len] = (*input)[h->input_len] = 0;
+    return 1;
+}
+
+/* A worker thread: runs each job it takes through `run`'s code, on its own runner, and sends
+ * back one JSON line, until the job pipe ends. */
+static void *slot_main(void *arg)
+{
+    slot *sl = arg;
+    pool *p = sl->p;
+    cairn__cli_session s = {.store = p->store, .runner = sl->runner};
+    job_head h;
+    char task[CAIRN_TASK_ID_MAX + 1], mid[CAIRN_TASK_ID_MAX + 1], *input;
+    int got;
+    while ((got = take_job(p, &h, task, sizeof task, mid, sizeof mid, &input)) == 1) {
         char id[CAIRN_TASK_ID_MAX + 1], msg[1200];
-        rc = cairn__cli_run_input(&s, o->graph, h.task_len ? task : NULL, o->task_from, input,
-                                  h.input_len, h.mid_len ? mid : NULL, id, sizeof id, msg,
-                                  sizeof msg);
+        int rc = cairn__cli_run_input(&s, p->o->graph, h.task_len ? task : NULL, p->o->task_from,
+                                      input, h.input_len, h.mid_len ? mid : NULL, id, sizeof id,
+                                      msg, sizeof msg);
         free(input);
         json_t *j = json_object();
         json_object_set_new(j, "line", json_integer(h.line));
@@ -212,32 +249,81 @@ static void worker_main(int job_fd, int res_fd, const cairn__cli_opts *o,
         char *out = json_dumps(cairn__cli_run_doc(j, s.store, id, rc, msg),
                                JSON_COMPACT | JSON_PRESERVE_ORDER);
         json_decref(j);
-        if (!out || cairn__write_all(res_fd, out, strlen(out)) ||
-            cairn__write_all(res_fd, "\n", 1)) {
-            free(out);
-            rc = -1;
+        pthread_mutex_lock(&p->res_mu);
+        int bad = !out || cairn__write_all(p->res_fd, out, strlen(out)) ||
+                  cairn__write_all(p->res_fd, "\n", 1);
+        pthread_mutex_unlock(&p->res_mu);
+        free(out);
+        if (bad) {
+            got = -1;
             break;
         }
-        free(out);
     }
-    cairn__cli_session_close(&s);
-    _exit(rc < 0 ? CAIRN__EX_SOFTWARE : 0);
+    sl->failed = got < 0;
+    return NULL;
 }
+
+/* A worker process's life: `threads` runners on one store handle, each on a thread of its own
+ * taking jobs from the pipe, until it ends. Never returns. */
+static void worker_main(int job_fd, int res_fd, const cairn__cli_opts *o,
+                        cairn_graph *const *graphs, size_t n, size_t threads)
+{
+    cairn__cli_session s;
+    int rc = cairn__cli_session_open(&s, "consume", o, graphs, n, 1, 1);
+    if (!rc && threads > 1)
+        rc = cairn__cli_session_more(&s, "consume", o, graphs, n, threads - 1);
+    slot *sl = rc ? NULL : calloc(threads, sizeof *sl);
+    if (rc || !sl) {
+        cairn__cli_session_close(&s);
+        _exit(cairn__exit_code(rc ? rc : CAIRN_ENOMEM));
+    }
+    pool p = {.job_fd = job_fd, .res_fd = res_fd, .o = o, .store = s.store};
+    pthread_mutex_init(&p.job_mu, NULL);
+    pthread_mutex_init(&p.res_mu, NULL);
+    int failed = 0;
+    for (size_t i = 0; i < threads; i++) {
+        sl[i] = (slot){.p = &p, .runner = i ? s.more[i - 1] : s.runner};
+        sl[i].started = pthread_create(&sl[i].th, NULL, slot_main, &sl[i]) == 0;
+        if (!sl[i].started) {
+            cairn__log(CAIRN__LOG_ERROR, "consume", "worker_start", NULL, NULL,
+                       "cannot start a worker thread: %s", strerror(errno));
+            failed = 1;
+            break;
+        }
+    }
+    for (size_t i = 0; i < threads; i++)
+        if (sl[i].started) {
+            pthread_join(sl[i].th, NULL);
+            failed |= sl[i].failed;
+        }
+    free(sl);
+    cairn__cli_session_close(&s);
+    _exit(failed ? CAIRN__EX_SOFTWARE : 0);
+}
+
+/* A line a worker runs (line 0: a free place). */
+typedef struct running {
+    long line;
+    char mid[CAIRN_TASK_ID_MAX + 1];
+} running;
 
 typedef struct worker {
     pid_t pid;
-    int job_fd, res_fd; /* this side's ends; -1 once closed */
-    long line;          /* the line it runs, 0 when idle */
-    char mid[CAIRN_TASK_ID_MAX + 1];
+    int job_fd, res_fd;     /* this side's ends; -1 once closed */
+    size_t cap, busy;       /* its threads, and the lines they run */
+    running *runs;          /* cap places */
     struct cairn__sbuf res; /* a result line not yet whole */
 } worker;
 
-/* Forks worker ws[i] (of n_ws); the other workers' ends and the parent's own descriptors are
- * closed in it, so a job pipe's end is seen (EOF) when the parent closes it. 0 or -1 (errno). */
+/* Forks worker ws[i] (of n_ws), with ws[i].cap threads; the other workers' ends and the
+ * parent's own descriptors are closed in it, so a job pipe's end is seen (EOF) when the parent
+ * closes it. 0 or -1 (errno). */
 static int spawn(worker *ws, size_t n_ws, size_t i, int in_fd, const cairn__cli_opts *o,
                  cairn_graph *const *graphs, size_t n)
 {
     int jp[2], rp[2];
+    if (!ws[i].runs && !(ws[i].runs = calloc(ws[i].cap, sizeof *ws[i].runs)))
+        return -1;
     if (pipe(jp))
         return -1;
     if (pipe(rp)) {
@@ -271,13 +357,17 @@ static int spawn(worker *ws, size_t n_ws, size_t i, int in_fd, const cairn__cli_
         }
         if (in_fd != STDIN_FILENO)
             close(in_fd);
-        worker_main(jp[0], rp[1], o, graphs, n);
+        worker_main(jp[0], rp[1], o, graphs, n, ws[i].cap);
     }
     close(jp[0]);
     close(rp[1]);
     fcntl(jp[1], F_SETFD, FD_CLOEXEC);
     fcntl(rp[0], F_SETFD, FD_CLOEXEC);
-    ws[i] = (worker){.pid = pid, .job_fd = jp[1], .res_fd = rp[0]};
+    ws[i].pid = pid;
+    ws[i].job_fd = jp[1];
+    ws[i].res_fd = rp[0];
+    ws[i].busy = 0;
+    memset(ws[i].runs, 0, ws[i].cap * sizeof *ws[i].runs);
     return 0;
 }
 
@@ -434,7 +524,7 @@ static int parse_kcat(const char *p, size_t n, long line, line_job *job, char *e
     return 0;
 }
 
-/* Sends a job to an idle worker. -1 when that worker cannot take it (it died). */
+/* Sends a job to a worker with a thread free. -1 when that worker cannot take it (it died). */
 static int send_job(worker *w, long line, const line_job *job)
 {
     job_head h = {line, (uint32_t)strlen(job->task), (uint32_t)strlen(job->mid),
@@ -444,8 +534,13 @@ static int send_job(worker *w, long line, const line_job *job)
         cairn__write_all(w->job_fd, job->mid, h.mid_len) ||
         cairn__write_all(w->job_fd, job->input, job->input_len))
         return -1;
-    w->line = line;
-    snprintf(w->mid, sizeof w->mid, "%s", job->mid);
+    for (size_t i = 0; i < w->cap; i++)
+        if (!w->runs[i].line) {
+            w->runs[i].line = line;
+            snprintf(w->runs[i].mid, sizeof w->runs[i].mid, "%s", job->mid);
+            break;
+        }
+    w->busy++;
     return 0;
 }
 
@@ -484,7 +579,7 @@ static void progress_tick(stream *st, int in_doubt)
 static worker *idle_worker(stream *st)
 {
     for (size_t i = 0; i < st->n_ws; i++)
-        if (st->ws[i].job_fd >= 0 && st->ws[i].line == 0)
+        if (st->ws[i].job_fd >= 0 && st->ws[i].busy < st->ws[i].cap)
             return &st->ws[i];
     return NULL;
 }
@@ -531,11 +626,11 @@ static int take_line(stream *st, worker *w)
     return 1;
 }
 
-/* A worker whose result pipe ended: reaped, and the line it ran (if any) reported as ended
- * without a result: its task, if it started, is left to `retry` (a dead owner's lease is taken
- * over at once). One that died in a task (a step that crashed it, the OOM killer) is replaced,
- * so a long-lived consumer keeps its K; one that ended with no task could not start, and would
- * not start again. */
+/* A worker whose result pipe ended: reaped, and the lines it ran (if any) reported as ended
+ * without a result: their tasks, if they started, are left to `retry` (a dead owner's lease is
+ * taken over at once). One that died in a task (a step that crashed it, the OOM killer) is
+ * replaced, so a long-lived consumer keeps its K; one that ended with no task could not start,
+ * and would not start again. */
 static void worker_ended(stream *st, worker *w)
 {
     int status = 0;
@@ -547,17 +642,23 @@ static void worker_ended(stream *st, worker *w)
         ;
     st->alive--;
     int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    if (w->line) {
-        char err[300];
-        snprintf(err, sizeof err,
-                 "line %ld: the worker (pid %ld) ended (%d) before its task did; `%s retry` "
-                 "takes the task up",
-                 w->line, (long)w->pid, code, cairn__cli_prog);
-        st->out_gone |= put_bad(&st->t, w->line, w->mid, CAIRN_EINTR, err) != 0;
-        w->line = 0;
-        st->busy--;
-        free(w->res.p);
-        w->res = (struct cairn__sbuf){0};
+    free(w->res.p);
+    w->res = (struct cairn__sbuf){0};
+    if (w->busy) {
+        for (size_t i = 0; i < w->cap; i++) {
+            running *r = &w->runs[i];
+            if (!r->line)
+                continue;
+            char err[300];
+            snprintf(err, sizeof err,
+                     "line %ld: the worker (pid %ld) ended (%d) before its task did; `%s retry` "
+                     "takes the task up",
+                     r->line, (long)w->pid, code, cairn__cli_prog);
+            st->out_gone |= put_bad(&st->t, r->line, r->mid, CAIRN_EINTR, err) != 0;
+            r->line = 0;
+        }
+        st->busy -= w->busy;
+        w->busy = 0;
         if (!st->stopping && !st->out_gone && !st->in.eof) {
             if (spawn(st->ws, st->n_ws, (size_t)(w - st->ws), st->in.fd, st->o, st->graphs,
                       st->n_graphs) == 0)
@@ -566,18 +667,16 @@ static void worker_ended(stream *st, worker *w)
                 cairn__log(CAIRN__LOG_ERROR, "consume", "worker_start", NULL, NULL,
                            "cannot start a worker: %s", strerror(errno));
         }
-        return;
     } else if (code && !st->stopping && !st->in.eof) {
         /* it could not start (its reason is on stderr): the stream is not consumed */
         cairn__log(CAIRN__LOG_ERROR, "consume", "worker_exit", NULL, NULL,
                    "worker %ld ended with %d before the stream did", (long)w->pid, code);
         count(&st->t, code == CAIRN__EX_IOERR ? code : CAIRN__EX_TEMPFAIL);
     }
-    free(w->res.p);
-    w->res = (struct cairn__sbuf){0};
 }
 
-/* Reads what worker w sent: each whole line is a result, printed as it is. */
+/* Reads what worker w sent: each whole line is a result, printed as it is, and frees the place
+ * of the line it names. */
 static void worker_read(stream *st, worker *w)
 {
     char buf[65536];
@@ -594,11 +693,12 @@ static void worker_read(stream *st, worker *w)
         size_t l = (size_t)(nl - w->res.p);
         json_t *j = json_loadb(w->res.p, l, 0, NULL);
         int x = j ? (int)json_integer_value(json_object_get(j, "exit")) : CAIRN__EX_SOFTWARE;
+        long line = j ? (long)json_integer_value(json_object_get(j, "line")) : 0;
         const char *error = json_string_value(json_object_get(j, "error"));
         if (x && j) {
             const char *task = json_string_value(json_object_get(j, "task"));
             cairn__log(CAIRN__LOG_ERROR, "consume", "task_error", task, NULL,
-                       "line %ld: %s%s%s (%s)", w->line, task ? task : "", task ? ": " : "",
+                       "line %ld: %s%s%s (%s)", line, task ? task : "", task ? ": " : "",
                        json_string_value(json_object_get(j, "message")), error);
         }
         int in_doubt = error && !strcmp(error, "CAIRN_EINDOUBT");
@@ -608,8 +708,17 @@ static void worker_read(stream *st, worker *w)
         st->out_gone |= put_result(w->res.p, l) != 0;
         memmove(w->res.p, nl + 1, w->res.len - l - 1);
         w->res.len -= l + 1;
-        w->line = 0;
-        st->busy--;
+        size_t k = 0; /* the place of its line (a line not found: a place, so the count holds) */
+        while (k + 1 < w->cap && w->runs[k].line != line)
+            k++;
+        if (w->runs[k].line != line)
+            for (k = 0; k + 1 < w->cap && !w->runs[k].line; k++)
+                ;
+        w->runs[k].line = 0;
+        if (w->busy) {
+            w->busy--;
+            st->busy--;
+        }
     }
 }
 
@@ -717,8 +826,13 @@ static int consume_main(const cairn__cli_opts *o, cairn_graph *const *graphs, si
     st.in = (reader){.fd = fd, .chunk = S_ISREG(sb.st_mode) ? 65536 : 1, .peek = {-1, -1}};
     if (S_ISFIFO(sb.st_mode) && pipe2(st.in.peek, O_CLOEXEC) != 0)
         st.in.peek[0] = st.in.peek[1] = -1; /* byte by byte, then */
-    st.n_ws = o->jobs ? o->jobs : 1;
+    size_t jobs = o->jobs ? o->jobs : 1;
+    st.n_ws = o->processes ? o->processes : 1;
+    if (st.n_ws > jobs)
+        st.n_ws = jobs;
     st.ws = calloc(st.n_ws, sizeof *st.ws);
+    for (size_t i = 0; st.ws && i < st.n_ws; i++) /* the K jobs, spread evenly */
+        st.ws[i].cap = jobs / st.n_ws + (i < jobs % st.n_ws);
     int x = CAIRN__EX_SOFTWARE;
     /* a worker gone is seen on its pipe, stdout on fflush */
     if (!st.ws || (st.stop_fd = cairn__cli_stops_catch()) < 0) {
@@ -759,8 +873,10 @@ static int consume_main(const cairn__cli_opts *o, cairn_graph *const *graphs, si
     cairn__cli_stops_default();
 out:
     cairn__cli_stops_close();
-    for (size_t i = 0; st.ws && i < st.n_ws; i++)
+    for (size_t i = 0; st.ws && i < st.n_ws; i++) {
         free(st.ws[i].res.p);
+        free(st.ws[i].runs);
+    }
     free(st.ws);
     free(st.in.buf);
     if (st.in.peek[0] >= 0)
@@ -770,7 +886,12 @@ out:
     return x;
 }
 
-static const int consume_allowed[] = {CAIRN__O_GRAPH,  CAIRN__O_TASK_FROM,     CAIRN__O_JOBS,
-                                      CAIRN__O_FORMAT, CAIRN__O_WORKER_RUNNER, 0};
+static const int consume_allowed[] = {CAIRN__O_GRAPH,
+                                      CAIRN__O_TASK_FROM,
+                                      CAIRN__O_JOBS,
+                                      CAIRN__O_PROCESSES,
+                                      CAIRN__O_FORMAT,
+                                      CAIRN__O_WORKER_RUNNER,
+                                      0};
 const cairn__cli_task cairn__task_consume = {
     "consume", consume_help, consume_allowed, CAIRN__TAKES_FILE, 1, consume_main};

@@ -293,11 +293,47 @@ static int take_output(cairn_ctx *c, cairn__outcome *o)
     return 0;
 }
 
+/* Forks and in-process step calls exclude each other across the threads of a process: a step
+ * host forked while another thread's step has a file open would inherit that open file, and
+ * with it any flock() the step holds, keeping the lock after the step closes its copy (every
+ * other taker of the lock then waits for a host that never lets go). So a fork waits for the
+ * steps running in-process to return, and new ones wait for the fork, just as when one thread
+ * ran them all. Writers first, so a stream of fast steps cannot starve a spawn; a step that
+ * itself runs a task on another runner (and so may fork) is already inside and does not wait. */
+static pthread_rwlock_t fork_rw;
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+static _Thread_local int in_step;
+
+static void fork_rw_init(void)
+{
+    pthread_rwlockattr_t a;
+    pthread_rwlockattr_init(&a);
+    pthread_rwlockattr_setkind_np(&a, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    pthread_rwlock_init(&fork_rw, &a);
+    pthread_rwlockattr_destroy(&a);
+}
+
+static void step_enter(void)
+{
+    pthread_once(&fork_once, fork_rw_init);
+    if (in_step++ == 0)
+        pthread_rwlock_rdlock(&fork_rw);
+}
+
+static void step_leave(void)
+{
+    if (--in_step == 0)
+        pthread_rwlock_unlock(&fork_rw);
+}
+
 static cairn_step_result call(cairn_ctx *c, int probe)
 {
     cairn_step *s = (cairn_step *)c->step;
     if (probe) {
-        switch (s->probe(c, s->user)) {
+        step_enter();
+        cairn_probe_result p = s->probe(c, s->user);
+        step_leave();
+        switch (p) {
         case CAIRN_PROBE_DONE:
             return CAIRN_STEP_OK;
         case CAIRN_PROBE_NOT_DONE:
@@ -306,7 +342,9 @@ static cairn_step_result call(cairn_ctx *c, int probe)
             return CAIRN_STEP_UNKNOWN;
         }
     }
+    step_enter();
     cairn_step_result res = s->fn(c, s->user);
+    step_leave();
     if (res == CAIRN_STEP_OK && c->out_set && c->out.size &&
         !one_object(c->out.data, c->out.size)) {
         snprintf(c->err, sizeof c->err, "step '%s' produced output that is not one msgpack object",
@@ -635,9 +673,15 @@ static int host_spawn(cairn_runner *r)
         r->host = h;
     }
     int sv[2];
+    pthread_once(&fork_once, fork_rw_init);
+    int excl = !in_step;
+    if (excl)
+        pthread_rwlock_wrlock(&fork_rw);
     pthread_mutex_lock(&spawn_mu);
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
         pthread_mutex_unlock(&spawn_mu);
+        if (excl)
+            pthread_rwlock_unlock(&fork_rw);
         return cairn__runner_fail(r, CAIRN_EIO, "socketpair: %s", strerror(errno));
     }
     fflush(NULL);
@@ -646,10 +690,13 @@ static int host_spawn(cairn_runner *r)
     pid_t pid = fork();
     if (pid == 0) {
         close(sv[0]);
+        fork_rw_init(); /* the copy may show the parent's other threads waiting, forever */
         host_main(r, sv[1], parent);
     }
     close(sv[1]);
     pthread_mutex_unlock(&spawn_mu);
+    if (excl)
+        pthread_rwlock_unlock(&fork_rw);
     if (pid < 0) {
         close(sv[0]);
         return cairn__runner_fail(r, CAIRN_ENOMEM, "fork: %s", strerror(errno));

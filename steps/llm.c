@@ -18,6 +18,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -211,6 +212,7 @@ static struct {
     cairn__engine *e;
     char sha[65];
 } loaded;
+static pthread_mutex_t loaded_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static int engine_for(const cairn__llm_cfg *c, char *err, size_t errlen)
 {
@@ -419,20 +421,11 @@ static cairn_step_result fail(cairn_ctx *ctx, int rc, const char *err)
     }
 }
 
-cairn_step_result cairn__llm_step(cairn_ctx *ctx, void *user)
+/* The local engine's part (text: the rendered user message, freed here); under loaded_mu. */
+static cairn_step_result local_step(cairn_ctx *ctx, const cairn__llm_cfg *c, char *text)
 {
-    const cairn__llm_cfg *c = user;
     char err[512] = "";
-    char *text = NULL;
-    int rc = render_user(ctx, c, &text, err, sizeof err);
-    if (rc)
-        return fail(ctx, rc, err);
-    if (c->backend == CAIRN__LLM_OPENAI) {
-        cairn_step_result res = cairn__llm_openai_step(
-            ctx, c, text, c->has_seed ? c->sp.seed : seed_of(cairn_ctx_task_id(ctx)));
-        free(text);
-        return res;
-    }
+    int rc;
     if ((rc = engine_for(c, err, sizeof err))) {
         free(text);
         return fail(ctx, rc, err);
@@ -508,4 +501,26 @@ cairn_step_result cairn__llm_step(cairn_ctx *ctx, void *user)
     CAIRN__MP_PACK(cairn_ctx_packer(ctx), kv);
     cairn__gen_result_free(&r);
     return CAIRN_STEP_OK;
+}
+
+cairn_step_result cairn__llm_step(cairn_ctx *ctx, void *user)
+{
+    const cairn__llm_cfg *c = user;
+    char err[512] = "";
+    char *text = NULL;
+    int rc = render_user(ctx, c, &text, err, sizeof err);
+    if (rc)
+        return fail(ctx, rc, err);
+    if (c->backend == CAIRN__LLM_OPENAI) {
+        cairn_step_result res = cairn__llm_openai_step(
+            ctx, c, text, c->has_seed ? c->sp.seed : seed_of(cairn_ctx_task_id(ctx)));
+        free(text);
+        return res;
+    }
+    /* One engine per process: runners on threads of one process (consume) take turns on it,
+     * each generation using the engine's own threads. */
+    pthread_mutex_lock(&loaded_mu);
+    cairn_step_result res = local_step(ctx, c, text);
+    pthread_mutex_unlock(&loaded_mu);
+    return res;
 }

@@ -492,7 +492,8 @@ static void test_sigterm(void)
 
 /* A worker killed in the middle of its task: that line is reported (75, `retry` takes the task
  * up), a new worker takes its place, the stream goes on, and `retry` finishes the task, its
- * effect once. */
+ * effect once. Two processes of one runner each (--processes 2), so the kill takes one task: a
+ * worker of several threads takes all of its running lines with it, each reported so. */
 static void test_worker_killed(void)
 {
     tu_scene s = tu_scene_new(D, "killed");
@@ -506,7 +507,9 @@ static void test_worker_killed(void)
         free(l);
     }
     int wfd;
-    pid_t pid = spawn_piped(&s, &wfd, out, err, "--jobs", "2");
+    const char *argv[] = {LEDGER,   "consume", "--graph",     "ledger", "--store", s.store,
+                          "--jobs", "2",       "--processes", "2",      NULL};
+    pid_t pid = spawn_argv(argv, &wfd, out, err);
     write_str(wfd, stream);
     close(wfd);
     int started = wait_lines(s.trace, "work ", 2, pid);

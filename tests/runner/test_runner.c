@@ -9,6 +9,10 @@
  * calls a second runner on the same store while the first one is inside the step.
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/file.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -2278,6 +2282,136 @@ static void test_store_views(void)
     cairn_graph_free(g2);
 }
 
+/* ------------------------------------------------------------------ threads on one store */
+
+/* Runners on threads of their own share one (sync) store handle: every task runs once, every
+ * effect is called once, overlapping writes commit together (fewer transactions than writes),
+ * and a step host forked while another thread's effect holds a flock() does not keep the lock
+ * (exec.c: forks and in-process steps exclude each other), which would hang every thread. */
+#define THR_THREADS 8
+#define THR_TASKS 25
+static atomic_int g_thr_effects, g_thr_gate, g_thr_stuck;
+static char g_thr_file[340];
+
+static cairn_step_result st_thr_a(cairn_ctx *c, void *user)
+{
+    (void)user;
+    msgpack_pack_int64(cairn_ctx_packer(c), 1);
+    return CAIRN_STEP_OK;
+}
+
+static cairn_step_result st_thr_b(cairn_ctx *c, void *user)
+{
+    (void)user;
+    int fd = open(g_thr_file, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644), got = 0;
+    int64_t until = mono_ms() + (atomic_load(&g_thr_stuck) ? 0 : 10000);
+    while (fd >= 0 && !(got = flock(fd, LOCK_EX | LOCK_NB) == 0) && mono_ms() < until)
+        usleep(1000);
+    if (!got) { /* the rest fail at once */
+        atomic_store(&g_thr_stuck, 1);
+        cairn_ctx_set_error(c, "%s: %s", g_thr_file,
+                            fd < 0 ? strerror(errno) : "still locked after 10 s (by a step host?)");
+        if (fd >= 0)
+            close(fd);
+        return CAIRN_STEP_PERMANENT;
+    }
+    if (strcmp(cairn_ctx_task_id(c), "gate") == 0) {
+        /* the other threads start (and fork their step hosts) while this holds the lock */
+        atomic_store(&g_thr_gate, 1);
+        usleep(300000);
+    }
+    char line[160];
+    int n = snprintf(line, sizeof line, "%s\n", cairn_ctx_task_id(c));
+    int w = write(fd, line, (size_t)n) == n;
+    usleep(200); /* holds the lock a while, so a fork elsewhere lands inside it */
+    close(fd);
+    atomic_fetch_add(&g_thr_effects, 1);
+    msgpack_pack_int64(cairn_ctx_packer(c), 2);
+    return w ? CAIRN_STEP_OK : CAIRN_STEP_PERMANENT;
+}
+
+typedef struct thr_arg {
+    cairn_runner *r;
+    int k, failed;
+} thr_arg;
+
+static void *thr_main(void *p)
+{
+    thr_arg *a = p;
+    if (a->k == 0 && run(a->r, "thr", "gate", "{}")) {
+        diag("gate: %s", cairn_runner_errmsg(a->r));
+        a->failed++;
+        atomic_store(&g_thr_gate, 1);
+    }
+    while (!atomic_load(&g_thr_gate))
+        usleep(1000);
+    for (int i = 0; i < THR_TASKS; i++) {
+        char id[32], json[64];
+        snprintf(id, sizeof id, "t%d-%d", a->k, i);
+        snprintf(json, sizeof json, "{\"k\": %d, \"i\": %d}", a->k, i);
+        if (run(a->r, "thr", id, json)) {
+            if (!a->failed)
+                diag("%s: %s", id, cairn_runner_errmsg(a->r));
+            a->failed++;
+        }
+    }
+    return NULL;
+}
+
+static void test_threads(void)
+{
+    newdir("threads");
+    snprintf(g_thr_file, sizeof g_thr_file, "%s.effects", g_dir);
+    cairn_graph *g = cairn_graph_new("thr", 1);
+    cairn_step *a = cairn_graph_add_step(g, "a", st_thr_a, NULL);
+    cairn_step *b = cairn_graph_add_step(g, "b", st_thr_b, "a");
+    cairn_step_set_timeout(a, 60000); /* in each runner's step host: forks while others run */
+    cairn_step_set_delivery(b, CAIRN_EFFECT);
+    cairn_store *s = cairn_store_new(); /* sync: durable points, so flushes are shared too */
+    int orc = cairn_store_open(s, g_dir);
+    ok(orc == 0, "a sync store (%s)", orc ? cairn_store_errmsg(s) : "opened");
+    thr_arg args[THR_THREADS];
+    pthread_t th[THR_THREADS];
+    int made = 0;
+    for (int k = 0; k < THR_THREADS && orc == 0; k++) {
+        args[k] = (thr_arg){.r = runner_open(s, g), .k = k};
+        if (args[k].r && pthread_create(&th[k], NULL, thr_main, &args[k]) == 0)
+            made++;
+    }
+    int failed = 0;
+    for (int k = 0; k < made; k++) {
+        pthread_join(th[k], NULL);
+        failed += args[k].failed;
+    }
+    ok(made == THR_THREADS && failed == 0,
+       "%d threads x %d tasks, each on its own runner: %d failed", made, THR_TASKS, failed);
+    int lines = 0;
+    FILE *f = fopen(g_thr_file, "r");
+    for (char buf[160]; f && fgets(buf, sizeof buf, f);)
+        lines++;
+    if (f)
+        fclose(f);
+    ok(atomic_load(&g_thr_effects) == THR_THREADS * THR_TASKS + 1 &&
+           lines == THR_THREADS * THR_TASKS + 1,
+       "each effect ran once (%d calls, %d lines; no thread hung on a lock a host inherited)",
+       atomic_load(&g_thr_effects), lines);
+    uint64_t batches = 0, writes = 0;
+    if (orc == 0)
+        cairn__store_batches(s, &batches, &writes);
+    ok(writes > batches && batches > 0,
+       "overlapping writes committed together: %llu writes in %llu transactions",
+       (unsigned long long)writes, (unsigned long long)batches);
+    int again = 0;
+    for (int k = 0; k < made; k++) {
+        again |= run(args[k].r, "thr", "t0-0", "{\"k\": 0, \"i\": 0}");
+        cairn_runner_free(args[k].r);
+    }
+    ok(again == 0 && atomic_load(&g_thr_effects) == THR_THREADS * THR_TASKS + 1,
+       "a finished task run again from any runner calls nothing");
+    cairn_store_free(s);
+    cairn_graph_free(g);
+}
+
 int main(void)
 {
     g_main_pid = getpid();
@@ -2300,6 +2434,7 @@ int main(void)
     test_stop();
     test_timeout();
     test_step_host();
+    test_threads();
     test_owed_flush();
     test_carried_commit();
     test_lease_lost_in_child();
