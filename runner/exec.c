@@ -690,7 +690,10 @@ static int host_spawn(cairn_runner *r)
     pid_t pid = fork();
     if (pid == 0) {
         close(sv[0]);
-        fork_rw_init(); /* the copy may show the parent's other threads waiting, forever */
+        /* The child's one thread counts as inside a step, so it never takes its copy of
+         * fork_rw (which still shows this thread writing, and may show the parent's other
+         * threads waiting, forever). */
+        in_step = 1;
         host_main(r, sv[1], parent);
     }
     close(sv[1]);
