@@ -283,10 +283,11 @@ static void worker_main(int job_fd, int res_fd, const cairn__cli_opts *o,
     int failed = 0;
     for (size_t i = 0; i < threads; i++) {
         sl[i] = (slot){.p = &p, .runner = i ? s.more[i - 1] : s.runner};
-        sl[i].started = pthread_create(&sl[i].th, NULL, slot_main, &sl[i]) == 0;
+        int terr = pthread_create(&sl[i].th, NULL, slot_main, &sl[i]); /* its own code, no errno */
+        sl[i].started = terr == 0;
         if (!sl[i].started) {
             cairn__log(CAIRN__LOG_ERROR, "consume", "worker_start", NULL, NULL,
-                       "cannot start a worker thread: %s", strerror(errno));
+                       "cannot start a worker thread: %s", strerror(terr));
             failed = 1;
             break;
         }
