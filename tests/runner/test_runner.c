@@ -2360,19 +2360,23 @@ static void *thr_main(void *p)
 
 static void test_threads(void)
 {
+    /* Under ASan the steps run in-process, with no step hosts: gcc 12's libasan has no fork
+     * handler (it neither locks its allocator nor its report state around fork(2)), so a host
+     * forked beside busy threads may inherit a held sanitizer lock, and one CI run hung in such
+     * a child. The shared handle, group commit and the `use` lock are still checked there; the
+     * forks beside threads are checked by the release and TSan builds (TSan handles fork). */
 #ifdef __SANITIZE_ADDRESS__
-    /* under ASan a step host forked beside these threads can hang in the child (2 runs in 3,
-     * the host never answering; see the closing note of 2026-12-07): skipped there until that
-     * is understood, run in the release and TSan builds */
-    diag("test_threads: skipped under ASan");
-    return;
+    int hosts = 0;
+#else
+    int hosts = 1;
 #endif
     newdir("threads");
     snprintf(g_thr_file, sizeof g_thr_file, "%s.effects", g_dir);
     cairn_graph *g = cairn_graph_new("thr", 1);
     cairn_step *a = cairn_graph_add_step(g, "a", st_thr_a, NULL);
     cairn_step *b = cairn_graph_add_step(g, "b", st_thr_b, "a");
-    cairn_step_set_timeout(a, 60000); /* in each runner's step host: forks while others run */
+    if (hosts)
+        cairn_step_set_timeout(a, 60000); /* in each runner's step host: forks while others run */
     cairn_step_set_delivery(b, CAIRN_EFFECT);
     cairn_store *s = cairn_store_new(); /* sync: durable points, so flushes are shared too */
     int orc = cairn_store_open(s, g_dir);
