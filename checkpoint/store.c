@@ -63,6 +63,7 @@
 
 #include "checkpoint/store_impl.h"
 
+#include "common/lock.h"
 #include "common/mdb.h"
 #include "common/xxh.h"
 
@@ -138,12 +139,7 @@ cairn_store *cairn_store_new(void)
     s->map_max = DEFAULT_MAP_MAX;
     s->map_lock_fd = -1;
     /* a remap waits for the transactions in flight, not for every one that comes after it */
-    pthread_rwlockattr_t ra;
-    pthread_rwlockattr_init(&ra);
-    pthread_rwlockattr_setkind_np(&ra, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
-    int ok = pthread_rwlock_init(&s->use, &ra) == 0;
-    pthread_rwlockattr_destroy(&ra);
-    if (!ok) {
+    if (cairn__rwlock_init_writers_first(&s->use) != 0) {
         free(s);
         return NULL;
     }

@@ -36,6 +36,7 @@
 
 #include "common/fdio.h"
 #include "common/hash.h"
+#include "common/lock.h"
 #include "runner/internal.h"
 
 /* ------------------------------------------------------------------ ctx accessors */
@@ -304,14 +305,7 @@ static pthread_rwlock_t fork_rw;
 static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
 static _Thread_local int in_step;
 
-static void fork_rw_init(void)
-{
-    pthread_rwlockattr_t a;
-    pthread_rwlockattr_init(&a);
-    pthread_rwlockattr_setkind_np(&a, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
-    pthread_rwlock_init(&fork_rw, &a);
-    pthread_rwlockattr_destroy(&a);
-}
+static void fork_rw_init(void) { cairn__rwlock_init_writers_first(&fork_rw); }
 
 static void step_enter(void)
 {
