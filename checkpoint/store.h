@@ -44,6 +44,9 @@ typedef int (*cairn__txn_fn)(cairn__txn *t, void *arg);
  * last durable point (never torn). nosync stores flush neither. */
 enum { CAIRN__RELAXED = 0, CAIRN__DURABLE = 1 };
 
+/* fn runs on whichever thread leads the batch (group commit, store.c), so it must not start
+ * another write on the same handle (that write would wait for the batch it is in) and must
+ * leave its messages through the cairn__txn, not in thread-local state. */
 int cairn__store_write(cairn_store *s, int durable, cairn__txn_fn fn, void *arg);
 int cairn__store_read(cairn_store *s, cairn__txn_fn fn, void *arg);
 /* How many read transactions this handle has begun (what a test counts a run's reads by). */
