@@ -464,7 +464,8 @@ static void test_codes_and_messages(void)
                             "{\"name\": \"c\", \"result\": \"FAIL\"}\n"
                             "{\"name\": \"d\", \"result\": \"OK\"}\n";
         const char *lines2 = "{\"name\": \"a\", \"result\": \"OK\"}\n"
-                             "{\"name\": \"e\", \"result\": \"TIMEOUT\"}\n";
+                             "{\"name\": \"e\", \"result\": \"TIMEOUT\", "
+                             "\"stdout\": \"1..9\\nok 1 - first\\nok 2 - where it stopped\\n\"}\n";
         tu_write_file(log, lines, strlen(lines));
         tu_write_file(log2, lines2, strlen(lines2));
         char *ci = tu_fmt("%s/.ci/run", src);
@@ -479,6 +480,10 @@ static void test_codes_and_messages(void)
            ".ci/run --count over two logs: the last line is exactly 'N passed, N failed' over "
            "both, skipped counted before (rc %d, last '%s')",
            rc, last);
+        ok(tu_contains(r.out, "e (TIMEOUT)") && tu_contains(r.out, "ok 2 - where it stopped"),
+           ".ci/run --count prints a failed test's last lines of output (a timeout's show nowhere "
+           "else): %s",
+           oneline(r.out));
         tu_result_free(&r);
         const char *one[] = {"/bin/bash", ci, "--count", log2, NULL};
         rc = tu_run(&r, one, NULL, NULL, 0, CMD_TIMEOUT_MS);
