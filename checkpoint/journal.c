@@ -38,15 +38,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <linux/futex.h>
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "checkpoint/store_impl.h"
+#include "common/lock.h"
 #include "common/xxh.h"
 
 #define J_MAGIC "CAIRNJNL"
@@ -292,14 +291,6 @@ void cairn__journal_bounds(cairn_store *s, uint64_t *base, uint64_t *last)
     *last = __atomic_load_n(&h->last_txnid, __ATOMIC_ACQUIRE);
 }
 
-/* Sleeps until the flush counter moves from `seen`, at most `ms` (a futex on the shared page:
- * it wakes across processes). */
-static void wait_flush(uint32_t *fseq, uint32_t seen, long ms)
-{
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    syscall(SYS_futex, fseq, FUTEX_WAIT, seen, &ts, NULL, 0);
-}
-
 int cairn__journal_flush(cairn_store *s, uint64_t upto)
 {
     cairn__journal *j = s->journal;
@@ -318,7 +309,7 @@ int cairn__journal_flush(cairn_store *s, uint64_t upto)
             int alive = who == getpid() ? __atomic_load_n(&j->inflight, __ATOMIC_ACQUIRE) > 0
                                         : who > 0 && (kill(who, 0) == 0 || errno == EPERM);
             if (alive) { /* another thread of this process, or another live process */
-                wait_flush(&h->fseq, seen, 50);
+                cairn__futex_wait(&h->fseq, seen, 50, 1); /* the shared page: across processes */
                 continue;
             }
         }
@@ -348,7 +339,7 @@ int cairn__journal_flush(cairn_store *s, uint64_t upto)
         uint64_t mine = last;
         __atomic_compare_exchange_n(&h->flushing, &mine, 0, 0, __ATOMIC_RELEASE, __ATOMIC_RELAXED);
         __atomic_add_fetch(&h->fseq, 1, __ATOMIC_RELEASE);
-        syscall(SYS_futex, &h->fseq, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
+        cairn__futex_wake(&h->fseq, INT32_MAX, 1);
         return 0;
     }
 }

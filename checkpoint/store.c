@@ -145,7 +145,6 @@ cairn_store *cairn_store_new(void)
     }
     pthread_mutex_init(&s->err_mu, NULL);
     pthread_mutex_init(&s->wq_mu, NULL);
-    pthread_cond_init(&s->wq_cv, NULL);
     return s;
 }
 
@@ -606,7 +605,6 @@ void cairn_store_free(cairn_store *s)
     pthread_rwlock_destroy(&s->use);
     pthread_mutex_destroy(&s->err_mu);
     pthread_mutex_destroy(&s->wq_mu);
-    pthread_cond_destroy(&s->wq_cv);
     if (tl_err.s == s)
         tl_err.s = NULL;
     free(s->dir);
@@ -718,11 +716,13 @@ struct cairn__wreq {
     void *arg;
     int durable;
     int rc;
-    int ran;   /* rc is its outcome (set by the leader) */
-    int done;  /* its asker may return (set under wq_mu) */
-    char *msg; /* the asker's buffer for the message of a failure */
+    int ran;        /* rc is its outcome (set by the leader) */
+    uint32_t state; /* W_WAIT, then W_DONE (its asker may return) or W_LEAD (set by a leader) */
+    char *msg;      /* the asker's buffer for the message of a failure */
     cairn__wreq *next;
 };
+
+enum { W_WAIT, W_DONE, W_LEAD };
 
 #define BATCH_MAX 64 /* writes in one combined transaction at most */
 #define ALONE 2      /* write_once: a callback of several failed; run each on its own */
@@ -852,9 +852,19 @@ static void write_batch(cairn_store *s, cairn__wreq *const *w, size_t n)
     cairn__synced_unlock(s);
 }
 
+/* Tells a waiting asker its write's fate. It may return as soon as it sees the state, so the
+ * wake may reach a word that is no longer its (lock.h: waiters recheck). */
+static void wake(cairn__wreq *w, uint32_t state)
+{
+    __atomic_store_n(&w->state, state, __ATOMIC_RELEASE);
+    cairn__futex_wake(&w->state, 1, 0);
+}
+
 /* Group commit: a writer that finds no write running leads. It takes the writes queued by then
  * (its own among them) and runs them in one transaction; the ones that arrive meanwhile wait
- * and form the next batch, led by one of their own. A batch writes the trees' upper pages, the
+ * and form the next batch, whose first the lead passes to. Each waiter sleeps on a word of its
+ * own and is woken once (to return, or to lead): woken all at once, most waiters would only go
+ * back to sleep, two context switches each. A batch writes the trees' upper pages, the
  * free list, the meta page and the journal entry once for all its writes, and a durable one
  * among them flushes once for all. Alone, a writer leads a batch of one: the transaction it
  * would have had. */
@@ -877,14 +887,18 @@ int cairn__store_write(cairn_store *s, int durable, cairn__txn_fn fn, void *arg)
     else
         s->wq_head = &me;
     s->wq_tail = &me;
-    for (;;) {
-        while (!me.done && s->wq_led)
-            pthread_cond_wait(&s->wq_cv, &s->wq_mu);
-        if (me.done)
-            break;
-        s->wq_led = 1;
+    int lead = !s->wq_led; /* none running: the queue held no other write */
+    s->wq_led = 1;
+    pthread_mutex_unlock(&s->wq_mu);
+    uint32_t st = lead ? W_LEAD : W_WAIT;
+    while (st == W_WAIT) {
+        cairn__futex_wait(&me.state, W_WAIT, -1, 0);
+        st = __atomic_load_n(&me.state, __ATOMIC_ACQUIRE);
+    }
+    if (st == W_LEAD) { /* it heads the queue: its batch holds its own write */
         cairn__wreq *batch[BATCH_MAX];
         size_t n = 0;
+        pthread_mutex_lock(&s->wq_mu);
         while (s->wq_head && n < BATCH_MAX) {
             batch[n++] = s->wq_head;
             s->wq_head = s->wq_head->next;
@@ -896,12 +910,16 @@ int cairn__store_write(cairn_store *s, int durable, cairn__txn_fn fn, void *arg)
         pthread_mutex_unlock(&s->wq_mu);
         write_batch(s, batch, n);
         pthread_mutex_lock(&s->wq_mu);
+        cairn__wreq *next = s->wq_head; /* leads the next batch: the lead passes, never races */
+        if (!next)
+            s->wq_led = 0;
+        pthread_mutex_unlock(&s->wq_mu);
+        if (next)
+            wake(next, W_LEAD);
         for (size_t i = 0; i < n; i++)
-            batch[i]->done = 1;
-        s->wq_led = 0;
-        pthread_cond_broadcast(&s->wq_cv);
+            if (batch[i] != &me)
+                wake(batch[i], W_DONE);
     }
-    pthread_mutex_unlock(&s->wq_mu);
     if (me.rc)
         err_set(s, msg);
     return me.rc;

@@ -65,7 +65,6 @@ struct cairn_store {
      * holds `use` shared; a remap (map.c) takes it alone, since LMDB may move the map only
      * while no other thread of the process is inside a transaction. */
     pthread_mutex_t wq_mu;
-    pthread_cond_t wq_cv;
     cairn__wreq *wq_head, *wq_tail;
     int wq_led;
     uint64_t batches, batched;
