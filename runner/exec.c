@@ -12,10 +12,10 @@
  * isolated step keeps its lease however long it runs.
  *
  * An in-process step that may run long (one marked expensive, or an effect) gets a heartbeat: the
- * runner's one heartbeat thread (made at the first such step, idle between steps) renews the
- * lease every lease_ms/3 while the step runs, so a healthy owner keeps
- * its task and a stopped or hung process (whose threads all stop) loses it at expiry. The step's
- * own progress saves and the heartbeat share the store handle under the heartbeat's mutex. Other
+ * runner's one heartbeat thread (made at the first such step) ticks every lease_ms/3 while such
+ * steps come and renews the lease of the one running at a tick, so a healthy owner keeps its task
+ * and a stopped or hung process (whose threads all stop) loses it at expiry. The step's own
+ * progress saves and the heartbeat share the store handle under the heartbeat's mutex. Other
  * in-process steps get none (a thread per step would cost more than a fast step): one of those
  * that runs past the lease without saving progress can be taken over.
  */
@@ -164,31 +164,34 @@ int cairn_ctx_save_progress(cairn_ctx *c, const void *bytes, size_t len)
 
 /* ------------------------------------------------------------------ heartbeat */
 
+/* The thread ticks once a third of the lease while steps come, renewing the lease of the one
+ * running at a tick (a step that began since the last tick has at least that third left), and
+ * sleeps untimed once a whole tick passed with no step. So a stream of short steps never wakes
+ * it: a wake at each step's start and end cost two context switches a step. */
 static void *heartbeat_main(void *arg)
 {
     cairn__heartbeat *hb = arg;
+    uint64_t seen = 0; /* hb->turn at the last tick */
     pthread_mutex_lock(&hb->mu);
     while (!hb->quit) {
-        if (!hb->ctx) { /* idle between steps */
+        if (!hb->ctx && hb->turn == seen) { /* no step since the last tick */
+            hb->idle = 1;
             pthread_cond_wait(&hb->cv, &hb->mu);
+            hb->idle = 0;
             continue;
         }
-        cairn_ctx *c = hb->ctx;
-        uint64_t turn = hb->turn;
-        uint32_t period = c->r->lease_ms / 3 ? c->r->lease_ms / 3 : 1;
+        seen = hb->turn;
         struct timespec until;
         clock_gettime(CLOCK_MONOTONIC, &until);
-        until.tv_sec += period / 1000;
-        until.tv_nsec += (long)(period % 1000) * 1000000L;
+        until.tv_sec += hb->period_ms / 1000;
+        until.tv_nsec += (long)(hb->period_ms % 1000) * 1000000L;
         if (until.tv_nsec >= 1000000000L)
             until.tv_sec++, until.tv_nsec -= 1000000000L;
         int w = 0;
-        while (!hb->quit && hb->ctx == c && hb->turn == turn && w != ETIMEDOUT)
+        while (!hb->quit && w != ETIMEDOUT)
             w = pthread_cond_timedwait(&hb->cv, &hb->mu, &until);
-        if (hb->quit || hb->ctx != c || hb->turn != turn)
-            continue; /* the step ended (or another began) before its beat was due */
-        if (cairn__renew_lease(c) == CAIRN_EBUSY) /* someone else owns the task now */
-            atomic_store(&hb->lost, 1);
+        if (!hb->quit && hb->ctx && cairn__renew_lease(hb->ctx) == CAIRN_EBUSY)
+            atomic_store(&hb->lost, 1); /* someone else owns the task now */
     }
     pthread_mutex_unlock(&hb->mu);
     return NULL;
@@ -236,21 +239,22 @@ static int heartbeat_start(cairn_ctx *c)
     pthread_mutex_lock(&hb->mu);
     hb->ctx = c;
     hb->turn++;
+    hb->period_ms = r->lease_ms / 3 ? r->lease_ms / 3 : 1;
     atomic_store(&hb->lost, 0);
-    pthread_cond_signal(&hb->cv);
+    if (hb->idle) /* else it is ticking already */
+        pthread_cond_signal(&hb->cv);
     pthread_mutex_unlock(&hb->mu);
     c->hb = hb;
     return 1;
 }
 
-/* Ends the step's heartbeat: once the mutex is ours no renewal is under way, and the thread
- * goes idle. */
+/* Ends the step's heartbeat: once the mutex is ours no renewal is under way (the thread is not
+ * woken: its next tick finds no step). */
 static void heartbeat_stop(cairn_ctx *c)
 {
     cairn__heartbeat *hb = c->hb;
     pthread_mutex_lock(&hb->mu);
     hb->ctx = NULL;
-    pthread_cond_signal(&hb->cv);
     pthread_mutex_unlock(&hb->mu);
     c->hb = NULL;
 }

@@ -55,9 +55,11 @@ typedef struct cairn__heartbeat {
     pthread_mutex_t mu; /* the store handle, between the step's progress saves and the beat */
     pthread_cond_t cv;
     int started, quit;
-    pid_t pid;       /* the process the thread runs in */
-    uint64_t turn;   /* bumped at each start: a beat's wait belongs to one step */
-    atomic_int lost; /* a renewal found another owner */
+    int idle;           /* the thread sleeps untimed: a start must wake it */
+    uint32_t period_ms; /* between ticks: a third of the runner's lease */
+    pid_t pid;          /* the process the thread runs in */
+    uint64_t turn;      /* bumped at each start: a tick that saw none goes idle */
+    atomic_int lost;    /* a renewal found another owner */
 } cairn__heartbeat;
 
 struct cairn_ctx {

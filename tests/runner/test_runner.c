@@ -1752,13 +1752,17 @@ static void test_heartbeat(void)
        "an expensive in-process step of 1.5 s under a 300 ms lease: the owner finishes, another "
        "process is refused all 24 times (exit %d)",
        WIFEXITED(st_c) ? WEXITSTATUS(st_c) : -1);
-    /* the runner's heartbeat thread stays for its next step, and beats for that one */
+    /* the runner's heartbeat thread stays for its next step, and beats for that one: after
+     * 400 ms without a step (more than a tick of 100 ms) it sleeps untimed, and the step's start
+     * must wake it */
+    usleep(400000);
     g_slow_calls = 0;
     pid = contender(g, "beat2");
     rc = run(r, "beat", "beat2", "{}");
     waitpid(pid, &st_c, 0);
     ok(rc == 0 && WIFEXITED(st_c) && WEXITSTATUS(st_c) == 24 && g_slow_calls == 1,
-       "the next task's step on the same runner: its lease is kept too (exit %d)",
+       "the next task's step on the same runner, its heartbeat idle before: its lease is kept "
+       "too (exit %d)",
        WIFEXITED(st_c) ? WEXITSTATUS(st_c) : -1);
     cairn_runner_free(r);
     cairn_store_free(s);
