@@ -6,20 +6,23 @@
  * payload hash is the same task (200, its state and result), another payload is the store's
  * conflict, which names both hashes (422). Admission is one store transaction, made durable
  * before the 202 goes out (cairn__runner_admit: run's admission without the run), so a task the
- * client was told about survives any crash. Running is left to K worker processes, each with
- * its own store handle and runner, which take pending tasks through cairn_runner_retry - the
- * takeover `retry` does, so a task that a killed server left running (its owner dead) or
- * pending is taken up by the next server's workers, and a task that failed transiently is run
- * again when its backoff is over. A worker is woken by a byte on its pipe at each admission and
- * looks for due tasks every half second anyway.
+ * client was told about survives any crash. Running is left to K runners on threads of P worker
+ * processes (--processes P, default 1), as consume's (cli_consume.c): the threads of a worker
+ * share its one store handle, so their writes that overlap commit in one transaction with one
+ * flush (group commit). A runner takes pending tasks through cairn_runner_retry - the takeover
+ * `retry` does, so a task that a killed server left running (its owner dead) or pending is
+ * taken up by the next server's workers, and a task that failed transiently is run again when
+ * its backoff is over. Each admission writes a byte to every worker's pipe; a worker's reader
+ * thread turns each byte into one wake-up of one idle runner (a semaphore: the others sleep
+ * on), and every runner looks for due tasks every half second anyway.
  *
- * Processes, not threads, for consume's reason (cli_consume.c): one process may not open a
- * store twice, and a handle serves one thread at a time. The workers are forked before this
- * process opens the store (a child forked while a store is open must not use it); they die with
- * it (PR_SET_PDEATHSIG), so a killed server is a killed server, workers included. A worker that
- * ends (a crashed step, an OOM kill) is replaced: the server closes its store under the store
- * mutex, forks, and opens it again, so the rule holds for the new one too. The HTTP
- * threads share this process's handle under one mutex; admissions are short.
+ * Worker processes, apart from this one, so that a step that crashes takes its worker down
+ * and not the server. The workers are forked before this process opens the store (a child
+ * forked while a store is open must not use it); they die with it (PR_SET_PDEATHSIG), so a
+ * killed server is a killed server, workers included. A worker that ends (a crashed step, an
+ * OOM kill) is replaced: the server closes its store under the store mutex, forks, and opens it
+ * again, so the rule holds for the new one too. The HTTP threads share this process's handle
+ * under one mutex; admissions are short.
  *
  * Two requests with one key in this server: the second, while the first is still being
  * admitted, is 409 (keys in admission are kept in memory); across servers on one store the
@@ -29,6 +32,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -46,12 +50,15 @@
 #include "runner/internal.h"
 
 static const char serve_help[] =
-    "usage: %P serve --tasks --graph G [--jobs K] [--listen ADDR:PORT|unix:PATH]\n"
+    "usage: %P serve --tasks --graph G [--jobs K] [--processes P]\n"
+    "         [--listen ADDR:PORT|unix:PATH]\n"
     "         [--token-file F] [--store DIR] [--max-attempts N] [--lease-ms MS]\n"
     "         [--inline-wait-ms MS] [--tenant-field F --max-running-per-tenant N]\n"
     "         [--allow-graph-change] [--nosync] [--map-max BYTES]\n"
-    "Serves the HTTP task API for graph G; K (default 1) worker processes run the tasks, with\n"
-    "`%P run`'s semantics. Listens on --listen (default 127.0.0.1:8080; port 0: any free port;\n"
+    "Serves the HTTP task API for graph G; K (default 1) runners run the tasks, with `%P run`'s\n"
+    "semantics, on threads of P (default 1) worker processes whose threads' writes commit\n"
+    "together (group commit); a graph whose untimed steps are not thread-safe needs\n"
+    "--processes K. Listens on --listen (default 127.0.0.1:8080; port 0: any free port;\n"
     "[ADDR]:PORT for IPv6, localhost:PORT) and exposes GET /metrics (OpenMetrics) and /health;\n"
     "and prints `listening ADDRESS` on stdout once it does. An address other than loopback\n"
     "or a Unix socket needs --token-file: every request then carries 'Authorization: Bearer\n"
@@ -78,9 +85,10 @@ typedef struct server {
     cairn__cli_session s;
     pthread_mutex_t store_mu; /* the store handle and runner: one thread at a time */
     pthread_mutex_t keys_mu;
-    char (*keys)[CAIRN_TASK_ID_MAX + 1]; /* in admission now; "" = a free slot */
-    int *nudge;                          /* the workers' wake-up pipes (write ends) */
-    size_t n_workers;
+    char (*keys)[CAIRN_TASK_ID_MAX + 1];            /* in admission now; "" = a free slot */
+    int *nudge;                                     /* the workers' wake-up pipes (write ends) */
+    size_t n_workers;                               /* worker processes */
+    size_t jobs;                                    /* runners, spread over them */
     atomic_ullong n_created, n_existing, n_refused; /* POST /v1/tasks answers, for /metrics */
     int closed; /* under store_mu: the session could not be reopened after a respawn */
 } server;
@@ -392,10 +400,12 @@ static void get_metrics(void *user, const cairn__http_req *q, cairn__http_resp *
              "answered with an error status, since the server started.\n"
              "cairn_serve_refused %llu\n"
              "# TYPE cairn_serve_workers gauge\n# HELP cairn_serve_workers The server's "
-             "worker processes.\ncairn_serve_workers %zu\n",
+             "task runners (threads of its worker processes).\ncairn_serve_workers %zu\n"
+             "# TYPE cairn_serve_worker_processes gauge\n# HELP cairn_serve_worker_processes "
+             "The server's worker processes.\ncairn_serve_worker_processes %zu\n",
              (unsigned long long)atomic_load(&sv->n_created),
              (unsigned long long)atomic_load(&sv->n_existing),
-             (unsigned long long)atomic_load(&sv->n_refused), sv->n_workers);
+             (unsigned long long)atomic_load(&sv->n_refused), sv->jobs, sv->n_workers);
     int rc;
     if (store_lock(sv, r))
         return;
@@ -426,36 +436,95 @@ static const cairn__http_route routes[] = {
 
 /* ------------------------------------------------------------------ the workers */
 
-/* A worker's life: runs due tasks of the graph until its pipe closes or a stop. Never returns. */
-static void worker_main(int wake_fd, const cairn__cli_opts *o, cairn_graph *const *graphs, size_t n)
+/* A worker process: its runners' threads and what wakes them. */
+typedef struct wpool {
+    const char *graph;
+    sem_t wake; /* posted once per byte on the pipe, and once per runner at its end */
+    atomic_int stop;
+} wpool;
+
+typedef struct wslot {
+    wpool *p;
+    cairn_runner *runner;
+    pthread_t th;
+    int started;
+} wslot;
+
+/* A runner's thread: runs due tasks of the graph until a stop, then sleeps until woken or half
+ * a second has passed. */
+static void *wslot_main(void *arg)
 {
-    cairn__cli_session s;
-    int rc = cairn__cli_session_open(&s, "serve", o, graphs, n, 1, 1);
-    if (rc) {
-        cairn__cli_session_close(&s);
-        _exit(cairn__exit_code(rc));
-    }
-    for (;;) {
+    wslot *w = arg;
+    while (!atomic_load(&w->p->stop)) {
         uint32_t ran;
+        int rc;
         do {
             ran = 0;
-            rc = cairn_runner_retry(s.runner, o->graph, 1, 0, &ran, NULL, NULL);
+            rc = cairn_runner_retry(w->runner, w->p->graph, 1, 0, &ran, NULL, NULL);
         } while (!rc && ran);
         if (rc == CAIRN_EINTR)
             break;
         if (rc)
             cairn__log(CAIRN__LOG_ERROR, "serve", "worker_error", NULL, NULL, "worker %ld: %s (%s)",
-                       (long)getpid(), cairn_runner_errmsg(s.runner), cairn_errname(rc));
-        struct pollfd pf = {.fd = wake_fd, .events = POLLIN};
-        if (poll(&pf, 1, 500) > 0) {
-            char b[256];
-            ssize_t got = read(wake_fd, b, sizeof b);
-            if (got == 0)
-                break; /* the server closed it: stopping */
-        }
+                       (long)getpid(), cairn_runner_errmsg(w->runner), cairn_errname(rc));
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        until.tv_nsec += 500000000L;
+        if (until.tv_nsec >= 1000000000L)
+            until.tv_sec++, until.tv_nsec -= 1000000000L;
+        while (sem_clockwait(&w->p->wake, CLOCK_MONOTONIC, &until) != 0 && errno == EINTR)
+            ;
     }
+    return NULL;
+}
+
+/* A worker's life: `threads` runners on one store handle, each on a thread of its own, until
+ * its pipe closes or a stop. This thread reads the pipe. Never returns. */
+static void worker_main(int wake_fd, const cairn__cli_opts *o, cairn_graph *const *graphs, size_t n,
+                        size_t threads)
+{
+    cairn__cli_session s;
+    int rc = cairn__cli_session_open(&s, "serve", o, graphs, n, 1, 1);
+    if (!rc && threads > 1)
+        rc = cairn__cli_session_more(&s, "serve", o, graphs, n, threads - 1);
+    wslot *sl = rc ? NULL : calloc(threads, sizeof *sl);
+    wpool p = {.graph = o->graph};
+    if (rc || !sl || sem_init(&p.wake, 0, 0) != 0) {
+        cairn__cli_session_close(&s);
+        _exit(cairn__exit_code(rc ? rc : CAIRN_ENOMEM));
+    }
+    size_t started = 0;
+    for (size_t i = 0; i < threads; i++) {
+        sl[i] = (wslot){.p = &p, .runner = i ? s.more[i - 1] : s.runner};
+        int terr = pthread_create(&sl[i].th, NULL, wslot_main, &sl[i]); /* no errno of its own */
+        sl[i].started = terr == 0;
+        if (!sl[i].started) {
+            cairn__log(CAIRN__LOG_ERROR, "serve", "worker_start", NULL, NULL,
+                       "cannot start a worker thread: %s", strerror(terr));
+            break;
+        }
+        started++;
+    }
+    for (char b[256]; started == threads;) {
+        ssize_t got = read(wake_fd, b, sizeof b);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0)
+            break; /* the server closed it: stopping */
+        for (ssize_t i = 0; i < got; i++)
+            sem_post(&p.wake);
+    }
+    atomic_store(&p.stop, 1);
+    for (size_t i = 0; i < threads; i++) {
+        cairn_runner_stop(sl[i].runner); /* a running task stops as at a SIGTERM */
+        sem_post(&p.wake);
+    }
+    for (size_t i = 0; i < threads; i++)
+        if (sl[i].started)
+            pthread_join(sl[i].th, NULL);
+    free(sl);
     cairn__cli_session_close(&s);
-    _exit(0);
+    _exit(started == threads ? 0 : CAIRN__EX_SOFTWARE);
 }
 
 /* Closes every descriptor above stderr but keep (in a forked worker). */
@@ -495,7 +564,7 @@ static int spawn_worker(server *sv, pid_t *pids, size_t i, const cairn__cli_opts
          * would otherwise hold the listening socket and the clients' connections open (their
          * close would not reach the client until this worker exited) */
         close_others(p[0]);
-        worker_main(p[0], o, graphs, n);
+        worker_main(p[0], o, graphs, n, sv->jobs / sv->n_workers + (i < sv->jobs % sv->n_workers));
     }
     close(p[0]);
     fcntl(p[1], F_SETFD, FD_CLOEXEC);
@@ -591,7 +660,10 @@ static int serve_main(const cairn__cli_opts *o, cairn_graph *const *graphs, size
         (rc = cairn__cli_preflight(o->graph, err, sizeof err)))
         return cairn__cli_fail("serve", rc, err);
     /* the store is created (or refused) before any fork, as consume does */
-    server sv = {.o = o, .n_workers = o->jobs ? o->jobs : 1};
+    server sv = {
+        .o = o, .jobs = o->jobs ? o->jobs : 1, .n_workers = o->processes ? o->processes : 1};
+    if (sv.n_workers > sv.jobs)
+        sv.n_workers = sv.jobs;
     rc = cairn__cli_session_open(&sv.s, "serve", o, graphs, n, 0, 0);
     cairn__cli_session_close(&sv.s);
     if (rc)
@@ -632,7 +704,8 @@ static int serve_main(const cairn__cli_opts *o, cairn_graph *const *graphs, size
                            .n_routes = sizeof routes / sizeof *routes,
                            .user = &sv};
     char what[CAIRN_TASK_ID_MAX + 64];
-    snprintf(what, sizeof what, "graph %s, %zu worker(s)", o->graph, sv.n_workers);
+    snprintf(what, sizeof what, "graph %s, %zu runner(s) in %zu worker process(es)", o->graph,
+             sv.jobs, sv.n_workers);
     if ((x = cairn__http_cmd_start(&hc, "serve", what, &http)))
         goto stop;
     workers w = {&sv, pids, last, o, graphs, n};
@@ -662,11 +735,7 @@ out:
     return x;
 }
 
-static const int serve_allowed[] = {CAIRN__O_TASKS,
-                                    CAIRN__O_GRAPH,
-                                    CAIRN__O_JOBS,
-                                    CAIRN__O_LISTEN,
-                                    CAIRN__O_TOKEN_FILE,
-                                    CAIRN__O_WORKER_RUNNER,
-                                    0};
+static const int serve_allowed[] = {
+    CAIRN__O_TASKS,  CAIRN__O_GRAPH,      CAIRN__O_JOBS,          CAIRN__O_PROCESSES,
+    CAIRN__O_LISTEN, CAIRN__O_TOKEN_FILE, CAIRN__O_WORKER_RUNNER, 0};
 const cairn__cli_task cairn__task_serve = {"serve", serve_help, serve_allowed, 0, 1, serve_main};

@@ -31,6 +31,8 @@ static inline int srv_start(srv *s, const char *dir, const char *store, int jobs
     memset(s, 0, sizeof *s);
     s->out = tu_fmt("%s/serve%d.out", dir, n);
     s->err = tu_fmt("%s/serve%d.err", dir, n++);
+    char jobs_s[16];
+    snprintf(jobs_s, sizeof jobs_s, "%d", jobs);
     const char *argv[32] = {tu_env("CAIRN_LEDGER", "cairn-ledger"),
                             "serve",
                             "--tasks",
@@ -39,7 +41,7 @@ static inline int srv_start(srv *s, const char *dir, const char *store, int jobs
                             "--store",
                             store,
                             "--jobs",
-                            jobs == 2 ? "2" : "1"};
+                            jobs_s};
     size_t k = 9;
     int has_listen = 0;
     for (size_t i = 0; extra && extra[i] && k < 30; i++) {

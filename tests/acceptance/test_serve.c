@@ -366,6 +366,61 @@ static void token_and_unix(void)
         free(none);
 }
 
+/* K runners on threads of one worker process (the default), or spread over --processes P:
+ * three slow tasks run at once either way, each effect once. */
+static void runner_threads(void)
+{
+    for (int procs = 1; procs <= 3; procs += 2) {
+        tu_scene sc = tu_scene_new(D, procs == 1 ? "threads" : "procs");
+        srv s;
+        const char *extra[] = {"--processes", procs == 1 ? "1" : "3", NULL};
+        if (srv_start(&s, sc.dir, sc.store, 3, extra)) {
+            ok(0, "the server starts with --jobs 3 --processes %d", procs);
+            continue;
+        }
+        char *body[3];
+        int posted = 0;
+        for (int i = 0; i < 3; i++) {
+            char *key = tu_fmt("th-%d-%d", procs, i), text[32];
+            snprintf(text, sizeof text, "th%d", i);
+            body[i] = ledger_body(sc.dir, text, 4000, NULL);
+            resp r;
+            post(&r, &s, key, body[i]);
+            posted += r.status == 202;
+            resp_free(&r);
+            free(key);
+        }
+        /* all three work steps have begun while none has ended (each takes 4 s) */
+        int at_once = wait_lines(sc.trace, "work th-", 3, 60000);
+        pid_t w[8];
+        int nw = children(s.pid, w, 8);
+        int done = tu_count_lines(sc.ledger, "th-");
+        ok(posted == 3 && at_once && done == 0 && nw == procs,
+           "--jobs 3 --processes %d: three slow tasks run at once in %d worker process(es) "
+           "(found %d, %d effects yet)",
+           procs, procs, nw, done);
+        char got[32];
+        int all = 1;
+        for (int i = 0; i < 3; i++) {
+            char *key = tu_fmt("th-%d-%d", procs, i);
+            all &= wait_status(&s, key, "succeeded", got, sizeof got);
+            free(key);
+            free(body[i]);
+        }
+        ok(all && tu_count_lines(sc.ledger, "th-") == 3, "and all three succeed, each effect once");
+        resp r;
+        http(&r, &s, "GET", "/metrics", NULL, NULL, NULL, 0, 10000);
+        char *want = tu_fmt("cairn_serve_worker_processes %d\n", procs);
+        ok(r.status == 200 && r.body && tu_contains(r.body, "cairn_serve_workers 3\n") &&
+               tu_contains(r.body, want),
+           "/metrics: 3 runners in %d worker process(es)", procs);
+        free(want);
+        resp_free(&r);
+        ok(srv_stop(&s, 0) == 0, "SIGTERM stops the server with 0");
+        tu_scene_free(&sc);
+    }
+}
+
 int main(void)
 {
     curl_global_init(CURL_GLOBAL_DEFAULT);
@@ -373,6 +428,7 @@ int main(void)
     api();
     token_and_unix();
     worker_replaced();
+    runner_threads();
     tu_rm_rf(D);
     free(D);
     curl_global_cleanup();
