@@ -462,8 +462,10 @@ static void *wslot_main(void *arg)
             ran = 0;
             rc = cairn_runner_retry(w->runner, w->p->graph, 1, 0, &ran, NULL, NULL);
         } while (!rc && ran);
-        if (rc == CAIRN_EINTR)
+        if (rc == CAIRN_EINTR) { /* a SIGTERM stopped every runner of the process */
+            atomic_store(&w->p->stop, 1);
             break;
+        }
         if (rc)
             cairn__log(CAIRN__LOG_ERROR, "serve", "worker_error", NULL, NULL, "worker %ld: %s (%s)",
                        (long)getpid(), cairn_runner_errmsg(w->runner), cairn_errname(rc));
@@ -479,7 +481,8 @@ static void *wslot_main(void *arg)
 }
 
 /* A worker's life: `threads` runners on one store handle, each on a thread of its own, until
- * its pipe closes or a stop. This thread reads the pipe. Never returns. */
+ * its pipe closes or a stop (a SIGTERM to this process alone, too: its runners say so). This
+ * thread reads the pipe. Never returns. */
 static void worker_main(int wake_fd, const cairn__cli_opts *o, cairn_graph *const *graphs, size_t n,
                         size_t threads)
 {
@@ -505,7 +508,10 @@ static void worker_main(int wake_fd, const cairn__cli_opts *o, cairn_graph *cons
         }
         started++;
     }
-    for (char b[256]; started == threads;) {
+    for (char b[256]; started == threads && !atomic_load(&p.stop);) {
+        struct pollfd pf = {.fd = wake_fd, .events = POLLIN};
+        if (poll(&pf, 1, 500) <= 0) /* a timeout, or EINTR: is it a stop? */
+            continue;
         ssize_t got = read(wake_fd, b, sizeof b);
         if (got < 0 && errno == EINTR)
             continue;

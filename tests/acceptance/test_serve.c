@@ -408,6 +408,20 @@ static void runner_threads(void)
             free(body[i]);
         }
         ok(all && tu_count_lines(sc.ledger, "th-") == 3, "and all three succeed, each effect once");
+        if (procs == 1 && nw == 1) {
+            /* a SIGTERM to the worker alone stops its runners, and the worker with them */
+            kill(w[0], SIGTERM);
+            pid_t w2[8];
+            int n2 = 0, gone = 0;
+            for (int64_t end = tu_now_ms() + 20000; tu_now_ms() < end && !gone; tu_sleep_ms(20)) {
+                n2 = children(s.pid, w2, 8);
+                gone = n2 == 1 && w2[0] != w[0];
+            }
+            ok(gone,
+               "a SIGTERM to the worker alone ends it (its 3 runners stopped), and another "
+               "takes its place (%d worker(s))",
+               n2);
+        }
         resp r;
         http(&r, &s, "GET", "/metrics", NULL, NULL, NULL, 0, 10000);
         char *want = tu_fmt("cairn_serve_worker_processes %d\n", procs);
