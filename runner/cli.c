@@ -437,6 +437,18 @@ int cairn__cli_session_more(cairn__cli_session *s, const char *cmd, const cairn_
     return 0;
 }
 
+size_t cairn__cli_workers(const cairn__cli_opts *o)
+{
+    size_t jobs = o->jobs ? o->jobs : 1, p = o->processes ? o->processes : 1;
+    return p < jobs ? p : jobs;
+}
+
+size_t cairn__cli_worker_runners(const cairn__cli_opts *o, size_t i)
+{
+    size_t jobs = o->jobs ? o->jobs : 1, p = cairn__cli_workers(o);
+    return jobs / p + (i < jobs % p);
+}
+
 /* The session, with the retry report its runner is opened with (NULL: none): a runner takes its
  * settings only before cairn_runner_open. */
 static int session_open(cairn__cli_session *s, const char *cmd, const cairn__cli_opts *o,

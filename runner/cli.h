@@ -285,6 +285,11 @@ void cairn__cli_session_close(cairn__cli_session *s);
  * CAIRN_E* code, the reason printed. */
 int cairn__cli_session_more(cairn__cli_session *s, const char *cmd, const cairn__cli_opts *o,
                             cairn_graph *const *graphs, size_t n_graphs, size_t n);
+/* --jobs K runners on threads of --processes P worker processes (consume, serve --tasks; each
+ * default 1): the worker processes (P, at most K), and the runners worker i has (the K spread
+ * evenly). */
+size_t cairn__cli_workers(const cairn__cli_opts *o);
+size_t cairn__cli_worker_runners(const cairn__cli_opts *o, size_t i);
 /* The tenant limit takes both options or neither (run, retry, consume): 0, or 64 said on stderr. */
 int cairn__cli_tenant_usage(const char *cmd, const char *help, const cairn__cli_opts *o);
 /* Runs one task of `graph` as `run` does, on the session's runner: `task` (NULL: derived, from

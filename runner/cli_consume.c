@@ -827,13 +827,10 @@ static int consume_main(const cairn__cli_opts *o, cairn_graph *const *graphs, si
     st.in = (reader){.fd = fd, .chunk = S_ISREG(sb.st_mode) ? 65536 : 1, .peek = {-1, -1}};
     if (S_ISFIFO(sb.st_mode) && pipe2(st.in.peek, O_CLOEXEC) != 0)
         st.in.peek[0] = st.in.peek[1] = -1; /* byte by byte, then */
-    size_t jobs = o->jobs ? o->jobs : 1;
-    st.n_ws = o->processes ? o->processes : 1;
-    if (st.n_ws > jobs)
-        st.n_ws = jobs;
+    st.n_ws = cairn__cli_workers(o);
     st.ws = calloc(st.n_ws, sizeof *st.ws);
-    for (size_t i = 0; st.ws && i < st.n_ws; i++) /* the K jobs, spread evenly */
-        st.ws[i].cap = jobs / st.n_ws + (i < jobs % st.n_ws);
+    for (size_t i = 0; st.ws && i < st.n_ws; i++)
+        st.ws[i].cap = cairn__cli_worker_runners(o, i);
     int x = CAIRN__EX_SOFTWARE;
     /* a worker gone is seen on its pipe, stdout on fflush */
     if (!st.ws || (st.stop_fd = cairn__cli_stops_catch()) < 0) {

@@ -571,7 +571,7 @@ static int spawn_worker(server *sv, pid_t *pids, size_t i, const cairn__cli_opts
          * would otherwise hold the listening socket and the clients' connections open (their
          * close would not reach the client until this worker exited) */
         close_others(p[0]);
-        worker_main(p[0], o, graphs, n, sv->jobs / sv->n_workers + (i < sv->jobs % sv->n_workers));
+        worker_main(p[0], o, graphs, n, cairn__cli_worker_runners(o, i));
     }
     close(p[0]);
     fcntl(p[1], F_SETFD, FD_CLOEXEC);
@@ -667,10 +667,7 @@ static int serve_main(const cairn__cli_opts *o, cairn_graph *const *graphs, size
         (rc = cairn__cli_preflight(o->graph, err, sizeof err)))
         return cairn__cli_fail("serve", rc, err);
     /* the store is created (or refused) before any fork, as consume does */
-    server sv = {
-        .o = o, .jobs = o->jobs ? o->jobs : 1, .n_workers = o->processes ? o->processes : 1};
-    if (sv.n_workers > sv.jobs)
-        sv.n_workers = sv.jobs;
+    server sv = {.o = o, .jobs = o->jobs ? o->jobs : 1, .n_workers = cairn__cli_workers(o)};
     rc = cairn__cli_session_open(&sv.s, "serve", o, graphs, n, 0, 0);
     cairn__cli_session_close(&sv.s);
     if (rc)
