@@ -26,10 +26,18 @@
  *      the nonce it replaces too: a writer that reached the journal between the marker's flush
  *      and the header's reset (a fold killed in between) still wrote under the old nonce.
  *
- * The header (the first page, mapped shared by every process) says where the next entry goes,
- * where the last began and which transaction it holds, and how far a flush has covered; it is
- * only written under LMDB's writer lock (flushed_txnid excepted: a maximum, updated atomically)
- * and never trusted after a reboot. Layouts are in docs/ARCHITECTURE.md ("The journal").
+ * The header says where the next entry goes, where the last began and which transaction it
+ * holds, and how far a flush has covered; it is only written under LMDB's writer lock (the flush
+ * fields excepted: maxima and counters, updated atomically) and never trusted after a reboot. It
+ * lives in a file of its own, `journal-shm`, mapped shared by every process and never flushed:
+ * were it a page of the journal, as in version 1, every flush would write it back too, and the
+ * kernel would write-protect it in every process's mapping first (a TLB shootdown across the
+ * CPUs) and take a write fault at the next entry. The journal's first page holds only a stamp
+ * (magic, version 2, the epoch's nonce), written at each new epoch: an append needs the stamp
+ * and the header to agree, and a version-1 cairn, which takes that page for its header, finds
+ * a version it does not know. So a process of either version that sees the other's epoch folds
+ * before it appends; no two of them ever write entries from two headers into one epoch.
+ * Layouts are in docs/ARCHITECTURE.md ("The journal").
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -49,8 +57,8 @@
 #include "common/xxh.h"
 
 #define J_MAGIC "CAIRNJNL"
-#define J_VERSION 1u
-#define J_HDR 4096u         /* the header page; entries start after it */
+#define J_VERSION 2u /* 2: the header in journal-shm, a stamp in the journal; 1: header there */
+#define J_HDR 4096u  /* the stamp's page (the header's size too); entries start after it */
 #define E_MAGIC 0x4c4e4a43u /* "CJNL" little-endian: the start of an entry */
 #define E_HDR 24            /* magic 4, length 4, nonce 8, transaction id 8 */
 #define E_SUM 8             /* XXH3-64 of everything before it */
@@ -74,11 +82,20 @@ typedef struct jhdr {
     int32_t flusher;     /* the process making the flush in progress */
 } jhdr;
 
+/* The journal's first page: which epoch its entries are written in (version 1's header began
+ * the same way, so a version-1 cairn reads this version and refuses it) */
+typedef struct jstamp {
+    char magic[8];
+    uint32_t version, pad;
+    uint64_t nonce;
+} jstamp;
+
 struct cairn__journal {
     int fd;
-    jhdr *h;       /* the mapped header */
-    uint64_t size; /* the file's size as this process last saw it */
-    int inflight;  /* this process's threads making a flush now (atomic) */
+    jhdr *h;             /* the mapped header (journal-shm) */
+    const jstamp *stamp; /* the journal's first page, mapped read-only */
+    uint64_t size;       /* the file's size as this process last saw it */
+    int inflight;        /* this process's threads making a flush now (atomic) */
     /* the entry a failed commit must take back */
     uint64_t undo_txnid, undo_off, undo_end, undo_last_txnid, undo_last_off;
 };
@@ -106,37 +123,58 @@ static int jfail(cairn_store *s, const char *what)
                              "store %s: cannot %s its journal: %s", s->dir, what, strerror(err));
 }
 
-int cairn__journal_open(cairn_store *s, const char *dir)
+/* Opens `name` in dir, at least J_HDR bytes long, and maps its first J_HDR bytes (prot) in *map;
+ * the descriptor stays open in *fd when fd is given, else it is closed. */
+static int open_mapped(cairn_store *s, const char *dir, const char *name, int prot, void **map,
+                       int *fd, uint64_t *size)
 {
     char path[4200];
-    snprintf(path, sizeof path, "%s/journal", dir);
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    int f = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    struct stat st;
+    const char *what = "open";
+    void *m = MAP_FAILED;
+    if (f >= 0 && fstat(f, &st) == 0) {
+        what = "size";
+        if (st.st_size >= (off_t)J_HDR || ftruncate(f, J_HDR) == 0) {
+            what = "map";
+            m = mmap(NULL, J_HDR, prot, MAP_SHARED, f, 0);
+        }
+    }
+    if (m == MAP_FAILED) {
+        int err = errno;
+        if (f >= 0)
+            close(f);
+        return cairn__store_fail(s, err == ENOSPC || err == EDQUOT ? CAIRN_EFULL : CAIRN_EIO,
+                                 "store %s: cannot %s its %s: %s", s->dir, what, name,
+                                 strerror(err));
+    }
+    if (size)
+        *size = st.st_size < (off_t)J_HDR ? J_HDR : (uint64_t)st.st_size;
+    if (fd)
+        *fd = f;
+    else
+        close(f);
+    *map = m;
+    return 0;
+}
+
+int cairn__journal_open(cairn_store *s, const char *dir)
+{
     cairn__journal *j = calloc(1, sizeof *j);
     if (!j)
         return CAIRN_ENOMEM;
-    j->fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-    struct stat st;
-    if (j->fd < 0 || fstat(j->fd, &st) != 0) {
-        int rc = jfail(s, "open");
-        if (j->fd >= 0)
-            close(j->fd);
-        free(j);
-        return rc;
-    }
-    if (st.st_size < (off_t)J_HDR && ftruncate(j->fd, J_HDR) != 0) {
-        int rc = jfail(s, "size");
+    void *stamp = NULL, *h = NULL;
+    int rc = open_mapped(s, dir, "journal", PROT_READ, &stamp, &j->fd, &j->size);
+    if (!rc && (rc = open_mapped(s, dir, "journal-shm", PROT_READ | PROT_WRITE, &h, NULL, NULL))) {
+        munmap(stamp, J_HDR);
         close(j->fd);
+    }
+    if (rc) {
         free(j);
         return rc;
     }
-    void *m = mmap(NULL, J_HDR, PROT_READ | PROT_WRITE, MAP_SHARED, j->fd, 0);
-    if (m == MAP_FAILED) {
-        int rc = jfail(s, "map the header of");
-        close(j->fd);
-        free(j);
-        return rc;
-    }
-    j->h = m;
-    j->size = st.st_size < (off_t)J_HDR ? J_HDR : (uint64_t)st.st_size;
+    j->stamp = stamp, j->h = h;
     s->journal = j;
     return 0;
 }
@@ -147,6 +185,7 @@ void cairn__journal_close(cairn_store *s)
     if (!j)
         return;
     munmap(j->h, J_HDR);
+    munmap((void *)j->stamp, J_HDR);
     close(j->fd);
     free(j);
     s->journal = NULL;
@@ -204,7 +243,8 @@ int cairn__journal_usable(cairn_store *s)
 {
     cairn__journal *j = s->journal;
     return j && memcmp(j->h->magic, J_MAGIC, 8) == 0 && j->h->version == J_VERSION &&
-           j->h->end >= J_HDR && j->h->end < J_FOLD;
+           j->h->end >= J_HDR && j->h->end < J_FOLD && memcmp(j->stamp->magic, J_MAGIC, 8) == 0 &&
+           j->stamp->version == J_VERSION && j->stamp->nonce == j->h->nonce;
 }
 
 int cairn__journal_append(cairn__txn *t)
@@ -382,6 +422,10 @@ void cairn__journal_reset(cairn_store *s, uint64_t nonce, uint64_t base)
     h->end = J_HDR, h->last_txnid = base, h->last_off = J_HDR, h->flushed = base;
     h->flushes = flushes;
     memcpy(h->magic, J_MAGIC, 8); /* last: a header is whole once it has its magic */
+    jstamp st = {.version = J_VERSION, .nonce = nonce};
+    memcpy(st.magic, J_MAGIC, 8);
+    ssize_t w = pwrite(s->journal->fd, &st, sizeof st, 0);
+    (void)w; /* not written: no append agrees with the header, and the next write folds again */
 }
 
 int cairn__journal_truncate(cairn_store *s)

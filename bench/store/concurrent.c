@@ -22,12 +22,13 @@
 
 #define MAX_K 16
 
-/* The journal's flush counter: its header, byte 64, little-endian (docs/ARCHITECTURE.md). */
+/* The journal's flush counter: its header (journal-shm), byte 64, little-endian
+ * (docs/ARCHITECTURE.md). */
 uint64_t bench_journal_flushes(const char *dir)
 {
     char path[4200];
     unsigned char h[72];
-    snprintf(path, sizeof path, "%s/journal", dir);
+    snprintf(path, sizeof path, "%s/journal-shm", dir);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     ssize_t n = fd >= 0 ? pread(fd, h, sizeof h, 0) : -1;
     if (fd >= 0)

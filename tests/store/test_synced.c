@@ -130,18 +130,23 @@ static uint64_t le64(const unsigned char *p)
 }
 
 /* What a power cut takes from a store's journal (checkpoint/journal.c) at worst: every entry
- * written after the last flush of it (its header's `flushed` mark, at byte 56 of the first
- * page; entries from byte 4096: magic "CJNL", length u32, nonce u64, transaction id u64). The
- * entry's magic is zeroed, so the replay stops there. */
+ * written after the last flush of it (its header's `flushed` mark, at byte 56 of journal-shm;
+ * entries from byte 4096 of journal: magic "CJNL", length u32, nonce u64, transaction id u64).
+ * The entry's magic is zeroed, so the replay stops there. */
 static void lose_unflushed(const char *dir)
 {
     char path[400];
+    snprintf(path, sizeof path, "%s/journal-shm", dir);
+    int hfd = open(path, O_RDONLY);
     snprintf(path, sizeof path, "%s/journal", dir);
     int fd = open(path, O_RDWR);
     unsigned char h[64], e[24];
+    ssize_t hn = hfd >= 0 ? pread(hfd, h, 64, 0) : -1;
+    if (hfd >= 0)
+        close(hfd);
     if (fd < 0)
         return;
-    if (pread(fd, h, 64, 0) == 64 && memcmp(h, "CAIRNJNL", 8) == 0) {
+    if (hn == 64 && memcmp(h, "CAIRNJNL", 8) == 0) {
         uint64_t flushed = le64(h + 56);
         for (off_t off = 4096; pread(fd, e, 24, off) == 24 && memcmp(e, "CJNL", 4) == 0;) {
             uint32_t len = (uint32_t)le64(e + 4) & 0xffffffffu;
@@ -1225,12 +1230,12 @@ static void test_flush_failure(void)
     unsetenv("CAIRN_TEST_BOOT_ID");
 }
 
-/* The journal's flush counter (its header, byte 64), 0 without one. */
+/* The journal's flush counter (its header in journal-shm, byte 64), 0 without one. */
 static uint64_t journal_flushes(const char *dir)
 {
     char path[400];
     unsigned char h[72];
-    snprintf(path, sizeof path, "%s/journal", dir);
+    snprintf(path, sizeof path, "%s/journal-shm", dir);
     int fd = open(path, O_RDONLY);
     ssize_t n = fd >= 0 ? pread(fd, h, sizeof h, 0) : -1;
     if (fd >= 0)
@@ -1273,6 +1278,79 @@ static void test_journal_one_flush(void)
     presence(s, ids2, 3, got);
     ok(rc == 0 && s && strcmp(got, "111") == 0,
        "and the store takes writes after the replay, which the next reboot keeps (%s)", got);
+    cairn_store_free(s);
+    unsetenv("CAIRN_TEST_BOOT_ID");
+}
+
+/* The journal's stamp (its first page: magic, version, pad, nonce) and the header's nonce
+ * (journal-shm, byte 16). */
+static int journal_stamp(const char *dir, uint32_t *version, uint64_t *nonce, uint64_t *hnonce)
+{
+    char path[400];
+    unsigned char st[24], h[24];
+    snprintf(path, sizeof path, "%s/journal", dir);
+    int fd = open(path, O_RDONLY);
+    ssize_t n = fd >= 0 ? pread(fd, st, sizeof st, 0) : -1;
+    if (fd >= 0)
+        close(fd);
+    snprintf(path, sizeof path, "%s/journal-shm", dir);
+    fd = open(path, O_RDONLY);
+    ssize_t m = fd >= 0 ? pread(fd, h, sizeof h, 0) : -1;
+    if (fd >= 0)
+        close(fd);
+    if (n != (ssize_t)sizeof st || m != (ssize_t)sizeof h || memcmp(st, "CAIRNJNL", 8) != 0)
+        return -1;
+    *version = (uint32_t)(le64(st + 8) & 0xffffffffu);
+    *nonce = le64(st + 16), *hnonce = le64(h + 16);
+    return 0;
+}
+
+/* A version-1 cairn keeps the journal's header in its first page. One that writes the store
+ * beside this version (an upgrade while a server still runs) finds the stamp's version 2 there
+ * and folds; its fold writes its own header over the stamp, and this version, meeting it, folds
+ * before its next entry rather than append from a header that does not follow the other's
+ * entries. Every durable write comes back after a reboot. */
+static void test_journal_other_version(void)
+{
+    char dir[300];
+    cairn_store *s = fresh_store(dir, "jversion");
+    int rc = put(s, "v0", CAIRN__DURABLE);
+    rc = rc ? rc : put(s, "v1", CAIRN__DURABLE);
+    uint32_t version = 0;
+    uint64_t nonce = 0, hnonce = 0;
+    ok(rc == 0 && journal_stamp(dir, &version, &nonce, &hnonce) == 0 && version == 2 &&
+           nonce == hnonce && nonce != 0,
+       "the journal's first page is a version-2 stamp of the header's epoch");
+    /* a version-1 process's fold: its header, a new epoch, over the stamp */
+    char path[400];
+    snprintf(path, sizeof path, "%s/journal", dir);
+    unsigned char v1[72] = "CAIRNJNL";
+    v1[8] = 1;
+    for (int i = 0; i < 8; i++)
+        v1[16 + i] = (unsigned char)(0x5a + i); /* its nonce */
+    int fd = open(path, O_WRONLY);
+    ok(fd >= 0 && pwrite(fd, v1, sizeof v1, 0) == (ssize_t)sizeof v1, "a version-1 header written");
+    if (fd >= 0)
+        close(fd);
+    uint64_t m0 = marker_seq(dir);
+    rc = put(s, "v2", CAIRN__DURABLE);
+    uint64_t folds = marker_seq(dir) - m0, old = nonce;
+    ok(rc == 0 && folds >= 1 && journal_stamp(dir, &version, &nonce, &hnonce) == 0 &&
+           version == 2 && nonce == hnonce && nonce != old,
+       "the next durable write folds first (%llu folds) and stamps a new epoch",
+       (unsigned long long)folds);
+    m0 = marker_seq(dir);
+    uint64_t f0 = journal_flushes(dir);
+    rc = put(s, "v3", CAIRN__DURABLE);
+    ok(rc == 0 && journal_flushes(dir) - f0 + marker_seq(dir) - m0 == 1,
+       "and the one after it is a journal flush again");
+    cairn_store_free(s);
+    reboot("boot-V");
+    s = open_sync(dir);
+    static const char *const ids[] = {"v0", "v1", "v2", "v3"};
+    char got[32];
+    presence(s, ids, 4, got);
+    ok(s && strcmp(got, "1111") == 0, "after a reboot every durable write is back (%s)", got);
     cairn_store_free(s);
     unsetenv("CAIRN_TEST_BOOT_ID");
 }
@@ -1500,6 +1578,7 @@ int main(void)
     test_hit_on_busy_store();
     test_journal_one_flush();
     test_journal_torn_entry();
+    test_journal_other_version();
     test_split_replayed();
     test_flush_failure();
     /* the marker alone: every durable point a fold (no journal), as its tests expect */
