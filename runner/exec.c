@@ -558,6 +558,13 @@ static void host_main(cairn_runner *r, int fd, pid_t parent)
     for (;;) {
         unsigned char hdr[5];
         uint32_t n;
+        /* Wait in poll, not in read: a reader blocked on a unix socket is woken by every wake-up
+         * of the socket, which includes the runner's read of the last result (buffer space came
+         * back), and each such wake-up is a context switch that finds nothing to read. poll
+         * wakes for input only. */
+        struct pollfd pf = {.fd = fd, .events = POLLIN};
+        while (poll(&pf, 1, -1) < 0 && errno == EINTR)
+            ;
         int got = cairn__read_all(fd, hdr, sizeof hdr);
         if (got == 0)
             _exit(0); /* the runner closed its end */
