@@ -729,8 +729,11 @@ enum { W_WAIT, W_DONE, W_LEAD };
 
 /* One attempt of the writes w[0..n) in one transaction: 0 done, 1 run them again (the map grew,
  * or a fold came first), ALONE (n > 1: a callback failed, and what it left is not to be
- * committed with the others'), else an error. Durable if any of them is. */
-static int write_once(cairn_store *s, cairn__wreq *const *w, size_t n, cairn__txn *tp)
+ * committed with the others'), else an error. Durable if any of them is: the flush that makes
+ * it so is made here, or, when `flush` is given, left to the caller (*flush = 1, the commit in
+ * *upto, 0 when nothing was written). */
+static int write_once(cairn_store *s, cairn__wreq *const *w, size_t n, cairn__txn *tp, int *flush,
+                      uint64_t *upto)
 {
     /* A sync store writes pages only under a pin (synced.c). Without one (a process's first
      * write, or the pin was dropped for a remap or its age) the transaction runs anyway: if it
@@ -770,6 +773,10 @@ static int write_once(cairn_store *s, cairn__wreq *const *w, size_t n, cairn__tx
         /* Nothing written: nothing to commit (an abort is the same, and surely writes no page
          * or journal entry); a durable write still makes what it read durable. */
         mdb_txn_abort(t->txn);
+        if (durable && s->synced && flush) {
+            *flush = 1, *upto = 0;
+            return 0;
+        }
         return durable && s->synced ? cairn__synced_flush(s, 0) : 0;
     }
     if (!pinned) { /* dropped; it runs again after a fold */
@@ -798,14 +805,18 @@ static int write_once(cairn_store *s, cairn__wreq *const *w, size_t n, cairn__tx
     const char *cut = t->unjournaled && s->synced ? getenv("CAIRN_TEST_CUT_UPGRADE") : NULL;
     if (cut && *cut == '1')
         _exit(86);
+    if (durable && s->synced && flush) {
+        *flush = 1, *upto = txnid;
+        return 0;
+    }
     return durable && s->synced ? cairn__synced_flush(s, txnid) : 0;
 }
 
-static int write_locked(cairn_store *s, cairn__wreq *const *w, size_t n)
+static int write_locked(cairn_store *s, cairn__wreq *const *w, size_t n, int *flush, uint64_t *upto)
 {
     for (;;) {
         cairn__txn t = {.s = s};
-        int rc = write_once(s, w, n, &t);
+        int rc = write_once(s, w, n, &t, flush, upto);
         free(t.jb);
         if (rc != 1)
             return rc;
@@ -820,10 +831,16 @@ static void ran(cairn_store *s, cairn__wreq *w, int rc)
         snprintf(w->msg, sizeof s->errmsg, "%s", cairn_store_errmsg(s));
 }
 
+static void wake(cairn__wreq *w, uint32_t state);
+
 /* The leader's part: the writes w[0..n) in one transaction, or each in its own when one of
  * their callbacks failed (the others then commit as they would have alone, and the failure is
- * the failing one's). */
-static void write_batch(cairn_store *s, cairn__wreq *const *w, size_t n)
+ * the failing one's). When the batch is durable, its relaxed writes are done once it commits:
+ * their askers (but `me`, the leader's own) are woken then, told[i] set, and go on while the
+ * flush runs; a relaxed write alone would not have waited for a flush either. A told request
+ * lived on its asker's stack, which may have moved on: it is not touched again. */
+static void write_batch(cairn_store *s, cairn__wreq *const *w, size_t n, const cairn__wreq *me,
+                        unsigned char *told)
 {
     cairn__synced_lock(s); /* the pin cannot be dropped under a commit that relies on it */
     cairn__use u;
@@ -832,21 +849,37 @@ static void write_batch(cairn_store *s, cairn__wreq *const *w, size_t n)
     if (sigsetjmp(g.jb, 0)) {
         int rc = cairn__guard_fault(s, &g);
         for (size_t i = 0; i < n; i++)
-            if (!w[i]->ran)
+            if (!told[i] && !w[i]->ran)
                 ran(s, w[i], rc);
         cairn__use_leave(s, &u);
         cairn__synced_unlock(s);
         return;
     }
     cairn__guard_push(&g);
-    int rc =
-        s->broken ? broken(s) : write_locked(s, w, n); /* an earlier batch may have failed so */
-    if (rc == ALONE)
+    int flush = 0;
+    uint64_t upto = 0;
+    int rc = s->broken ? broken(s) /* an earlier batch may have failed so */
+                       : write_locked(s, w, n, n > 1 ? &flush : NULL, &upto);
+    if (rc == 0 && flush) {
         for (size_t i = 0; i < n; i++)
-            ran(s, w[i], write_locked(s, &w[i], 1));
-    else
+            if (!w[i]->durable) {
+                ran(s, w[i], 0);
+                if (w[i] != me) {
+                    told[i] = 1;
+                    wake(w[i], W_DONE);
+                }
+            }
+        rc = cairn__synced_flush(s, upto);
+        for (size_t i = 0; i < n; i++)
+            if (!told[i] && w[i]->durable)
+                ran(s, w[i], rc);
+    } else if (rc == ALONE) {
+        for (size_t i = 0; i < n; i++)
+            ran(s, w[i], write_locked(s, &w[i], 1, NULL, NULL));
+    } else {
         for (size_t i = 0; i < n; i++)
             ran(s, w[i], rc);
+    }
     cairn__guard_pop(&g);
     cairn__use_leave(s, &u);
     cairn__synced_unlock(s);
@@ -866,8 +899,9 @@ static void wake(cairn__wreq *w, uint32_t state)
  * own and is woken once (to return, or to lead): woken all at once, most waiters would only go
  * back to sleep, two context switches each. A batch writes the trees' upper pages, the
  * free list, the meta page and the journal entry once for all its writes, and a durable one
- * among them flushes once for all. Alone, a writer leads a batch of one: the transaction it
- * would have had. */
+ * among them flushes once for all; its relaxed writes return at the commit, before that flush
+ * (their askers run on while the leader waits for the disk). Alone, a writer leads a batch of
+ * one: the transaction it would have had. */
 int cairn__store_write(cairn_store *s, int durable, cairn__txn_fn fn, void *arg)
 {
     if (!s || !s->env)
@@ -897,6 +931,7 @@ int cairn__store_write(cairn_store *s, int durable, cairn__txn_fn fn, void *arg)
     }
     if (st == W_LEAD) { /* it heads the queue: its batch holds its own write */
         cairn__wreq *batch[BATCH_MAX];
+        unsigned char told[BATCH_MAX] = {0};
         size_t n = 0;
         pthread_mutex_lock(&s->wq_mu);
         while (s->wq_head && n < BATCH_MAX) {
@@ -908,7 +943,7 @@ int cairn__store_write(cairn_store *s, int durable, cairn__txn_fn fn, void *arg)
         s->batches++;
         s->batched += n;
         pthread_mutex_unlock(&s->wq_mu);
-        write_batch(s, batch, n);
+        write_batch(s, batch, n, &me, told);
         pthread_mutex_lock(&s->wq_mu);
         cairn__wreq *next = s->wq_head; /* leads the next batch: the lead passes, never races */
         if (!next)
@@ -917,7 +952,7 @@ int cairn__store_write(cairn_store *s, int durable, cairn__txn_fn fn, void *arg)
         if (next)
             wake(next, W_LEAD);
         for (size_t i = 0; i < n; i++)
-            if (batch[i] != &me)
+            if (batch[i] != &me && !told[i])
                 wake(batch[i], W_DONE);
     }
     if (me.rc)
