@@ -833,13 +833,34 @@ static void ran(cairn_store *s, cairn__wreq *w, int rc)
 
 static void wake(cairn__wreq *w, uint32_t state);
 
-/* The leader's part: the writes w[0..n) in one transaction, or each in its own when one of
+/* Takes the writes queued behind the batch w[0..n) into it, up to BATCH_MAX in all; the new n. */
+static size_t take_more(cairn_store *s, cairn__wreq **w, size_t n)
+{
+    size_t m = n;
+    pthread_mutex_lock(&s->wq_mu);
+    while (s->wq_head && m < BATCH_MAX) {
+        w[m++] = s->wq_head;
+        s->wq_head = s->wq_head->next;
+    }
+    if (!s->wq_head)
+        s->wq_tail = NULL;
+    if (m > n)
+        s->batches++, s->batched += m - n;
+    pthread_mutex_unlock(&s->wq_mu);
+    return m;
+}
+
+/* The leader's part: the writes w[0..*np) in one transaction, or each in its own when one of
  * their callbacks failed (the others then commit as they would have alone, and the failure is
- * the failing one's). When the batch is durable, its relaxed writes are done once it commits:
- * their askers (but `me`, the leader's own) are woken then, told[i] set, and go on while the
- * flush runs; a relaxed write alone would not have waited for a flush either. A told request
- * lived on its asker's stack, which may have moved on: it is not touched again. */
-static void write_batch(cairn_store *s, cairn__wreq *const *w, size_t n, const cairn__wreq *me,
+ * the failing one's). When the batch is durable, the flush waits for two things first:
+ *   - its relaxed writes are done once it commits: their askers (but `me`, the leader's own)
+ *     are woken then, told[i] set, and go on while the flush runs (a relaxed write alone would
+ *     not have waited for a flush either);
+ *   - the writes queued while it committed join it (*np grows), in a transaction of their own
+ *     whose durable writes the same flush covers: they would otherwise wait for this flush to
+ *     end and then make one of their own.
+ * A told request lived on its asker's stack, which may have moved on: it is not touched again. */
+static void write_batch(cairn_store *s, cairn__wreq **w, size_t *np, const cairn__wreq *me,
                         unsigned char *told)
 {
     cairn__synced_lock(s); /* the pin cannot be dropped under a commit that relies on it */
@@ -848,7 +869,7 @@ static void write_batch(cairn_store *s, cairn__wreq *const *w, size_t n, const c
     cairn__guard g;
     if (sigsetjmp(g.jb, 0)) {
         int rc = cairn__guard_fault(s, &g);
-        for (size_t i = 0; i < n; i++)
+        for (size_t i = 0; i < *np; i++)
             if (!told[i] && !w[i]->ran)
                 ran(s, w[i], rc);
         cairn__use_leave(s, &u);
@@ -859,25 +880,55 @@ static void write_batch(cairn_store *s, cairn__wreq *const *w, size_t n, const c
     int flush = 0;
     uint64_t upto = 0;
     int rc = s->broken ? broken(s) /* an earlier batch may have failed so */
-                       : write_locked(s, w, n, n > 1 ? &flush : NULL, &upto);
+                       : write_locked(s, w, *np, &flush, &upto);
     if (rc == 0 && flush) {
-        for (size_t i = 0; i < n; i++)
-            if (!w[i]->durable) {
+        unsigned char owed[BATCH_MAX] = {0}; /* durable, committed, waiting for the flush */
+        for (size_t from = 0, round = 0;; round++) {
+            for (size_t i = from; i < *np; i++) {
+                if (w[i]->ran) /* failed on its own (below) */
+                    continue;
+                if (w[i]->durable) {
+                    owed[i] = 1;
+                    continue;
+                }
                 ran(s, w[i], 0);
                 if (w[i] != me) {
                     told[i] = 1;
                     wake(w[i], W_DONE);
                 }
             }
+            size_t n = round ? *np : take_more(s, w, *np);
+            if (n == *np)
+                break;
+            from = *np, *np = n;
+            int more = 0;
+            uint64_t at = 0;
+            int mrc = write_locked(s, w + from, n - from, &more, &at);
+            if (mrc == ALONE) /* each alone, their flushes still owed to this one */
+                for (size_t i = from; i < n; i++) {
+                    int one = 0;
+                    uint64_t at1 = 0;
+                    int orc = write_locked(s, &w[i], 1, &one, &at1);
+                    if (orc)
+                        ran(s, w[i], orc);
+                    else if (one && at1 > upto)
+                        upto = at1;
+                }
+            else if (mrc)
+                for (size_t i = from; i < n; i++)
+                    ran(s, w[i], mrc);
+            else if (more && at > upto)
+                upto = at;
+        }
         rc = cairn__synced_flush(s, upto);
-        for (size_t i = 0; i < n; i++)
-            if (!told[i] && w[i]->durable)
+        for (size_t i = 0; i < *np; i++)
+            if (owed[i])
                 ran(s, w[i], rc);
     } else if (rc == ALONE) {
-        for (size_t i = 0; i < n; i++)
+        for (size_t i = 0; i < *np; i++)
             ran(s, w[i], write_locked(s, &w[i], 1, NULL, NULL));
     } else {
-        for (size_t i = 0; i < n; i++)
+        for (size_t i = 0; i < *np; i++)
             ran(s, w[i], rc);
     }
     cairn__guard_pop(&g);
@@ -943,7 +994,7 @@ int cairn__store_write(cairn_store *s, int durable, cairn__txn_fn fn, void *arg)
         s->batches++;
         s->batched += n;
         pthread_mutex_unlock(&s->wq_mu);
-        write_batch(s, batch, n, &me, told);
+        write_batch(s, batch, &n, &me, told);
         pthread_mutex_lock(&s->wq_mu);
         cairn__wreq *next = s->wq_head; /* leads the next batch: the lead passes, never races */
         if (!next)
