@@ -724,7 +724,7 @@ struct cairn__wreq {
 
 enum { W_WAIT, W_DONE, W_LEAD };
 
-#define BATCH_MAX 64 /* writes in one combined transaction at most */
+#define BATCH_MAX 64 /* writes in one batch at most (its transactions share one flush) */
 #define ALONE 2      /* write_once: a callback of several failed; run each on its own */
 
 /* One attempt of the writes w[0..n) in one transaction: 0 done, 1 run them again (the map grew,
@@ -856,9 +856,10 @@ static size_t take_more(cairn_store *s, cairn__wreq **w, size_t n)
  *   - its relaxed writes are done once it commits: their askers (but `me`, the leader's own)
  *     are woken then, told[i] set, and go on while the flush runs (a relaxed write alone would
  *     not have waited for a flush either);
- *   - the writes queued while it committed join it (*np grows), in a transaction of their own
- *     whose durable writes the same flush covers: they would otherwise wait for this flush to
- *     end and then make one of their own.
+ *   - the writes queued while it committed join it (*np grows), in a transaction of their own,
+ *     and so on until none is queued or BATCH_MAX have joined; the one flush covers the
+ *     durable writes of every round (they would otherwise wait for it to end and then make
+ *     one of their own).
  * A told request lived on its asker's stack, which may have moved on: it is not touched again. */
 static void write_batch(cairn_store *s, cairn__wreq **w, size_t *np, const cairn__wreq *me,
                         unsigned char *told)
@@ -883,7 +884,7 @@ static void write_batch(cairn_store *s, cairn__wreq **w, size_t *np, const cairn
                        : write_locked(s, w, *np, &flush, &upto);
     if (rc == 0 && flush) {
         unsigned char owed[BATCH_MAX] = {0}; /* durable, committed, waiting for the flush */
-        for (size_t from = 0, round = 0;; round++) {
+        for (size_t from = 0;;) {
             for (size_t i = from; i < *np; i++) {
                 if (w[i]->ran) /* failed on its own (below) */
                     continue;
@@ -897,7 +898,7 @@ static void write_batch(cairn_store *s, cairn__wreq **w, size_t *np, const cairn
                     wake(w[i], W_DONE);
                 }
             }
-            size_t n = round ? *np : take_more(s, w, *np);
+            size_t n = take_more(s, w, *np);
             if (n == *np)
                 break;
             from = *np, *np = n;
