@@ -833,7 +833,8 @@ static void ran(cairn_store *s, cairn__wreq *w, int rc)
 
 static void wake(cairn__wreq *w, uint32_t state);
 
-/* Takes the writes queued behind the batch w[0..n) into it, up to BATCH_MAX in all; the new n. */
+/* Takes the writes queued behind the batch w[0..n) into it (the whole batch when n is 0), up to
+ * BATCH_MAX in all, as one more transaction of it; the new n. */
 static size_t take_more(cairn_store *s, cairn__wreq **w, size_t n)
 {
     size_t m = n;
@@ -984,17 +985,7 @@ int cairn__store_write(cairn_store *s, int durable, cairn__txn_fn fn, void *arg)
     if (st == W_LEAD) { /* it heads the queue: its batch holds its own write */
         cairn__wreq *batch[BATCH_MAX];
         unsigned char told[BATCH_MAX] = {0};
-        size_t n = 0;
-        pthread_mutex_lock(&s->wq_mu);
-        while (s->wq_head && n < BATCH_MAX) {
-            batch[n++] = s->wq_head;
-            s->wq_head = s->wq_head->next;
-        }
-        if (!s->wq_head)
-            s->wq_tail = NULL;
-        s->batches++;
-        s->batched += n;
-        pthread_mutex_unlock(&s->wq_mu);
+        size_t n = take_more(s, batch, 0);
         write_batch(s, batch, &n, &me, told);
         pthread_mutex_lock(&s->wq_mu);
         cairn__wreq *next = s->wq_head; /* leads the next batch: the lead passes, never races */
