@@ -905,12 +905,12 @@ static void write_batch(cairn_store *s, cairn__wreq **w, size_t *np, const cairn
             from = *np, *np = n;
             int more = 0;
             uint64_t at = 0;
-            int mrc = write_locked(s, w + from, n - from, &more, &at);
+            int mrc = s->broken ? broken(s) : write_locked(s, w + from, n - from, &more, &at);
             if (mrc == ALONE) /* each alone, their flushes still owed to this one */
                 for (size_t i = from; i < n; i++) {
                     int one = 0;
                     uint64_t at1 = 0;
-                    int orc = write_locked(s, &w[i], 1, &one, &at1);
+                    int orc = s->broken ? broken(s) : write_locked(s, &w[i], 1, &one, &at1);
                     if (orc)
                         ran(s, w[i], orc);
                     else if (one && at1 > upto)
@@ -922,7 +922,8 @@ static void write_batch(cairn_store *s, cairn__wreq **w, size_t *np, const cairn
             else if (more && at > upto)
                 upto = at;
         }
-        rc = cairn__synced_flush(s, upto);
+        /* (a round that failed a flush broke the handle: no later flush may vouch for it) */
+        rc = s->broken ? broken(s) : cairn__synced_flush(s, upto);
         for (size_t i = 0; i < *np; i++)
             if (owed[i])
                 ran(s, w[i], rc);

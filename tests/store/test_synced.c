@@ -1430,6 +1430,75 @@ static void test_group_commit_threads(void)
     unsetenv("CAIRN_TEST_BOOT_ID");
 }
 
+/* A flush that fails under group commit fails the durable writes it was to cover, and breaks
+ * the handle: no write after it succeeds (a later flush may succeed although the pages the
+ * failed one lost never reach the disk), and every durable write that returned 0 is there after
+ * a reboot. */
+enum { GF_WRITES = 4000 };
+
+typedef struct gf_arg {
+    cairn_store *s;
+    int k, done, first_err, bad; /* done: writes that returned 0 */
+} gf_arg;
+
+static void *gf_main(void *p)
+{
+    gf_arg *a = p;
+    for (int i = 0; i < GF_WRITES; i++) {
+        char id[32];
+        snprintf(id, sizeof id, "f%d-%d", a->k, i);
+        int rc = put(a->s, id, CAIRN__DURABLE);
+        if (rc && !a->first_err)
+            a->first_err = rc;
+        if (!rc)
+            a->bad += a->first_err != 0, a->done = i + 1;
+        if (a->first_err && i >= a->done + 3)
+            break; /* a few writes after the failure, all refused */
+    }
+    return NULL;
+}
+
+static void test_group_commit_flush_failure(void)
+{
+    char dir[300];
+    cairn_store *s = fresh_store(dir, "gcfail");
+    int rc = put(s, "f-first", CAIRN__DURABLE);
+    gf_arg args[GC_THREADS];
+    pthread_t th[GC_THREADS];
+    int made = 0;
+    for (int k = 0; k < GC_THREADS && rc == 0; k++) {
+        args[k] = (gf_arg){.s = s, .k = k};
+        made += pthread_create(&th[k], NULL, gf_main, &args[k]) == 0;
+    }
+    usleep(20 * 1000);
+    cairn__store_inject_flush_failure(s, EIO);
+    int eio = 0, bad = 0, done = 0;
+    for (int k = 0; k < made; k++) {
+        pthread_join(th[k], NULL);
+        eio += args[k].first_err == CAIRN_EIO;
+        bad += args[k].bad;
+        done += args[k].done;
+    }
+    ok(rc == 0 && made == GC_THREADS && eio == made && bad == 0,
+       "a flush fails under %d writing threads: each then fails with CAIRN_EIO (%d) and none "
+       "succeeds after (%d did)",
+       made, eio, bad);
+    cairn_store_free(s);
+    reboot("boot-F");
+    s = open_sync(dir);
+    int missing = s ? 0 : -1;
+    for (int k = 0; k < made && s; k++)
+        for (int i = 0; i < args[k].done; i++) {
+            char id[32];
+            snprintf(id, sizeof id, "f%d-%d", args[k].k, i);
+            missing += has(s, id) != 1;
+        }
+    ok(missing == 0, "after a reboot each of the %d writes that returned 0 is there (%d missing)",
+       done, missing);
+    cairn_store_free(s);
+    unsetenv("CAIRN_TEST_BOOT_ID");
+}
+
 /* An entry torn (or damaged) in the journal ends the replay there: the commits before it come
  * back, none after it, and the store reads whole. */
 static void test_journal_torn_entry(void)
@@ -1655,6 +1724,7 @@ int main(void)
     test_journal_torn_entry();
     test_journal_other_version();
     test_group_commit_threads();
+    test_group_commit_flush_failure();
     test_split_replayed();
     test_flush_failure();
     /* the marker alone: every durable point a fold (no journal), as its tests expect */
