@@ -116,12 +116,15 @@ static uint32_t rd32(const unsigned char *p)
 }
 static uint64_t rd64(const unsigned char *p) { return rd32(p) | (uint64_t)rd32(p + 4) << 32; }
 
-static int jfail(cairn_store *s, const char *what)
+/* A failed system call on the file `name` (errno says why) */
+static int file_fail(cairn_store *s, const char *what, const char *name)
 {
     int err = errno;
     return cairn__store_fail(s, err == ENOSPC || err == EDQUOT ? CAIRN_EFULL : CAIRN_EIO,
-                             "store %s: cannot %s its journal: %s", s->dir, what, strerror(err));
+                             "store %s: cannot %s its %s: %s", s->dir, what, name, strerror(err));
 }
+
+static int jfail(cairn_store *s, const char *what) { return file_fail(s, what, "journal"); }
 
 /* Opens `name` in dir, at least J_HDR bytes long, and maps its first J_HDR bytes (prot) in *map;
  * the descriptor stays open in *fd when fd is given, else it is closed. */
@@ -142,12 +145,10 @@ static int open_mapped(cairn_store *s, const char *dir, const char *name, int pr
         }
     }
     if (m == MAP_FAILED) {
-        int err = errno;
+        int rc = file_fail(s, what, name);
         if (f >= 0)
             close(f);
-        return cairn__store_fail(s, err == ENOSPC || err == EDQUOT ? CAIRN_EFULL : CAIRN_EIO,
-                                 "store %s: cannot %s its %s: %s", s->dir, what, name,
-                                 strerror(err));
+        return rc;
     }
     if (size)
         *size = st.st_size < (off_t)J_HDR ? J_HDR : (uint64_t)st.st_size;
