@@ -10,17 +10,25 @@
  * the most a kernel can do) and the threaded memcpy bench-llm uses for its roofline.
  *
  *   bench-matvec [--threads N] [--types F32,Q8_0,Q4_0] [--dim 768] [--ff 2048] [--isa LEVEL]
+ *                [--prompt N]
  *
  * --isa caps the kernels' instruction set (scalar, avx2, avx512...), as cairn__kernels_set_isa.
+ * --prompt N times the prompt's products instead: cairn__matmul of N tokens at each shape (the
+ * path cairn__matmul_path names), in GFLOP/s, against OpenBLAS's sgemm on the same weights as
+ * floats (the peer; its core is OpenBLAS's choice or OPENBLAS_CORETYPE), each the best of its
+ * runs in half a second (at least 5): a shared machine's other users take a core for
+ * milliseconds at a time.
  * Not a test: it never fails on a time.
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "gpu/gguf.h"
 #include "bench/llm/bench_util.h"
+#include "gpu/cpu/blas.h"
 #include "gpu/cpu/kernels_cpu.h"
 #include "gpu/quant.h"
 #include "gpu/cpu/threadpool.h"
@@ -148,12 +156,83 @@ static int bench_shape(cairn__pool *p, uint32_t ty, int64_t rows, int64_t cols, 
     return 0;
 }
 
+/* the prompt's product W (rows, cols) @ X (n, cols)^T, cairn__matmul against sgemm on the same
+ * weights in f32; each the best of half a second's runs */
+static int bench_prompt(cairn__pool *p, uint32_t ty, int64_t rows, int64_t cols, int64_t n)
+{
+    if (cols % (int64_t)cairn__quant_block_elems(ty) != 0)
+        return 0;
+    const size_t rb = (size_t)(cols / (int64_t)cairn__quant_block_elems(ty) *
+                               (int64_t)cairn__quant_block_bytes(ty));
+    uint8_t *w = malloc(rb * (size_t)rows);
+    float *wf = malloc((size_t)rows * (size_t)cols * sizeof *wf);
+    float *x = malloc((size_t)n * (size_t)cols * sizeof *x);
+    float *out = malloc((size_t)n * (size_t)rows * sizeof *out);
+    float *ref = malloc((size_t)n * (size_t)rows * sizeof *ref);
+    cairn__mat W = {ty, rows, cols, rb, NULL};
+    float *scratch = malloc(cairn__matmul_scratch_bytes(&W));
+    if (!w || !wf || !x || !out || !ref || !scratch) {
+        free(w), free(wf), free(x), free(out), free(ref), free(scratch);
+        return -1;
+    }
+    uint64_t r = 0x9E3779B97F4A7C15ull;
+    for (int64_t i = 0; i < rows; i++) {
+        float *row = wf + (size_t)i * (size_t)cols;
+        for (int64_t c = 0; c < cols; c++) {
+            r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+            row[c] = (float)((double)(r >> 11) * 0x1.0p-53 - 0.5);
+        }
+        cairn__quant_row(ty, row, w + (size_t)i * rb, (uint64_t)cols);
+        cairn__dequant_row(ty, w + (size_t)i * rb, row, (uint64_t)cols); /* the same weights */
+    }
+    for (int64_t i = 0; i < n * cols; i++)
+        x[i] = sinf((float)i * 0.37f);
+    W.data = w;
+    const int blas = cairn__blas_on();
+    /* each side's reps after a pause: OpenBLAS's threads, and the pool's, spin for a while after
+     * their work, and a product timed while the other side's do shares the cores with them
+     * (half speed on 2 cores) */
+    usleep(300 * 1000);
+    double best = 1e30, best_peer = 1e30;
+    for (double t0 = now_s(), rep = 0; rep < 5 || now_s() - t0 < 0.5; rep++) {
+        double t = now_s();
+        cairn__matmul(p, &W, x, n, out, scratch);
+        t = now_s() - t;
+        best = t < best ? t : best;
+    }
+    if (blas)
+        usleep(300 * 1000);
+    for (double t0 = now_s(), rep = 0; blas && (rep < 5 || now_s() - t0 < 0.5); rep++) {
+        double t = now_s();
+        cairn__sgemm(1, (int)n, (int)rows, (int)cols, 1.0f, x, (int)cols, wf, (int)cols, 0.0f, ref,
+                     (int)rows);
+        t = now_s() - t;
+        best_peer = t < best_peer ? t : best_peer;
+    }
+    double err = 0; /* the largest difference from sgemm's result, relative to its scale */
+    for (int64_t i = 0; blas && i < n * rows; i++) {
+        const double d = fabs((double)out[i] - (double)ref[i]) / (1.0 + fabs((double)ref[i]));
+        err = d > err ? d : err;
+    }
+    const double flop = 2.0 * (double)rows * (double)cols * (double)n;
+    printf("%-5s %5lld x %-5lld %-12s %9.1f", cairn__ggml_type_name(ty), (long long)rows,
+           (long long)cols, cairn__matmul_path(ty), flop / best / 1e9);
+    if (blas)
+        printf(" %9.1f %7.2fx %9.1e\n", flop / best_peer / 1e9, best_peer / best, err);
+    else
+        printf("  (no OpenBLAS: cairn alone)\n");
+    fflush(stdout);
+    free(w), free(wf), free(x), free(out), free(ref), free(scratch);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     int threads = 2;
     int64_t dim = 768, ff = 2048;
     char types[256] = "F32,Q8_0,Q4_0";
     const char *isa = NULL;
+    int64_t prompt = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc)
             threads = atoi(argv[++i]);
@@ -165,9 +244,11 @@ int main(int argc, char **argv)
             ff = atoll(argv[++i]);
         else if (strcmp(argv[i], "--isa") == 0 && i + 1 < argc)
             isa = argv[++i];
+        else if (strcmp(argv[i], "--prompt") == 0 && i + 1 < argc)
+            prompt = atoll(argv[++i]);
         else {
             fprintf(stderr, "usage: bench-matvec [--threads N] [--types F32,Q8_0,Q4_0] [--dim N] "
-                            "[--ff N] [--isa scalar|avx2|avx512]\n");
+                            "[--ff N] [--isa scalar|avx2|avx512] [--prompt N]\n");
             return 64;
         }
     }
@@ -179,10 +260,41 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench-matvec: this CPU or build has no '%s' kernels\n", isa);
         return 64;
     }
+    if (prompt < 0 || prompt > 4096) {
+        fprintf(stderr, "bench-matvec: --prompt must be 1 to 4096 tokens\n");
+        return 64;
+    }
+    /* OpenBLAS (the prompt's peer) loaded before the pool's threads start (blas.h) */
+    const int blas = prompt > 0 && cairn__blas_on();
+    if (blas)
+        cairn__blas_set_threads(threads);
     cairn__pool *p = NULL;
     if (cairn__pool_new(threads, &p) != 0) {
         fprintf(stderr, "bench-matvec: cannot start threads\n");
         return 70;
+    }
+    if (prompt > 0) {
+        printf("bench-matvec: %d threads, %s kernels, prompt of %lld tokens; peer: %s\n",
+               cairn__pool_size(p), cairn__kernels_isa(), (long long)prompt,
+               blas ? cairn__blas_desc() : "none");
+        printf("%-5s %-13s %-12s %9s %9s %8s %9s\n", "type", "rows x cols", "path", "GFLOP/s",
+               "sgemm", "ratio", "rel diff");
+        char *save = NULL;
+        for (char *tn = strtok_r(types, ",", &save); tn; tn = strtok_r(NULL, ",", &save)) {
+            uint32_t ty;
+            if (parse_type(tn, &ty) != 0) {
+                fprintf(stderr, "bench-matvec: unknown type '%s'\n", tn);
+                return 64;
+            }
+            const int64_t shapes[3][2] = {{dim, dim}, {ff, dim}, {dim, ff}};
+            for (int s = 0; s < 3; s++)
+                if (bench_prompt(p, ty, shapes[s][0], shapes[s][1], prompt) != 0) {
+                    fprintf(stderr, "bench-matvec: out of memory\n");
+                    return 70;
+                }
+        }
+        cairn__pool_free(p);
+        return 0;
     }
     uint8_t *ring = malloc(RING_BYTES);
     char *dst = malloc(RING_BYTES);
