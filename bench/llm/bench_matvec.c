@@ -226,6 +226,32 @@ static int bench_prompt(cairn__pool *p, uint32_t ty, int64_t rows, int64_t cols,
     return 0;
 }
 
+/* every type of the list at a layer's shapes (and the logits' where not --prompt), then the pool
+ * freed; the exit status */
+static int run_shapes(cairn__pool *p, char *types, int64_t dim, int64_t ff, int64_t prompt,
+                      uint8_t *ring, double read_bw)
+{
+    int rc = 0;
+    char *save = NULL;
+    for (char *tn = strtok_r(types, ",", &save); tn && !rc; tn = strtok_r(NULL, ",", &save)) {
+        uint32_t ty;
+        if (parse_type(tn, &ty) != 0) {
+            fprintf(stderr, "bench-matvec: unknown type '%s'\n", tn);
+            rc = 64;
+            break;
+        }
+        const int64_t shapes[4][2] = {{dim, dim}, {ff, dim}, {dim, ff}, {32000, dim}};
+        for (int s = 0; s < (prompt > 0 ? 3 : 4) && !rc; s++)
+            if ((prompt > 0 ? bench_prompt(p, ty, shapes[s][0], shapes[s][1], prompt)
+                            : bench_shape(p, ty, shapes[s][0], shapes[s][1], ring, read_bw)) != 0) {
+                fprintf(stderr, "bench-matvec: out of memory\n");
+                rc = 70;
+            }
+    }
+    cairn__pool_free(p);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     int threads = 2;
@@ -279,22 +305,7 @@ int main(int argc, char **argv)
                blas ? cairn__blas_desc() : "none");
         printf("%-5s %-13s %-12s %9s %9s %8s %9s\n", "type", "rows x cols", "path", "GFLOP/s",
                "sgemm", "ratio", "rel diff");
-        char *save = NULL;
-        for (char *tn = strtok_r(types, ",", &save); tn; tn = strtok_r(NULL, ",", &save)) {
-            uint32_t ty;
-            if (parse_type(tn, &ty) != 0) {
-                fprintf(stderr, "bench-matvec: unknown type '%s'\n", tn);
-                return 64;
-            }
-            const int64_t shapes[3][2] = {{dim, dim}, {ff, dim}, {dim, ff}};
-            for (int s = 0; s < 3; s++)
-                if (bench_prompt(p, ty, shapes[s][0], shapes[s][1], prompt) != 0) {
-                    fprintf(stderr, "bench-matvec: out of memory\n");
-                    return 70;
-                }
-        }
-        cairn__pool_free(p);
-        return 0;
+        return run_shapes(p, types, dim, ff, prompt, NULL, 0);
     }
     uint8_t *ring = malloc(RING_BYTES);
     char *dst = malloc(RING_BYTES);
@@ -357,21 +368,7 @@ int main(int argc, char **argv)
            (long long)dim, small_inline * 1e6, small_pool * 1e6);
     printf("%-5s %-13s %8s %9s %9s %8s %9s %9s\n", "type", "rows x cols", "KB", "cold us",
            "cold GB/s", "of read", "hot us", "hot GB/s");
-    char *save = NULL;
-    for (char *tn = strtok_r(types, ",", &save); tn; tn = strtok_r(NULL, ",", &save)) {
-        uint32_t ty;
-        if (parse_type(tn, &ty) != 0) {
-            fprintf(stderr, "bench-matvec: unknown type '%s'\n", tn);
-            return 64;
-        }
-        const int64_t shapes[4][2] = {{dim, dim}, {ff, dim}, {dim, ff}, {32000, dim}};
-        for (int s = 0; s < 4; s++)
-            if (bench_shape(p, ty, shapes[s][0], shapes[s][1], ring, rd) != 0) {
-                fprintf(stderr, "bench-matvec: out of memory\n");
-                return 70;
-            }
-    }
+    const int rc = run_shapes(p, types, dim, ff, 0, ring, rd);
     free(ring);
-    cairn__pool_free(p);
-    return 0;
+    return rc;
 }
