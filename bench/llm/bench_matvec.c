@@ -193,8 +193,8 @@ static int bench_prompt(cairn__pool *p, uint32_t ty, int64_t rows, int64_t cols,
      * their work, and a product timed while the other side's do shares the cores with them
      * (half speed on 2 cores) */
     usleep(300 * 1000);
-    double best = 1e30, best_peer = 1e30;
-    for (double t0 = now_s(), rep = 0; rep < 5 || now_s() - t0 < 0.5; rep++) {
+    double best = 1e30, best_peer = 1e30, t0 = now_s();
+    for (int rep = 0; rep < 5 || now_s() - t0 < 0.5; rep++) {
         double t = now_s();
         cairn__matmul(p, &W, x, n, out, scratch);
         t = now_s() - t;
@@ -202,7 +202,8 @@ static int bench_prompt(cairn__pool *p, uint32_t ty, int64_t rows, int64_t cols,
     }
     if (blas)
         usleep(300 * 1000);
-    for (double t0 = now_s(), rep = 0; blas && (rep < 5 || now_s() - t0 < 0.5); rep++) {
+    t0 = now_s();
+    for (int rep = 0; blas && (rep < 5 || now_s() - t0 < 0.5); rep++) {
         double t = now_s();
         cairn__sgemm(1, (int)n, (int)rows, (int)cols, 1.0f, x, (int)cols, wf, (int)cols, 0.0f, ref,
                      (int)rows);
