@@ -88,6 +88,15 @@ static double bandwidth(cairn__pool *p, uint8_t *a, char *b, size_t n, int copy)
 
 /* One shape: a ring of copies of W (rows, cols) filling RING_BYTES; prints out-of-cache and
  * in-cache speed of cairn__matvec. */
+/* cols weights in [-0.5, 0.5) from the xorshift state *r */
+static void random_row(uint64_t *r, float *dst, int64_t cols)
+{
+    for (int64_t c = 0; c < cols; c++) {
+        *r ^= *r << 13, *r ^= *r >> 7, *r ^= *r << 17;
+        dst[c] = (float)((double)(*r >> 11) * 0x1.0p-53 - 0.5);
+    }
+}
+
 static int bench_shape(cairn__pool *p, uint32_t ty, int64_t rows, int64_t cols, uint8_t *ring,
                        double read_bw)
 {
@@ -114,10 +123,7 @@ static int bench_shape(cairn__pool *p, uint32_t ty, int64_t rows, int64_t cols, 
     }
     uint64_t r = 0x9E3779B97F4A7C15ull;
     for (int64_t i = 0; i < rows; i++) {
-        for (int64_t c = 0; c < cols; c++) {
-            r ^= r << 13, r ^= r >> 7, r ^= r << 17;
-            wf[c] = (float)((double)(r >> 11) * 0x1.0p-53 - 0.5);
-        }
+        random_row(&r, wf, cols);
         cairn__quant_row(ty, wf, ring + (size_t)i * rb, (uint64_t)cols);
     }
     for (size_t k = 1; k < copies; k++)
@@ -178,10 +184,7 @@ static int bench_prompt(cairn__pool *p, uint32_t ty, int64_t rows, int64_t cols,
     uint64_t r = 0x9E3779B97F4A7C15ull;
     for (int64_t i = 0; i < rows; i++) {
         float *row = wf + (size_t)i * (size_t)cols;
-        for (int64_t c = 0; c < cols; c++) {
-            r ^= r << 13, r ^= r >> 7, r ^= r << 17;
-            row[c] = (float)((double)(r >> 11) * 0x1.0p-53 - 0.5);
-        }
+        random_row(&r, row, cols);
         cairn__quant_row(ty, row, w + (size_t)i * rb, (uint64_t)cols);
         cairn__dequant_row(ty, w + (size_t)i * rb, row, (uint64_t)cols); /* the same weights */
     }
