@@ -267,12 +267,13 @@ static inline size_t cairn__pf_ahead(size_t rb, int R)
  * each call:
  * - CAIRN__LANE_KERNELS: name##_rows (cairn__rows_fn) and name##_tile (cairn__tile_fn) around a
  *   lane kernel kernel(w, rb, a, n, out, ld, R, T, KIND) over activations of type X, RR rows and
- *   TT tokens at a time (then the rest);
+ *   TT tokens at a time (then the rest); CAIRN__LANE_ROWS the rows kernel alone (for an ISA whose
+ *   tiles have their own loop);
  * - CAIRN__FLOAT_TILE: name##_ftile (cairn__tile_fn) around a float tile kernel kernel(w, rb, x,
  *   n, out, ld, R, T, WT), tokens outer (a tile's TT token rows stay in L1 while the rows pass);
  * - CAIRN__FLOAT_ROWS: name##_frows (cairn__rows_fn) around a float rows kernel kernel(w, rb, x,
  *   n, out, R, WT), 4 rows at a time. */
-#define CAIRN__LANE_KERNELS(ATTR, name, kernel, X, KIND, RR, TT)                                   \
+#define CAIRN__LANE_ROWS(ATTR, name, kernel, X, KIND, RR)                                          \
     ATTR static inline __attribute__((always_inline)) void name##_tile_(                           \
         const uint8_t *w, size_t rb, const X *const *a, int64_t n, float *out, size_t ld,          \
         const int R, const int T)                                                                  \
@@ -284,7 +285,9 @@ static inline size_t cairn__pf_ahead(size_t rb, int R)
     {                                                                                              \
         const X *a = (const X *)xp;                                                                \
         CAIRN__TILE(name##_tile_, w, rb, nr, &a, 1, n, out, 0, RR, 1);                             \
-    }                                                                                              \
+    }
+#define CAIRN__LANE_KERNELS(ATTR, name, kernel, X, KIND, RR, TT)                                   \
+    CAIRN__LANE_ROWS(ATTR, name, kernel, X, KIND, RR)                                              \
     ATTR static void name##_tile(const uint8_t *w, size_t rb, int nr, const void *const *xp,       \
                                  int nt, int64_t n, float *out, size_t ld)                         \
     {                                                                                              \

@@ -473,14 +473,23 @@ AVX2 static inline __attribute__((always_inline)) __m256 iq4_xs_scales2(const ui
 #undef XS2_
 #undef XS2R_
 
-/* quad g of rows (R <= 2) of stride rb bytes @ tokens a[0..T), its first nbk blocks (4, but for
- * the last quad of a row whose block count is not a multiple of 4), added into acc[0..T) */
-AVX2 static inline __attribute__((always_inline)) void
-quad_step_avx2(const uint8_t *w, size_t rb, const cairn__xq_quad *const *a, int64_t g,
-               const int nbk, size_t pf, __m256 *acc, const int R, const int T, const int KIND)
+/* A quad's weights as the token loop takes them: K[k] group k of every (row, block) lane (the
+ * values; nibbles, fifth bits or levels already applied), U[k] their magnitudes (the signed
+ * kinds), and each lane's scale and minimum. */
+typedef struct {
+    __m256i K[8], U[8];
+    __m256 sw, mw;
+} quad2_w;
+
+/* quad g of rows (R <= 2) of stride rb bytes, its first nbk blocks (4, but for the last quad of a
+ * row whose block count is not a multiple of 4) -> *q */
+AVX2 static inline __attribute__((always_inline)) void quad_prep_avx2(const uint8_t *w, size_t rb,
+                                                                      int64_t g, const int nbk,
+                                                                      size_t pf, quad2_w *q,
+                                                                      const int R, const int KIND)
 {
     const int SIGNED = KIND == CAIRN__QK_Q8_0 || CAIRN__QK_LUT(KIND);
-    const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
     const __m256i lut = _mm256_broadcastsi128_si256(
         _mm_loadu_si128((const __m128i *)(const void *)cairn__iq4nl_values));
     /* the fifth bits: group 2j and 2j + 1 of a lane test bits e and 4 + e of qh byte j */
@@ -566,44 +575,81 @@ quad_step_avx2(const uint8_t *w, size_t rb, const cairn__xq_quad *const *a, int6
 #undef SC8
 #undef W16
     }
-    __m256i U[8];
-    if (SIGNED)
 #pragma GCC unroll 8
-        for (int k = 0; k < 8; k++)
-            U[k] = _mm256_sign_epi8(K[k], K[k]); /* |w|: 0..128 as unsigned bytes */
+    for (int k = 0; k < 8; k++) {
+        q->K[k] = K[k];
+        if (SIGNED)
+            q->U[k] = _mm256_sign_epi8(K[k], K[k]); /* |w|: 0..128 as unsigned bytes */
+    }
+    q->sw = sw;
+    q->mw = mw;
+}
+
+/* the quad *q (quad g of its rows) @ tokens a[0..T), added into acc[0..T): each group's weights
+ * loaded once for the T tokens */
+AVX2 static inline __attribute__((always_inline)) void
+quad_apply_avx2(const quad2_w *q, const cairn__xq_quad *const *a, int64_t g, __m256 *acc,
+                const int T, const int KIND)
+{
+    const int SIGNED = KIND == CAIRN__QK_Q8_0 || CAIRN__QK_LUT(KIND);
+    const __m256i ones = _mm256_set1_epi16(1);
+#define BC(p) _mm256_broadcastsi128_si256(_mm_load_si128((const __m128i *)(const void *)(p)))
+    __m256i p[QUAD2_TT];
+    if (SIGNED) {
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++)
+            p[t] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) {
+            const __m256i Kk = q->K[k], Uk = q->U[k];
+#pragma GCC unroll 4
+            for (int t = 0; t < T; t++)
+                p[t] = _mm256_add_epi32(
+                    p[t],
+                    _mm256_madd_epi16(
+                        _mm256_maddubs_epi16(Uk, _mm256_sign_epi8(BC(a[t][g].a[k]), Kk)), ones));
+        }
+    } else { /* groups 0-3 and 4-7 in int16; Q4's 8 together, Q5's 4 at a time */
+        __m256i s0[QUAD2_TT], s1[QUAD2_TT];
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) {
+            const __m256i K0 = q->K[k], K1 = q->K[4 + k];
+#pragma GCC unroll 4
+            for (int t = 0; t < T; t++) {
+                const __m256i u0 = _mm256_maddubs_epi16(K0, BC(a[t][g].a[k]));
+                const __m256i u1 = _mm256_maddubs_epi16(K1, BC(a[t][g].a[4 + k]));
+                s0[t] = k ? _mm256_add_epi16(s0[t], u0) : u0;
+                s1[t] = k ? _mm256_add_epi16(s1[t], u1) : u1;
+            }
+        }
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++)
+            p[t] = CAIRN__QK_FIVE(KIND) ? _mm256_add_epi32(_mm256_madd_epi16(s0[t], ones),
+                                                           _mm256_madd_epi16(s1[t], ones))
+                                        : _mm256_madd_epi16(_mm256_add_epi16(s0[t], s1[t]), ones);
+    }
 #pragma GCC unroll 4
     for (int t = 0; t < T; t++) {
         const cairn__xq_quad *x = &a[t][g];
-#define BC(p) _mm256_broadcastsi128_si256(_mm_load_si128((const __m128i *)(const void *)(p)))
-        __m256i p;
-        if (SIGNED) {
-            p = _mm256_setzero_si256();
-#pragma GCC unroll 8
-            for (int k = 0; k < 8; k++)
-                p = _mm256_add_epi32(
-                    p, _mm256_madd_epi16(
-                           _mm256_maddubs_epi16(U[k], _mm256_sign_epi8(BC(x->a[k]), K[k])), ones));
-        } else { /* groups 0-3 and 4-7 in int16; Q4's 8 together, Q5's 4 at a time */
-            __m256i s0 = _mm256_maddubs_epi16(K[0], BC(x->a[0]));
-            __m256i s1 = _mm256_maddubs_epi16(K[4], BC(x->a[4]));
-#pragma GCC unroll 3
-            for (int k = 1; k < 4; k++) {
-                s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(K[k], BC(x->a[k])));
-                s1 = _mm256_add_epi16(s1, _mm256_maddubs_epi16(K[4 + k], BC(x->a[4 + k])));
-            }
-            p = CAIRN__QK_FIVE(KIND)
-                    ? _mm256_add_epi32(_mm256_madd_epi16(s0, ones), _mm256_madd_epi16(s1, ones))
-                    : _mm256_madd_epi16(_mm256_add_epi16(s0, s1), ones);
-        }
         if (!SIGNED && !CAIRN__QK_MIN(KIND))
-            p = _mm256_add_epi32(p, BC(x->c));
-#undef BC
+            p[t] = _mm256_add_epi32(p[t], BC(x->c));
         const __m256 sx = _mm256_broadcast_ps((const __m128 *)(const void *)x->d);
-        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(sw, sx), acc[t]);
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p[t]), _mm256_mul_ps(q->sw, sx), acc[t]);
         if (CAIRN__QK_MIN(KIND))
-            acc[t] = _mm256_fmadd_ps(mw, _mm256_broadcast_ps((const __m128 *)(const void *)x->s),
+            acc[t] = _mm256_fmadd_ps(q->mw, _mm256_broadcast_ps((const __m128 *)(const void *)x->s),
                                      acc[t]);
     }
+#undef BC
+}
+
+/* quad g of rows (R <= 2) @ tokens a[0..T), its first nbk blocks, added into acc[0..T) */
+AVX2 static inline __attribute__((always_inline)) void
+quad_step_avx2(const uint8_t *w, size_t rb, const cairn__xq_quad *const *a, int64_t g,
+               const int nbk, size_t pf, __m256 *acc, const int R, const int T, const int KIND)
+{
+    quad2_w q;
+    quad_prep_avx2(w, rb, g, nbk, pf, &q, R, KIND);
+    quad_apply_avx2(&q, a, g, acc, T, KIND);
 }
 
 /* rows (R <= 2, n) of stride rb bytes @ tokens a[0..T) (T <= 4, each in the type's quad form) ->
@@ -624,6 +670,82 @@ quad_tile_avx2(const uint8_t *w, size_t rb, const cairn__xq_quad *const *a, int6
     if (nb % 4)
         quad_step_avx2(w, rb, a, nb / 4, (int)(nb % 4), pf, acc, R, T, KIND);
     store2_rows(acc, T, R, out, ld);
+}
+
+/* The prompt's tiles: a row pair's quads prepared once for every token rather than once a tile
+ * of 4 (the loads, the transposition, the unpacking and the scales were a third of a tile's
+ * work). A panel holds QUAD2_SEG quads (2048 columns, 9 KB, beside a tile's activations in L1);
+ * a longer row takes several, and its tokens go in blocks of QUAD2_TB whose accumulators wait in
+ * memory between panels. Each lane's operations are quad_tile_avx2's in the same order, so the
+ * bits are the same. */
+#define QUAD2_SEG 16
+#define QUAD2_TB 64
+
+/* tokens a[0..T) over the panel's qn quads (the row's quads g0..): the accumulators start at zero
+ * (first) or from accb, and end in out (last) or accb */
+AVX2 static inline __attribute__((always_inline)) void
+quad_panel_tokens(const quad2_w *P, int qn, const cairn__xq_quad *const *a, int64_t g0, int first,
+                  int last, __m256 *accb, float *out, size_t ld, const int R, const int T,
+                  const int KIND)
+{
+    __m256 acc[QUAD2_TT];
+#pragma GCC unroll 4
+    for (int t = 0; t < T; t++)
+        acc[t] = first ? _mm256_setzero_ps() : accb[t];
+    for (int q = 0; q < qn; q++)
+        quad_apply_avx2(&P[q], a, g0 + q, acc, T, KIND);
+    if (last)
+        store2_rows(acc, T, R, out, ld);
+    else
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++)
+            accb[t] = acc[t];
+}
+
+/* rows (R <= 2, n) of stride rb bytes @ tokens a[0..nt) -> out[t * ld + r] */
+AVX2 static inline __attribute__((always_inline)) void
+quad_panel_avx2(const uint8_t *w, size_t rb, const cairn__xq_quad *const *a, int nt, int64_t n,
+                float *out, size_t ld, const int R, const int KIND)
+{
+    const int64_t nb = n / 32, nq = (nb + 3) / 4;
+    const size_t pf = cairn__pf_ahead(rb, R);
+    quad2_w P[QUAD2_SEG];
+    __m256 accb[QUAD2_TB];
+    for (int t0 = 0; t0 < nt; t0 += QUAD2_TB) {
+        const int tn = nt - t0 < QUAD2_TB ? nt - t0 : QUAD2_TB;
+        for (int64_t q0 = 0; q0 < nq; q0 += QUAD2_SEG) {
+            const int qn = (int)(nq - q0 < QUAD2_SEG ? nq - q0 : QUAD2_SEG);
+            for (int q = 0; q < qn; q++) {
+                if (q0 + q < nb / 4)
+                    quad_prep_avx2(w, rb, q0 + q, 4, pf, &P[q], R, KIND);
+                else
+                    quad_prep_avx2(w, rb, q0 + q, (int)(nb % 4), pf, &P[q], R, KIND);
+            }
+            const int first = q0 == 0, last = q0 + qn == nq;
+            const cairn__xq_quad *const *at = a + t0;
+            float *o = out + (size_t)t0 * ld;
+            int t = 0;
+            for (; t + QUAD2_TT <= tn; t += QUAD2_TT)
+                quad_panel_tokens(P, qn, at + t, q0, first, last, accb + t, o + (size_t)t * ld, ld,
+                                  R, QUAD2_TT, KIND);
+            switch (tn - t) {
+            case 3:
+                quad_panel_tokens(P, qn, at + t, q0, first, last, accb + t, o + (size_t)t * ld, ld,
+                                  R, 3, KIND);
+                break;
+            case 2:
+                quad_panel_tokens(P, qn, at + t, q0, first, last, accb + t, o + (size_t)t * ld, ld,
+                                  R, 2, KIND);
+                break;
+            case 1:
+                quad_panel_tokens(P, qn, at + t, q0, first, last, accb + t, o + (size_t)t * ld, ld,
+                                  R, 1, KIND);
+                break;
+            default:
+                break;
+            }
+        }
+    }
 }
 
 /* ---- Q2_K, Q3_K and Q6_K: (row, sub-block) lanes, one kernel for 1-4 tokens ---------------
@@ -811,7 +933,17 @@ k16_tile_avx2(const uint8_t *w, size_t rb, const cairn__xq_k16 *const *a, int64_
 
 /* Each type's rows and tile kernels, over any number of rows and tokens */
 #define QUAD2_KERNELS(name, KIND)                                                                  \
-    CAIRN__LANE_KERNELS(AVX2, name, quad_tile_avx2, cairn__xq_quad, KIND, QUAD2_RR, QUAD2_TT)
+    CAIRN__LANE_ROWS(AVX2, name, quad_tile_avx2, cairn__xq_quad, KIND, QUAD2_RR)                   \
+    AVX2 static void name##_tile(const uint8_t *w, size_t rb, int nr, const void *const *xp,       \
+                                 int nt, int64_t n, float *out, size_t ld)                         \
+    {                                                                                              \
+        const cairn__xq_quad *const *a = (const cairn__xq_quad *const *)xp;                        \
+        int r = 0;                                                                                 \
+        for (; r + 2 <= nr; r += 2)                                                                \
+            quad_panel_avx2(w + (size_t)r * rb, rb, a, nt, n, out + r, ld, 2, KIND);               \
+        if (r < nr)                                                                                \
+            quad_panel_avx2(w + (size_t)r * rb, rb, a, nt, n, out + r, ld, 1, KIND);               \
+    }
 
 QUAD2_KERNELS(q4_0, CAIRN__QK_Q4_0)
 QUAD2_KERNELS(q8_0, CAIRN__QK_Q8_0)

@@ -517,11 +517,14 @@ static void check_matmul_int8(cairn__pool *pool, const char *level)
         const uint64_t be = cairn__quant_block_elems(types[t]),
                        bb = cairn__quant_block_bytes(types[t]);
         long bad = 0, cases = 0;
-        /* 3 blocks (only the Q4_0 kernel's leftovers, one Q8_0 pair and a single block) and 13
-         * (3 whole Q4_0 quads and 1 left, 6 Q8_0 pairs and 1 left); 2 and 3 super-blocks */
-        for (int ci = 0; ci < 2; ci++)
+        /* 3 blocks (only the Q4_0 kernel's leftovers, one Q8_0 pair and a single block), 13
+         * (3 whole quads and 1 left, 6 Q8_0 pairs and 1 left) and 65 (16 whole quads, a panel of
+         * the AVX2 tiles, and a second panel of 1 block); 2, 3 and 9 super-blocks */
+        for (int ci = 0; ci < 3; ci++)
             for (int ri = 0; ri < 4; ri++) {
-                const int64_t cols = be == 256 ? 512 + 256 * ci : 96 + 320 * ci;
+                const int64_t cols = ci == 2     ? (int64_t)be * (be == 256 ? 9 : 65)
+                                     : be == 256 ? 512 + 256 * ci
+                                                 : 96 + 320 * ci;
                 const int64_t rows = rows_of[ri];
                 const size_t rb = (size_t)((uint64_t)cols / be * bb);
                 uint8_t *w = random_weights(types[t], rows, cols, &seed);
@@ -551,7 +554,7 @@ static void check_matmul_int8(cairn__pool *pool, const char *level)
                 free(w);
             }
         ok(bad == 0,
-           "%s: %s matmul (int8) of 1-130 tokens by 1-300 rows, 2 widths = matvec on each, bit for "
+           "%s: %s matmul (int8) of 1-130 tokens by 1-300 rows, 3 widths = matvec on each, bit for "
            "bit "
            "(%ld of %ld tokens differ)",
            level, cairn__ggml_type_name(types[t]), bad, cases);
