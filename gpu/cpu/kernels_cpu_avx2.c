@@ -672,82 +672,6 @@ quad_tile_avx2(const uint8_t *w, size_t rb, const cairn__xq_quad *const *a, int6
     store2_rows(acc, T, R, out, ld);
 }
 
-/* The prompt's tiles: a row pair's quads prepared once for every token rather than once a tile
- * of 4 (the loads, the transposition, the unpacking and the scales were a third of a tile's
- * work). A panel holds QUAD2_SEG quads (2048 columns, 9 KB, beside a tile's activations in L1);
- * a longer row takes several, and its tokens go in blocks of QUAD2_TB whose accumulators wait in
- * memory between panels. Each lane's operations are quad_tile_avx2's in the same order, so the
- * bits are the same. */
-#define QUAD2_SEG 16
-#define QUAD2_TB 64
-
-/* tokens a[0..T) over the panel's qn quads (the row's quads g0..): the accumulators start at zero
- * (first) or from accb, and end in out (last) or accb */
-AVX2 static inline __attribute__((always_inline)) void
-quad_panel_tokens(const quad2_w *P, int qn, const cairn__xq_quad *const *a, int64_t g0, int first,
-                  int last, __m256 *accb, float *out, size_t ld, const int R, const int T,
-                  const int KIND)
-{
-    __m256 acc[QUAD2_TT];
-#pragma GCC unroll 4
-    for (int t = 0; t < T; t++)
-        acc[t] = first ? _mm256_setzero_ps() : accb[t];
-    for (int q = 0; q < qn; q++)
-        quad_apply_avx2(&P[q], a, g0 + q, acc, T, KIND);
-    if (last)
-        store2_rows(acc, T, R, out, ld);
-    else
-#pragma GCC unroll 4
-        for (int t = 0; t < T; t++)
-            accb[t] = acc[t];
-}
-
-/* rows (R <= 2, n) of stride rb bytes @ tokens a[0..nt) -> out[t * ld + r] */
-AVX2 static inline __attribute__((always_inline)) void
-quad_panel_avx2(const uint8_t *w, size_t rb, const cairn__xq_quad *const *a, int nt, int64_t n,
-                float *out, size_t ld, const int R, const int KIND)
-{
-    const int64_t nb = n / 32, nq = (nb + 3) / 4;
-    const size_t pf = cairn__pf_ahead(rb, R);
-    quad2_w P[QUAD2_SEG];
-    __m256 accb[QUAD2_TB];
-    for (int t0 = 0; t0 < nt; t0 += QUAD2_TB) {
-        const int tn = nt - t0 < QUAD2_TB ? nt - t0 : QUAD2_TB;
-        for (int64_t q0 = 0; q0 < nq; q0 += QUAD2_SEG) {
-            const int qn = (int)(nq - q0 < QUAD2_SEG ? nq - q0 : QUAD2_SEG);
-            for (int q = 0; q < qn; q++) {
-                if (q0 + q < nb / 4)
-                    quad_prep_avx2(w, rb, q0 + q, 4, pf, &P[q], R, KIND);
-                else
-                    quad_prep_avx2(w, rb, q0 + q, (int)(nb % 4), pf, &P[q], R, KIND);
-            }
-            const int first = q0 == 0, last = q0 + qn == nq;
-            const cairn__xq_quad *const *at = a + t0;
-            float *o = out + (size_t)t0 * ld;
-            int t = 0;
-            for (; t + QUAD2_TT <= tn; t += QUAD2_TT)
-                quad_panel_tokens(P, qn, at + t, q0, first, last, accb + t, o + (size_t)t * ld, ld,
-                                  R, QUAD2_TT, KIND);
-            switch (tn - t) {
-            case 3:
-                quad_panel_tokens(P, qn, at + t, q0, first, last, accb + t, o + (size_t)t * ld, ld,
-                                  R, 3, KIND);
-                break;
-            case 2:
-                quad_panel_tokens(P, qn, at + t, q0, first, last, accb + t, o + (size_t)t * ld, ld,
-                                  R, 2, KIND);
-                break;
-            case 1:
-                quad_panel_tokens(P, qn, at + t, q0, first, last, accb + t, o + (size_t)t * ld, ld,
-                                  R, 1, KIND);
-                break;
-            default:
-                break;
-            }
-        }
-    }
-}
-
 /* ---- Q2_K, Q3_K and Q6_K: (row, sub-block) lanes, one kernel for 1-4 tokens ---------------
  * kernels_cpu_avx512.c's K16 kernel on 256-bit registers, as the quad kernel above is its quad
  * kernel's: a step takes 2 rows and 64 elements of their super-block (4 sub-blocks of 16), lane
@@ -768,25 +692,69 @@ quad_panel_avx2(const uint8_t *w, size_t rb, const cairn__xq_quad *const *a, int
  * row (acc lanes s 0 + 1) + (2 + 3)), so Q2_K's and Q3_K's outputs are bit for bit the AVX-512
  * level's; the decode's are the prompt's for all three. */
 
-/* rows (R <= 2, n) of stride rb bytes @ tokens a[0..T) (T <= 4, form CAIRN__XF_K16) ->
- * out[t * ld + r]; KQ one of K16_* */
+/* A step's weights as the token loop takes them: P[g] group g of every (row, sub-block) lane,
+ * and each lane's scale and (Q2_K) minimum. */
+typedef struct {
+    __m256i P[4];
+    __m256 sw, mw;
+} k16_w;
+
+/* step s of rows' K16 weights q @ tokens a[0..T), added into acc[0..T) */
+AVX2 static inline __attribute__((always_inline)) void k16_apply_avx2(const k16_w *q,
+                                                                      const cairn__xq_k16 *const *a,
+                                                                      int64_t s, __m256 *acc,
+                                                                      const int T, const int KQ)
+{
+    const __m256i ones = _mm256_set1_epi16(1);
+#define BC(p) _mm256_broadcastsi128_si256(_mm_load_si128((const __m128i *)(const void *)(p)))
+    __m256i s0[QUAD2_TT], s1[QUAD2_TT]; /* Q6_K: groups 0-1 and 2-3; else all 4 in s0 */
+#pragma GCC unroll 4
+    for (int g = 0; g < 4; g++) {
+        const __m256i Pg = q->P[g];
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) {
+            const __m256i u = _mm256_maddubs_epi16(Pg, BC(a[t][s].a[g]));
+            if (KQ == CAIRN__K16_Q6 && g >= 2)
+                s1[t] = g == 2 ? u : _mm256_add_epi16(s1[t], u);
+            else
+                s0[t] = g == 0 ? u : _mm256_add_epi16(s0[t], u);
+        }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < T; t++) {
+        const cairn__xq_k16 *x = &a[t][s];
+        __m256i p;
+        if (KQ == CAIRN__K16_Q6)
+            p = _mm256_add_epi32(
+                _mm256_slli_epi32(BC(x->c), 3),
+                _mm256_add_epi32(_mm256_madd_epi16(s0[t], ones), _mm256_madd_epi16(s1[t], ones)));
+        else {
+            p = _mm256_madd_epi16(s0[t], ones);
+            if (KQ == CAIRN__K16_Q3)
+                p = _mm256_add_epi32(BC(x->c), p);
+        }
+        const __m256 sx = _mm256_broadcast_ps((const __m128 *)(const void *)x->d);
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(q->sw, sx), acc[t]);
+        if (KQ == CAIRN__K16_Q2)
+            acc[t] = _mm256_fmadd_ps(q->mw, _mm256_broadcast_ps((const __m128 *)(const void *)x->s),
+                                     acc[t]);
+    }
+#undef BC
+}
+
+/* super-block i of rows (R <= 2) of stride rb bytes: its 4 steps' weights, each kept in
+ * store[m] (store not NULL) or applied at once to tokens a[0..T) into acc[0..T) */
 AVX2 static inline __attribute__((always_inline)) void
-k16_tile_avx2(const uint8_t *w, size_t rb, const cairn__xq_k16 *const *a, int64_t n, float *out,
-              size_t ld, const int R, const int T, const int KQ)
+k16_sb_avx2(const uint8_t *w, size_t rb, int64_t i, size_t pf, k16_w *store,
+            const cairn__xq_k16 *const *a, __m256 *acc, const int R, const int T, const int KQ)
 {
     const int Q3 = KQ == CAIRN__K16_Q3, Q6 = KQ == CAIRN__K16_Q6;
     const size_t bb = Q6   ? sizeof(cairn__block_q6_K)
                       : Q3 ? sizeof(cairn__block_q3_K)
                            : sizeof(cairn__block_q2_K);
     const size_t QS = Q3 ? offsetof(cairn__block_q3_K, qs) : offsetof(cairn__block_q2_K, qs);
-    const __m256i m3 = _mm256_set1_epi8(3), m4 = _mm256_set1_epi8(0x0F), four = _mm256_set1_epi8(4),
-                  ones = _mm256_set1_epi16(1);
-    const size_t pf = cairn__pf_ahead(rb, R);
-    __m256 acc[QUAD2_TT];
-#pragma GCC unroll 4
-    for (int t = 0; t < T; t++)
-        acc[t] = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / CAIRN__QK_K; i++) {
+    const __m256i m3 = _mm256_set1_epi8(3), m4 = _mm256_set1_epi8(0x0F), four = _mm256_set1_epi8(4);
+    {
         const uint8_t *b0 = w + (size_t)i * bb;
         CAIRN__PF_RUN(w, pf, i, (int)bb, R);
         /* W[m], dword r: row r's scales of sub-blocks 4m..4m+3 (a byte each: Q3_K's 6 bits,
@@ -897,53 +865,141 @@ k16_tile_avx2(const uint8_t *w, size_t rb, const cairn__xq_k16 *const *a, int64_
                     D, _mm256_cvtepi32_ps(_mm256_and_si256(us, _mm256_set1_epi32(0xF))));
                 mw = _mm256_mul_ps(M, _mm256_cvtepi32_ps(_mm256_srli_epi32(us, 4)));
             }
-#pragma GCC unroll 4
-            for (int t = 0; t < T; t++) {
-                const cairn__xq_k16 *x = &a[t][4 * i + m];
-#define BC(p) _mm256_broadcastsi128_si256(_mm_load_si128((const __m128i *)(const void *)(p)))
-                __m256i p;
-                if (Q6) {
-                    const __m256i s01 = _mm256_add_epi16(_mm256_maddubs_epi16(P[0], BC(x->a[0])),
-                                                         _mm256_maddubs_epi16(P[1], BC(x->a[1])));
-                    const __m256i s23 = _mm256_add_epi16(_mm256_maddubs_epi16(P[2], BC(x->a[2])),
-                                                         _mm256_maddubs_epi16(P[3], BC(x->a[3])));
-                    p = _mm256_add_epi32(_mm256_slli_epi32(BC(x->c), 3),
-                                         _mm256_add_epi32(_mm256_madd_epi16(s01, ones),
-                                                          _mm256_madd_epi16(s23, ones)));
-                } else {
-                    __m256i s16 = _mm256_maddubs_epi16(P[0], BC(x->a[0]));
-#pragma GCC unroll 3
-                    for (int g = 1; g < 4; g++)
-                        s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(P[g], BC(x->a[g])));
-                    p = _mm256_madd_epi16(s16, ones);
-                    if (Q3)
-                        p = _mm256_add_epi32(BC(x->c), p);
-                }
-#undef BC
-                const __m256 sx = _mm256_broadcast_ps((const __m128 *)(const void *)x->d);
-                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(sw, sx), acc[t]);
-                if (KQ == CAIRN__K16_Q2)
-                    acc[t] = _mm256_fmadd_ps(
-                        mw, _mm256_broadcast_ps((const __m128 *)(const void *)x->s), acc[t]);
-            }
+            k16_w e = {{P[0], P[1], P[2], P[3]}, sw, mw};
+            if (store)
+                store[m] = e;
+            else
+                k16_apply_avx2(&e, a, 4 * i + m, acc, T, KQ);
         }
     }
+}
+
+/* rows (R <= 2, n) of stride rb bytes @ tokens a[0..T) (T <= 4, form CAIRN__XF_K16) ->
+ * out[t * ld + r]; KQ one of K16_* */
+AVX2 static inline __attribute__((always_inline)) void
+k16_tile_avx2(const uint8_t *w, size_t rb, const cairn__xq_k16 *const *a, int64_t n, float *out,
+              size_t ld, const int R, const int T, const int KQ)
+{
+    const size_t pf = cairn__pf_ahead(rb, R);
+    __m256 acc[QUAD2_TT];
+#pragma GCC unroll 4
+    for (int t = 0; t < T; t++)
+        acc[t] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / CAIRN__QK_K; i++)
+        k16_sb_avx2(w, rb, i, pf, NULL, a, acc, R, T, KQ);
     store2_rows(acc, T, R, out, ld);
 }
 
+/* ---- the prompt's tiles: a row pair's weights prepared once for every token ------------------
+ * The rows kernels above prepare a step's weights (the loads, the transposition, the unpacking,
+ * the scales) and apply them to the token at once; for a prompt that was a third of a tile's
+ * work, repeated for every 4 tokens. Here a row pair's steps are prepared once into a panel in L1
+ * and every token runs over it: QUAD2_SEG units (a quad of 32-value blocks: one step; a K16
+ * super-block: four), 2048 columns, 6-9 KB. A longer row takes several panels, its tokens in
+ * blocks of QUAD2_TB whose accumulators wait in memory between them. Each lane's operations are
+ * the rows kernels' in the same order, so every output is bit for bit the decode's. */
+#define QUAD2_SEG 16
+#define QUAD2_TB 64
+
+typedef union {
+    quad2_w q;
+    k16_w k;
+} lane2_w;
+
+/* tokens a[0..T) over the panel's ns steps (the rows' steps s0..): the accumulators start at
+ * zero (first) or from accb, and end in out (last) or accb */
+AVX2 static inline __attribute__((always_inline)) void
+panel_tokens_avx2(const lane2_w *P, int ns, const void *const *a, int64_t s0, int first, int last,
+                  __m256 *accb, float *out, size_t ld, const int R, const int T, const int KIND,
+                  const int K16)
+{
+    __m256 acc[QUAD2_TT];
+#pragma GCC unroll 4
+    for (int t = 0; t < T; t++)
+        acc[t] = first ? _mm256_setzero_ps() : accb[t];
+    for (int s = 0; s < ns; s++) {
+        if (K16)
+            k16_apply_avx2(&P[s].k, (const cairn__xq_k16 *const *)a, s0 + s, acc, T, KIND);
+        else
+            quad_apply_avx2(&P[s].q, (const cairn__xq_quad *const *)a, s0 + s, acc, T, KIND);
+    }
+    if (last)
+        store2_rows(acc, T, R, out, ld);
+    else
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++)
+            accb[t] = acc[t];
+}
+
+/* rows (R <= 2, n) of stride rb bytes @ tokens a[0..nt) -> out[t * ld + r]: the quad kernel's
+ * KIND, or (K16) the K16 kernel's */
+AVX2 static inline __attribute__((always_inline)) void
+panel_avx2(const uint8_t *w, size_t rb, const void *const *a, int nt, int64_t n, float *out,
+           size_t ld, const int R, const int KIND, const int K16)
+{
+    const int64_t nb = n / 32, nu = K16 ? n / CAIRN__QK_K : (nb + 3) / 4;
+    const int E = K16 ? 4 : 1; /* steps a unit */
+    const size_t pf = cairn__pf_ahead(rb, R);
+    lane2_w P[QUAD2_SEG * 2]; /* 16 quads or 8 super-blocks of 4 steps */
+    __m256 accb[QUAD2_TB];
+    const int segu = K16 ? QUAD2_SEG / 2 : QUAD2_SEG;
+    for (int t0 = 0; t0 < nt; t0 += QUAD2_TB) {
+        const int tn = nt - t0 < QUAD2_TB ? nt - t0 : QUAD2_TB;
+        for (int64_t u0 = 0; u0 < nu; u0 += segu) {
+            const int un = (int)(nu - u0 < segu ? nu - u0 : segu);
+            for (int u = 0; u < un; u++) {
+                if (K16) {
+                    k16_w e[4];
+                    k16_sb_avx2(w, rb, u0 + u, pf, e, NULL, NULL, R, 1, KIND);
+#pragma GCC unroll 4
+                    for (int m = 0; m < 4; m++)
+                        P[4 * u + m].k = e[m];
+                } else if (u0 + u < nb / 4)
+                    quad_prep_avx2(w, rb, u0 + u, 4, pf, &P[u].q, R, KIND);
+                else
+                    quad_prep_avx2(w, rb, u0 + u, (int)(nb % 4), pf, &P[u].q, R, KIND);
+            }
+            const int first = u0 == 0, last = u0 + un == nu, ns = E * un;
+            const int64_t s0 = E * u0;
+            const void *const *at = a + t0;
+            float *o = out + (size_t)t0 * ld;
+            int t = 0;
+            for (; t + QUAD2_TT <= tn; t += QUAD2_TT)
+                panel_tokens_avx2(P, ns, at + t, s0, first, last, accb + t, o + (size_t)t * ld, ld,
+                                  R, QUAD2_TT, KIND, K16);
+            switch (tn - t) {
+            case 3:
+                panel_tokens_avx2(P, ns, at + t, s0, first, last, accb + t, o + (size_t)t * ld, ld,
+                                  R, 3, KIND, K16);
+                break;
+            case 2:
+                panel_tokens_avx2(P, ns, at + t, s0, first, last, accb + t, o + (size_t)t * ld, ld,
+                                  R, 2, KIND, K16);
+                break;
+            case 1:
+                panel_tokens_avx2(P, ns, at + t, s0, first, last, accb + t, o + (size_t)t * ld, ld,
+                                  R, 1, KIND, K16);
+                break;
+            default:
+                break;
+            }
+        }
+    }
+}
+
 /* Each type's rows and tile kernels, over any number of rows and tokens */
-#define QUAD2_KERNELS(name, KIND)                                                                  \
-    CAIRN__LANE_ROWS(AVX2, name, quad_tile_avx2, cairn__xq_quad, KIND, QUAD2_RR)                   \
-    AVX2 static void name##_tile(const uint8_t *w, size_t rb, int nr, const void *const *xp,       \
+#define PANEL_KERNELS(name, kernel, X, KIND, K16)                                                  \
+    CAIRN__LANE_ROWS(AVX2, name, kernel, X, KIND, QUAD2_RR)                                        \
+    AVX2 static void name##_tile(const uint8_t *w, size_t rb, int nr, const void *const *a,        \
                                  int nt, int64_t n, float *out, size_t ld)                         \
     {                                                                                              \
-        const cairn__xq_quad *const *a = (const cairn__xq_quad *const *)xp;                        \
         int r = 0;                                                                                 \
         for (; r + 2 <= nr; r += 2)                                                                \
-            quad_panel_avx2(w + (size_t)r * rb, rb, a, nt, n, out + r, ld, 2, KIND);               \
+            panel_avx2(w + (size_t)r * rb, rb, a, nt, n, out + r, ld, 2, KIND, K16);               \
         if (r < nr)                                                                                \
-            quad_panel_avx2(w + (size_t)r * rb, rb, a, nt, n, out + r, ld, 1, KIND);               \
+            panel_avx2(w + (size_t)r * rb, rb, a, nt, n, out + r, ld, 1, KIND, K16);               \
     }
+#define QUAD2_KERNELS(name, KIND) PANEL_KERNELS(name, quad_tile_avx2, cairn__xq_quad, KIND, 0)
 
 QUAD2_KERNELS(q4_0, CAIRN__QK_Q4_0)
 QUAD2_KERNELS(q8_0, CAIRN__QK_Q8_0)
@@ -953,9 +1009,10 @@ QUAD2_KERNELS(q5_1, CAIRN__QK_Q5_1)
 QUAD2_KERNELS(iq4_nl, CAIRN__QK_IQ4_NL)
 QUAD2_KERNELS(iq4_xs, CAIRN__QK_IQ4_XS)
 #undef QUAD2_KERNELS
-CAIRN__LANE_KERNELS(AVX2, q2_K, k16_tile_avx2, cairn__xq_k16, CAIRN__K16_Q2, QUAD2_RR, QUAD2_TT)
-CAIRN__LANE_KERNELS(AVX2, q3_K, k16_tile_avx2, cairn__xq_k16, CAIRN__K16_Q3, QUAD2_RR, QUAD2_TT)
-CAIRN__LANE_KERNELS(AVX2, q6_K, k16_tile_avx2, cairn__xq_k16, CAIRN__K16_Q6, QUAD2_RR, QUAD2_TT)
+PANEL_KERNELS(q2_K, k16_tile_avx2, cairn__xq_k16, CAIRN__K16_Q2, 1)
+PANEL_KERNELS(q3_K, k16_tile_avx2, cairn__xq_k16, CAIRN__K16_Q3, 1)
+PANEL_KERNELS(q6_K, k16_tile_avx2, cairn__xq_k16, CAIRN__K16_Q6, 1)
+#undef PANEL_KERNELS
 
 /* ---- F32, F16 and BF16 weights: the prompt's tiles and the decode's rows --------------------
  * kernels_cpu_avx512.c's float tile and rows kernels on 256-bit registers. A tile of 3 rows x 4
