@@ -363,8 +363,10 @@ dots_q45_K_avx2(const uint8_t *w, const cairn__xk_block *const *xk, int64_t n, f
         dots_q45_K_avx2(w, xk, n, &out, 1, Q5);                                                    \
         return out;                                                                                \
     }
+#ifndef __x86_64__ /* there: the lane kernels' (below) */
 DOT_Q45_K(cairn__dot_q4_K_avx2, 0)
 DOT_Q45_K(cairn__dot_q5_K_avx2, 1)
+#endif
 #undef DOT_Q45_K
 
 #if defined(__x86_64__)
@@ -890,65 +892,223 @@ k16_tile_avx2(const uint8_t *w, size_t rb, const cairn__xq_k16 *const *a, int64_
     store2_rows(acc, T, R, out, ld);
 }
 
+/* ---- Q4_K: (row, sub-block) lanes, one kernel for 1-4 tokens ---------------------------------
+ * kernels_cpu_avx512.c's Q4_K kernel on 256-bit registers: lane s of a row's register holds its
+ * sub-block s (of 32 weights), so 8 maddubs (nibbles 0..15, summed in int16: 8 * 2 * 15 * 128 <
+ * 2^15) and one madd sum each sub-block's 32 products exactly, and one conversion, one scale
+ * product and two multiply-adds per token serve the row's 8 sub-blocks, where dots_q45_K_avx2
+ * pays a madd, a conversion and a multiply-add for each. Group k of a row (elements 4k..4k+3 of
+ * every sub-block): dword k of each 32-byte chunk c of its nibbles (sub-block 2c low, 2c + 1
+ * high), gathered by a 4 x 8 dword transposition, spread to lanes 2c and 2c + 1 (vpermd) and
+ * shifted by 0 or 4; the activation's bytes in that order are cairn__xk_block.g. The float order
+ * of a row is the AVX-512 kernel's: lane s takes, super-block after super-block, acc = fma(isum,
+ * (d * sc) * xd, acc), then acc = fnma(dmin * m, ds, acc); the row is ((a0 + a1) + (a2 + a3)) +
+ * ((a4 + a5) + (a6 + a7)). One kernel is the decode (1 token) and the tiles. */
+typedef struct {
+    __m256i K[2][8]; /* row r's group k */
+    __m256 dsc[2], mf[2];
+} q4k_w;
+
+/* super-block i of rows (R <= 2) of stride rb bytes -> *q; Q4_K, or (Q5) Q5_K */
+AVX2 static inline __attribute__((always_inline)) void q4k_prep_avx2(const uint8_t *w, size_t rb,
+                                                                     int64_t i, size_t pf, q4k_w *q,
+                                                                     const int R, const int Q5)
+{
+    const size_t bb = Q5 ? sizeof(cairn__block_q5_K) : sizeof(cairn__block_q4_K);
+    const size_t qs_at = Q5 ? offsetof(cairn__block_q5_K, qs) : offsetof(cairn__block_q4_K, qs);
+    const __m256i m4 = _mm256_set1_epi8(0x0F), nib = _mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4);
+    const __m256i lo4 = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3),
+                  hi4 = _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7);
+    CAIRN__PF_RUN(w, pf, i, (int)bb, R);
+#pragma GCC unroll 2
+    for (int r = 0; r < R; r++) {
+        const uint8_t *b = w + (size_t)r * rb + (size_t)i * bb;
+        const cairn__q4_K_head h = cairn__q4_K_head_of(b);
+        __m256i C[4];
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++)
+            C[c] = _mm256_loadu_si256((const __m256i *)(const void *)(b + qs_at + 32 * c));
+        /* v[k]: dword c of the low half group k's of chunk c, of the high half group k + 4's */
+        const __m256i u0 = _mm256_unpacklo_epi32(C[0], C[1]),
+                      u1 = _mm256_unpackhi_epi32(C[0], C[1]);
+        const __m256i u2 = _mm256_unpacklo_epi32(C[2], C[3]),
+                      u3 = _mm256_unpackhi_epi32(C[2], C[3]);
+        const __m256i v[4] = {_mm256_unpacklo_epi64(u0, u2), _mm256_unpackhi_epi64(u0, u2),
+                              _mm256_unpacklo_epi64(u1, u3), _mm256_unpackhi_epi64(u1, u3)};
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) {
+            q->K[r][k] = _mm256_and_si256(
+                _mm256_srlv_epi32(_mm256_permutevar8x32_epi32(v[k], lo4), nib), m4);
+            q->K[r][k + 4] = _mm256_and_si256(
+                _mm256_srlv_epi32(_mm256_permutevar8x32_epi32(v[k], hi4), nib), m4);
+        }
+        if (Q5) { /* group k's fifth bits: bit s of qh bytes 4k.., in lane s, as 16 */
+            const __m256i qh = _mm256_loadu_si256(
+                (const __m256i *)(const void *)(b + offsetof(cairn__block_q5_K, qh)));
+            const __m256i bit = _mm256_setr_epi32(0x01010101, 0x02020202, 0x04040404, 0x08080808,
+                                                  0x10101010, 0x20202020, 0x40404040,
+                                                  (int)0x80808080u),
+                          b16 = _mm256_set1_epi8(0x10);
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; k++) {
+                const __m256i hk = _mm256_permutevar8x32_epi32(qh, _mm256_set1_epi32(k));
+                q->K[r][k] = _mm256_or_si256(
+                    q->K[r][k],
+                    _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hk, bit), bit), b16));
+            }
+        }
+        q->dsc[r] = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(h.d)),
+                                  _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
+                                      _mm_loadl_epi64((const __m128i *)(const void *)&h.sc))));
+        q->mf[r] = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(h.dmin)),
+                                 _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
+                                     _mm_loadl_epi64((const __m128i *)(const void *)&h.m))));
+    }
+}
+
+/* super-block i's weights q @ tokens a[0..T), added into acc[2 t + r] (r < R); Q5_K's values
+ * (0..31) are summed in int16 4 groups at a time */
+AVX2 static inline __attribute__((always_inline)) void
+q4k_apply_avx2(const q4k_w *q, const cairn__xk_block *const *a, int64_t i, __m256 *acc, const int R,
+               const int T, const int Q5)
+{
+    const __m256i ones = _mm256_set1_epi16(1);
+#pragma GCC unroll 2
+    for (int r = 0; r < R; r++) {
+        __m256i s16[QUAD2_TT], h16[QUAD2_TT]; /* Q5_K: groups 0-3 and 4-7 */
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) {
+            const __m256i Kk = q->K[r][k];
+#pragma GCC unroll 4
+            for (int t = 0; t < T; t++) {
+                const __m256i u = _mm256_maddubs_epi16(
+                    Kk, _mm256_load_si256((const __m256i *)(const void *)(a[t][i].g + 32 * k)));
+                if (Q5 && k >= 4)
+                    h16[t] = k > 4 ? _mm256_add_epi16(h16[t], u) : u;
+                else
+                    s16[t] = k ? _mm256_add_epi16(s16[t], u) : u;
+            }
+        }
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) {
+            const cairn__xk_block *x = &a[t][i];
+            const __m256i p = Q5 ? _mm256_add_epi32(_mm256_madd_epi16(s16[t], ones),
+                                                    _mm256_madd_epi16(h16[t], ones))
+                                 : _mm256_madd_epi16(s16[t], ones);
+            __m256 *ac = &acc[2 * t + r];
+            *ac = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p),
+                                  _mm256_mul_ps(q->dsc[r], _mm256_loadu_ps(x->d)), *ac);
+            *ac = _mm256_fnmadd_ps(q->mf[r], _mm256_loadu_ps(x->ds), *ac);
+        }
+    }
+}
+
+/* out[t * ld + r] = ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7)) of acc[2 t + r] */
+AVX2 static inline __attribute__((always_inline)) void q4k_store(const __m256 *acc, const int T,
+                                                                 const int R, float *out, size_t ld)
+{
+#pragma GCC unroll 4
+    for (int t = 0; t < T; t++)
+#pragma GCC unroll 2
+        for (int r = 0; r < R; r++) {
+            __m256 u = _mm256_add_ps(acc[2 * t + r], _mm256_permute_ps(acc[2 * t + r], 0xB1));
+            u = _mm256_add_ps(u, _mm256_permute_ps(u, 0x4E));
+            out[(size_t)t * ld + r] =
+                _mm256_cvtss_f32(u) + _mm_cvtss_f32(_mm256_extractf128_ps(u, 1));
+        }
+}
+
+/* rows (R <= 2, n) of stride rb bytes @ tokens a[0..T) (T <= 4, cairn__xk blocks) ->
+ * out[t * ld + r] */
+AVX2 static inline __attribute__((always_inline)) void
+q4k_tile_avx2(const uint8_t *w, size_t rb, const cairn__xk_block *const *a, int64_t n, float *out,
+              size_t ld, const int R, const int T, const int Q5)
+{
+    if (R > 2) /* CAIRN__TILE's case of 3 rows, which its passes of 2 never reach */
+        return;
+    const size_t pf = cairn__pf_ahead(rb, R);
+    __m256 acc[2 * QUAD2_TT];
+#pragma GCC unroll 8
+    for (int e = 0; e < 2 * T; e++)
+        acc[e] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / CAIRN__QK_K; i++) {
+        q4k_w q;
+        q4k_prep_avx2(w, rb, i, pf, &q, R, Q5);
+        q4k_apply_avx2(&q, a, i, acc, R, T, Q5);
+    }
+    q4k_store(acc, T, R, out, ld);
+}
+
 /* ---- the prompt's tiles: a row pair's weights prepared once for every token ------------------
- * The rows kernels above prepare a step's weights (the loads, the transposition, the unpacking,
- * the scales) and apply them to the token at once; for a prompt that was a third of a tile's
- * work, repeated for every 4 tokens. Here a row pair's steps are prepared once into a panel in L1
- * and every token runs over it: QUAD2_SEG units (a quad of 32-value blocks: one step; a K16
- * super-block: four), 2048 columns, 6-9 KB. A longer row takes several panels, its tokens in
- * blocks of QUAD2_TB whose accumulators wait in memory between them. Each lane's operations are
- * the rows kernels' in the same order, so every output is bit for bit the decode's. */
+ * The kernels above prepare a step's weights (the loads, the transposition, the unpacking, the
+ * scales) and apply them to the token at once; for a prompt that was a third of a tile's work,
+ * repeated for every 4 tokens. Here a row pair's steps are prepared once into a panel in L1 and
+ * every token runs over it: QUAD2_SEG units (FAM_QUAD: a quad of 32-value blocks, one step;
+ * FAM_K16: a super-block, four; FAM_Q4K: a super-block, one), 2048 columns, 5-10 KB. A longer row
+ * takes several panels, its tokens in blocks of QUAD2_TB whose accumulators wait in memory
+ * between them. Each lane's operations are the rows kernels' in the same order, so every output
+ * is bit for bit the decode's. */
 #define QUAD2_SEG 16
 #define QUAD2_TB 64
+enum { FAM_QUAD, FAM_K16, FAM_Q4K };
 
 typedef union {
     quad2_w q;
     k16_w k;
+    q4k_w k4;
 } lane2_w;
 
-/* tokens a[0..T) over the panel's ns steps (the rows' steps s0..): the accumulators start at
- * zero (first) or from accb, and end in out (last) or accb */
+/* tokens a[0..T) over the panel's ns steps (the rows' steps s0..): the accumulators (2 a token:
+ * FAM_Q4K's are a row's, the others' both rows') start at zero (first) or from accb, and end in
+ * out (last) or accb */
 AVX2 static inline __attribute__((always_inline)) void
 panel_tokens_avx2(const lane2_w *P, int ns, const void *const *a, int64_t s0, int first, int last,
                   __m256 *accb, float *out, size_t ld, const int R, const int T, const int KIND,
-                  const int K16)
+                  const int FAM)
 {
-    __m256 acc[QUAD2_TT];
-#pragma GCC unroll 4
-    for (int t = 0; t < T; t++)
-        acc[t] = first ? _mm256_setzero_ps() : accb[t];
+    __m256 acc[2 * QUAD2_TT];
+#pragma GCC unroll 8
+    for (int e = 0; e < 2 * T; e++)
+        acc[e] = first ? _mm256_setzero_ps() : accb[e];
     for (int s = 0; s < ns; s++) {
-        if (K16)
+        if (FAM == FAM_Q4K)
+            q4k_apply_avx2(&P[s].k4, (const cairn__xk_block *const *)a, s0 + s, acc, R, T, KIND);
+        else if (FAM == FAM_K16)
             k16_apply_avx2(&P[s].k, (const cairn__xq_k16 *const *)a, s0 + s, acc, T, KIND);
         else
             quad_apply_avx2(&P[s].q, (const cairn__xq_quad *const *)a, s0 + s, acc, T, KIND);
     }
-    if (last)
-        store2_rows(acc, T, R, out, ld);
-    else
-#pragma GCC unroll 4
-        for (int t = 0; t < T; t++)
-            accb[t] = acc[t];
+    if (last) {
+        if (FAM == FAM_Q4K)
+            q4k_store(acc, T, R, out, ld);
+        else
+            store2_rows(acc, T, R, out, ld);
+    } else
+#pragma GCC unroll 8
+        for (int e = 0; e < 2 * T; e++)
+            accb[e] = acc[e];
 }
 
-/* rows (R <= 2, n) of stride rb bytes @ tokens a[0..nt) -> out[t * ld + r]: the quad kernel's
- * KIND, or (K16) the K16 kernel's */
+/* rows (R <= 2, n) of stride rb bytes @ tokens a[0..nt) -> out[t * ld + r], family FAM (its
+ * KIND) */
 AVX2 static inline __attribute__((always_inline)) void
 panel_avx2(const uint8_t *w, size_t rb, const void *const *a, int nt, int64_t n, float *out,
-           size_t ld, const int R, const int KIND, const int K16)
+           size_t ld, const int R, const int KIND, const int FAM)
 {
-    const int64_t nb = n / 32, nu = K16 ? n / CAIRN__QK_K : (nb + 3) / 4;
-    const int E = K16 ? 4 : 1; /* steps a unit */
+    const int64_t nb = n / 32, nu = FAM == FAM_QUAD ? (nb + 3) / 4 : n / CAIRN__QK_K;
+    const int E = FAM == FAM_K16 ? 4 : 1; /* steps a unit */
+    const int segu = FAM == FAM_QUAD ? QUAD2_SEG : QUAD2_SEG / 2;
     const size_t pf = cairn__pf_ahead(rb, R);
-    lane2_w P[QUAD2_SEG * 2]; /* 16 quads or 8 super-blocks of 4 steps */
-    __m256 accb[QUAD2_TB];
-    const int segu = K16 ? QUAD2_SEG / 2 : QUAD2_SEG;
+    lane2_w P[QUAD2_SEG * 2]; /* 16 quads, 8 super-blocks of 4 steps or 8 of 1 */
+    __m256 accb[2 * QUAD2_TB];
     for (int t0 = 0; t0 < nt; t0 += QUAD2_TB) {
         const int tn = nt - t0 < QUAD2_TB ? nt - t0 : QUAD2_TB;
         for (int64_t u0 = 0; u0 < nu; u0 += segu) {
             const int un = (int)(nu - u0 < segu ? nu - u0 : segu);
             for (int u = 0; u < un; u++) {
-                if (K16) {
+                if (FAM == FAM_Q4K)
+                    q4k_prep_avx2(w, rb, u0 + u, pf, &P[u].k4, R, KIND);
+                else if (FAM == FAM_K16) {
                     k16_w e[4];
                     k16_sb_avx2(w, rb, u0 + u, pf, e, NULL, NULL, R, 1, KIND);
 #pragma GCC unroll 4
@@ -963,22 +1123,23 @@ panel_avx2(const uint8_t *w, size_t rb, const void *const *a, int nt, int64_t n,
             const int64_t s0 = E * u0;
             const void *const *at = a + t0;
             float *o = out + (size_t)t0 * ld;
+            __m256 *ab = accb;
             int t = 0;
-            for (; t + QUAD2_TT <= tn; t += QUAD2_TT)
-                panel_tokens_avx2(P, ns, at + t, s0, first, last, accb + t, o + (size_t)t * ld, ld,
-                                  R, QUAD2_TT, KIND, K16);
+            for (; t + QUAD2_TT <= tn; t += QUAD2_TT, ab += 2 * QUAD2_TT)
+                panel_tokens_avx2(P, ns, at + t, s0, first, last, ab, o + (size_t)t * ld, ld, R,
+                                  QUAD2_TT, KIND, FAM);
             switch (tn - t) {
             case 3:
-                panel_tokens_avx2(P, ns, at + t, s0, first, last, accb + t, o + (size_t)t * ld, ld,
-                                  R, 3, KIND, K16);
+                panel_tokens_avx2(P, ns, at + t, s0, first, last, ab, o + (size_t)t * ld, ld, R, 3,
+                                  KIND, FAM);
                 break;
             case 2:
-                panel_tokens_avx2(P, ns, at + t, s0, first, last, accb + t, o + (size_t)t * ld, ld,
-                                  R, 2, KIND, K16);
+                panel_tokens_avx2(P, ns, at + t, s0, first, last, ab, o + (size_t)t * ld, ld, R, 2,
+                                  KIND, FAM);
                 break;
             case 1:
-                panel_tokens_avx2(P, ns, at + t, s0, first, last, accb + t, o + (size_t)t * ld, ld,
-                                  R, 1, KIND, K16);
+                panel_tokens_avx2(P, ns, at + t, s0, first, last, ab, o + (size_t)t * ld, ld, R, 1,
+                                  KIND, FAM);
                 break;
             default:
                 break;
@@ -988,18 +1149,19 @@ panel_avx2(const uint8_t *w, size_t rb, const void *const *a, int nt, int64_t n,
 }
 
 /* Each type's rows and tile kernels, over any number of rows and tokens */
-#define PANEL_KERNELS(name, kernel, X, KIND, K16)                                                  \
+#define PANEL_KERNELS(name, kernel, X, KIND, FAM)                                                  \
     CAIRN__LANE_ROWS(AVX2, name, kernel, X, KIND, QUAD2_RR)                                        \
     AVX2 static void name##_tile(const uint8_t *w, size_t rb, int nr, const void *const *a,        \
                                  int nt, int64_t n, float *out, size_t ld)                         \
     {                                                                                              \
         int r = 0;                                                                                 \
         for (; r + 2 <= nr; r += 2)                                                                \
-            panel_avx2(w + (size_t)r * rb, rb, a, nt, n, out + r, ld, 2, KIND, K16);               \
+            panel_avx2(w + (size_t)r * rb, rb, a, nt, n, out + r, ld, 2, KIND, FAM);               \
         if (r < nr)                                                                                \
-            panel_avx2(w + (size_t)r * rb, rb, a, nt, n, out + r, ld, 1, KIND, K16);               \
+            panel_avx2(w + (size_t)r * rb, rb, a, nt, n, out + r, ld, 1, KIND, FAM);               \
     }
-#define QUAD2_KERNELS(name, KIND) PANEL_KERNELS(name, quad_tile_avx2, cairn__xq_quad, KIND, 0)
+#define QUAD2_KERNELS(name, KIND)                                                                  \
+    PANEL_KERNELS(name, quad_tile_avx2, cairn__xq_quad, KIND, FAM_QUAD)
 
 QUAD2_KERNELS(q4_0, CAIRN__QK_Q4_0)
 QUAD2_KERNELS(q8_0, CAIRN__QK_Q8_0)
@@ -1009,10 +1171,26 @@ QUAD2_KERNELS(q5_1, CAIRN__QK_Q5_1)
 QUAD2_KERNELS(iq4_nl, CAIRN__QK_IQ4_NL)
 QUAD2_KERNELS(iq4_xs, CAIRN__QK_IQ4_XS)
 #undef QUAD2_KERNELS
-PANEL_KERNELS(q2_K, k16_tile_avx2, cairn__xq_k16, CAIRN__K16_Q2, 1)
-PANEL_KERNELS(q3_K, k16_tile_avx2, cairn__xq_k16, CAIRN__K16_Q3, 1)
-PANEL_KERNELS(q6_K, k16_tile_avx2, cairn__xq_k16, CAIRN__K16_Q6, 1)
+PANEL_KERNELS(q2_K, k16_tile_avx2, cairn__xq_k16, CAIRN__K16_Q2, FAM_K16)
+PANEL_KERNELS(q3_K, k16_tile_avx2, cairn__xq_k16, CAIRN__K16_Q3, FAM_K16)
+PANEL_KERNELS(q6_K, k16_tile_avx2, cairn__xq_k16, CAIRN__K16_Q6, FAM_K16)
+PANEL_KERNELS(q4_K, q4k_tile_avx2, cairn__xk_block, 0, FAM_Q4K)
+PANEL_KERNELS(q5_K, q4k_tile_avx2, cairn__xk_block, 1, FAM_Q4K)
 #undef PANEL_KERNELS
+
+/* Q4_K's and Q5_K's dot products (w (n) . x (n); xq: n / 256 cairn__xk blocks) are their rows
+ * kernels, so the decode's bits are the prompt's */
+#define DOT_LANE(name, rows)                                                                       \
+    AVX2 float name(const uint8_t *w, const float *x, const void *xq, const float *xs, int64_t n)  \
+    {                                                                                              \
+        (void)x, (void)xs;                                                                         \
+        float out;                                                                                 \
+        rows(w, 0, 1, xq, n, &out);                                                                \
+        return out;                                                                                \
+    }
+DOT_LANE(cairn__dot_q4_K_avx2, q4_K_rows)
+DOT_LANE(cairn__dot_q5_K_avx2, q5_K_rows)
+#undef DOT_LANE
 
 /* ---- F32, F16 and BF16 weights: the prompt's tiles and the decode's rows --------------------
  * kernels_cpu_avx512.c's float tile and rows kernels on 256-bit registers. A tile of 3 rows x 4
@@ -1141,42 +1319,6 @@ AVX2 static inline __attribute__((always_inline)) void frows_avx2(const uint8_t 
 
 CAIRN__FLOAT_ROWS3(AVX2, frows_avx2)
 
-/* Q4_K's and Q5_K's tile kernels: each row against the tokens 4 at a time (its weights stay in
- * L1 while they pass), with dots_q45_K_avx2, so each output is its dot product's bits */
-#define DOTS_TILE(name, Q5)                                                                        \
-    AVX2 static void name##_tile(const uint8_t *w, size_t rb, int nr, const void *const *xp,       \
-                                 int nt, int64_t n, float *out, size_t ld)                         \
-    {                                                                                              \
-        const cairn__xk_block *const *a = (const cairn__xk_block *const *)xp;                      \
-        for (int r = 0; r < nr; r++, w += rb, out++) {                                             \
-            int t = 0;                                                                             \
-            float o[4];                                                                            \
-            for (; t + 4 <= nt; t += 4) {                                                          \
-                dots_q45_K_avx2(w, a + t, n, o, 4, Q5);                                            \
-                for (int e = 0; e < 4; e++)                                                        \
-                    out[(size_t)(t + e) * ld] = o[e];                                              \
-            }                                                                                      \
-            switch (nt - t) {                                                                      \
-            case 3:                                                                                \
-                dots_q45_K_avx2(w, a + t, n, o, 3, Q5);                                            \
-                break;                                                                             \
-            case 2:                                                                                \
-                dots_q45_K_avx2(w, a + t, n, o, 2, Q5);                                            \
-                break;                                                                             \
-            case 1:                                                                                \
-                dots_q45_K_avx2(w, a + t, n, o, 1, Q5);                                            \
-                break;                                                                             \
-            default:                                                                               \
-                break;                                                                             \
-            }                                                                                      \
-            for (int e = 0; e < nt - t; e++)                                                       \
-                out[(size_t)(t + e) * ld] = o[e];                                                  \
-        }                                                                                          \
-    }
-DOTS_TILE(q4_K, 0)
-DOTS_TILE(q5_K, 1)
-#undef DOTS_TILE
-
 const cairn__kernel_set cairn__kernels_avx2[] = {
     {CAIRN__GGML_Q4_0, CAIRN__XF_Q4, q4_0_rows, q4_0_tile},
     {CAIRN__GGML_Q8_0, CAIRN__XF_Q8, q8_0_rows, q8_0_tile},
@@ -1191,8 +1333,8 @@ const cairn__kernel_set cairn__kernels_avx2[] = {
     {CAIRN__GGML_F32, CAIRN__XF_FLOAT, f32_frows, NULL},
     {CAIRN__GGML_F16, CAIRN__XF_FLOAT, f16_frows, NULL},
     {CAIRN__GGML_BF16, CAIRN__XF_FLOAT, bf16_frows, NULL},
-    {CAIRN__GGML_Q4_K, CAIRN__XF_XK, NULL, q4_K_tile}, /* rows: the dot product */
-    {CAIRN__GGML_Q5_K, CAIRN__XF_XK, NULL, q5_K_tile},
+    {CAIRN__GGML_Q4_K, CAIRN__XF_XK, q4_K_rows, q4_K_tile},
+    {CAIRN__GGML_Q5_K, CAIRN__XF_XK, q5_K_rows, q5_K_tile},
     {0, -1, NULL, NULL}};
 #endif /* __x86_64__ */
 
