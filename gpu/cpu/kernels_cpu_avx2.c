@@ -1,8 +1,10 @@
 /* gpu/cpu/kernels_cpu_avx2.c - the AVX2 + FMA + F16C kernels of gpu/cpu/kernels_cpu.c (which
- * picks them at run time): the rows and tile kernels of the types of 32-value blocks (Q4_0, Q8_0,
- * Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS; the last section), the dot products of the float types and
- * the K-quants, the activation's int8 quantization and axpy. Compiled with
- * __attribute__((target)), so the rest of the build keeps the baseline x86-64 instruction set.
+ * picks them at run time): the rows and tile kernels of the quantized types on lanes (the types
+ * of 32-value blocks, Q4_0, Q8_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS; Q2_K, Q3_K and Q6_K; Q4_K and
+ * Q5_K), each preparing a step's weights once and applying them to every token of a prompt
+ * (the panels), the float types' tiles and dot products, the activation's int8 quantization and
+ * axpy. Compiled with __attribute__((target)), so the rest of the build keeps the baseline x86-64
+ * instruction set.
  *
  * The quantized products multiply in int8 (the activation rounded to int8 blocks, as llama.cpp
  * does), with maddubs, which wants an unsigned left operand: the K-quants' quants are unsigned
@@ -285,8 +287,9 @@ AVX2 static inline float half_at(const uint8_t *p)
 /* Q5_K is Q4_K with a fifth bit: sub-block j's bit j of the 32 qh bytes, isolated by a shift
  * and an AND and put on top of the nibbles before the same product. */
 /* w (n) . x (n) for T <= 4 tokens xk[t] (n / 256 cairn__xk blocks each) -> out[t]; Q4_K (Q5 0) or
- * Q5_K (Q5 1). The weights are unpacked once for the T tokens, and each token's float operations
- * are the one-token product's, so out[t] is bit for bit the dot product of token t alone. */
+ * Q5_K (Q5 1): the 32-bit build's products (x86-64 runs the lane kernels, q4k_tile_avx2). The
+ * weights are unpacked once for the T tokens, and each token's float operations are the one-token
+ * product's, so out[t] is bit for bit the dot product of token t alone. */
 AVX2 static inline __attribute__((always_inline)) void
 dots_q45_K_avx2(const uint8_t *w, const cairn__xk_block *const *xk, int64_t n, float *out,
                 const int T, const int Q5)
