@@ -906,7 +906,10 @@ k16_tile_avx2(const uint8_t *w, size_t rb, const cairn__xq_k16 *const *a, int64_
  * shifted by 0 or 4; the activation's bytes in that order are cairn__xk_block.g. The float order
  * of a row is the AVX-512 kernel's: lane s takes, super-block after super-block, acc = fma(isum,
  * (d * sc) * xd, acc), then acc = fnma(dmin * m, ds, acc); the row is ((a0 + a1) + (a2 + a3)) +
- * ((a4 + a5) + (a6 + a7)). One kernel is the decode (1 token) and the tiles. */
+ * ((a4 + a5) + (a6 + a7)). One kernel is the decode (1 token) and the tiles. Q5_K is the same
+ * with its fifth bits OR'ed in (lane s of group k: bit s of qh bytes 4k.., by a byte compare) and
+ * its values 0..31 summed in int16 four groups at a time (4 * 2 * 31 * 128 < 2^15); the AVX-512
+ * level has no such kernel for Q5_K, so those bits are this level's own. */
 typedef struct {
     __m256i K[2][8]; /* row r's group k */
     __m256 dsc[2], mf[2];
