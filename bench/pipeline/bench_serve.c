@@ -17,7 +17,8 @@
  * bound by reading the weights (as a real model is): --dim, --layers, --tokens to change it.
  *
  * Usage: bench-serve [--tasks N] [--procs P] [--tokens T] [--dim D] [--layers L] [--threads K]
- *                    [--prompt-chunks C] (the server's)
+ *                    [--prompt-chunks C] (the server's) [--type F32|Q8_0|Q4_K|...] (every matrix's;
+ *                    F32 by default)
  */
 #include <arpa/inet.h>
 #include <curl/curl.h>
@@ -32,6 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench/llm/bench_util.h" /* now_s, parse_type */
 #include "gpu/batch.h"
 #include "gpu/engine.h"
 #include "tests/model/mkmodel.h"
@@ -39,12 +41,6 @@
 
 #include "ok_server.h"
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 /* ------------------------------------------------------------------ the runs */
 
@@ -261,6 +257,14 @@ static int arg_int(int argc, char **argv, const char *name, int dflt)
     return dflt;
 }
 
+static const char *arg_str(int argc, char **argv, const char *name, const char *dflt)
+{
+    for (int i = 1; i + 1 < argc; i++)
+        if (!strcmp(argv[i], name))
+            return argv[i + 1];
+    return dflt;
+}
+
 int main(int argc, char **argv)
 {
     B.cairn = CAIRN_BIN;
@@ -282,6 +286,12 @@ int main(int argc, char **argv)
     s.n_kv_heads = 4;
     s.ff = s.dim * 3;
     s.ctx = 1024;
+    const char *type = arg_str(argc, argv, "--type", "F32");
+    if (parse_type(type, &s.wtype) != 0) {
+        fprintf(stderr, "bench-serve: --type %s: not a weight type (F32, F16, Q8_0, Q4_K, ...)\n",
+                type);
+        return 64;
+    }
     unsigned char *buf = NULL;
     size_t len = 0;
     B.model = tu_fmt("%s/m.gguf", B.tmp);
@@ -308,9 +318,9 @@ int main(int argc, char **argv)
         free(p), free(in);
     }
     B.hook_port = ok_server_start();
-    printf("bench-serve: model dim %d, %d layers, ff %d, vocab %d (f32, %.0f MB); %d tasks of %d "
+    printf("bench-serve: model dim %d, %d layers, ff %d, vocab %d (%s, %.0f MB); %d tasks of %d "
            "tokens by %d workers; server threads %d\n",
-           s.dim, s.n_layers, s.ff, s.vocab, (double)len / 1e6, B.tasks, B.tokens, B.procs,
+           s.dim, s.n_layers, s.ff, s.vocab, type, (double)len / 1e6, B.tasks, B.tokens, B.procs,
            B.threads);
 
     /* 2. overhead per token at concurrency 1: the engine here and one streamed request to the
